@@ -1,0 +1,1 @@
+"""ember.aot stage."""

@@ -1,0 +1,1 @@
+"""ember.frontend stage."""

@@ -1,0 +1,1 @@
+"""ember.inductor stage."""

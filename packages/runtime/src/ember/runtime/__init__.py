@@ -1,0 +1,2 @@
+"""ember.runtime: the IR, its serialization, the reference interpreter, the pipeline
+that composes the stages, and the loader of compiled artifacts."""

@@ -1,0 +1,16 @@
+"""Errors raised by the IR layer."""
+
+from __future__ import annotations
+
+
+class IRError(Exception):
+    """Base class of Ember IR errors."""
+
+
+class IRFormatError(IRError):
+    """A file or text that is not a valid Ember program: the message names what is wrong
+    (and where, when it can). Raised instead of ever falling back to unsafe loading."""
+
+
+class VerificationError(IRError):
+    """A program that breaks an IR or dialect rule; the message names the node."""

@@ -1,0 +1,39 @@
+"""Resolving qualified operator names (``aten::add.Tensor``) through ``torch.ops``."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ember.runtime.ir.errors import IRFormatError
+
+
+def qualified_name(op: torch._ops.OpOverload) -> str:
+    """``torch.ops.aten.add.Tensor`` -> ``aten::add.Tensor``."""
+    schema_name = op._schema.name  # "aten::add"
+    overload = op._overloadname or "default"
+    return f"{schema_name}.{overload}"
+
+
+@functools.lru_cache(maxsize=None)
+def resolve_op(target: str) -> torch._ops.OpOverload:
+    """``aten::add.Tensor`` -> ``torch.ops.aten.add.Tensor``.
+
+    Raises:
+        IRFormatError: if the name is malformed or no such operator is registered.
+    """
+    namespace, sep, rest = target.partition("::")
+    if not sep or not namespace or not rest:
+        raise IRFormatError(f"malformed operator name {target!r}: expected 'ns::op.overload'")
+    name, dot, overload = rest.partition(".")
+    if not dot:
+        overload = "default"
+    try:
+        packet = getattr(getattr(torch.ops, namespace), name)
+        op = getattr(packet, overload)
+    except (AttributeError, RuntimeError) as e:
+        raise IRFormatError(f"unknown operator {target!r}: not registered in torch.ops") from e
+    if not isinstance(op, torch._ops.OpOverload):
+        raise IRFormatError(f"unknown operator {target!r}: not an operator overload")
+    return op

@@ -1,0 +1,74 @@
+"""The stage protocol: how the runtime's pipeline finds and runs the compiler stages.
+
+Stages are installed separately and found through the entry-point group ``ember.stages``
+(DESIGN.md §2). A stage takes a :class:`~ember.runtime.ir.Program` in the dialect it
+``consumes`` and returns one in the dialect it ``produces``; the IR is the only thing
+stages share.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+from importlib import metadata
+from typing import Any
+
+from ember.runtime.ir import Program
+
+ENTRY_POINT_GROUP = "ember.stages"
+
+# The distribution that provides each stage, for "please install" messages.
+STAGE_DISTRIBUTIONS = {"aot": "ember-aot", "inductor": "ember-inductor", "frontend": "ember-frontend"}
+
+
+class Stage(abc.ABC):
+    """A compiler stage: Program (dialect ``consumes``) -> Program (dialect ``produces``)."""
+
+    name: str
+    consumes: str
+    produces: str
+
+    @abc.abstractmethod
+    def run(self, program: Program, options: dict[str, Any]) -> Program:
+        """Compile ``program``; ``options`` are the user's ``options=`` plus ``mode``.
+
+        Raises:
+            ember.runtime.ir.VerificationError: if ``program`` is not in ``consumes``.
+        """
+
+
+class StageNotInstalledError(RuntimeError):
+    """A backend needs a stage whose package is not installed."""
+
+
+@functools.lru_cache(maxsize=None)
+def available_stages() -> dict[str, metadata.EntryPoint]:
+    """Installed stages by name."""
+    found: dict[str, metadata.EntryPoint] = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in found and found[ep.name].value != ep.value:
+            raise RuntimeError(
+                f"two packages provide the Ember stage {ep.name!r}: "
+                f"{found[ep.name].value} and {ep.value}; uninstall one"
+            )
+        found[ep.name] = ep
+    return found
+
+
+def load_stage(name: str) -> Stage:
+    """Instantiate the installed stage ``name``.
+
+    Raises:
+        StageNotInstalledError: naming the distribution to install.
+    """
+    stages = available_stages()
+    if name not in stages:
+        dist = STAGE_DISTRIBUTIONS.get(name, f"ember-{name}")
+        raise StageNotInstalledError(
+            f"the Ember stage {name!r} is not installed: pip install {dist}"
+        )
+    cls = stages[name].load()
+    stage = cls()
+    if not isinstance(stage, Stage):
+        raise TypeError(f"entry point {stages[name].value} is not an ember.runtime.stages.Stage")
+    return stage
