@@ -1,0 +1,137 @@
+"""Ember's knobs: one typed object, read from the environment once.
+
+Every setting that an environment variable can change lives here, so nothing else in
+the runtime reads ``os.environ``. Other packages read the same object::
+
+    from ember.runtime.config import config
+    if config.serialize_boundaries: ...
+
+Tests override settings for a block with :func:`patch`::
+
+    with patch(recompile_limit=1, logs=frozenset({"recompiles"})):
+        ...
+
+Environment variables (read when this module is first imported; :func:`reload`
+re-reads them):
+
+=============================  ========================================  ================
+variable                       meaning                                   default
+=============================  ========================================  ================
+``EMBER_LOGS``                 comma list of log topics, or ``all``      (none)
+``EMBER_SERIALIZE_BOUNDARIES`` save and re-load the program between      ``0``
+                               stages, verifying each dialect
+``EMBER_CACHE_DIR``            the on-disk compile cache                 ``~/.cache/ember``
+``EMBER_CACHE``                ``0`` disables the compile cache          ``1``
+``EMBER_RECOMPILE_LIMIT``      recompiles per code object before the     ``8``
+                               frontend falls back to eager
+``EMBER_DEBUG_DIR``            if set, the pipeline writes the program   (unset)
+                               after each stage there
+=============================  ========================================  ================
+
+To add a knob: add a field to :class:`Config`, read it in :meth:`Config.from_env`, and
+add a row to the table above.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass
+class Config:
+    """Ember's settings. Read through the module-level :data:`config` object."""
+
+    logs: frozenset[str] = frozenset()
+    serialize_boundaries: bool = False
+    cache_dir: Path = Path("~/.cache/ember").expanduser()
+    cache_enabled: bool = True
+    recompile_limit: int = 8
+    debug_dir: Path | None = None
+
+    @staticmethod
+    def from_env(env: Mapping[str, str]) -> "Config":
+        """Build the settings from environment variables ``env``.
+
+        Raises:
+            ValueError: naming the variable whose value cannot be read.
+        """
+        debug_dir = env.get("EMBER_DEBUG_DIR")
+        return Config(
+            logs=parse_logs(env.get("EMBER_LOGS", "")),
+            serialize_boundaries=_parse_bool(env, "EMBER_SERIALIZE_BOUNDARIES", False),
+            cache_dir=Path(env.get("EMBER_CACHE_DIR") or "~/.cache/ember").expanduser(),
+            cache_enabled=_parse_bool(env, "EMBER_CACHE", True),
+            recompile_limit=_parse_int(env, "EMBER_RECOMPILE_LIMIT", 8),
+            debug_dir=Path(debug_dir).expanduser() if debug_dir else None,
+        )
+
+
+def parse_logs(text: str) -> frozenset[str]:
+    """``"graphs, guards"`` -> ``frozenset({"graphs", "guards"})``; ``all`` is kept as is
+    (see :func:`ember.runtime.logs.log_enabled`)."""
+    return frozenset(t.strip() for t in text.split(",") if t.strip())
+
+
+def _parse_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    if name not in env:
+        return default
+    value = env[name].strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{name}={env[name]!r}: expected 0 or 1")
+
+
+def _parse_int(env: Mapping[str, str], name: str, default: int) -> int:
+    if not env.get(name, "").strip():
+        return default
+    try:
+        return int(env[name])
+    except ValueError:
+        raise ValueError(f"{name}={env[name]!r}: expected an integer") from None
+
+
+config: Config = Config.from_env(os.environ)
+"""The process-wide settings. Import this object; never copy its fields at import time,
+or :func:`patch` cannot reach them."""
+
+
+def reload(env: Mapping[str, str] | None = None) -> None:
+    """Re-read the settings from ``env`` (default ``os.environ``), in place."""
+    fresh = Config.from_env(os.environ if env is None else env)
+    for f in dataclasses.fields(Config):
+        setattr(config, f.name, getattr(fresh, f.name))
+
+
+@contextlib.contextmanager
+def patch(**changes: Any) -> Iterator[Config]:
+    """Override settings for the duration of a ``with`` block, then restore them.
+    ``logs`` may be given as the ``EMBER_LOGS`` text (``"graphs,guards"``).
+
+    Raises:
+        AttributeError: for a name that is not a setting.
+    """
+    names = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise AttributeError(f"no Ember setting named {', '.join(unknown)}; "
+                             f"settings: {', '.join(sorted(names))}")
+    if isinstance(changes.get("logs"), str):
+        changes["logs"] = parse_logs(changes["logs"])
+    saved = {name: getattr(config, name) for name in changes}
+    for name, value in changes.items():
+        setattr(config, name, value)
+    try:
+        yield config
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
