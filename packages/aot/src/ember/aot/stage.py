@@ -4,14 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.runtime.ir import Program
+from ember.runtime.ir import Program, verify
 from ember.runtime.stages import Stage
+
+from ember.aot.config import AotConfig
+from ember.aot.pipeline import aot_compile
 
 
 class AotStage(Stage):
+    """``aten`` → ``core-functional``: functionalization, decomposition to Core ATen,
+    autograd and min-cut partitioning (:mod:`ember.aot.pipeline`)."""
+
     name = "aot"
     consumes = "aten"
     produces = "core-functional"
 
     def run(self, program: Program, options: dict[str, Any]) -> Program:
-        raise NotImplementedError("the aot stage is not implemented yet")
+        """Compile ``program``; ``options`` may hold ``aot.*`` settings
+        (:mod:`ember.aot.config`).
+
+        Raises:
+            VerificationError: ``program`` is not ``aten``, or the result is not
+                ``core-functional`` (a bug in this stage).
+        """
+        verify(program, "aten")
+        result = aot_compile(program, AotConfig.from_options(options))
+        verify(result, "core-functional")
+        return result

@@ -37,10 +37,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
+_DEFAULT_CACHE_DIR = "~/.cache/ember"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -51,13 +53,13 @@ class Config:
 
     logs: frozenset[str] = frozenset()
     serialize_boundaries: bool = False
-    cache_dir: Path = Path("~/.cache/ember").expanduser()
+    cache_dir: Path = field(default_factory=lambda: Path(_DEFAULT_CACHE_DIR).expanduser())
     cache_enabled: bool = True
     recompile_limit: int = 8
     debug_dir: Path | None = None
 
     @staticmethod
-    def from_env(env: Mapping[str, str]) -> "Config":
+    def from_env(env: Mapping[str, str]) -> Config:
         """Build the settings from environment variables ``env``.
 
         Raises:
@@ -67,7 +69,7 @@ class Config:
         return Config(
             logs=parse_logs(env.get("EMBER_LOGS", "")),
             serialize_boundaries=_parse_bool(env, "EMBER_SERIALIZE_BOUNDARIES", False),
-            cache_dir=Path(env.get("EMBER_CACHE_DIR") or "~/.cache/ember").expanduser(),
+            cache_dir=Path(env.get("EMBER_CACHE_DIR") or _DEFAULT_CACHE_DIR).expanduser(),
             cache_enabled=_parse_bool(env, "EMBER_CACHE", True),
             recompile_limit=_parse_int(env, "EMBER_RECOMPILE_LIMIT", 8),
             debug_dir=Path(debug_dir).expanduser() if debug_dir else None,

@@ -29,9 +29,11 @@ from pathlib import Path
 
 import torch
 
-CACHE_DIR_ENV = "EMBER_CACHE_DIR"
+from ember.runtime.config import config
+
 _KERNEL_FILE = "kernel.py"
 _MANIFEST_FILE = "manifest.json"
+_process_dir: Path | None = None
 
 
 class TritonCacheWarning(UserWarning):
@@ -39,14 +41,17 @@ class TritonCacheWarning(UserWarning):
 
 
 def cache_root() -> Path:
-    """The root of Ember's on-disk caches: ``$EMBER_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/ember``, else ``~/.cache/ember``."""
-    explicit = os.environ.get(CACHE_DIR_ENV)
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "ember"
+    """The root of Ember's on-disk caches (``config.cache_dir``, ``EMBER_CACHE_DIR``).
+
+    With the cache disabled (``EMBER_CACHE=0``) kernels still need a file to live in:
+    they go to a temporary directory of this process instead.
+    """
+    global _process_dir
+    if config.cache_enabled:
+        return config.cache_dir
+    if _process_dir is None:
+        _process_dir = Path(tempfile.mkdtemp(prefix="ember-triton-"))
+    return _process_dir
 
 
 def triton_version() -> str:

@@ -23,10 +23,19 @@ from ember.runtime.ir.graph import (
     normalize_argument,
 )
 from ember.runtime.ir.ops import qualified_name, resolve_op
+from ember.runtime.ir.parser import parse_program
+from ember.runtime.ir.printer import print_graph, print_program
+from ember.runtime.ir.program_json import program_from_json, program_to_json
+from ember.runtime.ir.schema import SCHEMA_VERSION
+from ember.runtime.ir.serialize import load, save
+from ember.runtime.ir.verifier import verify
 
 __all__ = [
     "DIALECTS", "OPCODES", "Argument", "Graph", "InputKind", "InputSpec", "IRError",
     "IRFormatError", "Meta", "Node", "OutputKind", "OutputSpec", "Program", "ScalarMeta",
     "Signature", "SourceLocation", "SymbolRange", "SymInt", "TensorMeta", "ValueRef",
     "VerificationError", "normalize_argument", "qualified_name", "resolve_op",
+    "verify",
+    "SCHEMA_VERSION", "load", "parse_program", "print_graph", "print_program",
+    "program_from_json", "program_to_json", "save",
 ]

@@ -1,0 +1,303 @@
+"""Functionalization: a graph with in-place ops and views → a graph of functional ops.
+
+The pass walks the graph once and tracks, for every value, the *storage* it lives in and
+the chain of view ops that leads from the storage's base to it. Then:
+
+* an in-place op becomes its functional form; its result is written back to the storage
+  base through the inverse of every view on the way (:mod:`ember.aot.view_inverse`), and
+  the base's new value is what later reads see (views of it are replayed on demand);
+* a storage that belongs to a graph input and was written ends as an extra output
+  labelled ``MUTATED_INPUT`` (target: the placeholder); the caller copies it back;
+* a graph output that is an input, a view of an input, or a view of another output is
+  labelled ``ALIASED_OUTPUT``; ``Program.metadata["aot"]["aliased_outputs"]`` says how
+  to rebuild it as a view (sizes, strides and storage offset relative to the base).
+
+Outputs keep their order: user outputs, then the mutated inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ember.runtime.ir import (
+    Argument,
+    Graph,
+    IRFormatError,
+    Node,
+    OutputKind,
+    OutputSpec,
+    Program,
+    TensorMeta,
+    ValueRef,
+)
+
+from ember.aot.builder import GraphBuilder
+from ember.aot.op_effects import is_view, mutated_positions, mutation_of, with_defaults
+from ember.aot.view_inverse import ViewStep, write_back
+
+Chain = tuple[ViewStep, ...]
+
+
+@dataclass(frozen=True)
+class _Alias:
+    storage: int
+    chain: Chain
+
+
+@dataclass
+class _Storage:
+    base: ValueRef  # the storage's current value in the new graph
+    root: str | None  # the placeholder it belongs to, if any
+    version: int = 0
+    views: dict[Chain, tuple[int, ValueRef]] = field(default_factory=dict)
+
+
+@dataclass
+class FunctionalGraph:
+    """The result of :func:`functionalize_graph`.
+
+    ``outputs``: one spec per output of ``graph`` (user outputs, then mutated inputs).
+    ``aliased_outputs``: how to rebuild each ALIASED_OUTPUT (JSON-ready dicts).
+    """
+
+    graph: Graph
+    outputs: list[OutputSpec]
+    aliased_outputs: list[dict[str, Any]]
+
+
+class _Functionalizer:
+    def __init__(self, graph: Graph) -> None:
+        self.source = graph
+        self.b = GraphBuilder()
+        self.alias: dict[ValueRef, _Alias] = {}
+        self.storages: list[_Storage] = []
+        self.meta: dict[ValueRef, Any] = {}
+
+    # ---- values --------------------------------------------------------------------
+
+    def new_storage(self, ref: ValueRef, new_ref: ValueRef, root: str | None = None) -> None:
+        self.storages.append(_Storage(new_ref, root))
+        self.alias[ref] = _Alias(len(self.storages) - 1, ())
+
+    def read_chain(self, sid: int, chain: Chain) -> ValueRef:
+        """The current value of the view ``chain`` of storage ``sid`` in the new graph."""
+        storage = self.storages[sid]
+        if not chain:
+            return storage.base
+        cached = storage.views.get(chain)
+        if cached is not None and cached[0] == storage.version:
+            return cached[1]
+        parent = self.read_chain(sid, chain[:-1])
+        ref = chain[-1].replay(self.b, parent)
+        storage.views[chain] = (storage.version, ref)
+        return ref
+
+    def read(self, a: Argument) -> Argument:
+        """Map an argument of the source graph to the new graph (current values)."""
+        if isinstance(a, ValueRef):
+            alias = self.alias.get(a)
+            if alias is None:
+                raise IRFormatError(f"functionalize: {a} is used before it is defined")
+            return self.read_chain(alias.storage, alias.chain)
+        if isinstance(a, tuple):
+            return tuple(self.read(x) for x in a)
+        return a
+
+    def write(self, target: ValueRef, new: ValueRef) -> None:
+        """Record that the value ``target`` (source graph) now holds ``new``."""
+        alias = self.alias[target]
+        storage = self.storages[alias.storage]
+        target_meta = self.meta.get(target)
+        new_meta = self.b.meta_of(new)
+        if (isinstance(target_meta, TensorMeta) and isinstance(new_meta, TensorMeta)):
+            if new_meta.dtype != target_meta.dtype:
+                new = self.b.call("aten::_to_copy.default", (new,), {"dtype": target_meta.dtype})
+            if tuple(new_meta.sizes) != tuple(target_meta.sizes):
+                new = self.b.call("aten::expand.default", (new, target_meta.sizes))
+                new = self.b.call("aten::clone.default", (new,))
+        value = new
+        chain = alias.chain
+        for k in range(len(chain) - 1, -1, -1):
+            parent = self.read_chain(alias.storage, chain[:k])
+            view = self.read_chain(alias.storage, chain[: k + 1])
+            value = write_back(self.b, parent, value, chain[k], view)
+        storage.base = value
+        storage.version += 1
+        if chain:
+            storage.views[chain] = (storage.version, new)
+
+    # ---- nodes ---------------------------------------------------------------------
+
+    def run(self) -> FunctionalGraph:
+        for node in self.source.nodes:
+            self._record_meta(node)
+            if node.op == "output":
+                return self.finish(node)
+            getattr(self, f"visit_{node.op}")(node)
+        raise IRFormatError("functionalize: the graph has no output node")
+
+    def _record_meta(self, node: Node) -> None:
+        if isinstance(node.meta, tuple):
+            for i, m in enumerate(node.meta):
+                self.meta[ValueRef(node.name, i)] = m
+        else:
+            self.meta[ValueRef(node.name)] = node.meta
+
+    def _copy(self, node: Node, args: tuple[Argument, ...], kwargs: dict[str, Argument],
+              target: str | None = None, meta: Any = None) -> ValueRef:
+        return self.b.add(Node(node.name, node.op, target or node.target, args, kwargs,
+                               meta=meta if meta is not None else node.meta,
+                               source=node.source))
+
+    def _results(self, node: Node) -> list[ValueRef]:
+        if isinstance(node.meta, tuple):
+            return [ValueRef(node.name, i) for i in range(len(node.meta))]
+        return [ValueRef(node.name)]
+
+    def visit_placeholder(self, node: Node) -> None:
+        new = self._copy(node, (), {})
+        self.new_storage(ValueRef(node.name), new, root=node.name)
+
+    def visit_constant(self, node: Node) -> None:
+        new = self._copy(node, node.args, dict(node.kwargs))
+        self.new_storage(ValueRef(node.name), new)
+
+    visit_get_attr = visit_constant
+
+    def visit_call(self, node: Node) -> None:
+        args = tuple(self.read(a) for a in node.args)
+        kwargs = {k: self.read(v) for k, v in node.kwargs.items()}
+        written = mutated_positions(node.target, node.args)
+        if written:
+            self._functional_call(node, args, kwargs, written)
+        elif is_view(node.target) and node.args and isinstance(node.args[0], ValueRef):
+            self._view_call(node, args, kwargs)
+        else:
+            new = self._copy(node, args, kwargs)
+            for ref in self._results(node):
+                self.new_storage(ref, ValueRef(new.node, ref.index))
+
+    def _view_call(self, node: Node, args: tuple[Argument, ...],
+                   kwargs: dict[str, Argument]) -> None:
+        src = node.args[0]
+        assert isinstance(src, ValueRef)
+        base_alias = self.alias[src]
+        new = self._copy(node, args, kwargs)
+        storage = self.storages[base_alias.storage]
+        for ref in self._results(node):
+            step = ViewStep(node.target, args[1:], tuple(sorted(kwargs.items())), ref.index)
+            chain = base_alias.chain + (step,)
+            self.alias[ref] = _Alias(base_alias.storage, chain)
+            storage.views[chain] = (storage.version, ValueRef(new.node, ref.index))
+
+    def _functional_call(self, node: Node, args: tuple[Argument, ...],
+                         kwargs: dict[str, Argument], written: tuple[int, ...]) -> None:
+        mutation = mutation_of(node.target)
+        args, kwargs = with_defaults(node.target, args, kwargs)  # type: ignore[assignment]
+        try:
+            meta = self.b.infer_meta(mutation.functional, args, kwargs)
+        except Exception:  # noqa: BLE001 - ops without meta kernels keep the old meta
+            meta = node.meta
+        new = self._copy(node, args, kwargs, target=mutation.functional, meta=meta)
+        for position, result in mutation.writes:
+            if position not in written:
+                continue
+            target = node.args[position]
+            if not isinstance(target, ValueRef):
+                raise IRFormatError(f"%{node.name}: mutated argument {position} is not a value")
+            self.write(target, ValueRef(new.node, result))
+        aliased = dict(mutation.aliased_returns)
+        plain = 0
+        for ref in self._results(node):
+            j = ref.index if ref.index is not None else 0
+            if j in aliased:
+                mutated = node.args[aliased[j]]
+                assert isinstance(mutated, ValueRef)
+                self.alias[ref] = self.alias[mutated]
+            else:
+                index = plain if isinstance(meta, tuple) else None
+                self.new_storage(ref, ValueRef(new.node, index))
+                plain += 1
+
+    # ---- outputs -------------------------------------------------------------------
+
+    def finish(self, node: Node) -> FunctionalGraph:
+        values = node.args[0]
+        assert isinstance(values, tuple)
+        outputs: list[Argument] = []
+        specs: list[OutputSpec] = []
+        aliased: list[dict[str, Any]] = []
+        base_output: dict[int, int] = {}  # storage -> index of the output that is its base
+        for i, v in enumerate(values):
+            if isinstance(v, ValueRef) and self.alias[v].chain == ():
+                base_output.setdefault(self.alias[v].storage, i)
+        for i, v in enumerate(values):
+            outputs.append(self.read(v))
+            spec = OutputSpec()
+            if isinstance(v, ValueRef):
+                info = self._alias_info(i, v, base_output, values)
+                if info is not None:
+                    spec = OutputSpec(OutputKind.ALIASED_OUTPUT, info["base"])
+                    aliased.append(info)
+            specs.append(spec)
+        for storage in self.storages:
+            if storage.root is not None and storage.version > 0:
+                outputs.append(storage.base)
+                specs.append(OutputSpec(OutputKind.MUTATED_INPUT, storage.root))
+        self.b.add(Node("output", "output", "output", (tuple(outputs),), source=node.source))
+        return FunctionalGraph(self.b.graph, specs, aliased)
+
+    def _alias_info(self, i: int, v: ValueRef, base_output: dict[int, int],
+                    values: tuple[Argument, ...]) -> dict[str, Any] | None:
+        alias = self.alias[v]
+        storage = self.storages[alias.storage]
+        meta = self.meta.get(v)
+        if not isinstance(meta, TensorMeta):
+            return None
+        if storage.root is not None:
+            base_meta = self.meta.get(ValueRef(storage.root))
+            kind, base = "input", storage.root
+        elif base_output.get(alias.storage, i) != i:
+            j = base_output[alias.storage]
+            base_ref = values[j]
+            assert isinstance(base_ref, ValueRef)
+            base_meta = self.meta.get(base_ref)
+            kind, base = "output", str(j)
+        else:
+            return None
+        if not isinstance(base_meta, TensorMeta):
+            return None
+        return {
+            "output": i,
+            "kind": kind,
+            "base": base,
+            "identity": alias.chain == () and kind == "input",
+            "sizes": [int(s) for s in meta.sizes],
+            "strides": [int(s) for s in meta.strides],
+            "storage_offset": int(meta.storage_offset) - int(base_meta.storage_offset),
+            "base_strides": [int(s) for s in base_meta.strides],
+        }
+
+
+def functionalize_graph(graph: Graph) -> FunctionalGraph:
+    """Functionalize ``graph`` (see the module docstring).
+
+    Raises:
+        IRFormatError: an op mutates its arguments and has no functional variant, or
+            the graph is malformed.
+    """
+    return _Functionalizer(graph).run()
+
+
+def functionalize(program: Program, graph_name: str = "forward") -> Program:
+    """A copy of ``program`` whose graph ``graph_name`` is functional; the input
+    mutations and output aliasing move into the signature and ``metadata["aot"]``."""
+    result = functionalize_graph(program.graphs[graph_name])
+    out = program.copy()
+    out.graphs[graph_name] = result.graph
+    out.signature.outputs[graph_name] = result.outputs
+    aot_meta = dict(out.metadata.get("aot", {}))  # type: ignore[call-overload]
+    aot_meta["aliased_outputs"] = result.aliased_outputs
+    out.metadata["aot"] = aot_meta
+    return out

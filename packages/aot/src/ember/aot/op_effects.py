@@ -1,0 +1,177 @@
+"""What an operator does to its arguments, read from its schema: views, mutations, and
+the functional operator that replaces a mutating one.
+
+The schema's alias annotations say it: ``Tensor(a!) self`` is written in place,
+``-> Tensor(a)`` returns a view of the argument annotated ``(a)``. A few ops mutate
+arguments their schema does not annotate; they are listed in
+:data:`UNANNOTATED_MUTATIONS`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from ember.runtime.ir import IRFormatError, resolve_op
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """How to run a mutating op functionally.
+
+    ``functional``: the op to call instead (same arguments). ``writes``: for each mutated
+    argument position, the index of the functional op's result holding its new value
+    (None when the functional op returns a single tensor). ``aliased_returns``: for each
+    result of the original op that aliases a mutated argument, that argument's position.
+    ``plain_returns``: how many leading results of the functional op are the original
+    op's own (non-aliasing) results.
+    """
+
+    functional: str
+    writes: tuple[tuple[int, int | None], ...]
+    aliased_returns: tuple[tuple[int, int], ...]
+
+
+# Ops that write into arguments their schema does not mark as written: target ->
+# (positions written, position of a bool argument that must be True for the write,
+# functional replacement whose extra results are the new values of those arguments).
+UNANNOTATED_MUTATIONS: dict[str, tuple[tuple[int, ...], int, str]] = {
+    "aten::native_batch_norm.default": (
+        (3, 4), 5, "aten::_native_batch_norm_legit_functional.default"
+    ),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def is_view(target: str) -> bool:
+    """True if the op returns a view of (one of) its arguments."""
+    schema = resolve_op(target)._schema
+    for ret in schema.returns:
+        info = ret.alias_info
+        if info is not None and not info.is_write:
+            return True
+    return False
+
+
+def mutated_positions(target: str, args: tuple[object, ...]) -> tuple[int, ...]:
+    """Positional indices of the arguments this call writes in place (empty if none).
+
+    Raises:
+        IRFormatError: for an op that writes a keyword-only argument (``out=`` ops),
+            which the aot stage does not functionalize.
+    """
+    special = UNANNOTATED_MUTATIONS.get(target)
+    if special is not None:
+        positions, flag, _ = special
+        if len(args) > flag and args[flag] is True:
+            return tuple(p for p in positions if p < len(args) and args[p] is not None)
+        return ()
+    return _annotated_writes(target)
+
+
+@functools.lru_cache(maxsize=None)
+def _annotated_writes(target: str) -> tuple[int, ...]:
+    schema = resolve_op(target)._schema
+    written: list[int] = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            if arg.kwarg_only:
+                raise IRFormatError(
+                    f"{target} writes its keyword argument {arg.name!r} (an out= op); "
+                    "the aot stage cannot functionalize out= ops"
+                )
+            written.append(i)
+    return tuple(written)
+
+
+@functools.lru_cache(maxsize=None)
+def mutation_of(target: str) -> Mutation:
+    """The functional replacement of mutating op ``target``.
+
+    Raises:
+        IRFormatError: if torch registers no functional counterpart.
+    """
+    special = UNANNOTATED_MUTATIONS.get(target)
+    if special is not None:
+        positions, _, functional = special
+        n_plain = len(resolve_op(target)._schema.returns)
+        return Mutation(functional, tuple((p, n_plain + k) for k, p in enumerate(positions)),
+                        ())
+    op = resolve_op(target)
+    schema = op._schema
+    written = _annotated_writes(target)
+    aliased: list[tuple[int, int]] = []
+    for j, ret in enumerate(schema.returns):
+        if ret.alias_info is not None and ret.alias_info.is_write:
+            sets = ret.alias_info.before_set
+            for p in written:
+                info = schema.arguments[p].alias_info
+                if info is not None and info.before_set == sets:
+                    aliased.append((j, p))
+    namespace, rest = target.split("::", 1)
+    name, overload = rest.split(".", 1)
+    stem = name[:-1] if name.endswith("_") else name
+    candidates: list[str] = []
+    if name.endswith("_") and written == (0,):
+        candidates += [f"{namespace}::{stem}.{o}" for o in _overloads(namespace, stem)]
+    candidates += [f"{namespace}::{stem}_functional.{o}"
+                   for o in _overloads(namespace, f"{stem}_functional")]
+    for candidate in candidates:
+        functional = _resolve_or_none(candidate)
+        if functional is None or not _same_arguments(schema, functional._schema):
+            continue
+        n_returns = len(functional._schema.returns)
+        if name.endswith("_") and written == (0,) and n_returns == 1:
+            return Mutation(candidate, ((0, None),), tuple(aliased))
+        n_plain = len(schema.returns) - len(aliased)
+        if n_returns == n_plain + len(written):
+            writes = tuple((p, n_plain + k) for k, p in enumerate(written))
+            return Mutation(candidate, writes, tuple(aliased))
+    raise IRFormatError(
+        f"{target} mutates its arguments and torch registers no functional variant "
+        f"with the same arguments (tried {', '.join(candidates) or 'none'})"
+    )
+
+
+def _overloads(namespace: str, name: str) -> list[str]:
+    packet = getattr(getattr(torch.ops, namespace), name, None)
+    if packet is None:
+        return []
+    return [str(o) for o in packet.overloads()]
+
+
+def _same_arguments(mutating: torch.FunctionSchema, functional: torch.FunctionSchema) -> bool:
+    """Whether ``functional`` takes the same arguments (names and types, positional and
+    keyword-only) as ``mutating`` and writes none of them."""
+    if any(a.alias_info is not None and a.alias_info.is_write for a in functional.arguments):
+        return False
+    if len(mutating.arguments) != len(functional.arguments):
+        return False
+    return all(
+        a.name == b.name and str(a.type) == str(b.type) and a.kwarg_only == b.kwarg_only
+        for a, b in zip(mutating.arguments, functional.arguments)
+    )
+
+
+def _resolve_or_none(target: str) -> torch._ops.OpOverload | None:
+    try:
+        return resolve_op(target)
+    except IRFormatError:
+        return None
+
+
+def with_defaults(target: str, args: tuple[object, ...],
+                  kwargs: dict[str, object]) -> tuple[tuple[object, ...], dict[str, object]]:
+    """``args``/``kwargs`` of a call of ``target`` with the omitted positional arguments
+    filled in from the schema's defaults (torch drops trailing defaults when it
+    dispatches; the functional variant may not share them: ``bernoulli_.float`` has
+    ``p=0.5``, ``bernoulli.p`` has no default)."""
+    schema = resolve_op(target)._schema
+    filled = list(args)
+    for arg in schema.arguments[len(args):]:
+        if arg.kwarg_only or arg.name in kwargs or not arg.has_default_value():
+            break
+        filled.append(arg.default_value)
+    return tuple(filled), kwargs

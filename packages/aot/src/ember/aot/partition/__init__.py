@@ -1,0 +1,1 @@
+"""Partitioning a joint forward/backward graph into ``forward`` and ``backward`` graphs."""

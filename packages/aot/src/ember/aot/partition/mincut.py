@@ -1,0 +1,261 @@
+"""Min-cut partitioning of a joint forward/backward graph.
+
+The joint graph's placeholders are the forward inputs ("primals") followed by one
+tangent per differentiable output; its outputs are the forward outputs followed by the
+gradients. Every value either runs in the forward graph, or is recomputed in the backward
+graph, or both; a value the backward graph reads but does not recompute is *saved*.
+
+The choice is a minimum cut (after the recompute-vs-save formulation of the
+functorch partitioner, written here from scratch): each value ``v`` becomes two vertices
+``v.in -> v.out`` joined by an edge as wide as the bytes it would take to save ``v``;
+data dependencies are infinite edges; the source feeds the forward inputs and every value
+that must never be recomputed (matmuls, convolutions,
+random ops, reductions over large inputs); every value that depends on a tangent drains
+into the sink. (Values the forward graph computes for its own outputs are not tied to the
+source: the backward graph may recompute them instead of saving them.) The cut edges are the values to save, and a value on the sink side of the
+cut is recomputed in the backward graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.runtime.ir import Argument, Graph, Node, ScalarMeta, TensorMeta, ValueRef, resolve_op
+
+from ember.aot.config import AotConfig
+from ember.aot.partition.maxflow import INFINITE, FlowNetwork
+
+# Ops whose results are never recomputed in the backward graph: they cost much more to
+# recompute than to save.
+COMPUTE_BOUND_OPS = frozenset({
+    "aten::mm.default", "aten::addmm.default", "aten::bmm.default", "aten::baddbmm.default",
+    "aten::convolution.default", "aten::_scaled_dot_product_flash_attention.default",
+    "aten::_scaled_dot_product_efficient_attention.default",
+    "aten::_scaled_dot_product_cudnn_attention.default",
+    "aten::_scaled_dot_product_flash_attention_for_cpu.default",
+})
+
+
+@dataclass
+class Partition:
+    """The two graphs and the interface between them.
+
+    ``saved``: the values the forward graph returns for the backward graph, in order
+    (each becomes a ``saved_*`` placeholder of ``backward``).
+    """
+
+    forward: Graph
+    backward: Graph
+    saved: list[ValueRef]
+    saved_bytes: int
+    recomputed: list[str]
+
+
+def value_bytes(meta: object) -> int:
+    """The bytes a value takes (sum over the results of a node with several)."""
+    if isinstance(meta, TensorMeta):
+        numel = 1
+        for s in meta.sizes:
+            numel *= int(s)
+        return numel * meta.dtype.itemsize
+    if isinstance(meta, ScalarMeta):
+        return 8
+    if isinstance(meta, tuple):
+        return sum(value_bytes(m) for m in meta)
+    return 0
+
+
+def is_recomputable(node: Node, graph_meta: dict[str, object], config: AotConfig) -> bool:
+    """False for a node whose value must be saved rather than recomputed."""
+    if node.op != "call":
+        return node.op in ("constant", "get_attr")
+    if node.target in COMPUTE_BOUND_OPS:
+        return False
+    op = resolve_op(node.target)
+    if any(t.name == "nondeterministic_seeded" for t in op.tags):
+        return False
+    if _is_reduction(node):
+        biggest = max((_numel(graph_meta.get(r.node), r.index) for r in node.inputs()),
+                      default=0)
+        if biggest > config.recompute_reduction_limit:
+            return False
+    return True
+
+
+def _is_reduction(node: Node) -> bool:
+    name = node.target.split("::", 1)[-1].split(".", 1)[0]
+    return name in {"sum", "mean", "amax", "amin", "max", "min", "var", "var_mean", "std",
+                    "prod", "argmax", "argmin", "logsumexp", "norm", "any", "all",
+                    "_softmax", "_log_softmax", "cumsum"}
+
+
+def _numel(meta: object, index: int | None) -> int:
+    if isinstance(meta, tuple) and index is not None:
+        meta = meta[index]
+    if isinstance(meta, TensorMeta):
+        n = 1
+        for s in meta.sizes:
+            n *= int(s)
+        return n
+    return 0
+
+
+def partition(graph: Graph, n_forward_outputs: int, n_tangents: int,
+              config: AotConfig) -> Partition:
+    """Split ``graph`` (a joint graph: primals, then ``n_tangents`` tangent placeholders;
+    forward outputs, then gradients) into forward and backward graphs.
+
+    With ``config.save_everything`` every forward value the backward reads is saved and
+    nothing is recomputed; otherwise the saved bytes are minimal (see module docstring).
+    """
+    placeholders = graph.placeholders
+    tangents = {p.name for p in placeholders[len(placeholders) - n_tangents:]}
+    outputs = graph.output_values
+    fw_outputs, bw_outputs = outputs[:n_forward_outputs], outputs[n_forward_outputs:]
+    nodes = {n.name: n for n in graph.nodes if n.op != "output"}
+    meta = {n.name: n.meta for n in graph.nodes}
+
+    tangent_dependent: set[str] = set()
+    for n in graph.nodes:
+        if n.name in tangents or any(r.node in tangent_dependent for r in n.inputs()):
+            tangent_dependent.add(n.name)
+    fw_required = _ancestors(nodes, _refs(fw_outputs))
+    bw_required = _ancestors(nodes, _refs(bw_outputs))
+
+    if config.save_everything:
+        backward_side = {n for n in bw_required if n in tangent_dependent}
+    else:
+        backward_side = _min_cut_backward_side(
+            graph, nodes, meta, tangent_dependent, fw_required, bw_required, bw_outputs,
+            config)
+    saved = _saved_values(graph, backward_side, bw_required, bw_outputs)
+    forward = _forward_graph(graph, fw_outputs, saved, tangents)
+    backward = _backward_graph(graph, meta, bw_outputs, saved, backward_side, tangents)
+    recomputed = [n for n in backward_side if n not in tangent_dependent and n in nodes]
+    return Partition(forward, backward, saved,
+                     sum(value_bytes(_result_meta(meta, r)) for r in saved),
+                     sorted(recomputed))
+
+
+def _refs(values: tuple[Argument, ...]) -> list[ValueRef]:
+    return [v for v in values if isinstance(v, ValueRef)]
+
+
+def _result_meta(meta: dict[str, object], ref: ValueRef) -> object:
+    m = meta.get(ref.node)
+    return m[ref.index] if isinstance(m, tuple) and ref.index is not None else m
+
+
+def _ancestors(nodes: dict[str, Node], roots: list[ValueRef]) -> set[str]:
+    seen: set[str] = set()
+    stack = [r.node for r in roots]
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in nodes:
+            continue
+        seen.add(name)
+        stack.extend(r.node for r in nodes[name].inputs())
+    return seen
+
+
+def _min_cut_backward_side(
+    graph: Graph, nodes: dict[str, Node], meta: dict[str, object],
+    tangent_dependent: set[str], fw_required: set[str], bw_required: set[str],
+    bw_outputs: tuple[Argument, ...], config: AotConfig,
+) -> set[str]:
+    """The nodes the backward graph computes: those that depend on a tangent, plus
+    those on the sink side of the minimum cut (recomputed).
+
+    Vertices: ``(node, "in")`` (the node runs on the source side: in forward) and, per
+    result ``r`` of the node, ``(r, "out")``; ``(node, "in") -> (r, "out")`` costs the
+    bytes of saving ``r``.
+    """
+    net = FlowNetwork()
+    source, sink = ("source",), ("sink",)
+    net.vertex(source)
+    net.vertex(sink)
+    for name in bw_required | fw_required:
+        node = nodes[name]
+        if name in tangent_dependent:
+            net.add_edge((name, "in"), sink, INFINITE)
+            for r in node.inputs():
+                if r.node not in tangent_dependent:
+                    net.add_edge((r, "out"), sink, INFINITE)
+            continue
+        node_meta = meta[name]
+        results = ([ValueRef(name, i) for i in range(len(node_meta))]
+                   if isinstance(node_meta, tuple) else [ValueRef(name)])
+        for r in results:
+            net.add_edge((name, "in"), (r, "out"), value_bytes(_result_meta(meta, r)))
+        # NOTE: a value the forward graph computes anyway may still be recomputed in the
+        # backward graph (cheaper than saving it); only inputs and values that must not
+        # be recomputed are tied to the source.
+        if node.op == "placeholder" or not is_recomputable(node, meta, config):
+            net.add_edge(source, (name, "in"), INFINITE)
+        for r in node.inputs():
+            net.add_edge((r, "out"), (name, "in"), INFINITE)
+    for r in _refs(bw_outputs):
+        if r.node not in tangent_dependent:
+            net.add_edge((r, "out"), sink, INFINITE)
+    _, source_side = net.min_cut(source, sink)
+    recomputed = {name for name in bw_required - tangent_dependent
+                  if (name, "in") not in source_side}
+    return (bw_required & tangent_dependent) | recomputed
+
+
+def _saved_values(graph: Graph, backward_side: set[str], bw_required: set[str],
+                  bw_outputs: tuple[Argument, ...]) -> list[ValueRef]:
+    """Values computed in forward that the backward side reads (graph order)."""
+    wanted: set[ValueRef] = set()
+    for n in graph.nodes:
+        if n.name in backward_side:
+            wanted.update(r for r in n.inputs() if r.node not in backward_side)
+    wanted.update(r for r in _refs(bw_outputs) if r.node not in backward_side)
+    order = {n.name: i for i, n in enumerate(graph.nodes)}
+    return sorted(wanted, key=lambda r: (order[r.node], -1 if r.index is None else r.index))
+
+
+def _forward_graph(graph: Graph, fw_outputs: tuple[Argument, ...], saved: list[ValueRef],
+                   tangents: set[str]) -> Graph:
+    nodes = {n.name: n for n in graph.nodes if n.op != "output"}
+    keep = _ancestors(nodes, _refs(fw_outputs) + saved)
+    out = Graph(symbols=dict(graph.symbols))
+    for n in graph.nodes:
+        if n.op == "placeholder" and n.name not in tangents:
+            out.nodes.append(_clone(n))
+        elif n.op != "placeholder" and n.op != "output" and n.name in keep:
+            out.nodes.append(_clone(n))
+    out.nodes.append(Node("output", "output", "output", (tuple(fw_outputs) + tuple(saved),)))
+    return out
+
+
+def saved_name(ref: ValueRef) -> str:
+    """The backward placeholder name of saved value ``ref``."""
+    return f"saved_{ref.node}" if ref.index is None else f"saved_{ref.node}_{ref.index}"
+
+
+def _backward_graph(graph: Graph, meta: dict[str, object], bw_outputs: tuple[Argument, ...],
+                    saved: list[ValueRef], backward_side: set[str], tangents: set[str]) -> Graph:
+    out = Graph(symbols=dict(graph.symbols))
+    mapping: dict[ValueRef, Argument] = {}
+    for ref in saved:
+        name = saved_name(ref)
+        saved_meta = _result_meta(meta, ref)
+        assert isinstance(saved_meta, (TensorMeta, ScalarMeta))
+        out.nodes.append(Node(name, "placeholder", name, meta=saved_meta))
+        mapping[ref] = ValueRef(name)
+    for n in graph.nodes:
+        if n.op == "placeholder" and n.name in tangents:
+            out.nodes.append(_clone(n))
+    for n in graph.nodes:
+        if n.op in ("call", "constant", "get_attr") and n.name in backward_side:
+            c = _clone(n)
+            c.replace_refs(mapping)
+            out.nodes.append(c)
+    results = tuple(mapping.get(v, v) if isinstance(v, ValueRef) else v for v in bw_outputs)
+    out.nodes.append(Node("output", "output", "output", (results,)))
+    return out
+
+
+def _clone(n: Node) -> Node:
+    return Node(n.name, n.op, n.target, n.args, dict(n.kwargs), n.meta, n.source)

@@ -1,0 +1,141 @@
+"""The aot stage's passes, in order: ``aten`` program in, ``core-functional`` out.
+
+Inference (no input requires grad)::
+
+    functionalize → decompose (re-trace) → functionalize → DCE → CSE
+
+Training::
+
+    functionalize → joint forward/backward (re-trace under autograd, decomposing)
+      → functionalize → DCE → CSE → min-cut partition → forward, backward
+
+Output signature conventions (see ``packages/aot/README.md``):
+
+* ``forward`` inputs: the aten program's placeholders, in order, with their specs.
+* ``forward`` outputs: user outputs (some labelled ALIASED_OUTPUT), then MUTATED_INPUT
+  outputs, then SAVED_TENSOR outputs (target: the backward placeholder they feed).
+* ``backward`` inputs: ``saved_*`` placeholders, then one ``tangent_*`` per
+  differentiable user output (all USER_INPUT).
+* ``backward`` outputs: one GRADIENT per forward input that gets a gradient (target: the
+  forward placeholder's name).
+* ``metadata["aot"]``: ``aliased_outputs`` (how the runtime rebuilds views),
+  ``differentiable_outputs`` (forward output indices that take a tangent), ``saved_bytes``
+  and ``recomputed`` (the partitioner's choice), ``save_everything``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.runtime.ir import (
+    Graph,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    Program,
+    TensorMeta,
+    VerificationError,
+)
+
+from ember.aot._torch import decomposition_table_for_core_aten
+from ember.aot.cleanup import eliminate_common_subexpressions, eliminate_dead_code
+from ember.aot.config import AotConfig
+from ember.aot.decompositions import EMBER_DECOMPOSITIONS
+from ember.aot.functionalize import functionalize, functionalize_graph
+from ember.aot.partition.mincut import partition, saved_name
+from ember.aot.retrace import retrace, trace_joint
+
+
+def needs_backward(program: Program, config: AotConfig) -> bool:
+    """Whether to build a joint graph: ``config.training`` if set, else whether any
+    floating-point input of the forward graph requires grad."""
+    if config.training is not None:
+        return config.training
+    return any(isinstance(p.meta, TensorMeta) and p.meta.requires_grad
+               and p.meta.dtype.is_floating_point for p in program.forward.placeholders)
+
+
+def aot_compile(program: Program, config: AotConfig | None = None) -> Program:
+    """Turn an ``aten`` program into a ``core-functional`` one (see module docstring).
+
+    Raises:
+        IRFormatError: an op cannot be functionalized.
+        VerificationError: re-tracing produced a mutation of a graph input.
+    """
+    config = config or AotConfig()
+    table = decomposition_table_for_core_aten() if config.decompose else {}
+    if config.decompose:
+        table.update(EMBER_DECOMPOSITIONS)
+    functional = functionalize(program)
+    if needs_backward(program, config):
+        result = _training_program(functional, table, config)
+    else:
+        result = _inference_program(functional, table)
+    result.dialect = "core-functional"
+    return result
+
+
+def _clean(graph: Graph) -> Graph:
+    """Functionalize what re-tracing brought back (decompositions and the autograd engine
+    may write in place), then drop dead code and merge duplicates."""
+    refunctional = functionalize_graph(graph)
+    mutated = [s.target for s in refunctional.outputs if s.kind == OutputKind.MUTATED_INPUT]
+    if mutated:
+        raise VerificationError(
+            f"re-tracing wrote into graph input(s) {', '.join(map(str, mutated))}; "
+            "the functional program should not")
+    n = len(graph.output_values)
+    out = refunctional.graph
+    out.nodes[-1].args = (out.output_values[:n],)
+    return eliminate_common_subexpressions(eliminate_dead_code(out))
+
+
+def _inference_program(functional: Program, table: dict[Any, Any]) -> Program:
+    traced = retrace(functional, table)
+    traced.graphs["forward"] = _clean(traced.forward)
+    traced.signature.outputs["forward"] = list(functional.signature.outputs["forward"])
+    traced.signature.inputs["forward"] = list(functional.signature.inputs.get("forward", []))
+    aot_meta = dict(functional.metadata.get("aot", {}))  # type: ignore[call-overload]
+    aot_meta["differentiable_outputs"] = []
+    traced.metadata["aot"] = aot_meta
+    return traced
+
+
+def _training_program(functional: Program, table: dict[Any, Any],
+                      config: AotConfig) -> Program:
+    joint = trace_joint(functional, table)
+    joint_graph = _clean(joint.program.forward)
+    parts = partition(joint_graph, joint.n_forward_outputs, len(joint.tangents), config)
+    forward_specs = list(functional.signature.outputs["forward"])
+    forward_specs += [OutputSpec(OutputKind.SAVED_TENSOR, saved_name(r)) for r in parts.saved]
+    out = Program(
+        graphs={"forward": parts.forward, "backward": parts.backward},
+        dialect="core-functional",
+        tensors=dict(joint.program.tensors),
+        metadata=dict(functional.metadata),
+    )
+    out.signature.inputs["forward"] = list(functional.signature.inputs.get("forward", [])) or [
+        InputSpec(p.name) for p in parts.forward.placeholders]
+    out.signature.outputs["forward"] = forward_specs
+    out.signature.inputs["backward"] = [InputSpec(p.name) for p in parts.backward.placeholders]
+    out.signature.outputs["backward"] = [OutputSpec(OutputKind.GRADIENT, t)
+                                         for t in joint.grad_targets]
+    aot_meta = dict(functional.metadata.get("aot", {}))  # type: ignore[call-overload]
+    aot_meta.update({
+        "differentiable_outputs": joint.differentiable_outputs,
+        "saved_bytes": parts.saved_bytes,
+        "recomputed": parts.recomputed,
+        "save_everything": config.save_everything,
+    })
+    out.metadata["aot"] = aot_meta
+    _drop_unused_tensors(out)
+    return out
+
+
+def _drop_unused_tensors(program: Program) -> None:
+    """Keep only the tensors a graph node or input spec still refers to."""
+    used = {n.target for g in program.graphs.values() for n in g.nodes
+            if n.op in ("constant", "get_attr")}
+    used |= {s.target for specs in program.signature.inputs.values() for s in specs
+             if s.target is not None}
+    program.tensors = {k: v for k, v in program.tensors.items() if k in used}

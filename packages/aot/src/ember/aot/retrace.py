@@ -1,0 +1,202 @@
+"""Re-tracing: run a program on fake tensors under Ember's recorder to get a new one.
+
+Used twice by the stage: to decompose a program to Core ATen (a dispatch mode applies
+torch's decomposition table before each op reaches the recorder), and to build the joint
+forward/backward graph (the forward runs under torch's autograd on fake inputs that
+require grad, then ``torch.autograd.grad`` runs the backward; the recorder sees the ATen
+ops of both, after autograd, at the dispatcher level).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+
+from ember.runtime.interpreter import Interpreter
+from ember.runtime.ir import (
+    Graph,
+    InputSpec,
+    Node,
+    OutputKind,
+    OutputSpec,
+    Program,
+    TensorMeta,
+)
+from ember.runtime.tracing import GraphRecorder
+
+from ember.aot._torch import TorchDispatchMode, has_composite_implicit_kernel
+
+
+class DecomposingMode(TorchDispatchMode):
+    """Replaces each op that has an entry in ``table`` by its decomposition (applied
+    again, recursively, to the ops the decomposition calls)."""
+
+    def __init__(self, table: Mapping[Any, Callable[..., Any]]) -> None:
+        super().__init__()
+        self.table = table
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        decomposition = self.table.get(func)
+        if decomposition is not None:
+            with self:
+                result = decomposition(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        if has_composite_implicit_kernel(func):
+            # NOTE: ops called from inside a decomposition (below autograd) reach the
+            # mode even when torch would have decomposed them above it.
+            with self:
+                result = func.decompose(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        return func(*args, **kwargs)
+
+
+class _SourceKeepingInterpreter(Interpreter):
+    """An interpreter that tells the recorder which node each recorded op comes from,
+    so the new graph keeps the user's source locations."""
+
+    def __init__(self, program: Program, graph: str, recorder: GraphRecorder) -> None:
+        super().__init__(program, graph)
+        self.recorder = recorder
+
+    def run_node(self, node: Node) -> Any:
+        self.recorder.set_source(node.source)
+        return super().run_node(node)
+
+
+@dataclass
+class JointGraph:
+    """A joint forward/backward graph and what its inputs and outputs are.
+
+    Placeholders: the forward inputs, then ``tangents`` (one per differentiable output).
+    Outputs: the ``n_forward_outputs`` forward outputs, then one gradient per name in
+    ``grad_targets`` (the forward placeholders that get a gradient).
+    """
+
+    program: Program
+    n_forward_outputs: int
+    differentiable_outputs: list[int]
+    tangents: list[str]
+    grad_targets: list[str]
+
+
+def _fake_input(recorder: GraphRecorder, meta: TensorMeta, requires_grad: bool) -> torch.Tensor:
+    with recorder.fake_mode:
+        sizes = [int(s) for s in meta.sizes]
+        strides = [int(s) for s in meta.strides]
+        offset = int(meta.storage_offset)
+        extent = 1 + sum((s - 1) * st for s, st in zip(sizes, strides)) if all(sizes) else 0
+        flat = torch.empty(offset + extent, dtype=meta.dtype, device=meta.device)
+        t = flat.as_strided(sizes, strides, offset)
+    if requires_grad:
+        t = t.detach().requires_grad_(True)
+    return t
+
+
+def _dense(meta: TensorMeta) -> TensorMeta:
+    """``meta`` with contiguous strides (tangents are made dense before the backward)."""
+    strides: list[int] = []
+    step = 1
+    for size in reversed(meta.sizes):
+        strides.append(step)
+        step *= max(int(size), 1)
+    return TensorMeta(meta.dtype, meta.sizes, tuple(reversed(strides)), meta.device)
+
+
+def _input_metas(graph: Graph) -> list[TensorMeta]:
+    metas = []
+    for p in graph.placeholders:
+        if not isinstance(p.meta, TensorMeta):
+            raise TypeError(f"placeholder %{p.name} has no tensor metadata; the aot stage "
+                            "needs it to re-trace the program")
+        metas.append(p.meta)
+    return metas
+
+
+def _specs(program: Program, graph_name: str) -> list[InputSpec]:
+    graph = program.graphs[graph_name]
+    known = {s.name: s for s in program.signature.inputs.get(graph_name, [])}
+    return [known.get(p.name, InputSpec(p.name)) for p in graph.placeholders]
+
+
+def retrace(program: Program, table: Mapping[Any, Callable[..., Any]],
+            graph_name: str = "forward") -> Program:
+    """Run graph ``graph_name`` on fake inputs with decompositions ``table`` applied and
+    record it again (no autograd). Signature and metadata are kept."""
+    graph = program.graphs[graph_name]
+    recorder = GraphRecorder()
+    fakes = [recorder.add_input(_fake_input(recorder, m, False), spec)
+             for m, spec in zip(_input_metas(graph), _specs(program, graph_name))]
+    interpreter = _SourceKeepingInterpreter(program, graph_name, recorder)
+    with torch.no_grad(), recorder, DecomposingMode(table):
+        outputs = interpreter.run(*fakes)
+    specs = program.signature.outputs.get(graph_name)
+    traced = recorder.finish(outputs, specs, graph_name)
+    return _with_program_data(traced, program)
+
+
+def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> JointGraph:
+    """Record the joint forward/backward graph of ``program``'s functional forward graph.
+
+    The differentiable outputs are the USER_OUTPUTs that require grad (aliased outputs and
+    mutated inputs are rebuilt or copied by the runtime and get no tangent); gradients are
+    taken for the placeholders whose metadata requires grad.
+    """
+    graph = program.forward
+    recorder = GraphRecorder()
+    metas = _input_metas(graph)
+    grad_wanted = [m.requires_grad and (m.dtype.is_floating_point or m.dtype.is_complex)
+                   for m in metas]
+    fakes = [recorder.add_input(_fake_input(recorder, m, g), spec)
+             for m, g, spec in zip(metas, grad_wanted, _specs(program, "forward"))]
+    out_specs = program.signature.outputs.get("forward") or [OutputSpec()] * len(
+        graph.output_values)
+    interpreter = _SourceKeepingInterpreter(program, "forward", recorder)
+    with torch.enable_grad():
+        with recorder, DecomposingMode(table):
+            outputs = interpreter.run(*fakes)
+        differentiable = [
+            i for i, (o, s) in enumerate(zip(outputs, out_specs))
+            if s.kind == OutputKind.USER_OUTPUT and isinstance(o, torch.Tensor)
+            and o.requires_grad
+        ]
+        tangent_names = [f"tangent_{k}" for k in range(len(differentiable))]
+        tangents = [
+            recorder.add_input(_fake_input(recorder, _dense(TensorMeta.of(outputs[i])), False),
+                               InputSpec(name))
+            for i, name in zip(differentiable, tangent_names)
+        ]
+        wrt = [(p.name, f) for p, f, g in zip(graph.placeholders, fakes, grad_wanted) if g]
+        grads: tuple[torch.Tensor | None, ...] = ()
+        if differentiable and wrt:
+            recorder.set_source(None)
+            with recorder, DecomposingMode(table):
+                grads = torch.autograd.grad(
+                    [outputs[i] for i in differentiable], [f for _, f in wrt], tangents,
+                    allow_unused=True)
+    grad_targets = [name for (name, _), g in zip(wrt, grads) if g is not None]
+    grad_values = [g for g in grads if g is not None]
+    all_outputs = list(outputs) + grad_values
+    specs = list(out_specs) + [OutputSpec(OutputKind.GRADIENT, t) for t in grad_targets]
+    traced = recorder.finish(all_outputs, specs, "forward")
+    _placeholders_first(traced.forward)
+    return JointGraph(_with_program_data(traced, program), len(outputs), differentiable,
+                      tangent_names, grad_targets)
+
+
+def _placeholders_first(graph: Graph) -> None:
+    """Move placeholders (tangents are added after the forward ran) to the front."""
+    graph.nodes = ([n for n in graph.nodes if n.op == "placeholder"]
+                   + [n for n in graph.nodes if n.op != "placeholder"])
+
+
+def _with_program_data(traced: Program, original: Program) -> Program:
+    tensors = dict(original.tensors)
+    tensors.update(traced.tensors)
+    traced.tensors = tensors
+    traced.metadata = dict(original.metadata)
+    return traced

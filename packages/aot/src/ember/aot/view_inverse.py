@@ -1,0 +1,193 @@
+"""How to write a new value of a view back into the tensor it views: one rule per view op.
+
+A rule builds, in the graph under construction, the new value of the *base* given the new
+value of the *view*: ``slice`` → ``slice_scatter``, ``select`` → ``select_scatter``,
+``permute``/``transpose`` → the inverse permutation
+(view replay), reshapes → a ``view`` back to the base's sizes. Any view op without a rule
+falls back to ``as_strided_scatter`` with the view's sizes and strides measured on the
+base, which is exact for a dense base (``diagonal``, ``unfold``, ``as_strided``: torch does
+not tag ``diagonal_scatter`` Core ATen, while the verifier accepts ``as_strided_scatter``).
+
+Adding a view op touches one place: register its rule next to the others below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ember.runtime.ir import Argument, TensorMeta, ValueRef
+
+from ember.aot.builder import GraphBuilder
+
+
+@dataclass(frozen=True)
+class ViewStep:
+    """One view op applied to a tensor: ``target(base, *args, **kwargs)[index]``."""
+
+    target: str
+    args: tuple[Argument, ...]
+    kwargs: tuple[tuple[str, Argument], ...] = ()
+    index: int | None = None
+
+    def replay(self, b: GraphBuilder, base: ValueRef) -> ValueRef:
+        """Apply this view to ``base`` in the graph ``b`` builds."""
+        ref = b.call(self.target, (base, *self.args), dict(self.kwargs))
+        return ref if self.index is None else ValueRef(ref.node, self.index)
+
+
+# (builder, base, new value of the view, the step, the view as replayed on base) -> new base
+InverseRule = Callable[[GraphBuilder, ValueRef, ValueRef, ViewStep, ValueRef], ValueRef]
+
+INVERSE_RULES: dict[str, InverseRule] = {}
+
+
+def register(*targets: str) -> Callable[[InverseRule], InverseRule]:
+    def wrap(rule: InverseRule) -> InverseRule:
+        for t in targets:
+            INVERSE_RULES[t] = rule
+        return rule
+    return wrap
+
+
+def write_back(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+               view: ValueRef) -> ValueRef:
+    """The new value of ``base`` after the view ``step`` of it was set to ``new``."""
+    rule = INVERSE_RULES.get(step.target, _as_strided_rule)
+    return rule(b, base, new, step, view)
+
+
+def _tensor_meta(b: GraphBuilder, ref: ValueRef) -> TensorMeta:
+    meta = b.meta_of(ref)
+    if not isinstance(meta, TensorMeta):
+        raise TypeError(f"{ref} is not a tensor")
+    return meta
+
+
+def _arg(step: ViewStep, i: int, name: str, default: Argument) -> Argument:
+    if i < len(step.args):
+        return step.args[i]
+    return dict(step.kwargs).get(name, default)
+
+
+def _as_strided_rule(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+                     view: ValueRef) -> ValueRef:
+    base_meta, view_meta = _tensor_meta(b, base), _tensor_meta(b, view)
+    offset = view_meta.storage_offset
+    assert isinstance(offset, int) and isinstance(base_meta.storage_offset, int)
+    # NOTE: as_strided_scatter writes into a clone of base, whose storage starts at
+    # base's first element: the offset is relative to base.
+    return b.call("aten::as_strided_scatter.default",
+                  (base, new, view_meta.sizes, view_meta.strides,
+                   offset - base_meta.storage_offset))
+
+
+@register("aten::slice.Tensor")
+def _slice(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+           view: ValueRef) -> ValueRef:
+    return b.call("aten::slice_scatter.default",
+                  (base, new, _arg(step, 0, "dim", 0), _arg(step, 1, "start", None),
+                   _arg(step, 2, "end", None), _arg(step, 3, "step", 1)))
+
+
+@register("aten::select.int")
+def _select(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+            view: ValueRef) -> ValueRef:
+    return b.call("aten::select_scatter.default",
+                  (base, new, _arg(step, 0, "dim", 0), _arg(step, 1, "index", 0)))
+
+
+@register("aten::split.Tensor", "aten::split_with_sizes.default")
+def _split(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+           view: ValueRef) -> ValueRef:
+    base_meta = _tensor_meta(b, base)
+    dim = _arg(step, 1, "dim", 0)
+    assert isinstance(dim, int) and step.index is not None
+    dim = dim % base_meta.ndim
+    length = base_meta.sizes[dim]
+    assert isinstance(length, int)
+    sizes = step.args[0]
+    if isinstance(sizes, int):
+        sizes = tuple(min(sizes, length - k) for k in range(0, length, sizes)) or (0,)
+    assert isinstance(sizes, tuple)
+    start = sum(int(s) for s in sizes[: step.index])  # type: ignore[call-overload]
+    end = start + int(sizes[step.index])  # type: ignore[call-overload]
+    return b.call("aten::slice_scatter.default", (base, new, dim, start, end, 1))
+
+
+@register("aten::unbind.int")
+def _unbind(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+            view: ValueRef) -> ValueRef:
+    return b.call("aten::select_scatter.default",
+                  (base, new, _arg(step, 0, "dim", 0), step.index))
+
+
+@register("aten::permute.default")
+def _permute(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+             view: ValueRef) -> ValueRef:
+    dims = step.args[0]
+    assert isinstance(dims, tuple)
+    ndim = len(dims)
+    inverse = [0] * ndim
+    for i, d in enumerate(dims):
+        assert isinstance(d, int)
+        inverse[d % ndim] = i
+    return b.call("aten::permute.default", (new, tuple(inverse)))
+
+
+@register("aten::transpose.int")
+def _transpose(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+               view: ValueRef) -> ValueRef:
+    ndim = _tensor_meta(b, base).ndim
+    if ndim == 0:
+        return new
+    d0, d1 = _arg(step, 0, "dim0", 0), _arg(step, 1, "dim1", 1)
+    assert isinstance(d0, int) and isinstance(d1, int)
+    dims = list(range(ndim))
+    dims[d0 % ndim], dims[d1 % ndim] = dims[d1 % ndim], dims[d0 % ndim]
+    return b.call("aten::permute.default", (new, tuple(dims)))
+
+
+@register("aten::t.default")
+def _t(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+       view: ValueRef) -> ValueRef:
+    if _tensor_meta(b, base).ndim < 2:
+        return new
+    return b.call("aten::permute.default", (new, (1, 0)))
+
+
+@register("aten::alias.default", "aten::detach.default")
+def _identity(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+              view: ValueRef) -> ValueRef:
+    return new
+
+
+@register("aten::view.default", "aten::_unsafe_view.default", "aten::_reshape_alias.default",
+          "aten::squeeze.default", "aten::squeeze.dim", "aten::squeeze.dims",
+          "aten::unsqueeze.default")
+def _reshape(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+             view: ValueRef) -> ValueRef:
+    base_meta, new_meta = _tensor_meta(b, base), _tensor_meta(b, new)
+    if not _is_contiguous(new_meta):
+        new = b.call("aten::clone.default", (new,), {"memory_format": torch.contiguous_format})
+    return b.call("aten::view.default", (new, base_meta.sizes))
+
+
+@register("aten::expand.default")
+def _expand(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+            view: ValueRef) -> ValueRef:
+    raise NotImplementedError(
+        "an in-place write into an expanded view: several elements of the view share "
+        "one memory location, which eager torch refuses as well"
+    )
+
+
+def _is_contiguous(meta: TensorMeta) -> bool:
+    expected = 1
+    for size, stride in reversed(list(zip(meta.sizes, meta.strides))):
+        if size != 1 and stride != expected:
+            return False
+        expected *= int(size)
+    return True

@@ -1,0 +1,76 @@
+"""Test helpers: capture functions and modules with the runtime's recorder (the aot
+tests do not use ember.frontend), compile them with the aot stage, and run them."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ember.runtime.callable import ProgramCallable
+from ember.runtime.ir import InputKind, InputSpec, Program, verify
+from ember.runtime.tracing import GraphRecorder
+
+from ember.aot.config import AotConfig
+from ember.aot.pipeline import aot_compile
+
+
+def capture(fn: Callable[..., Any], *inputs: torch.Tensor) -> Program:
+    """Record ``fn(*inputs)`` as an aten program (placeholders ``in0``, ``in1``, ...)."""
+    rec = GraphRecorder()
+    fakes = [rec.add_input(t, InputSpec(f"in{i}")) for i, t in enumerate(inputs)]
+    with rec:
+        outs = fn(*fakes)
+    if isinstance(outs, torch.Tensor):
+        outs = (outs,)
+    return rec.finish(list(outs))
+
+
+def module_inputs(module: torch.nn.Module) -> list[tuple[str, torch.Tensor, InputKind]]:
+    """The module's parameters and buffers: (qualified name, tensor, kind)."""
+    named = [(k, v, InputKind.PARAMETER) for k, v in module.named_parameters()]
+    named += [(k, v, InputKind.BUFFER) for k, v in module.named_buffers()]
+    return named
+
+
+def capture_module(module: torch.nn.Module, *inputs: torch.Tensor) -> Program:
+    """Record ``module(*inputs)`` with its parameters and buffers as placeholders
+    (after the user inputs)."""
+    rec = GraphRecorder()
+    fakes = [rec.add_input(t, InputSpec(f"in{i}")) for i, t in enumerate(inputs)]
+    state = {
+        name: rec.add_input(t, InputSpec(name.replace(".", "_"), kind, name))
+        for name, t, kind in module_inputs(module)
+    }
+    with rec:
+        outs = torch.func.functional_call(module, state, tuple(fakes))
+    if isinstance(outs, torch.Tensor):
+        outs = (outs,)
+    return rec.finish(list(outs))
+
+
+def compile_fn(fn: Callable[..., Any], *inputs: torch.Tensor,
+               config: AotConfig | None = None) -> tuple[Program, ProgramCallable]:
+    """Capture, run the aot passes, verify the result; return it and its callable."""
+    program = aot_compile(capture(fn, *inputs), config)
+    verify(program, "core-functional")
+    return program, ProgramCallable(program)
+
+
+def compile_module(module: torch.nn.Module, *inputs: torch.Tensor,
+                   config: AotConfig | None = None) -> tuple[Program, Callable[..., Any]]:
+    """Like :func:`compile_fn` for a module; the callable takes the user inputs and reads
+    the module's live parameters and buffers."""
+    program = aot_compile(capture_module(module, *inputs), config)
+    verify(program, "core-functional")
+    run = ProgramCallable(program)
+
+    def call(*args: torch.Tensor) -> list[Any]:
+        state = [t for _, t, _ in module_inputs(module)]
+        return run([*args, *state])
+
+    return program, call
+
+
+def clone_all(values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [v.clone() for v in values]

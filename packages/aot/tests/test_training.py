@@ -1,0 +1,139 @@
+"""Training through the aot stage: one optimizer step gives the parameters and gradients
+eager torch gives (float32, DESIGN.md §6 tolerance), for an MLP, a conv net with
+BatchNorm and a transformer block."""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import pytest
+import torch
+
+from aot_capture import compile_module
+from ember.runtime.ir import OutputKind
+
+TOL = 1e-4
+
+
+class TransformerBlock(torch.nn.Module):
+    """Pre-norm attention + MLP block, written out (no fused SDPA) so the joint graph
+    has matmuls, softmax, layer norms and GELU."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = torch.nn.LayerNorm(dim)
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.ln2 = torch.nn.LayerNorm(dim)
+        self.fc1 = torch.nn.Linear(dim, 4 * dim)
+        self.fc2 = torch.nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q = q.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (d // self.heads) ** -0.5
+        att = att.softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+def mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                               torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+
+
+def conv_bn() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 4, 3, stride=2), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
+        torch.nn.Linear(4 * 3 * 3, 5))
+
+
+MODELS: list[tuple[str, Callable[[], torch.nn.Module], Callable[[], torch.Tensor]]] = [
+    ("mlp", mlp, lambda: torch.randn(8, 16)),
+    ("conv_bn", conv_bn, lambda: torch.randn(4, 3, 8, 8)),
+    ("transformer_block", TransformerBlock, lambda: torch.randn(2, 6, 32)),
+]
+
+
+def _step(model: torch.nn.Module, forward: Callable[[torch.Tensor], torch.Tensor],
+          x: torch.Tensor, target: torch.Tensor) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(forward(x), target)
+    loss.backward()
+    opt.step()
+
+
+@pytest.mark.parametrize("name,make_model,make_input", MODELS, ids=[m[0] for m in MODELS])
+def test_one_optimizer_step_matches_eager(name: str, make_model: Callable[[], torch.nn.Module],
+                                          make_input: Callable[[], torch.Tensor]) -> None:
+    torch.manual_seed(0)
+    eager = make_model().train()
+    compiled = copy.deepcopy(eager)
+    x = make_input()
+    program, run = compile_module(compiled, x)
+    assert "backward" in program.graphs
+    target = torch.randn_like(eager(x.clone()).detach())
+    # the probe call above updated BatchNorm statistics: start both from the same state
+    compiled.load_state_dict(eager.state_dict())
+
+    _step(eager, eager, x, target)
+    _step(compiled, lambda inp: run(inp)[0], x, target)
+
+    for (pname, pe), (_, pc) in zip(eager.named_parameters(), compiled.named_parameters()):
+        assert pc.grad is not None, f"{pname} got no gradient"
+        torch.testing.assert_close(pc.grad, pe.grad, atol=TOL, rtol=TOL)
+        torch.testing.assert_close(pc, pe, atol=TOL, rtol=TOL)
+    for (bname, be), (_, bc) in zip(eager.named_buffers(), compiled.named_buffers()):
+        torch.testing.assert_close(bc, be, atol=TOL, rtol=TOL, msg=f"buffer {bname}")
+
+
+def test_input_without_grad_and_no_grad_call() -> None:
+    model = mlp()
+    x = torch.randn(8, 16)
+    program, run = compile_module(model, x)
+    grads = [s.target for s in program.signature.outputs["backward"]]
+    assert "in0" not in grads and len(grads) == 6  # x does not require grad
+    with torch.no_grad():
+        (out,) = run(x)
+    assert out.grad_fn is None
+    torch.testing.assert_close(out, model(x))
+
+
+def test_non_differentiable_output() -> None:
+    class WithIndex(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            y = self.lin(x)
+            return y.sum(), y.argmax(dim=1)
+
+    model = WithIndex()
+    x = torch.randn(3, 4)
+    program, run = compile_module(model, x)
+    assert program.metadata["aot"]["differentiable_outputs"] == [0]  # type: ignore[index]
+    loss, idx = run(x)
+    assert not idx.requires_grad
+    torch.testing.assert_close(idx, model(x)[1])
+    loss.backward()
+    expected = torch.autograd.grad(model(x)[0], model.lin.weight)[0]
+    torch.testing.assert_close(model.lin.weight.grad, expected)
+
+
+def test_saved_tensors_are_labelled() -> None:
+    program, _ = compile_module(mlp(), torch.randn(8, 16))
+    kinds = [s.kind for s in program.signature.outputs["forward"]]
+    n_saved = kinds.count(OutputKind.SAVED_TENSOR)
+    assert kinds[0] == OutputKind.USER_OUTPUT and n_saved > 0
+    backward_inputs = [p.name for p in program.graphs["backward"].placeholders]
+    assert all(n.startswith("saved_") for n in backward_inputs[:n_saved])
+    assert backward_inputs[n_saved:] == ["tangent_0"]

@@ -1,0 +1,65 @@
+"""Graph breaks: why capture stopped, where, and what the user can do about it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.runtime.ir import SourceLocation
+
+
+@dataclass(frozen=True)
+class BreakInfo:
+    """One graph break: ``reason`` (what Ember could not capture), the user source line
+    it happened at, and a ``hint`` for avoiding it."""
+
+    reason: str
+    location: SourceLocation | None
+    hint: str = ""
+
+    def describe(self) -> str:
+        where = "<unknown location>"
+        if self.location is not None:
+            where = f"{self.location.file}:{self.location.line} in {self.location.function}"
+            if self.location.text:
+                where += f"\n    {self.location.text}"
+        text = f"{self.reason}\n  at {where}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class GraphBreak(Exception):
+    """Raised inside the interpreter at code it cannot capture. ``location`` is filled
+    in by the interpreter from the instruction being run."""
+
+    def __init__(self, reason: str, hint: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.hint = hint
+        self.location: SourceLocation | None = None
+        # True once the break escaped an inlined call (the caller must restart capture
+        # and run that call as a whole).
+        self.from_inlined_call = False
+
+    def info(self) -> BreakInfo:
+        return BreakInfo(self.reason, self.location, self.hint)
+
+
+class FullGraphError(RuntimeError):
+    """``fullgraph=True`` and the function has a graph break; the message names the
+    reason, the user's file, line and source text, and a hint."""
+
+    def __init__(self, info: BreakInfo) -> None:
+        super().__init__("fullgraph=True but Ember cannot capture the whole function: "
+                         + info.describe())
+        self.info = info
+
+
+class UnsupportedFunction(Exception):
+    """The whole function cannot be interpreted (generator, unknown bytecode, state
+    Ember cannot rebuild); it runs eagerly."""
+
+
+DEFAULT_HINT = ("move this code out of the compiled function, wrap it in "
+                "ember.frontend.disable, or allow the break with "
+                "ember.frontend.allow_break")

@@ -1,0 +1,463 @@
+"""What a call does while capturing: inline it, record it, evaluate it, or break.
+
+The rules, in order (:meth:`CallHandler.call_symbolic`):
+
+1. ``ember.frontend.disable``'d functions break; ``nonstrict`` ones run their Python on
+   fake tensors (recorded, not guarded).
+2. ``nn.Module`` calls inline ``forward`` (modules with hooks break).
+3. Python functions and bound methods of user code are inlined (their own frame);
+   functions defined inside torch (``torch.nn.functional.*``) run on fake tensors and are
+   recorded at the ATen level.
+4. torch builtins and tensor methods run on fake tensors (recorded); those that need
+   real data (``.item()``, ``.tolist()``, ``bool(t)``, data-dependent shapes) break.
+5. Builtins follow :data:`BUILTIN_RULES`; methods of lists/dicts/sets/strings and the
+   ``math``/``operator`` modules run directly on their (non-tensor) values.
+6. Anything else (``print``, numpy, other C functions, constructing user classes) breaks.
+
+In concrete mode every call runs for real; a call of user Python code goes through
+``compile_callee`` (its own compiled wrapper), so a break in a callee stays local.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import types
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
+from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
+from ember.frontend.bytecode.frame import Frame
+from ember.frontend.bytecode.interpreter import (
+    MAX_INLINE_DEPTH,
+    GradModeRestore,
+    is_fake_tensor,
+)
+from ember.frontend.bytecode.iteration import ListIterator, make_iterator
+
+_GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+                    | inspect.CO_ITERABLE_COROUTINE)
+
+# Tensor methods and torch functions that need real data or touch global state.
+_DATA_DEPENDENT = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__",
+                   "__index__", "data_ptr", "backward", "register_hook", "nonzero_static"}
+_GLOBAL_STATE = {"manual_seed", "seed", "save", "load", "set_grad_enabled", "synchronize",
+                 "set_default_dtype", "set_printoptions", "use_deterministic_algorithms"}
+_PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools")
+_CONTAINER_TYPES = (list, dict, set, frozenset, tuple, str, bytes, ListIterator, slice,
+                    range, type({}.keys()), type({}.values()), type({}.items()))
+
+
+def _is_torch_code(fn: Any) -> bool:
+    module = getattr(fn, "__module__", None) or ""
+    return module == "torch" or module.startswith("torch.")
+
+
+class CallHandler:
+    """Decides calls for an :class:`~.interpreter.Interpreter`.
+
+    Args:
+        break_calls: root-frame call sites (instruction index) that must break, with the
+            break that happened inside the call when it was inlined.
+        compile_callee: in concrete mode, wraps a user function so that it runs compiled.
+    """
+
+    def __init__(
+        self,
+        break_calls: dict[int, BreakInfo] | None = None,
+        compile_callee: Callable[[Any], Callable[..., Any]] | None = None,
+    ) -> None:
+        self.break_calls = break_calls or {}
+        self.compile_callee = compile_callee
+        self._signatures: dict[Any, inspect.Signature] = {}
+
+    # ---- entry -------------------------------------------------------------------------
+
+    def call(self, interp: Any, frame: Frame, fn: Any, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+        if fn is builtins.super and not args:
+            return self._zero_arg_super(frame)
+        if not interp.symbolic:
+            return self.call_concrete(fn, args, kwargs)
+        if frame.parent is None:
+            info = self.break_calls.get(frame.ip - 1)
+            if info is not None:
+                err = GraphBreak(info.reason, info.hint)
+                err.location = info.location
+                raise err
+        return self.call_symbolic(interp, frame, fn, args, kwargs)
+
+    def call_concrete(self, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if self.compile_callee is not None and not is_disabled(fn):
+            if isinstance(fn, nn.Module) and not _has_hooks(fn):
+                forward = fn.forward
+                if isinstance(forward, types.MethodType) and _is_user_function(
+                        forward.__func__):
+                    return self.compile_callee(forward.__func__)(fn, *args, **kwargs)
+            elif isinstance(fn, types.MethodType) and _is_user_function(fn.__func__):
+                return self.compile_callee(fn.__func__)(fn.__self__, *args, **kwargs)
+            elif isinstance(fn, types.FunctionType) and _is_user_function(fn):
+                return self.compile_callee(fn)(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    # ---- symbolic -------------------------------------------------------------------------
+
+    def call_symbolic(self, interp: Any, frame: Frame, fn: Any, args: list[Any],
+                      kwargs: dict[str, Any]) -> Any:
+        if isinstance(fn, GradModeRestore):
+            return fn(*args)
+        if is_disabled(fn):
+            raise interp.fail(f"call to {_name(fn)}, marked ember.frontend.disable",
+                              "this break is deliberate")
+        if is_nonstrict(fn):
+            return self.record(interp, fn, args, kwargs)
+        if isinstance(fn, nn.Module):
+            return self.call_module(interp, frame, fn, args, kwargs)
+        if isinstance(fn, types.MethodType):
+            func, owner = fn.__func__, fn.__self__
+            if isinstance(func, types.FunctionType):
+                if _is_torch_code(func) and not isinstance(owner, nn.Module):
+                    return self.record(interp, fn, args, kwargs)
+                return self.inline(interp, frame, func, [owner, *args], kwargs, None)
+            return self.call_builtin(interp, frame, fn, args, kwargs)
+        if isinstance(fn, types.FunctionType):
+            if _is_torch_code(fn):
+                if fn.__name__ in _GLOBAL_STATE:
+                    raise interp.fail(f"call to {_name(fn)} (changes global state)")
+                return self.record(interp, fn, args, kwargs)
+            return self.inline(interp, frame, fn, args, kwargs, interp.capture.source_of(fn))
+        if isinstance(fn, type):
+            return self.construct(interp, frame, fn, args, kwargs)
+        if callable(fn) and not isinstance(fn, (types.BuiltinFunctionType,
+                                                  types.BuiltinMethodType)) and isinstance(
+                getattr(type(fn), "__call__", None), types.FunctionType):
+            if _is_torch_code(type(fn)):
+                return self.record(interp, fn, args, kwargs)
+            return self.inline(interp, frame, type(fn).__call__, [fn, *args], kwargs, None)
+        return self.call_builtin(interp, frame, fn, args, kwargs)
+
+    def call_module(self, interp: Any, frame: Frame, mod: nn.Module, args: list[Any],
+                    kwargs: dict[str, Any]) -> Any:
+        if _has_hooks(mod):
+            raise interp.fail(f"call to module {type(mod).__name__} with hooks",
+                              "remove the hooks, or compile the module itself")
+        forward = interp.load_attr(mod, "forward")
+        if isinstance(forward, types.MethodType) and isinstance(forward.__func__,
+                                                                types.FunctionType):
+            return self.inline(interp, frame, forward.__func__, [mod, *args], kwargs, None)
+        return self.call_symbolic(interp, frame, forward, args, kwargs)
+
+    def inline(self, interp: Any, parent: Frame, fn: types.FunctionType, args: list[Any],
+               kwargs: dict[str, Any], fn_source: Any) -> Any:
+        """Interpret ``fn`` in a new frame; its ops join the current graph."""
+        from ember.frontend.bytecode.support import unsupported_reason
+
+        code = fn.__code__
+        reason = unsupported_reason(code)
+        if reason is not None:
+            raise interp.fail(f"call to {_name(fn)}: {reason}")
+        if parent.depth >= MAX_INLINE_DEPTH:
+            raise interp.fail(f"call to {_name(fn)}: calls nested deeper than "
+                              f"{MAX_INLINE_DEPTH}")
+        try:
+            bound = self._signature(fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise interp.fail(f"call to {_name(fn)}: {e}") from e
+        bound.apply_defaults()
+        g = fn.__globals__
+        b = g.get("__builtins__", builtins.__dict__)
+        frame = Frame(code, g, b if isinstance(b, dict) else b.__dict__,
+                      bound_locals(code, bound), closure=fn.__closure__ or (),
+                      fn_source=fn_source, parent=parent)
+        try:
+            return interp.run_frame(frame)
+        except GraphBreak as e:
+            e.from_inlined_call = True
+            raise
+
+    def _signature(self, fn: Any) -> inspect.Signature:
+        sig = self._signatures.get(fn)
+        if sig is None:
+            sig = inspect.signature(fn, follow_wrapped=False)
+            self._signatures[fn] = sig
+        return sig
+
+    def record(self, interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Run ``fn`` on fake tensors; the recorder records the ATen ops it runs."""
+        name = getattr(fn, "__name__", "")
+        if name in _DATA_DEPENDENT:
+            raise interp.fail(f"Tensor.{name}() needs the tensor's data",
+                              "keep the value as a tensor, or move this code out of the "
+                              "compiled function")
+        try:
+            return fn(*args, **kwargs)
+        except GraphBreak:
+            raise
+        except Exception as e:
+            raise interp.fail(f"{_name(fn)} could not run on fake tensors "
+                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
+                              "data-dependent output shapes and values are not captured") from e
+
+    def construct(self, interp: Any, frame: Frame, cls: type, args: list[Any],
+                  kwargs: dict[str, Any]) -> Any:
+        rule = BUILTIN_RULES.get(cls)
+        if rule is not None:
+            return rule(self, interp, frame, args, kwargs)
+        if cls.__module__ == "builtins" and not issubclass(cls, BaseException):
+            return self.direct(interp, cls, args, kwargs)
+        if _is_torch_code(cls) and not issubclass(cls, nn.Module):
+            return self.record(interp, cls, args, kwargs)
+        raise interp.fail(f"constructing a {cls.__qualname__} object",
+                          "create it outside the compiled function")
+
+    def call_builtin(self, interp: Any, frame: Frame, fn: Any, args: list[Any],
+                     kwargs: dict[str, Any]) -> Any:
+        owner = getattr(fn, "__self__", None)
+        name = getattr(fn, "__name__", "")
+        if is_fake_tensor(owner) or (isinstance(owner, types.ModuleType)
+                                     and _is_torch_code(owner) is False
+                                     and owner.__name__.startswith("torch")):
+            return self.record(interp, fn, args, kwargs)
+        if isinstance(owner, _CONTAINER_TYPES):
+            return self.direct(interp, fn, args, kwargs)
+        rule = BUILTIN_RULES.get(fn)
+        if rule is not None:
+            return rule(self, interp, frame, args, kwargs)
+        module = getattr(fn, "__module__", None) or getattr(owner, "__name__", "") or ""
+        if module in _PURE_MODULES:
+            return self.direct(interp, fn, args, kwargs)
+        if isinstance(owner, types.ModuleType):
+            module = owner.__name__
+        if module == "torch" or module.startswith("torch.") or isinstance(
+                fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) and _any_fake(args):
+            if name in _GLOBAL_STATE:
+                raise interp.fail(f"call to torch.{name} (changes global state)")
+            return self.record(interp, fn, args, kwargs)
+        raise interp.fail(f"call to {_name(fn)}, a function Ember cannot look into",
+                          "move it out of the compiled function or wrap it in "
+                          "ember.frontend.disable")
+
+    def direct(self, interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Call ``fn`` on its (mostly non-tensor) values; a tensor that must become a
+        Python value breaks."""
+        try:
+            return fn(*args, **kwargs)
+        except GraphBreak:
+            raise
+        except Exception as e:
+            if _any_fake(args) or _any_fake(list(kwargs.values())):
+                raise interp.fail(f"{_name(fn)} needs tensor values "
+                                  f"({type(e).__name__})") from e
+            raise
+
+    def _zero_arg_super(self, frame: Frame) -> Any:
+        cls = frame.cells["__class__"].cell_contents
+        first = frame.code.co_varnames[0]
+        owner = frame.locals.get(first)
+        if owner is None and first in frame.cells:
+            owner = frame.cells[first].cell_contents
+        return super(cls, owner)
+
+
+def bound_locals(code: types.CodeType, bound: inspect.BoundArguments) -> dict[str, Any]:
+    """Bound arguments by their local names (comprehensions' ``.0`` is ``implicit0`` in
+    the signature)."""
+    n = code.co_argcount + code.co_kwonlyargcount
+    n += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    return dict(zip(code.co_varnames[:n], bound.arguments.values()))
+
+
+def _any_fake(values: list[Any]) -> bool:
+    for v in values:
+        if is_fake_tensor(v):
+            return True
+        if isinstance(v, (list, tuple)) and _any_fake(list(v)):
+            return True
+    return False
+
+
+def _has_hooks(mod: nn.Module) -> bool:
+    from torch.nn.modules import module as module_mod
+
+    return bool(mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks
+                or getattr(mod, "_backward_pre_hooks", None)
+                or getattr(module_mod, "_global_forward_hooks", None)
+                or getattr(module_mod, "_global_forward_pre_hooks", None))
+
+
+def _is_user_function(fn: Any) -> bool:
+    return isinstance(fn, types.FunctionType) and not _is_torch_code(fn)
+
+
+def _name(fn: Any) -> str:
+    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if qual is None:
+        return type(fn).__name__
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{qual}" if module and module not in ("builtins",) else qual
+
+
+# ---- builtins --------------------------------------------------------------------------------
+
+Rule = Callable[[CallHandler, Any, Frame, list[Any], dict[str, Any]], Any]
+BUILTIN_RULES: dict[Any, Rule] = {}
+
+
+def _rule(*fns: Any) -> Callable[[Rule], Rule]:
+    def register(rule: Rule) -> Rule:
+        for fn in fns:
+            BUILTIN_RULES[fn] = rule
+        return rule
+
+    return register
+
+
+def _make_direct_rule(fn: Any) -> Rule:
+    def rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+        if fn in (bool, int, float, complex) and args and is_fake_tensor(args[0]):
+            raise interp.fail(f"{fn.__name__}() of a tensor needs its data",
+                              "keep the value as a tensor")
+        if fn in (sorted, min, max, sum, any, all) and len(args) == 1 and not isinstance(
+                args[0], (list, tuple)):
+            args = [interp.iterate(args[0])]
+        return h.direct(interp, fn, args, kwargs)
+
+    return rule
+
+
+for _fn in (len, isinstance, issubclass, abs, min, max, sum, round, divmod, pow, hash,
+            callable, repr, chr, ord, format, sorted, any, all, slice, type, id, int, float,
+            bool, str, complex):
+    BUILTIN_RULES[_fn] = _make_direct_rule(_fn)
+
+
+def _make_sequence_rule(cls: type) -> Rule:
+    def rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+        if not args:
+            return cls()
+        return cls(interp.iterate(args[0]))
+
+    return rule
+
+
+for _cls in (list, tuple, set, frozenset):
+    BUILTIN_RULES[_cls] = _make_sequence_rule(_cls)
+
+
+@_rule(dict)
+def _dict_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+               kwargs: dict[str, Any]) -> Any:
+    return dict(*args, **kwargs)
+
+
+@_rule(range)
+def _range_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+                kwargs: dict[str, Any]) -> Any:
+    for a in args:
+        interp.check_not_tensor(a, "range() bound")
+    return range(*args)
+
+
+@_rule(enumerate)
+def _enumerate_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+                    kwargs: dict[str, Any]) -> Any:
+    start = args[1] if len(args) > 1 else kwargs.get("start", 0)
+    return ListIterator(list(enumerate(interp.iterate(args[0]), start)))
+
+
+@_rule(zip)
+def _zip_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+              kwargs: dict[str, Any]) -> Any:
+    return ListIterator(list(zip(*[interp.iterate(a) for a in args], **kwargs)))
+
+
+@_rule(reversed)
+def _reversed_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+                   kwargs: dict[str, Any]) -> Any:
+    return ListIterator(list(reversed(interp.iterate(args[0]))))
+
+
+@_rule(map)
+def _map_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+              kwargs: dict[str, Any]) -> Any:
+    fn, iterables = args[0], [interp.iterate(a) for a in args[1:]]
+    return ListIterator([h.call(interp, frame, fn, list(items), {})
+                         for items in zip(*iterables)])
+
+
+@_rule(filter)
+def _filter_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+                 kwargs: dict[str, Any]) -> Any:
+    fn, items = args[0], interp.iterate(args[1])
+    keep = [x for x in items
+            if interp.truth(x if fn is None else h.call(interp, frame, fn, [x], {}))]
+    return ListIterator(keep)
+
+
+@_rule(iter)
+def _iter_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+               kwargs: dict[str, Any]) -> Any:
+    return make_iterator(args[0], interp)
+
+
+@_rule(next)
+def _next_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+               kwargs: dict[str, Any]) -> Any:
+    it = args[0]
+    if not isinstance(it, ListIterator):
+        raise interp.fail(f"next() on a {type(it).__name__}")
+    if it.exhausted():
+        if len(args) > 1:
+            return args[1]
+        raise interp.fail("next() on an exhausted iterator")
+    return it.next()
+
+
+@_rule(getattr)
+def _getattr_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+                  kwargs: dict[str, Any]) -> Any:
+    try:
+        return interp.load_attr(args[0], args[1])
+    except AttributeError:
+        if len(args) > 2:
+            return args[2]
+        raise
+
+
+@_rule(hasattr)
+def _hasattr_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+                  kwargs: dict[str, Any]) -> Any:
+    try:
+        interp.load_attr(args[0], args[1])
+        return True
+    except AttributeError:
+        return False
+
+
+@_rule(setattr)
+def _setattr_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+                  kwargs: dict[str, Any]) -> Any:
+    interp.store_attr(args[0], args[1], args[2])
+    return None
+
+
+@_rule(print)
+def _print_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+                kwargs: dict[str, Any]) -> Any:
+    raise interp.fail("call to print()", "remove the print, or log outside the compiled "
+                      "function")
+
+
+@_rule(torch.is_grad_enabled)
+def _grad_enabled_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
+                       kwargs: dict[str, Any]) -> Any:
+    return torch.is_grad_enabled()
+
+
+BUILTIN_RULES[torch.no_grad] = lambda h, i, f, a, k: torch.no_grad()
+BUILTIN_RULES[torch.enable_grad] = lambda h, i, f, a, k: torch.enable_grad()

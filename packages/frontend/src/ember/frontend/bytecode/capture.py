@@ -1,0 +1,205 @@
+"""The capture context of one segment: the recorder, the guards, the graph inputs, and
+the Python side effects made while interpreting.
+
+Every value that enters the interpreter from outside (function arguments, globals,
+closure cells, attributes of modules, items of argument lists) goes through
+:meth:`CaptureContext.wrap` with its :class:`~.sources.Source`, which installs the guards
+the capture depends on and turns real tensors into tracked fake tensors (graph inputs).
+Lists and dicts from outside are replaced by *shadow* copies: the interpreter mutates
+the shadow, and the mutation is replayed on the real object after the graph runs
+(:mod:`.state`). Attribute and cell writes on outside objects are recorded the same way.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ember.runtime.ir import InputKind, InputSpec
+from ember.runtime.tracing import GraphRecorder
+from ember.frontend.bytecode.guards import Guard, GuardSet, tensor_guard
+from ember.frontend.bytecode.sources import AttrSource, LocalSource, Source
+
+PRIMITIVES = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis),
+              torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+@dataclass
+class Shadow:
+    """A copy of an outside list/dict the interpreter works on; ``initial`` is its
+    content when wrapped, to detect mutation."""
+
+    real: Any
+    copy: Any
+    source: Source
+    initial: list[Any]
+
+
+@dataclass
+class CaptureContext:
+    """State of one segment capture; see the module docstring."""
+
+    recorder: GraphRecorder = field(default_factory=GraphRecorder)
+    guards: GuardSet = field(default_factory=GuardSet)
+    inputs: list[tuple[Source, torch.Tensor]] = field(default_factory=list)
+    # id(real or fake tensor) -> fake; the real tensors are kept alive in ``inputs``.
+    fake_of: dict[int, torch.Tensor] = field(default_factory=dict)
+    source_of_fake: dict[int, Source] = field(default_factory=dict)
+    # id(outside object) -> (object, source), for attribute reads and state rebuilds.
+    sources: dict[int, tuple[Any, Source]] = field(default_factory=dict)
+    shadows: dict[int, Shadow] = field(default_factory=dict)  # id(copy) -> shadow
+    shadow_of_real: dict[int, Any] = field(default_factory=dict)
+    attr_writes: dict[tuple[int, str], tuple[Any, str, Any]] = field(default_factory=dict)
+    cell_writes: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    new_cells: set[int] = field(default_factory=set)
+    new_functions: set[int] = field(default_factory=set)
+    recording: bool = False
+    _names: set[str] = field(default_factory=set)
+
+    # ---- entering the recorder ----------------------------------------------------------
+
+    def __enter__(self) -> "CaptureContext":
+        self.recorder.__enter__()
+        self.recording = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.recording = False
+        self.recorder.__exit__(*exc)
+
+    def _add_input(self, value: torch.Tensor, spec: InputSpec) -> torch.Tensor:
+        if not self.recording:
+            return self.recorder.add_input(value, spec)
+        self.recorder.__exit__(None, None, None)
+        try:
+            return self.recorder.add_input(value, spec)
+        finally:
+            self.recorder.__enter__()
+
+    # ---- wrapping outside values --------------------------------------------------------
+
+    def guard(self, kind: str, source: Source | None, expected: Any) -> None:
+        self.guards.add(Guard(kind, source, expected))
+
+    def wrap(self, value: Any, source: Source | None) -> Any:
+        """The interpreter's view of outside ``value`` read from ``source`` (None: an
+        untracked read, nothing is guarded)."""
+        if isinstance(value, torch.Tensor):
+            return self._wrap_tensor(value, source)
+        if isinstance(value, PRIMITIVES):
+            if source is not None:
+                self.guard("equals", source, value)
+            return value
+        if source is None:
+            return value
+        if id(value) in self.shadow_of_real:
+            return self.shadow_of_real[id(value)]
+        if isinstance(value, tuple):
+            return self._wrap_tuple(value, source)
+        if type(value) in (list, dict) or isinstance(value, dict) and type(value).__module__ == "collections":
+            return self._wrap_container(value, source)
+        if isinstance(value, types.MethodType):
+            return value  # a fresh bound method each read: its parts are guarded instead
+        if isinstance(value, (types.ModuleType, types.BuiltinFunctionType)):
+            self.sources.setdefault(id(value), (value, source))
+            return value
+        if isinstance(value, (nn.Module, types.FunctionType, type)):
+            self.guard("id", source, value)
+        else:
+            # NOTE: other objects may be fresh on every call (a dataclass made before a
+            # graph break); their type is guarded here and each attribute read on its own.
+            self.guard("type", source, type(value))
+        self.sources.setdefault(id(value), (value, source))
+        return value
+
+    def _wrap_tensor(self, value: torch.Tensor, source: Source | None) -> torch.Tensor:
+        known = self.fake_of.get(id(value))
+        if known is not None:
+            return known
+        if self.recorder.value_of(value) is not None:
+            return value  # already a tracked fake
+        if source is None:
+            return value  # recorded as a constant by the recorder
+        self.guards.add(tensor_guard(source, value))
+        kind, target = _input_kind(value, source)
+        name = self._input_name(source)
+        fake = self._add_input(value, InputSpec(name, kind, target))
+        self.inputs.append((source, value))
+        self.fake_of[id(value)] = fake
+        self.fake_of[id(fake)] = fake
+        self.source_of_fake[id(fake)] = source
+        return fake
+
+    def _wrap_tuple(self, value: tuple[Any, ...], source: Source) -> Any:
+        from ember.frontend.bytecode.sources import ItemSource
+
+        self.guard("type", source, type(value))
+        self.guard("len", source, len(value))
+        items = [self.wrap(v, ItemSource(source, i)) for i, v in enumerate(value)]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        if hasattr(value, "_fields"):
+            return type(value)(*items)
+        return type(value)(items)
+
+    def _wrap_container(self, value: Any, source: Source) -> Any:
+        from ember.frontend.bytecode.sources import ItemSource
+
+        self.guard("type", source, type(value))
+        if isinstance(value, list):
+            self.guard("len", source, len(value))
+            copy: Any = []
+            self.shadow_of_real[id(value)] = copy
+            copy.extend(self.wrap(v, ItemSource(source, i)) for i, v in enumerate(value))
+            initial = list(copy)
+        else:
+            self.guard("keys", source, tuple(value.keys()))
+            copy = type(value)()
+            self.shadow_of_real[id(value)] = copy
+            for k, v in value.items():
+                copy[k] = self.wrap(v, ItemSource(source, k))
+            initial = list(copy.items())
+        self.shadows[id(copy)] = Shadow(value, copy, source, initial)
+        self.sources[id(copy)] = (copy, source)
+        return copy
+
+    def _input_name(self, source: Source) -> str:
+        base = re.sub(r"[^0-9a-zA-Z_]+", "_", source.expr()).strip("_") or "input"
+        name, i = base, 1
+        while name in self._names:
+            name, i = f"{base}_{i}", i + 1
+        self._names.add(name)
+        return name
+
+    # ---- reads and writes -------------------------------------------------------------
+
+    def source_of(self, obj: Any) -> Source | None:
+        entry = self.sources.get(id(obj))
+        return entry[1] if entry is not None and entry[0] is obj else None
+
+    def is_input_fake(self, value: Any) -> Source | None:
+        return self.source_of_fake.get(id(value))
+
+
+def _input_kind(value: torch.Tensor, source: Source) -> tuple[InputKind, str | None]:
+    if isinstance(value, nn.Parameter):
+        return InputKind.PARAMETER, _dotted(source)
+    if isinstance(source, AttrSource) and not isinstance(value, nn.Parameter):
+        return InputKind.BUFFER, _dotted(source)
+    return InputKind.USER_INPUT, None
+
+
+def _dotted(source: Source) -> str:
+    parts: list[str] = []
+    s: Source | None = source
+    while isinstance(s, AttrSource):
+        parts.append(s.name)
+        s = s.base
+    if isinstance(s, LocalSource) and s.name != "self":
+        parts.append(s.name)
+    return ".".join(reversed(parts)) or source.expr()

@@ -1,0 +1,71 @@
+"""Iteration over values of known length: the interpreter materialises the items into a
+:class:`ListIterator` (an index into a list), which a graph break can rebuild."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class ListIterator:
+    """An iterator over a fixed list of items (what ``GET_ITER`` pushes)."""
+
+    def __init__(self, items: list[Any], index: int = 0) -> None:
+        self.items = items
+        self.index = index
+
+    def exhausted(self) -> bool:
+        return self.index >= len(self.items)
+
+    def next(self) -> Any:
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def remaining(self) -> list[Any]:
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        return rest
+
+    def __iter__(self) -> "ListIterator":
+        return self
+
+    def __next__(self) -> Any:
+        if self.exhausted():
+            raise StopIteration
+        return self.next()
+
+
+_SEQUENCE_MODULES = (nn.ModuleList, nn.Sequential, nn.ParameterList)
+_MAPPING_MODULES = (nn.ModuleDict, nn.ParameterDict)
+
+
+def make_iterator(value: Any, interp: Any) -> ListIterator:
+    """A ListIterator over ``value``.
+
+    Raises:
+        GraphBreak: (symbolic mode) for an iterable whose length is not known.
+    """
+    if isinstance(value, ListIterator):
+        return value
+    if isinstance(value, (list, tuple, str, range, bytes, set, frozenset)):
+        return ListIterator(list(value))
+    if isinstance(value, dict):
+        return ListIterator(list(value.keys()))
+    if isinstance(value, (type({}.keys()), type({}.values()), type({}.items()))):
+        return ListIterator(list(value))
+    if isinstance(value, _SEQUENCE_MODULES):
+        return ListIterator([interp.subscr(value, i) for i in range(len(value))])
+    if isinstance(value, _MAPPING_MODULES):
+        return ListIterator(list(value.keys()))
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return ListIterator(list(value.unbind(0)))
+    if interp.symbolic:
+        raise interp.fail(f"iteration over a {type(value).__name__} (length unknown to "
+                          "Ember)", "iterate over a list, tuple, range, dict or module "
+                          "container")
+    return iter(value)  # type: ignore[return-value]

@@ -1,0 +1,182 @@
+"""Capturing one segment: from a resume point of the function to its return or to the
+next graph break.
+
+A function with graph breaks runs as a chain of segments. Each segment starts from a
+real :class:`~.frame.FrameState` (the function's arguments, or the state after a break
+instruction ran for real), interprets symbolically until ``RETURN`` or a
+:class:`~.breaks.GraphBreak`, and produces a :class:`Segment`: guards, the graph (a
+compiled Program), the graph's inputs (sources), side-effect replays and recipes that
+rebuild the frame state (or the return value) from the graph's outputs.
+
+A break inside an inlined call is not split there: capture restarts and runs that whole
+call for real at the call site (:class:`InlinedBreak`), where the callee gets its own
+compiled wrapper.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ember.runtime.ir import Program
+from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
+from ember.frontend.bytecode.calls import CallHandler
+from ember.frontend.bytecode.capture import CaptureContext
+from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame, FrameState, _Marker
+from ember.frontend.bytecode.guards import GuardSet
+from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter
+from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.sources import (
+    AttrSource,
+    LocalSource,
+    Source,
+    StackSource,
+)
+from ember.frontend.bytecode.state import Rebuild, Recipe, Replay, StateBuilder
+
+
+@dataclass
+class FunctionContext:
+    """What every segment of one function shares: its code, globals and closure."""
+
+    code: types.CodeType
+    f_globals: dict[str, Any]
+    f_builtins: dict[str, Any]
+    closure: tuple[Any, ...]
+
+
+class InlinedBreak(Exception):
+    """A break escaped an inlined call at root instruction ``ip``: restart capture with
+    that call run for real."""
+
+    def __init__(self, ip: int, info: BreakInfo) -> None:
+        super().__init__(info.reason)
+        self.ip, self.info = ip, info
+
+
+@dataclass
+class Segment:
+    """One captured segment (see the module docstring)."""
+
+    start_ip: int
+    guards: GuardSet
+    input_sources: list[Source]
+    program: Program | None
+    runner: Callable[[list[Any]], list[Any]] | None
+    replays: list[Replay]
+    grad_at_end: bool
+    returns: Recipe | None = None
+    stack: list[Recipe] = field(default_factory=list)
+    locals: dict[str, Recipe] = field(default_factory=dict)
+    cells: dict[str, Recipe] = field(default_factory=dict)
+    break_ip: int = -1
+    break_info: BreakInfo | None = None
+
+    @property
+    def op_count(self) -> int:
+        return 0 if self.program is None else len(self.program.forward.calls())
+
+    def execute(self, state: FrameState, ctx: FunctionContext) -> tuple[bool, Any]:
+        """Run the graph and rebuild: ``(True, return value)`` or ``(False, state at the
+        break instruction)``."""
+        inputs = [s.fetch(state, ctx) for s in self.input_sources]
+        outs = self.runner(inputs) if self.runner is not None else []
+        rt = Rebuild(list(outs), state, ctx)
+        for r in self.replays:
+            r.apply(rt)
+        torch.set_grad_enabled(self.grad_at_end)
+        if self.returns is not None:
+            return True, self.returns.build(rt)
+        new = FrameState(
+            self.break_ip,
+            [r.build(rt) for r in self.stack],
+            {k: r.build(rt) for k, r in self.locals.items()},
+            {k: r.build(rt) for k, r in self.cells.items()},
+            self.grad_at_end,
+        )
+        return False, new
+
+
+def capture_segment(
+    state: FrameState,
+    ctx: FunctionContext,
+    break_calls: dict[int, BreakInfo],
+    compile_graph: Callable[[Program], Callable[[list[Any]], list[Any]]],
+) -> Segment:
+    """Capture from ``state`` to the next return or break.
+
+    Raises:
+        InlinedBreak: a break inside an inlined call (retry with it in ``break_calls``).
+        Unrebuildable: the state at the break cannot be rebuilt.
+    """
+    cap = CaptureContext()
+    grad0 = torch.is_grad_enabled()
+    cap.guard("grad_mode", None, grad0)
+    frame = Frame(ctx.code, ctx.f_globals, ctx.f_builtins, {}, closure=ctx.closure)
+    frame.ip = state.ip
+    frame.cells = dict(state.cells)
+    interp = Interpreter(cap, CallHandler(break_calls))
+    info: BreakInfo | None = None
+    try:
+        with cap:
+            for name, v in state.locals.items():
+                frame.locals[name] = _wrap_state(cap, v, LocalSource(name))
+            frame.stack = [_wrap_state(cap, v, StackSource(i))
+                           for i, v in enumerate(state.stack)]
+            while not frame.returned:
+                before = frame.ip
+                saved_stack, saved_kw = list(frame.stack), frame.kw_names
+                try:
+                    interp.step(frame)
+                except GraphBreak as e:
+                    frame.stack, frame.kw_names, frame.ip = saved_stack, saved_kw, before
+                    if e.from_inlined_call:
+                        raise InlinedBreak(before, e.info()) from None
+                    info = e.info()
+                    break
+        grad_end = torch.is_grad_enabled()
+        builder = StateBuilder(cap, state.cells)
+        replays = builder.replays()
+        seg_kwargs: dict[str, Any] = {}
+        if frame.returned:
+            seg_kwargs["returns"] = builder.recipe(frame.return_value)
+        else:
+            seg_kwargs["stack"] = [builder.recipe(v) for v in frame.stack]
+            seg_kwargs["locals"] = {k: builder.recipe(v) for k, v in frame.locals.items()}
+            seg_kwargs["cells"] = {k: builder.recipe(c) for k, c in frame.cells.items()}
+            seg_kwargs["break_ip"] = frame.ip
+            seg_kwargs["break_info"] = info
+        program = cap.recorder.finish(builder.outputs)
+        has_ops = bool(program.forward.calls()) or bool(builder.outputs)
+        runner = compile_graph(program) if has_ops else None
+        return Segment(
+            start_ip=state.ip,
+            guards=cap.guards,
+            input_sources=[s for s, _ in cap.inputs],
+            program=program if has_ops else None,
+            runner=runner,
+            replays=replays,
+            grad_at_end=grad_end,
+            **seg_kwargs,
+        )
+    finally:
+        torch.set_grad_enabled(grad0)
+
+
+def _wrap_state(cap: CaptureContext, v: Any, source: Source) -> Any:
+    if isinstance(v, _Marker) or v is NULL or v is UNBOUND:
+        return v
+    if isinstance(v, GradModeRestore):
+        cap.wrap(v.previous, AttrSource(source, "previous"))
+        return v
+    if isinstance(v, ListIterator):
+        cap.guard("type", source, ListIterator)
+        items = cap.wrap(v.items, AttrSource(source, "items"))
+        index = cap.wrap(v.index, AttrSource(source, "index"))
+        return ListIterator(items, index)
+    if isinstance(v, types.CellType):
+        return v
+    return cap.wrap(v, source)

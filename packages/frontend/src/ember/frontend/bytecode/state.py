@@ -1,0 +1,280 @@
+"""Rebuilding Python state after a graph runs: recipes and side-effect replays.
+
+At the end of a segment the interpreter's frame holds fake tensors, lists and dicts it
+created, functions it made, iterators, and outside objects. A :class:`Recipe` describes
+how to produce the real value at run time from the graph's outputs (:class:`Out`), the
+segment's start state (:class:`Fetch` through a source), constants, or fresh containers.
+:class:`StateBuilder` derives the recipes (and the list of graph outputs) from the frame;
+``Replay`` entries write the captured mutations of outside lists, dicts, attributes and
+cells back to the real objects, in the order: replays first, then the state.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext
+from ember.frontend.bytecode.frame import _Marker
+from ember.frontend.bytecode.interpreter import GradModeRestore, is_fake_tensor
+from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.sources import Source
+
+
+class Unrebuildable(Exception):
+    """A value in the frame has no recipe (an object created during capture that Ember
+    cannot re-create)."""
+
+
+class Rebuild:
+    """Run-time inputs of the recipes: graph outputs, start state, context, memo."""
+
+    def __init__(self, outs: list[Any], state: Any, ctx: Any) -> None:
+        self.outs, self.state, self.ctx = outs, state, ctx
+        self.memo: dict[int, Any] = {}
+
+
+class Recipe:
+    def build(self, rt: Rebuild) -> Any:
+        raise NotImplementedError
+
+
+@dataclass
+class Const(Recipe):
+    value: Any
+
+    def build(self, rt: Rebuild) -> Any:
+        return self.value
+
+
+@dataclass
+class Out(Recipe):
+    index: int
+
+    def build(self, rt: Rebuild) -> Any:
+        return rt.outs[self.index]
+
+
+@dataclass
+class Fetch(Recipe):
+    source: Source
+
+    def build(self, rt: Rebuild) -> Any:
+        return self.source.fetch(rt.state, rt.ctx)
+
+
+@dataclass
+class StartCell(Recipe):
+    """A cell of the segment's start state."""
+
+    name: str
+
+    def build(self, rt: Rebuild) -> Any:
+        return rt.state.cells[self.name]
+
+
+@dataclass
+class New(Recipe):
+    """A fresh object: ``kind`` in list/dict/set/tuple/cell/iter/slice/function/method/
+    builtin_method; ``parts`` recipes; ``key`` for aliasing (one object per key)."""
+
+    kind: str
+    key: int
+    parts: list[Any]
+    extra: Any = None
+
+    def build(self, rt: Rebuild) -> Any:
+        if self.key in rt.memo:
+            return rt.memo[self.key]
+        k = self.kind
+        if k == "list":
+            obj: Any = []
+            rt.memo[self.key] = obj
+            obj.extend(p.build(rt) for p in self.parts)
+        elif k == "dict":
+            obj = self.extra()
+            rt.memo[self.key] = obj
+            for kr, vr in self.parts:
+                obj[kr.build(rt)] = vr.build(rt)
+        elif k == "cell":
+            obj = types.CellType()
+            rt.memo[self.key] = obj
+            if self.parts:
+                obj.cell_contents = self.parts[0].build(rt)
+        else:
+            values = [p.build(rt) for p in self.parts]
+            if k == "tuple":
+                obj = self.extra(*values) if hasattr(self.extra, "_fields") else self.extra(values)
+            elif k == "set":
+                obj = set(values)
+            elif k == "iter":
+                obj = ListIterator(values[0], self.extra)
+            elif k == "slice":
+                obj = slice(*values)
+            elif k == "method":
+                obj = types.MethodType(self.extra, values[0])
+            elif k == "builtin_method":
+                obj = getattr(values[0], self.extra)
+            elif k == "function":
+                code, name, qualname = self.extra
+                defaults, kwdefaults, closure = values
+                obj = types.FunctionType(code, rt.ctx.f_globals, name, defaults, closure)
+                obj.__kwdefaults__ = kwdefaults
+                obj.__qualname__ = qualname
+            else:
+                raise AssertionError(k)
+            rt.memo[self.key] = obj
+        return obj
+
+
+@dataclass
+class Replay:
+    """Write a captured mutation back: ``kind`` list/dict/attr/cell."""
+
+    kind: str
+    target: Recipe
+    value: Any
+    name: str = ""
+
+    def apply(self, rt: Rebuild) -> None:
+        obj = self.target.build(rt)
+        if self.kind == "list":
+            obj[:] = [r.build(rt) for r in self.value]
+        elif self.kind == "dict":
+            items = [(k.build(rt), v.build(rt)) for k, v in self.value]
+            obj.clear()
+            obj.update(items)
+        elif self.kind == "attr":
+            setattr(obj, self.name, self.value.build(rt))
+        elif self.kind == "cell":
+            obj.cell_contents = self.value.build(rt)
+
+    def describe(self) -> str:
+        return f"{self.kind} write {self.name}".strip()
+
+
+_STABLE = (nn.Module, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
+           types.MethodDescriptorType, types.WrapperDescriptorType, GradModeRestore,
+           torch.Size, _Marker)
+
+
+class StateBuilder:
+    """Derives recipes for the values of a frame at the end of a segment."""
+
+    def __init__(self, cap: CaptureContext, start_cells: dict[str, Any]) -> None:
+        self.cap = cap
+        self.outputs: list[torch.Tensor] = []
+        self._out_index: dict[int, int] = {}
+        self._memo: dict[int, Recipe] = {}
+        self._start_cells = {id(c): name for name, c in start_cells.items()}
+        self._keys = 0
+
+    def _key(self, v: Any) -> int:
+        self._keys += 1
+        return self._keys
+
+    def recipe(self, v: Any) -> Recipe:
+        cap = self.cap
+        if isinstance(v, PRIMITIVES) or isinstance(v, _Marker):
+            return Const(v)
+        if id(v) in self._memo:
+            return self._memo[id(v)]
+        if isinstance(v, torch.Tensor):
+            source = cap.is_input_fake(v)
+            if source is not None:
+                return Fetch(source)
+            if not is_fake_tensor(v):
+                return Const(v)
+            if id(v) not in self._out_index:
+                self._out_index[id(v)] = len(self.outputs)
+                self.outputs.append(v)
+            return Out(self._out_index[id(v)])
+        shadow = cap.shadows.get(id(v))
+        if shadow is not None:
+            return Fetch(shadow.source)
+        source = cap.source_of(v)
+        if source is not None:
+            return Fetch(source)
+        if isinstance(v, types.CellType):
+            if id(v) in self._start_cells:
+                return StartCell(self._start_cells[id(v)])
+            if id(v) not in cap.new_cells:
+                return Const(v)
+            r = New("cell", self._key(v), [])
+            self._memo[id(v)] = r
+            try:
+                r.parts = [self.recipe(v.cell_contents)]
+            except ValueError:
+                pass
+            return r
+        if isinstance(v, tuple):
+            parts = [self.recipe(x) for x in v]
+            if all(isinstance(p, Const) for p in parts):
+                return Const(v)
+            return New("tuple", self._key(v), parts, type(v))
+        if isinstance(v, list):
+            r = New("list", self._key(v), [])
+            self._memo[id(v)] = r
+            r.parts = [self.recipe(x) for x in v]
+            return r
+        if isinstance(v, dict) and type(v) in (dict,) or type(v).__module__ == "collections" and isinstance(v, dict):
+            r = New("dict", self._key(v), [], type(v))
+            self._memo[id(v)] = r
+            r.parts = [(self.recipe(k), self.recipe(x)) for k, x in v.items()]
+            return r
+        if isinstance(v, set):
+            return New("set", self._key(v), [self.recipe(x) for x in v])
+        if isinstance(v, ListIterator):
+            r = New("iter", self._key(v), [], v.index)
+            self._memo[id(v)] = r
+            r.parts = [self.recipe(v.items)]
+            return r
+        if isinstance(v, slice):
+            return New("slice", self._key(v),
+                       [self.recipe(v.start), self.recipe(v.stop), self.recipe(v.step)])
+        if isinstance(v, types.FunctionType) and id(v) in cap.new_functions:
+            r = New("function", self._key(v), [],
+                    (v.__code__, v.__name__, v.__qualname__))
+            self._memo[id(v)] = r
+            r.parts = [self.recipe(v.__defaults__), self.recipe(v.__kwdefaults__),
+                       self.recipe(v.__closure__)]
+            return r
+        if isinstance(v, types.MethodType):
+            return New("method", self._key(v), [self.recipe(v.__self__)], v.__func__)
+        if isinstance(v, types.BuiltinMethodType) and not isinstance(
+                getattr(v, "__self__", None), (types.ModuleType, type(None))):
+            return New("builtin_method", self._key(v), [self.recipe(v.__self__)], v.__name__)
+        if isinstance(v, _STABLE) or isinstance(v, (torch.dtype, torch.device)):
+            return Const(v)
+        raise Unrebuildable(f"a {type(v).__qualname__} created during capture")
+
+    def replays(self) -> list[Replay]:
+        cap = self.cap
+        out: list[Replay] = []
+        for shadow in cap.shadows.values():
+            copy = shadow.copy
+            if isinstance(copy, list):
+                changed = len(copy) != len(shadow.initial) or any(
+                    a is not b for a, b in zip(copy, shadow.initial))
+                if changed:
+                    out.append(Replay("list", Fetch(shadow.source),
+                                      [self.recipe(x) for x in copy]))
+            else:
+                items = list(copy.items())
+                changed = len(items) != len(shadow.initial) or any(
+                    a[0] != b[0] or a[1] is not b[1] for a, b in zip(items, shadow.initial))
+                if changed:
+                    out.append(Replay("dict", Fetch(shadow.source),
+                                      [(self.recipe(k), self.recipe(x)) for k, x in items]))
+        for obj, name, value in cap.attr_writes.values():
+            source = cap.source_of(obj)
+            assert source is not None
+            out.append(Replay("attr", Fetch(source), self.recipe(value), name))
+        for cell, value in cap.cell_writes.values():
+            target = self.recipe(cell) if id(cell) in self._start_cells else Const(cell)
+            out.append(Replay("cell", target, self.recipe(value)))
+        return out

@@ -1,0 +1,265 @@
+"""The strict capture mode's compiled function: segments, guards, breaks, recompiles.
+
+A call runs as a chain of segments (:mod:`.segment`). At each resume point (the
+function's start, or the instruction after a graph break) the cached segments for that
+point are tried, newest last; the first whose guards hold runs its graph and rebuilds the
+frame. At a break the breaking instruction then runs for real (concrete interpreter; a
+call of user code goes through that callee's own compiled wrapper), and the next resume
+point is looked up — or captured on first use. When a resume point has
+``config.recompile_limit`` entries and none matches, ONE
+:class:`~ember.frontend.compiled.RecompileLimitWarning` names the failing guard and the
+rest of the call runs eagerly (the whole function at its start; the concrete interpreter
+after a break).
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import types
+import warnings
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ember.runtime.config import config
+from ember.runtime.ir import Program
+from ember.runtime.logs import log, log_enabled
+from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
+from ember.frontend.bytecode.calls import CallHandler, bound_locals
+from ember.frontend.bytecode.escape import break_allowed
+from ember.frontend.bytecode.frame import Frame, FrameState
+from ember.frontend.bytecode.interpreter import Interpreter
+from ember.frontend.bytecode.segment import (
+    FunctionContext,
+    InlinedBreak,
+    Segment,
+    capture_segment,
+)
+from ember.frontend.bytecode.state import Unrebuildable
+from ember.frontend.bytecode.support import unsupported_reason
+from ember.frontend.capture_modes import CompileRequest
+from ember.frontend.stats import CompileStats
+
+_EAGER = object()
+
+
+class StrictFunction:
+    """``ember.frontend.compile`` in strict mode (``options={"capture": "strict"}``).
+
+    ``stats`` counts ``compiles`` (segments captured), ``recompiles`` (captures caused
+    by a guard failure), ``cache_hits``, ``graphs`` (captured segments with ops),
+    ``graph_breaks`` (captured segments that end in a break) and
+    ``eager_fallback_calls``. ``breaks`` lists every distinct break captured.
+    """
+
+    def __init__(self, request: CompileRequest) -> None:
+        self.request = request
+        target = request.fn
+        self._bound: tuple[Any, ...] = ()
+        if isinstance(target, nn.Module):
+            forward = target.forward
+            self._bound = (target,)
+            target = forward.__func__ if isinstance(forward, types.MethodType) else forward
+        elif isinstance(target, types.MethodType):
+            self._bound = (target.__self__,)
+            target = target.__func__
+        if not isinstance(target, types.FunctionType):
+            raise TypeError(f"strict capture needs a Python function or module, got "
+                            f"{type(target).__name__}")
+        self.fn: types.FunctionType = target
+        self.stats = CompileStats()
+        self.breaks: list[BreakInfo] = []
+        self.segments: dict[int, list[Segment]] = {}
+        self._break_calls: dict[int, dict[int, BreakInfo]] = {}
+        self._warned: set[int] = set()
+        self._eager_points: set[int] = set()
+        self._eager_reason: str | None = unsupported_reason(self.fn.__code__)
+        self._callees: dict[Any, StrictFunction] = {}
+        self._signature = inspect.signature(self.fn, follow_wrapped=False)
+        b = self.fn.__globals__.get("__builtins__", builtins.__dict__)
+        self._ctx = FunctionContext(self.fn.__code__, self.fn.__globals__,
+                                    b if isinstance(b, dict) else b.__dict__,
+                                    self.fn.__closure__ or ())
+
+    # ---- public ------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Drop every captured segment and zero the stats."""
+        self.stats = CompileStats()
+        self.breaks = []
+        self.segments = {}
+        self._break_calls = {}
+        self._warned = set()
+        self._eager_points = set()
+        self._callees = {}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = self._bound + args
+        if self._eager_reason is not None:
+            self._note_whole_function_eager(self._eager_reason)
+            self.stats.eager_fallback_calls += 1
+            return self.fn(*args, **kwargs)
+        state = self._entry_state(args, kwargs)
+        while True:
+            segment = self._lookup(state)
+            if segment is _EAGER:
+                self.stats.eager_fallback_calls += 1
+                if state.ip == 0:
+                    return self.fn(*args, **kwargs)
+                return self._run_concrete(state)
+            assert isinstance(segment, Segment)
+            done, value = segment.execute(state, self._ctx)
+            if done:
+                return value
+            state = self._step_for_real(value)
+
+    @property
+    def graphs(self) -> list[Program]:
+        """The captured graphs, in capture order."""
+        out: list[Program] = []
+        for entries in self.segments.values():
+            out.extend(s.program for s in entries if s.program is not None)
+        return out
+
+    def guard_text(self) -> str:
+        parts = []
+        for ip, entries in sorted(self.segments.items()):
+            for i, s in enumerate(entries):
+                parts.append(f"resume point {ip}, entry {i}:\n{s.guards.describe()}")
+        return "\n".join(parts)
+
+    # ---- driving ---------------------------------------------------------------------
+
+    def _entry_state(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> FrameState:
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        code = self.fn.__code__
+        cells = dict(zip(code.co_freevars, self.fn.__closure__ or ()))
+        return FrameState(0, [], bound_locals(code, bound), cells, torch.is_grad_enabled())
+
+    def _lookup(self, state: FrameState) -> Segment | object:
+        entries = self.segments.setdefault(state.ip, [])
+        for seg in entries:
+            if seg.guards.check(state, self._ctx):
+                self.stats.cache_hits += 1
+                return seg
+        if entries:
+            failed = entries[-1].guards.first_failure(state, self._ctx)
+            reason = failed.describe() if failed is not None else "unknown guard"
+            if len(entries) >= config.recompile_limit:
+                self._warn_limit(state.ip, reason)
+                return _EAGER
+            self.stats.recompiles += 1
+            log("recompiles", lambda: f"recompiling {self._name()} at resume point "
+                f"{state.ip}: guard failed: {reason}")
+        if state.ip in self._eager_points:
+            return _EAGER
+        try:
+            seg = self._capture(state)
+        except Unrebuildable as e:
+            reason = f"cannot rebuild the state at a graph break: {e}"
+            if state.ip == 0:
+                self._eager_reason = reason
+            self._eager_points.add(state.ip)
+            self._note_whole_function_eager(reason)
+            return _EAGER
+        entries.append(seg)
+        return seg
+
+    def _capture(self, state: FrameState) -> Segment:
+        calls = self._break_calls.setdefault(state.ip, {})
+        while True:
+            try:
+                seg = capture_segment(state, self._ctx, calls, self._compile_graph)
+                break
+            except InlinedBreak as e:
+                self._check_fullgraph(e.info)
+                calls[e.ip] = e.info
+        self.stats.compiles += 1
+        if seg.program is not None:
+            self.stats.graphs += 1
+            log("graphs", lambda: f"{self._name()} graph {self.stats.graphs}: "
+                f"{seg.op_count} ops")
+        if seg.break_info is not None:
+            self._check_fullgraph(seg.break_info)
+            self.stats.graph_breaks += 1
+            self.breaks.append(seg.break_info)
+            log("graph_breaks", lambda: f"graph break in {self._name()}: "
+                f"{seg.break_info.describe() if seg.break_info else ''}")
+        if log_enabled("guards"):
+            log("guards", f"guards of {self._name()} at resume point {state.ip}:\n"
+                f"{seg.guards.describe()}")
+        return seg
+
+    def _check_fullgraph(self, info: BreakInfo) -> None:
+        if self.request.fullgraph and not break_allowed(
+                info.reason, tuple(self.request.options.get("allow_breaks", ()))):
+            raise FullGraphError(info)
+
+    def _compile_graph(self, program: Program) -> Callable[[list[Any]], list[Any]]:
+        from ember.runtime.pipeline import compile_program
+
+        opts = {k: v for k, v in self.request.options.items() if k != "allow_breaks"}
+        return compile_program(program, self.request.backend, opts, self.request.mode)
+
+    def _step_for_real(self, state: FrameState) -> FrameState:
+        """Run the instruction at ``state.ip`` with real values."""
+        frame = self._frame_from(state)
+        interp = Interpreter(None, CallHandler(compile_callee=self._callee))
+        with torch.set_grad_enabled(state.grad_enabled):
+            interp.step(frame)
+        if frame.returned:
+            raise AssertionError("a graph break never happens at a return")
+        return frame.snapshot(torch.is_grad_enabled())
+
+    def _run_concrete(self, state: FrameState) -> Any:
+        frame = self._frame_from(state)
+        interp = Interpreter(None, CallHandler(compile_callee=self._callee))
+        return interp.run_frame(frame)
+
+    def _frame_from(self, state: FrameState) -> Frame:
+        frame = Frame(self._ctx.code, self._ctx.f_globals, self._ctx.f_builtins,
+                      dict(state.locals), closure=self._ctx.closure)
+        frame.stack = list(state.stack)
+        frame.cells = dict(state.cells)
+        frame.ip = state.ip
+        return frame
+
+    def _callee(self, fn: types.FunctionType) -> Callable[..., Any]:
+        """The compiled wrapper of a user function called at a graph break."""
+        compiled = self._callees.get(fn)
+        if compiled is None:
+            request = CompileRequest(fn, None, self.request.backend, self.request.mode,
+                                     False, self.request.dynamic, dict(self.request.options))
+            compiled = StrictFunction(request)
+            self._callees[fn] = compiled
+        return compiled
+
+    def _warn_limit(self, ip: int, reason: str) -> None:
+        from ember.frontend.compiled import RecompileLimitWarning
+
+        if ip in self._warned:
+            return
+        self._warned.add(ip)
+        log("recompiles", f"{self._name()} hit the recompile limit "
+            f"({config.recompile_limit}); running eagerly. Last failing guard: {reason}")
+        warnings.warn(f"ember: {self._name()} reached the recompile limit "
+                      f"({config.recompile_limit}) and now runs eagerly; the guard that "
+                      f"kept failing: {reason}", RecompileLimitWarning, stacklevel=3)
+
+    def _note_whole_function_eager(self, reason: str) -> None:
+        info = BreakInfo(f"{self._name()} runs eagerly: {reason}", None)
+        if info not in self.breaks:
+            self._check_fullgraph(info)
+            self.breaks.append(info)
+            self.stats.graph_breaks += 1
+            log("graph_breaks", info.describe())
+
+    def _name(self) -> str:
+        return self.fn.__qualname__
+
+
+_ = weakref  # callees are held strongly: a compiled function keeps its callees alive

@@ -1,0 +1,160 @@
+"""The compiled function of the tracing capture mode: a cache of captured programs,
+each behind its guards, with a recompile limit and an eager fallback."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from ember.frontend.capture_modes import CompileRequest
+from ember.frontend.guards import GuardFailure, GuardSet
+from ember.frontend.module_state import ModuleLayout
+from ember.frontend.pytree import flatten
+from ember.frontend.stats import CompileStats
+from ember.frontend.trace import OutputLayout, trace_capture
+from ember.runtime.config import config
+from ember.runtime.logs import log
+from ember.runtime.pipeline import compile_program
+
+__all__ = ["CacheEntry", "RecompileLimitWarning", "TracedFunction"]
+
+
+class RecompileLimitWarning(UserWarning):
+    """A compiled function reached its recompile limit and now runs eagerly."""
+
+
+@dataclass
+class CacheEntry:
+    """One compiled variant: its guards' check function, the compiled program, and how
+    to feed it and rebuild its result."""
+
+    guards: GuardSet
+    check: Callable[[list[Any], list[torch.Tensor], Any, bool], bool]
+    run_program: Callable[[list[Any]], list[Any]]
+    tensor_leaves: list[int]
+    output: OutputLayout
+
+    def __call__(self, leaves: list[Any], state: list[torch.Tensor]) -> Any:
+        inputs: list[Any] = list(state)
+        inputs.extend(leaves[i] for i in self.tensor_leaves)
+        return self.output.rebuild(self.run_program(inputs))
+
+
+class TracedFunction:
+    """``ember.frontend.compile`` in tracing mode (see :func:`ember.frontend.compile`).
+
+    At each call the arguments are checked against the cached entries' guards, newest
+    last; the first entry whose guards pass runs. When none does, the function is traced
+    again and compiled (a recompile), until ``config.recompile_limit`` entries exist
+    (``EMBER_RECOMPILE_LIMIT``, default 8, counting the first compile, like torch's
+    ``recompile_limit``); after that every call that misses the cache runs eagerly, and
+    ONE :class:`RecompileLimitWarning` names the failing guard.
+
+    Limitation: the module's parameter/buffer layout is read at the first call; after
+    adding or removing parameters call :meth:`reset`.
+    """
+
+    def __init__(self, request: CompileRequest) -> None:
+        self.request = request
+        self.stats = CompileStats()
+        self._entries: list[CacheEntry] = []
+        self._layout: ModuleLayout | None = None
+        self._warned = False
+
+    def reset(self) -> None:
+        """Drop every compiled entry and zero the stats."""
+        self.stats = CompileStats()
+        self._entries = []
+        self._layout = None
+        self._warned = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, spec = flatten((args, kwargs))
+        module = self.request.module
+        if module is not None and self._layout is None:
+            self._layout = ModuleLayout(module)
+        state = self._layout.read() if self._layout is not None else []
+        grad = torch.is_grad_enabled()
+        for entry in self._entries:
+            if entry.check(leaves, state, spec, grad):
+                self.stats.cache_hits += 1
+                return entry(leaves, state)
+        failure = self._last_failure(leaves, state, spec, grad)
+        if len(self._entries) >= max(config.recompile_limit, 1):
+            return self._run_eagerly(failure, args, kwargs)
+        if failure is not None:
+            log("recompiles", lambda: f"recompiling {self._name()}: guard failed: {failure}")
+        entry = self._compile(args, kwargs)
+        return entry(leaves, state)
+
+    # ---- internals --------------------------------------------------------------------
+
+    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
+        req = self.request
+        captured = trace_capture(req.fn, req.module, args, kwargs, self._layout)
+        program = captured.program
+        log("graphs", lambda: f"captured {self._name()}:\n{_printed(program)}")
+        log("guards", lambda: f"guards of {self._name()} "
+                              f"(entry {len(self._entries)}):\n{captured.guards.describe()}")
+        compiled = compile_program(program, req.backend, dict(req.options), req.mode)
+        entry = CacheEntry(captured.guards, captured.guards.compile(), compiled,
+                           captured.tensor_leaves, captured.output)
+        self.stats.compiles += 1
+        self.stats.graphs += 1
+        if self._entries:
+            self.stats.recompiles += 1
+        final = getattr(compiled, "program", program)
+        self.stats.kernels = _count(final.metadata.get("kernels"))
+        self.stats.fallbacks = _count(final.metadata.get("fallbacks"))
+        self._entries.append(entry)
+        return entry
+
+    def _last_failure(
+        self, leaves: list[Any], state: list[torch.Tensor], spec: Any, grad: bool
+    ) -> GuardFailure | None:
+        if not self._entries:
+            return None
+        return self._entries[-1].guards.first_failure(leaves, state, spec, grad)
+
+    def _run_eagerly(
+        self, failure: GuardFailure | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        self.stats.eager_fallback_calls += 1
+        if not self._warned:
+            self._warned = True
+            message = (
+                f"ember.frontend.compile: {self._name()} reached the recompile limit "
+                f"({config.recompile_limit} compiled variants); calls that match none of "
+                f"them run eagerly. Last guard failure: {failure}. Raise "
+                "EMBER_RECOMPILE_LIMIT to compile more variants."
+            )
+            log("recompiles", message)
+            warnings.warn(message, RecompileLimitWarning, stacklevel=3)
+        return self.request.fn(*args, **kwargs)
+
+    def _name(self) -> str:
+        fn = self.request.fn
+        if isinstance(fn, torch.nn.Module):
+            return type(fn).__name__
+        return str(getattr(fn, "__qualname__", None) or fn)
+
+
+def _count(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (list, tuple, dict)):
+        return len(value)
+    return None
+
+
+def _printed(program: Any) -> str:
+    from ember.runtime.ir.printer import print_program
+
+    return print_program(program)

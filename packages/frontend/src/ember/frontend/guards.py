@@ -1,0 +1,174 @@
+"""Guards: the conditions under which a captured graph may be reused.
+
+A capture records what it depended on — the pytree structure of the arguments, each
+tensor's dtype/shape/strides/device/requires_grad, each non-tensor argument's value,
+``torch.is_grad_enabled()``, the module's identity and every submodule's ``training``
+flag. :class:`GuardSet` compiles them into ONE Python function (one boolean expression),
+so a cache lookup costs one call; only when it fails are the guards evaluated one by
+one, to name the first that failed.
+
+The check function's arguments, used in guard expressions:
+
+``L``     the flat leaves of ``(args, kwargs)``
+``S``     the module's live parameters and buffers (:class:`ModuleLayout` order)
+``spec``  the arguments' pytree spec
+``grad``  ``torch.is_grad_enabled()``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["Guard", "GuardFailure", "GuardSet"]
+
+CheckFn = Callable[[list[Any], list[torch.Tensor], Any, bool], bool]
+
+_SIMPLE_VALUE_TYPES = (bool, int, float, str, bytes, complex, type(None), torch.dtype,
+                       torch.device, torch.layout, torch.memory_format, torch.Size)
+
+
+# What evaluating one guard on unexpected arguments can raise (e.g. L[3] after the
+# argument structure changed).
+_EVAL_ERRORS = (IndexError, KeyError, AttributeError, TypeError, ValueError, RuntimeError)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One condition: ``expr`` is a Python expression over ``L``, ``S``, ``spec``,
+    ``grad`` and the constants ``C<i>`` of its GuardSet; ``text`` is how messages show it
+    (``x.shape == (4, 8)``)."""
+
+    expr: str
+    text: str
+
+
+@dataclass(frozen=True)
+class GuardFailure:
+    """The first guard that failed, and the value it saw."""
+
+    guard: Guard
+    actual: str
+
+    def __str__(self) -> str:
+        return f"{self.guard.text} (got {self.actual})"
+
+
+@dataclass
+class GuardSet:
+    """Guards of one cache entry, built with the ``add_*`` methods, then
+    :meth:`compile`d into one check function."""
+
+    guards: list[Guard] = field(default_factory=list)
+    constants: list[Any] = field(default_factory=list)
+    _check: CheckFn | None = None
+    _actuals: list[str] = field(default_factory=list)  # expression giving the seen value
+
+    def constant(self, value: Any) -> str:
+        """The name under which ``value`` is available to guard expressions."""
+        self.constants.append(value)
+        return f"C{len(self.constants) - 1}"
+
+    def add(self, expr: str, text: str, actual: str) -> None:
+        """Add a guard; ``actual`` is an expression for the value shown on failure."""
+        self.guards.append(Guard(expr, text))
+        self._actuals.append(actual)
+        self._check = None
+
+    # ---- guard builders ---------------------------------------------------------------
+
+    def add_spec(self, spec: Any) -> None:
+        c = self.constant(spec)
+        self.add(f"spec == {c}", "the arguments' structure is unchanged", "spec")
+
+    def add_grad_mode(self, enabled: bool) -> None:
+        self.add(f"grad is {enabled}", f"torch.is_grad_enabled() is {enabled}", "grad")
+
+    def add_tensor(self, ref: str, name: str, t: torch.Tensor) -> None:
+        """Guards on the metadata of tensor ``ref`` (``L[0]``), shown as ``name``."""
+        self.add(f"isinstance({ref}, torch.Tensor)", f"{name} is a tensor",
+                 f"type({ref}).__name__")
+        dtype = self.constant(t.dtype)
+        self.add(f"{ref}.dtype is {dtype}", f"{name}.dtype == {t.dtype}", f"{ref}.dtype")
+        shape = tuple(t.shape)
+        self.add(f"{ref}.shape == {shape!r}", f"{name}.shape == {shape}",
+                 f"tuple({ref}.shape)")
+        stride = tuple(t.stride())
+        self.add(f"{ref}.stride() == {stride!r}", f"{name}.stride() == {stride}",
+                 f"{ref}.stride()")
+        device = self.constant(t.device)
+        self.add(f"{ref}.device == {device}", f"{name}.device == {t.device}",
+                 f"{ref}.device")
+        rg = bool(t.requires_grad)
+        self.add(f"{ref}.requires_grad is {rg}", f"{name}.requires_grad == {rg}",
+                 f"{ref}.requires_grad")
+
+    def add_value(self, ref: str, name: str, value: Any) -> None:
+        """Guards on a non-tensor argument: equal by type and value for simple values,
+        else by identity (modules, functions, other objects)."""
+        if isinstance(value, _SIMPLE_VALUE_TYPES):
+            c = self.constant(value)
+            self.add(f"type({ref}) is type({c}) and {ref} == {c}", f"{name} == {value!r}",
+                     f"{ref}")
+        else:
+            c = self.constant(value)
+            self.add(f"{ref} is {c}", f"{name} is the same object as at capture",
+                     f"object at {ref}")
+            if isinstance(value, torch.nn.Module):
+                self.add_training(c, name, value)
+
+    def add_training(self, module_ref: str, name: str, module: torch.nn.Module) -> None:
+        """Guards on the ``training`` flag of ``module`` and of every submodule."""
+        for sub_name, sub in module.named_modules():
+            c = self.constant(sub)
+            label = f"{name}.{sub_name}" if sub_name else name
+            self.add(f"{c}.training is {sub.training}", f"{label}.training == {sub.training}",
+                     f"{c}.training")
+
+    # ---- checking ---------------------------------------------------------------------
+
+    def source(self) -> str:
+        """The check function's Python source."""
+        body = "\n        and ".join(f"({g.expr})" for g in self.guards) or "True"
+        return f"def check(L, S, spec, grad):\n    return (\n        {body}\n    )\n"
+
+    def compile(self) -> CheckFn:
+        """The one check function (cached)."""
+        if self._check is None:
+            namespace = self._namespace()
+            exec(compile(self.source(), "<ember guards>", "exec"), namespace)  # noqa: S102
+            self._check = namespace["check"]
+        return self._check
+
+    def __call__(self, L: list[Any], S: list[torch.Tensor], spec: Any, grad: bool) -> bool:
+        return self.compile()(L, S, spec, grad)
+
+    def first_failure(
+        self, L: list[Any], S: list[torch.Tensor], spec: Any, grad: bool
+    ) -> GuardFailure | None:
+        """The first guard that fails on these arguments (slow: one eval per guard)."""
+        scope = dict(self._namespace(), L=L, S=S, spec=spec, grad=grad)
+        for guard, actual in zip(self.guards, self._actuals):
+            try:
+                ok = eval(guard.expr, scope)
+            except _EVAL_ERRORS:  # an assumption of a later guard broke (index, attribute)
+                ok = False
+            if not ok:
+                try:
+                    seen = repr(eval(actual, scope))
+                except _EVAL_ERRORS:
+                    seen = "a value that cannot be read"
+                return GuardFailure(guard, seen)
+        return None
+
+    def describe(self) -> str:
+        """One guard per line, for the ``guards`` log."""
+        return "\n".join(f"  {g.text}" for g in self.guards)
+
+    def _namespace(self) -> dict[str, Any]:
+        ns: dict[str, Any] = {"torch": torch}
+        ns.update({f"C{i}": c for i, c in enumerate(self.constants)})
+        return ns

@@ -1,0 +1,28 @@
+"""Counters of a compiled function, read by users and the benchmark harness."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class CompileStats:
+    """What a compiled function has done so far.
+
+    ``compiles``: captures compiled (the first one included); ``recompiles``: those
+    caused by a guard failure; ``cache_hits``: calls served by an existing entry;
+    ``graphs``: graphs captured (one per compile in tracing mode); ``graph_breaks``:
+    always 0 in tracing mode; ``eager_fallback_calls``: calls run eagerly because the
+    recompile limit was reached; ``kernels`` / ``fallbacks``: from the last compiled
+    program's ``metadata["kernels"]`` / ``metadata["fallbacks"]`` (a count; None when the
+    backend does not report them).
+    """
+
+    compiles: int = 0
+    recompiles: int = 0
+    cache_hits: int = 0
+    graphs: int = 0
+    graph_breaks: int = 0
+    eager_fallback_calls: int = 0
+    kernels: int | None = None
+    fallbacks: int | None = None

@@ -1,0 +1,53 @@
+"""Shared helpers of the strict-mode tests."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+import ember.frontend as ef
+
+
+def strict(fn: Any, **kw: Any) -> Any:
+    options = dict(kw.pop("options", {}))
+    options["capture"] = "strict"
+    return ef.compile(fn, backend="eager", options=options, **kw)
+
+
+def assert_same(a: Any, b: Any) -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), (type(a), type(b))
+        assert a.shape == b.shape and a.dtype == b.dtype
+        torch.testing.assert_close(a, b)
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), (a, b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same(a[k], b[k])
+    else:
+        assert a == b, (a, b)
+
+
+def check(fn: Any, *args: Any, graphs: int, breaks: int, compiles: int | None = None,
+          calls: int = 2) -> Any:
+    """Compile ``fn`` strictly, call it ``calls`` times on clones of ``args`` and compare
+    results and inputs after the call with eager; assert graph/break/compile counts."""
+    compiled = strict(fn)
+    for _ in range(calls):
+        eager_args = copy.deepcopy(args)
+        ember_args = copy.deepcopy(args)
+        expected = fn(*eager_args)
+        got = compiled(*ember_args)
+        assert_same(got, expected)
+        assert_same(list(ember_args), list(eager_args))
+    stats = compiled.stats
+    assert stats.graphs == graphs, stats
+    assert stats.graph_breaks == breaks, stats
+    if compiles is not None:
+        assert stats.compiles == compiles, stats
+    return compiled

@@ -1,0 +1,113 @@
+"""Guards of the tracing mode: what recompiles, what hits the cache, the check function."""
+
+from __future__ import annotations
+
+import ember.frontend as ef
+import pytest
+import torch
+from ember.frontend.guards import GuardSet
+
+
+def double(x: torch.Tensor, n: int = 2) -> torch.Tensor:
+    return x * n
+
+
+def compiled_double():  # type: ignore[no-untyped-def]
+    return ef.compile(double, backend="eager")
+
+
+def test_same_metadata_hits_the_cache() -> None:
+    f = compiled_double()
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        assert torch.equal(f(x), x * 2)
+    assert (f.stats.compiles, f.stats.recompiles, f.stats.cache_hits) == (1, 0, 2)
+    assert f.stats.graphs == 1 and f.stats.graph_breaks == 0
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        pytest.param(lambda: torch.randn(3, 4, dtype=torch.float64), id="dtype"),
+        pytest.param(lambda: torch.randn(5, 4), id="shape"),
+        pytest.param(lambda: torch.randn(4, 3).t(), id="strides"),
+        pytest.param(lambda: torch.randn(3, 4, requires_grad=True), id="requires_grad"),
+    ],
+)
+def test_tensor_metadata_change_recompiles(variant) -> None:  # type: ignore[no-untyped-def]
+    f = compiled_double()
+    f(torch.randn(3, 4))
+    x = variant()
+    assert torch.equal(f(x), x * 2)
+    assert (f.stats.compiles, f.stats.recompiles) == (2, 1)
+    f(x.detach().clone().requires_grad_(x.requires_grad) if x.is_contiguous() else x)
+    assert f.stats.compiles == 2
+
+
+def test_non_tensor_argument_is_guarded_by_value() -> None:
+    f = compiled_double()
+    x = torch.randn(3)
+    assert torch.equal(f(x, 3), x * 3)
+    assert torch.equal(f(x, 3), x * 3)
+    assert torch.equal(f(x, 4), x * 4)
+    assert (f.stats.compiles, f.stats.cache_hits) == (2, 1)
+    assert torch.equal(f(x, n=4), x * 4)  # a keyword is another argument structure
+    assert f.stats.compiles == 3
+
+
+def test_bool_and_int_are_different_values() -> None:
+    f = compiled_double()
+    x = torch.randn(3)
+    f(x, 1)
+    assert torch.equal(f(x, True), x * True)
+    assert f.stats.compiles == 2
+
+
+def test_grad_mode_is_guarded() -> None:
+    f = compiled_double()
+    x = torch.randn(3)
+    f(x)
+    with torch.no_grad():
+        f(x)
+    f(x)
+    assert (f.stats.compiles, f.stats.cache_hits) == (2, 1)
+
+
+def test_submodule_training_flag_is_guarded() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).eval()
+    compiled = ef.compile(model, backend="eager")
+    x = torch.randn(2, 4)
+    assert torch.equal(compiled(x), model(x))
+    model[1].train()  # only a submodule changes
+    torch.manual_seed(0)
+    out = compiled(x)
+    torch.manual_seed(0)
+    assert torch.equal(out, model(x))
+    assert compiled.stats.compiles == 2
+
+
+def test_guard_set_is_one_function_and_names_the_failure() -> None:
+    guards = GuardSet()
+    guards.add_grad_mode(True)
+    guards.add_tensor("L[0]", "x", torch.randn(2, 3))
+    guards.add_value("L[1]", "n", 5)
+    assert len(guards.guards) == 1 + 6 + 1
+    assert guards.source().count("def ") == 1
+    check = guards.compile()
+    assert check([torch.randn(2, 3), 5], [], None, True) is True
+    assert check([torch.randn(2, 3), 6], [], None, True) is False
+    failure = guards.first_failure([torch.randn(2, 4), 5], [], None, True)
+    assert failure is not None and str(failure) == "x.shape == (2, 3) (got (2, 4))"
+    failure = guards.first_failure([torch.randn(2, 3), 6], [], None, True)
+    assert str(failure) == "n == 5 (got 6)"
+    assert guards.first_failure([torch.randn(2, 3), 5], [], None, True) is None
+
+
+def test_guard_count_of_a_capture() -> None:
+    from ember.frontend.trace import trace_capture
+
+    cap = trace_capture(double, None, (torch.randn(2), 3), {})
+    texts = [g.text for g in cap.guards.guards]
+    # structure, grad mode, six per tensor, one per non-tensor argument
+    assert len(texts) == 1 + 1 + 6 + 1
+    assert "x.dtype == torch.float32" in texts and "n == 3" in texts

@@ -1,0 +1,117 @@
+"""Modules: parameters and buffers are live inputs, training, autograd, CompiledModule."""
+
+from __future__ import annotations
+
+import ember.frontend as ef
+import torch
+from ember.runtime.ir import InputKind, InputSpec
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.norm = nn.BatchNorm1d(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.fc(x)).relu()
+
+
+def test_parameters_and_buffers_are_labelled_inputs() -> None:
+    p = ef.capture(Net().eval(), torch.randn(2, 4))
+    specs = p.signature.inputs["forward"]
+    assert specs == [
+        InputSpec("p_fc_weight", InputKind.PARAMETER, "fc.weight"),
+        InputSpec("p_fc_bias", InputKind.PARAMETER, "fc.bias"),
+        InputSpec("p_norm_weight", InputKind.PARAMETER, "norm.weight"),
+        InputSpec("p_norm_bias", InputKind.PARAMETER, "norm.bias"),
+        InputSpec("b_norm_running_mean", InputKind.BUFFER, "norm.running_mean"),
+        InputSpec("b_norm_running_var", InputKind.BUFFER, "norm.running_var"),
+        InputSpec("b_norm_num_batches_tracked", InputKind.BUFFER, "norm.num_batches_tracked"),
+        InputSpec("x"),
+    ]
+    assert [n.op for n in p.forward.nodes].count("constant") == 0  # nothing baked in
+    assert p.forward.node("p_fc_weight").meta.requires_grad is True  # type: ignore[union-attr]
+
+
+def test_optimizer_updates_are_seen_without_recompiling() -> None:
+    model = Net().train()
+    compiled = ef.compile(model, backend="eager")
+    opt = torch.optim.SGD(compiled.parameters(), lr=0.1)
+    reference = Net().train()
+    reference.load_state_dict(model.state_dict())
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(3):
+        x = torch.randn(5, 4)
+        loss = compiled(x).square().mean()
+        ref_loss = reference(x).square().mean()
+        assert torch.equal(loss, ref_loss)
+        for o, lo in ((opt, loss), (ref_opt, ref_loss)):
+            o.zero_grad()
+            lo.backward()
+            o.step()
+        for (name, a), b in zip(model.state_dict().items(), reference.state_dict().values()):
+            assert torch.equal(a, b), name
+    assert compiled.stats.compiles == 1 and compiled.stats.cache_hits == 2
+
+
+def test_tied_weights_are_one_input() -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+            self.head = nn.Linear(4, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(self.emb(ids))
+
+    model = Tied()
+    p = ef.capture(model, torch.randint(0, 10, (2, 3)))
+    assert [s.target for s in p.signature.inputs["forward"]] == ["emb.weight", None]
+    compiled = ef.compile(model, backend="eager")
+    ids = torch.randint(0, 10, (2, 3))
+    assert torch.equal(compiled(ids), model(ids))
+
+
+def test_compiled_module_is_a_module_view_of_the_original() -> None:
+    model = Net()
+    compiled = ef.compile(model, backend="eager")
+    assert isinstance(compiled, nn.Module) and isinstance(compiled, ef.CompiledModule)
+    assert list(compiled.parameters()) == list(model.parameters())
+    assert compiled.fc is model.fc  # attributes fall through to the original
+    compiled.eval()
+    assert model.training is False and model.norm.training is False
+    x = torch.randn(3, 4)
+    assert torch.equal(compiled(x), model(x))
+    compiled.train()
+    x = torch.randn(3, 4)
+    expected = Net()
+    expected.load_state_dict(model.state_dict())
+    assert torch.equal(compiled(x), expected.train()(x))
+    assert compiled.stats.compiles == 2
+
+
+def test_bound_method_takes_the_module_state_as_inputs() -> None:
+    model = Net().eval()
+    p = ef.capture(model.forward, torch.randn(2, 4))
+    assert p.signature.inputs["forward"][0] == InputSpec("p_fc_weight", InputKind.PARAMETER,
+                                                         "fc.weight")
+    compiled = ef.compile(model.forward, backend="eager")
+    x = torch.randn(2, 4)
+    assert torch.equal(compiled(x), model(x))
+
+
+def test_gradients_match_eager() -> None:
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
+    x = torch.randn(4, 3, requires_grad=True)
+    ref_x = x.detach().clone().requires_grad_()
+    compiled = ef.compile(model, backend="eager")
+    compiled(x).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
+    model.zero_grad()
+    model(ref_x).sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        assert torch.equal(g, p.grad)  # type: ignore[arg-type]
+    assert torch.equal(x.grad, ref_x.grad)  # type: ignore[arg-type]

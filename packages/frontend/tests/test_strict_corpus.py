@@ -1,0 +1,428 @@
+"""Strict capture corpus: each case compares with eager and asserts the number of
+graphs, graph breaks and compiles."""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from strict_helpers import check
+
+SCALE = 2.0
+OFFSETS = [1.0, 2.0, 3.0]
+
+
+def r(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape)
+
+
+def helper_double(x):
+    return x * 2
+
+
+def helper_kwargs(x, *, alpha=1.0, beta=0.0):
+    return x * alpha + beta
+
+
+def helper_varargs(*xs, **kw):
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return out * kw.get("scale", 1.0)
+
+
+class Block(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return x + self.norm(F.gelu(self.fc(x)))
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(3)])
+        self.heads = nn.ModuleDict({"a": nn.Linear(8, 2), "b": nn.Linear(8, 3)})
+        self.seq = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+        self.register_buffer("bias", torch.randn(8))
+
+    def forward(self, x):
+        x = self.seq(x) + self.bias
+        for i, blk in enumerate(self.blocks):
+            if i % 2 == 0:
+                x = blk(x)
+        return {k: head(x) for k, head in self.heads.items()}
+
+
+class WithHelper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+        self.use_relu = True
+
+    def act(self, x):
+        return x.relu() if self.use_relu else x.tanh()
+
+    def forward(self, x):
+        return self.act(x @ self.w)
+
+
+class Derived(WithHelper):
+    def forward(self, x):
+        return super().forward(x) * 3
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x):
+        return self.pool(F.relu(self.bn(self.conv(x)))).flatten(1)
+
+
+def c_arith(x, y):
+    return (x + y) * (x - y) / 2 ** 2 - x // 3 % 2
+
+
+def c_python_if(x, n):
+    if n > 2:
+        return x + n
+    return x - n
+
+
+def c_while_loop(x):
+    i = 0
+    while i < 4:
+        x = x * 1.5
+        i += 1
+    return x
+
+
+def c_for_range(x):
+    acc = torch.zeros_like(x)
+    for i in range(1, 4):
+        acc = acc + x * i
+    return acc
+
+
+def c_listcomp(x):
+    parts = [x * i for i in range(3)]
+    return torch.stack(parts).sum(0)
+
+
+def c_dictcomp(x):
+    d = {f"k{i}": x + i for i in range(3)}
+    return d["k2"] - d["k0"]
+
+
+def c_setcomp_len(x):
+    s = {i % 2 for i in range(5)}
+    return x * len(s)
+
+
+def c_genexpr_sum(x):
+    return sum([x * i for i in (1, 2, 3)])
+
+
+def c_closure(x):
+    k = 3
+
+    def inner(y):
+        return y * k
+
+    return inner(x) + inner(x + 1)
+
+
+def c_nested_closure_nonlocal(x):
+    count = 0
+
+    def bump(t):
+        nonlocal count
+        count += 1
+        return t + count
+
+    x = bump(x)
+    x = bump(x)
+    return x, count
+
+
+def c_lambda(x):
+    f = lambda t: t.sin() + 1  # noqa: E731
+    return f(x) * f(x * 2)
+
+
+def c_nested_calls(x):
+    return helper_double(helper_double(x) + 1)
+
+
+def c_kwargs_call(x):
+    return helper_kwargs(x, alpha=2.0) + helper_kwargs(x, beta=1.0)
+
+
+def c_varargs_call(x, y):
+    return helper_varargs(x, y, x, scale=0.5)
+
+
+def c_star_args(x, y):
+    args = (x, y)
+    kw = {"scale": 2.0}
+    return helper_varargs(*args, **kw)
+
+
+def c_tuple_unpack(x):
+    a, b = x.chunk(2, dim=0)
+    first, *rest = [a, b, a]
+    return first + len(rest) * b
+
+
+def c_list_manip(x):
+    xs = [x]
+    xs.append(x + 1)
+    xs.extend([x * 2, x * 3])
+    xs.insert(0, x - 1)
+    last = xs.pop()
+    return torch.cat(xs) + last.sum(), len(xs)
+
+
+def c_dict_manip(x):
+    d = {"a": x}
+    d["b"] = x * 2
+    d.update(c=x * 3)
+    out = 0
+    for k, v in d.items():
+        out = out + v
+    return out, sorted(d.keys())
+
+
+def c_isinstance(x, y):
+    if isinstance(y, (int, float)):
+        return x * y
+    return x + y
+
+
+def c_globals(x):
+    return x * SCALE + OFFSETS[1]
+
+
+def c_math_operator(x):
+    return operator.mul(x, math.sqrt(4.0)) + math.pi + max(1, 3) + min(2.0, 5.0) + abs(-2)
+
+
+def c_shape_attrs(x):
+    b, n = x.shape
+    y = x.reshape(n, b)
+    return y * x.ndim + x.size(0) + (1 if x.dtype == torch.float32 else 0)
+
+
+def c_indexing(x):
+    return x[0], x[:, 1:3], x[..., -1], x[x.shape[0] - 1, ::2]
+
+
+def c_setitem(x):
+    y = x.clone()
+    y[0] = 0.5
+    y[:, 1] = y[:, 2] * 2
+    return y
+
+
+def c_inplace(x):
+    y = x.clone()
+    y.add_(1).mul_(2)
+    y.relu_()
+    return y
+
+
+def c_inplace_input(x):
+    x.mul_(2)
+    return x + 1
+
+
+def c_no_grad(x, w):
+    with torch.no_grad():
+        y = x @ w
+    return y * 2
+
+
+def c_enumerate_zip(x, y):
+    out = []
+    for i, (a, b) in enumerate(zip(x.unbind(0), y.unbind(0))):
+        out.append(a * i + b)
+    return torch.stack(out)
+
+
+def c_iterate_tensor(x):
+    total = 0
+    for row in x:
+        total = total + row
+    return total
+
+
+def c_reversed_sorted(x):
+    vals = sorted([3, 1, 2])
+    out = x
+    for v in reversed(vals):
+        out = out * v
+    return out
+
+
+def c_tuple_input(pair):
+    a, b = pair
+    return a @ b
+
+
+def c_list_input(xs):
+    return torch.stack(xs).mean(0) + len(xs)
+
+
+def c_dict_input(d):
+    return d["x"] * d["scale"]
+
+
+def c_none_default(x, mask=None):
+    if mask is not None:
+        return x * mask
+    return x
+
+
+def c_string_format(x):
+    name = f"layer_{x.shape[0]}"
+    return x * len(name)
+
+
+def c_multiple_outputs(x):
+    return x.max(dim=1), x.min()
+
+
+def c_f_functional(x):
+    return F.softmax(F.layer_norm(x, (x.shape[-1],)), dim=-1) + F.dropout(x, 0.5,
+                                                                            training=False)
+
+
+def c_getattr_hasattr(x):
+    lin = _STACK
+    fn = getattr(torch, "tanh")
+    return fn(x) if hasattr(lin, "forward") else x
+
+
+def c_ternary_and_or(x, flag):
+    y = x * 2 if flag else x
+    z = flag and 3 or 4
+    return y + z
+
+
+def c_bool_ops(x):
+    a, b = 3, 0
+    if a and not b:
+        x = x + 1
+    if b or a > 2:
+        x = x * 2
+    return x
+
+
+def c_integer_tensor(x):
+    idx = torch.argmax(x, dim=1)
+    return (idx * 2 + 1) % 3, (x > 0).sum(), torch.where(x > 0, x, -x)
+
+
+def c_view_ops(x):
+    y = x.view(2, -1).transpose(0, 1).contiguous()
+    return y.unsqueeze(0).expand(3, -1, -1).permute(2, 0, 1)
+
+
+def c_new_tensors(x):
+    return x + torch.ones(x.shape) * torch.arange(x.shape[1]) + torch.tensor(2.0)
+
+
+def c_chained_compare(x, n):
+    if 0 < n < 5:
+        return x * n
+    return x
+
+
+def c_nested_module_call(x):
+    return _STACK(x)
+
+
+_STACK = Stack().eval()
+
+MODULES = {
+    "block": (Block, lambda: (r(4, 8),), 1, 0),
+    "stack": (Stack, lambda: (r(4, 8),), 1, 0),
+    "with_helper": (WithHelper, lambda: (r(3, 4),), 1, 0),
+    "derived_super": (Derived, lambda: (r(3, 4),), 1, 0),
+    "convnet_eval": (lambda: ConvNet().eval(), lambda: (r(2, 3, 8, 8),), 1, 0),
+}
+
+FUNCTIONS = [
+    (c_arith, lambda: (r(3, 4), r(3, 4)), 1, 0),
+    (c_python_if, lambda: (r(3), 3), 1, 0),
+    (c_while_loop, lambda: (r(5),), 1, 0),
+    (c_for_range, lambda: (r(5),), 1, 0),
+    (c_listcomp, lambda: (r(4),), 1, 0),
+    (c_dictcomp, lambda: (r(4),), 1, 0),
+    (c_setcomp_len, lambda: (r(4),), 1, 0),
+    (c_genexpr_sum, lambda: (r(4),), 1, 0),
+    (c_closure, lambda: (r(4),), 1, 0),
+    (c_nested_closure_nonlocal, lambda: (r(4),), 1, 0),
+    (c_lambda, lambda: (r(4),), 1, 0),
+    (c_nested_calls, lambda: (r(4),), 1, 0),
+    (c_kwargs_call, lambda: (r(4),), 1, 0),
+    (c_varargs_call, lambda: (r(4), r(4)), 1, 0),
+    (c_star_args, lambda: (r(4), r(4)), 1, 0),
+    (c_tuple_unpack, lambda: (r(4, 3),), 1, 0),
+    (c_list_manip, lambda: (r(2, 3),), 1, 0),
+    (c_dict_manip, lambda: (r(3),), 1, 0),
+    (c_isinstance, lambda: (r(3), 2.5), 1, 0),
+    (c_globals, lambda: (r(3),), 1, 0),
+    (c_math_operator, lambda: (r(3),), 1, 0),
+    (c_shape_attrs, lambda: (r(2, 6),), 1, 0),
+    (c_indexing, lambda: (r(4, 5),), 1, 0),
+    (c_setitem, lambda: (r(3, 4),), 1, 0),
+    (c_inplace, lambda: (r(3, 4),), 1, 0),
+    (c_inplace_input, lambda: (r(3, 4),), 1, 0),
+    (c_no_grad, lambda: (r(3, 4), r(4, 2)), 1, 0),
+    (c_enumerate_zip, lambda: (r(3, 4), r(3, 4)), 1, 0),
+    (c_iterate_tensor, lambda: (r(3, 4),), 1, 0),
+    (c_reversed_sorted, lambda: (r(3),), 1, 0),
+    (c_tuple_input, lambda: ((r(3, 4), r(4, 2)),), 1, 0),
+    (c_list_input, lambda: ([r(3), r(3), r(3)],), 1, 0),
+    (c_dict_input, lambda: ({"x": r(3), "scale": 3},), 1, 0),
+    (c_none_default, lambda: (r(3),), 0, 0),
+    (c_string_format, lambda: (r(3),), 1, 0),
+    (c_multiple_outputs, lambda: (r(3, 4),), 1, 0),
+    (c_f_functional, lambda: (r(3, 4),), 1, 0),
+    (c_getattr_hasattr, lambda: (r(3),), 1, 0),
+    (c_ternary_and_or, lambda: (r(3), True), 1, 0),
+    (c_bool_ops, lambda: (r(3),), 1, 0),
+    (c_integer_tensor, lambda: (r(3, 4),), 1, 0),
+    (c_view_ops, lambda: (r(4, 6),), 1, 0),
+    (c_new_tensors, lambda: (r(3, 4),), 1, 0),
+    (c_chained_compare, lambda: (r(3), 2), 1, 0),
+    (c_nested_module_call, lambda: (r(4, 8),), 1, 0),
+]
+
+
+@pytest.mark.parametrize("fn,make_args,graphs,breaks", FUNCTIONS,
+                         ids=[f[0].__name__ for f in FUNCTIONS])
+def test_function(fn, make_args, graphs, breaks):
+    torch.manual_seed(0)
+    check(fn, *make_args(), graphs=graphs, breaks=breaks, compiles=max(graphs, 1) + breaks)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module(name):
+    torch.manual_seed(0)
+    make, make_args, graphs, breaks = MODULES[name]
+    mod = make()
+    check(mod, *make_args(), graphs=graphs, breaks=breaks, compiles=graphs + breaks)

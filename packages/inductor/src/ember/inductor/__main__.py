@@ -1,0 +1,32 @@
+"""``python -m ember.inductor IN.ember -o OUT.ember [--device cpu|cuda]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ember.runtime.ir import load, save
+
+from ember.inductor.stage import InductorStage
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ember.inductor",
+        description="Compile a core-functional Ember program into a compiled artifact.")
+    parser.add_argument("input", help="core-functional .ember file")
+    parser.add_argument("-o", "--output", required=True, help="compiled .ember file")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="target device (default: where the program's tensors are)")
+    args = parser.parse_args(argv)
+    program = load(args.input)
+    options = {"device": args.device} if args.device else {}
+    compiled = InductorStage().run(program, options)
+    save(compiled, args.output)
+    print(f"{args.output}: {compiled.metadata['kernels']} kernels, "
+          f"fallbacks {compiled.metadata['fallbacks']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""What the lowering hands to the scheduler: buffers to compute and extern calls.
+
+A lowered graph is a list, in dependency order, of
+
+- :class:`PointwiseBuffer` — a buffer whose every element is ``fn(index)``;
+- :class:`ReductionBuffer` — a buffer reducing ``fn(full_index)`` over some dims;
+- :class:`ExternCall` — an eager ATen op the wrapper calls (matmul, convolution,
+  attention, and every op without a loop lowering).
+
+The first two are *loop nodes*: the scheduler places them in kernels (fused groups) by
+calling :meth:`emit` with the group's loop variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from ember.inductor.loop_ir import IndexExpr, Int, Var, add, mul
+from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.values import ElementFn, contiguous_strides
+
+
+@dataclass(eq=False)
+class PointwiseBuffer:
+    """``name[i] = fn(i)`` for ``i`` over ``sizes``; stored contiguously."""
+
+    name: str
+    dtype: torch.dtype
+    sizes: tuple[int, ...]
+    fn: ElementFn
+    origins: tuple[str, ...] = ()
+    layout: tuple[int, ...] | None = None  # strides; None = contiguous
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return self.layout if self.layout is not None else contiguous_strides(self.sizes)
+
+    def store_index(self, index: Sequence[IndexExpr]) -> IndexExpr:
+        return add(*(mul(i, s) for i, s in zip(index, self.strides) if self.sizes))
+
+    def emit(self, b: BodyBuilder, index: Sequence[IndexExpr]) -> None:
+        value = b.cast(self.fn(b, tuple(index)), self.dtype)
+        b.store(self.name, self.store_index(index), value)
+
+
+@dataclass(eq=False)
+class ReductionBuffer:
+    """``name[o] = op over dims of fn(full index)``.
+
+    ``full_sizes`` is the iteration space of ``fn``; ``dims`` the reduced dims (sorted);
+    the result has ``full_sizes`` with ``dims`` set to 1 (``keepdim``) or removed.
+    The loop structure is outer = the other dims in order, reduction = ``dims`` in order.
+    """
+
+    name: str
+    dtype: torch.dtype
+    op: str
+    full_sizes: tuple[int, ...]
+    dims: tuple[int, ...]
+    keepdim: bool
+    fn: ElementFn
+    origins: tuple[str, ...] = ()
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        if self.keepdim:
+            return tuple(1 if d in self.dims else s for d, s in enumerate(self.full_sizes))
+        return tuple(s for d, s in enumerate(self.full_sizes) if d not in self.dims)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return contiguous_strides(self.sizes)
+
+    @property
+    def outer_sizes(self) -> tuple[int, ...]:
+        return tuple(s for d, s in enumerate(self.full_sizes) if d not in self.dims)
+
+    @property
+    def reduction_sizes(self) -> tuple[int, ...]:
+        return tuple(self.full_sizes[d] for d in self.dims)
+
+    def full_index(self, outer: Sequence[IndexExpr], red: Sequence[IndexExpr]) -> list[IndexExpr]:
+        o, r = iter(outer), iter(red)
+        return [next(r) if d in self.dims else next(o) for d in range(len(self.full_sizes))]
+
+    def store_index(self, outer: Sequence[IndexExpr]) -> IndexExpr:
+        if self.keepdim:
+            o = iter(outer)
+            index: list[IndexExpr] = [
+                Int(0) if d in self.dims else next(o) for d in range(len(self.full_sizes))]
+        else:
+            index = list(outer)
+        return add(*(mul(i, s) for i, s in zip(index, self.strides)))
+
+    def emit(self, b: BodyBuilder, outer: Sequence[Var], red: Sequence[Var]) -> None:
+        value = self.fn(b, tuple(self.full_index(outer, red)))
+        acc = _accumulator_dtype(self.op, b.dtype(value), self.dtype)
+        result = b.reduce(self.op, b.cast(value, acc), acc)
+        b.store(self.name, self.store_index(outer), b.cast(result, self.dtype))
+
+
+def _accumulator_dtype(op: str, value: torch.dtype, result: torch.dtype) -> torch.dtype:
+    if op in ("argmax", "argmin", "max", "min"):
+        return value
+    if op in ("any", "all"):
+        return torch.bool
+    return result
+
+
+@dataclass(eq=False)
+class ExternCall:
+    """``outputs = target(*args, **kwargs)`` run by the wrapper on real tensors.
+
+    ``args``/``kwargs`` hold wrapper expressions already rendered to Python source
+    (buffer names, ``as_strided`` views, literals). ``outputs`` names the wrapper
+    variables of the results (one per result; None for a result nobody reads);
+    ``result_meta`` gives their expected dtype/sizes/strides (None: not a tensor).
+    """
+
+    target: str
+    args: list[str]
+    kwargs: dict[str, str]
+    outputs: list[str | None]
+    result_meta: list[tuple[torch.dtype, tuple[int, ...], tuple[int, ...]] | None]
+    reads: list[str] = field(default_factory=list)
+    is_fallback: bool = False
+    multi: bool = False
+    origins: tuple[str, ...] = ()
+    note: str = ""
+
+
+LoopNode = PointwiseBuffer | ReductionBuffer
+ScheduledNode = PointwiseBuffer | ReductionBuffer | ExternCall
+ElementFnT = Callable[[BodyBuilder, tuple[IndexExpr, ...]], str]

@@ -1,0 +1,35 @@
+"""CppBackend: loop-IR kernels -> C++/OpenMP sources for CPU tensors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ember.inductor.codegen.backend import KernelBackend, KernelSource, register_backend
+from ember.inductor.codegen.cpp.kernel import generate_function
+from ember.inductor.codegen.cpp.prelude import PRELUDE
+from ember.inductor.loop_ir import Kernel
+
+
+class CppBackend(KernelBackend):
+    """Generates one self-contained C++ file per kernel (prelude + ``extern "C"``
+    function named after the kernel), compiled by the runtime with g++ -O3
+    -march=native -fopenmp and called through ctypes."""
+
+    device_type = "cpu"
+
+    def generate(self, kernel: Kernel) -> KernelSource:
+        source = PRELUDE + "\n" + generate_function(kernel) + "\n"
+        arg_dtypes = [str(b.dtype).removeprefix("torch.") for b in kernel.buffers]
+        return KernelSource(lang="cpp", name=kernel.name, source=source, entry=kernel.name,
+                            meta={"arg_dtypes": arg_dtypes})
+
+    def bundle(self, sources: list[KernelSource]) -> list[KernelSource]:
+        """One C++ file holding every kernel of the graph (one g++ run per graph)."""
+        if len(sources) <= 1:
+            return sources
+        functions = [s.source[len(PRELUDE):] for s in sources]
+        text = PRELUDE + "".join(functions)
+        return [dataclasses.replace(s, source=text) for s in sources]
+
+
+register_backend("cpu", CppBackend)

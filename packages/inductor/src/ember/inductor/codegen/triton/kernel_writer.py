@@ -1,0 +1,475 @@
+"""Loop-IR kernel -> Triton source.
+
+The shape of the generated code (a softmax over rows of 8, four rows):
+
+.. code-block:: python
+
+    @triton.jit
+    def k0(arg0_ptr, buf0_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+        xoffset = tl.program_id(0) * XBLOCK
+        xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
+        xmask = xindex < 4
+        rindex = tl.arange(0, RBLOCK)[None, :]
+        rmask = rindex < 8
+        xrmask = xmask & rmask
+        x0 = xindex
+        r0 = rindex
+        v0 = tl.load(arg0_ptr + (8 * x0 + r0), mask=xrmask, other=0.0)
+        ...
+
+Pointwise kernels use a 1-D ``xindex``. Reduction kernels use ``[XBLOCK, RBLOCK]`` tiles:
+*persistent* ones (a row fits in registers) emit the body once in order; *looped* ones
+walk the row in ``RBLOCK`` steps, one pass per :class:`~ember.inductor.loop_ir.Phase`.
+Outer values have shape ``[XBLOCK, 1]``, inner values ``[XBLOCK, RBLOCK]``. Indexes are
+int32 unless the kernel can address 2**31 elements or more, then int64.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from ember.inductor.codegen.triton import reductions
+from ember.inductor.codegen.triton.dtypes import is_float, pointer_type, tl_type
+from ember.inductor.codegen.triton.heuristics import LaunchConfig, choose_config
+from ember.inductor.codegen.triton.ops import format_compute
+from ember.inductor.codegen.triton.ranges import Dim, drop_unit_vars, linear_form, merge_dims
+from ember.inductor.loop_ir import (
+    Compute,
+    IndexExpr,
+    IndexValue,
+    Kernel,
+    Literal,
+    Load,
+    Reduce,
+    Stmt,
+    Store,
+    Var,
+    free_vars,
+    reduction_phases,
+    render,
+)
+from ember.inductor.loop_ir.index import indirect_values
+
+INT32_LIMIT = 2**31 - 1
+
+HEADER = '''import triton
+import triton.language as tl
+
+from ember.runtime.compiled.triton_math import libdevice_for_this_import
+
+libdevice = libdevice_for_this_import()
+'''
+
+_RESERVED = {
+    "triton", "tl", "libdevice", "xoffset", "xindex", "xmask", "rbase", "roffset",
+    "rindex", "rmask", "xrmask", "XBLOCK", "RBLOCK", "float",
+}
+
+
+@dataclass(frozen=True)
+class TritonKernelCode:
+    """The generated module of one kernel and what launching it needs."""
+
+    name: str
+    source: str
+    signature: dict[str, str]
+    constexprs: dict[str, int]
+    grid: tuple[int, int, int]
+    num_warps: int
+    num_stages: int
+
+    def meta(self) -> dict[str, object]:
+        """The launch metadata stored with the source in the compiled artifact (read by
+        ``ember.runtime.compiled.triton_launcher``)."""
+        return {
+            "signature": dict(self.signature),
+            "constexprs": dict(self.constexprs),
+            "grid": list(self.grid),
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+        }
+
+
+def _identifier(name: str) -> str:
+    ident = re.sub(r"\W", "_", name)
+    if not ident or ident[0].isdigit():
+        ident = "_" + ident
+    return ident
+
+
+def _float_literal(value: float) -> str:
+    if value != value:
+        return "float('nan')"
+    if value in (float("inf"), float("-inf")):
+        return "float('inf')" if value > 0 else "float('-inf')"
+    return repr(float(value))
+
+
+def scalar_literal(value: bool | int | float, dtype: torch.dtype) -> str:
+    """``value`` as a Triton source literal of ``dtype``'s kind."""
+    if dtype == torch.bool:
+        return "True" if value else "False"
+    if is_float(dtype):
+        return _float_literal(float(value))
+    return str(int(value))
+
+
+class _Writer:
+    def __init__(self, kernel: Kernel, config: LaunchConfig) -> None:
+        self.kernel = kernel
+        self.config = config
+        self.lines: list[str] = []
+        self.indent = 1
+        self.helpers: set[str] = set()
+        self.dtypes: dict[str, torch.dtype] = {}
+        self.inner = kernel.inner_values() if kernel.is_reduction else set()
+        self.unit = {v.name for v in kernel.ranges + kernel.reduction_ranges if v.size == 1}
+        exprs = [drop_unit_vars(e, self.unit) for e in self._index_exprs()]
+        self.xdims = merge_dims([v for v in kernel.ranges if v.size > 1], exprs)
+        self.rdims = merge_dims([v for v in kernel.reduction_ranges if v.size > 1], exprs)
+        self.dim_of: dict[str, tuple[str, Dim]] = {}
+        for prefix, dims in (("x", self.xdims), ("r", self.rdims)):
+            for j, d in enumerate(dims):
+                for v in d.vars:
+                    self.dim_of[v.name] = (f"{prefix}{j}", d)
+        self.use64 = self._needs_int64()
+        self.params = self._param_names()
+        self.names = self._value_names()
+
+    # --- analysis ---------------------------------------------------------------------
+
+    def _index_exprs(self) -> list[IndexExpr]:
+        return [s.index for s in self.kernel.body if isinstance(s, (Load, Store, IndexValue))]
+
+    def _needs_int64(self) -> bool:
+        total = self.kernel.numel * max(1, self.kernel.reduction_numel)
+        extents = [
+            1 + sum((size - 1) * abs(stride) for size, stride in zip(b.sizes, b.strides))
+            for b in self.kernel.buffers if b.numel > 0
+        ]
+        return max([total, *extents]) > INT32_LIMIT
+
+    def _param_names(self) -> dict[str, str]:
+        params: dict[str, str] = {}
+        for b in self.kernel.buffers:
+            base = _identifier(b.name) + "_ptr"
+            while base in params.values() or base in _RESERVED:
+                base += "_"
+            params[b.name] = base
+        return params
+
+    def _value_names(self) -> dict[str, str]:
+        taken = set(_RESERVED) | set(self.params.values()) | set(self.dim_of)
+        taken |= {f"x{j}" for j in range(len(self.xdims))}
+        taken |= {f"r{j}" for j in range(len(self.rdims))}
+        names: dict[str, str] = {}
+        for s in self.kernel.body:
+            if isinstance(s, Store):
+                continue
+            ident = _identifier(s.name)
+            while ident in taken:
+                ident += "_"
+            taken.add(ident)
+            names[s.name] = ident
+        return names
+
+    # --- emission helpers ---------------------------------------------------------------
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def value(self, name: str) -> str:
+        return self.names[name]
+
+    def index(self, expr: IndexExpr) -> str:
+        """Triton source of an index expression over the merged dimensions."""
+        expr = drop_unit_vars(expr, self.unit)
+        form = linear_form(expr)
+        if form is not None:
+            coefs, const = form
+            terms: list[str] = []
+            for prefix, dims in (("x", self.xdims), ("r", self.rdims)):
+                for j, d in enumerate(dims):
+                    c = coefs.get(d.inner.name, 0)
+                    if c == 1:
+                        terms.append(f"{prefix}{j}")
+                    elif c != 0:
+                        terms.append(f"{c} * {prefix}{j}" if c > 0 else f"({c}) * {prefix}{j}")
+            if const or not terms:
+                terms.append(str(const) if const >= 0 else f"({const})")
+            return " + ".join(terms)
+        return render(expr, self._var_source, self.value, div="//")
+
+    def _var_source(self, v: Var) -> str:
+        if v.name in self.unit:
+            return "0"
+        dim_name, dim = self.dim_of[v.name]
+        stride = dim.stride_of(v.name)
+        text = dim_name if stride == 1 else f"({dim_name} // {stride})"
+        if v is not dim.vars[0] and v.name != dim.vars[0].name:
+            text = f"({text} % {v.size})"
+        return text
+
+    def axes_of(self, expr: IndexExpr) -> set[str]:
+        """Which tile axes (``x``, ``r``) an index expression varies along."""
+        axes: set[str] = set()
+        for v in free_vars(drop_unit_vars(expr, self.unit)):
+            axes.add(self.dim_of[v.name][0][0])
+        for name in indirect_values(expr):
+            axes.add("x")
+            if name in self.inner:
+                axes.add("r")
+        return axes
+
+    def is_inner(self, s: Stmt) -> bool:
+        if isinstance(s, Store):
+            return s.value in self.inner or "r" in self.axes_of(s.index)
+        if isinstance(s, Reduce):
+            return True
+        return s.name in self.inner
+
+    def base_mask(self, inner: bool) -> str | None:
+        if not self.kernel.is_reduction:
+            numel = self.kernel.numel
+            return None if numel % self.config.xblock == 0 else "xmask"
+        return "xrmask" if inner else "xmask"
+
+    # --- prologue -------------------------------------------------------------------------
+
+    def dims_code(self, prefix: str, dims: list[Dim], flat: str) -> None:
+        sizes = [d.size for d in dims]
+        for j, d in enumerate(dims):
+            stride = 1
+            for s in sizes[j + 1:]:
+                stride *= s
+            text = flat if stride == 1 else f"({flat} // {stride})"
+            if j > 0:
+                text = f"{text} % {d.size}"
+            self.line(f"{prefix}{j} = {text}")
+
+    def prologue(self) -> None:
+        pid = "tl.program_id(0).to(tl.int64)" if self.use64 else "tl.program_id(0)"
+        self.line(f"xoffset = {pid} * XBLOCK")
+        numel = self.kernel.numel
+        if self.kernel.is_reduction:
+            self.line("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
+            self.line(f"xmask = xindex < {numel}")
+            rbase = "tl.arange(0, RBLOCK)[None, :]"
+            self.line(f"rbase = {rbase}.to(tl.int64)" if self.use64 else f"rbase = {rbase}")
+        else:
+            self.line("xindex = xoffset + tl.arange(0, XBLOCK)")
+            if numel % self.config.xblock:
+                self.line(f"xmask = xindex < {numel}")
+        self.dims_code("x", self.xdims, "xindex")
+
+    def reduction_indexes(self, offset: str | None) -> None:
+        rnumel = self.kernel.reduction_numel
+        self.line("rindex = rbase" if offset is None else f"rindex = {offset} + rbase")
+        self.line(f"rmask = rindex < {rnumel}")
+        self.line("xrmask = xmask & rmask")
+        self.dims_code("r", self.rdims, "rindex")
+
+    # --- statements ---------------------------------------------------------------------
+
+    def mask_for(self, s: Stmt, extra: str | None) -> str | None:
+        base = self.base_mask(self.is_inner(s))
+        if extra is None:
+            return base
+        extra = self.value(extra)
+        return extra if base is None else f"{base} & {extra}"
+
+    def emit(self, s: Stmt) -> None:
+        if isinstance(s, Load):
+            self.emit_load(s)
+        elif isinstance(s, Literal):
+            self.dtypes[s.name] = s.dtype
+            self.line(f"{self.value(s.name)} = tl.full([], {scalar_literal(s.value, s.dtype)}, "
+                      f"{tl_type(s.dtype)})")
+        elif isinstance(s, IndexValue):
+            self.dtypes[s.name] = s.dtype
+            text = self.index(s.index)
+            if not self.axes_of(s.index):
+                self.line(f"{self.value(s.name)} = tl.full([], {text}, {tl_type(s.dtype)})")
+            else:
+                self.line(f"{self.value(s.name)} = ({text}).to({tl_type(s.dtype)})")
+        elif isinstance(s, Compute):
+            self.dtypes[s.name] = s.dtype
+            args = [self.value(a) for a in s.args]
+            arg_dtype = self.dtypes[s.args[1] if s.op == "where" else s.args[0]]
+            self.line(f"{self.value(s.name)} = {format_compute(s.op, args, arg_dtype, s.dtype)}")
+        elif isinstance(s, Store):
+            self.emit_store(s)
+        elif isinstance(s, Reduce):
+            self.emit_persistent_reduce(s)
+        else:  # pragma: no cover - the statement set is closed
+            raise NotImplementedError(f"Triton codegen: statement {type(s).__name__}")
+
+    def emit_load(self, s: Load) -> None:
+        self.dtypes[s.name] = s.dtype
+        ptr = f"{self.params[s.buffer]} + ({self.index(s.index)})"
+        mask = self.mask_for(s, s.mask)
+        if not self.axes_of(s.index) and s.mask is None:
+            mask = None  # one address, always in bounds: a scalar load
+        if mask is None:
+            self.line(f"{self.value(s.name)} = tl.load({ptr})")
+        else:
+            other = scalar_literal(s.other, s.dtype)
+            self.line(f"{self.value(s.name)} = tl.load({ptr}, mask={mask}, other={other})")
+
+    def emit_store(self, s: Store) -> None:
+        ptr = f"{self.params[s.buffer]} + ({self.index(s.index)})"
+        inner = self.is_inner(s)
+        want = {"x", "r"} if inner else {"x"}
+        if not self.kernel.is_reduction and not self.xdims:
+            want = set()
+        if not want <= self.axes_of(s.index) and want:
+            # Broadcast the pointer to the tile so a tile-shaped value can be stored.
+            ptr += (" + tl.full([XBLOCK, RBLOCK], 0, tl.int32)" if inner
+                    else " + tl.full([XBLOCK, 1], 0, tl.int32)" if self.kernel.is_reduction
+                    else " + tl.full([XBLOCK], 0, tl.int32)")
+        mask = self.mask_for(s, None)
+        value = self.value(s.value)
+        if mask is None:
+            self.line(f"tl.store({ptr}, {value})")
+        else:
+            self.line(f"tl.store({ptr}, {value}, mask={mask})")
+
+    def masked_arg(self, s: Reduce) -> str:
+        arg_dtype = self.dtypes[s.arg]
+        arg = self.value(s.arg)
+        if s.op not in ("argmax", "argmin") and arg_dtype != s.dtype:
+            arg = f"{arg}.to({tl_type(s.dtype)})"
+        value_dtype = arg_dtype if s.op in ("argmax", "argmin") else s.dtype
+        return f"tl.where(xrmask, {arg}, {reductions.identity(s.op, value_dtype)})"
+
+    def emit_persistent_reduce(self, s: Reduce) -> None:
+        self.dtypes[s.name] = s.dtype
+        helper = reductions.helper_for(s.op, self.dtypes[s.arg])
+        if helper:
+            self.helpers.add(helper)
+        out = self.value(s.name)
+        self.line(f"{out}_tile = {self.masked_arg(s)}")
+        if s.op in ("argmax", "argmin"):
+            self.line(f"{out}_pos = (rindex + tl.full([XBLOCK, 1], 0, tl.int32)).to(tl.int64)")
+            self.line(f"_, {out} = tl.reduce(({out}_tile, {out}_pos), 1, {helper})")
+            self.line(f"{out} = {out}[:, None]")
+        else:
+            self.line(f"{out} = {reductions.row_reduce(s.op, s.dtype, f'{out}_tile')}")
+
+    # --- looped reductions --------------------------------------------------------------
+
+    def emit_looped(self) -> None:
+        before, phases = reduction_phases(self.kernel)
+        for s in before:
+            self.emit(s)
+        for phase in phases:
+            reduces = [s for s in phase.inner if isinstance(s, Reduce)]
+            for r in reduces:
+                self.init_accumulator(r)
+            self.line(f"for roffset in range(0, {self.kernel.reduction_numel}, RBLOCK):")
+            self.indent += 1
+            self.reduction_indexes("roffset")
+            for s in phase.inner:
+                if isinstance(s, Reduce):
+                    self.accumulate(s)
+                else:
+                    self.emit(s)
+            self.indent -= 1
+            for r in reduces:
+                self.finish_accumulator(r)
+            for s in phase.after:
+                self.emit(s)
+
+    def init_accumulator(self, s: Reduce) -> None:
+        arg_dtype = self._arg_dtype(s)
+        value_dtype = arg_dtype if s.op in ("argmax", "argmin") else s.dtype
+        ident = reductions.identity(s.op, value_dtype)
+        acc = self.value(s.name) + "_acc"
+        self.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {tl_type(value_dtype)})")
+        if s.op in ("argmax", "argmin"):
+            self.line(f"{acc}_pos = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
+        helper = reductions.helper_for(s.op, value_dtype)
+        if helper:
+            self.helpers.add(helper)
+
+    def _arg_dtype(self, s: Reduce) -> torch.dtype:
+        # The argument may be defined later in the phase body: find its statement.
+        for t in self.kernel.body:
+            if not isinstance(t, Store) and t.name == s.arg:
+                return t.dtype
+        raise KeyError(s.arg)
+
+    def accumulate(self, s: Reduce) -> None:
+        acc = self.value(s.name) + "_acc"
+        masked = self.masked_arg(s)
+        if s.op in ("argmax", "argmin"):
+            pos = "(rindex + tl.full([XBLOCK, 1], 0, tl.int32)).to(tl.int64)"
+            self.line(f"{acc}, {acc}_pos = _ember_{s.op}({acc}, {acc}_pos, {masked}, {pos})")
+        else:
+            self.line(f"{acc} = {reductions.accumulate(s.op, s.dtype, acc, masked)}")
+
+    def finish_accumulator(self, s: Reduce) -> None:
+        self.dtypes[s.name] = s.dtype
+        out = self.value(s.name)
+        acc = out + "_acc"
+        if s.op in ("argmax", "argmin"):
+            self.line(f"_, {out} = tl.reduce(({acc}, {acc}_pos), 1, _ember_{s.op})")
+            self.line(f"{out} = {out}[:, None]")
+        else:
+            self.line(f"{out} = {reductions.row_reduce(s.op, s.dtype, acc)}")
+
+    # --- the whole kernel ---------------------------------------------------------------
+
+    def write(self) -> TritonKernelCode:
+        k = self.kernel
+        if k.origins:
+            self.line(f"# fused: {', '.join(k.origins)}")
+        self.prologue()
+        if not k.is_reduction:
+            for s in k.body:
+                self.emit(s)
+        elif self.config.persistent:
+            self.reduction_indexes(None)
+            for s in k.body:
+                self.emit(s)
+        else:
+            self.emit_looped()
+        constexprs = {"XBLOCK": self.config.xblock}
+        if k.is_reduction:
+            constexprs["RBLOCK"] = self.config.rblock
+        fn_name = _identifier(k.name)
+        params = [self.params[b.name] for b in k.buffers]
+        params += [f"{c}: tl.constexpr" for c in constexprs]
+        helpers = "".join("\n" + reductions.HELPERS[h] for h in sorted(self.helpers))
+        source = (
+            HEADER + helpers + "\n\n@triton.jit\n"
+            + f"def {fn_name}({', '.join(params)}):\n" + "\n".join(self.lines) + "\n"
+        )
+        signature = {self.params[b.name]: pointer_type(b.dtype) for b in k.buffers}
+        return TritonKernelCode(
+            name=fn_name,
+            source=source,
+            signature=signature,
+            constexprs=constexprs,
+            grid=self.config.grid(k.numel),
+            num_warps=self.config.num_warps,
+            num_stages=self.config.num_stages,
+        )
+
+
+def generate_triton_kernel(kernel: Kernel, config: LaunchConfig | None = None) -> TritonKernelCode:
+    """Generate the Triton module for ``kernel``.
+
+    Args:
+        kernel: a loop-IR kernel.
+        config: the tiling; chosen by :func:`~.heuristics.choose_config` when None.
+
+    Raises:
+        NotImplementedError: naming an op or dtype Triton codegen does not handle.
+    """
+    if config is None:
+        config = choose_config(kernel.numel, kernel.reduction_numel if kernel.is_reduction else 0)
+    return _Writer(kernel, config).write()

@@ -1,0 +1,211 @@
+"""Pointwise loop-IR ops as Triton expressions: one rule per op, in one table.
+
+Each rule takes the argument expressions (value names), the dtype of the (first value)
+argument and the result dtype, and returns a Triton expression. ``libdevice`` is the
+module-level name every kernel binds (see ``ember.runtime.compiled.triton_math``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ember.inductor.codegen.triton.dtypes import is_float, tl_type
+
+Rule = Callable[[list[str], torch.dtype, torch.dtype], str]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*names: str) -> Callable[[Rule], Rule]:
+    """Register the decorated function as the Triton rule of the ops ``names``."""
+
+    def register(fn: Rule) -> Rule:
+        for n in names:
+            RULES[n] = fn
+        return fn
+
+    return register
+
+
+def infix(symbol: str) -> Rule:
+    return lambda a, _t, _r: f"({a[0]} {symbol} {a[1]})"
+
+
+def call(fn: str) -> Rule:
+    return lambda a, _t, _r: f"{fn}({', '.join(a)})"
+
+
+for _op, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("eq", "=="), ("ne", "!="),
+                  ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="),
+                  ("logical_and", "&"), ("logical_or", "|"), ("logical_xor", "^"),
+                  ("bitwise_and", "&"), ("bitwise_or", "|"), ("bitwise_xor", "^"),
+                  ("lshift", "<<"), ("rshift", ">>")):
+    RULES[_op] = infix(_sym)
+
+for _op, _fn in (("exp", "tl.exp"), ("exp2", "tl.exp2"), ("log", "tl.log"),
+                 ("log2", "tl.log2"), ("rsqrt", "tl.rsqrt"),
+                 ("sin", "tl.sin"), ("cos", "tl.cos"), ("erf", "tl.erf"),
+                 ("floor", "tl.floor"), ("ceil", "tl.ceil"),
+                 ("expm1", "libdevice.expm1"), ("log10", "libdevice.log10"),
+                 ("log1p", "libdevice.log1p"), ("tan", "libdevice.tan"),
+                 ("asin", "libdevice.asin"), ("acos", "libdevice.acos"),
+                 ("atan", "libdevice.atan"), ("sinh", "libdevice.sinh"),
+                 ("cosh", "libdevice.cosh"), ("tanh", "libdevice.tanh"),
+                 ("asinh", "libdevice.asinh"), ("acosh", "libdevice.acosh"),
+                 ("atanh", "libdevice.atanh"), ("erfc", "libdevice.erfc"),
+                 ("round", "libdevice.nearbyint"), ("trunc", "libdevice.trunc"),
+                 ("atan2", "libdevice.atan2")):
+    RULES[_op] = call(_fn)
+
+
+@rule("sqrt")
+def _sqrt(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    return f"tl.sqrt_rn({a[0]})" if t == torch.float32 else f"tl.sqrt({a[0]})"
+
+
+@rule("sigmoid")
+def _sigmoid(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    # NOTE: not tl.sigmoid, a @triton.jit library function (see reductions.py's note).
+    return f"(1.0 / (1.0 + tl.exp(-{a[0]})))"
+
+
+@rule("truediv")
+def _truediv(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    if is_float(t):
+        return f"({a[0]} / {a[1]})"
+    return f"({a[0]}.to({tl_type(r)}) / {a[1]}.to({tl_type(r)}))"
+
+
+@rule("floordiv")
+def _floordiv(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    x, y = a
+    if is_float(t):
+        return f"tl.floor({x} / {y})"
+    if t == torch.bool:
+        return x
+    # Triton's integer // truncates; step down when the signs differ and it was inexact.
+    return (f"(({x} // {y}) - ((({x} % {y}) != 0) & (({x} < 0) != ({y} < 0)))"
+            f".to({tl_type(t)}))")
+
+
+@rule("truncdiv")
+def _truncdiv(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    if is_float(t):
+        return f"libdevice.trunc({a[0]} / {a[1]})"
+    return f"({a[0]} // {a[1]})"
+
+
+@rule("fmod")
+def _fmod(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    # Triton's % is C's fmod / srem: the result takes the dividend's sign.
+    return f"({a[0]} % {a[1]})"
+
+
+@rule("remainder")
+def _remainder(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    x, y = a
+    rem = f"({x} % {y})"
+    fix = f"(({rem} != 0) & (({rem} < 0) != ({y} < 0)))"
+    return f"tl.where({fix}, {rem} + {y}, {rem})"
+
+
+@rule("pow")
+def _pow(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    if not is_float(t):
+        raise NotImplementedError("Triton codegen: integer pow")
+    return f"libdevice.pow({a[0]}, {a[1]})"
+
+
+def _minmax(fn: str) -> Rule:
+    def emit(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+        if is_float(t):
+            return f"{fn}({a[0]}, {a[1]}, propagate_nan=tl.PropagateNan.ALL)"
+        if t == torch.bool:
+            return f"({a[0]} | {a[1]})" if fn == "tl.maximum" else f"({a[0]} & {a[1]})"
+        return f"{fn}({a[0]}, {a[1]})"
+
+    return emit
+
+
+RULES["maximum"] = _minmax("tl.maximum")
+RULES["minimum"] = _minmax("tl.minimum")
+
+
+@rule("neg")
+def _neg(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    return f"(-{a[0]})"
+
+
+@rule("abs")
+def _abs(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    return a[0] if t == torch.bool else f"tl.abs({a[0]})"
+
+
+@rule("reciprocal")
+def _reciprocal(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    return f"(1.0 / {a[0]})" if is_float(t) else f"(1 // {a[0]})"
+
+
+@rule("sign")
+def _sign(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    x = a[0]
+    if t == torch.bool:
+        return x
+    ty = tl_type(t)
+    s = f"(({x} > 0).to({ty}) - ({x} < 0).to({ty}))"
+    return f"tl.where({x} != {x}, {x}, {s})" if is_float(t) else s
+
+
+@rule("isnan")
+def _isnan(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    return f"({a[0]} != {a[0]})"  # false for integers, with the right shape
+
+
+@rule("isinf")
+def _isinf(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    if not is_float(t):
+        return f"({a[0]} != {a[0]})"  # always false, with the right shape
+    return f"(tl.abs({a[0]}) == float('inf'))"
+
+
+@rule("logical_not")
+def _logical_not(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    return f"({a[0]} == 0)"
+
+
+@rule("bitwise_not")
+def _bitwise_not(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    return f"({a[0]} == 0)" if t == torch.bool else f"(~{a[0]})"
+
+
+@rule("where")
+def _where(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    return f"tl.where({a[0]}, {a[1]}, {a[2]})"
+
+
+@rule("cast")
+def _cast(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    if r == t:
+        return a[0]
+    if r == torch.bool:
+        return f"({a[0]} != 0)"
+    return f"{a[0]}.to({tl_type(r)})"
+
+
+def format_compute(op: str, args: list[str], arg_dtype: torch.dtype, dtype: torch.dtype) -> str:
+    """The Triton expression of ``op(*args)``.
+
+    Args:
+        op: a loop-IR pointwise op.
+        args: argument expressions.
+        arg_dtype: dtype of the value arguments (``args[1]`` for ``where``).
+        dtype: the result dtype.
+
+    Raises:
+        NotImplementedError: naming an op without a Triton rule.
+    """
+    fn = RULES.get(op)
+    if fn is None:
+        raise NotImplementedError(f"Triton codegen has no rule for the op {op!r}")
+    return fn(args, arg_dtype, dtype)

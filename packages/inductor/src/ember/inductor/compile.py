@@ -1,0 +1,137 @@
+"""The inductor driver: core-functional Program -> compiled Program.
+
+``compile_program`` runs the graph passes, then for each graph: lowering
+(:class:`~ember.inductor.lowering.graph_lowering.GraphLowering`), scheduling and fusion
+(:func:`~ember.inductor.scheduler.schedule`), kernel codegen (the device's
+:class:`~ember.inductor.codegen.backend.KernelBackend`) and the wrapper
+(:class:`~ember.inductor.codegen.wrapper.WrapperWriter`). The artifact layout is
+documented in ``ember/runtime/compiled/README.md``.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ember.runtime.ir import Program
+from ember.runtime.logs import log, log_enabled
+
+from ember.inductor.codegen import KernelSource, backend_for
+from ember.inductor.codegen.wrapper import WrapperWriter
+from ember.inductor.loop_ir import Kernel, format_kernel
+from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.inductor.passes import run_passes
+from ember.inductor.scheduler import KernelStep, schedule
+
+ARTIFACT_FORMAT = 1
+_EXTENSIONS = {"cpp": "cpp", "triton": "py"}
+
+
+@dataclass
+class CompiledGraph:
+    """The generated code of one graph."""
+
+    name: str
+    device: torch.device
+    wrapper: str
+    kernels: list[tuple[Kernel, KernelSource]]
+    constants: dict[str, str]
+    fallbacks: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+def graph_device(program: Program, graph_name: str) -> torch.device:
+    """The device of a graph's tensors (the first tensor value found; cpu if none)."""
+    from ember.runtime.ir import TensorMeta
+
+    for node in program.graphs[graph_name].nodes:
+        metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+        for m in metas:
+            if isinstance(m, TensorMeta):
+                return m.device
+    return torch.device("cpu")
+
+
+def compile_graph(program: Program, graph_name: str = "forward",
+                  device: torch.device | None = None) -> CompiledGraph:
+    """Lower, schedule and generate code for one graph (no passes)."""
+    dev = device or graph_device(program, graph_name)
+    lowered = GraphLowering(program, graph_name, dev).run()
+    steps = schedule(lowered)
+    kernels = [s.kernel for s in steps if isinstance(s, KernelStep)]
+    backend = backend_for(dev.type) if kernels else None
+    sources = [backend.generate(k) for k in kernels] if backend else []
+    if backend:
+        sources = backend.bundle(sources)
+    wrapper = WrapperWriter(lowered, steps, str(dev)).write()
+    compiled = CompiledGraph(graph_name, dev, wrapper, list(zip(kernels, sources)),
+                             dict(lowered.constants), lowered.fallbacks)
+    if log_enabled("output_code"):
+        log("output_code", lambda: render_output_code(compiled))
+    return compiled
+
+
+def render_output_code(compiled: CompiledGraph) -> str:
+    """The wrapper, the loop IR and the kernel sources of a graph, as one text."""
+    parts = [f"# ===== wrapper of graph {compiled.name!r} =====", compiled.wrapper]
+    shown: set[str] = set()
+    for kernel, src in compiled.kernels:
+        parts.append("# ----- loop IR -----\n" + format_kernel(kernel))
+        if src.source not in shown:
+            shown.add(src.source)
+            parts.append(f"# ----- {src.lang} source -----\n{src.source}")
+    return "\n".join(parts)
+
+
+def compile_program(program: Program, options: dict[str, Any] | None = None) -> Program:
+    """Compile every graph of a core-functional ``program`` into a ``compiled`` Program.
+
+    Options: ``device`` (``"cpu"``/``"cuda"``, default: where the tensors are),
+    ``precompile`` (default True: build the C++ kernels now, which warms the cache and
+    reports compile errors here rather than at load time).
+
+    Raises:
+        ember.runtime.compiled.cpp_build.CppCompileError: a generated kernel does not
+            compile (a bug in Ember; the message holds the compiler output).
+    """
+    options = options or {}
+    device = torch.device(options["device"]) if options.get("device") else None
+    optimized = run_passes(program)
+    out = optimized.copy()
+    out.dialect = "compiled"
+    out.files = {}
+    graphs_meta: dict[str, object] = {}
+    fallbacks: collections.Counter[str] = collections.Counter()
+    n_kernels = 0
+    for name in optimized.graphs:
+        compiled = compile_graph(optimized, name, device)
+        fallbacks.update(compiled.fallbacks)
+        n_kernels += len(compiled.kernels)
+        wrapper_path = f"{name}/wrapper.py"
+        out.files[wrapper_path] = compiled.wrapper.encode()
+        entries = []
+        for kernel, src in compiled.kernels:
+            digest = hashlib.sha256(src.source.encode()).hexdigest()[:16]
+            path = f"{name}/{src.lang}_{digest}.{_EXTENSIONS.get(src.lang, 'txt')}"
+            out.files[path] = src.source.encode()
+            entries.append({"name": src.name, "lang": src.lang, "entry": src.entry,
+                            "source": path, "meta": dict(src.meta)})
+        graphs_meta[name] = {"wrapper": wrapper_path, "kernels": entries,
+                             "constants": compiled.constants, "device": str(compiled.device)}
+        if options.get("precompile", True):
+            _precompile(entries, out.files)
+    out.metadata = dict(out.metadata)
+    out.metadata["compiled"] = {"format": ARTIFACT_FORMAT, "graphs": graphs_meta}
+    out.metadata["fallbacks"] = dict(sorted(fallbacks.items()))
+    out.metadata["kernels"] = n_kernels
+    return out
+
+
+def _precompile(entries: list[dict[str, Any]], files: dict[str, bytes]) -> None:
+    from ember.runtime.compiled.cpp_build import compile_cpp
+
+    for source in sorted({e["source"] for e in entries if e["lang"] == "cpp"}):
+        compile_cpp(files[source].decode())

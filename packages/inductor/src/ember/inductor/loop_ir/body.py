@@ -1,0 +1,155 @@
+"""Kernel bodies: straight-line SSA statements over loop variables.
+
+A kernel body is a tuple of statements; each statement except :class:`Store` defines a
+value named ``name`` (unique in the kernel) of dtype ``dtype``. Arguments of statements
+are value names. The statement types are a closed set:
+
+``Load``        read ``buffer[index]`` (``index`` an :mod:`~ember.inductor.loop_ir.index`
+                expression, in elements from the buffer's data pointer). With ``mask`` (a
+                bool value) the load happens only where the mask is true, else the value
+                is ``other`` (used by cat, constant_pad_nd and bounds-checked indexing).
+``Literal``     a scalar constant (``float('inf')``/``nan`` allowed for floats).
+``IndexValue``  the value of an index expression as an int64 (arange, iota, masks
+                built from positions).
+``Compute``     a pointwise operation ``op`` from :data:`POINTWISE_OPS` on ``args``.
+``Reduce``      reduce the inner value ``arg`` over all of the kernel's reduction ranges
+                with ``op`` from :data:`REDUCTION_OPS`; the result is an outer value.
+``Store``       write ``value`` to ``buffer[index]``.
+
+Type rules (the lowering guarantees them, codegens may rely on them):
+
+- all ``args`` of a ``Compute`` have the same dtype, except ``where`` (``args[0]`` is
+  bool) and ``cast`` (any dtype to ``dtype``);
+- comparisons, ``logical_*``, ``isnan``/``isinf`` produce bool; every other op produces
+  the dtype of its (value) arguments;
+- float16 / bfloat16 arithmetic is never emitted: the lowering casts to float32 to
+  compute and back to the storage dtype at stores, as eager's kernels do internally;
+- integer ``floordiv`` / ``remainder`` follow Python (floor) semantics, ``truncdiv`` /
+  ``fmod`` follow C (truncation); ``maximum``/``minimum`` propagate NaN like torch;
+- ``argmax``/``argmin`` return the int64 row-major position over the reduction ranges
+  of the first extreme element (NaN counts as the maximum, like torch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import torch
+
+from ember.inductor.loop_ir.index import IndexExpr
+
+# op name -> number of arguments.
+POINTWISE_OPS: dict[str, int] = {
+    # arithmetic
+    "add": 2, "sub": 2, "mul": 2, "truediv": 2, "floordiv": 2, "truncdiv": 2,
+    "remainder": 2, "fmod": 2, "pow": 2, "maximum": 2, "minimum": 2, "atan2": 2,
+    "neg": 1, "abs": 1, "reciprocal": 1, "sign": 1,
+    # transcendental (float only)
+    "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1,
+    "sqrt": 1, "rsqrt": 1, "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1,
+    "atan": 1, "sinh": 1, "cosh": 1, "tanh": 1, "asinh": 1, "acosh": 1, "atanh": 1,
+    "erf": 1, "erfc": 1, "sigmoid": 1, "floor": 1, "ceil": 1, "round": 1, "trunc": 1,
+    # comparisons (-> bool)
+    "eq": 2, "ne": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2,
+    "isnan": 1, "isinf": 1,
+    # logical (bool -> bool)
+    "logical_and": 2, "logical_or": 2, "logical_xor": 2, "logical_not": 1,
+    # bitwise (integer or bool)
+    "bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitwise_not": 1,
+    "lshift": 2, "rshift": 2,
+    # selection and conversion
+    "where": 3, "cast": 1,
+}
+
+BOOL_RESULT_OPS = frozenset(
+    {"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf",
+     "logical_and", "logical_or", "logical_xor", "logical_not"}
+)
+
+REDUCTION_OPS: tuple[str, ...] = (
+    "sum", "prod", "max", "min", "argmax", "argmin", "any", "all",
+)
+
+Scalar = Union[bool, int, float]
+
+
+@dataclass(frozen=True)
+class Load:
+    """``name = buffer[index]`` (where ``mask`` is true, else ``other``)."""
+
+    name: str
+    buffer: str
+    index: IndexExpr
+    dtype: torch.dtype
+    mask: str | None = None
+    other: Scalar = 0
+
+
+@dataclass(frozen=True)
+class Literal:
+    """``name = value`` as ``dtype``."""
+
+    name: str
+    value: Scalar
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    """``name = index`` as an int64 value."""
+
+    name: str
+    index: IndexExpr
+    dtype: torch.dtype = torch.int64
+
+
+@dataclass(frozen=True)
+class Compute:
+    """``name = op(*args)``."""
+
+    name: str
+    op: str
+    args: tuple[str, ...]
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """``name = op over the reduction ranges of arg`` (an outer value)."""
+
+    name: str
+    op: str
+    arg: str
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Store:
+    """``buffer[index] = value``."""
+
+    buffer: str
+    index: IndexExpr
+    value: str
+
+
+Stmt = Union[Load, Literal, IndexValue, Compute, Reduce, Store]
+ValueStmt = Union[Load, Literal, IndexValue, Compute, Reduce]
+
+
+def stmt_inputs(s: Stmt) -> tuple[str, ...]:
+    """The value names statement ``s`` reads (arguments, masks, indirect indices)."""
+    from ember.inductor.loop_ir.index import indirect_values
+
+    if isinstance(s, Load):
+        ind = tuple(indirect_values(s.index))
+        return ind + ((s.mask,) if s.mask is not None else ())
+    if isinstance(s, IndexValue):
+        return tuple(indirect_values(s.index))
+    if isinstance(s, Compute):
+        return s.args
+    if isinstance(s, Reduce):
+        return (s.arg,)
+    if isinstance(s, Store):
+        return (s.value,) + tuple(indirect_values(s.index))
+    return ()

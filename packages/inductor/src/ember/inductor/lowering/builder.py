@@ -1,0 +1,136 @@
+"""BodyBuilder: emits loop-IR statements for one kernel, with CSE and store forwarding.
+
+Lowering rules describe a tensor as a function ``fn(builder, index) -> value name`` (see
+:mod:`.values`). When the scheduler builds a kernel it calls those functions with the
+kernel's loop variables; the builder names the values, removes duplicates (the same op
+on the same arguments is one value), forwards a value stored earlier in the same kernel
+to later loads at the same index (so fused intermediates are never re-read), and applies
+the current mask to loads (for ``cat`` / ``constant_pad_nd``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+from ember.inductor.loop_ir import (
+    BOOL_RESULT_OPS,
+    Compute,
+    IndexExpr,
+    IndexValue,
+    Literal,
+    Load,
+    Reduce,
+    Stmt,
+    Store,
+    ValueStmt,
+    stmt_inputs,
+)
+
+
+class BodyBuilder:
+    """Accumulates the statements of one kernel body."""
+
+    def __init__(self, prefix: str = "v") -> None:
+        self.stmts: list[Stmt] = []
+        self._prefix = prefix
+        self._count = 0
+        self._cse: dict[tuple[object, ...], str] = {}
+        self._dtypes: dict[str, torch.dtype] = {}
+        self._stored: dict[tuple[str, IndexExpr], str] = {}
+        self._masks: list[str] = []
+        #: memo for inlined lazy tensors: (id(fn), index) -> value name
+        self.memo: dict[tuple[object, ...], str] = {}
+        #: buffers loaded that were not forwarded from a store in this kernel
+        self.external_loads: list[tuple[str, IndexExpr]] = []
+
+    # -- values -----------------------------------------------------------------------
+    def _emit(self, key: tuple[object, ...], make: "type[ValueStmt]", *fields: object,
+              dtype: torch.dtype, **kw: object) -> str:
+        if key in self._cse:
+            return self._cse[key]
+        name = f"{self._prefix}{self._count}"
+        self._count += 1
+        stmt = make(name, *fields, **kw)  # type: ignore[arg-type]
+        self.stmts.append(stmt)
+        self._dtypes[name] = dtype
+        self._cse[key] = name
+        return name
+
+    def dtype(self, value: str) -> torch.dtype:
+        return self._dtypes[value]
+
+    def load(self, buffer: str, index: IndexExpr, dtype: torch.dtype) -> str:
+        """``buffer[index]``, under the current mask; forwarded if stored in this kernel."""
+        forwarded = self._stored.get((buffer, index))
+        if forwarded is not None:
+            return forwarded
+        self.external_loads.append((buffer, index))
+        mask = self._masks[-1] if self._masks else None
+        other: bool | int | float = False if dtype == torch.bool else (
+            0.0 if dtype.is_floating_point else 0)
+        key = ("load", buffer, index, dtype, mask)
+        return self._emit(key, Load, buffer, index, dtype, mask, other, dtype=dtype)
+
+    def literal(self, value: bool | int | float, dtype: torch.dtype) -> str:
+        if dtype == torch.bool:
+            value = bool(value)
+        elif dtype.is_floating_point:
+            value = float(value)
+        else:
+            value = int(value)
+        # NOTE: repr distinguishes nan (nan != nan would defeat the CSE dict otherwise)
+        key = ("literal", repr(value), dtype)
+        return self._emit(key, Literal, value, dtype, dtype=dtype)
+
+    def index_value(self, index: IndexExpr) -> str:
+        return self._emit(("index", index), IndexValue, index, torch.int64, dtype=torch.int64)
+
+    def compute(self, op: str, *args: str, dtype: torch.dtype | None = None) -> str:
+        """``op(*args)``; ``dtype`` defaults to bool for comparisons, else the dtype of
+        the last argument (the value operand of ``where``)."""
+        if dtype is None:
+            dtype = torch.bool if op in BOOL_RESULT_OPS else self._dtypes[args[-1]]
+        key = ("compute", op, args, dtype)
+        return self._emit(key, Compute, op, tuple(args), dtype, dtype=dtype)
+
+    def cast(self, value: str, dtype: torch.dtype) -> str:
+        if self._dtypes[value] == dtype:
+            return value
+        return self.compute("cast", value, dtype=dtype)
+
+    def reduce(self, op: str, value: str, dtype: torch.dtype) -> str:
+        key = ("reduce", op, value, dtype)
+        return self._emit(key, Reduce, op, value, dtype, dtype=dtype)
+
+    def store(self, buffer: str, index: IndexExpr, value: str) -> None:
+        self.stmts.append(Store(buffer, index, value))
+        self._stored[(buffer, index)] = value
+
+    def stored_value(self, buffer: str, index: IndexExpr) -> str | None:
+        return self._stored.get((buffer, index))
+
+    # -- masks ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def masked(self, mask: str) -> Iterator[None]:
+        """Loads emitted inside happen only where ``mask`` (and any outer mask) holds."""
+        if self._masks:
+            mask = self.compute("logical_and", self._masks[-1], mask)
+        self._masks.append(mask)
+        try:
+            yield
+        finally:
+            self._masks.pop()
+
+    # -- finishing --------------------------------------------------------------------
+    def finish(self, drop_stores_to: set[str] = frozenset()) -> tuple[Stmt, ...]:  # type: ignore[assignment]
+        """The body without stores to ``drop_stores_to`` and without dead values."""
+        stmts = [s for s in self.stmts
+                 if not (isinstance(s, Store) and s.buffer in drop_stores_to)]
+        live: set[str] = set()
+        for s in reversed(stmts):
+            if isinstance(s, Store) or getattr(s, "name", None) in live:
+                live.update(stmt_inputs(s))
+        return tuple(s for s in stmts if isinstance(s, Store) or s.name in live)

@@ -1,0 +1,18 @@
+"""Ops that always run as extern calls to eager ATen (not counted as fallbacks):
+matrix multiplies, convolution and attention, where vendor libraries beat generated
+loops."""
+
+from ember.inductor.lowering.registry import extern
+
+extern(
+    "aten::mm.default", "aten::addmm.default", "aten::bmm.default", "aten::baddbmm.default",
+    "aten::convolution.default", "aten::convolution_backward.default",
+    "aten::_scaled_dot_product_flash_attention_for_cpu.default",
+    "aten::_scaled_dot_product_flash_attention.default",
+    "aten::_scaled_dot_product_efficient_attention.default",
+    "aten::_scaled_dot_product_cudnn_attention.default",
+    "aten::scaled_dot_product_attention.default",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default",
+    "aten::_scaled_dot_product_flash_attention_backward.default",
+    "aten::_scaled_dot_product_efficient_attention_backward.default",
+)

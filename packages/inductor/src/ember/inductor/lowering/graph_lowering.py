@@ -1,0 +1,297 @@
+"""GraphLowering: one core-functional graph -> loop nodes and extern calls.
+
+Walks the graph's nodes in order with one method per opcode (``placeholder``,
+``get_attr``, ``constant``, ``call``, ``output``). A ``call`` goes to its rule in the
+lowering table; ops without a rule, and rules that raise :class:`NotLowerable`, become
+:class:`~ember.inductor.buffers.ExternCall` s to the eager op (a *fallback*: logged under
+``EMBER_LOGS=fallbacks`` and counted).
+
+The result (:attr:`nodes`, :attr:`buffers`, :attr:`outputs`) is what the scheduler
+fuses into kernels and what the wrapper codegen turns into Python.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from ember.runtime.ir import Argument, Node, Program, ScalarMeta, TensorMeta, ValueRef
+from ember.runtime.logs import log
+
+from ember.inductor.buffers import ExternCall, PointwiseBuffer, ReductionBuffer, ScheduledNode
+from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS, NotLowerable
+from ember.inductor.lowering.values import (
+    ElementFn,
+    Lazy,
+    ScalarValue,
+    Stored,
+    Value,
+    contiguous_strides,
+)
+
+
+@dataclass(frozen=True)
+class BufferInfo:
+    """A wrapper variable holding a tensor: its layout and where it comes from
+    (``input``, ``constant``, ``computed`` by a kernel, ``extern`` result)."""
+
+    name: str
+    dtype: torch.dtype
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    kind: str
+    storage_offset: int = 0
+
+
+def _static(meta: object) -> bool:
+    return isinstance(meta, TensorMeta) and all(
+        isinstance(s, int) for s in tuple(meta.sizes) + tuple(meta.strides))
+
+
+def is_dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether ``strides`` lay ``sizes`` out densely (a permutation of contiguous)."""
+    dims = sorted((st, sz) for sz, st in zip(sizes, strides) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
+
+
+class GraphLowering:
+    """Lowers graph ``graph_name`` of ``program`` (see module doc)."""
+
+    def __init__(self, program: Program, graph_name: str = "forward",
+                 device: torch.device | None = None) -> None:
+        self.program = program
+        self.graph = program.graphs[graph_name]
+        self.graph_name = graph_name
+        self.nodes: list[ScheduledNode] = []
+        self.buffers: dict[str, BufferInfo] = {}
+        self.values: dict[str, Any] = {}
+        self.inputs: list[str] = []
+        self.constants: dict[str, str] = {}  # wrapper variable -> Program.tensors key
+        self.outputs: list[str] = []
+        self.output_buffers: set[str] = set()
+        self.fallbacks: collections.Counter[str] = collections.Counter()
+        self.device = device or self._guess_device()
+        self.all_extern = not all(
+            _static(m) for n in self.graph.nodes
+            for m in (n.meta if isinstance(n.meta, tuple) else (n.meta,))
+            if isinstance(m, TensorMeta)
+        )
+        self._count = 0
+        self._realized: dict[int, Stored] = {}
+
+    def _guess_device(self) -> torch.device:
+        for n in self.graph.nodes:
+            if isinstance(n.meta, TensorMeta):
+                return n.meta.device
+        return torch.device("cpu")
+
+    def fresh(self, prefix: str = "buf") -> str:
+        name = f"{prefix}{self._count}"
+        self._count += 1
+        return name
+
+    # -- driving ------------------------------------------------------------------------
+    def run(self) -> "GraphLowering":
+        """Lower every node; returns self."""
+        for node in self.graph.nodes:
+            getattr(self, node.op)(node)
+        return self
+
+    def placeholder(self, node: Node) -> None:
+        name = f"arg{len(self.inputs)}"
+        self.inputs.append(name)
+        self._bind_tensor(node, name, "input")
+
+    def get_attr(self, node: Node) -> None:
+        name = f"const{len(self.constants)}"
+        self.constants[name] = node.target
+        self._bind_tensor(node, name, "constant")
+
+    constant = get_attr
+
+    def _bind_tensor(self, node: Node, name: str, kind: str) -> None:
+        meta = node.meta
+        if self.all_extern or not _static(meta):
+            self.values[node.name] = ScalarValue(name)
+            return
+        assert isinstance(meta, TensorMeta)
+        sizes = tuple(int(s) for s in meta.sizes)
+        strides = tuple(int(s) for s in meta.strides)
+        self.buffers[name] = BufferInfo(name, meta.dtype, sizes, strides, kind,
+                                        int(meta.storage_offset))
+        self.values[node.name] = Stored(name, meta.dtype, sizes, strides)
+
+    def call(self, node: Node) -> None:
+        rule = LOWERINGS.get(node.target)
+        if self.all_extern:
+            self.values[node.name] = self.extern(node, fallback=True, reason="symbolic sizes")
+            return
+        if node.target in EXTERN_OPS:
+            self.values[node.name] = self.extern(node, fallback=False)
+            return
+        if rule is None:
+            self.values[node.name] = self.extern(node, fallback=True, reason="no lowering")
+            return
+        mark = len(self.nodes)
+        try:
+            args = tuple(self._arg(a) for a in node.args)
+            kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
+            self.values[node.name] = rule(self, node, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any failing rule falls back to eager
+            del self.nodes[mark:]
+            reason = str(e) if isinstance(e, NotLowerable) else f"{type(e).__name__}: {e}"
+            self.values[node.name] = self.extern(node, fallback=True, reason=reason)
+
+    def output(self, node: Node) -> None:
+        for a in node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],):
+            self.outputs.append(self._output_expr(a))
+
+    # -- values -------------------------------------------------------------------------
+    def _arg(self, a: Argument) -> Any:
+        if isinstance(a, ValueRef):
+            v = self.values[a.node]
+            return v[a.index] if a.index is not None else v
+        if isinstance(a, tuple):
+            return tuple(self._arg(x) for x in a)
+        return a
+
+    def realize(self, value: Value, strides: tuple[int, ...] | None = None,
+                origin: str = "") -> Stored:
+        """``value`` in a buffer (a kernel computes a Lazy; a Stored is returned as is)."""
+        if isinstance(value, Stored):
+            return value
+        if isinstance(value, ScalarValue):
+            raise NotLowerable("a run-time value where a tensor buffer is needed")
+        cached = self._realized.get(id(value))
+        if cached is not None and strides is None:
+            return cached
+        name = self.fresh()
+        st = strides if strides is not None else contiguous_strides(value.sizes)
+        self.nodes.append(PointwiseBuffer(name, value.dtype, value.sizes, value.fn,
+                                          (origin,) if origin else (), st))
+        self.buffers[name] = BufferInfo(name, value.dtype, value.sizes, st, "computed")
+        stored = Stored(name, value.dtype, value.sizes, st)
+        if strides is None:
+            self._realized[id(value)] = stored
+            self._realized_keepalive = getattr(self, "_realized_keepalive", []) + [value]
+        return stored
+
+    def reduction(self, node: Node, op: str, fn: ElementFn, full_sizes: Sequence[int],
+                  dims: Sequence[int], keepdim: bool, dtype: torch.dtype) -> Stored:
+        """A buffer holding ``op`` over ``dims`` of ``fn`` (see ReductionBuffer)."""
+        name = self.fresh()
+        r = ReductionBuffer(name, dtype, op, tuple(full_sizes), tuple(dims), keepdim, fn,
+                            (node.name,))
+        self.nodes.append(r)
+        self.buffers[name] = BufferInfo(name, dtype, r.sizes, r.strides, "computed")
+        return Stored(name, dtype, r.sizes, r.strides)
+
+    def storage_offset_of(self, x: Stored) -> int:
+        return self.buffers[x.buffer].storage_offset
+
+    # -- extern calls -------------------------------------------------------------------
+    def render(self, a: Any) -> str:
+        """Python source for an extern-call argument."""
+        if isinstance(a, Lazy):
+            a = self.realize(a)
+        if isinstance(a, Stored):
+            info = self.buffers[a.buffer]
+            if (a.sizes, a.strides, a.offset) == (info.sizes, info.strides, 0):
+                return a.buffer
+            return f"_view({a.buffer}, {a.sizes!r}, {a.strides!r}, {a.offset})"
+        if isinstance(a, ScalarValue):
+            return a.name
+        if isinstance(a, tuple):
+            inner = ", ".join(self.render(x) for x in a)
+            return f"[{inner}]"
+        if isinstance(a, torch.dtype):
+            return str(a)
+        if isinstance(a, torch.device):
+            return f"torch.device({str(a)!r})"
+        if isinstance(a, torch.memory_format):
+            return str(a)
+        if isinstance(a, torch.layout):
+            return str(a)
+        if isinstance(a, float) and (a != a or a in (float("inf"), float("-inf"))):
+            return f"float({str(a)!r})"
+        return repr(a)
+
+    def extern(self, node: Node, fallback: bool, reason: str = "") -> Any:
+        """Emit an extern call to ``node.target`` and return its result value(s)."""
+        if fallback:
+            self.fallbacks[node.target] += 1
+            log("fallbacks", f"{self.graph_name}:{node.name} {node.target} runs eagerly"
+                             f"{': ' + reason if reason else ''}")
+        args = [self.render(self._arg(a)) for a in node.args]
+        kwargs = {k: self.render(self._arg(v)) for k, v in node.kwargs.items()}
+        reads = [r.node for r in node.inputs()]
+        metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+        multi = isinstance(node.meta, tuple)
+        base = self.fresh()
+        outs: list[str | None] = []
+        values: list[Any] = []
+        result_meta: list[Any] = []
+        for i, m in enumerate(metas):
+            name = f"{base}_{i}" if multi else base
+            outs.append(name)
+            if isinstance(m, TensorMeta) and _static(m) and not self.all_extern:
+                sizes = tuple(int(s) for s in m.sizes)
+                strides = tuple(int(s) for s in m.strides)
+                self.buffers[name] = BufferInfo(name, m.dtype, sizes, strides, "extern")
+                values.append(Stored(name, m.dtype, sizes, strides))
+                result_meta.append((m.dtype, sizes, strides))
+            elif m is None and multi:
+                values.append(None)
+                result_meta.append(None)
+            else:
+                values.append(ScalarValue(name))
+                result_meta.append(None)
+        self.nodes.append(ExternCall(node.target, args, kwargs, outs, result_meta,
+                                     _buffer_reads(args, kwargs, self.buffers), fallback,
+                                     multi, (node.name,), reason))
+        del reads
+        return tuple(values) if multi else values[0]
+
+    # -- outputs ------------------------------------------------------------------------
+    def _output_expr(self, a: Argument) -> str:
+        if not isinstance(a, ValueRef):
+            return self.render(a)
+        v = self._arg(a)
+        producer = self.graph.node(a.node)
+        if isinstance(v, ScalarValue) or v is None:
+            return self.render(v)
+        if isinstance(v, tuple):
+            raise NotLowerable("tuple output")
+        if isinstance(v, Stored) and producer.op != "placeholder":
+            kind = self.buffers[v.buffer].kind
+            if kind in ("input", "constant"):
+                v = Lazy(v.element, v.dtype, v.sizes)  # outputs never alias inputs by accident
+        if isinstance(v, Lazy):
+            meta = producer.meta
+            if isinstance(meta, tuple) and a.index is not None:
+                meta = meta[a.index]
+            strides = None
+            if isinstance(meta, TensorMeta) and _static(meta) and tuple(meta.sizes) == v.sizes:
+                st = tuple(int(s) for s in meta.strides)
+                if is_dense(v.sizes, st):
+                    strides = st
+            v = self.realize(v, strides=strides, origin=producer.name)
+        self.output_buffers.add(v.buffer)
+        return self.render(v)
+
+
+def _buffer_reads(args: list[str], kwargs: dict[str, str],
+                  buffers: dict[str, BufferInfo]) -> list[str]:
+    import re
+
+    text = " ".join(args) + " " + " ".join(kwargs.values())
+    names = re.findall(r"\b(?:arg|const|buf)\d+(?:_\d+)?\b", text)
+    return sorted(set(names))

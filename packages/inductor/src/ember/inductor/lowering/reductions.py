@@ -1,0 +1,363 @@
+"""Lowering rules for reductions and the normalizations built from them.
+
+Each reduction becomes a :class:`~ember.inductor.buffers.ReductionBuffer` (through
+``ctx.reduction``); the arithmetic around it (mean's division, var's second pass,
+softmax's exp and division) stays :class:`Lazy`, so the scheduler can put the whole
+normalization into one kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ember.runtime.ir import Node
+
+from ember.inductor.loop_ir import IndexExpr, Int
+from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.common import compute_dtype, normalize_dim, out_meta
+from ember.inductor.lowering.registry import NotLowerable, lowering
+from ember.inductor.lowering.values import Lazy, Stored, TensorValue, numel
+
+
+def reduced_dims(x: TensorValue, dims: Any) -> tuple[int, ...]:
+    """Normalized, sorted reduced dims; ``None``/``[]`` means all dims."""
+    n = len(x.sizes)
+    if dims is None or (isinstance(dims, (tuple, list)) and len(dims) == 0):
+        return tuple(range(n))
+    if isinstance(dims, int):
+        dims = (dims,)
+    return tuple(sorted({normalize_dim(d, n) for d in dims}))
+
+
+def keepdim_value(ctx: Any, r: Stored, full: Sequence[int], dims: Sequence[int],
+                  keepdim: bool) -> Lazy:
+    """A reduction result read back broadcast over the full iteration space."""
+    def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        if keepdim:
+            ri = tuple(Int(0) if d in dims else i for d, i in enumerate(index))
+        else:
+            ri = tuple(i for d, i in enumerate(index) if d not in dims)
+        return r.element(b, ri)
+
+    return Lazy(fn, r.dtype, tuple(1 if d in dims else s for d, s in enumerate(full)))
+
+
+def _cast_fn(x: TensorValue, dtype: torch.dtype) -> Any:
+    def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        return b.cast(x.element(b, index), dtype)
+    return fn
+
+
+def _check(x: TensorValue, dims: Sequence[int]) -> None:
+    if any(x.sizes[d] == 0 for d in dims) or numel(x.sizes) == 0:
+        raise NotLowerable("empty reduction")
+
+
+def _sum_like(ctx: Any, node: Node, op: str, x: TensorValue, dims: Any, keepdim: bool) -> Any:
+    meta = out_meta(node)
+    d = reduced_dims(x, dims)
+    _check(x, d)
+    acc = compute_dtype(meta.dtype)
+    r = ctx.reduction(node, op, _cast_fn(x, acc), x.sizes, d, keepdim, acc)
+    if acc == meta.dtype:
+        return r
+    return Lazy(lambda b, i: b.cast(r.element(b, i), meta.dtype), meta.dtype, r.sizes)
+
+
+@lowering("aten::sum.dim_IntList", "aten::sum.default")
+def _sum(ctx: Any, node: Node, x: TensorValue, dims: Any = None, keepdim: bool = False,
+         *, dtype: Any = None) -> Any:
+    if node.target == "aten::sum.default":
+        dims, keepdim = None, False
+    return _sum_like(ctx, node, "sum", x, dims, keepdim)
+
+
+@lowering("aten::prod.dim_int", "aten::prod.default")
+def _prod(ctx: Any, node: Node, x: TensorValue, dim: Any = None, keepdim: bool = False,
+          *, dtype: Any = None) -> Any:
+    if node.target == "aten::prod.default":
+        dim, keepdim = None, False
+    return _sum_like(ctx, node, "prod", x, dim, keepdim)
+
+
+@lowering("aten::mean.dim", "aten::mean.default")
+def _mean(ctx: Any, node: Node, x: TensorValue, dims: Any = None, keepdim: bool = False,
+          *, dtype: Any = None) -> Any:
+    if node.target == "aten::mean.default":
+        dims, keepdim = None, False
+    meta = out_meta(node)
+    d = reduced_dims(x, dims)
+    _check(x, d)
+    acc = compute_dtype(meta.dtype)
+    n = numel([x.sizes[i] for i in d])
+    r = ctx.reduction(node, "sum", _cast_fn(x, acc), x.sizes, d, keepdim, acc)
+
+    def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        return b.cast(b.compute("truediv", r.element(b, index), b.literal(n, acc)), meta.dtype)
+
+    return Lazy(fn, meta.dtype, r.sizes)
+
+
+@lowering("aten::amax.default", "aten::amin.default")
+def _amax(ctx: Any, node: Node, x: TensorValue, dims: Any = (), keepdim: bool = False) -> Any:
+    op = "max" if "amax" in node.target else "min"
+    meta = out_meta(node)
+    d = reduced_dims(x, dims)
+    _check(x, d)
+    acc = compute_dtype(meta.dtype)
+    r = ctx.reduction(node, op, _cast_fn(x, acc), x.sizes, d, keepdim, meta.dtype)
+    return r
+
+
+@lowering("aten::max.default", "aten::min.default")
+def _max_all(ctx: Any, node: Node, x: TensorValue) -> Any:
+    op = "max" if "max" in node.target else "min"
+    d = reduced_dims(x, None)
+    _check(x, d)
+    acc = compute_dtype(x.dtype)
+    return ctx.reduction(node, op, _cast_fn(x, acc), x.sizes, d, False, x.dtype)
+
+
+@lowering("aten::argmax.default", "aten::argmin.default")
+def _argmax(ctx: Any, node: Node, x: TensorValue, dim: Any = None, keepdim: bool = False) -> Any:
+    op = "argmax" if "argmax" in node.target else "argmin"
+    d = reduced_dims(x, dim)
+    _check(x, d)
+    if dim is None:
+        keepdim_ = keepdim
+        r = ctx.reduction(node, op, _cast_fn(x, compute_dtype(x.dtype)), x.sizes, d, False,
+                          torch.int64)
+        if keepdim_:
+            from ember.inductor.lowering.views import reshape
+
+            return reshape(r, tuple(1 for _ in x.sizes))
+        return r
+    return ctx.reduction(node, op, _cast_fn(x, compute_dtype(x.dtype)), x.sizes, d, keepdim,
+                         torch.int64)
+
+
+@lowering("aten::max.dim", "aten::min.dim")
+def _max_dim(ctx: Any, node: Node, x: TensorValue, dim: int, keepdim: bool = False) -> Any:
+    is_max = "max" in node.target
+    d = reduced_dims(x, dim)
+    _check(x, d)
+    acc = compute_dtype(x.dtype)
+    values = ctx.reduction(node, "max" if is_max else "min", _cast_fn(x, acc), x.sizes, d,
+                           keepdim, x.dtype)
+    indices = ctx.reduction(node, "argmax" if is_max else "argmin", _cast_fn(x, acc), x.sizes,
+                            d, keepdim, torch.int64)
+    return (values, indices)
+
+
+@lowering("aten::any.default", "aten::any.dim", "aten::any.dims", "aten::all.default",
+          "aten::all.dim", "aten::all.dims")
+def _any_all(ctx: Any, node: Node, x: TensorValue, dims: Any = None,
+             keepdim: bool = False) -> Any:
+    op = "any" if "any" in node.target else "all"
+    if node.target.endswith(".default"):
+        dims, keepdim = None, False
+    d = reduced_dims(x, dims)
+    _check(x, d)
+
+    def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        v = x.element(b, index)
+        if b.dtype(v) == torch.bool:
+            return v
+        return b.compute("ne", v, b.literal(0, b.dtype(v)))
+
+    r = ctx.reduction(node, op, fn, x.sizes, d, keepdim, torch.bool)
+    meta = out_meta(node)
+    if meta.dtype != torch.bool:  # any/all of uint8 return uint8
+        return Lazy(lambda b, i: b.cast(r.element(b, i), meta.dtype), meta.dtype, r.sizes)
+    return r
+
+
+def variance(ctx: Any, node: Node, x: TensorValue, d: tuple[int, ...], correction: float,
+             keepdim: bool, acc: torch.dtype) -> tuple[Any, Any]:
+    """(var, mean) as values over the reduced shape, in ``acc`` (two-pass: mean first)."""
+    n = numel([x.sizes[i] for i in d])
+    s = ctx.reduction(node, "sum", _cast_fn(x, acc), x.sizes, d, True, acc)
+    mean_full = keepdim_value(ctx, s, x.sizes, d, True)
+
+    def centered_sq(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        m = b.compute("truediv", mean_full.element(b, _zero(index, d)), b.literal(n, acc))
+        c = b.compute("sub", b.cast(x.element(b, index), acc), m)
+        return b.compute("mul", c, c)
+
+    s2 = ctx.reduction(node, "sum", centered_sq, x.sizes, d, keepdim, acc)
+    denom = max(n - correction, 0)
+    out_sizes = s2.sizes
+
+    def var_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        return b.compute("truediv", s2.element(b, index), b.literal(denom, acc))
+
+    def mean_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        if keepdim:
+            full = index
+        else:
+            it = iter(index)
+            full = tuple(Int(0) if k in d else next(it) for k in range(len(x.sizes)))
+        return b.compute("truediv", s.element(b, full), b.literal(n, acc))
+
+    return Lazy(var_fn, acc, out_sizes), Lazy(mean_fn, acc, out_sizes)
+
+
+def _zero(index: tuple[IndexExpr, ...], d: Sequence[int]) -> tuple[IndexExpr, ...]:
+    return tuple(Int(0) if k in d else i for k, i in enumerate(index))
+
+
+@lowering("aten::var.correction", "aten::std.correction", "aten::var_mean.correction",
+          "aten::var.dim", "aten::std.dim")
+def _var(ctx: Any, node: Node, x: TensorValue, dims: Any = None, unbiased: Any = None,
+         keepdim: bool = False, *, correction: Any = None) -> Any:
+    if node.target.endswith(".correction"):
+        # var.correction(x, dim, *, correction, keepdim)
+        if isinstance(unbiased, bool):
+            keepdim = unbiased
+    else:
+        correction = 1 if unbiased in (None, True) else 0
+    corr = 1.0 if correction is None else float(correction)
+    meta = out_meta(node, 0 if isinstance(node.meta, tuple) else None)
+    if not meta.dtype.is_floating_point:
+        raise NotLowerable("var of a non-float tensor")
+    d = reduced_dims(x, dims)
+    _check(x, d)
+    acc = compute_dtype(meta.dtype)
+    var, mean = variance(ctx, node, x, d, corr, keepdim, acc)
+    out = meta.dtype
+
+    def cast(v: Lazy, sqrt: bool = False) -> Lazy:
+        def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
+            e = v.element(b, i)
+            return b.cast(b.compute("sqrt", e) if sqrt else e, out)
+        return Lazy(fn, out, v.sizes)
+
+    if "var_mean" in node.target:
+        return (cast(var), cast(mean))
+    return cast(var, sqrt="std" in node.target)
+
+
+def _softmax_parts(ctx: Any, node: Node, x: TensorValue, dim: int, acc: torch.dtype
+                   ) -> tuple[Lazy, Lazy, tuple[int, ...]]:
+    d = (normalize_dim(dim, len(x.sizes)),)
+    _check(x, d)
+    xf = _cast_fn(x, acc)
+    m = ctx.reduction(node, "max", xf, x.sizes, d, True, acc)
+    m_full = keepdim_value(ctx, m, x.sizes, d, True)
+
+    def shifted(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        return b.compute("sub", xf(b, index), m_full.element(b, _zero(index, d)))
+
+    def exp_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        return b.compute("exp", shifted(b, index))
+
+    s = ctx.reduction(node, "sum", exp_fn, x.sizes, d, True, acc)
+    s_full = keepdim_value(ctx, s, x.sizes, d, True)
+    return Lazy(shifted, acc, x.sizes), s_full, d
+
+
+@lowering("aten::_softmax.default", "aten::softmax.int")
+def _softmax(ctx: Any, node: Node, x: TensorValue, dim: int, half_to_float: Any = False) -> Lazy:
+    meta = out_meta(node)
+    acc = compute_dtype(meta.dtype)
+    if not acc.is_floating_point:
+        raise NotLowerable("softmax of integers")
+    shifted, s_full, d = _softmax_parts(ctx, node, x, dim, acc)
+
+    def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        e = b.compute("exp", shifted.element(b, index))
+        return b.cast(b.compute("truediv", e, s_full.element(b, _zero(index, d))), meta.dtype)
+
+    return Lazy(fn, meta.dtype, x.sizes)
+
+
+@lowering("aten::_log_softmax.default", "aten::log_softmax.int")
+def _log_softmax(ctx: Any, node: Node, x: TensorValue, dim: int,
+                 half_to_float: Any = False) -> Lazy:
+    meta = out_meta(node)
+    acc = compute_dtype(meta.dtype)
+    if not acc.is_floating_point:
+        raise NotLowerable("log_softmax of integers")
+    shifted, s_full, d = _softmax_parts(ctx, node, x, dim, acc)
+
+    def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        lse = b.compute("log", s_full.element(b, _zero(index, d)))
+        return b.cast(b.compute("sub", shifted.element(b, index), lse), meta.dtype)
+
+    return Lazy(fn, meta.dtype, x.sizes)
+
+
+def _affine(b: BodyBuilder, v: str, w: Any, bias: Any, index: tuple[IndexExpr, ...],
+            acc: torch.dtype) -> str:
+    from ember.inductor.lowering.common import element
+
+    if w is not None:
+        v = b.compute("mul", v, element(b, w, index, acc))
+    if bias is not None:
+        v = b.compute("add", v, element(b, bias, index, acc))
+    return v
+
+
+@lowering("aten::native_layer_norm.default")
+def _layer_norm(ctx: Any, node: Node, x: TensorValue, normalized_shape: Any, w: Any,
+                bias: Any, eps: float) -> tuple[Any, Any, Any]:
+    meta = out_meta(node, 0)
+    acc = compute_dtype(meta.dtype)
+    k = len(tuple(normalized_shape))
+    n_dims = len(x.sizes)
+    d = tuple(range(n_dims - k, n_dims))
+    _check(x, d)
+    var, mean = variance(ctx, node, x, d, 0.0, True, acc)
+
+    def rstd_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        return b.compute("rsqrt", b.compute("add", var.element(b, index), b.literal(eps, acc)))
+
+    rstd = Lazy(rstd_fn, acc, var.sizes)
+
+    def out_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        zi = _zero(index, d)
+        c = b.compute("sub", b.cast(x.element(b, index), acc), mean.element(b, zi))
+        v = b.compute("mul", c, rstd.element(b, zi))
+        return b.cast(_affine(b, v, w, bias, index, acc), meta.dtype)
+
+    stat_dtype = out_meta(node, 1).dtype
+
+    def cast(v: Lazy) -> Lazy:
+        return Lazy(lambda b, i: b.cast(v.element(b, i), stat_dtype), stat_dtype, v.sizes)
+
+    return (Lazy(out_fn, meta.dtype, x.sizes), cast(mean), cast(rstd))
+
+
+@lowering("aten::rms_norm.default", "aten::_fused_rms_norm.default")
+def _rms_norm(ctx: Any, node: Node, x: TensorValue, normalized_shape: Any, w: Any = None,
+              eps: Any = None) -> Any:
+    meta = out_meta(node, 0 if isinstance(node.meta, tuple) else None)
+    acc = compute_dtype(meta.dtype)
+    k = len(tuple(normalized_shape))
+    n_dims = len(x.sizes)
+    d = tuple(range(n_dims - k, n_dims))
+    _check(x, d)
+    n = numel([x.sizes[i] for i in d])
+    eps_v = torch.finfo(acc).eps if eps is None else float(eps)
+
+    def sq(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        v = b.cast(x.element(b, index), acc)
+        return b.compute("mul", v, v)
+
+    ss = ctx.reduction(node, "sum", sq, x.sizes, d, True, acc)
+
+    def rstd_at(b: BodyBuilder, zi: tuple[IndexExpr, ...]) -> str:
+        ms = b.compute("truediv", ss.element(b, zi), b.literal(n, acc))
+        return b.compute("rsqrt", b.compute("add", ms, b.literal(eps_v, acc)))
+
+    def out_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        v = b.compute("mul", b.cast(x.element(b, index), acc), rstd_at(b, _zero(index, d)))
+        return b.cast(_affine(b, v, w, None, index, acc), meta.dtype)
+
+    out = Lazy(out_fn, meta.dtype, x.sizes)
+    if isinstance(node.meta, tuple):
+        rstd_dtype = out_meta(node, 1).dtype
+        return (out, Lazy(lambda b, i: b.cast(rstd_at(b, i), rstd_dtype), rstd_dtype, ss.sizes))
+    return out

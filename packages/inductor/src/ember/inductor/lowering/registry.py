@@ -1,0 +1,76 @@
+"""The one table of lowering rules: ``aten::op.overload`` -> rule.
+
+A rule is registered next to its definition::
+
+    @lowering("aten::exp.default")
+    def exp(ctx, node, x): ...
+
+and is called with the lowering context (:class:`~.graph_lowering.GraphLowering`), the
+graph node (its ``meta`` gives the result dtype and sizes) and the node's arguments,
+where every ``ValueRef`` has been replaced by the lowered value (:mod:`.values`).
+A rule returns a value or a tuple of values (for multi-result ops). A rule that cannot
+handle a particular call (an unsupported dtype, a data-dependent shape) raises
+:class:`NotLowerable`; the op then runs as an extern call to the eager ATen op.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from ember.runtime.ir import Node
+
+    from ember.inductor.lowering.graph_lowering import GraphLowering
+
+Rule = Callable[..., Any]
+
+LOWERINGS: dict[str, Rule] = {}
+
+# Ops lowered to extern calls on purpose (matmul, convolution, attention): not counted
+# as fallbacks.
+EXTERN_OPS: set[str] = set()
+
+
+class NotLowerable(Exception):
+    """This call cannot be lowered to loops; run it as an extern call."""
+
+
+def lowering(*targets: str) -> Callable[[Rule], Rule]:
+    """Register ``rule`` for each qualified op name in ``targets``.
+
+    Raises:
+        ValueError: if one of them already has a rule (one table, one rule per op).
+    """
+
+    def register(rule: Rule) -> Rule:
+        for t in targets:
+            if t in LOWERINGS:
+                raise ValueError(f"two lowering rules for {t}")
+            LOWERINGS[t] = rule
+        return rule
+
+    return register
+
+
+def extern(*targets: str) -> None:
+    """Mark ``targets`` as ops that always run as extern calls (not fallbacks)."""
+    EXTERN_OPS.update(targets)
+
+
+def lowered_ops() -> list[str]:
+    """Every op with a loop lowering, sorted (imports the rule modules)."""
+    from ember.inductor import lowering as _rules  # noqa: F401
+
+    return sorted(LOWERINGS)
+
+
+def rule_for(target: str) -> Rule | None:
+    return LOWERINGS.get(target)
+
+
+def describe(node: "Node") -> str:
+    return f"{node.name} = {node.target}"
+
+
+if TYPE_CHECKING:
+    _ctx: GraphLowering

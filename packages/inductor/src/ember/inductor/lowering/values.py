@@ -1,0 +1,89 @@
+"""How the lowering represents tensors: stored in a buffer, or computed on demand.
+
+- :class:`Stored` — a strided view of a buffer the wrapper holds (a graph input, a
+  kernel output, an extern result). Views of it (permute, slice, expand, affine reshape)
+  are again ``Stored`` with other sizes/strides/offset: index arithmetic, no copy.
+- :class:`Lazy` — a function ``fn(builder, index) -> value name`` that computes one
+  element; pointwise ops, non-affine views, cat and pad produce these. Consumers inline
+  them, which is what fuses pointwise chains; the graph lowering *realizes* a Lazy into a
+  buffer only where a value must exist in memory (graph outputs, extern inputs).
+- :class:`ScalarValue` — a Python number known only at run time (an extern's scalar
+  result); the wrapper holds it in a variable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence, Union
+
+import torch
+
+from ember.inductor.loop_ir import IndexExpr, add, mul
+from ember.inductor.lowering.builder import BodyBuilder
+
+ElementFn = Callable[[BodyBuilder, tuple[IndexExpr, ...]], str]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """``buffer`` viewed with ``sizes``/``strides``/``offset`` (elements, from the
+    buffer's data pointer)."""
+
+    buffer: str
+    dtype: torch.dtype
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    def element(self, b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        return b.load(self.buffer, self.flat_index(index), self.dtype)
+
+    def flat_index(self, index: Sequence[IndexExpr]) -> IndexExpr:
+        return add(self.offset, *(mul(i, s) for i, s in zip(index, self.strides) if s != 0))
+
+
+@dataclass(frozen=True, eq=False)
+class Lazy:
+    """A tensor computed element by element by ``fn``."""
+
+    fn: ElementFn
+    dtype: torch.dtype
+    sizes: tuple[int, ...]
+
+    def element(self, b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        key = (id(self), index)
+        found = b.memo.get(key)
+        if found is None:
+            found = self.fn(b, index)
+            b.memo[key] = found
+            # NOTE: keep self alive while memoized so id() is not reused
+            b.memo[(id(self), "ref")] = self  # type: ignore[assignment]
+        return found
+
+
+@dataclass(frozen=True)
+class ScalarValue:
+    """A run-time Python scalar held by the wrapper variable ``name``."""
+
+    name: str
+
+
+TensorValue = Union[Stored, Lazy]
+Value = Union[Stored, Lazy, ScalarValue]
+
+
+def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides of ``sizes``."""
+    strides: list[int] = []
+    acc = 1
+    for s in reversed(sizes):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def numel(sizes: Sequence[int]) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n

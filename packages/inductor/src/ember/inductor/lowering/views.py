@@ -1,0 +1,212 @@
+"""Lowering rules for views: index arithmetic, never copies.
+
+A view of a :class:`Stored` tensor is again ``Stored`` (new sizes, strides, offset)
+whenever the view is affine in the buffer, so extern calls can receive it through
+``as_strided`` without a copy; otherwise (a reshape that merges non-contiguous dims of a
+computed value) the view is a :class:`Lazy` that maps its index back with
+``//`` and ``%``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ember.runtime.ir import Node
+
+from ember.inductor.loop_ir import IndexExpr, Int, add, floordiv, mod, mul
+from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.common import normalize_dim, sizes_of
+from ember.inductor.lowering.registry import NotLowerable, lowering
+from ember.inductor.lowering.values import Lazy, Stored, TensorValue, contiguous_strides
+
+
+def remap(x: TensorValue, sizes: Sequence[int], index_map: Any,
+          strides: tuple[int, ...] | None = None, offset: int | None = None) -> TensorValue:
+    """A view of ``x`` with ``sizes``: ``index_map(out_index) -> x_index`` for Lazy
+    values; for Stored values ``strides``/``offset`` when given, else a Lazy."""
+    sizes = tuple(sizes)
+    if isinstance(x, Stored) and strides is not None and offset is not None:
+        return Stored(x.buffer, x.dtype, sizes, strides, offset)
+    src = x
+
+    def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        return src.element(b, tuple(index_map(index)))
+
+    return Lazy(fn, x.dtype, sizes)
+
+
+def view_strides(old_sizes: Sequence[int], old_strides: Sequence[int],
+                 new_sizes: Sequence[int]) -> tuple[int, ...] | None:
+    """Strides that make ``new_sizes`` a view of a tensor with ``old_sizes``/
+    ``old_strides`` without copying, or None when there are none.
+
+    Old dims (size-1 dims dropped) form chunks of mutually contiguous dims; walking from
+    the innermost, each chunk must be exactly covered by a run of new dims.
+    """
+    if 0 in old_sizes or 0 in new_sizes:
+        return contiguous_strides(new_sizes)
+    old = [(s, st) for s, st in zip(old_sizes, old_strides) if s != 1]
+    new_strides = [1] * len(new_sizes)
+    ni = len(new_sizes) - 1
+    oi = len(old) - 1
+    while oi >= 0:
+        start = oi
+        chunk_numel = old[oi][0]
+        while start > 0 and old[start - 1][1] == old[start][0] * old[start][1]:
+            start -= 1
+            chunk_numel *= old[start][0]
+        prod = 1
+        acc = old[oi][1]
+        while prod < chunk_numel:
+            if ni < 0:
+                return None
+            new_strides[ni] = acc
+            acc *= new_sizes[ni]
+            prod *= new_sizes[ni]
+            ni -= 1
+        if prod != chunk_numel:
+            return None
+        oi = start - 1
+    while ni >= 0:
+        if new_sizes[ni] != 1:
+            return None
+        ni -= 1
+    return tuple(new_strides)
+
+
+def reshape(x: TensorValue, new_sizes: Sequence[int]) -> TensorValue:
+    """``x`` viewed with ``new_sizes`` (same number of elements)."""
+    new_sizes = tuple(new_sizes)
+    if isinstance(x, Stored):
+        strides = view_strides(x.sizes, x.strides, new_sizes)
+        if strides is not None:
+            return Stored(x.buffer, x.dtype, new_sizes, strides, x.offset)
+    old_sizes = x.sizes
+    new_c = contiguous_strides(new_sizes)
+    old_c = contiguous_strides(old_sizes)
+
+    def index_map(index: tuple[IndexExpr, ...]) -> list[IndexExpr]:
+        flat = add(*(mul(i, s) for i, s in zip(index, new_c)))
+        out: list[IndexExpr] = []
+        for size, stride in zip(old_sizes, old_c):
+            out.append(Int(0) if size == 1 else mod(floordiv(flat, stride), size))
+        return out
+
+    return remap(x, new_sizes, index_map)
+
+
+@lowering("aten::view.default", "aten::reshape.default", "aten::_unsafe_view.default",
+          "aten::view_copy.default")
+def _view(ctx: Any, node: Node, x: TensorValue, size: Any) -> TensorValue:
+    return reshape(x, sizes_of(node))
+
+
+@lowering("aten::permute.default", "aten::permute_copy.default")
+def _permute(ctx: Any, node: Node, x: TensorValue, dims: Sequence[int]) -> TensorValue:
+    n = len(x.sizes)
+    dims = [normalize_dim(d, n) for d in dims]
+    sizes = [x.sizes[d] for d in dims]
+    strides = offset = None
+    if isinstance(x, Stored):
+        strides, offset = tuple(x.strides[d] for d in dims), x.offset
+
+    def index_map(index: tuple[IndexExpr, ...]) -> list[IndexExpr]:
+        src: list[IndexExpr] = [Int(0)] * n
+        for out_pos, d in enumerate(dims):
+            src[d] = index[out_pos]
+        return src
+
+    return remap(x, sizes, index_map, strides, offset)
+
+
+@lowering("aten::t.default", "aten::transpose.int")
+def _transpose(ctx: Any, node: Node, x: TensorValue, d0: int = 0, d1: int = 1) -> TensorValue:
+    n = len(x.sizes)
+    if n < 2:
+        return x
+    dims = list(range(n))
+    a, c = normalize_dim(d0, n), normalize_dim(d1, n)
+    dims[a], dims[c] = dims[c], dims[a]
+    return _permute(ctx, node, x, dims)
+
+
+@lowering("aten::expand.default", "aten::expand_copy.default")
+def _expand(ctx: Any, node: Node, x: TensorValue, size: Any, *, implicit: bool = False) -> TensorValue:
+    sizes = sizes_of(node)
+    k = len(x.sizes)
+    lead = len(sizes) - k
+    strides = offset = None
+    if isinstance(x, Stored):
+        strides = tuple([0] * lead + [
+            0 if (xs == 1 and s != 1) else st
+            for xs, s, st in zip(x.sizes, sizes[lead:], x.strides)])
+        offset = x.offset
+
+    def index_map(index: tuple[IndexExpr, ...]) -> list[IndexExpr]:
+        return [Int(0) if xs == 1 else i for xs, i in zip(x.sizes, index[lead:])]
+
+    return remap(x, sizes, index_map, strides, offset)
+
+
+@lowering("aten::slice.Tensor", "aten::slice_copy.Tensor")
+def _slice(ctx: Any, node: Node, x: TensorValue, dim: int = 0, start: Any = None,
+           end: Any = None, step: int = 1) -> TensorValue:
+    d = normalize_dim(dim, len(x.sizes))
+    size = x.sizes[d]
+    begin = 0 if start is None else start
+    if begin < 0:
+        begin += size
+    begin = min(max(begin, 0), size)
+    sizes = sizes_of(node)
+    strides = offset = None
+    if isinstance(x, Stored):
+        st = list(x.strides)
+        offset = x.offset + begin * st[d]
+        st[d] *= step
+        strides = tuple(st)
+
+    def index_map(index: tuple[IndexExpr, ...]) -> list[IndexExpr]:
+        src = list(index)
+        src[d] = add(begin, mul(index[d], step))
+        return src
+
+    return remap(x, sizes, index_map, strides, offset)
+
+
+@lowering("aten::select.int", "aten::select_copy.int")
+def _select(ctx: Any, node: Node, x: TensorValue, dim: int, i: int) -> TensorValue:
+    d = normalize_dim(dim, len(x.sizes))
+    if i < 0:
+        i += x.sizes[d]
+    sizes = sizes_of(node)
+    strides = offset = None
+    if isinstance(x, Stored):
+        offset = x.offset + i * x.strides[d]
+        strides = x.strides[:d] + x.strides[d + 1:]
+
+    def index_map(index: tuple[IndexExpr, ...]) -> list[IndexExpr]:
+        return list(index[:d]) + [Int(i)] + list(index[d:])
+
+    return remap(x, sizes, index_map, strides, offset)
+
+
+@lowering("aten::squeeze.dim", "aten::squeeze.dims", "aten::squeeze.default",
+          "aten::unsqueeze.default", "aten::squeeze_copy.dims", "aten::unsqueeze_copy.default")
+def _squeeze_unsqueeze(ctx: Any, node: Node, x: TensorValue, *args: Any) -> TensorValue:
+    sizes = sizes_of(node)
+    return reshape(x, sizes)
+
+
+@lowering("aten::as_strided.default", "aten::as_strided_copy.default")
+def _as_strided(ctx: Any, node: Node, x: TensorValue, size: Any, stride: Any,
+                storage_offset: Any = None) -> TensorValue:
+    if not isinstance(x, Stored):
+        x = ctx.realize(x)
+    if any(not isinstance(s, int) for s in tuple(size) + tuple(stride)):
+        raise NotLowerable("symbolic as_strided")
+    base_offset = ctx.storage_offset_of(x)
+    if storage_offset is None:
+        offset = x.offset
+    else:
+        offset = int(storage_offset) - base_offset
+    return Stored(x.buffer, x.dtype, tuple(size), tuple(stride), offset)

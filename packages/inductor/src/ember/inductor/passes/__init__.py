@@ -1,0 +1,36 @@
+"""Graph passes run before lowering: named ``Program -> Program`` functions, run in
+the order of :data:`PIPELINE`."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ember.runtime.ir import Program
+from ember.runtime.logs import log, log_enabled
+
+from ember.inductor.passes.constant_folding import constant_folding
+from ember.inductor.passes.cse import common_subexpression_elimination
+from ember.inductor.passes.dce import dead_code_elimination
+
+Pass = Callable[[Program], Program]
+
+PIPELINE: list[tuple[str, Pass]] = [
+    ("constant_folding", constant_folding),
+    ("common_subexpression_elimination", common_subexpression_elimination),
+    ("dead_code_elimination", dead_code_elimination),
+]
+
+
+def run_passes(program: Program, pipeline: list[tuple[str, Pass]] | None = None) -> Program:
+    """Run each pass of ``pipeline`` (default :data:`PIPELINE`) in order."""
+    for name, fn in pipeline if pipeline is not None else PIPELINE:
+        program = fn(program)
+        if log_enabled("graphs"):
+            from ember.runtime.ir import print_program
+
+            log("graphs", f"after {name}:\n{print_program(program)}")
+    return program
+
+
+__all__ = ["PIPELINE", "common_subexpression_elimination", "constant_folding",
+           "dead_code_elimination", "run_passes"]

@@ -1,0 +1,27 @@
+"""Dead-code elimination: drop pure calls and constants whose results nobody reads."""
+
+from __future__ import annotations
+
+from ember.runtime.ir import Program
+
+from ember.inductor.passes.common import is_pure
+
+
+def dead_code_elimination(program: Program) -> Program:
+    """A copy of ``program`` without unused pure ``call``/``constant``/``get_attr`` nodes
+    (placeholders always stay: they are the graph's interface)."""
+    result = program.copy()
+    for graph in result.graphs.values():
+        used: set[str] = set()
+        kept = []
+        for node in reversed(graph.nodes):
+            removable = (
+                (node.op == "call" and is_pure(node.target))
+                or node.op in ("constant", "get_attr")
+            )
+            if removable and node.name not in used:
+                continue
+            kept.append(node)
+            used.update(r.node for r in node.inputs())
+        graph.nodes = list(reversed(kept))
+    return result

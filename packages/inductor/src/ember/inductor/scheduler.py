@@ -1,0 +1,236 @@
+"""Scheduling and fusion: loop nodes -> kernels (fused groups), in dependency order.
+
+Every loop node has an iteration space ``(outer sizes, reduction sizes)``. A
+:class:`KernelGroup` collects nodes that run in one kernel over one such space; the
+scheduler walks the nodes in order and puts each one into the first group (not earlier
+than the groups it depends on) where it *fits*:
+
+- a reduction fits a group with its own ``(outer, reduction)`` sizes;
+- a pointwise node of sizes ``S`` fits a pointwise group over ``S``; a reduction group
+  as *inner* work when ``S`` is the full iteration space of one of the group's
+  reductions (softmax's ``exp(x - max) / sum``), or as *outer* work when ``S`` equals
+  the group's outer sizes up to size-1 dims (``mean = sum / n``, layer norm's ``rstd``);
+- and every value it reads from a buffer the group writes is read at exactly the index
+  it is written at, so the builder forwards the value instead of re-reading memory.
+
+That gives producer–consumer fusion (pointwise chains are already inlined by the
+lowering; reductions take their pointwise prologues and epilogues), and horizontal
+fusion of independent nodes with the same iteration space. A buffer written by a group
+and read by nothing outside it (and not a graph output) is never stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ember.inductor.buffers import ExternCall, LoopNode, PointwiseBuffer, ReductionBuffer
+from ember.inductor.loop_ir import Buffer, IndexExpr, Int, Kernel, Var
+from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.graph_lowering import GraphLowering
+
+Emit = Callable[[BodyBuilder, Sequence[IndexExpr], Sequence[IndexExpr]], None]
+
+# How many recent groups a node may join (bounds the trial builds on large graphs).
+FUSION_WINDOW = 16
+
+
+@dataclass
+class KernelGroup:
+    """Loop nodes that become one kernel over ``outer`` x ``reduction``."""
+
+    outer: tuple[int, ...]
+    reduction: tuple[int, ...]
+    members: list[tuple[LoopNode, Emit]] = field(default_factory=list)
+
+    @property
+    def stored(self) -> set[str]:
+        return {n.name for n, _ in self.members}
+
+    def build(self, extra: Emit | None = None) -> tuple[BodyBuilder, int]:
+        """A builder with every member emitted (then ``extra``); also returns how many
+        external loads came from the members (the rest are ``extra``'s)."""
+        b = BodyBuilder()
+        xs, rs = loop_vars(self.outer, "x"), loop_vars(self.reduction, "r")
+        for _, emit in self.members:
+            emit(b, xs, rs)
+        mark = len(b.external_loads)
+        if extra is not None:
+            extra(b, xs, rs)
+        return b, mark
+
+
+@dataclass
+class KernelStep:
+    """Run ``kernel``; ``group`` is what it was built from."""
+
+    kernel: Kernel
+    group: KernelGroup
+
+
+Step = KernelStep | ExternCall
+
+
+def loop_vars(sizes: Sequence[int], prefix: str) -> list[IndexExpr]:
+    """One variable per dim; size-1 dims get the constant 0 instead."""
+    return [Var(f"{prefix}{i}", s) if s != 1 else Int(0) for i, s in enumerate(sizes)]
+
+
+def _natural(node: LoopNode) -> tuple[tuple[int, ...], tuple[int, ...], Emit]:
+    if isinstance(node, ReductionBuffer):
+        return node.outer_sizes, node.reduction_sizes, lambda b, xs, rs: node.emit(b, xs, rs)
+    return node.sizes, (), lambda b, xs, rs: node.emit(b, xs)
+
+
+def _squeezed(sizes: Sequence[int]) -> tuple[int, ...]:
+    return tuple(s for s in sizes if s != 1)
+
+
+def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
+    if isinstance(node, ReductionBuffer):
+        if (node.outer_sizes, node.reduction_sizes) == (group.outer, group.reduction):
+            return [lambda b, xs, rs: node.emit(b, xs, rs)]
+        return []
+    found: list[Emit] = []
+    if not group.reduction:
+        if node.sizes == group.outer:
+            found.append(lambda b, xs, rs: node.emit(b, xs))
+        return found
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    for member, _ in group.members:
+        if isinstance(member, ReductionBuffer) and member.full_sizes == node.sizes:
+            layout = (member.full_sizes, member.dims)
+            if layout in seen:
+                continue
+            seen.add(layout)
+            found.append(lambda b, xs, rs, m=member: node.emit(b, m.full_index(xs, rs)))
+    if _squeezed(node.sizes) == _squeezed(group.outer):
+        def outer(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
+            it = iter(x for x, s in zip(xs, group.outer) if s != 1)
+            node.emit(b, [Int(0) if s == 1 else next(it) for s in node.sizes])
+        found.append(outer)
+    return found
+
+
+def _reads(node: LoopNode) -> set[str]:
+    outer, red, emit = _natural(node)
+    b = BodyBuilder()
+    emit(b, loop_vars(outer, "x"), loop_vars(red, "r"))
+    return {buf for buf, _ in b.external_loads}
+
+
+def schedule(lowered: GraphLowering) -> list[Step]:
+    """Fuse ``lowered.nodes`` into kernels; returns the steps in execution order."""
+    nodes = _eliminate_dead(lowered)
+    steps: list[KernelGroup | ExternCall] = []
+    producer: dict[str, int] = {}
+    reads_of: dict[int, set[str]] = {}
+    for node in nodes:
+        if isinstance(node, ExternCall):
+            steps.append(node)
+            for out in node.outputs:
+                if out is not None:
+                    producer[out] = len(steps) - 1
+            continue
+        reads = _reads(node)
+        reads_of[id(node)] = reads
+        earliest = max((producer[r] for r in reads if r in producer), default=0)
+        placed = False
+        for gi in range(max(earliest, len(steps) - FUSION_WINDOW, 0), len(steps)):
+            group = steps[gi]
+            if not isinstance(group, KernelGroup):
+                continue
+            for emit in _placements(node, group):
+                b, mark = group.build(emit)
+                if any(buf in group.stored for buf, _ in b.external_loads[mark:]):
+                    continue
+                group.members.append((node, emit))
+                producer[node.name] = gi
+                placed = True
+                break
+            if placed:
+                break
+        if not placed:
+            outer, red, emit = _natural(node)
+            steps.append(KernelGroup(outer, red, [(node, emit)]))
+            producer[node.name] = len(steps) - 1
+    return _finish(lowered, steps)
+
+
+def _eliminate_dead(lowered: GraphLowering) -> list[LoopNode | ExternCall]:
+    """Drop loop nodes whose buffer nobody reads (left by rules that fell back)."""
+    live = set(lowered.output_buffers)
+    kept: list[LoopNode | ExternCall] = []
+    for node in reversed(lowered.nodes):
+        if isinstance(node, ExternCall):
+            live.update(node.reads)
+            kept.append(node)
+        elif node.name in live:
+            live.update(_reads(node))
+            kept.append(node)
+    return list(reversed(kept))
+
+
+def _finish(lowered: GraphLowering, steps: list[KernelGroup | ExternCall]) -> list[Step]:
+    # which buffers are read outside the group that writes them
+    needed = set(lowered.output_buffers)
+    for i, s in enumerate(steps):
+        if isinstance(s, ExternCall):
+            needed.update(s.reads)
+            continue
+        b, _ = s.build()
+        needed.update(buf for buf, _ in b.external_loads)
+    result: list[Step] = []
+    count = 0
+    for s in steps:
+        if isinstance(s, ExternCall):
+            result.append(s)
+            continue
+        b, _ = s.build()
+        dropped = s.stored - needed
+        body = b.finish(drop_stores_to=dropped)
+        names: list[str] = []
+        for st in body:
+            buf = getattr(st, "buffer", None)
+            if buf is not None and buf not in names:
+                names.append(buf)
+        if not any(getattr(st, "buffer", None) in s.stored for st in body):
+            continue  # every result was dropped
+        numel = 1
+        for size in s.outer + s.reduction:
+            numel *= size
+        if numel == 0:
+            continue
+        buffers = tuple(
+            Buffer(n, lowered.buffers[n].dtype, lowered.buffers[n].sizes,
+                   lowered.buffers[n].strides) for n in names)
+        origins = tuple(o for node, _ in s.members for o in node.origins)
+        kernel = Kernel(
+            name=f"kernel{count}",
+            ranges=tuple(v for v in loop_vars(s.outer, "x") if isinstance(v, Var)),
+            reduction_ranges=tuple(v for v in loop_vars(s.reduction, "r") if isinstance(v, Var)),
+            body=body,
+            buffers=buffers,
+            origins=tuple(dict.fromkeys(origins)),
+        )
+        count += 1
+        result.append(KernelStep(kernel, s))
+    return result
+
+
+def written_buffers(step: Step) -> list[str]:
+    """The wrapper variables a step creates."""
+    if isinstance(step, ExternCall):
+        return [o for o in step.outputs if o is not None]
+    return step.kernel.stored_buffers()
+
+
+def read_buffers(step: Step) -> list[str]:
+    """The wrapper variables a step reads."""
+    if isinstance(step, ExternCall):
+        return list(step.reads)
+    return step.kernel.loaded_buffers()
+
+
+__all__ = ["KernelGroup", "KernelStep", "Step", "read_buffers", "schedule", "written_buffers"]
+_ = PointwiseBuffer

@@ -1,0 +1,38 @@
+"""Test helpers: trace functional torch code into core-functional programs, compile
+them with the inductor stage, and run them through the runtime's loader."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ember.runtime.compiled import load_executor
+from ember.runtime.ir import InputSpec, Program
+from ember.runtime.tracing import GraphRecorder
+
+from ember.inductor.compile import compile_program
+
+
+def trace(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> Program:
+    """A core-functional program of ``fn`` traced on ``inputs`` (fn must be functional
+    and use Core ATen ops only, or ops the inductor lowers)."""
+    rec = GraphRecorder()
+    fakes = [rec.add_input(t, InputSpec(f"in{i}")) for i, t in enumerate(inputs)]
+    with rec:
+        out = fn(*fakes)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    program = rec.finish(outs)
+    program.dialect = "core-functional"
+    return program
+
+
+def compile_and_load(program: Program, **options: Any) -> tuple[Program, Callable[..., list[Any]]]:
+    """The compiled program and a callable ``fn(*inputs) -> list of outputs``."""
+    compiled = compile_program(program, options)
+    run = load_executor(compiled, "forward")
+    return compiled, lambda *xs: run(list(xs))
+
+
+def compile_fn(fn: Callable[..., Any], *inputs: torch.Tensor) -> tuple[Program, Callable[..., list[Any]]]:
+    return compile_and_load(trace(fn, inputs))

@@ -1,0 +1,198 @@
+"""The op table: every op Ember's inductor lowers, as functional torch code with input
+makers, run against eager (PyTorch OpInfo style). Used by test_op_table.py.
+
+Each :class:`OpCase` names the ATen op it exercises, the dtypes it applies to, a
+function, and the shapes of its tensor inputs; the input domain (``positive``,
+``nonzero``, ``index``) picks values where the op is defined.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+F32, F16, BF16, I64, BOOL = torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool
+FLOATS = (F32, F16, BF16)
+NUMERIC = (F32, F16, BF16, I64)
+ALL = (F32, F16, BF16, I64, BOOL)
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """One row: ``fn(*inputs)`` for inputs of ``shapes`` (and ``extra`` fixed tensors)."""
+
+    name: str
+    fn: Callable[..., Any]
+    shapes: tuple[tuple[int, ...], ...] = ((4, 6),)
+    dtypes: tuple[torch.dtype, ...] = FLOATS
+    domain: str = "any"  # any | positive | nonzero | unit
+    extra: Callable[[], tuple[torch.Tensor, ...]] | None = None
+    extern: bool = False  # runs as an extern call on purpose (mm, ...)
+    tags: tuple[str, ...] = field(default=())
+
+
+def _idx(*shape: int, high: int = 4) -> Callable[[], tuple[torch.Tensor, ...]]:
+    return lambda: (torch.randint(-high, high, shape),)
+
+
+def _u(name: str, fn: Callable[..., Any], dtypes: tuple[torch.dtype, ...] = FLOATS,
+       domain: str = "any") -> OpCase:
+    return OpCase(name, fn, ((4, 6),), dtypes, domain)
+
+
+def _b(name: str, fn: Callable[..., Any], dtypes: tuple[torch.dtype, ...] = NUMERIC,
+       domain: str = "any") -> OpCase:
+    return OpCase(name, fn, ((4, 6), (6,)), dtypes, domain)
+
+
+OP_TABLE: list[OpCase] = [
+    # -- unary math ---------------------------------------------------------------------
+    _u("exp", torch.exp), _u("exp2", torch.exp2), _u("expm1", torch.expm1),
+    _u("log", torch.log, domain="positive"), _u("log2", torch.log2, domain="positive"),
+    _u("log10", torch.log10, domain="positive"), _u("log1p", torch.log1p, domain="positive"),
+    _u("sqrt", torch.sqrt, domain="positive"), _u("rsqrt", torch.rsqrt, domain="positive"),
+    _u("sin", torch.sin), _u("cos", torch.cos), _u("tan", torch.tan, domain="unit"),
+    _u("asin", torch.asin, domain="unit"), _u("acos", torch.acos, domain="unit"),
+    _u("atan", torch.atan), _u("sinh", torch.sinh), _u("cosh", torch.cosh),
+    _u("tanh", torch.tanh), _u("asinh", torch.asinh), _u("atanh", torch.atanh, domain="unit"),
+    _u("erf", torch.erf), _u("sigmoid", torch.sigmoid),
+    _u("reciprocal", torch.reciprocal, domain="nonzero"),
+    _u("exp_int", torch.exp, dtypes=(I64, BOOL)),
+    _u("abs", torch.abs, dtypes=NUMERIC), _u("neg", torch.neg, dtypes=NUMERIC),
+    _u("sign", torch.sign, dtypes=NUMERIC + (BOOL,)),
+    _u("floor", torch.floor, dtypes=NUMERIC), _u("ceil", torch.ceil, dtypes=NUMERIC),
+    _u("round", torch.round, dtypes=NUMERIC), _u("trunc", torch.trunc, dtypes=NUMERIC),
+    _u("relu", torch.relu, dtypes=NUMERIC), _u("gelu", F.gelu),
+    _u("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")), _u("silu", F.silu),
+    _u("leaky_relu", lambda x: F.leaky_relu(x, 0.2)),
+    _u("hardtanh", lambda x: F.hardtanh(x, -0.5, 0.5)),
+    _u("isnan", torch.isnan, dtypes=ALL), _u("isinf", torch.isinf, dtypes=ALL),
+    _u("logical_not", torch.logical_not, dtypes=ALL),
+    _u("bitwise_not", torch.bitwise_not, dtypes=(I64, BOOL)),
+    _u("clamp", lambda x: torch.clamp(x, -0.5, 0.7), dtypes=NUMERIC),
+    _u("clamp_min", lambda x: torch.clamp(x, min=0.1), dtypes=NUMERIC),
+    _u("pow_scalar", lambda x: torch.pow(x, 3), dtypes=NUMERIC),
+    _u("pow_square", lambda x: x ** 2, dtypes=NUMERIC),
+    _u("pow_float", lambda x: x ** 1.5, domain="positive"),
+    _u("scalar_rsub", lambda x: 1 - x, dtypes=NUMERIC),
+    _u("mul_scalar", lambda x: x * 3, dtypes=ALL),
+    _u("add_scalar_float", lambda x: x + 0.5, dtypes=ALL),
+    _u("div_scalar", lambda x: x / 4, dtypes=NUMERIC),
+    # -- casts ---------------------------------------------------------------------------
+    _u("to_f32", lambda x: x.to(torch.float32), dtypes=ALL),
+    _u("to_f16", lambda x: x.to(torch.float16), dtypes=ALL),
+    _u("to_bf16", lambda x: x.to(torch.bfloat16), dtypes=ALL),
+    _u("to_i64", lambda x: x.to(torch.int64), dtypes=ALL),
+    _u("to_bool", lambda x: x.to(torch.bool), dtypes=ALL),
+    _u("clone", torch.clone, dtypes=ALL),
+    # -- binary --------------------------------------------------------------------------
+    _b("add", torch.add, dtypes=ALL), _b("add_alpha", lambda a, b: torch.add(a, b, alpha=2)),
+    _b("sub", torch.sub), _b("mul", torch.mul, dtypes=ALL), _b("div", torch.div, domain="nonzero"),
+    _b("div_floor", lambda a, b: torch.div(a, b, rounding_mode="floor"), domain="nonzero"),
+    _b("div_trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc"), domain="nonzero"),
+    _b("remainder", torch.remainder, domain="nonzero"),
+    _b("fmod", torch.fmod, domain="nonzero"),
+    _b("pow", torch.pow, dtypes=FLOATS, domain="positive"),
+    _b("maximum", torch.maximum, dtypes=ALL), _b("minimum", torch.minimum, dtypes=ALL),
+    _b("atan2", torch.atan2, dtypes=FLOATS),
+    _b("eq", torch.eq, dtypes=ALL), _b("ne", torch.ne, dtypes=ALL), _b("lt", torch.lt),
+    _b("le", torch.le), _b("gt", torch.gt), _b("ge", torch.ge),
+    _b("logical_and", torch.logical_and, dtypes=ALL),
+    _b("logical_or", torch.logical_or, dtypes=ALL),
+    _b("logical_xor", torch.logical_xor, dtypes=ALL),
+    _b("bitwise_and", torch.bitwise_and, dtypes=(I64, BOOL)),
+    _b("bitwise_or", torch.bitwise_or, dtypes=(I64, BOOL)),
+    _b("bitwise_xor", torch.bitwise_xor, dtypes=(I64, BOOL)),
+    OpCase("where", lambda c, a, b: torch.where(c > 0, a, b), ((4, 6), (4, 6), (6,)), ALL),
+    OpCase("where_scalar", lambda c, a: torch.where(c > 0, a, 0.5), ((4, 6), (4, 6)), NUMERIC),
+    OpCase("mixed_promotion", lambda a, b: a + b.to(torch.int64), ((4, 6), (4, 6)), FLOATS),
+    OpCase("chain10", lambda a, b: ((((a * b + 1).sin() * 2 - b).abs() + 1).sqrt().exp() - a)
+           .tanh() * 0.5, ((4, 6), (4, 6)), FLOATS),
+    # -- reductions ----------------------------------------------------------------------
+    _u("sum", lambda x: x.sum(-1), dtypes=ALL), _u("sum_all", torch.sum, dtypes=ALL),
+    _u("sum_dim0_keepdim", lambda x: x.sum(0, keepdim=True), dtypes=NUMERIC),
+    _u("mean", lambda x: x.mean(-1)), _u("mean_all", torch.mean),
+    _u("prod", lambda x: x.prod(-1), dtypes=NUMERIC, domain="unit"),
+    _u("amax", lambda x: x.amax(-1), dtypes=NUMERIC + (BOOL,)),
+    _u("amin", lambda x: x.amin(0), dtypes=NUMERIC),
+    _u("max_dim", lambda x: x.max(-1), dtypes=NUMERIC),
+    _u("min_dim", lambda x: x.min(0, keepdim=True), dtypes=NUMERIC),
+    _u("max_all", torch.max, dtypes=NUMERIC),
+    _u("argmax", lambda x: x.argmax(-1), dtypes=NUMERIC),
+    _u("argmin", lambda x: x.argmin(0), dtypes=NUMERIC),
+    _u("argmax_all", torch.argmax, dtypes=NUMERIC),
+    _u("var", lambda x: x.var(-1)), _u("var_unbiased0", lambda x: x.var(0, correction=0)),
+    _u("std", lambda x: x.std(-1, keepdim=True)),
+    _u("any", lambda x: x.any(-1), dtypes=ALL), _u("all", lambda x: x.all(0), dtypes=ALL),
+    _u("softmax", lambda x: torch.softmax(x, -1)),
+    _u("softmax_dim0", lambda x: torch.softmax(x, 0)),
+    _u("log_softmax", lambda x: torch.log_softmax(x, -1)),
+    OpCase("layer_norm", lambda x, w, b: F.layer_norm(x, (6,), w, b), ((4, 6), (6,), (6,)),
+           FLOATS),
+    OpCase("rms_norm", lambda x, w: F.rms_norm(x, (6,), w, eps=1e-5), ((4, 6), (6,)), FLOATS),
+    _u("norm_epilogue", lambda x: x.sum(-1).sqrt() * 2 + 1, domain="positive"),
+    # -- views ---------------------------------------------------------------------------
+    _u("view", lambda x: x.reshape(2, 12) + 1, dtypes=ALL),
+    _u("view_flat", lambda x: x.reshape(-1) * 2, dtypes=NUMERIC),
+    _u("permute", lambda x: x.permute(1, 0) * 2, dtypes=NUMERIC),
+    _u("transpose_view", lambda x: x.t().reshape(24) + 1, dtypes=NUMERIC),
+    _u("expand", lambda x: x[:, :1].expand(4, 6) + x, dtypes=NUMERIC),
+    _u("slice", lambda x: x[1:3, ::2] * 2, dtypes=ALL),
+    _u("select", lambda x: x[2] + 1, dtypes=NUMERIC),
+    _u("unsqueeze", lambda x: x.unsqueeze(1) * 2, dtypes=NUMERIC),
+    _u("squeeze", lambda x: x[:1].squeeze(0) * 2, dtypes=NUMERIC),
+    _u("flip", lambda x: x.flip(0) * 1, dtypes=ALL),
+    _u("cat", lambda x: torch.cat([x, x * 2], 1), dtypes=ALL),
+    _u("cat0", lambda x: torch.cat([x[:1], x + 1], 0), dtypes=NUMERIC),
+    _u("pad", lambda x: F.pad(x, (1, 2, 0, 1), value=0.5), dtypes=FLOATS),
+    _u("pad_int", lambda x: F.pad(x, (2, 0)), dtypes=(I64, BOOL)),
+    OpCase("gather", lambda x, i: torch.gather(x, 1, i.abs() % 6), ((4, 6),), NUMERIC,
+           extra=lambda: (torch.randint(0, 6, (4, 3)),)),
+    OpCase("index", lambda x, i: x[i], ((4, 6),), ALL, extra=_idx(5)),
+    OpCase("index_2d", lambda x, i: x[:, i], ((4, 6),), NUMERIC, extra=_idx(3, 2)),
+    OpCase("embedding", lambda w, i: F.embedding(i.abs(), w), ((6, 5),), FLOATS,
+           extra=lambda: (torch.randint(0, 6, (2, 3)),)),
+    OpCase("index_select", lambda x, i: torch.index_select(x, 0, i.abs()), ((4, 6),), NUMERIC,
+           extra=lambda: (torch.randint(0, 4, (3,)),)),
+    _u("arange_add", lambda x: x + torch.arange(6, dtype=x.dtype), dtypes=NUMERIC),
+    _u("full_like", lambda x: torch.full_like(x, 2) + x, dtypes=NUMERIC),
+    # -- externs -------------------------------------------------------------------------
+    OpCase("mm", lambda a, b: (a @ b).relu(), ((4, 6), (6, 5)), (F32,), extern=True),
+    OpCase("addmm", lambda a, b, c: torch.addmm(c, a, b), ((4, 6), (6, 5), (5,)), (F32,),
+           extern=True),
+    OpCase("bmm", lambda a, b: torch.bmm(a, b) * 2, ((2, 4, 6), (2, 6, 3)), (F32,), extern=True),
+]
+
+
+def make_input(shape: tuple[int, ...], dtype: torch.dtype, domain: str, contiguous: bool,
+               gen: torch.Generator) -> torch.Tensor:
+    """A fresh random input (never zeros); non-contiguous ones are strided views."""
+    full = shape[:-1] + (shape[-1] * 2,) if shape else shape
+    if dtype == torch.bool:
+        t = torch.randint(0, 2, full, generator=gen).bool()
+    elif not dtype.is_floating_point:
+        t = torch.randint(-7, 8, full, generator=gen)
+        if domain in ("nonzero", "positive"):
+            t = torch.where(t == 0, torch.ones_like(t), t)
+        if domain == "positive":
+            t = t.abs()
+        if domain == "unit":
+            t = t.clamp(-1, 1)
+        t = t.to(dtype)
+    else:
+        t = torch.randn(full, generator=gen)
+        if domain == "positive":
+            t = t.abs() + 0.1
+        elif domain == "nonzero":
+            t = torch.where(t.abs() < 0.1, torch.full_like(t, 0.5), t)
+        elif domain == "unit":
+            t = torch.rand(full, generator=gen) * 1.8 - 0.9
+        t = t.to(dtype)
+    if not shape:
+        return t
+    if contiguous:
+        return t[..., : shape[-1]].contiguous()
+    return t[..., ::2]

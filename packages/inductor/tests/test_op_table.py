@@ -1,0 +1,175 @@
+"""Every op in the op table against eager on CPU (C++ kernels), for float32, float16,
+bfloat16, int64 and bool where the op allows, with contiguous and non-contiguous inputs.
+
+To keep C++ compile time down, all cases of one (dtype, layout) are traced into ONE
+graph and compiled together (one g++ run); a batch that fails to compile is retried
+case by case so a failure names its op. Per-case fallback status comes from lowering
+each case's graph alone.
+
+``python packages/inductor/tests/test_op_table.py`` prints the counts kept in
+packages/inductor/README.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from helpers import compile_and_load, trace  # noqa: E402
+from op_table import OP_TABLE, OpCase, make_input  # noqa: E402
+
+from ember.inductor.lowering.graph_lowering import GraphLowering  # noqa: E402
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool)
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2),
+       torch.bfloat16: (2e-2, 2e-2)}
+
+
+def _flat(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    return [t for item in x for t in _flat(item)]
+
+
+def _inputs(case: OpCase, dtype: torch.dtype, contiguous: bool) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(hash((case.name, str(dtype), contiguous)) % 2**31)
+    xs = [make_input(s, dtype, case.domain, contiguous, gen) for s in case.shapes]
+    if case.extra is not None:
+        torch.manual_seed(7)
+        xs += list(case.extra())
+    return xs
+
+
+def _compare(actual: list[torch.Tensor], expected: list[torch.Tensor],
+             dtype: torch.dtype) -> str | None:
+    if len(actual) != len(expected):
+        return f"{len(actual)} outputs, expected {len(expected)}"
+    for a, e in zip(actual, expected):
+        rtol, atol = TOL.get(e.dtype, TOL.get(dtype, (0.0, 0.0)))
+        try:
+            torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True,
+                                       check_stride=False)
+        except AssertionError as err:
+            return str(err).splitlines()[0] + " " + " ".join(str(err).splitlines()[1:4])
+    return None
+
+
+def _lowering_status(case: OpCase, xs: list[torch.Tensor]) -> tuple[str, dict[str, int]]:
+    program = trace(case.fn, xs)
+    lowered = GraphLowering(program).run()
+    fallbacks = dict(lowered.fallbacks)
+    return ("fallback" if fallbacks else "lowered"), fallbacks
+
+
+@functools.lru_cache(maxsize=None)
+def run_batch(dtype: torch.dtype, contiguous: bool) -> dict[str, tuple[str, str]]:
+    """case name -> (status, detail): status in lowered / fallback / failing."""
+    cases = [c for c in OP_TABLE if dtype in c.dtypes]
+    inputs: dict[str, list[torch.Tensor]] = {}
+    expected: dict[str, list[torch.Tensor]] = {}
+    results: dict[str, tuple[str, str]] = {}
+    for c in cases:
+        xs = _inputs(c, dtype, contiguous)
+        try:
+            expected[c.name] = _flat(c.fn(*[x.clone() for x in xs]))
+        except RuntimeError:
+            continue  # eager does not support this dtype: not applicable
+        inputs[c.name] = xs
+    runnable = [c for c in cases if c.name in inputs]
+    for c in runnable:
+        status, fallbacks = _lowering_status(c, inputs[c.name])
+        results[c.name] = (status, str(fallbacks) if fallbacks else "")
+    try:
+        actual = _run_together(runnable, inputs)
+    except Exception:  # noqa: BLE001 - find the case that breaks the batch
+        actual = {}
+        for c in runnable:
+            try:
+                actual.update(_run_together([c], inputs))
+            except Exception as e:  # noqa: BLE001
+                results[c.name] = ("failing", f"{type(e).__name__}: {str(e)[:300]}")
+    for c in runnable:
+        if c.name not in actual:
+            continue
+        problem = _compare(actual[c.name], expected[c.name], dtype)
+        if problem:
+            results[c.name] = ("failing", problem)
+    return results
+
+
+def _run_together(cases: list[OpCase], inputs: dict[str, list[torch.Tensor]]
+                  ) -> dict[str, list[torch.Tensor]]:
+    counts: list[int] = []
+    flat_inputs = [x for c in cases for x in inputs[c.name]]
+
+    def batched(*xs: torch.Tensor) -> list[torch.Tensor]:
+        outs: list[torch.Tensor] = []
+        i = 0
+        counts.clear()
+        for c in cases:
+            n = len(inputs[c.name])
+            r = _flat(c.fn(*xs[i:i + n]))
+            counts.append(len(r))
+            outs += r
+            i += n
+        return outs
+
+    program = trace(batched, flat_inputs)
+    _, run = compile_and_load(program)
+    outs = run(*[x.clone() for x in flat_inputs])
+    result: dict[str, list[torch.Tensor]] = {}
+    k = 0
+    for c, n in zip(cases, counts):
+        result[c.name] = outs[k:k + n]
+        k += n
+    return result
+
+
+PARAMS = [
+    pytest.param(c.name, d, contig, id=f"{c.name}-{str(d)[6:]}-{'contig' if contig else 'strided'}")
+    for c in OP_TABLE for d in c.dtypes for contig in (True, False)
+]
+
+# Known gaps: (case, dtype) pairs expected to fall back instead of lowering.
+EXPECTED_FALLBACKS: set[tuple[str, torch.dtype]] = set()
+
+
+@pytest.mark.parametrize("name,dtype,contiguous", PARAMS)
+def test_op_matches_eager(name: str, dtype: torch.dtype, contiguous: bool) -> None:
+    results = run_batch(dtype, contiguous)
+    if name not in results:
+        pytest.skip(f"eager does not support {name} on {dtype}")
+    status, detail = results[name]
+    assert status != "failing", f"{name} {dtype}: {detail}"
+    case = next(c for c in OP_TABLE if c.name == name)
+    if not case.extern and (name, dtype) not in EXPECTED_FALLBACKS:
+        assert status == "lowered", f"{name} {dtype} fell back: {detail}"
+
+
+def summary() -> dict[str, int]:
+    """Counts over every (case, dtype, layout) of the table."""
+    counts = {"lowered": 0, "fallback": 0, "failing": 0, "extern": 0}
+    for d in DTYPES:
+        for contig in (True, False):
+            for name, (status, _) in run_batch(d, contig).items():
+                case = next(c for c in OP_TABLE if c.name == name)
+                counts["extern" if case.extern and status != "failing" else status] += 1
+    return counts
+
+
+if __name__ == "__main__":
+    c = summary()
+    print(f"op table: {len(OP_TABLE)} cases; runs: {sum(c.values())}; " +
+          ", ".join(f"{k} {v}" for k, v in c.items()))
+    for d in DTYPES:
+        for contig in (True, False):
+            for name, (status, detail) in sorted(run_batch(d, contig).items()):
+                if status != "lowered":
+                    print(f"  {name} {d} {'contig' if contig else 'strided'}: {status} {detail}")

@@ -1,0 +1,30 @@
+"""The private torch APIs the runtime uses, in one place (DESIGN.md §5).
+
+A torch upgrade that moves one of these touches only this file. Other modules of
+``ember.runtime`` import them from here, never from ``torch._*`` directly. Other helpers
+may add lines here; keep one import per name and say what it is for.
+"""
+
+from __future__ import annotations
+
+import torch.utils._pytree as pytree  # flatten/unflatten nested containers
+from torch._subclasses.fake_tensor import (  # tensors with metadata and no data
+    FakeTensor,
+    FakeTensorMode,
+    unset_fake_temporarily,
+)
+from torch.utils._python_dispatch import TorchDispatchMode  # a Python dispatch hook
+
+__all__ = [
+    "FakeTensor",
+    "FakeTensorMode",
+    "TorchDispatchMode",
+    "is_fake",
+    "pytree",
+    "unset_fake_temporarily",
+]
+
+
+def is_fake(value: object) -> bool:
+    """True for a FakeTensor (of any fake mode)."""
+    return isinstance(value, FakeTensor)

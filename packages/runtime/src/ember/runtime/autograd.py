@@ -1,0 +1,125 @@
+"""The autograd glue: a compiled forward/backward pair as one ``torch.autograd.Function``.
+
+A ``core-functional`` (or compiled) training program has a ``forward`` graph whose outputs
+are the user outputs, the mutated inputs and then the SAVED_TENSOR values, and a
+``backward`` graph taking the saved values and one tangent per differentiable output and
+returning one gradient per input labelled in its GRADIENT specs (see the aot stage's
+README). :class:`TrainingRunner` holds the two executors; the backward one is built on
+the first backward call, so a program only ever used under ``torch.no_grad()`` never
+compiles its backward graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ember.runtime.executor import Executor, ExecutorFactory
+from ember.runtime.ir import OutputKind, Program
+
+
+class TrainingRunner:
+    """The forward executor, the (lazy) backward executor and the bookkeeping that joins
+    them for one program.
+
+    Args:
+        program: a program with ``forward`` and ``backward`` graphs.
+        forward: the forward graph's executor.
+        executor_factory: builds the backward executor on first use.
+
+    Raises:
+        ValueError: the backward graph's signature does not match the forward graph's.
+    """
+
+    def __init__(self, program: Program, forward: Executor,
+                 executor_factory: ExecutorFactory) -> None:
+        self.program = program
+        self.forward = forward
+        self._factory = executor_factory
+        self._backward: Executor | None = None
+        specs = program.signature.outputs["forward"]
+        self.n_saved = sum(1 for s in specs if s.kind == OutputKind.SAVED_TENSOR)
+        self.n_outputs = len(specs) - self.n_saved
+        aot_meta = program.metadata.get("aot", {})
+        differentiable = aot_meta.get("differentiable_outputs", []) if isinstance(
+            aot_meta, dict) else []
+        self.differentiable: list[int] = [int(i) for i in differentiable]
+        positions = {p.name: i for i, p in enumerate(program.forward.placeholders)}
+        self.n_inputs = len(positions)
+        self.grad_positions: list[int] = []
+        for spec in program.signature.outputs.get("backward", []):
+            if spec.kind != OutputKind.GRADIENT or spec.target not in positions:
+                raise ValueError(f"backward output {spec} is not the gradient of a forward "
+                                 "placeholder")
+            self.grad_positions.append(positions[spec.target])
+        n_backward_inputs = len(program.graphs["backward"].placeholders)
+        if n_backward_inputs != self.n_saved + len(self.differentiable):
+            raise ValueError(
+                f"backward graph takes {n_backward_inputs} inputs, but the forward graph "
+                f"saves {self.n_saved} values and has {len(self.differentiable)} "
+                "differentiable outputs"
+            )
+
+    @property
+    def backward(self) -> Executor:
+        """The backward graph's executor, built on first use."""
+        if self._backward is None:
+            self._backward = self._factory(self.program, "backward")
+        return self._backward
+
+    def run(self, inputs: list[Any]) -> list[Any]:
+        """Run the forward graph through :class:`CompiledFunction` (recording the backward
+        for autograd); return the forward outputs without the saved values."""
+        outputs = CompiledFunction.apply(self, *inputs)
+        return list(outputs)
+
+
+class CompiledFunction(torch.autograd.Function):
+    """forward: run the forward executor, keep the saved values; backward: run the
+    backward executor on them and the incoming gradients."""
+
+    @staticmethod
+    def forward(ctx: Any, runner: TrainingRunner, *inputs: Any) -> tuple[Any, ...]:  # type: ignore[override]
+        results = runner.forward(list(inputs))
+        outputs, saved = results[: runner.n_outputs], results[runner.n_outputs:]
+        tensors = [s for s in saved if isinstance(s, torch.Tensor)]
+        ctx.save_for_backward(*tensors)
+        # NOTE: non-tensor saved values (sizes, Python numbers) travel on ctx.
+        ctx.saved_layout = [isinstance(s, torch.Tensor) for s in saved]
+        ctx.saved_others = [s for s in saved if not isinstance(s, torch.Tensor)]
+        ctx.runner = runner
+        differentiable = set(runner.differentiable)
+        input_ids = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
+        visible: list[Any] = []
+        for i, out in enumerate(outputs):
+            if isinstance(out, torch.Tensor) and id(out) in input_ids:
+                out = out.detach()  # an input returned as is: autograd needs a new object
+            visible.append(out)
+        ctx.mark_non_differentiable(*[
+            o for i, o in enumerate(visible)
+            if i not in differentiable and isinstance(o, torch.Tensor)
+        ])
+        return tuple(visible)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:  # type: ignore[override]
+        runner: TrainingRunner = ctx.runner
+        tensors = iter(ctx.saved_tensors)
+        others = iter(ctx.saved_others)
+        saved = [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]
+        tangents = [_contiguous_like_forward(grads[i]) for i in runner.differentiable]
+        grad_values = runner.backward(saved + tangents)
+        result: list[Any] = [None] * runner.n_inputs
+        for position, g in zip(runner.grad_positions, grad_values):
+            result[position] = g
+        return (None, *result)
+
+
+def _contiguous_like_forward(grad: Any) -> Any:
+    # NOTE: the backward graph was traced with dense tangents; an expanded zero gradient
+    # or a transposed one from the caller is made dense before it reaches compiled code.
+    if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
+        return grad.contiguous()
+    return grad

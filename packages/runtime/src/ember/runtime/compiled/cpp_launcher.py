@@ -1,0 +1,61 @@
+"""The launcher the compiled-artifact loader uses for ``lang == "cpp"`` kernels.
+
+:func:`load_kernel` compiles (or finds in the cache) the kernel's C++ source, loads the
+shared library with ctypes and returns ``kernel(*tensors)``, which passes each tensor's
+data pointer (storage offset applied) to the ``extern "C"`` entry point.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Callable
+
+from ember.runtime.compiled.cpp_build import compile_cpp
+
+
+class CppKernel:
+    """A loaded C++ kernel: call with the tensors of its buffers, in order."""
+
+    def __init__(self, name: str, fn: Any, n_args: int) -> None:
+        self.name = name
+        self._fn = fn
+        self._n_args = n_args
+
+    def __call__(self, *tensors: Any) -> None:
+        if len(tensors) != self._n_args:
+            raise TypeError(f"kernel {self.name} takes {self._n_args} tensors, "
+                            f"got {len(tensors)}")
+        self._fn(*(t.data_ptr() for t in tensors))
+
+    def __repr__(self) -> str:
+        return f"<C++ kernel {self.name}>"
+
+
+def load_kernel(entry: dict[str, Any], files: dict[str, bytes]) -> Callable[..., None]:
+    """Build the callable of one kernel entry of an artifact.
+
+    Args:
+        entry: ``{"name", "lang": "cpp", "entry", "source": <path in files>, "meta":
+            {"arg_dtypes": [...]}}``.
+        files: the artifact's files.
+
+    Raises:
+        ValueError: the entry is malformed or its source is missing.
+        ember.runtime.compiled.cpp_build.CppCompileError: the source does not compile.
+    """
+    source_path = entry.get("source")
+    if not isinstance(source_path, str) or source_path not in files:
+        raise ValueError(f"C++ kernel entry {entry.get('name')!r}: source "
+                         f"{source_path!r} is not among the artifact's files")
+    meta = entry.get("meta") or {}
+    arg_dtypes = meta.get("arg_dtypes") if isinstance(meta, dict) else None
+    if not isinstance(arg_dtypes, list):
+        raise ValueError(f"C++ kernel entry {entry.get('name')!r}: meta.arg_dtypes missing")
+    symbol = entry.get("entry")
+    if not isinstance(symbol, str) or not symbol.isidentifier():
+        raise ValueError(f"C++ kernel entry {entry.get('name')!r}: bad entry {symbol!r}")
+    lib = ctypes.CDLL(str(compile_cpp(files[source_path].decode())))
+    fn = getattr(lib, symbol)
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p] * len(arg_dtypes)
+    return CppKernel(str(entry.get("name", symbol)), fn, len(arg_dtypes))

@@ -1,0 +1,220 @@
+"""Triton kernels of a compiled artifact: their description, loading and launching.
+
+The inductor stage emits each Triton kernel as a :class:`TritonKernelSpec`: the source of
+a small Python module holding one ``@triton.jit`` function, the Triton types of its runtime
+arguments and the values of its ``tl.constexpr`` parameters (block sizes). The spec is
+plain JSON, so it travels in the ``compiled`` dialect's zip with no pickle.
+
+:func:`load_triton_kernel` turns a spec into a :class:`TritonKernel`, which the generated
+wrapper launches with ``kernel.launch(grid, *args)``. The source goes through the on-disk
+cache (:mod:`ember.runtime.compiled.triton_cache`) and is imported by path; Triton JIT
+compiles it on the first launch and keeps the binary in its own cache.
+
+On a CPU tensor the kernel runs in Triton's interpreter (``TRITON_INTERPRET``), which is
+how CI exercises generated Triton code without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from ember.runtime.compiled import triton_cache
+
+
+class TritonUnavailableError(RuntimeError):
+    """A compiled artifact has Triton kernels but Triton is not installed."""
+
+
+@dataclass(frozen=True)
+class TritonKernelSpec:
+    """One generated Triton kernel.
+
+    Attributes:
+        name: the name of the ``@triton.jit`` function in ``source``.
+        source: a Python module: imports and the jitted function.
+        signature: runtime (non-constexpr) parameter name → Triton type (``*fp32``,
+            ``i32``, ``i64``, ``fp32``), in the order the wrapper passes them.
+        constexprs: ``tl.constexpr`` parameter name → value (block sizes, flags).
+        num_warps: warps per program on a GPU.
+        num_stages: software-pipelining stages on a GPU.
+    """
+
+    name: str
+    source: str
+    signature: dict[str, str]
+    constexprs: dict[str, int | bool] = field(default_factory=dict)
+    num_warps: int = 4
+    num_stages: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serializable dict (inverse of :meth:`from_json`)."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "signature": dict(self.signature),
+            "constexprs": dict(self.constexprs),
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> "TritonKernelSpec":
+        """Rebuild a spec from :meth:`to_json`'s dict.
+
+        Raises:
+            ValueError: naming the missing or mistyped field.
+        """
+        try:
+            spec = TritonKernelSpec(
+                name=str(data["name"]),
+                source=str(data["source"]),
+                signature={str(k): str(v) for k, v in dict(data["signature"]).items()},
+                constexprs={str(k): v for k, v in dict(data.get("constexprs", {})).items()},
+                num_warps=int(data.get("num_warps", 4)),
+                num_stages=int(data.get("num_stages", 1)),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed Triton kernel spec: {type(e).__name__}: {e}") from e
+        for k, v in spec.constexprs.items():
+            if not isinstance(v, (int, bool)):
+                raise ValueError(f"Triton kernel {spec.name}: constexpr {k} is {v!r}, not an int")
+        return spec
+
+
+def _import_triton() -> Any:
+    try:
+        import triton
+    except ImportError as e:
+        raise TritonUnavailableError(
+            "this compiled program has Triton kernels but Triton is not installed: "
+            "pip install triton"
+        ) from e
+    return triton
+
+
+@contextlib.contextmanager
+def _interpreter_mode(enabled: bool) -> Iterator[None]:
+    """Make ``@triton.jit`` build interpreted (or compiled) functions while active.
+
+    Triton decides at decoration time, from ``triton.knobs.runtime.interpret`` (which
+    reads ``TRITON_INTERPRET``); we set it around the import of a kernel module only.
+    """
+    triton = _import_triton()
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and hasattr(knobs.runtime, "scope"):
+        with knobs.runtime.scope():
+            knobs.runtime.interpret = enabled
+            yield
+        return
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if enabled else "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+_modules_lock = threading.Lock()
+_loaded: dict[tuple[Path, bool], Any] = {}
+
+
+def _import_kernel_module(path: Path, interpret: bool) -> Any:
+    """Import the kernel module at ``path`` once per (path, mode)."""
+    with _modules_lock:
+        key = (path, interpret)
+        if key in _loaded:
+            return _loaded[key]
+        mode = "interp" if interpret else "jit"
+        module_name = f"ember_triton_{path.parent.name[:24]}_{mode}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import the Triton kernel file {path}")
+        module = importlib.util.module_from_spec(spec)
+        with _interpreter_mode(interpret):
+            spec.loader.exec_module(module)
+        _loaded[key] = module
+        return module
+
+
+def jit_function_from_source(spec: TritonKernelSpec, *, interpret: bool, device: str) -> Any:
+    """The ``@triton.jit`` function of ``spec``, imported from the on-disk cache.
+
+    Args:
+        spec: the kernel.
+        interpret: build Triton interpreter functions (CPU) instead of GPU JIT ones.
+        device: the device tag for the cache key (:func:`triton_cache.device_tag`).
+
+    Raises:
+        TritonUnavailableError: when Triton is not installed.
+        AttributeError: when the source has no function named ``spec.name``.
+    """
+    _import_triton()
+    path = triton_cache.kernel_source_path(spec.source, device)
+    module = _import_kernel_module(path, interpret)
+    fn = getattr(module, spec.name, None)
+    if fn is None:
+        raise AttributeError(f"the Triton kernel source has no function {spec.name!r}")
+    return fn
+
+
+class TritonKernel:
+    """A loaded Triton kernel: ``launch(grid, *args)`` runs it.
+
+    Build with :func:`load_triton_kernel`.
+    """
+
+    def __init__(self, spec: TritonKernelSpec, fn: Any, interpret: bool) -> None:
+        self.spec = spec
+        self.interpret = interpret
+        self._fn = fn
+        self._options: dict[str, Any] = dict(spec.constexprs)
+        if not interpret:
+            self._options["num_warps"] = spec.num_warps
+            self._options["num_stages"] = spec.num_stages
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def launch(self, grid: Sequence[int], *args: Any) -> None:
+        """Run the kernel over ``grid`` programs with the runtime arguments ``args``
+        (tensors and scalars, in ``spec.signature`` order).
+
+        Raises:
+            TypeError: when the number of arguments does not match the signature.
+        """
+        if len(args) != len(self.spec.signature):
+            raise TypeError(
+                f"Triton kernel {self.name} takes {len(self.spec.signature)} arguments "
+                f"({', '.join(self.spec.signature)}), got {len(args)}"
+            )
+        self._fn[tuple(grid)](*args, **self._options)
+
+    def __repr__(self) -> str:
+        mode = "interpreted" if self.interpret else "jit"
+        return f"<TritonKernel {self.name} ({mode})>"
+
+
+def load_triton_kernel(spec: TritonKernelSpec, device: torch.device | str) -> TritonKernel:
+    """Load ``spec`` to run on ``device``: compiled by Triton's JIT for a CUDA device,
+    run by Triton's interpreter for a CPU device.
+
+    Raises:
+        TritonUnavailableError: when Triton is not installed.
+    """
+    dev = torch.device(device)
+    interpret = dev.type != "cuda"
+    tag = triton_cache.device_tag(dev, interpret)
+    fn = jit_function_from_source(spec, interpret=interpret, device=tag)
+    return TritonKernel(spec, fn, interpret)

@@ -1,0 +1,188 @@
+"""JSON encodings of the IR's values: arguments, metadata, source locations, nodes,
+graphs and signatures (the pieces of ``program.json``).
+
+Arguments are a closed, typed set of encodings:
+
+=========================  ===========================================
+Python value               JSON
+=========================  ===========================================
+None, bool, int, str       null, true/false, 1, "s"
+finite float               a JSON number with a fraction or exponent: 1.0, 1e-05
+inf, -inf, nan             {"float": "inf"}, {"float": "-inf"}, {"float": "nan"}
+complex                    {"complex": [re, im]} (each a float encoding)
+ValueRef                   {"ref": "x"} or {"ref": "x", "index": 0}
+torch.dtype                {"dtype": "float32"}
+torch.device               {"device": "cuda:0"}
+torch.memory_format        {"memory_format": "channels_last"}
+torch.layout               {"layout": "strided"}
+tuple                      {"tuple": [...]}
+=========================  ===========================================
+
+Decoders check every type and raise :class:`IRFormatError` naming the JSON path of the
+bad value (``graphs.forward.nodes[3].args[1]``). Names decode through the allow-lists of
+:mod:`ember.runtime.ir.torch_names`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+from ember.runtime.ir import torch_names
+from ember.runtime.ir.errors import IRFormatError
+from ember.runtime.ir.graph import (
+    Argument,
+    ValueRef,
+)
+
+JSON = object  # a value json.loads can return; narrowed with the checks below
+
+SCALAR_META_TYPES: frozenset[str] = frozenset({"int", "float", "bool", "complex"})
+
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+T = TypeVar("T")
+
+
+# ---- type checks ------------------------------------------------------------------------
+
+
+def expect_dict(v: JSON, where: str) -> dict[str, JSON]:
+    if not isinstance(v, dict):
+        raise IRFormatError(f"{where}: expected a JSON object, got {_describe(v)}")
+    return v
+
+
+def expect_list(v: JSON, where: str) -> list[JSON]:
+    if not isinstance(v, list):
+        raise IRFormatError(f"{where}: expected a JSON array, got {_describe(v)}")
+    return v
+
+
+def expect_str(v: JSON, where: str) -> str:
+    if not isinstance(v, str):
+        raise IRFormatError(f"{where}: expected a string, got {_describe(v)}")
+    return v
+
+
+def expect_int(v: JSON, where: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise IRFormatError(f"{where}: expected an integer, got {_describe(v)}")
+    return v
+
+
+def expect_bool(v: JSON, where: str) -> bool:
+    if not isinstance(v, bool):
+        raise IRFormatError(f"{where}: expected true or false, got {_describe(v)}")
+    return v
+
+
+def optional(v: JSON, where: str, check: Callable[[JSON, str], T]) -> T | None:
+    """``None`` for JSON null, else ``check(v, where)``."""
+    return None if v is None else check(v, where)
+
+
+def expect_keys(d: dict[str, JSON], where: str, required: set[str], allowed: set[str]) -> None:
+    """Check that ``d`` has every key of ``required`` and no key outside ``allowed``."""
+    missing = required - d.keys()
+    if missing:
+        raise IRFormatError(f"{where}: missing key(s) {sorted(missing)}")
+    extra = d.keys() - allowed
+    if extra:
+        raise IRFormatError(f"{where}: unexpected key(s) {sorted(extra)}")
+
+
+def _describe(v: JSON) -> str:
+    text = repr(v)
+    return f"{type(v).__name__} {text[:60] + '...' if len(text) > 60 else text}"
+
+
+# ---- arguments --------------------------------------------------------------------------
+
+
+def encode_float(x: float) -> JSON:
+    if math.isfinite(x):
+        return x
+    return {"float": "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
+
+
+def decode_float(v: JSON, where: str) -> float:
+    if isinstance(v, float):
+        return v
+    if isinstance(v, dict) and v.keys() == {"float"}:
+        value = _NON_FINITE.get(v["float"]) if isinstance(v["float"], str) else None
+        if value is not None:
+            return value
+    raise IRFormatError(f"{where}: expected a float encoding, got {_describe(v)}")
+
+
+def encode_argument(a: Argument) -> JSON:
+    """The JSON encoding of an IR argument (see the module docstring).
+
+    Raises:
+        IRFormatError: for a value outside the closed set of argument types.
+    """
+    if a is None or isinstance(a, (bool, int, str)):
+        return a
+    if isinstance(a, float):
+        return encode_float(a)
+    if isinstance(a, ValueRef):
+        return {"ref": a.node} if a.index is None else {"ref": a.node, "index": a.index}
+    if isinstance(a, tuple):
+        return {"tuple": [encode_argument(x) for x in a]}
+    if isinstance(a, complex):
+        return {"complex": [encode_float(a.real), encode_float(a.imag)]}
+    if isinstance(a, torch.dtype):
+        return {"dtype": torch_names.dtype_name(a)}
+    if isinstance(a, torch.device):
+        return {"device": str(a)}
+    if isinstance(a, torch.memory_format):
+        name = torch_names.MEMORY_FORMAT_NAMES.get(a)
+        if name is not None:
+            return {"memory_format": name}
+    elif isinstance(a, torch.layout):
+        name = torch_names.LAYOUT_NAMES.get(a)
+        if name is not None:
+            return {"layout": name}
+    raise IRFormatError(f"{type(a).__name__} {a!r} is not an Ember IR argument")
+
+
+def decode_argument(v: JSON, where: str) -> Argument:
+    """Decode one argument encoding; ``where`` names it in errors."""
+    if v is None or isinstance(v, (bool, int, str, float)):
+        return v
+    if isinstance(v, list):
+        raise IRFormatError(f"{where}: bad argument encoding: a bare JSON array "
+                            "(tuples are {\"tuple\": [...]})")
+    if not isinstance(v, dict) or len(v) == 0:
+        raise IRFormatError(f"{where}: bad argument encoding {_describe(v)}")
+    kind = next(iter(v))
+    payload = v[kind]
+    if kind == "ref":
+        expect_keys(v, where, {"ref"}, {"ref", "index"})
+        index = optional(v.get("index"), f"{where}.index", expect_int)
+        return ValueRef(expect_str(payload, f"{where}.ref"), index)
+    if len(v) != 1:
+        raise IRFormatError(f"{where}: bad argument encoding with keys {sorted(v)}")
+    if kind == "tuple":
+        items = expect_list(payload, f"{where}.tuple")
+        return tuple(decode_argument(x, f"{where}.tuple[{i}]") for i, x in enumerate(items))
+    if kind == "float":
+        return decode_float(v, where)
+    if kind == "complex":
+        parts = expect_list(payload, f"{where}.complex")
+        if len(parts) != 2:
+            raise IRFormatError(f"{where}.complex: expected [real, imag]")
+        return complex(decode_float(parts[0], f"{where}.complex[0]"),
+                       decode_float(parts[1], f"{where}.complex[1]"))
+    if kind == "dtype":
+        return torch_names.dtype_from_name(expect_str(payload, where), where)
+    if kind == "device":
+        return torch_names.device_from_name(expect_str(payload, where), where)
+    if kind == "memory_format":
+        return torch_names.memory_format_from_name(expect_str(payload, where), where)
+    if kind == "layout":
+        return torch_names.layout_from_name(expect_str(payload, where), where)
+    raise IRFormatError(f"{where}: bad argument encoding: unknown kind {kind!r}")

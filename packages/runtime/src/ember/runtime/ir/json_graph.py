@@ -1,0 +1,262 @@
+"""JSON encodings of metadata, source locations, nodes, graphs and signatures.
+
+Shapes (every key is always written; decoders check types and keys):
+
+* TensorMeta: ``{"tensor": {"dtype": "float32", "sizes": [4, "s0*2"], "strides": [..],
+  "device": "cpu", "storage_offset": 0, "requires_grad": false}}`` (a size is a JSON int
+  or a symbolic expression string);
+* ScalarMeta: ``{"scalar": "int"}``; several results: ``{"tuple": [meta or null, ...]}``;
+* SourceLocation: ``{"file": .., "line": .., "function": .., "text": ..}``;
+* Node: ``{"name", "op", "target", "args": [..], "kwargs": {..}, "meta", "source"}``;
+* Graph: ``{"nodes": [..], "symbols": {"s0": {"lower": 2, "upper": null}}}``;
+* Signature: ``{"inputs": {graph: [{"name", "kind", "target"}]},
+  "outputs": {graph: [{"kind", "target"}]}}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ember.runtime.ir import torch_names
+from ember.runtime.ir.errors import IRFormatError
+from ember.runtime.ir.graph import (
+    Graph,
+    InputKind,
+    InputSpec,
+    Meta,
+    Node,
+    OutputKind,
+    OutputSpec,
+    ScalarMeta,
+    Signature,
+    SourceLocation,
+    SymbolRange,
+    SymInt,
+    TensorMeta,
+)
+from ember.runtime.ir.json_codec import (
+    JSON,
+    SCALAR_META_TYPES,
+    decode_argument,
+    encode_argument,
+    expect_bool,
+    expect_dict,
+    expect_int,
+    expect_keys,
+    expect_list,
+    expect_str,
+    optional,
+)
+
+_INPUT_KINDS = {k.value: k for k in InputKind}
+_OUTPUT_KINDS = {k.value: k for k in OutputKind}
+
+# ---- metadata ---------------------------------------------------------------------------
+
+
+def _encode_symint(s: SymInt) -> JSON:
+    if isinstance(s, bool) or not isinstance(s, (int, str)):
+        raise IRFormatError(f"size {s!r} is neither an int nor a symbolic expression")
+    return s
+
+
+def _decode_symint(v: JSON, where: str) -> SymInt:
+    if isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)):
+        return v
+    raise IRFormatError(f"{where}: expected an int or a symbolic size expression, got {v!r}")
+
+
+def _decode_symints(v: JSON, where: str) -> tuple[SymInt, ...]:
+    items = expect_list(v, where)
+    return tuple(_decode_symint(x, f"{where}[{i}]") for i, x in enumerate(items))
+
+
+def _encode_single_meta(m: TensorMeta | ScalarMeta | None) -> JSON:
+    if m is None:
+        return None
+    if isinstance(m, ScalarMeta):
+        return {"scalar": m.type}
+    if isinstance(m, TensorMeta):
+        return {"tensor": {
+            "dtype": torch_names.dtype_name(m.dtype),
+            "sizes": [_encode_symint(s) for s in m.sizes],
+            "strides": [_encode_symint(s) for s in m.strides],
+            "device": str(m.device),
+            "storage_offset": _encode_symint(m.storage_offset),
+            "requires_grad": m.requires_grad,
+        }}
+    raise IRFormatError(f"{type(m).__name__} is not node metadata")
+
+
+def encode_meta(m: Meta) -> JSON:
+    """The JSON encoding of a node's metadata."""
+    if isinstance(m, tuple):
+        return {"tuple": [_encode_single_meta(x) for x in m]}
+    return _encode_single_meta(m)
+
+
+def _decode_tensor_meta(v: JSON, where: str) -> TensorMeta:
+    d = expect_dict(v, where)
+    keys = {"dtype", "sizes", "strides", "device", "storage_offset", "requires_grad"}
+    expect_keys(d, where, keys, keys)
+    return TensorMeta(
+        dtype=torch_names.dtype_from_name(expect_str(d["dtype"], f"{where}.dtype"),
+                                          f"{where}.dtype"),
+        sizes=_decode_symints(d["sizes"], f"{where}.sizes"),
+        strides=_decode_symints(d["strides"], f"{where}.strides"),
+        device=torch_names.device_from_name(expect_str(d["device"], f"{where}.device"),
+                                            f"{where}.device"),
+        storage_offset=_decode_symint(d["storage_offset"], f"{where}.storage_offset"),
+        requires_grad=expect_bool(d["requires_grad"], f"{where}.requires_grad"),
+    )
+
+
+def _decode_single_meta(v: JSON, where: str) -> TensorMeta | ScalarMeta | None:
+    if v is None:
+        return None
+    d = expect_dict(v, where)
+    if d.keys() == {"tensor"}:
+        return _decode_tensor_meta(d["tensor"], f"{where}.tensor")
+    if d.keys() == {"scalar"}:
+        kind = expect_str(d["scalar"], f"{where}.scalar")
+        if kind not in SCALAR_META_TYPES:
+            raise IRFormatError(f"{where}.scalar: unknown scalar type {kind!r} "
+                                f"(one of {sorted(SCALAR_META_TYPES)})")
+        return ScalarMeta(kind)
+    raise IRFormatError(f"{where}: bad meta encoding with keys {sorted(d)}")
+
+
+def decode_meta(v: JSON, where: str) -> Meta:
+    """Decode a node's metadata; ``where`` names it in errors."""
+    if isinstance(v, dict) and v.keys() == {"tuple"}:
+        items = expect_list(v["tuple"], f"{where}.tuple")
+        return tuple(_decode_single_meta(x, f"{where}.tuple[{i}]") for i, x in enumerate(items))
+    return _decode_single_meta(v, where)
+
+
+# ---- source locations and nodes ---------------------------------------------------------
+
+
+def encode_source(s: SourceLocation | None) -> JSON:
+    if s is None:
+        return None
+    return {"file": s.file, "line": s.line, "function": s.function, "text": s.text}
+
+
+def decode_source(v: JSON, where: str) -> SourceLocation | None:
+    if v is None:
+        return None
+    d = expect_dict(v, where)
+    keys = {"file", "line", "function", "text"}
+    expect_keys(d, where, keys, keys)
+    return SourceLocation(
+        file=expect_str(d["file"], f"{where}.file"),
+        line=expect_int(d["line"], f"{where}.line"),
+        function=expect_str(d["function"], f"{where}.function"),
+        text=expect_str(d["text"], f"{where}.text"),
+    )
+
+
+def encode_node(n: Node) -> JSON:
+    """The JSON encoding of one node."""
+    return {
+        "name": n.name,
+        "op": n.op,
+        "target": n.target,
+        "args": [encode_argument(a) for a in n.args],
+        "kwargs": {k: encode_argument(a) for k, a in n.kwargs.items()},
+        "meta": encode_meta(n.meta),
+        "source": encode_source(n.source),
+    }
+
+
+def decode_node(v: JSON, where: str) -> Node:
+    """Decode one node (its op and target are checked later, by the load checks)."""
+    d = expect_dict(v, where)
+    keys = {"name", "op", "target", "args", "kwargs", "meta", "source"}
+    expect_keys(d, where, keys, keys)
+    args = expect_list(d["args"], f"{where}.args")
+    kwargs = expect_dict(d["kwargs"], f"{where}.kwargs")
+    return Node(
+        name=expect_str(d["name"], f"{where}.name"),
+        op=expect_str(d["op"], f"{where}.op"),
+        target=expect_str(d["target"], f"{where}.target"),
+        args=tuple(decode_argument(a, f"{where}.args[{i}]") for i, a in enumerate(args)),
+        kwargs={k: decode_argument(a, f"{where}.kwargs.{k}") for k, a in kwargs.items()},
+        meta=decode_meta(d["meta"], f"{where}.meta"),
+        source=decode_source(d["source"], f"{where}.source"),
+    )
+
+
+# ---- graphs and signatures --------------------------------------------------------------
+
+
+def encode_graph(g: Graph) -> JSON:
+    """The JSON encoding of a graph: its nodes and its symbol ranges."""
+    return {
+        "nodes": [encode_node(n) for n in g.nodes],
+        "symbols": {s: {"lower": r.lower, "upper": r.upper} for s, r in g.symbols.items()},
+    }
+
+
+def decode_graph(v: JSON, where: str) -> Graph:
+    d = expect_dict(v, where)
+    expect_keys(d, where, {"nodes", "symbols"}, {"nodes", "symbols"})
+    nodes = expect_list(d["nodes"], f"{where}.nodes")
+    symbols: dict[str, SymbolRange] = {}
+    for name, r in expect_dict(d["symbols"], f"{where}.symbols").items():
+        at = f"{where}.symbols.{name}"
+        rd = expect_dict(r, at)
+        expect_keys(rd, at, {"lower", "upper"}, {"lower", "upper"})
+        symbols[name] = SymbolRange(expect_int(rd["lower"], f"{at}.lower"),
+                                    optional(rd["upper"], f"{at}.upper", expect_int))
+    return Graph(
+        nodes=[decode_node(n, f"{where}.nodes[{i}]") for i, n in enumerate(nodes)],
+        symbols=symbols,
+    )
+
+
+def encode_signature(sig: Signature) -> JSON:
+    return {
+        "inputs": {
+            g: [{"name": s.name, "kind": s.kind.value, "target": s.target} for s in specs]
+            for g, specs in sig.inputs.items()
+        },
+        "outputs": {
+            g: [{"kind": s.kind.value, "target": s.target} for s in specs]
+            for g, specs in sig.outputs.items()
+        },
+    }
+
+
+def _decode_kind(v: JSON, where: str, kinds: Mapping[str, object]) -> str:
+    kind = expect_str(v, where)
+    if kind not in kinds:
+        raise IRFormatError(f"{where}: unknown kind {kind!r} (one of {sorted(kinds)})")
+    return kind
+
+
+def decode_signature(v: JSON, where: str) -> Signature:
+    d = expect_dict(v, where)
+    expect_keys(d, where, {"inputs", "outputs"}, {"inputs", "outputs"})
+    sig = Signature()
+    for g, specs in expect_dict(d["inputs"], f"{where}.inputs").items():
+        sig.inputs[g] = []
+        for i, s in enumerate(expect_list(specs, f"{where}.inputs.{g}")):
+            at = f"{where}.inputs.{g}[{i}]"
+            sd = expect_dict(s, at)
+            expect_keys(sd, at, {"name", "kind", "target"}, {"name", "kind", "target"})
+            kind = _decode_kind(sd["kind"], f"{at}.kind", _INPUT_KINDS)
+            sig.inputs[g].append(InputSpec(expect_str(sd["name"], f"{at}.name"),
+                                           _INPUT_KINDS[kind],
+                                           optional(sd["target"], f"{at}.target", expect_str)))
+    for g, specs in expect_dict(d["outputs"], f"{where}.outputs").items():
+        sig.outputs[g] = []
+        for i, s in enumerate(expect_list(specs, f"{where}.outputs.{g}")):
+            at = f"{where}.outputs.{g}[{i}]"
+            sd = expect_dict(s, at)
+            expect_keys(sd, at, {"kind", "target"}, {"kind", "target"})
+            kind = _decode_kind(sd["kind"], f"{at}.kind", _OUTPUT_KINDS)
+            sig.outputs[g].append(OutputSpec(_OUTPUT_KINDS[kind],
+                                             optional(sd["target"], f"{at}.target", expect_str)))
+    return sig

@@ -1,0 +1,136 @@
+"""The pipeline: compose the installed stages into a backend and run the result.
+
+A backend is a list of stages (found through the ``ember.stages`` entry points) followed
+by the executor the final dialect calls for (DESIGN.md §2):
+
+===============  ========================  ===============================
+backend          stages                    runs on
+===============  ========================  ===============================
+``eager``        (none)                    the reference interpreter
+``aot_eager``    aot                       the reference interpreter
+``inductor``     aot, inductor             the compiled artifact
+===============  ========================  ===============================
+
+The input program is verified as ``aten``. With ``EMBER_SERIALIZE_BOUNDARIES=1`` every
+boundary (the input, and each stage's output) is written to a ``.ember`` file, read back,
+checked equal to what was written, and verified in its dialect: the file format, not a
+Python object, is then what stages exchange. With ``EMBER_DEBUG_DIR`` set, each stage's
+output is also saved there for inspection.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ember.runtime.callable import ProgramCallable
+from ember.runtime.config import config
+from ember.runtime.ir import Program, VerificationError, load, save, verify
+from ember.runtime.logs import log
+from ember.runtime.stages import Stage, load_stage
+
+BACKENDS: dict[str, tuple[str, ...]] = {
+    "eager": (),
+    "aot_eager": ("aot",),
+    "inductor": ("aot", "inductor"),
+}
+"""Each backend's stages, in order."""
+
+MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def list_backends() -> list[str]:
+    """The names ``compile_program`` accepts (whether or not their stages are installed)."""
+    return list(BACKENDS)
+
+
+def compile_program(
+    program: Program,
+    backend: str = "inductor",
+    options: dict[str, Any] | None = None,
+    mode: str | None = None,
+) -> ProgramCallable:
+    """Compile an ``aten`` program with ``backend`` and return it as a callable.
+
+    Args:
+        program: an ``aten`` (or stricter) program, e.g. from the frontend's capture.
+        backend: one of :func:`list_backends`.
+        options: passed to every stage (unknown keys are the stages' business).
+        mode: ``None``, ``"default"``, ``"reduce-overhead"``, ``"max-autotune"`` or
+            ``"max-autotune-no-cudagraphs"``; passed to the stages as ``options["mode"]``.
+
+    Returns:
+        A :class:`ProgramCallable` taking every forward placeholder's value in order.
+
+    Raises:
+        ValueError: unknown backend or mode.
+        StageNotInstalledError: a stage of ``backend`` is not installed (names the package).
+        VerificationError: the input, or a stage's output, breaks its dialect's rules.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown Ember backend {backend!r}; backends: {', '.join(BACKENDS)}")
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
+    stage_options = dict(options or {})
+    if mode is not None:
+        stage_options["mode"] = mode
+    stages = [load_stage(name) for name in BACKENDS[backend]]  # fail before any work
+    program = run_stages(program, stages, stage_options)
+    return ProgramCallable(program)
+
+
+def run_stages(program: Program, stages: list[Stage], options: dict[str, Any]) -> Program:
+    """Verify ``program`` as ``aten``, then run ``stages`` in order, crossing (and, with
+    ``EMBER_SERIALIZE_BOUNDARIES``, serializing) a boundary before each stage and after
+    the last.
+
+    Raises:
+        VerificationError: a program breaks the dialect it is supposed to be in.
+    """
+    verify(program, "aten")
+    program = _cross_boundary(program, "input", "aten")
+    for index, stage in enumerate(stages):
+        start = time.perf_counter()
+        result = stage.run(program, dict(options))
+        elapsed = time.perf_counter() - start
+        log("stages", f"{stage.name}: {stage.consumes} -> {stage.produces} in {elapsed:.3f}s")
+        if result.dialect != stage.produces:
+            raise VerificationError(
+                f"stage {stage.name!r} should produce dialect {stage.produces!r} "
+                f"but returned a {result.dialect!r} program"
+            )
+        if config.debug_dir is not None:
+            _save_debug_copy(result, f"{index + 1}_{stage.name}")
+        program = _cross_boundary(result, f"after {stage.name}", stage.produces)
+    return program
+
+
+def _cross_boundary(program: Program, where: str, dialect: str) -> Program:
+    """The program the next stage sees. Without ``EMBER_SERIALIZE_BOUNDARIES`` that is
+    ``program`` itself; with it, ``program`` written to a file and read back."""
+    if not config.serialize_boundaries:
+        return program
+    verify(program, dialect)
+    with tempfile.TemporaryDirectory(prefix="ember-boundary-") as tmp:
+        path = Path(tmp) / "program.ember"
+        save(program, path)
+        size = path.stat().st_size
+        reloaded: Program = load(path)
+    log("stages", f"boundary {where}: saved and re-loaded {size} bytes ({dialect})")
+    if reloaded != program:
+        raise VerificationError(
+            f"boundary {where}: the program read back from its file differs from the one "
+            "written (the serializer lost or changed something)"
+        )
+    verify(reloaded, dialect)
+    return reloaded
+
+
+def _save_debug_copy(program: Program, name: str) -> None:
+    assert config.debug_dir is not None
+    config.debug_dir.mkdir(parents=True, exist_ok=True)
+    path = config.debug_dir / f"{name}.ember"
+    save(program, path)
+    log("stages", f"wrote {path}")

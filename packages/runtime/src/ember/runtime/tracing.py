@@ -1,0 +1,409 @@
+"""A dispatch-level recorder: run torch code on fake tensors and record every ATen op
+as a node of an ``aten``-dialect :class:`~ember.runtime.ir.Program`.
+
+The frontends (tracing and the strict bytecode interpreter) and the aot stage build
+their graphs with it. Example::
+
+    import torch
+    from ember.runtime.ir import InputSpec
+    from ember.runtime.tracing import GraphRecorder
+
+    rec = GraphRecorder()                               # makes its own FakeTensorMode
+    x = rec.add_input(torch.randn(4, 8), InputSpec("x"))
+    w = rec.add_input(torch.randn(8, 3), InputSpec("w"))
+    with rec:                                           # the recording dispatch mode
+        y = torch.relu(x @ w)
+    program = rec.finish([y])
+    # forward: %x, %w = placeholders; %mm = aten::mm.default(%x, %w);
+    #          %relu = aten::relu.default(%mm); output (%relu,)
+
+What gets recorded, and how:
+
+* Every ATen op that runs while the recorder is entered becomes one ``call`` node whose
+  ``target`` is the op's qualified name (``aten::mm.default``). Ops are recorded after
+  torch's autograd and CompositeImplicit decompositions, exactly as the dispatcher runs
+  them: in-place ops (``add_``), ``out=`` ops, views and random ops are recorded as they
+  are. The result of an op — also the aliased result of an in-place op — is thereafter
+  referenced through the new node, so every mutation has a user.
+* Arguments are encoded as IR arguments: recorded tensors become :class:`ValueRef`,
+  lists become tuples; ints, floats, bools, strings, dtypes, devices, layouts and memory
+  formats stay as they are. An op with several results (``max.dim``, ``split``) is one
+  node with a tuple of metas; its consumers use ``ValueRef(name, i)``.
+* A real tensor that reaches an op (captured from a closure, a module attribute that is
+  not an input) becomes a ``constant`` node, stored in ``program.tensors``. A tensor
+  made from Python data (``torch.tensor([1, 2])``) becomes a ``constant`` node plus a
+  call of ``aten::lift_fresh_copy.default``, so each run gets a fresh copy.
+* Every node gets metadata (:class:`TensorMeta`; ``requires_grad`` is read when
+  :meth:`GraphRecorder.finish` runs, so it reflects torch's autograd) and a
+  :class:`SourceLocation`: the one set by :meth:`GraphRecorder.set_source`, else the
+  innermost Python frame outside torch/ember/stdlib.
+* Outputs: graph outputs are tensors only. An output that is an input (identity) is a
+  reference to its placeholder; an output seen twice is referenced twice. Non-tensor
+  results (Python numbers, None) are not graph outputs: the caller keeps them in its own
+  output description (the frontend stores them as constants of its pytree spec).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Self
+
+import torch
+from ember.runtime._torch import (
+    FakeTensorMode,
+    TorchDispatchMode,
+    is_fake,
+    unset_fake_temporarily,
+)
+from ember.runtime.ir import (
+    Argument,
+    Graph,
+    InputSpec,
+    Meta,
+    Node,
+    OutputSpec,
+    Program,
+    ScalarMeta,
+    Signature,
+    SourceLocation,
+    TensorMeta,
+    ValueRef,
+    qualified_name,
+    resolve_op,
+)
+from ember.runtime.tracing_source import user_source_location
+
+__all__ = ["GraphRecorder", "RecordingError"]
+
+_LIFT_FRESH = {torch.ops.aten.lift_fresh.default}
+
+# Metadata queries that the dispatcher sends through the mode (autograd asks for a
+# tensor's device, symbolic sizes): answered by the fake tensors, never recorded.
+_METADATA_QUERIES = {
+    "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride", "dim",
+    "numel", "is_contiguous", "is_strides_like_format", "is_non_overlapping_and_dense",
+}
+
+
+class RecordingError(RuntimeError):
+    """An op or value the recorder cannot represent in the IR; the message names it."""
+
+
+class _RecordingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """The dispatch mode that forwards every op to :meth:`GraphRecorder._record`."""
+
+    def __init__(self, recorder: GraphRecorder) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        return self.recorder._record(func, args, kwargs or {})
+
+
+class GraphRecorder:
+    """Records the ATen ops run on its tracked fake tensors into a Program.
+
+    Args:
+        fake_mode: the FakeTensorMode to run in; a new one (static shapes) if None.
+        decompositions: op overload -> a Python function that computes it with other
+            ops; such an op is not recorded, the ops its function runs are (recursively).
+            A function may return ``NotImplemented`` to record the op itself.
+
+    Use :meth:`add_input` for each graph input, run the code inside ``with recorder:``
+    (it may be entered several times, e.g. around each traced instruction), then call
+    :meth:`finish` once.
+    """
+
+    def __init__(
+        self,
+        fake_mode: FakeTensorMode | None = None,
+        decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+    ) -> None:
+        self.fake_mode = fake_mode if fake_mode is not None else FakeTensorMode()
+        self.decompositions = dict(decompositions or {})
+        self.graph = Graph()
+        self.input_specs: list[InputSpec] = []
+        self.tensors: dict[str, torch.Tensor] = {}
+        # id(tensor) -> (tensor, value): the tensor is kept alive so its id stays unique.
+        self._values: dict[int, tuple[torch.Tensor, ValueRef]] = {}
+        # id(real tensor) -> (tensor, its constant node); kept alive for the same reason.
+        self._constants: dict[int, tuple[torch.Tensor, ValueRef]] = {}
+        self._results: dict[str, Any] = {}  # node name -> the fake value(s) it produced
+        self._name_counts: dict[str, itertools.count[int]] = {}
+        self._names: set[str] = set()
+        self._source: SourceLocation | None = None
+        self._mode: _RecordingMode | None = None
+        self._finished = False
+
+    # ---- building ---------------------------------------------------------------------
+
+    def add_input(self, tensor: torch.Tensor, spec: InputSpec) -> torch.Tensor:
+        """Add a placeholder named ``spec.name`` for ``tensor`` (real or fake of this
+        recorder's mode) and return the fake tensor that stands for it while recording.
+
+        Raises:
+            RecordingError: if the name is taken or the tensor is a fake of another mode.
+        """
+        if spec.name in self._names:
+            raise RecordingError(f"input name {spec.name!r} is used twice")
+        if not isinstance(tensor, torch.Tensor):
+            raise RecordingError(f"input {spec.name!r} is a {type(tensor).__name__}, "
+                                 "not a tensor")
+        fake = self._to_fake(tensor, spec.name)
+        meta = TensorMeta.of(tensor)
+        self._add_node(Node(spec.name, "placeholder", spec.name, meta=meta), fake,
+                       name_is_final=True)
+        self.input_specs.append(spec)
+        return fake
+
+    def set_source(self, location: SourceLocation | None) -> None:
+        """Attach ``location`` to the nodes recorded from now on; None goes back to
+        deriving it from the Python stack."""
+        self._source = location
+
+    def value_of(self, tensor: torch.Tensor) -> ValueRef | None:
+        """The value a tracked fake tensor stands for, or None if it is not tracked."""
+        entry = self._values.get(id(tensor))
+        return entry[1] if entry is not None and entry[0] is tensor else None
+
+    def __enter__(self) -> Self:
+        if self._finished:
+            raise RecordingError("this recorder has finished; make a new one")
+        if self._mode is not None:
+            raise RecordingError("the recorder is already entered")
+        fake_mode: Any = self.fake_mode
+        fake_mode.__enter__()
+        self._mode = _RecordingMode(self)
+        self._mode.__enter__()  # type: ignore[no-untyped-call]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        mode, self._mode = self._mode, None
+        assert mode is not None
+        fake_mode: Any = self.fake_mode
+        try:
+            mode.__exit__(*exc)  # type: ignore[no-untyped-call]
+        finally:
+            fake_mode.__exit__(*exc)
+
+    def finish(
+        self,
+        outputs: Sequence[torch.Tensor],
+        output_specs: Sequence[OutputSpec] | None = None,
+        graph_name: str = "forward",
+    ) -> Program:
+        """Close the graph with an ``output`` node returning ``outputs`` and build the
+        Program (dialect ``aten``). ``output_specs`` default to USER_OUTPUT each.
+
+        Raises:
+            RecordingError: for an output that is not a tensor, or a fake tensor this
+                recorder did not produce.
+        """
+        if self._finished:
+            raise RecordingError("finish() was already called")
+        refs: list[Argument] = []
+        for i, out in enumerate(outputs):
+            if not isinstance(out, torch.Tensor):
+                raise RecordingError(
+                    f"output {i} is a {type(out).__name__}; graph outputs must be tensors "
+                    "(keep non-tensor results outside the graph)"
+                )
+            refs.append(self._ref_of(out, f"output {i}"))
+        specs = list(output_specs) if output_specs is not None else [OutputSpec()] * len(refs)
+        if len(specs) != len(refs):
+            raise RecordingError(f"{len(specs)} output specs for {len(refs)} outputs")
+        self._refresh_requires_grad()
+        self._drop_unused_views(refs)
+        self._add_node(Node("output", "output", "output", args=(tuple(refs),)), None,
+                       name_is_final=True)
+        self._finished = True
+        return Program(
+            graphs={graph_name: self.graph},
+            signature=Signature(inputs={graph_name: list(self.input_specs)},
+                                outputs={graph_name: specs}),
+            dialect="aten",
+            tensors=dict(self.tensors),
+        )
+
+    # ---- recording ops ----------------------------------------------------------------
+
+    def _record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not isinstance(func, torch._ops.OpOverload):
+            raise RecordingError(f"cannot record {func!r}: not an ATen operator overload")
+        namespace, _, rest = func._schema.name.partition("::")
+        if namespace == "prim" or rest in _METADATA_QUERIES:
+            return func(*args, **kwargs)
+        decomposition = self.decompositions.get(func)
+        if decomposition is not None:
+            assert self._mode is not None
+            with self._mode:  # record the ops the decomposition runs
+                result = decomposition(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        if func in _LIFT_FRESH:
+            # NOTE: lift_fresh aliases its argument; the copy keeps the stored constant
+            # safe from in-place ops on the result.
+            func = torch.ops.aten.lift_fresh_copy.default
+        fake_args = [self._fakeify(a) for a in args]
+        fake_kwargs = {k: self._fakeify(v) for k, v in kwargs.items()}
+        ir_args = tuple(self._encode(a, func) for a in fake_args)
+        ir_kwargs = {k: self._encode(v, func) for k, v in fake_kwargs.items()}
+        result = func(*fake_args, **fake_kwargs)
+        target = qualified_name(func)
+        base = target.split("::", 1)[1].split(".", 1)[0]
+        node = Node(base, "call", target, args=ir_args, kwargs=ir_kwargs,
+                    meta=_meta_of(result, target), source=self._current_source())
+        self._add_node(node, result)
+        return result
+
+    def _fakeify(self, value: Any) -> Any:
+        """Replace real tensors (closure constants) by tracked fakes of constant nodes."""
+        if isinstance(value, torch.Tensor) and not is_fake(value):
+            ref = self._constant(value)
+            return self._results[ref.node]
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._fakeify(v) for v in value)
+        return value
+
+    def _constant(self, tensor: torch.Tensor) -> ValueRef:
+        known = self._constants.get(id(tensor))
+        if known is not None and known[0] is tensor:
+            return known[1]
+        fake = self._to_fake(tensor, "a constant")
+        node = Node(self._fresh("_tensor_constant", numbered=True), "constant", "",
+                    meta=TensorMeta.of(tensor), source=self._current_source())
+        node.target = node.name
+        with unset_fake_temporarily():
+            self.tensors[node.name] = tensor.detach()
+        self._add_node(node, fake, name_is_final=True)
+        ref = ValueRef(node.name)
+        self._constants[id(tensor)] = (tensor, ref)
+        return ref
+
+    def _encode(self, value: Any, func: Any) -> Argument:
+        if isinstance(value, torch.Tensor):
+            return self._ref_of(value, f"an argument of {qualified_name(func)}")
+        if isinstance(value, (list, tuple)):
+            return tuple(self._encode(v, func) for v in value)
+        if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+            raise RecordingError(f"{qualified_name(func)} got a symbolic value {value}; "
+                                 "symbolic shapes are not supported by the recorder yet")
+        if value is None or isinstance(
+            value, (bool, int, float, str, complex, torch.dtype, torch.device,
+                    torch.memory_format, torch.layout)
+        ):
+            return value
+        raise RecordingError(f"cannot record {type(value).__name__} argument {value!r} "
+                             f"of {qualified_name(func)}")
+
+    def _ref_of(self, tensor: torch.Tensor, what: str) -> ValueRef:
+        ref = self.value_of(tensor)
+        if ref is not None:
+            return ref
+        if not is_fake(tensor):
+            return self._constant(tensor)
+        raise RecordingError(f"{what} is a fake tensor the recorder did not produce "
+                             f"(shape {tuple(tensor.shape)}, {tensor.dtype}); pass it "
+                             "through add_input first")
+
+    def _to_fake(self, tensor: torch.Tensor, what: str) -> torch.Tensor:
+        if is_fake(tensor):
+            if getattr(tensor, "fake_mode", None) is not self.fake_mode:
+                raise RecordingError(f"{what} is a fake tensor of another FakeTensorMode")
+            return tensor
+        return self.fake_mode.from_tensor(tensor)
+
+    # ---- bookkeeping ------------------------------------------------------------------
+
+    def _add_node(self, node: Node, result: Any, name_is_final: bool = False) -> None:
+        if not name_is_final:
+            node.name = self._fresh(node.name)
+        self._names.add(node.name)
+        self.graph.nodes.append(node)
+        self._results[node.name] = result
+        if isinstance(result, torch.Tensor):
+            self._values[id(result)] = (result, ValueRef(node.name))
+        elif isinstance(result, (tuple, list)):
+            for i, r in enumerate(result):
+                if isinstance(r, torch.Tensor):
+                    self._values[id(r)] = (r, ValueRef(node.name, i))
+
+    def _fresh(self, base: str, numbered: bool = False) -> str:
+        counter = self._name_counts.setdefault(base, itertools.count())
+        while True:
+            i = next(counter)
+            name = f"{base}{i}" if numbered else (base if i == 0 else f"{base}_{i}")
+            if name not in self._names:
+                return name
+
+    def _current_source(self) -> SourceLocation | None:
+        return self._source if self._source is not None else user_source_location()
+
+    def _drop_unused_views(self, outputs: list[Argument]) -> None:
+        """Remove views and detaches nobody reads: autograd makes them while it records
+        (saved tensors, view replay) and they do nothing in the graph."""
+        used = {r.node for r in outputs if isinstance(r, ValueRef)}
+        kept: list[Node] = []
+        for node in reversed(self.graph.nodes):
+            if node.op == "call" and node.name not in used and _is_pure_view(node.target):
+                continue
+            used.update(r.node for r in node.inputs())
+            kept.append(node)
+        self.graph.nodes = kept[::-1]
+
+    def _refresh_requires_grad(self) -> None:
+        """Read ``requires_grad`` from the fake results now that autograd has set it."""
+        for node in self.graph.nodes:
+            if node.op != "call":
+                continue
+            node.meta = _with_requires_grad(node.meta, self._results.get(node.name))
+
+
+def _is_pure_view(target: str) -> bool:
+    schema = resolve_op(target)._schema
+    return not schema.is_mutable and any(
+        r.alias_info is not None for r in schema.returns
+    )
+
+
+def _meta_of(result: Any, target: str) -> Meta:
+    if isinstance(result, (tuple, list)):
+        return tuple(_single_meta(r, target) for r in result)
+    return _single_meta(result, target)
+
+
+def _single_meta(value: Any, target: str) -> TensorMeta | ScalarMeta | None:
+    if isinstance(value, torch.Tensor):
+        return TensorMeta.of(value)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return ScalarMeta("bool")
+    if isinstance(value, int):
+        return ScalarMeta("int")
+    if isinstance(value, float):
+        return ScalarMeta("float")
+    raise RecordingError(f"{target} returned a {type(value).__name__}, which the IR "
+                         "cannot describe")
+
+
+def _with_requires_grad(meta: Meta, result: Any) -> Meta:
+    if isinstance(meta, tuple) and isinstance(result, (tuple, list)):
+        return tuple(_entry_with_requires_grad(m, r) for m, r in zip(meta, result))
+    if isinstance(meta, tuple):
+        return meta
+    return _entry_with_requires_grad(meta, result)
+
+
+def _entry_with_requires_grad(
+    meta: TensorMeta | ScalarMeta | None, result: Any
+) -> TensorMeta | ScalarMeta | None:
+    if (
+        isinstance(meta, TensorMeta)
+        and isinstance(result, torch.Tensor)
+        and meta.requires_grad != result.requires_grad
+    ):
+        return TensorMeta(meta.dtype, meta.sizes, meta.strides, meta.device,
+                          meta.storage_offset, bool(result.requires_grad))
+    return meta

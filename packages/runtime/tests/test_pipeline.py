@@ -1,0 +1,215 @@
+"""ProgramCallable (the input-mutation epilogue) and the backend pipeline."""
+
+from __future__ import annotations
+
+import ember.runtime.pipeline as pipeline_module
+import ember.runtime.stages as stages_module
+import pytest
+import torch
+from ember.runtime.callable import ProgramCallable
+from ember.runtime.config import patch
+from ember.runtime.ir import (
+    InputKind,
+    Node,
+    OutputKind,
+    OutputSpec,
+    Program,
+    VerificationError,
+    load,
+)
+from ember.runtime.pipeline import compile_program, list_backends
+from ember.runtime.stages import Stage, StageNotInstalledError
+from handbuilt import ProgramBuilder, mlp_program
+
+
+def _mutating_program() -> Program:
+    """def f(x, buf): buf.add_(x); return x * buf   (functionalized by hand)."""
+    pb = ProgramBuilder()
+    x = pb.input(torch.randn(3), name="x")
+    buf = pb.input(torch.randn(3), InputKind.BUFFER, "buf", name="buf")
+    new_buf = pb.call("aten::add.Tensor", buf, x)
+    out = pb.call("aten::mul.Tensor", x, new_buf)
+    return pb.finish(out, new_buf, kinds=[
+        OutputSpec(OutputKind.USER_OUTPUT), OutputSpec(OutputKind.MUTATED_INPUT, "buf"),
+    ])
+
+
+def test_callable_returns_user_outputs() -> None:
+    program, ex = mlp_program()
+    fn = ProgramCallable(program)
+    assert fn.program is program
+    x = torch.randn(2, 4)
+    (out,) = fn([x, ex["w"], ex["b"]])
+    torch.testing.assert_close(out, torch.relu(x @ ex["w"].T + ex["b"]) * 2)
+
+
+def test_callable_copies_mutated_inputs_back_and_hides_them() -> None:
+    fn = ProgramCallable(_mutating_program())
+    x, buf = torch.randn(3), torch.randn(3)
+    expected_buf = buf + x
+    outputs = fn([x, buf])
+    assert len(outputs) == 1
+    torch.testing.assert_close(buf, expected_buf)
+    torch.testing.assert_close(outputs[0], x * expected_buf)
+
+
+def test_callable_hides_saved_tensors() -> None:
+    pb = ProgramBuilder()
+    x = pb.input(torch.randn(3))
+    s = pb.call("aten::sin.default", x)
+    c = pb.call("aten::cos.default", x)
+    program = pb.finish(s, c, kinds=[OutputSpec(), OutputSpec(OutputKind.SAVED_TENSOR)])
+    t = torch.randn(3)
+    (out,) = ProgramCallable(program)([t])
+    torch.testing.assert_close(out, t.sin())
+
+
+def test_callable_rejects_mutation_of_unknown_input() -> None:
+    program = _mutating_program()
+    program.signature.outputs["forward"][1] = OutputSpec(OutputKind.MUTATED_INPUT, "nope")
+    with pytest.raises(ValueError, match="'nope', which is not a placeholder"):
+        ProgramCallable(program)
+
+
+def test_callable_uses_the_executor_factory() -> None:
+    program, _ = mlp_program()
+    seen: list[str] = []
+
+    def factory(p: Program, graph: str):  # type: ignore[no-untyped-def]
+        seen.append(graph)
+        return lambda inputs: [inputs[0] + 1]
+
+    (out,) = ProgramCallable(program, executor_factory=factory)([torch.ones(2, 4)])
+    assert seen == ["forward"]
+    torch.testing.assert_close(out, torch.full((2, 4), 2.0))
+
+
+# -- the pipeline ---------------------------------------------------------------------
+
+class RecordingStage(Stage):
+    """A fake stage: copies the program, relabels its dialect and records what it saw."""
+
+    def __init__(self, name: str, consumes: str, produces: str,
+                 seen: list[tuple[str, Program, dict[str, object]]],
+                 breaks: bool = False) -> None:
+        self.name, self.consumes, self.produces = name, consumes, produces
+        self.seen = seen
+        self.breaks = breaks
+
+    def run(self, program: Program, options: dict[str, object]) -> Program:
+        self.seen.append((self.name, program, options))
+        out = program.copy()
+        out.dialect = self.produces
+        if self.breaks:  # an in-place op: not core-functional
+            add = out.forward.node("v6")
+            out.forward.nodes[out.forward.nodes.index(add)] = Node(
+                add.name, "call", "aten::mul_.Tensor", add.args, meta=add.meta)
+        return out
+
+
+@pytest.fixture
+def fake_stages(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Program, dict[str, object]]]:
+    seen: list[tuple[str, Program, dict[str, object]]] = []
+    fakes = {"aot": RecordingStage("aot", "aten", "core-functional", seen)}
+    monkeypatch.setattr(pipeline_module, "load_stage", lambda name: fakes[name])
+    return seen
+
+
+def test_list_backends() -> None:
+    assert list_backends() == ["eager", "aot_eager", "inductor"]
+
+
+def test_eager_backend_runs_the_interpreter() -> None:
+    program, ex = mlp_program()
+    fn = compile_program(program, backend="eager")
+    x = torch.randn(2, 4)
+    (out,) = fn([x])
+    torch.testing.assert_close(out, torch.relu(x @ ex["w"].T + ex["b"]) * 2)
+
+
+def test_unknown_backend_lists_the_valid_ones() -> None:
+    program, _ = mlp_program()
+    with pytest.raises(ValueError, match="unknown Ember backend 'tvm'; backends: eager, "
+                                         "aot_eager, inductor"):
+        compile_program(program, backend="tvm")
+
+
+def test_unknown_mode_is_rejected() -> None:
+    program, _ = mlp_program()
+    with pytest.raises(ValueError, match="unknown mode 'fast'"):
+        compile_program(program, backend="eager", mode="fast")
+
+
+def test_missing_stage_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stages_module, "available_stages", dict)
+    program, _ = mlp_program()
+    with pytest.raises(StageNotInstalledError, match="pip install ember-aot"):
+        compile_program(program, backend="aot_eager")
+
+
+def test_invalid_input_program_is_rejected_before_any_stage(
+    fake_stages: list[tuple[str, Program, dict[str, object]]],
+) -> None:
+    program, _ = mlp_program()
+    program.forward.node("v5").target = "aten::nope.default"
+    with pytest.raises(VerificationError, match="aten::nope"):
+        compile_program(program, backend="aot_eager")
+    assert fake_stages == []
+
+
+def test_aot_eager_runs_the_stage_with_options_and_mode(
+    fake_stages: list[tuple[str, Program, dict[str, object]]],
+) -> None:
+    program, ex = mlp_program()
+    fn = compile_program(program, backend="aot_eager", options={"k": 1}, mode="max-autotune")
+    assert [(name, opts) for name, _, opts in fake_stages] == [
+        ("aot", {"k": 1, "mode": "max-autotune"})]
+    assert fake_stages[0][1] is program  # no serialization by default
+    assert fn.program.dialect == "core-functional"
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(fn([x])[0], torch.relu(x @ ex["w"].T + ex["b"]) * 2)
+
+
+def test_stage_returning_the_wrong_dialect_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    liar = RecordingStage("aot", "aten", "core-functional", [])
+    liar.run = lambda p, o: p  # type: ignore[method-assign]  # returns the aten program as is
+    monkeypatch.setattr(pipeline_module, "load_stage", lambda name: liar)
+    program, _ = mlp_program()
+    with pytest.raises(VerificationError, match="stage 'aot' should produce dialect "
+                                                "'core-functional' but returned a 'aten'"):
+        compile_program(program, backend="aot_eager")
+
+
+def test_serialize_boundaries_round_trips_and_verifies(
+    fake_stages: list[tuple[str, Program, dict[str, object]]],
+) -> None:
+    program, ex = mlp_program()
+    with patch(serialize_boundaries=True):
+        fn = compile_program(program, backend="aot_eager")
+    (_, seen_program, _), = fake_stages
+    assert seen_program is not program and seen_program == program
+    assert fn.program.dialect == "core-functional"
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(fn([x])[0], torch.relu(x @ ex["w"].T + ex["b"]) * 2)
+
+
+def test_serialize_boundaries_catch_a_stage_breaking_its_dialect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bad = RecordingStage("aot", "aten", "core-functional", [], breaks=True)
+    monkeypatch.setattr(pipeline_module, "load_stage", lambda name: bad)
+    program, _ = mlp_program()
+    with patch(serialize_boundaries=True), pytest.raises(
+        VerificationError, match=r"%v6 \(aten::mul_.Tensor\): mutates"
+    ):
+        compile_program(program, backend="aot_eager")
+
+
+def test_debug_dir_receives_each_stage_output(
+    fake_stages: list[tuple[str, Program, dict[str, object]]], tmp_path: pytest.TempPathFactory,
+) -> None:
+    program, _ = mlp_program()
+    with patch(debug_dir=tmp_path):
+        compile_program(program, backend="aot_eager")
+    saved = load(tmp_path / "1_aot.ember")
+    assert saved.dialect == "core-functional" and saved.forward == program.forward

@@ -1,0 +1,100 @@
+"""Benchmark eager, torch.compile and Ember side by side on the model zoo.
+
+    python tools/bench.py --device cpu --compilers eager,torch,ember --suite quick \\
+        [--train] [--json OUT] [--ember-backend eager|aot_eager|inductor] [--models a,b] \\
+        [--dtype float32,bfloat16] [--no-cold]
+
+For each model, in one process: median time, speedup over eager, compile time (in this
+process, and cold/warm in a fresh subprocess with empty caches unless ``--no-cold``),
+accuracy against an fp64 reference (DESIGN.md §6), peak memory (CUDA), graphs / graph
+breaks / kernels / fallbacks as each compiler reports them; then the per-call overhead of
+each compiler on a tiny function. A model's failure is recorded in its row; the run goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch
+import zoo
+from benchlib import compilers, report, runner
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        choices=("cpu", "cuda"))
+    parser.add_argument("--compilers", default="eager,torch,ember",
+                        help="comma-separated subset of " + ",".join(compilers.COMPILERS))
+    parser.add_argument("--suite", default="quick", choices=zoo.SUITES)
+    parser.add_argument("--train", action="store_true",
+                        help="time forward + backward + SGD step instead of inference")
+    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    parser.add_argument("--ember-backend", default="inductor", choices=compilers.EMBER_BACKENDS)
+    parser.add_argument("--models", help="comma-separated model names (default: the suite)")
+    parser.add_argument("--dtype", default="float32",
+                        help="comma-separated: float32, float16, bfloat16 (rows per dtype)")
+    parser.add_argument("--no-cold", action="store_true",
+                        help="skip the cold/warm compile-time subprocesses")
+    args = parser.parse_args(argv)
+    args.compiler_list = [c.strip() for c in args.compilers.split(",") if c.strip()]
+    for c in args.compiler_list:
+        if c not in compilers.COMPILERS:
+            parser.error(f"unknown compiler {c!r}; expected some of {compilers.COMPILERS}")
+    if "eager" in args.compiler_list:  # eager first: the speedup baseline
+        args.compiler_list.remove("eager")
+        args.compiler_list.insert(0, "eager")
+    args.model_list = args.models.split(",") if args.models else zoo.names(args.suite)
+    for name in args.model_list:
+        try:
+            zoo.get(name)
+        except KeyError as exc:
+            parser.error(str(exc.args[0]))
+    args.dtype_list = []
+    for name in args.dtype.split(","):
+        dtype = getattr(torch, name.strip(), None)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            parser.error(f"unknown floating dtype {name!r}")
+        args.dtype_list.append(dtype)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    rows: list[runner.Row] = []
+    start = time.perf_counter()
+    for dtype in args.dtype_list:
+        config = runner.BenchConfig(device, dtype, args.suite, args.train, args.ember_backend,
+                                    cold=not args.no_cold)
+        for name in args.model_list:
+            t0 = time.perf_counter()
+            model_rows = runner.bench_model(name, config, args.compiler_list)
+            rows += model_rows
+            states = ", ".join(f"{r.compiler} {r.status}" for r in model_rows)
+            print(f"[{time.perf_counter() - start:6.0f}s] {name} ({dtype}): {states} "
+                  f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
+    overhead = runner.overhead(args.compiler_list, device, args.ember_backend)
+    meta = report.environment(device)
+    meta.update(suite=args.suite, mode="train" if args.train else "inference",
+                ember_backend=args.ember_backend, wall_s=f"{time.perf_counter() - start:.0f}")
+    print()
+    print(" ".join(f"{k}={v}" for k, v in meta.items() if k != "command"))
+    print(report.table(rows))
+    print("\nper-call overhead (tiny input):")
+    print(report.overhead_table(overhead))
+    if args.json:
+        report.write_json(args.json, meta, rows, overhead)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

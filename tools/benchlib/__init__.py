@@ -1,0 +1,6 @@
+"""The bench harness's library: compiler adapters, accuracy (DESIGN.md §6), timing, cold
+compile measurement, per-model rows, the report, and the accuracy table.
+
+``tools/bench.py`` and ``tools/demo.py`` are thin command lines over it; the integration
+tests import it after ``integration_tests/conftest.py`` puts ``tools/`` on ``sys.path``.
+"""

@@ -1,0 +1,106 @@
+"""Cold and warm compile time, measured in a fresh subprocess.
+
+Cold: a new Python process whose cache directories (``EMBER_CACHE_DIR``,
+``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``) point into a new, empty temporary
+directory; the time of the first call (compile + one run, imports of the compiler
+included). Warm: a second new process over the same, now filled, cache directories —
+what a user sees when restarting a job.
+
+The worker runs as ``python -m benchlib.coldstart JSON`` (``tools/`` on ``sys.path``); its
+last stdout line is ``{"first_call_s": ...}`` or ``{"error": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+TOOLS_DIR = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class ColdJob:
+    """One (model, compiler) compile-time measurement."""
+
+    model: str
+    compiler: str
+    ember_backend: str
+    device: str
+    dtype: str
+    suite: str
+    train: bool
+
+
+def measure(job: ColdJob, timeout_s: float = 600.0) -> dict[str, object]:
+    """Cold then warm compile time of ``job``: ``{"cold_s", "warm_s"}`` or
+    ``{"error": "..."}`` (a failure never raises)."""
+    with tempfile.TemporaryDirectory(prefix="ember-cold-") as tmp:
+        env = dict(os.environ)
+        env["EMBER_CACHE_DIR"] = str(Path(tmp) / "ember")
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor")
+        env["TRITON_CACHE_DIR"] = str(Path(tmp) / "triton")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(TOOLS_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+        )
+        cold = _run_worker(job, env, timeout_s)
+        if "error" in cold:
+            return cold
+        warm = _run_worker(job, env, timeout_s)
+        if "error" in warm:
+            return {"error": f"warm: {warm['error']}"}
+    return {"cold_s": cold["first_call_s"], "warm_s": warm["first_call_s"]}
+
+
+def _run_worker(job: ColdJob, env: dict[str, str], timeout_s: float) -> dict[str, object]:
+    cmd = [sys.executable, "-m", "benchlib.coldstart", json.dumps(asdict(job))]
+    try:
+        proc = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"TimeoutExpired: compile took over {timeout_s:.0f} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"subprocess exited {proc.returncode}: {tail}"}
+    try:
+        result: dict[str, object] = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return {"error": f"unreadable subprocess output: {lines[-1][:200]}"}
+    return result
+
+
+def _first_call_seconds(job: ColdJob) -> float:
+    import torch
+    import zoo
+
+    from benchlib import compilers
+    from benchlib.runner import make_step
+    from benchlib.timing import synchronize
+
+    device = torch.device(job.device)
+    module, inputs = zoo.get(job.model).make(device, getattr(torch, job.dtype), job.suite)
+    compilers.reset(job.compiler)
+    start = time.perf_counter()
+    step = make_step(job.compiler, module, inputs, job.train, job.ember_backend)
+    step()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def _worker(job: ColdJob) -> dict[str, object]:
+    try:
+        return {"first_call_s": _first_call_seconds(job)}
+    except Exception as exc:  # noqa: BLE001 - report, never crash: the parent prints the row
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return {"error": f"{type(exc).__name__}: {first}"}
+
+
+if __name__ == "__main__":
+    print(json.dumps(_worker(ColdJob(**json.loads(sys.argv[1])))))

@@ -1,0 +1,111 @@
+"""The three compilers the harness puts side by side: ``eager``, ``torch``
+(``torch.compile``, the reference to beat) and ``ember`` (``ember.frontend.compile``).
+
+Everything that touches torch.compile's private counters lives here (tools may; packages
+never do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+COMPILERS = ("eager", "torch", "ember")
+EMBER_BACKENDS = ("eager", "aot_eager", "inductor")
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    """What a compiler reports about a compiled callable (``None``: not reported)."""
+
+    graphs: int | None = None
+    graph_breaks: int | None = None
+    kernels: int | None = None
+    fallbacks: int | None = None
+
+
+def label(compiler: str, ember_backend: str) -> str:
+    """The name of a compiler in tables: ``torch``, ``ember[inductor]``."""
+    return f"ember[{ember_backend}]" if compiler == "ember" else compiler
+
+
+def reset(compiler: str) -> None:
+    """Forget earlier compilations, so models do not share caches or recompile limits."""
+    if compiler == "torch":
+        import torch._dynamo
+        import torch._dynamo.utils
+
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        try:
+            import torch._inductor.metrics
+
+            torch._inductor.metrics.reset()
+        except ImportError:  # pragma: no cover - inductor always ships with torch
+            pass
+
+
+def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "inductor"
+               ) -> Callable[..., Any]:
+    """``fn`` compiled by ``compiler`` (lazily: compilers compile on the first call).
+
+    Raises:
+        ValueError: unknown compiler.
+        ImportError / AttributeError: Ember's frontend is not installed or has no ``compile``.
+    """
+    if compiler == "eager":
+        return fn
+    if compiler == "torch":
+        return torch.compile(fn)
+    if compiler == "ember":
+        import ember.frontend
+
+        return ember.frontend.compile(fn, backend=ember_backend)  # type: ignore[attr-defined]
+    raise ValueError(f"unknown compiler {compiler!r}; expected one of {COMPILERS}")
+
+
+def graph_stats(compiler: str, compiled: Callable[..., Any]) -> GraphStats:
+    """Graphs, graph breaks, kernels and fallbacks as ``compiler`` reports them.
+
+    Ember's compiled callable exposes ``.stats`` (``compiles, graphs, graph_breaks,
+    kernels, fallbacks``); torch.compile's figures come from its global counters, so call
+    :func:`reset` before compiling each model.
+    """
+    if compiler == "ember":
+        stats = getattr(compiled, "stats", None)
+        return GraphStats(
+            graphs=_int_or_none(getattr(stats, "graphs", None)),
+            graph_breaks=_int_or_none(getattr(stats, "graph_breaks", None)),
+            kernels=_int_or_none(getattr(stats, "kernels", None)),
+            fallbacks=_int_or_none(getattr(stats, "fallbacks", None)),
+        )
+    if compiler == "torch":
+        from torch._dynamo.utils import counters
+
+        kernels = None
+        try:
+            import torch._inductor.metrics
+
+            kernels = int(torch._inductor.metrics.generated_kernel_count)
+        except (ImportError, AttributeError):
+            pass
+        return GraphStats(
+            graphs=int(counters["stats"].get("unique_graphs", 0)),
+            graph_breaks=int(sum(counters["graph_break"].values())),
+            kernels=kernels,
+        )
+    return GraphStats()
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple, set, dict)):
+        return len(value)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,134 @@
+"""The readable table and the JSON file of a bench run."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchlib.runner import Row
+
+
+def environment(device: torch.device) -> dict[str, str]:
+    """Versions and the device: what a table must be quoted with."""
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "not installed"
+    if device.type == "cuda":
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        device_name = f"{platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "device": device_name,
+        "command": " ".join(["python"] + sys.argv),
+    }
+
+
+def _fmt(value: Any, spec: str, suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:{spec}}{suffix}"
+
+
+def _time(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    if ms < 1:
+        return f"{ms * 1e3:.1f}us"
+    return f"{ms:.2f}ms" if ms < 1000 else f"{ms / 1e3:.2f}s"
+
+
+COLUMNS = ("model", "compiler", "time", "speedup", "compile", "cold", "warm", "accuracy",
+           "graphs", "breaks", "kernels", "fallbacks", "peak mem")
+
+
+def _cells(rows: list[Row]) -> tuple[list[list[str]], list[str]]:
+    """Table cells (one list per row, grouped by model) and the notes under the table."""
+    lines: list[list[str]] = []
+    notes: list[str] = []
+    previous = None
+    for row in rows:
+        model = "" if row.model == previous else row.model
+        previous = row.model
+        if row.status == "fail_to_run":
+            lines.append([model, row.compiler, "FAILED"] + [""] * (len(COLUMNS) - 3))
+            notes.append(f"{row.model} / {row.compiler}: {row.error}")
+            continue
+        lines.append([
+            model, row.compiler, _time(row.time_ms), _fmt(row.speedup, ".2f", "x"),
+            _fmt(row.compile_s, ".1f", "s"), _fmt(row.cold_compile_s, ".1f", "s"),
+            _fmt(row.warm_compile_s, ".1f", "s"), row.accuracy or "-",
+            _fmt(row.graphs, "d"), _fmt(row.graph_breaks, "d"), _fmt(row.kernels, "d"),
+            _fmt(row.fallbacks, "d"), _fmt(row.peak_memory_mb, ".0f", " MiB"),
+        ])
+        for extra in (row.accuracy_detail, row.error):
+            if extra:
+                notes.append(f"{row.model} / {row.compiler}: {extra}")
+    return lines, notes
+
+
+def table(rows: list[Row]) -> str:
+    """Rows grouped by model, one line per compiler; failures say what failed (notes)."""
+    lines, notes = _cells(rows)
+    widths = [max([len(c)] + [len(line[i]) for line in lines]) for i, c in enumerate(COLUMNS)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)).rstrip(),
+           "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines]
+    if notes:
+        out += ["", "notes:"] + [f"  {n}" for n in notes]
+    return "\n".join(out)
+
+
+def markdown_table(rows: list[Row]) -> str:
+    """The same table as Markdown (for docs/benchmarks.md), notes as a list below."""
+    lines, notes = _cells(rows)
+    out = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    out += ["| " + " | ".join(line) + " |" for line in lines]
+    if notes:
+        out += [""] + [f"- {n}" for n in notes]
+    return "\n".join(out)
+
+
+def overhead_table(results: dict[str, float | str]) -> str:
+    """``compiler: N us per call`` lines."""
+    return "\n".join(
+        f"  {name:<20} {value:8.1f} us/call" if isinstance(value, float)
+        else f"  {name:<20} FAILED: {value}"
+        for name, value in results.items()
+    )
+
+
+def write_json(path: str | Path, meta: dict[str, Any], rows: list[Row],
+               overhead: dict[str, float | str]) -> None:
+    """Write the run: ``{"meta": ..., "rows": [...], "overhead_us": {...}}`` (non-finite
+    floats as strings, so the file is strict JSON)."""
+    payload = {
+        "meta": meta,
+        "rows": [dataclasses.asdict(r) for r in rows],
+        "overhead_us": overhead,
+    }
+    Path(path).write_text(json.dumps(_finite(payload), indent=2) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

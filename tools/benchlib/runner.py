@@ -1,0 +1,183 @@
+"""One benchmark row per (model, compiler): compile, check accuracy, time.
+
+A failure in any phase is caught and recorded in the row (exception type and the first
+line of its message); the run goes on with the next compiler and model.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import zoo
+
+from benchlib import accuracy, coldstart, compilers, timing
+
+
+@dataclass
+class Row:
+    """One line of the results. ``status``: ``ok``, ``fail_accuracy`` or ``fail_to_run``
+    (then ``error`` says in which phase and why)."""
+
+    model: str
+    dtype: str
+    compiler: str
+    status: str = "ok"
+    error: str = ""
+    time_ms: float | None = None
+    speedup: float | None = None
+    compile_s: float | None = None
+    cold_compile_s: float | None = None
+    warm_compile_s: float | None = None
+    accuracy: str | None = None
+    max_abs_error: float | None = None
+    rmse_ratio: float | None = None
+    accuracy_detail: str = ""
+    peak_memory_mb: float | None = None
+    graphs: int | None = None
+    graph_breaks: int | None = None
+    kernels: int | None = None
+    fallbacks: int | None = None
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to run: device, dtype, suite, training or inference, Ember's backend, and
+    whether to measure cold/warm compile time in subprocesses."""
+
+    device: torch.device
+    dtype: torch.dtype
+    suite: str
+    train: bool = False
+    ember_backend: str = "inductor"
+    cold: bool = True
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: first line of the message``."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}"[:300]
+
+
+class Step:
+    """One timed unit of work: a forward (inference, under ``no_grad``) or a training
+    step (forward, backward, SGD step) through ``compiled``."""
+
+    def __init__(self, compiled: Callable[..., Any], module: torch.nn.Module,
+                 inputs: tuple[Any, ...], train: bool) -> None:
+        self.compiled = compiled
+        self.train = train
+        self.inputs = accuracy.training_inputs(inputs) if train else inputs
+        params = list(module.parameters())
+        self.optimizer = torch.optim.SGD(params, lr=1e-3) if train and params else None
+
+    def __call__(self) -> Any:
+        if not self.train:
+            with torch.no_grad():
+                return self.compiled(*self.inputs)
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+        for x in self.inputs:
+            if isinstance(x, torch.Tensor):
+                x.grad = None
+        loss = accuracy.scalar_loss(self.compiled(*self.inputs))
+        loss.backward()
+        if self.optimizer is not None:
+            self.optimizer.step()
+        return loss
+
+
+def make_step(compiler: str, module: torch.nn.Module, inputs: tuple[Any, ...], train: bool,
+              ember_backend: str) -> Step:
+    """Compile ``module`` with ``compiler`` and wrap it as a :class:`Step`."""
+    if train:
+        module.train()
+    return Step(compilers.compile_fn(compiler, module, ember_backend), module, inputs, train)
+
+
+def bench_model(name: str, config: BenchConfig, compiler_names: list[str]) -> list[Row]:
+    """Rows for model ``name``, one per compiler (eager first when asked for, so speedups
+    can be computed)."""
+    dtype_name = str(config.dtype).removeprefix("torch.")
+    try:
+        base, inputs = zoo.get(name).make(config.device, config.dtype, config.suite)
+        if config.train:
+            base.train()
+        reference = accuracy.compute_reference(base, inputs, config.train)
+    except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
+        return [Row(name, dtype_name, compilers.label(c, config.ember_backend), "fail_to_run",
+                    f"model: {describe(exc)}") for c in compiler_names]
+    rows = [_bench_one(name, dtype_name, c, base, inputs, reference, config)
+            for c in compiler_names]
+    eager_ms = next((r.time_ms for r in rows if r.compiler == "eager"), None)
+    for row in rows:
+        if eager_ms and row.time_ms:
+            row.speedup = eager_ms / row.time_ms
+    return rows
+
+
+def _bench_one(name: str, dtype_name: str, compiler: str, base: torch.nn.Module,
+               inputs: tuple[Any, ...], reference: accuracy.Reference, config: BenchConfig) -> Row:
+    row = Row(name, dtype_name, compilers.label(compiler, config.ember_backend))
+    module = copy.deepcopy(base)
+    phase = "compile"
+    try:
+        compilers.reset(compiler)
+        step = make_step(compiler, module, inputs, config.train, config.ember_backend)
+        start = time.perf_counter()
+        observed = accuracy.observe(step.compiled, module, inputs, config.train)
+        timing.synchronize(config.device)
+        if compiler != "eager":
+            row.compile_s = time.perf_counter() - start
+        stats = compilers.graph_stats(compiler, step.compiled)
+        row.graphs, row.graph_breaks = stats.graphs, stats.graph_breaks
+        row.kernels, row.fallbacks = stats.kernels, stats.fallbacks
+        phase = "accuracy"
+        result = accuracy.judge(reference, observed)
+        row.accuracy, row.accuracy_detail = result.label, result.reason
+        row.max_abs_error, row.rmse_ratio = result.max_abs_error, result.rmse_ratio
+        if not result.passed:
+            row.status = "fail_accuracy"
+        phase = "timing"
+        row.time_ms = timing.median_seconds(step, config.device) * 1e3
+        row.peak_memory_mb = timing.peak_memory_mb(step, config.device)
+    except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
+        row.status, row.error = "fail_to_run", f"{phase}: {describe(exc)}"
+        return row
+    if config.cold and compiler != "eager":
+        job = coldstart.ColdJob(name, compiler, config.ember_backend, str(config.device),
+                                dtype_name, config.suite, config.train)
+        measured = coldstart.measure(job)
+        if "error" in measured:
+            row.error = f"cold compile: {measured['error']}"
+        else:
+            row.cold_compile_s = float(measured["cold_s"])  # type: ignore[arg-type]
+            row.warm_compile_s = float(measured["warm_s"])  # type: ignore[arg-type]
+    return row
+
+
+def tiny_function(x: torch.Tensor) -> torch.Tensor:
+    """The per-call overhead probe: one cheap op on a one-element tensor."""
+    return x + 1
+
+
+def overhead(compiler_names: list[str], device: torch.device, ember_backend: str
+             ) -> dict[str, float | str]:
+    """Per-call host overhead of each compiler's compiled :func:`tiny_function`, in µs
+    (or the error that stopped it)."""
+    results: dict[str, float | str] = {}
+    x = torch.randn(1, device=device)
+    for compiler in compiler_names:
+        key = compilers.label(compiler, ember_backend)
+        try:
+            compilers.reset(compiler)
+            fn = compilers.compile_fn(compiler, tiny_function, ember_backend)
+            with torch.no_grad():
+                results[key] = timing.per_call_overhead_us(lambda f=fn: f(x), device)
+        except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
+            results[key] = describe(exc)
+    return results

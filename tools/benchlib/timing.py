@@ -1,0 +1,80 @@
+"""Timing: median run time, per-call overhead and peak memory.
+
+CUDA uses ``triton.testing.do_bench(..., return_mode="median")`` (device events, L2
+flushed between runs). CPU uses the median of wall times after a warm-up.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work (a no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_seconds(
+    fn: Callable[[], Any],
+    device: torch.device,
+    *,
+    min_time_s: float = 0.3,
+    min_reps: int = 5,
+    max_reps: int = 100,
+    warmup: int = 2,
+) -> float:
+    """Median time of one call of ``fn``, in seconds.
+
+    On CPU: ``warmup`` calls, then at least ``min_reps`` and at most ``max_reps`` timed
+    calls, stopping once ``min_time_s`` has been spent.
+    """
+    if device.type == "cuda":
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, return_mode="median")) / 1e3
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < max_reps and (
+        len(times) < min_reps or time.perf_counter() - start < min_time_s
+    ):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def per_call_overhead_us(fn: Callable[[], Any], device: torch.device, calls: int = 200) -> float:
+    """Host time per call of ``fn`` on tiny inputs, in microseconds: the cost of guards,
+    dispatch and launch rather than of the computation (median of 5 batches of calls)."""
+    for _ in range(10):
+        fn()
+    synchronize(device)
+    batches = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls // 5):
+            fn()
+        synchronize(device)
+        batches.append((time.perf_counter() - t0) / (calls // 5))
+    return statistics.median(batches) * 1e6
+
+
+def peak_memory_mb(fn: Callable[[], Any], device: torch.device) -> float | None:
+    """Peak device memory allocated during one call of ``fn``, above what was allocated
+    before it, in MiB; ``None`` on CPU (not measured)."""
+    if device.type != "cuda":
+        return None
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    fn()
+    synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - before) / 2**20

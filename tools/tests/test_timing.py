@@ -1,0 +1,66 @@
+"""Timing helpers, including the CUDA code paths (with the device calls faked)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+from benchlib import timing
+
+
+def test_cpu_median_warms_up_and_respects_rep_bounds() -> None:
+    calls = []
+    seconds = timing.median_seconds(lambda: calls.append(1), torch.device("cpu"),
+                                    min_time_s=0.0, min_reps=7, max_reps=7, warmup=3)
+    assert len(calls) == 10 and 0 <= seconds < 0.01
+
+
+def test_cpu_median_of_a_sleeping_function() -> None:
+    import time
+
+    seconds = timing.median_seconds(lambda: time.sleep(0.002), torch.device("cpu"),
+                                    min_time_s=0.0, min_reps=5, max_reps=5, warmup=0)
+    assert 0.0018 < seconds < 0.05
+
+
+def test_cuda_timing_uses_do_bench_median_in_milliseconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+
+    def fake_do_bench(fn, return_mode="mean"):  # type: ignore[no-untyped-def]
+        seen["mode"] = return_mode
+        fn()
+        return 2.5  # ms
+
+    fake = types.ModuleType("triton.testing")
+    fake.do_bench = fake_do_bench  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "triton.testing", fake)
+    import triton
+
+    monkeypatch.setattr(triton, "testing", fake, raising=False)
+    calls = []
+    assert timing.median_seconds(lambda: calls.append(1), torch.device("cuda")) == 0.0025
+    assert seen["mode"] == "median" and calls == [1]
+
+
+def test_cuda_peak_memory_is_measured_above_the_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda device=None: events.append("reset"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 100 * 2**20)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 164 * 2**20)
+    peak = timing.peak_memory_mb(lambda: events.append("run"), torch.device("cuda"))
+    assert peak == 64.0
+    assert events == ["sync", "reset", "run", "sync"]
+
+
+def test_cpu_peak_memory_is_not_measured() -> None:
+    assert timing.peak_memory_mb(lambda: None, torch.device("cpu")) is None
+
+
+def test_overhead_is_per_call_microseconds() -> None:
+    calls = []
+    us = timing.per_call_overhead_us(lambda: calls.append(1), torch.device("cpu"), calls=100)
+    assert len(calls) == 10 + 100 and 0 < us < 1000
