@@ -21,13 +21,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-
-import zoo  # noqa: E402
-from benchlib import compilers, runner  # noqa: E402
+import torch
+import zoo
+from benchlib import compilers, runner
 
 BACKENDS_BEST_FIRST = ("inductor", "aot_eager", "eager")
 DEMO_MODELS = "pointwise,mlp,gpt"
+SHOWN_LINES = 20
+WIDTH = 150
 
 
 def bench_with_fallback(name: str, device: torch.device) -> tuple[list[runner.Row], str | None]:
@@ -104,10 +105,15 @@ def save_and_show(program: Any, path: Path) -> None:
                            capture_output=True, text=True, check=False)
     text = shown.stdout if shown.returncode == 0 else shown.stderr
     lines = text.splitlines()
-    for line in lines[:15]:
-        print("  | " + line)
-    if len(lines) > 15:
-        print(f"  | ... ({len(lines) - 15} more lines)")
+    # The weights are declared first, one line each; show the graph instead.
+    tensors = [line for line in lines if line.startswith("tensor ")]
+    rest = [line for line in lines if not line.startswith("tensor ")]
+    if tensors:
+        print(f"  | ({len(tensors)} tensor declarations, e.g. {tensors[0]!r})")
+    for line in rest[:SHOWN_LINES]:
+        print("  | " + (line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."))
+    if len(rest) > SHOWN_LINES:
+        print(f"  | ... ({len(rest) - SHOWN_LINES} more lines)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     if not working:
         print("no Ember backend compiled any model: no artifact to save")
         return 1
-    name, backend = working[-1]
+    # Show the most compiled artifact: the model compiled by the best backend.
+    name, backend = min(working, key=lambda w: BACKENDS_BEST_FIRST.index(w[1]))
     try:
         save_and_show(compiled_program(name, device, backend), args.artifact)
     except Exception as exc:  # noqa: BLE001 - the demo reports, never crashes

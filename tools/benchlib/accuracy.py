@@ -85,7 +85,7 @@ def observe(
         args = training_inputs(inputs)
         module.zero_grad(set_to_none=True)
         out = fn(*args)
-        scalar_loss(out).backward()
+        torch.autograd.backward(scalar_loss(out))
         leaves = list(module.parameters()) + [
             a for a in args if isinstance(a, torch.Tensor) and a.requires_grad
         ]

@@ -63,7 +63,8 @@ def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "indu
     if compiler == "ember":
         import ember.frontend
 
-        return ember.frontend.compile(fn, backend=ember_backend)  # type: ignore[attr-defined]
+        compiled: Callable[..., Any] = ember.frontend.compile(fn, backend=ember_backend)
+        return compiled
     raise ValueError(f"unknown compiler {compiler!r}; expected one of {COMPILERS}")
 
 

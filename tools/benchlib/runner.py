@@ -1,12 +1,16 @@
 """One benchmark row per (model, compiler): compile, check accuracy, time.
 
-A failure in any phase is caught and recorded in the row (exception type and the first
-line of its message); the run goes on with the next compiler and model.
+Per model: every compiler compiles and is checked against the fp64 reference first; then
+all are timed together (round-robin on CPU, see ``timing.interleaved_median_seconds``);
+then cold/warm compile times are measured in subprocesses. A failure in any phase is
+caught and recorded in the row (exception type and the first line of its message); the
+run goes on with the next compiler and model.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,7 +89,7 @@ class Step:
             if isinstance(x, torch.Tensor):
                 x.grad = None
         loss = accuracy.scalar_loss(self.compiled(*self.inputs))
-        loss.backward()
+        torch.autograd.backward(loss)
         if self.optimizer is not None:
             self.optimizer.step()
         return loss
@@ -111,8 +115,29 @@ def bench_model(name: str, config: BenchConfig, compiler_names: list[str]) -> li
     except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
         return [Row(name, dtype_name, compilers.label(c, config.ember_backend), "fail_to_run",
                     f"model: {describe(exc)}") for c in compiler_names]
-    rows = [_bench_one(name, dtype_name, c, base, inputs, reference, config)
-            for c in compiler_names]
+    prepared = [_prepare(name, dtype_name, c, base, inputs, reference, config)
+                for c in compiler_names]
+    steps: dict[str, Callable[[], Any]] = {
+        row.compiler: step for row, step in prepared if step is not None
+    }
+    times = timing.interleaved_median_seconds(steps, config.device)
+    for row, step in prepared:
+        if step is None:
+            continue
+        measured = times[row.compiler]
+        if isinstance(measured, BaseException):
+            row.status, row.error = "fail_to_run", f"timing: {describe(measured)}"
+            continue
+        row.time_ms = measured * 1e3
+        try:
+            row.peak_memory_mb = timing.peak_memory_mb(step, config.device)
+        except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
+            row.error = f"peak memory: {describe(exc)}"
+    if config.cold:
+        for row, step in prepared:
+            if step is not None and row.compiler != "eager":
+                _measure_cold(row, name, config)
+    rows = [row for row, _ in prepared]
     eager_ms = next((r.time_ms for r in rows if r.compiler == "eager"), None)
     for row in rows:
         if eager_ms and row.time_ms:
@@ -120,8 +145,11 @@ def bench_model(name: str, config: BenchConfig, compiler_names: list[str]) -> li
     return rows
 
 
-def _bench_one(name: str, dtype_name: str, compiler: str, base: torch.nn.Module,
-               inputs: tuple[Any, ...], reference: accuracy.Reference, config: BenchConfig) -> Row:
+def _prepare(name: str, dtype_name: str, compiler: str, base: torch.nn.Module,
+             inputs: tuple[Any, ...], reference: accuracy.Reference, config: BenchConfig
+             ) -> tuple[Row, Step | None]:
+    """Compile (timing the first call), read the stats, check accuracy. The Step is
+    ``None`` when something failed (the row says what)."""
     row = Row(name, dtype_name, compilers.label(compiler, config.ember_backend))
     module = copy.deepcopy(base)
     phase = "compile"
@@ -138,26 +166,26 @@ def _bench_one(name: str, dtype_name: str, compiler: str, base: torch.nn.Module,
         row.kernels, row.fallbacks = stats.kernels, stats.fallbacks
         phase = "accuracy"
         result = accuracy.judge(reference, observed)
-        row.accuracy, row.accuracy_detail = result.label, result.reason
-        row.max_abs_error, row.rmse_ratio = result.max_abs_error, result.rmse_ratio
-        if not result.passed:
-            row.status = "fail_accuracy"
-        phase = "timing"
-        row.time_ms = timing.median_seconds(step, config.device) * 1e3
-        row.peak_memory_mb = timing.peak_memory_mb(step, config.device)
     except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
         row.status, row.error = "fail_to_run", f"{phase}: {describe(exc)}"
-        return row
-    if config.cold and compiler != "eager":
-        job = coldstart.ColdJob(name, compiler, config.ember_backend, str(config.device),
-                                dtype_name, config.suite, config.train)
-        measured = coldstart.measure(job)
-        if "error" in measured:
-            row.error = f"cold compile: {measured['error']}"
-        else:
-            row.cold_compile_s = float(measured["cold_s"])  # type: ignore[arg-type]
-            row.warm_compile_s = float(measured["warm_s"])  # type: ignore[arg-type]
-    return row
+        return row, None
+    row.accuracy, row.accuracy_detail = result.label, result.reason
+    row.max_abs_error, row.rmse_ratio = result.max_abs_error, result.rmse_ratio
+    if not result.passed:
+        row.status = "fail_accuracy"
+    return row, step
+
+
+def _measure_cold(row: Row, name: str, config: BenchConfig) -> None:
+    compiler = "ember" if row.compiler.startswith("ember") else row.compiler
+    job = coldstart.ColdJob(name, compiler, config.ember_backend, str(config.device),
+                            row.dtype, config.suite, config.train)
+    measured = coldstart.measure(job)
+    if "error" in measured:
+        row.error = f"cold compile: {measured['error']}"
+    else:
+        row.cold_compile_s = float(measured["cold_s"])  # type: ignore[arg-type]
+        row.warm_compile_s = float(measured["warm_s"])  # type: ignore[arg-type]
 
 
 def tiny_function(x: torch.Tensor) -> torch.Tensor:
@@ -177,7 +205,7 @@ def overhead(compiler_names: list[str], device: torch.device, ember_backend: str
             compilers.reset(compiler)
             fn = compilers.compile_fn(compiler, tiny_function, ember_backend)
             with torch.no_grad():
-                results[key] = timing.per_call_overhead_us(lambda f=fn: f(x), device)
+                results[key] = timing.per_call_overhead_us(functools.partial(fn, x), device)
         except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
             results[key] = describe(exc)
     return results

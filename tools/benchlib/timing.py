@@ -78,3 +78,55 @@ def peak_memory_mb(fn: Callable[[], Any], device: torch.device) -> float | None:
     fn()
     synchronize(device)
     return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+
+
+def interleaved_median_seconds(
+    fns: dict[str, Callable[[], Any]],
+    device: torch.device,
+    *,
+    min_time_s: float = 1.0,
+    min_reps: int = 5,
+    max_reps: int = 100,
+    warmup: int = 2,
+) -> dict[str, float | BaseException]:
+    """Median time of each of ``fns``, in seconds (or the exception it raised).
+
+    On CPU the functions are timed round-robin, one call each per round, so that load from
+    other processes (a shared machine) slows all of them alike and their ratios stay
+    meaningful; rounds stop after ``min_reps`` once ``min_time_s`` has passed, or at
+    ``max_reps``. On CUDA each is timed by :func:`median_seconds` (device events).
+    """
+    results: dict[str, float | BaseException] = {}
+    if device.type == "cuda":
+        for key, fn in fns.items():
+            try:
+                results[key] = median_seconds(fn, device)
+            except Exception as exc:  # noqa: BLE001 - returned to the caller's row
+                results[key] = exc
+        return results
+    live = dict(fns)
+    times: dict[str, list[float]] = {key: [] for key in fns}
+    for key, fn in list(live.items()):
+        try:
+            for _ in range(warmup):
+                fn()
+        except Exception as exc:  # noqa: BLE001 - returned to the caller's row
+            results[key] = exc
+            del live[key]
+    start = time.perf_counter()
+    rounds = 0
+    while live and rounds < max_reps and (
+        rounds < min_reps or time.perf_counter() - start < min_time_s
+    ):
+        rounds += 1
+        for key, fn in list(live.items()):
+            try:
+                t0 = time.perf_counter()
+                fn()
+                times[key].append(time.perf_counter() - t0)
+            except Exception as exc:  # noqa: BLE001 - returned to the caller's row
+                results[key] = exc
+                del live[key]
+    for key in live:
+        results[key] = statistics.median(times[key])
+    return results

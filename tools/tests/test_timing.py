@@ -64,3 +64,20 @@ def test_overhead_is_per_call_microseconds() -> None:
     calls = []
     us = timing.per_call_overhead_us(lambda: calls.append(1), torch.device("cpu"), calls=100)
     assert len(calls) == 10 + 100 and 0 < us < 1000
+
+
+def test_interleaved_timing_round_robins_and_reports_failures() -> None:
+    order: list[str] = []
+
+    def boom() -> None:
+        order.append("b")
+        raise RuntimeError("broken kernel")
+
+    results = timing.interleaved_median_seconds(
+        {"a": lambda: order.append("a"), "b": boom, "c": lambda: order.append("c")},
+        torch.device("cpu"), min_time_s=0.0, min_reps=3, max_reps=3, warmup=1,
+    )
+    assert isinstance(results["b"], RuntimeError)
+    assert isinstance(results["a"], float) and isinstance(results["c"], float)
+    # warm-up a, b (fails, dropped), c; then three rounds of a, c
+    assert order == ["a", "b", "c", "a", "c", "a", "c", "a", "c"]

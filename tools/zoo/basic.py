@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.registry import build, pick, register, seeded_randn
+from zoo.registry import ModelAndInputs, build, pick, register, seeded_randn
 
 
 class PointwiseChain(nn.Module):
@@ -23,7 +23,7 @@ class PointwiseChain(nn.Module):
 
 
 @register("pointwise", "10 elementwise ops on two tensors", tags=("memory-bound",))
-def make_pointwise(device: torch.device, dtype: torch.dtype, suite: str):
+def make_pointwise(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
     n = pick(suite, test=1 << 12, quick=1 << 20, full=1 << 28)
     module = build(PointwiseChain, device, dtype)
     x = seeded_randn(n, device=device, dtype=dtype, seed=1)
@@ -42,7 +42,8 @@ class SoftmaxLayerNorm(nn.Module):
             self.norm.bias.normal_(0.0, 0.1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(torch.softmax(x * 2.0, dim=-1))
+        out: torch.Tensor = self.norm(torch.softmax(x * 2.0, dim=-1))
+        return out
 
 
 def _rows_cols(suite: str) -> tuple[int, int]:
@@ -50,7 +51,7 @@ def _rows_cols(suite: str) -> tuple[int, int]:
 
 
 @register("softmax_layernorm", "softmax then layer_norm over rows", tags=("reduction",))
-def make_softmax_layernorm(device: torch.device, dtype: torch.dtype, suite: str):
+def make_softmax_layernorm(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
     rows, cols = _rows_cols(suite)
     module = build(lambda: SoftmaxLayerNorm(cols), device, dtype)
     return module, (seeded_randn(rows, cols, device=device, dtype=dtype, seed=3),)
@@ -70,7 +71,7 @@ class RMSNorm(nn.Module):
 
 
 @register("rms_norm", "RMSNorm written with pointwise ops and a mean", tags=("reduction",))
-def make_rms_norm(device: torch.device, dtype: torch.dtype, suite: str):
+def make_rms_norm(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
     rows, cols = _rows_cols(suite)
     module = build(lambda: RMSNorm(cols), device, dtype)
     return module, (seeded_randn(rows, cols, device=device, dtype=dtype, seed=4),)
@@ -85,11 +86,13 @@ class MLPBlock(nn.Module):
         self.down = nn.Linear(4 * width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(F.gelu(self.up(x), approximate="tanh"))
+        hidden: torch.Tensor = self.up(x)
+        out: torch.Tensor = self.down(F.gelu(hidden, approximate="tanh"))
+        return x + out
 
 
 @register("mlp", "Linear-GELU-Linear block with a residual", tags=("matmul",))
-def make_mlp(device: torch.device, dtype: torch.dtype, suite: str):
+def make_mlp(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
     tokens, width = pick(suite, test=(8, 32), quick=(256, 256), full=(16384, 4096))
     module = build(lambda: MLPBlock(width), device, dtype)
     return module, (seeded_randn(tokens, width, device=device, dtype=dtype, seed=5),)
@@ -107,7 +110,7 @@ class NaiveAttention(nn.Module):
 
 
 @register("naive_attention", "causal attention without SDPA", tags=("attention",))
-def make_naive_attention(device: torch.device, dtype: torch.dtype, suite: str):
+def make_naive_attention(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
     b, h, s, d = pick(suite, test=(1, 2, 16, 8), quick=(2, 4, 128, 32), full=(8, 16, 2048, 64))
     module = build(NaiveAttention, device, dtype)
     q, k, v = (seeded_randn(b, h, s, d, device=device, dtype=dtype, seed=6 + i) for i in range(3))

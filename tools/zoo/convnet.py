@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.registry import build, pick, register, seeded_randn
+from zoo.registry import ModelAndInputs, build, pick, register, seeded_randn
 
 
 class BasicBlock(nn.Module):
@@ -48,16 +48,18 @@ class SmallResNet(nn.Module):
         with torch.no_grad():
             for m in self.modules():
                 if isinstance(m, nn.BatchNorm2d):
+                    assert m.running_mean is not None and m.running_var is not None
                     m.running_mean.normal_(0.0, 0.1)
                     m.running_var.uniform_(0.5, 1.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.blocks(self.stem(x))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+        logits: torch.Tensor = self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+        return logits
 
 
 @register("resnet", "ResNet-style conv net (3 stages of BasicBlocks)", tags=("conv",))
-def make_resnet(device: torch.device, dtype: torch.dtype, suite: str):
+def make_resnet(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
     batch, size, widths = pick(
         suite, test=(2, 16, (8, 16, 32)), quick=(8, 32, (32, 64, 128)),
         full=(128, 128, (64, 128, 256)),

@@ -12,7 +12,7 @@ import importlib.util
 import torch
 from torch import nn
 
-from zoo.registry import build, pick, register, seeded_tokens
+from zoo.registry import ModelAndInputs, build, pick, register, seeded_tokens
 
 # Checked without importing: importing transformers takes seconds, and only the HF
 # factories need it.
@@ -28,17 +28,18 @@ class FieldOf(nn.Module):
         self.field = field
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=ids, return_dict=True)[self.field]
+        out: torch.Tensor = self.model(input_ids=ids, return_dict=True)[self.field]
+        return out
 
 
 if HAVE_TRANSFORMERS:
 
     @register("hf_gpt2", "transformers GPT-2 (random weights, small config)", tags=("hf",))
-    def make_hf_gpt2(device: torch.device, dtype: torch.dtype, suite: str):
+    def make_hf_gpt2(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
         import transformers
 
         batch, seq, layers, width, heads, vocab = pick(
-            suite, test=(1, 8, 2, 32, 2, 128), quick=(2, 64, 2, 64, 4, 1000),
+            suite, test=(2, 8, 2, 32, 2, 128), quick=(2, 64, 2, 64, 4, 1000),
             full=(16, 512, 12, 768, 12, 50257),
         )
         config = transformers.GPT2Config(
@@ -51,11 +52,11 @@ if HAVE_TRANSFORMERS:
         return module, (seeded_tokens(batch, seq, vocab=vocab, device=device, seed=30),)
 
     @register("hf_bert", "transformers BERT encoder (random weights, small config)", tags=("hf",))
-    def make_hf_bert(device: torch.device, dtype: torch.dtype, suite: str):
+    def make_hf_bert(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
         import transformers
 
         batch, seq, layers, width, heads, vocab = pick(
-            suite, test=(1, 8, 2, 32, 2, 128), quick=(2, 64, 2, 64, 4, 1000),
+            suite, test=(2, 8, 2, 32, 2, 128), quick=(2, 64, 2, 64, 4, 1000),
             full=(16, 512, 12, 768, 12, 30522),
         )
         config = transformers.BertConfig(

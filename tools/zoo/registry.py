@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 SUITES = ("test", "quick", "full")
 
-Factory = Callable[[torch.device, torch.dtype, str], tuple[torch.nn.Module, tuple[Any, ...]]]
+ModelAndInputs = tuple[torch.nn.Module, tuple[Any, ...]]
+Factory = Callable[[torch.device, torch.dtype, str], ModelAndInputs]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def names(suite: str | None = None) -> list[str]:
     return [n for n, spec in _MODELS.items() if suite is None or suite in spec.suites]
 
 
-def pick(suite: str, test: Any, quick: Any, full: Any) -> Any:
+def pick(suite: str, test: T, quick: T, full: T) -> T:
     """The size for ``suite``."""
     return {"test": test, "quick": quick, "full": full}[suite]
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.registry import build, pick, register, seeded_randn, seeded_tokens
+from zoo.registry import ModelAndInputs, build, pick, register, seeded_randn, seeded_tokens
 
 
 class CausalSelfAttention(nn.Module):
@@ -23,7 +23,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(d, dim=-1)
         q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, s, d))
+        out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(b, s, d))
+        return out
 
 
 class TransformerBlock(nn.Module):
@@ -39,13 +40,14 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+        mlp: torch.Tensor = self.out(F.gelu(self.fc(self.ln2(x))))
+        return x + mlp
 
 
 @register("transformer_block", "pre-norm block: SDPA attention + GELU MLP", tags=("attention",))
-def make_transformer_block(device: torch.device, dtype: torch.dtype, suite: str):
+def make_transformer_block(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
     batch, seq, width, heads = pick(
-        suite, test=(1, 8, 32, 2), quick=(2, 64, 128, 4), full=(16, 1024, 1024, 16)
+        suite, test=(2, 8, 32, 2), quick=(2, 64, 128, 4), full=(16, 1024, 1024, 16)
     )
     module = build(lambda: TransformerBlock(width, heads), device, dtype)
     return module, (seeded_randn(batch, seq, width, device=device, dtype=dtype, seed=20),)
@@ -66,13 +68,14 @@ class TinyGPT(nn.Module):
         x = self.tok(ids) + self.pos(positions)
         for block in self.blocks:
             x = block(x)
-        return self.ln(x) @ self.tok.weight.t()
+        normed: torch.Tensor = self.ln(x)
+        return normed @ self.tok.weight.t()
 
 
 @register("gpt", "small GPT decoder (embeddings, blocks, tied LM head)", tags=("attention",))
-def make_gpt(device: torch.device, dtype: torch.dtype, suite: str):
+def make_gpt(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
     batch, seq, vocab, width, heads, layers = pick(
-        suite, test=(1, 8, 100, 32, 2, 2), quick=(2, 64, 1000, 128, 4, 2),
+        suite, test=(2, 8, 100, 32, 2, 2), quick=(2, 64, 1000, 128, 4, 2),
         full=(16, 1024, 32000, 768, 12, 12),
     )
     module = build(lambda: TinyGPT(vocab, seq, width, heads, layers), device, dtype)

@@ -6,12 +6,12 @@ import importlib.util
 
 import torch
 
-from zoo.registry import build, pick, register, seeded_randn
+from zoo.registry import ModelAndInputs, build, pick, register, seeded_randn
 
 if importlib.util.find_spec("torchvision") is not None:
 
     @register("tv_resnet18", "torchvision ResNet-18, untrained", tags=("conv",))
-    def make_tv_resnet18(device: torch.device, dtype: torch.dtype, suite: str):
+    def make_tv_resnet18(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
         import torchvision
 
         batch, size = pick(suite, test=(1, 32), quick=(4, 64), full=(256, 224))

@@ -3,16 +3,15 @@ tests do not use ember.frontend), compile them with the aot stage, and run them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
-
+from ember.aot.config import AotConfig
+from ember.aot.pipeline import aot_compile
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.ir import InputKind, InputSpec, Program, verify
 from ember.runtime.tracing import GraphRecorder
-
-from ember.aot.config import AotConfig
-from ember.aot.pipeline import aot_compile
 
 
 def capture(fn: Callable[..., Any], *inputs: torch.Tensor) -> Program:

@@ -4,11 +4,11 @@ interpreter); outputs, inputs after the call, and output/input aliasing must mat
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
-
 from aot_capture import compile_fn
 from ember.runtime.ir import OutputKind, resolve_op
 
@@ -115,7 +115,7 @@ def _mutate_intermediate(x):
 
 
 def _split_part(x):
-    a, b = x.split(2)
+    _, b = x.split(2)
     b.mul_(2)
     return x.sum(0)
 
@@ -246,7 +246,7 @@ def test_mutated_input_moves_to_signature() -> None:
 
 def test_same_tensor_passed_twice() -> None:
     x = _f32(3, 4)
-    program, run = compile_fn(_non_overlapping_views, x, x)
+    _, run = compile_fn(_non_overlapping_views, x, x)
     eager_x, compiled_x = x.clone(), x.clone()
     expected = _non_overlapping_views(eager_x, eager_x)
     (got,) = run([compiled_x, compiled_x])
@@ -257,7 +257,7 @@ def test_same_tensor_passed_twice() -> None:
 def test_non_overlapping_views_of_one_base() -> None:
     base = _f32(4, 3)
     a, b = base[:2], base[2:]
-    program, run = compile_fn(_non_overlapping_views, a.clone(), b.clone())
+    _, run = compile_fn(_non_overlapping_views, a.clone(), b.clone())
     eager_base, compiled_base = base.clone(), base.clone()
     expected = _non_overlapping_views(eager_base[:2], eager_base[2:])
     (got,) = run([compiled_base[:2], compiled_base[2:]])
@@ -294,10 +294,37 @@ def test_view_of_parameter_mutated_under_no_grad() -> None:
 
     weight = torch.nn.Parameter(_f32(3, 4))
     with torch.no_grad():
-        program, run = compile_fn(fn, weight[0])
+        _, run = compile_fn(fn, weight[0])
     eager_weight = weight.detach().clone()
     with torch.no_grad():
         expected = fn(eager_weight[0])
         (got,) = run([weight[0]])
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(weight.detach(), eager_weight)
+
+
+def _write_one_read_other(a, b):
+    a.add_(1)
+    return b * 2, a.sum()
+
+
+def test_input_that_views_another_input() -> None:
+    base = _f32(3, 4)
+    program, run = compile_fn(_write_one_read_other, base, base[1])
+    assert program.metadata["input_aliases"]["in1"]["base"] == "in0"  # type: ignore[index]
+    fresh = _f32(3, 4)
+    eager, compiled = fresh.clone(), fresh.clone()
+    expected = _write_one_read_other(eager, eager[1])
+    got = run([compiled, compiled[1]])
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e)
+    torch.testing.assert_close(compiled, eager)
+    with pytest.raises(RuntimeError, match="captured as a view of input 'in0'"):
+        run([_f32(3, 4), _f32(4)])
+
+
+def test_unexpected_aliasing_of_a_written_input_is_refused() -> None:
+    _, run = compile_fn(_write_one_read_other, _f32(4), _f32(4))
+    x = _f32(4)
+    with pytest.raises(RuntimeError, match="shares memory with input 'in0'"):
+        run([x, x[:]])

@@ -4,15 +4,13 @@ save-everything, and what it refuses to recompute."""
 from __future__ import annotations
 
 import torch
-
 from aot_capture import capture_module, compile_module
-from test_training import TransformerBlock
-from ember.runtime.ir import OutputKind
-
 from ember.aot.config import AotConfig
 from ember.aot.partition.maxflow import INFINITE, FlowNetwork
 from ember.aot.partition.mincut import COMPUTE_BOUND_OPS
 from ember.aot.pipeline import aot_compile
+from ember.runtime.ir import OutputKind
+from test_training import TransformerBlock
 
 
 def test_max_flow_min_cut_on_a_small_network() -> None:

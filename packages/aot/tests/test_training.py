@@ -5,11 +5,10 @@ BatchNorm and a transformer block."""
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
-
 from aot_capture import compile_module
 from ember.runtime.ir import OutputKind
 

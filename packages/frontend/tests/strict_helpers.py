@@ -5,9 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import torch
-
 import ember.frontend as ef
+import torch
 
 
 def strict(fn: Any, **kw: Any) -> Any:

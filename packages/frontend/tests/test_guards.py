@@ -6,6 +6,7 @@ import ember.frontend as ef
 import pytest
 import torch
 from ember.frontend.guards import GuardSet
+from ember.frontend.pytree import flatten
 
 
 def double(x: torch.Tensor, n: int = 2) -> torch.Tensor:
@@ -108,6 +109,26 @@ def test_guard_count_of_a_capture() -> None:
 
     cap = trace_capture(double, None, (torch.randn(2), 3), {})
     texts = [g.text for g in cap.guards.guards]
-    # structure, grad mode, six per tensor, one per non-tensor argument
+    # structure, grad mode, six per tensor, one per non-tensor argument (no aliasing
+    # guard: a single tensor)
     assert len(texts) == 1 + 1 + 6 + 1
     assert "x.dtype == torch.float32" in texts and "n == 3" in texts
+
+
+def test_passing_one_tensor_twice_is_another_graph() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a.add_(1)
+        return a + b
+
+    compiled = ef.compile(f, backend="eager")
+    x, y = torch.randn(3), torch.randn(3)
+    expected = f(x.clone(), y.clone())
+    assert torch.equal(compiled(x.clone(), y.clone()), expected)
+    z = torch.randn(3)
+    z_ref = z.clone()
+    assert torch.equal(compiled(z, z), f(z_ref, z_ref))
+    assert compiled.stats.compiles == 2
+    leaves, spec = flatten(((z, z), {}))
+    failure = compiled._entries[0].guards.first_failure(leaves, [], spec, True)
+    assert failure is not None
+    assert failure.guard.text == "no two tensor arguments are the same object"

@@ -115,3 +115,25 @@ def test_gradients_match_eager() -> None:
     for g, p in zip(grads, model.parameters()):
         assert torch.equal(g, p.grad)  # type: ignore[arg-type]
     assert torch.equal(x.grad, ref_x.grad)  # type: ignore[arg-type]
+
+
+def test_decorated_forward_method() -> None:
+    class Decorated(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        @ef.compile(backend="eager")
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x).sigmoid()
+
+    a, b = Decorated(), Decorated()
+    x = torch.randn(2, 3)
+    assert torch.equal(a(x), torch.sigmoid(a.fc(x)))
+    assert torch.equal(b(x), torch.sigmoid(b.fc(x)))
+    assert a.forward.stats.compiles == 1 and a.forward is a.forward
+    with torch.no_grad():
+        a.fc.weight.mul_(2)  # a live parameter, not a constant
+    assert torch.equal(a(x), torch.sigmoid(a.fc(x)))
+    assert a.forward.stats.cache_hits == 1
+    assert Decorated.forward.__name__ == "forward"

@@ -3,11 +3,10 @@ graphs and breaks, a message naming the source line; fullgraph=True raises."""
 
 from __future__ import annotations
 
+import ember.frontend as ef
 import numpy as np
 import pytest
 import torch
-
-import ember.frontend as ef
 from ember.frontend.bytecode import FullGraphError
 from strict_helpers import check, strict
 
@@ -95,9 +94,10 @@ CASES = [
     (b_item, (torch.randn(3),), 2, 1, "item", "item()"),
     (b_tolist, (torch.randn(3),), 1, 1, "tolist", "tolist()"),
     (b_numpy, (torch.randn(3),), 2, 1, "numpy", "cannot look into"),
-    (b_inlined, (torch.randn(3),), 2, 1, "inner", "print"),
+    # the callee runs through its own compiled wrapper; its graphs and breaks count too
+    (b_inlined, (torch.randn(3),), 3, 2, "inner", "print"),
     (b_disable, (torch.randn(3),), 2, 1, "disable", "ember.frontend.disable"),
-    (b_generator, (torch.randn(3),), 1, 2, "gen", "generator"),
+    (b_generator, (torch.randn(3),), 1, 3, "gen", "generator"),
 ]
 
 

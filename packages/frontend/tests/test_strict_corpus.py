@@ -9,9 +9,8 @@ import operator
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from strict_helpers import check
+from torch import nn
 
 SCALE = 2.0
 OFFSETS = [1.0, 2.0, 3.0]
@@ -158,7 +157,7 @@ def c_nested_closure_nonlocal(x):
 
 
 def c_lambda(x):
-    f = lambda t: t.sin() + 1  # noqa: E731
+    f = lambda t: t.sin() + 1
     return f(x) * f(x * 2)
 
 
@@ -311,7 +310,7 @@ def c_f_functional(x):
 
 def c_getattr_hasattr(x):
     lin = _STACK
-    fn = getattr(torch, "tanh")
+    fn = torch.tanh
     return fn(x) if hasattr(lin, "forward") else x
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from ember.runtime import config as config_module
 from ember.runtime.compiled import triton_cache
 from ember.runtime.compiled.triton_aot import TritonAotError, compile_for_target

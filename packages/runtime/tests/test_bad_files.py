@@ -123,7 +123,7 @@ def test_missing_program_json(tmp_path: Path) -> None:
 
 
 def test_missing_file_is_file_not_found(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="no such .ember file"):
+    with pytest.raises(FileNotFoundError, match="absent.ember"):
         load(tmp_path / "absent.ember")
 
 

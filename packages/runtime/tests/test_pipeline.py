@@ -213,3 +213,15 @@ def test_debug_dir_receives_each_stage_output(
         compile_program(program, backend="aot_eager")
     saved = load(tmp_path / "1_aot.ember")
     assert saved.dialect == "core-functional" and saved.forward == program.forward
+
+
+def test_copy_back_does_not_attach_buffers_to_autograd() -> None:
+    fn = ProgramCallable(_mutating_program())
+    x = torch.randn(3, requires_grad=True)
+    buf = torch.randn(3)
+    expected_buf = buf + x.detach()
+    (out,) = fn([x, buf])
+    torch.testing.assert_close(buf, expected_buf)
+    torch.testing.assert_close(out, x * expected_buf)
+    assert out.requires_grad  # the user output keeps its autograd history
+    assert not buf.requires_grad and buf.grad_fn is None

@@ -177,3 +177,17 @@ def test_symbolic_sizes_print_bare_or_quoted() -> None:
         'graph forward(%x: f32[s0*2, (s0//2), "s0 + 1", "7"]{1,1,1,1} cpu offset="(s0)"):\n')
     program = Program(graphs={"g": graph})
     assert parse_program(print_program(program)) == program
+
+
+def test_windows_line_endings_parse() -> None:
+    program = SAMPLES["training"]()
+    text = print_program(program).replace("\n", "\r\n")
+    assert_same_program(program, parse_program(text, program.tensors, program.files))
+
+
+def test_print_graph_shows_kinds_inline() -> None:
+    program = mlp()
+    text = print_graph(program.forward, "forward", program.signature.inputs["forward"],
+                       program.signature.outputs["forward"])
+    assert text.splitlines()[0].endswith("%w: f32[8, 8]{8,1} cpu [parameter fc.weight]):")
+    assert text.splitlines()[-1] == "  return (%mm)  [user_output]"

@@ -222,3 +222,12 @@ def test_recorded_program_round_trips(tmp_path: Path) -> None:
     text = print_program(program)
     assert "aten::max.dim(%split.0, 1)" in text
     assert_same_program(program, parse_program(text, tensors=program.tensors))
+
+
+@pytest.mark.parametrize(("tensor", "message"), [
+    (torch.randn(3).to_sparse(), "a torch.sparse_coo tensor cannot be saved"),
+    (torch.empty(3, device="meta"), "a tensor on the meta device has no values"),
+])
+def test_unsavable_tensors_are_refused(tensor: torch.Tensor, message: str) -> None:
+    with pytest.raises(IRFormatError, match=f"tensor 'bad': {message}"):
+        save(Program(tensors={"bad": tensor}), io.BytesIO())

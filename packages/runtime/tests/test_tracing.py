@@ -185,3 +185,16 @@ def test_decompositions_record_the_ops_they_run() -> None:
     p = rec.finish([y])
     assert targets(p) == ["aten::sigmoid.default", "aten::mul.Tensor"]
     assert torch.equal(run_program(p, [x])[0], silu(x))
+
+
+def test_input_added_while_recording_records_no_conversion_ops() -> None:
+    rec = GraphRecorder()
+    x = rec.add_input(torch.randn(4), InputSpec("x"))
+    view = torch.randn(8)[2:6]
+    with rec:
+        y = x + 1
+        z = rec.add_input(view, InputSpec("z"))  # a view: its conversion runs ops
+        out = y * z
+    p = rec.finish([out])
+    assert [n.name for n in p.forward.nodes] == ["x", "z", "add", "mul", "output"]
+    assert p.forward.node("z").meta.storage_offset == 2  # type: ignore[union-attr]

@@ -174,6 +174,8 @@ def test_symbolic_sizes_need_declared_symbols() -> None:
     _rejects(program, r"size expression 's0' uses symbol 's0', which is not in graph.symbols")
     program.forward.symbols["s0"] = SymbolRange(2, None)
     verify(program)
+    program.forward.symbols["s0"] = SymbolRange(5, 4)
+    _rejects(program, r"symbol 's0' has an empty range \[5, 4\]")
 
 
 def test_scalar_placeholder_and_sym_size_pass() -> None:
@@ -225,7 +227,8 @@ def test_core_functional_requires_core_aten() -> None:
 def test_core_functional_refuses_prims() -> None:
     pb = ProgramBuilder()
     x = pb.input(torch.randn(3))
-    program = pb.finish(pb.call("prims::sin.default", x))
+    program = pb.finish(pb.call("aten::sin.default", x))
+    program.forward.node("v1").target = "prims::sin.default"  # (running prims ops is slow)
     _rejects(program, r"prims operators are not allowed", "core-functional")
 
 
@@ -247,13 +250,22 @@ def test_extra_ops_are_real_non_core_aten_ops() -> None:
         assert not op._schema.is_mutable, name
 
 
-def test_compiled_dialect_needs_files() -> None:
+def test_compiled_dialect_checks_the_artifact_layout() -> None:
     program, _ = mlp_program()
     _rejects(program, r"expected a compiled program, got dialect 'aten'", "compiled")
     program.dialect = "compiled"
-    _rejects(program, r"program.files, and this one has none", "compiled")
-    program.files["wrapper.py"] = b"# generated"
+    _rejects(program, r"graph 'forward': compiled program has no metadata", "compiled")
+    kernel = {"name": "k0", "lang": "cpp", "entry": "k0", "source": "forward/k0.cpp",
+              "meta": {}}
+    program.metadata["compiled"] = {"graphs": {"forward": {
+        "wrapper": "forward/wrapper.py", "kernels": [kernel], "constants": {}}}}
+    _rejects(program, r"wrapper file 'forward/wrapper.py' is not in the program's files")
+    program.files["forward/wrapper.py"] = b"def call(inputs): ..."
+    _rejects(program, r"graph 'forward', kernel 'k0': source file 'forward/k0.cpp' is not")
+    program.files["forward/k0.cpp"] = b"// generated"
     verify(program)
+    kernel["lang"] = "cobol"
+    _rejects(program, r"kernel 'k0': unknown language 'cobol'")
 
 
 def test_unknown_dialect_is_rejected() -> None:

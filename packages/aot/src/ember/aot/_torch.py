@@ -5,7 +5,8 @@ A torch upgrade that moves one of these touches only this file.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch._decomp import core_aten_decompositions  # torch's Core ATen decomposition table
@@ -54,6 +55,6 @@ def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
     a dispatch mode below autograd still sees it and must decompose it itself."""
     try:
         return bool(torch._C._dispatch_has_kernel_for_dispatch_key(
-            op.name(), "CompositeImplicitAutograd"))
+            op.name(), "CompositeImplicitAutograd"))  # type: ignore[no-untyped-call]
     except RuntimeError:  # prim:: ops that the dispatcher does not register
         return False

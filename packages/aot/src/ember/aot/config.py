@@ -19,8 +19,9 @@ option                             meaning                                     d
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class AotConfig:
     training: bool | None = None
 
     @staticmethod
-    def from_options(options: Mapping[str, Any]) -> "AotConfig":
+    def from_options(options: Mapping[str, Any]) -> AotConfig:
         """Read the ``aot.*`` entries of ``options``.
 
         Raises:

@@ -3,7 +3,8 @@ Core ATen opset. One function per op, registered next to it."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -20,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ember.aot.builder import GraphBuilder
+from ember.aot.op_effects import is_view, mutated_positions, mutation_of, with_defaults
+from ember.aot.view_inverse import ViewStep, write_back
 from ember.runtime.ir import (
     Argument,
     Graph,
@@ -31,10 +34,6 @@ from ember.runtime.ir import (
     TensorMeta,
     ValueRef,
 )
-
-from ember.aot.builder import GraphBuilder
-from ember.aot.op_effects import is_view, mutated_positions, mutation_of, with_defaults
-from ember.aot.view_inverse import ViewStep, write_back
 
 Chain = tuple[ViewStep, ...]
 
@@ -67,8 +66,9 @@ class FunctionalGraph:
 
 
 class _Functionalizer:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, input_aliases: dict[str, dict[str, Any]]) -> None:
         self.source = graph
+        self.input_aliases = input_aliases
         self.b = GraphBuilder()
         self.alias: dict[ValueRef, _Alias] = {}
         self.storages: list[_Storage] = []
@@ -157,7 +157,27 @@ class _Functionalizer:
 
     def visit_placeholder(self, node: Node) -> None:
         new = self._copy(node, (), {})
-        self.new_storage(ValueRef(node.name), new, root=node.name)
+        alias = self.input_aliases.get(node.name)
+        if alias is None:
+            self.new_storage(ValueRef(node.name), new, root=node.name)
+            return
+        # NOTE: this input shares memory with an earlier one (recorded at capture): it is
+        # read as a view of that input's storage, so writes through either are seen by
+        # both, and the copy-back goes to the earlier input.
+        base = ValueRef(str(alias["base"]))
+        base_meta, meta = self.meta.get(base), node.meta
+        if not isinstance(base_meta, TensorMeta) or not isinstance(meta, TensorMeta):
+            raise IRFormatError(f"input {node.name} aliases {base.node}, which is not a tensor")
+        base_alias = self.alias[base]
+        same = (tuple(meta.sizes), tuple(meta.strides), meta.storage_offset) == (
+            tuple(base_meta.sizes), tuple(base_meta.strides), base_meta.storage_offset)
+        if same:
+            self.alias[ValueRef(node.name)] = base_alias
+            return
+        assert isinstance(meta.storage_offset, int) and isinstance(base_meta.storage_offset, int)
+        step = ViewStep("aten::as_strided.default", (tuple(meta.sizes), tuple(meta.strides)),
+                        relative_offset=meta.storage_offset - base_meta.storage_offset)
+        self.alias[ValueRef(node.name)] = _Alias(base_alias.storage, base_alias.chain + (step,))
 
     def visit_constant(self, node: Node) -> None:
         new = self._copy(node, node.args, dict(node.kwargs))
@@ -194,7 +214,7 @@ class _Functionalizer:
     def _functional_call(self, node: Node, args: tuple[Argument, ...],
                          kwargs: dict[str, Argument], written: tuple[int, ...]) -> None:
         mutation = mutation_of(node.target)
-        args, kwargs = with_defaults(node.target, args, kwargs)  # type: ignore[assignment]
+        args, kwargs = with_defaults(node.target, args, kwargs)
         try:
             meta = self.b.infer_meta(mutation.functional, args, kwargs)
         except Exception:  # noqa: BLE001 - ops without meta kernels keep the old meta
@@ -280,20 +300,25 @@ class _Functionalizer:
         }
 
 
-def functionalize_graph(graph: Graph) -> FunctionalGraph:
-    """Functionalize ``graph`` (see the module docstring).
+def functionalize_graph(graph: Graph,
+                        input_aliases: dict[str, dict[str, Any]] | None = None) -> FunctionalGraph:
+    """Functionalize ``graph`` (see the module docstring). ``input_aliases``: inputs that
+    share memory with an earlier input, as the recorder writes them in
+    ``Program.metadata["input_aliases"]`` (base name, sizes, strides, storage offset).
 
     Raises:
         IRFormatError: an op mutates its arguments and has no functional variant, or
             the graph is malformed.
     """
-    return _Functionalizer(graph).run()
+    return _Functionalizer(graph, input_aliases or {}).run()
 
 
 def functionalize(program: Program, graph_name: str = "forward") -> Program:
     """A copy of ``program`` whose graph ``graph_name`` is functional; the input
     mutations and output aliasing move into the signature and ``metadata["aot"]``."""
-    result = functionalize_graph(program.graphs[graph_name])
+    aliases = program.metadata.get("input_aliases")
+    result = functionalize_graph(program.graphs[graph_name],
+                                 aliases if isinstance(aliases, dict) else None)
     out = program.copy()
     out.graphs[graph_name] = result.graph
     out.signature.outputs[graph_name] = result.outputs

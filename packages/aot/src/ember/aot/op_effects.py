@@ -13,8 +13,7 @@ import functools
 from dataclasses import dataclass
 
 import torch
-
-from ember.runtime.ir import IRFormatError, resolve_op
+from ember.runtime.ir import Argument, IRFormatError, normalize_argument, resolve_op
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ UNANNOTATED_MUTATIONS: dict[str, tuple[tuple[int, ...], int, str]] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def is_view(target: str) -> bool:
     """True if the op returns a view of (one of) its arguments."""
     schema = resolve_op(target)._schema
@@ -71,7 +70,7 @@ def mutated_positions(target: str, args: tuple[object, ...]) -> tuple[int, ...]:
     return _annotated_writes(target)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _annotated_writes(target: str) -> tuple[int, ...]:
     schema = resolve_op(target)._schema
     written: list[int] = []
@@ -86,7 +85,7 @@ def _annotated_writes(target: str) -> tuple[int, ...]:
     return tuple(written)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mutation_of(target: str) -> Mutation:
     """The functional replacement of mutating op ``target``.
 
@@ -111,18 +110,18 @@ def mutation_of(target: str) -> Mutation:
                 if info is not None and info.before_set == sets:
                     aliased.append((j, p))
     namespace, rest = target.split("::", 1)
-    name, overload = rest.split(".", 1)
-    stem = name[:-1] if name.endswith("_") else name
+    name, _overload = rest.split(".", 1)
+    stem = name.removesuffix("_")
     candidates: list[str] = []
     if name.endswith("_") and written == (0,):
         candidates += [f"{namespace}::{stem}.{o}" for o in _overloads(namespace, stem)]
     candidates += [f"{namespace}::{stem}_functional.{o}"
                    for o in _overloads(namespace, f"{stem}_functional")]
     for candidate in candidates:
-        functional = _resolve_or_none(candidate)
-        if functional is None or not _same_arguments(schema, functional._schema):
+        variant = _resolve_or_none(candidate)
+        if variant is None or not _same_arguments(schema, variant._schema):
             continue
-        n_returns = len(functional._schema.returns)
+        n_returns = len(variant._schema.returns)
         if name.endswith("_") and written == (0,) and n_returns == 1:
             return Mutation(candidate, ((0, None),), tuple(aliased))
         n_plain = len(schema.returns) - len(aliased)
@@ -162,8 +161,8 @@ def _resolve_or_none(target: str) -> torch._ops.OpOverload | None:
         return None
 
 
-def with_defaults(target: str, args: tuple[object, ...],
-                  kwargs: dict[str, object]) -> tuple[tuple[object, ...], dict[str, object]]:
+def with_defaults(target: str, args: tuple[Argument, ...],
+                  kwargs: dict[str, Argument]) -> tuple[tuple[Argument, ...], dict[str, Argument]]:
     """``args``/``kwargs`` of a call of ``target`` with the omitted positional arguments
     filled in from the schema's defaults (torch drops trailing defaults when it
     dispatches; the functional variant may not share them: ``bernoulli_.float`` has
@@ -173,5 +172,5 @@ def with_defaults(target: str, args: tuple[object, ...],
     for arg in schema.arguments[len(args):]:
         if arg.kwarg_only or arg.name in kwargs or not arg.has_default_value():
             break
-        filled.append(arg.default_value)
+        filled.append(normalize_argument(arg.default_value))
     return tuple(filled), kwargs

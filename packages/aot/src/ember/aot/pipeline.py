@@ -27,6 +27,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.aot._torch import decomposition_table_for_core_aten
+from ember.aot.cleanup import eliminate_common_subexpressions, eliminate_dead_code
+from ember.aot.config import AotConfig
+from ember.aot.decompositions import EMBER_DECOMPOSITIONS
+from ember.aot.functionalize import functionalize, functionalize_graph
+from ember.aot.partition.mincut import partition, saved_name
+from ember.aot.retrace import retrace, trace_joint
 from ember.runtime.ir import (
     Graph,
     InputSpec,
@@ -36,14 +43,6 @@ from ember.runtime.ir import (
     TensorMeta,
     VerificationError,
 )
-
-from ember.aot._torch import decomposition_table_for_core_aten
-from ember.aot.cleanup import eliminate_common_subexpressions, eliminate_dead_code
-from ember.aot.config import AotConfig
-from ember.aot.decompositions import EMBER_DECOMPOSITIONS
-from ember.aot.functionalize import functionalize, functionalize_graph
-from ember.aot.partition.mincut import partition, saved_name
-from ember.aot.retrace import retrace, trace_joint
 
 
 def needs_backward(program: Program, config: AotConfig) -> bool:

@@ -9,11 +9,12 @@ ops of both, after autograd, at the dispatcher level).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
-
+from ember.aot._torch import TorchDispatchMode, has_composite_implicit_kernel
 from ember.runtime.interpreter import Interpreter
 from ember.runtime.ir import (
     Graph,
@@ -26,15 +27,13 @@ from ember.runtime.ir import (
 )
 from ember.runtime.tracing import GraphRecorder
 
-from ember.aot._torch import TorchDispatchMode, has_composite_implicit_kernel
 
-
-class DecomposingMode(TorchDispatchMode):
+class DecomposingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Replaces each op that has an entry in ``table`` by its decomposition (applied
     again, recursively, to the ops the decomposition calls)."""
 
     def __init__(self, table: Mapping[Any, Callable[..., Any]]) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.table = table
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]

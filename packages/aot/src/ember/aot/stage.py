@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.runtime.ir import Program, verify
-from ember.runtime.stages import Stage
-
 from ember.aot.config import AotConfig
 from ember.aot.pipeline import aot_compile
+from ember.runtime.ir import Program, VerificationError, verify
+from ember.runtime.stages import Stage
 
 
 class AotStage(Stage):
@@ -27,6 +26,9 @@ class AotStage(Stage):
             VerificationError: ``program`` is not ``aten``, or the result is not
                 ``core-functional`` (a bug in this stage).
         """
+        if program.dialect not in ("aten", "core-functional"):
+            raise VerificationError(
+                f"the aot stage takes an 'aten' program, got a {program.dialect!r} one")
         verify(program, "aten")
         result = aot_compile(program, AotConfig.from_options(options))
         verify(result, "core-functional")

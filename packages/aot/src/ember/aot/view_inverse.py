@@ -13,14 +13,12 @@ Adding a view op touches one place: register its rule next to the others below.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
-
-from ember.runtime.ir import Argument, TensorMeta, ValueRef
-
 from ember.aot.builder import GraphBuilder
+from ember.runtime.ir import Argument, TensorMeta, ValueRef
 
 
 @dataclass(frozen=True)
@@ -31,10 +29,19 @@ class ViewStep:
     args: tuple[Argument, ...]
     kwargs: tuple[tuple[str, Argument], ...] = ()
     index: int | None = None
+    # For an ``as_strided`` step: the storage offset relative to the base's own offset,
+    # appended to ``args`` when the step is replayed (the base's offset changes when a
+    # write replaces it by a fresh tensor).
+    relative_offset: int | None = None
 
     def replay(self, b: GraphBuilder, base: ValueRef) -> ValueRef:
         """Apply this view to ``base`` in the graph ``b`` builds."""
-        ref = b.call(self.target, (base, *self.args), dict(self.kwargs))
+        args = self.args
+        if self.relative_offset is not None:
+            base_offset = _tensor_meta(b, base).storage_offset
+            assert isinstance(base_offset, int)
+            args = (*args, base_offset + self.relative_offset)
+        ref = b.call(self.target, (base, *args), dict(self.kwargs))
         return ref if self.index is None else ValueRef(ref.node, self.index)
 
 
@@ -112,8 +119,11 @@ def _split(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
     if isinstance(sizes, int):
         sizes = tuple(min(sizes, length - k) for k in range(0, length, sizes)) or (0,)
     assert isinstance(sizes, tuple)
-    start = sum(int(s) for s in sizes[: step.index])  # type: ignore[call-overload]
-    end = start + int(sizes[step.index])  # type: ignore[call-overload]
+    lengths = [s for s in sizes if isinstance(s, int)]
+    start = 0
+    for s in lengths[: step.index]:
+        start += s
+    end = start + lengths[step.index]
     return b.call("aten::slice_scatter.default", (base, new, dim, start, end, 1))
 
 

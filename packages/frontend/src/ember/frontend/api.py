@@ -12,6 +12,7 @@ from ember.frontend.capture_modes import (
     CompileRequest,
     resolve_capture_mode,
 )
+from ember.frontend.module_state import module_of
 from ember.frontend.stats import CompileStats
 from ember.runtime.pipeline import BACKENDS, list_backends
 from ember.runtime.stages import available_stages, load_stage
@@ -117,20 +118,13 @@ def compile(
     backend_options = dict(options or {})
     capture = backend_options.pop("capture", DEFAULT_CAPTURE_MODE)
     factory = resolve_capture_mode(capture)
-    module = _module_of(fn_or_module)
+    module = module_of(fn_or_module)
     request = CompileRequest(fn_or_module, module, backend, mode, fullgraph, dynamic,
                              backend_options)
     compiled = factory(request)
     if isinstance(fn_or_module, torch.nn.Module):
         return CompiledModule(fn_or_module, compiled)
     return compiled
-
-
-def _module_of(fn: Callable[..., Any]) -> torch.nn.Module | None:
-    if isinstance(fn, torch.nn.Module):
-        return fn
-    owner = getattr(fn, "__self__", None)
-    return owner if isinstance(owner, torch.nn.Module) else None
 
 
 def _check_backend(backend: str) -> None:

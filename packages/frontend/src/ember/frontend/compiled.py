@@ -3,7 +3,11 @@ each behind its guards, with a recompile limit and an eager fallback."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import types
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +15,7 @@ from typing import Any
 import torch
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.guards import GuardFailure, GuardSet
-from ember.frontend.module_state import ModuleLayout
+from ember.frontend.module_state import ModuleLayout, callable_name
 from ember.frontend.pytree import flatten
 from ember.frontend.stats import CompileStats
 from ember.frontend.trace import OutputLayout, trace_capture
@@ -63,6 +67,25 @@ class TracedFunction:
         self._entries: list[CacheEntry] = []
         self._layout: ModuleLayout | None = None
         self._warned = False
+        self._bound: weakref.WeakKeyDictionary[Any, TracedFunction] = (
+            weakref.WeakKeyDictionary()
+        )
+        if not isinstance(request.fn, torch.nn.Module):
+            functools.update_wrapper(self, request.fn, updated=())
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        """A decorated method (``@compile def forward(self, x)``): one compiled function
+        per instance, with the instance's parameters and buffers as graph inputs when it
+        is an ``nn.Module``."""
+        if obj is None:
+            return self
+        bound = self._bound.get(obj)
+        if bound is None:
+            method = types.MethodType(self.request.fn, obj)
+            module = obj if isinstance(obj, torch.nn.Module) else None
+            bound = TracedFunction(dataclasses.replace(self.request, fn=method, module=module))
+            self._bound[obj] = bound
+        return bound
 
     def reset(self) -> None:
         """Drop every compiled entry and zero the stats."""
@@ -136,10 +159,7 @@ class TracedFunction:
         return self.request.fn(*args, **kwargs)
 
     def _name(self) -> str:
-        fn = self.request.fn
-        if isinstance(fn, torch.nn.Module):
-            return type(fn).__name__
-        return str(getattr(fn, "__qualname__", None) or fn)
+        return callable_name(self.request.fn)
 
 
 def _count(value: object) -> int | None:

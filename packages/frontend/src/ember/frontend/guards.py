@@ -46,6 +46,12 @@ class Guard:
     text: str
 
 
+def alias_pattern(values: Any) -> tuple[int, ...]:
+    """For each value, the position of the first value that is the same object."""
+    first: dict[int, int] = {}
+    return tuple(first.setdefault(id(v), i) for i, v in enumerate(values))
+
+
 @dataclass(frozen=True)
 class GuardFailure:
     """The first guard that failed, and the value it saw."""
@@ -118,9 +124,21 @@ class GuardSet:
             self.add(f"{ref} is {c}", f"{name} is the same object as at capture",
                      f"object at {ref}")
             if isinstance(value, torch.nn.Module):
-                self.add_training(c, name, value)
+                self.add_training(name, value)
 
-    def add_training(self, module_ref: str, name: str, module: torch.nn.Module) -> None:
+    def add_aliasing(self, refs: list[str], names: list[str], values: list[Any]) -> None:
+        """One guard that the tensors ``refs`` are the same objects, pairwise, as
+        ``values`` were at capture (``f(x, x)`` and ``f(x, y)`` are different graphs).
+        NOTE: distinct tensors sharing storage (a view and its base) are not guarded."""
+        pattern = alias_pattern(values)
+        shared = [n for n, p, i in zip(names, pattern, range(len(pattern))) if p != i]
+        text = ("no two tensor arguments are the same object" if not shared else
+                f"the same tensors are passed twice as at capture ({', '.join(shared)})")
+        c = self.constant(pattern)
+        items = ", ".join(refs) + ("," if len(refs) == 1 else "")
+        self.add(f"alias_pattern(({items})) == {c}", text, f"alias_pattern(({items}))")
+
+    def add_training(self, name: str, module: torch.nn.Module) -> None:
         """Guards on the ``training`` flag of ``module`` and of every submodule."""
         for sub_name, sub in module.named_modules():
             c = self.constant(sub)
@@ -169,6 +187,6 @@ class GuardSet:
         return "\n".join(f"  {g.text}" for g in self.guards)
 
     def _namespace(self) -> dict[str, Any]:
-        ns: dict[str, Any] = {"torch": torch}
+        ns: dict[str, Any] = {"torch": torch, "alias_pattern": alias_pattern}
         ns.update({f"C{i}": c for i, c in enumerate(self.constants)})
         return ns

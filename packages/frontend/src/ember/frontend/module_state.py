@@ -4,14 +4,30 @@ it live at each call, and how to swap in fake tensors while tracing."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from ember.runtime.ir import InputKind
 
-__all__ = ["ModuleLayout", "StateSlot"]
+__all__ = ["ModuleLayout", "StateSlot", "callable_name", "module_of"]
+
+
+def module_of(fn: Callable[..., Any]) -> torch.nn.Module | None:
+    """The module whose state a compiled ``fn`` reads as inputs: ``fn`` itself, or the
+    owner of a bound method; None for other callables."""
+    if isinstance(fn, torch.nn.Module):
+        return fn
+    owner = getattr(fn, "__self__", None)
+    return owner if isinstance(owner, torch.nn.Module) else None
+
+
+def callable_name(fn: Callable[..., Any]) -> str:
+    """How messages name ``fn``: the module's class, else the function's qualified name."""
+    if isinstance(fn, torch.nn.Module):
+        return type(fn).__name__
+    return str(getattr(fn, "__qualname__", None) or fn)
 
 
 @dataclass(frozen=True)

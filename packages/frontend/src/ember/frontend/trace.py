@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from ember.frontend.guards import GuardSet
-from ember.frontend.module_state import ModuleLayout
+from ember.frontend.module_state import ModuleLayout, callable_name, module_of
 from ember.frontend.pytree import flatten, flatten_with_names, unflatten
 from ember.runtime.ir import InputKind, InputSpec, Program
 from ember.runtime.tracing import GraphRecorder
@@ -79,7 +80,7 @@ def capture(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Program:
         CaptureError: when the code cannot be traced (data-dependent Python control
             flow, ``.item()``, an op the fake tensors cannot run), naming the line.
     """
-    return trace_capture(fn, _module_of(fn), args, kwargs).program
+    return trace_capture(fn, module_of(fn), args, kwargs).program
 
 
 def trace_capture(
@@ -98,23 +99,58 @@ def trace_capture(
     if module is not None and layout is None:
         layout = ModuleLayout(module)
     leaves, spec = flatten((args, kwargs))
-    names = _unique(flatten_with_names(args, _parameter_names(fn))
-                    + flatten_with_names(kwargs))
     guards = GuardSet()
     guards.add_spec(spec)
     guards.add_grad_mode(torch.is_grad_enabled())
-
     rec = GraphRecorder()
     taken: set[str] = set()
-    fake_state: list[torch.Tensor] = []
-    if layout is not None and module is not None:
-        guards.add_training(guards.constant(module), "self", module)
-        for i, (slot, value) in enumerate(zip(layout.slots, layout.read())):
-            prefix = "p_" if slot.kind is InputKind.PARAMETER else "b_"
-            name = _take(prefix + _identifier(slot.qualname), taken)
-            fake_state.append(rec.add_input(value, InputSpec(name, slot.kind, slot.qualname)))
-            guards.add_tensor(f"S[{i}]", slot.qualname, value)
+    fake_state = _state_inputs(rec, guards, module, layout, taken)
+    names = _unique(flatten_with_names(args, _parameter_names(fn))
+                    + flatten_with_names(kwargs))
+    fake_leaves, tensor_leaves = _argument_inputs(rec, guards, leaves, names, taken)
+    fake_args, fake_kwargs = unflatten(fake_leaves, spec)
+    try:
+        with layout.swapped(fake_state) if layout is not None else nullcontext(), rec:
+            result = fn(*fake_args, **fake_kwargs)
+    except Exception as e:
+        where = user_source_location_of_traceback(e.__traceback__)
+        at = f" at {where}: {where.text}" if where is not None else ""
+        raise CaptureError(
+            f"could not trace {callable_name(fn)}{at}\n  {type(e).__name__}: {e}{_hint(e)}"
+        ) from e
+    outputs, layout_of_result = _split_result(result)
+    program = rec.finish(outputs)
+    if layout is not None:
+        for slot, value in zip(layout.slots, layout.read()):
+            program.tensors[slot.qualname] = value.detach()
+    return TraceCapture(program, guards, tensor_leaves, layout_of_result)
 
+
+def _state_inputs(
+    rec: GraphRecorder,
+    guards: GuardSet,
+    module: torch.nn.Module | None,
+    layout: ModuleLayout | None,
+    taken: set[str],
+) -> list[torch.Tensor]:
+    """Placeholders and guards for the module's parameters and buffers; their fakes."""
+    if module is None or layout is None:
+        return []
+    guards.add_training("self", module)
+    fakes = []
+    for i, (slot, value) in enumerate(zip(layout.slots, layout.read())):
+        prefix = "p_" if slot.kind is InputKind.PARAMETER else "b_"
+        name = _take(prefix + _identifier(slot.qualname), taken)
+        fakes.append(rec.add_input(value, InputSpec(name, slot.kind, slot.qualname)))
+        guards.add_tensor(f"S[{i}]", slot.qualname, value)
+    return fakes
+
+
+def _argument_inputs(
+    rec: GraphRecorder, guards: GuardSet, leaves: list[Any], names: list[str], taken: set[str]
+) -> tuple[list[Any], list[int]]:
+    """Placeholders and guards for the argument leaves: the leaves with tensors replaced
+    by fakes, and the positions of the tensors."""
     fake_leaves: list[Any] = []
     tensor_leaves: list[int] = []
     for i, (leaf, name) in enumerate(zip(leaves, names)):
@@ -125,22 +161,15 @@ def trace_capture(
         else:
             fake_leaves.append(leaf)
             guards.add_value(f"L[{i}]", name, leaf)
-    fake_args, fake_kwargs = unflatten(fake_leaves, spec)
+    if len(tensor_leaves) > 1:
+        guards.add_aliasing([f"L[{i}]" for i in tensor_leaves],
+                            [names[i] for i in tensor_leaves],
+                            [leaves[i] for i in tensor_leaves])
+    return fake_leaves, tensor_leaves
 
-    try:
-        if layout is not None:
-            with layout.swapped(fake_state), rec:
-                result = fn(*fake_args, **fake_kwargs)
-        else:
-            with rec:
-                result = fn(*fake_args, **fake_kwargs)
-    except Exception as e:
-        where = user_source_location_of_traceback(e.__traceback__)
-        at = f" at {where}: {where.text}" if where is not None else ""
-        raise CaptureError(
-            f"could not trace {_name_of(fn)}{at}\n  {type(e).__name__}: {e}{_hint(e)}"
-        ) from e
 
+def _split_result(result: Any) -> tuple[list[torch.Tensor], OutputLayout]:
+    """The result's tensor leaves (graph outputs) and how to rebuild the result."""
     out_leaves, out_spec = flatten(result)
     outputs: list[torch.Tensor] = []
     sources: list[int | None] = []
@@ -153,11 +182,7 @@ def trace_capture(
         else:
             sources.append(None)
             constants.append(leaf)
-    program = rec.finish(outputs)
-    if layout is not None:
-        for slot, value in zip(layout.slots, layout.read()):
-            program.tensors[slot.qualname] = value.detach()
-    return TraceCapture(program, guards, tensor_leaves, OutputLayout(out_spec, sources, constants))
+    return outputs, OutputLayout(out_spec, sources, constants)
 
 
 def _hint(error: Exception) -> str:
@@ -168,13 +193,6 @@ def _hint(error: Exception) -> str:
                 "tensors without values. Express it with tensor ops (torch.where) or use "
                 "options={'capture': 'strict'}.")
     return ""
-
-
-def _module_of(fn: Callable[..., Any]) -> torch.nn.Module | None:
-    if isinstance(fn, torch.nn.Module):
-        return fn
-    owner = getattr(fn, "__self__", None)
-    return owner if isinstance(owner, torch.nn.Module) else None
 
 
 def _parameter_names(fn: Callable[..., Any]) -> list[str] | None:
@@ -204,9 +222,3 @@ def _take(name: str, taken: set[str]) -> str:
 def _unique(names: list[str]) -> list[str]:
     taken: set[str] = set()
     return [_take(n, taken) for n in names]
-
-
-def _name_of(fn: Callable[..., Any]) -> str:
-    if isinstance(fn, torch.nn.Module):
-        return type(fn).__name__
-    return getattr(fn, "__qualname__", None) or repr(fn)

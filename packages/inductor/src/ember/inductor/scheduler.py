@@ -103,13 +103,19 @@ def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
             if layout in seen:
                 continue
             seen.add(layout)
-            found.append(lambda b, xs, rs, m=member: node.emit(b, m.full_index(xs, rs)))
+            found.append(_inner_placement(node, member))
     if _squeezed(node.sizes) == _squeezed(group.outer):
         def outer(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
             it = iter(x for x, s in zip(xs, group.outer) if s != 1)
             node.emit(b, [Int(0) if s == 1 else next(it) for s in node.sizes])
         found.append(outer)
     return found
+
+
+def _inner_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Emit:
+    def emit(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
+        node.emit(b, reduction.full_index(xs, rs))
+    return emit
 
 
 def _reads(node: LoopNode) -> set[str]:
@@ -233,4 +239,3 @@ def read_buffers(step: Step) -> list[str]:
 
 
 __all__ = ["KernelGroup", "KernelStep", "Step", "read_buffers", "schedule", "written_buffers"]
-_ = PointwiseBuffer

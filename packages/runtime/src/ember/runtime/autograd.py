@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from ember.runtime.executor import Executor, ExecutorFactory
 from ember.runtime.ir import OutputKind, Program
 
@@ -71,7 +70,7 @@ class TrainingRunner:
     def run(self, inputs: list[Any]) -> list[Any]:
         """Run the forward graph through :class:`CompiledFunction` (recording the backward
         for autograd); return the forward outputs without the saved values."""
-        outputs = CompiledFunction.apply(self, *inputs)
+        outputs = CompiledFunction.apply(self, *inputs)  # type: ignore[no-untyped-call]
         return list(outputs)
 
 
@@ -80,7 +79,7 @@ class CompiledFunction(torch.autograd.Function):
     backward executor on them and the incoming gradients."""
 
     @staticmethod
-    def forward(ctx: Any, runner: TrainingRunner, *inputs: Any) -> tuple[Any, ...]:  # type: ignore[override]
+    def forward(ctx: Any, runner: TrainingRunner, *inputs: Any) -> tuple[Any, ...]:
         results = runner.forward(list(inputs))
         outputs, saved = results[: runner.n_outputs], results[runner.n_outputs:]
         tensors = [s for s in saved if isinstance(s, torch.Tensor)]
@@ -104,7 +103,7 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
         runner: TrainingRunner = ctx.runner
         tensors = iter(ctx.saved_tensors)
         others = iter(ctx.saved_others)

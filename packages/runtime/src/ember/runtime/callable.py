@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from ember.runtime.executor import ExecutorFactory, make_executor
 from ember.runtime.interpreter import bind_inputs
 from ember.runtime.ir import OutputKind, OutputSpec, Program
@@ -60,5 +61,19 @@ class ProgramCallable:
         full = bind_inputs(self.program, "forward", inputs)
         outputs = self._forward(full)
         for out_index, in_index in self._copy_back:
-            full[in_index].copy_(outputs[out_index])
+            _copy_into(full[in_index], outputs[out_index])
         return [outputs[i] for i in self._visible]
+
+
+def _copy_into(destination: torch.Tensor, value: torch.Tensor) -> None:
+    """Write a mutated input's new value back into it.
+
+    NOTE: a destination that does not require grad (a buffer such as batch norm's
+    running_mean) is written under no_grad, as eager torch's in-kernel update does;
+    otherwise copy_ would attach it to the autograd graph of ``value``.
+    """
+    if destination.requires_grad:
+        destination.copy_(value)
+    else:
+        with torch.no_grad():
+            destination.copy_(value)

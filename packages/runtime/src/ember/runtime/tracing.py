@@ -125,6 +125,10 @@ class GraphRecorder:
         self.graph = Graph()
         self.input_specs: list[InputSpec] = []
         self.tensors: dict[str, torch.Tensor] = {}
+        # inputs that share memory with an earlier input (see _input_alias); the program
+        # carries them as metadata["input_aliases"] so that the aot stage keeps the
+        # aliasing eager torch has.
+        self.input_aliases: dict[str, dict[str, Any]] = {}
         # id(tensor) -> (tensor, value): the tensor is kept alive so its id stays unique.
         self._values: dict[int, tuple[torch.Tensor, ValueRef]] = {}
         # id(real tensor) -> (tensor, its constant node); kept alive for the same reason.
@@ -134,6 +138,8 @@ class GraphRecorder:
         self._names: set[str] = set()
         self._source: SourceLocation | None = None
         self._mode: _RecordingMode | None = None
+        self._paused = 0  # > 0 while the recorder's own work runs ops (fake conversion)
+        self._n_placeholders = 0
         self._finished = False
 
     # ---- building ---------------------------------------------------------------------
@@ -151,11 +157,28 @@ class GraphRecorder:
             raise RecordingError(f"input {spec.name!r} is a {type(tensor).__name__}, "
                                  "not a tensor")
         fake = self._to_fake(tensor, spec.name)
+        alias = self._input_alias(fake)
+        if alias is not None:
+            self.input_aliases[spec.name] = alias
         meta = TensorMeta.of(tensor)
+        # NOTE: placeholders stay in front of the graph, also when added mid-recording.
         self._add_node(Node(spec.name, "placeholder", spec.name, meta=meta), fake,
-                       name_is_final=True)
+                       name_is_final=True, position=self._n_placeholders)
+        self._n_placeholders += 1
         self.input_specs.append(spec)
         return fake
+
+    def _input_alias(self, fake: torch.Tensor) -> dict[str, Any] | None:
+        """How input ``fake`` shares memory with an earlier input, or None: the earlier
+        input's name and this one's sizes, strides and storage offset (absolute)."""
+        storage = fake.untyped_storage()
+        for spec in self.input_specs:
+            earlier = self._results.get(spec.name)
+            if isinstance(earlier, torch.Tensor) and earlier.untyped_storage() is storage:
+                return {"base": spec.name, "sizes": [int(s) for s in fake.shape],
+                        "strides": [int(s) for s in fake.stride()],
+                        "storage_offset": int(fake.storage_offset())}
+        return None
 
     def set_source(self, location: SourceLocation | None) -> None:
         """Attach ``location`` to the nodes recorded from now on; None goes back to
@@ -224,6 +247,7 @@ class GraphRecorder:
                                 outputs={graph_name: specs}),
             dialect="aten",
             tensors=dict(self.tensors),
+            metadata={"input_aliases": dict(self.input_aliases)} if self.input_aliases else {},
         )
 
     # ---- recording ops ----------------------------------------------------------------
@@ -232,7 +256,7 @@ class GraphRecorder:
         if not isinstance(func, torch._ops.OpOverload):
             raise RecordingError(f"cannot record {func!r}: not an ATen operator overload")
         namespace, _, rest = func._schema.name.partition("::")
-        if namespace == "prim" or rest in _METADATA_QUERIES:
+        if self._paused or namespace == "prim" or rest in _METADATA_QUERIES:
             return func(*args, **kwargs)
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
@@ -312,15 +336,24 @@ class GraphRecorder:
             if getattr(tensor, "fake_mode", None) is not self.fake_mode:
                 raise RecordingError(f"{what} is a fake tensor of another FakeTensorMode")
             return tensor
-        return self.fake_mode.from_tensor(tensor)
+        self._paused += 1
+        try:
+            return self.fake_mode.from_tensor(tensor)
+        finally:
+            self._paused -= 1
 
     # ---- bookkeeping ------------------------------------------------------------------
 
-    def _add_node(self, node: Node, result: Any, name_is_final: bool = False) -> None:
+    def _add_node(
+        self, node: Node, result: Any, name_is_final: bool = False, position: int | None = None
+    ) -> None:
         if not name_is_final:
             node.name = self._fresh(node.name)
         self._names.add(node.name)
-        self.graph.nodes.append(node)
+        if position is None:
+            self.graph.nodes.append(node)
+        else:
+            self.graph.nodes.insert(position, node)
         self._results[node.name] = result
         if isinstance(result, torch.Tensor):
             self._values[id(result)] = (result, ValueRef(node.name))

@@ -6,7 +6,7 @@ Vertices are hashable names; capacities are ints, or :data:`INFINITE`.
 from __future__ import annotations
 
 from collections import deque
-from typing import Hashable
+from collections.abc import Hashable
 
 INFINITE = float("inf")
 

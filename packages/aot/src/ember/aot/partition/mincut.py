@@ -18,12 +18,12 @@ cut is recomputed in the backward graph.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-from ember.runtime.ir import Argument, Graph, Node, ScalarMeta, TensorMeta, ValueRef, resolve_op
 
 from ember.aot.config import AotConfig
 from ember.aot.partition.maxflow import INFINITE, FlowNetwork
+from ember.runtime.ir import Argument, Graph, Node, ScalarMeta, TensorMeta, ValueRef, resolve_op
 
 # Ops whose results are never recomputed in the backward graph: they cost much more to
 # recompute than to save.
@@ -65,7 +65,7 @@ def value_bytes(meta: object) -> int:
     return 0
 
 
-def is_recomputable(node: Node, graph_meta: dict[str, object], config: AotConfig) -> bool:
+def is_recomputable(node: Node, graph_meta: Mapping[str, object], config: AotConfig) -> bool:
     """False for a node whose value must be saved rather than recomputed."""
     if node.op != "call":
         return node.op in ("constant", "get_attr")
@@ -113,7 +113,7 @@ def partition(graph: Graph, n_forward_outputs: int, n_tangents: int,
     outputs = graph.output_values
     fw_outputs, bw_outputs = outputs[:n_forward_outputs], outputs[n_forward_outputs:]
     nodes = {n.name: n for n in graph.nodes if n.op != "output"}
-    meta = {n.name: n.meta for n in graph.nodes}
+    meta: dict[str, object] = {n.name: n.meta for n in graph.nodes}
 
     tangent_dependent: set[str] = set()
     for n in graph.nodes:
@@ -132,16 +132,17 @@ def partition(graph: Graph, n_forward_outputs: int, n_tangents: int,
     forward = _forward_graph(graph, fw_outputs, saved, tangents)
     backward = _backward_graph(graph, meta, bw_outputs, saved, backward_side, tangents)
     recomputed = [n for n in backward_side if n not in tangent_dependent and n in nodes]
-    return Partition(forward, backward, saved,
-                     sum(value_bytes(_result_meta(meta, r)) for r in saved),
-                     sorted(recomputed))
+    saved_bytes = 0
+    for r in saved:
+        saved_bytes += value_bytes(_result_meta(meta, r))
+    return Partition(forward, backward, saved, saved_bytes, sorted(recomputed))
 
 
 def _refs(values: tuple[Argument, ...]) -> list[ValueRef]:
     return [v for v in values if isinstance(v, ValueRef)]
 
 
-def _result_meta(meta: dict[str, object], ref: ValueRef) -> object:
+def _result_meta(meta: Mapping[str, object], ref: ValueRef) -> object:
     m = meta.get(ref.node)
     return m[ref.index] if isinstance(m, tuple) and ref.index is not None else m
 
@@ -159,7 +160,7 @@ def _ancestors(nodes: dict[str, Node], roots: list[ValueRef]) -> set[str]:
 
 
 def _min_cut_backward_side(
-    graph: Graph, nodes: dict[str, Node], meta: dict[str, object],
+    graph: Graph, nodes: dict[str, Node], meta: Mapping[str, object],
     tangent_dependent: set[str], fw_required: set[str], bw_required: set[str],
     bw_outputs: tuple[Argument, ...], config: AotConfig,
 ) -> set[str]:
@@ -221,9 +222,7 @@ def _forward_graph(graph: Graph, fw_outputs: tuple[Argument, ...], saved: list[V
     keep = _ancestors(nodes, _refs(fw_outputs) + saved)
     out = Graph(symbols=dict(graph.symbols))
     for n in graph.nodes:
-        if n.op == "placeholder" and n.name not in tangents:
-            out.nodes.append(_clone(n))
-        elif n.op != "placeholder" and n.op != "output" and n.name in keep:
+        if n.op == "placeholder" and n.name not in tangents or n.op != "placeholder" and n.op != "output" and n.name in keep:
             out.nodes.append(_clone(n))
     out.nodes.append(Node("output", "output", "output", (tuple(fw_outputs) + tuple(saved),)))
     return out
@@ -234,7 +233,7 @@ def saved_name(ref: ValueRef) -> str:
     return f"saved_{ref.node}" if ref.index is None else f"saved_{ref.node}_{ref.index}"
 
 
-def _backward_graph(graph: Graph, meta: dict[str, object], bw_outputs: tuple[Argument, ...],
+def _backward_graph(graph: Graph, meta: Mapping[str, object], bw_outputs: tuple[Argument, ...],
                     saved: list[ValueRef], backward_side: set[str], tangents: set[str]) -> Graph:
     out = Graph(symbols=dict(graph.symbols))
     mapping: dict[ValueRef, Argument] = {}

@@ -27,6 +27,6 @@ from ember.frontend.bytecode.strict import StrictFunction
 __all__ = ["BreakInfo", "ExplainOutput", "FullGraphError", "StrictFunction", "allow_break",
            "disable", "explain", "nonstrict"]
 
-from ember.frontend.capture_modes import register_capture_mode  # noqa: E402
+from ember.frontend.capture_modes import register_capture_mode
 
 register_capture_mode("strict", StrictFunction)

@@ -23,11 +23,10 @@ from __future__ import annotations
 import builtins
 import inspect
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-from torch import nn
-
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
 from ember.frontend.bytecode.frame import Frame
@@ -37,6 +36,7 @@ from ember.frontend.bytecode.interpreter import (
     is_fake_tensor,
 )
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
+from torch import nn
 
 _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
                     | inspect.CO_ITERABLE_COROUTINE)
@@ -47,7 +47,7 @@ _DATA_DEPENDENT = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__"
 _GLOBAL_STATE = {"manual_seed", "seed", "save", "load", "set_grad_enabled", "synchronize",
                  "set_default_dtype", "set_printoptions", "use_deterministic_algorithms"}
 _PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools")
-_CONTAINER_TYPES = (list, dict, set, frozenset, tuple, str, bytes, ListIterator, slice,
+_CONTAINER_TYPES: tuple[type, ...] = (list, dict, set, frozenset, tuple, str, bytes, ListIterator, slice,
                     range, type({}.keys()), type({}.values()), type({}.items()))
 
 
@@ -136,7 +136,8 @@ class CallHandler:
                 getattr(type(fn), "__call__", None), types.FunctionType):
             if _is_torch_code(type(fn)):
                 return self.record(interp, fn, args, kwargs)
-            return self.inline(interp, frame, type(fn).__call__, [fn, *args], kwargs, None)
+            return self.inline(interp, frame, type(fn).__call__,  # type: ignore[arg-type]
+                               [fn, *args], kwargs, None)
         return self.call_builtin(interp, frame, fn, args, kwargs)
 
     def call_module(self, interp: Any, frame: Frame, mod: nn.Module, args: list[Any],

@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
-
-from ember.runtime.ir import InputKind, InputSpec
-from ember.runtime.tracing import GraphRecorder
 from ember.frontend.bytecode.guards import Guard, GuardSet, tensor_guard
 from ember.frontend.bytecode.sources import AttrSource, LocalSource, Source
+from ember.runtime.ir import InputKind, InputSpec
+from ember.runtime.tracing import GraphRecorder
+from torch import nn
 
 PRIMITIVES = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis),
               torch.dtype, torch.device, torch.layout, torch.memory_format)
@@ -63,7 +62,7 @@ class CaptureContext:
 
     # ---- entering the recorder ----------------------------------------------------------
 
-    def __enter__(self) -> "CaptureContext":
+    def __enter__(self) -> CaptureContext:
         self.recorder.__enter__()
         self.recording = True
         return self

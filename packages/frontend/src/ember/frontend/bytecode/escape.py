@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 

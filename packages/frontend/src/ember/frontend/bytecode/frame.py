@@ -52,7 +52,7 @@ class Frame:
     locals: dict[str, Any]
     closure: tuple[Any, ...] = ()
     fn_source: Source | None = None
-    parent: "Frame | None" = None
+    parent: Frame | None = None
     stack: list[Any] = field(default_factory=list)
     cells: dict[str, Any] = field(default_factory=dict)
     ip: int = 0

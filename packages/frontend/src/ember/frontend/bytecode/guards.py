@@ -9,11 +9,11 @@ re-checks the guards one by one to name the one that failed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
-
 from ember.frontend.bytecode.sources import Source, python_expr
 
 

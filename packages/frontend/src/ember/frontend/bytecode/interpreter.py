@@ -19,17 +19,17 @@ from __future__ import annotations
 import linecache
 import operator
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
-from ember.runtime.ir import SourceLocation
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.capture import CaptureContext
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
 from ember.frontend.bytecode.sources import AttrSource, CellSource, ClosureSource, GlobalSource
+from ember.runtime.ir import SourceLocation
 
 MAX_INLINE_DEPTH = 32
 
@@ -313,7 +313,7 @@ class Interpreter:
 
     def op_LOAD_SUPER_ATTR(self, f: Frame, ins: Any) -> None:  # 3.12
         sup_fn, cls, self_obj = f.stack[-3:]
-        sup = sup_fn(cls, self_obj) if ins.arg & 2 else sup_fn(cls, self_obj)
+        sup = sup_fn(cls, self_obj)
         value = getattr(sup, ins.argval)
         f.popn(3)
         if ins.arg & 1:
@@ -324,9 +324,9 @@ class Interpreter:
         f.push(AssertionError)
 
     def op_IMPORT_NAME(self, f: Frame, ins: Any) -> None:
-        if self.symbolic:
-            raise self.fail("import statement", "import at module level")
         level, fromlist = f.stack[-2:]
+        if self.symbolic and not _already_imported(ins.argval, level, f.f_globals):
+            raise self.fail("import of a module not yet imported", "import at module level")
         f.popn(2)
         f.push(__import__(ins.argval, f.f_globals, None, fromlist, level))
 
@@ -537,7 +537,8 @@ class Interpreter:
 
     def iterate(self, value: Any) -> list[Any]:
         """The items of a finite iterable, as a list (tensors are unbound along dim 0)."""
-        return make_iterator(value, self).remaining()
+        items: list[Any] = make_iterator(value, self).remaining()
+        return items
 
     # ---- control flow --------------------------------------------------------------------
 
@@ -692,3 +693,15 @@ def location_of(frame: Frame, line: int | None) -> SourceLocation:
     file = frame.code.co_filename
     text = linecache.getline(file, line).strip() if line else ""
     return SourceLocation(file, line or 0, frame.code.co_name, text)
+
+
+def _already_imported(name: str, level: int, f_globals: dict[str, Any]) -> bool:
+    """Importing a module that is already in sys.modules has no side effects."""
+    import importlib.util
+    import sys
+
+    try:
+        full = importlib.util.resolve_name("." * level + name, f_globals.get("__package__"))
+    except (ImportError, ValueError):
+        return False
+    return full in sys.modules

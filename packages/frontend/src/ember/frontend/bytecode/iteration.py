@@ -29,7 +29,7 @@ class ListIterator:
         self.index = len(self.items)
         return rest
 
-    def __iter__(self) -> "ListIterator":
+    def __iter__(self) -> ListIterator:
         return self
 
     def __next__(self) -> Any:
@@ -42,7 +42,7 @@ _SEQUENCE_MODULES = (nn.ModuleList, nn.Sequential, nn.ParameterList)
 _MAPPING_MODULES = (nn.ModuleDict, nn.ParameterDict)
 
 
-def make_iterator(value: Any, interp: Any) -> ListIterator:
+def make_iterator(value: Any, interp: Any) -> Any:
     """A ListIterator over ``value``.
 
     Raises:
@@ -68,4 +68,4 @@ def make_iterator(value: Any, interp: Any) -> ListIterator:
         raise interp.fail(f"iteration over a {type(value).__name__} (length unknown to "
                           "Ember)", "iterate over a list, tuple, range, dict or module "
                           "container")
-    return iter(value)  # type: ignore[return-value]
+    return iter(value)

@@ -29,8 +29,9 @@ import dis
 import operator
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 PY312 = sys.version_info >= (3, 12)
 

@@ -16,12 +16,11 @@ compiled wrapper.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
-
-from ember.runtime.ir import Program
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.calls import CallHandler
 from ember.frontend.bytecode.capture import CaptureContext
@@ -36,6 +35,7 @@ from ember.frontend.bytecode.sources import (
     StackSource,
 )
 from ember.frontend.bytecode.state import Rebuild, Recipe, Replay, StateBuilder
+from ember.runtime.ir import Program
 
 
 @dataclass

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
-
 from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext
 from ember.frontend.bytecode.frame import _Marker
 from ember.frontend.bytecode.interpreter import GradModeRestore, is_fake_tensor
 from ember.frontend.bytecode.iteration import ListIterator
 from ember.frontend.bytecode.sources import Source
+from torch import nn
 
 
 class Unrebuildable(Exception):

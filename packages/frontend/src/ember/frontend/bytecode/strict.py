@@ -19,14 +19,10 @@ import inspect
 import types
 import warnings
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-from torch import nn
-
-from ember.runtime.config import config
-from ember.runtime.ir import Program
-from ember.runtime.logs import log, log_enabled
 from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
 from ember.frontend.bytecode.calls import CallHandler, bound_locals
 from ember.frontend.bytecode.escape import break_allowed
@@ -42,6 +38,10 @@ from ember.frontend.bytecode.state import Unrebuildable
 from ember.frontend.bytecode.support import unsupported_reason
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.stats import CompileStats
+from ember.runtime.config import config
+from ember.runtime.ir import Program
+from ember.runtime.logs import log, log_enabled
+from torch import nn
 
 _EAGER = object()
 
@@ -226,6 +226,14 @@ class StrictFunction:
         frame.stack = list(state.stack)
         frame.cells = dict(state.cells)
         frame.ip = state.ip
+        # NOTE: KW_NAMES (3.11/3.12) ran before the break; the frame state does not
+        # carry it, so a CALL resumed here recovers it from the instructions before.
+        instrs = frame.instructions
+        i = state.ip - 1
+        while i >= 0 and instrs[i].opname == "PRECALL":
+            i -= 1
+        if i >= 0 and instrs[i].opname == "KW_NAMES" and instrs[state.ip].opname == "CALL":
+            frame.kw_names = tuple(self._ctx.code.co_consts[instrs[i].arg or 0])
         return frame
 
     def _callee(self, fn: types.FunctionType) -> Callable[..., Any]:
@@ -235,6 +243,9 @@ class StrictFunction:
             request = CompileRequest(fn, None, self.request.backend, self.request.mode,
                                      False, self.request.dynamic, dict(self.request.options))
             compiled = StrictFunction(request)
+            # NOTE: a callee's graphs, breaks and compiles count as this function's.
+            compiled.stats = self.stats
+            compiled.breaks = self.breaks
             self._callees[fn] = compiled
         return compiled
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import torch
 
@@ -67,9 +67,9 @@ def promote(*args: object) -> torch.dtype:
     if not reps:
         raise NotLowerable("no operands")
     tensors = [r for r in reps if isinstance(r, torch.Tensor)]
-    acc: object = reps[0]
+    acc: Any = reps[0]
     for r in reps[1:]:
-        dtype = torch.result_type(acc, r)  # type: ignore[arg-type]
+        dtype = torch.result_type(acc, cast(Any, r))
         dims = any(isinstance(x, torch.Tensor) and x.dim() > 0 for x in (acc, r))
         if isinstance(acc, torch.Tensor) or isinstance(r, torch.Tensor):
             acc = torch.empty((1,) if dims else (), dtype=dtype, device="meta")

@@ -145,7 +145,7 @@ for _ovl in ("Tensor", "Scalar"):
 
 
 @lowering("aten::rsub.Tensor", "aten::rsub.Scalar")
-def _rsub(ctx: Any, node: Node, a: Any, b_: Any, alpha: Any = 1) -> Lazy:
+def _rsub(ctx: Any, node: Node, a: Any, b_: Any, alpha: Any = 1) -> Any:
     return _add_sub("sub")(ctx, node, b_, a, alpha)
 
 
@@ -156,7 +156,7 @@ def _div(ctx: Any, node: Node, a: Any, b_: Any) -> Lazy:
 
 
 @lowering("aten::div.Tensor_mode", "aten::div.Scalar_mode")
-def _div_mode(ctx: Any, node: Node, a: Any, b_: Any, *, rounding_mode: Any = None) -> Lazy:
+def _div_mode(ctx: Any, node: Node, a: Any, b_: Any, *, rounding_mode: Any = None) -> Any:
     dtype = compute_dtype(promote(a, b_))
     if rounding_mode is None:
         return _div(ctx, node, a, b_)
@@ -172,7 +172,7 @@ def _div_mode(ctx: Any, node: Node, a: Any, b_: Any, *, rounding_mode: Any = Non
 
 
 @lowering("aten::floor_divide.default", "aten::floor_divide.Scalar")
-def _floor_divide(ctx: Any, node: Node, a: Any, b_: Any) -> Lazy:
+def _floor_divide(ctx: Any, node: Node, a: Any, b_: Any) -> Any:
     return _div_mode(ctx, node, a, b_, rounding_mode="floor")
 
 
@@ -367,7 +367,8 @@ def _fill_tensor(ctx: Any, node: Node, x: Any, value: Any) -> Lazy:
 @lowering("aten::arange.start_step", "aten::arange.default", "aten::arange.start")
 def _arange(ctx: Any, node: Node, *args: Any, **kwargs: Any) -> Lazy:
     nums = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
-    start, step = (0, 1)
+    start: float = 0
+    step: float = 1
     if len(nums) >= 2:
         start = nums[0]
     if len(nums) >= 3:

@@ -127,7 +127,8 @@ def _transpose(ctx: Any, node: Node, x: TensorValue, d0: int = 0, d1: int = 1) -
     dims = list(range(n))
     a, c = normalize_dim(d0, n), normalize_dim(d1, n)
     dims[a], dims[c] = dims[c], dims[a]
-    return _permute(ctx, node, x, dims)
+    result: TensorValue = _permute(ctx, node, x, dims)
+    return result
 
 
 @lowering("aten::expand.default", "aten::expand_copy.default")
@@ -200,13 +201,11 @@ def _squeeze_unsqueeze(ctx: Any, node: Node, x: TensorValue, *args: Any) -> Tens
 @lowering("aten::as_strided.default", "aten::as_strided_copy.default")
 def _as_strided(ctx: Any, node: Node, x: TensorValue, size: Any, stride: Any,
                 storage_offset: Any = None) -> TensorValue:
-    if not isinstance(x, Stored):
-        x = ctx.realize(x)
+    base: Stored = x if isinstance(x, Stored) else ctx.realize(x)
     if any(not isinstance(s, int) for s in tuple(size) + tuple(stride)):
         raise NotLowerable("symbolic as_strided")
-    base_offset = ctx.storage_offset_of(x)
     if storage_offset is None:
-        offset = x.offset
+        offset = base.offset
     else:
-        offset = int(storage_offset) - base_offset
-    return Stored(x.buffer, x.dtype, tuple(size), tuple(stride), offset)
+        offset = int(storage_offset) - ctx.storage_offset_of(base)
+    return Stored(base.buffer, base.dtype, tuple(size), tuple(stride), offset)

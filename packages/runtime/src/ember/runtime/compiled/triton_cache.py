@@ -28,7 +28,6 @@ import warnings
 from pathlib import Path
 
 import torch
-
 from ember.runtime.config import config
 
 _KERNEL_FILE = "kernel.py"

@@ -20,12 +20,12 @@ import contextlib
 import importlib.util
 import os
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
-
 from ember.runtime.compiled import triton_cache
 
 
@@ -66,7 +66,7 @@ class TritonKernelSpec:
         }
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "TritonKernelSpec":
+    def from_json(data: dict[str, Any]) -> TritonKernelSpec:
         """Rebuild a spec from :meth:`to_json`'s dict.
 
         Raises:

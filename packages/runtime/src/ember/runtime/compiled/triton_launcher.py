@@ -15,10 +15,10 @@ Triton's interpreter on the CPU (CI).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
 from ember.runtime.compiled.triton_kernel import (
     TritonKernel,
     TritonKernelSpec,

@@ -16,7 +16,8 @@ choice is made when the kernel module is imported, which the loader does once pe
 from __future__ import annotations
 
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

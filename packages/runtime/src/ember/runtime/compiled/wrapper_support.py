@@ -49,7 +49,8 @@ def check_input(t: Any, name: str, dtype: torch.dtype, sizes: Sequence[int],
         raise TypeError(
             f"compiled graph input {name}: expected {dtype} {list(sizes)}, got "
             f"{t.dtype} {list(t.shape)}")
-    return layout(t, sizes, strides)
+    result: torch.Tensor = layout(t, sizes, strides)
+    return result
 
 
 def make_namespace(kernels: dict[str, Callable[..., None]],

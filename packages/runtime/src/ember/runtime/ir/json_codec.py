@@ -1,5 +1,5 @@
-"""JSON encodings of the IR's values: arguments, metadata, source locations, nodes,
-graphs and signatures (the pieces of ``program.json``).
+"""JSON encodings of node arguments, and the typed checks that every decoder of
+``program.json`` uses (graph-level pieces are in :mod:`ember.runtime.ir.json_graph`).
 
 Arguments are a closed, typed set of encodings:
 
@@ -39,6 +39,7 @@ from ember.runtime.ir.graph import (
 
 JSON = object  # a value json.loads can return; narrowed with the checks below
 
+# The types a ScalarMeta may name.
 SCALAR_META_TYPES: frozenset[str] = frozenset({"int", "float", "bool", "complex"})
 
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
@@ -50,7 +51,7 @@ T = TypeVar("T")
 
 
 def expect_dict(v: JSON, where: str) -> dict[str, JSON]:
-    if not isinstance(v, dict):
+    if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
         raise IRFormatError(f"{where}: expected a JSON object, got {_describe(v)}")
     return v
 
@@ -158,14 +159,14 @@ def decode_argument(v: JSON, where: str) -> Argument:
                             "(tuples are {\"tuple\": [...]})")
     if not isinstance(v, dict) or len(v) == 0:
         raise IRFormatError(f"{where}: bad argument encoding {_describe(v)}")
-    kind = next(iter(v))
-    payload = v[kind]
-    if kind == "ref":
+    v = expect_dict(v, where)
+    if "ref" in v:
         expect_keys(v, where, {"ref"}, {"ref", "index"})
         index = optional(v.get("index"), f"{where}.index", expect_int)
-        return ValueRef(expect_str(payload, f"{where}.ref"), index)
+        return ValueRef(expect_str(v["ref"], f"{where}.ref"), index)
     if len(v) != 1:
         raise IRFormatError(f"{where}: bad argument encoding with keys {sorted(v)}")
+    ((kind, payload),) = v.items()
     if kind == "tuple":
         items = expect_list(payload, f"{where}.tuple")
         return tuple(decode_argument(x, f"{where}.tuple[{i}]") for i, x in enumerate(items))

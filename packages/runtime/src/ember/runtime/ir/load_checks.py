@@ -20,7 +20,6 @@ from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import DIALECTS, OPCODES, Graph, Program
 from ember.runtime.ir.ops import resolve_op
 
-
 # Where a node came from, for messages: (graph name, node index) -> "line 12: ".
 NodeLocator = Callable[[str, int], str]
 

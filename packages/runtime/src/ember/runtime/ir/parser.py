@@ -33,7 +33,6 @@ from ember.runtime.ir.text_scanner import Scanner
 from ember.runtime.ir.text_syntax import (
     DIALECT_RE,
     FUNCTION_RE,
-    INT_RE,
     OPCODE_KEYWORDS,
     QUALNAME_RE,
 )
@@ -42,6 +41,7 @@ from ember.runtime.ir.text_values import ValueReader
 T = TypeVar("T")
 
 _KIND_RE = re.compile(r"[a-z_]+")
+_SIZE_RE = re.compile(r"[0-9]+")
 _OP_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?")
 _LOCATION_RE = re.compile(r"(.*):(-?[0-9]+)")
 _NON_SPACE_RE = re.compile(r"\S+")
@@ -192,9 +192,9 @@ class _Parser:
             if shape:
                 s.expect(",")
                 s.skip_spaces()
-            token = s.match(INT_RE)
+            token = s.match(_SIZE_RE)
             if token is None:
-                raise s.error("expected an integer size")
+                raise s.error("expected a size (an integer >= 0)")
             shape.append(int(token))
         s.skip_spaces()
         device = self.v.device()
@@ -232,19 +232,14 @@ class _Parser:
         graph = Graph()
         specs: list[InputSpec] = []
         s.expect("(")
-        s.skip_space_and_newlines()
-        while not s.accept(")"):
-            if not s.peek("%"):
-                raise s.error("expected a graph input '%name'")
+
+        def param() -> None:
             self._record_line(name, graph)
             node, spec = self._param()
             graph.nodes.append(node)
             specs.append(spec)
-            s.skip_space_and_newlines()
-            if not s.accept(","):
-                s.expect(")", "closing the graph's inputs")
-                break
-            s.skip_space_and_newlines()
+
+        self.v.items_until(")", param, newlines=True)
         s.skip_spaces()
         s.expect(":", "after the graph's inputs")
         s.end_of_line()

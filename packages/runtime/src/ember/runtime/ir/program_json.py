@@ -184,10 +184,13 @@ def decode_tensor_decl(v: JSON, where: str) -> TensorDecl:
     keys = {"dtype", "shape", "device", "requires_grad"}
     expect_keys(d, where, keys, keys)
     shape = expect_list(d["shape"], f"{where}.shape")
+    for i, size in enumerate(shape):
+        if expect_int(size, f"{where}.shape[{i}]") < 0:
+            raise IRFormatError(f"{where}.shape[{i}]: negative size {size}")
     return TensorDecl(
         dtype=torch_names.dtype_from_name(expect_str(d["dtype"], f"{where}.dtype"),
                                           f"{where}.dtype"),
-        shape=tuple(expect_int(s, f"{where}.shape[{i}]") for i, s in enumerate(shape)),
+        shape=tuple(expect_int(s, "") for s in shape),
         device=torch_names.device_from_name(expect_str(d["device"], f"{where}.device"),
                                             f"{where}.device"),
         requires_grad=expect_bool(d["requires_grad"], f"{where}.requires_grad"),

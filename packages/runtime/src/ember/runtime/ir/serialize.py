@@ -22,7 +22,6 @@ reinterpreted on load.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import zipfile
@@ -107,27 +106,40 @@ def load(path: PathOrFile, *, map_location: torch.device | str | None = None) ->
             missing ``program.json``, malformed JSON, an unknown schema major, a bad
             encoding, tensors that differ from their declaration, unknown operators,
             non-SSA graphs.
-        FileNotFoundError: if ``path`` does not exist.
+        OSError: if ``path`` cannot be opened (``FileNotFoundError``, ...).
         RuntimeError: if a tensor's device (say ``cuda:0``) is not available here and
             no ``map_location`` is given.
     """
-    if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
-        raise FileNotFoundError(f"no such .ember file: {os.fspath(path)}")
+    if isinstance(path, (str, os.PathLike)):
+        with open(path, "rb") as f:  # a missing or unreadable file raises OSError as usual
+            members = _read_members(f, os.fspath(path))
+    else:
+        members = _read_members(path, getattr(path, "name", "<file object>"))
+    return _load_members(members, map_location)
+
+
+def _read_members(f: IO[bytes], name: object) -> dict[str, bytes]:
+    """Every member of the zip archive ``f``, by name."""
     try:
-        with zipfile.ZipFile(path, "r") as zf:
-            return _load_archive(zf, map_location)
-    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
-        raise IRFormatError(f"{_name(path)}: not a valid .ember zip archive: {e}") from e
+        with zipfile.ZipFile(f, "r") as zf:
+            infos = zf.infolist()
+            members = {info.filename: zf.read(info) for info in infos}
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError,
+            OSError) as e:  # what zipfile and its decompressors raise on corrupt data
+        raise IRFormatError(f"{name}: not a valid .ember zip archive: {e}") from e
+    if len(members) != len(infos):
+        raise IRFormatError(f"{name}: the archive holds a member name twice")
+    return members
 
 
-def _load_archive(zf: zipfile.ZipFile, map_location: torch.device | str | None) -> Program:
-    members = set(zf.namelist())
+def _load_members(members: dict[str, bytes],
+                  map_location: torch.device | str | None) -> Program:
     if PROGRAM_MEMBER not in members:
         raise IRFormatError(f"the archive has no {PROGRAM_MEMBER}: not an Ember program")
     if TENSORS_MEMBER not in members:
         raise IRFormatError(f"the archive has no {TENSORS_MEMBER}")
     try:
-        doc = json.loads(zf.read(PROGRAM_MEMBER).decode("utf-8"))
+        doc = json.loads(members[PROGRAM_MEMBER].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise IRFormatError(f"{PROGRAM_MEMBER} is not valid JSON: {e}") from e
     doc = upgraded(doc)  # the version check comes before anything else can fail
@@ -135,9 +147,11 @@ def _load_archive(zf: zipfile.ZipFile, map_location: torch.device | str | None) 
         name: decode_tensor_decl(v, f"tensors.{name}")
         for name, v in expect_dict(doc.get("tensors"), "tensors").items()
     }
-    tensors = _read_tensors(zf.read(TENSORS_MEMBER), decls, map_location)
-    files = {m[len(FILES_PREFIX):]: zf.read(m) for m in members if m.startswith(FILES_PREFIX)}
-    unexpected = members - {PROGRAM_MEMBER, TENSORS_MEMBER} - {FILES_PREFIX + f for f in files}
+    tensors = _read_tensors(members[TENSORS_MEMBER], decls, map_location)
+    files = {m[len(FILES_PREFIX):]: data for m, data in members.items()
+             if m.startswith(FILES_PREFIX)}
+    unexpected = members.keys() - {PROGRAM_MEMBER, TENSORS_MEMBER} - {
+        FILES_PREFIX + f for f in files}
     if unexpected:
         raise IRFormatError(f"the archive holds unexpected member(s) {sorted(unexpected)}")
     return program_from_json(doc, tensors, files)
@@ -172,6 +186,11 @@ def _storable(t: torch.Tensor) -> torch.Tensor:
     if t.device.type == "meta":
         raise IRFormatError("a tensor on the meta device has no values to save "
                             "(a stand-in from parse_program without tensors=?)")
+    if t.layout != torch.strided:
+        raise IRFormatError(f"a {t.layout} tensor cannot be saved: only strided tensors")
+    if t.is_quantized:
+        raise IRFormatError(f"quantized tensors ({t.dtype}) cannot be saved: their scale "
+                            "and zero point have no place in the format")
     # NOTE: always a copy, so that tensors sharing storage can be saved side by side.
     copy = t.detach().to("cpu", copy=True).contiguous()
     if t.dtype in _NATIVE_DTYPES:
@@ -186,16 +205,10 @@ def _restore(t: torch.Tensor, decl: TensorDecl, name: str) -> torch.Tensor:
         for s in decl.shape:
             numel *= s
         if t.numel() == numel * itemsize:
-            return t.view(decl.dtype).reshape(decl.shape)
+            # NOTE: the clone starts at offset 0, as a view to a wider dtype needs.
+            return t.clone().view(decl.dtype).reshape(decl.shape)
     if t.dtype != decl.dtype or tuple(t.shape) != decl.shape:
         got = TensorDecl(t.dtype, tuple(t.shape), decl.device)
         raise IRFormatError(f"tensor {name!r} in {TENSORS_MEMBER} is {got.describe()} but "
                             f"{PROGRAM_MEMBER} declares {decl.describe()}")
     return t
-
-
-def _name(path: PathOrFile) -> str:
-    if isinstance(path, (str, os.PathLike)):
-        return os.fspath(path)
-    return getattr(path, "name", "<file object>") if not isinstance(path, io.BytesIO) else (
-        "<bytes>")

@@ -14,7 +14,7 @@ Structural rules (every dialect):
 - the signature matches: input specs name the placeholders (count, names, order), output
   specs count the output values, a mutated input names a placeholder of its graph, a
   gradient names a placeholder of ``forward``;
-- symbolic sizes use only the symbols in ``graph.symbols``.
+- symbolic sizes use only the symbols in ``graph.symbols``, whose ranges are not empty.
 
 Dialect rules (DESIGN.md §3):
 
@@ -23,9 +23,10 @@ Dialect rules (DESIGN.md §3):
                      ``aten`` operator is in torch's Core ATen opset (``torch.Tag.core``) or
                      in :data:`CORE_FUNCTIONAL_EXTRA_OPS`; ``prims`` operators are refused;
                      operators in other namespaces (custom ops) are opaque calls.
-``compiled``         the program says ``dialect="compiled"`` and carries files (the
-                     generated wrapper and kernels; their layout is the loader's business,
-                     ``ember/runtime/compiled/README.md``).
+``compiled``         the program says ``dialect="compiled"``; every graph has its entry in
+                     ``metadata["compiled"]["graphs"]`` with a wrapper file, and each
+                     kernel a known language and a source file in ``program.files``
+                     (layout: ``ember/runtime/compiled/README.md``).
 """
 
 from __future__ import annotations
@@ -88,7 +89,12 @@ CORE_FUNCTIONAL_EXTRA_OPS: frozenset[str] = frozenset({
 })
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
-_SYMPY_FUNCTIONS = frozenset({"Max", "Min", "floor", "ceiling", "FloorDiv", "Mod", "CeilDiv"})
+# Function names that may appear in size expressions (torch's symbolic-shape printing).
+_SYMPY_FUNCTIONS = frozenset({
+    "Max", "Min", "Abs", "floor", "ceiling", "sqrt", "Mod", "FloorDiv", "CeilDiv",
+    "CleanDiv", "PythonMod", "IntTrueDiv", "FloorToInt", "CeilToInt", "TruncToInt",
+    "RoundToInt", "PowByNatural",
+})
 
 
 def verify(program: Program, dialect: str | None = None) -> None:
@@ -130,6 +136,12 @@ class _GraphVerifier:
         nodes = self.graph.nodes
         if not nodes or nodes[-1].op != "output":
             raise self.fail(None, "the last node must be the output node")
+        for symbol, bounds in self.graph.symbols.items():
+            if not _SYMBOL.fullmatch(symbol):
+                raise self.fail(None, f"symbol name {symbol!r} is not an identifier")
+            if bounds.upper is not None and bounds.upper < bounds.lower:
+                raise self.fail(None, f"symbol {symbol!r} has an empty range "
+                                      f"[{bounds.lower}, {bounds.upper}]")
         for node in nodes:
             self.check_node(node)
             self.defined[node.name] = node
@@ -362,8 +374,23 @@ def _return_kind(type_text: str) -> str:
 
 
 def _verify_compiled(program: Program) -> None:
+    # NOTE: imported here, not at the top: the loader imports the IR package.
+    from ember.runtime.compiled.loader import LAUNCHERS, graph_entry
+
     if program.dialect != "compiled":
         raise VerificationError(f"expected a compiled program, got dialect {program.dialect!r}")
-    if not program.files:
-        raise VerificationError("a compiled program carries its generated code in "
-                                "program.files, and this one has none")
+    for name in program.graphs:
+        try:
+            entry = graph_entry(program, name)
+        except IRFormatError as e:
+            raise VerificationError(f"graph {name!r}: {e}") from None
+        for kernel in entry["kernels"]:
+            if not isinstance(kernel, dict):
+                raise VerificationError(f"graph {name!r}: malformed kernel entry {kernel!r}")
+            label = f"graph {name!r}, kernel {kernel.get('name')!r}"
+            if kernel.get("lang") not in LAUNCHERS:
+                raise VerificationError(f"{label}: unknown language {kernel.get('lang')!r}; "
+                                        f"known: {', '.join(sorted(LAUNCHERS))}")
+            if kernel.get("source") not in program.files:
+                raise VerificationError(f"{label}: source file {kernel.get('source')!r} "
+                                        "is not in program.files")

@@ -30,7 +30,7 @@ def literal(value: bool | int | float, dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "true" if value else "false"
     if dtype in LOWP:
-        bits = torch.tensor(float(value), dtype=dtype).view(torch.int16).item() & 0xFFFF
+        bits = int(torch.tensor(float(value), dtype=dtype).view(torch.int16).item()) & 0xFFFF
         return f"static_cast<uint16_t>({bits})"
     t = ctype(dtype)
     if dtype.is_floating_point:

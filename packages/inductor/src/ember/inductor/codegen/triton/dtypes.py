@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 # torch dtype -> (tl type name, signature element name)
@@ -47,3 +49,18 @@ def is_float(dtype: torch.dtype) -> bool:
 
 def is_signed_int(dtype: torch.dtype) -> bool:
     return dtype in (torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def scalar_literal(value: bool | int | float, dtype: torch.dtype) -> str:
+    """``value`` as a Triton source literal of ``dtype``'s kind (``float('inf')`` for
+    infinities, ``float('nan')`` for NaN)."""
+    if dtype == torch.bool:
+        return "True" if value else "False"
+    if not dtype.is_floating_point:
+        return str(int(value))
+    f = float(value)
+    if math.isnan(f):
+        return "float('nan')"
+    if math.isinf(f):
+        return "float('inf')" if f > 0 else "float('-inf')"
+    return repr(f)

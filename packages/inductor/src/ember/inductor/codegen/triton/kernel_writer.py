@@ -30,10 +30,10 @@ import re
 from dataclasses import dataclass
 
 import torch
-
 from ember.inductor.codegen.triton import reductions
-from ember.inductor.codegen.triton.dtypes import is_float, pointer_type, tl_type
+from ember.inductor.codegen.triton.dtypes import pointer_type, scalar_literal, tl_type
 from ember.inductor.codegen.triton.heuristics import LaunchConfig, choose_config
+from ember.inductor.codegen.triton.ops import HELPERS as OP_HELPERS
 from ember.inductor.codegen.triton.ops import format_compute
 from ember.inductor.codegen.triton.ranges import Dim, drop_unit_vars, linear_form, merge_dims
 from ember.inductor.loop_ir import (
@@ -98,23 +98,6 @@ def _identifier(name: str) -> str:
     if not ident or ident[0].isdigit():
         ident = "_" + ident
     return ident
-
-
-def _float_literal(value: float) -> str:
-    if value != value:
-        return "float('nan')"
-    if value in (float("inf"), float("-inf")):
-        return "float('inf')" if value > 0 else "float('-inf')"
-    return repr(float(value))
-
-
-def scalar_literal(value: bool | int | float, dtype: torch.dtype) -> str:
-    """``value`` as a Triton source literal of ``dtype``'s kind."""
-    if dtype == torch.bool:
-        return "True" if value else "False"
-    if is_float(dtype):
-        return _float_literal(float(value))
-    return str(int(value))
 
 
 class _Writer:
@@ -443,10 +426,13 @@ class _Writer:
         fn_name = _identifier(k.name)
         params = [self.params[b.name] for b in k.buffers]
         params += [f"{c}: tl.constexpr" for c in constexprs]
-        helpers = "".join("\n" + reductions.HELPERS[h] for h in sorted(self.helpers))
+        body = "\n".join(self.lines)
+        self.helpers |= {h for h in OP_HELPERS if h + "(" in body}
+        all_helpers = {**reductions.HELPERS, **OP_HELPERS}
+        helpers = "".join("\n" + all_helpers[h] for h in sorted(self.helpers))
         source = (
             HEADER + helpers + "\n\n@triton.jit\n"
-            + f"def {fn_name}({', '.join(params)}):\n" + "\n".join(self.lines) + "\n"
+            + f"def {fn_name}({', '.join(params)}):\n" + body + "\n"
         )
         signature = {self.params[b.name]: pointer_type(b.dtype) for b in k.buffers}
         return TritonKernelCode(

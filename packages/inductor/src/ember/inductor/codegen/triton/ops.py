@@ -7,10 +7,9 @@ module-level name every kernel binds (see ``ember.runtime.compiled.triton_math``
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
-
 from ember.inductor.codegen.triton.dtypes import is_float, tl_type
 
 Rule = Callable[[list[str], torch.dtype, torch.dtype], str]
@@ -113,8 +112,27 @@ def _remainder(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
 @rule("pow")
 def _pow(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
     if not is_float(t):
-        raise NotImplementedError("Triton codegen: integer pow")
+        return f"_ember_ipow({a[0]}, {a[1]})"
     return f"libdevice.pow({a[0]}, {a[1]})"
+
+
+# Helper functions some rules call; a kernel module defines the ones its code names.
+HELPERS: dict[str, str] = {
+    "_ember_ipow": '''
+@triton.jit
+def _ember_ipow(a, b):
+    # Integer power by squaring over the exponent's bits (exponents are >= 0).
+    zero = a * 0 + b * 0
+    result = zero + 1
+    base = zero + a
+    e = zero + b
+    for _ in range(63):
+        result = tl.where((e & 1) != 0, result * base, result)
+        base = base * base
+        e = e >> 1
+    return result
+''',
+}
 
 
 def _minmax(fn: str) -> Rule:
@@ -190,6 +208,10 @@ def _cast(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
         return a[0]
     if r == torch.bool:
         return f"({a[0]} != 0)"
+    if r in (torch.float16, torch.bfloat16) and not is_float(t):
+        # Through float32, as torch's own conversion does (and Triton's interpreter
+        # gets int -> bfloat16 wrong).
+        return f"{a[0]}.to(tl.float32).to({tl_type(r)})"
     return f"{a[0]}.to({tl_type(r)})"
 
 

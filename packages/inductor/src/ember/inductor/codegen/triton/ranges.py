@@ -16,8 +16,8 @@ Variables of size 1 are always 0 and are dropped.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from ember.inductor.loop_ir import Add, IndexExpr, Int, Mul, Var, substitute
 

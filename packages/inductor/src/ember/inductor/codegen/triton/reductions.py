@@ -16,8 +16,7 @@ mode it is loaded for.
 from __future__ import annotations
 
 import torch
-
-from ember.inductor.codegen.triton.dtypes import is_float
+from ember.inductor.codegen.triton.dtypes import is_float, scalar_literal
 
 HELPERS: dict[str, str] = {
     "_ember_add": '''
@@ -75,18 +74,6 @@ def _ember_argmin(v1, i1, v2, i2):
 }
 
 
-def _literal(value: float | int | bool) -> str:
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, float):
-        if value != value:
-            return "float('nan')"
-        if value in (float("inf"), float("-inf")):
-            return "float('inf')" if value > 0 else "float('-inf')"
-        return repr(value)
-    return str(value)
-
-
 def identity(op: str, dtype: torch.dtype) -> str:
     """The identity of reduction ``op`` on ``dtype`` values, as Triton source."""
     if op == "sum":
@@ -100,9 +87,9 @@ def identity(op: str, dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "False" if op in ("max", "argmax") else "True"
     if is_float(dtype):
-        return _literal(float("-inf") if op in ("max", "argmax") else float("inf"))
+        return scalar_literal(float("-inf") if op in ("max", "argmax") else float("inf"), dtype)
     info = torch.iinfo(dtype)
-    return _literal(info.min if op in ("max", "argmax") else info.max)
+    return scalar_literal(info.min if op in ("max", "argmax") else info.max, dtype)
 
 
 def helper_for(op: str, dtype: torch.dtype) -> str | None:

@@ -8,7 +8,7 @@ runs them in Triton's interpreter, because the tensors are on the CPU.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from ember.inductor.codegen.backend import BACKENDS, register_backend
 from ember.inductor.codegen.triton.backend import TritonBackend

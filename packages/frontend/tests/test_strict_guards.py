@@ -1,0 +1,221 @@
+"""Strict-mode guards, recompiles and side effects."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from ember.frontend.compiled import RecompileLimitWarning
+from ember.runtime.config import patch
+from strict_helpers import strict
+from torch import nn
+
+FACTOR = 2.0
+
+
+def uses_global(x):
+    return x * FACTOR
+
+
+def test_changing_a_global_recompiles():
+    global FACTOR
+    x = torch.randn(3)
+    compiled = strict(uses_global)
+    torch.testing.assert_close(compiled(x), x * 2.0)
+    FACTOR = 3.0
+    try:
+        torch.testing.assert_close(compiled(x), x * 3.0)
+    finally:
+        FACTOR = 2.0
+    torch.testing.assert_close(compiled(x), x * 2.0)
+    assert compiled.stats.compiles == 2 and compiled.stats.recompiles == 1
+    assert compiled.stats.cache_hits == 1
+
+
+def test_changing_a_closure_variable_recompiles():
+    scale = 2
+
+    def fn(x):
+        return x * scale
+
+    x = torch.randn(3)
+    compiled = strict(fn)
+    torch.testing.assert_close(compiled(x), x * 2)
+    scale = 5
+    torch.testing.assert_close(compiled(x), x * 5)
+    assert compiled.stats.compiles == 2
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.scale = 1.5
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.lin(x)) * self.scale
+
+
+def test_module_attribute_and_training_recompile():
+    torch.manual_seed(0)
+    mod = Scaled().eval()
+    compiled = strict(mod)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), mod(x))
+    mod.scale = 4.0
+    torch.testing.assert_close(compiled(x), mod(x))
+    assert compiled.stats.compiles == 2
+    mod.train()
+    torch.manual_seed(1)
+    expected = mod(x)
+    torch.manual_seed(1)
+    torch.testing.assert_close(compiled(x), expected)
+    assert compiled.stats.compiles == 3
+    mod.eval()
+    torch.testing.assert_close(compiled(x), mod(x))
+    assert compiled.stats.compiles == 3  # back to an existing entry
+
+
+def test_parameter_updates_are_seen_without_recompiling():
+    mod = Scaled().eval()
+    compiled = strict(mod)
+    x = torch.randn(2, 4)
+    compiled(x)
+    with torch.no_grad():
+        mod.lin.weight.add_(1.0)
+    torch.testing.assert_close(compiled(x), mod(x))
+    assert compiled.stats.compiles == 1
+
+
+def test_size_sweep_compiles_once_per_shape():
+    def fn(x):
+        return (x.relu() * x.shape[0]).sum(-1)
+
+    compiled = strict(fn)
+    for n in (1, 2, 3, 4, 5, 6):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(compiled(x), fn(x))
+    for n in (1, 2, 3, 4, 5, 6):
+        compiled(torch.randn(n, 3))
+    assert compiled.stats.compiles == 6 and compiled.stats.recompiles == 5
+    assert compiled.stats.cache_hits == 6
+
+
+def test_recompile_limit_falls_back_to_eager_with_one_warning():
+    def fn(x, n):
+        return x + n
+
+    compiled = strict(fn)
+    x = torch.randn(3)
+    with patch(recompile_limit=3), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(6):
+            torch.testing.assert_close(compiled(x, n), x + n)
+    limit = [w for w in caught if issubclass(w.category, RecompileLimitWarning)]
+    assert len(limit) == 1
+    assert "L['n'] == 2" in str(limit[0].message)
+    assert compiled.stats.compiles == 3 and compiled.stats.eager_fallback_calls == 3
+
+
+def test_guards_log(capsys):
+    with patch(logs=frozenset({"guards"})):
+        strict(uses_global)(torch.randn(3))
+    err = capsys.readouterr().err
+    assert "G['FACTOR'] == 2.0 (float)" in err
+    assert "L['x']: Tensor float32[3] stride=[1] device=cpu requires_grad=False" in err
+
+
+def test_recompiles_log(capsys):
+    compiled = strict(uses_global)
+    with patch(logs=frozenset({"recompiles"})):
+        compiled(torch.randn(3))
+        compiled(torch.randn(4))
+    err = capsys.readouterr().err
+    assert "recompiling uses_global" in err and "L['x']" in err
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+        self.history = []
+
+    def forward(self, x):
+        self.calls = self.calls + 1
+        self.history.append(self.calls)
+        self.last = x * 2
+        return x + self.calls
+
+
+def test_module_attribute_writes_are_replayed():
+    mod = Counter()
+    compiled = strict(mod)
+    x = torch.randn(3)
+    out1 = compiled(x)
+    out2 = compiled(x)
+    torch.testing.assert_close(out1, x + 1)
+    torch.testing.assert_close(out2, x + 2)
+    assert mod.calls == 2 and mod.history == [1, 2]
+    torch.testing.assert_close(mod.last, x * 2)
+
+
+def test_list_and_dict_mutations_are_replayed():
+    def fn(x, log, cache):
+        log.append(x.sum())
+        cache["y"] = x * 3
+        cache.pop("old", None)
+        return x + len(log)
+
+    compiled = strict(fn)
+    x = torch.randn(3)
+    log, cache = [], {"old": 1}
+    torch.testing.assert_close(compiled(x, log, cache), x + 1)
+    assert len(log) == 1 and set(cache) == {"y"}
+    torch.testing.assert_close(cache["y"], x * 3)
+    log2, cache2 = [torch.zeros(())], {"old": 1}
+    torch.testing.assert_close(compiled(x, log2, cache2), x + 2)
+    assert len(log2) == 2 and set(cache2) == {"y"}
+    torch.testing.assert_close(log2[1], x.sum())
+
+
+def test_side_effect_before_break_happens_before_it(capsys):
+    seen = []
+
+    def fn(x, out):
+        out.append(1)
+        print(len(out))
+        out.append(2)
+        return x * 2
+
+    compiled = strict(fn)
+    compiled(torch.randn(2), seen)
+    assert seen == [1, 2]
+    assert capsys.readouterr().out == "1\n"
+
+
+def test_grad_mode_is_guarded():
+    def fn(x):
+        return x * 2
+
+    compiled = strict(fn)
+    x = torch.randn(3, requires_grad=True)
+    assert compiled(x).requires_grad
+    with torch.no_grad():
+        assert not compiled(x).requires_grad
+    assert compiled.stats.compiles == 2
+
+
+@pytest.mark.parametrize("value", [1, 2])
+def test_python_branch_specializes(value):
+    def fn(x, flag):
+        if flag > 1:
+            return x.cos()
+        return x.sin()
+
+    compiled = strict(fn)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x, value), fn(x, value))
+    torch.testing.assert_close(compiled(x, 3 - value), fn(x, 3 - value))
+    assert compiled.stats.compiles == 2 and compiled.stats.graph_breaks == 0

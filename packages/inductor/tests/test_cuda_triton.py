@@ -1,0 +1,109 @@
+"""Real Triton kernels on a CUDA GPU: the op table (float32 and bfloat16, contiguous and
+strided), looped reductions, fused norms, and the on-disk kernel cache. Skipped without
+CUDA; run on the H200 test machine (tools/gpu/h200_triton.sh)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from helpers import compile_and_load, trace
+from op_table import OP_TABLE, make_input
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
+]
+
+TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 1e-2}
+
+
+def _run(fn: Callable[..., Any], xs: list[torch.Tensor]) -> tuple[Any, list[torch.Tensor]]:
+    compiled, run = compile_and_load(trace(fn, xs))
+    return compiled, run(*[x.clone() for x in xs])
+
+
+def _flat(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    return [t for item in x for t in _flat(item)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_op_table_on_gpu(dtype: torch.dtype, contiguous: bool) -> None:
+    gen = torch.Generator().manual_seed(0)
+    failures = []
+    cases = []
+    for c in OP_TABLE:
+        if dtype not in c.dtypes or c.extern:
+            continue
+        xs = [make_input(s, dtype, c.domain, contiguous, gen) for s in c.shapes]
+        if c.extra is not None:
+            torch.manual_seed(7)
+            xs += list(c.extra())
+        xs = [x.cuda() for x in xs]
+        try:
+            expected = _flat(c.fn(*[x.clone() for x in xs]))
+        except RuntimeError:
+            continue
+        cases.append((c, xs, expected))
+    def batched(*ys: torch.Tensor) -> list[torch.Tensor]:
+        outs: list[torch.Tensor] = []
+        i = 0
+        for c, xs, _ in cases:
+            outs += _flat(c.fn(*ys[i:i + len(xs)]))
+            i += len(xs)
+        return outs
+
+    flat = [x for _, xs, _ in cases for x in xs]
+    compiled, outs = _run(batched, flat)
+    assert compiled.metadata["kernels"] >= 1
+    k = 0
+    for c, _, expected in cases:
+        for e in expected:
+            a = outs[k]
+            k += 1
+            tol = TOL.get(e.dtype, TOL.get(dtype, 0.0))
+            try:
+                torch.testing.assert_close(a, e, rtol=tol, atol=tol, equal_nan=True,
+                                           check_stride=False)
+            except AssertionError as err:
+                failures.append(f"{c.name}: {str(err).splitlines()[0]}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("cols", [64, 1000, 4096, 12000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norms_and_reductions_on_gpu(cols: int, dtype: torch.dtype) -> None:
+    x = torch.randn(300, cols, device="cuda", dtype=dtype)
+    w = torch.randn(cols, device="cuda", dtype=dtype)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        sm = torch.softmax(x, -1)
+        ln = F.layer_norm(x, (cols,), w)
+        rms = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(dtype) * w
+        return sm, ln, rms, x.sum(-1), x.amax(-1), x.argmax(-1), x.float().var(-1)
+
+    _, outs = _run(fn, [x, w])
+    for a, e in zip(outs, fn(x, w)):
+        tol = TOL[dtype] if e.dtype == dtype else 1e-3
+        torch.testing.assert_close(a, e, rtol=tol, atol=tol, check_stride=False)
+
+
+def test_pointwise_over_2_31_elements_uses_int64() -> None:
+    n = (1 << 31) + 4096
+    x = torch.ones(n, device="cuda", dtype=torch.int8)
+    compiled, (out,) = _run(lambda x: x + 1, [x])
+    sources = [v.decode() for k, v in compiled.files.items() if k.endswith(".py")
+               and not k.endswith("wrapper.py")]
+    assert any("tl.int64" in s for s in sources)
+    assert out[-1].item() == 2 and out[0].item() == 2 and int(out.sum(dtype=torch.int64)) == 2 * n

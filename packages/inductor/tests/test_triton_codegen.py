@@ -1,0 +1,163 @@
+"""Triton code generation beyond the op table: looped reductions (rows longer than a
+persistent tile), 64-bit indexing, range merging, masks, fusion kernel counts and the
+generated text. Kernels run in Triton's interpreter on CPU tensors."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ember.inductor.codegen.triton import generate_triton_kernel, kernel_writer
+from ember.inductor.codegen.triton.heuristics import choose_config
+from ember.inductor.codegen.triton.testing import triton_for_cpu
+from ember.inductor.loop_ir import Buffer, Kernel, Load, Store, Var, add, mul
+from helpers import compile_and_load, trace
+
+pytest.importorskip("triton")
+
+
+def _compile(fn: Callable[..., Any], *xs: torch.Tensor) -> tuple[Any, list[str], Any]:
+    """(compiled program, its Triton sources, runner) for ``fn`` on ``xs``."""
+    with triton_for_cpu():
+        compiled, run = compile_and_load(trace(fn, xs), precompile=False)
+    sources = [v.decode() for k, v in compiled.files.items()
+               if k.endswith(".py") and not k.endswith("wrapper.py")]
+    return compiled, sources, run
+
+
+def _check(fn: Callable[..., Any], *xs: torch.Tensor, kernels: int, tol: float = 1e-4
+           ) -> list[str]:
+    compiled, sources, run = _compile(fn, *xs)
+    expected = fn(*[x.clone() for x in xs])
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    actual = run(*[x.clone() for x in xs])
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, rtol=tol, atol=tol, equal_nan=True,
+                                   check_stride=False)
+    assert compiled.metadata["kernels"] == kernels, sources
+    return sources
+
+
+LONG = 5000  # > PERSISTENT_MAX after rounding up: a looped reduction
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("sum", lambda x: x.sum(-1)),
+    ("amax", lambda x: x.amax(-1)),
+    ("argmax", lambda x: x.argmax(-1)),
+    ("argmin", lambda x: x.argmin(-1)),
+    ("var", lambda x: x.var(-1)),
+    ("prod", lambda x: (x * 0.01 + 1).prod(-1)),
+])
+def test_looped_reductions_match_eager(name: str, fn: Callable[..., Any]) -> None:
+    x = torch.randn(3, LONG)
+    x[1, 7] = x[1, 4000] = 50.0  # a tie: argmax must pick the first
+    x[2, 9] = x[2, 4001] = -50.0
+    sources = _check(fn, x, kernels=1)
+    assert "for roffset in range(0, 5000, RBLOCK):" in sources[0]
+
+
+def test_looped_softmax_and_layer_norm_fuse_into_one_kernel_each() -> None:
+    x = torch.randn(2, LONG)
+    w, b = torch.randn(LONG), torch.randn(LONG)
+    src = _check(lambda x: torch.softmax(x, -1), x, kernels=1)[0]
+    assert src.count("for roffset in range") == 3  # max, sum(exp), normalize
+    _check(lambda x, w, b: F.layer_norm(x, (LONG,), w, b), x, w, b, kernels=1)
+
+
+def test_looped_argmax_nan_wins() -> None:
+    x = torch.randn(2, LONG)
+    x[0, 4321] = float("nan")
+    _check(lambda x: (x.argmax(-1), x.amax(-1)), x, kernels=1)
+
+
+@pytest.mark.parametrize("name,fn,kernels", [
+    ("pointwise_chain", lambda x, y: ((x * y).sigmoid() + x).relu() * 2, 1),
+    ("softmax_then_layer_norm",
+     lambda x, w: F.layer_norm(torch.softmax(x, -1), (64,), w), 1),
+    ("rms_norm", lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, 1),
+    ("bias_gelu", lambda x, w: F.gelu(x + w), 1),
+])
+def test_fusion_kernel_counts(name: str, fn: Callable[..., Any], kernels: int) -> None:
+    x, w = torch.randn(8, 64), torch.randn(64)
+    _check(fn, x, w, kernels=kernels)
+
+
+def test_persistent_reduction_holds_rows_in_registers() -> None:
+    src = _check(lambda x: torch.softmax(x, -1), torch.randn(8, 64), kernels=1)[0]
+    assert "for roffset" not in src
+    assert "rindex = rbase" in src and "tl.reduce(" in src
+
+
+def test_contiguous_pointwise_indexes_flat_and_unmasked() -> None:
+    src = _check(lambda x, y: x * y + 1, torch.randn(16, 64), torch.randn(16, 64),
+                 kernels=1)[0]
+    # the two ranges merge into one flat index; 1024 divides 16*64: no mask, no // or %
+    assert "tl.load(arg0_ptr + (x0))" in src and "xmask" not in src
+    assert "//" not in src.split("def kernel")[1] and "%" not in src.split("def kernel")[1]
+
+
+def test_broadcast_and_transposed_operands() -> None:
+    x = torch.randn(6, 10)
+    _check(lambda x, b: x.t() * b + x.t().exp(), x, torch.randn(6), kernels=1)
+
+
+def _copy_kernel(n: int) -> Kernel:
+    v = Var("x0", n)
+    return Kernel("copy", (v,), (), (Load("v0", "a", v, torch.float32), Store("b", v, "v0")),
+                  (Buffer("a", torch.float32, (n,), (1,)), Buffer("b", torch.float32, (n,), (1,))))
+
+
+def test_int64_indexing_only_when_sizes_need_it() -> None:
+    small = generate_triton_kernel(_copy_kernel(1 << 20)).source
+    big = generate_triton_kernel(_copy_kernel(3 << 30)).source
+    assert "tl.int64" not in small
+    assert "xoffset = tl.program_id(0).to(tl.int64) * XBLOCK" in big
+
+
+def test_int64_path_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernel_writer, "INT32_LIMIT", 10)
+    x = torch.randn(4, 300)
+    sources = _check(lambda x: torch.softmax(x, -1) + 1, x, kernels=1)
+    assert ".to(tl.int64)" in sources[0]
+
+
+def test_block_size_heuristics() -> None:
+    pw = choose_config(1 << 20)
+    assert (pw.xblock, pw.rblock, pw.num_warps) == (1024, 0, 4)
+    assert choose_config(10).xblock == 16
+    small_rows = choose_config(4096, 64)
+    assert small_rows.persistent and small_rows.rblock == 64 and small_rows.xblock == 32
+    wide = choose_config(64, 4096)
+    assert wide.persistent and wide.xblock == 1 and wide.num_warps == 16
+    looped = choose_config(64, 5000)
+    assert not looped.persistent and looped.xblock == 1 and looped.rblock == 2048
+
+
+def test_generated_text_of_a_strided_kernel() -> None:
+    x0, x1 = Var("x0", 4), Var("x1", 6)
+    k = Kernel(
+        "k", (x0, x1), (),
+        (Load("v0", "a", add(mul(x1, 8), x0), torch.float32),
+         Store("out", add(mul(x0, 6), x1), "v0")),
+        (Buffer("a", torch.float32, (6, 4), (8, 1)), Buffer("out", torch.float32, (4, 6), (6, 1))),
+    )
+    body = generate_triton_kernel(k).source.split("@triton.jit\n")[-1]
+    assert body == '''def k(a_ptr, out_ptr, XBLOCK: tl.constexpr):
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)
+    xmask = xindex < 24
+    x0 = (xindex // 6)
+    x1 = xindex % 6
+    v0 = tl.load(a_ptr + (x0 + 8 * x1), mask=xmask, other=0.0)
+    tl.store(out_ptr + (6 * x0 + x1), v0, mask=xmask)
+'''
