@@ -1,8 +1,8 @@
 """Benchmark eager, torch.compile and Ember side by side on the model zoo.
 
     python tools/bench.py --device cpu --compilers eager,torch,ember --suite quick \\
-        [--train] [--json OUT] [--ember-backend eager|aot_eager|inductor] [--models a,b] \\
-        [--dtype float32,bfloat16] [--no-cold]
+        [--train] [--json OUT] [--markdown OUT] [--ember-backend eager|aot_eager|inductor] \\
+        [--models a,b] [--dtype float32,bfloat16] [--no-cold]
 
 For each model, in one process: median time, speedup over eager, compile time (in this
 process, and cold/warm in a fresh subprocess with empty caches unless ``--no-cold``),
@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train", action="store_true",
                         help="time forward + backward + SGD step instead of inference")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    parser.add_argument("--markdown", metavar="OUT",
+                        help="also write the table as Markdown (for docs/benchmarks.md)")
     parser.add_argument("--ember-backend", default="inductor", choices=compilers.EMBER_BACKENDS)
     parser.add_argument("--models", help="comma-separated model names (default: the suite)")
     parser.add_argument("--dtype", default="float32",
@@ -93,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         report.write_json(args.json, meta, rows, overhead)
         print(f"\nwrote {args.json}")
+    if args.markdown:
+        report.write_markdown(args.markdown, meta, rows, overhead)
+        print(f"wrote {args.markdown}")
     return 0
 
 

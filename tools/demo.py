@@ -31,11 +31,12 @@ SHOWN_LINES = 20
 WIDTH = 150
 
 
-def bench_with_fallback(name: str, device: torch.device) -> tuple[list[runner.Row], str | None]:
+def bench_with_fallback(name: str, device: torch.device, suite: str = "quick"
+                        ) -> tuple[list[runner.Row], str | None]:
     """Rows for eager, torch and the best Ember backend that works on ``name``; and that
     backend (``None`` when none works)."""
     def config(backend: str) -> runner.BenchConfig:
-        return runner.BenchConfig(device, torch.float32, "quick", ember_backend=backend,
+        return runner.BenchConfig(device, torch.float32, suite, ember_backend=backend,
                                   cold=False)
 
     rows = runner.bench_model(name, config(BACKENDS_BEST_FIRST[0]), ["eager", "torch", "ember"])

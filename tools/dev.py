@@ -48,7 +48,7 @@ def setup() -> None:
 def test(extra: list[str]) -> int:
     setup()
     env = dict(os.environ)
-    suites = [f"packages/{p}/tests" for p in PACKAGES] + ["integration_tests"]
+    suites = [f"packages/{p}/tests" for p in PACKAGES] + ["integration_tests", "tools/tests"]
     rc = subprocess.run(
         [str(PY), "-m", "pytest", "-n", "2", "--timeout", "600", "-q", *suites, *extra],
         cwd=ROOT, env=env,

@@ -4,8 +4,8 @@ The reference is the model deep-copied to float64 and run on the same inputs upc
 A compiled result passes when it is ``allclose`` to eager (atol = rtol = tol), or when
 ``rmse(fp64, compiled) <= m * rmse(fp64, eager) + tol / 10``: a compiler may be as far
 from the exact answer as eager is, up to a factor ``m``.
-Inputs are compared after the call as well as outputs (to catch wrong mutations), and in
-training mode the parameters' gradients too.
+Inputs and module buffers are compared after the call as well as outputs (to catch wrong
+mutations), and in training mode the gradients of parameters and inputs too.
 """
 
 from __future__ import annotations
@@ -78,9 +78,9 @@ def training_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
 def observe(
     fn: Callable[..., Any], module: torch.nn.Module, inputs: tuple[Any, ...], train: bool
 ) -> list[torch.Tensor]:
-    """Run ``fn`` once on copies of ``inputs``; return the outputs, the inputs after the
-    call and, when ``train``, the gradients of ``module``'s parameters and of the floating
-    inputs (in that order)."""
+    """Run ``fn`` once on copies of ``inputs``; return the outputs, the inputs and
+    ``module``'s buffers after the call and, when ``train``, the gradients of ``module``'s
+    parameters and of the floating inputs (in that order)."""
     if train:
         args = training_inputs(inputs)
         module.zero_grad(set_to_none=True)
@@ -95,8 +95,10 @@ def observe(
         with torch.no_grad():
             out = fn(*args)
         grads = []
-    values = flatten_tensors(out) + [a for a in args if isinstance(a, torch.Tensor)] + grads
-    return [v.detach() for v in values]
+    tensors_in = [a for a in args if isinstance(a, torch.Tensor)]
+    # Buffers are inputs too (batch norm's running statistics change in training).
+    values = flatten_tensors(out) + tensors_in + list(module.buffers()) + grads
+    return [v.detach().clone() for v in values]
 
 
 @dataclass(frozen=True)

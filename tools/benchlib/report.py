@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import json
 import math
+import os
 import platform
 import sys
 from pathlib import Path
@@ -27,15 +28,27 @@ def environment(device: torch.device) -> dict[str, str]:
     if device.type == "cuda":
         device_name = torch.cuda.get_device_name(device)
     else:
-        device_name = f"{platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
+        device_name = f"{_cpu_name()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}"
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": triton_version,
         "device": device_name,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
         "command": " ".join(["python"] + sys.argv),
     }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _fmt(value: Any, spec: str, suffix: str = "") -> str:
@@ -132,3 +145,26 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list):
         return [_finite(v) for v in value]
     return value
+
+
+def write_markdown(path: str | Path, meta: dict[str, Any], rows: list[Row],
+                   overhead: dict[str, float | str]) -> None:
+    """Write the run as a Markdown section: command, environment, table, overhead."""
+    env = ", ".join(f"{k} {meta[k]}" for k in ("python", "torch", "triton") if k in meta)
+    lines = [
+        f"Command: `{meta.get('command', '')}`",
+        "",
+        (f"Date: {meta.get('date', '?')}; {env}; device: {meta.get('device', '?')}; "
+         f"OMP_NUM_THREADS={meta.get('omp_num_threads', 'unset')}; suite {meta.get('suite')}, "
+         f"{meta.get('mode')}; run time {meta.get('wall_s', '?')} s."),
+        "",
+        markdown_table(rows),
+        "",
+        "Per-call overhead (one-element tensor):",
+        "",
+    ]
+    lines += [
+        f"- {name}: {value:.1f} us" if isinstance(value, float) else f"- {name}: FAILED {value}"
+        for name, value in overhead.items()
+    ]
+    Path(path).write_text("\n".join(lines) + "\n")

@@ -77,7 +77,14 @@ MODELS: dict[str, tuple[Callable[..., Any], Callable[[torch.dtype], list[torch.T
     "layer_norm_4096": (layer_norm, lambda d: _rows(32768, 4096, d, 2)),
     "layer_norm_8192": (layer_norm, lambda d: _rows(16384, 8192, d, 2)),
     "softmax_1024": (lambda x: torch.softmax(x, -1), lambda d: _rows(131072, 1024, d, 0)),
+    "sum_dim0": (lambda x: x.sum(0), lambda d: _rows(32768, 4096, d, 0)),
+    "sum_all": (lambda x: x.sum(), lambda d: _rows(32768, 4096, d, 0)),
 }
+
+DEFAULT_RUNS = ("pointwise_chain:bfloat16,pointwise_chain:float32,"
+                "softmax_layer_norm_4096:bfloat16,softmax_layer_norm_4096:float32,"
+                "rms_norm_4096:bfloat16,rms_norm_4096:float32,layer_norm_8192:bfloat16,"
+                "softmax_1024:float32,sum_dim0:float32,sum_all:float32")
 
 
 def copy_bandwidth() -> float:
@@ -85,7 +92,7 @@ def copy_bandwidth() -> float:
     x = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
     y = torch.empty_like(x)
     ms = do_bench(lambda: y.copy_(x), warmup=25, rep=200, return_mode="median")
-    return 2 * x.numel() / (ms * 1e-3)
+    return float(2 * x.numel() / (ms * 1e-3))
 
 
 def ember_compile(fn: Callable[..., Any], xs: list[torch.Tensor]) -> tuple[Any, Callable[[], Any], Any]:
@@ -138,28 +145,72 @@ def bench_model(name: str, dtype: torch.dtype, copy_bw: float) -> dict[str, Any]
     return row
 
 
+# model, dtype -> launch configs to try: (xblock, rblock, persistent, num_warps)
+SWEEP: dict[tuple[str, str], list[tuple[int, int, bool, int]]] = {
+    ("pointwise_chain", "bfloat16"): [(x, 0, False, w) for x in (512, 1024, 2048, 4096)
+                                      for w in (4, 8)],
+    ("softmax_layer_norm_4096", "bfloat16"): [(x, 4096, True, w) for x in (1, 2)
+                                              for w in (4, 8, 16)],
+    ("softmax_layer_norm_4096", "float32"): [(x, 4096, True, w) for x in (1, 2)
+                                             for w in (4, 8, 16)],
+    ("layer_norm_8192", "bfloat16"): [(1, 8192, True, w) for w in (8, 16, 32)]
+    + [(1, r, False, w) for r in (1024, 2048, 4096) for w in (4, 8, 16)],
+    ("softmax_1024", "float32"): [(x, 1024, True, w) for x in (1, 2, 4) for w in (4, 8)],
+    ("sum_dim0", "float32"): [(32, 64, False, 4), (32, 64, False, 8), (64, 32, False, 4),
+                              (64, 64, False, 8), (16, 128, False, 4), (128, 16, False, 4)],
+}
+
+
+def sweep(copy_bw: float) -> list[dict[str, Any]]:
+    """Time each model of :data:`SWEEP` under each launch config (for the heuristics)."""
+    from ember.inductor.codegen.triton import heuristics
+
+    rows = []
+    for (name, d), configs in SWEEP.items():
+        fn, make = MODELS[name]
+        xs = make(getattr(torch, d))
+        moved = sum(x.numel() * x.element_size() for x in xs) + xs[0].numel() * xs[0].element_size()
+        for xblock, rblock, persistent, warps in configs:
+            cfg = heuristics.LaunchConfig(xblock, rblock, persistent, warps)
+            try:
+                with heuristics.forced_config(cfg):
+                    _, call, _ = ember_compile(fn, xs)
+                ms = do_bench(call, warmup=10, rep=50, return_mode="median")
+                row = {"model": name, "dtype": d, "config": [xblock, rblock, persistent, warps],
+                       "ms": round(ms, 4), "of_copy_bw": round(moved / (ms * 1e-3) / copy_bw, 3)}
+            except Exception as e:  # noqa: BLE001
+                row = {"model": name, "dtype": d, "config": [xblock, rblock, persistent, warps],
+                       "error": f"{type(e).__name__}: {str(e)[:200]}"}
+            print("sweep", json.dumps(row), flush=True)
+            rows.append(row)
+        del xs
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="h200_triton.json")
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--runs", default=DEFAULT_RUNS, help="model:dtype,...")
+    parser.add_argument("--sweep", action="store_true", help="also time launch-config variants")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, triton {triton.__version__}, "
           f"{torch.cuda.get_device_name()}", flush=True)
     copy_bw = copy_bandwidth()
     print(f"copy bandwidth: {copy_bw / 1e12:.3f} TB/s", flush=True)
     rows: list[dict[str, Any]] = []
-    for name in args.models.split(","):
-        for d in args.dtypes.split(","):
-            try:
-                row = bench_model(name, getattr(torch, d), copy_bw)
-            except Exception as e:  # noqa: BLE001 - record and go on
-                row = {"model": name, "dtype": d, "error": f"{type(e).__name__}: {e}",
-                       "traceback": traceback.format_exc()[-3000:]}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            torch.cuda.empty_cache()
-    result = {"torch": torch.__version__, "triton": triton.__version__,
+    for run in args.runs.split(","):
+        name, d = run.split(":")
+        try:
+            row = bench_model(name, getattr(torch, d), copy_bw)
+        except Exception as e:  # noqa: BLE001 - record and go on
+            row = {"model": name, "dtype": d, "error": f"{type(e).__name__}: {e}",
+                   "traceback": traceback.format_exc()[-3000:]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        torch.cuda.empty_cache()
+    sweep_rows = sweep(copy_bw) if args.sweep else []
+    result = {"torch": torch.__version__, "sweep": sweep_rows, "triton": triton.__version__,
               "device": torch.cuda.get_device_name(), "copy_tbps": copy_bw / 1e12, "rows": rows}
     Path(args.out).write_text(json.dumps(result, indent=1))
     print("\nmodel                      dtype     eager   torch.compile  ember   "

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 from aot_capture import compile_fn
-from ember.runtime.ir import OutputKind, resolve_op
+from ember.runtime.ir import IRFormatError, OutputKind, resolve_op
 
 
 def _add_on_input(x):
@@ -328,3 +328,25 @@ def test_unexpected_aliasing_of_a_written_input_is_refused() -> None:
     x = _f32(4)
     with pytest.raises(RuntimeError, match="shares memory with input 'in0'"):
         run([x, x[:]])
+
+
+def test_write_into_a_captured_constant_is_refused() -> None:
+    counter = torch.zeros(3)
+
+    def fn(x):
+        counter.add_(x)
+        return x * 2
+
+    with pytest.raises(IRFormatError, match="writes into the tensor"):
+        compile_fn(fn, _f32(3))
+
+
+def test_write_into_a_fresh_python_tensor_is_fine() -> None:
+    def fn(x):
+        t = torch.tensor([1.0, 2.0, 3.0])
+        t.add_(x)
+        return t
+
+    _, run = compile_fn(fn, _f32(3))
+    x = _f32(3)
+    torch.testing.assert_close(run([x])[0], fn(x))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from aot_capture import compile_module
+from aot_capture import compile_fn, compile_module
 from ember.runtime.ir import OutputKind
 
 TOL = 1e-4
@@ -136,3 +136,81 @@ def test_saved_tensors_are_labelled() -> None:
     backward_inputs = [p.name for p in program.graphs["backward"].placeholders]
     assert all(n.startswith("saved_") for n in backward_inputs[:n_saved])
     assert backward_inputs[n_saved:] == ["tangent_0"]
+
+
+def test_gradients_through_aliased_outputs() -> None:
+    def fn(x, w):
+        y = x @ w
+        return y, y.view(-1), x[0], w.t()
+
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(4, 5, requires_grad=True)
+    program, run = compile_fn(fn, x, w)
+    kinds = [s.kind for s in program.signature.outputs["forward"]][:4]
+    assert kinds == [OutputKind.USER_OUTPUT] + [OutputKind.ALIASED_OUTPUT] * 3
+    weights = [torch.randn(3, 5), torch.randn(15), torch.randn(4), torch.randn(5, 4)]
+
+    def loss(outputs: list[torch.Tensor]) -> torch.Tensor:
+        return sum((o * k).sum() for o, k in zip(outputs, weights))  # type: ignore[return-value]
+
+    expected = torch.autograd.grad(loss(list(fn(x, w))), [x, w])
+    outputs = run([x, w])
+    assert outputs[2]._base is x or outputs[2].untyped_storage().data_ptr() == x.data_ptr()
+    got = torch.autograd.grad(loss(outputs), [x, w])
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e)
+
+
+def test_no_grad_block_inside_the_function_stops_gradients() -> None:
+    teacher = torch.nn.Linear(4, 4)
+    student = torch.nn.Linear(4, 4)
+
+    class Distill(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.teacher, self.student = teacher, student
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                target = self.teacher(x).relu()
+            return ((self.student(x) - target) ** 2).mean()
+
+    model = Distill()
+    x = torch.randn(5, 4)
+    program, run = compile_module(model, x)
+    grads = {s.target for s in program.signature.outputs["backward"]}
+    assert grads == {"student_weight", "student_bias"}
+    (loss,) = run(x)
+    loss.backward()
+    assert teacher.weight.grad is None
+    expected = torch.autograd.grad(model(x), student.weight)[0]
+    torch.testing.assert_close(student.weight.grad, expected)
+
+
+def test_compiling_under_no_grad_builds_no_backward() -> None:
+    with torch.no_grad():
+        program, _ = compile_module(mlp(), torch.randn(8, 16))
+    assert set(program.graphs) == {"forward"}
+
+
+def test_backward_executor_is_built_on_first_backward_only() -> None:
+    from ember.runtime.callable import ProgramCallable
+    from ember.runtime.executor import make_executor
+
+    model = mlp()
+    x = torch.randn(8, 16)
+    program, _ = compile_module(model, x)
+    built: list[str] = []
+
+    def factory(p, graph):  # type: ignore[no-untyped-def]
+        built.append(graph)
+        return make_executor(p, graph)
+
+    run = ProgramCallable(program, executor_factory=factory)
+    state = [p for p in model.parameters()]
+    with torch.no_grad():
+        run([x, *state])
+    assert built == ["forward"]
+    run([x, *state])[0].sum().backward()
+    run([x, *state])[0].sum().backward()
+    assert built == ["forward", "backward"]

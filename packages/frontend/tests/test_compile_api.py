@@ -120,3 +120,33 @@ def test_capture_mode_registry_hook() -> None:
         assert calls[0].options == {"knob": 1} and calls[0].mode == "default"
     finally:
         del CAPTURE_MODES["test-mode"]
+
+
+def test_recompiles_log_names_the_failed_guard(capsys) -> None:  # type: ignore[no-untyped-def]
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    f = ef.compile(scale, backend="eager")
+    with patch(logs="recompiles"):
+        f(torch.randn(2))
+        f(torch.randn(2))
+        f(torch.randn(2, dtype=torch.float64))
+    err = capsys.readouterr().err
+    assert err.count("recompiling") == 1
+    assert "x.dtype == torch.float32 (got torch.float64)" in err
+    assert f.__name__ == "scale" and f.__wrapped__ is scale
+
+
+def test_compiled_function_called_while_capturing_runs_inline() -> None:
+    inner = ef.compile(lambda x: x.sin() * 2, backend="eager")
+
+    def outer(x: torch.Tensor) -> torch.Tensor:
+        return inner(x) + 1
+
+    compiled = ef.compile(outer, backend="eager")
+    x = torch.randn(4)
+    assert torch.equal(compiled(x), outer(x))
+    assert inner.stats.compiles == 1  # from the eager call of outer, not from the capture
+    program = ef.capture(outer, x)
+    assert [n.target for n in program.forward.calls()] == [
+        "aten::sin.default", "aten::mul.Tensor", "aten::add.Tensor"]

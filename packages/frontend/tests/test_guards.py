@@ -92,7 +92,7 @@ def test_guard_set_is_one_function_and_names_the_failure() -> None:
     guards.add_grad_mode(True)
     guards.add_tensor("L[0]", "x", torch.randn(2, 3))
     guards.add_value("L[1]", "n", 5)
-    assert len(guards.guards) == 1 + 6 + 1
+    assert len(guards.guards) == 1 + 7 + 1
     assert guards.source().count("def ") == 1
     check = guards.compile()
     assert check([torch.randn(2, 3), 5], [], None, True) is True
@@ -109,9 +109,9 @@ def test_guard_count_of_a_capture() -> None:
 
     cap = trace_capture(double, None, (torch.randn(2), 3), {})
     texts = [g.text for g in cap.guards.guards]
-    # structure, grad mode, six per tensor, one per non-tensor argument (no aliasing
-    # guard: a single tensor)
-    assert len(texts) == 1 + 1 + 6 + 1
+    # structure, grad mode, default dtype, autocast cpu/cuda, seven per tensor, one per
+    # non-tensor argument (no aliasing guard: a single tensor)
+    assert len(texts) == 1 + 1 + 3 + 7 + 1
     assert "x.dtype == torch.float32" in texts and "n == 3" in texts
 
 
@@ -131,4 +131,51 @@ def test_passing_one_tensor_twice_is_another_graph() -> None:
     leaves, spec = flatten(((z, z), {}))
     failure = compiled._entries[0].guards.first_failure(leaves, [], spec, True)
     assert failure is not None
-    assert failure.guard.text == "no two tensor arguments are the same object"
+    assert failure.guard.text == "no two tensor arguments share memory"
+
+
+def test_views_sharing_storage_and_offsets_are_guarded() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a.mul_(2)
+        return b + 1
+
+    compiled = ef.compile(f, backend="eager")
+    base = torch.randn(8)
+    ref = base.clone()
+    assert torch.equal(compiled(base[:4], base[4:]), f(ref[:4], ref[4:]))
+    # b now views the memory that a mutates: another graph
+    assert torch.equal(compiled(base[:4], base[:4].view(2, 2).view(4)),
+                       f(ref[:4], ref[:4].view(2, 2).view(4)))
+    assert torch.equal(base, ref)
+    assert compiled.stats.compiles == 2
+    x = torch.randn(6)
+    compiled(x[2:6], torch.randn(4))  # a storage offset of 2 instead of 0
+    assert compiled.stats.compiles == 3
+    leaves, spec = flatten(((x[2:6], torch.randn(4)), {}))
+    failure = compiled._entries[0].guards.first_failure(leaves, [], spec, True)
+    assert str(failure) == "a.storage_offset() == 0 (got 2)"
+
+
+def test_autocast_and_default_dtype_are_guarded() -> None:
+    f = ef.compile(lambda a, b: a @ b, backend="eager")
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    assert f(a, b).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = f(a, b)
+        assert out.dtype == torch.bfloat16 and torch.equal(out, a @ b)
+    assert f.stats.compiles == 2
+    f(a, b)
+    assert f.stats.compiles == 2 and f.stats.cache_hits == 1
+
+
+def test_nan_argument_hits_the_cache() -> None:
+    def scale_unless_nan(x: torch.Tensor, s: float) -> torch.Tensor:
+        return x if s != s else x * s  # NOTE: keeps nan out of the graph's arguments
+
+    f = ef.compile(scale_unless_nan, backend="eager")
+    x = torch.randn(2)
+    assert torch.equal(f(x, float("nan")), x)
+    f(x, float("nan"))
+    assert (f.stats.compiles, f.stats.cache_hits) == (1, 1)
+    f(x, 2.0)
+    assert f.stats.compiles == 2

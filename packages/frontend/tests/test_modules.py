@@ -137,3 +137,74 @@ def test_decorated_forward_method() -> None:
     assert torch.equal(a(x), torch.sigmoid(a.fc(x)))
     assert a.forward.stats.cache_hits == 1
     assert Decorated.forward.__name__ == "forward"
+
+
+def test_module_passed_as_an_argument_has_live_parameters() -> None:
+    def loss_fn(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return model(x).square().mean()
+
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).train()
+    p = ef.capture(loss_fn, model, torch.randn(5, 4))
+    specs = p.signature.inputs["forward"]
+    assert [s.target for s in specs] == [
+        "model.0.weight", "model.0.bias", "model.1.weight", "model.1.bias",
+        "model.1.running_mean", "model.1.running_var", "model.1.num_batches_tracked", None]
+    assert specs[0] == InputSpec("p_model_0_weight", InputKind.PARAMETER, "model.0.weight")
+    assert [n.op for n in p.forward.nodes].count("constant") == 0
+
+    compiled = ef.compile(loss_fn, backend="eager")
+    reference = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).train()
+    reference.load_state_dict(model.state_dict())
+    for _ in range(2):
+        x = torch.randn(5, 4)
+        assert torch.equal(compiled(model, x), loss_fn(reference, x))
+        with torch.no_grad():  # an update that replaces nothing: seen through live inputs
+            model[0].weight.add_(0.5)
+            reference[0].weight.add_(0.5)
+    for a, b in zip(model.state_dict().values(), reference.state_dict().values()):
+        assert torch.equal(a, b)
+    assert compiled.stats.compiles == 1 and compiled.stats.cache_hits == 1
+    other = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).train()
+    compiled(other, torch.randn(5, 4))  # another module object: guarded by identity
+    assert compiled.stats.compiles == 2
+    failure = compiled._last_failure(*_call_parts(model, torch.randn(5, 4)))
+    assert failure is not None and failure.guard.text == "model is the same object as at capture"
+    assert "a Sequential at 0x" in str(failure)
+
+
+def _call_parts(*args):  # type: ignore[no-untyped-def]
+    from ember.frontend.pytree import flatten
+
+    leaves, spec = flatten((args, {}))
+    return leaves, [], spec, torch.is_grad_enabled()
+
+
+def test_parameters_read_from_a_closure_are_lifted_inputs() -> None:
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh())
+    reference = nn.Sequential(nn.Linear(4, 3), nn.Tanh())
+    reference.load_state_dict(model.state_dict())
+    offset = torch.randn(3)  # does not require grad: stays a constant
+
+    def train_step(x: torch.Tensor) -> torch.Tensor:
+        return (model(x) + offset).square().sum()
+
+    p = ef.capture(train_step, torch.randn(2, 4))
+    lifted = [s for s in p.signature.inputs["forward"] if s.kind is InputKind.PARAMETER]
+    assert [s.name for s in lifted] == ["p_lifted", "p_lifted_1"]
+    assert [n.op for n in p.forward.nodes].count("constant") == 1
+
+    compiled = ef.compile(train_step, backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(2):
+        x = torch.randn(2, 4)
+        loss = compiled(x)
+        ref_loss = (reference(x) + offset).square().sum()
+        assert torch.equal(loss, ref_loss)
+        for o, lo in ((opt, loss), (ref_opt, ref_loss)):
+            o.zero_grad()
+            lo.backward()
+            o.step()
+        for a, b in zip(model.parameters(), reference.parameters()):
+            assert torch.equal(a, b)
+    assert compiled.stats.compiles == 1

@@ -60,13 +60,43 @@ def b_disable(x):
     return _eager_only(x + 1) + 1  # BREAK-disable
 
 
-def _generator(x):
-    for i in range(2):
-        yield x * i
+def b_exception(x):
+    y = x.cos()
+    try:
+        v = {}["missing"]  # BREAK-exc
+    except KeyError:
+        v = 2
+    return y * v
 
 
-def b_generator(x):
-    return sum(list(_generator(x))) + x  # BREAK-gen
+class Recorder:
+    def __init__(self):
+        self.entered = 0
+
+    def __enter__(self):
+        self.entered += 1
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+RECORDER = Recorder()
+
+
+def b_context_manager(x):
+    y = x + 1
+    with RECORDER:  # BREAK-ctx
+        y = y * 2
+    return y
+
+
+def _delegating(x):
+    yield from [x, x * 2]
+
+
+def b_yield_from(x):
+    return sum(list(_delegating(x))) + x  # BREAK-gen
 
 
 def b_loop_break(x, y):
@@ -97,7 +127,9 @@ CASES = [
     # the callee runs through its own compiled wrapper; its graphs and breaks count too
     (b_inlined, (torch.randn(3),), 3, 2, "inner", "print"),
     (b_disable, (torch.randn(3),), 2, 1, "disable", "ember.frontend.disable"),
-    (b_generator, (torch.randn(3),), 1, 3, "gen", "generator"),
+    (b_exception, (torch.randn(3),), 2, 1, "exc", "KeyError raised during capture"),
+    (b_context_manager, (torch.randn(3),), 2, 1, "ctx", "context manager Recorder"),
+    (b_yield_from, (torch.randn(3),), 1, 3, "gen", "yield from"),
 ]
 
 
@@ -189,3 +221,78 @@ def test_graph_breaks_log(monkeypatch, capsys):
         strict(b_print)(torch.randn(3))
     err = capsys.readouterr().err
     assert "graph break" in err and "print" in err and str(_line_of("print")) in err
+
+
+def test_break_inside_no_grad_block_keeps_grad_modes(capsys):
+    def fn(x):
+        with torch.no_grad():
+            y = x * 2
+            print("inside")
+            z = y + 1
+        return z * x
+
+    x = torch.randn(3, requires_grad=True)
+    compiled = strict(fn)
+    for _ in range(2):
+        got, expected = compiled(x), fn(x)
+        torch.testing.assert_close(got, expected)
+        assert got.requires_grad == expected.requires_grad is True
+    assert torch.is_grad_enabled()
+    # the print, and the grad-mode change at the block's end (x requires grad)
+    assert compiled.stats.graph_breaks == 2 and compiled.stats.graphs == 2
+
+
+def test_closure_survives_a_break(capsys):
+    def fn(x):
+        k = 2
+
+        def scale(t):
+            return t * k
+
+        y = scale(x)
+        print("mid")
+        k = 3
+        return scale(y)
+
+    x = torch.randn(3)
+    compiled = strict(fn)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), x * 6)
+    assert compiled.stats.compiles == 2 and compiled.stats.cache_hits == 4
+
+
+def test_break_in_loop_over_list_resumes_iteration(capsys):
+    def fn(xs):
+        out = 0
+        for i, t in enumerate(xs):
+            out = out + t * i
+            if i == 1:
+                print("one")
+        return out
+
+    xs = [torch.randn(2) for _ in range(3)]
+    compiled = strict(fn)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(xs), fn(xs))
+    assert compiled.stats.graph_breaks == 1 and compiled.stats.compiles == 2
+
+
+def test_limit_after_a_break_runs_the_rest_eagerly():
+    import warnings
+
+    from ember.frontend.compiled import RecompileLimitWarning
+    from ember.runtime.config import patch
+
+    def fn(x):
+        s = x.sum().item()
+        return x * s + 1
+
+    compiled = strict(fn)
+    inputs = [torch.randn(3) for _ in range(5)]
+    with patch(recompile_limit=2), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for t in inputs:
+            torch.testing.assert_close(compiled(t), fn(t))
+    limit = [w for w in caught if issubclass(w.category, RecompileLimitWarning)]
+    assert len(limit) == 1 and "STACK[0]" in str(limit[0].message)
+    assert compiled.stats.eager_fallback_calls == 3

@@ -156,6 +156,26 @@ def c_nested_closure_nonlocal(x):
     return x, count
 
 
+def _gen_squares(x, n):
+    for i in range(n):
+        yield x * i
+
+
+def c_generators(x):
+    total = sum(t.sum() for t in _gen_squares(x, 3))
+    return tuple(v + 1 for v in _gen_squares(x, 2)), total, all(i < 3 for i in range(3))
+
+
+def c_try_except_no_raise(x):
+    try:
+        y = x * 2
+    except RuntimeError:
+        y = x
+    finally:
+        y = y + 1
+    return y
+
+
 def c_lambda(x):
     f = lambda t: t.sin() + 1
     return f(x) * f(x * 2)
@@ -375,6 +395,8 @@ FUNCTIONS = [
     (c_closure, lambda: (r(4),), 1, 0),
     (c_nested_closure_nonlocal, lambda: (r(4),), 1, 0),
     (c_lambda, lambda: (r(4),), 1, 0),
+    (c_generators, lambda: (r(4),), 1, 0),
+    (c_try_except_no_raise, lambda: (r(4),), 1, 0),
     (c_nested_calls, lambda: (r(4),), 1, 0),
     (c_kwargs_call, lambda: (r(4),), 1, 0),
     (c_varargs_call, lambda: (r(4), r(4)), 1, 0),

@@ -219,3 +219,48 @@ def test_python_branch_specializes(value):
     torch.testing.assert_close(compiled(x, value), fn(x, value))
     torch.testing.assert_close(compiled(x, 3 - value), fn(x, 3 - value))
     assert compiled.stats.compiles == 2 and compiled.stats.graph_breaks == 0
+
+
+def test_passing_one_tensor_twice_is_another_graph():
+    def fn(a, b):
+        a.mul_(2)
+        return b + 1
+
+    compiled = strict(fn)
+    x, y = torch.randn(3), torch.randn(3)
+    x2 = x.clone()
+    torch.testing.assert_close(compiled(x, y), y + 1)
+    torch.testing.assert_close(x, x2 * 2)
+    z = torch.randn(3)
+    expected = z * 2 + 1  # b aliases a: it sees the mutation
+    torch.testing.assert_close(compiled(z, z), expected)
+    assert compiled.stats.compiles == 2
+
+
+def test_nan_argument_hits_the_cache():
+    def fn(x, v):
+        return x + v
+
+    compiled = strict(fn)
+    x = torch.randn(3)
+    compiled(x, float("nan"))
+    compiled(x, float("nan"))
+    assert compiled.stats.compiles == 1 and compiled.stats.cache_hits == 1
+
+
+def test_storage_offset_and_default_dtype_are_guarded():
+    def fn(x):
+        return x * 2 + torch.ones(3)
+
+    compiled = strict(fn)
+    base = torch.randn(6)
+    compiled(base[:3])
+    compiled(base[3:])  # storage offset 3
+    assert compiled.stats.compiles == 2
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        out = compiled(base[:3].double())
+    finally:
+        torch.set_default_dtype(previous)
+    assert out.dtype == torch.float64 and compiled.stats.compiles == 3

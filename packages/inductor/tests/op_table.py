@@ -132,7 +132,8 @@ OP_TABLE: list[OpCase] = [
     _u("log_softmax", lambda x: torch.log_softmax(x, -1)),
     OpCase("layer_norm", lambda x, w, b: F.layer_norm(x, (6,), w, b), ((4, 6), (6,), (6,)),
            FLOATS),
-    OpCase("rms_norm", lambda x, w: F.rms_norm(x, (6,), w, eps=1e-5), ((4, 6), (6,)), FLOATS),
+    OpCase("rms_norm", lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w,
+           ((4, 6), (6,)), FLOATS),
     _u("norm_epilogue", lambda x: x.sum(-1).sqrt() * 2 + 1, domain="positive"),
     # -- views ---------------------------------------------------------------------------
     _u("view", lambda x: x.reshape(2, 12) + 1, dtypes=ALL),

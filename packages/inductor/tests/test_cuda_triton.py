@@ -99,6 +99,20 @@ def test_norms_and_reductions_on_gpu(cols: int, dtype: torch.dtype) -> None:
         torch.testing.assert_close(a, e, rtol=tol, atol=tol, check_stride=False)
 
 
+def test_split_and_column_reductions_on_gpu() -> None:
+    x = torch.randn(3, 1_000_000, device="cuda")
+    y = torch.randn(20000, 512, device="cuda")
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x.sum(), x.mean(-1), x.amax(), y.sum(0), y.amax(0)
+
+    compiled, outs = _run(fn, [x, y])
+    sources = "".join(v.decode() for k, v in compiled.files.items() if k.endswith(".py"))
+    assert "_partial" in sources
+    for a, e in zip(outs, fn(x, y)):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-2, check_stride=False)
+
+
 def test_pointwise_over_2_31_elements_uses_int64() -> None:
     n = (1 << 31) + 4096
     x = torch.ones(n, device="cuda", dtype=torch.int8)

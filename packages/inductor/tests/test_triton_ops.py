@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import sys
-from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from ember.inductor.codegen.triton.testing import triton_for_cpu
+from ember.runtime.compiled.triton_kernel import TritonKernelSpec
 from ember.runtime.compiled.triton_launcher import spec_from_entry
 from helpers import compile_and_load, trace
 from op_table import OP_TABLE, OpCase, make_input

@@ -131,3 +131,50 @@ def test_aot_compile_error_names_the_kernel(cache_dir: Path) -> None:
     )
     with pytest.raises(TritonAotError, match="Triton kernel broken does not compile"):
         compile_for_target(bad)
+
+
+def test_launcher_rejects_malformed_entries() -> None:
+    from ember.runtime.compiled.triton_launcher import load_kernel
+
+    meta = {"signature": dict(ADD_SPEC.signature), "constexprs": {"XBLOCK": 64},
+            "grid": [2, 1, 1]}
+    files = {"k.py": ADD_SOURCE.encode()}
+    entry = {"name": "k", "lang": "triton", "entry": "scaled_add", "source": "k.py",
+             "meta": meta}
+    with pytest.raises(ValueError, match="source file 'missing.py' is not in"):
+        load_kernel({**entry, "source": "missing.py"}, files)
+    with pytest.raises(ValueError, match="no launch metadata"):
+        load_kernel({**entry, "meta": None}, files)
+    with pytest.raises(ValueError, match="grid"):
+        load_kernel({**entry, "meta": {**meta, "grid": "2"}}, files)
+    with pytest.raises(ValueError, match="not UTF-8"):
+        load_kernel(entry, {"k.py": b"\xff\xfe"})
+
+
+def test_compiled_program_with_triton_kernels_round_trips_through_a_file(
+        cache_dir: Path, tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from helpers import trace
+
+    from ember.inductor.codegen.triton.testing import triton_for_cpu
+    from ember.inductor.compile import compile_program
+    from ember.runtime.compiled import load_artifact
+    from ember.runtime.ir import save
+
+    x, w = torch.randn(6, 32), torch.randn(32)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * w, -1)
+
+    with triton_for_cpu():
+        compiled = compile_program(trace(fn, [x, w]), {"precompile": False})
+    entries = compiled.metadata["compiled"]["graphs"]["forward"]["kernels"]  # type: ignore[index]
+    assert [e["lang"] for e in entries] == ["triton"]
+    save(compiled, tmp_path / "softmax.ember")
+    loaded = load_artifact(tmp_path / "softmax.ember")
+    (out,) = loaded(x, w)
+    torch.testing.assert_close(out, fn(x, w))
+    # the kernel source went through the on-disk cache
+    assert len(list((cache_dir / "triton").iterdir())) == 1

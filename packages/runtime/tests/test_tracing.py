@@ -198,3 +198,24 @@ def test_input_added_while_recording_records_no_conversion_ops() -> None:
     p = rec.finish([out])
     assert [n.name for n in p.forward.nodes] == ["x", "z", "add", "mul", "output"]
     assert p.forward.node("z").meta.storage_offset == 2  # type: ignore[union-attr]
+
+
+def test_shared_fake_mode_and_entering_several_times() -> None:
+    from ember.runtime._torch import FakeTensorMode
+
+    mode = FakeTensorMode()
+    rec = GraphRecorder(fake_mode=mode)
+    assert rec.fake_mode is mode
+    x = rec.add_input(torch.randn(3), InputSpec("x"))
+    with rec:
+        y = x.exp()
+    outside = x + 0  # not recorded: the recorder is not entered
+    with rec:
+        z = y * 2
+        with pytest.raises(RecordingError, match="already entered"):
+            rec.__enter__()
+    p = rec.finish([z])
+    assert [n.name for n in p.forward.calls()] == ["exp", "mul"]
+    assert outside.shape == (3,)
+    with pytest.raises(RecordingError, match="finished"):
+        rec.__enter__()

@@ -38,16 +38,25 @@ EXTRA_DECOMPOSED_OPS: tuple[str, ...] = (
 )
 
 
-def decomposition_table_for_core_aten() -> dict[torch._ops.OpOverload, Decomposition]:
+def decomposition_table_for_core_aten(
+    keep: frozenset[str] = frozenset(),
+) -> dict[torch._ops.OpOverload, Decomposition]:
     """Decompositions that bring a program down to Core ATen: torch's own Core ATen
-    table plus the registered decompositions of :data:`EXTRA_DECOMPOSED_OPS`."""
-    table: dict[torch._ops.OpOverload, Decomposition] = dict(core_aten_decompositions())
+    table, less the ops it names in ``keep`` (qualified names a backend wants whole, e.g.
+    fused attention), plus the registered decompositions of :data:`EXTRA_DECOMPOSED_OPS`."""
+    core: dict[torch._ops.OpOverload, Decomposition] = dict(core_aten_decompositions())
+    table = {op: fn for op, fn in core.items()
+             if not (isinstance(op, torch._ops.OpOverload) and _qualified(op) in keep)}
     for name in EXTRA_DECOMPOSED_OPS:
         packet, _, overload = name.partition(".")
         op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
         if isinstance(op, torch._ops.OpOverload) and op in _all_decompositions:
             table.setdefault(op, _all_decompositions[op])
     return table
+
+
+def _qualified(op: torch._ops.OpOverload) -> str:
+    return f"{op._schema.name}.{op._overloadname or 'default'}"
 
 
 def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:

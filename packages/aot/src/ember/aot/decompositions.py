@@ -30,3 +30,45 @@ def empty_permuted(size: list[int], physical_layout: list[int], *, dtype: Any = 
         step *= max(int(size[dim]), 1)
     return torch.ops.aten.empty_strided.default(
         size, strides, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+
+
+def _shift_amount(x: torch.Tensor, other: Any) -> int | None:
+    """``other`` as a shift in ``[0, bits)`` of ``x``'s integer dtype, else None."""
+    if isinstance(other, bool) or not isinstance(other, int):
+        return None
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        return None
+    bits = torch.iinfo(x.dtype).bits
+    return other if 0 <= other < bits else None
+
+
+@register(torch.ops.aten.__lshift__.Scalar)
+@register(torch.ops.aten.bitwise_left_shift.Tensor_Scalar)
+def left_shift_by_int(x: torch.Tensor, other: Any) -> Any:
+    """``x << s`` = ``x * 2**s`` in two's complement (no shift op is Core ATen)."""
+    shift = _shift_amount(x, other)
+    if shift is None:
+        return NotImplemented
+    return torch.ops.aten.mul.Tensor(x, 1 << shift)
+
+
+@register(torch.ops.aten.__rshift__.Scalar)
+@register(torch.ops.aten.bitwise_right_shift.Tensor_Scalar)
+def right_shift_by_int(x: torch.Tensor, other: Any) -> Any:
+    """``x >> s`` = ``floor(x / 2**s)`` (an arithmetic shift for signed integers)."""
+    shift = _shift_amount(x, other)
+    if shift is None:
+        return NotImplemented
+    return torch.ops.aten.div.Tensor_mode(x, 1 << shift, rounding_mode="floor")
+
+
+@register(torch.ops.aten.max.default)
+def max_of_all(x: torch.Tensor) -> Any:
+    """The largest element: ``amax`` over every dimension (both propagate NaN)."""
+    return torch.ops.aten.amax.default(x, list(range(x.dim())))
+
+
+@register(torch.ops.aten.min.default)
+def min_of_all(x: torch.Tensor) -> Any:
+    """The smallest element: ``amin`` over every dimension (both propagate NaN)."""
+    return torch.ops.aten.amin.default(x, list(range(x.dim())))

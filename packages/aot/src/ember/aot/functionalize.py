@@ -49,6 +49,7 @@ class _Storage:
     base: ValueRef  # the storage's current value in the new graph
     root: str | None  # the placeholder it belongs to, if any
     version: int = 0
+    constant: str | None = None  # the program tensor it belongs to (constant/get_attr)
     views: dict[Chain, tuple[int, ValueRef]] = field(default_factory=dict)
 
 
@@ -146,7 +147,9 @@ class _Functionalizer:
 
     def _copy(self, node: Node, args: tuple[Argument, ...], kwargs: dict[str, Argument],
               target: str | None = None, meta: Any = None) -> ValueRef:
-        return self.b.add(Node(node.name, node.op, target or node.target, args, kwargs,
+        # NOTE: a functional replacement is named after its own op (``mul``, not ``mul_``)
+        name = node.name if target is None else target.split("::", 1)[1].split(".", 1)[0]
+        return self.b.add(Node(name, node.op, target or node.target, args, kwargs,
                                meta=meta if meta is not None else node.meta,
                                source=node.source))
 
@@ -182,6 +185,7 @@ class _Functionalizer:
     def visit_constant(self, node: Node) -> None:
         new = self._copy(node, node.args, dict(node.kwargs))
         self.new_storage(ValueRef(node.name), new)
+        self.storages[-1].constant = node.target
 
     visit_get_attr = visit_constant
 
@@ -262,6 +266,11 @@ class _Functionalizer:
                     aliased.append(info)
             specs.append(spec)
         for storage in self.storages:
+            if storage.constant is not None and storage.version > 0:
+                raise IRFormatError(
+                    f"the program writes into the tensor {storage.constant!r} it carries "
+                    "(a tensor captured from Python, not an input); make it an input "
+                    "(a buffer) so the write can be copied back")
             if storage.root is not None and storage.version > 0:
                 outputs.append(storage.base)
                 specs.append(OutputSpec(OutputKind.MUTATED_INPUT, storage.root))

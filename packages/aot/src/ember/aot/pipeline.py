@@ -1,6 +1,6 @@
 """The aot stage's passes, in order: ``aten`` program in, ``core-functional`` out.
 
-Inference (no input requires grad)::
+Inference (grad mode off, or no input requires grad)::
 
     functionalize → decompose (re-trace) → functionalize → DCE → CSE
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from ember.aot._torch import decomposition_table_for_core_aten
 from ember.aot.cleanup import eliminate_common_subexpressions, eliminate_dead_code
 from ember.aot.config import AotConfig
@@ -43,15 +44,17 @@ from ember.runtime.ir import (
     TensorMeta,
     VerificationError,
 )
+from ember.runtime.ir.verifier import CORE_FUNCTIONAL_EXTRA_OPS
 
 
 def needs_backward(program: Program, config: AotConfig) -> bool:
-    """Whether to build a joint graph: ``config.training`` if set, else whether any
-    floating-point input of the forward graph requires grad."""
+    """Whether to build a joint graph: ``config.training`` if set, else whether grad mode
+    is on (frontends guard on it) and any floating-point input requires grad."""
     if config.training is not None:
         return config.training
-    return any(isinstance(p.meta, TensorMeta) and p.meta.requires_grad
-               and p.meta.dtype.is_floating_point for p in program.forward.placeholders)
+    return torch.is_grad_enabled() and any(
+        isinstance(p.meta, TensorMeta) and p.meta.requires_grad
+        and p.meta.dtype.is_floating_point for p in program.forward.placeholders)
 
 
 def aot_compile(program: Program, config: AotConfig | None = None) -> Program:
@@ -62,7 +65,9 @@ def aot_compile(program: Program, config: AotConfig | None = None) -> Program:
         VerificationError: re-tracing produced a mutation of a graph input.
     """
     config = config or AotConfig()
-    table = decomposition_table_for_core_aten() if config.decompose else {}
+    # NOTE: ops the core-functional dialect accepts although they are not Core ATen (fused
+    # attention, functional batch norm) stay whole: backends call them as extern kernels.
+    table = decomposition_table_for_core_aten(CORE_FUNCTIONAL_EXTRA_OPS) if config.decompose else {}
     if config.decompose:
         table.update(EMBER_DECOMPOSITIONS)
     functional = functionalize(program)

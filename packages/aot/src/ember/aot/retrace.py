@@ -54,17 +54,49 @@ class DecomposingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return func(*args, **kwargs)
 
 
+def _detach_where_captured_without_grad(result: Any, meta: Any) -> Any:
+    """Detach the results the capture saw without autograd history (computed under
+    ``torch.no_grad()`` or from detached values) so the joint graph keeps eager's
+    gradient flow."""
+    if isinstance(result, torch.Tensor):
+        if isinstance(meta, TensorMeta) and not meta.requires_grad and result.requires_grad:
+            return result.detach()
+        return result
+    if isinstance(result, (tuple, list)) and isinstance(meta, tuple):
+        return type(result)(_detach_where_captured_without_grad(r, m)
+                            for r, m in zip(result, meta))
+    return result
+
+
+_RESHAPING_VIEWS = frozenset({"aten::view.default", "aten::_unsafe_view.default"})
+
+
 class _SourceKeepingInterpreter(Interpreter):
     """An interpreter that tells the recorder which node each recorded op comes from,
     so the new graph keeps the user's source locations."""
 
-    def __init__(self, program: Program, graph: str, recorder: GraphRecorder) -> None:
+    def __init__(self, program: Program, graph: str, recorder: GraphRecorder,
+                 keep_no_grad: bool = False) -> None:
         super().__init__(program, graph)
         self.recorder = recorder
+        self.keep_no_grad = keep_no_grad
 
     def run_node(self, node: Node) -> Any:
         self.recorder.set_source(node.source)
         return super().run_node(node)
+
+    def call(self, node: Node) -> Any:
+        if node.target in _RESHAPING_VIEWS:
+            # NOTE: the program is functional by now, so a view may become a copy: after
+            # decomposition a value can have other strides than when it was captured
+            # (a fused kernel's output layout), and a plain view of it would fail.
+            args = [self.load(a) for a in node.args]
+            result = torch.ops.aten.reshape.default(args[0], args[1])
+        else:
+            result = super().call(node)
+        if self.keep_no_grad:
+            result = _detach_where_captured_without_grad(result, node.meta)
+        return result
 
 
 @dataclass
@@ -154,7 +186,7 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
              for m, g, spec in zip(metas, grad_wanted, _specs(program, "forward"))]
     out_specs = program.signature.outputs.get("forward") or [OutputSpec()] * len(
         graph.output_values)
-    interpreter = _SourceKeepingInterpreter(program, "forward", recorder)
+    interpreter = _SourceKeepingInterpreter(program, "forward", recorder, keep_no_grad=True)
     with torch.enable_grad():
         with recorder, DecomposingMode(table):
             outputs = interpreter.run(*fakes)

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ember.frontend._torch import fake_mode_active
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.guards import GuardFailure, GuardSet
 from ember.frontend.module_state import ModuleLayout, callable_name
 from ember.frontend.pytree import flatten
 from ember.frontend.stats import CompileStats
-from ember.frontend.trace import OutputLayout, trace_capture
+from ember.frontend.trace import ArgumentInputs, OutputLayout, trace_capture
 from ember.runtime.config import config
 from ember.runtime.logs import log
 from ember.runtime.pipeline import compile_program
@@ -38,12 +39,12 @@ class CacheEntry:
     guards: GuardSet
     check: Callable[[list[Any], list[torch.Tensor], Any, bool], bool]
     run_program: Callable[[list[Any]], list[Any]]
-    tensor_leaves: list[int]
+    arguments: ArgumentInputs
     output: OutputLayout
 
     def __call__(self, leaves: list[Any], state: list[torch.Tensor]) -> Any:
         inputs: list[Any] = list(state)
-        inputs.extend(leaves[i] for i in self.tensor_leaves)
+        inputs.extend(self.arguments.gather(leaves))
         return self.output.rebuild(self.run_program(inputs))
 
 
@@ -95,6 +96,8 @@ class TracedFunction:
         self._warned = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if fake_mode_active():  # called from code being captured: become part of it
+            return self.request.fn(*args, **kwargs)
         leaves, spec = flatten((args, kwargs))
         module = self.request.module
         if module is not None and self._layout is None:
@@ -124,7 +127,7 @@ class TracedFunction:
                               f"(entry {len(self._entries)}):\n{captured.guards.describe()}")
         compiled = compile_program(program, req.backend, dict(req.options), req.mode)
         entry = CacheEntry(captured.guards, captured.guards.compile(), compiled,
-                           captured.tensor_leaves, captured.output)
+                           captured.arguments, captured.output)
         self.stats.compiles += 1
         self.stats.graphs += 1
         if self._entries:

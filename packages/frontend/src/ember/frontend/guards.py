@@ -1,9 +1,10 @@
 """Guards: the conditions under which a captured graph may be reused.
 
 A capture records what it depended on — the pytree structure of the arguments, each
-tensor's dtype/shape/strides/device/requires_grad, each non-tensor argument's value,
-``torch.is_grad_enabled()``, the module's identity and every submodule's ``training``
-flag. :class:`GuardSet` compiles them into ONE Python function (one boolean expression),
+tensor's dtype/shape/strides/storage offset/device/requires_grad, which tensor arguments
+share objects or storage, each non-tensor argument's value (modules and other objects:
+identity), ``torch.is_grad_enabled()``, autocast and the default dtype, and every
+submodule's ``training`` flag. :class:`GuardSet` compiles them into ONE Python function (one boolean expression),
 so a cache lookup costs one call; only when it fails are the guards evaluated one by
 one, to name the first that failed.
 
@@ -17,6 +18,7 @@ The check function's arguments, used in guard expressions:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,10 +48,26 @@ class Guard:
     text: str
 
 
-def alias_pattern(values: Any) -> tuple[int, ...]:
-    """For each value, the position of the first value that is the same object."""
-    first: dict[int, int] = {}
-    return tuple(first.setdefault(id(v), i) for i, v in enumerate(values))
+def alias_pattern(tensors: Any) -> tuple[tuple[int, int], ...]:
+    """For each tensor: (position of the first tensor that is the same object, position
+    of the first tensor with the same storage)."""
+    same_object: dict[int, int] = {}
+    same_storage: dict[int, int] = {}
+    return tuple(
+        (same_object.setdefault(id(t), i), same_storage.setdefault(_storage_key(t), i))
+        for i, t in enumerate(tensors)
+    )
+
+
+def _object_text(value: Any) -> str:
+    return f"a {type(value).__name__} at {id(value):#x}"
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):  # no storage (sparse, nested): itself
+        return id(t)
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,25 @@ class GuardSet:
     def add_grad_mode(self, enabled: bool) -> None:
         self.add(f"grad is {enabled}", f"torch.is_grad_enabled() is {enabled}", "grad")
 
+    def add_global_state(self) -> None:
+        """Guards on the torch state that changes which ops run: the default dtype and
+        autocast (CPU and CUDA; its dtype when on)."""
+        default = torch.get_default_dtype()
+        c = self.constant(default)
+        self.add(f"torch.get_default_dtype() is {c}", f"torch.get_default_dtype() == {default}",
+                 "torch.get_default_dtype()")
+        for device in ("cpu", "cuda"):
+            on = torch.is_autocast_enabled(device)
+            self.add(f"torch.is_autocast_enabled({device!r}) is {on}",
+                     f"torch.is_autocast_enabled({device!r}) is {on}",
+                     f"torch.is_autocast_enabled({device!r})")
+            if on:
+                dtype = torch.get_autocast_dtype(device)
+                c = self.constant(dtype)
+                self.add(f"torch.get_autocast_dtype({device!r}) is {c}",
+                         f"torch.get_autocast_dtype({device!r}) == {dtype}",
+                         f"torch.get_autocast_dtype({device!r})")
+
     def add_tensor(self, ref: str, name: str, t: torch.Tensor) -> None:
         """Guards on the metadata of tensor ``ref`` (``L[0]``), shown as ``name``."""
         self.add(f"isinstance({ref}, torch.Tensor)", f"{name} is a tensor",
@@ -105,6 +142,9 @@ class GuardSet:
         stride = tuple(t.stride())
         self.add(f"{ref}.stride() == {stride!r}", f"{name}.stride() == {stride}",
                  f"{ref}.stride()")
+        offset = t.storage_offset()
+        self.add(f"{ref}.storage_offset() == {offset}",
+                 f"{name}.storage_offset() == {offset}", f"{ref}.storage_offset()")
         device = self.constant(t.device)
         self.add(f"{ref}.device == {device}", f"{name}.device == {t.device}",
                  f"{ref}.device")
@@ -115,25 +155,27 @@ class GuardSet:
     def add_value(self, ref: str, name: str, value: Any) -> None:
         """Guards on a non-tensor argument: equal by type and value for simple values,
         else by identity (modules, functions, other objects)."""
-        if isinstance(value, _SIMPLE_VALUE_TYPES):
+        if isinstance(value, float) and math.isnan(value):
+            self.add(f"type({ref}) is float and {ref} != {ref}", f"{name} is nan", f"{ref}")
+        elif isinstance(value, _SIMPLE_VALUE_TYPES):
             c = self.constant(value)
             self.add(f"type({ref}) is type({c}) and {ref} == {c}", f"{name} == {value!r}",
                      f"{ref}")
         else:
             c = self.constant(value)
             self.add(f"{ref} is {c}", f"{name} is the same object as at capture",
-                     f"object at {ref}")
+                     f"_object_text({ref})")
             if isinstance(value, torch.nn.Module):
                 self.add_training(name, value)
 
     def add_aliasing(self, refs: list[str], names: list[str], values: list[Any]) -> None:
-        """One guard that the tensors ``refs`` are the same objects, pairwise, as
-        ``values`` were at capture (``f(x, x)`` and ``f(x, y)`` are different graphs).
-        NOTE: distinct tensors sharing storage (a view and its base) are not guarded."""
+        """One guard that the tensors ``refs`` share objects and storages, pairwise, as
+        ``values`` did at capture: ``f(x, x)``, ``f(x, x[1:])`` and ``f(x, y)`` are
+        different graphs (a mutation through one is seen through the other)."""
         pattern = alias_pattern(values)
-        shared = [n for n, p, i in zip(names, pattern, range(len(pattern))) if p != i]
-        text = ("no two tensor arguments are the same object" if not shared else
-                f"the same tensors are passed twice as at capture ({', '.join(shared)})")
+        shared = [n for n, p, i in zip(names, pattern, range(len(pattern))) if p != (i, i)]
+        text = ("no two tensor arguments share memory" if not shared else
+                f"the same tensors/storages are shared as at capture ({', '.join(shared)})")
         c = self.constant(pattern)
         items = ", ".join(refs) + ("," if len(refs) == 1 else "")
         self.add(f"alias_pattern(({items})) == {c}", text, f"alias_pattern(({items}))")
@@ -187,6 +229,7 @@ class GuardSet:
         return "\n".join(f"  {g.text}" for g in self.guards)
 
     def _namespace(self) -> dict[str, Any]:
-        ns: dict[str, Any] = {"torch": torch, "alias_pattern": alias_pattern}
+        ns: dict[str, Any] = {"torch": torch, "alias_pattern": alias_pattern,
+                              "_object_text": _object_text}
         ns.update({f"C{i}": c for i, c in enumerate(self.constants)})
         return ns

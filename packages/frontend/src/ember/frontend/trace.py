@@ -4,12 +4,16 @@ The escape-hatch frontend (non-strict mode). Whatever Python runs is baked in: c
 flow takes the branch it took on the example inputs, globals and closures are read once.
 What the graph depends on and can be checked cheaply is guarded (see
 :mod:`ember.frontend.guards`): argument structure, tensor metadata, non-tensor argument
-values, grad mode, module training flags.
+values, grad mode, autocast and the default dtype, module training flags.
 
 Graph inputs (placeholders), in order: the module's parameters (``p_<qualname>``,
 labelled PARAMETER with ``target`` the qualified name), its buffers (``b_<qualname>``,
-BUFFER), then each tensor leaf of ``(args, kwargs)`` (USER_INPUT, named after the
-argument: ``x``, ``batch_input_ids``). Non-tensor arguments are constants of the graph.
+BUFFER), then, for each leaf of ``(args, kwargs)`` in order: a tensor is one USER_INPUT
+named after the argument (``x``, ``batch_input_ids``); an ``nn.Module`` contributes its
+parameters and buffers (``target`` ``<argument>.<qualname>``), read live at each call.
+Other non-tensor arguments are constants of the graph. Last come tensors read from
+closures or globals that require grad (``p_lifted``, PARAMETER; e.g. the parameters of
+a ``model`` used inside a compiled ``train_step``); other closure tensors are constants.
 
 Graph outputs: the tensor leaves of the result, in pytree order (a tensor returned twice
 is two outputs). Non-tensor leaves (Python numbers, None, strings) are not graph outputs:
@@ -18,10 +22,11 @@ they are kept in :class:`OutputLayout` and put back when the result is rebuilt.
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable
-from contextlib import nullcontext
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -56,16 +61,38 @@ class OutputLayout:
 
 
 @dataclass
-class TraceCapture:
-    """A captured program and what it takes to call it again.
+class ArgumentInputs:
+    """Where the graph inputs that come from the arguments are found at each call, in
+    placeholder order (after the compiled module's own parameters and buffers):
+    ``("tensor", i)`` is tensor leaf ``i`` of ``(args, kwargs)``; ``("module", i)`` are
+    the parameters and buffers of module leaf ``i`` (read live through ``layouts[i]``);
+    after them come the ``lifted`` closure tensors that require grad."""
 
-    ``tensor_leaves``: positions, among the leaves of ``(args, kwargs)``, of the tensors
-    that are graph inputs (after the module's parameters and buffers).
-    """
+    sources: list[tuple[str, int]]
+    layouts: dict[int, ModuleLayout]
+    lifted: list[torch.Tensor] = field(default_factory=list)
+
+    def gather(self, leaves: list[Any]) -> list[torch.Tensor]:
+        """The input values for the argument leaves ``leaves`` of one call, then the
+        lifted closure tensors."""
+        values: list[torch.Tensor] = []
+        for kind, i in self.sources:
+            if kind == "tensor":
+                values.append(leaves[i])
+            else:
+                values.extend(self.layouts[i].read())
+        values.extend(self.lifted)
+        return values
+
+
+@dataclass
+class TraceCapture:
+    """A captured program and what it takes to call it again: its guards, where its
+    argument inputs come from, and how to rebuild the result."""
 
     program: Program
     guards: GuardSet
-    tensor_leaves: list[int]
+    arguments: ArgumentInputs
     output: OutputLayout
 
 
@@ -102,15 +129,21 @@ def trace_capture(
     guards = GuardSet()
     guards.add_spec(spec)
     guards.add_grad_mode(torch.is_grad_enabled())
-    rec = GraphRecorder()
+    guards.add_global_state()
     taken: set[str] = set()
+    rec = GraphRecorder(lift=functools.partial(_lift_trainable, taken=taken))
     fake_state = _state_inputs(rec, guards, module, layout, taken)
     names = _unique(flatten_with_names(args, _parameter_names(fn))
                     + flatten_with_names(kwargs))
-    fake_leaves, tensor_leaves = _argument_inputs(rec, guards, leaves, names, taken)
+    fake_leaves, arguments, swaps = _argument_inputs(rec, guards, leaves, names, taken)
+    if layout is not None:
+        swaps.append((layout, fake_state))
     fake_args, fake_kwargs = unflatten(fake_leaves, spec)
     try:
-        with layout.swapped(fake_state) if layout is not None else nullcontext(), rec:
+        with ExitStack() as stack:
+            for module_layout, fakes in swaps:
+                stack.enter_context(module_layout.swapped(fakes))
+            stack.enter_context(rec)
             result = fn(*fake_args, **fake_kwargs)
     except Exception as e:
         where = user_source_location_of_traceback(e.__traceback__)
@@ -120,10 +153,39 @@ def trace_capture(
         ) from e
     outputs, layout_of_result = _split_result(result)
     program = rec.finish(outputs)
+    state_specs = [s for s in program.signature.inputs["forward"]
+                   if s.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
+    for state_spec, value in zip(state_specs, _state_values(layout, arguments, rec)):
+        assert state_spec.target is not None
+        program.tensors[state_spec.target] = value.detach()
+    for tensor, spec_of_tensor in rec.lifted:
+        guards.add_tensor(guards.constant(tensor), spec_of_tensor.name, tensor)
+        arguments.lifted.append(tensor)
+    return TraceCapture(program, guards, arguments, layout_of_result)
+
+
+def _lift_trainable(tensor: torch.Tensor, taken: set[str]) -> InputSpec | None:
+    """A tensor read from a closure or a global (``model`` used inside a compiled
+    ``train_step``) that requires grad becomes a PARAMETER input, so gradients reach it;
+    other such tensors stay constants."""
+    if not tensor.requires_grad:
+        return None
+    name = _take("p_lifted", taken)
+    return InputSpec(name, InputKind.PARAMETER, name)
+
+
+def _state_values(
+    layout: ModuleLayout | None, arguments: ArgumentInputs, rec: GraphRecorder
+) -> Iterator[torch.Tensor]:
+    """Every parameter and buffer input's live value, in placeholder order (placeholders
+    of tensor arguments skipped)."""
     if layout is not None:
-        for slot, value in zip(layout.slots, layout.read()):
-            program.tensors[slot.qualname] = value.detach()
-    return TraceCapture(program, guards, tensor_leaves, layout_of_result)
+        yield from layout.read()
+    for kind, i in arguments.sources:
+        if kind == "module":
+            yield from arguments.layouts[i].read()
+    for tensor, _ in rec.lifted:
+        yield tensor
 
 
 def _state_inputs(
@@ -133,39 +195,69 @@ def _state_inputs(
     layout: ModuleLayout | None,
     taken: set[str],
 ) -> list[torch.Tensor]:
-    """Placeholders and guards for the module's parameters and buffers; their fakes."""
+    """Placeholders and guards for the compiled module's parameters and buffers; their
+    fakes."""
     if module is None or layout is None:
         return []
     guards.add_training("self", module)
+    return _module_state_inputs(rec, guards, layout, "", taken,
+                                [f"S[{i}]" for i in range(len(layout.slots))])
+
+
+def _module_state_inputs(
+    rec: GraphRecorder,
+    guards: GuardSet,
+    layout: ModuleLayout,
+    prefix: str,
+    taken: set[str],
+    refs: list[str],
+) -> list[torch.Tensor]:
+    """Placeholders (``p_``/``b_`` + name, target ``prefix`` + qualified name) and tensor
+    guards (on the expressions ``refs``) for the slots of ``layout``; their fakes."""
     fakes = []
-    for i, (slot, value) in enumerate(zip(layout.slots, layout.read())):
-        prefix = "p_" if slot.kind is InputKind.PARAMETER else "b_"
-        name = _take(prefix + _identifier(slot.qualname), taken)
-        fakes.append(rec.add_input(value, InputSpec(name, slot.kind, slot.qualname)))
-        guards.add_tensor(f"S[{i}]", slot.qualname, value)
+    for slot, value, ref in zip(layout.slots, layout.read(), refs):
+        target = prefix + slot.qualname
+        kind_prefix = "p_" if slot.kind is InputKind.PARAMETER else "b_"
+        name = _take(kind_prefix + _identifier(target), taken)
+        fakes.append(rec.add_input(value, InputSpec(name, slot.kind, target)))
+        guards.add_tensor(ref, target, value)
     return fakes
 
 
 def _argument_inputs(
     rec: GraphRecorder, guards: GuardSet, leaves: list[Any], names: list[str], taken: set[str]
-) -> tuple[list[Any], list[int]]:
-    """Placeholders and guards for the argument leaves: the leaves with tensors replaced
-    by fakes, and the positions of the tensors."""
+) -> tuple[list[Any], ArgumentInputs, list[tuple[ModuleLayout, list[torch.Tensor]]]]:
+    """Placeholders and guards for the argument leaves. Returns the leaves with tensors
+    replaced by fakes, where the inputs come from, and the fakes to swap into module
+    arguments while tracing."""
     fake_leaves: list[Any] = []
+    arguments = ArgumentInputs([], {})
+    swaps: list[tuple[ModuleLayout, list[torch.Tensor]]] = []
     tensor_leaves: list[int] = []
     for i, (leaf, name) in enumerate(zip(leaves, names)):
         if isinstance(leaf, torch.Tensor):
             fake_leaves.append(rec.add_input(leaf, InputSpec(_take(name, taken))))
+            arguments.sources.append(("tensor", i))
             tensor_leaves.append(i)
             guards.add_tensor(f"L[{i}]", name, leaf)
-        else:
-            fake_leaves.append(leaf)
-            guards.add_value(f"L[{i}]", name, leaf)
+            continue
+        fake_leaves.append(leaf)
+        guards.add_value(f"L[{i}]", name, leaf)  # a module: identity and training
+        if isinstance(leaf, torch.nn.Module):
+            # NOTE: the parameters of a module argument are inputs read live, like the
+            # compiled module's own (not constants baked into the graph).
+            layout = ModuleLayout(leaf)
+            reader = guards.constant(layout)
+            refs = [f"{reader}.slots[{k}].read()" for k in range(len(layout.slots))]
+            fakes = _module_state_inputs(rec, guards, layout, f"{name}.", taken, refs)
+            arguments.sources.append(("module", i))
+            arguments.layouts[i] = layout
+            swaps.append((layout, fakes))
     if len(tensor_leaves) > 1:
         guards.add_aliasing([f"L[{i}]" for i in tensor_leaves],
                             [names[i] for i in tensor_leaves],
                             [leaves[i] for i in tensor_leaves])
-    return fake_leaves, tensor_leaves
+    return fake_leaves, arguments, swaps
 
 
 def _split_result(result: Any) -> tuple[list[torch.Tensor], OutputLayout]:

@@ -37,10 +37,17 @@ What gets recorded, and how:
   :meth:`GraphRecorder.finish` runs, so it reflects torch's autograd) and a
   :class:`SourceLocation`: the one set by :meth:`GraphRecorder.set_source`, else the
   innermost Python frame outside torch/ember/stdlib.
+* Inputs: placeholders stay in front of the graph, also when :meth:`add_input` is
+  called while recording (the fake conversion it runs is not recorded). An input that
+  shares memory with an earlier one is described in ``metadata["input_aliases"]``.
 * Outputs: graph outputs are tensors only. An output that is an input (identity) is a
   reference to its placeholder; an output seen twice is referenced twice. Non-tensor
   results (Python numbers, None) are not graph outputs: the caller keeps them in its own
   output description (the frontend stores them as constants of its pytree spec).
+* Views and ``detach`` calls whose results nobody reads are dropped by :meth:`finish`
+  (autograd makes them while it records); nothing else is removed.
+* Ops on fake tensors outside ``with recorder:`` are not recorded, and their results
+  cannot be used later (a :class:`RecordingError` says so).
 """
 
 from __future__ import annotations
@@ -109,6 +116,10 @@ class GraphRecorder:
         decompositions: op overload -> a Python function that computes it with other
             ops; such an op is not recorded, the ops its function runs are (recursively).
             A function may return ``NotImplemented`` to record the op itself.
+        lift: called with each real tensor that reaches an op (a closure variable);
+            an InputSpec it returns makes the tensor an input (a placeholder, listed in
+            :attr:`lifted`) instead of a ``constant`` node; None keeps it a constant.
+            E.g. the frontend lifts tensors that require grad, so gradients reach them.
 
     Use :meth:`add_input` for each graph input, run the code inside ``with recorder:``
     (it may be entered several times, e.g. around each traced instruction), then call
@@ -119,9 +130,12 @@ class GraphRecorder:
         self,
         fake_mode: FakeTensorMode | None = None,
         decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+        lift: Callable[[torch.Tensor], InputSpec | None] | None = None,
     ) -> None:
         self.fake_mode = fake_mode if fake_mode is not None else FakeTensorMode()
         self.decompositions = dict(decompositions or {})
+        self.lift = lift
+        self.lifted: list[tuple[torch.Tensor, InputSpec]] = []  # (real tensor, its input)
         self.graph = Graph()
         self.input_specs: list[InputSpec] = []
         self.tensors: dict[str, torch.Tensor] = {}
@@ -294,6 +308,12 @@ class GraphRecorder:
         known = self._constants.get(id(tensor))
         if known is not None and known[0] is tensor:
             return known[1]
+        spec = self.lift(tensor) if self.lift is not None else None
+        if spec is not None:
+            self.add_input(tensor, spec)
+            self.lifted.append((tensor, spec))
+            self._constants[id(tensor)] = (tensor, ValueRef(spec.name))
+            return ValueRef(spec.name)
         fake = self._to_fake(tensor, "a constant")
         node = Node(self._fresh("_tensor_constant", numbered=True), "constant", "",
                     meta=TensorMeta.of(tensor), source=self._current_source())

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import os
+import sys
+import sysconfig
 import types
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +52,24 @@ _GLOBAL_STATE = {"manual_seed", "seed", "save", "load", "set_grad_enabled", "syn
 _PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools")
 _CONTAINER_TYPES: tuple[type, ...] = (list, dict, set, frozenset, tuple, str, bytes, ListIterator, slice,
                     range, type({}.keys()), type({}.values()), type({}.items()))
+
+
+_STDLIB_DIRS = tuple(
+    os.path.join(os.path.realpath(p), "")
+    for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
+)
+
+
+def _is_stdlib(obj: Any) -> bool:
+    """A function or class of the Python standard library (not site-packages)."""
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        if code.co_filename.startswith("<frozen "):
+            return True
+        path = os.path.realpath(code.co_filename)
+        return path.startswith(_STDLIB_DIRS) and "site-packages" not in path
+    module = (getattr(obj, "__module__", None) or "").split(".")[0]
+    return module in sys.stdlib_module_names and module not in ("builtins", "contextvars")
 
 
 def _is_torch_code(fn: Any) -> bool:
@@ -108,7 +129,11 @@ class CallHandler:
     def call_symbolic(self, interp: Any, frame: Frame, fn: Any, args: list[Any],
                       kwargs: dict[str, Any]) -> Any:
         if isinstance(fn, GradModeRestore):
+            interp.check_grad_mode_change(fn)
             return fn(*args)
+        rule = _rule_for(fn)
+        if rule is not None:
+            return rule(self, interp, frame, args, kwargs)
         if is_disabled(fn):
             raise interp.fail(f"call to {_name(fn)}, marked ember.frontend.disable",
                               "this break is deliberate")
@@ -123,6 +148,12 @@ class CallHandler:
                     return self.record(interp, fn, args, kwargs)
                 return self.inline(interp, frame, func, [owner, *args], kwargs, None)
             return self.call_builtin(interp, frame, fn, args, kwargs)
+        if _is_stdlib(fn):
+            # NOTE: standard-library helpers (inspect.signature, functools.partial,
+            # dataclasses.fields, ...) run for real: tensor ops they make are recorded,
+            # their other results are capture-time constants (not interpreted, not
+            # guarded).
+            return self.direct(interp, fn, args, kwargs)
         if isinstance(fn, types.FunctionType):
             if _is_torch_code(fn):
                 if fn.__name__ in _GLOBAL_STATE:
@@ -142,9 +173,34 @@ class CallHandler:
 
     def call_module(self, interp: Any, frame: Frame, mod: nn.Module, args: list[Any],
                     kwargs: dict[str, Any]) -> Any:
-        if _has_hooks(mod):
-            raise interp.fail(f"call to module {type(mod).__name__} with hooks",
-                              "remove the hooks, or compile the module itself")
+        """``mod(*args, **kwargs)``: forward pre-hooks, ``forward``, forward hooks, each
+        inlined (what ``nn.Module.__call__`` does without backward hooks)."""
+        if _has_unsupported_hooks(mod):
+            raise interp.fail(f"call to module {type(mod).__name__} with backward or "
+                              "global hooks", "remove the hooks, or compile the module "
+                              "itself")
+        for hook_id, hook in list(mod._forward_pre_hooks.items()):
+            if hook_id in mod._forward_pre_hooks_with_kwargs:
+                result = self.call_symbolic(interp, frame, hook, [mod, tuple(args), kwargs], {})
+                if result is not None:
+                    args, kwargs = list(result[0]), dict(result[1])
+            else:
+                result = self.call_symbolic(interp, frame, hook, [mod, tuple(args)], {})
+                if result is not None:
+                    args = list(result) if isinstance(result, tuple) else [result]
+        out = self._call_forward(interp, frame, mod, args, kwargs)
+        for hook_id, hook in list(mod._forward_hooks.items()):
+            if hook_id in mod._forward_hooks_with_kwargs:
+                result = self.call_symbolic(interp, frame, hook,
+                                            [mod, tuple(args), kwargs, out], {})
+            else:
+                result = self.call_symbolic(interp, frame, hook, [mod, tuple(args), out], {})
+            if result is not None:
+                out = result
+        return out
+
+    def _call_forward(self, interp: Any, frame: Frame, mod: nn.Module, args: list[Any],
+                      kwargs: dict[str, Any]) -> Any:
         forward = interp.load_attr(mod, "forward")
         if isinstance(forward, types.MethodType) and isinstance(forward.__func__,
                                                                 types.FunctionType):
@@ -173,11 +229,18 @@ class CallHandler:
         frame = Frame(code, g, b if isinstance(b, dict) else b.__dict__,
                       bound_locals(code, bound), closure=fn.__closure__ or (),
                       fn_source=fn_source, parent=parent)
+        if code.co_flags & inspect.CO_GENERATOR:
+            # NOTE: a generator runs to completion here and its values are iterated
+            # afterwards; fine for the finite, side-effect-free generators of model code.
+            frame.yielded = []
         try:
-            return interp.run_frame(frame)
+            result = interp.run_frame(frame)
         except GraphBreak as e:
             e.from_inlined_call = True
             raise
+        if frame.yielded is not None:
+            return ListIterator(frame.yielded)
+        return result
 
     def _signature(self, fn: Any) -> inspect.Signature:
         sig = self._signatures.get(fn)
@@ -211,8 +274,26 @@ class CallHandler:
             return self.direct(interp, cls, args, kwargs)
         if _is_torch_code(cls) and not issubclass(cls, nn.Module):
             return self.record(interp, cls, args, kwargs)
+        if _plain_user_class(cls):
+            return self.construct_user_object(interp, frame, cls, args, kwargs)
         raise interp.fail(f"constructing a {cls.__qualname__} object",
                           "create it outside the compiled function")
+
+    def construct_user_object(self, interp: Any, frame: Frame, cls: Any,
+                              args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """``cls(*args)`` for a plain user class: a fresh object (tracked as created by
+        this capture, so writes to it are not side effects) and its ``__init__``
+        inlined."""
+        obj = cls.__new__(cls)
+        interp.capture.new_objects[id(obj)] = obj
+        init = cls.__init__
+        if isinstance(init, types.FunctionType):
+            self.inline(interp, frame, init, [obj, *args], kwargs, None)
+        elif args or kwargs:
+            if init is object.__init__:
+                raise interp.fail(f"{cls.__qualname__}() takes no arguments")
+            self.direct(interp, init, [obj, *args], kwargs)
+        return obj
 
     def call_builtin(self, interp: Any, frame: Frame, fn: Any, args: list[Any],
                      kwargs: dict[str, Any]) -> Any:
@@ -277,16 +358,47 @@ def _any_fake(values: list[Any]) -> bool:
             return True
         if isinstance(v, (list, tuple)) and _any_fake(list(v)):
             return True
+        if isinstance(v, dict) and _any_fake(list(v.values())):
+            return True
     return False
 
 
 def _has_hooks(mod: nn.Module) -> bool:
+    return bool(mod._forward_hooks or mod._forward_pre_hooks
+                or _has_unsupported_hooks(mod))
+
+
+def _has_unsupported_hooks(mod: nn.Module) -> bool:
     from torch.nn.modules import module as module_mod
 
-    return bool(mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks
-                or getattr(mod, "_backward_pre_hooks", None)
+    return bool(mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None)
+                or getattr(mod, "_forward_hooks_always_called", None)
                 or getattr(module_mod, "_global_forward_hooks", None)
-                or getattr(module_mod, "_global_forward_pre_hooks", None))
+                or getattr(module_mod, "_global_forward_pre_hooks", None)
+                or getattr(module_mod, "_global_backward_hooks", None)
+                or getattr(module_mod, "_global_backward_pre_hooks", None))
+
+
+_PLAIN_NEW = (object.__new__, dict.__new__)
+
+
+def _plain_user_class(cls: type) -> bool:
+    """A class whose instances Ember can create and re-create: default metaclass call,
+    default ``__new__``, not a module, no ``__slots__``-only layout."""
+    import collections
+
+    return (type(cls).__call__ is type.__call__
+            and cls.__new__ in (*_PLAIN_NEW, collections.OrderedDict.__new__)
+            and not issubclass(cls, (nn.Module, BaseException, torch.Tensor))
+            and hasattr(cls, "__dict__") and "__slots__" not in cls.__dict__
+            and not _is_stdlib(cls))
+
+
+def _rule_for(fn: Any) -> Any:
+    try:
+        return BUILTIN_RULES.get(fn)
+    except TypeError:  # unhashable callable
+        return None
 
 
 def _is_user_function(fn: Any) -> bool:
@@ -462,3 +574,10 @@ def _grad_enabled_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any
 
 BUILTIN_RULES[torch.no_grad] = lambda h, i, f, a, k: torch.no_grad()
 BUILTIN_RULES[torch.enable_grad] = lambda h, i, f, a, k: torch.enable_grad()
+
+
+# Libraries ask whether they are being compiled to pick compile-friendly code paths;
+# during strict capture the answer is yes, as under torch.compile.
+BUILTIN_RULES[torch.compiler.is_compiling] = lambda h, i, f, a, k: True
+BUILTIN_RULES[torch.compiler.is_dynamo_compiling] = lambda h, i, f, a, k: True
+BUILTIN_RULES[torch.compiler.is_exporting] = lambda h, i, f, a, k: False

@@ -57,6 +57,7 @@ class CaptureContext:
     cell_writes: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     new_cells: set[int] = field(default_factory=set)
     new_functions: set[int] = field(default_factory=set)
+    new_objects: dict[int, Any] = field(default_factory=dict)  # made by this capture
     recording: bool = False
     _names: set[str] = field(default_factory=set)
 
@@ -107,7 +108,11 @@ class CaptureContext:
         if isinstance(value, (types.ModuleType, types.BuiltinFunctionType)):
             self.sources.setdefault(id(value), (value, source))
             return value
-        if isinstance(value, (nn.Module, types.FunctionType, type)):
+        if isinstance(value, types.FunctionType):
+            # NOTE: a function made by the code being compiled is new at every call;
+            # its code identifies it, the closure cells it reads are guarded on read.
+            self.guard("id", AttrSource(source, "__code__"), value.__code__)
+        elif isinstance(value, (nn.Module, type)):
             self.guard("id", source, value)
         else:
             # NOTE: other objects may be fresh on every call (a dataclass made before a
@@ -119,6 +124,9 @@ class CaptureContext:
     def _wrap_tensor(self, value: torch.Tensor, source: Source | None) -> torch.Tensor:
         known = self.fake_of.get(id(value))
         if known is not None:
+            first = self.source_of_fake.get(id(known))
+            if source is not None and first is not None and first != source:
+                self.guard("same", source, first)
             return known
         if self.recorder.value_of(value) is not None:
             return value  # already a tracked fake
@@ -176,6 +184,15 @@ class CaptureContext:
         return name
 
     # ---- reads and writes -------------------------------------------------------------
+
+    def finish_guards(self) -> None:
+        """Guards that relate several inputs: distinct tensor inputs stay distinct."""
+        if len(self.inputs) > 1:
+            self.guard("distinct", None, tuple(s for s, _ in self.inputs))
+
+    def any_input_requires_grad(self) -> bool:
+        """Whether a graph input requires grad (then grad-mode changes matter)."""
+        return any(t.requires_grad for _, t in self.inputs)
 
     def source_of(self, obj: Any) -> Source | None:
         entry = self.sources.get(id(obj))

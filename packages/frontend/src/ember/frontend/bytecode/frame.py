@@ -60,6 +60,8 @@ class Frame:
     returned: bool = False
     return_value: Any = None
     last_line: int | None = None
+    exc_stack: list[Any] = field(default_factory=list)  # exceptions being handled
+    yielded: list[Any] | None = None  # values yielded, when running a generator
 
     @property
     def instructions(self) -> list[Instruction]:

@@ -20,7 +20,9 @@ from ember.frontend.bytecode.sources import Source, python_expr
 @dataclass(frozen=True)
 class Guard:
     """One check. ``kind`` is one of ``tensor``, ``equals``, ``id``, ``type``, ``len``,
-    ``keys``, ``grad_mode``; ``expected`` the captured fact."""
+    ``keys``, ``grad_mode``, ``distinct`` (tensor inputs are different objects),
+    ``same`` (two sources are one object), ``global`` (an expression over torch's global
+    state, e.g. the default dtype); ``expected`` the captured fact."""
 
     kind: str
     source: Source | None
@@ -29,9 +31,10 @@ class Guard:
     def describe(self) -> str:
         where = self.source.expr() if self.source is not None else ""
         if self.kind == "tensor":
-            dtype, sizes, strides, device, rg = self.expected
-            return (f"{where}: Tensor {str(dtype).replace('torch.', '')}{list(sizes)} "
+            dtype, sizes, strides, device, rg, offset = self.expected
+            text = (f"{where}: Tensor {str(dtype).replace('torch.', '')}{list(sizes)} "
                     f"stride={list(strides)} device={device} requires_grad={rg}")
+            return text + (f" storage_offset={offset}" if offset else "")
         if self.kind == "equals":
             return f"{where} == {self.expected!r} ({type(self.expected).__name__})"
         if self.kind == "id":
@@ -42,6 +45,12 @@ class Guard:
             return f"len({where}) == {self.expected}"
         if self.kind == "keys":
             return f"list({where}.keys()) == {list(self.expected)!r}"
+        if self.kind == "distinct":
+            return f"{', '.join(x.expr() for x in self.expected)} are distinct tensors"
+        if self.kind == "same":
+            return f"{where} is {self.expected.expr()}"
+        if self.kind == "global":
+            return f"{self.expected[0]} == {self.expected[1]!r}"
         if self.kind == "grad_mode":
             return f"torch.is_grad_enabled() == {self.expected}"
         return f"{self.kind}({where}, {self.expected!r})"
@@ -54,7 +63,7 @@ def _short(obj: Any) -> str:
 
 def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
     return Guard("tensor", source, (t.dtype, tuple(t.shape), tuple(t.stride()), t.device,
-                                    bool(t.requires_grad)))
+                                    bool(t.requires_grad), int(t.storage_offset())))
 
 
 @dataclass
@@ -66,7 +75,8 @@ class GuardSet:
     _check: Callable[[Any, Any], bool] | None = None
 
     def add(self, guard: Guard) -> None:
-        key = (guard.kind, guard.source.expr() if guard.source is not None else "")
+        key = (guard.kind, guard.source.expr() if guard.source is not None
+               else repr(guard.expected))
         if key in self._seen:
             return
         self._seen.add(key)
@@ -99,18 +109,29 @@ def _compile(guards: list[Guard]) -> Callable[[Any, Any], bool]:
     for i, g in enumerate(guards):
         value = python_expr(g.source) if g.source is not None else ""
         if g.kind == "tensor":
-            dtype, sizes, strides, device, rg = g.expected
+            dtype, sizes, strides, device, rg, offset = g.expected
             names.update({f"d{i}": dtype, f"s{i}": sizes, f"st{i}": strides,
                           f"dv{i}": device})
             terms.append(
                 f"(isinstance(v := {value}, torch.Tensor) and v.dtype is d{i} "
                 f"and v.shape == s{i} and v.stride() == st{i} and v.device == dv{i} "
-                f"and v.requires_grad is {rg})"
+                f"and v.requires_grad is {rg} and v.storage_offset() == {offset})"
             )
         elif g.kind == "equals":
             names[f"c{i}"] = g.expected
             names[f"t{i}"] = type(g.expected)
-            terms.append(f"(type(v := {value}) is t{i} and v == c{i})")
+            if isinstance(g.expected, float) and g.expected != g.expected:
+                terms.append(f"(type(v := {value}) is t{i} and v != v)")  # NaN
+            else:
+                terms.append(f"(type(v := {value}) is t{i} and v == c{i})")
+        elif g.kind == "distinct":
+            exprs = ", ".join(f"id({python_expr(s)})" for s in g.expected)
+            terms.append(f"(len({{{exprs}}}) == {len(g.expected)})")
+        elif g.kind == "same":
+            terms.append(f"({value} is {python_expr(g.expected)})")
+        elif g.kind == "global":
+            names[f"c{i}"] = g.expected[1]
+            terms.append(f"({g.expected[0]} == c{i})")
         elif g.kind == "id":
             names[f"o{i}"] = g.expected
             terms.append(f"({value} is o{i})")

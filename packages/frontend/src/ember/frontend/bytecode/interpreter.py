@@ -26,6 +26,7 @@ import torch
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.capture import CaptureContext
+from ember.frontend.bytecode.exceptions import find_handler
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
 from ember.frontend.bytecode.sources import AttrSource, CellSource, ClosureSource, GlobalSource
@@ -63,6 +64,7 @@ class Interpreter:
     def __init__(self, capture: CaptureContext | None, calls: Any) -> None:
         self.capture = capture
         self.calls = calls  # a .calls.CallHandler
+        self.current_frame: Frame | None = None
 
     @property
     def symbolic(self) -> bool:
@@ -80,6 +82,7 @@ class Interpreter:
         """Run one instruction of ``frame``."""
         ins = frame.instructions[frame.ip]
         frame.ip += 1
+        self.current_frame = frame
         if self.capture is not None and ins.line != frame.last_line:
             frame.last_line = ins.line
             self.capture.recorder.set_source(location_of(frame, ins.line))
@@ -95,6 +98,46 @@ class Interpreter:
                 e.location = location_of(frame, ins.line)
             frame.ip -= 1
             raise
+        except Exception as e:
+            if self.symbolic:
+                # NOTE: the instruction then runs concretely, where the exception is
+                # raised for real and routed to the frame's handler.
+                frame.ip -= 1
+                err = GraphBreak(f"{type(e).__name__} raised during capture: {e}",
+                                 "exceptions are handled by running the raising code "
+                                 "eagerly")
+                err.location = location_of(frame, ins.line)
+                raise err from e
+            self._handle_exception(frame, ins, e)
+
+    def _handle_exception(self, frame: Frame, ins: Any, exc: Exception) -> None:
+        """Route ``exc`` to the frame's handler (exception table), or re-raise it."""
+        entry = find_handler(frame.code, ins.offset)
+        if entry is None:
+            raise exc
+        del frame.stack[entry.depth:]
+        if entry.lasti:
+            frame.push(ins.offset)
+        frame.push(exc)
+        frame.ip = opcodes.index_of_offset(frame.code, entry.target)
+
+    def check_grad_mode_change(self, cm: Any) -> None:
+        """A graph runs under one grad mode: where the mode changes while tensors that
+        require grad are in the graph, capture breaks (the new mode starts a new graph)."""
+        if self.capture is None or not self.capture.any_input_requires_grad():
+            return
+        new_mode = getattr(cm, "prev", None) if isinstance(cm, GradModeRestore) else None
+        if isinstance(cm, GradModeRestore):
+            new_mode = cm.previous
+        elif isinstance(cm, torch.no_grad):
+            new_mode = False
+        elif isinstance(cm, torch.enable_grad):
+            new_mode = True
+        elif isinstance(cm, torch.set_grad_enabled):
+            new_mode = bool(getattr(cm, "mode", getattr(cm, "prev", True)))
+        if new_mode is not None and new_mode != torch.is_grad_enabled():
+            raise GraphBreak("grad mode changes while tensors require grad",
+                             "a graph runs under one grad mode; this break starts a new one")
 
     def fail(self, reason: str, hint: str = "") -> GraphBreak:
         from ember.frontend.bytecode.breaks import DEFAULT_HINT
@@ -301,6 +344,9 @@ class Interpreter:
         if cap is None:
             setattr(obj, name, value)
             return
+        if id(obj) in cap.new_objects:
+            setattr(obj, name, value)
+            return
         if is_fake_tensor(obj) or cap.source_of(obj) is None:
             raise self.fail(f"attribute write .{name} on a {type(obj).__name__} Ember does "
                             "not track")
@@ -435,6 +481,7 @@ class Interpreter:
     def store_subscr(self, obj: Any, key: Any, value: Any) -> None:
         if self.capture is not None and not (
             is_fake_tensor(obj) or isinstance(obj, (list, dict))
+            or id(obj) in self.capture.new_objects
         ):
             raise self.fail(f"item assignment on a {type(obj).__name__}")
         self.apply(operator.setitem, obj, key, value)
@@ -609,6 +656,7 @@ class Interpreter:
     def op_BEFORE_WITH(self, f: Frame, ins: Any) -> None:
         cm = f.stack[-1]
         if isinstance(cm, _GRAD_MODE_CMS):
+            self.check_grad_mode_change(cm)
             previous = torch.is_grad_enabled()
             result = cm.__enter__()
             f.pop()
@@ -677,11 +725,57 @@ class Interpreter:
         f.popn(3 + has_kwargs)
         f.push(result)
 
+    # ---- exceptions (handlers run concretely; see .exceptions) -------------------------
+
+    def op_PUSH_EXC_INFO(self, f: Frame, ins: Any) -> None:
+        value = f.pop()
+        f.push(f.exc_stack[-1] if f.exc_stack else None)
+        f.exc_stack.append(value)
+        f.push(value)
+
+    def op_POP_EXCEPT(self, f: Frame, ins: Any) -> None:
+        f.pop()
+        if f.exc_stack:
+            f.exc_stack.pop()
+
+    def op_CHECK_EXC_MATCH(self, f: Frame, ins: Any) -> None:
+        right = f.pop()
+        f.push(isinstance(f.stack[-1], right))
+
+    def op_RERAISE(self, f: Frame, ins: Any) -> None:
+        if self.symbolic:
+            raise self.fail("re-raising an exception")
+        exc = f.pop()
+        if ins.arg:
+            f.pop()
+        raise exc
+
+    def op_WITH_EXCEPT_START(self, f: Frame, ins: Any) -> None:
+        if self.symbolic:
+            raise self.fail("exception inside a with block")
+        exit_fn, value = f.stack[-4], f.stack[-1]
+        f.push(exit_fn(type(value), value, value.__traceback__))
+
+    # ---- generators (run to completion while inlined; see .calls) --------------------------
+
+    def op_RETURN_GENERATOR(self, f: Frame, ins: Any) -> None:
+        if f.yielded is None:
+            raise self.fail("generator code outside an inlined generator call")
+        f.push(None)  # the value of the first send(), popped by the next POP_TOP
+
+    def op_YIELD_VALUE(self, f: Frame, ins: Any) -> None:
+        if f.yielded is None:
+            raise self.fail("yield outside an inlined generator call")
+        f.yielded.append(f.pop())
+        f.push(None)
+
     def op_RAISE_VARARGS(self, f: Frame, ins: Any) -> None:
         if self.symbolic:
             raise self.fail("raise statement reached during capture")
         if ins.arg == 0:
-            raise RuntimeError("re-raise outside an exception handler")
+            if f.exc_stack:
+                raise f.exc_stack[-1]
+            raise RuntimeError("No active exception to reraise")
         cause = f.pop() if ins.arg == 2 else None
         exc = f.pop()
         if cause is not None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
@@ -64,6 +65,15 @@ def make_iterator(value: Any, interp: Any) -> Any:
         if value.dim() == 0:
             raise TypeError("iteration over a 0-d tensor")
         return ListIterator(list(value.unbind(0)))
+    iter_fn = getattr(type(value), "__iter__", None)
+    if interp.symbolic and isinstance(iter_fn, types.FunctionType) and iter_fn.__code__.co_filename.startswith("<frozen "):
+        # NOTE: a collections.abc mixin __iter__ (Sequence, Mapping): run it for real.
+        return ListIterator(list(value))
+    if interp.symbolic and isinstance(iter_fn, types.FunctionType):
+        frame = interp.current_frame
+        result = interp.calls.call_symbolic(interp, frame, iter_fn, [value], {})
+        if isinstance(result, ListIterator):
+            return result
     if interp.symbolic:
         raise interp.fail(f"iteration over a {type(value).__name__} (length unknown to "
                           "Ember)", "iterate over a list, tuple, range, dict or module "

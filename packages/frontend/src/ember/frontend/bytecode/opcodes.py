@@ -78,6 +78,14 @@ def decode(code: types.CodeType) -> list[Instruction]:
     return out
 
 
+def index_of_offset(code: types.CodeType, offset: int) -> int:
+    """The index in :func:`decode` of the instruction at byte ``offset``."""
+    for i, ins in enumerate(decode(code)):
+        if ins.offset == offset:
+            return i
+    raise ValueError(f"no instruction at offset {offset} of {code.co_name}")
+
+
 def opnames_of(code: types.CodeType) -> set[str]:
     """Normalised opcode names used in ``code``."""
     return {ins.opname for ins in decode(code)}

@@ -115,6 +115,9 @@ def capture_segment(
     cap = CaptureContext()
     grad0 = torch.is_grad_enabled()
     cap.guard("grad_mode", None, grad0)
+    cap.guard("global", None, ("torch.get_default_dtype()", torch.get_default_dtype()))
+    cap.guard("global", None, ("torch.is_autocast_enabled('cpu')",
+                               torch.is_autocast_enabled("cpu")))
     frame = Frame(ctx.code, ctx.f_globals, ctx.f_builtins, {}, closure=ctx.closure)
     frame.ip = state.ip
     frame.cells = dict(state.cells)
@@ -137,6 +140,7 @@ def capture_segment(
                         raise InlinedBreak(before, e.info()) from None
                     info = e.info()
                     break
+        cap.finish_guards()
         grad_end = torch.is_grad_enabled()
         builder = StateBuilder(cap, state.cells)
         replays = builder.replays()

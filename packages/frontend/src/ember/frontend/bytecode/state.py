@@ -11,6 +11,8 @@ cells back to the real objects, in the order: replays first, then the state.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +101,15 @@ class New(Recipe):
             rt.memo[self.key] = obj
             for kr, vr in self.parts:
                 obj[kr.build(rt)] = vr.build(rt)
+        elif k == "object":
+            obj = self.extra.__new__(self.extra)
+            rt.memo[self.key] = obj
+            items, attrs = self.parts
+            if isinstance(obj, dict):
+                for kr, vr in items:
+                    dict.__setitem__(obj, kr.build(rt), vr.build(rt))
+            for kr, vr in attrs:
+                obj.__dict__[kr.build(rt)] = vr.build(rt)
         elif k == "cell":
             obj = types.CellType()
             rt.memo[self.key] = obj
@@ -158,7 +169,7 @@ class Replay:
 
 _STABLE = (nn.Module, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
            types.MethodDescriptorType, types.WrapperDescriptorType, GradModeRestore,
-           torch.Size, _Marker)
+           torch.Size, _Marker, functools.partial, inspect.Signature, inspect.Parameter)
 
 
 class StateBuilder:
@@ -249,7 +260,16 @@ class StateBuilder:
             return New("builtin_method", self._key(v), [self.recipe(v.__self__)], v.__name__)
         if isinstance(v, _STABLE) or isinstance(v, (torch.dtype, torch.device)):
             return Const(v)
-        raise Unrebuildable(f"a {type(v).__qualname__} created during capture")
+        if id(v) in cap.new_objects:
+            r = New("object", self._key(v), [], type(v))
+            self._memo[id(v)] = r
+            items = list(dict.items(v)) if isinstance(v, dict) else []
+            r.parts = [[(self.recipe(k), self.recipe(x)) for k, x in items],
+                       [(self.recipe(k), self.recipe(x)) for k, x in vars(v).items()]]
+            return r
+        # NOTE: an object that existed before this capture and was reached without a
+        # source (e.g. through a class attribute) is reused as it is.
+        return Const(v)
 
     def replays(self) -> list[Replay]:
         cap = self.cap

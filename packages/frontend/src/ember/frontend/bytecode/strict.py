@@ -77,6 +77,8 @@ class StrictFunction:
         self._warned: set[int] = set()
         self._eager_points: set[int] = set()
         self._eager_reason: str | None = unsupported_reason(self.fn.__code__)
+        if self.fn.__code__.co_flags & inspect.CO_GENERATOR:
+            self._eager_reason = "generator functions run eagerly when compiled directly"
         self._callees: dict[Any, StrictFunction] = {}
         self._signature = inspect.signature(self.fn, follow_wrapped=False)
         b = self.fn.__globals__.get("__builtins__", builtins.__dict__)
@@ -181,8 +183,8 @@ class StrictFunction:
         self.stats.compiles += 1
         if seg.program is not None:
             self.stats.graphs += 1
-            log("graphs", lambda: f"{self._name()} graph {self.stats.graphs}: "
-                f"{seg.op_count} ops")
+            log("graphs", lambda: f"{self._name()} graph {self.stats.graphs} "
+                f"({seg.op_count} ops):\n{_program_text(seg.program)}")  # type: ignore[arg-type]
         if seg.break_info is not None:
             self._check_fullgraph(seg.break_info)
             self.stats.graph_breaks += 1
@@ -203,7 +205,15 @@ class StrictFunction:
         from ember.runtime.pipeline import compile_program
 
         opts = {k: v for k, v in self.request.options.items() if k != "allow_breaks"}
-        return compile_program(program, self.request.backend, opts, self.request.mode)
+        compiled = compile_program(program, self.request.backend, opts, self.request.mode)
+        final = getattr(compiled, "program", None)
+        if final is not None:
+            for key in ("kernels", "fallbacks"):
+                value = final.metadata.get(key)
+                if value is not None:
+                    count = value if isinstance(value, int) else len(value)
+                    setattr(self.stats, key, (getattr(self.stats, key) or 0) + count)
+        return compiled
 
     def _step_for_real(self, state: FrameState) -> FrameState:
         """Run the instruction at ``state.ip`` with real values."""
@@ -274,3 +284,9 @@ class StrictFunction:
 
 
 _ = weakref  # callees are held strongly: a compiled function keeps its callees alive
+
+
+def _program_text(program: Program) -> str:
+    from ember.runtime.ir import print_program
+
+    return print_program(program)

@@ -11,10 +11,10 @@ from ember.frontend.bytecode.opcodes import opnames_of
 _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
                     | inspect.CO_ITERABLE_COROUTINE)
 
-# Opcodes that only run on exception paths (with-block cleanup, try/except): the
-# interpreter never takes those paths, so their presence does not block interpretation.
-_EXCEPTION_PATH = {"PUSH_EXC_INFO", "POP_EXCEPT", "RERAISE", "WITH_EXCEPT_START",
-                   "CHECK_EXC_MATCH", "CLEANUP_THROW", "END_SEND"}
+# Opcodes of generator exception paths, which never run in a non-generator code object.
+_EXCEPTION_PATH = {"CLEANUP_THROW", "END_SEND"}
+
+_DELEGATION = {"SEND", "YIELD_FROM", "GET_YIELD_FROM_ITER", "GET_AWAITABLE"}
 
 _cache: dict[types.CodeType, str | None] = {}
 
@@ -24,8 +24,11 @@ def unsupported_reason(code: types.CodeType) -> str | None:
     if code in _cache:
         return _cache[code]
     reason: str | None = None
-    if code.co_flags & _GENERATOR_FLAGS:
-        reason = "generators and coroutines are not interpreted"
+    names = opnames_of(code)
+    if code.co_flags & (_GENERATOR_FLAGS & ~inspect.CO_GENERATOR):
+        reason = "coroutines are not interpreted"
+    elif code.co_flags & inspect.CO_GENERATOR and names & _DELEGATION:
+        reason = "generators that delegate (yield from) are not interpreted"
     else:
         missing = sorted(name for name in opnames_of(code) - _EXCEPTION_PATH
                          if not hasattr(Interpreter, "op_" + name))

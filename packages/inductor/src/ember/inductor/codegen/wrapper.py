@@ -63,7 +63,10 @@ class WrapperWriter:
         for var in low.constants:
             self.emit(f"{var} = constants[{var!r}]")
         last = self._last_uses()
-        extern_read = {n for s in self.steps if isinstance(s, ExternCall) for n in s.reads}
+        # NOTE: a fallback op may return a view of its input (aten::view, ...), so the
+        # memory of a buffer a fallback read is never handed to another buffer.
+        extern_read = {n for s in self.steps if isinstance(s, ExternCall) and s.is_fallback
+                       for n in s.reads}
         pool: dict[tuple[object, ...], list[str]] = {}
         allocated: set[str] = set()
         for i, step in enumerate(self.steps):

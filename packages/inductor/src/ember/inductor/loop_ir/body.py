@@ -23,7 +23,8 @@ Type rules (the lowering guarantees them, codegens may rely on them):
 - comparisons, ``logical_*``, ``isnan``/``isinf`` produce bool; every other op produces
   the dtype of its (value) arguments;
 - float16 / bfloat16 arithmetic is never emitted: the lowering casts to float32 to
-  compute and back to the storage dtype at stores, as eager's kernels do internally;
+  compute and back to the storage dtype at stores, as eager's kernels do internally
+  (only ``where``, a pure selection, and ``cast`` may take float16/bfloat16 operands);
 - integer ``floordiv`` / ``remainder`` follow Python (floor) semantics, ``truncdiv`` /
   ``fmod`` follow C (truncation); ``maximum``/``minimum`` propagate NaN like torch;
 - ``argmax``/``argmin`` return the int64 row-major position over the reduction ranges

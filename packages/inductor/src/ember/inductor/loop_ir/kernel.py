@@ -159,8 +159,13 @@ def reduction_phases(kernel: Kernel) -> tuple[tuple[Stmt, ...], list[Phase]]:
         else:
             phase[s.name] = p
         stmt_phase[i] = p
+    reduction_names = {v.name for v in kernel.reduction_ranges}
+
+    def store_is_inner(s: Store) -> bool:
+        return s.value in inner or any(v.name in reduction_names for v in free_vars(s.index))
+
     is_inner_stmt = {
-        i: (isinstance(s, (Reduce)) or (isinstance(s, Store) and s.value in inner)
+        i: (isinstance(s, Reduce) or (isinstance(s, Store) and store_is_inner(s))
             or (not isinstance(s, Store) and getattr(s, "name") in inner))
         for i, s in enumerate(kernel.body)
     }

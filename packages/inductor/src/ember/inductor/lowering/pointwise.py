@@ -206,6 +206,7 @@ def _logical(ctx: Any, node: Node, a: Any, b_: Any) -> Lazy:
 def _truth(b: BodyBuilder, v: str) -> str:
     if b.dtype(v) == torch.bool:
         return v
+    v = b.cast(v, compute_dtype(b.dtype(v)))
     return b.compute("ne", v, b.literal(0, b.dtype(v)))
 
 
@@ -302,6 +303,7 @@ def _silu(ctx: Any, node: Node, x: Any) -> Lazy:
 
 # -- casts, copies, constants ----------------------------------------------------------
 @lowering("aten::_to_copy.default", "aten::clone.default", "aten::alias.default",
+          "aten::detach.default",
           "aten::lift_fresh_copy.default", "aten::contiguous.default",
           "aten::_assert_tensor_metadata.default")
 def _to_copy(ctx: Any, node: Node, x: Any, *args: Any, **kwargs: Any) -> Any:

@@ -165,6 +165,7 @@ def _any_all(ctx: Any, node: Node, x: TensorValue, dims: Any = None,
         v = x.element(b, index)
         if b.dtype(v) == torch.bool:
             return v
+        v = b.cast(v, compute_dtype(b.dtype(v)))
         return b.compute("ne", v, b.literal(0, b.dtype(v)))
 
     r = ctx.reduction(node, op, fn, x.sizes, d, keepdim, torch.bool)

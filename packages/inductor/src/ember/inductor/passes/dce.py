@@ -24,4 +24,14 @@ def dead_code_elimination(program: Program) -> Program:
             kept.append(node)
             used.update(r.node for r in node.inputs())
         graph.nodes = list(reversed(kept))
+    _drop_unreferenced_tensors(result)
     return result
+
+
+def _drop_unreferenced_tensors(program: Program) -> None:
+    """Forget constants no node or input spec names any more (e.g. folded away)."""
+    referenced = {n.target for g in program.graphs.values() for n in g.nodes
+                  if n.op in ("constant", "get_attr")}
+    referenced |= {spec.target for specs in program.signature.inputs.values()
+                   for spec in specs if spec.target is not None}
+    program.tensors = {k: v for k, v in program.tensors.items() if k in referenced}

@@ -7,7 +7,12 @@ grid, block sizes, warps) is static and lives in the entry's ``meta``, written b
 ``ember.inductor.codegen.triton``:
 
 ``meta = {"signature": {param: triton type}, "constexprs": {name: int},
-"num_warps": int, "num_stages": int, "grid": [int, int, int]}``
+"num_warps": int, "num_stages": int, "grid": [int, int, int], "split": {...}?}``
+
+A *split reduction* (``meta["split"]``) is two functions of one module: first
+``split["entry"]`` over ``split["grid"]`` writes partial results into workspaces the
+launcher allocates (``workspace_numel`` elements of each of ``workspace_dtypes``), then the
+main entry combines them. Both take the kernel's tensors followed by the workspaces.
 
 The kernel runs where its tensors are: compiled by Triton's JIT on a CUDA device, in
 Triton's interpreter on the CPU (CI).
@@ -16,6 +21,7 @@ Triton's interpreter on the CPU (CI).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -59,29 +65,70 @@ def spec_from_entry(entry: dict[str, Any], files: dict[str, bytes]) -> TritonKer
     })
 
 
+@dataclass(frozen=True)
+class SplitStage:
+    """The partial kernel of a split reduction and the workspaces it fills."""
+
+    spec: TritonKernelSpec
+    grid: tuple[int, ...]
+    workspace_dtypes: tuple[torch.dtype, ...]
+    workspace_numel: int
+
+
+def split_from_entry(spec: TritonKernelSpec, split: Any) -> SplitStage:
+    """The :class:`SplitStage` of ``meta["split"]``.
+
+    Raises:
+        ValueError: naming what is malformed.
+    """
+    try:
+        dtypes = tuple(getattr(torch, str(d)) for d in split["workspace_dtypes"])
+        if not all(isinstance(d, torch.dtype) for d in dtypes):
+            raise ValueError(f"workspace dtypes {split['workspace_dtypes']!r}")
+        partial = TritonKernelSpec.from_json({
+            **spec.to_json(), "name": str(split["entry"]),
+            "constexprs": dict(split["constexprs"]),
+        })
+        grid = tuple(int(g) for g in split["grid"])
+        numel = int(split["workspace_numel"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"Triton kernel {spec.name!r}: malformed split metadata: {e}") from e
+    return SplitStage(partial, grid, dtypes, numel)
+
+
 class TritonLaunch:
     """``launch(*tensors)``: runs one generated kernel over its static grid, loading
     (and compiling) it for each device it is first called on."""
 
-    def __init__(self, spec: TritonKernelSpec, grid: tuple[int, ...]) -> None:
+    def __init__(self, spec: TritonKernelSpec, grid: tuple[int, ...],
+                 split: SplitStage | None = None) -> None:
         self.spec = spec
         self.grid = grid
-        self._by_device: dict[torch.device, TritonKernel] = {}
+        self.split = split
+        self._by_device: dict[torch.device, tuple[TritonKernel, TritonKernel | None]] = {}
 
-    def kernel_for(self, device: torch.device) -> TritonKernel:
-        """The loaded kernel for ``device`` (loaded on first use)."""
-        kernel = self._by_device.get(device)
-        if kernel is None:
-            kernel = load_triton_kernel(self.spec, device)
-            self._by_device[device] = kernel
-        return kernel
+    def kernels_for(self, device: torch.device) -> tuple[TritonKernel, TritonKernel | None]:
+        """The loaded (main, partial) kernels for ``device`` (loaded on first use)."""
+        kernels = self._by_device.get(device)
+        if kernels is None:
+            partial = load_triton_kernel(self.split.spec, device) if self.split else None
+            kernels = (load_triton_kernel(self.spec, device), partial)
+            self._by_device[device] = kernels
+        return kernels
 
     def __call__(self, *tensors: Any) -> None:
         if any(g == 0 for g in self.grid):
             return  # an empty tensor: nothing to compute
         device = next((t.device for t in tensors if isinstance(t, torch.Tensor)),
                       torch.device("cpu"))
-        self.kernel_for(device).launch(self.grid, *tensors)
+        main, partial = self.kernels_for(device)
+        if self.split is None or partial is None:
+            main.launch(self.grid, *tensors)
+            return
+        workspaces = [torch.empty(self.split.workspace_numel, dtype=d, device=device)
+                      for d in self.split.workspace_dtypes]
+        partial.launch(self.split.grid, *tensors, *workspaces)
+        main.launch(self.grid, *tensors, *workspaces)
 
     def __repr__(self) -> str:
         return f"<TritonLaunch {self.spec.name} grid={self.grid}>"
@@ -97,4 +144,6 @@ def load_kernel(entry: dict[str, Any], files: dict[str, bytes]) -> Callable[...,
     grid = entry["meta"].get("grid")
     if not isinstance(grid, (list, tuple)) or not all(isinstance(g, int) for g in grid):
         raise ValueError(f"Triton kernel {spec.name!r}: grid {grid!r} is not a list of ints")
-    return TritonLaunch(spec, tuple(grid))
+    split = entry["meta"].get("split")
+    stage = split_from_entry(spec, split) if split is not None else None
+    return TritonLaunch(spec, tuple(grid), stage)

@@ -174,7 +174,7 @@ def normalize_argument(a: object) -> Argument:
         a, (bool, int, float, str, complex, ValueRef, torch.dtype, torch.device,
             torch.memory_format, torch.layout)
     ):
-        return a  # type: ignore[return-value]
+        return a
     if isinstance(a, (list, tuple)):
         return tuple(normalize_argument(x) for x in a)
     raise TypeError(f"{type(a).__name__} is not an Ember IR argument: {a!r}")
@@ -318,7 +318,7 @@ class Program:
             return False
         for k, t in self.tensors.items():
             u = other.tensors[k]
-            if t.dtype != u.dtype or t.shape != u.shape or not torch.equal(t.cpu(), u.cpu()):
+            if t.dtype != u.dtype or t.shape != u.shape or not _same_values(t, u):
                 return False
         return True
 
@@ -344,3 +344,14 @@ class Program:
             files=dict(self.files),
             metadata=dict(self.metadata),
         )
+
+
+def _same_values(t: torch.Tensor, u: torch.Tensor) -> bool:
+    """Elementwise equality where NaN equals NaN (a program equals its own round trip)."""
+    t, u = t.detach().cpu(), u.detach().cpu()
+    if torch.equal(t, u):
+        return True
+    if not (t.is_floating_point() or t.is_complex()):
+        return False
+    both_nan = torch.isnan(t) & torch.isnan(u)
+    return bool(torch.all(both_nan | (t == u)))

@@ -87,7 +87,7 @@ class CppKernelWriter:
         if s.op == "cast":
             return ops.cast(s.args[0], self.dtypes[s.args[0]], s.dtype)
         arg_dtype = self.dtypes[s.args[-1]]
-        if arg_dtype in ops.LOWP:
+        if arg_dtype in ops.LOWP and s.op != "where":
             raise NotImplementedError(f"{s.op} on {arg_dtype} (lowering must upcast)")
         return ops.compute(s.op, list(s.args), arg_dtype, s.dtype)
 

@@ -51,7 +51,7 @@ def is_signed_int(dtype: torch.dtype) -> bool:
     return dtype in (torch.int8, torch.int16, torch.int32, torch.int64)
 
 
-def scalar_literal(value: bool | int | float, dtype: torch.dtype) -> str:
+def scalar_literal(value: bool | float, dtype: torch.dtype) -> str:
     """``value`` as a Triton source literal of ``dtype``'s kind (``float('inf')`` for
     infinities, ``float('nan')`` for NaN)."""
     if dtype == torch.bool:

@@ -7,10 +7,19 @@
   them in registers; ``XBLOCK`` rows per program keep the tile near ``TILE`` elements.
 - Reduction, *looped*: longer rows are walked in ``RBLOCK``-element steps, one row per
   program, accumulating in registers (and re-reading the row once per pass).
+- Reduction, *split*: few rows of many elements (``x.sum()``) would leave most of the GPU
+  idle with one program per row, so each row is cut into ``split`` chunks reduced in
+  parallel into a workspace, and a second kernel combines the partial results.
+- Reduction over an outer dimension (*column* reduction: the loads are contiguous along
+  the outer index, e.g. ``x.sum(0)``): a row-style tile would read one element per row
+  per lane, so the tile is ``COLUMN_XBLOCK`` outer points wide (a 128-byte segment of
+  fp32) and walks the reduction ``COLUMN_RBLOCK`` rows at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 POINTWISE_BLOCK = 1024
@@ -18,6 +27,11 @@ PERSISTENT_MAX = 4096
 TILE = 2048
 LOOPED_RBLOCK = 2048
 MAX_WARPS = 16
+SPLIT_MAX_ROWS = 64
+SPLIT_MAX = 256
+SPLIT_TARGET_PROGRAMS = 264  # two programs per multiprocessor of an H100/H200
+COLUMN_XBLOCK = 32
+COLUMN_RBLOCK = 64
 
 
 def next_power_of_2(n: int) -> int:
@@ -38,6 +52,7 @@ class LaunchConfig:
     persistent: bool
     num_warps: int
     num_stages: int = 1
+    split: int = 1
 
     def grid(self, numel: int) -> tuple[int, int, int]:
         return ((numel + self.xblock - 1) // self.xblock, 1, 1)
@@ -48,14 +63,43 @@ def _warps_for(elements: int) -> int:
     return max(1, min(MAX_WARPS, next_power_of_2(warps)))
 
 
-def choose_config(numel: int, reduction_numel: int = 0) -> LaunchConfig:
+_forced: LaunchConfig | None = None
+
+
+@contextlib.contextmanager
+def forced_config(config: LaunchConfig) -> Iterator[None]:
+    """Within the block every kernel is generated with ``config`` (for benchmarks that
+    sweep launch configurations, tools/gpu/h200_triton.py)."""
+    global _forced
+    saved, _forced = _forced, config
+    try:
+        yield
+    finally:
+        _forced = saved
+
+
+def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False
+                  ) -> LaunchConfig:
     """The launch configuration of a kernel over ``numel`` outer points and, for a
-    reduction, ``reduction_numel`` points reduced per outer point."""
+    reduction, ``reduction_numel`` points reduced per outer point; ``columns``: the
+    reduction's loads are contiguous along the outer index, not the reduction index."""
+    if _forced is not None:
+        return _forced
     if reduction_numel == 0:
         xblock = min(POINTWISE_BLOCK, next_power_of_2(numel))
         return LaunchConfig(xblock, 0, False, max(1, min(4, xblock // 128)))
     rblock = next_power_of_2(reduction_numel)
+    if columns and numel > 1:
+        xblock = min(COLUMN_XBLOCK, next_power_of_2(numel))
+        if rblock <= COLUMN_RBLOCK:
+            return LaunchConfig(xblock, rblock, True, _warps_for(xblock * rblock))
+        return LaunchConfig(xblock, COLUMN_RBLOCK, False, _warps_for(xblock * COLUMN_RBLOCK))
     if rblock <= PERSISTENT_MAX:
         xblock = max(1, min(TILE // rblock, next_power_of_2(numel), 64))
         return LaunchConfig(xblock, rblock, True, _warps_for(xblock * rblock))
-    return LaunchConfig(1, LOOPED_RBLOCK, False, _warps_for(LOOPED_RBLOCK), 1)
+    split = 1
+    if numel <= SPLIT_MAX_ROWS:
+        split = min(SPLIT_MAX, max(1, SPLIT_TARGET_PROGRAMS // numel),
+                    -(-reduction_numel // (4 * LOOPED_RBLOCK)))
+    return LaunchConfig(1, LOOPED_RBLOCK, False, _warps_for(LOOPED_RBLOCK), 1,
+                        split if split >= 4 else 1)

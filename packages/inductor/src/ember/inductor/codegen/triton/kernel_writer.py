@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from ember.inductor.codegen.triton import reductions
 from ember.inductor.codegen.triton.dtypes import pointer_type, scalar_literal, tl_type
-from ember.inductor.codegen.triton.heuristics import LaunchConfig, choose_config
+from ember.inductor.codegen.triton.heuristics import LaunchConfig, choose_config, next_power_of_2
 from ember.inductor.codegen.triton.ops import HELPERS as OP_HELPERS
 from ember.inductor.codegen.triton.ops import format_compute
 from ember.inductor.codegen.triton.ranges import Dim, drop_unit_vars, linear_form, merge_dims
@@ -65,8 +65,22 @@ libdevice = libdevice_for_this_import()
 
 _RESERVED = {
     "triton", "tl", "libdevice", "xoffset", "xindex", "xmask", "rbase", "roffset",
-    "rindex", "rmask", "xrmask", "XBLOCK", "RBLOCK", "float",
+    "rindex", "rmask", "xrmask", "XBLOCK", "RBLOCK", "SBLOCK", "rsplit", "sindex", "smask",
+    "float",
 }
+
+
+@dataclass(frozen=True)
+class SplitLaunch:
+    """The first kernel of a split reduction: ``name`` runs over ``grid`` and writes
+    partial results into workspaces (one per reduction, ``workspace_numel`` elements of
+    ``workspace_dtypes[i]``) that the main kernel combines."""
+
+    name: str
+    constexprs: dict[str, int]
+    grid: tuple[int, int, int]
+    workspace_dtypes: list[str]
+    workspace_numel: int
 
 
 @dataclass(frozen=True)
@@ -80,17 +94,31 @@ class TritonKernelCode:
     grid: tuple[int, int, int]
     num_warps: int
     num_stages: int
+    split: SplitLaunch | None = None
 
     def meta(self) -> dict[str, object]:
         """The launch metadata stored with the source in the compiled artifact (read by
         ``ember.runtime.compiled.triton_launcher``)."""
-        return {
+        meta: dict[str, object] = {
             "signature": dict(self.signature),
             "constexprs": dict(self.constexprs),
             "grid": list(self.grid),
             "num_warps": self.num_warps,
             "num_stages": self.num_stages,
         }
+        if self.split is not None:
+            meta["split"] = {
+                "entry": self.split.name,
+                "constexprs": dict(self.split.constexprs),
+                "grid": list(self.split.grid),
+                "workspace_dtypes": list(self.split.workspace_dtypes),
+                "workspace_numel": self.split.workspace_numel,
+            }
+        return meta
+
+
+def _cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
 
 
 def _identifier(name: str) -> str:
@@ -233,15 +261,16 @@ class _Writer:
                 text = f"{text} % {d.size}"
             self.line(f"{prefix}{j} = {text}")
 
-    def prologue(self) -> None:
+    def prologue(self, reduction_axis: bool = True) -> None:
         pid = "tl.program_id(0).to(tl.int64)" if self.use64 else "tl.program_id(0)"
         self.line(f"xoffset = {pid} * XBLOCK")
         numel = self.kernel.numel
         if self.kernel.is_reduction:
             self.line("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
             self.line(f"xmask = xindex < {numel}")
-            rbase = "tl.arange(0, RBLOCK)[None, :]"
-            self.line(f"rbase = {rbase}.to(tl.int64)" if self.use64 else f"rbase = {rbase}")
+            if reduction_axis:
+                rbase = "tl.arange(0, RBLOCK)[None, :]"
+                self.line(f"rbase = {rbase}.to(tl.int64)" if self.use64 else f"rbase = {rbase}")
         else:
             self.line("xindex = xoffset + tl.arange(0, XBLOCK)")
             if numel % self.config.xblock:
@@ -404,10 +433,115 @@ class _Writer:
         else:
             self.line(f"{out} = {reductions.row_reduce(s.op, s.dtype, acc)}")
 
+    # --- split reductions ---------------------------------------------------------------
+
+    def splittable(self) -> bool:
+        """One pass of sum/prod/max/min/any/all reductions with no stores inside it."""
+        _, phases = reduction_phases(self.kernel)
+        return len(phases) == 1 and all(
+            not isinstance(s, Store) and not (isinstance(s, Reduce) and s.op in ("argmax", "argmin"))
+            for s in phases[0].inner
+        )
+
+    def workspace_params(self, reduces: list[Reduce]) -> list[str]:
+        return [f"{self.value(r.name)}_ws" for r in reduces]
+
+    def emit_split_partial(self, split: int) -> list[Reduce]:
+        """The body of the partial kernel: program (x, s) reduces chunk s of row x."""
+        before, (phase,) = reduction_phases(self.kernel)
+        rblock = self.config.rblock
+        per_split = _cdiv(self.kernel.reduction_numel, split)
+        chunk = _cdiv(per_split, rblock) * rblock
+        self.line("rsplit = tl.program_id(1)")
+        for s in before:
+            self.emit(s)
+        reduces = [s for s in phase.inner if isinstance(s, Reduce)]
+        for r in reduces:
+            self.init_accumulator(r)
+        self.line(f"for roffset in range(rsplit * {chunk}, rsplit * {chunk} + {chunk}, RBLOCK):")
+        self.indent += 1
+        self.reduction_indexes("roffset")
+        for s in phase.inner:
+            if isinstance(s, Reduce):
+                self.accumulate(s)
+            else:
+                self.emit(s)
+        self.indent -= 1
+        for r in reduces:
+            self.finish_accumulator(r)
+            ws = f"{self.value(r.name)}_ws"
+            self.line(f"tl.store({ws} + (xindex * {split} + rsplit), {self.value(r.name)}, "
+                      "mask=xmask)")
+        return reduces
+
+    def emit_split_final(self, split: int, reduces: list[Reduce]) -> None:
+        """The body of the main kernel of a split reduction: combine, then the rest."""
+        before, (phase,) = reduction_phases(self.kernel)
+        for s in before:
+            self.emit(s)
+        self.line("sindex = tl.arange(0, SBLOCK)[None, :]")
+        self.line(f"smask = xmask & (sindex < {split})")
+        for r in reduces:
+            out = self.value(r.name)
+            ident = reductions.identity(r.op, r.dtype)
+            self.line(f"{out}_part = tl.load({out}_ws + (xindex * {split} + sindex), "
+                      f"mask=smask, other={ident})")
+            self.line(f"{out} = {reductions.row_reduce(r.op, r.dtype, f'tl.where(smask, {out}_part, {ident})')}")
+            self.dtypes[r.name] = r.dtype
+        for s in phase.after:
+            self.emit(s)
+
+    def write_split(self) -> TritonKernelCode:
+        k = self.kernel
+        split = self.config.split
+        self.prologue()
+        reduces = self.emit_split_partial(split)
+        partial_lines, self.lines = self.lines, []
+        if k.origins:
+            self.line(f"# fused: {', '.join(k.origins)} (split reduction: {split} chunks a row)")
+        self.prologue(reduction_axis=False)
+        self.emit_split_final(split, reduces)
+        fn_name = _identifier(k.name)
+        params = [self.params[b.name] for b in k.buffers] + self.workspace_params(reduces)
+        partial = SplitLaunch(
+            name=fn_name + "_partial",
+            constexprs={"XBLOCK": 1, "RBLOCK": self.config.rblock},
+            grid=(k.numel, split, 1),
+            workspace_dtypes=[str(r.dtype).replace("torch.", "") for r in reduces],
+            workspace_numel=k.numel * split,
+        )
+        final_constexprs = {"XBLOCK": 1, "SBLOCK": next_power_of_2(split)}
+        source = self.module_source([
+            (partial.name, params, list(partial.constexprs), partial_lines),
+            (fn_name, params, list(final_constexprs), self.lines),
+        ])
+        signature = {self.params[b.name]: pointer_type(b.dtype) for b in k.buffers}
+        for r, ws in zip(reduces, self.workspace_params(reduces)):
+            signature[ws] = pointer_type(r.dtype)
+        return TritonKernelCode(
+            name=fn_name, source=source, signature=signature, constexprs=final_constexprs,
+            grid=(k.numel, 1, 1), num_warps=self.config.num_warps,
+            num_stages=self.config.num_stages, split=partial,
+        )
+
+    def module_source(self, functions: list[tuple[str, list[str], list[str], list[str]]]) -> str:
+        """The module: header, helpers, then each (name, params, constexprs, lines)."""
+        bodies = ["\n".join(lines) for _, _, _, lines in functions]
+        text = "\n".join(bodies)
+        self.helpers |= {h for h in OP_HELPERS if h + "(" in text}
+        all_helpers = {**reductions.HELPERS, **OP_HELPERS}
+        source = HEADER + "".join("\n" + all_helpers[h] for h in sorted(self.helpers))
+        for (name, params, constexprs, _), body in zip(functions, bodies):
+            signature = ", ".join(params + [f"{c}: tl.constexpr" for c in constexprs])
+            source += f"\n\n@triton.jit\ndef {name}({signature}):\n{body}\n"
+        return source
+
     # --- the whole kernel ---------------------------------------------------------------
 
     def write(self) -> TritonKernelCode:
         k = self.kernel
+        if k.is_reduction and self.config.split > 1 and self.splittable():
+            return self.write_split()
         if k.origins:
             self.line(f"# fused: {', '.join(k.origins)}")
         self.prologue()
@@ -425,15 +559,7 @@ class _Writer:
             constexprs["RBLOCK"] = self.config.rblock
         fn_name = _identifier(k.name)
         params = [self.params[b.name] for b in k.buffers]
-        params += [f"{c}: tl.constexpr" for c in constexprs]
-        body = "\n".join(self.lines)
-        self.helpers |= {h for h in OP_HELPERS if h + "(" in body}
-        all_helpers = {**reductions.HELPERS, **OP_HELPERS}
-        helpers = "".join("\n" + all_helpers[h] for h in sorted(self.helpers))
-        source = (
-            HEADER + helpers + "\n\n@triton.jit\n"
-            + f"def {fn_name}({', '.join(params)}):\n" + body + "\n"
-        )
+        source = self.module_source([(fn_name, params, list(constexprs), self.lines)])
         signature = {self.params[b.name]: pointer_type(b.dtype) for b in k.buffers}
         return TritonKernelCode(
             name=fn_name,
@@ -457,5 +583,30 @@ def generate_triton_kernel(kernel: Kernel, config: LaunchConfig | None = None) -
         NotImplementedError: naming an op or dtype Triton codegen does not handle.
     """
     if config is None:
-        config = choose_config(kernel.numel, kernel.reduction_numel if kernel.is_reduction else 0)
+        if kernel.is_reduction:
+            config = choose_config(kernel.numel, kernel.reduction_numel,
+                                   columns=reduces_columns(kernel))
+        else:
+            config = choose_config(kernel.numel)
     return _Writer(kernel, config).write()
+
+
+def reduces_columns(kernel: Kernel) -> bool:
+    """Whether a reduction kernel's loads are contiguous along an outer variable and not
+    along a reduction variable (``x.sum(0)`` of a row-major ``x``)."""
+    outer = {v.name for v in kernel.ranges}
+    inner = {v.name for v in kernel.reduction_ranges}
+    along_outer = along_inner = False
+    for s in kernel.body:
+        if not isinstance(s, Load):
+            continue
+        form = linear_form(s.index)
+        if form is None:
+            continue
+        unit = [name for name, c in form[0].items() if abs(c) == 1]
+        reads_inner = any(form[0].get(n, 0) for n in inner)
+        if reads_inner and any(n in inner for n in unit):
+            along_inner = True
+        elif reads_inner and any(n in outer for n in unit):
+            along_outer = True
+    return along_outer and not along_inner

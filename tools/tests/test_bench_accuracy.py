@@ -86,6 +86,24 @@ def test_training_observation_includes_parameter_and_input_gradients() -> None:
     layer = torch.nn.Linear(4, 3)
     x = torch.randn(5, 4)
     values = accuracy.observe(layer, layer, (x,), train=True)
-    # output, input after call, weight grad, bias grad, input grad
+    # output, input after call, weight grad, bias grad, input grad (no buffers)
     assert [tuple(v.shape) for v in values] == [(5, 3), (5, 4), (3, 4), (3,), (5, 4)]
     torch.testing.assert_close(values[3], torch.full((3,), 5 / 15))
+
+
+def test_buffers_are_compared_after_the_call() -> None:
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(3).train()
+    x = torch.randn(6, 3)
+    ref = accuracy.compute_reference(bn, (x,), train=True)
+    # output, input, running_mean, running_var, num_batches_tracked, weight/bias/input grads
+    assert len(ref.eager) == 8
+    torch.testing.assert_close(ref.eager[2], 0.1 * x.mean(0))
+
+    def forgets_running_stats(t: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.batch_norm(t, None, None, bn.weight, bn.bias, training=True)
+
+    bn.reset_running_stats()
+    observed = accuracy.observe(forgets_running_stats, bn, (x,), train=True)
+    result = accuracy.judge(ref, observed)
+    assert not result.passed and result.reason.startswith("result 2")

@@ -129,3 +129,15 @@ def test_accuracy_table_round_trip_and_messages(tmp_path: Path) -> None:
     path.write_text("model,backend,result,graph_breaks\nmlp,eager,great,0\n")
     with pytest.raises(ValueError, match="not in"):
         accuracy_table.read(path)
+
+
+def test_markdown_section_names_command_versions_and_overhead(tmp_path: Path) -> None:
+    rows = [runner.Row("mlp", "float32", "eager", time_ms=2.0, speedup=1.0, accuracy="pass")]
+    meta = report.environment(CPU)
+    meta.update(suite="quick", mode="inference", wall_s="5")
+    out = tmp_path / "t.md"
+    report.write_markdown(out, meta, rows, {"eager": 3.0, "torch": "RuntimeError: x"})
+    text = out.read_text()
+    assert f"torch {torch.__version__}" in text and "suite quick, inference" in text
+    assert "| mlp | eager | 2.00ms | 1.00x |" in text
+    assert "- eager: 3.0 us" in text and "- torch: FAILED RuntimeError: x" in text

@@ -1,0 +1,138 @@
+"""Fusion: kernel counts for pointwise chains, normalizations (on their Core ATen
+decomposed forms), reduction epilogues and horizontal fusion; intermediates that only a
+fused kernel uses are never stored; the wrapper reuses freed buffers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from helpers import compile_fn  # noqa: E402
+
+from ember.inductor.loop_ir import Store  # noqa: E402
+from ember.inductor.lowering.graph_lowering import GraphLowering  # noqa: E402
+from ember.inductor.scheduler import KernelStep, schedule  # noqa: E402
+
+
+def _check(fn: Callable[..., Any], *inputs: torch.Tensor) -> dict[str, object]:
+    compiled, run = compile_fn(fn, *inputs)
+    expected = fn(*inputs)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    for got, want in zip(run(*inputs), expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert compiled.metadata["fallbacks"] == {}
+    return compiled.metadata
+
+
+def _stores(fn: Callable[..., Any], *inputs: torch.Tensor) -> list[list[str]]:
+    from helpers import trace
+
+    steps = schedule(GraphLowering(trace(fn, list(inputs))).run())
+    return [[s.buffer for s in step.kernel.body if isinstance(s, Store)]
+            for step in steps if isinstance(step, KernelStep)]
+
+
+def chain10(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    a = x * y
+    a = a + 1
+    a = a.sin()
+    a = a * 2
+    a = a - y
+    a = a.abs()
+    a = a + 1
+    a = a.sqrt()
+    a = a.exp()
+    return a.tanh()
+
+
+def softmax_decomposed(x: torch.Tensor) -> torch.Tensor:
+    m = x.amax(-1, keepdim=True)
+    e = (x - m).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def layer_norm_decomposed(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    mean = x.mean(-1, keepdim=True)
+    xc = x - mean
+    var = (xc * xc).mean(-1, keepdim=True)
+    return xc * torch.rsqrt(var + 1e-5) * w + b
+
+
+def rms_norm_decomposed(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def test_chain_of_ten_pointwise_ops_is_one_kernel() -> None:
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    assert _check(chain10, x, y)["kernels"] == 1
+    assert _stores(chain10, x, y) == [["buf0"]]
+
+
+def test_softmax_decomposed_is_one_kernel_storing_only_its_output() -> None:
+    x = torch.randn(6, 33)
+    assert _check(softmax_decomposed, x)["kernels"] == 1
+    assert len(_stores(softmax_decomposed, x)[0]) == 1
+
+
+def test_softmax_op_is_one_kernel() -> None:
+    assert _check(lambda x: torch.softmax(x, -1), torch.randn(5, 17))["kernels"] == 1
+
+
+def test_layer_norm_decomposed_is_one_kernel() -> None:
+    x, w, b = torch.randn(4, 3, 20), torch.randn(20), torch.randn(20)
+    assert _check(layer_norm_decomposed, x, w, b)["kernels"] == 1
+    assert len(_stores(layer_norm_decomposed, x, w, b)[0]) == 1
+
+
+def test_layer_norm_op_is_one_kernel() -> None:
+    import torch.nn.functional as F
+
+    x, w, b = torch.randn(4, 20), torch.randn(20), torch.randn(20)
+    assert _check(lambda x, w, b: F.layer_norm(x, (20,), w, b), x, w, b)["kernels"] == 1
+
+
+def test_rms_norm_decomposed_is_one_kernel() -> None:
+    x, w = torch.randn(7, 24), torch.randn(24)
+    assert _check(rms_norm_decomposed, x, w)["kernels"] == 1
+
+
+def test_reduction_epilogue_fuses() -> None:
+    meta = _check(lambda x: x.sum(-1).abs().sqrt() * 2 + 1, torch.randn(9, 10))
+    assert meta["kernels"] == 1
+
+
+def test_reduction_over_first_dim_with_broadcast_back_fuses() -> None:
+    meta = _check(lambda x: x - x.mean(0), torch.randn(9, 10))
+    assert meta["kernels"] == 1
+
+
+def test_independent_same_shape_work_fuses_horizontally() -> None:
+    meta = _check(lambda x, y: (x + 1, y * 2, x.sum(-1), y.amax(-1)),
+                  torch.randn(4, 8), torch.randn(4, 8))
+    assert meta["kernels"] == 1
+
+
+def test_read_at_another_index_is_not_forwarded() -> None:
+    # m is reduced over rows; the consumer reads m[5 - i] while the kernel computing m is
+    # at row i, so it cannot fuse and must run in a later kernel, still right.
+    meta = _check(lambda x: x * x.amax(1).flip(0)[:, None], torch.randn(6, 6))
+    assert meta["kernels"] == 2
+
+
+def test_wrapper_reuses_freed_buffers() -> None:
+    w = torch.randn(16, 16)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        for _ in range(3):
+            x = (x.relu() + 1) @ w
+        return x
+
+    compiled, run = compile_fn(f, torch.randn(4, 16))
+    wrapper = compiled.files["forward/wrapper.py"].decode()
+    assert "reuse" in wrapper
+    torch.testing.assert_close(run(torch.ones(4, 16))[0], f(torch.ones(4, 16)))

@@ -1,0 +1,87 @@
+"""The loop-level IR: index simplification, value levels, reduction passes, printing."""
+
+from __future__ import annotations
+
+import torch
+
+from ember.inductor.loop_ir import (
+    Buffer,
+    Compute,
+    FloorDiv,
+    Int,
+    Kernel,
+    Load,
+    Mod,
+    Reduce,
+    Store,
+    Var,
+    add,
+    floordiv,
+    format_kernel,
+    mod,
+    mul,
+    reduction_phases,
+    render,
+    substitute,
+)
+
+X, Y, R = Var("x0", 4), Var("x1", 6), Var("r0", 8)
+
+
+def test_index_builders_fold_and_flatten() -> None:
+    assert add(1, X, 2, add(Y, 3)) == add(X, Y, 6)
+    assert mul(add(X, 2), 3) == add(mul(X, 3), 6)
+    assert mul(X, 0) == Int(0) and add() == Int(0)
+
+
+def test_floordiv_and_mod_use_variable_ranges() -> None:
+    flat = add(mul(X, 6), Y)  # 0 <= Y < 6
+    assert floordiv(flat, 6) == X
+    assert mod(flat, 6) == Y
+    assert floordiv(flat, 4) == FloorDiv(flat, 4)
+    assert mod(mul(X, 6), 3) == Int(0)
+    assert floordiv(add(mul(X, 12), Y), 2) == add(mul(X, 6), FloorDiv(Y, 2))
+    assert mod(add(mul(X, 12), Y), 4) == Mod(Y, 4)
+
+
+def test_render_for_c_and_python() -> None:
+    e = add(mul(floordiv(add(mul(X, 6), Y), 4), 2), Int(1))
+    assert render(e, lambda v: v.name, str) == "(((x0*6 + x1) / 4)*2 + 1)"
+    assert render(e, lambda v: v.name, str, div="//") == "(((x0*6 + x1) // 4)*2 + 1)"
+    assert substitute(add(X, Y), lambda v: Int(2) if v == X else v) == add(Y, 2)
+
+
+def softmax_kernel() -> Kernel:
+    i = add(mul(X, 8), R)
+    f = torch.float32
+    body = (Load("v0", "a", i, f), Reduce("v1", "max", "v0", f),
+            Compute("v2", "sub", ("v0", "v1"), f), Compute("v3", "exp", ("v2",), f),
+            Reduce("v4", "sum", "v3", f), Compute("v5", "truediv", ("v3", "v4"), f),
+            Compute("v6", "mul", ("v4", "v4"), f), Store("b", i, "v5"), Store("c", X, "v6"))
+    bufs = (Buffer("a", f, (4, 8), (8, 1)), Buffer("b", f, (4, 8), (8, 1)),
+            Buffer("c", f, (4,), (1,)))
+    return Kernel("k", (X,), (R,), body, bufs)
+
+
+def test_reduction_phases_order_passes() -> None:
+    k = softmax_kernel()
+    assert k.inner_values() == {"v0", "v2", "v3", "v5"}
+    before, phases = reduction_phases(k)
+    assert before == ()
+    names = [[getattr(s, "name", "store") for s in p.inner] for p in phases]
+    assert names == [["v0", "v1"], ["v0", "v2", "v3", "v4"], ["v0", "v2", "v3", "v5", "store"]]
+    assert [getattr(s, "name", "store") for s in phases[1].after] == ["v6", "store"]
+
+
+def test_printed_kernel() -> None:
+    assert format_kernel(softmax_kernel()) == """\
+kernel k(a: float32[4, 8], b: float32[4, 8], c: float32[4]) over [x0<4] reduce [r0<8]:
+    v0: float32 = load a[(x0*8 + r0)]
+    v1: float32 = reduce_max(v0)
+    v2: float32 = sub(v0, v1)
+    v3: float32 = exp(v2)
+    v4: float32 = reduce_sum(v3)
+    v5: float32 = truediv(v3, v4)
+    v6: float32 = mul(v4, v4)
+    store b[(x0*8 + r0)] = v5
+    store c[x0] = v6"""
