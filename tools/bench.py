@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="comma-separated: float32, float16, bfloat16 (rows per dtype)")
     parser.add_argument("--no-cold", action="store_true",
                         help="skip the cold/warm compile-time subprocesses")
+    parser.add_argument("--time-limit", type=float, default=900.0, metavar="S",
+                        help="seconds allowed per phase of a model (compile; timing); "
+                             "past it the row fails with PhaseTimeout (default 900)")
     args = parser.parse_args(argv)
     args.compiler_list = [c.strip() for c in args.compilers.split(",") if c.strip()]
     for c in args.compiler_list:
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     for dtype in args.dtype_list:
         config = runner.BenchConfig(device, dtype, args.suite, args.train, args.ember_backend,
-                                    cold=not args.no_cold)
+                                    cold=not args.no_cold, time_limit_s=args.time_limit)
         for name in args.model_list:
             t0 = time.perf_counter()
             model_rows = runner.bench_model(name, config, args.compiler_list)

@@ -20,6 +20,7 @@ import torch
 import zoo
 
 from benchlib import accuracy, coldstart, compilers, timing
+from benchlib.limits import time_limit
 
 
 @dataclass
@@ -50,8 +51,9 @@ class Row:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """What to run: device, dtype, suite, training or inference, Ember's backend, and
-    whether to measure cold/warm compile time in subprocesses."""
+    """What to run: device, dtype, suite, training or inference, Ember's backend, whether
+    to measure cold/warm compile time in subprocesses, and the time limit of each phase
+    (compile + accuracy; timing) of one model, in seconds."""
 
     device: torch.device
     dtype: torch.dtype
@@ -59,6 +61,7 @@ class BenchConfig:
     train: bool = False
     ember_backend: str = "inductor"
     cold: bool = True
+    time_limit_s: float | None = 900.0
 
 
 def describe(exc: BaseException) -> str:
@@ -120,7 +123,11 @@ def bench_model(name: str, config: BenchConfig, compiler_names: list[str]) -> li
     steps: dict[str, Callable[[], Any]] = {
         row.compiler: step for row, step in prepared if step is not None
     }
-    times = timing.interleaved_median_seconds(steps, config.device)
+    try:
+        with time_limit(config.time_limit_s, f"timing {name}"):
+            times = timing.interleaved_median_seconds(steps, config.device)
+    except TimeoutError as exc:
+        times = {key: exc for key in steps}
     for row, step in prepared:
         if step is None:
             continue
@@ -157,8 +164,9 @@ def _prepare(name: str, dtype_name: str, compiler: str, base: torch.nn.Module,
         compilers.reset(compiler)
         step = make_step(compiler, module, inputs, config.train, config.ember_backend)
         start = time.perf_counter()
-        observed = accuracy.observe(step.compiled, module, inputs, config.train)
-        timing.synchronize(config.device)
+        with time_limit(config.time_limit_s, f"compiling {name} with {row.compiler}"):
+            observed = accuracy.observe(step.compiled, module, inputs, config.train)
+            timing.synchronize(config.device)
         if compiler != "eager":
             row.compile_s = time.perf_counter() - start
         stats = compilers.graph_stats(compiler, step.compiled)

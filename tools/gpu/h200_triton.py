@@ -145,8 +145,8 @@ def bench_model(name: str, dtype: torch.dtype, copy_bw: float) -> dict[str, Any]
     return row
 
 
-# model, dtype -> launch configs to try: (xblock, rblock, persistent, num_warps)
-SWEEP: dict[tuple[str, str], list[tuple[int, int, bool, int]]] = {
+# model, dtype -> launch configs to try: (xblock, rblock, persistent, num_warps[, split])
+SWEEP: dict[tuple[str, str], list[tuple[int, ...]]] = {
     ("pointwise_chain", "bfloat16"): [(x, 0, False, w) for x in (512, 1024, 2048, 4096)
                                       for w in (4, 8)],
     ("softmax_layer_norm_4096", "bfloat16"): [(x, 4096, True, w) for x in (1, 2)
@@ -156,8 +156,10 @@ SWEEP: dict[tuple[str, str], list[tuple[int, int, bool, int]]] = {
     ("layer_norm_8192", "bfloat16"): [(1, 8192, True, w) for w in (8, 16, 32)]
     + [(1, r, False, w) for r in (1024, 2048, 4096) for w in (4, 8, 16)],
     ("softmax_1024", "float32"): [(x, 1024, True, w) for x in (1, 2, 4) for w in (4, 8)],
-    ("sum_dim0", "float32"): [(32, 64, False, 4), (32, 64, False, 8), (64, 32, False, 4),
-                              (64, 64, False, 8), (16, 128, False, 4), (128, 16, False, 4)],
+    ("sum_dim0", "float32"): [(32, 64, False, 8, 1), (32, 64, False, 8, 4), (32, 64, False, 8, 8),
+                              (64, 32, False, 8, 4), (16, 128, False, 8, 8), (32, 32, False, 4, 8)],
+    ("sum_all", "float32"): [(1, 2048, False, 8, s) for s in (64, 256)]
+    + [(1, 4096, False, 16, 256), (1, 1024, False, 4, 512)],
 }
 
 
@@ -169,17 +171,20 @@ def sweep(copy_bw: float) -> list[dict[str, Any]]:
     for (name, d), configs in SWEEP.items():
         fn, make = MODELS[name]
         xs = make(getattr(torch, d))
-        moved = sum(x.numel() * x.element_size() for x in xs) + xs[0].numel() * xs[0].element_size()
-        for xblock, rblock, persistent, warps in configs:
-            cfg = heuristics.LaunchConfig(xblock, rblock, persistent, warps)
+        out = fn(*xs)
+        moved = sum(x.numel() * x.element_size() for x in [*xs, out])
+        for config in configs:
+            xblock, rblock, persistent, warps = config[:4]
+            split = config[4] if len(config) > 4 else 1
+            cfg = heuristics.LaunchConfig(xblock, rblock, bool(persistent), warps, 1, split)
             try:
                 with heuristics.forced_config(cfg):
                     _, call, _ = ember_compile(fn, xs)
                 ms = do_bench(call, warmup=10, rep=50, return_mode="median")
-                row = {"model": name, "dtype": d, "config": [xblock, rblock, persistent, warps],
+                row = {"model": name, "dtype": d, "config": list(config),
                        "ms": round(ms, 4), "of_copy_bw": round(moved / (ms * 1e-3) / copy_bw, 3)}
             except Exception as e:  # noqa: BLE001
-                row = {"model": name, "dtype": d, "config": [xblock, rblock, persistent, warps],
+                row = {"model": name, "dtype": d, "config": list(config),
                        "error": f"{type(e).__name__}: {str(e)[:200]}"}
             print("sweep", json.dumps(row), flush=True)
             rows.append(row)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-import pytest
-import torch
+from collections.abc import Callable
+from typing import Any
 
 import demo
+import pytest
+import torch
 from benchlib import compilers
 
 

@@ -141,3 +141,21 @@ def test_markdown_section_names_command_versions_and_overhead(tmp_path: Path) ->
     assert f"torch {torch.__version__}" in text and "suite quick, inference" in text
     assert "| mlp | eager | 2.00ms | 1.00x |" in text
     assert "- eager: 3.0 us" in text and "- torch: FAILED RuntimeError: x" in text
+
+
+def test_a_hanging_compile_is_cut_off_and_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time as time_module
+
+    def hangs(compiler, fn, ember_backend="inductor"):  # type: ignore[no-untyped-def]
+        def compiled(*args):  # type: ignore[no-untyped-def]
+            while True:
+                time_module.sleep(0.01)
+
+        return compiled
+
+    monkeypatch.setattr(compilers, "compile_fn", hangs)
+    config = runner.BenchConfig(CPU, torch.float32, "test", cold=False, time_limit_s=0.3)
+    (row,) = runner.bench_model("rms_norm", config, ["ember"])
+    assert row.status == "fail_to_run"
+    assert row.error == ("compile: PhaseTimeout: compiling rms_norm with ember[inductor] "
+                         "took longer than 0.3 s")

@@ -3,6 +3,8 @@ graphs, graph breaks and compiles."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import math
 import operator
 
@@ -88,6 +90,165 @@ class ConvNet(nn.Module):
 
     def forward(self, x):
         return self.pool(F.relu(self.bn(self.conv(x)))).flatten(1)
+
+
+GLOBAL_TENSOR = torch.arange(4.0)
+Pair = collections.namedtuple("Pair", ["left", "right"])
+
+
+@dataclasses.dataclass
+class Settings:
+    scale: float
+    shift: float = 0.0
+
+    def apply(self, x):
+        return x * self.scale + self.shift
+
+
+def c_dict_api(x):
+    d = {"a": x, "b": x * 2}
+    d.setdefault("c", x * 3)
+    total = d.get("missing", x) + d.get("a")
+    return {k: v + 1 for k, v in d.items() if k != "b"}, total, list(d.keys())
+
+
+def c_nested_input(pairs):
+    return sum(a * b for a, b in pairs)
+
+
+def _collect(**kw):
+    return sorted(kw.items())
+
+
+def c_kwargs_collect(x):
+    items = _collect(b=x * 2, a=x)
+    return items[0][1] - items[1][1]
+
+
+def c_star_unpack_in_call(x, y):
+    xs = [x, y]
+    return torch.cat([*xs, x * 2]), max(*[1, 5, 3])
+
+
+def c_while_break_continue(x):
+    i = 0
+    while True:
+        i += 1
+        if i % 2 == 0:
+            continue
+        x = x + i
+        if i > 5:
+            break
+    for j in range(3):
+        if j == 5:
+            break
+    else:
+        x = x * 2
+    return x
+
+
+def c_list_slices(x):
+    xs = [x, x + 1, x + 2, x + 3]
+    xs[1:3] = [x * 10]
+    del xs[0]
+    return torch.stack(xs[::-1]), len(xs)
+
+
+def c_inplace_on_view(x):
+    y = x.clone()
+    y[:, 0].add_(1)
+    y.narrow(1, 1, 2).mul_(3)
+    return y
+
+
+def c_masked_index_put(x):
+    y = x.clone()
+    y.masked_fill_(y < 0, 0.0)
+    y[torch.tensor([0, 2])] = 7.0
+    return y
+
+
+def c_global_tensor(x):
+    return x + GLOBAL_TENSOR
+
+
+def _depth(x, n):
+    if n == 0:
+        return x
+    return _depth(x * 2, n - 1) + 1
+
+
+def c_recursion(x):
+    return _depth(x, 3)
+
+
+def c_user_object(x):
+    settings = Settings(2.0, shift=1.0)
+    return settings.apply(x), settings.scale
+
+
+def c_object_argument(x, settings):
+    return settings.apply(x) + settings.shift
+
+
+def c_namedtuple(x):
+    p = Pair(x, x * 2)
+    return Pair(p.right, p.left + p[1])
+
+
+def c_any_all(x):
+    flags = [x.shape[0] > 1, x.ndim == 1]
+    if any(flags) and not all(flags[:1] + [False]):
+        return x + 1
+    return x
+
+
+def c_operator_module_calls(x):
+    import functools
+
+    return functools.reduce(operator.add, [x, x * 2, x * 3]), operator.itemgetter(1)([4, 5])
+
+
+def c_getattr_dynamic(x, name):
+    return getattr(x, name)()
+
+
+class ParamListNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weights = nn.ParameterList([nn.Parameter(torch.randn(4, 4)) for _ in range(2)])
+        self.names = ["first", "second"]
+
+    def forward(self, x, *, residual=True):
+        out = x
+        for w in self.weights:
+            out = out @ w
+        return out + x if residual else out
+
+
+class GetattrNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.branch_a = nn.Linear(4, 4)
+        self.branch_b = nn.Linear(4, 4)
+        self.order = ("a", "b")
+
+    def forward(self, x):
+        for tag in self.order:
+            x = getattr(self, f"branch_{tag}")(x)
+        return x
+
+
+class DictNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleDict({"up": nn.Linear(4, 8), "down": nn.Linear(8, 4)})
+
+    def forward(self, inputs):
+        x = inputs["x"]
+        for name, layer in self.layers.items():
+            x = layer(x)
+        return {"out": x, "n": len(self.layers)}
 
 
 def c_arith(x, y):
@@ -381,6 +542,10 @@ MODULES = {
     "with_helper": (WithHelper, lambda: (r(3, 4),), 1, 0),
     "derived_super": (Derived, lambda: (r(3, 4),), 1, 0),
     "convnet_eval": (lambda: ConvNet().eval(), lambda: (r(2, 3, 8, 8),), 1, 0),
+    "convnet_train": (ConvNet, lambda: (r(2, 3, 8, 8),), 1, 0),
+    "param_list": (ParamListNet, lambda: (r(3, 4),), 1, 0),
+    "getattr_dispatch": (GetattrNet, lambda: (r(3, 4),), 1, 0),
+    "module_dict_input": (DictNet, lambda: ({"x": r(2, 4)},), 1, 0),
 }
 
 FUNCTIONS = [
@@ -431,6 +596,22 @@ FUNCTIONS = [
     (c_new_tensors, lambda: (r(3, 4),), 1, 0),
     (c_chained_compare, lambda: (r(3), 2), 1, 0),
     (c_nested_module_call, lambda: (r(4, 8),), 1, 0),
+    (c_dict_api, lambda: (r(3),), 1, 0),
+    (c_nested_input, lambda: ([(r(3), r(3)), (r(3), r(3))],), 1, 0),
+    (c_kwargs_collect, lambda: (r(3),), 1, 0),
+    (c_star_unpack_in_call, lambda: (r(2), r(2)), 1, 0),
+    (c_while_break_continue, lambda: (r(3),), 1, 0),
+    (c_list_slices, lambda: (r(3),), 1, 0),
+    (c_inplace_on_view, lambda: (r(3, 4),), 1, 0),
+    (c_masked_index_put, lambda: (r(4, 3),), 1, 0),
+    (c_global_tensor, lambda: (r(4),), 1, 0),
+    (c_recursion, lambda: (r(3),), 1, 0),
+    (c_user_object, lambda: (r(3),), 1, 0),
+    (c_object_argument, lambda: (r(3), Settings(3.0, 0.5)), 1, 0),
+    (c_namedtuple, lambda: (r(3),), 1, 0),
+    (c_any_all, lambda: (r(3),), 1, 0),
+    (c_operator_module_calls, lambda: (r(3),), 1, 0),
+    (c_getattr_dynamic, lambda: (r(3), "relu"), 1, 0),
 ]
 
 

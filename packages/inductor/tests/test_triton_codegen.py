@@ -219,3 +219,13 @@ def test_codegen_variants_compile_for_sm90(monkeypatch: pytest.MonkeyPatch) -> N
     for spec in specs:
         result = compile_for_target(spec)
         assert ".target sm_90" in result.asm["ptx"]
+
+
+def test_split_column_reduction_matches_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.inductor.codegen.triton import heuristics
+
+    assert choose_config(4096, 32768, columns=True).split == 4
+    monkeypatch.setattr(heuristics, "COLUMN_TARGET_PROGRAMS", 8)
+    x = torch.randn(4096, 40)
+    src = _check(lambda x: (x.sum(0), x.amin(0)), x, kernels=1, tol=1e-3)[0]
+    assert "_partial(" in src

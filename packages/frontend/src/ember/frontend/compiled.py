@@ -21,7 +21,7 @@ from ember.frontend.pytree import flatten
 from ember.frontend.stats import CompileStats
 from ember.frontend.trace import ArgumentInputs, OutputLayout, trace_capture
 from ember.runtime.config import config
-from ember.runtime.logs import log
+from ember.runtime.logs import log, log_enabled
 from ember.runtime.pipeline import compile_program
 
 __all__ = ["CacheEntry", "RecompileLimitWarning", "TracedFunction"]
@@ -108,11 +108,14 @@ class TracedFunction:
             if entry.check(leaves, state, spec, grad):
                 self.stats.cache_hits += 1
                 return entry(leaves, state)
-        failure = self._last_failure(leaves, state, spec, grad)
         if len(self._entries) >= max(config.recompile_limit, 1):
-            return self._run_eagerly(failure, args, kwargs)
-        if failure is not None:
-            log("recompiles", lambda: f"recompiling {self._name()}: guard failed: {failure}")
+            if not self._warned:
+                self._warn_limit(self._last_failure(leaves, state, spec, grad))
+            self.stats.eager_fallback_calls += 1
+            return self.request.fn(*args, **kwargs)
+        if self._entries and log_enabled("recompiles"):
+            failure = self._last_failure(leaves, state, spec, grad)
+            log("recompiles", f"recompiling {self._name()}: guard failed: {failure}")
         entry = self._compile(args, kwargs)
         return entry(leaves, state)
 
@@ -145,21 +148,17 @@ class TracedFunction:
             return None
         return self._entries[-1].guards.first_failure(leaves, state, spec, grad)
 
-    def _run_eagerly(
-        self, failure: GuardFailure | None, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        self.stats.eager_fallback_calls += 1
-        if not self._warned:
-            self._warned = True
-            message = (
-                f"ember.frontend.compile: {self._name()} reached the recompile limit "
-                f"({config.recompile_limit} compiled variants); calls that match none of "
-                f"them run eagerly. Last guard failure: {failure}. Raise "
-                "EMBER_RECOMPILE_LIMIT to compile more variants."
-            )
-            log("recompiles", message)
-            warnings.warn(message, RecompileLimitWarning, stacklevel=3)
-        return self.request.fn(*args, **kwargs)
+    def _warn_limit(self, failure: GuardFailure | None) -> None:
+        """The one warning (and log line) that the recompile limit is reached."""
+        self._warned = True
+        message = (
+            f"ember.frontend.compile: {self._name()} reached the recompile limit "
+            f"({config.recompile_limit} compiled variants); calls that match none of "
+            f"them run eagerly. Last guard failure: {failure}. Raise "
+            "EMBER_RECOMPILE_LIMIT to compile more variants."
+        )
+        log("recompiles", message)
+        warnings.warn(message, RecompileLimitWarning, stacklevel=3)
 
     def _name(self) -> str:
         return callable_name(self.request.fn)

@@ -274,6 +274,8 @@ class CallHandler:
             return self.direct(interp, cls, args, kwargs)
         if _is_torch_code(cls) and not issubclass(cls, nn.Module):
             return self.record(interp, cls, args, kwargs)
+        if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+            return self.direct(interp, cls, args, kwargs)  # a namedtuple: immutable
         if _plain_user_class(cls):
             return self.construct_user_object(interp, frame, cls, args, kwargs)
         raise interp.fail(f"constructing a {cls.__qualname__} object",

@@ -137,6 +137,17 @@ class Node:
     meta: Meta = None
     source: SourceLocation | None = None
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Node):
+            return NotImplemented
+        return (
+            (self.name, self.op, self.target, self.meta, self.source)
+            == (other.name, other.op, other.target, other.meta, other.source)
+            and self.kwargs.keys() == other.kwargs.keys()
+            and _same_argument(self.args, other.args)
+            and all(_same_argument(v, other.kwargs[k]) for k, v in self.kwargs.items())
+        )
+
     def inputs(self) -> Iterator[ValueRef]:
         """Every ValueRef this node reads, in argument order."""
         yield from _refs(self.args)
@@ -146,6 +157,19 @@ class Node:
         """Replace uses of values in args and kwargs according to ``mapping``."""
         self.args = tuple(_substitute(a, mapping) for a in self.args)
         self.kwargs = {k: _substitute(v, mapping) for k, v in self.kwargs.items()}
+
+
+def _same_argument(a: Argument, b: Argument) -> bool:
+    """Structural equality of arguments in which NaN equals NaN and types must match
+    (``1 == 1.0 == True`` would otherwise hide a changed argument)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple)
+        return len(a) == len(b) and all(_same_argument(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return a == b
 
 
 def _refs(args: tuple[Argument, ...]) -> Iterator[ValueRef]:

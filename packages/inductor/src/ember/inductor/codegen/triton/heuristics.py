@@ -30,6 +30,7 @@ MAX_WARPS = 16
 SPLIT_MAX_ROWS = 64
 SPLIT_MAX = 256
 SPLIT_TARGET_PROGRAMS = 264  # two programs per multiprocessor of an H100/H200
+COLUMN_TARGET_PROGRAMS = 528
 COLUMN_XBLOCK = 32
 COLUMN_RBLOCK = 64
 
@@ -93,7 +94,11 @@ def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False
         xblock = min(COLUMN_XBLOCK, next_power_of_2(numel))
         if rblock <= COLUMN_RBLOCK:
             return LaunchConfig(xblock, rblock, True, _warps_for(xblock * rblock))
-        return LaunchConfig(xblock, COLUMN_RBLOCK, False, _warps_for(xblock * COLUMN_RBLOCK))
+        programs = -(-numel // xblock)
+        split = min(SPLIT_MAX, max(1, COLUMN_TARGET_PROGRAMS // programs),
+                    -(-reduction_numel // (16 * COLUMN_RBLOCK)))
+        return LaunchConfig(xblock, COLUMN_RBLOCK, False, _warps_for(xblock * COLUMN_RBLOCK),
+                            1, split if split >= 4 else 1)
     if rblock <= PERSISTENT_MAX:
         xblock = max(1, min(TILE // rblock, next_power_of_2(numel), 64))
         return LaunchConfig(xblock, rblock, True, _warps_for(xblock * rblock))

@@ -503,14 +503,16 @@ class _Writer:
         self.emit_split_final(split, reduces)
         fn_name = _identifier(k.name)
         params = [self.params[b.name] for b in k.buffers] + self.workspace_params(reduces)
+        xblock = self.config.xblock
         partial = SplitLaunch(
             name=fn_name + "_partial",
-            constexprs={"XBLOCK": 1, "RBLOCK": self.config.rblock},
-            grid=(k.numel, split, 1),
+            constexprs={"XBLOCK": xblock, "RBLOCK": self.config.rblock},
+            grid=(_cdiv(k.numel, xblock), split, 1),
             workspace_dtypes=[str(r.dtype).replace("torch.", "") for r in reduces],
             workspace_numel=k.numel * split,
         )
-        final_constexprs = {"XBLOCK": 1, "SBLOCK": next_power_of_2(split)}
+        final_xblock = min(64, next_power_of_2(k.numel))
+        final_constexprs = {"XBLOCK": final_xblock, "SBLOCK": next_power_of_2(split)}
         source = self.module_source([
             (partial.name, params, list(partial.constexprs), partial_lines),
             (fn_name, params, list(final_constexprs), self.lines),
@@ -520,7 +522,7 @@ class _Writer:
             signature[ws] = pointer_type(r.dtype)
         return TritonKernelCode(
             name=fn_name, source=source, signature=signature, constexprs=final_constexprs,
-            grid=(k.numel, 1, 1), num_warps=self.config.num_warps,
+            grid=(_cdiv(k.numel, final_xblock), 1, 1), num_warps=self.config.num_warps,
             num_stages=self.config.num_stages, split=partial,
         )
 
