@@ -36,8 +36,13 @@ def environment(device: torch.device) -> dict[str, str]:
         "triton": triton_version,
         "device": device_name,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
-        "command": " ".join(["python"] + sys.argv),
+        "command": " ".join(_env_prefix() + ["python"] + sys.argv),
     }
+
+
+def _env_prefix() -> list[str]:
+    """The environment settings that change the figures, as a command prefix."""
+    return [f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS",) if k in os.environ]
 
 
 def _cpu_name() -> str:

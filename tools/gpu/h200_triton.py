@@ -147,19 +147,20 @@ def bench_model(name: str, dtype: torch.dtype, copy_bw: float) -> dict[str, Any]
 
 # model, dtype -> launch configs to try: (xblock, rblock, persistent, num_warps[, split])
 SWEEP: dict[tuple[str, str], list[tuple[int, ...]]] = {
-    ("pointwise_chain", "bfloat16"): [(x, 0, False, w) for x in (512, 1024, 2048, 4096)
-                                      for w in (4, 8)],
-    ("softmax_layer_norm_4096", "bfloat16"): [(x, 4096, True, w) for x in (1, 2)
-                                              for w in (4, 8, 16)],
-    ("softmax_layer_norm_4096", "float32"): [(x, 4096, True, w) for x in (1, 2)
-                                             for w in (4, 8, 16)],
-    ("layer_norm_8192", "bfloat16"): [(1, 8192, True, w) for w in (8, 16, 32)]
-    + [(1, r, False, w) for r in (1024, 2048, 4096) for w in (4, 8, 16)],
-    ("softmax_1024", "float32"): [(x, 1024, True, w) for x in (1, 2, 4) for w in (4, 8)],
-    ("sum_dim0", "float32"): [(32, 64, False, 8, 1), (32, 64, False, 8, 4), (32, 64, False, 8, 8),
-                              (64, 32, False, 8, 4), (16, 128, False, 8, 8), (32, 32, False, 4, 8)],
-    ("sum_all", "float32"): [(1, 2048, False, 8, s) for s in (64, 256)]
-    + [(1, 4096, False, 16, 256), (1, 1024, False, 4, 512)],
+    ("pointwise_chain", "bfloat16"): [(512, 0, 0, 4), (1024, 0, 0, 4), (2048, 0, 0, 8),
+                                      (4096, 0, 0, 8)],
+    ("softmax_layer_norm_4096", "bfloat16"): [(1, 4096, 1, 4), (1, 4096, 1, 8),
+                                              (1, 4096, 1, 16), (2, 4096, 1, 16)],
+    ("softmax_layer_norm_4096", "float32"): [(1, 4096, 1, 4), (1, 4096, 1, 8),
+                                             (1, 4096, 1, 16), (2, 4096, 1, 16)],
+    ("layer_norm_8192", "bfloat16"): [(1, 8192, 1, 16), (1, 8192, 1, 32), (1, 2048, 0, 8),
+                                      (1, 4096, 0, 16)],
+    ("softmax_1024", "float32"): [(1, 1024, 1, 4), (2, 1024, 1, 4), (2, 1024, 1, 8),
+                                  (4, 1024, 1, 8)],
+    ("sum_dim0", "float32"): [(32, 64, 0, 8, 1), (32, 64, 0, 8, 4), (32, 64, 0, 8, 8),
+                              (64, 32, 0, 8, 4), (16, 128, 0, 8, 8), (32, 32, 0, 4, 8)],
+    ("sum_all", "float32"): [(1, 2048, 0, 8, 64), (1, 2048, 0, 8, 256), (1, 4096, 0, 16, 256),
+                             (1, 1024, 0, 4, 512)],
 }
 
 

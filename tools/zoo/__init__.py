@@ -15,12 +15,16 @@ Import: ``integration_tests/conftest.py`` puts ``tools/`` on ``sys.path``; from 
 ``tools/`` it is importable as ``zoo``.
 """
 
-# Importing the model modules registers their factories.
+from zoo.registry import SUITES, ModelSpec, get, names, register
+
+# Importing the model modules registers their factories; the import order is the order of
+# the suites' tables (simple models first), so it is kept as written.
+# isort: off
 from zoo import basic as _basic  # noqa: F401
 from zoo import convnet as _convnet  # noqa: F401
-from zoo import hf as _hf  # noqa: F401
 from zoo import transformer as _transformer  # noqa: F401
+from zoo import hf as _hf  # noqa: F401
 from zoo import vision as _vision  # noqa: F401
-from zoo.registry import SUITES, ModelSpec, get, names, register
+# isort: on
 
 __all__ = ["SUITES", "ModelSpec", "get", "names", "register"]

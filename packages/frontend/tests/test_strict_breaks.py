@@ -296,3 +296,22 @@ def test_limit_after_a_break_runs_the_rest_eagerly():
     limit = [w for w in caught if issubclass(w.category, RecompileLimitWarning)]
     assert len(limit) == 1 and "STACK[0]" in str(limit[0].message)
     assert compiled.stats.eager_fallback_calls == 3
+
+
+def test_unsupported_bytecode_runs_the_function_eagerly():
+    def fn(x, spec):
+        match spec:
+            case {"scale": s}:
+                return x * s
+            case _:
+                return x
+
+    x = torch.randn(3)
+    compiled = strict(fn)
+    torch.testing.assert_close(compiled(x, {"scale": 2}), x * 2)
+    torch.testing.assert_close(compiled(x, {}), x)
+    assert compiled.stats.graphs == 0 and compiled.stats.graph_breaks == 1
+    assert "unsupported bytecode GET_LEN, MATCH_KEYS" in compiled.breaks[0].reason
+    assert compiled.stats.eager_fallback_calls == 2
+    with pytest.raises(FullGraphError, match="MATCH_KEYS"):
+        strict(fn, fullgraph=True)(x, {})

@@ -264,3 +264,60 @@ def test_storage_offset_and_default_dtype_are_guarded():
     finally:
         torch.set_default_dtype(previous)
     assert out.dtype == torch.float64 and compiled.stats.compiles == 3
+
+
+CALLS = 0
+LAST = None
+
+
+def counts_calls(x):
+    global CALLS, LAST
+    CALLS = CALLS + 1
+    LAST = x * 2
+    return x + CALLS
+
+
+def test_global_writes_are_replayed():
+    global CALLS
+    CALLS = 0
+    compiled = strict(counts_calls)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x + 1)
+    torch.testing.assert_close(compiled(x), x + 2)  # recompiles: CALLS is guarded
+    assert CALLS == 2
+    torch.testing.assert_close(LAST, x * 2)
+    assert compiled.stats.graph_breaks == 0
+
+
+def test_mutation_in_a_callee_that_breaks_happens_once(capsys):
+    def helper(t, log):
+        log.append("helper")
+        print("break here")
+        return t * 2
+
+    def fn(x, log):
+        log.append("fn")
+        return helper(x + 1, log) - 1
+
+    compiled = strict(fn)
+    log = []
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x, log), (x + 1) * 2 - 1)
+    assert log == ["fn", "helper"]
+
+
+def test_forward_hooks_are_inlined_and_guarded():
+    torch.manual_seed(0)
+    mod = Scaled().eval()
+    compiled = strict(mod)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), mod(x))
+    seen = []
+    handle = mod.lin.register_forward_hook(lambda m, args, out: out * 0 + len(seen))
+    try:
+        torch.testing.assert_close(compiled(x), mod(x))
+        assert compiled.stats.compiles == 2 and compiled.stats.graph_breaks == 0
+    finally:
+        handle.remove()
+    torch.testing.assert_close(compiled(x), mod(x))
+    assert compiled.stats.compiles == 2

@@ -3,15 +3,14 @@ them with the inductor stage, and run them through the runtime's loader."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
-
+from ember.inductor.compile import compile_program
 from ember.runtime.compiled import load_executor
 from ember.runtime.ir import InputSpec, Program
 from ember.runtime.tracing import GraphRecorder
-
-from ember.inductor.compile import compile_program
 
 
 def trace(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> Program:

@@ -8,8 +8,9 @@ function, and the shapes of its tensor inputs; the input domain (``positive``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -160,11 +161,34 @@ OP_TABLE: list[OpCase] = [
            extra=lambda: (torch.randint(0, 4, (3,)),)),
     _u("arange_add", lambda x: x + torch.arange(6, dtype=x.dtype), dtypes=NUMERIC),
     _u("full_like", lambda x: torch.full_like(x, 2) + x, dtypes=NUMERIC),
+    OpCase("slice_scatter", lambda x, s: torch.slice_scatter(x, s, 1, 1, 5, 2),
+           ((4, 6), (4, 2)), ALL),
+    OpCase("select_scatter", lambda x, s: torch.select_scatter(x, s, 0, -1), ((4, 6), (6,)),
+           ALL),
+    _u("split", lambda x: [t * 2 for t in torch.split(x, [2, 4], 1)], dtypes=NUMERIC),
+    _u("unbind", lambda x: [t + 1 for t in torch.unbind(x, 0)], dtypes=NUMERIC),
+    # -- backward ops --------------------------------------------------------------------
+    OpCase("threshold_backward", lambda g, x: torch.ops.aten.threshold_backward(g, x, 0.1),
+           ((4, 6), (4, 6)), FLOATS),
+    OpCase("sigmoid_backward", lambda g, y: torch.ops.aten.sigmoid_backward(g, y.sigmoid()),
+           ((4, 6), (4, 6)), FLOATS),
+    OpCase("tanh_backward", lambda g, y: torch.ops.aten.tanh_backward(g, y.tanh()),
+           ((4, 6), (4, 6)), FLOATS),
+    OpCase("softmax_backward", lambda g, y: torch.ops.aten._softmax_backward_data(
+        g, torch.softmax(y, -1), -1, y.dtype), ((4, 6), (4, 6)), FLOATS),
+    OpCase("log_softmax_backward", lambda g, y: torch.ops.aten._log_softmax_backward_data(
+        g, torch.log_softmax(y, 1), 1, y.dtype), ((4, 6), (4, 6)), FLOATS),
     # -- externs -------------------------------------------------------------------------
     OpCase("mm", lambda a, b: (a @ b).relu(), ((4, 6), (6, 5)), (F32,), extern=True),
     OpCase("addmm", lambda a, b, c: torch.addmm(c, a, b), ((4, 6), (6, 5), (5,)), (F32,),
            extern=True),
     OpCase("bmm", lambda a, b: torch.bmm(a, b) * 2, ((2, 4, 6), (2, 6, 3)), (F32,), extern=True),
+    OpCase("baddbmm", lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5),
+           ((2, 4, 3), (2, 4, 6), (2, 6, 3)), (F32,), extern=True),
+    OpCase("conv2d", lambda x, w, b: F.conv2d(x, w, b, padding=1).relu(),
+           ((1, 2, 6, 6), (3, 2, 3, 3), (3,)), (F32,), extern=True),
+    OpCase("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v) + q,
+           ((1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8)), (F32,), extern=True),
 ]
 
 

@@ -5,18 +5,18 @@ fused kernel uses are never stored; the wrapper reuses freed buffers."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import compile_fn  # noqa: E402
-
-from ember.inductor.loop_ir import Store  # noqa: E402
-from ember.inductor.lowering.graph_lowering import GraphLowering  # noqa: E402
-from ember.inductor.scheduler import KernelStep, schedule  # noqa: E402
+from ember.inductor.loop_ir import Store
+from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.inductor.scheduler import KernelStep, schedule
+from helpers import compile_fn
 
 
 def _check(fn: Callable[..., Any], *inputs: torch.Tensor) -> dict[str, object]:

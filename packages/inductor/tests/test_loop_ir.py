@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from ember.inductor.loop_ir import (
     Buffer,
     Compute,

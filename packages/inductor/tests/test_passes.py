@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import trace  # noqa: E402
-
-from ember.inductor.passes import (  # noqa: E402
+from ember.inductor.passes import (
     PIPELINE,
     common_subexpression_elimination,
     constant_folding,
     dead_code_elimination,
     run_passes,
 )
-from ember.runtime.ir import Program, print_program  # noqa: E402
+from ember.runtime.ir import Program, print_program
+from helpers import trace
 
 
 def traced(fn: Callable[..., Any], *inputs: torch.Tensor) -> Program:

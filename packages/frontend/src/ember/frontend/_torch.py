@@ -6,6 +6,8 @@ Other helpers may add lines here; keep one import per name and say what it is fo
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor  # fake tensors (strict frontend)
+from torch.nn.modules import module as _module_globals  # global nn.Module hooks (strict)
 from torch.utils._pytree import (  # nested containers <-> flat leaves
     SUPPORTED_NODES,
     GetAttrKey,
@@ -20,7 +22,10 @@ from torch.utils._pytree import (  # nested containers <-> flat leaves
 )
 
 __all__ = [
+    "FakeTensor",
     "SUPPORTED_NODES",
+    "global_module_hooks_registered",
+    "is_fake",
     "GetAttrKey",
     "KeyPath",
     "MappingKey",
@@ -38,3 +43,19 @@ def fake_mode_active() -> bool:
     """Whether a FakeTensorMode is active: some capture is running the code on fake
     tensors (a compiled function called from code being captured runs inline)."""
     return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
+
+
+def is_fake(value: object) -> bool:
+    """True for a FakeTensor (of any fake mode)."""
+    return isinstance(value, FakeTensor)
+
+
+def global_module_hooks_registered() -> bool:
+    """Whether any global ``nn.Module`` hook (``register_module_forward_hook`` and
+    friends) is registered; the strict frontend then runs module calls eagerly."""
+    return any(
+        bool(getattr(_module_globals, name, None))
+        for name in ("_global_forward_hooks", "_global_forward_pre_hooks",
+                     "_global_backward_hooks", "_global_backward_pre_hooks",
+                     "_global_forward_hooks_always_called")
+    )

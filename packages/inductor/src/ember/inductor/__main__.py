@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ember.runtime.ir import load, save
-
 from ember.inductor.stage import InductorStage
+from ember.runtime.ir import load, save
 
 
 def main(argv: list[str] | None = None) -> int:

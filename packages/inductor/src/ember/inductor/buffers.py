@@ -13,11 +13,10 @@ calling :meth:`emit` with the group's loop variables.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
-
 from ember.inductor.loop_ir import IndexExpr, Int, Var, add, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.values import ElementFn, contiguous_strides

@@ -16,16 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-from ember.runtime.ir import Program
-from ember.runtime.logs import log, log_enabled
-
 from ember.inductor.codegen import KernelSource, backend_for
 from ember.inductor.codegen.wrapper import WrapperWriter
 from ember.inductor.loop_ir import Kernel, format_kernel
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.passes import run_passes
 from ember.inductor.scheduler import KernelStep, schedule
+from ember.runtime.ir import Program
+from ember.runtime.logs import log, log_enabled
 
 ARTIFACT_FORMAT = 1
 _EXTENSIONS = {"cpp": "cpp", "triton": "py"}

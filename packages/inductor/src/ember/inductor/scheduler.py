@@ -21,8 +21,8 @@ and read by nothing outside it (and not a graph output) is never stored.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from ember.inductor.buffers import ExternCall, LoopNode, PointwiseBuffer, ReductionBuffer
 from ember.inductor.loop_ir import Buffer, IndexExpr, Int, Kernel, Var
@@ -202,11 +202,6 @@ def _finish(lowered: GraphLowering, steps: list[KernelGroup | ExternCall]) -> li
                 names.append(buf)
         if not any(getattr(st, "buffer", None) in s.stored for st in body):
             continue  # every result was dropped
-        numel = 1
-        for size in s.outer + s.reduction:
-            numel *= size
-        if numel == 0:
-            continue
         buffers = tuple(
             Buffer(n, lowered.buffers[n].dtype, lowered.buffers[n].sizes,
                    lowered.buffers[n].strides) for n in names)

@@ -5,18 +5,30 @@ bytecode on fake tensors, inlining user functions and ``nn.Module.forward``, rec
 tensor ops at the ATen level, guards what the graph depends on, and splits the function
 at code it cannot capture (graph breaks). Modules, by concept:
 
-``opcodes``      decoded instructions and the 3.11/3.12 opcode differences
-``frame``        the interpreter's frame and frame state
-``interpreter``  one method per opcode (symbolic and concrete modes)
-``calls``        what a call does: inline, record, evaluate, or break
-``iteration``    iteration over values of known length
-``capture``      the capture context: wrapping outside values, guards, side effects
-``sources``      where a value came from; ``guards``: checks compiled to one function
-``state``        rebuilding Python state after a graph; side-effect replays
-``segment``      capturing from a resume point to a return or break
-``strict``       the compiled function: cache, recompiles, breaks at run time
-``explain``      ``explain(fn)(*args)``: graphs, breaks, guards
-``escape``       ``disable``, ``nonstrict``, ``allow_break``
+``opcodes``        decoded instructions and the 3.11/3.12 opcode differences
+``frame``          the interpreter's frame and frame state
+``interpreter``    one method per opcode (symbolic and concrete modes)
+``exceptions``     exception tables: try/except/with cleanup in concrete mode
+``calls``          what a call does: inline, record, evaluate, or break
+``builtin_rules``  one rule per builtin (len, range, enumerate, getattr, print, ...)
+``iteration``      iteration over values of known length
+``support``        which code objects can be interpreted at all
+``capture``        the capture context: wrapping outside values, guards, side effects
+``sources``        where a value came from; ``guards``: checks compiled to one function
+``state``          rebuilding Python state after a graph; side-effect replays
+``segment``        capturing from a resume point to a return or break
+``strict``         the compiled function: cache, recompiles, breaks at run time
+``explain``        ``explain(fn)(*args)``: graphs, breaks, guards
+``escape``         ``disable``, ``nonstrict``, ``allow_break``
+
+Design of graph breaks (an "equivalent design" to Dynamo's resume functions): a call
+runs as a chain of *segments*. A segment is captured from a resume point (the start,
+or the instruction after a break) to a return or the next unsupported instruction; at
+run time its graph runs, the frame state (stack, locals, cells) is rebuilt from the
+graph's outputs, the breaking instruction runs for real in the concrete interpreter,
+and the next segment (cached per resume point, behind its own guards) continues. A
+break inside an inlined call instead runs the whole call for real, through the
+callee's own compiled wrapper.
 """
 
 from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError

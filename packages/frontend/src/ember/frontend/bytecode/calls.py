@@ -31,14 +31,16 @@ from typing import Any
 
 import torch
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
+from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
+from ember.frontend.bytecode.sources import AttrSource
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.interpreter import (
     MAX_INLINE_DEPTH,
     GradModeRestore,
     is_fake_tensor,
 )
-from ember.frontend.bytecode.iteration import ListIterator, make_iterator
+from ember.frontend.bytecode.iteration import ListIterator
 from torch import nn
 
 _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -162,13 +164,12 @@ class CallHandler:
             return self.inline(interp, frame, fn, args, kwargs, interp.capture.source_of(fn))
         if isinstance(fn, type):
             return self.construct(interp, frame, fn, args, kwargs)
-        if callable(fn) and not isinstance(fn, (types.BuiltinFunctionType,
-                                                  types.BuiltinMethodType)) and isinstance(
-                getattr(type(fn), "__call__", None), types.FunctionType):
+        call_method = type(fn).__dict__.get("__call__") or getattr(type(fn), "__call__", None)
+        if isinstance(call_method, types.FunctionType):
+            # an instance of a class with a Python __call__
             if _is_torch_code(type(fn)):
                 return self.record(interp, fn, args, kwargs)
-            return self.inline(interp, frame, type(fn).__call__,  # type: ignore[arg-type]
-                               [fn, *args], kwargs, None)
+            return self.inline(interp, frame, call_method, [fn, *args], kwargs, None)
         return self.call_builtin(interp, frame, fn, args, kwargs)
 
     def call_module(self, interp: Any, frame: Frame, mod: nn.Module, args: list[Any],
@@ -179,6 +180,11 @@ class CallHandler:
             raise interp.fail(f"call to module {type(mod).__name__} with backward or "
                               "global hooks", "remove the hooks, or compile the module "
                               "itself")
+        source = interp.capture.source_of(mod)
+        if source is not None:
+            # hooks added after compiling must not be ignored
+            for attr in ("_forward_pre_hooks", "_forward_hooks"):
+                interp.capture.guard("len", AttrSource(source, attr), len(getattr(mod, attr)))
         for hook_id, hook in list(mod._forward_pre_hooks.items()):
             if hook_id in mod._forward_pre_hooks_with_kwargs:
                 result = self.call_symbolic(interp, frame, hook, [mod, tuple(args), kwargs], {})
@@ -371,14 +377,11 @@ def _has_hooks(mod: nn.Module) -> bool:
 
 
 def _has_unsupported_hooks(mod: nn.Module) -> bool:
-    from torch.nn.modules import module as module_mod
+    from ember.frontend._torch import global_module_hooks_registered
 
     return bool(mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None)
                 or getattr(mod, "_forward_hooks_always_called", None)
-                or getattr(module_mod, "_global_forward_hooks", None)
-                or getattr(module_mod, "_global_forward_pre_hooks", None)
-                or getattr(module_mod, "_global_backward_hooks", None)
-                or getattr(module_mod, "_global_backward_pre_hooks", None))
+                or global_module_hooks_registered())
 
 
 _PLAIN_NEW = (object.__new__, dict.__new__)
@@ -413,173 +416,3 @@ def _name(fn: Any) -> str:
         return type(fn).__name__
     module = getattr(fn, "__module__", None)
     return f"{module}.{qual}" if module and module not in ("builtins",) else qual
-
-
-# ---- builtins --------------------------------------------------------------------------------
-
-Rule = Callable[[CallHandler, Any, Frame, list[Any], dict[str, Any]], Any]
-BUILTIN_RULES: dict[Any, Rule] = {}
-
-
-def _rule(*fns: Any) -> Callable[[Rule], Rule]:
-    def register(rule: Rule) -> Rule:
-        for fn in fns:
-            BUILTIN_RULES[fn] = rule
-        return rule
-
-    return register
-
-
-def _make_direct_rule(fn: Any) -> Rule:
-    def rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-             kwargs: dict[str, Any]) -> Any:
-        if fn in (bool, int, float, complex) and args and is_fake_tensor(args[0]):
-            raise interp.fail(f"{fn.__name__}() of a tensor needs its data",
-                              "keep the value as a tensor")
-        if fn in (sorted, min, max, sum, any, all) and len(args) == 1 and not isinstance(
-                args[0], (list, tuple)):
-            args = [interp.iterate(args[0])]
-        return h.direct(interp, fn, args, kwargs)
-
-    return rule
-
-
-for _fn in (len, isinstance, issubclass, abs, min, max, sum, round, divmod, pow, hash,
-            callable, repr, chr, ord, format, sorted, any, all, slice, type, id, int, float,
-            bool, str, complex):
-    BUILTIN_RULES[_fn] = _make_direct_rule(_fn)
-
-
-def _make_sequence_rule(cls: type) -> Rule:
-    def rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-             kwargs: dict[str, Any]) -> Any:
-        if not args:
-            return cls()
-        return cls(interp.iterate(args[0]))
-
-    return rule
-
-
-for _cls in (list, tuple, set, frozenset):
-    BUILTIN_RULES[_cls] = _make_sequence_rule(_cls)
-
-
-@_rule(dict)
-def _dict_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-               kwargs: dict[str, Any]) -> Any:
-    return dict(*args, **kwargs)
-
-
-@_rule(range)
-def _range_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-                kwargs: dict[str, Any]) -> Any:
-    for a in args:
-        interp.check_not_tensor(a, "range() bound")
-    return range(*args)
-
-
-@_rule(enumerate)
-def _enumerate_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-                    kwargs: dict[str, Any]) -> Any:
-    start = args[1] if len(args) > 1 else kwargs.get("start", 0)
-    return ListIterator(list(enumerate(interp.iterate(args[0]), start)))
-
-
-@_rule(zip)
-def _zip_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-              kwargs: dict[str, Any]) -> Any:
-    return ListIterator(list(zip(*[interp.iterate(a) for a in args], **kwargs)))
-
-
-@_rule(reversed)
-def _reversed_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-                   kwargs: dict[str, Any]) -> Any:
-    return ListIterator(list(reversed(interp.iterate(args[0]))))
-
-
-@_rule(map)
-def _map_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-              kwargs: dict[str, Any]) -> Any:
-    fn, iterables = args[0], [interp.iterate(a) for a in args[1:]]
-    return ListIterator([h.call(interp, frame, fn, list(items), {})
-                         for items in zip(*iterables)])
-
-
-@_rule(filter)
-def _filter_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-                 kwargs: dict[str, Any]) -> Any:
-    fn, items = args[0], interp.iterate(args[1])
-    keep = [x for x in items
-            if interp.truth(x if fn is None else h.call(interp, frame, fn, [x], {}))]
-    return ListIterator(keep)
-
-
-@_rule(iter)
-def _iter_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-               kwargs: dict[str, Any]) -> Any:
-    return make_iterator(args[0], interp)
-
-
-@_rule(next)
-def _next_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-               kwargs: dict[str, Any]) -> Any:
-    it = args[0]
-    if not isinstance(it, ListIterator):
-        raise interp.fail(f"next() on a {type(it).__name__}")
-    if it.exhausted():
-        if len(args) > 1:
-            return args[1]
-        raise interp.fail("next() on an exhausted iterator")
-    return it.next()
-
-
-@_rule(getattr)
-def _getattr_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-                  kwargs: dict[str, Any]) -> Any:
-    try:
-        return interp.load_attr(args[0], args[1])
-    except AttributeError:
-        if len(args) > 2:
-            return args[2]
-        raise
-
-
-@_rule(hasattr)
-def _hasattr_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-                  kwargs: dict[str, Any]) -> Any:
-    try:
-        interp.load_attr(args[0], args[1])
-        return True
-    except AttributeError:
-        return False
-
-
-@_rule(setattr)
-def _setattr_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-                  kwargs: dict[str, Any]) -> Any:
-    interp.store_attr(args[0], args[1], args[2])
-    return None
-
-
-@_rule(print)
-def _print_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-                kwargs: dict[str, Any]) -> Any:
-    raise interp.fail("call to print()", "remove the print, or log outside the compiled "
-                      "function")
-
-
-@_rule(torch.is_grad_enabled)
-def _grad_enabled_rule(h: CallHandler, interp: Any, frame: Frame, args: list[Any],
-                       kwargs: dict[str, Any]) -> Any:
-    return torch.is_grad_enabled()
-
-
-BUILTIN_RULES[torch.no_grad] = lambda h, i, f, a, k: torch.no_grad()
-BUILTIN_RULES[torch.enable_grad] = lambda h, i, f, a, k: torch.enable_grad()
-
-
-# Libraries ask whether they are being compiled to pick compile-friendly code paths;
-# during strict capture the answer is yes, as under torch.compile.
-BUILTIN_RULES[torch.compiler.is_compiling] = lambda h, i, f, a, k: True
-BUILTIN_RULES[torch.compiler.is_dynamo_compiling] = lambda h, i, f, a, k: True
-BUILTIN_RULES[torch.compiler.is_exporting] = lambda h, i, f, a, k: False

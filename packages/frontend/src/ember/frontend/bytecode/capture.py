@@ -12,6 +12,7 @@ the shadow, and the mutation is replayed on the real object after the graph runs
 
 from __future__ import annotations
 
+import collections
 import re
 import types
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ class CaptureContext:
     shadow_of_real: dict[int, Any] = field(default_factory=dict)
     attr_writes: dict[tuple[int, str], tuple[Any, str, Any]] = field(default_factory=dict)
     cell_writes: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    global_writes: dict[tuple[int, str], tuple[Any, str, Any]] = field(default_factory=dict)
     new_cells: set[int] = field(default_factory=set)
     new_functions: set[int] = field(default_factory=set)
     new_objects: dict[int, Any] = field(default_factory=dict)  # made by this capture
@@ -101,7 +103,7 @@ class CaptureContext:
             return self.shadow_of_real[id(value)]
         if isinstance(value, tuple):
             return self._wrap_tuple(value, source)
-        if type(value) in (list, dict) or isinstance(value, dict) and type(value).__module__ == "collections":
+        if type(value) in (list, dict, collections.OrderedDict):
             return self._wrap_container(value, source)
         if isinstance(value, types.MethodType):
             return value  # a fresh bound method each read: its parts are guarded instead

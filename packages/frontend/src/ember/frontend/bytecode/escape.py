@@ -42,18 +42,12 @@ def nonstrict(fn: F) -> F:
 
 def is_disabled(fn: Any) -> bool:
     target = getattr(fn, "__func__", fn)
-    try:
-        return bool(getattr(target, _DISABLED_ATTR, False))
-    except Exception:
-        return False
+    return getattr(target, _DISABLED_ATTR, False) is True
 
 
 def is_nonstrict(fn: Any) -> bool:
     target = getattr(fn, "__func__", fn)
-    try:
-        return bool(getattr(target, _NONSTRICT_ATTR, False))
-    except Exception:
-        return False
+    return getattr(target, _NONSTRICT_ATTR, False) is True
 
 
 _allowed = threading.local()

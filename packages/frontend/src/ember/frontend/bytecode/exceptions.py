@@ -8,8 +8,8 @@ during capture is a graph break, and the breaking instruction then runs concrete
 from __future__ import annotations
 
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 
 @dataclass(frozen=True)

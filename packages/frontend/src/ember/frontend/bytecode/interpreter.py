@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.frontend._torch import is_fake
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.capture import CaptureContext
@@ -53,8 +54,6 @@ _GRAD_MODE_CMS = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled,
 
 
 def is_fake_tensor(v: Any) -> bool:
-    from ember.runtime._torch import is_fake
-
     return is_fake(v)
 
 
@@ -218,7 +217,11 @@ class Interpreter:
 
     def op_LOAD_GLOBAL(self, f: Frame, ins: Any) -> None:
         name = ins.argval
-        if name in f.f_globals:
+        written = (self.capture.global_writes.get((id(f.f_globals), name))
+                   if self.capture is not None else None)
+        if written is not None:
+            value = written[2]
+        elif name in f.f_globals:
             value = self.wrap(f.f_globals[name], self.global_source(f, name))
         elif name in f.f_builtins:
             value = f.f_builtins[name]
@@ -246,9 +249,11 @@ class Interpreter:
         return f.f_globals
 
     def op_STORE_GLOBAL(self, f: Frame, ins: Any) -> None:
-        if self.symbolic:
-            raise self.fail(f"assignment to global {ins.argval!r}",
-                            "pass the value in and out of the function instead")
+        if self.capture is not None:
+            # replayed on the real globals dict after the graph runs
+            self.capture.global_writes[(id(f.f_globals), ins.argval)] = (
+                f.f_globals, ins.argval, f.pop())
+            return
         f.f_globals[ins.argval] = f.pop()
 
     def op_MAKE_CELL(self, f: Frame, ins: Any) -> None:

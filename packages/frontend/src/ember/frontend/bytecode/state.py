@@ -143,7 +143,7 @@ class New(Recipe):
 
 @dataclass
 class Replay:
-    """Write a captured mutation back: ``kind`` list/dict/attr/cell."""
+    """Write a captured mutation back: ``kind`` list/dict/attr/cell/global."""
 
     kind: str
     target: Recipe
@@ -162,6 +162,8 @@ class Replay:
             setattr(obj, self.name, self.value.build(rt))
         elif self.kind == "cell":
             obj.cell_contents = self.value.build(rt)
+        elif self.kind == "global":
+            obj[self.name] = self.value.build(rt)
 
     def describe(self) -> str:
         return f"{self.kind} write {self.name}".strip()
@@ -189,7 +191,7 @@ class StateBuilder:
 
     def recipe(self, v: Any) -> Recipe:
         cap = self.cap
-        if isinstance(v, PRIMITIVES) or isinstance(v, _Marker):
+        if isinstance(v, (*PRIMITIVES, _Marker)):
             return Const(v)
         if id(v) in self._memo:
             return self._memo[id(v)]
@@ -258,7 +260,7 @@ class StateBuilder:
         if isinstance(v, types.BuiltinMethodType) and not isinstance(
                 getattr(v, "__self__", None), (types.ModuleType, type(None))):
             return New("builtin_method", self._key(v), [self.recipe(v.__self__)], v.__name__)
-        if isinstance(v, _STABLE) or isinstance(v, (torch.dtype, torch.device)):
+        if isinstance(v, (*_STABLE, torch.dtype, torch.device)):
             return Const(v)
         if id(v) in cap.new_objects:
             r = New("object", self._key(v), [], type(v))
@@ -293,6 +295,8 @@ class StateBuilder:
             source = cap.source_of(obj)
             assert source is not None
             out.append(Replay("attr", Fetch(source), self.recipe(value), name))
+        for globals_dict, name, value in cap.global_writes.values():
+            out.append(Replay("global", Const(globals_dict), self.recipe(value), name))
         for cell, value in cap.cell_writes.values():
             target = self.recipe(cell) if id(cell) in self._start_cells else Const(cell)
             out.append(Replay("cell", target, self.recipe(value)))

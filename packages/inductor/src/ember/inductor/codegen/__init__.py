@@ -17,7 +17,7 @@ from ember.inductor.codegen.backend import (
 for _module in ("ember.inductor.codegen.cpp", "ember.inductor.codegen.triton"):
     try:
         importlib.import_module(_module)
-    except ImportError as _e:  # noqa: PERF203
+    except ImportError as _e:
         if _module.endswith(".cpp"):
             raise
         del _e

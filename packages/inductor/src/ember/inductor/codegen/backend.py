@@ -14,8 +14,8 @@ Backends are registered by device type (``cpu`` -> C++, ``cuda`` -> Triton) in
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ember.inductor.loop_ir import Kernel
 

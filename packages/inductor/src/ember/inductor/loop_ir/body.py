@@ -34,10 +34,8 @@ Type rules (the lowering guarantees them, codegens may rely on them):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import torch
-
 from ember.inductor.loop_ir.index import IndexExpr
 
 # op name -> number of arguments.
@@ -72,7 +70,7 @@ REDUCTION_OPS: tuple[str, ...] = (
     "sum", "prod", "max", "min", "argmax", "argmin", "any", "all",
 )
 
-Scalar = Union[bool, int, float]
+Scalar = bool | int | float
 
 
 @dataclass(frozen=True)
@@ -134,8 +132,8 @@ class Store:
     value: str
 
 
-Stmt = Union[Load, Literal, IndexValue, Compute, Reduce, Store]
-ValueStmt = Union[Load, Literal, IndexValue, Compute, Reduce]
+Stmt = Load | Literal | IndexValue | Compute | Reduce | Store
+ValueStmt = Load | Literal | IndexValue | Compute | Reduce
 
 
 def stmt_inputs(s: Stmt) -> tuple[str, ...]:

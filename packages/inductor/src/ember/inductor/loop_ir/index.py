@@ -22,8 +22,8 @@ load with a producer's store).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Union
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Int:
 class Add:
     """``terms[0] + terms[1] + ...``."""
 
-    terms: tuple["IndexExpr", ...]
+    terms: tuple[IndexExpr, ...]
 
     def __str__(self) -> str:
         return "(" + " + ".join(str(t) for t in self.terms) + ")"
@@ -61,7 +61,7 @@ class Add:
 class Mul:
     """``factors[0] * factors[1] * ...``."""
 
-    factors: tuple["IndexExpr", ...]
+    factors: tuple[IndexExpr, ...]
 
     def __str__(self) -> str:
         return "*".join(str(f) for f in self.factors)
@@ -71,7 +71,7 @@ class Mul:
 class FloorDiv:
     """``expr // divisor`` (``expr`` is never negative)."""
 
-    expr: "IndexExpr"
+    expr: IndexExpr
     divisor: int
 
     def __str__(self) -> str:
@@ -82,7 +82,7 @@ class FloorDiv:
 class Mod:
     """``expr % divisor`` (``expr`` is never negative)."""
 
-    expr: "IndexExpr"
+    expr: IndexExpr
     divisor: int
 
     def __str__(self) -> str:
@@ -99,15 +99,15 @@ class Indirect:
         return f"{{{self.value}}}"
 
 
-IndexExpr = Union[Var, Int, Add, Mul, FloorDiv, Mod, Indirect]
+IndexExpr = Var | Int | Add | Mul | FloorDiv | Mod | Indirect
 
 
-def as_index(x: "IndexExpr | int") -> IndexExpr:
+def as_index(x: IndexExpr | int) -> IndexExpr:
     """Wrap a Python int as :class:`Int`."""
     return Int(x) if isinstance(x, int) else x
 
 
-def add(*xs: "IndexExpr | int") -> IndexExpr:
+def add(*xs: IndexExpr | int) -> IndexExpr:
     """The simplified sum of ``xs``."""
     const = 0
     terms: list[IndexExpr] = []
@@ -125,7 +125,7 @@ def add(*xs: "IndexExpr | int") -> IndexExpr:
     return terms[0] if len(terms) == 1 else Add(tuple(terms))
 
 
-def mul(*xs: "IndexExpr | int") -> IndexExpr:
+def mul(*xs: IndexExpr | int) -> IndexExpr:
     """The simplified product of ``xs`` (a product with a sum distributes over it)."""
     const = 1
     factors: list[IndexExpr] = []
@@ -200,7 +200,7 @@ def _split_by_divisor(x: IndexExpr, d: int) -> tuple[list[IndexExpr], list[Index
     return multiples, rest
 
 
-def floordiv(x: "IndexExpr | int", d: int) -> IndexExpr:
+def floordiv(x: IndexExpr | int, d: int) -> IndexExpr:
     """``x // d`` for non-negative ``x``, simplified."""
     x = as_index(x)
     if d == 1:
@@ -219,14 +219,14 @@ def floordiv(x: "IndexExpr | int", d: int) -> IndexExpr:
     return FloorDiv(x, d)
 
 
-def mod(x: "IndexExpr | int", d: int) -> IndexExpr:
+def mod(x: IndexExpr | int, d: int) -> IndexExpr:
     """``x % d`` for non-negative ``x``, simplified."""
     x = as_index(x)
     if d == 1:
         return Int(0)
     if isinstance(x, Int):
         return Int(x.value % d)
-    multiples, rest = _split_by_divisor(x, d)
+    _, rest = _split_by_divisor(x, d)
     rest_expr = add(*rest)
     if not all(_nonneg(t) for t in rest):
         return Mod(x, d)

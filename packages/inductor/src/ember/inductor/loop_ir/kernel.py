@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-
 from ember.inductor.loop_ir.body import Load, Reduce, Stmt, Store, stmt_inputs
 from ember.inductor.loop_ir.index import Var, free_vars
 
@@ -140,7 +139,7 @@ def reduction_phases(kernel: Kernel) -> tuple[tuple[Stmt, ...], list[Phase]]:
     if not kernel.is_reduction:
         return kernel.body, []
     inner = kernel.inner_values()
-    defs: dict[str, Stmt] = {getattr(s, "name"): s for s in kernel.body if not isinstance(s, Store)}
+    defs: dict[str, Stmt] = {s.name: s for s in kernel.body if not isinstance(s, Store)}
     # phase(v): for an inner value/stmt, the pass it is needed in; for an outer value, the
     # number of passes that must complete before it is known.
     phase: dict[str, int] = {}
@@ -166,7 +165,7 @@ def reduction_phases(kernel: Kernel) -> tuple[tuple[Stmt, ...], list[Phase]]:
 
     is_inner_stmt = {
         i: (isinstance(s, Reduce) or (isinstance(s, Store) and store_is_inner(s))
-            or (not isinstance(s, Store) and getattr(s, "name") in inner))
+            or (not isinstance(s, Store) and s.name in inner))
         for i, s in enumerate(kernel.body)
     }
     n_passes = max(
@@ -193,7 +192,7 @@ def reduction_phases(kernel: Kernel) -> tuple[tuple[Stmt, ...], list[Phase]]:
             stack.extend(stmt_inputs(defs[n]))
         body_in = tuple(
             s for s in kernel.body
-            if (not isinstance(s, Store) and getattr(s, "name") in needed) or s in roots
+            if (not isinstance(s, Store) and s.name in needed) or s in roots
         )
         after = tuple(
             s for i, s in enumerate(kernel.body)

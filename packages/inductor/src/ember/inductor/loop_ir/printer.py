@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from ember.inductor.loop_ir.body import Compute, IndexValue, Literal, Load, Reduce, Stmt, Store
 from ember.inductor.loop_ir.index import IndexExpr, render
 from ember.inductor.loop_ir.kernel import Kernel

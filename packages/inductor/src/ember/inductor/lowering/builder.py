@@ -11,10 +11,9 @@ the current mask to loads (for ``cat`` / ``constant_pad_nd``).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
-
 from ember.inductor.loop_ir import (
     BOOL_RESULT_OPS,
     Compute,
@@ -47,7 +46,7 @@ class BodyBuilder:
         self.external_loads: list[tuple[str, IndexExpr]] = []
 
     # -- values -----------------------------------------------------------------------
-    def _emit(self, key: tuple[object, ...], make: "type[ValueStmt]", *fields: object,
+    def _emit(self, key: tuple[object, ...], make: type[ValueStmt], *fields: object,
               dtype: torch.dtype, **kw: object) -> str:
         if key in self._cse:
             return self._cse[key]
@@ -74,7 +73,7 @@ class BodyBuilder:
         key = ("load", buffer, index, dtype, mask)
         return self._emit(key, Load, buffer, index, dtype, mask, other, dtype=dtype)
 
-    def literal(self, value: bool | int | float, dtype: torch.dtype) -> str:
+    def literal(self, value: bool | float, dtype: torch.dtype) -> str:
         if dtype == torch.bool:
             value = bool(value)
         elif dtype.is_floating_point:

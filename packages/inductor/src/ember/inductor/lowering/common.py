@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, cast
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import torch
-
-from ember.runtime.ir import Node, TensorMeta
-
 from ember.inductor.loop_ir import IndexExpr, Int
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.registry import NotLowerable
 from ember.inductor.lowering.values import Lazy, ScalarValue, Stored, TensorValue
+from ember.runtime.ir import Node, TensorMeta
 
 LOWP = (torch.float16, torch.bfloat16)
 SUPPORTED_DTYPES = (

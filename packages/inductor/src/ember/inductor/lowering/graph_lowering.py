@@ -13,14 +13,12 @@ fuses into kernels and what the wrapper codegen turns into Python.
 from __future__ import annotations
 
 import collections
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
-
-from ember.runtime.ir import Argument, Node, Program, ScalarMeta, TensorMeta, ValueRef
-from ember.runtime.logs import log
-
 from ember.inductor.buffers import ExternCall, PointwiseBuffer, ReductionBuffer, ScheduledNode
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS, NotLowerable
 from ember.inductor.lowering.values import (
@@ -31,6 +29,8 @@ from ember.inductor.lowering.values import (
     Value,
     contiguous_strides,
 )
+from ember.runtime.ir import Argument, Node, Program, TensorMeta, ValueRef
+from ember.runtime.logs import log
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class GraphLowering:
         return name
 
     # -- driving ------------------------------------------------------------------------
-    def run(self) -> "GraphLowering":
+    def run(self) -> GraphLowering:
         """Lower every node; returns self."""
         for node in self.graph.nodes:
             getattr(self, node.op)(node)
@@ -220,7 +220,7 @@ class GraphLowering:
             return str(a)
         if isinstance(a, torch.layout):
             return str(a)
-        if isinstance(a, float) and (a != a or a in (float("inf"), float("-inf"))):
+        if isinstance(a, float) and not math.isfinite(a):
             return f"float({str(a)!r})"
         return repr(a)
 
@@ -266,7 +266,10 @@ class GraphLowering:
             return self.render(a)
         v = self._arg(a)
         producer = self.graph.node(a.node)
-        if isinstance(v, ScalarValue) or v is None:
+        if isinstance(v, ScalarValue):
+            self.output_buffers.add(v.name)
+            return self.render(v)
+        if v is None:
             return self.render(v)
         if isinstance(v, tuple):
             raise NotLowerable("tuple output")

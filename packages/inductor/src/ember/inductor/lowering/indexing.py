@@ -4,17 +4,16 @@ padding use masked loads; gathers use indirect loads (``Indirect`` index express
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
-
-from ember.runtime.ir import Node
-
 from ember.inductor.loop_ir import IndexExpr, Indirect, add, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import broadcast_index, normalize_dim, out_meta, sizes_of
 from ember.inductor.lowering.registry import NotLowerable, lowering
 from ember.inductor.lowering.values import Lazy, TensorValue
+from ember.runtime.ir import Node
 
 
 def _in_range(b: BodyBuilder, i: IndexExpr, lo: int, hi: int) -> str:

@@ -10,9 +10,6 @@ import math
 from typing import Any
 
 import torch
-
-from ember.runtime.ir import Node
-
 from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import (
@@ -26,6 +23,7 @@ from ember.inductor.lowering.common import (
 )
 from ember.inductor.lowering.registry import NotLowerable, lowering
 from ember.inductor.lowering.values import Lazy
+from ember.runtime.ir import Node
 
 # -- unary ops: ATen name -> loop-IR op ------------------------------------------------
 _FLOAT_UNARY = {
@@ -164,8 +162,14 @@ def _div_mode(ctx: Any, node: Node, a: Any, b_: Any, *, rounding_mode: Any = Non
         raise NotLowerable("integer division of bools")
     if dtype.is_floating_point:
         if rounding_mode == "trunc":
-            return pointwise(node, [a, b_], lambda b, v: b.compute(
-                "trunc", b.compute("truediv", *v)), compute=dtype)
+            out = out_meta(node).dtype
+
+            def trunc_body(b: BodyBuilder, v: list[str]) -> str:
+                # NOTE: eager rounds the quotient to the result dtype before truncating
+                q = b.cast(b.cast(b.compute("truediv", *v), out), dtype)
+                return b.compute("trunc", q)
+
+            return pointwise(node, [a, b_], trunc_body, compute=dtype)
         return pointwise(node, [a, b_], lambda b, v: b.compute("floordiv", *v), compute=dtype)
     op = "truncdiv" if rounding_mode == "trunc" else "floordiv"
     return pointwise(node, [a, b_], lambda b, v: b.compute(op, *v), compute=dtype)
@@ -310,9 +314,8 @@ def _to_copy(ctx: Any, node: Node, x: Any, *args: Any, **kwargs: Any) -> Any:
     if node.target == "aten::_assert_tensor_metadata.default":
         return None
     meta = out_meta(node)
-    if meta.device.type != "cpu" and getattr(x, "sizes", None) is not None:
-        if ctx.device.type != meta.device.type:
-            raise NotLowerable("device transfer")
+    if meta.device.type != ctx.device.type:
+        raise NotLowerable("device transfer")
     lazy = as_lazy(x)
     if lazy.dtype == meta.dtype:
         return x if node.target != "aten::_to_copy.default" else lazy

@@ -8,17 +8,16 @@ normalization into one kernel.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
-
-from ember.runtime.ir import Node
-
 from ember.inductor.loop_ir import IndexExpr, Int
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import compute_dtype, normalize_dim, out_meta
 from ember.inductor.lowering.registry import NotLowerable, lowering
 from ember.inductor.lowering.values import Lazy, Stored, TensorValue, numel
+from ember.runtime.ir import Node
 
 
 def reduced_dims(x: TensorValue, dims: Any) -> tuple[int, ...]:

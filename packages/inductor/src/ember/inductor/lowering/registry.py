@@ -15,12 +15,12 @@ handle a particular call (an unsupported dtype, a data-dependent shape) raises
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ember.runtime.ir import Node
-
     from ember.inductor.lowering.graph_lowering import GraphLowering
+    from ember.runtime.ir import Node
 
 Rule = Callable[..., Any]
 
@@ -68,7 +68,7 @@ def rule_for(target: str) -> Rule | None:
     return LOWERINGS.get(target)
 
 
-def describe(node: "Node") -> str:
+def describe(node: Node) -> str:
     return f"{node.name} = {node.target}"
 
 

@@ -13,11 +13,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
 
 import torch
-
 from ember.inductor.loop_ir import IndexExpr, add, mul
 from ember.inductor.lowering.builder import BodyBuilder
 
@@ -68,8 +67,8 @@ class ScalarValue:
     name: str
 
 
-TensorValue = Union[Stored, Lazy]
-Value = Union[Stored, Lazy, ScalarValue]
+TensorValue = Stored | Lazy
+Value = Stored | Lazy | ScalarValue
 
 
 def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:

@@ -9,15 +9,15 @@ computed value) the view is a :class:`Lazy` that maps its index back with
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
-from ember.runtime.ir import Node
+from collections.abc import Sequence
+from typing import Any
 
 from ember.inductor.loop_ir import IndexExpr, Int, add, floordiv, mod, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import normalize_dim, sizes_of
 from ember.inductor.lowering.registry import NotLowerable, lowering
 from ember.inductor.lowering.values import Lazy, Stored, TensorValue, contiguous_strides
+from ember.runtime.ir import Node
 
 
 def remap(x: TensorValue, sizes: Sequence[int], index_map: Any,

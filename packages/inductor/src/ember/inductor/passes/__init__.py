@@ -3,14 +3,13 @@ the order of :data:`PIPELINE`."""
 
 from __future__ import annotations
 
-from typing import Callable
-
-from ember.runtime.ir import Program
-from ember.runtime.logs import log, log_enabled
+from collections.abc import Callable
 
 from ember.inductor.passes.constant_folding import constant_folding
 from ember.inductor.passes.cse import common_subexpression_elimination
 from ember.inductor.passes.dce import dead_code_elimination
+from ember.runtime.ir import Program
+from ember.runtime.logs import log, log_enabled
 
 Pass = Callable[[Program], Program]
 

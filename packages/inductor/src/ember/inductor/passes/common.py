@@ -5,14 +5,13 @@ from __future__ import annotations
 import functools
 
 import torch
-
 from ember.runtime.ir import IRFormatError, resolve_op
 
 # Ops kept even when their result is unused.
 SIDE_EFFECT_PREFIXES = ("aten::_assert", "aten::sym_constrain", "aten::_print")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def is_pure(target: str) -> bool:
     """Whether a call to ``target`` may be removed or merged: not mutating, not random,
     no side effects."""

@@ -7,10 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
-from ember.runtime.ir import Argument, Node, Program, TensorMeta, ValueRef, resolve_op
-
 from ember.inductor.passes.common import is_pure
+from ember.runtime.ir import Argument, Node, Program, TensorMeta, ValueRef, resolve_op
 
 # Fold only results up to this many elements (bigger constants bloat the artifact).
 MAX_FOLDED_NUMEL = 64
@@ -53,7 +51,7 @@ def constant_folding(program: Program) -> Program:
                 value = resolve_op(node.target)(
                     *[_evaluate(a, known) for a in node.args],
                     **{k: _evaluate(v, known) for k, v in node.kwargs.items()})
-            except Exception:  # noqa: BLE001 - an op that cannot run now is left alone
+            except Exception:  # noqa: BLE001, S112 - an op that cannot run now is left alone
                 continue
             if not isinstance(value, torch.Tensor):
                 continue

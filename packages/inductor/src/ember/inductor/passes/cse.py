@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ember.runtime.ir import Argument, Program, ValueRef
+import math
 
 from ember.inductor.passes.common import is_pure
+from ember.runtime.ir import Argument, Program, ValueRef
 
 
 def _key(node_target: str, args: tuple[Argument, ...], kwargs: dict[str, Argument]
@@ -16,7 +17,7 @@ def _freeze(a: object) -> object:
     # NOTE: type is part of the key: 1, 1.0 and True are equal in Python but not as args
     if isinstance(a, tuple):
         return tuple(_freeze(x) for x in a)
-    if isinstance(a, float) and a != a:
+    if isinstance(a, float) and math.isnan(a):
         return ("nan",)
     return (type(a).__name__, a)
 

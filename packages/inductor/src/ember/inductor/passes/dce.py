@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from ember.runtime.ir import Program
-
 from ember.inductor.passes.common import is_pure
+from ember.runtime.ir import Program
 
 
 def dead_code_elimination(program: Program) -> Program:

@@ -5,7 +5,8 @@ A kernel's shared library lives at::
     <cache root>/cpp/<key>/kernel.so
     <cache root>/cpp/<key>/manifest.json     {"sha256": <digest of kernel.so>, ...}
 
-``key`` hashes the source, the compiler's version line, the flags and the torch version.
+``key`` hashes the source, the compiler's version line, the flags, the CPU model
+(``-march=native``) and the torch version.
 Both files are written to temporary names and moved into place with ``os.replace`` (the
 manifest last), so concurrent writers are safe and a reader never trusts half an entry;
 an entry whose manifest is missing or does not match its library is a miss, with a
@@ -18,6 +19,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -25,7 +27,6 @@ import warnings
 from pathlib import Path
 
 import torch
-
 from ember.runtime.config import config
 from ember.runtime.logs import log
 
@@ -44,7 +45,7 @@ class CppCompileError(RuntimeError):
     """The C++ compiler rejected a generated kernel."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiler_version() -> str:
     """The first line of ``g++ --version``.
 
@@ -68,10 +69,25 @@ def cache_dir() -> Path:
     return _process_dir
 
 
+@functools.cache
+def host_cpu() -> str:
+    """The machine and CPU model (``-march=native`` code is specific to it)."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{platform.machine()} {model}"
+
+
 def cache_key(source: str) -> str:
-    """The cache key of ``source`` under this compiler, flags and torch."""
+    """The cache key of ``source`` under this compiler, flags, CPU and torch."""
     h = hashlib.sha256()
-    for part in (source, compiler_version(), " ".join(FLAGS), torch.__version__):
+    for part in (source, compiler_version(), " ".join(FLAGS), host_cpu(), torch.__version__):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -120,7 +136,7 @@ def compile_cpp(source: str) -> Path:
         src.write_text(source)
         out = Path(tmp) / "kernel.so"
         proc = subprocess.run([COMPILER, *FLAGS, str(src), "-o", str(out)],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise CppCompileError(
                 f"g++ failed to compile a generated kernel:\n{proc.stderr[-4000:]}")

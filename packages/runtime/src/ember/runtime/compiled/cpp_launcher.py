@@ -8,7 +8,8 @@ data pointer (storage offset applied) to the ``extern "C"`` entry point.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ember.runtime.compiled.cpp_build import compile_cpp
 
@@ -50,7 +51,9 @@ def load_kernel(entry: dict[str, Any], files: dict[str, bytes]) -> Callable[...,
     meta = entry.get("meta") or {}
     arg_dtypes = meta.get("arg_dtypes") if isinstance(meta, dict) else None
     if not isinstance(arg_dtypes, list):
-        raise ValueError(f"C++ kernel entry {entry.get('name')!r}: meta.arg_dtypes missing")
+        # NOTE: a malformed file, not a caller's type error
+        raise ValueError(  # noqa: TRY004
+            f"C++ kernel entry {entry.get('name')!r}: meta.arg_dtypes missing")
     symbol = entry.get("entry")
     if not isinstance(symbol, str) or not symbol.isidentifier():
         raise ValueError(f"C++ kernel entry {entry.get('name')!r}: bad entry {symbol!r}")

@@ -6,10 +6,10 @@ See README.md in this folder for the artifact layout.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
 from ember.runtime.compiled.wrapper_support import make_namespace
 from ember.runtime.ir import IRFormatError, Program
 
@@ -85,7 +85,11 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
         raise IRFormatError(f"compiled graph {graph_name!r}: wrapper defines no call()")
 
     def run(inputs: list[Any]) -> list[Any]:
-        return list(call(list(inputs)))
+        # NOTE: generated kernels are opaque to autograd; a compiled graph is never
+        # differentiated itself (training runs its backward graph, ember.runtime.autograd),
+        # so extern calls must not record a partial autograd graph either.
+        with torch.no_grad():
+            return list(call(list(inputs)))
 
     return run
 

@@ -7,7 +7,8 @@ the helpers below, ``constants`` and the artifact's kernels by name.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 

@@ -22,7 +22,6 @@ converted with the prelude's helpers.
 from __future__ import annotations
 
 import torch
-
 from ember.inductor.codegen.cpp import ops
 from ember.inductor.loop_ir import (
     Compute,
@@ -65,8 +64,7 @@ class CppKernelWriter:
             value = ops.cast(s.value, self.dtypes[s.value], buf.dtype)
             self.line(f"{s.buffer}[{self.index(s.index)}] = {value};")
             return
-        if isinstance(s, Reduce):
-            raise AssertionError("reductions are emitted by the pass loops")
+        assert not isinstance(s, Reduce), "reductions are emitted by the pass loops"
         self.dtypes[s.name] = s.dtype
         t = ops.ctype(s.dtype)
         if isinstance(s, Load):

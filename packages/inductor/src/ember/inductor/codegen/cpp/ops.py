@@ -25,7 +25,7 @@ def ctype(dtype: torch.dtype) -> str:
     return CTYPES[dtype]
 
 
-def literal(value: bool | int | float, dtype: torch.dtype) -> str:
+def literal(value: bool | float, dtype: torch.dtype) -> str:
     """A C++ literal of ``value`` as ``dtype`` (float16/bfloat16 as bit patterns)."""
     if dtype == torch.bool:
         return "true" if value else "false"
@@ -79,7 +79,7 @@ def compute(op: str, args: list[str], arg_dtype: torch.dtype, out: torch.dtype) 
         "bitwise_not": f"static_cast<{t}>(~{a})",
         "abs": f"std::abs({a})" if is_float else f"static_cast<{t}>({a} < 0 ? -{a} : {a})",
     }
-    if op in simple and simple[op]:
+    if simple.get(op):
         return simple[op]
     if op in ("maximum", "minimum"):
         name = "ember_max" if op == "maximum" else "ember_min"

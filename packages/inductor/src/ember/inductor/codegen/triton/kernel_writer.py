@@ -65,7 +65,7 @@ libdevice = libdevice_for_this_import()
 
 _RESERVED = {
     "triton", "tl", "libdevice", "xoffset", "xindex", "xmask", "rbase", "roffset",
-    "rindex", "rmask", "xrmask", "XBLOCK", "RBLOCK", "SBLOCK", "rsplit", "sindex", "smask",
+    "rindex", "rmask", "xrmask", "XBLOCK", "RBLOCK", "SBLOCK", "rsplit", "rstart", "sindex", "smask",
     "float",
 }
 
@@ -298,8 +298,13 @@ class _Writer:
             self.emit_load(s)
         elif isinstance(s, Literal):
             self.dtypes[s.name] = s.dtype
-            self.line(f"{self.value(s.name)} = tl.full([], {scalar_literal(s.value, s.dtype)}, "
-                      f"{tl_type(s.dtype)})")
+            text = f"tl.full([], {scalar_literal(s.value, s.dtype)}, {tl_type(s.dtype)})"
+            if s.dtype in (torch.float16, torch.bfloat16):
+                # NOTE: built in float32 and converted: older Triton interpreters (3.6)
+                # cannot make 16-bit float constants.
+                text = (f"tl.full([], {scalar_literal(s.value, s.dtype)}, tl.float32)"
+                        f".to({tl_type(s.dtype)})")
+            self.line(f"{self.value(s.name)} = {text}")
         elif isinstance(s, IndexValue):
             self.dtypes[s.name] = s.dtype
             text = self.index(s.index)
@@ -458,9 +463,10 @@ class _Writer:
         reduces = [s for s in phase.inner if isinstance(s, Reduce)]
         for r in reduces:
             self.init_accumulator(r)
-        self.line(f"for roffset in range(rsplit * {chunk}, rsplit * {chunk} + {chunk}, RBLOCK):")
+        self.line(f"rstart = rsplit * {chunk}")
+        self.line(f"for roffset in range(0, {chunk}, RBLOCK):")
         self.indent += 1
-        self.reduction_indexes("roffset")
+        self.reduction_indexes("rstart + roffset")
         for s in phase.inner:
             if isinstance(s, Reduce):
                 self.accumulate(s)

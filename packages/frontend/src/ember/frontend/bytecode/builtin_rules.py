@@ -1,0 +1,187 @@
+"""What builtins and a few torch/library helpers do during capture, one rule each.
+
+A rule is ``rule(handler, interp, frame, args, kwargs) -> value``; it either computes
+the result on the interpreter's values or raises a graph break. Iterators are
+materialised (``enumerate``, ``zip``, ``map`` return a :class:`~.iteration.ListIterator`),
+attribute access goes through the interpreter (guards, captured writes), and functions
+that need real data (``bool(t)``, ``print``) break.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from ember.frontend.bytecode.frame import Frame
+from ember.frontend.bytecode.interpreter import is_fake_tensor
+from ember.frontend.bytecode.iteration import ListIterator, make_iterator
+
+Rule = Callable[[Any, Any, Frame, list[Any], dict[str, Any]], Any]
+BUILTIN_RULES: dict[Any, Rule] = {}
+
+
+
+
+def _rule(*fns: Any) -> Callable[[Rule], Rule]:
+    def register(rule: Rule) -> Rule:
+        for fn in fns:
+            BUILTIN_RULES[fn] = rule
+        return rule
+
+    return register
+
+
+def _make_direct_rule(fn: Any) -> Rule:
+    def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+        if fn in (bool, int, float, complex) and args and is_fake_tensor(args[0]):
+            raise interp.fail(f"{fn.__name__}() of a tensor needs its data",
+                              "keep the value as a tensor")
+        if fn in (sorted, min, max, sum, any, all) and len(args) == 1 and not isinstance(
+                args[0], (list, tuple)):
+            args = [interp.iterate(args[0])]
+        return h.direct(interp, fn, args, kwargs)
+
+    return rule
+
+
+for _fn in (len, isinstance, issubclass, abs, min, max, sum, round, divmod, pow, hash,
+            callable, repr, chr, ord, format, sorted, any, all, slice, type, id, int, float,
+            bool, str, complex):
+    BUILTIN_RULES[_fn] = _make_direct_rule(_fn)
+
+
+def _make_sequence_rule(cls: type) -> Rule:
+    def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+        if not args:
+            return cls()
+        return cls(interp.iterate(args[0]))
+
+    return rule
+
+
+for _cls in (list, tuple, set, frozenset):
+    BUILTIN_RULES[_cls] = _make_sequence_rule(_cls)
+
+
+@_rule(dict)
+def _dict_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+               kwargs: dict[str, Any]) -> Any:
+    return dict(*args, **kwargs)
+
+
+@_rule(range)
+def _range_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+                kwargs: dict[str, Any]) -> Any:
+    for a in args:
+        interp.check_not_tensor(a, "range() bound")
+    return range(*args)
+
+
+@_rule(enumerate)
+def _enumerate_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+                    kwargs: dict[str, Any]) -> Any:
+    start = args[1] if len(args) > 1 else kwargs.get("start", 0)
+    return ListIterator(list(enumerate(interp.iterate(args[0]), start)))
+
+
+@_rule(zip)
+def _zip_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+              kwargs: dict[str, Any]) -> Any:
+    return ListIterator(list(zip(*[interp.iterate(a) for a in args], **kwargs)))
+
+
+@_rule(reversed)
+def _reversed_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+                   kwargs: dict[str, Any]) -> Any:
+    return ListIterator(list(reversed(interp.iterate(args[0]))))
+
+
+@_rule(map)
+def _map_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+              kwargs: dict[str, Any]) -> Any:
+    fn, iterables = args[0], [interp.iterate(a) for a in args[1:]]
+    return ListIterator([h.call(interp, frame, fn, list(items), {})
+                         for items in zip(*iterables)])
+
+
+@_rule(filter)
+def _filter_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+                 kwargs: dict[str, Any]) -> Any:
+    fn, items = args[0], interp.iterate(args[1])
+    keep = [x for x in items
+            if interp.truth(x if fn is None else h.call(interp, frame, fn, [x], {}))]
+    return ListIterator(keep)
+
+
+@_rule(iter)
+def _iter_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+               kwargs: dict[str, Any]) -> Any:
+    return make_iterator(args[0], interp)
+
+
+@_rule(next)
+def _next_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+               kwargs: dict[str, Any]) -> Any:
+    it = args[0]
+    if not isinstance(it, ListIterator):
+        raise interp.fail(f"next() on a {type(it).__name__}")
+    if it.exhausted():
+        if len(args) > 1:
+            return args[1]
+        raise interp.fail("next() on an exhausted iterator")
+    return it.next()
+
+
+@_rule(getattr)
+def _getattr_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+                  kwargs: dict[str, Any]) -> Any:
+    try:
+        return interp.load_attr(args[0], args[1])
+    except AttributeError:
+        if len(args) > 2:
+            return args[2]
+        raise
+
+
+@_rule(hasattr)
+def _hasattr_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+                  kwargs: dict[str, Any]) -> Any:
+    try:
+        interp.load_attr(args[0], args[1])
+        return True
+    except AttributeError:
+        return False
+
+
+@_rule(setattr)
+def _setattr_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+                  kwargs: dict[str, Any]) -> Any:
+    interp.store_attr(args[0], args[1], args[2])
+    return None
+
+
+@_rule(print)
+def _print_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+                kwargs: dict[str, Any]) -> Any:
+    raise interp.fail("call to print()", "remove the print, or log outside the compiled "
+                      "function")
+
+
+@_rule(torch.is_grad_enabled)
+def _grad_enabled_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+                       kwargs: dict[str, Any]) -> Any:
+    return torch.is_grad_enabled()
+
+
+BUILTIN_RULES[torch.no_grad] = lambda h, i, f, a, k: torch.no_grad()
+BUILTIN_RULES[torch.enable_grad] = lambda h, i, f, a, k: torch.enable_grad()
+
+
+# Libraries ask whether they are being compiled to pick compile-friendly code paths;
+# during strict capture the answer is yes, as under torch.compile.
+BUILTIN_RULES[torch.compiler.is_compiling] = lambda h, i, f, a, k: True
+BUILTIN_RULES[torch.compiler.is_dynamo_compiling] = lambda h, i, f, a, k: True
+BUILTIN_RULES[torch.compiler.is_exporting] = lambda h, i, f, a, k: False

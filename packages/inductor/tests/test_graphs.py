@@ -1,0 +1,78 @@
+"""Whole-graph behaviours: symbolic sizes (run as extern calls), several graphs in one
+program, outputs that are inputs or views, scalar and empty tensors."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ember.inductor.compile import compile_program
+from ember.runtime.compiled import load_executor
+from ember.runtime.ir import SymbolRange, TensorMeta
+from helpers import compile_and_load, compile_fn, trace
+
+
+def test_symbolic_sizes_run_every_op_eagerly() -> None:
+    p = trace(lambda x: (x.exp() + 1).sum(-1), [torch.randn(4, 6)])
+    for n in p.forward.nodes:
+        if isinstance(n.meta, TensorMeta):
+            n.meta = dataclasses.replace(
+                n.meta, sizes=tuple("s0" if s == 4 else s for s in n.meta.sizes))
+    p.forward.symbols["s0"] = SymbolRange(2, None)
+    compiled, run = compile_and_load(p)
+    assert compiled.metadata["kernels"] == 0
+    assert compiled.metadata["fallbacks"] == {
+        "aten::add.Tensor": 1, "aten::exp.default": 1, "aten::sum.dim_IntList": 1}
+    x = torch.randn(7, 6)
+    torch.testing.assert_close(run(x)[0], (x.exp() + 1).sum(-1))
+
+
+def test_forward_and_backward_graphs_compile_separately() -> None:
+    fwd = trace(lambda x: (x.sigmoid(), x.sigmoid()), [torch.randn(3, 4)])
+    bwd = trace(lambda g, y: torch.ops.aten.sigmoid_backward(g, y),
+                [torch.randn(3, 4), torch.randn(3, 4)])
+    fwd.graphs["backward"] = bwd.forward
+    fwd.signature.outputs["backward"] = bwd.signature.outputs["forward"]
+    fwd.signature.inputs["backward"] = bwd.signature.inputs.get("forward", [])
+    compiled = compile_program(fwd)
+    entries = compiled.metadata["compiled"]["graphs"]  # type: ignore[index]
+    assert set(entries) == {"forward", "backward"}
+    g, y = torch.randn(3, 4), torch.rand(3, 4)
+    (got,) = load_executor(compiled, "backward")([g, y])
+    torch.testing.assert_close(got, g * y * (1 - y))
+
+
+def test_outputs_that_are_inputs_views_or_repeated() -> None:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x * 2
+        return x, y, y, y.t(), y[1:]
+
+    x = torch.randn(3, 4)
+    _, run = compile_fn(f, x)
+    outs = run(x)
+    assert outs[0] is x
+    for got, want in zip(outs, f(x)):
+        torch.testing.assert_close(got, want)
+    assert outs[3].stride() == (1, 4)
+
+
+def test_zero_dim_and_empty_tensors() -> None:
+    x, e = torch.randn(()), torch.randn(0, 5)
+    _, run = compile_fn(lambda x, e: (x * 2 + 1, e.exp(), e.sum(0)), x, e)
+    got = run(x, e)
+    torch.testing.assert_close(got[0], x * 2 + 1)
+    assert got[1].shape == (0, 5)
+    torch.testing.assert_close(got[2], torch.zeros(5))
+
+
+def test_large_shapes_use_parallel_loops() -> None:
+    x = torch.randn(256, 512)
+    compiled, run = compile_fn(lambda x: torch.softmax(x * 3, -1), x)
+    source = next(v for k, v in compiled.files.items() if k.endswith(".cpp")).decode()
+    assert "#pragma omp parallel for" in source
+    torch.testing.assert_close(run(x)[0], torch.softmax(x * 3, -1))
