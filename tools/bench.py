@@ -2,7 +2,7 @@
 
     python tools/bench.py --device cpu --compilers eager,torch,ember --suite quick \\
         [--train] [--json OUT] [--markdown OUT] [--ember-backend eager|aot_eager|inductor] \\
-        [--models a,b] [--dtype float32,bfloat16] [--no-cold]
+        [--models a,b] [--dtype float32,bfloat16] [--mode reduce-overhead] [--no-cold]
 
 For each model, in one process: median time, speedup over eager, compile time (in this
 process, and cold/warm in a fresh subprocess with empty caches unless ``--no-cold``),
@@ -41,6 +41,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--models", help="comma-separated model names (default: the suite)")
     parser.add_argument("--dtype", default="float32",
                         help="comma-separated: float32, float16, bfloat16 (rows per dtype)")
+    parser.add_argument("--mode", default=None,
+                        choices=("default", "reduce-overhead", "max-autotune",
+                                 "max-autotune-no-cudagraphs"),
+                        help="compile mode, passed to torch.compile and Ember alike")
     parser.add_argument("--no-cold", action="store_true",
                         help="skip the cold/warm compile-time subprocesses")
     parser.add_argument("--time-limit", type=float, default=900.0, metavar="S",
@@ -78,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     for dtype in args.dtype_list:
         config = runner.BenchConfig(device, dtype, args.suite, args.train, args.ember_backend,
-                                    cold=not args.no_cold, time_limit_s=args.time_limit)
+                                    cold=not args.no_cold, time_limit_s=args.time_limit,
+                                    mode=args.mode)
         for name in args.model_list:
             t0 = time.perf_counter()
             model_rows = runner.bench_model(name, config, args.compiler_list)
@@ -86,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             states = ", ".join(f"{r.compiler} {r.status}" for r in model_rows)
             print(f"[{time.perf_counter() - start:6.0f}s] {name} ({dtype}): {states} "
                   f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
-    overhead = runner.overhead(args.compiler_list, device, args.ember_backend)
+    overhead = runner.overhead(args.compiler_list, device, args.ember_backend, args.mode)
     meta = report.environment(device)
     meta.update(suite=args.suite, mode="train" if args.train else "inference",
-                ember_backend=args.ember_backend, wall_s=f"{time.perf_counter() - start:.0f}")
+                compile_mode=args.mode or "default", ember_backend=args.ember_backend, wall_s=f"{time.perf_counter() - start:.0f}")
     print()
     print(" ".join(f"{k}={v}" for k, v in meta.items() if k != "command"))
     print(report.table(rows))

@@ -86,9 +86,11 @@ def read(path: Path = CSV_PATH) -> dict[tuple[str, str], Outcome]:
 
 
 def write(outcomes: list[Outcome], path: Path = CSV_PATH) -> None:
-    """Write the table (sorted by model then backend order)."""
-    order = {b: i for i, b in enumerate(compilers.EMBER_BACKENDS)}
-    rows = sorted(outcomes, key=lambda o: (o.model, order.get(o.backend, len(order))))
+    """Write the table, in the zoo's model order, then backend order."""
+    models = {m: i for i, m in enumerate(zoo.names())}
+    backends = {b: i for i, b in enumerate(compilers.EMBER_BACKENDS)}
+    rows = sorted(outcomes, key=lambda o: (models.get(o.model, len(models)), o.model,
+                                           backends.get(o.backend, len(backends))))
     with open(path, "w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(FIELDS)

@@ -35,6 +35,7 @@ class ColdJob:
     dtype: str
     suite: str
     train: bool
+    mode: str | None = None
 
 
 def measure(job: ColdJob, timeout_s: float = 600.0) -> dict[str, object]:
@@ -88,7 +89,7 @@ def _first_call_seconds(job: ColdJob) -> float:
     module, inputs = zoo.get(job.model).make(device, getattr(torch, job.dtype), job.suite)
     compilers.reset(job.compiler)
     start = time.perf_counter()
-    step = make_step(job.compiler, module, inputs, job.train, job.ember_backend)
+    step = make_step(job.compiler, module, inputs, job.train, job.ember_backend, job.mode)
     step()
     synchronize(device)
     return time.perf_counter() - start

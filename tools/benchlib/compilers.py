@@ -48,9 +48,11 @@ def reset(compiler: str) -> None:
             pass
 
 
-def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "inductor"
-               ) -> Callable[..., Any]:
+def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "inductor",
+               mode: str | None = None) -> Callable[..., Any]:
     """``fn`` compiled by ``compiler`` (lazily: compilers compile on the first call).
+    ``mode`` (``None``, ``"reduce-overhead"``, ``"max-autotune"``, ...) goes to both
+    torch.compile and Ember, which mirror each other.
 
     Raises:
         ValueError: unknown compiler.
@@ -59,11 +61,13 @@ def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "indu
     if compiler == "eager":
         return fn
     if compiler == "torch":
-        return torch.compile(fn)
+        return torch.compile(fn, mode=mode)
     if compiler == "ember":
         import ember.frontend
 
-        compiled: Callable[..., Any] = ember.frontend.compile(fn, backend=ember_backend)
+        compiled: Callable[..., Any] = ember.frontend.compile(
+            fn, backend=ember_backend, mode=mode
+        )
         return compiled
     raise ValueError(f"unknown compiler {compiler!r}; expected one of {COMPILERS}")
 

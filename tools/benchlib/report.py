@@ -28,7 +28,8 @@ def environment(device: torch.device) -> dict[str, str]:
     if device.type == "cuda":
         device_name = torch.cuda.get_device_name(device)
     else:
-        device_name = f"{_cpu_name()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}"
+        threads = torch.get_num_threads()
+        device_name = f"{_cpu_name()}, {os.cpu_count()} cores, torch threads {threads}"
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "python": platform.python_version(),
@@ -62,6 +63,11 @@ def _fmt(value: Any, spec: str, suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}"
 
 
+def _memory(mib: float | None) -> str:
+    # Peak memory is measured on CUDA only; "n/a" says it was not measured, not zero.
+    return "n/a" if mib is None else f"{mib:.0f} MiB"
+
+
 def _time(ms: float | None) -> str:
     if ms is None:
         return "-"
@@ -70,7 +76,7 @@ def _time(ms: float | None) -> str:
     return f"{ms:.2f}ms" if ms < 1000 else f"{ms / 1e3:.2f}s"
 
 
-COLUMNS = ("model", "compiler", "time", "speedup", "compile", "cold", "warm", "accuracy",
+COLUMNS = ("model", "dtype", "compiler", "time", "speedup", "compile", "cold", "warm", "accuracy",
            "graphs", "breaks", "kernels", "fallbacks", "peak mem")
 
 
@@ -80,22 +86,23 @@ def _cells(rows: list[Row]) -> tuple[list[list[str]], list[str]]:
     notes: list[str] = []
     previous = None
     for row in rows:
-        model = "" if row.model == previous else row.model
-        previous = row.model
+        first = (row.model, row.dtype) != previous
+        model, dtype = (row.model, row.dtype) if first else ("", "")
+        previous = (row.model, row.dtype)
         if row.status == "fail_to_run":
-            lines.append([model, row.compiler, "FAILED"] + [""] * (len(COLUMNS) - 3))
-            notes.append(f"{row.model} / {row.compiler}: {row.error}")
+            lines.append([model, dtype, row.compiler, "FAILED"] + [""] * (len(COLUMNS) - 4))
+            notes.append(f"{row.model} {row.dtype} / {row.compiler}: {row.error}")
             continue
         lines.append([
-            model, row.compiler, _time(row.time_ms), _fmt(row.speedup, ".2f", "x"),
+            model, dtype, row.compiler, _time(row.time_ms), _fmt(row.speedup, ".2f", "x"),
             _fmt(row.compile_s, ".1f", "s"), _fmt(row.cold_compile_s, ".1f", "s"),
             _fmt(row.warm_compile_s, ".1f", "s"), row.accuracy or "-",
             _fmt(row.graphs, "d"), _fmt(row.graph_breaks, "d"), _fmt(row.kernels, "d"),
-            _fmt(row.fallbacks, "d"), _fmt(row.peak_memory_mb, ".0f", " MiB"),
+            _fmt(row.fallbacks, "d"), _memory(row.peak_memory_mb),
         ])
         for extra in (row.accuracy_detail, row.error):
             if extra:
-                notes.append(f"{row.model} / {row.compiler}: {extra}")
+                notes.append(f"{row.model} {row.dtype} / {row.compiler}: {extra}")
     return lines, notes
 
 

@@ -52,8 +52,8 @@ class Row:
 @dataclass(frozen=True)
 class BenchConfig:
     """What to run: device, dtype, suite, training or inference, Ember's backend, whether
-    to measure cold/warm compile time in subprocesses, and the time limit of each phase
-    (compile + accuracy; timing) of one model, in seconds."""
+    to measure cold/warm compile time in subprocesses, the time limit of each phase
+    (compile + accuracy; timing) of one model in seconds, and the compile ``mode``."""
 
     device: torch.device
     dtype: torch.dtype
@@ -62,6 +62,7 @@ class BenchConfig:
     ember_backend: str = "inductor"
     cold: bool = True
     time_limit_s: float | None = 900.0
+    mode: str | None = None
 
 
 def describe(exc: BaseException) -> str:
@@ -99,11 +100,12 @@ class Step:
 
 
 def make_step(compiler: str, module: torch.nn.Module, inputs: tuple[Any, ...], train: bool,
-              ember_backend: str) -> Step:
+              ember_backend: str, mode: str | None = None) -> Step:
     """Compile ``module`` with ``compiler`` and wrap it as a :class:`Step`."""
     if train:
         module.train()
-    return Step(compilers.compile_fn(compiler, module, ember_backend), module, inputs, train)
+    compiled = compilers.compile_fn(compiler, module, ember_backend, mode)
+    return Step(compiled, module, inputs, train)
 
 
 def bench_model(name: str, config: BenchConfig, compiler_names: list[str]) -> list[Row]:
@@ -162,7 +164,8 @@ def _prepare(name: str, dtype_name: str, compiler: str, base: torch.nn.Module,
     phase = "compile"
     try:
         compilers.reset(compiler)
-        step = make_step(compiler, module, inputs, config.train, config.ember_backend)
+        step = make_step(compiler, module, inputs, config.train, config.ember_backend,
+                         config.mode)
         start = time.perf_counter()
         with time_limit(config.time_limit_s, f"compiling {name} with {row.compiler}"):
             observed = accuracy.observe(step.compiled, module, inputs, config.train)
@@ -187,7 +190,7 @@ def _prepare(name: str, dtype_name: str, compiler: str, base: torch.nn.Module,
 def _measure_cold(row: Row, name: str, config: BenchConfig) -> None:
     compiler = "ember" if row.compiler.startswith("ember") else row.compiler
     job = coldstart.ColdJob(name, compiler, config.ember_backend, str(config.device),
-                            row.dtype, config.suite, config.train)
+                            row.dtype, config.suite, config.train, config.mode)
     measured = coldstart.measure(job)
     if "error" in measured:
         row.error = f"cold compile: {measured['error']}"
@@ -201,8 +204,8 @@ def tiny_function(x: torch.Tensor) -> torch.Tensor:
     return x + 1
 
 
-def overhead(compiler_names: list[str], device: torch.device, ember_backend: str
-             ) -> dict[str, float | str]:
+def overhead(compiler_names: list[str], device: torch.device, ember_backend: str,
+             mode: str | None = None) -> dict[str, float | str]:
     """Per-call host overhead of each compiler's compiled :func:`tiny_function`, in µs
     (or the error that stopped it)."""
     results: dict[str, float | str] = {}
@@ -211,7 +214,7 @@ def overhead(compiler_names: list[str], device: torch.device, ember_backend: str
         key = compilers.label(compiler, ember_backend)
         try:
             compilers.reset(compiler)
-            fn = compilers.compile_fn(compiler, tiny_function, ember_backend)
+            fn = compilers.compile_fn(compiler, tiny_function, ember_backend, mode)
             with torch.no_grad():
                 results[key] = timing.per_call_overhead_us(functools.partial(fn, x), device)
         except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row

@@ -9,7 +9,9 @@ import torch
 from benchlib import accuracy
 
 
-def _reference(dtype: torch.dtype = torch.float32, seed: int = 0) -> tuple[accuracy.Reference, torch.Tensor]:
+def _reference(
+    dtype: torch.dtype = torch.float32, seed: int = 0
+) -> tuple[accuracy.Reference, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     exact = torch.randn(1000, generator=gen, dtype=torch.float64)
     eager = (exact + 1e-6 * torch.randn(1000, generator=gen, dtype=torch.float64)).to(dtype)

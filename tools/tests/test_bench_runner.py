@@ -13,8 +13,8 @@ from benchlib import accuracy_table, coldstart, compilers, report, runner
 CPU = torch.device("cpu")
 
 
-def _config(**kw: object) -> runner.BenchConfig:
-    return runner.BenchConfig(CPU, torch.float32, "test", cold=False, **kw)  # type: ignore[arg-type]
+def _config(train: bool = False) -> runner.BenchConfig:
+    return runner.BenchConfig(CPU, torch.float32, "test", train=train, cold=False)
 
 
 def test_eager_row_is_the_baseline() -> None:
@@ -29,10 +29,10 @@ def test_a_failing_compiler_is_recorded_and_the_run_goes_on(
 ) -> None:
     real = compilers.compile_fn
 
-    def broken(compiler, fn, ember_backend="inductor"):  # type: ignore[no-untyped-def]
+    def broken(compiler, fn, ember_backend="inductor", mode=None):  # type: ignore[no-untyped-def]
         if compiler == "ember":
             raise RuntimeError("boom\nsecond line")
-        return real(compiler, fn, ember_backend)
+        return real(compiler, fn, ember_backend, mode)
 
     monkeypatch.setattr(compilers, "compile_fn", broken)
     rows = runner.bench_model("pointwise", _config(), ["eager", "ember"])
@@ -40,13 +40,14 @@ def test_a_failing_compiler_is_recorded_and_the_run_goes_on(
     assert rows[1].error == "compile: RuntimeError: boom"
     assert rows[1].compiler == "ember[inductor]"
     text = report.table(rows)
-    assert "FAILED" in text and "pointwise / ember[inductor]: compile: RuntimeError: boom" in text
+    assert "FAILED" in text
+    assert "pointwise float32 / ember[inductor]: compile: RuntimeError: boom" in text
 
 
 def test_a_wrong_compiler_fails_accuracy_but_is_still_timed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def off_by_one(compiler, fn, ember_backend="inductor"):  # type: ignore[no-untyped-def]
+    def off_by_one(compiler, fn, ember_backend="inductor", mode=None):  # type: ignore[no-untyped-def]
         return lambda *args: fn(*args) + 1.0
 
     monkeypatch.setattr(compilers, "compile_fn", off_by_one)
@@ -86,7 +87,7 @@ def test_json_is_strict_and_complete(tmp_path: Path) -> None:
     data = json.loads(out.read_text())  # strict: inf written as a string
     assert data["rows"][0]["rmse_ratio"] == "inf"
     assert data["overhead_us"] == {"torch": 12.5} and data["meta"]["suite"] == "test"
-    assert "| m | torch | 1.00ms |" in report.markdown_table(rows)
+    assert "| m | float32 | torch | 1.00ms |" in report.markdown_table(rows)
 
 
 def test_command_line_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,8 +108,9 @@ def test_command_line_rejects_unknown_names() -> None:
         bench.parse_args(["--models", "nope"])
     with pytest.raises(SystemExit):
         bench.parse_args(["--compilers", "eager,jax"])
-    args = bench.parse_args(["--compilers", "ember,eager", "--dtype", "float32,bfloat16"])
-    assert args.compiler_list == ["eager", "ember"]
+    args = bench.parse_args(["--compilers", "ember,eager", "--dtype", "float32,bfloat16",
+                             "--mode", "reduce-overhead"])
+    assert args.compiler_list == ["eager", "ember"] and args.mode == "reduce-overhead"
     assert args.dtype_list == [torch.float32, torch.bfloat16]
 
 
@@ -139,14 +141,14 @@ def test_markdown_section_names_command_versions_and_overhead(tmp_path: Path) ->
     report.write_markdown(out, meta, rows, {"eager": 3.0, "torch": "RuntimeError: x"})
     text = out.read_text()
     assert f"torch {torch.__version__}" in text and "suite quick, inference" in text
-    assert "| mlp | eager | 2.00ms | 1.00x |" in text
+    assert "| mlp | float32 | eager | 2.00ms | 1.00x |" in text
     assert "- eager: 3.0 us" in text and "- torch: FAILED RuntimeError: x" in text
 
 
 def test_a_hanging_compile_is_cut_off_and_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     import time as time_module
 
-    def hangs(compiler, fn, ember_backend="inductor"):  # type: ignore[no-untyped-def]
+    def hangs(compiler, fn, ember_backend="inductor", mode=None):  # type: ignore[no-untyped-def]
         def compiled(*args):  # type: ignore[no-untyped-def]
             while True:
                 time_module.sleep(0.01)
@@ -159,3 +161,11 @@ def test_a_hanging_compile_is_cut_off_and_recorded(monkeypatch: pytest.MonkeyPat
     assert row.status == "fail_to_run"
     assert row.error == ("compile: PhaseTimeout: compiling rms_norm with ember[inductor] "
                          "took longer than 0.3 s")
+
+
+def test_cuda_without_a_gpu_is_refused_clearly(capsys: pytest.CaptureFixture[str]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--device", "cuda", "--suite", "full"])
+    assert "no CUDA device is available" in capsys.readouterr().err

@@ -81,3 +81,36 @@ def test_interleaved_timing_round_robins_and_reports_failures() -> None:
     assert isinstance(results["a"], float) and isinstance(results["c"], float)
     # warm-up a, b (fails, dropped), c; then three rounds of a, c
     assert order == ["a", "b", "c", "a", "c", "a", "c", "a", "c"]
+
+
+def test_interleaved_timing_on_cuda_uses_device_timing_per_function(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    timed: list[str] = []
+
+    def fake_median(fn, device, **kw):  # type: ignore[no-untyped-def]
+        assert device.type == "cuda"
+        fn()
+        return 0.001 * len(timed)
+
+    monkeypatch.setattr(timing, "median_seconds", fake_median)
+
+    def boom() -> None:
+        raise RuntimeError("illegal memory access")
+
+    results = timing.interleaved_median_seconds(
+        {"eager": lambda: timed.append("eager"), "bad": boom,
+         "torch": lambda: timed.append("torch")},
+        torch.device("cuda"),
+    )
+    assert timed == ["eager", "torch"]
+    assert results["eager"] == 0.001 and results["torch"] == 0.002
+    assert isinstance(results["bad"], RuntimeError)
+
+
+def test_synchronize_waits_only_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[object] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    timing.synchronize(torch.device("cpu"))
+    timing.synchronize(torch.device("cuda", 0))
+    assert calls == [torch.device("cuda", 0)]

@@ -5,11 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-
 from aot_capture import capture
-from ember.runtime.ir import Program, print_graph
-
 from ember.aot.functionalize import functionalize
+from ember.runtime.ir import Program, print_graph
 
 
 def _text(program: Program) -> str:

@@ -350,3 +350,21 @@ def test_write_into_a_fresh_python_tensor_is_fine() -> None:
     _, run = compile_fn(fn, _f32(3))
     x = _f32(3)
     torch.testing.assert_close(run([x])[0], fn(x))
+
+
+def test_earlier_input_that_is_a_view_of_a_later_one() -> None:
+    base = _f32(3, 4)
+    _, run = compile_fn(_write_one_read_other, base[1], base)
+    fresh = _f32(3, 4)
+    eager, compiled = fresh.clone(), fresh.clone()
+    expected = _write_one_read_other(eager[1], eager)
+    got = run([compiled[1], compiled])
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e)
+    torch.testing.assert_close(compiled, eager)
+
+
+def test_partly_overlapping_written_inputs_are_refused() -> None:
+    base = _f32(6)
+    with pytest.raises(IRFormatError, match="partly overlap"):
+        compile_fn(_write_one_read_other, base[:4], base[2:])

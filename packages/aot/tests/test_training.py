@@ -214,3 +214,12 @@ def test_backward_executor_is_built_on_first_backward_only() -> None:
     run([x, *state])[0].sum().backward()
     run([x, *state])[0].sum().backward()
     assert built == ["forward", "backward"]
+
+
+def test_backward_nodes_carry_the_forward_source_line() -> None:
+    program, _ = compile_module(TransformerBlock(), torch.randn(2, 6, 32))
+    calls = program.graphs["backward"].calls()
+    from_forward = [n for n in calls if n.source is not None
+                    and n.source.function == "forward" and n.source.file == __file__]
+    # every backward op but the gradient accumulations autograd adds itself
+    assert len(from_forward) >= 0.8 * len(calls), [str(n.source) for n in calls]

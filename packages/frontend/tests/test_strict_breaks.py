@@ -191,7 +191,7 @@ def test_explain_reports_graphs_breaks_guards(capsys):
     assert out.graph_count == 2 and out.break_count == 1
     assert out.ops_per_graph == [1, 1]
     assert out.breaks[0].location.line == _line_of("print")
-    assert "L['x']: Tensor float32[3]" in out.guards
+    assert "x.dtype == torch.float32 and x.shape == (3,)" in out.guards
     assert "Graph break count: 1" in str(out)
 
 
@@ -315,3 +315,46 @@ def test_unsupported_bytecode_runs_the_function_eagerly():
     assert compiled.stats.eager_fallback_calls == 2
     with pytest.raises(FullGraphError, match="MATCH_KEYS"):
         strict(fn, fullgraph=True)(x, {})
+
+
+def test_dead_locals_after_a_break_are_not_guarded(capsys):
+    def fn(x, n):
+        for i in range(n):
+            x = x + i
+        print("done")
+        return x * 2
+
+    compiled = strict(fn)
+    x = torch.randn(3)
+    for n in (2, 3):
+        torch.testing.assert_close(compiled(x, n), fn(x, n))
+    # n and i are dead after the print: the segment after it is reused for n=3
+    assert compiled.stats.compiles == 3 and compiled.stats.cache_hits == 1
+    later = [s for ip, segs in compiled.segments.items() if ip != 0 for s in segs]
+    assert len(later) == 1
+    assert all("n" != g.source.expr() for g in later[0].guards.guards if g.source)
+
+
+class _NoisyBag:
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        print("iterating")
+        for item in self.items:
+            yield item * 2
+
+
+def test_break_inside_an_inlined_iter_runs_the_loop_for_real(capsys):
+    def fn(x, bag):
+        y = x + 1
+        for t in bag:
+            y = y + t
+        return y
+
+    x, bag = torch.randn(3), _NoisyBag([torch.randn(3) for _ in range(2)])
+    compiled = strict(fn)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x, bag), fn(x, bag))
+    assert capsys.readouterr().out.count("iterating") == 4
+    assert compiled.breaks[0].reason == "call to print()"

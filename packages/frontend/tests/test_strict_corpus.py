@@ -246,7 +246,7 @@ class DictNet(nn.Module):
 
     def forward(self, inputs):
         x = inputs["x"]
-        for name, layer in self.layers.items():
+        for name, layer in self.layers.items():  # noqa: PERF102 - tests items()
             x = layer(x)
         return {"out": x, "n": len(self.layers)}
 
@@ -380,7 +380,7 @@ def c_dict_manip(x):
     d["b"] = x * 2
     d.update(c=x * 3)
     out = 0
-    for k, v in d.items():
+    for k, v in d.items():  # noqa: PERF102 - tests items()
         out = out + v
     return out, sorted(d.keys())
 

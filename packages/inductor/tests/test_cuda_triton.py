@@ -23,7 +23,9 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
 ]
 
-TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 1e-2}
+# bf16 chains of transcendental ops (chain10) amplify one-ulp differences between
+# libdevice and eager CUDA math: a looser bf16 tolerance than the CPU op tests.
+TOL = {torch.float32: 1e-4, torch.bfloat16: 5e-2, torch.float16: 1e-2}
 
 
 def _run(fn: Callable[..., Any], xs: list[torch.Tensor]) -> tuple[Any, list[torch.Tensor]]:

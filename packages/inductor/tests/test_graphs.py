@@ -76,3 +76,39 @@ def test_large_shapes_use_parallel_loops() -> None:
     source = next(v for k, v in compiled.files.items() if k.endswith(".cpp")).decode()
     assert "#pragma omp parallel for" in source
     torch.testing.assert_close(run(x)[0], torch.softmax(x * 3, -1))
+
+
+def test_reductions_over_a_strided_dim_with_tile_tails() -> None:
+    # the last outer size (37) is not a multiple of the C++ tile; the reduction over
+    # dim 0 reads memory with a stride, so the kernel reduces a tile of columns at once
+    x = torch.randn(50, 37)
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (x.sum(0), torch.softmax(x, 0), x.argmax(0), x.var(0), x - x.amax(0))
+
+    compiled, run = compile_fn(f, x)
+    source = next(v for k, v in compiled.files.items() if k.endswith(".cpp")).decode()
+    assert "xt += 16" in source
+    for got, want in zip(run(x), f(x)):
+        torch.testing.assert_close(got, want)
+
+
+def test_fused_rms_norm_node_built_by_hand() -> None:
+    # CPU traces decompose _fused_rms_norm (CUDA keeps it), so build the node directly.
+    from ember.runtime.ir import Graph, Node, Program, ValueRef
+
+    x, w = torch.randn(4, 6), torch.randn(6)
+    out, rstd = torch.ops.aten._fused_rms_norm.default(x, [6], w, 1e-5)
+    graph = Graph([
+        Node("x", "placeholder", "x", meta=TensorMeta.of(x)),
+        Node("w", "placeholder", "w", meta=TensorMeta.of(w)),
+        Node("n", "call", "aten::_fused_rms_norm.default",
+             (ValueRef("x"), (6,), ValueRef("w"), 1e-5),
+             meta=(TensorMeta.of(out), TensorMeta.of(rstd))),
+        Node("out", "output", "output", ((ValueRef("n", 0), ValueRef("n", 1)),)),
+    ])
+    compiled, run = compile_and_load(Program({"forward": graph}, dialect="core-functional"))
+    assert compiled.metadata["fallbacks"] == {} and compiled.metadata["kernels"] == 1
+    got = run(x, w)
+    torch.testing.assert_close(got[0], out)
+    torch.testing.assert_close(got[1], rstd)

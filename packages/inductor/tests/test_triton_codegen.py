@@ -229,3 +229,43 @@ def test_split_column_reduction_matches_eager(monkeypatch: pytest.MonkeyPatch) -
     x = torch.randn(4096, 40)
     src = _check(lambda x: (x.sum(0), x.amin(0)), x, kernels=1, tol=1e-3)[0]
     assert "_partial(" in src
+
+
+def test_merge_dims_groups_ranges_indexed_as_one_flat_variable() -> None:
+    from ember.inductor.codegen.triton.ranges import linear_form, merge_dims
+    from ember.inductor.loop_ir import floordiv
+
+    a, b, c = Var("a", 4), Var("b", 6), Var("c", 8)
+    contiguous = add(mul(a, 48), mul(b, 8), c)
+    assert linear_form(contiguous) == ({"a": 48, "b": 8, "c": 1}, 0)
+    assert [len(d.vars) for d in merge_dims([a, b, c], [contiguous])] == [3]
+    # a broadcast operand indexed by c alone keeps (a, b) merged but c apart
+    assert [[v.name for v in d.vars] for d in merge_dims([a, b, c], [contiguous, c])] == [
+        ["a", "b"], ["c"]]
+    # a transposed read of (b, c) splits every pair
+    transposed = add(mul(a, 48), mul(c, 6), b)
+    assert len(merge_dims([a, b, c], [contiguous, transposed])) == 3
+    # a variable under // cannot merge
+    assert linear_form(floordiv(contiguous, 3)) is None
+    assert len(merge_dims([a, b, c], [contiguous, floordiv(add(mul(b, 8), c), 3)])) == 3
+
+
+@pytest.mark.parametrize("op,dtype,expected", [
+    ("sum", torch.float32, [1.5, -2.0]), ("argmax", torch.int64, [0, 0]),
+    ("any", torch.bool, [True, True]), ("max", torch.float32, [1.5, -2.0]),
+])
+def test_reduce_without_reduction_ranges_is_the_element(op: str, dtype: torch.dtype,
+                                                        expected: list[Any]) -> None:
+    from ember.inductor.loop_ir import Reduce
+    from ember.runtime.compiled.triton_launcher import load_kernel
+
+    x0 = Var("x0", 2)
+    k = Kernel("k", (x0,), (), (Load("v0", "a", x0, torch.float32),
+                                Reduce("v1", op, "v0", dtype), Store("out", x0, "v1")),
+               (Buffer("a", torch.float32, (2,), (1,)), Buffer("out", dtype, (2,), (1,))))
+    code = generate_triton_kernel(k)
+    fn = load_kernel({"name": "k", "entry": code.name, "source": "k.py", "meta": code.meta()},
+                     {"k.py": code.source.encode()})
+    out = torch.empty(2, dtype=dtype)
+    fn(torch.tensor([1.5, -2.0]), out)
+    assert out.tolist() == expected

@@ -14,7 +14,7 @@ from torch._decomp import decomposition_table as _all_decompositions  # every re
 from torch.utils._python_dispatch import TorchDispatchMode  # a Python dispatch hook
 
 __all__ = [
-    "TorchDispatchMode", "decomposition_table_for_core_aten", "has_composite_implicit_kernel",
+    "TorchDispatchMode", "current_autograd_node", "decomposition_table_for_core_aten", "has_composite_implicit_kernel",
     "is_core_op",
 ]
 
@@ -53,6 +53,11 @@ def decomposition_table_for_core_aten(
         if isinstance(op, torch._ops.OpOverload) and op in _all_decompositions:
             table.setdefault(op, _all_decompositions[op])
     return table
+
+
+def current_autograd_node() -> Any:
+    """The autograd graph node whose backward is running now (None outside backward)."""
+    return torch._C._current_autograd_node()
 
 
 def _qualified(op: torch._ops.OpOverload) -> str:

@@ -70,6 +70,8 @@ class _Functionalizer:
     def __init__(self, graph: Graph, input_aliases: dict[str, dict[str, Any]]) -> None:
         self.source = graph
         self.input_aliases = input_aliases
+        # groups of inputs that partly overlap in memory (no member covers the others)
+        self.partial_overlaps: list[list[str]] = []
         self.b = GraphBuilder()
         self.alias: dict[ValueRef, _Alias] = {}
         self.storages: list[_Storage] = []
@@ -133,6 +135,10 @@ class _Functionalizer:
     def run(self) -> FunctionalGraph:
         for node in self.source.nodes:
             self._record_meta(node)
+        self.visit_placeholders(self.source.placeholders)
+        for node in self.source.nodes:
+            if node.op == "placeholder":
+                continue
             if node.op == "output":
                 return self.finish(node)
             getattr(self, f"visit_{node.op}")(node)
@@ -158,29 +164,37 @@ class _Functionalizer:
             return [ValueRef(node.name, i) for i in range(len(node.meta))]
         return [ValueRef(node.name)]
 
-    def visit_placeholder(self, node: Node) -> None:
-        new = self._copy(node, (), {})
-        alias = self.input_aliases.get(node.name)
-        if alias is None:
-            self.new_storage(ValueRef(node.name), new, root=node.name)
-            return
-        # NOTE: this input shares memory with an earlier one (recorded at capture): it is
-        # read as a view of that input's storage, so writes through either are seen by
-        # both, and the copy-back goes to the earlier input.
-        base = ValueRef(str(alias["base"]))
-        base_meta, meta = self.meta.get(base), node.meta
-        if not isinstance(base_meta, TensorMeta) or not isinstance(meta, TensorMeta):
-            raise IRFormatError(f"input {node.name} aliases {base.node}, which is not a tensor")
-        base_alias = self.alias[base]
-        same = (tuple(meta.sizes), tuple(meta.strides), meta.storage_offset) == (
-            tuple(base_meta.sizes), tuple(base_meta.strides), base_meta.storage_offset)
-        if same:
-            self.alias[ValueRef(node.name)] = base_alias
-            return
-        assert isinstance(meta.storage_offset, int) and isinstance(base_meta.storage_offset, int)
-        step = ViewStep("aten::as_strided.default", (tuple(meta.sizes), tuple(meta.strides)),
-                        relative_offset=meta.storage_offset - base_meta.storage_offset)
-        self.alias[ValueRef(node.name)] = _Alias(base_alias.storage, base_alias.chain + (step,))
+    def visit_placeholders(self, placeholders: list[Node]) -> None:
+        """Copy the placeholders and give each a storage. Inputs that shared memory at
+        capture (``input_aliases``) share one storage, rooted at the member whose memory
+        covers the others': the rest are ``as_strided`` views of it, so writes through
+        any of them are seen by all and copied back into the root."""
+        metas = {p.name: p.meta for p in placeholders}
+        root_of: dict[str, str] = {}
+        for group in _alias_groups(self.input_aliases, list(metas)):
+            root = _covering_member(group, metas)
+            if root is None:
+                self.partial_overlaps.append(group)
+            else:
+                root_of.update({name: root for name in group})
+        for node in placeholders:
+            new = self._copy(node, (), {})
+            if root_of.get(node.name, node.name) == node.name:
+                self.new_storage(ValueRef(node.name), new, root=node.name)
+        for node in placeholders:
+            root = root_of.get(node.name, node.name)
+            if root == node.name:
+                continue
+            meta, root_meta = metas[node.name], metas[root]
+            assert isinstance(meta, TensorMeta) and isinstance(root_meta, TensorMeta)
+            root_alias = self.alias[ValueRef(root)]
+            if _layout(meta) == _layout(root_meta):
+                self.alias[ValueRef(node.name)] = root_alias
+                continue
+            step = ViewStep("aten::as_strided.default", (tuple(meta.sizes), tuple(meta.strides)),
+                            relative_offset=int(meta.storage_offset)
+                            - int(root_meta.storage_offset))
+            self.alias[ValueRef(node.name)] = _Alias(root_alias.storage, (step,))
 
     def visit_constant(self, node: Node) -> None:
         new = self._copy(node, node.args, dict(node.kwargs))
@@ -265,6 +279,12 @@ class _Functionalizer:
                     spec = OutputSpec(OutputKind.ALIASED_OUTPUT, info["base"])
                     aliased.append(info)
             specs.append(spec)
+        written = {s.root for s in self.storages if s.root is not None and s.version > 0}
+        for group in self.partial_overlaps:
+            if written & set(group):
+                raise IRFormatError(
+                    f"inputs {', '.join(group)} partly overlap in memory and the program "
+                    "writes one of them; the aot stage cannot express that aliasing")
         for storage in self.storages:
             if storage.constant is not None and storage.version > 0:
                 raise IRFormatError(
@@ -307,6 +327,55 @@ class _Functionalizer:
             "storage_offset": int(meta.storage_offset) - int(base_meta.storage_offset),
             "base_strides": [int(s) for s in base_meta.strides],
         }
+
+
+def _alias_groups(aliases: dict[str, dict[str, Any]], order: list[str]) -> list[list[str]]:
+    """Inputs linked by ``aliases`` (input -> its earlier base), grouped, in ``order``."""
+    parent = {name: name for name in order}
+
+    def find(name: str) -> str:
+        while parent[name] != name:
+            name = parent[name]
+        return name
+
+    for name, info in aliases.items():
+        base = str(info.get("base"))
+        if name in parent and base in parent:
+            parent[find(name)] = find(base)
+    groups: dict[str, list[str]] = {}
+    for name in order:
+        groups.setdefault(find(name), []).append(name)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _layout(meta: TensorMeta) -> tuple[object, ...]:
+    return tuple(meta.sizes), tuple(meta.strides), meta.storage_offset
+
+
+def _element_range(meta: TensorMeta) -> tuple[int, int]:
+    """First and one-past-last storage element a tensor touches."""
+    start = int(meta.storage_offset)
+    extent = sum((int(n) - 1) * int(s) for n, s in zip(meta.sizes, meta.strides))
+    return start, start + extent + 1
+
+
+def _covering_member(group: list[str], metas: dict[str, Any]) -> str | None:
+    """The member (first in order) that is dense and whose memory holds every other
+    member's, or None: only then can the others be read as views of it."""
+    if any(not isinstance(metas[n], TensorMeta) for n in group):
+        return None
+    for candidate in group:
+        meta = metas[candidate]
+        lo, hi = _element_range(meta)
+        numel = 1
+        for n in meta.sizes:
+            numel *= int(n)
+        if numel != hi - lo:
+            continue  # not dense: it has holes another member may fill
+        if all(lo <= _element_range(metas[o])[0] and _element_range(metas[o])[1] <= hi
+               for o in group):
+            return candidate
+    return None
 
 
 def functionalize_graph(graph: Graph,

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember.aot._torch import TorchDispatchMode, has_composite_implicit_kernel
+from ember.aot._torch import (
+    TorchDispatchMode,
+    current_autograd_node,
+    has_composite_implicit_kernel,
+)
+
+# The key under which a forward node's source location rides on its autograd node.
+_SOURCE_KEY = "ember_source"
 from ember.runtime.interpreter import Interpreter
 from ember.runtime.ir import (
     Graph,
@@ -23,6 +30,7 @@ from ember.runtime.ir import (
     OutputKind,
     OutputSpec,
     Program,
+    SourceLocation,
     TensorMeta,
 )
 from ember.runtime.tracing import GraphRecorder
@@ -68,6 +76,30 @@ def _detach_where_captured_without_grad(result: Any, meta: Any) -> Any:
     return result
 
 
+def _tag_autograd_nodes(result: Any, source: SourceLocation | None) -> None:
+    """Remember on the autograd nodes of ``result`` which user line made them, so the
+    backward ops they run are recorded with that line (see :class:`_BackwardSourceMode`)."""
+    values = result if isinstance(result, (tuple, list)) else (result,)
+    for value in values:
+        grad_fn = getattr(value, "grad_fn", None) if isinstance(value, torch.Tensor) else None
+        if grad_fn is not None and source is not None:
+            grad_fn.metadata.setdefault(_SOURCE_KEY, source)
+
+
+class _BackwardSourceMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """While ``torch.autograd.grad`` runs, tells the recorder the source line of the
+    forward op whose backward is running."""
+
+    def __init__(self, recorder: GraphRecorder) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        node = current_autograd_node()
+        self.recorder.set_source(node.metadata.get(_SOURCE_KEY) if node is not None else None)
+        return func(*args, **(kwargs or {}))
+
+
 _RESHAPING_VIEWS = frozenset({"aten::view.default", "aten::_unsafe_view.default"})
 
 
@@ -96,6 +128,7 @@ class _SourceKeepingInterpreter(Interpreter):
             result = super().call(node)
         if self.keep_no_grad:
             result = _detach_where_captured_without_grad(result, node.meta)
+            _tag_autograd_nodes(result, node.source)
         return result
 
 
@@ -144,6 +177,12 @@ def _input_metas(graph: Graph) -> list[TensorMeta]:
         if not isinstance(p.meta, TensorMeta):
             raise TypeError(f"placeholder %{p.name} has no tensor metadata; the aot stage "
                             "needs it to re-trace the program")
+        symbolic = [s for s in (*p.meta.sizes, *p.meta.strides, p.meta.storage_offset)
+                    if not isinstance(s, int)]
+        if symbolic:
+            raise NotImplementedError(
+                f"placeholder %{p.name} has symbolic sizes ({', '.join(map(str, symbolic))}); "
+                "the aot stage supports static shapes only for now")
         metas.append(p.meta)
     return metas
 
@@ -205,7 +244,7 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
         grads: tuple[torch.Tensor | None, ...] = ()
         if differentiable and wrt:
             recorder.set_source(None)
-            with recorder, DecomposingMode(table):
+            with recorder, DecomposingMode(table), _BackwardSourceMode(recorder):
                 grads = torch.autograd.grad(
                     [outputs[i] for i in differentiable], [f for _, f in wrt], tangents,
                     allow_unused=True)

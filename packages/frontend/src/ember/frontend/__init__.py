@@ -5,6 +5,10 @@ returns the ``aten``-dialect Program of one call (tracing capture).
 """
 
 from ember.frontend.api import CompiledModule, compile
+from ember.frontend.bytecode import allow_break as allow_break  # allow breaks (fullgraph)
+from ember.frontend.bytecode import disable as disable  # run a function eagerly (a break)
+from ember.frontend.bytecode import explain as explain  # strict mode: graphs, breaks, guards
+from ember.frontend.bytecode import nonstrict as nonstrict  # trace a region by running it
 from ember.frontend.capture_modes import CAPTURE_MODES, CompileRequest, register_capture_mode
 from ember.frontend.compiled import RecompileLimitWarning
 from ember.frontend.stats import CompileStats
@@ -21,7 +25,3 @@ __all__ = [
     "compile",
     "register_capture_mode",
 ]
-from ember.frontend.bytecode import explain  # noqa: E402  strict-mode report
-from ember.frontend.bytecode import disable  # noqa: E402  run a function eagerly
-from ember.frontend.bytecode import nonstrict  # noqa: E402  trace a region by running it
-from ember.frontend.bytecode import allow_break  # noqa: E402  allow named breaks

@@ -22,16 +22,16 @@ from torch.utils._pytree import (  # nested containers <-> flat leaves
 )
 
 __all__ = [
-    "FakeTensor",
     "SUPPORTED_NODES",
-    "global_module_hooks_registered",
-    "is_fake",
+    "FakeTensor",
     "GetAttrKey",
     "KeyPath",
     "MappingKey",
     "SequenceKey",
     "TreeSpec",
     "fake_mode_active",
+    "global_module_hooks_registered",
+    "is_fake",
     "register_pytree_node",
     "tree_flatten",
     "tree_flatten_with_path",

@@ -1,21 +1,130 @@
 """ProgramCallable: a compiled program as a plain function over flat inputs.
 
 It runs the ``forward`` graph through an executor and applies the signature's epilogue:
-outputs labelled MUTATED_INPUT are copied back into the input they belong to and hidden
-from the caller; SAVED_TENSOR outputs (kept for a backward graph) are hidden too.
+
+* outputs labelled MUTATED_INPUT are copied back into the input they belong to (under
+  ``no_grad``) and hidden from the caller;
+* SAVED_TENSOR outputs (kept for a backward graph) are hidden too;
+* outputs labelled ALIASED_OUTPUT are rebuilt as views of the input or output they
+  alias (``program.metadata["aot"]["aliased_outputs"]``), so the caller sees the same
+  aliasing eager torch gives.
+
+A program with a ``backward`` graph runs through :mod:`ember.runtime.autograd` when grad
+mode is on and an input requires grad; otherwise (``torch.no_grad()``, inference) only the
+forward graph runs and the backward graph is never built.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ember.runtime.autograd import TrainingRunner
 from ember.runtime.executor import ExecutorFactory, make_executor
 from ember.runtime.interpreter import bind_inputs
-from ember.runtime.ir import OutputKind, OutputSpec, Program
+from ember.runtime.ir import OutputKind, OutputSpec, Program, TensorMeta
 
 _HIDDEN_KINDS = (OutputKind.MUTATED_INPUT, OutputKind.SAVED_TENSOR)
+
+
+@dataclass(frozen=True)
+class AliasedOutput:
+    """How to rebuild output ``output`` as a view: of input ``base_input`` or of output
+    ``base_output``, with the sizes, strides and storage offset (relative to the base's
+    own offset) eager torch gives it. ``base_strides``: the base's strides at trace time;
+    a base with other strides gets the computed value instead of a view."""
+
+    output: int
+    base_input: int | None
+    base_output: int | None
+    identity: bool
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    storage_offset: int
+    base_strides: tuple[int, ...] | None
+
+    def rebuild(self, base: Any, computed: Any) -> Any:
+        if not isinstance(base, torch.Tensor):
+            return computed
+        if self.identity:
+            return base
+        if self.base_strides is not None and tuple(base.stride()) != self.base_strides:
+            return computed
+        return base.as_strided(self.sizes, self.strides,
+                               base.storage_offset() + self.storage_offset)
+
+
+def _aliased_outputs(program: Program, positions: dict[str, int]) -> list[AliasedOutput]:
+    aot_meta = program.metadata.get("aot")
+    entries = aot_meta.get("aliased_outputs", []) if isinstance(aot_meta, dict) else []
+    result = []
+    for e in entries:
+        kind, base = e["kind"], e["base"]
+        if kind == "input" and base not in positions:
+            raise ValueError(f"aliased output {e['output']} views {base!r}, which is not a "
+                             "placeholder of the forward graph")
+        base_strides = e.get("base_strides")
+        result.append(AliasedOutput(
+            output=int(e["output"]),
+            base_input=positions[base] if kind == "input" else None,
+            base_output=int(base) if kind == "output" else None,
+            identity=bool(e.get("identity", False)),
+            sizes=tuple(int(s) for s in e["sizes"]),
+            strides=tuple(int(s) for s in e["strides"]),
+            storage_offset=int(e["storage_offset"]),
+            base_strides=tuple(int(s) for s in base_strides) if base_strides is not None
+            else None,
+        ))
+    return result
+
+
+@dataclass(frozen=True)
+class InputAlias:
+    """Input ``input`` was captured as a view of input ``base`` (same storage)."""
+
+    input: int
+    base: int
+    strides: tuple[int, ...]
+    relative_offset: int
+
+
+def _declared_input_aliases(program: Program, positions: dict[str, int]) -> list[InputAlias]:
+    declared = program.metadata.get("input_aliases")
+    if not isinstance(declared, dict):
+        return []
+    placeholders = program.forward.placeholders
+    result = []
+    for name, info in declared.items():
+        if name not in positions or info.get("base") not in positions:
+            raise ValueError(f"metadata input_aliases names {name!r} -> {info.get('base')!r}, "
+                             "which are not placeholders of the forward graph")
+        base_meta = placeholders[positions[info["base"]]].meta
+        base_offset = base_meta.storage_offset if isinstance(base_meta, TensorMeta) else 0
+        result.append(InputAlias(positions[name], positions[info["base"]],
+                                 tuple(int(s) for s in info["strides"]),
+                                 int(info["storage_offset"]) - int(base_offset)))
+    return result
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    return bool(sa.nbytes() > 0 and sa.data_ptr() == sb.data_ptr())
+
+
+def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` may share memory (their byte ranges in one storage meet)."""
+    if not _same_storage(a, b) or a.numel() == 0 or b.numel() == 0:
+        return False
+
+    def byte_range(t: torch.Tensor) -> tuple[int, int]:
+        start = int(t.storage_offset()) * t.element_size()
+        extent = sum((int(size) - 1) * int(stride) for size, stride in zip(t.shape, t.stride()))
+        return start, start + (extent + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = byte_range(a), byte_range(b)
+    return a0 < b1 and b0 < a1
 
 
 class ProgramCallable:
@@ -24,11 +133,13 @@ class ProgramCallable:
     ``inputs`` is the flat list of every forward placeholder's value in order (or only
     the user inputs, the parameters/buffers/constants then come from
     ``program.tensors``; see :func:`ember.runtime.interpreter.bind_inputs`). The result
-    is the flat list of user-visible outputs in order.
+    is the flat list of user-visible outputs in order. With a ``backward`` graph the
+    outputs carry autograd history (gradients flow to the inputs that require grad).
 
     Raises (at construction):
-        ValueError: the signature's output specs do not match the graph's outputs, or a
-            MUTATED_INPUT spec names no placeholder.
+        ValueError: the signature's output specs do not match the graph's outputs, a
+            MUTATED_INPUT spec names no placeholder, or the backward graph's interface
+            does not match the forward graph's.
     """
 
     def __init__(
@@ -55,25 +166,75 @@ class ProgramCallable:
                 self._copy_back.append((i, positions[spec.target]))
             if spec.kind not in _HIDDEN_KINDS:
                 self._visible.append(i)
+        self._aliased = _aliased_outputs(program, positions)
+        self._input_aliases = _declared_input_aliases(program, positions)
+        self._mutated = sorted({in_index for _, in_index in self._copy_back})
         self._forward = executor_factory(program, "forward")
+        self._training: TrainingRunner | None = None
+        if "backward" in program.graphs:
+            self._training = TrainingRunner(program, self._forward, executor_factory)
+        self._n_saved = sum(1 for s in specs if s.kind == OutputKind.SAVED_TENSOR)
+
+    def _check_input_aliasing(self, full: list[Any]) -> None:
+        """The program is only right if its inputs share memory exactly as they did at
+        capture: declared aliases must still alias, and no other input may share memory
+        with an input the program writes.
+
+        Raises:
+            RuntimeError: naming the two inputs.
+        """
+        names = [p.name for p in self.program.forward.placeholders]
+        allowed: set[tuple[int, int]] = set()
+        for alias in self._input_aliases:
+            view, base = full[alias.input], full[alias.base]
+            if not (isinstance(view, torch.Tensor) and isinstance(base, torch.Tensor)
+                    and _same_storage(view, base)
+                    and view.storage_offset() - base.storage_offset() == alias.relative_offset
+                    and tuple(view.stride()) == alias.strides):
+                raise RuntimeError(
+                    f"input {names[alias.input]!r} was captured as a view of input "
+                    f"{names[alias.base]!r} but is not one in this call; recompile for "
+                    "these inputs")
+            allowed |= {(alias.input, alias.base), (alias.base, alias.input)}
+        for i in self._mutated:
+            written = full[i]
+            if not isinstance(written, torch.Tensor):
+                continue
+            for j, other in enumerate(full):
+                if j != i and (i, j) not in allowed and isinstance(other, torch.Tensor) \
+                        and _may_overlap(written, other):
+                    raise RuntimeError(
+                        f"input {names[j]!r} shares memory with input {names[i]!r}, which "
+                        "the program writes, but they did not share memory when the program "
+                        "was captured; recompile for these inputs")
+
+    @property
+    def has_backward(self) -> bool:
+        """Whether the program carries a backward graph."""
+        return self._training is not None
 
     def __call__(self, inputs: Sequence[Any]) -> list[Any]:
         full = bind_inputs(self.program, "forward", inputs)
-        outputs = self._forward(full)
-        for out_index, in_index in self._copy_back:
-            _copy_into(full[in_index], outputs[out_index])
+        if self._mutated or self._input_aliases:
+            self._check_input_aliasing(full)
+        if self._training is not None and torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in full
+        ):
+            outputs = self._training.run(full)
+        elif self._training is not None:
+            # NOTE: inference with a training program: no autograd recording, the saved
+            # values are dropped and the backward graph is never built.
+            with torch.no_grad():
+                outputs = self._forward(full)
+            outputs = outputs[: len(outputs) - self._n_saved]
+        else:
+            outputs = self._forward(full)
+        if self._copy_back:
+            with torch.no_grad():
+                for out_index, in_index in self._copy_back:
+                    full[in_index].copy_(outputs[out_index])
+        for alias in self._aliased:
+            base = (full[alias.base_input] if alias.base_input is not None
+                    else outputs[alias.base_output])  # type: ignore[index]
+            outputs[alias.output] = alias.rebuild(base, outputs[alias.output])
         return [outputs[i] for i in self._visible]
-
-
-def _copy_into(destination: torch.Tensor, value: torch.Tensor) -> None:
-    """Write a mutated input's new value back into it.
-
-    NOTE: a destination that does not require grad (a buffer such as batch norm's
-    running_mean) is written under no_grad, as eager torch's in-kernel update does;
-    otherwise copy_ would attach it to the autograd graph of ``value``.
-    """
-    if destination.requires_grad:
-        destination.copy_(value)
-    else:
-        with torch.no_grad():
-            destination.copy_(value)

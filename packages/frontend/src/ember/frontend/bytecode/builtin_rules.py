@@ -182,6 +182,16 @@ BUILTIN_RULES[torch.enable_grad] = lambda h, i, f, a, k: torch.enable_grad()
 
 # Libraries ask whether they are being compiled to pick compile-friendly code paths;
 # during strict capture the answer is yes, as under torch.compile.
-BUILTIN_RULES[torch.compiler.is_compiling] = lambda h, i, f, a, k: True
-BUILTIN_RULES[torch.compiler.is_dynamo_compiling] = lambda h, i, f, a, k: True
-BUILTIN_RULES[torch.compiler.is_exporting] = lambda h, i, f, a, k: False
+def _constant_rule(answer: bool) -> Rule:
+    def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+        return answer
+
+    return rule
+
+
+for _name, _answer in (("is_compiling", True), ("is_dynamo_compiling", True),
+                       ("is_exporting", False)):
+    _query = getattr(torch.compiler, _name, None)  # absent in some torch versions
+    if _query is not None:
+        BUILTIN_RULES[_query] = _constant_rule(_answer)

@@ -33,7 +33,6 @@ import torch
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
-from ember.frontend.bytecode.sources import AttrSource
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.interpreter import (
     MAX_INLINE_DEPTH,
@@ -41,6 +40,7 @@ from ember.frontend.bytecode.interpreter import (
     is_fake_tensor,
 )
 from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.sources import AttrSource
 from torch import nn
 
 _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -83,15 +83,16 @@ class CallHandler:
     """Decides calls for an :class:`~.interpreter.Interpreter`.
 
     Args:
-        break_calls: root-frame call sites (instruction index) that must break, with the
-            break that happened inside the call when it was inlined.
-        compile_callee: in concrete mode, wraps a user function so that it runs compiled.
+        break_calls: root-frame instructions (index) that must break, with the break
+            that happened inside the call they inlined (checked by the interpreter).
+        compile_callee: in concrete mode, ``compile_callee(fn, owner)`` wraps a user
+            function (bound to ``owner`` when not None) so that it runs compiled.
     """
 
     def __init__(
         self,
         break_calls: dict[int, BreakInfo] | None = None,
-        compile_callee: Callable[[Any], Callable[..., Any]] | None = None,
+        compile_callee: Callable[[Any, Any], Callable[..., Any]] | None = None,
     ) -> None:
         self.break_calls = break_calls or {}
         self.compile_callee = compile_callee
@@ -105,12 +106,6 @@ class CallHandler:
             return self._zero_arg_super(frame)
         if not interp.symbolic:
             return self.call_concrete(fn, args, kwargs)
-        if frame.parent is None:
-            info = self.break_calls.get(frame.ip - 1)
-            if info is not None:
-                err = GraphBreak(info.reason, info.hint)
-                err.location = info.location
-                raise err
         return self.call_symbolic(interp, frame, fn, args, kwargs)
 
     def call_concrete(self, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -119,11 +114,11 @@ class CallHandler:
                 forward = fn.forward
                 if isinstance(forward, types.MethodType) and _is_user_function(
                         forward.__func__):
-                    return self.compile_callee(forward.__func__)(fn, *args, **kwargs)
+                    return self.compile_callee(forward.__func__, fn)(*args, **kwargs)
             elif isinstance(fn, types.MethodType) and _is_user_function(fn.__func__):
-                return self.compile_callee(fn.__func__)(fn.__self__, *args, **kwargs)
+                return self.compile_callee(fn.__func__, fn.__self__)(*args, **kwargs)
             elif isinstance(fn, types.FunctionType) and _is_user_function(fn):
-                return self.compile_callee(fn)(*args, **kwargs)
+                return self.compile_callee(fn, None)(*args, **kwargs)
         return fn(*args, **kwargs)
 
     # ---- symbolic -------------------------------------------------------------------------
@@ -164,7 +159,7 @@ class CallHandler:
             return self.inline(interp, frame, fn, args, kwargs, interp.capture.source_of(fn))
         if isinstance(fn, type):
             return self.construct(interp, frame, fn, args, kwargs)
-        call_method = type(fn).__dict__.get("__call__") or getattr(type(fn), "__call__", None)
+        call_method = vars(type(fn)).get("__call__")
         if isinstance(call_method, types.FunctionType):
             # an instance of a class with a Python __call__
             if _is_torch_code(type(fn)):
@@ -305,26 +300,25 @@ class CallHandler:
 
     def call_builtin(self, interp: Any, frame: Frame, fn: Any, args: list[Any],
                      kwargs: dict[str, Any]) -> Any:
+        """A C function or method: tensor methods and torch functions are recorded,
+        container methods and pure modules evaluated, builtins follow their rule."""
         owner = getattr(fn, "__self__", None)
-        name = getattr(fn, "__name__", "")
-        if is_fake_tensor(owner) or (isinstance(owner, types.ModuleType)
-                                     and _is_torch_code(owner) is False
-                                     and owner.__name__.startswith("torch")):
+        module = owner.__name__ if isinstance(owner, types.ModuleType) else (
+            getattr(fn, "__module__", None) or "")
+        if is_fake_tensor(owner):
             return self.record(interp, fn, args, kwargs)
         if isinstance(owner, _CONTAINER_TYPES):
             return self.direct(interp, fn, args, kwargs)
-        rule = BUILTIN_RULES.get(fn)
+        rule = _rule_for(fn)
         if rule is not None:
             return rule(self, interp, frame, args, kwargs)
-        module = getattr(fn, "__module__", None) or getattr(owner, "__name__", "") or ""
         if module in _PURE_MODULES:
             return self.direct(interp, fn, args, kwargs)
-        if isinstance(owner, types.ModuleType):
-            module = owner.__name__
-        if module == "torch" or module.startswith("torch.") or isinstance(
-                fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) and _any_fake(args):
-            if name in _GLOBAL_STATE:
-                raise interp.fail(f"call to torch.{name} (changes global state)")
+        is_tensor_method = isinstance(
+            fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) and _any_fake(args)
+        if module == "torch" or module.startswith("torch.") or is_tensor_method:
+            if getattr(fn, "__name__", "") in _GLOBAL_STATE:
+                raise interp.fail(f"call to {_name(fn)} (changes global state)")
             return self.record(interp, fn, args, kwargs)
         raise interp.fail(f"call to {_name(fn)}, a function Ember cannot look into",
                           "move it out of the compiled function or wrap it in "

@@ -32,9 +32,10 @@ class Guard:
         where = self.source.expr() if self.source is not None else ""
         if self.kind == "tensor":
             dtype, sizes, strides, device, rg, offset = self.expected
-            text = (f"{where}: Tensor {str(dtype).replace('torch.', '')}{list(sizes)} "
-                    f"stride={list(strides)} device={device} requires_grad={rg}")
-            return text + (f" storage_offset={offset}" if offset else "")
+            return (f"{where}.dtype == {dtype} and {where}.shape == {sizes} and "
+                    f"{where}.stride() == {strides} and {where}.device == {device} and "
+                    f"{where}.requires_grad == {rg} and "
+                    f"{where}.storage_offset() == {offset}")
         if self.kind == "equals":
             return f"{where} == {self.expected!r} ({type(self.expected).__name__})"
         if self.kind == "id":
@@ -94,6 +95,20 @@ class GuardSet:
         if self._check is None:
             self._check = _compile(self.guards)
         return self._check(state, ctx)
+
+    def failure_text(self, state: Any, ctx: Any) -> str:
+        """The first failing guard, with the value seen (``x.shape == (3, 5) (got
+        (4, 5))``), for recompile logs and the recompile-limit warning."""
+        guard = self.first_failure(state, ctx)
+        if guard is None:
+            return "no guard failed"
+        if guard.source is None:
+            return guard.describe()
+        try:
+            actual = guard.source.fetch(state, ctx)
+        except Exception as e:  # noqa: BLE001 - the failure itself is what we report
+            return f"{guard.source.expr()} is missing ({type(e).__name__}: {e})"
+        return _explain(guard, actual)
 
     def first_failure(self, state: Any, ctx: Any) -> Guard | None:
         """The first guard that fails (slow: checks them one at a time)."""
@@ -158,3 +173,26 @@ def _compile(guards: list[Guard]) -> Callable[[Any, Any], bool]:
     exec(compile(src, "<ember guards>", "exec"), names)  # noqa: S102 - generated from guards
     fn: Callable[[Any, Any], bool] = names["check"]
     return fn
+
+
+def _explain(guard: Guard, actual: Any) -> str:
+    where = guard.source.expr() if guard.source is not None else ""
+    if guard.kind == "tensor":
+        if not isinstance(actual, torch.Tensor):
+            return f"{where} is a Tensor (got {type(actual).__name__})"
+        dtype, sizes, strides, device, rg, offset = guard.expected
+        checks = [("dtype", dtype, actual.dtype), ("shape", sizes, tuple(actual.shape)),
+                  ("stride()", strides, tuple(actual.stride())),
+                  ("device", device, actual.device),
+                  ("requires_grad", rg, actual.requires_grad),
+                  ("storage_offset()", offset, actual.storage_offset())]
+        for name, want, got in checks:
+            if want != got:
+                return f"{where}.{name} == {want} (got {got})"
+    if guard.kind == "equals":
+        return f"{where} == {guard.expected!r} (got {actual!r})"
+    if guard.kind == "len":
+        return f"len({where}) == {guard.expected} (got {len(actual)})"
+    if guard.kind == "type":
+        return f"type({where}) is {guard.expected.__qualname__} (got {type(actual).__qualname__})"
+    return guard.describe()

@@ -85,6 +85,14 @@ class Interpreter:
         if self.capture is not None and ins.line != frame.last_line:
             frame.last_line = ins.line
             self.capture.recorder.set_source(location_of(frame, ins.line))
+        if self.capture is not None and frame.parent is None:
+            inlined = self.calls.break_calls.get(frame.ip - 1)
+            if inlined is not None:
+                # this instruction inlined code that broke: run it for real instead
+                frame.ip -= 1
+                err = GraphBreak(inlined.reason, inlined.hint)
+                err.location = inlined.location
+                raise err
         handler = getattr(self, "op_" + ins.opname, None)
         if handler is None:
             frame.ip -= 1

@@ -28,6 +28,7 @@ from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame, FrameState, _Mar
 from ember.frontend.bytecode.guards import GuardSet
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter
 from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.liveness import live_locals
 from ember.frontend.bytecode.sources import (
     AttrSource,
     LocalSource,
@@ -125,8 +126,10 @@ def capture_segment(
     info: BreakInfo | None = None
     try:
         with cap:
+            live = live_locals(ctx.code)[state.ip]
             for name, v in state.locals.items():
-                frame.locals[name] = _wrap_state(cap, v, LocalSource(name))
+                if name in live:  # dead locals are dropped: no input, no guard
+                    frame.locals[name] = _wrap_state(cap, v, LocalSource(name))
             frame.stack = [_wrap_state(cap, v, StackSource(i))
                            for i, v in enumerate(state.stack)]
             while not frame.returned:

@@ -30,7 +30,7 @@ class LocalSource(Source):
     name: str
 
     def expr(self) -> str:
-        return f"L[{self.name!r}]"
+        return self.name
 
     def fetch(self, state: Any, ctx: Any) -> Any:
         return state.locals[self.name]

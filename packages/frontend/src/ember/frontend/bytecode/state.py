@@ -11,6 +11,7 @@ cells back to the real objects, in the order: replays first, then the state.
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import types
@@ -106,8 +107,11 @@ class New(Recipe):
             rt.memo[self.key] = obj
             items, attrs = self.parts
             if isinstance(obj, dict):
+                # NOTE: bypass the class's __setitem__, but keep OrderedDict's key order
+                set_item = (collections.OrderedDict.__setitem__
+                            if isinstance(obj, collections.OrderedDict) else dict.__setitem__)
                 for kr, vr in items:
-                    dict.__setitem__(obj, kr.build(rt), vr.build(rt))
+                    set_item(obj, kr.build(rt), vr.build(rt))
             for kr, vr in attrs:
                 obj.__dict__[kr.build(rt)] = vr.build(rt)
         elif k == "cell":

@@ -15,6 +15,7 @@ after a break).
 from __future__ import annotations
 
 import builtins
+import functools
 import inspect
 import types
 import warnings
@@ -70,6 +71,9 @@ class StrictFunction:
             raise TypeError(f"strict capture needs a Python function or module, got "
                             f"{type(target).__name__}")
         self.fn: types.FunctionType = target
+        functools.update_wrapper(self, target)
+        self._per_instance: weakref.WeakKeyDictionary[Any, StrictFunction] = (
+            weakref.WeakKeyDictionary())
         self.stats = CompileStats()
         self.breaks: list[BreakInfo] = []
         self.segments: dict[int, list[Segment]] = {}
@@ -79,7 +83,7 @@ class StrictFunction:
         self._eager_reason: str | None = unsupported_reason(self.fn.__code__)
         if self.fn.__code__.co_flags & inspect.CO_GENERATOR:
             self._eager_reason = "generator functions run eagerly when compiled directly"
-        self._callees: dict[Any, StrictFunction] = {}
+        self._callees: dict[tuple[Any, int], StrictFunction] = {}
         self._signature = inspect.signature(self.fn, follow_wrapped=False)
         b = self.fn.__globals__.get("__builtins__", builtins.__dict__)
         self._ctx = FunctionContext(self.fn.__code__, self.fn.__globals__,
@@ -87,6 +91,22 @@ class StrictFunction:
                                     self.fn.__closure__ or ())
 
     # ---- public ------------------------------------------------------------------------
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        """A compiled function used as a method (``@compile`` on ``forward``): one
+        compiled function per instance, bound to it."""
+        if obj is None:
+            return self
+        bound = self._per_instance.get(obj)
+        if bound is None:
+            request = CompileRequest(types.MethodType(self.fn, obj),
+                                     obj if isinstance(obj, nn.Module) else None,
+                                     self.request.backend, self.request.mode,
+                                     self.request.fullgraph, self.request.dynamic,
+                                     dict(self.request.options))
+            bound = StrictFunction(request)
+            self._per_instance[obj] = bound
+        return bound
 
     def reset(self) -> None:
         """Drop every captured segment and zero the stats."""
@@ -149,8 +169,7 @@ class StrictFunction:
                 self.stats.cache_hits += 1
                 return seg
         if entries:
-            failed = entries[-1].guards.first_failure(state, self._ctx)
-            reason = failed.describe() if failed is not None else "unknown guard"
+            reason = entries[-1].guards.failure_text(state, self._ctx)
             if len(entries) >= config.recompile_limit:
                 self._warn_limit(state.ip, reason)
                 return _EAGER
@@ -202,8 +221,11 @@ class StrictFunction:
             raise FullGraphError(info)
 
     def _compile_graph(self, program: Program) -> Callable[[list[Any]], list[Any]]:
-        from ember.runtime.pipeline import compile_program
+        # NOTE: through the frontend's compiled module, so one patch point serves both
+        # capture modes (the stats tests patch it there).
+        from ember.frontend import compiled as compiled_module
 
+        compile_program = compiled_module.compile_program  # type: ignore[attr-defined]
         opts = {k: v for k, v in self.request.options.items() if k != "allow_breaks"}
         compiled = compile_program(program, self.request.backend, opts, self.request.mode)
         final = getattr(compiled, "program", None)
@@ -246,17 +268,21 @@ class StrictFunction:
             frame.kw_names = tuple(self._ctx.code.co_consts[instrs[i].arg or 0])
         return frame
 
-    def _callee(self, fn: types.FunctionType) -> Callable[..., Any]:
-        """The compiled wrapper of a user function called at a graph break."""
-        compiled = self._callees.get(fn)
-        if compiled is None:
-            request = CompileRequest(fn, None, self.request.backend, self.request.mode,
+    def _callee(self, fn: types.FunctionType, owner: Any) -> Callable[..., Any]:
+        """The compiled wrapper of a user function called at a graph break; one per
+        (function, bound object), so the layers of a model each get their own cache
+        instead of sharing one recompile limit."""
+        key = (fn, id(owner))
+        compiled = self._callees.get(key)
+        if compiled is None or (owner is not None and compiled._bound[0] is not owner):
+            target: Any = fn if owner is None else types.MethodType(fn, owner)
+            request = CompileRequest(target, None, self.request.backend, self.request.mode,
                                      False, self.request.dynamic, dict(self.request.options))
             compiled = StrictFunction(request)
             # NOTE: a callee's graphs, breaks and compiles count as this function's.
             compiled.stats = self.stats
             compiled.breaks = self.breaks
-            self._callees[fn] = compiled
+            self._callees[key] = compiled
         return compiled
 
     def _warn_limit(self, ip: int, reason: str) -> None:
@@ -281,9 +307,6 @@ class StrictFunction:
 
     def _name(self) -> str:
         return self.fn.__qualname__
-
-
-_ = weakref  # callees are held strongly: a compiled function keeps its callees alive
 
 
 def _program_text(program: Program) -> str:

@@ -61,7 +61,12 @@ class WrapperWriter:
                 self.emit(f"{name} = _check_input({name}, {name!r}, {info.dtype}, "
                           f"{info.sizes!r}, {info.strides!r})")
         for var in low.constants:
-            self.emit(f"{var} = constants[{var!r}]")
+            info = low.buffers.get(var)
+            if info is None:
+                self.emit(f"{var} = constants[{var!r}]")
+            else:  # a stored tensor may come back from a file in another layout
+                self.emit(f"{var} = _layout(constants[{var!r}], {info.sizes!r}, "
+                          f"{info.strides!r})")
         last = self._last_uses()
         # NOTE: a fallback op may return a view of its input (aten::view, ...), so the
         # memory of a buffer a fallback read is never handed to another buffer.

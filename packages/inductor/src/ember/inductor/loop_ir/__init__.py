@@ -3,7 +3,13 @@
 Stability note for codegen authors (C++ in ``codegen/cpp``, Triton in ``codegen/triton``):
 this IR is stable; additions are announced here, breaking changes too.
 
-    (no changes since 04:50 UTC)
+    Changes since 04:50 UTC (all additions / clarifications, nothing renamed):
+    - reduction_phases: a Store whose index uses a reduction variable is inner work
+      (stored inside the pass loop) even when its value is an outer value (horizontal
+      fusion puts pointwise work over the full row space into reduction kernels).
+    - body rules: ``where`` (pure selection) may take float16/bfloat16 operands.
+    - A ``Reduce`` may appear in a kernel without reduction ranges (a reduction over
+      size-1 / no dims): it reduces one element (argmax/argmin give 0).
 
 How a backend plugs in: subclass ``ember.inductor.codegen.backend.KernelBackend`` and call
 ``register_backend("cuda", TritonBackend)`` when ``ember.inductor.codegen.triton`` is

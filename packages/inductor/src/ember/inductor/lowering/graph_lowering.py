@@ -141,6 +141,7 @@ class GraphLowering:
             self.values[node.name] = self.extern(node, fallback=True, reason="no lowering")
             return
         mark = len(self.nodes)
+        self._current = node.name
         try:
             args = tuple(self._arg(a) for a in node.args)
             kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
@@ -174,6 +175,7 @@ class GraphLowering:
         if cached is not None and strides is None:
             return cached
         name = self.fresh()
+        origin = origin or getattr(self, "_current", "")
         st = strides if strides is not None else contiguous_strides(value.sizes)
         self.nodes.append(PointwiseBuffer(name, value.dtype, value.sizes, value.fn,
                                           (origin,) if origin else (), st))

@@ -21,7 +21,7 @@ from ember.inductor.lowering.common import (
     promote,
     sizes_of,
 )
-from ember.inductor.lowering.registry import NotLowerable, lowering
+from ember.inductor.lowering.registry import NotLowerable, existing_overloads, lowering
 from ember.inductor.lowering.values import Lazy
 from ember.runtime.ir import Node
 
@@ -93,7 +93,6 @@ _BINARY = {
     "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
     "bitwise_left_shift": "lshift", "bitwise_right_shift": "rshift",
     "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
-    "fmax": "maximum", "fmin": "minimum",
 }
 _BOOL_EQUIVALENT = {"mul": "logical_and", "bitwise_and": "logical_and",
                     "bitwise_or": "logical_or", "bitwise_xor": "logical_xor",
@@ -115,8 +114,25 @@ def _binary(op: str) -> Any:
 
 
 for _name, _op in _BINARY.items():
-    for _ovl in ("Tensor", "Scalar", "default"):
-        lowering(f"aten::{_name}.{_ovl}")(_binary(_op))
+    lowering(*existing_overloads(_name, ("Tensor", "Scalar", "default")))(_binary(_op))
+
+
+@lowering("aten::fmax.default", "aten::fmin.default")
+def _fmax(ctx: Any, node: Node, a: Any, b_: Any) -> Lazy:
+    """maximum/minimum that ignore NaN: the other operand wins."""
+    op = "maximum" if "fmax" in node.target else "minimum"
+    dtype = compute_dtype(promote(a, b_))
+    if dtype == torch.bool:
+        raise NotLowerable(f"{op} on bool")
+
+    def body(b: BodyBuilder, v: list[str]) -> str:
+        r = b.compute(op, v[0], v[1])
+        if not dtype.is_floating_point:
+            return r
+        r = b.compute("where", b.compute("isnan", v[1]), v[0], r)
+        return b.compute("where", b.compute("isnan", v[0]), v[1], r)
+
+    return pointwise(node, [a, b_], body, compute=dtype)
 
 
 def _add_sub(op: str) -> Any:
@@ -214,8 +230,7 @@ def _truth(b: BodyBuilder, v: str) -> str:
     return b.compute("ne", v, b.literal(0, b.dtype(v)))
 
 
-@lowering("aten::where.self", "aten::where.ScalarSelf", "aten::where.ScalarOther",
-          "aten::where.Scalar")
+@lowering("aten::where.self")
 def _where(ctx: Any, node: Node, cond: Any, a: Any, b_: Any) -> Lazy:
     dtype = compute_dtype(out_meta(node).dtype)
     meta = out_meta(node)
@@ -307,8 +322,7 @@ def _silu(ctx: Any, node: Node, x: Any) -> Lazy:
 
 # -- casts, copies, constants ----------------------------------------------------------
 @lowering("aten::_to_copy.default", "aten::clone.default", "aten::alias.default",
-          "aten::detach.default",
-          "aten::lift_fresh_copy.default", "aten::contiguous.default",
+          "aten::detach.default", "aten::lift_fresh_copy.default",
           "aten::_assert_tensor_metadata.default")
 def _to_copy(ctx: Any, node: Node, x: Any, *args: Any, **kwargs: Any) -> Any:
     if node.target == "aten::_assert_tensor_metadata.default":

@@ -208,16 +208,9 @@ def _zero(index: tuple[IndexExpr, ...], d: Sequence[int]) -> tuple[IndexExpr, ..
     return tuple(Int(0) if k in d else i for k, i in enumerate(index))
 
 
-@lowering("aten::var.correction", "aten::std.correction", "aten::var_mean.correction",
-          "aten::var.dim", "aten::std.dim")
-def _var(ctx: Any, node: Node, x: TensorValue, dims: Any = None, unbiased: Any = None,
-         keepdim: bool = False, *, correction: Any = None) -> Any:
-    if node.target.endswith(".correction"):
-        # var.correction(x, dim, *, correction, keepdim)
-        if isinstance(unbiased, bool):
-            keepdim = unbiased
-    else:
-        correction = 1 if unbiased in (None, True) else 0
+@lowering("aten::var.correction", "aten::std.correction", "aten::var_mean.correction")
+def _var(ctx: Any, node: Node, x: TensorValue, dims: Any = None, *, correction: Any = None,
+         keepdim: bool = False) -> Any:
     corr = 1.0 if correction is None else float(correction)
     meta = out_meta(node, 0 if isinstance(node.meta, tuple) else None)
     if not meta.dtype.is_floating_point:
@@ -258,7 +251,7 @@ def _softmax_parts(ctx: Any, node: Node, x: TensorValue, dim: int, acc: torch.dt
     return Lazy(shifted, acc, x.sizes), s_full, d
 
 
-@lowering("aten::_softmax.default", "aten::softmax.int")
+@lowering("aten::_softmax.default")
 def _softmax(ctx: Any, node: Node, x: TensorValue, dim: int, half_to_float: Any = False) -> Lazy:
     meta = out_meta(node)
     acc = compute_dtype(meta.dtype)
@@ -273,7 +266,7 @@ def _softmax(ctx: Any, node: Node, x: TensorValue, dim: int, half_to_float: Any 
     return Lazy(fn, meta.dtype, x.sizes)
 
 
-@lowering("aten::_log_softmax.default", "aten::log_softmax.int")
+@lowering("aten::_log_softmax.default")
 def _log_softmax(ctx: Any, node: Node, x: TensorValue, dim: int,
                  half_to_float: Any = False) -> Lazy:
     meta = out_meta(node)
@@ -330,7 +323,7 @@ def _layer_norm(ctx: Any, node: Node, x: TensorValue, normalized_shape: Any, w: 
     return (Lazy(out_fn, meta.dtype, x.sizes), cast(mean), cast(rstd))
 
 
-@lowering("aten::rms_norm.default", "aten::_fused_rms_norm.default")
+@lowering("aten::_fused_rms_norm.default")
 def _rms_norm(ctx: Any, node: Node, x: TensorValue, normalized_shape: Any, w: Any = None,
               eps: Any = None) -> Any:
     meta = out_meta(node, 0 if isinstance(node.meta, tuple) else None)
@@ -361,3 +354,23 @@ def _rms_norm(ctx: Any, node: Node, x: TensorValue, normalized_shape: Any, w: An
         rstd_dtype = out_meta(node, 1).dtype
         return (out, Lazy(lambda b, i: b.cast(rstd_at(b, i), rstd_dtype), rstd_dtype, ss.sizes))
     return out
+
+
+@lowering("aten::_safe_softmax.default")
+def _safe_softmax(ctx: Any, node: Node, x: TensorValue, dim: int, dtype: Any = None) -> Lazy:
+    """softmax, except that a row of all -inf gives zeros instead of NaN."""
+    meta = out_meta(node)
+    acc = compute_dtype(meta.dtype)
+    if not acc.is_floating_point:
+        raise NotLowerable("softmax of integers")
+    shifted, s_full, d = _softmax_parts(ctx, node, x, dim, acc)
+    xf = _cast_fn(x, acc)
+    m = ctx.reduction(node, "max", xf, x.sizes, d, True, acc)
+
+    def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        e = b.compute("exp", shifted.element(b, index))
+        p = b.compute("truediv", e, s_full.element(b, _zero(index, d)))
+        dead = b.compute("eq", m.element(b, _zero(index, d)), b.literal(float("-inf"), acc))
+        return b.cast(b.compute("where", dead, b.literal(0, acc), p), meta.dtype)
+
+    return Lazy(fn, meta.dtype, x.sizes)

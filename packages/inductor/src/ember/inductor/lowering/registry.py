@@ -52,6 +52,23 @@ def lowering(*targets: str) -> Callable[[Rule], Rule]:
     return register
 
 
+def existing_overloads(name: str, overloads: tuple[str, ...]) -> list[str]:
+    """``aten::name.overload`` for each of ``overloads`` that torch defines as a tensor
+    op (``aten::eq.default`` exists too, but compares two Python scalars)."""
+    from ember.runtime.ir import IRFormatError, resolve_op
+
+    found = []
+    for o in overloads:
+        try:
+            op = resolve_op(f"aten::{name}.{o}")
+        except IRFormatError:
+            continue
+        args = op._schema.arguments
+        if args and str(args[0].type) == "Tensor":
+            found.append(f"aten::{name}.{o}")
+    return found
+
+
 def extern(*targets: str) -> None:
     """Mark ``targets`` as ops that always run as extern calls (not fallbacks)."""
     EXTERN_OPS.update(targets)

@@ -95,7 +95,7 @@ def reshape(x: TensorValue, new_sizes: Sequence[int]) -> TensorValue:
     return remap(x, new_sizes, index_map)
 
 
-@lowering("aten::view.default", "aten::reshape.default", "aten::_unsafe_view.default",
+@lowering("aten::view.default", "aten::_unsafe_view.default",
           "aten::view_copy.default")
 def _view(ctx: Any, node: Node, x: TensorValue, size: Any) -> TensorValue:
     return reshape(x, sizes_of(node))

@@ -24,22 +24,28 @@ from __future__ import annotations
 import torch
 from ember.inductor.codegen.cpp import ops
 from ember.inductor.loop_ir import (
+    Add,
     Compute,
     IndexExpr,
     IndexValue,
+    Int,
     Kernel,
     Literal,
     Load,
+    Mul,
     Reduce,
     Stmt,
     Store,
     Var,
+    free_vars,
     reduction_phases,
     render,
 )
 
 # Parallelize the outer loops only when there is enough work per call.
 PARALLEL_THRESHOLD = 32768
+# Outer points reduced together when the reduction is strided in memory (x.sum(0)).
+TILE = 16
 
 
 class CppKernelWriter:
@@ -95,32 +101,38 @@ class CppKernelWriter:
             return "double"
         return ops.ctype(r.dtype)
 
-    def reduce_init(self, r: Reduce) -> None:
+    def reduce_init_value(self, r: Reduce) -> str:
         t = self.acc_type(r)
-        vt = self.dtypes[r.arg]
         if r.op == "sum":
-            init = "0"
-        elif r.op == "prod":
-            init = "1"
-        elif r.op in ("max", "min"):
-            init = (f"-std::numeric_limits<{t}>::infinity()" if r.op == "max" else
-                    f"std::numeric_limits<{t}>::infinity()") if r.dtype.is_floating_point else (
-                    f"std::numeric_limits<{t}>::lowest()" if r.op == "max" else
-                    f"std::numeric_limits<{t}>::max()")
+            return "0"
+        if r.op == "prod":
+            return "1"
+        if r.op in ("max", "min"):
             if r.dtype == torch.bool:
-                init = "false" if r.op == "max" else "true"
-        elif r.op == "any":
-            init = "false"
-        elif r.op == "all":
-            init = "true"
-        else:  # argmax / argmin
-            self.line(f"{ops.ctype(vt)} acc_{r.name} = 0;")
-            self.line(f"int64_t idx_{r.name} = -1;")
-            return
-        self.line(f"{t} acc_{r.name} = {init};")
+                return "false" if r.op == "max" else "true"
+            if r.dtype.is_floating_point:
+                inf = f"std::numeric_limits<{t}>::infinity()"
+                return f"-{inf}" if r.op == "max" else inf
+            return (f"std::numeric_limits<{t}>::lowest()" if r.op == "max" else
+                    f"std::numeric_limits<{t}>::max()")
+        if r.op == "any":
+            return "false"
+        if r.op == "all":
+            return "true"
+        return "0"  # argmax / argmin: the value slot; the index starts at -1
 
-    def reduce_update(self, r: Reduce, rlin: str) -> None:
-        a, acc = r.arg, f"acc_{r.name}"
+    def reduce_acc_ctype(self, r: Reduce) -> str:
+        if r.op in ("argmax", "argmin"):
+            return ops.ctype(self.dtypes[r.arg])
+        return self.acc_type(r)
+
+    def reduce_init(self, r: Reduce) -> None:
+        self.line(f"{self.reduce_acc_ctype(r)} acc_{r.name} = {self.reduce_init_value(r)};")
+        if r.op in ("argmax", "argmin"):
+            self.line(f"int64_t idx_{r.name} = -1;")
+
+    def reduce_update(self, r: Reduce, rlin: str, sub: str = "") -> None:
+        a, acc, idx = r.arg, f"acc_{r.name}{sub}", f"idx_{r.name}{sub}"
         if r.op == "sum":
             self.line(f"{acc} += {a};")
         elif r.op == "prod":
@@ -139,16 +151,16 @@ class CppKernelWriter:
             better = ">" if r.op == "argmax" else "<"
             nan = f" || ({a} != {a} && {acc} == {acc})" if self.dtypes[a].is_floating_point \
                 else ""
-            self.line(f"if (idx_{r.name} < 0 || {a} {better} {acc}{nan}) "
-                      f"{{ {acc} = {a}; idx_{r.name} = {rlin}; }}")
+            self.line(f"if ({idx} < 0 || {a} {better} {acc}{nan}) "
+                      f"{{ {acc} = {a}; {idx} = {rlin}; }}")
 
-    def reduce_result(self, r: Reduce) -> None:
+    def reduce_result(self, r: Reduce, sub: str = "") -> None:
         self.dtypes[r.name] = r.dtype
         t = ops.ctype(r.dtype)
         if r.op in ("argmax", "argmin"):
-            self.line(f"const {t} {r.name} = idx_{r.name};")
+            self.line(f"const {t} {r.name} = idx_{r.name}{sub};")
         else:
-            self.line(f"const {t} {r.name} = static_cast<{t}>(acc_{r.name});")
+            self.line(f"const {t} {r.name} = static_cast<{t}>(acc_{r.name}{sub});")
 
     def single_reduce(self, r: Reduce) -> None:
         """A Reduce in a kernel without reduction ranges reduces one element."""
@@ -205,6 +217,94 @@ class CppKernelWriter:
             for s in phase.after:
                 self.stmt(s)
 
+    # -- reductions along a non-contiguous dim: tile the innermost outer range ----------
+    def wants_tiling(self) -> bool:
+        """Whether a reduction reads memory contiguous in the last outer variable but
+        strided in the reduction (``x.sum(0)``): then the kernel walks the reduction with
+        a tile of outer points in the innermost loop (see :meth:`body_tiled`)."""
+        k = self.kernel
+        if not k.is_reduction or not k.ranges or k.ranges[-1].size < 4:
+            return False
+        xl, rl = k.ranges[-1], k.reduction_ranges[-1]
+        for s in k.body:
+            if isinstance(s, Load) and _coefficient(s.index, xl) == 1:
+                if _coefficient(s.index, rl) not in (None, 0, 1):
+                    return True
+        return False
+
+    def body_tiled(self) -> None:
+        """Like :meth:`body`, for ``TILE`` consecutive values of the last outer variable
+        at once: outer values and accumulators live in ``[TILE]`` arrays, and every loop
+        over the reduction ranges has the tile as its innermost (contiguous) loop."""
+        k = self.kernel
+        xl = k.ranges[-1]
+        before, phases = reduction_phases(k)
+        self.line(f"const int64_t xn = std::min<int64_t>({TILE}, {xl.size} - xt);")
+        for s in k.body:
+            if not isinstance(s, Store):
+                self.dtypes[s.name] = s.dtype
+        outer_stmts = list(before) + [s for p in phases for s in p.after]
+        outer_stmts += [s for p in phases for s in p.inner if isinstance(s, Reduce)]
+        for s in outer_stmts:
+            if isinstance(s, Store):
+                continue
+            self.line(f"{ops.ctype(s.dtype)} {s.name}_t[{TILE}];")
+            if isinstance(s, Reduce):
+                self.line(f"{self.reduce_acc_ctype(s)} acc_{s.name}[{TILE}];")
+                if s.op in ("argmax", "argmin"):
+                    self.line(f"int64_t idx_{s.name}[{TILE}];")
+        known: list[str] = []
+
+        def open_tile() -> None:
+            self.line("for (int64_t xi = 0; xi < xn; xi++) {")
+            self.indent += 1
+            self.line(f"const int64_t {xl.name} = xt + xi;")
+            for name in known:
+                self.line(f"const {ops.ctype(self.dtypes[name])} {name} = {name}_t[xi];")
+
+        def outer(stmts: tuple[Stmt, ...] | list[Stmt]) -> None:
+            for s in stmts:
+                if isinstance(s, Reduce):
+                    self.single_reduce(s)
+                else:
+                    self.stmt(s)
+                if not isinstance(s, Store):
+                    self.line(f"{s.name}_t[xi] = {s.name};")
+
+        open_tile()
+        outer(before)
+        self.close_loops(1)
+        known.extend(s.name for s in before if not isinstance(s, Store))
+        rvars = k.reduction_ranges
+        rlin = " + ".join(
+            f"{v.name}*{_prod([w.size for w in rvars[i + 1:]])}" for i, v in enumerate(rvars))
+        for p, phase in enumerate(phases):
+            self.line(f"// pass {p} over the reduction ranges, {TILE} outer points at a time")
+            reduces = [s for s in phase.inner if isinstance(s, Reduce)]
+            self.line("for (int64_t xi = 0; xi < xn; xi++) {")
+            self.indent += 1
+            for r in reduces:
+                self.line(f"acc_{r.name}[xi] = {self.reduce_init_value(r)};")
+                if r.op in ("argmax", "argmin"):
+                    self.line(f"idx_{r.name}[xi] = -1;")
+            self.close_loops(1)
+            self.open_loops(rvars)
+            open_tile()
+            for s in phase.inner:
+                if isinstance(s, Reduce):
+                    self.reduce_update(s, rlin, "[xi]")
+                else:
+                    self.stmt(s)
+            self.close_loops(1 + len(rvars))
+            open_tile()
+            for r in reduces:
+                self.reduce_result(r, "[xi]")
+                self.line(f"{r.name}_t[xi] = {r.name};")
+            outer(phase.after)
+            self.close_loops(1)
+            known.extend(r.name for r in reduces)
+            known.extend(s.name for s in phase.after if not isinstance(s, Store))
+
     def write(self) -> str:
         k = self.kernel
         loaded = set(k.loaded_buffers())
@@ -221,11 +321,36 @@ class CppKernelWriter:
         if n:
             collapse = f" collapse({n})" if n > 1 else ""
             self.line(f"#pragma omp parallel for{collapse} if ({work} >= {PARALLEL_THRESHOLD})")
-        self.open_loops(k.ranges)
-        self.body()
+        if self.wants_tiling():
+            self.open_loops(k.ranges[:-1])
+            xl = k.ranges[-1]
+            self.line(f"for (int64_t xt = 0; xt < {xl.size}; xt += {TILE}) {{")
+            self.indent += 1
+            self.body_tiled()
+        else:
+            self.open_loops(k.ranges)
+            self.body()
         self.close_loops(n)
         comment = f"// fused from: {', '.join(k.origins)}" if k.origins else ""
         return "\n".join([comment, head] + self.lines + ["}"]).lstrip("\n")
+
+
+def _coefficient(index: IndexExpr, var: Var) -> int | None:
+    """The constant factor of ``var`` in an affine ``index`` (0: absent; None: not a
+    plain scaled term)."""
+    terms = index.terms if isinstance(index, Add) else (index,)
+    found = 0
+    for t in terms:
+        if t == var:
+            found += 1
+        elif isinstance(t, Mul) and var in t.factors:
+            rest = [f for f in t.factors if f != var]
+            if len(rest) != 1 or not isinstance(rest[0], Int):
+                return None
+            found += rest[0].value
+        elif var in free_vars(t):
+            return None
+    return found
 
 
 def _prod(xs: list[int]) -> int:

@@ -319,6 +319,8 @@ class _Writer:
             self.line(f"{self.value(s.name)} = {format_compute(s.op, args, arg_dtype, s.dtype)}")
         elif isinstance(s, Store):
             self.emit_store(s)
+        elif isinstance(s, Reduce) and not self.kernel.is_reduction:
+            self.emit_single_element_reduce(s)
         elif isinstance(s, Reduce):
             self.emit_persistent_reduce(s)
         else:  # pragma: no cover - the statement set is closed
@@ -361,6 +363,21 @@ class _Writer:
             arg = f"{arg}.to({tl_type(s.dtype)})"
         value_dtype = arg_dtype if s.op in ("argmax", "argmin") else s.dtype
         return f"tl.where(xrmask, {arg}, {reductions.identity(s.op, value_dtype)})"
+
+    def emit_single_element_reduce(self, s: Reduce) -> None:
+        """A reduction over no dimensions (a kernel without reduction ranges): of one
+        element, it is the element itself (argmax/argmin: position 0)."""
+        self.dtypes[s.name] = s.dtype
+        arg = self.value(s.arg)
+        out = self.value(s.name)
+        if s.op in ("argmax", "argmin"):
+            self.line(f"{out} = ({arg} != {arg}).to(tl.int64) * 0")
+        elif s.op in ("any", "all") or s.dtype == torch.bool:
+            self.line(f"{out} = {arg} != 0")
+        elif self.dtypes[s.arg] != s.dtype:
+            self.line(f"{out} = {arg}.to({tl_type(s.dtype)})")
+        else:
+            self.line(f"{out} = {arg}")
 
     def emit_persistent_reduce(self, s: Reduce) -> None:
         self.dtypes[s.name] = s.dtype
