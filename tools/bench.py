@@ -2,7 +2,8 @@
 
     python tools/bench.py --device cpu --compilers eager,torch,ember --suite quick \\
         [--train] [--json OUT] [--markdown OUT] [--ember-backend eager|aot_eager|inductor] \\
-        [--models a,b] [--dtype float32,bfloat16] [--mode reduce-overhead] [--no-cold]
+        [--models a,b] [--dtype float32,bfloat16] [--mode reduce-overhead] \\
+        [--ember-option capture=strict] [--no-cold] [--time-limit S]
 
 For each model, in one process: median time, speedup over eager, compile time (in this
 process, and cold/warm in a fresh subprocess with empty caches unless ``--no-cold``),
@@ -45,6 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         choices=("default", "reduce-overhead", "max-autotune",
                                  "max-autotune-no-cudagraphs"),
                         help="compile mode, passed to torch.compile and Ember alike")
+    parser.add_argument("--ember-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an Ember options= entry, e.g. capture=strict (repeatable)")
     parser.add_argument("--no-cold", action="store_true",
                         help="skip the cold/warm compile-time subprocesses")
     parser.add_argument("--time-limit", type=float, default=900.0, metavar="S",
@@ -70,6 +73,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             parser.error(f"unknown floating dtype {name!r}")
         args.dtype_list.append(dtype)
+    args.ember_options = {}
+    for item in args.ember_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--ember-option {item!r}: expected KEY=VALUE")
+        args.ember_options[key] = value
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     return args
@@ -83,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in args.dtype_list:
         config = runner.BenchConfig(device, dtype, args.suite, args.train, args.ember_backend,
                                     cold=not args.no_cold, time_limit_s=args.time_limit,
-                                    mode=args.mode)
+                                    mode=args.mode, ember_options=args.ember_options)
         for name in args.model_list:
             t0 = time.perf_counter()
             model_rows = runner.bench_model(name, config, args.compiler_list)
@@ -91,10 +100,13 @@ def main(argv: list[str] | None = None) -> int:
             states = ", ".join(f"{r.compiler} {r.status}" for r in model_rows)
             print(f"[{time.perf_counter() - start:6.0f}s] {name} ({dtype}): {states} "
                   f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
-    overhead = runner.overhead(args.compiler_list, device, args.ember_backend, args.mode)
+    overhead = runner.overhead(args.compiler_list, device, args.ember_backend, args.mode,
+                               args.ember_options)
     meta = report.environment(device)
     meta.update(suite=args.suite, mode="train" if args.train else "inference",
-                compile_mode=args.mode or "default", ember_backend=args.ember_backend, wall_s=f"{time.perf_counter() - start:.0f}")
+                compile_mode=args.mode or "default", ember_backend=args.ember_backend,
+                ember_options=",".join(args.ember_option) or "none",
+                wall_s=f"{time.perf_counter() - start:.0f}")
     print()
     print(" ".join(f"{k}={v}" for k, v in meta.items() if k != "command"))
     print(report.table(rows))

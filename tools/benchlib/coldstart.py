@@ -18,8 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 TOOLS_DIR = Path(__file__).resolve().parent.parent
 
@@ -36,6 +37,7 @@ class ColdJob:
     suite: str
     train: bool
     mode: str | None = None
+    ember_options: dict[str, Any] = field(default_factory=dict)
 
 
 def measure(job: ColdJob, timeout_s: float = 600.0) -> dict[str, object]:
@@ -89,7 +91,8 @@ def _first_call_seconds(job: ColdJob) -> float:
     module, inputs = zoo.get(job.model).make(device, getattr(torch, job.dtype), job.suite)
     compilers.reset(job.compiler)
     start = time.perf_counter()
-    step = make_step(job.compiler, module, inputs, job.train, job.ember_backend, job.mode)
+    step = make_step(job.compiler, module, inputs, job.train, job.ember_backend, job.mode,
+                     job.ember_options)
     step()
     synchronize(device)
     return time.perf_counter() - start

@@ -49,10 +49,12 @@ def reset(compiler: str) -> None:
 
 
 def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "inductor",
-               mode: str | None = None) -> Callable[..., Any]:
+               mode: str | None = None, ember_options: dict[str, Any] | None = None
+               ) -> Callable[..., Any]:
     """``fn`` compiled by ``compiler`` (lazily: compilers compile on the first call).
     ``mode`` (``None``, ``"reduce-overhead"``, ``"max-autotune"``, ...) goes to both
-    torch.compile and Ember, which mirror each other.
+    torch.compile and Ember, which mirror each other; ``ember_options`` is Ember's
+    ``options=`` (e.g. ``{"capture": "strict"}``).
 
     Raises:
         ValueError: unknown compiler.
@@ -66,7 +68,7 @@ def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "indu
         import ember.frontend
 
         compiled: Callable[..., Any] = ember.frontend.compile(
-            fn, backend=ember_backend, mode=mode
+            fn, backend=ember_backend, mode=mode, options=ember_options or None
         )
         return compiled
     raise ValueError(f"unknown compiler {compiler!r}; expected one of {COMPILERS}")

@@ -13,7 +13,7 @@ import copy
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,7 +53,8 @@ class Row:
 class BenchConfig:
     """What to run: device, dtype, suite, training or inference, Ember's backend, whether
     to measure cold/warm compile time in subprocesses, the time limit of each phase
-    (compile + accuracy; timing) of one model in seconds, and the compile ``mode``."""
+    (compile + accuracy; timing) of one model in seconds, the compile ``mode`` and
+    Ember's ``options=``."""
 
     device: torch.device
     dtype: torch.dtype
@@ -63,6 +64,7 @@ class BenchConfig:
     cold: bool = True
     time_limit_s: float | None = 900.0
     mode: str | None = None
+    ember_options: dict[str, Any] = field(default_factory=dict)
 
 
 def describe(exc: BaseException) -> str:
@@ -100,11 +102,12 @@ class Step:
 
 
 def make_step(compiler: str, module: torch.nn.Module, inputs: tuple[Any, ...], train: bool,
-              ember_backend: str, mode: str | None = None) -> Step:
+              ember_backend: str, mode: str | None = None,
+              ember_options: dict[str, Any] | None = None) -> Step:
     """Compile ``module`` with ``compiler`` and wrap it as a :class:`Step`."""
     if train:
         module.train()
-    compiled = compilers.compile_fn(compiler, module, ember_backend, mode)
+    compiled = compilers.compile_fn(compiler, module, ember_backend, mode, ember_options)
     return Step(compiled, module, inputs, train)
 
 
@@ -165,7 +168,7 @@ def _prepare(name: str, dtype_name: str, compiler: str, base: torch.nn.Module,
     try:
         compilers.reset(compiler)
         step = make_step(compiler, module, inputs, config.train, config.ember_backend,
-                         config.mode)
+                         config.mode, config.ember_options)
         start = time.perf_counter()
         with time_limit(config.time_limit_s, f"compiling {name} with {row.compiler}"):
             observed = accuracy.observe(step.compiled, module, inputs, config.train)
@@ -190,7 +193,8 @@ def _prepare(name: str, dtype_name: str, compiler: str, base: torch.nn.Module,
 def _measure_cold(row: Row, name: str, config: BenchConfig) -> None:
     compiler = "ember" if row.compiler.startswith("ember") else row.compiler
     job = coldstart.ColdJob(name, compiler, config.ember_backend, str(config.device),
-                            row.dtype, config.suite, config.train, config.mode)
+                            row.dtype, config.suite, config.train, config.mode,
+                            config.ember_options)
     measured = coldstart.measure(job)
     if "error" in measured:
         row.error = f"cold compile: {measured['error']}"
@@ -205,7 +209,8 @@ def tiny_function(x: torch.Tensor) -> torch.Tensor:
 
 
 def overhead(compiler_names: list[str], device: torch.device, ember_backend: str,
-             mode: str | None = None) -> dict[str, float | str]:
+             mode: str | None = None, ember_options: dict[str, Any] | None = None
+             ) -> dict[str, float | str]:
     """Per-call host overhead of each compiler's compiled :func:`tiny_function`, in µs
     (or the error that stopped it)."""
     results: dict[str, float | str] = {}
@@ -214,7 +219,8 @@ def overhead(compiler_names: list[str], device: torch.device, ember_backend: str
         key = compilers.label(compiler, ember_backend)
         try:
             compilers.reset(compiler)
-            fn = compilers.compile_fn(compiler, tiny_function, ember_backend, mode)
+            fn = compilers.compile_fn(compiler, tiny_function, ember_backend, mode,
+                                      ember_options)
             with torch.no_grad():
                 results[key] = timing.per_call_overhead_us(functools.partial(fn, x), device)
         except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row

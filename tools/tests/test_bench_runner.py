@@ -29,10 +29,10 @@ def test_a_failing_compiler_is_recorded_and_the_run_goes_on(
 ) -> None:
     real = compilers.compile_fn
 
-    def broken(compiler, fn, ember_backend="inductor", mode=None):  # type: ignore[no-untyped-def]
+    def broken(compiler, fn, *args):  # type: ignore[no-untyped-def]
         if compiler == "ember":
             raise RuntimeError("boom\nsecond line")
-        return real(compiler, fn, ember_backend, mode)
+        return real(compiler, fn, *args)
 
     monkeypatch.setattr(compilers, "compile_fn", broken)
     rows = runner.bench_model("pointwise", _config(), ["eager", "ember"])
@@ -47,7 +47,7 @@ def test_a_failing_compiler_is_recorded_and_the_run_goes_on(
 def test_a_wrong_compiler_fails_accuracy_but_is_still_timed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def off_by_one(compiler, fn, ember_backend="inductor", mode=None):  # type: ignore[no-untyped-def]
+    def off_by_one(compiler, fn, *args):  # type: ignore[no-untyped-def]
         return lambda *args: fn(*args) + 1.0
 
     monkeypatch.setattr(compilers, "compile_fn", off_by_one)
@@ -109,8 +109,11 @@ def test_command_line_rejects_unknown_names() -> None:
     with pytest.raises(SystemExit):
         bench.parse_args(["--compilers", "eager,jax"])
     args = bench.parse_args(["--compilers", "ember,eager", "--dtype", "float32,bfloat16",
-                             "--mode", "reduce-overhead"])
+                             "--mode", "reduce-overhead", "--ember-option", "capture=strict"])
     assert args.compiler_list == ["eager", "ember"] and args.mode == "reduce-overhead"
+    assert args.ember_options == {"capture": "strict"}
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--ember-option", "capture"])
     assert args.dtype_list == [torch.float32, torch.bfloat16]
 
 
@@ -148,7 +151,7 @@ def test_markdown_section_names_command_versions_and_overhead(tmp_path: Path) ->
 def test_a_hanging_compile_is_cut_off_and_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     import time as time_module
 
-    def hangs(compiler, fn, ember_backend="inductor", mode=None):  # type: ignore[no-untyped-def]
+    def hangs(compiler, fn, *args):  # type: ignore[no-untyped-def]
         def compiled(*args):  # type: ignore[no-untyped-def]
             while True:
                 time_module.sleep(0.01)

@@ -223,3 +223,23 @@ def test_backward_nodes_carry_the_forward_source_line() -> None:
                     and n.source.function == "forward" and n.source.file == __file__]
     # every backward op but the gradient accumulations autograd adds itself
     assert len(from_forward) >= 0.8 * len(calls), [str(n.source) for n in calls]
+
+
+def test_written_activation_keeps_autograd_history() -> None:
+    def fn(x, w):
+        x.mul_(2)
+        return (x * w).sum()
+
+    leaf = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(3, 4, requires_grad=True)
+    _, run = compile_fn(fn, leaf.clone(), w)
+
+    def loss(call: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        x = leaf * 1.5  # a non-leaf activation the function writes
+        out = call(x, w)
+        return out + (x * x).sum()  # uses x after the write: its new value and history
+
+    expected = torch.autograd.grad(loss(fn), [leaf, w])
+    got = torch.autograd.grad(loss(lambda x, w_: run([x, w_])[0]), [leaf, w])
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e)

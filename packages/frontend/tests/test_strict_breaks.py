@@ -358,3 +358,35 @@ def test_break_inside_an_inlined_iter_runs_the_loop_for_real(capsys):
         torch.testing.assert_close(compiled(x, bag), fn(x, bag))
     assert capsys.readouterr().out.count("iterating") == 4
     assert compiled.breaks[0].reason == "call to print()"
+
+
+def test_each_layer_with_a_break_gets_its_own_cache(capsys):
+    class Noisy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            print("layer")
+            return self.lin(x).relu()
+
+    class Deep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Noisy() for _ in range(6)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    model = Deep()
+    compiled = strict(model)
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), model(x))
+    # each layer's forward has its own compiled wrapper (not one shared cache whose
+    # recompile limit the layers would exhaust); the loop's resume point after the
+    # call is specialised per iteration (6 entries, under the limit of 8)
+    assert compiled.stats.eager_fallback_calls == 0
+    assert compiled.stats.graph_breaks == 6 + 6

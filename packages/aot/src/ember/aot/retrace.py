@@ -229,10 +229,13 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
     with torch.enable_grad():
         with recorder, DecomposingMode(table):
             outputs = interpreter.run(*fakes)
+        # NOTE: a written input that requires grad (a non-leaf activation) gets a
+        # tangent too: the runtime's copy-back then carries autograd history, as eager's
+        # in-place op does.
         differentiable = [
             i for i, (o, s) in enumerate(zip(outputs, out_specs))
-            if s.kind == OutputKind.USER_OUTPUT and isinstance(o, torch.Tensor)
-            and o.requires_grad
+            if s.kind in (OutputKind.USER_OUTPUT, OutputKind.MUTATED_INPUT)
+            and isinstance(o, torch.Tensor) and o.requires_grad
         ]
         tangent_names = [f"tangent_{k}" for k in range(len(differentiable))]
         tangents = [

@@ -46,6 +46,10 @@ class TrainingRunner:
         self.differentiable: list[int] = [int(i) for i in differentiable]
         positions = {p.name: i for i, p in enumerate(program.forward.placeholders)}
         self.n_inputs = len(positions)
+        # inputs the caller's copy-back overwrites after the forward graph ran
+        self.written_inputs = sorted({positions[s.target] for s in specs
+                                      if s.kind == OutputKind.MUTATED_INPUT
+                                      and s.target in positions})
         self.grad_positions: list[int] = []
         for spec in program.signature.outputs.get("backward", []):
             if spec.kind != OutputKind.GRADIENT or spec.target not in positions:
@@ -82,6 +86,9 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx: Any, runner: TrainingRunner, *inputs: Any) -> tuple[Any, ...]:
         results = runner.forward(list(inputs))
         outputs, saved = results[: runner.n_outputs], results[runner.n_outputs:]
+        written = [inputs[i] for i in runner.written_inputs
+                   if isinstance(inputs[i], torch.Tensor)]
+        saved = [_keep_from_copy_back(s, written) for s in saved]
         tensors = [s for s in saved if isinstance(s, torch.Tensor)]
         ctx.save_for_backward(*tensors)
         # NOTE: non-tensor saved values (sizes, Python numbers) travel on ctx.
@@ -114,6 +121,17 @@ class CompiledFunction(torch.autograd.Function):
         for position, g in zip(runner.grad_positions, grad_values):
             result[position] = g
         return (None, *result)
+
+
+def _keep_from_copy_back(value: Any, written: list[torch.Tensor]) -> Any:
+    """``value``, or a copy of it if it shares memory with an input the caller will
+    overwrite (the backward graph needs the value from before the write)."""
+    if not isinstance(value, torch.Tensor) or not written:
+        return value
+    ptr = value.untyped_storage().data_ptr()
+    if ptr and any(w.untyped_storage().data_ptr() == ptr for w in written):
+        return value.detach().clone()
+    return value
 
 
 def _contiguous_like_forward(grad: Any) -> Any:

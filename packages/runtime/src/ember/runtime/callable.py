@@ -229,10 +229,14 @@ class ProgramCallable:
             outputs = outputs[: len(outputs) - self._n_saved]
         else:
             outputs = self._forward(full)
-        if self._copy_back:
-            with torch.no_grad():
-                for out_index, in_index in self._copy_back:
-                    full[in_index].copy_(outputs[out_index])
+        for out_index, in_index in self._copy_back:
+            value = outputs[out_index]
+            # NOTE: a written input with autograd history takes the new value's history
+            # (eager's in-place op does the same); anything else is copied as data.
+            with torch.set_grad_enabled(torch.is_grad_enabled() and bool(
+                    getattr(value, "requires_grad", False)
+                    and getattr(full[in_index], "requires_grad", False))):
+                full[in_index].copy_(value)
         for alias in self._aliased:
             base = (full[alias.base_input] if alias.base_input is not None
                     else outputs[alias.base_output])  # type: ignore[index]
