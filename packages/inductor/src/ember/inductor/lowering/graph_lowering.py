@@ -145,7 +145,7 @@ class GraphLowering:
         try:
             args = tuple(self._arg(a) for a in node.args)
             kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
-            self.values[node.name] = rule(self, node, *args, **kwargs)
+            self.values[node.name] = self._bounded(rule(self, node, *args, **kwargs))
         except Exception as e:  # noqa: BLE001 - any failing rule falls back to eager
             del self.nodes[mark:]
             reason = str(e) if isinstance(e, NotLowerable) else f"{type(e).__name__}: {e}"
@@ -163,6 +163,15 @@ class GraphLowering:
         if isinstance(a, tuple):
             return tuple(self._arg(x) for x in a)
         return a
+
+    def _bounded(self, value: Any) -> Any:
+        """``value`` with every Lazy result whose element function has grown too large
+        realized into a buffer (see :func:`too_large`)."""
+        if isinstance(value, tuple):
+            return tuple(self._bounded(v) for v in value)
+        if isinstance(value, Lazy) and too_large(value):
+            return self.realize(value)
+        return value
 
     def realize(self, value: Value, strides: tuple[int, ...] | None = None,
                 origin: str = "") -> Stored:
@@ -291,6 +300,24 @@ class GraphLowering:
             v = self.realize(v, strides=strides, origin=producer.name)
         self.output_buffers.add(v.buffer)
         return self.render(v)
+
+
+# Inlining limits: a Lazy bigger than this is stored instead of recomputed by every
+# consumer (a residual stream x = x + f(x) would otherwise grow with the depth).
+MAX_INLINED_STATEMENTS = 96
+MAX_INLINED_BUFFERS = 8
+
+
+def too_large(value: Lazy) -> bool:
+    """Whether inlining ``value`` into its consumers would cost too much."""
+    from ember.inductor.loop_ir import Int, Var
+    from ember.inductor.lowering.builder import BodyBuilder
+
+    b = BodyBuilder()
+    index = tuple(Var(f"x{i}", s) if s != 1 else Int(0) for i, s in enumerate(value.sizes))
+    value.element(b, index)
+    buffers = {buf for buf, _ in b.external_loads}
+    return len(b.stmts) > MAX_INLINED_STATEMENTS or len(buffers) > MAX_INLINED_BUFFERS
 
 
 def _buffer_reads(args: list[str], kwargs: dict[str, str],

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from ember.inductor.codegen.triton import reductions
 from ember.inductor.codegen.triton.dtypes import pointer_type, scalar_literal, tl_type
-from ember.inductor.codegen.triton.heuristics import LaunchConfig, choose_config, next_power_of_2
+from ember.inductor.codegen.triton.heuristics import LaunchConfig, choose_config
 from ember.inductor.codegen.triton.ops import HELPERS as OP_HELPERS
 from ember.inductor.codegen.triton.ops import format_compute
 from ember.inductor.codegen.triton.ranges import Dim, drop_unit_vars, linear_form, merge_dims
@@ -128,7 +128,8 @@ def _identifier(name: str) -> str:
     return ident
 
 
-class _Writer:
+class KernelWriter:
+    """Writes one kernel's Triton module; :func:`generate_triton_kernel` is the entry."""
     def __init__(self, kernel: Kernel, config: LaunchConfig) -> None:
         self.kernel = kernel
         self.config = config
@@ -455,100 +456,6 @@ class _Writer:
         else:
             self.line(f"{out} = {reductions.row_reduce(s.op, s.dtype, acc)}")
 
-    # --- split reductions ---------------------------------------------------------------
-
-    def splittable(self) -> bool:
-        """One pass of sum/prod/max/min/any/all reductions with no stores inside it."""
-        _, phases = reduction_phases(self.kernel)
-        return len(phases) == 1 and all(
-            not isinstance(s, Store) and not (isinstance(s, Reduce) and s.op in ("argmax", "argmin"))
-            for s in phases[0].inner
-        )
-
-    def workspace_params(self, reduces: list[Reduce]) -> list[str]:
-        return [f"{self.value(r.name)}_ws" for r in reduces]
-
-    def emit_split_partial(self, split: int) -> list[Reduce]:
-        """The body of the partial kernel: program (x, s) reduces chunk s of row x."""
-        before, (phase,) = reduction_phases(self.kernel)
-        rblock = self.config.rblock
-        per_split = _cdiv(self.kernel.reduction_numel, split)
-        chunk = _cdiv(per_split, rblock) * rblock
-        self.line("rsplit = tl.program_id(1)")
-        for s in before:
-            self.emit(s)
-        reduces = [s for s in phase.inner if isinstance(s, Reduce)]
-        for r in reduces:
-            self.init_accumulator(r)
-        self.line(f"rstart = rsplit * {chunk}")
-        self.line(f"for roffset in range(0, {chunk}, RBLOCK):")
-        self.indent += 1
-        self.reduction_indexes("rstart + roffset")
-        for s in phase.inner:
-            if isinstance(s, Reduce):
-                self.accumulate(s)
-            else:
-                self.emit(s)
-        self.indent -= 1
-        for r in reduces:
-            self.finish_accumulator(r)
-            ws = f"{self.value(r.name)}_ws"
-            self.line(f"tl.store({ws} + (xindex * {split} + rsplit), {self.value(r.name)}, "
-                      "mask=xmask)")
-        return reduces
-
-    def emit_split_final(self, split: int, reduces: list[Reduce]) -> None:
-        """The body of the main kernel of a split reduction: combine, then the rest."""
-        before, (phase,) = reduction_phases(self.kernel)
-        for s in before:
-            self.emit(s)
-        self.line("sindex = tl.arange(0, SBLOCK)[None, :]")
-        self.line(f"smask = xmask & (sindex < {split})")
-        for r in reduces:
-            out = self.value(r.name)
-            ident = reductions.identity(r.op, r.dtype)
-            self.line(f"{out}_part = tl.load({out}_ws + (xindex * {split} + sindex), "
-                      f"mask=smask, other={ident})")
-            self.line(f"{out} = {reductions.row_reduce(r.op, r.dtype, f'tl.where(smask, {out}_part, {ident})')}")
-            self.dtypes[r.name] = r.dtype
-        for s in phase.after:
-            self.emit(s)
-
-    def write_split(self) -> TritonKernelCode:
-        k = self.kernel
-        split = self.config.split
-        self.prologue()
-        reduces = self.emit_split_partial(split)
-        partial_lines, self.lines = self.lines, []
-        if k.origins:
-            self.line(f"# fused: {', '.join(k.origins)} (split reduction: {split} chunks a row)")
-        self.prologue(reduction_axis=False)
-        self.emit_split_final(split, reduces)
-        fn_name = _identifier(k.name)
-        params = [self.params[b.name] for b in k.buffers] + self.workspace_params(reduces)
-        xblock = self.config.xblock
-        partial = SplitLaunch(
-            name=fn_name + "_partial",
-            constexprs={"XBLOCK": xblock, "RBLOCK": self.config.rblock},
-            grid=(_cdiv(k.numel, xblock), split, 1),
-            workspace_dtypes=[str(r.dtype).replace("torch.", "") for r in reduces],
-            workspace_numel=k.numel * split,
-        )
-        final_xblock = min(64, next_power_of_2(k.numel))
-        final_constexprs = {"XBLOCK": final_xblock, "SBLOCK": next_power_of_2(split)}
-        source = self.module_source([
-            (partial.name, params, list(partial.constexprs), partial_lines),
-            (fn_name, params, list(final_constexprs), self.lines),
-        ])
-        signature = {self.params[b.name]: pointer_type(b.dtype) for b in k.buffers}
-        for r, ws in zip(reduces, self.workspace_params(reduces)):
-            signature[ws] = pointer_type(r.dtype)
-        return TritonKernelCode(
-            name=fn_name, source=source, signature=signature, constexprs=final_constexprs,
-            grid=(_cdiv(k.numel, final_xblock), 1, 1), num_warps=self.config.num_warps,
-            num_stages=self.config.num_stages, split=partial,
-        )
-
     def module_source(self, functions: list[tuple[str, list[str], list[str], list[str]]]) -> str:
         """The module: header, helpers, then each (name, params, constexprs, lines)."""
         bodies = ["\n".join(lines) for _, _, _, lines in functions]
@@ -565,8 +472,6 @@ class _Writer:
 
     def write(self) -> TritonKernelCode:
         k = self.kernel
-        if k.is_reduction and self.config.split > 1 and self.splittable():
-            return self.write_split()
         if k.origins:
             self.line(f"# fused: {', '.join(k.origins)}")
         self.prologue()
@@ -613,7 +518,13 @@ def generate_triton_kernel(kernel: Kernel, config: LaunchConfig | None = None) -
                                    columns=reduces_columns(kernel))
         else:
             config = choose_config(kernel.numel)
-    return _Writer(kernel, config).write()
+    if kernel.is_reduction and config.split > 1:
+        from ember.inductor.codegen.triton.split_writer import SplitReductionWriter
+
+        writer = SplitReductionWriter(kernel, config)
+        if writer.splittable():
+            return writer.write()
+    return KernelWriter(kernel, config).write()
 
 
 def reduces_columns(kernel: Kernel) -> bool:
