@@ -7,8 +7,17 @@ import math
 import ember.frontend as ef
 import pytest
 import torch
+from ember.frontend import capture_modes
 from ember.frontend.guards import GuardSet
 from ember.frontend.pytree import flatten
+
+
+@pytest.fixture(autouse=True)
+def _tracing_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests cover the tracing capture mode's guards and cache; the strict mode's
+    have their own (test_strict_guards.py)."""
+    monkeypatch.setattr(capture_modes, "DEFAULT_CAPTURE_MODE", "trace")
+
 
 
 def double(x: torch.Tensor, n: int = 2) -> torch.Tensor:

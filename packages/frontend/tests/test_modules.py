@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import ember.frontend as ef
+import pytest
 import torch
+from ember.frontend import capture_modes
 from ember.runtime.ir import InputKind, InputSpec
 from torch import nn
+
+
+@pytest.fixture(autouse=True)
+def _tracing_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests cover the tracing capture mode's guards and cache; the strict mode's
+    have their own (test_strict_guards.py)."""
+    monkeypatch.setattr(capture_modes, "DEFAULT_CAPTURE_MODE", "trace")
+
 
 
 class Net(nn.Module):

@@ -136,3 +136,26 @@ def test_wrapper_reuses_freed_buffers() -> None:
     wrapper = compiled.files["forward/wrapper.py"].decode()
     assert "reuse" in wrapper
     torch.testing.assert_close(run(torch.ones(4, 16))[0], f(torch.ones(4, 16)))
+
+
+def test_deep_residual_stream_is_stored_not_recomputed() -> None:
+    import torch.nn.functional as F
+
+    from ember.inductor.lowering.graph_lowering import MAX_INLINED_BUFFERS
+
+    ws = [torch.randn(16, 16) for _ in range(12)]
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        for w in ws:
+            x = x + torch.softmax(F.layer_norm(x, (16,)) @ w, -1) * 0.1
+        return x
+
+    x = torch.randn(4, 16)
+    compiled, run = compile_fn(f, x)
+    torch.testing.assert_close(run(x)[0], f(x))
+    from helpers import trace
+
+    steps = schedule(GraphLowering(trace(f, [x])).run())
+    for step in steps:
+        if isinstance(step, KernelStep):
+            assert len(step.kernel.loaded_buffers()) <= MAX_INLINED_BUFFERS + 2

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, overload
 
 import torch
+from ember.frontend import capture_modes
 from ember.frontend.capture_modes import (
     DEFAULT_CAPTURE_MODE,
     CompiledCallable,
@@ -89,7 +90,7 @@ def compile(
         fullgraph: accepted; tracing capture always produces one full graph.
         dynamic: None or False; True (symbolic shapes) is not implemented yet.
         options: backend options; ``options["capture"]`` picks the capture mode
-            (``"trace"``, the default; see :mod:`ember.frontend.capture_modes`).
+            (``"strict"``, the default, or ``"trace"``; see :mod:`ember.frontend.capture_modes`).
 
     Returns:
         A callable with ``.stats`` (:class:`CompileStats`) and ``.reset()``; a
@@ -116,7 +117,7 @@ def compile(
             "use dynamic=None or False (each new shape is a recompile)"
         )
     backend_options = dict(options or {})
-    capture = backend_options.pop("capture", DEFAULT_CAPTURE_MODE)
+    capture = backend_options.pop("capture", capture_modes.DEFAULT_CAPTURE_MODE)
     factory = resolve_capture_mode(capture)
     module = module_of(fn_or_module)
     request = CompileRequest(fn_or_module, module, backend, mode, fullgraph, dynamic,

@@ -2,7 +2,8 @@
 
 A capture mode is a factory ``(CompileRequest) -> compiled callable``; the callable is
 called like the user's function and has ``.stats`` (a :class:`CompileStats`) and
-``.reset()``. ``"trace"`` (run the Python once on fake tensors) is the default.
+``.reset()``. ``"strict"`` (symbolic bytecode interpretation, ``ember.frontend.bytecode``)
+is the default; ``"trace"`` (run the Python once on fake tensors) is the escape hatch.
 
 To plug in a mode, add one entry — a factory, or a ``"module:attribute"`` string that is
 imported on first use (so the registry never imports the mode's package eagerly)::
@@ -56,9 +57,10 @@ CaptureModeFactory = Callable[[CompileRequest], CompiledCallable]
 
 CAPTURE_MODES: dict[str, CaptureModeFactory | str] = {
     "trace": "ember.frontend.compiled:TracedFunction",
+    "strict": "ember.frontend.bytecode.strict:StrictFunction",
 }
 
-DEFAULT_CAPTURE_MODE = "trace"
+DEFAULT_CAPTURE_MODE = "strict"
 
 
 def register_capture_mode(name: str, factory: CaptureModeFactory | str) -> None:
