@@ -28,6 +28,7 @@ def trace(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> Program:
 
 def compile_and_load(program: Program, **options: Any) -> tuple[Program, Callable[..., list[Any]]]:
     """The compiled program and a callable ``fn(*inputs) -> list of outputs``."""
+    options.setdefault("strict", True)  # tests want Ember's own errors, not a fallback
     compiled = compile_program(program, options)
     run = load_executor(compiled, "forward")
     return compiled, lambda *xs: run(list(xs))

@@ -187,3 +187,44 @@ def test_non_contiguous_input_at_run_time_is_relaid() -> None:
     _, run = compile_and_load(trace(lambda x: x * 2, [torch.randn(4, 6)]))
     x = torch.randn(6, 4).t()
     torch.testing.assert_close(run(x)[0], x * 2)
+
+
+def test_concurrent_builders_of_one_kernel_agree(tmp_path: Path) -> None:
+    import ctypes
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ember.runtime.compiled import cpp_build
+
+    source = 'extern "C" int ember_answer() { return 42; }\n'
+    with patch(cache_dir=tmp_path):
+        with ThreadPoolExecutor(3) as pool:
+            paths = list(pool.map(lambda _: cpp_build.compile_cpp(source), range(3)))
+        assert len(set(paths)) == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the entry is complete: a clean hit
+            assert cpp_build.compile_cpp(source) == paths[0]
+    assert ctypes.CDLL(str(paths[0])).ember_answer() == 42
+
+
+def test_a_graph_that_fails_to_build_runs_eagerly_with_a_warning(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.inductor import compile as driver
+    from ember.inductor.codegen.cpp import backend
+
+    monkeypatch.setattr(backend, "generate_function", lambda k: "this is not C++;")
+    x = torch.randn(4, 6)
+    program = trace(lambda x: x.exp() + 1, [x])
+    with pytest.warns(driver.InductorFallbackWarning, match="runs eagerly|run eagerly"):
+        compiled = compile_program(program)
+    assert compiled.metadata["kernels"] == 0
+    assert compiled.metadata["fallbacks"] == {"aten::add.Tensor": 1, "aten::exp.default": 1}
+    torch.testing.assert_close(load_artifact_from(compiled)(x)[0], x.exp() + 1)
+    with pytest.raises(Exception, match="g\\+\\+ failed"):
+        compile_program(program, {"strict": True})
+
+
+def load_artifact_from(program: Program):  # type: ignore[no-untyped-def]
+    from ember.runtime.compiled import load_executor
+
+    run = load_executor(program, "forward")
+    return lambda *xs: run(list(xs))

@@ -140,7 +140,6 @@ def test_wrapper_reuses_freed_buffers() -> None:
 
 def test_deep_residual_stream_is_stored_not_recomputed() -> None:
     import torch.nn.functional as F
-
     from ember.inductor.lowering.graph_lowering import MAX_INLINED_BUFFERS
 
     ws = [torch.randn(16, 16) for _ in range(12)]
@@ -151,7 +150,7 @@ def test_deep_residual_stream_is_stored_not_recomputed() -> None:
         return x
 
     x = torch.randn(4, 16)
-    compiled, run = compile_fn(f, x)
+    _, run = compile_fn(f, x)
     torch.testing.assert_close(run(x)[0], f(x))
     from helpers import trace
 

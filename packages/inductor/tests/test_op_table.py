@@ -189,8 +189,8 @@ NOT_IN_TABLE = {
 
 
 def test_table_calls_every_lowered_op() -> None:
-    from helpers import trace
     from ember.inductor.lowering.registry import lowered_ops
+    from helpers import trace
 
     called: set[str] = set()
     for case in OP_TABLE:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,10 +55,11 @@ def graph_device(program: Program, graph_name: str) -> torch.device:
 
 
 def compile_graph(program: Program, graph_name: str = "forward",
-                  device: torch.device | None = None) -> CompiledGraph:
-    """Lower, schedule and generate code for one graph (no passes)."""
+                  device: torch.device | None = None, eager: bool = False) -> CompiledGraph:
+    """Lower, schedule and generate code for one graph (no passes). ``eager``: generate
+    no kernels, run every op as an extern call."""
     dev = device or graph_device(program, graph_name)
-    lowered = GraphLowering(program, graph_name, dev).run()
+    lowered = GraphLowering(program, graph_name, dev, eager=eager).run()
     steps = schedule(lowered)
     kernels = [s.kernel for s in steps if isinstance(s, KernelStep)]
     backend = backend_for(dev.type) if kernels else None
@@ -89,11 +91,13 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
 
     Options: ``device`` (``"cpu"``/``"cuda"``, default: where the tensors are),
     ``precompile`` (default True: build the C++ kernels now, which warms the cache and
-    reports compile errors here rather than at load time).
+    catches compile errors here rather than at load time), ``strict`` (default False:
+    a graph whose code generation or C++ build fails runs its ops eagerly, with an
+    :class:`InductorFallbackWarning`; True raises instead).
 
     Raises:
-        ember.runtime.compiled.cpp_build.CppCompileError: a generated kernel does not
-            compile (a bug in Ember; the message holds the compiler output).
+        ember.runtime.compiled.cpp_build.CppCompileError: with ``strict``, a generated
+            kernel does not compile (the message holds the compiler output).
     """
     options = options or {}
     device = torch.device(options["device"]) if options.get("device") else None
@@ -105,7 +109,7 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     fallbacks: collections.Counter[str] = collections.Counter()
     n_kernels = 0
     for name in optimized.graphs:
-        compiled = compile_graph(optimized, name, device)
+        compiled = _compile_graph_or_eager(optimized, name, device, options)
         fallbacks.update(compiled.fallbacks)
         n_kernels += len(compiled.kernels)
         wrapper_path = f"{name}/wrapper.py"
@@ -119,8 +123,6 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
                             "source": path, "meta": dict(src.meta)})
         graphs_meta[name] = {"wrapper": wrapper_path, "kernels": entries,
                              "constants": compiled.constants, "device": str(compiled.device)}
-        if options.get("precompile", True):
-            _precompile(entries, out.files)
     out.metadata = dict(out.metadata)
     out.metadata["compiled"] = {"format": ARTIFACT_FORMAT, "graphs": graphs_meta}
     out.metadata["fallbacks"] = dict(sorted(fallbacks.items()))
@@ -128,8 +130,32 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     return out
 
 
-def _precompile(entries: list[dict[str, Any]], files: dict[str, bytes]) -> None:
+def _compile_graph_or_eager(program: Program, name: str, device: torch.device | None,
+                            options: dict[str, Any]) -> CompiledGraph:
+    """compile_graph, and (with ``precompile``) build its C++ kernels now; if any of
+    that fails — a bug in Ember — warn and run the graph's ops eagerly instead, unless
+    ``options["strict"]`` asks for the error."""
+    try:
+        compiled = compile_graph(program, name, device)
+        if options.get("precompile", True):
+            _precompile(compiled)
+        return compiled
+    except Exception as e:
+        if options.get("strict"):
+            raise
+        message = (f"ember-inductor could not compile graph {name!r} "
+                   f"({type(e).__name__}: {str(e)[:500]}); its ops run eagerly")
+        warnings.warn(message, InductorFallbackWarning, stacklevel=3)
+        log("fallbacks", message)
+        return compile_graph(program, name, device, eager=True)
+
+
+class InductorFallbackWarning(UserWarning):
+    """A graph could not be compiled and runs its ops eagerly (a bug worth reporting)."""
+
+
+def _precompile(compiled: CompiledGraph) -> None:
     from ember.runtime.compiled.cpp_build import compile_cpp
 
-    for source in sorted({e["source"] for e in entries if e["lang"] == "cpp"}):
-        compile_cpp(files[source].decode())
+    for source in sorted({s.source for _, s in compiled.kernels if s.lang == "cpp"}):
+        compile_cpp(source)

@@ -66,7 +66,7 @@ class GraphLowering:
     """Lowers graph ``graph_name`` of ``program`` (see module doc)."""
 
     def __init__(self, program: Program, graph_name: str = "forward",
-                 device: torch.device | None = None) -> None:
+                 device: torch.device | None = None, eager: bool = False) -> None:
         self.program = program
         self.graph = program.graphs[graph_name]
         self.graph_name = graph_name
@@ -79,11 +79,14 @@ class GraphLowering:
         self.output_buffers: set[str] = set()
         self.fallbacks: collections.Counter[str] = collections.Counter()
         self.device = device or self._guess_device()
-        self.all_extern = not all(
+        # eager: run every op as an extern call (symbolic sizes, or a graph whose
+        # generated code failed; see compile.compile_graph)
+        self.all_extern = eager or not all(
             _static(m) for n in self.graph.nodes
             for m in (n.meta if isinstance(n.meta, tuple) else (n.meta,))
             if isinstance(m, TensorMeta)
         )
+        self.eager_reason = "graph runs eagerly" if eager else "symbolic sizes"
         self._count = 0
         self._realized: dict[int, Stored] = {}
 
@@ -132,7 +135,7 @@ class GraphLowering:
     def call(self, node: Node) -> None:
         rule = LOWERINGS.get(node.target)
         if self.all_extern:
-            self.values[node.name] = self.extern(node, fallback=True, reason="symbolic sizes")
+            self.values[node.name] = self.extern(node, fallback=True, reason=self.eager_reason)
             return
         if node.target in EXTERN_OPS:
             self.values[node.name] = self.extern(node, fallback=False)

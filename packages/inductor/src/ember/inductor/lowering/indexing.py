@@ -103,11 +103,18 @@ def _flip(ctx: Any, node: Node, x: TensorValue, dims: Sequence[int]) -> Lazy:
 
 
 def _wrapped_index(b: BodyBuilder, idx_value: str, size: int) -> IndexExpr:
-    """An Indirect index from an integer value, negative values wrapped by ``size``."""
-    v = b.cast(idx_value, torch.int64)
-    neg = b.compute("lt", v, b.literal(0, torch.int64))
-    wrapped = b.compute("where", neg, b.compute("add", v, b.literal(size, torch.int64)), v)
-    return Indirect(wrapped)
+    """An Indirect index from an integer value, negative values wrapped by ``size``.
+
+    NOTE: an index out of range (which eager reports with an IndexError) is clamped into
+    the tensor, so generated code never reads outside its buffers.
+    """
+    i64 = torch.int64
+    v = b.cast(idx_value, i64)
+    neg = b.compute("lt", v, b.literal(0, i64))
+    wrapped = b.compute("where", neg, b.compute("add", v, b.literal(size, i64)), v)
+    clamped = b.compute("minimum", b.compute("maximum", wrapped, b.literal(0, i64)),
+                        b.literal(size - 1, i64))
+    return Indirect(clamped)
 
 
 @lowering("aten::gather.default")

@@ -55,6 +55,7 @@ def lowering(*targets: str) -> Callable[[Rule], Rule]:
 def existing_overloads(name: str, overloads: tuple[str, ...]) -> list[str]:
     """``aten::name.overload`` for each of ``overloads`` that torch defines as a tensor
     op (``aten::eq.default`` exists too, but compares two Python scalars)."""
+    from ember.inductor._torch import first_argument_type
     from ember.runtime.ir import IRFormatError, resolve_op
 
     found = []
@@ -63,8 +64,7 @@ def existing_overloads(name: str, overloads: tuple[str, ...]) -> list[str]:
             op = resolve_op(f"aten::{name}.{o}")
         except IRFormatError:
             continue
-        args = op._schema.arguments
-        if args and str(args[0].type) == "Tensor":
+        if first_argument_type(op) == "Tensor":
             found.append(f"aten::{name}.{o}")
     return found
 

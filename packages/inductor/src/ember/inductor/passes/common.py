@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from ember.inductor._torch import is_mutable
 from ember.runtime.ir import IRFormatError, resolve_op
 
 # Ops kept even when their result is unused.
@@ -21,6 +22,6 @@ def is_pure(target: str) -> bool:
         op = resolve_op(target)
     except IRFormatError:
         return False
-    if op._schema.is_mutable:
+    if is_mutable(op):
         return False
     return torch.Tag.nondeterministic_seeded not in op.tags

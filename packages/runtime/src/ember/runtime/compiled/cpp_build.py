@@ -15,6 +15,7 @@ an entry whose manifest is missing or does not match its library is a miss, with
 
 from __future__ import annotations
 
+import ctypes.util
 import functools
 import hashlib
 import json
@@ -31,8 +32,22 @@ from ember.runtime.config import config
 from ember.runtime.logs import log
 
 COMPILER = "g++"
-FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
-                          "-std=c++17", "-w")
+FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared",
+                          "-fPIC", "-std=c++17", "-w")
+
+
+@functools.cache
+def vector_math_flags() -> tuple[str, ...]:
+    """Link glibc's vector math library when present (the kernels' prelude then declares
+    its functions, so loops calling exp/log/tanh/... vectorize)."""
+    if ctypes.util.find_library("mvec") is None:
+        return ()
+    return ("-DEMBER_HAVE_MVEC", "-lmvec")
+
+
+def build_flags() -> tuple[str, ...]:
+    """Every flag of the compiler command (part of the cache key)."""
+    return FLAGS + vector_math_flags()
 
 _process_dir: Path | None = None
 
@@ -87,7 +102,8 @@ def host_cpu() -> str:
 def cache_key(source: str) -> str:
     """The cache key of ``source`` under this compiler, flags, CPU and torch."""
     h = hashlib.sha256()
-    for part in (source, compiler_version(), " ".join(FLAGS), host_cpu(), torch.__version__):
+    for part in (source, compiler_version(), " ".join(build_flags()), host_cpu(),
+                 torch.__version__):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -99,8 +115,8 @@ def _digest(path: Path) -> str:
 
 def _valid(entry: Path) -> bool:
     lib, manifest = entry / "kernel.so", entry / "manifest.json"
-    if not manifest.exists() and not lib.exists():
-        return False
+    if not manifest.exists():
+        return False  # never written, or another process is writing it right now
     try:
         recorded = json.loads(manifest.read_text())["sha256"]
         if recorded == _digest(lib):
@@ -135,7 +151,8 @@ def compile_cpp(source: str) -> Path:
         src = Path(tmp) / "kernel.cpp"
         src.write_text(source)
         out = Path(tmp) / "kernel.so"
-        proc = subprocess.run([COMPILER, *FLAGS, str(src), "-o", str(out)],
+        proc = subprocess.run([COMPILER, *FLAGS, str(src), "-o", str(out),
+                               *vector_math_flags()],
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise CppCompileError(
@@ -144,7 +161,7 @@ def compile_cpp(source: str) -> Path:
     _write_atomic(entry / "kernel.cpp", source.encode())
     _write_atomic(entry / "kernel.so", lib_bytes)
     manifest = {"sha256": hashlib.sha256(lib_bytes).hexdigest(),
-                "compiler": compiler_version(), "flags": list(FLAGS),
+                "compiler": compiler_version(), "flags": list(build_flags()),
                 "torch": torch.__version__}
     _write_atomic(entry / "manifest.json", json.dumps(manifest).encode())
     return entry / "kernel.so"

@@ -15,7 +15,7 @@ Layout of a generated function::
         }
     }
 
-Every value is a typed ``const`` local; float16/bfloat16 values are 16-bit patterns
+Every value is a typed ``const`` local; float16 values are ``_Float16``, bfloat16 values 16-bit patterns
 converted with the prelude's helpers.
 """
 
@@ -53,6 +53,8 @@ class CppKernelWriter:
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
+        # float max/min as a vectorizable select plus a NaN flag (not in tiled bodies)
+        self.fast_minmax = True
         self.dtypes: dict[str, torch.dtype] = {}
         self.lines: list[str] = []
         self.indent = 1
@@ -126,8 +128,13 @@ class CppKernelWriter:
             return ops.ctype(self.dtypes[r.arg])
         return self.acc_type(r)
 
+    def is_fast_minmax(self, r: Reduce) -> bool:
+        return self.fast_minmax and r.op in ("max", "min") and r.dtype.is_floating_point
+
     def reduce_init(self, r: Reduce) -> None:
         self.line(f"{self.reduce_acc_ctype(r)} acc_{r.name} = {self.reduce_init_value(r)};")
+        if self.is_fast_minmax(r):
+            self.line(f"int nan_{r.name} = 0;")
         if r.op in ("argmax", "argmin"):
             self.line(f"int64_t idx_{r.name} = -1;")
 
@@ -137,6 +144,10 @@ class CppKernelWriter:
             self.line(f"{acc} += {a};")
         elif r.op == "prod":
             self.line(f"{acc} *= {a};")
+        elif self.is_fast_minmax(r):
+            cmp = ">" if r.op == "max" else "<"
+            self.line(f"{acc} = ({a} {cmp} {acc}) ? {a} : {acc};")
+            self.line(f"nan_{r.name} |= ({a} != {a});")
         elif r.op in ("max", "min"):
             fn = "ember_max" if r.op == "max" else "ember_min"
             if r.dtype == torch.bool:
@@ -159,6 +170,9 @@ class CppKernelWriter:
         t = ops.ctype(r.dtype)
         if r.op in ("argmax", "argmin"):
             self.line(f"const {t} {r.name} = idx_{r.name}{sub};")
+        elif self.is_fast_minmax(r):
+            self.line(f"const {t} {r.name} = nan_{r.name} ? "
+                      f"std::numeric_limits<{t}>::quiet_NaN() : acc_{r.name};")
         else:
             self.line(f"const {t} {r.name} = static_cast<{t}>(acc_{r.name}{sub});")
 
@@ -174,6 +188,23 @@ class CppKernelWriter:
         for v in vars_:
             self.line(f"for (int64_t {v.name} = 0; {v.name} < {v.size}; {v.name}++) {{")
             self.indent += 1
+
+    def simd_hint(self, reduces: list[Reduce]) -> None:
+        """Let the compiler vectorize a pass whose reductions are all sums (reassociating
+        them, as eager's vectorized kernels do); other reductions keep their order."""
+        if not reduces or not all(
+                r.dtype.is_floating_point and (r.op == "sum" or self.is_fast_minmax(r))
+                for r in reduces):
+            return
+        clauses = []
+        for op, kind in (("sum", "+"), ("max", "max"), ("min", "min")):
+            accs = [f"acc_{r.name}" for r in reduces if r.op == op]
+            if accs:
+                clauses.append(f"reduction({kind}:{', '.join(accs)})")
+        nans = [f"nan_{r.name}" for r in reduces if r.op in ("max", "min")]
+        if nans:
+            clauses.append(f"reduction(|:{', '.join(nans)})")
+        self.line(f"#pragma omp simd {' '.join(clauses)}")
 
     def close_loops(self, n: int) -> None:
         for _ in range(n):
@@ -203,7 +234,9 @@ class CppKernelWriter:
                     self.dtypes[s.name] = s.dtype
             for r in reduces:
                 self.reduce_init(r)
-            self.open_loops(rvars)
+            self.open_loops(rvars[:-1])
+            self.simd_hint(reduces)
+            self.open_loops(rvars[-1:])
             saved = dict(self.dtypes)
             for s in phase.inner:
                 if isinstance(s, Reduce):
@@ -226,11 +259,10 @@ class CppKernelWriter:
         if not k.is_reduction or not k.ranges or k.ranges[-1].size < 4:
             return False
         xl, rl = k.ranges[-1], k.reduction_ranges[-1]
-        for s in k.body:
-            if isinstance(s, Load) and _coefficient(s.index, xl) == 1:
-                if _coefficient(s.index, rl) not in (None, 0, 1):
-                    return True
-        return False
+        return any(
+            isinstance(s, Load) and _coefficient(s.index, xl) == 1
+            and _coefficient(s.index, rl) not in (None, 0, 1)
+            for s in k.body)
 
     def body_tiled(self) -> None:
         """Like :meth:`body`, for ``TILE`` consecutive values of the last outer variable
@@ -238,6 +270,7 @@ class CppKernelWriter:
         over the reduction ranges has the tile as its innermost (contiguous) loop."""
         k = self.kernel
         xl = k.ranges[-1]
+        self.fast_minmax = False
         before, phases = reduction_phases(k)
         self.line(f"const int64_t xn = std::min<int64_t>({TILE}, {xl.size} - xt);")
         for s in k.body:
@@ -318,10 +351,14 @@ class CppKernelWriter:
         self.indent = 1
         n = len(k.ranges)
         work = k.numel * max(k.reduction_numel, 1)
+        tiled = self.wants_tiling()
+        # NOTE: the innermost outer loop stays out of the collapse (unless it is tiled)
+        # so that the compiler can vectorize it.
+        depth = n if tiled or n == 1 else n - 1
         if n:
-            collapse = f" collapse({n})" if n > 1 else ""
+            collapse = f" collapse({depth})" if depth > 1 else ""
             self.line(f"#pragma omp parallel for{collapse} if ({work} >= {PARALLEL_THRESHOLD})")
-        if self.wants_tiling():
+        if tiled:
             self.open_loops(k.ranges[:-1])
             xl = k.ranges[-1]
             self.line(f"for (int64_t xt = 0; xt < {xl.size}; xt += {TILE}) {{")

@@ -1,0 +1,18 @@
+"""The private torch APIs ember-inductor uses, in one place (DESIGN.md §5): a torch
+upgrade that changes them touches this file only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def first_argument_type(op: Any) -> str | None:
+    """The schema type of an operator overload's first argument (``"Tensor"``), or None
+    when it takes no arguments."""
+    arguments = op._schema.arguments
+    return str(arguments[0].type) if arguments else None
+
+
+def is_mutable(op: Any) -> bool:
+    """Whether an operator overload's schema mutates one of its arguments."""
+    return bool(op._schema.is_mutable)

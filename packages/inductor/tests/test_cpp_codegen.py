@@ -1,0 +1,65 @@
+"""C++ backend details: the float16/bfloat16 conversions of the prelude (bit-exact
+against torch), and what the generated source looks like."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ember.inductor.codegen.cpp.prelude import PRELUDE
+from ember.runtime.compiled.cpp_build import compile_cpp
+from helpers import compile_fn
+
+_CONVERTERS = PRELUDE + r"""
+extern "C" void h2f(const uint16_t* a, float* b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) b[i] = ember_half_to_float(a[i]);
+}
+extern "C" void f2h(const float* a, uint16_t* b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) b[i] = ember_float_to_half(a[i]);
+}
+extern "C" void f2bf(const float* a, uint16_t* b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) b[i] = ember_float_to_bf16(a[i]);
+}
+"""
+
+
+def _call(lib: ctypes.CDLL, name: str, a: torch.Tensor, out: torch.Tensor) -> None:
+    getattr(lib, name)(ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(out.data_ptr()),
+                       ctypes.c_int64(a.numel()))
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(((a.view(torch.int16) == b.view(torch.int16)) | (a.isnan() & b.isnan())).all())
+
+
+def test_half_and_bfloat16_conversions_are_exact() -> None:
+    lib = ctypes.CDLL(str(compile_cpp(_CONVERTERS)))
+    every_half = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    out = torch.empty(65536)
+    _call(lib, "h2f", every_half, out)
+    torch.testing.assert_close(out, every_half.float(), rtol=0, atol=0, equal_nan=True)
+    gen = torch.Generator().manual_seed(0)
+    floats = torch.cat([torch.randn(200_000, generator=gen) * s
+                        for s in (1e-8, 1e-5, 1.0, 3e2, 7e4)] + [
+        every_half.float(), every_half.float() * (1 + 2**-12),
+        torch.tensor([float("inf"), -float("inf"), float("nan"), 65519.99, 65520.0, 2.98e-8])])
+    half = torch.empty(floats.numel(), dtype=torch.float16)
+    _call(lib, "f2h", floats, half)
+    assert _same_bits(half, floats.half())
+    bf = torch.empty(floats.numel(), dtype=torch.bfloat16)
+    _call(lib, "f2bf", floats, bf)
+    assert _same_bits(bf, floats.bfloat16())
+
+
+def test_generated_source_shape() -> None:
+    x = torch.randn(64, 128)
+    compiled, _ = compile_fn(lambda x: (x * 2).exp().sum(-1), x)
+    source = next(v for k, v in compiled.files.items() if k.endswith(".cpp")).decode()
+    assert 'extern "C" void kernel0(const float* __restrict__ arg0' in source
+    assert "#pragma omp simd reduction(+:" in source  # the sum pass may vectorize
+    assert "// fused from: sum" in source
