@@ -74,13 +74,7 @@ def _step(model: torch.nn.Module, forward: Callable[[torch.Tensor], torch.Tensor
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("name,make_model,make_input", MODELS, ids=[m[0] for m in MODELS])
 def test_one_optimizer_step(backend: str, name: str, make_model: Callable[[], torch.nn.Module],
-                            make_input: Callable[[], torch.Tensor],
-                            request: pytest.FixtureRequest) -> None:
-    if (name, backend) == ("conv_bn", "inductor"):
-        # NOTE: the core-functional program is right (aot_eager passes on it); the
-        # inductor-compiled backward graph returns garbage conv/BatchNorm gradients.
-        request.applymarker(pytest.mark.xfail(
-            reason="inductor: wrong backward of conv + BatchNorm (values ~1e22)", strict=False))
+                            make_input: Callable[[], torch.Tensor]) -> None:
     torch.manual_seed(0)
     eager = make_model().train()
     compiled_model = copy.deepcopy(eager)

@@ -40,7 +40,7 @@ class BodyBuilder:
         self._dtypes: dict[str, torch.dtype] = {}
         self._stored: dict[tuple[str, IndexExpr], str] = {}
         self._masks: list[str] = []
-        #: memo for inlined lazy tensors: (id(fn), index) -> value name
+        #: memo for inlined lazy tensors: (id(fn), index, mask) -> value name
         self.memo: dict[tuple[object, ...], str] = {}
         #: buffers loaded that were not forwarded from a store in this kernel
         self.external_loads: list[tuple[str, IndexExpr]] = []
@@ -71,6 +71,11 @@ class BodyBuilder:
         other: bool | int | float = False if dtype == torch.bool else (
             0.0 if dtype.is_floating_point else 0)
         key = ("load", buffer, index, dtype, mask)
+        unmasked = self._cse.get(("load", buffer, index, dtype, None))
+        if unmasked is not None:
+            # NOTE: a value loaded everywhere is valid under any mask; the converse is
+            # not true (a masked load is `other` outside its mask), so never share that.
+            return unmasked
         return self._emit(key, Load, buffer, index, dtype, mask, other, dtype=dtype)
 
     def literal(self, value: bool | float, dtype: torch.dtype) -> str:
@@ -112,6 +117,11 @@ class BodyBuilder:
         return self._stored.get((buffer, index))
 
     # -- masks ------------------------------------------------------------------------
+    @property
+    def current_mask(self) -> str | None:
+        """The mask loads are emitted under now (None: unmasked)."""
+        return self._masks[-1] if self._masks else None
+
     @contextlib.contextmanager
     def masked(self, mask: str) -> Iterator[None]:
         """Loads emitted inside happen only where ``mask`` (and any outer mask) holds."""

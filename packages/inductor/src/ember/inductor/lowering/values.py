@@ -50,8 +50,14 @@ class Lazy:
     sizes: tuple[int, ...]
 
     def element(self, b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
-        key = (id(self), index)
+        # NOTE: a value computed under a mask (its loads give `other` outside it) must
+        # not be reused where that mask does not hold; one computed unmasked is valid
+        # under any mask.
+        mask = b.current_mask
+        key = (id(self), index, mask)
         found = b.memo.get(key)
+        if found is None and mask is not None:
+            found = b.memo.get((id(self), index, None))
         if found is None:
             found = self.fn(b, index)
             b.memo[key] = found

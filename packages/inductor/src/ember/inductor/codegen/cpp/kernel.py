@@ -44,6 +44,14 @@ from ember.inductor.loop_ir import (
 
 # Parallelize the outer loops only when there is enough work per call.
 PARALLEL_THRESHOLD = 32768
+# SIMD_LOOPS: innermost loops without a (non-simd) reduction are marked `omp simd`. GCC 12
+# at -O3 completely unrolls a short innermost loop (`for x1 < 6`) and vectorizes the loop
+# around it; a select whose operand load only some paths need (`where(relu(x) <= 0, c, g)`)
+# then becomes a group of interleaved *masked* loads, which GCC 12 miscompiles on x86
+# AVX/AVX-512 (wrong values; seen as garbage conv + BatchNorm gradients). A loop marked
+# `omp simd` is vectorized itself, never unrolled into its parent. Every iteration of an
+# Ember loop writes its own elements, so the hint never changes results.
+
 # Outer points reduced together when the reduction is strided in memory (x.sum(0)).
 TILE = 16
 
@@ -191,8 +199,12 @@ class CppKernelWriter:
 
     def simd_hint(self, reduces: list[Reduce]) -> None:
         """Let the compiler vectorize a pass whose reductions are all sums (reassociating
-        them, as eager's vectorized kernels do); other reductions keep their order."""
-        if not reduces or not all(
+        them, as eager's vectorized kernels do); other reductions keep their order. A
+        pass without reductions is marked ``omp simd`` as well (see ``SIMD_LOOPS`` above)."""
+        if not reduces:
+            self.line("#pragma omp simd")
+            return
+        if not all(
                 r.dtype.is_floating_point and (r.op == "sum" or self.is_fast_minmax(r))
                 for r in reduces):
             return
@@ -364,6 +376,11 @@ class CppKernelWriter:
             self.line(f"for (int64_t xt = 0; xt < {xl.size}; xt += {TILE}) {{")
             self.indent += 1
             self.body_tiled()
+        elif n >= 2 and not k.is_reduction:
+            self.open_loops(k.ranges[:-1])
+            self.line("#pragma omp simd")  # see SIMD_LOOPS above
+            self.open_loops(k.ranges[-1:])
+            self.body()
         else:
             self.open_loops(k.ranges)
             self.body()

@@ -1,0 +1,87 @@
+"""The capture corpus and the aot mutation corpus under ``backend="inductor"`` with
+``options={"strict": True}`` (an Ember bug raises instead of falling back to eager):
+outputs, inputs after the call and module state match eager within float tolerance."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ember.frontend
+import pytest
+import torch
+from corpus import CASES, CorpusCase
+from ember.frontend.pytree import flatten
+
+TOL = 1e-4
+STRICT = {"strict": True}
+
+
+def _mutation_corpus() -> list[tuple[str, Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]]]]:
+    """The cases of ``packages/aot/tests/test_mutation_corpus.py`` (one list, one home)."""
+    tests = str(Path(__file__).resolve().parent.parent / "packages" / "aot" / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    module = importlib.import_module("test_mutation_corpus")
+    return list(module.CORPUS)
+
+
+MUTATION_CASES = _mutation_corpus()
+
+
+def _clone(tree: Any) -> Any:
+    leaves, spec = flatten(tree)
+    return spec.unflatten([x.clone() if isinstance(x, torch.Tensor) else x for x in leaves])
+
+
+def _assert_close(actual: Any, expected: Any, what: str) -> None:
+    a_leaves, _ = flatten(actual)
+    e_leaves, _ = flatten(expected)
+    assert len(a_leaves) == len(e_leaves), what
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+        if not isinstance(e, torch.Tensor):
+            assert a == e, f"{what}[{i}]"
+        elif e.is_floating_point():
+            torch.testing.assert_close(a, e, atol=TOL, rtol=TOL, msg=f"{what}[{i}]")
+        else:
+            assert torch.equal(a, e), f"{what}[{i}]"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_corpus_case_under_inductor(case: CorpusCase) -> None:
+    fn = case.build()
+    eager_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
+    compiled_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
+    compiled = ember.frontend.compile(compiled_fn, backend="inductor", options=STRICT)
+    args, kwargs = case.inputs()
+    eager_args, eager_kwargs = _clone((args, kwargs))
+    compiled_args, compiled_kwargs = _clone((args, kwargs))
+    if case.random:
+        torch.manual_seed(1234)
+    expected = eager_fn(*eager_args, **eager_kwargs)
+    if case.random:
+        torch.manual_seed(1234)
+    got = compiled(*compiled_args, **compiled_kwargs)
+    _assert_close(got, expected, "output")
+    _assert_close((compiled_args, compiled_kwargs), (eager_args, eager_kwargs), "input")
+    if isinstance(fn, torch.nn.Module):
+        _assert_close(compiled_fn.state_dict(), eager_fn.state_dict(), "state")
+
+
+@pytest.mark.parametrize("name,fn,make_inputs", MUTATION_CASES,
+                         ids=[c[0] for c in MUTATION_CASES])
+def test_mutation_case_under_inductor(name: str, fn: Callable[..., Any],
+                                      make_inputs: Callable[[], tuple[torch.Tensor, ...]]) -> None:
+    compiled = ember.frontend.compile(fn, backend="inductor", options=STRICT)
+    for _ in range(2):  # the second call reuses the compiled program on fresh inputs
+        inputs = make_inputs()
+        eager_inputs = [t.clone() for t in inputs]
+        compiled_inputs = [t.clone() for t in inputs]
+        expected = fn(*eager_inputs)
+        got = compiled(*compiled_inputs)
+        _assert_close(got, expected, f"{name} output")
+        _assert_close(compiled_inputs, eager_inputs, f"{name} inputs")
