@@ -79,12 +79,15 @@ MODELS: dict[str, tuple[Callable[..., Any], Callable[[torch.dtype], list[torch.T
     "softmax_1024": (lambda x: torch.softmax(x, -1), lambda d: _rows(131072, 1024, d, 0)),
     "sum_dim0": (lambda x: x.sum(0), lambda d: _rows(32768, 4096, d, 0)),
     "sum_all": (lambda x: x.sum(), lambda d: _rows(32768, 4096, d, 0)),
+    "softmax_256": (lambda x: torch.softmax(x, -1), lambda d: _rows(524288, 256, d, 0)),
+    "layer_norm_768": (layer_norm, lambda d: _rows(131072, 768, d, 2)),
 }
 
 DEFAULT_RUNS = ("pointwise_chain:bfloat16,pointwise_chain:float32,"
                 "softmax_layer_norm_4096:bfloat16,softmax_layer_norm_4096:float32,"
                 "rms_norm_4096:bfloat16,rms_norm_4096:float32,layer_norm_8192:bfloat16,"
-                "softmax_1024:float32,sum_dim0:float32,sum_all:float32")
+                "softmax_1024:float32,sum_dim0:float32,sum_all:float32,softmax_256:float32,"
+                "layer_norm_768:bfloat16")
 
 
 def copy_bandwidth() -> float:
@@ -147,20 +150,12 @@ def bench_model(name: str, dtype: torch.dtype, copy_bw: float) -> dict[str, Any]
 
 # model, dtype -> launch configs to try: (xblock, rblock, persistent, num_warps[, split])
 SWEEP: dict[tuple[str, str], list[tuple[int, ...]]] = {
-    ("pointwise_chain", "bfloat16"): [(512, 0, 0, 4), (1024, 0, 0, 4), (2048, 0, 0, 8),
-                                      (4096, 0, 0, 8)],
-    ("softmax_layer_norm_4096", "bfloat16"): [(1, 4096, 1, 4), (1, 4096, 1, 8),
-                                              (1, 4096, 1, 16), (2, 4096, 1, 16)],
-    ("softmax_layer_norm_4096", "float32"): [(1, 4096, 1, 4), (1, 4096, 1, 8),
-                                             (1, 4096, 1, 16), (2, 4096, 1, 16)],
-    ("layer_norm_8192", "bfloat16"): [(1, 8192, 1, 16), (1, 8192, 1, 32), (1, 2048, 0, 8),
-                                      (1, 4096, 0, 16)],
-    ("softmax_1024", "float32"): [(1, 1024, 1, 4), (2, 1024, 1, 4), (2, 1024, 1, 8),
-                                  (4, 1024, 1, 8)],
-    ("sum_dim0", "float32"): [(32, 64, 0, 8, 1), (32, 64, 0, 8, 4), (32, 64, 0, 8, 8),
-                              (64, 32, 0, 8, 4), (16, 128, 0, 8, 8), (32, 32, 0, 4, 8)],
-    ("sum_all", "float32"): [(1, 2048, 0, 8, 64), (1, 2048, 0, 8, 256), (1, 4096, 0, 16, 256),
-                             (1, 1024, 0, 4, 512)],
+    ("softmax_256", "float32"): [(2, 256, 1, 2), (4, 256, 1, 4), (8, 256, 1, 4), (8, 256, 1, 8),
+                                 (16, 256, 1, 8)],
+    ("layer_norm_768", "bfloat16"): [(1, 1024, 1, 2), (1, 1024, 1, 4), (2, 1024, 1, 4),
+                                     (2, 1024, 1, 8)],
+    ("softmax_layer_norm_4096", "bfloat16"): [(1, 4096, 1, 2), (1, 4096, 1, 4)],
+    ("sum_all", "float32"): [(1, 4096, 0, 16, 128), (1, 4096, 0, 16, 256), (1, 8192, 0, 16, 256)],
 }
 
 

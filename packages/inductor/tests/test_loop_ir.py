@@ -43,6 +43,25 @@ def test_floordiv_and_mod_use_variable_ranges() -> None:
     assert mod(add(mul(X, 12), Y), 4) == Mod(Y, 4)
 
 
+def test_floordiv_and_mod_by_a_multiple_of_a_coefficient() -> None:
+    # (x0*16384 + x1*128 + x2) over a [8, 128, 128] space, as a 4-d view of it needs
+    a, b, c = Var("x0", 8), Var("x1", 128), Var("x2", 128)
+    flat = add(mul(a, 16384), mul(b, 128), c)
+    assert floordiv(flat, 65536) == FloorDiv(a, 4)
+    assert mod(flat, 65536) == add(mul(Mod(a, 4), 16384), mul(b, 128), c)
+    assert floordiv(flat, 256) == add(mul(a, 64), FloorDiv(b, 2))
+    assert mod(flat, 256) == add(mul(Mod(b, 2), 128), c)
+    for i in (0, 3, 4, 7):
+        for j in (0, 1, 127):
+            for k in (0, 5, 127):
+                n = i * 16384 + j * 128 + k
+                env = {"x0": Int(i), "x1": Int(j), "x2": Int(k)}
+                for d in (256, 65536):
+                    q = substitute(floordiv(flat, d), lambda v: env[v.name])
+                    r = substitute(mod(flat, d), lambda v: env[v.name])
+                    assert (q, r) == (Int(n // d), Int(n % d))
+
+
 def test_render_for_c_and_python() -> None:
     e = add(mul(floordiv(add(mul(X, 6), Y), 4), 2), Int(1))
     assert render(e, lambda v: v.name, str) == "(((x0*6 + x1) / 4)*2 + 1)"

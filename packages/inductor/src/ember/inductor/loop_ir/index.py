@@ -15,7 +15,8 @@ set:
 
 Build expressions with :func:`add`, :func:`mul`, :func:`floordiv` and :func:`mod`, which
 fold constants, flatten and drop trivial terms, and use the variables' sizes to simplify
-``(a*N + b) // N`` to ``a`` when ``0 <= b < N``. The dataclasses are frozen and hashable,
+``(a*N + b) // N`` to ``a`` when ``0 <= b < N`` (and ``(a*c + b) // (c*k)`` to
+``a // k`` when ``0 <= b < c``, likewise for ``%``). The dataclasses are frozen and hashable,
 so equal expressions compare equal (the scheduler relies on this to match a consumer's
 load with a producer's store).
 """
@@ -215,8 +216,33 @@ def floordiv(x: IndexExpr | int, d: int) -> IndexExpr:
     if bound is not None and bound < d and all(_nonneg(t) for t in rest):
         return add(*(_divide_term(t, d) for t in multiples))
     if multiples and all(_nonneg(t) for t in rest):
-        return add(*(_divide_term(t, d) for t in multiples), FloorDiv(rest_expr, d))
+        return add(*(_divide_term(t, d) for t in multiples), floordiv(rest_expr, d))
+    split = _split_by_factor(x, d)
+    if split is not None:
+        big, c = split
+        return floordiv(big, d // c)
     return FloorDiv(x, d)
+
+
+def _split_by_factor(x: IndexExpr, d: int) -> tuple[IndexExpr, int] | None:
+    """``(A, c)`` such that ``x == c*A + r`` with ``c`` dividing ``d`` and ``0 <= r < c``
+    (so ``x // d == A // (d // c)`` and ``x % d == c*(A % (d // c)) + r``), or None.
+
+    This is what lets ``(x0*16384 + x1*128 + x2) // 65536`` with ``x1*128 + x2 < 16384``
+    become ``x0 // 4``: an index of a 3-d view of a 4-d buffer stays affine in the
+    innermost loop variables (vectorizable) instead of dividing per element."""
+    terms = list(x.terms) if isinstance(x, Add) else [x]
+    if not all(_nonneg(t) for t in terms):
+        return None
+    for c in sorted({_coefficient(t) for t in terms}, reverse=True):
+        if c <= 1 or d % c:
+            continue
+        big = [t for t in terms if _coefficient(t) % c == 0]
+        rest = [t for t in terms if _coefficient(t) % c != 0]
+        bound = upper_bound(add(*rest))
+        if big and bound is not None and bound < c:
+            return add(*(_divide_term(t, c) for t in big)), c
+    return None
 
 
 def mod(x: IndexExpr | int, d: int) -> IndexExpr:
@@ -233,6 +259,11 @@ def mod(x: IndexExpr | int, d: int) -> IndexExpr:
     bound = upper_bound(rest_expr)
     if bound is not None and bound < d:
         return rest_expr
+    split = _split_by_factor(rest_expr, d)
+    if split is not None:
+        big, c = split
+        _, small = _split_by_divisor(rest_expr, c)
+        return add(mul(mod(big, d // c), c), *small)
     return Mod(rest_expr, d)
 
 

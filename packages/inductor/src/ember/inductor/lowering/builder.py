@@ -5,7 +5,8 @@ Lowering rules describe a tensor as a function ``fn(builder, index) -> value nam
 kernel's loop variables; the builder names the values, removes duplicates (the same op
 on the same arguments is one value), forwards a value stored earlier in the same kernel
 to later loads at the same index (so fused intermediates are never re-read), and applies
-the current mask to loads (for ``cat`` / ``constant_pad_nd``).
+the current mask to loads (for ``cat`` / ``constant_pad_nd`` / the scatters). A value
+computed under a mask is never reused where that mask does not hold.
 """
 
 from __future__ import annotations

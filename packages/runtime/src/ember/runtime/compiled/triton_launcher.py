@@ -105,6 +105,7 @@ class TritonLaunch:
         self.spec = spec
         self.grid = grid
         self.split = split
+        self._empty = any(g == 0 for g in grid)
         self._by_device: dict[torch.device, tuple[TritonKernel, TritonKernel | None]] = {}
 
     def kernels_for(self, device: torch.device) -> tuple[TritonKernel, TritonKernel | None]:
@@ -117,10 +118,9 @@ class TritonLaunch:
         return kernels
 
     def __call__(self, *tensors: Any) -> None:
-        if any(g == 0 for g in self.grid):
+        if self._empty:
             return  # an empty tensor: nothing to compute
-        device = next((t.device for t in tensors if isinstance(t, torch.Tensor)),
-                      torch.device("cpu"))
+        device = tensors[0].device if tensors else torch.device("cpu")
         main, partial = self.kernels_for(device)
         if self.split is None or partial is None:
             main.launch(self.grid, *tensors)

@@ -34,7 +34,7 @@ from ember.inductor.codegen.triton import reductions
 from ember.inductor.codegen.triton.dtypes import pointer_type, scalar_literal, tl_type
 from ember.inductor.codegen.triton.heuristics import LaunchConfig, choose_config
 from ember.inductor.codegen.triton.ops import HELPERS as OP_HELPERS
-from ember.inductor.codegen.triton.ops import format_compute
+from ember.inductor.codegen.triton.ops import format_compute, to_half
 from ember.inductor.codegen.triton.ranges import Dim, drop_unit_vars, linear_form, merge_dims
 from ember.inductor.loop_ir import (
     Compute,
@@ -303,8 +303,8 @@ class KernelWriter:
             if s.dtype in (torch.float16, torch.bfloat16):
                 # NOTE: built in float32 and converted: older Triton interpreters (3.6)
                 # cannot make 16-bit float constants.
-                text = (f"tl.full([], {scalar_literal(s.value, s.dtype)}, tl.float32)"
-                        f".to({tl_type(s.dtype)})")
+                text = to_half(f"tl.full([], {scalar_literal(s.value, s.dtype)}, tl.float32)",
+                               s.dtype)
             self.line(f"{self.value(s.name)} = {text}")
         elif isinstance(s, IndexValue):
             self.dtypes[s.name] = s.dtype
