@@ -156,12 +156,11 @@ def test_compiled_program_with_triton_kernels_round_trips_through_a_file(
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from helpers import trace
-
     from ember.inductor.codegen.triton.testing import triton_for_cpu
     from ember.inductor.compile import compile_program
     from ember.runtime.compiled import load_artifact
     from ember.runtime.ir import save
+    from helpers import trace
 
     x, w = torch.randn(6, 32), torch.randn(32)
 

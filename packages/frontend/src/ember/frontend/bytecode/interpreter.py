@@ -360,9 +360,13 @@ class Interpreter:
         if id(obj) in cap.new_objects:
             setattr(obj, name, value)
             return
-        if is_fake_tensor(obj) or cap.source_of(obj) is None:
+        if isinstance(obj, torch.Tensor) or (
+                isinstance(obj, (type, types.ModuleType)) and cap.source_of(obj) is None):
             raise self.fail(f"attribute write .{name} on a {type(obj).__name__} Ember does "
                             "not track")
+        # NOTE: an outside object without a source (e.g. a module global reached through
+        # an inlined function) is the same object at every call, as its unguarded reads
+        # assume; the write is replayed on it directly (see ``StateBuilder.replays``).
         cap.attr_writes[(id(obj), name)] = (obj, name, value)
 
     def op_DELETE_ATTR(self, f: Frame, ins: Any) -> None:

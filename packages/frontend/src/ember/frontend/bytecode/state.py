@@ -297,8 +297,8 @@ class StateBuilder:
                                       [(self.recipe(k), self.recipe(x)) for k, x in items]))
         for obj, name, value in cap.attr_writes.values():
             source = cap.source_of(obj)
-            assert source is not None
-            out.append(Replay("attr", Fetch(source), self.recipe(value), name))
+            target: Recipe = Const(obj) if source is None else Fetch(source)
+            out.append(Replay("attr", target, self.recipe(value), name))
         for globals_dict, name, value in cap.global_writes.values():
             out.append(Replay("global", Const(globals_dict), self.recipe(value), name))
         for cell, value in cap.cell_writes.values():

@@ -1,0 +1,120 @@
+"""Strict mode: attribute writes on ordinary Python objects are side effects. Reads later
+in the capture see the written value; the writes are replayed on the real object after
+the graph runs, before a break instruction runs for real."""
+
+from __future__ import annotations
+
+import types
+
+import torch
+from torch import nn
+
+from strict_helpers import strict
+
+
+class Box:
+    def __init__(self) -> None:
+        self.scale = 1.0
+        self.flag = False
+        self.seen: list[float] = []
+
+
+BOX = Box()
+
+# A helper module whose global object is reached only through an inlined function's own
+# globals, without a source (as transformers' CompileableContextVar is).
+_HELPER = types.ModuleType("h10_helper")
+exec(
+    "class Var:\n"
+    "    def __init__(self):\n"
+    "        self.value = None\n"
+    "        self.active = False\n"
+    "    def set(self, v):\n"
+    "        self.value = v\n"
+    "        self.active = True\n"
+    "    def get(self):\n"
+    "        return self.value if self.active else None\n"
+    "    def reset(self):\n"
+    "        self.value = None\n"
+    "        self.active = False\n"
+    "VAR = Var()\n"
+    "def wrap(fn):\n"
+    "    def wrapper(self, x):\n"
+    "        VAR.set(2.0)\n"
+    "        try:\n"
+    "            return fn(self, x)\n"
+    "        finally:\n"
+    "            VAR.reset()\n"
+    "    return wrapper\n"
+    "def scale():\n"
+    "    return VAR.get()\n",
+    _HELPER.__dict__,
+)
+
+
+class Inner(nn.Module):
+    @_HELPER.wrap
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * _HELPER.scale()
+
+
+class Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Inner()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) + 1
+
+
+def read_after_write(x: torch.Tensor) -> torch.Tensor:
+    BOX.scale = 3.0
+    BOX.flag = True
+    y = x * BOX.scale
+    if BOX.flag:
+        y = y + 1
+    return y
+
+
+def test_read_after_write_and_replay() -> None:
+    compiled = strict(read_after_write)
+    for _ in range(2):
+        BOX.scale, BOX.flag = 1.0, False
+        x = torch.randn(4)
+        torch.testing.assert_close(compiled(x), x * 3.0 + 1)
+        # replayed on the real object after the graph ran
+        assert BOX.scale == 3.0 and BOX.flag is True
+    inner = getattr(compiled, "_compiled", compiled)
+    assert inner.stats.graphs == 1 and inner.stats.graph_breaks == 0
+
+
+def write_break_read(x: torch.Tensor) -> torch.Tensor:
+    BOX.scale = 5.0
+    y = x * BOX.scale
+    print("break")  # the write is on the real object before this runs
+    BOX.seen.append(BOX.scale)
+    return y + BOX.scale
+
+
+def test_write_then_break_then_read(capsys) -> None:
+    compiled = strict(write_break_read)
+    for _ in range(2):
+        BOX.scale, BOX.seen = 1.0, []
+        x = torch.randn(4)
+        torch.testing.assert_close(compiled(x), x * 5.0 + 5.0)
+        assert BOX.scale == 5.0 and BOX.seen == [5.0]
+    assert capsys.readouterr().out.count("break") == 2
+    inner = getattr(compiled, "_compiled", compiled)
+    assert inner.stats.graph_breaks == 1 and inner.stats.graphs == 2
+
+
+def test_writes_on_an_unsourced_global_object() -> None:
+    model = Outer()
+    compiled = strict(model)
+    for _ in range(2):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), x * 2.0 + 1)
+        # set then reset, replayed in order: the object ends as it started
+        assert _HELPER.VAR.value is None and _HELPER.VAR.active is False
+    inner = getattr(compiled, "_compiled", compiled)
+    assert inner.stats.graphs == 1 and inner.stats.graph_breaks == 0
