@@ -1,5 +1,6 @@
-"""Strict capture of whole models: HF GPT-2 and BERT (small random configs, offline)
-and a ResNet-style net; outputs equal eager, graph and break counts asserted."""
+"""Strict capture of whole models: every zoo model, HF GPT-2 and BERT (small random
+configs, offline) and a ResNet-style net; outputs equal eager, graph and break counts
+asserted."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import ember.frontend as ef
 import pytest
 import torch
 import torch.nn.functional as F
+import zoo
 from torch import nn
 
 
@@ -64,6 +66,42 @@ def test_resnet_strict(train):
     torch.testing.assert_close(model.stem[1].running_mean, reference.stem[1].running_mean)
     assert inner.stats.graphs == 1 and inner.stats.graph_breaks == 0
     assert inner.stats.compiles == 1 and inner.stats.cache_hits == 1
+
+
+# (graphs, graph breaks) of each zoo model in strict mode; a model not listed must
+# capture as one graph without breaks.
+ZOO_COUNTS: dict[str, tuple[int, int]] = {}
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("name", zoo.names("test"))
+def test_zoo_model_strict(name, grad):
+    module, inputs = zoo.get(name).make(torch.device("cpu"), torch.float32, "test")
+    compiled, inner = strict(module)
+    with torch.set_grad_enabled(grad):
+        expected = module(*inputs)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(*inputs), expected, rtol=1e-4, atol=1e-4)
+    graphs, breaks = ZOO_COUNTS.get(name, (1, 0))
+    assert (inner.stats.graphs, inner.stats.graph_breaks) == (graphs, breaks), inner.breaks
+    assert inner.stats.compiles == graphs and inner.stats.cache_hits == graphs
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("name", [n for n in ("hf_gpt2", "hf_bert") if n in zoo.names("test")])
+def test_hf_zoo_strict_backends(name, backend):
+    """HF models through the real backends, with grad on (a backward graph) and off."""
+    module, inputs = zoo.get(name).make(torch.device("cpu"), torch.float32, "test")
+    compiled = ef.compile(module, backend=backend, options={"capture": "strict"})
+    inner = getattr(compiled, "_compiled", compiled)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            expected = module(*inputs)
+            got = compiled(*inputs)
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+            assert got.requires_grad == grad
+    # one graph per grad mode (grad mode is guarded), never a break
+    assert inner.stats.graphs == 2 and inner.stats.graph_breaks == 0, inner.breaks
 
 
 transformers = pytest.importorskip("transformers")

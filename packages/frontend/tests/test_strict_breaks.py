@@ -195,6 +195,18 @@ def test_explain_reports_graphs_breaks_guards(capsys):
     assert "Graph break count: 1" in str(out)
 
 
+def test_explain_counts_the_graphs_of_callees_run_at_a_break(capsys):
+    # the break inside _helper_with_print runs that call for real through its own
+    # compiled wrapper; its graphs are reported with the caller's (as stats count them)
+    out = ef.explain(b_inlined)(torch.randn(3))
+    compiled = strict(b_inlined)
+    compiled(torch.randn(3))
+    inner = getattr(compiled, "_compiled", compiled)
+    assert out.graph_count == inner.stats.graphs == 3
+    assert len(out.ops_per_graph) == 3 and all(n > 0 for n in out.ops_per_graph)
+    assert "callee _helper_with_print" in out.guards
+
+
 def test_nonstrict_region_is_traced():
     calls = []
 

@@ -4,12 +4,10 @@ the graph runs, before a break instruction runs for real."""
 
 from __future__ import annotations
 
-import types
-
+import strict_context_var
 import torch
-from torch import nn
-
 from strict_helpers import strict
+from torch import nn
 
 
 class Box:
@@ -21,41 +19,13 @@ class Box:
 
 BOX = Box()
 
-# A helper module whose global object is reached only through an inlined function's own
-# globals, without a source (as transformers' CompileableContextVar is).
-_HELPER = types.ModuleType("h10_helper")
-exec(
-    "class Var:\n"
-    "    def __init__(self):\n"
-    "        self.value = None\n"
-    "        self.active = False\n"
-    "    def set(self, v):\n"
-    "        self.value = v\n"
-    "        self.active = True\n"
-    "    def get(self):\n"
-    "        return self.value if self.active else None\n"
-    "    def reset(self):\n"
-    "        self.value = None\n"
-    "        self.active = False\n"
-    "VAR = Var()\n"
-    "def wrap(fn):\n"
-    "    def wrapper(self, x):\n"
-    "        VAR.set(2.0)\n"
-    "        try:\n"
-    "            return fn(self, x)\n"
-    "        finally:\n"
-    "            VAR.reset()\n"
-    "    return wrapper\n"
-    "def scale():\n"
-    "    return VAR.get()\n",
-    _HELPER.__dict__,
-)
 
-
+# Inner's forward reads and writes strict_context_var.VAR, a global of another module
+# reached without a source (as transformers' CompileableContextVar is).
 class Inner(nn.Module):
-    @_HELPER.wrap
+    @strict_context_var.with_scale(2.0)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * _HELPER.scale()
+        return x * strict_context_var.current_scale()
 
 
 class Outer(nn.Module):
@@ -115,6 +85,6 @@ def test_writes_on_an_unsourced_global_object() -> None:
         x = torch.randn(3)
         torch.testing.assert_close(compiled(x), x * 2.0 + 1)
         # set then reset, replayed in order: the object ends as it started
-        assert _HELPER.VAR.value is None and _HELPER.VAR.active is False
+        assert strict_context_var.VAR.value is None and strict_context_var.VAR.active is False
     inner = getattr(compiled, "_compiled", compiled)
     assert inner.stats.graphs == 1 and inner.stats.graph_breaks == 0

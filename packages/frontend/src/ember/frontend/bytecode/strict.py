@@ -140,17 +140,25 @@ class StrictFunction:
 
     @property
     def graphs(self) -> list[Program]:
-        """The captured graphs, in capture order."""
+        """The captured graphs: this function's (in capture order), then those of the
+        callees it ran for real at graph breaks (their graphs count in ``stats`` too)."""
         out: list[Program] = []
         for entries in self.segments.values():
             out.extend(s.program for s in entries if s.program is not None)
+        for callee in self._callees.values():
+            out.extend(callee.graphs)
         return out
 
     def guard_text(self) -> str:
+        """The guards of every captured segment, callees' segments after this one's."""
         parts = []
         for ip, entries in sorted(self.segments.items()):
             for i, s in enumerate(entries):
                 parts.append(f"resume point {ip}, entry {i}:\n{s.guards.describe()}")
+        for callee in self._callees.values():
+            text = callee.guard_text()
+            if text:
+                parts.append(f"callee {callee._name()}:\n{text}")
         return "\n".join(parts)
 
     # ---- driving ---------------------------------------------------------------------

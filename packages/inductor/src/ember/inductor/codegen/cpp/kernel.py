@@ -63,6 +63,8 @@ class CppKernelWriter:
         self.kernel = kernel
         # float max/min as a vectorizable select plus a NaN flag (not in tiled bodies)
         self.fast_minmax = True
+        # inside a loop over the reduction ranges that updates accumulators
+        self.in_reduction_loop = False
         self.dtypes: dict[str, torch.dtype] = {}
         self.lines: list[str] = []
         self.indent = 1
@@ -103,6 +105,10 @@ class CppKernelWriter:
         arg_dtype = self.dtypes[s.args[-1]]
         if arg_dtype in ops.LOWP and s.op != "where":
             raise NotImplementedError(f"{s.op} on {arg_dtype} (lowering must upcast)")
+        if s.op == "exp" and s.dtype == torch.float32 and not self.in_reduction_loop:
+            # NOTE: not inside reduction loops: there the extra select stops GCC 12 from
+            # vectorizing a loop that accumulates in double
+            return f"ember_exp({s.args[0]})"
         return ops.compute(s.op, list(s.args), arg_dtype, s.dtype)
 
     # -- reductions ---------------------------------------------------------------------
@@ -250,11 +256,13 @@ class CppKernelWriter:
             self.simd_hint(reduces)
             self.open_loops(rvars[-1:])
             saved = dict(self.dtypes)
+            self.in_reduction_loop = bool(reduces)
             for s in phase.inner:
                 if isinstance(s, Reduce):
                     self.reduce_update(s, rlin)
                 else:
                     self.stmt(s)
+            self.in_reduction_loop = False
             self.dtypes = saved
             self.close_loops(len(rvars))
             for r in reduces:
@@ -335,11 +343,13 @@ class CppKernelWriter:
             self.close_loops(1)
             self.open_loops(rvars)
             open_tile()
+            self.in_reduction_loop = bool(reduces)
             for s in phase.inner:
                 if isinstance(s, Reduce):
                     self.reduce_update(s, rlin, "[xi]")
                 else:
                     self.stmt(s)
+            self.in_reduction_loop = False
             self.close_loops(1 + len(rvars))
             open_tile()
             for r in reduces:

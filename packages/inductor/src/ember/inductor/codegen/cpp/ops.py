@@ -63,8 +63,6 @@ def compute(op: str, args: list[str], arg_dtype: torch.dtype, out: torch.dtype) 
     if op in _INFIX:
         expr = f"({args[0]} {_INFIX[op]} {args[1]})"
         return expr if out == torch.bool else f"static_cast<{t}>{expr}"
-    if op == "exp" and out in (torch.float32, torch.float64):
-        return f"ember_exp({args[0]})"
     if op in _FLOAT_FUNCS:
         return f"std::{op}({', '.join(args)})"
     a = args[0]

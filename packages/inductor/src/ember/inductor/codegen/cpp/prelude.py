@@ -116,6 +116,7 @@ template <typename T> static inline T ember_ipow(T base, T exp) {
 template <typename T> static inline T ember_sign(T a) {
     if (a != a) return a; return static_cast<T>((T(0) < a) - (a < T(0)));
 }
+template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
 // glibc's vector expf computes every lane whose argument is outside about [-87, 88] (a
 // denormal, 0 or inf result, e.g. the -inf entries of a masked softmax) with a scalar
 // call, ~15x slower. exp(x) = exp(x/2)^2 keeps the argument in range; the square
@@ -124,6 +125,4 @@ static inline float ember_exp(float x) {
     const float e = std::exp((x < -174.0f ? -174.0f : x) * 0.5f);
     return e * e;
 }
-static inline double ember_exp(double x) { return std::exp(x); }
-template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + ember_exp(-a)); }
 """

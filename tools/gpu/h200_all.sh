@@ -1,0 +1,36 @@
+#!/bin/bash
+# The H200 check of a whole Ember tree, run from the repo root on the GPU machine:
+#     bash tools/gpu/h200_all.sh tests    # CUDA-marked tests + the frontend suite on Python 3.12
+#     bash tools/gpu/h200_all.sh bench    # tools/bench.py --device cuda --suite full
+# The machine has python3 with torch and triton but not Ember: the four packages are
+# put on PYTHONPATH.
+set -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/ember-h200}
+mkdir -p "$OUT"
+# The packages are put on the path and their stage entry points made visible through a
+# small dist-info folder (the machine cannot fetch a build backend).
+SRC=$PWD/packages/runtime/src:$PWD/packages/frontend/src:$PWD/packages/aot/src:$PWD/packages/inductor/src
+eps=/tmp/ember-eps/ember_dev-0.1.dist-info
+mkdir -p "$eps"
+printf 'Metadata-Version: 2.1\nName: ember-dev\nVersion: 0.1\n' > "$eps/METADATA"
+printf '[ember.stages]\naot = ember.aot.stage:AotStage\ninductor = ember.inductor.stage:InductorStage\n' \
+    > "$eps/entry_points.txt"
+export PYTHONPATH=$SRC:/tmp/ember-eps
+python3 -c "import sys, torch, triton; print(sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+python3 -c "from ember.runtime.stages import available_stages; print(sorted(available_stages()))"
+case "${1:-tests}" in
+tests)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE -m cuda -n 4 \
+        packages/runtime/tests packages/inductor/tests packages/aot/tests integration_tests \
+        2>&1 | tee "$OUT/cuda_tests.log" | tail -25
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+        packages/frontend/tests integration_tests/test_corpus.py integration_tests/test_strict_models.py \
+        2>&1 | tee "$OUT/frontend_py312.log" | tail -25
+    ;;
+bench)
+    timeout "${BENCH_TIMEOUT:-480}" python3 tools/bench.py --device cuda --suite full \
+        --compilers eager,torch,ember --json "$OUT/bench_full.json" --markdown "$OUT/bench_full.md" \
+        ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_full.log" | tail -60
+    ;;
+esac
