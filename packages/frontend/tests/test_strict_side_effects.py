@@ -88,3 +88,56 @@ def test_writes_on_an_unsourced_global_object() -> None:
         assert strict_context_var.VAR.value is None and strict_context_var.VAR.active is False
     inner = getattr(compiled, "_compiled", compiled)
     assert inner.stats.graphs == 1 and inner.stats.graph_breaks == 0
+
+
+class Config:
+    def __init__(self) -> None:
+        self.steps = 0
+
+
+def count_step(x: torch.Tensor, config: Config) -> torch.Tensor:
+    config.steps = config.steps + 1
+    return x * config.steps
+
+
+def test_write_on_an_argument_object_is_replayed_and_guarded() -> None:
+    compiled = strict(count_step)
+    config = Config()
+    for step in (1, 2, 3):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x, config), x * step)
+        assert config.steps == step
+    # the value read (steps) is guarded: each new value recaptures
+    inner = getattr(compiled, "_compiled", compiled)
+    assert inner.stats.graph_breaks == 0 and inner.stats.compiles == 3
+
+
+class Guarded:
+    def __init__(self) -> None:
+        self._limit = 1.0
+
+    @property
+    def limit(self) -> float:
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: float) -> None:
+        self._limit = max(value, 0.0)
+
+
+GUARDED = Guarded()
+
+
+def write_through_property(x: torch.Tensor) -> torch.Tensor:
+    GUARDED.limit = -4.0  # the setter clamps: a graph break, run for real
+    return x + GUARDED.limit
+
+
+def test_write_through_a_property_breaks_and_runs_the_setter() -> None:
+    compiled = strict(write_through_property)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x)  # clamped to 0.0, as in eager
+    assert GUARDED.limit == 0.0
+    inner = getattr(compiled, "_compiled", compiled)
+    assert inner.stats.graph_breaks == 1
+    assert "property or __setattr__" in inner.breaks[0].reason

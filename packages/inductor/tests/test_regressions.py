@@ -66,3 +66,13 @@ def test_batch_norm_backward_over_short_rows() -> None:
     w, c = torch.randn(8), torch.zeros(())
     _, run = compile_fn(f, x, g, w, c)
     torch.testing.assert_close(run(x, g, w, c)[0], f(x, g, w, c), atol=1e-4, rtol=1e-4)
+
+
+def test_exp_of_extreme_and_special_values() -> None:
+    # ember_exp (exp(x/2)^2, kept off glibc's slow path) must keep exp's results at the
+    # edges: 0 for -inf, inf for +inf, NaN for NaN, denormals and overflow.
+    special = torch.tensor([float("-inf"), float("inf"), float("nan"), -200.0, -103.0,
+                            -95.0, -87.5, -80.0, 0.0, 80.0, 88.5, 89.0, 200.0])
+    x = torch.cat([special, torch.randn(51) * 30]).reshape(8, 8)
+    _, run = compile_fn(lambda t: t.exp() * 2, x)
+    torch.testing.assert_close(run(x)[0], x.exp() * 2, equal_nan=True, rtol=1e-6, atol=0)

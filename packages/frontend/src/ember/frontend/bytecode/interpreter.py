@@ -364,6 +364,9 @@ class Interpreter:
                 isinstance(obj, (type, types.ModuleType)) and cap.source_of(obj) is None):
             raise self.fail(f"attribute write .{name} on a {type(obj).__name__} Ember does "
                             "not track")
+        if not isinstance(obj, torch.nn.Module) and not _plain_attribute(obj, name):
+            raise self.fail(f"attribute write .{name} on a {type(obj).__name__} goes through "
+                            "a property or __setattr__ (code Ember would have to run)")
         # NOTE: an outside object without a source (e.g. a module global reached through
         # an inlined function) is the same object at every call, as its unguarded reads
         # assume; the write is replayed on it directly (see ``StateBuilder.replays``).
@@ -816,3 +819,18 @@ def _already_imported(name: str, level: int, f_globals: dict[str, Any]) -> bool:
     except (ImportError, ValueError):
         return False
     return full in sys.modules
+
+
+def _plain_attribute(obj: Any, name: str) -> bool:
+    """Whether ``obj.name = v`` only stores ``v`` (no ``__setattr__`` override and no
+    property or other data descriptor but slots), so that recording the write and
+    replaying it later with ``setattr`` is equivalent."""
+    cls = type(obj)
+    if getattr(cls, "__setattr__", None) is not object.__setattr__:
+        return False
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            return (isinstance(attr, types.MemberDescriptorType)
+                    or not hasattr(type(attr), "__set__"))
+    return True
