@@ -57,8 +57,8 @@ def test_floordiv_and_mod_by_a_multiple_of_a_coefficient() -> None:
                 n = i * 16384 + j * 128 + k
                 env = {"x0": Int(i), "x1": Int(j), "x2": Int(k)}
                 for d in (256, 65536):
-                    q = substitute(floordiv(flat, d), lambda v: env[v.name])
-                    r = substitute(mod(flat, d), lambda v: env[v.name])
+                    q = substitute(floordiv(flat, d), lambda v, env=env: env[v.name])
+                    r = substitute(mod(flat, d), lambda v, env=env: env[v.name])
                     assert (q, r) == (Int(n // d), Int(n % d))
 
 
