@@ -9,7 +9,9 @@ than the groups it depends on) where it *fits*:
 - a pointwise node of sizes ``S`` fits a pointwise group over ``S``; a reduction group
   as *inner* work when ``S`` is the full iteration space of one of the group's
   reductions (softmax's ``exp(x - max) / sum``), or as *outer* work when ``S`` equals
-  the group's outer sizes up to size-1 dims (``mean = sum / n``, layer norm's ``rstd``);
+  the group's outer sizes up to size-1 dims (``mean = sum / n``, layer norm's ``rstd``),
+  or as inner work through a reshape when ``S`` has that full space's number of elements
+  and its index stays affine (softmax's division behind a ``view``, as in attention);
 - and every value it reads from a buffer the group writes is read at exactly the index
   it is written at, so the builder forwards the value instead of re-reading memory.
 
@@ -25,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ember.inductor.buffers import ExternCall, LoopNode, PointwiseBuffer, ReductionBuffer
-from ember.inductor.loop_ir import Buffer, IndexExpr, Int, Kernel, Var
+from ember.inductor.loop_ir import Buffer, IndexExpr, Int, Kernel, Var, add, floordiv, mod, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.graph_lowering import GraphLowering
 
@@ -104,6 +106,12 @@ def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
                 continue
             seen.add(layout)
             found.append(_inner_placement(node, member))
+        elif isinstance(member, ReductionBuffer):
+            reshaped = _reshaped_placement(node, member)
+            layout = (member.full_sizes, member.dims)
+            if reshaped is not None and layout not in seen:
+                seen.add(layout)
+                found.append(reshaped)
     if _squeezed(node.sizes) == _squeezed(group.outer):
         def outer(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
             it = iter(x for x, s in zip(xs, group.outer) if s != 1)
@@ -116,6 +124,35 @@ def _inner_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Emit:
     def emit(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
         node.emit(b, reduction.full_index(xs, rs))
     return emit
+
+
+def _reshaped_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Emit | None:
+    """Inner work over a reshape of the reduction's full space (same elements, row-major),
+    when the reshaped index is affine in the loop variables; else None."""
+    if _numel(node.sizes) != _numel(reduction.full_sizes):
+        return None
+
+    def index(full: Sequence[IndexExpr]) -> list[IndexExpr]:
+        strides = [_numel(reduction.full_sizes[d + 1:]) for d in range(len(full))]
+        linear = add(*(mul(i, st) for i, st in zip(full, strides)))
+        return [mod(floordiv(linear, _numel(node.sizes[d + 1:])), size)
+                for d, size in enumerate(node.sizes)]
+
+    probe = index(reduction.full_index(loop_vars(reduction.outer_sizes, "x"),
+                                       loop_vars(reduction.reduction_sizes, "r")))
+    if any("//" in str(i) or "%" in str(i) for i in probe):
+        return None
+
+    def emit(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
+        node.emit(b, index(reduction.full_index(xs, rs)))
+    return emit
+
+
+def _numel(sizes: Sequence[int]) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
 
 
 def _reads(node: LoopNode) -> set[str]:

@@ -33,6 +33,7 @@ from ember.inductor.loop_ir import (
     Literal,
     Load,
     Mul,
+    Phase,
     Reduce,
     Stmt,
     Store,
@@ -54,6 +55,22 @@ PARALLEL_THRESHOLD = 32768
 
 # Outer points reduced together when the reduction is strided in memory (x.sum(0)).
 TILE = 16
+# ROW_CACHE: a costly inner value (exp, log, tanh, ...) that several passes over the
+# reduction ranges need (softmax's exp: in the sum pass and again in the output pass;
+# three times more when a layer_norm follows) is computed once, in the first pass, into
+# a per-row array on the stack, and later passes read it back. Only for rows of at most
+# ROW_CACHE_BYTES of cached values in all (the array stays in L1/L2).
+ROW_CACHE_OPS = frozenset({
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
+    "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
+    "atan2", "pow", "sigmoid"})
+ROW_CACHE_BYTES = 32768
+# SUM_BLOCK: float32 sums accumulate in float over blocks of SUM_BLOCK elements of the
+# innermost reduction range (in the vector lanes, so each lane adds a few values), and the
+# block sums in double. A float accumulator keeps the loop vectorized whatever it calls
+# (with a double one, GCC 12 gives up on loops calling ember_exp), at about the accuracy
+# of a double sum.
+SUM_BLOCK = 256
 
 
 class CppKernelWriter:
@@ -65,6 +82,10 @@ class CppKernelWriter:
         self.fast_minmax = True
         # inside a loop over the reduction ranges that updates accumulators
         self.in_reduction_loop = False
+        # ROW_CACHE: cached value name -> the pass that computes it; the pass being written
+        self.row_cache: dict[str, int] = {}
+        self.pass_index = -1
+        self.rlin = "0"
         self.dtypes: dict[str, torch.dtype] = {}
         self.lines: list[str] = []
         self.indent = 1
@@ -85,6 +106,10 @@ class CppKernelWriter:
         assert not isinstance(s, Reduce), "reductions are emitted by the pass loops"
         self.dtypes[s.name] = s.dtype
         t = ops.ctype(s.dtype)
+        first = self.row_cache.get(s.name)
+        if first is not None and self.pass_index > first:
+            self.line(f"const {t} {s.name} = cache_{s.name}[{self.rlin}];")
+            return
         if isinstance(s, Load):
             read = f"{s.buffer}[{self.index(s.index)}]"
             if s.mask is not None:
@@ -98,6 +123,30 @@ class CppKernelWriter:
             assert isinstance(s, Compute)
             expr = self.compute(s)
         self.line(f"const {t} {s.name} = {expr};")
+        if first is not None and self.pass_index == first:
+            self.line(f"cache_{s.name}[{self.rlin}] = {s.name};")
+
+    def plan_row_cache(self, phases: list[Phase]) -> None:
+        """Choose the values to compute once per row (see ``ROW_CACHE`` above) and declare
+        their arrays."""
+        seen: dict[str, int] = {}
+        reused: dict[str, Compute] = {}
+        for p, phase in enumerate(phases):
+            for s in phase.inner:
+                if not isinstance(s, Compute) or s.op not in ROW_CACHE_OPS:
+                    continue
+                if s.name in seen and seen[s.name] != p:
+                    reused[s.name] = s
+                seen.setdefault(s.name, p)
+        n = self.kernel.reduction_numel
+        budget = ROW_CACHE_BYTES
+        for name, s in reused.items():
+            size = n * torch.empty((), dtype=s.dtype).element_size()
+            if size > budget:
+                continue
+            budget -= size
+            self.row_cache[name] = seen[name]
+            self.line(f"{ops.ctype(s.dtype)} cache_{name}[{n}];  // see ROW_CACHE")
 
     def compute(self, s: Compute) -> str:
         if s.op == "cast":
@@ -106,8 +155,8 @@ class CppKernelWriter:
         if arg_dtype in ops.LOWP and s.op != "where":
             raise NotImplementedError(f"{s.op} on {arg_dtype} (lowering must upcast)")
         if s.op == "exp" and s.dtype == torch.float32 and not self.in_reduction_loop:
-            # NOTE: not inside reduction loops: there the extra select stops GCC 12 from
-            # vectorizing a loop that accumulates in double
+            # NOTE: not inside reduction loops with a double accumulator: there the extra
+            # select stops GCC 12 from vectorizing the loop (see SUM_BLOCK)
             return f"ember_exp({s.args[0]})"
         return ops.compute(s.op, list(s.args), arg_dtype, s.dtype)
 
@@ -203,7 +252,7 @@ class CppKernelWriter:
             self.line(f"for (int64_t {v.name} = 0; {v.name} < {v.size}; {v.name}++) {{")
             self.indent += 1
 
-    def simd_hint(self, reduces: list[Reduce]) -> None:
+    def simd_hint(self, reduces: list[Reduce], blocked: frozenset[str] = frozenset()) -> None:
         """Let the compiler vectorize a pass whose reductions are all sums (reassociating
         them, as eager's vectorized kernels do); other reductions keep their order. A
         pass without reductions is marked ``omp simd`` as well (see ``SIMD_LOOPS`` above)."""
@@ -216,13 +265,24 @@ class CppKernelWriter:
             return
         clauses = []
         for op, kind in (("sum", "+"), ("max", "max"), ("min", "min")):
-            accs = [f"acc_{r.name}" for r in reduces if r.op == op]
+            accs = [f"{'bacc' if r.name in blocked else 'acc'}_{r.name}"
+                    for r in reduces if r.op == op]
             if accs:
                 clauses.append(f"reduction({kind}:{', '.join(accs)})")
         nans = [f"nan_{r.name}" for r in reduces if r.op in ("max", "min")]
         if nans:
             clauses.append(f"reduction(|:{', '.join(nans)})")
         self.line(f"#pragma omp simd {' '.join(clauses)}")
+
+    def blocked_sums(self, reduces: list[Reduce]) -> frozenset[str]:
+        """The float32 sums of a vectorized pass, accumulated in blocks (see SUM_BLOCK)."""
+        if not reduces or not all(
+                r.dtype.is_floating_point and (r.op == "sum" or self.is_fast_minmax(r))
+                for r in reduces):
+            return frozenset()
+        return frozenset(r.name for r in reduces
+                         if r.op == "sum" and r.dtype == torch.float32
+                         and self.dtypes.get(r.arg) == torch.float32)
 
     def close_loops(self, n: int) -> None:
         for _ in range(n):
@@ -241,7 +301,10 @@ class CppKernelWriter:
         rlin = " + ".join(
             f"{v.name}*{_prod([w.size for w in rvars[i + 1:]])}" for i, v in enumerate(rvars)
         ) or "0"
+        self.rlin = rlin
+        self.plan_row_cache(phases)
         for p, phase in enumerate(phases):
+            self.pass_index = p
             self.line(f"// pass {p} over the reduction ranges")
             reduces = [s for s in phase.inner if isinstance(s, Reduce)]
             for r in reduces:
@@ -253,20 +316,42 @@ class CppKernelWriter:
             for r in reduces:
                 self.reduce_init(r)
             self.open_loops(rvars[:-1])
-            self.simd_hint(reduces)
-            self.open_loops(rvars[-1:])
+            blocked = self.blocked_sums(reduces)
+            rl = rvars[-1]
+            if blocked and rl.size > SUM_BLOCK:
+                self.line(f"for (int64_t {rl.name}b = 0; {rl.name}b < {rl.size}; "
+                          f"{rl.name}b += {SUM_BLOCK}) {{")
+                self.indent += 1
+                loop = (f"for (int64_t {rl.name} = {rl.name}b; {rl.name} < std::min<int64_t>"
+                        f"({rl.name}b + {SUM_BLOCK}, {rl.size}); {rl.name}++) {{")
+            else:
+                loop = f"for (int64_t {rl.name} = 0; {rl.name} < {rl.size}; {rl.name}++) {{"
+            for name in blocked:
+                self.line(f"float bacc_{name} = 0;")
+            self.simd_hint(reduces, blocked)
+            self.line(loop)
+            self.indent += 1
             saved = dict(self.dtypes)
-            self.in_reduction_loop = bool(reduces)
+            self.in_reduction_loop = any(
+                r.name not in blocked and self.acc_type(r) == "double" for r in reduces)
             for s in phase.inner:
-                if isinstance(s, Reduce):
+                if isinstance(s, Reduce) and s.name in blocked:
+                    self.line(f"bacc_{s.name} += {s.arg};")
+                elif isinstance(s, Reduce):
                     self.reduce_update(s, rlin)
                 else:
                     self.stmt(s)
             self.in_reduction_loop = False
             self.dtypes = saved
-            self.close_loops(len(rvars))
+            self.close_loops(1)
+            for name in blocked:
+                self.line(f"acc_{name} += bacc_{name};")
+            if blocked and rl.size > SUM_BLOCK:
+                self.close_loops(1)
+            self.close_loops(len(rvars) - 1)
             for r in reduces:
                 self.reduce_result(r)
+            self.pass_index = -1
             for s in phase.after:
                 self.stmt(s)
 
