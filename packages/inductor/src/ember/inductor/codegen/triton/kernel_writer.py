@@ -43,6 +43,7 @@ from ember.inductor.loop_ir import (
     Kernel,
     Literal,
     Load,
+    Phase,
     Reduce,
     Stmt,
     Store,
@@ -401,22 +402,29 @@ class KernelWriter:
         for s in before:
             self.emit(s)
         for phase in phases:
-            reduces = [s for s in phase.inner if isinstance(s, Reduce)]
-            for r in reduces:
-                self.init_accumulator(r)
-            self.line(f"for roffset in range(0, {self.kernel.reduction_numel}, RBLOCK):")
-            self.indent += 1
-            self.reduction_indexes("roffset")
-            for s in phase.inner:
-                if isinstance(s, Reduce):
-                    self.accumulate(s)
-                else:
-                    self.emit(s)
-            self.indent -= 1
-            for r in reduces:
-                self.finish_accumulator(r)
+            self.emit_reduction_loop(phase, str(self.kernel.reduction_numel), "roffset")
             for s in phase.after:
                 self.emit(s)
+
+    def emit_reduction_loop(self, phase: Phase, extent: str, offset: str) -> list[Reduce]:
+        """One pass over the reduction range: initialise the accumulators of ``phase``,
+        loop ``roffset`` over ``[0, extent)`` in RBLOCK steps with the reduction index at
+        ``offset``, accumulate, and finish the accumulators. Returns the pass's reductions."""
+        reduces = [s for s in phase.inner if isinstance(s, Reduce)]
+        for r in reduces:
+            self.init_accumulator(r)
+        self.line(f"for roffset in range(0, {extent}, RBLOCK):")
+        self.indent += 1
+        self.reduction_indexes(offset)
+        for s in phase.inner:
+            if isinstance(s, Reduce):
+                self.accumulate(s)
+            else:
+                self.emit(s)
+        self.indent -= 1
+        for r in reduces:
+            self.finish_accumulator(r)
+        return reduces
 
     def init_accumulator(self, s: Reduce) -> None:
         arg_dtype = self._arg_dtype(s)

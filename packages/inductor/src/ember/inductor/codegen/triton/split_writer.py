@@ -48,21 +48,9 @@ class SplitReductionWriter(KernelWriter):
         self.line("rsplit = tl.program_id(1)")
         for s in before:
             self.emit(s)
-        reduces = [s for s in phase.inner if isinstance(s, Reduce)]
-        for r in reduces:
-            self.init_accumulator(r)
         self.line(f"rstart = rsplit * {chunk}")
-        self.line(f"for roffset in range(0, {chunk}, RBLOCK):")
-        self.indent += 1
-        self.reduction_indexes("rstart + roffset")
-        for s in phase.inner:
-            if isinstance(s, Reduce):
-                self.accumulate(s)
-            else:
-                self.emit(s)
-        self.indent -= 1
+        reduces = self.emit_reduction_loop(phase, str(chunk), "rstart + roffset")
         for r in reduces:
-            self.finish_accumulator(r)
             ws = f"{self.value(r.name)}_ws"
             self.line(f"tl.store({ws} + (xindex * {split} + rsplit), {self.value(r.name)}, "
                       "mask=xmask)")
