@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import Any
 
 import ember.frontend
 import pytest
 import torch
 from corpus import CASES, CorpusCase
-from ember.frontend.pytree import flatten
+from corpus.compare import assert_trees_close, clone_tree
 from ember.runtime.config import patch
 
 TOL = 1e-4
@@ -25,24 +24,6 @@ def _serialize_boundaries() -> Iterator[None]:
         yield
 
 
-def _clone(tree: Any) -> Any:
-    leaves, spec = flatten(tree)
-    return spec.unflatten([x.clone() if isinstance(x, torch.Tensor) else x for x in leaves])
-
-
-def _assert_close(actual: Any, expected: Any, what: str) -> None:
-    a_leaves, _ = flatten(actual)
-    e_leaves, _ = flatten(expected)
-    assert len(a_leaves) == len(e_leaves), what
-    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
-        if not isinstance(e, torch.Tensor):
-            assert a == e, f"{what}[{i}]"
-        elif e.is_floating_point():
-            torch.testing.assert_close(a, e, atol=TOL, rtol=TOL, msg=f"{what}[{i}]")
-        else:
-            assert torch.equal(a, e), f"{what}[{i}]"
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_case_under_aot_eager(case: CorpusCase) -> None:
     fn = case.build()
@@ -50,15 +31,15 @@ def test_case_under_aot_eager(case: CorpusCase) -> None:
     compiled_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
     compiled = ember.frontend.compile(compiled_fn, backend="aot_eager")
     args, kwargs = case.inputs()
-    eager_args, eager_kwargs = _clone((args, kwargs))
-    compiled_args, compiled_kwargs = _clone((args, kwargs))
+    eager_args, eager_kwargs = clone_tree((args, kwargs))
+    compiled_args, compiled_kwargs = clone_tree((args, kwargs))
     if case.random:
         torch.manual_seed(1234)
     expected = eager_fn(*eager_args, **eager_kwargs)
     if case.random:
         torch.manual_seed(1234)
     got = compiled(*compiled_args, **compiled_kwargs)
-    _assert_close(got, expected, "output")
-    _assert_close((compiled_args, compiled_kwargs), (eager_args, eager_kwargs), "input")
+    assert_trees_close(got, expected, "output", TOL)
+    assert_trees_close((compiled_args, compiled_kwargs), (eager_args, eager_kwargs), "input", TOL)
     if isinstance(fn, torch.nn.Module):
-        _assert_close(compiled_fn.state_dict(), eager_fn.state_dict(), "state")
+        assert_trees_close(compiled_fn.state_dict(), eager_fn.state_dict(), "state", TOL)

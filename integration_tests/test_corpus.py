@@ -14,15 +14,11 @@ import ember.frontend as ef
 import pytest
 import torch
 from corpus import CASES, CorpusCase
+from corpus.compare import clone_tree
 from ember.frontend.pytree import flatten
 from ember.runtime.config import patch
 from ember.runtime.interpreter import run_program
 from ember.runtime.ir import InputKind, Program, load, parse_program, print_program, save, verify
-
-
-def _clone(tree: Any) -> Any:
-    leaves, spec = flatten(tree)
-    return spec.unflatten([x.clone() if isinstance(x, torch.Tensor) else x for x in leaves])
 
 
 def _copy_fn(fn: Any) -> Any:
@@ -79,7 +75,7 @@ def captured() -> dict[str, tuple[CorpusCase, Any, Any, Program]]:
     for c in CASES:
         fn = c.build()
         args, kwargs = c.inputs()
-        result[c.name] = (c, fn, (args, kwargs), ef.capture(fn, *_clone(args), **_clone(kwargs)))
+        result[c.name] = (c, fn, (args, kwargs), ef.capture(fn, *clone_tree(args), **clone_tree(kwargs)))
     return result
 
 
@@ -104,8 +100,8 @@ def test_capture_round_trips_and_verifies(name: str, captured: Any) -> None:
 def test_interpreter_matches_eager_exactly(name: str, captured: Any) -> None:
     c, fn, (args, kwargs), program = captured[name]
     fn_e, fn_i = _copy_fn(fn), _copy_fn(fn)
-    args_e, kwargs_e = _clone(args), _clone(kwargs)
-    args_i, kwargs_i = _clone(args), _clone(kwargs)
+    args_e, kwargs_e = clone_tree(args), clone_tree(kwargs)
+    args_i, kwargs_i = clone_tree(args), clone_tree(kwargs)
     expected = _run_eager(c, fn_e, args_e, kwargs_e)
     if c.random:
         torch.manual_seed(1234)
@@ -122,8 +118,8 @@ def test_compile_eager_backend_matches_eager(name: str, captured: Any) -> None:
     fn_e, fn_c = _copy_fn(fn), _copy_fn(fn)
     compiled = ef.compile(fn_c, backend="eager")
     for _ in range(2):  # the second call is a cache hit
-        args_e, kwargs_e = _clone(args), _clone(kwargs)
-        args_c, kwargs_c = _clone(args), _clone(kwargs)
+        args_e, kwargs_e = clone_tree(args), clone_tree(kwargs)
+        args_c, kwargs_c = clone_tree(args), clone_tree(kwargs)
         expected = _run_eager(c, fn_e, args_e, kwargs_e)
         actual = _run_eager(c, compiled, args_c, kwargs_c)
         assert_same(actual, expected, "outputs")

@@ -15,7 +15,7 @@ import ember.frontend
 import pytest
 import torch
 from corpus import CASES, CorpusCase
-from ember.frontend.pytree import flatten
+from corpus.compare import assert_trees_close, clone_tree
 
 TOL = 1e-4
 STRICT = {"strict": True}
@@ -33,24 +33,6 @@ def _mutation_corpus() -> list[tuple[str, Callable[..., Any], Callable[[], tuple
 MUTATION_CASES = _mutation_corpus()
 
 
-def _clone(tree: Any) -> Any:
-    leaves, spec = flatten(tree)
-    return spec.unflatten([x.clone() if isinstance(x, torch.Tensor) else x for x in leaves])
-
-
-def _assert_close(actual: Any, expected: Any, what: str) -> None:
-    a_leaves, _ = flatten(actual)
-    e_leaves, _ = flatten(expected)
-    assert len(a_leaves) == len(e_leaves), what
-    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
-        if not isinstance(e, torch.Tensor):
-            assert a == e, f"{what}[{i}]"
-        elif e.is_floating_point():
-            torch.testing.assert_close(a, e, atol=TOL, rtol=TOL, msg=f"{what}[{i}]")
-        else:
-            assert torch.equal(a, e), f"{what}[{i}]"
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_corpus_case_under_inductor(case: CorpusCase) -> None:
     fn = case.build()
@@ -58,18 +40,18 @@ def test_corpus_case_under_inductor(case: CorpusCase) -> None:
     compiled_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
     compiled = ember.frontend.compile(compiled_fn, backend="inductor", options=STRICT)
     args, kwargs = case.inputs()
-    eager_args, eager_kwargs = _clone((args, kwargs))
-    compiled_args, compiled_kwargs = _clone((args, kwargs))
+    eager_args, eager_kwargs = clone_tree((args, kwargs))
+    compiled_args, compiled_kwargs = clone_tree((args, kwargs))
     if case.random:
         torch.manual_seed(1234)
     expected = eager_fn(*eager_args, **eager_kwargs)
     if case.random:
         torch.manual_seed(1234)
     got = compiled(*compiled_args, **compiled_kwargs)
-    _assert_close(got, expected, "output")
-    _assert_close((compiled_args, compiled_kwargs), (eager_args, eager_kwargs), "input")
+    assert_trees_close(got, expected, "output", TOL)
+    assert_trees_close((compiled_args, compiled_kwargs), (eager_args, eager_kwargs), "input", TOL)
     if isinstance(fn, torch.nn.Module):
-        _assert_close(compiled_fn.state_dict(), eager_fn.state_dict(), "state")
+        assert_trees_close(compiled_fn.state_dict(), eager_fn.state_dict(), "state", TOL)
 
 
 @pytest.mark.parametrize("name,fn,make_inputs", MUTATION_CASES,
@@ -83,5 +65,5 @@ def test_mutation_case_under_inductor(name: str, fn: Callable[..., Any],
         compiled_inputs = [t.clone() for t in inputs]
         expected = fn(*eager_inputs)
         got = compiled(*compiled_inputs)
-        _assert_close(got, expected, f"{name} output")
-        _assert_close(compiled_inputs, eager_inputs, f"{name} inputs")
+        assert_trees_close(got, expected, f"{name} output", TOL)
+        assert_trees_close(compiled_inputs, eager_inputs, f"{name} inputs", TOL)
