@@ -2,8 +2,8 @@
 
 Each :class:`Guard` tests one value fetched through a :class:`~.sources.Source`. A
 :class:`GuardSet` deduplicates them, renders them readably (``EMBER_LOGS=guards``) and
-compiles them into a single generated Python function ``check(S, C) -> bool`` — one
-expression chain, no per-guard call overhead. On a miss :meth:`GuardSet.first_failure`
+compiles them into a single generated Python function (:func:`compile_matcher`) that
+fetches each source once, checks every guard inline and returns the graph inputs. On a miss :meth:`GuardSet.first_failure`
 re-checks the guards one by one to name the one that failed.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ember.frontend.bytecode.sources import Source, python_expr
+from ember.frontend.bytecode.sources import Source, fetch_expr
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class GuardSet:
 
     guards: list[Guard] = field(default_factory=list)
     _seen: set[tuple[str, str]] = field(default_factory=set)
-    _check: Callable[[Any, Any], bool] | None = None
+    _check: Callable[[Any, Any], list[Any] | None] | None = None
 
     def add(self, guard: Guard) -> None:
         key = (guard.kind, guard.source.expr() if guard.source is not None
@@ -93,8 +93,8 @@ class GuardSet:
     def check(self, state: Any, ctx: Any) -> bool:
         """True when every guard holds for ``state``/``ctx``."""
         if self._check is None:
-            self._check = _compile(self.guards)
-        return self._check(state, ctx)
+            self._check = compile_matcher(self.guards)
+        return self._check(state, ctx) is not None
 
     def failure_text(self, state: Any, ctx: Any) -> str:
         """The first failing guard, with the value seen (``x.shape == (3, 5) (got
@@ -113,65 +113,100 @@ class GuardSet:
     def first_failure(self, state: Any, ctx: Any) -> Guard | None:
         """The first guard that fails (slow: checks them one at a time)."""
         for g in self.guards:
-            if not _compile([g])(state, ctx):
+            if compile_matcher([g])(state, ctx) is None:
                 return g
         return None
 
 
-def _compile(guards: list[Guard]) -> Callable[[Any, Any], bool]:
-    names: dict[str, Any] = {"torch": torch}
-    terms: list[str] = []
-    for i, g in enumerate(guards):
-        value = python_expr(g.source) if g.source is not None else ""
+class _Writer:
+    """Writes the body of a generated matcher: each source is fetched once, into a
+    local, the first time a guard (or the input list) needs it; guards that share a
+    prefix (``self.layers[0].attn`` and ``self.layers[0].mlp``) share its fetch."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, Any] = {"torch": torch}
+        self.lines: list[str] = []
+        self._locals: dict[str, str] = {}
+
+    def const(self, prefix: str, value: Any) -> str:
+        name = f"{prefix}{len(self.names)}"
+        self.names[name] = value
+        return name
+
+    def ref(self, source: Source) -> str:
+        """A local holding ``source``'s value, emitting its fetch on first use."""
+        key = source.expr()
+        name = self._locals.get(key)
+        if name is None:
+            value = fetch_expr(source, self.ref)
+            name = f"v{len(self._locals)}"
+            self.lines.append(f"{name} = {value}  # {key}")
+            self._locals[key] = name
+        return name
+
+    def require(self, condition: str) -> None:
+        self.lines.append(f"if not ({condition}): return None")
+
+    def guard(self, g: Guard) -> None:
+        v = self.ref(g.source) if g.source is not None else ""
         if g.kind == "tensor":
             dtype, sizes, strides, device, rg, offset = g.expected
-            names.update({f"d{i}": dtype, f"s{i}": sizes, f"st{i}": strides,
-                          f"dv{i}": device})
-            terms.append(
-                f"(isinstance(v := {value}, torch.Tensor) and v.dtype is d{i} "
-                f"and v.shape == s{i} and v.stride() == st{i} and v.device == dv{i} "
-                f"and v.requires_grad is {rg} and v.storage_offset() == {offset})"
-            )
+            d, s = self.const("dtype", dtype), self.const("size", sizes)
+            st, dv = self.const("stride", strides), self.const("device", device)
+            self.require(f"isinstance({v}, Tensor) and {v}.dtype is {d} and {v}.shape == {s} "
+                         f"and {v}.stride() == {st} and {v}.device == {dv} and "
+                         f"{v}.requires_grad is {rg} and {v}.storage_offset() == {offset}")
         elif g.kind == "equals":
-            names[f"c{i}"] = g.expected
-            names[f"t{i}"] = type(g.expected)
+            t = self.const("type", type(g.expected))
             if isinstance(g.expected, float) and g.expected != g.expected:
-                terms.append(f"(type(v := {value}) is t{i} and v != v)")  # NaN
+                self.require(f"type({v}) is {t} and {v} != {v}")  # NaN
             else:
-                terms.append(f"(type(v := {value}) is t{i} and v == c{i})")
+                self.require(f"type({v}) is {t} and {v} == {self.const('c', g.expected)}")
         elif g.kind == "distinct":
-            exprs = ", ".join(f"id({python_expr(s)})" for s in g.expected)
-            terms.append(f"(len({{{exprs}}}) == {len(g.expected)})")
+            ids = ", ".join(f"id({self.ref(s)})" for s in g.expected)
+            self.require(f"len({{{ids}}}) == {len(g.expected)}")
         elif g.kind == "same":
-            terms.append(f"({value} is {python_expr(g.expected)})")
+            self.require(f"{v} is {self.ref(g.expected)}")
         elif g.kind == "global":
-            names[f"c{i}"] = g.expected[1]
-            terms.append(f"({g.expected[0]} == c{i})")
+            self.require(f"{g.expected[0]} == {self.const('c', g.expected[1])}")
         elif g.kind == "id":
-            names[f"o{i}"] = g.expected
-            terms.append(f"({value} is o{i})")
+            self.require(f"{v} is {self.const('obj', g.expected)}")
         elif g.kind == "type":
-            names[f"t{i}"] = g.expected
-            terms.append(f"(type({value}) is t{i})")
+            self.require(f"type({v}) is {self.const('type', g.expected)}")
         elif g.kind == "len":
-            terms.append(f"(len({value}) == {int(g.expected)})")
+            self.require(f"len({v}) == {int(g.expected)}")
         elif g.kind == "keys":
-            names[f"k{i}"] = list(g.expected)
-            terms.append(f"(list({value}.keys()) == k{i})")
+            self.require(f"list({v}.keys()) == {self.const('keys', list(g.expected))}")
         elif g.kind == "grad_mode":
-            terms.append(f"(torch.is_grad_enabled() is {bool(g.expected)})")
+            self.require(f"torch.is_grad_enabled() is {bool(g.expected)}")
         else:
             raise ValueError(f"unknown guard kind {g.kind!r}")
-    body = " and\n            ".join(terms) if terms else "True"
+
+
+def compile_matcher(
+    guards: list[Guard], inputs: list[Source] = ()  # type: ignore[assignment]
+) -> Callable[[Any, Any], list[Any] | None]:
+    """One generated function ``match(S, C)``: None when a guard fails (or fetching a
+    guarded value raises), else the values of ``inputs``, fetched through the same
+    locals the guards used. ``EMBER_LOGS=guards`` shows the guards; the generated text
+    is ``match.__ember_source__``."""
+    w = _Writer()
+    w.names["Tensor"] = torch.Tensor
+    for g in guards:
+        w.guard(g)
+    result = "[" + ", ".join(w.ref(s) for s in inputs) + "]"
+    body = "\n        ".join(w.lines)
     src = (
-        "def check(S, C):\n"
+        "def match(S, C):\n"
         "    try:\n"
-        f"        return bool({body})\n"
+        f"        {body}\n"
+        f"        return {result}\n"
         "    except Exception:\n"
-        "        return False\n"
-    )
-    exec(compile(src, "<ember guards>", "exec"), names)  # noqa: S102 - generated from guards
-    fn: Callable[[Any, Any], bool] = names["check"]
+        "        return None\n"
+    ) if w.lines else f"def match(S, C):\n    return {result}\n"
+    exec(compile(src, "<ember guards>", "exec"), w.names)  # noqa: S102 - generated from guards
+    fn: Callable[[Any, Any], list[Any] | None] = w.names["match"]
+    fn.__ember_source__ = src  # type: ignore[attr-defined]
     return fn
 
 

@@ -25,7 +25,7 @@ from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.calls import CallHandler
 from ember.frontend.bytecode.capture import CaptureContext
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame, FrameState, _Marker
-from ember.frontend.bytecode.guards import GuardSet
+from ember.frontend.bytecode.guards import GuardSet, compile_matcher
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter
 from ember.frontend.bytecode.iteration import ListIterator
 from ember.frontend.bytecode.liveness import live_locals
@@ -75,15 +75,23 @@ class Segment:
     cells: dict[str, Recipe] = field(default_factory=dict)
     break_ip: int = -1
     break_info: BreakInfo | None = None
+    _matcher: Callable[[Any, Any], list[Any] | None] | None = None
+
+    def match(self, state: FrameState, ctx: FunctionContext) -> list[Any] | None:
+        """The graph inputs fetched from ``state``, or None when a guard fails."""
+        if self._matcher is None:
+            self._matcher = compile_matcher(self.guards.guards, self.input_sources)
+        return self._matcher(state, ctx)
 
     @property
     def op_count(self) -> int:
         return 0 if self.program is None else len(self.program.forward.calls())
 
-    def execute(self, state: FrameState, ctx: FunctionContext) -> tuple[bool, Any]:
-        """Run the graph and rebuild: ``(True, return value)`` or ``(False, state at the
-        break instruction)``."""
-        inputs = [s.fetch(state, ctx) for s in self.input_sources]
+    def execute(
+        self, state: FrameState, ctx: FunctionContext, inputs: list[Any]
+    ) -> tuple[bool, Any]:
+        """Run the graph on ``inputs`` (from :meth:`match`) and rebuild: ``(True, return
+        value)`` or ``(False, state at the break instruction)``."""
         outs = self.runner(inputs) if self.runner is not None else []
         rt = Rebuild(list(outs), state, ctx)
         for r in self.replays:

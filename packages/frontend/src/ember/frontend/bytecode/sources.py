@@ -8,6 +8,8 @@ every call. ``expr()`` is valid Python, used both in the generated guard functio
 
 from __future__ import annotations
 
+import keyword
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,9 +130,9 @@ class DefaultSource(Source):
         return fn.__kwdefaults__[self.key]
 
 
-def python_expr(source: Source) -> str:
-    """``source`` as an expression in the generated guard function, whose arguments are
-    the state ``S`` and the context ``C``."""
+def fetch_expr(source: Source, base_expr: Callable[[Source], str]) -> str:
+    """The expression that fetches ``source``, its base rendered by ``base_expr`` (a
+    full expression, or the name of a local that already holds the base)."""
     if isinstance(source, LocalSource):
         return f"S.locals[{source.name!r}]"
     if isinstance(source, StackSource):
@@ -140,12 +142,14 @@ def python_expr(source: Source) -> str:
     if isinstance(source, GlobalSource):
         return f"C.f_globals[{source.name!r}]"
     if isinstance(source, AttrSource):
-        return f"getattr({python_expr(source.base)}, {source.name!r})"
+        if source.name.isidentifier() and not keyword.iskeyword(source.name):
+            return f"{base_expr(source.base)}.{source.name}"
+        return f"getattr({base_expr(source.base)}, {source.name!r})"
     if isinstance(source, ItemSource):
-        return f"{python_expr(source.base)}[{source.key!r}]"
+        return f"{base_expr(source.base)}[{source.key!r}]"
     if isinstance(source, ClosureSource):
-        return f"{python_expr(source.base)}.__closure__[{source.index}].cell_contents"
+        return f"{base_expr(source.base)}.__closure__[{source.index}].cell_contents"
     if isinstance(source, DefaultSource):
         attr = "__defaults__" if isinstance(source.key, int) else "__kwdefaults__"
-        return f"{python_expr(source.base)}.{attr}[{source.key!r}]"
+        return f"{base_expr(source.base)}.{attr}[{source.key!r}]"
     raise TypeError(f"no Python form for source {source!r}")

@@ -126,14 +126,15 @@ class StrictFunction:
             return self.fn(*args, **kwargs)
         state = self._entry_state(args, kwargs)
         while True:
-            segment = self._lookup(state)
-            if segment is _EAGER:
+            found = self._lookup(state)
+            if found is _EAGER:
                 self.stats.eager_fallback_calls += 1
                 if state.ip == 0:
                     return self.fn(*args, **kwargs)
                 return self._run_concrete(state)
-            assert isinstance(segment, Segment)
-            done, value = segment.execute(state, self._ctx)
+            assert isinstance(found, tuple)
+            segment, inputs = found
+            done, value = segment.execute(state, self._ctx, inputs)
             if done:
                 return value
             state = self._step_for_real(value)
@@ -170,12 +171,15 @@ class StrictFunction:
         cells = dict(zip(code.co_freevars, self.fn.__closure__ or ()))
         return FrameState(0, [], bound_locals(code, bound), cells, torch.is_grad_enabled())
 
-    def _lookup(self, state: FrameState) -> Segment | object:
+    def _lookup(self, state: FrameState) -> tuple[Segment, list[Any]] | object:
+        """The segment whose guards hold for ``state`` (capturing a new one on a miss)
+        with its graph inputs, or ``_EAGER``."""
         entries = self.segments.setdefault(state.ip, [])
         for seg in entries:
-            if seg.guards.check(state, self._ctx):
+            inputs = seg.match(state, self._ctx)
+            if inputs is not None:
                 self.stats.cache_hits += 1
-                return seg
+                return seg, inputs
         if entries:
             reason = entries[-1].guards.failure_text(state, self._ctx)
             if len(entries) >= config.recompile_limit:
@@ -196,7 +200,7 @@ class StrictFunction:
             self._note_whole_function_eager(reason)
             return _EAGER
         entries.append(seg)
-        return seg
+        return seg, [s.fetch(state, self._ctx) for s in seg.input_sources]
 
     def _capture(self, state: FrameState) -> Segment:
         calls = self._break_calls.setdefault(state.ip, {})
