@@ -7,6 +7,7 @@ eager does)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -202,14 +203,35 @@ def _pow(ctx: Any, node: Node, a: Any, e: Any) -> Lazy:
     if dtype == torch.bool:
         raise NotLowerable("pow on bool")
     if isinstance(e, (int, float)) and not isinstance(e, bool):
-        if e == 2:
-            return pointwise(node, [a], lambda b, v: b.compute("mul", v[0], v[0]),
-                             compute=dtype)
-        if e == 0.5 and dtype.is_floating_point:
-            return pointwise(node, [a], lambda b, v: b.compute("sqrt", v[0]), compute=dtype)
-        if e == 1:
-            return pointwise(node, [a], lambda b, v: v[0], compute=dtype)
+        body = _pow_by_constant(e, dtype.is_floating_point)
+        if body is not None:
+            return pointwise(node, [a], body, compute=dtype)
     return pointwise(node, [a, e], lambda b, v: b.compute("pow", *v), compute=dtype)
+
+
+def _pow_by_constant(e: float, floating: bool) -> Any:
+    """The body of ``x ** e`` without ``pow`` for the exponents eager ATen also
+    special-cases (so results match it bit for bit): 1, 2, 3, 0.5, and for floats -0.5,
+    -1, -2. None for any other exponent."""
+    def one(b: BodyBuilder, x: str) -> str:
+        return b.literal(1, b.dtype(x))
+
+    rules: dict[float, Callable[[BodyBuilder, str], str]] = {
+        1: lambda b, x: x,
+        2: lambda b, x: b.compute("mul", x, x),
+        3: lambda b, x: b.compute("mul", b.compute("mul", x, x), x),
+    }
+    if floating:
+        rules.update({
+            0.5: lambda b, x: b.compute("sqrt", x),
+            -0.5: lambda b, x: b.compute("rsqrt", x),
+            -1: lambda b, x: b.compute("truediv", one(b, x), x),
+            -2: lambda b, x: b.compute("truediv", one(b, x), b.compute("mul", x, x)),
+        })
+    rule = rules.get(e)
+    if rule is None:
+        return None
+    return lambda b, v: rule(b, v[0])
 
 
 @lowering("aten::logical_and.default", "aten::logical_or.default",
