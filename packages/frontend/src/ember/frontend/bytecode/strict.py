@@ -85,6 +85,11 @@ class StrictFunction:
             self._eager_reason = "generator functions run eagerly when compiled directly"
         self._callees: dict[tuple[Any, int], StrictFunction] = {}
         self._signature = inspect.signature(self.fn, follow_wrapped=False)
+        code = self.fn.__code__
+        only_positional = not code.co_kwonlyargcount and not (
+            code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS))
+        # calls with exactly this many positional arguments bind without inspect
+        self._plain_arity = code.co_argcount if only_positional else -1
         b = self.fn.__globals__.get("__builtins__", builtins.__dict__)
         self._ctx = FunctionContext(self.fn.__code__, self.fn.__globals__,
                                     b if isinstance(b, dict) else b.__dict__,
@@ -165,11 +170,16 @@ class StrictFunction:
     # ---- driving ---------------------------------------------------------------------
 
     def _entry_state(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> FrameState:
-        bound = self._signature.bind(*args, **kwargs)
-        bound.apply_defaults()
         code = self.fn.__code__
+        if not kwargs and len(args) == self._plain_arity:
+            # the common call: every parameter passed positionally, nothing to bind
+            local_values = dict(zip(code.co_varnames, args))
+        else:
+            bound = self._signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            local_values = bound_locals(code, bound)
         cells = dict(zip(code.co_freevars, self.fn.__closure__ or ()))
-        return FrameState(0, [], bound_locals(code, bound), cells, torch.is_grad_enabled())
+        return FrameState(0, [], local_values, cells, torch.is_grad_enabled())
 
     def _lookup(self, state: FrameState) -> tuple[Segment, list[Any]] | object:
         """The segment whose guards hold for ``state`` (capturing a new one on a miss)

@@ -58,7 +58,11 @@ class WrapperWriter:
         for name in low.inputs:
             info = low.buffers.get(name)
             if info is not None:
-                self.emit(f"{name} = _check_input({name}, {name!r}, {info.dtype}, "
+                # the inline test is the fast path; _check_input raises or re-lays out
+                self.emit(f"if not (isinstance({name}, torch.Tensor) and {name}.dtype is "
+                          f"{info.dtype} and {name}.shape == {info.sizes!r} and "
+                          f"{name}.stride() == {info.strides!r}):")
+                self.emit(f"    {name} = _check_input({name}, {name!r}, {info.dtype}, "
                           f"{info.sizes!r}, {info.strides!r})")
         for var in low.constants:
             info = low.buffers.get(var)
@@ -123,7 +127,8 @@ class WrapperWriter:
         for out, meta in zip(call.outputs, call.result_meta):
             if out is not None and meta is not None:
                 _, sizes, strides = meta
-                self.emit(f"{out} = _layout({out}, {sizes!r}, {strides!r})")
+                self.emit(f"if {out}.shape != {sizes!r} or {out}.stride() != {strides!r}:")
+                self.emit(f"    {out} = _layout({out}, {sizes!r}, {strides!r})")
 
     def _free(self, i: int, last: dict[str, int],
               pool: dict[tuple[object, ...], list[str]], extern_read: set[str]) -> None:

@@ -26,7 +26,7 @@ class CppKernel:
         if len(tensors) != self._n_args:
             raise TypeError(f"kernel {self.name} takes {self._n_args} tensors, "
                             f"got {len(tensors)}")
-        self._fn(*(t.data_ptr() for t in tensors))
+        self._fn(*[t.data_ptr() for t in tensors])
 
     def __repr__(self) -> str:
         return f"<C++ kernel {self.name}>"
