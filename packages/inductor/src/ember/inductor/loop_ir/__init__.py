@@ -74,6 +74,7 @@ from ember.inductor.loop_ir.index import (
     Mul,
     Var,
     add,
+    canonical,
     floordiv,
     free_vars,
     mod,
@@ -87,7 +88,7 @@ from ember.inductor.loop_ir.printer import dtype_name, format_kernel, format_stm
 __all__ = [
     "BOOL_RESULT_OPS", "POINTWISE_OPS", "REDUCTION_OPS", "Add", "Buffer", "Compute",
     "FloorDiv", "IndexExpr", "IndexValue", "Indirect", "Int", "Kernel", "Literal", "Load",
-    "Mod", "Mul", "Phase", "Reduce", "Stmt", "Store", "ValueStmt", "Var", "add",
+    "Mod", "Mul", "Phase", "Reduce", "Stmt", "Store", "ValueStmt", "Var", "add", "canonical",
     "dtype_name", "floordiv", "format_kernel", "format_stmt", "free_vars", "mod", "mul",
     "reduction_phases", "render", "stmt_inputs", "substitute",
 ]

@@ -126,6 +126,14 @@ def add(*xs: IndexExpr | int) -> IndexExpr:
     return terms[0] if len(terms) == 1 else Add(tuple(terms))
 
 
+def canonical(x: IndexExpr) -> IndexExpr:
+    """``x`` with the terms of its top-level sum in a fixed order: two orderings of
+    one affine index (``a*32 + b`` and ``b + a*32``) compare equal after this."""
+    if isinstance(x, Add):
+        return Add(tuple(sorted(x.terms, key=str)))
+    return x
+
+
 def mul(*xs: IndexExpr | int) -> IndexExpr:
     """The simplified product of ``xs`` (a product with a sum distributes over it)."""
     const = 1

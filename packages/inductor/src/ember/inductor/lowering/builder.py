@@ -26,6 +26,7 @@ from ember.inductor.loop_ir import (
     Stmt,
     Store,
     ValueStmt,
+    canonical,
     stmt_inputs,
 )
 
@@ -64,7 +65,7 @@ class BodyBuilder:
 
     def load(self, buffer: str, index: IndexExpr, dtype: torch.dtype) -> str:
         """``buffer[index]``, under the current mask; forwarded if stored in this kernel."""
-        forwarded = self._stored.get((buffer, index))
+        forwarded = self._stored.get((buffer, canonical(index)))
         if forwarded is not None:
             return forwarded
         self.external_loads.append((buffer, index))
@@ -112,10 +113,10 @@ class BodyBuilder:
 
     def store(self, buffer: str, index: IndexExpr, value: str) -> None:
         self.stmts.append(Store(buffer, index, value))
-        self._stored[(buffer, index)] = value
+        self._stored[(buffer, canonical(index))] = value
 
     def stored_value(self, buffer: str, index: IndexExpr) -> str | None:
-        return self._stored.get((buffer, index))
+        return self._stored.get((buffer, canonical(index)))
 
     # -- masks ------------------------------------------------------------------------
     @property

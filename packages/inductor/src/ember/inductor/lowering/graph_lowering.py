@@ -13,6 +13,7 @@ fuses into kernels and what the wrapper codegen turns into Python.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +21,14 @@ from typing import Any
 
 import torch
 from ember.inductor.buffers import ExternCall, PointwiseBuffer, ReductionBuffer, ScheduledNode
+from ember.inductor.loop_ir import IndexExpr, Int, Var
+from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.layout import (
+    channels_last_strides,
+    is_channels_last,
+    same_layout,
+    storage_order,
+)
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS, NotLowerable
 from ember.inductor.lowering.values import (
     ElementFn,
@@ -28,6 +37,7 @@ from ember.inductor.lowering.values import (
     Stored,
     Value,
     contiguous_strides,
+    numel,
 )
 from ember.runtime.ir import Argument, Node, Program, TensorMeta, ValueRef
 from ember.runtime.logs import log
@@ -89,6 +99,8 @@ class GraphLowering:
         self.eager_reason = "graph runs eagerly" if eager else "symbolic sizes"
         self._count = 0
         self._realized: dict[int, Stored] = {}
+        self._channels_last_copies: dict[tuple[Any, ...], Stored] = {}
+        self._prefer_channels_last = False
 
     def _guess_device(self) -> torch.device:
         for n in self.graph.nodes:
@@ -162,10 +174,25 @@ class GraphLowering:
     def _arg(self, a: Argument) -> Any:
         if isinstance(a, ValueRef):
             v = self.values[a.node]
-            return v[a.index] if a.index is not None else v
+            v = v[a.index] if a.index is not None else v
+            if isinstance(v, Lazy) and id(v) in self._realized and self._reads_full_size(v):
+                # already in a buffer: later consumers read it instead of recomputing it
+                # (same memory traffic, and the buffers it reads may then go unstored)
+                return self._realized[id(v)]
+            return v
         if isinstance(a, tuple):
             return tuple(self._arg(x) for x in a)
         return a
+
+    def _reads_full_size(self, value: Lazy) -> bool:
+        """Whether computing ``value`` loads a buffer at least as large as it (not only
+        broadcasts of smaller ones, which are cheaper to recompute than to re-read)."""
+        b = BodyBuilder()
+        value.element(b, tuple(Var(f"x{i}", s) if s != 1 else Int(0)
+                               for i, s in enumerate(value.sizes)))
+        n = numel(value.sizes)
+        return any(buf in self.buffers and numel(self.buffers[buf].sizes) >= n
+                   for buf, _ in b.external_loads)
 
     def _bounded(self, value: Any) -> Any:
         """``value`` with every Lazy result whose element function has grown too large
@@ -177,8 +204,13 @@ class GraphLowering:
         return value
 
     def realize(self, value: Value, strides: tuple[int, ...] | None = None,
-                origin: str = "") -> Stored:
-        """``value`` in a buffer (a kernel computes a Lazy; a Stored is returned as is)."""
+                origin: str = "", reuse: bool | None = None) -> Stored:
+        """``value`` in a buffer (a kernel computes a Lazy; a Stored is returned as is).
+
+        ``strides`` picks the layout (default: :meth:`_default_strides`). A dense permuted layout is
+        computed in storage order (see :mod:`.layout`). ``reuse``: later plain
+        ``realize(value)`` calls return this buffer (default: only for row-major).
+        """
         if isinstance(value, Stored):
             return value
         if isinstance(value, ScalarValue):
@@ -188,15 +220,43 @@ class GraphLowering:
             return cached
         name = self.fresh()
         origin = origin or getattr(self, "_current", "")
-        st = strides if strides is not None else contiguous_strides(value.sizes)
-        self.nodes.append(PointwiseBuffer(name, value.dtype, value.sizes, value.fn,
-                                          (origin,) if origin else (), st))
-        self.buffers[name] = BufferInfo(name, value.dtype, value.sizes, st, "computed")
-        stored = Stored(name, value.dtype, value.sizes, st)
+        origins = (origin,) if origin else ()
+        sizes = value.sizes
         if strides is None:
+            strides = self._default_strides(sizes)
+            reuse = True if reuse is None else reuse
+        st = strides
+        order = storage_order(sizes, st)
+        if order is not None and not same_layout(sizes, st, contiguous_strides(sizes)):
+            # loops in storage order: the buffer is row-major over the permuted sizes
+            stored_sizes = tuple(sizes[d] for d in order)
+            inverse = tuple(order.index(d) for d in range(len(sizes)))
+            fn = value.fn
+
+            def permuted(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+                return fn(b, tuple(index[p] for p in inverse))
+
+            flat = contiguous_strides(stored_sizes)
+            st = tuple(flat[inverse[d]] for d in range(len(sizes)))
+            self.nodes.append(PointwiseBuffer(name, value.dtype, stored_sizes, permuted,
+                                              origins))
+            self.buffers[name] = BufferInfo(name, value.dtype, stored_sizes, flat, "computed")
+        else:
+            self.nodes.append(PointwiseBuffer(name, value.dtype, sizes, value.fn, origins, st))
+            self.buffers[name] = BufferInfo(name, value.dtype, sizes, st, "computed")
+        stored = Stored(name, value.dtype, sizes, st)
+        if reuse:
             self._realized[id(value)] = stored
             self._realized_keepalive = getattr(self, "_realized_keepalive", []) + [value]
         return stored
+
+    def _default_strides(self, sizes: tuple[int, ...]) -> tuple[int, ...]:
+        """Row-major, except 4-d buffers once a convolution runs channels-last: those
+        are stored channels-last too, so the kernels between convolutions never
+        transpose."""
+        if self._prefer_channels_last and len(sizes) == 4:
+            return channels_last_strides(sizes)
+        return contiguous_strides(sizes)
 
     def reduction(self, node: Node, op: str, fn: ElementFn, full_sizes: Sequence[int],
                   dims: Sequence[int], keepdim: bool, dtype: torch.dtype) -> Stored:
@@ -244,10 +304,13 @@ class GraphLowering:
             self.fallbacks[node.target] += 1
             log("fallbacks", f"{self.graph_name}:{node.name} {node.target} runs eagerly"
                              f"{': ' + reason if reason else ''}")
-        args = [self.render(self._arg(a)) for a in node.args]
+        arg_values = [self._arg(a) for a in node.args]
+        metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+        if node.target == "aten::convolution.default" and not fallback:
+            metas = self._channels_last_convolution(arg_values, metas)
+        args = [self.render(a) for a in arg_values]
         kwargs = {k: self.render(self._arg(v)) for k, v in node.kwargs.items()}
         reads = [r.node for r in node.inputs()]
-        metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
         multi = isinstance(node.meta, tuple)
         base = self.fresh()
         outs: list[str | None] = []
@@ -274,6 +337,41 @@ class GraphLowering:
         del reads
         return tuple(values) if multi else values[0]
 
+    def _channels_last_convolution(self, args: list[Any],
+                                   metas: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Layout optimization for a 2-d convolution: its input, when a kernel computes
+        it, is stored channels-last, and ATen's convolution then returns a
+        channels-last result (the meta returned says so). Vendor convolutions run
+        faster on channels-last data (on CPU: no reorder into the blocked format).
+
+        On CUDA only for 16-bit floats, where channels-last is what tensor cores take.
+        """
+        x, meta = args[0], metas[0]
+        if (len(args) < 9 or args[6] or not isinstance(meta, TensorMeta)
+                or not isinstance(x, (Lazy, Stored)) or len(x.sizes) != 4
+                or (self.device.type == "cuda"
+                    and meta.dtype not in (torch.float16, torch.bfloat16))):
+            return metas
+        if isinstance(x, Lazy) or not is_channels_last(x.sizes, x.strides):
+            x = args[0] = self._channels_last(x)
+        self._prefer_channels_last = True
+        sizes = tuple(int(s) for s in meta.sizes)
+        strides = channels_last_strides(sizes)
+        return (dataclasses.replace(meta, sizes=sizes, strides=strides),)
+
+    def _channels_last(self, x: Lazy | Stored) -> Stored:
+        """``x`` in a channels-last buffer: a Lazy is computed into one; a stored tensor
+        is copied once (the copy is reused by every later convolution of it)."""
+        strides = channels_last_strides(x.sizes)
+        if isinstance(x, Lazy):
+            return self.realize(x, strides=strides, reuse=True)
+        key = (x.buffer, x.sizes, x.strides, x.offset)
+        copy = self._channels_last_copies.get(key)
+        if copy is None:
+            copy = self.realize(Lazy(x.element, x.dtype, x.sizes), strides=strides)
+            self._channels_last_copies[key] = copy
+        return copy
+
     # -- outputs ------------------------------------------------------------------------
     def _output_expr(self, a: Argument) -> str:
         if not isinstance(a, ValueRef):
@@ -287,14 +385,20 @@ class GraphLowering:
             return self.render(v)
         if isinstance(v, tuple):
             raise NotLowerable("tuple output")
+        meta = producer.meta
+        if isinstance(meta, tuple) and a.index is not None:
+            meta = meta[a.index]
         if isinstance(v, Stored) and producer.op != "placeholder":
             kind = self.buffers[v.buffer].kind
             if kind in ("input", "constant"):
                 v = Lazy(v.element, v.dtype, v.sizes)  # outputs never alias inputs by accident
+            elif (isinstance(meta, TensorMeta) and _static(meta)
+                  and tuple(meta.sizes) == v.sizes
+                  and is_dense(v.sizes, tuple(int(s) for s in meta.strides))
+                  and not same_layout(v.sizes, v.strides, tuple(int(s) for s in meta.strides))):
+                # a layout the lowering chose (channels-last): the caller gets eager's
+                v = Lazy(v.element, v.dtype, v.sizes)
         if isinstance(v, Lazy):
-            meta = producer.meta
-            if isinstance(meta, tuple) and a.index is not None:
-                meta = meta[a.index]
             strides = None
             if isinstance(meta, TensorMeta) and _static(meta) and tuple(meta.sizes) == v.sizes:
                 st = tuple(int(s) for s in meta.strides)
