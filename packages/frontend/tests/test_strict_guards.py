@@ -322,3 +322,28 @@ def test_forward_hooks_are_inlined_and_guarded():
         handle.remove()
     torch.testing.assert_close(compiled(x), mod(x))
     assert compiled.stats.compiles == 2
+
+
+def test_guard_matcher_fetches_each_source_once_and_returns_the_inputs():
+    from types import SimpleNamespace
+
+    from ember.frontend.bytecode.guards import Guard, compile_matcher, tensor_guard
+    from ember.frontend.bytecode.sources import AttrSource, ItemSource, LocalSource
+
+    layers = AttrSource(LocalSource("self"), "layers")
+    w0 = AttrSource(ItemSource(layers, 0), "weight")
+    w1 = AttrSource(ItemSource(layers, 1), "weight")
+    ws = [torch.randn(2), torch.randn(3)]
+    module = SimpleNamespace(layers=[SimpleNamespace(weight=w) for w in ws])
+    state = SimpleNamespace(locals={"self": module})
+    guards = [Guard("len", layers, 2), tensor_guard(w0, ws[0]), tensor_guard(w1, ws[1])]
+    match = compile_matcher(guards, [w1, w0])
+    # ``self.layers`` is read once, into a local that both weights are fetched through
+    code = [line.split("#")[0] for line in match.__ember_source__.splitlines()]
+    assert sum(".layers" in line for line in code) == 1
+    got = match(state, None)
+    assert got is not None and got[0] is ws[1] and got[1] is ws[0]
+    module.layers[1].weight = torch.randn(4)  # another shape: the guard fails
+    assert match(state, None) is None
+    del module.layers[1]  # the source itself is gone: a miss, not an exception
+    assert match(state, None) is None

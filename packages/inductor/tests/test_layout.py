@@ -1,0 +1,119 @@
+"""Layouts the lowering chooses: channels-last around convolutions (kernels loop in
+storage order, the caller still gets eager's strides), permuted graph outputs, and
+consumers of a realized value reading its buffer."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ember.inductor.buffers import ExternCall
+from ember.inductor.loop_ir import Store
+from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.inductor.lowering.layout import is_channels_last, storage_order
+from ember.inductor.scheduler import KernelStep, schedule
+from helpers import compile_fn, trace
+
+
+def conv_block(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scale: torch.Tensor,
+               shift: torch.Tensor) -> torch.Tensor:
+    y = F.conv2d(x, w1, padding=1)
+    y = torch.relu(y * scale.view(1, -1, 1, 1) + shift.view(1, -1, 1, 1))
+    z = F.conv2d(y, w2, padding=1)
+    return torch.relu(z + y)
+
+
+def conv_only(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return F.conv2d(torch.relu(x), w, padding=1)
+
+
+def _conv_inputs() -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    return [torch.randn(2, 3, 8, 8), torch.randn(6, 3, 3, 3), torch.randn(6, 6, 3, 3),
+            torch.rand(6) + 0.5, torch.randn(6)]
+
+
+def test_storage_order() -> None:
+    assert storage_order((2, 3, 4, 5), (60, 1, 15, 3)) == (0, 2, 3, 1)
+    assert storage_order((2, 3), (3, 1)) == (0, 1)
+    assert storage_order((2, 3), (1, 2)) == (1, 0)
+    assert storage_order((2, 3), (6, 1)) is None  # gaps: not dense
+    assert is_channels_last((2, 3, 4, 5), (60, 1, 15, 3))
+    assert not is_channels_last((2, 3, 4, 5), (60, 20, 5, 1))
+    assert not is_channels_last((2, 1, 4, 5), (20, 1, 5, 1))  # also row-major
+
+
+def test_convolutions_run_channels_last_and_match_eager() -> None:
+    inputs = _conv_inputs()
+    lowered = GraphLowering(trace(conv_block, inputs)).run()
+    convs = [n for n in lowered.nodes
+             if isinstance(n, ExternCall) and n.target == "aten::convolution.default"]
+    assert len(convs) == 2
+    for conv in convs:
+        _, sizes, strides = conv.result_meta[0]
+        assert is_channels_last(sizes, strides), conv.result_meta
+        # the input is a channels-last view of a buffer stored in N, H, W, C order
+        assert conv.args[0].startswith("_view("), conv.args[0]
+        buffer = conv.args[0][len("_view("):].split(",")[0]
+        n, c, h, w = sizes[0], inputs[0].shape[1] if conv is convs[0] else 6, 8, 8
+        assert lowered.buffers[buffer].sizes == (n, h, w, c)
+    compiled, run = compile_fn(conv_block, *inputs)
+    (got,) = run(*inputs)
+    want = conv_block(*inputs)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert got.stride() == want.stride()  # the caller gets eager's layout back
+    assert compiled.metadata["fallbacks"] == {}
+
+
+def test_convolution_result_returned_directly_has_eager_strides() -> None:
+    x, w = torch.randn(2, 4, 5, 5), torch.randn(3, 4, 3, 3)
+    _, run = compile_fn(conv_only, x, w)
+    (got,) = run(x, w)
+    want = conv_only(x, w)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert got.stride() == want.stride() == (75, 25, 5, 1)
+
+
+def _store_strides_of_innermost(fn: object, *inputs: torch.Tensor) -> list[str]:
+    steps = schedule(GraphLowering(trace(fn, list(inputs))).run())  # type: ignore[arg-type]
+    return [str(s.index) for step in steps if isinstance(step, KernelStep)
+            for s in step.kernel.body if isinstance(s, Store)]
+
+
+def test_a_transposed_output_is_written_in_storage_order() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.sin().t().contiguous().t()  # eager: a column-major result
+
+    x = torch.randn(16, 24)
+    want = f(x)
+    assert want.stride() == (1, 16)
+    (index,) = _store_strides_of_innermost(f, x)
+    # loops run over (24, 16) with the innermost variable at stride 1: sequential stores
+    assert index == "(x0*16 + x1)", index
+    _, run = compile_fn(f, x)
+    (got,) = run(x)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
+
+
+def test_consumers_of_a_realized_value_read_its_buffer() -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(x * 2 + 1)  # realized: the matmul needs it in memory
+        return y @ w + y.exp()
+
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    lowered = GraphLowering(trace(f, [x, w])).run()
+    steps = schedule(lowered)
+    kernels = [s for s in steps if isinstance(s, KernelStep)]
+    assert len(kernels) == 2
+    realized = kernels[0].kernel.stored_buffers()
+    # the epilogue reads the realized y, not x again
+    assert set(realized) <= set(kernels[1].kernel.loaded_buffers())
+    assert "arg0" not in kernels[1].kernel.loaded_buffers()
+    _, run = compile_fn(f, x, w)
+    torch.testing.assert_close(run(x, w)[0], f(x, w), rtol=1e-5, atol=1e-5)
