@@ -347,3 +347,21 @@ def test_guard_matcher_fetches_each_source_once_and_returns_the_inputs():
     assert match(state, None) is None
     del module.layers[1]  # the source itself is gone: a miss, not an exception
     assert match(state, None) is None
+
+
+def test_module_members_are_read_from_their_tables_and_still_guarded():
+    mod = Scaled().eval()
+    compiled = strict(mod)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), mod(x))
+    compiled(x)  # a cache hit builds the matcher
+    (seg,) = compiled._compiled.segments[0]
+    assert "._parameters['weight']" in seg._matcher.__ember_source__
+    mod.lin = nn.Linear(4, 4)  # a new submodule object: a guard miss, not a stale read
+    torch.testing.assert_close(compiled(x), mod(x))
+    assert compiled.stats.compiles == 2
+    weight = mod.lin.weight.detach().clone()
+    del mod.lin.weight
+    mod.lin.weight = weight * 2  # now a plain attribute, not a parameter
+    torch.testing.assert_close(compiled(x), mod(x))
+    assert compiled.stats.compiles == 3

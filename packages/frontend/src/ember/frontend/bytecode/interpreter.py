@@ -30,7 +30,13 @@ from ember.frontend.bytecode.capture import CaptureContext
 from ember.frontend.bytecode.exceptions import find_handler
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
-from ember.frontend.bytecode.sources import AttrSource, CellSource, ClosureSource, GlobalSource
+from ember.frontend.bytecode.sources import (
+    AttrSource,
+    CellSource,
+    ClosureSource,
+    GlobalSource,
+    attr_source,
+)
 from ember.runtime.ir import SourceLocation
 
 MAX_INLINE_DEPTH = 32
@@ -345,7 +351,7 @@ class Interpreter:
         if isinstance(obj, types.ModuleType) and not isinstance(value, (int, float, bool, str)):
             cap.sources.setdefault(id(value), (value, AttrSource(source, name)))
             return value
-        return cap.wrap(value, AttrSource(source, name))
+        return cap.wrap(value, attr_source(obj, source, name))
 
     def op_STORE_ATTR(self, f: Frame, ins: Any) -> None:
         obj, value = f.stack[-1], f.stack[-2]

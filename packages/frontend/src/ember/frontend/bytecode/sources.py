@@ -86,6 +86,24 @@ class AttrSource(Source):
 
 
 @dataclass(frozen=True)
+class ModuleMemberSource(Source):
+    """Parameter, buffer or submodule ``name`` of the ``nn.Module`` at ``base``, read from
+    its ``table`` (``_parameters``, ``_buffers`` or ``_modules``), where
+    ``Module.__getattr__`` finds it, without that Python-level call (guards read every
+    parameter of a model at every call). Shown as the attribute it is."""
+
+    base: Source
+    table: str
+    name: str
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.{self.name}"
+
+    def fetch(self, state: Any, ctx: Any) -> Any:
+        return getattr(self.base.fetch(state, ctx), self.table)[self.name]
+
+
+@dataclass(frozen=True)
 class ItemSource(Source):
     base: Source
     key: Any
@@ -145,6 +163,8 @@ def fetch_expr(source: Source, base_expr: Callable[[Source], str]) -> str:
         if source.name.isidentifier() and not keyword.iskeyword(source.name):
             return f"{base_expr(source.base)}.{source.name}"
         return f"getattr({base_expr(source.base)}, {source.name!r})"
+    if isinstance(source, ModuleMemberSource):
+        return f"{base_expr(source.base)}.{source.table}[{source.name!r}]"
     if isinstance(source, ItemSource):
         return f"{base_expr(source.base)}[{source.key!r}]"
     if isinstance(source, ClosureSource):
@@ -153,3 +173,18 @@ def fetch_expr(source: Source, base_expr: Callable[[Source], str]) -> str:
         attr = "__defaults__" if isinstance(source.key, int) else "__kwdefaults__"
         return f"{base_expr(source.base)}.{attr}[{source.key!r}]"
     raise TypeError(f"no Python form for source {source!r}")
+
+
+def attr_source(obj: Any, base: Source, name: str) -> Source:
+    """The source of ``getattr(obj, name)`` for ``obj`` at ``base``: a
+    :class:`ModuleMemberSource` when ``obj`` is an ``nn.Module`` whose ``__getattr__``
+    supplies it (not an instance or class attribute), else an :class:`AttrSource`."""
+    import torch
+
+    if (isinstance(obj, torch.nn.Module) and name not in obj.__dict__
+            and not hasattr(type(obj), name)):
+        for table in ("_parameters", "_buffers", "_modules"):
+            members = obj.__dict__.get(table)
+            if isinstance(members, dict) and name in members:
+                return ModuleMemberSource(base, table, name)
+    return AttrSource(base, name)
