@@ -123,3 +123,32 @@ def test_pointwise_over_2_31_elements_uses_int64() -> None:
                and not k.endswith("wrapper.py")]
     assert any("tl.int64" in s for s in sources)
     assert out[-1].item() == 2 and out[0].item() == 2 and int(out.sum(dtype=torch.int64)) == 2 * n
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_conv_block_layouts_on_gpu(dtype: torch.dtype) -> None:
+    """bf16 convolutions run channels-last (fp32 ones stay row-major); either way the
+    kernels around them match eager and the caller gets eager's strides."""
+    from ember.inductor.buffers import ExternCall
+    from ember.inductor.lowering.graph_lowering import GraphLowering
+    from ember.inductor.lowering.layout import is_channels_last
+
+    def block(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(F.conv2d(x, w1, padding=1) * 0.5 + 0.1)
+        return torch.relu(F.conv2d(y, w2, padding=1) + y)
+
+    torch.manual_seed(0)
+    xs = [torch.randn(4, 16, 20, 20), torch.randn(32, 16, 3, 3) * 0.1,
+          torch.randn(32, 32, 3, 3) * 0.1]
+    xs = [x.to("cuda", dtype) for x in xs]
+    lowered = GraphLowering(trace(block, xs)).run()
+    convs = [n for n in lowered.nodes if isinstance(n, ExternCall)
+             and n.target == "aten::convolution.default"]
+    assert len(convs) == 2
+    for conv in convs:
+        _, sizes, strides = conv.result_meta[0]
+        assert is_channels_last(sizes, strides) == (dtype == torch.bfloat16)
+    _, (got,) = _run(block, xs)
+    want = block(*xs)
+    torch.testing.assert_close(got.float(), want.float(), rtol=TOL[dtype], atol=TOL[dtype])
+    assert got.stride() == want.stride()
