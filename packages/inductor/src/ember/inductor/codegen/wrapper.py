@@ -127,7 +127,9 @@ class WrapperWriter:
         for out, meta in zip(call.outputs, call.result_meta):
             if out is not None and meta is not None:
                 _, sizes, strides = meta
-                self.emit(f"if {out}.shape != {sizes!r} or {out}.stride() != {strides!r}:")
+                # NOTE: an optional result may come back None (CUDA attention's extras)
+                self.emit(f"if isinstance({out}, torch.Tensor) and ({out}.shape != {sizes!r} "
+                          f"or {out}.stride() != {strides!r}):")
                 self.emit(f"    {out} = _layout({out}, {sizes!r}, {strides!r})")
 
     def _free(self, i: int, last: dict[str, int],

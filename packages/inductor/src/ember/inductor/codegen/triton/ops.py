@@ -80,7 +80,7 @@ def _truediv(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
 def _floordiv(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
     x, y = a
     if is_float(t):
-        return f"tl.floor({x} / {y})"
+        return f"_ember_ffloordiv({x}, {y})"
     if t == torch.bool:
         return x
     # Triton's integer // truncates; step down when the signs differ and it was inexact.
@@ -131,6 +131,18 @@ def _ember_ipow(a, b):
         base = base * base
         e = e >> 1
     return result
+''',
+    "_ember_ffloordiv": '''
+@triton.jit
+def _ember_ffloordiv(a, b):
+    # Eager's float floor division: from fmod, so that a quotient that a / b rounds up
+    # to an integer is not floored one too high.
+    m = a % b
+    d = (a - m) / b
+    d = tl.where((m != 0) & ((b < 0) != (m < 0)), d - 1.0, d)
+    f = tl.floor(d)
+    f = tl.where(d - f > 0.5, f + 1.0, f)
+    return tl.where(b == 0, a / b, f)
 ''',
 }
 
