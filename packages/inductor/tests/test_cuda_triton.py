@@ -127,8 +127,8 @@ def test_pointwise_over_2_31_elements_uses_int64() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_conv_block_layouts_on_gpu(dtype: torch.dtype) -> None:
-    """bf16 convolutions run channels-last (fp32 ones stay row-major); either way the
-    kernels around them match eager and the caller gets eager's strides."""
+    """Convolutions run channels-last, the kernels around them match eager and the
+    caller gets eager's strides."""
     from ember.inductor.buffers import ExternCall
     from ember.inductor.lowering.graph_lowering import GraphLowering
     from ember.inductor.lowering.layout import is_channels_last
@@ -147,7 +147,7 @@ def test_conv_block_layouts_on_gpu(dtype: torch.dtype) -> None:
     assert len(convs) == 2
     for conv in convs:
         _, sizes, strides = conv.result_meta[0]
-        assert is_channels_last(sizes, strides) == (dtype == torch.bfloat16)
+        assert is_channels_last(sizes, strides)
     _, (got,) = _run(block, xs)
     want = block(*xs)
     torch.testing.assert_close(got.float(), want.float(), rtol=TOL[dtype], atol=TOL[dtype])
