@@ -1,0 +1,40 @@
+"""Top CUDA kernels of Ember and torch.compile on zoo models (H200 diagnosis).
+
+    python tools/gpu/profile_zoo.py hf_gpt2,hf_bert bfloat16 > $OUT/profile.txt
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ember.frontend as ef  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+import zoo  # noqa: E402
+
+
+def main() -> None:
+    names, dtype = sys.argv[1].split(","), getattr(torch, sys.argv[2])
+    for name in names:
+        model, inputs = zoo.get(name).make("cuda", dtype, "full")
+        for label, fn in (("ember", ef.compile(model, backend="inductor")),
+                          ("torch", torch.compile(model))):
+            with torch.no_grad():
+                for _ in range(3):
+                    fn(*inputs)
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(5):
+                        fn(*inputs)
+                    torch.cuda.synchronize()
+            print(f"===== {name} {sys.argv[2]} {label}")
+            print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=18,
+                                            max_name_column_width=90))
+
+
+if __name__ == "__main__":
+    main()
