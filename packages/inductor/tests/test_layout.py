@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -117,3 +118,33 @@ def test_consumers_of_a_realized_value_read_its_buffer() -> None:
     assert "arg0" not in kernels[1].kernel.loaded_buffers()
     _, run = compile_fn(f, x, w)
     torch.testing.assert_close(run(x, w)[0], f(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_misaligned_matmuls_run_padded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA a matmul with result rows that are not 16-byte multiples runs on a padded
+    right operand (forced on the CPU here): same values, eager's strides for outputs."""
+    from ember.inductor.lowering import graph_lowering
+
+    monkeypatch.setattr(graph_lowering, "PAD_MATMUL_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(graph_lowering, "PAD_MATMUL_MIN_NUMEL", 1)
+
+    def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor,
+          z: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        logits = x @ w.t()                      # mm, 37 columns
+        biased = torch.addmm(b, x, w.t())       # addmm, bias padded too
+        batched = torch.bmm(y, z)               # bmm, 5 columns
+        return logits, biased.relu() * 2, batched
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(6, 8), torch.randn(37, 8), torch.randn(37), torch.randn(2, 4, 3),
+              torch.randn(2, 3, 5)]
+    lowered = GraphLowering(trace(f, inputs)).run()
+    pads = [n for n in lowered.nodes if isinstance(n, ExternCall)
+            and n.target == "aten::constant_pad_nd.default"]
+    assert len(pads) == 4  # w twice, the bias, z
+    assert any("[0, 3]" in p.args[1] for p in pads)  # 37 -> 40 columns of float32
+    compiled, run = compile_fn(f, *inputs)
+    for got, want in zip(run(*inputs), f(*inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert got.stride() == want.stride()
+    assert compiled.metadata["fallbacks"] == {}

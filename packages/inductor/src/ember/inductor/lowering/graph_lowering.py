@@ -150,7 +150,9 @@ class GraphLowering:
             self.values[node.name] = self.extern(node, fallback=True, reason=self.eager_reason)
             return
         if node.target in EXTERN_OPS:
-            self.values[node.name] = self.extern(node, fallback=False)
+            padded = self._aligned_matmul(node)
+            self.values[node.name] = padded if padded is not None else self.extern(
+                node, fallback=False)
             return
         if rule is None:
             self.values[node.name] = self.extern(node, fallback=True, reason="no lowering")
@@ -357,6 +359,57 @@ class GraphLowering:
         strides = channels_last_strides(sizes)
         return (dataclasses.replace(meta, sizes=sizes, strides=strides),)
 
+    def _aligned_matmul(self, node: Node) -> Stored | None:
+        """A matmul whose result rows are not a multiple of 16 bytes (GPT-2's LM head:
+        50257 columns) makes cuBLAS fall back to unaligned kernels, 7x slower on the
+        H200. Such a matmul runs on a right operand (and bias) zero-padded to an aligned
+        width, and the result is a view of the first ``N`` columns. None when the
+        matmul is aligned, small, or not on a device in ``PAD_MATMUL_DEVICES``."""
+        meta = node.meta
+        if (node.target not in _PADDABLE_MATMULS or self.device.type not in PAD_MATMUL_DEVICES
+                or not isinstance(meta, TensorMeta) or not _static(meta)
+                or not meta.dtype.is_floating_point):
+            return None
+        sizes = tuple(int(s) for s in meta.sizes)
+        align = max(1, 16 // meta.dtype.itemsize)
+        n = sizes[-1]
+        if n % align == 0 or numel(sizes) < PAD_MATMUL_MIN_NUMEL:
+            return None
+        padded_n = -(-n // align) * align
+        args = [self._arg(a) for a in node.args]
+        *bias, a, b = args if node.target != "aten::addmm.default" else args[:3]
+        if not all(isinstance(v, (Stored, Lazy)) for v in (a, b, *bias)):
+            return None
+
+        def pad(v: Stored | Lazy) -> str:
+            name = self.fresh()
+            padded = (*v.sizes[:-1], padded_n)
+            rendered = self.render(v)
+            self.buffers[name] = BufferInfo(name, meta.dtype, padded,
+                                            contiguous_strides(padded), "extern")
+            self.nodes.append(ExternCall(
+                "aten::constant_pad_nd.default", [rendered, f"[0, {padded_n - v.sizes[-1]}]",
+                                                  "0.0"], {}, [name],
+                [(meta.dtype, padded, contiguous_strides(padded))],
+                _buffer_reads([rendered], {}, self.buffers), False, False, (node.name,),
+                f"pads {v.sizes[-1]} columns to {padded_n} for an aligned matmul"))
+            return name
+
+        operands = [pad(b_) if b_.sizes and b_.sizes[-1] == n else self.render(b_)
+                    for b_ in bias] + [self.render(a), pad(b)]
+        rest = [self.render(x) for x in (args[3:] if node.target == "aten::addmm.default"
+                                         else args[2:])]
+        kwargs = {k: self.render(self._arg(v)) for k, v in node.kwargs.items()}
+        out = self.fresh()
+        padded_sizes = (*sizes[:-1], padded_n)
+        flat = contiguous_strides(padded_sizes)
+        self.buffers[out] = BufferInfo(out, meta.dtype, padded_sizes, flat, "extern")
+        self.nodes.append(ExternCall(
+            node.target, operands + rest, kwargs, [out], [(meta.dtype, padded_sizes, flat)],
+            _buffer_reads(operands + rest, kwargs, self.buffers), False, False, (node.name,),
+            f"on {padded_n} columns; the result is a view of the first {n}"))
+        return Stored(out, meta.dtype, sizes, flat)
+
     def _channels_last(self, x: Lazy | Stored) -> Stored:
         """``x`` in a channels-last buffer: a Lazy is computed into one; a stored tensor
         is copied once (the copy is reused by every later convolution of it)."""
@@ -406,6 +459,12 @@ class GraphLowering:
         self.output_buffers.add(v.buffer)
         return self.render(v)
 
+
+# Matmuls padded to aligned result rows (see GraphLowering._aligned_matmul): devices, and
+# the least number of result elements worth a padded copy of the right operand.
+PAD_MATMUL_DEVICES = {"cuda"}
+PAD_MATMUL_MIN_NUMEL = 1 << 20
+_PADDABLE_MATMULS = ("aten::mm.default", "aten::addmm.default", "aten::bmm.default")
 
 # Inlining limits: a Lazy bigger than this is stored instead of recomputed by every
 # consumer (a residual stream x = x + f(x) would otherwise grow with the depth).
