@@ -12,9 +12,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import ember.frontend as ef  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
-import zoo  # noqa: E402
+import ember.frontend as ef
+import zoo
+from torch.profiler import ProfilerActivity, profile
 
 
 def main() -> None:

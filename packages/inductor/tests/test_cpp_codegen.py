@@ -78,7 +78,7 @@ def test_prelude_elementwise_helpers_vectorize(call: str, tmp_path: Path) -> Non
 
     cxx = shutil.which("g++")
     if cxx is None or "g++" not in subprocess.run([cxx, "--version"], capture_output=True,
-                                                  text=True).stdout.lower():
+                                                  text=True, check=False).stdout.lower():
         pytest.skip("the vectorizer report is GCC's")
     src = tmp_path / "h.cpp"
     src.write_text(PRELUDE + "\nextern \"C\" void k(const float* __restrict__ x, "
@@ -86,7 +86,8 @@ def test_prelude_elementwise_helpers_vectorize(call: str, tmp_path: Path) -> Non
                    f"    for (long i = 0; i < 4096; i++) y[i] = {call};\n}}\n")
     flags = [f for f in build_flags() if f not in ("-shared", "-fopenmp") and not f.startswith("-l")]
     report = subprocess.run([cxx, *flags, "-c", str(src), "-o", str(tmp_path / "h.o"),
-                             "-fopt-info-vec-optimized"], capture_output=True, text=True)
+                             "-fopt-info-vec-optimized"], capture_output=True, text=True,
+                            check=False)
     assert report.returncode == 0, report.stderr
     line = PRELUDE.count("\n") + 3
     assert any(f"h.cpp:{line}:" in r and "loop vectorized" in r

@@ -148,3 +148,22 @@ def test_misaligned_matmuls_run_padded(monkeypatch: pytest.MonkeyPatch) -> None:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
         assert got.stride() == want.stride()
     assert compiled.metadata["fallbacks"] == {}
+
+
+def test_four_d_values_not_from_convolutions_stay_row_major() -> None:
+    def f(x: torch.Tensor, w: torch.Tensor, q: torch.Tensor,
+          k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.relu(F.conv2d(x, w, padding=1))
+        # 4-d attention operands in the same graph (the extern needs q * 2 in memory)
+        return y, F.scaled_dot_product_attention(q * 2, k, k)
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(2, 3, 8, 5),
+              torch.randn(2, 3, 8, 5)]
+    lowered = GraphLowering(trace(f, inputs)).run()
+    computed = {n: b for n, b in lowered.buffers.items() if b.kind == "computed"}
+    q2 = [b for b in computed.values() if b.sizes == (2, 3, 8, 5)]
+    assert q2 and all(b.strides == (120, 40, 5, 1) for b in q2), q2
+    _, run = compile_fn(f, *inputs)
+    for got, want in zip(run(*inputs), f(*inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

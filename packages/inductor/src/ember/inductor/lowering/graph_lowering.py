@@ -100,7 +100,8 @@ class GraphLowering:
         self._count = 0
         self._realized: dict[int, Stored] = {}
         self._channels_last_copies: dict[tuple[Any, ...], Stored] = {}
-        self._prefer_channels_last = False
+        self._channels_last_buffers: set[str] = set()  # stored channels-last
+        self._loads_of: dict[int, tuple[Lazy, set[str]]] = {}
 
     def _guess_device(self) -> torch.device:
         for n in self.graph.nodes:
@@ -186,15 +187,23 @@ class GraphLowering:
             return tuple(self._arg(x) for x in a)
         return a
 
+    def _loaded_buffers(self, value: Lazy) -> set[str]:
+        """The buffers computing ``value`` loads (memoized per Lazy)."""
+        found = self._loads_of.get(id(value))
+        if found is None:
+            b = BodyBuilder()
+            value.element(b, tuple(Var(f"x{i}", s) if s != 1 else Int(0)
+                                   for i, s in enumerate(value.sizes)))
+            found = (value, {buf for buf, _ in b.external_loads})
+            self._loads_of[id(value)] = found  # holds value: its id stays unique
+        return found[1]
+
     def _reads_full_size(self, value: Lazy) -> bool:
         """Whether computing ``value`` loads a buffer at least as large as it (not only
         broadcasts of smaller ones, which are cheaper to recompute than to re-read)."""
-        b = BodyBuilder()
-        value.element(b, tuple(Var(f"x{i}", s) if s != 1 else Int(0)
-                               for i, s in enumerate(value.sizes)))
         n = numel(value.sizes)
         return any(buf in self.buffers and numel(self.buffers[buf].sizes) >= n
-                   for buf, _ in b.external_loads)
+                   for buf in self._loaded_buffers(value))
 
     def _bounded(self, value: Any) -> Any:
         """``value`` with every Lazy result whose element function has grown too large
@@ -225,7 +234,7 @@ class GraphLowering:
         origins = (origin,) if origin else ()
         sizes = value.sizes
         if strides is None:
-            strides = self._default_strides(sizes)
+            strides = self._default_strides(value)
             reuse = True if reuse is None else reuse
         st = strides
         order = storage_order(sizes, st)
@@ -247,16 +256,21 @@ class GraphLowering:
             self.nodes.append(PointwiseBuffer(name, value.dtype, sizes, value.fn, origins, st))
             self.buffers[name] = BufferInfo(name, value.dtype, sizes, st, "computed")
         stored = Stored(name, value.dtype, sizes, st)
+        if is_channels_last(sizes, st):
+            self._channels_last_buffers.add(name)
         if reuse:
             self._realized[id(value)] = stored
             self._realized_keepalive = getattr(self, "_realized_keepalive", []) + [value]
         return stored
 
-    def _default_strides(self, sizes: tuple[int, ...]) -> tuple[int, ...]:
-        """Row-major, except 4-d buffers once a convolution runs channels-last: those
-        are stored channels-last too, so the kernels between convolutions never
-        transpose."""
-        if self._prefer_channels_last and len(sizes) == 4:
+    def _default_strides(self, value: Lazy) -> tuple[int, ...]:
+        """Row-major, except a 4-d value computed from a channels-last buffer (a
+        convolution's result, or the input stored for one): it is stored channels-last
+        too, so the kernels between convolutions never transpose. 4-d tensors that do
+        not come from convolutions (attention heads) stay row-major."""
+        sizes = value.sizes
+        if (len(sizes) == 4 and self._channels_last_buffers
+                and self._loaded_buffers(value) & self._channels_last_buffers):
             return channels_last_strides(sizes)
         return contiguous_strides(sizes)
 
@@ -325,6 +339,8 @@ class GraphLowering:
                 sizes = tuple(int(s) for s in m.sizes)
                 strides = tuple(int(s) for s in m.strides)
                 self.buffers[name] = BufferInfo(name, m.dtype, sizes, strides, "extern")
+                if is_channels_last(sizes, strides):
+                    self._channels_last_buffers.add(name)
                 values.append(Stored(name, m.dtype, sizes, strides))
                 result_meta.append((m.dtype, sizes, strides))
             elif m is None and multi:
@@ -354,7 +370,6 @@ class GraphLowering:
             return metas
         if isinstance(x, Lazy) or not is_channels_last(x.sizes, x.strides):
             x = args[0] = self._channels_last(x)
-        self._prefer_channels_last = True
         sizes = tuple(int(s) for s in meta.sizes)
         strides = channels_last_strides(sizes)
         return (dataclasses.replace(meta, sizes=sizes, strides=strides),)
