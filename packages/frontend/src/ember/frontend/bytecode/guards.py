@@ -3,13 +3,14 @@
 Each :class:`Guard` tests one value fetched through a :class:`~.sources.Source`. A
 :class:`GuardSet` deduplicates them, renders them readably (``EMBER_LOGS=guards``) and
 compiles them into a single generated Python function (:func:`compile_matcher`) that
-fetches each source once, checks every guard inline and returns the graph inputs. On a miss :meth:`GuardSet.first_failure`
-re-checks the guards one by one to name the one that failed.
+fetches each source once, checks every guard inline and returns the graph inputs. On a
+miss :meth:`GuardSet.first_failure` re-checks the guards one by one to name the one that
+failed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,7 +185,7 @@ class _Writer:
 
 
 def compile_matcher(
-    guards: list[Guard], inputs: list[Source] = ()  # type: ignore[assignment]
+    guards: Sequence[Guard], inputs: Sequence[Source] = ()
 ) -> Callable[[Any, Any], list[Any] | None]:
     """One generated function ``match(S, C)``: None when a guard fails (or fetching a
     guarded value raises), else the values of ``inputs``, fetched through the same
