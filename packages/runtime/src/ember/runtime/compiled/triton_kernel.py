@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from ember.runtime.compiled import triton_cache
+from ember.runtime.logs import log
 
 
 class TritonUnavailableError(RuntimeError):
@@ -182,6 +183,10 @@ class TritonKernel:
         if not interpret:
             self._options["num_warps"] = spec.num_warps
             self._options["num_stages"] = spec.num_stages
+        # Bound launchers of the compiled binary (see _bind), by grid and argument
+        # specialization; None once binding failed (every launch then goes through JIT).
+        self._bound: dict[tuple[Any, ...], Any] | None = None if interpret else {}
+        self._trailing: tuple[Any, ...] = ()
 
     @property
     def name(self) -> str:
@@ -199,11 +204,58 @@ class TritonKernel:
                 f"Triton kernel {self.name} takes {len(self.spec.signature)} arguments "
                 f"({', '.join(self.spec.signature)}), got {len(args)}"
             )
+        if self._bound is not None:
+            key = (tuple(grid), *map(_specialization, args))
+            runner = self._bound.get(key)
+            if runner is not None:
+                runner(*args, *self._trailing)
+                return
+            self._fn[tuple(grid)](*args, **self._options)
+            self._bind(key, args)
+            return
         self._fn[tuple(grid)](*args, **self._options)
+
+    def _bind(self, key: tuple[Any, ...], args: tuple[Any, ...]) -> None:
+        """Keep the launcher of the binary Triton's JIT just built for ``key``.
+
+        ``JITFunction[grid](...)`` re-derives the specialization and looks the binary up
+        on every call (tens of microseconds, most of a small kernel's launch cost). The
+        binary depends only on what ``key`` holds (each tensor's dtype and 16-byte
+        alignment, each integer's value class), so later launches with the same key call
+        it directly. Kernels whose constexpr parameters do not follow the runtime ones,
+        or a Triton without ``warmup`` / ``CompiledKernel[grid]``, keep the JIT path
+        (logged under ``cache``)."""
+        assert self._bound is not None
+        try:
+            names = list(self._fn.arg_names)
+            trailing = names[len(args):]
+            if any(n not in self.spec.constexprs for n in trailing):
+                raise TypeError(f"parameters {trailing} are not all constexprs")
+            grid = tuple(key[0]) + (1,) * (3 - len(key[0]))  # the runner reads 3 dims
+            compiled = self._fn.warmup(*args, grid=grid, **self._options)
+            runner = compiled[grid]
+        except Exception as e:  # noqa: BLE001 - any failure: keep launching through JIT
+            self._bound = None
+            log("cache", f"Triton kernel {self.name}: launching through JIT each call "
+                         f"({type(e).__name__}: {e})")
+            return
+        self._trailing = tuple(self.spec.constexprs[n] for n in trailing)
+        self._bound[key] = runner
 
     def __repr__(self) -> str:
         mode = "interpreted" if self.interpret else "jit"
         return f"<TritonKernel {self.name} ({mode})>"
+
+
+def _specialization(arg: Any) -> Any:
+    """What Triton's JIT specializes a kernel on for one argument: a tensor's dtype and
+    whether its data pointer is 16-byte aligned; whether an integer is 1, a multiple of
+    16, and fits 32 bits; anything else by type."""
+    if isinstance(arg, torch.Tensor):
+        return (arg.dtype, arg.data_ptr() % 16 == 0)
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        return ("int", arg == 1, arg % 16 == 0, -(2**31) <= arg < 2**31)
+    return type(arg)
 
 
 def load_triton_kernel(spec: TritonKernelSpec, device: torch.device | str) -> TritonKernel:
