@@ -285,3 +285,40 @@ def make_input(shape: tuple[int, ...], dtype: torch.dtype, domain: str, contiguo
     if contiguous:
         return t[..., : shape[-1]].contiguous()
     return t[..., ::2]
+
+
+def flatten(x: Any) -> list[torch.Tensor]:
+    """The tensors of a case's result (a tensor, or nested tuples/lists of them)."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    return [t for item in x for t in flatten(item)]
+
+
+class Batch:
+    """Several cases as one traced function (one compile for a whole batch of the table):
+    ``fn(*all inputs) -> all results``; :meth:`split` gives each case its results."""
+
+    def __init__(self, cases: list[OpCase], inputs: dict[str, list[torch.Tensor]]) -> None:
+        self.cases = cases
+        self.inputs = [x for c in cases for x in inputs[c.name]]
+        self._arity = [len(inputs[c.name]) for c in cases]
+        self._counts: list[int] = []
+
+    def fn(self, *xs: torch.Tensor) -> list[torch.Tensor]:
+        outs: list[torch.Tensor] = []
+        self._counts.clear()
+        i = 0
+        for c, n in zip(self.cases, self._arity):
+            r = flatten(c.fn(*xs[i:i + n]))
+            self._counts.append(len(r))
+            outs += r
+            i += n
+        return outs
+
+    def split(self, outs: list[torch.Tensor]) -> dict[str, list[torch.Tensor]]:
+        result: dict[str, list[torch.Tensor]] = {}
+        k = 0
+        for c, n in zip(self.cases, self._counts):
+            result[c.name] = outs[k:k + n]
+            k += n
+        return result

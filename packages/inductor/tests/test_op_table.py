@@ -16,7 +16,6 @@ import functools
 import sys
 import zlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -25,17 +24,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from helpers import compile_and_load, trace
-from op_table import OP_TABLE, OpCase, make_input
+from op_table import OP_TABLE, Batch, OpCase, flatten, make_input
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool)
 TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2),
        torch.bfloat16: (2e-2, 2e-2)}
-
-
-def _flat(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    return [t for item in x for t in _flat(item)]
 
 
 def _inputs(case: OpCase, dtype: torch.dtype, contiguous: bool) -> list[torch.Tensor]:
@@ -78,7 +71,7 @@ def run_batch(dtype: torch.dtype, contiguous: bool) -> dict[str, tuple[str, str]
     for c in cases:
         xs = _inputs(c, dtype, contiguous)
         try:
-            expected[c.name] = _flat(c.fn(*[x.clone() for x in xs]))
+            expected[c.name] = flatten(c.fn(*[x.clone() for x in xs]))
         except RuntimeError:
             continue  # eager does not support this dtype: not applicable
         inputs[c.name] = xs
@@ -106,30 +99,9 @@ def run_batch(dtype: torch.dtype, contiguous: bool) -> dict[str, tuple[str, str]
 
 def _run_together(cases: list[OpCase], inputs: dict[str, list[torch.Tensor]]
                   ) -> dict[str, list[torch.Tensor]]:
-    counts: list[int] = []
-    flat_inputs = [x for c in cases for x in inputs[c.name]]
-
-    def batched(*xs: torch.Tensor) -> list[torch.Tensor]:
-        outs: list[torch.Tensor] = []
-        i = 0
-        counts.clear()
-        for c in cases:
-            n = len(inputs[c.name])
-            r = _flat(c.fn(*xs[i:i + n]))
-            counts.append(len(r))
-            outs += r
-            i += n
-        return outs
-
-    program = trace(batched, flat_inputs)
-    _, run = compile_and_load(program)
-    outs = run(*[x.clone() for x in flat_inputs])
-    result: dict[str, list[torch.Tensor]] = {}
-    k = 0
-    for c, n in zip(cases, counts):
-        result[c.name] = outs[k:k + n]
-        k += n
-    return result
+    batch = Batch(cases, inputs)
+    _, run = compile_and_load(trace(batch.fn, batch.inputs))
+    return batch.split(run(*[x.clone() for x in batch.inputs]))
 
 
 PARAMS = [

@@ -25,7 +25,7 @@ from ember.inductor.codegen.triton.testing import triton_for_cpu
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec
 from ember.runtime.compiled.triton_launcher import spec_from_entry
 from helpers import compile_and_load, trace
-from op_table import OP_TABLE, OpCase, make_input
+from op_table import OP_TABLE, Batch, OpCase, flatten, make_input
 
 pytest.importorskip("triton")
 
@@ -35,12 +35,6 @@ TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2),
 
 # Generated Triton sources seen by the op tests, for the ahead-of-time compile test.
 GENERATED: dict[str, tuple[dict[str, Any], dict[str, bytes]]] = {}
-
-
-def _flat(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    return [t for item in x for t in _flat(item)]
 
 
 def _inputs(case: OpCase, dtype: torch.dtype, contiguous: bool) -> list[torch.Tensor]:
@@ -55,35 +49,14 @@ def _inputs(case: OpCase, dtype: torch.dtype, contiguous: bool) -> list[torch.Te
 
 def _run_together(cases: list[OpCase], inputs: dict[str, list[torch.Tensor]]
                   ) -> dict[str, list[torch.Tensor]]:
-    counts: list[int] = []
-    flat_inputs = [x for c in cases for x in inputs[c.name]]
-
-    def batched(*xs: torch.Tensor) -> list[torch.Tensor]:
-        outs: list[torch.Tensor] = []
-        i = 0
-        counts.clear()
-        for c in cases:
-            n = len(inputs[c.name])
-            r = _flat(c.fn(*xs[i:i + n]))
-            counts.append(len(r))
-            outs += r
-            i += n
-        return outs
-
-    program = trace(batched, flat_inputs)
+    batch = Batch(cases, inputs)
     with triton_for_cpu():
-        compiled, run = compile_and_load(program, precompile=False)
+        compiled, run = compile_and_load(trace(batch.fn, batch.inputs), precompile=False)
     for graph in compiled.metadata["compiled"]["graphs"].values():  # type: ignore[union-attr]
         for entry in graph["kernels"]:
             if entry["lang"] == "triton":
                 GENERATED[entry["source"]] = (entry, compiled.files)
-    outs = run(*[x.clone() for x in flat_inputs])
-    result: dict[str, list[torch.Tensor]] = {}
-    k = 0
-    for c, n in zip(cases, counts):
-        result[c.name] = outs[k:k + n]
-        k += n
-    return result
+    return batch.split(run(*[x.clone() for x in batch.inputs]))
 
 
 def _compare(actual: list[torch.Tensor], expected: list[torch.Tensor],
@@ -108,7 +81,7 @@ def run_batch(dtype: torch.dtype, contiguous: bool) -> dict[str, str | None]:
     for c in (c for c in OP_TABLE if dtype in c.dtypes):
         xs = _inputs(c, dtype, contiguous)
         try:
-            expected[c.name] = _flat(c.fn(*[x.clone() for x in xs]))
+            expected[c.name] = flatten(c.fn(*[x.clone() for x in xs]))
         except RuntimeError:
             continue  # eager does not support this dtype: not applicable
         inputs[c.name] = xs
