@@ -4,7 +4,6 @@ outputs, inputs after the call and module state match eager within float toleran
 
 from __future__ import annotations
 
-import copy
 import importlib
 import sys
 from collections.abc import Callable
@@ -15,7 +14,7 @@ import ember.frontend
 import pytest
 import torch
 from corpus import CASES, CorpusCase
-from corpus.compare import assert_trees_close, clone_tree
+from corpus.compare import assert_case_matches_eager, assert_trees_close
 
 TOL = 1e-4
 STRICT = {"strict": True}
@@ -35,23 +34,7 @@ MUTATION_CASES = _mutation_corpus()
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_corpus_case_under_inductor(case: CorpusCase) -> None:
-    fn = case.build()
-    eager_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
-    compiled_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
-    compiled = ember.frontend.compile(compiled_fn, backend="inductor", options=STRICT)
-    args, kwargs = case.inputs()
-    eager_args, eager_kwargs = clone_tree((args, kwargs))
-    compiled_args, compiled_kwargs = clone_tree((args, kwargs))
-    if case.random:
-        torch.manual_seed(1234)
-    expected = eager_fn(*eager_args, **eager_kwargs)
-    if case.random:
-        torch.manual_seed(1234)
-    got = compiled(*compiled_args, **compiled_kwargs)
-    assert_trees_close(got, expected, "output", TOL)
-    assert_trees_close((compiled_args, compiled_kwargs), (eager_args, eager_kwargs), "input", TOL)
-    if isinstance(fn, torch.nn.Module):
-        assert_trees_close(compiled_fn.state_dict(), eager_fn.state_dict(), "state", TOL)
+    assert_case_matches_eager(case, "inductor", TOL, STRICT)
 
 
 @pytest.mark.parametrize("name,fn,make_inputs", MUTATION_CASES,

@@ -1,9 +1,12 @@
-"""Helpers the corpus tests share: cloning pytree inputs and comparing pytree results."""
+"""Helpers the corpus tests share: cloning pytree inputs, comparing pytree results, and
+running one corpus case compiled against eager."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import ember.frontend
 import torch
 from ember.frontend.pytree import flatten
 
@@ -26,3 +29,28 @@ def assert_trees_close(actual: Any, expected: Any, what: str, tol: float) -> Non
             torch.testing.assert_close(a, e, atol=tol, rtol=tol, msg=f"{what}[{i}]")
         else:
             assert torch.equal(a, e), f"{what}[{i}]"
+
+
+def assert_case_matches_eager(case: Any, backend: str, tol: float,
+                              options: dict[str, Any] | None = None) -> None:
+    """``case`` (a :class:`corpus.CorpusCase`) compiled with ``backend`` matches eager:
+    outputs, inputs after the call and, for a module, its state (BatchNorm statistics).
+    Each side gets its own copy of the module and of the inputs; random cases run from
+    the same seed."""
+    fn = case.build()
+    eager_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
+    compiled_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
+    compiled = ember.frontend.compile(compiled_fn, backend=backend, options=options)
+    args, kwargs = case.inputs()
+    eager_args, eager_kwargs = clone_tree((args, kwargs))
+    compiled_args, compiled_kwargs = clone_tree((args, kwargs))
+    if case.random:
+        torch.manual_seed(1234)
+    expected = eager_fn(*eager_args, **eager_kwargs)
+    if case.random:
+        torch.manual_seed(1234)
+    got = compiled(*compiled_args, **compiled_kwargs)
+    assert_trees_close(got, expected, "output", tol)
+    assert_trees_close((compiled_args, compiled_kwargs), (eager_args, eager_kwargs), "input", tol)
+    if isinstance(fn, torch.nn.Module):
+        assert_trees_close(compiled_fn.state_dict(), eager_fn.state_dict(), "state", tol)

@@ -30,6 +30,7 @@ from ember.inductor.buffers import ExternCall, LoopNode, PointwiseBuffer, Reduct
 from ember.inductor.loop_ir import Buffer, IndexExpr, Int, Kernel, Var, add, floordiv, mod, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.inductor.lowering.values import numel
 
 Emit = Callable[[BodyBuilder, Sequence[IndexExpr], Sequence[IndexExpr]], None]
 
@@ -129,13 +130,13 @@ def _inner_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Emit:
 def _reshaped_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Emit | None:
     """Inner work over a reshape of the reduction's full space (same elements, row-major),
     when the reshaped index is affine in the loop variables; else None."""
-    if _numel(node.sizes) != _numel(reduction.full_sizes):
+    if numel(node.sizes) != numel(reduction.full_sizes):
         return None
 
     def index(full: Sequence[IndexExpr]) -> list[IndexExpr]:
-        strides = [_numel(reduction.full_sizes[d + 1:]) for d in range(len(full))]
+        strides = [numel(reduction.full_sizes[d + 1:]) for d in range(len(full))]
         linear = add(*(mul(i, st) for i, st in zip(full, strides)))
-        return [mod(floordiv(linear, _numel(node.sizes[d + 1:])), size)
+        return [mod(floordiv(linear, numel(node.sizes[d + 1:])), size)
                 for d, size in enumerate(node.sizes)]
 
     probe = index(reduction.full_index(loop_vars(reduction.outer_sizes, "x"),
@@ -146,13 +147,6 @@ def _reshaped_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Em
     def emit(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
         node.emit(b, index(reduction.full_index(xs, rs)))
     return emit
-
-
-def _numel(sizes: Sequence[int]) -> int:
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
 
 
 def _reads(node: LoopNode) -> set[str]:

@@ -74,7 +74,6 @@ class GuardSet:
 
     guards: list[Guard] = field(default_factory=list)
     _seen: set[tuple[str, str]] = field(default_factory=set)
-    _check: Callable[[Any, Any], list[Any] | None] | None = None
 
     def add(self, guard: Guard) -> None:
         key = (guard.kind, guard.source.expr() if guard.source is not None
@@ -83,19 +82,12 @@ class GuardSet:
             return
         self._seen.add(key)
         self.guards.append(guard)
-        self._check = None
 
     def __len__(self) -> int:
         return len(self.guards)
 
     def describe(self) -> str:
         return "\n".join(f"  {g.describe()}" for g in self.guards)
-
-    def check(self, state: Any, ctx: Any) -> bool:
-        """True when every guard holds for ``state``/``ctx``."""
-        if self._check is None:
-            self._check = compile_matcher(self.guards)
-        return self._check(state, ctx) is not None
 
     def failure_text(self, state: Any, ctx: Any) -> str:
         """The first failing guard, with the value seen (``x.shape == (3, 5) (got
@@ -125,7 +117,7 @@ class _Writer:
     prefix (``self.layers[0].attn`` and ``self.layers[0].mlp``) share its fetch."""
 
     def __init__(self) -> None:
-        self.names: dict[str, Any] = {"torch": torch}
+        self.names: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor}
         self.lines: list[str] = []
         self._locals: dict[str, str] = {}
 
@@ -192,7 +184,6 @@ def compile_matcher(
     locals the guards used. ``EMBER_LOGS=guards`` shows the guards; the generated text
     is ``match.__ember_source__``."""
     w = _Writer()
-    w.names["Tensor"] = torch.Tensor
     for g in guards:
         w.guard(g)
     result = "[" + ", ".join(w.ref(s) for s in inputs) + "]"

@@ -98,7 +98,7 @@ class GraphLowering:
         )
         self.eager_reason = "graph runs eagerly" if eager else "symbolic sizes"
         self._count = 0
-        self._realized: dict[int, Stored] = {}
+        self._realized: dict[int, tuple[Lazy, Stored]] = {}
         self._channels_last_copies: dict[tuple[Any, ...], Stored] = {}
         self._channels_last_buffers: set[str] = set()  # stored channels-last
         self._loads_of: dict[int, tuple[Lazy, set[str]]] = {}
@@ -181,7 +181,7 @@ class GraphLowering:
             if isinstance(v, Lazy) and id(v) in self._realized and self._reads_full_size(v):
                 # already in a buffer: later consumers read it instead of recomputing it
                 # (same memory traffic, and the buffers it reads may then go unstored)
-                return self._realized[id(v)]
+                return self._realized[id(v)][1]
             return v
         if isinstance(a, tuple):
             return tuple(self._arg(x) for x in a)
@@ -228,7 +228,7 @@ class GraphLowering:
             raise NotLowerable("a run-time value where a tensor buffer is needed")
         cached = self._realized.get(id(value))
         if cached is not None and strides is None:
-            return cached
+            return cached[1]
         name = self.fresh()
         origin = origin or getattr(self, "_current", "")
         origins = (origin,) if origin else ()
@@ -259,8 +259,7 @@ class GraphLowering:
         if is_channels_last(sizes, st):
             self._channels_last_buffers.add(name)
         if reuse:
-            self._realized[id(value)] = stored
-            self._realized_keepalive = getattr(self, "_realized_keepalive", []) + [value]
+            self._realized[id(value)] = (value, stored)  # holds value: its id stays unique
         return stored
 
     def _default_strides(self, value: Lazy) -> tuple[int, ...]:
@@ -392,38 +391,39 @@ class GraphLowering:
             return None
         padded_n = -(-n // align) * align
         args = [self._arg(a) for a in node.args]
-        *bias, a, b = args if node.target != "aten::addmm.default" else args[:3]
+        count = 3 if node.target == "aten::addmm.default" else 2  # (bias,) a, b
+        *bias, a, b = args[:count]
         if not all(isinstance(v, (Stored, Lazy)) for v in (a, b, *bias)):
             return None
 
         def pad(v: Stored | Lazy) -> str:
-            name = self.fresh()
-            padded = (*v.sizes[:-1], padded_n)
-            rendered = self.render(v)
-            self.buffers[name] = BufferInfo(name, meta.dtype, padded,
-                                            contiguous_strides(padded), "extern")
-            self.nodes.append(ExternCall(
-                "aten::constant_pad_nd.default", [rendered, f"[0, {padded_n - v.sizes[-1]}]",
-                                                  "0.0"], {}, [name],
-                [(meta.dtype, padded, contiguous_strides(padded))],
-                _buffer_reads([rendered], {}, self.buffers), False, False, (node.name,),
-                f"pads {v.sizes[-1]} columns to {padded_n} for an aligned matmul"))
-            return name
+            return self._extern_step(
+                "aten::constant_pad_nd.default",
+                [self.render(v), f"[0, {padded_n - v.sizes[-1]}]", "0.0"], {}, meta.dtype,
+                (*v.sizes[:-1], padded_n), node.name,
+                f"pads {v.sizes[-1]} columns to {padded_n} for an aligned matmul")
 
         operands = [pad(b_) if b_.sizes and b_.sizes[-1] == n else self.render(b_)
                     for b_ in bias] + [self.render(a), pad(b)]
-        rest = [self.render(x) for x in (args[3:] if node.target == "aten::addmm.default"
-                                         else args[2:])]
+        rest = [self.render(x) for x in args[count:]]
         kwargs = {k: self.render(self._arg(v)) for k, v in node.kwargs.items()}
-        out = self.fresh()
         padded_sizes = (*sizes[:-1], padded_n)
-        flat = contiguous_strides(padded_sizes)
-        self.buffers[out] = BufferInfo(out, meta.dtype, padded_sizes, flat, "extern")
-        self.nodes.append(ExternCall(
-            node.target, operands + rest, kwargs, [out], [(meta.dtype, padded_sizes, flat)],
-            _buffer_reads(operands + rest, kwargs, self.buffers), False, False, (node.name,),
-            f"on {padded_n} columns; the result is a view of the first {n}"))
-        return Stored(out, meta.dtype, sizes, flat)
+        out = self._extern_step(node.target, operands + rest, kwargs, meta.dtype, padded_sizes,
+                                node.name,
+                                f"on {padded_n} columns; the result is a view of the first {n}")
+        return Stored(out, meta.dtype, sizes, contiguous_strides(padded_sizes))
+
+    def _extern_step(self, target: str, args: list[str], kwargs: dict[str, str],
+                     dtype: torch.dtype, sizes: tuple[int, ...], origin: str, note: str) -> str:
+        """Append a (non-fallback) extern call of ``target`` on rendered ``args`` whose
+        one result is a row-major ``sizes`` tensor; returns the result's variable."""
+        name = self.fresh()
+        strides = contiguous_strides(sizes)
+        self.buffers[name] = BufferInfo(name, dtype, sizes, strides, "extern")
+        self.nodes.append(ExternCall(target, args, kwargs, [name], [(dtype, sizes, strides)],
+                                     _buffer_reads(args, kwargs, self.buffers), False, False,
+                                     (origin,), note))
+        return name
 
     def _channels_last(self, x: Lazy | Stored) -> Stored:
         """``x`` in a channels-last buffer: a Lazy is computed into one; a stored tensor

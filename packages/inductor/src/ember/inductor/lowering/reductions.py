@@ -9,7 +9,7 @@ normalization into one kernel.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from ember.inductor.loop_ir import IndexExpr, Int
@@ -232,8 +232,24 @@ def _var(ctx: Any, node: Node, x: TensorValue, dims: Any = None, *, correction: 
     return cast(var, sqrt="std" in node.target)
 
 
-def _softmax_parts(ctx: Any, node: Node, x: TensorValue, dim: int, acc: torch.dtype
-                   ) -> tuple[Lazy, Lazy, tuple[int, ...]]:
+class _SoftmaxParts(NamedTuple):
+    """What softmax-like ops share over dim ``d``: the output dtype, the accumulation
+    dtype, ``x - rowmax`` (Lazy), the row max and the row sum of ``exp(x - rowmax)``
+    (both broadcast back over ``d``)."""
+
+    out: torch.dtype
+    acc: torch.dtype
+    shifted: Lazy
+    row_max: Lazy
+    row_sum: Lazy
+    d: tuple[int, ...]
+
+
+def _softmax_parts(ctx: Any, node: Node, x: TensorValue, dim: int, what: str) -> _SoftmaxParts:
+    out = out_meta(node).dtype
+    acc = compute_dtype(out)
+    if not acc.is_floating_point:
+        raise NotLowerable(f"{what} of integers")
     d = (normalize_dim(dim, len(x.sizes)),)
     _check(x, d)
     xf = _cast_fn(x, acc)
@@ -248,38 +264,30 @@ def _softmax_parts(ctx: Any, node: Node, x: TensorValue, dim: int, acc: torch.dt
 
     s = ctx.reduction(node, "sum", exp_fn, x.sizes, d, True, acc)
     s_full = keepdim_value(ctx, s, x.sizes, d, True)
-    return Lazy(shifted, acc, x.sizes), s_full, d
+    return _SoftmaxParts(out, acc, Lazy(shifted, acc, x.sizes), m_full, s_full, d)
 
 
 @lowering("aten::_softmax.default")
 def _softmax(ctx: Any, node: Node, x: TensorValue, dim: int, half_to_float: Any = False) -> Lazy:
-    meta = out_meta(node)
-    acc = compute_dtype(meta.dtype)
-    if not acc.is_floating_point:
-        raise NotLowerable("softmax of integers")
-    shifted, s_full, d = _softmax_parts(ctx, node, x, dim, acc)
+    p = _softmax_parts(ctx, node, x, dim, "softmax")
 
     def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
-        e = b.compute("exp", shifted.element(b, index))
-        return b.cast(b.compute("truediv", e, s_full.element(b, _zero(index, d))), meta.dtype)
+        e = b.compute("exp", p.shifted.element(b, index))
+        return b.cast(b.compute("truediv", e, p.row_sum.element(b, _zero(index, p.d))), p.out)
 
-    return Lazy(fn, meta.dtype, x.sizes)
+    return Lazy(fn, p.out, x.sizes)
 
 
 @lowering("aten::_log_softmax.default")
 def _log_softmax(ctx: Any, node: Node, x: TensorValue, dim: int,
                  half_to_float: Any = False) -> Lazy:
-    meta = out_meta(node)
-    acc = compute_dtype(meta.dtype)
-    if not acc.is_floating_point:
-        raise NotLowerable("log_softmax of integers")
-    shifted, s_full, d = _softmax_parts(ctx, node, x, dim, acc)
+    p = _softmax_parts(ctx, node, x, dim, "log_softmax")
 
     def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
-        lse = b.compute("log", s_full.element(b, _zero(index, d)))
-        return b.cast(b.compute("sub", shifted.element(b, index), lse), meta.dtype)
+        lse = b.compute("log", p.row_sum.element(b, _zero(index, p.d)))
+        return b.cast(b.compute("sub", p.shifted.element(b, index), lse), p.out)
 
-    return Lazy(fn, meta.dtype, x.sizes)
+    return Lazy(fn, p.out, x.sizes)
 
 
 def _affine(b: BodyBuilder, v: str, w: Any, bias: Any, index: tuple[IndexExpr, ...],
@@ -359,18 +367,13 @@ def _rms_norm(ctx: Any, node: Node, x: TensorValue, normalized_shape: Any, w: An
 @lowering("aten::_safe_softmax.default")
 def _safe_softmax(ctx: Any, node: Node, x: TensorValue, dim: int, dtype: Any = None) -> Lazy:
     """softmax, except that a row of all -inf gives zeros instead of NaN."""
-    meta = out_meta(node)
-    acc = compute_dtype(meta.dtype)
-    if not acc.is_floating_point:
-        raise NotLowerable("softmax of integers")
-    shifted, s_full, d = _softmax_parts(ctx, node, x, dim, acc)
-    xf = _cast_fn(x, acc)
-    m = ctx.reduction(node, "max", xf, x.sizes, d, True, acc)
+    p = _softmax_parts(ctx, node, x, dim, "softmax")
 
     def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
-        e = b.compute("exp", shifted.element(b, index))
-        p = b.compute("truediv", e, s_full.element(b, _zero(index, d)))
-        dead = b.compute("eq", m.element(b, _zero(index, d)), b.literal(float("-inf"), acc))
-        return b.cast(b.compute("where", dead, b.literal(0, acc), p), meta.dtype)
+        e = b.compute("exp", p.shifted.element(b, index))
+        row = _zero(index, p.d)
+        q = b.compute("truediv", e, p.row_sum.element(b, row))
+        dead = b.compute("eq", p.row_max.element(b, row), b.literal(float("-inf"), p.acc))
+        return b.cast(b.compute("where", dead, b.literal(0, p.acc), q), p.out)
 
-    return Lazy(fn, meta.dtype, x.sizes)
+    return Lazy(fn, p.out, x.sizes)

@@ -204,16 +204,16 @@ class TritonKernel:
                 f"Triton kernel {self.name} takes {len(self.spec.signature)} arguments "
                 f"({', '.join(self.spec.signature)}), got {len(args)}"
             )
+        key = None
         if self._bound is not None:
             key = (tuple(grid), *map(_specialization, args))
             runner = self._bound.get(key)
             if runner is not None:
                 runner(*args, *self._trailing)
                 return
-            self._fn[tuple(grid)](*args, **self._options)
-            self._bind(key, args)
-            return
         self._fn[tuple(grid)](*args, **self._options)
+        if key is not None:
+            self._bind(key, args)
 
     def _bind(self, key: tuple[Any, ...], args: tuple[Any, ...]) -> None:
         """Keep the launcher of the binary Triton's JIT just built for ``key``.

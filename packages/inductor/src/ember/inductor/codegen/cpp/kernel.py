@@ -21,6 +21,8 @@ converted with the prelude's helpers.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from ember.inductor.codegen.cpp import ops
 from ember.inductor.loop_ir import (
@@ -299,7 +301,7 @@ class CppKernelWriter:
                 self.stmt(s)
         rvars = k.reduction_ranges
         rlin = " + ".join(
-            f"{v.name}*{_prod([w.size for w in rvars[i + 1:]])}" for i, v in enumerate(rvars)
+            f"{v.name}*{math.prod([w.size for w in rvars[i + 1:]])}" for i, v in enumerate(rvars)
         ) or "0"
         self.rlin = rlin
         self.plan_row_cache(phases)
@@ -415,7 +417,7 @@ class CppKernelWriter:
         known.extend(s.name for s in before if not isinstance(s, Store))
         rvars = k.reduction_ranges
         rlin = " + ".join(
-            f"{v.name}*{_prod([w.size for w in rvars[i + 1:]])}" for i, v in enumerate(rvars))
+            f"{v.name}*{math.prod([w.size for w in rvars[i + 1:]])}" for i, v in enumerate(rvars))
         for p, phase in enumerate(phases):
             self.line(f"// pass {p} over the reduction ranges, {TILE} outer points at a time")
             reduces = [s for s in phase.inner if isinstance(s, Reduce)]
@@ -500,13 +502,6 @@ def _coefficient(index: IndexExpr, var: Var) -> int | None:
         elif var in free_vars(t):
             return None
     return found
-
-
-def _prod(xs: list[int]) -> int:
-    p = 1
-    for x in xs:
-        p *= x
-    return p
 
 
 def generate_function(kernel: Kernel) -> str:
