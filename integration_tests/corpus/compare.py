@@ -36,7 +36,10 @@ def assert_case_matches_eager(case: Any, backend: str, tol: float,
     """``case`` (a :class:`corpus.CorpusCase`) compiled with ``backend`` matches eager:
     outputs, inputs after the call and, for a module, its state (BatchNorm statistics).
     Each side gets its own copy of the module and of the inputs; random cases run from
-    the same seed."""
+    the same seed (under ``inductor`` with its ``eager_random`` option: its own kernels
+    draw other values than torch's generator, see test_inductor_random.py)."""
+    if case.random and backend == "inductor":
+        options = {**(options or {}), "eager_random": True}
     fn = case.build()
     eager_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
     compiled_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn

@@ -171,6 +171,45 @@ OP_TABLE: list[OpCase] = [
            ((4, 6), (4, 2)), ALL),
     OpCase("select_scatter", lambda x, s: torch.select_scatter(x, s, 0, -1), ((4, 6), (6,)),
            ALL),
+    # writes through run-time indexes (distinct positions where the write is a plain
+    # store: eager leaves the winner of repeated positions undefined)
+    OpCase("index_put", lambda x, v, i: torch.index_put(x, (i,), v), ((4, 6), (3, 6)), ALL,
+           extra=lambda: (torch.randperm(4)[:3] - 2,)),
+    OpCase("index_put_acc", lambda x, v, i: torch.index_put(x, (i,), v, accumulate=True),
+           ((4, 6), (5, 6)), NUMERIC, extra=_idx(5)),
+    OpCase("index_put_cols", lambda x, v, i: aten.index_put(x, [None, i], v, accumulate=True),
+           ((4, 6), (4, 3)), NUMERIC, extra=_idx(3, high=6)),
+    OpCase("index_put_points", lambda x, v, i, j: torch.index_put(x, (i, j), v * 2),
+           ((4, 6), (1,)), NUMERIC,
+           extra=lambda: (torch.tensor([0, -1, 2]), torch.tensor([[5], [0]]))),
+    OpCase("scatter", lambda x, s, i: torch.scatter(x, 1, i, s), ((4, 6), (4, 5)), ALL,
+           extra=lambda: (torch.stack([torch.randperm(6)[:3] for _ in range(4)]),)),
+    OpCase("scatter_value", lambda x, i: torch.scatter(x, 0, i, 2), ((4, 6),), NUMERIC,
+           extra=lambda: (torch.stack([torch.randperm(4)[:2] for _ in range(6)], 1),)),
+    OpCase("scatter_add", lambda x, s, i: torch.scatter_add(x, 1, i, s), ((4, 6), (4, 5)),
+           NUMERIC, extra=lambda: (torch.randint(0, 6, (4, 5)),)),
+    OpCase("scatter_reduce_sum", lambda x, s, i: [
+        aten.scatter_reduce.two(x, 0, i, s, "sum"), aten.scatter.reduce(x, 0, i, s, reduce="add"),
+        aten.scatter.value_reduce(x, 0, i, 3, reduce="add")],
+           ((4, 6), (5, 6)), NUMERIC, extra=lambda: (torch.randint(0, 4, (5, 6)),)),
+    OpCase("index_add", lambda x, s, i: torch.index_add(x, 1, i, s, alpha=2),
+           ((4, 6), (4, 5)), NUMERIC, extra=lambda: (torch.randint(0, 6, (5,)),)),
+    OpCase("max_pool2d", lambda x: list(aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1]))
+           + list(aten.max_pool2d_with_indices(x, [2, 2], [2, 2], [0, 0], [1, 1], True))
+           + list(aten.max_pool2d_with_indices(x[0], [2, 3], [1, 2], [1, 1], [2, 1])),
+           ((2, 3, 9, 10),), FLOATS),
+    OpCase("max_pool2d_backward", lambda x: aten.max_pool2d_with_indices_backward(
+        (x[:, :, ::2, ::2] * 2).sin(), x, [3, 3], [2, 2], [1, 1], [1, 1], False,
+        aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1])[1]), ((2, 3, 9, 10),), FLOATS),
+    OpCase("avg_pool2d", lambda x: [aten.avg_pool2d(x, [3, 3], [2, 2], [1, 1]),
+                                    aten.avg_pool2d(x, [2, 3], [1, 2], [1, 1], True, False),
+                                    aten.avg_pool2d(x, [2, 2], [2, 2], [0, 0], False, True, 3)],
+           ((2, 3, 9, 10),), FLOATS),
+    OpCase("avg_pool2d_backward", lambda x: [
+        aten.avg_pool2d_backward(x[:, :, ::2, ::2].cos(), x, [3, 3], [2, 2], [1, 1], False,
+                                 True, None),
+        aten.avg_pool2d_backward(F.pad(x[:, :, :, ::2], (0, 1, 0, 1)) * 3, x, [2, 3], [1, 2], [1, 1], True, False,
+                                 None)], ((2, 3, 9, 10),), FLOATS),
     _u("split", lambda x: [t * 2 for t in torch.split(x, [2, 4], 1)], dtypes=NUMERIC),
     _u("unbind", lambda x: [t + 1 for t in torch.unbind(x, 0)], dtypes=NUMERIC),
     # -- backward ops --------------------------------------------------------------------

@@ -67,7 +67,9 @@ def test_generated_source_shape() -> None:
 
 
 @pytest.mark.parametrize("call", ["ember_max(x[i], z[i])", "ember_min(x[i], z[i])",
-                                  "ember_sign(x[i])", "ember_sigmoid(x[i])", "ember_exp(x[i])"])
+                                  "ember_sign(x[i])", "ember_sigmoid(x[i])", "ember_exp(x[i])",
+                                  "ember_rand(static_cast<int64_t>(z[0]), i)",
+                                  "ember_randn(static_cast<int64_t>(z[0]), i)"])
 def test_prelude_elementwise_helpers_vectorize(call: str, tmp_path: Path) -> None:
     """A loop over a prelude helper is vectorized by the compiler (GCC's report): one
     that is not runs ~30x slower (ember_sign once did, through its control flow)."""

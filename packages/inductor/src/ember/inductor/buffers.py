@@ -4,10 +4,12 @@ A lowered graph is a list, in dependency order, of
 
 - :class:`PointwiseBuffer` — a buffer whose every element is ``fn(index)``;
 - :class:`ReductionBuffer` — a buffer reducing ``fn(full_index)`` over some dims;
+- :class:`ScatterBuffer` — writes (or adds) values into computed positions of a buffer
+  an earlier node initialized (index_put, scatter, index_add);
 - :class:`ExternCall` — an eager ATen op the wrapper calls (matmul, convolution,
   attention, and every op without a loop lowering).
 
-The first two are *loop nodes*: the scheduler places them in kernels (fused groups) by
+The first three are *loop nodes*: the scheduler places them in kernels (fused groups) by
 calling :meth:`emit` with the group's loop variables.
 """
 
@@ -109,6 +111,35 @@ def _accumulator_dtype(op: str, value: torch.dtype, result: torch.dtype) -> torc
     return result
 
 
+ScatterFn = Callable[[BodyBuilder, tuple[IndexExpr, ...]],
+                     tuple[IndexExpr, str, "str | None"]]
+
+
+@dataclass(eq=False)
+class ScatterBuffer:
+    """For every ``i`` over ``sizes`` (the updates' iteration space), with
+    ``(target, value, mask) = fn(i)``: ``name[target] = value`` where ``mask`` holds
+    (``+=`` when ``accumulate``). ``target`` is a flat element offset into ``name``, in
+    general through an :class:`~ember.inductor.loop_ir.Indirect` index.
+
+    ``name`` is the buffer of an earlier :class:`PointwiseBuffer` (its initial contents);
+    after this node, readers of ``name`` see the scattered values. The scheduler runs it
+    as a kernel of its own, after the initializing kernel and before every reader, and
+    never forwards its stores (positions repeat and are known only at run time).
+    """
+
+    name: str
+    dtype: torch.dtype
+    sizes: tuple[int, ...]
+    fn: ScatterFn
+    accumulate: bool = False
+    origins: tuple[str, ...] = ()
+
+    def emit(self, b: BodyBuilder, index: Sequence[IndexExpr]) -> None:
+        target, value, mask = self.fn(b, tuple(index))
+        b.scatter(self.name, target, b.cast(value, self.dtype), mask, self.accumulate)
+
+
 @dataclass(eq=False)
 class ExternCall:
     """``outputs = target(*args, **kwargs)`` run by the wrapper on real tensors.
@@ -131,6 +162,6 @@ class ExternCall:
     note: str = ""
 
 
-LoopNode = PointwiseBuffer | ReductionBuffer
-ScheduledNode = PointwiseBuffer | ReductionBuffer | ExternCall
+LoopNode = PointwiseBuffer | ReductionBuffer | ScatterBuffer
+ScheduledNode = PointwiseBuffer | ReductionBuffer | ScatterBuffer | ExternCall
 ElementFnT = Callable[[BodyBuilder, tuple[IndexExpr, ...]], str]

@@ -55,11 +55,13 @@ def graph_device(program: Program, graph_name: str) -> torch.device:
 
 
 def compile_graph(program: Program, graph_name: str = "forward",
-                  device: torch.device | None = None, eager: bool = False) -> CompiledGraph:
+                  device: torch.device | None = None, eager: bool = False,
+                  eager_random: bool = False) -> CompiledGraph:
     """Lower, schedule and generate code for one graph (no passes). ``eager``: generate
-    no kernels, run every op as an extern call."""
+    no kernels, run every op as an extern call; ``eager_random``: only the random ops."""
     dev = device or graph_device(program, graph_name)
-    lowered = GraphLowering(program, graph_name, dev, eager=eager).run()
+    lowered = GraphLowering(program, graph_name, dev, eager=eager,
+                            eager_random=eager_random).run()
     steps = schedule(lowered)
     kernels = [s.kernel for s in steps if isinstance(s, KernelStep)]
     backend = backend_for(dev.type) if kernels else None
@@ -93,7 +95,11 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     ``precompile`` (default True: build the C++ kernels now, which warms the cache and
     catches compile errors here rather than at load time), ``strict`` (default False:
     a graph whose code generation or C++ build fails runs its ops eagerly, with an
-    :class:`InductorFallbackWarning`; True raises instead).
+    :class:`InductorFallbackWarning`; True raises instead), ``eager_random`` (default
+    False: random ops run in the kernels, on Philox keyed by a seed drawn from torch's
+    generator, see ``lowering/random.py``; True runs them as extern calls on torch's
+    generator, counted as fallbacks, so that results equal eager's under the same
+    ``torch.manual_seed``: for tests that compare with eager).
 
     Raises:
         ember.runtime.compiled.cpp_build.CppCompileError: with ``strict``, a generated
@@ -135,8 +141,9 @@ def _compile_graph_or_eager(program: Program, name: str, device: torch.device | 
     """compile_graph, and (with ``precompile``) build its C++ kernels now; if any of
     that fails — a bug in Ember — warn and run the graph's ops eagerly instead, unless
     ``options["strict"]`` asks for the error."""
+    eager_random = bool(options.get("eager_random", False))
     try:
-        compiled = compile_graph(program, name, device)
+        compiled = compile_graph(program, name, device, eager_random=eager_random)
         if options.get("precompile", True):
             _precompile(compiled)
         return compiled

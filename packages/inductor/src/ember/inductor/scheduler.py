@@ -19,6 +19,10 @@ That gives producer–consumer fusion (pointwise chains are already inlined by t
 lowering; reductions take their pointwise prologues and epilogues), and horizontal
 fusion of independent nodes with the same iteration space. A buffer written by a group
 and read by nothing outside it (and not a graph output) is never stored.
+
+A scatter (:class:`~ember.inductor.buffers.ScatterBuffer`) is a *closed* group of its own:
+it writes through run-time indexes into a buffer an earlier group initialized, so nothing
+fuses into it, it never forwards a value, and every reader of its buffer comes after it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ember.inductor.buffers import ExternCall, LoopNode, PointwiseBuffer, ReductionBuffer
+from ember.inductor.buffers import (
+    ExternCall,
+    LoopNode,
+    PointwiseBuffer,
+    ReductionBuffer,
+    ScatterBuffer,
+)
 from ember.inductor.loop_ir import Buffer, IndexExpr, Int, Kernel, Var, add, floordiv, mod, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.graph_lowering import GraphLowering
@@ -45,6 +55,7 @@ class KernelGroup:
     outer: tuple[int, ...]
     reduction: tuple[int, ...]
     members: list[tuple[LoopNode, Emit]] = field(default_factory=list)
+    closed: bool = False  # a scatter: no other node joins it
 
     @property
     def stored(self) -> set[str]:
@@ -90,6 +101,8 @@ def _squeezed(sizes: Sequence[int]) -> tuple[int, ...]:
 
 
 def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
+    if group.closed or isinstance(node, ScatterBuffer):
+        return []
     if isinstance(node, ReductionBuffer):
         if (node.outer_sizes, node.reduction_sizes) == (group.outer, group.reduction):
             return [lambda b, xs, rs: node.emit(b, xs, rs)]
@@ -169,6 +182,11 @@ def schedule(lowered: GraphLowering) -> list[Step]:
                 if out is not None:
                     producer[out] = len(steps) - 1
             continue
+        if isinstance(node, ScatterBuffer):
+            outer, red, emit = _natural(node)
+            steps.append(KernelGroup(outer, red, [(node, emit)], closed=True))
+            producer[node.name] = len(steps) - 1
+            continue
         reads = _reads(node)
         reads_of[id(node)] = reads
         earliest = max((producer[r] for r in reads if r in producer), default=0)
@@ -203,6 +221,7 @@ def _eliminate_dead(lowered: GraphLowering) -> list[LoopNode | ExternCall]:
             live.update(node.reads)
             kept.append(node)
         elif node.name in live:
+            # NOTE: a scatter keeps its buffer live, so the node initializing it stays
             live.update(_reads(node))
             kept.append(node)
     return list(reversed(kept))
@@ -215,6 +234,8 @@ def _finish(lowered: GraphLowering, steps: list[KernelGroup | ExternCall]) -> li
         if isinstance(s, ExternCall):
             needed.update(s.reads)
             continue
+        if s.closed:
+            needed.update(s.stored)  # the scatter writes into what an earlier group stored
         b, _ = s.build()
         needed.update(buf for buf, _ in b.external_loads)
     result: list[Step] = []

@@ -36,7 +36,7 @@ class WrapperWriter:
         last: dict[str, int] = {}
         for i, step in enumerate(self.steps):
             for name in written_buffers(step):
-                last.setdefault(name, i)
+                last[name] = i  # a scatter writes again into a buffer stored earlier
             for name in read_buffers(step):
                 last[name] = i
         return last

@@ -10,6 +10,10 @@ this IR is stable; additions are announced here, breaking changes too.
     - body rules: ``where`` (pure selection) may take float16/bfloat16 operands.
     - A ``Reduce`` may appear in a kernel without reduction ranges (a reduction over
       size-1 / no dims): it reduces one element (argmax/argmin give 0).
+    - Pointwise ops ``rand(key, offset)`` / ``randn(key, offset)``: int64 arguments, a
+      float32 result (an exception to "the dtype of its arguments"); Philox 4x32-10 with
+      Triton's ``tl.rand``/``tl.randn`` conventions (see :mod:`.body`). Codegens must
+      give ``rand`` bit-identical values (C++: ``ember_rand`` in the prelude).
 
 How a backend plugs in: subclass ``ember.inductor.codegen.backend.KernelBackend`` and call
 ``register_backend("cuda", TritonBackend)`` when ``ember.inductor.codegen.triton`` is

@@ -14,14 +14,26 @@ are value names. The statement types are a closed set:
 ``Compute``     a pointwise operation ``op`` from :data:`POINTWISE_OPS` on ``args``.
 ``Reduce``      reduce the inner value ``arg`` over all of the kernel's reduction ranges
                 with ``op`` from :data:`REDUCTION_OPS`; the result is an outer value.
-``Store``       write ``value`` to ``buffer[index]``.
+``Store``       write ``value`` to ``buffer[index]``; with ``mask`` only where the mask is
+                true; with ``mode="add"`` add ``value`` to the element instead (a
+                scatter's accumulation: indirect indexes may repeat, so the codegens
+                make the read-modify-write safe, sequential in C++, atomic in Triton).
 
 Type rules (the lowering guarantees them, codegens may rely on them):
 
 - all ``args`` of a ``Compute`` have the same dtype, except ``where`` (``args[0]`` is
   bool) and ``cast`` (any dtype to ``dtype``);
-- comparisons, ``logical_*``, ``isnan``/``isinf`` produce bool; every other op produces
-  the dtype of its (value) arguments;
+- comparisons, ``logical_*``, ``isnan``/``isinf`` produce bool; ``rand``/``randn``
+  produce float32 from int64 arguments (below); every other op produces the dtype of its
+  (value) arguments;
+- ``rand(key, offset)`` / ``randn(key, offset)`` (both int64) are counter-based random
+  numbers: Philox 4x32-10 keyed on ``key`` (low 32 bits, high 32 bits) with counter
+  ``(lo32(offset), hi32(offset), 0, 0)``, as Triton's ``tl.rand``/``tl.randn`` define
+  them. ``rand`` is uniform in [0, 1) from the first output word; ``randn`` is standard
+  normal (Box-Muller on the first two words). Pure functions of their arguments: equal
+  arguments give equal values on every backend (``rand`` bit for bit; ``randn`` up to
+  the backend's ``log``/``cos``), so CSE and recomputation are safe. The result is
+  always float32; other float dtypes are casts of it;
 - float16 / bfloat16 arithmetic is never emitted: the lowering casts to float32 to
   compute and back to the storage dtype at stores, as eager's kernels do internally
   (only ``where``, a pure selection, and ``cast`` may take float16/bfloat16 operands);
@@ -59,6 +71,8 @@ POINTWISE_OPS: dict[str, int] = {
     "lshift": 2, "rshift": 2,
     # selection and conversion
     "where": 3, "cast": 1,
+    # counter-based random numbers (int64 key, int64 offset -> float32)
+    "rand": 2, "randn": 2,
 }
 
 BOOL_RESULT_OPS = frozenset(
@@ -123,13 +137,18 @@ class Reduce:
     dtype: torch.dtype
 
 
+STORE_MODES = ("store", "add")
+
+
 @dataclass(frozen=True)
 class Store:
-    """``buffer[index] = value``."""
+    """``buffer[index] = value`` (``+= value`` when ``mode == "add"``), where ``mask``."""
 
     buffer: str
     index: IndexExpr
     value: str
+    mask: str | None = None
+    mode: str = "store"
 
 
 Stmt = Load | Literal | IndexValue | Compute | Reduce | Store
@@ -150,5 +169,6 @@ def stmt_inputs(s: Stmt) -> tuple[str, ...]:
     if isinstance(s, Reduce):
         return (s.arg,)
     if isinstance(s, Store):
-        return (s.value,) + tuple(indirect_values(s.index))
+        mask = (s.mask,) if s.mask is not None else ()
+        return (s.value,) + tuple(indirect_values(s.index)) + mask
     return ()

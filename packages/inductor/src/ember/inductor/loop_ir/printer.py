@@ -31,7 +31,9 @@ def format_stmt(s: Stmt) -> str:
     if isinstance(s, Reduce):
         return f"{s.name}: {dtype_name(s.dtype)} = reduce_{s.op}({s.arg})"
     assert isinstance(s, Store)
-    return f"store {s.buffer}[{_ix(s.index)}] = {s.value}"
+    op = "+=" if s.mode == "add" else "="
+    mask = f", mask={s.mask}" if s.mask is not None else ""
+    return f"store {s.buffer}[{_ix(s.index)}] {op} {s.value}{mask}"
 
 
 def format_kernel(kernel: Kernel) -> str:

@@ -7,8 +7,11 @@ Importing this package registers every rule in the one table
 from ember.inductor.lowering import (  # noqa: F401
     backward,
     externs,
+    indexed_writes,
     indexing,
     pointwise,
+    pooling,
+    random,
     reductions,
     scatter,
     views,

@@ -115,6 +115,13 @@ class BodyBuilder:
         self.stmts.append(Store(buffer, index, value))
         self._stored[(buffer, canonical(index))] = value
 
+    def scatter(self, buffer: str, index: IndexExpr, value: str, mask: str | None = None,
+                accumulate: bool = False) -> None:
+        """``buffer[index] = value`` (``+=`` with ``accumulate``) where ``mask``: a write
+        through a computed (indirect) index. Never forwarded to later loads: which
+        element it hits is known only at run time."""
+        self.stmts.append(Store(buffer, index, value, mask, "add" if accumulate else "store"))
+
     def stored_value(self, buffer: str, index: IndexExpr) -> str | None:
         return self._stored.get((buffer, canonical(index)))
 

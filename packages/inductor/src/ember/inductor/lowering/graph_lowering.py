@@ -15,12 +15,18 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember.inductor.buffers import ExternCall, PointwiseBuffer, ReductionBuffer, ScheduledNode
+from ember.inductor.buffers import (
+    ExternCall,
+    PointwiseBuffer,
+    ReductionBuffer,
+    ScatterBuffer,
+    ScheduledNode,
+)
 from ember.inductor.loop_ir import IndexExpr, Int, Var
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.layout import (
@@ -76,7 +82,8 @@ class GraphLowering:
     """Lowers graph ``graph_name`` of ``program`` (see module doc)."""
 
     def __init__(self, program: Program, graph_name: str = "forward",
-                 device: torch.device | None = None, eager: bool = False) -> None:
+                 device: torch.device | None = None, eager: bool = False,
+                 eager_random: bool = False) -> None:
         self.program = program
         self.graph = program.graphs[graph_name]
         self.graph_name = graph_name
@@ -102,6 +109,10 @@ class GraphLowering:
         self._channels_last_copies: dict[tuple[Any, ...], Stored] = {}
         self._channels_last_buffers: set[str] = set()  # stored channels-last
         self._loads_of: dict[int, tuple[Lazy, set[str]]] = {}
+        # random ops (see rng_seed): run them eagerly on torch's generator instead
+        self.eager_random = eager_random
+        self._seed: tuple[ExternCall, Stored] | None = None
+        self._random_streams = 0
 
     def _guess_device(self) -> torch.device:
         for n in self.graph.nodes:
@@ -283,6 +294,37 @@ class GraphLowering:
         self.buffers[name] = BufferInfo(name, dtype, r.sizes, r.strides, "computed")
         return Stored(name, dtype, r.sizes, r.strides)
 
+    def scatter(self, node: Node, init: Stored | Lazy, sizes: Sequence[int],
+                fn: PositionFn, accumulate: bool) -> Stored:
+        """``node``'s result: a copy of ``init`` in a new buffer (laid out like eager's
+        result), then, for every index ``i`` over ``sizes`` with ``(position, value,
+        mask) = fn(builder, i)``, ``result[position] = value`` (``+=`` with
+        ``accumulate``) where ``mask`` holds (see :class:`ScatterBuffer`)."""
+        meta = node.meta
+        assert isinstance(meta, TensorMeta)
+        dtype = meta.dtype
+        strides = tuple(int(s) for s in meta.strides)
+        if not is_dense(init.sizes, strides) or tuple(meta.sizes) != init.sizes:
+            strides = contiguous_strides(init.sizes)
+
+        def copy(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+            return b.cast(init.element(b, index), dtype)
+
+        # NOTE: always a fresh buffer: the scatter writes into it, so it must not be a
+        # realized value some other consumer reads
+        out = self.realize(Lazy(copy, dtype, init.sizes), strides=strides, reuse=False)
+        if numel(sizes) == 0:
+            return out
+
+        def target(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> tuple[IndexExpr, str,
+                                                                           str | None]:
+            position, value, mask = fn(b, index)
+            return out.flat_index(position), value, mask
+
+        self.nodes.append(ScatterBuffer(out.buffer, dtype, tuple(sizes), target, accumulate,
+                                        (node.name,)))
+        return out
+
     def storage_offset_of(self, x: Stored) -> int:
         return self.buffers[x.buffer].storage_offset
 
@@ -425,6 +467,35 @@ class GraphLowering:
                                      (origin,), note))
         return name
 
+    # -- random numbers -------------------------------------------------------------------
+    def rng_seed(self) -> Stored:
+        """The 0-d int64 seed of this graph's random ops (see ``lowering/random.py``).
+
+        The first call appends an extern step that draws it from torch's default
+        generator of the graph's device, ``randint(0, RNG_SEED_BOUND, [])``, so that
+        ``torch.manual_seed`` makes a call reproducible and consecutive calls differ;
+        later calls return the same value (one draw per graph and call).
+        """
+        if self._seed is not None and any(n is self._seed[0] for n in self.nodes):
+            return self._seed[1]
+        # NOTE: a rule that raised after drawing the seed had its nodes removed, the
+        # seed step with them (see ``call``): then it is drawn again here.
+        name = self._extern_step(
+            "aten::randint.low", ["0", str(RNG_SEED_BOUND), "[]"],
+            {"dtype": "torch.int64", "device": self.render(self.device)}, torch.int64, (),
+            getattr(self, "_current", ""), "the seed of the graph's random ops")
+        step = self.nodes[-1]
+        assert isinstance(step, ExternCall)
+        self._seed = (step, Stored(name, torch.int64, (), ()))
+        return self._seed[1]
+
+    def random_stream(self) -> int:
+        """A new ordinal ``k`` for one random op: it draws with key ``seed + k``, so two
+        random ops of a graph never share values."""
+        k = self._random_streams
+        self._random_streams += 1
+        return k
+
     def _channels_last(self, x: Lazy | Stored) -> Stored:
         """``x`` in a channels-last buffer: a Lazy is computed into one; a stored tensor
         is copied once (the copy is reused by every later convolution of it)."""
@@ -474,6 +545,15 @@ class GraphLowering:
         self.output_buffers.add(v.buffer)
         return self.render(v)
 
+
+# A scatter's element function: index -> (result position per dim, value, mask or None).
+PositionFn = Callable[[BodyBuilder, tuple[IndexExpr, ...]],
+                      tuple[tuple[IndexExpr, ...], str, "str | None"]]
+
+# Seeds of random ops are drawn from [0, RNG_SEED_BOUND): 62 bits, so that the seeds of
+# different calls practically never collide, and seed + k (one per random op) stays
+# below 2**63.
+RNG_SEED_BOUND = 2**62
 
 # Matmuls padded to aligned result rows (see GraphLowering._aligned_matmul): devices, and
 # the least number of result elements worth a padded copy of the right operand.

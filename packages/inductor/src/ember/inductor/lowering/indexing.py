@@ -165,7 +165,7 @@ def _index(ctx: Any, node: Node, x: TensorValue, indices: Sequence[Any]) -> Lazy
         raise NotLowerable("index without tensors")
     if any(t.dtype == torch.bool for t in idx if t is not None):
         raise NotLowerable("boolean mask indexing (data-dependent shape)")
-    bshape = _broadcast_shape([idx[k].sizes for k in present])
+    bshape = broadcast_shape([idx[k].sizes for k in present])
     nb = len(bshape)
     adjacent = present == list(range(present[0], present[-1] + 1))
     first = present[0] if adjacent else 0
@@ -188,7 +188,7 @@ def _index(ctx: Any, node: Node, x: TensorValue, indices: Sequence[Any]) -> Lazy
     return Lazy(fn, x.dtype, sizes)
 
 
-def _broadcast_shape(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+def broadcast_shape(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
     n = max(len(s) for s in shapes)
     out = [1] * n
     for s in shapes:

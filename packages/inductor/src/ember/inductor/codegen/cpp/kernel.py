@@ -101,9 +101,7 @@ class CppKernelWriter:
     # -- statements ---------------------------------------------------------------------
     def stmt(self, s: Stmt) -> None:
         if isinstance(s, Store):
-            buf = self.kernel.buffer(s.buffer)
-            value = ops.cast(s.value, self.dtypes[s.value], buf.dtype)
-            self.line(f"{s.buffer}[{self.index(s.index)}] = {value};")
+            self.store(s)
             return
         assert not isinstance(s, Reduce), "reductions are emitted by the pass loops"
         self.dtypes[s.name] = s.dtype
@@ -127,6 +125,20 @@ class CppKernelWriter:
         self.line(f"const {t} {s.name} = {expr};")
         if first is not None and self.pass_index == first:
             self.line(f"cache_{s.name}[{self.rlin}] = {s.name};")
+
+    def store(self, s: Store) -> None:
+        buf = self.kernel.buffer(s.buffer)
+        target = f"{s.buffer}[{self.index(s.index)}]"
+        value = ops.cast(s.value, self.dtypes[s.value], buf.dtype)
+        if s.mode == "add" and buf.dtype in ops.LOWP:
+            total = f"{ops.cast(target, buf.dtype, torch.float32)} + " \
+                    f"{ops.cast(s.value, self.dtypes[s.value], torch.float32)}"
+            text = f"{target} = {ops.cast(total, torch.float32, buf.dtype)};"
+        elif s.mode == "add":
+            text = f"{target} += {value};"
+        else:
+            text = f"{target} = {value};"
+        self.line(f"if ({s.mask}) {text}" if s.mask is not None else text)
 
     def plan_row_cache(self, phases: list[Phase]) -> None:
         """Choose the values to compute once per row (see ``ROW_CACHE`` above) and declare
@@ -461,10 +473,14 @@ class CppKernelWriter:
         n = len(k.ranges)
         work = k.numel * max(k.reduction_numel, 1)
         tiled = self.wants_tiling()
+        # NOTE: a scatter that accumulates runs sequentially, in index order like eager's
+        # CPU kernel: its indexes may repeat, so neither threads nor SIMD lanes may
+        # split its read-modify-writes
+        serial = any(isinstance(s, Store) and s.mode == "add" for s in k.body)
         # NOTE: the innermost outer loop stays out of the collapse (unless it is tiled)
         # so that the compiler can vectorize it.
         depth = n if tiled or n == 1 else n - 1
-        if n:
+        if n and not serial:
             collapse = f" collapse({depth})" if depth > 1 else ""
             self.line(f"#pragma omp parallel for{collapse} if ({work} >= {PARALLEL_THRESHOLD})")
         if tiled:
@@ -473,7 +489,7 @@ class CppKernelWriter:
             self.line(f"for (int64_t xt = 0; xt < {xl.size}; xt += {TILE}) {{")
             self.indent += 1
             self.body_tiled()
-        elif n >= 2 and not k.is_reduction:
+        elif n >= 2 and not k.is_reduction and not serial:
             self.open_loops(k.ranges[:-1])
             self.line("#pragma omp simd")  # see SIMD_LOOPS above
             self.open_loops(k.ranges[-1:])

@@ -86,6 +86,9 @@ def compute(op: str, args: list[str], arg_dtype: torch.dtype, out: torch.dtype) 
         return f"{name}<{t}>({args[0]}, {args[1]})"
     if op == "where":
         return f"({args[0]} ? {args[1]} : {args[2]})"
+    if op in ("rand", "randn"):
+        # Philox on (int64 key, int64 offset) -> float (see the prelude)
+        return f"ember_{op}({args[0]}, {args[1]})"
     if op == "floordiv":
         fn = "ember_ffloordiv" if is_float else "ember_floordiv"
         return f"{fn}<{t}>({args[0]}, {args[1]})"

@@ -127,4 +127,53 @@ static inline float ember_exp(float x) {
     const float e = std::exp((x < -174.0f ? -174.0f : x) * 0.5f);
     return e * e;
 }
+// Counter-based random numbers: Philox 4x32-10 with the conventions of Triton's
+// tl.rand / tl.randn, so CPU and CUDA kernels draw the same uniform values for the same
+// (key, offset): key words (lo32(key), hi32(key)), counter (lo32(offset), hi32(offset),
+// 0, 0). Straight-line integer code (the rounds unrolled, selects only), so loops over
+// them vectorize.
+struct EmberPhilox { uint32_t c0, c1, c2, c3; };
+static inline void ember_philox_round(EmberPhilox& c, uint32_t k0, uint32_t k1) {
+    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c.c0;
+    const uint64_t p2 = static_cast<uint64_t>(0xCD9E8D57u) * c.c2;
+    const uint32_t n0 = static_cast<uint32_t>(p2 >> 32) ^ c.c1 ^ k0;
+    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c.c3 ^ k1;
+    c.c1 = static_cast<uint32_t>(p2);
+    c.c3 = static_cast<uint32_t>(p0);
+    c.c0 = n0;
+    c.c2 = n2;
+}
+static inline EmberPhilox ember_philox(int64_t key, int64_t offset) {
+    const uint64_t k = static_cast<uint64_t>(key);
+    const uint64_t o = static_cast<uint64_t>(offset);
+    uint32_t k0 = static_cast<uint32_t>(k), k1 = static_cast<uint32_t>(k >> 32);
+    EmberPhilox c = {static_cast<uint32_t>(o), static_cast<uint32_t>(o >> 32), 0u, 0u};
+    ember_philox_round(c, k0, k1); k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    ember_philox_round(c, k0, k1); k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    ember_philox_round(c, k0, k1); k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    ember_philox_round(c, k0, k1); k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    ember_philox_round(c, k0, k1); k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    ember_philox_round(c, k0, k1); k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    ember_philox_round(c, k0, k1); k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    ember_philox_round(c, k0, k1); k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    ember_philox_round(c, k0, k1); k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    ember_philox_round(c, k0, k1);
+    return c;
+}
+// A random word as a float in [0, 1): as a signed 31-bit magnitude (x < 0 ? ~x : x),
+// scaled by the largest float that keeps (2^31 - 1) * scale below 1.
+static inline float ember_uint_to_uniform(uint32_t u) {
+    const int32_t x = static_cast<int32_t>(u);
+    return static_cast<float>(x < 0 ? ~x : x) * 4.6566127342e-10f;
+}
+static inline float ember_rand(int64_t key, int64_t offset) {
+    return ember_uint_to_uniform(ember_philox(key, offset).c0);
+}
+// Box-Muller on the first two words (the cosine half), as tl.randn.
+static inline float ember_randn(int64_t key, int64_t offset) {
+    const EmberPhilox c = ember_philox(key, offset);
+    const float u1 = std::max(1.0e-7f, ember_uint_to_uniform(c.c0));
+    const float th = 6.283185307179586f * ember_uint_to_uniform(c.c1);
+    return std::sqrt(-2.0f * std::log(u1)) * std::cos(th);
+}
 """

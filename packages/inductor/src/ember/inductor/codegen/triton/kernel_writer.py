@@ -351,12 +351,14 @@ class KernelWriter:
             ptr += (" + tl.full([XBLOCK, RBLOCK], 0, tl.int32)" if inner
                     else " + tl.full([XBLOCK, 1], 0, tl.int32)" if self.kernel.is_reduction
                     else " + tl.full([XBLOCK], 0, tl.int32)")
-        mask = self.mask_for(s, None)
+        mask = self.mask_for(s, s.mask)
         value = self.value(s.value)
-        if mask is None:
-            self.line(f"tl.store({ptr}, {value})")
+        masked = "" if mask is None else f", mask={mask}"
+        if s.mode == "add":
+            # NOTE: scatter indexes may repeat within and across programs
+            self.line(f"tl.atomic_add({ptr}, {value}{masked}, sem='relaxed')")
         else:
-            self.line(f"tl.store({ptr}, {value}, mask={mask})")
+            self.line(f"tl.store({ptr}, {value}{masked})")
 
     def masked_arg(self, s: Reduce) -> str:
         arg_dtype = self.dtypes[s.arg]

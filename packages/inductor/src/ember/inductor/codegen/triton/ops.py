@@ -116,6 +116,12 @@ def _pow(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
     return f"libdevice.pow({a[0]}, {a[1]})"
 
 
+# NOTE: not tl.rand / tl.randn, @triton.jit library functions (see reductions.py's
+# note): _ember_random computes the same values from builtins only.
+RULES["rand"] = lambda a, _t, _r: f"_ember_random({a[0]}, {a[1]}, False)"
+RULES["randn"] = lambda a, _t, _r: f"_ember_random({a[0]}, {a[1]}, True)"
+
+
 # Helper functions some rules call; a kernel module defines the ones its code names.
 HELPERS: dict[str, str] = {
     "_ember_ipow": '''
@@ -131,6 +137,37 @@ def _ember_ipow(a, b):
         base = base * base
         e = e >> 1
     return result
+''',
+    "_ember_random": '''
+@triton.jit
+def _ember_random(key, offset, NORMAL: tl.constexpr):
+    # Philox 4x32-10 as tl.rand / tl.randn compute it (and the C++ prelude's ember_rand):
+    # key words (lo32(key), hi32(key)), counter (lo32(offset), hi32(offset), 0, 0); the
+    # first word as a uniform float in [0, 1), or Box-Muller on the first two words.
+    seed = key.to(tl.uint64)
+    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    c0 = offset.to(tl.uint32)
+    c1 = (offset >> 32).to(tl.uint32)
+    c2 = c0 * 0
+    c3 = c2
+    for _ in tl.static_range(10):
+        a0 = c0
+        a2 = c2
+        c0 = tl.umulhi(a2, 0xCD9E8D57) ^ c1 ^ k0
+        c2 = tl.umulhi(a0, 0xD2511F53) ^ c3 ^ k1
+        c1 = tl.mul(a2, 0xCD9E8D57, sanitize_overflow=False)
+        c3 = tl.mul(a0, 0xD2511F53, sanitize_overflow=False)
+        k0 = tl.add(k0, 0x9E3779B9, sanitize_overflow=False)
+        k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
+    x0 = c0.to(tl.int32, bitcast=True)
+    u0 = tl.where(x0 < 0, ~x0, x0).to(tl.float32) * 4.6566127342e-10
+    if NORMAL:
+        x1 = c1.to(tl.int32, bitcast=True)
+        u1 = tl.where(x1 < 0, ~x1, x1).to(tl.float32) * 4.6566127342e-10
+        u0 = tl.maximum(u0, 1.0e-7)
+        return tl.sqrt(-2.0 * tl.log(u0)) * tl.cos(6.283185307179586 * u1)
+    return u0
 ''',
     "_ember_ffloordiv": '''
 @triton.jit

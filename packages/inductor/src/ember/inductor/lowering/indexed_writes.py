@@ -1,0 +1,181 @@
+"""Lowering rules that write through run-time indexes: index_put, scatter, scatter_add,
+scatter_reduce (sum) and index_add.
+
+Each result is a copy of ``self`` followed by a scatter (see
+:meth:`~.graph_lowering.GraphLowering.scatter`): a kernel over the *updates* (the
+values, the index tensor or the source) that stores, or with accumulation adds, each
+update at the position its index gives. index_put's negative indexes count from the
+end, as in eager; scatter and index_add take none. An index out of range writes nothing
+(eager raises an IndexError there; generated code never writes outside its buffers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from ember.inductor.loop_ir import IndexExpr, Indirect
+from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.common import broadcast_index, compute_dtype, normalize_dim, out_meta
+from ember.inductor.lowering.indexing import broadcast_shape
+from ember.inductor.lowering.registry import NotLowerable, lowering
+from ember.inductor.lowering.values import Lazy, Stored, TensorValue
+from ember.runtime.ir import Node
+
+if TYPE_CHECKING:
+    from ember.inductor.lowering.graph_lowering import GraphLowering
+
+# Dtypes an accumulating scatter may add in: every dtype on CPU (a sequential loop);
+# on CUDA the ones Triton has atomic adds for.
+_ATOMIC_ADD_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                      torch.int32, torch.int64)
+
+
+def _position(b: BodyBuilder, index_value: str, size: int,
+              wrap: bool = False) -> tuple[IndexExpr, str]:
+    """The position ``index_value`` names in a dim of ``size`` (with ``wrap``, negative
+    values count from the end), and a bool value: whether it lies in the dim."""
+    i64 = torch.int64
+    wrapped = v = b.cast(index_value, i64)
+    if wrap:
+        neg = b.compute("lt", v, b.literal(0, i64))
+        wrapped = b.compute("where", neg, b.compute("add", v, b.literal(size, i64)), v)
+    inside = b.compute("logical_and", b.compute("ge", wrapped, b.literal(0, i64)),
+                       b.compute("lt", wrapped, b.literal(size, i64)))
+    return Indirect(wrapped), inside
+
+
+def _all(b: BodyBuilder, conds: Sequence[str]) -> str | None:
+    result = None
+    for c in conds:
+        result = c if result is None else b.compute("logical_and", result, c)
+    return result
+
+
+def _check_accumulate(ctx: GraphLowering, dtype: torch.dtype) -> None:
+    if dtype == torch.bool:
+        raise NotLowerable("accumulating scatter of bool")
+    if ctx.device.type != "cpu" and dtype not in _ATOMIC_ADD_DTYPES:
+        raise NotLowerable(f"no atomic add for {dtype} on {ctx.device.type}")
+
+
+@lowering("aten::index_put.default")
+def _index_put(ctx: GraphLowering, node: Node, x: TensorValue, indices: Sequence[Any],
+               values: TensorValue, accumulate: bool = False) -> Stored:
+    meta = out_meta(node)
+    n = len(x.sizes)
+    idx = list(indices) + [None] * (n - len(indices))
+    present = [k for k, t in enumerate(idx) if t is not None]
+    if not present:
+        raise NotLowerable("index_put without index tensors")
+    if any(idx[k].dtype == torch.bool for k in present):
+        raise NotLowerable("boolean mask index_put (data-dependent positions)")
+    if accumulate:
+        _check_accumulate(ctx, meta.dtype)
+    bshape = broadcast_shape([idx[k].sizes for k in present])
+    nb = len(bshape)
+    # the updates are laid out like x[indices]: the broadcast index dims replace the
+    # indexed dims when those are adjacent, else they come first
+    adjacent = present == list(range(present[0], present[-1] + 1))
+    first = present[0] if adjacent else 0
+    rest_sizes = [s for k, s in enumerate(x.sizes) if k not in present]
+    sizes = tuple(rest_sizes[:first]) + bshape + tuple(rest_sizes[first:])
+    if len(values.sizes) > len(sizes):
+        raise NotLowerable(f"values of {values.sizes} for updates of {sizes}")
+
+    def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
+                                                               str | None]:
+        bidx = i[first:first + nb]
+        rest = iter(list(i[:first]) + list(i[first + nb:]))
+        position: list[IndexExpr] = []
+        conds = []
+        for k in range(n):
+            t = idx[k]
+            if t is None:
+                position.append(next(rest))
+                continue
+            p, inside = _position(b, t.element(b, broadcast_index(t.sizes, bidx)), x.sizes[k],
+                                  wrap=True)
+            position.append(p)
+            conds.append(inside)
+        value = values.element(b, broadcast_index(values.sizes, i))
+        return tuple(position), value, _all(b, conds)
+
+    return ctx.scatter(node, x, sizes, fn, accumulate)
+
+
+def _scatter_along(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, index: TensorValue,
+                   src: TensorValue | bool | float, accumulate: bool) -> Stored:
+    """``result[..., index[i], ...] (=|+=) src[i]`` along ``dim`` for every ``i`` over
+    ``index``'s sizes (scatter, scatter_add)."""
+    meta = out_meta(node)
+    if accumulate:
+        _check_accumulate(ctx, meta.dtype)
+    d = normalize_dim(dim, len(x.sizes))
+    if len(index.sizes) != len(x.sizes):
+        raise NotLowerable(f"scatter index of {len(index.sizes)} dims into {len(x.sizes)}")
+
+    def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
+                                                               str | None]:
+        position = list(i)
+        position[d], inside = _position(b, index.element(b, i), x.sizes[d])
+        if isinstance(src, (Stored, Lazy)):
+            value = src.element(b, i)
+        else:
+            value = b.literal(src, meta.dtype)
+        return tuple(position), value, inside
+
+    return ctx.scatter(node, x, index.sizes, fn, accumulate)
+
+
+@lowering("aten::scatter.src", "aten::scatter.value")
+def _scatter(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, index: TensorValue,
+             src: Any) -> Stored:
+    return _scatter_along(ctx, node, x, dim, index, src, accumulate=False)
+
+
+@lowering("aten::scatter_add.default")
+def _scatter_add(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, index: TensorValue,
+                 src: TensorValue) -> Stored:
+    return _scatter_along(ctx, node, x, dim, index, src, accumulate=True)
+
+
+@lowering("aten::scatter.reduce", "aten::scatter.value_reduce")
+def _scatter_reduce_legacy(ctx: GraphLowering, node: Node, x: TensorValue, dim: int,
+                           index: TensorValue, src: Any, *, reduce: str) -> Stored:
+    if reduce != "add":
+        raise NotLowerable(f"scatter with reduce={reduce!r}")
+    return _scatter_along(ctx, node, x, dim, index, src, accumulate=True)
+
+
+@lowering("aten::scatter_reduce.two")
+def _scatter_reduce(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, index: TensorValue,
+                    src: TensorValue, reduce: str, *, include_self: bool = True) -> Stored:
+    if reduce != "sum" or not include_self:
+        raise NotLowerable(f"scatter_reduce with reduce={reduce!r}, "
+                           f"include_self={include_self}")
+    return _scatter_along(ctx, node, x, dim, index, src, accumulate=True)
+
+
+@lowering("aten::index_add.default")
+def _index_add(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, index: TensorValue,
+               source: TensorValue, *, alpha: Any = 1) -> Stored:
+    meta = out_meta(node)
+    _check_accumulate(ctx, meta.dtype)
+    d = normalize_dim(dim, len(x.sizes))
+    if len(source.sizes) != len(x.sizes) or len(index.sizes) > 1:
+        raise NotLowerable("index_add of a source with other dims than self")
+
+    def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
+                                                               str | None]:
+        position = list(i)
+        k = index.element(b, (i[d],) if index.sizes else ())
+        position[d], inside = _position(b, k, x.sizes[d])
+        value = source.element(b, i)
+        if alpha != 1:
+            ct = compute_dtype(meta.dtype)
+            value = b.compute("mul", b.cast(value, ct), b.literal(alpha, ct))
+        return tuple(position), value, inside
+
+    return ctx.scatter(node, x, source.sizes, fn, accumulate=True)

@@ -1,0 +1,239 @@
+"""Lowering rules for 2-d pooling: max_pool2d_with_indices, avg_pool2d and their backward
+ops.
+
+The forward ops are element functions over the output with the window unrolled (at most
+:data:`MAX_WINDOW` loads, masked at the padding), so they fuse with their producer and
+consumers like any pointwise op. The backward ops are scatters (see
+:meth:`~.graph_lowering.GraphLowering.scatter`): each output gradient is added into the
+input position(s) it came from: the recorded argmax for max pooling, every position of
+its window for average pooling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+from ember.inductor.loop_ir import IndexExpr, Indirect, add, mul
+from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.common import compute_dtype, out_meta, sizes_of
+from ember.inductor.lowering.registry import NotLowerable, lowering
+from ember.inductor.lowering.values import Lazy, Stored, TensorValue
+from ember.runtime.ir import Node
+
+if TYPE_CHECKING:
+    from ember.inductor.lowering.graph_lowering import GraphLowering
+
+# The largest window unrolled into an element function (7 x 7 and below: every common
+# pooling layer).
+MAX_WINDOW = 64
+
+
+class Window(NamedTuple):
+    """One pooling layer's geometry over the last two dims (height, width)."""
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+
+    def positions(self, out: tuple[IndexExpr, IndexExpr]
+                  ) -> list[tuple[tuple[int, int], IndexExpr, IndexExpr]]:
+        """``((i, j), row, col)`` for every window element of output position ``out``,
+        in eager's order (rows, then columns)."""
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self
+        found = []
+        for i in range(kh):
+            for j in range(kw):
+                row = add(mul(out[0], sh), i * dh - ph)
+                col = add(mul(out[1], sw), j * dw - pw)
+                found.append(((i, j), row, col))
+        return found
+
+
+def _pair(v: Sequence[int] | int, default: Sequence[int] | None = None) -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    seq = list(v) if v else list(default or ())
+    if len(seq) == 1:
+        return (seq[0], seq[0])
+    if len(seq) != 2:
+        raise NotLowerable(f"pooling parameter {v!r}")
+    return (seq[0], seq[1])
+
+
+def _window(kernel: Any, stride: Any, padding: Any, dilation: Any = 1) -> Window:
+    k = _pair(kernel)
+    w = Window(k, _pair(stride, k), _pair(padding), _pair(dilation))
+    if k[0] * k[1] > MAX_WINDOW:
+        raise NotLowerable(f"pooling window {k} larger than {MAX_WINDOW} elements")
+    return w
+
+
+def _inside(b: BodyBuilder, row: IndexExpr, col: IndexExpr, height: int, width: int) -> str:
+    """A bool value: whether ``(row, col)`` lies in the ``height`` x ``width`` plane."""
+    i64 = torch.int64
+    conds = []
+    for pos, size in ((row, height), (col, width)):
+        v = b.index_value(pos)
+        conds.append(b.compute("ge", v, b.literal(0, i64)))
+        conds.append(b.compute("lt", v, b.literal(size, i64)))
+    result = conds[0]
+    for c in conds[1:]:
+        result = b.compute("logical_and", result, c)
+    return result
+
+
+def _check_input(x: TensorValue) -> None:
+    if len(x.sizes) not in (3, 4):
+        raise NotLowerable(f"2-d pooling of a {len(x.sizes)}-d tensor")
+    if not x.dtype.is_floating_point:
+        raise NotLowerable(f"pooling of {x.dtype}")
+
+
+@lowering("aten::max_pool2d_with_indices.default")
+def _max_pool2d(ctx: GraphLowering, node: Node, x: TensorValue, kernel_size: Any,
+                stride: Any = (), padding: Any = 0, dilation: Any = 1,
+                ceil_mode: bool = False) -> tuple[Lazy, Lazy]:
+    _check_input(x)
+    window = _window(kernel_size, stride, padding, dilation)
+    height, width = x.sizes[-2:]
+    ct = compute_dtype(x.dtype)
+    i64 = torch.int64
+
+    def pooled(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> tuple[str, str]:
+        """(max, flat argmax in the plane) like eager: the first strictly larger value
+        wins, a NaN always wins, an all -inf window reports its first valid position."""
+        best = b.literal(float("-inf"), ct)
+        where_ = b.literal(-1, i64)
+        seen = b.literal(False, torch.bool)
+        lead = index[:-2]
+        for _, row, col in window.positions((index[-2], index[-1])):
+            inside = _inside(b, row, col, height, width)
+            with b.masked(inside):
+                v = b.cast(x.element(b, (*lead, row, col)), ct)
+            better = b.compute("logical_or", b.compute("gt", v, best), b.compute("isnan", v))
+            take = b.compute("logical_and", inside, b.compute(
+                "logical_or", better, b.compute("logical_not", seen)))
+            best = b.compute("where", take, v, best)
+            flat = b.index_value(add(mul(row, width), col))
+            where_ = b.compute("where", take, flat, where_)
+            seen = b.compute("logical_or", seen, inside)
+        return best, where_
+
+    sizes = sizes_of(node, 0)
+    dtype = out_meta(node, 0).dtype
+    values = Lazy(lambda b, i: b.cast(pooled(b, i)[0], dtype), dtype, sizes)
+    indices = Lazy(lambda b, i: pooled(b, i)[1], i64, sizes)
+    return values, indices
+
+
+@lowering("aten::max_pool2d_with_indices_backward.default")
+def _max_pool2d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: TensorValue,
+                         kernel_size: Any, stride: Any, padding: Any, dilation: Any,
+                         ceil_mode: bool, indices: TensorValue) -> Stored:
+    _check_input(x)
+    meta = out_meta(node)
+    height, width = x.sizes[-2:]
+    i64 = torch.int64
+    zeros = Lazy(lambda b, i: b.literal(0, meta.dtype), meta.dtype, x.sizes)
+
+    def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
+                                                               str | None]:
+        flat = b.cast(indices.element(b, i), i64)
+        w = b.literal(width, i64)
+        row = b.compute("floordiv", flat, w)
+        col = b.compute("remainder", flat, w)
+        inside = b.compute("logical_and", b.compute("ge", flat, b.literal(0, i64)),
+                           b.compute("lt", flat, b.literal(height * width, i64)))
+        return (*i[:-2], Indirect(row), Indirect(col)), grad.element(b, i), inside
+
+    return ctx.scatter(node, zeros, grad.sizes, fn, accumulate=True)
+
+
+class _AvgPool(NamedTuple):
+    window: Window
+    ceil_mode: bool
+    count_include_pad: bool
+    divisor_override: int | None
+
+
+def _avg_divisor(b: BodyBuilder, p: _AvgPool, out: tuple[IndexExpr, IndexExpr],
+                 height: int, width: int, dtype: torch.dtype) -> str:
+    """The divisor of output position ``out``, as eager computes it: the window clipped
+    to the padded plane (``count_include_pad``) or to the plane itself."""
+    if p.divisor_override:
+        return b.literal(p.divisor_override, dtype)
+    i64 = torch.int64
+    counts = []
+    for pos, k, s, pad, size in zip(out, p.window.kernel, p.window.stride, p.window.padding,
+                                    (height, width)):
+        start = b.index_value(add(mul(pos, s), -pad))
+        end = b.compute("minimum", b.compute("add", start, b.literal(k, i64)),
+                        b.literal(size + pad, i64))
+        if not p.count_include_pad:
+            start = b.compute("maximum", start, b.literal(0, i64))
+            end = b.compute("minimum", end, b.literal(size, i64))
+        counts.append(b.compute("sub", end, start))
+    return b.cast(b.compute("mul", *counts), dtype)
+
+
+def _avg_params(kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool,
+                count_include_pad: bool, divisor_override: int | None) -> _AvgPool:
+    return _AvgPool(_window(kernel_size, stride, padding), ceil_mode, count_include_pad,
+                    divisor_override)
+
+
+@lowering("aten::avg_pool2d.default")
+def _avg_pool2d(ctx: GraphLowering, node: Node, x: TensorValue, kernel_size: Any,
+                stride: Any = (), padding: Any = 0, ceil_mode: bool = False,
+                count_include_pad: bool = True, divisor_override: int | None = None) -> Lazy:
+    _check_input(x)
+    p = _avg_params(kernel_size, stride, padding, ceil_mode, count_include_pad,
+                    divisor_override)
+    height, width = x.sizes[-2:]
+    meta = out_meta(node)
+    ct = compute_dtype(meta.dtype)
+
+    def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        total = b.literal(0, ct)
+        out = (index[-2], index[-1])
+        for _, row, col in p.window.positions(out):
+            inside = _inside(b, row, col, height, width)
+            with b.masked(inside):
+                v = b.cast(x.element(b, (*index[:-2], row, col)), ct)
+            total = b.compute("add", total, b.compute("where", inside, v, b.literal(0, ct)))
+        divided = b.compute("truediv", total, _avg_divisor(b, p, out, height, width, ct))
+        return b.cast(divided, meta.dtype)
+
+    return Lazy(fn, meta.dtype, sizes_of(node))
+
+
+@lowering("aten::avg_pool2d_backward.default")
+def _avg_pool2d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: TensorValue,
+                         kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool,
+                         count_include_pad: bool, divisor_override: int | None) -> Stored:
+    _check_input(x)
+    p = _avg_params(kernel_size, stride, padding, ceil_mode, count_include_pad,
+                    divisor_override)
+    meta = out_meta(node)
+    height, width = x.sizes[-2:]
+    ct = compute_dtype(meta.dtype)
+    kh, kw = p.window.kernel
+    zeros = Lazy(lambda b, i: b.literal(0, meta.dtype), meta.dtype, x.sizes)
+    n = len(grad.sizes)
+
+    # the scatter runs over (output position, window row, window column)
+    def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
+                                                               str | None]:
+        out, (wi, wj) = i[:n], i[n:]
+        (sh, sw), (ph, pw) = p.window.stride, p.window.padding
+        row = add(mul(out[-2], sh), wi, -ph)
+        col = add(mul(out[-1], sw), wj, -pw)
+        g = b.cast(grad.element(b, out), ct)
+        share = b.compute("truediv", g, _avg_divisor(b, p, (out[-2], out[-1]), height,
+                                                       width, ct))
+        return (*out[:-2], row, col), share, _inside(b, row, col, height, width)
+
+    return ctx.scatter(node, zeros, (*grad.sizes, kh, kw), fn, accumulate=True)
