@@ -1,6 +1,7 @@
 """Top CUDA kernels of Ember and torch.compile on zoo models (H200 diagnosis).
 
     python tools/gpu/profile_zoo.py hf_gpt2,hf_bert bfloat16 > $OUT/profile.txt
+    python tools/gpu/profile_zoo.py tv_resnet18 bfloat16 train   # forward + backward
 """
 
 from __future__ import annotations
@@ -19,18 +20,28 @@ from torch.profiler import ProfilerActivity, profile
 
 def main() -> None:
     names, dtype = sys.argv[1].split(","), getattr(torch, sys.argv[2])
+    train = sys.argv[3:] == ["train"]
+
+    def step(fn, inputs) -> None:  # type: ignore[no-untyped-def]
+        if train:
+            fn(*inputs).float().mean().backward()
+        else:
+            with torch.no_grad():
+                fn(*inputs)
+
     for name in names:
         model, inputs = zoo.get(name).make("cuda", dtype, "full")
+        if train:
+            model.train()  # training-mode batch norm, dropout: what bench.py --train times
         for label, fn in (("ember", ef.compile(model, backend="inductor")),
                           ("torch", torch.compile(model))):
-            with torch.no_grad():
-                for _ in range(3):
-                    fn(*inputs)
+            for _ in range(3):
+                step(fn, inputs)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(5):
+                    step(fn, inputs)
                 torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    for _ in range(5):
-                        fn(*inputs)
-                    torch.cuda.synchronize()
             print(f"===== {name} {sys.argv[2]} {label}")
             print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=18,
                                             max_name_column_width=90))

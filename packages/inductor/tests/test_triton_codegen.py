@@ -270,3 +270,29 @@ def test_reduce_without_reduction_ranges_is_the_element(op: str, dtype: torch.dt
     out = torch.empty(2, dtype=dtype)
     fn(torch.tensor([1.5, -2.0]), out)
     assert out.tolist() == expected
+
+
+def test_few_long_rows_stay_split_reductions() -> None:
+    """Batch-norm statistics over N*H*W for 64 channels (channels-last) and a softmax
+    over one long row: for Triton every kernel stays a one-pass split reduction (the
+    variance after its mean, the copy of the input, the softmax passes: kernels of their
+    own), and the results still match eager through the interpreter."""
+    from ember.inductor.codegen.triton.split_writer import splittable, wants_split
+    from ember.inductor.lowering.graph_lowering import GraphLowering
+    from ember.inductor.scheduler import KernelStep, schedule
+
+    def fn(x: torch.Tensor) -> list[torch.Tensor]:
+        y = x * 2
+        v, m = torch.var_mean(y, [0, 2, 3], correction=0)
+        return [v, m, (y - m[:, None, None]).relu(), torch.softmax(x.reshape(-1), 0)]
+
+    x = torch.randn(4, 64, 32, 32).contiguous(memory_format=torch.channels_last)
+    program = trace(fn, [x])
+    with triton_for_cpu():
+        steps = schedule(GraphLowering(program).run())
+        kernels = [s.kernel for s in steps if isinstance(s, KernelStep)]
+        split = [k for k in kernels if wants_split(k)]
+        assert len(split) == 4 and all(splittable(k) for k in split)
+        _, run = compile_and_load(program)
+        for a, e in zip(run(x), fn(x)):
+            torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)

@@ -14,27 +14,39 @@ from __future__ import annotations
 
 from ember.inductor.codegen.triton import reductions
 from ember.inductor.codegen.triton.dtypes import pointer_type
-from ember.inductor.codegen.triton.heuristics import next_power_of_2
+from ember.inductor.codegen.triton.heuristics import choose_config, next_power_of_2
 from ember.inductor.codegen.triton.kernel_writer import (
     KernelWriter,
     SplitLaunch,
     TritonKernelCode,
     _cdiv,
     _identifier,
+    reduces_columns,
 )
-from ember.inductor.loop_ir import Reduce, Store, reduction_phases
+from ember.inductor.loop_ir import Kernel, Reduce, Store, reduction_phases
+
+
+def splittable(kernel: Kernel) -> bool:
+    """One pass of sum/prod/max/min/any/all reductions with no stores inside it."""
+    _, phases = reduction_phases(kernel)
+    return len(phases) == 1 and all(
+        not isinstance(s, Store) and not (isinstance(s, Reduce) and s.op in ("argmax", "argmin"))
+        for s in phases[0].inner
+    )
+
+
+def wants_split(kernel: Kernel) -> bool:
+    """Whether ``kernel``'s sizes call for a split reduction (whether or not it is
+    :func:`splittable`)."""
+    return kernel.is_reduction and choose_config(
+        kernel.numel, kernel.reduction_numel, columns=reduces_columns(kernel)).split > 1
 
 
 class SplitReductionWriter(KernelWriter):
     """Writes the two functions of a split reduction (module doc)."""
 
     def splittable(self) -> bool:
-        """One pass of sum/prod/max/min/any/all reductions with no stores inside it."""
-        _, phases = reduction_phases(self.kernel)
-        return len(phases) == 1 and all(
-            not isinstance(s, Store) and not (isinstance(s, Reduce) and s.op in ("argmax", "argmin"))
-            for s in phases[0].inner
-        )
+        return splittable(self.kernel)
 
     def workspace_params(self, reduces: list[Reduce]) -> list[str]:
         return [f"{self.value(r.name)}_ws" for r in reduces]
