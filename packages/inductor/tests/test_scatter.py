@@ -144,3 +144,35 @@ def test_scatter_value_and_dropout_style_masks() -> None:
     _, run = compile_and_load(trace(fn, [x, i]))
     for a, e in zip(run(x, i), fn(x, i)):
         torch.testing.assert_close(a, e)
+
+
+EDGE_CASES = {
+    "scalar_values": (lambda x, i: torch.index_put(x, (i,), torch.tensor(3.0)),
+                      lambda: [torch.randn(5), torch.tensor([1, 3])]),
+    "transposed_self": (lambda x, i, v: torch.index_put(x.t(), (i,), v, accumulate=True),
+                        lambda: [torch.randn(6, 4), torch.tensor([0, 2]), torch.randn(2, 6)]),
+    "indexes_apart": (lambda x, i, j, v: torch.ops.aten.index_put(x, [i, None, j], v),
+                      lambda: [torch.randn(3, 4, 5), torch.tensor([0, 2]), torch.tensor([1, 4]),
+                               torch.randn(2, 4)]),
+    "scatter_add_3d": (lambda x, i, s: torch.scatter_add(x, 0, i, s),
+                       lambda: [torch.randn(3, 4, 2), torch.randint(0, 3, (2, 4, 2)),
+                                torch.randn(5, 4, 2)]),
+    "no_updates": (lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True),
+                   lambda: [torch.randn(4, 3), torch.zeros(0, dtype=torch.long),
+                            torch.randn(0, 3)]),
+    "bool_store": (lambda x, i, v: torch.index_put(x, (i,), v),
+                   lambda: [torch.zeros(4, dtype=torch.bool), torch.tensor([1, 2]),
+                            torch.tensor([True, True])]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE_CASES))
+def test_edge_cases_match_eager_without_fallback(name: str) -> None:
+    fn, make = EDGE_CASES[name]
+    torch.manual_seed(0)
+    xs = make()
+    program = trace(fn, xs)
+    assert not GraphLowering(program).run().fallbacks
+    _, run = compile_and_load(program)
+    for a, e in zip(run(*xs), [fn(*xs)]):
+        torch.testing.assert_close(a, e)
