@@ -167,3 +167,24 @@ def test_four_d_values_not_from_convolutions_stay_row_major() -> None:
     _, run = compile_fn(f, *inputs)
     for got, want in zip(run(*inputs), f(*inputs)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_transposed_matmul_operand_is_stored_transposed() -> None:
+    """``mm(f(x).t(), g)`` (a weight gradient's shape): the kernel computing ``f(x)``
+    writes it in x's order, contiguous reads and writes, and the matmul takes the
+    transposed view."""
+    def fn(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return torch.mm(torch.tanh(x * 2).t(), g)
+
+    x, g = torch.randn(64, 32), torch.randn(64, 16)
+    program = trace(fn, [x, g])
+    lowered = GraphLowering(program).run()
+    steps = schedule(lowered)
+    (kernel,) = [s.kernel for s in steps if isinstance(s, KernelStep)]
+    (store,) = [s for s in kernel.body if isinstance(s, Store)]
+    info = lowered.buffers[store.buffer]
+    assert (info.sizes, info.strides) == ((64, 32), (32, 1))  # row-major in x's order
+    (mm,) = [s for s in steps if isinstance(s, ExternCall)]
+    assert "(32, 64), (1, 32), 0)" in mm.args[0]  # the transposed view
+    _, run = compile_fn(fn, x, g)
+    torch.testing.assert_close(run(x, g)[0], fn(x, g))

@@ -27,7 +27,7 @@ from ember.inductor.buffers import (
     ScatterBuffer,
     ScheduledNode,
 )
-from ember.inductor.loop_ir import IndexExpr, Int, Var
+from ember.inductor.loop_ir import Add, IndexExpr, Int, Var
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.layout import (
     channels_last_strides,
@@ -365,6 +365,8 @@ class GraphLowering:
         metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
         if node.target == "aten::convolution.default" and not fallback:
             metas = self._channels_last_convolution(arg_values, metas)
+        if node.target in _MATMULS and not fallback:
+            arg_values = [self._matmul_operand(a) for a in arg_values]
         args = [self.render(a) for a in arg_values]
         kwargs = {k: self.render(self._arg(v)) for k, v in node.kwargs.items()}
         reads = [r.node for r in node.inputs()]
@@ -414,6 +416,38 @@ class GraphLowering:
         sizes = tuple(int(s) for s in meta.sizes)
         strides = channels_last_strides(sizes)
         return (dataclasses.replace(meta, sizes=sizes, strides=strides),)
+
+    def _matmul_operand(self, value: Any) -> Any:
+        """A computed matmul operand that reads its inputs transposed (a weight
+        gradient's ``x.t()`` of an activation computed in the backward) is stored
+        transposed: its kernel then reads and writes contiguously (and vectorizes), and
+        the matmul takes the transposed view at no cost. Other values are returned as is."""
+        if (not isinstance(value, Lazy) or len(value.sizes) not in (2, 3)
+                or id(value) in self._realized or min(value.sizes) == 1):
+            return value
+        n = len(value.sizes)
+        if self._unit_stride_dim(value) != n - 2:
+            return value
+        rows, cols = value.sizes[-2:]
+        strides = (*((rows * cols,) if n == 3 else ()), 1, rows)
+        return self.realize(value, strides=strides, reuse=True)
+
+    def _unit_stride_dim(self, value: Lazy) -> int | None:
+        """The dim of ``value`` along which its largest input is read contiguously
+        (its loop variable a plain term of the load's index), if one is."""
+        b = BodyBuilder()
+        index = tuple(Var(f"x{i}", s) if s != 1 else Int(0) for i, s in enumerate(value.sizes))
+        value.element(b, index)
+        loads = [(numel(self.buffers[buf].sizes), ix) for buf, ix in b.external_loads
+                 if buf in self.buffers]
+        if not loads:
+            return None
+        _, ix = max(loads, key=lambda t: t[0])
+        terms = ix.terms if isinstance(ix, Add) else (ix,)
+        for d, v in enumerate(index):
+            if isinstance(v, Var) and v in terms:
+                return d
+        return None
 
     def _aligned_matmul(self, node: Node) -> Stored | None:
         """A matmul whose result rows are not a multiple of 16 bytes (GPT-2's LM head:
@@ -554,6 +588,9 @@ PositionFn = Callable[[BodyBuilder, tuple[IndexExpr, ...]],
 # different calls practically never collide, and seed + k (one per random op) stays
 # below 2**63.
 RNG_SEED_BOUND = 2**62
+
+_MATMULS = ("aten::mm.default", "aten::addmm.default", "aten::bmm.default",
+             "aten::baddbmm.default")
 
 # Matmuls padded to aligned result rows (see GraphLowering._aligned_matmul): devices, and
 # the least number of result elements worth a padded copy of the right operand.

@@ -43,7 +43,9 @@ from ember.inductor.loop_ir import (
     free_vars,
     reduction_phases,
     render,
+    stmt_inputs,
 )
+from ember.inductor.loop_ir.index import indirect_values
 
 # Parallelize the outer loops only when there is enough work per call.
 PARALLEL_THRESHOLD = 32768
@@ -474,9 +476,11 @@ class CppKernelWriter:
         work = k.numel * max(k.reduction_numel, 1)
         tiled = self.wants_tiling()
         # NOTE: a scatter that accumulates runs sequentially, in index order like eager's
-        # CPU kernel: its indexes may repeat, so neither threads nor SIMD lanes may
-        # split its read-modify-writes
+        # CPU kernel: its indexes may repeat, so threads may not split its
+        # read-modify-writes; SIMD lanes only where they provably hit distinct elements
+        # (see lanes_never_collide)
         serial = any(isinstance(s, Store) and s.mode == "add" for s in k.body)
+        inner_simd = serial and n >= 2 and not k.is_reduction and lanes_never_collide(k)
         # NOTE: the innermost outer loop stays out of the collapse (unless it is tiled)
         # so that the compiler can vectorize it.
         depth = n if tiled or n == 1 else n - 1
@@ -489,7 +493,7 @@ class CppKernelWriter:
             self.line(f"for (int64_t xt = 0; xt < {xl.size}; xt += {TILE}) {{")
             self.indent += 1
             self.body_tiled()
-        elif n >= 2 and not k.is_reduction and not serial:
+        elif n >= 2 and not k.is_reduction and (not serial or inner_simd):
             self.open_loops(k.ranges[:-1])
             self.line("#pragma omp simd")  # see SIMD_LOOPS above
             self.open_loops(k.ranges[-1:])
@@ -500,6 +504,37 @@ class CppKernelWriter:
         self.close_loops(n)
         comment = f"// fused from: {', '.join(k.origins)}" if k.origins else ""
         return "\n".join([comment, head] + self.lines + ["}"]).lstrip("\n")
+
+
+def lanes_never_collide(kernel: Kernel) -> bool:
+    """Whether the iterations of the innermost loop of a pointwise kernel that adds
+    through indirect indexes (a scatter) write distinct elements: every accumulating
+    store's index has a nonzero constant factor of the innermost variable, and its
+    indirect part does not depend on it (the embedding gradient: ``row[i] * D + d``
+    over ``d``). Then SIMD lanes may run those iterations together."""
+    xl = kernel.ranges[-1]
+    varying = _values_depending_on(kernel, xl)
+    for s in kernel.body:
+        if not (isinstance(s, Store) and s.mode == "add"):
+            continue
+        if _coefficient(s.index, xl) in (None, 0):
+            return False
+        if any(v in varying for v in indirect_values(s.index)):
+            return False
+    return True
+
+
+def _values_depending_on(kernel: Kernel, var: Var) -> set[str]:
+    """The body values whose value changes with loop variable ``var``."""
+    found: set[str] = set()
+    for s in kernel.body:
+        if isinstance(s, Store):
+            continue
+        index = getattr(s, "index", None)
+        if (index is not None and any(v.name == var.name for v in free_vars(index))) or any(
+                a in found for a in stmt_inputs(s)):
+            found.add(s.name)
+    return found
 
 
 def _coefficient(index: IndexExpr, var: Var) -> int | None:
