@@ -8,6 +8,7 @@ function, and the shapes of its tensor inputs; the input domain (``positive``,
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -361,3 +362,34 @@ class Batch:
             result[c.name] = outs[k:k + n]
             k += n
         return result
+
+
+# Tolerances of the CPU and interpreter op tables, per result dtype (rtol, atol).
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2),
+       torch.bfloat16: (2e-2, 2e-2)}
+
+
+def case_inputs(case: OpCase, dtype: torch.dtype, contiguous: bool) -> list[torch.Tensor]:
+    """The inputs of ``case`` for ``dtype`` and layout, from a seed stable across
+    processes (str hashes are not)."""
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{case.name}{dtype}{contiguous}".encode()))
+    xs = [make_input(s, dtype, case.domain, contiguous, gen) for s in case.shapes]
+    if case.extra is not None:
+        torch.manual_seed(7)
+        xs += list(case.extra())
+    return xs
+
+
+def compare(actual: list[torch.Tensor], expected: list[torch.Tensor],
+            dtype: torch.dtype) -> str | None:
+    """None when ``actual`` matches ``expected`` within :data:`TOL`, else the problem."""
+    if len(actual) != len(expected):
+        return f"{len(actual)} outputs, expected {len(expected)}"
+    for a, e in zip(actual, expected):
+        rtol, atol = TOL.get(e.dtype, TOL.get(dtype, (0.0, 0.0)))
+        try:
+            torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True,
+                                       check_stride=False)
+        except AssertionError as err:
+            return " ".join(str(err).splitlines()[:4])
+    return None

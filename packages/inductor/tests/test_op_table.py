@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
@@ -25,34 +24,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.lowering.random import RANDOM_LOWERINGS
 from helpers import compile_and_load, trace
-from op_table import OP_TABLE, Batch, OpCase, flatten, make_input
+from op_table import OP_TABLE, Batch, OpCase, case_inputs, compare, flatten
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool)
-TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2),
-       torch.bfloat16: (2e-2, 2e-2)}
-
-
-def _inputs(case: OpCase, dtype: torch.dtype, contiguous: bool) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(zlib.crc32(f"{case.name}{dtype}{contiguous}".encode()))
-    xs = [make_input(s, dtype, case.domain, contiguous, gen) for s in case.shapes]
-    if case.extra is not None:
-        torch.manual_seed(7)
-        xs += list(case.extra())
-    return xs
-
-
-def _compare(actual: list[torch.Tensor], expected: list[torch.Tensor],
-             dtype: torch.dtype) -> str | None:
-    if len(actual) != len(expected):
-        return f"{len(actual)} outputs, expected {len(expected)}"
-    for a, e in zip(actual, expected):
-        rtol, atol = TOL.get(e.dtype, TOL.get(dtype, (0.0, 0.0)))
-        try:
-            torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True,
-                                       check_stride=False)
-        except AssertionError as err:
-            return str(err).splitlines()[0] + " " + " ".join(str(err).splitlines()[1:4])
-    return None
 
 
 def _lowering_status(case: OpCase, xs: list[torch.Tensor]) -> tuple[str, dict[str, int]]:
@@ -70,7 +44,7 @@ def run_batch(dtype: torch.dtype, contiguous: bool) -> dict[str, tuple[str, str]
     expected: dict[str, list[torch.Tensor]] = {}
     results: dict[str, tuple[str, str]] = {}
     for c in cases:
-        xs = _inputs(c, dtype, contiguous)
+        xs = case_inputs(c, dtype, contiguous)
         try:
             expected[c.name] = flatten(c.fn(*[x.clone() for x in xs]))
         except RuntimeError:
@@ -92,7 +66,7 @@ def run_batch(dtype: torch.dtype, contiguous: bool) -> dict[str, tuple[str, str]
     for c in runnable:
         if c.name not in actual:
             continue
-        problem = _compare(actual[c.name], expected[c.name], dtype)
+        problem = compare(actual[c.name], expected[c.name], dtype)
         if problem:
             results[c.name] = ("failing", problem)
     return results
@@ -170,7 +144,7 @@ def test_table_calls_every_lowered_op() -> None:
     called: set[str] = set()
     for case in OP_TABLE:
         for dtype in case.dtypes:
-            xs = _inputs(case, dtype, True)
+            xs = case_inputs(case, dtype, True)
             try:
                 case.fn(*[x.clone() for x in xs])
             except RuntimeError:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import sys
-import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,26 +24,14 @@ from ember.inductor.codegen.triton.testing import triton_for_cpu
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec
 from ember.runtime.compiled.triton_launcher import spec_from_entry
 from helpers import compile_and_load, trace
-from op_table import OP_TABLE, Batch, OpCase, flatten, make_input
+from op_table import OP_TABLE, Batch, OpCase, case_inputs, compare, flatten
 
 pytest.importorskip("triton")
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool)
-TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2),
-       torch.bfloat16: (2e-2, 2e-2)}
 
 # Generated Triton sources seen by the op tests, for the ahead-of-time compile test.
 GENERATED: dict[str, tuple[dict[str, Any], dict[str, bytes]]] = {}
-
-
-def _inputs(case: OpCase, dtype: torch.dtype, contiguous: bool) -> list[torch.Tensor]:
-    # a stable seed (str hashes change between processes)
-    gen = torch.Generator().manual_seed(zlib.crc32(f"{case.name}{dtype}{contiguous}".encode()))
-    xs = [make_input(s, dtype, case.domain, contiguous, gen) for s in case.shapes]
-    if case.extra is not None:
-        torch.manual_seed(7)
-        xs += list(case.extra())
-    return xs
 
 
 def _run_together(cases: list[OpCase], inputs: dict[str, list[torch.Tensor]]
@@ -59,27 +46,13 @@ def _run_together(cases: list[OpCase], inputs: dict[str, list[torch.Tensor]]
     return batch.split(run(*[x.clone() for x in batch.inputs]))
 
 
-def _compare(actual: list[torch.Tensor], expected: list[torch.Tensor],
-             dtype: torch.dtype) -> str | None:
-    if len(actual) != len(expected):
-        return f"{len(actual)} outputs, expected {len(expected)}"
-    for a, e in zip(actual, expected):
-        rtol, atol = TOL.get(e.dtype, TOL.get(dtype, (0.0, 0.0)))
-        try:
-            torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True,
-                                       check_stride=False)
-        except AssertionError as err:
-            return " ".join(str(err).splitlines()[:4])
-    return None
-
-
 @functools.cache
 def run_batch(dtype: torch.dtype, contiguous: bool) -> dict[str, str | None]:
     """case name -> None when it matches eager, else the problem."""
     inputs: dict[str, list[torch.Tensor]] = {}
     expected: dict[str, list[torch.Tensor]] = {}
     for c in (c for c in OP_TABLE if dtype in c.dtypes):
-        xs = _inputs(c, dtype, contiguous)
+        xs = case_inputs(c, dtype, contiguous)
         try:
             expected[c.name] = flatten(c.fn(*[x.clone() for x in xs]))
         except RuntimeError:
@@ -98,7 +71,7 @@ def run_batch(dtype: torch.dtype, contiguous: bool) -> dict[str, str | None]:
                 results[c.name] = f"{type(e).__name__}: {str(e)[:400]}"
     for c in cases:
         if c.name in actual:
-            results[c.name] = _compare(actual[c.name], expected[c.name], dtype)
+            results[c.name] = compare(actual[c.name], expected[c.name], dtype)
     return results
 
 
