@@ -44,7 +44,18 @@ from ember.inductor.buffers import (
     ReductionBuffer,
     ScatterBuffer,
 )
-from ember.inductor.loop_ir import Buffer, IndexExpr, Int, Kernel, Var, add, floordiv, mod, mul
+from ember.inductor.loop_ir import (
+    Buffer,
+    IndexExpr,
+    Int,
+    Kernel,
+    Stmt,
+    Var,
+    add,
+    floordiv,
+    mod,
+    mul,
+)
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.lowering.values import numel
@@ -169,10 +180,14 @@ def _reshaped_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Em
     return emit
 
 
-def _trial_kernel(group: KernelGroup, b: BodyBuilder) -> Kernel:
-    return Kernel("trial", tuple(v for v in loop_vars(group.outer, "x") if isinstance(v, Var)),
-                  tuple(v for v in loop_vars(group.reduction, "r") if isinstance(v, Var)),
-                  tuple(b.stmts), ())
+def _group_kernel(name: str, group: KernelGroup, body: tuple[Stmt, ...],
+                  buffers: tuple[Buffer, ...] = (), origins: tuple[str, ...] = ()) -> Kernel:
+    """The kernel of ``group`` with ``body``: its loop variables are the group's."""
+    return Kernel(name,
+                  ranges=tuple(v for v in loop_vars(group.outer, "x") if isinstance(v, Var)),
+                  reduction_ranges=tuple(
+                      v for v in loop_vars(group.reduction, "r") if isinstance(v, Var)),
+                  body=body, buffers=buffers, origins=origins)
 
 
 def _breaks_split(group: KernelGroup, trial: BodyBuilder) -> bool:
@@ -180,11 +195,10 @@ def _breaks_split(group: KernelGroup, trial: BodyBuilder) -> bool:
     Triton runs split would make it unsplittable (see the module doc)."""
     from ember.inductor.codegen.triton.split_writer import splittable, wants_split
 
-    after = _trial_kernel(group, trial)
+    after = _group_kernel("trial", group, tuple(trial.stmts))
     if not wants_split(after) or splittable(after):
         return False
-    before = _trial_kernel(group, group.build()[0])
-    return splittable(before)
+    return splittable(_group_kernel("trial", group, tuple(group.build()[0].stmts)))
 
 
 def _generates_triton(device_type: str) -> bool:
@@ -296,14 +310,8 @@ def _finish(lowered: GraphLowering, steps: list[KernelGroup | ExternCall]) -> li
             Buffer(n, lowered.buffers[n].dtype, lowered.buffers[n].sizes,
                    lowered.buffers[n].strides) for n in names)
         origins = tuple(o for node, _ in s.members for o in node.origins)
-        kernel = Kernel(
-            name=f"kernel{count}",
-            ranges=tuple(v for v in loop_vars(s.outer, "x") if isinstance(v, Var)),
-            reduction_ranges=tuple(v for v in loop_vars(s.reduction, "r") if isinstance(v, Var)),
-            body=body,
-            buffers=buffers,
-            origins=tuple(dict.fromkeys(origins)),
-        )
+        kernel = _group_kernel(f"kernel{count}", s, body, buffers,
+                               tuple(dict.fromkeys(origins)))
         count += 1
         result.append(KernelStep(kernel, s))
     return result

@@ -137,9 +137,6 @@ class Reduce:
     dtype: torch.dtype
 
 
-STORE_MODES = ("store", "add")
-
-
 @dataclass(frozen=True)
 class Store:
     """``buffer[index] = value`` (``+= value`` when ``mode == "add"``), where ``mask``."""

@@ -97,18 +97,22 @@ class Kernel:
 
     def inner_values(self) -> set[str]:
         """Names of the values that depend on a reduction variable (see module doc)."""
-        reduction_names = {v.name for v in self.reduction_ranges}
-        inner: set[str] = set()
+        return self.values_depending_on({v.name for v in self.reduction_ranges})
+
+    def values_depending_on(self, var_names: set[str]) -> set[str]:
+        """Names of the values (``Reduce`` results excepted) that change with one of the
+        loop variables ``var_names``."""
+        found: set[str] = set()
         for s in self.body:
             if isinstance(s, (Reduce, Store)):
                 continue
             index = getattr(s, "index", None)
-            reads_rvar = index is not None and any(
-                v.name in reduction_names for v in free_vars(index)
+            reads_var = index is not None and any(
+                v.name in var_names for v in free_vars(index)
             )
-            if reads_rvar or any(a in inner for a in stmt_inputs(s)):
-                inner.add(s.name)
-        return inner
+            if reads_var or any(a in found for a in stmt_inputs(s)):
+                found.add(s.name)
+        return found
 
 
 def _unique(names: object) -> list[str]:

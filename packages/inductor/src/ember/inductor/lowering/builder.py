@@ -107,6 +107,12 @@ class BodyBuilder:
             return value
         return self.compute("cast", value, dtype=dtype)
 
+    def all_of(self, first: str, *rest: str) -> str:
+        """The bool value ``first and rest[0] and ...`` (folded left)."""
+        for c in rest:
+            first = self.compute("logical_and", first, c)
+        return first
+
     def reduce(self, op: str, value: str, dtype: torch.dtype) -> str:
         key = ("reduce", op, value, dtype)
         return self._emit(key, Reduce, op, value, dtype, dtype=dtype)

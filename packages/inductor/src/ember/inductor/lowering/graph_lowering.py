@@ -27,7 +27,7 @@ from ember.inductor.buffers import (
     ScatterBuffer,
     ScheduledNode,
 )
-from ember.inductor.loop_ir import Add, IndexExpr, Int, Var
+from ember.inductor.loop_ir import Add, IndexExpr, Var
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.layout import (
     channels_last_strides,
@@ -44,6 +44,8 @@ from ember.inductor.lowering.values import (
     Value,
     contiguous_strides,
     numel,
+    probe,
+    probe_index,
 )
 from ember.runtime.ir import Argument, Node, Program, TensorMeta, ValueRef
 from ember.runtime.logs import log
@@ -108,7 +110,7 @@ class GraphLowering:
         self._realized: dict[int, tuple[Lazy, Stored]] = {}
         self._channels_last_copies: dict[tuple[Any, ...], Stored] = {}
         self._channels_last_buffers: set[str] = set()  # stored channels-last
-        self._loads_of: dict[int, tuple[Lazy, set[str]]] = {}
+        self._loads_of: dict[int, tuple[Lazy, list[tuple[str, IndexExpr]], set[str]]] = {}
         # random ops (see rng_seed): run them eagerly on torch's generator instead
         self.eager_random = eager_random
         self._seed: tuple[ExternCall, Stored] | None = None
@@ -198,16 +200,19 @@ class GraphLowering:
             return tuple(self._arg(x) for x in a)
         return a
 
-    def _loaded_buffers(self, value: Lazy) -> set[str]:
-        """The buffers computing ``value`` loads (memoized per Lazy)."""
+    def _external_loads(self, value: Lazy) -> tuple[list[tuple[str, IndexExpr]], set[str]]:
+        """What computing ``value`` loads at :func:`probe_index`: the (buffer, index)
+        pairs and the set of buffers (memoized per Lazy)."""
         found = self._loads_of.get(id(value))
         if found is None:
-            b = BodyBuilder()
-            value.element(b, tuple(Var(f"x{i}", s) if s != 1 else Int(0)
-                                   for i, s in enumerate(value.sizes)))
-            found = (value, {buf for buf, _ in b.external_loads})
+            loads = probe(value).external_loads
+            found = (value, loads, {buf for buf, _ in loads})
             self._loads_of[id(value)] = found  # holds value: its id stays unique
-        return found[1]
+        return found[1], found[2]
+
+    def _loaded_buffers(self, value: Lazy) -> set[str]:
+        """The buffers computing ``value`` loads."""
+        return self._external_loads(value)[1]
 
     def _reads_full_size(self, value: Lazy) -> bool:
         """Whether computing ``value`` loads a buffer at least as large as it (not only
@@ -435,16 +440,13 @@ class GraphLowering:
     def _unit_stride_dim(self, value: Lazy) -> int | None:
         """The dim of ``value`` along which its largest input is read contiguously
         (its loop variable a plain term of the load's index), if one is."""
-        b = BodyBuilder()
-        index = tuple(Var(f"x{i}", s) if s != 1 else Int(0) for i, s in enumerate(value.sizes))
-        value.element(b, index)
-        loads = [(numel(self.buffers[buf].sizes), ix) for buf, ix in b.external_loads
-                 if buf in self.buffers]
+        loads = [(numel(self.buffers[buf].sizes), ix)
+                 for buf, ix in self._external_loads(value)[0] if buf in self.buffers]
         if not loads:
             return None
         _, ix = max(loads, key=lambda t: t[0])
         terms = ix.terms if isinstance(ix, Add) else (ix,)
-        for d, v in enumerate(index):
+        for d, v in enumerate(probe_index(value.sizes)):
             if isinstance(v, Var) and v in terms:
                 return d
         return None
@@ -606,12 +608,7 @@ MAX_INLINED_BUFFERS = 8
 
 def too_large(value: Lazy) -> bool:
     """Whether inlining ``value`` into its consumers would cost too much."""
-    from ember.inductor.loop_ir import Int, Var
-    from ember.inductor.lowering.builder import BodyBuilder
-
-    b = BodyBuilder()
-    index = tuple(Var(f"x{i}", s) if s != 1 else Int(0) for i, s in enumerate(value.sizes))
-    value.element(b, index)
+    b = probe(value)
     buffers = {buf for buf, _ in b.external_loads}
     return len(b.stmts) > MAX_INLINED_STATEMENTS or len(buffers) > MAX_INLINED_BUFFERS
 

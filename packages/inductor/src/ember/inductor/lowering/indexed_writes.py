@@ -41,16 +41,9 @@ def _position(b: BodyBuilder, index_value: str, size: int,
     if wrap:
         neg = b.compute("lt", v, b.literal(0, i64))
         wrapped = b.compute("where", neg, b.compute("add", v, b.literal(size, i64)), v)
-    inside = b.compute("logical_and", b.compute("ge", wrapped, b.literal(0, i64)),
-                       b.compute("lt", wrapped, b.literal(size, i64)))
+    inside = b.all_of(b.compute("ge", wrapped, b.literal(0, i64)),
+                      b.compute("lt", wrapped, b.literal(size, i64)))
     return Indirect(wrapped), inside
-
-
-def _all(b: BodyBuilder, conds: Sequence[str]) -> str | None:
-    result = None
-    for c in conds:
-        result = c if result is None else b.compute("logical_and", result, c)
-    return result
 
 
 def _check_accumulate(ctx: GraphLowering, dtype: torch.dtype) -> None:
@@ -100,7 +93,7 @@ def _index_put(ctx: GraphLowering, node: Node, x: TensorValue, indices: Sequence
             position.append(p)
             conds.append(inside)
         value = values.element(b, broadcast_index(values.sizes, i))
-        return tuple(position), value, _all(b, conds)
+        return tuple(position), value, b.all_of(*conds) if conds else None
 
     return ctx.scatter(node, x, sizes, fn, accumulate)
 

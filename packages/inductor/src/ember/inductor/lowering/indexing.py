@@ -23,7 +23,7 @@ def _in_range(b: BodyBuilder, i: IndexExpr, lo: int, hi: int) -> str:
     if lo > 0:
         conds.append(b.compute("ge", v, b.literal(lo, torch.int64)))
     conds.append(b.compute("lt", v, b.literal(hi, torch.int64)))
-    return conds[0] if len(conds) == 1 else b.compute("logical_and", *conds)
+    return b.all_of(*conds)
 
 
 @lowering("aten::cat.default")
@@ -79,9 +79,7 @@ def _pad(ctx: Any, node: Node, x: TensorValue, pad: Sequence[int], value: Any = 
         ]
         if not conds:
             return x.element(b, tuple(src))
-        cond = conds[0]
-        for c in conds[1:]:
-            cond = b.compute("logical_and", cond, c)
+        cond = b.all_of(*conds)
         with b.masked(cond):
             v = x.element(b, tuple(src))
         return b.compute("where", cond, v, b.literal(value, meta.dtype))

@@ -79,10 +79,7 @@ def _inside(b: BodyBuilder, row: IndexExpr, col: IndexExpr, height: int, width: 
         v = b.index_value(pos)
         conds.append(b.compute("ge", v, b.literal(0, i64)))
         conds.append(b.compute("lt", v, b.literal(size, i64)))
-    result = conds[0]
-    for c in conds[1:]:
-        result = b.compute("logical_and", result, c)
-    return result
+    return b.all_of(*conds)
 
 
 def _check_input(x: TensorValue) -> None:
@@ -145,8 +142,8 @@ def _max_pool2d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: T
         w = b.literal(width, i64)
         row = b.compute("floordiv", flat, w)
         col = b.compute("remainder", flat, w)
-        inside = b.compute("logical_and", b.compute("ge", flat, b.literal(0, i64)),
-                           b.compute("lt", flat, b.literal(height * width, i64)))
+        inside = b.all_of(b.compute("ge", flat, b.literal(0, i64)),
+                          b.compute("lt", flat, b.literal(height * width, i64)))
         return (*i[:-2], Indirect(row), Indirect(col)), grad.element(b, i), inside
 
     return ctx.scatter(node, zeros, grad.sizes, fn, accumulate=True)
@@ -154,7 +151,6 @@ def _max_pool2d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: T
 
 class _AvgPool(NamedTuple):
     window: Window
-    ceil_mode: bool
     count_include_pad: bool
     divisor_override: int | None
 
@@ -179,9 +175,10 @@ def _avg_divisor(b: BodyBuilder, p: _AvgPool, out: tuple[IndexExpr, IndexExpr],
     return b.cast(b.compute("mul", *counts), dtype)
 
 
-def _avg_params(kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool,
-                count_include_pad: bool, divisor_override: int | None) -> _AvgPool:
-    return _AvgPool(_window(kernel_size, stride, padding), ceil_mode, count_include_pad,
+def _avg_params(kernel_size: Any, stride: Any, padding: Any, count_include_pad: bool,
+                divisor_override: int | None) -> _AvgPool:
+    # NOTE: ceil_mode only changes the output size, which the node's meta gives
+    return _AvgPool(_window(kernel_size, stride, padding), count_include_pad,
                     divisor_override)
 
 
@@ -190,8 +187,7 @@ def _avg_pool2d(ctx: GraphLowering, node: Node, x: TensorValue, kernel_size: Any
                 stride: Any = (), padding: Any = 0, ceil_mode: bool = False,
                 count_include_pad: bool = True, divisor_override: int | None = None) -> Lazy:
     _check_input(x)
-    p = _avg_params(kernel_size, stride, padding, ceil_mode, count_include_pad,
-                    divisor_override)
+    p = _avg_params(kernel_size, stride, padding, count_include_pad, divisor_override)
     height, width = x.sizes[-2:]
     meta = out_meta(node)
     ct = compute_dtype(meta.dtype)
@@ -215,8 +211,7 @@ def _avg_pool2d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: T
                          kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool,
                          count_include_pad: bool, divisor_override: int | None) -> Stored:
     _check_input(x)
-    p = _avg_params(kernel_size, stride, padding, ceil_mode, count_include_pad,
-                    divisor_override)
+    p = _avg_params(kernel_size, stride, padding, count_include_pad, divisor_override)
     meta = out_meta(node)
     height, width = x.sizes[-2:]
     ct = compute_dtype(meta.dtype)

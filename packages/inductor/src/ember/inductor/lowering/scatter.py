@@ -36,9 +36,7 @@ def _slice_scatter(ctx: Any, node: Node, x: TensorValue, src: TensorValue, dim: 
         if step != 1:
             conds.append(b.compute("eq", b.compute("remainder", rel, b.literal(
                 step, torch.int64)), b.literal(0, torch.int64)))
-        cond = conds[0]
-        for c in conds[1:]:
-            cond = b.compute("logical_and", cond, c)
+        cond = b.all_of(*conds)
         src_index = list(index)
         # NOTE: only read where cond holds, so the (lo, step) affine inverse is exact
         src_index[d] = floordiv(add(index[d], -lo), step)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, add, mul
+from ember.inductor.loop_ir import IndexExpr, Int, Var, add, mul
 from ember.inductor.lowering.builder import BodyBuilder
 
 ElementFn = Callable[[BodyBuilder, tuple[IndexExpr, ...]], str]
@@ -75,6 +75,19 @@ class ScalarValue:
 
 TensorValue = Stored | Lazy
 Value = Stored | Lazy | ScalarValue
+
+
+def probe_index(sizes: Sequence[int]) -> tuple[IndexExpr, ...]:
+    """Symbolic loop variables ``x0, x1, ...`` over ``sizes`` (a size-1 dim: 0)."""
+    return tuple(Var(f"x{i}", s) if s != 1 else Int(0) for i, s in enumerate(sizes))
+
+
+def probe(value: Lazy) -> BodyBuilder:
+    """A builder holding one element of ``value`` at :func:`probe_index`: what computing
+    it loads, and through which indexes, and how much code it takes."""
+    b = BodyBuilder()
+    value.element(b, probe_index(value.sizes))
+    return b
 
 
 def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:

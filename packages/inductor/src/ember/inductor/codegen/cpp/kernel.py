@@ -43,7 +43,6 @@ from ember.inductor.loop_ir import (
     free_vars,
     reduction_phases,
     render,
-    stmt_inputs,
 )
 from ember.inductor.loop_ir.index import indirect_values
 
@@ -513,7 +512,7 @@ def lanes_never_collide(kernel: Kernel) -> bool:
     indirect part does not depend on it (the embedding gradient: ``row[i] * D + d``
     over ``d``). Then SIMD lanes may run those iterations together."""
     xl = kernel.ranges[-1]
-    varying = _values_depending_on(kernel, xl)
+    varying = kernel.values_depending_on({xl.name})
     for s in kernel.body:
         if not (isinstance(s, Store) and s.mode == "add"):
             continue
@@ -522,19 +521,6 @@ def lanes_never_collide(kernel: Kernel) -> bool:
         if any(v in varying for v in indirect_values(s.index)):
             return False
     return True
-
-
-def _values_depending_on(kernel: Kernel, var: Var) -> set[str]:
-    """The body values whose value changes with loop variable ``var``."""
-    found: set[str] = set()
-    for s in kernel.body:
-        if isinstance(s, Store):
-            continue
-        index = getattr(s, "index", None)
-        if (index is not None and any(v.name == var.name for v in free_vars(index))) or any(
-                a in found for a in stmt_inputs(s)):
-            found.add(s.name)
-    return found
 
 
 def _coefficient(index: IndexExpr, var: Var) -> int | None:

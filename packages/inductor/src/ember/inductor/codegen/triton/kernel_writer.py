@@ -529,11 +529,10 @@ def generate_triton_kernel(kernel: Kernel, config: LaunchConfig | None = None) -
         else:
             config = choose_config(kernel.numel)
     if kernel.is_reduction and config.split > 1:
-        from ember.inductor.codegen.triton.split_writer import SplitReductionWriter
+        from ember.inductor.codegen.triton.split_writer import SplitReductionWriter, splittable
 
-        writer = SplitReductionWriter(kernel, config)
-        if writer.splittable():
-            return writer.write()
+        if splittable(kernel):
+            return SplitReductionWriter(kernel, config).write()
     return KernelWriter(kernel, config).write()
 
 

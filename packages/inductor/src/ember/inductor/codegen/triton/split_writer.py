@@ -6,7 +6,7 @@ over ``(programs, split)`` reduces chunk ``rsplit`` of each row into a workspace
 ``Reduce``, allocated by the launcher), and ``<name>`` combines the ``split`` partial
 results of each row and runs the kernel's epilogue (the statements after the reduction).
 
-Only one-pass kernels of sum/prod/max/min/any/all split (:meth:`splittable`); others run
+Only one-pass kernels of sum/prod/max/min/any/all split (:func:`splittable`); others run
 as looped reductions.
 """
 
@@ -44,9 +44,6 @@ def wants_split(kernel: Kernel) -> bool:
 
 class SplitReductionWriter(KernelWriter):
     """Writes the two functions of a split reduction (module doc)."""
-
-    def splittable(self) -> bool:
-        return splittable(self.kernel)
 
     def workspace_params(self, reduces: list[Reduce]) -> list[str]:
         return [f"{self.value(r.name)}_ws" for r in reduces]
