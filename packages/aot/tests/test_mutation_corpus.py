@@ -163,6 +163,21 @@ def _non_overlapping_views(a, b):
     return a + b
 
 
+def _squeeze_intermediate(a, b):
+    # torch.matmul of a 1-d and a 2-d tensor: unsqueeze, mm, then squeeze_ of the result
+    y = a.unsqueeze(0) @ b
+    y.squeeze_(0)
+    return y
+
+
+def _inplace_views_then_write(x):
+    y = x * 2
+    y.t_()
+    y.unsqueeze_(0)
+    y[0, 1].add_(5)  # a write through the changed view reaches y's data
+    return y, y * 1
+
+
 def _f32(*shape: int) -> torch.Tensor:
     return torch.randn(*shape)
 
@@ -198,6 +213,8 @@ CORPUS: list[tuple[str, Callable[..., Any], Callable[[], tuple[torch.Tensor, ...
      lambda: (_f32(5, 3), torch.tensor([0, 3]), _f32(2, 3))),
     ("masked_fill", _masked_fill, lambda: (_f32(3, 4),)),
     ("relu_intermediate", _relu_intermediate, lambda: (_f32(3, 4),)),
+    ("squeeze_intermediate", _squeeze_intermediate, lambda: (_f32(3), _f32(3, 5))),
+    ("inplace_views_then_write", _inplace_views_then_write, lambda: (_f32(3, 4),)),
     ("mutated_view_is_output", _mutated_view_is_output, lambda: (_f32(3, 4),)),
 ]
 

@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.aot.builder import GraphBuilder
-from ember.aot.op_effects import is_view, mutated_positions, mutation_of, with_defaults
+from ember.aot.op_effects import (
+    is_inplace_view,
+    is_view,
+    mutated_positions,
+    mutation_of,
+    with_defaults,
+)
 from ember.aot.view_inverse import ViewStep, write_back
 from ember.runtime.ir import (
     Argument,
@@ -207,7 +213,9 @@ class _Functionalizer:
         args = tuple(self.read(a) for a in node.args)
         kwargs = {k: self.read(v) for k, v in node.kwargs.items()}
         written = mutated_positions(node.target, node.args)
-        if written:
+        if written and is_inplace_view(node.target):
+            self._inplace_view_call(node, args, kwargs)
+        elif written:
             self._functional_call(node, args, kwargs, written)
         elif is_view(node.target) and node.args and isinstance(node.args[0], ValueRef):
             self._view_call(node, args, kwargs)
@@ -228,6 +236,25 @@ class _Functionalizer:
             chain = base_alias.chain + (step,)
             self.alias[ref] = _Alias(base_alias.storage, chain)
             storage.views[chain] = (storage.version, ValueRef(new.node, ref.index))
+
+    def _inplace_view_call(self, node: Node, args: tuple[Argument, ...],
+                           kwargs: dict[str, Argument]) -> None:
+        """An op that changes only the sizes/strides of ``self`` (``squeeze_``,
+        ``t_``, ...): the view op it stands for, and ``self`` is that view from now on
+        (its data is not written)."""
+        src = node.args[0]
+        assert isinstance(src, ValueRef)
+        functional = mutation_of(node.target).functional
+        args, kwargs = with_defaults(node.target, args, kwargs)
+        new = self._copy(node, args, kwargs, target=functional)
+        base_alias = self.alias[src]
+        step = ViewStep(functional, args[1:], tuple(sorted(kwargs.items())), None)
+        chain = base_alias.chain + (step,)
+        storage = self.storages[base_alias.storage]
+        storage.views[chain] = (storage.version, new)
+        for ref in (src, *self._results(node)):
+            self.alias[ref] = _Alias(base_alias.storage, chain)
+            self.meta[ref] = node.meta
 
     def _functional_call(self, node: Node, args: tuple[Argument, ...],
                          kwargs: dict[str, Argument], written: tuple[int, ...]) -> None:

@@ -54,6 +54,20 @@ def is_view(target: str) -> bool:
     return False
 
 
+@functools.cache
+def is_inplace_view(target: str) -> bool:
+    """True for an op that changes only the sizes and strides of its ``self``
+    (``squeeze_``, ``unsqueeze_``, ``t_``, ``transpose_``, ``as_strided_``, ...) and whose
+    functional form is a view op (``resize_`` is not one: it may reallocate)."""
+    op = resolve_op(target)
+    if torch.Tag.inplace_view not in op.tags or target == "aten::resize_.default":
+        return False
+    try:
+        return is_view(mutation_of(target).functional)
+    except IRFormatError:
+        return False
+
+
 def mutated_positions(target: str, args: tuple[object, ...]) -> tuple[int, ...]:
     """Positional indices of the arguments this call writes in place (empty if none).
 
