@@ -26,33 +26,21 @@ def is_core_op(op: torch._ops.OpOverload) -> bool:
     return torch.Tag.core in op.tags
 
 
-# Ops outside the Core ATen opset that torch's core table leaves alone but that have a
-# registered decomposition into Core ATen ops (checked against torch 2.13).
-EXTRA_DECOMPOSED_OPS: tuple[str, ...] = (
-    "native_batch_norm.default",
-    "_native_batch_norm_legit.default",
-    "_native_batch_norm_legit.no_stats",
-    "_native_batch_norm_legit_no_training.default",
-    "_native_batch_norm_legit_functional.default",
-    "_batch_norm_with_update_functional.default",
-)
-
-
 def decomposition_table_for_core_aten(
     keep: frozenset[str] = frozenset(),
 ) -> dict[torch._ops.OpOverload, Decomposition]:
     """Decompositions that bring a program down to Core ATen: torch's own Core ATen
-    table, less the ops it names in ``keep`` (qualified names a backend wants whole, e.g.
-    fused attention), plus the registered decompositions of :data:`EXTRA_DECOMPOSED_OPS`."""
-    core: dict[torch._ops.OpOverload, Decomposition] = dict(core_aten_decompositions())
-    table = {op: fn for op, fn in core.items()
-             if not (isinstance(op, torch._ops.OpOverload) and _qualified(op) in keep)}
-    for name in EXTRA_DECOMPOSED_OPS:
-        packet, _, overload = name.partition(".")
-        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
-        if isinstance(op, torch._ops.OpOverload) and op in _all_decompositions:
-            table.setdefault(op, _all_decompositions[op])
-    return table
+    table plus every other decomposition torch registers (``torch._decomp``) for an op
+    outside the Core ATen opset, less the ops named in ``keep`` (qualified names a
+    backend wants whole, e.g. fused attention). A decomposition calls other ops, which
+    the decomposing mode decomposes again until only Core ATen ops (or ops with no
+    decomposition at all) remain."""
+    table: dict[torch._ops.OpOverload, Decomposition] = dict(core_aten_decompositions())
+    for op, fn in _all_decompositions.items():
+        if isinstance(op, torch._ops.OpOverload) and not is_core_op(op):
+            table.setdefault(op, fn)
+    return {op: fn for op, fn in table.items()
+            if not (isinstance(op, torch._ops.OpOverload) and _qualified(op) in keep)}
 
 
 def current_autograd_node() -> Any:

@@ -72,3 +72,41 @@ def max_of_all(x: torch.Tensor) -> Any:
 def min_of_all(x: torch.Tensor) -> Any:
     """The smallest element: ``amin`` over every dimension (both propagate NaN)."""
     return torch.ops.aten.amin.default(x, list(range(x.dim())))
+
+
+def _nan_ignoring(pick: Callable[..., Any], a: torch.Tensor, b: torch.Tensor) -> Any:
+    """``pick(a, b)``, except that where one side is NaN the other side is the result
+    (NaN only where both are)."""
+    both = pick(a, b)
+    if not (a.dtype.is_floating_point or b.dtype.is_floating_point):
+        return both
+    aten = torch.ops.aten
+    take_a = aten.where.self(aten.isnan.default(a), b, both)
+    return aten.where.self(aten.isnan.default(b), a, take_a)
+
+
+@register(torch.ops.aten.fmax.default)
+def fmax(a: torch.Tensor, b: torch.Tensor) -> Any:
+    """``maximum`` that ignores NaN: where one operand is NaN, the other one."""
+    return _nan_ignoring(torch.ops.aten.maximum.default, a, b)
+
+
+@register(torch.ops.aten.fmin.default)
+def fmin(a: torch.Tensor, b: torch.Tensor) -> Any:
+    """``minimum`` that ignores NaN: where one operand is NaN, the other one."""
+    return _nan_ignoring(torch.ops.aten.minimum.default, a, b)
+
+
+@register(torch.ops.aten.addbmm.default)
+def addbmm(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *,
+           beta: Any = 1, alpha: Any = 1) -> Any:
+    """``beta * x + alpha * sum_b(batch1[b] @ batch2[b])`` (with ``beta == 0``, ``x``
+    is ignored, NaN included, as eager does)."""
+    aten = torch.ops.aten
+    products = aten.sum.dim_IntList(aten.bmm.default(batch1, batch2), [0])
+    if alpha != 1:
+        products = aten.mul.Tensor(products, alpha)
+    if beta == 0:
+        return products
+    scaled = x if beta == 1 else aten.mul.Tensor(x, beta)
+    return aten.add.Tensor(scaled, products)

@@ -20,7 +20,9 @@ Output signature conventions (see ``packages/aot/README.md``):
   forward placeholder's name).
 * ``metadata["aot"]``: ``aliased_outputs`` (how the runtime rebuilds views),
   ``differentiable_outputs`` (forward output indices that take a tangent), ``saved_bytes``
-  and ``recomputed`` (the partitioner's choice), ``save_everything``.
+  and ``recomputed`` (the partitioner's choice), ``save_everything``, ``extern_ops``
+  (non-Core ATen ops left whole because nothing decomposes them; backends run them as
+  extern calls, see :mod:`ember.aot.extern_ops`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ember.aot._torch import decomposition_table_for_core_aten
 from ember.aot.cleanup import eliminate_common_subexpressions, eliminate_dead_code
 from ember.aot.config import AotConfig
 from ember.aot.decompositions import EMBER_DECOMPOSITIONS
+from ember.aot.extern_ops import declare_extern_ops
 from ember.aot.functionalize import functionalize, functionalize_graph
 from ember.aot.partition.mincut import partition, saved_name
 from ember.aot.retrace import retrace, trace_joint
@@ -76,6 +79,7 @@ def aot_compile(program: Program, config: AotConfig | None = None) -> Program:
     else:
         result = _inference_program(functional, table)
     result.dialect = "core-functional"
+    declare_extern_ops(result)
     return result
 
 

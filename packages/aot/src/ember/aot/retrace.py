@@ -36,30 +36,53 @@ from ember.runtime.ir import (
 from ember.runtime.tracing import GraphRecorder
 
 
+class _Undecomposable(Exception):
+    """A decomposition reached an op that cannot appear in a core-functional program
+    (a ``prims`` op): the op being decomposed stays whole instead."""
+
+
 class DecomposingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Replaces each op that has an entry in ``table`` by its decomposition (applied
-    again, recursively, to the ops the decomposition calls)."""
+    again, recursively, to the ops the decomposition calls).
+
+    Some of torch's decompositions are written with ``prims`` ops (``torch._refs``),
+    which the core-functional dialect refuses: when one reaches the mode inside a
+    decomposition, the innermost op being decomposed is kept whole (the ops its
+    decomposition recorded so far are dead code, dropped by the clean-up)."""
 
     def __init__(self, table: Mapping[Any, Callable[..., Any]]) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.table = table
+        self.depth = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
+        if self.depth and func.namespace == "prims":
+            raise _Undecomposable(func)
         decomposition = self.table.get(func)
         if decomposition is not None:
-            with self:
-                result = decomposition(*args, **kwargs)
+            result = self._decompose(decomposition, args, kwargs)
             if result is not NotImplemented:
                 return result
         if has_composite_implicit_kernel(func):
             # NOTE: ops called from inside a decomposition (below autograd) reach the
             # mode even when torch would have decomposed them above it.
-            with self:
-                result = func.decompose(*args, **kwargs)
+            result = self._decompose(func.decompose, args, kwargs)
             if result is not NotImplemented:
                 return result
         return func(*args, **kwargs)
+
+    def _decompose(self, decomposition: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """``decomposition(*args, **kwargs)`` under this mode, or NotImplemented when it
+        reaches a ``prims`` op."""
+        self.depth += 1
+        try:
+            with self:
+                return decomposition(*args, **kwargs)
+        except _Undecomposable:
+            return NotImplemented
+        finally:
+            self.depth -= 1
 
 
 def _detach_where_captured_without_grad(result: Any, meta: Any) -> Any:

@@ -20,13 +20,23 @@ Dialect rules (DESIGN.md §3):
 
 ``aten``             any operator.
 ``core-functional``  no operator that writes to an argument; views are allowed; every
-                     ``aten`` operator is in torch's Core ATen opset (``torch.Tag.core``) or
-                     in :data:`CORE_FUNCTIONAL_EXTRA_OPS`; ``prims`` operators are refused;
-                     operators in other namespaces (custom ops) are opaque calls.
+                     ``aten`` operator is in torch's Core ATen opset (``torch.Tag.core``),
+                     in :data:`CORE_FUNCTIONAL_EXTRA_OPS`, or an *extern op* declared by
+                     the program (below); ``prims`` operators are refused; operators in
+                     other namespaces (custom ops) are opaque calls.
 ``compiled``         the program says ``dialect="compiled"``; every graph has its entry in
                      ``metadata["compiled"]["graphs"]`` with a wrapper file, and each
                      kernel a known language and a source file in ``program.files``
                      (layout: ``ember/runtime/compiled/README.md``).
+
+Extern ops (core-functional): an ``aten`` operator that is not Core ATen and that the
+producer could not decompose (torch registers no decomposition of it, e.g. ``median``,
+``kthvalue``, ``cummax``) may stay as one whole call when the program declares it in
+``program.metadata["aot"]["extern_ops"]`` (a list of qualified names, see
+:func:`declared_extern_ops`; the aot stage writes it). The declaration is the contract
+that a backend runs such a call as an extern call to the eager ATen kernel (a counted
+fallback in a compiler; the interpreter runs every op that way). Declared or not, an
+extern op must not write to its arguments.
 """
 
 from __future__ import annotations
@@ -87,6 +97,25 @@ CORE_FUNCTIONAL_EXTRA_OPS: frozenset[str] = frozenset({
     "aten::var_mean.correction",
     "aten::unfold.default",
 })
+
+EXTERN_OPS_KEY = "extern_ops"
+
+
+def declared_extern_ops(program: Program) -> frozenset[str]:
+    """The non-Core ATen operators ``program`` declares it calls whole
+    (``program.metadata["aot"]["extern_ops"]``), as qualified names; empty when it
+    declares none.
+
+    Raises:
+        VerificationError: the declaration is not a list of operator names.
+    """
+    aot = program.metadata.get("aot")
+    declared = aot.get(EXTERN_OPS_KEY, []) if isinstance(aot, dict) else []
+    if not isinstance(declared, (list, tuple)) or not all(isinstance(d, str) for d in declared):
+        raise VerificationError(f"metadata['aot'][{EXTERN_OPS_KEY!r}] must be a list of "
+                                f"qualified operator names, got {declared!r}")
+    return frozenset(declared)
+
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 # Function names that may appear in size expressions (torch's symbolic-shape printing).
@@ -276,8 +305,11 @@ class _GraphVerifier:
             return  # a custom operator: an opaque call
         if torch.Tag.core in op.tags or node.target in CORE_FUNCTIONAL_EXTRA_OPS:
             return
+        if node.target in declared_extern_ops(self.program):
+            return
         raise self.fail(node, "is not in the Core ATen opset; core-functional programs "
-                              "call only Core ATen operators (decompose it)")
+                              "call only Core ATen operators (decompose it) or extern ops "
+                              f"declared in metadata['aot'][{EXTERN_OPS_KEY!r}]")
 
     def check_constant(self, node: Node) -> None:
         self.check_stored_tensor(node)

@@ -1,0 +1,49 @@
+"""Ops left whole: what decomposition could not bring down to Core ATen.
+
+An ``aten`` op outside the Core ATen opset that neither torch's decomposition tables,
+Ember's own (:mod:`ember.aot.decompositions`) nor a CompositeImplicitAutograd kernel
+can decompose (``median``, ``kthvalue``, ``cummax``, ...) stays one call. The stage
+declares these ops in ``program.metadata["aot"]["extern_ops"]``; the core-functional
+verifier accepts a non-mutating non-Core op only when so declared, and backends run it as
+an extern call to eager ATen (the inductor counts it in ``metadata["fallbacks"]``).
+"""
+
+from __future__ import annotations
+
+import collections
+
+from ember.aot._torch import is_core_op
+from ember.runtime.ir import IRFormatError, Program, resolve_op
+from ember.runtime.ir.verifier import CORE_FUNCTIONAL_EXTRA_OPS, EXTERN_OPS_KEY
+from ember.runtime.logs import log
+
+
+def find_extern_ops(program: Program) -> collections.Counter[str]:
+    """How many calls of each non-Core ``aten`` op (outside
+    :data:`CORE_FUNCTIONAL_EXTRA_OPS`) the graphs of ``program`` make."""
+    found: collections.Counter[str] = collections.Counter()
+    for graph in program.graphs.values():
+        for node in graph.nodes:
+            if node.op != "call" or not node.target.startswith("aten::"):
+                continue
+            if node.target in CORE_FUNCTIONAL_EXTRA_OPS:
+                continue
+            try:
+                op = resolve_op(node.target)
+            except IRFormatError:
+                continue  # the verifier names it
+            if not is_core_op(op):
+                found[node.target] += 1
+    return found
+
+
+def declare_extern_ops(program: Program) -> None:
+    """Write the extern ops of ``program`` into ``metadata["aot"]["extern_ops"]`` and log
+    each one under ``EMBER_LOGS=fallbacks``."""
+    found = find_extern_ops(program)
+    for target, count in sorted(found.items()):
+        log("fallbacks", f"aot: {target} has no decomposition to Core ATen; "
+                         f"{count} call(s) stay whole and run as extern (eager ATen) calls")
+    aot_meta = dict(program.metadata.get("aot", {}))  # type: ignore[call-overload]
+    aot_meta[EXTERN_OPS_KEY] = sorted(found)
+    program.metadata["aot"] = aot_meta
