@@ -1,0 +1,503 @@
+"""The data opcodes of the bytecode interpreter: loads and stores (locals, globals,
+cells, attributes, imports), operators, subscripts and container building.
+
+:class:`DataOps` is a base of :class:`~.interpreter.Interpreter`; it also holds the
+helpers every opcode uses (``fail``, ``wrap``, ``apply``, ``truth``). In symbolic mode
+reads of outside values go through the capture context (guards, shadows) and writes to
+outside objects are recorded for replay (:mod:`.state`).
+"""
+
+from __future__ import annotations
+
+import operator
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from ember.frontend._torch import is_fake
+from ember.frontend.bytecode import opcodes
+from ember.frontend.bytecode.breaks import GraphBreak
+from ember.frontend.bytecode.capture import CaptureContext
+from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
+from ember.frontend.bytecode.iteration import make_iterator
+from ember.frontend.bytecode.sources import (
+    AttrSource,
+    CellSource,
+    ClosureSource,
+    GlobalSource,
+    attr_source,
+)
+
+
+def is_fake_tensor(v: Any) -> bool:
+    return is_fake(v)
+
+
+class DataOps:
+    """Loads, stores, operators, subscripts and containers; see the module docstring."""
+
+    capture: CaptureContext | None
+    calls: Any  # a .calls.CallHandler
+
+    @property
+    def symbolic(self) -> bool:
+        return self.capture is not None
+
+    def fail(self, reason: str, hint: str = "") -> GraphBreak:
+        from ember.frontend.bytecode.breaks import DEFAULT_HINT
+
+        return GraphBreak(reason, hint or DEFAULT_HINT)
+
+    def wrap(self, value: Any, source: Any) -> Any:
+        return self.capture.wrap(value, source) if self.capture is not None else value
+
+    def check_not_tensor(self, value: Any, what: str) -> None:
+        if self.symbolic and is_fake_tensor(value):
+            raise self.fail(f"data-dependent {what}: the value of a tensor decides Python "
+                            "control flow", "use torch.where / masking instead of Python "
+                            "branching on tensor values")
+
+    # ---- loads and stores ---------------------------------------------------------------
+
+    def op_LOAD_CONST(self, f: Frame, ins: Any) -> None:
+        f.push(ins.argval)
+
+    def op_RETURN_CONST(self, f: Frame, ins: Any) -> None:
+        f.returned, f.return_value = True, ins.argval
+
+    def op_RETURN_VALUE(self, f: Frame, ins: Any) -> None:
+        f.returned, f.return_value = True, f.pop()
+
+    def op_LOAD_FAST(self, f: Frame, ins: Any) -> None:
+        value = f.locals.get(ins.argval, UNBOUND)
+        if value is UNBOUND:
+            raise UnboundLocalError(f"local variable {ins.argval!r} referenced before "
+                                    "assignment")
+        f.push(value)
+
+    op_LOAD_FAST_CHECK = op_LOAD_FAST
+
+    def op_LOAD_FAST_AND_CLEAR(self, f: Frame, ins: Any) -> None:
+        f.push(f.locals.pop(ins.argval, UNBOUND))
+
+    def op_STORE_FAST(self, f: Frame, ins: Any) -> None:
+        value = f.pop()
+        if value is UNBOUND:
+            f.locals.pop(ins.argval, None)
+        else:
+            f.locals[ins.argval] = value
+
+    def op_DELETE_FAST(self, f: Frame, ins: Any) -> None:
+        del f.locals[ins.argval]
+
+    def op_LOAD_GLOBAL(self, f: Frame, ins: Any) -> None:
+        name = ins.argval
+        written = (self.capture.global_writes.get((id(f.f_globals), name))
+                   if self.capture is not None else None)
+        if written is not None:
+            value = written[2]
+        elif name in f.f_globals:
+            value = self.wrap(f.f_globals[name], self.global_source(f, name))
+        elif name in f.f_builtins:
+            value = f.f_builtins[name]
+        else:
+            raise NameError(f"name {name!r} is not defined")
+        if ins.arg & 1:
+            f.push(NULL)
+        f.push(value)
+
+    def global_source(self, f: Frame, name: str) -> Any:
+        # NOTE: globals of inlined functions from other modules are reached through the
+        # function's __globals__, which the root context does not hold; those reads are
+        # guarded through the function instead (its identity pins its globals dict).
+        if f.parent is None or f.f_globals is self.root_globals(f):
+            return GlobalSource(name)
+        if f.fn_source is not None:
+            from ember.frontend.bytecode.sources import ItemSource
+
+            return ItemSource(AttrSource(f.fn_source, "__globals__"), name)
+        return None
+
+    def root_globals(self, f: Frame) -> dict[str, Any]:
+        while f.parent is not None:
+            f = f.parent
+        return f.f_globals
+
+    def op_STORE_GLOBAL(self, f: Frame, ins: Any) -> None:
+        if self.capture is not None:
+            # replayed on the real globals dict after the graph runs
+            self.capture.global_writes[(id(f.f_globals), ins.argval)] = (
+                f.f_globals, ins.argval, f.pop())
+            return
+        f.f_globals[ins.argval] = f.pop()
+
+    def op_MAKE_CELL(self, f: Frame, ins: Any) -> None:
+        name = ins.argval
+        value = f.locals.pop(name, UNBOUND)
+        cell = types.CellType() if value is UNBOUND else types.CellType(value)
+        if self.capture is not None:
+            self.capture.new_cells.add(id(cell))
+        f.cells[name] = cell
+
+    def op_COPY_FREE_VARS(self, f: Frame, ins: Any) -> None:
+        for name, cell in zip(f.code.co_freevars, f.closure):
+            f.cells[name] = cell
+
+    def op_LOAD_CLOSURE(self, f: Frame, ins: Any) -> None:
+        f.push(f.cells[ins.argval])
+
+    def op_LOAD_DEREF(self, f: Frame, ins: Any) -> None:
+        name = ins.argval
+        cell = f.cells[name]
+        if self.capture is not None:
+            written = self.capture.cell_writes.get(id(cell))
+            if written is not None:
+                f.push(written[1])
+                return
+            if id(cell) not in self.capture.new_cells:
+                f.push(self.capture.wrap(cell.cell_contents, self.cell_source(f, name)))
+                return
+        f.push(cell.cell_contents)
+
+    def cell_source(self, f: Frame, name: str) -> Any:
+        if f.parent is None:
+            return CellSource(name)
+        if name in f.code.co_freevars and f.fn_source is not None:
+            return ClosureSource(f.fn_source, f.code.co_freevars.index(name))
+        return None
+
+    def op_STORE_DEREF(self, f: Frame, ins: Any) -> None:
+        cell = f.cells[ins.argval]
+        value = f.pop()
+        if self.capture is not None and id(cell) not in self.capture.new_cells:
+            self.capture.cell_writes[id(cell)] = (cell, value)
+        else:
+            cell.cell_contents = value
+
+    def op_LOAD_ATTR(self, f: Frame, ins: Any) -> None:
+        obj = f.stack[-1]
+        if opcodes.PY312 and ins.arg & 1:
+            self._load_method(f, obj, ins.argval)
+            return
+        value = self.load_attr(obj, ins.argval)
+        f.pop()
+        f.push(value)
+
+    def op_LOAD_METHOD(self, f: Frame, ins: Any) -> None:
+        self._load_method(f, f.stack[-1], ins.argval)
+
+    def _load_method(self, f: Frame, obj: Any, name: str) -> None:
+        value = self.load_attr(obj, name)
+        f.pop()
+        f.push(NULL)
+        f.push(value)
+
+    def load_attr(self, obj: Any, name: str) -> Any:
+        """``getattr(obj, name)`` with guards on outside objects and the writes made so
+        far in this capture."""
+        cap = self.capture
+        if cap is None:
+            return getattr(obj, name)
+        written = cap.attr_writes.get((id(obj), name))
+        if written is not None and written[0] is obj:
+            return written[2]
+        if is_fake_tensor(obj):
+            if name in ("data", "grad", "_base", "grad_fn"):
+                raise self.fail(f"reading tensor attribute .{name}")
+            return getattr(obj, name)
+        source = cap.source_of(obj)
+        value = getattr(obj, name)
+        if source is None:
+            return value
+        if isinstance(obj, types.ModuleType) and not isinstance(value, (int, float, bool, str)):
+            cap.sources.setdefault(id(value), (value, AttrSource(source, name)))
+            return value
+        return cap.wrap(value, attr_source(obj, source, name))
+
+    def op_STORE_ATTR(self, f: Frame, ins: Any) -> None:
+        obj, value = f.stack[-1], f.stack[-2]
+        self.store_attr(obj, ins.argval, value)
+        f.popn(2)
+
+    def store_attr(self, obj: Any, name: str, value: Any) -> None:
+        cap = self.capture
+        if cap is None:
+            setattr(obj, name, value)
+            return
+        if id(obj) in cap.new_objects:
+            setattr(obj, name, value)
+            return
+        if isinstance(obj, torch.Tensor) or (
+                isinstance(obj, (type, types.ModuleType)) and cap.source_of(obj) is None):
+            raise self.fail(f"attribute write .{name} on a {type(obj).__name__} Ember does "
+                            "not track")
+        if not isinstance(obj, torch.nn.Module) and not _plain_attribute(obj, name):
+            raise self.fail(f"attribute write .{name} on a {type(obj).__name__} goes through "
+                            "a property or __setattr__ (code Ember would have to run)")
+        # NOTE: an outside object without a source (e.g. a module global reached through
+        # an inlined function) is the same object at every call, as its unguarded reads
+        # assume; the write is replayed on it directly (see ``StateBuilder.replays``).
+        cap.attr_writes[(id(obj), name)] = (obj, name, value)
+
+    def op_DELETE_ATTR(self, f: Frame, ins: Any) -> None:
+        if self.symbolic:
+            raise self.fail(f"del .{ins.argval}")
+        delattr(f.pop(), ins.argval)
+
+    def op_LOAD_SUPER_ATTR(self, f: Frame, ins: Any) -> None:  # 3.12
+        sup_fn, cls, self_obj = f.stack[-3:]
+        sup = sup_fn(cls, self_obj)
+        value = getattr(sup, ins.argval)
+        f.popn(3)
+        if ins.arg & 1:
+            f.push(NULL)
+        f.push(value)
+
+    def op_LOAD_ASSERTION_ERROR(self, f: Frame, ins: Any) -> None:
+        f.push(AssertionError)
+
+    def op_IMPORT_NAME(self, f: Frame, ins: Any) -> None:
+        level, fromlist = f.stack[-2:]
+        if self.symbolic and not _already_imported(ins.argval, level, f.f_globals):
+            raise self.fail("import of a module not yet imported", "import at module level")
+        f.popn(2)
+        f.push(__import__(ins.argval, f.f_globals, None, fromlist, level))
+
+    def op_IMPORT_FROM(self, f: Frame, ins: Any) -> None:
+        f.push(getattr(f.stack[-1], ins.argval))
+
+    # ---- operators ----------------------------------------------------------------------
+
+    def op_BINARY_OP(self, f: Frame, ins: Any) -> None:
+        a, b = f.stack[-2:]
+        result = self.apply(opcodes.BINARY_OPS[ins.arg], a, b)
+        f.popn(2)
+        f.push(result)
+
+    def op_COMPARE_OP(self, f: Frame, ins: Any) -> None:
+        a, b = f.stack[-2:]
+        result = self.apply(opcodes.COMPARE_OPS[opcodes.compare_op_name(ins)], a, b)
+        f.popn(2)
+        f.push(result)
+
+    def op_IS_OP(self, f: Frame, ins: Any) -> None:
+        b = f.pop()
+        a = f.pop()
+        f.push((a is not b) if ins.arg else (a is b))
+
+    def op_CONTAINS_OP(self, f: Frame, ins: Any) -> None:
+        a, b = f.stack[-2:]
+        result = self.apply(operator.contains, b, a)
+        self.check_not_tensor(result, "'in' test")
+        f.popn(2)
+        f.push((not result) if ins.arg else bool(result))
+
+    def op_UNARY_NEGATIVE(self, f: Frame, ins: Any) -> None:
+        f.push(self.apply(operator.neg, f.pop()))
+
+    def op_UNARY_POSITIVE(self, f: Frame, ins: Any) -> None:
+        f.push(self.apply(operator.pos, f.pop()))
+
+    def op_UNARY_INVERT(self, f: Frame, ins: Any) -> None:
+        f.push(self.apply(operator.invert, f.pop()))
+
+    def op_UNARY_NOT(self, f: Frame, ins: Any) -> None:
+        self.check_not_tensor(f.stack[-1], "'not'")
+        f.push(not self.truth(f.pop()))
+
+    def op_CALL_INTRINSIC_1(self, f: Frame, ins: Any) -> None:
+        if ins.arg == opcodes.INTRINSIC_UNARY_POSITIVE:
+            self.op_UNARY_POSITIVE(f, ins)
+        elif ins.arg == opcodes.INTRINSIC_LIST_TO_TUPLE:
+            f.push(tuple(f.pop()))
+        else:
+            raise self.fail(f"unsupported intrinsic {ins.argrepr if hasattr(ins, 'argrepr') else ins.arg}")
+
+    def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a Python operator; on fake tensors the recorder records it."""
+        try:
+            return fn(*args)
+        except GraphBreak:
+            raise
+        except Exception as e:
+            if self.symbolic and any(is_fake_tensor(a) for a in args):
+                raise self.fail(f"operator {fn.__name__} on tensors failed during capture: "
+                                f"{type(e).__name__}: {e}") from e
+            raise
+
+    def truth(self, value: Any) -> bool:
+        self.check_not_tensor(value, "branch")
+        return bool(value)
+
+    # ---- subscripts and slices -----------------------------------------------------------
+
+    def op_BINARY_SUBSCR(self, f: Frame, ins: Any) -> None:
+        obj, key = f.stack[-2:]
+        result = self.subscr(obj, key)
+        f.popn(2)
+        f.push(result)
+
+    def op_BINARY_SLICE(self, f: Frame, ins: Any) -> None:
+        obj, start, stop = f.stack[-3:]
+        result = self.subscr(obj, slice(start, stop))
+        f.popn(3)
+        f.push(result)
+
+    def subscr(self, obj: Any, key: Any) -> Any:
+        cap = self.capture
+        value = self.apply(operator.getitem, obj, key)
+        if cap is None:
+            return value
+        source = cap.source_of(obj)
+        if source is not None and isinstance(key, (int, str)) and not isinstance(key, bool):
+            from ember.frontend.bytecode.sources import ItemSource
+
+            return cap.wrap(value, ItemSource(source, key))
+        return value
+
+    def op_STORE_SUBSCR(self, f: Frame, ins: Any) -> None:
+        value, obj, key = f.stack[-3:]
+        self.store_subscr(obj, key, value)
+        f.popn(3)
+
+    def op_STORE_SLICE(self, f: Frame, ins: Any) -> None:
+        value, obj, start, stop = f.stack[-4:]
+        self.store_subscr(obj, slice(start, stop), value)
+        f.popn(4)
+
+    def store_subscr(self, obj: Any, key: Any, value: Any) -> None:
+        if self.capture is not None and not (
+            is_fake_tensor(obj) or isinstance(obj, (list, dict))
+            or id(obj) in self.capture.new_objects
+        ):
+            raise self.fail(f"item assignment on a {type(obj).__name__}")
+        self.apply(operator.setitem, obj, key, value)
+
+    def op_DELETE_SUBSCR(self, f: Frame, ins: Any) -> None:
+        obj, key = f.stack[-2:]
+        if self.capture is not None and not isinstance(obj, (list, dict)):
+            raise self.fail(f"del on a {type(obj).__name__}")
+        del obj[key]
+        f.popn(2)
+
+    def op_BUILD_SLICE(self, f: Frame, ins: Any) -> None:
+        f.push(slice(*f.popn(ins.arg)))
+
+    # ---- containers -----------------------------------------------------------------------
+
+    def op_BUILD_TUPLE(self, f: Frame, ins: Any) -> None:
+        f.push(tuple(f.popn(ins.arg)))
+
+    def op_BUILD_LIST(self, f: Frame, ins: Any) -> None:
+        f.push(list(f.popn(ins.arg)))
+
+    def op_BUILD_SET(self, f: Frame, ins: Any) -> None:
+        f.push(set(f.popn(ins.arg)))
+
+    def op_BUILD_MAP(self, f: Frame, ins: Any) -> None:
+        items = f.popn(2 * ins.arg)
+        f.push({items[i]: items[i + 1] for i in range(0, len(items), 2)})
+
+    def op_BUILD_CONST_KEY_MAP(self, f: Frame, ins: Any) -> None:
+        keys = f.pop()
+        f.push(dict(zip(keys, f.popn(ins.arg))))
+
+    def op_BUILD_STRING(self, f: Frame, ins: Any) -> None:
+        f.push("".join(f.popn(ins.arg)))
+
+    def op_FORMAT_VALUE(self, f: Frame, ins: Any) -> None:
+        spec = f.pop() if (ins.arg & 0x04) else ""
+        value = f.stack[-1]
+        if self.symbolic and is_fake_tensor(value):
+            raise self.fail("formatting a tensor as a string")
+        conv = ins.arg & 0x03
+        if conv == 1:
+            value = str(value)
+        elif conv == 2:
+            value = repr(value)
+        elif conv == 3:
+            value = ascii(value)
+        f.pop()
+        f.push(format(value, spec))
+
+    def op_LIST_APPEND(self, f: Frame, ins: Any) -> None:
+        v = f.pop()
+        f.stack[-ins.arg].append(v)
+
+    def op_SET_ADD(self, f: Frame, ins: Any) -> None:
+        v = f.pop()
+        f.stack[-ins.arg].add(v)
+
+    def op_MAP_ADD(self, f: Frame, ins: Any) -> None:
+        v = f.pop()
+        k = f.pop()
+        f.stack[-ins.arg][k] = v
+
+    def op_LIST_EXTEND(self, f: Frame, ins: Any) -> None:
+        v = f.stack[-1]
+        items = self.iterate(v)
+        f.pop()
+        f.stack[-ins.arg].extend(items)
+
+    def op_SET_UPDATE(self, f: Frame, ins: Any) -> None:
+        v = f.stack[-1]
+        items = self.iterate(v)
+        f.pop()
+        f.stack[-ins.arg].update(items)
+
+    def op_DICT_UPDATE(self, f: Frame, ins: Any) -> None:
+        v = f.pop()
+        f.stack[-ins.arg].update(v)
+
+    op_DICT_MERGE = op_DICT_UPDATE
+
+    def op_LIST_TO_TUPLE(self, f: Frame, ins: Any) -> None:
+        f.push(tuple(f.pop()))
+
+    def op_UNPACK_SEQUENCE(self, f: Frame, ins: Any) -> None:
+        items = self.iterate(f.stack[-1])
+        if len(items) != ins.arg:
+            raise ValueError(f"expected {ins.arg} values to unpack, got {len(items)}")
+        f.pop()
+        f.stack.extend(reversed(items))
+
+    def op_UNPACK_EX(self, f: Frame, ins: Any) -> None:
+        before, after = ins.arg & 0xFF, ins.arg >> 8
+        items = self.iterate(f.stack[-1])
+        f.pop()
+        middle = list(items[before:len(items) - after])
+        values = list(items[:before]) + [middle] + list(items[len(items) - after:])
+        f.stack.extend(reversed(values))
+
+    def iterate(self, value: Any) -> list[Any]:
+        """The items of a finite iterable, as a list (tensors are unbound along dim 0)."""
+        items: list[Any] = make_iterator(value, self).remaining()
+        return items
+
+
+def _already_imported(name: str, level: int, f_globals: dict[str, Any]) -> bool:
+    """Importing a module that is already in sys.modules has no side effects."""
+    import importlib.util
+    import sys
+
+    try:
+        full = importlib.util.resolve_name("." * level + name, f_globals.get("__package__"))
+    except (ImportError, ValueError):
+        return False
+    return full in sys.modules
+
+
+def _plain_attribute(obj: Any, name: str) -> bool:
+    """Whether ``obj.name = v`` only stores ``v`` (no ``__setattr__`` override and no
+    property or other data descriptor but slots), so that recording the write and
+    replaying it later with ``setattr`` is equivalent."""
+    cls = type(obj)
+    if getattr(cls, "__setattr__", None) is not object.__setattr__:
+        return False
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            return (isinstance(attr, types.MemberDescriptorType)
+                    or not hasattr(type(attr), "__set__"))
+    return True
