@@ -14,6 +14,7 @@ import pytest
 import safetensors.torch
 import torch
 from ember.runtime.ir import IRFormatError, load, program_to_json, save
+from ember.runtime.ir.archive import write_archive
 from ir_samples import mlp
 
 
@@ -26,12 +27,12 @@ def write_ember(path: Path, doc: Any = None, tensors: bytes | None = None,
         doc = program_to_json(program)
     if tensors is None:
         tensors = safetensors.torch.save(dict(program.tensors))
-    with zipfile.ZipFile(path, "w") as zf:
-        if doc is not ...:
-            zf.writestr("program.json", doc if isinstance(doc, bytes) else json.dumps(doc))
-        zf.writestr("tensors.safetensors", tensors)
-        for name, data in (members or {}).items():
-            zf.writestr(name, data)
+    written: dict[str, bytes] = {}
+    if doc is not ...:
+        written["program.json"] = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    written["tensors.safetensors"] = tensors
+    written.update(members or {})
+    write_archive(str(path), written, frozenset())  # with a matching manifest.json
     return path
 
 
@@ -169,7 +170,7 @@ def test_declared_file_absent_and_unexpected_member(tmp_path: Path) -> None:
     doc["files"] = ["k.cpp"]
     with pytest.raises(IRFormatError, match=r"file\(s\) \['k.cpp'\] are declared"):
         load(write_ember(tmp_path / "a.ember", doc))
-    with pytest.raises(IRFormatError, match=r"unexpected member\(s\) \['notes.txt'\]"):
+    with pytest.raises(IRFormatError, match=r"unexpected member 'notes.txt'"):
         load(write_ember(tmp_path / "b.ember", members={"notes.txt": b"hi"}))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import zipfile
@@ -46,9 +47,13 @@ def test_container_members_and_stamp(tmp_path: Path) -> None:
     with zipfile.ZipFile(path) as zf:
         names = set(zf.namelist())
         doc = json.loads(zf.read("program.json"))
+        manifest = json.loads(zf.read("manifest.json"))
+        data = {n: zf.read(n) for n in names - {"manifest.json"}}
     assert names == {"program.json", "tensors.safetensors", "files/kernels/k0.cpp",
-                     "files/bin/k0.so", "files/empty.txt"}
-    assert doc["schema_version"] == "1.0" == f"{SCHEMA_VERSION[0]}.{SCHEMA_VERSION[1]}"
+                     "files/bin/k0.so", "files/empty.txt", "manifest.json"}
+    assert manifest == {"format": "ember-manifest",
+                        "sha256": {n: hashlib.sha256(d).hexdigest() for n, d in data.items()}}
+    assert doc["schema_version"] == "1.1" == f"{SCHEMA_VERSION[0]}.{SCHEMA_VERSION[1]}"
     assert doc["producer"] == {"package": "ember-aot", "version": "0.3.1"}
     assert doc["format"] == "ember-program"
     assert doc["tensors"]["c128"] == {"dtype": "complex128", "shape": [3], "device": "cpu",

@@ -14,3 +14,9 @@ class IRFormatError(IRError):
 
 class VerificationError(IRError):
     """A program that breaks an IR or dialect rule; the message names the node."""
+
+
+class UntrustedProgramError(IRError):
+    """A program read from a file asks for something that needs the caller's opt-in:
+    running code it carries (a ``compiled`` artifact) or an operator with effects outside
+    its tensors (files, processes, printing). The message names what and the opt-in."""

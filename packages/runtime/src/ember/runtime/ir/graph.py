@@ -323,6 +323,11 @@ class Program:
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)
     metadata: dict[str, object] = field(default_factory=dict)
+    untrusted_origin: str | None = None
+    """Where the program was read from (``load``, ``parse_program``) unless the caller
+    vouched for it (``trusted=True``); None for programs built in memory. Running such a
+    program refuses operators with effects outside its tensors and ``compiled`` code
+    (``ember.runtime.ir.effects``). Not saved, not compared."""
 
     @property
     def forward(self) -> Graph:
@@ -367,6 +372,7 @@ class Program:
             tensors=dict(self.tensors),
             files=dict(self.files),
             metadata=dict(self.metadata),
+            untrusted_origin=self.untrusted_origin,
         )
 
 

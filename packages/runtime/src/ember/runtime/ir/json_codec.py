@@ -20,11 +20,14 @@ tuple                      {"tuple": [...]}
 
 Decoders check every type and raise :class:`IRFormatError` naming the JSON path of the
 bad value (``graphs.forward.nodes[3].args[1]``). Names decode through the allow-lists of
-:mod:`ember.runtime.ir.torch_names`.
+:mod:`ember.runtime.ir.torch_names`. Documents are read with :func:`parse_json`, which
+holds them to the limits of :mod:`ember.runtime.ir.limits` (nesting depth, integer
+range, finite numbers).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from typing import TypeVar
@@ -36,6 +39,7 @@ from ember.runtime.ir.graph import (
     Argument,
     ValueRef,
 )
+from ember.runtime.ir.limits import DEFAULT_LIMITS, MAX_INT_BITS, LoadLimits
 
 JSON = object  # a value json.loads can return; narrowed with the checks below
 
@@ -45,6 +49,68 @@ SCALAR_META_TYPES: frozenset[str] = frozenset({"int", "float", "bool", "complex"
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 T = TypeVar("T")
+
+
+# ---- reading documents ------------------------------------------------------------------
+
+
+def parse_json(data: bytes | str, where: str, limits: LoadLimits = DEFAULT_LIMITS) -> JSON:
+    """The JSON value of ``data`` (UTF-8 bytes or text), within ``limits``.
+
+    Raises:
+        IRFormatError: naming ``where`` and the problem: not UTF-8, not JSON, nested
+            deeper than ``limits.max_json_depth``, an integer of more than
+            :data:`~ember.runtime.ir.limits.MAX_INT_BITS` bits, a non-finite number (``1e999``,
+            ``NaN``), or a value too large to hold.
+    """
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        value: JSON = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise IRFormatError(f"{where}: JSON nested deeper than "
+                            f"{limits.max_json_depth} levels (LoadLimits.max_json_depth)"
+                            ) from None
+    except UnicodeDecodeError as e:
+        raise IRFormatError(f"{where} is not valid JSON: not UTF-8 text: {e}") from None
+    except json.JSONDecodeError as e:
+        raise IRFormatError(f"{where} is not valid JSON: {e}") from None
+    except (ValueError, OverflowError, MemoryError) as e:
+        # NOTE: int() refuses more than sys.get_int_max_str_digits() digits (ValueError).
+        raise IRFormatError(f"{where}: unreadable JSON value: {type(e).__name__}: {e}"
+                            ) from None
+    check_json_limits(value, where, limits)
+    return value
+
+
+def check_json_limits(value: JSON, where: str, limits: LoadLimits = DEFAULT_LIMITS) -> None:
+    """Check the nesting depth and numbers of a parsed JSON value, without recursion.
+
+    Raises:
+        IRFormatError: see :func:`parse_json`.
+    """
+    stack: list[tuple[JSON, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth > limits.max_json_depth:
+                raise IRFormatError(f"{where}: JSON nested deeper than "
+                                    f"{limits.max_json_depth} levels "
+                                    "(LoadLimits.max_json_depth)")
+            items = v.values() if isinstance(v, dict) else v
+            stack.extend((x, depth + 1) for x in items)
+        elif isinstance(v, bool):
+            continue
+        elif isinstance(v, int) and v.bit_length() > MAX_INT_BITS:
+            raise IRFormatError(f"{where}: integer {_describe(v)} is out of range "
+                                f"(at most {MAX_INT_BITS} bits)")
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise IRFormatError(f"{where}: number {v} is out of range (a finite float "
+                                'is a JSON number; others are {"float": "inf"})')
+
+
+def _refuse_constant(name: str) -> JSON:
+    raise ValueError(f"{name} is not JSON (non-finite floats are written "
+                     '{"float": "inf"})')
 
 
 # ---- type checks ------------------------------------------------------------------------

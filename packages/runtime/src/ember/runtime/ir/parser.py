@@ -27,6 +27,9 @@ from ember.runtime.ir.graph import (
     SourceLocation,
     SymbolRange,
 )
+from ember.runtime.ir.errors import IRFormatError
+from ember.runtime.ir.json_codec import parse_json
+from ember.runtime.ir.limits import DEFAULT_LIMITS, LoadLimits
 from ember.runtime.ir.load_checks import check_program
 from ember.runtime.ir.program_json import TensorDecl, bind_files, bind_tensors
 from ember.runtime.ir.text_scanner import Scanner
@@ -53,6 +56,9 @@ def parse_program(
     text: str,
     tensors: dict[str, torch.Tensor] | None = None,
     files: dict[str, bytes] | None = None,
+    *,
+    limits: LoadLimits | None = None,
+    trusted: bool = False,
 ) -> Program:
     """The Program that ``text`` (as written by ``print_program``) describes.
 
@@ -63,20 +69,64 @@ def parse_program(
             stand-ins, which carry no values (such a program can be printed and
             analysed, not run or saved).
         files: contents of the files the text declares; required if it declares any.
+        limits: ``max_json_depth`` bounds the nesting of brackets and of the metadata
+            JSON (default :data:`~ember.runtime.ir.limits.DEFAULT_LIMITS`).
+        trusted: the text is as trusted as your own code; otherwise the program's
+            ``untrusted_origin`` is ``"<IR text>"`` (see :mod:`ember.runtime.ir.effects`).
 
     Raises:
-        IRFormatError: for bad text, naming the line and column; for tensors or files
-            that differ from the declarations; for the structural errors ``load``
-            rejects (unknown operators, non-SSA graphs).
+        IRFormatError: for bad text, naming the line and column; for brackets nested
+            deeper than ``limits.max_json_depth``, a number too large to hold; for
+            tensors or files that differ from the declarations; for the structural
+            errors ``load`` rejects (unknown operators, non-SSA graphs).
     """
-    parser = _Parser(text)
-    program = parser.program(tensors, files)
+    limits = DEFAULT_LIMITS if limits is None else limits
+    _check_nesting(text, limits.max_json_depth)
+    parser = _Parser(text, limits)
+    try:
+        program = parser.program(tensors, files)
+    except (RecursionError, ValueError, OverflowError, MemoryError) as e:
+        # NOTE: int() of more digits than sys.get_int_max_str_digits() is a ValueError;
+        # a huge declared shape overflows when the stand-in tensor is made.
+        raise parser.s.error(f"unreadable value: {type(e).__name__}: {e}") from None
     check_program(program, parser.locate)
+    program.untrusted_origin = None if trusted else "<IR text>"
     return program
 
 
+def _json_syntax_error(line: str) -> json.JSONDecodeError | None:
+    """The syntax error of ``line`` as JSON, if it has one (to point at its column)."""
+    try:
+        json.loads(line)
+    except json.JSONDecodeError as e:
+        return e
+    except (RecursionError, ValueError):
+        pass
+    return None
+
+
+_BRACKET_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|[\[\](){}]')
+_OPENING = frozenset("[({")
+
+
+def _check_nesting(text: str, max_depth: int) -> None:
+    """Refuse brackets nested deeper than ``max_depth`` (outside string literals) before
+    the recursive readers see them."""
+    depth = 0
+    for m in _BRACKET_RE.finditer(text):
+        token = m.group(0)
+        if token in _OPENING:
+            depth += 1
+            if depth > max_depth:
+                raise Scanner(text).error(f"brackets nested deeper than {max_depth} "
+                                          "levels (LoadLimits.max_json_depth)", m.start())
+        elif len(token) == 1:
+            depth = max(depth - 1, 0)
+
+
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, limits: LoadLimits) -> None:
+        self.limits = limits
         self.s = Scanner(text)
         self.v = ValueReader(self.s)
         self.dialect: str | None = None
@@ -168,10 +218,15 @@ class _Parser:
             raise s.error("a second 'metadata' line", start)
         s.skip_spaces()
         at = s.pos
+        line = s.rest_of_line()
         try:
-            value = json.loads(s.rest_of_line())
-        except json.JSONDecodeError as e:
-            raise s.error(f"metadata is not valid JSON: {e.msg}", at + e.pos) from None
+            value = parse_json(line, "metadata", self.limits)
+        except IRFormatError as e:
+            syntax = _json_syntax_error(line)
+            if syntax is not None:
+                raise s.error(f"metadata is not valid JSON: {syntax.msg}",
+                              at + syntax.pos) from None
+            raise s.error(str(e), at) from None
         if not isinstance(value, dict):
             raise s.error("metadata must be a JSON object", at)
         self.metadata = value

@@ -13,15 +13,26 @@ from collections.abc import Callable
 
 from ember.runtime.ir.errors import IRFormatError
 
-SCHEMA_VERSION: tuple[int, int] = (1, 0)
-"""The ``(major, minor)`` schema version this code writes."""
+SCHEMA_VERSION: tuple[int, int] = (1, 1)
+"""The ``(major, minor)`` schema version this code writes.
+
+History: 1.0 the first format; 1.1 adds ``manifest.json`` (the SHA-256 of every member)
+to the container; ``program.json`` is unchanged."""
 
 JSONDoc = dict[str, object]
 
 UPGRADERS: dict[tuple[int, int], Callable[[JSONDoc], JSONDoc]] = {}
 """``(major, minor) -> upgrade``: turns a document of schema ``major.minor`` into one of
 ``major.(minor + 1)`` (the function need not update ``schema_version``; the reader
-does). Empty while 1.0 is the only schema; register the step next to the change."""
+does). Register each step next to the change."""
+
+
+def _from_1_0(doc: JSONDoc) -> JSONDoc:
+    """1.0 -> 1.1: only the container changed (``manifest.json``)."""
+    return doc
+
+
+UPGRADERS[(1, 0)] = _from_1_0
 
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)")
 

@@ -7,11 +7,20 @@ A ``.ember`` file is a zip archive holding exactly:
                           file names, metadata;
 ``tensors.safetensors``   the tensor values, keyed by their names (always present,
                           possibly empty);
-``files/<name>``          each file of ``Program.files``, byte for byte.
+``files/<name>``          each file of ``Program.files``, byte for byte;
+``manifest.json``         the SHA-256 of each other member (schema 1.1 on; see
+                          :mod:`ember.runtime.ir.archive`).
 
 No pickle anywhere: tensors go through ``safetensors`` and everything else is JSON, so
 loading an untrusted file never runs code; anything malformed is an
-:class:`IRFormatError` naming the problem.
+:class:`IRFormatError` naming the problem. Reading is bounded
+(:mod:`ember.runtime.ir.limits`): the zip's directory is checked before any member is
+read, ``files/`` members that ``program.json`` does not declare are refused before they
+are read, and JSON is held to a nesting depth and to int64/finite numbers.
+
+A loaded program remembers that it came from a file (``Program.untrusted_origin``)
+unless the caller passes ``trusted=True``; running it then refuses operators with
+effects outside its tensors and ``compiled`` code (:mod:`ember.runtime.ir.effects`).
 
 Tensors are stored as contiguous CPU copies: strides and sharing between tensors (tied
 weights) are not kept, and ``load`` puts each tensor back on the device it was saved
@@ -24,29 +33,41 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
-import zlib
 from typing import IO, Union
 
 import safetensors.torch
 import torch
 from ember.runtime.ir import torch_names
+from ember.runtime.ir.archive import (
+    FILES_PREFIX,
+    MANIFEST_MEMBER,
+    PROGRAM_MEMBER,
+    TENSORS_MEMBER,
+    ArchiveReader,
+    write_archive,
+)
 from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import Program
-from ember.runtime.ir.json_codec import expect_dict
+from ember.runtime.ir.json_codec import expect_dict, expect_list, expect_str, parse_json
+from ember.runtime.ir.limits import DEFAULT_LIMITS, LoadLimits
 from ember.runtime.ir.program_json import (
     TensorDecl,
     decode_tensor_decl,
     program_from_json,
     program_to_json,
+    read_header,
     upgraded,
 )
 
 PathOrFile = Union[str, "os.PathLike[str]", IO[bytes]]
 
-PROGRAM_MEMBER = "program.json"
-TENSORS_MEMBER = "tensors.safetensors"
-FILES_PREFIX = "files/"
+__all__ = ["FILES_PREFIX", "MANIFEST_MEMBER", "PROGRAM_MEMBER", "TENSORS_MEMBER", "load",
+           "save"]
+
+# Schema from which every file carries manifest.json.
+_MANIFEST_SINCE = (1, 1)
+# Errors of parsing and building from hostile data that mean "malformed", not a bug.
+_PARSE_ERRORS = (RecursionError, ValueError, OverflowError, MemoryError)
 
 # Dtypes safetensors stores natively; others are stored as raw bytes.
 _NATIVE_DTYPES: frozenset[torch.dtype] = frozenset(
@@ -85,14 +106,14 @@ def save(program: Program, path: PathOrFile, *, producer: tuple[str, str] | None
             stored[name] = _storable(t)
         except IRFormatError as e:
             raise IRFormatError(f"tensor {name!r}: {e}") from None
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr(PROGRAM_MEMBER, text, compress_type=zipfile.ZIP_DEFLATED)
-        zf.writestr(TENSORS_MEMBER, safetensors.torch.save(stored))
-        for name, data in program.files.items():
-            zf.writestr(FILES_PREFIX + name, data, compress_type=zipfile.ZIP_DEFLATED)
+    members = {PROGRAM_MEMBER: text.encode("ascii"),
+               TENSORS_MEMBER: safetensors.torch.save(stored)}
+    members.update({FILES_PREFIX + name: data for name, data in program.files.items()})
+    write_archive(path, members, frozenset(members) - {TENSORS_MEMBER})
 
 
-def load(path: PathOrFile, *, map_location: torch.device | str | None = None) -> Program:
+def load(path: PathOrFile, *, map_location: torch.device | str | None = None,
+         limits: LoadLimits | None = None, trusted: bool = False) -> Program:
     """Read a ``.ember`` file written by :func:`save` (this schema major, same or older
     minor), run the load checks and return the Program.
 
@@ -100,61 +121,66 @@ def load(path: PathOrFile, *, map_location: torch.device | str | None = None) ->
         path: a file name or a binary file object.
         map_location: put every tensor on this device instead of the one it was saved
             from.
+        limits: the size, ratio and nesting limits to hold the file to (default
+            :data:`~ember.runtime.ir.limits.DEFAULT_LIMITS`; raise them for bigger
+            programs, see :mod:`ember.runtime.ir.limits`).
+        trusted: the file is as trusted as your own code. Without it the program's
+            ``untrusted_origin`` names the file, and running the program refuses
+            operators with effects outside its tensors and, for a ``compiled``
+            program, its code (:mod:`ember.runtime.ir.effects`).
 
     Raises:
-        IRFormatError: for anything malformed, naming it: not a zip or a truncated one, a
-            missing ``program.json``, malformed JSON, an unknown schema major, a bad
-            encoding, tensors that differ from their declaration, unknown operators,
-            non-SSA graphs.
+        IRFormatError: for anything malformed, naming it: not a zip or a truncated one,
+            a member over a limit of ``limits`` (naming the member and the limit), a
+            member that ``program.json`` does not declare, a member whose SHA-256 differs
+            from ``manifest.json``, a missing ``program.json``, malformed or too deeply
+            nested JSON, an unknown schema major, a bad encoding, tensors that differ
+            from their declaration, unknown operators, non-SSA graphs.
         OSError: if ``path`` cannot be opened (``FileNotFoundError``, ...).
         RuntimeError: if a tensor's device (say ``cuda:0``) is not available here and
             no ``map_location`` is given.
     """
+    limits = DEFAULT_LIMITS if limits is None else limits
     if isinstance(path, (str, os.PathLike)):
+        name = os.fspath(path)
         with open(path, "rb") as f:  # a missing or unreadable file raises OSError as usual
-            members = _read_members(f, os.fspath(path))
+            program = _read_program(f, name, limits, map_location)
     else:
-        members = _read_members(path, getattr(path, "name", "<file object>"))
-    return _load_members(members, map_location)
+        name = str(getattr(path, "name", "<file object>"))
+        program = _read_program(path, name, limits, map_location)
+    program.untrusted_origin = None if trusted else name
+    return program
 
 
-def _read_members(f: IO[bytes], name: object) -> dict[str, bytes]:
-    """Every member of the zip archive ``f``, by name."""
-    try:
-        with zipfile.ZipFile(f, "r") as zf:
-            infos = zf.infolist()
-            members = {info.filename: zf.read(info) for info in infos}
-    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError,
-            OSError) as e:  # what zipfile and its decompressors raise on corrupt data
-        raise IRFormatError(f"{name}: not a valid .ember zip archive: {e}") from e
-    if len(members) != len(infos):
-        raise IRFormatError(f"{name}: the archive holds a member name twice")
-    return members
-
-
-def _load_members(members: dict[str, bytes],
+def _read_program(f: IO[bytes], name: str, limits: LoadLimits,
                   map_location: torch.device | str | None) -> Program:
-    if PROGRAM_MEMBER not in members:
-        raise IRFormatError(f"the archive has no {PROGRAM_MEMBER}: not an Ember program")
-    if TENSORS_MEMBER not in members:
-        raise IRFormatError(f"the archive has no {TENSORS_MEMBER}")
+    with ArchiveReader(f, name, limits) as archive:
+        has_manifest = archive.read_manifest()
+        if TENSORS_MEMBER not in archive.names:
+            raise IRFormatError(f"{name}: the archive has no {TENSORS_MEMBER}")
+        doc = parse_json(archive.read(PROGRAM_MEMBER), PROGRAM_MEMBER, limits)
+        version, _ = read_header(doc)  # the version check comes before anything else
+        doc = upgraded(doc)
+        if not has_manifest and (version >= _MANIFEST_SINCE or doc.get("dialect") == "compiled"):
+            raise IRFormatError(f"{name}: the archive has no {MANIFEST_MEMBER} (every file "
+                                "of schema 1.1 on, and every compiled artifact, has one)")
+        declared = {FILES_PREFIX + expect_str(v, f"files[{i}]")
+                    for i, v in enumerate(expect_list(doc.get("files"), "files"))}
+        undeclared = sorted(set(archive.file_members()) - declared)
+        if undeclared:
+            raise IRFormatError(f"{name}: the archive holds member(s) {undeclared} that "
+                                f"{PROGRAM_MEMBER} does not declare")
+        decls = {
+            tensor: decode_tensor_decl(v, f"tensors.{tensor}")
+            for tensor, v in expect_dict(doc.get("tensors"), "tensors").items()
+        }
+        tensors = _read_tensors(archive.read(TENSORS_MEMBER), decls, map_location)
+        files = {m[len(FILES_PREFIX):]: archive.read(m) for m in archive.file_members()}
     try:
-        doc = json.loads(members[PROGRAM_MEMBER].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise IRFormatError(f"{PROGRAM_MEMBER} is not valid JSON: {e}") from e
-    doc = upgraded(doc)  # the version check comes before anything else can fail
-    decls = {
-        name: decode_tensor_decl(v, f"tensors.{name}")
-        for name, v in expect_dict(doc.get("tensors"), "tensors").items()
-    }
-    tensors = _read_tensors(members[TENSORS_MEMBER], decls, map_location)
-    files = {m[len(FILES_PREFIX):]: data for m, data in members.items()
-             if m.startswith(FILES_PREFIX)}
-    unexpected = members.keys() - {PROGRAM_MEMBER, TENSORS_MEMBER} - {
-        FILES_PREFIX + f for f in files}
-    if unexpected:
-        raise IRFormatError(f"the archive holds unexpected member(s) {sorted(unexpected)}")
-    return program_from_json(doc, tensors, files)
+        return program_from_json(doc, tensors, files)
+    except _PARSE_ERRORS as e:
+        raise IRFormatError(f"{name}: {PROGRAM_MEMBER} describes an impossible program: "
+                            f"{type(e).__name__}: {e}") from None
 
 
 def _read_tensors(
