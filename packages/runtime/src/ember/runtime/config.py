@@ -26,6 +26,9 @@ variable                       meaning                                   default
                                frontend falls back to eager
 ``EMBER_DEBUG_DIR``            if set, the pipeline writes the program   (unset)
                                after each stage there
+``EMBER_TRUST_ARTIFACTS``      ``1``: run compiled artifacts loaded      ``0``
+                               from files without ``trusted=True``
+                               (they are code: trust their source)
 =============================  ========================================  ================
 
 To add a knob: add a field to :class:`Config`, read it in :meth:`Config.from_env`, and
@@ -57,6 +60,7 @@ class Config:
     cache_enabled: bool = True
     recompile_limit: int = 8
     debug_dir: Path | None = None
+    trust_artifacts: bool = False
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Config:
@@ -73,6 +77,7 @@ class Config:
             cache_enabled=_parse_bool(env, "EMBER_CACHE", True),
             recompile_limit=_parse_int(env, "EMBER_RECOMPILE_LIMIT", 8),
             debug_dir=Path(debug_dir).expanduser() if debug_dir else None,
+            trust_artifacts=_parse_bool(env, "EMBER_TRUST_ARTIFACTS", False),
         )
 
 
