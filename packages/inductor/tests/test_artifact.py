@@ -62,7 +62,7 @@ sys.path = [p for p in sys.path if p.rstrip('/') != {src!r}]
 assert importlib.util.find_spec("ember.inductor") is None, "inductor still importable"
 from safetensors.torch import load_file, save_file
 from ember.runtime import load_artifact
-fn = load_artifact({artifact!r})
+fn = load_artifact({artifact!r}, trusted=True)
 outs = fn(load_file({inputs!r})["x"])
 save_file({{f"out{{i}}": o.contiguous() for i, o in enumerate(outs)}}, {outputs!r})
 assert "ember.inductor" not in sys.modules
@@ -89,7 +89,7 @@ def test_artifact_runs_in_another_process_without_inductor(tmp_path: Path) -> No
 def test_load_artifact_takes_parameters_from_the_file(tmp_path: Path) -> None:
     program, x = model_program()
     save(compile_program(program), tmp_path / "m.ember")
-    fn = load_artifact(tmp_path / "m.ember")
+    fn = load_artifact(tmp_path / "m.ember", trusted=True)
     got = fn(x)
     for g, want in zip(got, _expected(program, x)):
         torch.testing.assert_close(g, want)
@@ -132,7 +132,7 @@ def test_cli(tmp_path: Path) -> None:
          str(tmp_path / "out.ember"), "--device", "cpu"],
         capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    got = load_artifact(tmp_path / "out.ember")(x)
+    got = load_artifact(tmp_path / "out.ember", trusted=True)(x)
     torch.testing.assert_close(got[0], _expected(program, x)[0])
 
 

@@ -7,6 +7,7 @@ import sys
 
 from ember.inductor.stage import InductorStage
 from ember.runtime.ir import load, save
+from ember.runtime.ir.effects import check_may_run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,8 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", required=True, help="compiled .ember file")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="target device (default: where the program's tensors are)")
+    parser.add_argument("--trusted", action="store_true",
+                        help="compile operators with effects outside the tensors (files, "
+                             "printing, custom operators) that the input calls")
     args = parser.parse_args(argv)
-    program = load(args.input)
+    program = load(args.input, trusted=args.trusted)
+    check_may_run(program)  # its code would run them: refuse them from untrusted files
     options = {"device": args.device} if args.device else {}
     compiled = InductorStage().run(program, options)
     save(compiled, args.output)

@@ -5,7 +5,13 @@ Commands::
     python -m ember.runtime show FILE                 print the program's text form
     python -m ember.runtime verify FILE [--dialect D] "ok" (exit 0) or the error (exit 1)
     python -m ember.runtime run FILE --inputs IN.safetensors --out OUT.safetensors
-                                     [--graph forward]
+                                     [--graph forward] [--trusted]
+
+``verify`` also says when the file holds executable code (a ``compiled`` artifact: a
+Python wrapper and C++/Triton kernel sources) or calls operators with effects outside
+its tensors (``ember.runtime.ir.effects``). ``run`` refuses both unless ``--trusted``
+(or, for compiled artifacts, ``EMBER_TRUST_ARTIFACTS=1``): only pass it for files
+whose source you trust as you would a Python module's.
 
 ``run`` binds each placeholder of the graph, in order, to the tensor in ``IN`` stored
 under the placeholder's name, or else under ``argI`` (``I`` its position among all the
@@ -36,6 +42,7 @@ from ember.runtime.ir import (
     print_program,
     verify,
 )
+from ember.runtime.ir.effects import effectful_calls
 
 _DEFAULTED = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT)
 
@@ -62,33 +69,48 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("file")
     show.set_defaults(command=_show)
 
-    check = commands.add_parser("verify", help="check a program against its dialect")
+    check = commands.add_parser(
+        "verify", help="check a program against its dialect; say whether it holds "
+                       "executable code (compiled artifacts do) or calls operators with "
+                       "effects outside its tensors")
     check.add_argument("file")
     check.add_argument("--dialect", choices=DIALECTS,
                        help="the dialect to check (default: the program's own)")
     check.set_defaults(command=_verify)
 
-    run = commands.add_parser("run", help="run a program on inputs from a safetensors file")
+    run = commands.add_parser(
+        "run", help="run a program on inputs from a safetensors file",
+        description="Run a program on inputs from a safetensors file. A compiled artifact "
+                    "is executable code (Python wrapper, C++/Triton kernels) and runs only "
+                    "with --trusted or EMBER_TRUST_ARTIFACTS=1; operators with effects "
+                    "outside the tensors (files, printing, custom operators) run only with "
+                    "--trusted.")
     run.add_argument("file")
     run.add_argument("--inputs", required=True, help="safetensors file of inputs")
     run.add_argument("--out", required=True, help="safetensors file to write outputs to")
     run.add_argument("--graph", default="forward", help="graph to run (default: forward)")
+    run.add_argument("--trusted", action="store_true",
+                     help="the file's source is trusted: run its code (compiled artifacts) "
+                          "and operators with effects outside the tensors")
     run.set_defaults(command=_run)
     return parser
 
 
-def _load(path: str) -> Program:
-    return load(path)
-
-
 def _show(args: argparse.Namespace) -> int:
-    print(print_program(_load(args.file)))
+    print(print_program(load(args.file)))
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
-    verify(_load(args.file), args.dialect)
+    program = load(args.file)
+    verify(program, args.dialect)
     print("ok")
+    if program.dialect == "compiled":
+        print("note: this file holds executable code (a Python wrapper and C++/Triton "
+              "kernel sources) that `run` executes with your permissions; run it only if "
+              "you trust its source (run --trusted, or EMBER_TRUST_ARTIFACTS=1)")
+    for call in effectful_calls(program):
+        print(f"note: {call.describe()}; `run` refuses it without --trusted")
     return 0
 
 
@@ -97,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
     from ember.runtime.callable import ProgramCallable
     from ember.runtime.executor import make_executor
 
-    program = _load(args.file)
+    program = load(args.file, trusted=args.trusted)
     given = safetensors.torch.load_file(args.inputs)
     inputs = bind_named_inputs(program, args.graph, given)
     if args.graph == "forward":

@@ -28,6 +28,7 @@ from ember.runtime.ir import (
     ValueRef,
     resolve_op,
 )
+from ember.runtime.ir.effects import check_may_run
 
 _DEFAULTED_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT)
 
@@ -97,14 +98,24 @@ class Interpreter:
     ``get_attr``, ``output``) or :meth:`run_node`; each opcode method takes the node and
     returns its value.
 
+    A program read from a file (``program.untrusted_origin`` set) runs only operators
+    that compute on tensors: one with effects outside them (files, printing, custom
+    operators; the tables of :mod:`ember.runtime.ir.effects`) is refused here, before
+    anything runs, unless ``allow_effects=True`` or the file was loaded with
+    ``trusted=True``.
+
     Raises (at construction):
         KeyError: the program has no graph ``graph``.
         IRFormatError: a ``call`` node names an operator torch does not know.
+        UntrustedProgramError: a loaded program calls an operator with effects outside
+            its tensors and ``allow_effects`` is False (names the node and the opt-ins).
     """
 
-    def __init__(self, program: Program, graph: str = "forward") -> None:
+    def __init__(self, program: Program, graph: str = "forward", *,
+                 allow_effects: bool = False) -> None:
         if graph not in program.graphs:
             raise KeyError(f"program has no graph {graph!r}; graphs: {sorted(program.graphs)}")
+        check_may_run(program, graph, allow_effects=allow_effects)
         self.program = program
         self.graph_name = graph
         self.graph: Graph = program.graphs[graph]
@@ -225,11 +236,13 @@ def _last_uses(graph: Graph) -> dict[str, list[str]]:
 
 
 def run_program(
-    program: Program, inputs: Sequence[Any], graph: str = "forward"
+    program: Program, inputs: Sequence[Any], graph: str = "forward", *,
+    allow_effects: bool = False,
 ) -> list[Any]:
     """Run graph ``graph`` of ``program`` on ``inputs`` with the reference interpreter.
 
     ``inputs``: one value per placeholder, or only the user inputs (see
-    :func:`bind_inputs`). Returns the graph's output values in order.
+    :func:`bind_inputs`). ``allow_effects``: see :class:`Interpreter`. Returns the
+    graph's output values in order.
     """
-    return Interpreter(program, graph).run(*inputs)
+    return Interpreter(program, graph, allow_effects=allow_effects).run(*inputs)

@@ -28,6 +28,7 @@ from typing import Any
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.config import config
 from ember.runtime.ir import Program, VerificationError, load, save, verify
+from ember.runtime.ir.effects import check_may_run
 from ember.runtime.logs import log
 from ember.runtime.stages import Stage, load_stage
 
@@ -88,8 +89,12 @@ def run_stages(program: Program, stages: list[Stage], options: dict[str, Any]) -
 
     Raises:
         VerificationError: a program breaks the dialect it is supposed to be in.
+        UntrustedProgramError: a program loaded from a file without ``trusted=True``
+            calls an operator with effects outside its tensors (compiling it would turn
+            that call into code that runs).
     """
     verify(program, "aten")
+    check_may_run(program)  # a program loaded from a file: no effects outside tensors
     program = _cross_boundary(program, "input", "aten")
     for index, stage in enumerate(stages):
         start = time.perf_counter()
@@ -117,7 +122,7 @@ def _cross_boundary(program: Program, where: str, dialect: str) -> Program:
         path = Path(tmp) / "program.ember"
         save(program, path)
         size = path.stat().st_size
-        reloaded: Program = load(path)
+        reloaded: Program = load(path, trusted=True)  # the file this process just wrote
     log("stages", f"boundary {where}: saved and re-loaded {size} bytes ({dialect})")
     if reloaded != program:
         raise VerificationError(

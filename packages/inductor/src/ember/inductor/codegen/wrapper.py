@@ -8,9 +8,11 @@ namespace built by ``ember.runtime.compiled.wrapper_support``.
 
 from __future__ import annotations
 
+import torch
 from ember.inductor.buffers import ExternCall
 from ember.inductor.lowering.graph_lowering import BufferInfo, GraphLowering
 from ember.inductor.scheduler import KernelStep, Step, read_buffers, written_buffers
+from ember.runtime.ir import TensorMeta
 
 
 def _op_expr(target: str) -> str:
@@ -18,6 +20,17 @@ def _op_expr(target: str) -> str:
     name, _, overload = rest.partition(".")
     base = "aten" if ns == "aten" else f"ops.{ns}"
     return f"{base}.{name}.{overload or 'default'}"
+
+
+def _device_test(name: str, device: torch.device) -> str:
+    """An inline test that tensor ``name`` is on ``device`` (cheap attribute reads)."""
+    if device.type in ("cpu", "cuda", "meta"):
+        test = f"{name}.is_{device.type}"
+    else:
+        test = f"{name}.device.type == {device.type!r}"
+    if device.index is not None:
+        test += f" and {name}.get_device() == {device.index}"
+    return test
 
 
 class WrapperWriter:
@@ -55,15 +68,7 @@ class WrapperWriter:
             names = ", ".join(low.inputs)
             self.emit(f"({names},) = args")
             self.emit("args.clear()  # the wrapper owns the references from here on")
-        for name in low.inputs:
-            info = low.buffers.get(name)
-            if info is not None:
-                # the inline test is the fast path; _check_input raises or re-lays out
-                self.emit(f"if not (isinstance({name}, torch.Tensor) and {name}.dtype is "
-                          f"{info.dtype} and {name}.shape == {info.sizes!r} and "
-                          f"{name}.stride() == {info.strides!r}):")
-                self.emit(f"    {name} = _check_input({name}, {name!r}, {info.dtype}, "
-                          f"{info.sizes!r}, {info.strides!r})")
+        self._check_inputs()
         for var in low.constants:
             info = low.buffers.get(var)
             if info is None:
@@ -88,6 +93,35 @@ class WrapperWriter:
         self.emit()
         self.emit(f"return [{', '.join(low.outputs)}]")
         return "\n".join(header + self.lines) + "\n"
+
+    def _check_inputs(self) -> None:
+        """Test each tensor input's type, device, dtype and shape (and strides, where
+        kernels read it) before any kernel sees its pointer. The inline test is the fast
+        path (metadata only); ``_check_input`` raises naming the input, or copies an input
+        of another layout into the traced one."""
+        low = self.lowered
+        placeholders = [n for n in low.graph.nodes if n.op == "placeholder"]
+        for name, node in zip(low.inputs, placeholders):
+            meta = node.meta
+            if not isinstance(meta, TensorMeta):
+                continue  # a SymInt or Python scalar input
+            info = low.buffers.get(name)
+            # kernels read a buffered input's pointer: it must be where they run
+            device = torch.device(self.device) if info is not None else meta.device
+            tests = [f"isinstance({name}, torch.Tensor)", f"{name}.dtype is {meta.dtype}",
+                     _device_test(name, device)]
+            if info is not None:
+                tests += [f"{name}.shape == {info.sizes!r}",
+                          f"{name}.stride() == {info.strides!r}"]
+                call = (f"{name} = _check_input({name}, {name!r}, {info.dtype}, "
+                        f"{info.sizes!r}, {info.strides!r}, {str(device)!r})")
+            else:  # symbolic sizes: every op is an extern call, any layout will do
+                sizes = tuple(s if isinstance(s, int) else None for s in meta.sizes)
+                tests.append(f"{name}.dim() == {len(sizes)}")
+                call = (f"_check_input({name}, {name!r}, {meta.dtype}, {sizes!r}, None, "
+                        f"{str(device)!r})")
+            self.emit(f"if not ({' and '.join(tests)}):")
+            self.emit(f"    {call}")
 
     def _layout_key(self, info: BufferInfo) -> tuple[object, ...]:
         return (info.dtype, info.sizes, info.strides)

@@ -11,7 +11,10 @@ from typing import Any
 
 import torch
 from ember.runtime.compiled.wrapper_support import make_namespace
+from ember.runtime.config import config
 from ember.runtime.ir import IRFormatError, Program
+from ember.runtime.ir.effects import check_may_run_code
+from ember.runtime.ir.limits import LoadLimits
 
 # Kernel languages and the launcher module for each (``load_kernel(entry, files)``).
 LAUNCHERS = {"cpp": "ember.runtime.compiled.cpp_launcher",
@@ -63,11 +66,16 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
     graph's inputs (one per placeholder, in order) and returning its outputs.
 
     The graph's wrapper source is executed in a fresh namespace (no pickle, no imports
-    beyond torch); its kernels are compiled or fetched from the on-disk cache.
+    beyond torch); its kernels are compiled or fetched from the on-disk cache. That is
+    running code: a program read from a file (``program.untrusted_origin`` set) is
+    refused unless ``EMBER_TRUST_ARTIFACTS=1`` (load trusted files with
+    ``load(path, trusted=True)`` or :func:`load_artifact` ``(path, trusted=True)``).
 
     Raises:
         IRFormatError: the program's compiled metadata or files are malformed.
+        UntrustedProgramError: the program came from a file nobody said to trust.
     """
+    check_may_run_code(program, config.trust_artifacts)
     entry = graph_entry(program, graph_name)
     kernels = load_kernels(program, entry)
     constants: dict[str, torch.Tensor] = {}
@@ -94,20 +102,37 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
     return run
 
 
-def load_artifact(path: Any) -> Callable[..., list[Any]]:
+def load_artifact(path: Any, *, trusted: bool = False,
+                  limits: LoadLimits | None = None) -> Callable[..., list[Any]]:
     """Load a compiled ``.ember`` file; returns ``fn(*user_inputs) -> list of outputs``.
+
+    A compiled artifact is executable code: its Python wrapper is ``exec``'d and its C++
+    and Triton kernel sources are built and run with your permissions, as importing a
+    Python module would. Load one only from a source you trust, and say so with
+    ``trusted=True`` (or ``EMBER_TRUST_ARTIFACTS=1`` for the whole process); without
+    either it is refused before any of its code runs. Every member of the file is
+    checked against the SHA-256 in its ``manifest.json`` (corruption, not forgery).
 
     Parameters and buffers come from the file's ``program.tensors`` unless the caller
     passes every placeholder's value positionally. Mutated inputs are copied back.
 
+    Args:
+        path: a file name or binary file object.
+        trusted: you trust the file's source to run code on this machine.
+        limits: size limits for reading the file (see ``ember.runtime.ir.limits``).
+
     Raises:
-        IRFormatError: the file is not a valid compiled program.
+        UntrustedProgramError: neither ``trusted=True`` nor ``EMBER_TRUST_ARTIFACTS=1``
+            (the message names both).
+        IRFormatError: the file is not a valid compiled program, or a member does not
+            match its SHA-256.
     """
     from ember.runtime.callable import ProgramCallable
     from ember.runtime.ir import load
 
-    program = load(path)
+    program = load(path, trusted=trusted, limits=limits)
     graph_entry(program, "forward")
+    check_may_run_code(program, config.trust_artifacts)
     fn = ProgramCallable(program, load_executor)
 
     def call(*inputs: Any) -> list[Any]:
