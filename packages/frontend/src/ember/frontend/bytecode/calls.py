@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
@@ -40,7 +41,7 @@ from ember.frontend.bytecode.interpreter import (
     is_fake_tensor,
 )
 from ember.frontend.bytecode.iteration import ListIterator
-from ember.frontend.bytecode.sources import AttrSource
+from ember.frontend.bytecode.sources import AttrSource, DefaultSource
 from torch import nn
 
 _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -96,7 +97,6 @@ class CallHandler:
     ) -> None:
         self.break_calls = break_calls or {}
         self.compile_callee = compile_callee
-        self._signatures: dict[Any, inspect.Signature] = {}
 
     # ---- entry -------------------------------------------------------------------------
 
@@ -221,14 +221,20 @@ class CallHandler:
             raise interp.fail(f"call to {_name(fn)}: calls nested deeper than "
                               f"{MAX_INLINE_DEPTH}")
         try:
-            bound = self._signature(fn).bind(*args, **kwargs)
-        except TypeError as e:
-            raise interp.fail(f"call to {_name(fn)}: {e}") from e
-        bound.apply_defaults()
+            bound = bind_arguments(fn, args, kwargs)
+        except BindError as e:
+            raise interp.fail(f"call to {_name(fn)}: {e}", "the call runs in Python, "
+                              "which raises its TypeError") from e
+        local_values = bound.values
+        if fn_source is not None:
+            # defaults are read from the function at every call: guard them
+            for param, key in bound.defaults.items():
+                local_values[param] = interp.wrap(local_values[param],
+                                                  DefaultSource(fn_source, key))
         g = fn.__globals__
         b = g.get("__builtins__", builtins.__dict__)
         frame = Frame(code, g, b if isinstance(b, dict) else b.__dict__,
-                      bound_locals(code, bound), closure=fn.__closure__ or (),
+                      local_values, closure=fn.__closure__ or (),
                       fn_source=fn_source, parent=parent)
         if code.co_flags & inspect.CO_GENERATOR:
             # NOTE: a generator runs to completion here and its values are iterated
@@ -242,13 +248,6 @@ class CallHandler:
         if frame.yielded is not None:
             return ListIterator(frame.yielded)
         return result
-
-    def _signature(self, fn: Any) -> inspect.Signature:
-        sig = self._signatures.get(fn)
-        if sig is None:
-            sig = inspect.signature(fn, follow_wrapped=False)
-            self._signatures[fn] = sig
-        return sig
 
     def record(self, interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Run ``fn`` on fake tensors; the recorder records the ATen ops it runs."""
@@ -344,14 +343,6 @@ class CallHandler:
         if owner is None and first in frame.cells:
             owner = frame.cells[first].cell_contents
         return super(cls, owner)
-
-
-def bound_locals(code: types.CodeType, bound: inspect.BoundArguments) -> dict[str, Any]:
-    """Bound arguments by their local names (comprehensions' ``.0`` is ``implicit0`` in
-    the signature)."""
-    n = code.co_argcount + code.co_kwonlyargcount
-    n += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
-    return dict(zip(code.co_varnames[:n], bound.arguments.values()))
 
 
 def _any_fake(values: list[Any]) -> bool:

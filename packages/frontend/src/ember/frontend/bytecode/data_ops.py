@@ -436,6 +436,8 @@ class DataOps:
 
     def op_LIST_EXTEND(self, f: Frame, ins: Any) -> None:
         v = f.stack[-1]
+        if not is_star_iterable(v):
+            raise TypeError(f"Value after * must be an iterable, not {type(v).__name__}")
         items = self.iterate(v)
         f.pop()
         f.stack[-ins.arg].extend(items)
@@ -450,7 +452,21 @@ class DataOps:
         v = f.pop()
         f.stack[-ins.arg].update(v)
 
-    op_DICT_MERGE = op_DICT_UPDATE
+    def op_DICT_MERGE(self, f: Frame, ins: Any) -> None:
+        """``**mapping`` in a call: a non-mapping or a repeated keyword raises CPython's
+        TypeError (naming the function being called)."""
+        v = f.stack[-1]
+        target = f.stack[-1 - ins.arg]
+        fn = f.stack[-3 - ins.arg]
+        if not hasattr(v, "keys"):
+            raise TypeError(f"{function_str(fn)} argument after ** must be a mapping, not "
+                            f"{type(v).__name__}")
+        for key in v.keys():
+            if key in target:
+                raise TypeError(f"{function_str(fn)} got multiple values for keyword "
+                                f"argument '{key}'")
+        f.pop()
+        target.update(v)
 
     def op_LIST_TO_TUPLE(self, f: Frame, ins: Any) -> None:
         f.push(tuple(f.pop()))
@@ -501,3 +517,21 @@ def _plain_attribute(obj: Any, name: str) -> bool:
             return (isinstance(attr, types.MemberDescriptorType)
                     or not hasattr(type(attr), "__set__"))
     return True
+
+
+def is_star_iterable(value: Any) -> bool:
+    """Whether ``*value`` is allowed (CPython: an ``__iter__`` or a sequence)."""
+    cls = type(value)
+    return hasattr(cls, "__iter__") or hasattr(cls, "__getitem__")
+
+
+def function_str(fn: Any) -> str:
+    """How CPython names a callable in call-site errors (``module.qualname()``)."""
+    try:
+        qualname = fn.__qualname__
+    except AttributeError:
+        return str(fn)
+    module = getattr(fn, "__module__", None)
+    if isinstance(module, str) and module != "builtins":
+        return f"{module}.{qualname}()"
+    return f"{qualname}()"

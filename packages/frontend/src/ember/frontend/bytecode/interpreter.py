@@ -27,7 +27,7 @@ import torch
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.capture import CaptureContext
-from ember.frontend.bytecode.data_ops import DataOps, is_fake_tensor
+from ember.frontend.bytecode.data_ops import DataOps, is_star_iterable, function_str, is_fake_tensor
 from ember.frontend.bytecode.exceptions import find_handler
 from ember.frontend.bytecode.frame import NULL, Frame
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
@@ -304,6 +304,9 @@ class Interpreter(DataOps):
         kwargs = dict(f.stack[-1]) if has_kwargs else {}
         args_obj = f.stack[-1 - has_kwargs]
         fn = f.stack[-2 - has_kwargs]
+        if not is_star_iterable(args_obj):
+            raise TypeError(f"{function_str(fn)} argument after * must be an iterable, not "
+                            f"{type(args_obj).__name__}")
         args = self.iterate(args_obj) if not isinstance(args_obj, tuple) else list(args_obj)
         result = self.calls.call(self, f, fn, args, kwargs)
         f.popn(3 + has_kwargs)

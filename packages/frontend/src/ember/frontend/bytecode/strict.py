@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
-from ember.frontend.bytecode.calls import CallHandler, bound_locals
+from ember.frontend.bytecode.binding import BindError, bind_arguments
+from ember.frontend.bytecode.calls import CallHandler
 from ember.frontend.bytecode.escape import break_allowed
 from ember.frontend.bytecode.frame import Frame, FrameState
 from ember.frontend.bytecode.interpreter import Interpreter
@@ -84,11 +85,10 @@ class StrictFunction:
         if self.fn.__code__.co_flags & inspect.CO_GENERATOR:
             self._eager_reason = "generator functions run eagerly when compiled directly"
         self._callees: dict[tuple[Any, int], StrictFunction] = {}
-        self._signature = inspect.signature(self.fn, follow_wrapped=False)
         code = self.fn.__code__
         only_positional = not code.co_kwonlyargcount and not (
             code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS))
-        # calls with exactly this many positional arguments bind without inspect
+        # calls with exactly this many positional arguments need no binding
         self._plain_arity = code.co_argcount if only_positional else -1
         b = self.fn.__globals__.get("__builtins__", builtins.__dict__)
         self._ctx = FunctionContext(self.fn.__code__, self.fn.__globals__,
@@ -130,6 +130,8 @@ class StrictFunction:
             self.stats.eager_fallback_calls += 1
             return self.fn(*args, **kwargs)
         state = self._entry_state(args, kwargs)
+        if state is None:
+            return self.fn(*args, **kwargs)  # raises CPython's TypeError
         while True:
             found = self._lookup(state)
             if found is _EAGER:
@@ -169,15 +171,19 @@ class StrictFunction:
 
     # ---- driving ---------------------------------------------------------------------
 
-    def _entry_state(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> FrameState:
+    def _entry_state(self, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> FrameState | None:
+        """The frame state at the start of a call; None when the arguments do not bind
+        (then the caller lets Python make the call and raise its TypeError)."""
         code = self.fn.__code__
         if not kwargs and len(args) == self._plain_arity:
             # the common call: every parameter passed positionally, nothing to bind
             local_values = dict(zip(code.co_varnames, args))
         else:
-            bound = self._signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            local_values = bound_locals(code, bound)
+            try:
+                local_values = bind_arguments(self.fn, args, kwargs).values
+            except BindError:
+                return None
         cells = dict(zip(code.co_freevars, self.fn.__closure__ or ()))
         return FrameState(0, [], local_values, cells, torch.is_grad_enabled())
 
