@@ -356,7 +356,8 @@ def test_module_members_are_read_from_their_tables_and_still_guarded():
     torch.testing.assert_close(compiled(x), mod(x))
     compiled(x)  # a cache hit builds the matcher
     (seg,) = compiled._compiled.segments[0]
-    assert "._parameters['weight']" in seg._matcher.__ember_source__
+    code = [line.split("#")[0] for line in seg._matcher.__ember_source__.splitlines()]
+    assert any("._parameters[" in line for line in code)
     mod.lin = nn.Linear(4, 4)  # a new submodule object: a guard miss, not a stale read
     torch.testing.assert_close(compiled(x), mod(x))
     assert compiled.stats.compiles == 2

@@ -8,6 +8,11 @@ submodule's ``training`` flag. :class:`GuardSet` compiles them into ONE Python f
 so a cache lookup costs one call; only when it fails are the guards evaluated one by
 one, to name the first that failed.
 
+NOTE: guard expressions are text this module writes: names (``L``, ``C3``), Python
+syntax and booleans. Every captured value (shapes, argument values, the pytree spec with
+its dict keys) is a constant ``C<i>`` of the check function's namespace, never pasted into
+the source, so no ``repr()`` of a user object is ever run.
+
 The check function's arguments, used in guard expressions:
 
 ``L``     the flat leaves of ``(args, kwargs)``
@@ -109,7 +114,7 @@ class GuardSet:
         self.add(f"spec == {c}", "the arguments' structure is unchanged", "spec")
 
     def add_grad_mode(self, enabled: bool) -> None:
-        self.add(f"grad is {enabled}", f"torch.is_grad_enabled() is {enabled}", "grad")
+        self.add(f"grad is {bool(enabled)}", f"torch.is_grad_enabled() is {enabled}", "grad")
 
     def add_global_state(self) -> None:
         """Guards on the torch state that changes which ops run: the default dtype and
@@ -120,7 +125,7 @@ class GuardSet:
                  "torch.get_default_dtype()")
         for device in ("cpu", "cuda"):
             on = torch.is_autocast_enabled(device)
-            self.add(f"torch.is_autocast_enabled({device!r}) is {on}",
+            self.add(f"torch.is_autocast_enabled({device!r}) is {bool(on)}",
                      f"torch.is_autocast_enabled({device!r}) is {on}",
                      f"torch.is_autocast_enabled({device!r})")
             if on:
@@ -137,13 +142,13 @@ class GuardSet:
         dtype = self.constant(t.dtype)
         self.add(f"{ref}.dtype is {dtype}", f"{name}.dtype == {t.dtype}", f"{ref}.dtype")
         shape = tuple(t.shape)
-        self.add(f"{ref}.shape == {shape!r}", f"{name}.shape == {shape}",
+        self.add(f"{ref}.shape == {self.constant(shape)}", f"{name}.shape == {shape}",
                  f"tuple({ref}.shape)")
         stride = tuple(t.stride())
-        self.add(f"{ref}.stride() == {stride!r}", f"{name}.stride() == {stride}",
+        self.add(f"{ref}.stride() == {self.constant(stride)}", f"{name}.stride() == {stride}",
                  f"{ref}.stride()")
         offset = t.storage_offset()
-        self.add(f"{ref}.storage_offset() == {offset}",
+        self.add(f"{ref}.storage_offset() == {self.constant(offset)}",
                  f"{name}.storage_offset() == {offset}", f"{ref}.storage_offset()")
         device = self.constant(t.device)
         self.add(f"{ref}.device == {device}", f"{name}.device == {t.device}",
@@ -185,8 +190,8 @@ class GuardSet:
         for sub_name, sub in module.named_modules():
             c = self.constant(sub)
             label = f"{name}.{sub_name}" if sub_name else name
-            self.add(f"{c}.training is {sub.training}", f"{label}.training == {sub.training}",
-                     f"{c}.training")
+            self.add(f"{c}.training is {bool(sub.training)}",
+                     f"{label}.training == {sub.training}", f"{c}.training")
 
     # ---- checking ---------------------------------------------------------------------
 

@@ -10,12 +10,26 @@ failed.
 
 from __future__ import annotations
 
+import functools
+import keyword
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ember.frontend.bytecode.sources import Source, fetch_expr
+from ember.frontend.bytecode.sources import (
+    AttrSource,
+    CellSource,
+    ClosureSource,
+    DefaultSource,
+    GlobalSource,
+    ItemSource,
+    LocalSource,
+    ModuleMemberSource,
+    Source,
+    StackSource,
+)
 
 
 @dataclass(frozen=True)
@@ -73,11 +87,13 @@ class GuardSet:
     """The guards of one cache entry, in the order they were installed."""
 
     guards: list[Guard] = field(default_factory=list)
-    _seen: set[tuple[str, str]] = field(default_factory=set)
+    _seen: set[tuple[str, Any]] = field(default_factory=set)
 
     def add(self, guard: Guard) -> None:
-        key = (guard.kind, guard.source.expr() if guard.source is not None
-               else repr(guard.expected))
+        # NOTE: deduplicated by the Source objects themselves (their keys compare as dict
+        # keys do), never by rendered text: two keys with one repr are two guards.
+        key = (guard.kind, guard.source if guard.source is not None
+               else _hashable(guard.expected))
         if key in self._seen:
             return
         self._seen.add(key)
@@ -114,12 +130,20 @@ class GuardSet:
 class _Writer:
     """Writes the body of a generated matcher: each source is fetched once, into a
     local, the first time a guard (or the input list) needs it; guards that share a
-    prefix (``self.layers[0].attn`` and ``self.layers[0].mlp``) share its fetch."""
+    prefix (``self.layers[0].attn`` and ``self.layers[0].mlp``) share its fetch.
+
+    NOTE: the generated text holds only names this class makes up (``v3``, ``c7``),
+    Python syntax and integers it formats itself. Every captured value — dict keys,
+    attribute and variable names, expected values — is a constant of the function's
+    namespace, referred to by its number: a key whose ``repr`` is code is never run, and
+    keys are looked up as objects (an Enum, a tuple, a NaN float: the same object is the
+    same key, as in a dict).
+    """
 
     def __init__(self) -> None:
         self.names: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor}
         self.lines: list[str] = []
-        self._locals: dict[str, str] = {}
+        self._locals: dict[Source, str] = {}
 
     def const(self, prefix: str, value: Any) -> str:
         name = f"{prefix}{len(self.names)}"
@@ -128,14 +152,50 @@ class _Writer:
 
     def ref(self, source: Source) -> str:
         """A local holding ``source``'s value, emitting its fetch on first use."""
-        key = source.expr()
-        name = self._locals.get(key)
+        name = self._locals.get(source)
         if name is None:
-            value = fetch_expr(source, self.ref)
+            value = self._fetch(source)
             name = f"v{len(self._locals)}"
-            self.lines.append(f"{name} = {value}  # {key}")
-            self._locals[key] = name
+            # NOTE: the comment shows the source; str.__repr__ (not the object's own
+            # repr) escapes every line break in it
+            shown = str.__repr__(str(source.expr()))
+            self.lines.append(f"{name} = {value}  # {shown}")
+            self._locals[source] = name
         return name
+
+    def _fetch(self, source: Source) -> str:
+        """The expression that reads ``source`` (its base through :meth:`ref`)."""
+        if isinstance(source, LocalSource):
+            return f"S.locals[{self.const('name', source.name)}]"
+        if isinstance(source, StackSource):
+            return f"S.stack[{_index(source.index)}]"
+        if isinstance(source, CellSource):
+            return f"S.cells[{self.const('name', source.name)}].cell_contents"
+        if isinstance(source, GlobalSource):
+            return f"C.f_globals[{self.const('name', source.name)}]"
+        if isinstance(source, AttrSource):
+            name = source.name
+            if type(name) is str and name.isidentifier() and not keyword.iskeyword(name):
+                return f"{self.ref(source.base)}.{name}"
+            return f"getattr({self.ref(source.base)}, {self.const('name', name)})"
+        if isinstance(source, ModuleMemberSource) and source.table in _MODULE_TABLES:
+            return (f"{self.ref(source.base)}.{source.table}"
+                    f"[{self.const('name', source.name)}]")
+        if isinstance(source, ItemSource):
+            return f"{self.ref(source.base)}[{self._key(source.key)}]"
+        if isinstance(source, ClosureSource):
+            return f"{self.ref(source.base)}.__closure__[{_index(source.index)}].cell_contents"
+        if isinstance(source, DefaultSource):
+            if type(source.key) is int:
+                return f"{self.ref(source.base)}.__defaults__[{_index(source.key)}]"
+            return f"{self.ref(source.base)}.__kwdefaults__[{self.const('key', source.key)}]"
+        # any other source reads itself (no shared prefix)
+        return f"{self.const('source', source)}.fetch(S, C)"
+
+    def _key(self, key: Any) -> str:
+        if type(key) is int:
+            return _index(key)
+        return self.const("key", key)
 
     def require(self, condition: str) -> None:
         self.lines.append(f"if not ({condition}): return None")
@@ -148,7 +208,8 @@ class _Writer:
             st, dv = self.const("stride", strides), self.const("device", device)
             self.require(f"isinstance({v}, Tensor) and {v}.dtype is {d} and {v}.shape == {s} "
                          f"and {v}.stride() == {st} and {v}.device == {dv} and "
-                         f"{v}.requires_grad is {rg} and {v}.storage_offset() == {offset}")
+                         f"{v}.requires_grad is {bool(rg)} and "
+                         f"{v}.storage_offset() == {_index(offset)}")
         elif g.kind == "equals":
             t = self.const("type", type(g.expected))
             if isinstance(g.expected, float) and g.expected != g.expected:
@@ -161,19 +222,48 @@ class _Writer:
         elif g.kind == "same":
             self.require(f"{v} is {self.ref(g.expected)}")
         elif g.kind == "global":
-            self.require(f"{g.expected[0]} == {self.const('c', g.expected[1])}")
+            reader = GLOBAL_STATE_READERS.get(g.expected[0])
+            if reader is None:
+                raise ValueError(f"no reader for the global state {g.expected[0]!r}; "
+                                 f"known: {', '.join(GLOBAL_STATE_READERS)}")
+            self.require(f"{self.const('read', reader)}() == {self.const('c', g.expected[1])}")
         elif g.kind == "id":
             self.require(f"{v} is {self.const('obj', g.expected)}")
         elif g.kind == "type":
             self.require(f"type({v}) is {self.const('type', g.expected)}")
         elif g.kind == "len":
-            self.require(f"len({v}) == {int(g.expected)}")
+            self.require(f"len({v}) == {_index(g.expected)}")
         elif g.kind == "keys":
             self.require(f"list({v}.keys()) == {self.const('keys', list(g.expected))}")
         elif g.kind == "grad_mode":
             self.require(f"torch.is_grad_enabled() is {bool(g.expected)}")
         else:
             raise ValueError(f"unknown guard kind {g.kind!r}")
+
+
+GLOBAL_STATE_READERS: dict[str, Callable[[], Any]] = {
+    "torch.get_default_dtype()": torch.get_default_dtype,
+    "torch.is_autocast_enabled('cpu')": functools.partial(torch.is_autocast_enabled, "cpu"),
+    "torch.is_autocast_enabled('cuda')": functools.partial(torch.is_autocast_enabled, "cuda"),
+}
+"""The global state a ``global`` guard may read, by the text its guard shows."""
+
+_MODULE_TABLES = ("_parameters", "_buffers", "_modules")
+
+
+def _index(value: Any) -> str:
+    """An integer written into generated code (an index, a length): only an ``int``."""
+    if type(value) is not int:
+        value = operator.index(value)
+    return str(int(value))
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        return ("unhashable", id(value))
+    return value
 
 
 def compile_matcher(
