@@ -11,6 +11,7 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from ember.runtime.compiled.cpp_build import compile_cpp
 
 
@@ -26,10 +27,25 @@ class CppKernel:
         if len(tensors) != self._n_args:
             raise TypeError(f"kernel {self.name} takes {self._n_args} tensors, "
                             f"got {len(tensors)}")
-        self._fn(*[t.data_ptr() for t in tensors])
+        # NOTE: a pointer to another device's memory (or a meta tensor's null pointer)
+        # must never reach the C++ code; the wrapper checks its inputs, this catches the
+        # rest (a hand-written wrapper, a direct call) at the cost of one attribute read.
+        pointers = [t.data_ptr() for t in tensors
+                    if isinstance(t, torch.Tensor) and t.is_cpu]
+        if len(pointers) != self._n_args:
+            raise TypeError(f"kernel {self.name} runs on the CPU: its arguments must be CPU "
+                            f"tensors, got {_describe(tensors)}")
+        self._fn(*pointers)
 
     def __repr__(self) -> str:
         return f"<C++ kernel {self.name}>"
+
+
+def _describe(values: tuple[Any, ...]) -> str:
+    """``[cpu float32 tensor, meta float32 tensor, int]`` for an error message."""
+    return "[" + ", ".join(
+        f"{v.device} {str(v.dtype).removeprefix('torch.')} tensor"
+        if isinstance(v, torch.Tensor) else type(v).__name__ for v in values) + "]"
 
 
 def load_kernel(entry: dict[str, Any], files: dict[str, bytes]) -> Callable[..., None]:

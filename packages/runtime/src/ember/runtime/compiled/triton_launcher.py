@@ -96,6 +96,10 @@ def split_from_entry(spec: TritonKernelSpec, split: Any) -> SplitStage:
     return SplitStage(partial, grid, dtypes, numel)
 
 
+# Where a launch can run: CUDA (compiled by Triton's JIT) or the CPU (Triton's interpreter).
+_LAUNCH_DEVICES = ("cuda", "cpu")
+
+
 class TritonLaunch:
     """``launch(*tensors)``: runs one generated kernel over its static grid, loading
     (and compiling) it for each device it is first called on."""
@@ -121,6 +125,11 @@ class TritonLaunch:
         if self._empty:
             return  # an empty tensor: nothing to compute
         device = tensors[0].device if tensors else torch.device("cpu")
+        if device.type not in _LAUNCH_DEVICES:
+            # a meta tensor has no memory to read (the interpreter would follow a null
+            # pointer); the wrapper's input checks say which input it was
+            raise TypeError(f"Triton kernel {self.spec.name} runs on CUDA tensors or, "
+                            f"interpreted, CPU ones; got a tensor on {device}")
         main, partial = self.kernels_for(device)
         if self.split is None or partial is None:
             main.launch(self.grid, *tensors)

@@ -35,23 +35,52 @@ def _same_strides(t: torch.Tensor, sizes: Sequence[int], strides: Sequence[int])
     return all(s == 1 or a == b for s, a, b in zip(sizes, t.stride(), strides))
 
 
-def check_input(t: Any, name: str, dtype: torch.dtype, sizes: Sequence[int],
-                strides: Sequence[int]) -> torch.Tensor:
+def check_input(t: Any, name: str, dtype: torch.dtype, sizes: Sequence[int | None],
+                strides: Sequence[int] | None, device: str | None = None) -> torch.Tensor:
     """The input ``t`` in the layout the kernels were generated for.
 
+    The wrapper calls this only when its inline test of ``t`` fails, so the checks cost
+    nothing on the fast path; they look at metadata only, never at the elements.
+
+    Args:
+        t: the value passed for the graph input.
+        name: the input's name in the wrapper (for messages).
+        dtype: the traced dtype.
+        sizes: the traced sizes; ``None`` for a symbolic size (any value).
+        strides: the traced strides, or ``None`` when the graph has no generated kernels
+            reading the input (symbolic sizes: extern calls only).
+        device: the traced device (``"cpu"``, ``"cuda"``, ``"cuda:1"``); ``None`` (wrappers
+            written before devices were checked) accepts any.
+
     Raises:
-        TypeError: ``t`` is not a tensor, or its dtype or shape differ from the traced
-            ones (the artifact was compiled for another signature).
+        TypeError: ``t`` is not a tensor, or its device, dtype or shape differ from the
+            traced ones (the program was compiled for another signature). A raw pointer
+            never reaches a kernel in that case.
     """
+    where = f"compiled graph input {name}"
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"compiled graph input {name}: expected a tensor, got "
-                        f"{type(t).__name__}")
-    if t.dtype != dtype or tuple(t.shape) != tuple(sizes):
+        raise TypeError(f"{where}: expected a tensor, got {type(t).__name__}")
+    if device is not None and not _on_device(t, torch.device(device)):
         raise TypeError(
-            f"compiled graph input {name}: expected {dtype} {list(sizes)}, got "
-            f"{t.dtype} {list(t.shape)}")
-    result: torch.Tensor = layout(t, sizes, strides)
+            f"{where}: expected a tensor on {device}, got one on {t.device} (the program "
+            f"was compiled for {device}; move the input with .to({device!r}))")
+    rank_ok = t.dim() == len(sizes)
+    if t.dtype != dtype or not rank_ok or any(
+            s is not None and s != actual for s, actual in zip(sizes, t.shape)):
+        expected = ["?" if s is None else s for s in sizes]
+        raise TypeError(
+            f"{where}: expected {dtype} {expected}, got {t.dtype} {list(t.shape)}")
+    if strides is None:
+        return t
+    result: torch.Tensor = layout(t, [int(s) for s in sizes if s is not None], strides)
     return result
+
+
+def _on_device(t: torch.Tensor, device: torch.device) -> bool:
+    """Whether ``t`` is on ``device`` (any index of its type when it names none)."""
+    if t.device.type != device.type:
+        return False
+    return device.index is None or t.device.index in (None, device.index)
 
 
 def make_namespace(kernels: dict[str, Callable[..., None]],
