@@ -13,14 +13,15 @@ import json
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import safetensors.torch
 import torch
-from ember.runtime import load_artifact
 from ember.runtime.__main__ import main
 from ember.runtime.callable import ProgramCallable
+from ember.runtime.compiled import load_artifact
 from ember.runtime.config import patch
 from ember.runtime.executor import make_executor
 from ember.runtime.interpreter import Interpreter, run_program
@@ -37,7 +38,7 @@ def compiled_program(marker: Path) -> Program:
     """A ``compiled`` program whose wrapper creates ``marker`` when it is executed."""
     pb = ProgramBuilder()
     x = pb.input(torch.randn(3), name="x")
-    program = pb.finish(pb.call("aten::mul.Tensor", x, 2.0))
+    program: Program = pb.finish(pb.call("aten::mul.Tensor", x, 2.0))
     program.dialect = "compiled"
     program.metadata["compiled"] = {"format": 1, "graphs": {"forward": {
         "wrapper": WRAPPER, "kernels": [], "constants": {}, "device": "cpu"}}}
@@ -56,7 +57,7 @@ def from_file_program(tmp_path: Path, marker: Path) -> Program:
     x = pb.input(torch.zeros(16, dtype=torch.uint8), name="x")
     scratch = str(tmp_path / "scratch")  # the builder runs the op once to get its meta
     mapped = pb.call("aten::from_file.default", scratch, True, 16, dtype=torch.uint8)
-    program = pb.finish(pb.call("aten::add.Tensor", x, mapped))
+    program: Program = pb.finish(pb.call("aten::add.Tensor", x, mapped))
     nodes = program.forward.nodes
     i = next(i for i, n in enumerate(nodes) if n.target == "aten::from_file.default")
     nodes[i] = dataclasses.replace(nodes[i], args=(str(marker), True, 16))
@@ -189,8 +190,10 @@ def test_loaded_from_file_op_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "p.ember"
     save(from_file_program(tmp_path, marker), path)
     x = torch.zeros(16, dtype=torch.uint8)
-    for run in (lambda p: run_program(p, [x]), lambda p: ProgramCallable(p)([x]),
-                lambda p: make_executor(p)([x])):
+    runners: list[Callable[[Program], object]] = [
+        lambda p: run_program(p, [x]), lambda p: ProgramCallable(p)([x]),
+        lambda p: make_executor(p)([x])]
+    for run in runners:
         with pytest.raises(UntrustedProgramError,
                            match=r"node %v1: aten::from_file.default reads a file.*"
                                  r"trusted=True.*allow_effects=True"):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import pickle
-import zipfile
 from pathlib import Path
 from typing import Any
 

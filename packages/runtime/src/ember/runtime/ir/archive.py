@@ -26,7 +26,7 @@ import os
 import zipfile
 import zlib
 from collections.abc import Mapping
-from typing import IO
+from typing import IO, Self
 
 from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.json_codec import expect_dict, expect_keys, expect_str, parse_json
@@ -84,7 +84,7 @@ class ArchiveReader:
             raise
         self._hashes: dict[str, str] | None = None
 
-    def __enter__(self) -> ArchiveReader:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

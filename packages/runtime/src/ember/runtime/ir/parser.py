@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import torch
+from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import (
     Argument,
     Graph,
@@ -27,7 +28,6 @@ from ember.runtime.ir.graph import (
     SourceLocation,
     SymbolRange,
 )
-from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.json_codec import parse_json
 from ember.runtime.ir.limits import DEFAULT_LIMITS, LoadLimits
 from ember.runtime.ir.load_checks import check_program

@@ -41,6 +41,7 @@ from ember.runtime.ir.json_graph import (
 from ember.runtime.ir.load_checks import check_program
 
 FORMAT_NAME = "ember-program"
+_MAX_SIZE = (1 << 63) - 1
 
 _KEYS = {"format", "schema_version", "producer", "dialect", "graphs", "signature",
          "tensors", "files", "metadata"}
@@ -185,8 +186,9 @@ def decode_tensor_decl(v: JSON, where: str) -> TensorDecl:
     expect_keys(d, where, keys, keys)
     shape = expect_list(d["shape"], f"{where}.shape")
     for i, size in enumerate(shape):
-        if expect_int(size, f"{where}.shape[{i}]") < 0:
-            raise IRFormatError(f"{where}.shape[{i}]: negative size {size}")
+        if not 0 <= expect_int(size, f"{where}.shape[{i}]") <= _MAX_SIZE:
+            raise IRFormatError(f"{where}.shape[{i}]: size {size} is negative or over "
+                                "2**63 - 1")
     return TensorDecl(
         dtype=torch_names.dtype_from_name(expect_str(d["dtype"], f"{where}.dtype"),
                                           f"{where}.dtype"),
@@ -207,10 +209,14 @@ def bind_tensors(
         IRFormatError: naming a missing, extra or mismatched tensor.
     """
     if tensors is None:
-        return {
-            name: torch.empty(d.shape, dtype=d.dtype, device="meta")
-            for name, d in decls.items()
-        }
+        stand_ins = {}
+        for name, d in decls.items():
+            try:
+                stand_ins[name] = torch.empty(d.shape, dtype=d.dtype, device="meta")
+            except (RuntimeError, TypeError, ValueError, OverflowError) as e:
+                raise IRFormatError(f"tensor {name!r}: impossible shape {list(d.shape)} "
+                                    f"({type(e).__name__})") from None
+        return stand_ins
     missing = [n for n in decls if n not in tensors]
     if missing:
         raise IRFormatError(f"tensor(s) {missing} are declared but their values are absent")
