@@ -18,7 +18,7 @@ def test_decorator_forms() -> None:
     def plain(x: torch.Tensor) -> torch.Tensor:
         return x + 1
 
-    @ef.compile(backend="eager", mode="max-autotune")
+    @ef.compile(backend="eager", mode="default")
     def configured(x: torch.Tensor) -> torch.Tensor:
         return x - 1
 
@@ -102,6 +102,8 @@ def test_capture_mode_registry_hook() -> None:
     calls: list[CompileRequest] = []
 
     class Recorded:
+        options = {"knob": (int,)}  # the options this capture mode reads
+
         def __init__(self, request: CompileRequest) -> None:
             calls.append(request)
             self.stats = ef.CompileStats()

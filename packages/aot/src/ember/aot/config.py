@@ -24,6 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 
+AOT_OPTIONS: dict[str, tuple[type, ...]] = {
+    "aot.save_everything": (bool,),
+    "aot.recompute_reduction_limit": (int,),
+    "aot.decompose": (bool,),
+    "aot.training": (bool, type(None)),
+}
+"""The options above, with the types their values may have (checked by
+``ember.frontend.compile``)."""
+
+
 @dataclass(frozen=True)
 class AotConfig:
     """Settings of one aot run."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.aot.config import AotConfig
+from ember.aot.config import AOT_OPTIONS, AotConfig
 from ember.aot.pipeline import aot_compile
 from ember.runtime.ir import Program, VerificationError, verify
 from ember.runtime.stages import Stage
@@ -17,6 +17,7 @@ class AotStage(Stage):
     name = "aot"
     consumes = "aten"
     produces = "core-functional"
+    options = AOT_OPTIONS
 
     def run(self, program: Program, options: dict[str, Any]) -> Program:
         """Compile ``program``; ``options`` may hold ``aot.*`` settings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, overload
 
 import torch
@@ -20,7 +20,20 @@ from ember.runtime.stages import available_stages, load_stage
 
 __all__ = ["CompiledModule", "compile"]
 
-_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+MODES: tuple[str, ...] = ("default",)
+"""The ``mode=`` values Ember implements (None means ``"default"``)."""
+
+NOT_IMPLEMENTED_MODES: tuple[str, ...] = (
+    "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""``torch.compile`` modes Ember does not implement yet: asking for one is an error."""
+
+FRONTEND_OPTIONS: dict[str, tuple[type, ...]] = {
+    "capture": (str,),
+    "allow_breaks": (list, tuple),
+}
+"""The ``options=`` keys the frontend reads itself (every backend accepts them), with
+the types their values may have; the backend's stages declare theirs
+(``ember.runtime.stages.Stage.options``)."""
 
 
 class CompiledModule(torch.nn.Module):
@@ -85,20 +98,28 @@ def compile(
             parameters and buffers are graph inputs read live at each call.
         backend: ``"eager"`` (reference interpreter), ``"aot_eager"`` or
             ``"inductor"`` (default).
-        mode: None, ``"default"``, ``"reduce-overhead"``, ``"max-autotune"``; passed
-            to the stages.
-        fullgraph: accepted; tracing capture always produces one full graph.
+        mode: None or ``"default"``. torch.compile's ``"reduce-overhead"``,
+            ``"max-autotune"`` and ``"max-autotune-no-cudagraphs"`` are not implemented
+            yet (``NotImplementedError``), never silently the default.
+        fullgraph: strict capture raises ``FullGraphError`` at a graph break instead
+            of splitting the function (unless ``options["allow_breaks"]`` allows it);
+            tracing capture always produces one full graph (or a ``CaptureError``).
         dynamic: None or False; True (symbolic shapes) is not implemented yet.
-        options: backend options; ``options["capture"]`` picks the capture mode
-            (``"strict"``, the default, or ``"trace"``; see :mod:`ember.frontend.capture_modes`).
+        options: ``capture`` picks the capture mode (``"strict"``, the default, or
+            ``"trace"``; see :mod:`ember.frontend.capture_modes`), ``allow_breaks``
+            (strict, with ``fullgraph``) the break reasons allowed; other keys go to
+            the backend's stages, which declare the keys they read (e.g. inductor's
+            ``strict``, ``eager_random``; aot's ``aot.*``).
 
     Returns:
         A callable with ``.stats`` (:class:`CompileStats`) and ``.reset()``; a
         :class:`CompiledModule` for a module.
 
     Raises:
-        ValueError: unknown backend, mode or capture mode.
-        NotImplementedError: ``dynamic=True``.
+        ValueError: unknown backend, mode, capture mode or option key, or an option
+            or flag value of the wrong type (the message lists the valid ones).
+        NotImplementedError: ``dynamic=True``, or a torch.compile mode Ember does not
+            implement yet.
         ember.runtime.stages.StageNotInstalledError: the backend needs a stage whose
             package is not installed (the message names it).
     """
@@ -108,17 +129,16 @@ def compile(
                            dynamic=dynamic, options=options)
         return decorate
     _check_backend(backend)
-    if mode not in _MODES:
-        raise ValueError(f"unknown mode {mode!r}; modes: "
-                         f"{', '.join(str(m) for m in _MODES if m is not None)}")
-    if dynamic:
-        raise NotImplementedError(
-            "ember.frontend.compile(dynamic=True): symbolic shapes are not supported yet; "
-            "use dynamic=None or False (each new shape is a recompile)"
-        )
-    backend_options = dict(options or {})
-    capture = backend_options.pop("capture", capture_modes.DEFAULT_CAPTURE_MODE)
+    _check_mode(mode)
+    _check_flags(fullgraph, dynamic)
+    if options is not None and not isinstance(options, Mapping):
+        raise ValueError(f"options={options!r}: expected a dict or None")
+    capture = (options or {}).get("capture", capture_modes.DEFAULT_CAPTURE_MODE)
+    if not isinstance(capture, str):
+        raise ValueError(f"option 'capture'={capture!r}: expected str")
     factory = resolve_capture_mode(capture)
+    backend_options = _checked_options(backend, options, getattr(factory, "options", None))
+    backend_options.pop("capture", None)
     module = module_of(fn_or_module)
     request = CompileRequest(fn_or_module, module, backend, mode, fullgraph, dynamic,
                              backend_options)
@@ -129,9 +149,70 @@ def compile(
 
 
 def _check_backend(backend: str) -> None:
-    if backend not in BACKENDS:
+    if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"unknown Ember backend {backend!r}; backends: "
                          f"{', '.join(list_backends())}")
     for stage in BACKENDS[backend]:
         if stage not in available_stages():
             load_stage(stage)  # raises StageNotInstalledError naming the package
+
+
+def _check_mode(mode: str | None) -> None:
+    if mode is None or (isinstance(mode, str) and mode in MODES):
+        return
+    if isinstance(mode, str) and mode in NOT_IMPLEMENTED_MODES:
+        raise NotImplementedError(
+            f"ember.frontend.compile(mode={mode!r}): this torch.compile mode is not "
+            f"implemented in Ember yet; implemented modes: None, {', '.join(MODES)}")
+    raise ValueError(f"unknown mode {mode!r}; modes: None, {', '.join(MODES)} "
+                     f"(not implemented yet: {', '.join(NOT_IMPLEMENTED_MODES)})")
+
+
+def _check_flags(fullgraph: bool, dynamic: bool | None) -> None:
+    if not isinstance(fullgraph, bool):
+        raise ValueError(f"fullgraph={fullgraph!r}: expected True or False")
+    if dynamic is not None and not isinstance(dynamic, bool):
+        raise ValueError(f"dynamic={dynamic!r}: expected None, True or False")
+    if dynamic:
+        raise NotImplementedError(
+            "ember.frontend.compile(dynamic=True): symbolic shapes are not supported yet; "
+            "use dynamic=None or False (each new shape is a recompile)"
+        )
+
+
+def _checked_options(
+    backend: str,
+    options: Mapping[str, Any] | None,
+    capture_options: Mapping[str, tuple[type, ...]] | None,
+) -> dict[str, Any]:
+    """A copy of ``options``, each key checked against what the frontend, the capture
+    mode (``capture_options``: its factory's ``options``) and the backend's stages
+    (``Stage.options``) read.
+
+    Raises:
+        ValueError: ``options`` names a key nobody reads (listing the valid ones), or
+            a value of the wrong type.
+    """
+    if options is None:
+        return {}
+    accepted = dict(FRONTEND_OPTIONS)
+    accepted.update(capture_options or {})
+    undeclared = False
+    for name in BACKENDS[backend]:
+        declared = load_stage(name).options
+        if declared is None:
+            undeclared = True
+        else:
+            accepted.update(declared)
+    for key, value in options.items():
+        types = accepted.get(key)
+        if types is None:
+            if undeclared:
+                continue
+            raise ValueError(
+                f"unknown option {key!r} for backend {backend!r}; valid options: "
+                f"{', '.join(sorted(accepted))}")
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            names = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+            raise ValueError(f"option {key!r}={value!r}: expected {names}")
+    return dict(options)

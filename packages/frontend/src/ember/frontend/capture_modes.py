@@ -5,6 +5,10 @@ called like the user's function and has ``.stats`` (a :class:`CompileStats`) and
 ``.reset()``. ``"strict"`` (symbolic bytecode interpretation, ``ember.frontend.bytecode``)
 is the default; ``"trace"`` (run the Python once on fake tensors) is the escape hatch.
 
+A factory may declare the ``options=`` keys it reads, as a class attribute
+``options = {"knob": (int,)}`` (key -> accepted types); ``ember.frontend.compile``
+rejects keys that neither the frontend, the capture mode nor the backend's stages read.
+
 To plug in a mode, add one entry — a factory, or a ``"module:attribute"`` string that is
 imported on first use (so the registry never imports the mode's package eagerly)::
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from ember.runtime.ir import Program, VerificationError
 from ember.runtime.stages import Stage
 
@@ -14,6 +15,14 @@ class InductorStage(Stage):
     name = "inductor"
     consumes = "core-functional"
     produces = "compiled"
+    # NOTE: every option compile_program reads, with the types its value may have;
+    # ember.frontend.compile rejects other keys
+    options = {
+        "device": (str, torch.device, type(None)),
+        "precompile": (bool,),
+        "strict": (bool,),
+        "eager_random": (bool,),
+    }
 
     def run(self, program: Program, options: dict[str, Any]) -> Program:
         """Compile ``program`` (see :func:`ember.inductor.compile.compile_program`).

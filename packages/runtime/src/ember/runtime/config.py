@@ -17,7 +17,8 @@ re-reads them):
 =============================  ========================================  ================
 variable                       meaning                                   default
 =============================  ========================================  ================
-``EMBER_LOGS``                 comma list of log topics, or ``all``      (none)
+``EMBER_LOGS``                 comma list of log topics, or ``all``;     (none)
+                               an unknown topic warns once, is ignored
 ``EMBER_SERIALIZE_BOUNDARIES`` save and re-load the program between      ``0``
                                stages, verifying each dialect
 ``EMBER_CACHE_DIR``            the on-disk compile cache                 ``~/.cache/ember``
@@ -40,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,24 +69,80 @@ class Config:
         """Build the settings from environment variables ``env``.
 
         Raises:
-            ValueError: naming the variable whose value cannot be read.
+            ValueError: naming the variable whose value cannot be read (an unknown
+                ``EMBER_LOGS`` topic only warns: :class:`UnknownLogTopicWarning`).
         """
         debug_dir = env.get("EMBER_DEBUG_DIR")
         return Config(
-            logs=parse_logs(env.get("EMBER_LOGS", "")),
+            logs=_parse_env_logs(env.get("EMBER_LOGS", "")),
             serialize_boundaries=_parse_bool(env, "EMBER_SERIALIZE_BOUNDARIES", False),
             cache_dir=Path(env.get("EMBER_CACHE_DIR") or _DEFAULT_CACHE_DIR).expanduser(),
             cache_enabled=_parse_bool(env, "EMBER_CACHE", True),
-            recompile_limit=_parse_int(env, "EMBER_RECOMPILE_LIMIT", 8),
+            recompile_limit=_parse_int(env, "EMBER_RECOMPILE_LIMIT", 8, minimum=0),
             debug_dir=Path(debug_dir).expanduser() if debug_dir else None,
             trust_artifacts=_parse_bool(env, "EMBER_TRUST_ARTIFACTS", False),
         )
 
 
+LOG_TOPICS: tuple[str, ...] = (
+    "graphs",
+    "guards",
+    "graph_breaks",
+    "recompiles",
+    "fallbacks",
+    "output_code",
+    "stages",
+    "cache",
+)
+"""The ``EMBER_LOGS`` topics (described in :mod:`ember.runtime.logs`); ``all`` means
+every one."""
+
+
+class UnknownLogTopicWarning(UserWarning):
+    """``EMBER_LOGS`` names a topic that does not exist; the known ones still log."""
+
+
+_warned_logs: set[str] = set()
+
+
 def parse_logs(text: str) -> frozenset[str]:
     """``"graphs, guards"`` -> ``frozenset({"graphs", "guards"})``; ``all`` is kept as is
-    (see :func:`ember.runtime.logs.log_enabled`)."""
+    (see :func:`ember.runtime.logs.log_enabled`).
+
+    Raises:
+        ValueError: for a topic not in :data:`LOG_TOPICS`, listing them.
+    """
+    topics = _split_logs(text)
+    unknown = _unknown_topics(topics)
+    if unknown:
+        raise ValueError(_unknown_topics_message(unknown, f"logs={text!r}"))
+    return topics
+
+
+def _parse_env_logs(text: str) -> frozenset[str]:
+    """``EMBER_LOGS``: like :func:`parse_logs`, but an unknown topic is dropped with ONE
+    :class:`UnknownLogTopicWarning` per value (an environment variable must not stop
+    ``import ember``)."""
+    topics = _split_logs(text)
+    unknown = _unknown_topics(topics)
+    if unknown and text not in _warned_logs:
+        _warned_logs.add(text)
+        warnings.warn(_unknown_topics_message(unknown, f"EMBER_LOGS={text!r}")
+                      + "; they are ignored", UnknownLogTopicWarning, stacklevel=3)
+    return topics - frozenset(unknown)
+
+
+def _split_logs(text: str) -> frozenset[str]:
     return frozenset(t.strip() for t in text.split(",") if t.strip())
+
+
+def _unknown_topics(topics: frozenset[str]) -> list[str]:
+    return sorted(t for t in topics if t != "all" and t not in LOG_TOPICS)
+
+
+def _unknown_topics_message(unknown: list[str], where: str) -> str:
+    return (f"{where}: unknown Ember log topic{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(repr, unknown))}; topics: {', '.join(LOG_TOPICS)} (or all)")
 
 
 def _parse_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -98,13 +156,16 @@ def _parse_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ValueError(f"{name}={env[name]!r}: expected 0 or 1")
 
 
-def _parse_int(env: Mapping[str, str], name: str, default: int) -> int:
+def _parse_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     if not env.get(name, "").strip():
         return default
     try:
-        return int(env[name])
+        value = int(env[name])
     except ValueError:
         raise ValueError(f"{name}={env[name]!r}: expected an integer") from None
+    if value < minimum:
+        raise ValueError(f"{name}={env[name]!r}: expected an integer >= {minimum}")
+    return value
 
 
 config: Config = Config.from_env(os.environ)
@@ -122,18 +183,24 @@ def reload(env: Mapping[str, str] | None = None) -> None:
 @contextlib.contextmanager
 def patch(**changes: Any) -> Iterator[Config]:
     """Override settings for the duration of a ``with`` block, then restore them.
-    ``logs`` may be given as the ``EMBER_LOGS`` text (``"graphs,guards"``).
+    ``logs`` may be given as the ``EMBER_LOGS`` text (``"graphs,guards"``) or a set of
+    topics.
 
     Raises:
         AttributeError: for a name that is not a setting.
+        ValueError: ``logs`` names a topic that does not exist (listing the topics).
     """
     names = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(changes) - names)
     if unknown:
         raise AttributeError(f"no Ember setting named {', '.join(unknown)}; "
                              f"settings: {', '.join(sorted(names))}")
-    if isinstance(changes.get("logs"), str):
-        changes["logs"] = parse_logs(changes["logs"])
+    if "logs" in changes:
+        logs = changes["logs"]
+        if isinstance(logs, str):
+            changes["logs"] = parse_logs(logs)
+        else:
+            changes["logs"] = parse_logs(",".join(logs))
     saved = {name: getattr(config, name) for name in changes}
     for name, value in changes.items():
         setattr(config, name, value)

@@ -27,18 +27,9 @@ import logging
 import sys
 from collections.abc import Callable
 
-from ember.runtime.config import config
+from ember.runtime.config import LOG_TOPICS, config
 
-TOPICS: tuple[str, ...] = (
-    "graphs",
-    "guards",
-    "graph_breaks",
-    "recompiles",
-    "fallbacks",
-    "output_code",
-    "stages",
-    "cache",
-)
+TOPICS: tuple[str, ...] = LOG_TOPICS
 
 
 class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import abc
 import functools
+from collections.abc import Mapping
 from importlib import metadata
-from typing import Any
+from typing import Any, ClassVar
 
 from ember.runtime.ir import Program
 
@@ -27,6 +28,10 @@ class Stage(abc.ABC):
     name: str
     consumes: str
     produces: str
+    options: ClassVar[Mapping[str, tuple[type, ...]] | None] = None
+    """The ``options=`` keys this stage reads, each with the types its value may have;
+    ``ember.frontend.compile`` rejects any other key (and other types). None: the stage
+    does not declare them, and options are not checked."""
 
     @abc.abstractmethod
     def run(self, program: Program, options: dict[str, Any]) -> Program:

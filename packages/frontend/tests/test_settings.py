@@ -1,0 +1,112 @@
+"""Unknown settings are errors: ``mode``, ``options`` keys and value types, ``backend``
+and the ``fullgraph``/``dynamic`` flags of ``ember.frontend.compile``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ember.frontend as ef
+import pytest
+import torch
+from ember.frontend.bytecode import FullGraphError
+
+
+def add_one(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs"])
+def test_torch_modes_not_implemented_yet_say_so(mode: str) -> None:
+    with pytest.raises(NotImplementedError, match=f"mode='{mode}'.*not implemented"):
+        ef.compile(add_one, backend="eager", mode=mode)
+    with pytest.raises(NotImplementedError, match="not implemented"):
+        ef.compile(backend="eager", mode=mode)(add_one)  # decorator factory
+
+
+@pytest.mark.parametrize("mode", ["fast", "Default", "", 3])
+def test_unknown_mode_lists_the_modes(mode: Any) -> None:
+    with pytest.raises(ValueError, match=r"unknown mode .*modes: None, default"):
+        ef.compile(add_one, backend="eager", mode=mode)
+
+
+@pytest.mark.parametrize("mode", [None, "default"])
+def test_implemented_modes_compile(mode: str | None) -> None:
+    x = torch.randn(3)
+    assert torch.equal(ef.compile(add_one, backend="eager", mode=mode)(x), x + 1)
+
+
+@pytest.mark.parametrize("backend", ["nope", "Inductor", "cudagraphs", 3, add_one])
+def test_unknown_backend_lists_the_backends(backend: Any) -> None:
+    with pytest.raises(ValueError, match="unknown Ember backend .*eager, aot_eager, inductor"):
+        ef.compile(add_one, backend=backend)
+
+
+@pytest.mark.parametrize(("backend", "options", "message"), [
+    ("eager", {"strict": True}, "unknown option 'strict' for backend 'eager'; "
+                                "valid options: allow_breaks, capture"),
+    ("inductor", {"stritc": True}, "unknown option 'stritc'.*eager_random.*strict"),
+    ("aot_eager", {"aot.decomposee": True}, "unknown option 'aot.decomposee'.*aot.decompose"),
+    ("aot_eager", {"eager_random": True}, "unknown option 'eager_random' for backend "
+                                          "'aot_eager'"),
+    ("inductor", {"mode": "default"}, "unknown option 'mode'"),
+])
+def test_unknown_option_lists_the_valid_ones(backend: str, options: dict[str, Any],
+                                             message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ef.compile(add_one, backend=backend, options=options)
+
+
+@pytest.mark.parametrize(("backend", "options", "message"), [
+    ("inductor", {"strict": "yes"}, "option 'strict'='yes': expected bool"),
+    ("inductor", {"eager_random": 1}, "option 'eager_random'=1: expected bool"),
+    ("aot_eager", {"aot.recompute_reduction_limit": True}, "expected int"),
+    ("aot_eager", {"aot.training": "yes"}, "expected bool or None"),
+    ("eager", {"capture": 1}, "option 'capture'=1: expected str"),
+    ("eager", {"allow_breaks": "print"}, "expected list or tuple"),
+])
+def test_option_of_the_wrong_type(backend: str, options: dict[str, Any],
+                                  message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ef.compile(add_one, backend=backend, options=options)
+
+
+def test_options_must_be_a_dict() -> None:
+    with pytest.raises(ValueError, match="expected a dict or None"):
+        ef.compile(add_one, backend="eager", options=[("capture", "trace")])  # type: ignore[call-overload]
+
+
+def test_valid_options_of_every_stage_are_accepted() -> None:
+    x = torch.randn(3)
+    f = ef.compile(add_one, backend="inductor",
+                   options={"capture": "trace", "strict": True, "aot.decompose": True,
+                            "aot.training": None, "device": "cpu"})
+    assert torch.equal(f(x), x + 1)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"fullgraph": "yes"}, ValueError, "fullgraph='yes': expected True or False"),
+    ({"fullgraph": None}, ValueError, "fullgraph=None"),
+    ({"dynamic": "auto"}, ValueError, "dynamic='auto': expected None, True or False"),
+    ({"dynamic": True}, NotImplementedError, "dynamic=True"),
+])
+def test_flags_are_checked(kwargs: dict[str, Any], error: type[Exception],
+                           message: str) -> None:
+    with pytest.raises(error, match=message):
+        ef.compile(add_one, backend="eager", **kwargs)
+
+
+@pytest.mark.parametrize("capture", ["strict", "trace"])
+def test_fullgraph_is_honoured(capture: str) -> None:
+    """fullgraph is not accepted-and-ignored: strict capture raises at a break, tracing
+    raises at code it cannot put in the one graph."""
+
+    def breaks(x: torch.Tensor) -> torch.Tensor:
+        print("side effect")
+        if x.sum() > 0:
+            return x + 1
+        return x - 1
+
+    f = ef.compile(breaks, backend="eager", fullgraph=True, options={"capture": capture})
+    with pytest.raises((FullGraphError, ef.CaptureError)):
+        f(torch.ones(2))
