@@ -21,8 +21,6 @@ Rule = Callable[[Any, Any, Frame, list[Any], dict[str, Any]], Any]
 BUILTIN_RULES: dict[Any, Rule] = {}
 
 
-
-
 def _rule(*fns: Any) -> Callable[[Rule], Rule]:
     def register(rule: Rule) -> Rule:
         for fn in fns:
@@ -32,12 +30,18 @@ def _rule(*fns: Any) -> Callable[[Rule], Rule]:
     return register
 
 
+# their result depends on a tensor's data (or, for repr/str, would show a fake tensor)
+_NEEDS_DATA = (bool, int, float, complex, repr, str, format, ascii)
+
+
 def _make_direct_rule(fn: Any) -> Rule:
     def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
              kwargs: dict[str, Any]) -> Any:
-        if fn in (bool, int, float, complex) and args and is_fake_tensor(args[0]):
+        if fn in _NEEDS_DATA and args and is_fake_tensor(args[0]):
             raise interp.fail(f"{fn.__name__}() of a tensor needs its data",
                               "keep the value as a tensor")
+        if fn is type and len(args) == 1:
+            return interp.capture.visible_type(args[0])
         if fn in (sorted, min, max, sum, any, all) and len(args) == 1 and not isinstance(
                 args[0], (list, tuple)):
             args = [interp.iterate(args[0])]
@@ -48,7 +52,7 @@ def _make_direct_rule(fn: Any) -> Rule:
 
 for _fn in (len, isinstance, issubclass, abs, min, max, sum, round, divmod, pow, hash,
             callable, repr, chr, ord, format, sorted, any, all, slice, type, id, int, float,
-            bool, str, complex):
+            bool, str, complex, ascii):
     BUILTIN_RULES[_fn] = _make_direct_rule(_fn)
 
 
@@ -119,6 +123,8 @@ def _filter_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
 @_rule(iter)
 def _iter_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
                kwargs: dict[str, Any]) -> Any:
+    if len(args) != 1:
+        raise interp.fail("iter(callable, sentinel)")
     return make_iterator(args[0], interp)
 
 

@@ -21,6 +21,7 @@ In concrete mode every call runs for real; a call of user Python code goes throu
 from __future__ import annotations
 
 import builtins
+import functools
 import inspect
 import os
 import sys
@@ -32,7 +33,9 @@ from typing import Any
 import torch
 from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
+from ember.frontend.bytecode import library_rules  # noqa: F401  (registers itertools rules)
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
+from ember.frontend.bytecode.capture import opaque_data
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.interpreter import (
@@ -42,6 +45,11 @@ from ember.frontend.bytecode.interpreter import (
 )
 from ember.frontend.bytecode.iteration import ListIterator
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
+from ember.frontend.bytecode.triton_launch import (
+    LAUNCH_HINT,
+    launch_break_reason,
+    launched_kernel,
+)
 from torch import nn
 
 _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -49,9 +57,11 @@ _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASY
 
 # Tensor methods and torch functions that need real data or touch global state.
 _DATA_DEPENDENT = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__",
-                   "__index__", "data_ptr", "backward", "register_hook", "nonzero_static"}
+                   "__index__", "data_ptr", "backward", "register_hook", "nonzero_static",
+                   "__repr__", "__str__", "__format__"}
 _GLOBAL_STATE = {"manual_seed", "seed", "save", "load", "set_grad_enabled", "synchronize",
                  "set_default_dtype", "set_printoptions", "use_deterministic_algorithms"}
+_TYPE_QUERIES = (type, isinstance, issubclass, id, callable)
 _PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools")
 _CONTAINER_TYPES: tuple[type, ...] = (list, dict, set, frozenset, tuple, str, bytes, ListIterator, slice,
                     range, type({}.keys()), type({}.values()), type({}.items()))
@@ -109,7 +119,8 @@ class CallHandler:
         return self.call_symbolic(interp, frame, fn, args, kwargs)
 
     def call_concrete(self, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if self.compile_callee is not None and not is_disabled(fn):
+        if (self.compile_callee is not None and not is_disabled(fn)
+                and launched_kernel(fn) is None):  # a Triton launch runs as is
             if isinstance(fn, nn.Module) and not _has_hooks(fn):
                 forward = fn.forward
                 if isinstance(forward, types.MethodType) and _is_user_function(
@@ -125,9 +136,17 @@ class CallHandler:
 
     def call_symbolic(self, interp: Any, frame: Frame, fn: Any, args: list[Any],
                       kwargs: dict[str, Any]) -> Any:
+        launch = launch_break_reason(fn)  # a user Triton kernel: never dropped
+        if launch is not None:
+            raise interp.fail(launch, LAUNCH_HINT)
         if isinstance(fn, GradModeRestore):
             interp.check_grad_mode_change(fn)
             return fn(*args)
+        opaque = next((a for a in [*args, *kwargs.values()] if opaque_data(a)), None)
+        if opaque is not None and fn not in _TYPE_QUERIES:
+            raise interp.fail(f"call to {_name(fn)} with a {type(opaque).__name__} (its "
+                              "content is not captured)", "convert it with torch.as_tensor "
+                              "outside the compiled function")
         rule = _rule_for(fn)
         if rule is not None:
             return rule(self, interp, frame, args, kwargs)
@@ -145,6 +164,16 @@ class CallHandler:
                     return self.record(interp, fn, args, kwargs)
                 return self.inline(interp, frame, func, [owner, *args], kwargs, None)
             return self.call_builtin(interp, frame, fn, args, kwargs)
+        if type(fn) is functools.partial:
+            # call through: the bound arguments are read like any other outside value
+            func, bound, keywords = fn.func, fn.args, fn.keywords
+            source = interp.capture.source_of(fn)
+            if source is not None:
+                func = interp.wrap(func, AttrSource(source, "func"))
+                bound = interp.wrap(bound, AttrSource(source, "args"))
+                keywords = interp.wrap(keywords, AttrSource(source, "keywords"))
+            return self.call_symbolic(interp, frame, func, [*bound, *args],
+                                      {**keywords, **kwargs})
         if _is_stdlib(fn):
             # NOTE: standard-library helpers (inspect.signature, functools.partial,
             # dataclasses.fields, ...) run for real: tensor ops they make are recorded,
@@ -257,13 +286,31 @@ class CallHandler:
                               "keep the value as a tensor, or move this code out of the "
                               "compiled function")
         try:
-            return fn(*args, **kwargs)
+            result = self._run_for_real(interp, fn, args, kwargs)
         except GraphBreak:
             raise
         except Exception as e:
             raise interp.fail(f"{_name(fn)} could not run on fake tensors "
                               f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
                               "data-dependent output shapes and values are not captured") from e
+        interp.capture.note_made(result)
+        return result
+
+    def _run_for_real(self, interp: Any, fn: Any, args: list[Any],
+                      kwargs: dict[str, Any]) -> Any:
+        """``fn(*args, **kwargs)``; writes it makes into outside objects it was given
+        (``self`` included) are captured as attribute writes (:meth:`capture_writes`)."""
+        cap = interp.capture
+        owner = getattr(fn, "__self__", None)
+        watched = [(o, dict(o.__dict__)) for o in (owner, *args)
+                   if o is not None and cap.source_of(o) is not None
+                   and isinstance(getattr(o, "__dict__", None), dict)
+                   and not isinstance(o, (type, types.ModuleType, nn.Module))]
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for obj, before in watched:
+                cap.capture_writes(obj, before)
 
     def construct(self, interp: Any, frame: Frame, cls: type, args: list[Any],
                   kwargs: dict[str, Any]) -> Any:
@@ -327,7 +374,7 @@ class CallHandler:
         """Call ``fn`` on its (mostly non-tensor) values; a tensor that must become a
         Python value breaks."""
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except GraphBreak:
             raise
         except Exception as e:
@@ -335,6 +382,9 @@ class CallHandler:
                 raise interp.fail(f"{_name(fn)} needs tensor values "
                                   f"({type(e).__name__})") from e
             raise
+        if interp.capture is not None:
+            interp.capture.note_made(result)
+        return result
 
     def _zero_arg_super(self, frame: Frame) -> Any:
         cls = frame.cells["__class__"].cell_contents

@@ -12,13 +12,16 @@ the shadow, and the mutation is replayed on the real object after the graph runs
 
 from __future__ import annotations
 
+import array
 import collections
 import re
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from ember.frontend._torch import is_fake
 from ember.frontend.bytecode.guards import Guard, GuardSet, tensor_guard
 from ember.frontend.bytecode.sources import AttrSource, LocalSource, Source
 from ember.runtime.ir import InputKind, InputSpec
@@ -60,8 +63,17 @@ class CaptureContext:
     new_cells: set[int] = field(default_factory=set)
     new_functions: set[int] = field(default_factory=set)
     new_objects: dict[int, Any] = field(default_factory=dict)  # made by this capture
+    # id -> object returned by a call run for real during this capture (kept alive)
+    made: dict[int, Any] = field(default_factory=dict)
+    # id(fake) -> the type of the real tensor it stands for (nn.Parameter, subclasses)
+    real_types: dict[int, type] = field(default_factory=dict)
+    # id(real tensor) -> it, for tensors lifted to inputs by the recorder (see _lift)
+    lifted: dict[int, torch.Tensor] = field(default_factory=dict)
     recording: bool = False
     _names: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.recorder.lift = self._lift
 
     # ---- entering the recorder ----------------------------------------------------------
 
@@ -93,7 +105,7 @@ class CaptureContext:
         untracked read, nothing is guarded)."""
         if isinstance(value, torch.Tensor):
             return self._wrap_tensor(value, source)
-        if isinstance(value, PRIMITIVES):
+        if isinstance(value, PRIMITIVES) or _numpy_scalar(value):
             if source is not None:
                 self.guard("equals", source, value)
             return value
@@ -124,6 +136,8 @@ class CaptureContext:
         return value
 
     def _wrap_tensor(self, value: torch.Tensor, source: Source | None) -> torch.Tensor:
+        if self.lifted.get(id(value)) is value:
+            return value  # its input is the recorder's; ops on it use that placeholder
         known = self.fake_of.get(id(value))
         if known is not None:
             first = self.source_of_fake.get(id(known))
@@ -142,7 +156,70 @@ class CaptureContext:
         self.fake_of[id(value)] = fake
         self.fake_of[id(fake)] = fake
         self.source_of_fake[id(fake)] = source
+        self.real_types[id(fake)] = type(value)
         return fake
+
+    def _lift(self, value: torch.Tensor) -> InputSpec | None:
+        """Called by the recorder for a real tensor that reached an op: code run for
+        real (torch functions, properties) read it from an outside object. When the
+        tensor is an attribute (or a parameter or buffer) of an object with a source, it
+        becomes a graph input fetched through that source at every call, not a constant
+        of the first call."""
+        source = self._member_source(value)
+        if source is None:
+            return None
+        self.guards.add(tensor_guard(source, value))
+        kind, target = _input_kind(value, source)
+        self.inputs.append((source, value))
+        self.lifted[id(value)] = value
+        self.source_of_fake[id(value)] = source
+        return InputSpec(self._input_name(source), kind, target)
+
+    def _member_source(self, value: torch.Tensor) -> Source | None:
+        from ember.frontend.bytecode.sources import ItemSource, ModuleMemberSource
+
+        for obj, source in list(self.sources.values()):
+            if isinstance(obj, nn.Module):
+                for table in ("_parameters", "_buffers"):
+                    for name, t in getattr(obj, table).items():
+                        if t is value:
+                            return ModuleMemberSource(source, table, name)
+                continue
+            members = getattr(obj, "__dict__", None)
+            if not isinstance(members, dict) or isinstance(obj, (type, types.ModuleType)):
+                continue
+            for name, v in members.items():
+                if v is value:
+                    return AttrSource(source, name)
+                if isinstance(v, (list, tuple)):
+                    for i, item in enumerate(v):
+                        if item is value:
+                            return ItemSource(AttrSource(source, name), i)
+        return None
+
+    def visible_type(self, value: Any) -> type:
+        """``type(value)`` as user code must see it: never ``FakeTensor``."""
+        if isinstance(value, torch.Tensor) and is_fake(value):
+            return self.real_types.get(id(value), torch.Tensor)
+        return type(value)
+
+    def note_made(self, value: Any) -> None:
+        """Remember an object a call run for real returned (see :mod:`.state`)."""
+        if not isinstance(value, (*PRIMITIVES, torch.Tensor)) and id(value) not in self.sources:
+            self.made[id(value)] = value
+
+    def capture_writes(self, obj: Any, before: dict[str, Any]) -> None:
+        """Code run for real (a property, a torch method) wrote into the ``__dict__`` of
+        outside ``obj`` (e.g. a cached ``lazy_property``): undo the writes on the real
+        object and record them as attribute writes, replayed with real values after the
+        graph runs (a fake tensor never stays in a user object)."""
+        now = obj.__dict__
+        for name in [k for k in now if k not in before or now[k] is not before[k]]:
+            self.attr_writes[(id(obj), name)] = (obj, name, now[name])
+            if name in before:
+                now[name] = before[name]
+            else:
+                del now[name]
 
     def _wrap_tuple(self, value: tuple[Any, ...], source: Source) -> Any:
         from ember.frontend.bytecode.sources import ItemSource
@@ -202,6 +279,21 @@ class CaptureContext:
 
     def is_input_fake(self, value: Any) -> Source | None:
         return self.source_of_fake.get(id(value))
+
+
+def _numpy_scalar(value: Any) -> bool:
+    """A numpy scalar (``np.int64(3)``): read by value, so guarded by value."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.generic)
+
+
+def opaque_data(value: Any) -> bool:
+    """A value whose content only C code reads (numpy arrays, bytearrays, buffers):
+    the interpreter cannot guard it, so code that uses it runs for real."""
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.ndarray):
+        return True
+    return isinstance(value, (bytearray, memoryview, array.array))
 
 
 def _input_kind(value: torch.Tensor, source: Source) -> tuple[InputKind, str | None]:

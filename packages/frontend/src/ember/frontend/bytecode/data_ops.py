@@ -18,7 +18,7 @@ import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.breaks import GraphBreak
-from ember.frontend.bytecode.capture import CaptureContext
+from ember.frontend.bytecode.capture import CaptureContext, opaque_data
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
 from ember.frontend.bytecode.iteration import make_iterator
 from ember.frontend.bytecode.sources import (
@@ -205,11 +205,23 @@ class DataOps:
         if is_fake_tensor(obj):
             if name in ("data", "grad", "_base", "grad_fn"):
                 raise self.fail(f"reading tensor attribute .{name}")
+            if name == "__class__":
+                return cap.visible_type(obj)
             return getattr(obj, name)
         source = cap.source_of(obj)
-        value = getattr(obj, name)
         if source is None:
-            return value
+            return getattr(obj, name)
+        members = getattr(obj, "__dict__", None)
+        if isinstance(members, dict) and not isinstance(
+                obj, (type, types.ModuleType, torch.nn.Module)):
+            # a property run here may cache into the object: captured as a write
+            before = dict(members)
+            try:
+                value = getattr(obj, name)
+            finally:
+                cap.capture_writes(obj, before)
+        else:
+            value = getattr(obj, name)
         if isinstance(obj, types.ModuleType) and not isinstance(value, (int, float, bool, str)):
             cap.sources.setdefault(id(value), (value, AttrSource(source, name)))
             return value
@@ -316,6 +328,9 @@ class DataOps:
 
     def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a Python operator; on fake tensors the recorder records it."""
+        if self.symbolic and any(opaque_data(a) for a in args):
+            raise self.fail(f"operator {fn.__name__} on a numpy array or buffer (its "
+                            "content is not captured)")
         try:
             return fn(*args)
         except GraphBreak:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import gc
 import inspect
 import types
 from dataclasses import dataclass
@@ -100,7 +101,9 @@ class New(Recipe):
         elif k == "dict":
             obj = self.extra()
             rt.memo[self.key] = obj
-            for kr, vr in self.parts:
+            if isinstance(obj, collections.defaultdict):
+                obj.default_factory = self.parts[0].build(rt)
+            for kr, vr in self.parts[1:]:
                 obj[kr.build(rt)] = vr.build(rt)
         elif k == "object":
             obj = self.extra.__new__(self.extra)
@@ -133,6 +136,10 @@ class New(Recipe):
                 obj = types.MethodType(self.extra, values[0])
             elif k == "builtin_method":
                 obj = getattr(values[0], self.extra)
+            elif k == "partial":
+                obj = functools.partial(values[0], *values[1], **values[2])
+            elif k == "deque":
+                obj = collections.deque(values[0], self.extra)
             elif k == "function":
                 code, name, qualname = self.extra
                 defaults, kwdefaults, closure = values
@@ -237,11 +244,18 @@ class StateBuilder:
             self._memo[id(v)] = r
             r.parts = [self.recipe(x) for x in v]
             return r
-        if isinstance(v, dict) and type(v) in (dict,) or type(v).__module__ == "collections" and isinstance(v, dict):
+        if isinstance(v, dict) and (type(v) is dict or type(v).__module__ == "collections"):
             r = New("dict", self._key(v), [], type(v))
             self._memo[id(v)] = r
-            r.parts = [(self.recipe(k), self.recipe(x)) for k, x in v.items()]
+            factory = getattr(v, "default_factory", None)
+            r.parts = [self.recipe(factory),
+                       *((self.recipe(k), self.recipe(x)) for k, x in v.items())]
             return r
+        if isinstance(v, collections.deque):
+            return New("deque", self._key(v), [self.recipe(list(v))], v.maxlen)
+        if isinstance(v, functools.partial):
+            return New("partial", self._key(v), [self.recipe(v.func), self.recipe(v.args),
+                                                  self.recipe(dict(v.keywords))])
         if isinstance(v, set):
             return New("set", self._key(v), [self.recipe(x) for x in v])
         if isinstance(v, ListIterator):
@@ -266,13 +280,20 @@ class StateBuilder:
             return New("builtin_method", self._key(v), [self.recipe(v.__self__)], v.__name__)
         if isinstance(v, (*_STABLE, torch.dtype, torch.device)):
             return Const(v)
-        if id(v) in cap.new_objects:
+        if id(v) in cap.new_objects or (id(v) in cap.made and _rebuildable_object(v)
+                                        and holds_fake(v)):
             r = New("object", self._key(v), [], type(v))
             self._memo[id(v)] = r
             items = list(dict.items(v)) if isinstance(v, dict) else []
             r.parts = [[(self.recipe(k), self.recipe(x)) for k, x in items],
                        [(self.recipe(k), self.recipe(x)) for k, x in vars(v).items()]]
             return r
+        if id(v) in cap.made and hasattr(type(v), "__next__"):
+            raise Unrebuildable(f"a {type(v).__qualname__} iterator made during capture "
+                                "(its position is not a constant)")
+        if holds_fake(v):
+            raise Unrebuildable(f"a {type(v).__qualname__} object holds tensors of the "
+                                "graph")
         # NOTE: an object that existed before this capture and was reached without a
         # source (e.g. through a class attribute) is reused as it is.
         return Const(v)
@@ -305,3 +326,30 @@ class StateBuilder:
             target = self.recipe(cell) if id(cell) in self._start_cells else Const(cell)
             out.append(Replay("cell", target, self.recipe(value)))
         return out
+
+
+def _rebuildable_object(v: Any) -> bool:
+    """An instance of a plain Python class (``__dict__`` state, default ``__new__``):
+    ``New("object")`` can re-create it from its attributes."""
+    cls = type(v)
+    return (isinstance(getattr(v, "__dict__", None), dict) and getattr(cls, "__new__", None) is object.__new__
+            and not any("__slots__" in vars(k) for k in cls.__mro__[:-1]))
+
+
+def holds_fake(v: Any, limit: int = 2000) -> bool:
+    """Whether a fake tensor is reachable from ``v`` (through containers, attributes and
+    the references of C objects such as iterators), looking at ``limit`` objects at most."""
+    seen: set[int] = set()
+    todo = [v]
+    while todo and len(seen) < limit:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (*PRIMITIVES, type, types.ModuleType,
+                                               types.FunctionType, types.CodeType, nn.Module)):
+            continue
+        seen.add(id(obj))
+        if is_fake_tensor(obj):
+            return True
+        if isinstance(obj, torch.Tensor):
+            continue
+        todo.extend(gc.get_referents(obj))
+    return False

@@ -1,0 +1,128 @@
+"""Rules for the iterator tools of the standard library (``itertools``), one table.
+
+A C iterator made during capture would hold the capture's fake tensors and its position
+would be a constant of the first call; instead each finite ``itertools`` call is
+materialised into a :class:`~.iteration.ListIterator` (its items computed now, from the
+interpreter's values), which the graph-break machinery can rebuild. Callables passed to
+them (``starmap``, ``accumulate``, ``groupby`` keys, predicates) are called through the
+interpreter, so user functions are inlined and guarded. Infinite iterators
+(``count``, ``cycle``, ``repeat`` without ``times``) break.
+
+The table: ``ITERTOOLS[fn] = (positional roles, keyword roles)``; a role is ``"iter"``
+(an iterable, materialised), ``"fn"`` (a callable or None), ``"value"`` (passed as is);
+a trailing ``"iter*"`` covers any number of iterables.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
+from ember.frontend.bytecode.frame import Frame
+from ember.frontend.bytecode.iteration import ListIterator
+
+ITERTOOLS: dict[Any, tuple[tuple[str, ...], dict[str, str]]] = {
+    itertools.chain: (("iter*",), {}),
+    itertools.zip_longest: (("iter*",), {"fillvalue": "value"}),
+    itertools.product: (("iter*",), {"repeat": "value"}),
+    itertools.islice: (("iter", "value", "value", "value"), {}),
+    itertools.accumulate: (("iter", "fn"), {"func": "fn", "initial": "value"}),
+    itertools.starmap: (("fn", "iter"), {}),
+    itertools.permutations: (("iter", "value"), {"r": "value"}),
+    itertools.combinations: (("iter", "value"), {"r": "value"}),
+    itertools.combinations_with_replacement: (("iter", "value"), {"r": "value"}),
+    itertools.compress: (("iter", "iter"), {"data": "iter", "selectors": "iter"}),
+    itertools.dropwhile: (("fn", "iter"), {}),
+    itertools.takewhile: (("fn", "iter"), {}),
+    itertools.filterfalse: (("fn", "iter"), {}),
+    itertools.pairwise: (("iter",), {}),
+}
+_INFINITE = (itertools.count, itertools.cycle)
+
+
+def _role(roles: tuple[str, ...], i: int) -> str:
+    if i < len(roles):
+        return roles[i]
+    if roles and roles[-1] == "iter*":
+        return "iter*"
+    return "value"
+
+
+def _through_interpreter(h: Any, interp: Any, frame: Frame, fn: Any) -> Any:
+    if fn is None:
+        return None
+
+    def call(*args: Any) -> Any:
+        return h.call(interp, frame, fn, list(args), {})
+
+    return call
+
+
+def _convert(h: Any, interp: Any, frame: Frame, role: str, value: Any) -> Any:
+    if role in ("iter", "iter*"):
+        return interp.iterate(value)
+    if role == "fn":
+        return _through_interpreter(h, interp, frame, value)
+    return value
+
+
+def _materialising_rule(fn: Any) -> Any:
+    roles, kw_roles = ITERTOOLS[fn]
+
+    def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+        pos = [_convert(h, interp, frame, _role(roles, i), a) for i, a in enumerate(args)]
+        kw = {k: _convert(h, interp, frame, kw_roles.get(k, "value"), v)
+              for k, v in kwargs.items()}
+        return ListIterator(list(fn(*pos, **kw)))
+
+    return rule
+
+
+for _fn in ITERTOOLS:
+    BUILTIN_RULES[_fn] = _materialising_rule(_fn)
+
+
+def _chain_from_iterable(h: Any, interp: Any, frame: Frame, args: list[Any],
+                         kwargs: dict[str, Any]) -> Any:
+    return ListIterator([item for it in interp.iterate(args[0])
+                         for item in interp.iterate(it)])
+
+
+def _tee(h: Any, interp: Any, frame: Frame, args: list[Any],
+         kwargs: dict[str, Any]) -> Any:
+    items = interp.iterate(args[0])
+    n = args[1] if len(args) > 1 else kwargs.get("n", 2)
+    return tuple(ListIterator(list(items)) for _ in range(n))
+
+
+def _groupby(h: Any, interp: Any, frame: Frame, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+    items = interp.iterate(args[0])
+    key = args[1] if len(args) > 1 else kwargs.get("key")
+    grouped = itertools.groupby(items, _through_interpreter(h, interp, frame, key))
+    return ListIterator([(k, ListIterator(list(group))) for k, group in grouped])
+
+
+def _repeat(h: Any, interp: Any, frame: Frame, args: list[Any],
+            kwargs: dict[str, Any]) -> Any:
+    times = args[1] if len(args) > 1 else kwargs.get("times")
+    if times is None:
+        raise interp.fail("itertools.repeat without times (an infinite iterator)",
+                          "pass times=, or iterate over a range")
+    return ListIterator([args[0]] * max(times, 0))
+
+
+def _infinite(h: Any, interp: Any, frame: Frame, args: list[Any],
+              kwargs: dict[str, Any]) -> Any:
+    raise interp.fail("an infinite itertools iterator (count, cycle)",
+                      "iterate over a range, or zip with a finite list")
+
+
+BUILTIN_RULES[itertools.chain.from_iterable] = _chain_from_iterable
+BUILTIN_RULES[itertools.tee] = _tee
+BUILTIN_RULES[itertools.groupby] = _groupby
+BUILTIN_RULES[itertools.repeat] = _repeat
+for _fn in _INFINITE:
+    BUILTIN_RULES[_fn] = _infinite
