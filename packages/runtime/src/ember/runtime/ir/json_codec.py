@@ -27,8 +27,10 @@ range, finite numbers).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -39,7 +41,7 @@ from ember.runtime.ir.graph import (
     Argument,
     ValueRef,
 )
-from ember.runtime.ir.limits import DEFAULT_LIMITS, MAX_INT_BITS, LoadLimits
+from ember.runtime.ir.limits import DEFAULT_LIMITS, MAX_NUMBER_DIGITS, LoadLimits
 
 JSON = object  # a value json.loads can return; narrowed with the checks below
 
@@ -57,55 +59,63 @@ T = TypeVar("T")
 def parse_json(data: bytes | str, where: str, limits: LoadLimits = DEFAULT_LIMITS) -> JSON:
     """The JSON value of ``data`` (UTF-8 bytes or text), within ``limits``.
 
+    The nesting depth and the length of numbers are checked on the text before it is
+    parsed (at regular-expression speed: a load of a large program barely notices).
+
     Raises:
         IRFormatError: naming ``where`` and the problem: not UTF-8, not JSON, nested
-            deeper than ``limits.max_json_depth``, an integer of more than
-            :data:`~ember.runtime.ir.limits.MAX_INT_BITS` bits, a non-finite number (``1e999``,
-            ``NaN``), or a value too large to hold.
+            deeper than ``limits.max_json_depth``, a number of more than
+            :data:`~ember.runtime.ir.limits.MAX_NUMBER_DIGITS` digits, a non-finite
+            number (``1e999``, ``NaN``), or a value too large to hold.
     """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        value: JSON = json.loads(text, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise IRFormatError(f"{where}: JSON nested deeper than "
-                            f"{limits.max_json_depth} levels (LoadLimits.max_json_depth)"
-                            ) from None
     except UnicodeDecodeError as e:
         raise IRFormatError(f"{where} is not valid JSON: not UTF-8 text: {e}") from None
+    check_json_text(text, where, limits)
+    try:
+        value: JSON = json.loads(text, parse_constant=_refuse_constant,
+                                 parse_float=_finite_float)
     except json.JSONDecodeError as e:
         raise IRFormatError(f"{where} is not valid JSON: {e}") from None
-    except (ValueError, OverflowError, MemoryError) as e:
-        # NOTE: int() refuses more than sys.get_int_max_str_digits() digits (ValueError).
+    except (RecursionError, ValueError, OverflowError, MemoryError) as e:
         raise IRFormatError(f"{where}: unreadable JSON value: {type(e).__name__}: {e}"
                             ) from None
-    check_json_limits(value, where, limits)
     return value
 
 
-def check_json_limits(value: JSON, where: str, limits: LoadLimits = DEFAULT_LIMITS) -> None:
-    """Check the nesting depth and numbers of a parsed JSON value, without recursion.
+_JSON_STRING_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET_RE = re.compile(r"[^\[\]{}]+")
+_LONG_NUMBER_RE = re.compile(f"[0-9]{{{MAX_NUMBER_DIGITS + 1},}}")
+_BRACKET_DEPTH = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def check_json_text(text: str, where: str, limits: LoadLimits = DEFAULT_LIMITS) -> None:
+    """Check the bracket nesting and the number lengths of JSON ``text`` (outside its
+    string literals) before it is parsed.
 
     Raises:
         IRFormatError: see :func:`parse_json`.
     """
-    stack: list[tuple[JSON, int]] = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, (dict, list)):
-            if depth > limits.max_json_depth:
-                raise IRFormatError(f"{where}: JSON nested deeper than "
-                                    f"{limits.max_json_depth} levels "
-                                    "(LoadLimits.max_json_depth)")
-            items = v.values() if isinstance(v, dict) else v
-            stack.extend((x, depth + 1) for x in items)
-        elif isinstance(v, bool):
-            continue
-        elif isinstance(v, int) and v.bit_length() > MAX_INT_BITS:
-            raise IRFormatError(f"{where}: integer {_describe(v)} is out of range "
-                                f"(at most {MAX_INT_BITS} bits)")
-        elif isinstance(v, float) and not math.isfinite(v):
-            raise IRFormatError(f"{where}: number {v} is out of range (a finite float "
-                                'is a JSON number; others are {"float": "inf"})')
+    outside_strings = _JSON_STRING_RE.sub('""', text)
+    long_number = _LONG_NUMBER_RE.search(outside_strings)
+    if long_number is not None:
+        digits = long_number.end() - long_number.start()
+        raise IRFormatError(f"{where}: a number of {digits} digits is out of range "
+                            f"(at most {MAX_NUMBER_DIGITS})")
+    brackets = _NOT_BRACKET_RE.sub("", outside_strings)
+    depth = max(itertools.accumulate(map(_BRACKET_DEPTH.__getitem__, brackets)), default=0)
+    if depth > limits.max_json_depth:
+        raise IRFormatError(f"{where}: JSON nested deeper than {limits.max_json_depth} "
+                            "levels (LoadLimits.max_json_depth)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range (a finite float is a JSON "
+                         'number; others are {"float": "inf"})')
+    return value
 
 
 def _refuse_constant(name: str) -> JSON:

@@ -29,7 +29,7 @@ limit                       default            why this default
 
 The ratio limit is checked on members larger than :data:`RATIO_FREE_BYTES` only: a
 small member cannot inflate to much whatever its ratio. Integers must also fit in
-:data:`MAX_INT_BITS` bits and floats be finite (non-finite ones have their own
+:data:`MAX_NUMBER_DIGITS` digits and floats be finite (non-finite ones have their own
 encoding).
 """
 
@@ -47,9 +47,9 @@ MAX_JSON_DEPTH = 128
 RATIO_FREE_BYTES = 1 << 20
 """Members up to this many inflated bytes are not held to ``max_ratio``."""
 
-MAX_INT_BITS = 128
-"""Integers in files have at most this many bits (int64 and uint64 need 64; the IR keeps
-Python ints, so arguments may be wider)."""
+MAX_NUMBER_DIGITS = 40
+"""A number in a file has at most this many digits in a row (int64 and uint64 need 20,
+a float's repr 17; the IR keeps Python ints, so arguments may be wider than 64 bits)."""
 
 
 @dataclass(frozen=True)

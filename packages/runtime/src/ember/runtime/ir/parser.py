@@ -8,6 +8,7 @@ stand-ins.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable
@@ -105,23 +106,35 @@ def _json_syntax_error(line: str) -> json.JSONDecodeError | None:
     return None
 
 
-_BRACKET_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|[\[\](){}]')
-_OPENING = frozenset("[({")
+_TEXT_STRING_RE = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"')
+_NOT_BRACKET_RE = re.compile(r"[^\[\](){}]+")
+_BRACKET_DEPTH = {"[": 1, "(": 1, "{": 1, "]": -1, ")": -1, "}": -1}
 
 
 def _check_nesting(text: str, max_depth: int) -> None:
     """Refuse brackets nested deeper than ``max_depth`` (outside string literals) before
     the recursive readers see them."""
+    brackets = _NOT_BRACKET_RE.sub("", _TEXT_STRING_RE.sub('""', text))
     depth = 0
-    for m in _BRACKET_RE.finditer(text):
-        token = m.group(0)
-        if token in _OPENING:
-            depth += 1
+    for depth in itertools.accumulate(map(_BRACKET_DEPTH.__getitem__, brackets)):
+        if depth > max_depth:
+            break
+    if depth > max_depth:
+        line = _first_line_deeper_than(text, max_depth)
+        raise IRFormatError(f"line {line}: brackets nested deeper than {max_depth} levels "
+                            "(LoadLimits.max_json_depth)")
+
+
+def _first_line_deeper_than(text: str, max_depth: int) -> int:
+    """The 1-based line where brackets first nest deeper than ``max_depth``."""
+    depth = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        brackets = _NOT_BRACKET_RE.sub("", _TEXT_STRING_RE.sub('""', line))
+        for delta in map(_BRACKET_DEPTH.__getitem__, brackets):
+            depth += delta
             if depth > max_depth:
-                raise Scanner(text).error(f"brackets nested deeper than {max_depth} "
-                                          "levels (LoadLimits.max_json_depth)", m.start())
-        elif len(token) == 1:
-            depth = max(depth - 1, 0)
+                return number
+    return 1
 
 
 class _Parser:
