@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -211,6 +211,12 @@ OP_TABLE: list[OpCase] = [
                                  True, None),
         aten.avg_pool2d_backward(F.pad(x[:, :, :, ::2], (0, 1, 0, 1)) * 3, x, [2, 3], [1, 2], [1, 1], True, False,
                                  None)], ((2, 3, 9, 10),), FLOATS),
+    # stack as the aot stage decomposes it (cat, then a view)
+    _u("stack", lambda x: torch.cat([x, x * 2]).view(2, *x.shape), dtypes=ALL),
+    _u("unfold", lambda x: [x.unfold(-1, 2, 1) * 2, x.unfold(0, 1, 2) + 1], dtypes=NUMERIC),
+    # avg_pool1d as it arrives: unsqueeze, avg_pool2d, squeeze
+    OpCase("avg_pool1d", lambda x: [F.avg_pool1d(x, 2), F.avg_pool1d(x, 3, 2, 1)],
+           ((2, 3, 9),), FLOATS),
     _u("split", lambda x: [t * 2 for t in torch.split(x, [2, 4], 1)], dtypes=NUMERIC),
     _u("unbind", lambda x: [t + 1 for t in torch.unbind(x, 0)], dtypes=NUMERIC),
     # -- backward ops --------------------------------------------------------------------
@@ -362,6 +368,67 @@ class Batch:
             result[c.name] = outs[k:k + n]
             k += n
         return result
+
+
+# -- edge shapes --------------------------------------------------------------------------
+# Every case is also run with 0-d, empty and size-1 inputs, derived from its shapes (not
+# written per op): a variant maps each input shape to a new one; where eager refuses the
+# derived inputs (a fixed reshape, an index past the end), the op does not accept them
+# and the variant is skipped.
+
+def _substitute(size: int, new: int) -> Callable[[tuple[tuple[int, ...], ...]],
+                                                  tuple[tuple[int, ...], ...]]:
+    """Replace every dim equal to the one at ``size`` (``0``: the first dim of the first
+    input, ``-1``: its last) by ``new``, in all inputs, so broadcasting and matmul
+    operands stay consistent."""
+    def derive(shapes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+        first = next((s for s in shapes if s), None)
+        if first is None:
+            return shapes
+        old = first[size]
+        return tuple(tuple(new if d == old else d for d in s) for s in shapes)
+    return derive
+
+
+EDGE_VARIANTS: dict[str, Callable[[tuple[tuple[int, ...], ...]], tuple[tuple[int, ...], ...]]] = {
+    "0d": lambda shapes: tuple(() for _ in shapes),           # every input 0-d
+    "empty": _substitute(0, 0),                                # leading dim of size 0
+    "empty_last": _substitute(-1, 0),                          # last dim of size 0
+    "size1": _substitute(0, 1),                                # leading dim of size 1
+    "ones": lambda shapes: tuple(tuple(1 for _ in s) for s in shapes),  # all dims 1
+}
+
+
+def edge_cases(case: OpCase) -> list[OpCase]:
+    """``case`` with the inputs of each :data:`EDGE_VARIANTS` entry (named
+    ``name@variant``); variants that do not change the shapes are left out."""
+    out: list[OpCase] = []
+    seen = {case.shapes}
+    for variant, derive in EDGE_VARIANTS.items():
+        shapes = derive(case.shapes)
+        if shapes in seen:
+            continue
+        seen.add(shapes)
+        out.append(replace(case, name=f"{case.name}@{variant}", shapes=shapes))
+    return out
+
+
+EDGE_TABLE: list[OpCase] = [e for c in OP_TABLE for e in edge_cases(c)]
+
+
+def layout_problem(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> str | None:
+    """None when every output has eager's sizes and, over its dims of more than one
+    element, eager's strides (the strides of size-0/1 dims and of empty tensors do not
+    matter); else the first difference."""
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return f"output {k}: {a.dtype}{list(a.shape)}, eager {e.dtype}{list(e.shape)}"
+        if e.numel() == 0:
+            continue
+        dims = [d for d in range(e.dim()) if e.shape[d] > 1]
+        if [a.stride(d) for d in dims] != [e.stride(d) for d in dims]:
+            return f"output {k}: strides {a.stride()}, eager {e.stride()}"
+    return None
 
 
 # Tolerances of the CPU and interpreter op tables, per result dtype (rtol, atol).

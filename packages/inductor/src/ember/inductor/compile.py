@@ -21,6 +21,9 @@ from ember.inductor.codegen import KernelSource, backend_for
 from ember.inductor.codegen.wrapper import WrapperWriter
 from ember.inductor.loop_ir import Kernel, format_kernel
 from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.inductor.lowering.graph_lowering import (
+    InductorFallbackWarning as InductorFallbackWarning,  # re-exported: raised here too
+)
 from ember.inductor.passes import run_passes
 from ember.inductor.scheduler import KernelStep, schedule
 from ember.runtime.ir import Program
@@ -56,12 +59,13 @@ def graph_device(program: Program, graph_name: str) -> torch.device:
 
 def compile_graph(program: Program, graph_name: str = "forward",
                   device: torch.device | None = None, eager: bool = False,
-                  eager_random: bool = False) -> CompiledGraph:
+                  eager_random: bool = False, strict: bool = False) -> CompiledGraph:
     """Lower, schedule and generate code for one graph (no passes). ``eager``: generate
-    no kernels, run every op as an extern call; ``eager_random``: only the random ops."""
+    no kernels, run every op as an extern call; ``eager_random``: only the random ops;
+    ``strict``: a lowering rule's bug raises (see :class:`GraphLowering`)."""
     dev = device or graph_device(program, graph_name)
     lowered = GraphLowering(program, graph_name, dev, eager=eager,
-                            eager_random=eager_random).run()
+                            eager_random=eager_random, strict=strict).run()
     steps = schedule(lowered)
     kernels = [s.kernel for s in steps if isinstance(s, KernelStep)]
     backend = backend_for(dev.type) if kernels else None
@@ -94,7 +98,8 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     Options: ``device`` (``"cpu"``/``"cuda"``, default: where the tensors are),
     ``precompile`` (default True: build the C++ kernels now, which warms the cache and
     catches compile errors here rather than at load time), ``strict`` (default False:
-    a graph whose code generation or C++ build fails runs its ops eagerly, with an
+    a graph whose code generation or C++ build fails runs its ops eagerly, and an op
+    whose lowering rule fails (other than by ``NotLowerable``) runs eagerly, each with an
     :class:`InductorFallbackWarning`; True raises instead), ``eager_random`` (default
     False: random ops run in the kernels, on Philox keyed by a seed drawn from torch's
     generator, see ``lowering/random.py``; True runs them as extern calls on torch's
@@ -143,7 +148,8 @@ def _compile_graph_or_eager(program: Program, name: str, device: torch.device | 
     ``options["strict"]`` asks for the error."""
     eager_random = bool(options.get("eager_random", False))
     try:
-        compiled = compile_graph(program, name, device, eager_random=eager_random)
+        compiled = compile_graph(program, name, device, eager_random=eager_random,
+                                 strict=bool(options.get("strict")))
         if options.get("precompile", True):
             _precompile(compiled)
         return compiled
@@ -155,10 +161,6 @@ def _compile_graph_or_eager(program: Program, name: str, device: torch.device | 
         warnings.warn(message, InductorFallbackWarning, stacklevel=3)
         log("fallbacks", message)
         return compile_graph(program, name, device, eager=True)
-
-
-class InductorFallbackWarning(UserWarning):
-    """A graph could not be compiled and runs its ops eagerly (a bug worth reporting)."""
 
 
 def _precompile(compiled: CompiledGraph) -> None:

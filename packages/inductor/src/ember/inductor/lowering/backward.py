@@ -8,7 +8,7 @@ import torch
 from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import compute_dtype, element, out_meta, pointwise
-from ember.inductor.lowering.reductions import _zero, keepdim_value, reduced_dims
+from ember.inductor.lowering.reductions import _zero, keepdim_value, reduce, reduced_dims
 from ember.inductor.lowering.registry import lowering
 from ember.inductor.lowering.values import Lazy, TensorValue
 from ember.runtime.ir import Node
@@ -57,7 +57,7 @@ def _softmax_backward(ctx: Any, node: Node, grad: TensorValue, out: TensorValue,
     def prod(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
         return b.compute("mul", element(b, grad, i, acc), element(b, out, i, acc))
 
-    s = keepdim_value(ctx, ctx.reduction(node, "sum", prod, grad.sizes, d, True, acc),
+    s = keepdim_value(ctx, reduce(ctx, node, "sum", prod, grad.sizes, d, True, acc),
                       grad.sizes, d, True)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
@@ -77,7 +77,7 @@ def _log_softmax_backward(ctx: Any, node: Node, grad: TensorValue, out: TensorVa
     def g(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
         return element(b, grad, i, acc)
 
-    s = keepdim_value(ctx, ctx.reduction(node, "sum", g, grad.sizes, d, True, acc),
+    s = keepdim_value(ctx, reduce(ctx, node, "sum", g, grad.sizes, d, True, acc),
                       grad.sizes, d, True)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:

@@ -4,7 +4,9 @@ Walks the graph's nodes in order with one method per opcode (``placeholder``,
 ``get_attr``, ``constant``, ``call``, ``output``). A ``call`` goes to its rule in the
 lowering table; ops without a rule, and rules that raise :class:`NotLowerable`, become
 :class:`~ember.inductor.buffers.ExternCall` s to the eager op (a *fallback*: logged under
-``EMBER_LOGS=fallbacks`` and counted).
+``EMBER_LOGS=fallbacks`` and counted). A rule failing with any other exception is a bug:
+:class:`LoweringError` with ``strict``, else a fallback with an
+:class:`InductorFallbackWarning`.
 
 The result (:attr:`nodes`, :attr:`buffers`, :attr:`outputs`) is what the scheduler
 fuses into kernels and what the wrapper codegen turns into Python.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +67,15 @@ class BufferInfo:
     storage_offset: int = 0
 
 
+class LoweringError(Exception):
+    """A lowering rule failed with an error other than :class:`NotLowerable` (a bug in
+    the rule; raised in strict mode, see :class:`GraphLowering`)."""
+
+
+class InductorFallbackWarning(UserWarning):
+    """Ops run eagerly because Ember failed to compile them (a bug worth reporting)."""
+
+
 def _static(meta: object) -> bool:
     return isinstance(meta, TensorMeta) and all(
         isinstance(s, int) for s in tuple(meta.sizes) + tuple(meta.strides))
@@ -85,8 +97,11 @@ class GraphLowering:
 
     def __init__(self, program: Program, graph_name: str = "forward",
                  device: torch.device | None = None, eager: bool = False,
-                 eager_random: bool = False) -> None:
+                 eager_random: bool = False, strict: bool = False) -> None:
         self.program = program
+        # strict: a rule that fails with anything but NotLowerable raises LoweringError
+        # (otherwise: a fallback and an InductorFallbackWarning)
+        self.strict = strict
         self.graph = program.graphs[graph_name]
         self.graph_name = graph_name
         self.nodes: list[ScheduledNode] = []
@@ -177,10 +192,17 @@ class GraphLowering:
             args = tuple(self._arg(a) for a in node.args)
             kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
             self.values[node.name] = self._bounded(rule(self, node, *args, **kwargs))
-        except Exception as e:  # noqa: BLE001 - any failing rule falls back to eager
+        except NotLowerable as e:
             del self.nodes[mark:]
-            reason = str(e) if isinstance(e, NotLowerable) else f"{type(e).__name__}: {e}"
-            self.values[node.name] = self.extern(node, fallback=True, reason=reason)
+            self.values[node.name] = self.extern(node, fallback=True, reason=str(e))
+        except Exception as e:  # noqa: BLE001 - a bug in a rule: raise, or warn and fall back
+            del self.nodes[mark:]
+            message = (f"the lowering rule of {node.target} failed on %{node.name} "
+                       f"({type(e).__name__}: {e})")
+            if self.strict:
+                raise LoweringError(message) from e
+            warnings.warn(f"{message}; it runs eagerly", InductorFallbackWarning, stacklevel=2)
+            self.values[node.name] = self.extern(node, fallback=True, reason=message)
 
     def output(self, node: Node) -> None:
         for a in node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],):

@@ -82,6 +82,24 @@ def _inside(b: BodyBuilder, row: IndexExpr, col: IndexExpr, height: int, width: 
     return b.all_of(*conds)
 
 
+def _first_position(b: BodyBuilder, window: Window, out: tuple[IndexExpr, IndexExpr],
+                    width: int) -> str:
+    """The flat index eager reports for a window wholly in the padding: its start row
+    and column, each moved forward by the dilation until it is not negative."""
+    i64 = torch.int64
+    starts = []
+    for o, s, p, d in zip(out, window.stride, window.padding, window.dilation):
+        start = add(mul(o, s), -p)
+        steps = -(-p // d)  # the start is at least -p
+        pos = b.index_value(add(start, steps * d))
+        for k in range(steps - 1, -1, -1):
+            candidate = b.index_value(add(start, k * d))
+            pos = b.compute("where", b.compute("ge", candidate, b.literal(0, i64)),
+                            candidate, pos)
+        starts.append(pos)
+    return b.compute("add", b.compute("mul", starts[0], b.literal(width, i64)), starts[1])
+
+
 def _check_input(x: TensorValue) -> None:
     if len(x.sizes) not in (3, 4):
         raise NotLowerable(f"2-d pooling of a {len(x.sizes)}-d tensor")
@@ -101,9 +119,10 @@ def _max_pool2d(ctx: GraphLowering, node: Node, x: TensorValue, kernel_size: Any
 
     def pooled(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> tuple[str, str]:
         """(max, flat argmax in the plane) like eager: the first strictly larger value
-        wins, a NaN always wins, an all -inf window reports its first valid position."""
+        wins, a NaN always wins, an all -inf window reports its first valid position,
+        a window wholly in the padding :func:`_first_position`."""
         best = b.literal(float("-inf"), ct)
-        where_ = b.literal(-1, i64)
+        where_ = _first_position(b, window, (index[-2], index[-1]), width)
         seen = b.literal(False, torch.bool)
         lead = index[:-2]
         for _, row, col in window.positions((index[-2], index[-1])):

@@ -16,21 +16,58 @@ from ember.inductor.loop_ir import IndexExpr, Int
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import compute_dtype, normalize_dim, out_meta
 from ember.inductor.lowering.registry import NotLowerable, lowering
-from ember.inductor.lowering.values import Lazy, Stored, TensorValue, numel
+from ember.inductor.lowering.values import ElementFn, Lazy, Stored, TensorValue, numel
 from ember.runtime.ir import Node
 
 
 def reduced_dims(x: TensorValue, dims: Any) -> tuple[int, ...]:
-    """Normalized, sorted reduced dims; ``None``/``[]`` means all dims."""
+    """Normalized, sorted reduced dims; ``None``/``[]`` means all dims. A 0-d tensor
+    has no dims to reduce (torch accepts dim 0 and -1 for it): ``()``."""
     n = len(x.sizes)
     if dims is None or (isinstance(dims, (tuple, list)) and len(dims) == 0):
         return tuple(range(n))
     if isinstance(dims, int):
         dims = (dims,)
-    return tuple(sorted({normalize_dim(d, n) for d in dims}))
+    normalized = {normalize_dim(d, n) for d in dims}
+    return tuple(sorted(normalized)) if n else ()
 
 
-def keepdim_value(ctx: Any, r: Stored, full: Sequence[int], dims: Sequence[int],
+# What a reduction gives over no elements (a reduced dim of size 0). eager raises for
+# max/min/argmax/argmin there; their entries only serve normalizations (softmax) whose
+# own result is then empty.
+EMPTY_REDUCTION: dict[str, float | bool] = {
+    "sum": 0, "prod": 1, "any": False, "all": True,
+    "max": float("-inf"), "min": float("inf"), "argmax": 0, "argmin": 0,
+}
+
+
+def reduce(ctx: Any, node: Node, op: str, fn: ElementFn, full_sizes: Sequence[int],
+           dims: Sequence[int], keepdim: bool, dtype: torch.dtype) -> TensorValue:
+    """``op`` over ``dims`` of ``fn`` (``ctx.reduction``), with the edge shapes as plain
+    values: over no dims (a 0-d input) each element alone; over no elements the value of
+    :data:`EMPTY_REDUCTION`, and an empty result is never computed."""
+    full, dims = tuple(full_sizes), tuple(dims)
+    if keepdim:
+        sizes = tuple(1 if d in dims else s for d, s in enumerate(full))
+    else:
+        sizes = tuple(s for d, s in enumerate(full) if d not in dims)
+    if numel(full) == 0:
+        empty = EMPTY_REDUCTION[op]
+        if not dtype.is_floating_point and isinstance(empty, float):
+            empty = 0
+        return Lazy(lambda b, i: b.literal(empty, dtype), dtype, sizes)
+    if not dims:
+        def alone(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+            if op in ("argmax", "argmin"):
+                return b.literal(0, dtype)
+            return b.cast(fn(b, index), dtype)
+
+        return Lazy(alone, dtype, sizes)
+    r: Stored = ctx.reduction(node, op, fn, full, dims, keepdim, dtype)
+    return r
+
+
+def keepdim_value(ctx: Any, r: TensorValue, full: Sequence[int], dims: Sequence[int],
                   keepdim: bool) -> Lazy:
     """A reduction result read back broadcast over the full iteration space."""
     def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
@@ -49,17 +86,11 @@ def _cast_fn(x: TensorValue, dtype: torch.dtype) -> Any:
     return fn
 
 
-def _check(x: TensorValue, dims: Sequence[int]) -> None:
-    if any(x.sizes[d] == 0 for d in dims) or numel(x.sizes) == 0:
-        raise NotLowerable("empty reduction")
-
-
 def _sum_like(ctx: Any, node: Node, op: str, x: TensorValue, dims: Any, keepdim: bool) -> Any:
     meta = out_meta(node)
     d = reduced_dims(x, dims)
-    _check(x, d)
     acc = compute_dtype(meta.dtype)
-    r = ctx.reduction(node, op, _cast_fn(x, acc), x.sizes, d, keepdim, acc)
+    r = reduce(ctx, node, op, _cast_fn(x, acc), x.sizes, d, keepdim, acc)
     if acc == meta.dtype:
         return r
     return Lazy(lambda b, i: b.cast(r.element(b, i), meta.dtype), meta.dtype, r.sizes)
@@ -88,10 +119,9 @@ def _mean(ctx: Any, node: Node, x: TensorValue, dims: Any = None, keepdim: bool 
         dims, keepdim = None, False
     meta = out_meta(node)
     d = reduced_dims(x, dims)
-    _check(x, d)
     acc = compute_dtype(meta.dtype)
     n = numel([x.sizes[i] for i in d])
-    r = ctx.reduction(node, "sum", _cast_fn(x, acc), x.sizes, d, keepdim, acc)
+    r = reduce(ctx, node, "sum", _cast_fn(x, acc), x.sizes, d, keepdim, acc)
 
     def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         return b.cast(b.compute("truediv", r.element(b, index), b.literal(n, acc)), meta.dtype)
@@ -104,9 +134,8 @@ def _amax(ctx: Any, node: Node, x: TensorValue, dims: Any = (), keepdim: bool = 
     op = "max" if "amax" in node.target else "min"
     meta = out_meta(node)
     d = reduced_dims(x, dims)
-    _check(x, d)
     acc = compute_dtype(meta.dtype)
-    r = ctx.reduction(node, op, _cast_fn(x, acc), x.sizes, d, keepdim, meta.dtype)
+    r = reduce(ctx, node, op, _cast_fn(x, acc), x.sizes, d, keepdim, meta.dtype)
     return r
 
 
@@ -114,26 +143,24 @@ def _amax(ctx: Any, node: Node, x: TensorValue, dims: Any = (), keepdim: bool = 
 def _max_all(ctx: Any, node: Node, x: TensorValue) -> Any:
     op = "max" if "max" in node.target else "min"
     d = reduced_dims(x, None)
-    _check(x, d)
     acc = compute_dtype(x.dtype)
-    return ctx.reduction(node, op, _cast_fn(x, acc), x.sizes, d, False, x.dtype)
+    return reduce(ctx, node, op, _cast_fn(x, acc), x.sizes, d, False, x.dtype)
 
 
 @lowering("aten::argmax.default", "aten::argmin.default")
 def _argmax(ctx: Any, node: Node, x: TensorValue, dim: Any = None, keepdim: bool = False) -> Any:
     op = "argmax" if "argmax" in node.target else "argmin"
     d = reduced_dims(x, dim)
-    _check(x, d)
     if dim is None:
         keepdim_ = keepdim
-        r = ctx.reduction(node, op, _cast_fn(x, compute_dtype(x.dtype)), x.sizes, d, False,
+        r = reduce(ctx, node, op, _cast_fn(x, compute_dtype(x.dtype)), x.sizes, d, False,
                           torch.int64)
         if keepdim_:
             from ember.inductor.lowering.views import reshape
 
             return reshape(r, tuple(1 for _ in x.sizes))
         return r
-    return ctx.reduction(node, op, _cast_fn(x, compute_dtype(x.dtype)), x.sizes, d, keepdim,
+    return reduce(ctx, node, op, _cast_fn(x, compute_dtype(x.dtype)), x.sizes, d, keepdim,
                          torch.int64)
 
 
@@ -141,11 +168,10 @@ def _argmax(ctx: Any, node: Node, x: TensorValue, dim: Any = None, keepdim: bool
 def _max_dim(ctx: Any, node: Node, x: TensorValue, dim: int, keepdim: bool = False) -> Any:
     is_max = "max" in node.target
     d = reduced_dims(x, dim)
-    _check(x, d)
     acc = compute_dtype(x.dtype)
-    values = ctx.reduction(node, "max" if is_max else "min", _cast_fn(x, acc), x.sizes, d,
+    values = reduce(ctx, node, "max" if is_max else "min", _cast_fn(x, acc), x.sizes, d,
                            keepdim, x.dtype)
-    indices = ctx.reduction(node, "argmax" if is_max else "argmin", _cast_fn(x, acc), x.sizes,
+    indices = reduce(ctx, node, "argmax" if is_max else "argmin", _cast_fn(x, acc), x.sizes,
                             d, keepdim, torch.int64)
     return (values, indices)
 
@@ -158,7 +184,6 @@ def _any_all(ctx: Any, node: Node, x: TensorValue, dims: Any = None,
     if node.target.endswith(".default"):
         dims, keepdim = None, False
     d = reduced_dims(x, dims)
-    _check(x, d)
 
     def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         v = x.element(b, index)
@@ -167,7 +192,7 @@ def _any_all(ctx: Any, node: Node, x: TensorValue, dims: Any = None,
         v = b.cast(v, compute_dtype(b.dtype(v)))
         return b.compute("ne", v, b.literal(0, b.dtype(v)))
 
-    r = ctx.reduction(node, op, fn, x.sizes, d, keepdim, torch.bool)
+    r = reduce(ctx, node, op, fn, x.sizes, d, keepdim, torch.bool)
     meta = out_meta(node)
     if meta.dtype != torch.bool:  # any/all of uint8 return uint8
         return Lazy(lambda b, i: b.cast(r.element(b, i), meta.dtype), meta.dtype, r.sizes)
@@ -178,7 +203,7 @@ def variance(ctx: Any, node: Node, x: TensorValue, d: tuple[int, ...], correctio
              keepdim: bool, acc: torch.dtype) -> tuple[Any, Any]:
     """(var, mean) as values over the reduced shape, in ``acc`` (two-pass: mean first)."""
     n = numel([x.sizes[i] for i in d])
-    s = ctx.reduction(node, "sum", _cast_fn(x, acc), x.sizes, d, True, acc)
+    s = reduce(ctx, node, "sum", _cast_fn(x, acc), x.sizes, d, True, acc)
     mean_full = keepdim_value(ctx, s, x.sizes, d, True)
 
     def centered_sq(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
@@ -186,7 +211,7 @@ def variance(ctx: Any, node: Node, x: TensorValue, d: tuple[int, ...], correctio
         c = b.compute("sub", b.cast(x.element(b, index), acc), m)
         return b.compute("mul", c, c)
 
-    s2 = ctx.reduction(node, "sum", centered_sq, x.sizes, d, keepdim, acc)
+    s2 = reduce(ctx, node, "sum", centered_sq, x.sizes, d, keepdim, acc)
     denom = max(n - correction, 0)
     out_sizes = s2.sizes
 
@@ -216,7 +241,6 @@ def _var(ctx: Any, node: Node, x: TensorValue, dims: Any = None, *, correction: 
     if not meta.dtype.is_floating_point:
         raise NotLowerable("var of a non-float tensor")
     d = reduced_dims(x, dims)
-    _check(x, d)
     acc = compute_dtype(meta.dtype)
     var, mean = variance(ctx, node, x, d, corr, keepdim, acc)
     out = meta.dtype
@@ -250,10 +274,9 @@ def _softmax_parts(ctx: Any, node: Node, x: TensorValue, dim: int, what: str) ->
     acc = compute_dtype(out)
     if not acc.is_floating_point:
         raise NotLowerable(f"{what} of integers")
-    d = (normalize_dim(dim, len(x.sizes)),)
-    _check(x, d)
+    d = reduced_dims(x, dim)
     xf = _cast_fn(x, acc)
-    m = ctx.reduction(node, "max", xf, x.sizes, d, True, acc)
+    m = reduce(ctx, node, "max", xf, x.sizes, d, True, acc)
     m_full = keepdim_value(ctx, m, x.sizes, d, True)
 
     def shifted(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
@@ -262,7 +285,7 @@ def _softmax_parts(ctx: Any, node: Node, x: TensorValue, dim: int, what: str) ->
     def exp_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         return b.compute("exp", shifted(b, index))
 
-    s = ctx.reduction(node, "sum", exp_fn, x.sizes, d, True, acc)
+    s = reduce(ctx, node, "sum", exp_fn, x.sizes, d, True, acc)
     s_full = keepdim_value(ctx, s, x.sizes, d, True)
     return _SoftmaxParts(out, acc, Lazy(shifted, acc, x.sizes), m_full, s_full, d)
 
@@ -309,7 +332,6 @@ def _layer_norm(ctx: Any, node: Node, x: TensorValue, normalized_shape: Any, w: 
     k = len(tuple(normalized_shape))
     n_dims = len(x.sizes)
     d = tuple(range(n_dims - k, n_dims))
-    _check(x, d)
     var, mean = variance(ctx, node, x, d, 0.0, True, acc)
 
     def rstd_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
@@ -339,7 +361,6 @@ def _rms_norm(ctx: Any, node: Node, x: TensorValue, normalized_shape: Any, w: An
     k = len(tuple(normalized_shape))
     n_dims = len(x.sizes)
     d = tuple(range(n_dims - k, n_dims))
-    _check(x, d)
     n = numel([x.sizes[i] for i in d])
     eps_v = torch.finfo(acc).eps if eps is None else float(eps)
 
@@ -347,7 +368,7 @@ def _rms_norm(ctx: Any, node: Node, x: TensorValue, normalized_shape: Any, w: An
         v = b.cast(x.element(b, index), acc)
         return b.compute("mul", v, v)
 
-    ss = ctx.reduction(node, "sum", sq, x.sizes, d, True, acc)
+    ss = reduce(ctx, node, "sum", sq, x.sizes, d, True, acc)
 
     def rstd_at(b: BodyBuilder, zi: tuple[IndexExpr, ...]) -> str:
         ms = b.compute("truediv", ss.element(b, zi), b.literal(n, acc))

@@ -16,7 +16,13 @@ from ember.inductor.loop_ir import IndexExpr, Int, add, floordiv, mod, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import normalize_dim, sizes_of
 from ember.inductor.lowering.registry import NotLowerable, lowering
-from ember.inductor.lowering.values import Lazy, Stored, TensorValue, contiguous_strides
+from ember.inductor.lowering.values import (
+    Lazy,
+    Stored,
+    TensorValue,
+    contiguous_strides,
+    numel,
+)
 from ember.runtime.ir import Node
 
 
@@ -82,6 +88,8 @@ def reshape(x: TensorValue, new_sizes: Sequence[int]) -> TensorValue:
         if strides is not None:
             return Stored(x.buffer, x.dtype, new_sizes, strides, x.offset)
     old_sizes = x.sizes
+    if numel(new_sizes) == 0:  # no element is ever read: any index will do
+        return remap(x, new_sizes, lambda index: [Int(0)] * len(old_sizes))
     new_c = contiguous_strides(new_sizes)
     old_c = contiguous_strides(old_sizes)
 
@@ -196,6 +204,29 @@ def _select(ctx: Any, node: Node, x: TensorValue, dim: int, i: int) -> TensorVal
 def _squeeze_unsqueeze(ctx: Any, node: Node, x: TensorValue, *args: Any) -> TensorValue:
     sizes = sizes_of(node)
     return reshape(x, sizes)
+
+
+@lowering("aten::unfold.default")
+def _unfold(ctx: Any, node: Node, x: TensorValue, dim: int, size: int, step: int
+            ) -> TensorValue:
+    """Windows of ``size`` elements every ``step`` along ``dim``, as a new last dim."""
+    n = len(x.sizes)
+    d = normalize_dim(dim, n)
+    sizes = sizes_of(node)
+    strides = offset = None
+    if isinstance(x, Stored):
+        st = x.strides[d] if n else 1
+        strides = (*x.strides[:d], st * step, *x.strides[d + 1:], st)
+        offset = x.offset
+
+    def index_map(index: tuple[IndexExpr, ...]) -> list[IndexExpr]:
+        if not n:  # a 0-d input: one window of its one element
+            return []
+        src = list(index[:n])
+        src[d] = add(mul(index[d], step), index[n])
+        return src
+
+    return remap(x, sizes, index_map, strides, offset)
 
 
 @lowering("aten::as_strided.default", "aten::as_strided_copy.default")
