@@ -105,7 +105,8 @@ def capture(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Program:
 
     Raises:
         CaptureError: when the code cannot be traced (data-dependent Python control
-            flow, ``.item()``, an op the fake tensors cannot run), naming the line.
+            flow, ``.item()``, an op the fake tensors cannot run, a user Triton kernel
+            launch), naming the line.
     """
     return trace_capture(fn, module_of(fn), args, kwargs).program
 
@@ -139,14 +140,22 @@ def trace_capture(
     if layout is not None:
         swaps.append((layout, fake_state))
     fake_args, fake_kwargs = unflatten(fake_leaves, spec)
+    # NOTE: imported here: the bytecode package imports this module
+    from ember.frontend.bytecode import triton_launch
+
     try:
         with ExitStack() as stack:
             for module_layout, fakes in swaps:
                 stack.enter_context(module_layout.swapped(fakes))
+            # a user Triton kernel launch raises instead of running on fake tensors
+            stack.enter_context(triton_launch.launches_refused())
             stack.enter_context(rec)
             result = fn(*fake_args, **fake_kwargs)
     except Exception as e:
-        where = user_source_location_of_traceback(e.__traceback__)
+        tb = e.__traceback__
+        if triton_launch.is_refused_launch(e):
+            tb = triton_launch.frames_before_triton(tb)  # the user's launch line
+        where = user_source_location_of_traceback(tb)
         at = f" at {where}: {where.text}" if where is not None else ""
         raise CaptureError(
             f"could not trace {callable_name(fn)}{at}\n  {type(e).__name__}: {e}{_hint(e)}"

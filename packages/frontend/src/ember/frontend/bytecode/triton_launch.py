@@ -1,0 +1,190 @@
+"""User Triton kernel launches: not captured yet, and never dropped.
+
+A ``@triton.jit`` kernel launched inside a compiled function (``kernel[grid](...)``,
+``kernel.run(..., grid=...)``, ``kernel.warmup(...)``, also through ``triton.autotune`` and
+``triton.heuristics``) writes its outputs through raw data pointers. Fake tensors have
+none: run during capture, the launch either fails deep inside Triton or, worse, runs
+on null pointers, and the kernel's writes are missing from the captured graph. Until
+launches become graph ops (a later issue):
+
+- strict capture: a launch is a graph break (:func:`launch_break_reason`, called by
+  ``CallHandler.call_symbolic``); the launch then runs eagerly on real tensors, logged
+  under ``EMBER_LOGS=graph_breaks`` and listed by ``ember.frontend.explain``.
+- trace capture (and any other code run on fake tensors): :func:`launches_refused`
+  makes a launch raise :class:`TritonLaunchInCapture` before Triton looks at its
+  arguments; tracing reports it as a ``CaptureError`` naming the kernel.
+
+Triton is never imported here: when ``triton`` is not loaded, no kernel can exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ember.frontend._torch import fake_mode_active
+
+__all__ = ["LAUNCH_HINT", "TritonLaunchInCapture", "frames_before_triton",
+           "is_refused_launch", "kernel_name", "launch_break_reason", "launched_kernel",
+           "launches_refused"]
+
+LAUNCH_HINT = ("user Triton kernels are not captured yet: the launch runs eagerly "
+               "between two graphs")
+
+
+class TritonLaunchInCapture(RuntimeError):
+    """A user Triton kernel was launched on fake tensors (tracing capture)."""
+
+
+def _kernel_types() -> tuple[type, ...]:
+    """Triton's kernel base class (``@jit``, ``autotune``, ``heuristics`` and the
+    interpreter's kernels derive from it), if Triton is loaded."""
+    jit = sys.modules.get("triton.runtime.jit")
+    interface = getattr(jit, "KernelInterface", None)
+    return (interface,) if isinstance(interface, type) else ()
+
+
+def launched_kernel(fn: Any) -> Any | None:
+    """The Triton kernel that calling ``fn`` launches, else None: ``fn`` is a kernel,
+    one of its bound methods (``kernel.run``, ``kernel.warmup``), the launcher that
+    ``kernel[grid]`` returns (a Triton function closing over the kernel) or a
+    ``functools.partial`` of one of those."""
+    kinds = _kernel_types()
+    if not kinds:
+        return None
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if isinstance(fn, kinds):
+        return fn
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, kinds):
+        return owner
+    if isinstance(fn, types.FunctionType) and fn.__closure__ and (
+            fn.__module__ or "").split(".")[0] == "triton":
+        for cell in fn.__closure__:
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if isinstance(value, kinds):
+                return value
+    return None
+
+
+def kernel_name(kernel: Any) -> str:
+    """The user's function under a kernel and its wrappers (autotune -> heuristics ->
+    jit -> the Python function)."""
+    inner = kernel
+    for _ in range(8):
+        nested = getattr(inner, "fn", None)
+        if nested is None:
+            break
+        inner = nested
+    return str(getattr(inner, "__qualname__", None) or type(kernel).__qualname__)
+
+
+def launch_break_reason(fn: Any) -> str | None:
+    """The graph-break reason when calling ``fn`` launches a user Triton kernel."""
+    kernel = launched_kernel(fn)
+    if kernel is None:
+        return None
+    return (f"launch of the user Triton kernel {kernel_name(kernel)} "
+            f"({type(kernel).__name__}; not captured yet)")
+
+
+# ---- refusing launches on fake tensors ------------------------------------------------
+
+_lock = threading.Lock()
+_users = 0
+_patched: list[tuple[type, Callable[..., Any]]] = []
+
+
+def _refusing(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if fake_mode_active():
+            raise TritonLaunchInCapture(
+                f"the user Triton kernel {kernel_name(self)} was launched while tracing; "
+                "Triton kernels are not captured yet and would run on fake tensors. "
+                "Use strict capture (the default), where the launch is a graph break "
+                "that runs eagerly")
+        return original(self, *args, **kwargs)
+
+    run.__ember_refusing__ = True  # type: ignore[attr-defined]
+    return run
+
+
+def _launching_classes(base: type) -> Iterator[type]:
+    """``base`` and its loaded subclasses that define ``run`` themselves."""
+    seen: set[type] = set()
+    todo = [base]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo.extend(cls.__subclasses__())
+        if "run" in vars(cls):
+            yield cls
+
+
+@contextlib.contextmanager
+def launches_refused() -> Iterator[None]:
+    """While the block runs, a Triton launch made under a fake tensor mode raises
+    :class:`TritonLaunchInCapture` before Triton reads its arguments; launches on real
+    tensors (other threads, eager code) are unaffected. A no-op without Triton loaded.
+    Nested and concurrent uses share one installation."""
+    global _users
+    kinds = _kernel_types()
+    if not kinds:
+        yield
+        return
+    with _lock:
+        if _users == 0:
+            for cls in _launching_classes(kinds[0]):
+                original = vars(cls)["run"]
+                if not getattr(original, "__ember_refusing__", False):
+                    _patched.append((cls, original))
+                    setattr(cls, "run", _refusing(original))
+        _users += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _users -= 1
+            if _users == 0:
+                while _patched:
+                    cls, original = _patched.pop()
+                    setattr(cls, "run", original)
+
+
+def is_refused_launch(error: BaseException) -> bool:
+    """Whether ``error`` (or an exception it was raised from) is a refused launch."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, TritonLaunchInCapture):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def frames_before_triton(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """A copy of traceback ``tb`` up to its first frame in Triton's code, so that the
+    innermost user frame it names is the user's launch, not Triton's launcher."""
+    kept: list[types.TracebackType] = []
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0] == "triton":
+            break
+        kept.append(tb)
+        tb = tb.tb_next
+    copy: types.TracebackType | None = None
+    for t in reversed(kept):
+        copy = types.TracebackType(copy, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return copy

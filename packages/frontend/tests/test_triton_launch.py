@@ -1,0 +1,191 @@
+"""User Triton kernel launches are never dropped: a graph break in strict capture
+(logged, listed by ``explain``, the launch runs eagerly on real tensors), a
+``CaptureError`` naming the kernel in trace capture.
+
+In-process tests replace ``JITFunction.run`` by a stub that does the kernel's work with
+torch ops (no GPU is needed, nothing runs through Triton); the subprocess test runs real
+kernels through Triton's CPU interpreter (``TRITON_INTERPRET=1``, read when Triton is
+imported)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ember.frontend as ef
+import pytest
+import torch
+from ember.frontend._torch import is_fake
+from ember.runtime.config import patch
+
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+jit_module = pytest.importorskip("triton.runtime.jit")
+
+
+@triton.jit  # type: ignore[untyped-decorator]
+def add_one(x_ptr: Any, out_ptr: Any, n: Any, BLOCK: tl.constexpr) -> None:  # type: ignore[name-defined]  # noqa: N803, E501
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+
+tuned = triton.autotune(configs=[triton.Config({"BLOCK": 8})], key=["n"])(add_one)
+heuristic = triton.heuristics({"BLOCK": lambda args: 8})(add_one)
+
+
+@pytest.fixture
+def launches(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """``JITFunction.run`` does the kernel's work with torch; records, per launch,
+    whether it saw a fake tensor."""
+    seen: list[bool] = []
+
+    def run(self: Any, x: torch.Tensor, out: torch.Tensor, n: int, *rest: Any,
+            grid: Any, warmup: bool, **kwargs: Any) -> None:
+        seen.append(is_fake(x) or is_fake(out))
+        out.copy_(x + 1)
+
+    monkeypatch.setattr(jit_module.JITFunction, "run", run)
+    return seen
+
+
+def launch_getitem(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    out = torch.empty_like(y)
+    add_one[(1,)](y, out, y.numel(), BLOCK=8)
+    return out * 3
+
+
+def launch_run(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    out = torch.empty_like(y)
+    add_one.run(y, out, y.numel(), BLOCK=8, grid=(1,), warmup=False)
+    return out * 3
+
+
+def launch_autotuned(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    out = torch.empty_like(y)
+    tuned[lambda meta: (triton.cdiv(y.numel(), meta["BLOCK"]),)](y, out, y.numel())
+    return out * 3
+
+
+def launch_heuristic(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    out = torch.empty_like(y)
+    heuristic[(1,)](y, out, y.numel())
+    return out * 3
+
+
+LAUNCHES = [launch_getitem, launch_run, launch_autotuned, launch_heuristic]
+
+
+@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda f: f.__name__)
+def test_strict_launch_is_a_logged_break_and_runs_eagerly(
+    launch: Callable[..., torch.Tensor], launches: list[bool],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    compiled = ef.compile(launch, backend="eager")
+    with patch(logs="graph_breaks"):
+        for i in range(3):
+            x = torch.arange(4.0) + i
+            torch.testing.assert_close(compiled(x), (x * 2 + 1) * 3)
+    assert launches == [False] * 3  # every call launched, on real tensors
+    assert compiled.stats.graph_breaks == 1 and compiled.stats.graphs == 2
+    err = capsys.readouterr().err
+    assert f"graph break in {launch.__name__}: launch of the user Triton kernel add_one" in err
+    assert "not captured yet" in err
+
+
+def test_explain_lists_the_launch(launches: list[bool]) -> None:
+    report = ef.explain(launch_getitem)(torch.arange(4.0))
+    assert report.break_count == 1 and report.graph_count == 2
+    (info,) = report.breaks
+    assert "launch of the user Triton kernel add_one (JITFunction" in info.reason
+    assert info.location is not None and info.location.file == __file__
+    assert "add_one[(1,)]" in info.location.text
+
+
+@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda f: f.__name__)
+def test_trace_capture_refuses_the_launch(launch: Callable[..., torch.Tensor],
+                                          launches: list[bool]) -> None:
+    compiled = ef.compile(launch, backend="eager", options={"capture": "trace"})
+    with pytest.raises(ef.CaptureError) as info:
+        compiled(torch.arange(4.0))
+    text = str(info.value)
+    assert "user Triton kernel add_one was launched while tracing" in text
+    assert f"{__file__}:" in text  # the user's launch line, not Triton's launcher
+    assert launches == []  # never ran on fake tensors
+    # outside capture, launches run as before (the refusal is scoped to tracing)
+    assert torch.equal(launch_getitem(torch.zeros(4)), torch.full((4,), 3.0))
+    assert launches == [False]
+
+
+SCRIPT = """
+import json
+import torch, triton, triton.language as tl
+import ember.frontend as ef
+
+@triton.jit
+def add_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+tuned = triton.autotune(configs=[triton.Config({"BLOCK": 4})], key=["n"])(add_one)
+heuristic = triton.heuristics({"BLOCK": lambda args: 8})(add_one)
+
+def f_getitem(x):
+    y = x * 2
+    out = torch.empty_like(y)
+    add_one[(triton.cdiv(y.numel(), 8),)](y, out, y.numel(), BLOCK=8)
+    return out.sum(0) * 3
+
+def f_run(x):
+    y = x * 2
+    out = torch.empty_like(y)
+    add_one.run(y, out, y.numel(), BLOCK=8, grid=(2,), warmup=False)
+    return out.sum(0) * 3
+
+def f_autotune(x):
+    y = x * 2
+    out = torch.empty_like(y)
+    tuned[lambda m: (triton.cdiv(y.numel(), m["BLOCK"]),)](y, out, y.numel())
+    return out.sum(0) * 3
+
+def f_heuristics(x):
+    y = x * 2
+    out = torch.empty_like(y)
+    heuristic[(2,)](y, out, y.numel())
+    return out.sum(0) * 3
+
+results = {}
+for f in (f_getitem, f_run, f_autotune, f_heuristics):
+    compiled = ef.compile(f, backend="eager")
+    ok = []
+    for i in range(2):
+        x = torch.arange(10.0).reshape(5, 2) + i
+        ok.append(torch.equal(compiled(x), (x * 2 + 1).sum(0) * 3))
+    results[f.__name__] = {"ok": ok, "breaks": compiled.stats.graph_breaks,
+                           "graphs": compiled.stats.graphs}
+print(json.dumps(results))
+"""
+
+
+def test_real_kernels_are_correct_after_the_break(tmp_path: Path) -> None:
+    script = tmp_path / "launch.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(results) == {"f_getitem", "f_run", "f_autotune", "f_heuristics"}
+    for name, result in results.items():
+        assert result == {"ok": [True, True], "breaks": 1, "graphs": 2}, (name, result)
