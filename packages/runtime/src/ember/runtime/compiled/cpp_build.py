@@ -3,14 +3,18 @@
 A kernel's shared library lives at::
 
     <cache root>/cpp/<key>/kernel.so
-    <cache root>/cpp/<key>/manifest.json     {"sha256": <digest of kernel.so>, ...}
+    <cache root>/cpp/<key>/kernel.cpp        the source, for reading
+    <cache root>/cpp/<key>/manifest.json     {"library": "kernel.so",
+                                              "sha256": <digest of the library>, ...}
 
 ``key`` hashes the source, the compiler's version line, the flags, the CPU model
 (``-march=native``) and the torch version.
-Both files are written to temporary names and moved into place with ``os.replace`` (the
-manifest last), so concurrent writers are safe and a reader never trusts half an entry;
-an entry whose manifest is missing or does not match its library is a miss, with a
-:class:`CppCacheWarning`, and is rebuilt.
+The compiler runs in a temporary directory beside the entries (removed on success and
+failure alike); the files are then written to temporary names and moved into place with
+``os.replace`` (the manifest last), so concurrent writers are safe and a reader never
+trusts half an entry. An entry whose manifest is missing or does not match its library (a
+truncated ``kernel.so``, a symbolic link) is a miss, with a :class:`CppCacheWarning`, and
+is rebuilt under a new library name (``kernel-<random>.so``, recorded in the manifest). The cache's directories are private (:mod:`.private_cache`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ import hashlib
 import json
 import os
 import platform
+import re
+import secrets
+import stat
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +35,13 @@ import warnings
 from pathlib import Path
 
 import torch
+from ember.runtime.compiled.private_cache import (
+    cache_subdir,
+    fresh_entry_dir,
+    process_dir,
+    read_file,
+    write_atomic,
+)
 from ember.runtime.config import config
 from ember.runtime.logs import log
 
@@ -75,12 +89,17 @@ def compiler_version() -> str:
 
 def cache_dir() -> Path:
     """Where libraries go: ``<config.cache_dir>/cpp``, or a per-process temporary
-    directory when the cache is disabled (``EMBER_CACHE=0``)."""
+    directory when the cache is disabled (``EMBER_CACHE=0``), removed at exit.
+
+    Raises:
+        ember.runtime.compiled.private_cache.CacheDirError: the cache directory is not
+            private to this user.
+    """
     global _process_dir
     if config.cache_enabled:
-        return Path(config.cache_dir) / "cpp"
+        return cache_subdir(Path(config.cache_dir), "cpp")
     if _process_dir is None:
-        _process_dir = Path(tempfile.mkdtemp(prefix="ember-cpp-"))
+        _process_dir = process_dir("ember-cpp-")
     return _process_dir
 
 
@@ -109,45 +128,75 @@ def cache_key(source: str) -> str:
     return h.hexdigest()
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+# The library's file name: ``kernel.so``, or ``kernel-<random>.so`` when it replaces a
+# corrupt one (see compile_cpp).
+_LIBRARY_NAME = re.compile(r"kernel(-[0-9a-f]{16})?\.so")
 
 
-def _valid(entry: Path) -> bool:
-    lib, manifest = entry / "kernel.so", entry / "manifest.json"
-    if not manifest.exists():
-        return False  # never written, or another process is writing it right now
+class _CorruptEntry(Exception):
+    """A cache entry whose manifest is unreadable or does not match its library."""
+
+    def __init__(self, library: Path | None) -> None:
+        super().__init__(str(library))
+        self.library = library
+
+
+def _cached_library(entry: Path) -> Path | None:
+    """The library of a complete, intact entry; None when there is no manifest yet.
+
+    Raises:
+        _CorruptEntry: the manifest is unreadable, names no valid library, or the
+            library's SHA-256 differs from the recorded one (a truncated file, a link).
+    """
+    if not os.path.lexists(entry):
+        return None
+    if not stat.S_ISDIR(os.lstat(entry).st_mode):
+        raise _CorruptEntry(None)  # a symbolic link or a file: never followed
+    manifest = entry / "manifest.json"
+    if not os.path.lexists(manifest):
+        return None  # never written, or another process is writing it right now
+    library: Path | None = None
     try:
-        recorded = json.loads(manifest.read_text())["sha256"]
-        if recorded == _digest(lib):
-            return True
-    except (OSError, ValueError, KeyError, TypeError):
+        record = json.loads(read_file(manifest))
+        name = record.get("library", "kernel.so")
+        if isinstance(name, str) and _LIBRARY_NAME.fullmatch(name):
+            library = entry / name
+            if record["sha256"] == hashlib.sha256(read_file(library)).hexdigest():
+                return library
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    warnings.warn(f"corrupt C++ kernel cache entry {entry}; rebuilding", CppCacheWarning,
-                  stacklevel=3)
-    return False
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    raise _CorruptEntry(library)
 
 
 def compile_cpp(source: str) -> Path:
     """The shared library built from ``source`` (from the cache when present).
 
+    A corrupt entry is rebuilt under a new library name: a process that loaded the old
+    file keeps it mapped, and ``dlopen`` of a name it already loaded would return the
+    old (truncated) library instead of the new one.
+
     Raises:
         CppCompileError: with the compiler's message when compilation fails.
+        ember.runtime.compiled.private_cache.CacheDirError: the cache directory is not
+            private to this user.
     """
-    entry = cache_dir() / cache_key(source)
-    if _valid(entry):
+    entries = cache_dir()
+    entry = entries / cache_key(source)
+    replaced: Path | None = None
+    try:
+        found = _cached_library(entry)
+    except _CorruptEntry as e:
+        warnings.warn(f"corrupt C++ kernel cache entry {entry}; rebuilding", CppCacheWarning,
+                      stacklevel=2)
+        found, replaced = None, e.library
+        library_name = f"kernel-{secrets.token_hex(8)}.so"
+    else:
+        library_name = "kernel.so"
+    if found is not None:
         log("cache", f"C++ kernel cache hit {entry.name[:16]}")
-        return entry / "kernel.so"
+        return found
     log("cache", f"C++ kernel cache miss {entry.name[:16]}")
-    entry.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=entry, prefix="build-") as tmp:
+    with tempfile.TemporaryDirectory(dir=entries, prefix=".build-") as tmp:
         src = Path(tmp) / "kernel.cpp"
         src.write_text(source)
         out = Path(tmp) / "kernel.so"
@@ -158,10 +207,13 @@ def compile_cpp(source: str) -> Path:
             raise CppCompileError(
                 f"g++ failed to compile a generated kernel:\n{proc.stderr[-4000:]}")
         lib_bytes = out.read_bytes()
-    _write_atomic(entry / "kernel.cpp", source.encode())
-    _write_atomic(entry / "kernel.so", lib_bytes)
-    manifest = {"sha256": hashlib.sha256(lib_bytes).hexdigest(),
+    fresh_entry_dir(entry)
+    write_atomic(entry / "kernel.cpp", source.encode())
+    write_atomic(entry / library_name, lib_bytes)
+    manifest = {"library": library_name, "sha256": hashlib.sha256(lib_bytes).hexdigest(),
                 "compiler": compiler_version(), "flags": list(build_flags()),
                 "torch": torch.__version__}
-    _write_atomic(entry / "manifest.json", json.dumps(manifest).encode())
-    return entry / "kernel.so"
+    write_atomic(entry / "manifest.json", json.dumps(manifest).encode())
+    if replaced is not None and replaced.name != library_name:
+        replaced.unlink(missing_ok=True)  # processes that loaded it keep their mapping
+    return entry / library_name

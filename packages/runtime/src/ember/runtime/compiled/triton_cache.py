@@ -13,8 +13,10 @@ library or a different GPU never reuses an entry. Triton keeps the binaries it b
 from these files in its own cache (``TRITON_CACHE_DIR``), keyed by the same source.
 
 Entries are written to a temporary directory and renamed into place, so a reader never
-sees half an entry; an entry whose manifest does not match its file is treated as a miss,
-with a warning, and rewritten.
+sees half an entry (the temporary directory is removed on failure too); an entry whose
+manifest does not match its file, or that is a symbolic link, is treated as a miss, with a
+warning, and rewritten (a link is removed, never followed). The cache's directories are
+private (:mod:`.private_cache`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ import warnings
 from pathlib import Path
 
 import torch
+from ember.runtime.compiled.private_cache import (
+    cache_subdir,
+    process_dir,
+    read_file,
+    remove_entry,
+)
 from ember.runtime.config import config
 
 _KERNEL_FILE = "kernel.py"
@@ -43,13 +51,13 @@ def cache_root() -> Path:
     """The root of Ember's on-disk caches (``config.cache_dir``, ``EMBER_CACHE_DIR``).
 
     With the cache disabled (``EMBER_CACHE=0``) kernels still need a file to live in:
-    they go to a temporary directory of this process instead.
+    they go to a temporary directory of this process instead, removed at exit.
     """
     global _process_dir
     if config.cache_enabled:
-        return config.cache_dir
+        return Path(config.cache_dir)
     if _process_dir is None:
-        _process_dir = Path(tempfile.mkdtemp(prefix="ember-triton-"))
+        _process_dir = process_dir("ember-triton-")
     return _process_dir
 
 
@@ -88,11 +96,13 @@ def _read_entry(entry: Path) -> Path | None:
     """The kernel file of a valid entry; None when missing; raises ValueError if corrupt."""
     kernel = entry / _KERNEL_FILE
     manifest = entry / _MANIFEST_FILE
-    if not entry.exists():
+    if not os.path.lexists(entry):
         return None
+    if os.path.islink(entry):
+        raise ValueError(f"a symbolic link (to {os.readlink(entry)}), not a directory")
     try:
-        recorded = json.loads(manifest.read_text("utf-8"))["sha256"]
-        actual = _digest(kernel.read_bytes())
+        recorded = json.loads(read_file(manifest).decode("utf-8"))["sha256"]
+        actual = _digest(read_file(kernel))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"unreadable entry ({type(e).__name__}: {e})") from e
     if recorded != actual:
@@ -102,7 +112,6 @@ def _read_entry(entry: Path) -> Path | None:
 
 def _write_entry(entry: Path, source: str, device: str) -> None:
     """Write ``entry`` atomically: build it in a sibling temp dir, then rename."""
-    entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name[:16]}-", dir=entry.parent))
     try:
         data = source.encode("utf-8")
@@ -144,8 +153,12 @@ def kernel_source_path(source: str, device: str, root: Path | None = None) -> Pa
 
     Warns:
         TritonCacheWarning: when an existing entry is corrupt; it is replaced.
+
+    Raises:
+        ember.runtime.compiled.private_cache.CacheDirError: the cache directory is not
+            private to this user.
     """
-    entry = (root or cache_root()) / "triton" / cache_key(source, device)
+    entry = cache_subdir(root or cache_root(), "triton") / cache_key(source, device)
     try:
         found = _read_entry(entry)
     except ValueError as e:
@@ -154,7 +167,7 @@ def kernel_source_path(source: str, device: str, root: Path | None = None) -> Pa
             TritonCacheWarning,
             stacklevel=2,
         )
-        shutil.rmtree(entry, ignore_errors=True)
+        remove_entry(entry)
         found = None
     if found is not None:
         return found
