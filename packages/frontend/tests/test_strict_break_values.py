@@ -343,3 +343,69 @@ def iter_across_break(x):
                                 iter_across_break], ids=lambda f: f.__name__)
 def test_values_live_across_break(fn: Callable[..., Any]) -> None:
     run3(fn, vec)
+
+
+# ---- captured whole: no break needed --------------------------------------------------------
+
+class _Plain:
+    def __init__(self, v):
+        super().__init__()  # object.__init__
+        self.v = v
+
+
+def super_init_object(x):
+    return _Plain(x).v + 1
+
+
+def ordered_dict_update_zip(x):
+    d = collections.OrderedDict()
+    d.update(zip(["a", "b"], [x, x + 1]))
+    return d["b"] - d["a"]
+
+
+def dict_fromkeys(x):
+    return x * dict.fromkeys(["a", "b"], 2)["b"]
+
+
+def dict_from_iter(x):
+    return dict(iter([("a", x), ("b", x + 1)]))["b"]
+
+
+@pytest.mark.parametrize("fn", [super_init_object, ordered_dict_update_zip, dict_fromkeys,
+                                dict_from_iter], ids=lambda f: f.__name__)
+def test_captured_without_break(fn: Callable[..., Any]) -> None:
+    import ember.frontend as ef
+
+    compiled = ef.compile(fn, backend="eager", fullgraph=True,
+                          options={"capture": "strict"})
+    for i in range(3):
+        x = vec(i)[0]
+        assert_same(compiled(x), fn(x))
+
+
+# ---- callbacks of library functions are interpreted (their reads guarded) --------------------
+
+SCALE = 2.0
+
+
+def reduce_with_global(x):
+    return functools.reduce(lambda a, b: a * SCALE + b, [x, x + 1, x + 2])
+
+
+def sorted_key_global(x):
+    order = sorted([0, 1, 2], key=lambda i: (i - SCALE) ** 2)
+    return [x * i for i in order]
+
+
+@pytest.mark.parametrize("fn", [reduce_with_global, sorted_key_global],
+                         ids=lambda f: f.__name__)
+def test_library_callbacks_read_globals_each_call(fn: Callable[..., Any]) -> None:
+    global SCALE
+    compiled = strict(fn)
+    try:
+        for scale in (2.0, 0.0, 5.0):
+            SCALE = scale
+            x = torch.arange(3.0) + scale
+            assert_same(compiled(x), fn(x))
+    finally:
+        SCALE = 2.0

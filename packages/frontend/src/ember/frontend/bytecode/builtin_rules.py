@@ -45,6 +45,10 @@ def _make_direct_rule(fn: Any) -> Rule:
         if fn in (sorted, min, max, sum, any, all) and len(args) == 1 and not isinstance(
                 args[0], (list, tuple)):
             args = [interp.iterate(args[0])]
+        key = kwargs.get("key")
+        if key is not None and fn in (sorted, min, max):
+            # the key function is interpreted (inlined, guarded), not run for real
+            kwargs = {**kwargs, "key": lambda v: h.call(interp, frame, key, [v], {})}
         return h.direct(interp, fn, args, kwargs)
 
     return rule

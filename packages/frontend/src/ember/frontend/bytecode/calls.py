@@ -353,8 +353,11 @@ class CallHandler:
             getattr(fn, "__module__", None) or "")
         if is_fake_tensor(owner):
             return self.record(interp, fn, args, kwargs)
-        if isinstance(owner, _CONTAINER_TYPES):
-            return self.direct(interp, fn, args, kwargs)
+        if isinstance(owner, _CONTAINER_TYPES) or any(owner is t for t in _CONTAINER_TYPES):
+            return self.direct(interp, fn, args, kwargs)  # methods and dict.fromkeys
+        if (getattr(fn, "__objclass__", None) is object and fn.__name__ == "__init__"
+                and not args and not kwargs):
+            return None  # super().__init__() reaching object.__init__: nothing to do
         rule = _rule_for(fn)
         if rule is not None:
             return rule(self, interp, frame, args, kwargs)

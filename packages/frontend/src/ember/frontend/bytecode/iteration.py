@@ -11,23 +11,26 @@ from torch import nn
 
 
 class ListIterator:
-    """An iterator over a fixed list of items (what ``GET_ITER`` pushes)."""
+    """An iterator over a fixed list of items (what ``GET_ITER`` pushes).
+
+    Its fields have names no mapping protocol probes (``items``/``keys`` would make
+    ``OrderedDict.update(iterator)`` take it for a mapping)."""
 
     def __init__(self, items: list[Any], index: int = 0) -> None:
-        self.items = items
-        self.index = index
+        self.item_list = items
+        self.position = index
 
     def exhausted(self) -> bool:
-        return self.index >= len(self.items)
+        return self.position >= len(self.item_list)
 
     def next(self) -> Any:
-        item = self.items[self.index]
-        self.index += 1
+        item = self.item_list[self.position]
+        self.position += 1
         return item
 
     def remaining(self) -> list[Any]:
-        rest = self.items[self.index:]
-        self.index = len(self.items)
+        rest = self.item_list[self.position:]
+        self.position = len(self.item_list)
         return rest
 
     def __iter__(self) -> ListIterator:

@@ -1,4 +1,5 @@
-"""Rules for the iterator tools of the standard library (``itertools``), one table.
+"""Rules for the iterator tools of the standard library (``itertools``, one table, and
+``functools.reduce``).
 
 A C iterator made during capture would hold the capture's fake tensors and its position
 would be a constant of the first call; instead each finite ``itertools`` call is
@@ -6,7 +7,8 @@ materialised into a :class:`~.iteration.ListIterator` (its items computed now, f
 interpreter's values), which the graph-break machinery can rebuild. Callables passed to
 them (``starmap``, ``accumulate``, ``groupby`` keys, predicates) are called through the
 interpreter, so user functions are inlined and guarded. Infinite iterators
-(``count``, ``cycle``, ``repeat`` without ``times``) break.
+(``count``, ``cycle``, ``repeat`` without ``times``) break. ``functools.reduce`` calls its
+function through the interpreter too.
 
 The table: ``ITERTOOLS[fn] = (positional roles, keyword roles)``; a role is ``"iter"``
 (an iterable, materialised), ``"fn"`` (a callable or None), ``"value"`` (passed as is);
@@ -15,6 +17,7 @@ a trailing ``"iter*"`` covers any number of iterables.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
 
@@ -126,3 +129,12 @@ BUILTIN_RULES[itertools.groupby] = _groupby
 BUILTIN_RULES[itertools.repeat] = _repeat
 for _fn in _INFINITE:
     BUILTIN_RULES[_fn] = _infinite
+
+
+def _reduce(h: Any, interp: Any, frame: Frame, args: list[Any],
+            kwargs: dict[str, Any]) -> Any:
+    fn = _through_interpreter(h, interp, frame, args[0])
+    return functools.reduce(fn, interp.iterate(args[1]), *args[2:])
+
+
+BUILTIN_RULES[functools.reduce] = _reduce

@@ -189,8 +189,8 @@ def _wrap_state(cap: CaptureContext, v: Any, source: Source) -> Any:
         return v
     if isinstance(v, ListIterator):
         cap.guard("type", source, ListIterator)
-        items = cap.wrap(v.items, AttrSource(source, "items"))
-        index = cap.wrap(v.index, AttrSource(source, "index"))
+        items = cap.wrap(v.item_list, AttrSource(source, "item_list"))
+        index = cap.wrap(v.position, AttrSource(source, "position"))
         return ListIterator(items, index)
     if isinstance(v, types.CellType):
         return v

@@ -259,9 +259,9 @@ class StateBuilder:
         if isinstance(v, set):
             return New("set", self._key(v), [self.recipe(x) for x in v])
         if isinstance(v, ListIterator):
-            r = New("iter", self._key(v), [], v.index)
+            r = New("iter", self._key(v), [], v.position)
             self._memo[id(v)] = r
-            r.parts = [self.recipe(v.items)]
+            r.parts = [self.recipe(v.item_list)]
             return r
         if isinstance(v, slice):
             return New("slice", self._key(v),
