@@ -119,7 +119,7 @@ def test_trace_capture_refuses_the_launch(launch: Callable[..., torch.Tensor],
     with pytest.raises(ef.CaptureError) as info:
         compiled(torch.arange(4.0))
     text = str(info.value)
-    assert "user Triton kernel add_one was launched while tracing" in text
+    assert "user Triton kernel add_one was launched on fake tensors during capture" in text
     assert f"{__file__}:" in text  # the user's launch line, not Triton's launcher
     assert launches == []  # never ran on fake tensors
     # outside capture, launches run as before (the refusal is scoped to tracing)
@@ -189,3 +189,26 @@ def test_real_kernels_are_correct_after_the_break(tmp_path: Path) -> None:
     assert set(results) == {"f_getitem", "f_run", "f_autotune", "f_heuristics"}
     for name, result in results.items():
         assert result == {"ok": [True, True], "breaks": 1, "graphs": 2}, (name, result)
+
+
+def test_launch_inside_code_run_on_fake_tensors_is_refused(launches: list[bool]) -> None:
+    """A ``nonstrict`` helper runs its Python on fake tensors during strict capture: a
+    launch in it must not run there (it breaks and runs eagerly on real tensors)."""
+
+    @ef.nonstrict
+    def helper(y: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(y)
+        add_one[(1,)](y, out, y.numel(), BLOCK=8)
+        return out
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return helper(x * 2) * 3
+
+    compiled = ef.compile(f, backend="eager")
+    for _ in range(2):
+        x = torch.randn(4)
+        torch.testing.assert_close(compiled(x), (x * 2 + 1) * 3)
+    assert launches == [False, False]
+    reasons = [b.reason for b in compiled.breaks]
+    assert any("user Triton kernel add_one was launched on fake tensors" in r
+               for r in reasons), reasons

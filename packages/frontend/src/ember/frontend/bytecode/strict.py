@@ -38,6 +38,7 @@ from ember.frontend.bytecode.segment import (
 )
 from ember.frontend.bytecode.state import Unrebuildable
 from ember.frontend.bytecode.support import unsupported_reason
+from ember.frontend.bytecode.triton_launch import launches_refused
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.stats import CompileStats
 from ember.runtime.config import config
@@ -222,7 +223,8 @@ class StrictFunction:
         calls = self._break_calls.setdefault(state.ip, {})
         while True:
             try:
-                seg = capture_segment(state, self._ctx, calls, self._compile_graph)
+                with launches_refused():  # Triton kernels never run on fake tensors
+                    seg = capture_segment(state, self._ctx, calls, self._compile_graph)
                 break
             except InlinedBreak as e:
                 self._check_fullgraph(e.info)

@@ -10,9 +10,11 @@ launches become graph ops (a later issue):
 - strict capture: a launch is a graph break (:func:`launch_break_reason`, called by
   ``CallHandler.call_symbolic``); the launch then runs eagerly on real tensors, logged
   under ``EMBER_LOGS=graph_breaks`` and listed by ``ember.frontend.explain``.
-- trace capture (and any other code run on fake tensors): :func:`launches_refused`
-  makes a launch raise :class:`TritonLaunchInCapture` before Triton looks at its
-  arguments; tracing reports it as a ``CaptureError`` naming the kernel.
+- trace capture, and code that strict capture runs on fake tensors (``nonstrict``
+  regions): :func:`launches_refused` makes a launch raise
+  :class:`TritonLaunchInCapture` before Triton looks at its arguments; tracing reports
+  it as a ``CaptureError`` naming the kernel and the user's line, strict capture as a
+  graph break.
 
 Triton is never imported here: when ``triton`` is not loaded, no kernel can exist.
 """
@@ -109,10 +111,10 @@ def _refusing(original: Callable[..., Any]) -> Callable[..., Any]:
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if fake_mode_active():
             raise TritonLaunchInCapture(
-                f"the user Triton kernel {kernel_name(self)} was launched while tracing; "
-                "Triton kernels are not captured yet and would run on fake tensors. "
-                "Use strict capture (the default), where the launch is a graph break "
-                "that runs eagerly")
+                f"the user Triton kernel {kernel_name(self)} was launched on fake "
+                "tensors during capture; Triton kernels are not captured yet. Use strict "
+                "capture (the default) and launch it from the compiled function's code, "
+                "where the launch is a graph break that runs eagerly")
         return original(self, *args, **kwargs)
 
     run.__ember_refusing__ = True  # type: ignore[attr-defined]
