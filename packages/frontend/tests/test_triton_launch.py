@@ -30,7 +30,7 @@ jit_module = pytest.importorskip("triton.runtime.jit")
 
 
 @triton.jit  # type: ignore[untyped-decorator]
-def add_one(x_ptr: Any, out_ptr: Any, n: Any, BLOCK: tl.constexpr) -> None:  # type: ignore[name-defined]  # noqa: N803, E501
+def add_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def,name-defined]  # noqa: N803, E501
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
@@ -212,3 +212,37 @@ def test_launch_inside_code_run_on_fake_tensors_is_refused(launches: list[bool])
     reasons = [b.reason for b in compiled.breaks]
     assert any("user Triton kernel add_one was launched on fake tensors" in r
                for r in reasons), reasons
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_real_kernels_on_the_gpu() -> None:
+    """Compiled kernels on CUDA tensors (autotune benchmarks two configs): strict
+    capture breaks and the launches' results are right; tracing refuses the launch
+    before Triton reads a fake tensor's (null) data pointer, and the GPU stays usable."""
+    tuned_two = triton.autotune(configs=[triton.Config({"BLOCK": 32}),
+                                         triton.Config({"BLOCK": 64})], key=["n"])(add_one)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        out = torch.empty_like(y)
+        add_one[(triton.cdiv(y.numel(), 64),)](y, out, y.numel(), BLOCK=64)
+        out2 = torch.empty_like(y)
+        tuned_two[lambda meta: (triton.cdiv(y.numel(), meta["BLOCK"]),)](
+            out, out2, y.numel())
+        return out2 * 3
+
+    compiled = ef.compile(f, backend="eager")
+    for _ in range(2):
+        x = torch.randn(1000, device="cuda")
+        torch.testing.assert_close(compiled(x), (x * 2 + 2) * 3)
+    assert compiled.stats.graph_breaks == 2
+    traced = ef.compile(f, backend="eager", options={"capture": "trace"})
+    with pytest.raises(ef.CaptureError, match="user Triton kernel add_one"):
+        traced(torch.randn(1000, device="cuda"))
+    torch.cuda.synchronize()
+    x = torch.randn(1000, device="cuda")
+    torch.testing.assert_close(f(x), (x * 2 + 2) * 3)
