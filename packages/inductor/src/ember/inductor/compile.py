@@ -21,9 +21,6 @@ from ember.inductor.codegen import KernelSource, backend_for
 from ember.inductor.codegen.wrapper import WrapperWriter
 from ember.inductor.loop_ir import Kernel, format_kernel
 from ember.inductor.lowering.graph_lowering import GraphLowering
-from ember.inductor.lowering.graph_lowering import (
-    InductorFallbackWarning as InductorFallbackWarning,  # re-exported: raised here too
-)
 from ember.inductor.passes import run_passes
 from ember.inductor.scheduler import KernelStep, schedule
 from ember.runtime.ir import Program
@@ -161,6 +158,10 @@ def _compile_graph_or_eager(program: Program, name: str, device: torch.device | 
         warnings.warn(message, InductorFallbackWarning, stacklevel=3)
         log("fallbacks", message)
         return compile_graph(program, name, device, eager=True)
+
+
+class InductorFallbackWarning(UserWarning):
+    """Ops run eagerly because Ember failed to compile them (a bug worth reporting)."""
 
 
 def _precompile(compiled: CompiledGraph) -> None:

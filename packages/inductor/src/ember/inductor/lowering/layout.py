@@ -10,9 +10,15 @@ sizes and the permuted strides.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from ember.inductor.lowering.values import contiguous_strides
+from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides
+from ember.runtime.ir import TensorMeta
+
+if TYPE_CHECKING:
+    from ember.inductor.lowering.graph_lowering import GraphLowering
 
 
 def same_layout(sizes: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
@@ -47,3 +53,48 @@ def is_channels_last(sizes: Sequence[int], strides: Sequence[int]) -> bool:
     return (len(sizes) == 4
             and same_layout(sizes, strides, channels_last_strides(sizes))
             and not same_layout(sizes, strides, contiguous_strides(sizes)))
+
+
+def is_dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether ``strides`` lay ``sizes`` out densely (a permutation of contiguous)."""
+    dims = sorted((st, sz) for sz, st in zip(sizes, strides) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
+
+
+def channels_last_convolution(ctx: GraphLowering, args: list[Any],
+                              metas: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Layout optimization for a 2-d convolution: its input, when a kernel computes
+    it, is stored channels-last, and ATen's convolution then returns a
+    channels-last result (the meta returned says so). Vendor convolutions run
+    faster on channels-last data (on CPU: no reorder into the blocked format; on the
+    H200 cuDNN ran the zoo's ResNet about 1.5x faster in float32 and bfloat16).
+    """
+    x, meta = args[0], metas[0]
+    if (len(args) < 9 or args[6] or not isinstance(meta, TensorMeta)
+            or not isinstance(x, (Lazy, Stored)) or len(x.sizes) != 4
+            or not meta.dtype.is_floating_point):
+        return metas
+    if isinstance(x, Lazy) or not is_channels_last(x.sizes, x.strides):
+        x = args[0] = channels_last(ctx, x)
+    sizes = tuple(int(s) for s in meta.sizes)
+    strides = channels_last_strides(sizes)
+    return (dataclasses.replace(meta, sizes=sizes, strides=strides),)
+
+
+def channels_last(ctx: GraphLowering, x: Lazy | Stored) -> Stored:
+    """``x`` in a channels-last buffer: a Lazy is computed into one; a stored tensor
+    is copied once (the copy is reused by every later convolution of it)."""
+    strides = channels_last_strides(x.sizes)
+    if isinstance(x, Lazy):
+        return ctx.realize(x, strides=strides, reuse=True)
+    key = (x.buffer, x.sizes, x.strides, x.offset)
+    copy = ctx.channels_last_copies.get(key)
+    if copy is None:
+        copy = ctx.realize(Lazy(x.element, x.dtype, x.sizes), strides=strides)
+        ctx.channels_last_copies[key] = copy
+    return copy
