@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -409,3 +410,38 @@ def test_library_callbacks_read_globals_each_call(fn: Callable[..., Any]) -> Non
             assert_same(compiled(x), fn(x))
     finally:
         SCALE = 2.0
+
+
+# ---- values that change at every call, or through a class ------------------------------------
+
+def clock(x):
+    return x + time.monotonic()
+
+
+def test_clock_is_not_a_constant() -> None:
+    """``time.monotonic()`` runs at every call (old: the first call's time, baked)."""
+    compiled = strict(clock)
+    x = torch.zeros(1, dtype=torch.float64)
+    for _ in range(3):
+        before = time.monotonic()
+        got = compiled(x).item()
+        assert before <= got <= time.monotonic()
+
+
+class _Holder:
+    scale = 2.0
+
+
+def class_attribute(x, h):
+    return x * type(h).scale
+
+
+def test_class_attribute_through_type_is_guarded() -> None:
+    compiled = strict(class_attribute)
+    try:
+        for scale in (2.0, 3.0, -1.0):
+            _Holder.scale = scale
+            x = torch.arange(3.0)
+            assert_same(compiled(x, _Holder()), class_attribute(x, _Holder()))
+    finally:
+        _Holder.scale = 2.0

@@ -16,6 +16,7 @@ import torch
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.interpreter import is_fake_tensor
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
+from ember.frontend.bytecode.sources import AttrSource
 
 Rule = Callable[[Any, Any, Frame, list[Any], dict[str, Any]], Any]
 BUILTIN_RULES: dict[Any, Rule] = {}
@@ -41,7 +42,12 @@ def _make_direct_rule(fn: Any) -> Rule:
             raise interp.fail(f"{fn.__name__}() of a tensor needs its data",
                               "keep the value as a tensor")
         if fn is type and len(args) == 1:
-            return interp.capture.visible_type(args[0])
+            cls = interp.capture.visible_type(args[0])
+            source = interp.capture.source_of(args[0])
+            if source is None or is_fake_tensor(args[0]):
+                return cls
+            # class attributes read through it are guarded like the object's own
+            return interp.wrap(cls, AttrSource(source, "__class__"))
         if fn in (sorted, min, max, sum, any, all) and len(args) == 1 and not isinstance(
                 args[0], (list, tuple)):
             args = [interp.iterate(args[0])]

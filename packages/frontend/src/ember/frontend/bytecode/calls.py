@@ -61,6 +61,9 @@ _DATA_DEPENDENT = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__"
                    "__repr__", "__str__", "__format__"}
 _GLOBAL_STATE = {"manual_seed", "seed", "save", "load", "set_grad_enabled", "synchronize",
                  "set_default_dtype", "set_printoptions", "use_deterministic_algorithms"}
+# modules whose functions give a different result (or act outside) at every call
+_NEW_VALUE_EACH_CALL = {"random", "time", "datetime", "uuid", "secrets", "os", "socket",
+                        "subprocess", "logging"}
 _TYPE_QUERIES = (type, isinstance, issubclass, id, callable)
 _PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools")
 _CONTAINER_TYPES: tuple[type, ...] = (list, dict, set, frozenset, tuple, str, bytes, ListIterator, slice,
@@ -150,6 +153,9 @@ class CallHandler:
         rule = _rule_for(fn)
         if rule is not None:
             return rule(self, interp, frame, args, kwargs)
+        if _module_of(fn) in _NEW_VALUE_EACH_CALL:
+            raise interp.fail(f"call to {_name(fn)} (it returns a new value at every "
+                              "call; a captured result would be a constant)")
         if is_disabled(fn):
             raise interp.fail(f"call to {_name(fn)}, marked ember.frontend.disable",
                               "this break is deliberate")
@@ -454,3 +460,16 @@ def _name(fn: Any) -> str:
         return type(fn).__name__
     module = getattr(fn, "__module__", None)
     return f"{module}.{qual}" if module and module not in ("builtins",) else qual
+
+
+def _module_of(fn: Any) -> str:
+    """The top-level module a callable belongs to (its owner's, for bound C methods)."""
+    module = getattr(fn, "__module__", None)
+    if not isinstance(module, str):
+        owner = getattr(fn, "__self__", None)
+        if owner is None or isinstance(owner, types.ModuleType):
+            module = getattr(owner, "__name__", None)
+        else:
+            module = getattr(owner if isinstance(owner, type) else type(owner),
+                             "__module__", None)
+    return module.split(".")[0] if isinstance(module, str) else ""

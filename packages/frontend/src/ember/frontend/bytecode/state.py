@@ -344,12 +344,15 @@ def holds_fake(v: Any, limit: int = 2000) -> bool:
     while todo and len(seen) < limit:
         obj = todo.pop()
         if id(obj) in seen or isinstance(obj, (*PRIMITIVES, type, types.ModuleType,
-                                               types.FunctionType, types.CodeType, nn.Module)):
+                                               types.CodeType, nn.Module)):
             continue
         seen.add(id(obj))
         if is_fake_tensor(obj):
             return True
         if isinstance(obj, torch.Tensor):
+            continue
+        if isinstance(obj, types.FunctionType):  # not its globals
+            todo.extend([obj.__closure__, obj.__defaults__, obj.__kwdefaults__])
             continue
         todo.extend(gc.get_referents(obj))
     return False
