@@ -130,6 +130,8 @@ NOT_IN_TABLE = {
     "aten::empty_strided.default": "uninitialized values",
     "aten::new_empty.default": "uninitialized values",
     "aten::new_empty_strided.default": "uninitialized values",
+    "aten::take.default": "test_index_bounds.py runs it (traced frontend graphs decompose "
+                          "take into index)",
     "aten::_fused_rms_norm.default": "CompositeImplicit on CPU (traces decompose it); "
                                      "test_graphs.py builds the node by hand",
     **{op: "random values differ from eager's: test_random.py checks them"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 from ember.inductor.buffers import ExternCall
+from ember.inductor.loop_ir import Int, Kernel, Store
+from ember.inductor.lowering.checks import ERROR_BUFFER
 from ember.inductor.lowering.graph_lowering import BufferInfo, GraphLowering
 from ember.inductor.scheduler import KernelStep, Step, read_buffers, written_buffers
 from ember.runtime.ir import TensorMeta
@@ -83,6 +85,7 @@ class WrapperWriter:
                        for n in s.reads}
         pool: dict[tuple[object, ...], list[str]] = {}
         allocated: set[str] = set()
+        self._error_buffer(allocated)
         for i, step in enumerate(self.steps):
             self.emit()
             if isinstance(step, KernelStep):
@@ -90,6 +93,8 @@ class WrapperWriter:
             else:
                 self._extern(step)
             self._free(i, last, pool, extern_read)
+        if self.device != "cpu":
+            self._raise_failed_checks(None)
         self.emit()
         self.emit(f"return [{', '.join(low.outputs)}]")
         return "\n".join(header + self.lines) + "\n"
@@ -143,6 +148,8 @@ class WrapperWriter:
             self.emit(f"{name} = empty_strided({info.sizes!r}, {info.strides!r}, "
                       f"dtype={info.dtype}, device={self.device!r})")
         self.emit(f"{k.name}({', '.join(b.name for b in k.buffers)})")
+        if self.device == "cpu":
+            self._raise_failed_checks(k)
 
     def _extern(self, call: ExternCall) -> None:
         kind = "fallback" if call.is_fallback else "extern"
@@ -170,10 +177,43 @@ class WrapperWriter:
               pool: dict[tuple[object, ...], list[str]], extern_read: set[str]) -> None:
         low = self.lowered
         dead = sorted(n for n, at in last.items() if at == i and n not in low.output_buffers
-                      and not n.startswith(("arg", "const")))
+                      and not n.startswith(("arg", "const")) and n != ERROR_BUFFER)
         for name in dead:
             info = low.buffers.get(name)
             if info is not None and info.kind == "computed" and name not in extern_read:
                 pool.setdefault(self._layout_key(info), []).append(name)
             else:
                 self.emit(f"del {name}")
+
+    # -- run-time checks (lowering/checks.py) -------------------------------------------
+    def _error_buffer(self, allocated: set[str]) -> None:
+        """Zero the error buffer the kernels' run-time checks record failures into."""
+        info = self.lowered.buffers.get(ERROR_BUFFER)
+        if info is None:
+            return
+        allocated.add(ERROR_BUFFER)
+        self.emit(f"# run-time checks: slot 2k is 1 where check k failed, 2k+1 the bad value")
+        self.emit(f"{ERROR_BUFFER} = torch.zeros({info.sizes!r}, dtype={info.dtype}, "
+                  f"device={self.device!r})")
+
+    def _raise_failed_checks(self, kernel: Kernel | None) -> None:
+        """Raise eager's exception when a check failed: after ``kernel``, for the checks
+        it records (CPU: where eager raises); or, with None, for every check once at
+        the end of the graph (CUDA: one small copy to the host per call)."""
+        checks = self.lowered.checks
+        if kernel is not None:
+            slots = sorted({s.index.value // 2 for s in kernel.body if isinstance(s, Store)
+                            and s.buffer == ERROR_BUFFER and isinstance(s.index, Int)})
+            checks = [checks[k] for k in slots]
+        elif ERROR_BUFFER not in self.lowered.buffers or not any(
+                ERROR_BUFFER in step.kernel.stored_buffers() for step in self.steps
+                if isinstance(step, KernelStep)):
+            return
+        if not checks:
+            return
+        self.emit(f"if {ERROR_BUFFER}.any():  # a run-time check failed")
+        self.emit(f"    _failed = {ERROR_BUFFER}.tolist()")
+        for c in checks:
+            message = c.message.replace("{value}", f"{{_failed[{2 * c.slot + 1}]}}")
+            self.emit(f"    if _failed[{2 * c.slot}]:")
+            self.emit(f"        raise {c.exception}(f{message!r})")

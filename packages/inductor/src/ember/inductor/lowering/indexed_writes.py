@@ -6,7 +6,8 @@ Each result is a copy of ``self`` followed by a scatter (see
 values, the index tensor or the source) that stores, or with accumulation adds, each
 update at the position its index gives. index_put's negative indexes count from the
 end, as in eager; scatter and index_add take none. An index out of range writes nothing
-(eager raises an IndexError there; generated code never writes outside its buffers).
+(generated code never writes outside its buffers) and fails a run-time check, so the
+wrapper raises what eager raises (``_EXCEPTIONS``).
 """
 
 from __future__ import annotations
@@ -18,13 +19,20 @@ import torch
 from ember.inductor.loop_ir import IndexExpr, Indirect
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import broadcast_index, compute_dtype, normalize_dim, out_meta
-from ember.inductor.lowering.indexing import broadcast_shape
+from ember.inductor.lowering.checks import RuntimeCheck, record_failure
+from ember.inductor.lowering.indexing import bounds_check, broadcast_shape
 from ember.inductor.lowering.registry import NotLowerable, lowering
+from ember.inductor.lowering.value_ranges import tensor_range, value_range
 from ember.inductor.lowering.values import Lazy, Stored, TensorValue
 from ember.runtime.ir import Node
 
 if TYPE_CHECKING:
     from ember.inductor.lowering.graph_lowering import GraphLowering
+
+# Bounds checks (``checks.py``), as eager on CPU: index_put takes negative indexes
+# (counting from the end) and raises IndexError; scatter, scatter_add,
+# scatter_reduce and index_add take indexes in [0, size) and raise RuntimeError.
+_EXCEPTIONS = {"aten::index_put.default": "IndexError"}
 
 # Dtypes an accumulating scatter may add in: every dtype on CPU (a sequential loop);
 # on CUDA the ones Triton has atomic adds for.
@@ -32,18 +40,36 @@ _ATOMIC_ADD_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float6
                       torch.int32, torch.int64)
 
 
-def _position(b: BodyBuilder, index_value: str, size: int,
-              wrap: bool = False) -> tuple[IndexExpr, str]:
+def _position(ctx: GraphLowering, b: BodyBuilder, check: RuntimeCheck | None, index_value: str,
+              size: int, wrap: bool = False) -> tuple[IndexExpr, str | None]:
     """The position ``index_value`` names in a dim of ``size`` (with ``wrap``, negative
-    values count from the end), and a bool value: whether it lies in the dim."""
+    values count from the end), and a bool value: whether it lies in the dim (None when
+    that is known at compile time). Out of range, the kernel records ``check`` as failed
+    and writes nothing; the wrapper then raises."""
     i64 = torch.int64
+    known = value_range(ctx, b, index_value)
     wrapped = v = b.cast(index_value, i64)
-    if wrap:
+    if wrap and (known is None or known[0] < 0):
         neg = b.compute("lt", v, b.literal(0, i64))
         wrapped = b.compute("where", neg, b.compute("add", v, b.literal(size, i64)), v)
+    lowest = -size if wrap else 0
+    if known is not None and known[0] >= lowest and known[1] < size:
+        return Indirect(wrapped), None
     inside = b.all_of(b.compute("ge", wrapped, b.literal(0, i64)),
                       b.compute("lt", wrapped, b.literal(size, i64)))
+    if check is not None:
+        record_failure(b, check, b.compute("logical_not", inside), v)
     return Indirect(wrapped), inside
+
+
+def _bounds_check(ctx: GraphLowering, node: Node, dim: int, size: int, index: TensorValue,
+                  wrap: bool = False) -> RuntimeCheck | None:
+    """The run-time check of ``index`` in a dim of ``size``; None when its values are
+    known to lie inside at compile time."""
+    known = tensor_range(ctx, index)
+    if known is not None and (-size if wrap else 0) <= known[0] and known[1] < size:
+        return None
+    return bounds_check(ctx, node.target, dim, size, _EXCEPTIONS.get(node.target, "RuntimeError"))
 
 
 def _check_accumulate(ctx: GraphLowering, dtype: torch.dtype) -> None:
@@ -77,6 +103,8 @@ def _index_put(ctx: GraphLowering, node: Node, x: TensorValue, indices: Sequence
     if len(values.sizes) > len(sizes):
         raise NotLowerable(f"values of {values.sizes} for updates of {sizes}")
 
+    checks = {k: _bounds_check(ctx, node, k, x.sizes[k], idx[k], wrap=True) for k in present}
+
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
                                                                str | None]:
         bidx = i[first:first + nb]
@@ -88,10 +116,11 @@ def _index_put(ctx: GraphLowering, node: Node, x: TensorValue, indices: Sequence
             if t is None:
                 position.append(next(rest))
                 continue
-            p, inside = _position(b, t.element(b, broadcast_index(t.sizes, bidx)), x.sizes[k],
-                                  wrap=True)
+            p, inside = _position(ctx, b, checks[k], t.element(b, broadcast_index(t.sizes, bidx)),
+                                  x.sizes[k], wrap=True)
             position.append(p)
-            conds.append(inside)
+            if inside is not None:
+                conds.append(inside)
         value = values.element(b, broadcast_index(values.sizes, i))
         return tuple(position), value, b.all_of(*conds) if conds else None
 
@@ -108,11 +137,12 @@ def _scatter_along(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, ind
     d = normalize_dim(dim, len(x.sizes))
     if len(index.sizes) != len(x.sizes):
         raise NotLowerable(f"scatter index of {len(index.sizes)} dims into {len(x.sizes)}")
+    check = _bounds_check(ctx, node, d, x.sizes[d], index)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
                                                                str | None]:
         position = list(i)
-        position[d], inside = _position(b, index.element(b, i), x.sizes[d])
+        position[d], inside = _position(ctx, b, check, index.element(b, i), x.sizes[d])
         if isinstance(src, (Stored, Lazy)):
             value = src.element(b, i)
         else:
@@ -159,12 +189,13 @@ def _index_add(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, index: 
     d = normalize_dim(dim, len(x.sizes))
     if len(source.sizes) != len(x.sizes) or len(index.sizes) > 1:
         raise NotLowerable("index_add of a source with other dims than self")
+    check = _bounds_check(ctx, node, d, x.sizes[d], index)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
                                                                str | None]:
         position = list(i)
         k = index.element(b, (i[d],) if index.sizes else ())
-        position[d], inside = _position(b, k, x.sizes[d])
+        position[d], inside = _position(ctx, b, check, k, x.sizes[d])
         value = source.element(b, i)
         if alpha != 1:
             ct = compute_dtype(meta.dtype)

@@ -1,19 +1,25 @@
 """Lowering rules that select elements: cat, constant_pad_nd, flip, gather,
 index_select, embedding and advanced indexing (``index.Tensor``). Concatenation and
-padding use masked loads; gathers use indirect loads (``Indirect`` index expressions)."""
+padding use masked loads; gathers use indirect loads (``Indirect`` index expressions),
+their indexes checked at run time like eager's (``_BOUNDS``, :class:`IndexChecker`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, Indirect, add, mul
+from ember.inductor.loop_ir import IndexExpr, Indirect, add, floordiv, mod, mul
 from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.checks import RuntimeCheck, new_check, record_failure
 from ember.inductor.lowering.common import broadcast_index, normalize_dim, out_meta, sizes_of
 from ember.inductor.lowering.registry import NotLowerable, lowering
-from ember.inductor.lowering.values import Lazy, TensorValue
+from ember.inductor.lowering.value_ranges import tensor_range, value_range
+from ember.inductor.lowering.values import Lazy, TensorValue, numel
 from ember.runtime.ir import Node
+
+if TYPE_CHECKING:
+    from ember.inductor.lowering.graph_lowering import GraphLowering
 
 
 def _in_range(b: BodyBuilder, i: IndexExpr, lo: int, hi: int) -> str:
@@ -100,62 +106,128 @@ def _flip(ctx: Any, node: Node, x: TensorValue, dims: Sequence[int]) -> Lazy:
     return Lazy(fn, x.dtype, x.sizes)
 
 
-def _wrapped_index(b: BodyBuilder, idx_value: str, size: int) -> IndexExpr:
-    """An Indirect index from an integer value, negative values wrapped by ``size``.
+# Bounds checks of the gathering ops (``checks.py``): which indexes eager accepts and the
+# exception it raises for the others (CPU). NOTE: eager's index_select raises a
+# RuntimeError instead for some dims of some layouts (a 2-d tensor's dim 1); Ember
+# raises IndexError for every dim.
+#   op                     valid indexes         exception
+#   gather                 [0, size)             RuntimeError
+#   index_select           [0, size)             IndexError
+#   embedding              [0, size)             IndexError
+#   index.Tensor (x[idx])  [-size, size)         IndexError
+#   take                   [-numel, numel)       IndexError
+_BOUNDS: dict[str, tuple[bool, str]] = {  # op -> (negative indexes count from the end, exception)
+    "aten::gather.default": (False, "RuntimeError"),
+    "aten::index_select.default": (False, "IndexError"),
+    "aten::embedding.default": (False, "IndexError"),
+    "aten::index.Tensor": (True, "IndexError"),
+    "aten::take.default": (True, "IndexError"),
+}
 
-    NOTE: an index out of range (which eager reports with an IndexError) is clamped into
-    the tensor, so generated code never reads outside its buffers.
-    """
-    i64 = torch.int64
-    v = b.cast(idx_value, i64)
-    neg = b.compute("lt", v, b.literal(0, i64))
-    wrapped = b.compute("where", neg, b.compute("add", v, b.literal(size, i64)), v)
-    clamped = b.compute("minimum", b.compute("maximum", wrapped, b.literal(0, i64)),
-                        b.literal(size - 1, i64))
-    return Indirect(clamped)
+
+def bounds_check(ctx: GraphLowering, op: str, dim: int, size: int, exception: str
+                 ) -> RuntimeCheck:
+    """A run-time check that an index of ``op`` lies in dim ``dim`` of ``size``."""
+    return new_check(ctx, exception,
+                     f"{op}: index {{value}} is out of bounds for dimension {dim} "
+                     f"with size {size}")
+
+
+def _inside(known: tuple[int, int] | None, lo: int, hi: int) -> bool:
+    """Whether the range ``known`` lies in ``[lo, hi)``."""
+    return known is not None and lo <= known[0] and known[1] < hi
+
+
+class IndexChecker:
+    """Turns the index values of one op's dim into positions, checking them at run time
+    unless their range is known to be valid at compile time (then no code at all)."""
+
+    def __init__(self, ctx: GraphLowering, op: str, dim: int, size: int,
+                 index: TensorValue) -> None:
+        self.ctx = ctx
+        self.size = size
+        self.wrap, exception = _BOUNDS[op]
+        known = tensor_range(ctx, index)
+        self.check = None if _inside(known, -size if self.wrap else 0, size) else \
+            bounds_check(ctx, op, dim, size, exception)
+
+    def position(self, b: BodyBuilder, idx_value: str) -> IndexExpr:
+        """The position ``idx_value`` names. Out of range, the kernel records the failed
+        check and reads a clamped position (generated code never reads outside its
+        buffers); the wrapper then raises."""
+        i64 = torch.int64
+        size = self.size
+        lowest = -size if self.wrap else 0
+        known = value_range(self.ctx, b, idx_value)
+        v = b.cast(idx_value, i64)
+        if _inside(known, 0, size):
+            return Indirect(v)
+        wrapped = v
+        if self.wrap and (known is None or known[0] < 0):
+            neg = b.compute("lt", v, b.literal(0, i64))
+            wrapped = b.compute("where", neg, b.compute("add", v, b.literal(size, i64)), v)
+        if _inside(known, lowest, size):
+            return Indirect(wrapped)
+        if self.check is not None:
+            outside = b.compute("logical_or", b.compute("lt", v, b.literal(lowest, i64)),
+                                b.compute("ge", v, b.literal(size, i64)))
+            record_failure(b, self.check, outside, v)
+        clamped = b.compute("minimum", b.compute("maximum", wrapped, b.literal(0, i64)),
+                            b.literal(max(size - 1, 0), i64))
+        return Indirect(clamped)
 
 
 @lowering("aten::gather.default")
-def _gather(ctx: Any, node: Node, x: TensorValue, dim: int, index: TensorValue,
+def _gather(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, index: TensorValue,
             *, sparse_grad: bool = False) -> Lazy:
     d = normalize_dim(dim, len(x.sizes))
     meta = out_meta(node)
+    checker = IndexChecker(ctx, node.target, d, x.sizes[d] if x.sizes else 1, index)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
         src = list(i)
-        src[d] = _wrapped_index(b, index.element(b, i), x.sizes[d])
+        pos = checker.position(b, index.element(b, i))
+        if not x.sizes:  # a 0-d tensor: the index must be 0 (or -1)
+            return x.element(b, ())
+        src[d] = pos
         return x.element(b, tuple(src))
 
     return Lazy(fn, meta.dtype, sizes_of(node))
 
 
 @lowering("aten::index_select.default")
-def _index_select(ctx: Any, node: Node, x: TensorValue, dim: int, index: TensorValue) -> Lazy:
+def _index_select(ctx: GraphLowering, node: Node, x: TensorValue, dim: int,
+                  index: TensorValue) -> Lazy:
     d = normalize_dim(dim, len(x.sizes))
+    checker = IndexChecker(ctx, node.target, d, x.sizes[d] if x.sizes else 1, index)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
         src = list(i)
         k = index.element(b, (i[d],) if index.sizes else ())
-        src[d] = _wrapped_index(b, k, x.sizes[d])
+        pos = checker.position(b, k)
+        if not x.sizes:
+            return x.element(b, ())
+        src[d] = pos
         return x.element(b, tuple(src))
 
     return Lazy(fn, x.dtype, sizes_of(node))
 
 
 @lowering("aten::embedding.default")
-def _embedding(ctx: Any, node: Node, weight: TensorValue, indices: TensorValue,
+def _embedding(ctx: GraphLowering, node: Node, weight: TensorValue, indices: TensorValue,
                *args: Any) -> Lazy:
     k = len(indices.sizes)
+    checker = IndexChecker(ctx, node.target, 0, weight.sizes[0], indices)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
-        row = _wrapped_index(b, indices.element(b, i[:k]), weight.sizes[0])
+        row = checker.position(b, indices.element(b, i[:k]))
         return weight.element(b, (row,) + tuple(i[k:]))
 
     return Lazy(fn, weight.dtype, sizes_of(node))
 
 
 @lowering("aten::index.Tensor")
-def _index(ctx: Any, node: Node, x: TensorValue, indices: Sequence[Any]) -> Lazy:
+def _index(ctx: GraphLowering, node: Node, x: TensorValue, indices: Sequence[Any]) -> Lazy:
     n = len(x.sizes)
     idx = list(indices) + [None] * (n - len(indices))
     present = [k for k, t in enumerate(idx) if t is not None]
@@ -168,6 +240,7 @@ def _index(ctx: Any, node: Node, x: TensorValue, indices: Sequence[Any]) -> Lazy
     adjacent = present == list(range(present[0], present[-1] + 1))
     first = present[0] if adjacent else 0
     sizes = sizes_of(node)
+    checkers = {k: IndexChecker(ctx, node.target, k, x.sizes[k], idx[k]) for k in present}
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
         bidx = i[first:first + nb]
@@ -180,10 +253,27 @@ def _index(ctx: Any, node: Node, x: TensorValue, indices: Sequence[Any]) -> Lazy
                 src.append(next(r))
             else:
                 v = t.element(b, broadcast_index(t.sizes, bidx))
-                src.append(_wrapped_index(b, v, x.sizes[k]))
+                src.append(checkers[k].position(b, v))
         return x.element(b, tuple(src))
 
     return Lazy(fn, x.dtype, sizes)
+
+
+@lowering("aten::take.default")
+def _take(ctx: GraphLowering, node: Node, x: TensorValue, index: TensorValue) -> Lazy:
+    """``x.flatten()[index]`` (row-major positions, negative ones from the end)."""
+    n = numel(x.sizes)
+    checker = IndexChecker(ctx, node.target, 0, n, index)
+
+    def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
+        flat = checker.position(b, index.element(b, i))
+        src = [mod(floordiv(flat, numel(x.sizes[d + 1:])), size)
+               for d, size in enumerate(x.sizes)]
+        return x.element(b, tuple(src))
+
+    if n == 0:
+        raise NotLowerable("take from an empty tensor")
+    return Lazy(fn, x.dtype, sizes_of(node))
 
 
 def broadcast_shape(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.checks import RuntimeCheck, new_check, record_failure
 from ember.inductor.lowering.common import (
     as_lazy,
     compute_dtype,
@@ -23,6 +24,7 @@ from ember.inductor.lowering.common import (
     sizes_of,
 )
 from ember.inductor.lowering.registry import NotLowerable, existing_overloads, lowering
+from ember.inductor.lowering.value_ranges import tensor_range
 from ember.inductor.lowering.values import Lazy
 from ember.runtime.ir import Node
 
@@ -108,10 +110,47 @@ def _binary(op: str) -> Any:
         name = _BOOL_EQUIVALENT.get(op, op) if dtype == torch.bool else op
         if dtype == torch.bool and name in ("fmod", "remainder", "lshift", "rshift"):
             raise NotLowerable(f"{op} on bool")
+        if name in ("fmod", "remainder"):
+            return _integer_division(ctx, node, a, b_, name, dtype)
         return pointwise(node, [a, b_], lambda b, v: b.compute(name, v[0], v[1]),
                          compute=dtype)
 
     return rule
+
+
+# Integer division by zero and MIN // -1, as eager does them on CPU (int8, int16, int32,
+# int64, uint8; tests/test_int_safety.py checks every cell):
+#   op                            x / 0                              MIN / -1
+#   div(floor), floor_divide, //  RuntimeError("ZeroDivisionError")  MIN (wraps around)
+#   div(trunc)                    RuntimeError("ZeroDivisionError")  MIN (eager int32/int64
+#                                                                    die of SIGFPE)
+#   remainder, %, fmod            RuntimeError("ZeroDivisionError")  0
+# The kernels never trap (the prelude's ember_floordiv & co. guard / 0 and / -1); the
+# division by zero is a run-time check (checks.py) unless the divisor is known nonzero
+# at compile time (x // 2). CUDA eager does not raise (the GPU's division gives some
+# value): Triton kernels emit no check either, and their values for / 0 are the GPU's.
+def _division_check(ctx: Any, node: Node, divisor: Any, dtype: torch.dtype
+                    ) -> RuntimeCheck | None:
+    if dtype.is_floating_point or dtype == torch.bool or ctx.device.type != "cpu":
+        return None
+    known = tensor_range(ctx, divisor)
+    if known is not None and (known[0] > 0 or known[1] < 0):
+        return None
+    return new_check(ctx, "RuntimeError",
+                     f"ZeroDivisionError: integer division by zero in {node.target}")
+
+
+def _integer_division(ctx: Any, node: Node, a: Any, b_: Any, op: str,
+                      dtype: torch.dtype) -> Lazy:
+    """``op(a, b_)`` (floordiv, truncdiv, remainder, fmod), checked as in the table."""
+    check = _division_check(ctx, node, b_, dtype)
+
+    def body(b: BodyBuilder, v: list[str]) -> str:
+        if check is not None:
+            record_failure(b, check, b.compute("eq", v[1], b.literal(0, dtype)), v[0])
+        return b.compute(op, v[0], v[1])
+
+    return pointwise(node, [a, b_], body, compute=dtype)
 
 
 for _name, _op in _BINARY.items():
@@ -189,7 +228,7 @@ def _div_mode(ctx: Any, node: Node, a: Any, b_: Any, *, rounding_mode: Any = Non
             return pointwise(node, [a, b_], trunc_body, compute=dtype)
         return pointwise(node, [a, b_], lambda b, v: b.compute("floordiv", *v), compute=dtype)
     op = "truncdiv" if rounding_mode == "trunc" else "floordiv"
-    return pointwise(node, [a, b_], lambda b, v: b.compute(op, *v), compute=dtype)
+    return _integer_division(ctx, node, a, b_, op, dtype)
 
 
 @lowering("aten::floor_divide.default", "aten::floor_divide.Scalar")

@@ -346,13 +346,20 @@ class KernelWriter:
         want = {"x", "r"} if inner else {"x"}
         if not self.kernel.is_reduction and not self.xdims:
             want = set()
+        shape = None
         if not want <= self.axes_of(s.index) and want:
             # Broadcast the pointer to the tile so a tile-shaped value can be stored.
-            ptr += (" + tl.full([XBLOCK, RBLOCK], 0, tl.int32)" if inner
-                    else " + tl.full([XBLOCK, 1], 0, tl.int32)" if self.kernel.is_reduction
-                    else " + tl.full([XBLOCK], 0, tl.int32)")
+            shape = ("[XBLOCK, RBLOCK]" if inner else "[XBLOCK, 1]" if self.kernel.is_reduction
+                     else "[XBLOCK]")
+            ptr += f" + tl.full({shape}, 0, tl.int32)"
         mask = self.mask_for(s, s.mask)
         value = self.value(s.value)
+        if shape is not None and s.mask is not None:
+            # NOTE: a mask computed from constants only (the run-time check of a literal
+            # divisor 0) is 0-d; Triton's interpreter rejects it, even broadcast, unless
+            # it is rebuilt by a comparison in the pointer's shape
+            mask = f"((tl.full({shape}, 0, tl.int32) + ({mask}).to(tl.int32)) != 0)"
+            value = f"tl.broadcast_to({value}, {shape})"
         masked = "" if mask is None else f", mask={mask}"
         if s.mode == "add":
             # NOTE: scatter indexes may repeat within and across programs
