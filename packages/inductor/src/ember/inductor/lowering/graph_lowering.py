@@ -4,7 +4,9 @@ Walks the graph's nodes in order with one method per opcode (``placeholder``,
 ``get_attr``, ``constant``, ``call``, ``output``). A ``call`` goes to its rule in the
 lowering table; ops without a rule, and rules that raise :class:`NotLowerable`, become
 :class:`~ember.inductor.buffers.ExternCall` s to the eager op (a *fallback*: logged under
-``EMBER_LOGS=fallbacks`` and counted).
+``EMBER_LOGS=fallbacks`` and counted). A rule failing with any other exception is a bug:
+:class:`LoweringError` with ``strict``, else a fallback with an
+``InductorFallbackWarning``.
 
 The result (:attr:`nodes`, :attr:`buffers`, :attr:`outputs`) is what the scheduler
 fuses into kernels and what the wrapper codegen turns into Python.
@@ -13,8 +15,8 @@ fuses into kernels and what the wrapper codegen turns into Python.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +33,10 @@ from ember.inductor.loop_ir import Add, IndexExpr, Var
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.layout import (
+    channels_last_convolution,
     channels_last_strides,
     is_channels_last,
+    is_dense,
     same_layout,
     storage_order,
 )
@@ -65,20 +69,14 @@ class BufferInfo:
     storage_offset: int = 0
 
 
+class LoweringError(Exception):
+    """A lowering rule failed with an error other than :class:`NotLowerable` (a bug in
+    the rule; raised in strict mode, see :class:`GraphLowering`)."""
+
+
 def _static(meta: object) -> bool:
     return isinstance(meta, TensorMeta) and all(
         isinstance(s, int) for s in tuple(meta.sizes) + tuple(meta.strides))
-
-
-def is_dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
-    """Whether ``strides`` lay ``sizes`` out densely (a permutation of contiguous)."""
-    dims = sorted((st, sz) for sz, st in zip(sizes, strides) if sz != 1)
-    expected = 1
-    for st, sz in dims:
-        if st != expected:
-            return False
-        expected *= sz
-    return True
 
 
 class GraphLowering:
@@ -86,8 +84,10 @@ class GraphLowering:
 
     def __init__(self, program: Program, graph_name: str = "forward",
                  device: torch.device | None = None, eager: bool = False,
-                 eager_random: bool = False) -> None:
+                 eager_random: bool = False, strict: bool = False) -> None:
         self.program = program
+        # strict: a rule failing other than by NotLowerable raises (see call)
+        self.strict = strict
         self.graph = program.graphs[graph_name]
         self.graph_name = graph_name
         self.nodes: list[ScheduledNode] = []
@@ -110,7 +110,7 @@ class GraphLowering:
         self.eager_reason = "graph runs eagerly" if eager else "symbolic sizes"
         self._count = 0
         self._realized: dict[int, tuple[Lazy, Stored]] = {}
-        self._channels_last_copies: dict[tuple[Any, ...], Stored] = {}
+        self.channels_last_copies: dict[tuple[Any, ...], Stored] = {}
         self._channels_last_buffers: set[str] = set()  # stored channels-last
         self._loads_of: dict[int, tuple[Lazy, list[tuple[str, IndexExpr]], set[str]]] = {}
         # random ops (see rng_seed): run them eagerly on torch's generator instead
@@ -179,10 +179,18 @@ class GraphLowering:
             args = tuple(self._arg(a) for a in node.args)
             kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
             self.values[node.name] = self._bounded(rule(self, node, *args, **kwargs))
-        except Exception as e:  # noqa: BLE001 - any failing rule falls back to eager
+        except NotLowerable as e:
             del self.nodes[mark:]
-            reason = str(e) if isinstance(e, NotLowerable) else f"{type(e).__name__}: {e}"
-            self.values[node.name] = self.extern(node, fallback=True, reason=reason)
+            self.values[node.name] = self.extern(node, fallback=True, reason=str(e))
+        except Exception as e:  # a bug in the rule: raise, or warn and fall back
+            del self.nodes[mark:]
+            message = f"the lowering rule of {node.target} failed on %{node.name} ({e!r})"
+            if self.strict:
+                raise LoweringError(message) from e
+            from ember.inductor.compile import InductorFallbackWarning
+
+            warnings.warn(f"{message}; it runs eagerly", InductorFallbackWarning, stacklevel=2)
+            self.values[node.name] = self.extern(node, fallback=True, reason=message)
 
     def output(self, node: Node) -> None:
         for a in node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],):
@@ -371,12 +379,11 @@ class GraphLowering:
         arg_values = [self._arg(a) for a in node.args]
         metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
         if node.target == "aten::convolution.default" and not fallback:
-            metas = self._channels_last_convolution(arg_values, metas)
+            metas = channels_last_convolution(self, arg_values, metas)
         if node.target in _MATMULS and not fallback:
             arg_values = [self._matmul_operand(a) for a in arg_values]
         args = [self.render(a) for a in arg_values]
         kwargs = {k: self.render(self._arg(v)) for k, v in node.kwargs.items()}
-        reads = [r.node for r in node.inputs()]
         multi = isinstance(node.meta, tuple)
         base = self.fresh()
         outs: list[str | None] = []
@@ -402,27 +409,7 @@ class GraphLowering:
         self.nodes.append(ExternCall(node.target, args, kwargs, outs, result_meta,
                                      _buffer_reads(args, kwargs, self.buffers), fallback,
                                      multi, (node.name,), reason))
-        del reads
         return tuple(values) if multi else values[0]
-
-    def _channels_last_convolution(self, args: list[Any],
-                                   metas: tuple[Any, ...]) -> tuple[Any, ...]:
-        """Layout optimization for a 2-d convolution: its input, when a kernel computes
-        it, is stored channels-last, and ATen's convolution then returns a
-        channels-last result (the meta returned says so). Vendor convolutions run
-        faster on channels-last data (on CPU: no reorder into the blocked format; on the
-        H200 cuDNN ran the zoo's ResNet about 1.5x faster in float32 and bfloat16).
-        """
-        x, meta = args[0], metas[0]
-        if (len(args) < 9 or args[6] or not isinstance(meta, TensorMeta)
-                or not isinstance(x, (Lazy, Stored)) or len(x.sizes) != 4
-                or not meta.dtype.is_floating_point):
-            return metas
-        if isinstance(x, Lazy) or not is_channels_last(x.sizes, x.strides):
-            x = args[0] = self._channels_last(x)
-        sizes = tuple(int(s) for s in meta.sizes)
-        strides = channels_last_strides(sizes)
-        return (dataclasses.replace(meta, sizes=sizes, strides=strides),)
 
     def _matmul_operand(self, value: Any) -> Any:
         """A computed matmul operand that reads its inputs transposed (a weight
@@ -533,19 +520,6 @@ class GraphLowering:
         k = self._random_streams
         self._random_streams += 1
         return k
-
-    def _channels_last(self, x: Lazy | Stored) -> Stored:
-        """``x`` in a channels-last buffer: a Lazy is computed into one; a stored tensor
-        is copied once (the copy is reused by every later convolution of it)."""
-        strides = channels_last_strides(x.sizes)
-        if isinstance(x, Lazy):
-            return self.realize(x, strides=strides, reuse=True)
-        key = (x.buffer, x.sizes, x.strides, x.offset)
-        copy = self._channels_last_copies.get(key)
-        if copy is None:
-            copy = self.realize(Lazy(x.element, x.dtype, x.sizes), strides=strides)
-            self._channels_last_copies[key] = copy
-        return copy
 
     # -- outputs ------------------------------------------------------------------------
     def _output_expr(self, a: Argument) -> str:
