@@ -7,10 +7,13 @@ at code it cannot capture (graph breaks). Modules, by concept:
 
 ``opcodes``        decoded instructions and the 3.11/3.12 opcode differences
 ``frame``          the interpreter's frame and frame state
-``interpreter``    one method per opcode (symbolic and concrete modes)
+``interpreter``    driving frames; control-flow, call, exception and generator opcodes
+``data_ops``       loads, stores, operators, subscripts, containers (symbolic and concrete)
 ``exceptions``     exception tables: try/except/with cleanup in concrete mode
 ``calls``          what a call does: inline, record, evaluate, or break
+``binding``        binding call arguments to parameters, exactly as CPython does
 ``builtin_rules``  one rule per builtin (len, range, enumerate, getattr, print, ...)
+``library_rules``  itertools (materialised iterators) and functools.reduce
 ``iteration``      iteration over values of known length
 ``support``        which code objects can be interpreted at all
 ``capture``        the capture context: wrapping outside values, guards, side effects
