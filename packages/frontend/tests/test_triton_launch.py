@@ -22,6 +22,7 @@ import ember.frontend as ef
 import pytest
 import torch
 from ember.frontend._torch import is_fake
+from ember.frontend.bytecode import FullGraphError
 from ember.runtime.config import patch
 
 triton = pytest.importorskip("triton")
@@ -110,6 +111,13 @@ def test_explain_lists_the_launch(launches: list[bool]) -> None:
     assert "launch of the user Triton kernel add_one (JITFunction" in info.reason
     assert info.location is not None and info.location.file == __file__
     assert "add_one[(1,)]" in info.location.text
+
+
+def test_fullgraph_names_the_launch(launches: list[bool]) -> None:
+    compiled = ef.compile(launch_run, backend="eager", fullgraph=True)
+    with pytest.raises(FullGraphError, match="launch of the user Triton kernel add_one"):
+        compiled(torch.arange(4.0))
+    assert launches == []
 
 
 @pytest.mark.parametrize("launch", LAUNCHES, ids=lambda f: f.__name__)
