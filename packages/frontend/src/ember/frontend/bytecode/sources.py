@@ -2,14 +2,13 @@
 frame state at the start of a segment (``S``) and the function's context (``C``).
 
 Guards check values fetched through sources; graph inputs are fetched through them at
-every call. ``expr()`` is valid Python, used both in the generated guard function and in
-``EMBER_LOGS=guards`` output.
+every call. ``expr()`` renders a source for people (``EMBER_LOGS=guards``, messages); it
+is never executed: the generated guard function reads sources with every key and name
+as a constant (:mod:`ember.frontend.bytecode.guards`).
 """
 
 from __future__ import annotations
 
-import keyword
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,33 +145,6 @@ class DefaultSource(Source):
         if isinstance(self.key, int):
             return fn.__defaults__[self.key]
         return fn.__kwdefaults__[self.key]
-
-
-def fetch_expr(source: Source, base_expr: Callable[[Source], str]) -> str:
-    """The expression that fetches ``source``, its base rendered by ``base_expr`` (a
-    full expression, or the name of a local that already holds the base)."""
-    if isinstance(source, LocalSource):
-        return f"S.locals[{source.name!r}]"
-    if isinstance(source, StackSource):
-        return f"S.stack[{source.index}]"
-    if isinstance(source, CellSource):
-        return f"S.cells[{source.name!r}].cell_contents"
-    if isinstance(source, GlobalSource):
-        return f"C.f_globals[{source.name!r}]"
-    if isinstance(source, AttrSource):
-        if source.name.isidentifier() and not keyword.iskeyword(source.name):
-            return f"{base_expr(source.base)}.{source.name}"
-        return f"getattr({base_expr(source.base)}, {source.name!r})"
-    if isinstance(source, ModuleMemberSource):
-        return f"{base_expr(source.base)}.{source.table}[{source.name!r}]"
-    if isinstance(source, ItemSource):
-        return f"{base_expr(source.base)}[{source.key!r}]"
-    if isinstance(source, ClosureSource):
-        return f"{base_expr(source.base)}.__closure__[{source.index}].cell_contents"
-    if isinstance(source, DefaultSource):
-        attr = "__defaults__" if isinstance(source.key, int) else "__kwdefaults__"
-        return f"{base_expr(source.base)}.{attr}[{source.key!r}]"
-    raise TypeError(f"no Python form for source {source!r}")
 
 
 def attr_source(obj: Any, base: Source, name: str) -> Source:
