@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Any
-
 from types import SimpleNamespace
+from typing import Any
 
 import ember.frontend as ef
 import pytest

@@ -43,12 +43,11 @@ def test_unknown_backend_lists_the_backends(backend: Any) -> None:
 
 
 @pytest.mark.parametrize(("backend", "options", "message"), [
-    ("eager", {"strict": True}, "unknown option 'strict' for backend 'eager'; "
-                                "valid options: allow_breaks, capture"),
+    ("eager", {"strict": True}, ("unknown option 'strict' for backend 'eager'; "
+                                 "valid options: allow_breaks, capture")),
     ("inductor", {"stritc": True}, "unknown option 'stritc'.*eager_random.*strict"),
     ("aot_eager", {"aot.decomposee": True}, "unknown option 'aot.decomposee'.*aot.decompose"),
-    ("aot_eager", {"eager_random": True}, "unknown option 'eager_random' for backend "
-                                          "'aot_eager'"),
+    ("aot_eager", {"eager_random": True}, "unknown option 'eager_random' for backend 'aot_eager'"),
     ("inductor", {"mode": "default"}, "unknown option 'mode'"),
 ])
 def test_unknown_option_lists_the_valid_ones(backend: str, options: dict[str, Any],

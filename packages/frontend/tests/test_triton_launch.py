@@ -31,7 +31,7 @@ jit_module = pytest.importorskip("triton.runtime.jit")
 
 
 @triton.jit  # type: ignore[untyped-decorator]
-def add_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def,name-defined]  # noqa: N803, E501
+def add_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def,name-defined]
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)

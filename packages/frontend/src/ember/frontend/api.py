@@ -8,7 +8,6 @@ from typing import Any, overload
 import torch
 from ember.frontend import capture_modes
 from ember.frontend.capture_modes import (
-    DEFAULT_CAPTURE_MODE,
     CompiledCallable,
     CompileRequest,
     resolve_capture_mode,
@@ -135,7 +134,8 @@ def compile(
         raise ValueError(f"options={options!r}: expected a dict or None")
     capture = (options or {}).get("capture", capture_modes.DEFAULT_CAPTURE_MODE)
     if not isinstance(capture, str):
-        raise ValueError(f"option 'capture'={capture!r}: expected str")
+        # NOTE: a bad setting is a ValueError, whatever is wrong with it (one except)
+        raise ValueError(f"option 'capture'={capture!r}: expected str")  # noqa: TRY004
     factory = resolve_capture_mode(capture)
     backend_options = _checked_options(backend, options, getattr(factory, "options", None))
     backend_options.pop("capture", None)
@@ -170,7 +170,7 @@ def _check_mode(mode: str | None) -> None:
 
 def _check_flags(fullgraph: bool, dynamic: bool | None) -> None:
     if not isinstance(fullgraph, bool):
-        raise ValueError(f"fullgraph={fullgraph!r}: expected True or False")
+        raise ValueError(f"fullgraph={fullgraph!r}: expected True or False")  # noqa: TRY004
     if dynamic is not None and not isinstance(dynamic, bool):
         raise ValueError(f"dynamic={dynamic!r}: expected None, True or False")
     if dynamic:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from ember.runtime.ir import Program, VerificationError
@@ -17,7 +17,7 @@ class InductorStage(Stage):
     produces = "compiled"
     # NOTE: every option compile_program reads, with the types its value may have;
     # ember.frontend.compile rejects other keys
-    options = {
+    options: ClassVar[dict[str, tuple[type, ...]]] = {
         "device": (str, torch.device, type(None)),
         "precompile": (bool,),
         "strict": (bool,),

@@ -152,7 +152,7 @@ def launches_refused() -> Iterator[None]:
                 original = vars(cls)["run"]
                 if not getattr(original, "__ember_refusing__", False):
                     _patched.append((cls, original))
-                    setattr(cls, "run", _refusing(original))
+                    setattr(cls, "run", _refusing(original))  # noqa: B010 - cls is a type
         _users += 1
     try:
         yield
@@ -162,7 +162,7 @@ def launches_refused() -> Iterator[None]:
             if _users == 0:
                 while _patched:
                     cls, original = _patched.pop()
-                    setattr(cls, "run", original)
+                    setattr(cls, "run", original)  # noqa: B010
 
 
 def is_refused_launch(error: BaseException) -> bool:
