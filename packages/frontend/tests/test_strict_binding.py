@@ -58,13 +58,13 @@ def _make(params: str) -> Any:
              if p.strip() not in ("/", "*")]
     body = ", ".join(f"{n!r}: {n}" for n in names)
     scope: dict[str, Any] = {"torch": torch}
-    exec(f"def callee({params}):\n    return {{{body}}}, torch.ones(2) * 2\n", scope)
+    exec(f"def callee({params}):\n    return {{{body}}}, torch.ones(2) * 2\n", scope)  # noqa: S102
     return scope["callee"]
 
 
 def _caller(callee: Any, shape: str) -> Any:
     scope: dict[str, Any] = {"callee": callee}
-    exec(f"def caller(x, t, d):\n    return callee({shape})\n", scope)
+    exec(f"def caller(x, t, d):\n    return callee({shape})\n", scope)  # noqa: S102
     return scope["caller"]
 
 

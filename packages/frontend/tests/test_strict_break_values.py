@@ -305,7 +305,7 @@ def gen_across_break(x):
 
 
 def enumerate_zip_map_filter(x):
-    pairs = list(zip(map(lambda t: t * 2, [x, x + 1]), enumerate([x, x - 1])))
+    pairs = list(zip(map(lambda t: t * 2, [x, x + 1]), enumerate([x, x - 1])))  # noqa: C417
     print("break")
     kept = list(filter(lambda t: t[1][0] > 0, pairs))
     return [a + b for a, (_, b) in kept], len(kept)

@@ -31,9 +31,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.frontend.bytecode import library_rules  # noqa: F401  (registers itertools rules)
 from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
-from ember.frontend.bytecode import library_rules  # noqa: F401  (registers itertools rules)
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
 from ember.frontend.bytecode.capture import opaque_data
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
@@ -145,8 +145,8 @@ class CallHandler:
         if isinstance(fn, GradModeRestore):
             interp.check_grad_mode_change(fn)
             return fn(*args)
-        opaque = next((a for a in [*args, *kwargs.values()] if opaque_data(a)), None)
-        if opaque is not None and fn not in _TYPE_QUERIES:
+        opaque = _opaque_argument([*args, *kwargs.values()])
+        if opaque is not None and not any(fn is q for q in _TYPE_QUERIES):
             raise interp.fail(f"call to {_name(fn)} with a {type(opaque).__name__} (its "
                               "content is not captured)", "convert it with torch.as_tensor "
                               "outside the compiled function")
@@ -473,3 +473,16 @@ def _module_of(fn: Any) -> str:
             module = getattr(owner if isinstance(owner, type) else type(owner),
                              "__module__", None)
     return module.split(".")[0] if isinstance(module, str) else ""
+
+
+def _opaque_argument(values: list[Any]) -> Any:
+    """The first numpy array or buffer among ``values`` (or one level into lists and
+    tuples), or None."""
+    for v in values:
+        if opaque_data(v):
+            return v
+        if isinstance(v, (list, tuple)):
+            inner = next((x for x in v if opaque_data(x)), None)
+            if inner is not None:
+                return inner
+    return None

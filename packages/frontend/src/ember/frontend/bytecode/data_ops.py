@@ -476,7 +476,7 @@ class DataOps:
         if not hasattr(v, "keys"):
             raise TypeError(f"{function_str(fn)} argument after ** must be a mapping, not "
                             f"{type(v).__name__}")
-        for key in v.keys():
+        for key in v.keys():  # noqa: SIM118  (the mapping protocol: keys())
             if key in target:
                 raise TypeError(f"{function_str(fn)} got multiple values for keyword "
                                 f"argument '{key}'")

@@ -27,7 +27,12 @@ import torch
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.capture import CaptureContext
-from ember.frontend.bytecode.data_ops import DataOps, is_star_iterable, function_str, is_fake_tensor
+from ember.frontend.bytecode.data_ops import (
+    DataOps,
+    function_str,
+    is_fake_tensor,
+    is_star_iterable,
+)
 from ember.frontend.bytecode.exceptions import find_handler
 from ember.frontend.bytecode.frame import NULL, Frame
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
