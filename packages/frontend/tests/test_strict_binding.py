@@ -162,6 +162,39 @@ def test_inlined_binding_matches_eager(params: str) -> None:
             assert compiled.stats.graph_breaks == 0, (params, shape, compiled.breaks)
 
 
+def _make_method_owner(params: str) -> Any:
+    names = [p.split("=")[0].strip(" *") for p in params.split(",")
+             if p.strip() not in ("/", "*")]
+    body = ", ".join(f"{n!r}: {n}" for n in names)
+    scope: dict[str, Any] = {"torch": torch}
+    exec(f"class Owner:\n    def m(self, {params}):\n"  # noqa: S102
+         f"        return {{{body}}}, torch.ones(2) * 2\n", scope)
+    return scope["Owner"]()
+
+
+METHOD_SHAPES = ["", "x", "x, 1", "x, 1, 2, 3", "a=x", "x, b=1", "x, k=2", "x, zz=7",
+                 "x, a=1", "*t", "x, **d", "x, *t, k=1, **d", "**{'a': x, 'b': 1}"]
+
+
+@pytest.mark.parametrize("params", SIGNATURES)
+def test_inlined_method_binding_matches_eager(params: str) -> None:
+    """The same for a bound method (``self`` bound first): values or CPython's error."""
+    owner = _make_method_owner(params)
+    for shape in METHOD_SHAPES:
+        scope: dict[str, Any] = {"o": owner}
+        exec(f"def caller(x, t, d):\n    return o.m({shape})\n", scope)  # noqa: S102
+        caller = scope["caller"]
+        compiled = strict(caller)
+        for i in range(2):
+            x = torch.full((2,), float(i))
+            expected = _outcome(caller, x, _SPLAT_T, dict(_SPLAT_D))
+            got = _outcome(compiled, x, _SPLAT_T, dict(_SPLAT_D))
+            if isinstance(expected, TypeError):
+                assert type(got) is TypeError and str(got) == str(expected), (params, shape)
+            else:
+                assert_same(got, expected)
+
+
 def test_keyword_only_defaults_with_varargs() -> None:
     """The case of the issue: ``*args``, keyword-only defaults and ``**kwargs`` called
     with keywords (the old binder put ``args`` into ``k``)."""
