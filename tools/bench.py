@@ -7,7 +7,7 @@
 
 For each model, in one process: median time, speedup over eager, compile time (in this
 process, and cold/warm in a fresh subprocess with empty caches unless ``--no-cold``),
-accuracy against an fp64 reference (DESIGN.md §6), peak memory (CUDA), graphs / graph
+accuracy against an fp64 reference (docs/architecture.md), peak memory (CUDA), graphs / graph
 breaks / kernels / fallbacks as each compiler reports them; then the per-call overhead of
 each compiler on a tiny function. A model's failure is recorded in its row; the run goes on.
 """
@@ -15,15 +15,25 @@ each compiler on a tiny function. A model's failure is recorded in its row; the 
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 import zoo
 from benchlib import compilers, report, runner
+
+
+def _option_value(text: str) -> Any:
+    """``"True"`` -> True, ``"3"`` -> 3, ``"strict"`` -> ``"strict"``."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,7 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                  "max-autotune-no-cudagraphs"),
                         help="compile mode, passed to torch.compile and Ember alike")
     parser.add_argument("--ember-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="an Ember options= entry, e.g. capture=strict (repeatable)")
+                        help="an Ember options= entry, e.g. capture=strict or strict=True; a value "
+                             "that reads as a Python literal (True, 3) is one, any other is "
+                             "a string (repeatable)")
     parser.add_argument("--no-cold", action="store_true",
                         help="skip the cold/warm compile-time subprocesses")
     parser.add_argument("--time-limit", type=float, default=900.0, metavar="S",
@@ -78,7 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         key, sep, value = item.partition("=")
         if not sep or not key:
             parser.error(f"--ember-option {item!r}: expected KEY=VALUE")
-        args.ember_options[key] = value
+        args.ember_options[key] = _option_value(value)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     return args

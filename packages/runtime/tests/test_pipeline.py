@@ -140,6 +140,13 @@ def test_unknown_mode_is_rejected() -> None:
         compile_program(program, backend="eager", mode="fast")
 
 
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
+def test_unimplemented_torch_modes_are_errors_not_the_default(mode: str) -> None:
+    program, _ = mlp_program()
+    with pytest.raises(NotImplementedError, match=f"mode='{mode}'.*not implemented in Ember yet"):
+        compile_program(program, backend="eager", mode=mode)
+
+
 def test_missing_stage_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stages_module, "available_stages", dict)
     program, _ = mlp_program()
@@ -161,9 +168,9 @@ def test_aot_eager_runs_the_stage_with_options_and_mode(
     fake_stages: list[tuple[str, Program, dict[str, object]]],
 ) -> None:
     program, ex = mlp_program()
-    fn = compile_program(program, backend="aot_eager", options={"k": 1}, mode="max-autotune")
+    fn = compile_program(program, backend="aot_eager", options={"k": 1}, mode="default")
     assert [(name, opts) for name, _, opts in fake_stages] == [
-        ("aot", {"k": 1, "mode": "max-autotune"})]
+        ("aot", {"k": 1, "mode": "default"})]
     assert fake_stages[0][1] is program  # no serialization by default
     assert fn.program.dialect == "core-functional"
     x = torch.randn(2, 4)

@@ -14,17 +14,10 @@ from ember.frontend.capture_modes import (
 )
 from ember.frontend.module_state import module_of
 from ember.frontend.stats import CompileStats
-from ember.runtime.pipeline import BACKENDS, list_backends
+from ember.runtime.pipeline import BACKENDS, check_mode, list_backends
 from ember.runtime.stages import available_stages, load_stage
 
 __all__ = ["CompiledModule", "compile"]
-
-MODES: tuple[str, ...] = ("default",)
-"""The ``mode=`` values Ember implements (None means ``"default"``)."""
-
-NOT_IMPLEMENTED_MODES: tuple[str, ...] = (
-    "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-"""``torch.compile`` modes Ember does not implement yet: asking for one is an error."""
 
 FRONTEND_OPTIONS: dict[str, tuple[type, ...]] = {
     "capture": (str,),
@@ -128,7 +121,7 @@ def compile(
                            dynamic=dynamic, options=options)
         return decorate
     _check_backend(backend)
-    _check_mode(mode)
+    check_mode(mode)
     _check_flags(fullgraph, dynamic)
     if options is not None and not isinstance(options, Mapping):
         raise ValueError(f"options={options!r}: expected a dict or None")
@@ -155,17 +148,6 @@ def _check_backend(backend: str) -> None:
     for stage in BACKENDS[backend]:
         if stage not in available_stages():
             load_stage(stage)  # raises StageNotInstalledError naming the package
-
-
-def _check_mode(mode: str | None) -> None:
-    if mode is None or (isinstance(mode, str) and mode in MODES):
-        return
-    if isinstance(mode, str) and mode in NOT_IMPLEMENTED_MODES:
-        raise NotImplementedError(
-            f"ember.frontend.compile(mode={mode!r}): this torch.compile mode is not "
-            f"implemented in Ember yet; implemented modes: None, {', '.join(MODES)}")
-    raise ValueError(f"unknown mode {mode!r}; modes: None, {', '.join(MODES)} "
-                     f"(not implemented yet: {', '.join(NOT_IMPLEMENTED_MODES)})")
 
 
 def _check_flags(fullgraph: bool, dynamic: bool | None) -> None:

@@ -1,7 +1,7 @@
 """The pipeline: compose the installed stages into a backend and run the result.
 
 A backend is a list of stages (found through the ``ember.stages`` entry points) followed
-by the executor the final dialect calls for (DESIGN.md §2):
+by the executor the final dialect calls for (docs/architecture.md):
 
 ===============  ========================  ===============================
 backend          stages                    runs on
@@ -39,12 +39,36 @@ BACKENDS: dict[str, tuple[str, ...]] = {
 }
 """Each backend's stages, in order."""
 
-MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+MODES: tuple[str, ...] = ("default",)
+"""The ``mode=`` values Ember implements (``None`` means ``"default"``)."""
+
+NOT_IMPLEMENTED_MODES: tuple[str, ...] = (
+    "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""``torch.compile`` modes Ember does not implement yet: asking for one is an error,
+never silently the default."""
 
 
 def list_backends() -> list[str]:
     """The names ``compile_program`` accepts (whether or not their stages are installed)."""
     return list(BACKENDS)
+
+
+def check_mode(mode: object) -> None:
+    """Accept ``None`` and the implemented :data:`MODES`.
+
+    Raises:
+        NotImplementedError: ``mode`` is a ``torch.compile`` mode Ember does not
+            implement yet (:data:`NOT_IMPLEMENTED_MODES`).
+        ValueError: ``mode`` is no mode at all (the message lists the valid ones).
+    """
+    if mode is None or (isinstance(mode, str) and mode in MODES):
+        return
+    if isinstance(mode, str) and mode in NOT_IMPLEMENTED_MODES:
+        raise NotImplementedError(
+            f"mode={mode!r}: this torch.compile mode is not implemented in Ember yet; "
+            f"implemented modes: None, {', '.join(MODES)}")
+    raise ValueError(f"unknown mode {mode!r}; modes: None, {', '.join(MODES)} "
+                     f"(not implemented yet: {', '.join(NOT_IMPLEMENTED_MODES)})")
 
 
 def compile_program(
@@ -59,21 +83,21 @@ def compile_program(
         program: an ``aten`` (or stricter) program, e.g. from the frontend's capture.
         backend: one of :func:`list_backends`.
         options: passed to every stage (unknown keys are the stages' business).
-        mode: ``None``, ``"default"``, ``"reduce-overhead"``, ``"max-autotune"`` or
-            ``"max-autotune-no-cudagraphs"``; passed to the stages as ``options["mode"]``.
+        mode: ``None`` or ``"default"`` (see :func:`check_mode`); passed to the stages
+            as ``options["mode"]``.
 
     Returns:
         A :class:`ProgramCallable` taking every forward placeholder's value in order.
 
     Raises:
         ValueError: unknown backend or mode.
+        NotImplementedError: a ``torch.compile`` mode Ember does not implement yet.
         StageNotInstalledError: a stage of ``backend`` is not installed (names the package).
         VerificationError: the input, or a stage's output, breaks its dialect's rules.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown Ember backend {backend!r}; backends: {', '.join(BACKENDS)}")
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
+    check_mode(mode)
     stage_options = dict(options or {})
     if mode is not None:
         stage_options["mode"] = mode
