@@ -1,7 +1,7 @@
 """Ember's accuracy on the model zoo matches integration_tests/expected_accuracy.csv.
 
 Each (model, backend) row is re-observed: compile the zoo model (test size, CPU, float32)
-with Ember and compare against an fp64 reference (DESIGN.md §6). A difference in EITHER
+with Ember and compare against an fp64 reference (docs/architecture.md). A difference in EITHER
 direction fails, so improvements get recorded too; the message names the row to change,
 and ``python tools/update_accuracy.py`` rewrites the table.
 """

@@ -1,6 +1,6 @@
 """Training end to end through ``ember.frontend.compile``: one optimizer step of an MLP,
 a conv net with BatchNorm and a transformer block gives the parameters, gradients and
-buffers eager torch gives (float32, DESIGN.md §6), under ``aot_eager`` and ``inductor``,
+buffers eager torch gives (float32, docs/architecture.md), under ``aot_eager`` and ``inductor``,
 with the programs serialized at every stage boundary."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DESIGN.md §2 and §5, enforced by reading the source.
+"""The dependency rules of docs/architecture.md, enforced by reading the source.
 
 - A stage (frontend, aot, inductor) never imports another stage; the runtime imports none.
 - No package touches torch.compile's machinery: ``torch._dynamo``, ``torch._inductor``,

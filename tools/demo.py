@@ -4,7 +4,7 @@ torch.compile, and save a compiled artifact.
     python tools/demo.py [--device cpu|cuda] [--models pointwise,mlp,gpt] [--artifact PATH]
 
 Prints, per model, the median time of eager, Ember and torch.compile, the speedup over
-eager and the accuracy against an fp64 reference (DESIGN.md §6). Ember's backends are
+eager and the accuracy against an fp64 reference (docs/architecture.md). Ember's backends are
 tried best first (inductor, aot_eager, eager): when one fails on a model the demo says
 so and falls back to the next. Then it saves one compiled program as an ``.ember`` file
 and shows that ``python -m ember.runtime show FILE`` reads it.

@@ -1,4 +1,4 @@
-"""The bench harness's library: compiler adapters, accuracy (DESIGN.md §6), timing, cold
+"""The bench harness's library: compiler adapters, accuracy (docs/architecture.md), timing, cold
 compile measurement, per-model rows, the report, and the accuracy table.
 
 ``tools/bench.py`` and ``tools/demo.py`` are thin command lines over it; the integration

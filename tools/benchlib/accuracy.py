@@ -1,4 +1,4 @@
-"""Model-level accuracy against an fp64 reference (DESIGN.md §6).
+"""Model-level accuracy against an fp64 reference (docs/architecture.md, "Correctness").
 
 The reference is the model deep-copied to float64 and run on the same inputs upcast.
 A compiled result passes when it is ``allclose`` to eager (atol = rtol = tol), or when
@@ -150,7 +150,7 @@ def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def judge(reference: Reference, compiled: list[torch.Tensor]) -> AccuracyResult:
-    """Compare ``compiled`` results against ``reference`` by DESIGN.md §6."""
+    """Compare ``compiled`` results against ``reference`` by the rule of docs/architecture.md."""
     tol, m = tolerance(reference.dtype)
     if len(compiled) != len(reference.eager):
         return AccuracyResult(False, math.inf, math.inf,

@@ -1,4 +1,4 @@
-"""The DESIGN.md §6 accuracy criterion as the harness implements it."""
+"""The accuracy criterion of docs/architecture.md as the harness implements it."""
 
 from __future__ import annotations
 

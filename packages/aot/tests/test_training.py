@@ -1,5 +1,5 @@
 """Training through the aot stage: one optimizer step gives the parameters and gradients
-eager torch gives (float32, DESIGN.md §6 tolerance), for an MLP, a conv net with
+eager torch gives (float32, the tolerance of docs/architecture.md), for an MLP, a conv net with
 BatchNorm and a transformer block."""
 
 from __future__ import annotations

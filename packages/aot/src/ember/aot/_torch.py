@@ -1,4 +1,4 @@
-"""The private torch APIs the aot stage uses, in one place (DESIGN.md §5).
+"""The private torch APIs the aot stage uses, in one place (docs/architecture.md).
 
 A torch upgrade that moves one of these touches only this file.
 """

@@ -1,4 +1,4 @@
-"""The private torch APIs the frontend uses, in one place (DESIGN.md §5): pytree.
+"""The private torch APIs the frontend uses, in one place (docs/architecture.md): pytree.
 
 Other helpers may add lines here; keep one import per name and say what it is for.
 """

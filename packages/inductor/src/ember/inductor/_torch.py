@@ -1,4 +1,4 @@
-"""The private torch APIs ember-inductor uses, in one place (DESIGN.md §5): a torch
+"""The private torch APIs ember-inductor uses, in one place (docs/architecture.md): a torch
 upgrade that changes them touches this file only."""
 
 from __future__ import annotations

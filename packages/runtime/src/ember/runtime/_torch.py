@@ -1,4 +1,4 @@
-"""The private torch APIs the runtime uses, in one place (DESIGN.md §5).
+"""The private torch APIs the runtime uses, in one place (docs/architecture.md, "torch and Triton").
 
 A torch upgrade that moves one of these touches only this file. Other modules of
 ``ember.runtime`` import them from here, never from ``torch._*`` directly. Other helpers

@@ -1,7 +1,7 @@
 """The stage protocol: how the runtime's pipeline finds and runs the compiler stages.
 
 Stages are installed separately and found through the entry-point group ``ember.stages``
-(DESIGN.md §2). A stage takes a :class:`~ember.runtime.ir.Program` in the dialect it
+(``docs/architecture.md``). A stage takes a :class:`~ember.runtime.ir.Program` in the dialect it
 ``consumes`` and returns one in the dialect it ``produces``; the IR is the only thing
 stages share.
 """
@@ -64,13 +64,16 @@ def load_stage(name: str) -> Stage:
     """Instantiate the installed stage ``name``.
 
     Raises:
-        StageNotInstalledError: naming the distribution to install.
+        StageNotInstalledError: naming the distribution to install, and the commands
+            that install it in a checkout of the repository.
     """
     stages = available_stages()
     if name not in stages:
         dist = STAGE_DISTRIBUTIONS.get(name, f"ember-{name}")
         raise StageNotInstalledError(
-            f"the Ember stage {name!r} is not installed: pip install {dist}"
+            f"the Ember stage {name!r} is not installed: pip install {dist} (in a checkout "
+            f"of the Ember repository: pip install -e packages/{name}, or "
+            f"python3 tools/dev.py setup to install every stage)"
         )
     cls = stages[name].load()
     stage = cls()

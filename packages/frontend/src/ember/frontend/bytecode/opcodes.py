@@ -1,6 +1,6 @@
 """Decoded instructions and the per-version opcode facts the interpreter relies on.
 
-Python 3.11 and 3.12 differ in a handful of encodings (DESIGN.md §5 supports both):
+Python 3.11 and 3.12 differ in a handful of encodings (both are supported, docs/architecture.md):
 
 ==========================  ===============================  ===============================
 what                        3.11                             3.12

@@ -1,4 +1,4 @@
-"""Ember IR: the one graph format the four stages exchange (DESIGN.md §3)."""
+"""Ember IR: the one graph format the four stages exchange (docs/ir-contract.md)."""
 
 from ember.runtime.ir.errors import IRError, IRFormatError, VerificationError
 from ember.runtime.ir.graph import (

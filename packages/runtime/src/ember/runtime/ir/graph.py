@@ -1,6 +1,6 @@
 """The Ember IR data model: Program, Graph, Node and the values nodes carry.
 
-This module is the one definition of Ember's graph format (DESIGN.md §3). Every stage
+This module is the one definition of Ember's graph format (docs/ir-contract.md). Every stage
 imports it from ``ember.runtime.ir``; nobody keeps a private copy of a graph type.
 
 A :class:`Program` holds named :class:`Graph` objects (``forward``, and for training

@@ -1,6 +1,6 @@
 """The schema version of ``program.json``, its upgraders and the producer stamp.
 
-Versioning rule (DESIGN.md §3): a new *minor* only adds to the format, and a reader
+Versioning rule (docs/ir-contract.md): a new *minor* only adds to the format, and a reader
 upgrades an older minor step by step through :data:`UPGRADERS`; a new *major* is a
 break, and a reader refuses a major it does not know.
 """

@@ -1,4 +1,4 @@
-"""``save`` / ``load``: the ``.ember`` container (DESIGN.md §3).
+"""``save`` / ``load``: the ``.ember`` container (docs/ir-contract.md).
 
 A ``.ember`` file is a zip archive holding exactly:
 

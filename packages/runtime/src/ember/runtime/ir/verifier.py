@@ -16,7 +16,7 @@ Structural rules (every dialect):
   gradient names a placeholder of ``forward``;
 - symbolic sizes use only the symbols in ``graph.symbols``, whose ranges are not empty.
 
-Dialect rules (DESIGN.md §3):
+Dialect rules (docs/ir-contract.md):
 
 ``aten``             any operator.
 ``core-functional``  no operator that writes to an argument; views are allowed; every
