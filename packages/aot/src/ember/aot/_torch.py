@@ -32,12 +32,16 @@ def decomposition_table_for_core_aten(
     """Decompositions that bring a program down to Core ATen: torch's own Core ATen
     table plus every other decomposition torch registers (``torch._decomp``) for an op
     outside the Core ATen opset, less the ops named in ``keep`` (qualified names a
-    backend wants whole, e.g. fused attention). A decomposition calls other ops, which
+    backend wants whole, e.g. fused attention) and the random ops outside the core table.
+    A decomposition calls other ops, which
     the decomposing mode decomposes again until only Core ATen ops (or ops with no
     decomposition at all) remain."""
     table: dict[torch._ops.OpOverload, Decomposition] = dict(core_aten_decompositions())
     for op, fn in _all_decompositions.items():
-        if isinstance(op, torch._ops.OpOverload) and not is_core_op(op):
+        # NOTE: random ops (cauchy, geometric, exponential, ...) stay whole: decomposed,
+        # they draw other numbers than eager's kernels under the same seed.
+        if (isinstance(op, torch._ops.OpOverload) and not is_core_op(op)
+                and torch.Tag.nondeterministic_seeded not in op.tags):
             table.setdefault(op, fn)
     return {op: fn for op, fn in table.items()
             if not (isinstance(op, torch._ops.OpOverload) and _qualified(op) in keep)}

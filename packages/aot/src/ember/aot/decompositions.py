@@ -103,7 +103,14 @@ def addbmm(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *,
     """``beta * x + alpha * sum_b(batch1[b] @ batch2[b])`` (with ``beta == 0``, ``x``
     is ignored, NaN included, as eager does)."""
     aten = torch.ops.aten
-    products = aten.sum.dim_IntList(aten.bmm.default(batch1, batch2), [0])
+    if batch1.dtype in (torch.bfloat16, torch.float16):
+        # NOTE: eager accumulates over the batch in float32 and rounds once
+        wide = aten.sum.dim_IntList(aten.bmm.default(
+            aten._to_copy.default(batch1, dtype=torch.float32),
+            aten._to_copy.default(batch2, dtype=torch.float32)), [0])
+        products = aten._to_copy.default(wide, dtype=batch1.dtype)
+    else:
+        products = aten.sum.dim_IntList(aten.bmm.default(batch1, batch2), [0])
     if alpha != 1:
         products = aten.mul.Tensor(products, alpha)
     if beta == 0:

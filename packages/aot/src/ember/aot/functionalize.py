@@ -342,7 +342,9 @@ class _Functionalizer:
             kind, base = "output", str(j)
         else:
             return None
-        if not isinstance(base_meta, TensorMeta):
+        if not isinstance(base_meta, TensorMeta) or base_meta.dtype != meta.dtype:
+            # NOTE: a view that reinterprets the dtype (view_as_complex, view.dtype) cannot
+            # be rebuilt as an as_strided view of its base: it is returned as a value.
             return None
         return {
             "output": i,

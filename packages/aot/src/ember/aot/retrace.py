@@ -41,14 +41,28 @@ class _Undecomposable(Exception):
     (a ``prims`` op): the op being decomposed stays whole instead."""
 
 
+# Views that reinterpret the dtype: a decomposition that writes through one (torch's
+# ``complex``: an empty complex tensor filled through ``view_as_real``) cannot be
+# functionalized, so the op it decomposes stays whole.
+_REINTERPRETING_VIEWS = frozenset({
+    torch.ops.aten.view_as_real.default,
+    torch.ops.aten.view_as_complex.default,
+    torch.ops.aten.view.dtype,
+    torch.ops.aten.real.default,
+    torch.ops.aten.imag.default,
+})
+
+
 class DecomposingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Replaces each op that has an entry in ``table`` by its decomposition (applied
     again, recursively, to the ops the decomposition calls).
 
     Some of torch's decompositions are written with ``prims`` ops (``torch._refs``),
-    which the core-functional dialect refuses: when one reaches the mode inside a
-    decomposition, the innermost op being decomposed is kept whole (the ops its
-    decomposition recorded so far are dead code, dropped by the clean-up)."""
+    which the core-functional dialect refuses, and some write through a view that
+    reinterprets the dtype, which functionalization cannot express: when such an op
+    reaches the mode inside a decomposition, the innermost op being decomposed is kept
+    whole (the ops its decomposition recorded so far are dead code, dropped by the
+    clean-up)."""
 
     def __init__(self, table: Mapping[Any, Callable[..., Any]]) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -57,7 +71,7 @@ class DecomposingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
-        if self.depth and func.namespace == "prims":
+        if self.depth and (func.namespace == "prims" or func in _REINTERPRETING_VIEWS):
             raise _Undecomposable(func)
         decomposition = self.table.get(func)
         if decomposition is not None:
@@ -124,6 +138,7 @@ class _BackwardSourceMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
 
 _RESHAPING_VIEWS = frozenset({"aten::view.default", "aten::_unsafe_view.default"})
+_FUNCTIONAL_COPY = "aten::copy.default"
 
 
 class _SourceKeepingInterpreter(Interpreter):
@@ -147,6 +162,15 @@ class _SourceKeepingInterpreter(Interpreter):
             # (a fused kernel's output layout), and a plain view of it would fail.
             args = [self.load(a) for a in node.args]
             result = torch.ops.aten.reshape.default(args[0], args[1])
+        elif node.target == _FUNCTIONAL_COPY and self.keep_no_grad:
+            # NOTE: torch's autograd has no formula for the functional copy that
+            # functionalization makes of copy_: in the joint graph it is ``src``
+            # converted and broadcast to ``self``'s dtype and shape.
+            target, source = (self.load(a) for a in node.args[:2])
+            result = torch.ops.aten.clone.default(torch.ops.aten.expand.default(
+                torch.ops.aten._to_copy.default(source, dtype=target.dtype,
+                                                device=target.device),
+                list(target.shape)))
         else:
             result = super().call(node)
         if self.keep_no_grad:
