@@ -29,7 +29,7 @@ from ember.inductor.buffers import (
     ScatterBuffer,
     ScheduledNode,
 )
-from ember.inductor.loop_ir import Add, IndexExpr, Var
+from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.layout import (
@@ -37,6 +37,7 @@ from ember.inductor.lowering.layout import (
     channels_last_strides,
     is_channels_last,
     is_dense,
+    matmul_operand,
     same_layout,
     storage_order,
 )
@@ -50,7 +51,6 @@ from ember.inductor.lowering.values import (
     contiguous_strides,
     numel,
     probe,
-    probe_index,
 )
 from ember.runtime.ir import Argument, Node, Program, TensorMeta, ValueRef
 from ember.runtime.logs import log
@@ -255,6 +255,12 @@ class GraphLowering:
         cached = self._realized.get(id(value))
         if cached is not None and strides is None:
             return cached[1]
+        if numel(value.sizes) == 0:  # nothing to compute: an allocation, not a kernel
+            return Stored(self._extern_step(
+                "aten::empty.memory_format", [repr(list(value.sizes))],
+                {"dtype": str(value.dtype), "device": self.render(self.device)}, value.dtype,
+                value.sizes, origin or getattr(self, "_current", ""), "an empty tensor"),
+                value.dtype, value.sizes, contiguous_strides(value.sizes))
         name = self.fresh()
         origin = origin or getattr(self, "_current", "")
         origins = (origin,) if origin else ()
@@ -381,7 +387,7 @@ class GraphLowering:
         if node.target == "aten::convolution.default" and not fallback:
             metas = channels_last_convolution(self, arg_values, metas)
         if node.target in _MATMULS and not fallback:
-            arg_values = [self._matmul_operand(a) for a in arg_values]
+            arg_values = [matmul_operand(self, a) for a in arg_values]
         args = [self.render(a) for a in arg_values]
         kwargs = {k: self.render(self._arg(v)) for k, v in node.kwargs.items()}
         multi = isinstance(node.meta, tuple)
@@ -410,35 +416,6 @@ class GraphLowering:
                                      _buffer_reads(args, kwargs, self.buffers), fallback,
                                      multi, (node.name,), reason))
         return tuple(values) if multi else values[0]
-
-    def _matmul_operand(self, value: Any) -> Any:
-        """A computed matmul operand that reads its inputs transposed (a weight
-        gradient's ``x.t()`` of an activation computed in the backward) is stored
-        transposed: its kernel then reads and writes contiguously (and vectorizes), and
-        the matmul takes the transposed view at no cost. Other values are returned as is."""
-        if (not isinstance(value, Lazy) or len(value.sizes) not in (2, 3)
-                or id(value) in self._realized or min(value.sizes) == 1):
-            return value
-        n = len(value.sizes)
-        if self._unit_stride_dim(value) != n - 2:
-            return value
-        rows, cols = value.sizes[-2:]
-        strides = (*((rows * cols,) if n == 3 else ()), 1, rows)
-        return self.realize(value, strides=strides, reuse=True)
-
-    def _unit_stride_dim(self, value: Lazy) -> int | None:
-        """The dim of ``value`` along which its largest input is read contiguously
-        (its loop variable a plain term of the load's index), if one is."""
-        loads = [(numel(self.buffers[buf].sizes), ix)
-                 for buf, ix in self._external_loads(value)[0] if buf in self.buffers]
-        if not loads:
-            return None
-        _, ix = max(loads, key=lambda t: t[0])
-        terms = ix.terms if isinstance(ix, Add) else (ix,)
-        for d, v in enumerate(probe_index(value.sizes)):
-            if isinstance(v, Var) and v in terms:
-                return d
-        return None
 
     def _aligned_matmul(self, node: Node) -> Stored | None:
         """A matmul whose result rows are not a multiple of 16 bytes (GPT-2's LM head:

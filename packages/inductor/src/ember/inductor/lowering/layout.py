@@ -14,7 +14,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides
+from ember.inductor.loop_ir import Add, Var
+from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, numel, probe_index
 from ember.runtime.ir import TensorMeta
 
 if TYPE_CHECKING:
@@ -98,3 +99,33 @@ def channels_last(ctx: GraphLowering, x: Lazy | Stored) -> Stored:
         copy = ctx.realize(Lazy(x.element, x.dtype, x.sizes), strides=strides)
         ctx.channels_last_copies[key] = copy
     return copy
+
+
+def matmul_operand(ctx: GraphLowering, value: Any) -> Any:
+    """A computed matmul operand that reads its inputs transposed (a weight
+    gradient's ``x.t()`` of an activation computed in the backward) is stored
+    transposed: its kernel then reads and writes contiguously (and vectorizes), and
+    the matmul takes the transposed view at no cost. Other values are returned as is."""
+    if (not isinstance(value, Lazy) or len(value.sizes) not in (2, 3)
+            or id(value) in ctx._realized or min(value.sizes) == 1):
+        return value
+    n = len(value.sizes)
+    if unit_stride_dim(ctx, value) != n - 2:
+        return value
+    rows, cols = value.sizes[-2:]
+    strides = (*((rows * cols,) if n == 3 else ()), 1, rows)
+    return ctx.realize(value, strides=strides, reuse=True)
+
+def unit_stride_dim(ctx: GraphLowering, value: Lazy) -> int | None:
+    """The dim of ``value`` along which its largest input is read contiguously
+    (its loop variable a plain term of the load's index), if one is."""
+    loads = [(numel(ctx.buffers[buf].sizes), ix)
+             for buf, ix in ctx._external_loads(value)[0] if buf in ctx.buffers]
+    if not loads:
+        return None
+    _, ix = max(loads, key=lambda t: t[0])
+    terms = ix.terms if isinstance(ix, Add) else (ix,)
+    for d, v in enumerate(probe_index(value.sizes)):
+        if isinstance(v, Var) and v in terms:
+            return d
+    return None

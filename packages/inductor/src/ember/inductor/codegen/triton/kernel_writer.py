@@ -337,6 +337,14 @@ class KernelWriter:
         if mask is None:
             self.line(f"{self.value(s.name)} = tl.load({ptr})")
         else:
+            if s.mask is not None:
+                # NOTE: `!= 0`: Triton's interpreter makes `0-d bool & block bool` an
+                # int64 array, which it refuses as a mask
+                mask = f"(({mask}) != 0)"
+                if not self.axes_of(s.index):
+                    # one address under a per-element mask (a one-element part of a
+                    # cat): the pointer takes the mask's shape
+                    ptr += f" + ({mask}).to(tl.int32) * 0"
             other = scalar_literal(s.other, s.dtype)
             self.line(f"{self.value(s.name)} = tl.load({ptr}, mask={mask}, other={other})")
 
