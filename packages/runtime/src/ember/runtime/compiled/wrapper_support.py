@@ -72,7 +72,9 @@ def check_input(t: Any, name: str, dtype: torch.dtype, sizes: Sequence[int | Non
             f"{where}: expected {dtype} {expected}, got {t.dtype} {list(t.shape)}")
     if strides is None:
         return t
-    result: torch.Tensor = layout(t, [int(s) for s in sizes if s is not None], strides)
+    # NOTE: with strides given, every size is static (the kernels were generated for it)
+    static = [s for s in sizes if s is not None]
+    result: torch.Tensor = layout(t, static, strides)
     return result
 
 
