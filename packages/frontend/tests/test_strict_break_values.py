@@ -445,3 +445,74 @@ def test_class_attribute_through_type_is_guarded() -> None:
             assert_same(compiled(x, _Holder()), class_attribute(x, _Holder()))
     finally:
         _Holder.scale = 2.0
+
+
+# ---- generators run lazily, interleaved with their consumer, as in CPython -------------------
+
+def gen_side_effect_order(x):
+    out = []
+
+    def gen():
+        for i in range(3):
+            out.append(i)
+            yield x * i
+
+    for v in gen():
+        out.append(-1)
+    return out
+
+
+def gen_reads_consumer_state(x):
+    state = {"n": 0}
+
+    def gen():
+        for _ in range(3):
+            state["n"] += 1
+            yield x * state["n"]
+
+    out = []
+    for v in gen():
+        state["n"] *= 10
+        out.append(v)
+    return out
+
+
+def gen_stopped_by_consumer(x):
+    stop = [False]
+
+    def gen():
+        i = 0
+        while i < 100 and not stop[0]:
+            yield x * i
+            i += 1
+
+    out = []
+    for v in gen():
+        out.append(v)
+        if len(out) == 3:
+            stop[0] = True
+    return out
+
+
+def gen_zip_enumerate(x):
+    def gen():
+        for i in range(5):
+            yield x + i
+
+    return [(i, a * b) for i, (a, b) in enumerate(zip([1, 2, 3], gen()))]
+
+
+def gen_break_inside(x):
+    def gen():
+        for i in range(3):
+            print("step", i)
+            yield x * i
+
+    return [v + 1 for v in gen()]
+
+
+@pytest.mark.parametrize("fn", [gen_side_effect_order, gen_reads_consumer_state,
+                                gen_stopped_by_consumer, gen_zip_enumerate,
+                                gen_break_inside], ids=lambda f: f.__name__)
+def test_generators_are_lazy(fn: Callable[..., Any]) -> None:
+    run3(fn, vec)

@@ -40,6 +40,9 @@ class GraphBreak(Exception):
         # True once the break escaped an inlined call (the caller must restart capture
         # and run that call as a whole).
         self.from_inlined_call = False
+        # set when the break happened while resuming a generator inlined during this
+        # capture: the root instruction that created it, which then runs for real
+        self.root_ip: int | None = None
 
     def info(self) -> BreakInfo:
         return BreakInfo(self.reason, self.location, self.hint)

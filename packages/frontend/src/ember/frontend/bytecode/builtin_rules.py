@@ -14,6 +14,13 @@ from typing import Any
 
 import torch
 from ember.frontend.bytecode.frame import Frame
+from ember.frontend.bytecode.generators import (
+    LazyIterator,
+    lazy_enumerate,
+    lazy_filter,
+    lazy_map,
+    lazy_zip,
+)
 from ember.frontend.bytecode.interpreter import is_fake_tensor
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
 from ember.frontend.bytecode.sources import AttrSource
@@ -98,13 +105,19 @@ def _range_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
 def _enumerate_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
                     kwargs: dict[str, Any]) -> Any:
     start = args[1] if len(args) > 1 else kwargs.get("start", 0)
-    return ListIterator(list(enumerate(interp.iterate(args[0]), start)))
+    source = make_iterator(args[0], interp)
+    if isinstance(source, LazyIterator):
+        return lazy_enumerate(source, start)
+    return ListIterator(list(enumerate(source.remaining(), start)))
 
 
 @_rule(zip)
 def _zip_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
               kwargs: dict[str, Any]) -> Any:
-    return ListIterator(list(zip(*[interp.iterate(a) for a in args], **kwargs)))
+    sources = [make_iterator(a, interp) for a in args]
+    if any(isinstance(s, LazyIterator) for s in sources) and not kwargs:
+        return lazy_zip(sources)
+    return ListIterator(list(zip(*[s.remaining() for s in sources], **kwargs)))
 
 
 @_rule(reversed)
@@ -116,18 +129,24 @@ def _reversed_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
 @_rule(map)
 def _map_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
               kwargs: dict[str, Any]) -> Any:
-    fn, iterables = args[0], [interp.iterate(a) for a in args[1:]]
+    fn, sources = args[0], [make_iterator(a, interp) for a in args[1:]]
+    if any(isinstance(s, LazyIterator) for s in sources):
+        return lazy_map(lambda *items: h.call(interp, frame, fn, list(items), {}), sources)
     return ListIterator([h.call(interp, frame, fn, list(items), {})
-                         for items in zip(*iterables)])
+                         for items in zip(*[s.remaining() for s in sources])])
 
 
 @_rule(filter)
 def _filter_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
                  kwargs: dict[str, Any]) -> Any:
-    fn, items = args[0], interp.iterate(args[1])
-    keep = [x for x in items
-            if interp.truth(x if fn is None else h.call(interp, frame, fn, [x], {}))]
-    return ListIterator(keep)
+    fn, source = args[0], make_iterator(args[1], interp)
+
+    def keep(x: Any) -> bool:
+        return bool(interp.truth(x if fn is None else h.call(interp, frame, fn, [x], {})))
+
+    if isinstance(source, LazyIterator):
+        return lazy_filter(keep, source)
+    return ListIterator([x for x in source.remaining() if keep(x)])
 
 
 @_rule(iter)
@@ -142,13 +161,19 @@ def _iter_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
 def _next_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
                kwargs: dict[str, Any]) -> Any:
     it = args[0]
-    if not isinstance(it, ListIterator):
+    if isinstance(it, LazyIterator):
+        has, value = it.advance()
+        exhausted = not has
+    elif isinstance(it, ListIterator):
+        exhausted = it.exhausted()
+        value = None if exhausted else it.next()
+    else:
         raise interp.fail(f"next() on a {type(it).__name__}")
-    if it.exhausted():
+    if exhausted:
         if len(args) > 1:
             return args[1]
         raise interp.fail("next() on an exhausted iterator")
-    return it.next()
+    return value
 
 
 @_rule(getattr)

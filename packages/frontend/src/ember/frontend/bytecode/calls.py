@@ -38,6 +38,7 @@ from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
 from ember.frontend.bytecode.capture import opaque_data
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
 from ember.frontend.bytecode.frame import Frame
+from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.interpreter import (
     MAX_INLINE_DEPTH,
     GradModeRestore,
@@ -272,17 +273,13 @@ class CallHandler:
                       local_values, closure=fn.__closure__ or (),
                       fn_source=fn_source, parent=parent)
         if code.co_flags & inspect.CO_GENERATOR:
-            # NOTE: a generator runs to completion here and its values are iterated
-            # afterwards; fine for the finite, side-effect-free generators of model code.
             frame.yielded = []
+            return InlinedGenerator(interp, frame)  # runs when its values are asked for
         try:
-            result = interp.run_frame(frame)
+            return interp.run_frame(frame)
         except GraphBreak as e:
             e.from_inlined_call = True
             raise
-        if frame.yielded is not None:
-            return ListIterator(frame.yielded)
-        return result
 
     def record(self, interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Run ``fn`` on fake tensors; the recorder records the ATen ops it runs."""

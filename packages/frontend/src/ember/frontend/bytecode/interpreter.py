@@ -35,6 +35,7 @@ from ember.frontend.bytecode.data_ops import (
 )
 from ember.frontend.bytecode.exceptions import find_handler
 from ember.frontend.bytecode.frame import NULL, Frame
+from ember.frontend.bytecode.generators import LazyIterator
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
 from ember.runtime.ir import SourceLocation
 
@@ -223,6 +224,13 @@ class Interpreter(DataOps):
 
     def op_FOR_ITER(self, f: Frame, ins: Any) -> None:
         it = f.stack[-1]
+        if isinstance(it, LazyIterator):  # an inlined generator: runs to its next yield
+            has, value = it.advance()
+            if has:
+                f.push(value)
+            else:
+                self._end_loop(f, ins)
+            return
         if not isinstance(it, ListIterator):
             if self.symbolic:
                 raise self.fail(f"iteration over a {type(it).__name__}")
@@ -348,7 +356,7 @@ class Interpreter(DataOps):
         exit_fn, value = f.stack[-4], f.stack[-1]
         f.push(exit_fn(type(value), value, value.__traceback__))
 
-    # ---- generators (run to completion while inlined; see .calls) --------------------------
+    # ---- generators (resumed lazily while inlined; see .generators) -----------------------
 
     def op_RETURN_GENERATOR(self, f: Frame, ins: Any) -> None:
         if f.yielded is None:

@@ -7,6 +7,7 @@ import types
 from typing import Any
 
 import torch
+from ember.frontend.bytecode.generators import LazyIterator
 from torch import nn
 
 
@@ -52,7 +53,7 @@ def make_iterator(value: Any, interp: Any) -> Any:
     Raises:
         GraphBreak: (symbolic mode) for an iterable whose length is not known.
     """
-    if isinstance(value, ListIterator):
+    if isinstance(value, (ListIterator, LazyIterator)):
         return value
     if isinstance(value, (list, tuple, str, range, bytes, set, frozenset)):
         return ListIterator(list(value))
@@ -75,7 +76,7 @@ def make_iterator(value: Any, interp: Any) -> Any:
     if interp.symbolic and isinstance(iter_fn, types.FunctionType):
         frame = interp.current_frame
         result = interp.calls.call_symbolic(interp, frame, iter_fn, [value], {})
-        if isinstance(result, ListIterator):
+        if isinstance(result, (ListIterator, LazyIterator)):
             return result
     if interp.symbolic:
         raise interp.fail(f"iteration over a {type(value).__name__} (length unknown to "

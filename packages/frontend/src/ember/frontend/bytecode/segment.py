@@ -148,7 +148,8 @@ def capture_segment(
                 except GraphBreak as e:
                     frame.stack, frame.kw_names, frame.ip = saved_stack, saved_kw, before
                     if e.from_inlined_call:
-                        raise InlinedBreak(before, e.info()) from None
+                        ip = before if e.root_ip is None else e.root_ip
+                        raise InlinedBreak(ip, e.info()) from None
                     info = e.info()
                     break
         cap.finish_guards()

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext
 from ember.frontend.bytecode.frame import _Marker
+from ember.frontend.bytecode.generators import LazyIterator
 from ember.frontend.bytecode.interpreter import GradModeRestore, is_fake_tensor
 from ember.frontend.bytecode.iteration import ListIterator
 from ember.frontend.bytecode.sources import Source
@@ -258,6 +259,9 @@ class StateBuilder:
                                                   self.recipe(dict(v.keywords))])
         if isinstance(v, set):
             return New("set", self._key(v), [self.recipe(x) for x in v])
+        if isinstance(v, LazyIterator):
+            raise Unrebuildable("a generator (or a lazy iterator over one) is suspended at "
+                                "the break")
         if isinstance(v, ListIterator):
             r = New("iter", self._key(v), [], v.position)
             self._memo[id(v)] = r

@@ -1,0 +1,149 @@
+"""Generators run lazily while capturing, as CPython runs them.
+
+Calling an inlined generator function returns an :class:`InlinedGenerator`: its frame
+runs only when a value is asked for (``FOR_ITER``, ``next()``, ``list()``), up to the
+next ``yield``. Running it to completion at the call instead would reorder the
+generator's side effects with the consumer's (a loop body appending to the same list)
+and never end for an infinite generator. ``enumerate``, ``zip``, ``map`` and ``filter``
+over such an iterator are lazy too (:func:`lazy_enumerate`, ...).
+
+A lazy iterator holds a suspended frame, which a graph break cannot rebuild: a break
+while one is alive runs that resume point eagerly (:class:`~.state.Unrebuildable`). A
+break inside the generator's own code makes the instruction that created it run for
+real (``GraphBreak.root_ip``), so Python runs the real generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ember.frontend.bytecode.breaks import GraphBreak
+from ember.frontend.bytecode.frame import Frame
+
+# instructions one generator may run during a capture before it is taken for endless
+MAX_GENERATOR_STEPS = 1_000_000
+
+
+class LazyIterator:
+    """An iterator whose next value is computed when asked: ``advance()`` returns
+    ``(True, value)`` or ``(False, None)`` once exhausted."""
+
+    def __init__(self, advance: Callable[[], tuple[bool, Any]]) -> None:
+        self._advance = advance
+        self._done = False
+
+    def advance(self) -> tuple[bool, Any]:
+        if self._done:
+            return False, None
+        has, value = self._advance()
+        if not has:
+            self._done = True
+        return has, value
+
+    def remaining(self) -> list[Any]:
+        out: list[Any] = []
+        while True:
+            has, value = self.advance()
+            if not has:
+                return out
+            out.append(value)
+
+    def __iter__(self) -> LazyIterator:
+        return self
+
+    def __next__(self) -> Any:
+        has, value = self.advance()
+        if not has:
+            raise StopIteration
+        return value
+
+
+class InlinedGenerator(LazyIterator):
+    """The generator object of an inlined generator function: ``frame`` (with
+    ``yielded`` set) resumed by ``interp`` up to its next ``yield``."""
+
+    def __init__(self, interp: Any, frame: Frame) -> None:
+        super().__init__(self._resume)
+        self.interp, self.frame = interp, frame
+        self._steps = 0
+        root = frame
+        while root.parent is not None:
+            root = root.parent
+        # the root frame's instruction that made this generator (ip is past it)
+        self.created_at = root.ip - 1
+
+    def _resume(self) -> tuple[bool, Any]:
+        frame = self.frame
+        assert frame.yielded is not None
+        try:
+            while not frame.returned and not frame.yielded:
+                self._steps += 1
+                if self._steps > MAX_GENERATOR_STEPS:
+                    raise self.interp.fail(f"generator {frame.code.co_name} ran more than "
+                                           f"{MAX_GENERATOR_STEPS} instructions during "
+                                           "capture (endless?)")
+                self.interp.step(frame)
+        except GraphBreak as e:
+            # the instruction that made the (outermost) generator runs for real: the
+            # generator is then a real one, resumed by Python
+            e.from_inlined_call = True
+            e.root_ip = self.created_at
+            raise
+        if frame.yielded:
+            return True, frame.yielded.pop(0)
+        return False, None
+
+
+def _pull(it: Any) -> tuple[bool, Any]:
+    if isinstance(it, LazyIterator):
+        return it.advance()
+    if it.exhausted():  # a ListIterator
+        return False, None
+    return True, it.next()
+
+
+def lazy_enumerate(it: Any, start: int) -> LazyIterator:
+    count = [start]
+
+    def advance() -> tuple[bool, Any]:
+        has, value = _pull(it)
+        if not has:
+            return False, None
+        count[0] += 1
+        return True, (count[0] - 1, value)
+
+    return LazyIterator(advance)
+
+
+def lazy_zip(its: list[Any]) -> LazyIterator:
+    def advance() -> tuple[bool, Any]:
+        values = []
+        for it in its:  # in order, stopping at the first exhausted one, as zip does
+            has, value = _pull(it)
+            if not has:
+                return False, None
+            values.append(value)
+        return True, tuple(values)
+
+    return LazyIterator(advance)
+
+
+def lazy_map(call: Callable[..., Any], its: list[Any]) -> LazyIterator:
+    zipped = lazy_zip(its)
+
+    def advance() -> tuple[bool, Any]:
+        has, args = zipped.advance()
+        return (True, call(*args)) if has else (False, None)
+
+    return LazyIterator(advance)
+
+
+def lazy_filter(keep: Callable[[Any], bool], it: Any) -> LazyIterator:
+    def advance() -> tuple[bool, Any]:
+        while True:
+            has, value = _pull(it)
+            if not has or keep(value):
+                return has, value
+
+    return LazyIterator(advance)
