@@ -15,6 +15,7 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``builtin_rules``  one rule per builtin (len, range, enumerate, getattr, print, ...)
 ``library_rules``  itertools (materialised iterators) and functools.reduce
 ``iteration``      iteration over values of known length
+``generators``     inlined generators, resumed lazily; lazy enumerate/zip/map/filter
 ``support``        which code objects can be interpreted at all
 ``capture``        the capture context: wrapping outside values, guards, side effects
 ``sources``        where a value came from; ``guards``: checks compiled to one function
