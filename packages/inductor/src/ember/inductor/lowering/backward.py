@@ -30,8 +30,10 @@ def _sigmoid_backward(ctx: Any, node: Node, grad: Any, out: Any) -> Lazy:
     dtype = compute_dtype(out_meta(node).dtype)
 
     def body(b: BodyBuilder, v: list[str]) -> str:
+        # NOTE: eager's order, (grad * (1 - y)) * y: a zero gradient stays a (signed)
+        # zero where y * (1 - y) would overflow to inf (special_values tests)
         one_minus = b.compute("sub", b.literal(1, dtype), v[1])
-        return b.compute("mul", v[0], b.compute("mul", v[1], one_minus))
+        return b.compute("mul", b.compute("mul", v[0], one_minus), v[1])
 
     return pointwise(node, [grad, out], body, compute=dtype)
 

@@ -165,8 +165,12 @@ def _fmax(ctx: Any, node: Node, a: Any, b_: Any) -> Lazy:
     if dtype == torch.bool:
         raise NotLowerable(f"{op} on bool")
 
+    # NOTE: maximum/minimum give their second operand on ties; eager's fmax(0., -0.) is
+    # 0. (the first) in float32/float16/float64 and -0. in bfloat16
+    first_wins = out_meta(node).dtype != torch.bfloat16
+
     def body(b: BodyBuilder, v: list[str]) -> str:
-        r = b.compute(op, v[0], v[1])
+        r = b.compute(op, v[1], v[0]) if first_wins else b.compute(op, v[0], v[1])
         if not dtype.is_floating_point:
             return r
         r = b.compute("where", b.compute("isnan", v[1]), v[0], r)
@@ -322,13 +326,15 @@ def _clamp(ctx: Any, node: Node, x: Any, lo: Any = None, hi: Any = None) -> Lazy
     args = [x] + [v for v in (lo, hi) if v is not None]
 
     def body(b: BodyBuilder, v: list[str]) -> str:
+        # NOTE: the bound first: maximum/minimum give their second operand on ties, and
+        # eager keeps x there (clamp_min(-0., 0.) is -0.); a NaN bound still wins
         r = v[0]
         i = 1
         if lo is not None:
-            r = b.compute("maximum", r, v[i])
+            r = b.compute("maximum", v[i], r)
             i += 1
         if hi is not None:
-            r = b.compute("minimum", r, v[i])
+            r = b.compute("minimum", v[i], r)
         return r
 
     return pointwise(node, args, body, compute=dtype)
@@ -339,8 +345,9 @@ def _relu(ctx: Any, node: Node, x: Any) -> Lazy:
     dtype = compute_dtype(promote(x))
     if dtype == torch.bool:
         raise NotLowerable("relu on bool")
+    # NOTE: relu(-0.) is -0. in eager (x kept on ties, see _clamp)
     return pointwise(node, [x], lambda b, v: b.compute(
-        "maximum", v[0], b.literal(0, dtype)), compute=dtype)
+        "maximum", b.literal(0, dtype), v[0]), compute=dtype)
 
 
 @lowering("aten::leaky_relu.default")

@@ -50,7 +50,7 @@ def literal(value: bool | float, dtype: torch.dtype) -> str:
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "eq": "==", "ne": "!=",
           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "logical_and": "&&",
           "logical_or": "||", "logical_xor": "!=", "bitwise_and": "&", "bitwise_or": "|",
-          "bitwise_xor": "^", "lshift": "<<", "rshift": ">>"}
+          "bitwise_xor": "^"}
 _FLOAT_FUNCS = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin",
                 "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
                 "acosh", "atanh", "erf", "erfc", "floor", "ceil", "trunc", "atan2"}
@@ -89,6 +89,8 @@ def compute(op: str, args: list[str], arg_dtype: torch.dtype, out: torch.dtype) 
     if op in ("rand", "randn"):
         # Philox on (int64 key, int64 offset) -> float (see the prelude)
         return f"ember_{op}({args[0]}, {args[1]})"
+    if op in ("lshift", "rshift"):
+        return f"ember_{op}<{t}>({args[0]}, {args[1]})"
     if op == "floordiv":
         fn = "ember_ffloordiv" if is_float else "ember_floordiv"
         return f"{fn}<{t}>({args[0]}, {args[1]})"

@@ -124,16 +124,29 @@ template <typename T> static inline T ember_ffloordiv(T a, T b) {
     if (b == 0) return a / b;
     T m = std::fmod(a, b); T d = (a - m) / b;
     if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
+    if (d == 0) return std::copysign(T(0), a / b);  // a zero quotient keeps a / b's sign
     T f = std::floor(d); if (d - f > 0.5) f += 1; return f;
 }
+// Shifts by a negative amount or by the bit width or more: eager gives 0 (left) and the
+// sign fill (right); in C++ they are undefined.
+template <typename T> static inline T ember_lshift(T a, T b) {
+    using U = typename std::make_unsigned<T>::type;
+    return (b < 0 || b >= T(8 * sizeof(T))) ? T(0) : static_cast<T>(static_cast<U>(a) << b);
+}
+template <typename T> static inline T ember_rshift(T a, T b) {
+    const T fill = a < 0 ? T(-1) : T(0);
+    return (b < 0 || b >= T(8 * sizeof(T))) ? fill : static_cast<T>(a >> b);
+}
 template <typename T> static inline T ember_ipow(T base, T exp) {
-    if (exp < 0) return base == 1 ? 1 : 0;
+    // a negative exponent: 1 / base**-exp truncated, nonzero only for base 1 and -1
+    if (exp < 0) return base == 1 ? 1 : (base == -1 ? ((exp & 1) ? -1 : 1) : 0);
     T r = 1; while (exp) { if (exp & 1) r *= base; base *= base; exp >>= 1; } return r;
 }
 // Selects only: GCC 12 leaves a loop calling the form with bool arithmetic and an early
 // return unvectorized ("control flow in loop"), 30x slower on a 1M-element gradient.
+// sign(NaN) is 0, as in eager (CPU and CUDA).
 template <typename T> static inline T ember_sign(T a) {
-    T s = (a > T(0)) ? T(1) : T(0); s = (a < T(0)) ? T(-1) : s; return (a != a) ? a : s;
+    T s = (a > T(0)) ? T(1) : T(0); return (a < T(0)) ? T(-1) : s;
 }
 template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
 // glibc's vector expf computes every lane whose argument is outside about [-87, 88] (a

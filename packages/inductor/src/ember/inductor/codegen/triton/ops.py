@@ -38,8 +38,7 @@ def call(fn: str) -> Rule:
 for _op, _sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("eq", "=="), ("ne", "!="),
                   ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="),
                   ("logical_and", "&"), ("logical_or", "|"), ("logical_xor", "^"),
-                  ("bitwise_and", "&"), ("bitwise_or", "|"), ("bitwise_xor", "^"),
-                  ("lshift", "<<"), ("rshift", ">>")):
+                  ("bitwise_and", "&"), ("bitwise_or", "|"), ("bitwise_xor", "^")):
     RULES[_op] = infix(_sym)
 
 for _op, _fn in (("exp", "tl.exp"), ("exp2", "tl.exp2"), ("log", "tl.log"),
@@ -109,6 +108,28 @@ def _remainder(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
     return f"tl.where({fix}, {rem} + {y}, {rem})"
 
 
+def _shift_amount_ok(y: str, t: torch.dtype) -> str:
+    bits = torch.iinfo(t).bits
+    return f"(({y} >= 0) & ({y} < {bits}))"
+
+
+# A shift by a negative amount or by the bit width or more gives 0 (left) or the sign
+# fill (right), as in eager; the shift itself then uses an in-range amount.
+@rule("lshift")
+def _lshift(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    x, y = a
+    ok = _shift_amount_ok(y, t)
+    return f"tl.where({ok}, {x} << tl.where({ok}, {y}, 0), 0)"
+
+
+@rule("rshift")
+def _rshift(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
+    x, y = a
+    ok = _shift_amount_ok(y, t)
+    fill = f"tl.where({x} < 0, -1, 0)" if t.is_signed else "0"
+    return f"tl.where({ok}, {x} >> tl.where({ok}, {y}, 0), {fill})"
+
+
 @rule("pow")
 def _pow(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
     if not is_float(t):
@@ -127,7 +148,8 @@ HELPERS: dict[str, str] = {
     "_ember_ipow": '''
 @triton.jit
 def _ember_ipow(a, b):
-    # Integer power by squaring over the exponent's bits (exponents are >= 0).
+    # Integer power by squaring over the exponent's bits; a negative exponent gives
+    # 1 / a**-b truncated (nonzero only for a = 1 and a = -1), as in eager.
     zero = a * 0 + b * 0
     result = zero + 1
     base = zero + a
@@ -136,7 +158,8 @@ def _ember_ipow(a, b):
         result = tl.where((e & 1) != 0, result * base, result)
         base = base * base
         e = e >> 1
-    return result
+    negative = tl.where(a == 1, 1, tl.where(a == -1, 1 - 2 * (b & 1), 0))
+    return tl.where(b < 0, zero + negative, result)
 ''',
     "_ember_random": '''
 @triton.jit
@@ -179,6 +202,8 @@ def _ember_ffloordiv(a, b):
     d = tl.where((m != 0) & ((b < 0) != (m < 0)), d - 1.0, d)
     f = tl.floor(d)
     f = tl.where(d - f > 0.5, f + 1.0, f)
+    # a zero quotient keeps the sign of a / b (0 * (a / b) is that zero, or NaN)
+    f = tl.where(d == 0, 0.0 * (a / b), f)
     return tl.where(b == 0, a / b, f)
 ''',
 }
@@ -220,8 +245,8 @@ def _sign(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
     if t == torch.bool:
         return x
     ty = tl_type(t)
-    s = f"(({x} > 0).to({ty}) - ({x} < 0).to({ty}))"
-    return f"tl.where({x} != {x}, {x}, {s})" if is_float(t) else s
+    # NOTE: sign(NaN) is 0, as in eager
+    return f"(({x} > 0).to({ty}) - ({x} < 0).to({ty}))"
 
 
 @rule("isnan")
@@ -255,6 +280,10 @@ def _where(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
 def _cast(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
     if r == t:
         return a[0]
+    if r == torch.bool and t in (torch.float16, torch.bfloat16):
+        # NOTE: compared in float32: Triton's interpreter compares 16-bit floats by their
+        # bits (-0. != 0. there)
+        return f"({a[0]}.to(tl.float32) != 0)"
     if r == torch.bool:
         return f"({a[0]} != 0)"
     if r in (torch.float16, torch.bfloat16) and not is_float(t):
