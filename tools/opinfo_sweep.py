@@ -2,6 +2,7 @@
 
     python tools/opinfo_sweep.py [--ops add,median,...] [--dtypes float32,bfloat16,int64]
         [--no-grad] [--samples 2] [--jobs 2] [--out report.csv] [--failures FILE]
+        [--rerun-failing OLD.csv]
 
 Runs at most ``--samples`` samples per (op, dtype, kind) (forward in each dtype the op
 supports, gradients in float32 for differentiable ops), in ``--jobs`` worker processes
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write every sample's row to this CSV")
     parser.add_argument("--failures", type=Path,
                         help="write the failing samples (op, dtype, kind, error) to this file")
+    parser.add_argument("--rerun-failing", type=Path, metavar="OLD_CSV",
+                        help="re-run only the ops that failed in an earlier --out CSV and "
+                             "report that CSV's rows with theirs replaced")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     unknown = [d for d in args.dtypes.split(",") if d not in _DTYPES]
@@ -52,10 +56,20 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.ops.split(",") if n]
     if args.worker is not None:
         return _work(names, dtypes, not args.no_grad, args.samples, args.worker)
-    labels = [harness.op_label(o) for o in harness.select_ops(names)]
+    earlier: list[harness.SampleResult] = []
+    if args.rerun_failing is not None:
+        earlier = read_csv(args.rerun_failing)
+        names = sorted({r.op for r in harness.failures(earlier)})
+        if not names:
+            print(f"no failing samples in {args.rerun_failing}")
+            return 0
+    labels = [harness.op_label(o) for o in harness.select_ops(names, exact=bool(earlier))]
     start = time.perf_counter()
     results = _sweep(labels, args, max(args.jobs, 1))
     elapsed = time.perf_counter() - start
+    if earlier:
+        rerun = set(labels)
+        results = [r for r in earlier if r.op not in rerun] + results
     if args.out is not None:
         write_csv(results, args.out)
     report = render(results, elapsed)
@@ -162,6 +176,12 @@ class _Worker:
         self._in_progress = None
         self._launch()
         return False
+
+
+def read_csv(path: Path) -> list[harness.SampleResult]:
+    """The rows of a CSV written by :func:`write_csv`."""
+    with path.open(newline="") as f:
+        return [harness.SampleResult.from_row(row) for row in csv.DictReader(f)]
 
 
 def write_csv(results: list[harness.SampleResult], path: Path) -> None:

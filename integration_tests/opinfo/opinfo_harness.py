@@ -22,9 +22,10 @@ it is then classified (:data:`CATEGORIES`):
                 (``InductorFallbackWarning``: the graph ran eagerly after an internal error)
 
 A sample eager itself raises on is ``skipped`` (not counted), as is one with a sparse
-input (Ember compiles strided tensors only). An op whose output depends on data
-(``.item()``, ``nonzero``) cannot be traced: it is compiled with the default strict
-capture instead, where it is a graph break (``fallback``). Random ops (two eager runs
+input (Ember compiles strided tensors only). A sample that cannot be traced (an op whose
+output depends on data: ``.item()``, ``nonzero``, a tensor read as Python numbers) is
+compiled with the default strict capture instead, where it is a graph break
+(``fallback``, if then correct). Random ops (two eager runs
 with different seeds differ) are compiled with ``eager_random`` so that, seeded alike,
 the compiled run draws eager's numbers.
 """
@@ -287,12 +288,13 @@ def compile_sample(sample: _Sample, eager_random: bool) -> Compiled:
     program = ProgramCallable(compiled)
     before = _call_targets(captured.program)
     after = _call_targets(functional)
-    fallbacks = compiled.metadata.get("fallbacks") or {}
+    fallbacks = compiled.metadata.get("fallbacks")
+    counts = {str(k): int(v) for k, v in fallbacks.items()} if isinstance(fallbacks, dict) else {}
 
     def run(*tensors: torch.Tensor) -> Any:
         return captured.output.rebuild(program(captured.arguments.gather(list(tensors))))
 
-    return Compiled(run, not before <= after, dict(fallbacks), graph_eager,
+    return Compiled(run, not before <= after, counts, graph_eager,
                     sorted(t for t in before if _is_random_op(t)))
 
 
@@ -382,12 +384,17 @@ _DATA_DEPENDENT = ("DataDependentOutputException", "DynamicOutputShapeException"
 
 
 def _data_dependent_op(error: BaseException) -> str | None:
-    """The op named by a capture error whose cause is a data-dependent value or shape
-    (``.item()``, ``nonzero``, ...), else None."""
-    cause = error.__cause__
-    if cause is None or type(cause).__name__ not in _DATA_DEPENDENT:
+    """What a tracing failure depends on (the op whose output depends on data, for
+    ``.item()``, ``nonzero``, ...; else the error), or None for another failure."""
+    from ember.frontend.trace import CaptureError
+
+    if not isinstance(error, CaptureError):
         return None
-    return str(cause) or type(cause).__name__
+    cause = error.__cause__
+    if cause is not None and type(cause).__name__ in _DATA_DEPENDENT:
+        return str(cause) or type(cause).__name__
+    first_line = str(cause).splitlines()[0] if cause is not None and str(cause) else ""
+    return f"{type(cause).__name__}: {first_line}"[:120]
 
 
 def _with_graph_break(sample: _Sample, plan: Plan, expected: list[Any], op: str,
