@@ -516,3 +516,31 @@ def gen_break_inside(x):
                                 gen_break_inside], ids=lambda f: f.__name__)
 def test_generators_are_lazy(fn: Callable[..., Any]) -> None:
     run3(fn, vec)
+
+
+def gen_islice_endless(x):
+    def gen():
+        i = 0
+        while True:
+            yield x * i
+            i += 1
+
+    return list(itertools.islice(gen(), 3)) + [v for _, v in zip(range(2), gen())]
+
+
+def gen_any_short_circuit(x):
+    seen = []
+
+    def gen():
+        for i in range(5):
+            seen.append(i)
+            yield i
+
+    return x * any(v > 1 for v in gen()), seen
+
+
+@pytest.mark.parametrize("fn", [gen_islice_endless, gen_any_short_circuit],
+                         ids=lambda f: f.__name__)
+def test_generators_stop_where_python_stops(fn: Callable[..., Any]) -> None:
+    compiled = run3(fn, vec)
+    assert compiled.stats.graph_breaks == 0

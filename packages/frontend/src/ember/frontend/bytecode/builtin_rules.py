@@ -55,6 +55,12 @@ def _make_direct_rule(fn: Any) -> Rule:
                 return cls
             # class attributes read through it are guarded like the object's own
             return interp.wrap(cls, AttrSource(source, "__class__"))
+        if fn in (any, all) and len(args) == 1 and isinstance(args[0], LazyIterator):
+            # stops at the first deciding item, as in CPython (the rest never runs)
+            for item in args[0]:
+                if bool(interp.truth(item)) is (fn is any):
+                    return fn is any
+            return fn is all
         if fn in (sorted, min, max, sum, any, all) and len(args) == 1 and not isinstance(
                 args[0], (list, tuple)):
             args = [interp.iterate(args[0])]

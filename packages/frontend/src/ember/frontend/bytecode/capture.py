@@ -18,7 +18,7 @@ import re
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import torch
 from ember.frontend._torch import is_fake
@@ -77,7 +77,7 @@ class CaptureContext:
 
     # ---- entering the recorder ----------------------------------------------------------
 
-    def __enter__(self) -> CaptureContext:
+    def __enter__(self) -> Self:
         self.recorder.__enter__()
         self.recording = True
         return self

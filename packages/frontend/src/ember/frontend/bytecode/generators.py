@@ -147,3 +147,16 @@ def lazy_filter(keep: Callable[[Any], bool], it: Any) -> LazyIterator:
                 return has, value
 
     return LazyIterator(advance)
+
+
+def lazy_from(iterator: Any) -> LazyIterator:
+    """A lazy iterator pulling from a Python iterator (e.g. an ``itertools`` object over
+    lazy iterators), one value per ``advance``."""
+
+    def advance() -> tuple[bool, Any]:
+        try:
+            return True, next(iterator)
+        except StopIteration:
+            return False, None
+
+    return LazyIterator(advance)

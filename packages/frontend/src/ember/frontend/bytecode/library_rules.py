@@ -23,7 +23,8 @@ from typing import Any
 
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
 from ember.frontend.bytecode.frame import Frame
-from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.generators import LazyIterator, lazy_from
+from ember.frontend.bytecode.iteration import ListIterator, make_iterator
 
 ITERTOOLS: dict[Any, tuple[tuple[str, ...], dict[str, str]]] = {
     itertools.chain: (("iter*",), {}),
@@ -64,7 +65,9 @@ def _through_interpreter(h: Any, interp: Any, frame: Frame, fn: Any) -> Any:
 
 def _convert(h: Any, interp: Any, frame: Frame, role: str, value: Any) -> Any:
     if role in ("iter", "iter*"):
-        return interp.iterate(value)
+        source = make_iterator(value, interp)
+        # a generator stays lazy: itertools pulls from it as it would in CPython
+        return source if isinstance(source, LazyIterator) else source.remaining()
     if role == "fn":
         return _through_interpreter(h, interp, frame, value)
     return value
@@ -78,6 +81,8 @@ def _materialising_rule(fn: Any) -> Any:
         pos = [_convert(h, interp, frame, _role(roles, i), a) for i, a in enumerate(args)]
         kw = {k: _convert(h, interp, frame, kw_roles.get(k, "value"), v)
               for k, v in kwargs.items()}
+        if any(isinstance(v, LazyIterator) for v in [*pos, *kw.values()]):
+            return lazy_from(fn(*pos, **kw))
         return ListIterator(list(fn(*pos, **kw)))
 
     return rule

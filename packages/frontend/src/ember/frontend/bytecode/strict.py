@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
 from ember.frontend.bytecode.binding import BindError, bind_arguments
+from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
 from ember.frontend.bytecode.calls import CallHandler
 from ember.frontend.bytecode.escape import break_allowed
 from ember.frontend.bytecode.frame import Frame, FrameState
