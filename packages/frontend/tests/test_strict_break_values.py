@@ -544,3 +544,33 @@ def gen_any_short_circuit(x):
 def test_generators_stop_where_python_stops(fn: Callable[..., Any]) -> None:
     compiled = run3(fn, vec)
     assert compiled.stats.graph_breaks == 0
+
+
+# ---- tensors that code run for real reads from an argument are inputs, not constants ---------
+
+def dist_argument(x, d):
+    return d.log_prob(x), d.entropy()
+
+
+def categorical_argument(x, d):
+    return d.probs * x
+
+
+def test_distribution_argument_read_by_torch_code() -> None:
+    run3(dist_argument, lambda i: (torch.zeros(3), torch.distributions.Normal(
+        torch.arange(3.0) + i, 1.0 + i, validate_args=False)))
+
+
+def test_lazy_property_cache_gets_real_values() -> None:
+    """``Categorical.probs`` caches into the object: the user's object gets the real
+    tensor (not a fake), and the next object's probs are its own."""
+    compiled = strict(categorical_argument)
+    for i in range(3):
+        logits = torch.arange(3.0) * i
+        d = torch.distributions.Categorical(logits=logits, validate_args=False)
+        expected = categorical_argument(torch.ones(3), torch.distributions.Categorical(
+            logits=logits, validate_args=False))
+        assert_same(compiled(torch.ones(3), d), expected)
+        cached = vars(d)["probs"]
+        assert type(cached) is torch.Tensor
+        assert_same(cached, torch.softmax(logits, 0))

@@ -184,7 +184,6 @@ class CaptureContext:
                     for name, t in getattr(obj, table).items():
                         if t is value:
                             return ModuleMemberSource(source, table, name)
-                continue
             members = getattr(obj, "__dict__", None)
             if not isinstance(members, dict) or isinstance(obj, (type, types.ModuleType)):
                 continue
