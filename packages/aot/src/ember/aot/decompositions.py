@@ -103,6 +103,9 @@ def addbmm(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *,
     """``beta * x + alpha * sum_b(batch1[b] @ batch2[b])`` (with ``beta == 0``, ``x``
     is ignored, NaN included, as eager does)."""
     aten = torch.ops.aten
+    if not (batch1.dtype.is_floating_point or batch1.dtype.is_complex):
+        # NOTE: eager truncates the scalars to the integer dtype (beta=0.6 is 0)
+        beta, alpha = int(beta), int(alpha)
     if batch1.dtype in (torch.bfloat16, torch.float16):
         # NOTE: eager accumulates over the batch in float32 and rounds once
         wide = aten.sum.dim_IntList(aten.bmm.default(
