@@ -10,6 +10,7 @@ strictly and called three times with different inputs; every call must equal eag
 from __future__ import annotations
 
 import collections
+import fractions
 import functools
 import itertools
 import time
@@ -574,3 +575,46 @@ def test_lazy_property_cache_gets_real_values() -> None:
         cached = vars(d)["probs"]
         assert type(cached) is torch.Tensor
         assert_same(cached, torch.softmax(logits, 0))
+
+
+# ---- values from outside read by C code are guarded by value ---------------------------------
+
+def set_size(x, s):
+    return x * len(s) + (3 in s)
+
+
+def range_sum(x, r):
+    return x * sum(r)
+
+
+def slice_of(x, sl):
+    return x[sl]
+
+
+def fraction_scale(x, f):
+    return x * float(f)
+
+
+@pytest.mark.parametrize("fn, make", [
+    (set_size, lambda i: (torch.ones(3), set(range(i + 2)))),
+    (set_size, lambda i: (torch.ones(3), frozenset(range(i + 2)))),
+    (range_sum, lambda i: (torch.ones(3), range(i + 1))),
+    (slice_of, lambda i: (torch.arange(5.0), slice(i, 4))),
+    (fraction_scale, lambda i: (torch.ones(3), fractions.Fraction(i + 1, 3))),
+], ids=["set", "frozenset", "range", "slice", "fraction"])
+def test_values_read_by_c_code(fn: Callable[..., Any], make: Any) -> None:
+    run3(fn, make)
+
+
+def add_to_set(x, s):
+    s.add(len(s))
+    s |= {100}
+    return x * len(s)
+
+
+def test_outside_set_mutated() -> None:
+    compiled = strict(add_to_set)
+    for i in range(3):
+        s1, s2 = set(range(i)), set(range(i))
+        assert_same(compiled(torch.ones(2), s1), add_to_set(torch.ones(2), s2))
+        assert s1 == s2

@@ -65,6 +65,9 @@ _GLOBAL_STATE = {"manual_seed", "seed", "save", "load", "set_grad_enabled", "syn
 # modules whose functions give a different result (or act outside) at every call
 _NEW_VALUE_EACH_CALL = {"random", "time", "datetime", "uuid", "secrets", "os", "socket",
                         "subprocess", "logging"}
+_SET_MUTATORS = {"add", "discard", "remove", "pop", "clear", "update",
+                 "difference_update", "intersection_update", "symmetric_difference_update",
+                 "__ior__", "__iand__", "__isub__", "__ixor__"}
 _TYPE_QUERIES = (type, isinstance, issubclass, id, callable)
 _PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools")
 _CONTAINER_TYPES: tuple[type, ...] = (list, dict, set, frozenset, tuple, str, bytes, ListIterator, slice,
@@ -356,6 +359,10 @@ class CallHandler:
             getattr(fn, "__module__", None) or "")
         if is_fake_tensor(owner):
             return self.record(interp, fn, args, kwargs)
+        if (isinstance(owner, set) and interp.capture.source_of(owner) is not None
+                and getattr(fn, "__name__", "") in _SET_MUTATORS):
+            raise interp.fail(f"set.{fn.__name__}() on a set from outside the compiled "
+                              "function")
         if isinstance(owner, _CONTAINER_TYPES) or any(owner is t for t in _CONTAINER_TYPES):
             return self.direct(interp, fn, args, kwargs)  # methods and dict.fromkeys
         if (getattr(fn, "__objclass__", None) is object and fn.__name__ == "__init__"

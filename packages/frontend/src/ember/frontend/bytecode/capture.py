@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import array
 import collections
+import numbers
 import re
 import sys
 import types
@@ -105,7 +106,7 @@ class CaptureContext:
         untracked read, nothing is guarded)."""
         if isinstance(value, torch.Tensor):
             return self._wrap_tensor(value, source)
-        if isinstance(value, PRIMITIVES) or _numpy_scalar(value):
+        if isinstance(value, PRIMITIVES) or _guarded_by_value(value):
             if source is not None:
                 self.guard("equals", source, value)
             return value
@@ -280,8 +281,18 @@ class CaptureContext:
         return self.source_of_fake.get(id(value))
 
 
-def _numpy_scalar(value: Any) -> bool:
-    """A numpy scalar (``np.int64(3)``): read by value, so guarded by value."""
+def _guarded_by_value(value: Any) -> bool:
+    """Values whose content C code reads (a number type such as ``np.int64`` or
+    ``Fraction``, a range, a slice or set of plain values): guarded by equality, not
+    only by type, so that a new value is never taken for the first call's."""
+    if isinstance(value, torch.Tensor):
+        return False
+    if isinstance(value, (numbers.Number, range)):
+        return True
+    if isinstance(value, slice):
+        return all(isinstance(v, PRIMITIVES) for v in (value.start, value.stop, value.step))
+    if isinstance(value, (set, frozenset)):
+        return all(isinstance(v, PRIMITIVES) for v in value)
     np = sys.modules.get("numpy")
     return np is not None and isinstance(value, np.generic)
 

@@ -29,6 +29,8 @@ from ember.frontend.bytecode.sources import (
     attr_source,
 )
 
+_INPLACE_SET_OPS = (operator.ior, operator.iand, operator.isub, operator.ixor)
+
 
 def is_fake_tensor(v: Any) -> bool:
     return is_fake(v)
@@ -331,6 +333,10 @@ class DataOps:
         if self.symbolic and any(opaque_data(a) for a in args):
             raise self.fail(f"operator {fn.__name__} on a numpy array or buffer (its "
                             "content is not captured)")
+        if (self.capture is not None and fn in _INPLACE_SET_OPS and isinstance(args[0], set)
+                and self.capture.source_of(args[0]) is not None):
+            raise self.fail(f"in-place {fn.__name__} on a set from outside the compiled "
+                            "function")
         try:
             return fn(*args)
         except GraphBreak:
