@@ -10,6 +10,7 @@ strictly and called three times with different inputs; every call must equal eag
 from __future__ import annotations
 
 import collections
+import enum
 import fractions
 import functools
 import itertools
@@ -618,3 +619,49 @@ def test_outside_set_mutated() -> None:
         s1, s2 = set(range(i)), set(range(i))
         assert_same(compiled(torch.ones(2), s1), add_to_set(torch.ones(2), s2))
         assert s1 == s2
+
+
+# ---- which object an argument is decides a branch: guarded by identity ------------------------
+
+class _Color(enum.Enum):
+    RED = 1
+    GREEN = 2
+
+
+_A, _B = _Holder(), _Holder()
+
+
+def enum_branch(x, c):
+    if c is _Color.RED:
+        return x + 1
+    return x - 1 if c == _Color.GREEN else x
+
+
+def object_branch(x, o):
+    return x + 1 if o is _A else x - 1
+
+
+def function_argument(x, f):
+    return f(x)
+
+
+def none_branch(x, o):
+    return x + 1 if o is None else x - 1
+
+
+@pytest.mark.parametrize("fn, make", [
+    (enum_branch, lambda i: (torch.ones(3), [_Color.RED, _Color.GREEN][i % 2])),
+    (object_branch, lambda i: (torch.ones(3), [_A, _B][i % 2])),
+    (function_argument, lambda i: (torch.ones(3), [torch.sin, torch.cos][i % 2])),
+    (none_branch, lambda i: (torch.ones(3), [None, _Holder()][i % 2])),
+], ids=["enum", "object", "builtin_function", "none"])
+def test_identity_decides(fn: Callable[..., Any], make: Any) -> None:
+    run3(fn, make)
+
+
+def test_is_none_does_not_pin_fresh_objects() -> None:
+    """``o is None`` needs no identity guard: a fresh object each call is one entry."""
+    compiled = strict(none_branch)
+    for _ in range(3):
+        assert_same(compiled(torch.ones(3), _Holder()), none_branch(torch.ones(3), _Holder()))
+    assert compiled.stats.compiles == 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import array
 import collections
+import enum
 import numbers
 import re
 import sys
@@ -120,6 +121,9 @@ class CaptureContext:
             return self._wrap_container(value, source)
         if isinstance(value, types.MethodType):
             return value  # a fresh bound method each read: its parts are guarded instead
+        if isinstance(value, types.BuiltinFunctionType) and isinstance(
+                value.__self__, (types.ModuleType, type(None))):
+            self.guard("id", source, value)  # torch.sin passed where torch.cos was
         if isinstance(value, (types.ModuleType, types.BuiltinFunctionType)):
             self.sources.setdefault(id(value), (value, source))
             return value
@@ -127,8 +131,10 @@ class CaptureContext:
             # NOTE: a function made by the code being compiled is new at every call;
             # its code identifies it, the closure cells it reads are guarded on read.
             self.guard("id", AttrSource(source, "__code__"), value.__code__)
-        elif isinstance(value, (nn.Module, type)):
-            self.guard("id", source, value)
+        elif isinstance(value, (nn.Module, type, enum.Enum, types.MethodDescriptorType,
+                                types.WrapperDescriptorType)) or (
+                callable(value) and type(value).__module__.startswith("torch.")):
+            self.guard("id", source, value)  # singletons, and torch's op objects
         else:
             # NOTE: other objects may be fresh on every call (a dataclass made before a
             # graph break); their type is guarded here and each attribute read on its own.
@@ -196,6 +202,26 @@ class CaptureContext:
                         if item is value:
                             return ItemSource(AttrSource(source, name), i)
         return None
+
+    def guard_identities(self, a: Any, b: Any, only_identity_eq: bool = False) -> None:
+        """``a`` and ``b`` are compared by identity (``is``, or ``==``, ``in`` and dict
+        keys when their type compares by identity): when both are objects (not None
+        or another plain value, whose type guard decides the result already), guard
+        that each is the same object, not only of the same type."""
+        if not (self._identity_matters(a, only_identity_eq)
+                and self._identity_matters(b, only_identity_eq)):
+            return
+        for value in (a, b):
+            source = self.source_of(value)
+            if source is not None and id(value) not in self.shadows:
+                self.guard("id", source, value)
+
+    @staticmethod
+    def _identity_matters(value: Any, only_identity_eq: bool) -> bool:
+        if isinstance(value, (*PRIMITIVES, torch.Tensor, nn.Module, type)):
+            return False
+        return not only_identity_eq or getattr(type(value), "__eq__", None) is (
+            object.__eq__) or isinstance(value, enum.Enum)
 
     def visible_type(self, value: Any) -> type:
         """``type(value)`` as user code must see it: never ``FakeTensor``."""

@@ -18,7 +18,7 @@ import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.breaks import GraphBreak
-from ember.frontend.bytecode.capture import CaptureContext, opaque_data
+from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext, opaque_data
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
 from ember.frontend.bytecode.iteration import make_iterator
 from ember.frontend.bytecode.sources import (
@@ -291,6 +291,8 @@ class DataOps:
 
     def op_COMPARE_OP(self, f: Frame, ins: Any) -> None:
         a, b = f.stack[-2:]
+        if self.capture is not None and opcodes.compare_op_name(ins) in ("==", "!="):
+            self.capture.guard_identities(a, b, only_identity_eq=True)
         result = self.apply(opcodes.COMPARE_OPS[opcodes.compare_op_name(ins)], a, b)
         f.popn(2)
         f.push(result)
@@ -298,10 +300,16 @@ class DataOps:
     def op_IS_OP(self, f: Frame, ins: Any) -> None:
         b = f.pop()
         a = f.pop()
+        if self.capture is not None:  # the result depends on which objects these are
+            self.capture.guard_identities(a, b)
         f.push((a is not b) if ins.arg else (a is b))
 
     def op_CONTAINS_OP(self, f: Frame, ins: Any) -> None:
         a, b = f.stack[-2:]
+        if self.capture is not None and not isinstance(a, PRIMITIVES) and isinstance(
+                b, (list, tuple, set, frozenset, dict)):
+            for item in b:
+                self.capture.guard_identities(a, item, only_identity_eq=True)
         result = self.apply(operator.contains, b, a)
         self.check_not_tensor(result, "'in' test")
         f.popn(2)
@@ -367,6 +375,9 @@ class DataOps:
 
     def subscr(self, obj: Any, key: Any) -> Any:
         cap = self.capture
+        if cap is not None and isinstance(obj, dict) and not isinstance(key, PRIMITIVES):
+            for k in obj:  # an object key is found by identity
+                cap.guard_identities(key, k, only_identity_eq=True)
         value = self.apply(operator.getitem, obj, key)
         if cap is None:
             return value
