@@ -40,19 +40,22 @@ CASES: dict[str, Case] = {
     "embedding": (lambda w, i: F.embedding(i, w) * 3, (6, 4), [5, 0, 2], [6, -1], IndexError),
     "index": (lambda x, i: x[i] - 1, (4, 5), [-4, 3, -1], [4, -5], IndexError),
     "take": (lambda x, i: torch.take(x, i) + 1, (4, 5), [19, -20, 0], [20, -21], IndexError),
-    "index_put": (lambda x, i: x.index_put((i,), torch.tensor(7.0)), (4, 5), [-4, 3],
-                  [4, -5], IndexError),
-    "index_put_acc": (lambda x, i: x.index_put((i,), torch.tensor(7.0), accumulate=True),
+    "index_put": (lambda x, i: x.index_put((i,), torch.tensor(7.0, device=i.device)),
+                  (4, 5), [-4, 3], [4, -5], IndexError),
+    "index_put_acc": (lambda x, i: x.index_put((i,), torch.tensor(7.0, device=i.device),
+                                               accumulate=True),
                       (4, 5), [-1, 1, -1], [9, -5], IndexError),
     "scatter": (lambda x, i: x.scatter(1, i.view(1, -1), 2.0), (4, 5), [4, 0], [5, -1],
                 RuntimeError),
-    "scatter_add": (lambda x, i: x.scatter_add(1, i.view(1, -1), torch.ones(1, i.numel())),
+    "scatter_add": (lambda x, i: x.scatter_add(1, i.view(1, -1),
+                                                torch.ones(1, i.numel(), device=i.device)),
                     (4, 5), [4, 4, 0], [5, -1], RuntimeError),
     "scatter_reduce": (lambda x, i: x.scatter_reduce(1, i.view(1, -1),
-                                                     torch.ones(1, i.numel()), "sum"),
+                                                     torch.ones(1, i.numel(), device=i.device),
+                                                     "sum"),
                        (4, 5), [1, 1], [7, -2], RuntimeError),
-    "index_add": (lambda x, i: x.index_add(0, i, torch.ones(i.numel(), 5)), (4, 5), [3, 3],
-                  [4, -1], RuntimeError),
+    "index_add": (lambda x, i: x.index_add(0, i, torch.ones(i.numel(), 5, device=i.device)),
+                  (4, 5), [3, 3], [4, -1], RuntimeError),
 }
 
 
@@ -160,3 +163,32 @@ def test_unknown_bounds_emit_a_check(backend: str) -> None:
                            backend=backend)
     text = _text(compiled)
     assert "kernel_errors" in text and "a run-time check failed" in text
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cuda_out_of_range_index_raises(name: str) -> None:
+    """On CUDA the wrapper tests the error buffer once, after the graph: the same
+    exception as on CPU (eager: a device-side assert), and the CUDA context stays
+    usable."""
+    fn, shape, good, bad, exc = CASES[name]
+    x = torch.randn(shape, device="cuda")
+    ok = torch.tensor(good, device="cuda")
+    _, run = compile_and_load(trace(fn, [x, ok]))
+    torch.testing.assert_close(run(x, ok)[0], fn(x, ok))
+    for v in bad:
+        idx = ok.clone()
+        idx[len(good) // 2] = v
+        with pytest.raises(exc, match=f"index {v} is out of bounds"):
+            run(x, idx)
+    torch.testing.assert_close(run(x, ok)[0], fn(x, ok))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_cuda_provable_bounds_emit_no_check() -> None:
+    x = torch.randn(64, 128, device="cuda")
+    compiled, run = compile_and_load(trace(PROVEN["gather_argmax"][0], [x]))
+    torch.testing.assert_close(run(x)[0], PROVEN["gather_argmax"][0](x))
+    assert "kernel_errors" not in _text(compiled)

@@ -86,6 +86,7 @@ def _namespace() -> types.SimpleNamespace:
         nearbyint=_unary(np.rint),
         trunc=_unary(np.trunc),
         atan2=_binary(np.arctan2),
+        fmod=_binary(np.fmod),
         pow=_binary(np.power),
     )
 

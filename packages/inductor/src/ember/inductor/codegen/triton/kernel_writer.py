@@ -26,6 +26,7 @@ int32 unless the kernel can address 2**31 elements or more, then int64.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -127,6 +128,26 @@ def _identifier(name: str) -> str:
     if not ident or ident[0].isdigit():
         ident = "_" + ident
     return ident
+
+
+# float dtype -> (the bits of -0. as a signed integer, that integer's Triton type)
+NEGATIVE_ZERO_BITS = {torch.float32: (-2**31, "tl.int32"), torch.float64: (-2**63, "tl.int64")}
+
+
+def _literal(s: Literal) -> str:
+    """A 0-d Triton tensor holding the literal ``s``."""
+    if s.dtype.is_floating_point and s.value == 0 and math.copysign(1.0, float(s.value)) < 0:
+        # NOTE: Triton folds the constant -0. into 0.: built from its bits
+        bits, ity = NEGATIVE_ZERO_BITS[torch.float64 if s.dtype == torch.float64
+                                       else torch.float32]
+        dtype = torch.float64 if s.dtype == torch.float64 else torch.float32
+        text = f"tl.full([], {bits}, {ity}).to({tl_type(dtype)}, bitcast=True)"
+        return text if s.dtype == dtype else to_half(text, s.dtype)
+    if s.dtype in (torch.float16, torch.bfloat16):
+        # NOTE: built in float32 and converted: older Triton interpreters (3.6) cannot
+        # make 16-bit float constants.
+        return to_half(f"tl.full([], {scalar_literal(s.value, s.dtype)}, tl.float32)", s.dtype)
+    return f"tl.full([], {scalar_literal(s.value, s.dtype)}, {tl_type(s.dtype)})"
 
 
 class KernelWriter:
@@ -300,13 +321,7 @@ class KernelWriter:
             self.emit_load(s)
         elif isinstance(s, Literal):
             self.dtypes[s.name] = s.dtype
-            text = f"tl.full([], {scalar_literal(s.value, s.dtype)}, {tl_type(s.dtype)})"
-            if s.dtype in (torch.float16, torch.bfloat16):
-                # NOTE: built in float32 and converted: older Triton interpreters (3.6)
-                # cannot make 16-bit float constants.
-                text = to_half(f"tl.full([], {scalar_literal(s.value, s.dtype)}, tl.float32)",
-                               s.dtype)
-            self.line(f"{self.value(s.name)} = {text}")
+            self.line(f"{self.value(s.name)} = {_literal(s)}")
         elif isinstance(s, IndexValue):
             self.dtypes[s.name] = s.dtype
             text = self.index(s.index)

@@ -94,16 +94,22 @@ def _truncdiv(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
     return f"({a[0]} // {a[1]})"
 
 
+def _c_remainder(x: str, y: str, t: torch.dtype) -> str:
+    """C's fmod / srem (the result takes the dividend's sign). NOTE: floats through
+    libdevice: Triton compiles a float % to a - trunc(a / b) * b on the GPU, which loses
+    the sign of a zero result and is inexact for large quotients."""
+    return f"libdevice.fmod({x}, {y})" if is_float(t) else f"({x} % {y})"
+
+
 @rule("fmod")
 def _fmod(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
-    # Triton's % is C's fmod / srem: the result takes the dividend's sign.
-    return f"({a[0]} % {a[1]})"
+    return _c_remainder(a[0], a[1], t)
 
 
 @rule("remainder")
 def _remainder(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
     x, y = a
-    rem = f"({x} % {y})"
+    rem = _c_remainder(x, y, t)
     fix = f"(({rem} != 0) & (({rem} < 0) != ({y} < 0)))"
     return f"tl.where({fix}, {rem} + {y}, {rem})"
 
@@ -197,8 +203,9 @@ def _ember_random(key, offset, NORMAL: tl.constexpr):
 def _ember_ffloordiv(a, b):
     # Eager's float floor division: from fmod, so that a quotient that a / b rounds up
     # to an integer is not floored one too high.
-    m = a % b
-    d = (a - m) / b
+    m = libdevice.fmod(a, b)
+    # NOTE: div_rn, IEEE division: Triton's / (div.full) flushes denormal operands
+    d = tl.div_rn(a - m, b)
     d = tl.where((m != 0) & ((b < 0) != (m < 0)), d - 1.0, d)
     f = tl.floor(d)
     f = tl.where(d - f > 0.5, f + 1.0, f)
@@ -226,7 +233,8 @@ RULES["minimum"] = _minmax("tl.minimum")
 
 @rule("neg")
 def _neg(a: list[str], t: torch.dtype, r: torch.dtype) -> str:
-    return f"(-{a[0]})"
+    # NOTE: Triton compiles -x to 0 - x, which is +0. for x = 0.; eager gives -0.
+    return f"({a[0]} * -1.0)" if is_float(t) else f"(-{a[0]})"
 
 
 @rule("abs")
