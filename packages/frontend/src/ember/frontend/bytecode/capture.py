@@ -133,7 +133,7 @@ class CaptureContext:
             self.guard("id", AttrSource(source, "__code__"), value.__code__)
         elif isinstance(value, (nn.Module, type, enum.Enum, types.MethodDescriptorType,
                                 types.WrapperDescriptorType)) or (
-                callable(value) and type(value).__module__.startswith("torch.")):
+                callable(value) and (type(value).__module__ or "").startswith("torch.")):
             self.guard("id", source, value)  # singletons, and torch's op objects
         else:
             # NOTE: other objects may be fresh on every call (a dataclass made before a
