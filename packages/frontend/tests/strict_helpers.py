@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import ember.frontend as ef
@@ -50,3 +51,17 @@ def check(fn: Any, *args: Any, graphs: int, breaks: int, compiles: int | None = 
     if compiles is not None:
         assert stats.compiles == compiles, stats
     return compiled
+
+
+def run3(fn: Callable[..., Any], make_args: Callable[[int], tuple[Any, ...]]) -> Any:
+    """Call ``fn`` eagerly and compiled on three different inputs; compare."""
+    compiled = strict(fn)
+    for i in range(3):
+        expected = fn(*make_args(i))
+        got = compiled(*make_args(i))
+        assert_same(got, expected)
+    return compiled
+
+
+def vec(i: int) -> tuple[torch.Tensor]:
+    return (torch.arange(3.0) * (i + 1) - i,)
