@@ -156,3 +156,12 @@ def test_gradient_through_functional_copy() -> None:
     program, run = compile_fn(lambda a: torch.diff(a, 0) * 2, x, config=AotConfig(training=True))
     (grad,) = torch.autograd.grad(run([x])[0].sum(), [x])
     torch.testing.assert_close(grad, torch.full((4,), 2.0))
+
+
+def test_decomposition_needing_data_keeps_the_op_whole() -> None:
+    # torch's bucketize decomposition makes a tensor of the Python number with
+    # torch.tensor, which fake tensors cannot compute
+    boundaries = torch.tensor([-2.0, -1.0, 0.5, 3.0])
+    program, run = compile_fn(lambda b: torch.bucketize(-1.5, b), boundaries)
+    assert program.metadata["aot"]["extern_ops"] == ["aten::bucketize.Scalar"]
+    torch.testing.assert_close(run([boundaries])[0], torch.bucketize(-1.5, boundaries))

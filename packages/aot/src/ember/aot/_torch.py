@@ -11,10 +11,18 @@ from typing import Any
 import torch
 from torch._decomp import core_aten_decompositions  # torch's Core ATen decomposition table
 from torch._decomp import decomposition_table as _all_decompositions  # every registered one
+from torch._subclasses.fake_tensor import (  # fake tensors cannot compute these
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+)
 from torch.utils._python_dispatch import TorchDispatchMode  # a Python dispatch hook
 
+# Raised on fake tensors by an op whose output values or shape depend on data.
+DATA_DEPENDENT_ERRORS: tuple[type[Exception], ...] = (
+    DataDependentOutputException, DynamicOutputShapeException)
+
 __all__ = [
-    "TorchDispatchMode", "current_autograd_node", "decomposition_table_for_core_aten", "has_composite_implicit_kernel",
+    "DATA_DEPENDENT_ERRORS", "TorchDispatchMode", "current_autograd_node", "decomposition_table_for_core_aten", "has_composite_implicit_kernel",
     "is_core_op",
 ]
 

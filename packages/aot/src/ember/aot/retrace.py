@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from ember.aot._torch import (
+    DATA_DEPENDENT_ERRORS,
     TorchDispatchMode,
     current_autograd_node,
     has_composite_implicit_kernel,
@@ -53,11 +54,16 @@ _REINTERPRETING_VIEWS = frozenset({
 })
 
 
+_DECOMPOSITION_GIVES_UP: tuple[type[Exception], ...] = (_Undecomposable, *DATA_DEPENDENT_ERRORS)
+
+
 class DecomposingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Replaces each op that has an entry in ``table`` by its decomposition (applied
     again, recursively, to the ops the decomposition calls).
 
-    Some of torch's decompositions are written with ``prims`` ops (``torch._refs``),
+    A decomposition that needs data (``torch.tensor`` of a number in torch's
+    ``bucketize``: fake tensors cannot compute it) keeps its op whole. Some of torch's
+    decompositions are written with ``prims`` ops (``torch._refs``),
     which the core-functional dialect refuses, and some write through a view that
     reinterprets the dtype, which functionalization cannot express: when such an op
     reaches the mode inside a decomposition, the innermost op being decomposed is kept
@@ -93,7 +99,7 @@ class DecomposingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         try:
             with self:
                 return decomposition(*args, **kwargs)
-        except _Undecomposable:
+        except _DECOMPOSITION_GIVES_UP:
             return NotImplemented
         finally:
             self.depth -= 1
