@@ -377,6 +377,10 @@ class KernelWriter:
             ptr += f" + tl.full({shape}, 0, tl.int32)"
         mask = self.mask_for(s, s.mask)
         value = self.value(s.value)
+        if not want and not self.axes_of(s.index):
+            # NOTE: a one-element kernel: Triton's interpreter makes some math results
+            # (libdevice.tanh of a scalar) blocks; the pointer takes the value's shape
+            ptr += f" + ({value} == {value}).to(tl.int32) * 0"
         if shape is not None and s.mask is not None:
             # NOTE: a mask computed from constants only (the run-time check of a literal
             # divisor 0) is 0-d; Triton's interpreter rejects it, even broadcast, unless
