@@ -108,6 +108,16 @@ def test_out_of_range_index_raises_like_eager(name: str, backend: str) -> None:
         assert "aten::" in message  # names the op
 
 
+def test_index_select_of_a_0d_tensor(backend: str) -> None:
+    # the OpInfo sample: a 0-d source, so a 0-d result (the rule used to crash)
+    x = torch.tensor(3.0)
+    compiled, run = _compile(lambda x, i: x.index_select(0, i) * 2, x, torch.tensor([0]),
+                             backend=backend)
+    assert run(x, torch.tensor([0]))[0].tolist() == 6.0
+    with pytest.raises(IndexError, match="index 1 is out of bounds"):
+        run(x, torch.tensor([1]))
+
+
 def test_first_failing_kernel_raises_and_later_calls_still_work(backend: str) -> None:
     w = torch.randn(10, 3)
     compiled, run = _compile(lambda w, i: F.embedding(i, w).sum(0), w,

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, Indirect, add, floordiv, mod, mul
+from ember.inductor.loop_ir import IndexExpr, Indirect, Int, add, floordiv, mod, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck, new_check, record_failure
 from ember.inductor.lowering.common import broadcast_index, normalize_dim, out_meta, sizes_of
@@ -203,10 +203,11 @@ def _index_select(ctx: GraphLowering, node: Node, x: TensorValue, dim: int,
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
         src = list(i)
+        if not x.sizes:  # a 0-d tensor: one index (0-d or of one element), which must be 0
+            checker.position(b, index.element(b, tuple(Int(0) for _ in index.sizes)))
+            return x.element(b, ())
         k = index.element(b, (i[d],) if index.sizes else ())
         pos = checker.position(b, k)
-        if not x.sizes:
-            return x.element(b, ())
         src[d] = pos
         return x.element(b, tuple(src))
 
