@@ -256,6 +256,38 @@ def _var(ctx: Any, node: Node, x: TensorValue, dims: Any = None, *, correction: 
     return cast(var, sqrt="std" in node.target)
 
 
+@lowering("aten::logsumexp.default")
+def _logsumexp(ctx: Any, node: Node, x: TensorValue, dims: Any, keepdim: bool = False) -> Lazy:
+    """``log(sum(exp(x - m))) + m`` with ``m`` the max over ``dims``, taken as 0 where it
+    is infinite (all ``-inf`` gives ``-inf``, an ``inf`` gives ``inf``, as in eager)."""
+    out = out_meta(node).dtype
+    acc = compute_dtype(out)
+    if not acc.is_floating_point:
+        raise NotLowerable("logsumexp with an integer result")
+    d = reduced_dims(x, dims)
+    xf = _cast_fn(x, acc)
+    m = keepdim_value(ctx, reduce(ctx, node, "max", xf, x.sizes, d, True, acc), x.sizes, d,
+                      True)
+
+    def shift(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        v = m.element(b, _zero(index, d))
+        return b.compute("where", b.compute("isinf", v), b.literal(0, acc), v)
+
+    def exp_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        return b.compute("exp", b.compute("sub", xf(b, index), shift(b, index)))
+
+    s = reduce(ctx, node, "sum", exp_fn, x.sizes, d, keepdim, acc)
+
+    def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        it = iter(index)
+        full = index if keepdim else tuple(
+            Int(0) if k in d else next(it) for k in range(len(x.sizes)))
+        lse = b.compute("add", b.compute("log", s.element(b, index)), shift(b, full))
+        return b.cast(lse, out)
+
+    return Lazy(fn, out, s.sizes)
+
+
 class _SoftmaxParts(NamedTuple):
     """What softmax-like ops share over dim ``d``: the output dtype, the accumulation
     dtype, ``x - rowmax`` (Lazy), the row max and the row sum of ``exp(x - rowmax)``

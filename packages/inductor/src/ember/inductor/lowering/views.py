@@ -229,6 +229,30 @@ def _unfold(ctx: Any, node: Node, x: TensorValue, dim: int, size: int, step: int
     return remap(x, sizes, index_map, strides, offset)
 
 
+@lowering("aten::diagonal.default")
+def _diagonal(ctx: Any, node: Node, x: TensorValue, offset: int = 0, dim1: int = 0,
+              dim2: int = 1) -> TensorValue:
+    """The elements ``(i, i + offset)`` of dims ``dim1``, ``dim2``, as a new last dim."""
+    n = len(x.sizes)
+    d1, d2 = normalize_dim(dim1, n), normalize_dim(dim2, n)
+    row, col = (0, offset) if offset >= 0 else (-offset, 0)
+    sizes = sizes_of(node)
+    rest = [d for d in range(n) if d not in (d1, d2)]
+    strides = start = None
+    if isinstance(x, Stored):
+        strides = (*(x.strides[d] for d in rest), x.strides[d1] + x.strides[d2])
+        start = x.offset + (row * x.strides[d1] + col * x.strides[d2] if sizes[-1] else 0)
+
+    def index_map(index: tuple[IndexExpr, ...]) -> list[IndexExpr]:
+        src: list[IndexExpr] = [Int(0)] * n
+        for pos, d in enumerate(rest):
+            src[d] = index[pos]
+        src[d1], src[d2] = add(index[-1], row), add(index[-1], col)
+        return src
+
+    return remap(x, sizes, index_map, strides, start)
+
+
 @lowering("aten::as_strided.default", "aten::as_strided_copy.default")
 def _as_strided(ctx: Any, node: Node, x: TensorValue, size: Any, stride: Any,
                 storage_offset: Any = None) -> TensorValue:
