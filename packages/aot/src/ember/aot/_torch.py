@@ -34,13 +34,26 @@ def is_core_op(op: torch._ops.OpOverload) -> bool:
     return torch.Tag.core in op.tags
 
 
+# Batch norm: decomposed even where the verifier would accept the op whole (the
+# functional form is in ``keep``), so that backends fuse its arithmetic.
+ALWAYS_DECOMPOSED: tuple[str, ...] = (
+    "native_batch_norm.default",
+    "_native_batch_norm_legit.default",
+    "_native_batch_norm_legit.no_stats",
+    "_native_batch_norm_legit_no_training.default",
+    "_native_batch_norm_legit_functional.default",
+    "_batch_norm_with_update_functional.default",
+)
+
+
 def decomposition_table_for_core_aten(
     keep: frozenset[str] = frozenset(),
 ) -> dict[torch._ops.OpOverload, Decomposition]:
     """Decompositions that bring a program down to Core ATen: torch's own Core ATen
     table plus every other decomposition torch registers (``torch._decomp``) for an op
     outside the Core ATen opset, less the ops named in ``keep`` (qualified names a
-    backend wants whole, e.g. fused attention) and the random ops outside the core table.
+    backend wants whole, e.g. fused attention; batch norm, :data:`ALWAYS_DECOMPOSED`,
+    is decomposed all the same) and the random ops outside the core table.
     A decomposition calls other ops, which
     the decomposing mode decomposes again until only Core ATen ops (or ops with no
     decomposition at all) remain."""
@@ -51,8 +64,14 @@ def decomposition_table_for_core_aten(
         if (isinstance(op, torch._ops.OpOverload) and not is_core_op(op)
                 and torch.Tag.nondeterministic_seeded not in op.tags):
             table.setdefault(op, fn)
-    return {op: fn for op, fn in table.items()
+    kept = {op: fn for op, fn in table.items()
             if not (isinstance(op, torch._ops.OpOverload) and _qualified(op) in keep)}
+    for name in ALWAYS_DECOMPOSED:
+        packet, _, overload = name.partition(".")
+        always = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        if isinstance(always, torch._ops.OpOverload) and always in _all_decompositions:
+            kept[always] = _all_decompositions[always]
+    return kept
 
 
 def current_autograd_node() -> Any:
