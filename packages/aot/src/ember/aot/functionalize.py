@@ -26,6 +26,8 @@ from ember.aot.op_effects import (
     is_view,
     mutated_positions,
     mutation_of,
+    out_arguments,
+    out_variant_of,
     with_defaults,
 )
 from ember.aot.view_inverse import ViewStep, write_back
@@ -213,7 +215,9 @@ class _Functionalizer:
         args = tuple(self.read(a) for a in node.args)
         kwargs = {k: self.read(v) for k, v in node.kwargs.items()}
         written = mutated_positions(node.target, node.args)
-        if written and is_inplace_view(node.target):
+        if out_arguments(node.target):
+            self._out_call(node, args, kwargs)
+        elif written and is_inplace_view(node.target):
             self._inplace_view_call(node, args, kwargs)
         elif written:
             self._functional_call(node, args, kwargs, written)
@@ -284,6 +288,55 @@ class _Functionalizer:
                 index = plain if isinstance(meta, tuple) else None
                 self.new_storage(ref, ValueRef(new.node, index))
                 plain += 1
+
+    def _out_call(self, node: Node, args: tuple[Argument, ...],
+                  kwargs: dict[str, Argument]) -> None:
+        """An ``out=`` op: its functional overload, whose results are written into the
+        ``out`` arguments (converted to their dtype). An ``out`` tensor the op resizes
+        (an empty one, usually) is rebound to the result when nothing else sees its
+        memory; the op's own results are the ``out`` arguments."""
+        variant = out_variant_of(node.target)
+        kwargs = {k: v for k, v in kwargs.items() if k not in dict(variant.outs)}
+        try:
+            meta = self.b.infer_meta(variant.functional, args, kwargs)
+        except Exception:  # noqa: BLE001 - ops without meta kernels keep the old meta
+            meta = node.meta
+        new = self._copy(node, args, kwargs, target=variant.functional, meta=meta)
+        result_metas = meta if isinstance(meta, tuple) else (meta,)
+        for name, k in variant.outs:
+            target = node.kwargs.get(name)
+            if not isinstance(target, ValueRef):
+                raise IRFormatError(f"%{node.name}: its out= argument {name!r} is not a value")
+            value = ValueRef(new.node, k)
+            new_meta = result_metas[k or 0]
+            old_meta = self.meta.get(target)
+            if (isinstance(new_meta, TensorMeta) and isinstance(old_meta, TensorMeta)
+                    and tuple(new_meta.sizes) != tuple(old_meta.sizes)):
+                self._rebind_resized(node, target, value, new_meta)
+            else:
+                self.write(target, value)
+        names = [name for name, _ in variant.outs]
+        for ref in self._results(node):
+            out_ref = node.kwargs[names[ref.index or 0]]
+            assert isinstance(out_ref, ValueRef)
+            self.alias[ref] = self.alias[out_ref]
+
+    def _rebind_resized(self, node: Node, target: ValueRef, value: ValueRef,
+                        meta: TensorMeta) -> None:
+        """``target`` is resized by an out= op: from now on it is ``value`` (a fresh
+        storage). A graph input (or a view of one) cannot be rebound: its resize is not
+        expressible functionally."""
+        if self.storages[self.alias[target].storage].root is not None:
+            raise IRFormatError(
+                f"%{node.name} ({node.target}) resizes its out= argument %{target.node}, "
+                "which is (a view of) a graph input; the aot stage cannot functionalize "
+                "that resize")
+        old_meta = self.meta.get(target)
+        if isinstance(old_meta, TensorMeta) and old_meta.dtype != meta.dtype:
+            value = self.b.call("aten::_to_copy.default", (value,), {"dtype": old_meta.dtype})
+        self.new_storage(target, value)
+        self.meta[target] = meta if not isinstance(old_meta, TensorMeta) else TensorMeta(
+            old_meta.dtype, meta.sizes, meta.strides, meta.device)
 
     # ---- outputs -------------------------------------------------------------------
 

@@ -71,9 +71,8 @@ def is_inplace_view(target: str) -> bool:
 def mutated_positions(target: str, args: tuple[object, ...]) -> tuple[int, ...]:
     """Positional indices of the arguments this call writes in place (empty if none).
 
-    Raises:
-        IRFormatError: for an op that writes a keyword-only argument (``out=`` ops),
-            which the aot stage does not functionalize.
+    Keyword-only written arguments (``out=``) are not positions: see
+    :func:`out_variant_of`.
     """
     special = UNANNOTATED_MUTATIONS.get(target)
     if special is not None:
@@ -89,14 +88,64 @@ def _annotated_writes(target: str) -> tuple[int, ...]:
     schema = resolve_op(target)._schema
     written: list[int] = []
     for i, arg in enumerate(schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            if arg.kwarg_only:
-                raise IRFormatError(
-                    f"{target} writes its keyword argument {arg.name!r} (an out= op); "
-                    "the aot stage cannot functionalize out= ops"
-                )
+        if arg.alias_info is not None and arg.alias_info.is_write and not arg.kwarg_only:
             written.append(i)
     return tuple(written)
+
+
+@dataclass(frozen=True)
+class OutVariant:
+    """How to run an ``out=`` op functionally: call ``functional`` with the same
+    arguments less the ``out`` ones; its result ``k`` (None: its only result) is the new
+    value of the keyword argument ``outs[k]``."""
+
+    functional: str
+    outs: tuple[tuple[str, int | None], ...]
+
+
+@functools.cache
+def out_arguments(target: str) -> tuple[str, ...]:
+    """Names of the keyword-only arguments ``target`` writes (its ``out=`` arguments)."""
+    schema = resolve_op(target)._schema
+    return tuple(a.name for a in schema.arguments
+                 if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
+
+
+@functools.cache
+def out_variant_of(target: str) -> OutVariant:
+    """The functional overload of ``out=`` op ``target``: the overload of the same op
+    whose arguments are ``target``'s less the written keyword ones and that returns one
+    tensor per ``out`` argument (``mm.out`` → ``mm.default``).
+
+    Raises:
+        IRFormatError: if torch registers no such overload.
+    """
+    schema = resolve_op(target)._schema
+    outs = out_arguments(target)
+    kept = [a for a in schema.arguments if a.name not in outs]
+    namespace, rest = target.split("::", 1)
+    name = rest.split(".", 1)[0]
+    tried: list[str] = []
+    for overload in _overloads(namespace, name):
+        candidate = f"{namespace}::{name}.{overload}"
+        variant = _resolve_or_none(candidate)
+        if candidate == target or variant is None:
+            continue
+        tried.append(candidate)
+        v = variant._schema
+        if (any(a.alias_info is not None and a.alias_info.is_write for a in v.arguments)
+                or len(v.arguments) != len(kept) or len(v.returns) != len(outs)):
+            continue
+        if all(a.name == b.name and str(a.type) == str(b.type)
+               for a, b in zip(kept, v.arguments)):
+            if len(outs) == 1:
+                return OutVariant(candidate, ((outs[0], None),))
+            return OutVariant(candidate, tuple((o, k) for k, o in enumerate(outs)))
+    raise IRFormatError(
+        f"{target} writes its out= argument(s) {', '.join(outs)} and torch registers no "
+        f"functional overload of {namespace}::{name} with the other arguments "
+        f"(tried {', '.join(tried) or 'none'}); the aot stage cannot functionalize it"
+    )
 
 
 @functools.cache

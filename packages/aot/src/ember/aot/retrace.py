@@ -33,6 +33,7 @@ from ember.runtime.ir import (
     Program,
     SourceLocation,
     TensorMeta,
+    ValueRef,
 )
 from ember.runtime.tracing import GraphRecorder
 
@@ -171,12 +172,20 @@ class _SourceKeepingInterpreter(Interpreter):
         elif node.target == _FUNCTIONAL_COPY and self.keep_no_grad:
             # NOTE: torch's autograd has no formula for the functional copy that
             # functionalization makes of copy_: in the joint graph it is ``src``
-            # converted and broadcast to ``self``'s dtype and shape.
+            # converted and broadcast to ``self``'s dtype and shape. When ``self``
+            # requires grad, eager's result does too (its gradient to ``self`` is zero):
+            # a ``where`` on an all-true mask keeps that link and the values.
             target, source = (self.load(a) for a in node.args[:2])
-            result = torch.ops.aten.clone.default(torch.ops.aten.expand.default(
+            copied = torch.ops.aten.expand.default(
                 torch.ops.aten._to_copy.default(source, dtype=target.dtype,
                                                 device=target.device),
-                list(target.shape)))
+                list(target.shape))
+            if target.requires_grad:
+                everywhere = torch.ops.aten.full.default(
+                    list(target.shape), True, dtype=torch.bool, device=target.device)
+                result = torch.ops.aten.where.self(everywhere, copied, target)
+            else:
+                result = torch.ops.aten.clone.default(copied)
         else:
             result = super().call(node)
         if self.keep_no_grad:
@@ -285,10 +294,17 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
         # NOTE: a written input that requires grad (a non-leaf activation) gets a
         # tangent too: the runtime's copy-back then carries autograd history, as eager's
         # in-place op does.
+        # NOTE: an output the capture saw requiring grad stays differentiable even when
+        # its re-traced value does not (eager's ``copy_`` into a tensor that requires
+        # grad: the result's gradient does not reach that tensor): it takes a tangent
+        # that contributes nothing, so the caller still gets a differentiable result.
+        captured = _captured_requires_grad(graph)
         differentiable = [
             i for i, (o, s) in enumerate(zip(outputs, out_specs))
             if s.kind in (OutputKind.USER_OUTPUT, OutputKind.MUTATED_INPUT)
-            and isinstance(o, torch.Tensor) and o.requires_grad
+            and isinstance(o, torch.Tensor)
+            and (o.requires_grad or (captured[i] and (o.dtype.is_floating_point
+                                                      or o.dtype.is_complex)))
         ]
         tangent_names = [f"tangent_{k}" for k in range(len(differentiable))]
         tangents = [
@@ -298,11 +314,13 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
         ]
         wrt = [(p.name, f) for p, f, g in zip(graph.placeholders, fakes, grad_wanted) if g]
         grads: tuple[torch.Tensor | None, ...] = ()
-        if differentiable and wrt:
+        connected = [(outputs[i], t) for i, t in zip(differentiable, tangents)
+                     if outputs[i].requires_grad]
+        if connected and wrt:
             recorder.set_source(None)
             with recorder, DecomposingMode(table), _BackwardSourceMode(recorder):
                 grads = torch.autograd.grad(
-                    [outputs[i] for i in differentiable], [f for _, f in wrt], tangents,
+                    [o for o, _ in connected], [f for _, f in wrt], [t for _, t in connected],
                     allow_unused=True)
     grad_targets = [name for (name, _), g in zip(wrt, grads) if g is not None]
     grad_values = [g for g in grads if g is not None]
@@ -312,6 +330,20 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
     _placeholders_first(traced.forward)
     return JointGraph(_with_program_data(traced, program), len(outputs), differentiable,
                       tangent_names, grad_targets)
+
+
+def _captured_requires_grad(graph: Graph) -> list[bool]:
+    """For each output of ``graph``: whether its captured metadata requires grad."""
+    by_name = {n.name: n for n in graph.nodes}
+    flags = []
+    for value in graph.output_values:
+        meta = None
+        if isinstance(value, ValueRef) and value.node in by_name:
+            meta = by_name[value.node].meta
+            if isinstance(meta, tuple):
+                meta = meta[value.index or 0]
+        flags.append(isinstance(meta, TensorMeta) and meta.requires_grad)
+    return flags
 
 
 def _placeholders_first(graph: Graph) -> None:

@@ -52,6 +52,7 @@ What gets recorded, and how:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
@@ -411,6 +412,33 @@ class GraphRecorder:
             if node.op != "call":
                 continue
             node.meta = _with_requires_grad(node.meta, self._results.get(node.name))
+        self._mark_copies_below_autograd()
+
+    def _mark_copies_below_autograd(self) -> None:
+        """A node that requires grad although none of its tensor arguments does got
+        them from below autograd: torch's conjugate/negative-view fallback materializes
+        an argument (a ``clone``) inside the op, where autograd never sets the flag. Such
+        an argument requires grad when one of its own arguments does (walked backwards,
+        so chains are marked too)."""
+        by_name = {n.name: n for n in self.graph.nodes}
+
+        def wants_grad(ref: ValueRef) -> bool:
+            meta = by_name[ref.node].meta if ref.node in by_name else None
+            if isinstance(meta, tuple):
+                meta = meta[ref.index or 0]
+            return isinstance(meta, TensorMeta) and meta.requires_grad
+
+        for node in reversed(self.graph.nodes):
+            if node.op != "call" or not isinstance(node.meta, TensorMeta):
+                continue
+            inputs = [r for r in node.inputs() if r.node in by_name]
+            if not node.meta.requires_grad or not inputs or any(map(wants_grad, inputs)):
+                continue
+            for ref in inputs:
+                producer = by_name[ref.node]
+                if (producer.op == "call" and isinstance(producer.meta, TensorMeta)
+                        and any(wants_grad(r) for r in producer.inputs() if r.node in by_name)):
+                    producer.meta = dataclasses.replace(producer.meta, requires_grad=True)
 
 
 def _is_pure_view(target: str) -> bool:

@@ -1,0 +1,112 @@
+"""Regressions from the OpInfo sweep (issue #11): ``out=`` ops, outputs that eager returns
+requiring grad, ``resize_``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from aot_capture import capture, compile_fn
+from ember.aot.op_effects import out_variant_of
+from ember.runtime.ir import IRFormatError
+
+# ---- out= ops: the functional overload, its result written into ``out`` ----------------
+
+
+def _mm_out(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    out = torch.empty(a.shape[0], b.shape[1])
+    torch.mm(a, b, out=out)
+    return (out * 2,)
+
+
+def _mm_out_resized(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    out = torch.empty(0)  # the op resizes it
+    r = torch.mm(a, b, out=out)
+    return out + 1, r
+
+
+def _max_out(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    values, indices = torch.empty(3), torch.empty(3, dtype=torch.int64)
+    torch.max(a, 1, out=(values, indices))  # two out= arguments
+    return values + b.sum(), indices
+
+
+def _add_out_on_view(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    buf = torch.zeros(3, 8)
+    torch.add(a, 1, out=buf[:, :4])  # written through a view
+    return buf, b
+
+
+@pytest.mark.parametrize("fn", [_mm_out, _mm_out_resized, _max_out, _add_out_on_view])
+def test_out_ops_are_functionalized(fn: Any) -> None:
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    program, run = compile_fn(fn, a, b)
+    assert not any(n.target.endswith(".out") for n in program.forward.calls())
+    for got, want in zip(run([a, b]), fn(a, b)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got, want)
+
+
+def test_out_op_under_training_matches_eager() -> None:
+    """The sweep's crash: an out= op in a program that needs a backward."""
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = torch.empty(3, 5)
+        with torch.no_grad():
+            torch.mm(a.detach(), b, out=out)
+        return (a.sum(1, keepdim=True) * out,)
+
+    a = torch.randn(3, 4, requires_grad=True)
+    b = torch.randn(4, 5)
+    _, run = compile_fn(fn, a, b)
+    got = run([a, b])[0]
+    want = fn(a, b)[0]
+    torch.testing.assert_close(got, want)
+    (g,) = torch.autograd.grad(got.sum(), a)
+    (w,) = torch.autograd.grad(want.sum(), a)
+    torch.testing.assert_close(g, w)
+
+
+def test_out_variant_table() -> None:
+    assert out_variant_of("aten::mm.out").functional == "aten::mm.default"
+    variant = out_variant_of("aten::max.dim_max")
+    assert variant.functional == "aten::max.dim"
+    assert variant.outs == (("max", 0), ("max_values", 1))
+
+
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
+def test_resizing_an_input_through_out_is_refused_clearly() -> None:
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        torch.mm(a, a.t(), out=b)  # b is (4, 5): mm resizes it to (3, 3)
+        return (b,)
+
+    with pytest.raises(IRFormatError, match="resizes its out= argument"):
+        compile_fn(fn, torch.randn(3, 4), torch.randn(4, 5))
+
+
+# ---- outputs eager returns requiring grad come back differentiable ---------------------
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a: torch.fft.hfft(a),  # conjugate materialized below autograd (a clone)
+    lambda a: torch.fft.hfftn(a.reshape(2, 3)),
+    lambda a: torch.linalg.matrix_power(a.reshape(2, 3)[:, :2], 0),  # copy_ into a grad tensor
+])
+def test_outputs_keep_requires_grad(fn: Any) -> None:
+    a = torch.randn(6, requires_grad=True)
+    _, run = compile_fn(lambda x: (fn(x),), a)
+    got = run([a])[0]
+    want = fn(a)
+    assert want.requires_grad and got.requires_grad
+    torch.testing.assert_close(got, want)
+    cot = torch.randn_like(want)
+    (g,) = torch.autograd.grad(got, a, cot)
+    (w,) = torch.autograd.grad(want, a, cot)
+    torch.testing.assert_close(g, w)
+
+
+def test_recorder_marks_the_clone_below_autograd() -> None:
+    program = capture(lambda a: torch.fft.hfft(a), torch.randn(5, requires_grad=True))
+    clone = next(n for n in program.forward.calls() if n.target == "aten::clone.default")
+    assert clone.meta.requires_grad  # type: ignore[union-attr]
