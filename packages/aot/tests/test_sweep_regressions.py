@@ -109,4 +109,43 @@ def test_outputs_keep_requires_grad(fn: Any) -> None:
 def test_recorder_marks_the_clone_below_autograd() -> None:
     program = capture(lambda a: torch.fft.hfft(a), torch.randn(5, requires_grad=True))
     clone = next(n for n in program.forward.calls() if n.target == "aten::clone.default")
-    assert clone.meta.requires_grad  # type: ignore[union-attr]
+    assert clone.meta.requires_grad
+
+
+# ---- resize_: a view when the new size fits the storage, else a fresh tensor ------------
+
+
+def _resize_shrink(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return (x.clone().resize_((25, 5)),)  # the OpInfo sample: (5, 5, 5) -> (25, 5)
+
+
+def _resize_smaller_then_write(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.clone()
+    y.resize_((2, 3))
+    y.add_(1)
+    return y, x
+
+
+def _resize_grow(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.clone()
+    y.resize_((200,))
+    return (y[: x.numel()],)  # the grown tail is uninitialized, as in eager
+
+
+@pytest.mark.parametrize("fn", [_resize_shrink, _resize_smaller_then_write, _resize_grow])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_resize_matches_eager(fn: Any, dtype: torch.dtype) -> None:
+    x = torch.arange(125).reshape(5, 5, 5).to(dtype)
+    _, run = compile_fn(fn, x)
+    for got, want in zip(run([x]), fn(x)):
+        assert got.shape == want.shape
+        assert torch.equal(got, want)
+
+
+def test_resizing_an_input_to_another_shape_is_refused_clearly() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x.resize_((2, 2))
+        return (x + 1,)
+
+    with pytest.raises(IRFormatError, match="resize_ changes the shape of"):
+        compile_fn(fn, torch.randn(3, 4))

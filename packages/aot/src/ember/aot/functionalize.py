@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from ember.aot.builder import GraphBuilder
 from ember.aot.op_effects import (
     is_inplace_view,
@@ -44,6 +45,7 @@ from ember.runtime.ir import (
 )
 
 Chain = tuple[ViewStep, ...]
+_RESIZE = "aten::resize_.default"
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,9 @@ class _Functionalizer:
         args = tuple(self.read(a) for a in node.args)
         kwargs = {k: self.read(v) for k, v in node.kwargs.items()}
         written = mutated_positions(node.target, node.args)
-        if out_arguments(node.target):
+        if node.target == _RESIZE:
+            self._resize_call(node, args)
+        elif out_arguments(node.target):
             self._out_call(node, args, kwargs)
         elif written and is_inplace_view(node.target):
             self._inplace_view_call(node, args, kwargs)
@@ -337,6 +341,47 @@ class _Functionalizer:
         self.new_storage(target, value)
         self.meta[target] = meta if not isinstance(old_meta, TensorMeta) else TensorMeta(
             old_meta.dtype, meta.sizes, meta.strides, meta.device)
+
+    def _resize_call(self, node: Node, args: tuple[Argument, ...]) -> None:
+        """``resize_``: ``self`` keeps its storage and offset and takes the new sizes
+        with contiguous strides. When the new size fits the memory known to hold
+        ``self``'s storage, ``self`` becomes that ``as_strided`` view (eager reads the
+        same elements); when it grows past it, ``self`` is rebound to the functional
+        ``resize`` (the old elements first, then uninitialized ones, as eager)."""
+        src = node.args[0]
+        meta = node.meta
+        if not isinstance(src, ValueRef) or not isinstance(meta, TensorMeta):
+            raise IRFormatError(f"%{node.name}: resize_ of something that is not a tensor")
+        if node.kwargs.get("memory_format") not in (None, torch.contiguous_format):
+            raise IRFormatError(
+                f"%{node.name}: resize_ with memory_format={node.kwargs['memory_format']} "
+                "is not supported by the aot stage (only the contiguous layout)")
+        alias = self.alias[src]
+        storage = self.storages[alias.storage]
+        base_meta = self.b.meta_of(storage.base)
+        old_meta = self.meta.get(src)
+        assert isinstance(old_meta, TensorMeta) and isinstance(base_meta, TensorMeta)
+        if storage.root is not None and tuple(meta.sizes) != tuple(old_meta.sizes):
+            raise IRFormatError(
+                f"%{node.name}: resize_ changes the shape of (a view of) graph input "
+                f"{storage.root}; the aot stage copies back values, not shapes, so it "
+                "cannot express that (resize a copy of the input instead)")
+        numel = 1
+        for n in meta.sizes:
+            numel *= int(n)
+        start = int(old_meta.storage_offset)
+        if numel == 0 or start + numel <= _element_range(base_meta)[1]:
+            step = ViewStep("aten::as_strided.default", (tuple(meta.sizes), tuple(meta.strides)),
+                            relative_offset=0)
+            chain = alias.chain + (step,)
+            for ref in (src, *self._results(node)):
+                self.alias[ref] = _Alias(alias.storage, chain)
+                self.meta[ref] = meta
+            return
+        new = self.b.call("aten::resize.default", (args[0], tuple(meta.sizes)))
+        for ref in (src, *self._results(node)):
+            self.new_storage(ref, new)
+            self.meta[ref] = meta
 
     # ---- outputs -------------------------------------------------------------------
 

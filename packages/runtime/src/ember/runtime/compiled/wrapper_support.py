@@ -7,6 +7,7 @@ the helpers below, ``constants`` and the artifact's kernels by name.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,8 +22,13 @@ def view(t: torch.Tensor, sizes: Sequence[int], strides: Sequence[int],
 
 def layout(t: Any, sizes: Sequence[int], strides: Sequence[int]) -> Any:
     """``t`` if it has ``strides``, else a copy laid out with them (extern results
-    whose eager strides differ from the traced ones)."""
+    whose eager strides differ from the traced ones). A result with another number of
+    elements than traced is returned as eager made it: some kernels leave an extra
+    result empty where torch's shape function gives it a size (``embedding_bag``'s
+    ``offset2bag`` when no backward needs it)."""
     if not isinstance(t, torch.Tensor):
+        return t
+    if t.numel() != math.prod(sizes):
         return t
     if tuple(t.shape) == tuple(sizes) and _same_strides(t, sizes, strides):
         return t
