@@ -6,6 +6,10 @@ the chain of view ops that leads from the storage's base to it. Then:
 * an in-place op becomes its functional form; its result is written back to the storage
   base through the inverse of every view on the way (:mod:`ember.aot.view_inverse`), and
   the base's new value is what later reads see (views of it are replayed on demand);
+* an ``out=`` op becomes the overload with the same arguments less ``out``
+  (``mm.out`` → ``mm``), whose results are written into the ``out`` tensors;
+  ``resize_`` makes ``self`` an ``as_strided`` view of its storage (or, when it grows
+  past it, the functional ``resize``);
 * a storage that belongs to a graph input and was written ends as an extra output
   labelled ``MUTATED_INPUT`` (target: the placeholder); the caller copies it back;
 * a graph output that is an input, a view of an input, or a view of another output is
@@ -297,8 +301,8 @@ class _Functionalizer:
                   kwargs: dict[str, Argument]) -> None:
         """An ``out=`` op: its functional overload, whose results are written into the
         ``out`` arguments (converted to their dtype). An ``out`` tensor the op resizes
-        (an empty one, usually) is rebound to the result when nothing else sees its
-        memory; the op's own results are the ``out`` arguments."""
+        (an empty one, usually) is rebound to the result, unless it is (a view of) a
+        graph input; the op's own results are the ``out`` arguments."""
         variant = out_variant_of(node.target)
         kwargs = {k: v for k, v in kwargs.items() if k not in dict(variant.outs)}
         try:
