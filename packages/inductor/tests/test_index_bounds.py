@@ -175,24 +175,60 @@ def test_unknown_bounds_emit_a_check(backend: str) -> None:
     assert "kernel_errors" in text and "a run-time check failed" in text
 
 
+_CUDA_CHILD = """
+import sys, torch
+sys.path.insert(0, {here!r})
+from helpers import compile_and_load, trace
+from test_index_bounds import CASES
+fn, shape, good, bad, exc = CASES[{name!r}]
+x = torch.randn(shape, device="cuda")
+ok = torch.tensor(good, device="cuda")
+_, run = compile_and_load(trace(fn, [x, ok]))
+torch.testing.assert_close(run(x, ok)[0], fn(x, ok))
+torch.cuda.synchronize()
+print("GOOD-OK", flush=True)
+idx = ok.clone()
+idx[len(good) // 2] = bad[0]
+run(x, idx)  # returns at once: the check is a device-side assert, no synchronization
+print("RETURNED", flush=True)
+torch.cuda.synchronize()
+print("NOT-RAISED", flush=True)
+"""
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_cuda_out_of_range_index_raises(name: str) -> None:
-    """On CUDA the wrapper tests the error buffer once, after the graph: the same
-    exception as on CPU (eager: a device-side assert), and the CUDA context stays
-    usable."""
-    fn, shape, good, bad, exc = CASES[name]
-    x = torch.randn(shape, device="cuda")
-    ok = torch.tensor(good, device="cuda")
-    _, run = compile_and_load(trace(fn, [x, ok]))
-    torch.testing.assert_close(run(x, ok)[0], fn(x, ok))
-    for v in bad:
-        idx = ok.clone()
-        idx[len(good) // 2] = v
-        with pytest.raises(exc, match=f"index {v} is out of bounds"):
-            run(x, idx)
-    torch.testing.assert_close(run(x, ok)[0], fn(x, ok))
+def test_cuda_out_of_range_index_asserts_on_device(name: str) -> None:
+    """On CUDA the wrapper ends the graph with one device-side assert over the error
+    buffer, as eager's own CUDA index checks: the call does not synchronize, and the
+    failure surfaces at the next synchronization as a "device-side assert triggered"
+    error (in a child process: the assert leaves the CUDA context unusable, as in eager)."""
+    import subprocess
+
+    child = _CUDA_CHILD.format(here=str(Path(__file__).parent), name=name)
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert "GOOD-OK" in out.stdout, out.stderr[-2000:]
+    assert "RETURNED" in out.stdout, out.stderr[-2000:]
+    assert "NOT-RAISED" not in out.stdout
+    assert out.returncode != 0
+    assert "device-side assert" in out.stderr, out.stderr[-2000:]
+
+
+def test_cuda_wrapper_asserts_instead_of_synchronizing() -> None:
+    """The CUDA wrapper's check is one ``_assert_checks_passed`` call (no ``.any()`` or
+    ``.tolist()`` on the error buffer, which would synchronize every call)."""
+    from ember.inductor.codegen.wrapper import WrapperWriter
+    from ember.inductor.lowering.graph_lowering import GraphLowering
+    from ember.inductor.scheduler import schedule
+
+    fn = CASES["embedding"][0]
+    w, i = torch.randn(6, 4), torch.tensor([5, 0, 2])
+    lowered = GraphLowering(trace(fn, [w, i]), "forward", torch.device("cpu"), strict=True).run()
+    text = WrapperWriter(lowered, schedule(lowered), "cuda").write()
+    assert "_assert_checks_passed(kernel_errors, " in text
+    assert "kernel_errors.any()" not in text and ".tolist()" not in text
 
 
 @pytest.mark.cuda

@@ -7,6 +7,7 @@ may add lines here; keep one import per name and say what it is for.
 
 from __future__ import annotations
 
+import torch
 import torch.utils._pytree as pytree  # flatten/unflatten nested containers
 from torch._subclasses.fake_tensor import (  # tensors with metadata and no data
     FakeTensor,
@@ -17,12 +18,19 @@ from torch.utils._python_dispatch import TorchDispatchMode  # a Python dispatch 
 
 __all__ = [
     "FakeTensor",
+    "assert_async",
     "FakeTensorMode",
     "TorchDispatchMode",
     "is_fake",
     "pytree",
     "unset_fake_temporarily",
 ]
+
+
+def assert_async(condition: torch.Tensor, message: str) -> None:
+    """An assert that runs on ``condition``'s device without synchronizing (CUDA: a
+    device-side assert; CPU: checked at once)."""
+    torch._assert_async(condition, message)
 
 
 def is_fake(value: object) -> bool:

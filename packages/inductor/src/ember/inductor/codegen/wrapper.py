@@ -94,7 +94,7 @@ class WrapperWriter:
                 self._extern(step)
             self._free(i, last, pool, extern_read)
         if self.device != "cpu":
-            self._raise_failed_checks(None)
+            self._assert_checks_passed()
         self.emit()
         self.emit(f"return [{', '.join(low.outputs)}]")
         return "\n".join(header + self.lines) + "\n"
@@ -196,19 +196,24 @@ class WrapperWriter:
         self.emit(f"{ERROR_BUFFER} = torch.zeros({info.sizes!r}, dtype={info.dtype}, "
                   f"device={self.device!r})")
 
-    def _raise_failed_checks(self, kernel: Kernel | None) -> None:
-        """Raise eager's exception when a check failed: after ``kernel``, for the checks
-        it records (CPU: where eager raises); or, with None, for every check once at
-        the end of the graph (CUDA: one small copy to the host per call)."""
-        checks = self.lowered.checks
-        if kernel is not None:
-            slots = sorted({s.index.value // 2 for s in kernel.body if isinstance(s, Store)
-                            and s.buffer == ERROR_BUFFER and isinstance(s.index, Int)})
-            checks = [checks[k] for k in slots]
-        elif ERROR_BUFFER not in self.lowered.buffers or not any(
+    def _assert_checks_passed(self) -> None:
+        """CUDA: one device-side assert over every check's flag at the end of the graph,
+        as eager's own CUDA index checks: no host synchronization; a failure surfaces at
+        the next synchronization as a "device-side assert triggered" error."""
+        if ERROR_BUFFER not in self.lowered.buffers or not any(
                 ERROR_BUFFER in step.kernel.stored_buffers() for step in self.steps
                 if isinstance(step, KernelStep)):
             return
+        what = "; ".join(sorted({c.message.partition(":")[0] for c in self.lowered.checks}))
+        self.emit(f"_assert_checks_passed({ERROR_BUFFER}, "
+                  f"{('run-time check failed (index out of bounds) in ' + what)!r})")
+
+    def _raise_failed_checks(self, kernel: Kernel) -> None:
+        """CPU: raise eager's exception when a check that ``kernel`` records failed (a
+        ``.any()`` on a few int64s after the kernel, where eager raises)."""
+        slots = sorted({s.index.value // 2 for s in kernel.body if isinstance(s, Store)
+                        and s.buffer == ERROR_BUFFER and isinstance(s.index, Int)})
+        checks = [self.lowered.checks[k] for k in slots]
         if not checks:
             return
         self.emit(f"if {ERROR_BUFFER}.any():  # a run-time check failed")

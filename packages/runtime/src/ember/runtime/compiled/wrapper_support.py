@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from ember.runtime._torch import assert_async
 
 
 def view(t: torch.Tensor, sizes: Sequence[int], strides: Sequence[int],
@@ -91,13 +92,23 @@ def _on_device(t: torch.Tensor, device: torch.device) -> bool:
     return device.index is None or t.device.index in (None, device.index)
 
 
+def assert_checks_passed(errors: torch.Tensor, message: str) -> None:
+    """A device-side assert that no run-time check of a CUDA graph failed (the flags in
+    the even slots of its error buffer are all 0). Like eager's own CUDA index checks it
+    does not synchronize: a failure surfaces at the next synchronization as a CUDA
+    "device-side assert triggered" error (``message`` goes to the device's stderr) and
+    leaves the CUDA context unusable, as in eager."""
+    assert_async(errors[0::2].eq(0).all(), message)
+
+
 def make_namespace(kernels: dict[str, Callable[..., None]],
                    constants: dict[str, torch.Tensor]) -> dict[str, Any]:
     """The globals a wrapper runs with."""
     ns: dict[str, Any] = {
         "torch": torch, "aten": torch.ops.aten, "ops": torch.ops,
         "empty_strided": torch.empty_strided, "_view": view, "_layout": layout,
-        "_check_input": check_input, "constants": constants,
+        "_check_input": check_input, "_assert_checks_passed": assert_checks_passed,
+        "constants": constants,
     }
     for name, k in kernels.items():
         if name in ns or not name.isidentifier():
