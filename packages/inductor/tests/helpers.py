@@ -36,3 +36,10 @@ def compile_and_load(program: Program, **options: Any) -> tuple[Program, Callabl
 
 def compile_fn(fn: Callable[..., Any], *inputs: torch.Tensor) -> tuple[Program, Callable[..., list[Any]]]:
     return compile_and_load(trace(fn, inputs))
+
+
+def compile_for(fn: Callable[..., Any], *inputs: torch.Tensor, backend: str
+                ) -> tuple[Program, Callable[..., list[Any]]]:
+    """:func:`compile_fn` for the ``backend`` fixture's value (Triton: not precompiled)."""
+    options = {} if backend == "cpp" else {"precompile": False}
+    return compile_and_load(trace(fn, inputs), **options)

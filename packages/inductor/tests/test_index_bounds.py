@@ -18,7 +18,7 @@ Eager on CPU (checked by ``test_eager_raises_what_the_table_says``):
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import compile_and_load, trace
+from helpers import compile_and_load, compile_for, trace
 
 # name -> (fn(x, idx), x shape, valid idx, out-of-range idx values, eager's exception)
 Case = tuple[Callable[..., Any], tuple[int, ...], list[int], list[int], type[Exception]]
@@ -59,23 +59,6 @@ CASES: dict[str, Case] = {
 }
 
 
-@pytest.fixture(params=["cpp", "triton"])
-def backend(request: pytest.FixtureRequest) -> Iterator[str]:
-    if request.param == "cpp":
-        yield "cpp"
-        return
-    pytest.importorskip("triton")
-    from ember.inductor.codegen.triton.testing import triton_for_cpu
-
-    with triton_for_cpu():
-        yield "triton"
-
-
-def _compile(fn: Callable[..., Any], *inputs: torch.Tensor, backend: str
-             ) -> tuple[Any, Callable[..., list[Any]]]:
-    options = {} if backend == "cpp" else {"precompile": False}
-    compiled, run = compile_and_load(trace(fn, inputs), **options)
-    return compiled, run
 
 
 def _text(compiled: Any) -> str:
@@ -94,7 +77,7 @@ def test_eager_raises_what_the_table_says(name: str) -> None:
 def test_out_of_range_index_raises_like_eager(name: str, backend: str) -> None:
     fn, shape, good, bad, exc = CASES[name]
     x = torch.randn(shape)
-    compiled, run = _compile(fn, x, torch.tensor(good), backend=backend)
+    compiled, run = compile_for(fn, x, torch.tensor(good), backend=backend)
     torch.testing.assert_close(run(x, torch.tensor(good))[0], fn(x, torch.tensor(good)))
     size = shape[0] * shape[1] if name == "take" else shape[0 if name != "gather" and
                                                             "scatter" not in name else 1]
@@ -111,7 +94,7 @@ def test_out_of_range_index_raises_like_eager(name: str, backend: str) -> None:
 def test_index_select_of_a_0d_tensor(backend: str) -> None:
     # the OpInfo sample: a 0-d source, so a 0-d result (the rule used to crash)
     x = torch.tensor(3.0)
-    compiled, run = _compile(lambda x, i: x.index_select(0, i) * 2, x, torch.tensor([0]),
+    compiled, run = compile_for(lambda x, i: x.index_select(0, i) * 2, x, torch.tensor([0]),
                              backend=backend)
     assert run(x, torch.tensor([0]))[0].tolist() == 6.0
     with pytest.raises(IndexError, match="index 1 is out of bounds"):
@@ -120,7 +103,7 @@ def test_index_select_of_a_0d_tensor(backend: str) -> None:
 
 def test_first_failing_kernel_raises_and_later_calls_still_work(backend: str) -> None:
     w = torch.randn(10, 3)
-    compiled, run = _compile(lambda w, i: F.embedding(i, w).sum(0), w,
+    compiled, run = compile_for(lambda w, i: F.embedding(i, w).sum(0), w,
                              torch.tensor([1, 2]), backend=backend)
     with pytest.raises(IndexError, match="aten::embedding.default: index 10 is out"):
         run(w, torch.tensor([1, 10]))
@@ -136,7 +119,7 @@ def test_index_out_of_range_under_a_mask_is_not_reported(backend: str) -> None:
     def fn(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
         return torch.cat([x.index_select(0, i), x], 0) * 2
 
-    compiled, run = _compile(fn, x, torch.tensor([0, 3]), backend=backend)
+    compiled, run = compile_for(fn, x, torch.tensor([0, 3]), backend=backend)
     torch.testing.assert_close(run(x, torch.tensor([3, 1]))[0], fn(x, torch.tensor([3, 1])))
     with pytest.raises(IndexError):
         run(x, torch.tensor([3, 4]))
@@ -160,7 +143,7 @@ PROVEN: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = {
 def test_provable_bounds_emit_no_check(name: str, backend: str) -> None:
     fn, shape = PROVEN[name]
     x = torch.randn(shape)
-    compiled, run = _compile(fn, x, backend=backend)
+    compiled, run = compile_for(fn, x, backend=backend)
     torch.testing.assert_close(run(x)[0], fn(x))
     text = _text(compiled)
     assert "kernel_errors" not in text and "a run-time check failed" not in text, text
@@ -169,7 +152,7 @@ def test_provable_bounds_emit_no_check(name: str, backend: str) -> None:
 def test_unknown_bounds_emit_a_check(backend: str) -> None:
     # the counterpart of the test above: the same gather from an input index is checked
     x = torch.randn(4, 5)
-    compiled, _ = _compile(lambda x, i: x.gather(1, i) + 1, x, torch.zeros(4, 1, dtype=torch.long),
+    compiled, _ = compile_for(lambda x, i: x.gather(1, i) + 1, x, torch.zeros(4, 1, dtype=torch.long),
                            backend=backend)
     text = _text(compiled)
     assert "kernel_errors" in text and "a run-time check failed" in text

@@ -18,7 +18,7 @@ tensors do not check either (``test_cuda_int_safety`` in this file, on a GPU).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import compile_and_load, trace
+from helpers import compile_and_load, compile_for, trace
 
 OPS: dict[str, Callable[[Any, Any], torch.Tensor]] = {
     "floordiv": lambda a, b: a // b,
@@ -63,23 +63,6 @@ def _operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
             torch.tensor([2, 2, -2, -2, 3, -1, 5, -1], dtype=dtype))
 
 
-@pytest.fixture(params=["cpp", "triton"])
-def backend(request: pytest.FixtureRequest) -> Iterator[str]:
-    if request.param == "cpp":
-        yield "cpp"
-        return
-    pytest.importorskip("triton")
-    from ember.inductor.codegen.triton.testing import triton_for_cpu
-
-    with triton_for_cpu():
-        yield "triton"
-
-
-def _compile(fn: Callable[..., Any], *inputs: torch.Tensor, backend: str
-             ) -> tuple[Any, Callable[..., list[Any]]]:
-    options = {} if backend == "cpp" else {"precompile": False}
-    compiled, run = compile_and_load(trace(fn, inputs), **options)
-    return compiled, run
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -101,7 +84,7 @@ def test_compiled_integer_division_follows_eager(op: str, dtype: torch.dtype,
                                                  backend: str) -> None:
     fn = OPS[op]
     a, b = _operands(dtype)
-    compiled, run = _compile(fn, a, b, backend=backend)
+    compiled, run = compile_for(fn, a, b, backend=backend)
     got = run(a, b)[0]
     expected = fn(a[:-1], b[:-1]) if dtype in SIGNED else fn(a, b)  # eager may trap on the last
     assert got.dtype == dtype
@@ -119,11 +102,11 @@ def test_compiled_integer_division_follows_eager(op: str, dtype: torch.dtype,
 def test_scalar_divisors(op: str, backend: str) -> None:
     fn = OPS[op]
     a = torch.tensor([7, -7, torch.iinfo(torch.int64).min, 0])
-    compiled, run = _compile(lambda x: fn(x, 0), a, backend=backend)
+    compiled, run = compile_for(lambda x: fn(x, 0), a, backend=backend)
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         run(a)
     # a literal nonzero divisor needs no check: none in the generated code
-    compiled, run = _compile(lambda x: fn(x, -3), a, backend=backend)
+    compiled, run = compile_for(lambda x: fn(x, -3), a, backend=backend)
     assert run(a)[0].tolist() == fn(a, -3).tolist()
     text = "\n".join(f.decode() for f in compiled.files.values())
     assert "kernel_errors" not in text
@@ -131,14 +114,14 @@ def test_scalar_divisors(op: str, backend: str) -> None:
 
 def test_divisor_known_nonzero_from_arange_has_no_check(backend: str) -> None:
     a = torch.arange(-8, 8)
-    compiled, run = _compile(lambda x: x // (torch.arange(16) + 1), a, backend=backend)
+    compiled, run = compile_for(lambda x: x // (torch.arange(16) + 1), a, backend=backend)
     assert run(a)[0].tolist() == (a // (torch.arange(16) + 1)).tolist()
     assert "kernel_errors" not in "\n".join(f.decode() for f in compiled.files.values())
 
 
 def test_float_division_by_zero_is_not_an_error(backend: str) -> None:
     a = torch.tensor([1.0, -1.0, 0.0])
-    compiled, run = _compile(lambda x, y: [x // y, x % y, torch.fmod(x, y)], a,
+    compiled, run = compile_for(lambda x, y: [x // y, x % y, torch.fmod(x, y)], a,
                              torch.zeros(3), backend=backend)
     for got, want in zip(run(a, torch.zeros(3)), [a // 0.0, a % 0.0, torch.fmod(a, 0.0)]):
         torch.testing.assert_close(got, want, equal_nan=True)
