@@ -157,8 +157,9 @@ def _expected(dtype: torch.dtype) -> dict[str, tuple[SpecialCase, list[torch.Ten
     return found
 
 
-def _run(cases: list[tuple[SpecialCase, list[torch.Tensor]]], backend: str
-         ) -> list[torch.Tensor]:
+def _batched(cases: list[tuple[SpecialCase, list[torch.Tensor]]]
+             ) -> tuple[Callable[..., list[torch.Tensor]], list[torch.Tensor]]:
+    """One function running every case on its own slice of the flat input list."""
     inputs = [x for _, xs in cases for x in xs]
 
     def fn(*xs: torch.Tensor) -> list[torch.Tensor]:
@@ -167,6 +168,12 @@ def _run(cases: list[tuple[SpecialCase, list[torch.Tensor]]], backend: str
             outs.append(c.fn(*xs[i:i + len(own)]))
             i += len(own)
         return outs
+    return fn, inputs
+
+
+def _run(cases: list[tuple[SpecialCase, list[torch.Tensor]]], backend: str
+         ) -> list[torch.Tensor]:
+    fn, inputs = _batched(cases)
 
     program = trace(fn, inputs)
     if backend == "cpp":
@@ -274,14 +281,7 @@ def test_cuda_special_values(dtype: torch.dtype) -> None:
     element also passes when it matches eager on its inputs with denormals flushed."""
     cases = [(c, [x.cuda() for x in xs]) for c, xs, _ in _expected(dtype).values()
              if c.name not in CUDA_GAPS]
-    inputs = [x for _, xs in cases for x in xs]
-
-    def fn(*xs: torch.Tensor) -> list[torch.Tensor]:
-        outs, i = [], 0
-        for c, own in cases:
-            outs.append(c.fn(*xs[i:i + len(own)]))
-            i += len(own)
-        return outs
+    fn, inputs = _batched(cases)
 
     _, run = compile_and_load(trace(fn, inputs))
     problems = []
