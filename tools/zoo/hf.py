@@ -1,4 +1,4 @@
-"""Hugging Face ``transformers`` GPT-2 and BERT from small configs with random weights.
+"""Hugging Face ``transformers`` GPT-2, BERT and Llama from small configs with random weights.
 
 Registered only when ``transformers`` is installed; nothing is downloaded. The wrappers
 return one tensor (the logits / last hidden state), not a ``ModelOutput``, so every compiler sees
@@ -67,3 +67,25 @@ if HAVE_TRANSFORMERS:
         module = build(lambda: FieldOf(transformers.BertModel(config), "last_hidden_state"),
                        device, dtype)
         return module, (seeded_tokens(batch, seq, vocab=vocab, device=device, seed=31),)
+
+    @register("hf_llama",
+              "transformers Llama, grouped-query attention (random weights, small config)",
+              tags=("hf",))
+    def make_hf_llama(device: torch.device, dtype: torch.dtype, suite: str) -> ModelAndInputs:
+        import transformers
+
+        # (batch, seq, layers, width, heads, kv heads, vocab): kv heads < heads, so the
+        # attention repeats each key/value head (grouped-query attention, as Llama 2/3).
+        batch, seq, layers, width, heads, kv_heads, vocab = pick(
+            suite, test=(2, 8, 2, 32, 4, 2, 128), quick=(2, 64, 2, 64, 4, 2, 1000),
+            full=(8, 512, 8, 1024, 16, 4, 32000),
+        )
+        config = transformers.LlamaConfig(
+            num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads,
+            num_key_value_heads=kv_heads, intermediate_size=(8 * width) // 3,
+            vocab_size=vocab, max_position_embeddings=seq, use_cache=False,
+            attention_dropout=0.0, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+        )
+        module = build(lambda: FieldOf(transformers.LlamaForCausalLM(config), "logits"),
+                       device, dtype)
+        return module, (seeded_tokens(batch, seq, vocab=vocab, device=device, seed=32),)
