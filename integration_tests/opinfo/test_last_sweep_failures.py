@@ -30,3 +30,17 @@ def test_an_extern_result_of_another_size_is_kept_as_eager_made_it() -> None:
     strided = torch.arange(6.0).reshape(2, 3).t()
     relaid = layout(strided, (3, 2), (2, 1))
     assert relaid.stride() == (2, 1) and torch.equal(relaid, strided)
+
+
+# The --samples 3 sweep: the gradients of cummax/median/max(dim) on 0-dim inputs scatter
+# into a 0-dim tensor, which the scatter lowering indexed as if it had a dim.
+OPS_SAMPLE_3 = ["cummax", "median", "max.reduction_with_dim"]
+
+
+def test_scatter_into_0_dim_gradients_pass() -> None:
+    results = [r for opinfo in select_ops(OPS_SAMPLE_3, exact=True)
+               for r in run_opinfo(opinfo, max_samples=3, dtypes=[torch.float32])]
+    bad = [f"{r.op} {r.dtype} {r.kind} #{r.index}: {r.category}: {r.detail}"
+           for r in results if r.category in ("crash", "mismatch")]
+    assert not bad, "\n".join(bad)
+    assert sum(r.kind == "grad" and r.index == 2 for r in results) == len(OPS_SAMPLE_3)

@@ -12,7 +12,8 @@ The rules, in order (:meth:`CallHandler.call_symbolic`):
    real data (``.item()``, ``.tolist()``, ``bool(t)``, data-dependent shapes) break.
 5. Builtins follow :data:`BUILTIN_RULES`; methods of lists/dicts/sets/strings and the
    ``math``/``operator`` modules run directly on their (non-tensor) values.
-6. Anything else (``print``, numpy, other C functions, constructing user classes) breaks.
+6. Classes are constructed as fresh objects (:mod:`.fresh`); anything else (``print``,
+   other C functions) breaks.
 
 In concrete mode every call runs for real; a call of user Python code goes through
 ``compile_callee`` (its own compiled wrapper), so a break in a callee stays local.
@@ -320,35 +321,8 @@ class CallHandler:
 
     def construct(self, interp: Any, frame: Frame, cls: type, args: list[Any],
                   kwargs: dict[str, Any]) -> Any:
-        rule = BUILTIN_RULES.get(cls)
-        if rule is not None:
-            return rule(self, interp, frame, args, kwargs)
-        if cls.__module__ == "builtins" and not issubclass(cls, BaseException):
-            return self.direct(interp, cls, args, kwargs)
-        if _is_torch_code(cls) and not issubclass(cls, nn.Module):
-            return self.record(interp, cls, args, kwargs)
-        if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-            return self.direct(interp, cls, args, kwargs)  # a namedtuple: immutable
-        if _plain_user_class(cls):
-            return self.construct_user_object(interp, frame, cls, args, kwargs)
-        raise interp.fail(f"constructing a {cls.__qualname__} object",
-                          "create it outside the compiled function")
-
-    def construct_user_object(self, interp: Any, frame: Frame, cls: Any,
-                              args: list[Any], kwargs: dict[str, Any]) -> Any:
-        """``cls(*args)`` for a plain user class: a fresh object (tracked as created by
-        this capture, so writes to it are not side effects) and its ``__init__``
-        inlined."""
-        obj = cls.__new__(cls)
-        interp.capture.new_objects[id(obj)] = obj
-        init = cls.__init__
-        if isinstance(init, types.FunctionType):
-            self.inline(interp, frame, init, [obj, *args], kwargs, None)
-        elif args or kwargs:
-            if init is object.__init__:
-                raise interp.fail(f"{cls.__qualname__}() takes no arguments")
-            self.direct(interp, init, [obj, *args], kwargs)
-        return obj
+        """``cls(*args, **kwargs)``: see :mod:`.fresh`."""
+        return fresh.construct(self, interp, frame, cls, args, kwargs)
 
     def call_builtin(self, interp: Any, frame: Frame, fn: Any, args: list[Any],
                      kwargs: dict[str, Any]) -> Any:
@@ -432,22 +406,10 @@ def _has_unsupported_hooks(mod: nn.Module) -> bool:
                 or global_module_hooks_registered())
 
 
-_PLAIN_NEW = (object.__new__, dict.__new__)
-
-
-def _plain_user_class(cls: type) -> bool:
-    """A class whose instances Ember can create and re-create: default metaclass call,
-    default ``__new__``, not a module, no ``__slots__``-only layout."""
-    import collections
-
-    return (type(cls).__call__ is type.__call__
-            and cls.__new__ in (*_PLAIN_NEW, collections.OrderedDict.__new__)
-            and not issubclass(cls, (nn.Module, BaseException, torch.Tensor))
-            and hasattr(cls, "__dict__") and "__slots__" not in cls.__dict__
-            and not _is_stdlib(cls))
-
-
 def _rule_for(fn: Any) -> Any:
+    rule = bound_rule_for(fn)
+    if rule is not None:
+        return rule
     try:
         return BUILTIN_RULES.get(fn)
     except TypeError:  # unhashable callable

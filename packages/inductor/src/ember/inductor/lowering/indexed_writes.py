@@ -134,15 +134,19 @@ def _scatter_along(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, ind
     meta = out_meta(node)
     if accumulate:
         _check_accumulate(ctx, meta.dtype)
-    d = normalize_dim(dim, len(x.sizes))
+    scalar = not x.sizes  # a 0-dim tensor scatters as one element along dim 0 (or -1)
+    d = normalize_dim(dim, max(len(x.sizes), 1))
     if len(index.sizes) != len(x.sizes):
         raise NotLowerable(f"scatter index of {len(index.sizes)} dims into {len(x.sizes)}")
-    check = _bounds_check(ctx, node, d, x.sizes[d], index)
+    extent = 1 if scalar else x.sizes[d]
+    check = _bounds_check(ctx, node, d, extent, index)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
                                                                str | None]:
         position = list(i)
-        position[d], inside = _position(ctx, b, check, index.element(b, i), x.sizes[d])
+        at, inside = _position(ctx, b, check, index.element(b, i), extent)
+        if not scalar:
+            position[d] = at
         if isinstance(src, (Stored, Lazy)):
             value = src.element(b, i)
         else:
