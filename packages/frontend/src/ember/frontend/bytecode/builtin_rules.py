@@ -9,10 +9,12 @@ that need real data (``bool(t)``, ``print``) break.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.frontend.bytecode.env_rules import ENV_FUNCTIONS, environ_rule
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.generators import (
     LazyIterator,
@@ -178,7 +180,7 @@ def _next_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
     if exhausted:
         if len(args) > 1:
             return args[1]
-        raise interp.fail("next() on an exhausted iterator")
+        raise StopIteration  # the program's own exception (routed to its handler)
     return value
 
 
@@ -208,6 +210,48 @@ def _setattr_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
                   kwargs: dict[str, Any]) -> Any:
     interp.store_attr(args[0], args[1], args[2])
     return None
+
+
+@_rule(delattr)
+def _delattr_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+                  kwargs: dict[str, Any]) -> Any:
+    interp.delete_attr(args[0], args[1], frame)
+    return None
+
+
+# ``object``'s attribute slots, called as ``object.__setattr__(obj, k, v)`` or bound
+# (``super().__setattr__(k, v)`` inside a class's own ``__setattr__``): they bypass the
+# class's methods, so they are captured as raw reads, writes and deletes.
+OBJECT_SLOTS: dict[str, Callable[[Any, list[Any]], Any]] = {
+    "__setattr__": lambda interp, a: interp.store_attr_raw(a[0], a[1], a[2]),
+    "__delattr__": lambda interp, a: interp.delete_attr_raw(a[0], a[1]),
+    "__getattribute__": lambda interp, a: interp.load_attr_raw(a[0], a[1]),
+}
+
+
+def _object_slot_rule(slot: Callable[[Any, list[Any]], Any], bound: Any = None) -> Rule:
+    def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+        return slot(interp, args if bound is None else [bound, *args])
+
+    return rule
+
+
+for _slot_name, _slot in OBJECT_SLOTS.items():
+    BUILTIN_RULES[getattr(object, _slot_name)] = _object_slot_rule(_slot)
+
+
+BUILTIN_RULES.update(ENV_FUNCTIONS)  # os.getenv
+
+
+def bound_rule_for(fn: Any) -> Rule | None:
+    """A rule for a callable that is not a key of :data:`BUILTIN_RULES` because it is
+    bound anew at each read: ``object``'s slots bound to an object (a
+    ``method-wrapper``), and the methods of ``os.environ`` (:mod:`.env_rules`)."""
+    if isinstance(fn, types.MethodWrapperType) and getattr(fn, "__objclass__", None) is object:
+        slot = OBJECT_SLOTS.get(fn.__name__)
+        return None if slot is None else _object_slot_rule(slot, fn.__self__)
+    return environ_rule(fn)
 
 
 @_rule(print)

@@ -31,11 +31,13 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-import torch
-from ember.frontend.bytecode import library_rules  # noqa: F401  (registers itertools rules)
+from ember.frontend.bytecode import (
+    fresh,
+    library_rules,  # noqa: F401  (registers itertools rules)
+)
 from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
-from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
+from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES, bound_rule_for
 from ember.frontend.bytecode.capture import opaque_data
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
 from ember.frontend.bytecode.frame import Frame

@@ -59,7 +59,10 @@ class CaptureContext:
     sources: dict[int, tuple[Any, Source]] = field(default_factory=dict)
     shadows: dict[int, Shadow] = field(default_factory=dict)  # id(copy) -> shadow
     shadow_of_real: dict[int, Any] = field(default_factory=dict)
+    # (id(obj), name) -> (obj, name, value or attributes.DELETED), in program order
     attr_writes: dict[tuple[int, str], tuple[Any, str, Any]] = field(default_factory=dict)
+    attr_raw: set[tuple[int, str]] = field(default_factory=set)  # via object.__setattr__
+    dirty: dict[int, Any] = field(default_factory=dict)  # id -> outside object written
     cell_writes: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     global_writes: dict[tuple[int, str], tuple[Any, str, Any]] = field(default_factory=dict)
     new_cells: set[int] = field(default_factory=set)
@@ -233,6 +236,25 @@ class CaptureContext:
         """Remember an object a call run for real returned (see :mod:`.state`)."""
         if not isinstance(value, (*PRIMITIVES, torch.Tensor)) and id(value) not in self.sources:
             self.made[id(value)] = value
+
+    def record_attr_write(self, obj: Any, name: str, value: Any, raw: bool) -> None:
+        """An attribute write (or delete: ``value`` is ``attributes.DELETED``) on an
+        outside object, replayed after the graph; ``raw`` replays it with
+        ``object.__setattr__``. A later write to the name moves it to the end (program
+        order of the last writes)."""
+        key = (id(obj), name)
+        self.attr_writes.pop(key, None)
+        self.attr_writes[key] = (obj, name, value)
+        if raw:
+            self.attr_raw.add(key)
+        else:
+            self.attr_raw.discard(key)
+        self.dirty[id(obj)] = obj
+
+    def forget_attr_write(self, obj: Any, name: str) -> None:
+        """An attribute set and deleted again within this capture: nothing to replay."""
+        self.attr_writes.pop((id(obj), name), None)
+        self.attr_raw.discard((id(obj), name))
 
     def capture_writes(self, obj: Any, before: dict[str, Any]) -> None:
         """Code run for real (a property, a torch method) wrote into the ``__dict__`` of

@@ -14,11 +14,12 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode import opcodes
+from ember.frontend.bytecode.attributes import AttributeOps
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext, opaque_data
+from ember.frontend.bytecode.env_rules import environ_contains, environ_getitem, is_environ
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
 from ember.frontend.bytecode.iteration import make_iterator
 from ember.frontend.bytecode.sources import (
@@ -26,7 +27,6 @@ from ember.frontend.bytecode.sources import (
     CellSource,
     ClosureSource,
     GlobalSource,
-    attr_source,
 )
 
 _INPLACE_SET_OPS = (operator.ior, operator.iand, operator.isub, operator.ixor)
@@ -36,7 +36,7 @@ def is_fake_tensor(v: Any) -> bool:
     return is_fake(v)
 
 
-class DataOps:
+class DataOps(AttributeOps):
     """Loads, stores, operators, subscripts and containers; see the module docstring."""
 
     capture: CaptureContext | None
@@ -195,70 +195,6 @@ class DataOps:
         f.push(NULL)
         f.push(value)
 
-    def load_attr(self, obj: Any, name: str) -> Any:
-        """``getattr(obj, name)`` with guards on outside objects and the writes made so
-        far in this capture."""
-        cap = self.capture
-        if cap is None:
-            return getattr(obj, name)
-        written = cap.attr_writes.get((id(obj), name))
-        if written is not None and written[0] is obj:
-            return written[2]
-        if is_fake_tensor(obj):
-            if name in ("data", "grad", "_base", "grad_fn"):
-                raise self.fail(f"reading tensor attribute .{name}")
-            if name == "__class__":
-                return cap.visible_type(obj)
-            return getattr(obj, name)
-        source = cap.source_of(obj)
-        if source is None:
-            return getattr(obj, name)
-        members = getattr(obj, "__dict__", None)
-        if isinstance(members, dict) and not isinstance(
-                obj, (type, types.ModuleType, torch.nn.Module)):
-            # a property run here may cache into the object: captured as a write
-            before = dict(members)
-            try:
-                value = getattr(obj, name)
-            finally:
-                cap.capture_writes(obj, before)
-        else:
-            value = getattr(obj, name)
-        if isinstance(obj, types.ModuleType) and not isinstance(value, (int, float, bool, str)):
-            cap.sources.setdefault(id(value), (value, AttrSource(source, name)))
-            return value
-        return cap.wrap(value, attr_source(obj, source, name))
-
-    def op_STORE_ATTR(self, f: Frame, ins: Any) -> None:
-        obj, value = f.stack[-1], f.stack[-2]
-        self.store_attr(obj, ins.argval, value)
-        f.popn(2)
-
-    def store_attr(self, obj: Any, name: str, value: Any) -> None:
-        cap = self.capture
-        if cap is None:
-            setattr(obj, name, value)
-            return
-        if id(obj) in cap.new_objects:
-            setattr(obj, name, value)
-            return
-        if isinstance(obj, torch.Tensor) or (
-                isinstance(obj, (type, types.ModuleType)) and cap.source_of(obj) is None):
-            raise self.fail(f"attribute write .{name} on a {type(obj).__name__} Ember does "
-                            "not track")
-        if not isinstance(obj, torch.nn.Module) and not _plain_attribute(obj, name):
-            raise self.fail(f"attribute write .{name} on a {type(obj).__name__} goes through "
-                            "a property or __setattr__ (code Ember would have to run)")
-        # NOTE: an outside object without a source (e.g. a module global reached through
-        # an inlined function) is the same object at every call, as its unguarded reads
-        # assume; the write is replayed on it directly (see ``StateBuilder.replays``).
-        cap.attr_writes[(id(obj), name)] = (obj, name, value)
-
-    def op_DELETE_ATTR(self, f: Frame, ins: Any) -> None:
-        if self.symbolic:
-            raise self.fail(f"del .{ins.argval}")
-        delattr(f.pop(), ins.argval)
-
     def op_LOAD_SUPER_ATTR(self, f: Frame, ins: Any) -> None:  # 3.12
         sup_fn, cls, self_obj = f.stack[-3:]
         sup = sup_fn(cls, self_obj)
@@ -306,6 +242,11 @@ class DataOps:
 
     def op_CONTAINS_OP(self, f: Frame, ins: Any) -> None:
         a, b = f.stack[-2:]
+        if self.capture is not None and is_environ(b):
+            found = environ_contains(self, a)  # a guarded read (env_rules)
+            f.popn(2)
+            f.push(found != bool(ins.arg))
+            return
         if self.capture is not None and not isinstance(a, PRIMITIVES) and isinstance(
                 b, (list, tuple, set, frozenset, dict)):
             for item in b:
@@ -375,6 +316,8 @@ class DataOps:
 
     def subscr(self, obj: Any, key: Any) -> Any:
         cap = self.capture
+        if cap is not None and is_environ(obj):
+            return environ_getitem(self, key)  # a guarded read (env_rules)
         if cap is not None and isinstance(obj, dict) and not isinstance(key, PRIMITIVES):
             for k in obj:  # an object key is found by identity
                 cap.guard_identities(key, k, only_identity_eq=True)
@@ -534,21 +477,6 @@ def _already_imported(name: str, level: int, f_globals: dict[str, Any]) -> bool:
     except (ImportError, ValueError):
         return False
     return full in sys.modules
-
-
-def _plain_attribute(obj: Any, name: str) -> bool:
-    """Whether ``obj.name = v`` only stores ``v`` (no ``__setattr__`` override and no
-    property or other data descriptor but slots), so that recording the write and
-    replaying it later with ``setattr`` is equivalent."""
-    cls = type(obj)
-    if getattr(cls, "__setattr__", None) is not object.__setattr__:
-        return False
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            attr = klass.__dict__[name]
-            return (isinstance(attr, types.MemberDescriptorType)
-                    or not hasattr(type(attr), "__set__"))
-    return True
 
 
 def is_star_iterable(value: Any) -> bool:

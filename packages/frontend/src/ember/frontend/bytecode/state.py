@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ember.frontend.bytecode.attributes import DELETED
 from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext
 from ember.frontend.bytecode.frame import _Marker
 from ember.frontend.bytecode.generators import LazyIterator
@@ -155,12 +156,15 @@ class New(Recipe):
 
 @dataclass
 class Replay:
-    """Write a captured mutation back: ``kind`` list/dict/attr/cell/global."""
+    """Write a captured mutation back: ``kind`` list/dict/attr/delattr/cell/global;
+    ``raw`` attribute writes and deletes bypass the class's ``__setattr__`` /
+    ``__delattr__`` (they were captured inside it)."""
 
     kind: str
     target: Recipe
     value: Any
     name: str = ""
+    raw: bool = False
 
     def apply(self, rt: Rebuild) -> None:
         obj = self.target.build(rt)
@@ -171,7 +175,9 @@ class Replay:
             obj.clear()
             obj.update(items)
         elif self.kind == "attr":
-            setattr(obj, self.name, self.value.build(rt))
+            (object.__setattr__ if self.raw else setattr)(obj, self.name, self.value.build(rt))
+        elif self.kind == "delattr":
+            (object.__delattr__ if self.raw else delattr)(obj, self.name)
         elif self.kind == "cell":
             obj.cell_contents = self.value.build(rt)
         elif self.kind == "global":
@@ -282,8 +288,8 @@ class StateBuilder:
         if isinstance(v, types.BuiltinMethodType) and not isinstance(
                 getattr(v, "__self__", None), (types.ModuleType, type(None))):
             return New("builtin_method", self._key(v), [self.recipe(v.__self__)], v.__name__)
-        if isinstance(v, (*_STABLE, torch.dtype, torch.device)):
-            return Const(v)
+        if isinstance(v, (*_STABLE, torch.dtype, torch.device)) and id(v) not in cap.new_objects:
+            return Const(v)  # (a module made by the captured code is re-created below)
         if id(v) in cap.new_objects or (id(v) in cap.made and _rebuildable_object(v)
                                         and holds_fake(v)):
             r = New("object", self._key(v), [], type(v))
@@ -320,10 +326,14 @@ class StateBuilder:
                 if changed:
                     out.append(Replay("dict", Fetch(shadow.source),
                                       [(self.recipe(k), self.recipe(x)) for k, x in items]))
-        for obj, name, value in cap.attr_writes.values():
+        for key, (obj, name, value) in cap.attr_writes.items():
             source = cap.source_of(obj)
             target: Recipe = Const(obj) if source is None else Fetch(source)
-            out.append(Replay("attr", target, self.recipe(value), name))
+            raw = key in cap.attr_raw
+            if value is DELETED:
+                out.append(Replay("delattr", target, None, name, raw))
+            else:
+                out.append(Replay("attr", target, self.recipe(value), name, raw))
         for globals_dict, name, value in cap.global_writes.values():
             out.append(Replay("global", Const(globals_dict), self.recipe(value), name))
         for cell, value in cap.cell_writes.values():

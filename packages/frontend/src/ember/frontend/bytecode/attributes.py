@@ -1,0 +1,262 @@
+"""Attribute reads, writes and deletes during capture (a base of the interpreter).
+
+Reads of outside objects are guarded through their source (:mod:`.capture`). Writes
+and deletes on outside objects are side effects: recorded in
+``CaptureContext.attr_writes`` (in program order, the last write to a name wins, a
+delete is the :data:`DELETED` value) and replayed on the real objects after the graph
+runs (:mod:`.state`); later reads in the same capture see them. Objects made by the
+captured code itself (``CaptureContext.new_objects``) are written directly.
+
+How a write or delete is captured depends on the class, one rule per case:
+
+- a Python ``__setattr__`` / ``__delattr__`` (not ``nn.Module``'s) is inlined; the
+  ``object.__setattr__`` / ``object.__delattr__`` it ends in (``super().__setattr__``)
+  is recorded as a *raw* write, replayed with ``object.__setattr__`` (the class's method
+  does not run twice);
+- a property with a Python setter (or deleter) inlines that function;
+- ``nn.Module`` and classes with the default ``__setattr__`` record the write, replayed
+  with ``setattr`` / ``delattr`` (``Module.__setattr__`` files tensors, parameters and
+  submodules into their tables at replay time);
+- any other data descriptor, a tensor, or an untracked class or module breaks.
+
+After a write, reads of that object whose class has a Python ``__getattribute__`` (such
+as transformers' ``PretrainedConfig``, which maps attribute aliases) run that method
+inlined, so an alias sees the new value; ``object.__getattribute__`` inside it reads the
+captured writes.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+from ember.frontend._torch import is_fake
+from ember.frontend.bytecode.frame import Frame, _Marker
+from ember.frontend.bytecode.sources import AttrSource, attr_source
+
+DELETED = _Marker("DELETED")
+"""The value of an attribute deleted during the capture (``attr_writes``)."""
+
+
+class AttributeOps:
+    """``LOAD_ATTR`` / ``STORE_ATTR`` / ``DELETE_ATTR`` semantics; see the module
+    docstring. Mixed into :class:`~.data_ops.DataOps`."""
+
+    capture: Any  # a CaptureContext or None
+    calls: Any
+    current_frame: Frame | None
+
+    def fail(self, reason: str, hint: str = "") -> Exception:
+        raise NotImplementedError  # DataOps.fail
+
+    # ---- reads --------------------------------------------------------------------------
+
+    def load_attr(self, obj: Any, name: str) -> Any:
+        """``getattr(obj, name)`` with guards on outside objects and the writes made so
+        far in this capture."""
+        cap = self.capture
+        if cap is None:
+            return getattr(obj, name)
+        if cap.dirty.get(id(obj)) is obj and not isinstance(obj, torch.nn.Module):
+            # written in this capture: code that reads the object runs inlined, so that
+            # it sees the writes
+            getattribute = getattr(type(obj), "__getattribute__", None)
+            if isinstance(getattribute, types.FunctionType):
+                return self._inline(getattribute, [obj, name])
+        return self.load_attr_raw(obj, name)
+
+    def load_attr_raw(self, obj: Any, name: str) -> Any:
+        """``getattr(obj, name)`` without inlining the class's ``__getattribute__``
+        (that method's own ``object.__getattribute__`` lands here)."""
+        cap = self.capture
+        if cap.dirty.get(id(obj)) is obj:
+            prop = _class_attr(type(obj), name)
+            if isinstance(prop, property) and isinstance(prop.fget, types.FunctionType):
+                return self._inline(prop.fget, [obj])  # it reads the captured writes
+        written = cap.attr_writes.get((id(obj), name))
+        if written is not None and written[0] is obj:
+            if written[2] is DELETED:
+                return self._read_after_delete(obj, name)
+            return written[2]
+        if is_fake(obj):
+            if name in ("data", "grad", "_base", "grad_fn"):
+                raise self.fail(f"reading tensor attribute .{name}")
+            if name == "__class__":
+                return cap.visible_type(obj)
+            return getattr(obj, name)
+        source = cap.source_of(obj)
+        if source is None:
+            return getattr(obj, name)
+        members = getattr(obj, "__dict__", None)
+        if isinstance(members, dict) and not isinstance(
+                obj, (type, types.ModuleType, torch.nn.Module)):
+            # a property run here may cache into the object: captured as a write
+            before = dict(members)
+            try:
+                value = getattr(obj, name)
+            finally:
+                cap.capture_writes(obj, before)
+        else:
+            value = getattr(obj, name)
+        if isinstance(obj, types.ModuleType) and not isinstance(value, (int, float, bool, str)):
+            cap.sources.setdefault(id(value), (value, AttrSource(source, name)))
+            return value
+        return cap.wrap(value, attr_source(obj, source, name))
+
+    def _read_after_delete(self, obj: Any, name: str) -> Any:
+        """``obj.name`` after ``del obj.name`` in this capture: what the class supplies,
+        or AttributeError."""
+        cls = type(obj)
+        for klass in cls.__mro__:
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                if isinstance(attr, types.FunctionType):
+                    return types.MethodType(attr, obj)
+                if not hasattr(type(attr), "__get__"):
+                    return attr
+                raise self.fail(f"reading .{name} of a {cls.__name__} after deleting it "
+                                "(a class descriptor would supply it)")
+        getattr_hook = getattr(cls, "__getattr__", None)
+        if isinstance(getattr_hook, types.FunctionType):
+            return self._inline(getattr_hook, [obj, name])
+        raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
+
+    # ---- writes -------------------------------------------------------------------------
+
+    def op_STORE_ATTR(self, f: Frame, ins: Any) -> None:
+        obj, value = f.stack[-1], f.stack[-2]
+        self.store_attr(obj, ins.argval, value, f)
+        f.popn(2)
+
+    def op_DELETE_ATTR(self, f: Frame, ins: Any) -> None:
+        self.delete_attr(f.stack[-1], ins.argval, f)
+        f.pop()
+
+    def store_attr(self, obj: Any, name: str, value: Any, frame: Frame | None = None) -> None:
+        """``obj.name = value`` (``setattr``)."""
+        cap = self.capture
+        if cap is None or id(obj) in cap.new_objects:
+            # NOTE: an object made by the captured code runs its own __setattr__ for
+            # real: nothing outside the graph sees it before it escapes (state.py).
+            setattr(obj, name, value)
+            return
+        self._check_tracked(obj, name, "write")
+        if not isinstance(obj, torch.nn.Module):
+            hook = _python_hook(obj, name, "__setattr__", "fset")
+            if hook is not None:
+                fn, with_name = hook
+                self._inline(fn, [obj, *([name] if with_name else []), value], frame)
+                return
+            if not _plain_attribute(obj, name, "__setattr__"):
+                raise self.fail(f"attribute write .{name} on a {type(obj).__name__} goes "
+                                "through a descriptor Ember cannot run",
+                                "set it outside the compiled function")
+        cap.record_attr_write(obj, name, value, raw=False)
+
+    def store_attr_raw(self, obj: Any, name: str, value: Any) -> None:
+        """``object.__setattr__(obj, name, value)``: bypasses the class's method."""
+        cap = self.capture
+        if cap is None or id(obj) in cap.new_objects:
+            object.__setattr__(obj, name, value)
+            return
+        self._check_tracked(obj, name, "write")
+        cap.record_attr_write(obj, name, value, raw=True)
+
+    def delete_attr(self, obj: Any, name: str, frame: Frame | None = None) -> None:
+        """``del obj.name`` (``delattr``)."""
+        cap = self.capture
+        if cap is None or id(obj) in cap.new_objects:
+            delattr(obj, name)
+            return
+        self._check_tracked(obj, name, "delete")
+        if not isinstance(obj, torch.nn.Module):
+            hook = _python_hook(obj, name, "__delattr__", "fdel")
+            if hook is not None:
+                fn, with_name = hook
+                self._inline(fn, [obj, *([name] if with_name else [])], frame)
+                return
+            if not _plain_attribute(obj, name, "__delattr__"):
+                raise self.fail(f"del .{name} on a {type(obj).__name__} goes through a "
+                                "descriptor Ember cannot run")
+        self._record_delete(obj, name, raw=False)
+
+    def delete_attr_raw(self, obj: Any, name: str) -> None:
+        """``object.__delattr__(obj, name)``."""
+        cap = self.capture
+        if cap is None or id(obj) in cap.new_objects:
+            object.__delattr__(obj, name)
+            return
+        self._check_tracked(obj, name, "delete")
+        self._record_delete(obj, name, raw=True)
+
+    def _record_delete(self, obj: Any, name: str, raw: bool) -> None:
+        cap = self.capture
+        written = cap.attr_writes.get((id(obj), name))
+        existed = _has_own(obj, name)
+        if written is not None and written[2] is DELETED or (written is None and not existed):
+            raise AttributeError(f"'{type(obj).__name__}' object has no attribute '{name}'")
+        if not existed:
+            cap.forget_attr_write(obj, name)  # written in this capture only: net nothing
+            return
+        cap.record_attr_write(obj, name, DELETED, raw=raw)
+
+    def _check_tracked(self, obj: Any, name: str, what: str) -> None:
+        cap = self.capture
+        if isinstance(obj, torch.Tensor) or (
+                isinstance(obj, (type, types.ModuleType)) and cap.source_of(obj) is None):
+            raise self.fail(f"attribute {what} .{name} on a {type(obj).__name__} Ember "
+                            "does not track")
+
+    def _inline(self, fn: types.FunctionType, args: list[Any],
+                frame: Frame | None = None) -> Any:
+        parent = frame if frame is not None else self.current_frame
+        return self.calls.inline(self, parent, fn, args, {}, None)
+
+
+def _python_hook(obj: Any, name: str, method: str,
+                 accessor: str) -> tuple[types.FunctionType, bool] | None:
+    """The Python function a write (``__setattr__``, a property's ``fset``) or delete
+    (``__delattr__``, ``fdel``) of ``obj.name`` runs, and whether it takes the name;
+    None when it is the default."""
+    cls = type(obj)
+    hook = getattr(cls, method, None)
+    if isinstance(hook, types.FunctionType):
+        return hook, True
+    attr = _class_attr(cls, name)
+    if isinstance(attr, property) and getattr(cls, method, None) is getattr(object, method):
+        fn = getattr(attr, accessor)
+        if isinstance(fn, types.FunctionType):
+            return fn, False
+    return None
+
+
+def _class_attr(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return vars(klass)[name]
+    return None
+
+
+def _has_own(obj: Any, name: str) -> bool:
+    """Whether the real ``obj`` holds ``name`` itself (its ``__dict__``, or an
+    ``nn.Module``'s parameter, buffer or submodule tables)."""
+    members = getattr(obj, "__dict__", None)
+    if isinstance(members, dict) and name in members:
+        return True
+    if isinstance(obj, torch.nn.Module):
+        return any(name in getattr(obj, t) for t in ("_parameters", "_buffers", "_modules"))
+    return hasattr(obj, name)
+
+
+def _plain_attribute(obj: Any, name: str, method: str) -> bool:
+    """Whether ``obj.name = v`` (``method`` ``__setattr__``) or ``del obj.name``
+    (``__delattr__``) only stores or removes the value (no override and no property or
+    other data descriptor but slots), so that recording it and replaying it later with
+    ``setattr`` / ``delattr`` is equivalent."""
+    cls = type(obj)
+    if getattr(cls, method, None) is not getattr(object, method):
+        return False
+    attr = _class_attr(cls, name)
+    return attr is None or isinstance(attr, types.MemberDescriptorType) or not hasattr(
+        type(attr), "__set__")

@@ -1,0 +1,102 @@
+"""Objects constructed by the captured code itself ("fresh" objects).
+
+``cls(*args)`` inside a captured function makes a new object at every call: it is a
+value made by the graph's code, not an input, so it gets no guard (no identity guard
+that would fail at the next call) and no break. How it is made, by class:
+
+- a plain Python class (default metaclass call, ``object.__new__`` / ``dict.__new__``,
+  no ``__slots__``), a dataclass included: ``cls.__new__(cls)``, then ``__init__``
+  inlined;
+- an ``nn.Module`` subclass (``CrossEntropyLoss()`` in a training head, a user module):
+  the same, with ``Module.__init__`` and the subclass's ``__init__`` inlined; creating
+  an ``nn.Parameter`` inside the compiled function breaks (its value would be a new
+  random tensor at every call);
+- :data:`FRESH_BY_CALL` (C classes that only store their arguments, such as
+  ``types.SimpleNamespace``): called for real;
+- builtins and namedtuples are values; other torch classes are recorded.
+
+Fresh objects are listed in ``CaptureContext.new_objects``: their attribute reads and
+writes act on them directly, without guards or replays. One that escapes (returned,
+left in the frame at a break, stored on an outside object) is re-created after the
+graph from its attributes (``New("object")`` in :mod:`.state`).
+"""
+
+from __future__ import annotations
+
+import collections
+import types
+from typing import Any
+
+import torch
+from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
+from ember.frontend.bytecode.frame import Frame
+from torch import nn
+
+FRESH_BY_CALL: tuple[type, ...] = (types.SimpleNamespace,)
+"""Classes whose constructor runs for real and whose instances are fresh objects."""
+
+_PLAIN_NEW = (object.__new__, dict.__new__, collections.OrderedDict.__new__)
+
+
+def construct(h: Any, interp: Any, frame: Frame, cls: type, args: list[Any],
+              kwargs: dict[str, Any]) -> Any:
+    """``cls(*args, **kwargs)`` during capture (``h`` is the call handler)."""
+    from ember.frontend.bytecode.calls import _is_stdlib, _is_torch_code
+
+    rule = BUILTIN_RULES.get(cls)
+    if rule is not None:
+        return rule(h, interp, frame, args, kwargs)
+    if cls.__module__ == "builtins" and not issubclass(cls, BaseException):
+        return h.direct(interp, cls, args, kwargs)
+    if issubclass(cls, nn.Parameter):
+        raise interp.fail(f"creating a parameter ({cls.__qualname__}) inside the compiled function "
+                          "(a new parameter at every call)",
+                          "create the module or parameter in __init__, outside forward")
+    if issubclass(cls, nn.Module) and _plain_class(cls):
+        return construct_object(h, interp, frame, cls, args, kwargs)
+    if _is_torch_code(cls) and not issubclass(cls, nn.Module):
+        return h.record(interp, cls, args, kwargs)
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        return h.direct(interp, cls, args, kwargs)  # a namedtuple: immutable
+    if (_plain_class(cls) and not issubclass(cls, (nn.Module, BaseException, torch.Tensor))
+            and not _is_stdlib(cls)):
+        return construct_object(h, interp, frame, cls, args, kwargs)
+    raise interp.fail(f"constructing a {cls.__qualname__} object",
+                      "create it outside the compiled function")
+
+
+def construct_object(h: Any, interp: Any, frame: Frame, cls: Any, args: list[Any],
+                     kwargs: dict[str, Any]) -> Any:
+    """A fresh instance of ``cls``: made with ``cls.__new__``, its ``__init__``
+    inlined; tracked as made by this capture, so writes to it are not side effects."""
+    obj = cls.__new__(cls)
+    interp.capture.new_objects[id(obj)] = obj
+    init = cls.__init__
+    if isinstance(init, types.FunctionType):
+        h.inline(interp, frame, init, [obj, *args], kwargs, None)
+    elif args or kwargs:
+        if init is object.__init__:
+            raise interp.fail(f"{cls.__qualname__}() takes no arguments")
+        h.direct(interp, init, [obj, *args], kwargs)
+    return obj
+
+
+def _plain_class(cls: type) -> bool:
+    """A class whose instances Ember can create and re-create: default metaclass call,
+    default ``__new__``, no ``__slots__``-only layout."""
+    return (type(cls).__call__ is type.__call__ and cls.__new__ in _PLAIN_NEW
+            and hasattr(cls, "__dict__") and "__slots__" not in cls.__dict__)
+
+
+def _fresh_by_call(h: Any, interp: Any, frame: Frame, args: list[Any],
+                   kwargs: dict[str, Any], cls: type) -> Any:
+    obj = h.direct(interp, cls, args, kwargs)
+    if interp.capture is not None:
+        interp.capture.new_objects[id(obj)] = obj
+    return obj
+
+
+for _cls in FRESH_BY_CALL:
+    BUILTIN_RULES[_cls] = (
+        lambda h, interp, frame, args, kwargs, _c=_cls:
+        _fresh_by_call(h, interp, frame, args, kwargs, _c))
