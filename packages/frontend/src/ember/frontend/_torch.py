@@ -5,6 +5,8 @@ Other helpers may add lines here; keep one import per name and say what it is fo
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch._subclasses.fake_tensor import FakeTensor  # fake tensors (strict frontend)
 from torch.nn.modules import module as _module_globals  # global nn.Module hooks (strict)
@@ -32,6 +34,7 @@ __all__ = [
     "fake_mode_active",
     "global_module_hooks_registered",
     "is_fake",
+    "numpy_layer",
     "register_pytree_node",
     "tree_flatten",
     "tree_flatten_with_path",
@@ -59,3 +62,12 @@ def global_module_hooks_registered() -> bool:
                      "_global_backward_hooks", "_global_backward_pre_hooks",
                      "_global_forward_hooks_always_called")
     )
+
+
+def numpy_layer() -> Any:
+    """torch's NumPy-compatible layer over tensors (``torch._numpy``): the strict
+    frontend traces NumPy code with it (``bytecode/numpy_rules.py``). Imported on
+    first use: it imports NumPy."""
+    import torch._numpy
+
+    return torch._numpy

@@ -152,6 +152,12 @@ class CallHandler:
         if isinstance(fn, GradModeRestore):
             interp.check_grad_mode_change(fn)
             return fn(*args)
+        if "numpy" in sys.modules:  # NumPy code is traced: bytecode/numpy_rules.py
+            from ember.frontend.bytecode import numpy_rules
+
+            result = numpy_rules.numpy_call(fn, args, kwargs)
+            if result is not numpy_rules.NOT_NUMPY:
+                return result
         opaque = _opaque_argument([*args, *kwargs.values()])
         if opaque is not None and not any(fn is q for q in _TYPE_QUERIES):
             raise interp.fail(f"call to {_name(fn)} with a {type(opaque).__name__} (its "

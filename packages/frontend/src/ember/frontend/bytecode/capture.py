@@ -74,6 +74,8 @@ class CaptureContext:
     real_types: dict[int, type] = field(default_factory=dict)
     # id(real tensor) -> it, for tensors lifted to inputs by the recorder (see _lift)
     lifted: dict[int, torch.Tensor] = field(default_factory=dict)
+    # id(outside np.ndarray or its traced array) -> (it, traced array, source)
+    arrays: dict[int, tuple[Any, Any, Source]] = field(default_factory=dict)
     recording: bool = False
     _names: set[str] = field(default_factory=set)
 
@@ -110,6 +112,11 @@ class CaptureContext:
         untracked read, nothing is guarded)."""
         if isinstance(value, torch.Tensor):
             return self._wrap_tensor(value, source)
+        if source is not None and opaque_data(value):  # an ndarray: bytecode/numpy_values.py
+            from ember.frontend.bytecode import numpy_values
+
+            if numpy_values.traceable_input_array(value):
+                return numpy_values.wrap_input_array(self, value, source)
         if isinstance(value, PRIMITIVES) or _guarded_by_value(value):
             if source is not None:
                 self.guard("equals", source, value)
@@ -352,6 +359,12 @@ def opaque_data(value: Any) -> bool:
     if np is not None and isinstance(value, np.ndarray):
         return True
     return isinstance(value, (bytearray, memoryview, array.array))
+
+
+def is_traced_array(value: Any) -> bool:
+    """A NumPy array computed by the graph (:mod:`.numpy_values`)."""
+    arrays = sys.modules.get("ember.frontend.bytecode.numpy_values")
+    return arrays is not None and isinstance(value, arrays.TracedArray)
 
 
 def _input_kind(value: torch.Tensor, source: Source) -> tuple[InputKind, str | None]:

@@ -18,7 +18,12 @@ from ember.frontend._torch import is_fake
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.attributes import AttributeOps
 from ember.frontend.bytecode.breaks import GraphBreak
-from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext, opaque_data
+from ember.frontend.bytecode.capture import (
+    PRIMITIVES,
+    CaptureContext,
+    is_traced_array,
+    opaque_data,
+)
 from ember.frontend.bytecode.env_rules import environ_contains, environ_getitem, is_environ
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
 from ember.frontend.bytecode.iteration import make_iterator
@@ -343,7 +348,7 @@ class DataOps(AttributeOps):
 
     def store_subscr(self, obj: Any, key: Any, value: Any) -> None:
         if self.capture is not None and not (
-            is_fake_tensor(obj) or isinstance(obj, (list, dict))
+            is_fake_tensor(obj) or isinstance(obj, (list, dict)) or is_traced_array(obj)
             or id(obj) in self.capture.new_objects
         ):
             raise self.fail(f"item assignment on a {type(obj).__name__}")

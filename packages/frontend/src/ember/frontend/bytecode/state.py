@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 from ember.frontend.bytecode.attributes import DELETED
-from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext
+from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext, is_traced_array
 from ember.frontend.bytecode.frame import _Marker
 from ember.frontend.bytecode.generators import LazyIterator
 from ember.frontend.bytecode.interpreter import GradModeRestore, is_fake_tensor
@@ -229,6 +229,10 @@ class StateBuilder:
         source = cap.source_of(v)
         if source is not None:
             return Fetch(source)
+        if is_traced_array(v):  # a real np.ndarray after the graph (numpy_values.py)
+            from ember.frontend.bytecode.numpy_values import array_recipe
+
+            return array_recipe(self, v)
         if isinstance(v, types.CellType):
             if id(v) in self._start_cells:
                 return StartCell(self._start_cells[id(v)])
