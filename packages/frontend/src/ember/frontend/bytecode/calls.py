@@ -31,6 +31,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from ember.frontend.bytecode import (
     fresh,
     library_rules,  # noqa: F401  (registers itertools rules)
@@ -339,7 +340,9 @@ class CallHandler:
         owner = getattr(fn, "__self__", None)
         module = owner.__name__ if isinstance(owner, types.ModuleType) else (
             getattr(fn, "__module__", None) or "")
-        if is_fake_tensor(owner):
+        if isinstance(owner, torch.Tensor):
+            # a tensor method, also on a real tensor (a parameter or buffer of a module
+            # reached without a source): the recorder lifts it to an input (capture._lift)
             return self.record(interp, fn, args, kwargs)
         if (isinstance(owner, set) and interp.capture.source_of(owner) is not None
                 and getattr(fn, "__name__", "") in _SET_MUTATORS):

@@ -184,6 +184,15 @@ class CaptureContext:
         of the first call."""
         source = self._member_source(value)
         if source is None:
+            if value.requires_grad and torch.is_grad_enabled():
+                from ember.frontend.bytecode.breaks import GraphBreak
+
+                # a constant is detached: its gradient would be silently lost
+                raise GraphBreak(
+                    f"a tensor that requires grad ({type(value).__name__} of shape "
+                    f"{tuple(value.shape)}) reached from no tracked source would be a "
+                    "constant of the graph", "read it as an attribute of the module or "
+                    "pass it as an argument")
             return None
         self.guards.add(tensor_guard(source, value))
         kind, target = _input_kind(value, source)
@@ -197,10 +206,15 @@ class CaptureContext:
 
         for obj, source in list(self.sources.values()):
             if isinstance(obj, nn.Module):
-                for table in ("_parameters", "_buffers"):
-                    for name, t in getattr(obj, table).items():
-                        if t is value:
-                            return ModuleMemberSource(source, table, name)
+                # its own parameters and buffers, then those of its submodules
+                for path, sub in obj.named_modules():
+                    for table in ("_parameters", "_buffers"):
+                        for name, t in getattr(sub, table).items():
+                            if t is value:
+                                base = source
+                                for part in path.split(".") if path else ():
+                                    base = ModuleMemberSource(base, "_modules", part)
+                                return ModuleMemberSource(base, table, name)
             members = getattr(obj, "__dict__", None)
             if not isinstance(members, dict) or isinstance(obj, (type, types.ModuleType)):
                 continue

@@ -1,0 +1,377 @@
+"""Strict capture of environment reads, objects made inside the compiled code, attribute
+writes and deletes on outside objects, and tensor methods on parameters."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import types
+from typing import Any
+
+import pytest
+import torch
+from ember.runtime.config import patch
+from strict_helpers import strict
+from torch import nn
+
+ENV = "EMBER_TEST_STRICT_OBJECTS"
+
+
+def _counts(compiled: Any) -> tuple[int, int]:
+    inner = getattr(compiled, "_compiled", compiled)
+    return inner.stats.graph_breaks, inner.stats.compiles
+
+
+# ---- environment reads ------------------------------------------------------------------
+
+
+def reads_env(x: torch.Tensor) -> torch.Tensor:
+    mode = os.environ.get(ENV, "off")
+    other = os.getenv(ENV + "_OTHER")
+    y = x * (2.0 if mode == "on" else 3.0)
+    if ENV in os.environ:
+        y = y + len(os.environ[ENV])
+    return y + (0.0 if other is None else 100.0)
+
+
+def test_environment_reads_are_guarded_constants(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(ENV + "_OTHER", raising=False)
+    compiled = strict(reads_env)
+    x = torch.randn(3)
+    with patch(logs=frozenset({"guards"})):
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), reads_env(x))
+    assert _counts(compiled) == (0, 1)
+    err = capsys.readouterr().err
+    assert f"os.environ.get('{ENV}') == None" in err
+    # setting, changing and unsetting the variable each recompiles
+    for value in ("on", "other"):
+        monkeypatch.setenv(ENV, value)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), reads_env(x))
+    assert _counts(compiled) == (0, 3)
+    monkeypatch.setenv(ENV + "_OTHER", "1")
+    torch.testing.assert_close(compiled(x), reads_env(x))
+    monkeypatch.delenv(ENV)
+    torch.testing.assert_close(compiled(x), reads_env(x))
+    assert _counts(compiled) == (0, 5)
+
+
+# ---- objects made inside the compiled code ------------------------------------------------
+
+VOCAB = 11
+
+
+class LossHead(nn.Module):
+    """An HF-style training head: the loss module is built inside forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, VOCAB)
+
+    def forward(self, h: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        logits = self.proj(h)
+        loss_fct = nn.CrossEntropyLoss(ignore_index=-100)
+        loss = loss_fct(logits.view(-1, VOCAB), labels.view(-1))
+        return loss, logits
+
+
+def test_loss_module_built_in_forward_is_captured_in_training() -> None:
+    torch.manual_seed(0)
+    model = LossHead()
+    compiled = strict(model)
+    h, labels = torch.randn(2, 5, 8), torch.randint(0, VOCAB, (2, 5))
+    labels[0, 0] = -100
+    for _ in range(3):
+        model.zero_grad()
+        loss, _ = compiled(h, labels)
+        loss.backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        expected, _ = model(h, labels)
+        expected.backward()
+        torch.testing.assert_close(loss, expected)
+        for g, p in zip(got, model.parameters()):
+            torch.testing.assert_close(g, p.grad)
+    assert _counts(compiled) == (0, 1)
+
+
+class Scale(nn.Module):
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor
+
+
+@dataclasses.dataclass
+class Pair:
+    left: torch.Tensor
+    right: torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    n: int
+
+
+def builds_objects(x: torch.Tensor) -> Any:
+    scale = Scale(3.0)
+    pair = Pair(x + 1, x * 2)
+    pair.right = pair.right + Frozen(4).n
+    ns = types.SimpleNamespace(total=pair.left + pair.right)
+    ns.scaled = scale(ns.total)
+    return ns, scale
+
+
+def test_fresh_objects_escape_as_new_objects_with_their_state() -> None:
+    compiled = strict(builds_objects)
+    seen = []
+    for i in range(3):
+        x = torch.randn(4) + i
+        ns, scale = compiled(x)
+        want, _ = builds_objects(x)
+        assert type(ns) is types.SimpleNamespace and type(scale) is Scale
+        torch.testing.assert_close(ns.total, want.total)
+        torch.testing.assert_close(ns.scaled, want.scaled)
+        assert scale.factor == 3.0 and scale.training
+        seen += [ns, scale]
+    assert len({id(o) for o in seen}) == 6  # a new object at every call, as in eager
+    assert _counts(compiled) == (0, 1)
+
+
+class KeepsLossFn(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.last_loss = nn.MSELoss(reduction="sum")  # stored on an outside module
+        return self.last_loss(x, torch.zeros_like(x))
+
+
+def test_fresh_module_stored_on_an_outside_module_is_registered() -> None:
+    model = KeepsLossFn()
+    compiled = strict(model)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), (x * x).sum())
+    assert isinstance(model._modules["last_loss"], nn.MSELoss)
+    assert model.last_loss.reduction == "sum"
+    assert _counts(compiled) == (0, 1)
+
+
+def makes_a_parameter(x: torch.Tensor) -> torch.Tensor:
+    return nn.Linear(3, 2)(x)
+
+
+def test_creating_a_parameter_inside_forward_breaks_clearly() -> None:
+    compiled = strict(makes_a_parameter)
+    assert compiled(torch.randn(3)).shape == (2,)
+    inner = getattr(compiled, "_compiled", compiled)
+    assert inner.stats.graph_breaks >= 1
+    assert any("creating a parameter (Parameter)" in b.reason for b in inner.breaks)
+
+
+# ---- attribute writes and deletes on outside objects --------------------------------------
+
+
+class Settings:
+    kind = "class-default"
+
+    def __init__(self) -> None:
+        self.kind = "instance"
+        self.scratch = 1
+        self.keep = 2.0
+
+
+def writes_and_deletes(x: torch.Tensor, s: Settings) -> torch.Tensor:
+    s.keep = 5.0
+    y = x * s.keep  # reads the write
+    del s.kind
+    y = y + len(s.kind)  # the class attribute shows through again
+    setattr(s, "added", 7)
+    s.temp = 1
+    del s.temp  # made and removed in this call: nothing to replay
+    delattr(s, "scratch")
+    assert not hasattr(s, "scratch")
+    s.keep = s.keep + s.added  # the last write wins
+    return y
+
+
+def test_writes_and_deletes_on_outside_objects_are_replayed() -> None:
+    compiled = strict(writes_and_deletes)
+    for _ in range(3):
+        x = torch.randn(3)
+        mine, theirs = Settings(), Settings()
+        torch.testing.assert_close(compiled(x, mine), writes_and_deletes(x, theirs))
+        assert vars(mine) == vars(theirs) == {"keep": 12.0, "added": 7}
+    assert _counts(compiled) == (0, 1)
+
+
+class AliasConfig:
+    """Like transformers' PretrainedConfig: aliases mapped by __setattr__ and
+    __getattribute__, every write validated."""
+
+    attribute_map = {"n_layer": "num_layers"}
+
+    def __init__(self) -> None:
+        self.num_layers = 2
+        self.problem_type: str | None = None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        if key == "num_layers" and value < 0:
+            raise ValueError("num_layers must be >= 0")
+        super().__setattr__(key, value)
+
+    def __getattribute__(self, key: str) -> Any:
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+    def __delattr__(self, key: str) -> None:
+        object.__delattr__(self, key)
+
+
+def uses_config(x: torch.Tensor, config: AliasConfig) -> torch.Tensor:
+    if config.problem_type is None:
+        config.problem_type = "regression"
+    config.n_layer = 4  # through the alias
+    y = x * config.num_layers  # sees the write
+    del config.problem_type
+    return y
+
+
+def test_python_setattr_and_getattribute_are_inlined() -> None:
+    compiled = strict(uses_config)
+    for _ in range(3):
+        x = torch.randn(3)
+        mine, theirs = AliasConfig(), AliasConfig()
+        torch.testing.assert_close(compiled(x, mine), uses_config(x, theirs))
+        assert object.__getattribute__(mine, "__dict__") == {"num_layers": 4}
+    assert _counts(compiled) == (0, 1)
+
+
+def reads_config(x: torch.Tensor, config: AliasConfig) -> torch.Tensor:
+    return x * config.n_layer
+
+
+def test_changing_a_config_attribute_read_by_the_graph_recompiles() -> None:
+    compiled = strict(reads_config)
+    config, x = AliasConfig(), torch.randn(3)
+    torch.testing.assert_close(compiled(x, config), x * 2)
+    torch.testing.assert_close(compiled(x, config), x * 2)
+    config.n_layer = 5
+    torch.testing.assert_close(compiled(x, config), x * 5)
+    assert _counts(compiled) == (0, 2)
+
+
+class Tracker(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("running", torch.zeros(3))
+        self.note = "start"
+        self.temp = 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.running = self.running * 0.5 + x  # a registered buffer: stays a buffer
+        self.last = x.sum()  # a plain tensor attribute
+        self.note = "seen"
+        del self.temp
+        return self.running + self.last
+
+
+def test_module_attribute_writes_and_deletes() -> None:
+    mine = Tracker()
+    theirs = copy.deepcopy(mine)
+    compiled = strict(mine)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), theirs(x))
+    assert set(mine._buffers) == {"running"}
+    torch.testing.assert_close(mine.running, theirs.running)
+    torch.testing.assert_close(mine.last, theirs.last)
+    assert mine.note == "seen" and not hasattr(mine, "temp")
+    assert _counts(compiled) == (0, 1)
+
+
+def test_transformers_get_text_config_deletes_on_a_copy() -> None:
+    transformers = pytest.importorskip("transformers")
+    # a flat encoder-decoder config: get_text_config deep-copies it, then renames the
+    # decoder_* keys with delattr/setattr on the copy
+    config = transformers.T5Config(d_model=8, d_ff=8, d_kv=4, num_heads=2, num_layers=3,
+                                   num_decoder_layers=1, decoder_start_token_id=0)
+
+    def depth(x: torch.Tensor) -> torch.Tensor:
+        return x * config.get_text_config(decoder=True).num_hidden_layers
+
+    compiled = strict(depth)
+    x = torch.randn(3)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), depth(x))
+    assert _counts(compiled) == (0, 1)
+
+
+# ---- tensor methods on parameters -----------------------------------------------------------
+
+
+class Norm(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4))
+        self.register_buffer("shift", torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        return (x * (1.0 + w.float()) + w.half().float() + w.to(torch.float32)
+                + w.detach() + self.shift.float())
+
+
+def _closure_model(register: bool) -> tuple[nn.Module, Norm]:
+    norm = Norm()
+
+    class UsesClosure(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.parts = nn.ModuleDict({"norm": norm} if register else {})
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.helper(x)
+
+        def helper(self, x: torch.Tensor) -> torch.Tensor:
+            # `norm` is read from a closure: a module reached without a source
+            return x * norm.weight.float() + norm(x)
+
+    return UsesClosure(), norm
+
+
+@pytest.mark.parametrize("through_closure", [False, True])
+def test_parameter_methods_capture_as_ops_on_the_input(through_closure: bool) -> None:
+    if through_closure:
+        model, norm = _closure_model(register=True)
+    else:
+        norm = Norm()
+        model = norm
+    compiled = strict(model)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        norm.weight.grad = None
+        compiled(x).sum().backward()
+        got = norm.weight.grad.clone()
+        norm.weight.grad = None
+        model(x).sum().backward()
+        torch.testing.assert_close(got, norm.weight.grad)
+    assert _counts(compiled) == (0, 1)
+
+
+def test_unreachable_parameter_breaks_instead_of_becoming_a_constant() -> None:
+    model, norm = _closure_model(register=False)
+    compiled = strict(model)
+    x = torch.randn(2, 4)
+    compiled(x).sum().backward()
+    got = norm.weight.grad.clone()
+    norm.weight.grad = None
+    model(x).sum().backward()
+    torch.testing.assert_close(got, norm.weight.grad)  # the gradient is not lost
+    inner = getattr(compiled, "_compiled", compiled)
+    assert any("requires grad" in b.reason and "constant" in b.reason for b in inner.breaks)
