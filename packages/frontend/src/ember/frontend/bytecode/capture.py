@@ -251,6 +251,9 @@ class CaptureContext:
         """``type(value)`` as user code must see it: never ``FakeTensor``."""
         if isinstance(value, torch.Tensor) and is_fake(value):
             return self.real_types.get(id(value), torch.Tensor)
+        if is_traced_array(value):
+            shown: type = value.__class__  # np.ndarray, as in eager (numpy_values.py)
+            return shown
         return type(value)
 
     def note_made(self, value: Any) -> None:
@@ -370,7 +373,7 @@ def opaque_data(value: Any) -> bool:
     """A value whose content only C code reads (numpy arrays, bytearrays, buffers):
     the interpreter cannot guard it, so code that uses it runs for real."""
     np = sys.modules.get("numpy")
-    if np is not None and isinstance(value, np.ndarray):
+    if np is not None and isinstance(value, np.ndarray) and not is_traced_array(value):
         return True
     return isinstance(value, (bytearray, memoryview, array.array))
 
@@ -378,7 +381,7 @@ def opaque_data(value: Any) -> bool:
 def is_traced_array(value: Any) -> bool:
     """A NumPy array computed by the graph (:mod:`.numpy_values`)."""
     arrays = sys.modules.get("ember.frontend.bytecode.numpy_values")
-    return arrays is not None and isinstance(value, arrays.TracedArray)
+    return arrays is not None and type(value) is arrays.TracedArray
 
 
 def _input_kind(value: torch.Tensor, source: Source) -> tuple[InputKind, str | None]:

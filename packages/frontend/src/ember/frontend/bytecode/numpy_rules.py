@@ -73,7 +73,7 @@ _ARRAY_RESULTS = frozenset(_CREATION) | frozenset(_SHAPES)
 ARRAY_METHODS: dict[str, str] = {
     name: name for name in (
         "sum", "prod", "mean", "std", "var", "max", "min", "argmax", "argmin", "any",
-        "all", "cumsum", "cumprod", "ptp", "reshape", "transpose", "astype", "flatten",
+        "all", "cumsum", "cumprod", "reshape", "transpose", "astype", "flatten",
         "ravel", "squeeze", "copy", "clip", "round", "dot", "swapaxes", "repeat",
         "argsort", "sort", "fill", "take", "diagonal", "trace", "conj", "conjugate")
 }

@@ -62,6 +62,13 @@ class TracedArray:
         self.impl = impl
         self.scalar = scalar
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        # NOTE: isinstance(a, np.ndarray) holds in user code, as in eager; Ember's own
+        # checks use type(a). A scalar is not shown as a NumPy scalar type (that would
+        # make it a float to isinstance checks that expect Python values).
+        return TracedArray if self.scalar else np.ndarray
+
     @property
     def tensor(self) -> torch.Tensor:
         """The fake tensor holding the array's values."""
@@ -119,13 +126,17 @@ class TracedArray:
         return self._needs_data("converting to a real np.ndarray")
 
 
-def _make_operator(fn: Callable[..., Any], reflected: bool = False) -> Callable[..., Any]:
-    if reflected:
-        def method(self: TracedArray, other: Any) -> Any:
-            return array_operator(fn, other, self)
-    else:
-        def method(self: TracedArray, *others: Any) -> Any:
-            return array_operator(fn, self, *others)
+def _make_operator(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def method(self: TracedArray, *others: Any) -> Any:
+        return array_operator(fn, self, *others)
+
+    return method
+
+
+def _make_reflected_operator(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def method(self: TracedArray, other: Any) -> Any:
+        return array_operator(fn, other, self)
+
     return method
 
 
@@ -155,7 +166,7 @@ _INPLACE: dict[str, Callable[..., Any]] = {
 
 for _name, _fn in ARRAY_OPERATORS.items():
     setattr(TracedArray, f"__{_name}__", _make_operator(_fn))
-    setattr(TracedArray, f"__r{_name}__", _make_operator(_fn, reflected=True))
+    setattr(TracedArray, f"__r{_name}__", _make_reflected_operator(_fn))
     setattr(TracedArray, f"__i{_name}__", _make_operator(_INPLACE[_name]))
 for _name, _fn in {**ARRAY_COMPARISONS, **ARRAY_UNARY}.items():
     setattr(TracedArray, f"__{_name}__", _make_operator(_fn))
@@ -197,7 +208,7 @@ def call_traced(impl: Callable[..., Any], numpy_fn: Callable[..., Any] | None,
         result = impl(*to_impl(args), **to_impl(kwargs))
     except GraphBreak:
         raise
-    except Exception as e:  # noqa: BLE001 - any failure means "run it eagerly"
+    except Exception as e:
         first = str(e).splitlines()[0] if str(e) else ""
         raise GraphBreak(f"{what} could not be traced ({type(e).__name__}: {first})",
                          _NUMPY_HINT) from e
