@@ -188,6 +188,9 @@ def numpy_call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         return fn(*args, **kwargs)
     if getattr(fn, "__self__", None) is not None and type(fn.__self__) is TracedArray:
         return fn(*args, **kwargs)  # a dunder (__iter__, __getitem__) called directly
+    if getattr(fn, "__qualname__", "").startswith("TracedArray.") and args \
+            and type(args[0]) is TracedArray:
+        return fn(*args, **kwargs)  # TracedArray.__iter__(a): iteration runs it, not inlined
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, torch.Tensor) and getattr(fn, "__name__", "") == "numpy":
         return _tensor_numpy(owner, *args, **kwargs)
