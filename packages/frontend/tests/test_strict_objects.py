@@ -7,7 +7,7 @@ import copy
 import dataclasses
 import os
 import types
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -189,7 +189,7 @@ def writes_and_deletes(x: torch.Tensor, s: Settings) -> torch.Tensor:
     y = x * s.keep  # reads the write
     del s.kind
     y = y + len(s.kind)  # the class attribute shows through again
-    setattr(s, "added", 7)
+    setattr(s, "added", 7)  # noqa: B010  (the builtin is what is tested)
     s.temp = 1
     del s.temp  # made and removed in this call: nothing to replay
     delattr(s, "scratch")
@@ -212,7 +212,7 @@ class AliasConfig:
     """Like transformers' PretrainedConfig: aliases mapped by __setattr__ and
     __getattribute__, every write validated."""
 
-    attribute_map = {"n_layer": "num_layers"}
+    attribute_map: ClassVar[dict[str, str]] = {"n_layer": "num_layers"}
 
     def __init__(self) -> None:
         self.num_layers = 2

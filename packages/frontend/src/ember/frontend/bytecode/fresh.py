@@ -28,7 +28,7 @@ import types
 from typing import Any
 
 import torch
-from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
+from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES, Rule
 from ember.frontend.bytecode.frame import Frame
 from torch import nn
 
@@ -88,15 +88,16 @@ def _plain_class(cls: type) -> bool:
             and hasattr(cls, "__dict__") and "__slots__" not in cls.__dict__)
 
 
-def _fresh_by_call(h: Any, interp: Any, frame: Frame, args: list[Any],
-                   kwargs: dict[str, Any], cls: type) -> Any:
-    obj = h.direct(interp, cls, args, kwargs)
-    if interp.capture is not None:
-        interp.capture.new_objects[id(obj)] = obj
-    return obj
+def _fresh_by_call(cls: type) -> Rule:
+    def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+        obj = h.direct(interp, cls, args, kwargs)
+        if interp.capture is not None:
+            interp.capture.new_objects[id(obj)] = obj
+        return obj
+
+    return rule
 
 
 for _cls in FRESH_BY_CALL:
-    BUILTIN_RULES[_cls] = (
-        lambda h, interp, frame, args, kwargs, _c=_cls:
-        _fresh_by_call(h, interp, frame, args, kwargs, _c))
+    BUILTIN_RULES[_cls] = _fresh_by_call(_cls)
