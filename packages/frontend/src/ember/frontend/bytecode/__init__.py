@@ -9,11 +9,14 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``frame``          the interpreter's frame and frame state
 ``interpreter``    driving frames; control-flow, call, exception and generator opcodes
 ``data_ops``       loads, stores, operators, subscripts, containers (symbolic and concrete)
+``attributes``     attribute reads, writes and deletes (inlined ``__setattr__``, replays)
 ``exceptions``     exception tables: try/except/with cleanup in concrete mode
 ``calls``          what a call does: inline, record, evaluate, or break
 ``binding``        binding call arguments to parameters, exactly as CPython does
 ``builtin_rules``  one rule per builtin (len, range, enumerate, getattr, print, ...)
-``library_rules``  itertools (materialised iterators) and functools.reduce
+``library_rules``  itertools (materialised iterators), functools.reduce, copy
+``env_rules``      os.environ / os.getenv reads as guarded constants
+``fresh``          objects constructed by the captured code (no guards, rebuilt if escaping)
 ``iteration``      iteration over values of known length
 ``generators``     inlined generators, resumed lazily; lazy enumerate/zip/map/filter
 ``support``        which code objects can be interpreted at all
