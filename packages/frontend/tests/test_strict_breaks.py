@@ -63,30 +63,16 @@ def b_disable(x):
 def b_exception(x):
     y = x.cos()
     try:
-        v = {}["missing"]  # BREAK-exc
+        v = {}["missing"]
     except KeyError:
+        print("handled")  # BREAK-exc
         v = 2
     return y * v
 
 
-class Recorder:
-    def __init__(self):
-        self.entered = 0
-
-    def __enter__(self):
-        self.entered += 1
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-RECORDER = Recorder()
-
-
 def b_context_manager(x):
     y = x + 1
-    with RECORDER:  # BREAK-ctx
+    with torch.autocast("cpu", enabled=False):  # BREAK-ctx
         y = y * 2
     return y
 
@@ -127,8 +113,11 @@ CASES = [
     # the callee runs through its own compiled wrapper; its graphs and breaks count too
     (b_inlined, (torch.randn(3),), 3, 2, "inner", "print"),
     (b_disable, (torch.randn(3),), 2, 1, "disable", "ember.frontend.disable"),
-    (b_exception, (torch.randn(3),), 2, 1, "exc", "KeyError raised during capture"),
-    (b_context_manager, (torch.randn(3),), 2, 1, "ctx", "context manager Recorder"),
+    # a break inside an except block moves to where the exception was raised; the
+    # handler then breaks again
+    (b_exception, (torch.randn(3),), 2, 2, "exc", "print() (inside an except"),
+    # the block's end (its __exit__) runs for real too: a second break
+    (b_context_manager, (torch.randn(3),), 2, 2, "ctx", "context manager autocast"),
     (b_yield_from, (torch.randn(3),), 1, 3, "gen", "yield from"),
 ]
 

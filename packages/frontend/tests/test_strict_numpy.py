@@ -156,6 +156,16 @@ def returns_views(x: torch.Tensor) -> Any:
     return x.clone(), a.T
 
 
+WEIGHTS = np.linspace(0.5, 1.5, 3)  # a global array: a graph input, read at every call
+
+
+def mixed_scalars_and_globals(x: torch.Tensor) -> Any:
+    a = x.numpy()
+    scale = np.mean(a)  # a NumPy scalar: tensors take it as a number
+    picked = a[np.array([0, 2])]  # integer-array indexing
+    return x * scale, scale * x, torch.from_numpy(WEIGHTS) * x, picked @ WEIGHTS
+
+
 CORPUS: list[tuple[Callable[..., Any], Callable[[int], tuple[Any, ...]]]] = [
     (reductions, floats),
     (int_reductions, floats),
@@ -169,6 +179,7 @@ CORPUS: list[tuple[Callable[..., Any], Callable[[int], tuple[Any, ...]]]] = [
     (linalg, two_floats),
     (array_input, lambda i: (np.full((4, 3), float(i)), floats(i)[0])),
     (returns_views, floats),
+    (mixed_scalars_and_globals, floats),
 ]
 
 
@@ -243,6 +254,18 @@ def test_numpy_program_compiles_through_the_backends(backend: str) -> None:
     x = floats(0)[0]
     assert_same_numpy(compiled(x), reductions(x))
     assert compiled.stats.graph_breaks == 0
+
+
+def test_array_and_tensor_operator_raises_as_in_eager() -> None:
+    def f(x: torch.Tensor) -> Any:
+        return x.numpy() + x
+
+    x = torch.ones(3)
+    with pytest.raises(TypeError) as eager:
+        f(x)
+    with pytest.raises(TypeError) as compiled:
+        strict(f)(x)
+    assert str(compiled.value) == str(eager.value)
 
 
 def test_data_dependent_use_breaks() -> None:

@@ -71,3 +71,18 @@ def numpy_layer() -> Any:
     import torch._numpy
 
     return torch._numpy
+
+def fake_tensor_limitation_types() -> tuple[type[BaseException], ...]:
+    """The exceptions torch raises where fake tensors cannot stand for real ones
+    (data-dependent output shapes or values, ops without a fake implementation); the
+    strict frontend never lets user ``except`` clauses see them."""
+    from torch._subclasses import fake_tensor as ft
+    from torch.fx.experimental import symbolic_shapes as ss
+
+    names = ("DataDependentOutputException", "DynamicOutputShapeException",
+             "UnsupportedOperatorException", "UnsupportedFakeTensorException",
+             "UnsupportedMutationAliasingException", "MetadataMismatchError",
+             "FakeTensorDeviceMismatchError", "GuardOnDataDependentSymNode",
+             "PendingUnbackedSymbolNotFound")
+    found = (getattr(ft, n, None) or getattr(ss, n, None) for n in names)
+    return tuple(t for t in found if isinstance(t, type))

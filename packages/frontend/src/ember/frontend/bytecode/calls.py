@@ -41,6 +41,10 @@ from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES, bound_rule_for
 from ember.frontend.bytecode.capture import opaque_data
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
+from ember.frontend.bytecode.exception_ops import (
+    GeneratorExit_,
+    contextmanager_target,
+)
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.interpreter import (
@@ -153,6 +157,13 @@ class CallHandler:
         if isinstance(fn, GradModeRestore):
             interp.check_grad_mode_change(fn)
             return fn(*args)
+        if isinstance(fn, GeneratorExit_):  # the end of a `with` over a @contextmanager
+            return interp.call_generator_exit(fn, args)
+        target = contextmanager_target(fn)
+        if target is not None and not _is_torch_code(target[0]):
+            return interp.generator_context(target[0], target[1], args, kwargs)
+        if isinstance(fn, type) and issubclass(fn, BaseException):
+            return interp.construct_exception(frame, fn, args, kwargs)
         if "numpy" in sys.modules:  # NumPy code is traced: bytecode/numpy_rules.py
             from ember.frontend.bytecode import numpy_rules
 
@@ -350,6 +361,8 @@ class CallHandler:
                               "function")
         if isinstance(owner, _CONTAINER_TYPES) or any(owner is t for t in _CONTAINER_TYPES):
             return self.direct(interp, fn, args, kwargs)  # methods and dict.fromkeys
+        if isinstance(owner, BaseException) and interp.capture.source_of(owner) is None:
+            return self.direct(interp, fn, args, kwargs)  # an exception's own methods
         if (getattr(fn, "__objclass__", None) is object and fn.__name__ == "__init__"
                 and not args and not kwargs):
             return None  # super().__init__() reaching object.__init__: nothing to do

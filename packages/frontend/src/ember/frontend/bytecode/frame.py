@@ -39,6 +39,8 @@ class FrameState:
     locals: dict[str, Any]
     cells: dict[str, Any]
     grad_enabled: bool
+    # exceptions being handled (``except``/``finally`` blocks entered), innermost last
+    exc_stack: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -90,4 +92,4 @@ class Frame:
 
     def snapshot(self, grad_enabled: bool) -> FrameState:
         return FrameState(self.ip, list(self.stack), dict(self.locals), dict(self.cells),
-                          grad_enabled)
+                          grad_enabled, list(self.exc_stack))

@@ -11,10 +11,10 @@ It runs in one of two modes:
   runtime uses it to execute the instruction at a graph break, and to finish a frame
   that cannot be captured any more.
 
-This module drives frames and holds the control-flow, call, exception and generator
-opcodes; loads, stores, operators and containers are in :mod:`.data_ops` (a base
-class). Calls are handled in :mod:`.calls` (inlining, builtins, torch functions,
-modules).
+This module drives frames and holds the control-flow, call and generator opcodes;
+exceptions and ``with`` blocks are in :mod:`.exception_ops`, loads, stores, operators
+and containers in :mod:`.data_ops` (its bases). Calls are handled in :mod:`.calls`
+(inlining, builtins, torch functions, modules).
 """
 
 from __future__ import annotations
@@ -23,16 +23,15 @@ import linecache
 import types
 from typing import Any
 
-import torch
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.capture import CaptureContext
 from ember.frontend.bytecode.data_ops import (
-    DataOps,
     function_str,
     is_fake_tensor,
     is_star_iterable,
 )
+from ember.frontend.bytecode.exception_ops import ExceptionOps, GradModeRestore
 from ember.frontend.bytecode.exceptions import find_handler
 from ember.frontend.bytecode.frame import NULL, Frame
 from ember.frontend.bytecode.generators import LazyIterator
@@ -40,35 +39,19 @@ from ember.frontend.bytecode.iteration import ListIterator, make_iterator
 from ember.runtime.ir import SourceLocation
 
 __all__ = ["MAX_INLINE_DEPTH", "GradModeRestore", "Interpreter", "is_fake_tensor",
-           "location_of"]
+           "location_of"]  # GradModeRestore: see .exception_ops
 
 MAX_INLINE_DEPTH = 32
 
 
-class GradModeRestore:
-    """Stands for ``cm.__exit__`` of a grad-mode context manager on the stack: calling it
-    restores the grad mode seen at ``__enter__``. Immutable, so a graph break inside a
-    ``with torch.no_grad():`` block can rebuild it."""
-
-    def __init__(self, previous: bool) -> None:
-        self.previous = previous
-
-    def __call__(self, *exc: Any) -> bool:
-        torch.set_grad_enabled(self.previous)
-        return False
-
-
-_GRAD_MODE_CMS = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled,
-                  torch.inference_mode)
-
-
-class Interpreter(DataOps):
+class Interpreter(ExceptionOps):
     """Interprets frames; see the module docstring. ``call_rules`` decides calls."""
 
     def __init__(self, capture: CaptureContext | None, calls: Any) -> None:
         self.capture = capture
         self.calls = calls  # a .calls.CallHandler
         self.current_frame: Frame | None = None
+        self.init_exception_state()
 
     # ---- driving ------------------------------------------------------------------------
 
@@ -100,23 +83,29 @@ class Interpreter(DataOps):
             raise GraphBreak(f"unsupported bytecode {ins.opname}",
                              "rewrite this line with plainer Python")
         try:
-            handler(frame, ins)
+            self._run(frame, ins, handler)
         except GraphBreak as e:
             if e.location is None:
                 e.location = location_of(frame, ins.line)
             frame.ip -= 1
+            if frame.parent is None:
+                self.region_start(frame, e)
             raise
-        except Exception as e:
+
+    def _run(self, frame: Frame, ins: Any, handler: Any) -> None:
+        """Run ``handler``; an exception it raises goes where CPython would send it
+        (symbolic mode: :meth:`~.exception_ops.ExceptionOps.raise_in_program`)."""
+        try:
+            handler(frame, ins)
+        except GraphBreak:
+            raise
+        except BaseException as e:  # routed like CPython, or re-raised
             if self.symbolic:
-                # NOTE: the instruction then runs concretely, where the exception is
-                # raised for real and routed to the frame's handler.
-                frame.ip -= 1
-                err = GraphBreak(f"{type(e).__name__} raised during capture: {e}",
-                                 "exceptions are handled by running the raising code "
-                                 "eagerly")
-                err.location = location_of(frame, ins.line)
-                raise err from e
-            self._handle_exception(frame, ins, e)
+                self.raise_in_program(frame, ins, e)
+            elif isinstance(e, Exception):
+                self._handle_exception(frame, ins, e)
+            else:
+                raise
 
     def _handle_exception(self, frame: Frame, ins: Any, exc: Exception) -> None:
         """Route ``exc`` to the frame's handler (exception table), or re-raise it."""
@@ -128,24 +117,6 @@ class Interpreter(DataOps):
             frame.push(ins.offset)
         frame.push(exc)
         frame.ip = opcodes.index_of_offset(frame.code, entry.target)
-
-    def check_grad_mode_change(self, cm: Any) -> None:
-        """A graph runs under one grad mode: where the mode changes while tensors that
-        require grad are in the graph, capture breaks (the new mode starts a new graph)."""
-        if self.capture is None or not self.capture.any_input_requires_grad():
-            return
-        new_mode = getattr(cm, "prev", None) if isinstance(cm, GradModeRestore) else None
-        if isinstance(cm, GradModeRestore):
-            new_mode = cm.previous
-        elif isinstance(cm, torch.no_grad):
-            new_mode = False
-        elif isinstance(cm, torch.enable_grad):
-            new_mode = True
-        elif isinstance(cm, torch.set_grad_enabled):
-            new_mode = bool(getattr(cm, "mode", getattr(cm, "prev", True)))
-        if new_mode is not None and new_mode != torch.is_grad_enabled():
-            raise GraphBreak("grad mode changes while tensors require grad",
-                             "a graph runs under one grad mode; this break starts a new one")
 
     # ---- no-ops and stack shuffles ------------------------------------------------------
 
@@ -248,28 +219,6 @@ class Interpreter(DataOps):
         f.pop()
         f.ip = ins.target + 1 if opcodes.PY312 else ins.target
 
-    # ---- with blocks ------------------------------------------------------------------------
-
-    def op_BEFORE_WITH(self, f: Frame, ins: Any) -> None:
-        cm = f.stack[-1]
-        if isinstance(cm, _GRAD_MODE_CMS):
-            self.check_grad_mode_change(cm)
-            previous = torch.is_grad_enabled()
-            result = cm.__enter__()
-            f.pop()
-            f.push(GradModeRestore(previous))
-            f.push(result)
-            return
-        if self.symbolic:
-            raise self.fail(f"context manager {type(cm).__qualname__}",
-                            "only torch.no_grad/enable_grad/set_grad_enabled blocks are "
-                            "captured")
-        exit_fn = type(cm).__exit__.__get__(cm)
-        result = type(cm).__enter__(cm)
-        f.pop()
-        f.push(exit_fn)
-        f.push(result)
-
     # ---- functions and calls ------------------------------------------------------------------
 
     def op_MAKE_FUNCTION(self, f: Frame, ins: Any) -> None:
@@ -325,37 +274,6 @@ class Interpreter(DataOps):
         f.popn(3 + has_kwargs)
         f.push(result)
 
-    # ---- exceptions (handlers run concretely; see .exceptions) -------------------------
-
-    def op_PUSH_EXC_INFO(self, f: Frame, ins: Any) -> None:
-        value = f.pop()
-        f.push(f.exc_stack[-1] if f.exc_stack else None)
-        f.exc_stack.append(value)
-        f.push(value)
-
-    def op_POP_EXCEPT(self, f: Frame, ins: Any) -> None:
-        f.pop()
-        if f.exc_stack:
-            f.exc_stack.pop()
-
-    def op_CHECK_EXC_MATCH(self, f: Frame, ins: Any) -> None:
-        right = f.pop()
-        f.push(isinstance(f.stack[-1], right))
-
-    def op_RERAISE(self, f: Frame, ins: Any) -> None:
-        if self.symbolic:
-            raise self.fail("re-raising an exception")
-        exc = f.pop()
-        if ins.arg:
-            f.pop()
-        raise exc
-
-    def op_WITH_EXCEPT_START(self, f: Frame, ins: Any) -> None:
-        if self.symbolic:
-            raise self.fail("exception inside a with block")
-        exit_fn, value = f.stack[-4], f.stack[-1]
-        f.push(exit_fn(type(value), value, value.__traceback__))
-
     # ---- generators (resumed lazily while inlined; see .generators) -----------------------
 
     def op_RETURN_GENERATOR(self, f: Frame, ins: Any) -> None:
@@ -368,19 +286,6 @@ class Interpreter(DataOps):
             raise self.fail("yield outside an inlined generator call")
         f.yielded.append(f.pop())
         f.push(None)
-
-    def op_RAISE_VARARGS(self, f: Frame, ins: Any) -> None:
-        if self.symbolic:
-            raise self.fail("raise statement reached during capture")
-        if ins.arg == 0:
-            if f.exc_stack:
-                raise f.exc_stack[-1]
-            raise RuntimeError("No active exception to reraise")
-        cause = f.pop() if ins.arg == 2 else None
-        exc = f.pop()
-        if cause is not None:
-            raise exc from cause
-        raise exc
 
 
 def location_of(frame: Frame, line: int | None) -> SourceLocation:

@@ -175,13 +175,15 @@ for _name, _fn in {**ARRAY_COMPARISONS, **ARRAY_UNARY}.items():
 def array_operator(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` (a Python operator) with a traced array among ``args``.
 
-    With a torch tensor on the other side, the result is what eager gives: the tensor's
-    operator converts the array to a tensor (NumPy defers to it).
+    With a torch tensor on the other side and a NumPy scalar (``x * np.mean(a)``), the
+    result is what eager gives: the tensor's operator takes the scalar. An array and a
+    tensor break the graph (eager raises, or converts, depending on the operator).
     """
     if any(isinstance(a, torch.Tensor) for a in args):
-        if fn in (operator.setitem, operator.getitem):
+        if fn in (operator.setitem, operator.getitem) or any(
+                isinstance(a, TracedArray) and not a.scalar for a in args):
             raise GraphBreak(f"operator {fn.__name__} mixing a NumPy array and a tensor",
-                             _NUMPY_HINT)
+                             "convert the array with torch.from_numpy first")
         return fn(*[a.tensor if isinstance(a, TracedArray) else a for a in args])
     in_place = fn in _INPLACE.values() or fn is operator.setitem
     result = call_traced(fn, fn, list(args), {}, f"operator {fn.__name__}")

@@ -117,5 +117,6 @@ def compare_op_name(ins: Instruction) -> str:
 
 
 # CALL_INTRINSIC_1 (3.12) argument values.
+INTRINSIC_STOPITERATION_ERROR = 3  # PEP 479, in the handler around a generator's body
 INTRINSIC_UNARY_POSITIVE = 5
 INTRINSIC_LIST_TO_TUPLE = 6

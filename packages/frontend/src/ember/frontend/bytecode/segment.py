@@ -24,6 +24,7 @@ import torch
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.calls import CallHandler
 from ember.frontend.bytecode.capture import CaptureContext
+from ember.frontend.bytecode.exception_ops import ExcInfoSource
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame, FrameState, _Marker
 from ember.frontend.bytecode.guards import GuardSet, compile_matcher
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter
@@ -73,6 +74,7 @@ class Segment:
     stack: list[Recipe] = field(default_factory=list)
     locals: dict[str, Recipe] = field(default_factory=dict)
     cells: dict[str, Recipe] = field(default_factory=dict)
+    exc_stack: list[Recipe] = field(default_factory=list)
     break_ip: int = -1
     break_info: BreakInfo | None = None
     _matcher: Callable[[Any, Any], list[Any] | None] | None = None
@@ -105,6 +107,7 @@ class Segment:
             {k: r.build(rt) for k, r in self.locals.items()},
             {k: r.build(rt) for k, r in self.cells.items()},
             self.grad_at_end,
+            [r.build(rt) for r in self.exc_stack],
         )
         return False, new
 
@@ -140,6 +143,8 @@ def capture_segment(
                     frame.locals[name] = _wrap_state(cap, v, LocalSource(name))
             frame.stack = [_wrap_state(cap, v, StackSource(i))
                            for i, v in enumerate(state.stack)]
+            frame.exc_stack = [_wrap_state(cap, v, ExcInfoSource(i))
+                               for i, v in enumerate(state.exc_stack)]
             while not frame.returned:
                 before = frame.ip
                 saved_stack, saved_kw = list(frame.stack), frame.kw_names
@@ -163,6 +168,7 @@ def capture_segment(
             seg_kwargs["stack"] = [builder.recipe(v) for v in frame.stack]
             seg_kwargs["locals"] = {k: builder.recipe(v) for k, v in frame.locals.items()}
             seg_kwargs["cells"] = {k: builder.recipe(c) for k, c in frame.cells.items()}
+            seg_kwargs["exc_stack"] = [builder.recipe(v) for v in frame.exc_stack]
             seg_kwargs["break_ip"] = frame.ip
             seg_kwargs["break_info"] = info
         program = cap.recorder.finish(builder.outputs)
@@ -194,5 +200,10 @@ def _wrap_state(cap: CaptureContext, v: Any, source: Source) -> Any:
         index = cap.wrap(v.position, AttrSource(source, "position"))
         return ListIterator(items, index)
     if isinstance(v, types.CellType):
+        return v
+    if isinstance(v, types.MethodType) and not isinstance(v.__self__, type):
+        # e.g. the bound __exit__ of a `with` block: its object is read at every call
+        cap.wrap(v.__func__, AttrSource(source, "__func__"))
+        cap.wrap(v.__self__, AttrSource(source, "__self__"))
         return v
     return cap.wrap(v, source)

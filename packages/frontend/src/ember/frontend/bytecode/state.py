@@ -142,6 +142,10 @@ class New(Recipe):
                 obj = functools.partial(values[0], *values[1], **values[2])
             elif k == "deque":
                 obj = collections.deque(values[0], self.extra)
+            elif k == "exception":  # made by the captured code: a new one each call
+                obj = self.extra.__new__(self.extra, *values[0])
+                obj.args = values[0]
+                obj.__dict__.update(values[1])
             elif k == "function":
                 code, name, qualname = self.extra
                 defaults, kwdefaults, closure = values
@@ -294,6 +298,9 @@ class StateBuilder:
             return New("builtin_method", self._key(v), [self.recipe(v.__self__)], v.__name__)
         if isinstance(v, (*_STABLE, torch.dtype, torch.device)) and id(v) not in cap.new_objects:
             return Const(v)  # (a module made by the captured code is re-created below)
+        if isinstance(v, BaseException) and (id(v) in cap.new_objects or id(v) in cap.made):
+            return New("exception", self._key(v), [self.recipe(v.args),
+                                                   self.recipe(dict(vars(v)))], type(v))
         if id(v) in cap.new_objects or (id(v) in cap.made and _rebuildable_object(v)
                                         and holds_fake(v)):
             r = New("object", self._key(v), [], type(v))

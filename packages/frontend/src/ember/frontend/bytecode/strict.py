@@ -287,6 +287,7 @@ class StrictFunction:
                       dict(state.locals), closure=self._ctx.closure)
         frame.stack = list(state.stack)
         frame.cells = dict(state.cells)
+        frame.exc_stack = list(state.exc_stack)
         frame.ip = state.ip
         # NOTE: KW_NAMES (3.11/3.12) ran before the break; the frame state does not
         # carry it, so a CALL resumed here recovers it from the instructions before.

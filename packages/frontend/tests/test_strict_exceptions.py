@@ -1,0 +1,680 @@
+"""Exceptions and ``with`` blocks interpreted symbolically: try/except/else/finally,
+handlers across inlined calls, re-raise, ``raise ... from``, context managers (user
+classes, ``@contextmanager``, ``contextlib``), the guards of failed lookups, and
+exceptions that must stay graph breaks (Ember's own, fake-tensor limits)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+import torch
+from ember.frontend.bytecode.breaks import GraphBreak
+from ember.frontend.bytecode.capture import CaptureContext
+from ember.frontend.bytecode.exceptions import capture_limitation
+from ember.frontend.bytecode.sources import LocalSource
+from strict_helpers import check, strict
+
+
+def r(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape)
+
+
+# ---- try / except / else / finally --------------------------------------------------------
+
+def t_else_finally(x):
+    log = []
+    try:
+        y = x + 1
+    except ValueError:
+        y = x - 1
+    else:
+        log.append("else")
+        y = y * 2
+    finally:
+        log.append("finally")
+    return y * len(log)
+
+
+def t_raise_caught(x):
+    try:
+        raise ValueError("bad value")
+    except ValueError as e:
+        msg = str(e)
+    finally:
+        x = x + 1
+    return x * len(msg)
+
+
+def t_dict_miss(x):
+    d = {"a": 2.0}
+    try:
+        v = d["b"]
+    except KeyError as e:
+        v = len(e.args[0]) + 3.0
+    return x * v
+
+
+def t_loop_handlers(x):
+    d = {"a": 1.0}
+    for k in ["a", "b", "a", "c"]:
+        try:
+            x = x + d[k]
+        except KeyError:
+            x = x * 2
+    return x
+
+
+def t_attribute_error(x):
+    try:
+        n = x.no_such_attribute
+    except AttributeError:
+        n = 3
+    return x * n
+
+
+def t_index_error(x):
+    items = [1, 2]
+    try:
+        n = items[5]
+    except IndexError:
+        n = -1
+    return x + n
+
+
+def t_next_exhausted(x):
+    it = iter([1.0])
+    first = next(it)
+    try:
+        second = next(it)
+    except StopIteration:
+        second = 10.0
+    return x * first + second
+
+
+def t_finally_return(x):
+    try:
+        return x + 1
+    finally:
+        x = x * 100  # runs, but the value returned was computed before
+
+
+def t_except_tuple_and_order(x):
+    try:
+        int("not a number")
+    except (KeyError, ValueError) as e:
+        kind = type(e).__name__
+    except Exception:  # noqa: BLE001 - what these cases are about
+        kind = "other"
+    return x * len(kind)
+
+
+# ---- across inlined calls ----------------------------------------------------------------
+
+def _inner(x):
+    if x.shape[0] > 2:
+        raise KeyError("deep")
+    return x
+
+
+def _middle(x, log):
+    try:
+        return _inner(x) + 1
+    except IndexError:
+        return x - 1  # not taken: KeyError is no IndexError
+    finally:
+        log.append("middle finally")
+
+
+def t_nested_frames(x):
+    log = []
+    try:
+        y = _middle(x, log)
+    except LookupError as e:
+        y = x * 3 + len(e.args)
+    return y * len(log)
+
+
+def _middle_catches(x):
+    try:
+        return _inner(x)
+    except KeyError:
+        return x * 5
+
+
+def t_caught_in_callee(x):
+    return _middle_catches(x) + 1
+
+
+def _reraise(x):
+    try:
+        {}["k"]
+    except KeyError:
+        x = x + 1
+        raise
+
+
+def t_reraise(x):
+    try:
+        _reraise(x)
+    except KeyError as e:
+        return x * 2 + len(e.args[0])
+    return x
+
+
+def t_raise_from(x):
+    try:
+        try:
+            {}["k"]
+        except KeyError as e:
+            raise ValueError("wrapped") from e
+    except ValueError as e:
+        cause = type(e.__cause__).__name__
+        flags = (e.__suppress_context__, type(e.__context__).__name__)
+    return x + len(cause), flags
+
+
+def t_raise_from_none_and_context(x):
+    try:
+        try:
+            {}["k"]
+        except KeyError:
+            raise ValueError("no cause") from None
+    except ValueError as e:
+        a = (e.__cause__ is None, e.__suppress_context__, type(e.__context__).__name__)
+    try:
+        try:
+            [][0]  # noqa: PLE0643
+        except IndexError:
+            raise TypeError("implicit")
+    except TypeError as e:
+        b = (e.__cause__ is None, e.__suppress_context__, type(e.__context__).__name__)
+    return x * 2, a, b
+
+
+class CodedError(Exception):
+    def __init__(self, code):
+        super().__init__(f"code {code}")
+        self.code = code
+
+
+def _raise_coded(code):
+    raise CodedError(code)
+
+
+def t_user_exception(x):
+    try:
+        _raise_coded(3)
+    except CodedError as e:
+        return x * e.code, str(e), e.args
+
+
+def t_bare_raise_in_nested_handler(x):
+    try:
+        try:
+            raise KeyError("first")
+        except KeyError:
+            try:
+                raise ValueError("second")
+            except ValueError:
+                pass
+            raise  # re-raises KeyError("first"), the one being handled
+    except KeyError as e:
+        return x + len(e.args[0])
+
+
+def _gen_with_finally(log):
+    try:
+        yield 1.0
+        yield 2.0
+    finally:
+        log.append("closed")
+
+
+def t_generator_raising(x):
+    def gen():
+        yield 1.0
+        raise ValueError("from generator")
+
+    total = x
+    try:
+        for v in gen():
+            total = total + v
+    except ValueError:
+        total = total * 10
+    return total
+
+
+# ---- with blocks -------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Counter:
+    """A context manager passed in as an argument (compared with eager after the call)."""
+
+    entered: int = 0
+    exited: int = 0
+    seen: str = ""
+
+    def __enter__(self):
+        self.entered += 1
+        return 2.0
+
+    def __exit__(self, typ, value, tb):
+        self.exited += 1
+        self.seen = "" if typ is None else typ.__name__
+        return False
+
+
+class SuppressKeyError:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, value, tb):
+        return typ is not None and issubclass(typ, KeyError)
+
+
+def t_with_user(x, cm):
+    with cm as s:
+        y = x * s
+    return y + cm.entered
+
+
+def t_with_user_exception_not_suppressed(x, cm):
+    try:
+        with cm:
+            x = x + 1
+            raise ValueError("in block")
+    except ValueError:
+        x = x * 3
+    return x
+
+
+def t_with_suppress(x):
+    y = x
+    with SuppressKeyError():
+        y = y + 1
+        {}["k"]
+        y = y + 100
+    return y
+
+
+@contextlib.contextmanager
+def scaled(x, k, log):
+    log.append("enter")
+    try:
+        yield x * k
+    finally:
+        log.append("exit")
+
+
+@contextlib.contextmanager
+def catching(log):
+    try:
+        yield
+    except KeyError as e:
+        log.append(f"caught {e.args[0]}")
+
+
+def t_contextmanager(x):
+    log = []
+    with scaled(x, 2.0, log) as y:
+        z = y + 1
+    return z * len(log)
+
+
+def t_contextmanager_swallows(x):
+    log = []
+    y = x
+    with catching(log):
+        y = y + 1
+        {}["gone"]
+        y = y + 100
+    return y, log
+
+
+def t_contextmanager_propagates(x):
+    log = []
+    try:
+        with scaled(x, 3.0, log):
+            raise ValueError("through the generator")
+    except ValueError:
+        x = x - 1
+    return x * len(log), log
+
+
+def t_stdlib_context_managers(x):
+    with contextlib.nullcontext(x) as y:
+        z = y + 1
+    with contextlib.suppress(KeyError, IndexError):
+        {}["a"]
+        z = z + 100
+    return z
+
+
+@pytest.mark.parametrize("fn,make", [
+    (t_else_finally, lambda: (r(3),)),
+    (t_raise_caught, lambda: (r(3),)),
+    (t_dict_miss, lambda: (r(3),)),
+    (t_loop_handlers, lambda: (r(3),)),
+    (t_attribute_error, lambda: (r(3),)),
+    (t_index_error, lambda: (r(3),)),
+    (t_next_exhausted, lambda: (r(3),)),
+    (t_finally_return, lambda: (r(3),)),
+    (t_except_tuple_and_order, lambda: (r(3),)),
+    (t_nested_frames, lambda: (r(3),)),
+    (t_caught_in_callee, lambda: (r(3),)),
+    (t_reraise, lambda: (r(3),)),
+    (t_raise_from, lambda: (r(3),)),
+    (t_raise_from_none_and_context, lambda: (r(3),)),
+    (t_user_exception, lambda: (r(3),)),
+    (t_bare_raise_in_nested_handler, lambda: (r(3),)),
+    (t_generator_raising, lambda: (r(3),)),
+    (t_with_user, lambda: (r(3), Counter())),
+    (t_with_user_exception_not_suppressed, lambda: (r(3), Counter())),
+    (t_with_suppress, lambda: (r(3),)),
+    (t_contextmanager, lambda: (r(3),)),
+    (t_contextmanager_swallows, lambda: (r(3),)),
+    (t_contextmanager_propagates, lambda: (r(3),)),
+    (t_stdlib_context_managers, lambda: (r(3),)),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_one_graph_matching_eager(fn, make):
+    check(fn, *make(), graphs=1, breaks=0, compiles=1)
+
+
+def test_user_context_manager_sees_the_exception():
+    cm = Counter()
+    compiled = strict(t_with_user_exception_not_suppressed)
+    x = r(3)
+    torch.testing.assert_close(compiled(x, cm), (x + 1) * 3)
+    assert (cm.entered, cm.exited, cm.seen) == (1, 1, "ValueError")
+    assert compiled.stats.graph_breaks == 0
+
+
+# ---- exceptions that escape: a break that raises eagerly -----------------------------------
+
+def t_escapes(x):
+    y = x + 1
+    if y.shape[0] == 3:
+        raise ValueError(f"escaped with {y.shape[0]} items")
+    return y
+
+
+def t_escapes_from_callee(x):
+    y = x * 2
+    return _middle(y, [])
+
+
+def t_escapes_after_handler(x):
+    try:
+        {}["k"]
+    except KeyError:
+        x = x + 1
+        raise
+
+
+@pytest.mark.parametrize("fn,error,message", [
+    (t_escapes, ValueError, "escaped with 3 items"),
+    (t_escapes_from_callee, KeyError, "deep"),
+    (t_escapes_after_handler, KeyError, "k"),
+])
+def test_unhandled_exception_raises_eagerly(fn, error, message):
+    compiled = strict(fn)
+    for _ in range(2):
+        with pytest.raises(error) as eager:
+            fn(r(3))
+        with pytest.raises(error) as got:
+            compiled(r(3))
+        assert str(got.value) == str(eager.value)
+        assert message in str(got.value)
+    assert compiled.stats.graph_breaks >= 1
+    assert any("not handled in the compiled code" in b.reason for b in compiled.breaks)
+
+
+def t_break_inside_handler(x):
+    y = x + 1
+    try:
+        {}["k"]
+    except KeyError:
+        print("handled")  # a break while the exception is handled
+        y = y * 2
+        try:
+            raise
+        except KeyError as e:
+            y = y + len(e.args[0])
+    return y
+
+
+def t_break_inside_generator_with(x):
+    log = []
+    with scaled(x, 2.0, log) as y:
+        print("inside")
+        z = y + 1
+    return z * len(log)
+
+
+@pytest.mark.parametrize("fn,graphs,breaks", [
+    # the break moves to `{}["k"]`; the handler then starts a segment, which breaks again
+    (t_break_inside_handler, 2, 2),
+    # the break moves to the `with`, entered for real; the print breaks again, and the
+    # real generator is resumed for real at the block's end
+    (t_break_inside_generator_with, 2, 3),
+], ids=["handler", "contextmanager"])
+def test_break_inside_a_region_runs_it_eagerly(fn, graphs, breaks, capsys):
+    compiled = check(fn, r(3), graphs=graphs, breaks=breaks, compiles=breaks + 1, calls=3)
+    assert "print" in compiled.breaks[0].reason
+    assert "runs eagerly" in compiled.breaks[0].reason
+
+
+class Recording:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.log.append("enter")
+        return 2.0
+
+    def __exit__(self, typ, value, tb):
+        self.log.append("exit")
+        return False
+
+
+def t_breaks_inside_user_with(x, log):
+    with Recording(log) as s:
+        print("one")
+        y = x * s
+        print("two")
+    return y
+
+
+def test_breaks_inside_user_with_block(capsys):
+    # the block's __exit__, bound to the manager made at this call, is on the stack at
+    # both breaks: each call must exit its own manager (and log into its own list)
+    check(t_breaks_inside_user_with, r(3), [], graphs=1, breaks=2, compiles=3, calls=3)
+
+
+# ---- guards: the handler's branch depends on the lookup that failed ----------------------
+
+def t_dict_arg(x, d):
+    try:
+        v = d["scale"]
+    except KeyError:
+        v = 1.0
+    return x * v
+
+
+CONFIG: dict[str, float] = {}
+
+
+def t_global_dict(x):
+    try:
+        v = CONFIG["scale"]
+    except KeyError:
+        v = -1.0
+    return x * v
+
+
+def test_dict_key_added_later_recompiles():
+    compiled = strict(t_dict_arg)
+    x = r(3)
+    torch.testing.assert_close(compiled(x, {}), x)
+    torch.testing.assert_close(compiled(x, {"scale": 3.0}), x * 3.0)
+    torch.testing.assert_close(compiled(x, {}), x)
+    assert compiled.stats.compiles == 2 and compiled.stats.graph_breaks == 0
+
+    compiled = strict(t_global_dict)
+    torch.testing.assert_close(compiled(x), -x)
+    CONFIG["scale"] = 5.0
+    try:
+        torch.testing.assert_close(compiled(x), x * 5.0)
+    finally:
+        CONFIG.clear()
+    torch.testing.assert_close(compiled(x), -x)
+    assert compiled.stats.compiles == 2 and compiled.stats.graph_breaks == 0
+
+
+class Environment(Mapping):
+    """Like ``os.environ``: ``__getitem__`` raises KeyError, ``Mapping.get`` catches it."""
+
+    def __init__(self, data: dict[str, str]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> str:
+        if key not in self._data:
+            raise KeyError(key) from None
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+ENV = Environment({"OTHER": "1"})
+
+
+def t_environment(x):
+    flag = ENV.get("EMBER_TEST_FLAG")
+    if flag is None:
+        return x + 1
+    return x * int(flag)
+
+
+def test_mapping_get_on_custom_mapping():
+    compiled = check(t_environment, r(3), graphs=1, breaks=0, compiles=1)
+    x = r(3)
+    ENV._data["EMBER_TEST_FLAG"] = "4"
+    try:
+        torch.testing.assert_close(compiled(x), x * 4)
+    finally:
+        del ENV._data["EMBER_TEST_FLAG"]
+    torch.testing.assert_close(compiled(x), x + 1)
+    assert compiled.stats.compiles == 2 and compiled.stats.graph_breaks == 0
+    assert "raises(" in compiled.guard_text()
+
+
+class Options:
+    pass
+
+
+OPTIONS = Options()
+
+
+def t_attribute_guard(x):
+    try:
+        k = OPTIONS.factor
+    except AttributeError:
+        k = 1.0
+    return x * k
+
+
+def test_attribute_added_later_recompiles():
+    compiled = strict(t_attribute_guard)
+    x = r(3)
+    torch.testing.assert_close(compiled(x), x)
+    OPTIONS.factor = 7.0
+    try:
+        torch.testing.assert_close(compiled(x), x * 7.0)
+    finally:
+        del OPTIONS.factor
+    assert compiled.stats.compiles == 2 and compiled.stats.graph_breaks == 0
+
+
+# ---- what user handlers never see ----------------------------------------------------------
+
+def t_item_in_try(x):
+    try:
+        n = x.sum().item()  # needs real data: a graph break, not an exception
+    except Exception:  # noqa: BLE001 - what these cases are about
+        n = -1.0
+    return x * n
+
+
+def t_nonzero_in_try(x):
+    try:
+        n = x.nonzero().shape[0]  # data-dependent shape: a fake-tensor limitation
+    except Exception:  # noqa: BLE001 - what these cases are about
+        n = -1
+    return x * n
+
+
+@pytest.mark.parametrize("fn,graphs", [(t_item_in_try, 2), (t_nonzero_in_try, 1)])
+def test_user_except_never_swallows_a_break(fn, graphs):
+    compiled = check(fn, r(4), graphs=graphs, breaks=1)
+    assert "raised during capture" not in compiled.breaks[0].reason
+
+
+def t_pure_call_in_try(x):
+    try:
+        k = math.sqrt(4.0)
+    except Exception:  # noqa: BLE001 - what these cases are about
+        k = -1.0
+    return x * k
+
+
+def test_user_except_never_swallows_an_internal_error(monkeypatch):
+    # an error inside Ember's own code (here: a failing attribute read in a Source)
+    # while capturing the call: a graph break, never the program's exception
+    def broken_note_made(self: CaptureContext, value: Any) -> None:
+        LocalSource("x").fetch(None, None)
+
+    monkeypatch.setattr(CaptureContext, "note_made", broken_note_made)
+    compiled = check(t_pure_call_in_try, r(3), graphs=1, breaks=1)
+    assert "internal error of Ember" in compiled.breaks[0].reason
+
+
+def test_limitation_rules():
+    with pytest.raises(AttributeError) as internal:
+        LocalSource("x").fetch(None, None)
+    assert capture_limitation(internal.value) == "an internal error of Ember"
+    assert capture_limitation(GraphBreak("x")) == "an exception of Ember's own"
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
+
+    limit = DynamicOutputShapeException(torch.ops.aten.nonzero.default)
+    assert capture_limitation(limit) == "a fake-tensor limitation"
+    with pytest.raises(KeyError) as program:
+        {}["k"]
+    assert capture_limitation(program.value) is None
+
+
+# ---- torch context managers -----------------------------------------------------------------
+
+def t_autocast(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ w
+    return y.float() + 1
+
+
+def test_autocast_breaks_with_a_clear_reason():
+    compiled = strict(t_autocast)
+    for _ in range(3):
+        x, w = r(4, 4), r(4, 4)
+        torch.testing.assert_close(compiled(x, w), t_autocast(x, w))
+        assert not torch.is_autocast_enabled("cpu")  # the block's end ran at every call
+    assert compiled.stats.compiles == 3 and compiled.stats.graph_breaks == 2
+    assert "context manager autocast" in compiled.breaks[0].reason
+    assert "torch.autocast" in compiled.breaks[0].hint
