@@ -375,3 +375,37 @@ def test_unreachable_parameter_breaks_instead_of_becoming_a_constant() -> None:
     torch.testing.assert_close(got, norm.weight.grad)  # the gradient is not lost
     inner = getattr(compiled, "_compiled", compiled)
     assert any("requires grad" in b.reason and "constant" in b.reason for b in inner.breaks)
+
+
+class Reassigns(nn.Module):
+    def __init__(self, tensor_over_parameter: bool) -> None:
+        super().__init__()
+        self.tensor_over_parameter = tensor_over_parameter
+        self.w = nn.Parameter(torch.randn(3))
+        self.spare = nn.Parameter(torch.randn(3))
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tensor_over_parameter:
+            self.w = x * 2  # Module.__setattr__ refuses it
+        self.w = self.spare  # a parameter replaces a parameter
+        self.lin = None
+        return x * self.w
+
+
+def test_module_parameter_slots_written_as_in_eager() -> None:
+    model = Reassigns(tensor_over_parameter=False)
+    compiled = strict(model)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x * model.spare)
+    assert model._parameters["w"] is model.spare and model._modules["lin"] is None
+    assert _counts(compiled) == (0, 1)
+
+
+def test_tensor_written_over_a_parameter_breaks_and_raises_as_in_eager() -> None:
+    model = Reassigns(tensor_over_parameter=True)
+    compiled = strict(model)
+    with pytest.raises(TypeError, match="cannot assign"):
+        compiled(torch.randn(3))
+    inner = getattr(compiled, "_compiled", compiled)
+    assert "assigning a Tensor to .w, a parameter entry" in inner.breaks[0].reason

@@ -142,7 +142,9 @@ class AttributeOps:
             setattr(obj, name, value)
             return
         self._check_tracked(obj, name, "write")
-        if not isinstance(obj, torch.nn.Module):
+        if isinstance(obj, torch.nn.Module):
+            self._check_module_slot(obj, name, value)
+        else:
             hook = _python_hook(obj, name, "__setattr__", "fset")
             if hook is not None:
                 fn, with_name = hook
@@ -153,6 +155,23 @@ class AttributeOps:
                                 "through a descriptor Ember cannot run",
                                 "set it outside the compiled function")
         cap.record_attr_write(obj, name, value, raw=False)
+
+    def _check_module_slot(self, obj: torch.nn.Module, name: str, value: Any) -> None:
+        """A write that ``Module.__setattr__`` would refuse (a tensor over a parameter,
+        a non-module over a submodule) breaks, so that it raises its TypeError when it
+        runs, as in eager, not after the graph."""
+        if value is None:
+            return
+        shown = self.capture.visible_type(value)
+        for table, allowed in (("_parameters", torch.nn.Parameter),
+                               ("_modules", torch.nn.Module)):
+            members = obj.__dict__.get(table)
+            if isinstance(members, dict) and name in members and not issubclass(
+                    shown, allowed):
+                raise self.fail(f"assigning a {shown.__name__} to .{name}, a "
+                                f"{table[1:-1]} entry of a {type(obj).__name__} (only "
+                                f"a {allowed.__name__} or None replaces it)",
+                                "Module.__setattr__ raises TypeError here")
 
     def store_attr_raw(self, obj: Any, name: str, value: Any) -> None:
         """``object.__setattr__(obj, name, value)``: bypasses the class's method."""
