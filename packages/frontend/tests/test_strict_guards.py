@@ -358,9 +358,13 @@ def test_module_members_are_read_from_their_tables_and_still_guarded():
     (seg,) = compiled._compiled.segments[0]
     code = [line.split("#")[0] for line in seg._matcher.__ember_source__.splitlines()]
     assert any("._parameters[" in line for line in code)
-    mod.lin = nn.Linear(4, 4)  # a new submodule object: a guard miss, not a stale read
+    mod.lin = nn.Linear(4, 4)  # a new submodule of the same type: its own parameters
+    torch.testing.assert_close(compiled(x), mod(x))  # are read, never stale ones
+    assert compiled.stats.compiles == 1
+    mod.lin = nn.Sequential(nn.Linear(4, 4))  # another type: a guard miss
     torch.testing.assert_close(compiled(x), mod(x))
     assert compiled.stats.compiles == 2
+    mod.lin = nn.Linear(4, 4)
     weight = mod.lin.weight.detach().clone()
     del mod.lin.weight
     mod.lin.weight = weight * 2  # now a plain attribute, not a parameter

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
+import linecache
 import types
 import warnings
 import weakref
@@ -21,6 +23,7 @@ from ember.frontend.pytree import flatten
 from ember.frontend.stats import CompileStats
 from ember.frontend.trace import ArgumentInputs, OutputLayout, trace_capture
 from ember.runtime.config import config
+from ember.runtime.ir import SourceLocation
 from ember.runtime.logs import log, log_enabled
 from ember.runtime.pipeline import compile_program
 
@@ -53,10 +56,13 @@ class TracedFunction:
 
     At each call the arguments are checked against the cached entries' guards, newest
     last; the first entry whose guards pass runs. When none does, the function is traced
-    again and compiled (a recompile), until ``config.recompile_limit`` entries exist
-    (``EMBER_RECOMPILE_LIMIT``, default 8, counting the first compile, like torch's
-    ``recompile_limit``); after that every call that misses the cache runs eagerly, and
-    ONE :class:`RecompileLimitWarning` names the failing guard.
+    again and compiled (a recompile; ``EMBER_LOGS=recompiles`` names the failed guard,
+    the value seen and the ``def`` line whose arguments it guards), until
+    ``config.recompile_limit`` entries exist (``EMBER_RECOMPILE_LIMIT``, default 8,
+    counting the first compile, like torch's ``recompile_limit``); after that every
+    call that misses the cache runs eagerly (counted in ``stats.eager_fallback_calls``
+    and ``stats.recompile_limit_fallbacks``), and ONE :class:`RecompileLimitWarning`
+    names the failing guard.
 
     Limitation: the module's parameter/buffer layout is read at the first call; after
     adding or removing parameters call :meth:`reset`.
@@ -111,11 +117,19 @@ class TracedFunction:
         if len(self._entries) >= max(config.recompile_limit, 1):
             if not self._warned:
                 self._warn_limit(self._last_failure(leaves, state, spec, grad))
+            elif log_enabled("recompiles"):
+                failure = self._last_failure(leaves, state, spec, grad)
+                log("recompiles", f"{self._name()} runs eagerly (recompile limit "
+                    f"{config.recompile_limit}): guard failed: "
+                    f"{failure.located() if failure is not None else 'none'}")
             self.stats.eager_fallback_calls += 1
+            self.stats.recompile_limit_fallbacks += 1
             return self.request.fn(*args, **kwargs)
         if self._entries and log_enabled("recompiles"):
             failure = self._last_failure(leaves, state, spec, grad)
-            log("recompiles", f"recompiling {self._name()}: guard failed: {failure}")
+            shown = failure.located() if failure is not None else "no guard failed"
+            log("recompiles", f"recompiling {self._name()} (entry {len(self._entries) + 1} "
+                f"of at most {config.recompile_limit}): guard failed: {shown}")
         entry = self._compile(args, kwargs)
         return entry(leaves, state)
 
@@ -124,6 +138,7 @@ class TracedFunction:
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
         req = self.request
         captured = trace_capture(req.fn, req.module, args, kwargs, self._layout)
+        captured.guards.origin = definition_site(req.fn)
         program = captured.program
         log("graphs", lambda: f"captured {self._name()}:\n{_printed(program)}")
         log("guards", lambda: f"guards of {self._name()} "
@@ -154,7 +169,8 @@ class TracedFunction:
         message = (
             f"ember.frontend.compile: {self._name()} reached the recompile limit "
             f"({config.recompile_limit} compiled variants); calls that match none of "
-            f"them run eagerly. Last guard failure: {failure}. Raise "
+            f"them run eagerly (stats.recompile_limit_fallbacks). Last guard failure: "
+            f"{failure.located() if failure is not None else 'none'}. Raise "
             "EMBER_RECOMPILE_LIMIT to compile more variants."
         )
         log("recompiles", message)
@@ -162,6 +178,19 @@ class TracedFunction:
 
     def _name(self) -> str:
         return callable_name(self.request.fn)
+
+
+def definition_site(fn: Any) -> SourceLocation | None:
+    """The ``def`` line of ``fn`` (a function, bound method, or module: its
+    ``forward``), where the values a trace guards enter the user's code."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    target = getattr(target, "__func__", target)
+    code = getattr(inspect.unwrap(target), "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return None
+    line = code.co_firstlineno
+    return SourceLocation(code.co_filename, line, code.co_name,
+                          linecache.getline(code.co_filename, line).strip())
 
 
 def _count(value: object) -> int | None:

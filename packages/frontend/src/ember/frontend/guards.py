@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from ember.runtime.ir import SourceLocation
 
 __all__ = ["Guard", "GuardFailure", "GuardSet"]
 
@@ -77,13 +78,25 @@ def _storage_key(t: torch.Tensor) -> int:
 
 @dataclass(frozen=True)
 class GuardFailure:
-    """The first guard that failed, and the value it saw."""
+    """The first guard that failed, the value it saw, and where the guarded values
+    entered the user's code (``origin``: the traced function's ``def`` line, since
+    tracing guards the arguments and module state it was called with)."""
 
     guard: Guard
     actual: str
+    origin: SourceLocation | None = None
 
     def __str__(self) -> str:
         return f"{self.guard.text} (got {self.actual})"
+
+    def located(self) -> str:
+        """``str(self)`` and, when known, ``; guard from file:line in fn: text``."""
+        if self.origin is None:
+            return str(self)
+        where = f"{self.origin.file}:{self.origin.line} in {self.origin.function}"
+        if self.origin.text:
+            where += f": {self.origin.text}"
+        return f"{self}; guard from {where}"
 
 
 @dataclass
@@ -93,6 +106,8 @@ class GuardSet:
 
     guards: list[Guard] = field(default_factory=list)
     constants: list[Any] = field(default_factory=list)
+    # the user source line the guarded values come from, shown with a failure
+    origin: SourceLocation | None = None
     _check: CheckFn | None = None
     _actuals: list[str] = field(default_factory=list)  # expression giving the seen value
 
@@ -226,7 +241,7 @@ class GuardSet:
                     seen = repr(eval(actual, scope))
                 except _EVAL_ERRORS:
                     seen = "a value that cannot be read"
-                return GuardFailure(guard, seen)
+                return GuardFailure(guard, seen, self.origin)
         return None
 
     def describe(self) -> str:

@@ -12,10 +12,14 @@ class CompileStats:
     ``compiles``: captures compiled (the first one included); ``recompiles``: those
     caused by a guard failure; ``cache_hits``: calls served by an existing entry;
     ``graphs``: graphs captured (one per compile in tracing mode); ``graph_breaks``:
-    always 0 in tracing mode; ``eager_fallback_calls``: calls run eagerly because the
-    recompile limit was reached; ``kernels`` / ``fallbacks``: from the last compiled
-    program's ``metadata["kernels"]`` / ``metadata["fallbacks"]`` (a count; None when the
-    backend does not report them).
+    always 0 in tracing mode; ``eager_fallback_calls``: calls (or, in strict mode, the
+    rest of a call after a graph break) run eagerly, for any reason: the recompile
+    limit, code strict capture cannot interpret, a state it cannot rebuild;
+    ``recompile_limit_fallbacks``: those of them caused by the recompile limit (never
+    silent: one ``RecompileLimitWarning`` per compiled function, and the failing guard
+    with its source line under ``EMBER_LOGS=recompiles``); ``kernels`` /
+    ``fallbacks``: from the last compiled program's ``metadata["kernels"]`` /
+    ``metadata["fallbacks"]`` (a count; None when the backend does not report them).
     """
 
     compiles: int = 0
@@ -24,5 +28,6 @@ class CompileStats:
     graphs: int = 0
     graph_breaks: int = 0
     eager_fallback_calls: int = 0
+    recompile_limit_fallbacks: int = 0
     kernels: int | None = None
     fallbacks: int | None = None

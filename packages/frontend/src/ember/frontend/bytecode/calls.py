@@ -77,6 +77,8 @@ _SET_MUTATORS = {"add", "discard", "remove", "pop", "clear", "update",
                  "difference_update", "intersection_update", "symmetric_difference_update",
                  "__ior__", "__iand__", "__isub__", "__ixor__"}
 _TYPE_QUERIES = (type, isinstance, issubclass, id, callable)
+# what reads only the type of a module (which its guard fixes), not the object
+_SHAPE_QUERIES = (type, isinstance, issubclass, callable)
 _PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools")
 _CONTAINER_TYPES: tuple[type, ...] = (list, dict, set, frozenset, tuple, str, bytes, ListIterator, slice,
                     range, type({}.keys()), type({}.values()), type({}.items()))
@@ -312,6 +314,7 @@ class CallHandler:
             raise interp.fail(f"Tensor.{name}() needs the tensor's data",
                               "keep the value as a tensor, or move this code out of the "
                               "compiled function")
+        interp.capture.pin([getattr(fn, "__self__", None), *args, *kwargs.values()])
         try:
             result = self._run_for_real(interp, fn, args, kwargs)
         except GraphBreak:
@@ -383,7 +386,15 @@ class CallHandler:
 
     def direct(self, interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call ``fn`` on its (mostly non-tensor) values; a tensor that must become a
-        Python value breaks."""
+        Python value breaks. A module argument is pinned (guarded by identity) unless
+        ``fn`` only asks for its type or, for ``len``, its guarded length."""
+        cap = interp.capture
+        if cap is not None and fn is len and len(args) == 1 and isinstance(args[0], nn.Module):
+            source = cap.source_of(args[0])
+            if source is not None:
+                cap.guard("len", source, len(args[0]))
+        elif cap is not None and not any(fn is q for q in _SHAPE_QUERIES):
+            cap.pin([*args, *kwargs.values()])
         try:
             result = fn(*args, **kwargs)
         except GraphBreak:

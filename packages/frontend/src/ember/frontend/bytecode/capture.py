@@ -141,7 +141,12 @@ class CaptureContext:
             # NOTE: a function made by the code being compiled is new at every call;
             # its code identifies it, the closure cells it reads are guarded on read.
             self.guard("id", AttrSource(source, "__code__"), value.__code__)
-        elif isinstance(value, (nn.Module, type, enum.Enum, types.MethodDescriptorType,
+        elif isinstance(value, nn.Module):
+            # NOTE: by type, not identity (the layers of a model share compiled code):
+            # each attribute, parameter and submodule read is guarded on its own, and
+            # code run for real on the module pins it (see ``pin``).
+            self.guard("type", source, type(value))
+        elif isinstance(value, (type, enum.Enum, types.MethodDescriptorType,
                                 types.WrapperDescriptorType)) or (
                 callable(value) and (type(value).__module__ or "").startswith("torch.")):
             self.guard("id", source, value)  # singletons, and torch's op objects
@@ -240,9 +245,19 @@ class CaptureContext:
             if source is not None and id(value) not in self.shadows:
                 self.guard("id", source, value)
 
+    def pin(self, values: Any) -> None:
+        """Values handed to code run for real (a builtin such as ``id``/``repr``, a
+        library function): a module among them is guarded by identity, since what
+        that code computed from it is a constant of the graph."""
+        for value in values:
+            if isinstance(value, nn.Module):
+                source = self.source_of(value)
+                if source is not None:
+                    self.guard("id", source, value)
+
     @staticmethod
     def _identity_matters(value: Any, only_identity_eq: bool) -> bool:
-        if isinstance(value, (*PRIMITIVES, torch.Tensor, nn.Module, type)):
+        if isinstance(value, (*PRIMITIVES, torch.Tensor, type)):
             return False
         return not only_identity_eq or getattr(type(value), "__eq__", None) is (
             object.__eq__) or isinstance(value, enum.Enum)

@@ -33,6 +33,7 @@ from ember.frontend.bytecode.sources import (
     ClosureSource,
     GlobalSource,
 )
+from torch import nn
 
 _INPLACE_SET_OPS = (operator.ior, operator.iand, operator.isub, operator.ixor)
 
@@ -291,6 +292,8 @@ class DataOps(AttributeOps):
                 and self.capture.source_of(args[0]) is not None):
             raise self.fail(f"in-place {fn.__name__} on a set from outside the compiled "
                             "function")
+        if self.capture is not None and fn is not operator.getitem:
+            self.capture.pin(args)  # an operator on a module reads more than its type
         try:
             return fn(*args)
         except GraphBreak:
@@ -303,6 +306,11 @@ class DataOps(AttributeOps):
 
     def truth(self, value: Any) -> bool:
         self.check_not_tensor(value, "branch")
+        if self.capture is not None and isinstance(value, nn.Module):
+            source = self.capture.source_of(value)
+            sized: Any = value
+            if source is not None and hasattr(type(value), "__len__"):
+                self.capture.guard("len", source, len(sized))  # an empty ModuleList
         return bool(value)
 
     # ---- subscripts and slices -----------------------------------------------------------
@@ -334,6 +342,15 @@ class DataOps(AttributeOps):
             from ember.frontend.bytecode.sources import ItemSource
 
             return cap.wrap(value, ItemSource(source, key))
+        if source is not None and isinstance(obj, nn.Module):
+            # NOTE: modules are guarded by type: a slice (``self.layers[:n]``) is read
+            # through its own source; any other key pins the module (see ``pin``)
+            bounds = (key.start, key.stop, key.step) if isinstance(key, slice) else None
+            if bounds is not None and all(type(b) in (int, type(None)) for b in bounds):
+                from ember.frontend.bytecode.sources import SliceSource
+
+                return cap.wrap(value, SliceSource(source, *bounds))
+            cap.pin([obj])
         return value
 
     def op_STORE_SUBSCR(self, f: Frame, ins: Any) -> None:

@@ -5,11 +5,20 @@ Each :class:`Guard` tests one value fetched through a :class:`~.sources.Source`.
 compiles them into a single generated Python function (:func:`compile_matcher`) that
 fetches each source once, checks every guard inline and returns the graph inputs. On a
 miss :meth:`GuardSet.first_failure` re-checks the guards one by one to name the one that
-failed.
+failed, and :meth:`GuardSet.failure_text` adds the user source line whose capture
+installed it (``Guard.origin``, filled in by the set's ``locate`` hook).
+
+What is guarded is what the program's result depends on, never how far a loop has got:
+``nn.Module`` values are guarded by type (each attribute, parameter and submodule read
+is guarded on its own, and parameters are graph inputs), so the layers of a model share
+compiled code; an iterator resumed after a graph break is guarded on how many items it
+still has relative to its position (``remaining`` guards, see
+:class:`~.iteration.ResumedIterator`), not on the position itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import keyword
 import operator
@@ -20,6 +29,7 @@ from typing import Any
 import torch
 from ember.frontend.bytecode.sources import (
     AttrSource,
+    IterItemSource,
     CellSource,
     ClosureSource,
     DefaultSource,
@@ -27,9 +37,11 @@ from ember.frontend.bytecode.sources import (
     ItemSource,
     LocalSource,
     ModuleMemberSource,
+    SliceSource,
     Source,
     StackSource,
 )
+from ember.runtime.ir import SourceLocation
 
 
 @dataclass(frozen=True)
@@ -37,11 +49,14 @@ class Guard:
     """One check. ``kind`` is one of ``tensor``, ``equals``, ``id``, ``type``, ``len``,
     ``keys``, ``grad_mode``, ``distinct`` (tensor inputs are different objects),
     ``same`` (two sources are one object), ``global`` (an expression over torch's global
-    state, e.g. the default dtype); ``expected`` the captured fact."""
+    state, e.g. the default dtype), ``remaining`` (``(k, exhausted)``: whether the
+    iterator at the source has no more than ``k`` items left); ``expected`` the captured
+    fact; ``origin`` the user source line whose capture installed it (not compared)."""
 
     kind: str
     source: Source | None
     expected: Any
+    origin: SourceLocation | None = field(default=None, compare=False)
 
     def describe(self) -> str:
         where = self.source.expr() if self.source is not None else ""
@@ -69,7 +84,18 @@ class Guard:
             return f"{self.expected[0]} == {self.expected[1]!r}"
         if self.kind == "grad_mode":
             return f"torch.is_grad_enabled() == {self.expected}"
+        if self.kind == "remaining":
+            k, exhausted = self.expected
+            op = "<=" if exhausted else ">"
+            return f"len({where}.item_list) - {where}.position {op} {k}"
         return f"{self.kind}({where}, {self.expected!r})"
+
+    def origin_text(self) -> str:
+        """Where the guard came from: ``file:line in function: source text``."""
+        if self.origin is None:
+            return "<no source line: the frame state at the resume point>"
+        text = f"{self.origin.file}:{self.origin.line} in {self.origin.function}"
+        return f"{text}: {self.origin.text}" if self.origin.text else text
 
 
 def _short(obj: Any) -> str:
@@ -84,19 +110,26 @@ def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
 
 @dataclass
 class GuardSet:
-    """The guards of one cache entry, in the order they were installed."""
+    """The guards of one cache entry, in the order they were installed. ``locate``,
+    when set, gives the user source line being captured: each added guard without an
+    origin gets it."""
 
     guards: list[Guard] = field(default_factory=list)
-    _seen: set[tuple[str, Any]] = field(default_factory=set)
+    locate: Callable[[], SourceLocation | None] | None = None
+    _seen: set[tuple[Any, ...]] = field(default_factory=set)
 
     def add(self, guard: Guard) -> None:
         # NOTE: deduplicated by the Source objects themselves (their keys compare as dict
         # keys do), never by rendered text: two keys with one repr are two guards.
-        key = (guard.kind, guard.source if guard.source is not None
-               else _hashable(guard.expected))
+        key: tuple[Any, ...] = (guard.kind, guard.source if guard.source is not None
+                                else _hashable(guard.expected))
+        if guard.kind == "remaining":  # one iterator is asked about several counts
+            key = (*key, guard.expected)
         if key in self._seen:
             return
         self._seen.add(key)
+        if guard.origin is None and self.locate is not None:
+            guard = dataclasses.replace(guard, origin=self.locate())
         self.guards.append(guard)
 
     def __len__(self) -> int:
@@ -107,10 +140,16 @@ class GuardSet:
 
     def failure_text(self, state: Any, ctx: Any) -> str:
         """The first failing guard, with the value seen (``x.shape == (3, 5) (got
-        (4, 5))``), for recompile logs and the recompile-limit warning."""
+        (4, 5))``) and the user source line that installed it (``; guard from
+        file:line in fn: text``), for recompile logs and the recompile-limit warning."""
         guard = self.first_failure(state, ctx)
         if guard is None:
             return "no guard failed"
+        return f"{self.explain_failure(guard, state, ctx)}; guard from {guard.origin_text()}"
+
+    @staticmethod
+    def explain_failure(guard: Guard, state: Any, ctx: Any) -> str:
+        """``guard``, readably, with the value it saw in ``state``."""
         if guard.source is None:
             return guard.describe()
         try:
@@ -183,6 +222,13 @@ class _Writer:
                     f"[{self.const('name', source.name)}]")
         if isinstance(source, ItemSource):
             return f"{self.ref(source.base)}[{self._key(source.key)}]"
+        if isinstance(source, SliceSource):
+            bounds = ", ".join(self.const("bound", b) for b in
+                               (source.start, source.stop, source.step))
+            return f"{self.ref(source.base)}[slice({bounds})]"
+        if isinstance(source, IterItemSource):
+            it = self.ref(source.base)
+            return f"{it}.item_list[{it}.position + {_index(source.offset)}]"
         if isinstance(source, ClosureSource):
             return f"{self.ref(source.base)}.__closure__[{_index(source.index)}].cell_contents"
         if isinstance(source, DefaultSource):
@@ -237,6 +283,10 @@ class _Writer:
             self.require(f"list({v}.keys()) == {self.const('keys', list(g.expected))}")
         elif g.kind == "grad_mode":
             self.require(f"torch.is_grad_enabled() is {bool(g.expected)}")
+        elif g.kind == "remaining":
+            k, exhausted = g.expected
+            left = f"len({v}.item_list) - {v}.position"
+            self.require(f"{left} {'<=' if exhausted else '>'} {_index(k)}")
         else:
             raise ValueError(f"unknown guard kind {g.kind!r}")
 
@@ -312,4 +362,7 @@ def _explain(guard: Guard, actual: Any) -> str:
         return f"len({where}) == {guard.expected} (got {len(actual)})"
     if guard.kind == "type":
         return f"type({where}) is {guard.expected.__qualname__} (got {type(actual).__qualname__})"
+    if guard.kind == "remaining":
+        left = len(actual.item_list) - actual.position
+        return f"{guard.describe()} (got {left} left)"
     return guard.describe()

@@ -43,6 +43,56 @@ class ListIterator:
         return self.next()
 
 
+class ResumedIterator(ListIterator):
+    """A ``ListIterator`` of the frame state at a resume point, seen relative to its
+    position: item ``k`` is read through ``IterItemSource(source, k)`` and "is it
+    exhausted?" installs a ``remaining`` guard on how many items are left, so a loop
+    resumed after a graph break in its body is one cache entry for every iteration
+    (and one for the end of the loop), not one per position. The state rebuilt after
+    the segment advances the real iterator by :attr:`consumed`.
+
+    NOTE: values that do depend on the position (the index of ``enumerate``) are items,
+    guarded by value like any other.
+    """
+
+    def __init__(self, real: ListIterator, source: Any, capture: Any) -> None:
+        super().__init__(real.item_list, real.position)
+        self.real, self.source, self.capture = real, source, capture
+        self.consumed = 0
+
+    @property
+    def position(self) -> int:
+        return self.real.position + self.consumed
+
+    @position.setter
+    def position(self, value: int) -> None:  # ListIterator.__init__ sets it
+        pass
+
+    def _left(self) -> int:
+        return len(self.real.item_list) - self.real.position
+
+    def exhausted(self) -> bool:
+        done = self._left() <= self.consumed
+        self.capture.guard("remaining", self.source, (self.consumed, done))
+        return done
+
+    def next(self) -> Any:
+        from ember.frontend.bytecode.sources import IterItemSource
+
+        if self.exhausted():
+            raise IndexError("next() on an exhausted resumed iterator")
+        item = self.real.item_list[self.real.position + self.consumed]
+        value = self.capture.wrap(item, IterItemSource(self.source, self.consumed))
+        self.consumed += 1
+        return value
+
+    def remaining(self) -> list[Any]:
+        rest = []
+        while not self.exhausted():
+            rest.append(self.next())
+        return rest
+
+
 _SEQUENCE_MODULES = (nn.ModuleList, nn.Sequential, nn.ParameterList)
 _MAPPING_MODULES = (nn.ModuleDict, nn.ParameterDict)
 
@@ -61,6 +111,8 @@ def make_iterator(value: Any, interp: Any) -> Any:
         return ListIterator(list(value.keys()))
     if isinstance(value, (type({}.keys()), type({}.values()), type({}.items()))):
         return ListIterator(list(value))
+    if isinstance(value, _SEQUENCE_MODULES + _MAPPING_MODULES):
+        _guard_module_container(value, interp)
     if isinstance(value, _SEQUENCE_MODULES):
         return ListIterator([interp.subscr(value, i) for i in range(len(value))])
     if isinstance(value, _MAPPING_MODULES):
@@ -83,3 +135,16 @@ def make_iterator(value: Any, interp: Any) -> Any:
                           "Ember)", "iterate over a list, tuple, range, dict or module "
                           "container")
     return iter(value)
+
+
+def _guard_module_container(value: Any, interp: Any) -> None:
+    """Iterating a module container reads how many (and, for a dict, which) members it
+    has: guarded, since containers are guarded by type, not identity."""
+    cap: Any = getattr(interp, "capture", None)
+    source = cap.source_of(value) if cap is not None else None
+    if source is None:
+        return
+    if isinstance(value, _SEQUENCE_MODULES):
+        cap.guard("len", source, len(value))
+    else:
+        cap.guard("keys", source, tuple(value.keys()))

@@ -20,6 +20,7 @@ traced, so that every call gets a fresh array.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -186,23 +187,28 @@ def numpy_call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """
     if isinstance(fn, ArrayMethod):
         return fn(*args, **kwargs)
-    if getattr(fn, "__self__", None) is not None and type(fn.__self__) is TracedArray:
-        return fn(*args, **kwargs)  # a dunder (__iter__, __getitem__) called directly
-    if getattr(fn, "__qualname__", "").startswith("TracedArray.") and args \
-            and type(args[0]) is TracedArray:
-        return fn(*args, **kwargs)  # TracedArray.__iter__(a): iteration runs it, not inlined
     owner = getattr(fn, "__self__", None)
+    if type(owner) is TracedArray or (args and type(args[0]) is TracedArray and getattr(
+            fn, "__qualname__", "").startswith("TracedArray.")):
+        return fn(*args, **kwargs)  # a dunder (__iter__, __getitem__): run, not inlined
     if isinstance(owner, torch.Tensor) and getattr(fn, "__name__", "") == "numpy":
         return _tensor_numpy(owner, *args, **kwargs)
+    values = [*args, *kwargs.values()]
+    if _is_torch_callable(fn):
+        convert = TORCH_CONVERSIONS.get(fn) if isinstance(
+            fn, types.BuiltinFunctionType) else None
+        if convert is not None and args and type(args[0]) is TracedArray:
+            return convert(*args, **kwargs)
+        if holds_traced_array(values):
+            raise GraphBreak(f"call to {_numpy_name(fn)} with a NumPy array computed in "
+                             "the graph", "convert it with torch.from_numpy first")
+        return NOT_NUMPY
+    if not _is_numpy_callable(fn):
+        return NOT_NUMPY
     try:
         name = _BY_FUNCTION.get(fn)
-        convert = TORCH_CONVERSIONS.get(fn)
     except TypeError:  # an unhashable callable
-        return NOT_NUMPY
-    if convert is not None:
-        if args and isinstance(args[0], TracedArray):
-            return convert(*args, **kwargs)
-        return NOT_NUMPY
+        name = None
     if name is not None:
         return _call_function(fn, name, args, kwargs)
     if isinstance(fn, type) and issubclass(fn, np.generic):
@@ -212,15 +218,10 @@ def numpy_call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
             return fn(*args, **kwargs)
         return call_traced(lambda x: tnp.asarray(x, dtype=tnp.dtype(np.dtype(fn).name)),
                            fn, args, kwargs, f"numpy.{fn.__name__}")
-    if _is_numpy_callable(fn):
-        if holds_traced_array([*args, *kwargs.values()]):
-            raise GraphBreak(f"numpy function {_numpy_name(fn)} is not supported in "
-                             "capture", "use a supported NumPy function or torch")
-        return NOT_NUMPY  # the existing rules decide (numpy's dtypes, scalars, ...)
-    if _is_torch_callable(fn) and holds_traced_array([*args, *kwargs.values()]):
-        raise GraphBreak(f"call to {_numpy_name(fn)} with a NumPy array computed in the "
-                         "graph", "convert it with torch.from_numpy first")
-    return NOT_NUMPY
+    if holds_traced_array(values):
+        raise GraphBreak(f"numpy function {_numpy_name(fn)} is not supported in capture",
+                         "use a supported NumPy function or torch")
+    return NOT_NUMPY  # the existing rules decide (a constant, or a break)
 
 
 def _call_function(fn: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:

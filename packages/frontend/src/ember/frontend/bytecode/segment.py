@@ -15,6 +15,7 @@ compiled wrapper.
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,8 +28,8 @@ from ember.frontend.bytecode.capture import CaptureContext
 from ember.frontend.bytecode.exception_ops import ExcInfoSource
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame, FrameState, _Marker
 from ember.frontend.bytecode.guards import GuardSet, compile_matcher
-from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter
-from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, location_of
+from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.liveness import live_locals
 from ember.frontend.bytecode.sources import (
     AttrSource,
@@ -37,7 +38,8 @@ from ember.frontend.bytecode.sources import (
     StackSource,
 )
 from ember.frontend.bytecode.state import Rebuild, Recipe, Replay, StateBuilder
-from ember.runtime.ir import Program
+from ember.runtime.ir import Program, SourceLocation
+from ember.runtime.tracing_source import is_library_file
 
 
 @dataclass
@@ -134,16 +136,18 @@ def capture_segment(
     frame.ip = state.ip
     frame.cells = dict(state.cells)
     interp = Interpreter(cap, CallHandler(break_calls))
+    cap.guards.locate = functools.partial(_guard_origin, interp, frame)
     info: BreakInfo | None = None
     try:
         with cap:
             live = live_locals(ctx.code)[state.ip]
+            wrapped: dict[int, Any] = {}
             for name, v in state.locals.items():
                 if name in live:  # dead locals are dropped: no input, no guard
-                    frame.locals[name] = _wrap_state(cap, v, LocalSource(name))
-            frame.stack = [_wrap_state(cap, v, StackSource(i))
+                    frame.locals[name] = _wrap_state(cap, v, LocalSource(name), wrapped)
+            frame.stack = [_wrap_state(cap, v, StackSource(i), wrapped)
                            for i, v in enumerate(state.stack)]
-            frame.exc_stack = [_wrap_state(cap, v, ExcInfoSource(i))
+            frame.exc_stack = [_wrap_state(cap, v, ExcInfoSource(i), wrapped)
                                for i, v in enumerate(state.exc_stack)]
             while not frame.returned:
                 before = frame.ip
@@ -188,17 +192,21 @@ def capture_segment(
         torch.set_grad_enabled(grad0)
 
 
-def _wrap_state(cap: CaptureContext, v: Any, source: Source) -> Any:
+def _wrap_state(cap: CaptureContext, v: Any, source: Source, wrapped: dict[int, Any]) -> Any:
     if isinstance(v, _Marker) or v is NULL or v is UNBOUND:
         return v
     if isinstance(v, GradModeRestore):
         cap.wrap(v.previous, AttrSource(source, "previous"))
         return v
     if isinstance(v, ListIterator):
+        # NOTE: relative to its position (see ResumedIterator): a loop with a break in
+        # its body resumes into one segment whatever iteration it is at.
+        known = wrapped.get(id(v))
+        if known is not None:
+            return known
         cap.guard("type", source, ListIterator)
-        items = cap.wrap(v.item_list, AttrSource(source, "item_list"))
-        index = cap.wrap(v.position, AttrSource(source, "position"))
-        return ListIterator(items, index)
+        wrapped[id(v)] = ResumedIterator(v, source, cap)
+        return wrapped[id(v)]
     if isinstance(v, types.CellType):
         return v
     if isinstance(v, types.MethodType) and not isinstance(v.__self__, type):
@@ -207,3 +215,20 @@ def _wrap_state(cap: CaptureContext, v: Any, source: Source) -> Any:
         cap.wrap(v.__self__, AttrSource(source, "__self__"))
         return v
     return cap.wrap(v, source)
+
+
+def _guard_origin(interp: Interpreter, root: Frame) -> SourceLocation | None:
+    """The user source line being captured, for a guard installed now: the innermost
+    frame outside torch/Ember/the standard library; before the first instruction (the
+    frame state at the resume point), the line of the resume instruction (the ``def``
+    line at the function's start)."""
+    frame: Frame | None = interp.current_frame
+    if frame is None:
+        code = root.code
+        line = code.co_firstlineno if root.ip == 0 else root.instructions[root.ip].line
+        return location_of(root, line)
+    innermost = frame
+    while frame is not None and is_library_file(frame.code.co_filename):
+        frame = frame.parent
+    chosen = frame if frame is not None else innermost
+    return location_of(chosen, chosen.last_line)

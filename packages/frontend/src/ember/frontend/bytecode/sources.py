@@ -115,6 +115,42 @@ class ItemSource(Source):
 
 
 @dataclass(frozen=True)
+class SliceSource(Source):
+    """``base[start:stop:step]`` (a slice of a module container such as
+    ``self.layers[:n]``); the bounds are kept apart so the source stays hashable."""
+
+    base: Source
+    start: Any
+    stop: Any
+    step: Any
+
+    def expr(self) -> str:
+        bounds = ":".join("" if b is None else repr(b) for b in (self.start, self.stop))
+        step = "" if self.step is None else f":{self.step!r}"
+        return f"{self.base.expr()}[{bounds}{step}]"
+
+    def fetch(self, state: Any, ctx: Any) -> Any:
+        return self.base.fetch(state, ctx)[slice(self.start, self.stop, self.step)]
+
+
+@dataclass(frozen=True)
+class IterItemSource(Source):
+    """The item ``offset`` places after the current position of the iterator at
+    ``base`` (a ``ListIterator`` of the frame state at a resume point): the source of
+    the items a resumed loop reads, whatever position the loop is at."""
+
+    base: Source
+    offset: int
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.item_list[{self.base.expr()}.position + {self.offset}]"
+
+    def fetch(self, state: Any, ctx: Any) -> Any:
+        it = self.base.fetch(state, ctx)
+        return it.item_list[it.position + self.offset]
+
+
+@dataclass(frozen=True)
 class ClosureSource(Source):
     """Cell ``index`` of the closure of the function at ``base``."""
 

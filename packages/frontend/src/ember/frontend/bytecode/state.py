@@ -25,7 +25,7 @@ from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext, is_trace
 from ember.frontend.bytecode.frame import _Marker
 from ember.frontend.bytecode.generators import LazyIterator
 from ember.frontend.bytecode.interpreter import GradModeRestore, is_fake_tensor
-from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.sources import Source
 from torch import nn
 
@@ -84,8 +84,9 @@ class StartCell(Recipe):
 
 @dataclass
 class New(Recipe):
-    """A fresh object: ``kind`` in list/dict/set/tuple/cell/iter/slice/function/method/
-    builtin_method; ``parts`` recipes; ``key`` for aliasing (one object per key)."""
+    """A fresh object: ``kind`` in list/dict/set/tuple/cell/iter/advance (a start-state
+    iterator moved on by ``extra`` items)/slice/function/method/builtin_method/exception;
+    ``parts`` recipes; ``key`` for aliasing (one object per key)."""
 
     kind: str
     key: int
@@ -132,6 +133,8 @@ class New(Recipe):
                 obj = set(values)
             elif k == "iter":
                 obj = ListIterator(values[0], self.extra)
+            elif k == "advance":
+                obj = ListIterator(values[0].item_list, values[0].position + self.extra)
             elif k == "slice":
                 obj = slice(*values)
             elif k == "method":
@@ -276,6 +279,10 @@ class StateBuilder:
         if isinstance(v, LazyIterator):
             raise Unrebuildable("a generator (or a lazy iterator over one) is suspended at "
                                 "the break")
+        if isinstance(v, ResumedIterator):  # the start state's iterator, advanced
+            r = New("advance", self._key(v), [Fetch(v.source)], v.consumed)
+            self._memo[id(v)] = r
+            return r
         if isinstance(v, ListIterator):
             r = New("iter", self._key(v), [], v.position)
             self._memo[id(v)] = r

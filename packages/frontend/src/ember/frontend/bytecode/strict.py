@@ -6,10 +6,20 @@ point are tried, newest last; the first whose guards hold runs its graph and reb
 frame. At a break the breaking instruction then runs for real (concrete interpreter; a
 call of user code goes through that callee's own compiled wrapper), and the next resume
 point is looked up — or captured on first use. When a resume point has
-``config.recompile_limit`` entries and none matches, ONE
-:class:`~ember.frontend.compiled.RecompileLimitWarning` names the failing guard and the
-rest of the call runs eagerly (the whole function at its start; the concrete interpreter
-after a break).
+``config.recompile_limit`` entries and none matches, the rest of the call runs eagerly
+(the whole function at its start; the concrete interpreter after a break), counted in
+``stats.recompile_limit_fallbacks``; the first time, ONE
+:class:`~ember.frontend.compiled.RecompileLimitWarning` per compiled function names the
+failing guard and the user source line whose capture installed it, and
+``EMBER_LOGS=recompiles`` logs every recompile and fallback with the same.
+
+Callees run for real at a break are compiled once per function, not per object: the
+layers of a model (guarded by type, their parameters graph inputs) share compiled
+segments, and a loop resumed after a break in its body is guarded on how many items its
+iterator has left, not its position (:class:`~.iteration.ResumedIterator`). So the
+number of compiles of ``for layer in self.layers: x = layer(x)`` does not grow with the
+number of layers. Values that do depend on the position (an ``enumerate`` index the
+code reads) are still guarded by value: Ember has no symbolic integers yet.
 """
 
 from __future__ import annotations
@@ -54,8 +64,8 @@ class StrictFunction:
 
     ``stats`` counts ``compiles`` (segments captured), ``recompiles`` (captures caused
     by a guard failure), ``cache_hits``, ``graphs`` (captured segments with ops),
-    ``graph_breaks`` (captured segments that end in a break) and
-    ``eager_fallback_calls``. ``breaks`` lists every distinct break captured.
+    ``graph_breaks`` (captured segments that end in a break), ``eager_fallback_calls``
+    and ``recompile_limit_fallbacks``. ``breaks`` lists every distinct break captured.
     """
 
     def __init__(self, request: CompileRequest) -> None:
@@ -80,12 +90,12 @@ class StrictFunction:
         self.breaks: list[BreakInfo] = []
         self.segments: dict[int, list[Segment]] = {}
         self._break_calls: dict[int, dict[int, BreakInfo]] = {}
-        self._warned: set[int] = set()
+        self._warned = False
         self._eager_points: set[int] = set()
         self._eager_reason: str | None = unsupported_reason(self.fn.__code__)
         if self.fn.__code__.co_flags & inspect.CO_GENERATOR:
             self._eager_reason = "generator functions run eagerly when compiled directly"
-        self._callees: dict[tuple[Any, int], StrictFunction] = {}
+        self._callees: dict[types.FunctionType, StrictFunction] = {}
         code = self.fn.__code__
         only_positional = not code.co_kwonlyargcount and not (
             code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS))
@@ -120,7 +130,7 @@ class StrictFunction:
         self.breaks = []
         self.segments = {}
         self._break_calls = {}
-        self._warned = set()
+        self._warned = False
         self._eager_points = set()
         self._callees = {}
 
@@ -200,11 +210,13 @@ class StrictFunction:
         if entries:
             reason = entries[-1].guards.failure_text(state, self._ctx)
             if len(entries) >= config.recompile_limit:
+                self.stats.recompile_limit_fallbacks += 1
                 self._warn_limit(state.ip, reason)
                 return _EAGER
             self.stats.recompiles += 1
-            log("recompiles", lambda: f"recompiling {self._name()} at resume point "
-                f"{state.ip}: guard failed: {reason}")
+            log("recompiles", f"recompiling {self._name()} at resume point {state.ip} "
+                f"(entry {len(entries) + 1} of at most {config.recompile_limit}): "
+                f"guard failed: {reason}")
         if state.ip in self._eager_points:
             return _EAGER
         try:
@@ -300,33 +312,39 @@ class StrictFunction:
         return frame
 
     def _callee(self, fn: types.FunctionType, owner: Any) -> Callable[..., Any]:
-        """The compiled wrapper of a user function called at a graph break; one per
-        (function, bound object), so the layers of a model each get their own cache
-        instead of sharing one recompile limit."""
-        key = (fn, id(owner))
-        compiled = self._callees.get(key)
-        if compiled is None or (owner is not None and compiled._bound[0] is not owner):
-            target: Any = fn if owner is None else types.MethodType(fn, owner)
-            request = CompileRequest(target, None, self.request.backend, self.request.mode,
+        """The compiled wrapper of a user function called at a graph break: one per
+        function, shared by every object it is bound to (``owner``, passed as its first
+        argument). The layers of a model, guarded by type and with their parameters as
+        graph inputs, reuse one another's compiled segments."""
+        compiled = self._callees.get(fn)
+        if compiled is None:
+            request = CompileRequest(fn, None, self.request.backend, self.request.mode,
                                      False, self.request.dynamic, dict(self.request.options))
             compiled = StrictFunction(request)
             # NOTE: a callee's graphs, breaks and compiles count as this function's.
             compiled.stats = self.stats
             compiled.breaks = self.breaks
-            self._callees[key] = compiled
-        return compiled
+            self._callees[fn] = compiled
+        if owner is None:
+            return compiled
+        return functools.partial(compiled, owner)
 
     def _warn_limit(self, ip: int, reason: str) -> None:
+        """Every fallback is logged (``EMBER_LOGS=recompiles``); the first one per
+        compiled function also warns."""
         from ember.frontend.compiled import RecompileLimitWarning
 
-        if ip in self._warned:
+        message = (f"ember: {self._name()} reached the recompile limit "
+                   f"({config.recompile_limit} entries at resume point {ip}); the rest of "
+                   f"this call runs eagerly, and so will every call that misses the cache "
+                   f"there (stats.recompile_limit_fallbacks). The guard that kept "
+                   f"failing: {reason}. Raise EMBER_RECOMPILE_LIMIT to compile more "
+                   f"variants.")
+        log("recompiles", message)
+        if self._warned:
             return
-        self._warned.add(ip)
-        log("recompiles", f"{self._name()} hit the recompile limit "
-            f"({config.recompile_limit}); running eagerly. Last failing guard: {reason}")
-        warnings.warn(f"ember: {self._name()} reached the recompile limit "
-                      f"({config.recompile_limit}) and now runs eagerly; the guard that "
-                      f"kept failing: {reason}", RecompileLimitWarning, stacklevel=3)
+        self._warned = True
+        warnings.warn(message, RecompileLimitWarning, stacklevel=3)
 
     def _note_whole_function_eager(self, reason: str) -> None:
         info = BreakInfo(f"{self._name()} runs eagerly: {reason}", None)
