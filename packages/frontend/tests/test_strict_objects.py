@@ -409,3 +409,26 @@ def test_tensor_written_over_a_parameter_breaks_and_raises_as_in_eager() -> None
         compiled(torch.randn(3))
     inner = getattr(compiled, "_compiled", compiled)
     assert "assigning a Tensor to .w, a parameter entry" in inner.breaks[0].reason
+
+
+class DropsMembers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.ones(3))
+        self.extra = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * self.scale
+        del self.scale
+        delattr(self, "extra")
+        gone = not hasattr(self, "scale") and not hasattr(self, "extra")
+        return y - 1 if gone else y + 1
+
+
+def test_module_buffer_and_submodule_deletes_are_seen_and_replayed() -> None:
+    model = DropsMembers()
+    compiled = strict(model)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x - 1)
+    assert model._buffers == {} and model._modules == {}
+    assert _counts(compiled) == (0, 1)

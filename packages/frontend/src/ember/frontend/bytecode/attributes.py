@@ -118,7 +118,9 @@ class AttributeOps:
                 raise self.fail(f"reading .{name} of a {cls.__name__} after deleting it "
                                 "(a class descriptor would supply it)")
         getattr_hook = getattr(cls, "__getattr__", None)
-        if isinstance(getattr_hook, types.FunctionType):
+        # (Module.__getattr__ reads the tables the delete empties: nothing to find)
+        if isinstance(getattr_hook, types.FunctionType) and not isinstance(
+                obj, torch.nn.Module):
             return self._inline(getattr_hook, [obj, name])
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
 
