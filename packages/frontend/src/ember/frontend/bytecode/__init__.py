@@ -7,10 +7,11 @@ at code it cannot capture (graph breaks). Modules, by concept:
 
 ``opcodes``        decoded instructions and the 3.11/3.12 opcode differences
 ``frame``          the interpreter's frame and frame state
-``interpreter``    driving frames; control-flow, call, exception and generator opcodes
+``interpreter``    driving frames; control-flow, call and generator opcodes
+``exception_ops``  exceptions and ``with`` blocks: routing to inlined handlers, context managers
 ``data_ops``       loads, stores, operators, subscripts, containers (symbolic and concrete)
 ``attributes``     attribute reads, writes and deletes (inlined ``__setattr__``, replays)
-``exceptions``     exception tables: try/except/with cleanup in concrete mode
+``exceptions``     exception tables; which exceptions the program may handle while capturing
 ``calls``          what a call does: inline, record, evaluate, or break
 ``binding``        binding call arguments to parameters, exactly as CPython does
 ``builtin_rules``  one rule per builtin (len, range, enumerate, getattr, print, ...)
