@@ -156,6 +156,21 @@ def returns_views(x: torch.Tensor) -> Any:
     return x.clone(), a.T
 
 
+def views_and_copies(x: torch.Tensor) -> Any:
+    a = x.numpy().copy()
+    r = a.reshape(3, 4)  # views: writes through them change a
+    r[0, 0] = 100.0
+    t = a.T
+    t[1, 0] = -1.0
+    s = a[1:3]
+    s *= 2
+    f = a.flatten()  # a copy: writes to it do not
+    f[0] = 7.0
+    c = a.conj()  # a real array's conj() is the array itself
+    c[3, 2] = 0.5
+    return a, f, r
+
+
 WEIGHTS = np.linspace(0.5, 1.5, 3)  # a global array: a graph input, read at every call
 
 
@@ -180,6 +195,7 @@ CORPUS: list[tuple[Callable[..., Any], Callable[[int], tuple[Any, ...]]]] = [
     (array_input, lambda i: (np.full((4, 3), float(i)), floats(i)[0])),
     (returns_views, floats),
     (mixed_scalars_and_globals, floats),
+    (views_and_copies, floats),
 ]
 
 
@@ -249,10 +265,11 @@ def test_arrays_live_at_a_break_are_real_then_inputs_again() -> None:
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_numpy_program_compiles_through_the_backends(backend: str) -> None:
-    compiled = ef.compile(reductions, backend=backend)
+@pytest.mark.parametrize("program", [reductions, views_and_copies])
+def test_numpy_program_compiles_through_the_backends(backend: str, program: Any) -> None:
+    compiled = ef.compile(program, backend=backend)
     x = floats(0)[0]
-    assert_same_numpy(compiled(x), reductions(x))
+    assert_same_numpy(compiled(x), program(x))
     assert compiled.stats.graph_breaks == 0
 
 
