@@ -66,10 +66,13 @@ class AttributeOps:
                 return self._inline(getattribute, [obj, name])
         return self.load_attr_raw(obj, name)
 
-    def load_attr_raw(self, obj: Any, name: str) -> Any:
-        """``getattr(obj, name)`` without inlining the class's ``__getattribute__``
-        (that method's own ``object.__getattribute__`` lands here)."""
+    def load_attr_raw(self, obj: Any, name: str, bypass: bool = False) -> Any:
+        """``getattr(obj, name)`` without inlining the class's ``__getattribute__``;
+        ``bypass``: ``object.__getattribute__(obj, name)`` (what that method calls),
+        which skips the class's ``__getattribute__`` and ``__getattr__``."""
         cap = self.capture
+        if cap is None:
+            return object.__getattribute__(obj, name) if bypass else getattr(obj, name)
         if cap.dirty.get(id(obj)) is obj:
             prop = _class_attr(type(obj), name)
             if isinstance(prop, property) and isinstance(prop.fget, types.FunctionType):
@@ -85,20 +88,21 @@ class AttributeOps:
             if name == "__class__":
                 return cap.visible_type(obj)
             return getattr(obj, name)
+        read = object.__getattribute__ if bypass else getattr
         source = cap.source_of(obj)
         if source is None:
-            return getattr(obj, name)
+            return read(obj, name)
         members = getattr(obj, "__dict__", None)
         if isinstance(members, dict) and not isinstance(
                 obj, (type, types.ModuleType, torch.nn.Module)):
             # a property run here may cache into the object: captured as a write
             before = dict(members)
             try:
-                value = getattr(obj, name)
+                value = read(obj, name)
             finally:
                 cap.capture_writes(obj, before)
         else:
-            value = getattr(obj, name)
+            value = read(obj, name)
         if isinstance(obj, types.ModuleType) and not isinstance(value, (int, float, bool, str)):
             cap.sources.setdefault(id(value), (value, AttrSource(source, name)))
             return value

@@ -225,7 +225,7 @@ def _delattr_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
 OBJECT_SLOTS: dict[str, Callable[[Any, list[Any]], Any]] = {
     "__setattr__": lambda interp, a: interp.store_attr_raw(a[0], a[1], a[2]),
     "__delattr__": lambda interp, a: interp.delete_attr_raw(a[0], a[1]),
-    "__getattribute__": lambda interp, a: interp.load_attr_raw(a[0], a[1]),
+    "__getattribute__": lambda interp, a: interp.load_attr_raw(a[0], a[1], bypass=True),
 }
 
 
