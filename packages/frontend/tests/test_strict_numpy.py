@@ -273,6 +273,36 @@ def test_numpy_program_compiles_through_the_backends(backend: str, program: Any)
     assert compiled.stats.graph_breaks == 0
 
 
+def test_array_escaping_to_eager_code_is_real(capsys: pytest.CaptureFixture[str]) -> None:
+    def f(x: torch.Tensor) -> Any:
+        a = x.numpy() * 2
+        print(a)  # a break: print runs for real on a real array
+        return a.sum()
+
+    x = torch.arange(3.0)
+    expected = f(x)
+    eager_out = capsys.readouterr().out
+    compiled = strict(f)
+    assert_same_numpy(compiled(x), expected)
+    assert capsys.readouterr().out == eager_out == "[0. 2. 4.]\n"
+    assert compiled.stats.graph_breaks == 1
+
+
+def test_array_stored_on_a_module_is_real() -> None:
+    class Keep(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.last = np.exp(x.numpy())
+            return x + 1
+
+    m = Keep()
+    compiled = ef.compile(m, backend="eager")
+    x = torch.zeros(2)
+    compiled(x)
+    assert type(m.last) is np.ndarray and m.last.dtype == np.float32
+    np.testing.assert_array_equal(m.last, [1.0, 1.0])
+    assert compiled.stats.graph_breaks == 0
+
+
 def test_array_and_tensor_operator_raises_as_in_eager() -> None:
     def f(x: torch.Tensor) -> Any:
         return x.numpy() + x
