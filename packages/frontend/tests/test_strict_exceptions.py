@@ -678,3 +678,34 @@ def test_autocast_breaks_with_a_clear_reason():
     assert compiled.stats.compiles == 3 and compiled.stats.graph_breaks == 2
     assert "context manager autocast" in compiled.breaks[0].reason
     assert "torch.autocast" in compiled.breaks[0].hint
+
+
+def t_returns_caught(x):
+    try:
+        {}["k"]
+    except KeyError as e:
+        caught = e
+    return x + 1, caught
+
+
+def test_caught_exception_is_new_at_each_call():
+    compiled = strict(t_returns_caught)
+    x = r(3)
+    (y1, e1), (_, e2) = compiled(x), compiled(x)
+    torch.testing.assert_close(y1, x + 1)
+    assert type(e1) is KeyError and e1.args == ("k",) and e2.args == ("k",)
+    assert e1 is not e2  # eager makes a new KeyError at every call
+    assert compiled.stats.graph_breaks == 0 and compiled.stats.compiles == 1
+
+
+def t_except_star(x):
+    try:
+        raise ExceptionGroup("group", [ValueError("v")])
+    except* ValueError:
+        x = x + 1
+    return x
+
+
+def test_except_star_runs_eagerly():
+    compiled = check(t_except_star, r(3), graphs=0, breaks=1)
+    assert "CHECK_EG_MATCH" in compiled.breaks[0].reason

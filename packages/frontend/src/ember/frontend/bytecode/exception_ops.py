@@ -193,6 +193,8 @@ class ExceptionOps(DataOps):
             self._program_exceptions[id(exc)] = exc
             self._guard_failed_lookup(frame, ins, exc)
             self._set_context(frame, exc)
+            if self.capture is not None:  # a new exception at each call, as eagerly
+                self.capture.note_made(exc)
         if frame.parent is None:
             self._origins.setdefault(id(exc), frame.ip - 1)
         entry = find_handler(frame.code, ins.offset)

@@ -83,7 +83,17 @@ class Interpreter(ExceptionOps):
             raise GraphBreak(f"unsupported bytecode {ins.opname}",
                              "rewrite this line with plainer Python")
         try:
-            self._run(frame, ins, handler)
+            try:
+                handler(frame, ins)
+            except GraphBreak:
+                raise
+            except BaseException as e:  # goes where CPython would send it
+                if self.symbolic:
+                    self.raise_in_program(frame, ins, e)
+                elif isinstance(e, Exception):
+                    self._handle_exception(frame, ins, e)
+                else:
+                    raise
         except GraphBreak as e:
             if e.location is None:
                 e.location = location_of(frame, ins.line)
@@ -91,21 +101,6 @@ class Interpreter(ExceptionOps):
             if frame.parent is None:
                 self.region_start(frame, e)
             raise
-
-    def _run(self, frame: Frame, ins: Any, handler: Any) -> None:
-        """Run ``handler``; an exception it raises goes where CPython would send it
-        (symbolic mode: :meth:`~.exception_ops.ExceptionOps.raise_in_program`)."""
-        try:
-            handler(frame, ins)
-        except GraphBreak:
-            raise
-        except BaseException as e:  # routed like CPython, or re-raised
-            if self.symbolic:
-                self.raise_in_program(frame, ins, e)
-            elif isinstance(e, Exception):
-                self._handle_exception(frame, ins, e)
-            else:
-                raise
 
     def _handle_exception(self, frame: Frame, ins: Any, exc: Exception) -> None:
         """Route ``exc`` to the frame's handler (exception table), or re-raise it."""
