@@ -60,6 +60,23 @@ def test_environment_reads_are_guarded_constants(monkeypatch: pytest.MonkeyPatch
     assert _counts(compiled) == (0, 5)
 
 
+def copies_environment(x: torch.Tensor) -> torch.Tensor:
+    env = os.environ.copy()
+    return x * len(env.get(ENV, ""))
+
+
+def test_whole_environment_reads_break_instead_of_freezing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, "ab")
+    compiled = strict(copies_environment)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x * 2)
+    monkeypatch.setenv(ENV, "abc")
+    torch.testing.assert_close(compiled(x), x * 3)
+    inner = getattr(compiled, "_compiled", compiled)
+    assert "whole process environment" in inner.breaks[0].reason
+
+
 # ---- objects made inside the compiled code ------------------------------------------------
 
 VOCAB = 11

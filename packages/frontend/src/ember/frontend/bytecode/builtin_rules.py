@@ -14,7 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ember.frontend.bytecode.env_rules import ENV_FUNCTIONS, environ_rule
+from ember.frontend.bytecode.env_rules import (
+    ENV_FUNCTIONS,
+    environ_rule,
+    refuse_whole_environment,
+)
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.generators import (
     LazyIterator,
@@ -42,11 +46,15 @@ def _rule(*fns: Any) -> Callable[[Rule], Rule]:
 
 # their result depends on a tensor's data (or, for repr/str, would show a fake tensor)
 _NEEDS_DATA = (bool, int, float, complex, repr, str, format, ascii)
+# they read every item of a container (os.environ must not become a constant)
+_READS_CONTENT = (len, sorted, min, max, sum, any, all, repr, str, format, ascii)
 
 
 def _make_direct_rule(fn: Any) -> Rule:
     def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
              kwargs: dict[str, Any]) -> Any:
+        if fn in _READS_CONTENT:
+            refuse_whole_environment(interp, fn, args)
         if fn in _NEEDS_DATA and args and is_fake_tensor(args[0]):
             raise interp.fail(f"{fn.__name__}() of a tensor needs its data",
                               "keep the value as a tensor")
@@ -86,6 +94,7 @@ def _make_sequence_rule(cls: type) -> Rule:
              kwargs: dict[str, Any]) -> Any:
         if not args:
             return cls()
+        refuse_whole_environment(interp, cls, args)
         return cls(interp.iterate(args[0]))
 
     return rule
@@ -98,6 +107,7 @@ for _cls in (list, tuple, set, frozenset):
 @_rule(dict)
 def _dict_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
                kwargs: dict[str, Any]) -> Any:
+    refuse_whole_environment(interp, dict, args)
     return dict(*args, **kwargs)
 
 

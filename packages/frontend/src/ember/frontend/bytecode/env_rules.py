@@ -113,9 +113,29 @@ ENVIRON_METHODS: dict[str, Rule] = {
 ENV_FUNCTIONS: dict[Callable[..., Any], Rule] = {os.getenv: _getenv}  # builtin rules
 
 
+def _whole_environment(h: Any, interp: Any, frame: Frame, args: list[Any],
+                       kwargs: dict[str, Any]) -> Any:
+    raise interp.fail("reading or changing the whole process environment (os.environ "
+                      "methods other than get, [] and in)", _WHOLE_HINT)
+
+
+_WHOLE_HINT = ("read single variables with os.environ.get, or do it outside the compiled "
+               "function")
+
+
+def refuse_whole_environment(interp: Any, fn: Any, args: list[Any]) -> None:
+    """Builtins that read every variable (``dict(os.environ)``, ``list``, ``sorted``,
+    ``len``, ...) break instead of making the environment a constant."""
+    if interp.capture is not None and any(is_environ(a) for a in args):
+        raise interp.fail(f"{getattr(fn, '__name__', fn)}() of the whole process "
+                          "environment", _WHOLE_HINT)
+
+
 def environ_rule(fn: Any) -> Rule | None:
-    """The rule for ``fn`` when it is a method bound to ``os.environ``."""
+    """The rule for ``fn`` when it is a method bound to ``os.environ``: a guarded read
+    from :data:`ENVIRON_METHODS`, else a break (``copy``, ``items``, ``setdefault``,
+    ... would read or change every variable unguarded)."""
     owner = getattr(fn, "__self__", _MISSING)
     if owner is _MISSING or not is_environ(owner):
         return None
-    return ENVIRON_METHODS.get(getattr(fn, "__name__", ""))
+    return ENVIRON_METHODS.get(getattr(fn, "__name__", ""), _whole_environment)
