@@ -489,6 +489,21 @@ def test_table_entry_matches_eager(case: Callable[[np.ndarray], Any]) -> None:
     check_numpy(_case_program(case), floats, calls=2)
 
 
+MEDIAN_CASES: list[Callable[[np.ndarray], Any]] = [
+    lambda a: np.median(a),  # even count: the mean of the middle two
+    lambda a: np.median(a[:3], axis=1, keepdims=True),
+    lambda a: np.median(a, axis=-2),
+    lambda a: np.median(a, keepdims=True),
+    lambda a: np.median((a * 10).astype(np.int64), axis=0),  # ints give float64
+    lambda a: np.median(np.where(a > 0.9, np.nan, a), axis=1),  # NaN propagates
+]
+
+
+@pytest.mark.parametrize("case", MEDIAN_CASES)
+def test_median_matches_numpy(case: Callable[[np.ndarray], Any]) -> None:
+    check_numpy(_case_program(case), floats, calls=2)
+
+
 def test_numpy_functions_resolve_to_numpy_objects() -> None:
     # every table name is a NumPy function of this NumPy version (no silent gaps)
     missing = [name for name in NUMPY_FUNCTIONS if not hasattr(np, name)]

@@ -6,7 +6,7 @@ the values). The tables below are the whole mapping; a NumPy callable that is no
 them breaks the graph with a reason naming it, and runs eagerly.
 
 - :data:`NUMPY_FUNCTIONS`: ``np.<name>`` -> the function of the same role in torch's
-  NumPy-compatible layer (by name; the value names it when it differs).
+  NumPy-compatible layer (by name), or an implementation of Ember's own.
 - :data:`ARRAY_METHODS`: ``ndarray.<name>(...)`` -> the layer's method.
 - :data:`ARRAY_ATTRIBUTES`: ``ndarray.<name>`` -> how it is read.
 - :data:`TORCH_CONVERSIONS`: torch functions that take a traced array back as a tensor
@@ -62,11 +62,41 @@ _LINALG = ("matmul", "dot", "einsum", "outer", "inner", "tensordot", "trace", "t
            "triu", "diag", "kron", "cross")
 _SORTING = ("sort", "argsort")
 
-NUMPY_FUNCTIONS: dict[str, str] = {
-    name: name for group in (_REDUCTIONS, _UNARY_UFUNCS, _BINARY_UFUNCS, _ELEMENTWISE,
-                             _CREATION, _SHAPES, _LINALG, _SORTING) for name in group
+
+
+def _median(a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
+            keepdims: bool = False) -> Any:
+    """``np.median`` without the layer's data-dependent checks (torch 2.11's layer
+    compares values to find NaNs): the mean of the middle two of the sorted values,
+    NaN where the values hold one."""
+    if out is not None or isinstance(axis, (tuple, list)):
+        return tnp.median(a, axis=axis, out=out, keepdims=keepdims)
+    t = tnp.asarray(a).tensor
+    if axis is None:
+        shape, t, dim = t.shape, t.reshape(-1), 0
+    else:
+        shape, dim = t.shape, axis % max(t.dim(), 1)
+    if not (t.is_floating_point() or t.is_complex()):
+        t = t.to(torch.float64)  # NumPy's median of integers is float64
+    n = t.shape[dim]
+    ordered = t.sort(dim=dim).values
+    middle = (ordered.narrow(dim, (n - 1) // 2, 1) + ordered.narrow(dim, n // 2, 1)) / 2
+    middle = torch.where(t.isnan().any(dim=dim, keepdim=True),
+                         torch.full_like(middle, float("nan")), middle)
+    if axis is None:
+        middle = middle.reshape((1,) * len(shape) if keepdims else ())
+    elif not keepdims:
+        middle = middle.squeeze(dim)
+    return tnp.ndarray(middle)
+
+
+NUMPY_FUNCTIONS: dict[str, str | Callable[..., Any]] = {
+    **{name: name for group in (_REDUCTIONS, _UNARY_UFUNCS, _BINARY_UFUNCS, _ELEMENTWISE,
+                                _CREATION, _SHAPES, _LINALG, _SORTING) for name in group},
+    "median": _median,
 }
-"""``np.<key>`` is traced by the layer's function ``<value>``."""
+"""``np.<key>`` is traced by the layer's function named ``<value>``, or by ``<value>``
+itself when it is a function (an implementation of Ember's own)."""
 
 # functions whose 0-d result is an array, not a NumPy scalar, when no probe decides
 _ARRAY_RESULTS = frozenset(_CREATION) | frozenset(_SHAPES)
@@ -225,7 +255,8 @@ def numpy_call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
 
 
 def _call_function(fn: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    impl = getattr(tnp, NUMPY_FUNCTIONS[name])
+    entry = NUMPY_FUNCTIONS[name]
+    impl = getattr(tnp, entry) if isinstance(entry, str) else entry
     values = [*args, *kwargs.values()]
     if not holds_traced_array(values) and not _holds_tensor(values):
         # no graph value in: NumPy computes it now, unless the result is an array
