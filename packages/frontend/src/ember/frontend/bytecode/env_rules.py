@@ -138,4 +138,6 @@ def environ_rule(fn: Any) -> Rule | None:
     owner = getattr(fn, "__self__", _MISSING)
     if owner is _MISSING or not is_environ(owner):
         return None
-    return ENVIRON_METHODS.get(getattr(fn, "__name__", ""), _whole_environment)
+    name = getattr(fn, "__name__", "")
+    rule: Rule = ENVIRON_METHODS.get(str(name), _whole_environment)
+    return rule
