@@ -329,19 +329,18 @@ class ExceptionOps(DataOps):
                 self._raise_program(RuntimeError("No active exception to reraise"))
             self._raise_program(handled)
         cause = f.stack[-1] if ins.arg == 2 else None
-        exc = self._instance(f.stack[-1 - (ins.arg == 2)])
+        exc = self._instance(f, f.stack[-1 - (ins.arg == 2)])
         if ins.arg == 2:
             if cause is not None:
-                cause = self._instance(cause)
+                cause = self._instance(f, cause)
             exc.__cause__ = cause  # also sets __suppress_context__, as `from` does
         f.popn(ins.arg)
-        if self.symbolic:
-            self._set_context(f, exc)
+        self._set_context(f, exc)
         self._raise_program(exc)
 
-    def _instance(self, value: Any) -> BaseException:
+    def _instance(self, f: Frame, value: Any) -> BaseException:
         if isinstance(value, type) and issubclass(value, BaseException):
-            made = self.calls.call(self, self.current_frame, value, [], {})
+            made = self.calls.call(self, f, value, [], {})
             assert isinstance(made, BaseException)
             return made
         if isinstance(value, BaseException):
@@ -406,10 +405,10 @@ class ExceptionOps(DataOps):
                             f"protocol{'' if enter is None else ' (missed __exit__ method)'}")
         if _is_torch_class(cls):
             raise self.fail(f"context manager {cls.__qualname__}",
-                            "only grad-mode blocks (torch.no_grad, enable_grad, "
-                            "set_grad_enabled, inference_mode) of torch's context managers "
-                            "are captured; torch.autocast and others change how each op "
-                            "dispatches, which the graph does not record")
+                            "of torch's context managers only grad-mode blocks (no_grad, "
+                            "enable_grad, set_grad_enabled, inference_mode) are captured; "
+                            "torch.autocast and the others switch global dispatch state, "
+                            "so the `with` and the block's end run eagerly")
         result = self.calls.call(self, f, enter.__get__(cm, cls), [], {})
         f.pop()
         f.push(exit_.__get__(cm, cls))
