@@ -34,6 +34,7 @@ __all__ = [
     "fake_mode_active",
     "global_module_hooks_registered",
     "is_fake",
+    "is_view",
     "numpy_layer",
     "register_pytree_node",
     "tree_flatten",
@@ -71,6 +72,12 @@ def numpy_layer() -> Any:
     import torch._numpy
 
     return torch._numpy
+
+
+def is_view(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a view of another tensor (shares its storage)."""
+    return bool(tensor._is_view())
+
 
 def fake_tensor_limitation_types() -> tuple[type[BaseException], ...]:
     """The exceptions torch raises where fake tensors cannot stand for real ones

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from ember.frontend._torch import numpy_layer
+from ember.frontend._torch import is_view, numpy_layer
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.iteration import ListIterator
 from ember.frontend.bytecode.sources import Source
@@ -233,7 +233,7 @@ def _copy_where_numpy_copies(result: Any, probe: Probe, inputs: list[torch.Tenso
     if any(np.shares_memory(probe.result, p) for p in probe.inputs):
         return result
     t = result.tensor
-    if t._is_view() or any(t is i for i in inputs):
+    if is_view(t) or any(t is i for i in inputs):
         return tnp.ndarray(t.clone())
     return result
 
