@@ -258,19 +258,22 @@ def _call_function(fn: Any, name: str, args: list[Any], kwargs: dict[str, Any]) 
     entry = NUMPY_FUNCTIONS[name]
     impl = getattr(tnp, entry) if isinstance(entry, str) else entry
     values = [*args, *kwargs.values()]
-    if not holds_traced_array(values) and not _holds_tensor(values):
-        # no graph value in: NumPy computes it now, unless the result is an array
+    array_result = name in _ARRAY_RESULTS
+    if holds_traced_array(values) or _holds_tensor(values):
+        return call_traced(impl, fn, args, kwargs, f"numpy.{name}", array_result)
+    # no graph value in: NumPy computes a scalar now; an array is made by the graph
+    # (fresh at every call), from NumPy's values when the layer cannot make it
+    result = None
+    if not array_result:
         result = fn(*args, **kwargs)
         if not isinstance(result, (np.ndarray, list, tuple)):
             return result
-        try:
-            return call_traced(impl, fn, args, kwargs, f"numpy.{name}",
-                               array_result=name in _ARRAY_RESULTS)
-        except GraphBreak:
-            return call_traced(_constant, None, [result], {}, f"numpy.{name}",
-                               array_result=True)  # NumPy's values, fresh at each call
-    return call_traced(impl, fn, args, kwargs, f"numpy.{name}",
-                       array_result=name in _ARRAY_RESULTS)
+    try:
+        return call_traced(impl, fn, args, kwargs, f"numpy.{name}", array_result)
+    except GraphBreak:
+        if result is None:
+            result = fn(*args, **kwargs)
+        return call_traced(_constant, None, [result], {}, f"numpy.{name}", True)
 
 
 def _constant(value: Any) -> Any:
