@@ -8,6 +8,7 @@ the bottom exercise every entry of the NumPy rule tables.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -170,6 +171,14 @@ def views_and_copies(x: torch.Tensor) -> Any:
     return a, f, r
 
 
+def copy_module(x: torch.Tensor) -> Any:
+    a = x.numpy()
+    b, c = copy.deepcopy(a), copy.copy(a)  # new arrays: writes do not reach a
+    b[0] = 5.0
+    c[1] = 6.0
+    return a, b, c
+
+
 WEIGHTS = np.linspace(0.5, 1.5, 3)  # a global array: a graph input, read at every call
 
 
@@ -195,6 +204,7 @@ CORPUS: list[tuple[Callable[..., Any], Callable[[int], tuple[Any, ...]]]] = [
     (returns_views, floats),
     (mixed_scalars_and_globals, floats),
     (views_and_copies, floats),
+    (copy_module, floats),
 ]
 
 

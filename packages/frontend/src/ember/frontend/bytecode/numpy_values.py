@@ -88,6 +88,12 @@ class TracedArray:
     def __setitem__(self, key: Any, value: Any) -> None:
         array_operator(operator.setitem, self, key, value)
 
+    def __copy__(self) -> Any:
+        return self.__getattr__("copy")()
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self.__getattr__("copy")()
+
     def __len__(self) -> int:
         if self.impl.ndim == 0:
             raise TypeError("len() of unsized object")
