@@ -709,3 +709,42 @@ def t_except_star(x):
 def test_except_star_runs_eagerly():
     compiled = check(t_except_star, r(3), graphs=0, breaks=1)
     assert "CHECK_EG_MATCH" in compiled.breaks[0].reason
+
+
+def t_hasattr_getattr(x):
+    if hasattr(OPTIONS, "factor"):
+        return x * OPTIONS.factor
+    return x + getattr(OPTIONS, "offset", 5.0)
+
+
+def test_hasattr_and_getattr_default_guard_the_missing_attribute():
+    compiled = strict(t_hasattr_getattr)
+    x = r(3)
+    torch.testing.assert_close(compiled(x), x + 5.0)
+    OPTIONS.factor = 3.0
+    try:
+        torch.testing.assert_close(compiled(x), x * 3.0)
+    finally:
+        del OPTIONS.factor
+    OPTIONS.offset = 1.0
+    try:
+        torch.testing.assert_close(compiled(x), x + 1.0)
+    finally:
+        del OPTIONS.offset
+    assert compiled.stats.compiles == 3 and compiled.stats.graph_breaks == 0
+
+
+def t_delete_then_probe(x, obj):
+    del obj.tag
+    return x * (2.0 if hasattr(obj, "tag") else 3.0)
+
+
+def test_attribute_deleted_by_the_capture_is_not_guarded_missing():
+    compiled = strict(t_delete_then_probe)
+    for _ in range(3):
+        obj = Options()
+        obj.tag = "t"
+        x = r(3)
+        torch.testing.assert_close(compiled(x, obj), x * 3.0)
+        assert not hasattr(obj, "tag")
+    assert compiled.stats.compiles == 1

@@ -201,6 +201,7 @@ def _getattr_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
         return interp.load_attr(args[0], args[1])
     except AttributeError:
         if len(args) > 2:
+            interp.guard_lookup_fails(args[0], args[1], attribute=True)
             return args[2]
         raise
 
@@ -212,6 +213,7 @@ def _hasattr_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
         interp.load_attr(args[0], args[1])
         return True
     except AttributeError:
+        interp.guard_lookup_fails(args[0], args[1], attribute=True)
         return False
 
 

@@ -262,12 +262,21 @@ class ExceptionOps(DataOps):
             return
         if isinstance(exc, LookupError) and ins.opname == "BINARY_SUBSCR":
             obj, key, attribute = frame.stack[-2], frame.stack[-1], False
-            if not isinstance(key, (int, str)) or isinstance(key, bool):
-                return
         elif isinstance(exc, AttributeError) and ins.opname in ("LOAD_ATTR", "LOAD_METHOD"):
             obj, key, attribute = frame.stack[-1], ins.argval, True
         else:
             return
+        self.guard_lookup_fails(obj, key, attribute)
+
+    def guard_lookup_fails(self, obj: Any, key: Any, attribute: bool) -> None:
+        """Guard that ``obj[key]`` (``obj.key``) still raises, when ``obj`` came from
+        outside (a failed ``hasattr``, ``getattr`` with a default, a handled lookup)."""
+        cap = self.capture
+        if cap is None or (not attribute and (not isinstance(key, (int, str))
+                                              or isinstance(key, bool))):
+            return
+        if attribute and (not isinstance(key, str) or (id(obj), key) in cap.attr_writes):
+            return  # (deleted by this capture: it existed at the start)
         source = cap.source_of(obj)
         if source is not None and id(obj) not in cap.shadows:
             cap.guard("equals", LookupFails(source, key, attribute), True)
