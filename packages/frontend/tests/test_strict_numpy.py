@@ -343,6 +343,18 @@ def test_numpy_of_a_tensor_requiring_grad_raises_as_in_eager() -> None:
         strict(f)(torch.ones(2, requires_grad=True))
 
 
+def test_numpy_of_a_bfloat16_tensor_raises_as_in_eager() -> None:
+    def f(x: torch.Tensor) -> Any:
+        return np.sum(x.numpy())
+
+    x = torch.ones(2, dtype=torch.bfloat16)
+    with pytest.raises(TypeError) as eager:
+        f(x)
+    with pytest.raises(TypeError) as compiled:
+        strict(f)(x)
+    assert str(compiled.value) == str(eager.value)
+
+
 # ---- every table entry is exercised -------------------------------------------------
 
 A = "a"  # the float array of shape (4, 3), values in (0.1, 1.1)

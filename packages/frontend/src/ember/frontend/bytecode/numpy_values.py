@@ -217,6 +217,8 @@ def call_traced(impl: Callable[..., Any], numpy_fn: Callable[..., Any] | None,
     except GraphBreak:
         raise
     except Exception as e:
+        # NOTE: not a silent fallback: the break is reported, and the call then runs
+        # eagerly, where NumPy itself succeeds or raises its own error
         first = str(e).splitlines()[0] if str(e) else ""
         raise GraphBreak(f"{what} could not be traced ({type(e).__name__}: {first})",
                          _NUMPY_HINT) from e
@@ -285,6 +287,11 @@ def array_tensor(t: torch.Tensor) -> torch.Tensor:
     if t.device.type != "cpu":
         raise GraphBreak(f"NumPy array of a {t.device.type} tensor (eager raises)",
                          "call .cpu() first")
+    try:
+        numpy_dtype(t.dtype)
+    except TypeError as e:
+        raise GraphBreak(f"NumPy array of a {t.dtype} tensor (eager raises)",
+                         "convert it to a dtype NumPy has first") from e
     return t
 
 
@@ -296,7 +303,11 @@ def from_impl(value: Any, probe: Any, array_result: bool) -> Any:
         scalar = value.ndim == 0 and not array_result
         if isinstance(probe, (np.ndarray, np.generic)):
             scalar = isinstance(probe, np.generic) and value.ndim == 0
-            want = tnp.dtype(probe.dtype.name)
+            try:
+                want = tnp.dtype(probe.dtype.name)
+            except TypeError as e:  # a dtype torch does not have (datetime64, str)
+                raise GraphBreak(f"NumPy result of dtype {probe.dtype} ({e})",
+                                 _NUMPY_HINT) from e
             if value.dtype != want:
                 value = value.astype(want)
         return TracedArray(value, scalar)
@@ -328,7 +339,10 @@ def numpy_probe(numpy_fn: Callable[..., Any], args: list[Any],
     """Run ``numpy_fn`` on probes: arrays of ones with the dtype and rank (and, when
     small, the shape) of each traced argument. The result is None when the call fails
     on them (a reshape to the real size of a large array)."""
-    probe_args, probe_kwargs = _probe(args), _probe(kwargs)
+    try:
+        probe_args, probe_kwargs = _probe(args), _probe(kwargs)
+    except TypeError:  # a dtype NumPy does not have
+        return NO_PROBE
     inputs = [p for p in _flatten([probe_args, probe_kwargs]) if isinstance(p, np.ndarray)]
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
