@@ -449,3 +449,31 @@ def test_module_buffer_and_submodule_deletes_are_seen_and_replayed() -> None:
     torch.testing.assert_close(compiled(x), x - 1)
     assert model._buffers == {} and model._modules == {}
     assert _counts(compiled) == (0, 1)
+
+
+class Plain:
+    def __init__(self) -> None:
+        self.a = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def copies_after_write(x: torch.Tensor, obj: Plain) -> torch.Tensor:
+    obj.a = 5
+    return x * copy.deepcopy(obj).a
+
+
+def reads_dict_after_write(x: torch.Tensor, obj: Plain) -> torch.Tensor:
+    obj.a = 7
+    return x * obj.as_dict()["a"]
+
+
+@pytest.mark.parametrize("fn", [copies_after_write, reads_dict_after_write])
+def test_code_run_for_real_never_misses_a_pending_write(fn: Any) -> None:
+    compiled = strict(fn)
+    for _ in range(2):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x, Plain()), fn(x, Plain()))
+    inner = getattr(compiled, "_compiled", compiled)
+    assert "written earlier in this capture" in inner.breaks[0].reason

@@ -58,7 +58,7 @@ class AttributeOps:
         cap = self.capture
         if cap is None:
             return getattr(obj, name)
-        if cap.dirty.get(id(obj)) is obj and not isinstance(obj, torch.nn.Module):
+        if cap.is_dirty(obj) and not isinstance(obj, torch.nn.Module):
             # written in this capture: code that reads the object runs inlined, so that
             # it sees the writes
             getattribute = getattr(type(obj), "__getattribute__", None)
@@ -73,7 +73,10 @@ class AttributeOps:
         cap = self.capture
         if cap is None:
             return object.__getattribute__(obj, name) if bypass else getattr(obj, name)
-        if cap.dirty.get(id(obj)) is obj:
+        if cap.is_dirty(obj):
+            if name == "__dict__":
+                raise self.fail(f"reading the __dict__ of a {type(obj).__name__} written "
+                                "earlier in this capture (it would not show the write)")
             prop = _class_attr(type(obj), name)
             if isinstance(prop, property) and isinstance(prop.fget, types.FunctionType):
                 return self._inline(prop.fget, [obj])  # it reads the captured writes

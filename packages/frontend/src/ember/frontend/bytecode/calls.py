@@ -212,6 +212,7 @@ class CallHandler:
             # dataclasses.fields, ...) run for real: tensor ops they make are recorded,
             # their other results are capture-time constants (not interpreted, not
             # guarded).
+            interp.capture.refuse_dirty([*args, *kwargs.values()], _name(fn))
             return self.direct(interp, fn, args, kwargs)
         if isinstance(fn, types.FunctionType):
             if _is_torch_code(fn):
@@ -332,6 +333,7 @@ class CallHandler:
         (``self`` included) are captured as attribute writes (:meth:`capture_writes`)."""
         cap = interp.capture
         owner = getattr(fn, "__self__", None)
+        cap.refuse_dirty([owner, *args, *kwargs.values()], _name(fn))
         watched = [(o, dict(o.__dict__)) for o in (owner, *args)
                    if o is not None and cap.source_of(o) is not None
                    and isinstance(getattr(o, "__dict__", None), dict)

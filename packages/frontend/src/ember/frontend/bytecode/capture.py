@@ -290,6 +290,22 @@ class CaptureContext:
             self.attr_raw.discard(key)
         self.dirty[id(obj)] = obj
 
+    def is_dirty(self, obj: Any) -> bool:
+        """Whether this capture wrote or deleted an attribute of outside ``obj``."""
+        return id(obj) in self.dirty and self.dirty[id(obj)] is obj
+
+    def refuse_dirty(self, values: Any, what: str) -> None:
+        """Code run for real (``what``) would read the real objects among ``values``,
+        without the attribute writes this capture made to them (replayed only after
+        the graph): a graph break, so that it runs after them."""
+        for value in values:
+            if self.is_dirty(value):
+                from ember.frontend.bytecode.breaks import GraphBreak
+
+                raise GraphBreak(f"{what} runs for real on a {type(value).__name__} "
+                                 "written earlier in this capture (it would not see the "
+                                 "write)", "this break is needed for correctness")
+
     def forget_attr_write(self, obj: Any, name: str) -> None:
         """An attribute set and deleted again within this capture: nothing to replay."""
         self.attr_writes.pop((id(obj), name), None)

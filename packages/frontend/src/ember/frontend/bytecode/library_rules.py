@@ -150,6 +150,8 @@ BUILTIN_RULES[functools.reduce] = _reduce
 def _copy_rule(fn: Any) -> Any:
     def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
              kwargs: dict[str, Any]) -> Any:
+        if interp.capture is not None:
+            interp.capture.refuse_dirty(args, f"copy.{fn.__name__}")
         result = h.direct(interp, fn, args, kwargs)
         if (interp.capture is not None and args and result is not args[0]
                 and isinstance(getattr(result, "__dict__", None), dict)):
