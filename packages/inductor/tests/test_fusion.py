@@ -140,7 +140,7 @@ def test_wrapper_reuses_freed_buffers() -> None:
 
 def test_deep_residual_stream_is_stored_not_recomputed() -> None:
     import torch.nn.functional as F
-    from ember.inductor.lowering.graph_lowering import MAX_INLINED_BUFFERS
+    from ember.inductor.lowering.inlining import MAX_INLINED_BUFFERS
 
     ws = [torch.randn(16, 16) for _ in range(12)]
 

@@ -32,6 +32,7 @@ from ember.inductor.buffers import (
 from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
+from ember.inductor.lowering.inlining import SHARED_STORE_LOADS, Uses, too_large
 from ember.inductor.lowering.layout import (
     channels_last_convolution,
     channels_last_strides,
@@ -110,6 +111,7 @@ class GraphLowering:
         self.eager_reason = "graph runs eagerly" if eager else "symbolic sizes"
         self._count = 0
         self._realized: dict[int, tuple[Lazy, Stored]] = {}
+        self._uses = Uses(self.graph)  # see inlining.py: costly values read broadcast
         self.channels_last_copies: dict[tuple[Any, ...], Stored] = {}
         self._channels_last_buffers: set[str] = set()  # stored channels-last
         self._loads_of: dict[int, tuple[Lazy, list[tuple[str, IndexExpr]], set[str]]] = {}
@@ -178,7 +180,11 @@ class GraphLowering:
         try:
             args = tuple(self._arg(a) for a in node.args)
             kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
-            self.values[node.name] = self._bounded(rule(self, node, *args, **kwargs))
+            value = self._bounded(rule(self, node, *args, **kwargs))
+            if isinstance(value, Lazy) and (self._uses.broadcast_costly(node.name, value)
+                                            or self._shared_and_wide(node.name, value)):
+                value = self.realize(value)
+            self.values[node.name] = value
         except NotLowerable as e:
             del self.nodes[mark:]
             self.values[node.name] = self.extern(node, fallback=True, reason=str(e))
@@ -230,6 +236,17 @@ class GraphLowering:
         n = numel(value.sizes)
         return any(buf in self.buffers and numel(self.buffers[buf].sizes) >= n
                    for buf in self._loaded_buffers(value))
+
+    def _shared_and_wide(self, name: str, value: Lazy) -> bool:
+        """Whether node ``name``'s ``value`` has several consumers and loads at least
+        ``SHARED_STORE_LOADS`` buffers of its size: stored once, not recomputed by each
+        (a residual stream read by a norm and the next residual add; see inlining.py)."""
+        if self._uses.count(name) < 2:
+            return False
+        n = numel(value.sizes)
+        wide = [b for b in self._loaded_buffers(value)
+                if b in self.buffers and numel(self.buffers[b].sizes) >= n]
+        return len(wide) >= SHARED_STORE_LOADS
 
     def _bounded(self, value: Any) -> Any:
         """``value`` with every Lazy result whose element function has grown too large
@@ -552,19 +569,6 @@ _MATMULS = ("aten::mm.default", "aten::addmm.default", "aten::bmm.default",
 PAD_MATMUL_DEVICES = {"cuda"}
 PAD_MATMUL_MIN_NUMEL = 1 << 20
 _PADDABLE_MATMULS = ("aten::mm.default", "aten::addmm.default", "aten::bmm.default")
-
-# Inlining limits: a Lazy bigger than this is stored instead of recomputed by every
-# consumer (a residual stream x = x + f(x) would otherwise grow with the depth).
-MAX_INLINED_STATEMENTS = 96
-MAX_INLINED_BUFFERS = 8
-
-
-def too_large(value: Lazy) -> bool:
-    """Whether inlining ``value`` into its consumers would cost too much."""
-    b = probe(value)
-    buffers = {buf for buf, _ in b.external_loads}
-    return len(b.stmts) > MAX_INLINED_STATEMENTS or len(buffers) > MAX_INLINED_BUFFERS
-
 
 def _buffer_reads(args: list[str], kwargs: dict[str, str],
                   buffers: dict[str, BufferInfo]) -> list[str]:

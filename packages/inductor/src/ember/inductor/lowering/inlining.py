@@ -1,0 +1,116 @@
+"""When a ``Lazy`` value is stored in a buffer instead of inlined into its consumers.
+
+Inlining (recomputing an element function in every consumer) is the default: it saves a
+store and a load per element. Two cases cost more than they save:
+
+- **too large**: an element function past ``MAX_INLINED_STATEMENTS`` statements or
+  ``MAX_INLINED_BUFFERS`` buffers (a residual stream ``x = x + f(x)`` would otherwise grow
+  with the depth of the model);
+- **costly and broadcast**: a value computed with a costly op (``COSTLY_OPS``: ``exp``,
+  ``cos``, ...) that a consumer reads broadcast over at least ``BROADCAST_STORE_FACTOR``
+  times as many elements, through any chain of views. Rotary position embeddings are the
+  case: ``cos``/``sin`` of a (batch, seq, head_dim) angle, read by the queries and keys of
+  every head of every layer; inlined, each element's ``cos`` was computed
+  heads x layers x 2 times;
+- **shared and wide**: a value with several consumers that loads ``SHARED_STORE_LOADS``
+  or more buffers of its own size. A residual stream ``h = h + f(h)`` is read by the next
+  layer's norm and by the next residual add; inlined, every layer re-read the embedding
+  and every earlier layer's output (kernels grew with the depth until ``too_large``).
+  Stored, the norm's kernel computes it and stores it on the way (one store, no re-reads).
+"""
+
+from __future__ import annotations
+
+from ember.inductor.loop_ir import Compute
+from ember.inductor.lowering.values import Lazy, numel, probe
+from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef
+
+MAX_INLINED_STATEMENTS = 96
+MAX_INLINED_BUFFERS = 8
+
+# Ops that cost many times a load or a store per element (a libm/libmvec call or more).
+COSTLY_OPS = frozenset({
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
+    "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
+    "atan2", "pow", "sigmoid"})
+BROADCAST_STORE_FACTOR = 2
+# A value with several consumers that loads this many buffers of its own size is stored.
+SHARED_STORE_LOADS = 3
+
+# Views of their first argument, and same-size copies: a broadcast behind them counts as a
+# broadcast of the value itself.
+VIEW_TARGETS = frozenset({
+    "aten::view.default", "aten::_unsafe_view.default", "aten::reshape.default",
+    "aten::unsqueeze.default", "aten::squeeze.dim", "aten::squeeze.dims",
+    "aten::squeeze.default", "aten::expand.default", "aten::permute.default",
+    "aten::t.default", "aten::transpose.int", "aten::slice.Tensor", "aten::select.int",
+    "aten::alias.default", "aten::clone.default", "aten::_to_copy.default",
+})
+
+
+def too_large(value: Lazy) -> bool:
+    """Whether inlining ``value`` into its consumers would cost too much code."""
+    b = probe(value)
+    buffers = {buf for buf, _ in b.external_loads}
+    return len(b.stmts) > MAX_INLINED_STATEMENTS or len(buffers) > MAX_INLINED_BUFFERS
+
+
+def costly(value: Lazy) -> bool:
+    """Whether computing one element of ``value`` calls a costly op (``COSTLY_OPS``)."""
+    return any(isinstance(s, Compute) and s.op in COSTLY_OPS for s in probe(value).stmts)
+
+
+class Uses:
+    """The consumers of each node of a graph, and how many elements they compute."""
+
+    def __init__(self, graph: Graph) -> None:
+        self._users: dict[str, list[Node]] = {n.name: [] for n in graph.nodes}
+        for n in graph.nodes:
+            for name in sorted(_referenced(n.args) | _referenced(tuple(n.kwargs.values()))):
+                if name in self._users:
+                    self._users[name].append(n)
+        self._widest: dict[str, int] = {}
+
+    def count(self, name: str) -> int:
+        """How many nodes consume node ``name``."""
+        return len(self._users.get(name, []))
+
+    def widest(self, name: str) -> int:
+        """The most elements any consumer of node ``name`` computes, looking through
+        views (0: no tensor consumer)."""
+        if name not in self._widest:
+            self._widest[name] = 0  # a cycle cannot happen in SSA; this guards recursion
+            best = 0
+            for user in self._users.get(name, []):
+                best = max(best, _numel_of(user))
+                if user.target in VIEW_TARGETS:
+                    best = max(best, self.widest(user.name))
+            self._widest[name] = best
+        return self._widest[name]
+
+    def broadcast_costly(self, name: str, value: Lazy) -> bool:
+        """Whether ``value`` (node ``name``'s result) should be stored because a
+        consumer broadcasts it and recomputing it per element costs more (see the module
+        docstring)."""
+        n = numel(value.sizes)
+        return (n > 0 and self.widest(name) >= BROADCAST_STORE_FACTOR * n
+                and costly(value))
+
+
+def _referenced(args: tuple[object, ...]) -> set[str]:
+    found: set[str] = set()
+    for a in args:
+        if isinstance(a, ValueRef):
+            found.add(a.node)
+        elif isinstance(a, (tuple, list)):
+            found |= _referenced(tuple(a))
+    return found
+
+
+def _numel_of(node: Node) -> int:
+    metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+    best = 0
+    for m in metas:
+        if isinstance(m, TensorMeta) and all(isinstance(s, int) for s in m.sizes):
+            best = max(best, numel(tuple(int(s) for s in m.sizes)))
+    return best
