@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import ember.frontend as ef
 import pytest
 import torch
 from ember.frontend.bytecode.breaks import GraphBreak
@@ -748,3 +749,24 @@ def test_attribute_deleted_by_the_capture_is_not_guarded_missing():
         torch.testing.assert_close(compiled(x, obj), x * 3.0)
         assert not hasattr(obj, "tag")
     assert compiled.stats.compiles == 1
+
+
+@ef.disable
+@contextlib.contextmanager
+def eager_context(log):
+    log.append("enter")
+    yield 2.0
+    log.append("exit")
+
+
+def t_disabled_contextmanager(x, log):
+    with eager_context(log) as k:
+        y = x * k
+    return y
+
+
+def test_disabled_contextmanager_is_not_inlined():
+    # the real context manager's __enter__/__exit__ then break at next(generator)
+    compiled = check(t_disabled_contextmanager, r(3), [], graphs=1, breaks=4)
+    assert "ember.frontend.disable" in compiled.breaks[0].reason
+    assert all("next() on a generator" in b.reason for b in compiled.breaks[1:])
