@@ -7,6 +7,10 @@ them breaks the graph with a reason naming it, and runs eagerly.
 
 - :data:`NUMPY_FUNCTIONS`: ``np.<name>`` -> the function of the same role in torch's
   NumPy-compatible layer (by name), or an implementation of Ember's own.
+- :data:`NUMPY_METADATA_FUNCTIONS`: ``np.<name>`` whose result depends only on the
+  dtypes and ranks of its arguments (``np.result_type``, ``np.finfo``, ``np.dtype``):
+  NumPy computes it at capture time (on probes for traced arrays); a constant of the
+  graph, as the dtypes and ranks are guarded.
 - :data:`ARRAY_METHODS`: ``ndarray.<name>(...)`` -> the layer's method.
 - :data:`ARRAY_ATTRIBUTES`: ``ndarray.<name>`` -> how it is read.
 - :data:`TORCH_CONVERSIONS`: torch functions that take a traced array back as a tensor
@@ -32,6 +36,7 @@ from ember.frontend.bytecode.numpy_values import (
     array_tensor,
     call_traced,
     holds_traced_array,
+    probe_values,
     tnp,
 )
 
@@ -94,9 +99,16 @@ NUMPY_FUNCTIONS: dict[str, str | Callable[..., Any]] = {
     **{name: name for group in (_REDUCTIONS, _UNARY_UFUNCS, _BINARY_UFUNCS, _ELEMENTWISE,
                                 _CREATION, _SHAPES, _LINALG, _SORTING) for name in group},
     "median": _median,
+    "shape": "shape",
+    "size": "size",
 }
 """``np.<key>`` is traced by the layer's function named ``<value>``, or by ``<value>``
 itself when it is a function (an implementation of Ember's own)."""
+
+NUMPY_METADATA_FUNCTIONS: tuple[str, ...] = (
+    "dtype", "finfo", "iinfo", "result_type", "promote_types", "can_cast", "issubdtype",
+    "isscalar", "ndim")
+"""``np.<name>`` run by NumPy at capture time (see the module docstring)."""
 
 # functions whose 0-d result is an array, not a NumPy scalar, when no probe decides
 _ARRAY_RESULTS = frozenset(_CREATION) | frozenset(_SHAPES)
@@ -167,27 +179,29 @@ def _numpy_functions() -> dict[Any, str]:
 
 
 _BY_FUNCTION = _numpy_functions()
+_METADATA = {getattr(np, name) for name in NUMPY_METADATA_FUNCTIONS if hasattr(np, name)}
 
 
-class ArrayMethod:
-    """``array.<name>`` before the call: the method of a traced array."""
+def _array_method(name: str) -> Callable[..., Any]:
+    """The function behind ``array.<name>``, bound to the array as a method (so that a
+    graph break rebuilds it as the method of the real array)."""
 
-    __slots__ = ("array", "name")
-
-    def __init__(self, array: TracedArray, name: str) -> None:
-        self.array, self.name = array, name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        a = self.array
-        if self.name == "astype":
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(self) is not TracedArray:  # rebuilt after a graph break: a real array
+            return getattr(self, name)(*args, **kwargs)
+        if name == "astype":
             # NOTE: the layer refuses copy=False; NumPy's result is the same values
             kwargs = {k: v for k, v in kwargs.items() if k != "copy"}
-        impl = getattr(type(a.impl), ARRAY_METHODS[self.name])
-        result = call_traced(impl, getattr(np.ndarray, self.name), [a, *args], kwargs,
-                             f"ndarray.{self.name}()")
-        if self.name in _IN_PLACE_METHODS:
-            return None
-        return result
+        impl = getattr(type(self.impl), ARRAY_METHODS[name])
+        result = call_traced(impl, getattr(np.ndarray, name), [self, *args], kwargs,
+                             f"ndarray.{name}()")
+        return None if name in _IN_PLACE_METHODS else result
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+_METHOD_FUNCTIONS = {name: _array_method(name) for name in ARRAY_METHODS}
 
 
 def array_attribute(a: TracedArray, name: str) -> Any:
@@ -201,7 +215,7 @@ def array_attribute(a: TracedArray, name: str) -> Any:
     if attribute is not None:
         return attribute(a)
     if name in ARRAY_METHODS:
-        return ArrayMethod(a, name)
+        return types.MethodType(_METHOD_FUNCTIONS[name], a)
     if not name.startswith("_") and hasattr(np.ndarray, name):
         raise GraphBreak(f"ndarray.{name} is not supported on a NumPy array computed in "
                          "the graph", "keep the values as tensors to capture it")
@@ -215,8 +229,6 @@ def numpy_call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         GraphBreak: a NumPy callable not in the tables (named in the reason), or a call
             that cannot be traced.
     """
-    if isinstance(fn, ArrayMethod):
-        return fn(*args, **kwargs)
     owner = getattr(fn, "__self__", None)
     if type(owner) is TracedArray or (args and type(args[0]) is TracedArray and getattr(
             fn, "__qualname__", "").startswith("TracedArray.")):
@@ -237,8 +249,11 @@ def numpy_call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         return NOT_NUMPY
     try:
         name = _BY_FUNCTION.get(fn)
+        metadata = fn in _METADATA
     except TypeError:  # an unhashable callable
-        name = None
+        name, metadata = None, False
+    if metadata:
+        return fn(*probe_values(args), **probe_values(kwargs))
     if name is not None:
         return _call_function(fn, name, args, kwargs)
     if isinstance(fn, type) and issubclass(fn, np.generic):

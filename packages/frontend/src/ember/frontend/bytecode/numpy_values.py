@@ -340,7 +340,7 @@ def numpy_probe(numpy_fn: Callable[..., Any], args: list[Any],
     small, the shape) of each traced argument. The result is None when the call fails
     on them (a reshape to the real size of a large array)."""
     try:
-        probe_args, probe_kwargs = _probe(args), _probe(kwargs)
+        probe_args, probe_kwargs = probe_values(args), probe_values(kwargs)
     except TypeError:  # a dtype NumPy does not have
         return NO_PROBE
     inputs = [p for p in _flatten([probe_args, probe_kwargs]) if isinstance(p, np.ndarray)]
@@ -360,16 +360,18 @@ def _flatten(value: Any) -> list[Any]:
     return [value]
 
 
-def _probe(value: Any) -> Any:
+def probe_values(value: Any) -> Any:
+    """``value`` with each traced array and tensor replaced by its probe (an array of
+    ones of its dtype and rank; its shape when small; a NumPy scalar for a scalar)."""
     if isinstance(value, TracedArray):
         probe = np.ones(_probe_shape(value.tensor), dtype=numpy_dtype(value.tensor.dtype))
         return probe[()] if value.scalar else probe
     if isinstance(value, torch.Tensor):
         return np.ones(_probe_shape(value), dtype=numpy_dtype(value.dtype))
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(_probe(v) for v in value)
+        return type(value)(probe_values(v) for v in value)
     if isinstance(value, dict):
-        return {k: _probe(v) for k, v in value.items()}
+        return {k: probe_values(v) for k, v in value.items()}
     return value
 
 
