@@ -1,17 +1,14 @@
-"""Exceptions and ``with`` blocks interpreted symbolically: try/except/else/finally,
-handlers across inlined calls, re-raise, ``raise ... from``, context managers (user
-classes, ``@contextmanager``, ``contextlib``), the guards of failed lookups, and
-exceptions that must stay graph breaks (Ember's own, fake-tensor limits)."""
+"""Exceptions interpreted symbolically: try/except/else/finally, handlers across inlined
+calls, re-raise, ``raise ... from``, exceptions that escape (a break that raises
+eagerly), the guards of failed lookups, and exceptions that must stay graph breaks
+(Ember's own, fake-tensor limits). ``with`` blocks: ``test_strict_with_blocks.py``."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import ember.frontend as ef
 import pytest
 import torch
 from ember.frontend.bytecode.breaks import GraphBreak
@@ -228,14 +225,6 @@ def t_bare_raise_in_nested_handler(x):
         return x + len(e.args[0])
 
 
-def _gen_with_finally(log):
-    try:
-        yield 1.0
-        yield 2.0
-    finally:
-        log.append("closed")
-
-
 def t_generator_raising(x):
     def gen():
         yield 1.0
@@ -248,112 +237,6 @@ def t_generator_raising(x):
     except ValueError:
         total = total * 10
     return total
-
-
-# ---- with blocks -------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class Counter:
-    """A context manager passed in as an argument (compared with eager after the call)."""
-
-    entered: int = 0
-    exited: int = 0
-    seen: str = ""
-
-    def __enter__(self):
-        self.entered += 1
-        return 2.0
-
-    def __exit__(self, typ, value, tb):
-        self.exited += 1
-        self.seen = "" if typ is None else typ.__name__
-        return False
-
-
-class SuppressKeyError:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, typ, value, tb):
-        return typ is not None and issubclass(typ, KeyError)
-
-
-def t_with_user(x, cm):
-    with cm as s:
-        y = x * s
-    return y + cm.entered
-
-
-def t_with_user_exception_not_suppressed(x, cm):
-    try:
-        with cm:
-            x = x + 1
-            raise ValueError("in block")
-    except ValueError:
-        x = x * 3
-    return x
-
-
-def t_with_suppress(x):
-    y = x
-    with SuppressKeyError():
-        y = y + 1
-        {}["k"]
-        y = y + 100
-    return y
-
-
-@contextlib.contextmanager
-def scaled(x, k, log):
-    log.append("enter")
-    try:
-        yield x * k
-    finally:
-        log.append("exit")
-
-
-@contextlib.contextmanager
-def catching(log):
-    try:
-        yield
-    except KeyError as e:
-        log.append(f"caught {e.args[0]}")
-
-
-def t_contextmanager(x):
-    log = []
-    with scaled(x, 2.0, log) as y:
-        z = y + 1
-    return z * len(log)
-
-
-def t_contextmanager_swallows(x):
-    log = []
-    y = x
-    with catching(log):
-        y = y + 1
-        {}["gone"]
-        y = y + 100
-    return y, log
-
-
-def t_contextmanager_propagates(x):
-    log = []
-    try:
-        with scaled(x, 3.0, log):
-            raise ValueError("through the generator")
-    except ValueError:
-        x = x - 1
-    return x * len(log), log
-
-
-def t_stdlib_context_managers(x):
-    with contextlib.nullcontext(x) as y:
-        z = y + 1
-    with contextlib.suppress(KeyError, IndexError):
-        {}["a"]
-        z = z + 100
-    return z
 
 
 @pytest.mark.parametrize("fn,make", [
@@ -374,25 +257,9 @@ def t_stdlib_context_managers(x):
     (t_user_exception, lambda: (r(3),)),
     (t_bare_raise_in_nested_handler, lambda: (r(3),)),
     (t_generator_raising, lambda: (r(3),)),
-    (t_with_user, lambda: (r(3), Counter())),
-    (t_with_user_exception_not_suppressed, lambda: (r(3), Counter())),
-    (t_with_suppress, lambda: (r(3),)),
-    (t_contextmanager, lambda: (r(3),)),
-    (t_contextmanager_swallows, lambda: (r(3),)),
-    (t_contextmanager_propagates, lambda: (r(3),)),
-    (t_stdlib_context_managers, lambda: (r(3),)),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_one_graph_matching_eager(fn, make):
     check(fn, *make(), graphs=1, breaks=0, compiles=1)
-
-
-def test_user_context_manager_sees_the_exception():
-    cm = Counter()
-    compiled = strict(t_with_user_exception_not_suppressed)
-    x = r(3)
-    torch.testing.assert_close(compiled(x, cm), (x + 1) * 3)
-    assert (cm.entered, cm.exited, cm.seen) == (1, 1, "ValueError")
-    assert compiled.stats.graph_breaks == 0
 
 
 # ---- exceptions that escape: a break that raises eagerly -----------------------------------
@@ -449,52 +316,11 @@ def t_break_inside_handler(x):
     return y
 
 
-def t_break_inside_generator_with(x):
-    log = []
-    with scaled(x, 2.0, log) as y:
-        print("inside")
-        z = y + 1
-    return z * len(log)
-
-
-@pytest.mark.parametrize("fn,graphs,breaks", [
+def test_break_inside_an_except_block(capsys):
     # the break moves to `{}["k"]`; the handler then starts a segment, which breaks again
-    (t_break_inside_handler, 2, 2),
-    # the break moves to the `with`, entered for real; the print breaks again, and the
-    # real generator is resumed for real at the block's end
-    (t_break_inside_generator_with, 2, 3),
-], ids=["handler", "contextmanager"])
-def test_break_inside_a_region_runs_it_eagerly(fn, graphs, breaks, capsys):
-    compiled = check(fn, r(3), graphs=graphs, breaks=breaks, compiles=breaks + 1, calls=3)
+    compiled = check(t_break_inside_handler, r(3), graphs=2, breaks=2, compiles=3, calls=3)
     assert "print" in compiled.breaks[0].reason
     assert "runs eagerly" in compiled.breaks[0].reason
-
-
-class Recording:
-    def __init__(self, log):
-        self.log = log
-
-    def __enter__(self):
-        self.log.append("enter")
-        return 2.0
-
-    def __exit__(self, typ, value, tb):
-        self.log.append("exit")
-        return False
-
-
-def t_breaks_inside_user_with(x, log):
-    with Recording(log) as s:
-        print("one")
-        y = x * s
-        print("two")
-    return y
-
-
-def test_breaks_inside_user_with_block(capsys):
-    # the block's __exit__, bound to the manager made at this call, is on the stack at
-    # both breaks: each call must exit its own manager (and log into its own list)
-    check(t_breaks_inside_user_with, r(3), [], graphs=1, breaks=2, compiles=3, calls=3)
 
 
 # ---- guards: the handler's branch depends on the lookup that failed ----------------------
@@ -662,24 +488,7 @@ def test_limitation_rules():
     assert capture_limitation(program.value) is None
 
 
-# ---- torch context managers -----------------------------------------------------------------
-
-def t_autocast(x, w):
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = x @ w
-    return y.float() + 1
-
-
-def test_autocast_breaks_with_a_clear_reason():
-    compiled = strict(t_autocast)
-    for _ in range(3):
-        x, w = r(4, 4), r(4, 4)
-        torch.testing.assert_close(compiled(x, w), t_autocast(x, w))
-        assert not torch.is_autocast_enabled("cpu")  # the block's end ran at every call
-    assert compiled.stats.compiles == 3 and compiled.stats.graph_breaks == 2
-    assert "context manager autocast" in compiled.breaks[0].reason
-    assert "torch.autocast" in compiled.breaks[0].hint
-
+# ---- exceptions as values, except*, hasattr/getattr guards -------------------------------
 
 def t_returns_caught(x):
     try:
@@ -749,24 +558,3 @@ def test_attribute_deleted_by_the_capture_is_not_guarded_missing():
         torch.testing.assert_close(compiled(x, obj), x * 3.0)
         assert not hasattr(obj, "tag")
     assert compiled.stats.compiles == 1
-
-
-@ef.disable
-@contextlib.contextmanager
-def eager_context(log):
-    log.append("enter")
-    yield 2.0
-    log.append("exit")
-
-
-def t_disabled_contextmanager(x, log):
-    with eager_context(log) as k:
-        y = x * k
-    return y
-
-
-def test_disabled_contextmanager_is_not_inlined():
-    # the real context manager's __enter__/__exit__ then break at next(generator)
-    compiled = check(t_disabled_contextmanager, r(3), [], graphs=1, breaks=4)
-    assert "ember.frontend.disable" in compiled.breaks[0].reason
-    assert all("next() on a generator" in b.reason for b in compiled.breaks[1:])
