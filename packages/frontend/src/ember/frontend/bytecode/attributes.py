@@ -75,11 +75,17 @@ class AttributeOps:
             return object.__getattribute__(obj, name) if bypass else getattr(obj, name)
         if cap.is_dirty(obj):
             if name == "__dict__":
-                raise self.fail(f"reading the __dict__ of a {type(obj).__name__} written "
-                                "earlier in this capture (it would not show the write)")
+                return self._dict_with_writes(obj)
             prop = _class_attr(type(obj), name)
             if isinstance(prop, property) and isinstance(prop.fget, types.FunctionType):
                 return self._inline(prop.fget, [obj])  # it reads the captured writes
+        shadow = dict_shadow(cap, obj, name)
+        if shadow is not None:
+            # its __dict__ was read (and maybe changed through it): the shadow is current
+            if name in shadow:
+                return shadow[name]
+            if name in obj.__dict__ or (id(obj), name) in cap.attr_writes:
+                return self._read_after_delete(obj, name)
         written = cap.attr_writes.get((id(obj), name))
         if written is not None and written[0] is obj:
             if written[2] is DELETED:
@@ -110,6 +116,24 @@ class AttributeOps:
             cap.sources.setdefault(id(value), (value, AttrSource(source, name)))
             return value
         return cap.wrap(value, attr_source(obj, source, name))
+
+    def _dict_with_writes(self, obj: Any) -> Any:
+        """``obj.__dict__`` of an object written in this capture: the shadow copy of
+        the real dict (its changes are replayed like any outside dict's), holding the
+        writes; ``record_attr_write`` keeps it up to date."""
+        cap = self.capture
+        source = cap.source_of(obj)
+        members = getattr(obj, "__dict__", None)
+        if source is None or type(members) is not dict or isinstance(obj, torch.nn.Module):
+            raise self.fail(f"reading the __dict__ of a {type(obj).__name__} written "
+                            "earlier in this capture (it would not show the write)")
+        if id(members) in cap.shadow_of_real:
+            return cap.shadow_of_real[id(members)]  # current already
+        shadow = cap.wrap(members, AttrSource(source, "__dict__"))
+        for (_, name), (owner, _, value) in list(cap.attr_writes.items()):
+            if owner is obj:
+                _apply_to_dict(shadow, name, value)
+        return shadow
 
     def _read_after_delete(self, obj: Any, name: str) -> Any:
         """``obj.name`` after ``del obj.name`` in this capture: what the class supplies,
@@ -240,6 +264,29 @@ class AttributeOps:
                 frame: Frame | None = None) -> Any:
         parent = frame if frame is not None else self.current_frame
         return self.calls.inline(self, parent, fn, args, {}, None)
+
+
+def _apply_to_dict(members: dict[str, Any], name: str, value: Any) -> None:
+    """An attribute write (or delete) applied to a shadow of the object's ``__dict__``."""
+    if value is DELETED:
+        members.pop(name, None)
+    else:
+        members[name] = value
+
+
+def dict_shadow(cap: Any, obj: Any, name: str) -> dict[str, Any] | None:
+    """The shadow copy of outside ``obj``'s ``__dict__`` when the capture read it
+    (``obj.__dict__``), and ``name`` lives there (not an ``nn.Module``, no data
+    descriptor on the class); it then holds the object's current instance attributes,
+    attribute writes included, and its replay carries them."""
+    if isinstance(obj, torch.nn.Module):
+        return None
+    members = getattr(obj, "__dict__", None)
+    shadow = cap.shadow_of_real.get(id(members)) if type(members) is dict else None
+    attr = _class_attr(type(obj), name)
+    if shadow is None or (attr is not None and hasattr(type(attr), "__set__")):
+        return None
+    return shadow  # type: ignore[no-any-return]
 
 
 def _python_hook(obj: Any, name: str, method: str,

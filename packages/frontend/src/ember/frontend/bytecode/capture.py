@@ -289,6 +289,12 @@ class CaptureContext:
         else:
             self.attr_raw.discard(key)
         self.dirty[id(obj)] = obj
+        members = getattr(obj, "__dict__", None)
+        shadow = self.shadow_of_real.get(id(members)) if type(members) is dict else None
+        if shadow is not None and (raw or not isinstance(obj, nn.Module)):
+            from ember.frontend.bytecode.attributes import _apply_to_dict
+
+            _apply_to_dict(shadow, name, value)  # its __dict__ was read: keep it current
 
     def is_dirty(self, obj: Any) -> bool:
         """Whether this capture wrote or deleted an attribute of outside ``obj``."""

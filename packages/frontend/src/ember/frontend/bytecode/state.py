@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember.frontend.bytecode.attributes import DELETED
+from ember.frontend.bytecode.attributes import DELETED, dict_shadow
 from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext, is_traced_array
 from ember.frontend.bytecode.frame import _Marker
 from ember.frontend.bytecode.generators import LazyIterator
@@ -345,6 +345,8 @@ class StateBuilder:
                     out.append(Replay("dict", Fetch(shadow.source),
                                       [(self.recipe(k), self.recipe(x)) for k, x in items]))
         for key, (obj, name, value) in cap.attr_writes.items():
+            if dict_shadow(cap, obj, name) is not None:
+                continue  # the replay of its __dict__ (above) carries this write
             source = cap.source_of(obj)
             target: Recipe = Const(obj) if source is None else Fetch(source)
             raw = key in cap.attr_raw
