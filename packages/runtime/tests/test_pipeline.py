@@ -18,7 +18,7 @@ from ember.runtime.ir import (
     load,
 )
 from ember.runtime.pipeline import compile_program, list_backends
-from ember.runtime.stages import Stage, StageNotInstalledError
+from ember.runtime.stages import EagerGraphWarning, Stage, StageDeclined, StageNotInstalledError
 from handbuilt import ProgramBuilder, mlp_program
 
 
@@ -185,6 +185,26 @@ def test_stage_returning_the_wrong_dialect_is_an_error(monkeypatch: pytest.Monke
     with pytest.raises(VerificationError, match="stage 'aot' should produce dialect "
                                                 "'core-functional' but returned a 'aten'"):
         compile_program(program, backend="aot_eager")
+
+
+def test_a_declined_program_runs_eagerly_with_a_warning_and_a_count(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    declining = RecordingStage("aot", "aten", "core-functional", [])
+
+    def decline(program: Program, options: dict[str, object]) -> Program:
+        raise StageDeclined("its backward needs data")
+
+    declining.run = decline  # type: ignore[method-assign]
+    monkeypatch.setattr(pipeline_module, "load_stage", lambda name: declining)
+    program, ex = mlp_program()
+    with pytest.warns(EagerGraphWarning, match=r"declined this graph \(its backward needs "
+                                                r"data\); its ops run eagerly"):
+        fn = compile_program(program, backend="aot_eager")
+    assert fn.program.metadata["fallbacks"] == {"graph runs eagerly": 1}
+    assert "fallbacks" not in program.metadata  # the caller's program is not changed
+    x = torch.randn(2, 4)
+    (out,) = fn([x])
+    torch.testing.assert_close(out, torch.relu(x @ ex["w"].T + ex["b"]) * 2)
 
 
 def test_serialize_boundaries_round_trips_and_verifies(

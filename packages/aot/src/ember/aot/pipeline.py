@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ember.aot._torch import decomposition_table_for_core_aten
+from ember.aot._torch import DATA_DEPENDENT_ERRORS, decomposition_table_for_core_aten
 from ember.aot.cleanup import eliminate_common_subexpressions, eliminate_dead_code
 from ember.aot.config import AotConfig
 from ember.aot.decompositions import EMBER_DECOMPOSITIONS
@@ -48,6 +48,7 @@ from ember.runtime.ir import (
     VerificationError,
 )
 from ember.runtime.ir.verifier import CORE_FUNCTIONAL_EXTRA_OPS
+from ember.runtime.stages import StageDeclined
 
 
 def needs_backward(program: Program, config: AotConfig) -> bool:
@@ -111,7 +112,14 @@ def _inference_program(functional: Program, table: dict[Any, Any]) -> Program:
 
 def _training_program(functional: Program, table: dict[Any, Any],
                       config: AotConfig) -> Program:
-    joint = trace_joint(functional, table)
+    try:
+        joint = trace_joint(functional, table)
+    except DATA_DEPENDENT_ERRORS as e:
+        # NOTE: the forward traced on fake tensors (capture did it), so the op is one an
+        # autograd formula calls: e.g. index_fill's backward takes ``_unique`` of the index.
+        raise StageDeclined(
+            f"the backward calls {e}, whose output shape depends on the data: the "
+            "autograd graph cannot be traced ahead of time") from e
     joint_graph = _clean(joint.program.forward)
     parts = partition(joint_graph, joint.n_forward_outputs, len(joint.tangents), config)
     forward_specs = list(functional.signature.outputs["forward"])

@@ -20,8 +20,10 @@ output is also saved there for inspection.
 
 from __future__ import annotations
 
+import copy
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from ember.runtime.config import config
 from ember.runtime.ir import Program, VerificationError, load, save, verify
 from ember.runtime.ir.effects import check_may_run
 from ember.runtime.logs import log
-from ember.runtime.stages import Stage, load_stage
+from ember.runtime.stages import EagerGraphWarning, Stage, StageDeclined, load_stage
 
 BACKENDS: dict[str, tuple[str, ...]] = {
     "eager": (),
@@ -93,6 +95,10 @@ def compile_program(
         ValueError: unknown backend or mode.
         NotImplementedError: a ``torch.compile`` mode Ember does not implement yet.
         StageNotInstalledError: a stage of ``backend`` is not installed (names the package).
+
+    A stage that raises :class:`~ember.runtime.stages.StageDeclined` (a valid program it
+    cannot compile) makes the program run eagerly: an ``EagerGraphWarning``, a log line
+    under ``fallbacks``, and ``metadata["fallbacks"] == {"graph runs eagerly": 1}``.
         VerificationError: the input, or a stage's output, breaks its dialect's rules.
     """
     if backend not in BACKENDS:
@@ -102,8 +108,27 @@ def compile_program(
     if mode is not None:
         stage_options["mode"] = mode
     stages = [load_stage(name) for name in BACKENDS[backend]]  # fail before any work
-    program = run_stages(program, stages, stage_options)
-    return ProgramCallable(program)
+    try:
+        compiled = run_stages(program, stages, stage_options)
+    except StageDeclined as e:
+        return ProgramCallable(_run_eagerly(program, str(e)))
+    return ProgramCallable(compiled)
+
+
+EAGER_GRAPH_FALLBACK = "graph runs eagerly"
+"""The ``metadata["fallbacks"]`` key of a program a stage declined."""
+
+
+def _run_eagerly(program: Program, reason: str) -> Program:
+    """``program`` itself (its ``aten`` ops run one by one, as the ``eager`` backend runs
+    them; autograd records them as in eager), marked and counted as a fallback."""
+    message = f"an Ember stage declined this graph ({reason}); its ops run eagerly"
+    warnings.warn(message, EagerGraphWarning, stacklevel=3)
+    log("fallbacks", message)
+    eager = copy.copy(program)
+    eager.metadata = dict(program.metadata)
+    eager.metadata["fallbacks"] = {EAGER_GRAPH_FALLBACK: 1}
+    return eager
 
 
 def run_stages(program: Program, stages: list[Stage], options: dict[str, Any]) -> Program:

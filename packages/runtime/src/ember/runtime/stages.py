@@ -39,7 +39,19 @@ class Stage(abc.ABC):
 
         Raises:
             ember.runtime.ir.VerificationError: if ``program`` is not in ``consumes``.
+            StageDeclined: the program is valid but this stage cannot compile it (not a
+                bug: e.g. its backward needs an op whose output shape depends on data).
         """
+
+
+class StageDeclined(Exception):
+    """A stage cannot compile a valid program, for a reason that is not a bug (the
+    pipeline then runs the captured ops eagerly, with an :class:`EagerGraphWarning`)."""
+
+
+class EagerGraphWarning(UserWarning):
+    """A program runs op by op, uncompiled, because a stage declined it; the message
+    says which stage and why. Counted in the program's ``metadata["fallbacks"]``."""
 
 
 class StageNotInstalledError(RuntimeError):
