@@ -58,6 +58,13 @@ class SlicedStack(Stack):
         return x
 
 
+class EnumeratedStack(Stack):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):  # the index is never read: not guarded
+            x = layer(x)
+        return x
+
+
 def _run(model: nn.Module, calls: int = 3) -> list[tuple[int, int]]:
     """Compile ``model``, call it ``calls`` times (compared with eager); the
     (compiles, eager_fallback_calls) after each call."""
@@ -72,7 +79,7 @@ def _run(model: nn.Module, calls: int = 3) -> list[tuple[int, int]]:
     return seen
 
 
-@pytest.mark.parametrize("stack", [Stack, SlicedStack])
+@pytest.mark.parametrize("stack", [Stack, SlicedStack, EnumeratedStack])
 @pytest.mark.parametrize("layer", [PrintingLayer, DisabledCallLayer])
 def test_compiles_do_not_grow_with_the_number_of_layers(stack: Any, layer: Any,
                                                         capsys: Any) -> None:
@@ -85,6 +92,21 @@ def test_compiles_do_not_grow_with_the_number_of_layers(stack: Any, layer: Any,
     assert shallow[0] == shallow[1] == shallow[2]
     compiles, fallbacks = deep[-1]
     assert fallbacks == 0 and compiles <= 8
+
+
+def test_an_enumerate_index_that_is_read_is_still_guarded() -> None:
+    class Indexed(Stack):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for i, layer in enumerate(self.layers):
+                x = layer(x) * (i + 1)
+            return x
+
+    model = Indexed(PrintingLayer, 4)
+    compiled = strict(model)
+    x = torch.randn(2, 8)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), model(x))
+    assert compiled.stats.recompile_limit_fallbacks == 0
 
 
 def test_a_layer_per_call_is_a_cache_hit_not_a_constant() -> None:

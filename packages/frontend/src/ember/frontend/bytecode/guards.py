@@ -342,6 +342,15 @@ def compile_matcher(
     return fn
 
 
+def _shown(value: Any) -> str:
+    """A value seen by a failed guard, short: a tensor by its type and shape, a long
+    repr cut (never a user object's whole repr in a log line)."""
+    if isinstance(value, torch.Tensor):
+        return f"a {type(value).__name__} of shape {tuple(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
 def _explain(guard: Guard, actual: Any) -> str:
     where = guard.source.expr() if guard.source is not None else ""
     if guard.kind == "tensor":
@@ -357,7 +366,7 @@ def _explain(guard: Guard, actual: Any) -> str:
             if want != got:
                 return f"{where}.{name} == {want} (got {got})"
     if guard.kind == "equals":
-        return f"{where} == {guard.expected!r} (got {actual!r})"
+        return f"{where} == {guard.expected!r} (got {_shown(actual)})"
     if guard.kind == "len":
         return f"len({where}) == {guard.expected} (got {len(actual)})"
     if guard.kind == "type":

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -52,13 +53,16 @@ class ResumedIterator(ListIterator):
     the segment advances the real iterator by :attr:`consumed`.
 
     NOTE: values that do depend on the position (the index of ``enumerate``) are items,
-    guarded by value like any other.
+    guarded by value like any other, unless the item is unpacked straight into locals
+    that are never read (``for i, layer in enumerate(self.layers)`` without ``i``):
+    ``dead_items``, set by the segment, says which; a plain value there is not guarded.
     """
 
     def __init__(self, real: ListIterator, source: Any, capture: Any) -> None:
         super().__init__(real.item_list, real.position)
         self.real, self.source, self.capture = real, source, capture
         self.consumed = 0
+        self.dead_items: Callable[[], tuple[bool, ...] | None] | None = None
 
     @property
     def position(self) -> int:
@@ -82,9 +86,24 @@ class ResumedIterator(ListIterator):
         if self.exhausted():
             raise IndexError("next() on an exhausted resumed iterator")
         item = self.real.item_list[self.real.position + self.consumed]
-        value = self.capture.wrap(item, IterItemSource(self.source, self.consumed))
+        source = IterItemSource(self.source, self.consumed)
+        dead = self.dead_items() if self.dead_items is not None and type(item) is tuple else None
+        if dead is not None and len(dead) == len(item):
+            value: Any = self._wrap_unpacked(item, source, dead)
+        else:
+            value = self.capture.wrap(item, source)
         self.consumed += 1
         return value
+
+    def _wrap_unpacked(self, item: tuple[Any, ...], source: Any,
+                       dead: tuple[bool, ...]) -> tuple[Any, ...]:
+        from ember.frontend.bytecode.sources import ItemSource
+
+        self.capture.guard("type", source, tuple)
+        self.capture.guard("len", source, len(item))
+        return tuple(v if unread and type(v) in (int, bool, float, str, type(None))
+                     else self.capture.wrap(v, ItemSource(source, i))
+                     for i, (v, unread) in enumerate(zip(item, dead)))
 
     def remaining(self) -> list[Any]:
         rest = []

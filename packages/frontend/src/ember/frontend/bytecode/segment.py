@@ -149,6 +149,8 @@ def capture_segment(
                            for i, v in enumerate(state.stack)]
             frame.exc_stack = [_wrap_state(cap, v, ExcInfoSource(i), wrapped)
                                for i, v in enumerate(state.exc_stack)]
+            for it in wrapped.values():
+                it.dead_items = functools.partial(_dead_unpack_targets, interp, frame)
             while not frame.returned:
                 before = frame.ip
                 saved_stack, saved_kw = list(frame.stack), frame.kw_names
@@ -215,6 +217,23 @@ def _wrap_state(cap: CaptureContext, v: Any, source: Source, wrapped: dict[int, 
         cap.wrap(v.__self__, AttrSource(source, "__self__"))
         return v
     return cap.wrap(v, source)
+
+
+def _dead_unpack_targets(interp: Interpreter, root: Frame) -> tuple[bool, ...] | None:
+    """For a ``FOR_ITER`` of ``root`` running now: when the item is unpacked straight
+    into locals (``for i, layer in enumerate(self.layers)``), which of them are dead
+    (never read afterwards); None when the item is used otherwise."""
+    if interp.current_frame is not root:
+        return None
+    instrs, ip = root.instructions, root.ip
+    if ip >= len(instrs) or instrs[ip].opname != "UNPACK_SEQUENCE":
+        return None
+    n = instrs[ip].arg or 0
+    stores = instrs[ip + 1:ip + 1 + n]
+    if len(stores) != n or any(s.opname != "STORE_FAST" for s in stores):
+        return None
+    live = live_locals(root.code)[ip + 1 + n]
+    return tuple(s.argval not in live for s in stores)
 
 
 def _guard_origin(interp: Interpreter, root: Frame) -> SourceLocation | None:
