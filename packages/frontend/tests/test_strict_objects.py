@@ -492,3 +492,29 @@ def test_dict_of_a_written_object_shows_and_takes_writes() -> None:
         torch.testing.assert_close(compiled(x, mine), writes_through_dict(x, theirs))
         assert vars(mine) == vars(theirs) == {"b": 8, "c": 3}
     assert _counts(compiled) == (0, 1)
+
+
+def test_transformers_classification_head_writes_problem_type() -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_attention_heads=2,
+        num_hidden_layers=1, num_labels=3, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0)
+    model = transformers.BertForSequenceClassification(config)
+    compiled = strict(model)
+    ids, labels = torch.randint(0, 32, (2, 5)), torch.randint(0, 3, (2,))
+    for _ in range(3):
+        model.zero_grad()
+        loss = compiled(input_ids=ids, labels=labels).loss
+        loss.backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        expected = model(input_ids=ids, labels=labels).loss
+        expected.backward()
+        torch.testing.assert_close(loss, expected)
+        for g, p in zip(got, model.parameters()):
+            torch.testing.assert_close(g, p.grad)
+    assert config.problem_type == "single_label_classification"
+    # the first call's write changes what the second call reads: one recompile
+    assert _counts(compiled) == (0, 2)
