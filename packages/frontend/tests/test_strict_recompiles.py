@@ -138,6 +138,17 @@ def test_what_differs_between_layers_is_still_guarded() -> None:
     assert compiled.stats.compiles > compiled_shared.stats.compiles
 
 
+def test_a_backward_hook_on_one_layer_is_not_skipped() -> None:
+    model = Stack(PrintingLayer, 4)
+    compiled = strict(model)
+    x = torch.randn(2, 8)
+    compiled(x).sum().backward()  # compiled without hooks
+    seen: list[int] = []
+    model.layers[2].lin.register_full_backward_hook(lambda *a: seen.append(2))
+    compiled(x).sum().backward()
+    assert seen == [2]
+
+
 def test_a_longer_module_list_is_a_guard_miss_not_a_stale_loop() -> None:
     class Plain(nn.Module):
         def __init__(self) -> None:

@@ -241,8 +241,10 @@ class CallHandler:
                               "itself")
         source = interp.capture.source_of(mod)
         if source is not None:
-            # hooks added after compiling must not be ignored
-            for attr in ("_forward_pre_hooks", "_forward_hooks"):
+            # hooks added after compiling (or on another module of the same type,
+            # modules being guarded by type) must not be ignored
+            for attr in ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks",
+                         "_backward_pre_hooks", "_forward_hooks_always_called"):
                 interp.capture.guard("len", AttrSource(source, attr), len(getattr(mod, attr)))
         for hook_id, hook in list(mod._forward_pre_hooks.items()):
             if hook_id in mod._forward_pre_hooks_with_kwargs:
