@@ -1,0 +1,76 @@
+"""Parameters of submodules reached through containers made by code run for real.
+
+``self.layers[:n]`` (transformers' decoder loop), ``self.children()`` and a sliced
+``Sequential`` hand the interpreter submodules without a source; their parameters must
+still be graph inputs (gradients flow to them, a replaced parameter is seen), not
+constants of the first call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+import torch
+from strict_helpers import strict
+from torch import nn
+
+Layers = Callable[[Any], Iterable[nn.Module]]
+
+WAYS: dict[str, Layers] = {
+    "modulelist_slice": lambda m: m.layers[: m.depth],
+    "sequential_slice": lambda m: m.seq[0:2],
+    "children": lambda m: m.layers.children(),
+    "nested_slice": lambda m: m.blocks[0][:2],
+}
+
+
+class Stack(nn.Module):
+    def __init__(self, way: Layers) -> None:
+        super().__init__()
+        self.depth = 2
+        self.way = way
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+        self.seq = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+        self.blocks = nn.ModuleList([nn.ModuleList(nn.Linear(4, 4) for _ in range(2))])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.way(self):
+            x = torch.tanh(layer(x))
+        return x
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_submodule_parameters_get_gradients(way: str) -> None:
+    torch.manual_seed(0)
+    model = Stack(WAYS[way])
+    x = torch.randn(3, 4)
+    expected = model(x)
+    expected.sum().backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert want, "the eager model computed no gradient"
+    model.zero_grad(set_to_none=True)
+    compiled = strict(model)
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        got = compiled(x)
+        assert got.requires_grad, "the layers' parameters were captured as constants"
+        torch.testing.assert_close(got, expected)
+        got.sum().backward()
+        have = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        assert have.keys() == want.keys()
+        for name, grad in want.items():
+            torch.testing.assert_close(have[name], grad)
+    assert compiled.stats.graphs == 1 and compiled.stats.graph_breaks == 0
+
+
+def test_replaced_parameter_of_sliced_layer_is_read() -> None:
+    torch.manual_seed(0)
+    model = Stack(WAYS["modulelist_slice"])
+    compiled = strict(model)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        compiled(x)
+        model.layers[1].weight = nn.Parameter(torch.randn(4, 4))
+        torch.testing.assert_close(compiled(x), model(x))
