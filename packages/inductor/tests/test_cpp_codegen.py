@@ -66,10 +66,34 @@ def test_generated_source_shape() -> None:
     assert "// fused from: sum" in source
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_where_is_a_bit_select_and_exact(dtype: torch.dtype) -> None:
+    """``where`` on floats is ``ember_select`` (integer bit selects, so a masked softmax's
+    exp vectorizes on AVX2); it passes NaN, infinities and signed zeros through bit-exactly."""
+    special = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), 1e-45,
+                            -3.5, 2.0], dtype=dtype)
+    x = special.repeat(8)
+    y = special.flip(0).repeat(8)
+    m = torch.arange(64) % 3 == 0
+
+    def f(m: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.where(m, x, y)
+
+    compiled, run = compile_fn(f, m, x, y)
+    source = next(v for k, v in compiled.files.items() if k.endswith(".cpp")).decode()
+    assert "ember_select(" in source
+    got, want = run(m, x, y)[0], f(m, x, y)
+    bits = torch.int32 if dtype == torch.float32 else torch.int64
+    assert torch.equal(got.view(bits), want.view(bits))
+
+
 @pytest.mark.parametrize("call", ["ember_max(x[i], z[i])", "ember_min(x[i], z[i])",
                                   "ember_sign(x[i])", "ember_sigmoid(x[i])", "ember_exp(x[i])",
                                   "ember_rand(static_cast<int64_t>(z[0]), i)",
-                                  "ember_randn(static_cast<int64_t>(z[0]), i)"])
+                                  "ember_randn(static_cast<int64_t>(z[0]), i)",
+                                  # a masked softmax's exp: a float select feeding libmvec
+                                  "ember_exp(ember_select(z[i] > 0.0f, x[i], -INFINITY))",
+                                  "std::exp(ember_select(z[i] > 0.0f, -INFINITY, x[i]))"])
 def test_prelude_elementwise_helpers_vectorize(call: str, tmp_path: Path) -> None:
     """A loop over a prelude helper is vectorized by the compiler (GCC's report): one
     that is not runs ~30x slower (ember_sign once did, through its control flow)."""

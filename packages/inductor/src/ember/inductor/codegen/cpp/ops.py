@@ -85,6 +85,9 @@ def compute(op: str, args: list[str], arg_dtype: torch.dtype, out: torch.dtype) 
         name = "ember_max" if op == "maximum" else "ember_min"
         return f"{name}<{t}>({args[0]}, {args[1]})"
     if op == "where":
+        if out in (torch.float32, torch.float64):  # bit selects: see ember_select
+            return (f"ember_select({args[0]}, static_cast<{t}>({args[1]}), "
+                    f"static_cast<{t}>({args[2]}))")
         return f"({args[0]} ? {args[1]} : {args[2]})"
     if op in ("rand", "randn"):
         # Philox on (int64 key, int64 offset) -> float (see the prelude)
