@@ -226,6 +226,26 @@ def test_code_run_for_real_on_a_module_pins_it() -> None:
         torch.testing.assert_close(compiled(x, which), model(x, which))
 
 
+def test_a_bound_method_handed_to_library_code_pins_its_module() -> None:
+    import inspect
+
+    class Sig(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            n = len(inspect.signature(self.lin.forward).parameters)  # run for real
+            return self.lin(x) * n
+
+    model = Sig()
+    compiled = strict(model)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(compiled(x), model(x))
+    guards = compiled._compiled.guard_text()
+    assert "type(self.lin) is Linear" in guards and "self.lin is <Linear at 0x" in guards
+
+
 # ---- recompile-limit fallbacks ------------------------------------------------------
 
 

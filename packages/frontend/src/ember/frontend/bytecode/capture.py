@@ -250,6 +250,8 @@ class CaptureContext:
         library function): a module among them is guarded by identity, since what
         that code computed from it is a constant of the graph."""
         for value in values:
+            if isinstance(value, types.MethodType):  # self.layer.forward handed over
+                value = value.__self__
             if isinstance(value, nn.Module):
                 source = self.source_of(value)
                 if source is not None:
