@@ -279,12 +279,14 @@ def dict_shadow(cap: Any, obj: Any, name: str) -> dict[str, Any] | None:
     (``obj.__dict__``), and ``name`` lives there (not an ``nn.Module``, no data
     descriptor on the class); it then holds the object's current instance attributes,
     attribute writes included, and its replay carries them."""
-    if isinstance(obj, torch.nn.Module):
+    if not cap.shadow_of_real or isinstance(obj, torch.nn.Module):
         return None
     members = getattr(obj, "__dict__", None)
     shadow = cap.shadow_of_real.get(id(members)) if type(members) is dict else None
+    if shadow is None:
+        return None
     attr = _class_attr(type(obj), name)
-    if shadow is None or (attr is not None and hasattr(type(attr), "__set__")):
+    if attr is not None and hasattr(type(attr), "__set__"):
         return None
     return shadow  # type: ignore[no-any-return]
 
