@@ -276,16 +276,19 @@ def compile_sample(sample: _Sample, eager_random: bool) -> Compiled:
     from ember.frontend.trace import trace_capture
     from ember.inductor.compile import InductorFallbackWarning
     from ember.runtime.callable import ProgramCallable
-    from ember.runtime.pipeline import run_stages
-    from ember.runtime.stages import load_stage
+    from ember.runtime.pipeline import run_eagerly, run_stages
+    from ember.runtime.stages import StageDeclined, load_stage
 
     inputs = _fresh(sample)
     captured = trace_capture(sample.call, None, tuple(inputs), {})
     options: dict[str, Any] = {"eager_random": eager_random}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", InductorFallbackWarning)
-        functional = run_stages(captured.program, [load_stage("aot")], options)
-        compiled = run_stages(functional, [load_stage("inductor")], options)
+        try:
+            functional = run_stages(captured.program, [load_stage("aot")], options)
+            compiled = run_stages(functional, [load_stage("inductor")], options)
+        except StageDeclined as e:  # counted in metadata["fallbacks"], as compile_program does
+            functional = compiled = run_eagerly(captured.program, str(e))
     graph_eager = next((str(w.message) for w in caught
                         if issubclass(w.category, InductorFallbackWarning)), None)
     program = ProgramCallable(compiled)

@@ -111,7 +111,7 @@ def compile_program(
     try:
         compiled = run_stages(program, stages, stage_options)
     except StageDeclined as e:
-        return ProgramCallable(_run_eagerly(program, str(e)))
+        return ProgramCallable(run_eagerly(program, str(e)))
     return ProgramCallable(compiled)
 
 
@@ -119,7 +119,7 @@ EAGER_GRAPH_FALLBACK = "graph runs eagerly"
 """The ``metadata["fallbacks"]`` key of a program a stage declined."""
 
 
-def _run_eagerly(program: Program, reason: str) -> Program:
+def run_eagerly(program: Program, reason: str) -> Program:
     """``program`` itself (its ``aten`` ops run one by one, as the ``eager`` backend runs
     them; autograd records them as in eager), marked and counted as a fallback."""
     message = f"an Ember stage declined this graph ({reason}); its ops run eagerly"

@@ -33,8 +33,25 @@ def layout(t: Any, sizes: Sequence[int], strides: Sequence[int]) -> Any:
         return t
     if tuple(t.shape) == tuple(sizes) and _same_strides(t, sizes, strides):
         return t
+    source = t.reshape(tuple(sizes)) if tuple(t.shape) != tuple(sizes) else t
+    if any(n > 1 and s == 0 for n, s in zip(sizes, strides)):
+        return _expanded(source, sizes, strides)
     out = torch.empty_strided(tuple(sizes), tuple(strides), dtype=t.dtype, device=t.device)
-    out.copy_(t.reshape(tuple(sizes)) if tuple(t.shape) != tuple(sizes) else t)
+    out.copy_(source)
+    return out
+
+
+def _expanded(t: torch.Tensor, sizes: Sequence[int], strides: Sequence[int]) -> torch.Tensor:
+    """``t`` in a layout where some dims of size > 1 have stride 0 (a result traced as
+    expanded: its elements along those dims are equal). A copy into such a layout is
+    refused (elements share memory): the first element along each such dim is copied,
+    the others alias it, as in the traced result."""
+    extent = 1 + sum((n - 1) * s for n, s in zip(sizes, strides))
+    base = torch.empty(extent, dtype=t.dtype, device=t.device)
+    out = base.as_strided(tuple(sizes), tuple(strides))
+    first = tuple(slice(0, 1) if n > 1 and s == 0 else slice(None)
+                  for n, s in zip(sizes, strides))
+    out[first].copy_(t[first])
     return out
 
 
