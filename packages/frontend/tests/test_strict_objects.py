@@ -518,3 +518,33 @@ def test_transformers_classification_head_writes_problem_type() -> None:
     assert config.problem_type == "single_label_classification"
     # the first call's write changes what the second call reads: one recompile
     assert _counts(compiled) == (0, 2)
+
+
+class UsesData(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+        self.register_buffer("decay", torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * self.w + x * self.w.data.sum() + self.decay.data  # no gradient via .data
+        self.decay.data.mul_(0.5)  # an in-place write through the alias
+        return y
+
+
+@pytest.mark.parametrize("backend", ["eager", "default"])
+def test_data_is_a_detached_alias_of_the_input(backend: str) -> None:
+    import ember.frontend as ef
+
+    mine = UsesData()
+    theirs = copy.deepcopy(mine)
+    compiled = strict(mine) if backend == "eager" else ef.compile(mine)
+    x = torch.randn(3)
+    for _ in range(3):
+        got, want = compiled(x), theirs(x)
+        got.sum().backward()
+        want.sum().backward()
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(mine.w.grad, theirs.w.grad)
+    torch.testing.assert_close(mine.decay, theirs.decay)
+    assert _counts(compiled) == (0, 1)

@@ -92,7 +92,10 @@ class AttributeOps:
                 return self._read_after_delete(obj, name)
             return written[2]
         if is_fake(obj):
-            if name in ("data", "grad", "_base", "grad_fn"):
+            if name == "data":
+                # a detached alias of the tensor (what .data is): an op on the input
+                return self.calls.record(self, torch.Tensor.detach, [obj], {})
+            if name in ("grad", "_base", "grad_fn"):
                 raise self.fail(f"reading tensor attribute .{name}")
             if name == "__class__":
                 return cap.visible_type(obj)
