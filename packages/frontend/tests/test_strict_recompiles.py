@@ -295,6 +295,27 @@ def test_strict_limit_warns_once_counts_and_logs_guard_and_line(capsys: Any) -> 
     assert len(found) == 3
 
 
+def test_strict_fallback_past_the_warning_does_not_diagnose_guards(monkeypatch: Any) -> None:
+    from ember.frontend.bytecode.guards import GuardSet
+
+    diagnosed: list[int] = []
+    original = GuardSet.failure_text
+
+    def counting(self: GuardSet, state: Any, ctx: Any) -> str:
+        diagnosed.append(1)
+        return original(self, state, ctx)
+
+    monkeypatch.setattr(GuardSet, "failure_text", counting)
+    compiled = strict(scaled)
+    x = torch.randn(3)
+    with patch(recompile_limit=1), warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        for n in range(6):
+            torch.testing.assert_close(compiled(x, n), scaled(x, n))
+    # once, for the warning; the other four fallbacks (logs off) only count
+    assert len(diagnosed) == 1 and compiled.stats.recompile_limit_fallbacks == 5
+
+
 def test_strict_guard_on_an_argument_names_the_def_line(capsys: Any) -> None:
     compiled = strict(scaled)
     x = torch.randn(3)

@@ -208,15 +208,19 @@ class StrictFunction:
                 self.stats.cache_hits += 1
                 return seg, inputs
         if entries:
-            reason = entries[-1].guards.failure_text(state, self._ctx)
+            # NOTE: named only when shown: re-checking guards one by one is slow, and a
+            # call past the limit must not pay for it unless it is logged
+            def failed_guard() -> str:
+                return entries[-1].guards.failure_text(state, self._ctx)
+
             if len(entries) >= config.recompile_limit:
                 self.stats.recompile_limit_fallbacks += 1
-                self._warn_limit(state.ip, reason)
+                self._warn_limit(state.ip, failed_guard)
                 return _EAGER
             self.stats.recompiles += 1
-            log("recompiles", f"recompiling {self._name()} at resume point {state.ip} "
-                f"(entry {len(entries) + 1} of at most {config.recompile_limit}): "
-                f"guard failed: {reason}")
+            log("recompiles", lambda: f"recompiling {self._name()} at resume point "
+                f"{state.ip} (entry {len(entries) + 1} of at most "
+                f"{config.recompile_limit}): guard failed: {failed_guard()}")
         if state.ip in self._eager_points:
             return _EAGER
         try:
@@ -329,16 +333,18 @@ class StrictFunction:
             return compiled
         return functools.partial(compiled, owner)
 
-    def _warn_limit(self, ip: int, reason: str) -> None:
+    def _warn_limit(self, ip: int, failed_guard: Callable[[], str]) -> None:
         """Every fallback is logged (``EMBER_LOGS=recompiles``); the first one per
         compiled function also warns."""
         from ember.frontend.compiled import RecompileLimitWarning
 
+        if self._warned and not log_enabled("recompiles"):
+            return
         message = (f"ember: {self._name()} reached the recompile limit "
                    f"({config.recompile_limit} entries at resume point {ip}); the rest of "
                    f"this call runs eagerly, and so will every call that misses the cache "
                    f"there (stats.recompile_limit_fallbacks). The guard that kept "
-                   f"failing: {reason}. Raise EMBER_RECOMPILE_LIMIT to compile more "
+                   f"failing: {failed_guard()}. Raise EMBER_RECOMPILE_LIMIT to compile more "
                    f"variants.")
         log("recompiles", message)
         if self._warned:
