@@ -362,6 +362,26 @@ def test_numpy_of_a_tensor_requiring_grad_raises_as_in_eager() -> None:
         strict(f)(torch.ones(2, requires_grad=True))
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_cuda_tensor_numpy_raises_and_cpu_round_trip_is_one_graph() -> None:
+    def f(x: torch.Tensor) -> Any:
+        return np.sum(x.numpy())
+
+    def g(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.exp(x.cpu().numpy())).cuda() + x
+
+    x = torch.ones(3, device="cuda")
+    with pytest.raises(TypeError) as eager:
+        f(x)
+    with pytest.raises(TypeError) as compiled:
+        strict(f)(x)
+    assert str(compiled.value) == str(eager.value)
+    compiled_g = strict(g)
+    torch.testing.assert_close(compiled_g(x), g(x))
+    assert compiled_g.stats.graph_breaks == 0
+
+
 def test_numpy_of_a_bfloat16_tensor_raises_as_in_eager() -> None:
     def f(x: torch.Tensor) -> Any:
         return np.sum(x.numpy())
