@@ -29,7 +29,7 @@ class PrintingLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.lin(x)
-        print("", end="")  # graph break inside every layer
+        print(end="")  # graph break inside every layer
         return torch.tanh(x) * self.scale
 
 
@@ -189,7 +189,7 @@ def test_identity_of_a_module_is_guarded_when_the_code_compares_it() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             for layer in self.layers:
                 x = layer(x)
-                print("", end="")
+                print(end="")
                 if layer is self.layers[-1]:
                     x = x * 10
             return x
@@ -329,9 +329,9 @@ def test_strict_guard_on_an_argument_names_the_def_line(capsys: Any) -> None:
 def test_strict_limit_warns_once_per_function_across_resume_points() -> None:
     def two_breaks(x: torch.Tensor, n: int) -> torch.Tensor:
         y = x + n
-        print("", end="")
+        print(end="")
         y = y * n
-        print("", end="")
+        print(end="")
         return y - n
 
     compiled = strict(two_breaks)
@@ -360,8 +360,8 @@ def test_strict_guard_origin_names_the_user_line_not_torch_code() -> None:
     weight = next(g for g in seg.guards.guards if g.kind == "tensor"
                   and g.source is not None and g.source.expr() == "self.lin.weight")
     assert weight.origin is not None
-    assert (weight.origin.file, weight.origin.text) == (__file__, "return self.lin(x)  # "
-                                                        "nn.Linear.forward reads the weight")
+    text = "return self.lin(x)  # nn.Linear.forward reads the weight"
+    assert (weight.origin.file, weight.origin.text) == (__file__, text)
 
 
 def test_trace_limit_warns_once_counts_and_logs_guard_and_def_line(capsys: Any) -> None:

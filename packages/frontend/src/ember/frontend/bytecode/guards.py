@@ -29,12 +29,12 @@ from typing import Any
 import torch
 from ember.frontend.bytecode.sources import (
     AttrSource,
-    IterItemSource,
     CellSource,
     ClosureSource,
     DefaultSource,
     GlobalSource,
     ItemSource,
+    IterItemSource,
     LocalSource,
     ModuleMemberSource,
     SliceSource,
