@@ -548,3 +548,19 @@ def test_data_is_a_detached_alias_of_the_input(backend: str) -> None:
     torch.testing.assert_close(mine.w.grad, theirs.w.grad)
     torch.testing.assert_close(mine.decay, theirs.decay)
     assert _counts(compiled) == (0, 1)
+
+
+def fresh_objects_across_a_break(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    loss_fct = nn.CrossEntropyLoss()
+    weights = Pair(x.new_ones(3), x.new_zeros(3))
+    print("a graph break")  # the break under test
+    return loss_fct(x * weights.left + weights.right, y)
+
+
+def test_fresh_objects_live_at_a_break_do_not_recompile(capsys: Any) -> None:
+    compiled = strict(fresh_objects_across_a_break)
+    for _ in range(5):
+        x, y = torch.randn(4, 3), torch.randint(0, 3, (4,))
+        torch.testing.assert_close(compiled(x, y), fresh_objects_across_a_break(x, y))
+    # one compile per segment, whatever the number of calls (no identity guard)
+    assert _counts(compiled) == (1, 2)
