@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from ember.inductor.codegen.cpp.prelude import PRELUDE
 from ember.runtime.compiled.cpp_build import compile_cpp
+from ember.runtime.ir import Program
 from helpers import compile_fn
 
 _CONVERTERS = PRELUDE + r"""
@@ -67,24 +68,36 @@ def test_generated_source_shape() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_float_where_is_a_bit_select_and_exact(dtype: torch.dtype) -> None:
-    """``where`` on floats is ``ember_select`` (integer bit selects, so a masked softmax's
-    exp vectorizes on AVX2); it passes NaN, infinities and signed zeros through bit-exactly."""
+def test_float_where_feeding_math_is_a_bit_select_and_exact(dtype: torch.dtype) -> None:
+    """A float ``where`` whose value feeds ``exp`` is ``ember_select`` (integer bit
+    selects, so a masked softmax's exp vectorizes on AVX2); it passes NaN, infinities and
+    signed zeros through bit-exactly. A ``where`` feeding no math call stays ``c ? a : b``."""
     special = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), 1e-45,
                             -3.5, 2.0], dtype=dtype)
     x = special.repeat(8)
     y = special.flip(0).repeat(8)
     m = torch.arange(64) % 3 == 0
 
-    def f(m: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.where(m, x, y)
+    def f(m: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        w = torch.where(m, x, y)
+        return w, w.exp()
 
     compiled, run = compile_fn(f, m, x, y)
-    source = next(v for k, v in compiled.files.items() if k.endswith(".cpp")).decode()
-    assert "ember_select(" in source
-    got, want = run(m, x, y)[0], f(m, x, y)
+    assert "ember_select(" in _kernels_source(compiled)
+    got, want = run(m, x, y), f(m, x, y)
     bits = torch.int32 if dtype == torch.float32 else torch.int64
-    assert torch.equal(got.view(bits), want.view(bits))
+    assert torch.equal(got[0].view(bits), want[0].view(bits))
+    torch.testing.assert_close(got[1], want[1], equal_nan=True)
+
+    plain, _ = compile_fn(lambda m, x, y: torch.where(m, x, y) * 2, m, x, y)
+    source = _kernels_source(plain)
+    assert "ember_select(" not in source and " ? " in source
+
+
+def _kernels_source(compiled: Program) -> str:
+    """The generated C++ after the prelude."""
+    source = next(v for k, v in compiled.files.items() if k.endswith(".cpp")).decode()
+    return source[source.index('extern "C" void kernel0'):]
 
 
 @pytest.mark.parametrize("call", ["ember_max(x[i], z[i])", "ember_min(x[i], z[i])",

@@ -85,9 +85,6 @@ def compute(op: str, args: list[str], arg_dtype: torch.dtype, out: torch.dtype) 
         name = "ember_max" if op == "maximum" else "ember_min"
         return f"{name}<{t}>({args[0]}, {args[1]})"
     if op == "where":
-        if out in (torch.float32, torch.float64):  # bit selects: see ember_select
-            return (f"ember_select({args[0]}, static_cast<{t}>({args[1]}), "
-                    f"static_cast<{t}>({args[2]}))")
         return f"({args[0]} ? {args[1]} : {args[2]})"
     if op in ("rand", "randn"):
         # Philox on (int64 key, int64 offset) -> float (see the prelude)
@@ -109,6 +106,13 @@ def compute(op: str, args: list[str], arg_dtype: torch.dtype, out: torch.dtype) 
         return (f"std::pow({args[0]}, {args[1]})" if is_float
                 else f"ember_ipow<{t}>({args[0]}, {args[1]})")
     raise NotImplementedError(f"the C++ backend cannot emit op {op!r} on {arg_dtype}")
+
+
+def bit_select(args: list[str], out: torch.dtype) -> str:
+    """``where(*args)`` on float/double as integer bit selects (``ember_select`` in the
+    prelude), for a select that feeds a libmvec call (see ``MATH_SELECTS`` in kernel.py)."""
+    t = ctype(out)
+    return f"ember_select({args[0]}, static_cast<{t}>({args[1]}), static_cast<{t}>({args[2]}))"
 
 
 def cast(value: str, src: torch.dtype, dst: torch.dtype) -> str:
