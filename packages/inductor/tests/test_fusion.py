@@ -26,7 +26,8 @@ def _check(fn: Callable[..., Any], *inputs: torch.Tensor) -> dict[str, object]:
     for got, want in zip(run(*inputs), expected):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert compiled.metadata["fallbacks"] == {}
-    return compiled.metadata
+    metadata: dict[str, object] = compiled.metadata
+    return metadata
 
 
 def _stores(fn: Callable[..., Any], *inputs: torch.Tensor) -> list[list[str]]:
@@ -158,3 +159,18 @@ def test_deep_residual_stream_is_stored_not_recomputed() -> None:
     for step in steps:
         if isinstance(step, KernelStep):
             assert len(step.kernel.loaded_buffers()) <= MAX_INLINED_BUFFERS + 2
+
+
+def test_matmul_result_goes_into_freed_memory_of_its_layout() -> None:
+    # the second matmul's result reuses the first's memory (freed after the relu) through
+    # mm's out= variant, and the relu's input memory is reused by later work: fewer
+    # allocations per call (see OUT_VARIANTS in codegen/wrapper.py)
+    def f(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        return ((x @ w1).relu() @ w2).sin()
+
+    x, w1, w2 = torch.randn(8, 16), torch.randn(16, 16), torch.randn(16, 16)
+    compiled, run = compile_fn(f, x, w1, w2)
+    wrapper = compiled.files["forward/wrapper.py"].decode()
+    assert "aten.mm.out(" in wrapper
+    assert wrapper.count("empty_strided(") + wrapper.count("aten.mm.default(") <= 3
+    torch.testing.assert_close(run(x, w1, w2)[0], f(x, w1, w2))
