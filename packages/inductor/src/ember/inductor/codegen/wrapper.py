@@ -20,11 +20,13 @@ from ember.runtime.ir import TensorMeta
 # their out= variant when the wrapper has such a buffer: one allocation and free less per
 # call each (ATen allocates a fresh result otherwise; on a tiny Llama, 29 matmuls of up to
 # 0.7 MB each per call, and glibc returned the memory to the OS between them).
+# The public functions, whose Python bindings dispatch in a few microseconds, several
+# times faster than calling the OpOverload (torch.ops.aten.mm.out).
 OUT_VARIANTS = {
-    "aten::mm.default": "aten.mm.out",
-    "aten::addmm.default": "aten.addmm.out",
-    "aten::bmm.default": "aten.bmm.out",
-    "aten::baddbmm.default": "aten.baddbmm.out",
+    "aten::mm.default": "torch.mm",
+    "aten::addmm.default": "torch.addmm",
+    "aten::bmm.default": "torch.bmm",
+    "aten::baddbmm.default": "torch.baddbmm",
 }
 
 
