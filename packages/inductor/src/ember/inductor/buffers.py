@@ -99,7 +99,11 @@ class ReductionBuffer:
     def emit(self, b: BodyBuilder, outer: Sequence[Var], red: Sequence[Var]) -> None:
         value = self.fn(b, tuple(self.full_index(outer, red)))
         acc = _accumulator_dtype(self.op, b.dtype(value), self.dtype)
-        result = b.reduce(self.op, b.cast(value, acc), acc)
+        # NOTE: an argmax/argmin compares values of ``acc`` but its result is an index
+        # (int64): typed as the values, a bool index read 2 as 1 (max.dim of a mask) and
+        # a float one lost integers past 2**24.
+        result_dtype = torch.int64 if self.op in ("argmax", "argmin") else acc
+        result = b.reduce(self.op, b.cast(value, acc), result_dtype)
         b.store(self.name, self.store_index(outer), b.cast(result, self.dtype))
 
 
