@@ -104,10 +104,11 @@ def test_hf_model(name: str, mode: str, backend: str) -> None:
 
 
 def test_llama_32_layers_compiles_once() -> None:
-    """A 32-layer tiny Llama: one compile, fully compiled (no call runs eagerly; a
-    per-layer recompile would hit the recompile limit in the first call). Capture is
-    what is tested: the ``eager`` backend keeps it fast."""
-    check_case("llama", "infer", "eager", layers=32, calls=2)
+    """A 32-layer tiny Llama: one compile, and fully compiled by the default backend: no
+    call runs eagerly (a per-layer recompile would hit the recompile limit in the first
+    call) and every op is a generated kernel or a lowered extern call (no fallback op)."""
+    compiled = check_case("llama", "infer", "inductor", layers=32, calls=2)
+    assert compiled.stats.fallbacks == 0 and (compiled.stats.kernels or 0) > 32, compiled.stats
 
 
 def test_loss_writes_problem_type() -> None:
