@@ -55,6 +55,7 @@ them in ``Kernel.buffers`` order.
 """
 
 from ember.inductor.loop_ir.body import (
+    COSTLY_OPS,
     BOOL_RESULT_OPS,
     POINTWISE_OPS,
     REDUCTION_OPS,
@@ -90,7 +91,7 @@ from ember.inductor.loop_ir.kernel import Buffer, Kernel, Phase, reduction_phase
 from ember.inductor.loop_ir.printer import dtype_name, format_kernel, format_stmt
 
 __all__ = [
-    "BOOL_RESULT_OPS", "POINTWISE_OPS", "REDUCTION_OPS", "Add", "Buffer", "Compute",
+    "BOOL_RESULT_OPS", "COSTLY_OPS", "POINTWISE_OPS", "REDUCTION_OPS", "Add", "Buffer", "Compute",
     "FloorDiv", "IndexExpr", "IndexValue", "Indirect", "Int", "Kernel", "Literal", "Load",
     "Mod", "Mul", "Phase", "Reduce", "Stmt", "Store", "ValueStmt", "Var", "add", "canonical",
     "dtype_name", "floordiv", "format_kernel", "format_stmt", "free_vars", "mod", "mul",

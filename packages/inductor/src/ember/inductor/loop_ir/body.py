@@ -50,6 +50,14 @@ from dataclasses import dataclass
 import torch
 from ember.inductor.loop_ir.index import IndexExpr
 
+# Pointwise ops that cost many times a load or a store per element (a libm/libmvec call or
+# more): the inductor stores such values rather than recompute them in every consumer
+# (lowering/inlining.py) and caches them per row across reduction passes (C++ ROW_CACHE).
+COSTLY_OPS = frozenset({
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
+    "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
+    "atan2", "pow", "sigmoid"})
+
 # op name -> number of arguments.
 POINTWISE_OPS: dict[str, int] = {
     # arithmetic

@@ -21,18 +21,13 @@ store and a load per element. Two cases cost more than they save:
 
 from __future__ import annotations
 
-from ember.inductor.loop_ir import Compute
+from ember.inductor.loop_ir import COSTLY_OPS, Compute
 from ember.inductor.lowering.values import Lazy, numel, probe
 from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef
 
 MAX_INLINED_STATEMENTS = 96
 MAX_INLINED_BUFFERS = 8
 
-# Ops that cost many times a load or a store per element (a libm/libmvec call or more).
-COSTLY_OPS = frozenset({
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
-    "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
-    "atan2", "pow", "sigmoid"})
 BROADCAST_STORE_FACTOR = 2
 # A value with several consumers that loads this many buffers of its own size is stored.
 SHARED_STORE_LOADS = 3

@@ -26,6 +26,7 @@ import math
 import torch
 from ember.inductor.codegen.cpp import ops
 from ember.inductor.loop_ir import (
+    COSTLY_OPS,
     Add,
     Compute,
     IndexExpr,
@@ -63,10 +64,7 @@ TILE = 16
 # three times more when a layer_norm follows) is computed once, in the first pass, into
 # a per-row array on the stack, and later passes read it back. Only for rows of at most
 # ROW_CACHE_BYTES of cached values in all (the array stays in L1/L2).
-ROW_CACHE_OPS = frozenset({
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
-    "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
-    "atan2", "pow", "sigmoid"})
+ROW_CACHE_OPS = COSTLY_OPS  # the loop IR's costly pointwise ops
 ROW_CACHE_BYTES = 32768
 # MATH_SELECTS: a float/double `where` whose value flows into a costly math call (one of
 # ROW_CACHE_OPS: exp, log, tanh, ...) is written as integer bit selects (ember_select):
