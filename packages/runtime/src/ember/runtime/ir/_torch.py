@@ -1,0 +1,33 @@
+"""The private torch APIs the IR layer uses, in one place.
+
+``ember.runtime.ir`` imports nothing from the runtime above it, so it cannot share
+``ember.runtime._torch`` (which re-exports these names for the rest of the runtime). A
+torch upgrade that moves one of these touches only this file.
+"""
+
+from __future__ import annotations
+
+from typing import TypeGuard
+
+import torch
+
+OpOverload = torch._ops.OpOverload
+"""One overload of an operator (``torch.ops.aten.add.Tensor``)."""
+
+__all__ = ["OpOverload", "is_op_overload", "op_schema", "overload_name"]
+
+
+def is_op_overload(value: object) -> TypeGuard[OpOverload]:
+    """True for one overload of a registered operator (not a packet, not a function)."""
+    return isinstance(value, OpOverload)
+
+
+def op_schema(op: OpOverload) -> torch.FunctionSchema:
+    """The schema of ``op``: its arguments, returns and their alias annotations."""
+    return op._schema
+
+
+def overload_name(op: OpOverload) -> str:
+    """The overload part of ``op``'s name (``Tensor`` for ``aten::add.Tensor``;
+    ``default`` for the unnamed overload)."""
+    return op._overloadname or "default"
