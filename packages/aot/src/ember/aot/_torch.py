@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch._decomp import core_aten_decompositions  # torch's Core ATen decomposition table
 from torch._decomp import decomposition_table as _all_decompositions  # every registered one
+from torch._ops import OpOverload  # one overload of an operator: torch.ops.aten.add.Tensor
 from torch._subclasses.fake_tensor import (  # fake tensors cannot compute these
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -23,7 +24,7 @@ DATA_DEPENDENT_ERRORS: tuple[type[Exception], ...] = (
     DataDependentOutputException, DynamicOutputShapeException)
 
 __all__ = [
-    "DATA_DEPENDENT_ERRORS", "TorchDispatchMode", "current_autograd_node", "decomposition_table_for_core_aten", "has_composite_implicit_kernel",
+    "DATA_DEPENDENT_ERRORS", "OpOverload", "TorchDispatchMode", "current_autograd_node", "decomposition_table_for_core_aten", "has_composite_implicit_kernel",
     "is_core_op",
 ]
 

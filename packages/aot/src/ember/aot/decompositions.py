@@ -8,10 +8,12 @@ from typing import Any
 
 import torch
 
-EMBER_DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable[..., Any]] = {}
+from ember.aot._torch import OpOverload
+
+EMBER_DECOMPOSITIONS: dict[OpOverload, Callable[..., Any]] = {}
 
 
-def register(op: torch._ops.OpOverload) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def register(op: OpOverload) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         EMBER_DECOMPOSITIONS[op] = fn
         return fn

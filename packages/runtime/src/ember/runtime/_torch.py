@@ -16,12 +16,20 @@ from torch._subclasses.fake_tensor import (  # tensors with metadata and no data
 )
 from torch.utils._python_dispatch import TorchDispatchMode  # a Python dispatch hook
 
+# The IR layer's own private-API helpers (operator overloads and their schemas); the IR
+# cannot import this module, so they live in ember.runtime.ir._torch.
+from ember.runtime.ir._torch import OpOverload, is_op_overload, op_schema, overload_name
+
 __all__ = [
     "FakeTensor",
     "assert_async",
     "FakeTensorMode",
+    "OpOverload",
     "TorchDispatchMode",
     "is_fake",
+    "is_op_overload",
+    "op_schema",
+    "overload_name",
     "pytree",
     "unset_fake_temporarily",
 ]

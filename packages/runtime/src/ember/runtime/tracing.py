@@ -62,6 +62,8 @@ from ember.runtime._torch import (
     FakeTensorMode,
     TorchDispatchMode,
     is_fake,
+    is_op_overload,
+    op_schema,
     unset_fake_temporarily,
 )
 from ember.runtime.ir import (
@@ -268,9 +270,9 @@ class GraphRecorder:
     # ---- recording ops ----------------------------------------------------------------
 
     def _record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not isinstance(func, torch._ops.OpOverload):
+        if not is_op_overload(func):
             raise RecordingError(f"cannot record {func!r}: not an ATen operator overload")
-        namespace, _, rest = func._schema.name.partition("::")
+        namespace, _, rest = op_schema(func).name.partition("::")
         if self._paused or namespace == "prim" or rest in _METADATA_QUERIES:
             return func(*args, **kwargs)
         decomposition = self.decompositions.get(func)
@@ -442,7 +444,7 @@ class GraphRecorder:
 
 
 def _is_pure_view(target: str) -> bool:
-    schema = resolve_op(target)._schema
+    schema = op_schema(resolve_op(target))
     return not schema.is_mutable and any(
         r.alias_info is not None for r in schema.returns
     )

@@ -6,18 +6,18 @@ import functools
 
 import torch
 
+from ember.runtime.ir._torch import OpOverload, is_op_overload, op_schema, overload_name
 from ember.runtime.ir.errors import IRFormatError
 
 
-def qualified_name(op: torch._ops.OpOverload) -> str:
+def qualified_name(op: OpOverload) -> str:
     """``torch.ops.aten.add.Tensor`` -> ``aten::add.Tensor``."""
-    schema_name = op._schema.name  # "aten::add"
-    overload = op._overloadname or "default"
-    return f"{schema_name}.{overload}"
+    schema_name = op_schema(op).name  # "aten::add"
+    return f"{schema_name}.{overload_name(op)}"
 
 
 @functools.lru_cache(maxsize=None)
-def resolve_op(target: str) -> torch._ops.OpOverload:
+def resolve_op(target: str) -> OpOverload:
     """``aten::add.Tensor`` -> ``torch.ops.aten.add.Tensor``.
 
     Raises:
@@ -34,6 +34,6 @@ def resolve_op(target: str) -> torch._ops.OpOverload:
         op = getattr(packet, overload)
     except (AttributeError, RuntimeError) as e:
         raise IRFormatError(f"unknown operator {target!r}: not registered in torch.ops") from e
-    if not isinstance(op, torch._ops.OpOverload):
+    if not is_op_overload(op):
         raise IRFormatError(f"unknown operator {target!r}: not an operator overload")
     return op
