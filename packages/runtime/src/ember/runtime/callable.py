@@ -154,6 +154,7 @@ class ProgramCallable:
                 f"forward graph has {n_outputs} outputs but the signature labels {len(specs)}"
             )
         positions = {p.name: i for i, p in enumerate(graph.placeholders)}
+        self._n_placeholders = len(positions)
         self._copy_back: list[tuple[int, int]] = []  # (output index, input index)
         self._visible: list[int] = []
         for i, spec in enumerate(specs):
@@ -214,7 +215,10 @@ class ProgramCallable:
         return self._training is not None
 
     def __call__(self, inputs: Sequence[Any]) -> list[Any]:
-        full = bind_inputs(self.program, "forward", inputs)
+        # NOTE: every placeholder's value given (the frontend's case) needs no binding;
+        # bind_inputs would scan the graph's nodes on every call to find that out.
+        full = (list(inputs) if len(inputs) == self._n_placeholders
+                else bind_inputs(self.program, "forward", inputs))
         if self._mutated or self._input_aliases:
             self._check_input_aliasing(full)
         if self._training is not None and torch.is_grad_enabled() and any(
