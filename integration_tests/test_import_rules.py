@@ -5,6 +5,8 @@
   ``torch._functorch``, ``torch.export``, ``torch.compile``, ``make_fx``.
 - ``ember`` is a PEP 420 namespace: no ``ember/__init__.py`` in any package.
 - Each stage's pyproject depends on ``ember-runtime`` and on no other stage.
+- No import cycles inside a package: module-level and function-level imports count,
+  ``if TYPE_CHECKING:`` imports do not; a failure prints the cycle with file and line.
 
 Imports are found in the AST (``import``, ``from ... import``, relative imports resolved,
 ``importlib.import_module("...")`` / ``__import__("...")`` with a constant name), and so
@@ -16,68 +18,28 @@ from __future__ import annotations
 import ast
 import re
 import tomllib
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from source_scan import (
+    ALL_PACKAGES,
+    PACKAGES,
+    REPO,
+    STAGES,
+    Violation,
+    dotted,
+    imported_modules,
+    imports_of,
+    module_name,
+    relative,
+    source_files,
+    within,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-PACKAGES = REPO / "packages"
-STAGES = ("frontend", "aot", "inductor")
-ALL_PACKAGES = ("runtime", *STAGES)
 FORBIDDEN_TORCH = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.export")
 FORBIDDEN_CALLS = ("torch.compile", "make_fx")
-
-
-@dataclass(frozen=True)
-class Violation:
-    file: str
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.message}"
-
-
-def _dotted(node: ast.expr) -> str | None:
-    """``torch._dynamo.reset`` -> "torch._dynamo.reset"; None for anything else."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
-def _within(module: str, prefix: str) -> bool:
-    return module == prefix or module.startswith(prefix + ".")
-
-
-def imported_modules(tree: ast.AST, module_name: str) -> list[tuple[int, str]]:
-    """(line, absolute module name) for every import in ``tree``; ``from a import b``
-    yields both ``a`` and ``a.b`` (b may be a submodule)."""
-    found: list[tuple[int, str]] = []
-    package = module_name.rsplit(".", 1)[0]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
-            found.append((node.lineno, base))
-            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
-        elif isinstance(node, ast.Call):
-            callee = _dotted(node.func) or ""
-            if callee.split(".")[-1] in ("import_module", "__import__") and node.args:
-                first = node.args[0]
-                if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    found.append((node.lineno, first.value))
-    return found
 
 
 def check_source(source: str, module_name: str, owner: str, file: str) -> list[Violation]:
@@ -87,41 +49,29 @@ def check_source(source: str, module_name: str, owner: str, file: str) -> list[V
     forbidden_stages = [s for s in STAGES if s != owner]
     for line, module in imported_modules(tree, module_name):
         for stage in forbidden_stages:
-            if _within(module, f"ember.{stage}"):
+            if within(module, f"ember.{stage}"):
                 who = "the runtime" if owner == "runtime" else f"stage {owner!r}"
                 violations.append(Violation(file, line, f"{who} imports {module} "
                                                         f"(stage {stage!r})"))
         for prefix in FORBIDDEN_TORCH:
-            if _within(module, prefix):
+            if within(module, prefix):
                 violations.append(Violation(file, line, f"imports {module}"))
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
-            chain = _dotted(node) or ""
+            chain = dotted(node) or ""
             for prefix in FORBIDDEN_TORCH:
                 # Report the shortest chain only (the inner Attribute of a longer one).
                 if chain == prefix:
                     violations.append(Violation(file, node.lineno, f"uses {chain}"))
         if isinstance(node, ast.Call):
-            callee = _dotted(node.func) or ""
+            callee = dotted(node.func) or ""
             if callee in FORBIDDEN_CALLS or callee.endswith(".make_fx"):
                 violations.append(Violation(file, node.lineno, f"calls {callee}"))
     return violations
 
 
 def _source_files() -> list[tuple[str, Path]]:
-    files = []
-    for owner in ALL_PACKAGES:
-        src = PACKAGES / owner / "src"
-        files += [(owner, p) for p in sorted(src.rglob("*.py"))]
-    return files
-
-
-def _module_name(path: Path, owner: str) -> str:
-    relative = path.relative_to(PACKAGES / owner / "src").with_suffix("")
-    parts = list(relative.parts)
-    if parts[-1] == "__init__":
-        parts = [*parts[:-1], "__init__"]  # so that relative imports anchor on the package
-    return ".".join(parts)
+    return [(owner, path) for owner in ALL_PACKAGES for path in source_files(owner)]
 
 
 def test_sources_were_found() -> None:
@@ -132,8 +82,8 @@ def test_sources_were_found() -> None:
 def test_no_forbidden_imports_or_calls() -> None:
     violations: list[Violation] = []
     for owner, path in _source_files():
-        violations += check_source(path.read_text(), _module_name(path, owner), owner,
-                                   str(path.relative_to(REPO)))
+        violations += check_source(path.read_text(), module_name(path, owner), owner,
+                                   relative(path))
     assert not violations, "import rules broken:\n" + "\n".join(map(str, violations))
 
 
@@ -164,6 +114,156 @@ def test_pyproject_dependencies(owner: str) -> None:
         assert "ember-runtime" not in deps and "torch" in deps
     else:
         assert "ember-runtime" in deps, f"{owner} must depend on ember-runtime"
+
+
+# -- no import cycles inside a package ---------------------------------------------------
+
+ImportGraph = dict[str, dict[str, int]]
+"""module -> {module of the same package it imports: line of the first such import}"""
+
+
+def _graph_node(module: str) -> str:
+    return module.removesuffix(".__init__")
+
+
+def import_graph(sources: Mapping[str, str]) -> ImportGraph:
+    """The imports between the modules of one package. ``sources`` maps a module name (a
+    package's ``__init__`` as ``pkg.__init__``) to its source text. Module-level and
+    function-level imports count (a function-level import only postpones the cycle);
+    imports under ``if TYPE_CHECKING:`` do not. ``from a import b`` is an import of the
+    module ``a.b`` where there is one, else of ``a``; importing ``a.b`` is not counted as
+    importing ``a`` (every module would then import its package's ``__init__``)."""
+    known = {_graph_node(name) for name in sources}
+    graph: ImportGraph = {}
+    for name, text in sources.items():
+        node = _graph_node(name)
+        edges: dict[str, int] = {}
+        for imp in imports_of(ast.parse(text), name, skip_type_checking=True):
+            target = next((c for c in imp.candidates if c in known), None)
+            if target is not None and target != node:
+                edges.setdefault(target, imp.line)
+        graph[node] = edges
+    return graph
+
+
+def _strongly_connected(graph: ImportGraph) -> list[set[str]]:
+    """Tarjan's components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def _shortest_cycle(graph: ImportGraph, start: str, within_set: set[str]) -> list[str]:
+    previous: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for target in sorted(graph[node]):
+            if target == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(previous[path[-1]])
+                return list(reversed(path))
+            if target in within_set and target not in previous:
+                previous[target] = node
+                queue.append(target)
+    raise AssertionError(f"{start} is in a cycle but none returns to it")
+
+
+def find_cycles(graph: ImportGraph) -> list[tuple[list[str], set[str]]]:
+    """The import cycles of ``graph``, one for each set of modules that import each other
+    (a strongly connected component): the shortest cycle in it, starting at its smallest
+    module name, and the whole set."""
+    found: list[tuple[list[str], set[str]]] = []
+    for component in _strongly_connected(graph):
+        cycles = [_shortest_cycle(graph, start, component) for start in sorted(component)]
+        shortest = min(cycles, key=len)
+        first = shortest.index(min(shortest))
+        found.append((shortest[first:] + shortest[:first], component))
+    return found
+
+
+def describe_cycle(cycle: list[str], component: set[str], graph: ImportGraph,
+                   files: Mapping[str, str]) -> str:
+    """``a -> b (a.py:3) -> a (b.py:7)``: each arrow names the importing file and line;
+    then the other modules tied up in the same knot, if any."""
+    steps = [cycle[0]]
+    for source, target in zip(cycle, [*cycle[1:], cycle[0]]):
+        steps.append(f"{target} ({files.get(source, source)}:{graph[source][target]})")
+    text = " -> ".join(steps)
+    others = sorted(component - set(cycle))
+    if others:
+        text += f"\n    and {len(others)} more modules in cycles with these: {', '.join(others)}"
+    return text
+
+
+def _package_sources(owner: str) -> tuple[dict[str, str], dict[str, str]]:
+    sources: dict[str, str] = {}
+    files: dict[str, str] = {}
+    for path in source_files(owner):
+        name = module_name(path, owner)
+        sources[name] = path.read_text()
+        files[_graph_node(name)] = relative(path)
+    return sources, files
+
+
+# NOTE: the cycles that were there when this rule came (issue #13), each named by the
+# modules tied up in it. A cycle among other modules fails the test, and so does an entry
+# here that is gone: delete it, so that the list only shrinks.
+KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {
+    "runtime": [],
+    "frontend": [],
+    "aot": [],
+    "inductor": [],
+}
+
+
+def unexpected_cycles(found: list[tuple[list[str], set[str]]],
+                      known: list[frozenset[str]]) -> tuple[list[int], list[frozenset[str]]]:
+    """(indices into ``found`` of cycles no known entry covers, known entries that no
+    longer match any cycle). A known entry covers a knot of the same or fewer modules."""
+    new = [i for i, (_, component) in enumerate(found)
+           if not any(component <= entry for entry in known)]
+    stale = [entry for entry in known
+             if not any(component <= entry for _, component in found)]
+    return new, stale
+
+
+@pytest.mark.parametrize("owner", ALL_PACKAGES)
+def test_no_import_cycles(owner: str) -> None:
+    sources, files = _package_sources(owner)
+    graph = import_graph(sources)
+    found = find_cycles(graph)
+    new, stale = unexpected_cycles(found, KNOWN_CYCLES[owner])
+    cycles = [describe_cycle(*found[i], graph, files) for i in new]
+    assert not cycles, f"import cycles in ember-{owner}:\n" + "\n".join(cycles)
+    assert not stale, (f"these ember-{owner} modules no longer import each other in a "
+                       f"cycle: delete them from KNOWN_CYCLES: {[sorted(e) for e in stale]}")
 
 
 # -- the checker itself catches what it should ----------------------------------------
@@ -199,3 +299,66 @@ def test_checker_flags(source: str, owner: str, expected: str) -> None:
 ])
 def test_checker_allows(source: str, owner: str) -> None:
     assert check_source(source, f"ember.{owner}.mod", owner, "x.py") == []
+
+
+_CYCLES = [
+    # module level, both ways
+    ({"p.a": "from p import b", "p.b": "import p.a"}, ["p.a", "p.b"]),
+    # a function-level import only postpones the cycle
+    ({"p.a": "def f():\n    from p.b import x", "p.b": "from p.a import y"}, ["p.a", "p.b"]),
+    # relative imports, from a module and from a package's __init__
+    ({"p.a": "from . import b", "p.b": "from .a import x"}, ["p.a", "p.b"]),
+    ({"p.__init__": "from .a import x", "p.a": "from p import y"}, ["p", "p.a"]),
+    # importlib with a constant name
+    ({"p.a": "import importlib\nimportlib.import_module('p.b')", "p.b": "import p.a"},
+     ["p.a", "p.b"]),
+    # three modules; the else branch of a TYPE_CHECKING test runs
+    ({"p.a": "import p.b", "p.b": "import p.c",
+      "p.c": "if TYPE_CHECKING:\n    pass\nelse:\n    import p.a"}, ["p.a", "p.b", "p.c"]),
+]
+
+
+@pytest.mark.parametrize(("sources", "cycle"), _CYCLES)
+def test_cycle_checker_flags(sources: dict[str, str], cycle: list[str]) -> None:
+    graph = import_graph(sources)
+    assert [c for c, _ in find_cycles(graph)] == [cycle]
+    files = {node: f"{node}.py" for node in graph}
+    text = describe_cycle(cycle, set(cycle), graph, files)
+    first, last = (re.escape(name) for name in (cycle[0], cycle[-1]))
+    assert re.match(rf"{first} -> {re.escape(cycle[1])} \({first}\.py:\d+\) -> ", text)
+    assert re.search(rf" -> {first} \({last}\.py:\d+\)$", text)
+
+
+def test_cycle_checker_names_every_module_of_a_knot() -> None:
+    sources = {"p.a": "import p.b\nimport p.c", "p.b": "import p.a", "p.c": "import p.d",
+               "p.d": "import p.a"}
+    graph = import_graph(sources)
+    [(cycle, component)] = find_cycles(graph)
+    assert cycle == ["p.a", "p.b"] and component == {"p.a", "p.b", "p.c", "p.d"}
+    text = describe_cycle(cycle, component, graph, {})
+    assert text == "p.a -> p.b (p.a:1) -> p.a (p.b:1)\n    and 2 more modules in cycles " \
+                   "with these: p.c, p.d"
+
+
+@pytest.mark.parametrize("sources", [
+    # imports for type checking only
+    {"p.a": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.b import B",
+     "p.b": "from p.a import A"},
+    {"p.a": "import typing\nif typing.TYPE_CHECKING:\n    import p.b", "p.b": "import p.a"},
+    # a chain; a submodule imported through its package; modules of other packages
+    {"p.a": "import p.b", "p.b": "from p import c", "p.c": "import torch\nimport q.a",
+     "p.__init__": ""},
+    # a module importing itself is no cycle
+    {"p.a": "from p.a import x"},
+])
+def test_cycle_checker_allows(sources: dict[str, str]) -> None:
+    assert find_cycles(import_graph(sources)) == []
+
+
+def test_known_cycles_only_shrink() -> None:
+    found = find_cycles(import_graph({"p.a": "import p.b", "p.b": "import p.a",
+                                      "p.c": "import p.d", "p.d": "import p.c"}))
+    known = [frozenset({"p.a", "p.b", "p.x"}), frozenset({"p.y", "p.z"})]
+    new, stale = unexpected_cycles(found, known)
+    assert [found[i][0] for i in new] == [["p.c", "p.d"]]
+    assert stale == [frozenset({"p.y", "p.z"})]
