@@ -1,5 +1,7 @@
-"""What an operator does to its arguments, read from its schema: views, mutations, and
-the functional operator that replaces a mutating one.
+"""What an operator does to its arguments, read from its schema: in-place views,
+mutations, and the functional operator that replaces a mutating one. (The questions
+every stage asks, such as whether an op is a view or is pure, are the runtime's:
+:mod:`ember.runtime.ir.op_queries`; ``is_view`` is re-exported here.)
 
 The schema's alias annotations say it: ``Tensor(a!) self`` is written in place,
 ``-> Tensor(a)`` returns a view of the argument annotated ``(a)``. A few ops mutate
@@ -13,7 +15,14 @@ import functools
 from dataclasses import dataclass
 
 import torch
-from ember.runtime.ir import Argument, IRFormatError, normalize_argument, resolve_op
+from ember.runtime.ir import (
+    Argument,
+    IRFormatError,
+    is_view,
+    normalize_argument,
+    operator_schema,
+    resolve_op,
+)
 
 
 @dataclass(frozen=True)
@@ -41,17 +50,6 @@ UNANNOTATED_MUTATIONS: dict[str, tuple[tuple[int, ...], int, str]] = {
         (3, 4), 5, "aten::_native_batch_norm_legit_functional.default"
     ),
 }
-
-
-@functools.cache
-def is_view(target: str) -> bool:
-    """True if the op returns a view of (one of) its arguments."""
-    schema = resolve_op(target)._schema
-    for ret in schema.returns:
-        info = ret.alias_info
-        if info is not None and not info.is_write:
-            return True
-    return False
 
 
 @functools.cache
@@ -85,7 +83,7 @@ def mutated_positions(target: str, args: tuple[object, ...]) -> tuple[int, ...]:
 
 @functools.cache
 def _annotated_writes(target: str) -> tuple[int, ...]:
-    schema = resolve_op(target)._schema
+    schema = operator_schema(target)
     written: list[int] = []
     for i, arg in enumerate(schema.arguments):
         if arg.alias_info is not None and arg.alias_info.is_write and not arg.kwarg_only:
@@ -106,7 +104,7 @@ class OutVariant:
 @functools.cache
 def out_arguments(target: str) -> tuple[str, ...]:
     """Names of the keyword-only arguments ``target`` writes (its ``out=`` arguments)."""
-    schema = resolve_op(target)._schema
+    schema = operator_schema(target)
     return tuple(a.name for a in schema.arguments
                  if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
 
@@ -120,7 +118,7 @@ def out_variant_of(target: str) -> OutVariant:
     Raises:
         IRFormatError: if torch registers no such overload.
     """
-    schema = resolve_op(target)._schema
+    schema = operator_schema(target)
     outs = out_arguments(target)
     kept = [a for a in schema.arguments if a.name not in outs]
     namespace, rest = target.split("::", 1)
@@ -128,11 +126,10 @@ def out_variant_of(target: str) -> OutVariant:
     tried: list[str] = []
     for overload in _overloads(namespace, name):
         candidate = f"{namespace}::{name}.{overload}"
-        variant = _resolve_or_none(candidate)
-        if candidate == target or variant is None:
+        v = _schema_or_none(candidate)
+        if candidate == target or v is None:
             continue
         tried.append(candidate)
-        v = variant._schema
         if (any(a.alias_info is not None and a.alias_info.is_write for a in v.arguments)
                 or len(v.arguments) != len(kept) or len(v.returns) != len(outs)):
             continue
@@ -158,11 +155,10 @@ def mutation_of(target: str) -> Mutation:
     special = UNANNOTATED_MUTATIONS.get(target)
     if special is not None:
         positions, _, functional = special
-        n_plain = len(resolve_op(target)._schema.returns)
+        n_plain = len(operator_schema(target).returns)
         return Mutation(functional, tuple((p, n_plain + k) for k, p in enumerate(positions)),
                         ())
-    op = resolve_op(target)
-    schema = op._schema
+    schema = operator_schema(target)
     written = _annotated_writes(target)
     aliased: list[tuple[int, int]] = []
     for j, ret in enumerate(schema.returns):
@@ -181,10 +177,10 @@ def mutation_of(target: str) -> Mutation:
     candidates += [f"{namespace}::{stem}_functional.{o}"
                    for o in _overloads(namespace, f"{stem}_functional")]
     for candidate in candidates:
-        variant = _resolve_or_none(candidate)
-        if variant is None or not _same_arguments(schema, variant._schema):
+        variant = _schema_or_none(candidate)
+        if variant is None or not _same_arguments(schema, variant):
             continue
-        n_returns = len(variant._schema.returns)
+        n_returns = len(variant.returns)
         if name.endswith("_") and written == (0,) and n_returns == 1:
             return Mutation(candidate, ((0, None),), tuple(aliased))
         n_plain = len(schema.returns) - len(aliased)
@@ -217,9 +213,9 @@ def _same_arguments(mutating: torch.FunctionSchema, functional: torch.FunctionSc
     )
 
 
-def _resolve_or_none(target: str) -> torch._ops.OpOverload | None:
+def _schema_or_none(target: str) -> torch.FunctionSchema | None:
     try:
-        return resolve_op(target)
+        return operator_schema(target)
     except IRFormatError:
         return None
 
@@ -230,7 +226,7 @@ def with_defaults(target: str, args: tuple[Argument, ...],
     filled in from the schema's defaults (torch drops trailing defaults when it
     dispatches; the functional variant may not share them: ``bernoulli_.float`` has
     ``p=0.5``, ``bernoulli.p`` has no default)."""
-    schema = resolve_op(target)._schema
+    schema = operator_schema(target)
     filled = list(args)
     for arg in schema.arguments[len(args):]:
         if arg.kwarg_only or arg.name in kwargs or not arg.has_default_value():

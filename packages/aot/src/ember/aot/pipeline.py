@@ -31,7 +31,6 @@ from typing import Any
 
 import torch
 from ember.aot._torch import DATA_DEPENDENT_ERRORS, decomposition_table_for_core_aten
-from ember.aot.cleanup import eliminate_common_subexpressions, eliminate_dead_code
 from ember.aot.config import AotConfig
 from ember.aot.decompositions import EMBER_DECOMPOSITIONS
 from ember.aot.extern_ops import declare_extern_ops
@@ -46,6 +45,8 @@ from ember.runtime.ir import (
     Program,
     TensorMeta,
     VerificationError,
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
 )
 from ember.runtime.ir.verifier import CORE_FUNCTIONAL_EXTRA_OPS
 from ember.runtime.stages import StageDeclined

@@ -79,8 +79,9 @@ from ember.runtime.ir import (
     SourceLocation,
     TensorMeta,
     ValueRef,
+    is_view,
     qualified_name,
-    resolve_op,
+    writes_arguments,
 )
 from ember.runtime.tracing_source import user_source_location
 
@@ -444,10 +445,7 @@ class GraphRecorder:
 
 
 def _is_pure_view(target: str) -> bool:
-    schema = op_schema(resolve_op(target))
-    return not schema.is_mutable and any(
-        r.alias_info is not None for r in schema.returns
-    )
+    return is_view(target) and not writes_arguments(target)
 
 
 def _meta_of(result: Any, target: str) -> Meta:

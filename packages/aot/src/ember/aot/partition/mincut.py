@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ember.aot.config import AotConfig
 from ember.aot.partition.maxflow import INFINITE, FlowNetwork
-from ember.runtime.ir import Argument, Graph, Node, ScalarMeta, TensorMeta, ValueRef, resolve_op
+from ember.runtime.ir import Argument, Graph, Node, ScalarMeta, TensorMeta, ValueRef, is_random
 
 # Ops whose results are never recomputed in the backward graph: they cost much more to
 # recompute than to save.
@@ -54,10 +54,7 @@ class Partition:
 def value_bytes(meta: object) -> int:
     """The bytes a value takes (sum over the results of a node with several)."""
     if isinstance(meta, TensorMeta):
-        numel = 1
-        for s in meta.sizes:
-            numel *= int(s)
-        return numel * meta.dtype.itemsize
+        return meta.nbytes
     if isinstance(meta, ScalarMeta):
         return 8
     if isinstance(meta, tuple):
@@ -71,8 +68,7 @@ def is_recomputable(node: Node, graph_meta: Mapping[str, object], config: AotCon
         return node.op in ("constant", "get_attr")
     if node.target in COMPUTE_BOUND_OPS:
         return False
-    op = resolve_op(node.target)
-    if any(t.name == "nondeterministic_seeded" for t in op.tags):
+    if is_random(node.target):
         return False
     if _is_reduction(node):
         biggest = max((_numel(graph_meta.get(r.node), r.index) for r in node.inputs()),
@@ -93,10 +89,7 @@ def _numel(meta: object, index: int | None) -> int:
     if isinstance(meta, tuple) and index is not None:
         meta = meta[index]
     if isinstance(meta, TensorMeta):
-        n = 1
-        for s in meta.sizes:
-            n *= int(s)
-        return n
+        return meta.numel
     return 0
 
 

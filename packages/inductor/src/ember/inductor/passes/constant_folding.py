@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ember.inductor.passes.common import is_pure
-from ember.runtime.ir import Argument, Node, Program, TensorMeta, ValueRef, resolve_op
+from ember.runtime.ir import Argument, Node, Program, TensorMeta, ValueRef, is_pure, resolve_op
 
 # Fold only results up to this many elements (bigger constants bloat the artifact).
 MAX_FOLDED_NUMEL = 64
@@ -40,12 +39,9 @@ def constant_folding(program: Program) -> Program:
             if any(r.node not in known or r.index is not None for r in refs):
                 continue
             meta = node.meta
-            if not isinstance(meta, TensorMeta) or any(not isinstance(s, int) for s in meta.sizes):
+            if not isinstance(meta, TensorMeta) or not meta.is_static:
                 continue
-            numel = 1
-            for s in meta.sizes:
-                numel *= int(s)
-            if numel > MAX_FOLDED_NUMEL or meta.device.type != "cpu":
+            if meta.numel > MAX_FOLDED_NUMEL or meta.device.type != "cpu":
                 continue
             try:
                 value = resolve_op(node.target)(

@@ -12,9 +12,10 @@ from typing import Any
 import torch
 from ember.runtime.compiled.wrapper_support import make_namespace
 from ember.runtime.config import config
-from ember.runtime.ir import IRFormatError, Program
+from ember.runtime.ir import IRFormatError, Program, VerificationError
 from ember.runtime.ir.effects import check_may_run_code
 from ember.runtime.ir.limits import LoadLimits
+from ember.runtime.ir.verifier import register_program_check
 
 # Kernel languages and the launcher module for each (``load_kernel(entry, files)``).
 LAUNCHERS = {"cpp": "ember.runtime.compiled.cpp_launcher",
@@ -45,6 +46,35 @@ def graph_entry(program: Program, graph_name: str) -> dict[str, Any]:
                             f"{entry['wrapper']!r} is not in the program's files")
     return entry
 
+
+def verify_compiled(program: Program) -> None:
+    """The ``compiled`` dialect's rules (README.md here): every graph has its entry with
+    a wrapper file in ``program.files``, and each kernel a known language and a source
+    file. :func:`ember.runtime.ir.verify` runs it for ``dialect="compiled"``.
+
+    Raises:
+        VerificationError: naming the graph, kernel and missing or malformed part.
+    """
+    if program.dialect != "compiled":
+        raise VerificationError(f"expected a compiled program, got dialect {program.dialect!r}")
+    for name in program.graphs:
+        try:
+            entry = graph_entry(program, name)
+        except IRFormatError as e:
+            raise VerificationError(f"graph {name!r}: {e}") from None
+        for kernel in entry["kernels"]:
+            if not isinstance(kernel, dict):
+                raise VerificationError(f"graph {name!r}: malformed kernel entry {kernel!r}")
+            label = f"graph {name!r}, kernel {kernel.get('name')!r}"
+            if kernel.get("lang") not in LAUNCHERS:
+                raise VerificationError(f"{label}: unknown language {kernel.get('lang')!r}; "
+                                        f"known: {', '.join(sorted(LAUNCHERS))}")
+            if kernel.get("source") not in program.files:
+                raise VerificationError(f"{label}: source file {kernel.get('source')!r} "
+                                        "is not in program.files")
+
+
+register_program_check("compiled", verify_compiled)
 
 def load_kernels(program: Program, entry: dict[str, Any]) -> dict[str, Callable[..., None]]:
     """The callables of a graph's kernels, by name."""

@@ -1,5 +1,10 @@
 """Ember IR: the one graph format the four stages exchange (docs/ir-contract.md)."""
 
+from ember.runtime.ir.cleanup import (
+    drop_unreferenced_tensors,
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+)
 from ember.runtime.ir.errors import IRError, IRFormatError, VerificationError
 from ember.runtime.ir.graph import (
     DIALECTS,
@@ -22,6 +27,14 @@ from ember.runtime.ir.graph import (
     ValueRef,
     normalize_argument,
 )
+from ember.runtime.ir.op_queries import (
+    has_side_effects,
+    is_pure,
+    is_random,
+    is_view,
+    operator_schema,
+    writes_arguments,
+)
 from ember.runtime.ir.ops import qualified_name, resolve_op
 from ember.runtime.ir.parser import parse_program
 from ember.runtime.ir.printer import print_graph, print_program
@@ -36,6 +49,9 @@ __all__ = [
     "Signature", "SourceLocation", "SymbolRange", "SymInt", "TensorMeta", "ValueRef",
     "VerificationError", "normalize_argument", "qualified_name", "resolve_op",
     "verify",
+    "drop_unreferenced_tensors", "eliminate_common_subexpressions", "eliminate_dead_code",
+    "has_side_effects", "is_pure", "is_random", "is_view", "operator_schema",
+    "writes_arguments",
     "SCHEMA_VERSION", "load", "parse_program", "print_graph", "print_program",
     "program_from_json", "program_to_json", "save",
 ]

@@ -99,6 +99,35 @@ class TensorMeta:
     def ndim(self) -> int:
         return len(self.sizes)
 
+    @property
+    def is_static(self) -> bool:
+        """True when every size is an int (no size symbol)."""
+        return all(isinstance(s, int) for s in self.sizes)
+
+    @property
+    def numel(self) -> int:
+        """The number of elements.
+
+        Raises:
+            ValueError: if a size is symbolic (check :attr:`is_static` first).
+        """
+        n = 1
+        for s in self.sizes:
+            if not isinstance(s, int):
+                raise ValueError(f"the tensor's size {s!r} is symbolic: it has no static "
+                                 "number of elements")
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes its elements take (``numel`` times the dtype's item size).
+
+        Raises:
+            ValueError: if a size is symbolic.
+        """
+        return self.numel * self.dtype.itemsize
+
     @staticmethod
     def of(t: torch.Tensor) -> "TensorMeta":
         """The metadata of a (real or fake) tensor with static sizes."""

@@ -27,7 +27,10 @@ Dialect rules (docs/ir-contract.md):
 ``compiled``         the program says ``dialect="compiled"``; every graph has its entry in
                      ``metadata["compiled"]["graphs"]`` with a wrapper file, and each
                      kernel a known language and a source file in ``program.files``
-                     (layout: ``ember/runtime/compiled/README.md``).
+                     (layout: ``ember/runtime/compiled/README.md``). That check lives
+                     with the loader in ``ember.runtime.compiled``, which registers it
+                     (:func:`register_program_check`): the IR layer imports nothing
+                     above itself.
 
 Extern ops (core-functional): an ``aten`` operator that is not Core ATen and that the
 producer could not decompose (torch registers no decomposition of it, e.g. ``median``,
@@ -42,8 +45,10 @@ extern op must not write to its arguments.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import torch
+from ember.runtime.ir._torch import OpOverload, op_schema
 from ember.runtime.ir.errors import IRFormatError, VerificationError
 from ember.runtime.ir.graph import (
     DIALECTS,
@@ -143,8 +148,7 @@ def verify(program: Program, dialect: str | None = None) -> None:
             raise VerificationError(f"signature names graph {name!r}, which the program lacks")
     for name, graph in program.graphs.items():
         _GraphVerifier(program, name, graph, dialect).run()
-    if dialect == "compiled":
-        _verify_compiled(program)
+    _check_program(program, dialect)
 
 
 class _GraphVerifier:
@@ -242,8 +246,8 @@ class _GraphVerifier:
         if self.dialect == "core-functional":
             self.check_core_functional(node, op)
 
-    def check_call_arguments(self, node: Node, op: torch._ops.OpOverload) -> None:
-        arguments = op._schema.arguments
+    def check_call_arguments(self, node: Node, op: OpOverload) -> None:
+        arguments = op_schema(op).arguments
         positional = [a for a in arguments if not a.kwarg_only]
         if len(node.args) > len(positional):
             raise self.fail(node, f"{len(node.args)} positional arguments; the schema takes "
@@ -252,14 +256,14 @@ class _GraphVerifier:
         for key in node.kwargs:
             if key not in names:
                 raise self.fail(node, f"keyword argument {key!r} is not in the schema "
-                                      f"({op._schema})")
+                                      f"({op_schema(op)})")
         given = {a.name for a in positional[: len(node.args)]} | set(node.kwargs)
         for a in arguments:
             if a.name not in given and not a.has_default_value() and not _is_optional(a):
                 raise self.fail(node, f"required argument {a.name!r} is missing")
 
-    def check_call_meta(self, node: Node, op: torch._ops.OpOverload) -> None:
-        returns = op._schema.returns
+    def check_call_meta(self, node: Node, op: OpOverload) -> None:
+        returns = op_schema(op).returns
         kinds = [_return_kind(str(r.type)) for r in returns]
         if not any(k != "other" for k in kinds):
             return
@@ -289,8 +293,8 @@ class _GraphVerifier:
                 raise self.fail(node, f"result {i} is a tensor but its meta is "
                                       f"{type(meta).__name__}, not TensorMeta")
 
-    def check_core_functional(self, node: Node, op: torch._ops.OpOverload) -> None:
-        schema = op._schema
+    def check_core_functional(self, node: Node, op: OpOverload) -> None:
+        schema = op_schema(op)
         if schema.is_mutable:
             written = [a.name for a in schema.arguments
                        if a.alias_info is not None and a.alias_info.is_write]
@@ -405,24 +409,33 @@ def _return_kind(type_text: str) -> str:
     )
 
 
-def _verify_compiled(program: Program) -> None:
-    # NOTE: imported here, not at the top: the loader imports the IR package.
-    from ember.runtime.compiled.loader import LAUNCHERS, graph_entry
+ProgramCheck = Callable[[Program], None]
+"""A dialect's whole-program check: raises VerificationError naming what is wrong."""
 
-    if program.dialect != "compiled":
-        raise VerificationError(f"expected a compiled program, got dialect {program.dialect!r}")
-    for name in program.graphs:
-        try:
-            entry = graph_entry(program, name)
-        except IRFormatError as e:
-            raise VerificationError(f"graph {name!r}: {e}") from None
-        for kernel in entry["kernels"]:
-            if not isinstance(kernel, dict):
-                raise VerificationError(f"graph {name!r}: malformed kernel entry {kernel!r}")
-            label = f"graph {name!r}, kernel {kernel.get('name')!r}"
-            if kernel.get("lang") not in LAUNCHERS:
-                raise VerificationError(f"{label}: unknown language {kernel.get('lang')!r}; "
-                                        f"known: {', '.join(sorted(LAUNCHERS))}")
-            if kernel.get("source") not in program.files:
-                raise VerificationError(f"{label}: source file {kernel.get('source')!r} "
-                                        "is not in program.files")
+# Dialect -> the check of the rules that live above the IR layer (the ``compiled``
+# dialect's artifact layout belongs to ember.runtime.compiled, which registers it when
+# imported; importing ember.runtime imports it).
+_PROGRAM_CHECKS: dict[str, ProgramCheck] = {}
+DIALECTS_CHECKED_ABOVE: tuple[str, ...] = ("compiled",)
+
+
+def register_program_check(dialect: str, check: ProgramCheck) -> None:
+    """Make :func:`verify` run ``check`` on every program verified against ``dialect``
+    (one check per dialect; registering again replaces it).
+
+    Raises:
+        VerificationError: if ``dialect`` is not one of :data:`DIALECTS`.
+    """
+    if dialect not in DIALECTS:
+        raise VerificationError(f"cannot register a check for unknown dialect {dialect!r}; "
+                                f"dialects: {', '.join(DIALECTS)}")
+    _PROGRAM_CHECKS[dialect] = check
+
+
+def _check_program(program: Program, dialect: str) -> None:
+    check = _PROGRAM_CHECKS.get(dialect)
+    if check is not None:
+        check(program)
+    elif dialect in DIALECTS_CHECKED_ABOVE:
+        raise VerificationError(f"no check is registered for the {dialect!r} dialect; "
+                                "import ember.runtime.compiled, which registers it")

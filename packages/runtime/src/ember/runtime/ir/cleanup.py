@@ -1,0 +1,115 @@
+"""Graph clean-ups every stage shares: dead-code elimination, common-subexpression
+elimination and dropping the tensors nothing names any more.
+
+Which calls a clean-up may touch is decided by :func:`~ember.runtime.ir.op_queries.is_pure`
+alone: a call with side effects (asserts, writes to arguments, printing) or a random
+call stays even when nobody reads it, and is never merged with another.
+
+NOTE: a random call whose result nobody reads still stays: it advances the generator,
+so removing it would change what every later random call draws (``eager_random``
+reproduces eager's streams only if each draw happens).
+
+When two calls are equal (CSE), as a table of argument kinds:
+
+======================  ================================================================
+argument                equal to another when
+======================  ================================================================
+``ValueRef``            it names the same value (after earlier merges are applied)
+``float``               same type and same IEEE-754 bit pattern: ``nan`` equals ``nan``
+                        of the same payload, ``0.0`` differs from ``-0.0``
+``complex``             same type and same bit patterns of both parts
+``bool``/``int``/...    same type and ``==``: ``1``, ``1.0`` and ``True`` all differ
+``tuple``               same length and equal items
+keyword arguments       same names with equal values, in any order
+======================  ================================================================
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ember.runtime.ir.graph import Argument, Graph, Node, Program, ValueRef
+from ember.runtime.ir.op_queries import is_pure
+
+__all__ = ["argument_key", "drop_unreferenced_tensors", "eliminate_common_subexpressions",
+           "eliminate_dead_code", "is_removable"]
+
+_STORED = ("constant", "get_attr")
+
+
+def is_removable(node: Node) -> bool:
+    """True if ``node`` may be dropped when nobody reads its value: a ``constant`` or
+    ``get_attr`` node, or a call of a pure operator. Placeholders are the graph's
+    interface and the output node its result: they always stay."""
+    return node.op in _STORED or (node.op == "call" and is_pure(node.target))
+
+
+def eliminate_dead_code(graph: Graph) -> Graph:
+    """A copy of ``graph`` without the removable nodes (:func:`is_removable`) whose
+    values nobody reads, directly or through other removed nodes."""
+    used: set[str] = set()
+    kept: list[Node] = []
+    for node in reversed(graph.nodes):
+        if is_removable(node) and node.name not in used:
+            continue
+        kept.append(_copy(node))
+        used.update(r.node for r in node.inputs())
+    return Graph(kept[::-1], dict(graph.symbols))
+
+
+def argument_key(a: Argument) -> object:
+    """A hashable key of argument ``a``: two arguments have equal keys exactly when CSE
+    treats them as equal (the table in this module's docstring)."""
+    if isinstance(a, tuple):
+        return (tuple, tuple(argument_key(x) for x in a))
+    if isinstance(a, float):
+        return (float, struct.pack("<d", a))
+    if isinstance(a, complex):
+        return (complex, struct.pack("<dd", a.real, a.imag))
+    return (type(a), a)
+
+
+def _call_key(node: Node) -> tuple[object, ...]:
+    kwargs = tuple(sorted((k, argument_key(v)) for k, v in node.kwargs.items()))
+    return (node.target, argument_key(node.args), kwargs)
+
+
+def eliminate_common_subexpressions(graph: Graph) -> Graph:
+    """A copy of ``graph`` in which a pure call equal to an earlier one (same operator,
+    equal arguments after earlier merges) is removed and its uses read the earlier
+    call's results. Impure and random calls are never merged."""
+    seen: dict[tuple[object, ...], str] = {}
+    mapping: dict[ValueRef, Argument] = {}
+    out: list[Node] = []
+    for original in graph.nodes:
+        node = _copy(original)
+        if mapping:
+            node.replace_refs(mapping)
+        if node.op == "call" and is_pure(node.target):
+            key = _call_key(node)
+            earlier = seen.get(key)
+            if earlier is not None:
+                mapping[ValueRef(node.name)] = ValueRef(earlier)
+                for i in range(len(node.meta) if isinstance(node.meta, tuple) else 0):
+                    mapping[ValueRef(node.name, i)] = ValueRef(earlier, i)
+                continue
+            seen[key] = node.name
+        out.append(node)
+    return Graph(out, dict(graph.symbols))
+
+
+def drop_unreferenced_tensors(program: Program) -> Program:
+    """A copy of ``program`` without the tensors that no ``constant``/``get_attr`` node
+    and no input spec names (e.g. constants folded or eliminated away)."""
+    result = program.copy()
+    referenced = {n.target for g in result.graphs.values() for n in g.nodes
+                  if n.op in _STORED}
+    referenced |= {spec.target for specs in result.signature.inputs.values()
+                   for spec in specs if spec.target is not None}
+    result.tensors = {k: v for k, v in result.tensors.items() if k in referenced}
+    return result
+
+
+def _copy(node: Node) -> Node:
+    return Node(node.name, node.op, node.target, node.args, dict(node.kwargs), node.meta,
+                node.source)
