@@ -10,6 +10,7 @@ import torch
 from ember.frontend import capture_modes
 from ember.frontend.guards import GuardSet
 from ember.frontend.pytree import flatten
+from ember.frontend.trace_guards import ArgumentSource, TraceCall, add_tensor, add_value
 
 
 @pytest.fixture(autouse=True)
@@ -98,32 +99,40 @@ def test_submodule_training_flag_is_guarded() -> None:
     assert compiled.stats.compiles == 2
 
 
+def call(*leaves: object) -> TraceCall:
+    return TraceCall(list(leaves), [], None)
+
+
 def test_guard_set_is_one_function_and_names_the_failure() -> None:
+    # NOTE: one model with the strict capture: a tensor's metadata is one ``tensor``
+    # guard (it was seven), and the check function is the shared matcher
     guards = GuardSet()
-    guards.add_grad_mode(True)
-    guards.add_tensor("L[0]", "x", torch.randn(2, 3))
-    guards.add_value("L[1]", "n", 5)
-    assert len(guards.guards) == 1 + 7 + 1
-    assert guards.source().count("def ") == 1
-    check = guards.compile()
-    assert check([torch.randn(2, 3), 5], [], None, True) is True
-    assert check([torch.randn(2, 3), 6], [], None, True) is False
-    failure = guards.first_failure([torch.randn(2, 4), 5], [], None, True)
+    add_tensor(guards, ArgumentSource(0, "x"), torch.randn(2, 3))
+    add_value(guards, ArgumentSource(1, "n"), 5)
+    assert [g.kind for g in guards.guards] == ["tensor", "equals"]
+    match = guards.matcher()
+    assert match.__ember_source__.count("def ") == 1  # type: ignore[attr-defined]
+    assert match(call(torch.randn(2, 3), 5), None) == []
+    assert match(call(torch.randn(2, 3), 6), None) is None
+    failure = guards.first_failure(call(torch.randn(2, 4), 5), None)
     assert failure is not None and str(failure) == "x.shape == (2, 3) (got (2, 4))"
-    failure = guards.first_failure([torch.randn(2, 3), 6], [], None, True)
+    failure = guards.first_failure(call(torch.randn(2, 3), 6), None)
     assert str(failure) == "n == 5 (got 6)"
-    assert guards.first_failure([torch.randn(2, 3), 5], [], None, True) is None
+    assert guards.first_failure(call(torch.randn(2, 3), 5), None) is None
 
 
 def test_guard_count_of_a_capture() -> None:
     from ember.frontend.trace import trace_capture
 
     cap = trace_capture(double, None, (torch.randn(2), 3), {})
-    texts = [g.text for g in cap.guards.guards]
-    # structure, grad mode, default dtype, autocast cpu/cuda, seven per tensor, one per
+    kinds = [g.kind for g in cap.guards.guards]
+    # structure, grad mode, default dtype, autocast cpu/cuda, one per tensor, one per
     # non-tensor argument (no aliasing guard: a single tensor)
-    assert len(texts) == 1 + 1 + 3 + 7 + 1
-    assert "x.dtype == torch.float32" in texts and "n == 3" in texts
+    assert kinds == ["structure", "grad_mode", "global", "global", "global", "tensor",
+                     "equals"]
+    texts = [g.describe() for g in cap.guards.guards]
+    assert texts[5].startswith("x.dtype == torch.float32 and x.shape == (2,)")
+    assert texts[6] == "n == 3 (int)"
 
 
 def test_passing_one_tensor_twice_is_another_graph() -> None:
@@ -140,9 +149,9 @@ def test_passing_one_tensor_twice_is_another_graph() -> None:
     assert torch.equal(compiled(z, z), f(z_ref, z_ref))
     assert compiled.stats.compiles == 2
     leaves, spec = flatten(((z, z), {}))
-    failure = compiled._entries[0].guards.first_failure(leaves, [], spec, True)
+    failure = compiled._entries[0].guards.first_failure(TraceCall(leaves, [], spec), None)
     assert failure is not None
-    assert failure.guard.text == "no two tensor arguments share memory"
+    assert failure.guard.describe() == "no two tensor arguments share memory"
 
 
 def test_views_sharing_storage_and_offsets_are_guarded() -> None:
@@ -163,7 +172,7 @@ def test_views_sharing_storage_and_offsets_are_guarded() -> None:
     compiled(x[2:6], torch.randn(4))  # a storage offset of 2 instead of 0
     assert compiled.stats.compiles == 3
     leaves, spec = flatten(((x[2:6], torch.randn(4)), {}))
-    failure = compiled._entries[0].guards.first_failure(leaves, [], spec, True)
+    failure = compiled._entries[0].guards.first_failure(TraceCall(leaves, [], spec), None)
     assert str(failure) == "a.storage_offset() == 0 (got 2)"
 
 

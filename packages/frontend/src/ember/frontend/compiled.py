@@ -17,11 +17,12 @@ from typing import Any
 import torch
 from ember.frontend._torch import fake_mode_active
 from ember.frontend.capture_modes import CompileRequest
-from ember.frontend.guards import GuardFailure, GuardSet
+from ember.frontend.guards import GuardFailure, GuardSet, Matcher
 from ember.frontend.module_state import ModuleLayout, callable_name
 from ember.frontend.pytree import flatten
 from ember.frontend.stats import CompileStats
 from ember.frontend.trace import ArgumentInputs, OutputLayout, trace_capture
+from ember.frontend.trace_guards import TraceCall
 from ember.runtime.config import config
 from ember.runtime.ir import SourceLocation
 from ember.runtime.logs import log, log_enabled
@@ -36,11 +37,11 @@ class RecompileLimitWarning(UserWarning):
 
 @dataclass
 class CacheEntry:
-    """One compiled variant: its guards' check function, the compiled program, and how
-    to feed it and rebuild its result."""
+    """One compiled variant: its guards' check function (``match(TraceCall, None)``),
+    the compiled program, and how to feed it and rebuild its result."""
 
     guards: GuardSet
-    check: Callable[[list[Any], list[torch.Tensor], Any, bool], bool]
+    match: Matcher
     run_program: Callable[[list[Any]], list[Any]]
     arguments: ArgumentInputs
     output: OutputLayout
@@ -109,16 +110,16 @@ class TracedFunction:
         if module is not None and self._layout is None:
             self._layout = ModuleLayout(module)
         state = self._layout.read() if self._layout is not None else []
-        grad = torch.is_grad_enabled()
+        call = TraceCall(leaves, state, spec)
         for entry in self._entries:
-            if entry.check(leaves, state, spec, grad):
+            if entry.match(call, None) is not None:
                 self.stats.cache_hits += 1
                 return entry(leaves, state)
         if len(self._entries) >= max(config.recompile_limit, 1):
             if not self._warned:
-                self._warn_limit(self._last_failure(leaves, state, spec, grad))
+                self._warn_limit(self._last_failure(call))
             elif log_enabled("recompiles"):
-                failure = self._last_failure(leaves, state, spec, grad)
+                failure = self._last_failure(call)
                 log("recompiles", f"{self._name()} runs eagerly (recompile limit "
                     f"{config.recompile_limit}): guard failed: "
                     f"{failure.located() if failure is not None else 'none'}")
@@ -126,7 +127,7 @@ class TracedFunction:
             self.stats.recompile_limit_fallbacks += 1
             return self.request.fn(*args, **kwargs)
         if self._entries and log_enabled("recompiles"):
-            failure = self._last_failure(leaves, state, spec, grad)
+            failure = self._last_failure(call)
             shown = failure.located() if failure is not None else "no guard failed"
             log("recompiles", f"recompiling {self._name()} (entry {len(self._entries) + 1} "
                 f"of at most {config.recompile_limit}): guard failed: {shown}")
@@ -138,13 +139,13 @@ class TracedFunction:
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
         req = self.request
         captured = trace_capture(req.fn, req.module, args, kwargs, self._layout)
-        captured.guards.origin = definition_site(req.fn)
+        captured.guards.set_origin(definition_site(req.fn))
         program = captured.program
         log("graphs", lambda: f"captured {self._name()}:\n{_printed(program)}")
         log("guards", lambda: f"guards of {self._name()} "
                               f"(entry {len(self._entries)}):\n{captured.guards.describe()}")
         compiled = compile_program(program, req.backend, dict(req.options), req.mode)
-        entry = CacheEntry(captured.guards, captured.guards.compile(), compiled,
+        entry = CacheEntry(captured.guards, captured.guards.matcher(), compiled,
                            captured.arguments, captured.output)
         self.stats.compiles += 1
         self.stats.graphs += 1
@@ -156,12 +157,10 @@ class TracedFunction:
         self._entries.append(entry)
         return entry
 
-    def _last_failure(
-        self, leaves: list[Any], state: list[torch.Tensor], spec: Any, grad: bool
-    ) -> GuardFailure | None:
+    def _last_failure(self, call: TraceCall) -> GuardFailure | None:
         if not self._entries:
             return None
-        return self._entries[-1].guards.first_failure(leaves, state, spec, grad)
+        return self._entries[-1].guards.first_failure(call, None)
 
     def _warn_limit(self, failure: GuardFailure | None) -> None:
         """The one warning (and log line) that the recompile limit is reached."""

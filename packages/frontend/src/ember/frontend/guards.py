@@ -1,255 +1,195 @@
-"""Guards: the conditions under which a captured graph may be reused.
+"""Guards of a cache entry, compiled into one check function (both capture modes).
 
-A capture records what it depended on — the pytree structure of the arguments, each
-tensor's dtype/shape/strides/storage offset/device/requires_grad, which tensor arguments
-share objects or storage, each non-tensor argument's value (modules and other objects:
-identity), ``torch.is_grad_enabled()``, autocast and the default dtype, and every
-submodule's ``training`` flag. :class:`GuardSet` compiles them into ONE Python function (one boolean expression),
-so a cache lookup costs one call; only when it fails are the guards evaluated one by
-one, to name the first that failed.
+A :class:`GuardSet` holds the :class:`~ember.frontend.guard_model.Guard` s of one cache
+entry, deduplicated, in the order they were installed; it renders them for
+``EMBER_LOGS=guards`` and, on a miss, names the first that failed with the value it saw
+and the user source line that installed it (:meth:`GuardSet.first_failure`).
+:func:`compile_matcher` writes ONE Python function that fetches each source once, checks
+every guard inline (conditions from :data:`~ember.frontend.guard_model.GUARD_KINDS`)
+and returns the graph inputs, so a cache lookup costs one call.
 
-NOTE: guard expressions are text this module writes: names (``L``, ``C3``), Python
-syntax and booleans. Every captured value (shapes, argument values, the pytree spec with
-its dict keys) is a constant ``C<i>`` of the check function's namespace, never pasted into
-the source, so no ``repr()`` of a user object is ever run.
-
-The check function's arguments, used in guard expressions:
-
-``L``     the flat leaves of ``(args, kwargs)``
-``S``     the module's live parameters and buffers (:class:`ModuleLayout` order)
-``spec``  the arguments' pytree spec
-``grad``  ``torch.is_grad_enabled()``
+The tracing capture checks guards over its call (:class:`~ember.frontend.trace_guards.
+TraceCall`: the argument leaves, the module's parameters and buffers, the pytree spec);
+the strict capture over the frame state at a resume point and the function's context.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from ember.frontend.guard_model import GUARD_KINDS, Guard, Source
 from ember.runtime.ir import SourceLocation
 
-__all__ = ["Guard", "GuardFailure", "GuardSet"]
+__all__ = ["Guard", "GuardFailure", "GuardSet", "Matcher", "MatcherWriter", "Source",
+           "compile_matcher"]
 
-CheckFn = Callable[[list[Any], list[torch.Tensor], Any, bool], bool]
-
-_SIMPLE_VALUE_TYPES = (bool, int, float, str, bytes, complex, type(None), torch.dtype,
-                       torch.device, torch.layout, torch.memory_format, torch.Size)
-
-
-# What evaluating one guard on unexpected arguments can raise (e.g. L[3] after the
-# argument structure changed).
-_EVAL_ERRORS = (IndexError, KeyError, AttributeError, TypeError, ValueError, RuntimeError)
-
-
-@dataclass(frozen=True)
-class Guard:
-    """One condition: ``expr`` is a Python expression over ``L``, ``S``, ``spec``,
-    ``grad`` and the constants ``C<i>`` of its GuardSet; ``text`` is how messages show it
-    (``x.shape == (4, 8)``)."""
-
-    expr: str
-    text: str
-
-
-def alias_pattern(tensors: Any) -> tuple[tuple[int, int], ...]:
-    """For each tensor: (position of the first tensor that is the same object, position
-    of the first tensor with the same storage)."""
-    same_object: dict[int, int] = {}
-    same_storage: dict[int, int] = {}
-    return tuple(
-        (same_object.setdefault(id(t), i), same_storage.setdefault(_storage_key(t), i))
-        for i, t in enumerate(tensors)
-    )
-
-
-def _object_text(value: Any) -> str:
-    return f"a {type(value).__name__} at {id(value):#x}"
-
-
-def _storage_key(t: torch.Tensor) -> int:
-    try:
-        return int(t.untyped_storage().data_ptr())
-    except (RuntimeError, NotImplementedError):  # no storage (sparse, nested): itself
-        return id(t)
+Matcher = Callable[[Any, Any], "list[Any] | None"]
+"""A generated check function ``match(S, C)``: None when a guard fails, else the
+values of the requested inputs."""
 
 
 @dataclass(frozen=True)
 class GuardFailure:
-    """The first guard that failed, the value it saw, and where the guarded values
-    entered the user's code (``origin``: the traced function's ``def`` line, since
-    tracing guards the arguments and module state it was called with)."""
+    """The first guard that failed and why (``explanation``: the guard with the value it
+    saw, ``x.shape == (3, 5) (got (4, 5))``)."""
 
     guard: Guard
-    actual: str
-    origin: SourceLocation | None = None
+    explanation: str
 
     def __str__(self) -> str:
-        return f"{self.guard.text} (got {self.actual})"
+        return self.explanation
 
     def located(self) -> str:
-        """``str(self)`` and, when known, ``; guard from file:line in fn: text``."""
-        if self.origin is None:
-            return str(self)
-        where = f"{self.origin.file}:{self.origin.line} in {self.origin.function}"
-        if self.origin.text:
-            where += f": {self.origin.text}"
-        return f"{self}; guard from {where}"
+        """The explanation and the user source line whose capture installed the guard
+        (``; guard from file:line in fn: text``)."""
+        return f"{self.explanation}; guard from {self.guard.origin_text()}"
 
 
 @dataclass
 class GuardSet:
-    """Guards of one cache entry, built with the ``add_*`` methods, then
-    :meth:`compile`d into one check function."""
+    """The guards of one cache entry, in the order they were installed. ``locate``,
+    when set, gives the user source line being captured: each added guard without an
+    origin gets it."""
 
     guards: list[Guard] = field(default_factory=list)
-    constants: list[Any] = field(default_factory=list)
-    # the user source line the guarded values come from, shown with a failure
-    origin: SourceLocation | None = None
-    _check: CheckFn | None = None
-    _actuals: list[str] = field(default_factory=list)  # expression giving the seen value
+    locate: Callable[[], SourceLocation | None] | None = None
+    _seen: set[tuple[Any, ...]] = field(default_factory=set)
 
-    def constant(self, value: Any) -> str:
-        """The name under which ``value`` is available to guard expressions."""
-        self.constants.append(value)
-        return f"C{len(self.constants) - 1}"
+    def add(self, guard: Guard) -> None:
+        """Install ``guard`` unless an equal one is installed."""
+        # NOTE: deduplicated by the Source objects themselves (their keys compare as dict
+        # keys do), never by rendered text: two keys with one repr are two guards.
+        key: tuple[Any, ...] = (guard.kind, guard.source if guard.source is not None
+                                else _hashable(guard.expected))
+        if guard.kind == "remaining":  # one iterator is asked about several counts
+            key = (*key, guard.expected)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        if guard.origin is None and self.locate is not None:
+            guard = dataclasses.replace(guard, origin=self.locate())
+        self.guards.append(guard)
 
-    def add(self, expr: str, text: str, actual: str) -> None:
-        """Add a guard; ``actual`` is an expression for the value shown on failure."""
-        self.guards.append(Guard(expr, text))
-        self._actuals.append(actual)
-        self._check = None
+    def set_origin(self, origin: SourceLocation | None) -> None:
+        """Give every guard without an origin ``origin`` (the tracing capture's guards
+        all come from the traced function's ``def`` line)."""
+        self.guards = [g if g.origin is not None else dataclasses.replace(g, origin=origin)
+                       for g in self.guards]
 
-    # ---- guard builders ---------------------------------------------------------------
-
-    def add_spec(self, spec: Any) -> None:
-        c = self.constant(spec)
-        self.add(f"spec == {c}", "the arguments' structure is unchanged", "spec")
-
-    def add_grad_mode(self, enabled: bool) -> None:
-        self.add(f"grad is {bool(enabled)}", f"torch.is_grad_enabled() is {enabled}", "grad")
-
-    def add_global_state(self) -> None:
-        """Guards on the torch state that changes which ops run: the default dtype and
-        autocast (CPU and CUDA; its dtype when on)."""
-        default = torch.get_default_dtype()
-        c = self.constant(default)
-        self.add(f"torch.get_default_dtype() is {c}", f"torch.get_default_dtype() == {default}",
-                 "torch.get_default_dtype()")
-        for device in ("cpu", "cuda"):
-            on = torch.is_autocast_enabled(device)
-            self.add(f"torch.is_autocast_enabled({device!r}) is {bool(on)}",
-                     f"torch.is_autocast_enabled({device!r}) is {on}",
-                     f"torch.is_autocast_enabled({device!r})")
-            if on:
-                dtype = torch.get_autocast_dtype(device)
-                c = self.constant(dtype)
-                self.add(f"torch.get_autocast_dtype({device!r}) is {c}",
-                         f"torch.get_autocast_dtype({device!r}) == {dtype}",
-                         f"torch.get_autocast_dtype({device!r})")
-
-    def add_tensor(self, ref: str, name: str, t: torch.Tensor) -> None:
-        """Guards on the metadata of tensor ``ref`` (``L[0]``), shown as ``name``."""
-        self.add(f"isinstance({ref}, torch.Tensor)", f"{name} is a tensor",
-                 f"type({ref}).__name__")
-        dtype = self.constant(t.dtype)
-        self.add(f"{ref}.dtype is {dtype}", f"{name}.dtype == {t.dtype}", f"{ref}.dtype")
-        shape = tuple(t.shape)
-        self.add(f"{ref}.shape == {self.constant(shape)}", f"{name}.shape == {shape}",
-                 f"tuple({ref}.shape)")
-        stride = tuple(t.stride())
-        self.add(f"{ref}.stride() == {self.constant(stride)}", f"{name}.stride() == {stride}",
-                 f"{ref}.stride()")
-        offset = t.storage_offset()
-        self.add(f"{ref}.storage_offset() == {self.constant(offset)}",
-                 f"{name}.storage_offset() == {offset}", f"{ref}.storage_offset()")
-        device = self.constant(t.device)
-        self.add(f"{ref}.device == {device}", f"{name}.device == {t.device}",
-                 f"{ref}.device")
-        rg = bool(t.requires_grad)
-        self.add(f"{ref}.requires_grad is {rg}", f"{name}.requires_grad == {rg}",
-                 f"{ref}.requires_grad")
-
-    def add_value(self, ref: str, name: str, value: Any) -> None:
-        """Guards on a non-tensor argument: equal by type and value for simple values,
-        else by identity (modules, functions, other objects)."""
-        if isinstance(value, float) and math.isnan(value):
-            self.add(f"type({ref}) is float and {ref} != {ref}", f"{name} is nan", f"{ref}")
-        elif isinstance(value, _SIMPLE_VALUE_TYPES):
-            c = self.constant(value)
-            self.add(f"type({ref}) is type({c}) and {ref} == {c}", f"{name} == {value!r}",
-                     f"{ref}")
-        else:
-            c = self.constant(value)
-            self.add(f"{ref} is {c}", f"{name} is the same object as at capture",
-                     f"_object_text({ref})")
-            if isinstance(value, torch.nn.Module):
-                self.add_training(name, value)
-
-    def add_aliasing(self, refs: list[str], names: list[str], values: list[Any]) -> None:
-        """One guard that the tensors ``refs`` share objects and storages, pairwise, as
-        ``values`` did at capture: ``f(x, x)``, ``f(x, x[1:])`` and ``f(x, y)`` are
-        different graphs (a mutation through one is seen through the other)."""
-        pattern = alias_pattern(values)
-        shared = [n for n, p, i in zip(names, pattern, range(len(pattern))) if p != (i, i)]
-        text = ("no two tensor arguments share memory" if not shared else
-                f"the same tensors/storages are shared as at capture ({', '.join(shared)})")
-        c = self.constant(pattern)
-        items = ", ".join(refs) + ("," if len(refs) == 1 else "")
-        self.add(f"alias_pattern(({items})) == {c}", text, f"alias_pattern(({items}))")
-
-    def add_training(self, name: str, module: torch.nn.Module) -> None:
-        """Guards on the ``training`` flag of ``module`` and of every submodule."""
-        for sub_name, sub in module.named_modules():
-            c = self.constant(sub)
-            label = f"{name}.{sub_name}" if sub_name else name
-            self.add(f"{c}.training is {bool(sub.training)}",
-                     f"{label}.training == {sub.training}", f"{c}.training")
-
-    # ---- checking ---------------------------------------------------------------------
-
-    def source(self) -> str:
-        """The check function's Python source."""
-        body = "\n        and ".join(f"({g.expr})" for g in self.guards) or "True"
-        return f"def check(L, S, spec, grad):\n    return (\n        {body}\n    )\n"
-
-    def compile(self) -> CheckFn:
-        """The one check function (cached)."""
-        if self._check is None:
-            namespace = self._namespace()
-            exec(compile(self.source(), "<ember guards>", "exec"), namespace)  # noqa: S102
-            self._check = namespace["check"]
-        return self._check
-
-    def __call__(self, L: list[Any], S: list[torch.Tensor], spec: Any, grad: bool) -> bool:
-        return self.compile()(L, S, spec, grad)
-
-    def first_failure(
-        self, L: list[Any], S: list[torch.Tensor], spec: Any, grad: bool
-    ) -> GuardFailure | None:
-        """The first guard that fails on these arguments (slow: one eval per guard)."""
-        scope = dict(self._namespace(), L=L, S=S, spec=spec, grad=grad)
-        for guard, actual in zip(self.guards, self._actuals):
-            try:
-                ok = eval(guard.expr, scope)
-            except _EVAL_ERRORS:  # an assumption of a later guard broke (index, attribute)
-                ok = False
-            if not ok:
-                try:
-                    seen = repr(eval(actual, scope))
-                except _EVAL_ERRORS:
-                    seen = "a value that cannot be read"
-                return GuardFailure(guard, seen, self.origin)
-        return None
+    def __len__(self) -> int:
+        return len(self.guards)
 
     def describe(self) -> str:
         """One guard per line, for the ``guards`` log."""
-        return "\n".join(f"  {g.text}" for g in self.guards)
+        return "\n".join(f"  {g.describe()}" for g in self.guards)
 
-    def _namespace(self) -> dict[str, Any]:
-        ns: dict[str, Any] = {"torch": torch, "alias_pattern": alias_pattern,
-                              "_object_text": _object_text}
-        ns.update({f"C{i}": c for i, c in enumerate(self.constants)})
-        return ns
+    def matcher(self, inputs: Sequence[Source] = ()) -> Matcher:
+        """The one check function of these guards (see :func:`compile_matcher`)."""
+        return compile_matcher(self.guards, inputs)
+
+    def first_failure(self, state: Any, ctx: Any) -> GuardFailure | None:
+        """The first guard that fails on ``state`` (slow: checks them one at a time),
+        explained; None when all pass."""
+        for g in self.guards:
+            if compile_matcher([g])(state, ctx) is None:
+                return GuardFailure(g, explain_failure(g, state, ctx))
+        return None
+
+    def failure_text(self, state: Any, ctx: Any) -> str:
+        """The first failing guard, with the value seen and the user source line that
+        installed it, for recompile logs and the recompile-limit warning."""
+        failure = self.first_failure(state, ctx)
+        return failure.located() if failure is not None else "no guard failed"
+
+
+def explain_failure(guard: Guard, state: Any, ctx: Any) -> str:
+    """``guard``, readably, with the value its source holds in ``state``."""
+    kind = GUARD_KINDS[guard.kind]
+    if guard.source is None:
+        return kind.explain(guard, None)
+    try:
+        actual = guard.source.fetch(state, ctx)
+    except Exception as e:  # noqa: BLE001 - the failure itself is what we report
+        return f"{guard.source.expr()} is missing ({type(e).__name__}: {e})"
+    return kind.explain(guard, actual)
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        return ("unhashable", id(value))
+    return value
+
+
+class MatcherWriter:
+    """Writes the body of a generated matcher: each source is fetched once, into a
+    local, the first time a guard (or the input list) needs it; guards that share a
+    prefix (``self.layers[0].attn`` and ``self.layers[0].mlp``) share its fetch.
+
+    NOTE: the generated text holds only names this class makes up (``v3``, ``c7``),
+    Python syntax and integers it formats itself. Every captured value — dict keys,
+    attribute and variable names, expected values — is a constant of the function's
+    namespace, referred to by its number: a key whose ``repr`` is code is never run, and
+    keys are looked up as objects (an Enum, a tuple, a NaN float: the same object is the
+    same key, as in a dict).
+    """
+
+    def __init__(self) -> None:
+        self.names: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor}
+        self.lines: list[str] = []
+        self._locals: dict[Source, str] = {}
+
+    def const(self, prefix: str, value: Any) -> str:
+        name = f"{prefix}{len(self.names)}"
+        self.names[name] = value
+        return name
+
+    def ref(self, source: Source) -> str:
+        name = self._locals.get(source)
+        if name is None:
+            value = source.fetch_code(self)
+            name = f"v{len(self._locals)}"
+            # NOTE: the comment shows the source; str.__repr__ (not the object's own
+            # repr) escapes every line break in it
+            shown = str.__repr__(str(source.expr()))
+            self.lines.append(f"{name} = {value}  # {shown}")
+            self._locals[source] = name
+        return name
+
+    def guard(self, g: Guard) -> None:
+        """Emit the check of ``g`` (its kind's condition)."""
+        self.lines.append(f"if not ({GUARD_KINDS[g.kind].check(self, g)}): return None")
+
+
+def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = ()) -> Matcher:
+    """One generated function ``match(S, C)``: None when a guard fails (or fetching a
+    guarded value raises), else the values of ``inputs``, fetched through the same
+    locals the guards used. ``EMBER_LOGS=guards`` shows the guards; the generated text
+    is ``match.__ember_source__``.
+
+    Raises:
+        ValueError: a guard that cannot be written (a ``global`` guard on state with
+            no reader).
+    """
+    w = MatcherWriter()
+    for g in guards:
+        w.guard(g)
+    result = "[" + ", ".join(w.ref(s) for s in inputs) + "]"
+    body = "\n        ".join(w.lines)
+    src = (
+        "def match(S, C):\n"
+        "    try:\n"
+        f"        {body}\n"
+        f"        return {result}\n"
+        "    except Exception:\n"
+        "        return None\n"
+    ) if w.lines else f"def match(S, C):\n    return {result}\n"
+    exec(compile(src, "<ember guards>", "exec"), w.names)  # noqa: S102 - generated from guards
+    fn: Matcher = w.names["match"]
+    fn.__ember_source__ = src  # type: ignore[attr-defined]
+    return fn

@@ -3,7 +3,7 @@
 The escape-hatch frontend (non-strict mode). Whatever Python runs is baked in: control
 flow takes the branch it took on the example inputs, globals and closures are read once.
 What the graph depends on and can be checked cheaply is guarded (see
-:mod:`ember.frontend.guards`): argument structure, tensor metadata, non-tensor argument
+:mod:`ember.frontend.trace_guards`): argument structure, tensor metadata, non-tensor argument
 values, grad mode, autocast and the default dtype, module training flags.
 
 Graph inputs (placeholders), in order: the module's parameters (``p_<qualname>``,
@@ -30,9 +30,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from ember.frontend.guard_model import Source
 from ember.frontend.guards import GuardSet
 from ember.frontend.module_state import ModuleLayout, callable_name, module_of
 from ember.frontend.pytree import flatten, flatten_with_names, unflatten
+from ember.frontend.trace_guards import (
+    ArgumentSource,
+    ModuleSlotSource,
+    ObjectSource,
+    StateSource,
+    add_aliasing,
+    add_call_guards,
+    add_tensor,
+    add_training,
+    add_value,
+)
 from ember.runtime.ir import InputKind, InputSpec, Program
 from ember.runtime.tracing import GraphRecorder
 from ember.runtime.tracing_source import user_source_location_of_traceback
@@ -128,9 +140,7 @@ def trace_capture(
         layout = ModuleLayout(module)
     leaves, spec = flatten((args, kwargs))
     guards = GuardSet()
-    guards.add_spec(spec)
-    guards.add_grad_mode(torch.is_grad_enabled())
-    guards.add_global_state()
+    add_call_guards(guards, spec)
     taken: set[str] = set()
     rec = GraphRecorder(lift=functools.partial(_lift_trainable, taken=taken))
     fake_state = _state_inputs(rec, guards, module, layout, taken)
@@ -168,7 +178,7 @@ def trace_capture(
         assert state_spec.target is not None
         program.tensors[state_spec.target] = value.detach()
     for tensor, spec_of_tensor in rec.lifted:
-        guards.add_tensor(guards.constant(tensor), spec_of_tensor.name, tensor)
+        add_tensor(guards, ObjectSource(tensor, spec_of_tensor.name), tensor)
         arguments.lifted.append(tensor)
     return TraceCapture(program, guards, arguments, layout_of_result)
 
@@ -208,9 +218,10 @@ def _state_inputs(
     fakes."""
     if module is None or layout is None:
         return []
-    guards.add_training("self", module)
-    return _module_state_inputs(rec, guards, layout, "", taken,
-                                [f"S[{i}]" for i in range(len(layout.slots))])
+    add_training(guards, "self", module)
+    sources: list[Source] = [StateSource(i, slot.qualname)
+                             for i, slot in enumerate(layout.slots)]
+    return _module_state_inputs(rec, guards, layout, "", taken, sources)
 
 
 def _module_state_inputs(
@@ -219,17 +230,17 @@ def _module_state_inputs(
     layout: ModuleLayout,
     prefix: str,
     taken: set[str],
-    refs: list[str],
+    sources: list[Source],
 ) -> list[torch.Tensor]:
     """Placeholders (``p_``/``b_`` + name, target ``prefix`` + qualified name) and tensor
-    guards (on the expressions ``refs``) for the slots of ``layout``; their fakes."""
+    guards (on ``sources``) for the slots of ``layout``; their fakes."""
     fakes = []
-    for slot, value, ref in zip(layout.slots, layout.read(), refs):
+    for slot, value, source in zip(layout.slots, layout.read(), sources):
         target = prefix + slot.qualname
         kind_prefix = "p_" if slot.kind is InputKind.PARAMETER else "b_"
         name = _take(kind_prefix + _identifier(target), taken)
         fakes.append(rec.add_input(value, InputSpec(name, slot.kind, target)))
-        guards.add_tensor(ref, target, value)
+        add_tensor(guards, source, value)
     return fakes
 
 
@@ -248,24 +259,23 @@ def _argument_inputs(
             fake_leaves.append(rec.add_input(leaf, InputSpec(_take(name, taken))))
             arguments.sources.append(("tensor", i))
             tensor_leaves.append(i)
-            guards.add_tensor(f"L[{i}]", name, leaf)
+            add_tensor(guards, ArgumentSource(i, name), leaf)
             continue
         fake_leaves.append(leaf)
-        guards.add_value(f"L[{i}]", name, leaf)  # a module: identity and training
+        add_value(guards, ArgumentSource(i, name), leaf)  # a module: identity and training
         if isinstance(leaf, torch.nn.Module):
             # NOTE: the parameters of a module argument are inputs read live, like the
             # compiled module's own (not constants baked into the graph).
             layout = ModuleLayout(leaf)
-            reader = guards.constant(layout)
-            refs = [f"{reader}.slots[{k}].read()" for k in range(len(layout.slots))]
-            fakes = _module_state_inputs(rec, guards, layout, f"{name}.", taken, refs)
+            sources: list[Source] = [ModuleSlotSource(layout, k, f"{name}.{slot.qualname}")
+                                     for k, slot in enumerate(layout.slots)]
+            fakes = _module_state_inputs(rec, guards, layout, f"{name}.", taken, sources)
             arguments.sources.append(("module", i))
             arguments.layouts[i] = layout
             swaps.append((layout, fakes))
     if len(tensor_leaves) > 1:
-        guards.add_aliasing([f"L[{i}]" for i in tensor_leaves],
-                            [names[i] for i in tensor_leaves],
-                            [leaves[i] for i in tensor_leaves])
+        add_aliasing(guards, [ArgumentSource(i, names[i]) for i in tensor_leaves],
+                     [leaves[i] for i in tensor_leaves])
     return fake_leaves, arguments, swaps
 
 

@@ -3,27 +3,24 @@ frame state at the start of a segment (``S``) and the function's context (``C``)
 
 Guards check values fetched through sources; graph inputs are fetched through them at
 every call. ``expr()`` renders a source for people (``EMBER_LOGS=guards``, messages); it
-is never executed: the generated guard function reads sources with every key and name
-as a constant (:mod:`ember.frontend.bytecode.guards`).
+is never executed: the generated guard function reads sources through ``fetch_code``,
+with every key and name as a constant (:mod:`ember.frontend.guards`). The base class
+:class:`~ember.frontend.guard_model.Source` is shared with the tracing capture.
 """
 
 from __future__ import annotations
 
+import keyword
 from dataclasses import dataclass
 from typing import Any
 
+from ember.frontend.guard_model import CodeWriter, Source, index_code
 
-class Source:
-    """Base class: ``expr()`` renders the access; ``fetch(S, C)`` performs it."""
+__all__ = ["AttrSource", "CellSource", "ClosureSource", "DefaultSource", "GlobalSource",
+           "ItemSource", "IterItemSource", "LocalSource", "ModuleMemberSource",
+           "SliceSource", "Source", "StackSource", "attr_source"]
 
-    def expr(self) -> str:
-        raise NotImplementedError
-
-    def fetch(self, state: Any, ctx: Any) -> Any:
-        raise NotImplementedError
-
-    def __str__(self) -> str:
-        return self.expr()
+_MODULE_TABLES = ("_parameters", "_buffers", "_modules")
 
 
 @dataclass(frozen=True)
@@ -36,6 +33,9 @@ class LocalSource(Source):
     def fetch(self, state: Any, ctx: Any) -> Any:
         return state.locals[self.name]
 
+    def fetch_code(self, w: CodeWriter) -> str:
+        return f"S.locals[{w.const('name', self.name)}]"
+
 
 @dataclass(frozen=True)
 class StackSource(Source):
@@ -46,6 +46,9 @@ class StackSource(Source):
 
     def fetch(self, state: Any, ctx: Any) -> Any:
         return state.stack[self.index]
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        return f"S.stack[{index_code(self.index)}]"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,9 @@ class CellSource(Source):
     def fetch(self, state: Any, ctx: Any) -> Any:
         return state.cells[self.name].cell_contents
 
+    def fetch_code(self, w: CodeWriter) -> str:
+        return f"S.cells[{w.const('name', self.name)}].cell_contents"
+
 
 @dataclass(frozen=True)
 class GlobalSource(Source):
@@ -70,6 +76,9 @@ class GlobalSource(Source):
 
     def fetch(self, state: Any, ctx: Any) -> Any:
         return ctx.f_globals[self.name]
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        return f"C.f_globals[{w.const('name', self.name)}]"
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,12 @@ class AttrSource(Source):
 
     def fetch(self, state: Any, ctx: Any) -> Any:
         return getattr(self.base.fetch(state, ctx), self.name)
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        name = self.name
+        if type(name) is str and name.isidentifier() and not keyword.iskeyword(name):
+            return f"{w.ref(self.base)}.{name}"
+        return f"getattr({w.ref(self.base)}, {w.const('name', name)})"
 
 
 @dataclass(frozen=True)
@@ -101,6 +116,11 @@ class ModuleMemberSource(Source):
     def fetch(self, state: Any, ctx: Any) -> Any:
         return getattr(self.base.fetch(state, ctx), self.table)[self.name]
 
+    def fetch_code(self, w: CodeWriter) -> str:
+        if self.table not in _MODULE_TABLES:
+            return super().fetch_code(w)
+        return f"{w.ref(self.base)}.{self.table}[{w.const('name', self.name)}]"
+
 
 @dataclass(frozen=True)
 class ItemSource(Source):
@@ -112,6 +132,10 @@ class ItemSource(Source):
 
     def fetch(self, state: Any, ctx: Any) -> Any:
         return self.base.fetch(state, ctx)[self.key]
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        key = index_code(self.key) if type(self.key) is int else w.const("key", self.key)
+        return f"{w.ref(self.base)}[{key}]"
 
 
 @dataclass(frozen=True)
@@ -132,6 +156,10 @@ class SliceSource(Source):
     def fetch(self, state: Any, ctx: Any) -> Any:
         return self.base.fetch(state, ctx)[slice(self.start, self.stop, self.step)]
 
+    def fetch_code(self, w: CodeWriter) -> str:
+        bounds = ", ".join(w.const("bound", b) for b in (self.start, self.stop, self.step))
+        return f"{w.ref(self.base)}[slice({bounds})]"
+
 
 @dataclass(frozen=True)
 class IterItemSource(Source):
@@ -149,6 +177,10 @@ class IterItemSource(Source):
         it = self.base.fetch(state, ctx)
         return it.item_list[it.position + self.offset]
 
+    def fetch_code(self, w: CodeWriter) -> str:
+        it = w.ref(self.base)
+        return f"{it}.item_list[{it}.position + {index_code(self.offset)}]"
+
 
 @dataclass(frozen=True)
 class ClosureSource(Source):
@@ -162,6 +194,9 @@ class ClosureSource(Source):
 
     def fetch(self, state: Any, ctx: Any) -> Any:
         return self.base.fetch(state, ctx).__closure__[self.index].cell_contents
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        return f"{w.ref(self.base)}.__closure__[{index_code(self.index)}].cell_contents"
 
 
 @dataclass(frozen=True)
@@ -181,6 +216,11 @@ class DefaultSource(Source):
         if isinstance(self.key, int):
             return fn.__defaults__[self.key]
         return fn.__kwdefaults__[self.key]
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        if type(self.key) is int:
+            return f"{w.ref(self.base)}.__defaults__[{index_code(self.key)}]"
+        return f"{w.ref(self.base)}.__kwdefaults__[{w.const('key', self.key)}]"
 
 
 def attr_source(obj: Any, base: Source, name: str) -> Source:
