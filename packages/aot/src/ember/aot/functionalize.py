@@ -28,7 +28,6 @@ import torch
 from ember.aot.builder import GraphBuilder
 from ember.aot.op_effects import (
     is_inplace_view,
-    is_view,
     mutated_positions,
     mutation_of,
     out_arguments,
@@ -46,6 +45,7 @@ from ember.runtime.ir import (
     Program,
     TensorMeta,
     ValueRef,
+    is_view,
 )
 
 Chain = tuple[ViewStep, ...]
@@ -370,9 +370,7 @@ class _Functionalizer:
                 f"%{node.name}: resize_ changes the shape of (a view of) graph input "
                 f"{storage.root}; the aot stage copies back values, not shapes, so it "
                 "cannot express that (resize a copy of the input instead)")
-        numel = 1
-        for n in meta.sizes:
-            numel *= int(n)
+        numel = meta.numel
         start = int(old_meta.storage_offset)
         if numel == 0 or start + numel <= _element_range(base_meta)[1]:
             step = ViewStep("aten::as_strided.default", (tuple(meta.sizes), tuple(meta.strides)),
@@ -498,10 +496,7 @@ def _covering_member(group: list[str], metas: dict[str, Any]) -> str | None:
     for candidate in group:
         meta = metas[candidate]
         lo, hi = _element_range(meta)
-        numel = 1
-        for n in meta.sizes:
-            numel *= int(n)
-        if numel != hi - lo:
+        if meta.numel != hi - lo:
             continue  # not dense: it has holes another member may fill
         if all(lo <= _element_range(metas[o])[0] and _element_range(metas[o])[1] <= hi
                for o in group):

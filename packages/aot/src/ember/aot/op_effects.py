@@ -1,7 +1,7 @@
 """What an operator does to its arguments, read from its schema: in-place views,
 mutations, and the functional operator that replaces a mutating one. (The questions
 every stage asks, such as whether an op is a view or is pure, are the runtime's:
-:mod:`ember.runtime.ir.op_queries`; ``is_view`` is re-exported here.)
+:mod:`ember.runtime.ir.op_queries`.)
 
 The schema's alias annotations say it: ``Tensor(a!) self`` is written in place,
 ``-> Tensor(a)`` returns a view of the argument annotated ``(a)``. A few ops mutate

@@ -106,6 +106,6 @@ def _numel_of(node: Node) -> int:
     metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
     best = 0
     for m in metas:
-        if isinstance(m, TensorMeta) and all(isinstance(s, int) for s in m.sizes):
-            best = max(best, numel(tuple(int(s) for s in m.sizes)))
+        if isinstance(m, TensorMeta) and m.is_static:
+            best = max(best, m.numel)
     return best
