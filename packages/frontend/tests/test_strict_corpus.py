@@ -1,5 +1,5 @@
-"""Strict capture corpus: each case compares with eager and asserts the number of
-graphs, graph breaks and compiles."""
+"""Strict capture corpus, functions: each case compares with eager and asserts the number
+of graphs, graph breaks and compiles (modules: ``test_strict_corpus_modules.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from strict_helpers import check
-from torch import nn
 
 SCALE = 2.0
 OFFSETS = [1.0, 2.0, 3.0]
@@ -35,61 +34,6 @@ def helper_varargs(*xs, **kw):
     for x in xs[1:]:
         out = out + x
     return out * kw.get("scale", 1.0)
-
-
-class Block(nn.Module):
-    def __init__(self, d=8):
-        super().__init__()
-        self.fc = nn.Linear(d, d)
-        self.norm = nn.LayerNorm(d)
-
-    def forward(self, x):
-        return x + self.norm(F.gelu(self.fc(x)))
-
-
-class Stack(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([Block() for _ in range(3)])
-        self.heads = nn.ModuleDict({"a": nn.Linear(8, 2), "b": nn.Linear(8, 3)})
-        self.seq = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
-        self.register_buffer("bias", torch.randn(8))
-
-    def forward(self, x):
-        x = self.seq(x) + self.bias
-        for i, blk in enumerate(self.blocks):
-            if i % 2 == 0:
-                x = blk(x)
-        return {k: head(x) for k, head in self.heads.items()}
-
-
-class WithHelper(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(4, 4))
-        self.use_relu = True
-
-    def act(self, x):
-        return x.relu() if self.use_relu else x.tanh()
-
-    def forward(self, x):
-        return self.act(x @ self.w)
-
-
-class Derived(WithHelper):
-    def forward(self, x):
-        return super().forward(x) * 3
-
-
-class ConvNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.bn = nn.BatchNorm2d(4)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-
-    def forward(self, x):
-        return self.pool(F.relu(self.bn(self.conv(x)))).flatten(1)
 
 
 GLOBAL_TENSOR = torch.arange(4.0)
@@ -211,44 +155,6 @@ def c_operator_module_calls(x):
 
 def c_getattr_dynamic(x, name):
     return getattr(x, name)()
-
-
-class ParamListNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.weights = nn.ParameterList([nn.Parameter(torch.randn(4, 4)) for _ in range(2)])
-        self.names = ["first", "second"]
-
-    def forward(self, x, *, residual=True):
-        out = x
-        for w in self.weights:
-            out = out @ w
-        return out + x if residual else out
-
-
-class GetattrNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.branch_a = nn.Linear(4, 4)
-        self.branch_b = nn.Linear(4, 4)
-        self.order = ("a", "b")
-
-    def forward(self, x):
-        for tag in self.order:
-            x = getattr(self, f"branch_{tag}")(x)
-        return x
-
-
-class DictNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleDict({"up": nn.Linear(4, 8), "down": nn.Linear(8, 4)})
-
-    def forward(self, inputs):
-        x = inputs["x"]
-        for name, layer in self.layers.items():  # noqa: PERF102 - tests items()
-            x = layer(x)
-        return {"out": x, "n": len(self.layers)}
 
 
 def c_arith(x, y):
@@ -489,12 +395,6 @@ def c_f_functional(x):
                                                                             training=False)
 
 
-def c_getattr_hasattr(x):
-    lin = _STACK
-    fn = torch.tanh
-    return fn(x) if hasattr(lin, "forward") else x
-
-
 def c_ternary_and_or(x, flag):
     y = x * 2 if flag else x
     z = flag and 3 or 4
@@ -529,24 +429,6 @@ def c_chained_compare(x, n):
         return x * n
     return x
 
-
-def c_nested_module_call(x):
-    return _STACK(x)
-
-
-_STACK = Stack().eval()
-
-MODULES = {
-    "block": (Block, lambda: (r(4, 8),), 1, 0),
-    "stack": (Stack, lambda: (r(4, 8),), 1, 0),
-    "with_helper": (WithHelper, lambda: (r(3, 4),), 1, 0),
-    "derived_super": (Derived, lambda: (r(3, 4),), 1, 0),
-    "convnet_eval": (lambda: ConvNet().eval(), lambda: (r(2, 3, 8, 8),), 1, 0),
-    "convnet_train": (ConvNet, lambda: (r(2, 3, 8, 8),), 1, 0),
-    "param_list": (ParamListNet, lambda: (r(3, 4),), 1, 0),
-    "getattr_dispatch": (GetattrNet, lambda: (r(3, 4),), 1, 0),
-    "module_dict_input": (DictNet, lambda: ({"x": r(2, 4)},), 1, 0),
-}
 
 FUNCTIONS = [
     (c_arith, lambda: (r(3, 4), r(3, 4)), 1, 0),
@@ -588,14 +470,12 @@ FUNCTIONS = [
     (c_string_format, lambda: (r(3),), 1, 0),
     (c_multiple_outputs, lambda: (r(3, 4),), 1, 0),
     (c_f_functional, lambda: (r(3, 4),), 1, 0),
-    (c_getattr_hasattr, lambda: (r(3),), 1, 0),
     (c_ternary_and_or, lambda: (r(3), True), 1, 0),
     (c_bool_ops, lambda: (r(3),), 1, 0),
     (c_integer_tensor, lambda: (r(3, 4),), 1, 0),
     (c_view_ops, lambda: (r(4, 6),), 1, 0),
     (c_new_tensors, lambda: (r(3, 4),), 1, 0),
     (c_chained_compare, lambda: (r(3), 2), 1, 0),
-    (c_nested_module_call, lambda: (r(4, 8),), 1, 0),
     (c_dict_api, lambda: (r(3),), 1, 0),
     (c_nested_input, lambda: ([(r(3), r(3)), (r(3), r(3))],), 1, 0),
     (c_kwargs_collect, lambda: (r(3),), 1, 0),
@@ -620,11 +500,3 @@ FUNCTIONS = [
 def test_function(fn, make_args, graphs, breaks):
     torch.manual_seed(0)
     check(fn, *make_args(), graphs=graphs, breaks=breaks, compiles=max(graphs, 1) + breaks)
-
-
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_module(name):
-    torch.manual_seed(0)
-    make, make_args, graphs, breaks = MODULES[name]
-    mod = make()
-    check(mod, *make_args(), graphs=graphs, breaks=breaks, compiles=graphs + breaks)
