@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode.frame import Frame, _Marker
+from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.sources import AttrSource, attr_source
 
 DELETED = _Marker("DELETED")
@@ -160,12 +161,12 @@ class AttributeOps:
 
     # ---- writes -------------------------------------------------------------------------
 
-    def op_STORE_ATTR(self, f: Frame, ins: Any) -> None:
+    def op_STORE_ATTR(self, f: Frame, ins: Instruction) -> None:
         obj, value = f.stack[-1], f.stack[-2]
         self.store_attr(obj, ins.argval, value, f)
         f.popn(2)
 
-    def op_DELETE_ATTR(self, f: Frame, ins: Any) -> None:
+    def op_DELETE_ATTR(self, f: Frame, ins: Instruction) -> None:
         self.delete_attr(f.stack[-1], ins.argval, f)
         f.pop()
 

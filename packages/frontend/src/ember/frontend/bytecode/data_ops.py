@@ -27,6 +27,7 @@ from ember.frontend.bytecode.capture import (
 from ember.frontend.bytecode.env_rules import environ_contains, environ_getitem, is_environ
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
 from ember.frontend.bytecode.iteration import make_iterator
+from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.sources import (
     AttrSource,
     CellSource,
@@ -68,16 +69,16 @@ class DataOps(AttributeOps):
 
     # ---- loads and stores ---------------------------------------------------------------
 
-    def op_LOAD_CONST(self, f: Frame, ins: Any) -> None:
+    def op_LOAD_CONST(self, f: Frame, ins: Instruction) -> None:
         f.push(ins.argval)
 
-    def op_RETURN_CONST(self, f: Frame, ins: Any) -> None:
+    def op_RETURN_CONST(self, f: Frame, ins: Instruction) -> None:
         f.returned, f.return_value = True, ins.argval
 
-    def op_RETURN_VALUE(self, f: Frame, ins: Any) -> None:
+    def op_RETURN_VALUE(self, f: Frame, ins: Instruction) -> None:
         f.returned, f.return_value = True, f.pop()
 
-    def op_LOAD_FAST(self, f: Frame, ins: Any) -> None:
+    def op_LOAD_FAST(self, f: Frame, ins: Instruction) -> None:
         value = f.locals.get(ins.argval, UNBOUND)
         if value is UNBOUND:
             raise UnboundLocalError(f"local variable {ins.argval!r} referenced before "
@@ -86,20 +87,20 @@ class DataOps(AttributeOps):
 
     op_LOAD_FAST_CHECK = op_LOAD_FAST
 
-    def op_LOAD_FAST_AND_CLEAR(self, f: Frame, ins: Any) -> None:
+    def op_LOAD_FAST_AND_CLEAR(self, f: Frame, ins: Instruction) -> None:
         f.push(f.locals.pop(ins.argval, UNBOUND))
 
-    def op_STORE_FAST(self, f: Frame, ins: Any) -> None:
+    def op_STORE_FAST(self, f: Frame, ins: Instruction) -> None:
         value = f.pop()
         if value is UNBOUND:
             f.locals.pop(ins.argval, None)
         else:
             f.locals[ins.argval] = value
 
-    def op_DELETE_FAST(self, f: Frame, ins: Any) -> None:
+    def op_DELETE_FAST(self, f: Frame, ins: Instruction) -> None:
         del f.locals[ins.argval]
 
-    def op_LOAD_GLOBAL(self, f: Frame, ins: Any) -> None:
+    def op_LOAD_GLOBAL(self, f: Frame, ins: Instruction) -> None:
         name = ins.argval
         written = (self.capture.global_writes.get((id(f.f_globals), name))
                    if self.capture is not None else None)
@@ -111,7 +112,7 @@ class DataOps(AttributeOps):
             value = f.f_builtins[name]
         else:
             raise NameError(f"name {name!r} is not defined")
-        if ins.arg & 1:
+        if ins.oparg & 1:
             f.push(NULL)
         f.push(value)
 
@@ -132,7 +133,7 @@ class DataOps(AttributeOps):
             f = f.parent
         return f.f_globals
 
-    def op_STORE_GLOBAL(self, f: Frame, ins: Any) -> None:
+    def op_STORE_GLOBAL(self, f: Frame, ins: Instruction) -> None:
         if self.capture is not None:
             # replayed on the real globals dict after the graph runs
             self.capture.global_writes[(id(f.f_globals), ins.argval)] = (
@@ -140,7 +141,7 @@ class DataOps(AttributeOps):
             return
         f.f_globals[ins.argval] = f.pop()
 
-    def op_MAKE_CELL(self, f: Frame, ins: Any) -> None:
+    def op_MAKE_CELL(self, f: Frame, ins: Instruction) -> None:
         name = ins.argval
         value = f.locals.pop(name, UNBOUND)
         cell = types.CellType() if value is UNBOUND else types.CellType(value)
@@ -148,14 +149,14 @@ class DataOps(AttributeOps):
             self.capture.new_cells.add(id(cell))
         f.cells[name] = cell
 
-    def op_COPY_FREE_VARS(self, f: Frame, ins: Any) -> None:
+    def op_COPY_FREE_VARS(self, f: Frame, ins: Instruction) -> None:
         for name, cell in zip(f.code.co_freevars, f.closure):
             f.cells[name] = cell
 
-    def op_LOAD_CLOSURE(self, f: Frame, ins: Any) -> None:
+    def op_LOAD_CLOSURE(self, f: Frame, ins: Instruction) -> None:
         f.push(f.cells[ins.argval])
 
-    def op_LOAD_DEREF(self, f: Frame, ins: Any) -> None:
+    def op_LOAD_DEREF(self, f: Frame, ins: Instruction) -> None:
         name = ins.argval
         cell = f.cells[name]
         if self.capture is not None:
@@ -175,7 +176,7 @@ class DataOps(AttributeOps):
             return ClosureSource(f.fn_source, f.code.co_freevars.index(name))
         return None
 
-    def op_STORE_DEREF(self, f: Frame, ins: Any) -> None:
+    def op_STORE_DEREF(self, f: Frame, ins: Instruction) -> None:
         cell = f.cells[ins.argval]
         value = f.pop()
         if self.capture is not None and id(cell) not in self.capture.new_cells:
@@ -183,16 +184,16 @@ class DataOps(AttributeOps):
         else:
             cell.cell_contents = value
 
-    def op_LOAD_ATTR(self, f: Frame, ins: Any) -> None:
+    def op_LOAD_ATTR(self, f: Frame, ins: Instruction) -> None:
         obj = f.stack[-1]
-        if opcodes.PY312 and ins.arg & 1:
+        if opcodes.PY312 and ins.oparg & 1:
             self._load_method(f, obj, ins.argval)
             return
         value = self.load_attr(obj, ins.argval)
         f.pop()
         f.push(value)
 
-    def op_LOAD_METHOD(self, f: Frame, ins: Any) -> None:
+    def op_LOAD_METHOD(self, f: Frame, ins: Instruction) -> None:
         self._load_method(f, f.stack[-1], ins.argval)
 
     def _load_method(self, f: Frame, obj: Any, name: str) -> None:
@@ -201,37 +202,37 @@ class DataOps(AttributeOps):
         f.push(NULL)
         f.push(value)
 
-    def op_LOAD_SUPER_ATTR(self, f: Frame, ins: Any) -> None:  # 3.12
+    def op_LOAD_SUPER_ATTR(self, f: Frame, ins: Instruction) -> None:  # 3.12
         sup_fn, cls, self_obj = f.stack[-3:]
         sup = sup_fn(cls, self_obj)
         value = getattr(sup, ins.argval)
         f.popn(3)
-        if ins.arg & 1:
+        if ins.oparg & 1:
             f.push(NULL)
         f.push(value)
 
-    def op_LOAD_ASSERTION_ERROR(self, f: Frame, ins: Any) -> None:
+    def op_LOAD_ASSERTION_ERROR(self, f: Frame, ins: Instruction) -> None:
         f.push(AssertionError)
 
-    def op_IMPORT_NAME(self, f: Frame, ins: Any) -> None:
+    def op_IMPORT_NAME(self, f: Frame, ins: Instruction) -> None:
         level, fromlist = f.stack[-2:]
         if self.symbolic and not _already_imported(ins.argval, level, f.f_globals):
             raise self.fail("import of a module not yet imported", "import at module level")
         f.popn(2)
         f.push(__import__(ins.argval, f.f_globals, None, fromlist, level))
 
-    def op_IMPORT_FROM(self, f: Frame, ins: Any) -> None:
+    def op_IMPORT_FROM(self, f: Frame, ins: Instruction) -> None:
         f.push(getattr(f.stack[-1], ins.argval))
 
     # ---- operators ----------------------------------------------------------------------
 
-    def op_BINARY_OP(self, f: Frame, ins: Any) -> None:
+    def op_BINARY_OP(self, f: Frame, ins: Instruction) -> None:
         a, b = f.stack[-2:]
-        result = self.apply(opcodes.BINARY_OPS[ins.arg], a, b)
+        result = self.apply(opcodes.BINARY_OPS[ins.oparg], a, b)
         f.popn(2)
         f.push(result)
 
-    def op_COMPARE_OP(self, f: Frame, ins: Any) -> None:
+    def op_COMPARE_OP(self, f: Frame, ins: Instruction) -> None:
         a, b = f.stack[-2:]
         if self.capture is not None and opcodes.compare_op_name(ins) in ("==", "!="):
             self.capture.guard_identities(a, b, only_identity_eq=True)
@@ -239,19 +240,19 @@ class DataOps(AttributeOps):
         f.popn(2)
         f.push(result)
 
-    def op_IS_OP(self, f: Frame, ins: Any) -> None:
+    def op_IS_OP(self, f: Frame, ins: Instruction) -> None:
         b = f.pop()
         a = f.pop()
         if self.capture is not None:  # the result depends on which objects these are
             self.capture.guard_identities(a, b)
-        f.push((a is not b) if ins.arg else (a is b))
+        f.push((a is not b) if ins.oparg else (a is b))
 
-    def op_CONTAINS_OP(self, f: Frame, ins: Any) -> None:
+    def op_CONTAINS_OP(self, f: Frame, ins: Instruction) -> None:
         a, b = f.stack[-2:]
         if self.capture is not None and is_environ(b):
             found = environ_contains(self, a)  # a guarded read (env_rules)
             f.popn(2)
-            f.push(found != bool(ins.arg))
+            f.push(found != bool(ins.oparg))
             return
         if self.capture is not None and not isinstance(a, PRIMITIVES) and isinstance(
                 b, (list, tuple, set, frozenset, dict)):
@@ -260,28 +261,28 @@ class DataOps(AttributeOps):
         result = self.apply(operator.contains, b, a)
         self.check_not_tensor(result, "'in' test")
         f.popn(2)
-        f.push((not result) if ins.arg else bool(result))
+        f.push((not result) if ins.oparg else bool(result))
 
-    def op_UNARY_NEGATIVE(self, f: Frame, ins: Any) -> None:
+    def op_UNARY_NEGATIVE(self, f: Frame, ins: Instruction) -> None:
         f.push(self.apply(operator.neg, f.pop()))
 
-    def op_UNARY_POSITIVE(self, f: Frame, ins: Any) -> None:
+    def op_UNARY_POSITIVE(self, f: Frame, ins: Instruction) -> None:
         f.push(self.apply(operator.pos, f.pop()))
 
-    def op_UNARY_INVERT(self, f: Frame, ins: Any) -> None:
+    def op_UNARY_INVERT(self, f: Frame, ins: Instruction) -> None:
         f.push(self.apply(operator.invert, f.pop()))
 
-    def op_UNARY_NOT(self, f: Frame, ins: Any) -> None:
+    def op_UNARY_NOT(self, f: Frame, ins: Instruction) -> None:
         self.check_not_tensor(f.stack[-1], "'not'")
         f.push(not self.truth(f.pop()))
 
-    def op_CALL_INTRINSIC_1(self, f: Frame, ins: Any) -> None:
-        if ins.arg == opcodes.INTRINSIC_UNARY_POSITIVE:
+    def op_CALL_INTRINSIC_1(self, f: Frame, ins: Instruction) -> None:
+        if ins.oparg == opcodes.INTRINSIC_UNARY_POSITIVE:
             self.op_UNARY_POSITIVE(f, ins)
-        elif ins.arg == opcodes.INTRINSIC_LIST_TO_TUPLE:
+        elif ins.oparg == opcodes.INTRINSIC_LIST_TO_TUPLE:
             f.push(tuple(f.pop()))
         else:
-            raise self.fail(f"unsupported intrinsic {ins.argrepr if hasattr(ins, 'argrepr') else ins.arg}")
+            raise self.fail(f"unsupported intrinsic {ins.oparg}")
 
     def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a Python operator; on fake tensors the recorder records it."""
@@ -315,13 +316,13 @@ class DataOps(AttributeOps):
 
     # ---- subscripts and slices -----------------------------------------------------------
 
-    def op_BINARY_SUBSCR(self, f: Frame, ins: Any) -> None:
+    def op_BINARY_SUBSCR(self, f: Frame, ins: Instruction) -> None:
         obj, key = f.stack[-2:]
         result = self.subscr(obj, key)
         f.popn(2)
         f.push(result)
 
-    def op_BINARY_SLICE(self, f: Frame, ins: Any) -> None:
+    def op_BINARY_SLICE(self, f: Frame, ins: Instruction) -> None:
         obj, start, stop = f.stack[-3:]
         result = self.subscr(obj, slice(start, stop))
         f.popn(3)
@@ -353,12 +354,12 @@ class DataOps(AttributeOps):
             cap.pin([obj])
         return value
 
-    def op_STORE_SUBSCR(self, f: Frame, ins: Any) -> None:
+    def op_STORE_SUBSCR(self, f: Frame, ins: Instruction) -> None:
         value, obj, key = f.stack[-3:]
         self.store_subscr(obj, key, value)
         f.popn(3)
 
-    def op_STORE_SLICE(self, f: Frame, ins: Any) -> None:
+    def op_STORE_SLICE(self, f: Frame, ins: Instruction) -> None:
         value, obj, start, stop = f.stack[-4:]
         self.store_subscr(obj, slice(start, stop), value)
         f.popn(4)
@@ -371,44 +372,44 @@ class DataOps(AttributeOps):
             raise self.fail(f"item assignment on a {type(obj).__name__}")
         self.apply(operator.setitem, obj, key, value)
 
-    def op_DELETE_SUBSCR(self, f: Frame, ins: Any) -> None:
+    def op_DELETE_SUBSCR(self, f: Frame, ins: Instruction) -> None:
         obj, key = f.stack[-2:]
         if self.capture is not None and not isinstance(obj, (list, dict)):
             raise self.fail(f"del on a {type(obj).__name__}")
         del obj[key]
         f.popn(2)
 
-    def op_BUILD_SLICE(self, f: Frame, ins: Any) -> None:
-        f.push(slice(*f.popn(ins.arg)))
+    def op_BUILD_SLICE(self, f: Frame, ins: Instruction) -> None:
+        f.push(slice(*f.popn(ins.oparg)))
 
     # ---- containers -----------------------------------------------------------------------
 
-    def op_BUILD_TUPLE(self, f: Frame, ins: Any) -> None:
-        f.push(tuple(f.popn(ins.arg)))
+    def op_BUILD_TUPLE(self, f: Frame, ins: Instruction) -> None:
+        f.push(tuple(f.popn(ins.oparg)))
 
-    def op_BUILD_LIST(self, f: Frame, ins: Any) -> None:
-        f.push(list(f.popn(ins.arg)))
+    def op_BUILD_LIST(self, f: Frame, ins: Instruction) -> None:
+        f.push(list(f.popn(ins.oparg)))
 
-    def op_BUILD_SET(self, f: Frame, ins: Any) -> None:
-        f.push(set(f.popn(ins.arg)))
+    def op_BUILD_SET(self, f: Frame, ins: Instruction) -> None:
+        f.push(set(f.popn(ins.oparg)))
 
-    def op_BUILD_MAP(self, f: Frame, ins: Any) -> None:
-        items = f.popn(2 * ins.arg)
+    def op_BUILD_MAP(self, f: Frame, ins: Instruction) -> None:
+        items = f.popn(2 * ins.oparg)
         f.push({items[i]: items[i + 1] for i in range(0, len(items), 2)})
 
-    def op_BUILD_CONST_KEY_MAP(self, f: Frame, ins: Any) -> None:
+    def op_BUILD_CONST_KEY_MAP(self, f: Frame, ins: Instruction) -> None:
         keys = f.pop()
-        f.push(dict(zip(keys, f.popn(ins.arg))))
+        f.push(dict(zip(keys, f.popn(ins.oparg))))
 
-    def op_BUILD_STRING(self, f: Frame, ins: Any) -> None:
-        f.push("".join(f.popn(ins.arg)))
+    def op_BUILD_STRING(self, f: Frame, ins: Instruction) -> None:
+        f.push("".join(f.popn(ins.oparg)))
 
-    def op_FORMAT_VALUE(self, f: Frame, ins: Any) -> None:
-        spec = f.pop() if (ins.arg & 0x04) else ""
+    def op_FORMAT_VALUE(self, f: Frame, ins: Instruction) -> None:
+        spec = f.pop() if (ins.oparg & 0x04) else ""
         value = f.stack[-1]
         if self.symbolic and is_fake_tensor(value):
             raise self.fail("formatting a tensor as a string")
-        conv = ins.arg & 0x03
+        conv = ins.oparg & 0x03
         if conv == 1:
             value = str(value)
         elif conv == 2:
@@ -418,43 +419,43 @@ class DataOps(AttributeOps):
         f.pop()
         f.push(format(value, spec))
 
-    def op_LIST_APPEND(self, f: Frame, ins: Any) -> None:
+    def op_LIST_APPEND(self, f: Frame, ins: Instruction) -> None:
         v = f.pop()
-        f.stack[-ins.arg].append(v)
+        f.stack[-ins.oparg].append(v)
 
-    def op_SET_ADD(self, f: Frame, ins: Any) -> None:
+    def op_SET_ADD(self, f: Frame, ins: Instruction) -> None:
         v = f.pop()
-        f.stack[-ins.arg].add(v)
+        f.stack[-ins.oparg].add(v)
 
-    def op_MAP_ADD(self, f: Frame, ins: Any) -> None:
+    def op_MAP_ADD(self, f: Frame, ins: Instruction) -> None:
         v = f.pop()
         k = f.pop()
-        f.stack[-ins.arg][k] = v
+        f.stack[-ins.oparg][k] = v
 
-    def op_LIST_EXTEND(self, f: Frame, ins: Any) -> None:
+    def op_LIST_EXTEND(self, f: Frame, ins: Instruction) -> None:
         v = f.stack[-1]
         if not is_star_iterable(v):
             raise TypeError(f"Value after * must be an iterable, not {type(v).__name__}")
         items = self.iterate(v)
         f.pop()
-        f.stack[-ins.arg].extend(items)
+        f.stack[-ins.oparg].extend(items)
 
-    def op_SET_UPDATE(self, f: Frame, ins: Any) -> None:
+    def op_SET_UPDATE(self, f: Frame, ins: Instruction) -> None:
         v = f.stack[-1]
         items = self.iterate(v)
         f.pop()
-        f.stack[-ins.arg].update(items)
+        f.stack[-ins.oparg].update(items)
 
-    def op_DICT_UPDATE(self, f: Frame, ins: Any) -> None:
+    def op_DICT_UPDATE(self, f: Frame, ins: Instruction) -> None:
         v = f.pop()
-        f.stack[-ins.arg].update(v)
+        f.stack[-ins.oparg].update(v)
 
-    def op_DICT_MERGE(self, f: Frame, ins: Any) -> None:
+    def op_DICT_MERGE(self, f: Frame, ins: Instruction) -> None:
         """``**mapping`` in a call: a non-mapping or a repeated keyword raises CPython's
         TypeError (naming the function being called)."""
         v = f.stack[-1]
-        target = f.stack[-1 - ins.arg]
-        fn = f.stack[-3 - ins.arg]
+        target = f.stack[-1 - ins.oparg]
+        fn = f.stack[-3 - ins.oparg]
         if not hasattr(v, "keys"):
             raise TypeError(f"{function_str(fn)} argument after ** must be a mapping, not "
                             f"{type(v).__name__}")
@@ -465,18 +466,18 @@ class DataOps(AttributeOps):
         f.pop()
         target.update(v)
 
-    def op_LIST_TO_TUPLE(self, f: Frame, ins: Any) -> None:
+    def op_LIST_TO_TUPLE(self, f: Frame, ins: Instruction) -> None:
         f.push(tuple(f.pop()))
 
-    def op_UNPACK_SEQUENCE(self, f: Frame, ins: Any) -> None:
+    def op_UNPACK_SEQUENCE(self, f: Frame, ins: Instruction) -> None:
         items = self.iterate(f.stack[-1])
-        if len(items) != ins.arg:
-            raise ValueError(f"expected {ins.arg} values to unpack, got {len(items)}")
+        if len(items) != ins.oparg:
+            raise ValueError(f"expected {ins.oparg} values to unpack, got {len(items)}")
         f.pop()
         f.stack.extend(reversed(items))
 
-    def op_UNPACK_EX(self, f: Frame, ins: Any) -> None:
-        before, after = ins.arg & 0xFF, ins.arg >> 8
+    def op_UNPACK_EX(self, f: Frame, ins: Instruction) -> None:
+        before, after = ins.oparg & 0xFF, ins.oparg >> 8
         items = self.iterate(f.stack[-1])
         f.pop()
         middle = list(items[before:len(items) - after])

@@ -36,6 +36,7 @@ from ember.frontend.bytecode.exceptions import find_handler
 from ember.frontend.bytecode.frame import NULL, Frame
 from ember.frontend.bytecode.generators import LazyIterator
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
+from ember.frontend.bytecode.opcodes import Instruction
 from ember.runtime.ir import SourceLocation
 
 __all__ = ["MAX_INLINE_DEPTH", "GradModeRestore", "Interpreter", "is_fake_tensor",
@@ -102,7 +103,7 @@ class Interpreter(ExceptionOps):
                 self.region_start(frame, e)
             raise
 
-    def _handle_exception(self, frame: Frame, ins: Any, exc: Exception) -> None:
+    def _handle_exception(self, frame: Frame, ins: Instruction, exc: Exception) -> None:
         """Route ``exc`` to the frame's handler (exception table), or re-raise it."""
         entry = find_handler(frame.code, ins.offset)
         if entry is None:
@@ -115,7 +116,7 @@ class Interpreter(ExceptionOps):
 
     # ---- no-ops and stack shuffles ------------------------------------------------------
 
-    def op_NOP(self, f: Frame, ins: Any) -> None:
+    def op_NOP(self, f: Frame, ins: Instruction) -> None:
         pass
 
     op_RESUME = op_NOP
@@ -124,71 +125,71 @@ class Interpreter(ExceptionOps):
     op_EXTENDED_ARG = op_NOP
     op_JUMP_NO_INTERRUPT = op_NOP  # never produced after normalisation; kept harmless
 
-    def op_POP_TOP(self, f: Frame, ins: Any) -> None:
+    def op_POP_TOP(self, f: Frame, ins: Instruction) -> None:
         f.pop()
 
-    def op_END_FOR(self, f: Frame, ins: Any) -> None:
+    def op_END_FOR(self, f: Frame, ins: Instruction) -> None:
         f.popn(2)
 
-    def op_PUSH_NULL(self, f: Frame, ins: Any) -> None:
+    def op_PUSH_NULL(self, f: Frame, ins: Instruction) -> None:
         f.push(NULL)
 
-    def op_COPY(self, f: Frame, ins: Any) -> None:
-        f.push(f.stack[-ins.arg])
+    def op_COPY(self, f: Frame, ins: Instruction) -> None:
+        f.push(f.stack[-ins.oparg])
 
-    def op_SWAP(self, f: Frame, ins: Any) -> None:
+    def op_SWAP(self, f: Frame, ins: Instruction) -> None:
         s = f.stack
-        s[-1], s[-ins.arg] = s[-ins.arg], s[-1]
+        s[-1], s[-ins.oparg] = s[-ins.oparg], s[-1]
 
-    def op_KW_NAMES(self, f: Frame, ins: Any) -> None:
-        f.kw_names = tuple(f.code.co_consts[ins.arg])
+    def op_KW_NAMES(self, f: Frame, ins: Instruction) -> None:
+        f.kw_names = tuple(f.code.co_consts[ins.oparg])
 
     # ---- control flow --------------------------------------------------------------------
 
-    def op_JUMP(self, f: Frame, ins: Any) -> None:
-        f.ip = ins.target
+    def op_JUMP(self, f: Frame, ins: Instruction) -> None:
+        f.ip = ins.jump_target
 
     op_JUMP_FORWARD = op_JUMP
     op_JUMP_BACKWARD = op_JUMP
     op_JUMP_BACKWARD_NO_INTERRUPT = op_JUMP
     op_JUMP_ABSOLUTE = op_JUMP
 
-    def op_POP_JUMP_IF_TRUE(self, f: Frame, ins: Any) -> None:
+    def op_POP_JUMP_IF_TRUE(self, f: Frame, ins: Instruction) -> None:
         if self.truth(f.stack[-1]):
-            f.ip = ins.target
+            f.ip = ins.jump_target
         f.pop()
 
-    def op_POP_JUMP_IF_FALSE(self, f: Frame, ins: Any) -> None:
+    def op_POP_JUMP_IF_FALSE(self, f: Frame, ins: Instruction) -> None:
         if not self.truth(f.stack[-1]):
-            f.ip = ins.target
+            f.ip = ins.jump_target
         f.pop()
 
-    def op_POP_JUMP_IF_NONE(self, f: Frame, ins: Any) -> None:
+    def op_POP_JUMP_IF_NONE(self, f: Frame, ins: Instruction) -> None:
         if f.pop() is None:
-            f.ip = ins.target
+            f.ip = ins.jump_target
 
-    def op_POP_JUMP_IF_NOT_NONE(self, f: Frame, ins: Any) -> None:
+    def op_POP_JUMP_IF_NOT_NONE(self, f: Frame, ins: Instruction) -> None:
         if f.pop() is not None:
-            f.ip = ins.target
+            f.ip = ins.jump_target
 
-    def op_JUMP_IF_TRUE_OR_POP(self, f: Frame, ins: Any) -> None:
+    def op_JUMP_IF_TRUE_OR_POP(self, f: Frame, ins: Instruction) -> None:
         if self.truth(f.stack[-1]):
-            f.ip = ins.target
+            f.ip = ins.jump_target
         else:
             f.pop()
 
-    def op_JUMP_IF_FALSE_OR_POP(self, f: Frame, ins: Any) -> None:
+    def op_JUMP_IF_FALSE_OR_POP(self, f: Frame, ins: Instruction) -> None:
         if not self.truth(f.stack[-1]):
-            f.ip = ins.target
+            f.ip = ins.jump_target
         else:
             f.pop()
 
-    def op_GET_ITER(self, f: Frame, ins: Any) -> None:
+    def op_GET_ITER(self, f: Frame, ins: Instruction) -> None:
         it = make_iterator(f.stack[-1], self)
         f.pop()
         f.push(it)
 
-    def op_FOR_ITER(self, f: Frame, ins: Any) -> None:
+    def op_FOR_ITER(self, f: Frame, ins: Instruction) -> None:
         it = f.stack[-1]
         if isinstance(it, LazyIterator):  # an inlined generator: runs to its next yield
             has, value = it.advance()
@@ -210,15 +211,15 @@ class Interpreter(ExceptionOps):
         else:
             f.push(it.next())
 
-    def _end_loop(self, f: Frame, ins: Any) -> None:
+    def _end_loop(self, f: Frame, ins: Instruction) -> None:
         f.pop()
-        f.ip = ins.target + 1 if opcodes.PY312 else ins.target
+        f.ip = ins.jump_target + 1 if opcodes.PY312 else ins.jump_target
 
     # ---- functions and calls ------------------------------------------------------------------
 
-    def op_MAKE_FUNCTION(self, f: Frame, ins: Any) -> None:
+    def op_MAKE_FUNCTION(self, f: Frame, ins: Instruction) -> None:
         code = f.pop()
-        flags = ins.arg
+        flags = ins.oparg
         closure = f.pop() if flags & 0x08 else None
         annotations = f.pop() if flags & 0x04 else None
         kwdefaults = f.pop() if flags & 0x02 else None
@@ -234,8 +235,8 @@ class Interpreter(ExceptionOps):
             self.capture.new_functions.add(id(fn))
         f.push(fn)
 
-    def op_CALL(self, f: Frame, ins: Any) -> None:
-        argc = ins.arg
+    def op_CALL(self, f: Frame, ins: Instruction) -> None:
+        argc = ins.oparg
         kw_names = f.kw_names
         f.kw_names = ()
         below = f.stack[-argc - 2:-argc] if argc else f.stack[-2:]
@@ -256,8 +257,8 @@ class Interpreter(ExceptionOps):
         f.popn(argc + 2)
         f.push(result)
 
-    def op_CALL_FUNCTION_EX(self, f: Frame, ins: Any) -> None:
-        has_kwargs = ins.arg & 1
+    def op_CALL_FUNCTION_EX(self, f: Frame, ins: Instruction) -> None:
+        has_kwargs = ins.oparg & 1
         kwargs = dict(f.stack[-1]) if has_kwargs else {}
         args_obj = f.stack[-1 - has_kwargs]
         fn = f.stack[-2 - has_kwargs]
@@ -271,12 +272,12 @@ class Interpreter(ExceptionOps):
 
     # ---- generators (resumed lazily while inlined; see .generators) -----------------------
 
-    def op_RETURN_GENERATOR(self, f: Frame, ins: Any) -> None:
+    def op_RETURN_GENERATOR(self, f: Frame, ins: Instruction) -> None:
         if f.yielded is None:
             raise self.fail("generator code outside an inlined generator call")
         f.push(None)  # the value of the first send(), popped by the next POP_TOP
 
-    def op_YIELD_VALUE(self, f: Frame, ins: Any) -> None:
+    def op_YIELD_VALUE(self, f: Frame, ins: Instruction) -> None:
         if f.yielded is None:
             raise self.fail("yield outside an inlined generator call")
         f.yielded.append(f.pop())

@@ -48,6 +48,28 @@ class Instruction:
     line: int | None
     target: int | None = None
 
+    @property
+    def oparg(self) -> int:
+        """``arg`` of an opcode that always has one (``CALL``, ``BUILD_LIST``, ...).
+
+        Raises:
+            ValueError: the instruction has no argument (a decoding bug).
+        """
+        if self.arg is None:
+            raise ValueError(f"{self.opname} at offset {self.offset} has no argument")
+        return self.arg
+
+    @property
+    def jump_target(self) -> int:
+        """The index of the instruction a jump goes to.
+
+        Raises:
+            ValueError: the instruction is not a jump (a decoding bug).
+        """
+        if self.target is None:
+            raise ValueError(f"{self.opname} at offset {self.offset} has no jump target")
+        return self.target
+
 
 def normalized_opname(name: str) -> str:
     """Fold the 3.11 forward/backward jump variants into the 3.12 names."""
