@@ -13,7 +13,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
-from test_partition_text import SAMPLES, partition_text  # noqa: E402
+from test_partition_text import SAMPLES, partition_text
 
 
 def main() -> None:
