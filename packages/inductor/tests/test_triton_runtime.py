@@ -137,7 +137,7 @@ def test_launcher_rejects_malformed_entries() -> None:
     from ember.runtime.compiled.triton_launcher import load_kernel
 
     meta = {"signature": dict(ADD_SPEC.signature), "constexprs": {"XBLOCK": 64},
-            "grid": [2, 1, 1]}
+            "grid": [2, 1, 1], "num_warps": 4, "num_stages": 1}
     files = {"k.py": ADD_SOURCE.encode()}
     entry = {"name": "k", "lang": "triton", "entry": "scaled_add", "source": "k.py",
              "meta": meta}

@@ -150,7 +150,8 @@ if sys.argv[1] == "cpp":
     kernel = cpp_launcher.load_kernel(entry, {"k.cpp": SOURCE.encode()})
 else:
     entry = {"name": "touch", "lang": "triton", "entry": "touch", "source": "k.py",
-             "meta": {"signature": {"x_ptr": "*fp32"}, "grid": [1, 1, 1]}}
+             "meta": {"signature": {"x_ptr": "*fp32"}, "constexprs": {}, "grid": [1, 1, 1],
+                      "num_warps": 4, "num_stages": 1}}
     kernel = triton_launcher.load_kernel(entry, {"k.py": b"import triton"})
 try:
     kernel(torch.empty(4, device="meta"))

@@ -256,9 +256,10 @@ def test_compiled_dialect_checks_the_artifact_layout() -> None:
     program.dialect = "compiled"
     _rejects(program, r"graph 'forward': compiled program has no metadata", "compiled")
     kernel = {"name": "k0", "lang": "cpp", "entry": "k0", "source": "forward/k0.cpp",
-              "meta": {}}
-    program.metadata["compiled"] = {"graphs": {"forward": {
-        "wrapper": "forward/wrapper.py", "kernels": [kernel], "constants": {}}}}
+              "meta": {"arg_dtypes": ["float32"]}}
+    program.metadata["compiled"] = {"format": 1, "graphs": {"forward": {
+        "wrapper": "forward/wrapper.py", "kernels": [kernel], "constants": {},
+        "device": "cpu"}}}
     _rejects(program, r"wrapper file 'forward/wrapper.py' is not in the program's files")
     program.files["forward/wrapper.py"] = b"def call(inputs): ..."
     _rejects(program, r"graph 'forward', kernel 'k0': source file 'forward/k0.cpp' is not")

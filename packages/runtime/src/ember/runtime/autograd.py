@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from ember.runtime.executor import Executor, ExecutorFactory
 from ember.runtime.ir import OutputKind, Program
+from ember.runtime.ir.contracts import AotMetadata
 
 
 class TrainingRunner:
@@ -40,10 +41,8 @@ class TrainingRunner:
         specs = program.signature.outputs["forward"]
         self.n_saved = sum(1 for s in specs if s.kind == OutputKind.SAVED_TENSOR)
         self.n_outputs = len(specs) - self.n_saved
-        aot_meta = program.metadata.get("aot", {})
-        differentiable = aot_meta.get("differentiable_outputs", []) if isinstance(
-            aot_meta, dict) else []
-        self.differentiable: list[int] = [int(i) for i in differentiable]
+        aot = AotMetadata.from_program(program)
+        self.differentiable: list[int] = list(aot.differentiable_outputs) if aot else []
         positions = {p.name: i for i, p in enumerate(program.forward.placeholders)}
         self.n_inputs = len(positions)
         # inputs the caller's copy-back overwrites after the forward graph ran

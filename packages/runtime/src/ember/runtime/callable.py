@@ -25,63 +25,49 @@ from ember.runtime.autograd import TrainingRunner
 from ember.runtime.executor import ExecutorFactory, make_executor
 from ember.runtime.interpreter import bind_inputs
 from ember.runtime.ir import OutputKind, OutputSpec, Program, TensorMeta
+from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases
 
 _HIDDEN_KINDS = (OutputKind.MUTATED_INPUT, OutputKind.SAVED_TENSOR)
 
 
 @dataclass(frozen=True)
-class AliasedOutput:
-    """How to rebuild output ``output`` as a view: of input ``base_input`` or of output
-    ``base_output``, with the sizes, strides and storage offset (relative to the base's
-    own offset) eager torch gives it. ``base_strides``: the base's strides at trace time;
-    a base with other strides gets the computed value instead of a view."""
+class BoundAliasedOutput:
+    """An :class:`~ember.runtime.ir.contracts.AliasedOutput` with its base resolved to a
+    position: input ``base_input`` or output ``base_output``."""
 
-    output: int
+    spec: AliasedOutput
     base_input: int | None
     base_output: int | None
-    identity: bool
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
-    storage_offset: int
-    base_strides: tuple[int, ...] | None
 
     def rebuild(self, base: Any, computed: Any) -> Any:
+        """Output ``spec.output`` as the view of ``base`` eager torch gives, or
+        ``computed`` when ``base`` is not a tensor or no longer has the traced strides."""
+        spec = self.spec
         if not isinstance(base, torch.Tensor):
             return computed
-        if self.identity:
+        if spec.identity:
             return base
-        if self.base_strides is not None and tuple(base.stride()) != self.base_strides:
+        if tuple(base.stride()) != spec.base_strides:
             return computed
-        return base.as_strided(self.sizes, self.strides,
-                               base.storage_offset() + self.storage_offset)
+        return base.as_strided(spec.sizes, spec.strides,
+                               base.storage_offset() + spec.storage_offset)
 
 
-def _aliased_outputs(program: Program, positions: dict[str, int]) -> list[AliasedOutput]:
-    aot_meta = program.metadata.get("aot")
-    entries = aot_meta.get("aliased_outputs", []) if isinstance(aot_meta, dict) else []
+def _aliased_outputs(program: Program, positions: dict[str, int]) -> list[BoundAliasedOutput]:
+    aot = AotMetadata.from_program(program)
     result = []
-    for e in entries:
-        kind, base = e["kind"], e["base"]
-        if kind == "input" and base not in positions:
-            raise ValueError(f"aliased output {e['output']} views {base!r}, which is not a "
-                             "placeholder of the forward graph")
-        base_strides = e.get("base_strides")
-        result.append(AliasedOutput(
-            output=int(e["output"]),
-            base_input=positions[base] if kind == "input" else None,
-            base_output=int(base) if kind == "output" else None,
-            identity=bool(e.get("identity", False)),
-            sizes=tuple(int(s) for s in e["sizes"]),
-            strides=tuple(int(s) for s in e["strides"]),
-            storage_offset=int(e["storage_offset"]),
-            base_strides=tuple(int(s) for s in base_strides) if base_strides is not None
-            else None,
-        ))
+    for alias in aot.aliased_outputs if aot is not None else ():
+        if alias.kind == "input" and alias.base not in positions:
+            raise ValueError(f"aliased output {alias.output} views {alias.base!r}, which is "
+                             "not a placeholder of the forward graph")
+        result.append(BoundAliasedOutput(
+            alias, positions[alias.base] if alias.kind == "input" else None,
+            alias.base_output))
     return result
 
 
 @dataclass(frozen=True)
-class InputAlias:
+class BoundInputAlias:
     """Input ``input`` was captured as a view of input ``base`` (same storage)."""
 
     input: int
@@ -90,21 +76,18 @@ class InputAlias:
     relative_offset: int
 
 
-def _declared_input_aliases(program: Program, positions: dict[str, int]) -> list[InputAlias]:
-    declared = program.metadata.get("input_aliases")
-    if not isinstance(declared, dict):
-        return []
+def _declared_input_aliases(program: Program,
+                            positions: dict[str, int]) -> list[BoundInputAlias]:
     placeholders = program.forward.placeholders
     result = []
-    for name, info in declared.items():
-        if name not in positions or info.get("base") not in positions:
-            raise ValueError(f"metadata input_aliases names {name!r} -> {info.get('base')!r}, "
+    for name, alias in InputAliases.from_program(program).by_input.items():
+        if name not in positions or alias.base not in positions:
+            raise ValueError(f"metadata input_aliases names {name!r} -> {alias.base!r}, "
                              "which are not placeholders of the forward graph")
-        base_meta = placeholders[positions[info["base"]]].meta
+        base_meta = placeholders[positions[alias.base]].meta
         base_offset = base_meta.storage_offset if isinstance(base_meta, TensorMeta) else 0
-        result.append(InputAlias(positions[name], positions[info["base"]],
-                                 tuple(int(s) for s in info["strides"]),
-                                 int(info["storage_offset"]) - int(base_offset)))
+        result.append(BoundInputAlias(positions[name], positions[alias.base], alias.strides,
+                                      alias.storage_offset - int(base_offset)))
     return result
 
 
@@ -244,5 +227,5 @@ class ProgramCallable:
         for alias in self._aliased:
             base = (full[alias.base_input] if alias.base_input is not None
                     else outputs[alias.base_output])  # type: ignore[index]
-            outputs[alias.output] = alias.rebuild(base, outputs[alias.output])
+            outputs[alias.spec.output] = alias.rebuild(base, outputs[alias.spec.output])
         return [outputs[i] for i in self._visible]

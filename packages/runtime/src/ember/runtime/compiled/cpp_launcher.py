@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from ember.runtime.compiled.cpp_build import compile_cpp
+from ember.runtime.ir.contracts import CppLaunchMeta, KernelEntry
 
 
 class CppKernel:
@@ -48,33 +49,29 @@ def _describe(values: tuple[Any, ...]) -> str:
         if isinstance(v, torch.Tensor) else type(v).__name__ for v in values) + "]"
 
 
-def load_kernel(entry: dict[str, Any], files: dict[str, bytes]) -> Callable[..., None]:
+def load_kernel(entry: KernelEntry | dict[str, Any],
+                files: dict[str, bytes]) -> Callable[..., None]:
     """Build the callable of one kernel entry of an artifact.
 
     Args:
-        entry: ``{"name", "lang": "cpp", "entry", "source": <path in files>, "meta":
-            {"arg_dtypes": [...]}}``.
+        entry: the kernel's :class:`~ember.runtime.ir.contracts.KernelEntry` (or its JSON
+            object, decoded strictly) with :class:`~ember.runtime.ir.contracts.CppLaunchMeta`.
         files: the artifact's files.
 
     Raises:
-        ValueError: the entry is malformed or its source is missing.
+        ValueError: the entry is malformed (a ``MetadataError``) or its source is missing.
         ember.runtime.compiled.cpp_build.CppCompileError: the source does not compile.
     """
-    source_path = entry.get("source")
-    if not isinstance(source_path, str) or source_path not in files:
-        raise ValueError(f"C++ kernel entry {entry.get('name')!r}: source "
-                         f"{source_path!r} is not among the artifact's files")
-    meta = entry.get("meta") or {}
-    arg_dtypes = meta.get("arg_dtypes") if isinstance(meta, dict) else None
-    if not isinstance(arg_dtypes, list):
-        # NOTE: a malformed file, not a caller's type error
-        raise ValueError(  # noqa: TRY004
-            f"C++ kernel entry {entry.get('name')!r}: meta.arg_dtypes missing")
-    symbol = entry.get("entry")
-    if not isinstance(symbol, str) or not symbol.isidentifier():
-        raise ValueError(f"C++ kernel entry {entry.get('name')!r}: bad entry {symbol!r}")
-    lib = ctypes.CDLL(str(compile_cpp(files[source_path].decode())))
-    fn = getattr(lib, symbol)
+    if not isinstance(entry, KernelEntry):
+        entry = KernelEntry.from_json(entry, "C++ kernel entry")
+    if not isinstance(entry.meta, CppLaunchMeta):
+        raise ValueError(f"C++ kernel entry {entry.name!r}: language {entry.lang!r}")
+    if entry.source not in files:
+        raise ValueError(f"C++ kernel entry {entry.name!r}: source "
+                         f"{entry.source!r} is not among the artifact's files")
+    n_args = len(entry.meta.arg_dtypes)
+    lib = ctypes.CDLL(str(compile_cpp(files[entry.source].decode())))
+    fn = getattr(lib, entry.entry)  # an identifier (checked by KernelEntry)
     fn.restype = None
-    fn.argtypes = [ctypes.c_void_p] * len(arg_dtypes)
-    return CppKernel(str(entry.get("name", symbol)), fn, len(arg_dtypes))
+    fn.argtypes = [ctypes.c_void_p] * n_args
+    return CppKernel(entry.name, fn, n_args)

@@ -13,37 +13,35 @@ import torch
 from ember.runtime.compiled.wrapper_support import make_namespace
 from ember.runtime.config import config
 from ember.runtime.ir import IRFormatError, Program, VerificationError
+from ember.runtime.ir.contracts import CompiledGraphEntry, CompiledMetadata
 from ember.runtime.ir.effects import check_may_run_code
 from ember.runtime.ir.limits import LoadLimits
 from ember.runtime.ir.verifier import register_program_check
 
-# Kernel languages and the launcher module for each (``load_kernel(entry, files)``).
+# Kernel languages (the contract's KERNEL_LANGS) and the launcher module for each
+# (``load_kernel(entry: KernelEntry, files)``).
 LAUNCHERS = {"cpp": "ember.runtime.compiled.cpp_launcher",
              "triton": "ember.runtime.compiled.triton_launcher"}
 
 Executor = Callable[[list[Any]], list[Any]]
 
 
-def graph_entry(program: Program, graph_name: str) -> dict[str, Any]:
-    """``program.metadata["compiled"]["graphs"][graph_name]``, checked.
+def graph_entry(program: Program, graph_name: str) -> CompiledGraphEntry:
+    """``program.metadata["compiled"]["graphs"][graph_name]``, decoded and checked
+    against the program's files.
 
     Raises:
-        IRFormatError: naming the missing or malformed part.
+        IRFormatError: naming the missing or malformed part (a
+            :class:`~ember.runtime.ir.contracts.MetadataError` for the metadata itself).
     """
     if program.dialect != "compiled":
         raise IRFormatError(f"expected a 'compiled' program, got dialect {program.dialect!r}")
-    compiled = program.metadata.get("compiled")
-    if not isinstance(compiled, dict) or not isinstance(compiled.get("graphs"), dict):
-        raise IRFormatError("compiled program has no metadata['compiled']['graphs']")
-    entry = compiled["graphs"].get(graph_name)
-    if not isinstance(entry, dict):
+    entry = CompiledMetadata.from_program(program).graphs.get(graph_name)
+    if entry is None:
         raise IRFormatError(f"compiled program has no code for graph {graph_name!r}")
-    for key, kind in (("wrapper", str), ("kernels", list), ("constants", dict)):
-        if not isinstance(entry.get(key), kind):
-            raise IRFormatError(f"compiled graph {graph_name!r}: {key!r} missing or malformed")
-    if entry["wrapper"] not in program.files:
+    if entry.wrapper not in program.files:
         raise IRFormatError(f"compiled graph {graph_name!r}: wrapper file "
-                            f"{entry['wrapper']!r} is not in the program's files")
+                            f"{entry.wrapper!r} is not in the program's files")
     return entry
 
 
@@ -62,32 +60,21 @@ def verify_compiled(program: Program) -> None:
             entry = graph_entry(program, name)
         except IRFormatError as e:
             raise VerificationError(f"graph {name!r}: {e}") from None
-        for kernel in entry["kernels"]:
-            if not isinstance(kernel, dict):
-                raise VerificationError(f"graph {name!r}: malformed kernel entry {kernel!r}")
-            label = f"graph {name!r}, kernel {kernel.get('name')!r}"
-            if kernel.get("lang") not in LAUNCHERS:
-                raise VerificationError(f"{label}: unknown language {kernel.get('lang')!r}; "
-                                        f"known: {', '.join(sorted(LAUNCHERS))}")
-            if kernel.get("source") not in program.files:
-                raise VerificationError(f"{label}: source file {kernel.get('source')!r} "
-                                        "is not in program.files")
+        for kernel in entry.kernels:
+            if kernel.source not in program.files:
+                raise VerificationError(f"graph {name!r}, kernel {kernel.name!r}: source "
+                                        f"file {kernel.source!r} is not in program.files")
 
 
 register_program_check("compiled", verify_compiled)
 
-def load_kernels(program: Program, entry: dict[str, Any]) -> dict[str, Callable[..., None]]:
+
+def load_kernels(program: Program, entry: CompiledGraphEntry) -> dict[str, Callable[..., None]]:
     """The callables of a graph's kernels, by name."""
     kernels: dict[str, Callable[..., None]] = {}
-    for k in entry["kernels"]:
-        if not isinstance(k, dict):
-            raise IRFormatError(f"malformed kernel entry {k!r}")
-        lang = k.get("lang")
-        if lang not in LAUNCHERS:
-            raise IRFormatError(f"kernel {k.get('name')!r}: unknown language {lang!r}; "
-                                f"known: {sorted(LAUNCHERS)}")
-        launcher = importlib.import_module(LAUNCHERS[lang])
-        kernels[str(k["name"])] = launcher.load_kernel(k, program.files)
+    for k in entry.kernels:
+        launcher = importlib.import_module(LAUNCHERS[k.lang])
+        kernels[k.name] = launcher.load_kernel(k, program.files)
     return kernels
 
 
@@ -109,13 +96,13 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
     entry = graph_entry(program, graph_name)
     kernels = load_kernels(program, entry)
     constants: dict[str, torch.Tensor] = {}
-    for var, target in entry["constants"].items():
+    for var, target in entry.constants.items():
         if target not in program.tensors:
             raise IRFormatError(f"compiled graph {graph_name!r}: constant {target!r} "
                                 "is not among the program's tensors")
         constants[var] = program.tensors[target]
     namespace = make_namespace(kernels, constants)
-    source = program.files[entry["wrapper"]].decode()
+    source = program.files[entry.wrapper].decode()
     code = compile(source, f"<ember wrapper {graph_name}>", "exec")
     exec(code, namespace)  # noqa: S102 - generated wrapper, see README.md
     call = namespace.get("call")

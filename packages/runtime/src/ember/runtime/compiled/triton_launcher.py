@@ -4,7 +4,8 @@ The loader calls :func:`load_kernel` with the kernel's entry of the artifact and
 artifact's files; the result is called by the generated wrapper as ``kernel(*tensors)``
 with the tensors of the kernel's buffers, in order. Everything else a launch needs (the
 grid, block sizes, warps) is static and lives in the entry's ``meta``, written by
-``ember.inductor.codegen.triton``:
+``ember.inductor.codegen.triton`` and decoded by
+:class:`~ember.runtime.ir.contracts.TritonLaunchMeta`:
 
 ``meta = {"signature": {param: triton type}, "constexprs": {name: int},
 "num_warps": int, "num_stages": int, "grid": [int, int, int], "split": {...}?}``
@@ -20,6 +21,7 @@ Triton's interpreter on the CPU (CI).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,39 +32,43 @@ from ember.runtime.compiled.triton_kernel import (
     TritonKernelSpec,
     load_triton_kernel,
 )
+from ember.runtime.ir.contracts import KernelEntry, TritonLaunchMeta, TritonSplitMeta
 
 
-def spec_from_entry(entry: dict[str, Any], files: dict[str, bytes]) -> TritonKernelSpec:
+def _decoded(entry: KernelEntry | dict[str, Any]) -> tuple[KernelEntry, TritonLaunchMeta]:
+    """``entry`` (decoded strictly when given as JSON) and its Triton launch data."""
+    if not isinstance(entry, KernelEntry):
+        entry = KernelEntry.from_json(entry, "Triton kernel entry")
+    if not isinstance(entry.meta, TritonLaunchMeta):
+        raise ValueError(f"Triton kernel {entry.name!r}: language {entry.lang!r}")
+    return entry, entry.meta
+
+
+def spec_from_entry(entry: KernelEntry | dict[str, Any],
+                    files: dict[str, bytes]) -> TritonKernelSpec:
     """Build the :class:`TritonKernelSpec` of an artifact's kernel entry.
 
     Args:
-        entry: ``{"name", "lang", "entry", "source": <path in files>, "meta": {...}}``.
+        entry: the kernel's :class:`~ember.runtime.ir.contracts.KernelEntry` (or its JSON
+            object, decoded strictly) with :class:`~ember.runtime.ir.contracts.TritonLaunchMeta`.
         files: the artifact's files.
 
     Raises:
-        ValueError: naming what is missing or malformed.
+        ValueError: naming what is missing or malformed (a ``MetadataError`` for the entry).
     """
-    source_path = entry.get("source")
-    if not isinstance(source_path, str) or source_path not in files:
+    entry, meta = _decoded(entry)
+    if entry.source not in files:
         raise ValueError(
-            f"Triton kernel {entry.get('name')!r}: source file {source_path!r} is not in "
+            f"Triton kernel {entry.name!r}: source file {entry.source!r} is not in "
             "the compiled program"
         )
-    meta = entry.get("meta")
-    if not isinstance(meta, dict):
-        raise ValueError(f"Triton kernel {entry.get('name')!r}: no launch metadata")
     try:
-        source = files[source_path].decode("utf-8")
+        source = files[entry.source].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"Triton kernel source {source_path!r} is not UTF-8 text") from e
-    return TritonKernelSpec.from_json({
-        "name": entry.get("entry", entry.get("name")),
-        "source": source,
-        "signature": meta.get("signature"),
-        "constexprs": meta.get("constexprs", {}),
-        "num_warps": meta.get("num_warps", 4),
-        "num_stages": meta.get("num_stages", 1),
-    })
+        raise ValueError(f"Triton kernel source {entry.source!r} is not UTF-8 text") from e
+    return TritonKernelSpec(name=entry.entry, source=source, signature=dict(meta.signature),
+                            constexprs=dict(meta.constexprs), num_warps=meta.num_warps,
+                            num_stages=meta.num_stages)
 
 
 @dataclass(frozen=True)
@@ -75,25 +81,18 @@ class SplitStage:
     workspace_numel: int
 
 
-def split_from_entry(spec: TritonKernelSpec, split: Any) -> SplitStage:
-    """The :class:`SplitStage` of ``meta["split"]``.
+def split_from_entry(spec: TritonKernelSpec,
+                     split: TritonSplitMeta | dict[str, Any]) -> SplitStage:
+    """The :class:`SplitStage` of ``meta["split"]`` (decoded strictly when given as JSON:
+    workspace dtypes only by their names in the runtime's dtype table).
 
     Raises:
-        ValueError: naming what is malformed.
+        ValueError: naming what is malformed (a ``MetadataError``).
     """
-    try:
-        dtypes = tuple(getattr(torch, str(d)) for d in split["workspace_dtypes"])
-        if not all(isinstance(d, torch.dtype) for d in dtypes):
-            raise ValueError(f"workspace dtypes {split['workspace_dtypes']!r}")
-        partial = TritonKernelSpec.from_json({
-            **spec.to_json(), "name": str(split["entry"]),
-            "constexprs": dict(split["constexprs"]),
-        })
-        grid = tuple(int(g) for g in split["grid"])
-        numel = int(split["workspace_numel"])
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise ValueError(f"Triton kernel {spec.name!r}: malformed split metadata: {e}") from e
-    return SplitStage(partial, grid, dtypes, numel)
+    if not isinstance(split, TritonSplitMeta):
+        split = TritonSplitMeta.from_json(split, f"Triton kernel {spec.name!r}: meta['split']")
+    partial = dataclasses.replace(spec, name=split.entry, constexprs=dict(split.constexprs))
+    return SplitStage(partial, split.grid, split.workspace_dtypes, split.workspace_numel)
 
 
 # Where a launch can run: CUDA (compiled by Triton's JIT) or the CPU (Triton's interpreter).
@@ -143,16 +142,14 @@ class TritonLaunch:
         return f"<TritonLaunch {self.spec.name} grid={self.grid}>"
 
 
-def load_kernel(entry: dict[str, Any], files: dict[str, bytes]) -> Callable[..., None]:
+def load_kernel(entry: KernelEntry | dict[str, Any],
+                files: dict[str, bytes]) -> Callable[..., None]:
     """The callable for one Triton kernel of a compiled artifact (see module doc).
 
     Raises:
         ValueError: when the entry or its metadata is malformed.
     """
+    entry, meta = _decoded(entry)
     spec = spec_from_entry(entry, files)
-    grid = entry["meta"].get("grid")
-    if not isinstance(grid, (list, tuple)) or not all(isinstance(g, int) for g in grid):
-        raise ValueError(f"Triton kernel {spec.name!r}: grid {grid!r} is not a list of ints")
-    split = entry["meta"].get("split")
-    stage = split_from_entry(spec, split) if split is not None else None
-    return TritonLaunch(spec, tuple(grid), stage)
+    stage = split_from_entry(spec, meta.split) if meta.split is not None else None
+    return TritonLaunch(spec, meta.grid, stage)
