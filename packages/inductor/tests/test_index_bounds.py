@@ -208,7 +208,7 @@ def test_cuda_wrapper_asserts_instead_of_synchronizing() -> None:
 
     fn = CASES["embedding"][0]
     w, i = torch.randn(6, 4), torch.tensor([5, 0, 2])
-    lowered = GraphLowering(trace(fn, [w, i]), "forward", torch.device("cpu"), strict=True).run()
+    lowered = GraphLowering(trace(fn, [w, i]), "forward", torch.device("cpu")).run()
     text = WrapperWriter(lowered, schedule(lowered), "cuda").write()
     assert "_assert_checks_passed(kernel_errors, " in text
     assert "kernel_errors.any()" not in text and ".tolist()" not in text

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from ember.inductor.buffers import ExternCall
 from ember.inductor.loop_ir import Store
+from ember.inductor.lowering.extern_args import ConstantArg, ListArg, TensorArg
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.lowering.layout import is_channels_last, storage_order
 from ember.inductor.scheduler import KernelStep, schedule
@@ -59,8 +60,9 @@ def test_convolutions_run_channels_last_and_match_eager() -> None:
         _, sizes, strides = conv.result_meta[0]
         assert is_channels_last(sizes, strides), conv.result_meta
         # the input is a channels-last view of a buffer stored in N, H, W, C order
-        assert conv.args[0].startswith("_view("), conv.args[0]
-        buffer = conv.args[0][len("_view("):].split(",")[0]
+        x = conv.args[0]
+        assert isinstance(x, TensorArg) and x.view is not None, x
+        buffer = x.buffer
         n, c, h, w = sizes[0], inputs[0].shape[1] if conv is convs[0] else 6, 8, 8
         assert lowered.buffers[buffer].sizes == (n, h, w, c)
     compiled, run = compile_fn(conv_block, *inputs)
@@ -81,7 +83,7 @@ def test_convolution_result_returned_directly_has_eager_strides() -> None:
 
 
 def _store_strides_of_innermost(fn: object, *inputs: torch.Tensor) -> list[str]:
-    steps = schedule(GraphLowering(trace(fn, list(inputs))).run())  # type: ignore[arg-type]
+    steps = schedule(GraphLowering(trace(fn, list(inputs))).run())
     return [str(s.index) for step in steps if isinstance(step, KernelStep)
             for s in step.kernel.body if isinstance(s, Store)]
 
@@ -123,10 +125,10 @@ def test_consumers_of_a_realized_value_read_its_buffer() -> None:
 def test_misaligned_matmuls_run_padded(monkeypatch: pytest.MonkeyPatch) -> None:
     """On CUDA a matmul with result rows that are not 16-byte multiples runs on a padded
     right operand (forced on the CPU here): same values, eager's strides for outputs."""
-    from ember.inductor.lowering import graph_lowering
+    from ember.inductor.lowering import matmul_padding
 
-    monkeypatch.setattr(graph_lowering, "PAD_MATMUL_DEVICES", {"cpu", "cuda"})
-    monkeypatch.setattr(graph_lowering, "PAD_MATMUL_MIN_NUMEL", 1)
+    monkeypatch.setattr(matmul_padding, "PAD_MATMUL_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(matmul_padding, "PAD_MATMUL_MIN_NUMEL", 1)
 
     def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor,
           z: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -142,7 +144,8 @@ def test_misaligned_matmuls_run_padded(monkeypatch: pytest.MonkeyPatch) -> None:
     pads = [n for n in lowered.nodes if isinstance(n, ExternCall)
             and n.target == "aten::constant_pad_nd.default"]
     assert len(pads) == 4  # w twice, the bias, z
-    assert any("[0, 3]" in p.args[1] for p in pads)  # 37 -> 40 columns of float32
+    # 37 -> 40 columns of float32
+    assert ListArg((ConstantArg(0), ConstantArg(3))) in [p.args[1] for p in pads]
     compiled, run = compile_fn(f, *inputs)
     for got, want in zip(run(*inputs), f(*inputs)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -185,6 +188,8 @@ def test_transposed_matmul_operand_is_stored_transposed() -> None:
     info = lowered.buffers[store.buffer]
     assert (info.sizes, info.strides) == ((64, 32), (32, 1))  # row-major in x's order
     (mm,) = [s for s in steps if isinstance(s, ExternCall)]
-    assert "(32, 64), (1, 32), 0)" in mm.args[0]  # the transposed view
+    operand = mm.args[0]
+    assert isinstance(operand, TensorArg)
+    assert operand.view == ((32, 64), (1, 32), 0)  # the transposed view
     _, run = compile_fn(fn, x, g)
     torch.testing.assert_close(run(x, g)[0], fn(x, g))

@@ -89,7 +89,7 @@ def _run_bisecting(run: Runner, cases: list[OpCase], inputs: dict[str, list[torc
 def _lowering_problem(case: OpCase, xs: list[torch.Tensor]) -> str | None:
     """None when the case lowers without fallbacks (or is an extern case), else why."""
     try:
-        lowered = GraphLowering(trace(case.fn, xs), strict=True).run()
+        lowered = GraphLowering(trace(case.fn, xs)).run()
     except Exception as e:  # noqa: BLE001 - reported by the test
         return f"lowering raised {type(e).__name__}: {str(e)[:400]}"
     fallbacks = dict(lowered.fallbacks)

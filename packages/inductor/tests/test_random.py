@@ -21,7 +21,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from ember.inductor.buffers import ExternCall
-from ember.inductor.lowering.graph_lowering import RNG_SEED_BOUND, GraphLowering
+from ember.inductor.lowering.extern_args import ConstantArg, ListArg
+from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.inductor.lowering.rng_seed import RNG_SEED_BOUND
 from ember.inductor.lowering.random import MAX_RANDINT_RANGE, RANDOM_LOWERINGS
 from ember.inductor.lowering.registry import LOWERINGS
 from ember.inductor.scheduler import KernelStep, schedule
@@ -110,8 +112,9 @@ def test_random_ops_lower_without_fallbacks_and_draw_one_seed() -> None:
     assert not lowered.fallbacks
     externs = [n for n in lowered.nodes if isinstance(n, ExternCall)]
     assert [(e.target, e.is_fallback) for e in externs] == [("aten::randint.low", False)]
-    assert externs[0].args == ["0", str(2**62), "[]"]
-    assert externs[0].kwargs == {"dtype": "torch.int64", "device": "torch.device('cpu')"}
+    assert externs[0].args == [ConstantArg(0), ConstantArg(2**62), ListArg(())]
+    assert externs[0].kwargs == {"dtype": ConstantArg(torch.int64),
+                                 "device": ConstantArg(torch.device("cpu"))}
     compiled, run = compile_and_load(program)
     assert compiled.metadata["fallbacks"] == {}
     wrapper = compiled.files["forward/wrapper.py"].decode()
@@ -312,10 +315,10 @@ def test_seed_is_drawn_again_after_a_failed_rule() -> None:
     next random op draws it again."""
     program = trace(lambda x: aten.rand_like(x), [torch.randn(4)])
     lowered = GraphLowering(program)
-    first = lowered.rng_seed()
-    assert lowered.rng_seed() is first
+    first = lowered.rng.seed()
+    assert lowered.rng.seed() is first
     del lowered.nodes[:]
-    second = lowered.rng_seed()
+    second = lowered.rng.seed()
     assert second.buffer != first.buffer
     assert [n.outputs for n in lowered.nodes if isinstance(n, ExternCall)] == [[second.buffer]]
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from ember.inductor.loop_ir import IndexExpr, Int, Var, add, mul
 from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.extern_args import ExternArg
 from ember.inductor.lowering.values import ElementFn, contiguous_strides
 
 
@@ -148,15 +149,16 @@ class ScatterBuffer:
 class ExternCall:
     """``outputs = target(*args, **kwargs)`` run by the wrapper on real tensors.
 
-    ``args``/``kwargs`` hold wrapper expressions already rendered to Python source
-    (buffer names, ``as_strided`` views, literals). ``outputs`` names the wrapper
+    ``args``/``kwargs`` are :mod:`~ember.inductor.lowering.extern_args` values (buffers,
+    views of them, run-time variables, lists, constants; the wrapper renders them) and
+    ``reads`` the wrapper variables they read. ``outputs`` names the wrapper
     variables of the results (one per result; None for a result nobody reads);
     ``result_meta`` gives their expected dtype/sizes/strides (None: not a tensor).
     """
 
     target: str
-    args: list[str]
-    kwargs: dict[str, str]
+    args: list[ExternArg]
+    kwargs: dict[str, ExternArg]
     outputs: list[str | None]
     result_meta: list[tuple[torch.dtype, tuple[int, ...], tuple[int, ...]] | None]
     reads: list[str] = field(default_factory=list)

@@ -1,7 +1,9 @@
 """The inductor driver: core-functional Program -> compiled Program.
 
 ``compile_program`` runs the graph passes, then for each graph: lowering
-(:class:`~ember.inductor.lowering.graph_lowering.GraphLowering`), scheduling and fusion
+(:class:`~ember.inductor.lowering.graph_lowering.GraphLowering`, with the lowering passes
+of :mod:`ember.inductor.lowering.extern_passes`) into a
+:class:`~ember.inductor.lowering.lowered_graph.LoweredGraph`, scheduling and fusion
 (:func:`~ember.inductor.scheduler.schedule`), kernel codegen (the device's
 :class:`~ember.inductor.codegen.backend.KernelBackend`) and the wrapper
 (:class:`~ember.inductor.codegen.wrapper.WrapperWriter`). The artifact layout is
@@ -56,13 +58,20 @@ def graph_device(program: Program, graph_name: str) -> torch.device:
 
 def compile_graph(program: Program, graph_name: str = "forward",
                   device: torch.device | None = None, eager: bool = False,
-                  eager_random: bool = False, strict: bool = False) -> CompiledGraph:
-    """Lower, schedule and generate code for one graph (no passes). ``eager``: generate
-    no kernels, run every op as an extern call; ``eager_random``: only the random ops;
-    ``strict``: a lowering rule's bug raises (see :class:`GraphLowering`)."""
+                  eager_random: bool = False) -> CompiledGraph:
+    """Lower, schedule and generate code for one graph (no graph passes). ``eager``:
+    generate no kernels, run every op as an extern call; ``eager_random``: only the
+    random ops.
+
+    Raises:
+        ember.inductor.lowering.graph_lowering.LoweringError: a lowering rule failed
+            other than by ``NotLowerable`` (a bug in the rule).
+    """
     dev = device or graph_device(program, graph_name)
     lowered = GraphLowering(program, graph_name, dev, eager=eager,
-                            eager_random=eager_random, strict=strict).run()
+                            eager_random=eager_random).run()
+    if log_enabled("graphs"):
+        log("graphs", lambda: lowered.format())
     steps = schedule(lowered)
     kernels = [s.kernel for s in steps if isinstance(s, KernelStep)]
     backend = backend_for(dev.type) if kernels else None
@@ -71,7 +80,7 @@ def compile_graph(program: Program, graph_name: str = "forward",
         sources = backend.bundle(sources)
     wrapper = WrapperWriter(lowered, steps, str(dev)).write()
     compiled = CompiledGraph(graph_name, dev, wrapper, list(zip(kernels, sources)),
-                             dict(lowered.constants), lowered.fallbacks)
+                             dict(lowered.constants), collections.Counter(lowered.fallbacks))
     if log_enabled("output_code"):
         log("output_code", lambda: render_output_code(compiled))
     return compiled
@@ -95,8 +104,8 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     Options: ``device`` (``"cpu"``/``"cuda"``, default: where the tensors are),
     ``precompile`` (default True: build the C++ kernels now, which warms the cache and
     catches compile errors here rather than at load time), ``strict`` (default False:
-    a graph whose code generation or C++ build fails runs its ops eagerly, and an op
-    whose lowering rule fails (other than by ``NotLowerable``) runs eagerly, each with an
+    a graph whose lowering, code generation or C++ build fails — a lowering rule failing
+    other than by ``NotLowerable`` included — runs its ops eagerly, with an
     :class:`InductorFallbackWarning`; True raises instead), ``eager_random`` (default
     False: random ops run in the kernels, on Philox keyed by a seed drawn from torch's
     generator, see ``lowering/random.py``; True runs them as extern calls on torch's
@@ -145,8 +154,7 @@ def _compile_graph_or_eager(program: Program, name: str, device: torch.device | 
     ``options["strict"]`` asks for the error."""
     eager_random = bool(options.get("eager_random", False))
     try:
-        compiled = compile_graph(program, name, device, eager_random=eager_random,
-                                 strict=bool(options.get("strict")))
+        compiled = compile_graph(program, name, device, eager_random=eager_random)
         if options.get("precompile", True):
             _precompile(compiled)
         return compiled

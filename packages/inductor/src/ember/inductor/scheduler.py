@@ -57,7 +57,7 @@ from ember.inductor.loop_ir import (
     mul,
 )
 from ember.inductor.lowering.builder import BodyBuilder
-from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.inductor.lowering.lowered_graph import LoweredGraph
 from ember.inductor.lowering.values import numel
 
 Emit = Callable[[BodyBuilder, Sequence[IndexExpr], Sequence[IndexExpr]], None]
@@ -218,7 +218,7 @@ def _reads(node: LoopNode) -> set[str]:
     return {buf for buf, _ in b.external_loads}
 
 
-def schedule(lowered: GraphLowering) -> list[Step]:
+def schedule(lowered: LoweredGraph) -> list[Step]:
     """Fuse ``lowered.nodes`` into kernels; returns the steps in execution order."""
     nodes = _eliminate_dead(lowered)
     keep_splits = _generates_triton(lowered.device.type)
@@ -264,7 +264,7 @@ def schedule(lowered: GraphLowering) -> list[Step]:
     return _finish(lowered, steps)
 
 
-def _eliminate_dead(lowered: GraphLowering) -> list[LoopNode | ExternCall]:
+def _eliminate_dead(lowered: LoweredGraph) -> list[LoopNode | ExternCall]:
     """Drop loop nodes whose buffer nobody reads (left by rules that fell back)."""
     live = set(lowered.output_buffers)
     kept: list[LoopNode | ExternCall] = []
@@ -279,7 +279,7 @@ def _eliminate_dead(lowered: GraphLowering) -> list[LoopNode | ExternCall]:
     return list(reversed(kept))
 
 
-def _finish(lowered: GraphLowering, steps: list[KernelGroup | ExternCall]) -> list[Step]:
+def _finish(lowered: LoweredGraph, steps: list[KernelGroup | ExternCall]) -> list[Step]:
     # which buffers are read outside the group that writes them
     needed = set(lowered.output_buffers)
     for i, s in enumerate(steps):

@@ -3,16 +3,26 @@
 It checks the inputs' layouts, allocates buffers with ``empty_strided``, launches the
 kernels, calls the extern ops, frees each intermediate after its last use (reusing its
 memory for a later buffer of the same layout), and returns the outputs. It runs in the
-namespace built by ``ember.runtime.compiled.wrapper_support``.
+namespace built by ``ember.runtime.compiled.wrapper_support``. Extern calls' arguments and
+the outputs are :mod:`~ember.inductor.lowering.extern_args` values, rendered here.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from ember.inductor.buffers import ExternCall
 from ember.inductor.loop_ir import Int, Kernel, Store
 from ember.inductor.lowering.checks import ERROR_BUFFER
-from ember.inductor.lowering.graph_lowering import BufferInfo, GraphLowering
+from ember.inductor.lowering.extern_args import (
+    ConstantArg,
+    ExternArg,
+    ListArg,
+    TensorArg,
+    VariableArg,
+)
+from ember.inductor.lowering.lowered_graph import BufferInfo, LoweredGraph
 from ember.inductor.scheduler import KernelStep, Step, read_buffers, written_buffers
 from ember.runtime.ir import TensorMeta
 
@@ -37,6 +47,28 @@ def _op_expr(target: str) -> str:
     return f"{base}.{name}.{overload or 'default'}"
 
 
+def render_arg(arg: ExternArg) -> str:
+    """Python source for an extern-call argument or an output."""
+    if isinstance(arg, TensorArg):
+        if arg.view is None:
+            return arg.buffer
+        sizes, strides, offset = arg.view
+        return f"_view({arg.buffer}, {sizes!r}, {strides!r}, {offset})"
+    if isinstance(arg, VariableArg):
+        return arg.name
+    if isinstance(arg, ListArg):
+        return "[" + ", ".join(render_arg(x) for x in arg.items) + "]"
+    assert isinstance(arg, ConstantArg)
+    value = arg.value
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    if isinstance(value, (torch.dtype, torch.memory_format, torch.layout)):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"
+    return repr(value)
+
+
 def _device_test(name: str, device: torch.device) -> str:
     """An inline test that tensor ``name`` is on ``device`` (cheap attribute reads)."""
     if device.type in ("cpu", "cuda", "meta"):
@@ -51,7 +83,7 @@ def _device_test(name: str, device: torch.device) -> str:
 class WrapperWriter:
     """Writes the wrapper of one lowered, scheduled graph."""
 
-    def __init__(self, lowered: GraphLowering, steps: list[Step], device: str) -> None:
+    def __init__(self, lowered: LoweredGraph, steps: list[Step], device: str) -> None:
         self.lowered = lowered
         self.steps = steps
         self.device = device
@@ -81,7 +113,7 @@ class WrapperWriter:
             "def call(args):",
         ]
         if low.inputs:
-            names = ", ".join(low.inputs)
+            names = ", ".join(i.name for i in low.inputs)
             self.emit(f"({names},) = args")
             self.emit("args.clear()  # the wrapper owns the references from here on")
         self._check_inputs()
@@ -114,7 +146,7 @@ class WrapperWriter:
         if self.device != "cpu":
             self._assert_checks_passed()
         self.emit()
-        self.emit(f"return [{', '.join(low.outputs)}]")
+        self.emit(f"return [{', '.join(render_arg(o) for o in low.outputs)}]")
         return "\n".join(header + self.lines) + "\n"
 
     def _check_inputs(self) -> None:
@@ -123,9 +155,8 @@ class WrapperWriter:
         path (metadata only); ``_check_input`` raises naming the input, or copies an input
         of another layout into the traced one."""
         low = self.lowered
-        placeholders = [n for n in low.graph.nodes if n.op == "placeholder"]
-        for name, node in zip(low.inputs, placeholders):
-            meta = node.meta
+        for inp in low.inputs:
+            name, meta = inp.name, inp.meta
             if not isinstance(meta, TensorMeta):
                 continue  # a SymInt or Python scalar input
             info = low.buffers.get(name)
@@ -173,7 +204,8 @@ class WrapperWriter:
         kind = "fallback" if call.is_fallback else "extern"
         note = f" ({call.note})" if call.note else ""
         self.emit(f"# {kind}: {call.target}{note}")
-        args = list(call.args) + [f"{k}={v}" for k, v in call.kwargs.items()]
+        args = [render_arg(a) for a in call.args] + [
+            f"{k}={render_arg(v)}" for k, v in call.kwargs.items()]
         expr = f"{_op_expr(call.target)}({', '.join(args)})"
         out_variant = OUT_VARIANTS.get(call.target) if self.device == "cpu" else None
         info = self.lowered.buffers.get(call.outputs[0] or "") if out_variant else None

@@ -1,24 +1,21 @@
-"""GraphLowering: one core-functional graph -> loop nodes and extern calls.
+"""GraphLowering: one core-functional graph -> a :class:`~.lowered_graph.LoweredGraph`.
 
 Walks the graph's nodes in order with one method per opcode (``placeholder``,
 ``get_attr``, ``constant``, ``call``, ``output``). A ``call`` goes to its rule in the
 lowering table; ops without a rule, and rules that raise :class:`NotLowerable`, become
 :class:`~ember.inductor.buffers.ExternCall` s to the eager op (a *fallback*: logged under
 ``EMBER_LOGS=fallbacks`` and counted). A rule failing with any other exception is a bug:
-:class:`LoweringError` with ``strict``, else a fallback with an
-``InductorFallbackWarning``.
+:class:`LoweringError`. Ops lowered to extern calls on purpose (``externs.py``) go
+through the lowering passes of :mod:`.extern_passes` first (layout, matmul padding).
 
-The result (:attr:`nodes`, :attr:`buffers`, :attr:`outputs`) is what the scheduler
-fuses into kernels and what the wrapper codegen turns into Python.
+:meth:`GraphLowering.run` returns the :class:`~.lowered_graph.LoweredGraph` the scheduler
+fuses into kernels and the wrapper codegen turns into Python.
 """
 
 from __future__ import annotations
 
 import collections
-import math
-import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,16 +30,20 @@ from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.inlining import SHARED_STORE_LOADS, Uses, too_large
-from ember.inductor.lowering.layout import (
-    channels_last_convolution,
-    channels_last_strides,
-    is_channels_last,
-    is_dense,
-    matmul_operand,
-    same_layout,
-    storage_order,
+from ember.inductor.lowering.context import ExternRequest
+from ember.inductor.lowering.extern_args import (
+    ExternArg,
+    ListArg,
+    TensorArg,
+    VariableArg,
+    constant_arg,
+    extern_reads,
 )
+from ember.inductor.lowering.extern_passes import EXTERN_PASSES
+from ember.inductor.lowering.layout import LayoutState, is_dense, same_layout, storage_order
+from ember.inductor.lowering.lowered_graph import BufferInfo, GraphInput, LoweredGraph
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS, NotLowerable
+from ember.inductor.lowering.rng_seed import GraphSeed
 from ember.inductor.lowering.values import (
     ElementFn,
     Lazy,
@@ -57,22 +58,9 @@ from ember.runtime.ir import Argument, Node, Program, TensorMeta, ValueRef
 from ember.runtime.logs import log
 
 
-@dataclass(frozen=True)
-class BufferInfo:
-    """A wrapper variable holding a tensor: its layout and where it comes from
-    (``input``, ``constant``, ``computed`` by a kernel, ``extern`` result)."""
-
-    name: str
-    dtype: torch.dtype
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
-    kind: str
-    storage_offset: int = 0
-
-
 class LoweringError(Exception):
-    """A lowering rule failed with an error other than :class:`NotLowerable` (a bug in
-    the rule; raised in strict mode, see :class:`GraphLowering`)."""
+    """A lowering rule failed with an error other than :class:`NotLowerable`: a bug in
+    the rule (the original exception is its ``__cause__``)."""
 
 
 def _static(meta: object) -> bool:
@@ -81,14 +69,17 @@ def _static(meta: object) -> bool:
 
 
 class GraphLowering:
-    """Lowers graph ``graph_name`` of ``program`` (see module doc)."""
+    """Lowers graph ``graph_name`` of ``program`` (see module doc); the lowering context
+    rules and passes see (:class:`~.context.LoweringContext`).
+
+    ``eager``: run every op as an extern call; ``eager_random``: run random ops as extern
+    calls on torch's generator.
+    """
 
     def __init__(self, program: Program, graph_name: str = "forward",
                  device: torch.device | None = None, eager: bool = False,
-                 eager_random: bool = False, strict: bool = False) -> None:
+                 eager_random: bool = False) -> None:
         self.program = program
-        # strict: a rule failing other than by NotLowerable raises (see call)
-        self.strict = strict
         self.graph = program.graphs[graph_name]
         self.graph_name = graph_name
         self.nodes: list[ScheduledNode] = []
@@ -96,7 +87,7 @@ class GraphLowering:
         self.values: dict[str, Any] = {}
         self.inputs: list[str] = []
         self.constants: dict[str, str] = {}  # wrapper variable -> Program.tensors key
-        self.outputs: list[str] = []
+        self.outputs: list[ExternArg] = []
         self.output_buffers: set[str] = set()
         self.fallbacks: collections.Counter[str] = collections.Counter()
         self.checks: list[RuntimeCheck] = []  # run-time checks the kernels record (checks.py)
@@ -112,13 +103,12 @@ class GraphLowering:
         self._count = 0
         self._realized: dict[int, tuple[Lazy, Stored]] = {}
         self._uses = Uses(self.graph)  # see inlining.py: costly values read broadcast
-        self.channels_last_copies: dict[tuple[Any, ...], Stored] = {}
-        self._channels_last_buffers: set[str] = set()  # stored channels-last
+        self._current = ""  # the node being lowered
+        self.layout = LayoutState()
         self._loads_of: dict[int, tuple[Lazy, list[tuple[str, IndexExpr]], set[str]]] = {}
-        # random ops (see rng_seed): run them eagerly on torch's generator instead
+        # random ops (lowering/random.py): run them eagerly on torch's generator instead
         self.eager_random = eager_random
-        self._seed: tuple[ExternCall, Stored] | None = None
-        self._random_streams = 0
+        self.rng = GraphSeed(self)
 
     def _guess_device(self) -> torch.device:
         for n in self.graph.nodes:
@@ -132,11 +122,20 @@ class GraphLowering:
         return name
 
     # -- driving ------------------------------------------------------------------------
-    def run(self) -> GraphLowering:
-        """Lower every node; returns self."""
+    def run(self) -> LoweredGraph:
+        """Lower every node; returns the lowered graph.
+
+        Raises:
+            LoweringError: a lowering rule failed other than by :class:`NotLowerable`.
+        """
         for node in self.graph.nodes:
             getattr(self, node.op)(node)
-        return self
+        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        return LoweredGraph(
+            self.graph_name, self.device,
+            tuple(GraphInput(name, n.meta) for name, n in zip(self.inputs, placeholders)),
+            self.constants, self.buffers, tuple(self.nodes), tuple(self.outputs),
+            frozenset(self.output_buffers), self.fallbacks, tuple(self.checks))
 
     def placeholder(self, node: Node) -> None:
         name = f"arg{len(self.inputs)}"
@@ -168,9 +167,7 @@ class GraphLowering:
             self.values[node.name] = self.extern(node, fallback=True, reason=self.eager_reason)
             return
         if node.target in EXTERN_OPS:
-            padded = self._aligned_matmul(node)
-            self.values[node.name] = padded if padded is not None else self.extern(
-                node, fallback=False)
+            self.values[node.name] = self._extern_op(node)
             return
         if rule is None:
             self.values[node.name] = self.extern(node, fallback=True, reason="no lowering")
@@ -188,15 +185,11 @@ class GraphLowering:
         except NotLowerable as e:
             del self.nodes[mark:]
             self.values[node.name] = self.extern(node, fallback=True, reason=str(e))
-        except Exception as e:  # a bug in the rule: raise, or warn and fall back
-            del self.nodes[mark:]
-            message = f"the lowering rule of {node.target} failed on %{node.name} ({e!r})"
-            if self.strict:
-                raise LoweringError(message) from e
-            from ember.inductor.compile import InductorFallbackWarning
-
-            warnings.warn(f"{message}; it runs eagerly", InductorFallbackWarning, stacklevel=2)
-            self.values[node.name] = self.extern(node, fallback=True, reason=message)
+        except LoweringError:
+            raise
+        except Exception as e:  # NOTE: a bug in the rule, never a fallback
+            raise LoweringError(f"the lowering rule of {node.target} failed on "
+                                f"%{node.name} ({e!r})") from e
 
     def output(self, node: Node) -> None:
         for a in node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],):
@@ -216,7 +209,7 @@ class GraphLowering:
             return tuple(self._arg(x) for x in a)
         return a
 
-    def _external_loads(self, value: Lazy) -> tuple[list[tuple[str, IndexExpr]], set[str]]:
+    def _loads(self, value: Lazy) -> tuple[list[tuple[str, IndexExpr]], set[str]]:
         """What computing ``value`` loads at :func:`probe_index`: the (buffer, index)
         pairs and the set of buffers (memoized per Lazy)."""
         found = self._loads_of.get(id(value))
@@ -226,16 +219,24 @@ class GraphLowering:
             self._loads_of[id(value)] = found  # holds value: its id stays unique
         return found[1], found[2]
 
-    def _loaded_buffers(self, value: Lazy) -> set[str]:
+    def external_loads(self, value: Lazy) -> list[tuple[str, IndexExpr]]:
+        """The (buffer, index) pairs computing ``value`` loads (at :func:`probe_index`)."""
+        return self._loads(value)[0]
+
+    def loaded_buffers(self, value: Lazy) -> set[str]:
         """The buffers computing ``value`` loads."""
-        return self._external_loads(value)[1]
+        return self._loads(value)[1]
+
+    def is_realized(self, value: Lazy) -> bool:
+        """Whether ``value`` was computed into a buffer later ``realize`` calls reuse."""
+        return id(value) in self._realized
 
     def _reads_full_size(self, value: Lazy) -> bool:
         """Whether computing ``value`` loads a buffer at least as large as it (not only
         broadcasts of smaller ones, which are cheaper to recompute than to re-read)."""
         n = numel(value.sizes)
         return any(buf in self.buffers and numel(self.buffers[buf].sizes) >= n
-                   for buf in self._loaded_buffers(value))
+                   for buf in self.loaded_buffers(value))
 
     def _shared_and_wide(self, name: str, value: Lazy) -> bool:
         """Whether node ``name``'s ``value`` has several consumers and loads at least
@@ -244,7 +245,7 @@ class GraphLowering:
         if self._uses.count(name) < 2:
             return False
         n = numel(value.sizes)
-        wide = [b for b in self._loaded_buffers(value)
+        wide = [b for b in self.loaded_buffers(value)
                 if b in self.buffers and numel(self.buffers[b].sizes) >= n]
         return len(wide) >= SHARED_STORE_LOADS
 
@@ -261,8 +262,8 @@ class GraphLowering:
                 origin: str = "", reuse: bool | None = None) -> Stored:
         """``value`` in a buffer (a kernel computes a Lazy; a Stored is returned as is).
 
-        ``strides`` picks the layout (default: :meth:`_default_strides`). A dense permuted layout is
-        computed in storage order (see :mod:`.layout`). ``reuse``: later plain
+        ``strides`` picks the layout (default: :meth:`.LayoutState.default_strides`). A
+        dense permuted layout is computed in storage order (see :mod:`.layout`). ``reuse``: later plain
         ``realize(value)`` calls return this buffer (default: only for row-major).
         """
         if isinstance(value, Stored):
@@ -273,17 +274,19 @@ class GraphLowering:
         if cached is not None and strides is None:
             return cached[1]
         if numel(value.sizes) == 0:  # nothing to compute: an allocation, not a kernel
-            return Stored(self._extern_step(
-                "aten::empty.memory_format", [repr(list(value.sizes))],
-                {"dtype": str(value.dtype), "device": self.render(self.device)}, value.dtype,
-                value.sizes, origin or getattr(self, "_current", ""), "an empty tensor"),
+            sizes_arg = ListArg(tuple(constant_arg(s) for s in value.sizes))
+            return Stored(self.extern_step(
+                "aten::empty.memory_format", [sizes_arg],
+                {"dtype": constant_arg(value.dtype), "device": constant_arg(self.device)},
+                value.dtype, value.sizes, origin or self._current, "an empty tensor"),
                 value.dtype, value.sizes, contiguous_strides(value.sizes))
         name = self.fresh()
-        origin = origin or getattr(self, "_current", "")
+        # NOTE: an extern op's pass realizing a value takes the last rule's node as origin
+        origin = origin or self._current
         origins = (origin,) if origin else ()
         sizes = value.sizes
         if strides is None:
-            strides = self._default_strides(value)
+            strides = self.layout.default_strides(sizes, lambda: self.loaded_buffers(value))
             reuse = True if reuse is None else reuse
         st = strides
         order = storage_order(sizes, st)
@@ -305,22 +308,10 @@ class GraphLowering:
             self.nodes.append(PointwiseBuffer(name, value.dtype, sizes, value.fn, origins, st))
             self.buffers[name] = BufferInfo(name, value.dtype, sizes, st, "computed")
         stored = Stored(name, value.dtype, sizes, st)
-        if is_channels_last(sizes, st):
-            self._channels_last_buffers.add(name)
+        self.layout.note_buffer(name, sizes, st)
         if reuse:
             self._realized[id(value)] = (value, stored)  # holds value: its id stays unique
         return stored
-
-    def _default_strides(self, value: Lazy) -> tuple[int, ...]:
-        """Row-major, except a 4-d value computed from a channels-last buffer (a
-        convolution's result, or the input stored for one): it is stored channels-last
-        too, so the kernels between convolutions never transpose. 4-d tensors that do
-        not come from convolutions (attention heads) stay row-major."""
-        sizes = value.sizes
-        if (len(sizes) == 4 and self._channels_last_buffers
-                and self._loaded_buffers(value) & self._channels_last_buffers):
-            return channels_last_strides(sizes)
-        return contiguous_strides(sizes)
 
     def reduction(self, node: Node, op: str, fn: ElementFn, full_sizes: Sequence[int],
                   dims: Sequence[int], keepdim: bool, dtype: torch.dtype) -> Stored:
@@ -367,60 +358,62 @@ class GraphLowering:
         return self.buffers[x.buffer].storage_offset
 
     # -- extern calls -------------------------------------------------------------------
-    def render(self, a: Any) -> str:
-        """Python source for an extern-call argument."""
+    def extern_arg(self, a: Any) -> ExternArg:
+        """A lowered value as an extern-call argument (a Lazy is realized first)."""
         if isinstance(a, Lazy):
             a = self.realize(a)
         if isinstance(a, Stored):
             info = self.buffers[a.buffer]
             if (a.sizes, a.strides, a.offset) == (info.sizes, info.strides, 0):
-                return a.buffer
-            return f"_view({a.buffer}, {a.sizes!r}, {a.strides!r}, {a.offset})"
+                return TensorArg(a.buffer)
+            return TensorArg(a.buffer, (a.sizes, a.strides, a.offset))
         if isinstance(a, ScalarValue):
-            return a.name
+            return VariableArg(a.name)
         if isinstance(a, tuple):
-            inner = ", ".join(self.render(x) for x in a)
-            return f"[{inner}]"
-        if isinstance(a, torch.dtype):
-            return str(a)
-        if isinstance(a, torch.device):
-            return f"torch.device({str(a)!r})"
-        if isinstance(a, torch.memory_format):
-            return str(a)
-        if isinstance(a, torch.layout):
-            return str(a)
-        if isinstance(a, float) and not math.isfinite(a):
-            return f"float({str(a)!r})"
-        return repr(a)
+            return ListArg(tuple(self.extern_arg(x) for x in a))
+        return constant_arg(a)
+
+    def _extern_op(self, node: Node) -> Any:
+        """An op lowered to an extern call on purpose: through the lowering passes
+        (:data:`~.extern_passes.EXTERN_PASSES`), then emitted."""
+        metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+        call = ExternRequest(node, tuple(self._arg(a) for a in node.args),
+                             {k: self._arg(v) for k, v in node.kwargs.items()}, metas)
+        for _, rewrite in EXTERN_PASSES:
+            result = rewrite(self, call)
+            if isinstance(result, Stored):
+                return result
+            call = result
+        return self._emit_extern(call, fallback=False, reason="")
 
     def extern(self, node: Node, fallback: bool, reason: str = "") -> Any:
         """Emit an extern call to ``node.target`` and return its result value(s)."""
+        metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+        call = ExternRequest(node, tuple(self._arg(a) for a in node.args),
+                             {k: self._arg(v) for k, v in node.kwargs.items()}, metas)
+        return self._emit_extern(call, fallback, reason)
+
+    def _emit_extern(self, call: ExternRequest, fallback: bool, reason: str) -> Any:
+        node = call.node
         if fallback:
             self.fallbacks[node.target] += 1
             log("fallbacks", f"{self.graph_name}:{node.name} {node.target} runs eagerly"
                              f"{': ' + reason if reason else ''}")
-        arg_values = [self._arg(a) for a in node.args]
-        metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
-        if node.target == "aten::convolution.default" and not fallback:
-            metas = channels_last_convolution(self, arg_values, metas)
-        if node.target in _MATMULS and not fallback:
-            arg_values = [matmul_operand(self, a) for a in arg_values]
-        args = [self.render(a) for a in arg_values]
-        kwargs = {k: self.render(self._arg(v)) for k, v in node.kwargs.items()}
+        args = [self.extern_arg(a) for a in call.args]
+        kwargs = {k: self.extern_arg(v) for k, v in call.kwargs.items()}
         multi = isinstance(node.meta, tuple)
         base = self.fresh()
         outs: list[str | None] = []
         values: list[Any] = []
         result_meta: list[Any] = []
-        for i, m in enumerate(metas):
+        for i, m in enumerate(call.metas):
             name = f"{base}_{i}" if multi else base
             outs.append(name)
             if isinstance(m, TensorMeta) and _static(m) and not self.all_extern:
                 sizes = tuple(int(s) for s in m.sizes)
                 strides = tuple(int(s) for s in m.strides)
                 self.buffers[name] = BufferInfo(name, m.dtype, sizes, strides, "extern")
-                if is_channels_last(sizes, strides):
-                    self._channels_last_buffers.add(name)
+                self.layout.note_buffer(name, sizes, strides)
                 values.append(Stored(name, m.dtype, sizes, strides))
                 result_meta.append((m.dtype, sizes, strides))
             elif m is None and multi:
@@ -430,102 +423,33 @@ class GraphLowering:
                 values.append(ScalarValue(name))
                 result_meta.append(None)
         self.nodes.append(ExternCall(node.target, args, kwargs, outs, result_meta,
-                                     _buffer_reads(args, kwargs, self.buffers), fallback,
-                                     multi, (node.name,), reason))
+                                     extern_reads(args, kwargs), fallback, multi,
+                                     (node.name,), reason))
         return tuple(values) if multi else values[0]
 
-    def _aligned_matmul(self, node: Node) -> Stored | None:
-        """A matmul whose result rows are not a multiple of 16 bytes (GPT-2's LM head:
-        50257 columns) makes cuBLAS fall back to unaligned kernels, 7x slower on the
-        H200. Such a matmul runs on a right operand (and bias) zero-padded to an aligned
-        width, and the result is a view of the first ``N`` columns. None when the
-        matmul is aligned, small, or not on a device in ``PAD_MATMUL_DEVICES``."""
-        meta = node.meta
-        if (node.target not in _PADDABLE_MATMULS or self.device.type not in PAD_MATMUL_DEVICES
-                or not isinstance(meta, TensorMeta) or not _static(meta)
-                or not meta.dtype.is_floating_point):
-            return None
-        sizes = tuple(int(s) for s in meta.sizes)
-        align = max(1, 16 // meta.dtype.itemsize)
-        n = sizes[-1]
-        if n % align == 0 or numel(sizes) < PAD_MATMUL_MIN_NUMEL:
-            return None
-        padded_n = -(-n // align) * align
-        args = [self._arg(a) for a in node.args]
-        count = 3 if node.target == "aten::addmm.default" else 2  # (bias,) a, b
-        *bias, a, b = args[:count]
-        if not all(isinstance(v, (Stored, Lazy)) for v in (a, b, *bias)):
-            return None
-
-        def pad(v: Stored | Lazy) -> str:
-            return self._extern_step(
-                "aten::constant_pad_nd.default",
-                [self.render(v), f"[0, {padded_n - v.sizes[-1]}]", "0.0"], {}, meta.dtype,
-                (*v.sizes[:-1], padded_n), node.name,
-                f"pads {v.sizes[-1]} columns to {padded_n} for an aligned matmul")
-
-        operands = [pad(b_) if b_.sizes and b_.sizes[-1] == n else self.render(b_)
-                    for b_ in bias] + [self.render(a), pad(b)]
-        rest = [self.render(x) for x in args[count:]]
-        kwargs = {k: self.render(self._arg(v)) for k, v in node.kwargs.items()}
-        padded_sizes = (*sizes[:-1], padded_n)
-        out = self._extern_step(node.target, operands + rest, kwargs, meta.dtype, padded_sizes,
-                                node.name,
-                                f"on {padded_n} columns; the result is a view of the first {n}")
-        return Stored(out, meta.dtype, sizes, contiguous_strides(padded_sizes))
-
-    def _extern_step(self, target: str, args: list[str], kwargs: dict[str, str],
-                     dtype: torch.dtype, sizes: tuple[int, ...], origin: str, note: str) -> str:
-        """Append a (non-fallback) extern call of ``target`` on rendered ``args`` whose
-        one result is a row-major ``sizes`` tensor; returns the result's variable."""
+    def extern_step(self, target: str, args: list[ExternArg], kwargs: dict[str, ExternArg],
+                    dtype: torch.dtype, sizes: tuple[int, ...], origin: str, note: str) -> str:
+        """Append a (non-fallback) extern call of ``target`` on ``args`` whose one result
+        is a row-major ``sizes`` tensor; returns the result's variable."""
         name = self.fresh()
         strides = contiguous_strides(sizes)
         self.buffers[name] = BufferInfo(name, dtype, sizes, strides, "extern")
         self.nodes.append(ExternCall(target, args, kwargs, [name], [(dtype, sizes, strides)],
-                                     _buffer_reads(args, kwargs, self.buffers), False, False,
-                                     (origin,), note))
+                                     extern_reads(args, kwargs), False, False, (origin,),
+                                     note))
         return name
 
-    # -- random numbers -------------------------------------------------------------------
-    def rng_seed(self) -> Stored:
-        """The 0-d int64 seed of this graph's random ops (see ``lowering/random.py``).
-
-        The first call appends an extern step that draws it from torch's default
-        generator of the graph's device, ``randint(0, RNG_SEED_BOUND, [])``, so that
-        ``torch.manual_seed`` makes a call reproducible and consecutive calls differ;
-        later calls return the same value (one draw per graph and call).
-        """
-        if self._seed is not None and any(n is self._seed[0] for n in self.nodes):
-            return self._seed[1]
-        # NOTE: a rule that raised after drawing the seed had its nodes removed, the
-        # seed step with them (see ``call``): then it is drawn again here.
-        name = self._extern_step(
-            "aten::randint.low", ["0", str(RNG_SEED_BOUND), "[]"],
-            {"dtype": "torch.int64", "device": self.render(self.device)}, torch.int64, (),
-            getattr(self, "_current", ""), "the seed of the graph's random ops")
-        step = self.nodes[-1]
-        assert isinstance(step, ExternCall)
-        self._seed = (step, Stored(name, torch.int64, (), ()))
-        return self._seed[1]
-
-    def random_stream(self) -> int:
-        """A new ordinal ``k`` for one random op: it draws with key ``seed + k``, so two
-        random ops of a graph never share values."""
-        k = self._random_streams
-        self._random_streams += 1
-        return k
-
     # -- outputs ------------------------------------------------------------------------
-    def _output_expr(self, a: Argument) -> str:
+    def _output_expr(self, a: Argument) -> ExternArg:
         if not isinstance(a, ValueRef):
-            return self.render(a)
+            return self.extern_arg(a)
         v = self._arg(a)
         producer = self.graph.node(a.node)
         if isinstance(v, ScalarValue):
             self.output_buffers.add(v.name)
-            return self.render(v)
+            return self.extern_arg(v)
         if v is None:
-            return self.render(v)
+            return self.extern_arg(v)
         if isinstance(v, tuple):
             raise NotLowerable("tuple output")
         meta = producer.meta
@@ -549,31 +473,9 @@ class GraphLowering:
                     strides = st
             v = self.realize(v, strides=strides, origin=producer.name)
         self.output_buffers.add(v.buffer)
-        return self.render(v)
+        return self.extern_arg(v)
 
 
 # A scatter's element function: index -> (result position per dim, value, mask or None).
 PositionFn = Callable[[BodyBuilder, tuple[IndexExpr, ...]],
                       tuple[tuple[IndexExpr, ...], str, "str | None"]]
-
-# Seeds of random ops are drawn from [0, RNG_SEED_BOUND): 62 bits, so that the seeds of
-# different calls practically never collide, and seed + k (one per random op) stays
-# below 2**63.
-RNG_SEED_BOUND = 2**62
-
-_MATMULS = ("aten::mm.default", "aten::addmm.default", "aten::bmm.default",
-             "aten::baddbmm.default")
-
-# Matmuls padded to aligned result rows (see GraphLowering._aligned_matmul): devices, and
-# the least number of result elements worth a padded copy of the right operand.
-PAD_MATMUL_DEVICES = {"cuda"}
-PAD_MATMUL_MIN_NUMEL = 1 << 20
-_PADDABLE_MATMULS = ("aten::mm.default", "aten::addmm.default", "aten::bmm.default")
-
-def _buffer_reads(args: list[str], kwargs: dict[str, str],
-                  buffers: dict[str, BufferInfo]) -> list[str]:
-    import re
-
-    text = " ".join(args) + " " + " ".join(kwargs.values())
-    names = re.findall(r"\b(?:arg|const|buf)\d+(?:_\d+)?\b", text)
-    return sorted(set(names))

@@ -6,20 +6,18 @@ strides ``(HWC, 1, WC, C)``, or a transposed graph output) is computed by a kern
 loops run in *storage order* (``N, H, W, C``), so every store is sequential; consumers
 see it through a :class:`~ember.inductor.lowering.values.Stored` view with the logical
 sizes and the permuted strides.
+
+The choices: :class:`LayoutState` (a value computed from a channels-last buffer is stored
+channels-last too), and the lowering passes of :mod:`.layout_passes` (convolutions on
+channels-last data, matmul operands stored transposed).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from ember.inductor.loop_ir import Add, Var
-from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, numel, probe_index
-from ember.runtime.ir import TensorMeta
-
-if TYPE_CHECKING:
-    from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.inductor.lowering.values import Stored, contiguous_strides
 
 
 def same_layout(sizes: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
@@ -67,65 +65,27 @@ def is_dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
     return True
 
 
-def channels_last_convolution(ctx: GraphLowering, args: list[Any],
-                              metas: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Layout optimization for a 2-d convolution: its input, when a kernel computes
-    it, is stored channels-last, and ATen's convolution then returns a
-    channels-last result (the meta returned says so). Vendor convolutions run
-    faster on channels-last data (on CPU: no reorder into the blocked format; on the
-    H200 cuDNN ran the zoo's ResNet about 1.5x faster in float32 and bfloat16).
-    """
-    x, meta = args[0], metas[0]
-    if (len(args) < 9 or args[6] or not isinstance(meta, TensorMeta)
-            or not isinstance(x, (Lazy, Stored)) or len(x.sizes) != 4
-            or not meta.dtype.is_floating_point):
-        return metas
-    if isinstance(x, Lazy) or not is_channels_last(x.sizes, x.strides):
-        x = args[0] = channels_last(ctx, x)
-    sizes = tuple(int(s) for s in meta.sizes)
-    strides = channels_last_strides(sizes)
-    return (dataclasses.replace(meta, sizes=sizes, strides=strides),)
+class LayoutState:
+    """The layouts one graph's lowering chose: which buffers are stored channels-last, and
+    the channels-last copies made of stored tensors (one per tensor)."""
 
+    def __init__(self) -> None:
+        self.channels_last_buffers: set[str] = set()
+        self.channels_last_copies: dict[tuple[Any, ...], Stored] = {}
 
-def channels_last(ctx: GraphLowering, x: Lazy | Stored) -> Stored:
-    """``x`` in a channels-last buffer: a Lazy is computed into one; a stored tensor
-    is copied once (the copy is reused by every later convolution of it)."""
-    strides = channels_last_strides(x.sizes)
-    if isinstance(x, Lazy):
-        return ctx.realize(x, strides=strides, reuse=True)
-    key = (x.buffer, x.sizes, x.strides, x.offset)
-    copy = ctx.channels_last_copies.get(key)
-    if copy is None:
-        copy = ctx.realize(Lazy(x.element, x.dtype, x.sizes), strides=strides)
-        ctx.channels_last_copies[key] = copy
-    return copy
+    def note_buffer(self, name: str, sizes: tuple[int, ...], strides: tuple[int, ...]) -> None:
+        """Record the layout of a new buffer."""
+        if is_channels_last(sizes, strides):
+            self.channels_last_buffers.add(name)
 
-
-def matmul_operand(ctx: GraphLowering, value: Any) -> Any:
-    """A computed matmul operand that reads its inputs transposed (a weight
-    gradient's ``x.t()`` of an activation computed in the backward) is stored
-    transposed: its kernel then reads and writes contiguously (and vectorizes), and
-    the matmul takes the transposed view at no cost. Other values are returned as is."""
-    if (not isinstance(value, Lazy) or len(value.sizes) not in (2, 3)
-            or id(value) in ctx._realized or min(value.sizes) == 1):
-        return value
-    n = len(value.sizes)
-    if unit_stride_dim(ctx, value) != n - 2:
-        return value
-    rows, cols = value.sizes[-2:]
-    strides = (*((rows * cols,) if n == 3 else ()), 1, rows)
-    return ctx.realize(value, strides=strides, reuse=True)
-
-def unit_stride_dim(ctx: GraphLowering, value: Lazy) -> int | None:
-    """The dim of ``value`` along which its largest input is read contiguously
-    (its loop variable a plain term of the load's index), if one is."""
-    loads = [(numel(ctx.buffers[buf].sizes), ix)
-             for buf, ix in ctx._external_loads(value)[0] if buf in ctx.buffers]
-    if not loads:
-        return None
-    _, ix = max(loads, key=lambda t: t[0])
-    terms = ix.terms if isinstance(ix, Add) else (ix,)
-    for d, v in enumerate(probe_index(value.sizes)):
-        if isinstance(v, Var) and v in terms:
-            return d
-    return None
+    def default_strides(self, sizes: tuple[int, ...],
+                        loaded_buffers: Callable[[], set[str]]) -> tuple[int, ...]:
+        """The strides of a value of ``sizes`` computed from ``loaded_buffers()``:
+        row-major, except a 4-d value computed from a channels-last buffer (a
+        convolution's result, or the input stored for one): it is stored channels-last
+        too, so the kernels between convolutions never transpose. 4-d tensors that do
+        not come from convolutions (attention heads) stay row-major."""
+        if (len(sizes) == 4 and self.channels_last_buffers
+                and loaded_buffers() & self.channels_last_buffers):
+            return channels_last_strides(sizes)
+        return contiguous_strides(sizes)

@@ -6,9 +6,9 @@ loop-IR ops ``rand`` / ``randn`` (Philox 4x32-10, the conventions of Triton's
 ``tl.rand``; see :mod:`ember.inductor.loop_ir.body`):
 
 - **seed**: the graph draws one 0-d int64 seed per call, at its first random op, from
-  torch's default generator of its device (:meth:`.GraphLowering.rng_seed`), so
+  torch's default generator of its device (:meth:`.GraphSeed.seed`), so
   ``torch.manual_seed`` makes a call reproducible and consecutive calls differ;
-- **key**: the ``k``-th random op of the graph (:meth:`.GraphLowering.random_stream`)
+- **key**: the ``k``-th random op of the graph (:meth:`.GraphSeed.stream`)
   uses ``seed + k``, so two random ops never share values;
 - **counter**: the row-major linear index of the element in the op's result (int64).
 
@@ -57,8 +57,8 @@ def random_values(ctx: Any, node: Node, op: str) -> RandomFn:
     if meta.device.type != ctx.device.type:
         raise NotLowerable("a random tensor on another device")
     strides = contiguous_strides(sizes_of(node))
-    seed = ctx.rng_seed()
-    stream = ctx.random_stream()
+    seed = ctx.rng.seed(node.name)
+    stream = ctx.rng.stream()
 
     def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         key = b.compute("add", seed.element(b, ()), b.literal(stream, torch.int64))

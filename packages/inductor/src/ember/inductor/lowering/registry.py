@@ -5,23 +5,22 @@ A rule is registered next to its definition::
     @lowering("aten::exp.default")
     def exp(ctx, node, x): ...
 
-and is called with the lowering context (:class:`~.graph_lowering.GraphLowering`), the
-graph node (its ``meta`` gives the result dtype and sizes) and the node's arguments,
+and is called with the lowering context (:class:`~.context.LoweringContext`, implemented
+by :class:`~.graph_lowering.GraphLowering`), the graph node (its ``meta`` gives the result dtype and sizes) and the node's arguments,
 where every ``ValueRef`` has been replaced by the lowered value (:mod:`.values`).
 A rule returns a value or a tuple of values (for multi-result ops). A rule that cannot
 handle a particular call (an unsupported dtype, a data-dependent shape) raises
-:class:`NotLowerable`; the op then runs as an extern call to the eager ATen op.
+:class:`NotLowerable`; the op then runs as an extern call to the eager ATen op. Any other
+exception a rule raises is a bug: the lowering raises it as a ``LoweringError``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ember.inductor.lowering.graph_lowering import GraphLowering
-    from ember.runtime.ir import Node
-
+# NOTE: ``Callable[..., Any]``: rules annotate their context as GraphLowering or as the
+# LoweringContext protocol, and their arguments per op.
 Rule = Callable[..., Any]
 
 LOWERINGS: dict[str, Rule] = {}
@@ -79,15 +78,3 @@ def lowered_ops() -> list[str]:
     from ember.inductor import lowering as _rules  # noqa: F401
 
     return sorted(LOWERINGS)
-
-
-def rule_for(target: str) -> Rule | None:
-    return LOWERINGS.get(target)
-
-
-def describe(node: Node) -> str:
-    return f"{node.name} = {node.target}"
-
-
-if TYPE_CHECKING:
-    _ctx: GraphLowering

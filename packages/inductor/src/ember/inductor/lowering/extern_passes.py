@@ -1,0 +1,31 @@
+"""The lowering passes: named rewrites of an extern call (matmul, convolution, ...)
+before the lowering emits it, run in the order of :data:`EXTERN_PASSES`.
+
+A pass takes the lowering context and an :class:`~.context.ExternRequest` (the node,
+its lowered arguments and result metas) and returns the request, rewritten or as it is,
+or the node's lowered value when it emitted the call itself (then later passes do not
+run). They run on ops lowered to extern calls on purpose (``lowering/externs.py``), not
+on fallbacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ember.inductor.lowering.context import ExternRequest, LoweringContext
+from ember.inductor.lowering.layout_passes import (
+    channels_last_convolution,
+    transposed_matmul_operands,
+)
+from ember.inductor.lowering.matmul_padding import pad_unaligned_matmul
+from ember.inductor.lowering.values import Stored
+
+ExternPass = Callable[[LoweringContext, ExternRequest], "ExternRequest | Stored"]
+
+EXTERN_PASSES: list[tuple[str, ExternPass]] = [
+    ("pad_unaligned_matmul", pad_unaligned_matmul),
+    ("channels_last_convolution", channels_last_convolution),
+    ("transposed_matmul_operands", transposed_matmul_operands),
+]
+
+__all__ = ["EXTERN_PASSES", "ExternPass"]
