@@ -22,7 +22,9 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``generators``     inlined generators, resumed lazily; lazy enumerate/zip/map/filter
 ``support``        which code objects can be interpreted at all
 ``capture``        the capture context: wrapping outside values, guards, side effects
-``sources``        where a value came from; ``guards``: checks compiled to one function
+``sources``        where a value came from; ``guards``: the strict mode's guards (the one
+                   guard model of ``ember.frontend.guard_model``)
+``side_effects``   attribute, global and cell writes recorded during capture
 ``state``          rebuilding Python state after a graph; side-effect replays
 ``segment``        capturing from a resume point to a return or break
 ``strict``         the compiled function: cache, recompiles, breaks at run time

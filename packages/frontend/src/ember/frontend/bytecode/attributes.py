@@ -88,10 +88,10 @@ class AttributeOps:
             if name in obj.__dict__ or (id(obj), name) in cap.attr_writes:
                 return self._read_after_delete(obj, name)
         written = cap.attr_writes.get((id(obj), name))
-        if written is not None and written[0] is obj:
-            if written[2] is DELETED:
+        if written is not None and written.obj is obj:
+            if written.value is DELETED:
                 return self._read_after_delete(obj, name)
-            return written[2]
+            return written.value
         if is_fake(obj):
             if name == "data":
                 # a detached alias of the tensor (what .data is): an op on the input
@@ -134,9 +134,9 @@ class AttributeOps:
         if id(members) in cap.shadow_of_real:
             return cap.shadow_of_real[id(members)]  # current already
         shadow = cap.wrap(members, AttrSource(source, "__dict__"))
-        for (_, name), (owner, _, value) in list(cap.attr_writes.items()):
-            if owner is obj:
-                _apply_to_dict(shadow, name, value)
+        for write in list(cap.attr_writes.values()):
+            if write.obj is obj:
+                _apply_to_dict(shadow, write.name, write.value)
         return shadow
 
     def _read_after_delete(self, obj: Any, name: str) -> Any:
@@ -250,7 +250,7 @@ class AttributeOps:
         cap = self.capture
         written = cap.attr_writes.get((id(obj), name))
         existed = _has_own(obj, name)
-        if written is not None and written[2] is DELETED or (written is None and not existed):
+        if written is not None and written.value is DELETED or (written is None and not existed):
             raise AttributeError(f"'{type(obj).__name__}' object has no attribute '{name}'")
         if not existed:
             cap.forget_attr_write(obj, name)  # written in this capture only: net nothing

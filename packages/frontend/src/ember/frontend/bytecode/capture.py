@@ -25,6 +25,7 @@ from typing import Any, Self
 import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode.guards import Guard, GuardSet, tensor_guard
+from ember.frontend.bytecode.side_effects import AttrWrite, CellWrite, GlobalWrite
 from ember.frontend.bytecode.sources import AttrSource, LocalSource, Source
 from ember.runtime.ir import InputKind, InputSpec
 from ember.runtime.tracing import GraphRecorder
@@ -59,12 +60,12 @@ class CaptureContext:
     sources: dict[int, tuple[Any, Source]] = field(default_factory=dict)
     shadows: dict[int, Shadow] = field(default_factory=dict)  # id(copy) -> shadow
     shadow_of_real: dict[int, Any] = field(default_factory=dict)
-    # (id(obj), name) -> (obj, name, value or attributes.DELETED), in program order
-    attr_writes: dict[tuple[int, str], tuple[Any, str, Any]] = field(default_factory=dict)
-    attr_raw: set[tuple[int, str]] = field(default_factory=set)  # via object.__setattr__
+    # (id(obj), name) -> the last write (or delete) of that attribute, in program order
+    attr_writes: dict[tuple[int, str], AttrWrite] = field(default_factory=dict)
     dirty: dict[int, Any] = field(default_factory=dict)  # id -> outside object written
-    cell_writes: dict[int, tuple[Any, Any]] = field(default_factory=dict)
-    global_writes: dict[tuple[int, str], tuple[Any, str, Any]] = field(default_factory=dict)
+    cell_writes: dict[int, CellWrite] = field(default_factory=dict)  # id(cell) -> write
+    # (id(globals dict), name) -> the last write
+    global_writes: dict[tuple[int, str], GlobalWrite] = field(default_factory=dict)
     new_cells: set[int] = field(default_factory=set)
     new_functions: set[int] = field(default_factory=set)
     new_objects: dict[int, Any] = field(default_factory=dict)  # made by this capture
@@ -285,11 +286,7 @@ class CaptureContext:
         order of the last writes)."""
         key = (id(obj), name)
         self.attr_writes.pop(key, None)
-        self.attr_writes[key] = (obj, name, value)
-        if raw:
-            self.attr_raw.add(key)
-        else:
-            self.attr_raw.discard(key)
+        self.attr_writes[key] = AttrWrite(obj, name, value, raw)
         self.dirty[id(obj)] = obj
         members = getattr(obj, "__dict__", None)
         shadow = self.shadow_of_real.get(id(members)) if type(members) is dict else None
@@ -317,7 +314,6 @@ class CaptureContext:
     def forget_attr_write(self, obj: Any, name: str) -> None:
         """An attribute set and deleted again within this capture: nothing to replay."""
         self.attr_writes.pop((id(obj), name), None)
-        self.attr_raw.discard((id(obj), name))
 
     def capture_writes(self, obj: Any, before: dict[str, Any]) -> None:
         """Code run for real (a property, a torch method) wrote into the ``__dict__`` of
@@ -326,7 +322,9 @@ class CaptureContext:
         graph runs (a fake tensor never stays in a user object)."""
         now = obj.__dict__
         for name in [k for k in now if k not in before or now[k] is not before[k]]:
-            self.attr_writes[(id(obj), name)] = (obj, name, now[name])
+            earlier = self.attr_writes.get((id(obj), name))
+            raw = earlier is not None and earlier.raw
+            self.attr_writes[(id(obj), name)] = AttrWrite(obj, name, now[name], raw)
             if name in before:
                 now[name] = before[name]
             else:

@@ -28,6 +28,7 @@ from ember.frontend.bytecode.env_rules import environ_contains, environ_getitem,
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
 from ember.frontend.bytecode.iteration import make_iterator
 from ember.frontend.bytecode.opcodes import Instruction
+from ember.frontend.bytecode.side_effects import CellWrite, GlobalWrite
 from ember.frontend.bytecode.sources import (
     AttrSource,
     CellSource,
@@ -105,7 +106,7 @@ class DataOps(AttributeOps):
         written = (self.capture.global_writes.get((id(f.f_globals), name))
                    if self.capture is not None else None)
         if written is not None:
-            value = written[2]
+            value = written.value
         elif name in f.f_globals:
             value = self.wrap(f.f_globals[name], self.global_source(f, name))
         elif name in f.f_builtins:
@@ -136,7 +137,7 @@ class DataOps(AttributeOps):
     def op_STORE_GLOBAL(self, f: Frame, ins: Instruction) -> None:
         if self.capture is not None:
             # replayed on the real globals dict after the graph runs
-            self.capture.global_writes[(id(f.f_globals), ins.argval)] = (
+            self.capture.global_writes[(id(f.f_globals), ins.argval)] = GlobalWrite(
                 f.f_globals, ins.argval, f.pop())
             return
         f.f_globals[ins.argval] = f.pop()
@@ -162,7 +163,7 @@ class DataOps(AttributeOps):
         if self.capture is not None:
             written = self.capture.cell_writes.get(id(cell))
             if written is not None:
-                f.push(written[1])
+                f.push(written.value)
                 return
             if id(cell) not in self.capture.new_cells:
                 f.push(self.capture.wrap(cell.cell_contents, self.cell_source(f, name)))
@@ -180,7 +181,7 @@ class DataOps(AttributeOps):
         cell = f.cells[ins.argval]
         value = f.pop()
         if self.capture is not None and id(cell) not in self.capture.new_cells:
-            self.capture.cell_writes[id(cell)] = (cell, value)
+            self.capture.cell_writes[id(cell)] = CellWrite(cell, value)
         else:
             cell.cell_contents = value
 

@@ -161,7 +161,11 @@ class New(Recipe):
         return obj
 
 
-@dataclass
+REPLAY_KINDS = frozenset({"list", "dict", "attr", "delattr", "cell", "global"})
+"""What a :class:`Replay` may write back."""
+
+
+@dataclass(frozen=True)
 class Replay:
     """Write a captured mutation back: ``kind`` list/dict/attr/delattr/cell/global;
     ``raw`` attribute writes and deletes bypass the class's ``__setattr__`` /
@@ -172,6 +176,11 @@ class Replay:
     value: Any
     name: str = ""
     raw: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in REPLAY_KINDS:
+            raise ValueError(f"unknown replay kind {self.kind!r}; known: "
+                             f"{', '.join(sorted(REPLAY_KINDS))}")
 
     def apply(self, rt: Rebuild) -> None:
         obj = self.target.build(rt)
@@ -344,21 +353,21 @@ class StateBuilder:
                 if changed:
                     out.append(Replay("dict", Fetch(shadow.source),
                                       [(self.recipe(k), self.recipe(x)) for k, x in items]))
-        for key, (obj, name, value) in cap.attr_writes.items():
-            if dict_shadow(cap, obj, name) is not None:
+        for write in cap.attr_writes.values():
+            if dict_shadow(cap, write.obj, write.name) is not None:
                 continue  # the replay of its __dict__ (above) carries this write
-            source = cap.source_of(obj)
-            target: Recipe = Const(obj) if source is None else Fetch(source)
-            raw = key in cap.attr_raw
-            if value is DELETED:
-                out.append(Replay("delattr", target, None, name, raw))
+            source = cap.source_of(write.obj)
+            target: Recipe = Const(write.obj) if source is None else Fetch(source)
+            if write.value is DELETED:
+                out.append(Replay("delattr", target, None, write.name, write.raw))
             else:
-                out.append(Replay("attr", target, self.recipe(value), name, raw))
-        for globals_dict, name, value in cap.global_writes.values():
-            out.append(Replay("global", Const(globals_dict), self.recipe(value), name))
-        for cell, value in cap.cell_writes.values():
-            target = self.recipe(cell) if id(cell) in self._start_cells else Const(cell)
-            out.append(Replay("cell", target, self.recipe(value)))
+                out.append(Replay("attr", target, self.recipe(write.value), write.name,
+                                  write.raw))
+        for g in cap.global_writes.values():
+            out.append(Replay("global", Const(g.globals), self.recipe(g.value), g.name))
+        for c in cap.cell_writes.values():
+            target = self.recipe(c.cell) if id(c.cell) in self._start_cells else Const(c.cell)
+            out.append(Replay("cell", target, self.recipe(c.value)))
         return out
 
 
