@@ -12,7 +12,3 @@ def first_argument_type(op: Any) -> str | None:
     arguments = op._schema.arguments
     return str(arguments[0].type) if arguments else None
 
-
-def is_mutable(op: Any) -> bool:
-    """Whether an operator overload's schema mutates one of its arguments."""
-    return bool(op._schema.is_mutable)
