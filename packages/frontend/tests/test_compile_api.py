@@ -89,7 +89,7 @@ def test_stats_read_kernels_and_fallbacks_from_the_final_program(monkeypatch) ->
     def with_metadata(program: Any, backend: str, options: Any, mode: Any) -> Any:
         result = real(program, backend, options, mode)
         result.program.metadata["kernels"] = 4
-        result.program.metadata["fallbacks"] = ["aten::sort.default"]
+        result.program.metadata["fallbacks"] = {"aten::sort.default": 2}
         return result
 
     monkeypatch.setattr(compiled_module, "compile_program", with_metadata)

@@ -3,7 +3,8 @@
 An ``aten`` op outside the Core ATen opset that neither torch's decomposition tables,
 Ember's own (:mod:`ember.aot.decompositions`) nor a CompositeImplicitAutograd kernel
 can decompose (``median``, ``kthvalue``, ``cummax``, ...) stays one call. The stage
-declares these ops in ``program.metadata["aot"]["extern_ops"]``; the core-functional
+declares these ops in ``program.metadata["aot"]["extern_ops"]``
+(:class:`ember.runtime.ir.contracts.AotMetadata`); the core-functional
 verifier accepts a non-mutating non-Core op only when so declared, and backends run it as
 an extern call to eager ATen (the inductor counts it in ``metadata["fallbacks"]``).
 """
@@ -11,10 +12,12 @@ an extern call to eager ATen (the inductor counts it in ``metadata["fallbacks"]`
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 from ember.aot._torch import is_core_op
 from ember.runtime.ir import IRFormatError, Program, resolve_op
-from ember.runtime.ir.verifier import CORE_FUNCTIONAL_EXTRA_OPS, EXTERN_OPS_KEY
+from ember.runtime.ir.contracts import AotMetadata
+from ember.runtime.ir.verifier import CORE_FUNCTIONAL_EXTRA_OPS
 from ember.runtime.logs import log
 
 
@@ -44,6 +47,5 @@ def declare_extern_ops(program: Program) -> None:
     for target, count in sorted(found.items()):
         log("fallbacks", f"aot: {target} has no decomposition to Core ATen; "
                          f"{count} call(s) stay whole and run as extern (eager ATen) calls")
-    aot_meta = dict(program.metadata.get("aot", {}))  # type: ignore[call-overload]
-    aot_meta[EXTERN_OPS_KEY] = sorted(found)
-    program.metadata["aot"] = aot_meta
+    aot = AotMetadata.from_program(program) or AotMetadata()
+    dataclasses.replace(aot, extern_ops=tuple(sorted(found))).write_to(program)

@@ -21,8 +21,10 @@ Outputs keep their order: user outputs, then the mutated inputs.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from ember.aot.builder import GraphBuilder
@@ -47,6 +49,7 @@ from ember.runtime.ir import (
     ValueRef,
     is_view,
 )
+from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAlias, InputAliases
 
 Chain = tuple[ViewStep, ...]
 _RESIZE = "aten::resize_.default"
@@ -72,16 +75,16 @@ class FunctionalGraph:
     """The result of :func:`functionalize_graph`.
 
     ``outputs``: one spec per output of ``graph`` (user outputs, then mutated inputs).
-    ``aliased_outputs``: how to rebuild each ALIASED_OUTPUT (JSON-ready dicts).
+    ``aliased_outputs``: how to rebuild each ALIASED_OUTPUT (``metadata["aot"]``'s).
     """
 
     graph: Graph
     outputs: list[OutputSpec]
-    aliased_outputs: list[dict[str, Any]]
+    aliased_outputs: list[AliasedOutput]
 
 
 class _Functionalizer:
-    def __init__(self, graph: Graph, input_aliases: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, graph: Graph, input_aliases: Mapping[str, InputAlias]) -> None:
         self.source = graph
         self.input_aliases = input_aliases
         # groups of inputs that partly overlap in memory (no member covers the others)
@@ -392,7 +395,7 @@ class _Functionalizer:
         assert isinstance(values, tuple)
         outputs: list[Argument] = []
         specs: list[OutputSpec] = []
-        aliased: list[dict[str, Any]] = []
+        aliased: list[AliasedOutput] = []
         base_output: dict[int, int] = {}  # storage -> index of the output that is its base
         for i, v in enumerate(values):
             if isinstance(v, ValueRef) and self.alias[v].chain == ():
@@ -403,7 +406,7 @@ class _Functionalizer:
             if isinstance(v, ValueRef):
                 info = self._alias_info(i, v, base_output, values)
                 if info is not None:
-                    spec = OutputSpec(OutputKind.ALIASED_OUTPUT, info["base"])
+                    spec = OutputSpec(OutputKind.ALIASED_OUTPUT, info.base)
                     aliased.append(info)
             specs.append(spec)
         written = {s.root for s in self.storages if s.root is not None and s.version > 0}
@@ -425,12 +428,13 @@ class _Functionalizer:
         return FunctionalGraph(self.b.graph, specs, aliased)
 
     def _alias_info(self, i: int, v: ValueRef, base_output: dict[int, int],
-                    values: tuple[Argument, ...]) -> dict[str, Any] | None:
+                    values: tuple[Argument, ...]) -> AliasedOutput | None:
         alias = self.alias[v]
         storage = self.storages[alias.storage]
         meta = self.meta.get(v)
         if not isinstance(meta, TensorMeta):
             return None
+        kind: Literal["input", "output"]
         if storage.root is not None:
             base_meta = self.meta.get(ValueRef(storage.root))
             kind, base = "input", storage.root
@@ -446,19 +450,19 @@ class _Functionalizer:
             # NOTE: a view that reinterprets the dtype (view_as_complex, view.dtype) cannot
             # be rebuilt as an as_strided view of its base: it is returned as a value.
             return None
-        return {
-            "output": i,
-            "kind": kind,
-            "base": base,
-            "identity": alias.chain == () and kind == "input",
-            "sizes": [int(s) for s in meta.sizes],
-            "strides": [int(s) for s in meta.strides],
-            "storage_offset": int(meta.storage_offset) - int(base_meta.storage_offset),
-            "base_strides": [int(s) for s in base_meta.strides],
-        }
+        return AliasedOutput(
+            output=i,
+            kind=kind,
+            base=base,
+            identity=alias.chain == () and kind == "input",
+            sizes=tuple(int(s) for s in meta.sizes),
+            strides=tuple(int(s) for s in meta.strides),
+            storage_offset=int(meta.storage_offset) - int(base_meta.storage_offset),
+            base_strides=tuple(int(s) for s in base_meta.strides),
+        )
 
 
-def _alias_groups(aliases: dict[str, dict[str, Any]], order: list[str]) -> list[list[str]]:
+def _alias_groups(aliases: Mapping[str, InputAlias], order: list[str]) -> list[list[str]]:
     """Inputs linked by ``aliases`` (input -> its earlier base), grouped, in ``order``."""
     parent = {name: name for name in order}
 
@@ -468,7 +472,7 @@ def _alias_groups(aliases: dict[str, dict[str, Any]], order: list[str]) -> list[
         return name
 
     for name, info in aliases.items():
-        base = str(info.get("base"))
+        base = info.base
         if name in parent and base in parent:
             parent[find(name)] = find(base)
     groups: dict[str, list[str]] = {}
@@ -505,7 +509,7 @@ def _covering_member(group: list[str], metas: dict[str, Any]) -> str | None:
 
 
 def functionalize_graph(graph: Graph,
-                        input_aliases: dict[str, dict[str, Any]] | None = None) -> FunctionalGraph:
+                        input_aliases: Mapping[str, InputAlias] | None = None) -> FunctionalGraph:
     """Functionalize ``graph`` (see the module docstring). ``input_aliases``: inputs that
     share memory with an earlier input, as the recorder writes them in
     ``Program.metadata["input_aliases"]`` (base name, sizes, strides, storage offset).
@@ -520,13 +524,11 @@ def functionalize_graph(graph: Graph,
 def functionalize(program: Program, graph_name: str = "forward") -> Program:
     """A copy of ``program`` whose graph ``graph_name`` is functional; the input
     mutations and output aliasing move into the signature and ``metadata["aot"]``."""
-    aliases = program.metadata.get("input_aliases")
-    result = functionalize_graph(program.graphs[graph_name],
-                                 aliases if isinstance(aliases, dict) else None)
+    aliases = InputAliases.from_program(program).by_input
+    result = functionalize_graph(program.graphs[graph_name], aliases)
     out = program.copy()
     out.graphs[graph_name] = result.graph
     out.signature.outputs[graph_name] = result.outputs
-    aot_meta = dict(out.metadata.get("aot", {}))  # type: ignore[call-overload]
-    aot_meta["aliased_outputs"] = result.aliased_outputs
-    out.metadata["aot"] = aot_meta
+    aot = AotMetadata.from_program(out) or AotMetadata()
+    dataclasses.replace(aot, aliased_outputs=tuple(result.aliased_outputs)).write_to(out)
     return out

@@ -18,7 +18,8 @@ Output signature conventions (see ``packages/aot/README.md``):
   differentiable user output (all USER_INPUT).
 * ``backward`` outputs: one GRADIENT per forward input that gets a gradient (target: the
   forward placeholder's name).
-* ``metadata["aot"]``: ``aliased_outputs`` (how the runtime rebuilds views),
+* ``metadata["aot"]`` (:class:`ember.runtime.ir.contracts.AotMetadata`):
+  ``aliased_outputs`` (how the runtime rebuilds views),
   ``differentiable_outputs`` (forward output indices that take a tangent), ``saved_bytes``
   and ``recomputed`` (the partitioner's choice), ``save_everything``, ``extern_ops``
   (non-Core ATen ops left whole because nothing decomposes them; backends run them as
@@ -27,6 +28,7 @@ Output signature conventions (see ``packages/aot/README.md``):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -48,6 +50,7 @@ from ember.runtime.ir import (
     eliminate_common_subexpressions,
     eliminate_dead_code,
 )
+from ember.runtime.ir.contracts import AotMetadata, PartitionSummary
 from ember.runtime.ir.verifier import CORE_FUNCTIONAL_EXTRA_OPS
 from ember.runtime.stages import StageDeclined
 
@@ -105,9 +108,8 @@ def _inference_program(functional: Program, table: dict[Any, Any]) -> Program:
     traced.graphs["forward"] = _clean(traced.forward)
     traced.signature.outputs["forward"] = list(functional.signature.outputs["forward"])
     traced.signature.inputs["forward"] = list(functional.signature.inputs.get("forward", []))
-    aot_meta = dict(functional.metadata.get("aot", {}))  # type: ignore[call-overload]
-    aot_meta["differentiable_outputs"] = []
-    traced.metadata["aot"] = aot_meta
+    aot = AotMetadata.from_program(functional) or AotMetadata()
+    dataclasses.replace(aot, differentiable_outputs=()).write_to(traced)
     return traced
 
 
@@ -137,14 +139,12 @@ def _training_program(functional: Program, table: dict[Any, Any],
     out.signature.inputs["backward"] = [InputSpec(p.name) for p in parts.backward.placeholders]
     out.signature.outputs["backward"] = [OutputSpec(OutputKind.GRADIENT, t)
                                          for t in joint.grad_targets]
-    aot_meta = dict(functional.metadata.get("aot", {}))  # type: ignore[call-overload]
-    aot_meta.update({
-        "differentiable_outputs": joint.differentiable_outputs,
-        "saved_bytes": parts.saved_bytes,
-        "recomputed": parts.recomputed,
-        "save_everything": config.save_everything,
-    })
-    out.metadata["aot"] = aot_meta
+    aot = AotMetadata.from_program(functional) or AotMetadata()
+    dataclasses.replace(
+        aot, differentiable_outputs=tuple(joint.differentiable_outputs),
+        partition=PartitionSummary(parts.saved_bytes, tuple(parts.recomputed),
+                                   config.save_everything),
+    ).write_to(out)
     _drop_unused_tensors(out)
     return out
 

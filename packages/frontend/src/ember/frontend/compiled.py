@@ -20,7 +20,7 @@ from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.guards import GuardFailure, GuardSet, Matcher
 from ember.frontend.module_state import ModuleLayout, callable_name
 from ember.frontend.pytree import flatten
-from ember.frontend.stats import CompileStats
+from ember.frontend.stats import CompileStats, report_counts
 from ember.frontend.trace import ArgumentInputs, OutputLayout, trace_capture
 from ember.frontend.trace_guards import TraceCall
 from ember.runtime.config import config
@@ -152,8 +152,7 @@ class TracedFunction:
         if self._entries:
             self.stats.recompiles += 1
         final = getattr(compiled, "program", program)
-        self.stats.kernels = _count(final.metadata.get("kernels"))
-        self.stats.fallbacks = _count(final.metadata.get("fallbacks"))
+        self.stats.kernels, self.stats.fallbacks = report_counts(final)
         self._entries.append(entry)
         return entry
 
@@ -190,18 +189,6 @@ def definition_site(fn: Any) -> SourceLocation | None:
     line = code.co_firstlineno
     return SourceLocation(code.co_filename, line, code.co_name,
                           linecache.getline(code.co_filename, line).strip())
-
-
-def _count(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, (list, tuple, dict)):
-        return len(value)
-    return None
 
 
 def _printed(program: Any) -> str:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ember.runtime.ir import Program
+from ember.runtime.ir.contracts import CompileReport
+
 
 @dataclass
 class CompileStats:
@@ -19,7 +22,8 @@ class CompileStats:
     silent: one ``RecompileLimitWarning`` per compiled function, and the failing guard
     with its source line under ``EMBER_LOGS=recompiles``); ``kernels`` /
     ``fallbacks``: from the last compiled program's ``metadata["kernels"]`` /
-    ``metadata["fallbacks"]`` (a count; None when the backend does not report them).
+    ``metadata["fallbacks"]`` (a count; None when the backend does not report them;
+    see :func:`report_counts`).
     """
 
     compiles: int = 0
@@ -31,3 +35,17 @@ class CompileStats:
     recompile_limit_fallbacks: int = 0
     kernels: int | None = None
     fallbacks: int | None = None
+
+
+def report_counts(program: Program) -> tuple[int | None, int | None]:
+    """``(kernels, fallbacks)`` of a compiled program: its number of generated kernels
+    and of distinct ops that run eagerly, from its
+    :class:`~ember.runtime.ir.contracts.CompileReport`; None where the backend reports
+    neither (``eager``, ``aot_eager``).
+
+    Raises:
+        ember.runtime.ir.contracts.MetadataError: the program's ``kernels`` or
+            ``fallbacks`` metadata is not a count / a table of counts.
+    """
+    report = CompileReport.from_program(program)
+    return report.kernels, None if report.fallbacks is None else len(report.fallbacks)

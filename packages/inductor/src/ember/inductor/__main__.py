@@ -7,6 +7,7 @@ import sys
 
 from ember.inductor.stage import InductorStage
 from ember.runtime.ir import load, save
+from ember.runtime.ir.contracts import CompileReport
 from ember.runtime.ir.effects import check_may_run
 
 
@@ -27,8 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     options = {"device": args.device} if args.device else {}
     compiled = InductorStage().run(program, options)
     save(compiled, args.output)
-    print(f"{args.output}: {compiled.metadata['kernels']} kernels, "
-          f"fallbacks {compiled.metadata['fallbacks']}", file=sys.stderr)
+    report = CompileReport.from_program(compiled)
+    print(f"{args.output}: {report.kernels} kernels, "
+          f"fallbacks {dict(report.fallbacks or {})}", file=sys.stderr)
     return 0
 
 

@@ -26,9 +26,15 @@ from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.passes import run_passes
 from ember.inductor.scheduler import KernelStep, schedule
 from ember.runtime.ir import Program
+from ember.runtime.ir.contracts import (
+    CompiledGraphEntry,
+    CompiledMetadata,
+    CompileReport,
+    KernelEntry,
+    launch_meta_from_json,
+)
 from ember.runtime.logs import log, log_enabled
 
-ARTIFACT_FORMAT = 1
 _EXTENSIONS = {"cpp": "cpp", "triton": "py"}
 
 
@@ -122,7 +128,7 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     out = optimized.copy()
     out.dialect = "compiled"
     out.files = {}
-    graphs_meta: dict[str, object] = {}
+    graphs_meta: dict[str, CompiledGraphEntry] = {}
     fallbacks: collections.Counter[str] = collections.Counter()
     n_kernels = 0
     for name in optimized.graphs:
@@ -131,19 +137,20 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
         n_kernels += len(compiled.kernels)
         wrapper_path = f"{name}/wrapper.py"
         out.files[wrapper_path] = compiled.wrapper.encode()
-        entries = []
+        entries: list[KernelEntry] = []
         for kernel, src in compiled.kernels:
             digest = hashlib.sha256(src.source.encode()).hexdigest()[:16]
             path = f"{name}/{src.lang}_{digest}.{_EXTENSIONS.get(src.lang, 'txt')}"
             out.files[path] = src.source.encode()
-            entries.append({"name": src.name, "lang": src.lang, "entry": src.entry,
-                            "source": path, "meta": dict(src.meta)})
-        graphs_meta[name] = {"wrapper": wrapper_path, "kernels": entries,
-                             "constants": compiled.constants, "device": str(compiled.device)}
+            # NOTE: decoding the backend's launch data checks it against the contract
+            # the runtime's launchers read (a codegen bug fails here, not at load time).
+            meta = launch_meta_from_json(src.lang, dict(src.meta), f"kernel {src.name!r}")
+            entries.append(KernelEntry(src.name, src.lang, src.entry, path, meta))
+        graphs_meta[name] = CompiledGraphEntry(wrapper_path, tuple(entries),
+                                               dict(compiled.constants), compiled.device)
     out.metadata = dict(out.metadata)
-    out.metadata["compiled"] = {"format": ARTIFACT_FORMAT, "graphs": graphs_meta}
-    out.metadata["fallbacks"] = dict(sorted(fallbacks.items()))
-    out.metadata["kernels"] = n_kernels
+    CompiledMetadata(graphs_meta).write_to(out)
+    CompileReport(n_kernels, dict(sorted(fallbacks.items()))).write_to(out)
     return out
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.config import config
 from ember.runtime.ir import Program, VerificationError, load, save, verify
+from ember.runtime.ir.contracts import CompileReport
 from ember.runtime.ir.effects import check_may_run
 from ember.runtime.logs import log
 from ember.runtime.stages import EagerGraphWarning, Stage, StageDeclined, load_stage
@@ -127,7 +128,7 @@ def run_eagerly(program: Program, reason: str) -> Program:
     log("fallbacks", message)
     eager = copy.copy(program)
     eager.metadata = dict(program.metadata)
-    eager.metadata["fallbacks"] = {EAGER_GRAPH_FALLBACK: 1}
+    CompileReport(fallbacks={EAGER_GRAPH_FALLBACK: 1}).write_to(eager)
     return eager
 
 

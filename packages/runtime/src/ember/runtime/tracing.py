@@ -83,6 +83,7 @@ from ember.runtime.ir import (
     qualified_name,
     writes_arguments,
 )
+from ember.runtime.ir.contracts import INPUT_ALIASES_KEY, InputAlias, InputAliases
 from ember.runtime.tracing_source import user_source_location
 
 __all__ = ["GraphRecorder", "RecordingError"]
@@ -146,7 +147,7 @@ class GraphRecorder:
         # inputs that share memory with an earlier input (see _input_alias); the program
         # carries them as metadata["input_aliases"] so that the aot stage keeps the
         # aliasing eager torch has.
-        self.input_aliases: dict[str, dict[str, Any]] = {}
+        self.input_aliases: dict[str, InputAlias] = {}
         # id(tensor) -> (tensor, value): the tensor is kept alive so its id stays unique.
         self._values: dict[int, tuple[torch.Tensor, ValueRef]] = {}
         # id(real tensor) -> (tensor, its constant node); kept alive for the same reason.
@@ -186,16 +187,16 @@ class GraphRecorder:
         self.input_specs.append(spec)
         return fake
 
-    def _input_alias(self, fake: torch.Tensor) -> dict[str, Any] | None:
+    def _input_alias(self, fake: torch.Tensor) -> InputAlias | None:
         """How input ``fake`` shares memory with an earlier input, or None: the earlier
         input's name and this one's sizes, strides and storage offset (absolute)."""
         storage = fake.untyped_storage()
         for spec in self.input_specs:
             earlier = self._results.get(spec.name)
             if isinstance(earlier, torch.Tensor) and earlier.untyped_storage() is storage:
-                return {"base": spec.name, "sizes": [int(s) for s in fake.shape],
-                        "strides": [int(s) for s in fake.stride()],
-                        "storage_offset": int(fake.storage_offset())}
+                return InputAlias(spec.name, tuple(int(s) for s in fake.shape),
+                                  tuple(int(s) for s in fake.stride()),
+                                  int(fake.storage_offset()))
         return None
 
     def set_source(self, location: SourceLocation | None) -> None:
@@ -265,7 +266,8 @@ class GraphRecorder:
                                 outputs={graph_name: specs}),
             dialect="aten",
             tensors=dict(self.tensors),
-            metadata={"input_aliases": dict(self.input_aliases)} if self.input_aliases else {},
+            metadata=({INPUT_ALIASES_KEY: InputAliases(dict(self.input_aliases)).to_json()}
+                      if self.input_aliases else {}),
         )
 
     # ---- recording ops ----------------------------------------------------------------

@@ -50,7 +50,7 @@ from ember.frontend.bytecode.state import Unrebuildable
 from ember.frontend.bytecode.support import unsupported_reason
 from ember.frontend.bytecode.triton_launch import launches_refused
 from ember.frontend.capture_modes import CompileRequest
-from ember.frontend.stats import CompileStats
+from ember.frontend.stats import CompileStats, report_counts
 from ember.runtime.config import config
 from ember.runtime.ir import Program
 from ember.runtime.logs import log, log_enabled
@@ -276,10 +276,8 @@ class StrictFunction:
         compiled = compile_program(program, self.request.backend, opts, self.request.mode)
         final = getattr(compiled, "program", None)
         if final is not None:
-            for key in ("kernels", "fallbacks"):
-                value = final.metadata.get(key)
-                if value is not None:
-                    count = value if isinstance(value, int) else len(value)
+            for key, count in zip(("kernels", "fallbacks"), report_counts(final)):
+                if count is not None:
                     setattr(self.stats, key, (getattr(self.stats, key) or 0) + count)
         return compiled
 

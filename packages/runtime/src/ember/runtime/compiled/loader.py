@@ -6,6 +6,7 @@ See README.md in this folder for the artifact layout.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ import torch
 from ember.runtime.compiled.wrapper_support import make_namespace
 from ember.runtime.config import config
 from ember.runtime.ir import IRFormatError, Program, VerificationError
-from ember.runtime.ir.contracts import CompiledGraphEntry, CompiledMetadata
+from ember.runtime.ir.contracts import CompiledGraphEntry, CompiledMetadata, MetadataError
 from ember.runtime.ir.effects import check_may_run_code
 from ember.runtime.ir.limits import LoadLimits
 from ember.runtime.ir.verifier import register_program_check
@@ -142,15 +143,23 @@ def load_artifact(path: Any, *, trusted: bool = False,
         UntrustedProgramError: neither ``trusted=True`` nor ``EMBER_TRUST_ARTIFACTS=1``
             (the message names both).
         IRFormatError: the file is not a valid compiled program, or a member does not
-            match its SHA-256.
+            match its SHA-256 (a ``MetadataError`` naming the key and the file for
+            malformed metadata).
     """
     from ember.runtime.callable import ProgramCallable
     from ember.runtime.ir import load
 
     program = load(path, trusted=trusted, limits=limits)
-    graph_entry(program, "forward")
-    check_may_run_code(program, config.trust_artifacts)
-    fn = ProgramCallable(program, load_executor)
+    try:
+        graph_entry(program, "forward")
+        check_may_run_code(program, config.trust_artifacts)
+        fn = ProgramCallable(program, load_executor)
+    except MetadataError as e:
+        if program.untrusted_origin:
+            raise  # the message names the file already
+        name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else getattr(
+            path, "name", repr(path))
+        raise MetadataError(f"{e} (read from {str(name)!r})") from None
 
     def call(*inputs: Any) -> list[Any]:
         return fn(list(inputs))

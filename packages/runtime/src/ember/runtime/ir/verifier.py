@@ -49,6 +49,7 @@ from collections.abc import Callable
 
 import torch
 from ember.runtime.ir._torch import OpOverload, op_schema
+from ember.runtime.ir.contracts import AotMetadata, MetadataError
 from ember.runtime.ir.errors import IRFormatError, VerificationError
 from ember.runtime.ir.graph import (
     DIALECTS,
@@ -112,14 +113,15 @@ def declared_extern_ops(program: Program) -> frozenset[str]:
     declares none.
 
     Raises:
-        VerificationError: the declaration is not a list of operator names.
+        VerificationError: ``metadata["aot"]`` breaks its contract
+            (:class:`~ember.runtime.ir.contracts.AotMetadata`), e.g. the declaration is
+            not a list of operator names.
     """
-    aot = program.metadata.get("aot")
-    declared = aot.get(EXTERN_OPS_KEY, []) if isinstance(aot, dict) else []
-    if not isinstance(declared, (list, tuple)) or not all(isinstance(d, str) for d in declared):
-        raise VerificationError(f"metadata['aot'][{EXTERN_OPS_KEY!r}] must be a list of "
-                                f"qualified operator names, got {declared!r}")
-    return frozenset(declared)
+    try:
+        aot = AotMetadata.from_program(program)
+    except MetadataError as e:
+        raise VerificationError(str(e)) from None
+    return frozenset(aot.extern_ops) if aot is not None else frozenset()
 
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
