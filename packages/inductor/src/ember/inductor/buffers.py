@@ -10,7 +10,9 @@ A lowered graph is a list, in dependency order, of
   attention, and every op without a loop lowering).
 
 The first three are *loop nodes*: the scheduler places them in kernels (fused groups) by
-calling :meth:`emit` with the group's loop variables.
+calling :meth:`emit` with the group's loop variables. Each computes, once when it is
+made, the buffers it ``reads`` (emitted over its own loop variables, :func:`loop_vars`)
+and ``writes``; the scheduler orders and prunes nodes by these fields.
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ from ember.inductor.lowering.extern_args import ExternArg
 from ember.inductor.lowering.values import ElementFn, contiguous_strides
 
 
+def loop_vars(sizes: Sequence[int], prefix: str) -> list[IndexExpr]:
+    """One loop variable per dim (``x0``, ``x1``, ...); size-1 dims get the constant 0."""
+    return [Var(f"{prefix}{i}", s) if s != 1 else Int(0) for i, s in enumerate(sizes)]
+
+
+def _external_reads(b: BodyBuilder) -> tuple[str, ...]:
+    """The buffers ``b``'s body loaded, in first-load order."""
+    return tuple(dict.fromkeys(buf for buf, _ in b.external_loads))
+
+
 @dataclass(eq=False)
 class PointwiseBuffer:
     """``name[i] = fn(i)`` for ``i`` over ``sizes``; stored contiguously."""
@@ -35,6 +47,14 @@ class PointwiseBuffer:
     fn: ElementFn
     origins: tuple[str, ...] = ()
     layout: tuple[int, ...] | None = None  # strides; None = contiguous
+    reads: tuple[str, ...] = field(init=False, default=())
+    writes: tuple[str, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        b = BodyBuilder()
+        self.emit(b, loop_vars(self.sizes, "x"))
+        self.reads = _external_reads(b)
+        self.writes = (self.name,)
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -65,6 +85,14 @@ class ReductionBuffer:
     keepdim: bool
     fn: ElementFn
     origins: tuple[str, ...] = ()
+    reads: tuple[str, ...] = field(init=False, default=())
+    writes: tuple[str, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        b = BodyBuilder()
+        self.emit(b, loop_vars(self.outer_sizes, "x"), loop_vars(self.reduction_sizes, "r"))
+        self.reads = _external_reads(b)
+        self.writes = (self.name,)
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -97,7 +125,8 @@ class ReductionBuffer:
             index = list(outer)
         return add(*(mul(i, s) for i, s in zip(index, self.strides)))
 
-    def emit(self, b: BodyBuilder, outer: Sequence[Var], red: Sequence[Var]) -> None:
+    def emit(self, b: BodyBuilder, outer: Sequence[IndexExpr], red: Sequence[IndexExpr]
+             ) -> None:
         value = self.fn(b, tuple(self.full_index(outer, red)))
         acc = _accumulator_dtype(self.op, b.dtype(value), self.dtype)
         # NOTE: an argmax/argmin compares values of ``acc`` but its result is an index
@@ -139,6 +168,14 @@ class ScatterBuffer:
     fn: ScatterFn
     accumulate: bool = False
     origins: tuple[str, ...] = ()
+    reads: tuple[str, ...] = field(init=False, default=())
+    writes: tuple[str, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        b = BodyBuilder()
+        self.emit(b, loop_vars(self.sizes, "x"))
+        self.reads = _external_reads(b)
+        self.writes = (self.name,)
 
     def emit(self, b: BodyBuilder, index: Sequence[IndexExpr]) -> None:
         target, value, mask = self.fn(b, tuple(index))

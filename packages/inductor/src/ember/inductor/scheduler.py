@@ -20,12 +20,9 @@ lowering; reductions take their pointwise prologues and epilogues), and horizont
 fusion of independent nodes with the same iteration space. A buffer written by a group
 and read by nothing outside it (and not a graph output) is never stored.
 
-For Triton (CUDA), a group whose sizes make Triton split its reduction across many programs (few
-long rows: ``x.sum()``, batch-norm statistics over ``N*H*W``) takes only work that keeps
-it splittable, one pass without inner stores: a second pass (a variance after its mean)
-or an inner store (a copy of the input) starts a new kernel instead. Fused, they would run
-the whole reduction on as many programs as there are rows (64 channels: 2 programs of 32
-channels each; 41 ms for one ResNet-18 batch-norm in training on the H200).
+Device policy is the kernel backend's (``KernelBackend.can_fuse``): before a node joins
+a group, the backend sees the group's kernel and the kernel with the node, and may refuse
+(Triton keeps a reduction it runs split splittable: ``codegen/triton/backend.py``).
 
 A scatter (:class:`~ember.inductor.buffers.ScatterBuffer`) is a *closed* group of its own:
 it writes through run-time indexes into a buffer an earlier group initialized, so nothing
@@ -43,7 +40,10 @@ from ember.inductor.buffers import (
     PointwiseBuffer,
     ReductionBuffer,
     ScatterBuffer,
+    loop_vars,
 )
+from ember.inductor.codegen.backend import KernelBackend
+from ember.inductor.codegen.registry import backend_for
 from ember.inductor.loop_ir import (
     Buffer,
     IndexExpr,
@@ -79,17 +79,19 @@ class KernelGroup:
     def stored(self) -> set[str]:
         return {n.name for n, _ in self.members}
 
-    def build(self, extra: Emit | None = None) -> tuple[BodyBuilder, int]:
+    def build(self, extra: Emit | None = None) -> tuple[BodyBuilder, int, int]:
         """A builder with every member emitted (then ``extra``); also returns how many
-        external loads came from the members (the rest are ``extra``'s)."""
+        external loads and how many statements came from the members (the rest are
+        ``extra``'s: the builder only appends, so its first statements are the members'
+        body)."""
         b = BodyBuilder()
         xs, rs = loop_vars(self.outer, "x"), loop_vars(self.reduction, "r")
         for _, emit in self.members:
             emit(b, xs, rs)
-        mark = len(b.external_loads)
+        loads, stmts = len(b.external_loads), len(b.stmts)
         if extra is not None:
             extra(b, xs, rs)
-        return b, mark
+        return b, loads, stmts
 
 
 @dataclass
@@ -101,11 +103,6 @@ class KernelStep:
 
 
 Step = KernelStep | ExternCall
-
-
-def loop_vars(sizes: Sequence[int], prefix: str) -> list[IndexExpr]:
-    """One variable per dim; size-1 dims get the constant 0 instead."""
-    return [Var(f"{prefix}{i}", s) if s != 1 else Int(0) for i, s in enumerate(sizes)]
 
 
 def _natural(node: LoopNode) -> tuple[tuple[int, ...], tuple[int, ...], Emit]:
@@ -190,41 +187,24 @@ def _group_kernel(name: str, group: KernelGroup, body: tuple[Stmt, ...],
                   body=body, buffers=buffers, origins=origins)
 
 
-def _breaks_split(group: KernelGroup, trial: BodyBuilder) -> bool:
-    """Whether adding work (``trial``: the group's body with it) to a reduction group that
-    Triton runs split would make it unsplittable (see the module doc)."""
-    from ember.inductor.codegen.triton.split_writer import splittable, wants_split
-
-    after = _group_kernel("trial", group, tuple(trial.stmts))
-    if not wants_split(after) or splittable(after):
-        return False
-    return splittable(_group_kernel("trial", group, tuple(group.build()[0].stmts)))
-
-
-def _generates_triton(device_type: str) -> bool:
-    from ember.inductor.codegen.backend import backend_for
-    from ember.inductor.codegen.triton.backend import TritonBackend
-
+def _default_backend(lowered: LoweredGraph) -> KernelBackend | None:
     try:
-        return isinstance(backend_for(device_type), TritonBackend)
-    except RuntimeError:  # no backend: nothing is generated for it
-        return False
+        return backend_for(lowered.device.type)
+    except RuntimeError:  # no backend: nothing is generated for it, no policy applies
+        return None
 
 
-def _reads(node: LoopNode) -> set[str]:
-    outer, red, emit = _natural(node)
-    b = BodyBuilder()
-    emit(b, loop_vars(outer, "x"), loop_vars(red, "r"))
-    return {buf for buf, _ in b.external_loads}
+def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> list[Step]:
+    """Fuse ``lowered.nodes`` into kernels; returns the steps in execution order.
 
-
-def schedule(lowered: LoweredGraph) -> list[Step]:
-    """Fuse ``lowered.nodes`` into kernels; returns the steps in execution order."""
+    ``backend`` (default: the one serving ``lowered.device``) may refuse a fusion
+    (:meth:`~ember.inductor.codegen.backend.KernelBackend.can_fuse`).
+    """
+    if backend is None:
+        backend = _default_backend(lowered)
     nodes = _eliminate_dead(lowered)
-    keep_splits = _generates_triton(lowered.device.type)
     steps: list[KernelGroup | ExternCall] = []
     producer: dict[str, int] = {}
-    reads_of: dict[int, set[str]] = {}
     for node in nodes:
         if isinstance(node, ExternCall):
             steps.append(node)
@@ -237,19 +217,19 @@ def schedule(lowered: LoweredGraph) -> list[Step]:
             steps.append(KernelGroup(outer, red, [(node, emit)], closed=True))
             producer[node.name] = len(steps) - 1
             continue
-        reads = _reads(node)
-        reads_of[id(node)] = reads
-        earliest = max((producer[r] for r in reads if r in producer), default=0)
+        earliest = max((producer[r] for r in node.reads if r in producer), default=0)
         placed = False
         for gi in range(max(earliest, len(steps) - FUSION_WINDOW, 0), len(steps)):
             group = steps[gi]
             if not isinstance(group, KernelGroup):
                 continue
             for emit in _placements(node, group):
-                b, mark = group.build(emit)
-                if any(buf in group.stored for buf, _ in b.external_loads[mark:]):
+                b, loads, stmts = group.build(emit)
+                if any(buf in group.stored for buf, _ in b.external_loads[loads:]):
                     continue
-                if keep_splits and group.reduction and _breaks_split(group, b):
+                if backend is not None and not backend.can_fuse(
+                        _group_kernel("trial", group, tuple(b.stmts[:stmts])),
+                        _group_kernel("trial", group, tuple(b.stmts))):
                     continue
                 group.members.append((node, emit))
                 producer[node.name] = gi
@@ -274,7 +254,7 @@ def _eliminate_dead(lowered: LoweredGraph) -> list[LoopNode | ExternCall]:
             kept.append(node)
         elif node.name in live:
             # NOTE: a scatter keeps its buffer live, so the node initializing it stays
-            live.update(_reads(node))
+            live.update(node.reads)
             kept.append(node)
     return list(reversed(kept))
 
@@ -282,21 +262,22 @@ def _eliminate_dead(lowered: LoweredGraph) -> list[LoopNode | ExternCall]:
 def _finish(lowered: LoweredGraph, steps: list[KernelGroup | ExternCall]) -> list[Step]:
     # which buffers are read outside the group that writes them
     needed = set(lowered.output_buffers)
+    built: dict[int, BodyBuilder] = {}
     for i, s in enumerate(steps):
         if isinstance(s, ExternCall):
             needed.update(s.reads)
             continue
         if s.closed:
             needed.update(s.stored)  # the scatter writes into what an earlier group stored
-        b, _ = s.build()
+        built[i] = b = s.build()[0]
         needed.update(buf for buf, _ in b.external_loads)
     result: list[Step] = []
     count = 0
-    for s in steps:
+    for i, s in enumerate(steps):
         if isinstance(s, ExternCall):
             result.append(s)
             continue
-        b, _ = s.build()
+        b = built[i]
         dropped = s.stored - needed
         body = b.finish(drop_stores_to=dropped)
         names: list[str] = []
@@ -331,4 +312,39 @@ def read_buffers(step: Step) -> list[str]:
     return step.kernel.loaded_buffers()
 
 
-__all__ = ["KernelGroup", "KernelStep", "Step", "read_buffers", "schedule", "written_buffers"]
+def _describe(node: LoopNode) -> str:
+    if isinstance(node, ReductionBuffer):
+        return f"{node.name} ({node.op})"
+    if isinstance(node, ScatterBuffer):
+        return f"{node.name} (scatter{' add' if node.accumulate else ''})"
+    return f"{node.name} (pointwise)"
+
+
+def format_schedule(steps: Sequence[Step]) -> str:
+    """The schedule as text, one line a step, for logs and golden tests: a kernel's loop
+    sizes (outer, then ``reduce`` and the reduction sizes), the loop nodes fused into it
+    in order (a reduction with its op), the buffers it loads and stores; an extern call's
+    target, the buffers it reads and its outputs::
+
+        kernel0 [4] reduce [8]: buf0 (amax), buf1 (sum), buf2 (pointwise); loads in0; stores buf2
+        extern aten::mm.default(buf2, in1) -> buf3
+    """
+    lines: list[str] = []
+    for step in steps:
+        if isinstance(step, ExternCall):
+            outputs = ", ".join(o for o in step.outputs if o is not None) or "-"
+            lines.append(f"extern {step.target}({', '.join(step.reads)}) -> {outputs}")
+            continue
+        group = step.group
+        space = f"{list(group.outer)}"
+        if group.reduction:
+            space += f" reduce {list(group.reduction)}"
+        members = ", ".join(_describe(node) for node, _ in group.members)
+        loads = ", ".join(step.kernel.loaded_buffers()) or "-"
+        stores = ", ".join(step.kernel.stored_buffers()) or "-"
+        lines.append(f"{step.kernel.name} {space}: {members}; loads {loads}; stores {stores}")
+    return "\n".join(lines)
+
+
+__all__ = ["KernelGroup", "KernelStep", "Step", "format_schedule", "read_buffers", "schedule",
+           "written_buffers"]

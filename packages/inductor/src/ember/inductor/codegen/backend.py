@@ -1,4 +1,4 @@
-"""The kernel-backend interface: loop-IR kernel -> source code, chosen by device.
+"""The kernel-backend interface: loop-IR kernel -> source code, and the device policy.
 
 A backend turns one :class:`~ember.inductor.loop_ir.Kernel` into a
 :class:`KernelSource`. The wrapper calls every generated kernel the same way,
@@ -7,16 +7,27 @@ A backend turns one :class:`~ember.inductor.loop_ir.Kernel` into a
 artifact, picking the launcher by ``KernelSource.lang`` (``"cpp"``: compiled with g++ and
 loaded with ctypes; ``"triton"``: the Triton helper's launcher).
 
-Backends are registered by device type (``cpu`` -> C++, ``cuda`` -> Triton) in
-:data:`BACKENDS`; :func:`backend_for` fails loudly when none matches.
+A backend also answers the device-specific questions of the lowering and the scheduler,
+so that neither tests device types nor imports a code generator:
+
+================================  ============================================  =========
+question                          asked by                                      default
+================================  ============================================  =========
+``can_fuse(group, fused)``        the scheduler, before a node joins a group    True
+``supports_atomic_add(dtype)``    the lowering of accumulating scatters         True
+``checks_integer_division``       the lowering of integer ``//``, ``%``, fmod   True
+================================  ============================================  =========
+
+Which backend serves a device type is :func:`~ember.inductor.codegen.registry.backend_for`'s
+business (``codegen/registry.py``).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
 from ember.inductor.loop_ir import Kernel
 
 
@@ -38,10 +49,15 @@ class KernelSource:
 
 
 class KernelBackend(abc.ABC):
-    """Generates kernels for one device type."""
+    """Generates kernels for one device type and answers its device policy."""
 
     #: the torch device type this backend serves ("cpu", "cuda")
     device_type: str = ""
+
+    #: whether eager raises on an integer division by zero on this backend's device (CPU:
+    #: ``RuntimeError("ZeroDivisionError")``; CUDA: no, the GPU's quotient): the lowering
+    #: then records a run-time check (``lowering/checks.py``)
+    checks_integer_division: bool = True
 
     @abc.abstractmethod
     def generate(self, kernel: Kernel) -> KernelSource:
@@ -57,27 +73,14 @@ class KernelBackend(abc.ABC):
         (the C++ backend emits one file per graph, so g++ runs once). Default: as is."""
         return sources
 
+    def can_fuse(self, group: Kernel, fused: Kernel) -> bool:
+        """Whether the scheduler may grow the kernel ``group`` into ``fused`` (the same
+        loop ranges, the body with one more node's work), as far as this backend is
+        concerned; the scheduler has already checked that the result is correct.
+        Default: always."""
+        return True
 
-# device type -> factory. Backends register themselves on import (see codegen/__init__).
-BACKENDS: dict[str, Callable[[], KernelBackend]] = {}
-
-
-def register_backend(device_type: str, factory: Callable[[], KernelBackend]) -> None:
-    """Register the kernel backend for ``device_type``."""
-    BACKENDS[device_type] = factory
-
-
-def backend_for(device_type: str) -> KernelBackend:
-    """The backend for ``device_type``.
-
-    Raises:
-        RuntimeError: when no backend serves that device type.
-    """
-    from ember.inductor import codegen  # noqa: F401  (registers the built-in backends)
-
-    if device_type not in BACKENDS:
-        raise RuntimeError(
-            f"no Ember kernel backend for device type {device_type!r}; "
-            f"available: {sorted(BACKENDS)}"
-        )
-    return BACKENDS[device_type]()
+    def supports_atomic_add(self, dtype: torch.dtype) -> bool:
+        """Whether kernels can add values of ``dtype`` into a buffer at run-time indexes
+        that may repeat (a ``Store`` with ``mode="add"``). Default: yes."""
+        return True

@@ -1,30 +1,16 @@
 """The loop-level IR: what the lowering produces and the codegens consume.
 
-Stability note for codegen authors (C++ in ``codegen/cpp``, Triton in ``codegen/triton``):
-this IR is stable; additions are announced here, breaking changes too.
-
-    Changes since 04:50 UTC (all additions / clarifications, nothing renamed):
-    - reduction_phases: a Store whose index uses a reduction variable is inner work
-      (stored inside the pass loop) even when its value is an outer value (horizontal
-      fusion puts pointwise work over the full row space into reduction kernels).
-    - body rules: ``where`` (pure selection) may take float16/bfloat16 operands.
-    - A ``Reduce`` may appear in a kernel without reduction ranges (a reduction over
-      size-1 / no dims): it reduces one element (argmax/argmin give 0).
-    - Pointwise ops ``rand(key, offset)`` / ``randn(key, offset)``: int64 arguments, a
-      float32 result (an exception to "the dtype of its arguments"); Philox 4x32-10 with
-      Triton's ``tl.rand``/``tl.randn`` conventions (see :mod:`.body`). Codegens must
-      give ``rand`` bit-identical values (C++: ``ember_rand`` in the prelude).
-
-How a backend plugs in: subclass ``ember.inductor.codegen.backend.KernelBackend`` and call
-``register_backend("cuda", TritonBackend)`` when ``ember.inductor.codegen.triton`` is
-imported (``codegen/__init__.py`` imports it if present). ``generate`` returns a
-``KernelSource(lang="triton", name=kernel.name, source=..., entry=..., meta={...})``.
+How a backend plugs in: subclass ``ember.inductor.codegen.backend.KernelBackend``
+(``generate``, and the device-policy answers ``can_fuse``, ``supports_atomic_add``,
+``checks_integer_division``) and name it in ``codegen/registry.py``'s
+``BUILTIN_BACKENDS`` (or ``register_backend(device_type, factory)``). ``generate``
+returns a ``KernelSource(lang=..., name=kernel.name, source=..., entry=..., meta={...})``;
+it implements every op of :data:`LOOP_OPS` (``tests/test_loop_ir_ops.py`` checks it).
 At run time the artifact loader (``ember.runtime.compiled``) imports the module
 ``ember.runtime.compiled.<lang>_launcher`` and calls its
 ``load_kernel(spec: dict, files: dict[str, bytes]) -> callable(*tensors)``, where
 ``spec`` is ``{"name", "lang", "entry", "source": <file path in program.files>,
-"meta": KernelSource.meta}``. So the Triton launcher lives in
-``ember/runtime/compiled/triton_launcher.py``.
+"meta": KernelSource.meta}``.
 
 Model
 -----
@@ -34,6 +20,8 @@ Model
 - :mod:`.body` — SSA statements: ``Load`` (optionally masked), ``Literal``,
   ``IndexValue``, ``Compute`` (an op of :data:`POINTWISE_OPS`), ``Reduce`` (an op of
   :data:`REDUCTION_OPS` over all reduction ranges), ``Store``; the dtype rules.
+- :mod:`.ops` — the op table (:data:`~.ops.LOOP_OPS`: name, arity, kind, result, costly,
+  what it computes); ``POINTWISE_OPS``, ``REDUCTION_OPS``, ``COSTLY_OPS`` derive from it.
 - :mod:`.kernel` — ``Buffer`` (a tensor argument), ``Kernel`` (outer ranges, reduction
   ranges, body, buffers = a fused group), and :func:`reduction_phases` which splits a
   reduction kernel into sequential passes over its reduction ranges.
@@ -88,11 +76,13 @@ from ember.inductor.loop_ir.index import (
     substitute,
 )
 from ember.inductor.loop_ir.kernel import Buffer, Kernel, Phase, reduction_phases
+from ember.inductor.loop_ir.ops import LOOP_OPS, LoopOp
 from ember.inductor.loop_ir.printer import dtype_name, format_kernel, format_stmt
 
 __all__ = [
-    "BOOL_RESULT_OPS", "COSTLY_OPS", "POINTWISE_OPS", "REDUCTION_OPS", "Add", "Buffer", "Compute",
-    "FloorDiv", "IndexExpr", "IndexValue", "Indirect", "Int", "Kernel", "Literal", "Load",
+    "BOOL_RESULT_OPS", "COSTLY_OPS", "LOOP_OPS", "POINTWISE_OPS", "REDUCTION_OPS", "Add", "Buffer",
+    "Compute", "FloorDiv", "IndexExpr", "IndexValue", "Indirect", "Int", "Kernel", "Literal",
+    "Load", "LoopOp",
     "Mod", "Mul", "Phase", "Reduce", "Stmt", "Store", "ValueStmt", "Var", "add", "canonical",
     "dtype_name", "floordiv", "format_kernel", "format_stmt", "free_vars", "mod", "mul",
     "reduction_phases", "render", "stmt_inputs", "substitute",

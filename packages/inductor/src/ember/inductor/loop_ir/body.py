@@ -11,7 +11,8 @@ are value names. The statement types are a closed set:
 ``Literal``     a scalar constant (``float('inf')``/``nan`` allowed for floats).
 ``IndexValue``  the value of an index expression as an int64 (arange, iota, masks
                 built from positions).
-``Compute``     a pointwise operation ``op`` from :data:`POINTWISE_OPS` on ``args``.
+``Compute``     a pointwise operation ``op`` from :data:`POINTWISE_OPS` on ``args``
+                (the op table: :mod:`.ops`).
 ``Reduce``      reduce the inner value ``arg`` over all of the kernel's reduction ranges
                 with ``op`` from :data:`REDUCTION_OPS`; the result is an outer value.
 ``Store``       write ``value`` to ``buffer[index]``; with ``mask`` only where the mask is
@@ -49,48 +50,7 @@ from dataclasses import dataclass
 
 import torch
 from ember.inductor.loop_ir.index import IndexExpr
-
-# Pointwise ops that cost many times a load or a store per element (a libm/libmvec call or
-# more): the inductor stores such values rather than recompute them in every consumer
-# (lowering/inlining.py) and caches them per row across reduction passes (C++ ROW_CACHE).
-COSTLY_OPS = frozenset({
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
-    "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
-    "atan2", "pow", "sigmoid"})
-
-# op name -> number of arguments.
-POINTWISE_OPS: dict[str, int] = {
-    # arithmetic
-    "add": 2, "sub": 2, "mul": 2, "truediv": 2, "floordiv": 2, "truncdiv": 2,
-    "remainder": 2, "fmod": 2, "pow": 2, "maximum": 2, "minimum": 2, "atan2": 2,
-    "neg": 1, "abs": 1, "reciprocal": 1, "sign": 1,
-    # transcendental (float only)
-    "exp": 1, "exp2": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1,
-    "sqrt": 1, "rsqrt": 1, "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1,
-    "atan": 1, "sinh": 1, "cosh": 1, "tanh": 1, "asinh": 1, "acosh": 1, "atanh": 1,
-    "erf": 1, "erfc": 1, "sigmoid": 1, "floor": 1, "ceil": 1, "round": 1, "trunc": 1,
-    # comparisons (-> bool)
-    "eq": 2, "ne": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2,
-    "isnan": 1, "isinf": 1,
-    # logical (bool -> bool)
-    "logical_and": 2, "logical_or": 2, "logical_xor": 2, "logical_not": 1,
-    # bitwise (integer or bool)
-    "bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitwise_not": 1,
-    "lshift": 2, "rshift": 2,
-    # selection and conversion
-    "where": 3, "cast": 1,
-    # counter-based random numbers (int64 key, int64 offset -> float32)
-    "rand": 2, "randn": 2,
-}
-
-BOOL_RESULT_OPS = frozenset(
-    {"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf",
-     "logical_and", "logical_or", "logical_xor", "logical_not"}
-)
-
-REDUCTION_OPS: tuple[str, ...] = (
-    "sum", "prod", "max", "min", "argmax", "argmin", "any", "all",
-)
+from ember.inductor.loop_ir.ops import BOOL_RESULT_OPS, COSTLY_OPS, POINTWISE_OPS, REDUCTION_OPS
 
 Scalar = bool | int | float
 
@@ -158,6 +118,12 @@ class Store:
 
 Stmt = Load | Literal | IndexValue | Compute | Reduce | Store
 ValueStmt = Load | Literal | IndexValue | Compute | Reduce
+
+
+__all__ = [
+    "BOOL_RESULT_OPS", "COSTLY_OPS", "POINTWISE_OPS", "REDUCTION_OPS", "Compute", "IndexValue",
+    "Literal", "Load", "Reduce", "Scalar", "Stmt", "Store", "ValueStmt", "stmt_inputs",
+]
 
 
 def stmt_inputs(s: Stmt) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from ember.inductor.codegen.registry import backend_for
 from ember.inductor.loop_ir import IndexExpr, Indirect
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import broadcast_index, compute_dtype, normalize_dim, out_meta
@@ -33,12 +34,6 @@ if TYPE_CHECKING:
 # (counting from the end) and raises IndexError; scatter, scatter_add,
 # scatter_reduce and index_add take indexes in [0, size) and raise RuntimeError.
 _EXCEPTIONS = {"aten::index_put.default": "IndexError"}
-
-# Dtypes an accumulating scatter may add in: every dtype on CPU (a sequential loop);
-# on CUDA the ones Triton has atomic adds for.
-_ATOMIC_ADD_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,
-                      torch.int32, torch.int64)
-
 
 def _position(ctx: GraphLowering, b: BodyBuilder, check: RuntimeCheck | None, index_value: str,
               size: int, wrap: bool = False) -> tuple[IndexExpr, str | None]:
@@ -75,7 +70,8 @@ def _bounds_check(ctx: GraphLowering, node: Node, dim: int, size: int, index: Te
 def _check_accumulate(ctx: GraphLowering, dtype: torch.dtype) -> None:
     if dtype == torch.bool:
         raise NotLowerable("accumulating scatter of bool")
-    if ctx.device.type != "cpu" and dtype not in _ATOMIC_ADD_DTYPES:
+    # every dtype in C++ (a sequential loop); in Triton, those with atomic adds
+    if not backend_for(ctx.device.type).supports_atomic_add(dtype):
         raise NotLowerable(f"no atomic add for {dtype} on {ctx.device.type}")
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.inductor.codegen.registry import backend_for
 from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck, new_check, record_failure
@@ -128,10 +129,13 @@ def _binary(op: str) -> Any:
 # The kernels never trap (the prelude's ember_floordiv & co. guard / 0 and / -1); the
 # division by zero is a run-time check (checks.py) unless the divisor is known nonzero
 # at compile time (x // 2). CUDA eager does not raise (the GPU's division gives some
-# value): Triton kernels emit no check either, and their values for / 0 are the GPU's.
+# value): Triton kernels emit no check either, and their values for / 0 are the GPU's
+# (the backend says which: ``KernelBackend.checks_integer_division``).
 def _division_check(ctx: Any, node: Node, divisor: Any, dtype: torch.dtype
                     ) -> RuntimeCheck | None:
-    if dtype.is_floating_point or dtype == torch.bool or ctx.device.type != "cpu":
+    if dtype.is_floating_point or dtype == torch.bool:
+        return None
+    if not backend_for(ctx.device.type).checks_integer_division:
         return None
     known = tensor_range(ctx, divisor)
     if known is not None and (known[0] > 0 or known[1] < 0):

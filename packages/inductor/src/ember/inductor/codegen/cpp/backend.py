@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ember.inductor.codegen.backend import KernelBackend, KernelSource, register_backend
+from ember.inductor.codegen.backend import KernelBackend, KernelSource
 from ember.inductor.codegen.cpp.kernel import generate_function
 from ember.inductor.codegen.cpp.prelude import PRELUDE
 from ember.inductor.loop_ir import Kernel
@@ -13,7 +13,10 @@ from ember.inductor.loop_ir import Kernel
 class CppBackend(KernelBackend):
     """Generates one self-contained C++ file per kernel (prelude + ``extern "C"``
     function named after the kernel), compiled by the runtime with g++ -O3
-    -march=native -fopenmp and called through ctypes."""
+    -march=native -fopenmp and called through ctypes. Found by
+    ``registry.backend_for("cpu")``; its device policy is :class:`KernelBackend`'s
+    defaults (scatters add sequentially; integer division by zero raises, as eager on
+    the CPU)."""
 
     device_type = "cpu"
 
@@ -31,5 +34,3 @@ class CppBackend(KernelBackend):
         text = PRELUDE + "".join(functions)
         return [dataclasses.replace(s, source=text) for s in sources]
 
-
-register_backend("cpu", CppBackend)

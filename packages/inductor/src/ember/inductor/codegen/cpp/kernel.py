@@ -169,7 +169,7 @@ class CppKernelWriter:
 
     def compute(self, s: Compute) -> str:
         if s.op == "cast":
-            return ops.cast(s.args[0], self.dtypes[s.args[0]], s.dtype)
+            return ops.compute("cast", list(s.args), self.dtypes[s.args[0]], s.dtype)
         arg_dtype = self.dtypes[s.args[-1]]
         if arg_dtype in ops.LOWP and s.op != "where":
             raise NotImplementedError(f"{s.op} on {arg_dtype} (lowering must upcast)")
@@ -189,24 +189,7 @@ class CppKernelWriter:
         return ops.ctype(r.dtype)
 
     def reduce_init_value(self, r: Reduce) -> str:
-        t = self.acc_type(r)
-        if r.op == "sum":
-            return "0"
-        if r.op == "prod":
-            return "1"
-        if r.op in ("max", "min"):
-            if r.dtype == torch.bool:
-                return "false" if r.op == "max" else "true"
-            if r.dtype.is_floating_point:
-                inf = f"std::numeric_limits<{t}>::infinity()"
-                return f"-{inf}" if r.op == "max" else inf
-            return (f"std::numeric_limits<{t}>::lowest()" if r.op == "max" else
-                    f"std::numeric_limits<{t}>::max()")
-        if r.op == "any":
-            return "false"
-        if r.op == "all":
-            return "true"
-        return "0"  # argmax / argmin: the value slot; the index starts at -1
+        return ops.reduction_init(r.op, r.dtype, self.acc_type(r))
 
     def reduce_acc_ctype(self, r: Reduce) -> str:
         if r.op in ("argmax", "argmin"):
@@ -348,7 +331,10 @@ class CppKernelWriter:
                         f"({rl.name}b + {SUM_BLOCK}, {rl.size}); {rl.name}++) {{")
             else:
                 loop = f"for (int64_t {rl.name} = 0; {rl.name} < {rl.size}; {rl.name}++) {{"
-            for name in blocked:
+            # NOTE: in the reductions' order, not the set's (which varies with the hash
+            # seed: the source, and so its build cache key, differed between processes)
+            in_order = [r.name for r in reduces if r.name in blocked]
+            for name in in_order:
                 self.line(f"float bacc_{name} = 0;")
             self.simd_hint(reduces, blocked)
             self.line(loop)
@@ -366,7 +352,7 @@ class CppKernelWriter:
             self.in_reduction_loop = False
             self.dtypes = saved
             self.close_loops(1)
-            for name in blocked:
+            for name in in_order:
                 self.line(f"acc_{name} += bacc_{name};")
             if blocked and rl.size > SUM_BLOCK:
                 self.close_loops(1)

@@ -1,8 +1,9 @@
-"""C++ expressions for loop-IR pointwise ops and literals."""
+"""C++ expressions for loop-IR ops (one rule per op, in tables) and literals."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -56,56 +57,140 @@ _FLOAT_FUNCS = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt",
                 "acosh", "atanh", "erf", "erfc", "floor", "ceil", "trunc", "atan2"}
 
 
+CppRule = Callable[[list[str], torch.dtype, torch.dtype], str]
+#: loop-IR pointwise op -> its C++ expression from (args, the operands' dtype, the result
+#: dtype); one entry per op of ``loop_ir.POINTWISE_OPS`` (tests/test_loop_ir_ops.py)
+RULES: dict[str, CppRule] = {}
+
+
+def _infix(symbol: str) -> CppRule:
+    def emit(a: list[str], arg_dtype: torch.dtype, out: torch.dtype) -> str:
+        expr = f"({a[0]} {symbol} {a[1]})"
+        return expr if out == torch.bool else f"static_cast<{ctype(out)}>{expr}"
+    return emit
+
+
+def _std(name: str) -> CppRule:
+    return lambda a, _t, _out: f"std::{name}({', '.join(a)})"
+
+
+def _float_or_int(float_fn: str, int_fn: str) -> CppRule:
+    """``float_fn`` (a C++ function) on floats, the prelude's template ``int_fn`` else."""
+    def emit(a: list[str], arg_dtype: torch.dtype, out: torch.dtype) -> str:
+        if arg_dtype.is_floating_point:
+            return f"{float_fn}({a[0]}, {a[1]})"
+        return f"{int_fn}<{ctype(out)}>({a[0]}, {a[1]})"
+    return emit
+
+
+def _template(name: str) -> CppRule:
+    """The prelude's template ``name<result type>(args)``."""
+    return lambda a, _t, out: f"{name}<{ctype(out)}>({', '.join(a)})"
+
+
+def _reciprocal(a: list[str], arg_dtype: torch.dtype, out: torch.dtype) -> str:
+    if not arg_dtype.is_floating_point:
+        raise NotImplementedError(f"the C++ backend cannot emit op 'reciprocal' on {arg_dtype}")
+    return f"({literal(1, arg_dtype)} / {a[0]})"
+
+
+def _abs(a: list[str], arg_dtype: torch.dtype, out: torch.dtype) -> str:
+    if arg_dtype.is_floating_point:
+        return f"std::abs({a[0]})"
+    return f"static_cast<{ctype(out)}>({a[0]} < 0 ? -{a[0]} : {a[0]})"
+
+
+def _float_test(name: str) -> CppRule:
+    """``std::isnan``/``std::isinf``: always false for integers."""
+    return lambda a, t, _out: f"std::{name}({a[0]})" if t.is_floating_point else "false"
+
+
+RULES.update({op: _infix(symbol) for op, symbol in _INFIX.items()})
+RULES.update({op: _std(op) for op in _FLOAT_FUNCS})
+RULES.update({
+    "neg": lambda a, _t, out: f"static_cast<{ctype(out)}>(-{a[0]})",
+    "reciprocal": _reciprocal,
+    "rsqrt": lambda a, t, _out: f"({literal(1, t)} / std::sqrt({a[0]}))",
+    "sigmoid": lambda a, _t, _out: f"ember_sigmoid({a[0]})",
+    "round": lambda a, _t, _out: f"std::nearbyint({a[0]})",
+    "sign": lambda a, _t, _out: f"ember_sign({a[0]})",
+    "isnan": _float_test("isnan"),
+    "isinf": _float_test("isinf"),
+    "logical_not": lambda a, _t, _out: f"(!{a[0]})",
+    "bitwise_not": lambda a, _t, out: f"static_cast<{ctype(out)}>(~{a[0]})",
+    "abs": _abs,
+    "maximum": _template("ember_max"),
+    "minimum": _template("ember_min"),
+    "where": lambda a, _t, _out: f"({a[0]} ? {a[1]} : {a[2]})",
+    # Philox on (int64 key, int64 offset) -> float (see the prelude)
+    "rand": lambda a, _t, _out: f"ember_rand({a[0]}, {a[1]})",
+    "randn": lambda a, _t, _out: f"ember_randn({a[0]}, {a[1]})",
+    "lshift": _template("ember_lshift"),
+    "rshift": _template("ember_rshift"),
+    "floordiv": lambda a, t, out: (
+        f"{'ember_ffloordiv' if t.is_floating_point else 'ember_floordiv'}"
+        f"<{ctype(out)}>({a[0]}, {a[1]})"),
+    "truncdiv": _template("ember_truncdiv"),
+    "remainder": lambda a, t, out: (
+        f"{'ember_fremainder' if t.is_floating_point else 'ember_imod'}"
+        f"<{ctype(out)}>({a[0]}, {a[1]})"),
+    "fmod": _float_or_int("std::fmod", "ember_ifmod"),
+    "pow": _float_or_int("std::pow", "ember_ipow"),
+    "cast": lambda a, t, out: cast(a[0], t, out),
+})
+
+
 def compute(op: str, args: list[str], arg_dtype: torch.dtype, out: torch.dtype) -> str:
-    """The C++ expression of ``op(*args)``; ``arg_dtype`` is the operands' dtype."""
-    is_float = arg_dtype.is_floating_point
-    t = ctype(out)
-    if op in _INFIX:
-        expr = f"({args[0]} {_INFIX[op]} {args[1]})"
-        return expr if out == torch.bool else f"static_cast<{t}>{expr}"
-    if op in _FLOAT_FUNCS:
-        return f"std::{op}({', '.join(args)})"
-    a = args[0]
-    simple = {
-        "neg": f"static_cast<{t}>(-{a})",
-        "reciprocal": f"({literal(1, arg_dtype)} / {a})" if is_float else "",
-        "rsqrt": f"({literal(1, arg_dtype)} / std::sqrt({a}))",
-        "sigmoid": f"ember_sigmoid({a})",
-        "round": f"std::nearbyint({a})",
-        "sign": f"ember_sign({a})",
-        "isnan": f"std::isnan({a})" if is_float else "false",
-        "isinf": f"std::isinf({a})" if is_float else "false",
-        "logical_not": f"(!{a})",
-        "bitwise_not": f"static_cast<{t}>(~{a})",
-        "abs": f"std::abs({a})" if is_float else f"static_cast<{t}>({a} < 0 ? -{a} : {a})",
-    }
-    if simple.get(op):
-        return simple[op]
-    if op in ("maximum", "minimum"):
-        name = "ember_max" if op == "maximum" else "ember_min"
-        return f"{name}<{t}>({args[0]}, {args[1]})"
-    if op == "where":
-        return f"({args[0]} ? {args[1]} : {args[2]})"
-    if op in ("rand", "randn"):
-        # Philox on (int64 key, int64 offset) -> float (see the prelude)
-        return f"ember_{op}({args[0]}, {args[1]})"
-    if op in ("lshift", "rshift"):
-        return f"ember_{op}<{t}>({args[0]}, {args[1]})"
-    if op == "floordiv":
-        fn = "ember_ffloordiv" if is_float else "ember_floordiv"
-        return f"{fn}<{t}>({args[0]}, {args[1]})"
-    if op == "truncdiv":
-        return f"ember_truncdiv<{t}>({args[0]}, {args[1]})"
-    if op == "remainder":
-        fn = "ember_fremainder" if is_float else "ember_imod"
-        return f"{fn}<{t}>({args[0]}, {args[1]})"
-    if op == "fmod":
-        return (f"std::fmod({args[0]}, {args[1]})" if is_float
-                else f"ember_ifmod<{t}>({args[0]}, {args[1]})")
-    if op == "pow":
-        return (f"std::pow({args[0]}, {args[1]})" if is_float
-                else f"ember_ipow<{t}>({args[0]}, {args[1]})")
-    raise NotImplementedError(f"the C++ backend cannot emit op {op!r} on {arg_dtype}")
+    """The C++ expression of ``op(*args)``; ``arg_dtype`` is the operands' dtype.
+
+    Raises:
+        NotImplementedError: for an op without a rule, or a dtype the backend does not
+            support.
+    """
+    ctype(out)  # NOTE: raises for an unsupported result dtype, whatever the op
+    rule = RULES.get(op)
+    if rule is None:
+        raise NotImplementedError(f"the C++ backend cannot emit op {op!r} on {arg_dtype}")
+    return rule(args, arg_dtype, out)
+
+
+def _minmax_init(op: str) -> Callable[[torch.dtype, str], str]:
+    def init(dtype: torch.dtype, acc: str) -> str:
+        if dtype == torch.bool:
+            return "false" if op == "max" else "true"
+        if dtype.is_floating_point:
+            inf = f"std::numeric_limits<{acc}>::infinity()"
+            return f"-{inf}" if op == "max" else inf
+        return (f"std::numeric_limits<{acc}>::lowest()" if op == "max" else
+                f"std::numeric_limits<{acc}>::max()")
+    return init
+
+
+#: loop-IR reduction op -> the initial value of its accumulator, from the result dtype and
+#: the accumulator's C++ type (argmax/argmin: the value slot; the index starts at -1);
+#: one entry per op of ``loop_ir.REDUCTION_OPS`` (tests/test_loop_ir_ops.py)
+REDUCTION_INITS: dict[str, Callable[[torch.dtype, str], str]] = {
+    "sum": lambda _d, _acc: "0",
+    "prod": lambda _d, _acc: "1",
+    "max": _minmax_init("max"),
+    "min": _minmax_init("min"),
+    "argmax": lambda _d, _acc: "0",
+    "argmin": lambda _d, _acc: "0",
+    "any": lambda _d, _acc: "false",
+    "all": lambda _d, _acc: "true",
+}
+
+
+def reduction_init(op: str, dtype: torch.dtype, acc: str) -> str:
+    """The initial accumulator value of reduction ``op`` (:data:`REDUCTION_INITS`).
+
+    Raises:
+        NotImplementedError: for a reduction op without a rule.
+    """
+    init = REDUCTION_INITS.get(op)
+    if init is None:
+        raise NotImplementedError(f"the C++ backend cannot emit reduction {op!r}")
+    return init(dtype, acc)
 
 
 def bit_select(args: list[str], out: torch.dtype) -> str:

@@ -151,7 +151,8 @@ def _literal(s: Literal) -> str:
 
 
 class KernelWriter:
-    """Writes one kernel's Triton module; :func:`generate_triton_kernel` is the entry."""
+    """Writes one kernel's Triton module (``generate.generate_triton_kernel`` picks the
+    writer: this one, or ``split_writer.SplitReductionWriter``)."""
     def __init__(self, kernel: Kernel, config: LaunchConfig) -> None:
         self.kernel = kernel
         self.config = config
@@ -544,30 +545,6 @@ class KernelWriter:
             num_warps=self.config.num_warps,
             num_stages=self.config.num_stages,
         )
-
-
-def generate_triton_kernel(kernel: Kernel, config: LaunchConfig | None = None) -> TritonKernelCode:
-    """Generate the Triton module for ``kernel``.
-
-    Args:
-        kernel: a loop-IR kernel.
-        config: the tiling; chosen by :func:`~.heuristics.choose_config` when None.
-
-    Raises:
-        NotImplementedError: naming an op or dtype Triton codegen does not handle.
-    """
-    if config is None:
-        if kernel.is_reduction:
-            config = choose_config(kernel.numel, kernel.reduction_numel,
-                                   columns=reduces_columns(kernel))
-        else:
-            config = choose_config(kernel.numel)
-    if kernel.is_reduction and config.split > 1:
-        from ember.inductor.codegen.triton.split_writer import SplitReductionWriter, splittable
-
-        if splittable(kernel):
-            return SplitReductionWriter(kernel, config).write()
-    return KernelWriter(kernel, config).write()
 
 
 def reduces_columns(kernel: Kernel) -> bool:

@@ -15,6 +15,8 @@ mode it is loaded for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from ember.inductor.codegen.triton.dtypes import is_float, scalar_literal
 
@@ -92,19 +94,39 @@ def identity(op: str, dtype: torch.dtype) -> str:
     return scalar_literal(info.min if op in ("max", "argmax") else info.max, dtype)
 
 
-def helper_for(op: str, dtype: torch.dtype) -> str | None:
-    """The combine helper ``op`` needs on ``dtype`` values, if any."""
-    if op in ("argmax", "argmin"):
-        return f"_ember_{op}"
-    if op == "prod":
-        return "_ember_mul"
-    if op == "sum":
-        return "_ember_add"
-    if op in ("any", "all") or dtype == torch.bool:
-        return "_ember_max" if op in ("any", "max") else "_ember_min"
-    if op in ("max", "min"):
+def _minmax_helper(op: str) -> Callable[[torch.dtype], str]:
+    def helper(dtype: torch.dtype) -> str:
+        if dtype == torch.bool:
+            return "_ember_max" if op == "max" else "_ember_min"
         return f"_ember_{op}_nan" if is_float(dtype) else f"_ember_{op}"
-    return None
+    return helper
+
+
+#: loop-IR reduction op -> the combine helper (of :data:`HELPERS`) it reduces with, given
+#: the dtype of the reduced values; one entry per op of ``loop_ir.REDUCTION_OPS``
+#: (tests/test_loop_ir_ops.py)
+COMBINE_HELPERS: dict[str, Callable[[torch.dtype], str]] = {
+    "sum": lambda _d: "_ember_add",
+    "prod": lambda _d: "_ember_mul",
+    "max": _minmax_helper("max"),
+    "min": _minmax_helper("min"),
+    "argmax": lambda _d: "_ember_argmax",
+    "argmin": lambda _d: "_ember_argmin",
+    "any": lambda _d: "_ember_max",
+    "all": lambda _d: "_ember_min",
+}
+
+
+def helper_for(op: str, dtype: torch.dtype) -> str:
+    """The combine helper ``op`` needs on ``dtype`` values (:data:`COMBINE_HELPERS`).
+
+    Raises:
+        NotImplementedError: for a reduction op without a rule.
+    """
+    helper = COMBINE_HELPERS.get(op)
+    if helper is None:
+        raise NotImplementedError(f"Triton codegen has no rule for the reduction {op!r}")
+    return helper(dtype)
 
 
 def accumulate(op: str, dtype: torch.dtype, acc: str, value: str) -> str:

@@ -1,8 +1,8 @@
 """Running generated Triton kernels without a GPU, for tests.
 
-:func:`triton_for_cpu` makes the inductor generate Triton kernels for CPU tensors (the
-backend registered for ``cuda`` also serves ``cpu``); the runtime's Triton launcher then
-runs them in Triton's interpreter, because the tensors are on the CPU.
+:func:`triton_for_cpu` makes the inductor generate Triton kernels for CPU tensors; the
+runtime's Triton launcher then runs them in Triton's interpreter, because the tensors are
+on the CPU.
 """
 
 from __future__ import annotations
@@ -10,17 +10,28 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from ember.inductor.codegen.backend import BACKENDS, register_backend
+import torch
+from ember.inductor.codegen.registry import BACKENDS, register_backend
 from ember.inductor.codegen.triton.backend import TritonBackend
+
+
+class TritonOnCpuBackend(TritonBackend):
+    """Triton code for CPU tensors, run by Triton's interpreter: Triton's code generation
+    and fusion policy, the CPU's lowering policy (integer division by zero raises as
+    eager does on the CPU; the interpreter adds every dtype)."""
+
+    device_type = "cpu"
+    checks_integer_division = True
+
+    def supports_atomic_add(self, dtype: torch.dtype) -> bool:
+        return True
 
 
 @contextlib.contextmanager
 def triton_for_cpu() -> Iterator[None]:
     """Within the block, CPU graphs get Triton kernels (run by Triton's interpreter)."""
-    from ember.inductor import codegen  # noqa: F401  (registers the built-in backends)
-
     saved = BACKENDS.get("cpu")
-    register_backend("cpu", TritonBackend)
+    register_backend("cpu", TritonOnCpuBackend)
     try:
         yield
     finally:
