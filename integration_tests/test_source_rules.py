@@ -11,7 +11,7 @@ Triton"; ``/STYLE``: no file of thousands of lines).
   their name (``torch.ops.aten._to_copy``). Found in the AST: strings and comments do not
   count.
 - No Python file is longer than :data:`MAX_LINES` lines, in the packages' sources and
-  tests, ``integration_tests`` and ``tools``.
+  tests, ``integration_tests``, ``testing`` and ``tools``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ PRIVATE_OPERATOR_ATTRIBUTES = ("_schema", "_overloadname", "_overloadpacket")
 OPERATOR_NAMESPACES = "torch.ops."
 MAX_LINES = 600
 # Where the length rule applies (every .py file below these, relative to the repository).
-LENGTH_RULE_ROOTS = ("packages", "integration_tests", "tools")
+LENGTH_RULE_ROOTS = ("packages", "integration_tests", "testing", "tools")
 
 
 def _is_private(part: str) -> bool:
@@ -155,6 +155,7 @@ def test_length_rule_reads_every_package() -> None:
         assert any(f.startswith(f"packages/{owner}/src/") for f in files), owner
         assert any(f.startswith(f"packages/{owner}/tests/") for f in files), owner
     assert any(f.startswith("tools/") for f in files)
+    assert any(f.startswith("testing/ember_testing/") for f in files)
     assert "integration_tests/test_source_rules.py" in files
     assert PACKAGES.is_dir()
 

@@ -54,8 +54,10 @@ def test(extra: list[str]) -> int:
         cwd=ROOT, env=env,
     ).returncode
     print("+ mypy", flush=True)
+    # strict for every package (pyproject.toml); testing/ is the shared test support
     rc_mypy = subprocess.run(
-        [str(PY), "-m", "mypy", *[f"packages/{p}/src" for p in PACKAGES]], cwd=ROOT, env=env
+        [str(PY), "-m", "mypy", *[f"packages/{p}/src" for p in PACKAGES], "testing/ember_testing"],
+        cwd=ROOT, env=env,
     ).returncode
     return rc or rc_mypy
 

@@ -11,232 +11,16 @@ import pytest
 import torch
 from aot_capture import compile_fn
 from ember.runtime.ir import IRFormatError, OutputKind, resolve_op
-
-
-def _add_on_input(x):
-    x.add_(1)
-    return x * 2
-
-
-def _mul_broadcast(x, y):
-    x.mul_(y)
-    return x.sum()
-
-
-def _inplace_identity(x, y):
-    return x.add_(y)
-
-
-def _slice(x):
-    x[1:3].mul_(2)
-    return x.sum()
-
-
-def _select_zero(x):
-    x[0].zero_()
-    return x + 1
-
-
-def _diagonal_fill(x):
-    x.diagonal().fill_(0.5)
-    return x.exp()
-
-
-def _transpose_row(x):
-    x.t()[0].add_(1)
-    return x.clone()
-
-
-def _unfold(x):
-    x.unfold(0, 2, 2).mul_(3)
-    return x.sum()
-
-
-def _as_strided(x):
-    x.as_strided((2, 2), (1, 2)).add_(1)
-    return x * 1
-
-
-def _flat_view_slice(x):
-    x.view(-1)[2:5].sub_(1)
-    return x.cos()
-
-
-def _view_chain(x):
-    x[1:].t()[0].mul_(0.5)
-    return x.sum(1)
-
-
-def _old_view_sees_mutation(x):
-    v = x[0]
-    x.add_(1)
-    return v * 2
-
-
-def _sibling_view(x):
-    col = x[:, 0]
-    row = x[0]
-    row.fill_(3.0)
-    return col.clone()
-
-
-def _view_output(x):
-    return x[0]
-
-
-def _identity(x):
-    return x
-
-
-def _mutate_then_view_output(x):
-    x.add_(1)
-    return x.t()
-
-
-def _outputs_alias_each_other(x):
-    y = x * 2
-    return y, y.view(-1)
-
-
-def _copy_into_input(x, y):
-    x.copy_(y)
-    return x + 1
-
-
-def _copy_broadcast_dtype(x, y):
-    x.copy_(y)
-    return x.sum()
-
-
-def _mutate_intermediate(x):
-    y = x.clone()
-    y[0].add_(1)
-    return y
-
-
-def _split_part(x):
-    _, b = x.split(2)
-    b.mul_(2)
-    return x.sum(0)
-
-
-def _unbind_part(x):
-    x.unbind(0)[1].add_(1)
-    return x.abs()
-
-
-def _dtype_promotion(x, y):
-    x.add_(y)
-    return x
-
-
-def _two_mutated_inputs(x, y):
-    x.add_(1)
-    y.mul_(2)
-    return x + y
-
-
-def _index_put(x, idx, v):
-    x[idx] = v
-    return x.sum()
-
-
-def _masked_fill(x):
-    x.masked_fill_(x > 0, 0.0)
-    return x * 3
-
-
-def _relu_intermediate(x):
-    y = x * 2
-    y.relu_()
-    return y + x
-
-
-def _mutated_view_is_output(x):
-    row = x[1]
-    row.add_(10)
-    return row
-
-
-def _non_overlapping_views(a, b):
-    a.add_(1)
-    return a + b
-
-
-def _squeeze_intermediate(a, b):
-    # torch.matmul of a 1-d and a 2-d tensor: unsqueeze, mm, then squeeze_ of the result
-    y = a.unsqueeze(0) @ b
-    y.squeeze_(0)
-    return y
-
-
-def _inplace_views_then_write(x):
-    y = x * 2
-    y.t_()
-    y.unsqueeze_(0)
-    y[0, 1].add_(5)  # a write through the changed view reaches y's data
-    return y, y * 1
+from ember_testing.mutation_corpus import CORPUS, check_against_eager, two_mutated_inputs
 
 
 def _f32(*shape: int) -> torch.Tensor:
     return torch.randn(*shape)
 
 
-CORPUS: list[tuple[str, Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]]]] = [
-    ("add_on_input", _add_on_input, lambda: (_f32(3, 4),)),
-    ("mul_broadcast", _mul_broadcast, lambda: (_f32(3, 4), _f32(4))),
-    ("inplace_identity", _inplace_identity, lambda: (_f32(3, 4), _f32(3, 4))),
-    ("slice", _slice, lambda: (_f32(5, 2),)),
-    ("select_zero", _select_zero, lambda: (_f32(3, 4),)),
-    ("diagonal_fill", _diagonal_fill, lambda: (_f32(4, 4),)),
-    ("transpose_row", _transpose_row, lambda: (_f32(3, 4),)),
-    ("unfold", _unfold, lambda: (_f32(6),)),
-    ("as_strided", _as_strided, lambda: (_f32(4),)),
-    ("flat_view_slice", _flat_view_slice, lambda: (_f32(3, 3),)),
-    ("view_chain", _view_chain, lambda: (_f32(4, 3),)),
-    ("old_view_sees_mutation", _old_view_sees_mutation, lambda: (_f32(3, 4),)),
-    ("sibling_view", _sibling_view, lambda: (_f32(3, 4),)),
-    ("view_output", _view_output, lambda: (_f32(3, 4),)),
-    ("identity", _identity, lambda: (_f32(3, 4),)),
-    ("mutate_then_view_output", _mutate_then_view_output, lambda: (_f32(3, 4),)),
-    ("outputs_alias_each_other", _outputs_alias_each_other, lambda: (_f32(3, 4),)),
-    ("copy_into_input", _copy_into_input, lambda: (_f32(3, 4), _f32(3, 4))),
-    ("copy_broadcast_dtype", _copy_broadcast_dtype,
-     lambda: (_f32(3, 4), torch.randn(4, dtype=torch.float64))),
-    ("mutate_intermediate", _mutate_intermediate, lambda: (_f32(3, 4),)),
-    ("split_part", _split_part, lambda: (_f32(4, 3),)),
-    ("unbind_part", _unbind_part, lambda: (_f32(3, 4),)),
-    ("dtype_promotion", _dtype_promotion,
-     lambda: (_f32(3, 4), torch.randn(3, 4, dtype=torch.float64))),
-    ("two_mutated_inputs", _two_mutated_inputs, lambda: (_f32(3, 4), _f32(3, 4))),
-    ("index_put", _index_put,
-     lambda: (_f32(5, 3), torch.tensor([0, 3]), _f32(2, 3))),
-    ("masked_fill", _masked_fill, lambda: (_f32(3, 4),)),
-    ("relu_intermediate", _relu_intermediate, lambda: (_f32(3, 4),)),
-    ("squeeze_intermediate", _squeeze_intermediate, lambda: (_f32(3), _f32(3, 5))),
-    ("inplace_views_then_write", _inplace_views_then_write, lambda: (_f32(3, 4),)),
-    ("mutated_view_is_output", _mutated_view_is_output, lambda: (_f32(3, 4),)),
-]
-
-
-def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-def _check_against_eager(fn: Callable[..., Any], eager_inputs: list[torch.Tensor],
-                         compiled_inputs: list[torch.Tensor], run: Any) -> None:
-    expected = fn(*eager_inputs)
-    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-    got = run(compiled_inputs)
-    assert len(got) == len(expected)
-    for e, g in zip(expected, got):
-        torch.testing.assert_close(g, e)
-        for ei, gi in zip(eager_inputs, compiled_inputs):
-            assert _shares_memory(e, ei) == _shares_memory(g, gi), "output aliasing differs"
-        assert tuple(g.stride()) == tuple(e.stride()) or not any(
-            _shares_memory(e, ei) for ei in eager_inputs)
-    for e, g in zip(eager_inputs, compiled_inputs):
-        torch.testing.assert_close(g, e)
+def _non_overlapping_views(a, b):
+    a.add_(1)
+    return a + b
 
 
 @pytest.mark.parametrize("name,fn,make_inputs", CORPUS, ids=[c[0] for c in CORPUS])
@@ -245,14 +29,13 @@ def test_corpus_matches_eager(name: str, fn: Callable[..., Any],
     inputs = make_inputs()
     program, run = compile_fn(fn, *[t.clone() for t in inputs])  # verifies core-functional
     assert not any(resolve_op(n.target)._schema.is_mutable for n in program.forward.calls())
-    _check_against_eager(fn, [t.clone() for t in inputs], [t.clone() for t in inputs], run)
+    check_against_eager(fn, lambda *args: run(list(args)), inputs)
     # a second call on fresh inputs reuses the compiled program
-    fresh = make_inputs()
-    _check_against_eager(fn, [t.clone() for t in fresh], [t.clone() for t in fresh], run)
+    check_against_eager(fn, lambda *args: run(list(args)), make_inputs())
 
 
 def test_mutated_input_moves_to_signature() -> None:
-    program, _ = compile_fn(_two_mutated_inputs, _f32(3, 4), _f32(3, 4))
+    program, _ = compile_fn(two_mutated_inputs, _f32(3, 4), _f32(3, 4))
     specs = program.signature.outputs["forward"]
     assert [(s.kind, s.target) for s in specs] == [
         (OutputKind.USER_OUTPUT, None),

@@ -10,7 +10,7 @@ from ember.aot.partition.maxflow import INFINITE, FlowNetwork
 from ember.aot.partition.mincut import COMPUTE_BOUND_OPS
 from ember.aot.pipeline import aot_compile
 from ember.runtime.ir import OutputKind
-from test_training import TransformerBlock
+from ember_testing.training import TransformerBlock
 
 
 def test_max_flow_min_cut_on_a_small_network() -> None:

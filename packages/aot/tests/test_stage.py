@@ -15,7 +15,7 @@ from ember.aot.stage import AotStage
 from ember.runtime.config import patch
 from ember.runtime.ir import VerificationError, load, save, verify
 from ember.runtime.pipeline import run_stages
-from test_training import TransformerBlock, conv_bn
+from ember_testing.training import TransformerBlock, conv_bn
 
 
 def _mutating(x, y):

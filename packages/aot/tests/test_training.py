@@ -5,69 +5,20 @@ BatchNorm and a transformer block."""
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable
 
 import pytest
 import torch
 from aot_capture import compile_fn, compile_module
 from ember.runtime.ir import OutputKind
-
-TOL = 1e-4
-
-
-class TransformerBlock(torch.nn.Module):
-    """Pre-norm attention + MLP block, written out (no fused SDPA) so the joint graph
-    has matmuls, softmax, layer norms and GELU."""
-
-    def __init__(self, dim: int = 32, heads: int = 4) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1 = torch.nn.LayerNorm(dim)
-        self.qkv = torch.nn.Linear(dim, 3 * dim)
-        self.proj = torch.nn.Linear(dim, dim)
-        self.ln2 = torch.nn.LayerNorm(dim)
-        self.fc1 = torch.nn.Linear(dim, 4 * dim)
-        self.fc2 = torch.nn.Linear(4 * dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
-        q = q.view(b, t, self.heads, d // self.heads).transpose(1, 2)
-        k = k.view(b, t, self.heads, d // self.heads).transpose(1, 2)
-        v = v.view(b, t, self.heads, d // self.heads).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (d // self.heads) ** -0.5
-        att = att.softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.proj(y)
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
-
-
-def mlp() -> torch.nn.Module:
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
-                               torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
-
-
-def conv_bn() -> torch.nn.Module:
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-        torch.nn.Conv2d(8, 4, 3, stride=2), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
-        torch.nn.Linear(4 * 3 * 3, 5))
-
-
-MODELS: list[tuple[str, Callable[[], torch.nn.Module], Callable[[], torch.Tensor]]] = [
-    ("mlp", mlp, lambda: torch.randn(8, 16)),
-    ("conv_bn", conv_bn, lambda: torch.randn(4, 3, 8, 8)),
-    ("transformer_block", TransformerBlock, lambda: torch.randn(2, 6, 32)),
-]
-
-
-def _step(model: torch.nn.Module, forward: Callable[[torch.Tensor], torch.Tensor],
-          x: torch.Tensor, target: torch.Tensor) -> None:
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    opt.zero_grad()
-    loss = torch.nn.functional.mse_loss(forward(x), target)
-    loss.backward()
-    opt.step()
+from ember_testing.training import (
+    MODELS,
+    TransformerBlock,
+    assert_same_training_state,
+    mlp,
+    sgd_step,
+)
 
 
 @pytest.mark.parametrize("name,make_model,make_input", MODELS, ids=[m[0] for m in MODELS])
@@ -83,15 +34,9 @@ def test_one_optimizer_step_matches_eager(name: str, make_model: Callable[[], to
     # the probe call above updated BatchNorm statistics: start both from the same state
     compiled.load_state_dict(eager.state_dict())
 
-    _step(eager, eager, x, target)
-    _step(compiled, lambda inp: run(inp)[0], x, target)
-
-    for (pname, pe), (_, pc) in zip(eager.named_parameters(), compiled.named_parameters()):
-        assert pc.grad is not None, f"{pname} got no gradient"
-        torch.testing.assert_close(pc.grad, pe.grad, atol=TOL, rtol=TOL)
-        torch.testing.assert_close(pc, pe, atol=TOL, rtol=TOL)
-    for (bname, be), (_, bc) in zip(eager.named_buffers(), compiled.named_buffers()):
-        torch.testing.assert_close(bc, be, atol=TOL, rtol=TOL, msg=f"buffer {bname}")
+    sgd_step(eager, eager, x, target)
+    sgd_step(compiled, lambda inp: run(inp)[0], x, target)
+    assert_same_training_state(eager, compiled)
 
 
 def test_input_without_grad_and_no_grad_call() -> None:
@@ -219,8 +164,9 @@ def test_backward_executor_is_built_on_first_backward_only() -> None:
 def test_backward_nodes_carry_the_forward_source_line() -> None:
     program, _ = compile_module(TransformerBlock(), torch.randn(2, 6, 32))
     calls = program.graphs["backward"].calls()
+    block_file = inspect.getfile(TransformerBlock)
     from_forward = [n for n in calls if n.source is not None
-                    and n.source.function == "forward" and n.source.file == __file__]
+                    and n.source.function == "forward" and n.source.file == block_file]
     # every backward op but the gradient accumulations autograd adds itself
     assert len(from_forward) >= 0.8 * len(calls), [str(n.source) for n in calls]
 
