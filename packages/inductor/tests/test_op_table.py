@@ -140,7 +140,7 @@ NOT_IN_TABLE = {
 
 
 def test_table_calls_every_lowered_op() -> None:
-    from ember.inductor.lowering.registry import lowered_ops
+    from ember.inductor.lowering import lowered_ops
     from helpers import trace
 
     called: set[str] = set()

@@ -77,7 +77,7 @@ def compile_graph(program: Program, graph_name: str = "forward",
     lowered = GraphLowering(program, graph_name, dev, eager=eager,
                             eager_random=eager_random).run()
     if log_enabled("graphs"):
-        log("graphs", lambda: lowered.format())
+        log("graphs", lowered.format)
     steps = schedule(lowered)
     kernels = [s.kernel for s in steps if isinstance(s, KernelStep)]
     backend = backend_for(dev.type) if kernels else None

@@ -18,4 +18,10 @@ from ember.inductor.lowering import (  # noqa: F401
 )
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS, NotLowerable, lowering
 
-__all__ = ["EXTERN_OPS", "LOWERINGS", "NotLowerable", "lowering"]
+
+def lowered_ops() -> list[str]:
+    """Every op with a loop lowering, sorted."""
+    return sorted(LOWERINGS)
+
+
+__all__ = ["EXTERN_OPS", "LOWERINGS", "NotLowerable", "lowered_ops", "lowering"]

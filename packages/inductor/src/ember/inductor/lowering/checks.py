@@ -44,7 +44,7 @@ class RuntimeCheck:
 
 def new_check(ctx: GraphLowering, exception: str, message: str) -> RuntimeCheck:
     """Register a check of the graph ``ctx`` lowers (one per op and checked operand)."""
-    from ember.inductor.lowering.graph_lowering import BufferInfo
+    from ember.inductor.lowering.lowered_graph import BufferInfo
 
     check = RuntimeCheck(len(ctx.checks), exception, message)
     ctx.checks.append(check)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import torch
 from ember.inductor.buffers import (
@@ -25,8 +26,10 @@ from ember.inductor.buffers import (
 from ember.inductor.loop_ir import IndexExpr, Int, Var
 from ember.inductor.loop_ir.printer import dtype_name, format_stmt
 from ember.inductor.lowering.builder import BodyBuilder
-from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.extern_args import ExternArg
+
+if TYPE_CHECKING:
+    from ember.inductor.lowering.checks import RuntimeCheck
 
 #: what a buffer holds: a graph input, a constant, a kernel's result, an extern call's
 #: result, or the run-time checks' error flags (``lowering/checks.py``)

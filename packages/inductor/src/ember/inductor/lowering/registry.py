@@ -71,10 +71,3 @@ def existing_overloads(name: str, overloads: tuple[str, ...]) -> list[str]:
 def extern(*targets: str) -> None:
     """Mark ``targets`` as ops that always run as extern calls (not fallbacks)."""
     EXTERN_OPS.update(targets)
-
-
-def lowered_ops() -> list[str]:
-    """Every op with a loop lowering, sorted (imports the rule modules)."""
-    from ember.inductor import lowering as _rules  # noqa: F401
-
-    return sorted(LOWERINGS)
