@@ -126,7 +126,8 @@ def test_trace_and_strict_guards_are_one_model() -> None:
             self.lin = torch.nn.Linear(3, 3)
 
         def forward(self, x: torch.Tensor, y: torch.Tensor, n: int) -> torch.Tensor:
-            return self.lin(x) * n + y
+            out: torch.Tensor = self.lin(x) * n + y
+            return out
 
     net = Net()
     args = (torch.randn(2, 3), torch.randn(2, 3), 2)

@@ -12,14 +12,14 @@ import torch
 from ember.frontend.bytecode.capture import CaptureContext
 from ember.frontend.bytecode.side_effects import AttrWrite, CellWrite, GlobalWrite
 from ember.frontend.bytecode.state import Const, Replay
-
 from strict_helpers import strict
 
 COUNT = 0
 
 
 class Box:
-    pass
+    scale: int
+    a: int
 
 
 def writes_everything(x: torch.Tensor, box: Box) -> Any:
@@ -39,7 +39,7 @@ def test_attribute_and_global_writes_are_records() -> None:
     attr = next(r for r in segment.replays if r.kind == "attr")
     assert attr.name == "scale" and attr.raw is False
     with pytest.raises(dataclasses.FrozenInstanceError):
-        attr.name = "other"  # type: ignore[misc]
+        attr.name = "other"
 
 
 def test_capture_records_are_named_tuples() -> None:
