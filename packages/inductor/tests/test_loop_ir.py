@@ -103,3 +103,11 @@ kernel k(a: float32[4, 8], b: float32[4, 8], c: float32[4]) over [x0<4] reduce [
     v6: float32 = mul(v4, v4)
     store b[(x0*8 + r0)] = v5
     store c[x0] = v6"""
+
+
+def test_is_affine_sees_floordiv_and_mod_anywhere() -> None:
+    from ember.inductor.loop_ir import Indirect, is_affine
+
+    assert is_affine(add(mul(X, 6), Y, Indirect("v0"), 3))
+    assert not is_affine(add(mul(X, 6), FloorDiv(Y, 4)))
+    assert not is_affine(mul(Mod(add(X, Y), 5), 2))

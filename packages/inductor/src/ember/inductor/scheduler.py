@@ -53,6 +53,7 @@ from ember.inductor.loop_ir import (
     Var,
     add,
     floordiv,
+    is_affine,
     mod,
     mul,
 )
@@ -169,7 +170,7 @@ def _reshaped_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Em
 
     probe = index(reduction.full_index(loop_vars(reduction.outer_sizes, "x"),
                                        loop_vars(reduction.reduction_sizes, "r")))
-    if any("//" in str(i) or "%" in str(i) for i in probe):
+    if not all(is_affine(i) for i in probe):
         return None
 
     def emit(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:

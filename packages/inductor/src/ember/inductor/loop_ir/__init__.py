@@ -70,6 +70,7 @@ from ember.inductor.loop_ir.index import (
     canonical,
     floordiv,
     free_vars,
+    is_affine,
     mod,
     mul,
     render,
@@ -82,8 +83,7 @@ from ember.inductor.loop_ir.printer import dtype_name, format_kernel, format_stm
 __all__ = [
     "BOOL_RESULT_OPS", "COSTLY_OPS", "LOOP_OPS", "POINTWISE_OPS", "REDUCTION_OPS", "Add", "Buffer",
     "Compute", "FloorDiv", "IndexExpr", "IndexValue", "Indirect", "Int", "Kernel", "Literal",
-    "Load", "LoopOp",
-    "Mod", "Mul", "Phase", "Reduce", "Stmt", "Store", "ValueStmt", "Var", "add", "canonical",
-    "dtype_name", "floordiv", "format_kernel", "format_stmt", "free_vars", "mod", "mul",
-    "reduction_phases", "render", "stmt_inputs", "substitute",
+    "Load", "LoopOp", "Mod", "Mul", "Phase", "Reduce", "Stmt", "Store", "ValueStmt", "Var",
+    "add", "canonical", "dtype_name", "floordiv", "format_kernel", "format_stmt", "free_vars",
+    "is_affine", "mod", "mul", "reduction_phases", "render", "stmt_inputs", "substitute",
 ]

@@ -299,6 +299,18 @@ def free_vars(x: IndexExpr) -> Iterator[Var]:
         yield from free_vars(x.expr)
 
 
+def is_affine(x: IndexExpr) -> bool:
+    """Whether ``x`` has no ``FloorDiv`` or ``Mod`` (a sum of products of variables,
+    constants and indirect values)."""
+    if isinstance(x, (FloorDiv, Mod)):
+        return False
+    if isinstance(x, Add):
+        return all(is_affine(t) for t in x.terms)
+    if isinstance(x, Mul):
+        return all(is_affine(f) for f in x.factors)
+    return True
+
+
 def indirect_values(x: IndexExpr) -> Iterator[str]:
     """The body values ``x`` reads through :class:`Indirect`."""
     if isinstance(x, Indirect):
