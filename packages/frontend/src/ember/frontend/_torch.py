@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor  # fake tensors (strict frontend)
 from torch.nn.modules import module as _module_globals  # global nn.Module hooks (strict)
+from torch.utils._python_dispatch import TorchDispatchMode  # grad-mode regions (strict)
 from torch.utils._pytree import (  # nested containers <-> flat leaves
     SUPPORTED_NODES,
     GetAttrKey,
@@ -30,6 +31,7 @@ __all__ = [
     "KeyPath",
     "MappingKey",
     "SequenceKey",
+    "TorchDispatchMode",
     "TreeSpec",
     "fake_mode_active",
     "global_module_hooks_registered",

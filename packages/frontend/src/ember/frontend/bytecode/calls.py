@@ -157,7 +157,6 @@ class CallHandler:
         if launch is not None:
             raise interp.fail(launch, LAUNCH_HINT)
         if isinstance(fn, GradModeRestore):
-            interp.check_grad_mode_change(fn)
             return fn(*args)
         if isinstance(fn, GeneratorExit_):  # the end of a `with` over a @contextmanager
             return interp.call_generator_exit(fn, args)

@@ -17,8 +17,8 @@ region, which then runs eagerly (:meth:`ExceptionOps.region_start`).
 
 ``with`` blocks: ``__enter__`` and ``__exit__`` of any context manager are called like
 other calls (inlined when they are Python code); ``@contextlib.contextmanager``
-generators run inlined and lazily (:class:`GeneratorContext`); grad-mode managers
-restore the grad mode (:class:`GradModeRestore`).
+generators run inlined and lazily (:class:`GeneratorContext`); grad-mode blocks switch
+the grad mode inside the graph, their end restores it (:mod:`.grad_mode`).
 """
 
 from __future__ import annotations
@@ -36,27 +36,12 @@ from ember.frontend.bytecode.escape import disable
 from ember.frontend.bytecode.exceptions import capture_limitation, find_handler
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.generators import InlinedGenerator
+from ember.frontend.bytecode.grad_mode import GRAD_MODE_BLOCKS, GradModeRestore, block_modes
+from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.sources import ClosureSource, Source
 
 __all__ = ["ExcInfoSource", "ExceptionOps", "GeneratorContext", "GeneratorExit_",
            "GradModeRestore", "LookupFails", "contextmanager_target"]
-
-
-class GradModeRestore:
-    """Stands for ``cm.__exit__`` of a grad-mode context manager on the stack: calling it
-    restores the grad mode seen at ``__enter__``. Immutable, so a graph break inside a
-    ``with torch.no_grad():`` block can rebuild it."""
-
-    def __init__(self, previous: bool) -> None:
-        self.previous = previous
-
-    def __call__(self, *exc: Any) -> bool:
-        torch.set_grad_enabled(self.previous)
-        return False
-
-
-GRAD_MODE_CMS = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled,
-                 torch.inference_mode)
 
 
 @dataclass(frozen=True)
@@ -159,6 +144,9 @@ class EagerExit:
         return type(self.cm).__exit__(self.cm, *exc)
 
 
+_GRAD_MODE_TYPES = tuple(GRAD_MODE_BLOCKS)
+
+
 def _is_torch_class(cls: type) -> bool:
     module = getattr(cls, "__module__", "") or ""
     return module == "torch" or module.startswith("torch.")
@@ -179,7 +167,7 @@ class ExceptionOps(DataOps):
 
     # ---- routing ------------------------------------------------------------------------
 
-    def raise_in_program(self, frame: Frame, ins: Any, exc: BaseException) -> None:
+    def raise_in_program(self, frame: Frame, ins: Instruction, exc: BaseException) -> None:
         """``exc`` was raised by instruction ``ins`` of ``frame`` (whose ``ip`` is past
         it) while capturing: route it to the frame's handler, unwind the frame (raise it
         again for the calling frame), or turn it into a graph break at the root."""
@@ -210,7 +198,7 @@ class ExceptionOps(DataOps):
         frame.kw_names = ()
         frame.ip = opcodes.index_of_offset(frame.code, entry.target)
 
-    def _unwind(self, frame: Frame, ins: Any, exc: BaseException) -> None:
+    def _unwind(self, frame: Frame, ins: Instruction, exc: BaseException) -> None:
         if frame.parent is not None:
             # no handler here: the frame is left (a generator is finished) and the
             # calling frame's instruction raises it
@@ -232,7 +220,7 @@ class ExceptionOps(DataOps):
             err.root_ip = origin
         raise err from exc
 
-    def _break_for(self, frame: Frame, ins: Any, exc: BaseException,
+    def _break_for(self, frame: Frame, ins: Instruction, exc: BaseException,
                    why: str) -> GraphBreak:
         from ember.frontend.bytecode.interpreter import location_of
 
@@ -253,7 +241,7 @@ class ExceptionOps(DataOps):
                 return
             f = f.parent
 
-    def _guard_failed_lookup(self, frame: Frame, ins: Any, exc: BaseException) -> None:
+    def _guard_failed_lookup(self, frame: Frame, ins: Instruction, exc: BaseException) -> None:
         """A failed ``obj[key]`` / ``obj.name`` on an outside object decides which
         handler runs: guard that it still fails. (Outside lists and dicts are shadows
         whose length and keys are guarded already.)"""
@@ -307,18 +295,18 @@ class ExceptionOps(DataOps):
 
     # ---- exception opcodes --------------------------------------------------------------
 
-    def op_PUSH_EXC_INFO(self, f: Frame, ins: Any) -> None:
+    def op_PUSH_EXC_INFO(self, f: Frame, ins: Instruction) -> None:
         value = f.pop()
         f.push(f.exc_stack[-1] if f.exc_stack else None)
         f.exc_stack.append(value)
         f.push(value)
 
-    def op_POP_EXCEPT(self, f: Frame, ins: Any) -> None:
+    def op_POP_EXCEPT(self, f: Frame, ins: Instruction) -> None:
         f.pop()
         if f.exc_stack:
             f.exc_stack.pop()
 
-    def op_CHECK_EXC_MATCH(self, f: Frame, ins: Any) -> None:
+    def op_CHECK_EXC_MATCH(self, f: Frame, ins: Instruction) -> None:
         right = f.stack[-1]
         classes = right if isinstance(right, tuple) else (right,)
         if not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
@@ -327,23 +315,24 @@ class ExceptionOps(DataOps):
         f.pop()
         f.push(isinstance(f.stack[-1], right))
 
-    def op_RERAISE(self, f: Frame, ins: Any) -> None:
+    def op_RERAISE(self, f: Frame, ins: Instruction) -> None:
         exc = f.pop()
         self._raise_program(exc)
 
-    def op_RAISE_VARARGS(self, f: Frame, ins: Any) -> None:
-        if ins.arg == 0:
+    def op_RAISE_VARARGS(self, f: Frame, ins: Instruction) -> None:
+        n = ins.arg or 0  # 0: bare `raise`; 1: `raise exc`; 2: `raise exc from cause`
+        if n == 0:
             handled = self._handled_exception(f)
             if handled is None:
                 self._raise_program(RuntimeError("No active exception to reraise"))
             self._raise_program(handled)
-        cause = f.stack[-1] if ins.arg == 2 else None
-        exc = self._instance(f, f.stack[-1 - (ins.arg == 2)])
-        if ins.arg == 2:
+        cause = f.stack[-1] if n == 2 else None
+        exc = self._instance(f, f.stack[-1 - (n == 2)])
+        if n == 2:
             if cause is not None:
                 cause = self._instance(f, cause)
             exc.__cause__ = cause  # also sets __suppress_context__, as `from` does
-        f.popn(ins.arg)
+        f.popn(n)
         self._set_context(f, exc)
         self._raise_program(exc)
 
@@ -372,7 +361,7 @@ class ExceptionOps(DataOps):
             self._program_exceptions[id(exc)] = exc
         raise exc
 
-    def op_CALL_INTRINSIC_1(self, f: Frame, ins: Any) -> None:
+    def op_CALL_INTRINSIC_1(self, f: Frame, ins: Instruction) -> None:
         if ins.arg != opcodes.INTRINSIC_STOPITERATION_ERROR:
             super().op_CALL_INTRINSIC_1(f, ins)
             return
@@ -385,15 +374,19 @@ class ExceptionOps(DataOps):
 
     # ---- with blocks --------------------------------------------------------------------
 
-    def op_BEFORE_WITH(self, f: Frame, ins: Any) -> None:
+    def op_BEFORE_WITH(self, f: Frame, ins: Instruction) -> None:
         cm = f.stack[-1]
-        if isinstance(cm, GRAD_MODE_CMS):
-            self.check_grad_mode_change(cm)
-            previous = torch.is_grad_enabled()
-            result = cm.__enter__()
+        if isinstance(cm, _GRAD_MODE_TYPES) and (
+                self.symbolic or not isinstance(cm, torch.inference_mode)):
+            modes = block_modes(cm)
+            if modes is None:
+                raise self.fail(f"{cm!r} inside inference mode (leaving it in a graph)",
+                                "the block runs eagerly")
+            inside, restored = modes
+            torch.set_grad_enabled(inside)
             f.pop()
-            f.push(GradModeRestore(previous))
-            f.push(result)
+            f.push(GradModeRestore(restored))
+            f.push(None)  # what their __enter__ returns
             return
         if not self.symbolic:
             exit_fn = type(cm).__exit__.__get__(cm)
@@ -460,7 +453,7 @@ class ExceptionOps(DataOps):
             self._raise_program(RuntimeError("generator didn't stop after throw()"))
         return True
 
-    def op_WITH_EXCEPT_START(self, f: Frame, ins: Any) -> None:
+    def op_WITH_EXCEPT_START(self, f: Frame, ins: Instruction) -> None:
         exit_fn, value = f.stack[-4], f.stack[-1]
         args = [type(value), value, value.__traceback__]
         if self.symbolic:
@@ -504,22 +497,3 @@ class ExceptionOps(DataOps):
         if cap is not None:  # a fresh object: re-created from its attributes at a break
             cap.new_objects[id(made)] = made
         return made
-
-    def check_grad_mode_change(self, cm: Any) -> None:
-        """A graph runs under one grad mode: where the mode changes while tensors that
-        require grad are in the graph, capture breaks (the new mode starts a new graph)."""
-        if self.capture is None or not self.capture.any_input_requires_grad():
-            return
-        new_mode = None
-        if isinstance(cm, GradModeRestore):
-            new_mode = cm.previous
-        elif isinstance(cm, torch.no_grad):
-            new_mode = False
-        elif isinstance(cm, torch.enable_grad):
-            new_mode = True
-        elif isinstance(cm, torch.set_grad_enabled):
-            new_mode = bool(getattr(cm, "mode", getattr(cm, "prev", True)))
-        if new_mode is not None and new_mode != torch.is_grad_enabled():
-            raise GraphBreak("grad mode changes while tensors require grad",
-                             "a graph runs under one grad mode; this break starts a new one")
-

@@ -27,6 +27,11 @@ from ember.frontend.bytecode.calls import CallHandler
 from ember.frontend.bytecode.capture import CaptureContext
 from ember.frontend.bytecode.exception_ops import ExcInfoSource
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame, FrameState, _Marker
+from ember.frontend.bytecode.grad_mode import (
+    GradModeTracker,
+    detach_no_grad_inputs,
+    graph_grad_mode,
+)
 from ember.frontend.bytecode.guards import GuardSet, compile_matcher
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, location_of
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
@@ -72,6 +77,7 @@ class Segment:
     runner: Callable[[list[Any]], list[Any]] | None
     replays: list[Replay]
     grad_at_end: bool
+    graph_grad: bool  # the grad mode the graph runs under (see .grad_mode)
     returns: Recipe | None = None
     stack: list[Recipe] = field(default_factory=list)
     locals: dict[str, Recipe] = field(default_factory=dict)
@@ -96,7 +102,13 @@ class Segment:
     ) -> tuple[bool, Any]:
         """Run the graph on ``inputs`` (from :meth:`match`) and rebuild: ``(True, return
         value)`` or ``(False, state at the break instruction)``."""
-        outs = self.runner(inputs) if self.runner is not None else []
+        outs: list[Any] = []
+        if self.runner is not None:
+            if self.graph_grad == torch.is_grad_enabled():
+                outs = self.runner(inputs)
+            else:  # an enable_grad block under no_grad made values that require grad
+                with torch.set_grad_enabled(self.graph_grad):
+                    outs = self.runner(inputs)
         rt = Rebuild(list(outs), state, ctx)
         for r in self.replays:
             r.apply(rt)
@@ -138,8 +150,10 @@ def capture_segment(
     interp = Interpreter(cap, CallHandler(break_calls))
     cap.guards.locate = functools.partial(_guard_origin, interp, frame)
     info: BreakInfo | None = None
+    # NOTE: entered before the recorder, so that it sees the ops the recorder records
+    tracker = GradModeTracker(cap.recorder)
     try:
-        with cap:
+        with tracker, cap:
             live = live_locals(ctx.code)[state.ip]
             wrapped: dict[int, Any] = {}
             for name, v in state.locals.items():
@@ -177,8 +191,13 @@ def capture_segment(
             seg_kwargs["exc_stack"] = [builder.recipe(v) for v in frame.exc_stack]
             seg_kwargs["break_ip"] = frame.ip
             seg_kwargs["break_info"] = info
+        no_grad = tracker.no_grad_nodes()
         program = cap.recorder.finish(builder.outputs)
+        graph_grad = graph_grad_mode(program.forward, grad0, no_grad)
+        if graph_grad:
+            detach_no_grad_inputs(program.forward, no_grad)
         has_ops = bool(program.forward.calls()) or bool(builder.outputs)
+        torch.set_grad_enabled(graph_grad)  # what the stages see (aot: training or not)
         runner = compile_graph(program) if has_ops else None
         return Segment(
             start_ip=state.ip,
@@ -188,6 +207,7 @@ def capture_segment(
             runner=runner,
             replays=replays,
             grad_at_end=grad_end,
+            graph_grad=graph_grad,
             **seg_kwargs,
         )
     finally:

@@ -1,0 +1,233 @@
+"""Grad-mode regions inside one captured graph.
+
+Captured code may switch grad mode (``with torch.no_grad():``, ``torch.enable_grad()``,
+``torch.set_grad_enabled(b)`` with or without ``with``, ``@torch.no_grad()`` on a
+function, ``torch.inference_mode()``) without a graph break. The switch happens for
+real while capturing, so torch's autograd treats the fake tensors as eager treats
+the real ones, and the recorded metadata (``requires_grad``) says which values have
+autograd history. Three pieces make the graph compute eager's gradients:
+
+* :class:`GradModeTracker`, a dispatch mode under the recorder, notes which recorded
+  nodes ran with grad mode off, and turns an in-place write, with grad mode off, into
+  a tensor that requires grad (``p.mul_(...)`` on a parameter inside ``no_grad``: an
+  optimizer-style update) into a graph break: the write then runs eagerly, as the one
+  place where a graph cannot reproduce eager's autograd state.
+* :func:`detach_no_grad_inputs` makes the regions explicit in the graph: a node that
+  ran with grad mode off reads each input that requires grad (and was made outside
+  the region) through ``aten::detach``. Any backend then stops gradients where eager
+  does: the reference interpreter run under autograd, and aot's joint graph.
+* The graph runs (and is compiled) under :func:`graph_grad_mode`: the grad mode at the
+  segment's start, or grad mode on when a value made inside ``enable_grad`` under an
+  outer ``no_grad`` requires grad. After the graph, the segment sets the grad mode the
+  code left (``Segment.grad_at_end``).
+
+Limit: a view made under ``no_grad`` of a tensor that requires grad is, eagerly, a leaf
+that requires grad; in the graph it is a view of the detached tensor (no grad).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from ember.frontend._torch import TorchDispatchMode
+from ember.frontend.bytecode.breaks import GraphBreak
+from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef, qualified_name
+from ember.runtime.ir.op_queries import operator_schema, writes_arguments
+from ember.runtime.tracing import GraphRecorder
+
+__all__ = ["GRAD_MODE_BLOCKS", "GradModeRestore", "GradModeTracker", "block_modes",
+           "detach_no_grad_inputs", "graph_grad_mode"]
+
+DETACH = "aten::detach.default"
+
+
+class GradModeRestore:
+    """Stands for ``cm.__exit__`` of a grad-mode context manager on the stack: calling it
+    restores the grad mode seen at ``__enter__``. Immutable, so a graph break inside a
+    ``with torch.no_grad():`` block can rebuild it."""
+
+    def __init__(self, previous: bool) -> None:
+        self.previous = previous
+
+    def __call__(self, *exc: Any) -> bool:
+        torch.set_grad_enabled(self.previous)
+        return False
+
+
+# ---- the context managers a `with` captures ------------------------------------------
+
+
+def _inference_block(cm: Any) -> tuple[bool, bool] | None:
+    # NOTE: captured as a no-grad region (no real inference mode: fake tensors made
+    # in it would be inference tensors); its outputs are plain tensors without grad.
+    if not cm.mode:
+        return None if torch.is_inference_mode_enabled() else (torch.is_grad_enabled(),
+                                                               torch.is_grad_enabled())
+    return False, torch.is_grad_enabled()
+
+
+GRAD_MODE_BLOCKS: dict[type, Callable[[Any], tuple[bool, bool] | None]] = {
+    torch.no_grad: lambda cm: (False, torch.is_grad_enabled()),
+    torch.enable_grad: lambda cm: (True, torch.is_grad_enabled()),
+    # the mode is set when the object is made; __exit__ restores the mode seen then
+    torch.set_grad_enabled: lambda cm: (bool(cm.mode), bool(cm.prev)),
+    torch.inference_mode: _inference_block,
+}
+"""Context-manager type -> ``cm`` -> ``(grad mode inside the block, grad mode restored at
+its end)``, or None when the block cannot be captured (``inference_mode(False)`` inside
+inference mode: the block then runs eagerly)."""
+
+
+def block_modes(cm: Any) -> tuple[bool, bool] | None:
+    """:data:`GRAD_MODE_BLOCKS`' answer for ``cm``; None for other context managers or a
+    block that cannot be captured."""
+    for cls, rule in GRAD_MODE_BLOCKS.items():
+        if isinstance(cm, cls):
+            return rule(cm)
+    return None
+
+
+# ---- while capturing ------------------------------------------------------------------
+
+
+class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Sees every op the recorder runs (entered before the recorder, so it sits under
+    it): notes where grad mode changed, and refuses in-place writes to tensors that
+    require grad while grad mode is off (see the module docstring)."""
+
+    def __init__(self, recorder: GraphRecorder) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.recorder = recorder
+        self._enabled = torch.is_grad_enabled()
+        # (number of nodes recorded before the change, grad mode from there on)
+        self._changes: list[tuple[int, bool]] = [(0, self._enabled)]
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        enabled = torch.is_grad_enabled()
+        if enabled != self._enabled:
+            self._enabled = enabled
+            self._changes.append((self._recorded(), enabled))
+        if not enabled:
+            _refuse_write_to_grad_tensor(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _recorded(self) -> int:
+        # NOTE: the recorder appends each node after its op ran; only placeholders are
+        # inserted elsewhere (in front), so recorded nodes keep their order.
+        return len(self.recorder.graph.nodes) - len(self.recorder.input_specs)
+
+    def no_grad_nodes(self) -> set[str]:
+        """Names of the nodes recorded so far while grad mode was off."""
+        recorded = [n.name for n in self.recorder.graph.nodes if n.op != "placeholder"]
+        names: set[str] = set()
+        bounds = [*self._changes, (len(recorded), self._enabled)]
+        for (start, enabled), (end, _) in itertools.pairwise(bounds):
+            if not enabled:
+                names.update(recorded[start:end])
+        return names
+
+
+_WRITTEN: dict[Any, tuple[tuple[int, str], ...]] = {}
+
+
+def _written_positions(func: Any) -> tuple[tuple[int, str], ...]:
+    """``(position, name)`` of each argument ``func`` writes (schema ``Tensor(a!)``)."""
+    known = _WRITTEN.get(func)
+    if known is None:
+        target = qualified_name(func)
+        known = ()
+        if writes_arguments(target):
+            known = tuple((i, a.name) for i, a in enumerate(operator_schema(target).arguments)
+                          if a.alias_info is not None and a.alias_info.is_write)
+        _WRITTEN[func] = known
+    return known
+
+
+def _refuse_write_to_grad_tensor(func: Any, args: tuple[Any, ...],
+                                 kwargs: dict[str, Any]) -> None:
+    for position, name in _written_positions(func):
+        value = kwargs.get(name, args[position] if position < len(args) else None)
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            raise GraphBreak(
+                f"in-place {qualified_name(func)} with grad mode off (torch.no_grad()) "
+                f"writes a tensor that requires grad (shape {tuple(value.shape)}): an "
+                "optimizer-style update of a parameter or of a value with autograd "
+                "history", "the write runs eagerly between two graphs; grad-mode "
+                "regions without such writes stay in one graph")
+
+
+# ---- after capturing ------------------------------------------------------------------
+
+
+def _meta_at(node: Node, index: int | None) -> Any:
+    meta = node.meta
+    if isinstance(meta, tuple):
+        return meta[index or 0]
+    return meta
+
+
+def graph_grad_mode(graph: Graph, grad_at_start: bool, no_grad: set[str]) -> bool:
+    """The grad mode to compile and run ``graph`` under: the mode at the segment's
+    start, or on when a node run with grad mode on (in an ``enable_grad`` block entered
+    under ``no_grad``; the others are in ``no_grad``) made a value that requires grad.
+    (A view made with grad mode off of a tensor that requires grad requires grad too.)"""
+    if grad_at_start:
+        return True
+    for node in graph.calls():
+        if node.name in no_grad:
+            continue
+        metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+        if any(isinstance(m, TensorMeta) and m.requires_grad for m in metas):
+            return True
+    return False
+
+
+def detach_no_grad_inputs(graph: Graph, no_grad: set[str]) -> int:
+    """Make each node of ``no_grad`` read its inputs that require grad, made outside the
+    region (placeholders, nodes run with grad mode on), through a new ``aten::detach``
+    node placed before its first such reader; return how many were added.
+
+    Values made inside the region have no autograd history once its inputs have none,
+    so they are not detached again.
+    """
+    producers = {n.name: n for n in graph.nodes}
+    detached: dict[ValueRef, ValueRef] = {}
+    taken = set(producers)
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        if node.op == "call" and node.name in no_grad:
+            mapping: dict[ValueRef, Any] = {}
+            for ref in node.inputs():
+                if ref in detached:
+                    mapping[ref] = detached[ref]
+                    continue
+                producer = producers.get(ref.node)
+                if producer is None or producer.op == "constant" or producer.name in no_grad:
+                    continue
+                meta = _meta_at(producer, ref.index)
+                if not (isinstance(meta, TensorMeta) and meta.requires_grad):
+                    continue
+                name = _fresh(f"{ref.node}_detached", taken)
+                nodes.append(Node(name, "call", DETACH, args=(ref,),
+                                  meta=dataclasses.replace(meta, requires_grad=False),
+                                  source=node.source))
+                detached[ref] = mapping[ref] = ValueRef(name)
+            if mapping:
+                node.replace_refs(mapping)
+        nodes.append(node)
+    graph.nodes = nodes
+    return len(detached)
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, i = base, 1
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    taken.add(name)
+    return name
