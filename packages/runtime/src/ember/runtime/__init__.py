@@ -1,4 +1,4 @@
 """ember.runtime: the IR, its serialization, the reference interpreter, the pipeline
 that composes the stages, and the loader of compiled artifacts."""
 
-from ember.runtime.compiled.loader import load_artifact  # noqa: E402,F401
+from ember.runtime.compiled.artifact import load_artifact  # noqa: E402,F401

@@ -49,15 +49,16 @@ def make_executor(program: Program, graph_name: str = "forward") -> Executor:
 
 def _compiled_loader() -> Callable[[Program, str], Executor]:
     """``ember.runtime.compiled.load_executor``, imported on first use (it pulls in the
-    code that loads generated kernels)."""
+    code that loads generated kernels). Imported from the loader module itself: the
+    package also holds ``load_artifact``, which builds a callable on top of this module."""
     missing = RuntimeError(
         "this ember-runtime cannot run 'compiled' programs: "
         "ember.runtime.compiled.load_executor is missing (upgrade ember-runtime)"
     )
     try:
-        compiled = importlib.import_module("ember.runtime.compiled")
+        compiled = importlib.import_module("ember.runtime.compiled.loader")
     except ModuleNotFoundError as e:
-        if e.name != "ember.runtime.compiled":
+        if e.name not in ("ember.runtime.compiled", "ember.runtime.compiled.loader"):
             raise
         raise missing from e
     loader = getattr(compiled, "load_executor", None)

@@ -6,7 +6,6 @@ See README.md in this folder for the artifact layout.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -14,9 +13,8 @@ import torch
 from ember.runtime.compiled.wrapper_support import make_namespace
 from ember.runtime.config import config
 from ember.runtime.ir import IRFormatError, Program, VerificationError
-from ember.runtime.ir.contracts import CompiledGraphEntry, CompiledMetadata, MetadataError
+from ember.runtime.ir.contracts import CompiledGraphEntry, CompiledMetadata
 from ember.runtime.ir.effects import check_may_run_code
-from ember.runtime.ir.limits import LoadLimits
 from ember.runtime.ir.verifier import register_program_check
 
 # Kernel languages (the contract's KERNEL_LANGS) and the launcher module for each
@@ -87,7 +85,7 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
     beyond torch); its kernels are compiled or fetched from the on-disk cache. That is
     running code: a program read from a file (``program.untrusted_origin`` set) is
     refused unless ``EMBER_TRUST_ARTIFACTS=1`` (load trusted files with
-    ``load(path, trusted=True)`` or :func:`load_artifact` ``(path, trusted=True)``).
+    ``load(path, trusted=True)`` or ``ember.runtime.compiled.load_artifact(path, trusted=True)``).
 
     Raises:
         IRFormatError: the program's compiled metadata or files are malformed.
@@ -119,50 +117,3 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
 
     return run
 
-
-def load_artifact(path: Any, *, trusted: bool = False,
-                  limits: LoadLimits | None = None) -> Callable[..., list[Any]]:
-    """Load a compiled ``.ember`` file; returns ``fn(*user_inputs) -> list of outputs``.
-
-    A compiled artifact is executable code: its Python wrapper is ``exec``'d and its C++
-    and Triton kernel sources are built and run with your permissions, as importing a
-    Python module would. Load one only from a source you trust, and say so with
-    ``trusted=True`` (or ``EMBER_TRUST_ARTIFACTS=1`` for the whole process); without
-    either it is refused before any of its code runs. Every member of the file is
-    checked against the SHA-256 in its ``manifest.json`` (corruption, not forgery).
-
-    Parameters and buffers come from the file's ``program.tensors`` unless the caller
-    passes every placeholder's value positionally. Mutated inputs are copied back.
-
-    Args:
-        path: a file name or binary file object.
-        trusted: you trust the file's source to run code on this machine.
-        limits: size limits for reading the file (see ``ember.runtime.ir.limits``).
-
-    Raises:
-        UntrustedProgramError: neither ``trusted=True`` nor ``EMBER_TRUST_ARTIFACTS=1``
-            (the message names both).
-        IRFormatError: the file is not a valid compiled program, or a member does not
-            match its SHA-256 (a ``MetadataError`` naming the key and the file for
-            malformed metadata).
-    """
-    from ember.runtime.callable import ProgramCallable
-    from ember.runtime.ir import load
-
-    program = load(path, trusted=trusted, limits=limits)
-    try:
-        graph_entry(program, "forward")
-        check_may_run_code(program, config.trust_artifacts)
-        fn = ProgramCallable(program, load_executor)
-    except MetadataError as e:
-        if program.untrusted_origin:
-            raise  # the message names the file already
-        name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else getattr(
-            path, "name", repr(path))
-        raise MetadataError(f"{e} (read from {str(name)!r})") from None
-
-    def call(*inputs: Any) -> list[Any]:
-        return fn(list(inputs))
-
-    call.program = program  # type: ignore[attr-defined]
-    return call
