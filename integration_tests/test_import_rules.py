@@ -232,38 +232,13 @@ def _package_sources(owner: str) -> tuple[dict[str, str], dict[str, str]]:
     return sources, files
 
 
-# NOTE: the cycles that were there when this rule came (issue #13), each named by the
-# modules tied up in it. A cycle among other modules fails the test, and so does an entry
-# here that is gone: delete it, so that the list only shrinks.
-KNOWN_CYCLES: dict[str, list[frozenset[str]]] = {
-    "runtime": [],
-    "frontend": [],
-    "aot": [],
-    "inductor": [],
-}
-
-
-def unexpected_cycles(found: list[tuple[list[str], set[str]]],
-                      known: list[frozenset[str]]) -> tuple[list[int], list[frozenset[str]]]:
-    """(indices into ``found`` of cycles no known entry covers, known entries that no
-    longer match any cycle). A known entry covers a knot of the same or fewer modules."""
-    new = [i for i, (_, component) in enumerate(found)
-           if not any(component <= entry for entry in known)]
-    stale = [entry for entry in known
-             if not any(component <= entry for _, component in found)]
-    return new, stale
-
-
 @pytest.mark.parametrize("owner", ALL_PACKAGES)
 def test_no_import_cycles(owner: str) -> None:
     sources, files = _package_sources(owner)
     graph = import_graph(sources)
-    found = find_cycles(graph)
-    new, stale = unexpected_cycles(found, KNOWN_CYCLES[owner])
-    cycles = [describe_cycle(*found[i], graph, files) for i in new]
+    cycles = [describe_cycle(cycle, component, graph, files)
+              for cycle, component in find_cycles(graph)]
     assert not cycles, f"import cycles in ember-{owner}:\n" + "\n".join(cycles)
-    assert not stale, (f"these ember-{owner} modules no longer import each other in a "
-                       f"cycle: delete them from KNOWN_CYCLES: {[sorted(e) for e in stale]}")
 
 
 # -- the checker itself catches what it should ----------------------------------------
@@ -353,12 +328,3 @@ def test_cycle_checker_names_every_module_of_a_knot() -> None:
 ])
 def test_cycle_checker_allows(sources: dict[str, str]) -> None:
     assert find_cycles(import_graph(sources)) == []
-
-
-def test_known_cycles_only_shrink() -> None:
-    found = find_cycles(import_graph({"p.a": "import p.b", "p.b": "import p.a",
-                                      "p.c": "import p.d", "p.d": "import p.c"}))
-    known = [frozenset({"p.a", "p.b", "p.x"}), frozenset({"p.y", "p.z"})]
-    new, stale = unexpected_cycles(found, known)
-    assert [found[i][0] for i in new] == [["p.c", "p.d"]]
-    assert stale == [frozenset({"p.y", "p.z"})]
