@@ -83,7 +83,7 @@ def distill(m: Pair, x: torch.Tensor) -> Any:
     return ((m.student(x) - target) ** 2).mean(), target
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [*BACKENDS, "inductor"])
 def test_no_grad_block_is_one_graph(backend: str) -> None:
     compiled = check_against_eager(distill, Pair(), X, backend)
     # the teacher's parameters reach the region through detach: no gradient in any backend

@@ -9,6 +9,7 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``frame``          the interpreter's frame and frame state
 ``interpreter``    driving frames; control-flow, call and generator opcodes
 ``exception_ops``  exceptions and ``with`` blocks: routing to inlined handlers, context managers
+``grad_mode``      grad-mode regions inside a graph: no-grad nodes read detached inputs
 ``data_ops``       loads, stores, operators, subscripts, containers (symbolic and concrete)
 ``attributes``     attribute reads, writes and deletes (inlined ``__setattr__``, replays)
 ``exceptions``     exception tables; which exceptions the program may handle while capturing
