@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 from ember.frontend.bytecode.capture import CaptureContext
+from ember.frontend.bytecode.recipes import Const, Replay
 from ember.frontend.bytecode.side_effects import AttrWrite, CellWrite, GlobalWrite
-from ember.frontend.bytecode.state import Const, Replay
 from strict_helpers import strict
 
 COUNT = 0

@@ -24,9 +24,7 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
-import os
 import sys
-import sysconfig
 import types
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +38,7 @@ from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES, bound_rule_for
 from ember.frontend.bytecode.capture import opaque_data
+from ember.frontend.bytecode.code_origin import is_stdlib, is_torch_code
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
 from ember.frontend.bytecode.exception_ops import (
     GeneratorExit_,
@@ -82,29 +81,6 @@ _SHAPE_QUERIES = (type, isinstance, issubclass, callable)
 _PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools")
 _CONTAINER_TYPES: tuple[type, ...] = (list, dict, set, frozenset, tuple, str, bytes, ListIterator, slice,
                     range, type({}.keys()), type({}.values()), type({}.items()))
-
-
-_STDLIB_DIRS = tuple(
-    os.path.join(os.path.realpath(p), "")
-    for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
-)
-
-
-def _is_stdlib(obj: Any) -> bool:
-    """A function or class of the Python standard library (not site-packages)."""
-    code = getattr(obj, "__code__", None)
-    if code is not None:
-        if code.co_filename.startswith("<frozen "):
-            return True
-        path = os.path.realpath(code.co_filename)
-        return path.startswith(_STDLIB_DIRS) and "site-packages" not in path
-    module = (getattr(obj, "__module__", None) or "").split(".")[0]
-    return module in sys.stdlib_module_names and module not in ("builtins", "contextvars")
-
-
-def _is_torch_code(fn: Any) -> bool:
-    module = getattr(fn, "__module__", None) or ""
-    return module == "torch" or module.startswith("torch.")
 
 
 class CallHandler:
@@ -161,7 +137,7 @@ class CallHandler:
         if isinstance(fn, GeneratorExit_):  # the end of a `with` over a @contextmanager
             return interp.call_generator_exit(fn, args)
         target = contextmanager_target(fn)
-        if (target is not None and not _is_torch_code(target[0])
+        if (target is not None and not is_torch_code(target[0])
                 and not is_disabled(fn) and not is_nonstrict(fn)):
             return interp.generator_context(target[0], target[1], args, kwargs)
         if isinstance(fn, type) and issubclass(fn, BaseException):
@@ -193,7 +169,7 @@ class CallHandler:
         if isinstance(fn, types.MethodType):
             func, owner = fn.__func__, fn.__self__
             if isinstance(func, types.FunctionType):
-                if _is_torch_code(func) and not isinstance(owner, nn.Module):
+                if is_torch_code(func) and not isinstance(owner, nn.Module):
                     return self.record(interp, fn, args, kwargs)
                 return self.inline(interp, frame, func, [owner, *args], kwargs, None)
             return self.call_builtin(interp, frame, fn, args, kwargs)
@@ -207,7 +183,7 @@ class CallHandler:
                 keywords = interp.wrap(keywords, AttrSource(source, "keywords"))
             return self.call_symbolic(interp, frame, func, [*bound, *args],
                                       {**keywords, **kwargs})
-        if _is_stdlib(fn):
+        if is_stdlib(fn):
             # NOTE: standard-library helpers (inspect.signature, functools.partial,
             # dataclasses.fields, ...) run for real: tensor ops they make are recorded,
             # their other results are capture-time constants (not interpreted, not
@@ -215,7 +191,7 @@ class CallHandler:
             interp.capture.refuse_dirty([*args, *kwargs.values()], _name(fn))
             return self.direct(interp, fn, args, kwargs)
         if isinstance(fn, types.FunctionType):
-            if _is_torch_code(fn):
+            if is_torch_code(fn):
                 if fn.__name__ in _GLOBAL_STATE:
                     raise interp.fail(f"call to {_name(fn)} (changes global state)")
                 return self.record(interp, fn, args, kwargs)
@@ -225,7 +201,7 @@ class CallHandler:
         call_method = vars(type(fn)).get("__call__")
         if isinstance(call_method, types.FunctionType):
             # an instance of a class with a Python __call__
-            if _is_torch_code(type(fn)):
+            if is_torch_code(type(fn)):
                 return self.record(interp, fn, args, kwargs)
             return self.inline(interp, frame, call_method, [fn, *args], kwargs, None)
         return self.call_builtin(interp, frame, fn, args, kwargs)
@@ -456,7 +432,7 @@ def _rule_for(fn: Any) -> Any:
 
 
 def _is_user_function(fn: Any) -> bool:
-    return isinstance(fn, types.FunctionType) and not _is_torch_code(fn)
+    return isinstance(fn, types.FunctionType) and not is_torch_code(fn)
 
 
 def _name(fn: Any) -> str:

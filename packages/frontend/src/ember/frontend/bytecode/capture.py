@@ -114,7 +114,8 @@ class CaptureContext:
         if isinstance(value, torch.Tensor):
             return self._wrap_tensor(value, source)
         if source is not None and opaque_data(value):  # an ndarray: bytecode/numpy_values.py
-            from ember.frontend.bytecode import numpy_values
+            # NOTE: numpy_rules registers the attribute rule of the arrays made here
+            from ember.frontend.bytecode import numpy_rules, numpy_values  # noqa: F401
 
             if numpy_values.traceable_input_array(value):
                 return numpy_values.wrap_input_array(self, value, source)

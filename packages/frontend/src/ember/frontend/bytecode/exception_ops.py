@@ -34,7 +34,7 @@ from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.data_ops import DataOps
 from ember.frontend.bytecode.escape import disable
 from ember.frontend.bytecode.exceptions import capture_limitation, find_handler
-from ember.frontend.bytecode.frame import Frame
+from ember.frontend.bytecode.frame import Frame, location_of
 from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.grad_mode import GRAD_MODE_BLOCKS, GradModeRestore, block_modes
 from ember.frontend.bytecode.opcodes import Instruction
@@ -222,8 +222,6 @@ class ExceptionOps(DataOps):
 
     def _break_for(self, frame: Frame, ins: Instruction, exc: BaseException,
                    why: str) -> GraphBreak:
-        from ember.frontend.bytecode.interpreter import location_of
-
         err = GraphBreak(f"{type(exc).__name__} raised during capture {why}: {exc}",
                          "the raising code runs eagerly, where Python raises and handles "
                          "the exception")

@@ -9,12 +9,14 @@ by ``LOAD_FAST_AND_CLEAR`` (3.12).
 
 from __future__ import annotations
 
+import linecache
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
 from ember.frontend.bytecode.opcodes import Instruction, decode
 from ember.frontend.bytecode.sources import Source
+from ember.runtime.ir import SourceLocation
 
 
 class _Marker:
@@ -93,3 +95,10 @@ class Frame:
     def snapshot(self, grad_enabled: bool) -> FrameState:
         return FrameState(self.ip, list(self.stack), dict(self.locals), dict(self.cells),
                           grad_enabled, list(self.exc_stack))
+
+
+def location_of(frame: Frame, line: int | None) -> SourceLocation:
+    """The user source line ``line`` of ``frame``'s code (with its text)."""
+    file = frame.code.co_filename
+    text = linecache.getline(file, line).strip() if line else ""
+    return SourceLocation(file, line or 0, frame.code.co_name, text)

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES, Rule
+from ember.frontend.bytecode.code_origin import is_stdlib, is_torch_code
 from ember.frontend.bytecode.frame import Frame
 from torch import nn
 
@@ -41,8 +42,6 @@ _PLAIN_NEW = (object.__new__, dict.__new__, collections.OrderedDict.__new__)
 def construct(h: Any, interp: Any, frame: Frame, cls: type, args: list[Any],
               kwargs: dict[str, Any]) -> Any:
     """``cls(*args, **kwargs)`` during capture (``h`` is the call handler)."""
-    from ember.frontend.bytecode.calls import _is_stdlib, _is_torch_code
-
     rule = BUILTIN_RULES.get(cls)
     if rule is not None:
         return rule(h, interp, frame, args, kwargs)
@@ -54,12 +53,12 @@ def construct(h: Any, interp: Any, frame: Frame, cls: type, args: list[Any],
                           "create the module or parameter in __init__, outside forward")
     if issubclass(cls, nn.Module) and _plain_class(cls):
         return construct_object(h, interp, frame, cls, args, kwargs)
-    if _is_torch_code(cls) and not issubclass(cls, nn.Module):
+    if is_torch_code(cls) and not issubclass(cls, nn.Module):
         return h.record(interp, cls, args, kwargs)
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return h.direct(interp, cls, args, kwargs)  # a namedtuple: immutable
     if (_plain_class(cls) and not issubclass(cls, (nn.Module, BaseException, torch.Tensor))
-            and not _is_stdlib(cls)):
+            and not is_stdlib(cls)):
         return construct_object(h, interp, frame, cls, args, kwargs)
     raise interp.fail(f"constructing a {cls.__qualname__} object",
                       "create it outside the compiled function")

@@ -19,7 +19,6 @@ and containers in :mod:`.data_ops` (its bases). Calls are handled in :mod:`.call
 
 from __future__ import annotations
 
-import linecache
 import types
 from typing import Any
 
@@ -33,11 +32,10 @@ from ember.frontend.bytecode.data_ops import (
 )
 from ember.frontend.bytecode.exception_ops import ExceptionOps, GradModeRestore
 from ember.frontend.bytecode.exceptions import find_handler
-from ember.frontend.bytecode.frame import NULL, Frame
+from ember.frontend.bytecode.frame import NULL, Frame, location_of
 from ember.frontend.bytecode.generators import LazyIterator
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
 from ember.frontend.bytecode.opcodes import Instruction
-from ember.runtime.ir import SourceLocation
 
 __all__ = ["MAX_INLINE_DEPTH", "GradModeRestore", "Interpreter", "is_fake_tensor",
            "location_of"]  # GradModeRestore: see .exception_ops
@@ -282,9 +280,3 @@ class Interpreter(ExceptionOps):
             raise self.fail("yield outside an inlined generator call")
         f.yielded.append(f.pop())
         f.push(None)
-
-
-def location_of(frame: Frame, line: int | None) -> SourceLocation:
-    file = frame.code.co_filename
-    text = linecache.getline(file, line).strip() if line else ""
-    return SourceLocation(file, line or 0, frame.code.co_name, text)

@@ -37,6 +37,7 @@ from ember.frontend.bytecode.numpy_values import (
     call_traced,
     holds_traced_array,
     probe_values,
+    register_attribute_rule,
     tnp,
 )
 
@@ -220,6 +221,9 @@ def array_attribute(a: TracedArray, name: str) -> Any:
         raise GraphBreak(f"ndarray.{name} is not supported on a NumPy array computed in "
                          "the graph", "keep the values as tensors to capture it")
     raise AttributeError(f"'numpy.ndarray' object has no attribute '{name}'")
+
+
+register_attribute_rule(array_attribute)
 
 
 def numpy_call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:

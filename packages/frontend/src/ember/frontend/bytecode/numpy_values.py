@@ -35,14 +35,24 @@ import torch
 from ember.frontend._torch import is_view, numpy_layer
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.recipes import Fetch, Rebuild, Recipe
 from ember.frontend.bytecode.sources import Source
-from ember.frontend.bytecode.state import Rebuild, Recipe
 
 tnp = numpy_layer()
 _LAYER_DTYPE = type(tnp.dtype("float32"))
 
 _PROBE_ELEMENTS = 1 << 16  # probes up to this size have the real shape, else size 1
 _NUMPY_HINT = "this NumPy operation runs eagerly; keep the values as tensors to capture it"
+
+
+_ATTRIBUTE_RULE: list[Callable[[TracedArray, str], Any]] = []
+
+
+def register_attribute_rule(rule: Callable[[TracedArray, str], Any]) -> None:
+    """Set the rule behind ``a.<name>`` on a traced array (:mod:`.numpy_rules` registers
+    ``array_attribute`` when imported: it builds on this module, so this module cannot
+    import it)."""
+    _ATTRIBUTE_RULE[:] = [rule]
 
 
 class TracedArray:
@@ -76,9 +86,10 @@ class TracedArray:
         return t
 
     def __getattr__(self, name: str) -> Any:
-        from ember.frontend.bytecode.numpy_rules import array_attribute
-
-        return array_attribute(self, name)
+        if not _ATTRIBUTE_RULE:
+            raise RuntimeError("no rule for the attributes of a traced NumPy array: "
+                               "ember.frontend.bytecode.numpy_rules is not imported")
+        return _ATTRIBUTE_RULE[0](self, name)
 
     # ---- operators ---------------------------------------------------------------------
 
@@ -473,7 +484,5 @@ def array_recipe(builder: Any, value: TracedArray) -> Recipe:
     is one, unchanged), else a real array over a graph output."""
     known = builder.cap.arrays.get(id(value))
     if known is not None and known[0] is value:
-        from ember.frontend.bytecode.state import Fetch
-
         return Fetch(known[2])
     return ArrayRecipe(builder.recipe(value.tensor), value.scalar)

@@ -1,12 +1,13 @@
-"""Rebuilding Python state after a graph runs: recipes and side-effect replays.
+"""Rebuilding Python state after a graph runs: deriving recipes and side-effect replays.
 
 At the end of a segment the interpreter's frame holds fake tensors, lists and dicts it
-created, functions it made, iterators, and outside objects. A :class:`Recipe` describes
-how to produce the real value at run time from the graph's outputs (:class:`Out`), the
-segment's start state (:class:`Fetch` through a source), constants, or fresh containers.
-:class:`StateBuilder` derives the recipes (and the list of graph outputs) from the frame;
-``Replay`` entries write the captured mutations of outside lists, dicts, attributes and
-cells back to the real objects, in the order: replays first, then the state.
+created, functions it made, iterators, and outside objects. A recipe
+(:mod:`.recipes`) describes how to produce the real value at run time from the graph's
+outputs (``Out``), the segment's start state (``Fetch`` through a source), constants, or
+fresh containers. :class:`StateBuilder` derives the recipes (and the list of graph
+outputs) from the frame; ``Replay`` entries write the captured mutations of outside
+lists, dicts, attributes and cells back to the real objects, in the order: replays
+first, then the state.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import functools
 import gc
 import inspect
 import types
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,181 +26,21 @@ from ember.frontend.bytecode.frame import _Marker
 from ember.frontend.bytecode.generators import LazyIterator
 from ember.frontend.bytecode.interpreter import GradModeRestore, is_fake_tensor
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
-from ember.frontend.bytecode.sources import Source
+from ember.frontend.bytecode.recipes import (
+    Const,
+    Fetch,
+    New,
+    Out,
+    Rebuild,
+    Recipe,
+    Replay,
+    StartCell,
+    Unrebuildable,
+)
 from torch import nn
 
-
-class Unrebuildable(Exception):
-    """A value in the frame has no recipe (an object created during capture that Ember
-    cannot re-create)."""
-
-
-class Rebuild:
-    """Run-time inputs of the recipes: graph outputs, start state, context, memo."""
-
-    def __init__(self, outs: list[Any], state: Any, ctx: Any) -> None:
-        self.outs, self.state, self.ctx = outs, state, ctx
-        self.memo: dict[int, Any] = {}
-
-
-class Recipe:
-    def build(self, rt: Rebuild) -> Any:
-        raise NotImplementedError
-
-
-@dataclass
-class Const(Recipe):
-    value: Any
-
-    def build(self, rt: Rebuild) -> Any:
-        return self.value
-
-
-@dataclass
-class Out(Recipe):
-    index: int
-
-    def build(self, rt: Rebuild) -> Any:
-        return rt.outs[self.index]
-
-
-@dataclass
-class Fetch(Recipe):
-    source: Source
-
-    def build(self, rt: Rebuild) -> Any:
-        return self.source.fetch(rt.state, rt.ctx)
-
-
-@dataclass
-class StartCell(Recipe):
-    """A cell of the segment's start state."""
-
-    name: str
-
-    def build(self, rt: Rebuild) -> Any:
-        return rt.state.cells[self.name]
-
-
-@dataclass
-class New(Recipe):
-    """A fresh object: ``kind`` in list/dict/set/tuple/cell/iter/advance (a start-state
-    iterator moved on by ``extra`` items)/slice/function/method/builtin_method/exception;
-    ``parts`` recipes; ``key`` for aliasing (one object per key)."""
-
-    kind: str
-    key: int
-    parts: list[Any]
-    extra: Any = None
-
-    def build(self, rt: Rebuild) -> Any:
-        if self.key in rt.memo:
-            return rt.memo[self.key]
-        k = self.kind
-        if k == "list":
-            obj: Any = []
-            rt.memo[self.key] = obj
-            obj.extend(p.build(rt) for p in self.parts)
-        elif k == "dict":
-            obj = self.extra()
-            rt.memo[self.key] = obj
-            if isinstance(obj, collections.defaultdict):
-                obj.default_factory = self.parts[0].build(rt)
-            for kr, vr in self.parts[1:]:
-                obj[kr.build(rt)] = vr.build(rt)
-        elif k == "object":
-            obj = self.extra.__new__(self.extra)
-            rt.memo[self.key] = obj
-            items, attrs = self.parts
-            if isinstance(obj, dict):
-                # NOTE: bypass the class's __setitem__, but keep OrderedDict's key order
-                set_item = (collections.OrderedDict.__setitem__
-                            if isinstance(obj, collections.OrderedDict) else dict.__setitem__)
-                for kr, vr in items:
-                    set_item(obj, kr.build(rt), vr.build(rt))
-            for kr, vr in attrs:
-                obj.__dict__[kr.build(rt)] = vr.build(rt)
-        elif k == "cell":
-            obj = types.CellType()
-            rt.memo[self.key] = obj
-            if self.parts:
-                obj.cell_contents = self.parts[0].build(rt)
-        else:
-            values = [p.build(rt) for p in self.parts]
-            if k == "tuple":
-                obj = self.extra(*values) if hasattr(self.extra, "_fields") else self.extra(values)
-            elif k == "set":
-                obj = set(values)
-            elif k == "iter":
-                obj = ListIterator(values[0], self.extra)
-            elif k == "advance":
-                obj = ListIterator(values[0].item_list, values[0].position + self.extra)
-            elif k == "slice":
-                obj = slice(*values)
-            elif k == "method":
-                obj = types.MethodType(self.extra, values[0])
-            elif k == "builtin_method":
-                obj = getattr(values[0], self.extra)
-            elif k == "partial":
-                obj = functools.partial(values[0], *values[1], **values[2])
-            elif k == "deque":
-                obj = collections.deque(values[0], self.extra)
-            elif k == "exception":  # made by the captured code: a new one each call
-                obj = self.extra.__new__(self.extra, *values[0])
-                obj.args = values[0]
-                obj.__dict__.update(values[1])
-            elif k == "function":
-                code, name, qualname = self.extra
-                defaults, kwdefaults, closure = values
-                obj = types.FunctionType(code, rt.ctx.f_globals, name, defaults, closure)
-                obj.__kwdefaults__ = kwdefaults
-                obj.__qualname__ = qualname
-            else:
-                raise AssertionError(k)
-            rt.memo[self.key] = obj
-        return obj
-
-
-REPLAY_KINDS = frozenset({"list", "dict", "attr", "delattr", "cell", "global"})
-"""What a :class:`Replay` may write back."""
-
-
-@dataclass(frozen=True)
-class Replay:
-    """Write a captured mutation back: ``kind`` list/dict/attr/delattr/cell/global;
-    ``raw`` attribute writes and deletes bypass the class's ``__setattr__`` /
-    ``__delattr__`` (they were captured inside it)."""
-
-    kind: str
-    target: Recipe
-    value: Any
-    name: str = ""
-    raw: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind not in REPLAY_KINDS:
-            raise ValueError(f"unknown replay kind {self.kind!r}; known: "
-                             f"{', '.join(sorted(REPLAY_KINDS))}")
-
-    def apply(self, rt: Rebuild) -> None:
-        obj = self.target.build(rt)
-        if self.kind == "list":
-            obj[:] = [r.build(rt) for r in self.value]
-        elif self.kind == "dict":
-            items = [(k.build(rt), v.build(rt)) for k, v in self.value]
-            obj.clear()
-            obj.update(items)
-        elif self.kind == "attr":
-            (object.__setattr__ if self.raw else setattr)(obj, self.name, self.value.build(rt))
-        elif self.kind == "delattr":
-            (object.__delattr__ if self.raw else delattr)(obj, self.name)
-        elif self.kind == "cell":
-            obj.cell_contents = self.value.build(rt)
-        elif self.kind == "global":
-            obj[self.name] = self.value.build(rt)
-
-    def describe(self) -> str:
-        return f"{self.kind} write {self.name}".strip()
+__all__ = ["Const", "Fetch", "New", "Out", "Rebuild", "Recipe", "Replay", "StartCell",
+           "StateBuilder", "Unrebuildable", "holds_fake"]
 
 
 _STABLE = (nn.Module, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
