@@ -14,6 +14,7 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``attributes``     attribute reads, writes and deletes (inlined ``__setattr__``, replays)
 ``exceptions``     exception tables; which exceptions the program may handle while capturing
 ``calls``          what a call does: inline, record, evaluate, or break
+``code_origin``    whether a callable is standard-library or torch code
 ``binding``        binding call arguments to parameters, exactly as CPython does
 ``builtin_rules``  one rule per builtin (len, range, enumerate, getattr, print, ...)
 ``library_rules``  itertools (materialised iterators), functools.reduce, copy
@@ -26,7 +27,8 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``sources``        where a value came from; ``guards``: the strict mode's guards (the one
                    guard model of ``ember.frontend.guard_model``)
 ``side_effects``   attribute, global and cell writes recorded during capture
-``state``          rebuilding Python state after a graph; side-effect replays
+``state``          deriving the recipes of the frame state after a graph, and the replays
+``recipes``        recipes (how a value is rebuilt at run time) and ``Replay`` entries
 ``segment``        capturing from a resume point to a return or break
 ``strict``         the compiled function: cache, recompiles, breaks at run time
 ``explain``        ``explain(fn)(*args)``: graphs, breaks, guards
