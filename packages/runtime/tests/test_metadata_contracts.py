@@ -16,8 +16,8 @@ import pytest
 import torch
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.compiled import LAUNCHERS, load_artifact
-from ember.runtime.compiled.triton_launcher import split_from_entry
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec
+from ember.runtime.compiled.triton_launcher import split_from_entry
 from ember.runtime.ir import IRFormatError, OutputKind, OutputSpec, Program, save
 from ember.runtime.ir.contracts import (
     KERNEL_LANGS,

@@ -48,7 +48,10 @@ from ember.runtime.ir.contracts.compiled import (
 from ember.runtime.ir.contracts.fields import MetadataError
 from ember.runtime.ir.contracts.report import FALLBACKS_KEY, KERNELS_KEY, CompileReport
 
-METADATA_KEYS: dict[str, type] = {
+StageContract = InputAliases | AotMetadata | CompiledMetadata | CompileReport
+"""The dataclass of one top-level ``Program.metadata`` key."""
+
+METADATA_KEYS: dict[str, type[StageContract]] = {
     INPUT_ALIASES_KEY: InputAliases,
     AOT_KEY: AotMetadata,
     COMPILED_KEY: CompiledMetadata,
@@ -62,5 +65,5 @@ __all__ = [
     "KERNELS_KEY", "KERNEL_LANGS", "METADATA_KEYS", "AliasedOutput", "AotMetadata",
     "CompileReport", "CompiledGraphEntry", "CompiledMetadata", "CppLaunchMeta",
     "InputAlias", "InputAliases", "KernelEntry", "LaunchMeta", "MetadataError",
-    "PartitionSummary", "TritonLaunchMeta", "TritonSplitMeta", "launch_meta_from_json",
+    "PartitionSummary", "StageContract", "TritonLaunchMeta", "TritonSplitMeta", "launch_meta_from_json",
 ]
