@@ -1,0 +1,156 @@
+"""``ember.runtime.import_fx``: FX GraphModules (torch-level and aten-level) recorded to
+``aten`` programs; attribute tensors as PARAMETER/BUFFER/CONSTANT inputs, nested outputs,
+fake example inputs, and the refusal of dynamic shapes. Also: the Dynamo backend module
+stands without ``ember.frontend`` and names a missing stage."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import torch
+from ember.runtime import import_fx, stages
+from ember.runtime.dynamo_backend import ember
+from ember.runtime.fx_import import record_fx
+from ember.runtime.interpreter import run_program
+from ember.runtime.ir import InputKind, InputSpec, verify
+from ember.runtime.ir.printer import print_program
+from ember.runtime.stages import StageNotInstalledError
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+
+class WithState(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+        self.register_buffer("scale", torch.tensor(2.0))
+
+    def forward(self, x: torch.Tensor) -> Any:
+        y = self.lin(x) * self.scale
+        return y, [y.relu(), {"none": None, "three": 3}]
+
+
+def _with_constant() -> torch.fx.GraphModule:
+    """A GraphModule whose ``get_attr`` reads a parameter, a buffer and a plain tensor."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    w = graph.get_attr("weight")
+    s = graph.get_attr("shift")
+    c = graph.get_attr("offset")
+    y = graph.call_function(torch.matmul, (x, w))
+    z = graph.call_function(torch.add, (y, s))
+    graph.output(graph.call_function(torch.sub, (z, c)))
+    gm = torch.fx.GraphModule({"weight": torch.nn.Parameter(torch.randn(3, 3)),
+                               "shift": torch.randn(3), "offset": torch.randn(3)}, graph)
+    # GraphModule registers tensors as buffers; make "offset" a plain attribute
+    delattr(gm, "offset")
+    gm.offset = torch.full((3,), 0.5)
+    assert "offset" not in dict(gm.named_buffers())
+    return gm
+
+
+def test_get_attr_tensors_become_parameter_buffer_and_constant_inputs() -> None:
+    gm = _with_constant()
+    x = torch.randn(2, 3)
+    program = import_fx(gm, [x])
+    assert program.dialect == "aten"
+    assert program.signature.inputs["forward"] == [
+        InputSpec("x"),
+        InputSpec("p_weight", InputKind.PARAMETER, "weight"),
+        InputSpec("b_shift", InputKind.BUFFER, "shift"),
+        InputSpec("c_offset", InputKind.CONSTANT, "offset"),
+    ]
+    assert sorted(program.tensors) == ["offset", "shift", "weight"]
+    assert [p.name for p in program.forward.placeholders] == [
+        "x", "p_weight", "b_shift", "c_offset"]
+    # only the user input given: the attribute inputs come from program.tensors
+    (got,) = run_program(program, [x])
+    torch.testing.assert_close(got, gm(x))
+
+
+def test_submodule_parameters_and_nested_outputs() -> None:
+    gm = torch.fx.symbolic_trace(WithState())
+    x = torch.randn(4, 3)
+    imported = record_fx(gm, [x])
+    specs = imported.program.signature.inputs["forward"]
+    assert [(s.name, s.kind, s.target) for s in specs] == [
+        ("x", InputKind.USER_INPUT, None),
+        ("p_lin_weight", InputKind.PARAMETER, "lin.weight"),
+        ("p_lin_bias", InputKind.PARAMETER, "lin.bias"),
+        ("b_scale", InputKind.BUFFER, "scale"),
+    ]
+    assert imported.attributes[0] is gm.lin.weight  # live, not a copy
+    # nested outputs: the tensor leaves in pytree order are the program's outputs
+    assert len(imported.program.forward.output_values) == 2
+    flat = run_program(imported.program, [x])
+    rebuilt = imported.rebuild(flat)
+    expected = gm(x)
+    torch.testing.assert_close(rebuilt[0], expected[0])
+    torch.testing.assert_close(rebuilt[1][0], expected[1][0])
+    assert rebuilt[1][1] == {"none": None, "three": 3}
+    assert type(rebuilt[1]) is list
+
+
+def test_aten_level_graph() -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x @ w)
+
+    x, w = torch.randn(2, 3), torch.randn(3, 4)
+    gm = make_fx(fn)(x, w)
+    program = import_fx(gm, [x, w])
+    targets = [n.target for n in program.forward.nodes if n.op == "call"]
+    assert targets == ["aten::mm.default", "aten::sin.default"]
+    torch.testing.assert_close(run_program(program, [x, w])[0], fn(x, w))
+
+
+def test_fake_example_inputs_give_the_program_of_real_ones() -> None:
+    gm = torch.fx.symbolic_trace(WithState())
+    real = torch.randn(4, 3, requires_grad=True)
+    with FakeTensorMode():
+        fake = torch.empty(4, 3, requires_grad=True)
+    from_real = import_fx(gm, [real])
+    from_fake = import_fx(gm, [fake])
+    verify(from_fake, "aten")
+    assert print_program(from_fake) == print_program(from_real)
+    assert from_fake.forward.placeholders[0].meta.requires_grad  # type: ignore[union-attr]
+
+
+def test_symbolic_inputs_are_refused_naming_dynamic_shapes() -> None:
+    gm = make_fx(lambda x: x * 2)(torch.randn(3))
+    shape_env = ShapeEnv()
+    size = shape_env.create_unbacked_symint()
+    with pytest.raises(NotImplementedError, match=r"'x_1' is a symbolic size.*issue #15"):
+        import_fx(gm, [size])
+    with FakeTensorMode(shape_env=shape_env):
+        symbolic = torch.empty(size, 3)
+    with pytest.raises(NotImplementedError, match=r"symbolic sizes.*dynamic shapes.*#15"):
+        import_fx(gm, [symbolic])
+
+
+def test_bad_example_inputs() -> None:
+    gm = make_fx(lambda x: x * 2)(torch.randn(3))
+    with pytest.raises(ValueError, match="1 placeholders but 2 example inputs"):
+        import_fx(gm, [torch.randn(3), torch.randn(3)])
+    with pytest.raises(NotImplementedError, match="'x_1' is a float, not a tensor"):
+        import_fx(gm, [2.0])
+
+
+def test_backend_without_stages_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stages, "available_stages", lambda: {})
+    gm = make_fx(lambda x: x * 2)(torch.randn(3))
+    with pytest.raises(StageNotInstalledError, match="pip install ember-aot"):
+        ember(gm, [torch.randn(3)])
+
+
+def test_backend_module_imports_no_frontend() -> None:
+    code = ("import sys, ember.runtime.dynamo_backend\n"
+            "bad = [m for m in sys.modules if m.startswith(('ember.frontend', 'ember.aot', "
+            "'ember.inductor', 'torch._dynamo'))]\n"
+            "assert not bad, bad\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
