@@ -43,8 +43,8 @@ def check_against_eager(fn: Callable[..., Any], model: nn.Module, x: torch.Tenso
                         backend: str, graphs: int = 1, breaks: int = 0,
                         grad: bool = True) -> Any:
     """Compile ``fn`` (strict) and compare two calls with eager: values, which outputs
-    require grad, parameter gradients (None where eager's is None), the grad mode after
-    the call, and the graph and break counts."""
+    require grad, parameters and buffers after the call, parameter gradients (None where
+    eager's is None), the grad mode after the call, and the graph and break counts."""
     compiled = ef.compile(fn, backend=backend)
     for _ in range(2):
         eager_model, ember_model = copy.deepcopy(model), copy.deepcopy(model)
@@ -60,6 +60,9 @@ def check_against_eager(fn: Callable[..., Any], model: nn.Module, x: torch.Tenso
             assert (g_grad is None) == (e_grad is None), name
             if e_grad is not None:
                 torch.testing.assert_close(g_grad, e_grad)
+        for (name, e_state), (_, g_state) in zip(eager_model.state_dict().items(),
+                                                 ember_model.state_dict().items()):
+            torch.testing.assert_close(g_state, e_state, msg=name)
     assert torch.is_grad_enabled()
     assert (compiled.stats.graphs, compiled.stats.graph_breaks) == (graphs, breaks), \
         [b.describe() for b in compiled.breaks]
@@ -320,6 +323,25 @@ def test_in_place_write_to_a_parameter_under_no_grad_breaks(backend: str) -> Non
     reason = compiled.breaks[0].reason
     assert "in-place aten::mul_.Tensor" in reason and "requires grad" in reason
     assert compiled.breaks[0].location.text.strip() == "m.lin.weight.mul_(0.5)"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parameter_update_in_a_call_under_no_grad_stays_in_the_graph(backend: str) -> None:
+    # nothing is differentiated: aot writes the parameter back, as eager's update
+    check_against_eager(update_parameter, Updated(), X, backend, grad=False)
+
+
+def update_then_enable_grad(m: Updated, x: torch.Tensor) -> Any:
+    m.lin.weight.mul_(0.5)
+    with torch.enable_grad():
+        y = m.lin(x)
+    return y, m.steps + 1
+
+
+def test_grad_mode_turned_on_after_a_parameter_update_breaks() -> None:
+    compiled = check_against_eager(update_then_enable_grad, Updated(), X, "aot_eager",
+                                   graphs=2, breaks=1, grad=False)
+    assert "grad mode turned on after an in-place write" in compiled.breaks[0].reason
 
 
 def init_in_forward(m: Updated, x: torch.Tensor) -> Any:

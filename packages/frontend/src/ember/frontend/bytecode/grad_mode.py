@@ -10,8 +10,10 @@ autograd history. Three pieces make the graph compute eager's gradients:
 * :class:`GradModeTracker`, a dispatch mode under the recorder, notes which recorded
   nodes ran with grad mode off, and turns an in-place write, with grad mode off, into
   a tensor that requires grad (``p.mul_(...)`` on a parameter inside ``no_grad``: an
-  optimizer-style update) into a graph break: the write then runs eagerly, as the one
-  place where a graph cannot reproduce eager's autograd state.
+  optimizer-style update) into a graph break when the graph may run with grad mode on:
+  later reads of the tensor would differentiate through the write (or lose the
+  tensor's gradient), where eager keeps it a leaf. A graph that runs without grad
+  (the whole call under ``no_grad``) keeps such writes: aot writes them back as eager.
 * :func:`detach_no_grad_inputs` makes the regions explicit in the graph: a node that
   ran with grad mode off reads each input that requires grad (and was made outside
   the region) through ``aten::detach``. Any backend then stops gradients where eager
@@ -105,6 +107,8 @@ class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._enabled = torch.is_grad_enabled()
         # (number of nodes recorded before the change, grad mode from there on)
         self._changes: list[tuple[int, bool]] = [(0, self._enabled)]
+        self._grad_seen = self._enabled  # grad mode was on at some point
+        self._wrote_grad_tensor = False  # a write the rule allowed: no grad seen yet
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
@@ -113,9 +117,24 @@ class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if enabled != self._enabled:
             self._enabled = enabled
             self._changes.append((self._recorded(), enabled))
-        if not enabled:
-            _refuse_write_to_grad_tensor(func, args, kwargs)
-        return func(*args, **kwargs)
+        if enabled:
+            self._grad_seen = True
+        elif _writes_grad_tensor(func, args, kwargs):
+            if self._grad_seen:
+                raise GraphBreak(
+                    f"in-place {qualified_name(func)} with grad mode off "
+                    "(torch.no_grad()) writes a tensor that requires grad, in a graph "
+                    "that runs with grad mode on: an optimizer-style update of a "
+                    "parameter or of a value with autograd history", _WRITE_HINT)
+            self._wrote_grad_tensor = True
+        result = func(*args, **kwargs)
+        # NOTE: never raised from a metadata query (prim::device, sym_size: no tensor
+        # result), which C++ may ask where an exception cannot pass
+        if enabled and self._wrote_grad_tensor and _has_tensor(result):
+            raise GraphBreak(
+                "grad mode turned on after an in-place write, with grad mode off, into "
+                "a tensor that requires grad", _WRITE_HINT)
+        return result
 
     def _recorded(self) -> int:
         # NOTE: the recorder appends each node after its op ran; only placeholders are
@@ -149,17 +168,22 @@ def _written_positions(func: Any) -> tuple[tuple[int, str], ...]:
     return known
 
 
-def _refuse_write_to_grad_tensor(func: Any, args: tuple[Any, ...],
-                                 kwargs: dict[str, Any]) -> None:
+_WRITE_HINT = ("the write runs eagerly between two graphs; grad-mode regions without "
+               "such writes stay in one graph")
+
+
+def _has_tensor(result: Any) -> bool:
+    if isinstance(result, (tuple, list)):
+        return any(isinstance(r, torch.Tensor) for r in result)
+    return isinstance(result, torch.Tensor)
+
+
+def _writes_grad_tensor(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     for position, name in _written_positions(func):
         value = kwargs.get(name, args[position] if position < len(args) else None)
         if isinstance(value, torch.Tensor) and value.requires_grad:
-            raise GraphBreak(
-                f"in-place {qualified_name(func)} with grad mode off (torch.no_grad()) "
-                f"writes a tensor that requires grad (shape {tuple(value.shape)}): an "
-                "optimizer-style update of a parameter or of a value with autograd "
-                "history", "the write runs eagerly between two graphs; grad-mode "
-                "regions without such writes stay in one graph")
+            return True
+    return False
 
 
 # ---- after capturing ------------------------------------------------------------------
