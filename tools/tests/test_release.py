@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from release import ReleaseError, main, move_unreleased, release  # noqa: E402
+from release import ReleaseError, main, move_unreleased, release
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -104,7 +104,8 @@ def test_refuses_unknown_stage_dirty_package_and_old_versions(repo: Path) -> Non
     # nothing under Unreleased after a release: refused (exit status 1 from the CLI)
     release(repo, "aot", "0.1.6", "2026-12-01", do_build=False)
     assert main(["aot", "0.1.7", "--repo", str(repo), "--no-build"]) == 1
-    versions = [r["version"] for r in tomllib.loads((repo / "releases.toml").read_text())["release"]]
+    recorded = tomllib.loads((repo / "releases.toml").read_text())["release"]
+    versions = [r["version"] for r in recorded]
     assert versions == ["0.1.5", "0.1.6"]
 
 
