@@ -47,6 +47,7 @@ from ember.runtime.ir import (
     Program,
     TensorMeta,
     VerificationError,
+    drop_unreferenced_tensors,
     eliminate_common_subexpressions,
     eliminate_dead_code,
 )
@@ -145,14 +146,5 @@ def _training_program(functional: Program, table: dict[Any, Any],
         partition=PartitionSummary(parts.saved_bytes, tuple(parts.recomputed),
                                    config.save_everything),
     ).write_to(out)
-    _drop_unused_tensors(out)
-    return out
+    return drop_unreferenced_tensors(out)
 
-
-def _drop_unused_tensors(program: Program) -> None:
-    """Keep only the tensors a graph node or input spec still refers to."""
-    used = {n.target for g in program.graphs.values() for n in g.nodes
-            if n.op in ("constant", "get_attr")}
-    used |= {s.target for specs in program.signature.inputs.values() for s in specs
-             if s.target is not None}
-    program.tensors = {k: v for k, v in program.tensors.items() if k in used}
