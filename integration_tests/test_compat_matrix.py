@@ -29,7 +29,7 @@ from ember.runtime.tracing import GraphRecorder
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-import compat_matrix  # noqa: E402
+import compat_matrix
 
 CASES = ("mlp_gelu_layernorm", "inplace_on_view_of_input")
 
