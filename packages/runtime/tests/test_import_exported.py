@@ -257,3 +257,30 @@ def test_placeholder_names_are_kept_for_user_inputs() -> None:
     program = imported(Counter(), torch.randn(3, 4), torch.zeros(4))
     user = [s for s in program.signature.inputs["forward"] if s.kind is InputKind.USER_INPUT]
     assert user == [InputSpec("x"), InputSpec("acc")]
+
+
+def test_user_input_written_with_a_value_that_requires_grad() -> None:
+    """Export marks the written input's value as requiring grad; the import must not
+    make the user input a leaf that requires grad (an in-place write would fail)."""
+
+    class Accumulate(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
+            y = self.fc(x)
+            acc.add_(y.sum(0))
+            out: torch.Tensor = y * 2
+            return out
+
+    model = Accumulate()
+    program = imported(model, torch.randn(2, 4), torch.zeros(4))
+    acc_meta = program.forward.node("acc").meta
+    assert acc_meta.requires_grad is False  # type: ignore[union-attr]
+    x, acc, acc_eager = torch.randn(2, 4), torch.ones(4), torch.ones(4)
+    (out,) = run(program, x, acc)
+    with torch.no_grad():
+        expected = model(x, acc_eager)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(acc, acc_eager)

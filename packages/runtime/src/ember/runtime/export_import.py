@@ -85,8 +85,9 @@ def import_exported(ep: Any) -> Program:
     ``python -m ember.aot`` and ``python -m ember.inductor``, then ``load_artifact``
     (which takes the user inputs positionally), or ``compile_program(program)``.
 
-    Parameters keep ``requires_grad``, so the aot stage builds a joint forward/backward
-    program under grad mode; pass the aot option ``aot.training=false`` for inference.
+    Parameters keep ``requires_grad`` (user inputs have none), so the aot stage builds a
+    joint forward/backward program under grad mode; pass the aot option
+    ``aot.training=false`` for an inference program.
 
     The conversion runs in process on an ``ExportedProgram`` object. It never reads a
     ``.pt2`` file: those hold pickled weights, and unpickling runs code.
@@ -184,11 +185,11 @@ def _input_value(ep: Any, spec: Any, node: Any) -> tuple[InputKind, torch.Tensor
                 f"user input {node.name!r} is not a tensor ({example!r}); Ember programs "
                 "take tensor inputs only: export with tensor arguments")
         # NOTE: the export's fake value belongs to another fake mode; the recorder needs a
-        # real tensor (or its own fake) of the same sizes, strides, dtype and device.
-        with torch.no_grad():
-            value = torch.empty_strided(tuple(example.shape), tuple(example.stride()),
-                                        dtype=example.dtype, device=example.device)
-        return kind, value.requires_grad_(example.requires_grad)
+        # real tensor (or its own fake) of the same sizes, strides, dtype and device. Its
+        # requires_grad is not the argument's (an in-place write of a value that requires
+        # grad sets it on the placeholder's value): user inputs take none.
+        return kind, torch.empty_strided(tuple(example.shape), tuple(example.stride()),
+                                         dtype=example.dtype, device=example.device)
     if source == "buffer":
         source = "state_dict" if getattr(spec, "persistent", True) else "constants"
     table: Mapping[str, Any] = getattr(ep, source)
