@@ -27,6 +27,8 @@ class Iter:
 X, Y, IT = LocalSource("x"), LocalSource("y"), LocalSource("it")
 OBJ = object()
 SPEC = ("spec", 1)
+HOOKED = torch.nn.ReLU()
+HOOKED.register_forward_hook(lambda *_: None)
 
 # kind -> (a guard, a state it passes on, a state it fails on)
 SAMPLES: dict[str, tuple[Guard, Any, Any]] = {
@@ -47,6 +49,7 @@ SAMPLES: dict[str, tuple[Guard, Any, Any]] = {
     "remaining": (Guard("remaining", IT, (2, True)), {"it": Iter([1, 2, 3], 1)},
                   {"it": Iter([1, 2, 3, 4], 1)}),
     "structure": (Guard("structure", X, SPEC), {"x": SPEC}, {"x": ("spec", 2)}),
+    "no_hooks": (Guard("no_hooks", X, None), {"x": torch.nn.ReLU()}, {"x": HOOKED}),
 }
 
 
@@ -65,6 +68,9 @@ EXPLAINED: dict[str, str] = {
     "grad_mode": re.escape("torch.is_grad_enabled() == True (got False)"),
     "remaining": re.escape("len(it.item_list) - it.position <= 2 (got 3 left)"),
     "structure": re.escape("the arguments' structure is unchanged (got ('spec', 2))"),
+    "no_hooks": re.escape("x has no module hooks (_forward_pre_hooks, _forward_hooks, "
+                          "_backward_hooks, _backward_pre_hooks, _forward_hooks_always_called "
+                          "empty) (got hooks in _forward_hooks)"),
 }
 
 
@@ -171,3 +177,27 @@ def test_both_modes_log_the_grad_mode_failure(capsys: Any) -> None:
         err = capsys.readouterr().err
         assert "guard failed: torch.is_grad_enabled() == True (got False); guard from " \
             in err, (capture, err)
+
+
+def test_a_module_without_hooks_gets_one_hook_guard(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # NOTE: five length guards per module were most of a decoder stack's guard time;
+    # a module with hooks keeps a length guard per non-empty table
+    inner = torch.nn.Linear(2, 2)
+    model = torch.nn.Sequential(inner, torch.nn.ReLU())
+    compiled = ef.compile(model, backend="eager")
+    x = torch.randn(3, 2)
+    with patch(logs=frozenset({"guards"})):
+        compiled(x)
+    err = capsys.readouterr().err
+    assert err.count("has no module hooks") == 2, err  # the two layers (called inside)
+    assert "hooks) ==" not in err
+    seen: list[str] = []
+    inner.register_forward_hook(lambda m, a, out: seen.append("hook") or out * 2)
+    with patch(logs=frozenset({"guards"})):
+        torch.testing.assert_close(compiled(x), model(x))
+    assert seen == ["hook", "hook"], "the hook added after compiling runs (a recompile)"
+    assert compiled.stats.compiles == 2
+    err = capsys.readouterr().err
+    assert "len(self[0]._forward_hooks) == 1" in err, err
+    assert err.count("has no module hooks") == 1, err

@@ -32,8 +32,8 @@ from typing import Any, Protocol
 import torch
 from ember.runtime.ir import SourceLocation
 
-__all__ = ["GLOBAL_STATE_READERS", "GUARD_KINDS", "CodeWriter", "Guard", "GuardKind",
-           "Source", "alias_pattern", "index_code", "tensor_guard"]
+__all__ = ["GLOBAL_STATE_READERS", "GUARD_KINDS", "MODULE_HOOK_TABLES", "CodeWriter", "Guard",
+           "GuardKind", "Source", "alias_pattern", "index_code", "tensor_guard"]
 
 
 class CodeWriter(Protocol):
@@ -273,6 +273,26 @@ def _len_explain(g: Guard, actual: Any) -> str:
     return f"{g.describe()} (got {len(actual)})"
 
 
+MODULE_HOOK_TABLES = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks",
+                      "_backward_pre_hooks", "_forward_hooks_always_called")
+"""The per-module hook dicts ``nn.Module.__call__`` runs (a ``no_hooks`` guard checks
+that all are empty)."""
+
+
+def _no_hooks_check(w: CodeWriter, g: Guard) -> str:
+    v = w.ref(_source(g))
+    return "not (" + " or ".join(f"{v}.{table}" for table in MODULE_HOOK_TABLES) + ")"
+
+
+def _no_hooks_describe(g: Guard) -> str:
+    return f"{g.where()} has no module hooks (" + ", ".join(MODULE_HOOK_TABLES) + " empty)"
+
+
+def _no_hooks_explain(g: Guard, actual: Any) -> str:
+    added = [t for t in MODULE_HOOK_TABLES if getattr(actual, t, None)]
+    return f"{g.describe()} (got hooks in {', '.join(added) or 'none'})"
+
+
 def _keys_check(w: CodeWriter, g: Guard) -> str:
     return f"list({w.ref(_source(g))}.keys()) == {w.const('keys', list(g.expected))}"
 
@@ -397,6 +417,8 @@ GUARD_KINDS: dict[str, GuardKind] = {
     "type": GuardKind(_type_check, _type_describe, _type_explain),
     # expected: the length
     "len": GuardKind(_len_check, _len_describe, _len_explain),
+    # expected: None; one check for the five hook dicts of a module (MODULE_HOOK_TABLES)
+    "no_hooks": GuardKind(_no_hooks_check, _no_hooks_describe, _no_hooks_explain),
     # expected: the keys in order
     "keys": GuardKind(_keys_check, _keys_describe, _described),
     # no source; expected: the sources of tensor inputs that must be different objects

@@ -53,6 +53,7 @@ from ember.frontend.bytecode.interpreter import (
 )
 from ember.frontend.bytecode.iteration import ListIterator
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
+from ember.frontend.guard_model import MODULE_HOOK_TABLES
 from ember.frontend.bytecode.triton_launch import (
     LAUNCH_HINT,
     launch_break_reason,
@@ -218,9 +219,14 @@ class CallHandler:
         if source is not None:
             # hooks added after compiling (or on another module of the same type,
             # modules being guarded by type) must not be ignored
-            for attr in ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks",
-                         "_backward_pre_hooks", "_forward_hooks_always_called"):
-                interp.capture.guard("len", AttrSource(source, attr), len(getattr(mod, attr)))
+            # NOTE: one guard for the usual case (no hooks at all): five length guards per
+            # module were most of a decoder stack's guard-checking time
+            if not any(getattr(mod, attr) for attr in MODULE_HOOK_TABLES):
+                interp.capture.guard("no_hooks", source, None)
+            for attr in MODULE_HOOK_TABLES:
+                if getattr(mod, attr):
+                    interp.capture.guard("len", AttrSource(source, attr),
+                                         len(getattr(mod, attr)))
         for hook_id, hook in list(mod._forward_pre_hooks.items()):
             if hook_id in mod._forward_pre_hooks_with_kwargs:
                 result = self.call_symbolic(interp, frame, hook, [mod, tuple(args), kwargs], {})
