@@ -95,3 +95,10 @@ def test_pipeline_is_an_explicit_named_list() -> None:
     p = run_passes(traced(_unused_and_repeated, torch.randn(3)))
     text = print_program(p)
     assert text.count("aten::sin.default") == 1 and "aten::cos" not in text
+
+
+def test_cse_keeps_signed_zero_arguments_apart() -> None:
+    # -0.0 + -0.0 is -0.0 but -0.0 + 0.0 is 0.0: the runtime's CSE rule compares floats
+    # by bit pattern (this pass used to merge the two adds)
+    p = traced(lambda x: (x + 0.0, x + -0.0), torch.tensor([-0.0]))
+    assert print_program(common_subexpression_elimination(p)).count("aten::add") == 2
