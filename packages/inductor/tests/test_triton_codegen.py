@@ -265,7 +265,8 @@ def test_reduce_without_reduction_ranges_is_the_element(op: str, dtype: torch.dt
                                 Reduce("v1", op, "v0", dtype), Store("out", x0, "v1")),
                (Buffer("a", torch.float32, (2,), (1,)), Buffer("out", dtype, (2,), (1,))))
     code = generate_triton_kernel(k)
-    fn = load_kernel({"name": "k", "entry": code.name, "source": "k.py", "meta": code.meta()},
+    fn = load_kernel({"name": "k", "lang": "triton", "entry": code.name, "source": "k.py",
+                      "meta": code.meta()},
                      {"k.py": code.source.encode()})
     out = torch.empty(2, dtype=dtype)
     fn(torch.tensor([1.5, -2.0]), out)
