@@ -116,7 +116,8 @@ def checked_options(options: Mapping[str, Any] | None) -> tuple[str, dict[str, A
     if options is None:
         options = {}
     if not isinstance(options, Mapping):
-        raise ValueError(f"options={options!r}: expected a dict or None")
+        # NOTE: a bad setting is a ValueError, whatever is wrong with it (as the frontend)
+        raise ValueError(f"options={options!r}: expected a dict or None")  # noqa: TRY004
     stage_options = dict(options)
     backend = stage_options.pop(BACKEND_OPTION, DEFAULT_BACKEND)
     if not isinstance(backend, str) or backend not in BACKENDS:
