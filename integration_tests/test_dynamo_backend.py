@@ -167,6 +167,16 @@ def test_hf_model_matches_eager(name: str, mode: str) -> None:
                 torch.testing.assert_close(p.grad, q.grad, rtol=rtol, atol=atol, msg=pname)
 
 
+def test_dynamic_false_compiles_each_shape(spy: _Spy) -> None:
+    """Until dynamic shapes land (issue #15), dynamic=False keeps Dynamo from handing
+    symbolic sizes over after a shape change: each shape is compiled for itself."""
+    compiled = torch.compile(torch.nn.functional.silu, backend="ember", dynamic=False)
+    for n in (3, 5, 3):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x), torch.nn.functional.silu(x))
+    assert len(spy.calls) == 2
+
+
 def test_options_pass_through(spy: _Spy) -> None:
     x = torch.randn(4, 8)
     compiled = torch.compile(torch.nn.functional.gelu, backend="ember",
