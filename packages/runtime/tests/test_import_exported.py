@@ -243,14 +243,22 @@ def test_unsupported_node_is_named() -> None:
         import_exported(ep)
 
 
-def test_non_tensor_user_input_is_refused() -> None:
+def test_non_tensor_inputs_and_outputs_are_the_exports_constants() -> None:
+    """torch.export bakes non-tensor arguments and results into the graph: they are no
+    placeholders and no outputs of the program."""
+
     class Scaled(torch.nn.Module):
-        def forward(self, x: torch.Tensor, k: int) -> torch.Tensor:
-            return x * k
+        def forward(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, int, torch.Tensor]:
+            return x * k, k + 1, x.sum()
 
     ep = torch.export.export(Scaled(), (torch.randn(3), 3))
-    with pytest.raises(NotImplementedError, match=r"user input 'k' is not a tensor"):
-        import_exported(ep)
+    program = import_exported(ep)
+    assert [p.name for p in program.forward.placeholders] == ["x"]
+    assert len(program.signature.outputs["forward"]) == 2
+    x = torch.randn(3)
+    scaled, total = run(program, x)
+    torch.testing.assert_close(scaled, x * 3)
+    torch.testing.assert_close(total, x.sum())
 
 
 def test_placeholder_names_are_kept_for_user_inputs() -> None:

@@ -13,7 +13,8 @@ How the export signature maps to Ember's (one row per export kind):
 =======================  =====================================================
 export input kind        Ember placeholder (same name as the export placeholder)
 =======================  =====================================================
-``USER_INPUT``           ``USER_INPUT`` (tensors only)
+``USER_INPUT``           ``USER_INPUT``; a non-tensor one (``torch.export`` bakes
+                         its value into the graph) is no placeholder
 ``PARAMETER``            ``PARAMETER``, target the FQN, value from ``state_dict``
 ``BUFFER`` (persistent)  ``BUFFER``, value from ``state_dict``
 ``BUFFER`` (not)         ``BUFFER``, value from ``constants``
@@ -24,7 +25,8 @@ export input kind        Ember placeholder (same name as the export placeholder)
 =========================================  ============================================
 export output kind                         Ember
 =========================================  ============================================
-``USER_OUTPUT``, ``LOSS_OUTPUT``           a ``USER_OUTPUT``
+``USER_OUTPUT``, ``LOSS_OUTPUT``           a ``USER_OUTPUT``; a non-tensor one (a
+                                           constant of the export) is left out
 ``BUFFER_MUTATION``,                       ``aten::copy_`` of the new value into the
 ``PARAMETER_MUTATION``,                    placeholder (the aot stage turns it into a
 ``USER_INPUT_MUTATION``                    ``MUTATED_INPUT`` output, the runtime copies
@@ -80,7 +82,9 @@ def import_exported(ep: Any) -> Program:
     go into ``program.tensors`` detached but not copied (they share memory with the
     ExportedProgram's, so running the program in memory updates its buffers as the
     exported module would); input mutations become in-place writes of the placeholders
-    (see the module docstring's tables). User outputs are the export's flat outputs. The result goes on
+    (see the module docstring's tables). The program's user inputs and outputs are the
+    export's flat tensor inputs and outputs, in order: non-tensor arguments and results
+    are constants ``torch.export`` baked into the graph, and are left out. The result goes on
     through the stages like a captured program: ``save(program, "m.ember")``, then
     ``python -m ember.aot`` and ``python -m ember.inductor``, then ``load_artifact``
     (which takes the user inputs positionally), or ``compile_program(program)``.
@@ -99,9 +103,9 @@ def import_exported(ep: Any) -> Program:
     Raises:
         TypeError: ``ep`` is a path or lacks an ``ExportedProgram`` attribute (the
             message names what is missing).
-        NotImplementedError: a dynamic-shape export (``Dim``; issue #15), a non-tensor
-            user input or output, an input or output kind Ember has no counterpart for,
-            or a graph node that is not an ATen operator (the message names the node).
+        NotImplementedError: a dynamic-shape export (``Dim``; issue #15), an input or
+            output kind Ember has no counterpart for, or a graph node that is not an
+            ATen operator (the message names the node).
         RecordingError: an op the recorder cannot represent.
     """
     _check_exported(ep)
@@ -117,6 +121,10 @@ def import_exported(ep: Any) -> Program:
     env: dict[str, Any] = {}
     state: dict[str, torch.Tensor] = {}  # target -> real value, for program.tensors
     for spec, node in zip(input_specs, placeholders):
+        example = node.meta.get("val")
+        if spec.kind.name == "USER_INPUT" and not isinstance(example, torch.Tensor):
+            env[node.name] = example  # NOTE: export specialized it; the graph holds it
+            continue
         kind, value = _input_value(ep, spec, node)
         target = None if kind is InputKind.USER_INPUT else str(spec.target)
         env[node.name] = rec.add_input(value, InputSpec(node.name, kind, target))
@@ -180,10 +188,7 @@ def _input_value(ep: Any, spec: Any, node: Any) -> tuple[InputKind, torch.Tensor
     kind, source = entry
     if source is None:
         example = node.meta.get("val")
-        if not isinstance(example, torch.Tensor):
-            raise NotImplementedError(
-                f"user input {node.name!r} is not a tensor ({example!r}); Ember programs "
-                "take tensor inputs only: export with tensor arguments")
+        assert isinstance(example, torch.Tensor)  # non-tensor user inputs are skipped
         # NOTE: the export's fake value belongs to another fake mode; the recorder needs a
         # real tensor (or its own fake) of the same sizes, strides, dtype and device. Its
         # requires_grad is not the argument's (an in-place write of a value that requires
@@ -269,11 +274,8 @@ def _outputs(ep: Any, output_node: Any, env: dict[str, Any],
         kind_name = spec.kind.name
         loaded = _load(value, env)
         if kind_name in _USER_OUTPUT_KINDS:
-            if not isinstance(loaded, torch.Tensor):
-                raise NotImplementedError(
-                    f"output {i} of the export is {loaded!r}, not a tensor; Ember graph "
-                    "outputs are tensors only: return tensors from the exported model")
-            outputs.append(loaded)
+            if isinstance(loaded, torch.Tensor):
+                outputs.append(loaded)  # NOTE: anything else is a constant of the export
         elif kind_name in _MUTATION_OUTPUT_KINDS:
             name = placeholder_of.get((kind_name, str(spec.target)))
             if name is None:
