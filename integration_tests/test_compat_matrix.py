@@ -18,7 +18,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -125,10 +124,10 @@ def test_matrix_installs_an_older_runtime_release_beside_current_stages(
 
 def test_docs_table_is_generated_from_the_last_releases() -> None:
     last = compat_matrix.last_releases(ROOT / "releases.toml")
-    assert set(last) == set(compat_matrix.STAGES)
+    assert last and set(last) <= set(compat_matrix.STAGES)
     text = (ROOT / "docs" / "compatibility.md").read_text()
     for stage, (version, commit) in last.items():
         assert f"{version} (released @{commit[:8]})" in text or (
-            f"{version} (current)" in text), f"ember-{stage} {version} is not in the table"
+            f"{version} (current = released @{commit[:8]})" in text), (
+            f"ember-{stage} {version} is not in the table")
     assert "FAILS" not in text
-    assert tomllib.loads((ROOT / "releases.toml").read_text())["release"]

@@ -20,6 +20,7 @@ the cases.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import io
 import json
@@ -52,8 +53,11 @@ class StageSource:
 
     @property
     def label(self) -> str:
-        at = f" @{self.commit[:8]}" if self.commit else ""
-        return f"{self.version} ({self.kind}{at})"
+        if self.commit is None:
+            return f"{self.version} ({self.kind})"
+        if self.kind == "current":  # the checkout's sources are those of the last release
+            return f"{self.version} (current = released @{self.commit[:8]})"
+        return f"{self.version} (released @{self.commit[:8]})"
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,9 @@ def run_matrix(releases_file: Path, cases: tuple[str, ...], work: Path) -> list[
     last = last_releases(releases_file)
     current = {s: current_source(s) for s in STAGES}
     released = {s: released_source(s, v, c, work) for s, (v, c) in last.items()}
+    for stage, source in released.items():
+        if fingerprint(source.path / "src") == fingerprint(current[stage].path / "src"):
+            current[stage] = dataclasses.replace(current[stage], commit=source.commit)
     prints = {src: fingerprint(src.path / "src")
               for src in [*current.values(), *released.values()]}
     distinct: dict[tuple[str, ...], tuple[tuple[StageSource, ...], list[str]]] = {}
@@ -236,8 +243,8 @@ def render(outcomes: list[Outcome], releases_file: Path, cases: tuple[str, ...])
         ", ".join(f"`{c}`" for c in cases),
         "with `backend=\"inductor\"` and `EMBER_SERIALIZE_BOUNDARIES=1`, comparing with eager.",
         "*released* is the stage built from the commit of its last release in `releases.toml`,",
-        "*current* the sources of this checkout. Combinations that install the same sources",
-        "are one row. Stages run in one process, so every `.ember` boundary file is written",
+        "*current* the sources of this checkout (*current = released* where they are the",
+        "released sources). Combinations that install the same sources are one row. Stages run in one process, so every `.ember` boundary file is written",
         "and read by the same `ember-runtime`; reading files across runtime versions is",
         "covered by the schema-version test in `integration_tests/test_compat_matrix.py`.",
         "",
