@@ -3,4 +3,4 @@ that composes the stages, and the loader of compiled artifacts."""
 
 from ember.runtime.compiled.artifact import load_artifact  # noqa: E402,F401
 from ember.runtime.export_import import import_exported as import_exported  # noqa: E402
-from ember.runtime.fx_import import import_fx  # noqa: E402,F401
+from ember.runtime.fx_import import import_fx as import_fx  # noqa: E402
