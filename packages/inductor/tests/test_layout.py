@@ -172,6 +172,32 @@ def test_four_d_values_not_from_convolutions_stay_row_major() -> None:
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+
+def test_attention_operands_take_their_traced_layout() -> None:
+    """Heads split from a ``(batch, seq, heads*dim)`` projection and transposed (a
+    Llama's rotated q): the kernel computing ``q`` stores it in the traced ``(batch,
+    seq, heads, dim)`` memory order, so attention returns the traced layout and the
+    wrapper copies nothing after it (a per-call copy of every layer's output before)."""
+    def f(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        q = (x * 2).view(2, 8, 3, 5).transpose(1, 2)  # strides (120, 5, 15, 1)
+        out = F.scaled_dot_product_attention(q, k, k)
+        return out.transpose(1, 2).reshape(2, 8, 15)
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 8, 15), torch.randn(2, 3, 8, 5)]
+    program = trace(f, inputs)
+    lowered = GraphLowering(program).run()
+    (attn,) = [n for n in lowered.extern_nodes if "scaled_dot_product" in n.target]
+    q = attn.args[0]
+    assert isinstance(q, TensorArg) and q.view is not None, attn.args
+    assert storage_order(*q.view[:2]) == (0, 2, 1, 3), q.view  # (batch, seq, heads, dim)
+    traced = [n for n in program.forward.nodes if "scaled_dot_product" in str(n.target)][0]
+    assert attn.result_meta[0] is not None
+    assert attn.result_meta[0][2] == tuple(traced.meta[0].strides)
+    _, run = compile_fn(f, *inputs)
+    (got,) = run(*inputs)
+    torch.testing.assert_close(got, f(*inputs), rtol=1e-5, atol=1e-5)
+
 def test_transposed_matmul_operand_is_stored_transposed() -> None:
     """``mm(f(x).t(), g)`` (a weight gradient's shape): the kernel computing ``f(x)``
     writes it in x's order, contiguous reads and writes, and the matmul takes the

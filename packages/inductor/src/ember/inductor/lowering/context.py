@@ -20,7 +20,7 @@ from ember.inductor.lowering.layout import LayoutState
 from ember.inductor.lowering.lowered_graph import BufferInfo
 from ember.inductor.lowering.rng_seed import GraphSeed
 from ember.inductor.lowering.values import ElementFn, Lazy, Stored, Value
-from ember.runtime.ir import Node, Program
+from ember.runtime.ir import Node, Program, TensorMeta
 
 
 class LoweringContext(Protocol):
@@ -66,6 +66,11 @@ class LoweringContext(Protocol):
     def reduction(self, node: Node, op: str, fn: ElementFn, full_sizes: Sequence[int],
                   dims: Sequence[int], keepdim: bool, dtype: torch.dtype) -> Stored:
         """A buffer holding ``op`` over ``dims`` of ``fn``."""
+        ...
+
+    def traced_meta(self, arg: Any) -> TensorMeta | None:
+        """The meta the program traced for argument ``arg`` of a node (a value
+        reference), None for anything else."""
         ...
 
     def storage_offset_of(self, x: Stored) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.layout_passes import (
     channels_last_convolution,
+    traced_layout_operands,
     transposed_matmul_operands,
 )
 from ember.inductor.lowering.matmul_padding import pad_unaligned_matmul
@@ -26,6 +27,7 @@ EXTERN_PASSES: list[tuple[str, ExternPass]] = [
     ("pad_unaligned_matmul", pad_unaligned_matmul),
     ("channels_last_convolution", channels_last_convolution),
     ("transposed_matmul_operands", transposed_matmul_operands),
+    ("traced_layout_operands", traced_layout_operands),
 ]
 
 __all__ = ["EXTERN_PASSES", "ExternPass"]

@@ -209,6 +209,15 @@ class GraphLowering:
             return tuple(self._arg(x) for x in a)
         return a
 
+    def traced_meta(self, arg: Any) -> TensorMeta | None:
+        """The meta the program traced for ``arg`` (a node argument), if a tensor's."""
+        if not isinstance(arg, ValueRef):
+            return None
+        meta = self.graph.node(arg.node).meta
+        if isinstance(meta, tuple):
+            meta = meta[arg.index] if arg.index is not None else None
+        return meta if isinstance(meta, TensorMeta) else None
+
     def _loads(self, value: Lazy) -> tuple[list[tuple[str, IndexExpr]], set[str]]:
         """What computing ``value`` loads at :func:`probe_index`: the (buffer, index)
         pairs and the set of buffers (memoized per Lazy)."""

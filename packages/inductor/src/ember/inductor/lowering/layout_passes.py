@@ -9,8 +9,13 @@ from typing import Any
 
 from ember.inductor.loop_ir import Add, Var
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
-from ember.inductor.lowering.layout import channels_last_strides, is_channels_last
-from ember.inductor.lowering.values import Lazy, Stored, numel, probe_index
+from ember.inductor.lowering.layout import (
+    channels_last_strides,
+    is_channels_last,
+    same_layout,
+    storage_order,
+)
+from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, numel, probe_index
 from ember.runtime.ir import TensorMeta
 
 
@@ -92,3 +97,39 @@ def unit_stride_dim(ctx: LoweringContext, value: Lazy) -> int | None:
         if isinstance(v, Var) and v in terms:
             return d
     return None
+
+
+# Extern ops whose result is laid out like their first operands (attention returns its
+# output in the query's dim order): given operands in another layout than traced, their
+# results differ from the traced meta and the wrapper copies them into it every call.
+LAYOUT_FOLLOWING_EXTERNS = frozenset({
+    "aten::_scaled_dot_product_flash_attention_for_cpu.default",
+    "aten::_scaled_dot_product_flash_attention.default",
+    "aten::_scaled_dot_product_efficient_attention.default",
+    "aten::_scaled_dot_product_cudnn_attention.default",
+    "aten::scaled_dot_product_attention.default",
+})
+
+
+def traced_layout_operands(ctx: LoweringContext, call: ExternRequest) -> ExternRequest:
+    """Lowering pass: the computed operands of an op in :data:`LAYOUT_FOLLOWING_EXTERNS`
+    are stored in the dense layout the program traced for them (a Llama's rotated
+    ``q``/``k`` are ``(batch, seq, heads, dim)`` in memory, viewed as ``(batch, heads,
+    seq, dim)``), so that the op's result has the traced layout its consumers were
+    lowered for, instead of being copied into it after every call."""
+    if call.node.target not in LAYOUT_FOLLOWING_EXTERNS:
+        return call
+    args = list(call.args)
+    for i, (value, ref) in enumerate(zip(call.args, call.node.args)):
+        meta = ctx.traced_meta(ref)
+        if not isinstance(value, Lazy) or ctx.is_realized(value) or meta is None:
+            continue
+        if not all(isinstance(s, int) for s in (*meta.sizes, *meta.strides)):
+            continue
+        sizes = tuple(int(s) for s in meta.sizes)
+        strides = tuple(int(s) for s in meta.strides)
+        if (sizes != tuple(value.sizes) or storage_order(sizes, strides) is None
+                or same_layout(sizes, strides, contiguous_strides(sizes))):
+            continue
+        args[i] = ctx.realize(value, strides=strides)
+    return dataclasses.replace(call, args=tuple(args))
