@@ -177,6 +177,34 @@ def test_dynamic_false_compiles_each_shape(spy: _Spy) -> None:
     assert len(spy.calls) == 2
 
 
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_symbolic_graphs_compile_per_shape(spy: _Spy, dynamic: bool | None) -> None:
+    """Dynamo's automatic dynamic shapes (a second shape) and dynamic=True hand symbolic
+    sizes over; until Ember has dynamic shapes (issue #15) such a graph compiles once per
+    concrete shape, with a warning, and a size used as a value is baked per shape."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.silu(x) * x.shape[0]
+
+    compiled = torch.compile(f, backend="ember", dynamic=dynamic)
+    with pytest.warns(dynamo_backend.ShapeSpecializationWarning, match="issue #15"):
+        for n in (3, 5, 7, 5, 3):
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(compiled(x), f(x))
+    # dynamic=None: a static graph for 3, then one symbolic graph compiled for 5, 7 and
+    # 3 (Dynamo tries its newest graph first); dynamic=True: one symbolic graph compiled
+    # for 3, 5 and 7
+    assert len(spy.calls) == (4 if dynamic is None else 3)
+
+
+def test_symbolic_graph_runs_eagerly_past_the_limit(spy: _Spy) -> None:
+    compiled = torch.compile(torch.nn.functional.silu, backend="ember", dynamic=True)
+    with patch(recompile_limit=2), pytest.warns(dynamo_backend.ShapeSpecializationWarning):
+        for n in (3, 4, 5, 6):
+            x = torch.randn(n, 2)
+            torch.testing.assert_close(compiled(x), torch.nn.functional.silu(x))
+    assert len(spy.calls) == 2
+
 def test_options_pass_through(spy: _Spy) -> None:
     x = torch.randn(4, 8)
     compiled = torch.compile(torch.nn.functional.gelu, backend="ember",
@@ -205,8 +233,6 @@ def test_default_is_inductor_and_mode_default_passes(spy: _Spy) -> None:
      r"option 'backend'='tvm': unknown Ember backend"),
     ({"mode": "max-autotune"}, NotImplementedError,
      r"mode='max-autotune'.*not implemented in Ember yet"),
-    ({"dynamic": True}, NotImplementedError,
-     r"symbolic size.*dynamic shapes are not supported.*issue #15"),
 ])
 def test_clear_errors(kwargs: dict[str, Any], error: type[Exception], message: str) -> None:
     compiled = torch.compile(torch.sin, backend="ember", **kwargs)

@@ -23,22 +23,38 @@ backward graph the aot stage derives (the callable's outputs carry autograd).
                               (``Stage.options``: inductor's ``strict``,
                               ``eager_random``, ``device``, ``precompile``; aot's
                               ``aot.*``); another key is a ``ValueError``
-``dynamic=True``              symbolic inputs: ``NotImplementedError`` (issue #15)
+``dynamic=True`` / automatic  symbolic inputs: compiled once per concrete input
+dynamic                       shape at call time (:class:`ShapeSpecialized`, with a
+                              :class:`ShapeSpecializationWarning`) until Ember has
+                              dynamic shapes (issue #15)
 ============================  =====================================================
+
+Dynamo hands symbolic sizes over after an input's shape changes (its default
+"automatic dynamic"), or from the start with ``dynamic=True``. Ember cannot compile a
+symbolic program yet: such a graph is compiled for each concrete shape it is called
+with (up to ``recompile_limit`` shapes, after which it runs the GraphModule eagerly),
+each compile logged under ``EMBER_LOGS=recompiles``, never silently.
 """
 
 from __future__ import annotations
 
+import copy
+
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import warnings
+
 import torch
 from ember.runtime.callable import ProgramCallable
+from ember.runtime.config import config
+from ember.runtime.logs import log
 from ember.runtime.fx_import import FxImport, record_fx
 from ember.runtime.pipeline import BACKENDS, check_mode, compile_program
 from ember.runtime.stages import load_stage
 
-__all__ = ["DEFAULT_BACKEND", "DynamoCompiled", "checked_options", "ember"]
+__all__ = ["DEFAULT_BACKEND", "DynamoCompiled", "ShapeSpecializationWarning",
+           "ShapeSpecialized", "checked_options", "ember"]
 
 DEFAULT_BACKEND = "inductor"
 """The Ember backend ``torch.compile(backend="ember")`` uses unless
@@ -67,13 +83,105 @@ class DynamoCompiled:
         return self.imported.rebuild(outputs)
 
 
+class ShapeSpecializationWarning(UserWarning):
+    """A Dynamo graph with symbolic sizes is compiled once per concrete input shape (Ember
+    has no dynamic shapes yet, issue #15)."""
+
+
+class ShapeSpecialized:
+    """A Dynamo graph with symbolic inputs, compiled for each concrete input signature
+    it is called with: tensor shapes, strides, dtypes, devices and ``requires_grad``,
+    and the values of integer inputs (baked into that shape's program).
+
+    After ``recompile_limit`` signatures a new one runs the GraphModule eagerly, with a
+    warning, counted in :attr:`eager_calls`.
+    """
+
+    def __init__(self, graph_module: torch.fx.GraphModule, backend: str,
+                 options: dict[str, Any], mode: str | None) -> None:
+        self.graph_module = graph_module
+        self.backend, self.options, self.mode = backend, options, mode
+        self.compiled: dict[tuple[Any, ...], DynamoCompiled] = {}
+        self.eager_calls = 0
+        self._warned_limit = False
+        warnings.warn(
+            "torch.compile(backend='ember') got a graph with symbolic sizes (dynamic=True, "
+            "or Dynamo's automatic dynamic shapes after a shape change); Ember has no "
+            "dynamic shapes yet (issue #15) and compiles it once per input shape. Pass "
+            "dynamic=False to keep Dynamo from making shapes symbolic.",
+            ShapeSpecializationWarning, stacklevel=2)
+
+    def __call__(self, *inputs: Any) -> Any:
+        key = tuple(_signature(v) for v in inputs)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            limit = config.recompile_limit
+            if len(self.compiled) >= limit:
+                self.eager_calls += 1
+                if not self._warned_limit:
+                    self._warned_limit = True
+                    warnings.warn(
+                        f"a symbolic Dynamo graph met more than {limit} input shapes "
+                        "(recompile_limit): new shapes run the graph eagerly",
+                        ShapeSpecializationWarning, stacklevel=2)
+                log("recompiles", f"shape limit ({limit}) hit: runs eagerly for {key}")
+                return self.graph_module(*inputs)
+            log("recompiles", f"compiling a symbolic Dynamo graph for the input shapes "
+                              f"{key} (shape {len(self.compiled) + 1})")
+            compiled = self._compile(inputs)
+            self.compiled[key] = compiled
+        return compiled(*[v for v in inputs if isinstance(v, torch.Tensor)])
+
+    def _compile(self, inputs: Sequence[Any]) -> DynamoCompiled:
+        gm = _with_scalars_baked(self.graph_module, inputs)
+        tensors = [v for v in inputs if isinstance(v, torch.Tensor)]
+        imported = record_fx(gm, tensors)
+        return DynamoCompiled(imported, compile_program(imported.program, self.backend,
+                                                        self.options, self.mode))
+
+
+def _signature(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), value.stride(), value.storage_offset(), value.dtype,
+                value.device, value.requires_grad)
+    return (type(value), value)
+
+
+def _with_scalars_baked(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose non-tensor inputs (sizes Dynamo made symbolic) are replaced
+    by the values of this call."""
+    graph = copy.deepcopy(gm.graph)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(inputs):
+        raise ValueError(f"the Dynamo graph takes {len(placeholders)} inputs, got "
+                         f"{len(inputs)}")
+    for node, value in zip(placeholders, inputs):
+        if isinstance(value, torch.Tensor):
+            continue
+        for user in list(node.users):
+            user.args = torch.fx.node.map_arg(
+                user.args, lambda a, n=node, v=value: v if a is n else a)  # type: ignore[misc]
+            user.kwargs = torch.fx.node.map_arg(
+                user.kwargs, lambda a, n=node, v=value: v if a is n else a)  # type: ignore[misc]
+        graph.erase_node(node)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _symbolic(value: Any) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    return isinstance(value, torch.Tensor) and any(
+        isinstance(s, torch.SymInt)
+        for s in (*value.shape, *value.stride(), value.storage_offset()))
+
+
 def ember(
     graph_module: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
     *,
     mode: str | None = None,
     options: Mapping[str, Any] | None = None,
-) -> DynamoCompiled:
+) -> DynamoCompiled | ShapeSpecialized:
     """The Dynamo backend: compile ``graph_module`` with Ember.
 
     Args:
@@ -91,13 +199,14 @@ def ember(
     Raises:
         ValueError: an unknown Ember backend, an option no stage reads, or an option
             value of the wrong type (the message lists the valid ones).
-        NotImplementedError: a ``torch.compile`` mode Ember does not implement, or a
-            symbolic input (``dynamic=True``; dynamic shapes are issue #15).
+        NotImplementedError: a ``torch.compile`` mode Ember does not implement.
         ember.runtime.stages.StageNotInstalledError: a stage of the backend (by default
             ``ember-aot`` and ``ember-inductor``) is not installed.
     """
     check_mode(None if mode == "default" else mode)
     backend, stage_options = checked_options(options)
+    if any(_symbolic(v) for v in example_inputs):
+        return ShapeSpecialized(graph_module, backend, stage_options, mode)
     imported = record_fx(graph_module, example_inputs)
     compiled = compile_program(imported.program, backend, stage_options, mode)
     return DynamoCompiled(imported, compiled)
