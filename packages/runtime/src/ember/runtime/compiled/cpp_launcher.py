@@ -65,7 +65,7 @@ def load_kernel(entry: KernelEntry | dict[str, Any],
     if not isinstance(entry, KernelEntry):
         entry = KernelEntry.from_json(entry, "C++ kernel entry")
     if not isinstance(entry.meta, CppLaunchMeta):
-        raise ValueError(f"C++ kernel entry {entry.name!r}: language {entry.lang!r}")
+        raise TypeError(f"C++ kernel entry {entry.name!r} is a {entry.lang!r} kernel")
     if entry.source not in files:
         raise ValueError(f"C++ kernel entry {entry.name!r}: source "
                          f"{entry.source!r} is not among the artifact's files")

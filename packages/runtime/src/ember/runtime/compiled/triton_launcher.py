@@ -40,7 +40,7 @@ def _decoded(entry: KernelEntry | dict[str, Any]) -> tuple[KernelEntry, TritonLa
     if not isinstance(entry, KernelEntry):
         entry = KernelEntry.from_json(entry, "Triton kernel entry")
     if not isinstance(entry.meta, TritonLaunchMeta):
-        raise ValueError(f"Triton kernel {entry.name!r}: language {entry.lang!r}")
+        raise TypeError(f"Triton kernel entry {entry.name!r} is a {entry.lang!r} kernel")
     return entry, entry.meta
 
 

@@ -18,6 +18,7 @@ from ember.runtime.ir.contracts.fields import (
     JSON,
     MetadataError,
     at,
+    describe,
     program_where,
     read_bool,
     read_int,
@@ -169,6 +170,13 @@ class PartitionSummary:
 _PARTITION_KEYS = ("saved_bytes", "recomputed", "save_everything")
 
 
+def _extern_ops(value: JSON, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise MetadataError(f"{where} must be a list of qualified operator names, got "
+                            f"{describe(value)}")
+    return tuple(value)
+
+
 @dataclass(frozen=True)
 class AotMetadata:
     """``metadata["aot"]``, written by the aot stage.
@@ -229,7 +237,7 @@ class AotMetadata:
                                                                   aliased))),
             differentiable_outputs=read_ints(d["differentiable_outputs"],
                                              at(where, "differentiable_outputs"), minimum=0),
-            extern_ops=read_strs(d.get("extern_ops", []), at(where, "extern_ops")),
+            extern_ops=_extern_ops(d.get("extern_ops", []), at(where, "extern_ops")),
             partition=partition,
         )
 

@@ -19,10 +19,9 @@ from ember.runtime.ir.contracts.fields import (
     at,
     dtype_names,
     program_where,
-    read_from,
-    read_bool,
     read_device,
     read_dtypes,
+    read_from,
     read_int,
     read_ints,
     read_list,
@@ -163,7 +162,7 @@ class TritonLaunchMeta:
 
 LaunchMeta = CppLaunchMeta | TritonLaunchMeta
 
-_LAUNCH_META: dict[str, type[CppLaunchMeta] | type[TritonLaunchMeta]] = {
+_LAUNCH_META: dict[str, type[CppLaunchMeta | TritonLaunchMeta]] = {
     "cpp": CppLaunchMeta, "triton": TritonLaunchMeta}
 
 
