@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 
-COMPILERS = ("eager", "torch", "ember")
+COMPILERS = ("eager", "torch", "ember", "dynamo_ember")
+"""``dynamo_ember``: ``torch.compile(fn, backend="ember")`` (Dynamo captures, Ember's aot and
+inductor compile; the runtime's ``torch_dynamo_backends`` entry point)."""
 EMBER_BACKENDS = ("eager", "aot_eager", "inductor")
 
 
@@ -34,7 +36,7 @@ def label(compiler: str, ember_backend: str) -> str:
 
 def reset(compiler: str) -> None:
     """Forget earlier compilations, so models do not share caches or recompile limits."""
-    if compiler == "torch":
+    if compiler in ("torch", "dynamo_ember"):
         import torch._dynamo
         import torch._dynamo.utils
 
@@ -64,6 +66,9 @@ def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "indu
         return fn
     if compiler == "torch":
         return torch.compile(fn, mode=mode)
+    if compiler == "dynamo_ember":
+        options = {"backend": ember_backend, **(ember_options or {})}
+        return torch.compile(fn, backend="ember", mode=mode, options=options)
     if compiler == "ember":
         import ember.frontend
 
@@ -89,6 +94,11 @@ def graph_stats(compiler: str, compiled: Callable[..., Any]) -> GraphStats:
             kernels=_int_or_none(getattr(stats, "kernels", None)),
             fallbacks=_int_or_none(getattr(stats, "fallbacks", None)),
         )
+    if compiler == "dynamo_ember":
+        from torch._dynamo.utils import counters
+
+        return GraphStats(graphs=int(counters["stats"].get("unique_graphs", 0)),
+                          graph_breaks=int(sum(counters["graph_break"].values())))
     if compiler == "torch":
         from torch._dynamo.utils import counters
 

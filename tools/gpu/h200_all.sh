@@ -14,7 +14,7 @@ SRC=$PWD/packages/runtime/src:$PWD/packages/frontend/src:$PWD/packages/aot/src:$
 eps=/tmp/ember-eps/ember_dev-0.1.dist-info
 mkdir -p "$eps"
 printf 'Metadata-Version: 2.1\nName: ember-dev\nVersion: 0.1\n' > "$eps/METADATA"
-printf '[ember.stages]\naot = ember.aot.stage:AotStage\ninductor = ember.inductor.stage:InductorStage\n' \
+printf '[ember.stages]\naot = ember.aot.stage:AotStage\ninductor = ember.inductor.stage:InductorStage\n\n[torch_dynamo_backends]\nember = ember.runtime.dynamo_backend:ember\n' \
     > "$eps/entry_points.txt"
 export PYTHONPATH=$SRC:/tmp/ember-eps
 python3 -c "import sys, torch, triton; print(sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
