@@ -14,7 +14,7 @@ from ember.frontend.capture_modes import (
 )
 from ember.frontend.module_state import module_of
 from ember.frontend.stats import CompileStats
-from ember.runtime.pipeline import BACKENDS, check_mode, list_backends
+from ember.runtime.pipeline import BACKENDS, check_mode, check_options, list_backends
 from ember.runtime.stages import available_stages, load_stage
 
 __all__ = ["CompiledModule", "compile"]
@@ -179,22 +179,5 @@ def _checked_options(
         return {}
     accepted = dict(FRONTEND_OPTIONS)
     accepted.update(capture_options or {})
-    undeclared = False
-    for name in BACKENDS[backend]:
-        declared = load_stage(name).options
-        if declared is None:
-            undeclared = True
-        else:
-            accepted.update(declared)
-    for key, value in options.items():
-        types = accepted.get(key)
-        if types is None:
-            if undeclared:
-                continue
-            raise ValueError(
-                f"unknown option {key!r} for backend {backend!r}; valid options: "
-                f"{', '.join(sorted(accepted))}")
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            names = " or ".join("None" if t is type(None) else t.__name__ for t in types)
-            raise ValueError(f"option {key!r}={value!r}: expected {names}")
+    check_options(backend, options, accepted)
     return dict(options)

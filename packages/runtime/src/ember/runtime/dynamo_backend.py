@@ -39,19 +39,16 @@ each compile logged under ``EMBER_LOGS=recompiles``, never silently.
 from __future__ import annotations
 
 import copy
-
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import warnings
 
 import torch
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.config import config
-from ember.runtime.logs import log
 from ember.runtime.fx_import import FxImport, record_fx
-from ember.runtime.pipeline import BACKENDS, check_mode, compile_program
-from ember.runtime.stages import load_stage
+from ember.runtime.logs import log
+from ember.runtime.pipeline import BACKENDS, check_mode, check_options, compile_program
 
 __all__ = ["DEFAULT_BACKEND", "DynamoCompiled", "ShapeSpecializationWarning",
            "ShapeSpecialized", "checked_options", "ember"]
@@ -232,23 +229,7 @@ def checked_options(options: Mapping[str, Any] | None) -> tuple[str, dict[str, A
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"option 'backend'={backend!r}: unknown Ember backend; "
                          f"backends: {', '.join(BACKENDS)}")
-    accepted: dict[str, tuple[type, ...]] = {}
-    undeclared = False
-    for name in BACKENDS[backend]:
-        declared = load_stage(name).options  # StageNotInstalledError before any work
-        if declared is None:
-            undeclared = True
-        else:
-            accepted.update(declared)
-    for key, value in stage_options.items():
-        types = accepted.get(key)
-        if types is None:
-            if undeclared:
-                continue
-            valid = ", ".join(sorted([BACKEND_OPTION, *accepted]))
-            raise ValueError(f"unknown option {key!r} for torch.compile(backend='ember') "
-                             f"with Ember backend {backend!r}; valid options: {valid}")
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            names = " or ".join("None" if t is type(None) else t.__name__ for t in types)
-            raise ValueError(f"option {key!r}={value!r}: expected {names}")
+    check_options(backend, stage_options,
+                  where=f"torch.compile(backend='ember') with Ember backend {backend!r}",
+                  also_valid=(BACKEND_OPTION,))
     return backend, stage_options

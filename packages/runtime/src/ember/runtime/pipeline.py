@@ -24,6 +24,7 @@ import copy
 import tempfile
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,43 @@ def check_mode(mode: object) -> None:
             f"implemented modes: None, {', '.join(MODES)}")
     raise ValueError(f"unknown mode {mode!r}; modes: None, {', '.join(MODES)} "
                      f"(not implemented yet: {', '.join(NOT_IMPLEMENTED_MODES)})")
+
+
+def check_options(backend: str, options: Mapping[str, Any],
+                  accepted: Mapping[str, tuple[type, ...]] | None = None,
+                  where: str = "", also_valid: tuple[str, ...] = ()) -> None:
+    """Check each key of ``options`` against what the stages of ``backend`` declare
+    (``Stage.options``) plus ``accepted`` (what the caller itself reads). A stage that
+    declares nothing accepts any key.
+
+    Args:
+        where: how the caller names itself in messages (default ``backend 'B'``).
+        also_valid: further names listed as valid (keys the caller took out already).
+
+    Raises:
+        ValueError: a key nobody reads (listing the valid ones), or a value of the
+            wrong type.
+        ember.runtime.stages.StageNotInstalledError: a stage of ``backend`` is missing.
+    """
+    known = dict(accepted or {})
+    undeclared = False
+    for name in BACKENDS[backend]:
+        declared = load_stage(name).options  # StageNotInstalledError before any work
+        if declared is None:
+            undeclared = True
+        else:
+            known.update(declared)
+    for key, value in options.items():
+        types = known.get(key)
+        if types is None:
+            if undeclared:
+                continue
+            valid = ", ".join(sorted([*also_valid, *known]))
+            raise ValueError(f"unknown option {key!r} for {where or f'backend {backend!r}'}; "
+                             f"valid options: {valid}")
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            names = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+            raise ValueError(f"option {key!r}={value!r}: expected {names}")
 
 
 def compile_program(

@@ -53,12 +53,12 @@ from ember.frontend.bytecode.interpreter import (
 )
 from ember.frontend.bytecode.iteration import ListIterator
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
-from ember.frontend.guard_model import MODULE_HOOK_TABLES
 from ember.frontend.bytecode.triton_launch import (
     LAUNCH_HINT,
     launch_break_reason,
     launched_kernel,
 )
+from ember.frontend.guard_model import MODULE_HOOK_TABLES
 from torch import nn
 
 _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.buffers import ScheduledNode
+from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.extern_args import ExternArg
 from ember.inductor.lowering.layout import LayoutState

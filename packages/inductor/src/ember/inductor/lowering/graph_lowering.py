@@ -29,7 +29,6 @@ from ember.inductor.buffers import (
 from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
-from ember.inductor.lowering.inlining import SHARED_STORE_LOADS, Uses, too_large
 from ember.inductor.lowering.context import ExternRequest
 from ember.inductor.lowering.extern_args import (
     ExternArg,
@@ -40,6 +39,7 @@ from ember.inductor.lowering.extern_args import (
     extern_reads,
 )
 from ember.inductor.lowering.extern_passes import EXTERN_PASSES
+from ember.inductor.lowering.inlining import SHARED_STORE_LOADS, Uses, too_large
 from ember.inductor.lowering.layout import LayoutState, is_dense, same_layout, storage_order
 from ember.inductor.lowering.lowered_graph import BufferInfo, GraphInput, LoweredGraph
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS, NotLowerable
