@@ -164,7 +164,7 @@ def test_scheduling_and_lowering_name_no_device_and_no_code_generator() -> None:
     """The device policy moved behind the backend: these modules test no device type
     (string constants "cpu"/"cuda") and import no backend's code generator."""
     trees = _module_sources("scheduler.py", "lowering/pointwise.py",
-                            "lowering/indexed_writes.py")
+                            "lowering/indexed_writes.py", "lowering/matmul_padding.py")
     for path, tree in trees.items():
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant):
@@ -186,3 +186,10 @@ def test_loop_nodes_compute_reads_and_writes_once_when_made() -> None:
     assert (node.reads, node.writes, len(calls)) == (("in0",), ("buf0",), 1)
     red = ReductionBuffer("buf1", torch.float32, "sum", (4, 8), (1,), False, fn)
     assert (red.reads, red.writes, len(calls)) == (("in0",), ("buf1",), 2)
+
+
+def test_matmul_padding_is_the_backends_policy() -> None:
+    from ember.inductor.codegen.registry import backend_for
+
+    assert backend_for("cuda").pads_unaligned_matmuls
+    assert not backend_for("cpu").pads_unaligned_matmuls

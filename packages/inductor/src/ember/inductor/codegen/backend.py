@@ -16,6 +16,7 @@ question                          asked by                                      
 ``can_fuse(group, fused)``        the scheduler, before a node joins a group    True
 ``supports_atomic_add(dtype)``    the lowering of accumulating scatters         True
 ``checks_integer_division``       the lowering of integer ``//``, ``%``, fmod   True
+``pads_unaligned_matmuls``        the ``pad_unaligned_matmul`` lowering pass    False
 ================================  ============================================  =========
 
 Which backend serves a device type is :func:`~ember.inductor.codegen.registry.backend_for`'s
@@ -58,6 +59,11 @@ class KernelBackend(abc.ABC):
     #: ``RuntimeError("ZeroDivisionError")``; CUDA: no, the GPU's quotient): the lowering
     #: then records a run-time check (``lowering/checks.py``)
     checks_integer_division: bool = True
+
+    #: whether a large matmul whose result rows are not 16-byte multiples runs on a
+    #: zero-padded right operand (``lowering/matmul_padding.py``; cuBLAS falls back to
+    #: unaligned kernels otherwise)
+    pads_unaligned_matmuls: bool = False
 
     @abc.abstractmethod
     def generate(self, kernel: Kernel) -> KernelSource:

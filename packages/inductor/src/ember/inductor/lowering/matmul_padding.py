@@ -8,24 +8,26 @@ result is a view of the first ``N`` columns.
 
 from __future__ import annotations
 
+from ember.inductor.codegen.registry import backend_for
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.extern_args import ConstantArg, ExternArg, ListArg, TensorArg
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, numel
 from ember.runtime.ir import TensorMeta
 
-#: devices whose matmuls are padded, the least number of result elements worth a padded
-#: copy of the right operand, and the ops padded
-PAD_MATMUL_DEVICES = {"cuda"}
+#: the least number of result elements worth a padded copy of the right operand, and the
+#: ops padded (which devices pad: their backend's ``pads_unaligned_matmuls``)
 PAD_MATMUL_MIN_NUMEL = 1 << 20
 PADDABLE_MATMULS = ("aten::mm.default", "aten::addmm.default", "aten::bmm.default")
 
 
 def pad_unaligned_matmul(ctx: LoweringContext, call: ExternRequest) -> ExternRequest | Stored:
     """The padded matmul's result (a view of the padded one), or ``call`` as it is when
-    the matmul is aligned, small, or not on a device in :data:`PAD_MATMUL_DEVICES`."""
+    the matmul is aligned, small, or its device's backend does not pad
+    (``KernelBackend.pads_unaligned_matmuls``)."""
     node = call.node
     meta = call.metas[0] if len(call.metas) == 1 else None
-    if (node.target not in PADDABLE_MATMULS or ctx.device.type not in PAD_MATMUL_DEVICES
+    if (node.target not in PADDABLE_MATMULS
+            or not backend_for(ctx.device.type).pads_unaligned_matmuls
             or not isinstance(meta, TensorMeta)
             or not all(isinstance(s, int) for s in meta.sizes)
             or not meta.dtype.is_floating_point):
@@ -61,5 +63,5 @@ def pad_unaligned_matmul(ctx: LoweringContext, call: ExternRequest) -> ExternReq
     return Stored(out, dtype, sizes, contiguous_strides(padded_sizes))
 
 
-__all__ = ["PADDABLE_MATMULS", "PAD_MATMUL_DEVICES", "PAD_MATMUL_MIN_NUMEL",
+__all__ = ["PADDABLE_MATMULS", "PAD_MATMUL_MIN_NUMEL",
            "pad_unaligned_matmul"]

@@ -25,6 +25,7 @@ class TritonBackend(KernelBackend):
 
     device_type = "cuda"
     checks_integer_division = False
+    pads_unaligned_matmuls = True
 
     def generate(self, kernel: Kernel) -> KernelSource:
         code = generate_triton_kernel(kernel)

@@ -22,6 +22,7 @@ class TritonOnCpuBackend(TritonBackend):
 
     device_type = "cpu"
     checks_integer_division = True
+    pads_unaligned_matmuls = False
 
     def supports_atomic_add(self, dtype: torch.dtype) -> bool:
         return True
