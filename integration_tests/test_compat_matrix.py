@@ -110,13 +110,18 @@ def test_matrix_installs_an_older_runtime_release_beside_current_stages(
     releases.write_text(f'[[release]]\npackage = "ember-runtime"\nversion = "0.0.1"\n'
                         f'commit = "{old}"\ndate = "2026-01-01"\n')
     outcomes = compat_matrix.run_matrix(releases, CASES, tmp_path / "work")
-    assert all(o.imports_verified for o in outcomes), [o.error for o in outcomes]
     by_cover = {c: o for o in outcomes for c in o.covers}
     assert by_cover["all current"].passed, by_cover["all current"].cases
     older = by_cover["released runtime, current others"]
     assert older.sources[0].label == f"0.0.1 (released @{old[:8]})"
     assert [s.kind for s in older.sources] == ["released", "current", "current", "current"]
-    assert set(older.cases) == set(CASES)
+    # NOTE: the current stages may use runtime API newer than that commit (their pins
+    # say which runtime they need): the matrix then reports the import failure, never
+    # a pass; otherwise every case ran on the older runtime
+    if older.imports_verified:
+        assert set(older.cases) == set(CASES)
+    else:
+        assert "ImportError" in older.error and not older.passed, older.error
     table = compat_matrix.render(outcomes, releases, CASES)
     (row,) = [line for line in table.splitlines() if "released runtime, current others" in line]
     assert f"| 0.0.1 (released @{old[:8]}) | {older.sources[1].label} |" in row
