@@ -67,7 +67,7 @@ class CaptureContext:
     # (id(globals dict), name) -> the last write
     global_writes: dict[tuple[int, str], GlobalWrite] = field(default_factory=dict)
     new_cells: set[int] = field(default_factory=set)
-    new_functions: set[int] = field(default_factory=set)
+    new_functions: dict[int, Any] = field(default_factory=dict)  # id(fn) -> fn
     new_objects: dict[int, Any] = field(default_factory=dict)  # made by this capture
     # id -> object returned by a call run for real during this capture (kept alive)
     made: dict[int, Any] = field(default_factory=dict)

@@ -230,7 +230,7 @@ class Interpreter(ExceptionOps):
                 annotations, tuple) else annotations
         fn.__qualname__ = code.co_qualname
         if self.capture is not None:
-            self.capture.new_functions.add(id(fn))
+            self.capture.new_functions[id(fn)] = fn  # held: its id stays its own
         f.push(fn)
 
     def op_CALL(self, f: Frame, ins: Instruction) -> None:

@@ -139,9 +139,9 @@ class New(Recipe):
                 obj.args = values[0]
                 obj.__dict__.update(values[1])
             elif k == "function":
-                code, name, qualname = self.extra
+                code, name, qualname, f_globals = self.extra
                 defaults, kwdefaults, closure = values
-                obj = types.FunctionType(code, rt.ctx.f_globals, name, defaults, closure)
+                obj = types.FunctionType(code, f_globals, name, defaults, closure)
                 obj.__kwdefaults__ = kwdefaults
                 obj.__qualname__ = qualname
             else:

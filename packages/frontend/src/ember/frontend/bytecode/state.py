@@ -140,9 +140,12 @@ class StateBuilder:
         if isinstance(v, slice):
             return New("slice", self._key(v),
                        [self.recipe(v.start), self.recipe(v.stop), self.recipe(v.step)])
-        if isinstance(v, types.FunctionType) and id(v) in cap.new_functions:
+        if isinstance(v, types.FunctionType) and _made_during_capture(cap.new_functions, v):
+            # NOTE: the function's own globals (its module's), not the compiled
+            # function's: a function made inside an inlined call of another module
+            # (Triton's kernel[grid] launcher) looks its globals up there
             r = New("function", self._key(v), [],
-                    (v.__code__, v.__name__, v.__qualname__))
+                    (v.__code__, v.__name__, v.__qualname__, v.__globals__))
             self._memo[id(v)] = r
             r.parts = [self.recipe(v.__defaults__), self.recipe(v.__kwdefaults__),
                        self.recipe(v.__closure__)]
@@ -239,3 +242,8 @@ def holds_fake(v: Any, limit: int = 2000) -> bool:
             continue
         todo.extend(gc.get_referents(obj))
     return False
+
+
+def _made_during_capture(made: dict[int, Any], fn: types.FunctionType) -> bool:
+    """Whether the captured code made ``fn`` (by identity, never by a reused id)."""
+    return made.get(id(fn)) is fn
