@@ -6,9 +6,7 @@ nor imports a code generator. Loop nodes compute their reads and writes when mad
 from __future__ import annotations
 
 import ast
-import contextlib
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,10 +15,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from ember.inductor.buffers import PointwiseBuffer, ReductionBuffer
-from ember.inductor.codegen.backend import KernelBackend
 from ember.inductor.codegen.cpp.backend import CppBackend
-from ember.inductor.codegen.registry import BACKENDS, backend_for, register_backend
+from ember.inductor.codegen.registry import backend_for
 from ember.inductor.codegen.triton.backend import TritonBackend
+from ember.inductor.codegen.triton.testing import cpu_backend
 from ember.inductor.compile import compile_program
 from ember.inductor.loop_ir import (
     Buffer,
@@ -42,19 +40,6 @@ from ember.runtime.ir import Program
 from helpers import trace
 
 SRC = Path(__file__).parents[1] / "src" / "ember" / "inductor"
-
-
-@contextlib.contextmanager
-def cpu_backend(backend: type[KernelBackend]) -> Iterator[None]:
-    saved = BACKENDS.get("cpu")
-    register_backend("cpu", backend)
-    try:
-        yield
-    finally:
-        if saved is None:
-            BACKENDS.pop("cpu", None)
-        else:
-            BACKENDS["cpu"] = saved
 
 
 def _compile(program: Program) -> Program:

@@ -37,6 +37,15 @@ def _external_reads(b: BodyBuilder) -> tuple[str, ...]:
     return tuple(dict.fromkeys(buf for buf, _ in b.external_loads))
 
 
+def _reads_and_writes(node: PointwiseBuffer | ScatterBuffer) -> tuple[tuple[str, ...],
+                                                                      tuple[str, ...]]:
+    """What a node that stores only its own buffer reads (its body emitted once over
+    its sizes) and writes."""
+    b = BodyBuilder()
+    node.emit(b, loop_vars(node.sizes, "x"))
+    return _external_reads(b), (node.name,)
+
+
 @dataclass(eq=False)
 class PointwiseBuffer:
     """``name[i] = fn(i)`` for ``i`` over ``sizes``; stored contiguously."""
@@ -51,10 +60,7 @@ class PointwiseBuffer:
     writes: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
-        b = BodyBuilder()
-        self.emit(b, loop_vars(self.sizes, "x"))
-        self.reads = _external_reads(b)
-        self.writes = (self.name,)
+        self.reads, self.writes = _reads_and_writes(self)
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -172,10 +178,7 @@ class ScatterBuffer:
     writes: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
-        b = BodyBuilder()
-        self.emit(b, loop_vars(self.sizes, "x"))
-        self.reads = _external_reads(b)
-        self.writes = (self.name,)
+        self.reads, self.writes = _reads_and_writes(self)
 
     def emit(self, b: BodyBuilder, index: Sequence[IndexExpr]) -> None:
         target, value, mask = self.fn(b, tuple(index))

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.config import config
-from ember.runtime.fx_import import FxImport, record_fx
+from ember.runtime.fx_import import FxImport, is_symbolic, record_fx
 from ember.runtime.logs import log
 from ember.runtime.pipeline import BACKENDS, check_mode, check_options, compile_program
 
@@ -164,14 +164,6 @@ def _with_scalars_baked(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> torc
     return torch.fx.GraphModule(gm, graph)
 
 
-def _symbolic(value: Any) -> bool:
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return True
-    return isinstance(value, torch.Tensor) and any(
-        isinstance(s, torch.SymInt)
-        for s in (*value.shape, *value.stride(), value.storage_offset()))
-
-
 def ember(
     graph_module: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -202,7 +194,7 @@ def ember(
     """
     check_mode(None if mode == "default" else mode)
     backend, stage_options = checked_options(options)
-    if any(_symbolic(v) for v in example_inputs):
+    if any(is_symbolic(v) for v in example_inputs):
         return ShapeSpecialized(graph_module, backend, stage_options, mode)
     imported = record_fx(graph_module, example_inputs)
     compiled = compile_program(imported.program, backend, stage_options, mode)

@@ -44,7 +44,7 @@ from ember.runtime._torch import is_fake, pytree
 from ember.runtime.ir import InputKind, InputSpec, Program, verify
 from ember.runtime.tracing import GraphRecorder
 
-__all__ = ["FxImport", "import_fx", "record_fx"]
+__all__ = ["FxImport", "import_fx", "is_symbolic", "record_fx"]
 
 DYNAMIC_SHAPES_ISSUE = "issue #15"
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -151,6 +151,15 @@ def record_fx(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any])
                     tuple(output_leaves))
 
 
+def is_symbolic(value: Any) -> bool:
+    """A symbolic number, or a tensor with a symbolic size, stride or offset."""
+    if isinstance(value, _SYMBOLIC):
+        return True
+    return isinstance(value, torch.Tensor) and any(
+        isinstance(s, torch.SymInt)
+        for s in (*value.shape, *value.stride(), value.storage_offset()))
+
+
 def check_static(name: str, value: Any, example_value: Any = None) -> None:
     """Refuse symbolic example inputs (dynamic shapes) and other non-tensor inputs.
 
@@ -166,8 +175,7 @@ def check_static(name: str, value: Any, example_value: Any = None) -> None:
         raise NotImplementedError(
             f"graph input {name!r} is a {type(value).__name__}, not a tensor: only tensor "
             "inputs are supported (a Python number would be baked into the program)")
-    sizes = (*value.shape, *value.stride(), value.storage_offset())
-    if any(isinstance(s, torch.SymInt) for s in sizes):
+    if is_symbolic(value):
         raise NotImplementedError(
             f"graph input {name!r} has symbolic sizes {tuple(value.shape)}: " + hint)
 

@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+from ember.inductor.codegen.backend import KernelBackend
 from ember.inductor.codegen.registry import BACKENDS, register_backend
 from ember.inductor.codegen.triton.backend import TritonBackend
 
@@ -29,10 +30,10 @@ class TritonOnCpuBackend(TritonBackend):
 
 
 @contextlib.contextmanager
-def triton_for_cpu() -> Iterator[None]:
-    """Within the block, CPU graphs get Triton kernels (run by Triton's interpreter)."""
+def cpu_backend(backend: type[KernelBackend]) -> Iterator[None]:
+    """Within the block, CPU graphs get kernels from ``backend`` (then the old one)."""
     saved = BACKENDS.get("cpu")
-    register_backend("cpu", TritonOnCpuBackend)
+    register_backend("cpu", backend)
     try:
         yield
     finally:
@@ -40,3 +41,8 @@ def triton_for_cpu() -> Iterator[None]:
             BACKENDS.pop("cpu", None)
         else:
             BACKENDS["cpu"] = saved
+
+
+def triton_for_cpu() -> contextlib.AbstractContextManager[None]:
+    """Within the block, CPU graphs get Triton kernels (run by Triton's interpreter)."""
+    return cpu_backend(TritonOnCpuBackend)
