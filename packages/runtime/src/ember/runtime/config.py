@@ -89,6 +89,7 @@ LOG_TOPICS: tuple[str, ...] = (
     "guards",
     "graph_breaks",
     "recompiles",
+    "dynamic",
     "fallbacks",
     "output_code",
     "stages",

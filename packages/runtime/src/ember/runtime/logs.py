@@ -15,6 +15,7 @@ Topics (:data:`TOPICS`):
 ``guards``        the guards installed for each compiled frame
 ``graph_breaks``  where capture stopped, and why
 ``recompiles``    guard failures that caused a recompile, and the limit being hit
+``dynamic``       which dimensions are symbolic and why, specialisations, shape guards
 ``fallbacks``     ops or frames that ran eagerly instead of compiled
 ``output_code``   generated wrapper and kernel source
 ``stages``        which stage ran, in what time, and boundary saves
