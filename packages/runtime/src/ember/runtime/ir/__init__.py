@@ -19,14 +19,17 @@ from ember.runtime.ir.graph import (
     OutputSpec,
     Program,
     ScalarMeta,
+    ShapeGuard,
     Signature,
     SourceLocation,
     SymbolRange,
+    SymExpr,
     SymInt,
     TensorMeta,
     ValueRef,
     normalize_argument,
 )
+from ember.runtime.ir import symbolic
 from ember.runtime.ir.op_queries import (
     has_side_effects,
     is_pure,
@@ -46,7 +49,8 @@ from ember.runtime.ir.verifier import verify
 __all__ = [
     "DIALECTS", "OPCODES", "Argument", "Graph", "InputKind", "InputSpec", "IRError",
     "IRFormatError", "Meta", "Node", "OutputKind", "OutputSpec", "Program", "ScalarMeta",
-    "Signature", "SourceLocation", "SymbolRange", "SymInt", "TensorMeta", "ValueRef",
+    "ShapeGuard", "Signature", "SourceLocation", "SymbolRange", "SymExpr", "SymInt",
+    "TensorMeta", "ValueRef", "symbolic",
     "VerificationError", "normalize_argument", "qualified_name", "resolve_op",
     "verify",
     "drop_unreferenced_tensors", "eliminate_common_subexpressions", "eliminate_dead_code",

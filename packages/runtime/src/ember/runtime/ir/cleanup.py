@@ -54,7 +54,7 @@ def eliminate_dead_code(graph: Graph) -> Graph:
             continue
         kept.append(_copy(node))
         used.update(r.node for r in node.inputs())
-    return Graph(kept[::-1], dict(graph.symbols))
+    return Graph(kept[::-1], dict(graph.symbols), list(graph.guards))
 
 
 def argument_key(a: Argument) -> object:
@@ -95,7 +95,7 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
                 continue
             seen[key] = node.name
         out.append(node)
-    return Graph(out, dict(graph.symbols))
+    return Graph(out, dict(graph.symbols), list(graph.guards))
 
 
 def drop_unreferenced_tensors(program: Program) -> Program:

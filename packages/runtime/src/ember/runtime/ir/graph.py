@@ -20,8 +20,14 @@ set (:data:`OPCODES`):
 
 Node arguments are a closed set of Python values (:data:`Argument`): references to other
 nodes (:class:`ValueRef`), ``None``, ``bool``, ``int``, ``float``, ``str``, ``complex``,
-``torch.dtype``, ``torch.device``, ``torch.memory_format``, ``torch.layout`` and
-tuples of those (lists are normalised to tuples so that equality is structural).
+``torch.dtype``, ``torch.device``, ``torch.memory_format``, ``torch.layout``, symbolic
+ints (:class:`SymExpr`) and tuples of those (lists are normalised to tuples so that
+equality is structural).
+
+Sizes, strides and offsets are :data:`SymInt`: an int, or an expression over the graph's
+symbols (grammar and API: :mod:`ember.runtime.ir.symbolic`). ``Graph.symbols`` gives
+each symbol's range and hint, ``Graph.guards`` the relations every call must satisfy
+beyond the ranges (:class:`ShapeGuard`).
 
 A node that produces several values (``aten::max.dim``, ``aten::split.Tensor``) has a
 tuple of metadata entries; its consumers reference one of them with
@@ -54,6 +60,18 @@ class ValueRef:
         return f"%{self.node}" if self.index is None else f"%{self.node}.{self.index}"
 
 
+@dataclass(frozen=True)
+class SymExpr:
+    """A symbolic int argument: ``expr`` is the canonical text of an expression over the
+    graph's symbols (``SymExpr("s0*4")``; see :mod:`ember.runtime.ir.symbolic`).
+    Concrete ints stay ints. Text form ``sym(s0*4)``, JSON ``{"sym": "s0*4"}``."""
+
+    expr: str
+
+    def __str__(self) -> str:
+        return f"sym({self.expr})"
+
+
 Scalar = Union[None, bool, int, float, str, complex]
 Argument = Union[
     Scalar,
@@ -62,6 +80,7 @@ Argument = Union[
     torch.device,
     torch.memory_format,
     torch.layout,
+    SymExpr,
     tuple["Argument", ...],
 ]
 
@@ -224,7 +243,7 @@ def normalize_argument(a: object) -> Argument:
         TypeError: for a value outside the closed set of argument types.
     """
     if a is None or isinstance(
-        a, (bool, int, float, str, complex, ValueRef, torch.dtype, torch.device,
+        a, (bool, int, float, str, complex, ValueRef, SymExpr, torch.dtype, torch.device,
             torch.memory_format, torch.layout)
     ):
         return a
@@ -235,19 +254,40 @@ def normalize_argument(a: object) -> Argument:
 
 @dataclass(frozen=True)
 class SymbolRange:
-    """The range of a size symbol, inclusive; ``upper`` None means unbounded."""
+    """The range of a size symbol, inclusive; ``upper`` None means unbounded. ``hint``
+    is the example value seen at capture (backed symbols, ``s0``, always have one;
+    unbacked, data-dependent ones, ``u0``, have None). Hints drive heuristics, never
+    correctness."""
 
     lower: int = 2
     upper: int | None = None
+    hint: int | None = None
+
+    def __str__(self) -> str:
+        upper = "inf" if self.upper is None else str(self.upper)
+        return f"[{self.lower}, {upper}]"
+
+
+@dataclass(frozen=True)
+class ShapeGuard:
+    """A relation between sizes that every call of the graph must satisfy beyond the
+    symbols' ranges (``s1 == 2*s0``, ``s0%16 == 0``; grammar in
+    :mod:`ember.runtime.ir.symbolic`), with the user's source line that introduced it
+    when known."""
+
+    expr: str
+    source: SourceLocation | None = None
 
 
 @dataclass(eq=True)
 class Graph:
-    """An SSA list of nodes; ``symbols`` gives the ranges of the size symbols used in
-    the nodes' metadata."""
+    """An SSA list of nodes; ``symbols`` gives the range and hint of each size symbol
+    used in the graph, ``guards`` the relations between them that every call must
+    satisfy. Copy a graph with ``dataclasses.replace(graph, nodes=...)`` to keep both."""
 
     nodes: list[Node] = field(default_factory=list)
     symbols: dict[str, SymbolRange] = field(default_factory=dict)
+    guards: list[ShapeGuard] = field(default_factory=list)
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -387,6 +427,7 @@ class Program:
             name: Graph(
                 nodes=[dataclasses.replace(n, kwargs=dict(n.kwargs)) for n in g.nodes],
                 symbols=dict(g.symbols),
+                guards=list(g.guards),
             )
             for name, g in self.graphs.items()
         }
