@@ -3,13 +3,20 @@
     python tools/bench.py --device cpu --compilers eager,torch,ember --suite quick \\
         [--train] [--json OUT] [--markdown OUT] [--ember-backend eager|aot_eager|inductor] \\
         [--models a,b] [--dtype float32,bfloat16] [--mode reduce-overhead] \\
-        [--ember-option capture=strict] [--no-cold] [--time-limit S]
+        [--ember-option capture=strict] [--no-cold] [--time-limit S] \\
+        [--dynamic] [--sizes 1,8,32]
 
 For each model, in one process: median time, speedup over eager, compile time (in this
 process, and cold/warm in a fresh subprocess with empty caches unless ``--no-cold``),
 accuracy against an fp64 reference (docs/architecture.md), peak memory (CUDA), graphs / graph
 breaks / kernels / fallbacks as each compiler reports them; then the per-call overhead of
 each compiler on a tiny function. A model's failure is recorded in its row; the run goes on.
+
+``--dynamic`` compiles every compiler but eager a second time with ``dynamic=True`` (every
+input dimension symbolic), timed in the same round-robin as the static compile, and reports
+each dynamic/static time ratio (the target: within 10%). ``--sizes`` then also times every
+compiled variant at those batch sizes (dimension 0 of every input) and counts the compiles
+the new sizes caused.
 """
 
 from __future__ import annotations
@@ -65,7 +72,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--time-limit", type=float, default=900.0, metavar="S",
                         help="seconds allowed per phase of a model (compile; timing); "
                              "past it the row fails with PhaseTimeout (default 900)")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="also compile each compiler with dynamic=True and report the "
+                             "dynamic/static time ratios")
+    parser.add_argument("--sizes", default="", metavar="N,N",
+                        help="comma-separated batch sizes: time every compiled variant at "
+                             "each (dim 0 of every input) and count the compiles they cause")
     args = parser.parse_args(argv)
+    try:
+        args.size_list = tuple(int(n) for n in args.sizes.split(",") if n.strip())
+    except ValueError:
+        parser.error(f"--sizes {args.sizes!r}: expected comma-separated integers")
+    if any(n < 1 for n in args.size_list):
+        parser.error(f"--sizes {args.sizes!r}: batch sizes must be at least 1")
     args.compiler_list = [c.strip() for c in args.compilers.split(",") if c.strip()]
     for c in args.compiler_list:
         if c not in compilers.COMPILERS:
@@ -104,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in args.dtype_list:
         config = runner.BenchConfig(device, dtype, args.suite, args.train, args.ember_backend,
                                     cold=not args.no_cold, time_limit_s=args.time_limit,
-                                    mode=args.mode, ember_options=args.ember_options)
+                                    mode=args.mode, ember_options=args.ember_options,
+                                    dynamic=args.dynamic, sizes=args.size_list)
         for name in args.model_list:
             t0 = time.perf_counter()
             model_rows = runner.bench_model(name, config, args.compiler_list)
@@ -118,10 +138,17 @@ def main(argv: list[str] | None = None) -> int:
     meta.update(suite=args.suite, mode="train" if args.train else "inference",
                 compile_mode=args.mode or "default", ember_backend=args.ember_backend,
                 ember_options=",".join(args.ember_option) or "none",
+                dynamic=str(args.dynamic), sizes=args.sizes or "none",
                 wall_s=f"{time.perf_counter() - start:.0f}")
     print()
     print(" ".join(f"{k}={v}" for k, v in meta.items() if k != "command"))
     print(report.table(rows))
+    if args.dynamic:
+        print("\ndynamic=True against the static compile:")
+        print(report.dynamic_table(rows))
+    if args.size_list:
+        print("\nbatch-size sweep:")
+        print(report.sweep_table(rows))
     print("\nper-call overhead (tiny input):")
     print(report.overhead_table(overhead))
     if args.json:

@@ -27,7 +27,8 @@ TOOLS_DIR = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class ColdJob:
-    """One (model, compiler) compile-time measurement."""
+    """One (model, compiler) compile-time measurement; ``dynamic``: compiled with
+    ``dynamic=True``."""
 
     model: str
     compiler: str
@@ -38,6 +39,7 @@ class ColdJob:
     train: bool
     mode: str | None = None
     ember_options: dict[str, Any] = field(default_factory=dict)
+    dynamic: bool = False
 
 
 def measure(job: ColdJob, timeout_s: float = 600.0) -> dict[str, object]:
@@ -92,7 +94,7 @@ def _first_call_seconds(job: ColdJob) -> float:
     compilers.reset(job.compiler)
     start = time.perf_counter()
     step = make_step(job.compiler, module, inputs, job.train, job.ember_backend, job.mode,
-                     job.ember_options)
+                     job.ember_options, True if job.dynamic else None)
     step()
     synchronize(device)
     return time.perf_counter() - start

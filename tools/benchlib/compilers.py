@@ -29,9 +29,12 @@ class GraphStats:
     fallbacks: int | None = None
 
 
-def label(compiler: str, ember_backend: str) -> str:
-    """The name of a compiler in tables: ``torch``, ``ember[inductor]``."""
-    return f"ember[{ember_backend}]" if compiler == "ember" else compiler
+def label(compiler: str, ember_backend: str, dynamic: bool = False) -> str:
+    """The name of a compiler in tables: ``torch``, ``ember[inductor]``, and with
+    ``dynamic`` (compiled with ``dynamic=True``) ``torch[dynamic]``,
+    ``ember[inductor,dynamic]``."""
+    tags = ([ember_backend] if compiler == "ember" else []) + (["dynamic"] if dynamic else [])
+    return f"{compiler}[{','.join(tags)}]" if tags else compiler
 
 
 def reset(compiler: str) -> None:
@@ -51,12 +54,14 @@ def reset(compiler: str) -> None:
 
 
 def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "inductor",
-               mode: str | None = None, ember_options: dict[str, Any] | None = None
-               ) -> Callable[..., Any]:
+               mode: str | None = None, ember_options: dict[str, Any] | None = None,
+               dynamic: bool | None = None) -> Callable[..., Any]:
     """``fn`` compiled by ``compiler`` (lazily: compilers compile on the first call).
-    ``mode`` (``None``, ``"reduce-overhead"``, ``"max-autotune"``, ...) goes to both
-    torch.compile and Ember, which mirror each other; ``ember_options`` is Ember's
-    ``options=`` (e.g. ``{"capture": "strict"}``).
+    ``mode`` (``None``, ``"reduce-overhead"``, ``"max-autotune"``, ...) and ``dynamic``
+    (``None``: automatic, each compiler's default; ``True``: every input dimension
+    symbolic from the first compile; ``False``: never) go to both torch.compile and
+    Ember, which mirror each other; ``ember_options`` is Ember's ``options=`` (e.g.
+    ``{"capture": "strict"}``). Eager ignores ``mode`` and ``dynamic``.
 
     Raises:
         ValueError: unknown compiler.
@@ -65,15 +70,15 @@ def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "indu
     if compiler == "eager":
         return fn
     if compiler == "torch":
-        return torch.compile(fn, mode=mode)
+        return torch.compile(fn, mode=mode, dynamic=dynamic)
     if compiler == "dynamo_ember":
         options = {"backend": ember_backend, **(ember_options or {})}
-        return torch.compile(fn, backend="ember", mode=mode, options=options)
+        return torch.compile(fn, backend="ember", mode=mode, dynamic=dynamic, options=options)
     if compiler == "ember":
         import ember.frontend
 
         compiled: Callable[..., Any] = ember.frontend.compile(
-            fn, backend=ember_backend, mode=mode, options=ember_options or None
+            fn, backend=ember_backend, mode=mode, dynamic=dynamic, options=ember_options or None
         )
         return compiled
     raise ValueError(f"unknown compiler {compiler!r}; expected one of {COMPILERS}")
@@ -115,6 +120,19 @@ def graph_stats(compiler: str, compiled: Callable[..., Any]) -> GraphStats:
             kernels=kernels,
         )
     return GraphStats()
+
+
+def compile_count(compiler: str, compiled: Callable[..., Any]) -> int | None:
+    """How many graphs ``compiler`` has compiled so far: Ember's ``stats.compiles`` (of
+    this callable); torch.compile's ``unique_graphs`` counter (process-wide: read it
+    before and after a call and take the difference); ``None`` for eager."""
+    if compiler == "ember":
+        return _int_or_none(getattr(getattr(compiled, "stats", None), "compiles", None))
+    if compiler in ("torch", "dynamo_ember"):
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"].get("unique_graphs", 0))
+    return None
 
 
 def _int_or_none(value: Any) -> int | None:

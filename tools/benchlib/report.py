@@ -128,6 +128,81 @@ def markdown_table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+DYNAMIC_TARGET = 1.10
+"""The issue's target: a ``dynamic=True`` compile within 10% of the static compile's time."""
+
+
+def _dynamic_cells(rows: list[Row]) -> tuple[list[str], list[list[str]], str]:
+    """Columns, one line per dynamic row, and the summary line of the dynamic table."""
+    columns = ["model", "dtype", "compiler", "static", "dynamic", "dynamic/static", "target"]
+    lines: list[list[str]] = []
+    met = measured = 0
+    for row in rows:
+        if not row.dynamic:
+            continue
+        ratio = row.dynamic_ratio
+        if ratio is None or row.time_ms is None:
+            failed = row.status == "fail_to_run"
+            static_ms = None
+            verdict = f"FAILED ({row.error.split(':')[0]})" if failed else "no static time"
+        else:
+            static_ms = row.time_ms / ratio
+            measured += 1
+            met += ratio <= DYNAMIC_TARGET
+            verdict = "met" if ratio <= DYNAMIC_TARGET else f"{(ratio - 1) * 100:.0f}% slower"
+        lines.append([row.model, row.dtype, row.compiler, _time(static_ms), _time(row.time_ms),
+                      _fmt(ratio, ".2f", "x"), verdict])
+    total = sum(row.dynamic for row in rows)
+    summary = (f"{met} of {total} dynamic compiles within {(DYNAMIC_TARGET - 1) * 100:.0f}% "
+               f"of the static compile ({total - measured} not measured)")
+    return columns, lines, summary
+
+
+def dynamic_table(rows: list[Row]) -> str:
+    """Each ``dynamic=True`` row's time beside its compiler's static time, the ratio and
+    whether it meets :data:`DYNAMIC_TARGET`; a summary line below."""
+    columns, lines, summary = _dynamic_cells(rows)
+    return _text_table(columns, lines) + "\n" + summary
+
+
+def _sweep_cells(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    sizes = sorted({size for row in rows for size in row.sweep_ms})
+    columns = ["model", "dtype", "compiler"] + [f"batch {s}" for s in sizes] + ["compiles"]
+    lines = []
+    for row in rows:
+        if not row.sweep_ms:
+            continue
+        cells = []
+        for size in sizes:
+            value = row.sweep_ms.get(size)
+            cells.append(_time(value) if not isinstance(value, str) else "FAILED")
+        lines.append([row.model, row.dtype, row.compiler, *cells,
+                      _fmt(row.sweep_compiles, "d")])
+    return columns, lines
+
+
+def sweep_table(rows: list[Row]) -> str:
+    """The size sweep: each variant's median time per batch size and the compiles the
+    sweep caused; the errors of failed sizes as notes."""
+    columns, lines = _sweep_cells(rows)
+    notes = [f"  {row.model} {row.dtype} / {row.compiler} at batch {size}: {value}"
+             for row in rows for size, value in row.sweep_ms.items() if isinstance(value, str)]
+    return _text_table(columns, lines) + ("\n\nnotes:\n" + "\n".join(notes) if notes else "")
+
+
+def _text_table(columns: list[str], lines: list[list[str]]) -> str:
+    widths = [max([len(c)] + [len(line[i]) for line in lines]) for i, c in enumerate(columns)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip(),
+           "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines]
+    return "\n".join(out)
+
+
+def _markdown(columns: list[str], lines: list[list[str]]) -> list[str]:
+    return (["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+            + ["| " + " | ".join(line) + " |" for line in lines])
+
+
 def overhead_table(results: dict[str, float | str]) -> str:
     """``compiler: N us per call`` lines."""
     return "\n".join(
@@ -179,4 +254,12 @@ def write_markdown(path: str | Path, meta: dict[str, Any], rows: list[Row],
         f"- {name}: {value:.1f} us" if isinstance(value, float) else f"- {name}: FAILED {value}"
         for name, value in overhead.items()
     ]
+    if any(row.dynamic for row in rows):
+        columns, cells, summary = _dynamic_cells(rows)
+        lines += ["", "Dynamic (`dynamic=True`) against static compiles:", ""]
+        lines += _markdown(columns, cells) + ["", summary]
+    if any(row.sweep_ms for row in rows):
+        columns, cells = _sweep_cells(rows)
+        lines += ["", "Batch-size sweep (median time per size; compiles the sweep caused):", ""]
+        lines += _markdown(columns, cells)
     Path(path).write_text("\n".join(lines) + "\n")

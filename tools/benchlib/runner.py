@@ -5,6 +5,11 @@ all are timed together (round-robin on CPU, see ``timing.interleaved_median_seco
 then cold/warm compile times are measured in subprocesses. A failure in any phase is
 caught and recorded in the row (exception type and the first line of its message); the
 run goes on with the next compiler and model.
+
+With ``BenchConfig.dynamic`` every compiler but eager is compiled twice, as today and with
+``dynamic=True``, and both are timed in the same round-robin: the dynamic row's
+``dynamic_ratio`` is its time over the static row's. ``BenchConfig.sizes`` then times every
+compiled variant at other batch sizes too (``benchlib.sweep``).
 """
 
 from __future__ import annotations
@@ -19,14 +24,17 @@ from typing import Any
 import torch
 import zoo
 
-from benchlib import accuracy, coldstart, compilers, timing
+from benchlib import accuracy, coldstart, compilers, sweep, timing
 from benchlib.limits import time_limit
 
 
 @dataclass
 class Row:
     """One line of the results. ``status``: ``ok``, ``fail_accuracy`` or ``fail_to_run``
-    (then ``error`` says in which phase and why)."""
+    (then ``error`` says in which phase and why). ``dynamic``: compiled with
+    ``dynamic=True``; ``dynamic_ratio``: then its time over the same compiler's static
+    time (1.10 = 10% slower). ``sweep_ms``: batch size -> median time in ms (or the error
+    at that size) and ``sweep_compiles``: compiles the sweep caused, when ``--sizes``."""
 
     model: str
     dtype: str
@@ -47,14 +55,19 @@ class Row:
     graph_breaks: int | None = None
     kernels: int | None = None
     fallbacks: int | None = None
+    dynamic: bool = False
+    dynamic_ratio: float | None = None
+    sweep_ms: dict[int, float | str] = field(default_factory=dict)
+    sweep_compiles: int | None = None
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     """What to run: device, dtype, suite, training or inference, Ember's backend, whether
     to measure cold/warm compile time in subprocesses, the time limit of each phase
-    (compile + accuracy; timing) of one model in seconds, the compile ``mode`` and
-    Ember's ``options=``."""
+    (compile + accuracy; timing) of one model in seconds, the compile ``mode``, Ember's
+    ``options=``, whether to add a ``dynamic=True`` compile beside each static one, and
+    the batch sizes of the size sweep (empty: none)."""
 
     device: torch.device
     dtype: torch.dtype
@@ -65,6 +78,21 @@ class BenchConfig:
     time_limit_s: float | None = 900.0
     mode: str | None = None
     ember_options: dict[str, Any] = field(default_factory=dict)
+    dynamic: bool = False
+    sizes: tuple[int, ...] = ()
+
+
+@dataclass
+class Prepared:
+    """A compiled variant of one model: its row, the compiler and whether it was compiled
+    with ``dynamic=True``, its module (a copy of the model's) and its :class:`Step`
+    (``None`` when compiling or checking it failed; the row says why)."""
+
+    row: Row
+    compiler: str
+    dynamic: bool
+    module: torch.nn.Module
+    step: Step | None
 
 
 def describe(exc: BaseException) -> str:
@@ -103,38 +131,54 @@ class Step:
 
 def make_step(compiler: str, module: torch.nn.Module, inputs: tuple[Any, ...], train: bool,
               ember_backend: str, mode: str | None = None,
-              ember_options: dict[str, Any] | None = None) -> Step:
-    """Compile ``module`` with ``compiler`` and wrap it as a :class:`Step`."""
+              ember_options: dict[str, Any] | None = None, dynamic: bool | None = None
+              ) -> Step:
+    """Compile ``module`` with ``compiler`` (``dynamic``: see
+    :func:`benchlib.compilers.compile_fn`) and wrap it as a :class:`Step`."""
     if train:
         module.train()
-    compiled = compilers.compile_fn(compiler, module, ember_backend, mode, ember_options)
+    compiled = compilers.compile_fn(compiler, module, ember_backend, mode, ember_options,
+                                    dynamic)
     return Step(compiled, module, inputs, train)
+
+
+def variants(compiler_names: list[str], dynamic: bool) -> list[tuple[str, bool]]:
+    """``(compiler, dynamic)`` pairs to bench: each compiler as given, and with
+    ``dynamic`` a ``dynamic=True`` compile right after each one but eager."""
+    pairs: list[tuple[str, bool]] = []
+    for compiler in compiler_names:
+        pairs.append((compiler, False))
+        if dynamic and compiler != "eager":
+            pairs.append((compiler, True))
+    return pairs
 
 
 def bench_model(name: str, config: BenchConfig, compiler_names: list[str]) -> list[Row]:
     """Rows for model ``name``, one per compiler (eager first when asked for, so speedups
-    can be computed)."""
+    can be computed), and with ``config.dynamic`` one more per compiler but eager."""
     dtype_name = str(config.dtype).removeprefix("torch.")
+    pairs = variants(compiler_names, config.dynamic)
     try:
         base, inputs = zoo.get(name).make(config.device, config.dtype, config.suite)
         if config.train:
             base.train()
         reference = accuracy.compute_reference(base, inputs, config.train)
     except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
-        return [Row(name, dtype_name, compilers.label(c, config.ember_backend), "fail_to_run",
-                    f"model: {describe(exc)}") for c in compiler_names]
-    prepared = [_prepare(name, dtype_name, c, base, inputs, reference, config)
-                for c in compiler_names]
+        return [Row(name, dtype_name, compilers.label(c, config.ember_backend, d), "fail_to_run",
+                    f"model: {describe(exc)}", dynamic=d) for c, d in pairs]
+    prepared = [_prepare(name, dtype_name, c, d, base, inputs, reference, config)
+                for c, d in pairs]
     steps: dict[str, Callable[[], Any]] = {
-        row.compiler: step for row, step in prepared if step is not None
+        p.row.compiler: p.step for p in prepared if p.step is not None
     }
     try:
         with time_limit(config.time_limit_s, f"timing {name}"):
             times = timing.interleaved_median_seconds(steps, config.device)
     except TimeoutError as exc:
         times = {key: exc for key in steps}
-    for row, step in prepared:
-        if step is None:
+    for p in prepared:
+        row = p.row
+        if p.step is None:
             continue
         measured = times[row.compiler]
         if isinstance(measured, BaseException):
@@ -142,33 +186,80 @@ def bench_model(name: str, config: BenchConfig, compiler_names: list[str]) -> li
             continue
         row.time_ms = measured * 1e3
         try:
-            row.peak_memory_mb = timing.peak_memory_mb(step, config.device)
+            row.peak_memory_mb = timing.peak_memory_mb(p.step, config.device)
         except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
             row.error = f"peak memory: {describe(exc)}"
+    if config.sizes:
+        _sweep(name, prepared, inputs, config)
     if config.cold:
-        for row, step in prepared:
-            if step is not None and row.compiler != "eager":
-                _measure_cold(row, name, config)
-    rows = [row for row, _ in prepared]
-    eager_ms = next((r.time_ms for r in rows if r.compiler == "eager"), None)
-    for row in rows:
-        if eager_ms and row.time_ms:
-            row.speedup = eager_ms / row.time_ms
+        for p in prepared:
+            if p.step is not None and p.compiler != "eager":
+                _measure_cold(p, name, config)
+    rows = [p.row for p in prepared]
+    _ratios(prepared)
     return rows
 
 
-def _prepare(name: str, dtype_name: str, compiler: str, base: torch.nn.Module,
+def _sweep(name: str, prepared: list[Prepared], inputs: tuple[Any, ...],
+           config: BenchConfig) -> None:
+    """Every variant that compiled, at each of ``config.sizes`` (``row.sweep_ms``,
+    ``row.sweep_compiles``)."""
+    live = [p for p in prepared if p.step is not None and p.row.status != "fail_to_run"]
+    variants = {p.row.compiler: _sweep_variant(p.compiler, p.step.compiled, p.module,
+                                               config.train)
+                for p in live if p.step is not None}
+    try:
+        with time_limit(config.time_limit_s, f"size sweep of {name}"):
+            results = sweep.run(variants, inputs, config.sizes, config.device)
+    except TimeoutError as exc:
+        for p in live:
+            p.row.error = f"size sweep: {describe(exc)}"
+        return
+    for p in live:
+        result = results[p.row.compiler]
+        p.row.sweep_compiles = result.compiles
+        p.row.sweep_ms = {
+            size: describe(value) if isinstance(value, BaseException) else value * 1e3
+            for size, value in result.seconds.items()
+        }
+
+
+def _sweep_variant(compiler: str, compiled: Callable[..., Any], module: torch.nn.Module,
+                   train: bool) -> sweep.SweepVariant:
+    return sweep.SweepVariant(
+        bind=lambda xs: Step(compiled, module, xs, train),
+        compiles=lambda: compilers.compile_count(compiler, compiled),
+    )
+
+
+def _ratios(prepared: list[Prepared]) -> None:
+    """Speedups over eager; each dynamic row's time over its compiler's static time."""
+    rows = [p.row for p in prepared]
+    eager_ms = next((r.time_ms for r in rows if r.compiler == "eager"), None)
+    static_ms = {p.compiler: p.row.time_ms for p in prepared if not p.dynamic}
+    for p in prepared:
+        row = p.row
+        if eager_ms and row.time_ms:
+            row.speedup = eager_ms / row.time_ms
+        static = static_ms.get(p.compiler)
+        if p.dynamic and static and row.time_ms:
+            row.dynamic_ratio = row.time_ms / static
+
+
+def _prepare(name: str, dtype_name: str, compiler: str, dynamic: bool, base: torch.nn.Module,
              inputs: tuple[Any, ...], reference: accuracy.Reference, config: BenchConfig
-             ) -> tuple[Row, Step | None]:
+             ) -> Prepared:
     """Compile (timing the first call), read the stats, check accuracy. The Step is
-    ``None`` when something failed (the row says what)."""
-    row = Row(name, dtype_name, compilers.label(compiler, config.ember_backend))
+    ``None`` when something failed (the row says what). A static variant compiles with
+    the compiler's default (``dynamic=None``), as without ``--dynamic``."""
+    row = Row(name, dtype_name, compilers.label(compiler, config.ember_backend, dynamic),
+              dynamic=dynamic)
     module = copy.deepcopy(base)
     phase = "compile"
     try:
         compilers.reset(compiler)
         step = make_step(compiler, module, inputs, config.train, config.ember_backend,
-                         config.mode, config.ember_options)
+                         config.mode, config.ember_options, True if dynamic else None)
         start = time.perf_counter()
         with time_limit(config.time_limit_s, f"compiling {name} with {row.compiler}"):
             observed = accuracy.observe(step.compiled, module, inputs, config.train)
@@ -182,19 +273,19 @@ def _prepare(name: str, dtype_name: str, compiler: str, base: torch.nn.Module,
         result = accuracy.judge(reference, observed)
     except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
         row.status, row.error = "fail_to_run", f"{phase}: {describe(exc)}"
-        return row, None
+        return Prepared(row, compiler, dynamic, module, None)
     row.accuracy, row.accuracy_detail = result.label, result.reason
     row.max_abs_error, row.rmse_ratio = result.max_abs_error, result.rmse_ratio
     if not result.passed:
         row.status = "fail_accuracy"
-    return row, step
+    return Prepared(row, compiler, dynamic, module, step)
 
 
-def _measure_cold(row: Row, name: str, config: BenchConfig) -> None:
-    compiler = "ember" if row.compiler.startswith("ember") else row.compiler
-    job = coldstart.ColdJob(name, compiler, config.ember_backend, str(config.device),
+def _measure_cold(prepared: Prepared, name: str, config: BenchConfig) -> None:
+    row = prepared.row
+    job = coldstart.ColdJob(name, prepared.compiler, config.ember_backend, str(config.device),
                             row.dtype, config.suite, config.train, config.mode,
-                            config.ember_options)
+                            config.ember_options, prepared.dynamic)
     measured = coldstart.measure(job)
     if "error" in measured:
         row.error = f"cold compile: {measured['error']}"

@@ -13,7 +13,8 @@ from benchlib import compilers
 
 def _fake_compilers(failing: set[str]) -> Callable[..., Any]:
     def compile_fn(compiler: str, fn: Any, ember_backend: str = "inductor",
-                   mode: str | None = None, ember_options: Any = None) -> Any:
+                   mode: str | None = None, ember_options: Any = None,
+                   dynamic: bool | None = None) -> Any:
         if compiler == "ember" and ember_backend in failing:
             raise NotImplementedError(f"{ember_backend} cannot do this yet")
         return fn
