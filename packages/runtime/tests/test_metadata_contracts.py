@@ -152,6 +152,17 @@ def test_crafted_metadata_names_the_key() -> None:
         CompileReport, {"kernels": True})
 
 
+def test_symbolic_sizes_in_aot_metadata_round_trip_and_are_checked() -> None:
+    symbolic = AliasedOutput(1, "input", "x", False, ("s0", 4), (4, 1), "4*s0", ("4*s0", 1))
+    meta = AotMetadata(aliased_outputs=(symbolic,),
+                       partition=PartitionSummary("16*s0+8", (), False))
+    assert AotMetadata.from_json(json.loads(json.dumps(meta.to_json()))) == meta
+    crafted = {**symbolic.to_json(), "sizes": ["__import__('os')", 4]}
+    assert "['sizes'][0]: size expression" in _error(AliasedOutput, crafted)
+    assert "['storage_offset']: expected an integer or a size expression, got float" in \
+        _error(AliasedOutput, {**symbolic.to_json(), "storage_offset": 1.5})
+
+
 @pytest.mark.parametrize("name", ["__class__", "load", "float", "torch.float32", 7])
 def test_dtype_names_decode_only_through_the_runtime_table(name: object) -> None:
     # getattr(torch, "float") is torch.float32 and getattr(torch, "load") a function:

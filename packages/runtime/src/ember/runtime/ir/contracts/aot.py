@@ -28,8 +28,10 @@ from ember.runtime.ir.contracts.fields import (
     read_object,
     read_str,
     read_strs,
+    read_symint,
+    read_symints,
 )
-from ember.runtime.ir.graph import Program
+from ember.runtime.ir.graph import Program, SymInt
 
 INPUT_ALIASES_KEY = "input_aliases"
 AOT_KEY = "aot"
@@ -104,16 +106,18 @@ class AliasedOutput:
     or of output number ``int(base)`` (``kind == "output"``), with the sizes, strides
     and storage offset (relative to the base's own offset) eager torch gives it.
     ``identity``: the output is the input itself; ``base_strides``: the base's strides
-    at trace time (a base with other strides gets the computed value instead)."""
+    at trace time (a base with other strides gets the computed value instead). In a
+    symbolic program the sizes, strides and offsets may be expressions over the forward
+    graph's size symbols, evaluated for each call's input sizes."""
 
     output: int
     kind: Literal["input", "output"]
     base: str
     identity: bool
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
-    storage_offset: int
-    base_strides: tuple[int, ...]
+    sizes: tuple[SymInt, ...]
+    strides: tuple[SymInt, ...]
+    storage_offset: SymInt
+    base_strides: tuple[SymInt, ...]
 
     @property
     def base_output(self) -> int | None:
@@ -149,10 +153,10 @@ class AliasedOutput:
             kind="input" if kind == "input" else "output",
             base=base,
             identity=read_bool(d["identity"], at(where, "identity")),
-            sizes=read_ints(d["sizes"], at(where, "sizes")),
-            strides=read_ints(d["strides"], at(where, "strides")),
-            storage_offset=read_int(d["storage_offset"], at(where, "storage_offset")),
-            base_strides=read_ints(d["base_strides"], at(where, "base_strides")),
+            sizes=read_symints(d["sizes"], at(where, "sizes")),
+            strides=read_symints(d["strides"], at(where, "strides")),
+            storage_offset=read_symint(d["storage_offset"], at(where, "storage_offset")),
+            base_strides=read_symints(d["base_strides"], at(where, "base_strides")),
         )
 
 
@@ -160,14 +164,19 @@ class AliasedOutput:
 class PartitionSummary:
     """The min-cut partitioner's choice, in a training program's ``metadata["aot"]``:
     bytes the forward saves, the values recomputed in the backward, and whether
-    ``aot.save_everything`` was set."""
+    ``aot.save_everything`` was set. ``saved_bytes`` is an expression over the
+    forward graph's size symbols when a saved value's size is symbolic."""
 
-    saved_bytes: int
+    saved_bytes: SymInt
     recomputed: tuple[str, ...]
     save_everything: bool
 
 
 _PARTITION_KEYS = ("saved_bytes", "recomputed", "save_everything")
+
+
+def _saved_bytes(value: JSON, where: str) -> SymInt:
+    return read_symint(value, where) if isinstance(value, str) else read_int(value, where, 0)
 
 
 def _extern_ops(value: JSON, where: str) -> tuple[str, ...]:
@@ -227,7 +236,7 @@ class AotMetadata:
                                     f"{', '.join(map(repr, missing))} (the partitioner "
                                     "writes all three)")
             partition = PartitionSummary(
-                read_int(d["saved_bytes"], at(where, "saved_bytes"), 0),
+                _saved_bytes(d["saved_bytes"], at(where, "saved_bytes")),
                 read_strs(d["recomputed"], at(where, "recomputed")),
                 read_bool(d["save_everything"], at(where, "save_everything")))
         aliased = at(where, "aliased_outputs")

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import torch
 from ember.runtime.ir import torch_names
 from ember.runtime.ir.errors import IRFormatError
-from ember.runtime.ir.graph import Program
+from ember.runtime.ir.graph import Program, SymInt
+from ember.runtime.ir.symbolic import free_symbols
 
 JSON = object
 """A value ``json.loads`` can return; narrowed by the readers below."""
@@ -108,6 +109,26 @@ def read_ints(value: JSON, where: str, length: int | None = None,
     if length is not None and len(items) != length:
         raise MetadataError(f"{where}: expected {length} integers, got {describe(value)}")
     return tuple(read_int(v, at(where, i), minimum) for i, v in enumerate(items))
+
+
+def read_symint(value: JSON, where: str) -> SymInt:
+    """``value`` as a size: an integer, or the text of a size expression over symbols
+    (``"s0*4"``, :mod:`ember.runtime.ir.symbolic`)."""
+    if isinstance(value, str):
+        try:
+            free_symbols(value)
+        except IRFormatError as e:
+            raise MetadataError(f"{where}: {e}") from None
+        return value
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise MetadataError(f"{where}: expected an integer or a size expression, got "
+                            f"{describe(value)}")
+    return value
+
+
+def read_symints(value: JSON, where: str) -> tuple[SymInt, ...]:
+    """``value`` as an array of sizes (:func:`read_symint`)."""
+    return tuple(read_symint(v, at(where, i)) for i, v in enumerate(read_list(value, where)))
 
 
 def read_strs(value: JSON, where: str) -> tuple[str, ...]:
