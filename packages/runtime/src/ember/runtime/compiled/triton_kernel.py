@@ -183,8 +183,8 @@ class TritonKernel:
         if not interpret:
             self._options["num_warps"] = spec.num_warps
             self._options["num_stages"] = spec.num_stages
-        # Bound launchers of the compiled binary (see _bind), by grid and argument
-        # specialization; None once binding failed (every launch then goes through JIT).
+        # Compiled binaries (see _bind), by argument specialization; None once binding
+        # failed (every launch then goes through JIT).
         self._bound: dict[tuple[Any, ...], Any] | None = None if interpret else {}
         self._trailing: tuple[Any, ...] = ()
 
@@ -206,55 +206,67 @@ class TritonKernel:
             )
         key = None
         if self._bound is not None:
-            key = (tuple(grid), *map(_specialization, args))
-            runner = self._bound.get(key)
-            if runner is not None:
-                runner(*args, *self._trailing)
+            key = tuple(map(argument_specialization, args))
+            compiled = self._bound.get(key)
+            if compiled is not None:
+                compiled[_grid3(grid)](*args, *self._trailing)
                 return
         self._fn[tuple(grid)](*args, **self._options)
         if key is not None:
-            self._bind(key, args)
+            self._bind(key, args, grid)
 
-    def _bind(self, key: tuple[Any, ...], args: tuple[Any, ...]) -> None:
-        """Keep the launcher of the binary Triton's JIT just built for ``key``.
+    def _bind(self, key: tuple[Any, ...], args: tuple[Any, ...], grid: Sequence[int]) -> None:
+        """Keep the binary Triton's JIT just built for the argument specialization ``key``.
 
         ``JITFunction[grid](...)`` re-derives the specialization and looks the binary up
         on every call (tens of microseconds, most of a small kernel's launch cost). The
         binary depends only on what ``key`` holds (each tensor's dtype and 16-byte
-        alignment, each integer's value class), so later launches with the same key call
-        it directly. Kernels whose constexpr parameters do not follow the runtime ones,
-        or a Triton without ``warmup`` / ``CompiledKernel[grid]``, keep the JIT path
-        (logged under ``cache``)."""
+        alignment, each integer's value class: Triton's own specialization), never on the
+        grid, so later launches with the same key call it directly over their own grid
+        (a kernel over symbolic sizes runs over a new grid at each new size, with the
+        binary of its specialization: ``s0 = 16`` and ``s0 = 17`` differ in divisibility
+        by 16, so they never share one). Kernels whose constexpr parameters do not follow
+        the runtime ones, or a Triton without ``warmup`` / ``CompiledKernel[grid]``, keep
+        the JIT path (logged under ``cache``)."""
         assert self._bound is not None
         try:
             names = list(self._fn.arg_names)
             trailing = names[len(args):]
             if any(n not in self.spec.constexprs for n in trailing):
                 raise TypeError(f"parameters {trailing} are not all constexprs")
-            grid = tuple(key[0]) + (1,) * (3 - len(key[0]))  # the runner reads 3 dims
-            compiled = self._fn.warmup(*args, grid=grid, **self._options)
-            runner = compiled[grid]
+            compiled = self._fn.warmup(*args, grid=_grid3(grid), **self._options)
+            compiled[_grid3(grid)]  # noqa: B018 - fails here on a Triton without it
         except Exception as e:  # noqa: BLE001 - any failure: keep launching through JIT
             self._bound = None
             log("cache", f"Triton kernel {self.name}: launching through JIT each call "
                          f"({type(e).__name__}: {e})")
             return
         self._trailing = tuple(self.spec.constexprs[n] for n in trailing)
-        self._bound[key] = runner
+        self._bound[key] = compiled
 
     def __repr__(self) -> str:
         mode = "interpreted" if self.interpret else "jit"
         return f"<TritonKernel {self.name} ({mode})>"
 
 
-def _specialization(arg: Any) -> Any:
-    """What Triton's JIT specializes a kernel on for one argument: a tensor's dtype and
-    whether its data pointer is 16-byte aligned; whether an integer is 1, a multiple of
-    16, and fits 32 bits; anything else by type."""
+def _grid3(grid: Sequence[int]) -> tuple[int, int, int]:
+    """``grid`` padded to the three dimensions a compiled kernel's runner reads."""
+    x, y, z = tuple(grid) + (1,) * (3 - len(grid))
+    return (x, y, z)
+
+
+def argument_specialization(arg: Any) -> Any:
+    """What Triton's JIT specializes a kernel on for one argument, as a hashable key: a
+    tensor's dtype and whether its data pointer is 16-byte aligned; an integer's type
+    (``i32``, ``i64`` or ``u64`` by its value, as Triton picks it), whether it is 1 and
+    whether it is a multiple of 16 (a size argument of 16 and one of 17 get different
+    binaries); anything else by type. Two launches whose arguments have equal keys run
+    the same binary."""
     if isinstance(arg, torch.Tensor):
         return (arg.dtype, arg.data_ptr() % 16 == 0)
     if isinstance(arg, int) and not isinstance(arg, bool):
-        return ("int", arg == 1, arg % 16 == 0, -(2**31) <= arg < 2**31)
+        width = "i32" if -(2**31) <= arg < 2**31 else "u64" if arg >= 2**63 else "i64"
+        return ("int", width, arg == 1, arg % 16 == 0)
     return type(arg)
 
 

@@ -2,13 +2,18 @@
 
 The loader calls :func:`load_kernel` with the kernel's entry of the artifact and the
 artifact's files; the result is called by the generated wrapper as ``kernel(*tensors)``
-with the tensors of the kernel's buffers, in order. Everything else a launch needs (the
-grid, block sizes, warps) is static and lives in the entry's ``meta``, written by
-``ember.inductor.codegen.triton`` and decoded by
-:class:`~ember.runtime.ir.contracts.TritonLaunchMeta`:
+with the tensors of the kernel's buffers, in order, then (a kernel over symbolic sizes)
+the values of its size symbols as ints. Everything else a launch needs (the grid, block
+sizes, warps) lives in the entry's ``meta``, written by ``ember.inductor.codegen.triton``
+and decoded by :class:`~ember.runtime.ir.contracts.TritonLaunchMeta`:
 
 ``meta = {"signature": {param: triton type}, "constexprs": {name: int},
-"num_warps": int, "num_stages": int, "grid": [int, int, int], "split": {...}?}``
+"num_warps": int, "num_stages": int, "grid": [size, size, size], "split": {...}?}``
+
+A ``size`` is an int, or (symbolic sizes) the text of a size expression over the
+kernel's integer parameters, ``"(s0*64+1023)//1024"``: the launcher evaluates it from
+the arguments of each launch (``ember.runtime.ir.symbolic.evaluate``), so the grid
+follows the run-time sizes.
 
 A *split reduction* (``meta["split"]``) is two functions of one module: first
 ``split["entry"]`` over ``split["grid"]`` writes partial results into workspaces the
@@ -22,7 +27,7 @@ Triton's interpreter on the CPU (CI).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +37,7 @@ from ember.runtime.compiled.triton_kernel import (
     TritonKernelSpec,
     load_triton_kernel,
 )
+from ember.runtime.ir import symbolic
 from ember.runtime.ir.contracts import KernelEntry, TritonLaunchMeta, TritonSplitMeta
 
 
@@ -76,9 +82,9 @@ class SplitStage:
     """The partial kernel of a split reduction and the workspaces it fills."""
 
     spec: TritonKernelSpec
-    grid: tuple[int, ...]
+    grid: tuple[int | str, ...]
     workspace_dtypes: tuple[torch.dtype, ...]
-    workspace_numel: int
+    workspace_numel: int | str
 
 
 def split_from_entry(spec: TritonKernelSpec,
@@ -99,16 +105,43 @@ def split_from_entry(spec: TritonKernelSpec,
 _LAUNCH_DEVICES = ("cuda", "cpu")
 
 
-class TritonLaunch:
-    """``launch(*tensors)``: runs one generated kernel over its static grid, loading
-    (and compiling) it for each device it is first called on."""
+class LaunchSizes:
+    """The grid (and workspace size) of a launch: ints, or size expressions evaluated
+    from the launch's integer arguments (the kernel's size symbols)."""
 
-    def __init__(self, spec: TritonKernelSpec, grid: tuple[int, ...],
+    def __init__(self, signature: Mapping[str, str], sizes: Sequence[int | str]) -> None:
+        self.sizes = tuple(sizes)
+        self.symbolic = any(isinstance(s, str) for s in self.sizes)
+        # where each integer parameter sits among the launch's arguments
+        self.positions = {name: i for i, (name, ty) in enumerate(signature.items())
+                          if ty in ("i32", "i64")}
+
+    def environment(self, args: Sequence[Any]) -> dict[str, int]:
+        """The size symbols' values in this launch's arguments."""
+        return {name: int(args[i]) for name, i in self.positions.items()}
+
+    def evaluate(self, env: Mapping[str, int]) -> tuple[int, ...]:
+        """The sizes at the symbol values ``env``."""
+        return tuple(s if isinstance(s, int) else symbolic.evaluate(s, env)
+                     for s in self.sizes)
+
+
+class TritonLaunch:
+    """``launch(*args)``: runs one generated kernel over its grid (static, or evaluated
+    from the size arguments), loading (and compiling) it for each device it is first
+    called on."""
+
+    def __init__(self, spec: TritonKernelSpec, grid: tuple[int | str, ...],
                  split: SplitStage | None = None) -> None:
         self.spec = spec
         self.grid = grid
         self.split = split
-        self._empty = any(g == 0 for g in grid)
+        self._grid = LaunchSizes(spec.signature, grid)
+        self._split_sizes = None if split is None else LaunchSizes(
+            spec.signature, (*split.grid, split.workspace_numel))
+        self._symbolic = self._grid.symbolic or (
+            self._split_sizes is not None and self._split_sizes.symbolic)
+        self._static_grid = None if self._grid.symbolic else self._grid.evaluate({})
         self._by_device: dict[torch.device, tuple[TritonKernel, TritonKernel | None]] = {}
 
     def kernels_for(self, device: torch.device) -> tuple[TritonKernel, TritonKernel | None]:
@@ -120,23 +153,27 @@ class TritonLaunch:
             self._by_device[device] = kernels
         return kernels
 
-    def __call__(self, *tensors: Any) -> None:
-        if self._empty:
+    def __call__(self, *args: Any) -> None:
+        env = self._grid.environment(args) if self._symbolic else {}
+        grid = self._static_grid or self._grid.evaluate(env)
+        if any(g == 0 for g in grid):
             return  # an empty tensor: nothing to compute
-        device = tensors[0].device if tensors else torch.device("cpu")
+        device = args[0].device if args and isinstance(args[0], torch.Tensor) \
+            else torch.device("cpu")
         if device.type not in _LAUNCH_DEVICES:
             # a meta tensor has no memory to read (the interpreter would follow a null
             # pointer); the wrapper's input checks say which input it was
             raise TypeError(f"Triton kernel {self.spec.name} runs on CUDA tensors or, "
                             f"interpreted, CPU ones; got a tensor on {device}")
         main, partial = self.kernels_for(device)
-        if self.split is None or partial is None:
-            main.launch(self.grid, *tensors)
+        if self.split is None or partial is None or self._split_sizes is None:
+            main.launch(grid, *args)
             return
-        workspaces = [torch.empty(self.split.workspace_numel, dtype=d, device=device)
+        *split_grid, workspace_numel = self._split_sizes.evaluate(env)
+        workspaces = [torch.empty(workspace_numel, dtype=d, device=device)
                       for d in self.split.workspace_dtypes]
-        partial.launch(self.split.grid, *tensors, *workspaces)
-        main.launch(self.grid, *tensors, *workspaces)
+        partial.launch(split_grid, *args, *workspaces)
+        main.launch(grid, *args, *workspaces)
 
     def __repr__(self) -> str:
         return f"<TritonLaunch {self.spec.name} grid={self.grid}>"

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
+from ember.runtime.ir import symbolic
 from ember.runtime.ir.contracts.fields import (
     JSON,
+    describe,
     MetadataError,
     at,
     dtype_names,
@@ -23,13 +25,13 @@ from ember.runtime.ir.contracts.fields import (
     read_dtypes,
     read_from,
     read_int,
-    read_ints,
     read_list,
     read_mapping,
     read_object,
     read_str,
     read_str_map,
 )
+from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import Program
 
 COMPILED_KEY = "compiled"
@@ -46,6 +48,40 @@ def _identifier(value: JSON, where: str) -> str:
         raise MetadataError(f"{where}: expected an identifier (a C or Python function "
                             f"name), got {name!r}")
     return name
+
+
+def _launch_size(value: JSON, where: str) -> int | str:
+    """A grid dimension or workspace size: a non-negative int, or the text of a size
+    expression (contract grammar, ``ember.runtime.ir.symbolic``) over the kernel's integer
+    parameters (at least one), evaluated by the launcher at each launch."""
+    if not isinstance(value, str):
+        return read_int(value, where, 0)
+    try:
+        names = symbolic.free_symbols(value)
+    except IRFormatError as e:
+        raise MetadataError(f"{where}: expected an integer or a size expression, got "
+                            f"{describe(value)}: {e}") from None
+    if not names:  # a constant is written as an int
+        raise MetadataError(f"{where}: expected an integer, got {describe(value)}")
+    return value
+
+
+def _launch_sizes(value: JSON, where: str, length: int) -> tuple[int | str, ...]:
+    items = read_list(value, where)
+    if len(items) != length:
+        raise MetadataError(f"{where}: expected {length} sizes, got {describe(value)}")
+    return tuple(_launch_size(v, at(where, i)) for i, v in enumerate(items))
+
+
+def _check_size_names(size: int | str, signature: Mapping[str, str], where: str) -> None:
+    """Every symbol of a symbolic launch size is an integer parameter of the kernel."""
+    if isinstance(size, int):
+        return
+    ints = {name for name, ty in signature.items() if ty in ("i32", "i64")}
+    unknown = sorted(symbolic.free_symbols(size) - ints)
+    if unknown:
+        raise MetadataError(f"{where}: {size!r} uses {', '.join(unknown)}, which is not "
+                            "an integer parameter of the kernel")
 
 
 def _constexprs(value: JSON, where: str) -> dict[str, int | bool]:
@@ -83,13 +119,15 @@ class CppLaunchMeta:
 class TritonSplitMeta:
     """The first kernel of a split reduction: function ``entry`` of the same module runs
     over ``grid`` and writes partial results into workspaces the launcher allocates
-    (``workspace_numel`` elements of each of ``workspace_dtypes``)."""
+    (``workspace_numel`` elements of each of ``workspace_dtypes``). With symbolic sizes,
+    grid dimensions and ``workspace_numel`` are size-expression texts over the kernel's
+    integer parameters (see :class:`TritonLaunchMeta`)."""
 
     entry: str
     constexprs: Mapping[str, int | bool]
-    grid: tuple[int, int, int]
+    grid: tuple[int | str, int | str, int | str]
     workspace_dtypes: tuple[torch.dtype, ...]
-    workspace_numel: int
+    workspace_numel: int | str
 
     def to_json(self) -> dict[str, JSON]:
         """The JSON object (inverse of :meth:`from_json`)."""
@@ -106,13 +144,13 @@ class TritonSplitMeta:
         """
         d = read_object(value, where, ("entry", "constexprs", "grid", "workspace_dtypes",
                                        "workspace_numel"))
-        x, y, z = read_ints(d["grid"], at(where, "grid"), length=3, minimum=0)
+        x, y, z = _launch_sizes(d["grid"], at(where, "grid"), 3)
         return TritonSplitMeta(
             entry=_identifier(d["entry"], at(where, "entry")),
             constexprs=_constexprs(d["constexprs"], at(where, "constexprs")),
             grid=(x, y, z),
             workspace_dtypes=read_dtypes(d["workspace_dtypes"], at(where, "workspace_dtypes")),
-            workspace_numel=read_int(d["workspace_numel"], at(where, "workspace_numel"), 0),
+            workspace_numel=_launch_size(d["workspace_numel"], at(where, "workspace_numel")),
         )
 
 
@@ -120,11 +158,16 @@ class TritonSplitMeta:
 class TritonLaunchMeta:
     """A Triton kernel's launch data: the runtime parameters' Triton types (``*fp32``,
     ``i32``) in the order the wrapper passes them, the ``tl.constexpr`` values, the
-    static grid, warps and pipelining stages, and the split-reduction stage if any."""
+    grid, warps and pipelining stages, and the split-reduction stage if any.
+
+    A kernel over symbolic sizes takes the size symbols as integer parameters (``"i64"``
+    in the signature, after the pointers); a grid dimension is then the text of a size
+    expression over them (``"(s0*64+1023)//1024"``), which the launcher evaluates at
+    each launch. Static kernels have int grids."""
 
     signature: Mapping[str, str]
     constexprs: Mapping[str, int | bool]
-    grid: tuple[int, int, int]
+    grid: tuple[int | str, int | str, int | str]
     num_warps: int
     num_stages: int
     split: TritonSplitMeta | None = None
@@ -147,16 +190,25 @@ class TritonLaunchMeta:
         """
         d = read_object(value, where, ("signature", "constexprs", "grid", "num_warps",
                                        "num_stages"), ("split",))
-        x, y, z = read_ints(d["grid"], at(where, "grid"), length=3, minimum=0)
-        split = d.get("split")
+        x, y, z = _launch_sizes(d["grid"], at(where, "grid"), 3)
+        signature = read_str_map(d["signature"], at(where, "signature"))
+        for i, size in enumerate((x, y, z)):
+            _check_size_names(size, signature, at(at(where, "grid"), i))
+        split = None
+        if d.get("split") is not None:
+            split_where = at(where, "split")
+            split = TritonSplitMeta.from_json(d["split"], split_where)
+            for i, size in enumerate(split.grid):
+                _check_size_names(size, signature, at(at(split_where, "grid"), i))
+            _check_size_names(split.workspace_numel, signature,
+                              at(split_where, "workspace_numel"))
         return TritonLaunchMeta(
-            signature=read_str_map(d["signature"], at(where, "signature")),
+            signature=signature,
             constexprs=_constexprs(d["constexprs"], at(where, "constexprs")),
             grid=(x, y, z),
             num_warps=read_int(d["num_warps"], at(where, "num_warps"), 1),
             num_stages=read_int(d["num_stages"], at(where, "num_stages"), 1),
-            split=None if split is None else TritonSplitMeta.from_json(split,
-                                                                       at(where, "split")),
+            split=split,
         )
 
 
