@@ -13,6 +13,7 @@ import torch
 from ember.frontend.bytecode.sources import LocalSource
 from ember.frontend.guard_model import GUARD_KINDS, Guard, alias_pattern, tensor_guard
 from ember.frontend.guards import GuardSet, compile_matcher
+from ember.frontend.size_guards import RelationSource, SizeSource, SymbolicTensor
 from ember.frontend.trace import trace_capture
 from ember.frontend.trace_guards import ArgumentSource, SpecSource, TraceCall
 from ember.runtime.config import patch
@@ -29,6 +30,9 @@ OBJ = object()
 SPEC = ("spec", 1)
 HOOKED = torch.nn.ReLU()
 HOOKED.register_forward_hook(lambda *_: None)
+X0, Y0 = SizeSource(X, 0), SizeSource(Y, 0)
+SYMBOLIC = SymbolicTensor(torch.float32, ("s0", 3), (3, 1), torch.device("cpu"), False, 0,
+                          (("s0", X0),))
 
 # kind -> (a guard, a state it passes on, a state it fails on)
 SAMPLES: dict[str, tuple[Guard, Any, Any]] = {
@@ -50,6 +54,13 @@ SAMPLES: dict[str, tuple[Guard, Any, Any]] = {
                   {"it": Iter([1, 2, 3, 4], 1)}),
     "structure": (Guard("structure", X, SPEC), {"x": SPEC}, {"x": ("spec", 2)}),
     "no_hooks": (Guard("no_hooks", X, None), {"x": torch.nn.ReLU()}, {"x": HOOKED}),
+    "symbolic_tensor": (Guard("symbolic_tensor", X, SYMBOLIC), {"x": torch.ones(5, 3)},
+                        {"x": torch.ones(5, 4)}),
+    "size_range": (Guard("size_range", X0, ("s0", 2, 64)), {"x": torch.ones(64)},
+                   {"x": torch.ones(65)}),
+    "size_relation": (Guard("size_relation", RelationSource((("_size", Y0), ("s0", X0))),
+                            "_size == 2*s0"), {"x": torch.ones(3), "y": torch.ones(6)},
+                      {"x": torch.ones(3), "y": torch.ones(5)}),
 }
 
 
@@ -71,6 +82,10 @@ EXPLAINED: dict[str, str] = {
     "no_hooks": re.escape("x has no module hooks (_forward_pre_hooks, _forward_hooks, "
                           "_backward_hooks, _backward_pre_hooks, _forward_hooks_always_called "
                           "empty) (got hooks in _forward_hooks)"),
+    "symbolic_tensor": re.escape("x.size(1) == 3 (got 4)"),
+    "size_range": re.escape("x.size(0) in [2, 64] (symbol s0) (got 65)"),
+    "size_relation": re.escape("y.size(0) == 2 * x.size(0) (got y.size(0) = 5, "
+                               "x.size(0) = 3)"),
 }
 
 

@@ -11,6 +11,12 @@ from ember.frontend.bytecode import explain as explain  # strict mode: graphs, b
 from ember.frontend.bytecode import nonstrict as nonstrict  # trace a region by running it
 from ember.frontend.capture_modes import CAPTURE_MODES, CompileRequest, register_capture_mode
 from ember.frontend.compiled import RecompileLimitWarning
+from ember.frontend.dynamic import (
+    DynamicDimError,
+    mark_dynamic,
+    mark_static,
+    maybe_mark_dynamic,
+)
 from ember.frontend.stats import CompileStats
 from ember.frontend.trace import CaptureError, capture
 
@@ -20,8 +26,12 @@ __all__ = [
     "CompileRequest",
     "CompileStats",
     "CompiledModule",
+    "DynamicDimError",
     "RecompileLimitWarning",
     "capture",
     "compile",
+    "mark_dynamic",
+    "mark_static",
+    "maybe_mark_dynamic",
     "register_capture_mode",
 ]

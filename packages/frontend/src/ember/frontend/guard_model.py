@@ -24,49 +24,26 @@ object is ever run as code.
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
+from ember.frontend.guard_source import CodeWriter, Source, index_code
+from ember.frontend.size_guards import (
+    RelationSource,
+    SizeSource,
+    SymbolicTensor,
+    size_only_change,
+    size_range_kind,
+    size_relation_kind,
+    symbolic_tensor_kind,
+)
 from ember.runtime.ir import SourceLocation
 
 __all__ = ["GLOBAL_STATE_READERS", "GUARD_KINDS", "MODULE_HOOK_TABLES", "CodeWriter", "Guard",
-           "GuardKind", "Source", "alias_pattern", "index_code", "tensor_guard"]
-
-
-class CodeWriter(Protocol):
-    """What a guard check and a source's read code may ask of the check function's
-    writer (:class:`ember.frontend.guards.MatcherWriter`)."""
-
-    def ref(self, source: Source) -> str:
-        """A local of the check function holding ``source``'s value (fetched once)."""
-        ...
-
-    def const(self, prefix: str, value: Any) -> str:
-        """The name under which ``value`` is a constant of the check function."""
-        ...
-
-
-class Source:
-    """Where a guarded value (or graph input) is read from. ``expr()`` renders the read
-    for people (logs, messages) and is never executed; ``fetch(S, C)`` performs it
-    (``S`` the state the capture mode checks, ``C`` its context); ``fetch_code(w)`` is
-    the same read as an expression of the generated check function."""
-
-    def expr(self) -> str:
-        raise NotImplementedError
-
-    def fetch(self, state: Any, ctx: Any) -> Any:
-        raise NotImplementedError
-
-    def fetch_code(self, w: CodeWriter) -> str:
-        """The generated read; by default a call of :meth:`fetch` (no shared prefix)."""
-        return f"{w.const('source', self)}.fetch(S, C)"
-
-    def __str__(self) -> str:
-        return self.expr()
+           "GuardKind", "RelationSource", "SizeSource", "Source", "SymbolicTensor",
+           "alias_pattern", "index_code", "size_only_change", "tensor_guard"]
 
 
 @dataclass(frozen=True)
@@ -125,13 +102,6 @@ def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
     """The ``tensor`` guard on the metadata of ``t``, read through ``source``."""
     return Guard("tensor", source, (t.dtype, tuple(t.shape), tuple(t.stride()), t.device,
                                     bool(t.requires_grad), int(t.storage_offset())))
-
-
-def index_code(value: Any) -> str:
-    """An integer written into generated code (an index, a length): only an ``int``."""
-    if type(value) is not int:
-        value = operator.index(value)
-    return str(int(value))
 
 
 def alias_pattern(tensors: Any) -> tuple[tuple[int, int], ...]:
@@ -435,5 +405,11 @@ GUARD_KINDS: dict[str, GuardKind] = {
     "remaining": GuardKind(_remaining_check, _remaining_describe, _remaining_explain),
     # expected: the pytree spec of the traced (args, kwargs)
     "structure": GuardKind(_structure_check, _structure_describe, _structure_explain),
+    # expected: a SymbolicTensor (sizes/strides/offset may be size expressions)
+    "symbolic_tensor": GuardKind(*symbolic_tensor_kind()),
+    # source: the SizeSource binding a symbol; expected: (symbol, lower, upper or None)
+    "size_range": GuardKind(*size_range_kind()),
+    # source: a RelationSource; expected: the relation (IR text over its names)
+    "size_relation": GuardKind(*size_relation_kind()),
 }
 """Every guard kind: how it is checked, described and explained."""

@@ -65,7 +65,7 @@ class GuardSet:
         # keys do), never by rendered text: two keys with one repr are two guards.
         key: tuple[Any, ...] = (guard.kind, guard.source if guard.source is not None
                                 else _hashable(guard.expected))
-        if guard.kind == "remaining":  # one iterator is asked about several counts
+        if guard.kind in ("remaining", "size_relation"):  # several facts about one source
             key = (*key, guard.expected)
         if key in self._seen:
             return
@@ -99,6 +99,16 @@ class GuardSet:
                 return GuardFailure(g, explain_failure(g, state, ctx))
         return None
 
+    def failures(self, state: Any, ctx: Any) -> list[tuple[Guard, Any]]:
+        """Every guard that fails on ``state`` (slow), with the value its source holds
+        (None for a guard without a source, or whose source cannot be read): what
+        automatic dynamic shapes look at after a miss."""
+        failed: list[tuple[Guard, Any]] = []
+        for g in self.guards:
+            if compile_matcher([g])(state, ctx) is None:
+                failed.append((g, _fetched(g, state, ctx)))
+        return failed
+
     def failure_text(self, state: Any, ctx: Any) -> str:
         """The first failing guard, with the value seen and the user source line that
         installed it, for recompile logs and the recompile-limit warning."""
@@ -116,6 +126,15 @@ def explain_failure(guard: Guard, state: Any, ctx: Any) -> str:
     except Exception as e:  # noqa: BLE001 - the failure itself is what we report
         return f"{guard.source.expr()} is missing ({type(e).__name__}: {e})"
     return kind.explain(guard, actual)
+
+
+def _fetched(guard: Guard, state: Any, ctx: Any) -> Any:
+    if guard.source is None:
+        return None
+    try:
+        return guard.source.fetch(state, ctx)
+    except Exception:  # noqa: BLE001 - a source that cannot be read is a non-size failure
+        return None
 
 
 def _hashable(value: Any) -> Any:

@@ -1,0 +1,208 @@
+"""Which tensor dimensions a capture makes symbolic (dynamic shapes), both capture modes.
+
+A dimension is symbolic when
+
+- the user marked it: :func:`mark_dynamic` (with an optional range; an error if the
+  program pins it), :func:`maybe_mark_dynamic` (symbolic if it can be, else static
+  without an error); :func:`mark_static` keeps a dimension (or all) static whatever else
+  says;
+- ``compile(..., dynamic=True)``: every dimension of every tensor input that is not a
+  parameter or buffer;
+- ``dynamic=None`` (the default, *automatic dynamic*): a call that missed a cache entry
+  only because some sizes changed (same dtype, device, rank, everything else) marks those
+  dimensions of those inputs (by :class:`~ember.frontend.guard_model.Source`) symbolic for
+  every later capture of that code (:class:`DynamicPolicy`);
+- never with ``dynamic=False``.
+
+Sizes 0 and 1 always specialise (a symbol's range starts at 2), as in torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+import torch
+from ember.frontend.guard_model import Guard, Source, size_only_change
+from ember.runtime.logs import log
+
+__all__ = ["DimMark", "DynamicDim", "DynamicDimError", "DynamicPolicy", "dims_of", "ranges", "mark_dynamic", "mark_static",
+           "marks_of", "maybe_mark_dynamic"]
+
+_MARKS = "_ember_dim_marks"  # the attribute of a tensor holding its marks
+
+
+@dataclass(frozen=True)
+class DimMark:
+    """How the user marked one dimension: ``"dynamic"`` (``mark_dynamic``, with its
+    inclusive range), ``"maybe"`` (``maybe_mark_dynamic``) or ``"static"``."""
+
+    kind: Literal["dynamic", "maybe", "static"]
+    min: int | None = None
+    max: int | None = None
+
+
+def _check_dim(t: Any, dim: Any, what: str) -> int:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what}: expected a tensor, got {type(t).__name__}")
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{what}: dim must be an int, got {dim!r}")
+    n = t.dim()
+    if not -n <= dim < n:
+        raise IndexError(f"{what}: dim {dim} is out of range for a tensor of rank {n}")
+    return dim % n
+
+
+def _set(t: torch.Tensor, dim: int, mark: DimMark) -> None:
+    marks: dict[int, DimMark] = dict(getattr(t, _MARKS, None) or {})
+    marks[dim] = mark
+    setattr(t, _MARKS, marks)
+
+
+def mark_dynamic(t: torch.Tensor, dim: int, min: int | None = None,  # noqa: A002
+                 max: int | None = None) -> None:  # noqa: A002
+    """Make dimension ``dim`` of ``t`` symbolic in every capture that reads ``t`` as an
+    input, with the inclusive range ``[min, max]`` (default ``[2, inf)``).
+
+    A capture that has to specialise the dimension (the program compares it with a
+    constant, uses it as a Python int, or the size is 0 or 1) raises
+    :class:`ember.frontend.CaptureError` naming the dimension and the source line.
+
+    Raises:
+        TypeError: ``t`` is not a tensor, or ``dim``/``min``/``max`` are not ints.
+        IndexError: ``dim`` is out of range.
+        ValueError: an empty range (``min > max``) or a negative bound.
+    """
+    dim = _check_dim(t, dim, "mark_dynamic")
+    for name, bound in (("min", min), ("max", max)):
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
+            raise TypeError(f"mark_dynamic: {name} must be an int or None, got {bound!r}")
+        if bound is not None and bound < 0:
+            raise ValueError(f"mark_dynamic: {name}={bound} is negative")
+    if min is not None and max is not None and min > max:
+        raise ValueError(f"mark_dynamic: empty range [{min}, {max}] for dim {dim}")
+    _set(t, dim, DimMark("dynamic", min, max))
+
+
+def maybe_mark_dynamic(t: torch.Tensor, dim: int) -> None:
+    """Make dimension ``dim`` of ``t`` symbolic if the program allows it; a program that
+    pins it (compares it with a constant, uses it as a Python int) makes it static
+    without an error.
+
+    Raises:
+        TypeError, IndexError: as :func:`mark_dynamic`.
+    """
+    _set(t, _check_dim(t, dim, "maybe_mark_dynamic"), DimMark("maybe"))
+
+
+def mark_static(t: torch.Tensor, dim: int | None = None) -> None:
+    """Keep dimension ``dim`` of ``t`` (every dimension when None) static, also under
+    ``dynamic=True`` and automatic dynamic.
+
+    Raises:
+        TypeError, IndexError: as :func:`mark_dynamic`.
+    """
+    if dim is None and not isinstance(t, torch.Tensor):
+        raise TypeError(f"mark_static: expected a tensor, got {type(t).__name__}")
+    dims = range(t.dim()) if dim is None else (_check_dim(t, dim, "mark_static"),)
+    for d in dims:
+        _set(t, d, DimMark("static"))
+
+
+def marks_of(t: torch.Tensor) -> Mapping[int, DimMark]:
+    """The marks the user put on ``t`` (dim -> mark); empty when none."""
+    marks = getattr(t, _MARKS, None)
+    return marks if isinstance(marks, dict) else {}
+
+
+class DynamicDim(NamedTuple):
+    """A dimension to make symbolic: its inclusive range and why (``mark_dynamic``,
+    ``maybe_mark_dynamic``, ``dynamic=True``, ``automatic``, ``dynamic_shapes``)."""
+
+    lower: int
+    upper: int | None
+    why: str
+
+    @property
+    def required(self) -> bool:
+        """Whether a capture that specialises it is an error (``mark_dynamic`` and
+        ``dynamic_shapes`` ask for a symbol; the others allow a static size)."""
+        return self.why in ("mark_dynamic", "dynamic_shapes")
+
+
+def dims_of(source: Source, t: torch.Tensor, user_input: bool, policy: DynamicPolicy,
+            explicit: Mapping[int, tuple[int, int | None]] | None = None,
+            ) -> dict[int, DynamicDim]:
+    """The symbolic dimensions of input ``t`` read from ``source``, with their ranges.
+    ``user_input``: not a parameter or buffer (those are static unless marked);
+    ``explicit``: the ranges ``capture(..., dynamic_shapes=...)`` gave for ``t``."""
+    if policy.dynamic is False and not explicit:
+        return {}
+    marks = marks_of(t)
+    dims: dict[int, DynamicDim] = {}
+    automatic = policy.automatic.get(source, ())
+    for d in range(t.dim()):
+        mark = marks.get(d)
+        if mark is not None and mark.kind == "static":
+            continue
+        if explicit is not None and d in explicit:
+            dims[d] = DynamicDim(*explicit[d], "dynamic_shapes")
+        elif mark is not None:
+            why = "mark_dynamic" if mark.kind == "dynamic" else "maybe_mark_dynamic"
+            dims[d] = DynamicDim(2 if mark.min is None else mark.min, mark.max, why)
+        elif policy.dynamic and user_input:
+            dims[d] = DynamicDim(2, None, "dynamic=True")
+        elif d in automatic:
+            dims[d] = DynamicDim(2, None, "automatic")
+    return dims
+
+
+def ranges(dims: Mapping[int, DynamicDim]) -> dict[int, tuple[int, int | None]]:
+    """``dims`` as ``GraphRecorder.add_input(..., dynamic_dims=...)`` takes them."""
+    return {d: (r.lower, r.upper) for d, r in dims.items()}
+
+
+@dataclass
+class DynamicPolicy:
+    """The dynamic-shape decisions of one compiled function: ``dynamic`` as given to
+    ``compile`` and, for ``dynamic=None``, the dimensions automatic dynamic made
+    symbolic (by source), kept for every later capture of the function."""
+
+    dynamic: bool | None
+    automatic: dict[Source, set[int]] = field(default_factory=dict)
+
+    @property
+    def may_be_dynamic(self) -> bool:
+        """Whether a capture may have a symbolic dimension without user marks."""
+        return bool(self.dynamic) or bool(self.automatic)
+
+    def note_miss(self, failed: list[tuple[Guard, Any]], name: str) -> bool:
+        """After a cache miss: ``failed`` are the guards of the newest entry that failed
+        with the values they saw. When every failure is a size change only, mark those
+        dimensions symbolic (logged under ``dynamic``) and return True.
+        """
+        if self.dynamic is not None or not failed:
+            return False
+        changes: list[tuple[Source, int, int, int]] = []
+        for guard, actual in failed:
+            change = size_only_change(guard, actual)
+            if change is None:
+                return False
+            changes.extend(change)
+        new = False
+        for source, dim, before, after in changes:
+            dims = self.automatic.setdefault(source, set())
+            if dim not in dims:
+                dims.add(dim)
+                new = True
+                log("dynamic", f"automatic: {source.expr()}.size({dim}) changed {before} -> "
+                    f"{after} in {name}, recompiling with it symbolic")
+        return new
+
+
+class DynamicDimError(ValueError):
+    """A dimension the user asked to be symbolic (``mark_dynamic``,
+    ``capture(..., dynamic_shapes=...)``) was made static by the program or by its size
+    (0 or 1); the message names the input, the dimension and, when known, the source line
+    that specialised it."""
