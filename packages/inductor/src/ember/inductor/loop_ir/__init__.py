@@ -15,8 +15,19 @@ At run time the artifact loader (``ember.runtime.compiled``) imports the module
 Model
 -----
 - :mod:`.index` — index expressions over named loop ranges: ``Var(name, size)``, ``Int``,
-  ``Add``, ``Mul``, ``FloorDiv``, ``Mod``, ``Indirect(value)``; simplifying builders
-  ``add/mul/floordiv/mod``; :func:`render` prints one for C or Python.
+  ``Sym(expr)`` (a symbolic size term), ``Add``, ``Mul``, ``FloorDiv``, ``Mod``,
+  ``Indirect(value)``; simplifying builders ``add/mul/floordiv/mod``; :func:`render`
+  prints one for C or Python, :func:`render_size` a size.
+- :mod:`.symbolic_index` — the sympy reasoning behind symbolic divisors and bounds.
+
+Symbolic sizes: a ``Var.size`` (and every size in the loop IR: buffer sizes and strides,
+``Kernel.numel``) is ``int | sympy.Expr`` over the graph's size symbols
+(``sympy.Symbol(name, integer=True)``, as ``ember.runtime.ir.symbolic.symbol(name)``);
+symbolic terms inside an index are :class:`Sym` leaves. A kernel takes the symbols it uses
+as ``int64`` scalars after its buffers, in ``Kernel.size_args`` order (sorted names);
+codegens print a symbolic term as its expression over those arguments (:func:`render`,
+:func:`render_size`: ``//`` is floor division of non-negative ints, ``%`` C's ``%`` of
+non-negative ints).
 - :mod:`.body` — SSA statements: ``Load`` (optionally masked), ``Literal``,
   ``IndexValue``, ``Compute`` (an op of :data:`POINTWISE_OPS`), ``Reduce`` (an op of
   :data:`REDUCTION_OPS` over all reduction ranges), ``Store``; the dtype rules.
@@ -65,6 +76,8 @@ from ember.inductor.loop_ir.index import (
     Int,
     Mod,
     Mul,
+    Size,
+    Sym,
     Var,
     add,
     canonical,
@@ -74,6 +87,8 @@ from ember.inductor.loop_ir.index import (
     mod,
     mul,
     render,
+    render_size,
+    size_symbols,
     substitute,
 )
 from ember.inductor.loop_ir.kernel import Buffer, Kernel, Phase, reduction_phases
@@ -83,7 +98,8 @@ from ember.inductor.loop_ir.printer import dtype_name, format_kernel, format_stm
 __all__ = [
     "BOOL_RESULT_OPS", "COSTLY_OPS", "LOOP_OPS", "POINTWISE_OPS", "REDUCTION_OPS", "Add", "Buffer",
     "Compute", "FloorDiv", "IndexExpr", "IndexValue", "Indirect", "Int", "Kernel", "Literal",
-    "Load", "LoopOp", "Mod", "Mul", "Phase", "Reduce", "Stmt", "Store", "ValueStmt", "Var",
-    "add", "canonical", "dtype_name", "floordiv", "format_kernel", "format_stmt", "free_vars",
-    "is_affine", "mod", "mul", "reduction_phases", "render", "stmt_inputs", "substitute",
+    "Load", "LoopOp", "Mod", "Mul", "Phase", "Reduce", "Size", "Stmt", "Store", "Sym",
+    "ValueStmt", "Var", "add", "canonical", "dtype_name", "floordiv", "format_kernel",
+    "format_stmt", "free_vars", "is_affine", "mod", "mul", "reduction_phases", "render",
+    "render_size", "size_symbols", "stmt_inputs", "substitute",
 ]

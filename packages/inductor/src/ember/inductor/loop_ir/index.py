@@ -4,12 +4,15 @@ An index expression computes an element offset (in elements, relative to a tenso
 pointer) or a coordinate from the loop variables of a kernel. The node types are a closed
 set:
 
-``Var(name, size)``     a loop variable ranging over ``0 .. size-1``
+``Var(name, size)``     a loop variable ranging over ``0 .. size-1`` (``size``: an int, or a
+                        ``sympy.Expr`` over the graph's size symbols)
 ``Int(value)``          an integer constant
+``Sym(expr)``           a ``sympy.Expr`` over size symbols (``s0``, ``u0``): a symbolic
+                        stride, offset or size inside an index, known at run time
 ``Add(terms)``          the sum of two or more terms
 ``Mul(factors)``        the product of two or more factors
-``FloorDiv(expr, d)``   ``expr // d`` for a positive constant ``d`` (``expr`` >= 0)
-``Mod(expr, d)``        ``expr % d`` for a positive constant ``d`` (``expr`` >= 0)
+``FloorDiv(expr, d)``   ``expr // d`` for a positive ``d`` (an int or a :class:`Sym`; ``expr`` >= 0)
+``Mod(expr, d)``        ``expr % d`` for a positive ``d`` (an int or a :class:`Sym`; ``expr`` >= 0)
 ``Indirect(value)``     the int64 body value named ``value`` (an index loaded from memory,
                         for gather / embedding / index); codegens read it as an integer
 
@@ -19,12 +22,24 @@ fold constants, flatten and drop trivial terms, and use the variables' sizes to 
 ``a // k`` when ``0 <= b < c``, likewise for ``%``). The dataclasses are frozen and hashable,
 so equal expressions compare equal (the scheduler relies on this to match a consumer's
 load with a producer's store).
+
+Symbolic sizes (:mod:`.symbolic_index`): the builders merge every :class:`Sym` term of a
+sum (and every :class:`Sym` factor of a product) into one, so an expression has one
+canonical form; a divisor or bound that involves a symbol is reasoned about with sympy
+(``(a*s1 + b) // s1`` is ``a`` when ``b < s1`` is provable). Static expressions never
+contain a ``Sym`` and simplify exactly as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeAlias
+
+import sympy
+
+#: a loop-IR size: a plain int, or a sympy expression over the graph's size symbols
+Size: TypeAlias = "int | sympy.Expr"
 
 
 @dataclass(frozen=True)
@@ -32,7 +47,7 @@ class Var:
     """A loop variable over ``0 .. size-1``."""
 
     name: str
-    size: int
+    size: Size
 
     def __str__(self) -> str:
         return self.name
@@ -46,6 +61,17 @@ class Int:
 
     def __str__(self) -> str:
         return str(self.value)
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A symbolic integer term (a ``sympy.Expr`` over size symbols, never constant)."""
+
+    expr: sympy.Expr
+
+    def __str__(self) -> str:
+        text = render_size(self.expr, "//")
+        return f"({text})" if isinstance(self.expr, sympy.Add) else text
 
 
 @dataclass(frozen=True)
@@ -73,7 +99,7 @@ class FloorDiv:
     """``expr // divisor`` (``expr`` is never negative)."""
 
     expr: IndexExpr
-    divisor: int
+    divisor: int | Sym
 
     def __str__(self) -> str:
         return f"({self.expr} // {self.divisor})"
@@ -84,7 +110,7 @@ class Mod:
     """``expr % divisor`` (``expr`` is never negative)."""
 
     expr: IndexExpr
-    divisor: int
+    divisor: int | Sym
 
     def __str__(self) -> str:
         return f"({self.expr} % {self.divisor})"
@@ -100,25 +126,39 @@ class Indirect:
         return f"{{{self.value}}}"
 
 
-IndexExpr = Var | Int | Add | Mul | FloorDiv | Mod | Indirect
+IndexExpr = Var | Int | Sym | Add | Mul | FloorDiv | Mod | Indirect
 
 
-def as_index(x: IndexExpr | int) -> IndexExpr:
-    """Wrap a Python int as :class:`Int`."""
-    return Int(x) if isinstance(x, int) else x
+def as_index(x: IndexExpr | Size) -> IndexExpr:
+    """Wrap a Python int as :class:`Int`, a sympy expression as :class:`Sym` (an
+    :class:`Int` when it is constant)."""
+    if isinstance(x, int):
+        return Int(x)
+    if isinstance(x, sympy.Basic):
+        return Int(int(x)) if x.is_Integer else Sym(x)
+    return x
 
 
-def add(*xs: IndexExpr | int) -> IndexExpr:
+def add(*xs: IndexExpr | Size) -> IndexExpr:
     """The simplified sum of ``xs``."""
     const = 0
     terms: list[IndexExpr] = []
+    symbolic: sympy.Expr = sympy.Integer(0)
     for x in map(as_index, xs):
         parts = x.terms if isinstance(x, Add) else (x,)
         for p in parts:
             if isinstance(p, Int):
                 const += p.value
+            elif isinstance(p, Sym):
+                symbolic = symbolic + p.expr
             else:
                 terms.append(p)
+    if symbolic != 0:
+        sym = as_index(sympy.expand(symbolic))
+        if isinstance(sym, Int):
+            const += sym.value
+        else:
+            terms.append(sym)
     if const:
         terms.append(Int(const))
     if not terms:
@@ -134,19 +174,40 @@ def canonical(x: IndexExpr) -> IndexExpr:
     return x
 
 
-def mul(*xs: IndexExpr | int) -> IndexExpr:
+def mul(*xs: IndexExpr | Size) -> IndexExpr:
     """The simplified product of ``xs`` (a product with a sum distributes over it)."""
     const = 1
     factors: list[IndexExpr] = []
+    symbolic: sympy.Expr | None = None
     for x in map(as_index, xs):
         parts = x.factors if isinstance(x, Mul) else (x,)
         for p in parts:
             if isinstance(p, Int):
                 const *= p.value
+            elif isinstance(p, Sym):
+                symbolic = p.expr if symbolic is None else symbolic * p.expr
             else:
                 factors.append(p)
     if const == 0:
         return Int(0)
+    if symbolic is not None:
+        if not factors or any(isinstance(f, Add) for f in factors):
+            # a symbolic constant: one Sym (or distribute it over a sum)
+            symbolic, const = symbolic * const, 1
+        sym = as_index(sympy.expand(symbolic))
+        if isinstance(sym, Int):
+            const *= sym.value
+            if const == 0:
+                return Int(0)
+        else:
+            factors.insert(0, sym) if not factors else factors.append(sym)
+    if symbolic is not None and any(isinstance(f, Add) for f in factors):
+        # NOTE: distribute symbolic factors over a sum (offsets stay flat sums of scaled
+        # terms: a view's index then matches a producer's store index)
+        sums = [f for f in factors if isinstance(f, Add)]
+        others = [f for f in factors if not isinstance(f, Add)]
+        if len(sums) == 1:
+            return add(*(mul(t, *others, const) for t in sums[0].terms))
     if not factors:
         return Int(const)
     # Distribute a constant over one sum so that offsets stay flat sums of scaled terms.
@@ -158,9 +219,10 @@ def mul(*xs: IndexExpr | int) -> IndexExpr:
 
 
 def upper_bound(x: IndexExpr) -> int | None:
-    """The largest value ``x`` can take, or None when unknown (indirect indices)."""
+    """The largest value ``x`` can take, or None when unknown (indirect indices, symbolic
+    sizes: :func:`.symbolic_index.symbolic_upper_bound` bounds those)."""
     if isinstance(x, Var):
-        return x.size - 1
+        return x.size - 1 if isinstance(x.size, int) else None
     if isinstance(x, Int):
         return x.value
     if isinstance(x, Add):
@@ -179,10 +241,10 @@ def upper_bound(x: IndexExpr) -> int | None:
                 return None
             prod *= b
         return prod
-    if isinstance(x, FloorDiv):
+    if isinstance(x, FloorDiv) and isinstance(x.divisor, int):
         b = upper_bound(x.expr)
         return None if b is None else b // x.divisor
-    if isinstance(x, Mod):
+    if isinstance(x, Mod) and isinstance(x.divisor, int):
         return x.divisor - 1
     return None
 
@@ -209,15 +271,30 @@ def _split_by_divisor(x: IndexExpr, d: int) -> tuple[list[IndexExpr], list[Index
     return multiples, rest
 
 
-def floordiv(x: IndexExpr | int, d: int) -> IndexExpr:
-    """``x // d`` for non-negative ``x``, simplified."""
+def _divisor(d: int | Sym | sympy.Expr) -> int | sympy.Expr:
+    """A divisor as an int, or as a sympy expression when it is symbolic."""
+    if isinstance(d, Sym):
+        d = d.expr
+    if isinstance(d, sympy.Basic) and d.is_Integer:
+        return int(d)
+    return d
+
+
+def floordiv(x: IndexExpr | Size, d: int | Sym | sympy.Expr) -> IndexExpr:
+    """``x // d`` for non-negative ``x`` and positive ``d``, simplified."""
     x = as_index(x)
+    d = _divisor(d)
+    if not isinstance(d, int):
+        from ember.inductor.loop_ir.symbolic_index import symbolic_floordiv
+
+        return symbolic_floordiv(x, d)
     if d == 1:
         return x
     if isinstance(x, Int):
         return Int(x.value // d)
     if isinstance(x, FloorDiv):
-        return floordiv(x.expr, x.divisor * d)
+        inner = x.divisor.expr if isinstance(x.divisor, Sym) else x.divisor
+        return floordiv(x.expr, inner * d)
     multiples, rest = _split_by_divisor(x, d)
     rest_expr = add(*rest)
     bound = upper_bound(rest_expr)
@@ -253,9 +330,14 @@ def _split_by_factor(x: IndexExpr, d: int) -> tuple[IndexExpr, int] | None:
     return None
 
 
-def mod(x: IndexExpr | int, d: int) -> IndexExpr:
-    """``x % d`` for non-negative ``x``, simplified."""
+def mod(x: IndexExpr | Size, d: int | Sym | sympy.Expr) -> IndexExpr:
+    """``x % d`` for non-negative ``x`` and positive ``d``, simplified."""
     x = as_index(x)
+    d = _divisor(d)
+    if not isinstance(d, int):
+        from ember.inductor.loop_ir.symbolic_index import symbolic_mod
+
+        return symbolic_mod(x, d)
     if d == 1:
         return Int(0)
     if isinstance(x, Int):
@@ -278,6 +360,10 @@ def mod(x: IndexExpr | int, d: int) -> IndexExpr:
 def _nonneg(x: IndexExpr) -> bool:
     if isinstance(x, Int):
         return x.value >= 0
+    if isinstance(x, Sym):
+        from ember.inductor.loop_ir.symbolic_index import provably_nonnegative
+
+        return provably_nonnegative(x.expr)
     if isinstance(x, Mul):
         return all(_nonneg(f) for f in x.factors)
     if isinstance(x, Add):
@@ -325,6 +411,27 @@ def indirect_values(x: IndexExpr) -> Iterator[str]:
         yield from indirect_values(x.expr)
 
 
+def size_symbols(x: IndexExpr) -> set[str]:
+    """The names of the size symbols ``x`` uses (in :class:`Sym` terms and divisors, and
+    in its variables' sizes): what a kernel computing ``x`` takes as size arguments."""
+    found: set[str] = set()
+    if isinstance(x, Sym):
+        found.update(str(s) for s in x.expr.free_symbols)
+    elif isinstance(x, Var) and not isinstance(x.size, int):
+        found.update(str(s) for s in x.size.free_symbols)
+    elif isinstance(x, Add):
+        for t in x.terms:
+            found |= size_symbols(t)
+    elif isinstance(x, Mul):
+        for f in x.factors:
+            found |= size_symbols(f)
+    elif isinstance(x, (FloorDiv, Mod)):
+        found |= size_symbols(x.expr)
+        if isinstance(x.divisor, Sym):
+            found |= size_symbols(x.divisor)
+    return found
+
+
 def substitute(x: IndexExpr, fn: Callable[[Var], IndexExpr]) -> IndexExpr:
     """``x`` with every variable ``v`` replaced by ``fn(v)``, re-simplified."""
     if isinstance(x, Var):
@@ -345,23 +452,45 @@ def render(
     name: Callable[[Var], str],
     indirect: Callable[[str], str],
     div: str = "/",
+    sym: Callable[[sympy.Expr], str] | None = None,
 ) -> str:
     """C-like text of ``x``: ``+``, ``*``, ``div`` (floor division of non-negatives), ``%``.
 
     ``name`` prints a variable, ``indirect`` an indirect body value; ``div`` is the
-    integer-division operator (``/`` in C++, ``//`` in Python/Triton). Both codegens
-    print index expressions through this function.
+    integer-division operator (``/`` in C++, ``//`` in Python/Triton). ``sym`` prints a
+    symbolic term (default: :func:`render_size` over the kernel's size arguments, which
+    are named after the symbols). Both codegens print index expressions through this
+    function.
     """
     if isinstance(x, Var):
         return name(x)
     if isinstance(x, Int):
         return str(x.value) if x.value >= 0 else f"({x.value})"
+    if isinstance(x, Sym):
+        text = sym(x.expr) if sym is not None else render_size(x.expr, div)
+        return f"({text})" if isinstance(x.expr, sympy.Add) else text
     if isinstance(x, Indirect):
         return indirect(x.value)
     if isinstance(x, Add):
-        return "(" + " + ".join(render(t, name, indirect, div) for t in x.terms) + ")"
+        return "(" + " + ".join(render(t, name, indirect, div, sym) for t in x.terms) + ")"
     if isinstance(x, Mul):
-        return "*".join(render(f, name, indirect, div) for f in x.factors)
+        return "*".join(render(f, name, indirect, div, sym) for f in x.factors)
+    d = render(x.divisor, name, indirect, div, sym) if isinstance(x.divisor, Sym) \
+        else str(x.divisor)
     if isinstance(x, FloorDiv):
-        return f"({render(x.expr, name, indirect, div)} {div} {x.divisor})"
-    return f"({render(x.expr, name, indirect, div)} % {x.divisor})"
+        return f"({render(x.expr, name, indirect, div, sym)} {div} {d})"
+    return f"({render(x.expr, name, indirect, div, sym)} % {d})"
+
+
+def render_size(size: Size, div: str = "/") -> str:
+    """C-like text of a size (an int, or a sympy expression over size symbols, each
+    printed as its name): ``+ - *``, ``div`` for floor division (``/`` in C++, where
+    sizes are non-negative, ``//`` in Python), ``%``, ``max``/``min`` (``std::max`` /
+    ``std::min`` of ``int64_t`` in C++).
+
+    Raises:
+        ValueError: the expression uses a function that is not a size operation.
+    """
+    from ember.inductor.loop_ir.symbolic_index import size_text
+
+    return size_text(size, div)

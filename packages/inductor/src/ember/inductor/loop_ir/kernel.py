@@ -16,6 +16,9 @@ pass 2 stores ``out``), which is what a loop-based codegen emits; a codegen that
 whole reduction row in registers (a persistent Triton reduction) can ignore phases.
 
 Buffers are named tensors passed to the kernel by pointer, in ``Kernel.buffers`` order.
+Sizes (of ranges, buffers) are ints or sympy expressions over the graph's size symbols;
+a kernel whose ranges or indexes use symbols takes them as ``int64`` scalar arguments
+after the buffers, in ``Kernel.size_args`` order (sorted names).
 Indexes are element offsets from the tensor's data pointer (its storage offset is
 already applied), so a kernel can read any strided view of its arguments.
 """
@@ -25,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from ember.inductor.loop_ir.body import Load, Reduce, Stmt, Store, stmt_inputs
-from ember.inductor.loop_ir.index import Var, free_vars
+from ember.inductor.loop_ir.body import IndexValue, Load, Reduce, Stmt, Store, stmt_inputs
+from ember.inductor.loop_ir.index import Size, Var, free_vars, size_symbols
 
 
 @dataclass(frozen=True)
@@ -37,12 +40,12 @@ class Buffer:
 
     name: str
     dtype: torch.dtype
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
+    sizes: tuple[Size, ...]
+    strides: tuple[Size, ...]
 
     @property
-    def numel(self) -> int:
-        n = 1
+    def numel(self) -> Size:
+        n: Size = 1
         for s in self.sizes:
             n *= s
         return n
@@ -70,18 +73,36 @@ class Kernel:
         return bool(self.reduction_ranges)
 
     @property
-    def numel(self) -> int:
-        n = 1
+    def numel(self) -> Size:
+        n: Size = 1
         for v in self.ranges:
             n *= v.size
         return n
 
     @property
-    def reduction_numel(self) -> int:
-        n = 1
+    def reduction_numel(self) -> Size:
+        n: Size = 1
         for v in self.reduction_ranges:
             n *= v.size
         return n
+
+    @property
+    def size_args(self) -> tuple[str, ...]:
+        """The size symbols the kernel takes as ``int64`` arguments after its buffers
+        (sorted names; empty for a static kernel)."""
+        found: set[str] = set()
+        for v in self.ranges + self.reduction_ranges:
+            found |= size_symbols(v)
+        for s in self.body:
+            if isinstance(s, (Load, Store, IndexValue)):
+                found |= size_symbols(s.index)
+        return tuple(sorted(found))
+
+    @property
+    def is_symbolic(self) -> bool:
+        """Whether a range of the kernel has a symbolic size."""
+        return any(not isinstance(v.size, int)
+                   for v in self.ranges + self.reduction_ranges)
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 from ember.inductor.loop_ir.body import Compute, IndexValue, Literal, Load, Reduce, Stmt, Store
-from ember.inductor.loop_ir.index import IndexExpr, render
+from ember.inductor.loop_ir.index import IndexExpr, render, render_size
 from ember.inductor.loop_ir.kernel import Kernel
 
 
@@ -38,10 +38,14 @@ def format_stmt(s: Stmt) -> str:
 
 def format_kernel(kernel: Kernel) -> str:
     """The kernel as text: header with ranges and buffers, then one statement a line."""
-    ranges = ", ".join(f"{v.name}<{v.size}" for v in kernel.ranges)
-    rranges = ", ".join(f"{v.name}<{v.size}" for v in kernel.reduction_ranges)
-    bufs = ", ".join(f"{b.name}: {dtype_name(b.dtype)}{list(b.sizes)}" for b in kernel.buffers)
-    head = f"kernel {kernel.name}({bufs}) over [{ranges}]"
+    ranges = ", ".join(f"{v.name}<{render_size(v.size, '//')}" for v in kernel.ranges)
+    rranges = ", ".join(f"{v.name}<{render_size(v.size, '//')}"
+                        for v in kernel.reduction_ranges)
+    bufs = ", ".join(
+        f"{b.name}: {dtype_name(b.dtype)}[{', '.join(render_size(s, '//') for s in b.sizes)}]"
+        for b in kernel.buffers)
+    sizes = "".join(f", {name}: int64" for name in kernel.size_args)
+    head = f"kernel {kernel.name}({bufs}{sizes}) over [{ranges}]"
     if rranges:
         head += f" reduce [{rranges}]"
     return "\n".join([head + ":"] + ["    " + format_stmt(s) for s in kernel.body])

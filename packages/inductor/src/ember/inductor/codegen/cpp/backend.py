@@ -23,8 +23,11 @@ class CppBackend(KernelBackend):
     def generate(self, kernel: Kernel) -> KernelSource:
         source = PRELUDE + "\n" + generate_function(kernel) + "\n"
         arg_dtypes = [str(b.dtype).removeprefix("torch.") for b in kernel.buffers]
+        meta: dict[str, object] = {"arg_dtypes": arg_dtypes}
+        if kernel.size_args:  # int64 scalars after the buffers (a symbolic kernel)
+            meta["size_args"] = list(kernel.size_args)
         return KernelSource(lang="cpp", name=kernel.name, source=source, entry=kernel.name,
-                            meta={"arg_dtypes": arg_dtypes})
+                            meta=meta)
 
     def bundle(self, sources: list[KernelSource]) -> list[KernelSource]:
         """One C++ file holding every kernel of the graph (one g++ run per graph)."""

@@ -21,8 +21,6 @@ converted with the prelude's helpers.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from ember.inductor.codegen.cpp import ops
 from ember.inductor.loop_ir import (
@@ -40,10 +38,12 @@ from ember.inductor.loop_ir import (
     Reduce,
     Stmt,
     Store,
+    Size,
     Var,
     free_vars,
     reduction_phases,
     render,
+    render_size,
 )
 from ember.inductor.loop_ir.index import indirect_values
 
@@ -158,6 +158,8 @@ class CppKernelWriter:
                     reused[s.name] = s
                 seen.setdefault(s.name, p)
         n = self.kernel.reduction_numel
+        if not isinstance(n, int):
+            return  # a run-time row length: no stack array (recomputed per pass)
         budget = ROW_CACHE_BYTES
         for name, s in reused.items():
             size = n * torch.empty((), dtype=s.dtype).element_size()
@@ -254,7 +256,7 @@ class CppKernelWriter:
     # -- loops --------------------------------------------------------------------------
     def open_loops(self, vars_: tuple[Var, ...]) -> None:
         for v in vars_:
-            self.line(f"for (int64_t {v.name} = 0; {v.name} < {v.size}; {v.name}++) {{")
+            self.line(f"for (int64_t {v.name} = 0; {v.name} < {_size(v.size)}; {v.name}++) {{")
             self.indent += 1
 
     def simd_hint(self, reduces: list[Reduce], blocked: frozenset[str] = frozenset()) -> None:
@@ -303,9 +305,7 @@ class CppKernelWriter:
             else:
                 self.stmt(s)
         rvars = k.reduction_ranges
-        rlin = " + ".join(
-            f"{v.name}*{math.prod([w.size for w in rvars[i + 1:]])}" for i, v in enumerate(rvars)
-        ) or "0"
+        rlin = _linear(rvars) or "0"
         self.rlin = rlin
         self.plan_row_cache(phases)
         for p, phase in enumerate(phases):
@@ -323,14 +323,16 @@ class CppKernelWriter:
             self.open_loops(rvars[:-1])
             blocked = self.blocked_sums(reduces)
             rl = rvars[-1]
-            if blocked and rl.size > SUM_BLOCK:
-                self.line(f"for (int64_t {rl.name}b = 0; {rl.name}b < {rl.size}; "
+            blocks = blocked and _above(rl.size, SUM_BLOCK)
+            if blocks:
+                self.line(f"for (int64_t {rl.name}b = 0; {rl.name}b < {_size(rl.size)}; "
                           f"{rl.name}b += {SUM_BLOCK}) {{")
                 self.indent += 1
                 loop = (f"for (int64_t {rl.name} = {rl.name}b; {rl.name} < std::min<int64_t>"
-                        f"({rl.name}b + {SUM_BLOCK}, {rl.size}); {rl.name}++) {{")
+                        f"({rl.name}b + {SUM_BLOCK}, {_size(rl.size)}); {rl.name}++) {{")
             else:
-                loop = f"for (int64_t {rl.name} = 0; {rl.name} < {rl.size}; {rl.name}++) {{"
+                loop = (f"for (int64_t {rl.name} = 0; {rl.name} < {_size(rl.size)}; "
+                        f"{rl.name}++) {{")
             # NOTE: in the reductions' order, not the set's (which varies with the hash
             # seed: the source, and so its build cache key, differed between processes)
             in_order = [r.name for r in reduces if r.name in blocked]
@@ -354,7 +356,7 @@ class CppKernelWriter:
             self.close_loops(1)
             for name in in_order:
                 self.line(f"acc_{name} += bacc_{name};")
-            if blocked and rl.size > SUM_BLOCK:
+            if blocks:
                 self.close_loops(1)
             self.close_loops(len(rvars) - 1)
             for r in reduces:
@@ -369,7 +371,7 @@ class CppKernelWriter:
         strided in the reduction (``x.sum(0)``): then the kernel walks the reduction with
         a tile of outer points in the innermost loop (see :meth:`body_tiled`)."""
         k = self.kernel
-        if not k.is_reduction or not k.ranges or k.ranges[-1].size < 4:
+        if not k.is_reduction or not k.ranges or not _above(k.ranges[-1].size, 3):
             return False
         xl, rl = k.ranges[-1], k.reduction_ranges[-1]
         return any(
@@ -385,7 +387,7 @@ class CppKernelWriter:
         xl = k.ranges[-1]
         self.fast_minmax = False
         before, phases = reduction_phases(k)
-        self.line(f"const int64_t xn = std::min<int64_t>({TILE}, {xl.size} - xt);")
+        self.line(f"const int64_t xn = std::min<int64_t>({TILE}, {_size(xl.size)} - xt);")
         for s in k.body:
             if not isinstance(s, Store):
                 self.dtypes[s.name] = s.dtype
@@ -422,8 +424,7 @@ class CppKernelWriter:
         self.close_loops(1)
         known.extend(s.name for s in before if not isinstance(s, Store))
         rvars = k.reduction_ranges
-        rlin = " + ".join(
-            f"{v.name}*{math.prod([w.size for w in rvars[i + 1:]])}" for i, v in enumerate(rvars))
+        rlin = _linear(rvars)
         for p, phase in enumerate(phases):
             self.line(f"// pass {p} over the reduction ranges, {TILE} outer points at a time")
             reduces = [s for s in phase.inner if isinstance(s, Reduce)]
@@ -461,11 +462,13 @@ class CppKernelWriter:
         for b in k.buffers:
             const = "const " if b.name in loaded and b.name not in stored else ""
             params.append(f"{const}{ops.ctype(b.dtype)}* __restrict__ {b.name}")
+        params += [f"const int64_t {name}" for name in k.size_args]
         head = f'extern "C" void {k.name}({", ".join(params)}) {{'
         self.lines = []
         self.indent = 1
         n = len(k.ranges)
-        work = k.numel * max(k.reduction_numel, 1)
+        rnumel = k.reduction_numel
+        work = _size(k.numel * (max(rnumel, 1) if isinstance(rnumel, int) else rnumel))
         tiled = self.wants_tiling()
         # NOTE: a scatter that accumulates runs sequentially, in index order like eager's
         # CPU kernel: its indexes may repeat, so threads may not split its
@@ -482,7 +485,7 @@ class CppKernelWriter:
         if tiled:
             self.open_loops(k.ranges[:-1])
             xl = k.ranges[-1]
-            self.line(f"for (int64_t xt = 0; xt < {xl.size}; xt += {TILE}) {{")
+            self.line(f"for (int64_t xt = 0; xt < {_size(xl.size)}; xt += {TILE}) {{")
             self.indent += 1
             self.body_tiled()
         elif n >= 2 and not k.is_reduction and (not serial or inner_simd):
@@ -541,6 +544,29 @@ def _feeding_math(kernel: Kernel) -> set[str]:
         if isinstance(s, Compute) and (s.op in ROW_CACHE_OPS or s.name in needed):
             needed.update(s.args)
     return needed
+
+
+def _size(size: Size) -> str:
+    """C++ text of a size (a literal, or an expression over the size arguments)."""
+    return render_size(size, "/")
+
+
+def _above(size: Size, bound: int) -> bool:
+    """Whether ``size > bound`` (a symbolic size: assumed, as the loop forms this
+    chooses are correct for every size and only a large size makes them pay)."""
+    return size > bound if isinstance(size, int) else True
+
+
+def _linear(rvars: tuple[Var, ...]) -> str:
+    """The row-major position over the reduction variables ``rvars``, as C++ text."""
+    parts = []
+    for i, v in enumerate(rvars):
+        inner: Size = 1
+        for w in rvars[i + 1:]:
+            inner = inner * w.size
+        text = _size(inner) if isinstance(inner, int) else f"({_size(inner)})"
+        parts.append(f"{v.name}*{text}")
+    return " + ".join(parts)
 
 
 def generate_function(kernel: Kernel) -> str:

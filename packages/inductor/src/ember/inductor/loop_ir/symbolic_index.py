@@ -1,0 +1,253 @@
+"""Index arithmetic over symbolic sizes, done with sympy.
+
+The static simplifications of :mod:`.index` work on int coefficients and bounds. When a
+divisor is symbolic (``x // s1``: a flattened ``[s0, s1]`` read back per row) or a bound
+involves a symbol, the facts are proved with sympy instead: a coefficient is a multiple
+of the divisor when their quotient is an integer polynomial, and ``0 <= rest < d`` holds
+when ``d - 1 - upper_bound(rest)`` is provably non-negative for every size at least 1
+(every symbolic dimension is at least 1 where a loop over it runs at all). Nothing here is
+decided at a hint: a fact that is not proved keeps the division in the index.
+
+Size symbols are ``sympy.Symbol(name, integer=True)`` (the IR's symbols, see
+``ember.runtime.ir.symbolic``); a size prints as its text over the kernel's size
+arguments, which are named after the symbols (:func:`size_text`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import sympy
+from ember.runtime.ir import symbolic
+from ember.inductor.loop_ir.index import (
+    Add,
+    FloorDiv,
+    IndexExpr,
+    Indirect,
+    Int,
+    Mod,
+    Mul,
+    Size,
+    Sym,
+    Var,
+    add,
+    as_index,
+    mul,
+)
+
+
+def size_symbol(name: str) -> sympy.Symbol:
+    """The sympy symbol of IR size symbol ``name`` (the runtime's, ``symbolic.symbol``)."""
+    return symbolic.symbol(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def provably_nonnegative(expr: sympy.Expr) -> bool:
+    """Whether ``expr`` >= 0 for every value >= 1 of its symbols."""
+    if expr.is_Integer:
+        return bool(expr >= 0)
+    positive = {s: sympy.Dummy(s.name, integer=True, positive=True)
+                for s in expr.free_symbols if isinstance(s, sympy.Symbol)}
+    return bool(sympy.expand(expr.xreplace(positive)).is_nonnegative)
+
+
+def symbolic_upper_bound(x: IndexExpr) -> sympy.Expr | None:
+    """The largest value ``x`` can take as a sympy expression, or None (indirect)."""
+    if isinstance(x, Var):
+        return sympy.sympify(x.size) - 1
+    if isinstance(x, Int):
+        return sympy.Integer(x.value)
+    if isinstance(x, Sym):
+        return x.expr
+    if isinstance(x, Add):
+        bounds = [symbolic_upper_bound(t) for t in x.terms]
+        return None if any(b is None for b in bounds) else sympy.Add(*bounds)
+    if isinstance(x, Mul):
+        bounds = [symbolic_upper_bound(f) for f in x.factors]
+        if any(b is None or not provably_nonnegative(b) for b in bounds):
+            return None
+        return sympy.Mul(*bounds)
+    if isinstance(x, (FloorDiv, Mod)):
+        d = x.divisor.expr if isinstance(x.divisor, Sym) else sympy.Integer(x.divisor)
+        if isinstance(x, Mod):
+            return d - 1
+        b = symbolic_upper_bound(x.expr)
+        return None if b is None else sympy.floor(b / d)
+    assert isinstance(x, Indirect)
+    return None
+
+
+def _split_term(term: IndexExpr) -> tuple[sympy.Expr, list[IndexExpr]]:
+    """``term`` as (its constant and symbolic coefficient, its other factors)."""
+    if isinstance(term, Int):
+        return sympy.Integer(term.value), []
+    if isinstance(term, Sym):
+        return term.expr, []
+    factors = list(term.factors) if isinstance(term, Mul) else [term]
+    coef: sympy.Expr = sympy.Integer(1)
+    rest: list[IndexExpr] = []
+    for f in factors:
+        if isinstance(f, Int):
+            coef = coef * f.value
+        elif isinstance(f, Sym):
+            coef = coef * f.expr
+        else:
+            rest.append(f)
+    return coef, rest
+
+
+def _quotient(coef: sympy.Expr, d: sympy.Expr) -> sympy.Expr | None:
+    """``coef / d`` when it is an integer polynomial in the symbols, else None."""
+    q = sympy.cancel(coef / d)
+    if q == 0:
+        return None
+    numer, denom = sympy.fraction(q)
+    if denom != 1 or not q.is_polynomial():
+        return None
+    poly = sympy.Poly(q, *sorted(q.free_symbols, key=str)) if q.free_symbols else None
+    if poly is not None and not all(c.is_Integer for c in poly.coeffs()):
+        return None
+    return sympy.expand(numer)
+
+
+def _nonneg_index(x: IndexExpr) -> bool:
+    b = symbolic_lower_bound(x)
+    return b is not None and provably_nonnegative(b)
+
+
+def symbolic_lower_bound(x: IndexExpr) -> sympy.Expr | None:
+    """The smallest value ``x`` can take as a sympy expression, or None (unknown)."""
+    if isinstance(x, (Var, Mod, FloorDiv)):
+        return sympy.Integer(0)
+    if isinstance(x, Int):
+        return sympy.Integer(x.value)
+    if isinstance(x, Sym):
+        return x.expr
+    if isinstance(x, Add):
+        bounds = [symbolic_lower_bound(t) for t in x.terms]
+        return None if any(b is None for b in bounds) else sympy.Add(*bounds)
+    if isinstance(x, Mul):
+        coef, rest = _split_term(x)
+        if provably_nonnegative(coef) and all(_nonneg_index(f) for f in rest):
+            return sympy.Integer(0)
+        return None
+    return None
+
+
+def _divide(x: IndexExpr, d: sympy.Expr
+            ) -> tuple[list[IndexExpr], list[IndexExpr]]:
+    """The terms of ``x`` divided by ``d`` (those whose coefficient ``d`` divides), and
+    the other terms."""
+    terms = list(x.terms) if isinstance(x, Add) else [x]
+    divided: list[IndexExpr] = []
+    rest: list[IndexExpr] = []
+    for t in terms:
+        coef, factors = _split_term(t)
+        q = _quotient(coef, d)
+        if q is None:
+            rest.append(t)
+        else:
+            divided.append(mul(*factors, q) if factors else as_index(q))
+    return divided, rest
+
+
+def symbolic_floordiv(x: IndexExpr, d: sympy.Expr) -> IndexExpr:
+    """``x // d`` for non-negative ``x`` and a positive symbolic ``d``, simplified:
+    ``(a*d + b) // d`` is ``a`` when ``0 <= b < d`` is proved."""
+    if isinstance(x, (Int, Sym)):
+        e = x.expr if isinstance(x, Sym) else sympy.Integer(x.value)
+        return as_index(sympy.floor(e / d))
+    if isinstance(x, FloorDiv):
+        inner = x.divisor.expr if isinstance(x.divisor, Sym) else sympy.Integer(x.divisor)
+        return symbolic_floordiv(x.expr, inner * d)
+    divided, rest = _divide(x, d)
+    rest_expr = add(*rest)
+    rest_ok = all(_nonneg_index(t) for t in rest)
+    bound = symbolic_upper_bound(rest_expr)
+    if divided and rest_ok and bound is not None and provably_nonnegative(d - 1 - bound):
+        return add(*divided)
+    if divided and rest_ok:
+        return add(*divided, FloorDiv(rest_expr, Sym(d)))
+    return FloorDiv(x, Sym(d))
+
+
+def symbolic_mod(x: IndexExpr, d: sympy.Expr) -> IndexExpr:
+    """``x % d`` for non-negative ``x`` and a positive symbolic ``d``, simplified."""
+    if isinstance(x, (Int, Sym)):
+        e = x.expr if isinstance(x, Sym) else sympy.Integer(x.value)
+        return as_index(sympy.Mod(e, d))
+    divided, rest = _divide(x, d)
+    rest_expr = add(*rest)
+    if not all(_nonneg_index(t) for t in rest):
+        return Mod(x, Sym(d))
+    bound = symbolic_upper_bound(rest_expr)
+    if bound is not None and provably_nonnegative(d - 1 - bound):
+        return rest_expr
+    return Mod(rest_expr, Sym(d))
+
+
+# -- printing -----------------------------------------------------------------------------
+def size_text(size: Size, div: str = "/") -> str:
+    """C-like text of ``size`` (see :func:`.index.render_size`)."""
+    if isinstance(size, int):
+        return str(size)
+    return _text(sympy.sympify(size), div)
+
+
+def _text(e: sympy.Expr, div: str) -> str:
+    if e.is_Integer:
+        return str(int(e)) if e >= 0 else f"({int(e)})"
+    if e.is_Symbol:
+        return str(e)
+    if isinstance(e, sympy.Add):
+        terms = sorted(e.args, key=_term_order)
+        out = _text(terms[0], div)
+        for t in terms[1:]:
+            coef, _ = t.as_coeff_Mul()
+            if coef.is_negative:
+                out += f" - {_text(-t, div)}"
+            else:
+                out += f" + {_text(t, div)}"
+        return out
+    if isinstance(e, sympy.Mul):
+        coef, rest = e.as_coeff_Mul()
+        if coef == -1:
+            return f"(-{_text(rest, div)})"
+        if not coef.is_Integer:
+            raise ValueError(f"size {e} is not an integer expression")
+        factors = sorted(sympy.Mul.make_args(rest), key=str)
+        parts = [_operand(f, div) for f in factors]
+        if coef != 1:
+            parts.insert(0, _text(coef, div))
+        return "*".join(parts)
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+        return "*".join([_operand(e.base, div)] * int(e.exp))
+    if isinstance(e, sympy.floor):
+        numer, denom = sympy.fraction(sympy.together(e.args[0]))
+        return f"({_operand(numer, div)} {div} {_operand(denom, div)})"
+    if isinstance(e, sympy.Mod):
+        return f"({_operand(e.args[0], div)} % {_operand(e.args[1], div)})"
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        name = ("max" if isinstance(e, sympy.Max) else "min")
+        if div == "/":
+            name = f"std::{name}<int64_t>"
+        args = [_text(a, div) for a in sorted(e.args, key=str)]
+        out = args[0]
+        for a in args[1:]:  # std::max takes two arguments
+            out = f"{name}({out}, {a})"
+        return out
+    raise ValueError(f"size expression {e} uses {type(e).__name__}, which is not a size "
+                     f"operation (+ - * // % Max Min)")
+
+
+def _operand(e: sympy.Expr, div: str) -> str:
+    """``e``'s text, parenthesized when it is a sum or a product (an operand of ``*``,
+    ``//`` or ``%``)."""
+    text = _text(e, div)
+    return f"({text})" if isinstance(e, (sympy.Add, sympy.Mul)) and "*" in text or \
+        isinstance(e, sympy.Add) else text
+
+
+def _term_order(t: sympy.Expr) -> tuple[int, int, str]:
+    negative = t.as_coeff_Mul()[0].is_negative
+    return (1 if negative else 0, 1 if t.is_Number else 0, str(t))
