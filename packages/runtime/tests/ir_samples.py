@@ -21,9 +21,11 @@ from ember.runtime.ir import (
     OutputSpec,
     Program,
     ScalarMeta,
+    ShapeGuard,
     Signature,
     SourceLocation,
     SymbolRange,
+    SymExpr,
     TensorMeta,
     ValueRef,
 )
@@ -230,12 +232,44 @@ def empty() -> Program:
     return Program(dialect="compiled")
 
 
+def symbolic() -> Program:
+    """Dynamic shapes: symbol hints, an unbacked symbol, guards (with and without a
+    source), symbolic int arguments (bare and quoted) and symbolic metas."""
+    nodes = [
+        Node("x", "placeholder", "x", meta=tmeta("s0", 4)),
+        Node("y", "placeholder", "y", meta=tmeta("2*s0", 4)),
+        Node("v", "call", "aten::view.default", (ValueRef("x"), (SymExpr("4*s0"),)),
+             meta=tmeta("4*s0"), source=SourceLocation("model.py", 4, "forward",
+                                                       "x.view(x.shape[0] * 4)")),
+        Node("half", "call", "aten::slice.Tensor", (ValueRef("y"), 0, 0, SymExpr("s0//2")),
+             meta=tmeta("s0//2", 4)),
+        Node("nz", "call", "aten::nonzero.default", (ValueRef("y"),),
+             meta=tmeta("u0", 2, dtype=torch.int64)),
+        Node("z", "call", "aten::new_zeros.default", (ValueRef("x"), (SymExpr("Max(4, s0)"),)),
+             meta=tmeta("Max(4, s0)")),
+        output(ValueRef("v"), ValueRef("half"), ValueRef("nz"), ValueRef("z")),
+    ]
+    graph = Graph(
+        nodes,
+        symbols={"s0": SymbolRange(2, 1024, hint=8), "u0": SymbolRange(0, None)},
+        guards=[ShapeGuard("s0%16 == 0", SourceLocation("model.py", 3, "forward",
+                                                        "if x.shape[0] % 16 == 0:")),
+                ShapeGuard("s0 > 4")],
+    )
+    return Program(
+        graphs={"forward": graph},
+        signature=Signature(inputs={"forward": [InputSpec("x"), InputSpec("y")]},
+                            outputs={"forward": [OutputSpec()] * 4}),
+    )
+
+
 SAMPLES: dict[str, Callable[[], Program]] = {
     "mlp": mlp,
     "every_argument": every_argument,
     "every_meta": every_meta,
     "training": training,
     "empty": empty,
+    "symbolic": symbolic,
 }
 
 
@@ -259,7 +293,7 @@ def strict(a: object) -> object:
         return ("dict", tuple(sorted((str(k), strict(v)) for k, v in a.items())))
     if isinstance(a, (ValueRef, torch.dtype, torch.device, torch.memory_format,
                       torch.layout, TensorMeta, ScalarMeta, SourceLocation, SymbolRange,
-                      InputSpec, OutputSpec)):
+                      InputSpec, OutputSpec, SymExpr, ShapeGuard)):
         if isinstance(a, TensorMeta):
             return ("TensorMeta", strict(a.dtype), strict(a.sizes), strict(a.strides),
                     strict(a.device), strict(a.storage_offset), strict(a.requires_grad))
@@ -273,6 +307,7 @@ def assert_same_program(p: Program, q: Program) -> None:
     for name, g in p.graphs.items():
         h = q.graphs[name]
         assert strict(g.symbols) == strict(h.symbols), name
+        assert strict(g.guards) == strict(h.guards), name
         assert len(g.nodes) == len(h.nodes), name
         for n, m in zip(g.nodes, h.nodes):
             for field in ("name", "op", "target", "args", "kwargs", "meta", "source"):

@@ -53,7 +53,7 @@ def test_container_members_and_stamp(tmp_path: Path) -> None:
                      "files/bin/k0.so", "files/empty.txt", "manifest.json"}
     assert manifest == {"format": "ember-manifest",
                         "sha256": {n: hashlib.sha256(d).hexdigest() for n, d in data.items()}}
-    assert doc["schema_version"] == "1.1" == f"{SCHEMA_VERSION[0]}.{SCHEMA_VERSION[1]}"
+    assert doc["schema_version"] == "1.2" == f"{SCHEMA_VERSION[0]}.{SCHEMA_VERSION[1]}"
     assert doc["producer"] == {"package": "ember-aot", "version": "0.3.1"}
     assert doc["format"] == "ember-program"
     assert doc["tensors"]["c128"] == {"dtype": "complex128", "shape": [3], "device": "cpu",
@@ -183,9 +183,9 @@ def test_older_minor_is_upgraded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_older_minor_without_upgrader_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", (1, 2))
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", (1, 3))
     monkeypatch.setitem(schema.UPGRADERS, (1, 0), lambda d: d)
-    with pytest.raises(IRFormatError, match="no upgrader from schema 1.1 to 1.2"):
+    with pytest.raises(IRFormatError, match="no upgrader from schema 1.2 to 1.3"):
         program_from_json(_doc_with_version("1.0"), mlp().tensors)
 
 

@@ -15,6 +15,7 @@ torch.dtype                {"dtype": "float32"}
 torch.device               {"device": "cuda:0"}
 torch.memory_format        {"memory_format": "channels_last"}
 torch.layout               {"layout": "strided"}
+SymExpr                    {"sym": "4*s0"} (schema 1.2 on)
 tuple                      {"tuple": [...]}
 =========================  ===========================================
 
@@ -39,6 +40,7 @@ from ember.runtime.ir import torch_names
 from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import (
     Argument,
+    SymExpr,
     ValueRef,
 )
 from ember.runtime.ir.limits import DEFAULT_LIMITS, MAX_NUMBER_DIGITS, LoadLimits
@@ -209,6 +211,8 @@ def encode_argument(a: Argument) -> JSON:
         return {"ref": a.node} if a.index is None else {"ref": a.node, "index": a.index}
     if isinstance(a, tuple):
         return {"tuple": [encode_argument(x) for x in a]}
+    if isinstance(a, SymExpr):
+        return {"sym": a.expr}
     if isinstance(a, complex):
         return {"complex": [encode_float(a.real), encode_float(a.imag)]}
     if isinstance(a, torch.dtype):
@@ -254,6 +258,8 @@ def decode_argument(v: JSON, where: str) -> Argument:
             raise IRFormatError(f"{where}.complex: expected [real, imag]")
         return complex(decode_float(parts[0], f"{where}.complex[0]"),
                        decode_float(parts[1], f"{where}.complex[1]"))
+    if kind == "sym":
+        return SymExpr(expect_str(payload, f"{where}.sym"))
     if kind == "dtype":
         return torch_names.dtype_from_name(expect_str(payload, where), where)
     if kind == "device":

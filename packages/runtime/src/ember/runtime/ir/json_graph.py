@@ -1,6 +1,7 @@
 """JSON encodings of metadata, source locations, nodes, graphs and signatures.
 
-Shapes (every key is always written; decoders check types and keys):
+Shapes (every key is always written unless said otherwise; decoders check types and
+keys):
 
 * TensorMeta: ``{"tensor": {"dtype": "float32", "sizes": [4, "s0*2"], "strides": [..],
   "device": "cpu", "storage_offset": 0, "requires_grad": false}}`` (a size is a JSON int
@@ -8,7 +9,9 @@ Shapes (every key is always written; decoders check types and keys):
 * ScalarMeta: ``{"scalar": "int"}``; several results: ``{"tuple": [meta or null, ...]}``;
 * SourceLocation: ``{"file": .., "line": .., "function": .., "text": ..}``;
 * Node: ``{"name", "op", "target", "args": [..], "kwargs": {..}, "meta", "source"}``;
-* Graph: ``{"nodes": [..], "symbols": {"s0": {"lower": 2, "upper": null}}}``;
+* Graph: ``{"nodes": [..], "symbols": {"s0": {"lower": 2, "upper": null, "hint": 8}},
+  "guards": [{"expr": "s1 == 2*s0", "source": <source or null>}]}`` (``hint`` only for a
+  symbol that has one, ``guards`` only when there are some: schema 1.2 on);
 * Signature: ``{"inputs": {graph: [{"name", "kind", "target"}]},
   "outputs": {graph: [{"kind", "target"}]}}``.
 """
@@ -26,6 +29,7 @@ from ember.runtime.ir.graph import (
     Meta,
     Node,
     OutputKind,
+    ShapeGuard,
     OutputSpec,
     ScalarMeta,
     Signature,
@@ -191,28 +195,50 @@ def decode_node(v: JSON, where: str) -> Node:
 # ---- graphs and signatures --------------------------------------------------------------
 
 
+def _encode_range(r: SymbolRange) -> JSON:
+    d: dict[str, JSON] = {"lower": r.lower, "upper": r.upper}
+    if r.hint is not None:
+        d["hint"] = r.hint
+    return d
+
+
 def encode_graph(g: Graph) -> JSON:
-    """The JSON encoding of a graph: its nodes and its symbol ranges."""
-    return {
+    """The JSON encoding of a graph: its nodes, its symbols' ranges and hints, and its
+    guards (the key only when there are some)."""
+    d: dict[str, JSON] = {
         "nodes": [encode_node(n) for n in g.nodes],
-        "symbols": {s: {"lower": r.lower, "upper": r.upper} for s, r in g.symbols.items()},
+        "symbols": {s: _encode_range(r) for s, r in g.symbols.items()},
     }
+    if g.guards:
+        d["guards"] = [{"expr": guard.expr, "source": encode_source(guard.source)}
+                       for guard in g.guards]
+    return d
+
+
+def _decode_guard(v: JSON, where: str) -> ShapeGuard:
+    d = expect_dict(v, where)
+    expect_keys(d, where, {"expr", "source"}, {"expr", "source"})
+    return ShapeGuard(expect_str(d["expr"], f"{where}.expr"),
+                      decode_source(d["source"], f"{where}.source"))
 
 
 def decode_graph(v: JSON, where: str) -> Graph:
     d = expect_dict(v, where)
-    expect_keys(d, where, {"nodes", "symbols"}, {"nodes", "symbols"})
+    expect_keys(d, where, {"nodes", "symbols"}, {"nodes", "symbols", "guards"})
     nodes = expect_list(d["nodes"], f"{where}.nodes")
     symbols: dict[str, SymbolRange] = {}
     for name, r in expect_dict(d["symbols"], f"{where}.symbols").items():
         at = f"{where}.symbols.{name}"
         rd = expect_dict(r, at)
-        expect_keys(rd, at, {"lower", "upper"}, {"lower", "upper"})
+        expect_keys(rd, at, {"lower", "upper"}, {"lower", "upper", "hint"})
         symbols[name] = SymbolRange(expect_int(rd["lower"], f"{at}.lower"),
-                                    optional(rd["upper"], f"{at}.upper", expect_int))
+                                    optional(rd["upper"], f"{at}.upper", expect_int),
+                                    optional(rd.get("hint"), f"{at}.hint", expect_int))
+    guards = expect_list(d.get("guards", []), f"{where}.guards")
     return Graph(
         nodes=[decode_node(n, f"{where}.nodes[{i}]") for i, n in enumerate(nodes)],
         symbols=symbols,
+        guards=[_decode_guard(g, f"{where}.guards[{i}]") for i, g in enumerate(guards)],
     )
 
 

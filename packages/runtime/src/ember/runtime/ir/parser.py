@@ -25,6 +25,7 @@ from ember.runtime.ir.graph import (
     OutputKind,
     OutputSpec,
     Program,
+    ShapeGuard,
     Signature,
     SourceLocation,
     SymbolRange,
@@ -37,6 +38,7 @@ from ember.runtime.ir.text_scanner import Scanner
 from ember.runtime.ir.text_syntax import (
     DIALECT_RE,
     FUNCTION_RE,
+    GUARD_RE,
     OPCODE_KEYWORDS,
     QUALNAME_RE,
 )
@@ -343,11 +345,18 @@ class _Parser:
             self._symbols(graph)
             s.end_of_line()
             return
+        if s.keyword("guard"):
+            s.skip_spaces()
+            expr = s.name(GUARD_RE, "a guard relation")
+            graph.guards.append(ShapeGuard(expr, self._source()))
+            s.end_of_line()
+            return
         if s.keyword("return"):
             self._return(graph_name, graph)
             return
         if not s.peek("%"):
-            raise s.error("expected a node '%name = ...', 'return (...)' or 'symbols ...'")
+            raise s.error("expected a node '%name = ...', 'return (...)', 'symbols ...' or "
+                          "'guard ...'")
         name = self.v.percent_name()
         meta = self.v.optional_meta()
         s.skip_spaces()
@@ -402,7 +411,9 @@ class _Parser:
             s.skip_spaces()
             upper = None if s.keyword("inf") else self.v.integer()
             s.expect("]")
-            graph.symbols[name] = SymbolRange(lower, upper)
+            s.skip_spaces()
+            hint = self.v.integer() if s.accept("hint=") else None
+            graph.symbols[name] = SymbolRange(lower, upper, hint)
             if not s.accept(","):
                 return
 

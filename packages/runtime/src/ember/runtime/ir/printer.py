@@ -20,7 +20,8 @@ declares). Syntax, by element:
 * ``graph NAME(PARAMS):`` then the body indented. PARAMS are the graph's leading plain
   placeholders with their meta and, when the signature's inputs of the graph name exactly
   these placeholders, their input kind (``[parameter fc.weight]``; user inputs unmarked).
-* ``symbols s0 in [2, inf], ...``: the graph's symbol ranges.
+* ``symbols s0 in [2, inf] hint=8, u0 in [0, inf], ...``: the graph's symbol ranges and
+  hints; then one ``guard RELATION  # SOURCE`` line per guard (``guard s1 == 2*s0``).
 * nodes: ``%NAME[: META] = TARGET(ARGS, KEY=ARG)`` for calls; ``%NAME[: META] = OPCODE
   TARGET[(ARGS)]`` for other opcodes; ``return (VALUES)  [OUTPUT KINDS]`` for the usual
   output node. A trailing ``# FILE:LINE [FUNCTION ["TEXT"]]`` is the node's source.
@@ -29,7 +30,8 @@ declares). Syntax, by element:
 * ARG: ``%v``/``%v.0`` (a value, the 0th result of a node), ``None``, ``True``, ``3``,
   ``1.5``/``inf``/``nan`` (floats print as Python's ``repr``), ``"str"`` (JSON
   escapes), ``complex(1.0, -2.0)``, ``torch.float32``, ``torch.channels_last``,
-  ``torch.strided``, ``device("cuda:0")``, ``[tuples, ...]``.
+  ``torch.strided``, ``device("cuda:0")``, ``sym(4*s0)`` (a symbolic int),
+  ``[tuples, ...]``.
 
 Names print bare when they are plain (``%mm``, ``fc.weight``) and as JSON strings
 otherwise (``%"my value"``).
@@ -50,7 +52,10 @@ from ember.runtime.ir.graph import (
     OutputSpec,
     Program,
     ScalarMeta,
+    ShapeGuard,
     SourceLocation,
+    SymbolRange,
+    SymExpr,
     TensorMeta,
     ValueRef,
 )
@@ -59,6 +64,7 @@ from ember.runtime.ir.text_syntax import (
     BARE_FILE_RE,
     DIALECT_RE,
     FUNCTION_RE,
+    GUARD_RE,
     IDENT_RE,
     NODE_NAME_RE,
     OP_NAME_RE,
@@ -163,11 +169,9 @@ def _graph_lines(name: str, graph: Graph, inputs: list[InputSpec] | None,
     else:
         lines = [head, *(f"    {t}," for t in texts), "):"]
     if graph.symbols:
-        ranges = ", ".join(
-            f"{name_text(s, QUALNAME_RE)} in [{r.lower}, "
-            f"{'inf' if r.upper is None else r.upper}]"
-            for s, r in graph.symbols.items())
+        ranges = ", ".join(_symbol_text(s, r) for s, r in graph.symbols.items())
         lines.append(f"  symbols {ranges}")
+    lines.extend(f"  {_guard_text(g)}" for g in graph.guards)
     last_output = max((i for i, n in enumerate(graph.nodes) if n.op == "output"), default=-1)
     body: list[tuple[str, str]] = []
     for i, n in enumerate(graph.nodes[len(params):], start=len(params)):
@@ -179,6 +183,16 @@ def _graph_lines(name: str, graph: Graph, inputs: list[InputSpec] | None,
     for text, comment in body:
         lines.append(f"  {text.ljust(width)}  # {comment}" if comment else f"  {text}")
     return lines
+
+
+def _symbol_text(name: str, r: SymbolRange) -> str:
+    hint = "" if r.hint is None else f" hint={r.hint}"
+    return f"{name_text(name, QUALNAME_RE)} in {r}{hint}"
+
+
+def _guard_text(g: ShapeGuard) -> str:
+    text = f"guard {name_text(g.expr, GUARD_RE)}"
+    return text if g.source is None else f"{text}  # {source_text(g.source)}"
 
 
 def _node_text(n: Node) -> str:
@@ -298,6 +312,8 @@ def argument_text(a: Argument) -> str:
         return text if a.index is None else f"{text}.{a.index}"
     if isinstance(a, tuple):
         return "[" + ", ".join(argument_text(x) for x in a) + "]"
+    if isinstance(a, SymExpr):
+        return f"sym({symint_text(a.expr)})"
     if isinstance(a, complex):
         return f"complex({a.real!r}, {a.imag!r})"
     if isinstance(a, torch.dtype):

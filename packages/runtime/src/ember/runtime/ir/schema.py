@@ -13,11 +13,12 @@ from collections.abc import Callable
 
 from ember.runtime.ir.errors import IRFormatError
 
-SCHEMA_VERSION: tuple[int, int] = (1, 1)
+SCHEMA_VERSION: tuple[int, int] = (1, 2)
 """The ``(major, minor)`` schema version this code writes.
 
 History: 1.0 the first format; 1.1 adds ``manifest.json`` (the SHA-256 of every member)
-to the container; ``program.json`` is unchanged."""
+to the container; ``program.json`` is unchanged; 1.2 adds symbolic shapes: a symbol's
+``hint``, a graph's ``guards`` and ``{"sym": ...}`` arguments (all optional)."""
 
 JSONDoc = dict[str, object]
 
@@ -33,6 +34,14 @@ def _from_1_0(doc: JSONDoc) -> JSONDoc:
 
 
 UPGRADERS[(1, 0)] = _from_1_0
+
+
+def _from_1_1(doc: JSONDoc) -> JSONDoc:
+    """1.1 -> 1.2: symbolic shapes only add optional keys (hints, guards, sym args)."""
+    return doc
+
+
+UPGRADERS[(1, 1)] = _from_1_1
 
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)")
 

@@ -22,6 +22,13 @@ OP_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]
 SYM_SIZE_RE = re.compile(r"[A-Za-z0-9_*+\-/().%]+")
 SYM_OFFSET_RE = re.compile(r"[A-Za-z0-9_*+\-/.%]+")
 INT_RE = re.compile(r"-?[0-9]+")
+# A guard written bare after 'guard' (up to a '#' comment): the characters of relations.
+GUARD_RE = re.compile(r"[A-Za-z0-9_*+\-/%()<>=!,]+(?: +[A-Za-z0-9_*+\-/%()<>=!,]+)*")
+# A symbolic argument written bare inside sym(...): a size without a closing parenthesis
+# of its own unless it opened it (checked by the reader).
+SYM_ARG_CHARS = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_*+-/%()."
+)
 # A source file written bare: no whitespace, no quote, ends in :LINE.
 BARE_FILE_RE = re.compile(r"[^\s\"#][^\s\"]*")
 FUNCTION_RE = re.compile(r"[A-Za-z_<][A-Za-z0-9_<>.]*")

@@ -15,6 +15,7 @@ from ember.runtime.ir.graph import (
     Argument,
     Meta,
     ScalarMeta,
+    SymExpr,
     SymInt,
     TensorMeta,
     ValueRef,
@@ -25,6 +26,7 @@ from ember.runtime.ir.text_syntax import (
     IDENT_RE,
     INT_RE,
     NODE_NAME_RE,
+    SYM_ARG_CHARS,
     SYM_OFFSET_RE,
     SYM_SIZE_RE,
 )
@@ -162,6 +164,26 @@ class ValueReader:
             raise s.error("expected a size: an integer or a symbolic expression")
         return int(token) if INT_RE.fullmatch(token) else token
 
+    def _sym_argument(self) -> str:
+        """The expression inside ``sym(...)``: a string, or bare text up to the
+        parenthesis that closes ``sym(``."""
+        s = self.s
+        if s.peek('"'):
+            return s.string()
+        start, depth = s.pos, 0
+        while s.pos < len(s.text) and s.text[s.pos] in SYM_ARG_CHARS:
+            c = s.text[s.pos]
+            if c == ")":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif c == "(":
+                depth += 1
+            s.pos += 1
+        if s.pos == start:
+            raise s.error("expected a symbolic expression inside sym(...)")
+        return s.text[start:s.pos]
+
     # ---- arguments --------------------------------------------------------------------
 
     def call_arguments(self) -> tuple[tuple[Argument, ...], dict[str, Argument]]:
@@ -239,6 +261,10 @@ class ValueReader:
             imag = self.floating()
             s.expect(")")
             return complex(real, imag)
+        if word == "sym" and s.accept("("):
+            expr = self._sym_argument()
+            s.expect(")", "closing sym(...)")
+            return SymExpr(expr)
         if word == "device" and s.accept("("):
             device = self.lookup(torch_names.device_from_name, s.string(), start)
             s.expect(")")

@@ -14,7 +14,10 @@ Structural rules (every dialect):
 - the signature matches: input specs name the placeholders (count, names, order), output
   specs count the output values, a mutated input names a placeholder of its graph, a
   gradient names a placeholder of ``forward``;
-- symbolic sizes use only the symbols in ``graph.symbols``, whose ranges are not empty.
+- symbolic shapes (:mod:`ember.runtime.ir.symbol_rules`): sizes, ``SymExpr`` arguments
+  and guards are in the size grammar and use only symbols of ``graph.symbols`` that are
+  bound (by a placeholder's plain size, or an earlier node result's for unbacked ones);
+  ranges are not empty and hints lie inside them.
 
 Dialect rules (docs/ir-contract.md):
 
@@ -44,7 +47,6 @@ extern op must not write to its arguments.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 import torch
@@ -61,10 +63,12 @@ from ember.runtime.ir.graph import (
     OutputKind,
     Program,
     ScalarMeta,
+    SymExpr,
     TensorMeta,
     ValueRef,
 )
 from ember.runtime.ir.ops import resolve_op
+from ember.runtime.ir.symbol_rules import SymbolRules
 
 # Aten operators a core-functional program may call although torch does not tag them
 # Core ATen, because torch has no decomposition of them into Core ATen (checked against
@@ -124,13 +128,6 @@ def declared_extern_ops(program: Program) -> frozenset[str]:
     return frozenset(aot.extern_ops) if aot is not None else frozenset()
 
 
-_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
-# Function names that may appear in size expressions (torch's symbolic-shape printing).
-_SYMPY_FUNCTIONS = frozenset({
-    "Max", "Min", "Abs", "floor", "ceiling", "sqrt", "Mod", "FloorDiv", "CeilDiv",
-    "CleanDiv", "PythonMod", "IntTrueDiv", "FloorToInt", "CeilToInt", "TruncToInt",
-    "RoundToInt", "PowByNatural",
-})
 
 
 def verify(program: Program, dialect: str | None = None) -> None:
@@ -160,6 +157,7 @@ class _GraphVerifier:
         self.graph = graph
         self.dialect = dialect
         self.defined: dict[str, Node] = {}
+        self.symbol_rules = SymbolRules(graph, self.fail)
 
     def fail(self, node: Node | None, message: str) -> VerificationError:
         where = f"graph {self.name!r}" + (f", node %{node.name}" if node is not None else "")
@@ -171,15 +169,11 @@ class _GraphVerifier:
         nodes = self.graph.nodes
         if not nodes or nodes[-1].op != "output":
             raise self.fail(None, "the last node must be the output node")
-        for symbol, bounds in self.graph.symbols.items():
-            if not _SYMBOL.fullmatch(symbol):
-                raise self.fail(None, f"symbol name {symbol!r} is not an identifier")
-            if bounds.upper is not None and bounds.upper < bounds.lower:
-                raise self.fail(None, f"symbol {symbol!r} has an empty range "
-                                      f"[{bounds.lower}, {bounds.upper}]")
+        self.symbol_rules.check_table()
         for node in nodes:
             self.check_node(node)
             self.defined[node.name] = node
+        self.symbol_rules.check_guards()
         outputs = [n for n in nodes if n.op == "output"]
         if len(outputs) != 1:
             raise self.fail(outputs[0], f"{len(outputs)} output nodes; a graph has one")
@@ -198,6 +192,7 @@ class _GraphVerifier:
             self.check_argument(node, position, arg)
         getattr(self, f"check_{node.op}")(node)
         self.check_symbols(node, node.meta)
+        self.symbol_rules.check_node(node)
 
     def check_argument(self, node: Node, position: str, arg: object) -> None:
         if isinstance(arg, ValueRef):
@@ -206,7 +201,7 @@ class _GraphVerifier:
             for item in arg:
                 self.check_argument(node, position, item)
         elif not (arg is None or isinstance(arg, (
-            bool, int, float, str, complex, torch.dtype, torch.device,
+            bool, int, float, str, complex, SymExpr, torch.dtype, torch.device,
             torch.memory_format, torch.layout,
         ))):
             raise self.fail(node, f"argument {position} is a {type(arg).__name__}, "
@@ -353,12 +348,6 @@ class _GraphVerifier:
         if len(meta.sizes) != len(meta.strides):
             raise self.fail(node, f"meta has {len(meta.sizes)} sizes but "
                                   f"{len(meta.strides)} strides")
-        for expr in (*meta.sizes, *meta.strides, meta.storage_offset):
-            if isinstance(expr, str):
-                for symbol in _SYMBOL.findall(expr):
-                    if symbol not in self.graph.symbols and symbol not in _SYMPY_FUNCTIONS:
-                        raise self.fail(node, f"size expression {expr!r} uses symbol "
-                                              f"{symbol!r}, which is not in graph.symbols")
 
     # -- signature -----------------------------------------------------------------
 
