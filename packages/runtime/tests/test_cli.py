@@ -105,8 +105,8 @@ def test_run_rejects_missing_and_unused_inputs(
     safetensors.torch.save_file({"y": torch.randn(2, 4)}, inputs)
     args = ["run", str(path), "--inputs", str(inputs), "--out", str(tmp_path / "o")]
     assert main(args) == 1
-    assert "no input for placeholder 'x': expected the key 'x' or 'arg0'" in (
-        capsys.readouterr().err)
+    assert ("no input for placeholder 'x': expected the key 'x' or 'arg0' in the inputs "
+            "file") in capsys.readouterr().err
     safetensors.torch.save_file({"x": torch.randn(2, 4), "y": torch.randn(1)}, inputs)
     assert main(args) == 1
     assert "key(s) y that match no placeholder" in capsys.readouterr().err
@@ -117,3 +117,50 @@ def test_module_entry_point(mlp_file: tuple[Path, dict[str, torch.Tensor]]) -> N
     done = subprocess.run([sys.executable, "-m", "ember.runtime", "verify", str(path)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert (done.returncode, done.stdout) == (0, "ok\n"), done.stderr
+
+
+@pytest.fixture
+def symbolic_file(tmp_path: Path) -> Path:
+    from test_interpreter import _symbolic_program  # x: f32[s0, 4], y: f32[s1]
+
+    return _save(_symbolic_program(), tmp_path / "symbolic.ember")
+
+
+def test_run_takes_any_size_a_symbolic_program_allows(
+    symbolic_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["show", str(symbolic_file)]) == 0
+    assert "  symbols s0 in [2, 16] hint=4, s1 in [2, inf] hint=3\n" in capsys.readouterr().out
+    out = tmp_path / "out.safetensors"
+    for n, m in ((2, 3), (12, 40)):
+        x = torch.randn(n, 4)
+        safetensors.torch.save_file({"x": x}, tmp_path / "in.safetensors")
+        assert main(["run", str(symbolic_file), "--inputs", str(tmp_path / "in.safetensors"),
+                     "--shape", f"y={m}", "--seed", "3", "--out", str(out)]) == 0
+        y = torch.randn(m, generator=torch.Generator().manual_seed(3))
+        torch.testing.assert_close(safetensors.torch.load_file(out)["out0"],
+                                   x.sum() * y)
+
+
+@pytest.mark.parametrize(("shapes", "message"), [
+    (["x=17,4", "y=3"], ("error: input 'x' dim 0: size 17 is outside the range [2, 16] of "
+                        "symbol s0\n")),
+    (["x=5,4", "arg1=3"], ("error: guard 's0%2 == 0' fails for s0=5 from input 'x' dim 0; "
+                          "it comes from model.py:7 in forward: 'x.view(-1)'\n")),
+    (["x=4,4,1", "y=3"], "error: input 'x': expected 2 dims [s0, 4], got 3 dims (4, 4, 1)\n"),
+    (["x=4"], ("error: no input for placeholder 'y': expected the key 'y' or 'arg1' in the "
+              "inputs file, or --shape y=D0,D1,...\n")),
+    (["x=4,a"], ("error: --shape 'x=4,a': expected NAME=D0,D1,... with non-negative integer "
+                "sizes (e.g. x=8,3,32)\n")),
+    (["z=4"], ("error: --shape z=...: the graph 'forward' has no tensor placeholder 'z'; "
+              "placeholders: x, y\n")),
+])
+def test_run_refuses_sizes_outside_the_ranges_and_guards_in_one_line(
+    symbolic_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    shapes: list[str], message: str,
+) -> None:
+    args = ["run", str(symbolic_file), "--out", str(tmp_path / "o")]
+    for spec in shapes:
+        args += ["--shape", spec]
+    assert main(args) == 1
+    assert capsys.readouterr().err == message

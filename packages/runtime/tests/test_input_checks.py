@@ -5,8 +5,10 @@ A compiled program is saved to a file, loaded with ``load_artifact`` in a child 
 program compiled for CUDA, a wrong dtype, rank or size. Each must be a ``TypeError``
 naming the input, expected and got, never a segfault (which would kill the child, not
 pytest). Inputs in another layout are copied into the traced one; graphs with symbolic
-sizes (extern calls only) still accept any size but check dtype, device and rank. The
-launchers refuse meta tensors too, for wrappers that do not check (hand-written ones).
+sizes accept any size inside their symbols' ranges and guards, check dtype and device,
+and reject other sizes (or ranks) with a ``ShapeError`` naming the input, dim and the
+range or guard. The launchers refuse meta tensors too, for wrappers that do not check
+(hand-written ones).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from typing import Any
 import pytest
 import torch
 from ember.runtime.compiled import load_artifact
-from ember.runtime.ir import InputSpec, Program, SymbolRange, TensorMeta, save
+from ember.runtime.ir import InputSpec, Program, SourceLocation, SymbolRange, TensorMeta, save
+from ember.runtime.ir.graph import ShapeGuard
+from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.tracing import GraphRecorder
 
 
@@ -37,12 +41,15 @@ def _trace(fn: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> Program:
 
 
 def _symbolic(program: Program, size: int, symbol: str) -> Program:
-    """``program`` with every dimension of extent ``size`` made the symbol ``symbol``."""
+    """``program`` with every dimension of extent ``size`` made the symbol ``symbol``,
+    in [2, 16], with the guard ``symbol%2 == 0`` (from model.py:3)."""
     for n in program.forward.nodes:
         if isinstance(n.meta, TensorMeta):
             n.meta = dataclasses.replace(
                 n.meta, sizes=tuple(symbol if s == size else s for s in n.meta.sizes))
-    program.forward.symbols[symbol] = SymbolRange(2, None)
+    program.forward.symbols[symbol] = SymbolRange(2, 16, hint=size)
+    program.forward.guards.append(ShapeGuard(
+        f"{symbol}%2 == 0", SourceLocation("model.py", 3, "forward", "x.view(2, -1)")))
     return program
 
 
@@ -107,9 +114,7 @@ def _run_child(code: str, *argv: str, cache: Path) -> str:
     ("cpu.ember", "[1.0] * 32", "arg1: expected a tensor, got list"),
     ("symbolic.ember", "torch.empty(4, 8, dtype=torch.float64)",
      "arg1: expected torch.float32 ['?', 8], got torch.float64 [4, 8]"),
-    ("symbolic.ember", "torch.randn(4, 8, 1)",
-     "arg1: expected torch.float32 ['?', 8], got torch.float32 [4, 8, 1]"),
-    ("symbolic.ember", "torch.empty(5, 8, device='meta')",
+    ("symbolic.ember", "torch.empty(4, 8, device='meta')",
      "arg1: expected a tensor on cpu, got one on meta"),
 ])
 def test_a_wrong_input_is_a_clear_error(artifacts: Path, file: str, bad: str,
@@ -132,11 +137,30 @@ def test_inputs_in_another_layout_are_copied_into_the_traced_one(artifacts: Path
         torch.testing.assert_close(fn(x, y)[0], (x + y).sin())
 
 
-def test_symbolic_sizes_accept_any_size(artifacts: Path, monkeypatch: Any) -> None:
+def test_symbolic_sizes_accept_any_size_in_range(artifacts: Path, monkeypatch: Any) -> None:
     monkeypatch.setenv("EMBER_CACHE_DIR", str(artifacts / "cache"))
     fn = _load(artifacts / "symbolic.ember")
-    x, y = torch.randn(7, 8), torch.randn(7, 8)
-    torch.testing.assert_close(fn(x, y)[0], (x + y).sin())
+    for n in (2, 6, 16):
+        x, y = torch.randn(n, 8), torch.randn(n, 8)
+        torch.testing.assert_close(fn(x, y)[0], (x + y).sin())
+
+
+@pytest.mark.parametrize(("x", "y", "message"), [
+    ((18, 8), (18, 8), "input 'in0' dim 0: size 18 is outside the range [2, 16] of symbol s0"),
+    ((6, 8), (8, 8), ("input 'in1' dim 0: size 8, but symbol s0 is 6 (input 'in0' dim 0); "
+                     "the graph needs them equal")),
+    ((7, 8), (7, 8), ("guard 's0%2 == 0' fails for s0=7 from input 'in0' dim 0; it comes "
+                     "from model.py:3 in forward: 'x.view(2, -1)'")),
+    ((4, 8), (4, 8, 1), "input 'in1': expected 2 dims [s0, 8], got 3 dims (4, 8, 1)"),
+])
+def test_symbolic_sizes_outside_ranges_and_guards_are_refused(
+        artifacts: Path, monkeypatch: Any, x: tuple[int, ...], y: tuple[int, ...],
+        message: str) -> None:
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(artifacts / "cache"))
+    fn = _load(artifacts / "symbolic.ember")
+    with pytest.raises(ShapeError) as raised:
+        fn(torch.randn(x), torch.randn(y))
+    assert str(raised.value) == message
 
 
 _CPP_SOURCE = 'extern "C" void touch(float* x) { x[0] = 1.0f; }\n'

@@ -9,7 +9,21 @@ import pytest
 import torch
 from ember.runtime.executor import make_executor
 from ember.runtime.interpreter import Interpreter, InterpreterError, bind_inputs, run_program
-from ember.runtime.ir import IRFormatError, Node, Program, ValueRef
+from ember.runtime.ir import (
+    Graph,
+    InputSpec,
+    IRFormatError,
+    Node,
+    OutputSpec,
+    Program,
+    Signature,
+    SourceLocation,
+    SymbolRange,
+    TensorMeta,
+    ValueRef,
+)
+from ember.runtime.ir.graph import ShapeGuard, SymExpr
+from ember.runtime.ir.symbolic import ShapeError
 from handbuilt import ProgramBuilder, mlp_program
 
 
@@ -206,3 +220,84 @@ def test_recorded_programs_verify_and_match_eager(fn) -> None:  # type: ignore[n
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e)
+
+
+# -- symbolic graphs: symbols bound from the inputs, SymExpr arguments, unbacked sizes ---
+
+
+def _meta(dtype: torch.dtype, sizes: tuple[object, ...],
+          strides: tuple[object, ...]) -> TensorMeta:
+    return TensorMeta(dtype, sizes, strides, torch.device("cpu"))  # type: ignore[arg-type]
+
+
+def _symbolic_program() -> Program:
+    """``x.view(s0*4).sum(0) * y`` for ``x: f32[s0, 4]``, ``y: f32[s1]`` with s0 in
+    [2, 16], s1 in [2, inf] and the guard ``s0%2 == 0`` (from model.py:7)."""
+    f32 = torch.float32
+    nodes = [
+        Node("x", "placeholder", "x", meta=_meta(f32, ("s0", 4), (4, 1))),
+        Node("y", "placeholder", "y", meta=_meta(f32, ("s1",), (1,))),
+        Node("flat", "call", "aten::view.default", (ValueRef("x"), (SymExpr("4*s0"),)),
+             meta=_meta(f32, ("4*s0",), (1,))),
+        Node("total", "call", "aten::sum.dim_IntList", (ValueRef("flat"), (0,)),
+             meta=_meta(f32, (), ())),
+        Node("out", "call", "aten::mul.Tensor", (ValueRef("total"), ValueRef("y")),
+             meta=_meta(f32, ("s1",), (1,))),
+        Node("output", "output", "output", ((ValueRef("out"),),)),
+    ]
+    guard = ShapeGuard("s0%2 == 0", SourceLocation("model.py", 7, "forward", "x.view(-1)"))
+    graph = Graph(nodes, {"s0": SymbolRange(2, 16, hint=4), "s1": SymbolRange(2, None, 3)},
+                  [guard])
+    return Program(graphs={"forward": graph},
+                   signature=Signature(inputs={"forward": [InputSpec("x"), InputSpec("y")]},
+                                       outputs={"forward": [OutputSpec()]}))
+
+
+def test_symbolic_graph_runs_for_every_size_in_its_ranges() -> None:
+    interpreter = Interpreter(_symbolic_program())
+    for n, m in ((2, 2), (8, 5), (16, 9)):
+        x, y = torch.randn(n, 4), torch.randn(m)
+        (out,) = interpreter.run(x, y)
+        torch.testing.assert_close(out, x.reshape(-1).sum(0) * y)
+        assert interpreter.symbols == {"s0": n, "s1": m}
+
+
+@pytest.mark.parametrize(("x", "y", "message"), [
+    ((18, 4), (3,), "input 'x' dim 0: size 18 is outside the range [2, 16] of symbol s0"),
+    ((4, 4), (1,), "input 'y' dim 0: size 1 is outside the range [2, inf] of symbol s1"),
+    ((4, 5), (3,), "input 'x' dim 1: size 5, expected 4"),
+    ((7, 4), (3,), ("guard 's0%2 == 0' fails for s0=7 from input 'x' dim 0; it comes from "
+                   "model.py:7 in forward: 'x.view(-1)'")),
+])
+def test_symbolic_graph_rejects_sizes_outside_its_ranges_and_guards(
+        x: tuple[int, ...], y: tuple[int, ...], message: str) -> None:
+    with pytest.raises(ShapeError) as raised:
+        run_program(_symbolic_program(), [torch.randn(x), torch.randn(y)])
+    assert str(raised.value) == message
+
+
+def _unbacked_program(upper: int) -> Program:
+    """``nonzero(x)`` (u0 rows, u0 in [0, upper]) and ``new_zeros(x, (u0 + 1,))``."""
+    nodes = [
+        Node("x", "placeholder", "x", meta=_meta(torch.float32, ("s0",), (1,))),
+        Node("nz", "call", "aten::nonzero.default", (ValueRef("x"),),
+             meta=_meta(torch.int64, ("u0", 1), (1, 1))),
+        Node("ones", "call", "aten::new_ones.default", (ValueRef("x"), (SymExpr("u0+1"),)),
+             meta=_meta(torch.float32, ("u0+1",), (1,))),
+        Node("output", "output", "output", ((ValueRef("nz"), ValueRef("ones")),)),
+    ]
+    graph = Graph(nodes, {"s0": SymbolRange(2, None, hint=5),
+                          "u0": SymbolRange(0, upper)})
+    return Program(graphs={"forward": graph},
+                   signature=Signature(inputs={"forward": [InputSpec("x")]},
+                                       outputs={"forward": [OutputSpec(), OutputSpec()]}))
+
+
+def test_unbacked_symbols_bind_from_the_result_that_defines_them() -> None:
+    x = torch.tensor([0.0, 1.0, 0.0, 2.0, 3.0])
+    nz, ones = run_program(_unbacked_program(8), [x])
+    torch.testing.assert_close(nz, torch.nonzero(x))
+    torch.testing.assert_close(ones, torch.ones(4))
+    with pytest.raises(ShapeError, match=r"^the result of 'nz' dim 0: size 3 is outside "
+                                         r"the range \[0, 2\] of symbol u0$"):
+        run_program(_unbacked_program(2), [x])

@@ -252,3 +252,30 @@ def test_copy_back_does_not_attach_buffers_to_autograd() -> None:
     torch.testing.assert_close(out, x * expected_buf)
     assert out.requires_grad  # the user output keeps its autograd history
     assert not buf.requires_grad and buf.grad_fn is None
+
+
+def test_a_symbolic_aliased_output_is_a_view_at_every_size() -> None:
+    """An ALIASED_OUTPUT whose layout is an expression over the size symbols is rebuilt
+    as the view eager gives, for each call's sizes."""
+    from ember.runtime.ir import Graph, InputSpec, Signature, SymbolRange, TensorMeta, ValueRef
+    from ember.runtime.ir.contracts import AliasedOutput, AotMetadata
+    from ember.runtime.ir.graph import SymExpr
+
+    cpu, f32 = torch.device("cpu"), torch.float32
+    graph = Graph([
+        Node("x", "placeholder", "x", meta=TensorMeta(f32, ("s0", 4), (4, 1), cpu)),
+        Node("tail", "call", "aten::slice.Tensor", (ValueRef("x"), 0, 1, SymExpr("s0")),
+             meta=TensorMeta(f32, ("s0-1", 4), (4, 1), cpu, storage_offset=4)),
+        Node("output", "output", "output", ((ValueRef("tail"),),)),
+    ], {"s0": SymbolRange(2, None, hint=3)})
+    program = Program(graphs={"forward": graph}, dialect="core-functional",
+                      signature=Signature(inputs={"forward": [InputSpec("x")]}, outputs={
+                          "forward": [OutputSpec(OutputKind.ALIASED_OUTPUT, "x")]}))
+    AotMetadata(aliased_outputs=(AliasedOutput(
+        0, "input", "x", False, ("s0-1", 4), (4, 1), 4, (4, 1)),)).write_to(program)
+    fn = ProgramCallable(program)
+    for n in (2, 5):
+        x = torch.randn(n, 4)
+        (tail,) = fn([x])
+        assert tail.shape == (n - 1, 4) and tail.data_ptr() == x[1:].data_ptr()
+        assert tail._base is x  # a view of the input, not a copy

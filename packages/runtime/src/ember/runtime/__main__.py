@@ -4,8 +4,9 @@ Commands::
 
     python -m ember.runtime show FILE                 print the program's text form
     python -m ember.runtime verify FILE [--dialect D] "ok" (exit 0) or the error (exit 1)
-    python -m ember.runtime run FILE --inputs IN.safetensors --out OUT.safetensors
-                                     [--graph forward] [--trusted]
+    python -m ember.runtime run FILE [--inputs IN.safetensors] [--shape NAME=D0,D1,...]
+                                     --out OUT.safetensors [--graph forward] [--trusted]
+                                     [--seed N]
 
 ``verify`` also says when the file holds executable code (a ``compiled`` artifact: a
 Python wrapper and C++/Triton kernel sources) or calls operators with effects outside
@@ -17,7 +18,13 @@ whose source you trust as you would a Python module's.
 under the placeholder's name, or else under ``argI`` (``I`` its position among all the
 placeholders, from 0). A placeholder labelled parameter/buffer/constant that has neither
 key takes its value from the program's own tensors. A placeholder of a Python number
-(ScalarMeta) reads a 0-dim tensor. Every key of ``IN`` must be used. The user-visible
+(ScalarMeta) reads a 0-dim tensor. Every key of ``IN`` must be used.
+``--shape x=8,3,32`` (repeatable; the placeholder's name or ``argI``) makes a random
+input of those sizes instead, with the placeholder's dtype and device (``randn`` for
+floating point, ``randint(0, 2)`` for integers and bools; ``--seed``, default 0). A
+program with symbolic sizes runs for any sizes inside its symbols' ranges and guards
+(``show`` prints them); other sizes are refused with the message naming the input,
+dim, symbol and the range or guard (and its source line). The user-visible
 outputs are saved in ``OUT`` as ``out0``, ``out1``, ... (numbers as 0-dim tensors);
 inputs the program mutates are updated before ``OUT`` is written but not saved.
 
@@ -38,6 +45,7 @@ from ember.runtime.ir import (
     IRError,
     Program,
     ScalarMeta,
+    TensorMeta,
     load,
     print_program,
     verify,
@@ -86,7 +94,11 @@ def _parser() -> argparse.ArgumentParser:
                     "outside the tensors (files, printing, custom operators) run only with "
                     "--trusted.")
     run.add_argument("file")
-    run.add_argument("--inputs", required=True, help="safetensors file of inputs")
+    run.add_argument("--inputs", help="safetensors file of inputs")
+    run.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                     help="a random input of these sizes for placeholder NAME (its name "
+                          "or argI); repeatable")
+    run.add_argument("--seed", type=int, default=0, help="seed of --shape inputs (default 0)")
     run.add_argument("--out", required=True, help="safetensors file to write outputs to")
     run.add_argument("--graph", default="forward", help="graph to run (default: forward)")
     run.add_argument("--trusted", action="store_true",
@@ -120,7 +132,9 @@ def _run(args: argparse.Namespace) -> int:
     from ember.runtime.executor import make_executor
 
     program = load(args.file, trusted=args.trusted)
-    given = safetensors.torch.load_file(args.inputs)
+    given = safetensors.torch.load_file(args.inputs) if args.inputs is not None else {}
+    shapes = parse_shapes(args.shape)
+    given.update(random_inputs(program, args.graph, shapes, given, args.seed))
     inputs = bind_named_inputs(program, args.graph, given)
     if args.graph == "forward":
         outputs = ProgramCallable(program)(inputs)
@@ -130,6 +144,65 @@ def _run(args: argparse.Namespace) -> int:
         {f"out{i}": _as_tensor(v) for i, v in enumerate(outputs)}, args.out
     )
     return 0
+
+
+def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """``["x=8,3,32", "y="]`` -> ``{"x": (8, 3, 32), "y": ()}`` (``y=`` is 0-dim).
+
+    Raises:
+        ValueError: a spec without ``=``, a size that is not a non-negative integer, or
+            a name given twice (the message quotes the spec).
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, eq, dims = spec.partition("=")
+        name = name.strip()
+        try:
+            sizes = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+        except ValueError:
+            sizes = (-1,)
+        if not eq or not name or any(d < 0 for d in sizes):
+            raise ValueError(f"--shape {spec!r}: expected NAME=D0,D1,... with non-negative "
+                             "integer sizes (e.g. x=8,3,32)")
+        if name in shapes:
+            raise ValueError(f"--shape {spec!r}: {name!r} is given twice")
+        shapes[name] = sizes
+    return shapes
+
+
+def random_inputs(program: Program, graph_name: str, shapes: dict[str, tuple[int, ...]],
+                  given: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+    """A random tensor for each ``--shape`` entry, keyed as given (placeholder name or
+    ``argI``), with that placeholder's dtype and device.
+
+    Raises:
+        KeyError: no such graph.
+        ValueError: a name that is no tensor placeholder of the graph, or one that
+            ``given`` (the inputs file) holds too.
+    """
+    if graph_name not in program.graphs:
+        raise KeyError(f"the program has no graph {graph_name!r}; graphs: "
+                       f"{', '.join(sorted(program.graphs))}")
+    placeholders = program.graphs[graph_name].placeholders
+    metas = {key: node.meta for i, node in enumerate(placeholders)
+             for key in (node.name, f"arg{i}")}
+    generator = torch.Generator().manual_seed(seed)
+    made: dict[str, torch.Tensor] = {}
+    for name, sizes in shapes.items():
+        meta = metas.get(name)
+        if not isinstance(meta, TensorMeta):
+            # NOTE: a bad command line is a ValueError (one line, exit 1), as every other
+            raise ValueError(  # noqa: TRY004
+                f"--shape {name}=...: the graph {graph_name!r} has no tensor placeholder "
+                f"{name!r}; placeholders: {', '.join(n.name for n in placeholders)}")
+        if name in given:
+            raise ValueError(f"--shape {name}=...: the inputs file has {name!r} too")
+        if meta.dtype.is_floating_point or meta.dtype.is_complex:
+            value = torch.randn(sizes, generator=generator, dtype=meta.dtype)
+        else:
+            value = torch.randint(0, 2, sizes, generator=generator).to(meta.dtype)
+        made[name] = value.to(meta.device)
+    return made
 
 
 def bind_named_inputs(
@@ -160,7 +233,8 @@ def bind_named_inputs(
             value = program.tensors[spec.target]
         else:
             raise ValueError(f"no input for placeholder {node.name!r}: expected the key "
-                             f"{node.name!r} or 'arg{i}' in the inputs file")
+                             f"{node.name!r} or 'arg{i}' in the inputs file, or "
+                             f"--shape {node.name}=D0,D1,...")
         bound.append(value)
     unused = sorted(set(given) - used)
     if unused:

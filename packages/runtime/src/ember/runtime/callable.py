@@ -9,6 +9,12 @@ It runs the ``forward`` graph through an executor and applies the signature's ep
   alias (``program.metadata["aot"]["aliased_outputs"]``), so the caller sees the same
   aliasing eager torch gives.
 
+A ``compiled`` program with size symbols checks its inputs' sizes against the symbols'
+ranges and the graph's guards before its wrapper runs
+(:class:`~ember.runtime.ir.symbolic.SymbolBinder`; the wrapper itself binds the symbols
+and checks dtypes, devices and static sizes). ``aten``/``core-functional`` programs are
+checked by the interpreter that runs them. Static programs pay nothing for this.
+
 A program with a ``backward`` graph runs through :mod:`ember.runtime.autograd` when grad
 mode is on and an input requires grad; otherwise (``torch.no_grad()``, inference) only the
 forward graph runs and the backward graph is never built.
@@ -16,7 +22,7 @@ forward graph runs and the backward graph is never built.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +32,7 @@ from ember.runtime.executor import ExecutorFactory, make_executor
 from ember.runtime.interpreter import bind_inputs
 from ember.runtime.ir import OutputKind, OutputSpec, Program, TensorMeta
 from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases
+from ember.runtime.ir.symbolic import SymbolBinder, UnboundSymbolError, evaluate
 
 _HIDDEN_KINDS = (OutputKind.MUTATED_INPUT, OutputKind.SAVED_TENSOR)
 
@@ -33,24 +40,40 @@ _HIDDEN_KINDS = (OutputKind.MUTATED_INPUT, OutputKind.SAVED_TENSOR)
 @dataclass(frozen=True)
 class BoundAliasedOutput:
     """An :class:`~ember.runtime.ir.contracts.AliasedOutput` with its base resolved to a
-    position: input ``base_input`` or output ``base_output``."""
+    position: input ``base_input`` or output ``base_output``. ``symbolic``: its sizes,
+    strides or offset are expressions over the graph's size symbols."""
 
     spec: AliasedOutput
     base_input: int | None
     base_output: int | None
+    symbolic: bool = False
 
-    def rebuild(self, base: Any, computed: Any) -> Any:
+    def rebuild(self, base: Any, computed: Any,
+                symbols: Mapping[str, int] | None = None) -> Any:
         """Output ``spec.output`` as the view of ``base`` eager torch gives, or
-        ``computed`` when ``base`` is not a tensor or no longer has the traced strides."""
+        ``computed`` when ``base`` is not a tensor or no longer has the traced strides
+        (or, for a symbolic view, ``symbols`` lacks a value its layout needs)."""
         spec = self.spec
         if not isinstance(base, torch.Tensor):
             return computed
         if spec.identity:
             return base
-        if tuple(base.stride()) != spec.base_strides:
+        if not self.symbolic:
+            if tuple(base.stride()) != spec.base_strides:
+                return computed
+            return base.as_strided(spec.sizes, spec.strides,  # type: ignore[arg-type]
+                                   base.storage_offset() + int(spec.storage_offset))
+        env = symbols or {}
+        try:
+            sizes = [evaluate(s, env) for s in spec.sizes]
+            strides = [evaluate(s, env) for s in spec.strides]
+            offset = evaluate(spec.storage_offset, env)
+            base_strides = tuple(evaluate(s, env) for s in spec.base_strides)
+        except UnboundSymbolError:
+            return computed  # NOTE: an unbacked size the caller cannot see
+        if tuple(base.stride()) != base_strides:
             return computed
-        return base.as_strided(spec.sizes, spec.strides,
-                               base.storage_offset() + spec.storage_offset)
+        return base.as_strided(sizes, strides, base.storage_offset() + offset)
 
 
 def _aliased_outputs(program: Program, positions: dict[str, int]) -> list[BoundAliasedOutput]:
@@ -60,9 +83,11 @@ def _aliased_outputs(program: Program, positions: dict[str, int]) -> list[BoundA
         if alias.kind == "input" and alias.base not in positions:
             raise ValueError(f"aliased output {alias.output} views {alias.base!r}, which is "
                              "not a placeholder of the forward graph")
+        symbolic = not all(isinstance(v, int) for v in (
+            *alias.sizes, *alias.strides, alias.storage_offset, *alias.base_strides))
         result.append(BoundAliasedOutput(
             alias, positions[alias.base] if alias.kind == "input" else None,
-            alias.base_output))
+            alias.base_output, symbolic))
     return result
 
 
@@ -123,6 +148,11 @@ class ProgramCallable:
         ValueError: the signature's output specs do not match the graph's outputs, a
             MUTATED_INPUT spec names no placeholder, or the backward graph's interface
             does not match the forward graph's.
+
+    Raises (at call):
+        ShapeError: (a ``ValueError``) the input sizes break a symbol's range or a
+            guard of a symbolic program (names the input, dim, symbol, the range or
+            guard and its source line).
     """
 
     def __init__(
@@ -158,6 +188,13 @@ class ProgramCallable:
         if "backward" in program.graphs:
             self._training = TrainingRunner(program, self._forward, executor_factory)
         self._n_saved = sum(1 for s in specs if s.kind == OutputKind.SAVED_TENSOR)
+        # NOTE: the interpreter binds and checks symbols itself; compiled code is
+        # checked here, before a kernel sees a size. Symbolic aliased outputs need the
+        # symbols' values too.
+        self._binder: SymbolBinder | None = None
+        if (graph.symbols or graph.guards) and (
+                program.dialect == "compiled" or any(a.symbolic for a in self._aliased)):
+            self._binder = SymbolBinder(graph)
 
     def _check_input_aliasing(self, full: list[Any]) -> None:
         """The program is only right if its inputs share memory exactly as they did at
@@ -202,6 +239,7 @@ class ProgramCallable:
         # bind_inputs would scan the graph's nodes on every call to find that out.
         full = (list(inputs) if len(inputs) == self._n_placeholders
                 else bind_inputs(self.program, "forward", inputs))
+        symbols = self._binder.bind(full) if self._binder is not None else None
         if self._mutated or self._input_aliases:
             self._check_input_aliasing(full)
         if self._training is not None and torch.is_grad_enabled() and any(
@@ -227,5 +265,6 @@ class ProgramCallable:
         for alias in self._aliased:
             base = (full[alias.base_input] if alias.base_input is not None
                     else outputs[alias.base_output])  # type: ignore[index]
-            outputs[alias.spec.output] = alias.rebuild(base, outputs[alias.spec.output])
+            outputs[alias.spec.output] = alias.rebuild(base, outputs[alias.spec.output],
+                                                       symbols)
         return [outputs[i] for i in self._visible]

@@ -9,6 +9,13 @@ compiled code is tested against. One method per opcode, dispatched by name::
 Inputs bind to the graph's placeholders in order (see :func:`bind_inputs` for the
 parameters a caller may leave out). A value is dropped as soon as its last reader has run,
 so peak memory follows the graph's live ranges, not its length.
+
+A graph with size symbols (``graph.symbols``) runs for any input sizes its symbols'
+ranges and guards allow: each run binds the symbols from the inputs
+(:class:`~ember.runtime.ir.symbolic.SymbolBinder`, a ``ShapeError`` naming the input, dim
+and range or guard otherwise), evaluates ``SymExpr`` arguments over them, and binds each
+unbacked symbol (``u0``, a data-dependent size) from the result of the node that defines
+it when that node has run. A static graph pays none of this.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from ember.runtime.ir import (
     resolve_op,
 )
 from ember.runtime.ir.effects import check_may_run
+from ember.runtime.ir.graph import SymExpr
+from ember.runtime.ir.symbolic import SymbolBinder, UnbackedSite, UnboundSymbolError, evaluate
 
 _DEFAULTED_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT)
 
@@ -104,6 +113,10 @@ class Interpreter:
     anything runs, unless ``allow_effects=True`` or the file was loaded with
     ``trusted=True``.
 
+    Attributes:
+        symbols: during a run of a symbolic graph, the value of each size symbol bound
+            so far (empty for a static graph).
+
     Raises (at construction):
         KeyError: the program has no graph ``graph``.
         IRFormatError: a ``call`` node names an operator torch does not know.
@@ -124,6 +137,13 @@ class Interpreter:
         self._free_after = _last_uses(self.graph)
         self._tensors_on_device: dict[str, torch.Tensor] = {}
         self._pending_inputs: list[Any] = []
+        self.symbols: dict[str, int] = {}
+        self._binder: SymbolBinder | None = None
+        self._unbacked: dict[str, list[UnbackedSite]] = {}
+        if self.graph.symbols or self.graph.guards:
+            self._binder = SymbolBinder(self.graph)
+            for site in self._binder.unbacked.values():
+                self._unbacked.setdefault(site.node, []).append(site)
 
     # -- driving ---------------------------------------------------------------------
 
@@ -133,9 +153,14 @@ class Interpreter:
 
         Raises:
             ValueError: wrong number of inputs.
+            ShapeError: (a ``ValueError``) the input sizes break a symbol's range or a
+                guard of a symbolic graph, or an unbacked size computed from the data
+                breaks its range (names the input or node, dim, symbol and range or
+                guard).
             InterpreterError: an operator failed (names node and source line).
         """
         self._pending_inputs = bind_inputs(self.program, self.graph_name, inputs, extra)
+        self.symbols = {} if self._binder is None else self._binder.bind(self._pending_inputs)
         self._pending_inputs.reverse()  # pop() from the end in placeholder order
         self.env = {}
         result: list[Any] = []
@@ -146,12 +171,22 @@ class Interpreter:
                     result = value
                     break
                 self.env[node.name] = value
+                if node.name in self._unbacked:
+                    self._bind_unbacked(node, value)
                 for name in self._free_after.get(node.name, ()):
                     del self.env[name]
         finally:
             self.env = {}
             self._pending_inputs = []
         return result
+
+    def _bind_unbacked(self, node: Node, value: Any) -> None:
+        """Read the unbacked symbols ``node`` defines off its result ``value``."""
+        assert self._binder is not None
+        for index in sorted({site.index for site in self._unbacked[node.name]},
+                            key=lambda i: -1 if i is None else i):
+            result = value if index is None else value[index]
+            self._binder.bind_unbacked(self.symbols, node.name, index, tuple(result.shape))
 
     def run_node(self, node: Node) -> Any:
         """Evaluate one node through the method named after its opcode."""
@@ -167,12 +202,18 @@ class Interpreter:
 
     def call(self, node: Node) -> Any:
         op = self._ops[node.name]
-        args = [self.load(a) for a in node.args]
-        kwargs = {k: self.load(v) for k, v in node.kwargs.items()}
+        where = f" (from {node.source})" if node.source is not None else ""
+        try:
+            args = [self.load(a) for a in node.args]
+            kwargs = {k: self.load(v) for k, v in node.kwargs.items()}
+        except UnboundSymbolError as e:
+            raise InterpreterError(
+                f"graph {self.graph_name!r}, node %{node.name} = {node.target}{where}: "
+                f"{e}; no input and no earlier node's result has it as a size"
+            ) from e
         try:
             return op(*args, **kwargs)
         except Exception as e:
-            where = f" (from {node.source})" if node.source is not None else ""
             raise InterpreterError(
                 f"graph {self.graph_name!r}, node %{node.name} = {node.target}{where} "
                 f"failed: {type(e).__name__}: {e}"
@@ -193,13 +234,16 @@ class Interpreter:
     # -- values ----------------------------------------------------------------------
 
     def load(self, arg: Argument) -> Any:
-        """The runtime value of a node argument: ValueRefs are looked up, tuples become
-        lists (what torch operators take for ``int[]`` and ``Tensor[]``)."""
+        """The runtime value of a node argument: ValueRefs are looked up, symbolic ints
+        (``SymExpr``) evaluated over the bound :attr:`symbols`, tuples become lists (what
+        torch operators take for ``int[]`` and ``Tensor[]``)."""
         if isinstance(arg, ValueRef):
             value = self.env[arg.node]
             return value if arg.index is None else value[arg.index]
         if isinstance(arg, tuple):
             return [self.load(a) for a in arg]
+        if isinstance(arg, SymExpr):
+            return evaluate(arg.expr, self.symbols)
         return arg
 
     def _stored_tensor(self, node: Node) -> torch.Tensor:
