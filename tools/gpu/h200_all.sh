@@ -2,6 +2,8 @@
 # The H200 check of a whole Ember tree, run from the repo root on the GPU machine:
 #     bash tools/gpu/h200_all.sh tests    # CUDA-marked tests + the frontend suite on Python 3.12
 #     bash tools/gpu/h200_all.sh bench    # tools/bench.py --device cuda --suite full
+#     bash tools/gpu/h200_all.sh dynamic  # the same with --dynamic: dynamic=True beside static
+#     bash tools/gpu/h200_all.sh generate # tools/bench_generate.py: HF GPT-2 generate, issue #15 config
 # The machine has python3 with torch and triton but not Ember: the four packages are
 # put on PYTHONPATH.
 set -o pipefail
@@ -32,5 +34,15 @@ bench)
     timeout "${BENCH_TIMEOUT:-480}" python3 tools/bench.py --device cuda --suite full \
         --compilers eager,torch,ember --json "$OUT/bench_full.json" --markdown "$OUT/bench_full.md" \
         ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_full.log" | tail -60
+    ;;
+dynamic)
+    timeout "${BENCH_TIMEOUT:-540}" python3 tools/bench.py --device cuda --suite full --no-cold \
+        --compilers eager,torch,ember --dynamic --json "$OUT/bench_dynamic.json" \
+        --markdown "$OUT/bench_dynamic.md" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_dynamic.log" | tail -80
+    ;;
+generate)
+    timeout "${BENCH_TIMEOUT:-540}" python3 tools/bench_generate.py --device cuda \
+        --compilers eager,torch,ember --json "$OUT/generate.json" --markdown "$OUT/generate.md" \
+        ${BENCH_ARGS:-} 2>&1 | tee "$OUT/generate.log" | tail -30
     ;;
 esac
