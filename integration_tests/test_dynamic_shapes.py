@@ -1,0 +1,192 @@
+"""Dynamic shapes end to end (issue #15, "Done when"), on the CPU:
+
+* a batch sweep 1..64 of a small MLP under the default ``dynamic=None`` compiles at most
+  twice (the first size static, then one symbolic compile), matches eager, never hits the
+  recompile limit and never runs eagerly;
+* HF GPT-2 (tiny config) ``generate`` of 32 tokens with ``forward`` compiled compiles at
+  most three times (prefill, first decode step, dynamic decode) and gives eager's tokens;
+* a symbolic program from ``capture(..., dynamic_shapes=...)`` round-trips through
+  ``.ember`` (same text), and ``python -m ember.runtime run`` runs it at two sizes (same
+  values as eager) and refuses sizes its ranges or guards exclude, naming them;
+* relation guards (a branch on a size, a ``view`` that needs an even total): the guards
+  of the program accept exactly the sizes the program is right for, each with its line;
+* unbacked sizes (``nonzero``): one compile serves every count of nonzeros, the program
+  carries an unbacked symbol and runs from its ``.ember`` file.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import ember.frontend
+import pytest
+import torch
+from benchlib import generate
+from ember.runtime.interpreter import run_program
+from ember.runtime.ir import Program, load, print_program, save, symbolic
+
+TOL = 1e-5
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                               torch.nn.Linear(32, 8)).eval()
+
+
+def test_batch_sweep_1_to_64_compiles_at_most_twice() -> None:
+    model = _mlp()
+    compiled = ember.frontend.compile(model)  # dynamic=None, the default: automatic
+    with torch.no_grad():
+        for batch in range(1, 65):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x), atol=TOL, rtol=TOL,
+                                       msg=f"batch {batch}")
+    stats = compiled.stats
+    assert stats.compiles <= 2, stats
+    assert stats.recompile_limit_fallbacks == 0 and stats.eager_fallback_calls == 0, stats
+
+
+def test_hf_gpt2_generate_compiles_at_most_three_times_and_matches_eager() -> None:
+    pytest.importorskip("transformers")
+    config = generate.TINY  # 2 layers, 64 wide, batch 2, 8-token prompts, 32 new tokens
+    cpu = torch.device("cpu")
+    model = generate.build_model(config, cpu, torch.float32)
+    ids = generate.prompt_ids(config, cpu)
+    _, reference = generate.run_compiler("eager", model, ids, config, None)
+    row, _ = generate.run_compiler("ember", model, ids, config, reference)
+    assert row.error == ""
+    assert (row.tokens_equal, row.tokens) == (config.batch * 32, config.batch * 32)
+    assert row.compiles is not None and row.compiles <= 3, row
+    assert row.recompile_limit_hit is False and row.eager_fallback_calls == 0, row
+
+
+def _cat_view_branch(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    z = torch.cat([x, y]) * 2
+    if x.shape[0] > 4:
+        z = z + 1
+    return z.view(2, -1, 4).sum(1)
+
+
+def _capture_cat_view_branch() -> Program:
+    x, y = torch.randn(8, 4), torch.randn(6, 4)
+    return ember.frontend.capture(_cat_view_branch, x, y,
+                                  dynamic_shapes={"x": {0: (2, 64)}, "y": {0: (2, 64)}})
+
+
+def _symbols_of_inputs(program: Program) -> list[str]:
+    """The symbol of dim 0 of each placeholder (the test's inputs are ``[s, 4]``)."""
+    names = []
+    for node in program.forward.placeholders:
+        size = node.meta.sizes[0]  # type: ignore[union-attr]
+        assert isinstance(size, str), f"{node.name}: dim 0 is not symbolic: {size!r}"
+        names.append(size)
+    return names
+
+
+def _accepts(program: Program, env: dict[str, int]) -> bool:
+    return all(symbolic.holds(g.expr, env) for g in program.forward.guards)
+
+
+def test_relation_guards_accept_exactly_the_sizes_the_program_is_right_for() -> None:
+    program = _capture_cat_view_branch()
+    sx, sy = _symbols_of_inputs(program)
+    assert sx != sy, print_program(program)
+    ranges = program.forward.symbols
+    assert (ranges[sx].lower, ranges[sx].upper, ranges[sx].hint) == (2, 64, 8)
+    # the traced branch (x.shape[0] > 4) and the view (an even number of rows)
+    for nx in range(2, 12):
+        for ny in range(2, 12):
+            expected = nx > 4 and (nx + ny) % 2 == 0
+            assert _accepts(program, {sx: nx, sy: ny}) == expected, (nx, ny)
+    branch = [g for g in program.forward.guards if g.source is not None
+              and "x.shape[0] > 4" in (g.source.text or "")]
+    assert branch, "no guard names the branch's line:\n" + print_program(program)
+
+
+def test_symbolic_program_round_trips_through_ember_and_runs_at_two_sizes(
+    tmp_path: Path,
+) -> None:
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    program = _capture_cat_view_branch()
+    path = tmp_path / "cat_view.ember"
+    save(program, path)
+    loaded = load(path)
+    assert print_program(loaded) == print_program(program)
+
+    def run_cli(x: torch.Tensor, y: torch.Tensor) -> subprocess.CompletedProcess[str]:
+        inputs, out = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
+        safetensors_torch.save_file({"x": x, "y": y}, str(inputs))
+        out.unlink(missing_ok=True)
+        return subprocess.run(
+            [sys.executable, "-m", "ember.runtime", "run", str(path), "--inputs", str(inputs),
+             "--out", str(out)], capture_output=True, text=True, timeout=300, check=False)
+
+    for nx, ny in ((8, 6), (13, 3)):  # both inside the ranges and guards
+        x, y = torch.randn(nx, 4), torch.randn(ny, 4)
+        done = run_cli(x, y)
+        assert done.returncode == 0, done.stderr
+        result = safetensors_torch.load_file(str(tmp_path / "out.safetensors"))["out0"]
+        torch.testing.assert_close(result, _cat_view_branch(x, y), atol=TOL, rtol=TOL)
+        # the runtime API gives the same
+        (api,) = run_program(loaded, [x, y])
+        torch.testing.assert_close(api, result, atol=0, rtol=0)
+    refused = run_cli(torch.randn(65, 4), torch.randn(3, 4))  # x above its range
+    assert refused.returncode == 1
+    assert "x" in refused.stderr and "64" in refused.stderr, refused.stderr
+    odd = run_cli(torch.randn(8, 4), torch.randn(5, 4))  # 13 rows: no even split
+    assert odd.returncode == 1 and "guard" in odd.stderr, odd.stderr
+
+
+def test_compiled_function_with_a_branch_on_a_size_recompiles_only_across_it() -> None:
+    compiled = ember.frontend.compile(_cat_view_branch, dynamic=True)
+    sizes = [(8, 6), (10, 4), (7, 5), (3, 5), (2, 4), (9, 9)]
+    for nx, ny in sizes:
+        x, y = torch.randn(nx, 4), torch.randn(ny, 4)
+        torch.testing.assert_close(compiled(x, y), _cat_view_branch(x, y), atol=TOL, rtol=TOL)
+    # one graph per side of `x.shape[0] > 4`; the sizes inside one side share it
+    assert compiled.stats.compiles == 2, compiled.stats
+    assert compiled.stats.recompile_limit_fallbacks == 0
+
+
+def _nonzero_rows(x: torch.Tensor) -> torch.Tensor:
+    rows = torch.nonzero(x > 0)
+    return rows.float() * 2 + 1
+
+
+def _with_positives(count: int, size: int = 12) -> torch.Tensor:
+    x = -torch.rand(size)
+    x[torch.randperm(size)[:count]] = 1.0
+    return x
+
+
+@pytest.mark.parametrize("counts", [(3, 7, 0, 12)])
+def test_unbacked_sizes_one_compile_for_every_count(counts: tuple[int, ...]) -> None:
+    compiled: Callable[[torch.Tensor], torch.Tensor] = ember.frontend.compile(_nonzero_rows)
+    for count in counts:
+        x = _with_positives(count)
+        out = compiled(x)
+        assert out.shape == (count, 1)
+        torch.testing.assert_close(out, _nonzero_rows(x), atol=0, rtol=0)
+    stats = compiled.stats  # type: ignore[attr-defined]
+    assert stats.compiles == 1 and stats.graph_breaks == 0, stats
+    assert stats.eager_fallback_calls == 0, stats
+
+
+def test_unbacked_program_saves_loads_and_runs(tmp_path: Path) -> None:
+    program = ember.frontend.capture(_nonzero_rows, _with_positives(5),
+                                     dynamic_shapes={"x": {0: (2, 64)}})
+    (unbacked,) = [s for s in program.forward.symbols if s.startswith("u")]
+    text = print_program(program)
+    assert f"[{unbacked}, 1]" in text, text
+    path = tmp_path / "nonzero.ember"
+    save(program, path)
+    loaded = load(path)
+    assert print_program(loaded) == text
+    for count, size in ((2, 12), (9, 20)):  # another count, another size
+        x = _with_positives(count, size)
+        (out,) = run_program(loaded, [x])
+        torch.testing.assert_close(out, _nonzero_rows(x), atol=0, rtol=0)
