@@ -205,12 +205,12 @@ def _sweep(name: str, prepared: list[Prepared], inputs: tuple[Any, ...],
     """Every variant that compiled, at each of ``config.sizes`` (``row.sweep_ms``,
     ``row.sweep_compiles``)."""
     live = [p for p in prepared if p.step is not None and p.row.status != "fail_to_run"]
-    variants = {p.row.compiler: _sweep_variant(p.compiler, p.step.compiled, p.module,
+    by_label = {p.row.compiler: _sweep_variant(p.compiler, p.step.compiled, p.module,
                                                config.train)
                 for p in live if p.step is not None}
     try:
         with time_limit(config.time_limit_s, f"size sweep of {name}"):
-            results = sweep.run(variants, inputs, config.sizes, config.device)
+            results = sweep.run(by_label, inputs, config.sizes, config.device)
     except TimeoutError as exc:
         for p in live:
             p.row.error = f"size sweep: {describe(exc)}"
