@@ -4,6 +4,7 @@ keyed by Triton's own specialization of integer arguments (never by size or grid
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ FILES = {"k.py": SCALE_SOURCE.encode()}
 
 
 @pytest.fixture
-def cache_dir(tmp_path: Path):
+def cache_dir(tmp_path: Path) -> Iterator[Path]:
     with config_module.patch(cache_dir=tmp_path, cache_enabled=True):
         yield tmp_path
 

@@ -13,41 +13,68 @@ split`) and that is splittable
 
 from __future__ import annotations
 
-from ember.inductor.codegen.triton.heuristics import LaunchConfig, choose_config
-from ember.inductor.codegen.triton.kernel_writer import (
-    KernelWriter,
-    TritonKernelCode,
-    reduces_columns,
+import dataclasses
+
+from ember.inductor.codegen.triton.heuristics import (
+    PERSISTENT_MAX,
+    LaunchConfig,
+    choose_config,
+    next_power_of_2,
 )
+from ember.inductor.codegen.triton.kernel_code import TritonKernelCode
+from ember.inductor.codegen.triton.kernel_writer import KernelWriter, reduces_columns
+from ember.inductor.codegen.triton.sizes import SizeFacts
 from ember.inductor.codegen.triton.split_writer import SplitReductionWriter, splittable
 from ember.inductor.loop_ir import Kernel
 
-
-def launch_config(kernel: Kernel) -> LaunchConfig:
-    """The tiling :func:`~.heuristics.choose_config` gives ``kernel``."""
-    if kernel.is_reduction:
-        return choose_config(kernel.numel, kernel.reduction_numel,
-                             columns=reduces_columns(kernel))
-    return choose_config(kernel.numel)
+#: a persistent reduction over a symbolic row holds a block of the range's upper bound;
+#: when that is more than this many times the hint's block, the kernel loops instead
+PERSISTENT_SLACK = 4
 
 
-def writer_for(kernel: Kernel, config: LaunchConfig) -> KernelWriter:
+def launch_config(kernel: Kernel, facts: SizeFacts | None = None) -> LaunchConfig:
+    """The tiling :func:`~.heuristics.choose_config` gives ``kernel``; symbolic sizes
+    are read at their hints (``facts``), except that a reduction is persistent only when
+    every row its range allows fits the block (else it loops, with the hint's block)."""
+    facts = facts or SizeFacts()
+    numel = facts.hint(kernel.numel)
+    if not kernel.is_reduction:
+        return choose_config(numel)
+    columns = reduces_columns(kernel)
+    config = choose_config(numel, facts.hint(kernel.reduction_numel), columns=columns)
+    if isinstance(kernel.reduction_numel, int) or not config.persistent:
+        return config
+    upper = facts.upper(kernel.reduction_numel)
+    if upper is not None and next_power_of_2(upper) <= config.rblock:
+        return config
+    if upper is not None and next_power_of_2(upper) <= min(
+            PERSISTENT_MAX, PERSISTENT_SLACK * config.rblock):
+        return choose_config(numel, upper, columns=columns)
+    return dataclasses.replace(config, persistent=False)
+
+
+def writer_for(kernel: Kernel, config: LaunchConfig, facts: SizeFacts | None = None
+               ) -> KernelWriter:
     """The writer of ``kernel`` under ``config`` (see the module doc)."""
     if kernel.is_reduction and config.split > 1 and splittable(kernel):
-        return SplitReductionWriter(kernel, config)
-    return KernelWriter(kernel, config)
+        return SplitReductionWriter(kernel, config, facts)
+    return KernelWriter(kernel, config, facts)
 
 
-def generate_triton_kernel(kernel: Kernel, config: LaunchConfig | None = None) -> TritonKernelCode:
+def generate_triton_kernel(kernel: Kernel, config: LaunchConfig | None = None,
+                           facts: SizeFacts | None = None) -> TritonKernelCode:
     """Generate the Triton module for ``kernel``.
 
     Args:
         kernel: a loop-IR kernel.
         config: the tiling; chosen by :func:`launch_config` when None.
+        facts: the hints and ranges of the kernel's size symbols (symbolic kernels:
+            heuristics read the hints; without them, the runtime's fallback hint and no
+            upper bounds, which is correct for every size, maybe slower).
 
     Raises:
         NotImplementedError: naming an op or dtype Triton codegen does not handle.
     """
     if config is None:
-        config = launch_config(kernel)
-    return writer_for(kernel, config).write()
+        config = launch_config(kernel, facts)
+    return writer_for(kernel, config, facts).write()

@@ -26,17 +26,26 @@ int32 unless the kernel can address 2**31 elements or more, then int64.
 
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass
-
+import sympy
 import torch
 from ember.inductor.codegen.triton import reductions
 from ember.inductor.codegen.triton.dtypes import pointer_type, scalar_literal, tl_type
-from ember.inductor.codegen.triton.heuristics import LaunchConfig, choose_config
+from ember.inductor.codegen.triton.heuristics import LaunchConfig
+from ember.inductor.codegen.triton.kernel_code import (
+    TritonKernelCode,
+    identifier,
+    literal_source,
+)
 from ember.inductor.codegen.triton.ops import HELPERS as OP_HELPERS
-from ember.inductor.codegen.triton.ops import format_compute, to_half
+from ember.inductor.codegen.triton.ops import format_compute
 from ember.inductor.codegen.triton.ranges import Dim, drop_unit_vars, linear_form, merge_dims
+from ember.inductor.codegen.triton.sizes import (
+    SizeFacts,
+    blocks,
+    is_static,
+    operand_source,
+    size_source,
+)
 from ember.inductor.loop_ir import (
     Compute,
     IndexExpr,
@@ -46,6 +55,7 @@ from ember.inductor.loop_ir import (
     Load,
     Phase,
     Reduce,
+    Size,
     Stmt,
     Store,
     Var,
@@ -68,94 +78,20 @@ libdevice = libdevice_for_this_import()
 _RESERVED = {
     "triton", "tl", "libdevice", "xoffset", "xindex", "xmask", "rbase", "roffset",
     "rindex", "rmask", "xrmask", "XBLOCK", "RBLOCK", "SBLOCK", "rsplit", "rstart", "sindex", "smask",
-    "float",
+    "float", "xnumel", "rnumel",
 }
-
-
-@dataclass(frozen=True)
-class SplitLaunch:
-    """The first kernel of a split reduction: ``name`` runs over ``grid`` and writes
-    partial results into workspaces (one per reduction, ``workspace_numel`` elements of
-    ``workspace_dtypes[i]``) that the main kernel combines."""
-
-    name: str
-    constexprs: dict[str, int]
-    grid: tuple[int, int, int]
-    workspace_dtypes: list[str]
-    workspace_numel: int
-
-
-@dataclass(frozen=True)
-class TritonKernelCode:
-    """The generated module of one kernel and what launching it needs."""
-
-    name: str
-    source: str
-    signature: dict[str, str]
-    constexprs: dict[str, int]
-    grid: tuple[int, int, int]
-    num_warps: int
-    num_stages: int
-    split: SplitLaunch | None = None
-
-    def meta(self) -> dict[str, object]:
-        """The launch metadata stored with the source in the compiled artifact (read by
-        ``ember.runtime.compiled.triton_launcher``)."""
-        meta: dict[str, object] = {
-            "signature": dict(self.signature),
-            "constexprs": dict(self.constexprs),
-            "grid": list(self.grid),
-            "num_warps": self.num_warps,
-            "num_stages": self.num_stages,
-        }
-        if self.split is not None:
-            meta["split"] = {
-                "entry": self.split.name,
-                "constexprs": dict(self.split.constexprs),
-                "grid": list(self.split.grid),
-                "workspace_dtypes": list(self.split.workspace_dtypes),
-                "workspace_numel": self.split.workspace_numel,
-            }
-        return meta
-
-
-def _cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
-
-
-def _identifier(name: str) -> str:
-    ident = re.sub(r"\W", "_", name)
-    if not ident or ident[0].isdigit():
-        ident = "_" + ident
-    return ident
-
-
-# float dtype -> (the bits of -0. as a signed integer, that integer's Triton type)
-NEGATIVE_ZERO_BITS = {torch.float32: (-2**31, "tl.int32"), torch.float64: (-2**63, "tl.int64")}
-
-
-def _literal(s: Literal) -> str:
-    """A 0-d Triton tensor holding the literal ``s``."""
-    if s.dtype.is_floating_point and s.value == 0 and math.copysign(1.0, float(s.value)) < 0:
-        # NOTE: Triton folds the constant -0. into 0.: built from its bits
-        bits, ity = NEGATIVE_ZERO_BITS[torch.float64 if s.dtype == torch.float64
-                                       else torch.float32]
-        dtype = torch.float64 if s.dtype == torch.float64 else torch.float32
-        text = f"tl.full([], {bits}, {ity}).to({tl_type(dtype)}, bitcast=True)"
-        return text if s.dtype == dtype else to_half(text, s.dtype)
-    if s.dtype in (torch.float16, torch.bfloat16):
-        # NOTE: built in float32 and converted: older Triton interpreters (3.6) cannot
-        # make 16-bit float constants.
-        return to_half(f"tl.full([], {scalar_literal(s.value, s.dtype)}, tl.float32)", s.dtype)
-    return f"tl.full([], {scalar_literal(s.value, s.dtype)}, {tl_type(s.dtype)})"
 
 
 class KernelWriter:
     """Writes one kernel's Triton module (``generate.generate_triton_kernel`` picks the
-    writer: this one, or ``split_writer.SplitReductionWriter``)."""
-    def __init__(self, kernel: Kernel, config: LaunchConfig) -> None:
+    writer: this one, or ``split_writer.SplitReductionWriter``). ``facts``: the ranges
+    of the kernel's size symbols (symbolic kernels; see :mod:`.sizes`)."""
+    def __init__(self, kernel: Kernel, config: LaunchConfig,
+                 facts: SizeFacts | None = None) -> None:
         self.kernel = kernel
         self.config = config
+        self.facts = facts or SizeFacts()
+        self.size_args = kernel.size_args
         self.lines: list[str] = []
         self.indent = 1
         self.helpers: set[str] = set()
@@ -163,8 +99,9 @@ class KernelWriter:
         self.inner = kernel.inner_values() if kernel.is_reduction else set()
         self.unit = {v.name for v in kernel.ranges + kernel.reduction_ranges if v.size == 1}
         exprs = [drop_unit_vars(e, self.unit) for e in self._index_exprs()]
-        self.xdims = merge_dims([v for v in kernel.ranges if v.size > 1], exprs)
-        self.rdims = merge_dims([v for v in kernel.reduction_ranges if v.size > 1], exprs)
+        self.xdims = merge_dims([v for v in kernel.ranges if v.name not in self.unit], exprs)
+        self.rdims = merge_dims([v for v in kernel.reduction_ranges if v.name not in self.unit],
+                                exprs)
         self.dim_of: dict[str, tuple[str, Dim]] = {}
         for prefix, dims in (("x", self.xdims), ("r", self.rdims)):
             for j, d in enumerate(dims):
@@ -180,31 +117,42 @@ class KernelWriter:
         return [s.index for s in self.kernel.body if isinstance(s, (Load, Store, IndexValue))]
 
     def _needs_int64(self) -> bool:
-        total = self.kernel.numel * max(1, self.kernel.reduction_numel)
-        extents = [
-            1 + sum((size - 1) * abs(stride) for size, stride in zip(b.sizes, b.strides))
-            for b in self.kernel.buffers if b.numel > 0
-        ]
-        return max([total, *extents]) > INT32_LIMIT
+        """Whether an index can reach 2**31: for symbolic sizes, at the upper bounds of
+        their ranges (an unbounded size: yes, 64-bit indexes)."""
+        k = self.kernel
+        if not k.size_args:
+            total = k.numel * max(1, k.reduction_numel)
+            extents = [
+                1 + sum((size - 1) * abs(stride) for size, stride in zip(b.sizes, b.strides))
+                for b in k.buffers if b.numel != 0
+            ]
+            return bool(max([total, *extents]) > INT32_LIMIT)
+        sizes: list[Size] = [k.numel * (k.reduction_numel if k.is_reduction else 1)]
+        for b in k.buffers:
+            sizes.append(1 + sum((size - 1) * sympy.Abs(sympy.sympify(stride))
+                                 for size, stride in zip(b.sizes, b.strides)))
+        bounds = [self.facts.upper(sympy.sympify(n)) for n in sizes]
+        return any(b is None or b > INT32_LIMIT for b in bounds)
 
     def _param_names(self) -> dict[str, str]:
         params: dict[str, str] = {}
         for b in self.kernel.buffers:
-            base = _identifier(b.name) + "_ptr"
-            while base in params.values() or base in _RESERVED:
+            base = identifier(b.name) + "_ptr"
+            while base in params.values() or base in _RESERVED or base in self.size_args:
                 base += "_"
             params[b.name] = base
         return params
 
     def _value_names(self) -> dict[str, str]:
         taken = set(_RESERVED) | set(self.params.values()) | set(self.dim_of)
+        taken |= set(self.size_args)
         taken |= {f"x{j}" for j in range(len(self.xdims))}
         taken |= {f"r{j}" for j in range(len(self.rdims))}
         names: dict[str, str] = {}
         for s in self.kernel.body:
             if isinstance(s, Store):
                 continue
-            ident = _identifier(s.name)
+            ident = identifier(s.name)
             while ident in taken:
                 ident += "_"
             taken.add(ident)
@@ -229,23 +177,27 @@ class KernelWriter:
             for prefix, dims in (("x", self.xdims), ("r", self.rdims)):
                 for j, d in enumerate(dims):
                     c = coefs.get(d.inner.name, 0)
-                    if c == 1:
+                    if not isinstance(c, int):
+                        terms.append(f"{operand_source(c)} * {prefix}{j}")
+                    elif c == 1:
                         terms.append(f"{prefix}{j}")
                     elif c != 0:
                         terms.append(f"{c} * {prefix}{j}" if c > 0 else f"({c}) * {prefix}{j}")
-            if const or not terms:
+            if not isinstance(const, int):
+                terms.append(operand_source(const))
+            elif const or not terms:
                 terms.append(str(const) if const >= 0 else f"({const})")
             return " + ".join(terms)
-        return render(expr, self._var_source, self.value, div="//")
+        return render(expr, self._var_source, self.value, div="//", sym=size_source)
 
     def _var_source(self, v: Var) -> str:
         if v.name in self.unit:
             return "0"
         dim_name, dim = self.dim_of[v.name]
         stride = dim.stride_of(v.name)
-        text = dim_name if stride == 1 else f"({dim_name} // {stride})"
+        text = dim_name if stride == 1 else f"({dim_name} // {operand_source(stride)})"
         if v is not dim.vars[0] and v.name != dim.vars[0].name:
-            text = f"({text} % {v.size})"
+            text = f"({text} % {operand_source(v.size)})"
         return text
 
     def axes_of(self, expr: IndexExpr) -> set[str]:
@@ -268,27 +220,56 @@ class KernelWriter:
 
     def base_mask(self, inner: bool) -> str | None:
         if not self.kernel.is_reduction:
-            numel = self.kernel.numel
-            return None if numel % self.config.xblock == 0 else "xmask"
+            return None if self.xblocks_exact() else "xmask"
         return "xrmask" if inner else "xmask"
+
+    def xblocks_exact(self) -> bool:
+        """Whether ``XBLOCK`` divides the outer numel for every size in range (then a
+        pointwise kernel needs no mask)."""
+        numel = self.kernel.numel
+        if isinstance(numel, int):
+            return numel % self.config.xblock == 0
+        return bool(sympy.Mod(numel, self.config.xblock) == 0)
+
+    def numel_source(self, reduction: bool) -> str:
+        """``xnumel``/``rnumel`` for a symbolic kernel (a variable the prologue sets),
+        else the number."""
+        numel = self.kernel.reduction_numel if reduction else self.kernel.numel
+        if is_static(numel):
+            return str(int(numel))
+        return "rnumel" if reduction else "xnumel"
+
+    def size_prologue(self) -> None:
+        """A symbolic kernel's first lines: its size arguments widened to 64 bits when
+        indexes are (Triton passes a small int as i32), then ``xnumel``/``rnumel``."""
+        if not self.size_args:
+            return
+        if self.use64:
+            for name in self.size_args:
+                self.line(f"{name} = {name} + tl.full([], 0, tl.int64)")
+        if not is_static(self.kernel.numel):
+            self.line(f"xnumel = {size_source(self.kernel.numel)}")
+        if self.kernel.is_reduction and not is_static(self.kernel.reduction_numel):
+            self.line(f"rnumel = {size_source(self.kernel.reduction_numel)}")
 
     # --- prologue -------------------------------------------------------------------------
 
     def dims_code(self, prefix: str, dims: list[Dim], flat: str) -> None:
         sizes = [d.size for d in dims]
         for j, d in enumerate(dims):
-            stride = 1
+            stride: Size = 1
             for s in sizes[j + 1:]:
                 stride *= s
-            text = flat if stride == 1 else f"({flat} // {stride})"
+            text = flat if stride == 1 else f"({flat} // {operand_source(stride)})"
             if j > 0:
-                text = f"{text} % {d.size}"
+                text = f"{text} % {operand_source(d.size)}"
             self.line(f"{prefix}{j} = {text}")
 
     def prologue(self, reduction_axis: bool = True) -> None:
+        self.size_prologue()
         pid = "tl.program_id(0).to(tl.int64)" if self.use64 else "tl.program_id(0)"
         self.line(f"xoffset = {pid} * XBLOCK")
-        numel = self.kernel.numel
+        numel = self.numel_source(reduction=False)
         if self.kernel.is_reduction:
             self.line("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
             self.line(f"xmask = xindex < {numel}")
@@ -297,12 +278,12 @@ class KernelWriter:
                 self.line(f"rbase = {rbase}.to(tl.int64)" if self.use64 else f"rbase = {rbase}")
         else:
             self.line("xindex = xoffset + tl.arange(0, XBLOCK)")
-            if numel % self.config.xblock:
+            if not self.xblocks_exact():
                 self.line(f"xmask = xindex < {numel}")
         self.dims_code("x", self.xdims, "xindex")
 
     def reduction_indexes(self, offset: str | None) -> None:
-        rnumel = self.kernel.reduction_numel
+        rnumel = self.numel_source(reduction=True)
         self.line("rindex = rbase" if offset is None else f"rindex = {offset} + rbase")
         self.line(f"rmask = rindex < {rnumel}")
         self.line("xrmask = xmask & rmask")
@@ -322,7 +303,7 @@ class KernelWriter:
             self.emit_load(s)
         elif isinstance(s, Literal):
             self.dtypes[s.name] = s.dtype
-            self.line(f"{self.value(s.name)} = {_literal(s)}")
+            self.line(f"{self.value(s.name)} = {literal_source(s)}")
         elif isinstance(s, IndexValue):
             self.dtypes[s.name] = s.dtype
             text = self.index(s.index)
@@ -439,7 +420,7 @@ class KernelWriter:
         for s in before:
             self.emit(s)
         for phase in phases:
-            self.emit_reduction_loop(phase, str(self.kernel.reduction_numel), "roffset")
+            self.emit_reduction_loop(phase, self.numel_source(reduction=True), "roffset")
             for s in phase.after:
                 self.emit(s)
 
@@ -515,6 +496,16 @@ class KernelWriter:
 
     # --- the whole kernel ---------------------------------------------------------------
 
+    def param_list(self) -> list[str]:
+        """The runtime parameters: a pointer per buffer, then the size arguments."""
+        return [self.params[b.name] for b in self.kernel.buffers] + list(self.size_args)
+
+    def signature(self) -> dict[str, str]:
+        """Triton types of :meth:`param_list` (size arguments: ``i64``)."""
+        signature = {self.params[b.name]: pointer_type(b.dtype) for b in self.kernel.buffers}
+        signature.update({name: "i64" for name in self.size_args})
+        return signature
+
     def write(self) -> TritonKernelCode:
         k = self.kernel
         if k.origins:
@@ -532,16 +523,15 @@ class KernelWriter:
         constexprs = {"XBLOCK": self.config.xblock}
         if k.is_reduction:
             constexprs["RBLOCK"] = self.config.rblock
-        fn_name = _identifier(k.name)
-        params = [self.params[b.name] for b in k.buffers]
-        source = self.module_source([(fn_name, params, list(constexprs), self.lines)])
-        signature = {self.params[b.name]: pointer_type(b.dtype) for b in k.buffers}
+        fn_name = identifier(k.name)
+        source = self.module_source([(fn_name, self.param_list(), list(constexprs),
+                                      self.lines)])
         return TritonKernelCode(
             name=fn_name,
             source=source,
-            signature=signature,
+            signature=self.signature(),
             constexprs=constexprs,
-            grid=self.config.grid(k.numel),
+            grid=(blocks(k.numel, self.config.xblock), 1, 1),
             num_warps=self.config.num_warps,
             num_stages=self.config.num_stages,
         )

@@ -12,6 +12,10 @@ variable: then ``a*b.size + b`` can stand for both. A contiguous elementwise ker
 up with one dimension and indexes as ``ptr + xindex``.
 
 Variables of size 1 are always 0 and are dropped.
+
+With symbolic sizes a coefficient or a size may be a ``sympy.Expr`` over the size
+symbols (``x0*s1 + x1`` over ``[s0, s1]`` is one flat dimension of ``s0*s1``); the merge
+test compares them with sympy. Static kernels use ints only, as before.
 """
 
 from __future__ import annotations
@@ -19,7 +23,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ember.inductor.loop_ir import Add, IndexExpr, Int, Mul, Var, substitute
+import sympy
+from ember.inductor.loop_ir import Add, IndexExpr, Int, Mul, Size, Sym, Var, free_vars, substitute
+
+#: ``sum(coef[v] * v) + const``: coefficients and constant are ints, or sympy expressions
+#: over size symbols
+LinearForm = tuple[dict[str, Size], Size]
+
+
+def same_size(a: Size, b: Size) -> bool:
+    """Whether two sizes are equal for every value of their symbols."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return bool(sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0)
 
 
 def drop_unit_vars(expr: IndexExpr, unit: set[str]) -> IndexExpr:
@@ -29,23 +45,28 @@ def drop_unit_vars(expr: IndexExpr, unit: set[str]) -> IndexExpr:
     return substitute(expr, lambda v: Int(0) if v.name in unit else v)
 
 
-def linear_form(expr: IndexExpr) -> tuple[dict[str, int], int] | None:
+def linear_form(expr: IndexExpr) -> LinearForm | None:
     """``expr`` as ``sum(coef[v] * v) + const``, or None when it is not linear (has a
-    ``//``, ``%``, an indirect index, or a product of variables)."""
-    coefs: dict[str, int] = {}
-    const = 0
+    ``//``, ``%``, an indirect index, or a product of variables). Symbolic terms
+    (:class:`Sym`) make symbolic coefficients or constants."""
+    coefs: dict[str, Size] = {}
+    const: Size = 0
     terms = expr.terms if isinstance(expr, Add) else (expr,)
     for t in terms:
         if isinstance(t, Int):
             const += t.value
+        elif isinstance(t, Sym):
+            const = const + t.expr
         elif isinstance(t, Var):
             coefs[t.name] = coefs.get(t.name, 0) + 1
         elif isinstance(t, Mul):
             var: Var | None = None
-            c = 1
+            c: Size = 1
             for f in t.factors:
                 if isinstance(f, Int):
                     c *= f.value
+                elif isinstance(f, Sym):
+                    c = c * f.expr
                 elif isinstance(f, Var) and var is None:
                     var = f
                 else:
@@ -67,8 +88,8 @@ class Dim:
     vars: tuple[Var, ...]
 
     @property
-    def size(self) -> int:
-        n = 1
+    def size(self) -> Size:
+        n: Size = 1
         for v in self.vars:
             n *= v.size
         return n
@@ -77,9 +98,9 @@ class Dim:
     def inner(self) -> Var:
         return self.vars[-1]
 
-    def stride_of(self, name: str) -> int:
+    def stride_of(self, name: str) -> Size:
         """How far the merged index moves when variable ``name`` moves by one."""
-        stride = 1
+        stride: Size = 1
         for v in reversed(self.vars):
             if v.name == name:
                 return stride
@@ -92,8 +113,6 @@ def merge_dims(variables: Iterable[Var], exprs: list[IndexExpr]) -> list[Dim]:
     dimensions that every expression in ``exprs`` indexes as one flat variable."""
     forms = [linear_form(e) for e in exprs]
     names_in_nonlinear: set[str] = set()
-    from ember.inductor.loop_ir import free_vars
-
     for e, f in zip(exprs, forms):
         if f is None:
             names_in_nonlinear.update(v.name for v in free_vars(e))
@@ -109,7 +128,7 @@ def merge_dims(variables: Iterable[Var], exprs: list[IndexExpr]) -> list[Dim]:
 def _mergeable(
     outer: Var,
     inner: Var,
-    forms: list[tuple[dict[str, int], int] | None],
+    forms: list[LinearForm | None],
     nonlinear: set[str],
 ) -> bool:
     if outer.name in nonlinear or inner.name in nonlinear:
@@ -118,6 +137,6 @@ def _mergeable(
         if f is None:
             continue
         coefs = f[0]
-        if coefs.get(outer.name, 0) != coefs.get(inner.name, 0) * inner.size:
+        if not same_size(coefs.get(outer.name, 0), coefs.get(inner.name, 0) * inner.size):
             return False
     return True

@@ -12,18 +12,20 @@ as looped reductions.
 
 from __future__ import annotations
 
+import sympy
 from ember.inductor.codegen.triton import reductions
 from ember.inductor.codegen.triton.dtypes import pointer_type
 from ember.inductor.codegen.triton.heuristics import choose_config, next_power_of_2
-from ember.inductor.codegen.triton.kernel_writer import (
-    KernelWriter,
+from ember.inductor.codegen.triton.kernel_code import (
     SplitLaunch,
     TritonKernelCode,
-    _cdiv,
-    _identifier,
-    reduces_columns,
+    cdiv,
+    identifier,
 )
+from ember.inductor.codegen.triton.kernel_writer import KernelWriter, reduces_columns
+from ember.inductor.codegen.triton.sizes import SizeFacts, blocks, operand_source
 from ember.inductor.loop_ir import Kernel, Reduce, Store, reduction_phases
+from ember.runtime.ir import symbolic
 
 
 def splittable(kernel: Kernel) -> bool:
@@ -35,11 +37,13 @@ def splittable(kernel: Kernel) -> bool:
     )
 
 
-def wants_split(kernel: Kernel) -> bool:
-    """Whether ``kernel``'s sizes call for a split reduction (whether or not it is
-    :func:`splittable`)."""
+def wants_split(kernel: Kernel, facts: SizeFacts | None = None) -> bool:
+    """Whether ``kernel``'s sizes (symbolic ones at their hints) call for a split
+    reduction (whether or not it is :func:`splittable`)."""
+    facts = facts or SizeFacts()
     return kernel.is_reduction and choose_config(
-        kernel.numel, kernel.reduction_numel, columns=reduces_columns(kernel)).split > 1
+        facts.hint(kernel.numel), facts.hint(kernel.reduction_numel),
+        columns=reduces_columns(kernel)).split > 1
 
 
 class SplitReductionWriter(KernelWriter):
@@ -52,13 +56,17 @@ class SplitReductionWriter(KernelWriter):
         """The body of the partial kernel: program (x, s) reduces chunk s of row x."""
         before, (phase,) = reduction_phases(self.kernel)
         rblock = self.config.rblock
-        per_split = _cdiv(self.kernel.reduction_numel, split)
-        chunk = _cdiv(per_split, rblock) * rblock
+        rnumel = self.kernel.reduction_numel
+        if isinstance(rnumel, int):
+            chunk = str(cdiv(cdiv(rnumel, split), rblock) * rblock)
+        else:  # the same at run time, over the size arguments
+            per_split = sympy.floor((rnumel + split - 1) / split)
+            chunk = operand_source(sympy.floor((per_split + rblock - 1) / rblock) * rblock)
         self.line("rsplit = tl.program_id(1)")
         for s in before:
             self.emit(s)
         self.line(f"rstart = rsplit * {chunk}")
-        reduces = self.emit_reduction_loop(phase, str(chunk), "rstart + roffset")
+        reduces = self.emit_reduction_loop(phase, chunk, "rstart + roffset")
         for r in reduces:
             ws = f"{self.value(r.name)}_ws"
             self.line(f"tl.store({ws} + (xindex * {split} + rsplit), {self.value(r.name)}, "
@@ -92,27 +100,30 @@ class SplitReductionWriter(KernelWriter):
             self.line(f"# fused: {', '.join(k.origins)} (split reduction: {split} chunks a row)")
         self.prologue(reduction_axis=False)
         self.emit_split_final(split, reduces)
-        fn_name = _identifier(k.name)
-        params = [self.params[b.name] for b in k.buffers] + self.workspace_params(reduces)
+        fn_name = identifier(k.name)
+        # the launcher passes the kernel's arguments (buffers, sizes), then the workspaces
+        params = self.param_list() + self.workspace_params(reduces)
         xblock = self.config.xblock
+        workspace_numel = k.numel * split
         partial = SplitLaunch(
             name=fn_name + "_partial",
             constexprs={"XBLOCK": xblock, "RBLOCK": self.config.rblock},
-            grid=(_cdiv(k.numel, xblock), split, 1),
+            grid=(blocks(k.numel, xblock), split, 1),
             workspace_dtypes=[str(r.dtype).replace("torch.", "") for r in reduces],
-            workspace_numel=k.numel * split,
+            workspace_numel=workspace_numel if isinstance(workspace_numel, int)
+            else symbolic.format(workspace_numel),
         )
-        final_xblock = min(64, next_power_of_2(k.numel))
+        final_xblock = min(64, next_power_of_2(self.facts.hint(k.numel)))
         final_constexprs = {"XBLOCK": final_xblock, "SBLOCK": next_power_of_2(split)}
         source = self.module_source([
             (partial.name, params, list(partial.constexprs), partial_lines),
             (fn_name, params, list(final_constexprs), self.lines),
         ])
-        signature = {self.params[b.name]: pointer_type(b.dtype) for b in k.buffers}
+        signature = self.signature()
         for r, ws in zip(reduces, self.workspace_params(reduces)):
             signature[ws] = pointer_type(r.dtype)
         return TritonKernelCode(
             name=fn_name, source=source, signature=signature, constexprs=final_constexprs,
-            grid=(_cdiv(k.numel, final_xblock), 1, 1), num_warps=self.config.num_warps,
+            grid=(blocks(k.numel, final_xblock), 1, 1), num_warps=self.config.num_warps,
             num_stages=self.config.num_stages, split=partial,
         )
