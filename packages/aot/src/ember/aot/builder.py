@@ -7,9 +7,12 @@ strides and dtypes are torch's own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
+from ember.aot.symbolic_meta import SymbolicMetaInference
+from ember.aot.symbolic_sizes import is_static_meta
 from ember.runtime.ir import (
     Argument,
     Graph,
@@ -17,19 +20,24 @@ from ember.runtime.ir import (
     Node,
     ScalarMeta,
     SourceLocation,
+    SymbolRange,
     TensorMeta,
     ValueRef,
     resolve_op,
 )
+from ember.runtime.ir.graph import SymExpr
 
 
 class GraphBuilder:
-    """Builds a :class:`Graph` node by node."""
+    """Builds a :class:`Graph` node by node. ``symbols``: the size symbols (ranges and
+    hints) of a symbolic graph; the metadata of a node over them is inferred with
+    torch's shape environment (:mod:`ember.aot.symbolic_meta`)."""
 
-    def __init__(self) -> None:
-        self.graph = Graph()
+    def __init__(self, symbols: Mapping[str, SymbolRange] | None = None) -> None:
+        self.graph = Graph(symbols=dict(symbols or {}))
         self._names: set[str] = set()
         self._meta: dict[str, Meta] = {}
+        self._symbolic: SymbolicMetaInference | None = None
 
     def add(self, node: Node) -> ValueRef:
         """Append ``node`` (renamed if its name is taken) and return a reference to it."""
@@ -77,6 +85,8 @@ class GraphBuilder:
         Raises:
             RuntimeError: if the op cannot run on the meta device.
         """
+        if self._is_symbolic(args, kwargs):
+            return self._symbolic_inference().infer(target, args, kwargs, self.meta_of)
         devices: list[torch.device] = []
         grads: list[bool] = []
 
@@ -104,6 +114,30 @@ class GraphBuilder:
         if isinstance(result, (tuple, list)):
             return tuple(_meta_of_result(r, device, requires_grad) for r in result)
         return _meta_of_result(result, device, requires_grad)
+
+
+    def _is_symbolic(self, args: tuple[Argument, ...], kwargs: dict[str, Argument]) -> bool:
+        def symbolic(a: Argument) -> bool:
+            if isinstance(a, SymExpr):
+                return True
+            if isinstance(a, tuple):
+                return any(symbolic(x) for x in a)
+            if isinstance(a, ValueRef):
+                m = self.meta_of(a)
+                return isinstance(m, TensorMeta) and not is_static_meta(m)
+            return False
+
+        return any(symbolic(a) for a in (*args, *kwargs.values()))
+
+    def _symbolic_inference(self) -> SymbolicMetaInference:
+        if self._symbolic is None:
+            self._symbolic = SymbolicMetaInference(self.graph.symbols)
+            # NOTE: the placeholders bind every input symbol, also those a SymExpr
+            # argument names without any argument tensor having it as a size.
+            for p in self.graph.placeholders:
+                if isinstance(p.meta, TensorMeta):
+                    self._symbolic.fake(p.meta)
+        return self._symbolic
 
 
 def meta_tensor(meta: TensorMeta) -> torch.Tensor:

@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-
 AOT_OPTIONS: dict[str, tuple[type, ...]] = {
     "aot.save_everything": (bool,),
     "aot.recompute_reduction_limit": (int,),

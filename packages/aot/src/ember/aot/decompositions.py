@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-
 from ember.aot._torch import OpOverload
 
 EMBER_DECOMPOSITIONS: dict[OpOverload, Callable[..., Any]] = {}

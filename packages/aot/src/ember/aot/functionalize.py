@@ -36,6 +36,7 @@ from ember.aot.op_effects import (
     out_variant_of,
     with_defaults,
 )
+from ember.aot.symbolic_sizes import difference, is_static_meta, same_sizes, sizes_argument
 from ember.aot.view_inverse import ViewStep, write_back
 from ember.runtime.ir import (
     Argument,
@@ -89,7 +90,8 @@ class _Functionalizer:
         self.input_aliases = input_aliases
         # groups of inputs that partly overlap in memory (no member covers the others)
         self.partial_overlaps: list[list[str]] = []
-        self.b = GraphBuilder()
+        self.b = GraphBuilder(graph.symbols)
+        self.b.graph.guards = list(graph.guards)
         self.alias: dict[ValueRef, _Alias] = {}
         self.storages: list[_Storage] = []
         self.meta: dict[ValueRef, Any] = {}
@@ -133,8 +135,9 @@ class _Functionalizer:
         if (isinstance(target_meta, TensorMeta) and isinstance(new_meta, TensorMeta)):
             if new_meta.dtype != target_meta.dtype:
                 new = self.b.call("aten::_to_copy.default", (new,), {"dtype": target_meta.dtype})
-            if tuple(new_meta.sizes) != tuple(target_meta.sizes):
-                new = self.b.call("aten::expand.default", (new, target_meta.sizes))
+            if not same_sizes(new_meta.sizes, target_meta.sizes):
+                new = self.b.call("aten::expand.default",
+                                  (new, sizes_argument(target_meta.sizes)))
                 new = self.b.call("aten::clone.default", (new,))
         value = new
         chain = alias.chain
@@ -208,9 +211,10 @@ class _Functionalizer:
             if _layout(meta) == _layout(root_meta):
                 self.alias[ValueRef(node.name)] = root_alias
                 continue
-            step = ViewStep("aten::as_strided.default", (tuple(meta.sizes), tuple(meta.strides)),
-                            relative_offset=int(meta.storage_offset)
-                            - int(root_meta.storage_offset))
+            step = ViewStep("aten::as_strided.default",
+                            (sizes_argument(meta.sizes), sizes_argument(meta.strides)),
+                            relative_offset=difference(meta.storage_offset,
+                                                       root_meta.storage_offset))
             self.alias[ValueRef(node.name)] = _Alias(root_alias.storage, (step,))
 
     def visit_constant(self, node: Node) -> None:
@@ -322,7 +326,7 @@ class _Functionalizer:
             new_meta = result_metas[k or 0]
             old_meta = self.meta.get(target)
             if (isinstance(new_meta, TensorMeta) and isinstance(old_meta, TensorMeta)
-                    and tuple(new_meta.sizes) != tuple(old_meta.sizes)):
+                    and not same_sizes(new_meta.sizes, old_meta.sizes)):
                 self._rebind_resized(node, target, value, new_meta)
             else:
                 self.write(target, value)
@@ -368,6 +372,12 @@ class _Functionalizer:
         base_meta = self.b.meta_of(storage.base)
         old_meta = self.meta.get(src)
         assert isinstance(old_meta, TensorMeta) and isinstance(base_meta, TensorMeta)
+        if not all(map(is_static_meta, (meta, old_meta, base_meta))):
+            raise IRFormatError(
+                f"%{node.name}: resize_ of a tensor with symbolic sizes "
+                f"({', '.join(map(str, old_meta.sizes))} to "
+                f"{', '.join(map(str, meta.sizes))}) is not supported by the aot stage: "
+                "whether the new size fits its storage depends on the sizes")
         if storage.root is not None and tuple(meta.sizes) != tuple(old_meta.sizes):
             raise IRFormatError(
                 f"%{node.name}: resize_ changes the shape of (a view of) graph input "
@@ -376,14 +386,15 @@ class _Functionalizer:
         numel = meta.numel
         start = int(old_meta.storage_offset)
         if numel == 0 or start + numel <= _element_range(base_meta)[1]:
-            step = ViewStep("aten::as_strided.default", (tuple(meta.sizes), tuple(meta.strides)),
+            step = ViewStep("aten::as_strided.default",
+                            (sizes_argument(meta.sizes), sizes_argument(meta.strides)),
                             relative_offset=0)
             chain = alias.chain + (step,)
             for ref in (src, *self._results(node)):
                 self.alias[ref] = _Alias(alias.storage, chain)
                 self.meta[ref] = meta
             return
-        new = self.b.call("aten::resize.default", (args[0], tuple(meta.sizes)))
+        new = self.b.call("aten::resize.default", (args[0], sizes_argument(meta.sizes)))
         for ref in (src, *self._results(node)):
             self.new_storage(ref, new)
             self.meta[ref] = meta
@@ -455,10 +466,10 @@ class _Functionalizer:
             kind=kind,
             base=base,
             identity=alias.chain == () and kind == "input",
-            sizes=tuple(int(s) for s in meta.sizes),
-            strides=tuple(int(s) for s in meta.strides),
-            storage_offset=int(meta.storage_offset) - int(base_meta.storage_offset),
-            base_strides=tuple(int(s) for s in base_meta.strides),
+            sizes=tuple(meta.sizes),
+            strides=tuple(meta.strides),
+            storage_offset=difference(meta.storage_offset, base_meta.storage_offset),
+            base_strides=tuple(base_meta.strides),
         )
 
 
@@ -495,8 +506,9 @@ def _element_range(meta: TensorMeta) -> tuple[int, int]:
 def _covering_member(group: list[str], metas: dict[str, Any]) -> str | None:
     """The member (first in order) that is dense and whose memory holds every other
     member's, or None: only then can the others be read as views of it."""
-    if any(not isinstance(metas[n], TensorMeta) for n in group):
-        return None
+    if any(not isinstance(metas[n], TensorMeta) or not is_static_meta(metas[n])
+           for n in group):
+        return None  # NOTE: symbolic layouts: treated as partly overlapping
     for candidate in group:
         meta = metas[candidate]
         lo, hi = _element_range(meta)

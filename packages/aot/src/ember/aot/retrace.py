@@ -20,13 +20,18 @@ from ember.aot._torch import (
     current_autograd_node,
     has_composite_implicit_kernel,
 )
-
-# The key under which a forward node's source location rides on its autograd node.
-_SOURCE_KEY = "ember_source"
+from ember.aot.retrace_inputs import (
+    add_inputs,
+    add_tangent,
+    carry_shape_facts,
+    input_metas,
+    new_recorder,
+)
+from ember.aot.symbolic_sizes import bind_plain_sizes, evaluate_symbolic
 from ember.runtime.interpreter import Interpreter
 from ember.runtime.ir import (
+    Argument,
     Graph,
-    InputSpec,
     Node,
     OutputKind,
     OutputSpec,
@@ -35,7 +40,11 @@ from ember.runtime.ir import (
     TensorMeta,
     ValueRef,
 )
+from ember.runtime.ir.graph import SymExpr
 from ember.runtime.tracing import GraphRecorder
+
+# The key under which a forward node's source location rides on its autograd node.
+_SOURCE_KEY = "ember_source"
 
 
 class _Undecomposable(Exception):
@@ -157,10 +166,28 @@ class _SourceKeepingInterpreter(Interpreter):
         super().__init__(program, graph)
         self.recorder = recorder
         self.keep_no_grad = keep_no_grad
+        # IR symbol -> torch's symbolic int for it, bound as the symbol binder does: from
+        # the first placeholder (or, for an unbacked symbol, node) that has it as a plain
+        # size. ``SymExpr`` arguments are computed from these.
+        self.symbol_values: dict[str, Any] = {}
+        # NOTE: the interpreter's own binder reads input sizes as ints and checks the
+        # ranges and guards: on fake tensors that would specialise every symbol.
+        self._binder = None
+        self._unbacked = {}
 
     def run_node(self, node: Node) -> Any:
         self.recorder.set_source(node.source)
-        return super().run_node(node)
+        value = super().run_node(node)
+        if node.op != "output":
+            bind_plain_sizes(node.meta, value, self.symbol_values)
+        return value
+
+    def load(self, arg: Argument) -> Any:
+        if isinstance(arg, SymExpr):
+            return evaluate_symbolic(arg.expr, self.symbol_values)
+        if isinstance(arg, tuple):
+            return [self.load(a) for a in arg]
+        return super().load(arg)
 
     def call(self, node: Node) -> Any:
         if node.target in _RESHAPING_VIEWS:
@@ -210,64 +237,19 @@ class JointGraph:
     grad_targets: list[str]
 
 
-def _fake_input(recorder: GraphRecorder, meta: TensorMeta, requires_grad: bool) -> torch.Tensor:
-    with recorder.fake_mode:
-        sizes = [int(s) for s in meta.sizes]
-        strides = [int(s) for s in meta.strides]
-        offset = int(meta.storage_offset)
-        extent = 1 + sum((s - 1) * st for s, st in zip(sizes, strides)) if all(sizes) else 0
-        flat = torch.empty(offset + extent, dtype=meta.dtype, device=meta.device)
-        t = flat.as_strided(sizes, strides, offset)
-    if requires_grad:
-        t = t.detach().requires_grad_(True)
-    return t
-
-
-def _dense(meta: TensorMeta) -> TensorMeta:
-    """``meta`` with contiguous strides (tangents are made dense before the backward)."""
-    strides: list[int] = []
-    step = 1
-    for size in reversed(meta.sizes):
-        strides.append(step)
-        step *= max(int(size), 1)
-    return TensorMeta(meta.dtype, meta.sizes, tuple(reversed(strides)), meta.device)
-
-
-def _input_metas(graph: Graph) -> list[TensorMeta]:
-    metas = []
-    for p in graph.placeholders:
-        if not isinstance(p.meta, TensorMeta):
-            raise TypeError(f"placeholder %{p.name} has no tensor metadata; the aot stage "
-                            "needs it to re-trace the program")
-        symbolic = [s for s in (*p.meta.sizes, *p.meta.strides, p.meta.storage_offset)
-                    if not isinstance(s, int)]
-        if symbolic:
-            raise NotImplementedError(
-                f"placeholder %{p.name} has symbolic sizes ({', '.join(map(str, symbolic))}); "
-                "the aot stage supports static shapes only for now")
-        metas.append(p.meta)
-    return metas
-
-
-def _specs(program: Program, graph_name: str) -> list[InputSpec]:
-    graph = program.graphs[graph_name]
-    known = {s.name: s for s in program.signature.inputs.get(graph_name, [])}
-    return [known.get(p.name, InputSpec(p.name)) for p in graph.placeholders]
-
-
 def retrace(program: Program, table: Mapping[Any, Callable[..., Any]],
             graph_name: str = "forward") -> Program:
     """Run graph ``graph_name`` on fake inputs with decompositions ``table`` applied and
     record it again (no autograd). Signature and metadata are kept."""
     graph = program.graphs[graph_name]
-    recorder = GraphRecorder()
-    fakes = [recorder.add_input(_fake_input(recorder, m, False), spec)
-             for m, spec in zip(_input_metas(graph), _specs(program, graph_name))]
+    recorder = new_recorder(graph)
+    fakes = add_inputs(recorder, program, graph_name, [False] * len(graph.placeholders))
     interpreter = _SourceKeepingInterpreter(program, graph_name, recorder)
     with torch.no_grad(), recorder, DecomposingMode(table):
         outputs = interpreter.run(*fakes)
     specs = program.signature.outputs.get(graph_name)
     traced = recorder.finish(outputs, specs, graph_name)
+    carry_shape_facts(graph, traced, graph_name)
     return _with_program_data(traced, program)
 
 
@@ -279,12 +261,10 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
     taken for the placeholders whose metadata requires grad.
     """
     graph = program.forward
-    recorder = GraphRecorder()
-    metas = _input_metas(graph)
+    recorder = new_recorder(graph)
     grad_wanted = [m.requires_grad and (m.dtype.is_floating_point or m.dtype.is_complex)
-                   for m in metas]
-    fakes = [recorder.add_input(_fake_input(recorder, m, g), spec)
-             for m, g, spec in zip(metas, grad_wanted, _specs(program, "forward"))]
+                   for m in input_metas(graph)]
+    fakes = add_inputs(recorder, program, "forward", grad_wanted)
     out_specs = program.signature.outputs.get("forward") or [OutputSpec()] * len(
         graph.output_values)
     interpreter = _SourceKeepingInterpreter(program, "forward", recorder, keep_no_grad=True)
@@ -307,11 +287,8 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
                                                       or o.dtype.is_complex)))
         ]
         tangent_names = [f"tangent_{k}" for k in range(len(differentiable))]
-        tangents = [
-            recorder.add_input(_fake_input(recorder, _dense(TensorMeta.of(outputs[i])), False),
-                               InputSpec(name))
-            for i, name in zip(differentiable, tangent_names)
-        ]
+        tangents = [add_tangent(recorder, graph, outputs[i], name)
+                    for i, name in zip(differentiable, tangent_names)]
         wrt = [(p.name, f) for p, f, g in zip(graph.placeholders, fakes, grad_wanted) if g]
         grads: tuple[torch.Tensor | None, ...] = ()
         connected = [(outputs[i], t) for i, t in zip(differentiable, tangents)
@@ -327,6 +304,7 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
     all_outputs = list(outputs) + grad_values
     specs = list(out_specs) + [OutputSpec(OutputKind.GRADIENT, t) for t in grad_targets]
     traced = recorder.finish(all_outputs, specs, "forward")
+    carry_shape_facts(graph, traced, "forward")
     _placeholders_first(traced.forward)
     return JointGraph(_with_program_data(traced, program), len(outputs), differentiable,
                       tangent_names, grad_targets)

@@ -18,7 +18,17 @@ from dataclasses import dataclass
 
 import torch
 from ember.aot.builder import GraphBuilder
-from ember.runtime.ir import Argument, TensorMeta, ValueRef
+from ember.aot.symbolic_sizes import (
+    as_argument,
+    difference,
+    from_argument,
+    is_contiguous,
+    is_static_meta,
+    product,
+    sizes_argument,
+    total,
+)
+from ember.runtime.ir import Argument, SymInt, TensorMeta, ValueRef
 
 
 @dataclass(frozen=True)
@@ -32,15 +42,14 @@ class ViewStep:
     # For an ``as_strided`` step: the storage offset relative to the base's own offset,
     # appended to ``args`` when the step is replayed (the base's offset changes when a
     # write replaces it by a fresh tensor).
-    relative_offset: int | None = None
+    relative_offset: SymInt | None = None
 
     def replay(self, b: GraphBuilder, base: ValueRef) -> ValueRef:
         """Apply this view to ``base`` in the graph ``b`` builds."""
         args = self.args
         if self.relative_offset is not None:
             base_offset = _tensor_meta(b, base).storage_offset
-            assert isinstance(base_offset, int)
-            args = (*args, base_offset + self.relative_offset)
+            args = (*args, as_argument(total((base_offset, self.relative_offset))))
         ref = b.call(self.target, (base, *args), dict(self.kwargs))
         return ref if self.index is None else ValueRef(ref.node, self.index)
 
@@ -82,13 +91,13 @@ def _arg(step: ViewStep, i: int, name: str, default: Argument) -> Argument:
 def _as_strided_rule(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
                      view: ValueRef) -> ValueRef:
     base_meta, view_meta = _tensor_meta(b, base), _tensor_meta(b, view)
-    offset = view_meta.storage_offset
-    assert isinstance(offset, int) and isinstance(base_meta.storage_offset, int)
     # NOTE: as_strided_scatter writes into a clone of base, whose storage starts at
     # base's first element: the offset is relative to base.
     return b.call("aten::as_strided_scatter.default",
-                  (base, new, view_meta.sizes, view_meta.strides,
-                   offset - base_meta.storage_offset))
+                  (base, new, sizes_argument(view_meta.sizes),
+                   sizes_argument(view_meta.strides),
+                   as_argument(difference(view_meta.storage_offset,
+                                          base_meta.storage_offset))))
 
 
 @register("aten::slice.Tensor")
@@ -114,8 +123,9 @@ def _split(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
     assert isinstance(dim, int) and step.index is not None
     dim = dim % base_meta.ndim
     length = base_meta.sizes[dim]
-    assert isinstance(length, int)
     sizes = step.args[0]
+    if not isinstance(length, int) or not all(isinstance(s, int) for s in _flat(sizes)):
+        return _symbolic_split(b, base, new, step, dim)
     if isinstance(sizes, int):
         sizes = tuple(min(sizes, length - k) for k in range(0, length, sizes)) or (0,)
     assert isinstance(sizes, tuple)
@@ -125,6 +135,29 @@ def _split(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
         start += s
     end = start + lengths[step.index]
     return b.call("aten::slice_scatter.default", (base, new, dim, start, end, 1))
+
+
+def _flat(sizes: Argument) -> tuple[Argument, ...]:
+    return sizes if isinstance(sizes, tuple) else (sizes,)
+
+
+def _symbolic_split(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+                    dim: int) -> ValueRef:
+    """``split``/``split_with_sizes`` over a symbolic length: piece ``index`` starts
+    after the pieces before it (``slice_scatter`` clamps the end to the length, as
+    ``split`` makes the last piece shorter)."""
+    assert step.index is not None
+    sizes = step.args[0]
+    if isinstance(sizes, tuple):
+        lengths = [from_argument(s) for s in sizes]
+        start = total(lengths[: step.index])
+        end = total((start, lengths[step.index]))
+    else:
+        piece = from_argument(sizes)
+        start = product((piece, step.index))
+        end = total((start, piece))
+    return b.call("aten::slice_scatter.default",
+                  (base, new, dim, as_argument(start), as_argument(end), 1))
 
 
 @register("aten::unbind.int")
@@ -180,9 +213,10 @@ def _identity(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
 def _reshape(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
              view: ValueRef) -> ValueRef:
     base_meta, new_meta = _tensor_meta(b, base), _tensor_meta(b, new)
-    if not _is_contiguous(new_meta):
+    contiguous = _is_contiguous(new_meta) if is_static_meta(new_meta) else is_contiguous(new_meta)
+    if not contiguous:
         new = b.call("aten::clone.default", (new,), {"memory_format": torch.contiguous_format})
-    return b.call("aten::view.default", (new, base_meta.sizes))
+    return b.call("aten::view.default", (new, sizes_argument(base_meta.sizes)))
 
 
 @register("aten::expand.default")

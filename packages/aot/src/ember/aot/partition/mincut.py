@@ -23,7 +23,19 @@ from dataclasses import dataclass
 
 from ember.aot.config import AotConfig
 from ember.aot.partition.maxflow import INFINITE, FlowNetwork
-from ember.runtime.ir import Argument, Graph, Node, ScalarMeta, TensorMeta, ValueRef, is_random
+from ember.aot.partition.shape_symbols import bind_backward_symbols
+from ember.aot.symbolic_sizes import hint, nbytes, numel, total
+from ember.runtime.ir import (
+    Argument,
+    Graph,
+    Node,
+    ScalarMeta,
+    SymbolRange,
+    SymInt,
+    TensorMeta,
+    ValueRef,
+    is_random,
+)
 
 # Ops whose results are never recomputed in the backward graph: they cost much more to
 # recompute than to save.
@@ -47,23 +59,26 @@ class Partition:
     forward: Graph
     backward: Graph
     saved: list[ValueRef]
-    saved_bytes: int
+    saved_bytes: SymInt
     recomputed: list[str]
 
 
-def value_bytes(meta: object) -> int:
-    """The bytes a value takes (sum over the results of a node with several)."""
+def value_bytes(meta: object) -> SymInt:
+    """The bytes a value takes (sum over the results of a node with several): an int,
+    or an expression over the graph's symbols when a size is symbolic."""
     if isinstance(meta, TensorMeta):
-        return meta.nbytes
+        return nbytes(meta)
     if isinstance(meta, ScalarMeta):
         return 8
     if isinstance(meta, tuple):
-        return sum(value_bytes(m) for m in meta)
+        return total(value_bytes(m) for m in meta)
     return 0
 
 
-def is_recomputable(node: Node, graph_meta: Mapping[str, object], config: AotConfig) -> bool:
-    """False for a node whose value must be saved rather than recomputed."""
+def is_recomputable(node: Node, graph_meta: Mapping[str, object], config: AotConfig,
+                    symbols: Mapping[str, SymbolRange] | None = None) -> bool:
+    """False for a node whose value must be saved rather than recomputed. Symbolic
+    sizes are compared with the limits at their hints (``symbols``)."""
     if node.op != "call":
         return node.op in ("constant", "get_attr")
     if node.target in COMPUTE_BOUND_OPS:
@@ -71,8 +86,8 @@ def is_recomputable(node: Node, graph_meta: Mapping[str, object], config: AotCon
     if is_random(node.target):
         return False
     if _is_reduction(node):
-        biggest = max((_numel(graph_meta.get(r.node), r.index) for r in node.inputs()),
-                      default=0)
+        biggest = max((hint(_numel(graph_meta.get(r.node), r.index), symbols or {})
+                       for r in node.inputs()), default=0)
         if biggest > config.recompute_reduction_limit:
             return False
     return True
@@ -85,11 +100,11 @@ def _is_reduction(node: Node) -> bool:
                     "_softmax", "_log_softmax", "cumsum"}
 
 
-def _numel(meta: object, index: int | None) -> int:
+def _numel(meta: object, index: int | None) -> SymInt:
     if isinstance(meta, tuple) and index is not None:
         meta = meta[index]
     if isinstance(meta, TensorMeta):
-        return meta.numel
+        return numel(meta)
     return 0
 
 
@@ -124,10 +139,11 @@ def partition(graph: Graph, n_forward_outputs: int, n_tangents: int,
     saved = _saved_values(graph, backward_side, bw_required, bw_outputs)
     forward = _forward_graph(graph, fw_outputs, saved, tangents)
     backward = _backward_graph(graph, meta, bw_outputs, saved, backward_side, tangents)
+    if graph.symbols:
+        saved = bind_backward_symbols(forward, backward, saved)
+        meta.update({n.name: n.meta for n in forward.nodes})
     recomputed = [n for n in backward_side if n not in tangent_dependent and n in nodes]
-    saved_bytes = 0
-    for r in saved:
-        saved_bytes += value_bytes(_result_meta(meta, r))
+    saved_bytes = total(value_bytes(_result_meta(meta, r)) for r in saved)
     return Partition(forward, backward, saved, saved_bytes, sorted(recomputed))
 
 
@@ -164,6 +180,7 @@ def _min_cut_backward_side(
     result ``r`` of the node, ``(r, "out")``; ``(node, "in") -> (r, "out")`` costs the
     bytes of saving ``r``.
     """
+    symbols = graph.symbols
     net = FlowNetwork()
     source, sink = ("source",), ("sink",)
     net.vertex(source)
@@ -180,11 +197,12 @@ def _min_cut_backward_side(
         results = ([ValueRef(name, i) for i in range(len(node_meta))]
                    if isinstance(node_meta, tuple) else [ValueRef(name)])
         for r in results:
-            net.add_edge((name, "in"), (r, "out"), value_bytes(_result_meta(meta, r)))
+            net.add_edge((name, "in"), (r, "out"),
+                         hint(value_bytes(_result_meta(meta, r)), symbols))
         # NOTE: a value the forward graph computes anyway may still be recomputed in the
         # backward graph (cheaper than saving it); only inputs and values that must not
         # be recomputed are tied to the source.
-        if node.op == "placeholder" or not is_recomputable(node, meta, config):
+        if node.op == "placeholder" or not is_recomputable(node, meta, config, symbols):
             net.add_edge(source, (name, "in"), INFINITE)
         for r in node.inputs():
             net.add_edge((r, "out"), (name, "in"), INFINITE)
@@ -213,7 +231,7 @@ def _forward_graph(graph: Graph, fw_outputs: tuple[Argument, ...], saved: list[V
                    tangents: set[str]) -> Graph:
     nodes = {n.name: n for n in graph.nodes if n.op != "output"}
     keep = _ancestors(nodes, _refs(fw_outputs) + saved)
-    out = Graph(symbols=dict(graph.symbols))
+    out = Graph(symbols=dict(graph.symbols), guards=list(graph.guards))
     for n in graph.nodes:
         if n.op == "placeholder" and n.name not in tangents or n.op != "placeholder" and n.op != "output" and n.name in keep:
             out.nodes.append(_clone(n))

@@ -1,0 +1,150 @@
+"""The aot stage on symbolic shapes (issue 15): programs captured with a symbolic dim
+compile once and give eager's values and gradients at two sizes; saved bytes are
+expressions; the backward binds its symbols; guards are carried over; what cannot be
+done symbolically is refused with a message naming it. The printed forward/backward
+graphs are golden texts in ``test_partition_text.py`` (``dynamic_*``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+import torch
+import torch.nn.functional as F
+from aot_capture import DynamicDims, capture
+from ember.aot.pipeline import aot_compile
+from ember.runtime.callable import ProgramCallable
+from ember.runtime.ir import (
+    Graph,
+    InputSpec,
+    IRFormatError,
+    Node,
+    OutputKind,
+    Program,
+    Signature,
+    SymbolRange,
+    TensorMeta,
+    ValueRef,
+    verify,
+)
+from ember.runtime.ir.contracts import AotMetadata
+from ember.runtime.ir.graph import ShapeGuard
+from ember.runtime.stages import StageDeclined
+
+ROWS = {0: {0: (2, None)}}
+
+
+def _mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+         b2: torch.Tensor) -> torch.Tensor:
+    return F.linear(F.linear(x, w1, b1).tanh(), w2, b2)
+
+
+def _mlp_inputs(n: int) -> list[torch.Tensor]:
+    return [torch.randn(n, 4), torch.randn(3, 4, requires_grad=True),
+            torch.randn(3, requires_grad=True), torch.randn(2, 3, requires_grad=True),
+            torch.randn(2, requires_grad=True)]
+
+
+def _grad(n: int, *shape: int) -> torch.Tensor:
+    return torch.randn(n, *shape, requires_grad=True)
+
+
+# name, function, inputs at a size, the symbolic dims
+CASES: list[tuple[str, Callable[..., torch.Tensor], Callable[[int], list[torch.Tensor]],
+                  DynamicDims]] = [
+    ("mlp", _mlp, _mlp_inputs, ROWS),
+    ("softmax", lambda x, w: (x.softmax(-1) * w).sum(),
+     lambda n: [_grad(n, 8), torch.randn(8, requires_grad=True)], ROWS),
+    ("layer_norm", lambda x, w, b: F.layer_norm(x, [8], w, b).tanh(),
+     lambda n: [_grad(n, 8), torch.randn(8, requires_grad=True),
+                torch.randn(8, requires_grad=True)], ROWS),
+    ("cat", lambda x, y: torch.cat([x, y]) * 2, lambda n: [_grad(n, 4), _grad(n + 2, 4)],
+     {0: {0: (2, None)}, 1: {0: (2, None)}}),
+    ("sum", lambda x: (x * 2).sum(), lambda n: [_grad(n, 4)], ROWS),
+    ("flatten", lambda x: x.view(-1) * 3, lambda n: [_grad(n, 4)], ROWS),
+]
+
+
+def _compile(fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor],
+             dynamic: DynamicDims) -> Program:
+    program = aot_compile(capture(fn, *inputs, dynamic=dynamic))
+    verify(program, "core-functional")
+    return program
+
+
+@pytest.mark.parametrize("name,fn,make_inputs,dynamic", CASES, ids=[c[0] for c in CASES])
+def test_one_compile_gives_eager_values_and_gradients_at_two_sizes(
+        name: str, fn: Callable[..., torch.Tensor],
+        make_inputs: Callable[[int], list[torch.Tensor]], dynamic: DynamicDims) -> None:
+    torch.manual_seed(0)
+    program = _compile(fn, make_inputs(5), dynamic)
+    assert set(program.graphs) == {"forward", "backward"}
+    assert program.forward.symbols and program.graphs["backward"].symbols
+    run = ProgramCallable(program)
+    for n in (3, 11):
+        inputs = make_inputs(n)
+        wrt = [t for t in inputs if t.requires_grad]
+        expected = fn(*inputs)
+        (actual,) = run(list(inputs))
+        torch.testing.assert_close(actual, expected)
+        tangent = torch.randn_like(expected)
+        torch.testing.assert_close(torch.autograd.grad(actual, wrt, tangent),
+                                   torch.autograd.grad(expected, wrt, tangent))
+
+
+def test_saved_bytes_are_an_expression_and_the_cut_uses_the_hint() -> None:
+    program = _compile(_mlp, _mlp_inputs(5), ROWS)
+    aot = AotMetadata.from_program(program)
+    assert aot is not None and aot.partition is not None
+    # x [s0, 4] and addmm [s0, 3] in float32, and w2 [2, 3]
+    assert aot.partition.saved_bytes == "28*s0+24"
+
+
+def test_the_backward_binds_its_symbols_from_a_size_carrier() -> None:
+    program = _compile(lambda x: (x * 2).sum(), [_grad(6, 4)], ROWS)
+    backward = program.graphs["backward"]
+    carrier = backward.placeholders[0]
+    assert (carrier.name, carrier.meta) == (
+        "saved_sizes_for_backward",
+        TensorMeta(torch.uint8, ("s0", 0), (1, 1), torch.device("cpu")))
+    assert program.signature.outputs["forward"][-1].kind == OutputKind.SAVED_TENSOR
+    aot = AotMetadata.from_program(program)
+    assert aot is not None and aot.partition is not None and aot.partition.saved_bytes == 0
+
+
+def _hand_built(target: str, args: tuple[object, ...], out_sizes: tuple[int | str, ...],
+                guards: list[ShapeGuard] | None = None) -> Program:
+    """``target(%x, *args)`` on an input ``x: f32[s0, 4]``."""
+    cpu = torch.device("cpu")
+    x = TensorMeta(torch.float32, ("s0", 4), (4, 1), cpu)
+    strides = tuple(4 if i == 0 and len(out_sizes) == 2 else 1 for i in range(len(out_sizes)))
+    out = TensorMeta(torch.float32, out_sizes, strides, cpu)
+    graph = Graph([Node("x", "placeholder", "x", meta=x),
+                   Node("y", "call", target, (ValueRef("x"), *args), meta=out),  # type: ignore[arg-type]
+                   Node("output", "output", "output", ((ValueRef("y"),),))],
+                  symbols={"s0": SymbolRange(2, 64, hint=8)}, guards=list(guards or []))
+    return Program(graphs={"forward": graph},
+                   signature=Signature(inputs={"forward": [InputSpec("x")]}))
+
+
+def test_guards_are_carried_over() -> None:
+    guard = ShapeGuard("s0%2 == 0")
+    program = aot_compile(_hand_built("aten::mul.Tensor", (2,), ("s0", 4), [guard]))
+    assert program.forward.guards == [guard]
+    assert program.forward.symbols == {"s0": SymbolRange(2, 64, hint=8)}
+
+
+def test_a_size_the_stage_would_specialise_is_refused() -> None:
+    program = _hand_built("aten::view.default", ((32,),), (32,))
+    with pytest.raises(StageDeclined, match="specialised size 's0' of input 'x' .dim 0. to 8"):
+        aot_compile(program)
+
+
+def test_resize_of_a_symbolic_tensor_is_refused() -> None:
+    def grow(x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        y.resize_(2 * x.shape[0], 4)
+        return y
+
+    with pytest.raises(IRFormatError, match="resize_ of a tensor with symbolic sizes"):
+        aot_compile(capture(grow, torch.randn(5, 4), dynamic=ROWS))
