@@ -6,6 +6,7 @@ graphs are golden texts in ``test_partition_text.py`` (``dynamic_*``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -25,6 +26,7 @@ from ember.runtime.ir import (
     SymbolRange,
     TensorMeta,
     ValueRef,
+    print_graph,
     verify,
 )
 from ember.runtime.ir.contracts import AotMetadata
@@ -110,6 +112,88 @@ def test_the_backward_binds_its_symbols_from_a_size_carrier() -> None:
     assert program.signature.outputs["forward"][-1].kind == OutputKind.SAVED_TENSOR
     aot = AotMetadata.from_program(program)
     assert aot is not None and aot.partition is not None and aot.partition.saved_bytes == 0
+
+
+def _mutate_and_view_tail(x: torch.Tensor) -> torch.Tensor:
+    x[1:].mul_(2)
+    return x[x.shape[0] // 2:]
+
+
+def _write_through_select(x: torch.Tensor) -> torch.Tensor:
+    x[:, 0].add_(1)
+    return x.t()
+
+
+def _zero_second_chunk(x: torch.Tensor) -> torch.Tensor:
+    x.chunk(2)[1].zero_()
+    return x * 1
+
+
+def _scale_diagonal(x: torch.Tensor) -> torch.Tensor:
+    x.diagonal().mul_(2)
+    return x.sum(0)
+
+
+def _write_through_flat_view(x: torch.Tensor) -> torch.Tensor:
+    y = x.view(-1)
+    y.add_(1)
+    return y
+
+
+SQUARE = {0: {0: (2, None), 1: (2, None)}}
+
+# name, function, the symbolic dims, whether the output is a view of the input
+MUTATIONS: list[tuple[Callable[[torch.Tensor], torch.Tensor], DynamicDims, bool]] = [
+    (_mutate_and_view_tail, ROWS, True),
+    (_write_through_select, ROWS, True),
+    (_zero_second_chunk, ROWS, False),
+    (_scale_diagonal, SQUARE, False),
+    (_write_through_flat_view, ROWS, True),
+]
+
+VIEW_AND_MUTATION = """\
+graph forward(%in0: f32[s0, 4]{4,1} cpu):
+  symbols s0 in [2, inf] hint=6
+  guard s0-1 != 1
+  %slice: f32[s0-1, 4]{4,1} cpu offset=4 = aten::slice.Tensor(%in0, 0, 1, 9223372036854775807)
+  %mul: f32[s0-1, 4]{4,1} cpu = aten::mul.Tensor(%slice, 2)
+  %slice_scatter: f32[s0, 4]{4,1} cpu = aten::slice_scatter.default(%in0, %mul, 0, 1, 9223372036854775807)
+  %slice_1: f32[s0-s0//2, 4]{4,1} cpu offset="4*(s0//2)" = aten::slice.Tensor(%slice_scatter, 0, sym(s0//2), 9223372036854775807)
+  return (%slice_1, %slice_scatter)  [aliased_output in0, mutated_input in0]
+"""
+
+
+def test_a_write_through_a_view_and_a_returned_view_read_as_text() -> None:
+    program = aot_compile(capture(_mutate_and_view_tail, torch.randn(6, 4), dynamic=ROWS))
+    graph = program.forward
+    graph.nodes = [dataclasses.replace(n, source=None) for n in graph.nodes]
+    graph.guards = [dataclasses.replace(g, source=None) for g in graph.guards]
+    assert print_graph(graph, "forward", program.signature.inputs["forward"],
+                       program.signature.outputs["forward"]) == VIEW_AND_MUTATION
+    aot = AotMetadata.from_program(program)
+    assert aot is not None
+    (alias,) = aot.aliased_outputs
+    assert (alias.sizes, alias.strides, alias.storage_offset) == (("s0-s0//2", 4), (4, 1),
+                                                                  "4*(s0//2)")
+
+
+@pytest.mark.parametrize("fn,dynamic,is_view", MUTATIONS, ids=[m[0].__name__ for m in MUTATIONS])
+def test_mutations_and_views_match_eager_at_two_sizes(
+        fn: Callable[[torch.Tensor], torch.Tensor], dynamic: DynamicDims,
+        is_view: bool) -> None:
+    program = aot_compile(capture(fn, torch.randn(6, 6 if dynamic is SQUARE else 4),
+                                  dynamic=dynamic))
+    verify(program, "core-functional")
+    run = ProgramCallable(program)
+    for n in (5, 9):
+        x = torch.randn(n, n if dynamic is SQUARE else 4)
+        ours = x.clone()
+        expected = fn(x)
+        (actual,) = run([ours])
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(ours, x)  # the write is copied back
+        shares = actual.untyped_storage().data_ptr() == ours.untyped_storage().data_ptr()
+        assert shares == is_view
 
 
 def _hand_built(target: str, args: tuple[object, ...], out_sizes: tuple[int | str, ...],
