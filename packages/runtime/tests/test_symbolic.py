@@ -69,7 +69,7 @@ def test_format_of_sympy_built_expressions() -> None:
 def test_floor_division_and_modulo_follow_python() -> None:
     texts = ["s0//3", "(s0+1)//2", "s0%16", "-s0//2", "s0//s1", "Max(s0, s1)%3",
              "Min(s0, s1)*2-s0//s1", "-(-s0//2)"]
-    for text, a, b in itertools.product(texts, range(0, 20), range(1, 6)):
+    for text, a, b in itertools.product(texts, range(20), range(1, 6)):
         env = {"s0": a, "s1": b}
         expected = eval(text, {"Max": max, "Min": min}, dict(env))  # the grammar is Python's
         assert S.evaluate(text, env) == expected

@@ -163,11 +163,11 @@ def test_binder_binds_backed_symbols_and_knows_unbacked_sites() -> None:
     ([(32, 4), (63, 4)], "input 'y' dim 0: size 63, expected 2\\*s0 = 64 \\(with s0=32\\)"),
     ([(32, 5), (64, 4)], "input 'x' dim 1: size 5, expected 4"),
     ([(32,), (64, 4)], r"input 'x': expected 2 dims \[s0, 4\], got 1 dims \(32,\)"),
-    ([(2048, 4), (4096, 4)], r"input 'x' dim 0: size 2048 is outside the range \[2, 1024\] "
-                             "of symbol s0"),
+    ([(2048, 4), (4096, 4)], (r"input 'x' dim 0: size 2048 is outside the range "
+                              r"\[2, 1024\] of symbol s0")),
     ([(1, 4), (2, 4)], r"input 'x' dim 0: size 1 is outside the range \[2, 1024\]"),
-    ([(24, 4), (48, 4)], "guard 's0%16 == 0' fails for s0=24 from input 'x' dim 0; it comes "
-                         "from model.py:3 in forward: 'if x.shape\\[0\\] % 16 == 0:'"),
+    ([(24, 4), (48, 4)], ("guard 's0%16 == 0' fails for s0=24 from input 'x' dim 0; it "
+                          "comes from model.py:3 in forward: 'if x.shape\\[0\\] % 16 == 0:'")),
     ([(32, 4)], "the graph takes 2 inputs, got 1"),
 ])
 def test_binder_errors_name_input_dim_symbol_and_value(sizes: list[tuple[int, ...]],

@@ -7,30 +7,59 @@ may add lines here; keep one import per name and say what it is for.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import sympy
 import torch
 import torch.utils._pytree as pytree  # flatten/unflatten nested containers
+import torch.utils._sympy.functions as sympy_functions  # torch's size functions (FloorDiv, ...)
+
+# The IR layer's own private-API helpers (operator overloads and their schemas); the IR
+# cannot import this module, so they live in ember.runtime.ir._torch.
+from ember.runtime.ir._torch import OpOverload, is_op_overload, op_schema, overload_name
 from torch._subclasses.fake_tensor import (  # tensors with metadata and no data
     FakeTensor,
     FakeTensorMode,
     unset_fake_temporarily,
 )
+from torch.fx.experimental.symbolic_shapes import (  # symbolic shapes (dynamic=True)
+    DimDynamic,
+    ShapeEnv,
+    StatelessSymbolicContext,
+    StrictMinMaxConstraint,
+)
 from torch.utils._python_dispatch import TorchDispatchMode  # a Python dispatch hook
-
-# The IR layer's own private-API helpers (operator overloads and their schemas); the IR
-# cannot import this module, so they live in ember.runtime.ir._torch.
-from ember.runtime.ir._torch import OpOverload, is_op_overload, op_schema, overload_name
+from torch.utils._sympy.numbers import int_oo  # torch's integer infinity in ranges
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy  # symbol ranges
 
 __all__ = [
+    "DimDynamic",
     "FakeTensor",
-    "assert_async",
     "FakeTensorMode",
     "OpOverload",
+    "ShapeEnv",
+    "StatelessSymbolicContext",
+    "StrictMinMaxConstraint",
     "TorchDispatchMode",
+    "ValueRanges",
+    "assert_async",
+    "bound_sympy",
+    "input_source",
+    "int_oo",
     "is_fake",
     "is_op_overload",
+    "is_unbacked",
+    "make_shape_env",
     "op_schema",
     "overload_name",
     "pytree",
+    "runtime_asserts",
+    "statically_true",
+    "symbol_hint",
+    "symbol_range",
+    "sympy_functions",
+    "track_guards",
     "unset_fake_temporarily",
 ]
 
@@ -44,3 +73,97 @@ def assert_async(condition: torch.Tensor, message: str) -> None:
 def is_fake(value: object) -> bool:
     """True for a FakeTensor (of any fake mode)."""
     return isinstance(value, FakeTensor)
+
+
+# ---- symbolic shapes (GraphRecorder(dynamic=True)) --------------------------------------
+
+
+def make_shape_env() -> ShapeEnv:
+    """A ShapeEnv for recording: sizes 0 and 1 specialise, equal sizes share a symbol
+    (duck sizing), data-dependent output shapes (``nonzero``) and scalar outputs
+    (``item()``) get unbacked symbols."""
+    return ShapeEnv(allow_scalar_outputs=True, allow_dynamic_output_shape_ops=True,
+                    specialize_zero_one=True, duck_shape=True)
+
+
+def input_source(name: str) -> Any:
+    """A named torch ``Source`` for the sizes of a symbolic input (torch's symbol
+    machinery wants one). NOTE: imported here, not at the top: ``torch._dynamo`` takes
+    seconds to import and only dynamic recording needs it."""
+    from torch._dynamo.source import ConstantSource
+
+    return ConstantSource(name)
+
+
+def is_unbacked(shape_env: ShapeEnv, symbol: sympy.Symbol) -> bool:
+    """True for a data-dependent symbol (no example value), False for an input size."""
+    backed: Mapping[sympy.Symbol, Any] = getattr(shape_env, "backed_var_to_val", None) or (
+        shape_env.var_to_val)
+    return symbol not in backed
+
+
+def symbol_hint(shape_env: ShapeEnv, symbol: sympy.Symbol) -> int | None:
+    """The example value of a backed symbol, None for an unbacked one."""
+    backed: Mapping[sympy.Symbol, Any] = getattr(shape_env, "backed_var_to_val", None) or (
+        shape_env.var_to_val)
+    value = backed.get(symbol)
+    return None if value is None else int(value)
+
+
+def symbol_range(shape_env: ShapeEnv, symbol: sympy.Symbol) -> tuple[int | None, int | None]:
+    """The ShapeEnv's current range of ``symbol``: (lower, upper), None where infinite."""
+    vr = shape_env.var_to_range.get(symbol)
+    if vr is None:
+        return None, None
+
+    def finite(v: Any) -> int | None:
+        return None if v in (int_oo, -int_oo, sympy.oo, -sympy.oo) else int(v)
+
+    return finite(vr.lower), finite(vr.upper)
+
+
+def statically_true(shape_env: ShapeEnv, expr: sympy.Basic,
+                    ranges: Mapping[sympy.Symbol, tuple[int, int | None]]) -> bool:
+    """Whether ``expr`` (a relation over torch's symbols) holds for every value in
+    ``ranges``: by interval analysis, then by the ShapeEnv's static evaluation under
+    those ranges (no guard is added)."""
+    vrs = {s: ValueRanges(lo, int_oo if hi is None else hi) for s, (lo, hi) in ranges.items()}
+    if all(s in vrs for s in expr.free_symbols):
+        bound = bound_sympy(expr, vrs)
+        if bound.lower is sympy.true and bound.upper is sympy.true:
+            return True
+    static = shape_env._maybe_evaluate_static(expr, axioms=(),
+                                              var_to_range=tuple(vrs.items()))
+    return static is sympy.true
+
+
+def track_guards(shape_env: ShapeEnv,
+                 where: Callable[[], object]) -> Callable[[], list[tuple[sympy.Basic, object]]]:
+    """Record ``where()`` each time ``shape_env`` adds a guard (the recorder passes its
+    current source line); returns a function giving ``(guard expression, where)`` for
+    every guard so far, in order. NOTE: replaces the ShapeEnv's guard list by a list that
+    also notes the source on ``append`` (how torch adds guards)."""
+
+    class _SourcedGuards(list):  # type: ignore[type-arg]
+        def __init__(self) -> None:
+            super().__init__()
+            self.sources: list[object] = []
+
+        def append(self, guard: Any) -> None:
+            super().append(guard)
+            self.sources.append(where())
+
+    guards = _SourcedGuards()
+    guards.extend(shape_env.guards)
+    guards.sources.extend([None] * len(shape_env.guards))
+    shape_env.guards = guards
+
+    def current() -> list[tuple[sympy.Basic, object]]:
+        return [(g.expr, src) for g, src in zip(guards, guards.sources)]
+
+    return current
+
+
+def runtime_asserts(shape_env: ShapeEnv) -> list[sympy.Basic]:
+    """The relations torch defers to run time (on data-dependent symbols)."""
+    return [ra.expr for ras in shape_env.deferred_runtime_asserts.values() for ra in ras]

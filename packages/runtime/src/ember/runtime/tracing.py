@@ -48,6 +48,12 @@ What gets recorded, and how:
   (autograd makes them while it records); nothing else is removed.
 * Ops on fake tensors outside ``with recorder:`` are not recorded, and their results
   cannot be used later (a :class:`RecordingError` says so).
+* Dynamic shapes (``GraphRecorder(dynamic=True)``, :mod:`ember.runtime.tracing_symbolic`):
+  the recorder runs under its own ShapeEnv; ``add_input(..., dynamic_dims={0: (2,
+  None)})`` makes dims symbols (``s0``), ``add_meta_input`` makes an input from IR
+  metadata over given symbols; SymInt arguments become ``SymExpr`` (``sym(2*s0)``), metas
+  hold canonical size text, and :meth:`finish` fills ``graph.symbols`` and
+  ``graph.guards``. The default recorder is static and records exactly as before.
 """
 
 from __future__ import annotations
@@ -60,9 +66,11 @@ from typing import Any, Self
 import torch
 from ember.runtime._torch import (
     FakeTensorMode,
+    ShapeEnv,
     TorchDispatchMode,
     is_fake,
     is_op_overload,
+    make_shape_env,
     op_schema,
     unset_fake_temporarily,
 )
@@ -77,6 +85,8 @@ from ember.runtime.ir import (
     ScalarMeta,
     Signature,
     SourceLocation,
+    SymbolRange,
+    SymInt,
     TensorMeta,
     ValueRef,
     is_view,
@@ -84,7 +94,9 @@ from ember.runtime.ir import (
     writes_arguments,
 )
 from ember.runtime.ir.contracts import INPUT_ALIASES_KEY, InputAlias, InputAliases
+from ember.runtime.tracing_errors import RecordingError
 from ember.runtime.tracing_source import user_source_location
+from ember.runtime.tracing_symbolic import RecordedSymbols
 
 __all__ = ["GraphRecorder", "RecordingError"]
 
@@ -96,10 +108,6 @@ _METADATA_QUERIES = {
     "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride", "dim",
     "numel", "is_contiguous", "is_strides_like_format", "is_non_overlapping_and_dense",
 }
-
-
-class RecordingError(RuntimeError):
-    """An op or value the recorder cannot represent in the IR; the message names it."""
 
 
 class _RecordingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -125,6 +133,9 @@ class GraphRecorder:
             an InputSpec it returns makes the tensor an input (a placeholder, listed in
             :attr:`lifted`) instead of a ``constant`` node; None keeps it a constant.
             E.g. the frontend lifts tensors that require grad, so gradients reach them.
+        dynamic: record with symbolic shapes: a FakeTensorMode with its own ShapeEnv
+            (unless ``fake_mode`` has one); inputs stay static unless ``add_input`` is
+            given ``dynamic_dims`` (or ``add_meta_input`` symbolic metadata).
 
     Use :meth:`add_input` for each graph input, run the code inside ``with recorder:``
     (it may be entered several times, e.g. around each traced instruction), then call
@@ -136,8 +147,13 @@ class GraphRecorder:
         fake_mode: FakeTensorMode | None = None,
         decompositions: Mapping[Any, Callable[..., Any]] | None = None,
         lift: Callable[[torch.Tensor], InputSpec | None] | None = None,
+        dynamic: bool = False,
     ) -> None:
-        self.fake_mode = fake_mode if fake_mode is not None else FakeTensorMode()
+        if fake_mode is None:
+            fake_mode = (FakeTensorMode(shape_env=make_shape_env()) if dynamic
+                         else FakeTensorMode())
+        self.fake_mode = fake_mode
+        self.symbols = RecordedSymbols(fake_mode, self._current_source) if dynamic else None
         self.decompositions = dict(decompositions or {})
         self.lift = lift
         self.lifted: list[tuple[torch.Tensor, InputSpec]] = []  # (real tensor, its input)
@@ -163,37 +179,96 @@ class GraphRecorder:
 
     # ---- building ---------------------------------------------------------------------
 
-    def add_input(self, tensor: torch.Tensor, spec: InputSpec) -> torch.Tensor:
+    @property
+    def shape_env(self) -> ShapeEnv | None:
+        """The ShapeEnv of a dynamic recorder (None for a static one)."""
+        return self.symbols.shape_env if self.symbols is not None else None
+
+    def add_input(self, tensor: torch.Tensor, spec: InputSpec,
+                  dynamic_dims: Mapping[int, tuple[int, int | None]] | None = None
+                  ) -> torch.Tensor:
         """Add a placeholder named ``spec.name`` for ``tensor`` (real or fake of this
         recorder's mode) and return the fake tensor that stands for it while recording.
 
+        Args:
+            dynamic_dims: dim -> inclusive ``(min, max)`` (max None: unbounded) for the
+                dims that get a size symbol (dynamic recorders only); ``min`` is
+                clipped to 2 and a size 0 or 1 stays static (it specialises).
+
         Raises:
-            RecordingError: if the name is taken or the tensor is a fake of another mode.
+            RecordingError: if the name is taken, the tensor is a fake of another mode,
+                or ``dynamic_dims`` is given to a static recorder or out of range.
         """
         if spec.name in self._names:
             raise RecordingError(f"input name {spec.name!r} is used twice")
         if not isinstance(tensor, torch.Tensor):
             raise RecordingError(f"input {spec.name!r} is a {type(tensor).__name__}, "
                                  "not a tensor")
-        fake = self._to_fake(tensor, spec.name)
-        alias = self._input_alias(fake)
+        if dynamic_dims and self.symbols is None:
+            raise RecordingError(f"input {spec.name!r}: dynamic_dims needs "
+                                 "GraphRecorder(dynamic=True)")
+        fake = self._to_fake(tensor, spec.name, dynamic_dims or {})
+        meta = TensorMeta.of(tensor) if self.symbols is None else self.symbols.tensor_meta(
+            fake, f"input {spec.name!r}")
+        self._add_placeholder(fake, meta, spec)
+        return fake
+
+    def add_meta_input(self, meta: TensorMeta, spec: InputSpec,
+                       symbols: Mapping[str, SymbolRange]) -> torch.Tensor:
+        """Add a placeholder whose metadata is ``meta`` (sizes may be expressions over
+        the IR symbols ``symbols``, which keep their names in the recorded graph) and
+        return the fake tensor that stands for it (dynamic recorders only).
+
+        Raises:
+            RecordingError: for a static recorder, a taken name or an unknown symbol.
+        """
+        if self.symbols is None:
+            raise RecordingError(f"input {spec.name!r}: add_meta_input needs "
+                                 "GraphRecorder(dynamic=True)")
+        if spec.name in self._names:
+            raise RecordingError(f"input name {spec.name!r} is used twice")
+        self._paused += 1
+        try:
+            fake = self.symbols.meta_fake(meta, symbols)
+        finally:
+            self._paused -= 1
+        self._add_placeholder(fake, meta, spec)
+        return fake
+
+    def symint_to_ir(self, value: int | torch.SymInt) -> SymInt:
+        """An int or a SymInt of this recorder's ShapeEnv as an IR size (an int or
+        canonical text over the graph's symbols).
+
+        Raises:
+            RecordingError: for a symbol the graph cannot bind or a torch function
+                without an IR form.
+        """
+        if isinstance(value, int) or self.symbols is None:
+            return int(value)
+        return self.symbols.ir(value, f"size {value}")
+
+    def _add_placeholder(self, fake: torch.Tensor, meta: TensorMeta, spec: InputSpec) -> None:
+        alias = self._input_alias(fake, spec.name)
         if alias is not None:
             self.input_aliases[spec.name] = alias
-        meta = TensorMeta.of(tensor)
         # NOTE: placeholders stay in front of the graph, also when added mid-recording.
         self._add_node(Node(spec.name, "placeholder", spec.name, meta=meta), fake,
                        name_is_final=True, position=self._n_placeholders)
         self._n_placeholders += 1
         self.input_specs.append(spec)
-        return fake
 
-    def _input_alias(self, fake: torch.Tensor) -> InputAlias | None:
+    def _input_alias(self, fake: torch.Tensor, name: str) -> InputAlias | None:
         """How input ``fake`` shares memory with an earlier input, or None: the earlier
         input's name and this one's sizes, strides and storage offset (absolute)."""
         storage = fake.untyped_storage()
         for spec in self.input_specs:
             earlier = self._results.get(spec.name)
             if isinstance(earlier, torch.Tensor) and earlier.untyped_storage() is storage:
+                values = (*fake.shape, *fake.stride(), fake.storage_offset())
+                if not all(isinstance(v, int) for v in values):
+                    raise RecordingError(f"input {name!r} shares memory with input "
+                                         f"{spec.name!r} and has symbolic sizes; make its "
+                                         "dims static")
                 return InputAlias(spec.name, tuple(int(s) for s in fake.shape),
                                   tuple(int(s) for s in fake.stride()),
                                   int(fake.storage_offset()))
@@ -259,6 +334,8 @@ class GraphRecorder:
         self._drop_unused_views(refs)
         self._add_node(Node("output", "output", "output", args=(tuple(refs),)), None,
                        name_is_final=True)
+        if self.symbols is not None:
+            self.symbols.finish(self.graph)
         self._finished = True
         return Program(
             graphs={graph_name: self.graph},
@@ -297,7 +374,7 @@ class GraphRecorder:
         target = qualified_name(func)
         base = target.split("::", 1)[1].split(".", 1)[0]
         node = Node(base, "call", target, args=ir_args, kwargs=ir_kwargs,
-                    meta=_meta_of(result, target), source=self._current_source())
+                    meta=self._meta_of(result, target), source=self._current_source())
         self._add_node(node, result)
         return result
 
@@ -336,9 +413,12 @@ class GraphRecorder:
             return self._ref_of(value, f"an argument of {qualified_name(func)}")
         if isinstance(value, (list, tuple)):
             return tuple(self._encode(v, func) for v in value)
+        if isinstance(value, torch.SymInt) and self.symbols is not None:
+            return self.symbols.argument(value, f"an argument of {qualified_name(func)}")
         if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
-            raise RecordingError(f"{qualified_name(func)} got a symbolic value {value}; "
-                                 "symbolic shapes are not supported by the recorder yet")
+            raise RecordingError(f"{qualified_name(func)} got a symbolic value {value} "
+                                 f"({type(value).__name__}); the IR holds symbolic ints "
+                                 "only, and only in a dynamic recorder")
         if value is None or isinstance(
             value, (bool, int, float, str, complex, torch.dtype, torch.device,
                     torch.memory_format, torch.layout)
@@ -357,16 +437,32 @@ class GraphRecorder:
                              f"(shape {tuple(tensor.shape)}, {tensor.dtype}); pass it "
                              "through add_input first")
 
-    def _to_fake(self, tensor: torch.Tensor, what: str) -> torch.Tensor:
+    def _to_fake(self, tensor: torch.Tensor, what: str,
+                 dynamic_dims: Mapping[int, tuple[int, int | None]] | None = None
+                 ) -> torch.Tensor:
         if is_fake(tensor):
             if getattr(tensor, "fake_mode", None) is not self.fake_mode:
                 raise RecordingError(f"{what} is a fake tensor of another FakeTensorMode")
             return tensor
         self._paused += 1
         try:
-            return self.fake_mode.from_tensor(tensor)
+            if self.symbols is None:
+                return self.fake_mode.from_tensor(tensor)
+            if dynamic_dims:
+                return self.symbols.fake_of(tensor, what, dynamic_dims)
+            return self.symbols.static_fake(tensor, what)
         finally:
             self._paused -= 1
+
+    def _meta_of(self, result: Any, target: str) -> Meta:
+        if isinstance(result, (tuple, list)):
+            return tuple(self._single_meta(r, target) for r in result)
+        return self._single_meta(result, target)
+
+    def _single_meta(self, value: Any, target: str) -> TensorMeta | ScalarMeta | None:
+        if self.symbols is not None and isinstance(value, torch.Tensor):
+            return self.symbols.tensor_meta(value, f"the result of {target}")
+        return _single_meta(value, target)
 
     # ---- bookkeeping ------------------------------------------------------------------
 
@@ -450,22 +546,16 @@ def _is_pure_view(target: str) -> bool:
     return is_view(target) and not writes_arguments(target)
 
 
-def _meta_of(result: Any, target: str) -> Meta:
-    if isinstance(result, (tuple, list)):
-        return tuple(_single_meta(r, target) for r in result)
-    return _single_meta(result, target)
-
-
 def _single_meta(value: Any, target: str) -> TensorMeta | ScalarMeta | None:
     if isinstance(value, torch.Tensor):
         return TensorMeta.of(value)
     if value is None:
         return None
-    if isinstance(value, bool):
+    if isinstance(value, bool | torch.SymBool):
         return ScalarMeta("bool")
-    if isinstance(value, int):
+    if isinstance(value, int | torch.SymInt):
         return ScalarMeta("int")
-    if isinstance(value, float):
+    if isinstance(value, float | torch.SymFloat):
         return ScalarMeta("float")
     raise RecordingError(f"{target} returned a {type(value).__name__}, which the IR "
                          "cannot describe")

@@ -1,5 +1,6 @@
 """Ember IR: the one graph format the four stages exchange (docs/ir-contract.md)."""
 
+from ember.runtime.ir import symbolic
 from ember.runtime.ir.cleanup import (
     drop_unreferenced_tensors,
     eliminate_common_subexpressions,
@@ -29,7 +30,6 @@ from ember.runtime.ir.graph import (
     ValueRef,
     normalize_argument,
 )
-from ember.runtime.ir import symbolic
 from ember.runtime.ir.op_queries import (
     has_side_effects,
     is_pure,
@@ -47,15 +47,49 @@ from ember.runtime.ir.serialize import load, save
 from ember.runtime.ir.verifier import verify
 
 __all__ = [
-    "DIALECTS", "OPCODES", "Argument", "Graph", "InputKind", "InputSpec", "IRError",
-    "IRFormatError", "Meta", "Node", "OutputKind", "OutputSpec", "Program", "ScalarMeta",
-    "ShapeGuard", "Signature", "SourceLocation", "SymbolRange", "SymExpr", "SymInt",
-    "TensorMeta", "ValueRef", "symbolic",
-    "VerificationError", "normalize_argument", "qualified_name", "resolve_op",
+    "DIALECTS",
+    "OPCODES",
+    "SCHEMA_VERSION",
+    "Argument",
+    "Graph",
+    "IRError",
+    "IRFormatError",
+    "InputKind",
+    "InputSpec",
+    "Meta",
+    "Node",
+    "OutputKind",
+    "OutputSpec",
+    "Program",
+    "ScalarMeta",
+    "ShapeGuard",
+    "Signature",
+    "SourceLocation",
+    "SymExpr",
+    "SymInt",
+    "SymbolRange",
+    "TensorMeta",
+    "ValueRef",
+    "VerificationError",
+    "drop_unreferenced_tensors",
+    "eliminate_common_subexpressions",
+    "eliminate_dead_code",
+    "has_side_effects",
+    "is_pure",
+    "is_random",
+    "is_view",
+    "load",
+    "normalize_argument",
+    "operator_schema",
+    "parse_program",
+    "print_graph",
+    "print_program",
+    "program_from_json",
+    "program_to_json",
+    "qualified_name",
+    "resolve_op",
+    "save",
+    "symbolic",
     "verify",
-    "drop_unreferenced_tensors", "eliminate_common_subexpressions", "eliminate_dead_code",
-    "has_side_effects", "is_pure", "is_random", "is_view", "operator_schema",
     "writes_arguments",
-    "SCHEMA_VERSION", "load", "parse_program", "print_graph", "print_program",
-    "program_from_json", "program_to_json", "save",
 ]

@@ -7,9 +7,10 @@ binary ``+ - *``; unary ``-``; ``//`` floor division; ``%`` Python modulo; ``Max
 ...)``, ``Min(...)``; parentheses. Relations add ``== != < <= > >=``, ``and``, ``or``,
 ``not``.
 
-Canonical text: expanded (``s0*s1+s0``, never ``s0*(s1+1)``); arithmetic without spaces (``2*s0+1``, ``s0//2``, ``s0%16``), calls
-with ``", "`` between arguments (``Max(1, s1)``), relations with spaces around
-comparison and boolean operators (``s1 == 2*s0 and s0 > 4``).
+Canonical text: expanded (``s0*s1+s0``, never ``s0*(s1+1)``); arithmetic without
+spaces (``2*s0+1``, ``s0//2``, ``s0%16``), calls with ``", "`` between arguments
+(``Max(1, s1)``), relations with spaces around comparison and boolean operators
+(``s1 == 2*s0 and s0 > 4``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import sympy
-
 from ember.runtime.ir.errors import IRFormatError
 
 MAX_TEXT_LENGTH = 10_000
@@ -227,7 +227,7 @@ def _text(e: sympy.Basic, level: int) -> str:
     if isinstance(e, sympy.Add):
         return _wrap(_add_text(e), _ADD, level)
     if isinstance(e, sympy.Mul):
-        coeff, rest = e.as_coeff_Mul()
+        coeff = e.as_coeff_Mul()[0]
         if coeff.is_negative:
             # (-a)*b == -(a*b): a product needs no parentheses after a unary minus
             negated = -e
@@ -249,7 +249,7 @@ def _text(e: sympy.Basic, level: int) -> str:
         return _wrap(f"{_text(a, _MUL)}%{_text(b, _ATOM)}", _MUL, level)
     if isinstance(e, (sympy.Max, sympy.Min)):
         name = "Max" if isinstance(e, sympy.Max) else "Min"
-        args = sorted((_text(a, 0) for a in e.args))
+        args = sorted(_text(a, 0) for a in e.args)
         return f"{name}({', '.join(args)})"
     raise IRFormatError(f"the sympy expression {e} ({type(e).__name__}) has no form in the "
                         "IR's size grammar (integers, symbols, + - * // %, Max, Min)")

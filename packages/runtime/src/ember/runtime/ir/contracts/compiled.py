@@ -96,13 +96,19 @@ def _constexprs(value: JSON, where: str) -> dict[str, int | bool]:
 
 @dataclass(frozen=True)
 class CppLaunchMeta:
-    """A C++ kernel's launch data: the dtype of each pointer argument, in order."""
+    """A C++ kernel's launch data: the dtype of each pointer argument, in order, and the
+    size symbols it takes as ``int64_t`` arguments after them (a kernel over symbolic
+    sizes; the wrapper passes their values)."""
 
     arg_dtypes: tuple[torch.dtype, ...]
+    size_args: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, JSON]:
         """The JSON object (inverse of :meth:`from_json`)."""
-        return {"arg_dtypes": dtype_names(self.arg_dtypes)}
+        out: dict[str, JSON] = {"arg_dtypes": dtype_names(self.arg_dtypes)}
+        if self.size_args:
+            out["size_args"] = list(self.size_args)
+        return out
 
     @staticmethod
     def from_json(value: JSON, where: str = "C++ launch metadata") -> CppLaunchMeta:
@@ -111,8 +117,11 @@ class CppLaunchMeta:
         Raises:
             MetadataError: naming ``where`` and the bad key (an unknown dtype name too).
         """
-        d = read_object(value, where, ("arg_dtypes",))
-        return CppLaunchMeta(read_dtypes(d["arg_dtypes"], at(where, "arg_dtypes")))
+        d = read_object(value, where, ("arg_dtypes",), ("size_args",))
+        size_args = tuple(
+            _identifier(v, at(at(where, "size_args"), i))
+            for i, v in enumerate(read_list(d.get("size_args", []), at(where, "size_args"))))
+        return CppLaunchMeta(read_dtypes(d["arg_dtypes"], at(where, "arg_dtypes")), size_args)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,8 @@
+"""The recorder's error (``ember.runtime.tracing.RecordingError``), in its own module so
+that the recorder's parts (:mod:`ember.runtime.tracing_symbolic`) can raise it."""
+
+from __future__ import annotations
+
+
+class RecordingError(RuntimeError):
+    """An op or value the recorder cannot represent in the IR; the message names it."""
