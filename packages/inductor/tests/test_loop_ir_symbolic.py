@@ -98,3 +98,11 @@ def test_cpp_kernel_takes_sizes_and_loops_to_them() -> None:
     assert "if (s0*s1 >= 32768)" in src
     # a run-time row length: the float sums are blocked (correct for any length)
     assert "r0b < s1; r0b += 256" in src and "std::min<int64_t>(r0b + 256, s1)" in src
+
+
+def test_symbolic_divisors_print_in_parentheses() -> None:
+    # x0 // (3*s0), never (x0 // 3)*s0
+    assert _c(floordiv(X, 3 * S0)) == "(x0 / (3*s0))"
+    wide = Var("x2", 4 * S0)  # may pass 3*s0
+    assert str(mod(wide, 3 * S0)) == "(x2 % (3*s0))"
+    assert mod(X, 3 * S0) == X  # x0 < s0 <= 3*s0

@@ -22,10 +22,11 @@ import torch
 from ember.inductor.codegen import KernelSource, backend_for
 from ember.inductor.codegen.wrapper import WrapperWriter
 from ember.inductor.loop_ir import Kernel, format_kernel
+from ember.inductor.loop_ir.symbolic_index import size_hints
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.passes import run_passes
 from ember.inductor.scheduler import KernelStep, schedule
-from ember.runtime.ir import Program
+from ember.runtime.ir import Program, symbolic
 from ember.runtime.ir.contracts import (
     CompiledGraphEntry,
     CompiledMetadata,
@@ -73,6 +74,14 @@ def compile_graph(program: Program, graph_name: str = "forward",
         ember.inductor.lowering.graph_lowering.LoweringError: a lowering rule failed
             other than by ``NotLowerable`` (a bug in the rule).
     """
+    graph = program.graphs[graph_name]
+    hints = {name: symbolic.hint_of(name, r) for name, r in graph.symbols.items()}
+    with size_hints(hints):  # heuristics over symbolic sizes look at the hints
+        return _compile_graph(program, graph_name, device, eager, eager_random)
+
+
+def _compile_graph(program: Program, graph_name: str, device: torch.device | None,
+                   eager: bool, eager_random: bool) -> CompiledGraph:
     dev = device or graph_device(program, graph_name)
     lowered = GraphLowering(program, graph_name, dev, eager=eager,
                             eager_random=eager_random).run()

@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import math
 
+import sympy
 import torch
 from ember.inductor.buffers import ExternCall
-from ember.inductor.loop_ir import Int, Kernel, Store
+from ember.inductor.loop_ir import Int, Kernel, Size, Store, render_size
 from ember.inductor.lowering.checks import ERROR_BUFFER
 from ember.inductor.lowering.extern_args import (
     ConstantArg,
     ExternArg,
     ListArg,
+    SizeArg,
     TensorArg,
     VariableArg,
 )
 from ember.inductor.lowering.lowered_graph import BufferInfo, LoweredGraph
 from ember.inductor.scheduler import KernelStep, Step, read_buffers, written_buffers
-from ember.runtime.ir import TensorMeta
+from ember.inductor.loop_ir.symbolic_index import from_ir
+from ember.runtime.ir import TensorMeta, symbolic
 
 # Extern matmuls (CPU) whose result goes into freed memory of the same layout through
 # their out= variant when the wrapper has such a buffer: one allocation and free less per
@@ -47,15 +50,30 @@ def _op_expr(target: str) -> str:
     return f"{base}.{name}.{overload or 'default'}"
 
 
+def py_size(size: Size) -> str:
+    """Python source of a size: an int, or an expression over the wrapper's symbols."""
+    return render_size(size, "//")
+
+
+def py_sizes(sizes: tuple[Size, ...]) -> str:
+    """Python source of a size tuple (``repr`` when static, as before)."""
+    if all(isinstance(s, int) for s in sizes):
+        return repr(tuple(sizes))
+    items = [py_size(s) for s in sizes]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
 def render_arg(arg: ExternArg) -> str:
     """Python source for an extern-call argument or an output."""
     if isinstance(arg, TensorArg):
         if arg.view is None:
             return arg.buffer
         sizes, strides, offset = arg.view
-        return f"_view({arg.buffer}, {sizes!r}, {strides!r}, {offset})"
+        return f"_view({arg.buffer}, {py_sizes(sizes)}, {py_sizes(strides)}, {py_size(offset)})"
     if isinstance(arg, VariableArg):
         return arg.name
+    if isinstance(arg, SizeArg):
+        return py_size(arg.expr)
     if isinstance(arg, ListArg):
         return "[" + ", ".join(render_arg(x) for x in arg.items) + "]"
     assert isinstance(arg, ConstantArg)
@@ -67,6 +85,10 @@ def render_arg(arg: ExternArg) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return f"float({str(value)!r})"
     return repr(value)
+
+
+def _static_layout(info: BufferInfo) -> bool:
+    return all(isinstance(s, int) for s in (*info.sizes, *info.strides))
 
 
 def _device_test(name: str, device: torch.device) -> str:
@@ -89,6 +111,7 @@ class WrapperWriter:
         self.device = device
         self.lines: list[str] = []
         self._matmul_results: set[str] = set()  # see OUT_VARIANTS
+        self.bound: set[str] = set()  # size symbols bound so far
 
     def emit(self, text: str = "") -> None:
         self.lines.append(("    " + text) if text else "")
@@ -164,18 +187,65 @@ class WrapperWriter:
             device = torch.device(self.device) if info is not None else meta.device
             tests = [f"isinstance({name}, torch.Tensor)", f"{name}.dtype is {meta.dtype}",
                      _device_test(name, device)]
-            if info is not None:
+            if info is not None and _static_layout(info):
                 tests += [f"{name}.shape == {info.sizes!r}",
                           f"{name}.stride() == {info.strides!r}"]
                 call = (f"{name} = _check_input({name}, {name!r}, {info.dtype}, "
                         f"{info.sizes!r}, {info.strides!r}, {str(device)!r})")
-            else:  # symbolic sizes: every op is an extern call, any layout will do
+            else:  # symbolic sizes: checked once the symbols are bound (below)
                 sizes = tuple(s if isinstance(s, int) else None for s in meta.sizes)
                 tests.append(f"{name}.dim() == {len(sizes)}")
                 call = (f"_check_input({name}, {name!r}, {meta.dtype}, {sizes!r}, None, "
                         f"{str(device)!r})")
             self.emit(f"if not ({' and '.join(tests)}):")
             self.emit(f"    {call}")
+        self._bind_symbols()
+
+    def _bind_symbols(self) -> None:
+        """A symbolic graph: bind each backed symbol from the first input dim that has
+        it as its size (``s0 = arg0.size(0)``), then test every input's sizes, every
+        symbol's range and every guard at once (``_shape_error`` raises naming the input,
+        dim, symbol, range or guard), then copy an input whose strides differ from the
+        traced ones that kernels index it with."""
+        low = self.lowered
+        if not low.symbols:
+            return
+        tensors = [(inp.name, inp.meta) for inp in low.inputs
+                   if isinstance(inp.meta, TensorMeta)]
+        self.emit("# size symbols, from the inputs")
+        for name, meta in tensors:
+            for d, size in enumerate(meta.sizes):
+                if isinstance(size, str) and size.isidentifier() and size not in self.bound:
+                    self.bound.add(size)
+                    self.emit(f"{size} = {name}.size({d})")
+        tests = [f"{name}.shape == {py_sizes(tuple(from_ir(s) for s in meta.sizes))}"
+                 for name, meta in tensors if not all(isinstance(s, int) for s in meta.sizes)]
+        for sym in sorted(self.bound):
+            r = low.symbols.get(sym)
+            if r is not None:
+                tests.append(f"{sym} >= {r.lower}")
+                if r.upper is not None:
+                    tests.append(f"{sym} <= {r.upper}")
+        for guard in low.guards:
+            if symbolic.relation_symbols(guard.expr) <= self.bound:
+                tests.append(f"({guard.expr})")
+        if tests:
+            self.emit(f"if not ({' and '.join(tests)}):")
+            self.emit(f"    _shape_error([{', '.join(i.name for i in low.inputs)}])")
+        for name, _ in tensors:
+            info = low.buffers.get(name)
+            if info is None or _static_layout(info):
+                continue
+            strides = py_sizes(info.strides)
+            self.emit(f"if {name}.stride() != {strides}:  # kernels index the traced layout")
+            self.emit(f"    {name} = _layout({name}, {py_sizes(info.sizes)}, {strides})")
+
+    def _bind_unbacked(self, out: str, sizes: tuple[Size, ...]) -> None:
+        """Bind the unbacked symbols an extern result defines (``u0 = buf3.size(0)``)."""
+        for d, size in enumerate(sizes):
+            if isinstance(size, sympy.Symbol) and size.name not in self.bound:
+                self.bound.add(size.name)
+                self.emit(f"{size.name} = {out}.size({d})")
 
     def _layout_key(self, info: BufferInfo) -> tuple[object, ...]:
         return (info.dtype, info.sizes, info.strides)
@@ -194,9 +264,10 @@ class WrapperWriter:
                 old = reusable.pop()
                 self.emit(f"{name} = {old}; del {old}  # reuse {old}'s memory")
                 continue
-            self.emit(f"{name} = empty_strided({info.sizes!r}, {info.strides!r}, "
-                      f"dtype={info.dtype}, device={self.device!r})")
-        self.emit(f"{k.name}({', '.join(b.name for b in k.buffers)})")
+            self.emit(f"{name} = empty_strided({py_sizes(info.sizes)}, "
+                      f"{py_sizes(info.strides)}, dtype={info.dtype}, device={self.device!r})")
+        args = [b.name for b in k.buffers] + list(k.size_args)
+        self.emit(f"{k.name}({', '.join(args)})")
         if self.device == "cpu":
             self._raise_failed_checks(k)
 
@@ -227,10 +298,12 @@ class WrapperWriter:
         for out, meta in zip(call.outputs, call.result_meta):
             if out is not None and meta is not None:
                 _, sizes, strides = meta
+                self._bind_unbacked(out, sizes)
+                shape, layout = py_sizes(sizes), py_sizes(strides)
                 # NOTE: an optional result may come back None (CUDA attention's extras)
-                self.emit(f"if isinstance({out}, torch.Tensor) and ({out}.shape != {sizes!r} "
-                          f"or {out}.stride() != {strides!r}):")
-                self.emit(f"    {out} = _layout({out}, {sizes!r}, {strides!r})")
+                self.emit(f"if isinstance({out}, torch.Tensor) and ({out}.shape != {shape} "
+                          f"or {out}.stride() != {layout}):")
+                self.emit(f"    {out} = _layout({out}, {shape}, {layout})")
 
     def _free(self, i: int, last: dict[str, int],
               pool: dict[tuple[object, ...], list[str]], extern_read: set[str]) -> None:

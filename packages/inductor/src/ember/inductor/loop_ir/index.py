@@ -102,7 +102,7 @@ class FloorDiv:
     divisor: int | Sym
 
     def __str__(self) -> str:
-        return f"({self.expr} // {self.divisor})"
+        return f"({self.expr} // {_divisor_text(self.divisor)})"
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,13 @@ class Mod:
     divisor: int | Sym
 
     def __str__(self) -> str:
-        return f"({self.expr} % {self.divisor})"
+        return f"({self.expr} % {_divisor_text(self.divisor)})"
+
+
+def _divisor_text(d: int | Sym) -> str:
+    text = str(d)
+    return text if isinstance(d, int) or d.expr.is_Symbol or text.startswith("(") \
+        else f"({text})"
 
 
 @dataclass(frozen=True)
@@ -475,8 +481,11 @@ def render(
         return "(" + " + ".join(render(t, name, indirect, div, sym) for t in x.terms) + ")"
     if isinstance(x, Mul):
         return "*".join(render(f, name, indirect, div, sym) for f in x.factors)
-    d = render(x.divisor, name, indirect, div, sym) if isinstance(x.divisor, Sym) \
-        else str(x.divisor)
+    d = str(x.divisor)
+    if isinstance(x.divisor, Sym):
+        d = render(x.divisor, name, indirect, div, sym)
+        if not (x.divisor.expr.is_Symbol or isinstance(x.divisor.expr, sympy.Add)):
+            d = f"({d})"  # x // (3*s0), not (x // 3)*s0
     if isinstance(x, FloorDiv):
         return f"({render(x.expr, name, indirect, div, sym)} {div} {d})"
     return f"({render(x.expr, name, indirect, div, sym)} % {d})"

@@ -15,7 +15,10 @@ arguments, which are named after the symbols (:func:`size_text`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+from collections.abc import Iterator, Mapping
 
 import sympy
 from ember.runtime.ir import symbolic
@@ -108,6 +111,20 @@ def _quotient(coef: sympy.Expr, d: sympy.Expr) -> sympy.Expr | None:
     if poly is not None and not all(c.is_Integer for c in poly.coeffs()):
         return None
     return sympy.expand(numer)
+
+
+def divides(d: sympy.Expr | int, n: sympy.Expr | int) -> bool:
+    """Whether ``d`` divides ``n`` for every value of their symbols (``n / d`` is an
+    integer polynomial)."""
+    return _quotient(sympy.sympify(n), sympy.sympify(d)) is not None
+
+
+def as_size(e: sympy.Expr | int) -> Size:
+    """``e`` as a loop-IR size: an int when constant, else the expanded expression."""
+    if isinstance(e, int):
+        return e
+    e = sympy.expand(e)
+    return int(e) if e.is_Integer else e
 
 
 def _nonneg_index(x: IndexExpr) -> bool:
@@ -251,3 +268,46 @@ def _operand(e: sympy.Expr, div: str) -> str:
 def _term_order(t: sympy.Expr) -> tuple[int, int, str]:
     negative = t.as_coeff_Mul()[0].is_negative
     return (1 if negative else 0, 1 if t.is_Number else 0, str(t))
+
+
+# -- sizes from the IR, and hints for heuristics ----------------------------------------
+_HINTS: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar(
+    "ember_inductor_size_hints", default={})
+
+#: the value a heuristic assumes for a symbol without a hint (an unbacked size)
+UNKNOWN_HINT = 8192
+
+
+def from_ir(value: int | str) -> Size:
+    """An IR size (an int, or size-expression text) as a loop-IR size: an int when
+    constant, else a sympy expression over :func:`size_symbol` symbols."""
+    if isinstance(value, int):
+        return value
+    expr = symbolic.parse(value)
+    return int(expr) if expr.is_Integer else expr
+
+
+def is_static(size: Size) -> bool:
+    """Whether ``size`` is a plain int."""
+    return isinstance(size, int)
+
+
+@contextlib.contextmanager
+def size_hints(hints: Mapping[str, int]) -> Iterator[None]:
+    """Within the block, :func:`hint` evaluates symbols at ``hints`` (a graph's
+    ``symbols[name].hint`` values: what the lowering, scheduler and codegens compile)."""
+    token = _HINTS.set(dict(hints))
+    try:
+        yield
+    finally:
+        _HINTS.reset(token)
+
+
+def hint(size: Size) -> int:
+    """``size`` at the current hints (:func:`size_hints`): for heuristics only (block
+    sizes, loop forms, what to store), never for correctness."""
+    if isinstance(size, int):
+        return size
+    hints = _HINTS.get()
+    env = {s: hints.get(s.name, UNKNOWN_HINT) for s in size.free_symbols}
+    return int(size.xreplace(env))

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import sympy
 import torch
+from ember.inductor.loop_ir.index import as_index
 from ember.inductor.loop_ir import (
     BOOL_RESULT_OPS,
     Compute,
@@ -80,7 +82,11 @@ class BodyBuilder:
             return unmasked
         return self._emit(key, Load, buffer, index, dtype, mask, other, dtype=dtype)
 
-    def literal(self, value: bool | float, dtype: torch.dtype) -> str:
+    def literal(self, value: bool | float | sympy.Expr, dtype: torch.dtype) -> str:
+        """``value`` as ``dtype``; a symbolic size (a sympy expression over the size
+        symbols: a mean's count) is read at run time from the kernel's size arguments."""
+        if isinstance(value, sympy.Basic) and not value.is_Number:
+            return self.cast(self.index_value(as_index(value)), dtype)
         if dtype == torch.bool:
             value = bool(value)
         elif dtype.is_floating_point:

@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, Int
+from ember.inductor.loop_ir import IndexExpr, Int, Size
+from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.registry import NotLowerable
 from ember.inductor.lowering.values import Lazy, ScalarValue, Stored, TensorValue
@@ -26,15 +27,15 @@ def out_meta(node: Node, i: int | None = None) -> TensorMeta:
         meta = meta[0 if i is None else i]
     if not isinstance(meta, TensorMeta):
         raise NotLowerable(f"{node.name}: result is not a tensor")
-    if any(not isinstance(s, int) for s in meta.sizes):
-        raise NotLowerable(f"{node.name}: symbolic sizes")
     if meta.dtype not in SUPPORTED_DTYPES:
         raise NotLowerable(f"{node.name}: dtype {meta.dtype}")
     return meta
 
 
-def sizes_of(node: Node, i: int | None = None) -> tuple[int, ...]:
-    return tuple(int(s) for s in out_meta(node, i).sizes)
+def sizes_of(node: Node, i: int | None = None) -> tuple[Size, ...]:
+    """The sizes of ``node``'s result (``i``-th for several): ints, or sympy expressions
+    over the graph's size symbols."""
+    return tuple(from_ir(s) for s in out_meta(node, i).sizes)
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -114,7 +115,7 @@ def pointwise(
     index, ``body`` applied, the result cast to the node's dtype."""
     meta = out_meta(node)
     out_dtype = meta.dtype
-    sizes = tuple(int(s) for s in meta.sizes)
+    sizes = tuple(from_ir(s) for s in meta.sizes)
 
     def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         vals = [element(b, a, index, compute) for a in args]

@@ -6,6 +6,8 @@ An :class:`~ember.inductor.buffers.ExternCall` keeps each argument as one of
 - :class:`VariableArg` — a wrapper variable that is not a tensor buffer (a run-time
   scalar, or a tensor of symbolic sizes when the graph runs eagerly);
 - :class:`ListArg` — a list of arguments (``int[]``, ``Tensor[]``);
+- :class:`SizeArg` — a symbolic int (a size expression over the graph's symbols, which
+  the wrapper binds from its inputs: ``s0*4``);
 - :class:`ConstantArg` — a Python constant (number, bool, None, str, dtype, device,
   memory format, layout).
 
@@ -18,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+import sympy
 import torch
+from ember.inductor.loop_ir.index import Size, render_size
 
 
 @dataclass(frozen=True)
@@ -27,13 +31,16 @@ class TensorArg:
     (elements from the buffer's first element)."""
 
     buffer: str
-    view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+    view: tuple[tuple[Size, ...], tuple[Size, ...], Size] | None = None
 
     def __str__(self) -> str:
         if self.view is None:
             return self.buffer
         sizes, strides, offset = self.view
-        return f"{self.buffer}.view({list(sizes)}, strides={list(strides)}, offset={offset})"
+        listed = ["[" + ", ".join(render_size(s, "//") for s in xs) + "]"
+                  for xs in (sizes, strides)]
+        return (f"{self.buffer}.view({listed[0]}, strides={listed[1]}, "
+                f"offset={render_size(offset, '//')})")
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,17 @@ class VariableArg:
 
     def __str__(self) -> str:
         return self.name
+
+
+@dataclass(frozen=True)
+class SizeArg:
+    """A symbolic int: ``expr`` (a sympy expression over size symbols) evaluated by the
+    wrapper from the symbols it bound."""
+
+    expr: sympy.Expr
+
+    def __str__(self) -> str:
+        return render_size(self.expr, "//")
 
 
 @dataclass(frozen=True)
@@ -74,7 +92,7 @@ class ConstantArg:
             f"device({str(self.value)!r})")
 
 
-ExternArg = TensorArg | VariableArg | ListArg | ConstantArg
+ExternArg = TensorArg | VariableArg | ListArg | ConstantArg | SizeArg
 
 
 def constant_arg(value: object) -> ConstantArg:
@@ -107,5 +125,5 @@ def extern_reads(args: Iterable[ExternArg], kwargs: Mapping[str, ExternArg]) -> 
     return sorted(found)
 
 
-__all__ = ["CONSTANT_TYPES", "Constant", "ConstantArg", "ExternArg", "ListArg", "TensorArg",
-           "VariableArg", "constant_arg", "extern_reads"]
+__all__ = ["CONSTANT_TYPES", "Constant", "ConstantArg", "ExternArg", "ListArg", "SizeArg",
+           "TensorArg", "VariableArg", "constant_arg", "extern_reads"]

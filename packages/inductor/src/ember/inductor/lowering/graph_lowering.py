@@ -18,6 +18,7 @@ import collections
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import sympy
 import torch
 from ember.inductor.buffers import (
     ExternCall,
@@ -26,13 +27,14 @@ from ember.inductor.buffers import (
     ScatterBuffer,
     ScheduledNode,
 )
-from ember.inductor.loop_ir import IndexExpr
+from ember.inductor.loop_ir import IndexExpr, Size
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.context import ExternRequest
 from ember.inductor.lowering.extern_args import (
     ExternArg,
     ListArg,
+    SizeArg,
     TensorArg,
     VariableArg,
     constant_arg,
@@ -54,7 +56,8 @@ from ember.inductor.lowering.values import (
     numel,
     probe,
 )
-from ember.runtime.ir import Argument, Node, Program, TensorMeta, ValueRef
+from ember.inductor.loop_ir.symbolic_index import from_ir, hint
+from ember.runtime.ir import Argument, Node, Program, SymExpr, TensorMeta, ValueRef
 from ember.runtime.logs import log
 
 
@@ -66,6 +69,21 @@ class LoweringError(Exception):
 def _static(meta: object) -> bool:
     return isinstance(meta, TensorMeta) and all(
         isinstance(s, int) for s in tuple(meta.sizes) + tuple(meta.strides))
+
+
+def meta_layout(meta: TensorMeta) -> tuple[tuple[Size, ...], tuple[Size, ...], Size]:
+    """A tensor meta's sizes, strides and storage offset as loop-IR sizes (ints, or
+    sympy expressions over the graph's size symbols)."""
+    return (tuple(from_ir(s) for s in meta.sizes), tuple(from_ir(s) for s in meta.strides),
+            from_ir(meta.storage_offset))
+
+
+def _symbolic_failure(e: Exception) -> bool:
+    """Whether ``e`` is sympy refusing to decide a comparison of symbolic sizes (a rule
+    written for static sizes branching on one): the op then runs eagerly."""
+    text = str(e)
+    return isinstance(e, TypeError) and any(
+        word in text for word in ("Relational", "symbolic", "Symbol", "sympy", "expression"))
 
 
 class GraphLowering:
@@ -92,14 +110,15 @@ class GraphLowering:
         self.fallbacks: collections.Counter[str] = collections.Counter()
         self.checks: list[RuntimeCheck] = []  # run-time checks the kernels record (checks.py)
         self.device = device or self._guess_device()
-        # eager: run every op as an extern call (symbolic sizes, or a graph whose
-        # generated code failed; see compile.compile_graph)
-        self.all_extern = eager or not all(
+        # eager: run every op as an extern call (a graph whose generated code failed;
+        # see compile.compile_graph)
+        self.all_extern = eager
+        self.symbolic = not all(
             _static(m) for n in self.graph.nodes
             for m in (n.meta if isinstance(n.meta, tuple) else (n.meta,))
             if isinstance(m, TensorMeta)
         )
-        self.eager_reason = "graph runs eagerly" if eager else "symbolic sizes"
+        self.eager_reason = "graph runs eagerly"
         self._count = 0
         self._realized: dict[int, tuple[Lazy, Stored]] = {}
         self._uses = Uses(self.graph)  # see inlining.py: costly values read broadcast
@@ -135,7 +154,8 @@ class GraphLowering:
             self.graph_name, self.device,
             tuple(GraphInput(name, n.meta) for name, n in zip(self.inputs, placeholders)),
             self.constants, self.buffers, tuple(self.nodes), tuple(self.outputs),
-            frozenset(self.output_buffers), self.fallbacks, tuple(self.checks))
+            frozenset(self.output_buffers), self.fallbacks, tuple(self.checks),
+            dict(self.graph.symbols), tuple(self.graph.guards))
 
     def placeholder(self, node: Node) -> None:
         name = f"arg{len(self.inputs)}"
@@ -151,14 +171,12 @@ class GraphLowering:
 
     def _bind_tensor(self, node: Node, name: str, kind: str) -> None:
         meta = node.meta
-        if self.all_extern or not _static(meta):
+        if self.all_extern or not isinstance(meta, TensorMeta):
             self.values[node.name] = ScalarValue(name)
             return
         assert isinstance(meta, TensorMeta)
-        sizes = tuple(int(s) for s in meta.sizes)
-        strides = tuple(int(s) for s in meta.strides)
-        self.buffers[name] = BufferInfo(name, meta.dtype, sizes, strides, kind,
-                                        int(meta.storage_offset))
+        sizes, strides, offset = meta_layout(meta)
+        self.buffers[name] = BufferInfo(name, meta.dtype, sizes, strides, kind, offset)
         self.values[node.name] = Stored(name, meta.dtype, sizes, strides)
 
     def call(self, node: Node) -> None:
@@ -173,6 +191,7 @@ class GraphLowering:
             self.values[node.name] = self.extern(node, fallback=True, reason="no lowering")
             return
         mark = len(self.nodes)
+        realized = set(self._realized)
         self._current = node.name
         try:
             args = tuple(self._arg(a) for a in node.args)
@@ -183,13 +202,25 @@ class GraphLowering:
                 value = self.realize(value)
             self.values[node.name] = value
         except NotLowerable as e:
-            del self.nodes[mark:]
+            self._roll_back(mark, realized)
             self.values[node.name] = self.extern(node, fallback=True, reason=str(e))
         except LoweringError:
             raise
         except Exception as e:  # NOTE: a bug in the rule, never a fallback
+            if self.symbolic and _symbolic_failure(e):
+                self._roll_back(mark, realized)
+                self.values[node.name] = self.extern(
+                    node, fallback=True, reason=f"symbolic sizes: {e}")
+                return
             raise LoweringError(f"the lowering rule of {node.target} failed on "
                                 f"%{node.name} ({e!r})") from e
+
+    def _roll_back(self, mark: int, realized: set[int]) -> None:
+        """Forget the nodes a rule emitted before it gave up, and the values it realized
+        (later consumers must not read a buffer no node computes)."""
+        del self.nodes[mark:]
+        for key in set(self._realized) - realized:
+            del self._realized[key]
 
     def output(self, node: Node) -> None:
         for a in node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],):
@@ -207,6 +238,8 @@ class GraphLowering:
             return v
         if isinstance(a, tuple):
             return tuple(self._arg(x) for x in a)
+        if isinstance(a, SymExpr):
+            return from_ir(a.expr)  # a symbolic int: a sympy expression over the sizes
         return a
 
     def traced_meta(self, arg: Any) -> TensorMeta | None:
@@ -243,8 +276,8 @@ class GraphLowering:
     def _reads_full_size(self, value: Lazy) -> bool:
         """Whether computing ``value`` loads a buffer at least as large as it (not only
         broadcasts of smaller ones, which are cheaper to recompute than to re-read)."""
-        n = numel(value.sizes)
-        return any(buf in self.buffers and numel(self.buffers[buf].sizes) >= n
+        n = hint(numel(value.sizes))  # symbolic sizes: compared at their hints
+        return any(buf in self.buffers and hint(numel(self.buffers[buf].sizes)) >= n
                    for buf in self.loaded_buffers(value))
 
     def _shared_and_wide(self, name: str, value: Lazy) -> bool:
@@ -253,9 +286,9 @@ class GraphLowering:
         (a residual stream read by a norm and the next residual add; see inlining.py)."""
         if self._uses.count(name) < 2:
             return False
-        n = numel(value.sizes)
+        n = hint(numel(value.sizes))
         wide = [b for b in self.loaded_buffers(value)
-                if b in self.buffers and numel(self.buffers[b].sizes) >= n]
+                if b in self.buffers and hint(numel(self.buffers[b].sizes)) >= n]
         return len(wide) >= SHARED_STORE_LOADS
 
     def _bounded(self, value: Any) -> Any:
@@ -341,8 +374,8 @@ class GraphLowering:
         meta = node.meta
         assert isinstance(meta, TensorMeta)
         dtype = meta.dtype
-        strides = tuple(int(s) for s in meta.strides)
-        if not is_dense(init.sizes, strides) or tuple(meta.sizes) != init.sizes:
+        meta_sizes, strides, _ = meta_layout(meta)
+        if not is_dense(init.sizes, strides) or meta_sizes != init.sizes:
             strides = contiguous_strides(init.sizes)
 
         def copy(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
@@ -380,6 +413,8 @@ class GraphLowering:
             return VariableArg(a.name)
         if isinstance(a, tuple):
             return ListArg(tuple(self.extern_arg(x) for x in a))
+        if isinstance(a, sympy.Basic):
+            return SizeArg(a) if not a.is_Integer else constant_arg(int(a))
         return constant_arg(a)
 
     def _extern_op(self, node: Node) -> Any:
@@ -388,11 +423,19 @@ class GraphLowering:
         metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
         call = ExternRequest(node, tuple(self._arg(a) for a in node.args),
                              {k: self._arg(v) for k, v in node.kwargs.items()}, metas)
-        for _, rewrite in EXTERN_PASSES:
-            result = rewrite(self, call)
-            if isinstance(result, Stored):
-                return result
-            call = result
+        mark = len(self.nodes)
+        try:
+            for _, rewrite in EXTERN_PASSES:
+                result = rewrite(self, call)
+                if isinstance(result, Stored):
+                    return result
+                call = result
+        except TypeError as e:
+            if not (self.symbolic and _symbolic_failure(e)):
+                raise
+            # a pass written for static sizes: the op as traced, without the rewrites
+            del self.nodes[mark:]
+            return self.extern(node, fallback=False, reason=f"symbolic sizes: {e}")
         return self._emit_extern(call, fallback=False, reason="")
 
     def extern(self, node: Node, fallback: bool, reason: str = "") -> Any:
@@ -418,9 +461,8 @@ class GraphLowering:
         for i, m in enumerate(call.metas):
             name = f"{base}_{i}" if multi else base
             outs.append(name)
-            if isinstance(m, TensorMeta) and _static(m) and not self.all_extern:
-                sizes = tuple(int(s) for s in m.sizes)
-                strides = tuple(int(s) for s in m.strides)
+            if isinstance(m, TensorMeta) and not self.all_extern:
+                sizes, strides, _ = meta_layout(m)
                 self.buffers[name] = BufferInfo(name, m.dtype, sizes, strides, "extern")
                 self.layout.note_buffer(name, sizes, strides)
                 values.append(Stored(name, m.dtype, sizes, strides))
@@ -468,16 +510,15 @@ class GraphLowering:
             kind = self.buffers[v.buffer].kind
             if kind in ("input", "constant"):
                 v = Lazy(v.element, v.dtype, v.sizes)  # outputs never alias inputs by accident
-            elif (isinstance(meta, TensorMeta) and _static(meta)
-                  and tuple(meta.sizes) == v.sizes
-                  and is_dense(v.sizes, tuple(int(s) for s in meta.strides))
-                  and not same_layout(v.sizes, v.strides, tuple(int(s) for s in meta.strides))):
+            elif (isinstance(meta, TensorMeta) and meta_layout(meta)[0] == v.sizes
+                  and is_dense(v.sizes, meta_layout(meta)[1])
+                  and not same_layout(v.sizes, v.strides, meta_layout(meta)[1])):
                 # a layout the lowering chose (channels-last): the caller gets eager's
                 v = Lazy(v.element, v.dtype, v.sizes)
         if isinstance(v, Lazy):
             strides = None
-            if isinstance(meta, TensorMeta) and _static(meta) and tuple(meta.sizes) == v.sizes:
-                st = tuple(int(s) for s in meta.strides)
+            if isinstance(meta, TensorMeta) and meta_layout(meta)[0] == v.sizes:
+                st = meta_layout(meta)[1]
                 if is_dense(v.sizes, st):
                     strides = st
             v = self.realize(v, strides=strides, origin=producer.name)

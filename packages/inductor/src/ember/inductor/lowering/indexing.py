@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, Indirect, Int, add, floordiv, mod, mul
+from ember.inductor.loop_ir import IndexExpr, Indirect, Int, Size, add, floordiv, mod, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck, new_check, record_failure
 from ember.inductor.lowering.common import broadcast_index, normalize_dim, out_meta, sizes_of
@@ -22,11 +22,11 @@ if TYPE_CHECKING:
     from ember.inductor.lowering.graph_lowering import GraphLowering
 
 
-def _in_range(b: BodyBuilder, i: IndexExpr, lo: int, hi: int) -> str:
-    """A bool value: ``lo <= i < hi``."""
+def _in_range(b: BodyBuilder, i: IndexExpr, lo: Size, hi: Size) -> str:
+    """A bool value: ``lo <= i < hi`` (symbolic bounds: read from the size arguments)."""
     v = b.index_value(i)
     conds = []
-    if lo > 0:
+    if not isinstance(lo, int) or lo > 0:
         conds.append(b.compute("ge", v, b.literal(lo, torch.int64)))
     conds.append(b.compute("lt", v, b.literal(hi, torch.int64)))
     return b.all_of(*conds)
@@ -38,8 +38,8 @@ def _cat(ctx: Any, node: Node, tensors: Sequence[Any], dim: int = 0) -> Lazy:
     sizes = sizes_of(node)
     parts = [t for t in tensors if not (len(t.sizes) == 1 and t.sizes[0] == 0)]
     d = normalize_dim(dim, len(sizes))
-    offsets = []
-    acc = 0
+    offsets: list[Size] = []
+    acc: Size = 0
     for t in parts:
         offsets.append(acc)
         acc += t.sizes[d]

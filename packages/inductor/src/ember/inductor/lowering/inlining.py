@@ -22,6 +22,7 @@ store and a load per element. Two cases cost more than they save:
 from __future__ import annotations
 
 from ember.inductor.loop_ir import COSTLY_OPS, Compute
+from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.values import Lazy, numel, probe
 from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef
 
@@ -87,7 +88,7 @@ class Uses:
         """Whether ``value`` (node ``name``'s result) should be stored because a
         consumer broadcasts it and recomputing it per element costs more (see the module
         docstring)."""
-        n = numel(value.sizes)
+        n = hint(numel(value.sizes))  # symbolic sizes: compared at their hints
         return (n > 0 and self.widest(name) >= BROADCAST_STORE_FACTOR * n
                 and costly(value))
 
@@ -106,6 +107,6 @@ def _numel_of(node: Node) -> int:
     metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
     best = 0
     for m in metas:
-        if isinstance(m, TensorMeta) and m.is_static:
-            best = max(best, m.numel)
+        if isinstance(m, TensorMeta):
+            best = max(best, hint(numel(tuple(from_ir(s) for s in m.sizes))))
     return best

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ember.inductor.loop_ir.symbolic_index import hint
 from ember.inductor.lowering.values import Stored, contiguous_strides
 
 
@@ -30,7 +31,8 @@ def storage_order(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, ..
     """The dims from outermost to innermost in memory when ``strides`` lay ``sizes``
     out densely (a permutation of row-major), else None. Ties (dims of size 1) keep
     their logical order."""
-    order = tuple(sorted(range(len(sizes)), key=lambda d: (-strides[d], d)))
+    # NOTE: symbolic strides are ordered at their hints; the density test below is exact
+    order = tuple(sorted(range(len(sizes)), key=lambda d: (-hint(strides[d]), d)))
     expected = 1
     for d in reversed(order):
         if sizes[d] != 1 and strides[d] != expected:
@@ -56,7 +58,8 @@ def is_channels_last(sizes: Sequence[int], strides: Sequence[int]) -> bool:
 
 def is_dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
     """Whether ``strides`` lay ``sizes`` out densely (a permutation of contiguous)."""
-    dims = sorted((st, sz) for sz, st in zip(sizes, strides) if sz != 1)
+    dims = sorted(((st, sz) for sz, st in zip(sizes, strides) if sz != 1),
+                  key=lambda p: (hint(p[0]), hint(p[1])))
     expected = 1
     for st, sz in dims:
         if st != expected:

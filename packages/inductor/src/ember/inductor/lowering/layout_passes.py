@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 from ember.inductor.loop_ir import Add, Var
+from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.layout import (
     channels_last_strides,
@@ -36,7 +37,7 @@ def channels_last_convolution(ctx: LoweringContext, call: ExternRequest) -> Exte
         return call
     if isinstance(x, Lazy) or not is_channels_last(x.sizes, x.strides):
         args = (channels_last(ctx, x), *args[1:])
-    sizes = tuple(int(s) for s in meta.sizes)
+    sizes = tuple(from_ir(s) for s in meta.sizes)
     strides = channels_last_strides(sizes)
     return dataclasses.replace(
         call, args=args, metas=(dataclasses.replace(meta, sizes=sizes, strides=strides),))
@@ -74,7 +75,7 @@ def matmul_operand(ctx: LoweringContext, value: Any) -> Any:
     transposed: its kernel then reads and writes contiguously (and vectorizes), and
     the matmul takes the transposed view at no cost. Other values are returned as is."""
     if (not isinstance(value, Lazy) or len(value.sizes) not in (2, 3)
-            or ctx.is_realized(value) or min(value.sizes) == 1):
+            or ctx.is_realized(value) or (1 in value.sizes and 0 not in value.sizes)):
         return value
     n = len(value.sizes)
     if unit_stride_dim(ctx, value) != n - 2:

@@ -11,7 +11,7 @@ their loop-IR bodies, for logs and golden tests.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -23,10 +23,11 @@ from ember.inductor.buffers import (
     ScatterBuffer,
     ScheduledNode,
 )
-from ember.inductor.loop_ir import IndexExpr, Int, Var
+from ember.inductor.loop_ir import IndexExpr, Int, Size, Var, render_size
 from ember.inductor.loop_ir.printer import dtype_name, format_stmt
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.extern_args import ExternArg
+from ember.runtime.ir import ShapeGuard, SymbolRange
 
 if TYPE_CHECKING:
     from ember.inductor.lowering.checks import RuntimeCheck
@@ -43,10 +44,10 @@ class BufferInfo:
 
     name: str
     dtype: torch.dtype
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
+    sizes: tuple[Size, ...]
+    strides: tuple[Size, ...]
     kind: str
-    storage_offset: int = 0
+    storage_offset: Size = 0
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,13 @@ class LoweredGraph:
     output_buffers: frozenset[str]
     fallbacks: Mapping[str, int]
     checks: tuple[RuntimeCheck, ...]
+    #: the graph's size symbols (range and hint) and shape guards: the wrapper binds the
+    #: symbols from the inputs and checks both (empty for a static graph)
+    symbols: Mapping[str, SymbolRange] = field(default_factory=dict)
+    guards: tuple[ShapeGuard, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("constants", "buffers", "fallbacks"):
+        for name in ("constants", "buffers", "fallbacks", "symbols"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     @property
@@ -119,12 +124,18 @@ class LoweredGraph:
 
 
 def _buffer_text(info: BufferInfo) -> str:
-    offset = f" offset {info.storage_offset}" if info.storage_offset else ""
-    return (f"{info.name}: {dtype_name(info.dtype)}{list(info.sizes)} "
-            f"strides {list(info.strides)}{offset}")
+    offset = f" offset {render_size(info.storage_offset, '//')}" \
+        if info.storage_offset != 0 else ""
+    return (f"{info.name}: {dtype_name(info.dtype)}{sizes_text(info.sizes)} "
+            f"strides {sizes_text(info.strides)}{offset}")
 
 
-def _vars(sizes: tuple[int, ...], prefix: str) -> list[IndexExpr]:
+def sizes_text(sizes: tuple[Size, ...]) -> str:
+    """``[s0, 64]``: sizes as a list in the text forms (ints print as before)."""
+    return "[" + ", ".join(render_size(s, "//") for s in sizes) + "]"
+
+
+def _vars(sizes: tuple[Size, ...], prefix: str) -> list[IndexExpr]:
     return [Var(f"{prefix}{d}", s) if s != 1 else Int(0) for d, s in enumerate(sizes)]
 
 
@@ -148,15 +159,16 @@ def format_node(node: ScheduledNode) -> list[str]:
         # NOTE: Int(0) for size-1 dims, as the scheduler's loop variables
         node.emit(b, outer, red)
         head = (f"{node.name} = reduction {node.op} over dims {list(node.dims)} of "
-                f"{list(node.full_sizes)}{' keepdim' if node.keepdim else ''}")
+                f"{sizes_text(node.full_sizes)}{' keepdim' if node.keepdim else ''}")
     elif isinstance(node, ScatterBuffer):
         node.emit(b, _vars(node.sizes, "i"))
         head = (f"{node.name} {'+' if node.accumulate else ''}= scatter over "
-                f"{list(node.sizes)}")
+                f"{sizes_text(node.sizes)}")
     else:
         node.emit(b, _vars(node.sizes, "i"))
-        head = f"{node.name} = pointwise over {list(node.sizes)}"
+        head = f"{node.name} = pointwise over {sizes_text(node.sizes)}"
     return [head + ":" + _origins(node.origins)] + ["    " + format_stmt(s) for s in b.stmts]
 
 
-__all__ = ["BUFFER_KINDS", "BufferInfo", "GraphInput", "LoweredGraph", "format_node"]
+__all__ = ["BUFFER_KINDS", "BufferInfo", "GraphInput", "LoweredGraph", "format_node",
+           "sizes_text"]

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from ember.inductor.codegen.registry import backend_for
 from ember.inductor.loop_ir import IndexExpr
+from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck, new_check, record_failure
 from ember.inductor.lowering.common import (
@@ -303,7 +304,7 @@ def _truth(b: BodyBuilder, v: str) -> str:
 def _where(ctx: Any, node: Node, cond: Any, a: Any, b_: Any) -> Lazy:
     dtype = compute_dtype(out_meta(node).dtype)
     meta = out_meta(node)
-    sizes = tuple(int(s) for s in meta.sizes)
+    sizes = tuple(from_ir(s) for s in meta.sizes)
 
     def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         c = _truth(b, element(b, cond, index, cond.dtype))

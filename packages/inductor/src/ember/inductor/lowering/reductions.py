@@ -212,11 +212,16 @@ def variance(ctx: Any, node: Node, x: TensorValue, d: tuple[int, ...], correctio
         return b.compute("mul", c, c)
 
     s2 = reduce(ctx, node, "sum", centered_sq, x.sizes, d, keepdim, acc)
-    denom = max(n - correction, 0)
     out_sizes = s2.sizes
 
     def var_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
-        return b.compute("truediv", s2.element(b, index), b.literal(denom, acc))
+        if isinstance(n, int):
+            denom = b.literal(max(n - correction, 0), acc)
+        else:  # a run-time count: max(n - correction, 0) in the kernel
+            denom = b.compute("maximum", b.compute("sub", b.literal(n, acc),
+                                                   b.literal(correction, acc)),
+                              b.literal(0, acc))
+        return b.compute("truediv", s2.element(b, index), denom)
 
     def mean_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         if keepdim:

@@ -119,7 +119,7 @@ def _fits(dtype: torch.dtype, lo: int, hi: int) -> Range | None:
 def index_range(ctx: GraphLowering, b: BodyBuilder, x: IndexExpr, depth: int = 0) -> Range | None:
     """Inclusive bounds of the index expression ``x`` (loop variables over their sizes)."""
     if isinstance(x, Var):
-        return (0, x.size - 1)
+        return (0, x.size - 1) if isinstance(x.size, int) else None  # symbolic: unknown
     if isinstance(x, Int):
         return (x.value, x.value)
     if isinstance(x, Indirect):
@@ -141,12 +141,14 @@ def index_range(ctx: GraphLowering, b: BodyBuilder, x: IndexExpr, depth: int = 0
             corners = [acc[0] * r[0], acc[0] * r[1], acc[1] * r[0], acc[1] * r[1]]
             acc = (min(corners), max(corners))
         return acc
-    if isinstance(x, FloorDiv):
+    if isinstance(x, (FloorDiv, Mod)):
+        d = x.divisor
         r = index_range(ctx, b, x.expr, depth)
-        return None if r is None else (r[0] // x.divisor, r[1] // x.divisor)
-    if isinstance(x, Mod):
-        r = index_range(ctx, b, x.expr, depth)
-        return None if r is None or r[0] < 0 else (0, x.divisor - 1)
+        if r is None or not isinstance(d, int):  # a symbolic divisor: unknown
+            return None
+        if isinstance(x, FloorDiv):
+            return (r[0] // d, r[1] // d)
+        return None if r[0] < 0 else (0, d - 1)
     return None
 
 

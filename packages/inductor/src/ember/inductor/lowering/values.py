@@ -96,7 +96,7 @@ def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
     acc = 1
     for s in reversed(sizes):
         strides.append(acc)
-        acc *= max(s, 1)
+        acc *= max(s, 1) if isinstance(s, int) else s
     return tuple(reversed(strides))
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ember.inductor.loop_ir import IndexExpr, Int, add, floordiv, mod, mul
+import sympy
+from ember.inductor.loop_ir import IndexExpr, Int, Size, add, floordiv, mod, mul
+from ember.inductor.loop_ir.symbolic_index import as_size, divides, provably_nonnegative
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import normalize_dim, sizes_of
 from ember.inductor.lowering.registry import NotLowerable, lowering
@@ -51,6 +53,8 @@ def view_strides(old_sizes: Sequence[int], old_strides: Sequence[int],
     """
     if 0 in old_sizes or 0 in new_sizes:
         return contiguous_strides(new_sizes)
+    if not all(isinstance(s, int) for s in (*old_sizes, *old_strides, *new_sizes)):
+        return symbolic_view_strides(old_sizes, old_strides, new_sizes)
     old = [(s, st) for s, st in zip(old_sizes, old_strides) if s != 1]
     new_strides = [1] * len(new_sizes)
     ni = len(new_sizes) - 1
@@ -75,6 +79,39 @@ def view_strides(old_sizes: Sequence[int], old_strides: Sequence[int],
         oi = start - 1
     while ni >= 0:
         if new_sizes[ni] != 1:
+            return None
+        ni -= 1
+    return tuple(new_strides)
+
+
+def symbolic_view_strides(old_sizes: Sequence[Size], old_strides: Sequence[Size],
+                          new_sizes: Sequence[Size]) -> tuple[Size, ...] | None:
+    """:func:`view_strides` over symbolic sizes: the same chunk walk, where "the new
+    dims so far cover less than the chunk" is "their product divides the chunk's and is
+    not equal to it" (proved with sympy, for sizes at least 1), so a view that is not
+    provably free is None (the caller then indexes through ``//`` and ``%``)."""
+    old = [(sympy.sympify(s), sympy.sympify(st)) for s, st in zip(old_sizes, old_strides)
+           if s != 1]
+    new = [sympy.sympify(s) for s in new_sizes]
+    new_strides: list[Size] = [1] * len(new)
+    ni, oi = len(new) - 1, len(old) - 1
+    while oi >= 0:
+        start = oi
+        chunk = old[oi][0]
+        while start > 0 and sympy.expand(old[start - 1][1] - old[start][0] * old[start][1]) == 0:
+            start -= 1
+            chunk = chunk * old[start][0]
+        prod: sympy.Expr = sympy.Integer(1)
+        acc = old[oi][1]
+        while sympy.expand(prod - chunk) != 0:
+            if ni < 0 or not divides(prod, chunk):
+                return None
+            new_strides[ni] = as_size(acc)
+            acc, prod = acc * new[ni], prod * new[ni]
+            ni -= 1
+        oi = start - 1
+    while ni >= 0:
+        if new[ni] != 1:
             return None
         ni -= 1
     return tuple(new_strides)
@@ -163,9 +200,17 @@ def _slice(ctx: Any, node: Node, x: TensorValue, dim: int = 0, start: Any = None
     d = normalize_dim(dim, len(x.sizes))
     size = x.sizes[d]
     begin = 0 if start is None else start
-    if begin < 0:
-        begin += size
-    begin = min(max(begin, 0), size)
+    if isinstance(begin, int) and isinstance(size, int):
+        if begin < 0:
+            begin += size
+        begin = min(max(begin, 0), size)
+    elif isinstance(begin, int) and begin < 0 or (
+            not isinstance(begin, int) and provably_nonnegative(-begin)):
+        begin = as_size(begin + size)  # from the end; clamped: the sizes come from the meta
+        if not provably_nonnegative(sympy.sympify(begin)):
+            raise NotLowerable(f"symbolic sizes: slice start {start} may be before the start")
+    elif not isinstance(begin, int) and not provably_nonnegative(begin):
+        raise NotLowerable(f"symbolic sizes: slice start {start} of unknown sign")
     sizes = sizes_of(node)
     strides = offset = None
     if isinstance(x, Stored):
@@ -256,9 +301,9 @@ def _diagonal(ctx: Any, node: Node, x: TensorValue, offset: int = 0, dim1: int =
 @lowering("aten::as_strided.default", "aten::as_strided_copy.default")
 def _as_strided(ctx: Any, node: Node, x: TensorValue, size: Any, stride: Any,
                 storage_offset: Any = None) -> TensorValue:
-    base: Stored = x if isinstance(x, Stored) else ctx.realize(x)
     if any(not isinstance(s, int) for s in tuple(size) + tuple(stride)):
-        raise NotLowerable("symbolic as_strided")
+        raise NotLowerable("symbolic sizes: as_strided")
+    base: Stored = x if isinstance(x, Stored) else ctx.realize(x)
     if storage_offset is None:
         offset = base.offset
     else:

@@ -1,8 +1,9 @@
 """The launcher the compiled-artifact loader uses for ``lang == "cpp"`` kernels.
 
 :func:`load_kernel` compiles (or finds in the cache) the kernel's C++ source, loads the
-shared library with ctypes and returns ``kernel(*tensors)``, which passes each tensor's
-data pointer (storage offset applied) to the ``extern "C"`` entry point.
+shared library with ctypes and returns ``kernel(*tensors, *sizes)``, which passes each
+tensor's data pointer (storage offset applied) to the ``extern "C"`` entry point, then
+the values of the kernel's size symbols as ``int64_t`` (a kernel over symbolic sizes).
 """
 
 from __future__ import annotations
@@ -17,17 +18,21 @@ from ember.runtime.ir.contracts import CppLaunchMeta, KernelEntry
 
 
 class CppKernel:
-    """A loaded C++ kernel: call with the tensors of its buffers, in order."""
+    """A loaded C++ kernel: call with the tensors of its buffers, in order, then the
+    values of its size symbols (ints), if any."""
 
-    def __init__(self, name: str, fn: Any, n_args: int) -> None:
+    def __init__(self, name: str, fn: Any, n_args: int, n_sizes: int = 0) -> None:
         self.name = name
         self._fn = fn
         self._n_args = n_args
+        self._n_sizes = n_sizes
 
-    def __call__(self, *tensors: Any) -> None:
-        if len(tensors) != self._n_args:
-            raise TypeError(f"kernel {self.name} takes {self._n_args} tensors, "
-                            f"got {len(tensors)}")
+    def __call__(self, *values: Any) -> None:
+        if len(values) != self._n_args + self._n_sizes:
+            sizes = f" and {self._n_sizes} sizes" if self._n_sizes else ""
+            raise TypeError(f"kernel {self.name} takes {self._n_args} tensors{sizes}, "
+                            f"got {len(values)} arguments")
+        tensors = values[:self._n_args] if self._n_sizes else values
         # NOTE: a pointer to another device's memory (or a meta tensor's null pointer)
         # must never reach the C++ code; the wrapper checks its inputs, this catches the
         # rest (a hand-written wrapper, a direct call) at the cost of one attribute read.
@@ -36,7 +41,10 @@ class CppKernel:
         if len(pointers) != self._n_args:
             raise TypeError(f"kernel {self.name} runs on the CPU: its arguments must be CPU "
                             f"tensors, got {_describe(tensors)}")
-        self._fn(*pointers)
+        if self._n_sizes:
+            self._fn(*pointers, *values[self._n_args:])  # int64_t sizes (argtypes)
+        else:
+            self._fn(*pointers)
 
     def __repr__(self) -> str:
         return f"<C++ kernel {self.name}>"
@@ -73,5 +81,6 @@ def load_kernel(entry: KernelEntry | dict[str, Any],
     lib = ctypes.CDLL(str(compile_cpp(files[entry.source].decode())))
     fn = getattr(lib, entry.entry)  # an identifier (checked by KernelEntry)
     fn.restype = None
-    fn.argtypes = [ctypes.c_void_p] * n_args
-    return CppKernel(entry.name, fn, n_args)
+    n_sizes = len(entry.meta.size_args)
+    fn.argtypes = [ctypes.c_void_p] * n_args + [ctypes.c_int64] * n_sizes
+    return CppKernel(entry.name, fn, n_args, n_sizes)

@@ -15,6 +15,7 @@ from ember.runtime.config import config
 from ember.runtime.ir import IRFormatError, Program, VerificationError
 from ember.runtime.ir.contracts import CompiledGraphEntry, CompiledMetadata
 from ember.runtime.ir.effects import check_may_run_code
+from ember.runtime.ir.symbolic import SymbolBinder
 from ember.runtime.ir.verifier import register_program_check
 
 # Kernel languages (the contract's KERNEL_LANGS) and the launcher module for each
@@ -100,7 +101,9 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
             raise IRFormatError(f"compiled graph {graph_name!r}: constant {target!r} "
                                 "is not among the program's tensors")
         constants[var] = program.tensors[target]
-    namespace = make_namespace(kernels, constants)
+    graph = program.graphs.get(graph_name)
+    binder = SymbolBinder(graph) if graph is not None and graph.symbols else None
+    namespace = make_namespace(kernels, constants, binder)
     source = program.files[entry.wrapper].decode()
     code = compile(source, f"<ember wrapper {graph_name}>", "exec")
     exec(code, namespace)  # noqa: S102 - generated wrapper, see README.md

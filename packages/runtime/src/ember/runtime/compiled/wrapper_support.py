@@ -2,7 +2,8 @@
 
 A wrapper is plain Python executed with :func:`exec` in a fresh namespace holding only
 ``torch``, ``aten`` (``torch.ops.aten``), ``ops`` (``torch.ops``), ``empty_strided``,
-the helpers below, ``constants`` and the artifact's kernels by name.
+the helpers below, ``Max``/``Min`` (for guards over size symbols), ``constants`` and the
+artifact's kernels by name.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 from ember.runtime._torch import assert_async
+from ember.runtime.ir.symbolic import ShapeError, SymbolBinder
 
 
 def view(t: torch.Tensor, sizes: Sequence[int], strides: Sequence[int],
@@ -118,13 +120,32 @@ def assert_checks_passed(errors: torch.Tensor, message: str) -> None:
     assert_async(errors[0::2].eq(0).all(), message)
 
 
+def shape_error(binder: SymbolBinder | None) -> Callable[[list[Any]], None]:
+    """The ``_shape_error(inputs)`` a symbolic graph's wrapper calls when its inline test
+    of the input sizes, symbol ranges and guards fails: raises the
+    :class:`~ember.runtime.ir.symbolic.ShapeError` of ``binder`` naming the input, dim,
+    symbol, range or guard and the value."""
+
+    def fail(inputs: list[Any]) -> None:
+        if binder is None:
+            raise ShapeError("compiled graph inputs: sizes outside the compiled ranges")
+        binder.bind(inputs)
+        raise ShapeError("compiled graph inputs: the wrapper's size test failed where the "
+                         "graph's symbols, ranges and guards hold (a bug in the wrapper)")
+
+    return fail
+
+
 def make_namespace(kernels: dict[str, Callable[..., None]],
-                   constants: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """The globals a wrapper runs with."""
+                   constants: dict[str, torch.Tensor],
+                   binder: SymbolBinder | None = None) -> dict[str, Any]:
+    """The globals a wrapper runs with; ``binder`` checks a symbolic graph's inputs
+    (see :func:`shape_error`)."""
     ns: dict[str, Any] = {
         "torch": torch, "aten": torch.ops.aten, "ops": torch.ops,
         "empty_strided": torch.empty_strided, "_view": view, "_layout": layout,
         "_check_input": check_input, "_assert_checks_passed": assert_checks_passed,
+        "_shape_error": shape_error(binder), "Max": max, "Min": min,
         "constants": constants,
     }
     for name, k in kernels.items():

@@ -46,6 +46,7 @@ from ember.inductor.loop_ir import (
     render_size,
 )
 from ember.inductor.loop_ir.index import indirect_values
+from ember.inductor.loop_ir.symbolic_index import hint
 
 # Parallelize the outer loops only when there is enough work per call.
 PARALLEL_THRESHOLD = 32768
@@ -552,9 +553,9 @@ def _size(size: Size) -> str:
 
 
 def _above(size: Size, bound: int) -> bool:
-    """Whether ``size > bound`` (a symbolic size: assumed, as the loop forms this
-    chooses are correct for every size and only a large size makes them pay)."""
-    return size > bound if isinstance(size, int) else True
+    """Whether ``size > bound``; a symbolic size is compared at its hint (the loop
+    forms this chooses between are correct for every size: only speed depends on it)."""
+    return hint(size) > bound
 
 
 def _linear(rvars: tuple[Var, ...]) -> str:
