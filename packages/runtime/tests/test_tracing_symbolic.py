@@ -232,3 +232,33 @@ def test_a_function_outside_the_table_is_named(expr: sympy.Basic) -> None:
     with pytest.raises(RecordingError, match=f"uses torch's {type(expr).__name__}, which "
                                              "has no IR form"):
         rec.symbols.to_ir(expr, "test")
+
+
+def test_dynamic_recorder_without_dynamic_dims_records_the_static_program() -> None:
+    weight = torch.randn(4, 3)
+
+    def body(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ weight).sum(0)
+
+    printed = []
+    for dynamic in (False, True):
+        rec = GraphRecorder(dynamic=dynamic)
+        x = rec.add_input(torch.randn(5, 4), InputSpec("x"))
+        with rec:
+            out = body(x)
+        printed.append(print_graph(rec.finish([out]).forward))
+    assert printed[0] == printed[1]
+    assert "symbols" not in printed[1] and "guard" not in printed[1]
+
+
+def test_runtime_asserts_on_unbacked_sizes_become_guards() -> None:
+    def nz(x: torch.Tensor) -> torch.Tensor:
+        n = x.sum().item()  # an unbacked value no size uses: its assert is left out
+        torch._check(n > 0)  # type: ignore[no-untyped-call]
+        found = torch.nonzero(x)
+        torch._check(found.shape[0] <= x.shape[0])  # type: ignore[no-untyped-call]
+        return found * 2
+
+    text = record(nz, torch.tensor([3, 1, 0, 2]))
+    assert text.splitlines()[1:3] == ["  symbols s0 in [2, inf] hint=4, u0 in [0, inf]",
+                                      "  guard s0 >= u0"]

@@ -128,10 +128,11 @@ def statically_true(shape_env: ShapeEnv, expr: sympy.Basic,
     ``ranges``: by interval analysis, then by the ShapeEnv's static evaluation under
     those ranges (no guard is added)."""
     vrs = {s: ValueRanges(lo, int_oo if hi is None else hi) for s, (lo, hi) in ranges.items()}
-    if all(s in vrs for s in expr.free_symbols):
-        bound = bound_sympy(expr, vrs)
-        if bound.lower is sympy.true and bound.upper is sympy.true:
-            return True
+    if not all(s in vrs for s in expr.free_symbols):
+        return False
+    bound = bound_sympy(expr, vrs)
+    if bound.lower is sympy.true and bound.upper is sympy.true:
+        return True
     static = shape_env._maybe_evaluate_static(expr, axioms=(),
                                               var_to_range=tuple(vrs.items()))
     return static is sympy.true

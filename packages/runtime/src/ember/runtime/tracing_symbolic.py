@@ -362,6 +362,8 @@ class RecordedSymbols:
             relations.append((self.to_ir(replaced, f"guard {expr}"), source))
         for expr in runtime_asserts(self.shape_env):
             replaced = self.shape_env.replace(expr)
+            if not replaced.free_symbols <= self._names.keys():
+                continue  # on a value the graph never uses as a size: nothing to check
             if replaced is not sympy.true and not statically_true(self.shape_env, replaced,
                                                                   torch_ranges):
                 relations.append((self.to_ir(replaced, f"runtime assert {expr}"), None))
