@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
@@ -22,7 +23,9 @@ from corpus.compare import assert_trees_close, clone_tree
 from ember.runtime import dynamo_backend
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.config import patch
+from ember.runtime.ir.contracts import CompileReport
 from ember.runtime.pipeline import compile_program
+from ember.runtime.stages import StageDeclined
 from ember_testing.training import MODELS, assert_same_training_state, sgd_step
 
 TOL = 1e-4
@@ -55,8 +58,8 @@ class _Spy:
         self.calls: list[tuple[str, dict[str, Any], ProgramCallable]] = []
 
     def __call__(self, program: Any, backend: str, options: dict[str, Any],
-                 mode: str | None) -> ProgramCallable:
-        result = compile_program(program, backend, options, mode)
+                 mode: str | None, **kwargs: Any) -> ProgramCallable:
+        result = compile_program(program, backend, options, mode, **kwargs)
         self.calls.append((backend, dict(options), result))
         return result
 
@@ -168,8 +171,8 @@ def test_hf_model_matches_eager(name: str, mode: str) -> None:
 
 
 def test_dynamic_false_compiles_each_shape(spy: _Spy) -> None:
-    """Until dynamic shapes land (issue #15), dynamic=False keeps Dynamo from handing
-    symbolic sizes over after a shape change: each shape is compiled for itself."""
+    """dynamic=False keeps Dynamo from handing symbolic sizes over after a shape change:
+    each shape is compiled for itself."""
     compiled = torch.compile(torch.nn.functional.silu, backend="ember", dynamic=False)
     for n in (3, 5, 3):
         x = torch.randn(n, 4)
@@ -177,33 +180,115 @@ def test_dynamic_false_compiles_each_shape(spy: _Spy) -> None:
     assert len(spy.calls) == 2
 
 
+def _silu_times_rows(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.silu(x) * x.shape[0]
+
 
 @pytest.mark.parametrize("dynamic", [None, True])
-def test_symbolic_graphs_compile_per_shape(spy: _Spy, dynamic: bool | None) -> None:
+def test_symbolic_graphs_compile_once(spy: _Spy, dynamic: bool | None) -> None:
     """Dynamo's automatic dynamic shapes (a second shape) and dynamic=True hand symbolic
-    sizes over; until Ember has dynamic shapes (issue #15) such a graph compiles once per
-    concrete shape, with a warning, and a size used as a value is baked per shape."""
-    def f(x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.silu(x) * x.shape[0]
-
-    compiled = torch.compile(f, backend="ember", dynamic=dynamic)
-    with pytest.warns(dynamo_backend.ShapeSpecializationWarning, match="issue #15"):
-        for n in (3, 5, 7, 5, 3):
+    sizes over: the graph compiles once as a symbolic program (its SymInt input, the
+    size used as a value, is checked and dropped) and runs for every later size."""
+    compiled = torch.compile(_silu_times_rows, backend="ember", dynamic=dynamic)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo_backend.ShapeSpecializationWarning)
+        for n in (3, 5, 7, 5, 3, 64):
             x = torch.randn(n, 4)
-            torch.testing.assert_close(compiled(x), f(x))
-    # dynamic=None: a static graph for 3, then one symbolic graph compiled for 5, 7 and
-    # 3 (Dynamo tries its newest graph first); dynamic=True: one symbolic graph compiled
-    # for 3, 5 and 7
-    assert len(spy.calls) == (4 if dynamic is None else 3)
+            torch.testing.assert_close(compiled(x), _silu_times_rows(x))
+    # dynamic=None: a static graph for 3, then one symbolic graph for every other size
+    assert len(spy.calls) == (2 if dynamic is None else 1)
+    symbolic = spy.calls[-1][2].program
+    assert symbolic.dialect == "compiled"
+    # dynamic=None: only the size that changed is symbolic; dynamic=True: every size
+    ranges = {name: str(r) for name, r in symbolic.forward.symbols.items()}
+    assert ranges == ({"s0": "[2, inf]"} if dynamic is None
+                      else {"s0": "[2, inf]", "s1": "[2, inf]"})
 
 
-def test_symbolic_graph_runs_eagerly_past_the_limit(spy: _Spy) -> None:
-    compiled = torch.compile(torch.nn.functional.silu, backend="ember", dynamic=True)
-    with patch(recompile_limit=2), pytest.warns(dynamo_backend.ShapeSpecializationWarning):
-        for n in (3, 4, 5, 6):
+class _DeclineSymbolic:
+    """A spy whose stages decline every symbolic program (as a stage that cannot
+    compile it symbolically would)."""
+
+    def __init__(self, spy: _Spy) -> None:
+        self.spy = spy
+
+    def __call__(self, program: Any, backend: str, options: dict[str, Any],
+                 mode: str | None, **kwargs: Any) -> ProgramCallable:
+        if program.forward.symbols and not kwargs.get("eager_on_decline", True):
+            raise StageDeclined("no symbolic kernels for this op")
+        return self.spy(program, backend, options, mode, **kwargs)
+
+
+def test_a_declined_symbolic_graph_compiles_per_shape_counted_with_the_reason(
+        spy: _Spy, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dynamo_backend, "compile_program", _DeclineSymbolic(spy))
+    before = dict(dynamo_backend.per_shape_fallbacks)
+    compiled = torch.compile(_silu_times_rows, backend="ember", dynamic=True)
+    with patch(recompile_limit=2), pytest.warns(
+            dynamo_backend.ShapeSpecializationWarning,
+            match=r"\(stage declined: no symbolic kernels for this op\)"):
+        for n in (3, 4, 3, 5, 6):
             x = torch.randn(n, 2)
-            torch.testing.assert_close(compiled(x), torch.nn.functional.silu(x))
-    assert len(spy.calls) == 2
+            torch.testing.assert_close(compiled(x), _silu_times_rows(x))
+    reason = "stage declined: no symbolic kernels for this op"
+    assert dynamo_backend.per_shape_fallbacks[reason] == before.get(reason, 0) + 1
+    # static programs for 3 and 4, the limit (2) reached: 5 and 6 run eagerly
+    assert [c[2].program.forward.symbols for c in spy.calls] == [{}, {}]
+
+
+def test_a_python_number_made_symbolic_compiles_per_value(spy: _Spy) -> None:
+    """dynamic=True makes an int argument symbolic too; no tensor size binds it, so the
+    graph compiles per value (counted), not once."""
+    def scale(x: torch.Tensor, k: int) -> torch.Tensor:
+        return x * k
+
+    before = sum(n for r, n in dynamo_backend.per_shape_fallbacks.items()
+                 if r.startswith("import: "))
+    compiled = torch.compile(scale, backend="ember", dynamic=True)
+    with pytest.warns(dynamo_backend.ShapeSpecializationWarning, match="no size of a tensor"):
+        for k in (2, 3, 2):
+            x = torch.randn(4, 3)
+            torch.testing.assert_close(compiled(x, k), x * k)
+    after = sum(n for r, n in dynamo_backend.per_shape_fallbacks.items()
+                if r.startswith("import: "))
+    assert after == before + 1 and len(spy.calls) == 2
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_mlp_batch_sweep_compiles_once_and_matches_eager(spy: _Spy, backend: str) -> None:
+    """dynamic=True on a small MLP over batch sizes 2..9: one symbolic program through
+    aot (and inductor), every size matches eager, no per-shape fallback."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    compiled = torch.compile(mlp, backend="ember", dynamic=True,
+                             options={"backend": backend})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo_backend.ShapeSpecializationWarning)
+        for batch in range(2, 10):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x), mlp(x))
+    ((_, _, result),) = spy.calls
+    assert result.program.dialect == ("compiled" if backend == "inductor"
+                                      else "core-functional")
+    assert not CompileReport.from_program(result.program).fallbacks  # nothing ran eagerly
+    assert {name: r.hint for name, r in result.program.forward.symbols.items()} == {"s0": 2}
+
+
+def test_mlp_training_over_two_batch_sizes_compiles_once(spy: _Spy) -> None:
+    """The symbolic program's backward graph binds its sizes from its own inputs: SGD
+    steps at batch 3 and 5 match eager's gradients and parameters."""
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, backend="ember", dynamic=True)
+    for batch in (3, 5):
+        x, target = torch.randn(batch, 8), torch.randn(batch, 1)
+        sgd_step(eager, eager, x, target)
+        sgd_step(model, compiled, x, target)
+        assert_same_training_state(eager, model)
+    ((_, _, result),) = spy.calls
+    assert result.has_backward and result.program.forward.symbols
+
 
 def test_options_pass_through(spy: _Spy) -> None:
     x = torch.randn(4, 8)

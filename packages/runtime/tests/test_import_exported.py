@@ -9,6 +9,7 @@ stage path (aot and inductor command lines, ``load_artifact``) is
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ import torch.export
 from ember.runtime import import_exported
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.ir import InputKind, InputSpec, OutputKind, Program, print_program, verify
+from ember.runtime.ir.printer import print_graph
 
 
 class MLP(torch.nn.Module):
@@ -190,11 +192,48 @@ def test_grad_mode_region_runs_under_its_mode() -> None:
     torch.testing.assert_close(run(program, x)[0], model(x))
 
 
-def test_dynamic_shapes_are_refused_naming_issue_15() -> None:
-    batch = torch.export.Dim("batch", min=2)
-    ep = torch.export.export(MLP(), (torch.randn(4, 8),), dynamic_shapes=({0: batch},))
-    with pytest.raises(NotImplementedError, match=r"dynamic shapes \(inputs x\).*issue #15"):
-        import_exported(ep)
+class Reshape(torch.nn.Module):
+    """A linear layer, then a view whose size is computed from the input's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).view(x.shape[0] * 2, 2) + y.sum()
+
+
+def test_dynamic_shapes_import_as_a_symbolic_program_with_the_dims_ranges() -> None:
+    batch, n = torch.export.Dim("batch", min=2, max=64), torch.export.Dim("n", max=32)
+    model = Reshape()
+    ep = torch.export.export(model, (torch.randn(4, 8), torch.randn(6, 3)),
+                             dynamic_shapes=({0: batch}, {0: n}))
+    program = import_exported(ep)
+    verify(program, "aten")
+    graph = program.forward
+    unsourced = dataclasses.replace(
+        graph, nodes=[dataclasses.replace(n, source=None) for n in graph.nodes])
+    assert print_graph(unsourced, "forward", program.signature.inputs["forward"]) == """\
+graph forward(
+    %p_lin_weight: f32[4, 8]{8,1} cpu requires_grad [parameter lin.weight],
+    %p_lin_bias: f32[4]{1} cpu requires_grad [parameter lin.bias],
+    %x: f32[s0, 8]{8,1} cpu,
+    %y: f32[s1, 3]{3,1} cpu,
+):
+  symbols s0 in [2, 64] hint=4, s1 in [2, 32] hint=6
+  %t: f32[8, 4]{1,8} cpu requires_grad = aten::t.default(%p_lin_weight)
+  %addmm: f32[s0, 4]{4,1} cpu requires_grad = aten::addmm.default(%p_lin_bias, %x, %t)
+  %view: f32[2*s0, 2]{2,1} cpu requires_grad = aten::view.default(%addmm, [sym(2*s0), 2])
+  %sum: f32[]{} cpu = aten::sum.default(%y)
+  %add: f32[2*s0, 2]{2,1} cpu requires_grad = aten::add.Tensor(%view, %sum)
+  return (%add)
+"""
+    for b, m in ((2, 2), (64, 5)):
+        x, y = torch.randn(b, 8), torch.randn(m, 3)
+        torch.testing.assert_close(run(program, x, y)[0], model(x, y))
+    with pytest.raises(ValueError, match=r"input 'x' dim 0: size 65 is outside the range "
+                                         r"\[2, 64\] of symbol s0"):
+        run(program, torch.randn(65, 8), torch.randn(3, 3))
 
 
 def test_object_missing_fields_is_refused() -> None:

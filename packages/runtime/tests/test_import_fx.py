@@ -1,10 +1,12 @@
 """``ember.runtime.import_fx``: FX GraphModules (torch-level and aten-level) recorded to
 ``aten`` programs; attribute tensors as PARAMETER/BUFFER/CONSTANT inputs, nested outputs,
-fake example inputs, and the refusal of dynamic shapes. Also: the Dynamo backend module
-stands without ``ember.frontend`` and names a missing stage."""
+fake example inputs, symbolic graphs (``make_fx`` symbolic tracing, Dynamo-style size
+inputs). Also: the Dynamo backend module stands without ``ember.frontend`` and names a
+missing stage."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from typing import Any
@@ -13,10 +15,12 @@ import pytest
 import torch
 from ember.runtime import import_fx, stages
 from ember.runtime.dynamo_backend import ember
+from ember.runtime.foreign_shapes import SymbolicImportError
 from ember.runtime.fx_import import record_fx
 from ember.runtime.interpreter import run_program
-from ember.runtime.ir import InputKind, InputSpec, verify
-from ember.runtime.ir.printer import print_program
+from ember.runtime.ir import InputKind, InputSpec, Program, verify
+from ember.runtime.ir.printer import print_graph, print_program
+from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.stages import StageNotInstalledError
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -119,16 +123,79 @@ def test_fake_example_inputs_give_the_program_of_real_ones() -> None:
     assert from_fake.forward.placeholders[0].meta.requires_grad  # type: ignore[union-attr]
 
 
-def test_symbolic_inputs_are_refused_naming_dynamic_shapes() -> None:
-    gm = make_fx(lambda x: x * 2)(torch.randn(3))
-    shape_env = ShapeEnv()
-    size = shape_env.create_unbacked_symint()
-    with pytest.raises(NotImplementedError, match=r"'x_1' is a symbolic size.*issue #15"):
-        import_fx(gm, [size])
-    with FakeTensorMode(shape_env=shape_env):
-        symbolic = torch.empty(size, 3)
-    with pytest.raises(NotImplementedError, match=r"symbolic sizes.*dynamic shapes.*#15"):
-        import_fx(gm, [symbolic])
+def _without_sources(program: Program) -> str:
+    """The forward graph's text form without source lines (they name generated code)."""
+    graph = program.forward
+    nodes = [dataclasses.replace(n, source=None) for n in graph.nodes]
+    return print_graph(dataclasses.replace(graph, nodes=nodes), "forward",
+                       program.signature.inputs["forward"], program.signature.outputs["forward"])
+
+
+def _size_then_tensor(size_of: str = "x") -> tuple[torch.fx.GraphModule, torch.SymInt]:
+    """``f(n, x) = x.new_ones([n, 2])`` as a Dynamo-style graph: ``n`` is a SymInt
+    placeholder, ``x`` a fake of ``make_fx``'s symbolic ShapeEnv (size (s0, 4)); ``n`` is
+    ``x.size(0)``, or with ``size_of="other"`` a symbol of no tensor input."""
+    traced = make_fx(lambda x: x * 2, tracing_mode="symbolic")(torch.randn(3, 4))
+    fake = next(n for n in traced.graph.nodes if n.op == "placeholder").meta["val"]
+    size = fake.shape[0]
+    if size_of == "other":
+        size = fake.fake_mode.shape_env.create_unbacked_symint()
+    graph = torch.fx.Graph()
+    n = graph.placeholder("n")
+    n.meta["example_value"] = size
+    x = graph.placeholder("x")
+    x.meta["example_value"] = fake
+    graph.output(graph.call_function(torch.ops.aten.new_ones.default, (x, [n, 2])))
+    return torch.fx.GraphModule({}, graph), size
+
+
+def test_make_fx_symbolic_graphs_import_as_symbolic_programs() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[0] * 4).sum(0, keepdim=True) * (x.shape[1] // 2) + x.shape[0]
+
+    gm = make_fx(f, tracing_mode="symbolic")(torch.randn(3, 4))
+    program = import_fx(gm, [torch.randn(3, 4)])
+    verify(program, "aten")
+    assert _without_sources(program) == """\
+graph forward(%x_1: f32[s0, 4]{4,1} cpu):
+  symbols s0 in [2, inf] hint=3
+  %view: f32[4*s0]{1} cpu = aten::view.default(%x_1, [sym(4*s0)])
+  %sum: f32[1]{1} cpu = aten::sum.dim_IntList(%view, [0], True)
+  %mul: f32[1]{1} cpu = aten::mul.Tensor(%sum, 2)
+  %add: f32[1]{1} cpu = aten::add.Tensor(%mul, sym(s0))
+  return (%add)  [user_output]
+"""
+    for n in (2, 3, 9):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(run_program(program, [x])[0], f(x))
+
+
+def test_size_inputs_get_no_placeholder_and_are_checked() -> None:
+    gm, _ = _size_then_tensor()
+    imported = record_fx(gm, [3, torch.randn(3, 4)])
+    program = imported.program
+    assert [p.name for p in program.forward.placeholders] == ["x"]
+    assert "aten::new_ones.default(%x, [sym(s0), 2])" in print_program(program)
+    (size,) = imported.size_inputs
+    assert (size.position, size.name, size.expr) == (0, "n", "s0")
+    x = torch.randn(5, 4)
+    inputs = imported.program_inputs([5, x])
+    assert len(inputs) == 1 and inputs[0] is x
+    torch.testing.assert_close(run_program(program, inputs)[0], torch.ones(5, 2))
+    with pytest.raises(ShapeError, match=r"^graph input 'n' is 4, but it stands for the "
+                                         r"size s0 = 5 \(dim 0 of input 1\)$"):
+        imported.program_inputs([4, x])
+
+
+def test_a_symbolic_number_that_is_no_tensor_size_is_refused() -> None:
+    gm, size = _size_then_tensor("other")
+    with pytest.raises(SymbolicImportError,
+                       match=rf"graph input 'n' is the symbolic value {size}, and {size} is "
+                             "no size of a tensor input"):
+        import_fx(gm, [3, torch.randn(3, 4)])
+    scalar = make_fx(lambda x: x * 2)(torch.randn(3))
+    with pytest.raises(SymbolicImportError, match=r"'x_1' is the symbolic value u0, and u0 "):
+        import_fx(scalar, [ShapeEnv().create_unbacked_symint()])
 
 
 def test_bad_example_inputs() -> None:

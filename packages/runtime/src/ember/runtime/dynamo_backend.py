@@ -23,21 +23,35 @@ backward graph the aot stage derives (the callable's outputs carry autograd).
                               (``Stage.options``: inductor's ``strict``,
                               ``eager_random``, ``device``, ``precompile``; aot's
                               ``aot.*``); another key is a ``ValueError``
-``dynamic=True`` / automatic  symbolic inputs: compiled once per concrete input
-dynamic                       shape at call time (:class:`ShapeSpecialized`, with a
-                              :class:`ShapeSpecializationWarning`) until Ember has
-                              dynamic shapes (issue #15)
+``dynamic=True`` / automatic  symbolic inputs: the graph compiles once, as a
+dynamic                       symbolic program, for every size its ranges and guards
+                              allow
 ============================  =====================================================
 
 Dynamo hands symbolic sizes over after an input's shape changes (its default
-"automatic dynamic"), or from the start with ``dynamic=True``. Ember cannot compile a
-symbolic program yet: such a graph is compiled for each concrete shape it is called
-with (up to ``recompile_limit`` shapes, after which it runs the GraphModule eagerly),
-each compile logged under ``EMBER_LOGS=recompiles``, never silently.
+"automatic dynamic"), or from the start with ``dynamic=True``. Such a graph is recorded
+as a symbolic program (:func:`~ember.runtime.fx_import.record_fx`) and compiled once
+through the same pipeline; its ``SymInt`` inputs are checked against the sizes they
+stand for and dropped. Where Ember cannot keep the graph symbolic, it is compiled for
+each concrete input shape instead (:class:`ShapeSpecialized`, up to
+``recompile_limit`` shapes, then eagerly), with a :class:`ShapeSpecializationWarning`
+and a line under ``EMBER_LOGS=fallbacks`` giving the reason, counted in
+:data:`per_shape_fallbacks`:
+
+=========================================  =========================================
+why                                        reason counted
+=========================================  =========================================
+a stage declines the symbolic program      ``stage declined: <the stage's reason>``
+(:class:`~ember.runtime.stages.StageDeclined`)
+the graph cannot be recorded symbolically  ``import: <the importer's reason>``
+(a Python number Dynamo made symbolic,
+:class:`~ember.runtime.foreign_shapes.SymbolicImportError`)
+=========================================  =========================================
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import warnings
 from collections.abc import Mapping, Sequence
@@ -46,12 +60,18 @@ from typing import Any
 import torch
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.config import config
+from ember.runtime.foreign_shapes import SymbolicImportError
 from ember.runtime.fx_import import FxImport, is_symbolic, record_fx
 from ember.runtime.logs import log
 from ember.runtime.pipeline import BACKENDS, check_mode, check_options, compile_program
+from ember.runtime.stages import StageDeclined
 
 __all__ = ["DEFAULT_BACKEND", "DynamoCompiled", "ShapeSpecializationWarning",
-           "ShapeSpecialized", "checked_options", "ember"]
+           "ShapeSpecialized", "checked_options", "ember", "per_shape_fallbacks"]
+
+per_shape_fallbacks: collections.Counter[str] = collections.Counter()
+"""Symbolic Dynamo graphs compiled per shape instead, by reason (``"stage declined:
+..."``, ``"import: ..."``); one count per graph."""
 
 DEFAULT_BACKEND = "inductor"
 """The Ember backend ``torch.compile(backend="ember")`` uses unless
@@ -76,13 +96,15 @@ class DynamoCompiled:
     def __call__(self, *inputs: Any) -> Any:
         # NOTE: the GraphModule's own tensors are passed live (not the program's
         # detached copies): gradients reach its parameters, buffer writes reach it.
-        outputs = self.compiled([*inputs, *self.imported.attributes])
+        # A symbolic graph's SymInt inputs are checked and dropped.
+        tensors = self.imported.program_inputs(inputs)
+        outputs = self.compiled([*tensors, *self.imported.attributes])
         return self.imported.rebuild(outputs)
 
 
 class ShapeSpecializationWarning(UserWarning):
-    """A Dynamo graph with symbolic sizes is compiled once per concrete input shape (Ember
-    has no dynamic shapes yet, issue #15)."""
+    """A Dynamo graph with symbolic sizes is compiled once per concrete input shape,
+    because Ember could not keep it symbolic (the message says why)."""
 
 
 class ShapeSpecialized:
@@ -95,18 +117,19 @@ class ShapeSpecialized:
     """
 
     def __init__(self, graph_module: torch.fx.GraphModule, backend: str,
-                 options: dict[str, Any], mode: str | None) -> None:
+                 options: dict[str, Any], mode: str | None, reason: str) -> None:
         self.graph_module = graph_module
         self.backend, self.options, self.mode = backend, options, mode
+        self.reason = reason
         self.compiled: dict[tuple[Any, ...], DynamoCompiled] = {}
         self.eager_calls = 0
         self._warned_limit = False
-        warnings.warn(
-            "torch.compile(backend='ember') got a graph with symbolic sizes (dynamic=True, "
-            "or Dynamo's automatic dynamic shapes after a shape change); Ember has no "
-            "dynamic shapes yet (issue #15) and compiles it once per input shape. Pass "
-            "dynamic=False to keep Dynamo from making shapes symbolic.",
-            ShapeSpecializationWarning, stacklevel=2)
+        per_shape_fallbacks[reason] += 1
+        message = (f"torch.compile(backend='ember') got a graph with symbolic sizes that "
+                   f"Ember cannot compile symbolically ({reason}); it is compiled once per "
+                   "input shape")
+        warnings.warn(message, ShapeSpecializationWarning, stacklevel=3)
+        log("fallbacks", message)
 
     def __call__(self, *inputs: Any) -> Any:
         key = tuple(_signature(v) for v in inputs)
@@ -146,9 +169,13 @@ def _signature(value: Any) -> tuple[Any, ...]:
 
 def _with_scalars_baked(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose non-tensor inputs (sizes Dynamo made symbolic) are replaced
-    by the values of this call."""
+    by the values of this call, and whose placeholders no longer carry Dynamo's symbolic
+    fake values (the copy records as a static program)."""
     graph = copy.deepcopy(gm.graph)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for node in placeholders:
+        for key in ("example_value", "val"):
+            node.meta.pop(key, None)
     if len(placeholders) != len(inputs):
         raise ValueError(f"the Dynamo graph takes {len(placeholders)} inputs, got "
                          f"{len(inputs)}")
@@ -183,7 +210,8 @@ def ember(
 
     Returns:
         A :class:`DynamoCompiled` taking the flat inputs and returning the
-        GraphModule's (tuple or list) result.
+        GraphModule's (tuple or list) result (a symbolic program for a symbolic graph),
+        or a :class:`ShapeSpecialized` for a symbolic graph Ember cannot keep symbolic.
 
     Raises:
         ValueError: an unknown Ember backend, an option no stage reads, or an option
@@ -194,11 +222,38 @@ def ember(
     """
     check_mode(None if mode == "default" else mode)
     backend, stage_options = checked_options(options)
-    if any(is_symbolic(v) for v in example_inputs):
-        return ShapeSpecialized(graph_module, backend, stage_options, mode)
-    imported = record_fx(graph_module, example_inputs)
-    compiled = compile_program(imported.program, backend, stage_options, mode)
+    if not _is_symbolic_graph(graph_module, example_inputs):
+        imported = record_fx(graph_module, example_inputs)
+        compiled = compile_program(imported.program, backend, stage_options, mode)
+        return DynamoCompiled(imported, compiled)
+    try:
+        imported = record_fx(graph_module, example_inputs)
+    except SymbolicImportError as e:
+        return ShapeSpecialized(graph_module, backend, stage_options, mode, f"import: {e}")
+    try:
+        compiled = compile_program(imported.program, backend, stage_options, mode,
+                                   eager_on_decline=False)
+    except StageDeclined as e:
+        return ShapeSpecialized(graph_module, backend, stage_options, mode,
+                                f"stage declined: {e}")
+    log("recompiles", f"compiled a symbolic Dynamo graph once for the sizes "
+                      f"{_ranges_text(imported)}")
     return DynamoCompiled(imported, compiled)
+
+
+def _is_symbolic_graph(graph_module: torch.fx.GraphModule,
+                       example_inputs: Sequence[Any]) -> bool:
+    """Whether Dynamo handed over symbolic sizes: ``SymInt`` example inputs, or
+    placeholders whose fake values have symbolic sizes."""
+    if any(is_symbolic(v) for v in example_inputs):
+        return True
+    return any(is_symbolic(n.meta.get("example_value"))
+               for n in graph_module.graph.nodes if n.op == "placeholder")
+
+
+def _ranges_text(imported: FxImport) -> str:
+    symbols = imported.program.forward.symbols
+    return ", ".join(f"{s} in {r}" for s, r in symbols.items()) or "(all specialised)"
 
 
 def checked_options(options: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:

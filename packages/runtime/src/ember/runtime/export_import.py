@@ -37,14 +37,23 @@ export output kind                         Ember
 Mutations that the export graph keeps in place (``torch.export.export``'s default IR:
 ``add_`` on a user input, ``batch_norm`` writing its running statistics) are recorded as
 they are. Graph nodes the recorder runs: ``call_function`` of an ATen operator overload,
-``operator.getitem`` and the ``wrap_with_set_grad_enabled`` region (its submodule runs
-under that grad mode); any other node (another higher-order op, ``get_attr`` outside
-such a region) is a ``NotImplementedError`` naming the node, its target and its source
-line. Dynamic shapes (``torch.export.Dim``) wait for issue #15.
+``operator.getitem``, Python arithmetic on sizes (:data:`_SIZE_FUNCTIONS`) and the
+``wrap_with_set_grad_enabled`` region (its submodule runs under that grad mode); any
+other node (another higher-order op, ``get_attr`` outside such a region) is a
+``NotImplementedError`` naming the node, its target and its source line.
+
+Dynamic shapes (``dynamic_shapes=`` with ``torch.export.Dim``): the export's symbols
+become IR symbols ``s0, s1, ...`` (in the order they first appear as an input's size)
+with the ranges the export was traced under (a ``Dim``'s ``min``/``max``; sizes 0 and 1
+specialise, so a range starts at 2 at least) and the example sizes as hints
+(:mod:`ember.runtime.foreign_shapes`); the graph is recorded with a symbolic recorder,
+so the program is symbolic, ``sym_size`` and size arithmetic become ``sym(...)``
+arguments, and the relations its ops rely on become its guards.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -52,6 +61,7 @@ from typing import Any
 
 import torch
 from ember.runtime._torch import is_op_overload
+from ember.runtime.foreign_shapes import ForeignShapes, is_symbolic
 from ember.runtime.ir import InputKind, InputSpec, Program, SourceLocation, verify
 from ember.runtime.tracing import GraphRecorder
 from ember.runtime.tracing_source import is_library_file
@@ -71,7 +81,16 @@ _INPUT_KINDS: dict[str, tuple[InputKind, str | None]] = {
 _USER_OUTPUT_KINDS = {"USER_OUTPUT", "LOSS_OUTPUT"}
 _MUTATION_OUTPUT_KINDS = {"BUFFER_MUTATION", "PARAMETER_MUTATION", "USER_INPUT_MUTATION"}
 _GRAD_REGION = "wrap_with_set_grad_enabled"
-_DYNAMIC_SHAPES_ISSUE = "issue #15 (dynamic shapes)"
+
+_SIZE_FUNCTIONS: frozenset[Callable[..., Any]] = frozenset({
+    operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
+    operator.truediv, operator.neg, operator.pow, operator.eq, operator.ne, operator.lt,
+    operator.le, operator.gt, operator.ge, operator.and_, operator.or_, math.ceil,
+    math.floor, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_float,
+    torch.sym_int, torch.sym_ite,
+})
+"""Python functions on sizes a symbolic export graph calls (``sym_size * 2``); run on
+the recorder's own sizes, they become ``sym(...)`` arguments of the ops that use them."""
 
 
 def import_exported(ep: Any) -> Program:
@@ -97,37 +116,44 @@ def import_exported(ep: Any) -> Program:
     ``.pt2`` file: those hold pickled weights, and unpickling runs code.
 
     Args:
-        ep: the ``ExportedProgram`` (``torch.export.export(model, args)``), made with
-            static shapes.
+        ep: the ``ExportedProgram`` (``torch.export.export(model, args)``), static or
+            with ``dynamic_shapes`` (the program is then symbolic).
 
     Raises:
         TypeError: ``ep`` is a path or lacks an ``ExportedProgram`` attribute (the
             message names what is missing).
-        NotImplementedError: a dynamic-shape export (``Dim``; issue #15), an input or
-            output kind Ember has no counterpart for, or a graph node that is not an
-            ATen operator (the message names the node).
+        NotImplementedError: an input or output kind Ember has no counterpart for, or a
+            graph node that is not an ATen operator (the message names the node); a
+            ``SymbolicImportError`` for a symbolic size outside the IR's grammar.
         RecordingError: an op the recorder cannot represent.
     """
     _check_exported(ep)
     graph_module = ep.graph_module
     graph = graph_module.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    _refuse_dynamic_shapes(ep, placeholders)
     input_specs = list(ep.graph_signature.input_specs)
     if [_arg_name(s.arg) for s in input_specs] != [n.name for n in placeholders]:
         raise ValueError("the ExportedProgram's graph_signature.input_specs do not name the "
                          "graph's placeholders in order; is the ExportedProgram consistent?")
-    rec = GraphRecorder()
+    examples = [n.meta.get("val") for n in placeholders]
+    shapes = None
+    if any(is_symbolic(v) for v in examples):
+        shapes = ForeignShapes([(n.name, v, v) for n, v in zip(placeholders, examples)])
+    rec = GraphRecorder(dynamic=shapes is not None)
     env: dict[str, Any] = {}
     state: dict[str, torch.Tensor] = {}  # target -> real value, for program.tensors
-    for spec, node in zip(input_specs, placeholders):
-        example = node.meta.get("val")
+    for spec, node, example in zip(input_specs, placeholders, examples):
         if spec.kind.name == "USER_INPUT" and not isinstance(example, torch.Tensor):
             env[node.name] = example  # NOTE: export specialized it; the graph holds it
             continue
         kind, value = _input_value(ep, spec, node)
         target = None if kind is InputKind.USER_INPUT else str(spec.target)
-        env[node.name] = rec.add_input(value, InputSpec(node.name, kind, target))
+        input_spec = InputSpec(node.name, kind, target)
+        if shapes is not None and is_symbolic(example):
+            meta = shapes.meta(node.name, example)
+            env[node.name] = rec.add_meta_input(meta, input_spec, shapes.symbols_of(meta))
+        else:
+            env[node.name] = rec.add_input(value, input_spec)
         if target is not None:
             state[target] = value
     output_node = next(n for n in graph.nodes if n.op == "output")
@@ -160,18 +186,6 @@ def _check_exported(ep: Any) -> None:
             f"{type(ep).__name__} passed has no {', '.join(missing)}")
 
 
-def _refuse_dynamic_shapes(ep: Any, placeholders: list[Any]) -> None:
-    dynamic = [n.name for n in placeholders
-               if isinstance(n.meta.get("val"), torch.Tensor) and not all(
-                   isinstance(s, int) for s in n.meta["val"].shape)]
-    if dynamic or getattr(ep, "range_constraints", None):
-        which = f" (inputs {', '.join(dynamic)})" if dynamic else ""
-        raise NotImplementedError(
-            f"this ExportedProgram has dynamic shapes{which}: Ember imports only static-"
-            f"shape exports until {_DYNAMIC_SHAPES_ISSUE} lands; export without "
-            "dynamic_shapes (no torch.export.Dim)")
-
-
 def _arg_name(arg: Any) -> str | None:
     name = getattr(arg, "name", None)
     return name if isinstance(name, str) else None
@@ -189,6 +203,8 @@ def _input_value(ep: Any, spec: Any, node: Any) -> tuple[InputKind, torch.Tensor
     if source is None:
         example = node.meta.get("val")
         assert isinstance(example, torch.Tensor)  # non-tensor user inputs are skipped
+        if is_symbolic(example):
+            return kind, example  # NOTE: recorded from its metadata (add_meta_input)
         # NOTE: the export's fake value belongs to another fake mode; the recorder needs a
         # real tensor (or its own fake) of the same sizes, strides, dtype and device. Its
         # requires_grad is not the argument's (an in-place write of a value that requires
@@ -222,12 +238,12 @@ def _run_nodes(nodes: Iterable[Any], env: dict[str, Any], rec: GraphRecorder,
         kwargs = _load(node.kwargs, env)
         if target is operator.getitem:
             env[node.name] = args[0][args[1]]
-        elif is_op_overload(target):
+        elif is_op_overload(target) or target in _SIZE_FUNCTIONS:
             env[node.name] = target(*args, **kwargs)
         elif getattr(target, "__name__", None) == _GRAD_REGION:
             env[node.name] = _run_grad_region(node, args, rec)
         else:
-            raise _unsupported(node, "not an ATen operator overload")
+            raise _unsupported(node, "not an ATen operator overload or arithmetic on sizes")
     rec.set_source(None)
 
 

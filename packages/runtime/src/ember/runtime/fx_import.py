@@ -27,9 +27,19 @@ which rebuilds the GraphModule's return value from the program's flat outputs.
 
 Example inputs may be real tensors or fake tensors (of any ``FakeTensorMode``): the
 recorder runs on fakes of its own with the same sizes, strides, dtype, device and
-``requires_grad``. Symbolic sizes (``SymInt`` inputs, fake tensors with symbolic shapes)
-are dynamic shapes, which Ember does not support yet (issue #15): a
-``NotImplementedError`` says so, never a program specialized to one shape.
+``requires_grad``.
+
+Symbolic graphs (Dynamo's with dynamic shapes, ``make_fx(..., tracing_mode="symbolic")``)
+record as symbolic programs: a placeholder is symbolic when its example input, or the
+fake value in its ``meta`` (``example_value``, ``val``), has symbolic sizes or is a
+``SymInt``. The foreign symbols become IR symbols ``s0, s1, ...`` with the foreign
+``ShapeEnv``'s ranges (:mod:`ember.runtime.foreign_shapes`), and the graph is recorded
+with a symbolic recorder (``GraphRecorder(dynamic=True)``): ``aten.sym_size`` and Python
+arithmetic on sizes (``operator.mul``, ``//``, ``sym_max``) become ``sym(...)``
+arguments, the relations the ops rely on become the graph's guards. ``SymInt`` inputs
+get no placeholder: :meth:`FxImport.program_inputs` checks each against the tensor size
+it stands for and drops it. A ``SymInt`` input that is no tensor's size (a Python number
+Dynamo made symbolic) is a :class:`~ember.runtime.foreign_shapes.SymbolicImportError`.
 """
 
 from __future__ import annotations
@@ -41,13 +51,27 @@ from typing import Any
 
 import torch
 from ember.runtime._torch import is_fake, pytree
-from ember.runtime.ir import InputKind, InputSpec, Program, verify
+from ember.runtime.foreign_shapes import ForeignShapes, SizeSite, is_symbolic
+from ember.runtime.ir import InputKind, InputSpec, Program, SymInt, verify
+from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.tracing import GraphRecorder
 
-__all__ = ["FxImport", "import_fx", "is_symbolic", "record_fx"]
+__all__ = ["FxImport", "SizeInput", "import_fx", "is_symbolic", "record_fx"]
 
-DYNAMIC_SHAPES_ISSUE = "issue #15"
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+_META_KEYS = ("example_value", "val")  # Dynamo's and make_fx's/export's fake values
+
+
+@dataclass(frozen=True)
+class SizeInput:
+    """A ``SymInt`` input of a symbolic GraphModule: input ``position`` (named
+    ``name``) is ``expr``, dim ``site.dim`` of input ``site.position`` when ``expr`` is
+    a plain symbol (None for a constant)."""
+
+    position: int
+    name: str
+    expr: SymInt
+    site: SizeSite | None
 
 
 @dataclass(frozen=True)
@@ -61,12 +85,39 @@ class FxImport:
         output_spec: the ``pytree`` spec of the GraphModule's return value.
         output_leaves: its leaves: an ``int`` is the index of a program output, any
             other value is a non-tensor leaf returned as it is.
+        size_inputs: the GraphModule's ``SymInt`` inputs (symbolic graphs), which the
+            program has no placeholder for.
     """
 
     program: Program
     attributes: tuple[torch.Tensor, ...]
     output_spec: Any
     output_leaves: tuple[Any, ...]
+    size_inputs: tuple[SizeInput, ...] = ()
+
+    def program_inputs(self, inputs: Sequence[Any]) -> list[Any]:
+        """The GraphModule's ``inputs`` without its ``SymInt`` inputs, each checked to
+        be the size it stands for (a no-op for a graph without them).
+
+        Raises:
+            ShapeError: a size input differs from the tensor size it stands for (names
+                both).
+        """
+        if not self.size_inputs:
+            return list(inputs)
+        for size in self.size_inputs:
+            value = inputs[size.position]
+            if size.site is None:
+                actual = size.expr
+            else:
+                actual = int(inputs[size.site.position].shape[size.site.dim])
+            if value != actual:
+                where = ("" if size.site is None else
+                         f" (dim {size.site.dim} of input {size.site.position})")
+                raise ShapeError(f"graph input {size.name!r} is {value}, but it stands for "
+                                 f"the size {size.expr} = {actual}{where}")
+        dropped = {size.position for size in self.size_inputs}
+        return [v for i, v in enumerate(inputs) if i not in dropped]
 
     def rebuild(self, outputs: Sequence[Any]) -> Any:
         """The GraphModule's return value from the program's flat ``outputs``."""
@@ -87,15 +138,18 @@ def import_fx(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any])
         graph_module: the GraphModule; it is run once on fake tensors.
         example_inputs: one value per ``placeholder`` node, in order: real tensors or
             fake tensors (any ``FakeTensorMode``) giving sizes, strides, dtype, device
-            and ``requires_grad``.
+            and ``requires_grad``; ``SymInt`` sizes of a symbolic graph.
 
     Returns:
         The program (see the module docstring for how inputs and outputs map), verified
-        as ``aten``.
+        as ``aten``; symbolic when the graph is.
 
     Raises:
-        NotImplementedError: a symbolic example input or size (dynamic shapes, issue
-            #15), or a non-tensor example input.
+        NotImplementedError: a non-tensor example input (other than a ``SymInt`` size
+            of a symbolic graph).
+        ember.runtime.foreign_shapes.SymbolicImportError: (a ``NotImplementedError``)
+            a symbolic input that is no size of a tensor input, or a size outside the
+            IR's grammar.
         ValueError: the number of example inputs is not the number of placeholders.
         ember.runtime.tracing.RecordingError: an op or value the IR cannot hold.
         ember.runtime.ir.VerificationError: the recorded program breaks the ``aten``
@@ -105,14 +159,17 @@ def import_fx(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any])
 
 
 def record_fx(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> FxImport:
-    """:func:`import_fx`, also returning the attribute tensors and the output structure
-    (:class:`FxImport`). Raises what :func:`import_fx` raises."""
+    """:func:`import_fx`, also returning the attribute tensors, the output structure and
+    the size inputs (:class:`FxImport`). Raises what :func:`import_fx` raises."""
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise ValueError(f"the GraphModule has {len(placeholders)} placeholders but "
                          f"{len(example_inputs)} example inputs were given")
-    for node, value in zip(placeholders, example_inputs):
-        check_static(node.name, value, node.meta.get("example_value"))
+    described = [_described(node, value) for node, value in zip(placeholders, example_inputs)]
+    dynamic = any(is_symbolic(d) for d in described)
+    for node, value, d in zip(placeholders, example_inputs, described):
+        if not isinstance(d, (torch.Tensor, torch.SymInt)) or not dynamic:
+            check_static(node.name, value, d)
     attributes = _attribute_inputs(graph_module)
     taken = {n.name for n in placeholders}
 
@@ -124,9 +181,14 @@ def record_fx(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any])
         prefix = {InputKind.PARAMETER: "p_", InputKind.BUFFER: "b_"}.get(kind, "c_")
         return InputSpec(_fresh_name(prefix + _identifier(target), taken), kind, target)
 
-    rec = GraphRecorder(lift=lift)
-    fakes = [rec.add_input(_own_fake(rec, value), InputSpec(node.name))
-             for node, value in zip(placeholders, example_inputs)]
+    size_inputs: tuple[SizeInput, ...] = ()
+    if dynamic:
+        rec = GraphRecorder(lift=lift, dynamic=True)
+        fakes, size_inputs = _symbolic_inputs(rec, placeholders, example_inputs, described)
+    else:
+        rec = GraphRecorder(lift=lift)
+        fakes = [rec.add_input(_own_fake(rec, value), InputSpec(node.name))
+                 for node, value in zip(placeholders, example_inputs)]
     with rec:
         result = graph_module(*fakes)
     leaves, spec = pytree.tree_flatten(result)
@@ -138,8 +200,8 @@ def record_fx(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any])
             tensors.append(leaf)
         elif isinstance(leaf, _SYMBOLIC):
             raise NotImplementedError(
-                f"output leaf {i} of the GraphModule is a symbolic value ({leaf}): dynamic "
-                f"shapes are not supported by Ember yet ({DYNAMIC_SHAPES_ISSUE})")
+                f"output leaf {i} of the GraphModule is a symbolic value ({leaf}): Ember "
+                "programs return tensors only; return it as a tensor")
         else:
             output_leaves.append(leaf)
     program = rec.finish(tensors)
@@ -148,36 +210,61 @@ def record_fx(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any])
         program.tensors[input_spec.target] = tensor.detach()
     verify(program, "aten")
     return FxImport(program, tuple(tensor for tensor, _ in rec.lifted), spec,
-                    tuple(output_leaves))
+                    tuple(output_leaves), size_inputs)
 
 
-def is_symbolic(value: Any) -> bool:
-    """A symbolic number, or a tensor with a symbolic size, stride or offset."""
-    if isinstance(value, _SYMBOLIC):
-        return True
-    return isinstance(value, torch.Tensor) and any(
-        isinstance(s, torch.SymInt)
-        for s in (*value.shape, *value.stride(), value.storage_offset()))
+def _described(node: torch.fx.Node, value: Any) -> Any:
+    """What describes placeholder ``node``: its example input when that is symbolic,
+    else its fake value in ``node.meta`` when that is, else the example input."""
+    if is_symbolic(value):
+        return value
+    for key in _META_KEYS:
+        if is_symbolic(node.meta.get(key)):
+            return node.meta[key]
+    return value
+
+
+def _symbolic_inputs(
+    rec: GraphRecorder, placeholders: list[torch.fx.Node], example_inputs: Sequence[Any],
+    described: list[Any],
+) -> tuple[list[Any], tuple[SizeInput, ...]]:
+    """The recorder's fakes for a symbolic GraphModule's inputs (its ``SymInt`` inputs:
+    the recorder's sizes they stand for) and the size inputs."""
+    shapes = ForeignShapes([(node.name, d, value) for node, d, value
+                            in zip(placeholders, described, example_inputs)])
+    fakes: list[Any] = []
+    sizes: list[SizeInput] = []
+    for position, (node, d) in enumerate(zip(placeholders, described)):
+        if isinstance(d, torch.Tensor):
+            meta = shapes.meta(node.name, d)
+            fakes.append(rec.add_meta_input(meta, InputSpec(node.name),
+                                            shapes.symbols_of(meta)))
+            continue
+        expr = shapes.text(d, f"graph input {node.name!r}")
+        site = shapes.sites.get(expr) if isinstance(expr, str) else None
+        sizes.append(SizeInput(position, node.name, expr, site))
+        fakes.append(None)
+    for size in sizes:
+        fakes[size.position] = shapes.size_value(size.expr, fakes,
+                                                 f"graph input {size.name!r}")
+    return fakes, tuple(sizes)
 
 
 def check_static(name: str, value: Any, example_value: Any = None) -> None:
-    """Refuse symbolic example inputs (dynamic shapes) and other non-tensor inputs.
+    """Refuse non-tensor inputs of a static graph (a symbolic number in a graph
+    without symbolic tensors, a Python number).
 
     Raises:
-        NotImplementedError: naming the input and dynamic shapes (issue #15).
+        NotImplementedError: naming the input.
     """
-    hint = (f"dynamic shapes are not supported by Ember yet ({DYNAMIC_SHAPES_ISSUE}); "
-            "with torch.compile pass dynamic=False (each new shape then compiles anew)")
     if isinstance(value, _SYMBOLIC) or isinstance(example_value, _SYMBOLIC):
-        raise NotImplementedError(f"graph input {name!r} is a symbolic size ({value}): "
-                                  + hint)
+        raise NotImplementedError(
+            f"graph input {name!r} is a symbolic number ({value}) that is no size of a "
+            "symbolic tensor input: only tensor inputs are supported")
     if not isinstance(value, torch.Tensor):
         raise NotImplementedError(
             f"graph input {name!r} is a {type(value).__name__}, not a tensor: only tensor "
             "inputs are supported (a Python number would be baked into the program)")
-    if is_symbolic(value):
-        raise NotImplementedError(
-            f"graph input {name!r} has symbolic sizes {tuple(value.shape)}: " + hint)
 
 
 def _own_fake(rec: GraphRecorder, value: torch.Tensor) -> torch.Tensor:

@@ -117,15 +117,22 @@ def compile_program(
     backend: str = "inductor",
     options: dict[str, Any] | None = None,
     mode: str | None = None,
+    *,
+    eager_on_decline: bool = True,
 ) -> ProgramCallable:
     """Compile an ``aten`` program with ``backend`` and return it as a callable.
 
     Args:
         program: an ``aten`` (or stricter) program, e.g. from the frontend's capture.
+            A symbolic program (``graph.symbols``) compiles once for every size its
+            ranges and guards allow.
         backend: one of :func:`list_backends`.
         options: passed to every stage (unknown keys are the stages' business).
         mode: ``None`` or ``"default"`` (see :func:`check_mode`); passed to the stages
             as ``options["mode"]``.
+        eager_on_decline: what a stage declining the program does: run it eagerly
+            (below; default), or raise its ``StageDeclined`` (for callers with another
+            fallback, e.g. the Dynamo backend compiling a symbolic graph per shape).
 
     Returns:
         A :class:`ProgramCallable` taking every forward placeholder's value in order.
@@ -134,11 +141,12 @@ def compile_program(
         ValueError: unknown backend or mode.
         NotImplementedError: a ``torch.compile`` mode Ember does not implement yet.
         StageNotInstalledError: a stage of ``backend`` is not installed (names the package).
+        VerificationError: the input, or a stage's output, breaks its dialect's rules.
+        StageDeclined: a stage declined the program and ``eager_on_decline`` is False.
 
     A stage that raises :class:`~ember.runtime.stages.StageDeclined` (a valid program it
     cannot compile) makes the program run eagerly: an ``EagerGraphWarning``, a log line
     under ``fallbacks``, and ``metadata["fallbacks"] == {"graph runs eagerly": 1}``.
-        VerificationError: the input, or a stage's output, breaks its dialect's rules.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown Ember backend {backend!r}; backends: {', '.join(BACKENDS)}")
@@ -150,6 +158,8 @@ def compile_program(
     try:
         compiled = run_stages(program, stages, stage_options)
     except StageDeclined as e:
+        if not eager_on_decline:
+            raise
         return ProgramCallable(run_eagerly(program, str(e)))
     return ProgramCallable(compiled)
 
