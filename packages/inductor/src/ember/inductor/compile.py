@@ -76,7 +76,7 @@ def compile_graph(program: Program, graph_name: str = "forward",
     """
     graph = program.graphs[graph_name]
     hints = {name: symbolic.hint_of(name, r) for name, r in graph.symbols.items()}
-    with size_hints(hints):  # heuristics over symbolic sizes look at the hints
+    with size_hints(hints, graph.symbols):  # heuristics look at the hints
         return _compile_graph(program, graph_name, device, eager, eager_random)
 
 

@@ -21,7 +21,7 @@ import functools
 from collections.abc import Iterator, Mapping
 
 import sympy
-from ember.runtime.ir import symbolic
+from ember.runtime.ir import SymbolRange, symbolic
 from ember.inductor.loop_ir.index import (
     Add,
     FloorDiv,
@@ -274,6 +274,9 @@ def _term_order(t: sympy.Expr) -> tuple[int, int, str]:
 _HINTS: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar(
     "ember_inductor_size_hints", default={})
 
+_RANGES: contextvars.ContextVar[Mapping[str, SymbolRange]] = contextvars.ContextVar(
+    "ember_inductor_symbol_ranges", default={})
+
 #: the value a heuristic assumes for a symbol without a hint (an unbacked size)
 UNKNOWN_HINT = 8192
 
@@ -283,8 +286,9 @@ def from_ir(value: int | str) -> Size:
     constant, else a sympy expression over :func:`size_symbol` symbols."""
     if isinstance(value, int):
         return value
-    expr = symbolic.parse(value)
-    return int(expr) if expr.is_Integer else expr
+    # NOTE: expanded, so that equal sizes compare equal (the scheduler fuses ranges by
+    # ==: (s0 + 1)*s1 and s0*s1 + s1 are one range)
+    return as_size(symbolic.parse(value))
 
 
 def is_static(size: Size) -> bool:
@@ -293,14 +297,25 @@ def is_static(size: Size) -> bool:
 
 
 @contextlib.contextmanager
-def size_hints(hints: Mapping[str, int]) -> Iterator[None]:
+def size_hints(hints: Mapping[str, int],
+               ranges: Mapping[str, SymbolRange] | None = None) -> Iterator[None]:
     """Within the block, :func:`hint` evaluates symbols at ``hints`` (a graph's
-    ``symbols[name].hint`` values: what the lowering, scheduler and codegens compile)."""
+    ``symbols[name].hint`` values: what the lowering, scheduler and codegens compile)
+    and :func:`symbol_ranges` returns ``ranges`` (the graph's symbol table: a codegen
+    choice that must hold for every size, such as a whole row in one block, reads the
+    upper bounds)."""
     token = _HINTS.set(dict(hints))
+    ranges_token = _RANGES.set(dict(ranges or {}))
     try:
         yield
     finally:
+        _RANGES.reset(ranges_token)
         _HINTS.reset(token)
+
+
+def symbol_ranges() -> Mapping[str, SymbolRange]:
+    """The ranges of the symbols of the graph being compiled (:func:`size_hints`)."""
+    return _RANGES.get()
 
 
 def hint(size: Size) -> int:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import sympy
 from ember.inductor.loop_ir import Size, render_size
+from ember.inductor.loop_ir.symbolic_index import hint, symbol_ranges
 from ember.runtime.ir import SymbolRange, symbolic
 
 #: more symbols than this in one size: its upper bound is not searched (taken unknown)
@@ -72,8 +73,9 @@ class SizeFacts:
     (for heuristics) and ranges (for decisions every size must satisfy).
 
     ``symbols`` maps symbol names to their :class:`~ember.runtime.ir.SymbolRange`. Without
-    it (the backend's default), a symbol has the runtime's fallback hint and no upper
-    bound: every choice is then the one that holds for any size."""
+    it (the backend's default), hints and ranges are the compiling graph's
+    (``loop_ir.symbolic_index.hint`` and ``symbol_ranges``). A symbol without an upper
+    bound gets the choices that hold for any size."""
 
     def __init__(self, symbols: Mapping[str, SymbolRange] | None = None) -> None:
         self.symbols = None if symbols is None else dict(symbols)
@@ -83,8 +85,9 @@ class SizeFacts:
         if is_static(size):
             return int(size)
         expr = sympy.sympify(size)
-        symbols = self.symbols or {}
-        values = {s: symbolic.hint_of(s.name, symbols.get(s.name, SymbolRange()))
+        if self.symbols is None:
+            return max(0, hint(expr))
+        values = {s: symbolic.hint_of(s.name, self.symbols.get(s.name, SymbolRange()))
                   for s in expr.free_symbols if isinstance(s, sympy.Symbol)}
         return max(0, int(expr.xreplace(values)))
 
@@ -97,11 +100,12 @@ class SizeFacts:
         expr = sympy.sympify(size)
         names = sorted((s for s in expr.free_symbols if isinstance(s, sympy.Symbol)),
                        key=str)
-        if self.symbols is None or len(names) > MAX_BOUND_SYMBOLS:
+        symbols = symbol_ranges() if self.symbols is None else self.symbols
+        if len(names) > MAX_BOUND_SYMBOLS:
             return None
         corners: list[tuple[int, ...]] = []
         for s in names:
-            r = self.symbols.get(s.name)
+            r = symbols.get(s.name)
             if r is None or r.upper is None:
                 return None
             corners.append((max(0, r.lower), r.upper))
