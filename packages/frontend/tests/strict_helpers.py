@@ -34,10 +34,11 @@ def assert_same(a: Any, b: Any) -> None:
 
 
 def check(fn: Any, *args: Any, graphs: int, breaks: int, compiles: int | None = None,
-          calls: int = 2) -> Any:
-    """Compile ``fn`` strictly, call it ``calls`` times on clones of ``args`` and compare
-    results and inputs after the call with eager; assert graph/break/compile counts."""
-    compiled = strict(fn)
+          calls: int = 2, dynamic: bool | None = None) -> Any:
+    """Compile ``fn`` strictly (with ``dynamic``), call it ``calls`` times on clones of
+    ``args`` and compare results and inputs after the call with eager; assert
+    graph/break/compile counts."""
+    compiled = strict(fn, dynamic=dynamic)
     for _ in range(calls):
         eager_args = copy.deepcopy(args)
         ember_args = copy.deepcopy(args)

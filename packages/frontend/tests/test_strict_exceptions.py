@@ -449,9 +449,10 @@ def t_nonzero_in_try(x):
     return x * n
 
 
+# NOTE: nonzero breaks only without symbolic shapes (they give it an unbacked size)
 @pytest.mark.parametrize("fn,graphs", [(t_item_in_try, 2), (t_nonzero_in_try, 1)])
 def test_user_except_never_swallows_a_break(fn, graphs):
-    compiled = check(fn, r(4), graphs=graphs, breaks=1)
+    compiled = check(fn, r(4), graphs=graphs, breaks=1, dynamic=False)
     assert "raised during capture" not in compiled.breaks[0].reason
 
 

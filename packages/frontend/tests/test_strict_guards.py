@@ -93,7 +93,7 @@ def test_size_sweep_compiles_once_per_shape():
     def fn(x):
         return (x.relu() * x.shape[0]).sum(-1)
 
-    compiled = strict(fn)
+    compiled = strict(fn, dynamic=False)  # static shapes (automatic dynamic: test_dynamic_*)
     for n in (1, 2, 3, 4, 5, 6):
         x = torch.randn(n, 3)
         torch.testing.assert_close(compiled(x), fn(x))

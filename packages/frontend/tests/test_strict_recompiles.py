@@ -365,7 +365,8 @@ def test_strict_guard_origin_names_the_user_line_not_torch_code() -> None:
 
 
 def test_trace_limit_warns_once_counts_and_logs_guard_and_def_line(capsys: Any) -> None:
-    compiled = ef.compile(scaled, backend="eager", options={"capture": "trace"})
+    compiled = ef.compile(scaled, backend="eager", options={"capture": "trace"},
+                          dynamic=False)  # each size a recompile
     with patch(recompile_limit=2, logs=frozenset({"recompiles"})), \
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

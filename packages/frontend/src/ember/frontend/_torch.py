@@ -35,9 +35,12 @@ __all__ = [
     "TreeSpec",
     "fake_mode_active",
     "global_module_hooks_registered",
+    "has_unbacked_symbols",
     "is_fake",
     "is_view",
+    "data_dependent_output_types",
     "numpy_layer",
+    "pinning_source",
     "register_pytree_node",
     "tree_flatten",
     "tree_flatten_with_path",
@@ -95,3 +98,43 @@ def fake_tensor_limitation_types() -> tuple[type[BaseException], ...]:
              "PendingUnbackedSymbolNotFound")
     found = (getattr(ft, n, None) or getattr(ss, n, None) for n in names)
     return tuple(t for t in found if isinstance(t, type))
+
+
+def data_dependent_output_types() -> tuple[type[BaseException], ...]:
+    """The exceptions fake tensors without a shape environment raise for an op whose
+    output size or value depends on the data (``nonzero``, ``unique``, ``.item()``);
+    with symbolic shapes the same op gets an unbacked size instead."""
+    from torch._subclasses import fake_tensor as ft
+
+    found = (getattr(ft, n, None) for n in ("DynamicOutputShapeException",
+                                           "DataDependentOutputException"))
+    return tuple(t for t in found if isinstance(t, type))
+
+
+def pinning_source(shape_env: Any, size: Any) -> object | None:
+    """What the recorder noted (its source line) with the guard that made the symbolic
+    ``size`` (a ``torch.SymInt`` of an input, as created) equal to a constant: the
+    first guard on its symbol that is an equality. None when not known (the runtime's
+    recorder notes a source for each guard in ``shape_env.guards.sources``)."""
+    import sympy
+
+    node = getattr(size, "node", None)
+    symbol = getattr(node, "_expr", None)  # the symbol as created, before replacements
+    if shape_env is None or not isinstance(symbol, sympy.Symbol):
+        return None
+    sources = getattr(shape_env.guards, "sources", None)
+    if sources is None:
+        return None
+    for guard, source in zip(shape_env.guards, sources):
+        if isinstance(guard.expr, sympy.Eq) and symbol in guard.expr.free_symbols:
+            found: object = source
+            return found
+    return None
+
+
+def has_unbacked_symbols(value: Any) -> bool:
+    """Whether a ``torch.SymInt``/``SymFloat``/``SymBool`` depends on a data-dependent
+    (unbacked) symbol: its value is not known from the input sizes."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return bool(free_unbacked_symbols(value))

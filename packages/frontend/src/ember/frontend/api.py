@@ -96,7 +96,13 @@ def compile(
         fullgraph: strict capture raises ``FullGraphError`` at a graph break instead
             of splitting the function (unless ``options["allow_breaks"]`` allows it);
             tracing capture always produces one full graph (or a ``CaptureError``).
-        dynamic: None or False; True (symbolic shapes) is not implemented yet.
+        dynamic: symbolic shapes (``ember.frontend.dynamic``). None (default):
+            automatic: the first call compiles static sizes; a call that misses only
+            because sizes changed recompiles once with those dimensions symbolic, and
+            they stay symbolic. True: every dimension of every tensor input (not
+            parameters or buffers) symbolic from the start. False: never (each new
+            size is a recompile). Sizes 0 and 1 always specialise;
+            :func:`~ember.frontend.mark_dynamic` / ``mark_static`` mark dimensions.
         options: ``capture`` picks the capture mode (``"strict"``, the default, or
             ``"trace"``; see :mod:`ember.frontend.capture_modes`), ``allow_breaks``
             (strict, with ``fullgraph``) the break reasons allowed; other keys go to
@@ -110,8 +116,7 @@ def compile(
     Raises:
         ValueError: unknown backend, mode, capture mode or option key, or an option
             or flag value of the wrong type (the message lists the valid ones).
-        NotImplementedError: ``dynamic=True``, or a torch.compile mode Ember does not
-            implement yet.
+        NotImplementedError: a torch.compile mode Ember does not implement yet.
         ember.runtime.stages.StageNotInstalledError: the backend needs a stage whose
             package is not installed (the message names it).
     """
@@ -155,11 +160,6 @@ def _check_flags(fullgraph: bool, dynamic: bool | None) -> None:
         raise ValueError(f"fullgraph={fullgraph!r}: expected True or False")  # noqa: TRY004
     if dynamic is not None and not isinstance(dynamic, bool):
         raise ValueError(f"dynamic={dynamic!r}: expected None, True or False")
-    if dynamic:
-        raise NotImplementedError(
-            "ember.frontend.compile(dynamic=True): symbolic shapes are not supported yet; "
-            "use dynamic=None or False (each new shape is a recompile)"
-        )
 
 
 def _checked_options(

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from ember.frontend._torch import fake_mode_active
 from ember.frontend.capture_modes import CompileRequest
+from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.guards import GuardFailure, GuardSet, Matcher
 from ember.frontend.module_state import ModuleLayout, callable_name
 from ember.frontend.pytree import flatten
@@ -75,6 +76,7 @@ class TracedFunction:
         self._entries: list[CacheEntry] = []
         self._layout: ModuleLayout | None = None
         self._warned = False
+        self._policy = DynamicPolicy(request.dynamic)
         self._bound: weakref.WeakKeyDictionary[Any, TracedFunction] = (
             weakref.WeakKeyDictionary()
         )
@@ -101,6 +103,7 @@ class TracedFunction:
         self._entries = []
         self._layout = None
         self._warned = False
+        self._policy = DynamicPolicy(self.request.dynamic)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if fake_mode_active():  # called from code being captured: become part of it
@@ -126,6 +129,9 @@ class TracedFunction:
             self.stats.eager_fallback_calls += 1
             self.stats.recompile_limit_fallbacks += 1
             return self.request.fn(*args, **kwargs)
+        if self._entries:
+            self._policy.note_miss(self._entries[-1].guards.failures(call, None),
+                                   self._name())
         if self._entries and log_enabled("recompiles"):
             failure = self._last_failure(call)
             shown = failure.located() if failure is not None else "no guard failed"
@@ -138,7 +144,8 @@ class TracedFunction:
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
         req = self.request
-        captured = trace_capture(req.fn, req.module, args, kwargs, self._layout)
+        captured = trace_capture(req.fn, req.module, args, kwargs, self._layout,
+                                 self._policy)
         captured.guards.set_origin(definition_site(req.fn))
         program = captured.program
         log("graphs", lambda: f"captured {self._name()}:\n{_printed(program)}")

@@ -12,7 +12,7 @@ A dimension is symbolic when
   only because some sizes changed (same dtype, device, rank, everything else) marks those
   dimensions of those inputs (by :class:`~ember.frontend.guard_model.Source`) symbolic for
   every later capture of that code (:class:`DynamicPolicy`);
-- never with ``dynamic=False``.
+- with ``dynamic=False``, only marked dimensions (no automatic dynamic).
 
 Sizes 0 and 1 always specialise (a symbol's range starts at 2), as in torch.
 """
@@ -25,12 +25,16 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 from ember.frontend.guard_model import Guard, Source, size_only_change
+from ember.runtime.ir import InputSpec
 from ember.runtime.logs import log
+from ember.runtime.tracing import GraphRecorder
 
-__all__ = ["DimMark", "DynamicDim", "DynamicDimError", "DynamicPolicy", "dims_of", "ranges", "mark_dynamic", "mark_static",
+__all__ = ["DimMark", "DynamicDim", "DynamicDimError", "DynamicPolicy", "add_input", "dims_of", "mark_dynamic", "mark_static",
            "marks_of", "maybe_mark_dynamic"]
 
 _MARKS = "_ember_dim_marks"  # the attribute of a tensor holding its marks
+# TEMPORARY until the runtime's symbolic recorder lands (remove then)
+_TEMP_RECORDER_READY = "dynamic" in GraphRecorder.__init__.__code__.co_varnames
 
 
 @dataclass(frozen=True)
@@ -137,8 +141,6 @@ def dims_of(source: Source, t: torch.Tensor, user_input: bool, policy: DynamicPo
     """The symbolic dimensions of input ``t`` read from ``source``, with their ranges.
     ``user_input``: not a parameter or buffer (those are static unless marked);
     ``explicit``: the ranges ``capture(..., dynamic_shapes=...)`` gave for ``t``."""
-    if policy.dynamic is False and not explicit:
-        return {}
     marks = marks_of(t)
     dims: dict[int, DynamicDim] = {}
     automatic = policy.automatic.get(source, ())
@@ -158,9 +160,14 @@ def dims_of(source: Source, t: torch.Tensor, user_input: bool, policy: DynamicPo
     return dims
 
 
-def ranges(dims: Mapping[int, DynamicDim]) -> dict[int, tuple[int, int | None]]:
-    """``dims`` as ``GraphRecorder.add_input(..., dynamic_dims=...)`` takes them."""
-    return {d: (r.lower, r.upper) for d, r in dims.items()}
+def add_input(recorder: GraphRecorder, value: torch.Tensor, spec: InputSpec,
+              dims: Mapping[int, DynamicDim] | None) -> torch.Tensor:
+    """``recorder.add_input`` for ``value``, with ``dims`` symbolic (a static input is
+    added exactly as without dynamic shapes)."""
+    if not dims:
+        return recorder.add_input(value, spec)
+    return recorder.add_input(value, spec,
+                              dynamic_dims={d: (r.lower, r.upper) for d, r in dims.items()})
 
 
 @dataclass
@@ -175,14 +182,21 @@ class DynamicPolicy:
     @property
     def may_be_dynamic(self) -> bool:
         """Whether a capture may have a symbolic dimension without user marks."""
-        return bool(self.dynamic) or bool(self.automatic)
+        return _TEMP_RECORDER_READY and (bool(self.dynamic) or bool(self.automatic))
+
+    @property
+    def unbacked_allowed(self) -> bool:
+        """Whether an op with a data-dependent output size (``nonzero``) may be
+        captured with an unbacked size (a capture with symbolic shapes); with
+        ``dynamic=False`` it is a graph break."""
+        return _TEMP_RECORDER_READY and self.dynamic is not False
 
     def note_miss(self, failed: list[tuple[Guard, Any]], name: str) -> bool:
         """After a cache miss: ``failed`` are the guards of the newest entry that failed
         with the values they saw. When every failure is a size change only, mark those
         dimensions symbolic (logged under ``dynamic``) and return True.
         """
-        if self.dynamic is not None or not failed:
+        if self.dynamic is not None or not failed or not _TEMP_RECORDER_READY:
             return False
         changes: list[tuple[Source, int, int, int]] = []
         for guard, actual in failed:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
+from ember.frontend._torch import pinning_source
 from ember.frontend.dynamic import DynamicDim, DynamicDimError
 from ember.frontend.guard_model import Guard, Source, tensor_guard
 from ember.frontend.size_guards import RelationSource, SizeSource, SymbolicTensor, names_in
@@ -29,13 +30,14 @@ __all__ = ["SymbolicInput", "input_guards", "install_shape_guards"]
 @dataclass(frozen=True)
 class SymbolicInput:
     """A tensor input whose dimensions may be symbolic: its placeholder's ``name``, the
-    ``source`` it is read from at each call, the real ``tensor`` seen at capture and the
-    ``origin`` line of its guards."""
+    ``source`` it is read from at each call, the real ``tensor`` seen at capture, the
+    ``origin`` line of its guards, and the ``fake`` the recorder made for it."""
 
     name: str
     source: Source
     tensor: torch.Tensor
     origin: SourceLocation | None = None
+    fake: torch.Tensor | None = None
 
 
 def _meta(graph: Graph, name: str) -> TensorMeta:
@@ -101,13 +103,13 @@ def install_shape_guards(
     graph: Graph,
     inputs: Sequence[tuple[SymbolicInput, Mapping[int, DynamicDim]]],
     add: Callable[[Guard], None],
-    specialised_at: Callable[[SymbolicInput, int], SourceLocation | None] | None = None,
+    shape_env: object | None = None,
 ) -> None:
     """Add (through ``add``) the guards of the inputs that were given symbolic
     dimensions (each with the dimensions asked for), after the recorder finished
     ``graph``; log under ``EMBER_LOGS=dynamic`` which dimensions are symbolic, which
-    were specialised and why. ``specialised_at`` says, when it can, which source line
-    made a dimension static.
+    were specialised and why; ``shape_env`` (the recorder's) tells, when it can, which
+    source line made a dimension static.
 
     Raises:
         DynamicDimError: a dimension that had to stay symbolic (``mark_dynamic``,
@@ -125,7 +127,7 @@ def install_shape_guards(
                 log("dynamic", f"{shown} is symbolic: {size} in [{lower}, {upper} "
                     f"({want.why})")
                 continue
-            where = specialised_at(inp, d) if specialised_at is not None else None
+            where = _pinned_at(shape_env, inp, d)
             why = ("sizes 0 and 1 always specialise" if int(inp.tensor.size(d)) in (0, 1)
                    else "the program specialised it" + (
                        f" at {where}: {where.text}" if where is not None else ""))
@@ -137,9 +139,16 @@ def install_shape_guards(
     guards = input_guards(graph, [inp for inp, _ in inputs])
     for g in guards:
         add(g)
-    if log_enabled("dynamic"):
-        shape = [g.describe() for g in guards if g.kind != "tensor"]
-        log("dynamic", "shape guards:\n" + "\n".join(f"  {line}" for line in shape))
+    shape = [g for g in guards if g.kind != "tensor"]
+    if shape and log_enabled("dynamic"):
+        log("dynamic", "shape guards:\n" + "\n".join(f"  {g.describe()}" for g in shape))
+
+
+def _pinned_at(shape_env: object | None, inp: SymbolicInput, dim: int) -> SourceLocation | None:
+    if inp.fake is None:
+        return None
+    where = pinning_source(shape_env, inp.fake.size(dim))
+    return where if isinstance(where, SourceLocation) else None
 
 
 def _bound(bound: dict[str, Source], name: str, inp: SymbolicInput) -> Source:

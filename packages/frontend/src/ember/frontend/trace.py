@@ -4,7 +4,9 @@ The escape-hatch frontend (non-strict mode). Whatever Python runs is baked in: c
 flow takes the branch it took on the example inputs, globals and closures are read once.
 What the graph depends on and can be checked cheaply is guarded (see
 :mod:`ember.frontend.trace_guards`): argument structure, tensor metadata, non-tensor argument
-values, grad mode, autocast and the default dtype, module training flags.
+values, grad mode, autocast and the default dtype, module training flags. Dimensions made
+symbolic (:mod:`ember.frontend.dynamic`) are guarded by their ranges and relations
+instead of their sizes (:mod:`ember.frontend.shape_guards`).
 
 Graph inputs (placeholders), in order: the module's parameters (``p_<qualname>``,
 labelled PARAMETER with ``target`` the qualified name), its buffers (``b_<qualname>``,
@@ -24,16 +26,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from ember.frontend._torch import data_dependent_output_types
+from ember.frontend.dynamic import DynamicDim, DynamicPolicy, add_input, dims_of
 from ember.frontend.guard_model import Source
 from ember.frontend.guards import GuardSet
 from ember.frontend.module_state import ModuleLayout, callable_name, module_of
 from ember.frontend.pytree import flatten, flatten_with_names, unflatten
+from ember.frontend.shape_guards import SymbolicInput, install_shape_guards
 from ember.frontend.trace_guards import (
     ArgumentSource,
     ModuleSlotSource,
@@ -108,19 +113,35 @@ class TraceCapture:
     output: OutputLayout
 
 
-def capture(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Program:
+def capture(fn: Callable[..., Any], *args: Any,
+            dynamic_shapes: Mapping[str, Mapping[int, Any]] | None = None,
+            **kwargs: Any) -> Program:
     """Trace ``fn(*args, **kwargs)`` into an ``aten``-dialect Program.
 
     ``fn`` may be an ``nn.Module`` (its parameters and buffers become PARAMETER/BUFFER
     inputs) or a bound method of one. The inputs themselves are not changed (the code
     runs on fake tensors).
 
+    ``dynamic_shapes`` makes dimensions symbolic: input name (the argument's name, as
+    the placeholder is named: ``x``, ``batch_input_ids``) -> {dim: range}, a range
+    being ``None`` (``[2, inf)``), ``(min, max)`` (``max`` may be None) or
+    ``(name, min, max)``, where dimensions given one name must have equal sizes (they
+    share a symbol). E.g. ``capture(f, x, dynamic_shapes={"x": {0: (1, 64)}})``: the
+    program has a symbol ``s0`` for ``x.size(0)`` with range ``[2, 64]`` (a minimum
+    below 2 is raised to 2: sizes 0 and 1 specialise), saved with it to ``.ember``.
+    Tensors marked with :func:`~ember.frontend.mark_dynamic` are symbolic too.
+
     Raises:
         CaptureError: when the code cannot be traced (data-dependent Python control
-            flow, ``.item()``, an op the fake tensors cannot run, a user Triton kernel
-            launch), naming the line.
+            flow, an op the fake tensors cannot run, a user Triton kernel launch),
+            naming the line.
+        ValueError: ``dynamic_shapes`` names an unknown input or dimension, or a bad
+            range.
+        ember.frontend.dynamic.DynamicDimError: a dimension in ``dynamic_shapes`` was
+            specialised by the program.
     """
-    return trace_capture(fn, module_of(fn), args, kwargs).program
+    return trace_capture(fn, module_of(fn), args, kwargs, policy=DynamicPolicy(None),
+                         dynamic_shapes=dynamic_shapes).program
 
 
 def trace_capture(
@@ -129,24 +150,41 @@ def trace_capture(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     layout: ModuleLayout | None = None,
+    policy: DynamicPolicy | None = None,
+    dynamic_shapes: Mapping[str, Mapping[int, Any]] | None = None,
+    symbolic: bool = False,
 ) -> TraceCapture:
     """Trace ``fn(*args, **kwargs)``; ``module``'s state (read through ``layout``, built
-    if None) becomes graph inputs. See the module docstring for the conventions.
+    if None) becomes graph inputs. ``policy`` (the compiled function's) and
+    ``dynamic_shapes`` (see :func:`capture`) say which dimensions are symbolic;
+    ``symbolic`` records with symbolic shapes even without one (a retry after an op
+    with a data-dependent size, which then gets an unbacked size). See the module
+    docstring for the conventions.
 
     Raises:
         CaptureError: as :func:`capture`.
     """
     if module is not None and layout is None:
         layout = ModuleLayout(module)
+    policy = policy if policy is not None else DynamicPolicy(False)
     leaves, spec = flatten((args, kwargs))
+    names = _unique(flatten_with_names(args, _parameter_names(fn))
+                    + flatten_with_names(kwargs))
+    explicit = explicit_dims(dynamic_shapes, leaves, names)
+    dims = Dims(
+        {i: dims_of(ArgumentSource(i, names[i]), leaf, True, policy, explicit.get(i))
+         for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)},
+        [dims_of(StateSource(i, slot.qualname), value, False, policy)
+         for i, (slot, value) in enumerate(zip(layout.slots, layout.read()))]
+        if layout is not None else [])
     guards = GuardSet()
     add_call_guards(guards, spec)
     taken: set[str] = set()
-    rec = GraphRecorder(lift=functools.partial(_lift_trainable, taken=taken))
-    fake_state = _state_inputs(rec, guards, module, layout, taken)
-    names = _unique(flatten_with_names(args, _parameter_names(fn))
-                    + flatten_with_names(kwargs))
-    fake_leaves, arguments, swaps = _argument_inputs(rec, guards, leaves, names, taken)
+    lift = functools.partial(_lift_trainable, taken=taken)
+    symbolic = symbolic or dims.any()
+    rec = GraphRecorder(lift=lift, dynamic=True) if symbolic else GraphRecorder(lift=lift)
+    fake_state = _state_inputs(rec, guards, module, layout, taken, dims)
+    fake_leaves, arguments, swaps = _argument_inputs(rec, guards, leaves, names, taken, dims)
     if layout is not None:
         swaps.append((layout, fake_state))
     fake_args, fake_kwargs = unflatten(fake_leaves, spec)
@@ -162,6 +200,10 @@ def trace_capture(
             stack.enter_context(rec)
             result = fn(*fake_args, **fake_kwargs)
     except Exception as e:
+        if (isinstance(e, data_dependent_output_types()) and not symbolic
+                and policy.unbacked_allowed):
+            return trace_capture(fn, module, args, kwargs, layout, policy, dynamic_shapes,
+                                 symbolic=True)
         tb = e.__traceback__
         if triton_launch.is_refused_launch(e):
             tb = triton_launch.frames_before_triton(tb)  # the user's launch line
@@ -172,6 +214,9 @@ def trace_capture(
         ) from e
     outputs, layout_of_result = _split_result(result)
     program = rec.finish(outputs)
+    if dims.symbolic_inputs:
+        install_shape_guards(program.forward, dims.symbolic_inputs, guards.add,
+                             rec.shape_env)
     state_specs = [s for s in program.signature.inputs["forward"]
                    if s.kind in (InputKind.PARAMETER, InputKind.BUFFER)]
     for state_spec, value in zip(state_specs, _state_values(layout, arguments, rec)):
@@ -181,6 +226,89 @@ def trace_capture(
         add_tensor(guards, ObjectSource(tensor, spec_of_tensor.name), tensor)
         arguments.lifted.append(tensor)
     return TraceCapture(program, guards, arguments, layout_of_result)
+
+
+@dataclass
+class Dims:
+    """The symbolic dimensions of one trace: per tensor argument leaf and per state slot
+    of the compiled module; the inputs given some, with their dimensions."""
+
+    leaves: dict[int, dict[int, DynamicDim]]
+    state: list[dict[int, DynamicDim]]
+    symbolic_inputs: list[tuple[SymbolicInput, dict[int, DynamicDim]]] = field(
+        default_factory=list)
+
+    def any(self) -> bool:
+        return any(self.leaves.values()) or any(self.state)
+
+    def add_input(self, rec: GraphRecorder, guards: GuardSet, value: torch.Tensor,
+                  spec: InputSpec, source: Source, dims: dict[int, DynamicDim]
+                  ) -> torch.Tensor:
+        """A placeholder for ``value``: its exact ``tensor`` guard, or, with symbolic
+        dimensions, guards made once the graph is known (shape_guards)."""
+        fake = add_input(rec, value, spec, dims)
+        if dims:
+            self.symbolic_inputs.append(
+                (SymbolicInput(spec.name, source, value, None, fake), dims))
+        else:
+            add_tensor(guards, source, value)
+        return fake
+
+
+def explicit_dims(dynamic_shapes: Mapping[str, Mapping[int, Any]] | None,
+                  leaves: list[Any], names: list[str],
+                  ) -> dict[int, dict[int, tuple[int, int | None]]]:
+    """``capture``'s ``dynamic_shapes`` by leaf index: dim -> (min, max).
+
+    Raises:
+        ValueError: an unknown input name, a dimension out of range, a malformed range,
+            or dimensions sharing a name with different sizes.
+    """
+    if not dynamic_shapes:
+        return {}
+    by_name = {n: i for i, n in enumerate(names) if isinstance(leaves[i], torch.Tensor)}
+    out: dict[int, dict[int, tuple[int, int | None]]] = {}
+    named: dict[str, tuple[str, int, int]] = {}
+    for input_name, per_dim in dynamic_shapes.items():
+        if input_name not in by_name:
+            raise ValueError(f"dynamic_shapes: no tensor input named {input_name!r}; "
+                             f"tensor inputs: {', '.join(by_name) or 'none'}")
+        t = leaves[by_name[input_name]]
+        for dim, spec in per_dim.items():
+            if isinstance(dim, bool) or not isinstance(dim, int) or not -t.dim() <= dim < t.dim():
+                raise ValueError(f"dynamic_shapes[{input_name!r}]: dim {dim!r} is not a "
+                                 f"dimension of a tensor of rank {t.dim()}")
+            dim %= t.dim()
+            label, lower, upper = _range_spec(spec, f"dynamic_shapes[{input_name!r}][{dim}]")
+            size = int(t.size(dim))
+            if label is not None:
+                first = named.setdefault(label, (input_name, dim, size))
+                if first[2] != size:
+                    raise ValueError(
+                        f"dynamic_shapes: {input_name}.size({dim}) and {first[0]}.size("
+                        f"{first[1]}) share the name {label!r} but have sizes {size} and "
+                        f"{first[2]}")
+            out.setdefault(by_name[input_name], {})[dim] = (lower, upper)
+    return out
+
+
+def _range_spec(spec: Any, where: str) -> tuple[str | None, int, int | None]:
+    if spec is None:
+        return None, 2, None
+    if isinstance(spec, tuple) and len(spec) == 3 and isinstance(spec[0], str):
+        label, lower, upper = spec
+    elif isinstance(spec, tuple) and len(spec) == 2:
+        label, (lower, upper) = None, spec
+    else:
+        raise ValueError(f"{where}: expected None, (min, max) or (name, min, max), "
+                         f"got {spec!r}")
+    if isinstance(lower, bool) or not isinstance(lower, int) or (
+            upper is not None and (isinstance(upper, bool) or not isinstance(upper, int))):
+        raise ValueError(f"{where}: min and max must be ints (max may be None), "
+                         f"got {spec!r}")
+    if upper is not None and lower > upper:
+        raise ValueError(f"{where}: empty range [{lower}, {upper}]")
+    return label, max(lower, 2), upper
 
 
 def _lift_trainable(tensor: torch.Tensor, taken: set[str]) -> InputSpec | None:
@@ -213,6 +341,7 @@ def _state_inputs(
     module: torch.nn.Module | None,
     layout: ModuleLayout | None,
     taken: set[str],
+    dims: Dims,
 ) -> list[torch.Tensor]:
     """Placeholders and guards for the compiled module's parameters and buffers; their
     fakes."""
@@ -221,7 +350,7 @@ def _state_inputs(
     add_training(guards, "self", module)
     sources: list[Source] = [StateSource(i, slot.qualname)
                              for i, slot in enumerate(layout.slots)]
-    return _module_state_inputs(rec, guards, layout, "", taken, sources)
+    return _module_state_inputs(rec, guards, layout, "", taken, sources, dims, dims.state)
 
 
 def _module_state_inputs(
@@ -231,21 +360,24 @@ def _module_state_inputs(
     prefix: str,
     taken: set[str],
     sources: list[Source],
+    dims: Dims,
+    slot_dims: list[dict[int, DynamicDim]] | None = None,
 ) -> list[torch.Tensor]:
     """Placeholders (``p_``/``b_`` + name, target ``prefix`` + qualified name) and tensor
     guards (on ``sources``) for the slots of ``layout``; their fakes."""
     fakes = []
-    for slot, value, source in zip(layout.slots, layout.read(), sources):
+    for i, (slot, value, source) in enumerate(zip(layout.slots, layout.read(), sources)):
         target = prefix + slot.qualname
         kind_prefix = "p_" if slot.kind is InputKind.PARAMETER else "b_"
         name = _take(kind_prefix + _identifier(target), taken)
-        fakes.append(rec.add_input(value, InputSpec(name, slot.kind, target)))
-        add_tensor(guards, source, value)
+        fakes.append(dims.add_input(rec, guards, value, InputSpec(name, slot.kind, target),
+                                    source, slot_dims[i] if slot_dims else {}))
     return fakes
 
 
 def _argument_inputs(
-    rec: GraphRecorder, guards: GuardSet, leaves: list[Any], names: list[str], taken: set[str]
+    rec: GraphRecorder, guards: GuardSet, leaves: list[Any], names: list[str],
+    taken: set[str], dims: Dims,
 ) -> tuple[list[Any], ArgumentInputs, list[tuple[ModuleLayout, list[torch.Tensor]]]]:
     """Placeholders and guards for the argument leaves. Returns the leaves with tensors
     replaced by fakes, where the inputs come from, and the fakes to swap into module
@@ -256,10 +388,10 @@ def _argument_inputs(
     tensor_leaves: list[int] = []
     for i, (leaf, name) in enumerate(zip(leaves, names)):
         if isinstance(leaf, torch.Tensor):
-            fake_leaves.append(rec.add_input(leaf, InputSpec(_take(name, taken))))
+            fake_leaves.append(dims.add_input(rec, guards, leaf, InputSpec(_take(name, taken)),
+                                              ArgumentSource(i, name), dims.leaves[i]))
             arguments.sources.append(("tensor", i))
             tensor_leaves.append(i)
-            add_tensor(guards, ArgumentSource(i, name), leaf)
             continue
         fake_leaves.append(leaf)
         add_value(guards, ArgumentSource(i, name), leaf)  # a module: identity and training
@@ -269,7 +401,7 @@ def _argument_inputs(
             layout = ModuleLayout(leaf)
             sources: list[Source] = [ModuleSlotSource(layout, k, f"{name}.{slot.qualname}")
                                      for k, slot in enumerate(layout.slots)]
-            fakes = _module_state_inputs(rec, guards, layout, f"{name}.", taken, sources)
+            fakes = _module_state_inputs(rec, guards, layout, f"{name}.", taken, sources, dims)
             arguments.sources.append(("module", i))
             arguments.layouts[i] = layout
             swaps.append((layout, fakes))

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.frontend._torch import data_dependent_output_types
 from ember.frontend.bytecode import (
     fresh,
     library_rules,  # noqa: F401  (registers itertools rules)
@@ -304,6 +305,13 @@ class CallHandler:
             result = self._run_for_real(interp, fn, args, kwargs)
         except GraphBreak:
             raise
+        except data_dependent_output_types() as e:
+            interp.capture.data_dependent = True  # a symbolic capture gets unbacked sizes
+            op = getattr(e, "func", None) or str(e).splitlines()[0]
+            raise interp.fail(f"data-dependent size of {op} in {_name(fn)}: its output "
+                              "size (or value) depends on the data",
+                              "compile with dynamic=None or True (symbolic shapes give it "
+                              "an unbacked size), or keep the code outside") from e
         except Exception as e:
             raise interp.fail(f"{_name(fn)} could not run on fake tensors "
                               f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",

@@ -27,6 +27,8 @@ from ember.frontend._torch import is_fake
 from ember.frontend.bytecode.guards import Guard, GuardSet, tensor_guard
 from ember.frontend.bytecode.side_effects import AttrWrite, CellWrite, GlobalWrite
 from ember.frontend.bytecode.sources import AttrSource, LocalSource, Source
+from ember.frontend.dynamic import DynamicDim, DynamicPolicy, add_input, dims_of
+from ember.frontend.shape_guards import SymbolicInput
 from ember.runtime.ir import InputKind, InputSpec
 from ember.runtime.tracing import GraphRecorder
 from torch import nn
@@ -78,6 +80,15 @@ class CaptureContext:
     # id(outside np.ndarray or its traced array) -> (it, traced array, source)
     arrays: dict[int, tuple[Any, Any, Source]] = field(default_factory=dict)
     recording: bool = False
+    # dynamic shapes: which dimensions become symbolic (ember.frontend.dynamic); the
+    # tensor inputs with symbolic dimensions, whose guards are built after the graph
+    policy: DynamicPolicy = field(default_factory=lambda: DynamicPolicy(False))
+    symbolic_inputs: list[tuple[SymbolicInput, dict[int, DynamicDim]]] = field(
+        default_factory=list)
+    # a marked tensor, or an op with a data-dependent output size, was met by a capture
+    # without symbolic shapes: capture again with them
+    missed_marks: bool = False
+    data_dependent: bool = False
     _names: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -94,12 +105,13 @@ class CaptureContext:
         self.recording = False
         self.recorder.__exit__(*exc)
 
-    def _add_input(self, value: torch.Tensor, spec: InputSpec) -> torch.Tensor:
+    def _add_input(self, value: torch.Tensor, spec: InputSpec,
+                   dims: dict[int, DynamicDim] | None = None) -> torch.Tensor:
         if not self.recording:
-            return self.recorder.add_input(value, spec)
+            return add_input(self.recorder, value, spec, dims)
         self.recorder.__exit__(None, None, None)
         try:
-            return self.recorder.add_input(value, spec)
+            return add_input(self.recorder, value, spec, dims)
         finally:
             self.recorder.__enter__()
 
@@ -172,10 +184,19 @@ class CaptureContext:
             return value  # already a tracked fake
         if source is None:
             return value  # recorded as a constant by the recorder
-        self.guards.add(tensor_guard(source, value))
         kind, target = _input_kind(value, source)
         name = self._input_name(source)
-        fake = self._add_input(value, InputSpec(name, kind, target))
+        dims = dims_of(source, value, kind is InputKind.USER_INPUT, self.policy)
+        if dims and getattr(self.recorder, "shape_env", None) is None:
+            self.missed_marks = True  # only marks ask for symbols in a static capture
+            dims = {}
+        fake = self._add_input(value, InputSpec(name, kind, target), dims)
+        if dims:  # guarded after the graph (shape_guards), when its sizes are known
+            origin = self.guards.locate() if self.guards.locate is not None else None
+            self.symbolic_inputs.append(
+                (SymbolicInput(name, source, value, origin, fake), dims))
+        else:
+            self.guards.add(tensor_guard(source, value))
         self.inputs.append((source, value))
         self.fake_of[id(value)] = fake
         self.fake_of[id(fake)] = fake

@@ -43,7 +43,10 @@ from ember.frontend.bytecode.sources import (
     StackSource,
 )
 from ember.frontend.bytecode.state import Rebuild, Recipe, Replay, StateBuilder
+from ember.frontend.dynamic import DynamicPolicy
+from ember.frontend.shape_guards import install_shape_guards
 from ember.runtime.ir import Program, SourceLocation
+from ember.runtime.tracing import GraphRecorder
 from ember.runtime.tracing_source import is_library_file
 
 
@@ -126,19 +129,32 @@ class Segment:
         return False, new
 
 
+class NeedsSymbolicShapes(Exception):
+    """A static capture met a tensor the user marked dynamic, or an op whose output size
+    depends on the data (``nonzero``): capture again with symbolic shapes."""
+
+
 def capture_segment(
     state: FrameState,
     ctx: FunctionContext,
     break_calls: dict[int, BreakInfo],
     compile_graph: Callable[[Program], Callable[[list[Any]], list[Any]]],
+    policy: DynamicPolicy | None = None,
+    symbolic: bool = False,
 ) -> Segment:
-    """Capture from ``state`` to the next return or break.
+    """Capture from ``state`` to the next return or break. ``policy`` decides which
+    input dimensions are symbolic; ``symbolic``: record with symbolic shapes at all.
 
     Raises:
         InlinedBreak: a break inside an inlined call (retry with it in ``break_calls``).
         Unrebuildable: the state at the break cannot be rebuilt.
+        NeedsSymbolicShapes: ``symbolic`` is False but an input was marked dynamic, or
+            (unless the policy says ``dynamic=False``) an op has a data-dependent size.
+        ember.frontend.dynamic.DynamicDimError: a dimension marked dynamic was
+            specialised by the program.
     """
-    cap = CaptureContext()
+    cap = CaptureContext(recorder=GraphRecorder(dynamic=True) if symbolic else GraphRecorder(),
+                         policy=policy or DynamicPolicy(False))
     grad0 = torch.is_grad_enabled()
     cap.guard("grad_mode", None, grad0)
     cap.guard("global", None, ("torch.get_default_dtype()", torch.get_default_dtype()))
@@ -171,12 +187,16 @@ def capture_segment(
                 try:
                     interp.step(frame)
                 except GraphBreak as e:
+                    if cap.data_dependent and not symbolic and cap.policy.unbacked_allowed:
+                        raise NeedsSymbolicShapes from None
                     frame.stack, frame.kw_names, frame.ip = saved_stack, saved_kw, before
                     if e.from_inlined_call:
                         ip = before if e.root_ip is None else e.root_ip
                         raise InlinedBreak(ip, e.info()) from None
                     info = e.info()
                     break
+        if cap.missed_marks:
+            raise NeedsSymbolicShapes
         cap.finish_guards()
         grad_end = torch.is_grad_enabled()
         builder = StateBuilder(cap, state.cells)
@@ -193,6 +213,9 @@ def capture_segment(
             seg_kwargs["break_info"] = info
         no_grad = tracker.no_grad_nodes()
         program = cap.recorder.finish(builder.outputs)
+        if cap.symbolic_inputs:
+            install_shape_guards(program.forward, cap.symbolic_inputs, cap.guards.add,
+                                 cap.recorder.shape_env)
         graph_grad = graph_grad_mode(program.forward, grad0, no_grad)
         if graph_grad:
             detach_no_grad_inputs(program.forward, no_grad)

@@ -20,6 +20,7 @@ import types
 from typing import Any
 
 import torch
+from ember.frontend._torch import fake_tensor_limitation_types, has_unbacked_symbols
 from ember.frontend.bytecode.attributes import DELETED, dict_shadow
 from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext, is_traced_array
 from ember.frontend.bytecode.frame import _Marker
@@ -37,6 +38,7 @@ from ember.frontend.bytecode.recipes import (
     StartCell,
     Unrebuildable,
 )
+from ember.runtime.logs import log
 from torch import nn
 
 __all__ = ["Const", "Fetch", "New", "Out", "Rebuild", "Recipe", "Replay", "StartCell",
@@ -46,6 +48,31 @@ __all__ = ["Const", "Fetch", "New", "Out", "Rebuild", "Recipe", "Replay", "Start
 _STABLE = (nn.Module, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
            types.MethodDescriptorType, types.WrapperDescriptorType, GradModeRestore,
            torch.Size, _Marker, functools.partial, inspect.Signature, inspect.Parameter)
+
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def specialised(value: torch.SymInt | torch.SymFloat | torch.SymBool) -> int | float | bool:
+    """A symbolic number live at a graph break (``n = x.size(0)`` read after it), as a
+    constant of the segment: the capture guards that it keeps this value (the symbols
+    it reads become static), logged under ``EMBER_LOGS=dynamic``.
+
+    Raises:
+        Unrebuildable: it depends on a data-dependent (unbacked) size.
+    """
+    kind: type = int if isinstance(value, torch.SymInt) else (
+        float if isinstance(value, torch.SymFloat) else bool)
+    if has_unbacked_symbols(value):
+        raise Unrebuildable(f"the data-dependent size {value} is live at the graph break")
+    try:
+        concrete: int | float | bool = kind(value)
+    except fake_tensor_limitation_types() as e:
+        raise Unrebuildable(f"the data-dependent size {value} is live at the graph break"
+                            ) from e
+    log("dynamic", f"specialised {value} = {concrete}: a symbolic value is live at a graph "
+        "break (the segment after it gets it as a constant)")
+    return concrete
 
 
 class StateBuilder:
@@ -67,6 +94,8 @@ class StateBuilder:
         cap = self.cap
         if isinstance(v, (*PRIMITIVES, _Marker)):
             return Const(v)
+        if isinstance(v, _SYMBOLIC):
+            return Const(specialised(v))
         if id(v) in self._memo:
             return self._memo[id(v)]
         if isinstance(v, torch.Tensor):
@@ -104,6 +133,8 @@ class StateBuilder:
         if isinstance(v, tuple):
             parts = [self.recipe(x) for x in v]
             if all(isinstance(p, Const) for p in parts):
+                if any(isinstance(x, _SYMBOLIC) for x in v):  # torch.Size of symbols
+                    return Const(type(v)(p.value for p in parts if isinstance(p, Const)))
                 return Const(v)
             return New("tuple", self._key(v), parts, type(v))
         if isinstance(v, list):

@@ -19,7 +19,9 @@ segments, and a loop resumed after a break in its body is guarded on how many it
 iterator has left, not its position (:class:`~.iteration.ResumedIterator`). So the
 number of compiles of ``for layer in self.layers: x = layer(x)`` does not grow with the
 number of layers. Values that do depend on the position (an ``enumerate`` index the
-code reads) are still guarded by value: Ember has no symbolic integers yet.
+code reads) are still guarded by value: only tensor sizes are symbolic
+(:mod:`ember.frontend.dynamic`; a miss caused only by changed sizes marks those
+dimensions symbolic for later captures, automatic dynamic).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from ember.frontend.bytecode.interpreter import Interpreter
 from ember.frontend.bytecode.segment import (
     FunctionContext,
     InlinedBreak,
+    NeedsSymbolicShapes,
     Segment,
     capture_segment,
 )
@@ -50,6 +53,7 @@ from ember.frontend.bytecode.state import Unrebuildable
 from ember.frontend.bytecode.support import unsupported_reason
 from ember.frontend.bytecode.triton_launch import launches_refused
 from ember.frontend.capture_modes import CompileRequest
+from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.stats import CompileStats, report_counts
 from ember.runtime.config import config
 from ember.runtime.ir import Program
@@ -96,6 +100,10 @@ class StrictFunction:
         if self.fn.__code__.co_flags & inspect.CO_GENERATOR:
             self._eager_reason = "generator functions run eagerly when compiled directly"
         self._callees: dict[types.FunctionType, StrictFunction] = {}
+        self._policy = DynamicPolicy(request.dynamic)
+        # an input was marked dynamic, or an op has a data-dependent size: every later
+        # capture of this function records with symbolic shapes
+        self._saw_marks = False
         code = self.fn.__code__
         only_positional = not code.co_kwonlyargcount and not (
             code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS))
@@ -133,6 +141,8 @@ class StrictFunction:
         self._warned = False
         self._eager_points = set()
         self._callees = {}
+        self._policy = DynamicPolicy(self.request.dynamic)
+        self._saw_marks = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = self._bound + args
@@ -218,6 +228,8 @@ class StrictFunction:
                 self._warn_limit(state.ip, failed_guard)
                 return _EAGER
             self.stats.recompiles += 1
+            self._policy.note_miss(entries[-1].guards.failures(state, self._ctx),
+                                   self._name())
             log("recompiles", lambda: f"recompiling {self._name()} at resume point "
                 f"{state.ip} (entry {len(entries) + 1} of at most "
                 f"{config.recompile_limit}): guard failed: {failed_guard()}")
@@ -238,13 +250,20 @@ class StrictFunction:
     def _capture(self, state: FrameState) -> Segment:
         calls = self._break_calls.setdefault(state.ip, {})
         while True:
+            symbolic = self._policy.may_be_dynamic or self._saw_marks
             try:
                 with launches_refused():  # Triton kernels never run on fake tensors
-                    seg = capture_segment(state, self._ctx, calls, self._compile_graph)
+                    seg = capture_segment(state, self._ctx, calls, self._compile_graph,
+                                          self._policy, symbolic)
                 break
             except InlinedBreak as e:
                 self._check_fullgraph(e.info)
                 calls[e.ip] = e.info
+            except NeedsSymbolicShapes:
+                if symbolic:
+                    raise AssertionError("a symbolic capture asked for symbolic shapes"
+                                         ) from None
+                self._saw_marks = True
         self.stats.compiles += 1
         if seg.program is not None:
             self.stats.graphs += 1
