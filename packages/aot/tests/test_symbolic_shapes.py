@@ -30,7 +30,7 @@ from ember.runtime.ir import (
     verify,
 )
 from ember.runtime.ir.contracts import AotMetadata
-from ember.runtime.ir.graph import ShapeGuard
+from ember.runtime.ir.graph import ShapeGuard, SymExpr
 from ember.runtime.stages import StageDeclined
 
 ROWS = {0: {0: (2, None)}}
@@ -232,3 +232,17 @@ def test_resize_of_a_symbolic_tensor_is_refused() -> None:
 
     with pytest.raises(IRFormatError, match="resize_ of a tensor with symbolic sizes"):
         aot_compile(capture(grow, torch.randn(5, 4), dynamic=ROWS))
+
+
+def test_an_op_that_needs_a_data_dependent_size_declines_naming_it() -> None:
+    program = capture(lambda x: x.nonzero(), torch.randn(6), dynamic={0: {0: (2, None)}})
+    graph = program.forward
+    # split into pieces of u0 (the number of nonzeros): how many pieces depends on data
+    piece = TensorMeta(torch.float32, (), (), torch.device("cpu"))
+    graph.nodes.insert(-1, Node("split", "call", "aten::split.Tensor",
+                                (ValueRef("in0"), SymExpr("u0")), meta=(piece,)))
+    graph.output.args = ((ValueRef("split", 0),),)
+    with pytest.raises(StageDeclined, match=r"for every size its symbols allow: graph "
+                       r"'forward', node %split = aten::split.Tensor failed: "
+                       r"GuardOnDataDependentSymNode: .*data-dependent expression \(\(u0 \+ 5\)//u0\)$"):
+        aot_compile(program)

@@ -17,14 +17,21 @@ from torch._subclasses.fake_tensor import (  # fake tensors cannot compute these
     DataDependentOutputException,
     DynamicOutputShapeException,
 )
+from torch.fx.experimental.symbolic_shapes import (  # a branch on a data-dependent size
+    GuardOnDataDependentSymNode,
+)
 from torch.utils._python_dispatch import TorchDispatchMode  # a Python dispatch hook
 
 # Raised on fake tensors by an op whose output values or shape depend on data.
 DATA_DEPENDENT_ERRORS: tuple[type[Exception], ...] = (
     DataDependentOutputException, DynamicOutputShapeException)
 
+# Raised on symbolic fake tensors by an op that must know the value of an unbacked
+# (data-dependent) size to go on, e.g. to count the pieces of a split.
+SYMBOLIC_SHAPE_ERRORS: tuple[type[Exception], ...] = (GuardOnDataDependentSymNode,)
+
 __all__ = [
-    "DATA_DEPENDENT_ERRORS", "OpOverload", "TorchDispatchMode", "current_autograd_node", "decomposition_table_for_core_aten", "has_composite_implicit_kernel",
+    "DATA_DEPENDENT_ERRORS", "SYMBOLIC_SHAPE_ERRORS", "OpOverload", "TorchDispatchMode", "current_autograd_node", "decomposition_table_for_core_aten", "has_composite_implicit_kernel",
     "is_core_op",
 ]
 

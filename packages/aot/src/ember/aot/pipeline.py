@@ -28,17 +28,25 @@ Output signature conventions (see ``packages/aot/README.md``):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import torch
-from ember.aot._torch import DATA_DEPENDENT_ERRORS, decomposition_table_for_core_aten
+from ember.aot._torch import (
+    DATA_DEPENDENT_ERRORS,
+    SYMBOLIC_SHAPE_ERRORS,
+    decomposition_table_for_core_aten,
+)
 from ember.aot.config import AotConfig
 from ember.aot.decompositions import EMBER_DECOMPOSITIONS
 from ember.aot.extern_ops import declare_extern_ops
 from ember.aot.functionalize import functionalize, functionalize_graph
 from ember.aot.partition.mincut import partition, saved_name
 from ember.aot.retrace import retrace, trace_joint
+from ember.aot.symbolic_sizes import UnboundSizeSymbolError, graph_is_symbolic
+from ember.runtime.interpreter import InterpreterError
 from ember.runtime.ir import (
     Graph,
     InputSpec,
@@ -54,6 +62,7 @@ from ember.runtime.ir import (
 from ember.runtime.ir.contracts import AotMetadata, PartitionSummary
 from ember.runtime.ir.verifier import CORE_FUNCTIONAL_EXTRA_OPS
 from ember.runtime.stages import StageDeclined
+from ember.runtime.tracing import RecordingError
 
 
 def needs_backward(program: Program, config: AotConfig) -> bool:
@@ -79,14 +88,40 @@ def aot_compile(program: Program, config: AotConfig | None = None) -> Program:
     table = decomposition_table_for_core_aten(CORE_FUNCTIONAL_EXTRA_OPS) if config.decompose else {}
     if config.decompose:
         table.update(EMBER_DECOMPOSITIONS)
-    functional = functionalize(program)
-    if needs_backward(program, config):
-        result = _training_program(functional, table, config)
-    else:
-        result = _inference_program(functional, table)
+    with _declining_symbolic_failures(program):
+        functional = functionalize(program)
+        if needs_backward(program, config):
+            result = _training_program(functional, table, config)
+        else:
+            result = _inference_program(functional, table)
     result.dialect = "core-functional"
     declare_extern_ops(result)
     return result
+
+
+_SYMBOLIC_FAILURES: tuple[type[Exception], ...] = (
+    RecordingError, UnboundSizeSymbolError, *SYMBOLIC_SHAPE_ERRORS)
+# the interpreter wraps what an op raises (the cause says which)
+_CAUGHT: tuple[type[Exception], ...] = (InterpreterError, *_SYMBOLIC_FAILURES)
+
+
+@contextlib.contextmanager
+def _declining_symbolic_failures(program: Program) -> Iterator[None]:
+    """Turn what stops a symbolic re-trace (an op that needs the value of a
+    data-dependent size, a size the IR cannot write) into ``StageDeclined`` naming the
+    node, its op and why: the graph then runs eagerly instead of failing. In a static
+    program these are bugs and raise as they are."""
+    try:
+        yield
+    except _CAUGHT as e:
+        cause = e.__cause__ if isinstance(e, InterpreterError) else e
+        symbolic = any(graph_is_symbolic(g) for g in program.graphs.values())
+        if not symbolic or not isinstance(cause, _SYMBOLIC_FAILURES):
+            raise
+        # NOTE: torch's message goes on with its own symbol names ("unhinted: ...")
+        reason = str(e).split("\n", 1)[0].split(" (unhinted:", 1)[0].strip()
+        raise StageDeclined(f"the aot stage cannot compile this graph for every size its "
+                            f"symbols allow: {reason}") from e
 
 
 def _clean(graph: Graph) -> Graph:

@@ -59,7 +59,8 @@ class SymbolicMetaInference:
         of a value argument.
 
         Raises:
-            RuntimeError: an argument has no tensor metadata, or the op fails on fakes.
+            TypeError: an argument has no tensor metadata.
+            RuntimeError: the op fails on fakes.
             UnboundSizeSymbolError: a ``SymExpr`` uses a symbol no known value binds.
         """
         grads: list[bool] = []
@@ -68,7 +69,7 @@ class SymbolicMetaInference:
             if isinstance(a, ValueRef):
                 m = meta_of(a)
                 if not isinstance(m, TensorMeta):
-                    raise RuntimeError(f"cannot infer metadata: {a} has no tensor metadata")
+                    raise TypeError(f"cannot infer metadata: {a} has no tensor metadata")
                 grads.append(m.requires_grad)
                 return self.fake(m)
             if isinstance(a, SymExpr):
