@@ -4,6 +4,7 @@ and none runs code."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import pickle
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import safetensors.torch
 import torch
-from ember.runtime.ir import IRFormatError, load, program_to_json, save
+from ember.runtime.ir import IRFormatError, SymExpr, load, program_to_json, save
 from ember.runtime.ir.archive import write_archive
 from ir_samples import mlp
 
@@ -264,3 +265,40 @@ def test_unknown_dialect_and_kind(tmp_path: Path) -> None:
     with pytest.raises(IRFormatError, match=r"signature\.inputs\.forward\[1\]\.kind: unknown "
                                             "kind 'weight'"):
         load(write_ember(tmp_path / "q.ember", doc))
+
+
+@pytest.mark.parametrize(("where", "text"), [
+    ("guard", "__import__('os').system('touch {marker}') == 0"),
+    ("sym", "__import__('os').system('touch {marker}')"),
+    ("size", "(lambda: __import__('os').system('touch {marker}'))()"),
+])
+def test_crafted_size_text_never_runs(tmp_path: Path, where: str, text: str) -> None:
+    """Size expressions and guards are checked against the grammar before anything
+    evaluates them: loading, verifying, binding and interpreting refuse the text."""
+    from ember.runtime.interpreter import run_program
+    from ember.runtime.ir import VerificationError, verify
+    from ember.runtime.ir.symbolic import SymbolBinder
+    from ir_samples import symbolic
+
+    marker = tmp_path / "pwned"
+    text = text.format(marker=marker)
+    program = symbolic()
+    graph = program.forward
+    if where == "guard":
+        graph.guards[1] = dataclasses.replace(graph.guards[1], expr=text)
+    elif where == "sym":
+        graph.node("v").args = (graph.node("v").args[0], (SymExpr(text),))
+    else:
+        meta = graph.node("y").meta
+        graph.node("y").meta = dataclasses.replace(meta, sizes=(text, 4))
+    path = tmp_path / "p.ember"
+    save(program, path)
+    loaded = load(path, trusted=True)
+    with pytest.raises(VerificationError, match="not allowed|only calls allowed"):
+        verify(loaded)
+    with pytest.raises(IRFormatError):
+        if where == "guard":
+            SymbolBinder(loaded.forward)
+        else:
+            run_program(loaded, [torch.zeros(32, 4), torch.zeros(64, 4)])
+    assert not marker.exists()
