@@ -5,7 +5,9 @@
   tolerance): outputs, inputs after the call, module state.
 * Every stage by file: ``import_exported`` -> ``save`` -> ``python -m ember.aot`` ->
   ``python -m ember.inductor`` -> ``load_artifact``, compared with eager — outputs,
-  BatchNorm's running statistics (train mode) and a user input written in place.
+  BatchNorm's running statistics (train mode) and a user input written in place; an
+  export with ``dynamic_shapes`` compiles once and runs (also by
+  ``python -m ember.runtime run --shape``) at every size its ``Dim`` ranges allow.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from corpus import CASES, CorpusCase
 from corpus.compare import clone_tree
 from ember.frontend.pytree import flatten
 from ember.runtime import import_exported
+from ember.runtime.__main__ import main as runtime_cli
 from ember.runtime.compiled import load_artifact
 from ember.runtime.ir import OutputKind, Program, load, save
 from ember.runtime.pipeline import compile_program
@@ -123,8 +126,9 @@ def _stage(module: str, src: Path, dst: Path, *extra: str) -> None:
 
 
 def _compile_by_files(model: torch.nn.Module, args: tuple[torch.Tensor, ...], tmp: Path,
-                      *aot_options: str) -> Callable[..., list[Any]]:
-    program = import_exported(torch.export.export(model, args))
+                      *aot_options: str, dynamic_shapes: Any = None
+                      ) -> Callable[..., list[Any]]:
+    program = import_exported(torch.export.export(model, args, dynamic_shapes=dynamic_shapes))
     save(program, tmp / "exported.ember")
     options = [arg for o in aot_options for arg in ("--option", o)]
     _stage("ember.aot", tmp / "exported.ember", tmp / "functional.ember", *options)
@@ -181,3 +185,35 @@ def test_user_input_and_buffer_mutation_by_files(tmp_path: Path) -> None:
         torch.testing.assert_close(acc, acc_eager)
     _assert_same_buffers(model, fn)
     assert int(fn.program.tensors["count"]) == 8  # type: ignore[attr-defined]
+
+
+def test_dynamic_shapes_export_by_files_runs_every_size_in_range(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Batch in [2, 16] and a square image side in [4, 32]: one compiled artifact for
+    every such size; a size outside the range is refused naming the input and range."""
+    torch.manual_seed(0)
+    model = ConvBN().eval()
+    batch, side = torch.export.Dim("batch", min=2, max=16), torch.export.Dim("side", min=4,
+                                                                             max=32)
+    fn = _compile_by_files(copy.deepcopy(model), (torch.randn(2, 3, 8, 8),), tmp_path,
+                           "aot.training=false",
+                           dynamic_shapes=({0: batch, 2: side, 3: side},))
+    symbols = fn.program.forward.symbols  # type: ignore[attr-defined]
+    assert {name: (r.lower, r.upper) for name, r in symbols.items()} == {
+        "s0": (2, 16), "s1": (4, 32)}
+    for n, hw in ((2, 8), (5, 13), (15, 32)):
+        x = torch.randn(n, 3, hw, hw)
+        with torch.no_grad():
+            got, expected = fn(x), model(x)
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"^input 'x' dim 0: size 17 is outside the range "
+                                         r"\[2, 16\] of symbol s0$"):
+        fn(torch.randn(17, 3, 8, 8))
+    run = ["run", str(tmp_path / "compiled.ember"), "--trusted", "--out",
+           str(tmp_path / "out.safetensors"), "--shape"]
+    assert runtime_cli([*run, "x=3,3,9,9"]) == 0
+    assert runtime_cli([*run, "x=3,3,9,10"]) == 1
+    assert capsys.readouterr().err == (
+        "error: input 'x' dim 3: size 10, but symbol s1 is 9 (input 'x' dim 2); the graph "
+        "needs them equal\n")
