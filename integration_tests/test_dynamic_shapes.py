@@ -6,8 +6,9 @@
 * HF GPT-2 (tiny config) ``generate`` of 32 tokens with ``forward`` compiled compiles at
   most three times (prefill, first decode step, dynamic decode) and gives eager's tokens;
 * a symbolic program from ``capture(..., dynamic_shapes=...)`` round-trips through
-  ``.ember`` (same text), and ``python -m ember.runtime run`` runs it at two sizes (same
-  values as eager) and refuses sizes its ranges or guards exclude, naming them;
+  ``.ember`` (same text), and ``python -m ember.runtime run`` (its ``main``, in this
+  process) runs it at two sizes (same values as eager) and refuses sizes its ranges or
+  guards exclude, naming them;
 * relation guards (a branch on a size, a ``view`` that needs an even total): the guards
   of the program accept exactly the sizes the program is right for, each with its line;
 * unbacked sizes (``nonzero``): one compile serves every count of nonzeros, the program
@@ -16,8 +17,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import ember.frontend
 import pytest
 import torch
 from benchlib import generate
+from ember.runtime.__main__ import main as cli_main
 from ember.runtime.interpreter import run_program
 from ember.runtime.ir import Program, load, print_program, save, symbolic
 
@@ -108,7 +108,7 @@ def test_relation_guards_accept_exactly_the_sizes_the_program_is_right_for() -> 
 
 
 def test_symbolic_program_round_trips_through_ember_and_runs_at_two_sizes(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     safetensors_torch = pytest.importorskip("safetensors.torch")
     program = _capture_cat_view_branch()
@@ -116,29 +116,28 @@ def test_symbolic_program_round_trips_through_ember_and_runs_at_two_sizes(
     save(program, path)
     loaded = load(path)
     assert print_program(loaded) == print_program(program)
+    inputs, out = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
+    command = ["run", str(path), "--inputs", str(inputs), "--out", str(out)]
 
-    def run_cli(x: torch.Tensor, y: torch.Tensor) -> subprocess.CompletedProcess[str]:
-        inputs, out = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
+    def run_cli(x: torch.Tensor, y: torch.Tensor) -> tuple[int, str]:
+        """``python -m ember.runtime run`` in this process; (exit status, stderr)."""
         safetensors_torch.save_file({"x": x, "y": y}, str(inputs))
         out.unlink(missing_ok=True)
-        return subprocess.run(
-            [sys.executable, "-m", "ember.runtime", "run", str(path), "--inputs", str(inputs),
-             "--out", str(out)], capture_output=True, text=True, timeout=300, check=False)
+        status = cli_main(command)
+        return status, capsys.readouterr().err
 
     for nx, ny in ((8, 6), (13, 3)):  # both inside the ranges and guards
         x, y = torch.randn(nx, 4), torch.randn(ny, 4)
-        done = run_cli(x, y)
-        assert done.returncode == 0, done.stderr
-        result = safetensors_torch.load_file(str(tmp_path / "out.safetensors"))["out0"]
+        status, err = run_cli(x, y)
+        assert status == 0, err
+        result = safetensors_torch.load_file(str(out))["out0"]
         torch.testing.assert_close(result, _cat_view_branch(x, y), atol=TOL, rtol=TOL)
-        # the runtime API gives the same
-        (api,) = run_program(loaded, [x, y])
+        (api,) = run_program(loaded, [x, y])  # the runtime API gives the same
         torch.testing.assert_close(api, result, atol=0, rtol=0)
-    refused = run_cli(torch.randn(65, 4), torch.randn(3, 4))  # x above its range
-    assert refused.returncode == 1
-    assert "x" in refused.stderr and "64" in refused.stderr, refused.stderr
-    odd = run_cli(torch.randn(8, 4), torch.randn(5, 4))  # 13 rows: no even split
-    assert odd.returncode == 1 and "guard" in odd.stderr, odd.stderr
+    status, err = run_cli(torch.randn(65, 4), torch.randn(3, 4))  # x above its range
+    assert status == 1 and "'x'" in err and "[2, 64]" in err and "65" in err, err
+    status, err = run_cli(torch.randn(8, 4), torch.randn(5, 4))  # 13 rows: no even split
+    assert status == 1 and "guard" in err and "z.view(2, -1, 4)" in err, err
 
 
 def test_compiled_function_with_a_branch_on_a_size_recompiles_only_across_it() -> None:
