@@ -7,6 +7,7 @@ may add lines here; keep one import per name and say what it is for.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -86,13 +87,26 @@ def make_shape_env() -> ShapeEnv:
                     specialize_zero_one=True, duck_shape=True)
 
 
-def input_source(name: str) -> Any:
-    """A named torch ``Source`` for the sizes of a symbolic input (torch's symbol
-    machinery wants one). NOTE: imported here, not at the top: ``torch._dynamo`` takes
-    seconds to import and only dynamic recording needs it."""
-    from torch._dynamo.source import ConstantSource
+@dataclasses.dataclass(frozen=True)
+class _InputSource(torch._guards.Source):
+    """A named source of a symbolic input's sizes (torch's symbol machinery wants a
+    ``Source``; torch's own named ones live in ``torch._dynamo``, which no stage
+    imports)."""
 
-    return ConstantSource(name)
+    input_name: str
+
+    @property
+    def guard_source(self) -> Any:
+        return torch._guards.GuardSource.CONSTANT
+
+    @property
+    def _name_template(self) -> str:
+        return self.input_name
+
+
+def input_source(name: str) -> Any:
+    """A named torch ``Source`` for the sizes of a symbolic input."""
+    return _InputSource(name)
 
 
 def is_unbacked(shape_env: ShapeEnv, symbol: sympy.Symbol) -> bool:
