@@ -23,6 +23,7 @@ from ember.runtime.ir import (
     ValueRef,
 )
 from ember.runtime.ir.graph import ShapeGuard, SymExpr
+from ember.runtime.ir.printer import print_program
 from ember.runtime.ir.symbolic import ShapeError
 from handbuilt import ProgramBuilder, mlp_program
 
@@ -301,3 +302,26 @@ def test_unbacked_symbols_bind_from_the_result_that_defines_them() -> None:
     with pytest.raises(ShapeError, match=r"^the result of 'nz' dim 0: size 3 is outside "
                                          r"the range \[0, 2\] of symbol u0$"):
         run_program(_unbacked_program(2), [x])
+
+
+def test_recorded_unbacked_sizes_run_for_other_data() -> None:
+    """A dynamic recording of ``nonzero`` (``u0`` rows) and a size computed from it: the
+    interpreter binds ``u0`` from the ``nonzero`` result of each run."""
+    from ember.runtime.ir import InputSpec, verify
+    from ember.runtime.tracing import GraphRecorder
+
+    def fn(y: torch.Tensor) -> list[torch.Tensor]:
+        nz = torch.nonzero(y > 0)
+        return [nz.sum(1), y.new_ones(nz.shape[0] + 1)]
+
+    rec = GraphRecorder(dynamic=True)
+    fake = rec.add_input(torch.randn(6, 2), InputSpec("y"), dynamic_dims={0: (2, None)})
+    with rec:
+        outs = fn(fake)
+    program = rec.finish(outs)
+    verify(program, "aten")
+    assert "[sym(u0+1)]" in print_program(program)
+    for y in (torch.randn(5, 2), -torch.ones(3, 2), torch.ones(9, 2)):
+        got, expected = run_program(program, [y]), fn(y)
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g, e)
