@@ -8,7 +8,8 @@
 * a symbolic program from ``capture(..., dynamic_shapes=...)`` round-trips through
   ``.ember`` (same text), and ``python -m ember.runtime run`` (its ``main``, in this
   process) runs it at two sizes (same values as eager) and refuses sizes its ranges or
-  guards exclude, naming them;
+  guards exclude, naming them; loaded and compiled by inductor, it is one compiled program
+  for every allowed size, refusing the others with the guard's source line;
 * relation guards (a branch on a size, a ``view`` that needs an even total): the guards
   of the program accept exactly the sizes the program is right for, each with its line;
 * unbacked sizes (``nonzero``): one compile serves every count of nonzeros, the program
@@ -27,6 +28,8 @@ from benchlib import generate
 from ember.runtime.__main__ import main as cli_main
 from ember.runtime.interpreter import run_program
 from ember.runtime.ir import Program, load, print_program, save, symbolic
+from ember.runtime.ir.symbolic import ShapeError
+from ember.runtime.pipeline import compile_program
 
 TOL = 1e-5
 
@@ -138,6 +141,20 @@ def test_symbolic_program_round_trips_through_ember_and_runs_at_two_sizes(
     assert status == 1 and "'x'" in err and "[2, 64]" in err and "65" in err, err
     status, err = run_cli(torch.randn(8, 4), torch.randn(5, 4))  # 13 rows: no even split
     assert status == 1 and "guard" in err and "z.view(2, -1, 4)" in err, err
+
+
+def test_loaded_symbolic_program_compiles_once_for_every_allowed_size(tmp_path: Path) -> None:
+    save(_capture_cat_view_branch(), tmp_path / "cat_view.ember")
+    fn = compile_program(load(tmp_path / "cat_view.ember"), backend="inductor")
+    assert fn.program.dialect == "compiled"
+    for nx, ny in ((8, 6), (13, 3), (5, 63)):
+        x, y = torch.randn(nx, 4), torch.randn(ny, 4)
+        (out,) = fn([x, y])
+        torch.testing.assert_close(out, _cat_view_branch(x, y), atol=TOL, rtol=TOL)
+    with pytest.raises(ShapeError, match=r"^guard .* fails for s0=8 .* s1=5 .*z\.view"):
+        fn([torch.randn(8, 4), torch.randn(5, 4)])
+    with pytest.raises(ShapeError, match=r"^guard 's0 > 4' fails for s0=4 .*x\.shape\[0\] > 4"):
+        fn([torch.randn(4, 4), torch.randn(4, 4)])  # the other side of the branch
 
 
 def test_compiled_function_with_a_branch_on_a_size_recompiles_only_across_it() -> None:
