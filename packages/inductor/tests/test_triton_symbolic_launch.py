@@ -4,7 +4,7 @@ keyed by Triton's own specialization of integer arguments (never by size or grid
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +123,27 @@ def test_binaries_are_kept_by_specialization_not_by_grid() -> None:
         ("binary2", (5, 1, 1), (x, 65, 16)),
     ]
     assert fn.builds == 2
+
+
+def test_launch_sizes_are_evaluated_once_per_size_values(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    from ember.runtime.compiled import triton_launcher
+    from ember.runtime.compiled.triton_launcher import LaunchSizes
+
+    sizes = LaunchSizes({"a_ptr": "*fp32", "s0": "i64", "s1": "i64"},
+                        ("(s0*s1+511)//512", "s0", 1))
+    calls: list[dict[str, int]] = []
+    evaluate = sizes.evaluate
+
+    def counted(env: Mapping[str, int]) -> tuple[int, ...]:
+        calls.append(dict(env))
+        return evaluate(env)
+
+    monkeypatch.setattr(sizes, "evaluate", counted)
+    assert sizes.at((None, 3, 1000)) == (6, 3, 1)
+    assert sizes.at((None, 3, 1000)) == (6, 3, 1)
+    assert sizes.at((None, 4, 1000)) == (8, 4, 1)
+    assert calls == [{"s0": 3, "s1": 1000}, {"s0": 4, "s1": 1000}]
+    monkeypatch.setattr(triton_launcher, "LAUNCH_SIZES_CACHE", 2)
+    assert sizes.at((None, 5, 1000)) == (10, 5, 1)  # the cache was full: cleared first
+    assert sizes.at((None, 3, 1000)) == (6, 3, 1) and len(calls) == 4

@@ -27,6 +27,7 @@ Triton's interpreter on the CPU (CI).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -105,9 +106,14 @@ def split_from_entry(spec: TritonKernelSpec,
 _LAUNCH_DEVICES = ("cuda", "cpu")
 
 
+#: distinct size-argument values whose launch sizes a LaunchSizes remembers
+LAUNCH_SIZES_CACHE = 1024
+
+
 class LaunchSizes:
     """The grid (and workspace size) of a launch: ints, or size expressions evaluated
-    from the launch's integer arguments (the kernel's size symbols)."""
+    from the launch's integer arguments (the kernel's size symbols). Results are kept
+    per argument values: a launch at sizes seen before costs one dictionary lookup."""
 
     def __init__(self, signature: Mapping[str, str], sizes: Sequence[int | str]) -> None:
         self.sizes = tuple(sizes)
@@ -115,10 +121,22 @@ class LaunchSizes:
         # where each integer parameter sits among the launch's arguments
         self.positions = {name: i for i, (name, ty) in enumerate(signature.items())
                           if ty in ("i32", "i64")}
+        # the size arguments' values as one hashable key (one value, or a tuple of them)
+        self._key = operator.itemgetter(*self.positions.values()) if self.positions \
+            else (lambda args: ())
+        self._seen: dict[Any, tuple[int, ...]] = {}
 
-    def environment(self, args: Sequence[Any]) -> dict[str, int]:
-        """The size symbols' values in this launch's arguments."""
-        return {name: int(args[i]) for name, i in self.positions.items()}
+    def at(self, args: Sequence[Any]) -> tuple[int, ...]:
+        """The sizes for this launch's arguments."""
+        key = self._key(args)
+        found = self._seen.get(key)
+        if found is None:
+            values = key if len(self.positions) > 1 else (key,)
+            found = self.evaluate(dict(zip(self.positions, map(int, values))))
+            if len(self._seen) >= LAUNCH_SIZES_CACHE:
+                self._seen.clear()
+            self._seen[key] = found
+        return found
 
     def evaluate(self, env: Mapping[str, int]) -> tuple[int, ...]:
         """The sizes at the symbol values ``env``."""
@@ -139,8 +157,6 @@ class TritonLaunch:
         self._grid = LaunchSizes(spec.signature, grid)
         self._split_sizes = None if split is None else LaunchSizes(
             spec.signature, (*split.grid, split.workspace_numel))
-        self._symbolic = self._grid.symbolic or (
-            self._split_sizes is not None and self._split_sizes.symbolic)
         self._static_grid = None if self._grid.symbolic else self._grid.evaluate({})
         self._by_device: dict[torch.device, tuple[TritonKernel, TritonKernel | None]] = {}
 
@@ -154,8 +170,7 @@ class TritonLaunch:
         return kernels
 
     def __call__(self, *args: Any) -> None:
-        env = self._grid.environment(args) if self._symbolic else {}
-        grid = self._static_grid or self._grid.evaluate(env)
+        grid = self._static_grid or self._grid.at(args)
         if any(g == 0 for g in grid):
             return  # an empty tensor: nothing to compute
         device = args[0].device if args and isinstance(args[0], torch.Tensor) \
@@ -169,7 +184,7 @@ class TritonLaunch:
         if self.split is None or partial is None or self._split_sizes is None:
             main.launch(grid, *args)
             return
-        *split_grid, workspace_numel = self._split_sizes.evaluate(env)
+        *split_grid, workspace_numel = self._split_sizes.at(args)
         workspaces = [torch.empty(workspace_numel, dtype=d, device=device)
                       for d in self.split.workspace_dtypes]
         partial.launch(split_grid, *args, *workspaces)
