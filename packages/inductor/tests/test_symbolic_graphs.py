@@ -25,8 +25,9 @@ from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.loop_ir.symbolic_index import size_hints
 from ember.inductor.scheduler import KernelStep, format_schedule, schedule
 from ember.runtime.compiled import load_artifact, load_executor
-from ember.runtime.ir import Program, parse_program, save, verify
+from ember.runtime.ir import InputSpec, Program, parse_program, save, verify
 from ember.runtime.ir.symbolic import ShapeError
+from ember.runtime.tracing import GraphRecorder
 
 HERE = Path(__file__).parent / "symbolic"
 GOLDEN = ("mlp", "softmax")
@@ -142,3 +143,20 @@ if __name__ == "__main__":
     for golden in GOLDEN:
         (HERE / f"{golden}.golden").write_text(printed(golden))
         print(f"wrote {HERE / golden}.golden")
+
+
+def test_index_checks_against_a_symbolic_size_name_its_value() -> None:
+    rec = GraphRecorder(dynamic=True)
+    w = rec.add_input(torch.randn(10, 4), InputSpec("w"), {0: (2, None)})
+    i = rec.add_input(torch.randint(0, 10, (6,)), InputSpec("i"), {0: (2, None)})
+    with rec:
+        out = torch.nn.functional.embedding(i, w) * 2
+    p = rec.finish([out])
+    p.dialect = "core-functional"
+    compiled, run = _load(p)
+    assert compiled.metadata["fallbacks"] == {}
+    w2, i2 = torch.randn(7, 4), torch.tensor([0, 6, 3])
+    torch.testing.assert_close(run(w2, i2)[0], w2[i2] * 2)
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with "
+                                         "size 7"):
+        run(w2, torch.tensor([1, 7]))

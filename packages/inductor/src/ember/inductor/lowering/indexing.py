@@ -8,8 +8,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import sympy
 import torch
-from ember.inductor.loop_ir import IndexExpr, Indirect, Int, Size, add, floordiv, mod, mul
+from ember.inductor.loop_ir import (
+    IndexExpr,
+    Indirect,
+    Int,
+    Size,
+    add,
+    floordiv,
+    mod,
+    mul,
+    render_size,
+)
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck, new_check, record_failure
 from ember.inductor.lowering.common import broadcast_index, normalize_dim, out_meta, sizes_of
@@ -125,16 +136,21 @@ _BOUNDS: dict[str, tuple[bool, str]] = {  # op -> (negative indexes count from t
 }
 
 
-def bounds_check(ctx: GraphLowering, op: str, dim: int, size: int, exception: str
+def bounds_check(ctx: GraphLowering, op: str, dim: int, size: Size, exception: str
                  ) -> RuntimeCheck:
     """A run-time check that an index of ``op`` lies in dim ``dim`` of ``size``."""
+    # a symbolic size is filled in by the wrapper, where its symbols are bound
+    text = str(size) if isinstance(size, int) else "{" + render_size(size, "//") + "}"
     return new_check(ctx, exception,
                      f"{op}: index {{value}} is out of bounds for dimension {dim} "
-                     f"with size {size}")
+                     f"with size {text}")
 
 
-def _inside(known: tuple[int, int] | None, lo: int, hi: int) -> bool:
-    """Whether the range ``known`` lies in ``[lo, hi)``."""
+def _inside(known: tuple[int, int] | None, lo: Size, hi: Size) -> bool:
+    """Whether the range ``known`` lies in ``[lo, hi)`` (never proved for symbolic
+    bounds: the check stays)."""
+    if not (isinstance(lo, int) and isinstance(hi, int)):
+        return False
     return known is not None and lo <= known[0] and known[1] < hi
 
 
@@ -142,7 +158,7 @@ class IndexChecker:
     """Turns the index values of one op's dim into positions, checking them at run time
     unless their range is known to be valid at compile time (then no code at all)."""
 
-    def __init__(self, ctx: GraphLowering, op: str, dim: int, size: int,
+    def __init__(self, ctx: GraphLowering, op: str, dim: int, size: Size,
                  index: TensorValue) -> None:
         self.ctx = ctx
         self.size = size
@@ -173,7 +189,8 @@ class IndexChecker:
                                 b.compute("ge", v, b.literal(size, i64)))
             record_failure(b, self.check, outside, v)
         clamped = b.compute("minimum", b.compute("maximum", wrapped, b.literal(0, i64)),
-                            b.literal(max(size - 1, 0), i64))
+                            b.literal(max(size - 1, 0) if isinstance(size, int)
+                                      else sympy.Max(size - 1, 0), i64))
         return Indirect(clamped)
 
 

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, Int, Var, add, mul
+from ember.inductor.loop_ir import IndexExpr, Int, Size, Var, add, mul
+from ember.inductor.loop_ir.symbolic_index import as_size
 from ember.inductor.lowering.builder import BodyBuilder
 
 ElementFn = Callable[[BodyBuilder, tuple[IndexExpr, ...]], str]
@@ -100,8 +101,10 @@ def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def numel(sizes: Sequence[int]) -> int:
-    n = 1
+def numel(sizes: Sequence[Size]) -> Size:
+    """The number of elements of ``sizes`` (an expanded expression when symbolic, so
+    that equal counts compare equal)."""
+    n: Size = 1
     for s in sizes:
         n *= s
-    return n
+    return n if isinstance(n, int) else as_size(n)
