@@ -64,6 +64,8 @@ CASES: list[tuple[str, Callable[..., torch.Tensor], Callable[[int], list[torch.T
      {0: {0: (2, None)}, 1: {0: (2, None)}}),
     ("sum", lambda x: (x * 2).sum(), lambda n: [_grad(n, 4)], ROWS),
     ("flatten", lambda x: x.view(-1) * 3, lambda n: [_grad(n, 4)], ROWS),
+    # a data-dependent (unbacked) output size: the tangent takes it from the output
+    ("masked", lambda x: x[x > 0] * 2, lambda n: [torch.randn(n, requires_grad=True)], ROWS),
 ]
 
 
@@ -100,6 +102,21 @@ def test_saved_bytes_are_an_expression_and_the_cut_uses_the_hint() -> None:
     assert aot is not None and aot.partition is not None
     # x [s0, 4] and addmm [s0, 3] in float32, and w2 [2, 3]
     assert aot.partition.saved_bytes == "28*s0+24"
+
+
+def test_the_cut_compares_symbolic_sizes_at_the_hint() -> None:
+    # softmax reduces s0*8 elements: recomputed in the backward while that is under
+    # aot.recompute_reduction_limit (4096) at the hint, saved above it
+    def summary(rows: int) -> tuple[object, tuple[str, ...]]:
+        program = _compile(lambda x, w: (x.softmax(-1) * w).sum(),
+                           [_grad(rows, 8), torch.randn(8, requires_grad=True)], ROWS)
+        aot = AotMetadata.from_program(program)
+        assert aot is not None and aot.partition is not None
+        return aot.partition.saved_bytes, aot.partition.recomputed
+
+    assert summary(5) == ("32*s0+32", ("_softmax", "alias", "alias_1"))
+    # the softmax itself is saved instead of its input: as many bytes
+    assert summary(1000) == ("32*s0+32", ("alias", "alias_1"))
 
 
 def test_the_backward_binds_its_symbols_from_a_size_carrier() -> None:

@@ -113,9 +113,16 @@ def recorded_meta(recorder: GraphRecorder, tensor: torch.Tensor) -> TensorMeta:
 
 def add_tangent(recorder: GraphRecorder, graph: Graph, output: torch.Tensor,
                 name: str) -> torch.Tensor:
-    """A dense tangent input named ``name`` shaped like the re-traced ``output``."""
-    meta = dense(recorded_meta(recorder, output))
-    return add_input(recorder, graph, meta, InputSpec(name), False)
+    """A dense tangent input named ``name`` shaped like the re-traced ``output``.
+
+    NOTE: a symbolic tangent is made from the output's own symbolic sizes, not from its
+    IR text: a data-dependent size the re-trace computed is a new torch symbol that
+    only the output carries."""
+    if recorder.shape_env is None:
+        return add_input(recorder, graph, dense(TensorMeta.of(output)), InputSpec(name), False)
+    with recorder.fake_mode:
+        fake = torch.empty(output.shape, dtype=output.dtype, device=output.device)
+    return recorder.add_input(fake, InputSpec(name))
 
 
 def carry_shape_facts(original: Graph, traced: Program, graph_name: str) -> None:
