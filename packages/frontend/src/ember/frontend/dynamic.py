@@ -33,8 +33,6 @@ __all__ = ["DimMark", "DynamicDim", "DynamicDimError", "DynamicPolicy", "add_inp
            "marks_of", "maybe_mark_dynamic"]
 
 _MARKS = "_ember_dim_marks"  # the attribute of a tensor holding its marks
-# TEMPORARY until the runtime's symbolic recorder lands (remove then)
-_TEMP_RECORDER_READY = "dynamic" in GraphRecorder.__init__.__code__.co_varnames
 
 
 @dataclass(frozen=True)
@@ -182,21 +180,21 @@ class DynamicPolicy:
     @property
     def may_be_dynamic(self) -> bool:
         """Whether a capture may have a symbolic dimension without user marks."""
-        return _TEMP_RECORDER_READY and (bool(self.dynamic) or bool(self.automatic))
+        return bool(self.dynamic) or bool(self.automatic)
 
     @property
     def unbacked_allowed(self) -> bool:
         """Whether an op with a data-dependent output size (``nonzero``) may be
         captured with an unbacked size (a capture with symbolic shapes); with
         ``dynamic=False`` it is a graph break."""
-        return _TEMP_RECORDER_READY and self.dynamic is not False
+        return self.dynamic is not False
 
     def note_miss(self, failed: list[tuple[Guard, Any]], name: str) -> bool:
         """After a cache miss: ``failed`` are the guards of the newest entry that failed
         with the values they saw. When every failure is a size change only, mark those
         dimensions symbolic (logged under ``dynamic``) and return True.
         """
-        if self.dynamic is not None or not failed or not _TEMP_RECORDER_READY:
+        if self.dynamic is not None or not failed:
             return False
         changes: list[tuple[Source, int, int, int]] = []
         for guard, actual in failed:

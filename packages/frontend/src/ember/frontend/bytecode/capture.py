@@ -187,7 +187,7 @@ class CaptureContext:
         kind, target = _input_kind(value, source)
         name = self._input_name(source)
         dims = dims_of(source, value, kind is InputKind.USER_INPUT, self.policy)
-        if dims and getattr(self.recorder, "shape_env", None) is None:
+        if dims and self.recorder.shape_env is None:
             self.missed_marks = True  # only marks ask for symbols in a static capture
             dims = {}
         fake = self._add_input(value, InputSpec(name, kind, target), dims)
