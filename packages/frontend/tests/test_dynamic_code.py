@@ -173,3 +173,23 @@ def test_capture_dynamic_shapes_is_checked() -> None:
                                                  r"\(dynamic_shapes\)"):
         ef.capture(lambda x: x + 1 if x.size(0) == 8 else x, x,
                    dynamic_shapes={"x": {0: None}})
+
+
+@pytest.mark.parametrize("capture", MODES)
+def test_inductor_compiles_symbolic_sizes_once(capture: str) -> None:
+    f = ef.compile(size_arithmetic, backend="inductor", dynamic=True,
+                   options={"capture": capture})
+    for rows, cols in ((2, 4), (3, 6), (5, 10)):
+        x = torch.randn(rows, cols)
+        torch.testing.assert_close(f(x), size_arithmetic(x))
+    assert f.stats.compiles == 1, f.stats
+
+
+def test_inductor_batch_sweep_compiles_twice() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.GELU())
+    f = ef.compile(model)  # inductor, strict, dynamic=None
+    with torch.no_grad():
+        for batch in (1, 2, 3, 9, 17):
+            x = torch.randn(batch, 6)
+            torch.testing.assert_close(f(x), model(x))
+    assert f.stats.compiles == 2 and f.stats.eager_fallback_calls == 0, f.stats
