@@ -9,6 +9,7 @@ ops of both, after autograd, at the dispatcher level).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -163,17 +164,19 @@ class _SourceKeepingInterpreter(Interpreter):
 
     def __init__(self, program: Program, graph: str, recorder: GraphRecorder,
                  keep_no_grad: bool = False) -> None:
-        super().__init__(program, graph)
+        # NOTE: the interpreter binds a symbolic graph's symbols by reading input sizes
+        # as ints and checks ranges and guards: on fake tensors that would specialise
+        # every symbol. It runs the graph without its symbol table instead; this class
+        # binds the symbols itself, to torch's symbolic ints.
+        unchecked = dataclasses.replace(program.graphs[graph], symbols={}, guards=[])
+        super().__init__(dataclasses.replace(program, graphs={**program.graphs,
+                                                               graph: unchecked}), graph)
         self.recorder = recorder
         self.keep_no_grad = keep_no_grad
         # IR symbol -> torch's symbolic int for it, bound as the symbol binder does: from
         # the first placeholder (or, for an unbacked symbol, node) that has it as a plain
         # size. ``SymExpr`` arguments are computed from these.
         self.symbol_values: dict[str, Any] = {}
-        # NOTE: the interpreter's own binder reads input sizes as ints and checks the
-        # ranges and guards: on fake tensors that would specialise every symbol.
-        self._binder = None
-        self._unbacked = {}
 
     def run_node(self, node: Node) -> Any:
         self.recorder.set_source(node.source)
