@@ -4,12 +4,14 @@ what the compilers can do today)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 import bench
 import pytest
 import torch
-from benchlib import compilers, report, runner, sweep
+from benchlib import coldstart, compilers, report, runner, sweep
 
 CPU = torch.device("cpu")
 
@@ -171,3 +173,17 @@ def test_markdown_has_the_dynamic_and_sweep_sections(tmp_path: Any) -> None:
     assert "1 of 1 dynamic compiles within 10% of the static compile" in text
     assert "| mlp | float32 | torch | 1.50ms | 2.50ms | 2 |" in text
     assert "| mlp | float32 | torch[dynamic] | 1.60ms | 2.40ms | 0 |" in text
+
+
+def test_cold_compile_of_a_dynamic_row_compiles_with_dynamic_true(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[tuple[str, bool | None]] = []
+    monkeypatch.setattr(compilers, "compile_fn", _fake_compile_fn(seen))
+    job = coldstart.ColdJob("mlp", "ember", "inductor", "cpu", "float32", "test", False,
+                            dynamic=True)
+    assert coldstart.ColdJob(**json.loads(json.dumps(dataclasses.asdict(job)))) == job
+    assert coldstart._first_call_seconds(job) > 0
+    static = dataclasses.replace(job, dynamic=False)
+    assert coldstart._first_call_seconds(static) > 0
+    assert seen == [("ember", True), ("ember", None)]
