@@ -79,6 +79,22 @@ def test_range_of_a_size_specialises_and_says_so(capsys: pytest.CaptureFixture[s
     assert f.stats.compiles == 2
 
 
+SCALE = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]
+
+
+def index_by_size(x: torch.Tensor) -> torch.Tensor:
+    return x * SCALE[x.size(0)] + int(x.size(1))  # a list index and int() specialise
+
+
+@pytest.mark.parametrize("capture", MODES)
+def test_size_as_list_index_or_int_specialises(capture: str) -> None:
+    f = compiled(index_by_size, capture, dynamic=True)
+    for shape in ((3, 4), (3, 4), (4, 4), (4, 5)):
+        x = torch.ones(shape)
+        torch.testing.assert_close(f(x), index_by_size(x))
+    assert f.stats.compiles == 3, f.stats  # one per (rows, cols) pair
+
+
 def branch_on_size(x: torch.Tensor) -> torch.Tensor:
     if x.size(0) > 4:
         return x * 2
