@@ -11,8 +11,8 @@ It runs the ``forward`` graph through an executor and applies the signature's ep
 
 A ``compiled`` program with size symbols checks its inputs' sizes against the symbols'
 ranges and the graph's guards before its wrapper runs
-(:class:`~ember.runtime.ir.symbolic.SymbolBinder`; the wrapper itself binds the symbols
-and checks dtypes, devices and static sizes). ``aten``/``core-functional`` programs are
+(:class:`~ember.runtime.interpreter.SizeBinding`: the placeholders with symbolic sizes
+only; the wrapper itself binds the symbols and checks dtypes, devices and static sizes). ``aten``/``core-functional`` programs are
 checked by the interpreter that runs them. Static programs pay nothing for this.
 
 A program with a ``backward`` graph runs through :mod:`ember.runtime.autograd` when grad
@@ -29,10 +29,10 @@ from typing import Any
 import torch
 from ember.runtime.autograd import TrainingRunner
 from ember.runtime.executor import ExecutorFactory, make_executor
-from ember.runtime.interpreter import bind_inputs
+from ember.runtime.interpreter import SizeBinding, bind_inputs
 from ember.runtime.ir import OutputKind, OutputSpec, Program, TensorMeta
 from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases
-from ember.runtime.ir.symbolic import SymbolBinder, UnboundSymbolError, evaluate
+from ember.runtime.ir.symbolic import UnboundSymbolError, evaluate
 
 _HIDDEN_KINDS = (OutputKind.MUTATED_INPUT, OutputKind.SAVED_TENSOR)
 
@@ -191,10 +191,10 @@ class ProgramCallable:
         # NOTE: the interpreter binds and checks symbols itself; compiled code is
         # checked here, before a kernel sees a size. Symbolic aliased outputs need the
         # symbols' values too.
-        self._binder: SymbolBinder | None = None
+        self._sizes: SizeBinding | None = None
         if (graph.symbols or graph.guards) and (
                 program.dialect == "compiled" or any(a.symbolic for a in self._aliased)):
-            self._binder = SymbolBinder(graph)
+            self._sizes = SizeBinding(graph)
 
     def _check_input_aliasing(self, full: list[Any]) -> None:
         """The program is only right if its inputs share memory exactly as they did at
@@ -239,7 +239,7 @@ class ProgramCallable:
         # bind_inputs would scan the graph's nodes on every call to find that out.
         full = (list(inputs) if len(inputs) == self._n_placeholders
                 else bind_inputs(self.program, "forward", inputs))
-        symbols = self._binder.bind(full) if self._binder is not None else None
+        symbols = self._sizes.bind(full) if self._sizes is not None else None
         if self._mutated or self._input_aliases:
             self._check_input_aliasing(full)
         if self._training is not None and torch.is_grad_enabled() and any(

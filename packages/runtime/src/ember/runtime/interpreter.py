@@ -100,6 +100,36 @@ def bind_inputs(
     return bound
 
 
+class SizeBinding:
+    """Binds the size symbols of a symbolic graph from each call's inputs, looking only
+    at the placeholders with symbolic sizes (a model's static parameters cost nothing
+    per call; the interpreter's ops and the compiled wrapper see their sizes anyway).
+
+    Attributes:
+        binder: the :class:`SymbolBinder` of those placeholders and every other node
+            (for unbacked symbols), with the graph's symbols and guards.
+        positions: their positions among the graph's placeholders.
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        placeholders = graph.placeholders
+        self.positions = tuple(
+            i for i, p in enumerate(placeholders)
+            if isinstance(p.meta, TensorMeta) and not (
+                p.meta.is_static and all(isinstance(s, int) for s in p.meta.strides)))
+        others = [n for n in graph.nodes if n.op != "placeholder"]
+        self.binder = SymbolBinder(Graph([*(placeholders[i] for i in self.positions),
+                                          *others], graph.symbols, graph.guards))
+
+    def bind(self, inputs: Sequence[Any]) -> dict[str, int]:
+        """The value of every backed symbol, from ``inputs`` (one per placeholder).
+
+        Raises:
+            ShapeError: as :meth:`SymbolBinder.bind`.
+        """
+        return self.binder.bind([inputs[i] for i in self.positions])
+
+
 class Interpreter:
     """Runs one graph of a program with eager torch operators.
 
@@ -138,11 +168,11 @@ class Interpreter:
         self._tensors_on_device: dict[str, torch.Tensor] = {}
         self._pending_inputs: list[Any] = []
         self.symbols: dict[str, int] = {}
-        self._binder: SymbolBinder | None = None
+        self._sizes: SizeBinding | None = None
         self._unbacked: dict[str, list[UnbackedSite]] = {}
         if self.graph.symbols or self.graph.guards:
-            self._binder = SymbolBinder(self.graph)
-            for site in self._binder.unbacked.values():
+            self._sizes = SizeBinding(self.graph)
+            for site in self._sizes.binder.unbacked.values():
                 self._unbacked.setdefault(site.node, []).append(site)
 
     # -- driving ---------------------------------------------------------------------
@@ -160,7 +190,7 @@ class Interpreter:
             InterpreterError: an operator failed (names node and source line).
         """
         self._pending_inputs = bind_inputs(self.program, self.graph_name, inputs, extra)
-        self.symbols = {} if self._binder is None else self._binder.bind(self._pending_inputs)
+        self.symbols = {} if self._sizes is None else self._sizes.bind(self._pending_inputs)
         self._pending_inputs.reverse()  # pop() from the end in placeholder order
         self.env = {}
         result: list[Any] = []
@@ -182,11 +212,12 @@ class Interpreter:
 
     def _bind_unbacked(self, node: Node, value: Any) -> None:
         """Read the unbacked symbols ``node`` defines off its result ``value``."""
-        assert self._binder is not None
+        assert self._sizes is not None
         for index in sorted({site.index for site in self._unbacked[node.name]},
                             key=lambda i: -1 if i is None else i):
             result = value if index is None else value[index]
-            self._binder.bind_unbacked(self.symbols, node.name, index, tuple(result.shape))
+            self._sizes.binder.bind_unbacked(self.symbols, node.name, index,
+                                             tuple(result.shape))
 
     def run_node(self, node: Node) -> Any:
         """Evaluate one node through the method named after its opcode."""
