@@ -316,7 +316,7 @@ class GraphLowering:
         if cached is not None and strides is None:
             return cached[1]
         if numel(value.sizes) == 0:  # nothing to compute: an allocation, not a kernel
-            sizes_arg = ListArg(tuple(constant_arg(s) for s in value.sizes))
+            sizes_arg = ListArg(tuple(self.extern_arg(s) for s in value.sizes))
             return Stored(self.extern_step(
                 "aten::empty.memory_format", [sizes_arg],
                 {"dtype": constant_arg(value.dtype), "device": constant_arg(self.device)},
