@@ -279,3 +279,49 @@ def test_a_symbolic_aliased_output_is_a_view_at_every_size() -> None:
         (tail,) = fn([x])
         assert tail.shape == (n - 1, 4) and tail.data_ptr() == x[1:].data_ptr()
         assert tail._base is x  # a view of the input, not a copy
+
+
+def test_static_programs_build_no_size_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The static fast path: no symbol binding is built or run for a static program."""
+    import ember.runtime.callable as callable_module
+    import ember.runtime.interpreter as interpreter_module
+
+    def refuse(graph: object) -> None:
+        raise AssertionError("a static program built a SizeBinding")
+
+    monkeypatch.setattr(callable_module, "SizeBinding", refuse)
+    monkeypatch.setattr(interpreter_module, "SizeBinding", refuse)
+    program, ex = mlp_program()
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(ProgramCallable(program)([x])[0],
+                               torch.relu(x @ ex["w"].T + ex["b"]) * 2)
+    compiled, _ = mlp_program()
+    compiled.dialect = "compiled"  # its executor: a stand-in for the loaded wrapper
+    seen: list[list[object]] = []
+    ProgramCallable(compiled, lambda p, g: lambda inputs: seen.append(inputs) or [x])([x])
+    assert len(seen) == 1
+
+
+def test_compiled_symbolic_inputs_are_checked_before_the_executor_runs() -> None:
+    """A compiled symbolic program: sizes in range reach the executor, others are a
+    ShapeError before it runs; static parameters are left to the wrapper's own checks."""
+    from ember.runtime.ir import Graph, InputSpec, Signature, SymbolRange, TensorMeta
+    from ember.runtime.ir.symbolic import ShapeError
+
+    cpu, f32 = torch.device("cpu"), torch.float32
+    graph = Graph([
+        Node("x", "placeholder", "x", meta=TensorMeta(f32, ("s0", 4), (4, 1), cpu)),
+        Node("w", "placeholder", "w", meta=TensorMeta(f32, (4, 4), (4, 1), cpu)),
+        Node("output", "output", "output", ((),)),
+    ], {"s0": SymbolRange(2, 8, hint=3)})
+    program = Program(graphs={"forward": graph}, dialect="compiled", signature=Signature(
+        inputs={"forward": [InputSpec("x"), InputSpec("w", InputKind.PARAMETER, "w")]},
+        outputs={"forward": []}))
+    seen: list[list[object]] = []
+    fn = ProgramCallable(program, lambda p, g: lambda inputs: seen.append(inputs) or [])
+    fn([torch.randn(8, 4), torch.randn(5, 5)])  # w: the wrapper checks static sizes
+    assert len(seen) == 1
+    with pytest.raises(ShapeError, match=r"^input 'x' dim 0: size 9 is outside the range "
+                                         r"\[2, 8\] of symbol s0$"):
+        fn([torch.randn(9, 4), torch.randn(4, 4)])
+    assert len(seen) == 1
