@@ -160,3 +160,14 @@ def test_index_checks_against_a_symbolic_size_name_its_value() -> None:
     with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with "
                                          "size 7"):
         run(w2, torch.tensor([1, 7]))
+
+
+def test_column_sum_over_a_symbolic_stride_is_tiled() -> None:
+    compiled, run = _load(program("colsum"))
+    source = next(v.decode() for k, v in compiled.files.items() if k.endswith(".cpp"))
+    # the reduction walks rows with 16 columns in the contiguous innermost loop
+    assert "for (int64_t xt = 0; xt < s1; xt += 16)" in source
+    assert "arg0[(r0*s1 + x0)]" in source
+    for shape in ((2, 3), (5, 17), (40, 33)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(run(x)[0], x.sum(0))

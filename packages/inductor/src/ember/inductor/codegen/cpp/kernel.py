@@ -39,6 +39,7 @@ from ember.inductor.loop_ir import (
     Stmt,
     Store,
     Size,
+    Sym,
     Var,
     free_vars,
     reduction_phases,
@@ -520,19 +521,22 @@ def lanes_never_collide(kernel: Kernel) -> bool:
     return True
 
 
-def _coefficient(index: IndexExpr, var: Var) -> int | None:
+def _coefficient(index: IndexExpr, var: Var) -> Size | None:
     """The constant factor of ``var`` in an affine ``index`` (0: absent; None: not a
-    plain scaled term)."""
+    plain scaled term; a sympy expression for a symbolic stride, at least 1)."""
     terms = index.terms if isinstance(index, Add) else (index,)
-    found = 0
+    found: Size = 0
     for t in terms:
         if t == var:
             found += 1
         elif isinstance(t, Mul) and var in t.factors:
             rest = [f for f in t.factors if f != var]
-            if len(rest) != 1 or not isinstance(rest[0], Int):
+            if not rest or not all(isinstance(f, (Int, Sym)) for f in rest):
                 return None
-            found += rest[0].value
+            factor: Size = 1
+            for f in rest:
+                factor = factor * (f.value if isinstance(f, Int) else f.expr)
+            found = found + factor
         elif var in free_vars(t):
             return None
     return found
