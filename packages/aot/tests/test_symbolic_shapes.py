@@ -6,13 +6,14 @@ graphs are golden texts in ``test_partition_text.py`` (``dynamic_*``)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 
 import pytest
 import torch
 import torch.nn.functional as F
-from aot_capture import DynamicDims, capture
+from aot_capture import DynamicDims, capture, compile_module
 from ember.aot.pipeline import aot_compile
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.ir import (
@@ -32,6 +33,7 @@ from ember.runtime.ir import (
 from ember.runtime.ir.contracts import AotMetadata
 from ember.runtime.ir.graph import ShapeGuard, SymExpr
 from ember.runtime.stages import StageDeclined
+from ember_testing.training import MODELS, assert_same_training_state, sgd_step
 
 ROWS = {0: {0: (2, None)}}
 
@@ -94,6 +96,41 @@ def test_one_compile_gives_eager_values_and_gradients_at_two_sizes(
         tangent = torch.randn_like(expected)
         torch.testing.assert_close(torch.autograd.grad(actual, wrt, tangent),
                                    torch.autograd.grad(expected, wrt, tangent))
+
+
+# model, input at a size, the symbolic input dims
+MODEL_CASES: list[tuple[str, Callable[[int], torch.Tensor], dict[int, tuple[int, None]]]] = [
+    ("mlp", lambda n: torch.randn(n, 16), {0: (2, None)}),
+    ("transformer_block", lambda n: torch.randn(2, n, 32), {1: (2, None)}),
+]
+
+
+@pytest.mark.parametrize("name,make_input,dims", MODEL_CASES, ids=[m[0] for m in MODEL_CASES])
+def test_one_optimizer_step_at_two_sizes_after_one_compile(
+        name: str, make_input: Callable[[int], torch.Tensor],
+        dims: dict[int, tuple[int, None]]) -> None:
+    torch.manual_seed(0)
+    make_model = dict((m[0], m[1]) for m in MODELS)[name]
+    eager = make_model().train()
+    compiled = copy.deepcopy(eager)
+    program, run = compile_module(compiled, make_input(5), dynamic={0: dims})
+    assert program.forward.symbols
+    for n in (3, 7):
+        x = make_input(n)
+        target = torch.randn_like(eager(x.clone()).detach())
+        compiled.load_state_dict(eager.state_dict())  # the probe moved BatchNorm stats
+        sgd_step(eager, eager, x, target)
+        sgd_step(compiled, lambda inp: run(inp)[0], x, target)
+        assert_same_training_state(eager, compiled)
+
+
+def test_batch_norm_training_over_a_symbolic_batch_declines_naming_the_op() -> None:
+    # its variance correction n/(n-1) is a symbolic float, which the IR cannot hold
+    model = dict((m[0], m[1]) for m in MODELS)["conv_bn"]().train()
+    with pytest.raises(StageDeclined, match=r"node %_native_batch_norm_legit_functional = "
+                       r"aten::_native_batch_norm_legit_functional.default .* got a "
+                       r"symbolic value .*\(SymFloat\)"):
+        compile_module(model, torch.randn(5, 3, 8, 8), dynamic={0: {0: (2, None)}})
 
 
 def test_saved_bytes_are_an_expression_and_the_cut_uses_the_hint() -> None:
