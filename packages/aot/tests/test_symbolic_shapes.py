@@ -110,7 +110,7 @@ def test_one_optimizer_step_at_two_sizes_after_one_compile(
         name: str, make_input: Callable[[int], torch.Tensor],
         dims: dict[int, tuple[int, None]]) -> None:
     torch.manual_seed(0)
-    make_model = dict((m[0], m[1]) for m in MODELS)[name]
+    make_model = {m[0]: m[1] for m in MODELS}[name]
     eager = make_model().train()
     compiled = copy.deepcopy(eager)
     program, run = compile_module(compiled, make_input(5), dynamic={0: dims})
@@ -126,7 +126,7 @@ def test_one_optimizer_step_at_two_sizes_after_one_compile(
 
 def test_batch_norm_training_over_a_symbolic_batch_declines_naming_the_op() -> None:
     # its variance correction n/(n-1) is a symbolic float, which the IR cannot hold
-    model = dict((m[0], m[1]) for m in MODELS)["conv_bn"]().train()
+    model = {m[0]: m[1] for m in MODELS}["conv_bn"]().train()
     with pytest.raises(StageDeclined, match=r"node %_native_batch_norm_legit_functional = "
                        r"aten::_native_batch_norm_legit_functional.default .* got a "
                        r"symbolic value .*\(SymFloat\)"):
