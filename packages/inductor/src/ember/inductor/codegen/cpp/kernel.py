@@ -530,12 +530,16 @@ def _coefficient(index: IndexExpr, var: Var) -> Size | None:
         if t == var:
             found += 1
         elif isinstance(t, Mul) and var in t.factors:
-            rest = [f for f in t.factors if f != var]
-            if not rest or not all(isinstance(f, (Int, Sym)) for f in rest):
+            if t.factors.count(var) != 1:
                 return None
             factor: Size = 1
-            for f in rest:
-                factor = factor * (f.value if isinstance(f, Int) else f.expr)
+            for f in t.factors:
+                if isinstance(f, Int):
+                    factor = factor * f.value
+                elif isinstance(f, Sym):
+                    factor = factor * f.expr
+                elif f != var:
+                    return None
             found = found + factor
         elif var in free_vars(t):
             return None
