@@ -9,11 +9,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from aot_capture import DynamicDims, capture, compile_module
+from ember.aot.__main__ import main
 from ember.aot.pipeline import aot_compile
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.ir import (
@@ -27,7 +29,9 @@ from ember.runtime.ir import (
     SymbolRange,
     TensorMeta,
     ValueRef,
+    load,
     print_graph,
+    save,
     verify,
 )
 from ember.runtime.ir.contracts import AotMetadata
@@ -300,3 +304,17 @@ def test_an_op_that_needs_a_data_dependent_size_declines_naming_it() -> None:
                        r"'forward', node %split = aten::split.Tensor failed: "
                        r"GuardOnDataDependentSymNode: .*data-dependent expression \(\(u0 \+ 5\)//u0\)$"):
         aot_compile(program)
+
+
+def test_a_symbolic_ember_file_through_the_command_line(tmp_path: Path) -> None:
+    source, target = tmp_path / "in.ember", tmp_path / "out.ember"
+    save(capture(lambda x: (x * 2).sum(), _grad(6, 4), dynamic={0: {0: (2, 64)}}), source)
+    assert main([str(source), "-o", str(target)]) == 0
+    program = load(target)
+    assert program.forward.symbols == {"s0": SymbolRange(2, 64, hint=6)}
+    assert [p.name for p in program.graphs["backward"].placeholders] == [
+        "saved_sizes_for_backward", "tangent_0"]
+    run = ProgramCallable(program)
+    x = _grad(10, 4)
+    run([x])[0].backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
