@@ -26,6 +26,7 @@ from ember.runtime.ir import (
     OutputKind,
     Program,
     Signature,
+    SourceLocation,
     SymbolRange,
     TensorMeta,
     ValueRef,
@@ -274,6 +275,16 @@ def test_guards_are_carried_over() -> None:
     program = aot_compile(_hand_built("aten::mul.Tensor", (2,), ("s0", 4), [guard]))
     assert program.forward.guards == [guard]
     assert program.forward.symbols == {"s0": SymbolRange(2, 64, hint=8)}
+
+
+def test_guards_the_stage_adds_come_after_the_inputs_with_their_line() -> None:
+    line = SourceLocation("model.py", 7, "forward", "x.view(-1, 8)")
+    program = _hand_built("aten::view.default", ((SymExpr("s0//2"), 8),), ("s0//2", 8),
+                          [ShapeGuard("s0 <= 32")])
+    program.forward.nodes[1].source = line
+    guards = aot_compile(program).forward.guards
+    # the view needs an even s0: [s0//2, 8] holds as many elements as [s0, 4]
+    assert guards[:2] == [ShapeGuard("s0 <= 32"), ShapeGuard("4*s0 == 8*(s0//2)", line)]
 
 
 def test_a_size_the_stage_would_specialise_is_refused() -> None:
