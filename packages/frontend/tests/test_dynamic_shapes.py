@@ -218,3 +218,17 @@ def test_static_programs_keep_their_exact_guards(capture: str,
     lines = guard_lines(f, capsys, torch.randn(2, 8), torch.randn(8, 4))
     assert "x.shape == (2, 8)" in " ".join(lines), lines
     assert not any("symbol" in line for line in lines), lines
+
+
+def test_each_symbol_is_read_once_per_call() -> None:
+    f = ef.compile(lambda x, y: x + y, backend="eager", dynamic=True)
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    f(x, y)
+    (segment,) = f.segments[0]
+    assert segment.match(f._entry_state((x, y), {}), f._ctx) is not None
+    source = segment._matcher.__ember_source__
+    # one shape read per tensor, each size a local read once; no Tensor.size() calls
+    code = [line.split("  # ")[0] for line in source.splitlines()]
+    assert source.count(".shape  #") == 2 and not any(".size(" in c for c in code), source
+    assert len([line for line in source.splitlines() if "= v" in line and "]  # '"
+                in line]) == 4, source
