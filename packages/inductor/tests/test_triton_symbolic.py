@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sympy
 import torch
 from ember.inductor.codegen.triton import generate_triton_kernel
 from ember.inductor.codegen.triton.generate import launch_config
@@ -196,3 +197,20 @@ def test_symbolic_kernels_compile_for_sm90() -> None:
                                 "source": "k.py", "meta": code.meta()},
                                {"k.py": code.source.encode()})
         assert ".target sm_90" in compile_for_target(spec).asm["ptx"]
+
+
+def test_max_and_min_sizes() -> None:
+    """A size with ``Max``/``Min`` (a clamped slice) prints as Triton's builtin max/min."""
+    n = sympy.Max(S0, 4) - sympy.Min(S0, 3)
+    x0 = Var("x0", n)
+    kernel = Kernel("k", (x0,), (), (Load("v0", "a", x0, F32), Store("out", x0, "v0")),
+                    (Buffer("a", F32, (n,), (1,)), Buffer("out", F32, (n,), (1,))))
+    code = generate_triton_kernel(kernel, facts=BOUNDED)
+    assert "    xnumel = max(4, s0) - min(3, s0)\n" in code.source
+    run = _launcher(code)
+    for s0 in (2, 3, 5):
+        numel = max(s0, 4) - min(s0, 3)
+        a, out = torch.randn(numel), torch.zeros(numel + 2)
+        run(a, out, s0)
+        torch.testing.assert_close(out[:numel], a)
+        assert (out[numel:] == 0).all()

@@ -34,19 +34,11 @@ def is_static(size: Size) -> bool:
 
 def size_source(size: Size) -> str:
     """Triton source of a size over the kernel's size arguments (named after the
-    symbols): ``64*s0``, ``(s0*s1 // 2)``.
-
-    Raises:
-        NotImplementedError: the size uses ``Max``/``Min`` (not generated for Triton;
-            the kernel's nodes then run as extern calls).
-    """
+    symbols): ``64*s0``, ``(s0*s1 // 2)``, ``max(s0, 4)`` (Triton's builtin ``max`` /
+    ``min`` of scalars, in the JIT and the interpreter)."""
     if is_static(size):
         return str(int(size))
-    expr = sympy.sympify(size)
-    if expr.has(sympy.Max, sympy.Min):
-        raise NotImplementedError(f"Triton codegen: size {symbolic.format(expr)} uses "
-                                  "Max/Min")
-    return render_size(expr, "//")
+    return render_size(sympy.sympify(size), "//")
 
 
 def operand_source(size: Size) -> str:
