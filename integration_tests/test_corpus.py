@@ -148,7 +148,7 @@ def test_recompiles_on_new_shape_only() -> None:
 
 def test_recompile_limit_falls_back_to_eager_with_one_warning() -> None:
     fn = _case("views_expand_unsqueeze").build()
-    compiled = ef.compile(fn, backend="eager")
+    compiled = ef.compile(fn, backend="eager", dynamic=False)  # each size a recompile
     with patch(recompile_limit=3), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in range(1, 7):
