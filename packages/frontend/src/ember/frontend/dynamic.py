@@ -62,8 +62,8 @@ def _set(t: torch.Tensor, dim: int, mark: DimMark) -> None:
     setattr(t, _MARKS, marks)
 
 
-def mark_dynamic(t: torch.Tensor, dim: int, min: int | None = None,  # noqa: A002
-                 max: int | None = None) -> None:  # noqa: A002
+def mark_dynamic(t: torch.Tensor, dim: int, min: int | None = None,
+                 max: int | None = None) -> None:
     """Make dimension ``dim`` of ``t`` symbolic in every capture that reads ``t`` as an
     input, with the inclusive range ``[min, max]`` (default ``[2, inf)``).
 
