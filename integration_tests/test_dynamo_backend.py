@@ -274,6 +274,20 @@ def test_mlp_batch_sweep_compiles_once_and_matches_eager(spy: _Spy, backend: str
     assert {name: r.hint for name, r in result.program.forward.symbols.items()} == {"s0": 2}
 
 
+def test_dynamic_true_bakes_float_attributes(spy: _Spy) -> None:
+    """Under dynamic=True Dynamo passes LayerNorm's eps and Dropout's p as 0-dim tensors
+    read by ``.item()``: they are baked, and the graph still compiles once."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8),
+                                torch.nn.Dropout(0.1)).eval()
+    compiled = torch.compile(model, backend="ember", dynamic=True)
+    with torch.no_grad():
+        for batch in (2, 5, 9):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert len(spy.calls) == 1 and spy.calls[0][2].program.forward.symbols
+
+
 def test_mlp_training_over_two_batch_sizes_compiles_once(spy: _Spy) -> None:
     """The symbolic program's backward graph binds its sizes from its own inputs: SGD
     steps at batch 3 and 5 match eager's gradients and parameters."""

@@ -198,6 +198,25 @@ def test_a_symbolic_number_that_is_no_tensor_size_is_refused() -> None:
         import_fx(scalar, [ShapeEnv().create_unbacked_symint()])
 
 
+def test_float_inputs_read_by_item_are_baked_and_checked() -> None:
+    """Dynamo passes a float attribute (dropout's p) as a 0-dim tensor read by
+    ``.item()`` under dynamic=True; the recorder's fakes hold no value, so it is baked."""
+    graph = torch.fx.Graph()
+    x, p = graph.placeholder("x"), graph.placeholder("p")
+    item = graph.call_method("item", (p,))
+    graph.output(graph.call_function(torch.mul, (x, item)))
+    gm = torch.fx.GraphModule({}, graph)
+    imported = record_fx(gm, [torch.randn(3), torch.tensor(0.5)])
+    assert [(b.position, b.name, b.value) for b in imported.baked_scalars] == [(1, "p", 0.5)]
+    assert [n.name for n in imported.program.forward.placeholders] == ["x"]
+    assert "aten::mul.Tensor(%x, 0.5)" in print_program(imported.program)
+    x = torch.randn(3)
+    assert imported.program_inputs([x, torch.tensor(0.5)]) == [x]
+    with pytest.raises(ValueError, match=r"^graph input 'p' was 0.5 when the graph was "
+                                         r"compiled and is 0.25 now"):
+        imported.program_inputs([x, torch.tensor(0.25)])
+
+
 def test_bad_example_inputs() -> None:
     gm = make_fx(lambda x: x * 2)(torch.randn(3))
     with pytest.raises(ValueError, match="1 placeholders but 2 example inputs"):

@@ -97,7 +97,7 @@ class DynamoCompiled:
         # NOTE: the GraphModule's own tensors are passed live (not the program's
         # detached copies): gradients reach its parameters, buffer writes reach it.
         # A symbolic graph's SymInt inputs are checked and dropped.
-        if self.imported.size_inputs:
+        if self.imported.drops_inputs:
             inputs = tuple(self.imported.program_inputs(inputs))
         outputs = self.compiled([*inputs, *self.imported.attributes])
         return self.imported.rebuild(outputs)

@@ -44,6 +44,7 @@ Dynamo made symbolic) is a :class:`~ember.runtime.foreign_shapes.SymbolicImportE
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ from ember.runtime.ir import InputKind, InputSpec, Program, SymInt, verify
 from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.tracing import GraphRecorder
 
-__all__ = ["FxImport", "SizeInput", "import_fx", "is_symbolic", "record_fx"]
+__all__ = ["BakedScalar", "FxImport", "SizeInput", "import_fx", "is_symbolic", "record_fx"]
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _META_KEYS = ("example_value", "val")  # Dynamo's and make_fx's/export's fake values
@@ -75,6 +76,18 @@ class SizeInput:
 
 
 @dataclass(frozen=True)
+class BakedScalar:
+    """Input ``position`` (named ``name``) is a 0-dim float tensor the GraphModule only
+    reads with ``.item()`` (Dynamo passes float attributes, a dropout probability or a
+    norm's eps, so under ``dynamic=True``): its value at import, ``value``, is baked
+    into the program (the recorder's fakes hold no data to read it from)."""
+
+    position: int
+    name: str
+    value: float
+
+
+@dataclass(frozen=True)
 class FxImport:
     """A GraphModule recorded as a program, and how to call it like the GraphModule.
 
@@ -86,7 +99,9 @@ class FxImport:
         output_leaves: its leaves: an ``int`` is the index of a program output, any
             other value is a non-tensor leaf returned as it is.
         size_inputs: the GraphModule's ``SymInt`` inputs (symbolic graphs), which the
-            program has no placeholder for.
+            program has no placeholder for; positions among the inputs left after
+            ``baked_scalars``.
+        baked_scalars: inputs whose value is baked into the program (no placeholder).
     """
 
     program: Program
@@ -94,15 +109,34 @@ class FxImport:
     output_spec: Any
     output_leaves: tuple[Any, ...]
     size_inputs: tuple[SizeInput, ...] = ()
+    baked_scalars: tuple[BakedScalar, ...] = ()
+
+    @property
+    def drops_inputs(self) -> bool:
+        """Whether :meth:`program_inputs` leaves inputs out (size or baked inputs)."""
+        return bool(self.size_inputs or self.baked_scalars)
 
     def program_inputs(self, inputs: Sequence[Any]) -> list[Any]:
-        """The GraphModule's ``inputs`` without its ``SymInt`` inputs, each checked to
-        be the size it stands for (a no-op for a graph without them).
+        """The GraphModule's ``inputs`` without its baked scalars and ``SymInt``
+        inputs, each checked to be the value or size it stands for (a copy of
+        ``inputs`` for a graph without them).
 
         Raises:
+            ValueError: a baked scalar's value changed (names the input and values).
             ShapeError: a size input differs from the tensor size it stands for (names
                 both).
         """
+        if self.baked_scalars:
+            for baked in self.baked_scalars:
+                value = inputs[baked.position]
+                now = float(value.item()) if isinstance(value, torch.Tensor) else value
+                if now != baked.value:
+                    raise ValueError(
+                        f"graph input {baked.name!r} was {baked.value} when the graph was "
+                        f"compiled and is {now} now: Ember bakes the float attributes "
+                        "Dynamo passes as tensors; compile with dynamic=None or False")
+            skipped = {baked.position for baked in self.baked_scalars}
+            inputs = [v for i, v in enumerate(inputs) if i not in skipped]
         if not self.size_inputs:
             return list(inputs)
         for size in self.size_inputs:
@@ -165,6 +199,10 @@ def record_fx(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any])
     if len(placeholders) != len(example_inputs):
         raise ValueError(f"the GraphModule has {len(placeholders)} placeholders but "
                          f"{len(example_inputs)} example inputs were given")
+    graph_module, example_inputs, baked = _bake_scalars(graph_module, placeholders,
+                                                        example_inputs)
+    if baked:
+        placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
     described = [_described(node, value) for node, value in zip(placeholders, example_inputs)]
     dynamic = any(is_symbolic(d) for d in described)
     for node, value, d in zip(placeholders, example_inputs, described):
@@ -210,7 +248,39 @@ def record_fx(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any])
         program.tensors[input_spec.target] = tensor.detach()
     verify(program, "aten")
     return FxImport(program, tuple(tensor for tensor, _ in rec.lifted), spec,
-                    tuple(output_leaves), size_inputs)
+                    tuple(output_leaves), size_inputs, baked)
+
+
+def _bake_scalars(
+    graph_module: torch.fx.GraphModule, placeholders: list[torch.fx.Node],
+    example_inputs: Sequence[Any],
+) -> tuple[torch.fx.GraphModule, Sequence[Any], tuple[BakedScalar, ...]]:
+    """``graph_module`` without the inputs :class:`BakedScalar` describes (each
+    ``.item()`` of one replaced by its example's value), the example inputs left, and
+    those inputs; ``graph_module`` itself when there are none."""
+    found = tuple(
+        BakedScalar(i, node.name, float(value.item()))
+        for i, (node, value) in enumerate(zip(placeholders, example_inputs))
+        if isinstance(value, torch.Tensor) and not is_fake(value) and value.dim() == 0
+        and value.dtype.is_floating_point and not value.requires_grad and node.users
+        and all(u.op == "call_method" and u.target == "item" for u in node.users))
+    if not found:
+        return graph_module, example_inputs, ()
+    graph = copy.deepcopy(graph_module.graph)
+    copied = [n for n in graph.nodes if n.op == "placeholder"]
+    for baked in found:
+        node = copied[baked.position]
+        for item in list(node.users):
+            for user in list(item.users):
+                user.args = torch.fx.node.map_arg(
+                    user.args, lambda a, n=item, v=baked.value: v if a is n else a)  # type: ignore[misc]
+                user.kwargs = torch.fx.node.map_arg(
+                    user.kwargs, lambda a, n=item, v=baked.value: v if a is n else a)  # type: ignore[misc]
+            graph.erase_node(item)
+        graph.erase_node(node)
+    skipped = {baked.position for baked in found}
+    return (torch.fx.GraphModule(graph_module, graph),
+            [v for i, v in enumerate(example_inputs) if i not in skipped], found)
 
 
 def _described(node: torch.fx.Node, value: Any) -> Any:
