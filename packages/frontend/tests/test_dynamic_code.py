@@ -131,6 +131,21 @@ def test_symbolic_size_live_at_a_break_is_specialised(
     assert "a symbolic value is live at a graph break" in capsys.readouterr().err
 
 
+def scaled_across_break(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    print("break")
+    return y + 1
+
+
+def test_automatic_dynamic_at_a_resume_point() -> None:
+    f = compiled(scaled_across_break)
+    for batch in range(1, 12):
+        x = torch.randn(batch, 3)
+        torch.testing.assert_close(f(x), scaled_across_break(x))
+    # each segment: static batch 1, then one symbolic compile (x, then the local y)
+    assert (f.stats.compiles, f.stats.eager_fallback_calls) == (4, 0), f.stats
+
+
 def nonzero_rows(x: torch.Tensor) -> torch.Tensor:
     idx = torch.nonzero(x > 0)
     return idx.sum(0) + idx.size(0)
