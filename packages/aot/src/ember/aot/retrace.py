@@ -76,10 +76,11 @@ class DecomposingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     ``bucketize``: fake tensors cannot compute it) keeps its op whole. Some of torch's
     decompositions are written with ``prims`` ops (``torch._refs``),
     which the core-functional dialect refuses, and some write through a view that
-    reinterprets the dtype, which functionalization cannot express: when such an op
-    reaches the mode inside a decomposition, the innermost op being decomposed is kept
-    whole (the ops its decomposition recorded so far are dead code, dropped by the
-    clean-up)."""
+    reinterprets the dtype, which functionalization cannot express; on symbolic shapes
+    some compute with a symbolic *float* (batch norm's ``n / (n - 1)``), which the IR
+    cannot hold (its symbolic values are ints): when such an op reaches the mode inside
+    a decomposition, the innermost op being decomposed is kept whole (the ops its
+    decomposition recorded so far are dead code, dropped by the clean-up)."""
 
     def __init__(self, table: Mapping[Any, Callable[..., Any]]) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -88,7 +89,8 @@ class DecomposingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
-        if self.depth and (func.namespace == "prims" or func in _REINTERPRETING_VIEWS):
+        if self.depth and (func.namespace == "prims" or func in _REINTERPRETING_VIEWS
+                           or _has_symbolic_float(args, kwargs)):
             raise _Undecomposable(func)
         decomposition = self.table.get(func)
         if decomposition is not None:
@@ -114,6 +116,17 @@ class DecomposingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return NotImplemented
         finally:
             self.depth -= 1
+
+
+def _has_symbolic_float(args: Any, kwargs: Mapping[str, Any]) -> bool:
+    values = [*args, *kwargs.values()]
+    while values:
+        value = values.pop()
+        if isinstance(value, (torch.SymFloat, torch.SymBool)):
+            return True
+        if isinstance(value, (list, tuple)):
+            values.extend(value)
+    return False
 
 
 def _detach_where_captured_without_grad(result: Any, meta: Any) -> Any:
