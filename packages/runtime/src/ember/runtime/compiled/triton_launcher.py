@@ -171,7 +171,7 @@ class TritonLaunch:
 
     def __call__(self, *args: Any) -> None:
         grid = self._static_grid or self._grid.at(args)
-        if any(g == 0 for g in grid):
+        if 0 in grid:
             return  # an empty tensor: nothing to compute
         device = args[0].device if args and isinstance(args[0], torch.Tensor) \
             else torch.device("cpu")
