@@ -214,3 +214,26 @@ def test_max_and_min_sizes() -> None:
         run(a, out, s0)
         torch.testing.assert_close(out[:numel], a)
         assert (out[numel:] == 0).all()
+
+
+def test_symbolic_ranges_indexed_as_one_flat_variable_merge() -> None:
+    """``x0*s1 + x1`` over ``[s0, s1]`` is one flat index of ``s0*s1`` elements (sympy
+    proves the coefficient of x0 is x1's size); a transposed read keeps them apart."""
+    from ember.inductor.codegen.triton.ranges import linear_form, merge_dims
+
+    x0, x1 = Var("x0", S0), Var("x1", S1)
+    flat = add(mul(x0, Sym(S1)), x1)
+    assert linear_form(flat) == ({"x0": S1, "x1": 1}, 0)
+    assert [[v.name for v in d.vars] for d in merge_dims([x0, x1], [flat])] == [["x0", "x1"]]
+    transposed = add(mul(x1, Sym(S0)), x0)
+    assert len(merge_dims([x0, x1], [flat, transposed])) == 2
+    kernel = Kernel("k", (x0, x1), (), (Load("v0", "a", flat, F32), Store("out", flat, "v0")),
+                    (Buffer("a", F32, (S0, S1), (S1, 1)), Buffer("out", F32, (S0, S1), (S1, 1))))
+    code = generate_triton_kernel(kernel, facts=BOUNDED)
+    assert "    xnumel = s0*s1\n" in code.source and "    x0 = xindex\n" in code.source
+    assert "tl.load(a_ptr + (x0), mask=xmask, other=0.0)" in code.source
+    run = _launcher(code)
+    for shape in ((2, 2), (17, 3), (5, 64)):
+        a, out = torch.randn(*shape), torch.empty(*shape)
+        run(a, out, *shape)
+        torch.testing.assert_close(out, a)
