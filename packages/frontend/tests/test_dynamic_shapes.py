@@ -231,3 +231,19 @@ def test_each_symbol_is_read_once_per_call() -> None:
     assert source.count(".shape  #") == 2 and not any(".size(" in c for c in code), source
     assert len([line for line in source.splitlines() if "= v" in line and "]  # '"
                 in line]) == 4, source
+
+
+class Cache:
+    def __init__(self, k: torch.Tensor) -> None:
+        self.k = k
+
+
+def test_dynamic_true_leaves_parameters_and_buffers_static(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    norm = torch.nn.BatchNorm1d(4).eval()
+    f = ef.compile(lambda x, cache: norm(x) + cache.k.sum(), backend="eager", dynamic=True)
+    with patch(logs=frozenset({"dynamic"})):
+        f(torch.randn(3, 4), Cache(torch.randn(2, 5)))
+    err = capsys.readouterr().err
+    assert "x.size(0) is symbolic" in err and "cache.k.size(1) is symbolic" in err, err
+    assert "running_mean" not in err and "weight" not in err, err

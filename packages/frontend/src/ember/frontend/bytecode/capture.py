@@ -26,7 +26,12 @@ import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode.guards import Guard, GuardSet, tensor_guard
 from ember.frontend.bytecode.side_effects import AttrWrite, CellWrite, GlobalWrite
-from ember.frontend.bytecode.sources import AttrSource, LocalSource, Source
+from ember.frontend.bytecode.sources import (
+    AttrSource,
+    LocalSource,
+    ModuleMemberSource,
+    Source,
+)
 from ember.frontend.dynamic import DynamicDim, DynamicPolicy, add_input, dims_of
 from ember.frontend.shape_guards import SymbolicInput
 from ember.runtime.ir import InputKind, InputSpec
@@ -186,7 +191,7 @@ class CaptureContext:
             return value  # recorded as a constant by the recorder
         kind, target = _input_kind(value, source)
         name = self._input_name(source)
-        dims = dims_of(source, value, kind is InputKind.USER_INPUT, self.policy)
+        dims = dims_of(source, value, not _module_state(value, source), self.policy)
         if dims and self.recorder.shape_env is None:
             self.missed_marks = True  # only marks ask for symbols in a static capture
             dims = {}
@@ -441,6 +446,15 @@ def is_traced_array(value: Any) -> bool:
     """A NumPy array computed by the graph (:mod:`.numpy_values`)."""
     arrays = sys.modules.get("ember.frontend.bytecode.numpy_values")
     return arrays is not None and type(value) is arrays.TracedArray
+
+
+def _module_state(value: torch.Tensor, source: Source) -> bool:
+    """A parameter, or a buffer registered on a module: static under ``dynamic=True``
+    (as in torch.compile); other tensors (arguments, attributes of plain objects such
+    as a KV cache, locals at a resume point) are inputs whose dimensions may be
+    symbolic."""
+    return isinstance(value, nn.Parameter) or (
+        isinstance(source, ModuleMemberSource) and source.table == "_buffers")
 
 
 def _input_kind(value: torch.Tensor, source: Source) -> tuple[InputKind, str | None]:
