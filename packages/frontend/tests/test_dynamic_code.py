@@ -160,6 +160,14 @@ def test_nonzero_gets_an_unbacked_size() -> None:
     assert "u0" in text, text
 
 
+@pytest.mark.parametrize("capture", MODES)
+def test_nonzero_in_a_default_capture_is_captured_again_symbolically(capture: str) -> None:
+    f = compiled(nonzero_rows, capture)  # dynamic=None: static sizes, unbacked nonzero
+    for x in (torch.tensor([1.0, -1.0, 2.0]), torch.tensor([-1.0, 2.0, 3.0])):
+        torch.testing.assert_close(f(x), nonzero_rows(x))
+    assert (f.stats.compiles, f.stats.graph_breaks, f.stats.cache_hits) == (1, 0, 1)
+
+
 def test_nonzero_in_a_static_capture_breaks_with_a_reason() -> None:
     f = compiled(nonzero_rows, dynamic=False)
     x = torch.tensor([1.0, -1.0, 2.0])
