@@ -109,11 +109,9 @@ def contiguous_strides(sizes: tuple[SymInt, ...]) -> tuple[SymInt, ...]:
 
 def is_contiguous(meta: TensorMeta) -> bool:
     """True when ``meta`` is row-major dense (dims of size 1 may have any stride).
-
-    Raises:
-        NotImplementedError: when a symbolic stride cannot be compared (a size that
-            might be 1), naming the sizes.
-    """
+    Symbolic strides are compared as canonical expressions: one that equals its
+    row-major value only under a guard counts as not contiguous (the caller then makes
+    a contiguous copy: right, if slower)."""
     expected = contiguous_strides(meta.sizes)
     for size, stride, want in zip(meta.sizes, meta.strides, expected):
         if size == 1:
