@@ -21,6 +21,7 @@ from ember.inductor.loop_ir import (
     mul,
     render_size,
 )
+from ember.inductor.loop_ir.symbolic_index import provably_nonnegative
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck, new_check, record_failure
 from ember.inductor.lowering.common import broadcast_index, normalize_dim, out_meta, sizes_of
@@ -77,6 +78,14 @@ def _cat(ctx: Any, node: Node, tensors: Sequence[Any], dim: int = 0) -> Lazy:
     return Lazy(fn, meta.dtype, sizes)
 
 
+def _padded(before: Size, size: Size, out: Size) -> bool:
+    """Whether a dim of ``size`` padded by ``before`` into ``out`` has padding (or a
+    negative pad's crop) to mask; symbolic: unless no padding is proved."""
+    if all(isinstance(v, int) for v in (before, size, out)):
+        return before > 0 or before + size < out
+    return not (before == 0 and provably_nonnegative(sympy.sympify(size - out)))
+
+
 @lowering("aten::constant_pad_nd.default")
 def _pad(ctx: Any, node: Node, x: TensorValue, pad: Sequence[int], value: Any = 0) -> Lazy:
     meta = out_meta(node)
@@ -92,7 +101,7 @@ def _pad(ctx: Any, node: Node, x: TensorValue, pad: Sequence[int], value: Any = 
         conds = [
             _in_range(b, i, p, p + s)
             for i, p, s, out in zip(index, before, x.sizes, sizes)
-            if p > 0 or p + s < out
+            if _padded(p, s, out)
         ]
         if not conds:
             return x.element(b, tuple(src))

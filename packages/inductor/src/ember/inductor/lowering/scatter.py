@@ -12,7 +12,7 @@ from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import normalize_dim, out_meta, sizes_of
 from ember.inductor.lowering.registry import NotLowerable, lowering
 from ember.inductor.lowering.values import Lazy, TensorValue
-from ember.inductor.lowering.views import _select, _slice
+from ember.inductor.lowering.views import _select, _slice, slice_start
 from ember.runtime.ir import Node
 
 
@@ -21,9 +21,7 @@ def _slice_scatter(ctx: Any, node: Node, x: TensorValue, src: TensorValue, dim: 
                    start: Any = None, end: Any = None, step: int = 1) -> Lazy:
     meta = out_meta(node)
     d = normalize_dim(dim, len(x.sizes))
-    size = x.sizes[d]
-    lo = 0 if start is None else (start + size if start < 0 else start)
-    lo = min(max(lo, 0), size)
+    lo = slice_start(start, x.sizes[d])
     n = src.sizes[d]
     if step < 1:
         raise NotLowerable("slice_scatter with step < 1")

@@ -194,23 +194,31 @@ def _expand(ctx: Any, node: Node, x: TensorValue, size: Any, *, implicit: bool =
     return remap(x, sizes, index_map, strides, offset)
 
 
+def slice_start(start: Size | None, size: Size) -> Size:
+    """The first position a slice from ``start`` takes in a dim of ``size`` (a negative
+    start counts from the end; clamped to ``[0, size]``). Symbolic: a start that is
+    provably non-negative, or provably negative with a non-negative ``start + size``;
+    the clamp at ``size`` is left out (the slice's sizes come from the traced meta).
+
+    Raises:
+        NotLowerable: a symbolic start of unknown sign.
+    """
+    begin = 0 if start is None else start
+    if isinstance(begin, int) and isinstance(size, int):
+        return min(max(begin + size if begin < 0 else begin, 0), size)
+    expr = sympy.sympify(begin)
+    if provably_nonnegative(expr):
+        return as_size(expr)
+    if provably_nonnegative(-expr - 1) and provably_nonnegative(expr + size):
+        return as_size(expr + size)
+    raise NotLowerable(f"symbolic sizes: slice start {start} of unknown sign")
+
+
 @lowering("aten::slice.Tensor", "aten::slice_copy.Tensor")
 def _slice(ctx: Any, node: Node, x: TensorValue, dim: int = 0, start: Any = None,
            end: Any = None, step: int = 1) -> TensorValue:
     d = normalize_dim(dim, len(x.sizes))
-    size = x.sizes[d]
-    begin = 0 if start is None else start
-    if isinstance(begin, int) and isinstance(size, int):
-        if begin < 0:
-            begin += size
-        begin = min(max(begin, 0), size)
-    elif isinstance(begin, int) and begin < 0 or (
-            not isinstance(begin, int) and provably_nonnegative(-begin)):
-        begin = as_size(begin + size)  # from the end; clamped: the sizes come from the meta
-        if not provably_nonnegative(sympy.sympify(begin)):
-            raise NotLowerable(f"symbolic sizes: slice start {start} may be before the start")
-    elif not isinstance(begin, int) and not provably_nonnegative(begin):
-        raise NotLowerable(f"symbolic sizes: slice start {start} of unknown sign")
+    begin = slice_start(start, x.sizes[d])
     sizes = sizes_of(node)
     strides = offset = None
     if isinstance(x, Stored):
