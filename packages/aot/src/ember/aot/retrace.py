@@ -119,6 +119,8 @@ class DecomposingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
 
 def _has_symbolic_float(args: Any, kwargs: Mapping[str, Any]) -> bool:
+    """Whether an argument is a symbolic float or bool (the IR's symbolic values are
+    ints only)."""
     values = [*args, *kwargs.values()]
     while values:
         value = values.pop()
