@@ -14,6 +14,11 @@ random ops, reductions over large inputs); every value that depends on a tangent
 into the sink. (Values the forward graph computes for its own outputs are not tied to the
 source: the backward graph may recompute them instead of saving them.) The cut edges are the values to save, and a value on the sink side of the
 cut is recomputed in the backward graph.
+
+With symbolic sizes a value's bytes are an expression over the graph's symbols: the
+edge capacities are its values at the symbols' hints, the reported ``saved_bytes`` is
+the expression, and the backward graph binds its symbols from its own placeholders
+(:mod:`ember.aot.partition.shape_symbols`).
 """
 
 from __future__ import annotations
