@@ -258,6 +258,21 @@ def test_mutations_and_views_match_eager_at_two_sizes(
         assert shares == is_view
 
 
+def test_an_output_that_views_another_output_at_two_sizes() -> None:
+    def scaled_and_tail(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * 2
+        return y, y[x.shape[0] // 2:].t()
+
+    run = ProgramCallable(aot_compile(capture(scaled_and_tail, torch.randn(6, 4),
+                                              dynamic=ROWS)))
+    for n in (6, 9):
+        x = torch.randn(n, 4)
+        scaled, tail = run([x])
+        torch.testing.assert_close((scaled, tail), scaled_and_tail(x))
+        assert tail.untyped_storage().data_ptr() == scaled.untyped_storage().data_ptr()
+        assert (tail.stride(), tail.storage_offset()) == ((1, 4), 4 * (n // 2))
+
+
 def _hand_built(target: str, args: tuple[object, ...], out_sizes: tuple[int | str, ...],
                 guards: list[ShapeGuard] | None = None) -> Program:
     """``target(%x, *args)`` on an input ``x: f32[s0, 4]``."""
