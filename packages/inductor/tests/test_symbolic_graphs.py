@@ -171,3 +171,52 @@ def test_column_sum_over_a_symbolic_stride_is_tiled() -> None:
     for shape in ((2, 3), (5, 17), (40, 33)):
         x = torch.randn(*shape)
         torch.testing.assert_close(run(x)[0], x.sum(0))
+
+
+# op-table rows whose graphs stay symbolic with dim 0 of their inputs symbolic (others
+# specialise dim 0 at capture: a fixed reshape, pad or unfold); one compile for all
+SYMBOLIC_BATCH = (
+    "gelu", "where", "div_floor", "remainder", "mixed_promotion", "sum_dim0_keepdim",
+    "mean_all", "amax", "max_dim", "argmax", "var_unbiased0", "logsumexp", "softmax",
+    "softmax_dim0", "layer_norm", "rms_norm", "permute", "select", "unsqueeze",
+    "flip", "diagonal", "cat", "cat0", "gather", "embedding", "index_select", "arange_add",
+    "slice_scatter", "index_put_acc", "scatter_add", "stack", "split", "softmax_backward",
+    "var_mean", "norm_epilogue",
+)
+
+
+def test_op_table_rows_over_a_symbolic_dim_0_are_lowered_and_correct() -> None:
+    from op_table import OP_TABLE, Batch, flatten, make_input
+
+    cases = [c for c in OP_TABLE if c.name in SYMBOLIC_BATCH]
+    assert len(cases) == len(SYMBOLIC_BATCH)
+
+    def inputs(n: int) -> dict[str, list[torch.Tensor]]:
+        gen = torch.Generator().manual_seed(n)
+        return {c.name: [make_input((n,) + s[1:] if s and s[0] == 4 else s, torch.float32
+                                    if torch.float32 in c.dtypes else c.dtypes[0],
+                                    c.domain, True, gen) for s in c.shapes]
+                + list(c.extra() if c.extra else ()) for c in cases}
+
+    batch = Batch(cases, inputs(4))
+    # dim 0 of the rows' own inputs is symbolic; their extra (index) tensors stay static
+    marked = [i for i, (c, s) in enumerate((c, s) for c in cases for s in (
+        *c.shapes, *[None] * len(c.extra() if c.extra else ()))) if s and s[0] == 4]
+    rec = GraphRecorder(dynamic=True)
+    fakes = [rec.add_input(x, InputSpec(f"in{i}"), {0: (2, None)} if i in marked else None)
+             for i, x in enumerate(batch.inputs)]
+    with rec:
+        outs = batch.fn(*fakes)
+    p = rec.finish(outs)
+    p.dialect = "core-functional"
+    placeholders = p.forward.placeholders
+    assert all(isinstance(placeholders[i].meta.sizes[0], str) for i in marked)  # type: ignore[union-attr]
+    compiled, run = _load(p)
+    assert compiled.metadata["fallbacks"] == {}
+    for n in (5, 7, 11):  # guards: x[2] needs s > 2, gather s >= 4 (its index rows)
+        other = Batch(cases, inputs(n))
+        got = run(*other.inputs)
+        want = [t for t in flatten(other.fn(*other.inputs))]
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4, equal_nan=True)
