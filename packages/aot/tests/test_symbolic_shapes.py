@@ -305,6 +305,19 @@ def test_guards_the_stage_adds_come_after_the_inputs_with_their_line() -> None:
     assert guards[:2] == [ShapeGuard("s0 <= 32"), ShapeGuard("4*s0 == 8*(s0//2)", line)]
 
 
+def _pool(x: torch.Tensor) -> torch.Tensor:
+    return F.max_pool2d(x, 2)
+
+
+def test_guards_the_backward_adds_name_the_line_whose_backward_runs() -> None:
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    program = aot_compile(capture(_pool, x, dynamic={0: {2: (2, None), 3: (2, None)}}))
+    # the autograd engine checks the pooled gradient's sizes (not 1) between ops
+    lines = {(g.expr, g.source.function if g.source else None)
+             for g in program.forward.guards}
+    assert lines == {("s0//2 != 1", "_pool"), ("s1//2 != 1", "_pool")}
+
+
 def test_a_size_the_stage_would_specialise_is_refused() -> None:
     program = _hand_built("aten::view.default", ((32,),), (32,))
     with pytest.raises(StageDeclined, match="specialised size 's0' of input 'x' .dim 0. to 8"):

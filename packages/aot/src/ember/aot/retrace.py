@@ -312,7 +312,11 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
         connected = [(outputs[i], t) for i, t in zip(differentiable, tangents)
                      if outputs[i].requires_grad]
         if connected and wrt:
-            recorder.set_source(None)
+            # NOTE: the autograd engine checks gradient sizes between ops (guards on
+            # symbolic shapes); before the first backward op those belong to the output
+            # whose backward starts the walk.
+            recorder.set_source(_output_source(
+                graph, [i for i in differentiable if outputs[i].requires_grad]))
             with recorder, DecomposingMode(table), _BackwardSourceMode(recorder):
                 grads = torch.autograd.grad(
                     [o for o, _ in connected], [f for _, f in wrt], [t for _, t in connected],
@@ -326,6 +330,16 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
     _placeholders_first(traced.forward)
     return JointGraph(_with_program_data(traced, program), len(outputs), differentiable,
                       tangent_names, grad_targets)
+
+
+def _output_source(graph: Graph, outputs: list[int]) -> SourceLocation | None:
+    """The source line of the node that computes the first of ``outputs``."""
+    by_name = {n.name: n for n in graph.nodes}
+    for i in outputs:
+        value = graph.output_values[i]
+        if isinstance(value, ValueRef) and value.node in by_name:
+            return by_name[value.node].source
+    return None
 
 
 def _captured_requires_grad(graph: Graph) -> list[bool]:
