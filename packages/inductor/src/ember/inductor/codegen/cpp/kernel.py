@@ -92,6 +92,7 @@ class CppKernelWriter:
         self.in_reduction_loop = False
         # ROW_CACHE: cached value name -> the pass that computes it; the pass being written
         self.row_cache: dict[str, int] = {}
+        self.row_cache_guard = ""  # a symbolic row length: the cache is used where it fits
         self.pass_index = -1
         self.rlin = "0"
         self.dtypes: dict[str, torch.dtype] = {}
@@ -115,7 +116,10 @@ class CppKernelWriter:
         t = ops.ctype(s.dtype)
         first = self.row_cache.get(s.name)
         if first is not None and self.pass_index > first:
-            self.line(f"const {t} {s.name} = cache_{s.name}[{self.rlin}];")
+            read = f"cache_{s.name}[{self.rlin}]"
+            if self.row_cache_guard and isinstance(s, Compute):  # a run-time row length
+                read = f"{self.row_cache_guard} ? {read} : {self.compute(s)}"
+            self.line(f"const {t} {s.name} = {read};")
             return
         if isinstance(s, Load):
             read = f"{s.buffer}[{self.index(s.index)}]"
@@ -131,7 +135,8 @@ class CppKernelWriter:
             expr = self.compute(s)
         self.line(f"const {t} {s.name} = {expr};")
         if first is not None and self.pass_index == first:
-            self.line(f"cache_{s.name}[{self.rlin}] = {s.name};")
+            guard = f"if ({self.row_cache_guard}) " if self.row_cache_guard else ""
+            self.line(f"{guard}cache_{s.name}[{self.rlin}] = {s.name};")
 
     def store(self, s: Store) -> None:
         buf = self.kernel.buffer(s.buffer)
@@ -161,7 +166,8 @@ class CppKernelWriter:
                 seen.setdefault(s.name, p)
         n = self.kernel.reduction_numel
         if not isinstance(n, int):
-            return  # a run-time row length: no stack array (recomputed per pass)
+            self.plan_symbolic_row_cache(reused, seen, n)
+            return
         budget = ROW_CACHE_BYTES
         for name, s in reused.items():
             size = n * torch.empty((), dtype=s.dtype).element_size()
@@ -170,6 +176,21 @@ class CppKernelWriter:
             budget -= size
             self.row_cache[name] = seen[name]
             self.line(f"{ops.ctype(s.dtype)} cache_{name}[{n}];  // see ROW_CACHE")
+
+    def plan_symbolic_row_cache(self, reused: dict[str, Compute], seen: dict[str, int],
+                                n: Size) -> None:
+        """ROW_CACHE for a run-time row length ``n``: arrays of a fixed capacity (the
+        budget shared by the cached values), used only by rows that fit
+        (``row_cached``); longer rows recompute the values in each pass."""
+        if not reused:
+            return
+        per_row = sum(torch.empty((), dtype=s.dtype).element_size() for s in reused.values())
+        capacity = ROW_CACHE_BYTES // per_row
+        self.row_cache_guard = "row_cached"
+        self.line(f"const bool row_cached = {_size(n)} <= {capacity};  // see ROW_CACHE")
+        for name, s in reused.items():
+            self.row_cache[name] = seen[name]
+            self.line(f"{ops.ctype(s.dtype)} cache_{name}[{capacity}];")
 
     def compute(self, s: Compute) -> str:
         if s.op == "cast":
