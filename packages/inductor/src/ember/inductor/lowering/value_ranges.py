@@ -168,7 +168,8 @@ def buffer_range(ctx: GraphLowering, buffer: str, depth: int = 0) -> Range | Non
         return None
     node = writers[0]
     if isinstance(node, ReductionBuffer) and node.op in ("argmax", "argmin"):
-        return (0, max(numel(node.reduction_sizes) - 1, 0))
+        n = numel(node.reduction_sizes)
+        return (0, max(n - 1, 0)) if isinstance(n, int) else None  # symbolic: unknown
     if isinstance(node, PointwiseBuffer) and depth < MAX_DEPTH:
         pb = BodyBuilder()
         value = node.fn(pb, probe_index(node.sizes))
