@@ -106,3 +106,12 @@ def test_symbolic_divisors_print_in_parentheses() -> None:
     wide = Var("x2", 4 * S0)  # may pass 3*s0
     assert str(mod(wide, 3 * S0)) == "(x2 % (3*s0))"
     assert mod(X, 3 * S0) == X  # x0 < s0 <= 3*s0
+
+
+def test_int_coefficients_of_symbolic_strides_divide() -> None:
+    # a [s0, s1, 128] row-major index read as [s0*s1, 128]: affine again
+    r = Var("r0", 128)
+    linear = add(mul(X, 128 * S1), mul(Y, 128), r)
+    assert str(linear) == "(x0*s1*128 + x1*128 + r0)"
+    assert floordiv(linear, 128) == add(mul(X, S1), Y)
+    assert mod(linear, 128) == r

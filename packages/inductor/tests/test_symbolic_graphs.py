@@ -221,3 +221,14 @@ def test_op_table_rows_over_a_symbolic_dim_0_are_lowered_and_correct() -> None:
         assert len(got) == len(want)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4, equal_nan=True)
+
+
+def test_layer_norm_read_through_a_symbolic_view_is_one_kernel() -> None:
+    # the normalized rows, viewed [s0*s1, 128] for the matmul, fuse into the norm's kernel
+    compiled, run = _load(program("norm_view"))
+    assert compiled.metadata["kernels"] == 1 and compiled.metadata["fallbacks"] == {}
+    w, b, m = torch.randn(128), torch.randn(128), torch.randn(64, 128)
+    for shape in ((2, 3), (3, 17)):
+        x = torch.randn(*shape, 128)
+        want = torch.nn.functional.layer_norm(x, (128,), w, b).view(-1, 128) @ m.t()
+        torch.testing.assert_close(run(x, w, b, m)[0], want, atol=1e-4, rtol=1e-4)

@@ -200,6 +200,13 @@ def mul(*xs: IndexExpr | Size) -> IndexExpr:
         if not factors or any(isinstance(f, Add) for f in factors):
             # a symbolic constant: one Sym (or distribute it over a sum)
             symbolic, const = symbolic * const, 1
+        else:
+            # x0*(128*s1) is x0*s1*128: the int coefficient stays the last factor, where
+            # floordiv/mod look for it
+            coef, symbolic = sympy.expand(symbolic).as_coeff_Mul()
+            if not coef.is_Integer:
+                coef, symbolic = sympy.Integer(1), coef * symbolic
+            const *= int(coef)
         sym = as_index(sympy.expand(symbolic))
         if isinstance(sym, Int):
             const *= sym.value

@@ -281,11 +281,14 @@ _RANGES: contextvars.ContextVar[Mapping[str, SymbolRange]] = contextvars.Context
 UNKNOWN_HINT = 8192
 
 
-def from_ir(value: int | str) -> Size:
-    """An IR size (an int, or size-expression text) as a loop-IR size: an int when
-    constant, else a sympy expression over :func:`size_symbol` symbols."""
+def from_ir(value: int | str | sympy.Expr) -> Size:
+    """An IR size (an int, or size-expression text; a loop-IR size passes through) as a
+    loop-IR size: an int when constant, else a sympy expression over
+    :func:`size_symbol` symbols."""
     if isinstance(value, int):
         return value
+    if isinstance(value, sympy.Basic):  # a meta a lowering pass rebuilt from loop-IR sizes
+        return as_size(value)
     # NOTE: expanded, so that equal sizes compare equal (the scheduler fuses ranges by
     # ==: (s0 + 1)*s1 and s0*s1 + s1 are one range)
     return as_size(symbolic.parse(value))

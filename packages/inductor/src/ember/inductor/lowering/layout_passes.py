@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from ember.inductor.loop_ir import Add, Var
-from ember.inductor.loop_ir.symbolic_index import from_ir
+from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.layout import (
     channels_last_strides,
@@ -92,7 +92,7 @@ def unit_stride_dim(ctx: LoweringContext, value: Lazy) -> int | None:
              for buf, ix in ctx.external_loads(value) if buf in ctx.buffers]
     if not loads:
         return None
-    _, ix = max(loads, key=lambda t: t[0])
+    _, ix = max(loads, key=lambda t: hint(t[0]))  # symbolic sizes: at their hints
     terms = ix.terms if isinstance(ix, Add) else (ix,)
     for d, v in enumerate(probe_index(value.sizes)):
         if isinstance(v, Var) and v in terms:
