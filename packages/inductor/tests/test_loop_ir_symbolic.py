@@ -115,3 +115,11 @@ def test_int_coefficients_of_symbolic_strides_divide() -> None:
     assert str(linear) == "(x0*s1*128 + x1*128 + r0)"
     assert floordiv(linear, 128) == add(mul(X, S1), Y)
     assert mod(linear, 128) == r
+
+
+def test_a_symbolic_divisor_splits_at_a_common_factor() -> None:
+    # rows of 512 read through a [s0, s1, 512] view: a division per row, not per element
+    row, col = Var("x0", S0 * S1), Var("x1", 512)
+    flat = add(mul(row, 512), col)
+    assert floordiv(flat, 512 * S1) == FloorDiv(row, Sym(S1))
+    assert mod(flat, 512 * S1) == add(mul(Mod(row, Sym(S1)), 512), col)

@@ -185,7 +185,30 @@ def symbolic_floordiv(x: IndexExpr, d: sympy.Expr) -> IndexExpr:
         return add(*divided)
     if divided and rest_ok:
         return add(*divided, FloorDiv(rest_expr, Sym(d)))
+    split = _split_by_factor(x, d)
+    if split is not None:  # x == c*A + r, 0 <= r < c, c | d: x // d == A // (d/c)
+        big, c, _ = split
+        return symbolic_floordiv(big, sympy.cancel(d / c))
     return FloorDiv(x, Sym(d))
+
+
+def _split_by_factor(x: IndexExpr, d: sympy.Expr
+                     ) -> tuple[IndexExpr, sympy.Expr, IndexExpr] | None:
+    """``(A, c, r)`` with ``x == c*A + r``, ``0 <= r < c`` and ``c`` dividing ``d``
+    (proved), or None: the symbolic form of the static ``_split_by_factor``
+    (``(x0*512 + x1) // (512*s1)`` with ``x1 < 512`` is ``x0 // s1``)."""
+    terms = list(x.terms) if isinstance(x, Add) else [x]
+    if not all(_nonneg_index(t) for t in terms):
+        return None
+    coefficients = {_split_term(t)[0] for t in terms}
+    for c in sorted(coefficients, key=str):
+        if c == 1 or not provably_nonnegative(c - 2) or _quotient(d, c) is None:
+            continue
+        big, rest = _divide(x, c)
+        bound = symbolic_upper_bound(add(*rest))
+        if big and bound is not None and provably_nonnegative(c - 1 - bound):
+            return add(*big), c, add(*rest)
+    return None
 
 
 def symbolic_mod(x: IndexExpr, d: sympy.Expr) -> IndexExpr:
@@ -200,6 +223,10 @@ def symbolic_mod(x: IndexExpr, d: sympy.Expr) -> IndexExpr:
     bound = symbolic_upper_bound(rest_expr)
     if bound is not None and provably_nonnegative(d - 1 - bound):
         return rest_expr
+    split = _split_by_factor(rest_expr, d)
+    if split is not None:  # c*A + r with r < c, c | d: (c*A + r) % d == c*(A % (d/c)) + r
+        big, c, small = split
+        return add(mul(symbolic_mod(big, sympy.cancel(d / c)), c), small)
     return Mod(rest_expr, Sym(d))
 
 
