@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from ember.inductor.codegen.cpp.kernel import generate_function
 from ember.inductor.compile import compile_program
-from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.loop_ir.symbolic_index import size_hints
+from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.scheduler import KernelStep, format_schedule, schedule
 from ember.runtime.compiled import load_artifact, load_executor
 from ember.runtime.ir import InputSpec, Program, parse_program, save, verify
@@ -66,7 +66,7 @@ def test_mlp_is_correct_at_several_sizes_with_one_compile(
         monkeypatch: pytest.MonkeyPatch) -> None:
     compiled, run = _load(program("mlp"))
     assert compiled.metadata["kernels"] == 2 and compiled.metadata["fallbacks"] == {}
-    import ember.runtime.compiled.cpp_build as cpp_build
+    from ember.runtime.compiled import cpp_build
 
     def no_build(*args: object) -> None:
         raise AssertionError("a new size compiled a kernel again")

@@ -15,6 +15,7 @@ import sympy
 import torch
 from ember.inductor.buffers import ExternCall
 from ember.inductor.loop_ir import Int, Kernel, Size, Store, render_size
+from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.inductor.lowering.checks import ERROR_BUFFER
 from ember.inductor.lowering.extern_args import (
     ConstantArg,
@@ -26,7 +27,6 @@ from ember.inductor.lowering.extern_args import (
 )
 from ember.inductor.lowering.lowered_graph import BufferInfo, LoweredGraph
 from ember.inductor.scheduler import KernelStep, Step, read_buffers, written_buffers
-from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.runtime.ir import TensorMeta, symbolic
 
 # Extern matmuls (CPU) whose result goes into freed memory of the same layout through
@@ -326,7 +326,7 @@ class WrapperWriter:
         if info is None:
             return
         allocated.add(ERROR_BUFFER)
-        self.emit(f"# run-time checks: slot 2k is 1 where check k failed, 2k+1 the bad value")
+        self.emit("# run-time checks: slot 2k is 1 where check k failed, 2k+1 the bad value")
         self.emit(f"{ERROR_BUFFER} = torch.zeros({info.sizes!r}, dtype={info.dtype}, "
                   f"device={self.device!r})")
         if self.device == "cpu":

@@ -54,8 +54,8 @@ them in ``Kernel.buffers`` order.
 """
 
 from ember.inductor.loop_ir.body import (
-    COSTLY_OPS,
     BOOL_RESULT_OPS,
+    COSTLY_OPS,
     POINTWISE_OPS,
     REDUCTION_OPS,
     Compute,

@@ -19,9 +19,9 @@ import contextlib
 import contextvars
 import functools
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 
 import sympy
-from ember.runtime.ir import SymbolRange, symbolic
 from ember.inductor.loop_ir.index import (
     Add,
     FloorDiv,
@@ -37,6 +37,7 @@ from ember.inductor.loop_ir.index import (
     as_index,
     mul,
 )
+from ember.runtime.ir import SymbolRange, symbolic
 
 
 def size_symbol(name: str) -> sympy.Symbol:
@@ -216,7 +217,7 @@ def symbolic_mod(x: IndexExpr, d: sympy.Expr) -> IndexExpr:
     if isinstance(x, (Int, Sym)):
         e = x.expr if isinstance(x, Sym) else sympy.Integer(x.value)
         return as_index(sympy.Mod(e, d))
-    divided, rest = _divide(x, d)
+    _, rest = _divide(x, d)
     rest_expr = add(*rest)
     if not all(_nonneg_index(t) for t in rest):
         return Mod(x, Sym(d))
@@ -299,10 +300,10 @@ def _term_order(t: sympy.Expr) -> tuple[int, int, str]:
 
 # -- sizes from the IR, and hints for heuristics ----------------------------------------
 _HINTS: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar(
-    "ember_inductor_size_hints", default={})
+    "ember_inductor_size_hints", default=MappingProxyType({}))
 
 _RANGES: contextvars.ContextVar[Mapping[str, SymbolRange]] = contextvars.ContextVar(
-    "ember_inductor_symbol_ranges", default={})
+    "ember_inductor_symbol_ranges", default=MappingProxyType({}))
 
 #: the value a heuristic assumes for a symbol without a hint (an unbacked size)
 UNKNOWN_HINT = 8192

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 
 import sympy
 import torch
-from ember.inductor.loop_ir.index import as_index
 from ember.inductor.loop_ir import (
     BOOL_RESULT_OPS,
     Compute,
@@ -31,6 +30,7 @@ from ember.inductor.loop_ir import (
     canonical,
     stmt_inputs,
 )
+from ember.inductor.loop_ir.index import as_index
 
 
 class BodyBuilder:

@@ -28,6 +28,7 @@ from ember.inductor.buffers import (
     ScheduledNode,
 )
 from ember.inductor.loop_ir import IndexExpr, Size
+from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.context import ExternRequest
@@ -56,7 +57,6 @@ from ember.inductor.lowering.values import (
     numel,
     probe,
 )
-from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.runtime.ir import Argument, Node, Program, SymExpr, TensorMeta, ValueRef
 from ember.runtime.logs import log
 

@@ -23,31 +23,30 @@ from __future__ import annotations
 
 import torch
 from ember.inductor.codegen.cpp import ops
+from ember.inductor.codegen.cpp.loop_shapes import (
+    above,
+    coefficient,
+    lanes_never_collide,
+    linear_position,
+    size_text,
+)
 from ember.inductor.loop_ir import (
     COSTLY_OPS,
-    Add,
     Compute,
     IndexExpr,
     IndexValue,
-    Int,
     Kernel,
     Literal,
     Load,
-    Mul,
     Phase,
     Reduce,
+    Size,
     Stmt,
     Store,
-    Size,
-    Sym,
     Var,
-    free_vars,
     reduction_phases,
     render,
-    render_size,
 )
-from ember.inductor.loop_ir.index import indirect_values
-from ember.inductor.loop_ir.symbolic_index import hint
 
 # Parallelize the outer loops only when there is enough work per call.
 PARALLEL_THRESHOLD = 32768
@@ -187,7 +186,7 @@ class CppKernelWriter:
         per_row = sum(torch.empty((), dtype=s.dtype).element_size() for s in reused.values())
         capacity = ROW_CACHE_BYTES // per_row
         self.row_cache_guard = "row_cached"
-        self.line(f"const bool row_cached = {_size(n)} <= {capacity};  // see ROW_CACHE")
+        self.line(f"const bool row_cached = {size_text(n)} <= {capacity};  // see ROW_CACHE")
         for name, s in reused.items():
             self.row_cache[name] = seen[name]
             self.line(f"{ops.ctype(s.dtype)} cache_{name}[{capacity}];")
@@ -279,7 +278,7 @@ class CppKernelWriter:
     # -- loops --------------------------------------------------------------------------
     def open_loops(self, vars_: tuple[Var, ...]) -> None:
         for v in vars_:
-            self.line(f"for (int64_t {v.name} = 0; {v.name} < {_size(v.size)}; {v.name}++) {{")
+            self.line(f"for (int64_t {v.name} = 0; {v.name} < {size_text(v.size)}; {v.name}++) {{")
             self.indent += 1
 
     def simd_hint(self, reduces: list[Reduce], blocked: frozenset[str] = frozenset()) -> None:
@@ -328,7 +327,7 @@ class CppKernelWriter:
             else:
                 self.stmt(s)
         rvars = k.reduction_ranges
-        rlin = _linear(rvars) or "0"
+        rlin = linear_position(rvars) or "0"
         self.rlin = rlin
         self.plan_row_cache(phases)
         for p, phase in enumerate(phases):
@@ -346,15 +345,15 @@ class CppKernelWriter:
             self.open_loops(rvars[:-1])
             blocked = self.blocked_sums(reduces)
             rl = rvars[-1]
-            blocks = blocked and _above(rl.size, SUM_BLOCK)
+            blocks = blocked and above(rl.size, SUM_BLOCK)
             if blocks:
-                self.line(f"for (int64_t {rl.name}b = 0; {rl.name}b < {_size(rl.size)}; "
+                self.line(f"for (int64_t {rl.name}b = 0; {rl.name}b < {size_text(rl.size)}; "
                           f"{rl.name}b += {SUM_BLOCK}) {{")
                 self.indent += 1
                 loop = (f"for (int64_t {rl.name} = {rl.name}b; {rl.name} < std::min<int64_t>"
-                        f"({rl.name}b + {SUM_BLOCK}, {_size(rl.size)}); {rl.name}++) {{")
+                        f"({rl.name}b + {SUM_BLOCK}, {size_text(rl.size)}); {rl.name}++) {{")
             else:
-                loop = (f"for (int64_t {rl.name} = 0; {rl.name} < {_size(rl.size)}; "
+                loop = (f"for (int64_t {rl.name} = 0; {rl.name} < {size_text(rl.size)}; "
                         f"{rl.name}++) {{")
             # NOTE: in the reductions' order, not the set's (which varies with the hash
             # seed: the source, and so its build cache key, differed between processes)
@@ -394,12 +393,12 @@ class CppKernelWriter:
         strided in the reduction (``x.sum(0)``): then the kernel walks the reduction with
         a tile of outer points in the innermost loop (see :meth:`body_tiled`)."""
         k = self.kernel
-        if not k.is_reduction or not k.ranges or not _above(k.ranges[-1].size, 3):
+        if not k.is_reduction or not k.ranges or not above(k.ranges[-1].size, 3):
             return False
         xl, rl = k.ranges[-1], k.reduction_ranges[-1]
         return any(
-            isinstance(s, Load) and _coefficient(s.index, xl) == 1
-            and _coefficient(s.index, rl) not in (None, 0, 1)
+            isinstance(s, Load) and coefficient(s.index, xl) == 1
+            and coefficient(s.index, rl) not in (None, 0, 1)
             for s in k.body)
 
     def body_tiled(self) -> None:
@@ -410,7 +409,7 @@ class CppKernelWriter:
         xl = k.ranges[-1]
         self.fast_minmax = False
         before, phases = reduction_phases(k)
-        self.line(f"const int64_t xn = std::min<int64_t>({TILE}, {_size(xl.size)} - xt);")
+        self.line(f"const int64_t xn = std::min<int64_t>({TILE}, {size_text(xl.size)} - xt);")
         for s in k.body:
             if not isinstance(s, Store):
                 self.dtypes[s.name] = s.dtype
@@ -447,7 +446,7 @@ class CppKernelWriter:
         self.close_loops(1)
         known.extend(s.name for s in before if not isinstance(s, Store))
         rvars = k.reduction_ranges
-        rlin = _linear(rvars)
+        rlin = linear_position(rvars)
         for p, phase in enumerate(phases):
             self.line(f"// pass {p} over the reduction ranges, {TILE} outer points at a time")
             reduces = [s for s in phase.inner if isinstance(s, Reduce)]
@@ -491,7 +490,7 @@ class CppKernelWriter:
         self.indent = 1
         n = len(k.ranges)
         rnumel = k.reduction_numel
-        work = _size(k.numel * (max(rnumel, 1) if isinstance(rnumel, int) else rnumel))
+        work = size_text(k.numel * (max(rnumel, 1) if isinstance(rnumel, int) else rnumel))
         tiled = self.wants_tiling()
         # NOTE: a scatter that accumulates runs sequentially, in index order like eager's
         # CPU kernel: its indexes may repeat, so threads may not split its
@@ -508,7 +507,7 @@ class CppKernelWriter:
         if tiled:
             self.open_loops(k.ranges[:-1])
             xl = k.ranges[-1]
-            self.line(f"for (int64_t xt = 0; xt < {_size(xl.size)}; xt += {TILE}) {{")
+            self.line(f"for (int64_t xt = 0; xt < {size_text(xl.size)}; xt += {TILE}) {{")
             self.indent += 1
             self.body_tiled()
         elif n >= 2 and not k.is_reduction and (not serial or inner_simd):
@@ -524,49 +523,6 @@ class CppKernelWriter:
         return "\n".join([comment, head] + self.lines + ["}"]).lstrip("\n")
 
 
-def lanes_never_collide(kernel: Kernel) -> bool:
-    """Whether the iterations of the innermost loop of a pointwise kernel that adds
-    through indirect indexes (a scatter) write distinct elements: every accumulating
-    store's index has a nonzero constant factor of the innermost variable, and its
-    indirect part does not depend on it (the embedding gradient: ``row[i] * D + d``
-    over ``d``). Then SIMD lanes may run those iterations together."""
-    xl = kernel.ranges[-1]
-    varying = kernel.values_depending_on({xl.name})
-    for s in kernel.body:
-        if not (isinstance(s, Store) and s.mode == "add"):
-            continue
-        if _coefficient(s.index, xl) in (None, 0):
-            return False
-        if any(v in varying for v in indirect_values(s.index)):
-            return False
-    return True
-
-
-def _coefficient(index: IndexExpr, var: Var) -> Size | None:
-    """The constant factor of ``var`` in an affine ``index`` (0: absent; None: not a
-    plain scaled term; a sympy expression for a symbolic stride, at least 1)."""
-    terms = index.terms if isinstance(index, Add) else (index,)
-    found: Size = 0
-    for t in terms:
-        if t == var:
-            found += 1
-        elif isinstance(t, Mul) and var in t.factors:
-            if t.factors.count(var) != 1:
-                return None
-            factor: Size = 1
-            for f in t.factors:
-                if isinstance(f, Int):
-                    factor = factor * f.value
-                elif isinstance(f, Sym):
-                    factor = factor * f.expr
-                elif f != var:
-                    return None
-            found = found + factor
-        elif var in free_vars(t):
-            return None
-    return found
-
-
 def _feeding_math(kernel: Kernel) -> set[str]:
     """Names of the values whose result flows into a costly math call (see MATH_SELECTS)."""
     needed: set[str] = set()
@@ -574,29 +530,6 @@ def _feeding_math(kernel: Kernel) -> set[str]:
         if isinstance(s, Compute) and (s.op in ROW_CACHE_OPS or s.name in needed):
             needed.update(s.args)
     return needed
-
-
-def _size(size: Size) -> str:
-    """C++ text of a size (a literal, or an expression over the size arguments)."""
-    return render_size(size, "/")
-
-
-def _above(size: Size, bound: int) -> bool:
-    """Whether ``size > bound``; a symbolic size is compared at its hint (the loop
-    forms this chooses between are correct for every size: only speed depends on it)."""
-    return hint(size) > bound
-
-
-def _linear(rvars: tuple[Var, ...]) -> str:
-    """The row-major position over the reduction variables ``rvars``, as C++ text."""
-    parts = []
-    for i, v in enumerate(rvars):
-        inner: Size = 1
-        for w in rvars[i + 1:]:
-            inner = inner * w.size
-        text = _size(inner) if isinstance(inner, int) else f"({_size(inner)})"
-        parts.append(f"{v.name}*{text}")
-    return " + ".join(parts)
 
 
 def generate_function(kernel: Kernel) -> str:
