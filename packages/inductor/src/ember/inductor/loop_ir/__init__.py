@@ -18,7 +18,8 @@ Model
   ``Sym(expr)`` (a symbolic size term), ``Add``, ``Mul``, ``FloorDiv``, ``Mod``,
   ``Indirect(value)``; simplifying builders ``add/mul/floordiv/mod``; :func:`render`
   prints one for C or Python, :func:`render_size` a size.
-- :mod:`.symbolic_index` — the sympy reasoning behind symbolic divisors and bounds.
+- :mod:`.symbolic_index` — the sympy reasoning behind symbolic divisors and bounds;
+  :mod:`.size_text` — sizes as C++/Python text.
 
 Symbolic sizes: a ``Var.size`` (and every size in the loop IR: buffer sizes and strides,
 ``Kernel.numel``) is ``int | sympy.Expr`` over the graph's size symbols
@@ -53,6 +54,7 @@ A kernel reads and writes only its ``buffers``; the wrapper allocates them and p
 them in ``Kernel.buffers`` order.
 """
 
+from ember.inductor.loop_ir import symbolic_index  # noqa: F401  (registers symbolic division)
 from ember.inductor.loop_ir.body import (
     BOOL_RESULT_OPS,
     COSTLY_OPS,

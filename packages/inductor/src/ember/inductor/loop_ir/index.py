@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 import sympy
+from ember.inductor.loop_ir.size_text import provably_nonnegative, size_text
 
 #: a loop-IR size: a plain int, or a sympy expression over the graph's size symbols
 Size: TypeAlias = "int | sympy.Expr"
@@ -133,6 +134,10 @@ class Indirect:
 
 
 IndexExpr = Var | Int | Sym | Add | Mul | FloorDiv | Mod | Indirect
+
+#: ``floordiv``/``mod`` by a symbolic divisor, proved with sympy: filled in by
+#: :mod:`.symbolic_index` (which imports this module; ``loop_ir`` imports both)
+SYMBOLIC_DIVISION: dict[str, Callable[[IndexExpr, sympy.Expr], IndexExpr]] = {}
 
 
 def as_index(x: IndexExpr | Size) -> IndexExpr:
@@ -298,9 +303,7 @@ def floordiv(x: IndexExpr | Size, d: int | Sym | sympy.Expr) -> IndexExpr:
     x = as_index(x)
     d = _divisor(d)
     if not isinstance(d, int):
-        from ember.inductor.loop_ir.symbolic_index import symbolic_floordiv
-
-        return symbolic_floordiv(x, d)
+        return SYMBOLIC_DIVISION["floordiv"](x, d)
     if d == 1:
         return x
     if isinstance(x, Int):
@@ -348,9 +351,7 @@ def mod(x: IndexExpr | Size, d: int | Sym | sympy.Expr) -> IndexExpr:
     x = as_index(x)
     d = _divisor(d)
     if not isinstance(d, int):
-        from ember.inductor.loop_ir.symbolic_index import symbolic_mod
-
-        return symbolic_mod(x, d)
+        return SYMBOLIC_DIVISION["mod"](x, d)
     if d == 1:
         return Int(0)
     if isinstance(x, Int):
@@ -374,8 +375,6 @@ def _nonneg(x: IndexExpr) -> bool:
     if isinstance(x, Int):
         return x.value >= 0
     if isinstance(x, Sym):
-        from ember.inductor.loop_ir.symbolic_index import provably_nonnegative
-
         return provably_nonnegative(x.expr)
     if isinstance(x, Mul):
         return all(_nonneg(f) for f in x.factors)
@@ -507,6 +506,4 @@ def render_size(size: Size, div: str = "/") -> str:
     Raises:
         ValueError: the expression uses a function that is not a size operation.
     """
-    from ember.inductor.loop_ir.symbolic_index import size_text
-
     return size_text(size, div)
