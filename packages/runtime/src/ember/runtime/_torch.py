@@ -8,6 +8,9 @@ may add lines here; keep one import per name and say what it is for.
 from __future__ import annotations
 
 import dataclasses
+import linecache
+import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -157,7 +160,12 @@ def track_guards(shape_env: ShapeEnv,
     """Record ``where()`` each time ``shape_env`` adds a guard (the recorder passes its
     current source line); returns a function giving ``(guard expression, where)`` for
     every guard so far, in order. NOTE: replaces the ShapeEnv's guard list by a list that
-    also notes the source on ``append`` (how torch adds guards)."""
+    also notes the source on ``append`` (how torch adds guards).
+
+    Guards torch adds while its fake convolution picks a backend (``use_mkldnn``'s
+    performance heuristic ``batch >= 16``) are left out when input and weight are
+    contiguous: every backend then makes a contiguous output, so the recorded op and its
+    result metadata are the same on either side of the heuristic (:func:`_conv_backend_choice`)."""
 
     class _SourcedGuards(list):  # type: ignore[type-arg]
         def __init__(self) -> None:
@@ -166,7 +174,7 @@ def track_guards(shape_env: ShapeEnv,
 
         def append(self, guard: Any) -> None:
             super().append(guard)
-            self.sources.append(where())
+            self.sources.append(_HEURISTIC if _conv_backend_choice() else where())
 
     guards = _SourcedGuards()
     guards.extend(shape_env.guards)
@@ -174,9 +182,49 @@ def track_guards(shape_env: ShapeEnv,
     shape_env.guards = guards
 
     def current() -> list[tuple[sympy.Basic, object]]:
-        return [(g.expr, src) for g, src in zip(guards, guards.sources)]
+        return [(g.expr, src) for g, src in zip(guards, guards.sources)
+                if src is not _HEURISTIC]
 
     return current
+
+
+_HEURISTIC = object()  # the source noted for a guard that is not a guard of the program
+_FAKE_CONV = ("_subclasses", "fake_impls.py")
+_BACKEND_CHOICE = ("_select_conv_backend", "_conv_determine_backend_memory_format")
+
+
+def _conv_backend_choice() -> bool:
+    """Whether the guard being added comes from torch's fake convolution choosing a
+    backend (``torch._C._select_conv_backend``, whose only effect on the result is its
+    memory format) for a contiguous input and weight. NOTE: found by the calling Python
+    frame (torch's ``conv`` in ``fake_impls.py``, at the line of the choice); with another
+    torch layout the guard is simply kept."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "conv" and code.co_filename.endswith(os.path.join(*_FAKE_CONV)):
+            line = linecache.getline(code.co_filename, frame.f_lineno)
+            if not any(name in line for name in _BACKEND_CHOICE):
+                return False
+            return all(_contiguous(frame.f_locals.get(name))
+                       for name in ("input_", "weight"))
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def _contiguous(t: object) -> bool:
+    """Whether ``t`` is a tensor whose strides are row-major for its sizes, decided on
+    the size expressions (no guard is added)."""
+    if not isinstance(t, torch.Tensor):
+        return False
+    expected: sympy.Expr = sympy.Integer(1)
+    for size, stride in reversed(list(zip(t.shape, t.stride()))):
+        size_e, stride_e = (sympy.sympify(v.node.expr if isinstance(v, torch.SymInt) else v)
+                            for v in (size, stride))
+        if size_e != 1 and sympy.expand(stride_e - expected) != 0:
+            return False
+        expected = expected * size_e
+    return True
 
 
 def runtime_asserts(shape_env: ShapeEnv) -> list[sympy.Basic]:
