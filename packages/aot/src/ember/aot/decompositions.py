@@ -23,12 +23,13 @@ def register(op: OpOverload) -> Callable[[Callable[..., Any]], Callable[..., Any
 def empty_permuted(size: list[int], physical_layout: list[int], *, dtype: Any = None,
                    layout: Any = None, device: Any = None, pin_memory: Any = None) -> Any:
     """An uninitialised tensor whose dimensions lie in memory in ``physical_layout``
-    order: ``empty_strided`` with the strides that order implies."""
-    strides = [0] * len(size)
-    step = 1
+    order: ``empty_strided`` with the strides that order implies (a symbolic size stays
+    symbolic: ``int()`` of it would specialise the program to the example size)."""
+    strides: list[Any] = [0] * len(size)
+    step: Any = 1
     for dim in reversed(physical_layout):
         strides[dim] = step
-        step *= max(int(size[dim]), 1)
+        step = step * torch.sym_max(size[dim], 1)  # type: ignore[no-untyped-call]
     return torch.ops.aten.empty_strided.default(
         size, strides, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
 
