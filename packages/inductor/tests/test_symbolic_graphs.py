@@ -93,8 +93,10 @@ def test_softmax_over_symbolic_rows_and_columns(rows: int, cols: int) -> None:
 def test_bad_sizes_raise_naming_the_input() -> None:
     _, run = _load(program("mlp"))
     w1, b1, w2, b2 = torch.randn(32, 64), torch.randn(32), torch.randn(16, 32), torch.randn(16)
+    with pytest.raises(ShapeError, match=r"^input 'x': expected 2 dims \[s0, 64\], got 3 dims"):
+        run(torch.randn(4, 64, 1), w1, b1, w2, b2)  # a rank: tested before a size is read
     with pytest.raises(TypeError, match="input arg0: expected torch.float32 \\['\\?', 64\\]"):
-        run(torch.randn(4, 64, 1), w1, b1, w2, b2)
+        run(torch.randn(4, 64, dtype=torch.float64), w1, b1, w2, b2)
     with pytest.raises(ShapeError, match="input 'x' dim 1: size 63, expected 64"):
         run(torch.randn(4, 63), w1, b1, w2, b2)
     with pytest.raises(ShapeError, match="outside the range"):

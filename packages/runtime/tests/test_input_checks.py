@@ -145,6 +145,32 @@ def test_symbolic_sizes_accept_any_size_in_range(artifacts: Path, monkeypatch: A
         torch.testing.assert_close(fn(x, y)[0], (x + y).sin())
 
 
+def test_a_symbolic_call_checks_its_sizes_once_in_the_wrapper(artifacts: Path,
+                                                               monkeypatch: Any) -> None:
+    """In-range calls of a compiled symbolic program run no SymbolBinder (the wrapper's
+    inline test is the only check); a bad size still raises the binder's ShapeError
+    naming the input."""
+    from ember.runtime.ir import symbolic
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(artifacts / "cache"))
+    fn = _load(artifacts / "symbolic.ember")
+    binds: list[int] = []
+    real = symbolic.SymbolBinder.bind_sizes
+
+    def counted(self: symbolic.SymbolBinder, sizes: Any) -> dict[str, int]:
+        binds.append(len(sizes))
+        return real(self, sizes)
+
+    monkeypatch.setattr(symbolic.SymbolBinder, "bind_sizes", counted)
+    for n in (2, 6, 16):
+        x, y = torch.randn(n, 8), torch.randn(n, 8)
+        torch.testing.assert_close(fn(x, y)[0], (x + y).sin())
+    assert binds == []
+    with pytest.raises(ShapeError, match=r"^input 'in1' dim 0: size 4, but symbol s0 is 6"):
+        fn(torch.randn(6, 8), torch.randn(4, 8))
+    assert binds == [2]  # the error message only
+
+
 @pytest.mark.parametrize(("x", "y", "message"), [
     ((18, 8), (18, 8), "input 'in0' dim 0: size 18 is outside the range [2, 16] of symbol s0"),
     ((6, 8), (8, 8), ("input 'in1' dim 0: size 8, but symbol s0 is 6 (input 'in0' dim 0); "

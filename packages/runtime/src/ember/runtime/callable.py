@@ -9,11 +9,13 @@ It runs the ``forward`` graph through an executor and applies the signature's ep
   alias (``program.metadata["aot"]["aliased_outputs"]``), so the caller sees the same
   aliasing eager torch gives.
 
-A ``compiled`` program with size symbols checks its inputs' sizes against the symbols'
-ranges and the graph's guards before its wrapper runs
-(:class:`~ember.runtime.interpreter.SizeBinding`: the placeholders with symbolic sizes
-only; the wrapper itself binds the symbols and checks dtypes, devices and static sizes). ``aten``/``core-functional`` programs are
-checked by the interpreter that runs them. Static programs pay nothing for this.
+Each call's input sizes are checked once, by what runs the graph: a ``compiled``
+program's wrapper binds its size symbols and tests every input size, symbol range and
+guard inline (raising the :class:`~ember.runtime.ir.symbolic.ShapeError` that names the
+input, dim, symbol and range or guard), ``aten``/``core-functional`` programs are checked
+by the interpreter. This class checks nothing itself; a program with symbolic aliased
+outputs only reads its symbols' values off the input sizes (:class:`SymbolReader`) to
+rebuild those views, after the executor has checked them. Static programs pay nothing for this.
 
 A program with a ``backward`` graph runs through :mod:`ember.runtime.autograd` when grad
 mode is on and an input requires grad; otherwise (``torch.no_grad()``, inference) only the
@@ -29,10 +31,10 @@ from typing import Any
 import torch
 from ember.runtime.autograd import TrainingRunner
 from ember.runtime.executor import ExecutorFactory, make_executor
-from ember.runtime.interpreter import SizeBinding, bind_inputs
-from ember.runtime.ir import OutputKind, OutputSpec, Program, TensorMeta
+from ember.runtime.interpreter import bind_inputs
+from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, TensorMeta
 from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases
-from ember.runtime.ir.symbolic import UnboundSymbolError, evaluate
+from ember.runtime.ir.symbolic import SymbolBinder, UnboundSymbolError, evaluate
 
 _HIDDEN_KINDS = (OutputKind.MUTATED_INPUT, OutputKind.SAVED_TENSOR)
 
@@ -135,6 +137,20 @@ def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
+class SymbolReader:
+    """The value of each backed size symbol of ``graph``, read off the size of the
+    first placeholder dim that has it as its size, without checking anything (for a
+    compiled program, whose wrapper checks every size, range and guard itself)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.sites = tuple((sym, site.position, site.dim)
+                           for sym, site in SymbolBinder(graph).backed.items())
+
+    def bind(self, inputs: Sequence[Any]) -> dict[str, int]:
+        """``{symbol: size}`` from ``inputs`` (one per placeholder, in order)."""
+        return {sym: int(inputs[position].size(dim)) for sym, position, dim in self.sites}
+
+
 class ProgramCallable:
     """Run ``program``'s forward graph: ``outputs = fn(inputs)``.
 
@@ -188,13 +204,12 @@ class ProgramCallable:
         if "backward" in program.graphs:
             self._training = TrainingRunner(program, self._forward, executor_factory)
         self._n_saved = sum(1 for s in specs if s.kind == OutputKind.SAVED_TENSOR)
-        # NOTE: the interpreter binds and checks symbols itself; compiled code is
-        # checked here, before a kernel sees a size. Symbolic aliased outputs need the
-        # symbols' values too.
-        self._sizes: SizeBinding | None = None
-        if (graph.symbols or graph.guards) and (
-                program.dialect == "compiled" or any(a.symbolic for a in self._aliased)):
-            self._sizes = SizeBinding(graph)
+        # NOTE: the executor checks each call's sizes (the interpreter through its
+        # SizeBinding, a compiled wrapper inline): only symbolic aliased outputs need
+        # the symbols' values here, read once the checked forward has run.
+        self._sizes: SymbolReader | None = None
+        if graph.symbols and any(a.symbolic for a in self._aliased):
+            self._sizes = SymbolReader(graph)
 
     def _check_input_aliasing(self, full: list[Any]) -> None:
         """The program is only right if its inputs share memory exactly as they did at
@@ -239,7 +254,6 @@ class ProgramCallable:
         # bind_inputs would scan the graph's nodes on every call to find that out.
         full = (list(inputs) if len(inputs) == self._n_placeholders
                 else bind_inputs(self.program, "forward", inputs))
-        symbols = self._sizes.bind(full) if self._sizes is not None else None
         if self._mutated or self._input_aliases:
             self._check_input_aliasing(full)
         if self._training is not None and torch.is_grad_enabled() and any(
@@ -262,6 +276,7 @@ class ProgramCallable:
                     getattr(value, "requires_grad", False)
                     and getattr(full[in_index], "requires_grad", False))):
                 full[in_index].copy_(value)
+        symbols = self._sizes.bind(full) if self._sizes is not None else None
         for alias in self._aliased:
             base = (full[alias.base_input] if alias.base_input is not None
                     else outputs[alias.base_output])  # type: ignore[index]

@@ -194,7 +194,6 @@ class WrapperWriter:
                         f"{info.sizes!r}, {info.strides!r}, {str(device)!r})")
             else:  # symbolic sizes: checked once the symbols are bound (below)
                 sizes = tuple(s if isinstance(s, int) else None for s in meta.sizes)
-                tests.append(f"{name}.dim() == {len(sizes)}")
                 call = (f"_check_input({name}, {name!r}, {meta.dtype}, {sizes!r}, None, "
                         f"{str(device)!r})")
             self.emit(f"if not ({' and '.join(tests)}):")
@@ -205,7 +204,8 @@ class WrapperWriter:
         """A symbolic graph: bind each backed symbol from the first input dim that has
         it as its size (``s0 = arg0.size(0)``), then test every input's sizes, every
         symbol's range and every guard at once (``_shape_error`` raises naming the input,
-        dim, symbol, range or guard), then copy an input whose strides differ from the
+        dim, symbol, range or guard; a symbolic input's rank is tested first, before its
+        sizes are read), then copy an input whose strides differ from the
         traced ones that kernels index it with."""
         low = self.lowered
         if not low.symbols:
@@ -213,6 +213,11 @@ class WrapperWriter:
         tensors = [(inp.name, inp.meta) for inp in low.inputs
                    if isinstance(inp.meta, TensorMeta)]
         self.emit("# size symbols, from the inputs")
+        ranks = [f"{name}.dim() == {len(meta.sizes)}" for name, meta in tensors
+                 if not all(isinstance(s, int) for s in meta.sizes)]
+        if ranks:  # before a size is read: a wrong rank is a ShapeError naming the input
+            self.emit(f"if not ({' and '.join(ranks)}):")
+            self.emit(f"    _shape_error([{', '.join(i.name for i in low.inputs)}])")
         for name, meta in tensors:
             for d, size in enumerate(meta.sizes):
                 if isinstance(size, str) and size.isidentifier() and size not in self.bound:
