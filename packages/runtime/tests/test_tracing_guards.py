@@ -7,12 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 import torch.export
 from ember.runtime import import_exported
 from ember.runtime.callable import ProgramCallable
-from ember.runtime.ir import InputSpec, verify
+from ember.runtime.ir import InputSpec, ShapeGuard, SourceLocation, SymbolRange, verify
+from ember.runtime.ir import symbolic as S
 from ember.runtime.tracing import GraphRecorder
+from ember.runtime.tracing_guards import canonical_relation, one_form_per_relation
 
 
 def guards(fn: Callable[..., Any], *inputs: torch.Tensor,
@@ -26,6 +29,52 @@ def guards(fn: Callable[..., Any], *inputs: torch.Tensor,
     program = rec.finish([out])
     verify(program)
     return [g.expr for g in program.forward.guards]
+
+
+BOTH = {0: (2, None), 1: (2, None)}
+
+
+def test_a_view_that_needs_an_even_size_keeps_one_guard() -> None:
+    # torch adds s0*s1 == 2*s0*(s1//2), s1%(s1//2) == 0 and s1//(s1//2) == 2
+    assert guards(lambda x: x.view(x.size(0), x.size(1) // 2, 2), torch.randn(4, 6),
+                  dims=BOTH) == ["s1%2 == 0"]
+
+
+def test_a_product_times_a_remainder_is_the_remainder() -> None:
+    # torch: s0*(s1%16) == 0, s0*s1 == 16*s0*(s1//16), s1%(s1//16) == 0, ...
+    assert guards(lambda x: x.view(x.size(0), -1, 16), torch.randn(4, 32),
+                  dims=BOTH) == ["s1%16 == 0"]
+
+
+def test_guards_not_implied_by_a_divisibility_stay() -> None:
+    # s0 != s0*s1//2 says s1 != 2: a real condition of the view; s0*s1 == 2*(s0*s1//2)
+    # and s0*s1%(s0*s1//2) == 0 follow from s0*s1%2 == 0 and are left out
+    assert guards(lambda x: x.view(-1, 2), torch.randn(4, 6), dims=BOTH) == [
+        "s0*s1%2 == 0", "s0 != s0*s1//2", "s0%(s0*s1//2) != 0"]
+
+
+def test_one_form_per_relation_rules() -> None:
+    s0, s1 = S.symbol("s0"), S.symbol("s1")
+    ranges = {"s0": SymbolRange(2, None, 4), "s1": SymbolRange(2, None, 6)}
+    where = SourceLocation("m.py", 3, "f", "y = x.view(-1, 2)")
+    relations = [
+        (sympy.Eq(s0 * sympy.Mod(s1, 4), 0), where),  # s1%4 == 0, with the first source
+        (sympy.Eq(sympy.Mod(s1, 2), 0), None),  # implied by s1%4 == 0
+        (sympy.Eq(sympy.Mod(s1, 4), 0), None),  # the same text
+        (sympy.Eq(sympy.Mod(s0 * s1, 8), 0), None),  # s0*s1 = 4*s0*q: not implied
+        (sympy.Eq(sympy.floor(s1 / sympy.floor(s1 / 4)), 4), None),  # 4q // q == 4
+        (sympy.Le(sympy.floor(s0 / 2), s0), None),  # by the ranges
+        (sympy.Ne(s0, 3), None),
+    ]
+    assert one_form_per_relation(relations, ranges) == [
+        ShapeGuard("s1%4 == 0", where), ShapeGuard("s0*s1%8 == 0"), ShapeGuard("s0 != 3")]
+
+
+def test_a_remainder_of_a_symbol_that_may_be_zero_keeps_its_factor() -> None:
+    u0, s1 = S.symbol("u0"), S.symbol("s1")
+    ranges = {"u0": SymbolRange(0), "s1": SymbolRange(2, None, 6)}
+    assert canonical_relation(sympy.Eq(u0 * sympy.Mod(s1, 2), 0), ranges) == sympy.Eq(
+        u0 * sympy.Mod(s1, 2), 0)
 
 
 class ConvBN(torch.nn.Module):

@@ -11,13 +11,14 @@ torch's size expressions into the IR's grammar (:mod:`ember.runtime.ir.symbolic`
 * :meth:`RecordedSymbols.finish` applies the ShapeEnv's final replacements to the graph
   (a symbol specialised to 8 becomes 8; two symbols found equal become one), fills
   ``graph.symbols`` (the ranges asked for, hints) and ``graph.guards`` (each ShapeEnv
-  guard not implied by the ranges, with the source line current when torch added it).
+  guard with the source line current when torch added it, one canonical form per
+  relation, none implied by the ranges or the other guards:
+  :mod:`ember.runtime.tracing_guards`).
 """
 
 from __future__ import annotations
 
 import functools
-import operator
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -53,6 +54,7 @@ from ember.runtime.ir import (
     symbolic,
 )
 from ember.runtime.tracing_errors import RecordingError
+from ember.runtime.tracing_guards import one_form_per_relation
 
 __all__ = ["TORCH_FUNCTIONS", "RecordedSymbols"]
 
@@ -373,16 +375,7 @@ class RecordedSymbols:
                 relations.append((sympy.Ge(new, r.lower), None))
                 if r.upper is not None:
                     relations.append((sympy.Le(new, r.upper), None))
-        guards: list[ShapeGuard] = []
-        seen: set[str] = set()
-        for relation, source in relations:
-            if relation is sympy.true or _implied(relation, ranges):
-                continue
-            text = symbolic.format_relation(relation)
-            if text not in seen:
-                seen.add(text)
-                guards.append(ShapeGuard(text, source))
-        return guards
+        return one_form_per_relation(relations, ranges)
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -392,29 +385,6 @@ def _intersect(a: SymbolRange, b: SymbolRange) -> SymbolRange:
     uppers = [u for u in (a.upper, b.upper) if u is not None]
     return SymbolRange(max(a.lower, b.lower), min(uppers) if uppers else None,
                        a.hint if a.hint is not None else b.hint)
-
-
-def _implied(relation: sympy.Basic, ranges: Mapping[str, SymbolRange]) -> bool:
-    """Whether ``relation`` holds for every positive value of its symbols when all of
-    them are positive (lower bound >= 1): sympy decides ``s0//2 <= s0`` that way."""
-    free = relation.free_symbols
-    if not free or any(ranges.get(str(s), SymbolRange(0)).lower < 1 for s in free):
-        return False
-    positive = {s: sympy.Symbol(str(s), integer=True, positive=True) for s in free}
-    compare = _COMPARISONS.get(type(relation))
-    if compare is None:
-        return relation.xreplace(positive) is sympy.true
-    lhs, rhs = (side.xreplace(positive) for side in relation.args)
-    # NOTE: through the operators, in both directions: sympy's floor decides
-    # floor(p/2) <= p in its __le__, which Le(...) and p >= floor(p/2) never ask
-    forward, backward = compare
-    return forward(lhs, rhs) is sympy.true or backward(rhs, lhs) is sympy.true
-
-
-_COMPARISONS: dict[type, tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]]] = {
-    sympy.Le: (operator.le, operator.ge), sympy.Lt: (operator.lt, operator.gt),
-    sympy.Ge: (operator.ge, operator.le), sympy.Gt: (operator.gt, operator.lt),
-}
 
 
 def _symbol_order(name: str) -> tuple[str, int]:
