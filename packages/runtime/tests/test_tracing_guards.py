@@ -31,7 +31,7 @@ def guards(fn: Callable[..., Any], *inputs: torch.Tensor,
     return [g.expr for g in program.forward.guards]
 
 
-BOTH = {0: (2, None), 1: (2, None)}
+BOTH: dict[int, tuple[int, int | None]] = {0: (2, None), 1: (2, None)}
 
 
 def test_a_view_that_needs_an_even_size_keeps_one_guard() -> None:
