@@ -17,7 +17,7 @@ from ember.inductor.lowering.layout import (
     storage_order,
 )
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, numel, probe_index
-from ember.runtime.ir import TensorMeta
+from ember.runtime.ir import TensorMeta, symbolic
 
 
 def channels_last_convolution(ctx: LoweringContext, call: ExternRequest) -> ExternRequest:
@@ -37,10 +37,13 @@ def channels_last_convolution(ctx: LoweringContext, call: ExternRequest) -> Exte
         return call
     if isinstance(x, Lazy) or not is_channels_last(x.sizes, x.strides):
         args = (channels_last(ctx, x), *args[1:])
-    sizes = tuple(from_ir(s) for s in meta.sizes)
-    strides = channels_last_strides(sizes)
+    # NOTE: the meta stays in the IR's terms (ints and size-expression text, as every
+    # TensorMeta): only its strides change, computed over the loop-IR sizes and printed
+    # back (a sympy size in a meta is not IR; ``symbolic.parse`` refuses it)
+    strides = channels_last_strides(tuple(from_ir(s) for s in meta.sizes))
+    ir_strides = tuple(symbolic.format(s) for s in strides)
     return dataclasses.replace(
-        call, args=args, metas=(dataclasses.replace(meta, sizes=sizes, strides=strides),))
+        call, args=args, metas=(dataclasses.replace(meta, strides=ir_strides),))
 
 
 def channels_last(ctx: LoweringContext, x: Lazy | Stored) -> Stored:
