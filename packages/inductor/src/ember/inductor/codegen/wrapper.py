@@ -34,7 +34,10 @@ from ember.runtime.ir import TensorMeta, symbolic
 # call each (ATen allocates a fresh result otherwise; on a tiny Llama, 29 matmuls of up to
 # 0.7 MB each per call, and glibc returned the memory to the OS between them).
 # The public functions, whose Python bindings dispatch in a few microseconds, several
-# times faster than calling the OpOverload (torch.ops.aten.mm.out).
+# times faster than calling the OpOverload (torch.ops.aten.mm.out); a result with no
+# memory to reuse (and any device's) is their plain call too: torch.addmm(...) costs
+# ~9 us a call on CPU where aten.addmm.default(...) costs ~19 us (same schema, same
+# positional and keyword arguments).
 OUT_VARIANTS = {
     "aten::mm.default": "torch.mm",
     "aten::addmm.default": "torch.addmm",
@@ -282,8 +285,9 @@ class WrapperWriter:
         self.emit(f"# {kind}: {call.target}{note}")
         args = [render_arg(a) for a in call.args] + [
             f"{k}={render_arg(v)}" for k, v in call.kwargs.items()]
-        expr = f"{_op_expr(call.target)}({', '.join(args)})"
-        out_variant = OUT_VARIANTS.get(call.target) if self.device == "cpu" else None
+        public = OUT_VARIANTS.get(call.target)
+        expr = f"{public or _op_expr(call.target)}({', '.join(args)})"
+        out_variant = public if self.device == "cpu" else None
         info = self.lowered.buffers.get(call.outputs[0] or "") if out_variant else None
         reusable = pool.get(self._layout_key(info)) if info is not None else None
         if out_variant and info is not None and reusable and not call.multi:
