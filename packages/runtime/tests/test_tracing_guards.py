@@ -95,6 +95,17 @@ def test_conv_backend_heuristic_is_not_a_guard() -> None:
     assert guards(conv, torch.randn(4, 3, 8, 8), dims={0: (2, 64)}) == []
 
 
+def test_conv_backend_heuristic_does_not_narrow_the_range() -> None:
+    # had the heuristic narrowed s0 to [2, 15], torch would take this branch unguarded
+    conv = torch.nn.Conv2d(3, 4, 3)
+
+    def branch(x: torch.Tensor) -> torch.Tensor:
+        y = conv(x)
+        return y * 2 if x.shape[0] < 32 else y
+
+    assert guards(branch, torch.randn(4, 3, 8, 8), dims={0: (2, 64)}) == ["s0 < 32"]
+
+
 def test_conv_backend_heuristic_stays_a_guard_for_a_channels_last_input() -> None:
     # the backend then decides the output's memory format: kept
     conv = torch.nn.Conv2d(3, 4, 3)

@@ -7,11 +7,9 @@ may add lines here; keep one import per name and say what it is for.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import linecache
-import os
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import sympy
@@ -49,6 +47,7 @@ __all__ = [
     "ValueRanges",
     "assert_async",
     "bound_sympy",
+    "heuristics_unguarded",
     "input_source",
     "int_oo",
     "is_fake",
@@ -160,12 +159,7 @@ def track_guards(shape_env: ShapeEnv,
     """Record ``where()`` each time ``shape_env`` adds a guard (the recorder passes its
     current source line); returns a function giving ``(guard expression, where)`` for
     every guard so far, in order. NOTE: replaces the ShapeEnv's guard list by a list that
-    also notes the source on ``append`` (how torch adds guards).
-
-    Guards torch adds while its fake convolution picks a backend (``use_mkldnn``'s
-    performance heuristic ``batch >= 16``) are left out when input and weight are
-    contiguous: every backend then makes a contiguous output, so the recorded op and its
-    result metadata are the same on either side of the heuristic (:func:`_conv_backend_choice`)."""
+    also notes the source on ``append`` (how torch adds guards)."""
 
     class _SourcedGuards(list):  # type: ignore[type-arg]
         def __init__(self) -> None:
@@ -174,7 +168,7 @@ def track_guards(shape_env: ShapeEnv,
 
         def append(self, guard: Any) -> None:
             super().append(guard)
-            self.sources.append(_HEURISTIC if _conv_backend_choice() else where())
+            self.sources.append(where())
 
     guards = _SourcedGuards()
     guards.extend(shape_env.guards)
@@ -182,34 +176,44 @@ def track_guards(shape_env: ShapeEnv,
     shape_env.guards = guards
 
     def current() -> list[tuple[sympy.Basic, object]]:
-        return [(g.expr, src) for g, src in zip(guards, guards.sources)
-                if src is not _HEURISTIC]
+        return [(g.expr, src) for g, src in zip(guards, guards.sources)]
 
     return current
 
 
-_HEURISTIC = object()  # the source noted for a guard that is not a guard of the program
-_FAKE_CONV = ("_subclasses", "fake_impls.py")
 _BACKEND_CHOICE = ("_select_conv_backend", "_conv_determine_backend_memory_format")
 
 
-def _conv_backend_choice() -> bool:
-    """Whether the guard being added comes from torch's fake convolution choosing a
-    backend (``torch._C._select_conv_backend``, whose only effect on the result is its
-    memory format) for a contiguous input and weight. NOTE: found by the calling Python
-    frame (torch's ``conv`` in ``fake_impls.py``, at the line of the choice); with another
-    torch layout the guard is simply kept."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "conv" and code.co_filename.endswith(os.path.join(*_FAKE_CONV)):
-            line = linecache.getline(code.co_filename, frame.f_lineno)
-            if not any(name in line for name in _BACKEND_CHOICE):
-                return False
-            return all(_contiguous(frame.f_locals.get(name))
-                       for name in ("input_", "weight"))
-        frame = frame.f_back  # type: ignore[assignment]
-    return False
+@contextlib.contextmanager
+def heuristics_unguarded(shape_env: ShapeEnv | None) -> Iterator[None]:
+    """While recording one op: torch's convolution backend choice (its fake convolution
+    calls ``torch._C._select_conv_backend``, whose ``use_mkldnn`` asks ``batch >= 16``, a
+    performance heuristic) runs with the ShapeEnv's guards suppressed when input and
+    weight are contiguous: every backend then makes the same contiguous output, so the
+    recorded op and its metadata do not depend on the choice, and neither a guard nor a
+    narrowed range (``s0`` in [2, 15]) may come of it. Otherwise (channels-last: the
+    backend picks the output layout) the choice guards as before. NOTE: swaps the two
+    ``torch._C`` functions for the duration; a no-op without a ShapeEnv."""
+    if shape_env is None:
+        yield
+        return
+    originals = {name: getattr(torch._C, name) for name in _BACKEND_CHOICE}
+
+    def unguarded(original: Callable[..., Any]) -> Callable[..., Any]:
+        def choose(input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any:
+            if _contiguous(input) and _contiguous(weight):
+                with shape_env.suppress_guards():
+                    return original(input, weight, *args, **kwargs)
+            return original(input, weight, *args, **kwargs)
+        return choose
+
+    for name, original in originals.items():
+        setattr(torch._C, name, unguarded(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch._C, name, original)
 
 
 def _contiguous(t: object) -> bool:

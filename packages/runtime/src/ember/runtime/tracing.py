@@ -68,6 +68,7 @@ from ember.runtime._torch import (
     FakeTensorMode,
     ShapeEnv,
     TorchDispatchMode,
+    heuristics_unguarded,
     is_fake,
     is_op_overload,
     make_shape_env,
@@ -370,7 +371,8 @@ class GraphRecorder:
         fake_kwargs = {k: self._fakeify(v) for k, v in kwargs.items()}
         ir_args = tuple(self._encode(a, func) for a in fake_args)
         ir_kwargs = {k: self._encode(v, func) for k, v in fake_kwargs.items()}
-        result = func(*fake_args, **fake_kwargs)
+        with heuristics_unguarded(self.shape_env):
+            result = func(*fake_args, **fake_kwargs)
         target = qualified_name(func)
         base = target.split("::", 1)[1].split(".", 1)[0]
         node = Node(base, "call", target, args=ir_args, kwargs=ir_kwargs,
