@@ -100,7 +100,7 @@ def test_conv_backend_heuristic_does_not_narrow_the_range() -> None:
     conv = torch.nn.Conv2d(3, 4, 3)
 
     def branch(x: torch.Tensor) -> torch.Tensor:
-        y = conv(x)
+        y: torch.Tensor = conv(x)
         return y * 2 if x.shape[0] < 32 else y
 
     assert guards(branch, torch.randn(4, 3, 8, 8), dims={0: (2, 64)}) == ["s0 < 32"]
