@@ -217,7 +217,12 @@ def _min_cut_backward_side(
     _, source_side = net.min_cut(source, sink)
     recomputed = {name for name in bw_required - tangent_dependent
                   if (name, "in") not in source_side}
-    return (bw_required & tangent_dependent) | recomputed
+    # NOTE: a node with no inputs that only a saved value reads (the ``empty_strided``
+    # a dropout mask is drawn into: the random op itself is never recomputed) is not
+    # reachable from the source, so the cut puts it on the sink side; the backward graph
+    # keeps only what its outputs read.
+    side = (bw_required & tangent_dependent) | recomputed
+    return _ancestors({n: nodes[n] for n in side}, _refs(bw_outputs))
 
 
 def _saved_values(graph: Graph, backward_side: set[str], bw_required: set[str],
