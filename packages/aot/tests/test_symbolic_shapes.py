@@ -130,15 +130,39 @@ def test_one_optimizer_step_at_two_sizes_after_one_compile(
         assert_same_training_state(eager, compiled)
 
 
-def test_batch_norm_training_keeps_ops_whose_decomposition_needs_a_symbolic_float() -> None:
-    # the variance correction n/(n-1) is a symbolic float, which the IR cannot hold:
-    # batch norm and its backward stay whole (the functional op, an extern op)
+def test_batch_norm_training_decomposes_without_a_symbolic_float() -> None:
+    # torch's decompositions scale by n/(n-1) and 1/n, symbolic floats the IR cannot
+    # hold; Ember's take var(correction=1) and means (symbolic_decompositions.py), so
+    # batch norm and its backward are Core ATen and nothing stays whole
     model = {m[0]: m[1] for m in MODELS}["conv_bn"]().train()
     program, _ = compile_module(model, torch.randn(5, 3, 8, 8), dynamic={0: {0: (2, None)}})
     targets = {n.target for g in program.graphs.values() for n in g.nodes}
-    assert "aten::_native_batch_norm_legit_functional.default" in targets
+    assert not {t for t in targets if "batch_norm" in t}
+    assert "aten::var.correction" in targets
     aot = AotMetadata.from_program(program)
-    assert aot is not None and aot.extern_ops == ("aten::native_batch_norm_backward.default",)
+    assert aot is not None and aot.extern_ops == ()
+
+
+@pytest.mark.parametrize("make_model,features", [
+    (lambda: torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8, affine=False)),
+     (6,)),
+    (lambda: torch.nn.Sequential(torch.nn.Conv1d(4, 8, 3), torch.nn.BatchNorm1d(8, momentum=0.3)),
+     (4, 10)),
+], ids=["no_affine", "conv1d"])
+def test_batch_norm_training_over_a_symbolic_batch_matches_eager(
+        make_model: Callable[[], torch.nn.Module], features: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    eager = make_model().train()
+    compiled = copy.deepcopy(eager)
+    program, run = compile_module(compiled, torch.randn(5, *features), dynamic={0: ROWS[0]})
+    assert program.forward.symbols
+    for n in (3, 7):
+        x = torch.randn(n, *features)
+        target = torch.randn_like(eager(x.clone()).detach())
+        compiled.load_state_dict(eager.state_dict())  # the probe moved the running stats
+        sgd_step(eager, eager, x, target)
+        sgd_step(compiled, lambda inp: run(inp)[0], x, target)
+        assert_same_training_state(eager, compiled)
 
 
 def test_saved_bytes_are_an_expression_and_the_cut_uses_the_hint() -> None:

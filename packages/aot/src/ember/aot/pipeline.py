@@ -45,6 +45,7 @@ from ember.aot.extern_ops import declare_extern_ops
 from ember.aot.functionalize import functionalize, functionalize_graph
 from ember.aot.partition.mincut import partition, saved_name
 from ember.aot.retrace import retrace, trace_joint
+from ember.aot.symbolic_decompositions import symbolic_decompositions
 from ember.aot.symbolic_sizes import UnboundSizeSymbolError, graph_is_symbolic
 from ember.runtime.interpreter import InterpreterError
 from ember.runtime.ir import (
@@ -88,6 +89,8 @@ def aot_compile(program: Program, config: AotConfig | None = None) -> Program:
     table = decomposition_table_for_core_aten(CORE_FUNCTIONAL_EXTRA_OPS) if config.decompose else {}
     if config.decompose:
         table.update(EMBER_DECOMPOSITIONS)
+        if any(graph_is_symbolic(g) for g in program.graphs.values()):
+            table.update(symbolic_decompositions(table))
     with _declining_symbolic_failures(program):
         functional = functionalize(program)
         if needs_backward(program, config):
