@@ -279,6 +279,13 @@ def test_a_symbolic_aliased_output_is_a_view_at_every_size() -> None:
         (tail,) = fn([x])
         assert tail.shape == (n - 1, 4) and tail.data_ptr() == x[1:].data_ptr()
         assert tail._base is x  # a view of the input, not a copy
+    # compiled: the symbols are read off the input sizes (the wrapper checked them)
+    program.dialect = "compiled"
+    fn = ProgramCallable(program, lambda p, g: lambda inputs: [inputs[0][1:].clone()])
+    for n in (3, 6):
+        x = torch.randn(n, 4)
+        (tail,) = fn([x])
+        assert tail.shape == (n - 1, 4) and tail._base is x
 
 
 def test_static_programs_build_no_size_binding(monkeypatch: pytest.MonkeyPatch) -> None:
