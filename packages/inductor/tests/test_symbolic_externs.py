@@ -38,8 +38,9 @@ def _trace(fn: Any, inputs: Sequence[torch.Tensor], dims: dict[int, tuple[int, N
 
 def _conv_bn_relu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, gamma: torch.Tensor,
                   beta: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> tuple[Any, ...]:
-    """A convolution, training-mode batch norm (as the aot stage leaves it over a
-    symbolic batch: the functional op, whole) and a ReLU, then a second convolution."""
+    """A convolution, training-mode batch norm (the functional op kept whole, an extern
+    op: the aot stage decomposes it, other producers of core-functional programs may
+    not) and a ReLU, then a second convolution."""
     y = aten.convolution.default(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
     out, saved_mean, saved_invstd, new_mean, new_var = (
         aten._native_batch_norm_legit_functional.default(y, gamma, beta, mean, var,
@@ -93,8 +94,8 @@ def test_the_channels_last_pass_keeps_metas_in_ir_terms(
 def test_a_conv_batch_norm_step_over_a_symbolic_batch_compiles_once() -> None:
     compiled = compile_program(_trace(_conv_bn_relu, _inputs(4), {0: (2, None)}),
                                {"strict": True})
-    # the convolutions are compiled extern calls; only batch norm (an extern op of the
-    # aot stage) runs as a fallback
+    # the convolutions are compiled extern calls; only batch norm (declared an extern
+    # op) runs as a fallback
     assert compiled.metadata["fallbacks"] == {BATCH_NORM: 1}
     run = load_executor(compiled, "forward")
     for n in (3, 6):
