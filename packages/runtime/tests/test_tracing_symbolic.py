@@ -262,3 +262,18 @@ def test_runtime_asserts_on_unbacked_sizes_become_guards() -> None:
     text = record(nz, torch.tensor([3, 1, 0, 2]))
     assert text.splitlines()[1:3] == ["  symbols s0 in [2, inf] hint=4, u0 in [0, inf]",
                                       "  guard s0 >= u0"]
+
+
+def test_padding_keeps_its_symbols() -> None:
+    # aten::constant_pad_nd's C++ meta kernel needs concrete sizes: without torch's Python
+    # meta kernels the recorder specialised both dims (and on CUDA the op failed).
+    def pad(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (1, 2))
+
+    assert record(pad, torch.randn(5, 7), dims={0: (2, None), 1: (2, None)}) == (
+        "graph forward(%x0: f32[s0, s1]{s1,1} cpu):\n"
+        "  symbols s0 in [2, inf] hint=5, s1 in [2, inf] hint=7\n"
+        "  %constant_pad_nd: f32[s0, s1+3]{s1+3,1} cpu = "
+        "aten::constant_pad_nd.default(%x0, [1, 2], 0.0)"
+        f'  # {at(pad)} pad "return torch.nn.functional.pad(x, (1, 2))"\n'
+        "  return (%constant_pad_nd)\n")

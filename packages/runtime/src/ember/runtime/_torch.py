@@ -31,6 +31,7 @@ from torch.fx.experimental.symbolic_shapes import (  # symbolic shapes (dynamic=
     StatelessSymbolicContext,
     StrictMinMaxConstraint,
 )
+from torch._dispatch.python import enable_python_dispatcher  # symbolic-aware meta kernels
 from torch.utils._python_dispatch import TorchDispatchMode  # a Python dispatch hook
 from torch.utils._sympy.numbers import int_oo  # torch's integer infinity in ranges
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy  # symbol ranges
@@ -48,6 +49,7 @@ __all__ = [
     "assert_async",
     "bound_sympy",
     "heuristics_unguarded",
+    "symbolic_meta_kernels",
     "input_source",
     "int_oo",
     "is_fake",
@@ -111,17 +113,21 @@ def input_source(name: str) -> Any:
     return _InputSource(name)
 
 
+def _backed_values(shape_env: ShapeEnv) -> Mapping[sympy.Symbol, Any]:
+    """The example values of the backed symbols (``backed_var_to_val`` in newer torch,
+    ``var_to_val`` before; an empty dict of the newer name is still the answer)."""
+    backed: Mapping[sympy.Symbol, Any] | None = getattr(shape_env, "backed_var_to_val", None)
+    return backed if backed is not None else shape_env.var_to_val
+
+
 def is_unbacked(shape_env: ShapeEnv, symbol: sympy.Symbol) -> bool:
     """True for a data-dependent symbol (no example value), False for an input size."""
-    backed: Mapping[sympy.Symbol, Any] = getattr(shape_env, "backed_var_to_val", None) or (
-        shape_env.var_to_val)
-    return symbol not in backed
+    return symbol not in _backed_values(shape_env)
 
 
 def symbol_hint(shape_env: ShapeEnv, symbol: sympy.Symbol) -> int | None:
     """The example value of a backed symbol, None for an unbacked one."""
-    backed: Mapping[sympy.Symbol, Any] = getattr(shape_env, "backed_var_to_val", None) or (
-        shape_env.var_to_val)
+    backed = _backed_values(shape_env)
     value = backed.get(symbol)
     return None if value is None else int(value)
 
@@ -182,6 +188,19 @@ def track_guards(shape_env: ShapeEnv,
 
 
 _BACKEND_CHOICE = ("_select_conv_backend", "_conv_determine_backend_memory_format")
+
+
+@contextlib.contextmanager
+def symbolic_meta_kernels(shape_env: ShapeEnv | None) -> Iterator[None]:
+    """While a dynamic recorder runs one op on fake tensors: torch's Python dispatcher,
+    whose Python meta kernels take symbolic sizes where some C++ kernels need concrete
+    ones (``aten::constant_pad_nd`` would otherwise specialise every size it sees, or
+    fail on CUDA). A no-op without a ShapeEnv (static recording is unchanged)."""
+    if shape_env is None:
+        yield
+        return
+    with enable_python_dispatcher():
+        yield
 
 
 @contextlib.contextmanager

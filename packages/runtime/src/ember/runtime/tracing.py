@@ -73,6 +73,7 @@ from ember.runtime._torch import (
     is_op_overload,
     make_shape_env,
     op_schema,
+    symbolic_meta_kernels,
     unset_fake_temporarily,
 )
 from ember.runtime.ir import (
@@ -371,7 +372,7 @@ class GraphRecorder:
         fake_kwargs = {k: self._fakeify(v) for k, v in kwargs.items()}
         ir_args = tuple(self._encode(a, func) for a in fake_args)
         ir_kwargs = {k: self._encode(v, func) for k, v in fake_kwargs.items()}
-        with heuristics_unguarded(self.shape_env):
+        with heuristics_unguarded(self.shape_env), symbolic_meta_kernels(self.shape_env):
             result = func(*fake_args, **fake_kwargs)
         target = qualified_name(func)
         base = target.split("::", 1)[1].split(".", 1)[0]
