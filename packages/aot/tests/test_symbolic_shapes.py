@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from aot_capture import DynamicDims, capture, compile_module
 from ember.aot.__main__ import main
 from ember.aot.pipeline import aot_compile
+from ember.aot.symbolic_decompositions import batch_norm_backward, batch_norm_training
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.ir import (
     Graph,
@@ -163,6 +164,23 @@ def test_batch_norm_training_over_a_symbolic_batch_matches_eager(
         sgd_step(eager, eager, x, target)
         sgd_step(compiled, lambda inp: run(inp)[0], x, target)
         assert_same_training_state(eager, compiled)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_batch_norm_decompositions_give_atens_dtypes_and_values(dtype: torch.dtype) -> None:
+    aten = torch.ops.aten
+    x, g = torch.randn(6, 4, 5, 5, dtype=dtype), torch.randn(6, 4, 5, 5, dtype=dtype)
+    w, b, mean = torch.rand(4, dtype=dtype) + 0.5, torch.randn(4, dtype=dtype), torch.randn(4)
+    mean, var = mean.to(dtype), (torch.rand(4) + 0.5).to(dtype)
+    expected = aten._native_batch_norm_legit_functional.default(x, w, b, mean, var, True,
+                                                                  0.1, 1e-5)
+    actual = batch_norm_training(None, x, w, b, mean, var, True, 0.1, 1e-5)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(actual, expected, rtol=tol, atol=tol)  # dtypes too
+    args = (x, w, mean, var, expected[1], expected[2], True, 1e-5, [True, True, True])
+    torch.testing.assert_close(batch_norm_backward(None, g, *args),
+                               aten.native_batch_norm_backward.default(g, *args),
+                               rtol=tol, atol=tol)
 
 
 def test_saved_bytes_are_an_expression_and_the_cut_uses_the_hint() -> None:

@@ -39,6 +39,14 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
 
 
+def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` converted to ``dtype`` (itself when it has it: no copy is recorded)."""
+    if t.dtype == dtype:
+        return t
+    converted: torch.Tensor = aten._to_copy.default(t, dtype=dtype)
+    return converted
+
+
 def batch_norm_training(fallback: Decomposition | None, x: torch.Tensor,
                         weight: torch.Tensor | None, bias: torch.Tensor | None,
                         running_mean: torch.Tensor, running_var: torch.Tensor,
@@ -49,7 +57,7 @@ def batch_norm_training(fallback: Decomposition | None, x: torch.Tensor,
         return NotImplemented if fallback is None else fallback(
             x, weight, bias, running_mean, running_var, training, momentum, eps)
     dims = _reduced_dims(x)
-    acc = aten._to_copy.default(x, dtype=_compute_dtype(x))
+    acc = _as(x, _compute_dtype(x))
     var, mean = aten.var_mean.correction(acc, dims, correction=0, keepdim=True)
     invstd = aten.rsqrt.default(aten.add.Tensor(var, eps))
     out = aten.mul.Tensor(aten.sub.Tensor(acc, mean), invstd)
@@ -57,16 +65,19 @@ def batch_norm_training(fallback: Decomposition | None, x: torch.Tensor,
         out = aten.mul.Tensor(out, _per_channel(weight, x))
     if bias is not None:
         out = aten.add.Tensor(out, _per_channel(bias, x))
-    save_mean = aten.squeeze.dims(mean, dims)
-    save_invstd = aten.squeeze.dims(invstd, dims)
+    # NOTE: ATen's CPU kernel returns the saved statistics in the input's dtype, CUDA's
+    # in the compute dtype
+    saved_dtype = x.dtype if x.device.type == "cpu" else acc.dtype
+    save_mean = _as(aten.squeeze.dims(mean, dims), saved_dtype)
+    save_invstd = _as(aten.squeeze.dims(invstd, dims), saved_dtype)
     unbiased = aten.var.correction(acc, dims, correction=1)
-    new_mean = aten.add.Tensor(aten.mul.Tensor(save_mean, momentum),
+    new_mean = aten.add.Tensor(aten.mul.Tensor(aten.squeeze.dims(mean, dims), momentum),
                                aten.mul.Tensor(running_mean, 1 - momentum))
     new_var = aten.add.Tensor(aten.mul.Tensor(unbiased, momentum),
                               aten.mul.Tensor(running_var, 1 - momentum))
-    return (aten._to_copy.default(out, dtype=x.dtype), save_mean, save_invstd,
-            aten._to_copy.default(new_mean, dtype=running_mean.dtype),
-            aten._to_copy.default(new_var, dtype=running_var.dtype))
+    return (_as(out, x.dtype), save_mean, save_invstd,
+            _as(new_mean, running_mean.dtype),
+            _as(new_var, running_var.dtype))
 
 
 def batch_norm_backward(fallback: Decomposition | None, grad_out: torch.Tensor,
@@ -83,8 +94,8 @@ def batch_norm_backward(fallback: Decomposition | None, grad_out: torch.Tensor,
             eps, output_mask)
     dims = _reduced_dims(x)
     dtype = _compute_dtype(x)
-    dy = aten._to_copy.default(grad_out, dtype=dtype)
-    acc = aten._to_copy.default(x, dtype=dtype)
+    dy = _as(grad_out, dtype)
+    acc = _as(x, dtype)
     invstd = _per_channel(save_invstd, x)
     x_hat = aten.mul.Tensor(aten.sub.Tensor(acc, _per_channel(save_mean, x)), invstd)
     dy_x_hat = aten.mul.Tensor(dy, x_hat)
@@ -94,13 +105,12 @@ def batch_norm_backward(fallback: Decomposition | None, grad_out: torch.Tensor,
             aten.sub.Tensor(dy, aten.mean.dim(dy, dims, True)),
             aten.mul.Tensor(x_hat, aten.mean.dim(dy_x_hat, dims, True)))
         scale = invstd if weight is None else aten.mul.Tensor(invstd, _per_channel(weight, x))
-        grad_input = aten._to_copy.default(aten.mul.Tensor(centred, scale), dtype=x.dtype)
+        grad_input = _as(aten.mul.Tensor(centred, scale), x.dtype)
     if output_mask[1] and weight is not None:
-        grad_weight = aten._to_copy.default(aten.sum.dim_IntList(dy_x_hat, dims),
-                                            dtype=weight.dtype)
+        grad_weight = _as(aten.sum.dim_IntList(dy_x_hat, dims), weight.dtype)
     if output_mask[2]:
-        grad_bias = aten._to_copy.default(aten.sum.dim_IntList(dy, dims),
-                                          dtype=weight.dtype if weight is not None else dtype)
+        grad_bias = _as(aten.sum.dim_IntList(dy, dims),
+                        x.dtype if weight is None else weight.dtype)
     return grad_input, grad_weight, grad_bias
 
 
