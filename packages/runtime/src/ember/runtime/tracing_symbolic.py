@@ -53,6 +53,7 @@ from ember.runtime.ir import (
     TensorMeta,
     symbolic,
 )
+from ember.runtime.logs import log
 from ember.runtime.tracing_errors import RecordingError
 from ember.runtime.tracing_guards import one_form_per_relation
 
@@ -151,6 +152,15 @@ class RecordedSymbols:
                 vr=ValueRanges(lower, int_oo if upper is None else upper), warn_only=False))
         context: Any = StatelessSymbolicContext(dynamic_sizes=dynamic,
                                                 constraint_sizes=constraints)
+        if not _strides_follow_sizes(tensor):
+            # NOTE: a view into a larger tensor (e.g. one head of a fused qkv projection)
+            # has strides that are no expression of its own sizes; torch would give them
+            # symbols of their own, which the IR's binding rule (symbols bound by sizes)
+            # cannot bind. Such an input stays static, and says so.
+            log("dynamic", f"input {name!r} stays static {tuple(tensor.shape)}: its "
+                f"strides {tuple(tensor.stride())} and offset {tensor.storage_offset()} "
+                "are not an expression of its sizes (a view into a larger tensor)")
+            return self.static_fake(tensor, name)
         fake = self.fake_mode.from_tensor(tensor, source=input_source(name),
                                           symbolic_context=context)
         for dim, size in enumerate(fake.shape):
@@ -162,10 +172,10 @@ class RecordedSymbols:
 
     def static_fake(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         """A fake of ``tensor`` with every size, stride and offset static."""
-        context: Any = StatelessSymbolicContext(
-            dynamic_sizes=[DimDynamic.STATIC] * tensor.dim())
-        return self.fake_mode.from_tensor(tensor, source=input_source(name),
-                                          symbolic_context=context)
+        # NOTE: static_shapes, not a context of STATIC sizes: torch would still give
+        # the strides of a non-dense view symbols of their own.
+        return self.fake_mode.from_tensor(tensor, static_shapes=True,
+                                          source=input_source(name))
 
     def meta_fake(self, meta: TensorMeta, symbols: Mapping[str, SymbolRange]) -> torch.Tensor:
         """A fake tensor whose sizes, strides and offset are ``meta``'s expressions over
@@ -457,3 +467,18 @@ def _used_symbols(graph: Graph) -> set[str]:
         for a in (*node.args, *node.kwargs.values()):
             _map_argument(a, note)
     return used
+
+
+def _strides_follow_sizes(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s strides and offset follow from its sizes: it is dense in some
+    dim order (each stride the product of the sizes inside it; dims of size 1 aside) and
+    starts at its storage's start."""
+    if tensor.storage_offset() != 0:
+        return False
+    dims = sorted((st, size) for size, st in zip(tensor.shape, tensor.stride()) if size != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
