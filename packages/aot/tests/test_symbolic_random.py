@@ -33,9 +33,9 @@ def test_dropout_compiles_with_a_symbolic_mask_as_text() -> None:
     assert _ops(print_graph(program.forward)) == [
         "graph forward(%in0: f32[s0, 16]{16,1} cpu requires_grad):",
         "  symbols s0 in [2, inf] hint=5",
-        "  %empty_strided: f32[s0, 16]{16,1} cpu = aten::empty_strided.default("
-        "[sym(s0), 16], [16, 1], dtype=torch.float32, layout=torch.strided, "
-        'device=device("cpu"), pin_memory=False)',
+        ("  %empty_strided: f32[s0, 16]{16,1} cpu = aten::empty_strided.default("
+         "[sym(s0), 16], [16, 1], dtype=torch.float32, layout=torch.strided, "
+         'device=device("cpu"), pin_memory=False)'),
         "  %alias: f32[s0, 16]{16,1} cpu = aten::alias.default(%empty_strided)",
         "  %bernoulli: f32[s0, 16]{16,1} cpu = aten::bernoulli.p(%alias, 0.5)",
         "  %div: f32[s0, 16]{16,1} cpu = aten::div.Scalar(%bernoulli, 0.5)",
@@ -44,8 +44,8 @@ def test_dropout_compiles_with_a_symbolic_mask_as_text() -> None:
     ]
     # the backward applies the saved mask; the buffer it was drawn into is not rebuilt
     assert _ops(print_graph(program.graphs["backward"], "backward")) == [
-        "graph backward(%saved_bernoulli: f32[s0, 16]{16,1} cpu, "
-        "%tangent_0: f32[s0, 16]{16,1} cpu):",
+        ("graph backward(%saved_bernoulli: f32[s0, 16]{16,1} cpu, "
+         "%tangent_0: f32[s0, 16]{16,1} cpu):"),
         "  symbols s0 in [2, inf] hint=5",
         "  %div: f32[s0, 16]{16,1} cpu = aten::div.Scalar(%saved_bernoulli, 0.5)",
         "  %mul_1: f32[s0, 16]{16,1} cpu = aten::mul.Tensor(%tangent_0, %div)",
