@@ -124,3 +124,30 @@ def test_exported_conv_bn_with_a_batch_dim_runs_at_every_batch_in_its_range() ->
         with torch.no_grad():
             got = ProgramCallable(program)([x])[0]
             torch.testing.assert_close(got, model(x))
+
+
+def test_an_exact_quotient_inside_a_remainder_is_cancelled_to_writable_text() -> None:
+    # torch's view-size check after a strided convolution states Mod(1, (a*b + a + b + 1)
+    # / (a + 1)) with a and b the output height and width: a quotient only // may write.
+    s2, s3 = S.symbol("s2"), S.symbol("s3")
+    a = sympy.floor(s2 / 2 - sympy.Rational(3, 2))
+    b = sympy.floor(s3 / 2 - sympy.Rational(3, 2))
+    relation = sympy.Ne((4 * a + 4) * sympy.Mod(1, (a * b + a + b + 1) / (a + 1)), 0)
+    ranges = {"s2": SymbolRange(3, None, 8), "s3": SymbolRange(3, None, 8)}
+    [guard] = one_form_per_relation([(relation, None)], ranges)
+    assert guard.expr == "4*(1%((s3-3)//2+1))*((s2-3)//2)+4*(1%((s3-3)//2+1)) != 0"
+
+
+def test_a_strided_convolution_then_flatten_records_its_guards() -> None:
+    # every dim dynamic: the Linear after Flatten pins out_h*out_w; recording used to
+    # fail writing one of torch's view checks
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, stride=2), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 3 * 3, 5)).eval()
+    rec = GraphRecorder(dynamic=True)
+    x = rec.add_input(torch.randn(4, 3, 8, 8), InputSpec("x"),
+                      dynamic_dims={d: (2, None) for d in range(4)})
+    with rec:
+        out = model(x)
+    program = rec.finish([out])
+    verify(program)
+    assert any("== 36" in g.expr for g in program.forward.guards), program.forward.guards

@@ -30,6 +30,7 @@ from typing import Any
 
 import sympy
 from ember.runtime.ir import ShapeGuard, SourceLocation, SymbolRange, symbolic
+from ember.runtime.ir.errors import IRFormatError
 
 __all__ = ["canonical_relation", "implied_by_ranges", "one_form_per_relation"]
 
@@ -47,7 +48,7 @@ def one_form_per_relation(relations: Sequence[Relation],
     for relation, source in relations:
         if relation is sympy.true:
             continue
-        form = canonical_relation(relation, ranges)
+        form = canonical_relation(_exact_quotients_cancelled(relation), ranges)
         if form is sympy.true or implied_by_ranges(form, ranges):
             continue
         text = symbolic.format_relation(form)
@@ -77,7 +78,15 @@ def canonical_relation(relation: sympy.Basic,
     difference = sympy.expand(_floor_to_mod(lhs - rhs))
     rest = _without_positive_factors(difference, ranges)
     if isinstance(rest, sympy.Mod) and all(n.is_Integer for n in rest.atoms(sympy.Number)):
-        return relation.func(rest, 0)
+        candidate = relation.func(rest, 0)
+        try:
+            symbolic.format_relation(candidate)
+        except IRFormatError:
+            # NOTE: the remainder form of a floor over a non-constant expression (a
+            # strided convolution's output size) can divide by a symbol, which the
+            # grammar cannot write: the relation then stays as torch stated it
+            return relation
+        return candidate
     return relation
 
 
@@ -102,6 +111,18 @@ _COMPARISONS: dict[type, tuple[Callable[[Any, Any], Any], Callable[[Any, Any], A
     sympy.Le: (operator.le, operator.ge), sympy.Lt: (operator.lt, operator.gt),
     sympy.Ge: (operator.ge, operator.le), sympy.Gt: (operator.gt, operator.lt),
 }
+
+
+def _exact_quotients_cancelled(relation: sympy.Basic) -> sympy.Basic:
+    """``relation`` with the quotients torch knows to be exact (``(a*b + a)/(a + 1)``
+    inside a ``Mod``, from its view-size checks) cancelled to polynomials the grammar can
+    write (only ``//`` divides there); unchanged when nothing needs it."""
+    try:
+        symbolic.format_relation(relation)
+        return relation
+    except IRFormatError:
+        return relation.replace(
+            sympy.Mod, lambda p, q: sympy.Mod(sympy.cancel(p), sympy.cancel(q)))
 
 
 def _floor_to_mod(expr: sympy.Basic) -> sympy.Basic:
