@@ -212,3 +212,19 @@ def test_length_checker_flags_and_allows() -> None:
     [violation] = check_length("x = 1\n" * 601, "x.py")
     assert str(violation) == ("x.py:601: 601 lines, over the limit of 600: split the file "
                               "by concept")
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    # The suite runs every test directory in one pytest session with its default import
+    # mode: two test modules of one basename make the second fail to import ("import
+    # file mismatch"), which only the full suite shows.
+    seen: dict[str, Path] = {}
+    clashes: list[str] = []
+    for root in LENGTH_RULE_ROOTS:
+        for path in sorted((REPO / root).rglob("test_*.py")):
+            if ".venv" in path.parts:
+                continue
+            earlier = seen.setdefault(path.name, path)
+            if earlier != path:
+                clashes.append(f"{relative(earlier)} and {relative(path)}")
+    assert not clashes, "test files sharing a name: " + "; ".join(clashes)
