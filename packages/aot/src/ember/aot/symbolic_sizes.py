@@ -9,7 +9,6 @@ was before symbolic shapes existed.
 
 from __future__ import annotations
 
-import ast
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -151,14 +150,7 @@ def _sym_min(*args: Any) -> Any:
     return functools.reduce(torch.sym_min, args)
 
 
-_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-    ast.Add: lambda a, b: a + b,
-    ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
-    ast.FloorDiv: lambda a, b: a // b,
-    ast.Mod: lambda a, b: a % b,
-}
-_CALLS: dict[str, Callable[..., Any]] = {"Max": _sym_max, "Min": _sym_min}
+_FUNCTIONS: dict[str, Callable[..., Any]] = {"Max": _sym_max, "Min": _sym_min}
 
 
 class UnboundSizeSymbolError(KeyError):
@@ -177,31 +169,12 @@ def evaluate_symbolic(value: SymInt, values: SymbolValues) -> Any:
         UnboundSizeSymbolError: a symbol of ``value`` has no entry in ``values``.
         IRFormatError: text outside the size grammar.
     """
-    if isinstance(value, int):
-        return value
-    symbolic.free_symbols(value)  # checks the text against the grammar
-    return _walk(ast.parse(value.strip(), mode="eval").body, value, values)
-
-
-def _walk(node: ast.expr, text: str, values: SymbolValues) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        if node.id not in values:
-            raise UnboundSizeSymbolError(
-                f"size {text!r} uses symbol {node.id!r}, which no input or earlier value "
-                "of the graph has as a plain size")
-        return values[node.id]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_walk(node.operand, text, values)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd):
-        return _walk(node.operand, text, values)
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        return _BINARY[type(node.op)](_walk(node.left, text, values),
-                                      _walk(node.right, text, values))
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS:
-        return _CALLS[node.func.id](*(_walk(a, text, values) for a in node.args))
-    raise UnboundSizeSymbolError(f"size {text!r}: cannot evaluate {ast.dump(node)}")
+    try:
+        return symbolic.compute(value, values, _FUNCTIONS)
+    except symbolic.UnboundSymbolError as exc:
+        raise UnboundSizeSymbolError(
+            f"size {value!r} uses symbol {exc.symbol!r}, which no input or earlier value "
+            "of the graph has as a plain size") from None
 
 
 def bind_plain_sizes(meta: object, value: Any, values: dict[str, Any]) -> None:

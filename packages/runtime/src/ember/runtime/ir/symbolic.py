@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import builtins
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import CodeType
 
@@ -189,11 +189,27 @@ def _code(text: str, relation: bool) -> CodeType:
     return compile(tree, f"<{'relation' if relation else 'size'} {text!r}>", "eval")
 
 
-def _run(text: str, relation: bool, env: Mapping[str, int]) -> object:
+def _run(text: str, relation: bool, env: Mapping[str, object],
+         functions: Mapping[str, Callable[..., object]] | None = None) -> object:
+    scope = _GLOBALS if functions is None else {**_GLOBALS, **functions}
     try:
-        return eval(_code(text, relation), _GLOBALS, dict(env))
+        return eval(_code(text, relation), scope, dict(env))
     except NameError as exc:
         raise UnboundSymbolError(exc.name or "?", text) from None
+
+
+def compute(value: SymInt, env: Mapping[str, object],
+            functions: Mapping[str, Callable[..., object]]) -> object:
+    """``value`` computed over values of any numeric type (e.g. torch's symbolic ints
+    while re-tracing), with ``functions`` standing for ``Max``/``Min``.
+
+    Raises:
+        UnboundSymbolError: when ``env`` has no value for a symbol ``value`` uses.
+        IRFormatError: for text outside the grammar.
+    """
+    if isinstance(value, int):
+        return value
+    return _run(value, False, env, functions)
 
 
 def evaluate(value: SymInt, env: Mapping[str, int]) -> int:
