@@ -4,6 +4,7 @@
 #     bash tools/gpu/h200_all.sh bench    # tools/bench.py --device cuda --suite full
 #     bash tools/gpu/h200_all.sh dynamic  # the same with --dynamic: dynamic=True beside static
 #     bash tools/gpu/h200_all.sh generate # tools/bench_generate.py: HF GPT-2 generate, issue #15 config
+#     PROFILE_ARGS="resnet bfloat16 dynamic" bash tools/gpu/h200_all.sh profile  # profile_zoo.py
 # The machine has python3 with torch and triton but not Ember: the four packages are
 # put on PYTHONPATH.
 set -o pipefail
@@ -44,5 +45,9 @@ generate)
     timeout "${BENCH_TIMEOUT:-540}" python3 tools/bench_generate.py --device cuda \
         --compilers eager,torch,ember --json "$OUT/generate.json" --markdown "$OUT/generate.md" \
         ${BENCH_ARGS:-} 2>&1 | tee "$OUT/generate.log" | tail -30
+    ;;
+profile)
+    timeout "${BENCH_TIMEOUT:-400}" python3 tools/gpu/profile_zoo.py ${PROFILE_ARGS:-resnet bfloat16 dynamic} \
+        2>&1 | tee "$OUT/profile.txt" | tail -5
     ;;
 esac

@@ -2,6 +2,7 @@
 
     python tools/gpu/profile_zoo.py hf_gpt2,hf_bert bfloat16 > $OUT/profile.txt
     python tools/gpu/profile_zoo.py tv_resnet18 bfloat16 train   # forward + backward
+    python tools/gpu/profile_zoo.py resnet bfloat16 dynamic      # static beside dynamic=True
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from torch.profiler import ProfilerActivity, profile
 
 def main() -> None:
     names, dtype = sys.argv[1].split(","), getattr(torch, sys.argv[2])
-    train = sys.argv[3:] == ["train"]
+    flags = set(sys.argv[3:])
+    unknown = flags - {"train", "dynamic"}
+    if unknown:
+        raise SystemExit(f"profile_zoo.py: unknown flags {sorted(unknown)} (expected train, dynamic)")
+    train = "train" in flags
+    # With `dynamic`, each compiler is profiled twice: static, then dynamic=True.
+    modes = (False, True) if "dynamic" in flags else (False,)
 
     def step(fn, inputs) -> None:  # type: ignore[no-untyped-def]
         if train:
@@ -33,8 +40,12 @@ def main() -> None:
         model, inputs = zoo.get(name).make("cuda", dtype, "full")
         if train:
             model.train()  # training-mode batch norm, dropout: what bench.py --train times
-        for label, fn in (("ember", ef.compile(model, backend="inductor")),
-                          ("torch", torch.compile(model))):
+        compiled = []
+        for dynamic in modes:
+            suffix = " dynamic=True" if dynamic else ""
+            compiled.append(("ember" + suffix, ef.compile(model, backend="inductor", dynamic=dynamic)))
+            compiled.append(("torch" + suffix, torch.compile(model, dynamic=dynamic)))
+        for label, fn in compiled:
             for _ in range(3):
                 step(fn, inputs)
             torch.cuda.synchronize()
@@ -42,7 +53,7 @@ def main() -> None:
                 for _ in range(5):
                     step(fn, inputs)
                 torch.cuda.synchronize()
-            print(f"===== {name} {sys.argv[2]} {label}")
+            print(f"===== {name} {sys.argv[2]} {label}", flush=True)
             print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=18,
                                             max_name_column_width=90))
 

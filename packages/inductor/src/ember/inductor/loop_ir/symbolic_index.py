@@ -246,6 +246,14 @@ def from_ir(value: int | str | sympy.Expr) -> Size:
     return as_size(symbolic.parse(value))
 
 
+def same_size(a: Size, b: Size) -> bool:
+    """Whether two sizes are equal for every value of their symbols (``(s0 + 1)*s1``
+    and ``s0*s1 + s1`` are)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return bool(sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0)
+
+
 def is_static(size: Size) -> bool:
     """Whether ``size`` is a plain int."""
     return isinstance(size, int)
@@ -286,7 +294,7 @@ def hint(size: Size) -> int:
 # floordiv/mod of .index hand symbolic divisors to this module (it imports .index)
 SYMBOLIC_DIVISION.update(floordiv=symbolic_floordiv, mod=symbolic_mod)
 
-__all__ = ["UNKNOWN_HINT", "as_size", "divides", "from_ir", "hint", "is_static",
+__all__ = ["UNKNOWN_HINT", "as_size", "divides", "from_ir", "hint", "is_static", "same_size",
            "provably_nonnegative", "size_hints", "size_symbol", "size_text",
            "symbol_ranges", "symbolic_floordiv", "symbolic_lower_bound", "symbolic_mod",
            "symbolic_upper_bound"]

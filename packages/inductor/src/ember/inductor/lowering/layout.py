@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ember.inductor.loop_ir.symbolic_index import hint
+from ember.inductor.loop_ir.symbolic_index import as_size, hint, same_size
 from ember.inductor.lowering.values import Stored, contiguous_strides
 
 
 def same_layout(sizes: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
     """Whether strides ``a`` and ``b`` address ``sizes`` identically (a dim of size 1
     may have any stride)."""
-    return all(n == 1 or x == y for n, x, y in zip(sizes, a, b))
+    return all(n == 1 or same_size(x, y) for n, x, y in zip(sizes, a, b))
 
 
 def storage_order(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, ...] | None:
@@ -35,7 +35,7 @@ def storage_order(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, ..
     order = tuple(sorted(range(len(sizes)), key=lambda d: (-hint(strides[d]), d)))
     expected = 1
     for d in reversed(order):
-        if sizes[d] != 1 and strides[d] != expected:
+        if sizes[d] != 1 and not same_size(strides[d], expected):
             return None
         expected *= sizes[d]
     return order
@@ -45,7 +45,8 @@ def channels_last_strides(sizes: Sequence[int]) -> tuple[int, ...]:
     """The channels-last strides of a 4-d ``N, C, H, W`` shape."""
     n, c, h, w = sizes
     del n
-    return (h * w * c, 1, w * c, c)
+    # expanded when symbolic, so that they compare equal to the strides of a meta
+    return tuple(as_size(s) if not isinstance(s, int) else s for s in (h * w * c, 1, w * c, c))
 
 
 def is_channels_last(sizes: Sequence[int], strides: Sequence[int]) -> bool:
@@ -62,7 +63,7 @@ def is_dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
                   key=lambda p: (hint(p[0]), hint(p[1])))
     expected = 1
     for st, sz in dims:
-        if st != expected:
+        if not same_size(st, expected):
             return False
         expected *= sz
     return True

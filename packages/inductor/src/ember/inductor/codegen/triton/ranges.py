@@ -25,17 +25,11 @@ from dataclasses import dataclass
 
 import sympy
 from ember.inductor.loop_ir import Add, IndexExpr, Int, Mul, Size, Sym, Var, free_vars, substitute
+from ember.inductor.loop_ir.symbolic_index import same_size
 
 #: ``sum(coef[v] * v) + const``: coefficients and constant are ints, or sympy expressions
 #: over size symbols
 LinearForm = tuple[dict[str, Size], Size]
-
-
-def same_size(a: Size, b: Size) -> bool:
-    """Whether two sizes are equal for every value of their symbols."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    return bool(sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0)
 
 
 def drop_unit_vars(expr: IndexExpr, unit: set[str]) -> IndexExpr:
