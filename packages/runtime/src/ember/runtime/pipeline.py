@@ -43,13 +43,34 @@ BACKENDS: dict[str, tuple[str, ...]] = {
 }
 """Each backend's stages, in order."""
 
-MODES: tuple[str, ...] = ("default",)
-"""The ``mode=`` values Ember implements (``None`` means ``"default"``)."""
+MODE_FEATURES: dict[str, frozenset[str]] = {
+    "default": frozenset(),
+    "reduce-overhead": frozenset({"cudagraphs"}),
+    "max-autotune": frozenset({"autotune", "cudagraphs"}),
+    "max-autotune-no-cudagraphs": frozenset({"autotune"}),
+}
+"""What each ``torch.compile`` mode asks of the stages and the runtime (a table: a mode
+is implemented exactly when every feature it names is in :data:`IMPLEMENTED_FEATURES`)."""
 
-NOT_IMPLEMENTED_MODES: tuple[str, ...] = (
-    "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-"""``torch.compile`` modes Ember does not implement yet: asking for one is an error,
-never silently the default."""
+IMPLEMENTED_FEATURES: set[str] = set()
+"""The mode features Ember implements: ``"autotune"`` (the inductor benchmarks its
+candidate kernels at compile time) and ``"cudagraphs"`` (the runtime records and replays
+CUDA graphs). The code implementing a feature adds it here, next to its implementation."""
+
+
+def _modes(implemented: bool) -> tuple[str, ...]:
+    return tuple(m for m, features in MODE_FEATURES.items()
+                 if (features <= IMPLEMENTED_FEATURES) == implemented)
+
+
+def implemented_modes() -> tuple[str, ...]:
+    """The ``mode=`` values Ember implements (``None`` means ``"default"``)."""
+    return _modes(True)
+
+
+def mode_features(mode: str | None) -> frozenset[str]:
+    """The features ``mode`` asks for (``None``: the default mode's, none)."""
+    return MODE_FEATURES["default" if mode is None else mode]
 
 
 def list_backends() -> list[str]:
@@ -58,21 +79,23 @@ def list_backends() -> list[str]:
 
 
 def check_mode(mode: object) -> None:
-    """Accept ``None`` and the implemented :data:`MODES`.
+    """Accept ``None`` and the implemented modes (:func:`implemented_modes`).
 
     Raises:
-        NotImplementedError: ``mode`` is a ``torch.compile`` mode Ember does not
-            implement yet (:data:`NOT_IMPLEMENTED_MODES`).
+        NotImplementedError: ``mode`` is a ``torch.compile`` mode whose features Ember
+            does not implement yet (:data:`MODE_FEATURES`).
         ValueError: ``mode`` is no mode at all (the message lists the valid ones).
     """
-    if mode is None or (isinstance(mode, str) and mode in MODES):
+    done = implemented_modes()
+    if mode is None or (isinstance(mode, str) and mode in done):
         return
-    if isinstance(mode, str) and mode in NOT_IMPLEMENTED_MODES:
+    if isinstance(mode, str) and mode in MODE_FEATURES:
+        missing = sorted(MODE_FEATURES[mode] - IMPLEMENTED_FEATURES)
         raise NotImplementedError(
-            f"mode={mode!r}: this torch.compile mode is not implemented in Ember yet; "
-            f"implemented modes: None, {', '.join(MODES)}")
-    raise ValueError(f"unknown mode {mode!r}; modes: None, {', '.join(MODES)} "
-                     f"(not implemented yet: {', '.join(NOT_IMPLEMENTED_MODES)})")
+            f"mode={mode!r}: this torch.compile mode is not implemented in Ember yet "
+            f"(missing: {', '.join(missing)}); implemented modes: None, {', '.join(done)}")
+    raise ValueError(f"unknown mode {mode!r}; modes: None, {', '.join(done)} "
+                     f"(not implemented yet: {', '.join(_modes(False))})")
 
 
 def check_options(backend: str, options: Mapping[str, Any],
