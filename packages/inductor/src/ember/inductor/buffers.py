@@ -4,6 +4,10 @@ A lowered graph is a list, in dependency order, of
 
 - :class:`PointwiseBuffer` — a buffer whose every element is ``fn(index)``;
 - :class:`ReductionBuffer` — a buffer reducing ``fn(full_index)`` over some dims;
+- :class:`MatmulBuffer` — a matrix product (``mm``/``addmm``/``bmm``/``baddbmm`` on a
+  backend with matmul templates): a reduction over ``k`` of ``A[.., m, k] * B[.., k, n]``
+  that the codegen writes as a tiled ``tl.dot`` template, its operands' producers
+  inlined into its loads (prologue) and its consumers fused into its store (epilogue);
 - :class:`ScatterBuffer` — writes (or adds) values into computed positions of a buffer
   an earlier node initialized (index_put, scatter, index_add);
 - :class:`ExternCall` — an eager ATen op the wrapper calls (matmul, convolution,
@@ -21,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, Int, Var, add, mul
+from ember.inductor.loop_ir import IndexExpr, Int, MatmulTemplate, Var, add, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.extern_args import ExternArg
 from ember.inductor.lowering.values import ElementFn, contiguous_strides
@@ -151,6 +155,68 @@ def _accumulator_dtype(op: str, value: torch.dtype, result: torch.dtype) -> torc
     return result
 
 
+#: ``epilogue(builder, accumulator, outer index) -> value``: what a matmul stores, from
+#: its float32 accumulator (addmm's ``beta * bias + alpha * acc``)
+MatmulEpilogue = Callable[[BodyBuilder, str, tuple[IndexExpr, ...]], str]
+
+
+@dataclass(eq=False)
+class MatmulBuffer:
+    """``name[.., m, n] = epilogue(sum over k of A(.., m, k) * B(.., k, n))``, accumulated
+    in float32 and stored row-major as ``dtype``.
+
+    ``outer_sizes`` is ``(batch,) M, N`` and ``k`` the reduction size; ``a`` and ``b``
+    compute one operand element each (a ``Stored`` view's load, or a ``Lazy`` producer
+    inlined as the template's prologue); ``template`` is what the codegen writes (see
+    :class:`~ember.inductor.loop_ir.MatmulTemplate`). The scheduler places it like a
+    reduction of its own (nothing else reduces in its kernel) whose pointwise consumers
+    over ``outer_sizes`` fuse as outer work (the epilogue).
+    """
+
+    name: str
+    dtype: torch.dtype
+    outer_sizes: tuple[int, ...]
+    k: int
+    a: ElementFn
+    b: ElementFn
+    template: MatmulTemplate
+    epilogue: MatmulEpilogue | None = None
+    origins: tuple[str, ...] = ()
+    reads: tuple[str, ...] = field(init=False, default=())
+    writes: tuple[str, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        b = BodyBuilder()
+        self.emit(b, loop_vars(self.outer_sizes, "x"), loop_vars((self.k,), "r"))
+        self.reads = _external_reads(b)
+        self.writes = (self.name,)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.outer_sizes
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return contiguous_strides(self.sizes)
+
+    @property
+    def reduction_sizes(self) -> tuple[int, ...]:
+        return (self.k,)
+
+    def store_index(self, outer: Sequence[IndexExpr]) -> IndexExpr:
+        return add(*(mul(i, s) for i, s in zip(outer, self.strides)))
+
+    def emit(self, b: BodyBuilder, outer: Sequence[IndexExpr], red: Sequence[IndexExpr]
+             ) -> None:
+        *batch, m, n = outer
+        k = red[0]
+        a = b.cast(self.a(b, (*batch, m, k)), torch.float32)
+        w = b.cast(self.b(b, (*batch, k, n)), torch.float32)
+        acc = b.reduce("sum", b.compute("mul", a, w), torch.float32)
+        value = acc if self.epilogue is None else self.epilogue(b, acc, tuple(outer))
+        b.store(self.name, self.store_index(outer), b.cast(value, self.dtype))
+
+
 ScatterFn = Callable[[BodyBuilder, tuple[IndexExpr, ...]],
                      tuple[IndexExpr, str, "str | None"]]
 
@@ -208,6 +274,6 @@ class ExternCall:
     note: str = ""
 
 
-LoopNode = PointwiseBuffer | ReductionBuffer | ScatterBuffer
-ScheduledNode = PointwiseBuffer | ReductionBuffer | ScatterBuffer | ExternCall
+LoopNode = PointwiseBuffer | ReductionBuffer | ScatterBuffer | MatmulBuffer
+ScheduledNode = PointwiseBuffer | ReductionBuffer | ScatterBuffer | MatmulBuffer | ExternCall
 ElementFnT = Callable[[BodyBuilder, tuple[IndexExpr, ...]], str]

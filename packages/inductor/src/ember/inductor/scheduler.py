@@ -24,6 +24,12 @@ Device policy is the kernel backend's (``KernelBackend.can_fuse``): before a nod
 a group, the backend sees the group's kernel and the kernel with the node, and may refuse
 (Triton keeps a reduction it runs split splittable: ``codegen/triton/backend.py``).
 
+A matmul (:class:`~ember.inductor.buffers.MatmulBuffer`, a template kernel) starts a
+group of its own that no other reduction joins; pointwise nodes join it only as outer
+work over its ``(batch,) M, N`` sizes (its epilogue), also through a row-major reshape
+(a 3-d linear's ``view`` of a 2-d ``mm``); its operands' producers are already inlined
+into its loads (the prologue). The kernel carries the node's ``template``.
+
 A scatter (:class:`~ember.inductor.buffers.ScatterBuffer`) is a *closed* group of its own:
 it writes through run-time indexes into a buffer an earlier group initialized, so nothing
 fuses into it, it never forwards a value, and every reader of its buffer comes after it.
@@ -37,6 +43,7 @@ from dataclasses import dataclass, field
 from ember.inductor.buffers import (
     ExternCall,
     LoopNode,
+    MatmulBuffer,
     PointwiseBuffer,
     ReductionBuffer,
     ScatterBuffer,
@@ -49,6 +56,7 @@ from ember.inductor.loop_ir import (
     IndexExpr,
     Int,
     Kernel,
+    MatmulTemplate,
     Stmt,
     Var,
     add,
@@ -75,6 +83,7 @@ class KernelGroup:
     reduction: tuple[int, ...]
     members: list[tuple[LoopNode, Emit]] = field(default_factory=list)
     closed: bool = False  # a scatter: no other node joins it
+    template: MatmulTemplate | None = None  # a matmul's group: its epilogue joins it
 
     @property
     def stored(self) -> set[str]:
@@ -107,7 +116,7 @@ Step = KernelStep | ExternCall
 
 
 def _natural(node: LoopNode) -> tuple[tuple[int, ...], tuple[int, ...], Emit]:
-    if isinstance(node, ReductionBuffer):
+    if isinstance(node, (ReductionBuffer, MatmulBuffer)):
         return node.outer_sizes, node.reduction_sizes, lambda b, xs, rs: node.emit(b, xs, rs)
     return node.sizes, (), lambda b, xs, rs: node.emit(b, xs)
 
@@ -117,8 +126,10 @@ def _squeezed(sizes: Sequence[int]) -> tuple[int, ...]:
 
 
 def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
-    if group.closed or isinstance(node, ScatterBuffer):
+    if group.closed or isinstance(node, (ScatterBuffer, MatmulBuffer)):
         return []
+    if group.template is not None:
+        return _epilogue_placements(node, group)
     if isinstance(node, ReductionBuffer):
         if (node.outer_sizes, node.reduction_sizes) == (group.outer, group.reduction):
             return [lambda b, xs, rs: node.emit(b, xs, rs)]
@@ -148,6 +159,29 @@ def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
             node.emit(b, [Int(0) if s == 1 else next(it) for s in node.sizes])
         found.append(outer)
     return found
+
+
+def _epilogue_placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
+    """Where a node may join a matmul's group: a pointwise node over the group's outer
+    sizes (up to size-1 dims), or over a row-major reshape of them whose index the
+    template can compute (``[B*S, N]`` viewed as ``[B, S, N]``)."""
+    if not isinstance(node, PointwiseBuffer):
+        return []
+    if _squeezed(node.sizes) == _squeezed(group.outer):
+        def outer(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
+            it = iter(x for x, s in zip(xs, group.outer) if s != 1)
+            node.emit(b, [Int(0) if s == 1 else next(it) for s in node.sizes])
+        return [outer]
+    if numel(node.sizes) != numel(group.outer) or not node.sizes:
+        return []
+
+    def reshaped(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
+        strides = [numel(group.outer[d + 1:]) for d in range(len(xs))]
+        linear = add(*(mul(i, st) for i, st in zip(xs, strides)))
+        node.emit(b, [Int(0) if size == 1 else
+                      mod(floordiv(linear, numel(node.sizes[d + 1:])), size)
+                      for d, size in enumerate(node.sizes)])
+    return [reshaped]
 
 
 def _inner_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Emit:
@@ -185,7 +219,7 @@ def _group_kernel(name: str, group: KernelGroup, body: tuple[Stmt, ...],
                   ranges=tuple(v for v in loop_vars(group.outer, "x") if isinstance(v, Var)),
                   reduction_ranges=tuple(
                       v for v in loop_vars(group.reduction, "r") if isinstance(v, Var)),
-                  body=body, buffers=buffers, origins=origins)
+                  body=body, buffers=buffers, origins=origins, template=group.template)
 
 
 def _default_backend(lowered: LoweredGraph) -> KernelBackend | None:
@@ -216,6 +250,11 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
         if isinstance(node, ScatterBuffer):
             outer, red, emit = _natural(node)
             steps.append(KernelGroup(outer, red, [(node, emit)], closed=True))
+            producer[node.name] = len(steps) - 1
+            continue
+        if isinstance(node, MatmulBuffer):
+            outer, red, emit = _natural(node)
+            steps.append(KernelGroup(outer, red, [(node, emit)], template=node.template))
             producer[node.name] = len(steps) - 1
             continue
         earliest = max((producer[r] for r in node.reads if r in producer), default=0)
@@ -316,6 +355,8 @@ def read_buffers(step: Step) -> list[str]:
 def _describe(node: LoopNode) -> str:
     if isinstance(node, ReductionBuffer):
         return f"{node.name} ({node.op})"
+    if isinstance(node, MatmulBuffer):
+        return f"{node.name} ({node.template.op} template)"
     if isinstance(node, ScatterBuffer):
         return f"{node.name} (scatter{' add' if node.accumulate else ''})"
     return f"{node.name} (pointwise)"
@@ -340,6 +381,8 @@ def format_schedule(steps: Sequence[Step]) -> str:
         space = f"{list(group.outer)}"
         if group.reduction:
             space += f" reduce {list(group.reduction)}"
+        if group.template is not None:
+            space += f" {group.template.describe()}"
         members = ", ".join(_describe(node) for node, _ in group.members)
         loads = ", ".join(step.kernel.loaded_buffers()) or "-"
         stores = ", ".join(step.kernel.stored_buffers()) or "-"

@@ -17,6 +17,8 @@ question                          asked by                                      
 ``supports_atomic_add(dtype)``    the lowering of accumulating scatters         True
 ``checks_integer_division``       the lowering of integer ``//``, ``%``, fmod   True
 ``pads_unaligned_matmuls``        the ``pad_unaligned_matmul`` lowering pass    False
+``matmul_templates``              the ``matmul_template`` lowering pass         False
+``matmul_template(problem)``      the same, per matmul: template or extern      None
 ================================  ============================================  =========
 
 Which backend serves a device type is :func:`~ember.inductor.codegen.registry.backend_for`'s
@@ -29,7 +31,7 @@ import abc
 from dataclasses import dataclass, field
 
 import torch
-from ember.inductor.loop_ir import Kernel
+from ember.inductor.loop_ir import Kernel, MatmulTemplate, Size
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,26 @@ class KernelSource:
     meta: dict[str, object] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class MatmulProblem:
+    """One matmul the lowering may write as a template (``lowering/matmul_template.py``):
+    ``op`` (``mm``, ``addmm``, ``bmm``, ``baddbmm``), sizes (``batch`` None unless
+    batched; symbolic sizes as sympy expressions), the operands' dtype, their strides
+    (None: computed by an inlined producer), whether there is work to fuse (a bias, an
+    inlined producer, pointwise consumers) and whether float32 may use TF32."""
+
+    op: str
+    batch: Size | None
+    m: Size
+    n: Size
+    k: Size
+    dtype: torch.dtype
+    a_strides: tuple[Size, ...] | None
+    b_strides: tuple[Size, ...] | None
+    fuses: bool
+    allow_tf32: bool
+
+
 class KernelBackend(abc.ABC):
     """Generates kernels for one device type and answers its device policy."""
 
@@ -64,6 +86,11 @@ class KernelBackend(abc.ABC):
     #: zero-padded right operand (``lowering/matmul_padding.py``; cuBLAS falls back to
     #: unaligned kernels otherwise)
     pads_unaligned_matmuls: bool = False
+
+    #: whether ``mm``/``addmm``/``bmm``/``baddbmm`` may become matmul template kernels
+    #: (``lowering/matmul_template.py``) that fuse their producers and consumers; each
+    #: matmul then asks :meth:`matmul_template`
+    matmul_templates: bool = False
 
     @abc.abstractmethod
     def generate(self, kernel: Kernel) -> KernelSource:
@@ -90,3 +117,8 @@ class KernelBackend(abc.ABC):
         """Whether kernels can add values of ``dtype`` into a buffer at run-time indexes
         that may repeat (a ``Store`` with ``mode="add"``). Default: yes."""
         return True
+
+    def matmul_template(self, problem: MatmulProblem) -> MatmulTemplate | None:
+        """The template kernel to write ``problem`` as, or None to call the extern
+        (ATen) matmul. Asked only when :attr:`matmul_templates`. Default: None."""
+        return None

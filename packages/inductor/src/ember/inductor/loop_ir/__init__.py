@@ -93,14 +93,20 @@ from ember.inductor.loop_ir.index import (
     size_symbols,
     substitute,
 )
-from ember.inductor.loop_ir.kernel import Buffer, Kernel, Phase, reduction_phases
+from ember.inductor.loop_ir.kernel import (
+    Buffer,
+    Kernel,
+    MatmulTemplate,
+    Phase,
+    reduction_phases,
+)
 from ember.inductor.loop_ir.ops import LOOP_OPS, LoopOp
 from ember.inductor.loop_ir.printer import dtype_name, format_kernel, format_stmt
 
 __all__ = [
     "BOOL_RESULT_OPS", "COSTLY_OPS", "LOOP_OPS", "POINTWISE_OPS", "REDUCTION_OPS", "Add", "Buffer",
     "Compute", "FloorDiv", "IndexExpr", "IndexValue", "Indirect", "Int", "Kernel", "Literal",
-    "Load", "LoopOp", "Mod", "Mul", "Phase", "Reduce", "Size", "Stmt", "Store", "Sym",
+    "Load", "LoopOp", "MatmulTemplate", "Mod", "Mul", "Phase", "Reduce", "Size", "Stmt", "Store", "Sym",
     "ValueStmt", "Var", "add", "canonical", "dtype_name", "floordiv", "format_kernel",
     "format_stmt", "free_vars", "is_affine", "mod", "mul", "reduction_phases", "render",
     "render_size", "size_symbols", "stmt_inputs", "substitute",

@@ -52,13 +52,36 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class MatmulTemplate:
+    """Marks a kernel as a matmul template: its one ``Reduce`` (a ``sum``) is a dot
+    product over the single reduction range ``r0`` of ``A[x.., m, k] * B[x.., k, n]``,
+    its outer ranges are ``(batch,) m, n`` (``x0, x1(, x2)``, by position), and the
+    codegen writes it as a tiled ``tl.dot`` loop with the other statements as prologue
+    (those the dot's operands need) and epilogue (the rest). ``config`` names the
+    codegen's tile configuration (``codegen/triton/matmul_configs.py``); ``allow_tf32``
+    records the float32 precision allowed at compile time (part of the generated code,
+    so a change gives another kernel)."""
+
+    op: str
+    batched: bool
+    config: str
+    allow_tf32: bool = False
+
+    def describe(self) -> str:
+        """``mm template bm64_bn64_bk32_g8_s4_w4`` (logs, schedules, kernel headers)."""
+        tf32 = " tf32" if self.allow_tf32 else ""
+        return f"{self.op} template {self.config}{tf32}"
+
+
+@dataclass(frozen=True)
 class Kernel:
     """One generated kernel: a fused group of loop nests.
 
     ``ranges`` are the outer (parallel) loop variables, outermost first;
     ``reduction_ranges`` the reduction variables (empty for a pointwise kernel);
     ``body`` the statements; ``buffers`` the kernel's arguments in call order.
-    ``origins`` names the graph nodes fused into it (for comments and reports).
+    ``origins`` names the graph nodes fused into it (for comments and reports);
+    ``template`` marks a matmul template kernel (:class:`MatmulTemplate`).
     """
 
     name: str
@@ -67,6 +90,7 @@ class Kernel:
     body: tuple[Stmt, ...]
     buffers: tuple[Buffer, ...]
     origins: tuple[str, ...] = field(default=())
+    template: MatmulTemplate | None = None
 
     @property
     def is_reduction(self) -> bool:

@@ -48,4 +48,6 @@ def format_kernel(kernel: Kernel) -> str:
     head = f"kernel {kernel.name}({bufs}{sizes}) over [{ranges}]"
     if rranges:
         head += f" reduce [{rranges}]"
+    if kernel.template is not None:
+        head += f" ({kernel.template.describe()})"
     return "\n".join([head + ":"] + ["    " + format_stmt(s) for s in kernel.body])

@@ -36,6 +36,10 @@ class LoweringContext(Protocol):
     rng: GraphSeed
     layout: LayoutState
 
+    def fresh(self, prefix: str = "buf") -> str:
+        """A new buffer name (``buf7``)."""
+        ...
+
     def realize(self, value: Value, strides: tuple[int, ...] | None = None,
                 origin: str = "", reuse: bool | None = None) -> Stored:
         """``value`` in a buffer (see GraphLowering.realize)."""

@@ -19,11 +19,13 @@ from ember.inductor.lowering.layout_passes import (
     transposed_matmul_operands,
 )
 from ember.inductor.lowering.matmul_padding import pad_unaligned_matmul
+from ember.inductor.lowering.matmul_template import matmul_template
 from ember.inductor.lowering.values import Stored
 
 ExternPass = Callable[[LoweringContext, ExternRequest], "ExternRequest | Stored"]
 
 EXTERN_PASSES: list[tuple[str, ExternPass]] = [
+    ("matmul_template", matmul_template),
     ("pad_unaligned_matmul", pad_unaligned_matmul),
     ("channels_last_convolution", channels_last_convolution),
     ("transposed_matmul_operands", transposed_matmul_operands),

@@ -19,6 +19,7 @@ import torch
 from ember.inductor.buffers import (
     ExternCall,
     LoopNode,
+    MatmulBuffer,
     ReductionBuffer,
     ScatterBuffer,
     ScheduledNode,
@@ -160,6 +161,10 @@ def format_node(node: ScheduledNode) -> list[str]:
         node.emit(b, outer, red)
         head = (f"{node.name} = reduction {node.op} over dims {list(node.dims)} of "
                 f"{sizes_text(node.full_sizes)}{' keepdim' if node.keepdim else ''}")
+    elif isinstance(node, MatmulBuffer):
+        node.emit(b, _vars(node.outer_sizes, "i"), _vars(node.reduction_sizes, "r"))
+        head = (f"{node.name} = matmul over {sizes_text(node.outer_sizes)} reduce "
+                f"{sizes_text(node.reduction_sizes)} ({node.template.describe()})")
     elif isinstance(node, ScatterBuffer):
         node.emit(b, _vars(node.sizes, "i"))
         head = (f"{node.name} {'+' if node.accumulate else ''}= scatter over "

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import torch
-from ember.inductor.codegen.backend import KernelBackend, KernelSource
+from ember.inductor.codegen.backend import KernelBackend, KernelSource, MatmulProblem
 from ember.inductor.codegen.triton.generate import generate_triton_kernel
+from ember.inductor.codegen.triton.matmul_choice import choose_matmul
 from ember.inductor.codegen.triton.split_writer import splittable, wants_split
-from ember.inductor.loop_ir import Kernel
+from ember.inductor.loop_ir import Kernel, MatmulTemplate
 
 #: dtypes Triton has atomic adds for (``tl.atomic_add``, an accumulating scatter's store)
 ATOMIC_ADD_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64,
@@ -26,6 +27,7 @@ class TritonBackend(KernelBackend):
     device_type = "cuda"
     checks_integer_division = False
     pads_unaligned_matmuls = True
+    matmul_templates = True
 
     def generate(self, kernel: Kernel) -> KernelSource:
         code = generate_triton_kernel(kernel)
@@ -40,9 +42,15 @@ class TritonBackend(KernelBackend):
         copy of the input) would run the whole reduction on as many programs as there are
         rows (64 channels: 2 programs of 32 channels each; 41 ms for one ResNet-18
         batch-norm in training on the H200)."""
-        if not fused.is_reduction or not wants_split(fused) or splittable(fused):
+        if (not fused.is_reduction or fused.template is not None or not wants_split(fused)
+                or splittable(fused)):
             return True
         return not splittable(group)
 
     def supports_atomic_add(self, dtype: torch.dtype) -> bool:
         return dtype in ATOMIC_ADD_DTYPES
+
+    def matmul_template(self, problem: MatmulProblem) -> MatmulTemplate | None:
+        """A template, or the extern: :func:`.matmul_choice.choose_matmul` (a heuristic;
+        timed candidates under ``mode="max-autotune"``)."""
+        return choose_matmul(problem)

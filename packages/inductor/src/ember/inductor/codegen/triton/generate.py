@@ -5,6 +5,8 @@ kernel                                 writer
 =====================================  ============================================
 pointwise, or a reduction Triton runs  :class:`~.kernel_writer.KernelWriter` (one
 in one program per row block           function: persistent or looped reduction)
+a matmul template kernel               :class:`~.matmul_template.MatmulTemplateWriter`
+(``Kernel.template``)                  (a tiled ``tl.dot``; its config is the kernel's)
 a reduction whose sizes call for a     :class:`~.split_writer.SplitReductionWriter`
 split (:func:`~.split_writer.wants_    (a partial and a combining function)
 split`) and that is splittable
@@ -23,6 +25,7 @@ from ember.inductor.codegen.triton.heuristics import (
 )
 from ember.inductor.codegen.triton.kernel_code import TritonKernelCode
 from ember.inductor.codegen.triton.kernel_writer import KernelWriter, reduces_columns
+from ember.inductor.codegen.triton.matmul_template import write_matmul_template
 from ember.inductor.codegen.triton.sizes import SizeFacts
 from ember.inductor.codegen.triton.split_writer import SplitReductionWriter, splittable
 from ember.inductor.loop_ir import Kernel
@@ -75,6 +78,8 @@ def generate_triton_kernel(kernel: Kernel, config: LaunchConfig | None = None,
     Raises:
         NotImplementedError: naming an op or dtype Triton codegen does not handle.
     """
+    if kernel.template is not None:  # a matmul: its config was chosen with the template
+        return write_matmul_template(kernel, facts)
     if config is None:
         config = launch_config(kernel, facts)
     return writer_for(kernel, config, facts).write()

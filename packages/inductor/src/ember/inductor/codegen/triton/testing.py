@@ -24,6 +24,7 @@ class TritonOnCpuBackend(TritonBackend):
     device_type = "cpu"
     checks_integer_division = True
     pads_unaligned_matmuls = False
+    matmul_templates = False  # tests turn it on: ``triton_for_cpu(matmul_templates=True)``
 
     def supports_atomic_add(self, dtype: torch.dtype) -> bool:
         return True
@@ -43,6 +44,14 @@ def cpu_backend(backend: type[KernelBackend]) -> Iterator[None]:
             BACKENDS["cpu"] = saved
 
 
-def triton_for_cpu() -> contextlib.AbstractContextManager[None]:
-    """Within the block, CPU graphs get Triton kernels (run by Triton's interpreter)."""
-    return cpu_backend(TritonOnCpuBackend)
+class TritonOnCpuTemplatesBackend(TritonOnCpuBackend):
+    """:class:`TritonOnCpuBackend` with matmul templates (run by the interpreter)."""
+
+    matmul_templates = True
+
+
+def triton_for_cpu(matmul_templates: bool = False) -> contextlib.AbstractContextManager[None]:
+    """Within the block, CPU graphs get Triton kernels (run by Triton's interpreter);
+    ``matmul_templates``: matmuls may become template kernels as on CUDA."""
+    return cpu_backend(TritonOnCpuTemplatesBackend if matmul_templates
+                       else TritonOnCpuBackend)

@@ -1,0 +1,175 @@
+"""Choosing per matmul: the extern (ATen / cuBLAS) call or a template config.
+
+Default mode (no benchmarking), :func:`heuristic_choice`, at the sizes' hints:
+
+==============================================================  ==========================
+case                                                            choice
+==============================================================  ==========================
+float32 without TF32 allowed (cuBLAS's SGEMM beats an exact     extern
+``tl.dot``)
+nothing to fuse (no bias, no inlined producer, no pointwise     extern (cuBLAS wins a
+consumer)                                                       plain GEMM)
+``M``, ``N`` or ``K`` below ``MIN_SIDE``                        extern
+otherwise                                                       the first config of the
+                                                                shape's class
+                                                                (``matmul_configs``)
+==============================================================  ==========================
+
+With autotuning on (``mode="max-autotune"``), :func:`ember.inductor.autotune.select`
+times the extern and the class's configs (kind ``"mm"``, key: op, sizes, dtype, operand
+strides, TF32) and the heuristic's choice is only the default. :func:`forced_matmul`
+overrides both (tests, benchmarks). Every choice is logged under
+``EMBER_LOGS=autotune``; the chosen template shows in ``format_schedule`` and
+``EMBER_LOGS=output_code``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator
+from types import ModuleType
+
+import torch
+from ember.inductor.codegen.backend import MatmulProblem
+from ember.inductor.codegen.triton.matmul_configs import MatmulConfig, candidate_configs
+from ember.inductor.codegen.triton.sizes import SizeFacts
+from ember.inductor.loop_ir import MatmulTemplate
+from ember.runtime.logs import TOPICS, log
+
+#: the least M, N and K (hints) the heuristic writes as a template (``tl.dot`` tiles are
+#: at least 16 on each side)
+MIN_SIDE = 16
+#: the extern's candidate name (template candidates: ``triton_<op>_<config>``)
+EXTERN = "extern"
+
+_forced: str | None = None
+
+
+@contextlib.contextmanager
+def forced_matmul(choice: str) -> Iterator[None]:
+    """Within the block every matmul the lowering offers is ``choice``: ``"extern"``,
+    ``"template"`` (the heuristic's config of the shape's class, even where the
+    heuristic would call the extern) or a config name (``"bm32_bn32_bk32_g8_s4_w4"``).
+
+    Raises:
+        ValueError: ``choice`` is none of these.
+    """
+    global _forced
+    if choice not in (EXTERN, "template"):
+        MatmulConfig.parse(choice)
+    saved, _forced = _forced, choice
+    try:
+        yield
+    finally:
+        _forced = saved
+
+
+def _hints(problem: MatmulProblem) -> tuple[int, int, int, int]:
+    facts = SizeFacts()
+    batch = 1 if problem.batch is None else facts.hint(problem.batch)
+    return batch, facts.hint(problem.m), facts.hint(problem.n), facts.hint(problem.k)
+
+
+def heuristic_choice(problem: MatmulProblem) -> str:
+    """``"extern"`` or a config name, without timing anything (module doc)."""
+    _, m, n, k = _hints(problem)
+    if problem.dtype == torch.float32 and not problem.allow_tf32:
+        return EXTERN
+    if not problem.fuses or min(m, n, k) < MIN_SIDE:
+        return EXTERN
+    return candidate_configs(problem.dtype, m, n, k, problem.batch is not None)[0].name
+
+
+def choose_matmul(problem: MatmulProblem) -> MatmulTemplate | None:
+    """The template ``problem`` is written as, or None for the extern call."""
+    batch, m, n, k = _hints(problem)
+    batched = problem.batch is not None
+    configs = candidate_configs(problem.dtype, m, n, k, batched)
+    default = heuristic_choice(problem)
+    if _forced is not None:
+        choice = configs[0].name if _forced == "template" else _forced
+        how = "forced"
+    elif _autotune() is not None and _autotune().autotune_enabled():  # type: ignore[union-attr]
+        tune = _autotune()
+        assert tune is not None
+        names = {f"triton_{problem.op}_{c.name}": c for c in configs}
+        candidates = [tune.Candidate(f"{EXTERN}_{problem.op}", _extern_runner(problem))]
+        candidates += [tune.Candidate(name, _template_runner(problem, c.name))
+                       for name, c in names.items()]
+        default_name = (f"{EXTERN}_{problem.op}" if default == EXTERN
+                        else f"triton_{problem.op}_{default}")
+        picked = tune.select("mm", _key(problem), candidates, default=default_name)
+        choice = names[picked].name if picked in names else EXTERN
+        how = "autotuned"
+    else:
+        choice, how = default, "heuristic"
+    if "autotune" in TOPICS:
+        log("autotune", f"matmul {problem.op} [{f'B={batch}, ' if batched else ''}M={m}, "
+                        f"N={n}, K={k}] {problem.dtype}: {choice} ({how})")
+    if choice == EXTERN:
+        return None
+    return MatmulTemplate(problem.op, batched, choice, problem.allow_tf32)
+
+
+def _autotune() -> ModuleType | None:
+    """``ember.inductor.autotune`` (None while it is not installed: the heuristic)."""
+    try:
+        return importlib.import_module("ember.inductor.autotune")
+    except ImportError:
+        return None
+
+
+def _target() -> torch.device:
+    tune = _autotune()
+    return tune.tuning_target() if tune is not None else torch.device("cpu")
+
+
+def _key(problem: MatmulProblem) -> dict[str, object]:
+    """The autotune cache key: sizes (hints), dtype, operand layouts, TF32."""
+    batch, m, n, k = _hints(problem)
+    facts = SizeFacts()
+
+    def layout(strides: tuple[object, ...] | None) -> list[int] | str:
+        return "computed" if strides is None else [facts.hint(s) for s in strides]
+
+    return {"op": problem.op, "batch": batch, "m": m, "n": n, "k": k,
+            "dtype": str(problem.dtype).removeprefix("torch."),
+            "a": layout(problem.a_strides), "b": layout(problem.b_strides),
+            "tf32": problem.allow_tf32}
+
+
+def _operands(problem: MatmulProblem, device: torch.device
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, m, n, k = _hints(problem)
+    lead = (batch,) if problem.batch is not None else ()
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn((*lead, m, k), generator=g, device=device).to(problem.dtype)
+    b = torch.randn((*lead, k, n), generator=g, device=device).to(problem.dtype)
+    return a, b
+
+
+def _extern_runner(problem: MatmulProblem) -> Callable[[], Callable[[], None]]:
+    """The extern candidate: ATen's matmul on random operands of the problem's sizes."""
+    def make() -> Callable[[], None]:
+        a, b = _operands(problem, _target())
+        mm = torch.bmm if problem.batch is not None else torch.mm
+
+        def run() -> None:
+            mm(a, b)
+        run()
+        return run
+    return make
+
+
+def _template_runner(problem: MatmulProblem, config: str) -> Callable[[], Callable[[], None]]:
+    """A template candidate: the plain template (no prologue or epilogue) on random
+    row-major operands."""
+    def make() -> Callable[[], None]:
+        from ember.inductor.codegen.triton.matmul_bench import plain_template_launch
+
+        return plain_template_launch(problem, config, *_operands(problem, _target()))
+    return make
+
+
+__all__ = ["EXTERN", "MIN_SIDE", "choose_matmul", "forced_matmul", "heuristic_choice"]

@@ -1,0 +1,187 @@
+"""Lowering pass: a matmul becomes a template loop node on backends with templates.
+
+On a backend whose ``KernelBackend.matmul_templates`` is set (Triton), ``mm``,
+``addmm``, ``bmm`` and ``baddbmm`` of float16, bfloat16 or float32 operands are offered
+to the backend (``KernelBackend.matmul_template``: a heuristic, or the autotuner under
+``mode="max-autotune"``). When it answers with a template, the matmul is a
+:class:`~ember.inductor.buffers.MatmulBuffer` instead of an extern call: its operands'
+``Lazy`` producers (a cast, a scale, a non-affine view) are inlined into its loads (the
+prologue; a producer that is costly or loads more than ``PROLOGUE_MAX_BUFFERS`` buffers is
+stored first), a stored operand is read through its view's strides (a transposed weight
+costs nothing), ``addmm``/``baddbmm`` add ``beta * bias`` to ``alpha * acc`` in float32
+before the one rounding (as cuBLAS's epilogue), and the scheduler fuses the pointwise
+consumers into the same kernel (the epilogue). Otherwise the call goes on to the other
+lowering passes and the extern.
+
+Not offered (extern, as before): other dtypes, a size that is statically 0 or 1, a
+``beta``/``alpha`` known only at run time, operands of another dtype than the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from ember.inductor.buffers import MatmulBuffer, MatmulEpilogue
+from ember.inductor.codegen.backend import MatmulProblem
+from ember.inductor.codegen.registry import backend_for
+from ember.inductor.loop_ir import COSTLY_OPS, Compute, IndexExpr, Int
+from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.context import ExternRequest, LoweringContext
+from ember.inductor.lowering.lowered_graph import BufferInfo
+from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS
+from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, probe
+from ember.runtime.ir import Node, TensorMeta, ValueRef
+
+#: op -> (the template's op name, how many leading bias arguments, batched)
+TEMPLATE_OPS = {
+    "aten::mm.default": ("mm", 0, False),
+    "aten::addmm.default": ("addmm", 1, False),
+    "aten::bmm.default": ("bmm", 0, True),
+    "aten::baddbmm.default": ("baddbmm", 1, True),
+}
+TEMPLATE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: an inlined operand producer loads at most this many buffers (else it is stored)
+PROLOGUE_MAX_BUFFERS = 2
+#: ops a matmul's result may pass through on the way to a fusable consumer
+VIEW_OPS = frozenset({
+    "aten::view.default", "aten::_unsafe_view.default", "aten::reshape.default",
+    "aten::t.default", "aten::transpose.int", "aten::permute.default",
+    "aten::unsqueeze.default", "aten::squeeze.dim", "aten::alias.default",
+})
+
+
+def allow_tf32() -> bool:
+    """Whether float32 matmuls may use TF32, as torch says at compile time."""
+    return bool(torch.backends.cuda.matmul.allow_tf32
+                or torch.get_float32_matmul_precision() != "highest")
+
+
+def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest | Stored:
+    """The template's result buffer, or ``call`` as it is (module doc)."""
+    spec = TEMPLATE_OPS.get(call.node.target)
+    if spec is None or not backend_for(ctx.device.type).matmul_templates:
+        return call
+    op, n_bias, batched = spec
+    meta = call.metas[0] if len(call.metas) == 1 else None
+    if not isinstance(meta, TensorMeta) or meta.dtype not in TEMPLATE_DTYPES:
+        return call
+    dtype = meta.dtype
+    if len(call.args) < n_bias + 2:
+        return call
+    bias = call.args[0] if n_bias else None
+    a, b = call.args[n_bias:n_bias + 2]
+    scalars = {"beta": 1, "alpha": 1}
+    for name, value in zip(("beta", "alpha"), call.args[n_bias + 2:]):
+        scalars[name] = value
+    scalars.update({k: v for k, v in call.kwargs.items() if k in scalars})
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+               for v in scalars.values()):
+        return call
+    operands = [v for v in (a, b, bias) if v is not None]
+    if not all(isinstance(v, (Stored, Lazy)) and v.dtype == dtype for v in operands):
+        return call
+    assert isinstance(a, (Stored, Lazy)) and isinstance(b, (Stored, Lazy))
+    if len(a.sizes) != len(b.sizes) or len(a.sizes) != (3 if batched else 2):
+        return call
+    *lead, m, k = a.sizes
+    n = b.sizes[-1]
+    if any(isinstance(s, int) and s in (0, 1) for s in (m, n, k)):
+        return call
+    if batched and isinstance(lead[0], int) and lead[0] == 0:
+        return call
+    inlined = [isinstance(v, Lazy) for v in (a, b)]
+    problem = MatmulProblem(
+        op, lead[0] if batched else None, m, n, k, dtype,
+        a.strides if isinstance(a, Stored) else None,
+        b.strides if isinstance(b, Stored) else None,
+        fuses=bias is not None or any(inlined) or _has_fusable_consumer(ctx, call.node),
+        allow_tf32=allow_tf32())
+    template = backend_for(ctx.device.type).matmul_template(problem)
+    if template is None:
+        return call
+    a, b = (_prologue(ctx, v) for v in (a, b))
+    sizes = (*lead, m, n)
+    epilogue: MatmulEpilogue | None = None if bias is None else _bias_epilogue(
+        bias, sizes, float(scalars["beta"]), float(scalars["alpha"]))
+    if bias is None and scalars["alpha"] != 1:
+        epilogue = _bias_epilogue(None, sizes, 0.0, float(scalars["alpha"]))
+    name = ctx.fresh()
+    node = MatmulBuffer(name, dtype, tuple(sizes), k, a.element, b.element, template,
+                        epilogue, (call.node.name,))
+    strides = contiguous_strides(sizes)
+    ctx.nodes.append(node)
+    ctx.buffers[name] = BufferInfo(name, dtype, tuple(sizes), strides, "computed")
+    return Stored(name, dtype, tuple(sizes), strides)
+
+
+def _prologue(ctx: LoweringContext, value: Stored | Lazy) -> Stored | Lazy:
+    """``value`` as the template reads it: a Lazy producer inlined when it is cheap
+    (no costly op, at most ``PROLOGUE_MAX_BUFFERS`` buffers), else stored first."""
+    if isinstance(value, Stored):
+        return value
+    b = probe(value)
+    costly = any(isinstance(s, Compute) and s.op in COSTLY_OPS for s in b.stmts)
+    if costly or len({buf for buf, _ in b.external_loads}) > PROLOGUE_MAX_BUFFERS:
+        return ctx.realize(value)
+    return value
+
+
+def _bias_epilogue(bias: Stored | Lazy | None, sizes: Sequence[object], beta: float,
+                   alpha: float) -> MatmulEpilogue:
+    """``alpha * acc + beta * bias`` in float32 (bias broadcast to ``sizes`` from the
+    right; ``beta == 0`` ignores it, NaNs included, as ATen)."""
+    def epilogue(b: BodyBuilder, acc: str, index: tuple[IndexExpr, ...]) -> str:
+        value = acc
+        if alpha != 1:
+            value = b.compute("mul", value, b.literal(alpha, torch.float32))
+        if bias is None or beta == 0:
+            return value
+        lead = len(index) - len(bias.sizes)
+        bias_index = tuple(Int(0) if s == 1 else index[lead + d]
+                           for d, s in enumerate(bias.sizes))
+        term = b.cast(bias.element(b, bias_index), torch.float32)
+        if beta != 1:
+            term = b.compute("mul", term, b.literal(beta, torch.float32))
+        return b.compute("add", value, term)
+    return epilogue
+
+
+def _has_fusable_consumer(ctx: LoweringContext, node: Node) -> bool:
+    """Whether a consumer of ``node``'s result (through views) is an op with a loop
+    lowering (a pointwise op the scheduler may fuse as the template's epilogue)."""
+    graph = next((g for g in ctx.program.graphs.values()
+                  if any(n is node for n in g.nodes)), None)
+    if graph is None:
+        return False
+    users: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        for ref in _refs(n.args) + _refs(tuple(n.kwargs.values())):
+            users.setdefault(ref, []).append(n)
+    stack, seen = [node.name], set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for user in users.get(name, []):
+            if user.op != "call":
+                continue
+            if user.target in VIEW_OPS:
+                stack.append(user.name)
+            elif user.target in LOWERINGS and user.target not in EXTERN_OPS:
+                return True
+    return False
+
+
+def _refs(args: tuple[object, ...]) -> list[str]:
+    found: list[str] = []
+    for a in args:
+        if isinstance(a, ValueRef):
+            found.append(a.node)
+        elif isinstance(a, (tuple, list)):
+            found.extend(_refs(tuple(a)))
+    return found
+
+
+__all__ = ["PROLOGUE_MAX_BUFFERS", "TEMPLATE_OPS", "allow_tf32", "matmul_template"]
