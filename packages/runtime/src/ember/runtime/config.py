@@ -23,6 +23,13 @@ variable                       meaning                                   default
                                stages, verifying each dialect
 ``EMBER_CACHE_DIR``            the on-disk compile cache                 ``~/.cache/ember``
 ``EMBER_CACHE``                ``0`` disables the compile cache          ``1``
+                               (kernels and whole programs)
+``EMBER_PROGRAM_CACHE``        ``0`` disables the whole-program cache     ``1``
+                               only (kernels stay cached)
+``EMBER_REMOTE_CACHE``         a shared program cache,                   (unset)
+                               ``redis://[:PASSWORD@]HOST[:PORT][/DB]``
+``EMBER_REMOTE_CACHE_KEY``     the secret that signs remote entries       (unset)
+                               (HMAC-SHA256; required with the above)
 ``EMBER_RECOMPILE_LIMIT``      recompiles per code object before the     ``8``
                                frontend falls back to eager
 ``EMBER_DEBUG_DIR``            if set, the pipeline writes the program   (unset)
@@ -60,6 +67,9 @@ class Config:
     serialize_boundaries: bool = False
     cache_dir: Path = field(default_factory=lambda: Path(_DEFAULT_CACHE_DIR).expanduser())
     cache_enabled: bool = True
+    program_cache: bool = True
+    remote_cache: str | None = None
+    remote_cache_key: str | None = field(default=None, repr=False)
     recompile_limit: int = 8
     debug_dir: Path | None = None
     trust_artifacts: bool = False
@@ -78,6 +88,9 @@ class Config:
             serialize_boundaries=_parse_bool(env, "EMBER_SERIALIZE_BOUNDARIES", False),
             cache_dir=Path(env.get("EMBER_CACHE_DIR") or _DEFAULT_CACHE_DIR).expanduser(),
             cache_enabled=_parse_bool(env, "EMBER_CACHE", True),
+            program_cache=_parse_bool(env, "EMBER_PROGRAM_CACHE", True),
+            remote_cache=env.get("EMBER_REMOTE_CACHE") or None,
+            remote_cache_key=env.get("EMBER_REMOTE_CACHE_KEY") or None,
             recompile_limit=_parse_int(env, "EMBER_RECOMPILE_LIMIT", 8, minimum=0),
             debug_dir=Path(debug_dir).expanduser() if debug_dir else None,
             trust_artifacts=_parse_bool(env, "EMBER_TRUST_ARTIFACTS", False),

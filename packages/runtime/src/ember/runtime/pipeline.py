@@ -28,9 +28,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ember.runtime.cache import program_cache
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.config import config
-from ember.runtime.ir import Program, VerificationError, load, save, verify
+from ember.runtime.ir import IRError, Program, VerificationError, load, save, verify
 from ember.runtime.ir.contracts import CompileReport
 from ember.runtime.ir.effects import check_may_run
 from ember.runtime.logs import log
@@ -166,6 +167,13 @@ def compile_program(
         StageNotInstalledError: a stage of ``backend`` is not installed (names the package).
         VerificationError: the input, or a stage's output, breaks its dialect's rules.
         StageDeclined: a stage declined the program and ``eager_on_decline`` is False.
+        SigningKeyError: ``EMBER_REMOTE_CACHE`` is set without a usable
+            ``EMBER_REMOTE_CACHE_KEY`` (:mod:`ember.runtime.cache`).
+
+    The whole-program cache (:mod:`ember.runtime.cache`) answers first: a hit loads the
+    compiled program stored by an earlier compile with the same key and runs no stage
+    (``EMBER_LOGS=cache`` logs hits, misses and stores; ``EMBER_PROGRAM_CACHE=0`` turns
+    it off). A compile a stage declined is not stored.
 
     A stage that raises :class:`~ember.runtime.stages.StageDeclined` (a valid program it
     cannot compile) makes the program run eagerly: an ``EagerGraphWarning``, a log line
@@ -178,13 +186,25 @@ def compile_program(
     if mode is not None:
         stage_options["mode"] = mode
     stages = [load_stage(name) for name in BACKENDS[backend]]  # fail before any work
+    check_may_run(program)  # before a cache hit too: a file's effects stay refused
+    lookup = program_cache.begin(program, backend, BACKENDS[backend], stage_options, mode)
+    if lookup is not None:
+        hit = lookup.load()
+        if hit is not None:
+            try:
+                return ProgramCallable(hit)
+            except IRError as e:  # an entry that decoded but does not run: compile
+                lookup.discard(str(e))
     try:
         compiled = run_stages(program, stages, stage_options)
     except StageDeclined as e:
         if not eager_on_decline:
             raise
         return ProgramCallable(run_eagerly(program, str(e)))
-    return ProgramCallable(compiled)
+    callable_ = ProgramCallable(compiled)
+    if lookup is not None:
+        lookup.store(compiled)  # NOTE: after ProgramCallable: only a program that loads
+    return callable_
 
 
 EAGER_GRAPH_FALLBACK = "graph runs eagerly"

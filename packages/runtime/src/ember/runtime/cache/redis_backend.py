@@ -1,0 +1,201 @@
+"""The remote program cache: a Redis server shared by many machines.
+
+Ember speaks Redis's protocol (RESP2) itself over a socket: the cache needs five
+commands (``AUTH``, ``SELECT``, ``GET``, ``SET``, ``SCAN``/``DEL`` for ``cache clear
+--remote``), which is less code than a client dependency for every user of the runtime.
+``EMBER_REMOTE_CACHE=redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`` names the server;
+``rediss://`` (TLS) is not supported. Entries live under the keys ``ember:program:<key>``
+and are signed (:mod:`.signing`).
+
+A network or protocol error warns once (:class:`ProgramCacheWarning`), logs under
+``cache``, and switches the remote cache off for the rest of the process: every lookup
+is then a miss and compiling goes on (a server that is down does not cost a timeout per
+compile).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+KEY_PREFIX = "ember:program:"
+TIMEOUT_S = 2.0
+"""Seconds to wait for the server to connect or answer."""
+
+
+class RemoteCacheConfigError(ValueError):
+    """``EMBER_REMOTE_CACHE`` (or its key) cannot be used as given."""
+
+
+class RedisError(OSError):
+    """The server answered with an error, or with something that is not RESP."""
+
+
+@dataclass(frozen=True)
+class RedisAddress:
+    """Where the server is, from ``EMBER_REMOTE_CACHE``."""
+
+    host: str
+    port: int = 6379
+    db: int = 0
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    @staticmethod
+    def parse(url: str) -> RedisAddress:
+        """Read ``redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]``.
+
+        Raises:
+            RemoteCacheConfigError: another scheme, no host, or a bad port or db.
+        """
+        parts = urlsplit(url)
+        if parts.scheme != "redis":
+            raise RemoteCacheConfigError(
+                f"EMBER_REMOTE_CACHE={redact(url)!r}: expected "
+                "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (rediss:// is not supported)")
+        try:
+            port = parts.port or 6379
+        except ValueError:
+            raise RemoteCacheConfigError(
+                f"EMBER_REMOTE_CACHE={redact(url)!r}: the port is not a number") from None
+        path = parts.path.strip("/")
+        if not parts.hostname or (path and not path.isdigit()):
+            raise RemoteCacheConfigError(
+                f"EMBER_REMOTE_CACHE={redact(url)!r}: expected a host and an optional "
+                "database number (redis://HOST:PORT/DB)")
+        return RedisAddress(parts.hostname, port, int(path or 0),
+                            unquote(parts.username) if parts.username else None,
+                            unquote(parts.password) if parts.password else None)
+
+    def describe(self) -> str:
+        """``redis://HOST:PORT/DB`` (no password)."""
+        return f"redis://{self.host}:{self.port}/{self.db}"
+
+
+def redact(url: str) -> str:
+    """``url`` with its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return parts._replace(netloc=netloc).geturl()
+
+
+Reply = bytes | int | str | list["Reply"] | None
+
+
+class RedisConnection:
+    """One socket to a Redis server, speaking RESP2."""
+
+    def __init__(self, address: RedisAddress, timeout: float = TIMEOUT_S) -> None:
+        self._sock = socket.create_connection((address.host, address.port), timeout=timeout)
+        self._file = self._sock.makefile("rb")
+        if address.password is not None:
+            auth = [address.username, address.password] if address.username else [
+                address.password]
+            self.command("AUTH", *auth)
+        if address.db:
+            self.command("SELECT", str(address.db))
+
+    def close(self) -> None:
+        """Close the socket."""
+        self._file.close()
+        self._sock.close()
+
+    def command(self, *args: str | bytes) -> Reply:
+        """Send one command and return its reply.
+
+        Raises:
+            RedisError: the server answered with an error, or malformed data.
+            OSError: the connection failed or timed out.
+        """
+        out = [b"*%d\r\n" % len(args)]
+        for arg in args:
+            data = arg.encode("utf-8") if isinstance(arg, str) else arg
+            out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        self._sock.sendall(b"".join(out))
+        return self._reply()
+
+    def _line(self) -> bytes:
+        line = self._file.readline()
+        if not line.endswith(b"\r\n"):
+            raise RedisError("the connection closed in the middle of a reply")
+        return line[:-2]
+
+    def _reply(self) -> Reply:
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode("utf-8", "replace")
+        if kind == b"-":
+            raise RedisError(f"the server answered: {rest.decode('utf-8', 'replace')}")
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self._file.read(n + 2)
+            if len(data) != n + 2:
+                raise RedisError("the connection closed in the middle of a reply")
+            return data[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._reply() for _ in range(n)]
+        raise RedisError(f"not a RESP reply: {line[:40]!r}")
+
+
+class RedisStore:
+    """Get and set entries by cache key on one server (a connection made on first use)."""
+
+    def __init__(self, address: RedisAddress) -> None:
+        self.address = address
+        self._conn: RedisConnection | None = None
+
+    def _connection(self) -> RedisConnection:
+        if self._conn is None:
+            self._conn = RedisConnection(self.address)
+        return self._conn
+
+    def get(self, key: str) -> bytes | None:
+        """Entry ``key``'s bytes, None when absent.
+
+        Raises:
+            OSError: the server cannot be reached or answered an error.
+        """
+        reply = self._connection().command("GET", KEY_PREFIX + key)
+        if reply is not None and not isinstance(reply, bytes):
+            raise RedisError(f"GET answered {type(reply).__name__}, not a string")
+        return reply
+
+    def set(self, key: str, data: bytes) -> None:
+        """Store entry ``key``.
+
+        Raises:
+            OSError: the server cannot be reached or answered an error.
+        """
+        self._connection().command("SET", KEY_PREFIX + key, data)
+
+    def clear(self) -> int:
+        """Delete every Ember entry on the server; return how many."""
+        conn = self._connection()
+        cursor, removed = "0", 0
+        while True:
+            reply = conn.command("SCAN", cursor, "MATCH", KEY_PREFIX + "*", "COUNT", "1000")
+            if not (isinstance(reply, list) and len(reply) == 2
+                    and isinstance(reply[0], bytes) and isinstance(reply[1], list)):
+                raise RedisError("SCAN answered something that is not [cursor, keys]")
+            keys = [k for k in reply[1] if isinstance(k, bytes)]
+            if keys:
+                count = conn.command("DEL", *keys)
+                removed += count if isinstance(count, int) else 0
+            cursor = reply[0].decode("ascii")
+            if cursor == "0":
+                return removed
+
+    def close(self) -> None:
+        """Close the connection, if any."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
