@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from ember.inductor.autotune import autotuning, tuning_device, tuning_report
 from ember.inductor.codegen import KernelSource, backend_for
 from ember.inductor.codegen.wrapper import WrapperWriter
 from ember.inductor.loop_ir import Kernel, format_kernel
@@ -35,6 +36,7 @@ from ember.runtime.ir.contracts import (
     launch_meta_from_json,
 )
 from ember.runtime.logs import log, log_enabled
+from ember.runtime.pipeline import MODE_FEATURES, mode_features
 
 _EXTENSIONS = {"cpp": "cpp", "triton": "py"}
 
@@ -83,6 +85,12 @@ def compile_graph(program: Program, graph_name: str = "forward",
 def _compile_graph(program: Program, graph_name: str, device: torch.device | None,
                    eager: bool, eager_random: bool) -> CompiledGraph:
     dev = device or graph_device(program, graph_name)
+    with tuning_device(dev):  # autotuning times candidates where the graph runs
+        return _compile_graph_on(program, graph_name, dev, eager, eager_random)
+
+
+def _compile_graph_on(program: Program, graph_name: str, dev: torch.device,
+                      eager: bool, eager_random: bool) -> CompiledGraph:
     lowered = GraphLowering(program, graph_name, dev, eager=eager,
                             eager_random=eager_random).run()
     if log_enabled("graphs"):
@@ -116,7 +124,11 @@ def render_output_code(compiled: CompiledGraph) -> str:
 def compile_program(program: Program, options: dict[str, Any] | None = None) -> Program:
     """Compile every graph of a core-functional ``program`` into a ``compiled`` Program.
 
-    Options: ``device`` (``"cpu"``/``"cuda"``, default: where the tensors are),
+    Options: ``mode`` (a ``torch.compile`` mode, ``ember.runtime.pipeline.MODE_FEATURES``,
+    which the runtime's pipeline passes on; those naming ``"autotune"`` time candidate
+    kernels on the device and record the counts in ``metadata["autotune"]``: see
+    :mod:`ember.inductor.autotune`), ``device`` (``"cpu"``/``"cuda"``, default: where
+    the tensors are),
     ``precompile`` (default True: build the C++ kernels now, which warms the cache and
     catches compile errors here rather than at load time), ``strict`` (default False:
     a graph whose lowering, code generation or C++ build fails — a lowering rule failing
@@ -130,8 +142,30 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     Raises:
         ember.runtime.compiled.cpp_build.CppCompileError: with ``strict``, a generated
             kernel does not compile (the message holds the compiler output).
+        ValueError: ``mode`` is no ``torch.compile`` mode.
     """
     options = options or {}
+    tune = autotunes(options.get("mode"))
+    with autotuning(tune):
+        out = _compile_program(program, options)
+        if tune:
+            out.metadata["autotune"] = tuning_report().to_json()
+    return out
+
+
+def autotunes(mode: object) -> bool:
+    """Whether ``mode`` asks for autotuning (``"max-autotune"``,
+    ``"max-autotune-no-cudagraphs"``).
+
+    Raises:
+        ValueError: ``mode`` is no ``torch.compile`` mode.
+    """
+    if mode is not None and mode not in MODE_FEATURES:
+        raise ValueError(f"unknown mode {mode!r}; modes: None, {', '.join(MODE_FEATURES)}")
+    return "autotune" in mode_features(None if mode is None else str(mode))
+
+
+def _compile_program(program: Program, options: dict[str, Any]) -> Program:
     device = torch.device(options["device"]) if options.get("device") else None
     optimized = run_passes(program)
     out = optimized.copy()

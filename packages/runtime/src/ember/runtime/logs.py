@@ -20,6 +20,9 @@ Topics (:data:`TOPICS`):
 ``output_code``   generated wrapper and kernel source
 ``stages``        which stage ran, in what time, and boundary saves
 ``cache``         compile-cache hits and misses
+``cudagraphs``    CUDA graph recordings, and why a graph or call runs without one
+``autotune``      max-autotune: each choice with its timings, cache hits, failed candidates
+``patterns``      graph rewrites by pattern (attention to SDPA): rule, source line, or why not
 """
 
 from __future__ import annotations

@@ -21,12 +21,14 @@ output is also saved there for inspection.
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
 from ember.runtime.cache import program_cache
 from ember.runtime.callable import ProgramCallable
@@ -53,7 +55,7 @@ MODE_FEATURES: dict[str, frozenset[str]] = {
 """What each ``torch.compile`` mode asks of the stages and the runtime (a table: a mode
 is implemented exactly when every feature it names is in :data:`IMPLEMENTED_FEATURES`)."""
 
-IMPLEMENTED_FEATURES: set[str] = set()
+IMPLEMENTED_FEATURES: set[str] = {"autotune", "cudagraphs"}
 """The mode features Ember implements: ``"autotune"`` (the inductor benchmarks its
 candidate kernels at compile time) and ``"cudagraphs"`` (the runtime records and replays
 CUDA graphs). The code implementing a feature adds it here, next to its implementation."""
@@ -136,6 +138,30 @@ def check_options(backend: str, options: Mapping[str, Any],
             raise ValueError(f"option {key!r}={value!r}: expected {names}")
 
 
+_P = ParamSpec("_P")
+
+
+def _records_cuda_graphs(
+    compile_fn: Callable[_P, ProgramCallable],
+) -> Callable[_P, ProgramCallable]:
+    """``compile_fn`` whose result records CUDA graphs when its ``mode`` asks for them
+    (``"cudagraphs" in mode_features(mode)``: :mod:`ember.runtime.cudagraphs`). A
+    decorator, so that every way ``compile_program`` returns (compiled, loaded from the
+    cache, run eagerly) gets it; other modes return what ``compile_fn`` returned."""
+    parameters = inspect.signature(compile_fn)
+
+    @functools.wraps(compile_fn)
+    def compile_and_record(*args: _P.args, **kwargs: _P.kwargs) -> ProgramCallable:
+        result = compile_fn(*args, **kwargs)
+        mode = parameters.bind(*args, **kwargs).arguments.get("mode")
+        if "cudagraphs" in mode_features(mode):
+            result.enable_cuda_graphs()
+        return result
+
+    return compile_and_record
+
+
+@_records_cuda_graphs  # CUDA graphs (reduce-overhead): the one hook, outside the body
 def compile_program(
     program: Program,
     backend: str = "inductor",

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from ember.inductor.autotune import autotune_enabled
+from ember.inductor.codegen.triton.block_tuning import tuned_launch_config
 from ember.inductor.codegen.triton.heuristics import (
     PERSISTENT_MAX,
     LaunchConfig,
     choose_config,
+    config_forced,
     next_power_of_2,
 )
 from ember.inductor.codegen.triton.kernel_code import TritonKernelCode
@@ -70,7 +73,8 @@ def generate_triton_kernel(kernel: Kernel, config: LaunchConfig | None = None,
 
     Args:
         kernel: a loop-IR kernel.
-        config: the tiling; chosen by :func:`launch_config` when None.
+        config: the tiling; chosen by :func:`launch_config` when None (and, when
+            autotuning, timed against its neighbours: :mod:`.block_tuning`).
         facts: the hints and ranges of the kernel's size symbols (symbolic kernels:
             heuristics read the hints; without them, the runtime's fallback hint and no
             upper bounds, which is correct for every size, maybe slower).
@@ -82,4 +86,10 @@ def generate_triton_kernel(kernel: Kernel, config: LaunchConfig | None = None,
         return write_matmul_template(kernel, facts)
     if config is None:
         config = launch_config(kernel, facts)
+        if autotune_enabled() and not config_forced():  # mode="max-autotune"
+            config = tuned_launch_config(kernel, config, facts or SizeFacts(), _write)
+    return writer_for(kernel, config, facts).write()
+
+
+def _write(kernel: Kernel, config: LaunchConfig, facts: SizeFacts) -> TritonKernelCode:
     return writer_for(kernel, config, facts).write()

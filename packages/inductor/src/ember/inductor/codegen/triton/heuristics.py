@@ -18,6 +18,8 @@ a column sum with 8 chunks a column.
 - Reduction, *split*: few rows of many elements (``x.sum()``) would leave most of the GPU
   idle with one program per row, so each row is cut into ``split`` chunks reduced in
   parallel into a workspace, and a second kernel combines the partial results.
+- Autotuning (``mode="max-autotune"``): :func:`candidate_configs` lists a few
+  configurations around the heuristic's, which ``block_tuning`` times on the device.
 - Reduction over an outer dimension (*column* reduction: the loads are contiguous along
   the outer index, e.g. ``x.sum(0)``): a row-style tile would read one element per row
   per lane, so the tile is ``COLUMN_XBLOCK`` outer points wide (a 128-byte segment of
@@ -27,6 +29,7 @@ a column sum with 8 chunks a column.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -89,6 +92,11 @@ def forced_config(config: LaunchConfig) -> Iterator[None]:
         _forced = saved
 
 
+def config_forced() -> bool:
+    """Whether a :func:`forced_config` block is active (autotuning then stays off)."""
+    return _forced is not None
+
+
 def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False
                   ) -> LaunchConfig:
     """The launch configuration of a kernel over ``numel`` outer points and, for a
@@ -119,3 +127,71 @@ def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False
         split = min(SPLIT_MAX, max(1, SPLIT_TARGET_PROGRAMS // numel),
                     -(-reduction_numel // (4 * LOOPED_RBLOCK)))
     return LaunchConfig(1, LOOPED_RBLOCK, False, LOOPED_WARPS, 1, split if split >= 4 else 1)
+
+
+#: autotuning candidates of a pointwise kernel: (XBLOCK, warps)
+POINTWISE_CANDIDATES = ((256, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8))
+#: autotuning candidates of a looped row reduction: (RBLOCK, warps)
+LOOPED_CANDIDATES = ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16))
+#: the largest persistent tile (XBLOCK * RBLOCK elements) an autotuning candidate holds
+MAX_TUNED_TILE = 8192
+
+
+def config_name(config: LaunchConfig) -> str:
+    """A candidate's name: ``x1024_w4`` (pointwise), ``x8_r128_w4_persistent``,
+    ``x1_r4096_w16_looped_split8``."""
+    if config.rblock == 0:
+        return f"x{config.xblock}_w{config.num_warps}"
+    form = "persistent" if config.persistent else "looped"
+    split = f"_split{config.split}" if config.split > 1 else ""
+    return f"x{config.xblock}_r{config.rblock}_w{config.num_warps}_{form}{split}"
+
+
+def candidate_configs(default: LaunchConfig, numel: int, reduction_numel: int = 0
+                      ) -> list[LaunchConfig]:
+    """The configurations autotuning times for a kernel whose heuristic chose
+    ``default`` (sizes at their hints), ``default`` first. They keep what correctness
+    rests on: a persistent reduction keeps its ``RBLOCK`` (whole rows: the range's
+    bound decided it), a looped one stays looped, a split keeps its chunk count.
+
+    - pointwise: ``XBLOCK`` and warps from :data:`POINTWISE_CANDIDATES` (blocks up to
+      the tensor's size);
+    - persistent reduction: half and twice the rows a program, half and twice the
+      warps, and (rows of 2048 or more) a looped walk of a quarter row;
+    - looped reduction: ``RBLOCK`` and warps from :data:`LOOPED_CANDIDATES` (blocks
+      below the row's length), or for a column reduction half and twice ``RBLOCK``.
+    """
+    out = [default]
+    if reduction_numel == 0:
+        limit = next_power_of_2(numel)
+        out += [LaunchConfig(x, 0, False, w) for x, w in POINTWISE_CANDIDATES if x <= limit]
+    elif default.persistent:
+        rblock = default.rblock
+        for xblock in (default.xblock // 2, default.xblock * 2):
+            if 1 <= xblock <= next_power_of_2(numel) and xblock * rblock <= MAX_TUNED_TILE:
+                out.append(dataclasses.replace(default, xblock=xblock,
+                                               num_warps=_warps_for(xblock * rblock)))
+        out += _warp_variants(default)
+        if rblock >= 2048 and default.xblock == 1:
+            out.append(dataclasses.replace(default, rblock=rblock // 4, persistent=False,
+                                           num_warps=8))
+    elif default.xblock > 1:  # a column reduction: a tile of outer points walks the rows
+        for rblock in (default.rblock // 2, default.rblock * 2):
+            if rblock >= 8:
+                out.append(dataclasses.replace(
+                    default, rblock=rblock, num_warps=_warps_for(default.xblock * rblock)))
+        out += _warp_variants(default)
+    else:
+        row = next_power_of_2(reduction_numel)
+        out += [dataclasses.replace(default, rblock=r, num_warps=w)
+                for r, w in LOOPED_CANDIDATES if r < row]
+    unique: list[LaunchConfig] = []
+    for config in out:
+        if config not in unique:
+            unique.append(config)
+    return unique
+
+
+def _warp_variants(config: LaunchConfig) -> list[LaunchConfig]:
+    return [dataclasses.replace(config, num_warps=w)
+            for w in (config.num_warps // 2, config.num_warps * 2) if 1 <= w <= MAX_WARPS]
