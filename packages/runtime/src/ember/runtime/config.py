@@ -107,6 +107,7 @@ LOG_TOPICS: tuple[str, ...] = (
     "output_code",
     "stages",
     "cache",
+    "autotune",
 )
 """The ``EMBER_LOGS`` topics (described in :mod:`ember.runtime.logs`); ``all`` means
 every one."""
