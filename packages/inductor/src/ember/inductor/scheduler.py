@@ -178,9 +178,14 @@ def _epilogue_placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
     def reshaped(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
         strides = [numel(group.outer[d + 1:]) for d in range(len(xs))]
         linear = add(*(mul(i, st) for i, st in zip(xs, strides)))
-        node.emit(b, [Int(0) if size == 1 else
-                      mod(floordiv(linear, numel(node.sizes[d + 1:])), size)
-                      for d, size in enumerate(node.sizes)])
+        index: list[IndexExpr] = [
+            Int(0) if size == 1 else mod(floordiv(linear, numel(node.sizes[d + 1:])), size)
+            for d, size in enumerate(node.sizes)]
+        # the group's row-major results, read through the reshaping view, are forwarded
+        same = add(*(mul(i, numel(node.sizes[d + 1:])) for d, i in enumerate(index)))
+        for buf in group.stored:
+            b.alias_stored(buf, linear, same)
+        node.emit(b, index)
     return [reshaped]
 
 

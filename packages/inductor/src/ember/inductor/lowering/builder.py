@@ -137,6 +137,14 @@ class BodyBuilder:
     def stored_value(self, buffer: str, index: IndexExpr) -> str | None:
         return self._stored.get((buffer, canonical(index)))
 
+    def alias_stored(self, buffer: str, index: IndexExpr, same: IndexExpr) -> None:
+        """Forward the value stored at ``buffer[index]`` to loads at ``buffer[same]``
+        too (``same`` is the same offset in a form the index builder does not simplify
+        to ``index``: a reshape's ``(x0 // 20)*720 + (x0 % 20)*36``)."""
+        value = self.stored_value(buffer, index)
+        if value is not None:
+            self._stored[(buffer, canonical(same))] = value
+
     # -- masks ------------------------------------------------------------------------
     @property
     def current_mask(self) -> str | None:

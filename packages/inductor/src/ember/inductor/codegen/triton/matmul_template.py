@@ -77,6 +77,14 @@ from ember.runtime.ir import symbolic
 
 HALF = (torch.float16, torch.bfloat16)
 
+#: a bfloat16 template's module: whether it was imported for Triton's interpreter (the
+#: runtime sets TRITON_INTERPRET while it imports a kernel module for CPU tensors)
+INTERPRETER_FLAG = """
+import os
+
+DOT_IN_FLOAT32 = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+"""
+
 
 class MatmulTemplateWriter(KernelWriter):
     """Writes one matmul template kernel (module doc).
@@ -279,7 +287,16 @@ class MatmulTemplateWriter(KernelWriter):
         precision = ""
         if self.dot_dtype == torch.float32:
             precision = f", input_precision=\"{'tf32' if self.template.allow_tf32 else 'ieee'}\""
-        self.line(f"acc = tl.dot({a}, {b}, acc{precision})")
+        if self.dot_dtype == torch.bfloat16:
+            # NOTE: Triton's interpreter (3.6, 3.9) multiplies bfloat16 dot operands as
+            # their integer bits; it gets them widened (exact) instead
+            self.line("if DOT_IN_FLOAT32:")
+            self.line(f"    acc = tl.dot({a}.to(tl.float32), {b}.to(tl.float32), acc, "
+                      "input_precision=\"ieee\")")
+            self.line("else:")
+            self.line(f"    acc = tl.dot({a}, {b}, acc)")
+        else:
+            self.line(f"acc = tl.dot({a}, {b}, acc{precision})")
         self.indent -= 1
 
     def emit_common(self) -> None:
@@ -307,6 +324,14 @@ class MatmulTemplateWriter(KernelWriter):
         self.line(f"# matmul template: {self.template.op} {shape}, {self.mm.name}{note}")
         if self.kernel.origins:
             self.line(f"# fused: {', '.join(self.kernel.origins)}")
+
+    def module_source(self, functions: list[tuple[str, list[str], list[str], list[str]]]
+                      ) -> str:
+        source = super().module_source(functions)
+        if self.dot_dtype != torch.bfloat16:
+            return source
+        head, sep, rest = source.partition("\n\n@triton.jit")
+        return (head + "\n" + INTERPRETER_FLAG + sep + rest)
 
     def constexprs(self) -> dict[str, int]:
         return {"BLOCK_M": self.mm.block_m, "BLOCK_N": self.mm.block_n,
