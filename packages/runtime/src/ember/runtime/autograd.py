@@ -94,6 +94,9 @@ class CompiledFunction(torch.autograd.Function):
         ctx.saved_layout = [isinstance(s, torch.Tensor) for s in saved]
         ctx.saved_others = [s for s in saved if not isinstance(s, torch.Tensor)]
         ctx.runner = runner
+        # NOTE: with CUDA graphs, what the backward must check before reading ``saved``
+        # (a replay's saved tensors: ember.runtime.cudagraphs_pool.SavedHold)
+        ctx.cuda_graph_hold = getattr(runner.forward, "last_hold", None)
         differentiable = set(runner.differentiable)
         input_ids = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
         visible: list[Any] = []
@@ -111,6 +114,8 @@ class CompiledFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
         runner: TrainingRunner = ctx.runner
+        if ctx.cuda_graph_hold is not None:
+            ctx.cuda_graph_hold.check()
         tensors = iter(ctx.saved_tensors)
         others = iter(ctx.saved_others)
         saved = [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from ember.runtime.autograd import TrainingRunner
@@ -35,6 +35,10 @@ from ember.runtime.interpreter import bind_inputs
 from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, TensorMeta
 from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases
 from ember.runtime.ir.symbolic import SymbolBinder, UnboundSymbolError, evaluate
+
+if TYPE_CHECKING:
+    from ember.runtime.cudagraphs import CudaGraphs
+    from ember.runtime.cudagraphs_replay import GraphCapture
 
 _HIDDEN_KINDS = (OutputKind.MUTATED_INPUT, OutputKind.SAVED_TENSOR)
 
@@ -200,6 +204,8 @@ class ProgramCallable:
         self._input_aliases = _declared_input_aliases(program, positions)
         self._mutated = sorted({in_index for _, in_index in self._copy_back})
         self._forward = executor_factory(program, "forward")
+        self._executor_factory = executor_factory
+        self.cuda_graphs: CudaGraphs | None = None
         self._training: TrainingRunner | None = None
         if "backward" in program.graphs:
             self._training = TrainingRunner(program, self._forward, executor_factory)
@@ -243,6 +249,27 @@ class ProgramCallable:
                         f"input {names[j]!r} shares memory with input {names[i]!r}, which "
                         "the program writes, but they did not share memory when the program "
                         "was captured; recompile for these inputs")
+
+    def enable_cuda_graphs(self, capture: GraphCapture | None = None) -> CudaGraphs:
+        """Run the program's graphs through CUDA graphs from now on (``mode=
+        "reduce-overhead"``; :mod:`ember.runtime.cudagraphs`): each graph that can be
+        recorded is, after a warm-up call, per input shape; the others keep running
+        plain, with the reason logged under ``EMBER_LOGS=cudagraphs``. Returns the
+        program's :class:`~ember.runtime.cudagraphs.CudaGraphs` (its ``stats``).
+
+        Args:
+            capture: how graphs are captured (tests pass an emulation).
+        """
+        from ember.runtime.cudagraphs import CudaGraphs
+
+        if self.cuda_graphs is None:
+            graphs = CudaGraphs(self.program, capture)
+            self._forward = graphs.wrap(self._forward, "forward")
+            if self._training is not None:
+                self._training = TrainingRunner(self.program, self._forward,
+                                                graphs.wrapping(self._executor_factory))
+            self.cuda_graphs = graphs
+        return self.cuda_graphs
 
     @property
     def has_backward(self) -> bool:

@@ -37,6 +37,9 @@ variable                       meaning                                   default
 ``EMBER_TRUST_ARTIFACTS``      ``1``: run compiled artifacts loaded      ``0``
                                from files without ``trusted=True``
                                (they are code: trust their source)
+``EMBER_CUDAGRAPH_SHAPES``     input shapes a graph is recorded for      ``8``
+                               (``reduce-overhead``); later ones run
+                               plain
 =============================  ========================================  ================
 
 To add a knob: add a field to :class:`Config`, read it in :meth:`Config.from_env`, and
@@ -73,6 +76,7 @@ class Config:
     recompile_limit: int = 8
     debug_dir: Path | None = None
     trust_artifacts: bool = False
+    cudagraph_shapes: int = 8
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Config:
@@ -94,6 +98,7 @@ class Config:
             recompile_limit=_parse_int(env, "EMBER_RECOMPILE_LIMIT", 8, minimum=0),
             debug_dir=Path(debug_dir).expanduser() if debug_dir else None,
             trust_artifacts=_parse_bool(env, "EMBER_TRUST_ARTIFACTS", False),
+            cudagraph_shapes=_parse_int(env, "EMBER_CUDAGRAPH_SHAPES", 8, minimum=0),
         )
 
 
@@ -107,7 +112,9 @@ LOG_TOPICS: tuple[str, ...] = (
     "output_code",
     "stages",
     "cache",
+    "cudagraphs",
     "autotune",
+    "patterns",
 )
 """The ``EMBER_LOGS`` topics (described in :mod:`ember.runtime.logs`); ``all`` means
 every one."""
