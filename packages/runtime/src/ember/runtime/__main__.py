@@ -7,6 +7,9 @@ Commands::
     python -m ember.runtime run FILE [--inputs IN.safetensors] [--shape NAME=D0,D1,...]
                                      --out OUT.safetensors [--graph forward] [--trusted]
                                      [--seed N]
+    python -m ember.runtime cache info                the whole-program cache: where,
+                                                      entries, bytes, remote server
+    python -m ember.runtime cache clear [--remote]    remove its entries
 
 ``verify`` also says when the file holds executable code (a ``compiled`` artifact: a
 Python wrapper and C++/Triton kernel sources) or calls operators with effects outside
@@ -39,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from ember.runtime.cache.cli import add_commands as add_cache_commands
 from ember.runtime.ir import (
     DIALECTS,
     InputKind,
@@ -105,6 +109,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="the file's source is trusted: run its code (compiled artifacts) "
                           "and operators with effects outside the tensors")
     run.set_defaults(command=_run)
+
+    add_cache_commands(commands)
     return parser
 
 

@@ -213,7 +213,7 @@ def compile_program(
         stage_options["mode"] = mode
     stages = [load_stage(name) for name in BACKENDS[backend]]  # fail before any work
     check_may_run(program)  # before a cache hit too: a file's effects stay refused
-    lookup = program_cache.begin(program, backend, BACKENDS[backend], stage_options, mode)
+    lookup = program_cache.begin(program, backend, stages, stage_options, mode)
     if lookup is not None:
         hit = lookup.load()
         if hit is not None:

@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 from ember.runtime.ir import InputKind, Program, TensorMeta, print_program
-from ember.runtime.stages import available_stages
+from ember.runtime.stages import Stage, available_stages
 
 CACHE_FORMAT = "1"
 """Changes whenever an entry's layout or the key's meaning changes."""
@@ -65,7 +65,7 @@ class KeyRequest:
 
     program: Program
     backend: str
-    stages: tuple[str, ...]
+    stages: tuple[Stage, ...]
     options: Mapping[str, Any]
     mode: str | None
 
@@ -135,7 +135,7 @@ def _tensors(req: KeyRequest) -> str:
 
 
 def _backend(req: KeyRequest) -> str:
-    return f"{req.backend} {' '.join(req.stages)}"
+    return f"{req.backend} {' '.join(stage.name for stage in req.stages)}"
 
 
 def _options(req: KeyRequest) -> str:
@@ -147,13 +147,20 @@ def _mode(req: KeyRequest) -> str:
 
 
 def _stages(req: KeyRequest) -> str:
-    found = available_stages()
-    parts = [distribution_identity("ember-runtime", "ember.runtime")]
-    for name in req.stages:
-        dist = found[name].dist
-        package = found[name].module.rpartition(".")[0]
-        parts.append(distribution_identity(dist.name if dist is not None else name, package))
-    return "\n".join(parts)
+    return "\n".join([distribution_identity("ember-runtime", "ember.runtime"),
+                      *(stage_identity(stage) for stage in req.stages)])
+
+
+def stage_identity(stage: Stage) -> str:
+    """What the key knows of ``stage``'s code: the distribution that advertises it (its
+    version, and its sources when installed editable); for a stage no entry point
+    advertises (a test's), its class's qualified name."""
+    cls = type(stage)
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    entry = available_stages().get(stage.name)
+    if entry is None or entry.module != cls.__module__ or entry.dist is None:
+        return f"{stage.name} {where}"
+    return f"{stage.name} {distribution_identity(entry.dist.name, entry.module.rpartition('.')[0])}"
 
 
 def _torch(req: KeyRequest) -> str:
@@ -229,7 +236,7 @@ def installed_version(distribution: str) -> str:
         return "none"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def distribution_identity(distribution: str, package: str) -> str:
     """``NAME VERSION``, plus ``src SHA256`` of the ``.py`` files of ``package`` when the
     distribution is an editable install (a checkout's code changes under one version).

@@ -14,7 +14,7 @@ cache directory not private to the user raises ``CacheDirError``, as the kernel 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ from ember.runtime.cache.signing import check_secret
 from ember.runtime.config import config
 from ember.runtime.ir import IRFormatError, Program
 from ember.runtime.logs import log
+from ember.runtime.stages import Stage
 
 
 @dataclass
@@ -195,7 +196,7 @@ class CompileLookup:
             warnings.warn(message, ProgramCacheWarning, stacklevel=4)
 
 
-def begin(program: Program, backend: str, stages: tuple[str, ...],
+def begin(program: Program, backend: str, stages: Sequence[Stage],
           options: Mapping[str, Any], mode: str | None) -> CompileLookup | None:
     """The lookup for one ``compile_program`` call, or None when the cache is off for it
     (the reason under ``EMBER_LOGS=cache``).
@@ -218,7 +219,7 @@ def begin(program: Program, backend: str, stages: tuple[str, ...],
         return None
     remote = remote_cache()
     try:
-        key = cache_key(KeyRequest(program, backend, stages, options, mode))
+        key = cache_key(KeyRequest(program, backend, tuple(stages), options, mode))
     except Uncacheable as e:
         log("cache", f"program cache not used: {e}")
         return None

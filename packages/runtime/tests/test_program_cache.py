@@ -1,0 +1,337 @@
+"""The whole-program cache (ember.runtime.cache): hits and misses by key component,
+weights never served from an entry, corrupt and foreign entries, ``cache info|clear``,
+and the same key in another process. The stages are stand-ins that count their runs;
+``test_program_cache_e2e.py`` runs the real ones in fresh processes."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ember.runtime.cache.key as key_module
+import ember.runtime.pipeline as pipeline_module
+import pytest
+import torch
+from ember.runtime.__main__ import main as cli_main
+from ember.runtime.cache import ProgramCacheWarning, stats
+from ember.runtime.cache.entry import MAGIC
+from ember.runtime.cache.key import KeyRequest, cache_key
+from ember.runtime.compiled.private_cache import CacheDirError
+from ember.runtime.config import patch
+from ember.runtime.ir import InputKind, Program, TensorMeta, load, save
+from ember.runtime.ir.graph import Node
+from ember.runtime.pipeline import compile_program
+from ember.runtime.stages import Stage
+from handbuilt import ProgramBuilder, mlp_program
+
+
+class CountingStage(Stage):
+    """aten -> core-functional, unchanged; counts its runs."""
+
+    name = "aot"
+    consumes = "aten"
+    produces = "core-functional"
+    options = None
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def run(self, program: Program, options: dict[str, Any]) -> Program:
+        self.runs += 1
+        out = program.copy()
+        out.dialect = self.produces
+        return out
+
+
+@pytest.fixture
+def stage(monkeypatch: pytest.MonkeyPatch) -> CountingStage:
+    counting = CountingStage()
+    monkeypatch.setattr(pipeline_module, "load_stage", lambda name: counting)
+    return counting
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "cache"
+    with patch(program_cache=True, cache_enabled=True, cache_dir=root, remote_cache=None):
+        yield root
+
+
+def _constant_program(value: float) -> Program:
+    """x * c + w, c a constant node (its values can be folded), w a parameter."""
+    pb = ProgramBuilder()
+    x = pb.input(torch.randn(3), name="x")
+    w = pb.input(torch.randn(3), InputKind.PARAMETER, "w", name="w")
+    c = pb.get_attr("c", torch.full((3,), value), op="constant")
+    out = pb.call("aten::add.Tensor", pb.call("aten::mul.Tensor", x, c), w)
+    program: Program = pb.finish(out)
+    return program
+
+
+def _entries(root: Path) -> list[Path]:
+    return sorted((root / "programs").glob("*.entry"))
+
+
+def test_second_compile_is_a_hit_that_runs_no_stage(
+        stage: CountingStage, cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    program, _ = mlp_program()
+    before = (stats().local_hits, stats().misses, stats().stores)
+    with patch(logs="cache"):
+        first = compile_program(program, "aot_eager")
+        second = compile_program(program, "aot_eager")
+    assert stage.runs == 1
+    assert (stats().local_hits, stats().misses, stats().stores) == (
+        before[0] + 1, before[1] + 1, before[2] + 1)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(second([x])[0], first([x])[0])
+    (entry,) = _entries(cache_dir)
+    short = entry.name[:16]
+    logged = [line.split("] ", 1)[1] for line in capsys.readouterr().err.splitlines()
+              if "program cache" in line]
+    assert logged == [f"program cache miss {short}",
+                      f"program cache store {short} ({entry.stat().st_size} bytes)",
+                      f"program cache hit (local) {short}"]
+    assert entry.stat().st_mode & 0o777 == 0o600
+    assert (cache_dir / "programs").stat().st_mode & 0o777 == 0o700
+
+
+def test_the_setting_turns_it_off(stage: CountingStage, cache_dir: Path) -> None:
+    program, _ = mlp_program()
+    with patch(program_cache=False):
+        compile_program(program, "aot_eager")
+        compile_program(program, "aot_eager")
+    with patch(cache_enabled=False):
+        compile_program(program, "aot_eager")
+    assert stage.runs == 3
+    assert not (cache_dir / "programs").exists()
+
+
+def _request(program: Program, **changes: Any) -> KeyRequest:
+    fields: dict[str, Any] = {"program": program, "backend": "aot_eager",
+                              "stages": (CountingStage(),), "options": {"strict": True},
+                              "mode": None}
+    fields.update(changes)
+    return KeyRequest(**fields)
+
+
+def _changed_components(a: KeyRequest, b: KeyRequest) -> list[str]:
+    ka, kb = cache_key(a), cache_key(b)
+    changed = [n for n in ka.components if ka.components[n] != kb.components[n]]
+    assert (ka.digest != kb.digest) == bool(changed)
+    return changed
+
+
+def _other_op() -> Program:
+    program: Program = mlp_program()[0]
+    relu = program.forward.node("v4")
+    index = program.forward.nodes.index(relu)
+    program.forward.nodes[index] = Node(relu.name, "call", "aten::sigmoid.default",
+                                        relu.args, meta=relu.meta)
+    return program
+
+
+def _other_input_dtype() -> Program:
+    program: Program = mlp_program()[0]
+    x = program.forward.nodes[0]
+    assert isinstance(x.meta, TensorMeta)
+    program.forward.nodes[0] = Node(x.name, "placeholder", x.target,
+                                    meta=TensorMeta.of(torch.zeros(2, 4, dtype=torch.float64)))
+    return program
+
+
+@pytest.mark.parametrize(("what", "change", "component"), [
+    ("an op", lambda: _request(_other_op()), "program"),
+    ("an input's dtype", lambda: _request(_other_input_dtype()), "program"),
+    ("a constant's value", lambda: _request(_constant_program(2.0)), "tensors"),
+    ("the backend", lambda: _request(_constant_program(1.0), backend="inductor"), "backend"),
+    ("an option", lambda: _request(_constant_program(1.0), options={"strict": False}),
+     "options"),
+    ("the mode", lambda: _request(_constant_program(1.0), mode="max-autotune"), "mode"),
+])
+def test_a_changed_component_changes_the_key(what: str, change: Any, component: str) -> None:
+    base = mlp_program()[0] if component == "program" else _constant_program(1.0)
+    assert _changed_components(_request(base), change()) == [component], what
+
+
+@pytest.mark.parametrize(("name", "value", "component"), [
+    ("torch.__version__", "9.9.9", "torch"),
+    ("installed_version", lambda dist: "0.0.1", "triton"),
+    ("distribution_identity", lambda dist, package: f"{dist} 9.9 src 0", "stages"),
+])
+def test_versions_are_in_the_key(monkeypatch: pytest.MonkeyPatch, name: str, value: Any,
+                                 component: str) -> None:
+    request = _request(_constant_program(1.0))
+    reference = cache_key(request)  # NOTE: fills distribution_identity's process cache
+    owner, attr = (torch, "__version__") if name.startswith("torch") else (key_module, name)
+    monkeypatch.setattr(owner, attr, value)
+    changed = cache_key(request)
+    assert [n for n in reference.components
+            if reference.components[n] != changed.components[n]] == [component]
+
+
+def test_cuda_capability_is_in_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    pb = ProgramBuilder()
+    x = pb.input(torch.randn(3), name="x")
+    program = pb.finish(pb.call("aten::sin.default", x))
+    program.forward.nodes[0] = Node("x", "placeholder", "x", meta=TensorMeta(
+        torch.float32, (3,), (1,), device=torch.device("cuda", 0)))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: "NVIDIA H200")
+    keys = []
+    for capability in ((9, 0), (8, 0)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability",
+                            lambda d, c=capability: c)
+        keys.append(cache_key(_request(program)))
+    assert [n for n in keys[0].components
+            if keys[0].components[n] != keys[1].components[n]] == ["device"]
+
+
+def test_an_option_without_stable_text_is_not_cached(
+        stage: CountingStage, cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    program, _ = mlp_program()
+    with patch(logs="cache"):
+        compile_program(program, "aot_eager", options={"hook": object()})
+    assert "program cache not used: option['hook'] is a object, which has no stable " \
+           "text form" in capsys.readouterr().err
+    assert _entries(cache_dir) == []
+
+
+def test_a_hit_runs_on_the_current_weights_not_the_stored_ones(
+        stage: CountingStage, cache_dir: Path) -> None:
+    program, ex = mlp_program()
+    compile_program(program, "aot_eager")
+    entry = _entries(cache_dir)[0].read_bytes()
+    assert ex["w"].numpy().tobytes() not in entry  # weights are not stored
+    new_w, new_b = torch.randn(3, 4), torch.randn(3)
+    fresh, _ = mlp_program()
+    fresh.tensors = {"fc.weight": new_w, "fc.bias": new_b}
+    fn = compile_program(fresh, "aot_eager")
+    assert stage.runs == 1
+    assert fn.program.tensors["fc.weight"] is new_w
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(fn([x])[0], torch.relu(x @ new_w.T + new_b) * 2)
+
+
+def test_a_changed_constant_is_a_miss(stage: CountingStage, cache_dir: Path) -> None:
+    compile_program(_constant_program(1.0), "aot_eager")
+    fn = compile_program(_constant_program(3.0), "aot_eager")
+    assert stage.runs == 2
+    x = torch.ones(3)
+    torch.testing.assert_close(fn([x, torch.zeros(3)])[0], torch.full((3,), 3.0))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "magic"])
+def test_a_corrupt_entry_is_a_miss_with_a_warning(
+        stage: CountingStage, cache_dir: Path, damage: str) -> None:
+    program, _ = mlp_program()
+    compile_program(program, "aot_eager")
+    (entry,) = _entries(cache_dir)
+    data = bytearray(entry.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":
+        data[-100] ^= 0xFF
+    else:
+        data[:5] = b"EVIL!"
+    entry.write_bytes(bytes(data))
+    expected = {"truncate": "does not match its SHA-256", "flip": "does not match its SHA-256",
+                "magic": "not a program cache entry"}[damage]
+    with pytest.warns(ProgramCacheWarning, match=f"entry {entry.name[:16]} is not used "
+                                                 f"\\(.*{expected}"):
+        fn = compile_program(program, "aot_eager")
+    assert stage.runs == 2
+    assert fn([torch.randn(2, 4)])[0].shape == (2, 3)
+    assert entry.read_bytes().startswith(MAGIC)  # stored again
+    compile_program(program, "aot_eager")
+    assert stage.runs == 2
+
+
+def test_an_entry_of_another_key_is_refused(stage: CountingStage, cache_dir: Path) -> None:
+    compile_program(_constant_program(1.0), "aot_eager")
+    compile_program(_constant_program(2.0), "aot_eager")
+    a, b = _entries(cache_dir)
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b)
+    b.write_bytes(data_a)
+    for value in (1.0, 2.0):
+        with pytest.warns(ProgramCacheWarning, match="stored for another key"):
+            compile_program(_constant_program(value), "aot_eager")
+    assert stage.runs == 4
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+def test_an_entry_owned_by_another_user_is_a_miss(stage: CountingStage,
+                                                  cache_dir: Path) -> None:
+    program, _ = mlp_program()
+    compile_program(program, "aot_eager")
+    (entry,) = _entries(cache_dir)
+    os.chown(entry, 4242, 4242)
+    with pytest.warns(ProgramCacheWarning, match="belongs to another user \\(uid 4242"):
+        compile_program(program, "aot_eager")
+    assert stage.runs == 2
+    assert entry.stat().st_uid == os.getuid()  # replaced by this user's entry
+
+
+def test_a_linked_entry_is_removed_not_followed(stage: CountingStage, cache_dir: Path,
+                                                tmp_path: Path) -> None:
+    program, _ = mlp_program()
+    compile_program(program, "aot_eager")
+    (entry,) = _entries(cache_dir)
+    target = tmp_path / "elsewhere"
+    target.write_bytes(entry.read_bytes())
+    entry.unlink()
+    entry.symlink_to(target)
+    with pytest.warns(ProgramCacheWarning, match="is a symbolic link"):
+        compile_program(program, "aot_eager")
+    assert not entry.is_symlink() and target.exists()
+    assert stage.runs == 2
+
+
+def test_a_directory_open_to_others_is_refused(stage: CountingStage, cache_dir: Path) -> None:
+    (cache_dir / "programs").mkdir(parents=True, mode=0o700)
+    (cache_dir / "programs").chmod(0o777)
+    program, _ = mlp_program()
+    with pytest.raises(CacheDirError, match="programs is writable by group or others"):
+        compile_program(program, "aot_eager")
+
+
+def test_cache_info_and_clear(stage: CountingStage, cache_dir: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    compile_program(_constant_program(1.0), "aot_eager")
+    compile_program(_constant_program(2.0), "aot_eager")
+    size = sum(p.stat().st_size for p in _entries(cache_dir))
+    assert cli_main(["cache", "info"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "program cache: on", f"local: {cache_dir / 'programs'}", "entries: 2",
+        f"bytes: {size}", "remote: none (EMBER_REMOTE_CACHE unset)"]
+    assert cli_main(["cache", "clear"]) == 0
+    assert capsys.readouterr().out == f"removed 2 local entries from {cache_dir / 'programs'}\n"
+    assert _entries(cache_dir) == []
+    assert cli_main(["cache", "clear", "--remote"]) == 1
+    assert "EMBER_REMOTE_CACHE is not set" in capsys.readouterr().err
+
+
+_KEY_SCRIPT = """
+import sys
+from ember.runtime.cache.key import KeyRequest, cache_key
+from ember.runtime.ir import load
+program = load(sys.argv[1])
+print(cache_key(KeyRequest(program, "eager", (), {"strict": True}, None)).digest)
+"""
+
+
+def test_the_key_is_the_same_in_another_process(tmp_path: Path) -> None:
+    program = _constant_program(1.0)
+    path = tmp_path / "p.ember"
+    save(program, path)
+    theirs = subprocess.run([sys.executable, "-c", _KEY_SCRIPT, str(path)],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    mine = cache_key(KeyRequest(load(path), "eager", (), {"strict": True}, None)).digest
+    assert theirs == mine
+    same = io.BytesIO()
+    save(program, same)
+    assert cache_key(KeyRequest(program, "eager", (), {"strict": True}, None)).digest == mine
