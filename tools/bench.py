@@ -5,6 +5,7 @@
         [--models a,b] [--dtype float32,bfloat16] [--mode reduce-overhead] \\
         [--ember-option capture=strict] [--no-cold] [--time-limit S] \\
         [--dynamic] [--sizes 1,8,32]
+    python tools/bench.py --suite matmul [...]   # issue #16's suite: tools/bench_matmul.py
 
 For each model, in one process: median time, speedup over eager, compile time (in this
 process, and cold/warm in a fresh subprocess with empty caches unless ``--no-cold``),
@@ -49,7 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         choices=("cpu", "cuda"))
     parser.add_argument("--compilers", default="eager,torch,ember",
                         help="comma-separated subset of " + ",".join(compilers.COMPILERS))
-    parser.add_argument("--suite", default="quick", choices=zoo.SUITES)
+    parser.add_argument("--suite", default="quick", choices=zoo.SUITES + ("matmul",),
+                        help="a zoo suite, or matmul: issue #16's matmul/attention suite "
+                             "(tools/bench_matmul.py, which takes its own options)")
     parser.add_argument("--train", action="store_true",
                         help="time forward + backward + SGD step instead of inference")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
@@ -115,7 +118,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _matmul_suite_argv(argv: list[str]) -> list[str] | None:
+    """``argv`` without ``--suite matmul`` when it asks for the matmul suite, else ``None``."""
+    for i, arg in enumerate(argv):
+        if arg == "--suite" and argv[i + 1:i + 2] == ["matmul"]:
+            return argv[:i] + argv[i + 2:]
+        if arg == "--suite=matmul":
+            return argv[:i] + argv[i + 1:]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    matmul_argv = _matmul_suite_argv(sys.argv[1:] if argv is None else argv)
+    if matmul_argv is not None:
+        import bench_matmul
+
+        return bench_matmul.main(matmul_argv)
     args = parse_args(argv)
     device = torch.device(args.device)
     rows: list[runner.Row] = []
