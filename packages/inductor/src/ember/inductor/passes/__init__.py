@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ember.inductor.passes.attention import attention_to_sdpa
 from ember.inductor.passes.constant_folding import constant_folding
 from ember.inductor.passes.cse import common_subexpression_elimination
 from ember.inductor.passes.dce import dead_code_elimination
@@ -15,6 +16,7 @@ Pass = Callable[[Program], Program]
 
 PIPELINE: list[tuple[str, Pass]] = [
     ("constant_folding", constant_folding),
+    ("attention_to_sdpa", attention_to_sdpa),
     ("common_subexpression_elimination", common_subexpression_elimination),
     ("dead_code_elimination", dead_code_elimination),
 ]
@@ -31,5 +33,5 @@ def run_passes(program: Program, pipeline: list[tuple[str, Pass]] | None = None)
     return program
 
 
-__all__ = ["PIPELINE", "common_subexpression_elimination", "constant_folding",
+__all__ = ["PIPELINE", "attention_to_sdpa", "common_subexpression_elimination", "constant_folding",
            "dead_code_elimination", "run_passes"]

@@ -1,0 +1,289 @@
+"""The attention rewrite: hand-written attention (``softmax(q @ kᵀ * scale + mask) @ v``
+in the forms of :data:`~ember.inductor.passes.attention_patterns.ATTENTION_PATTERNS`)
+becomes the fused SDPA kernel torch picks for the graph's device and inputs.
+
+The replacement is what the aot stage records for
+``F.scaled_dot_product_attention(q, k, v, attn_mask=..., is_causal=..., scale=...)``
+on the same device (CPU: ``_scaled_dot_product_flash_attention_for_cpu``; CUDA:
+flash, memory-efficient or cuDNN attention, as torch dispatches): it is recorded with
+the runtime's :class:`~ember.runtime.tracing.GraphRecorder` on fake tensors of the
+matched values and spliced in, and the inductor runs it as an extern call. A rule
+does not fire (logged under ``EMBER_LOGS=patterns`` with the reason) when:
+
+- the program is a training program (it has a ``backward`` graph: the forward's
+  intermediates are saved for a backward derived from the unfused ops);
+- an intermediate value of the match is read outside it (a mask or the scores used
+  twice, the probabilities returned);
+- q, k, v and the scores do not share one floating dtype (an upcast softmax around
+  low-precision matmuls is not what SDPA computes), or a mask has another dtype;
+- a ``where``/``masked_fill`` fill is not ``-inf`` or a huge negative value
+  (:func:`~ember.inductor.passes.attention_masks.fills_like_minus_infinity`);
+- torch has no fused kernel for these inputs (it would run its math path, the same
+  unfused ops), or recording it gives ops outside Core ATen or new shape guards.
+
+Semantics: SDPA computes ``softmax(q @ kᵀ * scale + mask) @ v`` in the inputs' dtype
+with float32 accumulation, as the matched form does up to rounding. One difference
+remains: a row in which every position is masked with ``-inf`` is NaN in eager and
+0 from SDPA's kernels. Each rewrite is counted in ``program.metadata["rewrites"]``
+(``{"attention": n}``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from ember.inductor.lowering.registry import EXTERN_OPS
+from ember.inductor.passes.attention_masks import (
+    ConstantEvaluator,
+    additive_is_causal,
+    fills_like_minus_infinity,
+    keep_is_causal,
+)
+from ember.inductor.passes.attention_patterns import ATTENTION_PATTERNS, AttentionRule
+from ember.inductor.passes.pattern_match import Match, Matcher
+from ember.inductor.passes.splice import splice_graph
+from ember.runtime.ir import (
+    Graph,
+    InputSpec,
+    Node,
+    Program,
+    SourceLocation,
+    TensorMeta,
+    ValueRef,
+    VerificationError,
+    verify,
+)
+from ember.runtime.logs import log
+from ember.runtime.tracing import GraphRecorder
+
+REWRITES_KEY = "rewrites"
+"""``program.metadata[REWRITES_KEY]``: pattern family -> rewrites done."""
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_ANCHORS = ("aten::view.default", "aten::_unsafe_view.default", "aten::bmm.default")
+
+
+class NotRewritten(Exception):
+    """A matched attention that must not be rewritten; the message says why."""
+
+
+def attention_to_sdpa(program: Program) -> Program:
+    """A copy of ``program`` with hand-written attention replaced by SDPA (see the
+    module docstring); ``program`` itself when nothing fires."""
+    if "backward" in program.graphs:
+        if any(_candidates(g) for g in program.graphs.values()):
+            log("patterns", "attention: training program, not rewritten (its backward "
+                "was derived from the unfused ops)")
+        return program
+    result = program.copy()
+    count = 0
+    for graph in result.graphs.values():
+        count += _GraphRewriter(result, graph).run()
+    if not count:
+        return program
+    rewrites = dict(_rewrites(result))
+    rewrites["attention"] = rewrites.get("attention", 0) + count
+    result.metadata = {**result.metadata, REWRITES_KEY: rewrites}
+    return result
+
+
+def _rewrites(program: Program) -> dict[str, int]:
+    found = program.metadata.get(REWRITES_KEY)
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): int(v) for k, v in found.items() if isinstance(v, int)}
+
+
+def _candidates(graph: Graph) -> bool:
+    return any(n.op == "call" and n.target == "aten::_softmax.default" for n in graph.nodes)
+
+
+class _GraphRewriter:
+    """Rewrites one graph, one match at a time, until no rule fires."""
+
+    def __init__(self, program: Program, graph: Graph) -> None:
+        self.program = program
+        self.graph = graph
+        self.refusals: set[tuple[str, str]] = set()
+
+    def run(self) -> int:
+        count = 0
+        while _candidates(self.graph) and self._rewrite_one():
+            count += 1
+        return count
+
+    def _rewrite_one(self) -> bool:
+        matcher = Matcher(self.graph)
+        evaluator = ConstantEvaluator(self.program, matcher.nodes)
+        for node in list(self.graph.nodes):
+            if node.op != "call" or node.target not in _ANCHORS:
+                continue
+            for rule in ATTENTION_PATTERNS:
+                if self._try(rule, node, matcher, evaluator):
+                    return True
+        return False
+
+    def _try(self, rule: AttentionRule, node: Node, matcher: Matcher,
+             evaluator: ConstantEvaluator) -> bool:
+        refused: tuple[Match, str] | None = None
+        for match in matcher.matches_at(node, rule.pattern):
+            try:
+                _check(rule, match, matcher)
+                replacement = _record_sdpa(rule, match, matcher, evaluator, self.graph)
+            except NotRewritten as e:
+                refused = refused or (match, str(e))
+                continue
+            out = splice_graph(self.graph, match.anchor, replacement, _inputs(rule, match),
+                               set(match.covered), _source(match, matcher))
+            fused = next(n.target for n in replacement.nodes if n.target in _FUSED)
+            log("patterns", f"attention: {rule.name} at %{node.name}{_where(match, matcher)} "
+                f"-> {fused} (%{out.node})")
+            return True
+        if refused is not None and (node.name, rule.name) not in self.refusals:
+            self.refusals.add((node.name, rule.name))
+            first, reason = refused
+            log("patterns", f"attention: {rule.name} at %{node.name}{_where(first, matcher)} "
+                f"not rewritten: {reason}")
+        return False
+
+
+_FUSED = frozenset(op for op in EXTERN_OPS if op.startswith("aten::_scaled_dot_product_")
+                   and not op.endswith("_backward.default"))
+
+
+def _check(rule: AttentionRule, match: Match, matcher: Matcher) -> None:
+    """Raise NotRewritten when the match breaks a condition of the module docstring."""
+    single = matcher.covered_nodes_single_use(match)
+    if single is not None:
+        raise NotRewritten(single)
+    q, k, v, probs = (_meta(matcher, match.value(n)) for n in ("q", "k", "v", "probs"))
+    dtypes = {m.dtype for m in (q, k, v, probs)}
+    if len(dtypes) != 1 or probs.dtype not in _FLOATS:
+        raise NotRewritten("q, k, v and the softmax do not share one floating dtype "
+                           f"({', '.join(sorted(str(d) for d in dtypes))})")
+    perm = match.bindings["perm"]
+    n = k.ndim
+    if perm != (*range(n - 2), n - 1, n - 2) and perm != (*range(n - 2), -1, -2):
+        raise NotRewritten(f"kᵀ is permute(k, {perm}), not a swap of the last two dims")
+    if rule.mask == "none":
+        return
+    masked = _meta(matcher, match.value("masked"))
+    if masked.sizes != probs.sizes or masked.dtype != probs.dtype:
+        raise NotRewritten("the mask changes the scores' sizes or dtype")
+    if rule.mask == "additive":
+        mask = _meta(matcher, match.value("mask"))
+        if mask.dtype != probs.dtype:
+            raise NotRewritten(f"the additive mask is {mask.dtype}, the scores {probs.dtype}")
+        return
+    cond = _meta(matcher, match.value("cond"))
+    if cond.dtype != torch.bool:
+        raise NotRewritten(f"the where condition is {cond.dtype}, not bool")
+    fill = match.number("fill")
+    if not fills_like_minus_infinity(fill, probs.dtype):
+        raise NotRewritten(f"the mask fills {fill!r}, not -inf or finfo({probs.dtype}).min: "
+                           "adding it to the scores is not the same as writing it")
+
+
+def _meta(matcher: Matcher, ref: ValueRef) -> TensorMeta:
+    meta = matcher.meta(ref)
+    if meta is None:
+        raise NotRewritten(f"{ref} is not a tensor")
+    return meta
+
+
+def _inputs(rule: AttentionRule, match: Match) -> dict[str, ValueRef]:
+    names = ["q", "k", "v"] + {"none": [], "additive": ["mask"]}.get(rule.mask, ["cond"])
+    return {name: match.value(name) for name in names}
+
+
+def _causal(rule: AttentionRule, match: Match, matcher: Matcher,
+            evaluator: ConstantEvaluator) -> bool:
+    """Whether the rule's mask is a compile-time constant equal to a causal mask."""
+    if rule.mask == "none":
+        return False
+    probs = _meta(matcher, match.value("probs"))
+    if not probs.is_static:
+        return False
+    sizes = tuple(int(s) for s in probs.sizes)
+    if rule.mask == "additive":
+        mask = evaluator.value(match.value("mask"))
+        return mask is not None and additive_is_causal(mask, sizes, probs.dtype)
+    cond = evaluator.value(match.value("cond"))
+    if cond is None:
+        return False
+    return keep_is_causal(cond if rule.mask == "keep" else ~cond, sizes)
+
+
+def _record_sdpa(rule: AttentionRule, match: Match, matcher: Matcher,
+                 evaluator: ConstantEvaluator, graph: Graph) -> Graph:
+    """The graph torch records for SDPA over the matched values (its placeholders are
+    named after :func:`_inputs`)."""
+    causal = _causal(rule, match, matcher, evaluator)
+    inputs = _inputs(rule, match)
+    if causal:
+        inputs = {name: ref for name, ref in inputs.items() if name in ("q", "k", "v")}
+    probs = _meta(matcher, match.value("probs"))
+    recorder = GraphRecorder(dynamic=bool(graph.symbols))
+    fakes = {name: _fake_input(recorder, name, _meta(matcher, ref), graph)
+             for name, ref in inputs.items()}
+    with recorder:
+        mask = None if causal else _sdpa_mask(rule, match, fakes, probs)
+        out = F.scaled_dot_product_attention(
+            fakes["q"], fakes["k"], fakes["v"], attn_mask=mask, dropout_p=0.0,
+            is_causal=causal, scale=match.number("scale", 1.0))
+    recorded = recorder.finish([out])
+    recorded.dialect = "core-functional"
+    try:
+        verify(recorded, "core-functional")
+    except VerificationError as e:
+        raise NotRewritten(f"torch's SDPA for these inputs is not Core ATen ({e})") from None
+    replacement = recorded.graphs["forward"]
+    if not any(n.target in _FUSED for n in replacement.calls()):
+        raise NotRewritten("torch has no fused attention kernel for these inputs (it "
+                           "would run the same unfused ops)")
+    new_guards = [g for g in replacement.guards if g not in graph.guards]
+    if new_guards or recorded.tensors or any(
+            n.op not in ("placeholder", "call", "output") for n in replacement.nodes):
+        raise NotRewritten("SDPA for these inputs adds shape guards or constants")
+    return replacement
+
+
+def _fake_input(recorder: GraphRecorder, name: str, meta: TensorMeta,
+                graph: Graph) -> torch.Tensor:
+    if recorder.shape_env is not None:
+        return recorder.add_meta_input(meta, InputSpec(name), graph.symbols)
+    with recorder.fake_mode:
+        tensor = torch.empty_strided([int(s) for s in meta.sizes],
+                                     [int(s) for s in meta.strides], dtype=meta.dtype,
+                                     device=meta.device)
+    return recorder.add_input(tensor, InputSpec(name))
+
+
+def _sdpa_mask(rule: AttentionRule, match: Match, fakes: dict[str, torch.Tensor],
+               probs: TensorMeta) -> torch.Tensor | None:
+    """The additive float mask SDPA gets (recorded): the rule's mask, or for a
+    ``where`` the same ``where`` with 0 in place of the scores."""
+    if rule.mask == "none":
+        return None
+    if rule.mask == "additive":
+        return fakes["mask"]
+    aten = torch.ops.aten
+    device = fakes["q"].device
+    zero = aten.scalar_tensor.default(0.0, dtype=probs.dtype, device=device)
+    fill = aten.scalar_tensor.default(match.number("fill"), dtype=probs.dtype, device=device)
+    cond = fakes["cond"]
+    keep = rule.mask == "keep"
+    mask: torch.Tensor = aten.where.self(cond, zero if keep else fill, fill if keep else zero)
+    return mask
+
+
+def _source(match: Match, matcher: Matcher) -> SourceLocation | None:
+    probs = matcher.nodes[match.value("probs").node]
+    return probs.source if probs.source is not None else match.anchor.source
+
+
+def _where(match: Match, matcher: Matcher) -> str:
+    source = _source(match, matcher)
+    if source is None:
+        return ""
+    return f" ({source}" + (f": {source.text}" if source.text else "") + ")"

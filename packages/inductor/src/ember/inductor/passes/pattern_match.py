@@ -1,0 +1,361 @@
+"""Pattern matching over the runtime IR graph: patterns are data, a match is anchored at
+one node and binds names to values.
+
+A pattern is a tree of these records:
+
+=================  ==================================================================
+pattern            matches
+=================  ==================================================================
+``Var(name)``      any value; binds it to ``name`` (a name bound twice must bind the
+                   same value)
+``Const(name)``    a constant number: a Python scalar argument, or the value of a 0-d
+                   ``scalar_tensor``/``full`` call (its dtype's rounding applied);
+                   binds the float to ``name``
+``Op(...)``        a ``call`` node whose target is one of ``targets`` and whose
+                   positional arguments match ``args`` (sub-patterns, or literals
+                   compared by value: ``LAST_DIM`` is ``-1`` or the last dim);
+                   ``commutative`` also tries the first two arguments swapped
+``Alt(options)``   the first option that matches (every option, on backtracking)
+``Scaled(inner)``  ``inner``, or ``inner`` multiplied or divided by a ``Const``; the
+                   factors multiply into the binding ``scale_name``
+``Matmul(a, b)``   a batched matmul ``a @ b`` in the forms the aot stage emits
+                   (``view(bmm(view(clone(expand(a))), ...))``, each step optional)
+=================  ==================================================================
+
+:func:`match_at` returns a :class:`Match` (the bindings and every node the pattern
+covered) or None. :func:`covered_nodes_single_use` checks that the covered nodes other
+than the anchor are read only inside the match (so the rewrite can drop them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from ember.runtime.ir import Argument, Graph, Node, TensorMeta, ValueRef
+
+
+class _LastDim:
+    """The literal ``-1`` or the index of the last dim of the node's first argument."""
+
+    def __repr__(self) -> str:
+        return "LAST_DIM"
+
+
+LAST_DIM = _LastDim()
+
+
+@dataclass(frozen=True)
+class Var:
+    """Any value, bound to ``name``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Const:
+    """A constant number, bound (as a float) to ``name``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Op:
+    """A call of one of ``targets`` with positional arguments matching ``args``; the
+    call's value is bound to ``name`` when given."""
+
+    targets: tuple[str, ...]
+    args: tuple[PatternArg, ...]
+    name: str | None = None
+    commutative: bool = False
+
+
+@dataclass(frozen=True)
+class Alt:
+    """One of ``options``."""
+
+    options: tuple[Pattern, ...]
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """``inner`` times or divided by constants (none included); the product of the
+    factors is bound to ``scale_name`` (multiplied into an earlier binding)."""
+
+    inner: Pattern
+    scale_name: str
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """A batched matrix multiply ``a @ b`` over equal batch dims, as the aot stage
+    writes ``torch.matmul`` of tensors of 3 or more dims."""
+
+    a: Pattern
+    b: Pattern
+
+
+Pattern = Var | Const | Op | Alt | Scaled | Matmul
+PatternArg = Pattern | _LastDim | None | bool | int | float | str | tuple[object, ...]
+
+
+@dataclass
+class Match:
+    """A successful match: ``bindings`` (name -> value; scales and constants are
+    floats) and the names of the nodes the pattern covered, anchor first."""
+
+    anchor: Node
+    bindings: dict[str, object] = field(default_factory=dict)
+    covered: list[str] = field(default_factory=list)
+
+    def value(self, name: str) -> ValueRef:
+        """The value bound to ``name``.
+
+        Raises:
+            TypeError: if ``name`` is bound to a number, not a value.
+        """
+        v = self.bindings[name]
+        if not isinstance(v, ValueRef):
+            raise TypeError(f"pattern binding {name!r} is {v!r}, not a value")
+        return v
+
+    def number(self, name: str, default: float | None = None) -> float:
+        """The number bound to ``name`` (``default`` when unbound).
+
+        Raises:
+            KeyError: unbound and no default.
+        """
+        if name not in self.bindings:
+            if default is None:
+                raise KeyError(name)
+            return default
+        v = self.bindings[name]
+        assert isinstance(v, float)
+        return v
+
+
+_State = tuple[dict[str, object], list[str]]
+
+_MUL = "aten::mul.Tensor"
+_DIV = "aten::div.Tensor"
+_SCALAR_TENSOR = "aten::scalar_tensor.default"
+_FULL = "aten::full.default"
+
+
+class Matcher:
+    """Matches patterns in one graph (its nodes by name, and their users)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.nodes: dict[str, Node] = {n.name: n for n in graph.nodes}
+        self.users = graph.users()
+
+    def match_at(self, node: Node, pattern: Pattern) -> Match | None:
+        """The first match of ``pattern`` anchored at ``node`` (the pattern's root is
+        ``node``'s value), or None."""
+        return next(self.matches_at(node, pattern), None)
+
+    def matches_at(self, node: Node, pattern: Pattern) -> Iterator[Match]:
+        """Every match of ``pattern`` anchored at ``node``, in the patterns' order of
+        preference (``Alt`` options in order; ``Scaled`` takes factors before leaving
+        them)."""
+        for bindings, covered in self._match(ValueRef(node.name), pattern, ({}, [])):
+            yield Match(node, bindings, covered)
+
+    def meta(self, ref: ValueRef) -> TensorMeta | None:
+        """The tensor metadata of a value (None for non-tensors)."""
+        meta = self.nodes[ref.node].meta
+        if ref.index is not None:
+            meta = meta[ref.index] if isinstance(meta, tuple) else None
+        return meta if isinstance(meta, TensorMeta) else None
+
+    def covered_nodes_single_use(self, match: Match) -> str | None:
+        """None if every covered node other than the anchor is read only by covered
+        nodes (and is no graph output); else why not, naming the node."""
+        inside = set(match.covered)
+        for name in match.covered[1:]:
+            for user in self.users.get(name, []):
+                if user.name not in inside:
+                    kind = "a graph output" if user.op == "output" else f"%{user.name}"
+                    return f"%{name} is also read by {kind}"
+        return None
+
+    # -- matching ---------------------------------------------------------------------
+    def _match(self, value: Argument, pattern: PatternArg, state: _State) -> Iterator[_State]:
+        if isinstance(pattern, Var):
+            yield from self._bind(pattern.name, value, state)
+        elif isinstance(pattern, Const):
+            number = self._constant(value)
+            if number is not None:
+                yield from self._bind(pattern.name, number, state)
+        elif isinstance(pattern, Op):
+            yield from self._match_op(value, pattern, state)
+        elif isinstance(pattern, Alt):
+            for option in pattern.options:
+                yield from self._match(value, option, state)
+        elif isinstance(pattern, Scaled):
+            yield from self._match_scaled(value, pattern, state)
+        elif isinstance(pattern, Matmul):
+            yield from self._match_matmul(value, pattern, state)
+        elif _same_literal(value, pattern):
+            yield state
+
+    def _bind(self, name: str, value: object, state: _State) -> Iterator[_State]:
+        bindings, covered = state
+        if name in bindings:
+            if bindings[name] == value:
+                yield state
+            return
+        yield {**bindings, name: value}, covered
+
+    def _call(self, value: Argument, targets: tuple[str, ...]) -> Node | None:
+        if not isinstance(value, ValueRef) or value.index is not None:
+            return None
+        node = self.nodes.get(value.node)
+        if node is None or node.op != "call" or node.target not in targets:
+            return None
+        return node
+
+    def _match_op(self, value: Argument, pattern: Op, state: _State) -> Iterator[_State]:
+        node = self._call(value, pattern.targets)
+        if node is None or len(node.args) < len(pattern.args) or node.kwargs:
+            return
+        orders = [node.args]
+        if pattern.commutative and len(node.args) >= 2:
+            orders.append((node.args[1], node.args[0], *node.args[2:]))
+        for args in orders:
+            bindings, covered = state
+            start: _State = (bindings, [*covered, node.name])
+            if pattern.name is not None:
+                start = ({**bindings, pattern.name: value}, start[1])
+            yield from self._match_args(node, args, pattern.args, start)
+
+    def _match_args(self, node: Node, args: tuple[Argument, ...],
+                    patterns: tuple[PatternArg, ...], state: _State) -> Iterator[_State]:
+        yield from self._match_positional(node, args, 0, patterns, state)
+
+    def _match_positional(self, node: Node, args: tuple[Argument, ...], i: int,
+                          patterns: tuple[PatternArg, ...], state: _State) -> Iterator[_State]:
+        if i == len(patterns):
+            yield state
+            return
+        pattern = patterns[i]
+        if isinstance(pattern, _LastDim):
+            ok = args[i] == -1 or args[i] == self._last_dim(node)
+            if ok:
+                yield from self._match_positional(node, args, i + 1, patterns, state)
+            return
+        for next_state in self._match(args[i], pattern, state):
+            yield from self._match_positional(node, args, i + 1, patterns, next_state)
+
+    def _last_dim(self, node: Node) -> int | None:
+        first = node.args[0] if node.args else None
+        meta = self.meta(first) if isinstance(first, ValueRef) else None
+        return meta.ndim - 1 if meta is not None else None
+
+    def _match_scaled(self, value: Argument, pattern: Scaled, state: _State) -> Iterator[_State]:
+        node = self._call(value, (_MUL, _DIV))
+        if node is not None and len(node.args) == 2:
+            operands = [(node.args[0], node.args[1])]
+            if node.target == _MUL:
+                operands.append((node.args[1], node.args[0]))
+            for tensor, factor in operands:
+                number = self._constant(factor)
+                if number is None or number == 0.0:
+                    continue
+                factor_value = number if node.target == _MUL else 1.0 / number
+                bindings, covered = state
+                old = bindings.get(pattern.scale_name, 1.0)
+                assert isinstance(old, float)
+                scaled: _State = ({**bindings, pattern.scale_name: old * factor_value},
+                                  [*covered, node.name])
+                yield from self._match_scaled(tensor, pattern, scaled)
+        yield from self._match(value, pattern.inner, state)
+
+    def _match_matmul(self, value: Argument, pattern: Matmul, state: _State) -> Iterator[_State]:
+        covered: list[str] = []
+        result = self._meta_of(value)
+        ref = value
+        view = self._call(ref, ("aten::view.default", "aten::_unsafe_view.default"))
+        if view is not None:
+            covered.append(view.name)
+            ref = view.args[0]
+        bmm = self._call(ref, ("aten::bmm.default",))
+        if bmm is None or result is None:
+            return
+        covered.append(bmm.name)
+        operands: list[tuple[Argument, list[str]]] = []
+        for arg in bmm.args[:2]:
+            operand, steps = self._unflatten(arg)
+            operands.append((operand, steps))
+            covered.extend(steps)
+        (a, _), (b, _) = operands
+        if not self._is_matmul_shape(a, b, result) or not self._flattens(bmm, a, b, result):
+            return
+        bindings, done = state
+        start: _State = (bindings, [*done, *covered])
+        for after_a in self._match(a, pattern.a, start):
+            yield from self._match(b, pattern.b, after_a)
+
+    def _unflatten(self, arg: Argument) -> tuple[Argument, list[str]]:
+        """Peel the ``view(clone(expand(x)))`` the aot stage puts around a bmm operand
+        (each step optional; ``expand`` only when it keeps the sizes)."""
+        steps: list[str] = []
+        ref = arg
+        for targets in (("aten::view.default", "aten::_unsafe_view.default"),
+                        ("aten::clone.default",), ("aten::expand.default",)):
+            node = self._call(ref, targets)
+            if node is None:
+                continue
+            source = node.args[0]
+            if targets == ("aten::expand.default",):
+                before, after = self._meta_of(source), self._meta_of(ref)
+                if before is None or after is None or before.sizes != after.sizes:
+                    break
+            steps.append(node.name)
+            ref = source
+        return ref, steps
+
+    def _is_matmul_shape(self, a: Argument, b: Argument, result: TensorMeta) -> bool:
+        ma, mb = self._meta_of(a), self._meta_of(b)
+        if ma is None or mb is None or ma.ndim < 3 or ma.ndim != mb.ndim:
+            return False
+        batch = ma.sizes[:-2]
+        return (mb.sizes[:-2] == batch and ma.sizes[-1] == mb.sizes[-2]
+                and result.sizes == (*batch, ma.sizes[-2], mb.sizes[-1]))
+
+    def _flattens(self, bmm: Node, a: Argument, b: Argument, result: TensorMeta) -> bool:
+        """The bmm's operands and result are ``a``, ``b`` and ``result`` with their batch
+        dims flattened into one (the views kept the last two dims)."""
+        metas = [self._meta_of(bmm.args[0]), self._meta_of(bmm.args[1]),
+                 self._meta_of(ValueRef(bmm.name))]
+        for flat, full in zip(metas, (self._meta_of(a), self._meta_of(b), result)):
+            if flat is None or full is None or flat.ndim != 3 or flat.sizes[1:] != full.sizes[-2:]:
+                return False
+        return True
+
+    def _meta_of(self, value: Argument) -> TensorMeta | None:
+        return self.meta(value) if isinstance(value, ValueRef) else None
+
+    def _constant(self, value: Argument) -> float | None:
+        """The number ``value`` stands for: a Python scalar, or a 0-d constant call."""
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, (int, float)):
+            return float(value)
+        node = self._call(value, (_SCALAR_TENSOR, _FULL))
+        if node is None or not isinstance(node.meta, TensorMeta) or node.meta.sizes != ():
+            return None
+        fill = node.args[0] if node.target == _SCALAR_TENSOR else node.args[1]
+        if isinstance(fill, bool) or not isinstance(fill, (int, float)):
+            return None
+        # NOTE: the tensor holds the number rounded to its dtype; that is what eager uses
+        return float(torch.tensor(float(fill), dtype=node.meta.dtype).item())
+
+
+def _same_literal(value: Argument, literal: object) -> bool:
+    if isinstance(literal, float) and isinstance(value, float) and math.isnan(literal):
+        return math.isnan(value)
+    return type(value) is type(literal) and value == literal
