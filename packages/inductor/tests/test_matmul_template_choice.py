@@ -1,0 +1,175 @@
+"""Matmul templates in the schedule and the choice between template and extern: golden
+printed schedules (an epilogue and a prologue fused into the template's one kernel, the
+extern with its epilogue apart), the default heuristic, the autotuner's candidates, the
+config table, and that backends without templates (C++) keep calling ATen."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ember.inductor.codegen.backend import MatmulProblem
+from ember.inductor.codegen.triton import matmul_choice
+from ember.inductor.codegen.triton.matmul_choice import (
+    choose_matmul,
+    forced_matmul,
+    heuristic_choice,
+)
+from ember.inductor.codegen.triton.matmul_configs import CONFIGS, MatmulConfig, shape_class
+from ember.inductor.codegen.triton.testing import triton_for_cpu
+from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.inductor.scheduler import format_schedule, schedule
+from helpers import trace
+
+pytest.importorskip("triton")
+
+BF = torch.bfloat16
+SMALL = "bm32_bn32_bk16_g8_s2_w4"
+
+
+def _schedule(fn: Callable[..., Any], inputs: Sequence[torch.Tensor],
+              forced: str | None = None, templates: bool = True) -> str:
+    program = trace(fn, inputs)
+    with triton_for_cpu(matmul_templates=templates):
+        if forced is None:
+            return format_schedule(schedule(GraphLowering(program).run()))
+        with forced_matmul(forced):
+            return format_schedule(schedule(GraphLowering(program).run()))
+
+
+def _block(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor
+           ) -> torch.Tensor:
+    return (F.gelu(F.linear(x, w, b)) + r).float()
+
+
+def _block_inputs() -> list[torch.Tensor]:
+    return [torch.randn(40, 24).to(BF), torch.randn(36, 24).to(BF), torch.randn(36).to(BF),
+            torch.randn(40, 36).to(BF)]
+
+
+def test_bias_gelu_residual_cast_epilogue_is_one_kernel() -> None:
+    assert _schedule(_block, _block_inputs(), SMALL) == (
+        "kernel0 [40, 36] reduce [24] addmm template bm32_bn32_bk16_g8_s2_w4: "
+        "buf0 (addmm template), buf1 (pointwise); loads arg0, arg1, arg2, arg3; stores buf1")
+
+
+def test_extern_keeps_its_epilogue_apart() -> None:
+    assert _schedule(_block, _block_inputs(), "extern") == (
+        "extern aten::addmm.default(arg0, arg1, arg2) -> buf0\n"
+        "kernel0 [40, 36]: buf1 (pointwise); loads buf0, arg3; stores buf1")
+
+
+def test_cast_and_transposed_view_prologue_fuse_into_the_loads() -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x.to(BF) @ w.t()
+
+    inputs = [torch.randn(40, 24), torch.randn(36, 24).to(BF)]
+    assert _schedule(fn, inputs, SMALL) == (
+        "kernel0 [40, 36] reduce [24] mm template bm32_bn32_bk16_g8_s2_w4: "
+        "buf0 (mm template); loads arg0, arg1; stores buf0")
+    # the extern needs the cast stored first
+    assert _schedule(fn, inputs, "extern") == (
+        "kernel0 [40, 24]: buf0 (pointwise); loads arg0; stores buf0\n"
+        "extern aten::mm.default(arg1, buf0) -> buf1")
+
+
+def test_lowered_graph_prints_the_matmul_node() -> None:
+    program = trace(lambda x, w: x @ w, [torch.randn(40, 24), torch.randn(24, 36)])
+    with triton_for_cpu(matmul_templates=True), forced_matmul(SMALL):
+        text = str(GraphLowering(program).run())
+    assert ("buf0 = matmul over [40, 36] reduce [24] (mm template bm32_bn32_bk16_g8_s2_w4):"
+            "  # from mm\n"
+            "      v0: float32 = load arg0[(i0*24 + r0)]\n"
+            "      v1: float32 = load arg1[(r0*36 + i1)]\n"
+            "      v2: float32 = mul(v0, v1)\n"
+            "      v3: float32 = reduce_sum(v2)\n"
+            "      store buf0[(i0*36 + i1)] = v3") in text
+
+
+def test_default_heuristic_in_the_schedule() -> None:
+    # a fusable epilogue in bfloat16: the template (small class: 64x64x32)
+    assert _schedule(_block, _block_inputs()).startswith(
+        "kernel0 [40, 36] reduce [24] addmm template bm64_bn64_bk32_g8_s5_w4:")
+    # a plain GEMM: cuBLAS
+    plain = [torch.randn(40, 24).to(BF), torch.randn(24, 36).to(BF)]
+    assert _schedule(lambda a, b: a @ b, plain) == "extern aten::mm.default(arg0, arg1) -> buf0"
+
+
+def test_backends_without_templates_call_aten() -> None:
+    assert _schedule(_block, _block_inputs(), SMALL, templates=False).startswith(
+        "extern aten::addmm.default(arg0, arg1, arg2) -> buf0")
+    from ember.inductor.codegen.cpp.backend import CppBackend
+    assert not CppBackend.matmul_templates
+
+
+def _problem(m: int = 256, n: int = 256, k: int = 256, dtype: torch.dtype = BF,
+             fuses: bool = True, tf32: bool = False, batch: int | None = None
+             ) -> MatmulProblem:
+    return MatmulProblem("mm" if batch is None else "bmm", batch, m, n, k, dtype,
+                         (k, 1), (n, 1), fuses, tf32)
+
+
+@pytest.mark.parametrize(("problem", "choice"), [
+    (_problem(), "bm128_bn128_bk64_g8_s3_w8"),                   # large, 16-bit
+    (_problem(64, 512), "bm64_bn64_bk32_g8_s5_w4"),              # small
+    (_problem(32, 32, 4096), "bm64_bn64_bk64_g8_s3_w4_k4"),      # skinny: split-K
+    (_problem(32, 32, 4096, batch=4), "bm64_bn64_bk32_g8_s5_w4"),  # batched: no split
+    (_problem(fuses=False), "extern"),                           # plain GEMM: cuBLAS
+    (_problem(dtype=torch.float32), "extern"),                   # float32 without TF32
+    (_problem(dtype=torch.float32, tf32=True), "bm128_bn128_bk32_g8_s3_w8"),
+    (_problem(8, 256), "extern"),                                # below MIN_SIDE
+])
+def test_heuristic_table(problem: MatmulProblem, choice: str) -> None:
+    assert heuristic_choice(problem) == choice
+
+
+def test_choice_under_autotuning_asks_select_with_every_candidate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import ember.inductor.autotune as autotune
+
+    asked: list[tuple[str, Mapping[str, object], list[str], str]] = []
+
+    def fake_select(kind: str, key: Mapping[str, object], candidates: Sequence[Any],
+                    default: str) -> str:
+        asked.append((kind, key, [c.name for c in candidates], default))
+        return candidates[2].name
+
+    monkeypatch.setattr(autotune, "select", fake_select)
+    with autotune.autotuning(True):
+        template = choose_matmul(_problem(64, 512))
+    kind, key, names, default = asked[0]
+    assert kind == "mm" and default == "triton_mm_bm64_bn64_bk32_g8_s5_w4"
+    assert key == {"op": "mm", "batch": 1, "m": 64, "n": 512, "k": 256, "dtype": "bfloat16",
+                   "a": [256, 1], "b": [512, 1], "tf32": False}
+    assert names == ["extern_mm"] + [f"triton_mm_{c.name}" for c in CONFIGS[("16-bit", "small")]]
+    assert template is not None and template.config == CONFIGS[("16-bit", "small")][1].name
+    # outside the block: the heuristic, select is not asked
+    assert choose_matmul(_problem(64, 512)) is not None and len(asked) == 1
+
+
+def test_template_candidate_runs() -> None:
+    """The autotuner's template candidate builds and runs (here in the interpreter)."""
+    problem = _problem(32, 32, 32, dtype=torch.float32)
+    run = matmul_choice._template_runner(problem, SMALL)()
+    run()
+    matmul_choice._extern_runner(problem)()()
+
+
+def test_config_names() -> None:
+    for configs in CONFIGS.values():
+        for c in configs:
+            assert MatmulConfig.parse(c.name) == c
+    with pytest.raises(ValueError, match="not a matmul template config name"):
+        MatmulConfig.parse("bm64")
+    with pytest.raises(ValueError):
+        with forced_matmul("fastest"):
+            pass
+    assert shape_class(32, 32, 4096, batched=False) == "skinny"
