@@ -89,7 +89,7 @@ def _operands(op: str, dtype: torch.dtype, transposed: str) -> list[torch.Tensor
     return [a, b]
 
 
-FNS = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "baddbmm": _baddbmm}
+FNS: dict[str, Callable[..., torch.Tensor]] = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "baddbmm": _baddbmm}
 
 
 @pytest.mark.parametrize(("op", "dtype", "transposed"), [

@@ -133,14 +133,14 @@ def test_heuristic_table(problem: MatmulProblem, choice: str) -> None:
 
 def test_choice_under_autotuning_asks_select_with_every_candidate(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import ember.inductor.autotune as autotune
+    from ember.inductor import autotune
 
     asked: list[tuple[str, Mapping[str, object], list[str], str]] = []
 
     def fake_select(kind: str, key: Mapping[str, object], candidates: Sequence[Any],
                     default: str) -> str:
         asked.append((kind, key, [c.name for c in candidates], default))
-        return candidates[2].name
+        return str(candidates[2].name)
 
     monkeypatch.setattr(autotune, "select", fake_select)
     with autotune.autotuning(True):
@@ -169,7 +169,6 @@ def test_config_names() -> None:
             assert MatmulConfig.parse(c.name) == c
     with pytest.raises(ValueError, match="not a matmul template config name"):
         MatmulConfig.parse("bm64")
-    with pytest.raises(ValueError):
-        with forced_matmul("fastest"):
-            pass
+    with pytest.raises(ValueError), forced_matmul("fastest"):
+        pass
     assert shape_class(32, 32, 4096, batched=False) == "skinny"
