@@ -93,7 +93,9 @@ def test_second_compile_is_a_hit_that_runs_no_stage(
     short = entry.name[:16]
     logged = [line.split("] ", 1)[1] for line in capsys.readouterr().err.splitlines()
               if "program cache" in line]
-    assert logged == [f"program cache miss {short}",
+    key = cache_key(KeyRequest(program, "aot_eager", (stage,), {}, None))
+    components = " ".join(f"{n}={d[:8]}" for n, d in key.components.items())
+    assert logged == [f"program cache miss {short} ({components})",
                       f"program cache store {short} ({entry.stat().st_size} bytes)",
                       f"program cache hit (local) {short}"]
     assert entry.stat().st_mode & 0o777 == 0o600

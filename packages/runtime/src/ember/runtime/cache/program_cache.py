@@ -163,7 +163,8 @@ class CompileLookup:
                     self._write_local(data)
                     return compiled
         _stats.misses += 1
-        log("cache", f"program cache miss {self.key.short}")
+        log("cache", lambda: f"program cache miss {self.key.short} ("
+            + " ".join(f"{n}={d[:8]}" for n, d in self.key.components.items()) + ")")
         return None
 
     def discard(self, problem: str) -> None:

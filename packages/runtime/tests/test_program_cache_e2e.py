@@ -1,0 +1,64 @@
+"""The program cache across fresh processes with the real stages (frontend, aot,
+inductor): a second process runs no stage, on its own weights; a process on another
+"machine" (another cache directory) gets the entry from a shared redis-server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis_server import redis_server
+
+pytest.importorskip("ember.frontend")
+pytest.importorskip("ember.inductor")
+
+SECRET = "0123456789abcdef-test-secret"
+
+_SCRIPT = """
+import json, sys, torch, ember.frontend
+from ember.runtime.cache import stats
+torch.manual_seed(int(sys.argv[1]))
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+x = torch.randn(8, 16)
+error = (ember.frontend.compile(model)(x) - model(x)).abs().max().item()
+s = stats()
+print(json.dumps({"error": error, "local_hits": s.local_hits, "remote_hits": s.remote_hits,
+                  "misses": s.misses, "stores": s.stores}))
+"""
+
+
+def _run(seed: int, cache_dir: Path, remote: str | None) -> tuple[dict[str, Any], str]:
+    env = dict(os.environ, EMBER_PROGRAM_CACHE="1", EMBER_CACHE="1",
+               EMBER_CACHE_DIR=str(cache_dir), EMBER_LOGS="stages,cache")
+    for name in ("EMBER_REMOTE_CACHE", "EMBER_REMOTE_CACHE_KEY", "EMBER_DEBUG_DIR",
+                 "EMBER_SERIALIZE_BOUNDARIES"):
+        env.pop(name, None)
+    if remote is not None:
+        env.update(EMBER_REMOTE_CACHE=remote, EMBER_REMOTE_CACHE_KEY=SECRET)
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, str(seed)], env=env,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_fresh_processes_share_the_cache(tmp_path: Path) -> None:
+    redis_dir = tmp_path / "redis"
+    redis_dir.mkdir()
+    with redis_server(redis_dir) as url:
+        first, log1 = _run(0, tmp_path / "a", url)
+        assert (first["misses"], first["stores"]) == (1, 1)
+        assert "aot: aten -> core-functional" in log1
+        # the same machine, other weights: a local hit that runs on this process's weights
+        second, log2 = _run(1, tmp_path / "a", None)
+        assert (second["local_hits"], second["misses"]) == (1, 0), log1 + log2
+        assert "[ember.stages]" not in log2
+        assert second["error"] < 1e-5
+        # another machine (empty local cache), the same server: a remote hit
+        third, log3 = _run(2, tmp_path / "b", url)
+        assert (third["remote_hits"], third["misses"]) == (1, 0), log1 + log3
+        assert "[ember.stages]" not in log3
+        assert third["error"] < 1e-5

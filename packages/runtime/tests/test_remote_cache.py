@@ -1,0 +1,209 @@
+"""The remote program cache against a real redis-server: entries shared by two
+"machines" (two local cache directories, one server), signatures, a server that is
+down, the Redis protocol and the URL. ``test_program_cache_e2e.py`` shares a server
+between two processes."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ember.runtime.pipeline as pipeline_module
+import pytest
+import torch
+from ember.runtime.__main__ import main as cli_main
+from ember.runtime.cache import ProgramCacheWarning, SigningKeyError, stats
+from ember.runtime.cache.entry import encode
+from ember.runtime.cache.redis_backend import (
+    KEY_PREFIX,
+    RedisAddress,
+    RedisConnection,
+    RedisStore,
+    RemoteCacheConfigError,
+    redact,
+)
+from ember.runtime.config import patch
+from ember.runtime.ir import Program
+from ember.runtime.pipeline import compile_program
+from ember.runtime.stages import Stage
+from handbuilt import mlp_program
+from redis_server import free_port, redis_server
+
+SECRET = "0123456789abcdef-test-secret"
+
+
+class CountingStage(Stage):
+    """aten -> core-functional, unchanged; counts its runs."""
+
+    name = "aot"
+    consumes = "aten"
+    produces = "core-functional"
+    options = None
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def run(self, program: Program, options: dict[str, Any]) -> Program:
+        self.runs += 1
+        out = program.copy()
+        out.dialect = self.produces
+        return out
+
+
+@pytest.fixture
+def stage(monkeypatch: pytest.MonkeyPatch) -> CountingStage:
+    counting = CountingStage()
+    monkeypatch.setattr(pipeline_module, "load_stage", lambda name: counting)
+    return counting
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    directory = tmp_path / "redis"
+    directory.mkdir()
+    with redis_server(directory) as url:
+        yield url
+
+
+def _machine(tmp_path: Path, name: str, url: str, secret: str | None = SECRET) -> Any:
+    return patch(program_cache=True, cache_enabled=True, cache_dir=tmp_path / name,
+                 remote_cache=url, remote_cache_key=secret)
+
+
+def _remote_entries(url: str) -> list[bytes]:
+    conn = RedisConnection(RedisAddress.parse(url))
+    try:
+        reply = conn.command("KEYS", KEY_PREFIX + "*")
+    finally:
+        conn.close()
+    assert isinstance(reply, list)
+    return sorted(k for k in reply if isinstance(k, bytes))
+
+
+def test_a_second_machine_compiles_nothing(stage: CountingStage, server: str,
+                                           tmp_path: Path) -> None:
+    program, ex = mlp_program()
+    hits = (stats().remote_hits, stats().local_hits)
+    with _machine(tmp_path, "a", server):
+        compile_program(program, "aot_eager")
+    (stored,) = _remote_entries(server)
+    with _machine(tmp_path, "b", server):
+        fn = compile_program(program, "aot_eager")
+        assert stage.runs == 1
+        assert (tmp_path / "b" / "programs" / f"{stored.decode()[len(KEY_PREFIX):]}.entry"
+                ).exists()  # a remote hit is stored locally
+        compile_program(program, "aot_eager")
+    assert (stats().remote_hits, stats().local_hits) == (hits[0] + 1, hits[1] + 1)
+    assert stage.runs == 1
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(fn([x])[0], torch.relu(x @ ex["w"].T + ex["b"]) * 2)
+
+
+def test_an_entry_signed_with_another_secret_is_a_miss(stage: CountingStage, server: str,
+                                                       tmp_path: Path) -> None:
+    program, _ = mlp_program()
+    with _machine(tmp_path, "a", server, secret="another-secret-of-16-bytes"):
+        compile_program(program, "aot_eager")
+    with _machine(tmp_path, "b", server), pytest.warns(
+            ProgramCacheWarning, match="remote program cache entry .* not used \\(missing "
+                                       "or bad signature"):
+        compile_program(program, "aot_eager")
+    assert stage.runs == 2
+
+
+def test_a_tampered_entry_is_rejected(stage: CountingStage, server: str,
+                                      tmp_path: Path) -> None:
+    program, _ = mlp_program()
+    with _machine(tmp_path, "a", server):
+        compile_program(program, "aot_eager")
+    (name,) = _remote_entries(server)
+    key = name.decode()[len(KEY_PREFIX):]
+    evil = program.copy()
+    evil.dialect = "core-functional"
+    evil.metadata = {"owned": True}
+    conn = RedisConnection(RedisAddress.parse(server))
+    try:
+        # NOTE: a consistent entry (digest and all) for the same key, without the secret
+        conn.command("SET", name, encode(key, evil, program, secret=b"x" * 16))
+    finally:
+        conn.close()
+    with _machine(tmp_path, "b", server), pytest.warns(ProgramCacheWarning,
+                                                       match="bad signature"):
+        fn = compile_program(program, "aot_eager")
+    assert "owned" not in fn.program.metadata
+    assert stage.runs == 2
+
+
+def test_no_secret_refuses_to_start(stage: CountingStage, server: str,
+                                    tmp_path: Path) -> None:
+    program, _ = mlp_program()
+    with _machine(tmp_path, "a", server, secret=None), pytest.raises(
+            SigningKeyError, match="EMBER_REMOTE_CACHE is set but EMBER_REMOTE_CACHE_KEY "
+                                   "is not"):
+        compile_program(program, "aot_eager")
+    with _machine(tmp_path, "a", server, secret="short"), pytest.raises(
+            SigningKeyError, match="EMBER_REMOTE_CACHE_KEY is 5 bytes long"):
+        compile_program(program, "aot_eager")
+    assert stage.runs == 0
+
+
+def test_a_server_that_is_down_warns_once_and_compiles(stage: CountingStage,
+                                                       tmp_path: Path) -> None:
+    program, ex = mlp_program()
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    errors = stats().remote_errors
+    with _machine(tmp_path, "a", url):
+        with pytest.warns(ProgramCacheWarning, match=f"remote program cache "
+                                                     f"{url} failed to answer a lookup"):
+            fn = compile_program(program, "aot_eager")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            compile_program(program, "aot_eager")  # a local hit, the remote stays off
+    assert stats().remote_errors == errors + 1
+    assert stage.runs == 1
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(fn([x])[0], torch.relu(x @ ex["w"].T + ex["b"]) * 2)
+
+
+def test_the_protocol_round_trips_large_values_and_passwords(tmp_path: Path) -> None:
+    with redis_server(tmp_path, password="pa:ss@word") as url:
+        with pytest.raises(OSError, match="NOAUTH|Authentication required"):
+            RedisStore(RedisAddress.parse(url)).get("x")
+        authed = url.replace("redis://", "redis://:pa%3Ass%40word@")
+        store = RedisStore(RedisAddress.parse(authed))
+        data = bytes(range(256)) * 8192 + b"\r\n$-1\r\n"
+        store.set("big", data)
+        assert store.get("big") == data
+        assert store.get("absent") is None
+        assert store.clear() == 1
+        assert store.get("big") is None
+        store.close()
+
+
+def test_addresses() -> None:
+    assert RedisAddress.parse("redis://u:p%40w@cache.local:7000/3") == RedisAddress(
+        "cache.local", 7000, 3, "u", "p@w")
+    assert RedisAddress.parse("redis://h").describe() == "redis://h:6379/0"
+    assert redact("redis://:secret@h:1/0") == "redis://:***@h:1/0"
+    with pytest.raises(RemoteCacheConfigError, match="rediss:// is not supported"):
+        RedisAddress.parse("rediss://h:1/0")
+    with pytest.raises(RemoteCacheConfigError, match="optional database number"):
+        RedisAddress.parse("redis://h:1/zero")
+    with pytest.raises(RemoteCacheConfigError, match="'redis://:\\*\\*\\*@h:x/0': the port"):
+        RedisAddress.parse("redis://:secret@h:x/0")
+
+
+def test_cache_info_and_clear_remote(stage: CountingStage, server: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    program, _ = mlp_program()
+    with _machine(tmp_path, "a", server):
+        compile_program(program, "aot_eager")
+        assert cli_main(["cache", "info"]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == (
+            f"remote: {RedisAddress.parse(server).describe()} (signed)")
+        assert cli_main(["cache", "clear", "--remote"]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == (
+            f"removed 1 remote entries from {RedisAddress.parse(server).describe()}")
+    assert _remote_entries(server) == []
