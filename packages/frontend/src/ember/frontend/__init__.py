@@ -19,6 +19,7 @@ from ember.frontend.dynamic import (
 )
 from ember.frontend.stats import CompileStats
 from ember.frontend.trace import CaptureError, capture
+from ember.runtime.cudagraphs_pool import mark_step_begin as cudagraph_mark_step_begin
 
 __all__ = [
     "CAPTURE_MODES",
@@ -30,6 +31,7 @@ __all__ = [
     "RecompileLimitWarning",
     "capture",
     "compile",
+    "cudagraph_mark_step_begin",
     "mark_dynamic",
     "mark_static",
     "maybe_mark_dynamic",
