@@ -101,6 +101,9 @@ def test_default_heuristic_in_the_schedule() -> None:
     # a plain GEMM: cuBLAS
     plain = [torch.randn(40, 24).to(BF), torch.randn(24, 36).to(BF)]
     assert _schedule(lambda a, b: a @ b, plain) == "extern aten::mm.default(arg0, arg1) -> buf0"
+    # a reduction consumer is no epilogue: cuBLAS
+    assert _schedule(lambda a, b: (a @ b).softmax(-1), plain).startswith(
+        "extern aten::mm.default(arg0, arg1) -> buf0")
 
 
 def test_backends_without_templates_call_aten() -> None:

@@ -43,6 +43,9 @@ TEMPLATE_OPS = {
 TEMPLATE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #: an inlined operand producer loads at most this many buffers (else it is stored)
 PROLOGUE_MAX_BUFFERS = 2
+#: the modules whose lowering rules make element functions a template's epilogue can
+#: take (pointwise ops, casts, dropout masks); a reduction consumer (softmax) cannot
+EPILOGUE_RULE_MODULES = ("ember.inductor.lowering.pointwise", "ember.inductor.lowering.random")
 #: ops a matmul's result may pass through on the way to a fusable consumer
 VIEW_OPS = frozenset({
     "aten::view.default", "aten::_unsafe_view.default", "aten::reshape.default",
@@ -148,8 +151,9 @@ def _bias_epilogue(bias: Stored | Lazy | None, sizes: Sequence[object], beta: fl
 
 
 def _has_fusable_consumer(ctx: LoweringContext, node: Node) -> bool:
-    """Whether a consumer of ``node``'s result (through views) is an op with a loop
-    lowering (a pointwise op the scheduler may fuse as the template's epilogue)."""
+    """Whether a consumer of ``node``'s result (through views) is a pointwise op (its
+    rule in :data:`EPILOGUE_RULE_MODULES`) the scheduler may fuse as the template's
+    epilogue."""
     graph = next((g for g in ctx.program.graphs.values()
                   if any(n is node for n in g.nodes)), None)
     if graph is None:
@@ -169,7 +173,8 @@ def _has_fusable_consumer(ctx: LoweringContext, node: Node) -> bool:
                 continue
             if user.target in VIEW_OPS:
                 stack.append(user.name)
-            elif user.target in LOWERINGS and user.target not in EXTERN_OPS:
+            elif (user.target in LOWERINGS and user.target not in EXTERN_OPS
+                  and LOWERINGS[user.target].__module__ in EPILOGUE_RULE_MODULES):
                 return True
     return False
 
@@ -184,4 +189,4 @@ def _refs(args: tuple[object, ...]) -> list[str]:
     return found
 
 
-__all__ = ["PROLOGUE_MAX_BUFFERS", "TEMPLATE_OPS", "allow_tf32", "matmul_template"]
+__all__ = ["EPILOGUE_RULE_MODULES", "PROLOGUE_MAX_BUFFERS", "TEMPLATE_OPS", "allow_tf32", "matmul_template"]
