@@ -13,9 +13,11 @@ Defaults: on CUDA bfloat16 and the issue's shapes (``--scale full``); on CPU flo
 CPU-sized shapes (``--scale quick``). Per workload: each variant's first call (compile
 time), its accuracy against eager in the workload's dtype (and fp64), its median time;
 speeds as the other variant's time over the row's; then the issue's targets, met or not.
-Autotuning variants also get their compile time with a warm autotune cache, in a fresh
-subprocess (``benchlib/matmul_warm.py``). The run's caches (Ember's, inductor's and
-Triton's) start empty, in ``--cache-dir`` or a temporary directory.
+A one-element compile with each compiler first pays what a process pays once (imports,
+the first compile of anything), so compile times are the workloads' own. Autotuning variants also get their compile time with a warm autotune cache, in a fresh
+subprocess (``benchlib/matmul_warm.py``). Each workload and variant compiles with caches
+of its own (Ember's, inductor's and Triton's) that start empty, under ``--cache-dir`` or a
+temporary directory.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-warm", action="store_true",
                         help="skip the warm-autotune-cache compile times (subprocesses)")
     parser.add_argument("--cache-dir", metavar="DIR", default=None,
-                        help="where the run's empty caches go (default: a temporary "
-                             "directory, removed at the end)")
+                        help="where each workload and variant's own empty caches go "
+                             "(default: a temporary directory, removed at the end)")
     parser.add_argument("--time-limit", type=float, default=900.0, metavar="S",
                         help="seconds allowed per phase of a workload (default 900)")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
@@ -93,20 +95,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, cache_root: Path) -> int:
     device = torch.device(args.device)
-    caches = matmul_warm.CacheDirs.under(cache_root)
     config = matmul_runner.MatmulConfig(device, args.torch_dtype, args.variant_list,
                                         args.time_limit, not args.no_warm,
-                                        args.ember_backend, caches)
+                                        args.ember_backend, cache_root)
     rows: list[matmul_runner.MatmulRow] = []
     start = time.perf_counter()
-    with matmul_warm.using_caches(caches):
-        for work in args.workload_list:
-            t0 = time.perf_counter()
-            work_rows = matmul_runner.bench_workload(work, config)
-            rows += work_rows
-            states = ", ".join(f"{r.variant} {r.status}" for r in work_rows)
-            print(f"[{time.perf_counter() - start:6.0f}s] {work.name}: {states} "
-                  f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
+    compiler_names = {matmul_runner.variant(name).compiler for name in args.variant_list}
+    with matmul_warm.using_caches(matmul_warm.CacheDirs.under(cache_root / "warm-up")):
+        for compiler, error in matmul_runner.warm_up(compiler_names, device).items():
+            print(f"warm-up of {compiler} failed: {error}", file=sys.stderr, flush=True)
+    for work in args.workload_list:
+        t0 = time.perf_counter()
+        work_rows = matmul_runner.bench_workload(work, config)
+        rows += work_rows
+        states = ", ".join(f"{r.variant} {r.status}" for r in work_rows)
+        print(f"[{time.perf_counter() - start:6.0f}s] {work.name}: {states} "
+              f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
     meta = report.environment(device)
     meta.update(suite="matmul", scale=args.scale, dtype=str(args.torch_dtype),
                 ember_backend=args.ember_backend, wall_s=f"{time.perf_counter() - start:.0f}")

@@ -183,9 +183,9 @@ def target_table(results: Sequence[TargetResult], markdown: bool = False) -> str
 
 
 LEGEND = ("vs X: X's time / this row's time (above 1: faster than X); compile: first call "
-          "in this process (compilation + one run; the run's caches start empty); warm "
-          "autotune: first call in a fresh process given this run's autotune cache and "
-          "empty compiled-code caches (autotuning variants only)")
+          "in this process (compilation + one run, with caches of its own that start empty); "
+          "warm autotune: first call in a fresh process given that compile's autotune cache "
+          "and empty compiled-code caches (autotuning variants only)")
 
 
 def write_json(path: str | Path, meta: dict[str, Any], rows: Sequence[MatmulRow]) -> None:

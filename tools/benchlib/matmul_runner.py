@@ -2,7 +2,9 @@
 ``mode``) in one process, checked against an fp64 reference, then timed together.
 
 Per workload: each variant compiles and runs once (the ``compile`` time: the first call,
-compilation included) and its result is judged by the accuracy rule of
+compilation included, with caches of its own that start empty: Ember's, inductor's and
+Triton's, so no variant compiles warm from another's kernels or tuning decisions) and its
+result is judged by the accuracy rule of
 ``benchlib.accuracy`` (eager in the model's dtype, with its tolerance, and the fp64
 reference); then all variants are timed together (``timing.interleaved_median_seconds``:
 ``do_bench`` medians on CUDA, round-robin medians on CPU); then, for the variants that
@@ -15,9 +17,11 @@ the mode) is a row ``not_implemented``, shown as ``n/a (mode not implemented)``.
 from __future__ import annotations
 
 import copy
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -105,8 +109,9 @@ class MatmulConfig:
     """What to run: device, dtype, the variants (names of :data:`VARIANTS`), the scale of
     the workloads (so a warm-autotune subprocess rebuilds the same one), the time limit
     of each phase in seconds, whether to measure warm-autotune compile times, Ember's
-    backend, and the cache directories of this run (``None``: not isolated; then no
-    warm-autotune measurement, which needs to know them)."""
+    backend, and the folder under which each (workload, variant) compiles with caches of
+    its own (``None``: the process's caches, shared; then no warm-autotune measurement,
+    which needs to know them)."""
 
     device: torch.device
     dtype: torch.dtype
@@ -114,7 +119,7 @@ class MatmulConfig:
     time_limit_s: float | None = 900.0
     warm: bool = True
     ember_backend: str = "inductor"
-    caches: matmul_warm.CacheDirs | None = None
+    cache_root: Path | None = None
 
 
 @dataclass
@@ -122,6 +127,29 @@ class _Prepared:
     row: MatmulRow
     variant: Variant
     step: Step | None
+    caches: matmul_warm.CacheDirs | None
+
+
+def warm_up(compiler_names: set[str], device: torch.device) -> dict[str, str]:
+    """Compile and run a one-element function with each compiler, so that what a process
+    pays once (imports, loading stages, the first compile of anything) is not counted in
+    the first workload's compile time. Returns the errors, by compiler (a compiler that
+    fails here fails again, and is recorded, in its rows)."""
+    errors: dict[str, str] = {}
+    x = torch.ones(1, device=device)
+    for compiler in sorted(compiler_names - {"eager"}):
+        try:
+            compilers.reset(compiler)
+            with torch.no_grad():
+                compilers.compile_fn(compiler, _one_element)(x)
+            timing.synchronize(device)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller, then in the rows
+            errors[compiler] = describe(exc)
+    return errors
+
+
+def _one_element(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + 1
 
 
 def bench_workload(work: Workload, config: MatmulConfig) -> list[MatmulRow]:
@@ -134,7 +162,8 @@ def bench_workload(work: Workload, config: MatmulConfig) -> list[MatmulRow]:
     except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
         return [MatmulRow(work.name, work.family.name, dtype_name, v.name, "fail_to_run",
                           f"workload: {describe(exc)}") for v in chosen]
-    prepared = [_prepare(work, dtype_name, v, base, inputs, reference, config)
+    prepared = [_prepare(work, dtype_name, v, base, inputs, reference, config,
+                         _own_caches(config, work, v))
                 for v in chosen]
     steps: dict[str, Callable[[], Any]] = {
         p.variant.name: p.step for p in prepared if p.step is not None
@@ -153,18 +182,39 @@ def bench_workload(work: Workload, config: MatmulConfig) -> list[MatmulRow]:
             continue
         p.row.time_ms = measured * 1e3
         p.row.tflops = work.flops / measured / 1e12
-    if config.warm and config.caches is not None:
+    if config.warm:
         for p in prepared:
-            if p.step is not None and p.variant.autotunes:
-                _measure_warm(p, work, config, config.caches)
+            if p.step is not None and p.variant.autotunes and p.caches is not None:
+                _measure_warm(p, work, config, p.caches)
     return [p.row for p in prepared]
+
+
+def _own_caches(config: MatmulConfig, work: Workload, v: Variant
+                ) -> matmul_warm.CacheDirs | None:
+    """Empty cache directories for ``v`` compiling ``work`` (``None``: not isolated)."""
+    if config.cache_root is None:
+        return None
+    folder = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{work.name}-{config.dtype}")
+    return matmul_warm.CacheDirs.under(config.cache_root / folder / v.name)
 
 
 def _prepare(work: Workload, dtype_name: str, v: Variant, base: torch.nn.Module,
              inputs: tuple[torch.Tensor, ...], reference: accuracy.Reference,
-             config: MatmulConfig) -> _Prepared:
-    """Compile ``v`` and run it once (timed: ``compile_s``), read its stats, judge its
-    result. The step is ``None`` when it could not run (the row says why)."""
+             config: MatmulConfig, caches: matmul_warm.CacheDirs | None) -> _Prepared:
+    """Compile ``v`` and run it once (timed: ``compile_s``) with ``caches`` (``None``:
+    the process's), read its stats, judge its result. The step is ``None`` when it could
+    not run (the row says why)."""
+    if caches is None:
+        return _compile_and_check(work, dtype_name, v, base, inputs, reference, config, None)
+    with matmul_warm.using_caches(caches):
+        return _compile_and_check(work, dtype_name, v, base, inputs, reference, config,
+                                  caches)
+
+
+def _compile_and_check(work: Workload, dtype_name: str, v: Variant, base: torch.nn.Module,
+                       inputs: tuple[torch.Tensor, ...], reference: accuracy.Reference,
+                       config: MatmulConfig, caches: matmul_warm.CacheDirs | None
+                       ) -> _Prepared:
     row = MatmulRow(work.name, work.family.name, dtype_name, v.name)
     module = copy.deepcopy(base)
     phase = "compile"
@@ -186,15 +236,15 @@ def _prepare(work: Workload, dtype_name: str, v: Variant, base: torch.nn.Module,
             row.status, row.error = NOT_IMPLEMENTED, describe(exc)
         else:
             row.status, row.error = "fail_to_run", f"{phase}: {describe(exc)}"
-        return _Prepared(row, v, None)
+        return _Prepared(row, v, None, caches)
     except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
         row.status, row.error = "fail_to_run", f"{phase}: {describe(exc)}"
-        return _Prepared(row, v, None)
+        return _Prepared(row, v, None, caches)
     row.accuracy, row.accuracy_detail = result.label, result.reason
     row.max_abs_error = result.max_abs_error
     if not result.passed:
         row.status = "fail_accuracy"
-    return _Prepared(row, v, Step(compiled, module, inputs, train=False))
+    return _Prepared(row, v, Step(compiled, module, inputs, train=False), caches)
 
 
 def _measure_warm(p: _Prepared, work: Workload, config: MatmulConfig,

@@ -14,7 +14,8 @@ still compiles and builds every kernel, and only skips the benchmarking:
   and generates code again.
 - Both: a new, empty ``TRITON_CACHE_DIR`` (every Triton kernel is compiled again).
 
-The time is the subprocess's first call (compile + one run), imports excluded. The worker
+The time is the workload's first call (compile + one run) in the subprocess, after a
+one-element warm-up compile (imports and other once-per-process costs excluded). The worker
 runs as ``python -m benchlib.matmul_warm JSON`` with ``tools/`` on ``sys.path``; its last
 stdout line is ``{"first_call_s": ...}`` or ``{"error": ...}``.
 """
@@ -143,11 +144,13 @@ def _first_call_seconds(job: WarmJob) -> float:
 
     from benchlib import compilers
     from benchlib.matmul import Workload, family
+    from benchlib.matmul_runner import warm_up
     from benchlib.timing import synchronize
 
     device = torch.device(job.device)
     module, inputs = Workload(family(job.family), tuple(job.shape)).make(
         device, getattr(torch, job.dtype))
+    warm_up({job.compiler}, device)
     compilers.reset(job.compiler)
     start = time.perf_counter()
     compiled = compilers.compile_fn(job.compiler, module, job.ember_backend, job.mode)
