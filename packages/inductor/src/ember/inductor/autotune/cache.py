@@ -44,6 +44,10 @@ FORMAT = 1
 _KIND = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
+class _CorruptEntry(Exception):
+    """An entry that cannot be used (the message says why)."""
+
+
 class AutotuneCacheWarning(UserWarning):
     """An autotune cache entry was unreadable, corrupt or not this user's; it was
     treated as a miss and removed."""
@@ -134,7 +138,7 @@ def lookup(entry: EntryKey) -> str | None:
         return None
     try:
         return _read(path, entry)
-    except ValueError as e:
+    except _CorruptEntry as e:
         warnings.warn(f"Ember: autotune cache entry {path} {e}; timing the candidates "
                       "again", AutotuneCacheWarning, stacklevel=3)
         remove_entry(path)
@@ -144,23 +148,23 @@ def lookup(entry: EntryKey) -> str | None:
 def _read(path: Path, entry: EntryKey) -> str:
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        raise ValueError(f"is a symbolic link (to {os.readlink(path)})")
+        raise _CorruptEntry(f"is a symbolic link (to {os.readlink(path)})")
     if not stat.S_ISREG(st.st_mode):
-        raise ValueError("is not a regular file")
+        raise _CorruptEntry("is not a regular file")
     if st.st_uid != os.getuid():
-        raise ValueError(f"belongs to another user (uid {st.st_uid}, not {os.getuid()})")
+        raise _CorruptEntry(f"belongs to another user (uid {st.st_uid}, not {os.getuid()})")
     try:
         data = json.loads(read_file(path).decode("utf-8"))
     except (OSError, ValueError) as e:
-        raise ValueError(f"is unreadable ({type(e).__name__}: {e})") from e
+        raise _CorruptEntry(f"is unreadable ({type(e).__name__}: {e})") from e
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"is not a format-{FORMAT} autotune entry")
+        raise _CorruptEntry(f"is not a format-{FORMAT} autotune entry")
     recorded = {name: data.get(name) for name in ("kind", "key", "device", "versions")}
     if recorded != entry.to_json():
-        raise ValueError("holds the decision of another key")
+        raise _CorruptEntry("holds the decision of another key")
     choice = data.get("choice")
     if not isinstance(choice, str):
-        raise ValueError("has no choice")
+        raise _CorruptEntry("has no choice")
     return choice
 
 

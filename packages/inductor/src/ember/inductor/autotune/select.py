@@ -67,8 +67,13 @@ class _State:
     device: torch.device | None = None
 
 
-_STATE: contextvars.ContextVar[_State] = contextvars.ContextVar(
-    "ember_autotune", default=_State(False, TuningReport()))
+_OFF = _State(False, TuningReport())  # outside every block: nothing is counted
+_STATE: contextvars.ContextVar[_State | None] = contextvars.ContextVar(
+    "ember_autotune", default=None)
+
+
+def _current() -> _State:
+    return _STATE.get() or _OFF
 
 
 @contextlib.contextmanager
@@ -84,29 +89,29 @@ def autotuning(enabled: bool) -> contextlib.AbstractContextManager[None]:
     """Within the block, :func:`select` times candidates (``enabled``) or answers the
     default without timing (not ``enabled``). Each block counts its own
     :func:`tuning_report`."""
-    return _state(_State(enabled, TuningReport(), _STATE.get().device))
+    return _state(_State(enabled, TuningReport(), _current().device))
 
 
 def autotune_enabled() -> bool:
     """Whether the current block autotunes (see :func:`autotuning`)."""
-    return _STATE.get().enabled
+    return _current().enabled
 
 
 def tuning_report() -> TuningReport:
     """The counts of the current :func:`autotuning` block."""
-    return _STATE.get().report
+    return _current().report
 
 
 def tuning_device(device: torch.device | str) -> contextlib.AbstractContextManager[None]:
     """Within the block, candidates are built and timed on ``device`` (the compiler
     sets it to the device of the graph being compiled)."""
-    return _state(dataclasses.replace(_STATE.get(), device=torch.device(device)))
+    return _state(dataclasses.replace(_current(), device=torch.device(device)))
 
 
 def tuning_target() -> torch.device:
     """The device candidates are built and timed on: :func:`tuning_device`'s, else the
     current CUDA device when there is one, else the CPU (Triton's interpreter)."""
-    device = _STATE.get().device
+    device = _current().device
     if device is not None:
         return device
     if torch.cuda.is_available():
@@ -146,7 +151,7 @@ def select(kind: str, key: Mapping[str, object], candidates: Sequence[Candidate]
         ValueError: ``kind`` is not a lowercase word, or two candidates share a name.
         TypeError: ``key`` holds a value that is not JSON.
     """
-    state = _STATE.get()
+    state = _current()
     if not state.enabled:
         return default
     names = [c.name for c in candidates]

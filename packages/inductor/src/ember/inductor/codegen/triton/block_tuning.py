@@ -72,21 +72,32 @@ def _runner(kernel: Kernel, config: LaunchConfig, facts: SizeFacts,
             write: WriteKernel) -> Callable[[], None]:
     """Generate, load and run ``kernel`` under ``config`` once (Triton compiles it on a
     GPU); the callable runs it again on the same tensors."""
-    code = write(kernel, config, facts)
-    path = "kernel.py"
-    meta = launch_meta_from_json("triton", code.meta(), f"kernel {kernel.name!r}")
-    launch = load_kernel(KernelEntry(kernel.name, "triton", code.name, path, meta),
-                         {path: code.source.encode("utf-8")})
-    device = tuning_target()
-    generator = torch.Generator(device=device).manual_seed(INPUT_SEED)
-    args: list[object] = [random_buffer(b, facts, device, generator) for b in kernel.buffers]
-    args += [facts.hint(sympy.Symbol(s)) for s in kernel.size_args]
+    launch = load_code(kernel, write(kernel, config, facts))
+    args = kernel_arguments(kernel, facts, tuning_target())
     launch(*args)
 
     def run() -> None:
         launch(*args)
 
     return run
+
+
+def load_code(kernel: Kernel, code: TritonKernelCode) -> Callable[..., None]:
+    """``code`` (generated for ``kernel``) loaded through the runtime's Triton launcher,
+    as a compiled program loads it: ``launch(*buffers, *size_args)``."""
+    path = "kernel.py"
+    meta = launch_meta_from_json("triton", code.meta(), f"kernel {kernel.name!r}")
+    return load_kernel(KernelEntry(kernel.name, "triton", code.name, path, meta),
+                       {path: code.source.encode("utf-8")})
+
+
+def kernel_arguments(kernel: Kernel, facts: SizeFacts, device: torch.device,
+                     seed: int = INPUT_SEED) -> list[object]:
+    """New tensors for ``kernel``'s buffers (:func:`random_buffer`, drawn from ``seed``)
+    and the hints of its size arguments: what a candidate runs on."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    args: list[object] = [random_buffer(b, facts, device, generator) for b in kernel.buffers]
+    return args + [facts.hint(sympy.Symbol(s)) for s in kernel.size_args]
 
 
 def random_buffer(buffer: Buffer, facts: SizeFacts, device: torch.device,

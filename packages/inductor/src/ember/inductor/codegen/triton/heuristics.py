@@ -135,6 +135,8 @@ POINTWISE_CANDIDATES = ((256, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8))
 LOOPED_CANDIDATES = ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16))
 #: the largest persistent tile (XBLOCK * RBLOCK elements) an autotuning candidate holds
 MAX_TUNED_TILE = 8192
+#: persistent rows at least this long (one a program) also get a looped candidate
+LOOPED_VARIANT_ROW = 2048
 
 
 def config_name(config: LaunchConfig) -> str:
@@ -157,9 +159,10 @@ def candidate_configs(default: LaunchConfig, numel: int, reduction_numel: int = 
     - pointwise: ``XBLOCK`` and warps from :data:`POINTWISE_CANDIDATES` (blocks up to
       the tensor's size);
     - persistent reduction: half and twice the rows a program, half and twice the
-      warps, and (rows of 2048 or more) a looped walk of a quarter row;
+      warps, and (rows of :data:`LOOPED_VARIANT_ROW` or more) a looped walk of a
+      quarter row;
     - looped reduction: ``RBLOCK`` and warps from :data:`LOOPED_CANDIDATES` (blocks
-      below the row's length), or for a column reduction half and twice ``RBLOCK``.
+      up to the row's length), or for a column reduction half and twice ``RBLOCK``.
     """
     out = [default]
     if reduction_numel == 0:
@@ -172,7 +175,7 @@ def candidate_configs(default: LaunchConfig, numel: int, reduction_numel: int = 
                 out.append(dataclasses.replace(default, xblock=xblock,
                                                num_warps=_warps_for(xblock * rblock)))
         out += _warp_variants(default)
-        if rblock >= 2048 and default.xblock == 1:
+        if rblock >= LOOPED_VARIANT_ROW and default.xblock == 1:
             out.append(dataclasses.replace(default, rblock=rblock // 4, persistent=False,
                                            num_warps=8))
     elif default.xblock > 1:  # a column reduction: a tile of outer points walks the rows
@@ -184,7 +187,7 @@ def candidate_configs(default: LaunchConfig, numel: int, reduction_numel: int = 
     else:
         row = next_power_of_2(reduction_numel)
         out += [dataclasses.replace(default, rblock=r, num_warps=w)
-                for r, w in LOOPED_CANDIDATES if r < row]
+                for r, w in LOOPED_CANDIDATES if r <= row]
     unique: list[LaunchConfig] = []
     for config in out:
         if config not in unique:
