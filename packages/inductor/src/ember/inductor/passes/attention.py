@@ -113,7 +113,7 @@ class _GraphRewriter:
         return count
 
     def _rewrite_one(self) -> bool:
-        matcher = Matcher(self.graph)
+        matcher = Matcher(self.graph, self.program.tensors)
         evaluator = ConstantEvaluator(self.program, matcher.nodes)
         for node in list(self.graph.nodes):
             if node.op != "call" or node.target not in _ANCHORS:
@@ -129,15 +129,17 @@ class _GraphRewriter:
         for match in matcher.matches_at(node, rule.pattern):
             try:
                 _check(rule, match, matcher)
-                replacement = _record_sdpa(rule, match, matcher, evaluator, self.graph)
+                replacement, causal = _record_sdpa(rule, match, matcher, evaluator,
+                                                   self.graph)
             except NotRewritten as e:
                 refused = refused or (match, str(e))
                 continue
             out = splice_graph(self.graph, match.anchor, replacement, _inputs(rule, match),
                                set(match.covered), _source(match, matcher))
             fused = next(n.target for n in replacement.nodes if n.target in _FUSED)
-            log("patterns", f"attention: {rule.name} at %{node.name}{_where(match, matcher)} "
-                f"-> {fused} (%{out.node})")
+            mask = " (a causal mask: is_causal=True)" if causal else ""
+            log("patterns", f"attention: {rule.name}{mask} at %{node.name}"
+                f"{_where(match, matcher)} -> {fused} (%{out.node})")
             return True
         if refused is not None and (node.name, rule.name) not in self.refusals:
             self.refusals.add((node.name, rule.name))
@@ -215,9 +217,9 @@ def _causal(rule: AttentionRule, match: Match, matcher: Matcher,
 
 
 def _record_sdpa(rule: AttentionRule, match: Match, matcher: Matcher,
-                 evaluator: ConstantEvaluator, graph: Graph) -> Graph:
+                 evaluator: ConstantEvaluator, graph: Graph) -> tuple[Graph, bool]:
     """The graph torch records for SDPA over the matched values (its placeholders are
-    named after :func:`_inputs`)."""
+    named after :func:`_inputs`), and whether the mask became ``is_causal``."""
     causal = _causal(rule, match, matcher, evaluator)
     inputs = _inputs(rule, match)
     if causal:
@@ -245,7 +247,7 @@ def _record_sdpa(rule: AttentionRule, match: Match, matcher: Matcher,
     if new_guards or recorded.tensors or any(
             n.op not in ("placeholder", "call", "output") for n in replacement.nodes):
         raise NotRewritten("SDPA for these inputs adds shape guards or constants")
-    return replacement
+    return replacement, causal
 
 
 def _fake_input(recorder: GraphRecorder, name: str, meta: TensorMeta,

@@ -8,8 +8,9 @@ pattern            matches
 =================  ==================================================================
 ``Var(name)``      any value; binds it to ``name`` (a name bound twice must bind the
                    same value)
-``Const(name)``    a constant number: a Python scalar argument, or the value of a 0-d
-                   ``scalar_tensor``/``full`` call (its dtype's rounding applied);
+``Const(name)``    a constant number: a Python scalar argument, a 0-d ``constant``,
+                   or the value of a 0-d ``scalar_tensor``/``full`` call, through
+                   ``alias`` (its dtype's rounding applied);
                    binds the float to ``name``
 ``Op(...)``        a ``call`` node whose target is one of ``targets`` and whose
                    positional arguments match ``args`` (sub-patterns, or literals
@@ -30,7 +31,7 @@ than the anchor are read only inside the match (so the rewrite can drop them).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -145,10 +146,12 @@ _FULL = "aten::full.default"
 
 
 class Matcher:
-    """Matches patterns in one graph (its nodes by name, and their users)."""
+    """Matches patterns in one graph (its nodes by name, and their users); ``tensors``
+    are the program's, for ``constant`` nodes."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, tensors: Mapping[str, torch.Tensor] | None = None) -> None:
         self.graph = graph
+        self.tensors = tensors or {}
         self.nodes: dict[str, Node] = {n.name: n for n in graph.nodes}
         self.users = graph.users()
 
@@ -345,6 +348,16 @@ class Matcher:
             return None
         if isinstance(value, (int, float)):
             return float(value)
+        alias = self._call(value, ("aten::alias.default",))
+        while alias is not None:
+            value = alias.args[0]
+            alias = self._call(value, ("aten::alias.default",))
+        folded = self.nodes.get(value.node) if isinstance(value, ValueRef) else None
+        if folded is not None and folded.op == "constant" and value.index is None:
+            tensor = self.tensors.get(folded.target)
+            if tensor is None or tensor.dim() != 0 or not tensor.is_floating_point():
+                return None
+            return float(tensor.item())
         node = self._call(value, (_SCALAR_TENSOR, _FULL))
         if node is None or not isinstance(node.meta, TensorMeta) or node.meta.sizes != ():
             return None
