@@ -352,8 +352,9 @@ class Matcher:
         while alias is not None:
             value = alias.args[0]
             alias = self._call(value, ("aten::alias.default",))
-        folded = self.nodes.get(value.node) if isinstance(value, ValueRef) else None
-        if folded is not None and folded.op == "constant" and value.index is None:
+        folded = (self.nodes.get(value.node)
+                  if isinstance(value, ValueRef) and value.index is None else None)
+        if folded is not None and folded.op == "constant":
             tensor = self.tensors.get(folded.target)
             if tensor is None or tensor.dim() != 0 or not tensor.is_floating_point():
                 return None
