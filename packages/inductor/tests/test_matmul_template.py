@@ -131,6 +131,17 @@ def test_prologue_cast_and_scale_run_in_the_loads() -> None:
     _close(out, fn(x, w), bf16=True)
 
 
+def test_tiles_that_divide_the_sizes_need_no_masks() -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x @ w.t()) * b
+
+    x, w, b = torch.randn(64, 32), torch.randn(96, 32), torch.randn(96)
+    compiled, (out,) = _templated(fn, x, w, b)
+    source = _sources(compiled)
+    assert "mask" not in source.split("@triton.jit")[1]
+    _close(out, fn(x, w, b))
+
+
 def test_split_k_matches_eager() -> None:
     def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.relu(x @ w) * 2.0

@@ -107,6 +107,7 @@ class MatmulTemplateWriter(KernelWriter):
             "x0" if template.batched else None, f"x{first}", f"x{first + 1}")
         self.var_text: dict[str, str] = {}
         self.section_mask: str | None = "xmask"
+        self.out_mask: str | None = "xmask"
         self._split_plan()
 
     # --- analysis ---------------------------------------------------------------------
@@ -209,7 +210,8 @@ class MatmulTemplateWriter(KernelWriter):
         value = self.value(s.value)
         if s.mask is not None:
             mask = f"(({mask}) != 0)"
-        self.line(f"tl.store({ptr}, {value}, mask={mask})")
+        masked = "" if mask is None else f", mask={mask}"
+        self.line(f"tl.store({ptr}, {value}{masked})")
 
     # --- the template -----------------------------------------------------------------
 
@@ -239,7 +241,10 @@ class MatmulTemplateWriter(KernelWriter):
         wide = ".to(tl.int64)" if self.use64 else ""
         self.line(f"xm = (pid_m{wide} * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]")
         self.line(f"xn = (pid_n{wide} * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]")
-        self.line("xmask = (xm < M) & (xn < N)")
+        xmask = self.bounds(("xm", "M", self.mm.block_m), ("xn", "N", self.mm.block_n))
+        if xmask is not None:
+            self.line(f"xmask = {xmask}")
+        self.out_mask = None if xmask is None else "xmask"
         self.var_text = {self.m_var: "xm", self.n_var: "xn"}
         if self.batch_var is not None:
             self.line(f"xb = tl.program_id(1){wide}")
@@ -254,7 +259,8 @@ class MatmulTemplateWriter(KernelWriter):
             if not isinstance(s, Store) and s.name in names:
                 self.emit(s)
 
-    def operand(self, value: str, names: set[str], mask: str, tile_vars: set[str]) -> str:
+    def operand(self, value: str, names: set[str], mask: str | None, tile_vars: set[str]
+                ) -> str:
         """The dot operand: its tile, zero outside ``mask`` and of the tile's shape,
         unless it is a masked load over both of the tile's variables (which reads 0
         outside the mask already)."""
@@ -264,12 +270,27 @@ class MatmulTemplateWriter(KernelWriter):
                 and tile_vars <= {v.name for v in free_vars(stmt.index)}):
             return text
         dtype = tl_type(self.dot_dtype)
-        self.line(f"{text}_tile = tl.where({mask}, {text}, 0.0).to({dtype})")
+        if mask is None:  # every point of the tile is in bounds: only its shape
+            shape = "[BLOCK_M, BLOCK_K]" if self.m_var in tile_vars else "[BLOCK_K, BLOCK_N]"
+            self.line(f"{text}_tile = tl.broadcast_to({text}, {shape}).to({dtype})")
+        else:
+            self.line(f"{text}_tile = tl.where({mask}, {text}, 0.0).to({dtype})")
         return f"{text}_tile"
+
+    def exact(self, size: Size, block: int) -> bool:
+        """Whether ``block`` divides ``size`` (static): no mask along it."""
+        return isinstance(size, int) and block > 0 and size % block == 0
+
+    def bounds(self, *parts: tuple[str, str, int]) -> str | None:
+        """The conjunction of ``index < size`` over the ``(index, size name, block)``
+        parts whose block does not divide the size, None when every one does."""
+        sizes = dict(zip("MNK", self.sizes_of()[1:]))
+        tests = [f"({index} < {name})" for index, name, block in parts
+                 if not self.exact(sizes[name], block)]
+        return " & ".join(tests) or None
 
     def k_loop(self, extent: str, start: str | None) -> None:
         """``acc`` over ``[start, start + extent)`` of K (the whole of K without start)."""
-        k = self.sizes_of()[3]
         self.line("acc = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)")
         self.line(f"for koff in range(0, {extent}, BLOCK_K):")
         self.indent += 1
@@ -277,13 +298,19 @@ class MatmulTemplateWriter(KernelWriter):
         wide = ".to(tl.int64)" if self.use64 else ""
         self.line(f"ka = ({base} + tl.arange(0, BLOCK_K)){wide}[None, :]")
         self.line(f"kb = ({base} + tl.arange(0, BLOCK_K)){wide}[:, None]")
-        k_exact = start is None and isinstance(k, int) and k % self.mm.block_k == 0
-        self.line("amask = (xm < M)" + ("" if k_exact else " & (ka < K)"))
-        self.line("bmask = (xn < N)" + ("" if k_exact else " & (kb < K)"))
-        self.emit_section("prologue A [BLOCK_M, BLOCK_K]", self.a_side, "amask", {"r0": "ka"})
-        a = self.operand(self.a_value, self.a_side, "amask", {self.m_var, "r0"})
-        self.emit_section("prologue B [BLOCK_K, BLOCK_N]", self.b_side, "bmask", {"r0": "kb"})
-        b = self.operand(self.b_value, self.b_side, "bmask", {"r0", self.n_var})
+        # split-K: the last chunk may end past K
+        block_k = self.mm.block_k if start is None else 0
+        amask = self.bounds(("xm", "M", self.mm.block_m), ("ka", "K", block_k))
+        bmask = self.bounds(("kb", "K", block_k), ("xn", "N", self.mm.block_n))
+        for name, mask in (("amask", amask), ("bmask", bmask)):
+            if mask is not None:
+                self.line(f"{name} = {mask}")
+        self.emit_section("prologue A [BLOCK_M, BLOCK_K]", self.a_side,
+                          amask and "amask", {"r0": "ka"})
+        a = self.operand(self.a_value, self.a_side, amask and "amask", {self.m_var, "r0"})
+        self.emit_section("prologue B [BLOCK_K, BLOCK_N]", self.b_side,
+                          bmask and "bmask", {"r0": "kb"})
+        b = self.operand(self.b_value, self.b_side, bmask and "bmask", {"r0", self.n_var})
         precision = ""
         if self.dot_dtype == torch.float32:
             precision = f", input_precision=\"{'tf32' if self.template.allow_tf32 else 'ieee'}\""
@@ -310,7 +337,7 @@ class MatmulTemplateWriter(KernelWriter):
 
     def emit_epilogue(self) -> None:
         self.line("# epilogue [BLOCK_M, BLOCK_N]")
-        self.section_mask = "xmask"
+        self.section_mask = self.out_mask
         self.var_text.pop("r0", None)
         self.dtypes[self.dot.name] = torch.float32
         self.line(f"{self.value(self.dot.name)} = acc")
@@ -379,7 +406,8 @@ class MatmulTemplateWriter(KernelWriter):
         self.line(f"kstart = ksplit * {chunk}")
         self.emit_common()
         self.k_loop(chunk, "kstart")
-        self.line("tl.store(acc_ws + (ksplit * (M * N) + xm * N + xn), acc, mask=xmask)")
+        masked = "" if self.out_mask is None else ", mask=xmask"
+        self.line(f"tl.store(acc_ws + (ksplit * (M * N) + xm * N + xn), acc{masked})")
         partial_lines, self.lines = self.lines, []
         self.indent = 1
         self.header(f" (split-K: sums {split} chunks)")
@@ -387,8 +415,8 @@ class MatmulTemplateWriter(KernelWriter):
         self.emit_common()
         self.line("acc = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)")
         self.line(f"for ksplit in range(0, {split}):")
-        self.line("    acc += tl.load(acc_ws + (ksplit * (M * N) + xm * N + xn), mask=xmask, "
-                  "other=0.0)")
+        masked = "" if self.out_mask is None else ", mask=xmask, other=0.0"
+        self.line(f"    acc += tl.load(acc_ws + (ksplit * (M * N) + xm * N + xn){masked})")
         self.emit_epilogue()
         name = identifier(self.kernel.name)
         constexprs = self.constexprs()
