@@ -40,13 +40,22 @@ class InputRole(enum.Enum):
     VALUE = "value"  # not a tensor: part of the signature
 
 
-def signature_of(inputs: Sequence[Any]) -> tuple[object, ...]:
-    """The recording key of a call: each tensor's sizes and strides, each other
-    input's value (a recording replays exactly one shape)."""
+def keyed_positions(specs: Sequence[InputSpec], n_inputs: int) -> list[int]:
+    """The inputs a call's signature reads: all but the parameters, buffers and
+    constants by their ``InputKind`` (a recording checks their addresses instead; their
+    sizes are the capture's own, guarded by the frontend)."""
+    return [i for i in range(n_inputs)
+            if i >= len(specs) or specs[i].kind not in _IN_PLACE_KINDS]
+
+
+def signature_of(inputs: Sequence[Any], positions: Sequence[int]) -> tuple[object, ...]:
+    """The recording key of a call: the device, sizes and strides of each tensor at
+    ``positions``, each other input's value (a recording replays exactly one shape)."""
     key: list[object] = []
-    for x in inputs:
+    for i in positions:
+        x = inputs[i]
         if isinstance(x, torch.Tensor):
-            key.append((tuple(x.shape), x.stride()))
+            key.append((x.shape, x.stride(), x.device.type))
         else:
             key.append(x if isinstance(x, (int, float, bool, str, type(None))) else repr(x))
     return tuple(key)
@@ -83,6 +92,7 @@ class StaticInputs:
     roles: list[InputRole]
     tensors: list[Any]  # the recorded inputs: static buffers, parameters, pool outputs
     pointers: list[int]  # data_ptr of each tensor input at recording (0 for others)
+    in_place: list[tuple[int, int]]  # (position, data_ptr) of the IN_PLACE inputs
 
     @staticmethod
     def make(inputs: Sequence[Any], specs: Sequence[InputSpec], in_place: set[int],
@@ -114,12 +124,13 @@ class StaticInputs:
                 roles.append(InputRole.COPIED)
                 tensors.append(_static_buffer(x))
         pointers = [t.data_ptr() if isinstance(t, torch.Tensor) else 0 for t in tensors]
-        return StaticInputs(roles, tensors, pointers)
+        kept = [(i, pointers[i]) for i, r in enumerate(roles) if r is InputRole.IN_PLACE]
+        return StaticInputs(roles, tensors, pointers, kept)
 
     def moved_parameter(self, inputs: Sequence[Any]) -> int | None:
         """The position of an ``IN_PLACE`` input that is not at its recorded address."""
-        for i, role in enumerate(self.roles):
-            if role is InputRole.IN_PLACE and inputs[i].data_ptr() != self.pointers[i]:
+        for i, pointer in self.in_place:
+            if inputs[i].data_ptr() != pointer:
                 return i
         return None
 
@@ -137,4 +148,4 @@ class StaticInputs:
                 self.tensors[i].copy_(inputs[i])
 
 
-__all__ = ["InputRole", "StaticInputs", "is_dense", "signature_of"]
+__all__ = ["InputRole", "StaticInputs", "is_dense", "keyed_positions", "signature_of"]

@@ -28,7 +28,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import torch
-from ember.runtime.cudagraphs_inputs import InputRole, StaticInputs, signature_of
+from ember.runtime.cudagraphs_inputs import (
+    InputRole,
+    StaticInputs,
+    keyed_positions,
+    signature_of,
+)
 from ember.runtime.cudagraphs_policy import (
     CPU_INPUT,
     RERECORD_LIMIT,
@@ -117,6 +122,7 @@ class GraphedExecutor:
         self._warm: set[tuple[object, ...]] = set()
         self._refused: dict[tuple[object, ...], str] = {}
         self._rerecords: dict[tuple[object, ...], int] = {}
+        self._keyed: list[int] | None = None  # the inputs a call's signature reads
         self.last_hold: SavedHold | None = None
         """The saved tensors of the latest call, when it replayed a forward graph (the
         autograd glue keeps it for the backward: ``SavedHold.check``)."""
@@ -130,15 +136,18 @@ class GraphedExecutor:
     def __call__(self, inputs: list[Any]) -> list[Any]:
         model = self.model
         self.last_hold = None
-        for i, x in enumerate(inputs):
-            if isinstance(x, torch.Tensor) and x.device.type != self.capture.device_type:
-                return self._run_plain(inputs, CPU_INPUT, f"input {i} is on {x.device}")
-        key = signature_of(inputs)
+        if self._keyed is None or len(self._keyed) > len(inputs):
+            self._keyed = keyed_positions(self.input_specs, len(inputs))
+        key = signature_of(inputs, self._keyed)
         refused = self._refused.get(key)
         if refused is not None:
             return self._run_plain(inputs, refused)
         recording = self.recordings.get(key)
         if recording is None and key not in self._warm:
+            device = self._other_device(inputs)
+            if device:
+                self._refused[key] = CPU_INPUT
+                return self._run_plain(inputs, CPU_INPUT, device)
             if len(self._warm) >= self.max_shapes:
                 self._refused[key] = SHAPE_LIMIT
                 return self._run_plain(inputs, SHAPE_LIMIT, f"{self.max_shapes} recorded")
@@ -164,6 +173,13 @@ class GraphedExecutor:
         recording.replay()
         model.stats.replays += 1
         return self._results(recording)
+
+    def _other_device(self, inputs: list[Any]) -> str:
+        """Which tensor input is not on the capture's device type ("" if none)."""
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor) and x.device.type != self.capture.device_type:
+                return f"input {i} is on {x.device}"
+        return ""
 
     def _parameter_moved(self, key: tuple[object, ...], position: int) -> Recording | None:
         del self.recordings[key]

@@ -15,8 +15,9 @@ backward graph the aot stage derives (the callable's outputs carry autograd).
 ``torch.compile`` passes through:
 
 ============================  =====================================================
-``mode=``                     ``None``/``"default"``; other torch modes raise
-                              ``NotImplementedError`` (:func:`~ember.runtime.pipeline.check_mode`)
+``mode=``                     ``None``/``"default"`` or a mode whose features Ember
+                              implements (:func:`~ember.runtime.pipeline.check_mode`;
+                              ``reduce-overhead``: CUDA graphs)
 ``options={"backend": B}``    the Ember backend: ``"inductor"`` (default),
                               ``"aot_eager"`` or ``"eager"``
 ``options={...}``             any key a stage of that backend declares
