@@ -14,7 +14,8 @@ CPU-sized shapes (``--scale quick``). Per workload: each variant's first call (c
 time), its accuracy against eager in the workload's dtype (and fp64), its median time;
 speeds as the other variant's time over the row's; then the issue's targets, met or not.
 A one-element compile with each compiler first pays what a process pays once (imports,
-the first compile of anything), so compile times are the workloads' own. Autotuning variants also get their compile time with a warm autotune cache, in a fresh
+the first compile of anything), so compile times are the workloads' own. ``--json`` and
+``--markdown`` are rewritten after every workload (a run stopped from outside keeps them). Autotuning variants also get their compile time with a warm autotune cache, in a fresh
 subprocess (``benchlib/matmul_warm.py``). Each workload and variant compiles with caches
 of its own (Ember's, inductor's and Triton's) that start empty, under ``--cache-dir`` or a
 temporary directory.
@@ -104,30 +105,38 @@ def _run(args: argparse.Namespace, cache_root: Path) -> int:
     with matmul_warm.using_caches(matmul_warm.CacheDirs.under(cache_root / "warm-up")):
         for compiler, error in matmul_runner.warm_up(compiler_names, device).items():
             print(f"warm-up of {compiler} failed: {error}", file=sys.stderr, flush=True)
-    for work in args.workload_list:
+    meta = report.environment(device)
+    meta.update(suite="matmul", scale=args.scale, dtype=str(args.torch_dtype),
+                ember_backend=args.ember_backend)
+    for done, work in enumerate(args.workload_list, 1):
         t0 = time.perf_counter()
         work_rows = matmul_runner.bench_workload(work, config)
         rows += work_rows
         states = ", ".join(f"{r.variant} {r.status}" for r in work_rows)
         print(f"[{time.perf_counter() - start:6.0f}s] {work.name}: {states} "
               f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
-    meta = report.environment(device)
-    meta.update(suite="matmul", scale=args.scale, dtype=str(args.torch_dtype),
-                ember_backend=args.ember_backend, wall_s=f"{time.perf_counter() - start:.0f}")
+        # The files after every workload: a run stopped by an outer timeout keeps its rows.
+        meta.update(wall_s=f"{time.perf_counter() - start:.0f}",
+                    workloads_done=f"{done} of {len(args.workload_list)}")
+        _write(args, meta, rows)
     print()
     print(" ".join(f"{k}={v}" for k, v in meta.items() if k != "command"))
     print(matmul_report.table(rows))
     print("\n" + matmul_report.LEGEND)
     print("\nissue #16 targets:")
     print(matmul_report.target_table(matmul_report.targets(rows)))
-    if args.json:
-        matmul_report.write_json(args.json, meta, rows)
-        print(f"\nwrote {args.json}")
-    if args.markdown:
-        matmul_report.write_markdown(args.markdown, meta, rows)
-        print(f"wrote {args.markdown}")
+    for path in (args.json, args.markdown):
+        if path:
+            print(f"wrote {path}")
     return 0
 
+
+def _write(args: argparse.Namespace, meta: dict[str, str],
+           rows: list[matmul_runner.MatmulRow]) -> None:
+    if args.json:
+        matmul_report.write_json(args.json, meta, rows)
+    if args.markdown:
+        matmul_report.write_markdown(args.markdown, meta, rows)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -53,6 +53,18 @@ def reset(compiler: str) -> None:
             pass
 
 
+def reset_counters(compiler: str) -> None:
+    """Zero the counters :func:`graph_stats` reads, keeping what was compiled: a second
+    compile by ``compiler`` of the same model (another ``mode``) gets figures of its own
+    while the first compiled callable stays compiled (:func:`reset` would drop it)."""
+    if compiler in ("torch", "dynamo_ember"):
+        import torch._dynamo.utils
+        import torch._inductor.metrics
+
+        torch._dynamo.utils.counters.clear()
+        torch._inductor.metrics.reset()
+
+
 def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "inductor",
                mode: str | None = None, ember_options: dict[str, Any] | None = None,
                dynamic: bool | None = None) -> Callable[..., Any]:

@@ -212,7 +212,8 @@ def write_markdown(path: str | Path, meta: dict[str, Any], rows: Sequence[Matmul
         f"Command: `{meta.get('command', '')}`",
         "",
         (f"Date: {meta.get('date', '?')}; {env}; device: {meta.get('device', '?')}; "
-        f"scale {meta.get('scale')}; run time {meta.get('wall_s', '?')} s."),
+        f"scale {meta.get('scale')}; workloads {meta.get('workloads_done', '?')}; "
+        f"run time {meta.get('wall_s', '?')} s."),
         "",
         table(rows, markdown=True),
         "",

@@ -162,6 +162,11 @@ def bench_workload(work: Workload, config: MatmulConfig) -> list[MatmulRow]:
     except Exception as exc:  # noqa: BLE001 - a failure is a result, recorded in the row
         return [MatmulRow(work.name, work.family.name, dtype_name, v.name, "fail_to_run",
                           f"workload: {describe(exc)}") for v in chosen]
+    for compiler in {v.compiler for v in chosen}:
+        # Earlier workloads' compiles dropped: no recompile limit, no automatic dynamic
+        # shapes from another size; within the workload only counters are reset, so
+        # every variant stays compiled until it is timed.
+        compilers.reset(compiler)
     prepared = [_prepare(work, dtype_name, v, base, inputs, reference, config,
                          _own_caches(config, work, v))
                 for v in chosen]
@@ -219,7 +224,7 @@ def _compile_and_check(work: Workload, dtype_name: str, v: Variant, base: torch.
     module = copy.deepcopy(base)
     phase = "compile"
     try:
-        compilers.reset(v.compiler)
+        compilers.reset_counters(v.compiler)
         compiled = compilers.compile_fn(v.compiler, module, config.ember_backend, v.mode)
         start = time.perf_counter()
         with time_limit(config.time_limit_s, f"compiling {work.name} with {v.name}"):

@@ -5,6 +5,8 @@
 #     bash tools/gpu/h200_all.sh dynamic  # the same with --dynamic: dynamic=True beside static
 #     bash tools/gpu/h200_all.sh generate # tools/bench_generate.py: HF GPT-2 generate, issue #15 config
 #     PROFILE_ARGS="resnet bfloat16 dynamic" bash tools/gpu/h200_all.sh profile  # profile_zoo.py
+#     bash tools/gpu/h200_all.sh matmul   # tools/bench_matmul.py: issue #16's matmul suite, bf16
+#     MATMUL_FAMILIES=gemm bash tools/gpu/h200_all.sh matmul  # one part (files named after it)
 # The machine has python3 with torch and triton but not Ember: the four packages are
 # put on PYTHONPATH.
 set -o pipefail
@@ -45,6 +47,17 @@ generate)
     timeout "${BENCH_TIMEOUT:-540}" python3 tools/bench_generate.py --device cuda \
         --compilers eager,torch,ember --json "$OUT/generate.json" --markdown "$OUT/generate.md" \
         ${BENCH_ARGS:-} 2>&1 | tee "$OUT/generate.log" | tail -30
+    ;;
+matmul)
+    # The whole suite with every variant may not fit one BENCH_TIMEOUT: run it in parts
+    # (MATMUL_FAMILIES=gemm, then gemm_bias_gelu,mlp, then attention,attention_causal).
+    # The JSON/Markdown files are rewritten after each workload, so a part stopped by the
+    # timeout keeps the workloads it finished.
+    tag=${MATMUL_FAMILIES:+_${MATMUL_FAMILIES//,/_}}
+    timeout "${BENCH_TIMEOUT:-540}" python3 tools/bench_matmul.py --device cuda --dtype bfloat16 \
+        --time-limit 240 ${MATMUL_FAMILIES:+--families "$MATMUL_FAMILIES"} \
+        --json "$OUT/bench_matmul$tag.json" --markdown "$OUT/bench_matmul$tag.md" \
+        ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_matmul$tag.log" | tail -70
     ;;
 profile)
     timeout "${BENCH_TIMEOUT:-400}" python3 tools/gpu/profile_zoo.py ${PROFILE_ARGS:-resnet bfloat16 dynamic} \
