@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import warnings
 from collections.abc import Callable
 from functools import partial
 
@@ -73,13 +74,21 @@ def _runner(kernel: Kernel, config: LaunchConfig, facts: SizeFacts,
     """Generate, load and run ``kernel`` under ``config`` once (Triton compiles it on a
     GPU); the callable runs it again on the same tensors."""
     launch = load_code(kernel, write(kernel, config, facts))
-    args = kernel_arguments(kernel, facts, tuning_target())
-    launch(*args)
-
-    def run() -> None:
+    device = tuning_target()
+    args = kernel_arguments(kernel, facts, device)
+    if device.type == "cuda":
         launch(*args)
+        return partial(launch, *args)
 
-    return run
+    def interpreted() -> None:
+        # NOTE: numpy, under Triton's interpreter, warns of the NaNs that random data
+        # gives (the square root of a random variance); they are no concern of the user's
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            launch(*args)
+
+    interpreted()
+    return interpreted
 
 
 def load_code(kernel: Kernel, code: TritonKernelCode) -> Callable[..., None]:
