@@ -90,9 +90,14 @@ def compile(
             parameters and buffers are graph inputs read live at each call.
         backend: ``"eager"`` (reference interpreter), ``"aot_eager"`` or
             ``"inductor"`` (default).
-        mode: None or ``"default"``. torch.compile's ``"reduce-overhead"``,
-            ``"max-autotune"`` and ``"max-autotune-no-cudagraphs"`` are not implemented
-            yet (``NotImplementedError``), never silently the default.
+        mode: None or ``"default"``; ``"max-autotune-no-cudagraphs"``: the inductor
+            times candidate kernels on the device at compile time (block sizes of
+            pointwise and reduction Triton kernels, matmul templates against the
+            extern call) and keeps each decision in an on-disk cache
+            (``docs/autotuning.md``); ``"max-autotune"`` adds CUDA graphs to that,
+            ``"reduce-overhead"`` is CUDA graphs alone. A mode whose features are not
+            implemented yet (``ember.runtime.pipeline.implemented_modes()``) raises
+            ``NotImplementedError``, never silently the default.
         fullgraph: strict capture raises ``FullGraphError`` at a graph break instead
             of splitting the function (unless ``options["allow_breaks"]`` allows it);
             tracing capture always produces one full graph (or a ``CaptureError``).
