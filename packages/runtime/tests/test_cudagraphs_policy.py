@@ -11,14 +11,17 @@ from ember.runtime.config import patch
 from ember.runtime.cudagraphs import NOT_COMPILED
 from ember.runtime.cudagraphs_inputs import is_dense
 from ember.runtime.cudagraphs_policy import (
+    ALIASED_INPUTS,
     CPU_TENSORS,
     DATA_DEPENDENT,
     SEVERAL_DEVICES,
     SYNCHRONIZING,
+    aliased_user_inputs,
     cudagraph_skips,
     why_not_recorded,
 )
 from ember.runtime.ir import InputSpec, Program, parse_program
+from ember.runtime.ir.contracts import InputAlias, InputAliases
 from ember.runtime.pipeline import compile_program
 from ember.runtime.tracing import GraphRecorder
 
@@ -38,14 +41,14 @@ CASES = {
   %_local_scalar_dense: float = aten::_local_scalar_dense.default(%sum)  # m.py:6 f "s = x.sum().item()"
   %mul: f32[3, 4]{4,1} cuda:0 = aten::mul.Tensor(%x, %_local_scalar_dense)  # m.py:7 f "return x * s"
   return (%mul)  [user_output]
-""", SYNCHRONIZING, "%_local_scalar_dense (m.py:6 in f) aten::_local_scalar_dense.default "
-                    "reads a tensor's value on the host (.item())"),
+""", SYNCHRONIZING, ("%_local_scalar_dense (m.py:6 in f) aten::_local_scalar_dense.default "
+                     "reads a tensor's value on the host (.item())")),
     "nonzero": (_HEAD + """graph forward(%x: f32[3, 4]{4,1} cuda:0):
   symbols u0 in [0, 12]
   %nonzero: i64[u0, 2]{1,u0} cuda:0 = aten::nonzero.default(%x)          # m.py:6 f "return x.nonzero()"
   return (%nonzero)  [user_output]
-""", SYNCHRONIZING, "%nonzero (m.py:6 in f) aten::nonzero.default its result size is read "
-                    "back from the device"),
+""", SYNCHRONIZING, ("%nonzero (m.py:6 in f) aten::nonzero.default its result size is read "
+                     "back from the device")),
     "unbacked size": (_HEAD + """graph forward(%r: i64[3]{1} cuda:0):
   symbols u0 in [0, 99]
   %repeat_interleave: i64[u0]{1} cuda:0 = aten::repeat_interleave.Tensor(%r)  # m.py:4 f "i = r.repeat_interleave()"
@@ -68,6 +71,18 @@ def test_a_cuda_graph_with_random_ops_is_recorded() -> None:
 def test_refusal_reasons_from_the_ir(case: str) -> None:
     text, reason, detail = CASES[case]
     assert why_not_recorded(_program(text).forward) == (reason, detail)
+
+
+def test_user_inputs_captured_as_views_of_one_another_are_not_recorded() -> None:
+    text = CLEAN.replace("graph forward(%x: f32[3, 4]{4,1} cuda:0):",
+                         "graph forward(%x: f32[3, 4]{4,1} cuda:0, %y: f32[4]{1} cuda:0):")
+    program = _program(text)
+    assert aliased_user_inputs(program) is None
+    program.metadata["input_aliases"] = InputAliases(
+        {"y": InputAlias("x", (4,), (1,), 4)}).to_json()
+    assert aliased_user_inputs(program) == (ALIASED_INPUTS, "%y is a view of %x")
+    graphs = ProgramCallable(program).enable_cuda_graphs()
+    assert graphs.skips.seen == {("forward", ALIASED_INPUTS)}
 
 
 def test_an_interpreted_program_is_not_recorded(capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,12 @@ import torch
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.config import patch
 from ember.runtime.cudagraphs import CudaGraphs, OverwrittenSavedTensorError, mark_step_begin
-from ember.runtime.cudagraphs_policy import SAVED_IN_USE, SHAPE_LIMIT, STORAGE_CHANGES
+from ember.runtime.cudagraphs_policy import (
+    RECORDING_FAILED,
+    SAVED_IN_USE,
+    SHAPE_LIMIT,
+    STORAGE_CHANGES,
+)
 from ember.runtime.ir import InputKind, InputSpec, Program
 from ember.runtime.pipeline import compile_program
 from ember.runtime.tracing import GraphRecorder
@@ -253,3 +258,23 @@ def test_a_forward_kept_without_the_marker_only_costs_plain_calls(
     torch.testing.assert_close((w.grad, b.grad), (we.grad, be.grad))
     assert graphs.stats.plain_calls[SAVED_IN_USE] >= 1
     w.grad = b.grad = None
+
+
+def test_a_capture_torch_refuses_runs_plain_and_says_why(
+        linear: tuple[Program, torch.Tensor, torch.Tensor],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    class Refusing(EmulatedCapture):
+        def record(self, run: Callable[[], list[Any]],
+                   pool: object) -> tuple[Callable[[], None], list[Any]]:
+            raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    program, w, b = linear
+    fn = ProgramCallable(program)
+    graphs = fn.enable_cuda_graphs(Refusing())
+    x = torch.randn(2, 4)
+    with torch.no_grad(), patch(logs="cudagraphs"):
+        for _ in range(3):
+            torch.testing.assert_close(fn([x, w, b])[0], _linear_tanh(x, w, b))
+    assert graphs.stats.plain_calls == {"warm-up": 1, RECORDING_FAILED: 2}
+    assert ("graph 'forward' runs without CUDA graphs: recording failed: operation not "
+            "permitted when stream is capturing\n") in capsys.readouterr().err

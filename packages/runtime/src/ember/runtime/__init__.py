@@ -2,8 +2,8 @@
 that composes the stages, and the loader of compiled artifacts."""
 
 from ember.runtime.compiled.artifact import load_artifact  # noqa: E402,F401
-from ember.runtime.cudagraphs_pool import (  # noqa: E402
-    mark_step_begin as cudagraph_mark_step_begin,  # CUDA graphs: a training step begins
+from ember.runtime.cudagraphs_pool import (  # noqa: F401 - CUDA graphs: a step begins
+    mark_step_begin as cudagraph_mark_step_begin,
 )
 from ember.runtime.export_import import import_exported as import_exported  # noqa: E402
 from ember.runtime.fx_import import import_fx as import_fx  # noqa: E402

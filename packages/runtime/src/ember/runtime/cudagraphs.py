@@ -32,6 +32,7 @@ from ember.runtime.config import config
 from ember.runtime.cudagraphs_policy import (
     CPU_TENSORS,
     SkipLog,
+    aliased_user_inputs,
     cudagraph_skips,
     why_not_recorded,
 )
@@ -84,6 +85,8 @@ class CudaGraphs:
         be recorded (the reason is logged once and counted)."""
         graph = self.program.graphs[graph_name]
         refusal = why_not_recorded(graph, self.capture.device_type)
+        if refusal is None and graph_name == "forward":
+            refusal = aliased_user_inputs(self.program)
         if refusal is None and self.program.dialect != "compiled":
             refusal = (NOT_COMPILED, f"dialect {self.program.dialect!r}")
         if refusal is not None:

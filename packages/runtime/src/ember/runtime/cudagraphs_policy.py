@@ -19,6 +19,9 @@ reason                             when
                                    waits for a value the graph computes)
 :data:`DATA_DEPENDENT`             a size the graph computes (an unbacked ``u0``:
                                    ``nonzero``, ``masked_select``)
+:data:`ALIASED_INPUTS`             the forward takes user inputs captured as views
+                                   of one another (``metadata["input_aliases"]``):
+                                   static buffers would not share memory
 =================================  ================================================
 
 Decided per call (:mod:`ember.runtime.cudagraphs_replay`):
@@ -31,6 +34,8 @@ Decided per call (:mod:`ember.runtime.cudagraphs_replay`):
                                    :data:`RERECORD_LIMIT` times
 :data:`SAVED_IN_USE`               the saved tensors of an earlier replay still wait
                                    for their backward (one call runs plain)
+:data:`RECORDING_FAILED`           torch refused the capture (``RuntimeError``, its
+                                   message logged); the signature runs plain
 =================================  ================================================
 
 Random ops are recorded: Ember's compiled random ops draw their seed from torch's CUDA
@@ -44,7 +49,8 @@ from __future__ import annotations
 
 import collections
 
-from ember.runtime.ir import Graph, TensorMeta
+from ember.runtime.ir import Graph, InputKind, Program, TensorMeta
+from ember.runtime.ir.contracts import InputAliases
 from ember.runtime.ir.symbolic import SymbolBinder
 from ember.runtime.logs import log
 
@@ -56,6 +62,8 @@ CPU_INPUT = "CPU tensors among the inputs"
 SHAPE_LIMIT = "more input shapes than EMBER_CUDAGRAPH_SHAPES"
 STORAGE_CHANGES = "a parameter's storage keeps changing"
 SAVED_IN_USE = "saved tensors of an earlier replay still wait for their backward"
+ALIASED_INPUTS = "user inputs that share memory"
+RECORDING_FAILED = "recording failed"
 
 RERECORD_LIMIT = 8
 """Re-recordings of one input signature (a parameter moved to new storage) before it
@@ -115,6 +123,18 @@ def why_not_recorded(graph: Graph, device_type: str = "cuda") -> tuple[str, str]
     return None
 
 
+def aliased_user_inputs(program: Program) -> tuple[str, str] | None:
+    """``(ALIASED_INPUTS, detail)`` when the forward graph takes a user input captured as
+    a view of another input (parameters and buffers stay in place, so their aliasing
+    holds), else None."""
+    in_place = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT)
+    kinds = {s.name: s.kind for s in program.signature.inputs.get("forward", [])}
+    for name, alias in InputAliases.from_program(program).by_input.items():
+        if kinds.get(name) not in in_place or kinds.get(alias.base) not in in_place:
+            return ALIASED_INPUTS, f"%{name} is a view of %{alias.base}"
+    return None
+
+
 class SkipLog:
     """The refusals of one compiled program: each (graph, reason) logged under
     ``cudagraphs`` and counted in :data:`cudagraph_skips` the first time only."""
@@ -133,7 +153,20 @@ class SkipLog:
 
 
 __all__ = [
-    "CPU_INPUT", "CPU_TENSORS", "DATA_DEPENDENT", "RERECORD_LIMIT", "SAVED_IN_USE",
-    "SEVERAL_DEVICES", "SHAPE_LIMIT", "STORAGE_CHANGES", "SYNCHRONIZING",
-    "SYNCHRONIZING_OPS", "SkipLog", "cudagraph_skips", "why_not_recorded",
+    "ALIASED_INPUTS",
+    "CPU_INPUT",
+    "CPU_TENSORS",
+    "DATA_DEPENDENT",
+    "RECORDING_FAILED",
+    "RERECORD_LIMIT",
+    "SAVED_IN_USE",
+    "SEVERAL_DEVICES",
+    "SHAPE_LIMIT",
+    "STORAGE_CHANGES",
+    "SYNCHRONIZING",
+    "SYNCHRONIZING_OPS",
+    "SkipLog",
+    "aliased_user_inputs",
+    "cudagraph_skips",
+    "why_not_recorded",
 ]

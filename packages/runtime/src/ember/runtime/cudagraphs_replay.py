@@ -36,6 +36,7 @@ from ember.runtime.cudagraphs_inputs import (
 )
 from ember.runtime.cudagraphs_policy import (
     CPU_INPUT,
+    RECORDING_FAILED,
     RERECORD_LIMIT,
     SAVED_IN_USE,
     SHAPE_LIMIT,
@@ -167,7 +168,11 @@ class GraphedExecutor:
         if not model.may_replay(sequence):
             return self._run_plain(inputs, SAVED_IN_USE)
         if recording is None:
-            recording = self._record(inputs, key, sequence)
+            try:
+                recording = self._record(inputs, key, sequence)
+            except RuntimeError as e:  # torch's capture errors
+                self._refused[key] = RECORDING_FAILED
+                return self._run_plain(inputs, RECORDING_FAILED, (str(e).splitlines() or [""])[0])
         else:
             recording.inputs.load(inputs)
         recording.replay()
@@ -207,8 +212,8 @@ class GraphedExecutor:
         model.pool_outputs.update(o.data_ptr() for o in outputs
                                   if isinstance(o, torch.Tensor)
                                   and o.data_ptr() not in model.in_place)
-        log("cudagraphs", f"graph {self.graph_name!r}: recorded a CUDA graph for input "
-                          f"shapes {[k[0] if isinstance(k, tuple) else k for k in key]}")
+        log("cudagraphs", lambda: f"graph {self.graph_name!r}: recorded a CUDA graph for "
+            f"input shapes {[tuple(k[0]) if isinstance(k, tuple) else k for k in key]}")
         return recording
 
     def _results(self, recording: Recording) -> list[Any]:
