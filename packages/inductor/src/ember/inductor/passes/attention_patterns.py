@@ -47,7 +47,7 @@ class AttentionRule:
 
 
 _K_TRANSPOSED = Scaled(Op(("aten::permute.default",), (Scaled(Var("k"), "scale"), Var("perm")),
-                          name="k_transposed"), "scale")
+                          name="k_transposed", shared=True), "scale")
 SCORES: Pattern = Scaled(Matmul(Scaled(Var("q"), "scale"), _K_TRANSPOSED), "scale")
 """``q @ kᵀ`` with constant factors anywhere on the way; their product binds ``scale``."""
 

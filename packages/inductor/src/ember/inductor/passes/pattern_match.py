@@ -25,7 +25,9 @@ pattern            matches
 
 :func:`match_at` returns a :class:`Match` (the bindings and every node the pattern
 covered) or None. :func:`covered_nodes_single_use` checks that the covered nodes other
-than the anchor are read only inside the match (so the rewrite can drop them).
+than the anchor are read only inside the match (so the rewrite can drop them); the
+views a pattern looks through to reach a bound value (``Matmul``'s flattening steps, an
+``Op`` marked ``shared``) are covered too but may be read elsewhere.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class Op:
     args: tuple[PatternArg, ...]
     name: str | None = None
     commutative: bool = False
+    shared: bool = False
+    """The call may be read outside the match too (a view of an input: not dropped)."""
 
 
 @dataclass(frozen=True)
@@ -105,11 +109,13 @@ PatternArg = Pattern | _LastDim | None | bool | int | float | str | tuple[object
 @dataclass
 class Match:
     """A successful match: ``bindings`` (name -> value; scales and constants are
-    floats) and the names of the nodes the pattern covered, anchor first."""
+    floats), the names of the nodes the pattern covered, anchor first, and those of
+    them that may be read elsewhere (``shared``)."""
 
     anchor: Node
     bindings: dict[str, object] = field(default_factory=dict)
     covered: list[str] = field(default_factory=list)
+    shared: frozenset[str] = frozenset()
 
     def value(self, name: str) -> ValueRef:
         """The value bound to ``name``.
@@ -137,7 +143,8 @@ class Match:
         return v
 
 
-_State = tuple[dict[str, object], list[str]]
+# bindings, covered nodes, covered nodes that may be read elsewhere
+_State = tuple[dict[str, object], list[str], frozenset[str]]
 
 _MUL = "aten::mul.Tensor"
 _DIV = "aten::div.Tensor"
@@ -164,8 +171,9 @@ class Matcher:
         """Every match of ``pattern`` anchored at ``node``, in the patterns' order of
         preference (``Alt`` options in order; ``Scaled`` takes factors before leaving
         them)."""
-        for bindings, covered in self._match(ValueRef(node.name), pattern, ({}, [])):
-            yield Match(node, bindings, covered)
+        start: _State = ({}, [], frozenset())
+        for bindings, covered, shared in self._match(ValueRef(node.name), pattern, start):
+            yield Match(node, bindings, covered, shared)
 
     def meta(self, ref: ValueRef) -> TensorMeta | None:
         """The tensor metadata of a value (None for non-tensors)."""
@@ -178,12 +186,27 @@ class Matcher:
         """None if every covered node other than the anchor is read only by covered
         nodes (and is no graph output); else why not, naming the node."""
         inside = set(match.covered)
+        exempt = self._views_of_unmatched_values(match)
         for name in match.covered[1:]:
+            if name in exempt:
+                continue
             for user in self.users.get(name, []):
                 if user.name not in inside:
                     kind = "a graph output" if user.op == "output" else f"%{user.name}"
                     return f"%{name} is also read by {kind}"
         return None
+
+    def _views_of_unmatched_values(self, match: Match) -> set[str]:
+        """The shared covered nodes that view values from outside the match only (a
+        flattened input may be read elsewhere; a flattened softmax may not)."""
+        inside = set(match.covered)
+        exempt: set[str] = set()
+        for name in reversed(match.covered):  # NOTE: a pattern covers readers first
+            node = self.nodes[name]
+            if name in match.shared and all(
+                    r.node not in inside or r.node in exempt for r in node.inputs()):
+                exempt.add(name)
+        return exempt
 
     # -- matching ---------------------------------------------------------------------
     def _match(self, value: Argument, pattern: PatternArg, state: _State) -> Iterator[_State]:
@@ -206,12 +229,12 @@ class Matcher:
             yield state
 
     def _bind(self, name: str, value: object, state: _State) -> Iterator[_State]:
-        bindings, covered = state
+        bindings, covered, shared = state
         if name in bindings:
             if bindings[name] == value:
                 yield state
             return
-        yield {**bindings, name: value}, covered
+        yield {**bindings, name: value}, covered, shared
 
     def _call(self, value: Argument, targets: tuple[str, ...]) -> Node | None:
         if not isinstance(value, ValueRef) or value.index is not None:
@@ -229,10 +252,12 @@ class Matcher:
         if pattern.commutative and len(node.args) >= 2:
             orders.append((node.args[1], node.args[0], *node.args[2:]))
         for args in orders:
-            bindings, covered = state
-            start: _State = (bindings, [*covered, node.name])
+            bindings, covered, shared = state
+            if pattern.shared:
+                shared = shared | {node.name}
             if pattern.name is not None:
-                start = ({**bindings, pattern.name: value}, start[1])
+                bindings = {**bindings, pattern.name: value}
+            start: _State = (bindings, [*covered, node.name], shared)
             yield from self._match_args(node, args, pattern.args, start)
 
     def _match_args(self, node: Node, args: tuple[Argument, ...],
@@ -269,11 +294,11 @@ class Matcher:
                 if number is None or number == 0.0:
                     continue
                 factor_value = number if node.target == _MUL else 1.0 / number
-                bindings, covered = state
+                bindings, covered, shared = state
                 old = bindings.get(pattern.scale_name, 1.0)
                 assert isinstance(old, float)
                 scaled: _State = ({**bindings, pattern.scale_name: old * factor_value},
-                                  [*covered, node.name])
+                                  [*covered, node.name], shared)
                 yield from self._match_scaled(tensor, pattern, scaled)
         yield from self._match(value, pattern.inner, state)
 
@@ -289,16 +314,13 @@ class Matcher:
         if bmm is None or result is None:
             return
         covered.append(bmm.name)
-        operands: list[tuple[Argument, list[str]]] = []
-        for arg in bmm.args[:2]:
-            operand, steps = self._unflatten(arg)
-            operands.append((operand, steps))
-            covered.extend(steps)
-        (a, _), (b, _) = operands
+        a, a_steps = self._unflatten(bmm.args[0])
+        b, b_steps = self._unflatten(bmm.args[1])
+        steps = [*a_steps, *b_steps]
         if not self._is_matmul_shape(a, b, result) or not self._flattens(bmm, a, b, result):
             return
-        bindings, done = state
-        start: _State = (bindings, [*done, *covered])
+        bindings, done, shared = state
+        start: _State = (bindings, [*done, *covered, *steps], shared | set(steps))
         for after_a in self._match(a, pattern.a, start):
             yield from self._match(b, pattern.b, after_a)
 

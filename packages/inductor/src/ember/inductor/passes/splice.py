@@ -12,8 +12,8 @@ def splice_graph(graph: Graph, anchor: Node, replacement: Graph, inputs: dict[st
                  covered: set[str], source: SourceLocation | None) -> ValueRef:
     """Put the calls of ``replacement`` (placeholders named after ``inputs``' keys, one
     output) right before ``anchor``, make every reader of ``anchor`` read the
-    replacement's output instead, and drop the ``covered`` nodes (the match, which
-    nobody else reads). The spliced calls get fresh names and ``source``; the output
+    replacement's output instead, and drop the ``covered`` nodes (the match) that
+    nobody reads any more. The spliced calls get fresh names and ``source``; the output
     keeps ``anchor``'s metadata (its strides too: the wrapper lays a kernel's result
     out so when it comes back otherwise). Returns the new value of ``anchor``.
 
@@ -48,8 +48,21 @@ def splice_graph(graph: Graph, anchor: Node, replacement: Graph, inputs: dict[st
     readers: dict[ValueRef, Argument] = {ValueRef(anchor.name): out}
     for node in nodes[at + len(spliced):]:
         node.replace_refs(readers)
-    graph.nodes = [n for n in nodes if n.name not in covered]
+    graph.nodes = _drop_unread(nodes, covered)
     return out
+
+
+def _drop_unread(nodes: list[Node], covered: set[str]) -> list[Node]:
+    """``nodes`` without the covered ones nobody reads any more (a covered view that
+    something else still reads stays, with what it reads)."""
+    read: set[str] = set()
+    kept: list[Node] = []
+    for node in reversed(nodes):
+        if node.name in covered and node.name not in read:
+            continue
+        kept.append(node)
+        read.update(r.node for r in node.inputs())
+    return kept[::-1]
 
 
 def _keep_meta(node: Node, index: int | None, meta: object) -> None:
