@@ -79,7 +79,10 @@ class CudaCapture:
                pool: object) -> tuple[Callable[[], None], list[Any]]:
         """See :meth:`GraphCapture.record`."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=cast(Any, pool)):  # a graph_pool_handle()
+        # NOTE: "thread_local": a backward graph is captured on autograd's device thread
+        # while other threads (the caller's, Triton's compile workers) may call CUDA
+        with torch.cuda.graph(graph, pool=cast(Any, pool),  # a graph_pool_handle()
+                              capture_error_mode="thread_local"):
             outputs = run()
         return graph.replay, outputs
 
@@ -172,7 +175,8 @@ class GraphedExecutor:
                 recording = self._record(inputs, key, sequence)
             except RuntimeError as e:  # torch's capture errors
                 self._refused[key] = RECORDING_FAILED
-                return self._run_plain(inputs, RECORDING_FAILED, (str(e).splitlines() or [""])[0])
+                first_line = (str(e).splitlines() or [""])[0]
+                return self._run_plain(inputs, RECORDING_FAILED, first_line)
         else:
             recording.inputs.load(inputs)
         recording.replay()
