@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from ember.aot.config import AOT_OPTIONS, AotConfig
-from ember.aot.pipeline import aot_compile
 from ember.runtime.ir import Program, VerificationError, verify
 from ember.runtime.stages import Stage
 
@@ -30,6 +29,10 @@ class AotStage(Stage):
         if program.dialect not in ("aten", "core-functional"):
             raise VerificationError(
                 f"the aot stage takes an 'aten' program, got a {program.dialect!r} one")
+        # NOTE: imported here, as the inductor stage does: the pipeline loads every stage
+        # of a backend before a whole-program cache hit, which needs none of their code.
+        from ember.aot.pipeline import aot_compile
+
         verify(program, "aten")
         result = aot_compile(program, AotConfig.from_options(options))
         verify(result, "core-functional")
