@@ -17,10 +17,10 @@ _TOOLS = str(Path(__file__).resolve().parents[3] / "tools")
 if _TOOLS not in sys.path:
     sys.path.insert(0, _TOOLS)
 
-import zoo  # noqa: E402
-from ember.frontend import capture  # noqa: E402
-from ember.runtime.config import patch  # noqa: E402
-from ember.runtime.pipeline import compile_program  # noqa: E402
+import zoo
+from ember.frontend import capture
+from ember.runtime.config import patch
+from ember.runtime.pipeline import compile_program
 
 # model -> (attention layers of the ``test`` size, is the mask causal)
 MODELS = {"hf_gpt2": (2, True), "hf_bert": (2, False)}
