@@ -131,6 +131,28 @@ def test_prologue_cast_and_scale_run_in_the_loads() -> None:
     _close(out, fn(x, w), bf16=True)
 
 
+def test_dropout_mask_epilogue_fuses_and_draws_the_extern_paths_values() -> None:
+    """The random seed's draw goes before the template, so a dropout mask built from
+    ``rand_like`` fuses into its epilogue; the same seed gives the extern path's mask."""
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(x @ w)
+        return y * (torch.rand_like(y) > 0.3) / 0.7
+
+    x, w = torch.randn(40, 24), torch.randn(24, 36)
+    outs = []
+    for config in (SMALL, "extern"):
+        program = trace(fn, [x, w])
+        with triton_for_cpu(matmul_templates=True), forced_matmul(config):
+            compiled, run = compile_and_load(program, precompile=False)
+        torch.manual_seed(0)
+        outs.append(run(x, w)[0])
+        if config == SMALL:
+            source = _sources(compiled)
+            assert source.count("# matmul template") == 1 and source.count("def kernel") == 1
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    assert 0.2 < (outs[0] == 0).float().mean().item() < 0.9
+
+
 def test_tiles_that_divide_the_sizes_need_no_masks() -> None:
     def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(x @ w.t()) * b

@@ -247,10 +247,14 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
     producer: dict[str, int] = {}
     for node in nodes:
         if isinstance(node, ExternCall):
-            steps.append(node)
+            at = _extern_position(steps, node)
+            steps.insert(at, node)
+            for name, i in producer.items():
+                if i >= at:
+                    producer[name] = i + 1
             for out in node.outputs:
                 if out is not None:
-                    producer[out] = len(steps) - 1
+                    producer[out] = at
             continue
         if isinstance(node, ScatterBuffer):
             outer, red, emit = _natural(node)
@@ -287,6 +291,21 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
             steps.append(KernelGroup(outer, red, [(node, emit)]))
             producer[node.name] = len(steps) - 1
     return _finish(lowered, steps)
+
+
+def _extern_position(steps: list[KernelGroup | ExternCall], call: ExternCall) -> int:
+    """Where an extern call goes among the steps: last, except that a call reading
+    nothing (the random seed's draw) goes before the matmul templates that follow the last
+    extern call, so that their epilogues can take the random ops it feeds (dropout).
+    Extern calls keep their order (they may draw from torch's generator)."""
+    if call.reads:
+        return len(steps)
+    last = max((i for i, s in enumerate(steps) if isinstance(s, ExternCall)), default=-1)
+    for i in range(last + 1, len(steps)):
+        step = steps[i]
+        if isinstance(step, KernelGroup) and step.template is not None:
+            return i
+    return len(steps)
 
 
 def _eliminate_dead(lowered: LoweredGraph) -> list[LoopNode | ExternCall]:
