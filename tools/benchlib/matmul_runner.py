@@ -4,14 +4,18 @@
 Per workload: each variant compiles and runs once (the ``compile`` time: the first call,
 compilation included, with caches of its own that start empty: Ember's, inductor's and
 Triton's, so no variant compiles warm from another's kernels or tuning decisions) and its
-result is judged by the accuracy rule of
-``benchlib.accuracy`` (eager in the model's dtype, with its tolerance, and the fp64
-reference); then all variants are timed together (``timing.interleaved_median_seconds``:
+result is judged by the accuracy rule of ``benchlib.accuracy`` (eager in the model's
+dtype, with its tolerance, and the fp64 reference); then all variants are timed together (``timing.interleaved_median_seconds``:
 ``do_bench`` medians on CUDA, round-robin medians on CPU); then, for the variants that
 autotune, the compile time with a warm autotune cache in a fresh subprocess
 (``benchlib.matmul_warm``). A failure in any phase is recorded in the row; the run goes
 on. A variant whose ``mode`` Ember does not implement yet (``NotImplementedError`` naming
 the mode) is a row ``not_implemented``, shown as ``n/a (mode not implemented)``.
+
+NOTE: torch.compile compiles Triton kernels in worker processes started at its first
+compile, which keep the ``TRITON_CACHE_DIR`` they started with (the warm-up's): its
+Triton cache is shared by its variants in this process (a kernel with the same source
+is not compiled twice). The warm-autotune subprocess starts its own workers.
 """
 
 from __future__ import annotations

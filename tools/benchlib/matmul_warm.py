@@ -67,11 +67,12 @@ class CacheDirs:
 @contextlib.contextmanager
 def using_caches(dirs: CacheDirs) -> Iterator[None]:
     """Point this process's Ember, inductor and Triton caches at ``dirs`` for the block
-    (environment variables, and Ember's settings re-read when already imported), then
-    restore what was there."""
+    (the environment variables, and Ember's ``cache_dir`` setting when Ember is already
+    imported), then restore what was there. Only the cache directory of Ember's settings
+    changes: settings a caller patched stay as they are."""
     saved = {name: os.environ.get(name) for name in _CACHE_VARIABLES}
     os.environ.update(dirs.environment())
-    _reload_ember_config()
+    _sync_ember_cache_dir()
     try:
         yield
     finally:
@@ -80,13 +81,14 @@ def using_caches(dirs: CacheDirs) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        _reload_ember_config()
+        _sync_ember_cache_dir()
 
 
-def _reload_ember_config() -> None:
-    config = sys.modules.get("ember.runtime.config")
-    if config is not None:
-        config.reload()
+def _sync_ember_cache_dir() -> None:
+    """Ember's ``config.cache_dir`` as ``EMBER_CACHE_DIR`` now says (if Ember is imported)."""
+    module = sys.modules.get("ember.runtime.config")
+    if module is not None:
+        module.config.cache_dir = module.Config.from_env(os.environ).cache_dir
 
 
 @dataclass(frozen=True)

@@ -185,3 +185,24 @@ def test_warm_autotune_runs_in_a_fresh_process_with_the_run_s_autotune_cache(
     assert matmul_warm._worker(bad) == {
         "error": "KeyError: \"no matmul family 'conv'; known: gemm, gemm_bias_gelu, mlp, "
                  "attention, attention_causal\""}
+
+
+def test_using_caches_moves_only_the_cache_directories_and_puts_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from ember.runtime.config import config, patch
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/triton")
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    before = config.cache_dir
+    dirs = matmul_warm.CacheDirs.under(tmp_path)
+    with patch(recompile_limit=3):
+        with matmul_warm.using_caches(dirs):
+            assert config.cache_dir == dirs.ember and config.recompile_limit == 3
+            assert os.environ["TRITON_CACHE_DIR"] == str(dirs.triton)
+            assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(dirs.inductor)
+        assert config.cache_dir == before and config.recompile_limit == 3
+    assert os.environ["TRITON_CACHE_DIR"] == "/somewhere/triton"
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
