@@ -164,6 +164,19 @@ def test_tiles_that_divide_the_sizes_need_no_masks() -> None:
     _close(out, fn(x, w, b))
 
 
+def test_checked_gather_operand_is_stored_not_inlined() -> None:
+    """An embedding's bounds check is a store: it cannot run per K step, so the
+    gathered operand is computed by a kernel of its own first."""
+    def fn(idx: torch.Tensor, table: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(F.embedding(idx, table) @ w)
+
+    inputs = [torch.randint(0, 50, (40,)), torch.randn(50, 24), torch.randn(24, 36)]
+    compiled, (out,) = _templated(fn, *inputs)
+    source = _sources(compiled)
+    assert source.count("def kernel") == 2 and source.count("# matmul template") == 1
+    _close(out, fn(*inputs))
+
+
 def test_split_k_matches_eager() -> None:
     def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.relu(x @ w) * 2.0

@@ -25,7 +25,7 @@ import torch
 from ember.inductor.buffers import MatmulBuffer, MatmulEpilogue
 from ember.inductor.codegen.backend import MatmulProblem
 from ember.inductor.codegen.registry import backend_for
-from ember.inductor.loop_ir import COSTLY_OPS, Compute, IndexExpr, Int
+from ember.inductor.loop_ir import COSTLY_OPS, Compute, IndexExpr, Int, Store
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.lowered_graph import BufferInfo
@@ -120,12 +120,16 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
 
 def _prologue(ctx: LoweringContext, value: Stored | Lazy) -> Stored | Lazy:
     """``value`` as the template reads it: a Lazy producer inlined when it is cheap
-    (no costly op, at most ``PROLOGUE_MAX_BUFFERS`` buffers), else stored first."""
+    (no costly op, no run-time check, at most ``PROLOGUE_MAX_BUFFERS`` buffers), else
+    stored first."""
     if isinstance(value, Stored):
         return value
     b = probe(value)
     costly = any(isinstance(s, Compute) and s.op in COSTLY_OPS for s in b.stmts)
-    if costly or len({buf for buf, _ in b.external_loads}) > PROLOGUE_MAX_BUFFERS:
+    # NOTE: a run-time check's store (a gather's bounds) cannot run per K step
+    checked = any(isinstance(s, Store) for s in b.stmts)
+    if (costly or checked
+            or len({buf for buf, _ in b.external_loads}) > PROLOGUE_MAX_BUFFERS):
         return ctx.realize(value)
     return value
 

@@ -154,6 +154,10 @@ class MatmulTemplateWriter(KernelWriter):
         m, n = self.m_var, self.n_var
         for s in body:
             if isinstance(s, Store):
+                if any(a in inner for a in stmt_inputs(s)) or "r0" in {
+                        v.name for v in free_vars(s.index)}:
+                    raise NotImplementedError(
+                        f"matmul template {self.kernel.name}: a store inside the K loop")
                 self.epilogue.append(s)
                 continue
             if s.name in skip or s.name in self.a_side or s.name in self.b_side:
