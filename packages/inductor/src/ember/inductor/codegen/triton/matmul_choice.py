@@ -26,16 +26,15 @@ overrides both (tests, benchmarks). Every choice is logged under
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Callable, Iterator
-from types import ModuleType
 
 import torch
+from ember.inductor import autotune
 from ember.inductor.codegen.backend import MatmulProblem
 from ember.inductor.codegen.triton.matmul_configs import MatmulConfig, candidate_configs
 from ember.inductor.codegen.triton.sizes import SizeFacts
 from ember.inductor.loop_ir import MatmulTemplate
-from ember.runtime.logs import TOPICS, log
+from ember.runtime.logs import log
 
 #: the least M, N and K (hints) the heuristic writes as a template (``tl.dot`` tiles are
 #: at least 16 on each side)
@@ -90,39 +89,23 @@ def choose_matmul(problem: MatmulProblem) -> MatmulTemplate | None:
     if _forced is not None:
         choice = configs[0].name if _forced == "template" else _forced
         how = "forced"
-    elif _autotune() is not None and _autotune().autotune_enabled():  # type: ignore[union-attr]
-        tune = _autotune()
-        assert tune is not None
+    elif autotune.autotune_enabled():
         names = {f"triton_{problem.op}_{c.name}": c for c in configs}
-        candidates = [tune.Candidate(f"{EXTERN}_{problem.op}", _extern_runner(problem))]
-        candidates += [tune.Candidate(name, _template_runner(problem, c.name))
+        candidates = [autotune.Candidate(f"{EXTERN}_{problem.op}", _extern_runner(problem))]
+        candidates += [autotune.Candidate(name, _template_runner(problem, c.name))
                        for name, c in names.items()]
         default_name = (f"{EXTERN}_{problem.op}" if default == EXTERN
                         else f"triton_{problem.op}_{default}")
-        picked = tune.select("mm", _key(problem), candidates, default=default_name)
+        picked = autotune.select("mm", _key(problem), candidates, default=default_name)
         choice = names[picked].name if picked in names else EXTERN
         how = "autotuned"
     else:
         choice, how = default, "heuristic"
-    if "autotune" in TOPICS:
-        log("autotune", f"matmul {problem.op} [{f'B={batch}, ' if batched else ''}M={m}, "
-                        f"N={n}, K={k}] {problem.dtype}: {choice} ({how})")
+    log("autotune", f"matmul {problem.op} [{f'B={batch}, ' if batched else ''}M={m}, "
+                    f"N={n}, K={k}] {problem.dtype}: {choice} ({how})")
     if choice == EXTERN:
         return None
     return MatmulTemplate(problem.op, batched, choice, problem.allow_tf32)
-
-
-def _autotune() -> ModuleType | None:
-    """``ember.inductor.autotune`` (None while it is not installed: the heuristic)."""
-    try:
-        return importlib.import_module("ember.inductor.autotune")
-    except ImportError:
-        return None
-
-
-def _target() -> torch.device:
-    tune = _autotune()
-    return tune.tuning_target() if tune is not None else torch.device("cpu")
 
 
 def _key(problem: MatmulProblem) -> dict[str, object]:
@@ -154,7 +137,7 @@ def _extern_runner(problem: MatmulProblem) -> Callable[[], Callable[[], None]]:
     then (when the problem has work to fuse) one pass reading and writing the result:
     the separate epilogue kernel the extern needs and the template does not."""
     def make() -> Callable[[], None]:
-        a, b = _operands(problem, _target())
+        a, b = _operands(problem, autotune.tuning_target())
         mm = torch.bmm if problem.batch is not None else torch.mm
         out = mm(a, b)
         after = torch.empty_like(out)
@@ -174,7 +157,7 @@ def _template_runner(problem: MatmulProblem, config: str) -> Callable[[], Callab
     def make() -> Callable[[], None]:
         from ember.inductor.codegen.triton.matmul_bench import plain_template_launch
 
-        return plain_template_launch(problem, config, *_operands(problem, _target()))
+        return plain_template_launch(problem, config, *_operands(problem, autotune.tuning_target()))
     return make
 
 
