@@ -147,3 +147,22 @@ def test_max_autotune_program_on_the_gpu(cache_root: Path, capsys: pytest.Captur
     with capsys.disabled():
         print(f"\nmax-autotune compile: cold {cold:.2f} s ({report['benchmarked']} kernels "
               f"timed), warm cache {warm:.2f} s")
+
+
+@pytest.mark.parametrize("mode", [MODE, "max-autotune"])
+def test_frontend_modes_on_the_gpu(mode: str, cache_root: Path) -> None:
+    import ember.frontend as ef
+    from ember.runtime import pipeline
+
+    if mode not in pipeline.implemented_modes():
+        pytest.skip(f"{mode} needs {sorted(pipeline.mode_features(mode))}")
+    x = torch.randn(1024, 2048, device=CUDA, dtype=torch.bfloat16)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * 0.5, -1) + torch.nn.functional.gelu(x)
+
+    compiled = ef.compile(fn, mode=mode)
+    for _ in range(3):  # record, then replay where the mode records CUDA graphs
+        out = compiled(x).clone()
+        torch.testing.assert_close(out.float(), fn(x).float(), rtol=3e-2, atol=3e-2)
+    assert any((cache_root / "autotune").iterdir())
