@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from redis_server import redis_server
 
 pytest.importorskip("ember.frontend")
@@ -23,16 +24,21 @@ _SCRIPT = """
 import json, sys, torch, ember.frontend
 from ember.runtime.cache import stats
 torch.manual_seed(int(sys.argv[1]))
+device = sys.argv[2]
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
-x = torch.randn(8, 16)
+model = model.to(device)
+x = torch.randn(8, 16, device=device)
 error = (ember.frontend.compile(model)(x) - model(x)).abs().max().item()
 s = stats()
 print(json.dumps({"error": error, "local_hits": s.local_hits, "remote_hits": s.remote_hits,
-                  "misses": s.misses, "stores": s.stores}))
+                  "misses": s.misses, "stores": s.stores,
+                  "cold_modules": sorted(m for m in ("ember.aot.pipeline", "ember.inductor.compile")
+                                         if m in sys.modules)}))
 """
 
 
-def _run(seed: int, cache_dir: Path, remote: str | None) -> tuple[dict[str, Any], str]:
+def _run(seed: int, cache_dir: Path, remote: str | None,
+         device: str = "cpu") -> tuple[dict[str, Any], str]:
     env = dict(os.environ, EMBER_PROGRAM_CACHE="1", EMBER_CACHE="1",
                EMBER_CACHE_DIR=str(cache_dir), EMBER_LOGS="stages,cache")
     for name in ("EMBER_REMOTE_CACHE", "EMBER_REMOTE_CACHE_KEY", "EMBER_DEBUG_DIR",
@@ -40,7 +46,7 @@ def _run(seed: int, cache_dir: Path, remote: str | None) -> tuple[dict[str, Any]
         env.pop(name, None)
     if remote is not None:
         env.update(EMBER_REMOTE_CACHE=remote, EMBER_REMOTE_CACHE_KEY=SECRET)
-    done = subprocess.run([sys.executable, "-c", _SCRIPT, str(seed)], env=env,
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, str(seed), device], env=env,
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
@@ -57,8 +63,21 @@ def test_fresh_processes_share_the_cache(tmp_path: Path) -> None:
         assert (second["local_hits"], second["misses"]) == (1, 0), log1 + log2
         assert "[ember.stages]" not in log2
         assert second["error"] < 1e-5
+        assert first["cold_modules"] == ["ember.aot.pipeline", "ember.inductor.compile"]
+        assert second["cold_modules"] == []  # a hit imports no compiler internals
         # another machine (empty local cache), the same server: a remote hit
         third, log3 = _run(2, tmp_path / "b", url)
         assert (third["remote_hits"], third["misses"]) == (1, 0), log1 + log3
         assert "[ember.stages]" not in log3
         assert third["error"] < 1e-5
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_fresh_processes_share_the_cache_on_cuda(tmp_path: Path) -> None:
+    first, log1 = _run(0, tmp_path / "a", None, "cuda")
+    assert (first["misses"], first["stores"]) == (1, 1), log1
+    second, log2 = _run(1, tmp_path / "a", None, "cuda")
+    assert (second["local_hits"], second["misses"]) == (1, 0), log1 + log2
+    assert "[ember.stages]" not in log2
+    assert second["error"] < 1e-4
