@@ -25,8 +25,9 @@ from ember.inductor.codegen.triton.matmul_choice import (
 )
 from ember.inductor.codegen.triton.matmul_configs import CONFIGS, MatmulConfig, shape_class
 from ember.inductor.codegen.triton.testing import triton_for_cpu
+from ember.inductor.loop_ir import format_kernel
 from ember.inductor.lowering.graph_lowering import GraphLowering
-from ember.inductor.scheduler import format_schedule, schedule
+from ember.inductor.scheduler import KernelStep, format_schedule, schedule
 from helpers import trace
 
 pytest.importorskip("triton")
@@ -84,7 +85,13 @@ def test_cast_and_transposed_view_prologue_fuse_into_the_loads() -> None:
 def test_lowered_graph_prints_the_matmul_node() -> None:
     program = trace(lambda x, w: x @ w, [torch.randn(40, 24), torch.randn(24, 36)])
     with triton_for_cpu(matmul_templates=True), forced_matmul(SMALL):
-        text = str(GraphLowering(program).run())
+        lowered = GraphLowering(program).run()
+        (step,) = schedule(lowered)
+    text = str(lowered)
+    assert isinstance(step, KernelStep)
+    assert format_kernel(step.kernel).splitlines()[0] == (
+        "kernel kernel0(arg0: float32[40, 24], arg1: float32[24, 36], buf0: float32[40, 36]) "
+        "over [x0<40, x1<36] reduce [r0<24] (mm template bm32_bn32_bk16_g8_s2_w4):")
     assert ("buf0 = matmul over [40, 36] reduce [24] (mm template bm32_bn32_bk16_g8_s2_w4):"
             "  # from mm\n"
             "      v0: float32 = load arg0[(i0*24 + r0)]\n"
