@@ -70,6 +70,28 @@ def test_compiled_matches_eager(case: str, dtype: torch.dtype) -> None:
     torch.testing.assert_close(out, expected, atol=tol, rtol=tol)
 
 
+def test_symbolic_sizes_are_rewritten() -> None:
+    from ember.aot.stage import AotStage
+    from ember.frontend import capture
+
+    fn = CASES["scale_after"][0]
+    dims = {"q": {0: ("b", 2, None), 2: ("l", 2, None)},
+            "k": {0: ("b", 2, None), 2: ("s", 2, None)},
+            "v": {0: ("b", 2, None), 2: ("s", 2, None)}}
+    shapes = [(3, 6, 7), (2, 5, 9)]
+    example = [torch.randn(b, 2, n, 4) for b, n in ((3, 6), (3, 7), (3, 7))]
+    program = AotStage().run(capture(fn, *example, dynamic_shapes=dims), {})
+    text = print_program(dead_code_elimination(attention_to_sdpa(program)))
+    assert ("%_scaled_dot_product_flash_attention_for_cpu: (f32[s4, 2, s1, 4]{8*s1,4*s1,4,1} "
+            "cpu, f32[s4, 2, s1]{2*s1,1,2} cpu) = aten::_scaled_dot_product_flash_attention_"
+            "for_cpu.default(%q, %k, %v, scale=0.5)") in text
+    assert "aten::bmm" not in text
+    _, run = compile_and_load(program)
+    for b, lq, lk in shapes:
+        q, k, v = torch.randn(b, 2, lq, 4), torch.randn(b, 2, lk, 4), torch.randn(b, 2, lk, 4)
+        torch.testing.assert_close(run(q, k, v)[0], fn(q, k, v), atol=1e-5, rtol=1e-5)
+
+
 if __name__ == "__main__":
     GOLDEN.mkdir(exist_ok=True)
     for name in sorted(CASES):
