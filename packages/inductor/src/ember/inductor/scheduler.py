@@ -394,6 +394,10 @@ def format_schedule(steps: Sequence[Step]) -> str:
 
         kernel0 [4] reduce [8]: buf0 (amax), buf1 (sum), buf2 (pointwise); loads in0; stores buf2
         extern aten::mm.default(buf2, in1) -> buf3
+
+    A matmul template's kernel names its template after its sizes::
+
+        kernel0 [40, 36] reduce [24] addmm template bm64_bn64_bk32_g8_s5_w4: buf0 (addmm template), buf1 (pointwise); loads in0, in1, in2; stores buf1
     """
     lines: list[str] = []
     for step in steps:
