@@ -42,10 +42,26 @@ pytest.importorskip("triton")
 MODE = "max-autotune-no-cudagraphs"
 
 
+MIN_TUNED_ELEMENTS = heuristics.MIN_TUNED_ELEMENTS
+
+
 @pytest.fixture(autouse=True)
-def cache_root(tmp_path: Path) -> Iterator[Path]:
+def cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty cache; the tiny kernels of these tests tuned like large ones."""
+    monkeypatch.setattr(heuristics, "MIN_TUNED_ELEMENTS", 0)
     with patch(cache_dir=tmp_path / "cache", cache_enabled=True):
         yield tmp_path / "cache"
+
+
+def test_small_kernels_keep_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heuristics, "MIN_TUNED_ELEMENTS", MIN_TUNED_ELEMENTS)
+    assert MIN_TUNED_ELEMENTS == 65536
+    for numel, rnumel in [(65535, 0), (255, 257), (1, 65535)]:
+        default = choose_config(numel, rnumel)
+        assert candidate_configs(default, numel, rnumel) == [default]
+    for numel, rnumel in [(65536, 0), (256, 256), (1, 65536)]:
+        default = choose_config(numel, rnumel)
+        assert len(candidate_configs(default, numel, rnumel)) > 1
 
 
 @pytest.mark.parametrize(("numel", "rnumel", "columns", "names"), [

@@ -39,7 +39,7 @@ CUDA = torch.device("cuda")
 
 
 @pytest.fixture(autouse=True)
-def cache_root(tmp_path: Path) -> Iterator[Path]:
+def cache_root(tmp_path: Path) -> Iterator[Path]:  # NOTE: the kernels here are large
     with patch(cache_dir=tmp_path / "cache", cache_enabled=True):
         yield tmp_path / "cache"
 

@@ -137,6 +137,9 @@ LOOPED_CANDIDATES = ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16))
 MAX_TUNED_TILE = 8192
 #: persistent rows at least this long (one a program) also get a looped candidate
 LOOPED_VARIANT_ROW = 2048
+#: kernels over fewer elements (outer x reduction) keep the heuristic's configuration:
+#: their time is the launch's, whatever the blocks (timing them costs compiles only)
+MIN_TUNED_ELEMENTS = 1 << 16
 
 
 def config_name(config: LaunchConfig) -> str:
@@ -152,7 +155,8 @@ def config_name(config: LaunchConfig) -> str:
 def candidate_configs(default: LaunchConfig, numel: int, reduction_numel: int = 0
                       ) -> list[LaunchConfig]:
     """The configurations autotuning times for a kernel whose heuristic chose
-    ``default`` (sizes at their hints), ``default`` first. They keep what correctness
+    ``default`` (sizes at their hints), ``default`` first; only ``default`` for a
+    kernel over fewer than :data:`MIN_TUNED_ELEMENTS` elements. They keep what correctness
     rests on: a persistent reduction keeps its ``RBLOCK`` (whole rows: the range's
     bound decided it), a looped one stays looped, a split keeps its chunk count.
 
@@ -165,6 +169,8 @@ def candidate_configs(default: LaunchConfig, numel: int, reduction_numel: int = 
       up to the row's length), or for a column reduction half and twice ``RBLOCK``.
     """
     out = [default]
+    if numel * max(reduction_numel, 1) < MIN_TUNED_ELEMENTS:
+        return out
     if reduction_numel == 0:
         limit = next_power_of_2(numel)
         out += [LaunchConfig(x, 0, False, w) for x, w in POINTWISE_CANDIDATES if x <= limit]
