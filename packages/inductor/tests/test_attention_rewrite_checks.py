@@ -157,6 +157,14 @@ def test_each_rewrite_is_counted_and_logged_with_its_source_line(
     assert text.count("aten::bitwise_not.default(%keep)") == 1
 
 
+def test_a_float16_finfo_min_fill_of_a_causal_mask_is_is_causal() -> None:
+    from attention_cases import causal_triu
+
+    result = attention_to_sdpa(core_program(causal_triu, *qkv(torch.float16)))
+    assert rewrites(result) == {"attention": 1}
+    assert "(%q, %k, %v, 0.0, True, scale=0.5)" in print_program(result)
+
+
 def test_an_earlier_count_is_added_to() -> None:
     program = core_program(lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v,
                            *qkv())

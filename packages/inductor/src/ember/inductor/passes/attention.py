@@ -180,10 +180,6 @@ def _check(rule: AttentionRule, match: Match, matcher: Matcher) -> None:
     cond = _meta(matcher, match.value("cond"))
     if cond.dtype != torch.bool:
         raise NotRewritten(f"the where condition is {cond.dtype}, not bool")
-    fill = match.number("fill")
-    if not fills_like_minus_infinity(fill, probs.dtype):
-        raise NotRewritten(f"the mask fills {fill!r}, not -inf or finfo({probs.dtype}).min: "
-                           "adding it to the scores is not the same as writing it")
 
 
 def _meta(matcher: Matcher, ref: ValueRef) -> TensorMeta:
@@ -221,10 +217,19 @@ def _record_sdpa(rule: AttentionRule, match: Match, matcher: Matcher,
     """The graph torch records for SDPA over the matched values (its placeholders are
     named after :func:`_inputs`), and whether the mask became ``is_causal``."""
     causal = _causal(rule, match, matcher, evaluator)
+    probs = _meta(matcher, match.value("probs"))
+    if rule.mask in ("keep", "drop"):
+        # NOTE: a causal mask leaves every row a position, so a fill at the bottom of
+        # the dtype's range weighs nothing; other masks need the fill to absorb scores
+        fill = match.number("fill")
+        ok = (fill <= float(torch.finfo(probs.dtype).min) if causal
+              else fills_like_minus_infinity(fill, probs.dtype))
+        if not ok:
+            raise NotRewritten(f"the mask fills {fill!r}, not -inf or finfo({probs.dtype})"
+                               ".min: adding it to the scores is not the same as writing it")
     inputs = _inputs(rule, match)
     if causal:
         inputs = {name: ref for name, ref in inputs.items() if name in ("q", "k", "v")}
-    probs = _meta(matcher, match.value("probs"))
     recorder = GraphRecorder(dynamic=bool(graph.symbols))
     fakes = {name: _fake_input(recorder, name, _meta(matcher, ref), graph)
              for name, ref in inputs.items()}
