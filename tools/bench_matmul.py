@@ -3,7 +3,7 @@ attention, compiled by eager, torch.compile (default and max-autotune) and Ember
 and max-autotune-no-cudagraphs) side by side in one process.
 
     python tools/bench_matmul.py [--device cpu|cuda] [--dtype bfloat16] \\
-        [--scale test|quick|full] [--families gemm,mlp] \\
+        [--scale test|quick|full] [--families gemm,mlp:8192x768] \\
         [--compilers eager,torch,torch-max-autotune,ember,ember-max-autotune] \\
         [--no-warm] [--cache-dir DIR] [--time-limit S] [--json OUT] [--markdown OUT]
 
@@ -46,7 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the shapes: full (the issue's, for an H200), quick (CPU, "
                              "seconds), test (tiny); default full on CUDA, quick on CPU")
     parser.add_argument("--families", default="",
-                        help="comma-separated subset of "
+                        help="comma-separated: a family (its shapes at --scale) or "
+                             "family:SHAPE (gemm:4096x4096x4096), of "
                              + ",".join(f.name for f in matmul.FAMILIES))
     parser.add_argument("--compilers", default=",".join(v.name for v in matmul_runner.VARIANTS),
                         help="comma-separated variants (compiler and mode), of "
@@ -83,6 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.workload_list = matmul.workloads(args.scale, families)
     except KeyError as exc:
         parser.error(str(exc.args[0]))
+    except ValueError as exc:
+        parser.error(str(exc))
     return args
 
 

@@ -223,14 +223,30 @@ def family(name: str) -> Family:
 
 
 def workloads(scale: str, families: list[str] | None = None) -> list[Workload]:
-    """Every workload of ``scale`` (only those of ``families`` when given), in table order.
+    """Every workload of ``scale``, in table order; with ``families``, only those: an item
+    is a family name (its shapes at ``scale``) or ``family:SHAPE`` (that shape, at any
+    scale: ``gemm:4096x4096x4096``, ``mlp:8192x768``).
 
     Raises:
-        ValueError: an unknown scale.
+        ValueError: an unknown scale, or a shape that is not the family's ``dims``.
         KeyError: an unknown family.
     """
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; expected one of {SCALES}")
-    chosen = [family(n) for n in families] if families else list(FAMILIES)
-    return [Workload(f, shape) for f in chosen for shape in f.shapes[scale]]
-
+    if not families:
+        return [Workload(f, shape) for f in FAMILIES for shape in f.shapes[scale]]
+    chosen: list[Workload] = []
+    for item in families:
+        name, _, shape_text = item.partition(":")
+        fam = family(name)
+        if not shape_text:
+            chosen += [Workload(fam, shape) for shape in fam.shapes[scale]]
+            continue
+        try:
+            shape = tuple(int(n) for n in shape_text.split("x"))
+        except ValueError:
+            shape = ()
+        if len(shape) != len(fam.dims.split("x")) or min(shape) < 1:
+            raise ValueError(f"{item!r}: expected {name}:{fam.dims} with positive sizes")
+        chosen.append(Workload(fam, shape))
+    return chosen

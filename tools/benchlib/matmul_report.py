@@ -177,6 +177,8 @@ def target_summary(results: Sequence[TargetResult]) -> str:
 
 def target_table(results: Sequence[TargetResult], markdown: bool = False) -> str:
     """The targets as a text (or Markdown) table with the summary line below."""
+    if not results:
+        return "no target measured: the run has no Ember variant beside a target's baseline"
     cells = _target_cells(results)
     out = _markdown(TARGET_COLUMNS, cells) if markdown else _text(TARGET_COLUMNS, cells)
     return "\n".join(out + ["", target_summary(results)])

@@ -50,10 +50,11 @@ generate)
     ;;
 matmul)
     # The whole suite with every variant may not fit one BENCH_TIMEOUT: run it in parts
-    # (MATMUL_FAMILIES=gemm, then gemm_bias_gelu,mlp, then attention,attention_causal).
+    # (MATMUL_FAMILIES=gemm, then gemm_bias_gelu,mlp, then attention,attention_causal; an
+    # item may name one shape: gemm:8192x8192x8192).
     # The JSON/Markdown files are rewritten after each workload, so a part stopped by the
     # timeout keeps the workloads it finished.
-    tag=${MATMUL_FAMILIES:+_${MATMUL_FAMILIES//,/_}}
+    tag=${MATMUL_FAMILIES:+_${MATMUL_FAMILIES//[,:]/_}}
     timeout "${BENCH_TIMEOUT:-540}" python3 tools/bench_matmul.py --device cuda --dtype bfloat16 \
         --time-limit 240 ${MATMUL_FAMILIES:+--families "$MATMUL_FAMILIES"} \
         --json "$OUT/bench_matmul$tag.json" --markdown "$OUT/bench_matmul$tag.md" \

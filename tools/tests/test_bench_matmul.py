@@ -40,6 +40,11 @@ def test_full_scale_is_the_issue_s_workloads() -> None:
     assert mlp.flops == 16.0 * 8192 * 768 * 768
     with pytest.raises(KeyError, match="no matmul family 'conv'"):
         matmul.workloads("full", ["conv"])
+    picked = matmul.workloads("test", ["mlp:64x16", "gemm"])
+    assert [w.name for w in picked] == ["mlp 64x16", "gemm 32x32x32"]
+    for bad in ("gemm:4x4", "gemm:4x4xk", "mlp:0x8"):
+        with pytest.raises(ValueError, match=f"'{bad}': expected {bad.split(':')[0]}:"):
+            matmul.workloads("test", [bad])
 
 
 def test_cpu_run_prints_the_table_and_writes_json_and_markdown(
@@ -158,6 +163,8 @@ def test_speeds_and_targets() -> None:
     assert lines[4].split() == ["ember-max-autotune", "1.00ms", "-", "1.00x", "-", "-", "-",
                                 "-", "pass", "-"]
     assert lines[-1] == "  mlp 8192x768 bfloat16 / ember-max-autotune: boom"
+    assert matmul_report.target_table(matmul_report.targets(rows[3:5])) == (
+        "no target measured: the run has no Ember variant beside a target's baseline")
 
 
 def test_bench_forwards_only_the_matmul_suite() -> None:
