@@ -47,7 +47,7 @@ def tuned_launch_config(kernel: Kernel, default: LaunchConfig, facts: SizeFacts,
     among the candidates around ``default`` (``default`` itself when autotuning is off
     or there is nothing to choose). ``write`` generates the kernel's code under a
     configuration."""
-    if getattr(kernel, "template", None) is not None:
+    if kernel.template is not None:
         return default  # a matmul template: chosen among its own candidates
     numel = facts.hint(kernel.numel)
     rnumel = facts.hint(kernel.reduction_numel) if kernel.is_reduction else 0
