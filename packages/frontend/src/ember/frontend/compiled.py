@@ -152,7 +152,8 @@ class TracedFunction:
         log("guards", lambda: f"guards of {self._name()} "
                               f"(entry {len(self._entries)}):\n{captured.guards.describe()}")
         compiled = compile_program(program, req.backend, dict(req.options), req.mode)
-        entry = CacheEntry(captured.guards, captured.guards.matcher(), compiled,
+        title = f"{self._name()} (entry {len(self._entries)})"
+        entry = CacheEntry(captured.guards, captured.guards.matcher(title=title), compiled,
                            captured.arguments, captured.output)
         self.stats.compiles += 1
         self.stats.graphs += 1

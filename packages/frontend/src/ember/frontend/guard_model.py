@@ -157,7 +157,10 @@ def _tensor_check(w: CodeWriter, g: Guard) -> str:
     dtype, sizes, strides, device, rg, offset = g.expected
     d, s = w.const("dtype", dtype), w.const("size", sizes)
     st, dv = w.const("stride", strides), w.const("device", device)
-    return (f"isinstance({v}, Tensor) and {v}.dtype is {d} and {v}.shape == {s} "
+    # NOTE: the exact-type tests first: isinstance(parameter, Tensor) runs
+    # Parameter's metaclass check in Python, several times the cost of `type(v) is`
+    return (f"(type({v}) is Tensor or type({v}) is Parameter or isinstance({v}, Tensor)) "
+            f"and {v}.dtype is {d} and {v}.shape == {s} "
             f"and {v}.stride() == {st} and {v}.device == {dv} and "
             f"{v}.requires_grad is {bool(rg)} and "
             f"{v}.storage_offset() == {index_code(offset)}")
@@ -189,8 +192,15 @@ def _tensor_explain(g: Guard, actual: Any) -> str:
 
 # ---- equals: same type and value (NaN equals NaN) --------------------------------------
 
+_SINGLETONS = (None, True, False)
+"""Values an ``equals`` guard checks by identity: of their type, each is the only value
+equal to itself (``v is None`` says ``type(v) is NoneType and v == None`` in one test)."""
+
+
 def _equals_check(w: CodeWriter, g: Guard) -> str:
     v = w.ref(_source(g))
+    if any(g.expected is x for x in _SINGLETONS):
+        return f"{v} is {g.expected!r}"
     t = w.const("type", type(g.expected))
     if isinstance(g.expected, float) and g.expected != g.expected:
         return f"type({v}) is {t} and {v} != {v}"  # NaN

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from ember.frontend.guard_model import GUARD_KINDS, Guard, Source
 from ember.runtime.ir import SourceLocation
+from ember.runtime.logs import log
 
 __all__ = ["Guard", "GuardFailure", "GuardSet", "Matcher", "MatcherWriter", "Source",
            "compile_matcher"]
@@ -87,9 +88,9 @@ class GuardSet:
         """One guard per line, for the ``guards`` log."""
         return "\n".join(f"  {g.describe()}" for g in self.guards)
 
-    def matcher(self, inputs: Sequence[Source] = ()) -> Matcher:
+    def matcher(self, inputs: Sequence[Source] = (), title: str | None = None) -> Matcher:
         """The one check function of these guards (see :func:`compile_matcher`)."""
-        return compile_matcher(self.guards, inputs)
+        return compile_matcher(self.guards, inputs, title)
 
     def first_failure(self, state: Any, ctx: Any) -> GuardFailure | None:
         """The first guard that fails on ``state`` (slow: checks them one at a time),
@@ -159,7 +160,8 @@ class MatcherWriter:
     """
 
     def __init__(self) -> None:
-        self.names: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor}
+        self.names: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor,
+                                      "Parameter": torch.nn.Parameter}
         self.lines: list[str] = []
         self._locals: dict[Source, str] = {}
 
@@ -185,11 +187,13 @@ class MatcherWriter:
         self.lines.append(f"if not ({GUARD_KINDS[g.kind].check(self, g)}): return None")
 
 
-def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = ()) -> Matcher:
+def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = (),
+                    title: str | None = None) -> Matcher:
     """One generated function ``match(S, C)``: None when a guard fails (or fetching a
     guarded value raises), else the values of ``inputs``, fetched through the same
-    locals the guards used. ``EMBER_LOGS=guards`` shows the guards; the generated text
-    is ``match.__ember_source__``.
+    locals the guards used. The generated text is ``match.__ember_source__``; with a
+    ``title`` (a cache entry's check function, not a one-guard probe) it is also logged
+    under ``EMBER_LOGS=guards``.
 
     Raises:
         ValueError: a guard that cannot be written (a ``global`` guard on state with
@@ -211,4 +215,6 @@ def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = ()) -> M
     exec(compile(src, "<ember guards>", "exec"), w.names)  # noqa: S102 - generated from guards
     fn: Matcher = w.names["match"]
     fn.__ember_source__ = src  # type: ignore[attr-defined]
+    if title is not None:
+        log("guards", lambda: f"check function of {title} ({len(guards)} guards):\n{src}")
     return fn

@@ -32,7 +32,7 @@ from ember.frontend.bytecode.grad_mode import (
     detach_no_grad_inputs,
     graph_grad_mode,
 )
-from ember.frontend.bytecode.guards import GuardSet, compile_matcher
+from ember.frontend.bytecode.guards import GuardSet
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, location_of
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.liveness import live_locals
@@ -93,7 +93,8 @@ class Segment:
     def match(self, state: FrameState, ctx: FunctionContext) -> list[Any] | None:
         """The graph inputs fetched from ``state``, or None when a guard fails."""
         if self._matcher is None:
-            self._matcher = compile_matcher(self.guards.guards, self.input_sources)
+            self._matcher = self.guards.matcher(self.input_sources,
+                                                f"the segment at resume point {self.start_ip}")
         return self._matcher(state, ctx)
 
     @property
