@@ -213,3 +213,21 @@ def test_using_caches_moves_only_the_cache_directories_and_puts_them_back(
         assert config.cache_dir == before and config.recompile_limit == 3
     assert os.environ["TRITON_CACHE_DIR"] == "/somewhere/triton"
     assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_cuda_run_of_every_variant_with_warm_autotune_times(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "m.json"
+    assert bench_matmul.main(["--device", "cuda", "--scale", "test", "--families",
+                              "gemm,gemm_bias_gelu", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["workload"], r["variant"]) for r in rows[:5]] == [
+        ("gemm 32x32x32", v.name) for v in matmul_runner.VARIANTS]
+    assert all(r["dtype"] == "bfloat16" and r["status"] == "ok" and r["time_ms"] > 0
+               for r in rows), capsys.readouterr().out
+    autotuned = [r for r in rows if "max-autotune" in r["variant"]]
+    assert all(r["warm_autotune_s"] and r["warm_autotune_s"] > 0 for r in autotuned), \
+        [r["error"] for r in autotuned]
