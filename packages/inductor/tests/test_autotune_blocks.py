@@ -100,6 +100,7 @@ KERNELS: dict[str, tuple[Callable[..., Any], tuple[tuple[int, ...], ...]]] = {
     "looped_var": (lambda x: x.var(-1), ((2, 300),)),
     "split_sum": (lambda x: x.sum(), ((2000,),)),
     "column_sum": (lambda x: x.sum(0), ((300, 20),)),
+    "column_split": (lambda x: x.sum(0), ((1000, 20),)),
     "column_amax": (lambda x: x.amax(0), ((12, 20),)),
     "in_place_scatter": (lambda x, i, v: x.index_add(0, i, v), ((300,), (400,), (400,))),
 }
@@ -144,6 +145,7 @@ def _outputs(kernel: Kernel, config: LaunchConfig) -> list[torch.Tensor]:
     ("looped_var", {"x1_r64_w4_looped"}),
     ("split_sum", {"x1_r64_w4_looped_split8"}),
     ("column_sum", {"x32_r16_w2_looped"}),
+    ("column_split", {"x32_r16_w2_looped_split4"}),
     ("column_amax", {"x32_r16_w2_persistent"}),
     ("in_place_scatter", {"x128_w1"}),
 ])
