@@ -56,8 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-warm", action="store_true",
                         help="skip the warm-autotune-cache compile times (subprocesses)")
     parser.add_argument("--cache-dir", metavar="DIR", default=None,
-                        help="where each workload and variant's own empty caches go "
-                             "(default: a temporary directory, removed at the end)")
+                        help="keep each workload and variant's caches in a new folder "
+                             "in DIR (default: a temporary directory, removed at the end)")
     parser.add_argument("--time-limit", type=float, default=900.0, metavar="S",
                         help="seconds allowed per phase of a workload (default 900)")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
@@ -91,8 +91,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.cache_dir:
-        return _run(args, Path(args.cache_dir))
+    if args.cache_dir:  # kept: a new folder in it, so the caches start empty
+        Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
+        return _run(args, Path(tempfile.mkdtemp(prefix="run-", dir=args.cache_dir)))
     with tempfile.TemporaryDirectory(prefix="ember-bench-matmul-") as tmp:
         return _run(args, Path(tmp))
 
