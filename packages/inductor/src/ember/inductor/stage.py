@@ -16,7 +16,8 @@ class InductorStage(Stage):
     consumes = "core-functional"
     produces = "compiled"
     # NOTE: every option compile_program reads, with the types its value may have;
-    # ember.frontend.compile rejects other keys
+    # ember.frontend.compile rejects other keys. "mode" is not one: the pipeline sets
+    # it from compile(mode=...) after checking it (ember.runtime.pipeline.check_mode)
     options: ClassVar[dict[str, tuple[type, ...]]] = {
         "device": (str, torch.device, type(None)),
         "precompile": (bool,),
