@@ -219,6 +219,13 @@ class MatmulTemplateWriter(KernelWriter):
 
     # --- the template -----------------------------------------------------------------
 
+    def size_prologue(self) -> None:
+        """The size arguments widened to 64 bits when indexes are (no ``xnumel``: the
+        template's sizes are ``M``, ``N``, ``K``)."""
+        if self.use64:
+            for name in self.size_args:
+                self.line(f"{name} = {name} + tl.full([], 0, tl.int64)")
+
     def size(self, name: str, size: Size) -> None:
         self.line(f"{name} = {size_source(size)}")
 
