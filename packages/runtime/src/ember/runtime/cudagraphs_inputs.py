@@ -92,7 +92,6 @@ class StaticInputs:
     roles: list[InputRole]
     tensors: list[Any]  # the recorded inputs: static buffers, parameters, pool outputs
     pointers: list[int]  # data_ptr of each tensor input at recording (0 for others)
-    in_place: list[tuple[int, int]]  # (position, data_ptr) of the IN_PLACE inputs
 
     @staticmethod
     def make(inputs: Sequence[Any], specs: Sequence[InputSpec], in_place: set[int],
@@ -124,28 +123,35 @@ class StaticInputs:
                 roles.append(InputRole.COPIED)
                 tensors.append(_static_buffer(x))
         pointers = [t.data_ptr() if isinstance(t, torch.Tensor) else 0 for t in tensors]
-        kept = [(i, pointers[i]) for i, r in enumerate(roles) if r is InputRole.IN_PLACE]
-        return StaticInputs(roles, tensors, pointers, kept)
+        return StaticInputs(roles, tensors, pointers)
+
+    def __post_init__(self) -> None:
+        # NOTE: per-call work loops over these lists only (a model passes every
+        # parameter on every call: tens to hundreds of IN_PLACE inputs)
+        self._copied = [i for i, r in enumerate(self.roles) if r is InputRole.COPIED]
+        self._in_place = [i for i, r in enumerate(self.roles) if r is InputRole.IN_PLACE]
+        self._in_place_pointers = [self.pointers[i] for i in self._in_place]
+        self._pool = [i for i, r in enumerate(self.roles) if r is InputRole.POOL_OUTPUT]
+        self._pool_pointers = [self.pointers[i] for i in self._pool]
 
     def moved_parameter(self, inputs: Sequence[Any]) -> int | None:
         """The position of an ``IN_PLACE`` input that is not at its recorded address."""
-        for i, pointer in self.in_place:
-            if inputs[i].data_ptr() != pointer:
-                return i
-        return None
+        now = [inputs[i].data_ptr() for i in self._in_place]
+        if now == self._in_place_pointers:
+            return None
+        return next(i for i, p, q in zip(self._in_place, now, self._in_place_pointers)
+                    if p != q)
 
     def moved_pool_output(self, inputs: Sequence[Any]) -> bool:
         """Whether a ``POOL_OUTPUT`` input is not at its recorded address (its producer
         ran plain): copying it in could overwrite results still in use, so the call
         runs plain."""
-        return any(role is InputRole.POOL_OUTPUT and inputs[i].data_ptr() != self.pointers[i]
-                   for i, role in enumerate(self.roles))
+        return [inputs[i].data_ptr() for i in self._pool] != self._pool_pointers
 
     def load(self, inputs: Sequence[Any]) -> None:
         """Copy this call's ``COPIED`` inputs into their static buffers (before a replay)."""
-        for i, role in enumerate(self.roles):
-            if role is InputRole.COPIED:
-                self.tensors[i].copy_(inputs[i])
+        for i in self._copied:
+            self.tensors[i].copy_(inputs[i])
 
 
 __all__ = ["InputRole", "StaticInputs", "is_dense", "keyed_positions", "signature_of"]
