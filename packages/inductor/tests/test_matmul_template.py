@@ -222,6 +222,30 @@ def test_symbolic_m_runs_at_several_sizes() -> None:
         _close(out, F.gelu(torch.addmm(b1, x, w1)) @ w2 + b2 + x)
 
 
+SYMBOLIC_K = """program dialect=core-functional
+
+graph forward(%x: f32[s0, s1]{s1,1} cpu, %w: f32[s1, 24]{24,1} cpu):
+  symbols s0 in [2, inf] hint=16, s1 in [2, inf] hint=40
+  %h: f32[s0, 24]{24,1} cpu = aten::mm.default(%x, %w)
+  %g: f32[s0, 24]{24,1} cpu = aten::relu.default(%h)
+  return (%g,)  [user_output]
+"""
+
+
+def test_symbolic_m_and_k() -> None:
+    program = parse_program(SYMBOLIC_K)
+    program.untrusted_origin = None
+    with triton_for_cpu(matmul_templates=True), forced_matmul("bm16_bn32_bk16_g8_s2_w4"):
+        compiled = compile_program(program, {"precompile": False, "strict": True})
+    compiled.untrusted_origin = None
+    assert "reduce [K=s1]" in _sources(compiled)
+    run = load_executor(compiled, "forward")
+    for m, k in ((2, 3), (17, 40), (33, 70)):
+        x, w = torch.randn(m, k), torch.randn(k, 24)
+        (out,) = run([x, w])
+        _close(out, torch.relu(x @ w))
+
+
 @pytest.mark.parametrize("config", [SMALL, "bm64_bn64_bk32_g8_s3_w4_k4"])
 @pytest.mark.parametrize("dtype", [torch.float32, BF])
 def test_template_compiles_for_sm90(config: str, dtype: torch.dtype) -> None:
