@@ -43,11 +43,13 @@ def _run(fn: Callable[..., Any], xs: list[torch.Tensor], forced: str | None = "t
     return _sources(compiled), run(*xs)
 
 
-def _check(out: torch.Tensor, expected: torch.Tensor, k: int) -> None:
-    """Within the accumulation error of a K-long float32 dot plus one rounding of the
-    result's dtype."""
+def _check(out: torch.Tensor, expected: torch.Tensor, k: int,
+           rounded: torch.dtype | None = None) -> None:
+    """Within the accumulation error of a K-long float32 dot plus one rounding to
+    ``rounded`` (default: the result's dtype)."""
     scale = expected.float().abs().max().item() + 1
-    eps = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}[expected.dtype]
+    eps = {torch.float32: 1e-5, torch.bfloat16: 1e-2,
+           torch.float16: 2e-3}[rounded or expected.dtype]
     err = (out.float() - expected.float()).abs().max().item()
     assert err <= (eps + 1e-6 * k ** 0.5) * scale * 2, err
 
@@ -110,7 +112,8 @@ def test_float32_precision_is_recorded(tf32: bool, no_tf32: None) -> None:
     assert f'input_precision="{"tf32" if tf32 else "ieee"}"' in source
     expected = fn(x, w)
     if tf32:
-        torch.testing.assert_close(out, expected, rtol=2e-2, atol=5e-2)
+        # two TF32 dots (ours, cuBLAS's) of K=768: each off by ~1e-3 relative a product
+        torch.testing.assert_close(out, expected, rtol=2e-2, atol=0.25)
     else:
         torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-3)
 
@@ -125,7 +128,7 @@ def test_split_k_matches_eager(config: str) -> None:
 
     source, (out,) = _run(fn, [x, w], forced=config)
     assert "split-K" in source
-    _check(out, fn(x, w), 16384)
+    _check(out, fn(x, w), 16384, rounded=torch.bfloat16)
 
 
 def test_bmm_prologue_and_transposed_operands() -> None:
