@@ -71,7 +71,7 @@ class Runners:
 
 
 def test_off_returns_the_default_without_building_anything(cache_root: Path) -> None:
-    runners = Runners(slow=0.02, fast=0.0)
+    runners = Runners(slow=0.05, fast=0.0)
     assert not autotune_enabled()
     assert select("mm", KEY, runners.candidates(), default="slow") == "slow"
     with autotuning(False):
@@ -81,7 +81,7 @@ def test_off_returns_the_default_without_building_anything(cache_root: Path) -> 
 
 
 def test_on_times_every_candidate_and_stores_the_fastest(cache_root: Path) -> None:
-    runners = Runners(slow=0.02, fast=0.0, medium=0.01)
+    runners = Runners(slow=0.05, fast=0.0, medium=0.025)
     with autotuning(True):
         assert autotune_enabled()
         assert select("mm", KEY, runners.candidates(), default="slow") == "fast"
@@ -101,7 +101,7 @@ def test_on_times_every_candidate_and_stores_the_fastest(cache_root: Path) -> No
 
 
 def test_a_warm_process_does_not_time_again() -> None:
-    runners = Runners(slow=0.02, fast=0.0)
+    runners = Runners(slow=0.05, fast=0.0)
     with autotuning(True):
         assert select("mm", KEY, runners.candidates(), default="slow") == "fast"
     with autotuning(True):
@@ -114,7 +114,7 @@ def test_a_warm_process_does_not_time_again() -> None:
 
 def test_other_keys_kinds_devices_and_versions_are_misses(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    runners = Runners(slow=0.01, fast=0.0)
+    runners = Runners(slow=0.03, fast=0.0)
     with autotuning(True):
         select("mm", KEY, runners.candidates(), default="slow")
         select("mm", {**KEY, "m": 65}, runners.candidates(), default="slow")
@@ -132,7 +132,7 @@ def test_other_keys_kinds_devices_and_versions_are_misses(
 
 def test_a_failing_candidate_is_skipped_and_logged(capsys: pytest.CaptureFixture[str]) -> None:
     runners = Runners(broken_build=ValueError("no shared memory"),
-                      broken_run=RuntimeError("illegal address"), slow=0.01, ok=0.0)
+                      broken_run=RuntimeError("illegal address"), slow=0.03, ok=0.0)
     with patch(logs="autotune"), autotuning(True):
         assert select("mm", KEY, runners.candidates(), default="slow") == "ok"
         assert tuning_report().failed == 2
@@ -160,7 +160,7 @@ def test_all_failing_keeps_the_default_with_a_warning(cache_root: Path) -> None:
 
 def _stored_entry(cache_root: Path) -> Path:
     with autotuning(True):
-        select("mm", KEY, Runners(slow=0.01, fast=0.0).candidates(), default="slow")
+        select("mm", KEY, Runners(slow=0.03, fast=0.0).candidates(), default="slow")
     (entry,) = (cache_root / "autotune").iterdir()
     return entry
 
@@ -178,7 +178,7 @@ def test_a_corrupt_entry_is_a_miss_with_a_warning(
         cache_root: Path, damage: Callable[[Path], object], message: str) -> None:
     entry = _stored_entry(cache_root)
     damage(entry)
-    runners = Runners(slow=0.01, fast=0.0)
+    runners = Runners(slow=0.03, fast=0.0)
     with autotuning(True), pytest.warns(AutotuneCacheWarning, match=message):
         assert select("mm", KEY, runners.candidates(), default="slow") == "fast"
     assert runners.built == Counter(slow=1, fast=1)
@@ -193,7 +193,7 @@ def test_a_linked_entry_is_removed_not_followed(cache_root: Path, tmp_path: Path
     entry.unlink()
     entry.symlink_to(target)
     with autotuning(True), pytest.warns(AutotuneCacheWarning, match="is a symbolic link"):
-        select("mm", KEY, Runners(slow=0.01, fast=0.0).candidates(), default="slow")
+        select("mm", KEY, Runners(slow=0.03, fast=0.0).candidates(), default="slow")
     assert not entry.is_symlink() and target.read_text() == original  # target untouched
 
 
@@ -201,7 +201,7 @@ def test_a_linked_entry_is_removed_not_followed(cache_root: Path, tmp_path: Path
 def test_another_users_entry_is_a_miss(cache_root: Path) -> None:
     entry = _stored_entry(cache_root)
     os.chown(entry, 1, 1)
-    runners = Runners(slow=0.01, fast=0.0)
+    runners = Runners(slow=0.03, fast=0.0)
     with autotuning(True), pytest.warns(AutotuneCacheWarning, match="belongs to another user"):
         select("mm", KEY, runners.candidates(), default="slow")
     assert runners.built == Counter(slow=1, fast=1)
@@ -210,7 +210,7 @@ def test_another_users_entry_is_a_miss(cache_root: Path) -> None:
 
 def test_a_cached_choice_that_is_no_candidate_times_again(cache_root: Path) -> None:
     _stored_entry(cache_root)
-    runners = Runners(slow=0.01, faster=0.0)
+    runners = Runners(slow=0.03, faster=0.0)
     with autotuning(True):
         assert select("mm", KEY, runners.candidates(), default="slow") == "faster"
     assert runners.built == Counter(slow=1, faster=1)
