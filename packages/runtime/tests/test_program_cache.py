@@ -22,7 +22,7 @@ from ember.runtime.cache import ProgramCacheWarning, stats
 from ember.runtime.cache.entry import MAGIC
 from ember.runtime.cache.key import KeyRequest, cache_key
 from ember.runtime.compiled.private_cache import CacheDirError
-from ember.runtime.config import patch
+from ember.runtime.config import Config, patch
 from ember.runtime.ir import InputKind, Program, TensorMeta, load, save
 from ember.runtime.ir.graph import Node
 from ember.runtime.pipeline import compile_program
@@ -111,6 +111,18 @@ def test_the_setting_turns_it_off(stage: CountingStage, cache_dir: Path) -> None
         compile_program(program, "aot_eager")
     assert stage.runs == 3
     assert not (cache_dir / "programs").exists()
+
+
+def test_settings_from_the_environment() -> None:
+    env = {"EMBER_PROGRAM_CACHE": "0", "EMBER_REMOTE_CACHE": "redis://h:1/2",
+           "EMBER_REMOTE_CACHE_KEY": "a-secret-of-16-bytes"}
+    read = Config.from_env(env)
+    assert (read.program_cache, read.remote_cache, read.remote_cache_key) == (
+        False, "redis://h:1/2", "a-secret-of-16-bytes")
+    assert "a-secret" not in repr(read)
+    assert Config.from_env({}).program_cache is True
+    with pytest.raises(ValueError, match="EMBER_PROGRAM_CACHE='maybe': expected 0 or 1"):
+        Config.from_env({"EMBER_PROGRAM_CACHE": "maybe"})
 
 
 def _request(program: Program, **changes: Any) -> KeyRequest:
