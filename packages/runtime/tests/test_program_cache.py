@@ -26,7 +26,7 @@ from ember.runtime.config import Config, patch
 from ember.runtime.ir import InputKind, Program, TensorMeta, load, save
 from ember.runtime.ir.graph import Node
 from ember.runtime.pipeline import compile_program
-from ember.runtime.stages import Stage
+from ember.runtime.stages import EagerGraphWarning, Stage, StageDeclined
 from handbuilt import ProgramBuilder, mlp_program
 
 
@@ -100,6 +100,24 @@ def test_second_compile_is_a_hit_that_runs_no_stage(
                       f"program cache hit (local) {short}"]
     assert entry.stat().st_mode & 0o777 == 0o600
     assert (cache_dir / "programs").stat().st_mode & 0o777 == 0o700
+
+
+class DecliningStage(CountingStage):
+    def run(self, program: Program, options: dict[str, Any]) -> Program:
+        self.runs += 1
+        raise StageDeclined("needs a data-dependent shape")
+
+
+def test_a_declined_compile_is_not_stored(monkeypatch: pytest.MonkeyPatch, cache_dir: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    declining = DecliningStage()
+    monkeypatch.setattr(pipeline_module, "load_stage", lambda name: declining)
+    program, _ = mlp_program()
+    with patch(logs="cache"), pytest.warns(EagerGraphWarning):
+        compile_program(program, "aot_eager")
+    assert "not stored: a stage declined the program (needs a data-dependent shape)" \
+        in capsys.readouterr().err
+    assert _entries(cache_dir) == []
 
 
 def test_the_setting_turns_it_off(stage: CountingStage, cache_dir: Path) -> None:

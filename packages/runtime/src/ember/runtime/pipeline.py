@@ -224,6 +224,8 @@ def compile_program(
     try:
         compiled = run_stages(program, stages, stage_options)
     except StageDeclined as e:
+        if lookup is not None:
+            lookup.not_stored(f"a stage declined the program ({e})")
         if not eager_on_decline:
             raise
         return ProgramCallable(run_eagerly(program, str(e)))

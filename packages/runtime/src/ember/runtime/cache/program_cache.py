@@ -172,14 +172,17 @@ class CompileLookup:
         self._reject("local", problem)
         self.local.remove(self.key.digest)
 
+    def not_stored(self, reason: str) -> None:
+        """Say under ``cache`` that this compile is not stored, and why."""
+        log("cache", f"program cache: {self.key.short} not stored: {reason}")
+
     def store(self, compiled: Program) -> None:
         """Store ``compiled`` locally and, when configured, remotely (signed)."""
         secret = self.remote.secret if self.remote is not None else None
         try:
             data = encode(self.key.digest, compiled, self.program, secret)
         except IRFormatError as e:
-            log("cache", f"program cache: {self.key.short} not stored: the compiled "
-                         f"program cannot be saved ({e})")
+            self.not_stored(f"the compiled program cannot be saved ({e})")
             return
         self._write_local(data)
         if self.remote is not None:
