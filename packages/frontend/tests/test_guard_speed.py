@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import torch
-from ember.frontend.guards import compile_matcher
 from ember.frontend.guard_model import Guard, tensor_guard
+from ember.frontend.guards import compile_matcher
 from ember.runtime.config import patch
 from strict_helpers import strict
 from torch import nn
@@ -33,10 +33,10 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         try:
-            scale = self.settings.scale  # type: ignore[attr-defined]
+            scale: float = self.settings.scale  # type: ignore[attr-defined]
         except AttributeError:
             scale = 1.0
-        y = self.act(self.lin(x)) * self.factor * scale
+        y: torch.Tensor = self.act(self.lin(x)) * self.factor * scale
         return y + 1 if self.flag else y
 
 
@@ -117,8 +117,8 @@ def test_check_function_text_of_a_guard_set() -> None:
 
 
 def test_identity_checks_are_exact() -> None:
-    from ember.frontend.bytecode.sources import LocalSource
     from ember.frontend.bytecode.frame import FrameState
+    from ember.frontend.bytecode.sources import LocalSource
 
     match = compile_matcher([Guard("equals", LocalSource("v"), False),
                              Guard("equals", LocalSource("w"), None)])
@@ -194,7 +194,7 @@ def test_a_mutation_of_the_model_recompiles(mutation: str, failed: str, capsys: 
         layers[2].flag = True
     elif mutation == "new_attribute":
         layers[0].settings = Settings()
-        layers[0].settings.scale = 5.0  # type: ignore[attr-defined]
+        layers[0].settings.scale = 5.0
     elif mutation == "parameter_shape":
         layers[1].lin.bias = nn.Parameter(torch.zeros(1))
     elif mutation == "data":
