@@ -118,6 +118,13 @@ def test_an_additive_mask_of_another_dtype_is_not_rewritten(
     refused(fn, *qkv(torch.bfloat16), torch.randn(3, 5), capsys=capsys)
 
 
+def test_a_number_added_to_the_scores_is_no_mask(capsys: pytest.CaptureFixture[str]) -> None:
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(q @ k.transpose(-2, -1) + 1.0, -1) @ v
+
+    assert "not rewritten: the mask is the number 1.0" in refused(fn, *qkv(), capsys=capsys)
+
+
 def test_training_programs_are_not_rewritten(capsys: pytest.CaptureFixture[str]) -> None:
     q, k, v = qkv()
     program = core_program(lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v,

@@ -173,6 +173,8 @@ def _check(rule: AttentionRule, match: Match, matcher: Matcher) -> None:
     if masked.sizes != probs.sizes or masked.dtype != probs.dtype:
         raise NotRewritten("the mask changes the scores' sizes or dtype")
     if rule.mask == "additive":
+        if not isinstance(match.bindings["mask"], ValueRef):
+            raise NotRewritten(f"the mask is the number {match.bindings['mask']!r}")
         mask = _meta(matcher, match.value("mask"))
         if mask.dtype != probs.dtype:
             raise NotRewritten(f"the additive mask is {mask.dtype}, the scores {probs.dtype}")
