@@ -136,6 +136,8 @@ def _problem(m: int = 256, n: int = 256, k: int = 256, dtype: torch.dtype = BF,
     (_problem(dtype=torch.float32), "extern"),                   # float32 without TF32
     (_problem(dtype=torch.float32, tf32=True), "bm128_bn128_bk32_g8_s3_w8"),
     (_problem(8, 256), "extern"),                                # below MIN_SIDE
+    (_problem(4096, 4096, 1024), "bm128_bn128_bk64_g8_s3_w8"),   # fusing saves more
+    (_problem(4096, 4096, 4096), "extern"),                      # compute-bound: cuBLAS
 ])
 def test_heuristic_table(problem: MatmulProblem, choice: str) -> None:
     assert heuristic_choice(problem) == choice

@@ -10,6 +10,10 @@ float32 without TF32 allowed (cuBLAS's SGEMM beats an exact     extern
 nothing to fuse (no bias, no inlined producer, no pointwise     extern (cuBLAS wins a
 consumer)                                                       plain GEMM)
 ``M``, ``N`` or ``K`` below ``MIN_SIDE``                        extern
+compute-bound: the template's expected deficit against cuBLAS   extern
+(``1/TEMPLATE_EFFICIENCY - 1`` of the GEMM's time at
+``PEAK_FLOPS``) exceeds what fusing saves (the result written
+and read again at ``BANDWIDTH``, one launch): large ``K``
 otherwise                                                       the first config of the
                                                                 shape's class
                                                                 (``matmul_configs``)
@@ -31,7 +35,11 @@ from collections.abc import Callable, Iterator
 import torch
 from ember.inductor import autotune
 from ember.inductor.codegen.backend import MatmulProblem
-from ember.inductor.codegen.triton.matmul_configs import MatmulConfig, candidate_configs
+from ember.inductor.codegen.triton.matmul_configs import (
+    MatmulConfig,
+    candidate_configs,
+    dtype_class,
+)
 from ember.inductor.codegen.triton.sizes import SizeFacts
 from ember.inductor.loop_ir import MatmulTemplate
 from ember.runtime.logs import log
@@ -39,6 +47,14 @@ from ember.runtime.logs import log
 #: the least M, N and K (hints) the heuristic writes as a template (``tl.dot`` tiles are
 #: at least 16 on each side)
 MIN_SIDE = 16
+#: the cost model of the default heuristic (H200 estimates, not measurements: the
+#: benchmark's matmul suite and ``max-autotune`` are what measure): dense peak FLOP/s per
+#: dtype class, the template's expected share of cuBLAS's speed, HBM bytes per second,
+#: and the time one kernel launch costs
+PEAK_FLOPS = {"16-bit": 7.0e14, "float32": 3.5e14}
+TEMPLATE_EFFICIENCY = 0.85
+BANDWIDTH = 4.8e12
+LAUNCH_SECONDS = 5e-6
 #: the extern's candidate name (template candidates: ``triton_<op>_<config>``)
 EXTERN = "extern"
 
@@ -77,7 +93,23 @@ def heuristic_choice(problem: MatmulProblem) -> str:
         return EXTERN
     if not problem.fuses or min(m, n, k) < MIN_SIDE:
         return EXTERN
+    if template_deficit(problem) > fusion_saving(problem):
+        return EXTERN
     return candidate_configs(problem.dtype, m, n, k, problem.batch is not None)[0].name
+
+
+def template_deficit(problem: MatmulProblem) -> float:
+    """Seconds the template is expected to lose against cuBLAS on the GEMM itself."""
+    batch, m, n, k = _hints(problem)
+    seconds = 2.0 * batch * m * n * k / PEAK_FLOPS[dtype_class(problem.dtype)]
+    return seconds * (1 / TEMPLATE_EFFICIENCY - 1)
+
+
+def fusion_saving(problem: MatmulProblem) -> float:
+    """Seconds fusing saves: the result is not written and read back by a separate
+    epilogue kernel, which is not launched."""
+    batch, m, n, _ = _hints(problem)
+    return 2.0 * batch * m * n * problem.dtype.itemsize / BANDWIDTH + LAUNCH_SECONDS
 
 
 def choose_matmul(problem: MatmulProblem) -> MatmulTemplate | None:
@@ -161,4 +193,6 @@ def _template_runner(problem: MatmulProblem, config: str) -> Callable[[], Callab
     return make
 
 
-__all__ = ["EXTERN", "MIN_SIDE", "choose_matmul", "forced_matmul", "heuristic_choice"]
+__all__ = ["BANDWIDTH", "EXTERN", "LAUNCH_SECONDS", "MIN_SIDE", "PEAK_FLOPS",
+           "TEMPLATE_EFFICIENCY", "choose_matmul", "forced_matmul", "fusion_saving",
+           "heuristic_choice", "template_deficit"]
