@@ -258,11 +258,7 @@ class Matcher:
             if pattern.name is not None:
                 bindings = {**bindings, pattern.name: value}
             start: _State = (bindings, [*covered, node.name], shared)
-            yield from self._match_args(node, args, pattern.args, start)
-
-    def _match_args(self, node: Node, args: tuple[Argument, ...],
-                    patterns: tuple[PatternArg, ...], state: _State) -> Iterator[_State]:
-        yield from self._match_positional(node, args, 0, patterns, state)
+            yield from self._match_positional(node, args, 0, pattern.args, start)
 
     def _match_positional(self, node: Node, args: tuple[Argument, ...], i: int,
                           patterns: tuple[PatternArg, ...], state: _State) -> Iterator[_State]:
