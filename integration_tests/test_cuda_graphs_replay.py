@@ -224,3 +224,13 @@ def test_frontend_inference_matches_eager() -> None:
         outs = [compiled(x) for x in xs]
         for x, out in zip(xs, outs):
             torch.testing.assert_close(out, model(x))
+
+
+def test_torch_compile_backend_ember_reduce_overhead_matches_eager() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()).cuda()
+    compiled = torch.compile(model, backend="ember", mode="reduce-overhead")
+    for _ in range(4):
+        x = torch.randn(8, 64, device="cuda")
+        torch.testing.assert_close(compiled(x), model(x))
+        compiled(x).sum().backward()
