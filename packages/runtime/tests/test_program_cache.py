@@ -20,7 +20,7 @@ import torch
 from ember.runtime.__main__ import main as cli_main
 from ember.runtime.cache import ProgramCacheWarning, stats
 from ember.runtime.cache.entry import MAGIC
-from ember.runtime.cache.key import KeyRequest, cache_key
+from ember.runtime.cache.key import KeyRequest, Uncacheable, cache_key
 from ember.runtime.compiled.private_cache import CacheDirError
 from ember.runtime.config import Config, patch
 from ember.runtime.ir import InputKind, Program, TensorMeta, load, save
@@ -232,6 +232,14 @@ def test_an_option_without_stable_text_is_not_cached(
     assert _entries(cache_dir) == []
 
 
+def test_a_constant_without_values_is_not_cached() -> None:
+    program = _constant_program(1.0)
+    program.tensors["c"] = torch.empty(3, device="meta")
+    request = _request(program)
+    with pytest.raises(Uncacheable, match="the values of tensor 'c' cannot be hashed"):
+        cache_key(request)
+
+
 def test_a_hit_runs_on_the_current_weights_not_the_stored_ones(
         stage: CountingStage, cache_dir: Path) -> None:
     program, ex = mlp_program()
@@ -349,7 +357,7 @@ def test_cache_info_and_clear(stage: CountingStage, cache_dir: Path,
 
 _KEY_SCRIPT = """
 import sys
-from ember.runtime.cache.key import KeyRequest, cache_key
+from ember.runtime.cache.key import KeyRequest, Uncacheable, cache_key
 from ember.runtime.ir import load
 program = load(sys.argv[1])
 print(cache_key(KeyRequest(program, "eager", (), {"strict": True}, None)).digest)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ember.runtime.ir import InputKind, Program, TensorMeta, print_program
+from ember.runtime.ir import InputKind, IRFormatError, Program, TensorMeta, print_program
 from ember.runtime.stages import Stage, available_stages
 
 CACHE_FORMAT = "1"
@@ -120,7 +120,10 @@ def canonical_json(value: object, where: str) -> object:
 
 
 def _program(req: KeyRequest) -> str:
-    return print_program(req.program)
+    try:
+        return print_program(req.program)
+    except IRFormatError as e:  # NOTE: the stages' verification reports it, not the cache
+        raise Uncacheable(f"the program has no text form ({e})") from None
 
 
 def _tensors(req: KeyRequest) -> str:
@@ -128,7 +131,11 @@ def _tensors(req: KeyRequest) -> str:
     lines = []
     for name in sorted(req.program.tensors):
         t = req.program.tensors[name]
-        values = "input" if name in bound else tensor_digest(t)
+        try:
+            values = "input" if name in bound else tensor_digest(t)
+        except (RuntimeError, NotImplementedError, TypeError) as e:  # meta, quantized, ...
+            raise Uncacheable(f"the values of tensor {name!r} cannot be hashed "
+                              f"({type(e).__name__}: {e})") from None
         lines.append(f"{name} {t.dtype} {list(t.shape)} {list(t.stride())} {t.device} "
                      f"{t.requires_grad} {values}")
     return "\n".join(lines)
@@ -212,7 +219,8 @@ def cache_key(req: KeyRequest) -> CacheKey:
     """The key of ``req``: the same text in every process for the same compile.
 
     Raises:
-        Uncacheable: an option value without a stable text form.
+        Uncacheable: an option value without a stable text form, a constant whose
+            values cannot be read (a meta tensor), a program without a text form.
     """
     components = {name: hashlib.sha256(fn(req).encode("utf-8")).hexdigest()
                   for name, fn in COMPONENTS.items()}
