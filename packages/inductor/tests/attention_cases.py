@@ -67,14 +67,16 @@ def masked_fill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def causal_tril(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     scores = q @ k.transpose(-2, -1) * 0.5
-    causal = torch.tril(torch.ones(scores.size(-2), scores.size(-1), dtype=torch.bool))
+    causal = torch.tril(torch.ones(scores.size(-2), scores.size(-1), dtype=torch.bool,
+                                    device=scores.device))
     return torch.softmax(scores.masked_fill(~causal, float("-inf")), -1) @ v
 
 
 def causal_triu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """GPT-2's eager form: a tensor-scalar division, ``finfo.min`` above the diagonal."""
     scores = q @ k.transpose(-1, -2) / torch.full([], q.size(-1) ** 0.5, dtype=q.dtype)
-    future = torch.triu(torch.ones(scores.size(-2), scores.size(-1), dtype=torch.bool), 1)
+    future = torch.triu(torch.ones(scores.size(-2), scores.size(-1), dtype=torch.bool,
+                                    device=scores.device), 1)
     masked = torch.where(future, torch.finfo(q.dtype).min, scores)
     return torch.softmax(masked, -1) @ v
 

@@ -63,8 +63,13 @@ def test_rewritten_to_a_fused_kernel_and_matches_eager(case: str, dtype: torch.d
             assert any(op in wrapper for op in _FUSED), wrapper
         (out,) = run(*inputs)
         expected = fn(*inputs)
-        tol = 1e-3 if dtype == torch.float32 else 2e-2
-        torch.testing.assert_close(out, expected, atol=tol, rtol=tol)
+        # NOTE: the fused kernel keeps scores and probabilities in float32 where eager
+        # rounds each op's result to bf16/f16: both are compared with a float64 reference,
+        # and the compiled error may not exceed twice eager's (plus a float32 margin)
+        reference = fn(*(t.double() if t.is_floating_point() else t for t in inputs))
+        ours = (out.double() - reference).abs().max().item()
+        eagers = (expected.double() - reference).abs().max().item()
+        assert ours <= 2 * eagers + 1e-4, (ours, eagers)
 
 
 @pytest.mark.parametrize("name", ["hf_gpt2", "hf_bert"])
