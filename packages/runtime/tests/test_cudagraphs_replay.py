@@ -26,6 +26,7 @@ from ember.runtime.cudagraphs_policy import (
     SHAPE_LIMIT,
     STORAGE_CHANGES,
 )
+from ember.runtime.cudagraphs_pool import current_step
 from ember.runtime.ir import InputKind, InputSpec, Program
 from ember.runtime.pipeline import compile_program
 from ember.runtime.tracing import GraphRecorder
@@ -278,3 +279,12 @@ def test_a_capture_torch_refuses_runs_plain_and_says_why(
     assert graphs.stats.plain_calls == {"warm-up": 1, RECORDING_FAILED: 2}
     assert ("graph 'forward' runs without CUDA graphs: recording failed: operation not "
             "permitted when stream is capturing\n") in capsys.readouterr().err
+
+
+def test_the_step_marker_is_public_and_counts_steps() -> None:
+    import ember.runtime
+
+    before = current_step()
+    ember.runtime.cudagraph_mark_step_begin()
+    mark_step_begin()
+    assert current_step() == before + 2
