@@ -8,7 +8,9 @@ gets one of three roles, fixed when the graph is recorded:
 role               which inputs                                each replay
 =================  ==========================================  =========================
 ``IN_PLACE``       parameters, buffers and constants (their    same ``data_ptr`` or the
-                   ``InputKind``, or an ``nn.Parameter``)      graph is recorded again
+                   ``InputKind``, or an ``nn.Parameter``), and graph is recorded again
+                   a backward input at a recorded parameter's
+                   address (a saved weight)
 ``POOL_OUTPUT``    a result of an earlier replay of the same   same ``data_ptr`` or the
                    model (the backward graph's saved tensors)  call runs plain
 ``COPIED``         every other tensor (user inputs, tangents)  copied into a buffer
