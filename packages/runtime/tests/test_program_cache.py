@@ -5,6 +5,7 @@ and the same key in another process. The stages are stand-ins that count their r
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import subprocess
@@ -23,7 +24,7 @@ from ember.runtime.cache.entry import MAGIC
 from ember.runtime.cache.key import KeyRequest, Uncacheable, cache_key
 from ember.runtime.compiled.private_cache import CacheDirError
 from ember.runtime.config import Config, patch
-from ember.runtime.ir import InputKind, Program, TensorMeta, load, save
+from ember.runtime.ir import InputKind, Program, SourceLocation, TensorMeta, load, save
 from ember.runtime.ir.graph import Node
 from ember.runtime.pipeline import compile_program
 from ember.runtime.stages import EagerGraphWarning, Stage, StageDeclined
@@ -230,6 +231,21 @@ def test_an_option_without_stable_text_is_not_cached(
     assert "program cache not used: option['hook'] is a object, which has no stable " \
            "text form" in capsys.readouterr().err
     assert _entries(cache_dir) == []
+
+
+def _sourced(file: str) -> Program:
+    program: Program = mlp_program()[0]
+    program.forward.nodes = [
+        dataclasses.replace(n, source=SourceLocation(file, 8, "forward"))
+        if n.op == "call" else n for n in program.forward.nodes]
+    return program
+
+
+def test_fx_generated_file_names_do_not_change_the_key() -> None:
+    # NOTE: torch.fx names a GraphModule's code <eval_with_key>.N, N counting per process
+    first = cache_key(_request(_sourced("<eval_with_key>.1")))
+    assert cache_key(_request(_sourced("<eval_with_key>.3"))).digest == first.digest
+    assert cache_key(_request(_sourced("model.py"))).digest != first.digest
 
 
 def test_a_constant_without_values_is_not_cached() -> None:

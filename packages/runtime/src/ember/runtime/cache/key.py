@@ -5,7 +5,9 @@ component            what goes in
 ===================  ==========================================================
 ``program``          the program's text (:func:`~ember.runtime.ir.print_program`:
                      graphs with their metas, symbols, ranges, guards, sources,
-                     signature, metadata, the declarations of its tensors)
+                     signature, metadata, the declarations of its tensors), with
+                     torch.fx's generated file names made stable
+                     (:func:`stable_sources`)
 ``tensors``          per tensor: name, dtype, shape, strides, device, requires_grad,
                      and, for tensors no placeholder takes (``constant`` and
                      ``get_attr`` values, which a stage may fold), the SHA-256 of
@@ -34,9 +36,11 @@ Where to add a component: a function in :data:`COMPONENTS`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,7 +49,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ember.runtime.ir import InputKind, IRFormatError, Program, TensorMeta, print_program
+from ember.runtime.ir import (
+    InputKind,
+    IRFormatError,
+    Program,
+    SourceLocation,
+    TensorMeta,
+    print_program,
+)
 from ember.runtime.stages import Stage, available_stages
 
 CACHE_FORMAT = "1"
@@ -119,9 +130,38 @@ def canonical_json(value: object, where: str) -> object:
     raise Uncacheable(f"{where} is a {type(value).__name__}, which has no stable text form")
 
 
+_GENERATED_FILE = re.compile(r"<eval_with_key>\.\d+")
+"""torch.fx's name for the code of a GraphModule: a per-process counter (Dynamo's graphs,
+imported with ``import_fx``, carry it in their source lines), not the user's code."""
+
+
+def _generated_file(source: SourceLocation | None) -> SourceLocation | None:
+    if source is None or not _GENERATED_FILE.fullmatch(source.file):
+        return source
+    return dataclasses.replace(source, file="<eval_with_key>")
+
+
+def stable_sources(program: Program) -> Program:
+    """``program``, or a copy whose source lines in torch.fx's generated code name the
+    file without its per-process counter (so the same graph has the same key in every
+    process and after ``torch._dynamo.reset()``)."""
+    if not any(_generated_file(n.source) is not n.source for g in program.graphs.values()
+               for n in g.nodes) and not any(
+            _generated_file(g.source) is not g.source
+            for graph in program.graphs.values() for g in graph.guards):
+        return program
+    copy = program.copy()
+    for graph in copy.graphs.values():
+        graph.nodes = [dataclasses.replace(n, source=_generated_file(n.source))
+                       for n in graph.nodes]
+        graph.guards = [dataclasses.replace(g, source=_generated_file(g.source))
+                        for g in graph.guards]
+    return copy
+
+
 def _program(req: KeyRequest) -> str:
     try:
-        return print_program(req.program)
+        return print_program(stable_sources(req.program))
     except IRFormatError as e:  # NOTE: the stages' verification reports it, not the cache
         raise Uncacheable(f"the program has no text form ({e})") from None
 
