@@ -116,7 +116,9 @@ class Segment:
         rt = Rebuild(list(outs), state, ctx)
         for r in self.replays:
             r.apply(rt)
-        torch.set_grad_enabled(self.grad_at_end)
+        if torch.is_grad_enabled() != self.grad_at_end:
+            # NOTE: only on a change: set_grad_enabled builds a context-manager object
+            torch.set_grad_enabled(self.grad_at_end)
         if self.returns is not None:
             return True, self.returns.build(rt)
         new = FrameState(
