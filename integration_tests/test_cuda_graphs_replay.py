@@ -100,11 +100,12 @@ def test_input_mutation_is_copied_back_after_each_replay() -> None:
 
 
 def test_training_forward_and_backward_match_eager_over_three_steps() -> None:
+    def make() -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64),
+                                   torch.nn.GELU(), torch.nn.Linear(64, 8)).cuda()
+
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
-                                torch.nn.Linear(64, 8)).cuda()
-    reference = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
-                                    torch.nn.Linear(64, 8)).cuda()
+    model, reference = make(), make()
     reference.load_state_dict(model.state_dict())
     compiled = ef.compile(model, backend="inductor", mode="reduce-overhead")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -116,6 +117,8 @@ def test_training_forward_and_backward_match_eager_over_three_steps() -> None:
         reference(x).square().mean().backward()
         for p, q in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad, q.grad)
+        for u, v in zip(model.buffers(), reference.buffers()):  # running statistics
+            torch.testing.assert_close(u, v)
         opt.step()
         opt_ref.step()
         opt.zero_grad()

@@ -288,3 +288,38 @@ def test_the_step_marker_is_public_and_counts_steps() -> None:
     ember.runtime.cudagraph_mark_step_begin()
     mark_step_begin()
     assert current_step() == before + 2
+
+
+def _batch_norm_relu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, mean: torch.Tensor,
+                     var: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.batch_norm(x, mean, var, w, b, training=True).relu()
+
+
+def test_training_with_buffer_mutations_and_a_saved_weight() -> None:
+    """Running statistics (BUFFER inputs the forward mutates) are copied back after each
+    replay; the saved weights reach the backward graph in place."""
+    torch.manual_seed(0)
+    w, b = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    mean, var = torch.zeros(4), torch.ones(4)
+    rec = GraphRecorder()
+    fakes = [rec.add_input(torch.randn(8, 4), InputSpec("x"))]
+    fakes += [rec.add_input(t, InputSpec(n, kind, n)) for n, t, kind in (
+        ("w", w, InputKind.PARAMETER), ("b", b, InputKind.PARAMETER),
+        ("mean", mean, InputKind.BUFFER), ("var", var, InputKind.BUFFER))]
+    with rec:
+        out = _batch_norm_relu(*fakes)
+    fn, graphs, _ = _graphed(compile_program(rec.finish([out]), "inductor").program)
+    we, be = w.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    mean_e, var_e = mean.clone(), var.clone()
+    for _ in range(4):
+        x = torch.randn(8, 4)
+        fn([x, w, b, mean, var])[0].square().sum().backward()
+        torch.autograd.backward(_batch_norm_relu(x, we, be, mean_e, var_e).square().sum())
+        torch.testing.assert_close((w.grad, b.grad, mean, var), (we.grad, be.grad, mean_e, var_e))
+        w.grad = b.grad = we.grad = be.grad = None
+    assert (graphs.stats.recordings, graphs.stats.replays) == (2, 6)
+    backward = graphs.graphs["backward"]
+    (recording,) = backward.recordings.values()
+    # saved x (the forward's static buffer), saved w and b in place; tangents copied
+    assert [r.value for r in recording.inputs.roles[:3]] == ["pool_output", "in_place",
+                                                             "in_place"]
