@@ -16,6 +16,7 @@ import torch
 from ember.runtime.__main__ import main as cli_main
 from ember.runtime.cache import ProgramCacheWarning, SigningKeyError, stats
 from ember.runtime.cache.entry import encode
+from ember.runtime.cache.program_cache import close_remotes
 from ember.runtime.cache.redis_backend import (
     KEY_PREFIX,
     RedisAddress,
@@ -57,6 +58,12 @@ def stage(monkeypatch: pytest.MonkeyPatch) -> CountingStage:
     counting = CountingStage()
     monkeypatch.setattr(pipeline_module, "load_stage", lambda name: counting)
     return counting
+
+
+@pytest.fixture(autouse=True)
+def _close_remotes() -> Iterator[None]:
+    yield
+    close_remotes()  # NOTE: each test's server stops with the test
 
 
 @pytest.fixture
@@ -169,8 +176,10 @@ def test_a_server_that_is_down_warns_once_and_compiles(stage: CountingStage,
 
 def test_the_protocol_round_trips_large_values_and_passwords(tmp_path: Path) -> None:
     with redis_server(tmp_path, password="pa:ss@word") as url:
+        anonymous = RedisStore(RedisAddress.parse(url))
         with pytest.raises(OSError, match="NOAUTH|Authentication required"):
-            RedisStore(RedisAddress.parse(url)).get("x")
+            anonymous.get("x")
+        anonymous.close()
         authed = url.replace("redis://", "redis://:pa%3Ass%40word@")
         store = RedisStore(RedisAddress.parse(authed))
         data = bytes(range(256)) * 8192 + b"\r\n$-1\r\n"

@@ -110,6 +110,14 @@ def remote_cache() -> RemoteProgramCache | None:
     return found
 
 
+def close_remotes() -> None:
+    """Close and forget every remote cache of this process (the next compile connects
+    again)."""
+    for remote in _remotes.values():
+        remote.store.close()
+    _remotes.clear()
+
+
 def local_cache() -> LocalProgramCache:
     """The local cache under ``EMBER_CACHE_DIR``."""
     return LocalProgramCache(config.cache_dir)

@@ -91,12 +91,16 @@ class RedisConnection:
     def __init__(self, address: RedisAddress, timeout: float = TIMEOUT_S) -> None:
         self._sock = socket.create_connection((address.host, address.port), timeout=timeout)
         self._file = self._sock.makefile("rb")
-        if address.password is not None:
-            auth = [address.username, address.password] if address.username else [
-                address.password]
-            self.command("AUTH", *auth)
-        if address.db:
-            self.command("SELECT", str(address.db))
+        try:
+            if address.password is not None:
+                auth = [address.username, address.password] if address.username else [
+                    address.password]
+                self.command("AUTH", *auth)
+            if address.db:
+                self.command("SELECT", str(address.db))
+        except OSError:
+            self.close()
+            raise
 
     def close(self) -> None:
         """Close the socket."""
