@@ -5,6 +5,7 @@
 #     bash tools/gpu/h200_all.sh dynamic  # the same with --dynamic: dynamic=True beside static
 #     bash tools/gpu/h200_all.sh generate # tools/bench_generate.py: HF GPT-2 generate, issue #15 config
 #     PROFILE_ARGS="resnet bfloat16 dynamic" bash tools/gpu/h200_all.sh profile  # profile_zoo.py
+#     bash tools/gpu/h200_all.sh sweep    # tools/gpu/matmul_sweep.py: template configs vs cuBLAS
 #     bash tools/gpu/h200_all.sh matmul   # tools/bench_matmul.py: issue #16's matmul suite, bf16
 #     MATMUL_FAMILIES=gemm bash tools/gpu/h200_all.sh matmul  # one part (files named after it)
 # The machine has python3 with torch and triton but not Ember: the four packages are
@@ -59,6 +60,11 @@ matmul)
         --time-limit 240 ${MATMUL_FAMILIES:+--families "$MATMUL_FAMILIES"} \
         --json "$OUT/bench_matmul$tag.json" --markdown "$OUT/bench_matmul$tag.md" \
         ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_matmul$tag.log" | tail -70
+    ;;
+sweep)
+    # every matmul template config against cuBLAS on the issue-16 shapes (matmul_configs data)
+    timeout "${BENCH_TIMEOUT:-300}" python3 tools/gpu/matmul_sweep.py ${SWEEP_ARGS:-bfloat16} \
+        2>&1 | tee "$OUT/matmul_sweep.txt" | grep -v "^W1" | tail -80
     ;;
 profile)
     timeout "${BENCH_TIMEOUT:-400}" python3 tools/gpu/profile_zoo.py ${PROFILE_ARGS:-resnet bfloat16 dynamic} \
