@@ -391,3 +391,19 @@ def test_the_key_is_the_same_in_another_process(tmp_path: Path) -> None:
     same = io.BytesIO()
     save(program, same)
     assert cache_key(KeyRequest(program, "eager", (), {"strict": True}, None)).digest == mine
+
+
+def test_torch_numerics_settings_are_in_the_key() -> None:
+    """The inductor bakes TF32 into its matmul templates: a program compiled under
+    ``set_float32_matmul_precision("high")`` is not the one for ``"highest"``."""
+    request = _request(_constant_program(1.0))
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        reference = cache_key(request)
+        torch.set_float32_matmul_precision("high")
+        changed = cache_key(request)
+    finally:
+        torch.set_float32_matmul_precision(saved)
+    assert [n for n in reference.components
+            if reference.components[n] != changed.components[n]] == ["settings"]

@@ -23,6 +23,9 @@ component            what goes in
 ``python``           the interpreter's major.minor
 ``device``           for a program with CUDA tensors: each device's name and
                      compute capability
+``settings``         torch's global numerics settings a stage may bake into code
+                     (:data:`NUMERICS_SETTINGS`: float32 matmul precision and TF32,
+                     reduced-precision reductions, deterministic algorithms)
 ``format``           :data:`CACHE_FORMAT`
 ===================  ==========================================================
 
@@ -238,6 +241,25 @@ def _format(req: KeyRequest) -> str:
     return CACHE_FORMAT
 
 
+NUMERICS_SETTINGS: dict[str, Callable[[], object]] = {
+    "float32_matmul_precision": torch.get_float32_matmul_precision,
+    "cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+    "cuda.matmul.allow_fp16_reduced_precision_reduction":
+        lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+    "cuda.matmul.allow_bf16_reduced_precision_reduction":
+        lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    "cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+    "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
+}
+"""torch's process-wide numerics settings, read at compile time: the inductor bakes the
+TF32 choice into its matmul templates, so a program compiled under one setting is not
+the program for another."""
+
+
+def _settings(req: KeyRequest) -> str:
+    return "\n".join(f"{name}={read()}" for name, read in NUMERICS_SETTINGS.items())
+
+
 COMPONENTS: dict[str, Callable[[KeyRequest], str]] = {
     "program": _program,
     "tensors": _tensors,
@@ -249,6 +271,7 @@ COMPONENTS: dict[str, Callable[[KeyRequest], str]] = {
     "triton": _triton,
     "python": _python,
     "device": _device,
+    "settings": _settings,
     "format": _format,
 }
 """The key's components, each a function of the request to text (see the module
