@@ -323,3 +323,25 @@ def test_training_with_buffer_mutations_and_a_saved_weight() -> None:
     # saved x (the forward's static buffer), saved w and b in place; tangents copied
     assert [r.value for r in recording.inputs.roles[:3]] == ["pool_output", "in_place",
                                                              "in_place"]
+
+
+def test_an_input_at_a_stable_address_stays_in_place_until_it_moves(
+        linear: tuple[Program, torch.Tensor, torch.Tensor]) -> None:
+    """A tensor passed again and again (a frontend's mutated buffer, a static input the
+    caller refills) is read where it is; once another tensor comes, the graph is
+    recorded again with that input copied."""
+    program, w, b = linear
+    fn, graphs, _ = _graphed(program)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        for _ in range(3):
+            x.copy_(torch.randn(2, 4))
+            torch.testing.assert_close(fn([x, w, b])[0], _linear_tanh(x, w, b))
+        (recording,) = graphs.graphs["forward"].recordings.values()
+        assert recording.stable == {0}
+        for _ in range(2):
+            y = torch.randn(2, 4)
+            torch.testing.assert_close(fn([y, w, b])[0], _linear_tanh(y, w, b))
+        (recording,) = graphs.graphs["forward"].recordings.values()
+        assert recording.stable == set() and recording.inputs.roles[0].value == "copied"
+    assert (graphs.stats.recordings, graphs.stats.rerecords, graphs.stats.replays) == (2, 1, 4)

@@ -8,9 +8,11 @@ gets one of three roles, fixed when the graph is recorded:
 role               which inputs                                each replay
 =================  ==========================================  =========================
 ``IN_PLACE``       parameters, buffers and constants (their    same ``data_ptr`` or the
-                   ``InputKind``, or an ``nn.Parameter``), and graph is recorded again
-                   a backward input at a recorded parameter's
-                   address (a saved weight)
+                   ``InputKind``, or an ``nn.Parameter``), a   graph is recorded again
+                   backward input at a recorded parameter's    (an input kept in place
+                   address (a saved weight), and any input     for its stable address is
+                   found at the same address in the warm-up    copied from then on)
+                   call (a frontend's mutated buffers)
 ``POOL_OUTPUT``    a result of an earlier replay of the same   same ``data_ptr`` or the
                    model (the backward graph's saved tensors)  call runs plain
 ``COPIED``         every other tensor (user inputs, tangents)  copied into a buffer
@@ -23,7 +25,7 @@ Non-tensor inputs are part of the signature: the recording holds their values.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +99,7 @@ class StaticInputs:
 
     @staticmethod
     def make(inputs: Sequence[Any], specs: Sequence[InputSpec], in_place: set[int],
-             pool_outputs: set[int]) -> StaticInputs:
+             pool_outputs: set[int], stable: Set[int] = frozenset()) -> StaticInputs:
         """Choose each input's role and allocate the static buffers (outside any
         memory pool: they must outlive every replay).
 
@@ -106,6 +108,9 @@ class StaticInputs:
             in_place: addresses of the model's in-place inputs (a saved parameter
                 reaching the backward graph stays in place).
             pool_outputs: addresses of the other results of the model's recordings.
+            stable: positions of other inputs that were at the same address in the
+                warm-up call (a frontend's mutated buffers): kept in place too, until
+                one moves (the caller then records again with it copied).
         """
         roles: list[InputRole] = []
         tensors: list[Any] = []
@@ -120,6 +125,9 @@ class StaticInputs:
                 tensors.append(x.detach())
             elif x.data_ptr() in pool_outputs and x.numel() > 0:
                 roles.append(InputRole.POOL_OUTPUT)
+                tensors.append(x.detach())
+            elif i in stable:
+                roles.append(InputRole.IN_PLACE)
                 tensors.append(x.detach())
             else:
                 roles.append(InputRole.COPIED)

@@ -95,6 +95,7 @@ class Recording:
     inputs: StaticInputs
     replay: Callable[[], None]
     outputs: list[Any]
+    stable: set[int]  # inputs kept in place for their stable address (no parameters)
 
 
 class GraphedExecutor:
@@ -127,6 +128,8 @@ class GraphedExecutor:
         self._refused: dict[tuple[object, ...], str] = {}
         self._rerecords: dict[tuple[object, ...], int] = {}
         self._keyed: list[int] | None = None  # the inputs a call's signature reads
+        self._warm_pointers: dict[tuple[object, ...], list[int]] = {}
+        self._demoted: set[int] = set()  # inputs kept in place once, copied since they moved
         self.last_hold: SavedHold | None = None
         """The saved tensors of the latest call, when it replayed a forward graph (the
         autograd glue keeps it for the backward: ``SavedHold.check``)."""
@@ -156,11 +159,13 @@ class GraphedExecutor:
                 self._refused[key] = SHAPE_LIMIT
                 return self._run_plain(inputs, SHAPE_LIMIT, f"{self.max_shapes} recorded")
             self._warm.add(key)
+            self._warm_pointers[key] = [x.data_ptr() if isinstance(x, torch.Tensor) else 0
+                                        for x in inputs]
             return self._run_plain(inputs, "warm-up")
         if recording is not None:
             moved = recording.inputs.moved_parameter(inputs)
             if moved is not None:
-                recording = self._parameter_moved(key, moved)
+                recording = self._parameter_moved(key, moved, recording.stable)
                 if recording is None and key in self._refused:
                     return self._run_plain(inputs, STORAGE_CHANGES)
             elif recording.inputs.moved_pool_output(inputs):
@@ -190,8 +195,15 @@ class GraphedExecutor:
                 return f"input {i} is on {x.device}"
         return ""
 
-    def _parameter_moved(self, key: tuple[object, ...], position: int) -> Recording | None:
+    def _parameter_moved(self, key: tuple[object, ...], position: int,
+                         stable: set[int]) -> Recording | None:
         del self.recordings[key]
+        if position in stable:
+            self._demoted.add(position)
+            self.model.stats.rerecords += 1
+            log("cudagraphs", f"graph {self.graph_name!r}: input {position}, kept in place "
+                              "for its stable address, moved; recording again with it copied")
+            return None
         count = self._rerecords.get(key, 0) + 1
         self._rerecords[key] = count
         if count > RERECORD_LIMIT:
@@ -202,13 +214,25 @@ class GraphedExecutor:
                           "buffer) moved to new storage; recording it again")
         return None
 
+    def _stable_positions(self, key: tuple[object, ...]) -> set[int]:
+        """Inputs of ``key``'s warm-up call that are no parameter by their spec (the
+        candidates kept in place for a stable address)."""
+        pointers = self._warm_pointers.get(key, [])
+        keyed = set(self._keyed or ())
+        return {i for i, p in enumerate(pointers) if p and i in keyed
+                and i not in self._demoted}
+
     def _record(self, inputs: list[Any], key: tuple[object, ...], sequence: int) -> Recording:
         model = self.model
+        pointers = self._warm_pointers.get(key, [])
+        stable = {i for i in self._stable_positions(key)
+                  if isinstance(inputs[i], torch.Tensor) and not isinstance(
+                      inputs[i], torch.nn.Parameter) and inputs[i].data_ptr() == pointers[i]}
         static = StaticInputs.make(inputs, self.input_specs, model.in_place,
-                                   model.pool_outputs)
+                                   model.pool_outputs, stable)
         replay, outputs = self.capture.record(lambda: self.plain(list(static.tensors)),
                                               model.pool)
-        recording = Recording(sequence, static, replay, outputs)
+        recording = Recording(sequence, static, replay, outputs, stable)
         self.recordings[key] = recording
         model.stats.recordings += 1
         model.in_place.update(p for p, role in zip(static.pointers, static.roles)
