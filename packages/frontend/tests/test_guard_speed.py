@@ -240,3 +240,14 @@ def test_guards_per_layer_do_not_grow() -> None:
     per_layer = (counts[1] - counts[0]) // 2
     assert counts[1] - counts[0] == 2 * per_layer
     assert per_layer == 13, counts
+
+
+def test_guards_log_shows_the_check_function(capsys: Any) -> None:
+    compiled = strict(lambda x: x * 2)
+    x = torch.randn(3)
+    with patch(logs=frozenset({"guards"})):
+        compiled(x)
+        compiled(x)  # the check function is written at the first lookup
+    err = capsys.readouterr().err
+    assert "check function of the segment at resume point 0 (4 guards):\ndef match(S, C):" in err
+    assert "return [v0]" in err
