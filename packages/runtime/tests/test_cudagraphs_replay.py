@@ -171,12 +171,13 @@ def test_a_parameter_that_keeps_moving_runs_plain(
     assert ("forward", STORAGE_CHANGES) in graphs.skips.seen
 
 
-def test_input_mutations_are_copied_back_after_a_replay() -> None:
-    def accumulate(x: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
-        acc.add_(x)
-        return acc * 2
+def _accumulate(x: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
+    acc.add_(x)
+    return acc * 2
 
-    program = compile_program(_record(accumulate, [torch.randn(3), torch.zeros(3)], {}),
+
+def test_input_mutations_are_copied_back_after_a_replay() -> None:
+    program = compile_program(_record(_accumulate, [torch.randn(3), torch.zeros(3)], {}),
                               "inductor").program
     fn, graphs, _ = _graphed(program)
     acc, expected = torch.zeros(3), torch.zeros(3)
@@ -325,23 +326,27 @@ def test_training_with_buffer_mutations_and_a_saved_weight() -> None:
                                                              "in_place"]
 
 
-def test_an_input_at_a_stable_address_stays_in_place_until_it_moves(
-        linear: tuple[Program, torch.Tensor, torch.Tensor]) -> None:
-    """A tensor passed again and again (a frontend's mutated buffer, a static input the
-    caller refills) is read where it is; once another tensor comes, the graph is
-    recorded again with that input copied."""
-    program, w, b = linear
+def test_a_mutated_input_at_a_stable_address_stays_in_place_until_it_moves() -> None:
+    """A mutated input passed again and again (a module's buffer) is read where it is;
+    once another tensor comes, the graph is recorded again with that input copied.
+    Inputs the graph does not mutate are always copied."""
+    program = compile_program(_record(_accumulate, [torch.randn(3), torch.zeros(3)], {}),
+                              "inductor").program
     fn, graphs, _ = _graphed(program)
-    x = torch.randn(2, 4)
+    x, acc, expected = torch.randn(3), torch.zeros(3), torch.zeros(3)
     with torch.no_grad():
         for _ in range(3):
-            x.copy_(torch.randn(2, 4))
-            torch.testing.assert_close(fn([x, w, b])[0], _linear_tanh(x, w, b))
+            fn([x, acc])
+            expected += x
+        torch.testing.assert_close(acc, expected)
         (recording,) = graphs.graphs["forward"].recordings.values()
-        assert recording.stable == {0}
+        assert recording.stable == {1}
+        assert [r.value for r in recording.inputs.roles] == ["copied", "in_place"]
+        other = acc.clone()
         for _ in range(2):
-            y = torch.randn(2, 4)
-            torch.testing.assert_close(fn([y, w, b])[0], _linear_tanh(y, w, b))
+            (out,) = fn([x, other])
+        torch.testing.assert_close((other, out), (expected + 2 * x, (expected + 2 * x) * 2))
         (recording,) = graphs.graphs["forward"].recordings.values()
-        assert recording.stable == set() and recording.inputs.roles[0].value == "copied"
+        assert recording.stable == set()
+        assert [r.value for r in recording.inputs.roles] == ["copied", "copied"]
     assert (graphs.stats.recordings, graphs.stats.rerecords, graphs.stats.replays) == (2, 1, 4)

@@ -44,7 +44,7 @@ from ember.runtime.cudagraphs_pool import (
 )
 from ember.runtime.cudagraphs_replay import CudaCapture, GraphCapture, GraphedExecutor
 from ember.runtime.executor import Executor, ExecutorFactory
-from ember.runtime.ir import OutputSpec, Program
+from ember.runtime.ir import OutputKind, OutputSpec, Program
 
 NOT_COMPILED = "the program is not compiled (only the inductor backend's are recorded)"
 """Reason: an ``aten``/``core-functional`` program runs on the interpreter, whose ops
@@ -95,8 +95,11 @@ class CudaGraphs:
         specs = self.program.signature.inputs.get(graph_name, [])
         outputs = (self.program.signature.outputs.get(graph_name)
                    or [OutputSpec()] * len(graph.output_values))
+        positions = {p.name: i for i, p in enumerate(graph.placeholders)}
+        mutated = {positions[s.target] for s in outputs
+                   if s.kind is OutputKind.MUTATED_INPUT and s.target in positions}
         graphed = GraphedExecutor(executor, graph_name, specs, [s.kind for s in outputs],
-                                  self.model, self.capture, self.max_shapes)
+                                  self.model, self.capture, self.max_shapes, mutated)
         self.graphs[graph_name] = graphed
         return graphed
 

@@ -10,9 +10,9 @@ role               which inputs                                each replay
 ``IN_PLACE``       parameters, buffers and constants (their    same ``data_ptr`` or the
                    ``InputKind``, or an ``nn.Parameter``), a   graph is recorded again
                    backward input at a recorded parameter's    (an input kept in place
-                   address (a saved weight), and any input     for its stable address is
-                   found at the same address in the warm-up    copied from then on)
-                   call (a frontend's mutated buffers)
+                   address (a saved weight), and a mutated     for its stable address is
+                   input found at the same address in the      copied from then on)
+                   warm-up call (a frontend's buffers)
 ``POOL_OUTPUT``    a result of an earlier replay of the same   same ``data_ptr`` or the
                    model (the backward graph's saved tensors)  call runs plain
 ``COPIED``         every other tensor (user inputs, tangents)  copied into a buffer
@@ -108,9 +108,9 @@ class StaticInputs:
             in_place: addresses of the model's in-place inputs (a saved parameter
                 reaching the backward graph stays in place).
             pool_outputs: addresses of the other results of the model's recordings.
-            stable: positions of other inputs that were at the same address in the
-                warm-up call (a frontend's mutated buffers): kept in place too, until
-                one moves (the caller then records again with it copied).
+            stable: positions of mutated inputs that were at the same address in the
+                warm-up call (a frontend's buffers): kept in place too, until one moves
+                (the caller then records again with it copied).
         """
         roles: list[InputRole] = []
         tensors: list[Any] = []

@@ -23,7 +23,7 @@ re-recordings its signature runs plain.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -110,13 +110,17 @@ class GraphedExecutor:
         model: the model's shared state (pool, held saved tensors, stats).
         capture: how graphs are captured.
         max_shapes: input signatures recorded at most; later ones run plain.
+        mutated: positions of the inputs the graph mutates (copied back after each
+            call): one found at its warm-up address is read in place until it moves.
 
     """
 
     def __init__(self, plain: Executor, graph_name: str, input_specs: Sequence[InputSpec],
                  output_kinds: Sequence[OutputKind], model: ModelGraphs,
-                 capture: GraphCapture, max_shapes: int) -> None:
+                 capture: GraphCapture, max_shapes: int,
+                 mutated: Set[int] = frozenset()) -> None:
         self.plain = plain
+        self.mutated = set(mutated)
         self.graph_name = graph_name
         self.input_specs = list(input_specs)
         self.output_kinds = list(output_kinds)
@@ -215,12 +219,12 @@ class GraphedExecutor:
         return None
 
     def _stable_positions(self, key: tuple[object, ...]) -> set[int]:
-        """Inputs of ``key``'s warm-up call that are no parameter by their spec (the
-        candidates kept in place for a stable address)."""
+        """Mutated inputs of ``key``'s warm-up call that are no parameter by their spec
+        (the candidates kept in place for a stable address: a module's buffers)."""
         pointers = self._warm_pointers.get(key, [])
         keyed = set(self._keyed or ())
-        return {i for i, p in enumerate(pointers) if p and i in keyed
-                and i not in self._demoted}
+        return {i for i in self.mutated if i < len(pointers) and pointers[i]
+                and i in keyed and i not in self._demoted}
 
     def _record(self, inputs: list[Any], key: tuple[object, ...], sequence: int) -> Recording:
         model = self.model
