@@ -19,6 +19,7 @@ from typing import Any
 
 from benchlib.matmul import family
 from benchlib.matmul_runner import EMBER_VARIANTS, NOT_IMPLEMENTED, MatmulRow
+from benchlib.report import json_safe
 
 NOT_IMPLEMENTED_CELL = "n/a (mode not implemented)"
 
@@ -194,17 +195,7 @@ def write_json(path: str | Path, meta: dict[str, Any], rows: Sequence[MatmulRow]
     """Write ``{"meta", "rows", "targets"}`` (non-finite floats as strings: strict JSON)."""
     payload = {"meta": meta, "rows": [dataclasses.asdict(r) for r in rows],
                "targets": [dataclasses.asdict(t) for t in targets(rows)]}
-    Path(path).write_text(json.dumps(_finite(payload), indent=2) + "\n")
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
+    Path(path).write_text(json.dumps(json_safe(payload), indent=2) + "\n")
 
 
 def write_markdown(path: str | Path, meta: dict[str, Any], rows: Sequence[MatmulRow]) -> None:

@@ -221,16 +221,17 @@ def write_json(path: str | Path, meta: dict[str, Any], rows: list[Row],
         "rows": [dataclasses.asdict(r) for r in rows],
         "overhead_us": overhead,
     }
-    Path(path).write_text(json.dumps(_finite(payload), indent=2) + "\n")
+    Path(path).write_text(json.dumps(json_safe(payload), indent=2) + "\n")
 
 
-def _finite(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as its text (JSON has no inf or nan)."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 

@@ -18,6 +18,7 @@ import ember.runtime.cache.key as key_module
 import ember.runtime.pipeline as pipeline_module
 import pytest
 import torch
+from counting_stage import CountingStage, install_counting_stage
 from ember.runtime.__main__ import main as cli_main
 from ember.runtime.cache import ProgramCacheWarning, stats
 from ember.runtime.cache.entry import MAGIC
@@ -27,33 +28,13 @@ from ember.runtime.config import Config, patch
 from ember.runtime.ir import InputKind, Program, SourceLocation, TensorMeta, load, save
 from ember.runtime.ir.graph import Node
 from ember.runtime.pipeline import compile_program
-from ember.runtime.stages import EagerGraphWarning, Stage, StageDeclined
+from ember.runtime.stages import EagerGraphWarning, StageDeclined
 from handbuilt import ProgramBuilder, mlp_program
-
-
-class CountingStage(Stage):
-    """aten -> core-functional, unchanged; counts its runs."""
-
-    name = "aot"
-    consumes = "aten"
-    produces = "core-functional"
-    options = None
-
-    def __init__(self) -> None:
-        self.runs = 0
-
-    def run(self, program: Program, options: dict[str, Any]) -> Program:
-        self.runs += 1
-        out = program.copy()
-        out.dialect = self.produces
-        return out
 
 
 @pytest.fixture
 def stage(monkeypatch: pytest.MonkeyPatch) -> CountingStage:
-    counting = CountingStage()
-    monkeypatch.setattr(pipeline_module, "load_stage", lambda name: counting)
-    return counting
+    return install_counting_stage(monkeypatch)
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import ember.runtime.pipeline as pipeline_module
 import pytest
 import torch
+from counting_stage import CountingStage, install_counting_stage
 from ember.runtime.__main__ import main as cli_main
 from ember.runtime.cache import ProgramCacheWarning, SigningKeyError, stats
 from ember.runtime.cache.entry import encode
@@ -26,38 +26,16 @@ from ember.runtime.cache.redis_backend import (
     redact,
 )
 from ember.runtime.config import patch
-from ember.runtime.ir import Program
 from ember.runtime.pipeline import compile_program
-from ember.runtime.stages import Stage
 from handbuilt import mlp_program
 from redis_server import free_port, redis_server
 
 SECRET = "0123456789abcdef-test-secret"
 
 
-class CountingStage(Stage):
-    """aten -> core-functional, unchanged; counts its runs."""
-
-    name = "aot"
-    consumes = "aten"
-    produces = "core-functional"
-    options = None
-
-    def __init__(self) -> None:
-        self.runs = 0
-
-    def run(self, program: Program, options: dict[str, Any]) -> Program:
-        self.runs += 1
-        out = program.copy()
-        out.dialect = self.produces
-        return out
-
-
 @pytest.fixture
 def stage(monkeypatch: pytest.MonkeyPatch) -> CountingStage:
-    counting = CountingStage()
-    monkeypatch.setattr(pipeline_module, "load_stage", lambda name: counting)
-    return counting
+    return install_counting_stage(monkeypatch)
 
 
 @pytest.fixture(autouse=True)
