@@ -10,6 +10,8 @@ float32 without TF32 allowed (cuBLAS's SGEMM beats an exact     extern
 nothing to fuse (no bias, no inlined producer, no pointwise     extern (cuBLAS wins a
 consumer)                                                       plain GEMM)
 ``M``, ``N`` or ``K`` below ``MIN_SIDE``                        extern
+fewer than ``MIN_PROGRAMS`` output tiles (times split-K)        extern (too few programs
+                                                                to fill the GPU)
 compute-bound: the template's expected deficit against cuBLAS   extern
 (``1/TEMPLATE_EFFICIENCY - 1`` of the GEMM's time at
 ``PEAK_FLOPS``) exceeds what fusing saves (the result written
@@ -55,6 +57,11 @@ PEAK_FLOPS = {"16-bit": 7.0e14, "float32": 3.5e14}
 TEMPLATE_EFFICIENCY = 0.85
 BANDWIDTH = 4.8e12
 LAUNCH_SECONDS = 5e-6
+#: the fewest programs a template launches in default mode (the H200's 132 SMs): with
+#: fewer tiles (a decode step's ``M = batch``, a short prefill) the template leaves most
+#: of the GPU idle where cuBLAS splits the work, and each such template is one more
+#: ``tl.dot`` kernel to compile per graph (HF GPT-2 generate compiled 1.8x longer)
+MIN_PROGRAMS = 132
 #: the extern's candidate name (template candidates: ``triton_<op>_<config>``)
 EXTERN = "extern"
 
@@ -95,7 +102,16 @@ def heuristic_choice(problem: MatmulProblem) -> str:
         return EXTERN
     if template_deficit(problem) > fusion_saving(problem):
         return EXTERN
-    return candidate_configs(problem.dtype, m, n, k, problem.batch is not None)[0].name
+    config = candidate_configs(problem.dtype, m, n, k, problem.batch is not None)[0]
+    if programs(problem, config) < MIN_PROGRAMS:
+        return EXTERN
+    return config.name
+
+
+def programs(problem: MatmulProblem, config: MatmulConfig) -> int:
+    """How many programs the template launches with ``config`` (at the hints)."""
+    batch, m, n, _ = _hints(problem)
+    return batch * -(-m // config.block_m) * -(-n // config.block_n) * config.split_k
 
 
 def template_deficit(problem: MatmulProblem) -> float:
@@ -193,6 +209,6 @@ def _template_runner(problem: MatmulProblem, config: str) -> Callable[[], Callab
     return make
 
 
-__all__ = ["BANDWIDTH", "EXTERN", "LAUNCH_SECONDS", "MIN_SIDE", "PEAK_FLOPS",
+__all__ = ["BANDWIDTH", "EXTERN", "LAUNCH_SECONDS", "MIN_PROGRAMS", "MIN_SIDE", "PEAK_FLOPS",
            "TEMPLATE_EFFICIENCY", "choose_matmul", "forced_matmul", "fusion_saving",
-           "heuristic_choice", "template_deficit"]
+           "heuristic_choice", "programs", "template_deficit"]
