@@ -56,6 +56,7 @@ from ember.runtime.ir import (
 from ember.runtime.logs import log
 from ember.runtime.tracing_errors import RecordingError
 from ember.runtime.tracing_guards import one_form_per_relation
+from ember.runtime.tracing_views import view_fake
 
 __all__ = ["TORCH_FUNCTIONS", "RecordedSymbols"]
 
@@ -156,18 +157,25 @@ class RecordedSymbols:
             # NOTE: a view into a larger tensor (e.g. one head of a fused qkv projection)
             # has strides that are no expression of its own sizes; torch would give them
             # symbols of their own, which the IR's binding rule (symbols bound by sizes)
-            # cannot bind. Such an input stays static, and says so.
-            log("dynamic", f"input {name!r} stays static {tuple(tensor.shape)}: its "
-                f"strides {tuple(tensor.stride())} and offset {tensor.storage_offset()} "
-                "are not an expression of its sizes (a view into a larger tensor)")
-            return self.static_fake(tensor, name)
-        fake = self.fake_mode.from_tensor(tensor, source=input_source(name),
-                                          symbolic_context=context)
+            # cannot bind. Its strides become expressions of its sizes where they follow
+            # them, else ints, and its offset an int (:mod:`.tracing_views`).
+            if tensor.numel() == 0:
+                return self.static_fake(tensor, name)
+            fake = view_fake(self.fake_mode, tensor, name,
+                             [d is not DimDynamic.STATIC for d in dynamic], constraints)
+        else:
+            fake = self.fake_mode.from_tensor(tensor, source=input_source(name),
+                                              symbolic_context=context)
         for dim, size in enumerate(fake.shape):
             if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
                 lower, upper = wanted.get(dim, (2, None))
                 self._register_backed(size.node.expr, SymbolRange(
                     lower, upper, int(tensor.shape[dim])))
+        if not _strides_follow_sizes(tensor):
+            strides = ", ".join(str(self.ir(s, f"input {name!r}")) for s in fake.stride())
+            log("dynamic", f"input {name!r} is a view into a larger tensor (strides "
+                f"{tuple(tensor.stride())}, offset {tensor.storage_offset()}): its guard "
+                f"checks strides ({strides}) and offset {tensor.storage_offset()}")
         return fake
 
     def static_fake(self, tensor: torch.Tensor, name: str) -> torch.Tensor:

@@ -1,0 +1,58 @@
+"""Symbolic inputs that are views into a larger tensor (:mod:`ember.runtime.tracing_views`):
+their strides are expressions of their sizes where they follow them, else ints, and
+their storage offset an int; printed placeholders, numerics at several sizes."""
+
+from __future__ import annotations
+
+import torch
+from ember.runtime.interpreter import run_program
+from ember.runtime.ir import InputSpec, print_graph, verify
+from ember.runtime.tracing import GraphRecorder
+from ember.runtime.tracing_views import view_strides
+
+
+def record_heads(qkv: torch.Tensor) -> tuple[str, object]:
+    """The printed graph of ``q * 2 + k`` over two heads of ``qkv`` (dims 0, 1 dynamic)."""
+    rec = GraphRecorder(dynamic=True)
+    q, k = (rec.add_input(t, InputSpec(n), dynamic_dims={0: (2, None), 1: (2, None)})
+            for n, t in (("q", qkv[..., :64]), ("k", qkv[..., 64:128])))
+    with rec:
+        out = q * 2 + k
+    program = rec.finish([out])
+    verify(program)
+    return print_graph(program.forward), program
+
+
+def test_heads_of_a_fused_projection_get_symbolic_sizes_and_stride_expressions() -> None:
+    printed, _ = record_heads(torch.randn(4, 8, 192))
+    assert printed.splitlines()[:5] == [
+        "graph forward(",
+        "    %q: f32[s0, s1, 64]{192*s1,192,1} cpu,",
+        "    %k: f32[s0, s1, 64]{192*s1,192,1} cpu offset=64,",
+        "):",
+        "  symbols s0 in [2, inf] hint=4, s1 in [2, inf] hint=8",
+    ]
+
+
+def test_one_graph_runs_heads_of_every_size() -> None:
+    _, program = record_heads(torch.randn(4, 8, 192))
+    for b, t in ((2, 3), (5, 8), (7, 11)):
+        qkv = torch.randn(b, t, 192)
+        q, k = qkv[..., :64], qkv[..., 64:128]
+        (out,) = run_program(program, [q, k])  # type: ignore[arg-type]
+        torch.testing.assert_close(out, q * 2 + k)
+
+
+def test_strides_follow_sizes_only_where_the_example_does() -> None:
+    # [B, H, T, D] head view of [B, T, 3*H*D]: the gap after D (rows of 3*H*D) is an int,
+    # the batch stride is (that row) * T
+    base = torch.randn(2, 5, 24)
+    head = base[..., :8].view(2, 5, 2, 4).transpose(1, 2)
+    assert head.stride() == (120, 4, 24, 1)
+    assert view_strides([10, 2, 50, 4], head) == [1200, 4, 24, 1]
+    # a dim of size 1 and a broadcast (stride 0) dim keep their ints
+    odd = torch.randn(3, 1, 8)[:, :, :4].expand(3, 6, 4)
+    assert odd.stride() == (8, 0, 1)
+    assert view_strides([30, 60, 4], odd) == [8, 0, 1]
+    single = torch.randn(1, 6, 8)[..., :4]
+    assert view_strides([1, 9, 4], single) == [48, 8, 1]
