@@ -95,40 +95,45 @@ def test_schedule_matches_golden(name: str, backend: str) -> None:
 SOFTMAX_CPP = """\
 // fused from: amax, sum, div
 extern "C" void kernel0(const float* __restrict__ arg0, float* __restrict__ buf2) {
-    #pragma omp parallel for if (32 >= 32768)
-    for (int64_t x0 = 0; x0 < 4; x0++) {
-        float cache_v3[8];  // see ROW_CACHE
-        // pass 0 over the reduction ranges
-        float acc_v1 = -std::numeric_limits<float>::infinity();
-        int nan_v1 = 0;
-        #pragma omp simd reduction(max:acc_v1) reduction(|:nan_v1)
-        for (int64_t r0 = 0; r0 < 8; r0++) {
-            const float v0 = arg0[(x0*8 + r0)];
-            acc_v1 = (v0 > acc_v1) ? v0 : acc_v1;
-            nan_v1 |= (v0 != v0);
-        }
-        const float v1 = nan_v1 ? std::numeric_limits<float>::quiet_NaN() : acc_v1;
-        // pass 1 over the reduction ranges
-        double acc_v4 = 0;
-        float bacc_v4 = 0;
-        #pragma omp simd reduction(+:bacc_v4)
-        for (int64_t r0 = 0; r0 < 8; r0++) {
-            const float v0 = arg0[(x0*8 + r0)];
-            const float v2 = static_cast<float>(v0 - v1);
-            const float v3 = ember_exp(v2);
-            cache_v3[r0*1] = v3;
-            bacc_v4 += v3;
-        }
-        acc_v4 += bacc_v4;
-        const float v4 = static_cast<float>(acc_v4);
-        // pass 2 over the reduction ranges
-        #pragma omp simd
-        for (int64_t r0 = 0; r0 < 8; r0++) {
-            const float v0 = arg0[(x0*8 + r0)];
-            const float v2 = static_cast<float>(v0 - v1);
-            const float v3 = cache_v3[r0*1];
-            const float v5 = static_cast<float>(v3 / v4);
-            buf2[(x0*8 + r0)] = v5;
+    EmberTeam ember_team(32, 32768);
+    #pragma omp parallel num_threads(ember_team.size) if (ember_team.size > 1)
+    {
+        EmberTeamMember ember_member(ember_team);
+        #pragma omp for nowait
+        for (int64_t x0 = 0; x0 < 4; x0++) {
+            float cache_v3[8];  // see ROW_CACHE
+            // pass 0 over the reduction ranges
+            float acc_v1 = -std::numeric_limits<float>::infinity();
+            int nan_v1 = 0;
+            #pragma omp simd reduction(max:acc_v1) reduction(|:nan_v1)
+            for (int64_t r0 = 0; r0 < 8; r0++) {
+                const float v0 = arg0[(x0*8 + r0)];
+                acc_v1 = (v0 > acc_v1) ? v0 : acc_v1;
+                nan_v1 |= (v0 != v0);
+            }
+            const float v1 = nan_v1 ? std::numeric_limits<float>::quiet_NaN() : acc_v1;
+            // pass 1 over the reduction ranges
+            double acc_v4 = 0;
+            float bacc_v4 = 0;
+            #pragma omp simd reduction(+:bacc_v4)
+            for (int64_t r0 = 0; r0 < 8; r0++) {
+                const float v0 = arg0[(x0*8 + r0)];
+                const float v2 = static_cast<float>(v0 - v1);
+                const float v3 = ember_exp(v2);
+                cache_v3[r0*1] = v3;
+                bacc_v4 += v3;
+            }
+            acc_v4 += bacc_v4;
+            const float v4 = static_cast<float>(acc_v4);
+            // pass 2 over the reduction ranges
+            #pragma omp simd
+            for (int64_t r0 = 0; r0 < 8; r0++) {
+                const float v0 = arg0[(x0*8 + r0)];
+                const float v2 = static_cast<float>(v0 - v1);
+                const float v3 = cache_v3[r0*1];
+                const float v5 = static_cast<float>(v3 / v4);
+                buf2[(x0*8 + r0)] = v5;
+            }
         }
     }
 }"""

@@ -3,7 +3,11 @@
 Layout of a generated function::
 
     extern "C" void kernel0(const float* __restrict__ arg0, float* __restrict__ buf1) {
-        #pragma omp parallel for collapse(2) if (numel >= threshold)
+        EmberTeam ember_team(numel, threshold);  // threads for this call: threads.py
+        #pragma omp parallel num_threads(ember_team.size) if (ember_team.size > 1)
+        {
+        EmberTeamMember ember_member(ember_team);  // stamps this thread's finish time
+        #pragma omp for collapse(2) nowait
         for (int64_t x0 = 0; x0 < 4; x0++) for (int64_t x1 ...) {
             <outer statements>
             // pass 0 over the reduction ranges
@@ -12,6 +16,7 @@ Layout of a generated function::
             float v1 = acc_v1;
             <statements that needed pass 0>
             ...
+        }
         }
     }
 
@@ -48,7 +53,8 @@ from ember.inductor.loop_ir import (
     render,
 )
 
-# Parallelize the outer loops only when there is enough work per call.
+# Parallelize the outer loops only when there is enough work per call; how many threads
+# a call uses is threads.py's policy.
 PARALLEL_THRESHOLD = 32768
 # SIMD_LOOPS: innermost loops without a (non-simd) reduction are marked `omp simd`. GCC 12
 # at -O3 completely unrolls a short innermost loop (`for x1 < 6`) and vectorizes the loop
@@ -501,9 +507,15 @@ class CppKernelWriter:
         # NOTE: the innermost outer loop stays out of the collapse (unless it is tiled)
         # so that the compiler can vectorize it.
         depth = n if tiled or n == 1 else n - 1
-        if n and not serial:
+        parallel = bool(n) and not serial
+        if parallel:  # the team's size: see threads.py
             collapse = f" collapse({depth})" if depth > 1 else ""
-            self.line(f"#pragma omp parallel for{collapse} if ({work} >= {PARALLEL_THRESHOLD})")
+            self.line(f"EmberTeam ember_team({work}, {PARALLEL_THRESHOLD});")
+            self.line("#pragma omp parallel num_threads(ember_team.size) if (ember_team.size > 1)")
+            self.line("{")
+            self.indent += 1
+            self.line("EmberTeamMember ember_member(ember_team);")
+            self.line(f"#pragma omp for{collapse} nowait")
         if tiled:
             self.open_loops(k.ranges[:-1])
             xl = k.ranges[-1]
@@ -519,6 +531,8 @@ class CppKernelWriter:
             self.open_loops(k.ranges)
             self.body()
         self.close_loops(n)
+        if parallel:
+            self.close_loops(1)
         comment = f"// fused from: {', '.join(k.origins)}" if k.origins else ""
         return "\n".join([comment, head] + self.lines + ["}"]).lstrip("\n")
 
