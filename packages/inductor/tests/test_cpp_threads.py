@@ -132,7 +132,7 @@ def test_straggling_thread_halves_the_limit_until_the_back_off_ends(harness: Any
 
 
 def _median_s(fn: Callable[[], Any], seconds: float) -> float:
-    times = []
+    times: list[float] = []
     end = time.perf_counter() + seconds
     while time.perf_counter() < end or len(times) < 5:
         t0 = time.perf_counter()

@@ -74,7 +74,7 @@ def test_large_shapes_use_parallel_loops() -> None:
     x = torch.randn(256, 512)
     compiled, run = compile_fn(lambda x: torch.softmax(x * 3, -1), x)
     source = next(v for k, v in compiled.files.items() if k.endswith(".cpp")).decode()
-    assert "#pragma omp parallel for" in source
+    assert "#pragma omp parallel num_threads(ember_team.size)" in source
     torch.testing.assert_close(run(x)[0], torch.softmax(x * 3, -1))
 
 
