@@ -4,7 +4,7 @@
         [--train] [--json OUT] [--markdown OUT] [--ember-backend eager|aot_eager|inductor] \\
         [--models a,b] [--dtype float32,bfloat16] [--mode reduce-overhead] \\
         [--ember-option capture=strict] [--no-cold] [--time-limit S] \\
-        [--dynamic] [--sizes 1,8,32]
+        [--dynamic] [--sizes 1,8,32] [--busy N]
     python tools/bench.py --suite matmul [...]   # issue #16's suite: tools/bench_matmul.py
 
 For each model, in one process: median time, speedup over eager, compile time (in this
@@ -18,6 +18,9 @@ input dimension symbolic), timed in the same round-robin as the static compile, 
 each dynamic/static time ratio (the target: within 10%). ``--sizes`` then also times every
 compiled variant at those batch sizes (dimension 0 of every input) and counts the compiles
 the new sizes caused.
+
+``--busy N`` runs N busy-looping processes, each pinned to one of the bench's cores, for
+the whole run (benchlib/busy.py): the shared-CPU case of issue #17.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 import zoo
-from benchlib import compilers, report, runner
+from benchlib import busy, compilers, report, runner
 
 
 def _option_value(text: str) -> Any:
@@ -81,7 +84,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sizes", default="", metavar="N,N",
                         help="comma-separated batch sizes: time every compiled variant at "
                              "each (dim 0 of every input) and count the compiles they cause")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="run N busy-looping processes pinned beside the bench (one "
+                             "per core, the last N cores) for the whole run")
     args = parser.parse_args(argv)
+    try:
+        busy.busy_cores(args.busy)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         args.size_list = tuple(int(n) for n in args.sizes.split(",") if n.strip())
     except ValueError:
@@ -135,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench_matmul.main(matmul_argv)
     args = parse_args(argv)
+    with busy.busy_processes(args.busy):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
     rows: list[runner.Row] = []
     start = time.perf_counter()
@@ -157,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 compile_mode=args.mode or "default", ember_backend=args.ember_backend,
                 ember_options=",".join(args.ember_option) or "none",
                 dynamic=str(args.dynamic), sizes=args.sizes or "none",
+                busy=f"{args.busy} (cores {busy.busy_cores(args.busy)})" if args.busy else "0",
                 wall_s=f"{time.perf_counter() - start:.0f}")
     print()
     print(" ".join(f"{k}={v}" for k, v in meta.items() if k != "command"))
