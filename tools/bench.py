@@ -20,7 +20,8 @@ compiled variant at those batch sizes (dimension 0 of every input) and counts th
 the new sizes caused.
 
 ``--busy N`` runs N busy-looping processes, each pinned to one of the bench's cores, for
-the whole run (benchlib/busy.py): the shared-CPU case of issue #17.
+the whole run (benchlib/busy.py): the shared-CPU case of issue #17. Times are then means,
+not medians: call times split into fast and slow calls, and a median hides the slow.
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ def _run(args: argparse.Namespace) -> int:
         config = runner.BenchConfig(device, dtype, args.suite, args.train, args.ember_backend,
                                     cold=not args.no_cold, time_limit_s=args.time_limit,
                                     mode=args.mode, ember_options=args.ember_options,
-                                    dynamic=args.dynamic, sizes=args.size_list)
+                                    dynamic=args.dynamic, sizes=args.size_list,
+                                    mean_time=args.busy > 0)
         for name in args.model_list:
             t0 = time.perf_counter()
             model_rows = runner.bench_model(name, config, args.compiler_list)
@@ -172,7 +174,8 @@ def _run(args: argparse.Namespace) -> int:
                 compile_mode=args.mode or "default", ember_backend=args.ember_backend,
                 ember_options=",".join(args.ember_option) or "none",
                 dynamic=str(args.dynamic), sizes=args.sizes or "none",
-                busy=f"{args.busy} (cores {busy.busy_cores(args.busy)})" if args.busy else "0",
+                busy=f"{args.busy} (cores {busy.busy_cores(args.busy)}, times are means)"
+                if args.busy else "0",
                 wall_s=f"{time.perf_counter() - start:.0f}")
     print()
     print(" ".join(f"{k}={v}" for k, v in meta.items() if k != "command"))

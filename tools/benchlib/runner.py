@@ -67,7 +67,7 @@ class BenchConfig:
     to measure cold/warm compile time in subprocesses, the time limit of each phase
     (compile + accuracy; timing) of one model in seconds, the compile ``mode``, Ember's
     ``options=``, whether to add a ``dynamic=True`` compile beside each static one, and
-    the batch sizes of the size sweep (empty: none)."""
+    the batch sizes of the size sweep (empty: none), and whether CPU times are means."""
 
     device: torch.device
     dtype: torch.dtype
@@ -80,6 +80,7 @@ class BenchConfig:
     ember_options: dict[str, Any] = field(default_factory=dict)
     dynamic: bool = False
     sizes: tuple[int, ...] = ()
+    mean_time: bool = False  # CPU times as means, not medians (bench.py --busy)
 
 
 @dataclass
@@ -173,7 +174,8 @@ def bench_model(name: str, config: BenchConfig, compiler_names: list[str]) -> li
     }
     try:
         with time_limit(config.time_limit_s, f"timing {name}"):
-            times = timing.interleaved_median_seconds(steps, config.device)
+            times = timing.interleaved_median_seconds(steps, config.device,
+                                                      mean=config.mean_time)
     except TimeoutError as exc:
         times = {key: exc for key in steps}
     for p in prepared:

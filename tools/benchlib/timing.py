@@ -88,8 +88,11 @@ def interleaved_median_seconds(
     min_reps: int = 5,
     max_reps: int = 100,
     warmup: int = 2,
+    mean: bool = False,
 ) -> dict[str, float | BaseException]:
-    """Median time of each of ``fns``, in seconds (or the exception it raised).
+    """Median time of each of ``fns``, in seconds (or the exception it raised); with
+    ``mean``, the mean on CPU instead (``bench.py --busy``: beside busy processes call
+    times split into fast and slow calls, and the median hides the slow ones).
 
     On CPU the functions are timed round-robin, one call each per round, so that load from
     other processes (a shared machine) slows all of them alike and their ratios stay
@@ -128,5 +131,5 @@ def interleaved_median_seconds(
                 results[key] = exc
                 del live[key]
     for key in live:
-        results[key] = statistics.median(times[key])
+        results[key] = (statistics.mean if mean else statistics.median)(times[key])
     return results

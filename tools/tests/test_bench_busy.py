@@ -41,3 +41,20 @@ def test_busy_processes_spin_pinned_and_end_with_the_block() -> None:
             assert f.read().split(")")[1].split()[0] in ("R", "S")  # alive
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_busy_runs_time_means_that_count_the_slow_calls() -> None:
+    import time
+
+    import torch
+    from benchlib import timing
+
+    calls = iter([0.0, 0.0, 0.0, 0.0, 0.03] * 3)  # one slow call in five (after 2 warm-up)
+
+    def fn() -> None:
+        time.sleep(next(calls))
+
+    cpu = torch.device("cpu")
+    got = timing.interleaved_median_seconds({"f": fn}, cpu, min_time_s=0.0, min_reps=5,
+                                            max_reps=5, warmup=0, mean=True)
+    assert isinstance(got["f"], float) and got["f"] > 0.005  # the median would be ~0
