@@ -170,12 +170,19 @@ def test_meta_inputs_keep_their_symbol_names_and_program_round_trips() -> None:
     assert torch.equal(result[0], torch.full((12,), 2.0))
 
 
-def test_item_used_as_a_size_is_refused_with_a_reason() -> None:
-    rec = GraphRecorder(dynamic=True)
-    x = rec.add_input(torch.tensor([3, 1]), InputSpec("x"), dynamic_dims={0: (2, None)})
-    with rec, pytest.raises(RecordingError, match=r"the data-dependent size u0 is not a "
-                                                  r"plain size of any input or recorded"):
-        torch.zeros(x.sum().item())  # type: ignore[arg-type]
+def test_item_used_as_a_size_is_bound_by_its_node() -> None:
+    def zeros(x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(x.sum().item())  # type: ignore[arg-type]
+
+    lines = [line.split("  #")[0].rstrip()
+             for line in record(zeros, torch.tensor([3, 1])).splitlines()]
+    assert lines[1:5] == [
+        "  symbols s0 in [2, inf] hint=2, u0 in [0, inf]",
+        "  %sum: i64[]{} cpu = aten::sum.default(%x0)",
+        "  %_local_scalar_dense: int(u0) = aten::_local_scalar_dense.default(%sum)",
+        ('  %zeros: f32[u0]{1} cpu = aten::zeros.default([sym(u0)], device=device("cpu"), '
+         "pin_memory=False)"),
+    ]
 
 
 def test_static_recorder_refuses_symbolic_values() -> None:
@@ -253,15 +260,16 @@ def test_dynamic_recorder_without_dynamic_dims_records_the_static_program() -> N
 
 def test_runtime_asserts_on_unbacked_sizes_become_guards() -> None:
     def nz(x: torch.Tensor) -> torch.Tensor:
-        n = x.sum().item()  # an unbacked value no size uses: its assert is left out
+        n = x.sum().item()  # u0, bound by its node: the assert is its range [1, inf]
         torch._check(n > 0)  # type: ignore[no-untyped-call]
         found = torch.nonzero(x)
         torch._check(found.shape[0] <= x.shape[0])  # type: ignore[no-untyped-call]
         return found * 2
 
     text = record(nz, torch.tensor([3, 1, 0, 2]))
-    assert text.splitlines()[1:3] == ["  symbols s0 in [2, inf] hint=4, u0 in [0, inf]",
-                                      "  guard s0 >= u0"]
+    assert text.splitlines()[1:3] == [
+        "  symbols s0 in [2, inf] hint=4, u0 in [1, inf], u1 in [0, inf]",
+        "  guard s0 >= u1"]
 
 
 def test_padding_keeps_its_symbols() -> None:

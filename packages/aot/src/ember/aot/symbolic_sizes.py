@@ -15,7 +15,16 @@ from typing import Any
 
 import sympy
 import torch
-from ember.runtime.ir import Argument, Graph, Node, SymbolRange, SymInt, TensorMeta, symbolic
+from ember.runtime.ir import (
+    Argument,
+    Graph,
+    Node,
+    ScalarMeta,
+    SymbolRange,
+    SymInt,
+    TensorMeta,
+    symbolic,
+)
 from ember.runtime.ir.graph import SymExpr
 
 
@@ -185,6 +194,9 @@ def bind_plain_sizes(meta: object, value: Any, values: dict[str, Any]) -> None:
         if isinstance(value, (tuple, list)):
             for m, v in zip(meta, value):
                 bind_plain_sizes(m, v, values)
+        return
+    if isinstance(meta, ScalarMeta) and meta.symbol is not None:  # int(u0): .item()
+        values.setdefault(meta.symbol.strip(), value)
         return
     if not isinstance(meta, TensorMeta) or not isinstance(value, torch.Tensor):
         return

@@ -259,7 +259,8 @@ class ExternCall:
     views of them, run-time variables, lists, constants; the wrapper renders them) and
     ``reads`` the wrapper variables they read. ``outputs`` names the wrapper
     variables of the results (one per result; None for a result nobody reads);
-    ``result_meta`` gives their expected dtype/sizes/strides (None: not a tensor).
+    ``result_meta`` gives their expected dtype/sizes/strides (None: not a tensor);
+    ``binds`` the unbacked symbols int results are (result index, symbol: ``.item()``).
     """
 
     target: str
@@ -272,6 +273,7 @@ class ExternCall:
     multi: bool = False
     origins: tuple[str, ...] = ()
     note: str = ""
+    binds: tuple[tuple[int, str], ...] = ()
 
 
 LoopNode = PointwiseBuffer | ReductionBuffer | ScatterBuffer | MatmulBuffer

@@ -216,8 +216,9 @@ class Interpreter:
         for index in sorted({site.index for site in self._unbacked[node.name]},
                             key=lambda i: -1 if i is None else i):
             result = value if index is None else value[index]
-            self._sizes.binder.bind_unbacked(self.symbols, node.name, index,
-                                             tuple(result.shape))
+            sizes = tuple(result.shape) if isinstance(result, torch.Tensor) else (
+                int(result),)  # an int result (.item()) is its symbol's value
+            self._sizes.binder.bind_unbacked(self.symbols, node.name, index, sizes)
 
     def run_node(self, node: Node) -> Any:
         """Evaluate one node through the method named after its opcode."""

@@ -465,6 +465,8 @@ class GraphRecorder:
     def _single_meta(self, value: Any, target: str) -> TensorMeta | ScalarMeta | None:
         if self.symbols is not None and isinstance(value, torch.Tensor):
             return self.symbols.tensor_meta(value, f"the result of {target}")
+        if self.symbols is not None and isinstance(value, torch.SymInt):
+            return self.symbols.scalar_meta(value)
         return _single_meta(value, target)
 
     # ---- bookkeeping ------------------------------------------------------------------

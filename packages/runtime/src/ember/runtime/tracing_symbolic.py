@@ -45,6 +45,7 @@ from ember.runtime.ir import (
     Graph,
     IRFormatError,
     Meta,
+    ScalarMeta,
     ShapeGuard,
     SourceLocation,
     SymbolRange,
@@ -303,6 +304,18 @@ class RecordedSymbols:
             requires_grad=bool(t.requires_grad),
         )
 
+    def scalar_meta(self, value: torch.SymInt) -> ScalarMeta:
+        """The metadata of an int result (``aten::_local_scalar_dense``, ``.item()``):
+        a data-dependent symbol seen here for the first time gets its IR name and the
+        result binds it (``int(u0)``)."""
+        expr = value.node.expr
+        if (isinstance(expr, sympy.Symbol) and expr not in self._names
+                and is_unbacked(self.shape_env, expr)):
+            name = self._fresh("u")
+            self._bind_name(expr, name)
+            return ScalarMeta("int", name)
+        return ScalarMeta("int")
+
     def to_ir(self, expr: sympy.Basic, what: str) -> sympy.Basic:
         """A torch size expression or relation as IR sympy (IR symbol names, the
         grammar's functions).
@@ -472,6 +485,9 @@ def _used_symbols(graph: Graph) -> set[str]:
 
     for node in graph.nodes:
         _map_meta(node.meta, note)
+        for m in node.meta if isinstance(node.meta, tuple) else (node.meta,):
+            if isinstance(m, ScalarMeta) and m.symbol is not None:  # int(u0) binds it
+                used.add(m.symbol)
         for a in (*node.args, *node.kwargs.values()):
             _map_argument(a, note)
     return used

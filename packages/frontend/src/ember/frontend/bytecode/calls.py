@@ -45,7 +45,7 @@ from ember.frontend.bytecode.exception_ops import (
     GeneratorExit_,
     contextmanager_target,
 )
-from ember.frontend.bytecode.frame import Frame
+from ember.frontend.bytecode.frame import Frame, location_of
 from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.interpreter import (
     MAX_INLINE_DEPTH,
@@ -83,6 +83,33 @@ _SHAPE_QUERIES = (type, isinstance, issubclass, callable)
 _PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools")
 _CONTAINER_TYPES: tuple[type, ...] = (list, dict, set, frozenset, tuple, str, bytes, ListIterator, slice,
                     range, type({}.keys()), type({}.values()), type({}.items()))
+
+
+def _unbacked_item(interp: Any, fn: Any) -> bool:
+    """Whether ``fn`` is ``.item()`` of an integer tensor in a symbolic capture: it runs
+    on the fake tensor and gives an unbacked symbol (``u0``), bound at run time by the
+    ``aten::_local_scalar_dense`` node. In a static capture it asks for a symbolic one
+    (``data_dependent``) and breaks if that is not allowed."""
+    owner = getattr(fn, "__self__", None)
+    if getattr(fn, "__name__", "") != "item" or not isinstance(owner, torch.Tensor):
+        return False
+    if owner.dtype.is_floating_point or owner.dtype.is_complex or owner.dtype == torch.bool:
+        return False  # only an integer can be a size
+    if interp.capture.recorder.shape_env is None:
+        interp.capture.data_dependent = True
+        return False
+    frame = root = interp.current_frame
+    while root.parent is not None:
+        root = root.parent
+    line = frame.instructions[frame.ip - 1].line
+    interp.capture.unbacked_items.append((root.ip - 1, location_of(frame, line)))
+    return True
+
+
+ITEM_BREAK = ("Tensor.item() needs the tensor's data (its value is a data-dependent size "
+              "the code after a graph break would need)")
+"""The break at an integer ``.item()`` when a later break in the same capture would
+leave its unbacked symbol live at the break (segment.py retries breaking here)."""
 
 
 class CallHandler:
@@ -296,7 +323,7 @@ class CallHandler:
     def record(self, interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Run ``fn`` on fake tensors; the recorder records the ATen ops it runs."""
         name = getattr(fn, "__name__", "")
-        if name in _DATA_DEPENDENT:
+        if name in _DATA_DEPENDENT and not _unbacked_item(interp, fn):
             raise interp.fail(f"Tensor.{name}() needs the tensor's data",
                               "keep the value as a tensor, or move this code out of the "
                               "compiled function")

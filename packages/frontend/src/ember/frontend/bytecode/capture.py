@@ -34,7 +34,7 @@ from ember.frontend.bytecode.sources import (
 )
 from ember.frontend.dynamic import DynamicDim, DynamicPolicy, add_input, dims_of
 from ember.frontend.shape_guards import SymbolicInput
-from ember.runtime.ir import InputKind, InputSpec
+from ember.runtime.ir import InputKind, InputSpec, SourceLocation
 from ember.runtime.tracing import GraphRecorder
 from torch import nn
 
@@ -94,6 +94,9 @@ class CaptureContext:
     # without symbolic shapes: capture again with them
     missed_marks: bool = False
     data_dependent: bool = False
+    # root-frame instructions whose .item() gave an unbacked symbol (u0): a later break
+    # captures again breaking at the first of them (calls.py, segment.py)
+    unbacked_items: list[tuple[int, SourceLocation | None]] = field(default_factory=list)
     _names: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:

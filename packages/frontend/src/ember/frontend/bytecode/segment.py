@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
-from ember.frontend.bytecode.calls import CallHandler
+from ember.frontend.bytecode.calls import ITEM_BREAK, CallHandler
 from ember.frontend.bytecode.capture import CaptureContext
 from ember.frontend.bytecode.exception_ops import ExcInfoSource
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame, FrameState, _Marker
@@ -192,6 +192,14 @@ def capture_segment(
                 except GraphBreak as e:
                     if cap.data_dependent and not symbolic and cap.policy.unbacked_allowed:
                         raise NeedsSymbolicShapes from None
+                    if cap.unbacked_items and cap.unbacked_items[0][0] not in break_calls:
+                        # NOTE: a break after an .item() that gave u0: u0 could be live at
+                        # the break, which no resume point can rebuild; break at the
+                        # .item() instead, as a static capture does
+                        item_ip, where = cap.unbacked_items[0]
+                        raise InlinedBreak(item_ip, BreakInfo(
+                            ITEM_BREAK, where, "keep the value as a tensor, or move "
+                            "this code out of the compiled function")) from None
                     frame.stack, frame.kw_names, frame.ip = saved_stack, saved_kw, before
                     if e.from_inlined_call:
                         ip = before if e.root_ip is None else e.root_ip

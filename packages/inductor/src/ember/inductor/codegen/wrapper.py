@@ -313,6 +313,11 @@ class WrapperWriter:
                 self.emit(f"if isinstance({out}, torch.Tensor) and ({out}.shape != {shape} "
                           f"or {out}.stride() != {layout}):")
                 self.emit(f"    {out} = _layout({out}, {shape}, {layout})")
+        for index, sym in call.binds:  # int(u0): .item() used as a size
+            self.bound.add(sym)
+            self.emit(f"{sym} = int({call.outputs[index]})")
+            env = ", ".join(f"{s!r}: {s}" for s in sorted(self.bound))
+            self.emit(f"_check_unbacked({{{env}}}, {sym!r})  # its range, guards it completes")
 
     def _free(self, i: int, last: dict[str, int],
               pool: dict[tuple[object, ...], list[str]], extern_read: set[str]) -> None:

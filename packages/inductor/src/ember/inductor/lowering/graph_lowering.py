@@ -57,7 +57,16 @@ from ember.inductor.lowering.values import (
     numel,
     probe,
 )
-from ember.runtime.ir import Argument, Node, Program, SymExpr, TensorMeta, ValueRef
+from ember.runtime.ir import (
+    Argument,
+    Node,
+    Program,
+    ScalarMeta,
+    SymExpr,
+    TensorMeta,
+    ValueRef,
+    symbolic,
+)
 from ember.runtime.logs import log
 
 
@@ -123,6 +132,7 @@ class GraphLowering:
         self._realized: dict[int, tuple[Lazy, Stored]] = {}
         self._uses = Uses(self.graph)  # see inlining.py: costly values read broadcast
         self._current = ""  # the node being lowered
+        self._sized = _plain_symbols(*(n.meta for n in self.graph.placeholders))
         self.layout = LayoutState()
         self._loads_of: dict[int, tuple[Lazy, list[tuple[str, IndexExpr]], set[str]]] = {}
         # random ops (lowering/random.py): run them eagerly on torch's generator instead
@@ -181,6 +191,8 @@ class GraphLowering:
 
     def call(self, node: Node) -> None:
         rule = LOWERINGS.get(node.target)
+        new = _plain_symbols(node.meta) - self._sized  # unbacked symbols it defines
+        self._sized |= new
         if self.all_extern:
             self.values[node.name] = self.extern(node, fallback=True, reason=self.eager_reason)
             return
@@ -189,6 +201,10 @@ class GraphLowering:
             return
         if rule is None:
             self.values[node.name] = self.extern(node, fallback=True, reason="no lowering")
+            return
+        if new:  # e.g. x[:u0], a size u1 <= u0: the wrapper reads it off the result
+            reason = f"its result defines the data-dependent size {', '.join(sorted(new))}"
+            self.values[node.name] = self.extern(node, fallback=True, reason=reason)
             return
         mark = len(self.nodes)
         realized = set(self._realized)
@@ -458,6 +474,8 @@ class GraphLowering:
         outs: list[str | None] = []
         values: list[Any] = []
         result_meta: list[Any] = []
+        binds = tuple((i, m.symbol) for i, m in enumerate(call.metas)
+                      if isinstance(m, ScalarMeta) and m.symbol is not None)
         for i, m in enumerate(call.metas):
             name = f"{base}_{i}" if multi else base
             outs.append(name)
@@ -475,7 +493,7 @@ class GraphLowering:
                 result_meta.append(None)
         self.nodes.append(ExternCall(node.target, args, kwargs, outs, result_meta,
                                      extern_reads(args, kwargs), fallback, multi,
-                                     (node.name,), reason))
+                                     (node.name,), reason, binds))
         return tuple(values) if multi else values[0]
 
     def extern_step(self, target: str, args: list[ExternArg], kwargs: dict[str, ExternArg],
@@ -529,3 +547,16 @@ class GraphLowering:
 # A scatter's element function: index -> (result position per dim, value, mask or None).
 PositionFn = Callable[[BodyBuilder, tuple[IndexExpr, ...]],
                       tuple[tuple[IndexExpr, ...], str, "str | None"]]
+
+
+def _plain_symbols(*metas: object) -> set[str]:
+    """The symbols that tensor results in ``metas`` have as a plain size, and those
+    int results bind (``int(u0)``)."""
+    found: set[str] = set()
+    for meta in metas:
+        for m in meta if isinstance(meta, tuple) else (meta,):
+            if isinstance(m, ScalarMeta) and m.symbol is not None:
+                found.add(m.symbol.strip())
+            if isinstance(m, TensorMeta):
+                found.update(str(s).strip() for s in m.sizes if symbolic.is_symbol(s))
+    return found

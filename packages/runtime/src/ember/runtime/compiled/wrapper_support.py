@@ -136,6 +136,19 @@ def shape_error(binder: SymbolBinder | None) -> Callable[[list[Any]], None]:
     return fail
 
 
+def check_unbacked(binder: SymbolBinder | None) -> Callable[[dict[str, int], str], None]:
+    """The ``_check_unbacked(symbols, new)`` a wrapper calls after it binds an unbacked
+    symbol from an int result (``u0 = int(buf2)``, ``.item()``): raises the
+    :class:`~ember.runtime.ir.symbolic.ShapeError` naming the symbol's range or a guard
+    that ``new`` completes and fails."""
+
+    def check(symbols: dict[str, int], new: str) -> None:
+        if binder is not None:
+            binder.check_new_symbol(symbols, new)
+
+    return check
+
+
 def make_namespace(kernels: dict[str, Callable[..., None]],
                    constants: dict[str, torch.Tensor],
                    binder: SymbolBinder | None = None) -> dict[str, Any]:
@@ -145,7 +158,8 @@ def make_namespace(kernels: dict[str, Callable[..., None]],
         "torch": torch, "aten": torch.ops.aten, "ops": torch.ops,
         "empty_strided": torch.empty_strided, "_view": view, "_layout": layout,
         "_check_input": check_input, "_assert_checks_passed": assert_checks_passed,
-        "_shape_error": shape_error(binder), "Max": max, "Min": min,
+        "_shape_error": shape_error(binder), "_check_unbacked": check_unbacked(binder),
+        "Max": max, "Min": min,
         "constants": constants,
     }
     for name, k in kernels.items():

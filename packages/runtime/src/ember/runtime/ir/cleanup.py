@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import struct
 
-from ember.runtime.ir.graph import Argument, Graph, Node, Program, ValueRef
+from ember.runtime.ir.graph import Argument, Graph, Node, Program, ScalarMeta, ValueRef
 from ember.runtime.ir.op_queries import is_pure
 
-__all__ = ["argument_key", "drop_unreferenced_tensors", "eliminate_common_subexpressions",
+__all__ = ["argument_key", "binds_symbol", "drop_unreferenced_tensors", "eliminate_common_subexpressions",
            "eliminate_dead_code", "is_removable"]
 
 _STORED = ("constant", "get_attr")
@@ -39,9 +39,18 @@ _STORED = ("constant", "get_attr")
 
 def is_removable(node: Node) -> bool:
     """True if ``node`` may be dropped when nobody reads its value: a ``constant`` or
-    ``get_attr`` node, or a call of a pure operator. Placeholders are the graph's
-    interface and the output node its result: they always stay."""
-    return node.op in _STORED or (node.op == "call" and is_pure(node.target))
+    ``get_attr`` node, or a call of a pure operator that binds no symbol. Placeholders
+    are the graph's interface and the output node its result: they always stay."""
+    return node.op in _STORED or (node.op == "call" and is_pure(node.target)
+                                  and not binds_symbol(node))
+
+
+def binds_symbol(node: Node) -> bool:
+    """Whether ``node``'s result is an ``int`` that binds an unbacked symbol
+    (``int(u0)``, ``.item()``): later sizes read it through the symbol, not its value,
+    so it is never dropped nor merged with an equal call (that would unbind it)."""
+    metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+    return any(isinstance(m, ScalarMeta) and m.symbol is not None for m in metas)
 
 
 def eliminate_dead_code(graph: Graph) -> Graph:
@@ -85,7 +94,7 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
         node = _copy(original)
         if mapping:
             node.replace_refs(mapping)
-        if node.op == "call" and is_pure(node.target):
+        if node.op == "call" and is_pure(node.target) and not binds_symbol(node):
             key = _call_key(node)
             earlier = seen.get(key)
             if earlier is not None:

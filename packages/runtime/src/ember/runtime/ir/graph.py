@@ -163,9 +163,12 @@ class TensorMeta:
 @dataclass(frozen=True)
 class ScalarMeta:
     """Metadata of a non-tensor value (a SymInt from ``aten::sym_size``, a Python
-    number from ``aten::_local_scalar_dense``). ``type`` is ``int``, ``float`` or ``bool``."""
+    number from ``aten::_local_scalar_dense``). ``type`` is ``int``, ``float`` or ``bool``.
+    ``symbol``: the unbacked symbol (``u0``) an ``int`` result binds, when the graph uses
+    the value as a size (``.item()`` of an integer tensor); printed ``int(u0)``."""
 
     type: str
+    symbol: str | None = None
 
 
 # A node's metadata: one entry for a single result, a tuple for several (entries are

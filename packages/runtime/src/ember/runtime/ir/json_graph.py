@@ -79,6 +79,8 @@ def _encode_single_meta(m: TensorMeta | ScalarMeta | None) -> JSON:
     if m is None:
         return None
     if isinstance(m, ScalarMeta):
+        if m.symbol is not None:
+            return {"scalar": m.type, "symbol": m.symbol}
         return {"scalar": m.type}
     if isinstance(m, TensorMeta):
         return {"tensor": {
@@ -121,11 +123,13 @@ def _decode_single_meta(v: JSON, where: str) -> TensorMeta | ScalarMeta | None:
     d = expect_dict(v, where)
     if d.keys() == {"tensor"}:
         return _decode_tensor_meta(d["tensor"], f"{where}.tensor")
-    if d.keys() == {"scalar"}:
+    if d.keys() in ({"scalar"}, {"scalar", "symbol"}):
         kind = expect_str(d["scalar"], f"{where}.scalar")
         if kind not in SCALAR_META_TYPES:
             raise IRFormatError(f"{where}.scalar: unknown scalar type {kind!r} "
                                 f"(one of {sorted(SCALAR_META_TYPES)})")
+        if "symbol" in d:
+            return ScalarMeta(kind, expect_str(d["symbol"], f"{where}.symbol"))
         return ScalarMeta(kind)
     raise IRFormatError(f"{where}: bad meta encoding with keys {sorted(d)}")
 

@@ -40,7 +40,7 @@ otherwise (``%"my value"``).
 from __future__ import annotations
 
 import torch
-from ember.runtime.ir import torch_names
+from ember.runtime.ir import symbolic, torch_names
 from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import (
     Argument,
@@ -263,6 +263,11 @@ def meta_text(m: Meta) -> str:
     if isinstance(m, ScalarMeta):
         if m.type not in SCALAR_META_TYPES:
             raise IRFormatError(f"unknown scalar type {m.type!r} in {m}")
+        if m.symbol is not None:
+            if m.type != "int" or not symbolic.is_symbol(m.symbol):
+                raise IRFormatError(f"scalar result symbol {m.symbol!r}: only an int "
+                                    "result binds a symbol, named by an identifier")
+            return f"{m.type}({m.symbol.strip()})"
         return m.type
     if isinstance(m, TensorMeta):
         sizes = ", ".join(_checked_symint(s) for s in m.sizes)

@@ -7,8 +7,8 @@
   ``graph.symbols``;
 - every symbol used is *bound* (the binding rule of :class:`~ember.runtime.ir.symbolic.
   SymbolBinder`): a backed symbol by a placeholder that has it as a plain size, an
-  unbacked one by a node result that has it as a plain size, before any later node uses
-  it.
+  unbacked one by a node result that has it as a plain size, or by an ``int`` result
+  that names it (``int(u0)``, ``.item()``), before any later node uses it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,16 @@ from collections.abc import Callable, Iterable
 
 from ember.runtime.ir import symbolic
 from ember.runtime.ir.errors import IRFormatError, VerificationError
-from ember.runtime.ir.graph import Argument, Graph, Meta, Node, SymExpr, SymInt, TensorMeta
+from ember.runtime.ir.graph import (
+    Argument,
+    Graph,
+    Meta,
+    Node,
+    ScalarMeta,
+    SymExpr,
+    SymInt,
+    TensorMeta,
+)
 
 Fail = Callable[[Node | None, str], VerificationError]
 
@@ -88,8 +97,12 @@ def _single_metas(meta: Meta) -> Iterable[TensorMeta]:
 
 
 def _plain_symbols(meta: Meta) -> set[str]:
-    return {str(s).strip() for m in _single_metas(meta) for s in m.sizes
-            if symbolic.is_symbol(s)}
+    found = {str(s).strip() for m in _single_metas(meta) for s in m.sizes
+             if symbolic.is_symbol(s)}
+    for m in meta if isinstance(meta, tuple) else (meta,):
+        if isinstance(m, ScalarMeta) and m.symbol is not None:  # int(u0): .item()
+            found.add(m.symbol.strip())
+    return found
 
 
 def _meta_expressions(meta: Meta) -> Iterable[str]:

@@ -29,7 +29,7 @@ from types import CodeType
 import sympy
 import torch
 from ember.runtime.ir.errors import IRFormatError
-from ember.runtime.ir.graph import Graph, ShapeGuard, SymbolRange, SymInt, TensorMeta
+from ember.runtime.ir.graph import Graph, ScalarMeta, ShapeGuard, SymbolRange, SymInt, TensorMeta
 from ember.runtime.ir.symbolic_text import (
     SYMBOL_NAME_RE,
     checked_tree,
@@ -272,11 +272,17 @@ class ShapeError(ValueError):
 @dataclass(frozen=True)
 class UnbackedSite:
     """Where an unbacked symbol is read: dim ``dim`` of result ``index`` (None for a
-    node with one result) of node ``node``."""
+    node with one result) of node ``node``; ``dim`` is :data:`SCALAR_VALUE` for an
+    ``int`` result that is the symbol's value itself (``int(u0)``, ``.item()``)."""
 
     node: str
     index: int | None
     dim: int
+
+
+SCALAR_VALUE = -1
+""":attr:`UnbackedSite.dim` of a scalar result: :meth:`SymbolBinder.bind_unbacked` is
+given ``(value,)`` for it."""
 
 
 @dataclass(frozen=True)
@@ -316,6 +322,10 @@ class SymbolBinder:
                 continue
             metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
             for index, result in enumerate(metas):
+                if isinstance(result, ScalarMeta) and result.symbol is not None:
+                    self.unbacked.setdefault(result.symbol.strip(), UnbackedSite(
+                        node.name, index if isinstance(node.meta, tuple) else None,
+                        SCALAR_VALUE))
                 if not isinstance(result, TensorMeta):
                     continue
                 for dim, size in enumerate(result.sizes):
@@ -371,8 +381,8 @@ class SymbolBinder:
     def bind_unbacked(self, env: dict[str, int], node: str, index: int | None,
                       sizes: Sequence[int]) -> None:
         """Read the unbacked symbols that result ``index`` of node ``node`` binds from
-        its actual ``sizes`` into ``env``, check their ranges and the guards they
-        complete.
+        its actual ``sizes`` (``(value,)`` for an ``int`` result) into ``env``, check
+        their ranges and the guards they complete.
 
         Raises:
             ShapeError: naming the node, dim, symbol and range or guard.
@@ -381,11 +391,24 @@ class SymbolBinder:
         for sym, site in self.unbacked.items():
             if site.node == node and site.index == index:
                 value = int(sizes[site.dim])
-                self._check_range(sym, value, f"the result of {node!r} dim {site.dim}")
+                self._check_range(sym, value, f"the result of {node!r}" + (
+                    "" if site.dim == SCALAR_VALUE else f" dim {site.dim}"))
                 env[sym] = value
                 new.add(sym)
         if new:
             self._check_guards(env, new)
+
+    def check_new_symbol(self, env: Mapping[str, int], sym: str) -> None:
+        """Check the range of ``sym`` (just bound in ``env``, e.g. by a compiled
+        wrapper from an ``int(u0)`` result) and the guards it completes.
+
+        Raises:
+            ShapeError: naming the symbol and range or guard.
+        """
+        site = self.unbacked.get(sym)
+        where = f"symbol {sym}" if site is None else f"the result of {site.node!r}"
+        self._check_range(sym, env[sym], where)
+        self._check_guards(env, {sym})
 
     def _check_range(self, sym: str, value: int, where: str) -> None:
         r = self.graph.symbols.get(sym)
@@ -427,7 +450,8 @@ class SymbolBinder:
         for s in sorted(syms):
             site = self.backed.get(s) or self.unbacked.get(s)
             origin = f" from {site}" if isinstance(site, _BackedSite) else (
-                f" from the result of {site.node!r} dim {site.dim}" if site else "")
+                f" from the result of {site.node!r}" + (
+                    "" if site.dim == SCALAR_VALUE else f" dim {site.dim}") if site else "")
             values.append(f"{s}={env[s]}{origin}")
         text = f"guard {guard.expr!r} fails for {', '.join(values)}"
         if guard.source is not None:

@@ -139,6 +139,12 @@ class ValueReader:
             if word not in SCALAR_META_TYPES:
                 raise s.error(f"unknown scalar type {word!r} (tensor metadata needs "
                               "[sizes])", start)
+            if word == "int" and s.accept("("):  # int(u0): the symbol it binds
+                symbol = s.match(_WORD_RE)
+                if symbol is None:
+                    raise s.error("expected a symbol name in int(...)")
+                s.expect(")", "after the symbol int(...) binds")
+                return ScalarMeta(word, symbol)
             return ScalarMeta(word)
         dtype = self.lookup(torch_names.dtype_from_text, word, start)
         s.expect("[")

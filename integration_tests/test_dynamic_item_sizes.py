@@ -1,0 +1,102 @@
+"""``.item()`` of an integer tensor used as a size (issue #15): a strict capture gives it
+an unbacked symbol ``u0`` bound by the ``aten::_local_scalar_dense`` node's result
+(printed ``int(u0)``); the guards torch's fake tensors ask for are checked when ``u0`` is
+bound (a ``ShapeError`` naming the guard, not a silent wrong result); one compile serves
+every value, on the eager backend and through aot + inductor; the symbolic program
+round-trips through ``.ember``. Code that needs the value as a Python int still breaks at
+the ``.item()`` and says why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import ember.frontend
+import pytest
+import torch
+from ember.runtime.config import patch
+from ember.runtime.interpreter import run_program
+from ember.runtime.ir import InputSpec, load, print_graph, save, verify
+from ember.runtime.ir.symbolic import ShapeError
+from ember.runtime.tracing import GraphRecorder
+
+
+def sizes_from_item(x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    k: Any = n.item()  # an int (u0 while captured)
+    return x[:k] * 2, torch.zeros(k) + 1, x.view(k, -1).sum(1)
+
+
+def test_item_as_a_size_prints_an_unbacked_symbol_and_round_trips(tmp_path: Path) -> None:
+    rec = GraphRecorder(dynamic=True)
+    x = rec.add_input(torch.randn(12, 2), InputSpec("x"))
+    n = rec.add_input(torch.tensor(3), InputSpec("n"))
+    with rec:
+        k: Any = n.item()
+        out = torch.zeros(k) + x.sum()
+    program = rec.finish([out])
+    verify(program)
+    text = print_graph(program.forward)
+    lines = [line.split("  #")[0].rstrip() for line in text.splitlines()]
+    assert lines[:3] == [
+        "graph forward(%x: f32[12, 2]{2,1} cpu, %n: i64[]{} cpu):",
+        "  symbols u0 in [0, inf]",
+        "  %_local_scalar_dense: int(u0) = aten::_local_scalar_dense.default(%n)",
+    ], text
+    assert any(line.startswith("  %zeros: f32[u0]{1} cpu = aten::zeros.default([sym(u0)]")
+               for line in lines), text
+    save(program, tmp_path / "item.ember")
+    loaded = load(tmp_path / "item.ember")
+    assert print_graph(loaded.forward) == text
+    for value in (0, 5, 9):
+        (got,) = run_program(loaded, [torch.ones(12, 2), torch.tensor(value)])
+        torch.testing.assert_close(got, torch.full((value,), 24.0))
+
+
+@pytest.mark.parametrize("backend", ["eager", None])  # None: the default, aot + inductor
+def test_one_compile_serves_every_value(backend: str | None) -> None:
+    kwargs: dict[str, Any] = {} if backend is None else {"backend": backend}
+    fast = ember.frontend.compile(sizes_from_item, **kwargs)
+    for value in (2, 5, 4, 10, 6):
+        x, n = torch.randn(20, 3), torch.tensor(value)
+        for got, want in zip(fast(x, n), sizes_from_item(x, n), strict=True):
+            torch.testing.assert_close(got, want, msg=f"n={value}")
+    assert (fast.stats.compiles, fast.stats.graph_breaks) == (1, 0)
+
+
+@pytest.mark.parametrize("backend", ["eager", None])
+def test_the_guards_torch_asks_for_are_checked_when_u0_is_bound(backend: str | None) -> None:
+    kwargs: dict[str, Any] = {} if backend is None else {"backend": backend}
+    fast = ember.frontend.compile(sizes_from_item, **kwargs)
+    x = torch.randn(20, 3)
+    fast(x, torch.tensor(4))
+    with pytest.raises(ShapeError, match=r"guard '60%u0 == 0' fails for u0=7"):
+        fast(x, torch.tensor(7))  # eager: "shape '[7, -1]' is invalid"
+    with pytest.raises(ShapeError, match=r"guard 'u0 != 0' fails for u0=0"):
+        fast(x, torch.tensor(0))
+
+
+def int_of_item(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    return x[: int(n.item())] * 2
+
+
+def branch_on_item(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    k: Any = n.item()  # an int (u0 while captured)
+    if k > 3:
+        return x * 2
+    return x
+
+
+@pytest.mark.parametrize("fn", [int_of_item, branch_on_item])
+def test_code_that_needs_the_int_breaks_at_the_item_and_says_why(
+        fn: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    fast = ember.frontend.compile(fn, backend="eager")
+    with patch(logs=frozenset({"graph_breaks"})):
+        for value in (2, 5):
+            x, n = torch.randn(6, 2), torch.tensor(value)
+            torch.testing.assert_close(fast(x, n), fn(x, n))
+    assert fast.stats.graph_breaks == 1 and fast.stats.eager_fallback_calls == 0
+    err = capsys.readouterr().err
+    assert "Tensor.item() needs the tensor's data (its value is a data-dependent size " \
+           "the code after a graph break would need)" in err, err
+    line = fn.__code__.co_firstlineno + 1
+    assert f"test_dynamic_item_sizes.py:{line} in {fn.__name__}" in err, err  # the .item()
