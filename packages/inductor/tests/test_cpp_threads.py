@@ -34,7 +34,7 @@ extern "C" void team_update(int limit, int64_t retry, int64_t backoff, int used,
 // A kernel-shaped region whose last thread finishes straggle_ns late (a lost core);
 // returns the number of threads the region ran with.
 extern "C" int region(int64_t work, int64_t straggle_ns) {
-    EmberTeam ember_team(work, 32768);
+    EmberTeam ember_team(work, 32768, 64);
     std::atomic<int> used{1};
     #pragma omp parallel num_threads(ember_team.size) if (ember_team.size > 1)
     {
@@ -48,6 +48,13 @@ extern "C" int region(int64_t work, int64_t straggle_ns) {
         }
     }
     return used.load();
+}
+extern "C" int team_threads(int64_t work, int64_t iterations) {
+    ember_team_limit.store(0);
+    EmberTeam team(work, 32768, iterations);
+    const int size = team.size;
+    team.size = 1;  // no update
+    return size;
 }
 extern "C" int team_limit() { return ember_team_limit.load(); }
 extern "C" int64_t team_backoff() { return ember_team_backoff_ns.load(); }
@@ -70,6 +77,7 @@ def harness() -> Any:
     lib.team_update.restype = None
     lib.region.argtypes = [i64, i64]
     lib.team_backoff.restype = i64
+    lib.team_threads.argtypes = [i64, i64]
     return lib
 
 
@@ -98,8 +106,9 @@ UPDATE_CASES = [
     ((0, 0, BASE, 8, 8, 1 * MS, 3 * MS, 7), (4, 7 + BASE, BASE)),
     # a skew under the floor (0.25 ms) is noise, even when larger than the busy time
     ((0, 0, BASE, 2, 2, 10_000, 200_000, 7), (0, 0, BASE)),
-    # a skew under the busy time is an uneven share, not a lost core
+    # a skew up to twice the busy time is an uneven share (2 rows against 1), not a lost core
     ((0, 0, BASE, 2, 2, 5 * MS, 2 * MS, 7), (0, 0, BASE)),
+    ((0, 0, BASE, 2, 2, 1 * MS, 2 * MS, 7), (0, 0, BASE)),
     # a contended probe doubles the back-off ...
     ((1, 5, 4 * BASE, 2, 2, 1 * MS, 3 * MS, 9), (1, 9 + 8 * BASE, 8 * BASE)),
     # ... up to the maximum
@@ -117,6 +126,14 @@ def test_team_update_table(harness: Any, state: tuple[int, ...],
     out = (ctypes.c_int64 * 3)()
     harness.team_update(*state, out)
     assert tuple(out) == expected
+
+
+def test_team_threads_never_exceed_the_work_or_the_iterations(harness: Any) -> None:
+    n = torch.get_num_threads()  # OpenMP's max threads in this thread (torch sets it)
+    assert harness.team_threads(32767, 64) == 1  # below the work threshold
+    assert harness.team_threads(1 << 20, 1) == 1  # one iteration: nothing to share
+    assert harness.team_threads(1 << 20, 2) == min(n, 2)
+    assert harness.team_threads(1 << 20, 1 << 20) == n
 
 
 def test_straggling_thread_halves_the_limit_until_the_back_off_ends(harness: Any) -> None:

@@ -95,7 +95,7 @@ def test_schedule_matches_golden(name: str, backend: str) -> None:
 SOFTMAX_CPP = """\
 // fused from: amax, sum, div
 extern "C" void kernel0(const float* __restrict__ arg0, float* __restrict__ buf2) {
-    EmberTeam ember_team(32, 32768);
+    EmberTeam ember_team(32, 32768, 4);
     #pragma omp parallel num_threads(ember_team.size) if (ember_team.size > 1)
     {
         EmberTeamMember ember_member(ember_team);

@@ -3,7 +3,7 @@
 Layout of a generated function::
 
     extern "C" void kernel0(const float* __restrict__ arg0, float* __restrict__ buf1) {
-        EmberTeam ember_team(numel, threshold);  // threads for this call: threads.py
+        EmberTeam ember_team(numel, threshold, 4*n1);  // threads for this call: threads.py
         #pragma omp parallel num_threads(ember_team.size) if (ember_team.size > 1)
         {
         EmberTeamMember ember_member(ember_team);  // stamps this thread's finish time
@@ -510,7 +510,11 @@ class CppKernelWriter:
         parallel = bool(n) and not serial
         if parallel:  # the team's size: see threads.py
             collapse = f" collapse({depth})" if depth > 1 else ""
-            self.line(f"EmberTeam ember_team({work}, {PARALLEL_THRESHOLD});")
+            shares = [size_text(v.size) for v in k.ranges[:depth]]
+            if tiled:  # the last collapsed loop steps over tiles
+                shares[-1] = f"(({shares[-1]}) + {TILE - 1}) / {TILE}"
+            iterations = "*".join(s if s.isdigit() or s.isidentifier() else f"({s})" for s in shares)
+            self.line(f"EmberTeam ember_team({work}, {PARALLEL_THRESHOLD}, {iterations});")
             self.line("#pragma omp parallel num_threads(ember_team.size) if (ember_team.size > 1)")
             self.line("{")
             self.indent += 1

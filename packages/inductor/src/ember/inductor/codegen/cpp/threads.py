@@ -9,8 +9,9 @@ several ms per call on the 2-core CI machine beside one busy process.
 The policy needs no system query per call: the region measures itself. Each thread
 stamps the time it finished its share (``EmberTeamMember``); after the region,
 ``EmberTeam`` compares the last finisher with the first. Shares are equal (a static
-schedule), so a spread (*skew*) larger than ``SKEW_RATIO`` times the first finisher's
-busy time and at least ``SKEW_MIN_NS`` means a thread did not get a core. Then the
+schedule; a region has no more threads than iterations, so shares differ by at most
+2x), so a spread (*skew*) larger than ``SKEW_RATIO`` times the first finisher's busy time
+and at least ``SKEW_MIN_NS`` means a thread did not get a core. Then the
 kernel's library halves its thread limit and keeps it for a back-off time that doubles
 each time a probe (a call with twice the limit) is contended again, up to
 ``BACKOFF_MAX_NS``; a clean call restores the threads it used, and a clean call with all
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 # The policy's numbers (rendered into the prelude as constants):
 THREAD_POLICY: dict[str, int] = {
-    "SKEW_RATIO": 1,               # skew > ratio * busy time ...
+    "SKEW_RATIO": 2,               # skew > ratio * busy time (uneven shares: up to 1x) ...
     "SKEW_MIN_NS": 250_000,        # ... and > 0.25 ms: a thread lost its core
     "BACKOFF_BASE_NS": 10_000_000,   # first back-off: 10 ms
     "BACKOFF_MAX_NS": 1_000_000_000,  # the back-off doubles up to 1 s
@@ -81,9 +82,11 @@ struct EmberTeam {
     int size = 1, max_threads = 1;
     int64_t start_ns = 0;
     std::atomic<int64_t> first_end{INT64_MAX}, last_end{0};
-    EmberTeam(int64_t work, int64_t threshold) {
-        if (work < threshold) return;
-        max_threads = omp_get_max_threads();
+    // work: iterations times reduction length; iterations: of the parallel loops (no
+    // more threads than that, so every thread has a share and shares differ by at most 2x)
+    EmberTeam(int64_t work, int64_t threshold, int64_t iterations) {
+        if (work < threshold || iterations < 2) return;
+        max_threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), iterations));
         if (max_threads <= 1) return;
         start_ns = ember_now_ns();
         size = ember_team_size(ember_team_state(), max_threads, start_ns);
