@@ -16,7 +16,15 @@ import pytest
 import torch
 from ember.runtime.config import patch
 from ember.runtime.interpreter import run_program
-from ember.runtime.ir import InputSpec, load, print_graph, save, verify
+from ember.runtime.ir import (
+    InputSpec,
+    load,
+    parse_program,
+    print_graph,
+    print_program,
+    save,
+    verify,
+)
 from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.tracing import GraphRecorder
 
@@ -44,6 +52,7 @@ def test_item_as_a_size_prints_an_unbacked_symbol_and_round_trips(tmp_path: Path
     ], text
     assert any(line.startswith("  %zeros: f32[u0]{1} cpu = aten::zeros.default([sym(u0)]")
                for line in lines), text
+    assert print_program(parse_program(print_program(program))) == print_program(program)
     save(program, tmp_path / "item.ember")
     loaded = load(tmp_path / "item.ember")
     assert print_graph(loaded.forward) == text
@@ -52,10 +61,11 @@ def test_item_as_a_size_prints_an_unbacked_symbol_and_round_trips(tmp_path: Path
         torch.testing.assert_close(got, torch.full((value,), 24.0))
 
 
+@pytest.mark.parametrize("capture", ["strict", "trace"])
 @pytest.mark.parametrize("backend", ["eager", None])  # None: the default, aot + inductor
-def test_one_compile_serves_every_value(backend: str | None) -> None:
+def test_one_compile_serves_every_value(backend: str | None, capture: str) -> None:
     kwargs: dict[str, Any] = {} if backend is None else {"backend": backend}
-    fast = ember.frontend.compile(sizes_from_item, **kwargs)
+    fast = ember.frontend.compile(sizes_from_item, options={"capture": capture}, **kwargs)
     for value in (2, 5, 4, 10, 6):
         x, n = torch.randn(20, 3), torch.tensor(value)
         for got, want in zip(fast(x, n), sizes_from_item(x, n), strict=True):
@@ -100,3 +110,16 @@ def test_code_that_needs_the_int_breaks_at_the_item_and_says_why(
            "the code after a graph break would need)" in err, err
     line = fn.__code__.co_firstlineno + 1
     assert f"test_dynamic_item_sizes.py:{line} in {fn.__name__}" in err, err  # the .item()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_item_sizes_on_cuda_through_the_inductor() -> None:
+    fast = ember.frontend.compile(sizes_from_item)
+    for value in (2, 5, 12):
+        x, n = torch.randn(24, 5, device="cuda"), torch.tensor(value, device="cuda")
+        for got, want in zip(fast(x, n), sizes_from_item(x, n), strict=True):
+            torch.testing.assert_close(got, want, msg=f"n={value}")
+    assert fast.stats.compiles == 1
+    with pytest.raises(ShapeError, match=r"guard '120%u0 == 0' fails for u0=7"):
+        fast(torch.randn(24, 5, device="cuda"), torch.tensor(7, device="cuda"))

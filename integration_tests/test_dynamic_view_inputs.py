@@ -49,3 +49,14 @@ def test_a_call_whose_strides_differ_is_a_recompile_not_a_wrong_result() -> None
     args = heads(6, 7)
     torch.testing.assert_close(fast(*args), attend(*args))
     assert fast.stats.compiles == 2
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_qkv_heads_on_cuda_compile_twice_for_a_batch_sweep() -> None:
+    fast = ember.frontend.compile(attend)
+    for batch in (2, 3, 5, 8):
+        qkv = torch.randn(batch, 16, 96, device="cuda")
+        args = qkv[..., :32], qkv[..., 32:64], qkv[..., 64:]
+        torch.testing.assert_close(fast(*args), attend(*args), msg=f"batch {batch}")
+    assert fast.stats.compiles == 2
