@@ -137,8 +137,8 @@ def test_team_threads_never_exceed_the_work_or_the_iterations(harness: Any) -> N
 
 
 def test_straggling_thread_halves_the_limit_until_the_back_off_ends(harness: Any) -> None:
-    assert harness.region(100, 5 * MS) == 1  # below the work threshold: serial
-    used = harness.region(1 << 20, 5 * MS)  # a thread 5 ms behind: a lost core
+    assert harness.region(100, 50 * MS) == 1  # below the work threshold: serial
+    used = harness.region(1 << 20, 50 * MS)  # a thread 50 ms behind: a lost core
     if used < 2:
         pytest.skip("one OpenMP thread (or a limit left by a loaded machine): no team")
     limit = harness.team_limit()
