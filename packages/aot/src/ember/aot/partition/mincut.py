@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ember.aot.config import AotConfig
 from ember.aot.partition.maxflow import INFINITE, FlowNetwork
 from ember.aot.partition.shape_symbols import bind_backward_symbols
-from ember.aot.symbolic_sizes import hint, nbytes, numel, total
+from ember.aot.symbolic_sizes import hint, nbytes, node_symbols, numel, total
 from ember.runtime.ir import (
     Argument,
     Graph,
@@ -162,6 +162,11 @@ def _result_meta(meta: Mapping[str, object], ref: ValueRef) -> object:
 
 
 def _ancestors(nodes: dict[str, Node], roots: list[ValueRef]) -> set[str]:
+    # a node whose sizes or arguments use u0 of an int(u0) result (.item()) needs the
+    # node that binds it, though it reads no value of it
+    binders = {m.symbol: n.name for n in nodes.values()
+               for m in (n.meta if isinstance(n.meta, tuple) else (n.meta,))
+               if isinstance(m, ScalarMeta) and m.symbol is not None}
     seen: set[str] = set()
     stack = [r.node for r in roots]
     while stack:
@@ -170,6 +175,8 @@ def _ancestors(nodes: dict[str, Node], roots: list[ValueRef]) -> set[str]:
             continue
         seen.add(name)
         stack.extend(r.node for r in nodes[name].inputs())
+        if binders:
+            stack.extend(binders[s] for s in node_symbols(nodes[name]) if s in binders)
     return seen
 
 
