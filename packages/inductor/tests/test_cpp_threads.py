@@ -99,11 +99,12 @@ def test_team_size_table(harness: Any, state: tuple[int, int, int, int], expecte
 
 # (limit, retry, backoff, used, max_threads, busy, skew, now) -> (limit, retry, backoff)
 UPDATE_CASES = [
-    # a clean call with every thread: no limit, back-off reset
+    # a clean call with every thread: no limit, the back-off halved, not below the base
     ((0, 0, BASE, 2, 2, 1 * MS, 0, 7), (0, 0, BASE)),
-    # skew above busy time and the floor: halve, back off from the base
-    ((0, 0, BASE, 2, 2, 1 * MS, 3 * MS, 7), (1, 7 + BASE, BASE)),
-    ((0, 0, BASE, 8, 8, 1 * MS, 3 * MS, 7), (4, 7 + BASE, BASE)),
+    ((1, 5, 8 * BASE, 2, 2, 1 * MS, 0, 7), (0, 0, 4 * BASE)),
+    # skew above twice the busy time and the floor: halve the threads, double the back-off
+    ((0, 0, BASE, 2, 2, 1 * MS, 3 * MS, 7), (1, 7 + 2 * BASE, 2 * BASE)),
+    ((0, 0, BASE, 8, 8, 1 * MS, 3 * MS, 7), (4, 7 + 2 * BASE, 2 * BASE)),
     # a skew under the floor (0.25 ms) is noise, even when larger than the busy time
     ((0, 0, BASE, 2, 2, 10_000, 200_000, 7), (0, 0, BASE)),
     # a skew up to twice the busy time is an uneven share (2 rows against 1), not a lost core

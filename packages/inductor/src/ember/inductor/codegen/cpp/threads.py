@@ -13,11 +13,12 @@ schedule; a region has no more threads than iterations, so shares differ by at m
 2x), so a spread (*skew*) larger than ``SKEW_RATIO`` times the first finisher's busy time
 and at least ``SKEW_MIN_NS`` means a thread did not get a core. Then the
 kernel's library halves its thread limit and keeps it for a back-off time that doubles
-each time a probe (a call with twice the limit) is contended again, up to
-``BACKOFF_MAX_NS``; a clean call restores the threads it used, and a clean call with all
-threads lifts the limit and resets the back-off. A contended probe costs one slow call
-per back-off period: at most about ``1 / (BACKOFF_MAX_NS / slow call)`` of the time once
-the back-off has grown.
+with each contended call, up to ``BACKOFF_MAX_NS``; after it, a probe (a call with twice
+the limit) runs. A clean call restores the threads it used; a clean call with every
+thread lifts the limit and halves the back-off (not below ``BACKOFF_BASE_NS``), so a
+machine where one call in a few finds its core taken keeps a long back-off: one lucky
+probe does not bring back the slow calls. A contended probe costs one slow call per
+back-off period (a few ms per second once the back-off has grown).
 
 Work below ``PARALLEL_THRESHOLD`` (loop iterations times reduction length) always runs
 serially. The thread count never exceeds ``omp_get_max_threads()``, which is what
@@ -32,7 +33,7 @@ from __future__ import annotations
 THREAD_POLICY: dict[str, int] = {
     "SKEW_RATIO": 2,               # skew > ratio * busy time (uneven shares: up to 1x) ...
     "SKEW_MIN_NS": 250_000,        # ... and > 0.25 ms: a thread lost its core
-    "BACKOFF_BASE_NS": 10_000_000,   # first back-off: 10 ms
+    "BACKOFF_BASE_NS": 10_000_000,   # shortest back-off: 10 ms (the first is twice that)
     "BACKOFF_MAX_NS": 1_000_000_000,  # the back-off doubles up to 1 s
 }
 
@@ -53,13 +54,11 @@ static inline EmberTeamState ember_team_update(EmberTeamState s, int used, int m
                                                int64_t busy_ns, int64_t skew_ns, int64_t now) {
     if (used <= 1) return s;
     if (skew_ns > EMBER_SKEW_RATIO * busy_ns && skew_ns > EMBER_SKEW_MIN_NS) {
-        const bool probe = s.limit > 0 && used > s.limit;
-        s.backoff_ns = probe ? std::min(2 * s.backoff_ns, EMBER_BACKOFF_MAX_NS)
-                             : EMBER_BACKOFF_BASE_NS;
+        s.backoff_ns = std::min(2 * s.backoff_ns, EMBER_BACKOFF_MAX_NS);
         s.limit = std::max(1, used / 2);
         s.retry_ns = now + s.backoff_ns;
     } else if (used >= max_threads) {
-        s = EmberTeamState{0, 0, EMBER_BACKOFF_BASE_NS};
+        s = EmberTeamState{0, 0, std::max(s.backoff_ns / 2, EMBER_BACKOFF_BASE_NS)};
     } else if (used > s.limit) {
         s.limit = used;
     }
