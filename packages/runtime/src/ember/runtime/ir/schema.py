@@ -18,7 +18,8 @@ SCHEMA_VERSION: tuple[int, int] = (1, 2)
 
 History: 1.0 the first format; 1.1 adds ``manifest.json`` (the SHA-256 of every member)
 to the container; ``program.json`` is unchanged; 1.2 adds symbolic shapes: a symbol's
-``hint``, a graph's ``guards`` and ``{"sym": ...}`` arguments (all optional)."""
+``hint``, a graph's ``guards``, ``{"sym": ...}`` arguments and a scalar meta's
+``symbol`` (the unbacked symbol an ``int`` result binds) (all optional)."""
 
 JSONDoc = dict[str, object]
 
