@@ -40,7 +40,7 @@ THREAD_POLICY: dict[str, int] = {
 THREADS_PRELUDE = (
     "// Threading policy (ember/inductor/codegen/cpp/threads.py): a region that finds a\n"
     "// core taken (one thread finishing far behind the others) halves this library's\n"
-    "// thread limit for a back-off time that doubles while probes stay contended.\n"
+    "// thread limit for a back-off time that doubles with each contended call.\n"
     "#include <atomic>\n#include <chrono>\n#include <omp.h>\n"
     + "".join(f"static constexpr int64_t EMBER_{k} = {v};\n" for k, v in THREAD_POLICY.items())
     + r"""struct EmberTeamState { int limit; int64_t retry_ns; int64_t backoff_ns; };
