@@ -95,7 +95,8 @@ def test_cpp_kernel_takes_sizes_and_loops_to_them() -> None:
     assert ("void k0(const float* __restrict__ arg0, float* __restrict__ buf0, "
             "const int64_t s0, const int64_t s1)") in src
     assert "for (int64_t x0 = 0; x0 < s0; x0++)" in src
-    assert "if (s0*s1 >= 32768)" in src
+    # the run-time work (s0*s1) against the parallel threshold picks the team's size
+    assert "EmberTeam ember_team(s0*s1, 32768, s0);" in src
     # a run-time row length: the float sums are blocked (correct for any length)
     assert "r0b < s1; r0b += 256" in src and "std::min<int64_t>(r0b + 256, s1)" in src
 
