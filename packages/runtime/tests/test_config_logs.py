@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -64,7 +65,9 @@ def test_patch_rejects_unknown_settings() -> None:
 
 
 def test_reload_reads_the_environment_in_place() -> None:
-    saved = {name: getattr(config, name) for name in ("recompile_limit", "logs")}
+    # NOTE: every setting is restored: reload resets those the env omits (the test
+    # session's EMBER_PROGRAM_CACHE=0 among them), which leaked into later tests
+    saved = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     try:
         config_module.reload({"EMBER_RECOMPILE_LIMIT": "2", "EMBER_LOGS": "all"})
         assert config.recompile_limit == 2 and config.logs == {"all"}
