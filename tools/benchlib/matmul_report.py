@@ -19,6 +19,7 @@ from typing import Any
 
 from benchlib.matmul import family
 from benchlib.matmul_runner import EMBER_VARIANTS, NOT_IMPLEMENTED, MatmulRow
+from benchlib.report import format_time as _time
 from benchlib.report import json_safe
 
 NOT_IMPLEMENTED_CELL = "n/a (mode not implemented)"
@@ -39,14 +40,6 @@ def baselines(rows: Sequence[MatmulRow]) -> tuple[str, ...]:
     """The :data:`SPEED_BASELINES` among ``rows``' variants."""
     present = {r.variant for r in rows}
     return tuple(b for b in SPEED_BASELINES if b in present)
-
-
-def _time(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    if ms < 1:
-        return f"{ms * 1e3:.1f}us"
-    return f"{ms:.2f}ms" if ms < 1000 else f"{ms / 1e3:.2f}s"
 
 
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:

@@ -68,7 +68,8 @@ def _memory(mib: float | None) -> str:
     return "n/a" if mib is None else f"{mib:.0f} MiB"
 
 
-def _time(ms: float | None) -> str:
+def format_time(ms: float | None) -> str:
+    """``ms`` milliseconds as the tables print it (``-`` for None)."""
     if ms is None:
         return "-"
     if ms < 1:
@@ -94,7 +95,7 @@ def _cells(rows: list[Row]) -> tuple[list[list[str]], list[str]]:
             notes.append(f"{row.model} {row.dtype} / {row.compiler}: {row.error}")
             continue
         lines.append([
-            model, dtype, row.compiler, _time(row.time_ms), _fmt(row.speedup, ".2f", "x"),
+            model, dtype, row.compiler, format_time(row.time_ms), _fmt(row.speedup, ".2f", "x"),
             _fmt(row.compile_s, ".1f", "s"), _fmt(row.cold_compile_s, ".1f", "s"),
             _fmt(row.warm_compile_s, ".1f", "s"), row.accuracy or "-",
             _fmt(row.graphs, "d"), _fmt(row.graph_breaks, "d"), _fmt(row.kernels, "d"),
@@ -150,7 +151,7 @@ def _dynamic_cells(rows: list[Row]) -> tuple[list[str], list[list[str]], str]:
             measured += 1
             met += ratio <= DYNAMIC_TARGET
             verdict = "met" if ratio <= DYNAMIC_TARGET else f"{(ratio - 1) * 100:.0f}% slower"
-        lines.append([row.model, row.dtype, row.compiler, _time(static_ms), _time(row.time_ms),
+        lines.append([row.model, row.dtype, row.compiler, format_time(static_ms), format_time(row.time_ms),
                       _fmt(ratio, ".2f", "x"), verdict])
     total = sum(row.dynamic for row in rows)
     summary = (f"{met} of {total} dynamic compiles within {(DYNAMIC_TARGET - 1) * 100:.0f}% "
@@ -175,7 +176,7 @@ def _sweep_cells(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
         cells = []
         for size in sizes:
             value = row.sweep_ms.get(size)
-            cells.append(_time(value) if not isinstance(value, str) else "FAILED")
+            cells.append(format_time(value) if not isinstance(value, str) else "FAILED")
         lines.append([row.model, row.dtype, row.compiler, *cells,
                       _fmt(row.sweep_compiles, "d")])
     return columns, lines
