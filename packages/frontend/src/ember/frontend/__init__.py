@@ -2,7 +2,16 @@
 
 ``compile(fn_or_module, backend=...)`` mirrors ``torch.compile``; ``capture(fn, *args)``
 returns the ``aten``-dialect Program of one call (tracing capture).
+
+NOTE: ``capture``, ``CaptureError`` and ``RecompileLimitWarning`` are imported on first
+use (PEP 562 ``__getattr__``): they pull in the tracing capture, which a process whose
+calls the capture cache answers never runs.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ember.frontend.api import CompiledModule, compile
 from ember.frontend.bytecode import allow_break as allow_break  # allow breaks (fullgraph)
@@ -10,7 +19,6 @@ from ember.frontend.bytecode import disable as disable  # run a function eagerly
 from ember.frontend.bytecode import explain as explain  # strict mode: graphs, breaks, guards
 from ember.frontend.bytecode import nonstrict as nonstrict  # trace a region by running it
 from ember.frontend.capture_modes import CAPTURE_MODES, CompileRequest, register_capture_mode
-from ember.frontend.compiled import RecompileLimitWarning
 from ember.frontend.dynamic import (
     DynamicDimError,
     mark_dynamic,
@@ -18,8 +26,11 @@ from ember.frontend.dynamic import (
     maybe_mark_dynamic,
 )
 from ember.frontend.stats import CompileStats
-from ember.frontend.trace import CaptureError, capture
 from ember.runtime.cudagraphs_pool import mark_step_begin as cudagraph_mark_step_begin
+
+if TYPE_CHECKING:
+    from ember.frontend.compiled import RecompileLimitWarning
+    from ember.frontend.trace import CaptureError, capture
 
 __all__ = [
     "CAPTURE_MODES",
@@ -37,3 +48,18 @@ __all__ = [
     "maybe_mark_dynamic",
     "register_capture_mode",
 ]
+
+_LAZY = {
+    "CaptureError": "ember.frontend.trace",
+    "capture": "ember.frontend.trace",
+    "RecompileLimitWarning": "ember.frontend.compiled",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ember.frontend' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

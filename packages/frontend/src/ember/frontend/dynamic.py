@@ -21,13 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
 from ember.frontend.guard_model import Guard, Source, size_only_change
 from ember.runtime.ir import InputSpec
 from ember.runtime.logs import log
-from ember.runtime.tracing import GraphRecorder
+
+if TYPE_CHECKING:
+    from ember.runtime.tracing import GraphRecorder
 
 __all__ = ["DimMark", "DynamicDim", "DynamicDimError", "DynamicPolicy", "add_input", "dims_of", "mark_dynamic", "mark_static",
            "marks_of", "maybe_mark_dynamic"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,32 +31,22 @@ from ember.frontend.bytecode.grad_mode import (
     detach_no_grad_inputs,
     graph_grad_mode,
 )
-from ember.frontend.bytecode.guards import GuardSet
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, location_of
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.liveness import live_locals
+from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.bytecode.sources import (
     AttrSource,
     LocalSource,
     Source,
     StackSource,
 )
-from ember.frontend.bytecode.state import Rebuild, Recipe, Replay, StateBuilder
+from ember.frontend.bytecode.state import StateBuilder
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.shape_guards import install_shape_guards
 from ember.runtime.ir import Program, SourceLocation
 from ember.runtime.tracing import GraphRecorder
 from ember.runtime.tracing_source import is_library_file
-
-
-@dataclass
-class FunctionContext:
-    """What every segment of one function shares: its code, globals and closure."""
-
-    code: types.CodeType
-    f_globals: dict[str, Any]
-    f_builtins: dict[str, Any]
-    closure: tuple[Any, ...]
 
 
 class InlinedBreak(Exception):
@@ -67,69 +56,6 @@ class InlinedBreak(Exception):
     def __init__(self, ip: int, info: BreakInfo) -> None:
         super().__init__(info.reason)
         self.ip, self.info = ip, info
-
-
-@dataclass
-class Segment:
-    """One captured segment (see the module docstring)."""
-
-    start_ip: int
-    guards: GuardSet
-    input_sources: list[Source]
-    program: Program | None
-    runner: Callable[[list[Any]], list[Any]] | None
-    replays: list[Replay]
-    grad_at_end: bool
-    graph_grad: bool  # the grad mode the graph runs under (see .grad_mode)
-    returns: Recipe | None = None
-    stack: list[Recipe] = field(default_factory=list)
-    locals: dict[str, Recipe] = field(default_factory=dict)
-    cells: dict[str, Recipe] = field(default_factory=dict)
-    exc_stack: list[Recipe] = field(default_factory=list)
-    break_ip: int = -1
-    break_info: BreakInfo | None = None
-    _matcher: Callable[[Any, Any], list[Any] | None] | None = None
-
-    def match(self, state: FrameState, ctx: FunctionContext) -> list[Any] | None:
-        """The graph inputs fetched from ``state``, or None when a guard fails."""
-        if self._matcher is None:
-            self._matcher = self.guards.matcher(self.input_sources,
-                                                f"the segment at resume point {self.start_ip}")
-        return self._matcher(state, ctx)
-
-    @property
-    def op_count(self) -> int:
-        return 0 if self.program is None else len(self.program.forward.calls())
-
-    def execute(
-        self, state: FrameState, ctx: FunctionContext, inputs: list[Any]
-    ) -> tuple[bool, Any]:
-        """Run the graph on ``inputs`` (from :meth:`match`) and rebuild: ``(True, return
-        value)`` or ``(False, state at the break instruction)``."""
-        outs: list[Any] = []
-        if self.runner is not None:
-            if self.graph_grad == torch.is_grad_enabled():
-                outs = self.runner(inputs)
-            else:  # an enable_grad block under no_grad made values that require grad
-                with torch.set_grad_enabled(self.graph_grad):
-                    outs = self.runner(inputs)
-        rt = Rebuild(list(outs), state, ctx)
-        for r in self.replays:
-            r.apply(rt)
-        if torch.is_grad_enabled() != self.grad_at_end:
-            # NOTE: only on a change: set_grad_enabled builds a context-manager object
-            torch.set_grad_enabled(self.grad_at_end)
-        if self.returns is not None:
-            return True, self.returns.build(rt)
-        new = FrameState(
-            self.break_ip,
-            [r.build(rt) for r in self.stack],
-            {k: r.build(rt) for k, r in self.locals.items()},
-            {k: r.build(rt) for k, r in self.cells.items()},
-            self.grad_at_end,
-            [r.build(rt) for r in self.exc_stack],
-        )
-        return False, new
 
 
 class NeedsSymbolicShapes(Exception):

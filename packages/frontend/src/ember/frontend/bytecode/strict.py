@@ -38,20 +38,10 @@ from typing import Any
 import torch
 from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
-from ember.frontend.bytecode.calls import CallHandler
 from ember.frontend.bytecode.escape import break_allowed
 from ember.frontend.bytecode.frame import Frame, FrameState
-from ember.frontend.bytecode.interpreter import Interpreter
-from ember.frontend.bytecode.segment import (
-    FunctionContext,
-    InlinedBreak,
-    NeedsSymbolicShapes,
-    Segment,
-    capture_segment,
-)
-from ember.frontend.bytecode.state import Unrebuildable
-from ember.frontend.bytecode.support import unsupported_reason
-from ember.frontend.bytecode.triton_launch import launches_refused
+from ember.frontend.bytecode.recipes import Unrebuildable
+from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.stats import CompileStats, report_counts
@@ -59,6 +49,11 @@ from ember.runtime.config import config
 from ember.runtime.ir import Program
 from ember.runtime.logs import log, log_enabled
 from torch import nn
+
+# NOTE: the capture machinery (interpreter, recorder, fake tensors: .segment, .calls,
+# .interpreter, .support) is imported where a capture or a graph break needs it, not
+# here: a call answered by the capture cache (ember.frontend.capture_cache) runs
+# without it.
 
 _EAGER = object()
 
@@ -96,7 +91,9 @@ class StrictFunction:
         self._break_calls: dict[int, dict[int, BreakInfo]] = {}
         self._warned = False
         self._eager_points: set[int] = set()
-        self._eager_reason: str | None = unsupported_reason(self.fn.__code__)
+        # None: not checked yet (before the first capture, _check_supported)
+        self._eager_reason: str | None = None
+        self._supported_checked = False
         if self.fn.__code__.co_flags & inspect.CO_GENERATOR:
             self._eager_reason = "generator functions run eagerly when compiled directly"
         self._callees: dict[types.FunctionType, StrictFunction] = {}
@@ -235,6 +232,8 @@ class StrictFunction:
                 f"{config.recompile_limit}): guard failed: {failed_guard()}")
         if state.ip in self._eager_points:
             return _EAGER
+        if not self._check_supported():
+            return _EAGER
         try:
             seg = self._capture(state)
         except Unrebuildable as e:
@@ -247,7 +246,29 @@ class StrictFunction:
         entries.append(seg)
         return seg, [s.fetch(state, self._ctx) for s in seg.input_sources]
 
+    def _check_supported(self) -> bool:
+        """Whether the interpreter can run the function's code at all (checked once,
+        before its first capture); when not, every call runs eagerly."""
+        if not self._supported_checked:
+            from ember.frontend.bytecode.support import unsupported_reason
+
+            self._supported_checked = True
+            reason = unsupported_reason(self.fn.__code__)
+            if reason is not None and self._eager_reason is None:
+                self._eager_reason = reason
+        if self._eager_reason is not None:
+            self._note_whole_function_eager(self._eager_reason)
+            return False
+        return True
+
     def _capture(self, state: FrameState) -> Segment:
+        from ember.frontend.bytecode.segment import (
+            InlinedBreak,
+            NeedsSymbolicShapes,
+            capture_segment,
+        )
+        from ember.frontend.bytecode.triton_launch import launches_refused
+
         calls = self._break_calls.setdefault(state.ip, {})
         while True:
             symbolic = self._policy.may_be_dynamic or self._saw_marks
@@ -302,6 +323,9 @@ class StrictFunction:
 
     def _step_for_real(self, state: FrameState) -> FrameState:
         """Run the instruction at ``state.ip`` with real values."""
+        from ember.frontend.bytecode.calls import CallHandler
+        from ember.frontend.bytecode.interpreter import Interpreter
+
         frame = self._frame_from(state)
         interp = Interpreter(None, CallHandler(compile_callee=self._callee))
         with torch.set_grad_enabled(state.grad_enabled):
@@ -311,6 +335,9 @@ class StrictFunction:
         return frame.snapshot(torch.is_grad_enabled())
 
     def _run_concrete(self, state: FrameState) -> Any:
+        from ember.frontend.bytecode.calls import CallHandler
+        from ember.frontend.bytecode.interpreter import Interpreter
+
         frame = self._frame_from(state)
         interp = Interpreter(None, CallHandler(compile_callee=self._callee))
         return interp.run_frame(frame)

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember.runtime._torch import assert_async
 from ember.runtime.ir.symbolic import ShapeError, SymbolBinder
 
 
@@ -117,6 +116,10 @@ def assert_checks_passed(errors: torch.Tensor, message: str) -> None:
     does not synchronize: a failure surfaces at the next synchronization as a CUDA
     "device-side assert triggered" error (``message`` goes to the device's stderr) and
     leaves the CUDA context unusable, as in eager."""
+    # NOTE: imported here: ember.runtime._torch imports torch's symbolic-shape machinery
+    # (sympy), which a compiled program loaded from the cache does not otherwise need
+    from ember.runtime._torch import assert_async
+
     assert_async(errors[0::2].eq(0).all(), message)
 
 

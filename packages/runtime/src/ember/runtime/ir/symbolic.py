@@ -25,19 +25,19 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import CodeType
+from typing import TYPE_CHECKING
 
-import sympy
 import torch
 from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import Graph, ScalarMeta, ShapeGuard, SymbolRange, SymInt, TensorMeta
-from ember.runtime.ir.symbolic_text import (
-    SYMBOL_NAME_RE,
-    checked_tree,
-    expr_text,
-    relation_text,
-    symbol,
-    to_sympy,
-)
+from ember.runtime.ir.symbolic_grammar import SYMBOL_NAME_RE, checked_tree
+
+if TYPE_CHECKING:
+    import sympy
+
+# NOTE: sympy (about a second to import) is imported by the functions that read text
+# into sympy or print it back (parse, format, canonical, symbol), never by evaluating,
+# binding or checking sizes: a compiled program loaded from a cache runs without it.
 
 __all__ = [
     "UNBACKED_FALLBACK_HINT",
@@ -83,8 +83,19 @@ def is_symbol(value: SymInt) -> bool:
     return isinstance(value, str) and SYMBOL_NAME_RE.fullmatch(value.strip()) is not None
 
 
+def symbol(name: str) -> sympy.Symbol:
+    """The sympy symbol of IR symbol ``name`` (``integer=True``; the same object for the
+    same name)."""
+    from ember.runtime.ir.symbolic_text import symbol as sympy_symbol
+
+    return sympy_symbol(name)
+
+
 @functools.lru_cache(maxsize=8192)
 def _parse_text(text: str) -> sympy.Expr:
+    import sympy
+    from ember.runtime.ir.symbolic_text import to_sympy
+
     tree, _ = checked_tree(text, relation=False)
     value = to_sympy(tree.body)
     assert isinstance(value, sympy.Expr)
@@ -100,6 +111,8 @@ def parse(value: SymInt) -> sympy.Expr:
     if isinstance(value, bool):
         raise IRFormatError(f"size {value!r} is a bool, not an int or an expression")
     if isinstance(value, int):
+        import sympy
+
         return sympy.Integer(value)
     return _parse_text(value)
 
@@ -111,6 +124,8 @@ def parse_relation(text: str) -> sympy.Basic:
     Raises:
         IRFormatError: for text outside the grammar (names the text).
     """
+    from ember.runtime.ir.symbolic_text import to_sympy
+
     tree, _ = checked_tree(text, relation=True)
     return to_sympy(tree.body)
 
@@ -127,6 +142,9 @@ def format(expr: sympy.Basic | int) -> SymInt:
         raise IRFormatError(f"{expr!r} is a bool, not a size")
     if isinstance(expr, int):
         return expr
+    import sympy
+    from ember.runtime.ir.symbolic_text import expr_text
+
     if isinstance(expr, sympy.Integer):
         return int(expr)
     return expr_text(expr)
@@ -139,6 +157,8 @@ def format_relation(rel: sympy.Basic) -> str:
     Raises:
         IRFormatError: for ``True``/``False`` or a value that is not a relation.
     """
+    from ember.runtime.ir.symbolic_text import relation_text
+
     return relation_text(rel)
 
 

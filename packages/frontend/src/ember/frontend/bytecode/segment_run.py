@@ -1,0 +1,97 @@
+"""A captured segment as it runs: its guards' check, its graph, the rebuild of the frame
+state or the return value (the capture that makes one is :mod:`.segment`).
+
+NOTE: nothing here imports the capture machinery (the interpreter, the recorder, fake
+tensors): a segment loaded from the capture cache (:mod:`ember.frontend.capture_cache`)
+runs without it.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from ember.frontend.bytecode.breaks import BreakInfo
+from ember.frontend.bytecode.frame import FrameState
+from ember.frontend.bytecode.guards import GuardSet
+from ember.frontend.bytecode.recipes import Rebuild, Recipe, Replay
+from ember.frontend.bytecode.sources import Source
+from ember.runtime.ir import Program
+
+__all__ = ["FunctionContext", "Segment"]
+
+
+@dataclass
+class FunctionContext:
+    """What every segment of one function shares: its code, globals and closure."""
+
+    code: types.CodeType
+    f_globals: dict[str, Any]
+    f_builtins: dict[str, Any]
+    closure: tuple[Any, ...]
+
+
+@dataclass
+class Segment:
+    """One captured segment (see the module docstring)."""
+
+    start_ip: int
+    guards: GuardSet
+    input_sources: list[Source]
+    program: Program | None
+    runner: Callable[[list[Any]], list[Any]] | None
+    replays: list[Replay]
+    grad_at_end: bool
+    graph_grad: bool  # the grad mode the graph runs under (see .grad_mode)
+    returns: Recipe | None = None
+    stack: list[Recipe] = field(default_factory=list)
+    locals: dict[str, Recipe] = field(default_factory=dict)
+    cells: dict[str, Recipe] = field(default_factory=dict)
+    exc_stack: list[Recipe] = field(default_factory=list)
+    break_ip: int = -1
+    break_info: BreakInfo | None = None
+    _matcher: Callable[[Any, Any], list[Any] | None] | None = None
+
+    def match(self, state: FrameState, ctx: FunctionContext) -> list[Any] | None:
+        """The graph inputs fetched from ``state``, or None when a guard fails."""
+        if self._matcher is None:
+            self._matcher = self.guards.matcher(self.input_sources,
+                                                f"the segment at resume point {self.start_ip}")
+        return self._matcher(state, ctx)
+
+    @property
+    def op_count(self) -> int:
+        return 0 if self.program is None else len(self.program.forward.calls())
+
+    def execute(
+        self, state: FrameState, ctx: FunctionContext, inputs: list[Any]
+    ) -> tuple[bool, Any]:
+        """Run the graph on ``inputs`` (from :meth:`match`) and rebuild: ``(True, return
+        value)`` or ``(False, state at the break instruction)``."""
+        outs: list[Any] = []
+        if self.runner is not None:
+            if self.graph_grad == torch.is_grad_enabled():
+                outs = self.runner(inputs)
+            else:  # an enable_grad block under no_grad made values that require grad
+                with torch.set_grad_enabled(self.graph_grad):
+                    outs = self.runner(inputs)
+        rt = Rebuild(list(outs), state, ctx)
+        for r in self.replays:
+            r.apply(rt)
+        if torch.is_grad_enabled() != self.grad_at_end:
+            # NOTE: only on a change: set_grad_enabled builds a context-manager object
+            torch.set_grad_enabled(self.grad_at_end)
+        if self.returns is not None:
+            return True, self.returns.build(rt)
+        new = FrameState(
+            self.break_ip,
+            [r.build(rt) for r in self.stack],
+            {k: r.build(rt) for k, r in self.locals.items()},
+            {k: r.build(rt) for k, r in self.cells.items()},
+            self.grad_at_end,
+            [r.build(rt) for r in self.exc_stack],
+        )
+        return False, new
