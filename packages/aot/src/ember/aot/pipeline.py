@@ -62,6 +62,7 @@ from ember.runtime.ir import (
 )
 from ember.runtime.ir.contracts import AotMetadata, PartitionSummary
 from ember.runtime.ir.verifier import CORE_FUNCTIONAL_EXTRA_OPS
+from ember.runtime.phases import timed
 from ember.runtime.stages import StageDeclined
 from ember.runtime.tracing import RecordingError
 
@@ -92,7 +93,7 @@ def aot_compile(program: Program, config: AotConfig | None = None) -> Program:
         if any(graph_is_symbolic(g) for g in program.graphs.values()):
             table.update(symbolic_decompositions(table))
     with _declining_symbolic_failures(program):
-        functional = functionalize(program)
+        functional = timed("functionalize")(functionalize)(program)
         if needs_backward(program, config):
             result = _training_program(functional, table, config)
         else:
@@ -143,8 +144,8 @@ def _clean(graph: Graph) -> Graph:
 
 
 def _inference_program(functional: Program, table: dict[Any, Any]) -> Program:
-    traced = retrace(functional, table)
-    traced.graphs["forward"] = _clean(traced.forward)
+    traced = timed("decompose")(retrace)(functional, table)
+    traced.graphs["forward"] = timed("cleanup")(_clean)(traced.forward)
     traced.signature.outputs["forward"] = list(functional.signature.outputs["forward"])
     traced.signature.inputs["forward"] = list(functional.signature.inputs.get("forward", []))
     aot = AotMetadata.from_program(functional) or AotMetadata()
@@ -155,15 +156,16 @@ def _inference_program(functional: Program, table: dict[Any, Any]) -> Program:
 def _training_program(functional: Program, table: dict[Any, Any],
                       config: AotConfig) -> Program:
     try:
-        joint = trace_joint(functional, table)
+        joint = timed("autograd")(trace_joint)(functional, table)
     except DATA_DEPENDENT_ERRORS as e:
         # NOTE: the forward traced on fake tensors (capture did it), so the op is one an
         # autograd formula calls: e.g. index_fill's backward takes ``_unique`` of the index.
         raise StageDeclined(
             f"the backward calls {e}, whose output shape depends on the data: the "
             "autograd graph cannot be traced ahead of time") from e
-    joint_graph = _clean(joint.program.forward)
-    parts = partition(joint_graph, joint.n_forward_outputs, len(joint.tangents), config)
+    joint_graph = timed("cleanup")(_clean)(joint.program.forward)
+    parts = timed("partition")(partition)(joint_graph, joint.n_forward_outputs,
+                                          len(joint.tangents), config)
     forward_specs = list(functional.signature.outputs["forward"])
     forward_specs += [OutputSpec(OutputKind.SAVED_TENSOR, saved_name(r)) for r in parts.saved]
     out = Program(

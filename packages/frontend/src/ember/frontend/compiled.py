@@ -27,6 +27,7 @@ from ember.frontend.trace_guards import TraceCall
 from ember.runtime.config import config
 from ember.runtime.ir import SourceLocation
 from ember.runtime.logs import log, log_enabled
+from ember.runtime.phases import timed
 from ember.runtime.pipeline import compile_program
 
 __all__ = ["CacheEntry", "RecompileLimitWarning", "TracedFunction"]
@@ -144,8 +145,8 @@ class TracedFunction:
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
         req = self.request
-        captured = trace_capture(req.fn, req.module, args, kwargs, self._layout,
-                                 self._policy)
+        captured = timed("capture")(trace_capture)(req.fn, req.module, args, kwargs,
+                                                   self._layout, self._policy)
         captured.guards.set_origin(definition_site(req.fn))
         program = captured.program
         log("graphs", lambda: f"captured {self._name()}:\n{_printed(program)}")

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from ember.inductor.autotune import autotuning, tuning_device, tuning_report
 from ember.inductor.codegen import KernelSource, backend_for
+from ember.inductor.codegen.build import GraphKernels, build_kernels
+from ember.inductor.codegen.dedupe import share_identical_kernels
 from ember.inductor.codegen.wrapper import WrapperWriter
 from ember.inductor.loop_ir import Kernel, format_kernel
 from ember.inductor.loop_ir.symbolic_index import size_hints
@@ -36,6 +38,7 @@ from ember.runtime.ir.contracts import (
     launch_meta_from_json,
 )
 from ember.runtime.logs import log, log_enabled
+from ember.runtime.phases import count, phase
 from ember.runtime.pipeline import MODE_FEATURES, mode_features
 
 _EXTENSIONS = {"cpp": "cpp", "triton": "py"}
@@ -51,6 +54,8 @@ class CompiledGraph:
     kernels: list[tuple[Kernel, KernelSource]]
     constants: dict[str, str]
     fallbacks: collections.Counter[str] = field(default_factory=collections.Counter)
+    deduped: int = 0
+    """How many scheduled kernels run the code of one in ``kernels`` (codegen/dedupe.py)."""
 
 
 def graph_device(program: Program, graph_name: str) -> torch.device:
@@ -91,19 +96,28 @@ def _compile_graph(program: Program, graph_name: str, device: torch.device | Non
 
 def _compile_graph_on(program: Program, graph_name: str, dev: torch.device,
                       eager: bool, eager_random: bool) -> CompiledGraph:
-    lowered = GraphLowering(program, graph_name, dev, eager=eager,
-                            eager_random=eager_random).run()
+    with phase("lowering"):
+        lowered = GraphLowering(program, graph_name, dev, eager=eager,
+                                eager_random=eager_random).run()
     if log_enabled("graphs"):
         log("graphs", lowered.format)
-    steps = schedule(lowered)
-    kernels = [s.kernel for s in steps if isinstance(s, KernelStep)]
-    backend = backend_for(dev.type) if kernels else None
-    sources = [backend.generate(k) for k in kernels] if backend else []
-    if backend:
-        sources = backend.bundle(sources)
-    wrapper = WrapperWriter(lowered, steps, str(dev)).write()
+    with phase("scheduling"):
+        steps = schedule(lowered)
+    shared = share_identical_kernels([s.kernel for s in steps if isinstance(s, KernelStep)])
+    if shared.deduped:
+        count("deduped kernels", shared.deduped)
+        log("stages", f"graph {graph_name!r}: {shared.deduped} kernels run the code of an "
+                      f"identical one ({', '.join(f'{a}->{b}' for a, b in shared.runs.items())})")
+    with phase("codegen"):
+        backend = backend_for(dev.type) if shared.unique else None
+        kernels = list(shared.unique)
+        sources = [backend.generate(k) for k in kernels] if backend else []
+        if backend:
+            sources = backend.bundle(sources)
+        wrapper = WrapperWriter(lowered, steps, str(dev), shared.runs).write()
     compiled = CompiledGraph(graph_name, dev, wrapper, list(zip(kernels, sources)),
-                             dict(lowered.constants), collections.Counter(lowered.fallbacks))
+                             dict(lowered.constants), collections.Counter(lowered.fallbacks),
+                             shared.deduped)
     if log_enabled("output_code"):
         log("output_code", lambda: render_output_code(compiled))
     return compiled
@@ -167,15 +181,20 @@ def autotunes(mode: object) -> bool:
 
 def _compile_program(program: Program, options: dict[str, Any]) -> Program:
     device = torch.device(options["device"]) if options.get("device") else None
-    optimized = run_passes(program)
+    with phase("passes"):
+        optimized = run_passes(program)
+    graphs = {name: _compile_graph_or_eager(optimized, name, device, options)
+              for name in optimized.graphs}
+    if options.get("precompile", True):
+        _build_or_eager(optimized, graphs, device, options)
     out = optimized.copy()
     out.dialect = "compiled"
-    out.files = {}
+    # the sources of user Triton kernels (user_kernels/...) stay; kernels are new
+    out.files = {k: v for k, v in optimized.files.items() if k.startswith("user_kernels/")}
     graphs_meta: dict[str, CompiledGraphEntry] = {}
     fallbacks: collections.Counter[str] = collections.Counter()
     n_kernels = 0
-    for name in optimized.graphs:
-        compiled = _compile_graph_or_eager(optimized, name, device, options)
+    for name, compiled in graphs.items():
         fallbacks.update(compiled.fallbacks)
         n_kernels += len(compiled.kernels)
         wrapper_path = f"{name}/wrapper.py"
@@ -199,31 +218,39 @@ def _compile_program(program: Program, options: dict[str, Any]) -> Program:
 
 def _compile_graph_or_eager(program: Program, name: str, device: torch.device | None,
                             options: dict[str, Any]) -> CompiledGraph:
-    """compile_graph, and (with ``precompile``) build its C++ kernels now; if any of
-    that fails — a bug in Ember — warn and run the graph's ops eagerly instead, unless
-    ``options["strict"]`` asks for the error."""
+    """compile_graph; if that fails — a bug in Ember — warn and run the graph's ops
+    eagerly instead, unless ``options["strict"]`` asks for the error."""
     eager_random = bool(options.get("eager_random", False))
     try:
-        compiled = compile_graph(program, name, device, eager_random=eager_random)
-        if options.get("precompile", True):
-            _precompile(compiled)
-        return compiled
+        return compile_graph(program, name, device, eager_random=eager_random)
     except Exception as e:
         if options.get("strict"):
             raise
-        message = (f"ember-inductor could not compile graph {name!r} "
-                   f"({type(e).__name__}: {str(e)[:500]}); its ops run eagerly")
-        warnings.warn(message, InductorFallbackWarning, stacklevel=3)
-        log("fallbacks", message)
-        return compile_graph(program, name, device, eager=True)
+        return _eager_fallback(program, name, device, e)
+
+
+def _build_or_eager(program: Program, graphs: dict[str, CompiledGraph],
+                    device: torch.device | None, options: dict[str, Any]) -> None:
+    """Build the kernels of every graph now, in parallel (``codegen/build.py``); a graph
+    whose kernels fail to build runs its ops eagerly instead (replaced in ``graphs``),
+    unless ``options["strict"]`` asks for the error (the first failed graph's)."""
+    with phase("kernel builds"):
+        failed = build_kernels([GraphKernels(name, g.device, [s for _, s in g.kernels])
+                                for name, g in graphs.items()])
+    for name, error in failed.items():
+        if options.get("strict"):
+            raise error
+        graphs[name] = _eager_fallback(program, name, device, error)
+
+
+def _eager_fallback(program: Program, name: str, device: torch.device | None,
+                    error: Exception) -> CompiledGraph:
+    message = (f"ember-inductor could not compile graph {name!r} "
+               f"({type(error).__name__}: {str(error)[:500]}); its ops run eagerly")
+    warnings.warn(message, InductorFallbackWarning, stacklevel=4)
+    log("fallbacks", message)
+    return compile_graph(program, name, device, eager=True)
 
 
 class InductorFallbackWarning(UserWarning):
     """Ops run eagerly because Ember failed to compile them (a bug worth reporting)."""
-
-
-def _precompile(compiled: CompiledGraph) -> None:
-    from ember.runtime.compiled.cpp_build import compile_cpp
-
-    for source in sorted({s.source for _, s in compiled.kernels if s.lang == "cpp"}):
-        compile_cpp(source)

@@ -40,6 +40,8 @@ variable                       meaning                                   default
 ``EMBER_CUDAGRAPH_SHAPES``     input shapes a graph is recorded for      ``8``
                                (``reduce-overhead``); later ones run
                                plain
+``EMBER_COMPILE_THREADS``      threads that build one program's kernels  ``0``
+                               (0: one a CPU, at most 32; 1: serial)
 =============================  ========================================  ================
 
 To add a knob: add a field to :class:`Config`, read it in :meth:`Config.from_env`, and
@@ -77,6 +79,7 @@ class Config:
     debug_dir: Path | None = None
     trust_artifacts: bool = False
     cudagraph_shapes: int = 8
+    compile_threads: int = 0
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Config:
@@ -99,6 +102,7 @@ class Config:
             debug_dir=Path(debug_dir).expanduser() if debug_dir else None,
             trust_artifacts=_parse_bool(env, "EMBER_TRUST_ARTIFACTS", False),
             cudagraph_shapes=_parse_int(env, "EMBER_CUDAGRAPH_SHAPES", 8, minimum=0),
+            compile_threads=_parse_int(env, "EMBER_COMPILE_THREADS", 0, minimum=0),
         )
 
 

@@ -37,6 +37,7 @@ from ember.runtime.ir import IRError, Program, VerificationError, load, save, ve
 from ember.runtime.ir.contracts import CompileReport
 from ember.runtime.ir.effects import check_may_run
 from ember.runtime.logs import log
+from ember.runtime.phases import phase, profiles_compile
 from ember.runtime.stages import EagerGraphWarning, Stage, StageDeclined, load_stage
 
 BACKENDS: dict[str, tuple[str, ...]] = {
@@ -162,6 +163,7 @@ def _records_cuda_graphs(
 
 
 @_records_cuda_graphs  # CUDA graphs (reduce-overhead): the one hook, outside the body
+@profiles_compile  # the stage profile (EMBER_LOGS=stages): one table per compile
 def compile_program(
     program: Program,
     backend: str = "inductor",
@@ -213,14 +215,15 @@ def compile_program(
         stage_options["mode"] = mode
     stages = [load_stage(name) for name in BACKENDS[backend]]  # fail before any work
     check_may_run(program)  # before a cache hit too: a file's effects stay refused
-    lookup = program_cache.begin(program, backend, stages, stage_options, mode)
-    if lookup is not None:
-        hit = lookup.load()
-        if hit is not None:
-            try:
+    with phase("program cache"):
+        lookup = program_cache.begin(program, backend, stages, stage_options, mode)
+        hit = lookup.load() if lookup is not None else None
+    if lookup is not None and hit is not None:
+        try:
+            with phase("runtime load"):
                 return ProgramCallable(hit)
-            except IRError as e:  # an entry that decoded but does not run: compile
-                lookup.discard(str(e))
+        except IRError as e:  # an entry that decoded but does not run: compile
+            lookup.discard(str(e))
     try:
         compiled = run_stages(program, stages, stage_options)
     except StageDeclined as e:
@@ -229,9 +232,11 @@ def compile_program(
         if not eager_on_decline:
             raise
         return ProgramCallable(run_eagerly(program, str(e)))
-    callable_ = ProgramCallable(compiled)
+    with phase("runtime load"):
+        callable_ = ProgramCallable(compiled)
     if lookup is not None:
-        lookup.store(compiled)  # NOTE: after ProgramCallable: only a program that loads
+        with phase("program cache"):
+            lookup.store(compiled)  # NOTE: after ProgramCallable: only a program that loads
     return callable_
 
 
@@ -267,7 +272,8 @@ def run_stages(program: Program, stages: list[Stage], options: dict[str, Any]) -
     program = _cross_boundary(program, "input", "aten")
     for index, stage in enumerate(stages):
         start = time.perf_counter()
-        result = stage.run(program, dict(options))
+        with phase(stage.name):
+            result = stage.run(program, dict(options))
         elapsed = time.perf_counter() - start
         log("stages", f"{stage.name}: {stage.consumes} -> {stage.produces} in {elapsed:.3f}s")
         if result.dialect != stage.produces:

@@ -48,6 +48,7 @@ from ember.frontend.stats import CompileStats, report_counts
 from ember.runtime.config import config
 from ember.runtime.ir import Program
 from ember.runtime.logs import log, log_enabled
+from ember.runtime.phases import timed
 from torch import nn
 
 # NOTE: the capture machinery (interpreter, recorder, fake tensors: .segment, .calls,
@@ -235,7 +236,7 @@ class StrictFunction:
         if not self._check_supported():
             return _EAGER
         try:
-            seg = self._capture(state)
+            seg = timed("capture")(self._capture)(state)  # the stage profile
         except Unrebuildable as e:
             reason = f"cannot rebuild the state at a graph break: {e}"
             if state.ip == 0:

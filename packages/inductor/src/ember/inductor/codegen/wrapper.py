@@ -14,6 +14,7 @@ import math
 import sympy
 import torch
 from ember.inductor.buffers import ExternCall
+from ember.inductor.codegen.user_kernels import is_user_kernel, user_kernel_comment
 from ember.inductor.loop_ir import Int, Kernel, Size, Store, render_size
 from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.inductor.lowering.checks import ERROR_BUFFER
@@ -108,10 +109,13 @@ def _device_test(name: str, device: torch.device) -> str:
 class WrapperWriter:
     """Writes the wrapper of one lowered, scheduled graph."""
 
-    def __init__(self, lowered: LoweredGraph, steps: list[Step], device: str) -> None:
+    def __init__(self, lowered: LoweredGraph, steps: list[Step], device: str,
+                 runs: dict[str, str] | None = None) -> None:
         self.lowered = lowered
         self.steps = steps
         self.device = device
+        # kernel name -> the identical kernel whose code it calls (codegen/dedupe.py)
+        self.runs = dict(runs or {})
         self.lines: list[str] = []
         self._matmul_results: set[str] = set()  # see OUT_VARIANTS
         self.bound: set[str] = set()  # size symbols bound so far
@@ -261,7 +265,9 @@ class WrapperWriter:
     def _kernel(self, step: KernelStep, pool: dict[tuple[object, ...], list[str]],
                 allocated: set[str]) -> None:
         k = step.kernel
-        self.emit(f"# {k.name}: fused from {', '.join(k.origins) or '(generated)'}")
+        callee = self.runs.get(k.name, k.name)
+        shared = f" (runs {callee}: identical code)" if callee != k.name else ""
+        self.emit(f"# {k.name}: fused from {', '.join(k.origins) or '(generated)'}{shared}")
         for name in k.stored_buffers():
             if name in allocated:
                 continue
@@ -275,7 +281,7 @@ class WrapperWriter:
             self.emit(f"{name} = empty_strided({py_sizes(info.sizes)}, "
                       f"{py_sizes(info.strides)}, dtype={info.dtype}, device={self.device!r})")
         args = [b.name for b in k.buffers] + list(k.size_args)
-        self.emit(f"{k.name}({', '.join(args)})")
+        self.emit(f"{callee}({', '.join(args)})")
         if self.device == "cpu":
             self._raise_failed_checks(k)
 
@@ -283,6 +289,10 @@ class WrapperWriter:
         kind = "fallback" if call.is_fallback else "extern"
         note = f" ({call.note})" if call.note else ""
         self.emit(f"# {kind}: {call.target}{note}")
+        if is_user_kernel(call):  # its source above the call; the op registers on import
+            for line in user_kernel_comment(call):
+                self.emit(f"# {line}")
+            self.emit("import ember.runtime.user_kernels  # noqa: F401  (ops.ember)")
         args = [render_arg(a) for a in call.args] + [
             f"{k}={render_arg(v)}" for k, v in call.kwargs.items()]
         public = OUT_VARIANTS.get(call.target)

@@ -44,6 +44,7 @@ from ember.runtime.compiled.private_cache import (
 )
 from ember.runtime.config import config
 from ember.runtime.logs import log
+from ember.runtime.phases import count
 
 COMPILER = "g++"
 FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared",
@@ -168,8 +169,12 @@ def _cached_library(entry: Path) -> Path | None:
     raise _CorruptEntry(library)
 
 
-def compile_cpp(source: str) -> Path:
+def compile_cpp(source: str, what: str = "a generated kernel") -> Path:
     """The shared library built from ``source`` (from the cache when present).
+
+    ``what`` names the kernels in the source for the error message. Builds and cache
+    hits are counted in the stage profile (:mod:`ember.runtime.phases`). Safe to call
+    from several threads at once (:mod:`.parallel_build` does).
 
     A corrupt entry is rebuilt under a new library name: a process that loaded the old
     file keeps it mapped, and ``dlopen`` of a name it already loaded would return the
@@ -194,8 +199,10 @@ def compile_cpp(source: str) -> Path:
         library_name = "kernel.so"
     if found is not None:
         log("cache", f"C++ kernel cache hit {entry.name[:16]}")
+        count("cpp cache hits")
         return found
     log("cache", f"C++ kernel cache miss {entry.name[:16]}")
+    count("cpp builds")
     with tempfile.TemporaryDirectory(dir=entries, prefix=".build-") as tmp:
         src = Path(tmp) / "kernel.cpp"
         src.write_text(source)
@@ -205,7 +212,7 @@ def compile_cpp(source: str) -> Path:
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise CppCompileError(
-                f"g++ failed to compile a generated kernel:\n{proc.stderr[-4000:]}")
+                f"g++ failed to compile {what}:\n{proc.stderr[-4000:]}")
         lib_bytes = out.read_bytes()
     fresh_entry_dir(entry)
     write_atomic(entry / "kernel.cpp", source.encode())

@@ -5,6 +5,10 @@
 step through the ``ptxas`` Triton ships) on a machine with no GPU. CI uses this to catch
 kernels that the interpreter accepts but the compiler rejects, and a deployment can use it
 to warm Triton's cache before the first launch.
+
+:func:`warm_kernel` is the other way ahead of time, on the GPU itself: it builds a
+kernel for the device it will run on before its first launch (the inductor stage warms
+every Triton kernel of a program that way, several at once: :mod:`.parallel_build`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from ember.runtime.compiled import triton_cache
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec, jit_function_from_source
+from ember.runtime.phases import count
 
 # Hopper (H100/H200): compute capability 9.0; the third field is the target's warp size
 # (32 threads on every NVIDIA GPU).
@@ -77,3 +84,49 @@ def compile_for_target(
         num_warps=int(compiled.metadata.num_warps),
         shared_bytes=int(compiled.metadata.shared),
     )
+
+
+# Pointer element types of a kernel signature (``*fp32``) and the torch dtype a launch
+# passes for each.
+POINTER_DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+    "fp64": torch.float64, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32,
+    "i64": torch.int64, "u8": torch.uint8, "i1": torch.bool,
+}
+
+
+def warmable(spec: TritonKernelSpec) -> bool:
+    """Whether :func:`warm_kernel` can build ``spec`` ahead of its first launch: every
+    argument is a pointer (Triton specializes integer arguments on their values, which
+    only the launch knows) to a dtype of :data:`POINTER_DTYPES`."""
+    return all(t.startswith("*") and t[1:] in POINTER_DTYPES for t in spec.signature.values())
+
+
+def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
+    """Build ``spec`` for the CUDA ``device`` now, as its first launch with 16-byte
+    aligned tensors would (Triton's specialization for fresh allocations), so that the
+    launch finds the binary in Triton's JIT cache instead of compiling it. Thread-safe
+    for distinct kernels.
+
+    Raises:
+        TritonAotError: ``spec`` is not :func:`warmable`, or Triton failed to compile
+            it (the message names the kernel).
+        TritonUnavailableError: when Triton is not installed.
+    """
+    if not warmable(spec):
+        raise TritonAotError(f"Triton kernel {spec.name}: only kernels whose arguments are "
+                             f"all tensors can be built before launch ({spec.signature})")
+    # NOTE: the same JITFunction object the launch will use (kernel modules are
+    # imported once per file), whose in-memory cache then holds the binary
+    fn = jit_function_from_source(spec, interpret=False,
+                                  device=triton_cache.device_tag(device, False))
+    args = [POINTER_DTYPES[t[1:]] for t in spec.signature.values()]
+    options: dict[str, Any] = dict(spec.constexprs)
+    options.update(num_warps=spec.num_warps, num_stages=spec.num_stages)
+    try:
+        with torch.cuda.device(device):
+            fn.warmup(*args, grid=(1, 1, 1), **options)
+    except Exception as e:  # Triton raises CompilationError, RuntimeError, ...
+        raise TritonAotError(f"Triton kernel {spec.name} does not compile for {device}: "
+                             f"{type(e).__name__}: {e}") from e
+    count("triton builds")
