@@ -99,6 +99,7 @@ def aot_compile(program: Program, config: AotConfig | None = None) -> Program:
         else:
             result = _inference_program(functional, table)
     result.dialect = "core-functional"
+    result.files = {**program.files, **result.files}  # user Triton kernels' sources
     declare_extern_ops(result)
     return result
 

@@ -166,6 +166,8 @@ class GraphRecorder:
         # carries them as metadata["input_aliases"] so that the aot stage keeps the
         # aliasing eager torch has.
         self.input_aliases: dict[str, InputAlias] = {}
+        # files the program carries (the source of a user Triton kernel a node launches)
+        self.files: dict[str, bytes] = {}
         # id(tensor) -> (tensor, value): the tensor is kept alive so its id stays unique.
         self._values: dict[int, tuple[torch.Tensor, ValueRef]] = {}
         # id(real tensor) -> (tensor, its constant node); kept alive for the same reason.
@@ -345,6 +347,7 @@ class GraphRecorder:
                                 outputs={graph_name: specs}),
             dialect="aten",
             tensors=dict(self.tensors),
+            files=dict(self.files),
             metadata=({INPUT_ALIASES_KEY: InputAliases(dict(self.input_aliases)).to_json()}
                       if self.input_aliases else {}),
         )

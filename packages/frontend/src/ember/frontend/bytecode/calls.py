@@ -54,11 +54,7 @@ from ember.frontend.bytecode.interpreter import (
 )
 from ember.frontend.bytecode.iteration import ListIterator
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
-from ember.frontend.bytecode.triton_launch import (
-    LAUNCH_HINT,
-    launch_break_reason,
-    launched_kernel,
-)
+from ember.frontend.bytecode.triton_launch import capture_or_break, launched_kernel
 from ember.frontend.guard_model import MODULE_HOOK_TABLES
 from torch import nn
 
@@ -158,9 +154,9 @@ class CallHandler:
 
     def call_symbolic(self, interp: Any, frame: Frame, fn: Any, args: list[Any],
                       kwargs: dict[str, Any]) -> Any:
-        launch = launch_break_reason(fn)  # a user Triton kernel: never dropped
-        if launch is not None:
-            raise interp.fail(launch, LAUNCH_HINT)
+        kernel = launched_kernel(fn)
+        if kernel is not None:  # a user Triton kernel: one graph op, or a break
+            return capture_or_break(self, interp, frame, fn, kernel, args, kwargs)
         if isinstance(fn, GradModeRestore):
             return fn(*args)
         if isinstance(fn, GeneratorExit_):  # the end of a `with` over a @contextmanager

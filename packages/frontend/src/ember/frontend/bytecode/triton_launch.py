@@ -1,15 +1,18 @@
-"""User Triton kernel launches: not captured yet, and never dropped.
+"""User Triton kernel launches: captured as graph ops, never dropped.
 
 A ``@triton.jit`` kernel launched inside a compiled function (``kernel[grid](...)``,
-``kernel.run(..., grid=...)``, ``kernel.warmup(...)``, also through ``triton.autotune`` and
-``triton.heuristics``) writes its outputs through raw data pointers. Fake tensors have
-none: run during capture, the launch either fails deep inside Triton or, worse, runs
-on null pointers, and the kernel's writes are missing from the captured graph. Until
-launches become graph ops (a later issue):
+``kernel.run(..., grid=..., warmup=False)``, also through ``triton.autotune`` and
+``triton.heuristics``) writes its outputs through raw data pointers, which fake tensors
+do not have: it must never run during capture.
 
-- strict capture: a launch is a graph break (:func:`launch_break_reason`, called by
-  ``CallHandler.call_symbolic``); the launch then runs eagerly on real tensors, logged
-  under ``EMBER_LOGS=graph_breaks`` and listed by ``ember.frontend.explain``.
+- strict capture: :func:`capture_or_break` (called by ``CallHandler.call_symbolic``)
+  records the launch as one ``ember::triton_kernel`` node
+  (:mod:`.triton_capture`: kernel, tensors, scalars, constexprs, the grid per autotune
+  config, the tensors it writes found by :mod:`.triton_writes`) and copies its written
+  results back with ``aten::copy_``. A launch it cannot capture (``kernel.warmup``, a
+  kernel no module attribute holds, an argument of another type) is a graph break
+  naming the reason; the launch then runs eagerly on real tensors, logged under
+  ``EMBER_LOGS=graph_breaks`` and listed by ``ember.frontend.explain``.
 - trace capture, and code that strict capture runs on fake tensors (``nonstrict``
   regions): :func:`launches_refused` makes a launch raise
   :class:`TritonLaunchInCapture` before Triton looks at its arguments; tracing reports
@@ -31,12 +34,12 @@ from typing import Any
 
 from ember.frontend._torch import fake_mode_active
 
-__all__ = ["LAUNCH_HINT", "TritonLaunchInCapture", "frames_before_triton",
-           "is_refused_launch", "kernel_name", "launch_break_reason", "launched_kernel",
+__all__ = ["LAUNCH_HINT", "TritonLaunchInCapture", "capture_or_break",
+           "frames_before_triton", "is_refused_launch", "kernel_name", "launched_kernel",
            "launches_refused"]
 
-LAUNCH_HINT = ("user Triton kernels are not captured yet: the launch runs eagerly "
-               "between two graphs")
+LAUNCH_HINT = ("this launch is not captured: it runs eagerly between two graphs (launch "
+               "a module-level kernel with kernel[grid](...) to capture it)")
 
 
 class TritonLaunchInCapture(RuntimeError):
@@ -90,13 +93,17 @@ def kernel_name(kernel: Any) -> str:
     return str(getattr(inner, "__qualname__", None) or type(kernel).__qualname__)
 
 
-def launch_break_reason(fn: Any) -> str | None:
-    """The graph-break reason when calling ``fn`` launches a user Triton kernel."""
-    kernel = launched_kernel(fn)
-    if kernel is None:
-        return None
-    return (f"launch of the user Triton kernel {kernel_name(kernel)} "
-            f"({type(kernel).__name__}; not captured yet)")
+def capture_or_break(handler: Any, interp: Any, frame: Any, fn: Any, kernel: Any,
+                     args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Capture calling ``fn`` (which launches ``kernel``) as a graph op
+    (:func:`.triton_capture.capture_launch`), or break the graph naming why not."""
+    from ember.frontend.bytecode.triton_capture import LaunchUnsupported, capture_launch
+
+    try:
+        capture_launch(handler, interp, frame, fn, kernel, args, kwargs)
+    except LaunchUnsupported as e:
+        raise interp.fail(f"launch of the user Triton kernel {kernel_name(kernel)} "
+                          f"({type(kernel).__name__}): {e}", LAUNCH_HINT) from e
 
 
 # ---- refusing launches on fake tensors ------------------------------------------------
@@ -112,9 +119,9 @@ def _refusing(original: Callable[..., Any]) -> Callable[..., Any]:
         if fake_mode_active():
             raise TritonLaunchInCapture(
                 f"the user Triton kernel {kernel_name(self)} was launched on fake "
-                "tensors during capture; Triton kernels are not captured yet. Use strict "
-                "capture (the default) and launch it from the compiled function's code, "
-                "where the launch is a graph break that runs eagerly")
+                "tensors during capture; trace capture cannot capture Triton kernels. "
+                "Use strict capture (the default) and launch it from the compiled "
+                "function's code, where the launch becomes a graph op")
         return original(self, *args, **kwargs)
 
     run.__ember_refusing__ = True  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ from ember.inductor.lowering import (  # noqa: F401
     random,
     reductions,
     scatter,
+    user_kernels,
     views,
 )
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS, NotLowerable, lowering

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 
 import torch
 
@@ -14,6 +15,10 @@ def qualified_name(op: OpOverload) -> str:
     """``torch.ops.aten.add.Tensor`` -> ``aten::add.Tensor``."""
     schema_name = op_schema(op).name  # "aten::add"
     return f"{schema_name}.{overload_name(op)}"
+
+
+EMBER_OPERATORS: dict[str, str] = {"triton_kernel": "ember.runtime.user_kernels"}
+"""Operators of the ``ember`` namespace -> the module that registers it."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -29,6 +34,8 @@ def resolve_op(target: str) -> OpOverload:
     name, dot, overload = rest.partition(".")
     if not dot:
         overload = "default"
+    if namespace == "ember":  # Ember's own operators register when first named
+        importlib.import_module(EMBER_OPERATORS.get(name, "ember.runtime"))
     try:
         packet = getattr(getattr(torch.ops, namespace), name)
         op = getattr(packet, overload)

@@ -1,0 +1,226 @@
+"""Capturing a user Triton kernel launch as one ``ember::triton_kernel`` node.
+
+``kernel[grid](*args, **kwargs)`` (also ``kernel.run(..., grid=g, warmup=False)``, and
+through ``triton.autotune`` / ``triton.heuristics``) reached by strict capture becomes::
+
+    %k = ember::triton_kernel.default("mod:kernel", [%x, %out], [ints...], "{spec}")
+    %copy_ = aten::copy_.default(%out, %k.0)
+
+How each part is decided (:func:`capture_launch`):
+
+- **kernel**: the module attribute holding the launched object (``module:name``); its
+  identity is guarded. A kernel no module attribute holds (made inside a function) is a
+  graph break: the run time finds kernels by name, never from source in a file.
+- **arguments**: tensors go to the node's tensor list (detached: a launch records no
+  autograd, as in eager), Python ints and sizes (``SymInt``) to its integer list,
+  floats, bools, strings, None and ``tl.constexpr`` values into the spec as constants.
+- **grid**: a tuple is evaluated now; a grid function is called (interpreted, so what it
+  reads is guarded) with the launch's meta-parameters, once per ``triton.autotune``
+  config (its keyword values added, then the ``triton.heuristics`` values computed from
+  them): the node carries one grid per config, and the run time picks the one of the
+  config Triton's autotuner chose.
+- **writes**: the tensor arguments whose parameters the kernel may write
+  (:mod:`.triton_writes`; all of them when the analysis is unsure). The node returns a
+  written copy of each, copied back into the caller's tensor with ``aten::copy_``.
+- **source**: the kernel's source and that of the jit functions it calls go into the
+  program's files (``user_kernels/<name>_<sha>.py``); the spec holds its SHA-256.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+from typing import Any
+
+import torch
+from ember.frontend.bytecode.frame import location_of
+from ember.frontend.bytecode.interpreter import is_fake_tensor
+from ember.frontend.bytecode.triton_writes import written_parameters
+from ember.runtime.user_kernel_spec import (
+    GridChoice,
+    LaunchArg,
+    UserKernelCall,
+    kernel_source,
+    source_file_name,
+)
+from ember.runtime.user_kernels import triton_kernel
+
+__all__ = ["LaunchUnsupported", "capture_launch", "kernel_key"]
+
+
+class LaunchUnsupported(Exception):
+    """A launch this module cannot capture: the message is the graph-break reason."""
+
+
+def kernel_key(kernel: Any) -> str:
+    """``module:name`` of the module attribute holding ``kernel``.
+
+    Raises:
+        LaunchUnsupported: no attribute of the kernel function's module holds it.
+    """
+    from ember.runtime.user_kernel_spec import base_function
+
+    module_name = base_function(kernel).__module__
+    module = sys.modules.get(module_name)
+    for name, value in vars(module).items() if module is not None else ():
+        if value is kernel:
+            return f"{module_name}:{name}"
+    raise LaunchUnsupported(
+        f"the Triton kernel object is not an attribute of its module {module_name!r} "
+        "(made inside a function?): a compiled launch finds its kernel by name")
+
+
+def _launch_parts(fn: Any, kernel: Any, args: list[Any],
+                  kwargs: dict[str, Any]) -> tuple[Any, list[Any], dict[str, Any]]:
+    """(grid, arguments, keywords) of calling ``fn`` (a launcher of ``kernel``)."""
+    while isinstance(fn, functools.partial):
+        args = [*fn.args, *args]
+        kwargs = {**fn.keywords, **kwargs}
+        fn = fn.func
+    kwargs = dict(kwargs)
+    if isinstance(fn, types.FunctionType) and "grid" in fn.__code__.co_freevars:
+        # the launcher kernel[grid] returns: a function closing over the grid
+        cell = fn.__closure__[fn.__code__.co_freevars.index("grid")]  # type: ignore[index]
+        return cell.cell_contents, list(args), kwargs
+    if getattr(fn, "__self__", None) is kernel and getattr(fn, "__name__", "") == "run":
+        if kwargs.pop("warmup", True) or "grid" not in kwargs:
+            raise LaunchUnsupported("kernel.run without grid= and warmup=False")
+        return kwargs.pop("grid"), list(args), kwargs
+    raise LaunchUnsupported(f"{getattr(fn, '__name__', type(fn).__name__)} of the kernel "
+                            "(only kernel[grid](...) and kernel.run(..., grid=...) launch)")
+
+
+class _Encoder:
+    """The node's tensor and integer lists, and each argument's :class:`LaunchArg`."""
+
+    def __init__(self) -> None:
+        self.tensors: list[torch.Tensor] = []
+        self.ints: list[int | torch.SymInt] = []
+
+    def int_index(self, value: int | torch.SymInt) -> int:
+        self.ints.append(value)
+        return len(self.ints) - 1
+
+    def arg(self, value: Any, name: str | None, what: str) -> LaunchArg:
+        if isinstance(value, torch.Tensor):
+            if not is_fake_tensor(value):
+                raise LaunchUnsupported(f"{what} is a tensor captured from outside the "
+                                        "compiled function")
+            self.tensors.append(value)
+            return LaunchArg("tensor", len(self.tensors) - 1, name=name)
+        return _constant_or_int(self, value, name, what)
+
+
+def _constant_or_int(enc: _Encoder, value: Any, name: str | None, what: str) -> LaunchArg:
+    constexpr = sys.modules.get("triton.language")
+    if constexpr is not None and isinstance(value, constexpr.constexpr):
+        value = value.value
+    if isinstance(value, torch.SymInt) or (isinstance(value, int)
+                                           and not isinstance(value, bool)):
+        return LaunchArg("int", enc.int_index(value), name=name)
+    if isinstance(value, (bool, float, str, type(None))):
+        return LaunchArg("const", value=value, name=name)
+    raise LaunchUnsupported(f"{what} is a {type(value).__name__} (captured launches take "
+                            "tensors, ints, floats, bools, strings and None)")
+
+
+def _wrappers(kernel: Any) -> list[Any]:
+    """``kernel`` and the objects it wraps, outermost first, down to the jit function."""
+    chain = [kernel]
+    while not isinstance(getattr(chain[-1], "fn", None), types.FunctionType):
+        inner = getattr(chain[-1], "fn", None)
+        if inner is None or len(chain) > 16:
+            break
+        chain.append(inner)
+    return chain
+
+
+def _configs(chain: list[Any]) -> list[dict[str, Any]]:
+    """The keyword values of each ``triton.autotune`` config (``[{}]`` without one)."""
+    for wrapper in chain:
+        configs = getattr(wrapper, "configs", None)
+        if type(wrapper).__name__ == "Autotuner" and configs:
+            return [dict(c.kwargs) for c in configs]
+    return [{}]
+
+
+def _grid_dims(value: Any) -> tuple[Any, ...]:
+    dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    if not 1 <= len(dims) <= 3:
+        raise LaunchUnsupported(f"a grid of {len(dims)} dims")
+    for d in dims:
+        if not isinstance(d, (int, torch.SymInt)) or isinstance(d, bool):
+            raise LaunchUnsupported(f"a grid dim is a {type(d).__name__}, not an int")
+    return dims
+
+
+def capture_launch(handler: Any, interp: Any, frame: Any, fn: Any, kernel: Any,
+                   args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Record calling ``fn`` (a launcher of ``kernel``) as an ``ember::triton_kernel``
+    node and ``aten::copy_`` nodes into the tensors it writes.
+
+    Raises:
+        LaunchUnsupported: the launch cannot be captured (the caller breaks the graph
+            with its message).
+    """
+    grid, args, kwargs = _launch_parts(fn, kernel, args, kwargs)
+    key = kernel_key(kernel)
+    cap = interp.capture
+    source = cap.source_of(kernel)
+    if source is not None:
+        cap.guard("id", source, kernel)
+    arg_names = list(getattr(kernel, "arg_names", None) or [])
+    if len(args) > len(arg_names):
+        raise LaunchUnsupported(f"{len(args)} arguments for the {len(arg_names)} "
+                                "parameters of the kernel")
+    enc = _Encoder()
+    launch_args = [enc.arg(v, None, f"argument {arg_names[i]}") for i, v in enumerate(args)]
+    launch_args += [enc.arg(v, k, f"argument {k}") for k, v in kwargs.items()]
+    meta: dict[str, Any] = dict(zip(arg_names, args))
+    meta.update(kwargs)
+    chain = _wrappers(kernel)
+    grids: list[GridChoice] = []
+    seen: set[str] = set()
+    for config in _configs(chain):
+        when = {k: v for k, v in config.items() if isinstance(v, (int, float, bool, str))}
+        if repr(sorted(when.items())) in seen:
+            continue
+        seen.add(repr(sorted(when.items())))
+        config_meta = {**meta, **config}
+        for wrapper in chain:
+            for name, rule in (getattr(wrapper, "values", None) or {}).items():
+                if type(wrapper).__name__ == "Heuristics":
+                    config_meta[name] = handler.call_symbolic(interp, frame, rule,
+                                                              [dict(config_meta)], {})
+        value = (handler.call_symbolic(interp, frame, grid, [dict(config_meta)], {})
+                 if callable(grid) else grid)
+        dims = tuple(enc.int_index(d) for d in _grid_dims(value))
+        grids.append(GridChoice(dims, when))
+    written = written_parameters(kernel)
+    writes = []
+    for position, a in enumerate(launch_args):
+        name = a.name if a.name is not None else arg_names[position]
+        if a.kind == "tensor" and (written is None or name in written):
+            writes.append(a.index)
+    text = kernel_source(kernel)
+    path = source_file_name(key, text.sha256)
+    cap.recorder.files[path] = text.text.encode()
+    call = UserKernelCall(key, text.sha256, path, tuple(launch_args), tuple(grids),
+                          tuple(writes))
+    # NOTE: the grid function ran inlined: the nodes carry the launch's line again
+    cap.recorder.set_source(location_of(frame, frame.instructions[frame.ip - 1].line))
+    handler.record(interp, _launch_and_copy_back,
+                   [key, enc.tensors, enc.ints, call.to_text(), tuple(writes)], {})
+
+
+def _launch_and_copy_back(key: str, tensors: list[torch.Tensor],
+                          ints: list[int | torch.SymInt], spec: str,
+                          writes: tuple[int, ...]) -> None:
+    """Runs on fake tensors while recording: the node, then the copies back."""
+    # NOTE: detached, as the launch records no autograd in eager
+    results = triton_kernel(key, [t.detach() if t.requires_grad else t for t in tensors],
+                            ints, spec)
+    for w, result in zip(writes, results):
+        tensors[w].copy_(result)
+

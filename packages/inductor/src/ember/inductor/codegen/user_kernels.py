@@ -1,0 +1,42 @@
+"""What the wrapper writes above a user Triton kernel's extern call: the kernel's key,
+grid and written arguments, and its source (the text the program carries in
+``user_kernels/...``), as comments, so that ``EMBER_LOGS=output_code`` shows the code
+that runs. The call itself is the ``ember::triton_kernel`` operator, which launches the
+user's kernel object (``ember.runtime.user_kernels``)."""
+
+from __future__ import annotations
+
+from ember.inductor.buffers import ExternCall
+from ember.inductor.lowering.extern_args import ConstantArg
+from ember.runtime.user_kernel_spec import kernel_source, resolve_kernel
+from ember.runtime.user_kernels import TARGET, parse_call
+
+__all__ = ["is_user_kernel", "user_kernel_comment"]
+
+
+def is_user_kernel(call: ExternCall) -> bool:
+    """Whether ``call`` launches a user Triton kernel."""
+    return call.target == TARGET
+
+
+def user_kernel_comment(call: ExternCall) -> list[str]:
+    """The comment lines (without ``#``) that describe ``call``'s kernel, its source
+    last.
+
+    Raises:
+        IRFormatError: the kernel cannot be resolved in this process, or its source
+            changed since capture.
+    """
+    spec = call.args[3] if len(call.args) > 3 else None
+    if not isinstance(spec, ConstantArg) or not isinstance(spec.value, str):
+        raise ValueError(f"{TARGET} without its spec text: {call.args!r}")
+    launch = parse_call(spec.value)
+    source = kernel_source(resolve_kernel(launch))
+    writes = ", ".join(str(w) for w in launch.writes) or "none"
+    lines = [f"user Triton kernel {launch.kernel} (source {launch.source_file}); "
+             f"writes tensors [{writes}] (the call launches it on copies of them)"]
+    if len(launch.grids) > 1:
+        lines.append(f"autotuned: {len(launch.grids)} grids, one per config: "
+                     + "; ".join(str(dict(g.when)) for g in launch.grids))
+    lines += [f"| {line}" if line else "|" for line in source.text.splitlines()]
+    return lines
