@@ -40,6 +40,41 @@ class EntryError(ValueError):
     """A cache entry cannot be used (corrupt, for another key, badly signed)."""
 
 
+def frame(magic: bytes, key: str, payload: bytes, **fields: object) -> bytes:
+    """``magic``, a JSON header line (``format``, ``key``, the payload's ``sha256`` and
+    ``fields``), then ``payload``: the framing every cache entry shares."""
+    header = {"format": ENTRY_FORMAT, "key": key,
+              "sha256": hashlib.sha256(payload).hexdigest(), **fields}
+    return magic + json.dumps(header, sort_keys=True).encode("ascii") + b"\n" + payload
+
+
+def unframe(data: bytes, magic: bytes, key: str) -> tuple[dict[str, object], bytes]:
+    """The header and payload of an entry framed by :func:`frame`, checked: the magic
+    line, the format, that it was stored for ``key``, the payload's SHA-256.
+
+    Raises:
+        EntryError: naming what is wrong.
+    """
+    if not data.startswith(magic):
+        kind = magic.decode("ascii").strip().removeprefix("ember-").replace("-", " ")
+        raise EntryError(f"not a {kind} entry (no magic line)")
+    end = data.find(b"\n", len(magic), len(magic) + _MAX_HEADER)
+    if end < 0:
+        raise EntryError("the header line is missing or too long")
+    try:
+        header = json.loads(data[len(magic):end].decode("ascii"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise EntryError(f"unreadable header ({e})") from None
+    if not isinstance(header, dict) or header.get("format") != ENTRY_FORMAT:
+        raise EntryError(f"unknown entry format (expected {ENTRY_FORMAT})")
+    if header.get("key") != key:
+        raise EntryError("the entry was stored for another key")
+    payload = data[end + 1:]
+    if header.get("sha256") != hashlib.sha256(payload).hexdigest():
+        raise EntryError("the payload does not match its SHA-256 (truncated or changed)")
+    return header, payload
+
+
 def encode(key: str, compiled: Program, source: Program, secret: bytes | None = None) -> bytes:
     """The entry for ``compiled``, compiled from ``source`` under ``key``; signed when
     ``secret`` is given.
@@ -54,14 +89,15 @@ def encode(key: str, compiled: Program, source: Program, secret: bytes | None = 
     save(stored, buffer)
     payload = buffer.getvalue()
     digest = hashlib.sha256(payload).hexdigest()
-    header = {"format": ENTRY_FORMAT, "key": key, "sha256": digest, "inputs": left_out,
-              "signature": sign(secret, key, digest, left_out) if secret is not None else None}
-    return MAGIC + json.dumps(header, sort_keys=True).encode("ascii") + b"\n" + payload
+    return frame(MAGIC, key, payload, inputs=left_out,
+                 signature=sign(secret, key, digest, left_out) if secret is not None else None)
 
 
-def decode(data: bytes, key: str, source: Program, secret: bytes | None = None) -> Program:
+def decode(data: bytes, key: str, source: Program | None,
+           secret: bytes | None = None) -> Program:
     """The compiled program of entry ``data`` for ``key``, with ``source``'s placeholder
-    tensors put back (see the module docstring).
+    tensors put back (see the module docstring). ``source`` None: the caller has no
+    captured program (a capture cache hit); an entry that left tensors out is refused.
 
     Args:
         secret: check the entry's signature with this secret (remote entries).
@@ -69,36 +105,26 @@ def decode(data: bytes, key: str, source: Program, secret: bytes | None = None) 
     Raises:
         EntryError: naming what is wrong.
     """
-    if not data.startswith(MAGIC):
-        raise EntryError("not a program cache entry (no magic line)")
-    end = data.find(b"\n", len(MAGIC), len(MAGIC) + _MAX_HEADER)
-    if end < 0:
-        raise EntryError("the header line is missing or too long")
-    try:
-        header = json.loads(data[len(MAGIC):end].decode("ascii"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise EntryError(f"unreadable header ({e})") from None
-    if not isinstance(header, dict) or header.get("format") != ENTRY_FORMAT:
-        raise EntryError(f"unknown entry format (expected {ENTRY_FORMAT})")
+    header, payload = unframe(data, MAGIC, key)
     inputs = header.get("inputs")
     if not isinstance(inputs, list) or not all(isinstance(n, str) for n in inputs):
         raise EntryError("the header's inputs are not a list of names")
-    if header.get("key") != key:
-        raise EntryError("the entry was stored for another key")
-    payload = data[end + 1:]
     digest = hashlib.sha256(payload).hexdigest()
-    if header.get("sha256") != digest:
-        raise EntryError("the payload does not match its SHA-256 (truncated or changed)")
     if secret is not None and not signature_ok(secret, key, digest, inputs,
                                                header.get("signature")):
         raise EntryError("missing or bad signature (written without this "
                          "EMBER_REMOTE_CACHE_KEY, or changed since)")
+    if source is None and inputs:
+        raise EntryError(f"the entry expects tensors {inputs} that only the captured "
+                         "program holds")
     try:
         # NOTE: trusted: a local entry sits in a directory private to this user, a
         # remote one was signed with the user's secret (checked above).
         compiled = load(io.BytesIO(payload), trusted=True)
     except (IRFormatError, RuntimeError) as e:
         raise EntryError(f"the payload is no loadable program ({e})") from None
+    if source is None:
+        return compiled
     missing = [n for n in inputs if n not in source.tensors]
     if missing or not set(inputs) <= placeholder_tensors(source):
         raise EntryError(f"the entry expects tensors {missing or inputs} the program lacks")

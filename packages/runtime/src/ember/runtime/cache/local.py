@@ -42,19 +42,22 @@ class LocalUsage:
 
 
 class LocalProgramCache:
-    """Entries in ``root/programs/`` (see the module docstring)."""
+    """Entries in ``root/programs/`` (see the module docstring); ``subdir`` names another
+    folder under the same rules (the frontend's capture cache keeps its entries in
+    ``root/captures/``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, subdir: str = SUBDIR) -> None:
         self.root = root
+        self.subdir = subdir
 
     @property
     def directory(self) -> Path:
-        """``root/programs``, checked private (created when missing).
+        """``root/<subdir>``, checked private (created when missing).
 
         Raises:
             ember.runtime.compiled.private_cache.CacheDirError: not private to this user.
         """
-        return cache_subdir(self.root, SUBDIR)
+        return cache_subdir(self.root, self.subdir)
 
     def path(self, key: str) -> Path:
         """The file of entry ``key``."""

@@ -14,6 +14,7 @@ cache directory not private to the user raises ``CacheDirError``, as the kernel 
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,15 @@ class CacheStats:
 
 
 _stats = CacheStats()
+
+_entry_of: dict[int, tuple[weakref.ref[Program], str]] = {}
+"""id(captured program) -> (a weak reference to it, the digest of the entry this process
+stored or loaded for it); programs compare by value, so they are no dict keys."""
+
+
+def _remember(program: Program, digest: str) -> None:
+    key = id(program)
+    _entry_of[key] = (weakref.ref(program, lambda _: _entry_of.pop(key, None)), digest)
 
 
 def stats() -> CacheStats:
@@ -153,6 +163,7 @@ class CompileLookup:
             if data is not None:
                 compiled = decode(data, key, self.program)
                 _stats.local_hits += 1
+                _remember(self.program, key)
                 log("cache", f"program cache hit (local) {self.key.short}")
                 return compiled
         except (ValueError, EntryError) as e:
@@ -168,7 +179,8 @@ class CompileLookup:
                 else:
                     _stats.remote_hits += 1
                     log("cache", f"program cache hit (remote) {self.key.short}")
-                    self._write_local(data)
+                    if self._write_local(data):
+                        _remember(self.program, key)
                     return compiled
         _stats.misses += 1
         log("cache", lambda: f"program cache miss {self.key.short} ("
@@ -192,20 +204,62 @@ class CompileLookup:
         except IRFormatError as e:
             self.not_stored(f"the compiled program cannot be saved ({e})")
             return
-        self._write_local(data)
+        if self._write_local(data):
+            _remember(self.program, self.key.digest)
         if self.remote is not None:
             self.remote.put(self.key.digest, data)
         _stats.stores += 1
         log("cache", f"program cache store {self.key.short} ({len(data)} bytes"
                      f"{', local and remote' if self.remote is not None else ''})")
 
-    def _write_local(self, data: bytes) -> None:
+    def _write_local(self, data: bytes) -> bool:
         try:
             self.local.write(self.key.digest, data)
         except OSError as e:
             message = f"Ember could not write program cache entry {self.key.short} ({e})"
             log("cache", message)
             warnings.warn(message, ProgramCacheWarning, stacklevel=4)
+            return False
+        return True
+
+
+def entry_digest(program: Program) -> str | None:
+    """The key digest of the local entry this process stored or loaded for ``program``
+    (the very object a ``compile_program`` call was given), or None: what the
+    frontend's capture cache records to load the compiled program without capturing."""
+    found = _entry_of.get(id(program))
+    if found is None or found[0]() is not program:
+        return None
+    return found[1]
+
+
+def load_entry(digest: str) -> Program | None:
+    """The compiled program of local entry ``digest``, loaded without its captured
+    program (for the frontend's capture cache), or None when the entry is missing or
+    left tensors out. An entry that is corrupt, foreign or for another key is a miss
+    with a :class:`~.local.ProgramCacheWarning` and is removed.
+
+    Raises:
+        ember.runtime.compiled.private_cache.CacheDirError: the cache directory is not
+            private to this user.
+    """
+    local = local_cache()
+    try:
+        data = local.read(digest)
+        if data is None:
+            return None
+        compiled = decode(data, digest, None)
+    except (ValueError, EntryError) as e:
+        _stats.rejected += 1
+        message = (f"Ember's local program cache entry {digest[:16]} is not used ({e}); "
+                   "capturing and compiling the program instead")
+        log("cache", message)
+        warnings.warn(message, ProgramCacheWarning, stacklevel=3)
+        local.remove(digest)
+        return None
+    _stats.local_hits += 1
+    log("cache", f"program cache hit (local, by the capture cache) {digest[:16]}")
+    return compiled
 
 
 def begin(program: Program, backend: str, stages: Sequence[Stage],
