@@ -6,6 +6,8 @@ the chain of view ops that leads from the storage's base to it. Then:
 * an in-place op becomes its functional form; its result is written back to the storage
   base through the inverse of every view on the way (:mod:`ember.aot.view_inverse`), and
   the base's new value is what later reads see (views of it are replayed on demand);
+* a custom operator that writes its arguments (``mutates_args``) runs on fresh clones of
+  them, which are their new values from then on (:mod:`ember.aot.custom_mutations`);
 * an ``out=`` op becomes the overload with the same arguments less ``out``
   (``mm.out`` → ``mm``), whose results are written into the ``out`` tensors;
   ``resize_`` makes ``self`` an ``as_strided`` view of its storage (or, when it grows
@@ -28,8 +30,10 @@ from typing import Any, Literal
 
 import torch
 from ember.aot.builder import GraphBuilder
+from ember.aot.custom_mutations import functionalize_custom_call, is_custom_operator
 from ember.aot.op_effects import (
     is_inplace_view,
+    mutated_args,
     mutated_positions,
     mutation_of,
     out_arguments,
@@ -228,7 +232,10 @@ class _Functionalizer:
         args = tuple(self.read(a) for a in node.args)
         kwargs = {k: self.read(v) for k, v in node.kwargs.items()}
         written = mutated_positions(node.target, node.args)
-        if node.target == _RESIZE:
+        custom_writes = mutated_args(node) if is_custom_operator(node.target) else ()
+        if custom_writes:
+            functionalize_custom_call(self, node, args, kwargs, custom_writes)
+        elif node.target == _RESIZE:
             self._resize_call(node, args)
         elif out_arguments(node.target):
             self._out_call(node, args, kwargs)

@@ -18,11 +18,13 @@ import torch
 from ember.runtime.ir import (
     Argument,
     IRFormatError,
+    Node,
     is_view,
     normalize_argument,
     operator_schema,
     resolve_op,
 )
+from ember.runtime.ir.op_queries import mutated_arguments
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,25 @@ def is_inplace_view(target: str) -> bool:
         return is_view(mutation_of(target).functional)
     except IRFormatError:
         return False
+
+
+def mutated_args(node: Node) -> tuple[int, ...]:
+    """The schema argument indices call ``node`` writes in place: what its schema
+    annotates as written (``Tensor(a!)``, which ``torch.library.custom_op`` writes for
+    ``mutates_args``; keyword-only ``out=`` arguments included) and is passed a value,
+    plus the unannotated writes of :data:`UNANNOTATED_MUTATIONS`. The one "which
+    arguments does this call mutate" rule of the aot stage; the schema part is the
+    runtime's :func:`ember.runtime.ir.op_queries.mutated_arguments`, which other stages
+    ask.
+
+    Raises:
+        IRFormatError: if ``node.target`` is not a registered operator.
+    """
+    if node.op != "call":
+        return ()
+    if node.target in UNANNOTATED_MUTATIONS:
+        return mutated_positions(node.target, node.args)
+    return mutated_arguments(node)
 
 
 def mutated_positions(target: str, args: tuple[object, ...]) -> tuple[int, ...]:

@@ -261,6 +261,9 @@ class ExternCall:
     variables of the results (one per result; None for a result nobody reads);
     ``result_meta`` gives their expected dtype/sizes/strides (None: not a tensor);
     ``binds`` the unbacked symbols int results are (result index, symbol: ``.item()``).
+    ``mutates``: the buffers the call writes in place (a custom operator declared with
+    ``mutates_args``, given buffers only it holds: ``lowering/custom_ops.py``); every
+    later reader of them runs after it.
     """
 
     target: str
@@ -274,6 +277,7 @@ class ExternCall:
     origins: tuple[str, ...] = ()
     note: str = ""
     binds: tuple[tuple[int, str], ...] = ()
+    mutates: tuple[str, ...] = ()
 
 
 LoopNode = PointwiseBuffer | ReductionBuffer | ScatterBuffer | MatmulBuffer

@@ -33,6 +33,8 @@ into its loads (the prologue). The kernel carries the node's ``template``.
 A scatter (:class:`~ember.inductor.buffers.ScatterBuffer`) is a *closed* group of its own:
 it writes through run-time indexes into a buffer an earlier group initialized, so nothing
 fuses into it, it never forwards a value, and every reader of its buffer comes after it.
+So does every reader of a buffer an extern call writes in place (``ExternCall.mutates``:
+a mutating custom operator).
 """
 
 from __future__ import annotations
@@ -252,9 +254,9 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
             for name, i in producer.items():
                 if i >= at:
                     producer[name] = i + 1
-            for out in node.outputs:
+            for out in (*node.outputs, *node.mutates):
                 if out is not None:
-                    producer[out] = at
+                    producer[out] = at  # NOTE: a written buffer's readers run after it
             continue
         if isinstance(node, ScatterBuffer):
             outer, red, emit = _natural(node)
@@ -403,7 +405,8 @@ def format_schedule(steps: Sequence[Step]) -> str:
     for step in steps:
         if isinstance(step, ExternCall):
             outputs = ", ".join(o for o in step.outputs if o is not None) or "-"
-            lines.append(f"extern {step.target}({', '.join(step.reads)}) -> {outputs}")
+            writes = f"; writes {', '.join(step.mutates)}" if step.mutates else ""
+            lines.append(f"extern {step.target}({', '.join(step.reads)}) -> {outputs}{writes}")
             continue
         group = step.group
         space = f"{list(group.outer)}"

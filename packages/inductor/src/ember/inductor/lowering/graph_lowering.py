@@ -7,6 +7,9 @@ lowering table; ops without a rule, and rules that raise :class:`NotLowerable`, 
 ``EMBER_LOGS=fallbacks`` and counted). A rule failing with any other exception is a bug:
 :class:`LoweringError`. Ops lowered to extern calls on purpose (``externs.py``) go
 through the lowering passes of :mod:`.extern_passes` first (layout, matmul padding).
+Custom operators (``torch.library`` ops outside ``aten``) are extern calls by design, not
+fallbacks; one that writes its arguments gets buffers only it holds
+(:mod:`.custom_ops`).
 
 :meth:`GraphLowering.run` returns the :class:`~.lowered_graph.LoweredGraph` the scheduler
 fuses into kernels and the wrapper codegen turns into Python.
@@ -32,6 +35,7 @@ from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.context import ExternRequest
+from ember.inductor.lowering.custom_ops import is_custom_operator, lower_custom_call
 from ember.inductor.lowering.extern_args import (
     ExternArg,
     ListArg,
@@ -198,6 +202,9 @@ class GraphLowering:
             return
         if node.target in EXTERN_OPS:
             self.values[node.name] = self._extern_op(node)
+            return
+        if rule is None and is_custom_operator(node.target):
+            self.values[node.name] = lower_custom_call(self, node)
             return
         if rule is None:
             self.values[node.name] = self.extern(node, fallback=True, reason="no lowering")

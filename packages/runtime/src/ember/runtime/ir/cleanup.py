@@ -5,6 +5,10 @@ Which calls a clean-up may touch is decided by :func:`~ember.runtime.ir.op_queri
 alone: a call with side effects (asserts, writes to arguments, printing) or a random
 call stays even when nobody reads it, and is never merged with another.
 
+A value some call writes in place (a fresh copy a mutating custom operator fills, in a
+``core-functional`` program) is never merged with an equal call: the two copies are
+different buffers once written.
+
 NOTE: a random call whose result nobody reads still stays: it advances the generator,
 so removing it would change what every later random call draws (``eager_random``
 reproduces eager's streams only if each draw happens).
@@ -28,11 +32,12 @@ from __future__ import annotations
 
 import struct
 
+from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import Argument, Graph, Node, Program, ScalarMeta, ValueRef
-from ember.runtime.ir.op_queries import is_pure
+from ember.runtime.ir.op_queries import argument_at, is_pure, mutated_arguments
 
 __all__ = ["argument_key", "binds_symbol", "drop_unreferenced_tensors", "eliminate_common_subexpressions",
-           "eliminate_dead_code", "is_removable"]
+           "eliminate_dead_code", "is_removable", "written_values"]
 
 _STORED = ("constant", "get_attr")
 
@@ -86,7 +91,9 @@ def _call_key(node: Node) -> tuple[object, ...]:
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
     """A copy of ``graph`` in which a pure call equal to an earlier one (same operator,
     equal arguments after earlier merges) is removed and its uses read the earlier
-    call's results. Impure and random calls are never merged."""
+    call's results. Impure and random calls are never merged, nor calls whose result a
+    later call writes in place."""
+    written = written_values(graph)
     seen: dict[tuple[object, ...], str] = {}
     mapping: dict[ValueRef, Argument] = {}
     out: list[Node] = []
@@ -94,7 +101,8 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
         node = _copy(original)
         if mapping:
             node.replace_refs(mapping)
-        if node.op == "call" and is_pure(node.target) and not binds_symbol(node):
+        if (node.op == "call" and is_pure(node.target) and not binds_symbol(node)
+                and node.name not in written):
             key = _call_key(node)
             earlier = seen.get(key)
             if earlier is not None:
@@ -105,6 +113,24 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
             seen[key] = node.name
         out.append(node)
     return Graph(out, dict(graph.symbols), list(graph.guards))
+
+
+def written_values(graph: Graph) -> set[str]:
+    """Names of the nodes whose value some call of ``graph`` writes in place
+    (:func:`~ember.runtime.ir.op_queries.mutated_arguments`)."""
+    found: set[str] = set()
+    for node in graph.nodes:
+        if node.op != "call" or is_pure(node.target):
+            continue
+        try:
+            indices = mutated_arguments(node)
+        except IRFormatError:  # not a registered operator: nothing is known of it
+            continue
+        for index in indices:
+            value = argument_at(node, index)
+            values = value if isinstance(value, tuple) else (value,)
+            found.update(v.node for v in values if isinstance(v, ValueRef))
+    return found
 
 
 def drop_unreferenced_tensors(program: Program) -> Program:

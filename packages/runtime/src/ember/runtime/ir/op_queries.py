@@ -5,6 +5,8 @@ asks before it removes, merges or reorders a call. Every stage asks them here.
 query               true when
 ==================  ======================================================================
 writes_arguments    the schema marks an argument as written (``Tensor(a!)``)
+mutated_arguments   which arguments of one call are written: the schema positions
+                    annotated ``(a!)`` whose value in the call is not None
 is_random           torch tags the op ``nondeterministic_seeded`` (it draws from the
                     generator: two calls give different values and each advances the
                     generator state)
@@ -28,6 +30,7 @@ import torch
 from ember.runtime.ir._torch import op_schema
 from ember.runtime.ir.effects import EFFECTFUL_OPS
 from ember.runtime.ir.errors import IRFormatError
+from ember.runtime.ir.graph import Argument, Node
 from ember.runtime.ir.ops import resolve_op
 
 SIDE_EFFECT_OPS: dict[str, str] = {
@@ -45,8 +48,18 @@ SIDE_EFFECT_OPS: dict[str, str] = {
 although nobody reads its result (its schema writes no argument). Operators whose
 effects reach outside the process's tensors are in ``EFFECTFUL_OPS`` instead."""
 
-__all__ = ["SIDE_EFFECT_OPS", "has_side_effects", "is_pure", "is_random", "is_view",
-           "operator_schema", "writes_arguments"]
+__all__ = [
+    "SIDE_EFFECT_OPS",
+    "argument_at",
+    "has_side_effects",
+    "is_pure",
+    "is_random",
+    "is_view",
+    "mutated_arguments",
+    "operator_schema",
+    "writes_arguments",
+    "written_positions",
+]
 
 
 def operator_schema(target: str) -> torch.FunctionSchema:
@@ -67,6 +80,49 @@ def writes_arguments(target: str) -> bool:
         IRFormatError: if no such operator is registered.
     """
     return bool(operator_schema(target).is_mutable)
+
+
+@functools.cache
+def written_positions(target: str) -> tuple[int, ...]:
+    """Indices into ``target``'s schema arguments of those it writes in place (the
+    alias annotation ``Tensor(a!)``; keyword-only ``out=`` arguments included).
+
+    Raises:
+        IRFormatError: if no such operator is registered.
+    """
+    schema = operator_schema(target)
+    return tuple(i for i, a in enumerate(schema.arguments)
+                 if a.alias_info is not None and a.alias_info.is_write)
+
+
+def argument_at(node: Node, index: int) -> Argument:
+    """The value call ``node`` passes for schema argument ``index``: positional if it
+    was passed by position, else by keyword; None when omitted (its default).
+
+    Raises:
+        IRFormatError: if ``node.target`` is not a registered operator.
+    """
+    if index < len(node.args):
+        return node.args[index]
+    name = operator_schema(node.target).arguments[index].name
+    return node.kwargs.get(name)
+
+
+def mutated_arguments(node: Node) -> tuple[int, ...]:
+    """The schema argument indices call ``node`` writes in place: the positions its
+    schema annotates as written (:func:`written_positions`) that the call passes a value
+    to (an omitted or None optional tensor is not written). The one rule every stage
+    asks for "which arguments does this call mutate" (custom operators declared with
+    ``mutates_args`` included); ATen ops that write arguments their schema does not
+    annotate are the aot stage's business (``ember.aot.op_effects``).
+
+    Raises:
+        IRFormatError: if ``node.target`` is not a registered operator.
+    """
+    if node.op != "call":
+        return ()
+    return tuple(i for i in written_positions(node.target)
+                 if argument_at(node, i) is not None)
 
 
 @functools.cache

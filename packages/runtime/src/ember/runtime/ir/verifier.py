@@ -22,7 +22,9 @@ Structural rules (every dialect):
 Dialect rules (docs/ir-contract.md):
 
 ``aten``             any operator.
-``core-functional``  no operator that writes to an argument; views are allowed; every
+``core-functional``  no ``aten``/``prims`` operator that writes to an argument (a custom
+                     operator may write fresh buffers only: :mod:`.fresh_writes`); views
+                     are allowed; every
                      ``aten`` operator is in torch's Core ATen opset (``torch.Tag.core``),
                      in :data:`CORE_FUNCTIONAL_EXTRA_OPS`, or an *extern op* declared by
                      the program (below); ``prims`` operators are refused; operators in
@@ -67,6 +69,7 @@ from ember.runtime.ir.graph import (
     TensorMeta,
     ValueRef,
 )
+from ember.runtime.ir.fresh_writes import PURE_NAMESPACES, fresh_write_violation
 from ember.runtime.ir.ops import resolve_op
 from ember.runtime.ir.symbol_rules import SymbolRules
 
@@ -292,13 +295,18 @@ class _GraphVerifier:
 
     def check_core_functional(self, node: Node, op: OpOverload) -> None:
         schema = op_schema(op)
+        namespace = node.target.partition("::")[0]
+        if schema.is_mutable and namespace not in PURE_NAMESPACES:
+            violation = fresh_write_violation(self.graph, node)
+            if violation is not None:
+                raise self.fail(node, violation)
+            return  # a custom operator writing fresh buffers (ir/fresh_writes.py)
         if schema.is_mutable:
             written = [a.name for a in schema.arguments
                        if a.alias_info is not None and a.alias_info.is_write]
             raise self.fail(node, "mutates its argument(s) "
                                   f"{', '.join(written) or '(unknown)'}; core-functional "
                                   "programs are functional (mutations belong in the signature)")
-        namespace = node.target.partition("::")[0]
         if namespace == "prims":
             raise self.fail(node, "prims operators are not allowed in core-functional; "
                                   "decompose to Core ATen")
