@@ -23,7 +23,9 @@ class CompileStats:
     with its source line under ``EMBER_LOGS=recompiles``); ``kernels`` /
     ``fallbacks``: from the last compiled program's ``metadata["kernels"]`` /
     ``metadata["fallbacks"]`` (a count; None when the backend does not report them;
-    see :func:`report_counts`).
+    see :func:`report_counts`); ``capture_cache_hits``: first calls answered by the
+    capture cache (:mod:`ember.frontend.capture_cache`: loaded, not captured; each also
+    counts in ``cache_hits`` and ``graphs``, not in ``compiles``).
     """
 
     compiles: int = 0
@@ -35,6 +37,7 @@ class CompileStats:
     recompile_limit_fallbacks: int = 0
     kernels: int | None = None
     fallbacks: int | None = None
+    capture_cache_hits: int = 0
 
 
 def report_counts(program: Program) -> tuple[int | None, int | None]:

@@ -297,6 +297,8 @@ class CallHandler:
             raise interp.fail(f"call to {_name(fn)}: {e}", "the call runs in Python, "
                               "which raises its TypeError") from e
         local_values = bound.values
+        if interp.capture is not None:
+            interp.capture.inlined.setdefault(code, fn)  # checked by the capture cache
         if fn_source is not None:
             # defaults are read from the function at every call: guard them
             for param, key in bound.defaults.items():

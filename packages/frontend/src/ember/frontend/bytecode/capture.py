@@ -97,6 +97,10 @@ class CaptureContext:
     # root-frame instructions whose .item() gave an unbacked symbol (u0): a later break
     # captures again breaking at the first of them (calls.py, segment.py)
     unbacked_items: list[tuple[int, SourceLocation | None]] = field(default_factory=list)
+    # for the capture cache: every function inlined (by code), and globals of inlined
+    # functions read without a source (module name, global name, value)
+    inlined: dict[types.CodeType, types.FunctionType] = field(default_factory=dict)
+    untracked_globals: list[tuple[str, str, Any]] = field(default_factory=list)
     _names: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:

@@ -108,7 +108,11 @@ class DataOps(AttributeOps):
         if written is not None:
             value = written.value
         elif name in f.f_globals:
-            value = self.wrap(f.f_globals[name], self.global_source(f, name))
+            source = self.global_source(f, name)
+            value = self.wrap(f.f_globals[name], source)
+            if source is None and self.capture is not None:  # checked by the capture cache
+                self.capture.untracked_globals.append(
+                    (str(f.f_globals.get("__name__")), name, f.f_globals[name]))
         elif name in f.f_builtins:
             value = f.f_builtins[name]
         else:

@@ -34,7 +34,7 @@ from ember.frontend.bytecode.grad_mode import (
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, location_of
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.liveness import live_locals
-from ember.frontend.bytecode.segment_run import FunctionContext, Segment
+from ember.frontend.bytecode.segment_run import CaptureFacts, FunctionContext, Segment
 from ember.frontend.bytecode.sources import (
     AttrSource,
     LocalSource,
@@ -168,6 +168,7 @@ def capture_segment(
             replays=replays,
             grad_at_end=grad_end,
             graph_grad=graph_grad,
+            facts=CaptureFacts(tuple(cap.inlined.values()), tuple(cap.untracked_globals)),
             **seg_kwargs,
         )
     finally:

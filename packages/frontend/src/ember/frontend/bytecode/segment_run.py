@@ -21,7 +21,7 @@ from ember.frontend.bytecode.recipes import Rebuild, Recipe, Replay
 from ember.frontend.bytecode.sources import Source
 from ember.runtime.ir import Program
 
-__all__ = ["FunctionContext", "Segment"]
+__all__ = ["CaptureFacts", "FunctionContext", "Segment"]
 
 
 @dataclass
@@ -32,6 +32,16 @@ class FunctionContext:
     f_globals: dict[str, Any]
     f_builtins: dict[str, Any]
     closure: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class CaptureFacts:
+    """What the capture cache needs to know of a capture besides its guards: every
+    function it inlined, and the globals of inlined functions it read without a source
+    (``(module name, global name, value)``)."""
+
+    inlined: tuple[types.FunctionType, ...] = ()
+    untracked_globals: tuple[tuple[str, str, Any], ...] = ()
 
 
 @dataclass
@@ -53,6 +63,7 @@ class Segment:
     exc_stack: list[Recipe] = field(default_factory=list)
     break_ip: int = -1
     break_info: BreakInfo | None = None
+    facts: CaptureFacts | None = None
     _matcher: Callable[[Any, Any], list[Any] | None] | None = None
 
     def match(self, state: FrameState, ctx: FunctionContext) -> list[Any] | None:

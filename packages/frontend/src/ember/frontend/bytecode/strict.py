@@ -33,7 +33,7 @@ import types
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from ember.frontend.bytecode.binding import BindError, bind_arguments
@@ -50,6 +50,9 @@ from ember.runtime.ir import Program
 from ember.runtime.logs import log, log_enabled
 from ember.runtime.phases import timed
 from torch import nn
+
+if TYPE_CHECKING:
+    from ember.frontend.capture_cache import CaptureCache
 
 # NOTE: the capture machinery (interpreter, recorder, fake tensors: .segment, .calls,
 # .interpreter, .support) is imported where a capture or a graph break needs it, not
@@ -98,6 +101,7 @@ class StrictFunction:
         if self.fn.__code__.co_flags & inspect.CO_GENERATOR:
             self._eager_reason = "generator functions run eagerly when compiled directly"
         self._callees: dict[types.FunctionType, StrictFunction] = {}
+        self._capture_cache: CaptureCache | None = None
         self._policy = DynamicPolicy(request.dynamic)
         # an input was marked dynamic, or an op has a data-dependent size: every later
         # capture of this function records with symbolic shapes
@@ -215,6 +219,11 @@ class StrictFunction:
             if inputs is not None:
                 self.stats.cache_hits += 1
                 return seg, inputs
+        if not entries and state.ip == 0:  # NOTE: the first call only, never the steady state
+            cached = self._from_capture_cache(state)
+            if cached is not None:
+                entries.append(cached[0])
+                return cached
         if entries:
             # NOTE: named only when shown: re-checking guards one by one is slow, and a
             # call past the limit must not pay for it unless it is logged
@@ -245,7 +254,73 @@ class StrictFunction:
             self._note_whole_function_eager(reason)
             return _EAGER
         entries.append(seg)
+        if state.ip == 0:
+            self._store_capture(seg)
         return seg, [s.fetch(state, self._ctx) for s in seg.input_sources]
+
+    # ---- the capture cache (ember.frontend.capture_cache) ------------------------------
+
+    def _capture_cache_of(self) -> CaptureCache | None:
+        from ember.frontend.capture_cache import CaptureCache, capture_cache_enabled
+
+        if not capture_cache_enabled() or self.request.backend not in ("aot_eager",
+                                                                       "inductor"):
+            return None
+        if self._capture_cache is None:
+            self._capture_cache = CaptureCache(self.request, self.fn, self._name())
+        return self._capture_cache
+
+    def _from_capture_cache(self, state: FrameState) -> tuple[Segment, list[Any]] | None:
+        """The first call's segment from the capture cache (no capture), or None."""
+        cache = self._capture_cache_of()
+        if cache is None:
+            return None
+        found = cache.lookup(state, self._ctx, self._load_compiled)
+        if found is None:
+            return None
+        self.stats.cache_hits += 1
+        self.stats.capture_cache_hits += 1
+        self.stats.graphs += 1
+        return found
+
+    def _load_compiled(self, digest: str) -> Callable[[list[Any]], list[Any]] | None:
+        """The compiled program of program-cache entry ``digest``, ready to run (CUDA
+        graphs when the mode asks for them), or None."""
+        from ember.runtime.cache.program_cache import load_entry
+        from ember.runtime.callable import ProgramCallable
+        from ember.runtime.ir import IRError
+        from ember.runtime.ir.effects import check_may_run
+        from ember.runtime.pipeline import mode_features
+
+        compiled = load_entry(digest)
+        if compiled is None:
+            return None
+        check_may_run(compiled)
+        try:
+            runner = ProgramCallable(compiled)
+        except IRError as e:
+            log("cache", f"program cache entry {digest[:16]} does not load ({e})")
+            return None
+        if "cudagraphs" in mode_features(self.request.mode):
+            runner.enable_cuda_graphs()
+        for key, count in zip(("kernels", "fallbacks"), report_counts(compiled)):
+            if count is not None:
+                setattr(self.stats, key, (getattr(self.stats, key) or 0) + count)
+        return runner
+
+    def _store_capture(self, seg: Segment) -> None:
+        """Store a whole call's capture (no graph break anywhere) in the capture cache."""
+        cache = self._capture_cache_of()
+        if cache is None:
+            return
+        if self._break_calls.get(0) or self._callees:
+            log("cache", f"capture of {self._name()} not stored in the capture cache: "
+                         "the call has a graph break in an inlined call")
+            return
+        from ember.runtime.cache.program_cache import entry_digest
+
+        digest = entry_digest(seg.program) if seg.program is not None else None
+        cache.store(seg, digest)
 
     def _check_supported(self) -> bool:
         """Whether the interpreter can run the function's code at all (checked once,

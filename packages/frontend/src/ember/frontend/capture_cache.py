@@ -1,0 +1,354 @@
+"""The capture cache: a fresh process's first call of a compiled function, answered
+without capturing (issue 17; ``docs/caching.md``, "The capture cache").
+
+After a strict capture of a whole call (resume point 0, no graph break) whose compiled
+program the program cache (:mod:`ember.runtime.cache`) stored, an entry is written to
+``<EMBER_CACHE_DIR>/captures/`` (JSON, framed and stored under the program cache's
+rules: private directory, atomic writes, SHA-256, no pickle). Its key
+(:func:`capture_key`) is the compiled function's code fingerprint, the module's class,
+the compile's backend, mode, options, ``fullgraph``/``dynamic``, the versions of Ember's
+packages, torch, Triton and Python, torch's numerics settings and the GPUs. It holds:
+
+- ``guards``: the capture's guards in portable form (:mod:`.capture_cache_codec`);
+- ``inlined``: the fingerprint of every function the capture inlined, with the name it
+  is importable under; ``globals``: globals of inlined functions read without a source;
+- ``inputs``: the graph inputs' sources; ``returns``: how the result is rebuilt;
+- ``program``: the program cache's key of the compiled program.
+
+A later process's first call looks the entry up; every inlined function's code must
+still match, every global still hold its value, every guard pass on the live arguments;
+the compiled program is then loaded from the program cache and run: no capture, no
+fake tensors, no aot or inductor. Anything else is a miss, and the call is captured as
+usual (and stored again). ``EMBER_LOGS=cache`` says every hit, miss (and why) and every
+capture not stored (and why). The cache is on when the program cache is
+(``EMBER_CACHE``, ``EMBER_PROGRAM_CACHE``); ``EMBER_CAPTURE_CACHE=0`` turns it off alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from ember.frontend.bytecode.frame import FrameState
+from ember.frontend.bytecode.guards import GuardSet
+from ember.frontend.bytecode.segment_run import FunctionContext, Segment
+from ember.frontend.capture_cache_codec import (
+    Unportable,
+    code_fingerprint,
+    decode_guard,
+    decode_recipe,
+    decode_source,
+    decode_value,
+    encode_guard,
+    encode_recipe,
+    encode_source,
+    encode_value,
+    resolve_name,
+)
+from ember.frontend.capture_modes import CompileRequest
+from ember.runtime.cache.entry import EntryError, frame, unframe
+from ember.runtime.cache.local import LocalProgramCache
+from ember.runtime.config import config
+from ember.runtime.logs import log
+
+__all__ = ["CaptureCache", "capture_cache_enabled", "capture_key"]
+
+MAGIC = b"ember-capture-cache\n"
+SUBDIR = "captures"
+CAPTURE_FORMAT = "1"
+
+
+def capture_cache_enabled() -> bool:
+    """On with the program cache, unless ``EMBER_CAPTURE_CACHE=0``."""
+    return (config.cache_enabled and config.program_cache
+            and os.environ.get("EMBER_CAPTURE_CACHE", "1") != "0")
+
+
+def capture_key(request: CompileRequest, fn: types.FunctionType) -> str:
+    """The entry key of compiling ``fn`` (the function or ``forward`` being compiled)
+    as ``request`` asks.
+
+    Raises:
+        Unportable: options without a JSON form.
+    """
+    try:
+        options = json.dumps(request.options, sort_keys=True)
+    except (TypeError, ValueError):
+        raise Unportable("options without a JSON form") from None
+    module = request.module
+    parts = {
+        "format": CAPTURE_FORMAT,
+        "function": f"{fn.__module__}.{fn.__qualname__} {code_fingerprint(fn.__code__)}",
+        "class": "" if module is None else f"{type(module).__module__}."
+                                            f"{type(module).__qualname__}",
+        "backend": request.backend,
+        "mode": str(request.mode),
+        "fullgraph": str(request.fullgraph),
+        "dynamic": str(request.dynamic),
+        "options": options,
+        "versions": _versions(request.backend),
+        "torch": f"{torch.__version__} cuda {torch.version.cuda}",
+        "python": sys.version,
+        "settings": _settings(),
+        "devices": _devices(),
+    }
+    h = hashlib.sha256()
+    for name, text in parts.items():
+        h.update(f"{name}={text}\n".encode())
+    return h.hexdigest()
+
+
+def _versions(backend: str) -> str:
+    from ember.runtime.cache.key import distribution_identity, installed_version
+    from ember.runtime.pipeline import BACKENDS
+    from ember.runtime.stages import available_stages
+
+    found = [distribution_identity("ember-runtime", "ember.runtime"),
+             distribution_identity("ember-frontend", "ember.frontend"),
+             f"triton {installed_version('triton')}"]
+    for name in BACKENDS[backend]:
+        entry = available_stages().get(name)  # NOTE: read from metadata, not imported
+        if entry is None or entry.dist is None:
+            found.append(f"{name} missing")
+        else:
+            found.append(distribution_identity(entry.dist.name,
+                                               entry.module.rpartition(".")[0]))
+    return "\n".join(found)
+
+
+def _settings() -> str:
+    from ember.runtime.cache.key import NUMERICS_SETTINGS
+
+    return "\n".join(f"{name}={read()}" for name, read in NUMERICS_SETTINGS.items())
+
+
+def _devices() -> str:
+    if not torch.cuda.is_available():
+        return "cpu"
+    return "\n".join(f"{torch.cuda.get_device_name(i)} {torch.cuda.get_device_capability(i)}"
+                     for i in range(torch.cuda.device_count()))
+
+
+class CaptureCache:
+    """The capture cache of one compiled function (``fn``, compiled as ``request``
+    asks); ``name`` is how logs call it."""
+
+    def __init__(self, request: CompileRequest, fn: types.FunctionType, name: str) -> None:
+        self.request, self.fn, self.name = request, fn, name
+        self._key: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The entry key (:func:`capture_key`, computed once).
+
+        Raises:
+            Unportable: options without a JSON form.
+        """
+        if self._key is None:
+            self._key = capture_key(self.request, self.fn)
+        return self._key
+
+    def _local(self) -> LocalProgramCache:
+        return LocalProgramCache(config.cache_dir, SUBDIR)
+
+    # ---- lookup ------------------------------------------------------------------------
+
+    def lookup(self, state: FrameState, ctx: FunctionContext,
+               load_program: Callable[[str], Any]) -> tuple[Segment, list[Any]] | None:
+        """The segment stored for this function and its graph inputs, when every check
+        passes on ``state`` (the first call's arguments), with its runner from
+        ``load_program(digest)`` (None when the program cache lacks it); else None (a
+        miss, logged)."""
+        try:
+            key = self.key
+        except Unportable as e:
+            log("cache", f"capture cache not used for {self.name}: {e}")
+            return None
+        local = self._local()
+        try:
+            data = local.read(key)
+        except ValueError as e:
+            self._miss(f"unusable entry ({e})", local, key)
+            return None
+        if data is None:
+            self._miss("no entry", None, key)
+            return None
+        try:
+            _, payload = unframe(data, MAGIC, key)
+            entry = json.loads(payload.decode("utf-8"))
+        except (EntryError, ValueError) as e:
+            self._miss(f"unusable entry ({e})", local, key)
+            return None
+        try:
+            seg = self._segment(entry, state, ctx)
+        except Unportable as e:
+            self._miss(str(e), None, key)
+            return None
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            self._miss(f"unreadable entry ({type(e).__name__}: {e})", local, key)
+            return None
+        inputs = seg.match(state, ctx)
+        if inputs is None:
+            failure = seg.guards.first_failure(state, ctx)
+            self._miss(f"guard failed: {failure}", None, key)
+            return None
+        runner = load_program(str(entry["program"]))
+        if runner is None:
+            self._miss(f"the program cache has no entry {str(entry['program'])[:16]}",
+                              None, key)
+            return None
+        seg.runner = runner
+        log("cache", f"capture cache hit {key[:16]} for {self.name} "
+                     f"({len(seg.guards)} guards, {len(entry['inlined'])} inlined functions)")
+        return seg, inputs
+
+    def _miss(self, why: str, bad: LocalProgramCache | None, key: str) -> None:
+        log("cache", f"capture cache miss {key[:16]} for {self.name}: {why}")
+        if bad is not None:
+            bad.remove(key)
+        return None
+
+    def _segment(self, entry: dict[str, Any], state: FrameState,
+                 ctx: FunctionContext) -> Segment:
+        for module, qualname, fingerprint in entry["inlined"]:
+            if not _code_matches(module, qualname, fingerprint):
+                raise Unportable(f"the code of {module}.{qualname} changed")
+        for module, name, expected in entry["globals"]:
+            _check_global(module, name, decode_value(expected))
+
+        def live(source: Any) -> Any:
+            try:
+                return source.fetch(state, ctx)
+            except Exception as e:  # noqa: BLE001 - any failed read is a miss, named
+                raise Unportable(f"{source.expr()} cannot be read ({e})") from None
+
+        guards = GuardSet()
+        for data in entry["guards"]:
+            guards.add(decode_guard(data, live))
+        return Segment(
+            start_ip=0, guards=guards,
+            input_sources=[decode_source(s) for s in entry["inputs"]],
+            program=None, runner=None, replays=[],
+            grad_at_end=bool(entry["grad_at_end"]), graph_grad=bool(entry["graph_grad"]),
+            returns=decode_recipe(entry["returns"]))
+
+    # ---- store -------------------------------------------------------------------------
+
+    def store(self, seg: Segment, program_digest: str | None) -> None:
+        """Write the entry of ``seg`` (a whole call's capture); logs why not when it
+        cannot be stored."""
+        why = _unstorable(seg, program_digest)
+        payload: dict[str, Any] | None = None
+        if why is None:
+            try:
+                payload = self._payload(seg, str(program_digest))
+                key = self.key
+            except Unportable as e:
+                why = str(e)
+        if why is not None or payload is None:
+            log("cache", f"capture of {self.name} not stored in the capture cache: {why}")
+            return
+        data = frame(MAGIC, key, json.dumps(payload, sort_keys=True).encode("utf-8"))
+        try:
+            self._local().write(key, data)
+        except OSError as e:
+            log("cache", f"capture cache entry {key[:16]} of {self.name} not written ({e})")
+            return
+        log("cache", f"capture cache store {key[:16]} for {self.name} ({len(data)} bytes, "
+                     f"{len(seg.guards)} guards)")
+
+    def _payload(self, seg: Segment, program_digest: str) -> dict[str, Any]:
+        assert seg.facts is not None and seg.returns is not None
+        inlined = []
+        for fn in seg.facts.inlined:
+            code = fn.__code__
+            qualname = getattr(code, "co_qualname", fn.__qualname__)
+            if not _code_matches(fn.__module__, qualname, code_fingerprint(code)):
+                raise Unportable(f"the inlined function {fn.__module__}.{qualname} is not "
+                                 "importable under its name")
+            inlined.append([fn.__module__, qualname, code_fingerprint(code)])
+        globals_ = []
+        for module, name, value in seg.facts.untracked_globals:
+            try:
+                globals_.append([module, name, encode_value(value)])
+            except Unportable as e:
+                raise Unportable(f"the global {module}.{name}: {e}") from None
+        return {
+            "function": self.name,
+            "program": program_digest,
+            "inlined": inlined,
+            "globals": globals_,
+            "guards": [encode_guard(g) for g in seg.guards.guards],
+            "inputs": [encode_source(s) for s in seg.input_sources],
+            "returns": encode_recipe(seg.returns),
+            "grad_at_end": seg.grad_at_end,
+            "graph_grad": seg.graph_grad,
+        }
+
+
+def _unstorable(seg: Segment, program_digest: str | None) -> str | None:
+    """Why ``seg`` cannot be stored, or None."""
+    if seg.start_ip != 0 or seg.returns is None:
+        return "the call has a graph break"
+    if seg.facts is None:
+        return "no capture facts"
+    if seg.replays:
+        return f"it replays side effects ({', '.join(r.describe() for r in seg.replays)})"
+    if seg.runner is None:
+        return "the call has no graph"
+    if program_digest is None:
+        return "the program cache did not store the compiled program"
+    return None
+
+
+def _code_matches(module: str, qualname: str, fingerprint: str) -> bool:
+    """Whether a code object named ``qualname`` with ``fingerprint`` is reachable from
+    what ``module`` defines under ``qualname`` (its part before ``.<locals>``), through
+    ``__wrapped__`` chains, methods, properties and nested code."""
+    top = qualname.split(".<locals>.")[0]
+    try:
+        obj = resolve_name(module, top)
+    except Unportable:
+        return False
+    return any(getattr(code, "co_qualname", None) == qualname
+               and code_fingerprint(code) == fingerprint for code in _codes_of(obj))
+
+
+def _codes_of(obj: Any) -> list[types.CodeType]:
+    found: list[types.CodeType] = []
+    seen: set[int] = set()
+    pending = [obj]
+    while pending:
+        item = pending.pop()
+        if id(item) in seen or item is None:
+            continue
+        seen.add(id(item))
+        if isinstance(item, types.CodeType):
+            found.append(item)
+            pending.extend(c for c in item.co_consts if isinstance(c, types.CodeType))
+        elif isinstance(item, types.FunctionType):
+            pending.extend([item.__code__, getattr(item, "__wrapped__", None)])
+        elif isinstance(item, (types.MethodType, staticmethod, classmethod)):
+            pending.append(item.__func__)
+        elif isinstance(item, property):
+            pending.extend([item.fget, item.fset, item.fdel])
+        elif hasattr(item, "__wrapped__"):
+            pending.append(item.__wrapped__)
+    return found
+
+
+def _check_global(module: str, name: str, expected: Any) -> None:
+    value = resolve_name(module, name)
+    if isinstance(expected, (bool, int, float, str, tuple, type(None))):
+        same = type(value) is type(expected) and (value == expected or (
+            isinstance(value, float) and value != value and expected != expected))
+    else:
+        same = value is expected
+    if not same:
+        raise Unportable(f"the global {module}.{name} changed")

@@ -1,0 +1,354 @@
+"""The portable (JSON) form of what a strict capture produced: values, sources, guards
+and recipes, for the capture cache (:mod:`ember.frontend.capture_cache`).
+
+Every value is written as a tagged JSON list (``["int", 3]``, ``["dtype", "float32"]``,
+``["import", "torch.nn.modules.linear", "Linear"]``); objects that are not plain values
+are written as the name they are importable under, and only when importing that name
+gives back the very same object. A value with no portable form raises
+:class:`Unportable`, naming it: the capture is then not cached.
+
+Guards are portable values but for ``id`` guards, which hold an object of this process.
+Each is translated: a ``__code__`` identity guard to a code-fingerprint check
+(``["code", source, fingerprint]``), an importable object (a builtin or torch function,
+a type, an enum member) to "the object importable at module.qualname"
+(``["import_id", source, value]``). Decoding turns both back into the ``id`` guard of
+the live object, so a cache hit checks exactly what a capture in this process would.
+
+NOTE: never pickle, never ``eval``: decoding only builds the allowed classes below from
+checked fields, and resolves names with ``importlib``/``getattr``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import importlib
+import sys
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from ember.frontend.bytecode.recipes import Const, Fetch, New, Out, Recipe, StartCell
+from ember.frontend.bytecode.sources import (
+    AttrSource,
+    CellSource,
+    ClosureSource,
+    DefaultSource,
+    GlobalSource,
+    ItemSource,
+    IterItemSource,
+    LocalSource,
+    ModuleMemberSource,
+    SliceSource,
+    StackSource,
+)
+from ember.frontend.guard_model import Guard, Source
+from ember.frontend.size_guards import RelationSource, ShapeSource, SizeSource, SymbolicTensor
+
+__all__ = ["Unportable", "code_fingerprint", "decode_guard", "decode_recipe",
+           "decode_source", "decode_value", "encode_guard", "encode_recipe",
+           "encode_source", "encode_value", "importable_name", "resolve_name"]
+
+JSON = Any
+
+
+class Unportable(Exception):
+    """A value, source, guard or recipe with no portable form (the message names it)."""
+
+
+_SOURCES: dict[str, type[Source]] = {cls.__name__: cls for cls in (
+    AttrSource, CellSource, ClosureSource, DefaultSource, GlobalSource, ItemSource,
+    IterItemSource, LocalSource, ModuleMemberSource, SliceSource, StackSource,
+    ShapeSource, SizeSource, RelationSource)}
+"""The sources a cached capture may read through, by class name."""
+
+_RECORDS: dict[str, type[Any]] = {"SymbolicTensor": SymbolicTensor}
+"""Other dataclasses a guard may expect."""
+
+_NEW_KINDS = frozenset({"list", "dict", "object", "tuple", "set", "slice", "deque", "cell"})
+"""The kinds of :class:`~ember.frontend.bytecode.recipes.New` recipes a cached capture
+may rebuild (not functions, methods, iterators or exceptions, which hold objects of
+the capturing process)."""
+
+
+# ---- fingerprints -----------------------------------------------------------------------
+
+def code_fingerprint(code: types.CodeType) -> str:
+    """The SHA-256 of what ``code`` does: its qualified name, bytecode, names, constants
+    (nested code objects recursively), flags, argument counts and exception table; not
+    its line numbers or file name."""
+    h = hashlib.sha256()
+    for part in _code_parts(code):
+        h.update(part.encode("utf-8", "surrogatepass") + b"\0")
+    return h.hexdigest()
+
+
+def _code_parts(code: types.CodeType) -> Iterator[str]:
+    yield getattr(code, "co_qualname", code.co_name)
+    yield code.co_code.hex()
+    yield getattr(code, "co_exceptiontable", b"").hex()
+    yield repr((code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
+                code.co_flags, code.co_names, code.co_varnames, code.co_freevars,
+                code.co_cellvars))
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_parts(const)
+        else:
+            yield _const_text(const)
+
+
+def _const_text(const: Any) -> str:
+    if isinstance(const, frozenset):  # NOTE: set order varies with string hashing
+        return "frozenset(" + ",".join(sorted(_const_text(c) for c in const)) + ")"
+    if isinstance(const, tuple):
+        return "(" + ",".join(_const_text(c) for c in const) + ")"
+    return f"{type(const).__name__}:{const!r}"
+
+
+# ---- importable objects ------------------------------------------------------------------
+
+def resolve_name(module: str, qualname: str) -> Any:
+    """The object importable at ``module`` + ``qualname`` (attributes walked with
+    ``getattr``).
+
+    Raises:
+        Unportable: the module cannot be imported or an attribute is missing.
+    """
+    try:
+        obj: Any = sys.modules.get(module) or importlib.import_module(module)
+    except ImportError as e:
+        raise Unportable(f"module {module!r} cannot be imported ({e})") from None
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise Unportable(f"{module}.{qualname} does not exist") from None
+    return obj
+
+
+def importable_name(obj: Any) -> tuple[str, str] | None:
+    """``(module, qualname)`` under which ``obj`` itself is importable, or None."""
+    module: Any
+    qualname: Any
+    if isinstance(obj, enum.Enum):
+        cls = type(obj)
+        module, qualname = cls.__module__, f"{cls.__qualname__}.{obj.name}"
+    elif isinstance(obj, types.BuiltinFunctionType) and isinstance(obj.__self__,
+                                                                   types.ModuleType):
+        module, qualname = obj.__self__.__name__, obj.__name__
+    elif isinstance(obj, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        cls = obj.__objclass__
+        module, qualname = cls.__module__, f"{cls.__qualname__}.{obj.__name__}"
+    else:
+        module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    try:
+        found = resolve_name(module, qualname)
+    except Unportable:
+        return None
+    return (module, qualname) if found is obj else None
+
+
+# ---- values --------------------------------------------------------------------------------
+
+def encode_value(value: Any) -> JSON:
+    """``value`` as tagged JSON.
+
+    Raises:
+        Unportable: for a value without a portable form.
+    """
+    if value is None:
+        return ["none"]
+    if isinstance(value, bool):
+        return ["bool", value]
+    if type(value) is int:
+        return ["int", value]
+    if type(value) is float:
+        return ["float", value.hex()]
+    if type(value) is str:
+        return ["str", value]
+    if type(value) is tuple:
+        return ["tuple", [encode_value(v) for v in value]]
+    if type(value) is list:
+        return ["list", [encode_value(v) for v in value]]
+    if isinstance(value, torch.dtype):
+        return ["dtype", str(value).removeprefix("torch.")]
+    if isinstance(value, torch.device):
+        return ["device", str(value)]
+    if isinstance(value, types.ModuleType):
+        return ["module", value.__name__]
+    if isinstance(value, Source):
+        return ["source", encode_source(value)]
+    if isinstance(value, Recipe):
+        return ["recipe", encode_recipe(value)]
+    if dataclasses.is_dataclass(value) and type(value).__name__ in _RECORDS:
+        return ["record", type(value).__name__,
+                [encode_value(getattr(value, f.name)) for f in dataclasses.fields(value)]]
+    name = importable_name(value)
+    if name is not None:
+        return ["import", *name]
+    raise Unportable(f"a value of type {type(value).__qualname__}")
+
+
+def decode_value(data: JSON) -> Any:
+    """The value :func:`encode_value` wrote.
+
+    Raises:
+        Unportable: an importable name that no longer resolves.
+        ValueError: for data no encoder wrote.
+    """
+    tag = data[0]
+    decoder = _VALUE_DECODERS.get(tag)
+    if decoder is None:
+        raise ValueError(f"unknown value tag {tag!r}")
+    return decoder(data)
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"{name!r} is not a torch dtype")
+    return dtype
+
+
+def _record(data: JSON) -> Any:
+    cls = _RECORDS[data[1]]
+    return cls(*(decode_value(v) for v in data[2]))
+
+
+_VALUE_DECODERS: dict[str, Callable[[JSON], Any]] = {
+    "none": lambda d: None,
+    "bool": lambda d: bool(d[1]),
+    "int": lambda d: int(d[1]),
+    "float": lambda d: float.fromhex(d[1]),
+    "str": lambda d: str(d[1]),
+    "tuple": lambda d: tuple(decode_value(v) for v in d[1]),
+    "list": lambda d: [decode_value(v) for v in d[1]],
+    "dtype": lambda d: _dtype(d[1]),
+    "device": lambda d: torch.device(d[1]),
+    "module": lambda d: importlib.import_module(d[1]),
+    "source": lambda d: decode_source(d[1]),
+    "recipe": lambda d: decode_recipe(d[1]),
+    "record": _record,
+    "import": lambda d: resolve_name(d[1], d[2]),
+}
+
+
+# ---- sources -------------------------------------------------------------------------------
+
+def encode_source(source: Source) -> JSON:
+    """``source`` as JSON: its class name and fields.
+
+    Raises:
+        Unportable: a source class a cached capture may not read through.
+    """
+    name = type(source).__name__
+    if _SOURCES.get(name) is not type(source):
+        raise Unportable(f"the source {source.expr()} ({name})")
+    return [name, [encode_value(getattr(source, f.name))
+                   for f in dataclasses.fields(source)]]  # type: ignore[arg-type]
+
+
+def decode_source(data: JSON) -> Source:
+    """The source :func:`encode_source` wrote.
+
+    Raises:
+        ValueError: an unknown source class.
+    """
+    cls = _SOURCES.get(data[0])
+    if cls is None:
+        raise ValueError(f"unknown source class {data[0]!r}")
+    return cls(*(decode_value(v) for v in data[1]))
+
+
+# ---- guards --------------------------------------------------------------------------------
+
+def encode_guard(guard: Guard) -> JSON:
+    """``guard`` as JSON; an ``id`` guard translated (module docstring).
+
+    Raises:
+        Unportable: an ``id`` guard on an object that is neither code nor importable,
+            or a guard whose source or expected value has no portable form.
+    """
+    source = None if guard.source is None else encode_source(guard.source)
+    if guard.kind == "id":
+        if isinstance(guard.expected, types.CodeType):
+            return ["code", source, code_fingerprint(guard.expected)]
+        name = importable_name(guard.expected)
+        if name is None:
+            raise Unportable(f"the identity guard {guard.describe()}")
+        return ["import_id", source, ["import", *name]]
+    try:
+        return ["guard", guard.kind, source, encode_value(guard.expected)]
+    except Unportable as e:
+        raise Unportable(f"the guard {guard.describe()}: {e}") from None
+
+
+def decode_guard(data: JSON, live: Callable[[Source], Any]) -> Guard:
+    """The guard :func:`encode_guard` wrote; ``live(source)`` reads a source's value in
+    the call being checked (for a code-fingerprint check).
+
+    Raises:
+        Unportable: the guard cannot hold (code that changed, a name that no longer
+            resolves), naming why.
+    """
+    if data[0] == "guard":
+        source = None if data[2] is None else decode_source(data[2])
+        return Guard(str(data[1]), source, decode_value(data[3]))
+    source = None if data[1] is None else decode_source(data[1])
+    if data[0] == "code":
+        assert source is not None
+        code = live(source)
+        if not isinstance(code, types.CodeType) or code_fingerprint(code) != data[2]:
+            raise Unportable(f"the code at {source.expr()} changed")
+        return Guard("id", source, code)
+    if data[0] == "import_id":
+        return Guard("id", source, decode_value(data[2]))
+    raise ValueError(f"unknown guard form {data[0]!r}")
+
+
+# ---- recipes -------------------------------------------------------------------------------
+
+def encode_recipe(recipe: Recipe) -> JSON:
+    """``recipe`` (how a result is rebuilt from the graph's outputs) as JSON.
+
+    Raises:
+        Unportable: a recipe that rebuilds an object of the capturing process.
+    """
+    if isinstance(recipe, Out):
+        return ["out", recipe.index]
+    if isinstance(recipe, Const):
+        return ["const", encode_value(recipe.value)]
+    if isinstance(recipe, Fetch):
+        return ["fetch", encode_source(recipe.source)]
+    if isinstance(recipe, StartCell):
+        return ["start_cell", recipe.name]
+    if isinstance(recipe, New) and recipe.kind in _NEW_KINDS:
+        return ["new", recipe.kind, recipe.key, encode_value(recipe.parts),
+                encode_value(recipe.extra)]
+    what = recipe.kind if isinstance(recipe, New) else type(recipe).__name__
+    raise Unportable(f"a result rebuilt as {what}")
+
+
+def decode_recipe(data: JSON) -> Recipe:
+    """The recipe :func:`encode_recipe` wrote.
+
+    Raises:
+        ValueError: an unknown recipe.
+    """
+    tag = data[0]
+    if tag == "out":
+        return Out(int(data[1]))
+    if tag == "const":
+        return Const(decode_value(data[1]))
+    if tag == "fetch":
+        return Fetch(decode_source(data[1]))
+    if tag == "start_cell":
+        return StartCell(str(data[1]))
+    if tag == "new" and data[1] in _NEW_KINDS:
+        parts = decode_value(data[3])
+        return New(data[1], int(data[2]), parts, decode_value(data[4]))
+    raise ValueError(f"unknown recipe {tag!r}")
