@@ -21,6 +21,23 @@ EMBER_OPERATORS: dict[str, str] = {"triton_kernel": "ember.runtime.user_kernels"
 """Operators of the ``ember`` namespace -> the module that registers it."""
 
 
+BUILTIN_NAMESPACES = ("aten", "prims", "ember")
+"""Namespaces whose operators torch or Ember register on import."""
+
+
+def unknown_operator_message(target: str) -> str:
+    """Why ``target`` (``ns::op.overload``) does not resolve: for a custom operator's
+    namespace, which registration is missing and how to get it into this process."""
+    namespace = target.partition("::")[0]
+    if namespace in BUILTIN_NAMESPACES:
+        return f"unknown operator {target!r}: not registered in torch.ops"
+    return (f"unknown operator {target!r}: the custom operator namespace {namespace!r} "
+            "has no such operator in this process. Import the module that registers it "
+            "(torch.library.custom_op / torch.library.Library, or torch.ops.load_library "
+            "of the C++ extension that declares TORCH_LIBRARY("
+            f"{namespace}, ...)) before loading or running the program")
+
+
 @functools.lru_cache(maxsize=None)
 def resolve_op(target: str) -> OpOverload:
     """``aten::add.Tensor`` -> ``torch.ops.aten.add.Tensor``.
@@ -40,7 +57,7 @@ def resolve_op(target: str) -> OpOverload:
         packet = getattr(getattr(torch.ops, namespace), name)
         op = getattr(packet, overload)
     except (AttributeError, RuntimeError) as e:
-        raise IRFormatError(f"unknown operator {target!r}: not registered in torch.ops") from e
+        raise IRFormatError(unknown_operator_message(target)) from e
     if not is_op_overload(op):
         raise IRFormatError(f"unknown operator {target!r}: not an operator overload")
     return op
