@@ -5,6 +5,8 @@
 #     bash tools/gpu/h200_all.sh dynamic  # the same with --dynamic: dynamic=True beside static
 #     bash tools/gpu/h200_all.sh generate # tools/bench_generate.py: HF GPT-2 generate, issue #15 config
 #     PROFILE_ARGS="resnet bfloat16 dynamic" bash tools/gpu/h200_all.sh profile  # profile_zoo.py
+#     bash tools/gpu/h200_all.sh profile_generate  # tools/gpu/profile_generate.py: one decode step
+#     PROFILE_ARGS=mlp:8192x768 bash tools/gpu/h200_all.sh profile_matmul  # profile_matmul.py
 #     bash tools/gpu/h200_all.sh sweep    # tools/gpu/matmul_sweep.py: template configs vs cuBLAS
 #     bash tools/gpu/h200_all.sh matmul   # tools/bench_matmul.py: issue #16's matmul suite, bf16
 #     MATMUL_FAMILIES=gemm bash tools/gpu/h200_all.sh matmul  # one part (files named after it)
@@ -69,5 +71,15 @@ sweep)
 profile)
     timeout "${BENCH_TIMEOUT:-400}" python3 tools/gpu/profile_zoo.py ${PROFILE_ARGS:-resnet bfloat16 dynamic} \
         2>&1 | tee "$OUT/profile.txt" | tail -5
+    ;;
+profile_matmul)
+    # top kernels of issue #16's workloads: eager, Ember, torch.compile
+    timeout "${BENCH_TIMEOUT:-300}" python3 tools/gpu/profile_matmul.py ${PROFILE_ARGS:-mlp:8192x768} \
+        2>&1 | tee "$OUT/profile_matmul.txt" | grep "=====" 
+    ;;
+profile_generate)
+    # one decode step's time: eager, torch.compile and Ember, CPU inside forward vs GPU kernels
+    timeout "${BENCH_TIMEOUT:-400}" python3 tools/gpu/profile_generate.py ${PROFILE_ARGS:-64} \
+        2>&1 | tee "$OUT/profile_generate.txt" | grep "=====" 
     ;;
 esac
