@@ -31,6 +31,7 @@ from ember.runtime.cudagraphs_pool import mark_step_begin as cudagraph_mark_step
 if TYPE_CHECKING:
     from ember.frontend.compiled import RecompileLimitWarning
     from ember.frontend.trace import CaptureError, capture
+    from ember.frontend.triton_custom_op import triton_op, wrap_triton
 
 __all__ = [
     "CAPTURE_MODES",
@@ -47,12 +48,16 @@ __all__ = [
     "mark_static",
     "maybe_mark_dynamic",
     "register_capture_mode",
+    "triton_op",
+    "wrap_triton",
 ]
 
 _LAZY = {
     "CaptureError": "ember.frontend.trace",
     "capture": "ember.frontend.trace",
     "RecompileLimitWarning": "ember.frontend.compiled",
+    "triton_op": "ember.frontend.triton_custom_op",  # Triton kernels as custom operators
+    "wrap_triton": "ember.frontend.triton_custom_op",
 }
 
 

@@ -1,0 +1,262 @@
+"""A corpus of user Triton kernels (``user_triton_kernels.py``) launched inside compiled
+functions: each launch is one ``ember::triton_kernel`` node (0 graph breaks), and every
+backend matches the same function run eagerly, outputs and mutated inputs alike.
+
+On the CPU the kernels run in Triton's interpreter: the kernel module is imported with
+the interpreter on (``_kernels(interpret=True)``), and the inductor generates Triton code
+for the CPU too (``triton_for_cpu``), so no C++ is built. The ``cuda`` tests run the
+same cases as JIT kernels on the GPU, with autotuning over two configs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+import ember.frontend as ef  # noqa: E402
+from ember.inductor.codegen.triton.testing import triton_for_cpu  # noqa: E402
+from ember.runtime.config import patch  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+BACKENDS = ["eager", "aot_eager", "inductor"]
+
+
+@contextlib.contextmanager
+def _interpreter(enabled: bool) -> Iterator[None]:
+    """``@triton.jit`` makes interpreted (or JIT) kernels while active."""
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and hasattr(knobs.runtime, "scope"):
+        with knobs.runtime.scope():
+            knobs.runtime.interpret = enabled
+            yield
+        return
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if enabled else "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def _kernels(interpret: bool) -> ModuleType:
+    """``user_triton_kernels.py`` imported as interpreted or JIT kernels (its own module
+    name each: a compiled launch finds its kernel as ``module:attribute``)."""
+    name = "user_triton_kernels_" + ("interp" if interpret else "jit")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HERE / "user_triton_kernels.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    with _interpreter(interpret):
+        spec.loader.exec_module(module)
+        module.scaled_relu = module.register_scaled_relu(  # type: ignore[attr-defined]
+            "ember_corpus_" + ("interp" if interpret else "jit"))
+    return module
+
+
+Case = tuple[Callable[..., Any], Callable[[str], list[torch.Tensor]]]
+
+
+def _cases(K: Any) -> dict[str, Case]:  # noqa: N803 - K: the kernel module
+    cdiv = triton.cdiv
+
+    def vector_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        K.add_kernel[(cdiv(x.numel(), 32),)](x * 2, y, out, x.numel(), BLOCK=32)
+        return out.relu() + 1
+
+    def grid_lambda(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        n = x.numel()
+        K.add_kernel[lambda meta: (cdiv(n, meta["BLOCK"]),)](x, y.sin(), out, n, BLOCK=16)
+        return out
+
+    def fused_softmax(x: torch.Tensor) -> torch.Tensor:
+        y = x * 3
+        out = torch.empty_like(y)
+        K.softmax_kernel[(y.shape[0],)](out, y, y.stride(0), out.stride(0), y.shape[1],
+                                        BLOCK=triton.next_power_of_2(y.shape[1]))
+        return out - 1
+
+    def layer_norm_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        rows, cols = x.shape
+        y = torch.empty_like(x)
+        mean = x.new_empty(rows)
+        rstd = x.new_empty(rows)
+        K.layer_norm_fwd_kernel[(rows,)](x, w, b, y, mean, rstd, x.stride(0), cols, 1e-5,
+                                         BLOCK=triton.next_power_of_2(cols))
+        return y * 2, mean, rstd
+
+    def layer_norm_bwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
+                       dy: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rows, cols = x.shape
+        block = triton.next_power_of_2(cols)
+        y = torch.empty_like(x)
+        mean = x.new_empty(rows)
+        rstd = x.new_empty(rows)
+        K.layer_norm_fwd_kernel[(rows,)](x, w, b, y, mean, rstd, x.stride(0), cols, 1e-5,
+                                         BLOCK=block)
+        dx = torch.empty_like(x)
+        dw = torch.zeros_like(w)
+        db = torch.zeros_like(b)
+        K.layer_norm_bwd_kernel[(rows,)](dy, x, w, mean, rstd, dx, dw, db, x.stride(0), cols,
+                                         BLOCK=block)
+        return dx, dw, db
+
+    def autotuned_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        M, K_ = a.shape
+        N = b.shape[1]
+        c = a.new_empty(M, N)
+        K.matmul_kernel[lambda meta: (cdiv(M, meta["BLOCK_M"]), cdiv(N, meta["BLOCK_N"]))](
+            a, b, c, M, N, K_, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            c.stride(0), c.stride(1))
+        return c + 1
+
+    def seeded_dropout(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        K.dropout_kernel[(cdiv(x.numel(), 64),)](x, out, x.numel(), 0.25, 1234, BLOCK=64)
+        return out
+
+    def inplace_update(x: torch.Tensor) -> torch.Tensor:
+        K.scale_shift_inplace_kernel[(cdiv(x.numel(), 32),)](x, x.numel(), 2.0, 0.5,
+                                                             BLOCK=32)
+        return x.sum()
+
+    def two_outputs(x: torch.Tensor) -> torch.Tensor:
+        s = torch.empty_like(x)
+        c = torch.empty_like(x)
+        K.sincos_kernel[(cdiv(x.numel(), 32),)](x, s, c, x.numel(), BLOCK=32)
+        return s * s + c * c, s
+
+    def helper_call(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        K.bias_gelu_kernel[(cdiv(x.numel(), 64),)](x, b, out, x.numel(), x.shape[1],
+                                                   BLOCK=64)
+        return out
+
+    def heuristics(x: torch.Tensor) -> torch.Tensor:
+        out = x.new_empty(x.shape[0])
+        K.row_sum_kernel[(x.shape[0],)](x, out, x.stride(0), x.shape[1])
+        return out
+
+    def gather_rows(idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        out = table.new_empty(idx.shape[0], table.shape[1])
+        K.gather_rows_kernel[(idx.shape[0],)](idx, table, out, table.shape[1], BLOCK=16)
+        return out
+
+    def custom_op_autograd(x: torch.Tensor) -> torch.Tensor:
+        return (K.scaled_relu(x * 2, 0.5) + x).sum()
+
+    def randn(*shape: int) -> Callable[[str], torch.Tensor]:
+        return lambda device: torch.randn(*shape, device=device)
+
+    def inputs(*makers: Callable[[str], torch.Tensor]) -> Callable[[str], list[torch.Tensor]]:
+        return lambda device: [m(device) for m in makers]
+
+    return {
+        "vector_add": (vector_add, inputs(randn(100), randn(100))),
+        "grid_lambda": (grid_lambda, inputs(randn(50), randn(50))),
+        "fused_softmax": (fused_softmax, inputs(randn(6, 20))),
+        "layer_norm_fwd": (layer_norm_fwd, inputs(randn(5, 24), randn(24), randn(24))),
+        "layer_norm_bwd": (layer_norm_bwd, inputs(randn(5, 24), randn(24), randn(24),
+                                                  randn(5, 24))),
+        "autotuned_matmul": (autotuned_matmul, inputs(randn(20, 24), randn(24, 18))),
+        "seeded_dropout": (seeded_dropout, inputs(randn(200))),
+        "inplace_update": (inplace_update, inputs(randn(70))),
+        "two_outputs": (two_outputs, inputs(randn(40))),
+        "helper_call": (helper_call, inputs(randn(4, 16), randn(16))),
+        "heuristics": (heuristics, inputs(randn(7, 12))),
+        "gather_rows": (gather_rows, inputs(
+            lambda d: torch.tensor([2, 0, 3, 3], device=d), randn(5, 16))),
+        "custom_op_autograd": (custom_op_autograd, inputs(
+            lambda d: torch.randn(30, device=d, requires_grad=True))),
+    }
+
+
+CASE_NAMES = list(_cases(None))
+# NOTE: a custom_op's register_autograd is lost in compiled code (a plain torch custom_op
+# too: issue 18 item 1, not the Triton launch); strict: once that lands this fails and
+# the mark must go
+CASES = [pytest.param(n, marks=pytest.mark.xfail(
+    strict=True, reason="custom_op autograd in compiled code (issue 18 item 1)"))
+    if n == "custom_op_autograd" else n for n in CASE_NAMES]
+
+
+def _clone(values: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [v.detach().clone().requires_grad_(v.requires_grad) for v in values]
+
+
+def _check(name: str, backend: str, device: str) -> None:
+    kernels = _kernels(interpret=device == "cpu")
+    fn, make_inputs = _cases(kernels)[name]
+    compiled = ef.compile(fn, backend=backend, options={"strict": True}
+                          if backend == "inductor" else None)
+    for _ in range(2):
+        inputs = make_inputs(device)
+        expected_inputs, actual_inputs = _clone(inputs), _clone(inputs)
+        expected = fn(*expected_inputs)
+        actual = compiled(*actual_inputs)
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+        for e, a in zip(expected_inputs, actual_inputs):  # in-place kernels too
+            torch.testing.assert_close(a.detach(), e.detach(), rtol=1e-4, atol=1e-4)
+        if isinstance(expected, torch.Tensor) and expected.requires_grad:  # training
+            expected.backward()
+            actual.backward()
+            for e, a in zip(expected_inputs, actual_inputs):
+                torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-4)
+    assert compiled.stats.graph_breaks == 0, [b.reason for b in compiled.breaks]
+    assert compiled.stats.graphs == 1
+
+
+# NOTE: Triton's own jit library functions (tl.max, tl.sum, tl.rand, ...) are
+# interpretable only when TRITON_INTERPRET=1 was set before Triton was imported: the CPU
+# cases run in a child pytest with it set (test_corpus_in_triton_interpreter).
+IN_INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@pytest.mark.skipif(not IN_INTERPRETER, reason="runs in the TRITON_INTERPRET=1 child "
+                    "process of test_corpus_in_triton_interpreter")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", CASES)
+def test_corpus_on_cpu_interpreter(name: str, backend: str) -> None:
+    with triton_for_cpu():
+        _check(name, backend, "cpu")
+
+
+@pytest.mark.skipif(IN_INTERPRETER, reason="this is the child process")
+def test_corpus_in_triton_interpreter() -> None:
+    """Every CPU case, in a child pytest with ``TRITON_INTERPRET=1``."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+         str(Path(__file__)), "-k", "test_corpus_on_cpu_interpreter"],
+        env=env, capture_output=True, text=True, timeout=900, check=False,
+        cwd=HERE.parent)
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert f"{(len(CASE_NAMES) - 1) * len(BACKENDS)} passed" in summary, summary
+    assert f"{len(BACKENDS)} xfailed" in summary, summary
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", CASES)
+def test_corpus_on_gpu(name: str, backend: str) -> None:
+    _check(name, backend, "cuda")
