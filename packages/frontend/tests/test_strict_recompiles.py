@@ -384,3 +384,34 @@ def test_trace_limit_warns_once_counts_and_logs_guard_and_def_line(capsys: Any) 
     assert "recompiling scaled (entry 2 of at most 2): guard failed: x.shape == (1,) " \
         f"(got (2,)); guard from {where}" in err
     assert f"x.shape == (2,) (got (4,)); guard from {where}" in err  # each fallback
+
+
+def test_the_entry_that_matched_last_is_checked_first() -> None:
+    """A decode loop: after a static entry and a dynamic one exist, each call that the
+    dynamic entry serves checks only its guards, not the static entry's first."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * 2
+
+    compiled = strict(f)
+    compiled(torch.randn(3, 4))  # static entry
+    compiled(torch.randn(5, 4))  # automatic dynamic: a second, symbolic entry
+    strict_fn = getattr(compiled, "_compiled", compiled)
+    entries = strict_fn.segments[0]
+    assert len(entries) == 2
+    checked: list[int] = []
+    for i, seg in enumerate(entries):
+        def counting(state: Any, ctx: Any, _i: int = i, _match: Any = seg.match) -> Any:
+            checked.append(_i)
+            return _match(state, ctx)
+        seg.match = counting  # type: ignore[method-assign]
+    for n in (6, 7, 8):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x), f(x))
+    # the first call after the capture tries the static entry, then the dynamic one;
+    # the next calls go straight to the dynamic entry (before: 0, 1 every call)
+    assert checked == [0, 1, 1, 1], checked
+    assert compiled.stats.compiles == 2
+    x = torch.randn(3, 4)  # both entries hold: either is a correct answer
+    torch.testing.assert_close(compiled(x), f(x))
+    assert compiled.stats.compiles == 2

@@ -106,6 +106,7 @@ class StrictFunction:
         # an input was marked dynamic, or an op has a data-dependent size: every later
         # capture of this function records with symbolic shapes
         self._saw_marks = False
+        self._last_hit: dict[int, int] = {}  # resume point -> entry that matched last
         code = self.fn.__code__
         only_positional = not code.co_kwonlyargcount and not (
             code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS))
@@ -145,6 +146,7 @@ class StrictFunction:
         self._callees = {}
         self._policy = DynamicPolicy(self.request.dynamic)
         self._saw_marks = False
+        self._last_hit = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = self._bound + args
@@ -214,10 +216,19 @@ class StrictFunction:
         """The segment whose guards hold for ``state`` (capturing a new one on a miss)
         with its graph inputs, or ``_EAGER``."""
         entries = self.segments.setdefault(state.ip, [])
-        for seg in entries:
+        # NOTE: the entry that matched last is tried first: a decode loop hits its dynamic
+        # entry every call and must not pay for the prefill's and first step's guards
+        # (any entry whose guards hold is valid; the list keeps its creation order, which
+        # automatic dynamic shapes reads)
+        last = self._last_hit.get(state.ip, 0)
+        order = range(len(entries)) if last == 0 else (
+            last, *(i for i in range(len(entries)) if i != last))
+        for i in order:
+            seg = entries[i]
             inputs = seg.match(state, self._ctx)
             if inputs is not None:
                 self.stats.cache_hits += 1
+                self._last_hit[state.ip] = i
                 return seg, inputs
         if not entries and state.ip == 0:  # NOTE: the first call only, never the steady state
             cached = self._from_capture_cache(state)
