@@ -1,6 +1,7 @@
-"""User Triton kernel launches are never dropped: a graph break in strict capture
-(logged, listed by ``explain``, the launch runs eagerly on real tensors), a
-``CaptureError`` naming the kernel in trace capture.
+"""User Triton kernel launches are never dropped: one ``ember::triton_kernel`` node in
+strict capture (0 graph breaks; the launch runs on real tensors when the graph runs), a
+graph break for what cannot be captured (``kernel.warmup``), a ``CaptureError`` naming
+the kernel in trace capture.
 
 In-process tests replace ``JITFunction.run`` by a stub that does the kernel's work with
 torch ops (no GPU is needed, nothing runs through Triton); the subprocess test runs real
@@ -87,35 +88,47 @@ def launch_heuristic(x: torch.Tensor) -> torch.Tensor:
 LAUNCHES = [launch_getitem, launch_run, launch_autotuned, launch_heuristic]
 
 
+KERNEL_OF = {launch_getitem: "add_one", launch_run: "add_one", launch_autotuned: "tuned",
+             launch_heuristic: "heuristic"}
+
+
 @pytest.mark.parametrize("launch", LAUNCHES, ids=lambda f: f.__name__)
-def test_strict_launch_is_a_logged_break_and_runs_eagerly(
+def test_strict_launch_is_one_graph_op(
     launch: Callable[..., torch.Tensor], launches: list[bool],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     compiled = ef.compile(launch, backend="eager")
-    with patch(logs="graph_breaks"):
+    with patch(logs="graphs"):
         for i in range(3):
             x = torch.arange(4.0) + i
             torch.testing.assert_close(compiled(x), (x * 2 + 1) * 3)
     assert launches == [False] * 3  # every call launched, on real tensors
-    assert compiled.stats.graph_breaks == 1 and compiled.stats.graphs == 2
+    assert compiled.stats.graph_breaks == 0 and compiled.stats.graphs == 1
     err = capsys.readouterr().err
-    assert f"graph break in {launch.__name__}: launch of the user Triton kernel add_one" in err
-    assert "not captured yet" in err
+    key = f"{__name__}:{KERNEL_OF[launch]}"
+    assert f'= ember::triton_kernel.default("{key}", [%mul, %detach], [4, ' in err
+    assert '\\"writes\\":[1]}")' in err  # out_ptr (tensor 1) is written, x_ptr only read
+    assert "= aten::copy_.default(%detach, %triton_kernel.0)" in err
+    assert f'file "user_kernels/{KERNEL_OF[launch]}_' in err
 
 
-def test_explain_lists_the_launch(launches: list[bool]) -> None:
+def test_explain_shows_no_break(launches: list[bool]) -> None:
     report = ef.explain(launch_getitem)(torch.arange(4.0))
-    assert report.break_count == 1 and report.graph_count == 2
-    (info,) = report.breaks
-    assert "launch of the user Triton kernel add_one (JITFunction" in info.reason
-    assert info.location is not None and info.location.file == __file__
-    assert "add_one[(1,)]" in info.location.text
+    assert report.break_count == 0 and report.graph_count == 1
+    assert f"G['add_one'] is <add_one at" in report.guards  # the kernel object is guarded
 
 
-def test_fullgraph_names_the_launch(launches: list[bool]) -> None:
-    compiled = ef.compile(launch_run, backend="eager", fullgraph=True)
-    with pytest.raises(FullGraphError, match="launch of the user Triton kernel add_one"):
+def warmup_then_add(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    out = torch.empty_like(y)
+    add_one.warmup(y, out, y.numel(), BLOCK=8, grid=(1,))
+    return out * 0 + 1
+
+
+def test_warmup_is_a_named_break(launches: list[bool]) -> None:
+    compiled = ef.compile(warmup_then_add, backend="eager", fullgraph=True)
+    with pytest.raises(FullGraphError, match="launch of the user Triton kernel add_one "
+                       r"\(JITFunction\): warmup of the kernel"):
         compiled(torch.arange(4.0))
     assert launches == []
 
@@ -186,7 +199,7 @@ print(json.dumps(results))
 """
 
 
-def test_real_kernels_are_correct_after_the_break(tmp_path: Path) -> None:
+def test_real_kernels_are_captured_and_correct(tmp_path: Path) -> None:
     script = tmp_path / "launch.py"
     script.write_text(textwrap.dedent(SCRIPT))
     env = dict(os.environ, TRITON_INTERPRET="1")
@@ -196,7 +209,7 @@ def test_real_kernels_are_correct_after_the_break(tmp_path: Path) -> None:
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(results) == {"f_getitem", "f_run", "f_autotune", "f_heuristics"}
     for name, result in results.items():
-        assert result == {"ok": [True, True], "breaks": 1, "graphs": 2}, (name, result)
+        assert result == {"ok": [True, True], "breaks": 0, "graphs": 1}, (name, result)
 
 
 def test_launch_inside_code_run_on_fake_tensors_is_refused(launches: list[bool]) -> None:
@@ -229,7 +242,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an 
 @needs_cuda
 def test_real_kernels_on_the_gpu() -> None:
     """Compiled kernels on CUDA tensors (autotune benchmarks two configs): strict
-    capture breaks and the launches' results are right; tracing refuses the launch
+    capture records both launches (no break) and their results are right; tracing refuses the launch
     before Triton reads a fake tensor's (null) data pointer, and the GPU stays usable."""
     tuned_two = triton.autotune(configs=[triton.Config({"BLOCK": 32}),
                                          triton.Config({"BLOCK": 64})], key=["n"])(add_one)
@@ -247,7 +260,7 @@ def test_real_kernels_on_the_gpu() -> None:
     for _ in range(2):
         x = torch.randn(1000, device="cuda")
         torch.testing.assert_close(compiled(x), (x * 2 + 2) * 3)
-    assert compiled.stats.graph_breaks == 2
+    assert compiled.stats.graph_breaks == 0
     traced = ef.compile(f, backend="eager", options={"capture": "trace"})
     with pytest.raises(ef.CaptureError, match="user Triton kernel add_one"):
         traced(torch.randn(1000, device="cuda"))
