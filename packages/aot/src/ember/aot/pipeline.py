@@ -62,7 +62,7 @@ from ember.runtime.ir import (
 )
 from ember.runtime.ir.contracts import AotMetadata, PartitionSummary
 from ember.runtime.ir.verifier import CORE_FUNCTIONAL_EXTRA_OPS
-from ember.runtime.phases import timed
+from ember.runtime.phases import profiles_compile, timed
 from ember.runtime.stages import StageDeclined
 from ember.runtime.tracing import RecordingError
 
@@ -77,6 +77,7 @@ def needs_backward(program: Program, config: AotConfig) -> bool:
         and p.meta.dtype.is_floating_point for p in program.forward.placeholders)
 
 
+@profiles_compile  # run alone (not under the pipeline): its own stage profile
 def aot_compile(program: Program, config: AotConfig | None = None) -> Program:
     """Turn an ``aten`` program into a ``core-functional`` one (see module docstring).
 

@@ -38,7 +38,7 @@ from ember.runtime.ir.contracts import (
     launch_meta_from_json,
 )
 from ember.runtime.logs import log, log_enabled
-from ember.runtime.phases import count, phase
+from ember.runtime.phases import count, phase, profiles_compile
 from ember.runtime.pipeline import MODE_FEATURES, mode_features
 
 _EXTENSIONS = {"cpp": "cpp", "triton": "py"}
@@ -135,6 +135,7 @@ def render_output_code(compiled: CompiledGraph) -> str:
     return "\n".join(parts)
 
 
+@profiles_compile  # run alone (not under the pipeline): its own stage profile
 def compile_program(program: Program, options: dict[str, Any] | None = None) -> Program:
     """Compile every graph of a core-functional ``program`` into a ``compiled`` Program.
 

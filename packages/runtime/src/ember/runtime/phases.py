@@ -10,10 +10,11 @@ decorator); kernel builders :func:`count` what they did (builds, cache hits)::
 
 A phase entered inside another is recorded under the outer one's name
 (``inductor/lowering``). :func:`compile_profile` (the pipeline's ``compile_program``)
-delimits one compile: it adopts the phases recorded since the last compile ended (the
-frontend's capture, which runs just before), collects everything until it exits, then
-keeps the result for :func:`last_compile_profile` and prints it as one table under
-``EMBER_LOGS=stages``. Phases recorded outside any compile wait for the next one.
+delimits one compile (and so do the stages' own entry points, for a stage run alone;
+nested, they add to the outer compile): it adopts the last phase recorded outside any
+compile (the frontend's capture, which runs just before), collects everything until it
+exits, then keeps the result for :func:`last_compile_profile` and prints it as one
+table under ``EMBER_LOGS=stages``.
 
 Phase names are free text; the ones Ember records:
 
@@ -136,11 +137,15 @@ def phase(name: str) -> Iterator[None]:
     A compile that runs inside the block (the strict capture compiles each graph as it
     captures it) is not counted in the block's time; the block's phase goes into that
     compile's profile, which is printed when the block ends."""
+    global _pending
     state = _thread
     path = "/".join([*state.names, name])
-    state.names.append(name)
-    with _lock:  # NOTE: entered now, so that a phase is listed before its sub-phases
+    with _lock:
+        if not state.names and _open is None:
+            _pending = None  # only the phase right before a compile belongs to it
+        # NOTE: entered now, so that a phase is listed before its sub-phases
         timing = _collecting().phases.setdefault(path, PhaseTiming(path))
+    state.names.append(name)
     excluded = state.excluded
     start = time.perf_counter()
     try:
