@@ -9,7 +9,7 @@ The choice is a minimum cut (after the recompute-vs-save formulation of the
 functorch partitioner, written here from scratch): each value ``v`` becomes two vertices
 ``v.in -> v.out`` joined by an edge as wide as the bytes it would take to save ``v``;
 data dependencies are infinite edges; the source feeds the forward inputs and every value
-that must never be recomputed (matmuls, convolutions,
+that must never be recomputed (custom operators, matmuls, convolutions,
 random ops, reductions over large inputs); every value that depends on a tangent drains
 into the sink. (Values the forward graph computes for its own outputs are not tied to the
 source: the backward graph may recompute them instead of saving them.) The cut edges are the values to save, and a value on the sink side of the
@@ -23,13 +23,14 @@ the expression, and the backward graph binds its symbols from its own placeholde
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ember.aot.config import AotConfig
 from ember.aot.partition.maxflow import INFINITE, FlowNetwork
 from ember.aot.partition.shape_symbols import bind_backward_symbols
 from ember.aot.symbolic_sizes import hint, nbytes, node_symbols, numel, total
+from ember.runtime.ir.fresh_writes import written_values
 from ember.runtime.ir import (
     Argument,
     Graph,
@@ -88,6 +89,8 @@ def is_recomputable(node: Node, graph_meta: Mapping[str, object], config: AotCon
         return node.op in ("constant", "get_attr")
     if node.target in COMPUTE_BOUND_OPS:
         return False
+    if node.target.partition("::")[0] not in ("aten", "prims"):
+        return False  # a custom operator: its cost is unknown, and it may not be pure
     if is_random(node.target):
         return False
     if _is_reduction(node):
@@ -167,6 +170,8 @@ def _ancestors(nodes: dict[str, Node], roots: list[ValueRef]) -> set[str]:
     binders = {m.symbol: n.name for n in nodes.values()
                for m in (n.meta if isinstance(n.meta, tuple) else (n.meta,))
                if isinstance(m, ScalarMeta) and m.symbol is not None}
+    # a fresh buffer a custom operator writes holds its value only after that call
+    writers = written_by(nodes.values())
     seen: set[str] = set()
     stack = [r.node for r in roots]
     while stack:
@@ -175,9 +180,22 @@ def _ancestors(nodes: dict[str, Node], roots: list[ValueRef]) -> set[str]:
             continue
         seen.add(name)
         stack.extend(r.node for r in nodes[name].inputs())
+        if name in writers:
+            stack.append(writers[name])
         if binders:
             stack.extend(binders[s] for s in node_symbols(nodes[name]) if s in binders)
     return seen
+
+
+def written_by(nodes: Iterable[Node]) -> dict[str, str]:
+    """Fresh buffers a custom operator writes (``ember.runtime.ir.fresh_writes``): the
+    written value's node -> the writing call's node. The buffer's readers depend on the
+    call; the buffer is never recomputed (the backward would read it unwritten)."""
+    found: dict[str, str] = {}
+    for node in nodes:
+        if node.op == "call" and node.target.partition("::")[0] not in ("aten", "prims"):
+            found.update((ref.node, node.name) for ref in written_values(node))
+    return found
 
 
 def _min_cut_backward_side(
@@ -197,8 +215,11 @@ def _min_cut_backward_side(
     source, sink = ("source",), ("sink",)
     net.vertex(source)
     net.vertex(sink)
+    writers = written_by(nodes.values())
     for name in bw_required | fw_required:
         node = nodes[name]
+        if name in writers and writers[name] in tangent_dependent:
+            net.add_edge((name, "in"), sink, INFINITE)  # written in the backward graph
         if name in tangent_dependent:
             net.add_edge((name, "in"), sink, INFINITE)
             for r in node.inputs():
@@ -214,7 +235,9 @@ def _min_cut_backward_side(
         # NOTE: a value the forward graph computes anyway may still be recomputed in the
         # backward graph (cheaper than saving it); only inputs and values that must not
         # be recomputed are tied to the source.
-        if node.op == "placeholder" or not is_recomputable(node, meta, config, symbols):
+        written_in_forward = name in writers and writers[name] not in tangent_dependent
+        if (node.op == "placeholder" or written_in_forward
+                or not is_recomputable(node, meta, config, symbols)):
             net.add_edge(source, (name, "in"), INFINITE)
         for r in node.inputs():
             net.add_edge((r, "out"), (name, "in"), INFINITE)
