@@ -63,7 +63,9 @@ class _Unsure(Exception):
 
 def written_parameters(kernel: Any) -> frozenset[str] | None:
     """The names of ``kernel``'s parameters it may write through, or None when the
-    analysis cannot tell (then every pointer argument must be taken as written).
+    analysis cannot tell (then every pointer argument must be taken as written). A
+    scalar parameter used in a written pointer's offsets is named too (capture looks
+    only at the tensor arguments); ``tl.constexpr`` parameters are not.
 
     ``kernel`` is a ``@triton.jit`` function or a ``triton.autotune`` /
     ``triton.heuristics`` object wrapping one.
@@ -81,15 +83,18 @@ def _analyse(fn: Any, depth: int, active: set[int]) -> set[str]:
     func = tree.body[0]
     if not isinstance(func, ast.FunctionDef):
         raise _Unsure(f"{fn.__qualname__} is not a function definition")
-    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args,
-                              *func.args.kwonlyargs)]
+    arguments = (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)
+    params = [a.arg for a in arguments]
     flow = _Flow(fn, params, depth, active | {id(fn)})
     before = -1
     while before != flow.size():  # assignments inside loops feed earlier statements
         before = flow.size()
         for stmt in func.body:
             flow.visit(stmt)
-    return flow.written
+    # a tl.constexpr (a block size in the offsets) is never written through
+    constexprs = {a.arg for a in arguments if a.annotation is not None
+                  and ast.unparse(a.annotation).endswith("constexpr")}
+    return flow.written - constexprs
 
 
 class _Flow(ast.NodeVisitor):
