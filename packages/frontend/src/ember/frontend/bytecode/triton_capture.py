@@ -38,6 +38,7 @@ from ember.frontend.bytecode.frame import location_of
 from ember.frontend.bytecode.interpreter import is_fake_tensor
 from ember.frontend.bytecode.triton_writes import written_parameters
 from ember.runtime.user_kernel_spec import (
+    Constant,
     GridChoice,
     LaunchArg,
     UserKernelCall,
@@ -183,7 +184,8 @@ def capture_launch(handler: Any, interp: Any, frame: Any, fn: Any, kernel: Any,
     grids: list[GridChoice] = []
     seen: set[str] = set()
     for config in _configs(chain):
-        when = {k: v for k, v in config.items() if isinstance(v, (int, float, bool, str))}
+        when: dict[str, Constant] = {k: v for k, v in config.items()
+                                     if isinstance(v, (int, float, bool, str))}
         if repr(sorted(when.items())) in seen:
             continue
         seen.add(repr(sorted(when.items())))
