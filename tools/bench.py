@@ -186,6 +186,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.size_list:
         print("\nbatch-size sweep:")
         print(report.sweep_table(rows))
+    phases = report.phases_table(rows)
+    if phases:
+        print("\nEmber's cold compile by phase (s; EMBER_LOGS=stages prints one table a compile):")
+        print(phases)
     print("\nper-call overhead (tiny input):")
     print(report.overhead_table(overhead))
     if args.json:

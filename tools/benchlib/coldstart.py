@@ -7,7 +7,9 @@ included). Warm: a second new process over the same, now filled, cache directori
 what a user sees when restarting a job.
 
 The worker runs as ``python -m benchlib.coldstart JSON`` (``tools/`` on ``sys.path``); its
-last stdout line is ``{"first_call_s": ...}`` or ``{"error": ...}``.
+last stdout line is ``{"first_call_s": ..., "phases": {...}}`` or ``{"error": ...}``;
+``phases`` (Ember only) sums the stage profiles of the compiles of the first call
+(``ember.runtime.phases``: seconds by phase, counts).
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ def measure(job: ColdJob, timeout_s: float = 600.0) -> dict[str, object]:
         warm = _run_worker(job, env, timeout_s)
         if "error" in warm:
             return {"error": f"warm: {warm['error']}"}
-    return {"cold_s": cold["first_call_s"], "warm_s": warm["first_call_s"]}
+    return {"cold_s": cold["first_call_s"], "warm_s": warm["first_call_s"],
+            "cold_phases": cold.get("phases", {})}
 
 
 def _run_worker(job: ColdJob, env: dict[str, str], timeout_s: float) -> dict[str, object]:
@@ -100,9 +103,26 @@ def _first_call_seconds(job: ColdJob) -> float:
     return time.perf_counter() - start
 
 
+def _ember_phases() -> dict[str, float]:
+    """The phases (seconds) and counts of every Ember compile in this process, summed."""
+    from ember.runtime.phases import compile_profiles
+
+    total: dict[str, float] = {}
+    for profile in compile_profiles():
+        total["total"] = total.get("total", 0.0) + profile.total_s
+        for name, timing in profile.phases.items():
+            total[name] = total.get(name, 0.0) + timing.seconds
+        for name, n in profile.counts.items():
+            total[f"#{name}"] = n if name == "build threads" else total.get(f"#{name}", 0) + n
+    return total
+
+
 def _worker(job: ColdJob) -> dict[str, object]:
     try:
-        return {"first_call_s": _first_call_seconds(job)}
+        seconds = _first_call_seconds(job)
+        if job.compiler == "ember":
+            return {"first_call_s": seconds, "phases": _ember_phases()}
+        return {"first_call_s": seconds}
     except Exception as exc:  # noqa: BLE001 - report, never crash: the parent prints the row
         first = (str(exc).strip().splitlines() or [""])[0]
         return {"error": f"{type(exc).__name__}: {first}"}

@@ -204,6 +204,32 @@ def _markdown(columns: list[str], lines: list[list[str]]) -> list[str]:
             + ["| " + " | ".join(line) + " |" for line in lines])
 
 
+# The cold-compile phases shown per Ember row (the stage profile's top-level phases and
+# the inductor's steps; ember.runtime.phases) and their column labels, then the build
+# counts.
+PHASE_COLUMNS = {"total": "total", "capture": "capture", "program cache": "cache",
+                 "aot": "aot", "inductor": "inductor", "inductor/lowering": "lowering",
+                 "inductor/scheduling": "schedule", "inductor/codegen": "codegen",
+                 "inductor/kernel builds": "builds", "runtime load": "load"}
+COUNT_COLUMNS = ("cpp builds", "triton builds", "deduped kernels", "build threads")
+
+
+def phases_table(rows: list[Row]) -> str:
+    """The cold compile of each Ember row, phase by phase (seconds), with its kernel
+    build counts; empty when no row has phases (``--no-cold``, no Ember)."""
+    shown = [r for r in rows if r.cold_phases]
+    if not shown:
+        return ""
+    header = f"  {'model':<18} " + " ".join(f"{n:>9}" for n in PHASE_COLUMNS.values())
+    lines = [header + "  counts"]
+    for r in shown:
+        cells = " ".join(f"{r.cold_phases.get(c, 0.0):9.2f}" for c in PHASE_COLUMNS)
+        counts = ", ".join(f"{c} {int(r.cold_phases[f'#{c}'])}" for c in COUNT_COLUMNS
+                           if f"#{c}" in r.cold_phases)
+        lines.append(f"  {r.model[:18]:<18} {cells}  {counts}")
+    return "\n".join(lines)
+
+
 def overhead_table(results: dict[str, float | str]) -> str:
     """``compiler: N us per call`` lines."""
     return "\n".join(

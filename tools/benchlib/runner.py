@@ -46,6 +46,7 @@ class Row:
     compile_s: float | None = None
     cold_compile_s: float | None = None
     warm_compile_s: float | None = None
+    cold_phases: dict[str, float] = field(default_factory=dict)
     accuracy: str | None = None
     max_abs_error: float | None = None
     rmse_ratio: float | None = None
@@ -294,6 +295,7 @@ def _measure_cold(prepared: Prepared, name: str, config: BenchConfig) -> None:
     else:
         row.cold_compile_s = float(measured["cold_s"])  # type: ignore[arg-type]
         row.warm_compile_s = float(measured["warm_s"])  # type: ignore[arg-type]
+        row.cold_phases = dict(measured.get("cold_phases") or {})
 
 
 def tiny_function(x: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,9 @@ Topics (:data:`TOPICS`):
 ``dynamic``       which dimensions are symbolic and why, specialisations, shape guards
 ``fallbacks``     ops or frames that ran eagerly instead of compiled
 ``output_code``   generated wrapper and kernel source
-``stages``        which stage ran, in what time, and boundary saves
+``stages``        which stage ran, in what time, and boundary saves; the stage profile
+                  (one table of phase timings a compile: :mod:`ember.runtime.phases`),
+                  kernel-build pool sizes, kernels shared by dedupe
 ``cache``         compile-cache hits and misses
 ``cudagraphs``    CUDA graph recordings, and why a graph or call runs without one
 ``autotune``      max-autotune: each choice with its timings, cache hits, failed candidates

@@ -36,6 +36,7 @@ Counts: ``cpp builds``, ``cpp cache hits``, ``triton builds``, ``deduped kernels
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import threading
@@ -104,6 +105,9 @@ _lock = threading.Lock()
 _open: CompileProfile | None = None  # the compile being profiled (any thread)
 _pending: CompileProfile | None = None  # phases recorded before the next compile
 _last: CompileProfile | None = None
+KEPT_PROFILES = 100
+"""How many finished profiles :func:`compile_profiles` keeps."""
+_history: collections.deque[CompileProfile] = collections.deque(maxlen=KEPT_PROFILES)
 
 
 class _ThreadState(threading.local):
@@ -238,6 +242,7 @@ def _finish(profile: CompileProfile) -> None:
         if _open is profile:
             _open = None
         _last = profile
+        _history.append(profile)
     if log_enabled("stages"):
         log("stages", profile.format)
 
@@ -251,6 +256,14 @@ def profiles_compile(fn: Callable[_P, _R]) -> Callable[_P, _R]:
             return fn(*args, **kwargs)
 
     return run
+
+
+def compile_profiles() -> list[CompileProfile]:
+    """The profiles of the compiles that finished in this process, oldest first (the
+    last :data:`KEPT_PROFILES`): a call that compiled several graphs (graph breaks, or
+    a training step's separate compiles) has one each."""
+    with _lock:
+        return list(_history)
 
 
 def last_compile_profile() -> CompileProfile | None:
