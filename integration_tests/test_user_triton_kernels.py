@@ -239,18 +239,39 @@ def test_corpus_on_cpu_interpreter(name: str, backend: str) -> None:
         _check(name, backend, "cpu")
 
 
+@pytest.mark.skipif(not IN_INTERPRETER, reason="runs in the TRITON_INTERPRET=1 child "
+                    "process of test_corpus_in_triton_interpreter")
+def test_output_code_in_cpu_interpreter(capsys: pytest.CaptureFixture[str]) -> None:
+    """The wrapper shows the kernel's source above its launch; Ember's own kernels
+    (the ``* 2`` before, the ``relu`` and ``+ 1`` after) fuse around it, not into it."""
+    kernels = _kernels(interpret=True)
+    fn, make_inputs = _cases(kernels)["vector_add"]
+    compiled = ef.compile(fn, backend="inductor", options={"strict": True})
+    with triton_for_cpu(), patch(logs="output_code"):
+        compiled(*make_inputs("cpu"))
+    code = capsys.readouterr().err
+    key = "user_triton_kernels_interp:add_kernel"
+    assert f"# user Triton kernel {key} (source user_kernels/add_kernel_" in code
+    assert "writes tensors [2] (the call launches it on copies of them)" in code
+    assert "# | def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):" in code
+    assert "# |     tl.store(out_ptr + offs, x + y, mask=mask)" in code
+    assert f"= ops.ember.triton_kernel.default('{key}', [arg0" in code or (
+        f"= ops.ember.triton_kernel.default('{key}', [buf" in code), code
+    assert code.count("@triton.jit") >= 2  # Ember's kernels before and after the call
+
+
 @pytest.mark.skipif(IN_INTERPRETER, reason="this is the child process")
 def test_corpus_in_triton_interpreter() -> None:
     """Every CPU case, in a child pytest with ``TRITON_INTERPRET=1``."""
     env = dict(os.environ, TRITON_INTERPRET="1")
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-         str(Path(__file__)), "-k", "test_corpus_on_cpu_interpreter"],
+         str(Path(__file__)), "-k", "cpu_interpreter"],
         env=env, capture_output=True, text=True, timeout=900, check=False,
         cwd=HERE.parent)
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert f"{(len(CASE_NAMES) - 1) * len(BACKENDS)} passed" in summary, summary
+    assert f"{(len(CASE_NAMES) - 1) * len(BACKENDS) + 1} passed" in summary, summary
     assert f"{len(BACKENDS)} xfailed" in summary, summary
 
 
