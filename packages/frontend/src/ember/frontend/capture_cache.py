@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sys
 import types
@@ -212,7 +213,6 @@ class CaptureCache:
         log("cache", f"capture cache miss {key[:16]} for {self.name}: {why}")
         if bad is not None:
             bad.remove(key)
-        return None
 
     def _segment(self, entry: dict[str, Any], state: FrameState,
                  ctx: FunctionContext) -> Segment:
@@ -347,7 +347,7 @@ def _check_global(module: str, name: str, expected: Any) -> None:
     value = resolve_name(module, name)
     if isinstance(expected, (bool, int, float, str, tuple, type(None))):
         same = type(value) is type(expected) and (value == expected or (
-            isinstance(value, float) and value != value and expected != expected))
+            isinstance(value, float) and math.isnan(value) and math.isnan(expected)))
     else:
         same = value is expected
     if not same:

@@ -210,7 +210,7 @@ def decode_value(data: JSON) -> Any:
 def _dtype(name: str) -> torch.dtype:
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"{name!r} is not a torch dtype")
+        raise ValueError(f"{name!r} is not a torch dtype")  # noqa: TRY004 - a bad entry
     return dtype
 
 

@@ -1,0 +1,143 @@
+"""The capture cache (ember.frontend.capture_cache): a fresh process with a filled cache
+runs its first call without capturing, imports none of the capture or compile
+machinery, and every portable guard kind rejects a changed value.
+
+Each case runs in a fresh subprocess over one cache directory (the program cache and
+the capture cache are on there; the suite keeps them off, conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+USER_MODULE = '''
+import torch
+
+FACTOR = float(__import__("os").environ.get("CC_FACTOR", "2.0"))
+
+
+def helper(x):
+    return x * FACTOR + 1.0   # HELPER
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.scale = 0.5
+
+    def forward(self, x):
+        y = helper(self.fc(x.float())) * self.scale
+        if self.training:
+            y = y + 1.0
+        return y.to(torch.get_default_dtype()), {"twice": y * 2}
+'''
+
+RUNNER = '''
+import json, os, sys
+import torch
+import usermod
+torch.manual_seed(0)
+model = usermod.Block()
+model.scale = float(os.environ.get("CC_SCALE", "0.5"))
+model.train(os.environ.get("CC_TRAINING", "1") == "1")
+if os.environ.get("CC_DEFAULT_DTYPE"):
+    torch.set_default_dtype(getattr(torch, os.environ["CC_DEFAULT_DTYPE"]))
+x = torch.randn(int(os.environ.get("CC_BATCH", "4")), 8,
+                dtype=getattr(torch, os.environ.get("CC_DTYPE", "float32")))
+import ember.frontend
+compiled = ember.frontend.compile(model, backend="aot_eager")
+grad = os.environ.get("CC_GRAD", "1") == "1"
+with torch.set_grad_enabled(grad):
+    out, extra = compiled(x)
+    want, want_extra = model(x)
+heavy = [m for m in ("sympy", "torch._dynamo", "ember.aot", "ember.inductor", "triton",
+                     "ember.frontend.bytecode.interpreter", "ember.runtime.tracing")
+         if m in sys.modules]
+print(json.dumps({
+    "hits": compiled.stats.capture_cache_hits,
+    "compiles": compiled.stats.compiles,
+    "same": bool(torch.allclose(out, want)) and out.dtype == want.dtype
+            and bool(torch.allclose(extra["twice"], want_extra["twice"])),
+    "keys": sorted(extra),
+    "heavy": heavy,
+}))
+'''
+
+
+def _copy(filled: Path, tmp_path: Path) -> Path:
+    """A copy of the filled directory (a miss stores its own capture: each case starts
+    from the first process's entries)."""
+    target = tmp_path / "copy"
+    shutil.copytree(filled, target, symlinks=True)
+    return target
+
+
+def _run(tmp_path: Path, **env: str) -> dict[str, object]:
+    full = dict(os.environ)
+    full.update({"EMBER_CACHE_DIR": str(tmp_path / "cache"), "EMBER_PROGRAM_CACHE": "1",
+                 "EMBER_CAPTURE_CACHE": "1", "EMBER_LOGS": "cache",
+                 "PYTHONPATH": os.pathsep.join([str(tmp_path), full.get("PYTHONPATH", "")])})
+    full.update(env)
+    proc = subprocess.run([sys.executable, str(tmp_path / "runner.py")], env=full,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["log"] = proc.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("capture_cache")
+    (tmp / "usermod.py").write_text(textwrap.dedent(USER_MODULE))
+    (tmp / "runner.py").write_text(textwrap.dedent(RUNNER))
+    first = _run(tmp)
+    assert first["hits"] == 0 and first["compiles"] == 1 and first["same"], first
+    assert "capture cache store" in str(first["log"]), first["log"]
+    return tmp
+
+
+def test_a_filled_cache_answers_the_first_call_without_capturing(filled: Path,
+                                                                 tmp_path: Path) -> None:
+    second = _run(_copy(filled, tmp_path))
+    assert second["hits"] == 1 and second["compiles"] == 0, second["log"]
+    assert second["same"] and second["keys"] == ["twice"]
+    assert second["heavy"] == [], second["heavy"]
+    assert "capture cache hit" in str(second["log"])
+
+
+@pytest.mark.parametrize(("env", "why"), [
+    ({"CC_BATCH": "5"}, "guard failed: x.shape == (4, 8) (got (5, 8))"),
+    ({"CC_DTYPE": "float64"}, "guard failed: x.dtype == torch.float32 (got torch.float64)"),
+    ({"CC_SCALE": "0.25"}, "guard failed: self.scale == 0.5 (got 0.25)"),
+    ({"CC_FACTOR": "3.0"}, "guard failed: G['FACTOR'] == 2.0 (got 3.0)"),
+    ({"CC_TRAINING": "0"}, "guard failed: self.training == True (got False)"),
+    ({"CC_DEFAULT_DTYPE": "float64"}, "guard failed: torch.get_default_dtype() == "
+                                      "torch.float32 (got torch.float64)"),
+    ({"CC_GRAD": "0"}, "guard failed: torch.is_grad_enabled() == True (got False)"),
+], ids=["shape", "dtype", "module_attribute", "global", "training", "default_dtype",
+        "grad_mode"])
+def test_a_changed_value_is_a_miss(filled: Path, tmp_path: Path, env: dict[str, str],
+                                   why: str) -> None:
+    result = _run(_copy(filled, tmp_path), **env)
+    assert result["hits"] == 0 and result["compiles"] == 1, result["log"]
+    assert result["same"]
+    assert why in str(result["log"]), result["log"]
+
+
+def test_a_replaced_inlined_function_is_a_miss(filled: Path, tmp_path: Path) -> None:
+    copy = _copy(filled, tmp_path)
+    changed = textwrap.dedent(USER_MODULE).replace("x * FACTOR + 1.0   # HELPER",
+                                                   "x * FACTOR - 1.0   # HELPER")
+    (copy / "usermod.py").write_text(changed)
+    result = _run(copy)
+    assert result["hits"] == 0 and result["same"], result["log"]
+    assert "the code of usermod.helper changed" in str(result["log"]), result["log"]
