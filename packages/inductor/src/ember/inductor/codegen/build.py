@@ -78,6 +78,7 @@ def build_kernels(graphs: Sequence[GraphKernels]) -> dict[str, Exception]:
     owners: list[list[str]] = []  # the graphs of each job
     by_source: dict[tuple[str, str], list[int]] = {}  # the jobs of each distinct source
     gpu = torch.cuda.is_available()
+    warm_device: torch.device | None = None  # a GPU Triton kernels are built for
     for g in graphs:
         for source in g.sources:
             # NOTE: the C++ backend bundles a graph's kernels into one file: one build
@@ -93,6 +94,7 @@ def build_kernels(graphs: Sequence[GraphKernels]) -> dict[str, Exception]:
                 new = [_cpp_job(source, names, g.graph)]
             elif source.lang == "triton" and g.device.type == "cuda" and gpu:
                 new = _triton_jobs(source, g.device)
+                warm_device = warm_device or (g.device if new else None)
             else:
                 new = []
             by_source[key] = list(range(len(jobs), len(jobs) + len(new)))
@@ -100,6 +102,10 @@ def build_kernels(graphs: Sequence[GraphKernels]) -> dict[str, Exception]:
             owners += [[g.graph] for _ in new]
     if any(g.device.type == "cuda" for g in graphs) and not gpu:
         log("stages", "no GPU: the Triton kernels are built at their first launch")
+    if warm_device is not None:
+        from ember.runtime.compiled.triton_aot import start_triton_driver
+
+        start_triton_driver(warm_device)  # here, before the threads would race to start it
     failed: dict[str, Exception] = {}
     for result, graph_names in zip(run_builds(jobs, "kernel builds"), owners):
         if result.error is not None:

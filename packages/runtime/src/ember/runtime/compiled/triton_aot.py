@@ -102,6 +102,20 @@ def warmable(spec: TritonKernelSpec) -> bool:
     return all(t.startswith("*") and t[1:] in POINTER_DTYPES for t in spec.signature.values())
 
 
+def start_triton_driver(device: torch.device) -> None:
+    """Start Triton's GPU driver for ``device`` in this thread. It starts lazily, on
+    first use (building a small C module into Triton's cache the first time): threads
+    that :func:`warm_kernel` at once must find it started rather than race to start it.
+
+    Raises:
+        ImportError: when Triton is not installed.
+    """
+    from triton.runtime import driver
+
+    with torch.cuda.device(device):
+        driver.active.get_current_device()
+
+
 def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
     """Build ``spec`` for the CUDA ``device`` now, as its first launch with 16-byte
     aligned tensors would (Triton's specialization for fresh allocations), so that the
