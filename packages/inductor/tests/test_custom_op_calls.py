@@ -5,10 +5,12 @@ graph and schedule."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -139,3 +141,27 @@ def test_values_match_eager_and_custom_ops_are_not_fallbacks() -> None:
         for got, want in zip(run(x), expected):
             torch.testing.assert_close(got, want)
         assert not compiled.metadata.get("fallbacks"), fn.__name__
+
+
+@torch.library.custom_op("ember_inductor_test::liar", mutates_args=())
+def liar(x: torch.Tensor) -> torch.Tensor:
+    return x.t().contiguous()  # its fake kernel says x's shape
+
+
+@liar.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def test_the_wrapper_checks_a_custom_op_result_against_its_fake_kernel() -> None:
+    from ember.runtime.custom_ops import FakeKernelMismatch
+
+    x = torch.randn(3, 4)
+    compiled, run = compile_and_load(trace(lambda t: liar(t) + 1, [x]))
+    wrapper = next(v for k, v in compiled.files.items() if k.endswith(".py"))
+    assert "_custom_result(buf0, 'ember_inductor_test::liar.default', None, " \
+           "torch.float32, (3, 4), (4, 1))" in wrapper.decode()
+    with pytest.raises(FakeKernelMismatch, match=re.escape(
+            "custom operator ember_inductor_test::liar.default: its result has sizes "
+            "[4, 3], but its fake kernel said [3, 4]")):
+        run(x)

@@ -117,3 +117,72 @@ def test_loading_a_program_whose_custom_op_is_not_registered(tmp_path: Path) -> 
             "namespace 'ember_never_registered' has no such operator in this process. "
             "Import the module that registers it")):
         load(path, trusted=True)
+
+
+_LIB.define("nometa(Tensor x) -> Tensor")  # as a C++ op with a CPU kernel only
+_LIB.impl("nometa", lambda x: x + 1, "CPU")
+
+
+@torch.library.custom_op("ember_rules_test::nofake", mutates_args=())
+def _nofake(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@pytest.mark.parametrize("target", ["ember_rules_test::nometa", "ember_rules_test::nofake"])
+def test_an_operator_without_a_fake_kernel_is_named_with_the_registration_to_add(
+        target: str) -> None:
+    from ember.runtime.custom_ops import MissingFakeKernelError
+    from ember.runtime.tracing import GraphRecorder
+    from ember.runtime.ir import InputSpec
+
+    rec = GraphRecorder()
+    x = rec.add_input(torch.randn(3), InputSpec("x"))
+    op = getattr(torch.ops.ember_rules_test, target.split("::")[1]).default
+    with pytest.raises(MissingFakeKernelError, match=re.escape(
+            f"custom operator {target}.default has no fake kernel, so its result's shape "
+            "is unknown without running it: register one with torch.library.register_fake("
+            f"'{target}')")), rec:
+        op(x)
+
+
+@torch.library.custom_op("ember_rules_test::widen", mutates_args=())
+def _widen(x: torch.Tensor) -> torch.Tensor:
+    return x.double()  # its fake kernel (below) says float32
+
+
+@_widen.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("ember_rules_test::transposed", mutates_args=())
+def _transposed(x: torch.Tensor) -> torch.Tensor:
+    return x.t().contiguous().t()  # column-major; its fake kernel says row-major
+
+
+@_transposed.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@pytest.mark.parametrize(("op", "message"), [
+    (_widen, "custom operator ember_rules_test::widen.default: its result has dtype "
+             "torch.float64, but its fake kernel said torch.float32. Fix the function "
+             "registered with torch.library.register_fake('ember_rules_test::widen')"),
+    (_transposed, "custom operator ember_rules_test::transposed.default: its result has "
+                  "strides [1, 3], but its fake kernel said [4, 1]"),
+])
+def test_a_fake_kernel_that_disagrees_with_the_real_result_fails_the_first_run(
+        op: object, message: str) -> None:
+    from ember.runtime.custom_ops import FakeKernelMismatch
+    from ember.runtime.interpreter import Interpreter
+    from ember.runtime.tracing import GraphRecorder
+    from ember.runtime.ir import InputSpec
+
+    rec = GraphRecorder()
+    x = rec.add_input(torch.randn(3, 4), InputSpec("x"))
+    with rec:
+        y = op(x)  # type: ignore[operator]
+    run = Interpreter(rec.finish([y]))
+    with pytest.raises(FakeKernelMismatch, match=re.escape(message)):
+        run.run(torch.randn(3, 4))

@@ -23,6 +23,7 @@ from ember.runtime.ir._torch import OpOverload, is_op_overload, op_schema, overl
 from torch._subclasses.fake_tensor import (  # tensors with metadata and no data
     FakeTensor,
     FakeTensorMode,
+    UnsupportedOperatorException,  # an operator with no meta/fake kernel
     unset_fake_temporarily,
 )
 from torch.fx.experimental.symbolic_shapes import (  # symbolic shapes (dynamic=True)
@@ -45,6 +46,7 @@ __all__ = [
     "StatelessSymbolicContext",
     "StrictMinMaxConstraint",
     "TorchDispatchMode",
+    "UnsupportedOperatorException",
     "ValueRanges",
     "assert_async",
     "bound_sympy",

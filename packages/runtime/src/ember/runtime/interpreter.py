@@ -35,6 +35,7 @@ from ember.runtime.ir import (
     ValueRef,
     resolve_op,
 )
+from ember.runtime.custom_ops import check_results, is_custom_operator
 from ember.runtime.ir.effects import check_may_run
 from ember.runtime.ir.graph import SymExpr
 from ember.runtime.ir.symbolic import SymbolBinder, UnbackedSite, UnboundSymbolError, evaluate
@@ -165,6 +166,8 @@ class Interpreter:
         self.env: dict[str, Any] = {}
         self._ops = {n.name: resolve_op(n.target) for n in self.graph.nodes if n.op == "call"}
         self._free_after = _last_uses(self.graph)
+        self._unchecked_custom = {n.name for n in self.graph.nodes
+                                  if n.op == "call" and is_custom_operator(n.target)}
         self._tensors_on_device: dict[str, torch.Tensor] = {}
         self._pending_inputs: list[Any] = []
         self.symbols: dict[str, int] = {}
@@ -244,12 +247,16 @@ class Interpreter:
                 f"{e}; no input and no earlier node's result has it as a size"
             ) from e
         try:
-            return op(*args, **kwargs)
+            result = op(*args, **kwargs)
         except Exception as e:
             raise InterpreterError(
                 f"graph {self.graph_name!r}, node %{node.name} = {node.target}{where} "
                 f"failed: {type(e).__name__}: {e}"
             ) from e
+        if node.name in self._unchecked_custom:  # its first run: the fake kernel's word
+            self._unchecked_custom.discard(node.name)
+            check_results(node, result)
+        return result
 
     def constant(self, node: Node) -> Any:
         return self._stored_tensor(node)

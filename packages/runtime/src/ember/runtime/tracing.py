@@ -64,6 +64,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
 import torch
+from ember.runtime.custom_ops import missing_fake_kernel
 from ember.runtime._torch import (
     FakeTensorMode,
     ShapeEnv,
@@ -375,9 +376,15 @@ class GraphRecorder:
         fake_kwargs = {k: self._fakeify(v) for k, v in kwargs.items()}
         ir_args = tuple(self._encode(a, func) for a in fake_args)
         ir_kwargs = {k: self._encode(v, func) for k, v in fake_kwargs.items()}
-        with heuristics_unguarded(self.shape_env), symbolic_meta_kernels(self.shape_env):
-            result = func(*fake_args, **fake_kwargs)
         target = qualified_name(func)
+        with heuristics_unguarded(self.shape_env), symbolic_meta_kernels(self.shape_env):
+            try:
+                result = func(*fake_args, **fake_kwargs)
+            except (RuntimeError, NotImplementedError) as e:
+                missing = missing_fake_kernel(target, e)  # a custom op without one
+                if missing is None:
+                    raise
+                raise missing from e
         base = target.split("::", 1)[1].split(".", 1)[0]
         node = Node(base, "call", target, args=ir_args, kwargs=ir_kwargs,
                     meta=self._meta_of(result, target), source=self._current_source())

@@ -28,6 +28,7 @@ from ember.inductor.lowering.extern_args import (
 )
 from ember.inductor.lowering.lowered_graph import BufferInfo, LoweredGraph
 from ember.inductor.scheduler import KernelStep, Step, read_buffers, written_buffers
+from ember.runtime.custom_ops import is_custom_operator
 from ember.runtime.ir import TensorMeta, symbolic
 
 # Extern matmuls (CPU) whose result goes into freed memory of the same layout through
@@ -319,6 +320,15 @@ class WrapperWriter:
                 _, sizes, strides = meta
                 self._bind_unbacked(out, sizes)
                 shape, layout = py_sizes(sizes), py_sizes(strides)
+                if is_custom_operator(call.target):
+                    # a custom op's fake kernel promised this dtype and layout: check it
+                    index = call.outputs.index(out) if call.multi else None
+                    self.emit(f"if isinstance({out}, torch.Tensor) and ({out}.dtype is not "
+                              f"{meta[0]} or {out}.shape != {shape} or {out}.stride() != "
+                              f"{layout}):")
+                    self.emit(f"    {out} = _custom_result({out}, {call.target!r}, {index}, "
+                              f"{meta[0]}, {shape}, {layout})")
+                    continue
                 # NOTE: an optional result may come back None (CUDA attention's extras)
                 self.emit(f"if isinstance({out}, torch.Tensor) and ({out}.shape != {shape} "
                           f"or {out}.stride() != {layout}):")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from ember.runtime.custom_ops import check_fake_kernel
 from ember.runtime.ir.symbolic import ShapeError, SymbolBinder
 
 
@@ -152,6 +153,17 @@ def check_unbacked(binder: SymbolBinder | None) -> Callable[[dict[str, int], str
     return check
 
 
+def custom_result(value: Any, target: str, index: int | None, dtype: torch.dtype,
+                  sizes: tuple[int, ...], strides: tuple[int, ...]) -> Any:
+    """The ``_custom_result(...)`` a wrapper calls on a custom operator's result whose
+    dtype, shape or strides differ from what the operator's fake kernel said: raises
+    :class:`~ember.runtime.custom_ops.FakeKernelMismatch` naming the operator and what
+    differs; a difference only in the strides of size-1 dims is no mismatch (the
+    result is laid out as the kernels expect)."""
+    check_fake_kernel(target, index, (dtype, sizes, strides), value)
+    return layout(value, sizes, strides)
+
+
 def make_namespace(kernels: dict[str, Callable[..., None]],
                    constants: dict[str, torch.Tensor],
                    binder: SymbolBinder | None = None) -> dict[str, Any]:
@@ -161,6 +173,7 @@ def make_namespace(kernels: dict[str, Callable[..., None]],
         "torch": torch, "aten": torch.ops.aten, "ops": torch.ops,
         "empty_strided": torch.empty_strided, "_view": view, "_layout": layout,
         "_check_input": check_input, "_assert_checks_passed": assert_checks_passed,
+        "_custom_result": custom_result,
         "_shape_error": shape_error(binder), "_check_unbacked": check_unbacked(binder),
         "Max": max, "Min": min,
         "constants": constants,
