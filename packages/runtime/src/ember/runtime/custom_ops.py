@@ -29,9 +29,11 @@ from ember.runtime.tracing_errors import RecordingError
 
 
 def is_custom_operator(target: str) -> bool:
-    """Whether ``target`` (``ns::op.overload``) is outside the ``aten``/``prims``
-    namespaces: an operator a user registered."""
-    return target.partition("::")[0] not in PURE_NAMESPACES
+    """Whether ``target`` (``ns::op.overload``) is an operator a user registered: outside
+    the ``aten``/``prims`` namespaces and Ember's own ``ember`` (whose fake kernels are
+    Ember's, e.g. ``ember::triton_kernel``)."""
+    namespace = target.partition("::")[0]
+    return namespace not in PURE_NAMESPACES and namespace != "ember"
 
 
 class MissingFakeKernelError(RecordingError):
