@@ -106,20 +106,22 @@ def capture_key(request: CompileRequest, fn: types.FunctionType) -> str:
 
 
 def _versions(backend: str) -> str:
-    from ember.runtime.cache.key import distribution_identity, installed_version
+    from ember.runtime.cache.key import distribution_stamp, installed_version
     from ember.runtime.pipeline import BACKENDS
     from ember.runtime.stages import available_stages
 
-    found = [distribution_identity("ember-runtime", "ember.runtime"),
-             distribution_identity("ember-frontend", "ember.frontend"),
+    # NOTE: stamps (path, size, mtime of each source), not source digests: reading every
+    # source of a checkout costs more than the rest of a cached first call
+    found = [distribution_stamp("ember-runtime", "ember.runtime"),
+             distribution_stamp("ember-frontend", "ember.frontend"),
              f"triton {installed_version('triton')}"]
     for name in BACKENDS[backend]:
         entry = available_stages().get(name)  # NOTE: read from metadata, not imported
         if entry is None or entry.dist is None:
             found.append(f"{name} missing")
         else:
-            found.append(distribution_identity(entry.dist.name,
-                                               entry.module.rpartition(".")[0]))
+            found.append(distribution_stamp(entry.dist.name,
+                                            entry.module.rpartition(".")[0]))
     return "\n".join(found)
 
 

@@ -324,6 +324,25 @@ def distribution_identity(distribution: str, package: str) -> str:
     return f"{identity} src {source_digest(package)}"
 
 
+@functools.cache
+def distribution_stamp(distribution: str, package: str) -> str:
+    """Like :func:`distribution_identity`, but an editable install's sources are
+    identified by each ``.py`` file's path, size and modification time (``stat``, no
+    reads): cheap enough for a process's first call (the frontend's capture cache),
+    changed by any edit that a build tool or an editor makes."""
+    identity = f"{distribution} {installed_version(distribution)}"
+    spec = util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return identity
+    h = hashlib.sha256()
+    for location in spec.submodule_search_locations:
+        root = Path(location)
+        for path in sorted(root.rglob("*.py")):
+            st = path.stat()
+            h.update(f"{path.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return f"{identity} stamp {h.hexdigest()}"
+
+
 def source_digest(package: str) -> str:
     """The SHA-256 over the relative paths and contents of ``package``'s ``.py`` files
     (found without importing the package); ``unknown`` when it cannot be found."""
