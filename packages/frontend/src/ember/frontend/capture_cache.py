@@ -349,7 +349,8 @@ def _check_global(module: str, name: str, expected: Any) -> None:
     value = resolve_name(module, name)
     if isinstance(expected, (bool, int, float, str, tuple, type(None))):
         same = type(value) is type(expected) and (value == expected or (
-            isinstance(value, float) and math.isnan(value) and math.isnan(expected)))
+            isinstance(value, float) and isinstance(expected, float)
+            and math.isnan(value) and math.isnan(expected)))
     else:
         same = value is expected
     if not same:
