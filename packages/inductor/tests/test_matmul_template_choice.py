@@ -132,7 +132,8 @@ def _problem(m: int = 256, n: int = 256, k: int = 256, dtype: torch.dtype = BF,
 
 
 @pytest.mark.parametrize(("problem", "choice"), [
-    (_problem(2048, 2048), "bm128_bn128_bk64_g8_s3_w8"),         # large, 16-bit
+    (_problem(2048, 2048), "bm128_bn128_bk64_g8_s3_w4"),  # 128x256 tiles: 128 programs, too few
+    (_problem(8192, 3072, 768), "bm128_bn256_bk64_g8_s3_w8"),    # large, 16-bit: the MLP's fc1
     (_problem(64, 16384), "bm64_bn64_bk32_g8_s5_w4"),            # small
     (_problem(64, 512), "extern"),                               # 8 tiles: too few programs
     (_problem(4, 2304, 768), "extern"),                          # a decode step's GEMM
@@ -142,7 +143,7 @@ def _problem(m: int = 256, n: int = 256, k: int = 256, dtype: torch.dtype = BF,
     (_problem(dtype=torch.float32), "extern"),                   # float32 without TF32
     (_problem(2048, 2048, dtype=torch.float32, tf32=True), "bm128_bn128_bk32_g8_s3_w8"),
     (_problem(8, 256), "extern"),                                # below MIN_SIDE
-    (_problem(4096, 4096, 1024), "bm128_bn128_bk64_g8_s3_w8"),   # fusing saves more
+    (_problem(4096, 4096, 1024), "bm128_bn256_bk64_g8_s3_w8"),   # fusing saves more
     (_problem(4096, 4096, 4096), "extern"),                      # compute-bound: cuBLAS
 ])
 def test_heuristic_table(problem: MatmulProblem, choice: str) -> None:

@@ -10,15 +10,16 @@ float32 without TF32 allowed (cuBLAS's SGEMM beats an exact     extern
 nothing to fuse (no bias, no inlined producer, no pointwise     extern (cuBLAS wins a
 consumer)                                                       plain GEMM)
 ``M``, ``N`` or ``K`` below ``MIN_SIDE``                        extern
-fewer than ``MIN_PROGRAMS`` output tiles (times split-K)        extern (too few programs
-                                                                to fill the GPU)
+fewer than ``MIN_PROGRAMS`` output tiles (times split-K) with   extern (too few programs
+every config of the shape's class                               to fill the GPU)
 compute-bound: the template's expected deficit against cuBLAS   extern
 (``1/TEMPLATE_EFFICIENCY - 1`` of the GEMM's time at
 ``PEAK_FLOPS``) exceeds what fusing saves (the result written
 and read again at ``BANDWIDTH``, one launch): large ``K``
 otherwise                                                       the first config of the
-                                                                shape's class
-                                                                (``matmul_configs``)
+                                                                shape's class with at
+                                                                least ``MIN_PROGRAMS``
+                                                                tiles (``matmul_configs``)
 ==============================================================  ==========================
 
 With autotuning on (``mode="max-autotune"``), :func:`ember.inductor.autotune.select`
@@ -102,10 +103,10 @@ def heuristic_choice(problem: MatmulProblem) -> str:
         return EXTERN
     if template_deficit(problem) > fusion_saving(problem):
         return EXTERN
-    config = candidate_configs(problem.dtype, m, n, k, problem.batch is not None)[0]
-    if programs(problem, config) < MIN_PROGRAMS:
-        return EXTERN
-    return config.name
+    for config in candidate_configs(problem.dtype, m, n, k, problem.batch is not None):
+        if programs(problem, config) >= MIN_PROGRAMS:
+            return config.name  # the class's configs come fastest first
+    return EXTERN
 
 
 def programs(problem: MatmulProblem, config: MatmulConfig) -> int:
