@@ -23,8 +23,8 @@ import torch
 FACTOR = float(__import__("os").environ.get("CC_FACTOR", "2.0"))
 
 
-def helper(x):
-    return x * FACTOR + 1.0   # HELPER
+def helper(x, bias=1.0):
+    return x * FACTOR + bias   # HELPER
 
 
 class Block(torch.nn.Module):
@@ -135,9 +135,18 @@ def test_a_changed_value_is_a_miss(filled: Path, tmp_path: Path, env: dict[str, 
 
 def test_a_replaced_inlined_function_is_a_miss(filled: Path, tmp_path: Path) -> None:
     copy = _copy(filled, tmp_path)
-    changed = textwrap.dedent(USER_MODULE).replace("x * FACTOR + 1.0   # HELPER",
-                                                   "x * FACTOR - 1.0   # HELPER")
+    changed = textwrap.dedent(USER_MODULE).replace("x * FACTOR + bias   # HELPER",
+                                                   "x * FACTOR - bias   # HELPER")
     (copy / "usermod.py").write_text(changed)
     result = _run(copy)
     assert result["hits"] == 0 and result["same"], result["log"]
     assert "the code of usermod.helper changed" in str(result["log"]), result["log"]
+
+
+def test_a_changed_default_in_the_source_is_a_miss(filled: Path, tmp_path: Path) -> None:
+    copy = _copy(filled, tmp_path)
+    changed = textwrap.dedent(USER_MODULE).replace("bias=1.0", "bias=2.0")
+    (copy / "usermod.py").write_text(changed)
+    result = _run(copy)
+    assert result["hits"] == 0 and result["same"], result["log"]
+    assert "capture cache miss" in str(result["log"]), result["log"]

@@ -11,7 +11,10 @@ packages, torch, Triton and Python, torch's numerics settings and the GPUs. It h
 
 - ``guards``: the capture's guards in portable form (:mod:`.capture_cache_codec`);
 - ``inlined``: the fingerprint of every function the capture inlined, with the name it
-  is importable under; ``globals``: globals of inlined functions read without a source;
+  is importable under; ``files``: the SHA-256 of the source files of the compiled
+  function and of every inlined one (so defaults, decorator arguments and class
+  attributes written in them are covered); ``globals``: globals of inlined functions
+  read without a source;
 - ``inputs``: the graph inputs' sources; ``returns``: how the result is rebuilt;
 - ``program``: the program cache's key of the compiled program.
 
@@ -223,6 +226,9 @@ class CaptureCache:
                 raise Unportable(f"the code of {module}.{qualname} changed")
         for module, name, expected in entry["globals"]:
             _check_global(module, name, decode_value(expected))
+        for path, digest in entry["files"]:
+            if _file_digest(path) != digest:
+                raise Unportable(f"the source file {path} changed")
 
         def live(source: Any) -> Any:
             try:
@@ -281,7 +287,10 @@ class CaptureCache:
                 globals_.append([module, name, encode_value(value)])
             except Unportable as e:
                 raise Unportable(f"the global {module}.{name}: {e}") from None
+        files = sorted({fn.__code__.co_filename for fn in seg.facts.inlined}
+                       | {self.fn.__code__.co_filename})
         return {
+            "files": [[path, _file_digest(path)] for path in files],
             "function": self.name,
             "program": program_digest,
             "inlined": inlined,
@@ -343,6 +352,19 @@ def _codes_of(obj: Any) -> list[types.CodeType]:
         elif hasattr(item, "__wrapped__"):
             pending.append(item.__wrapped__)
     return found
+
+
+def _file_digest(path: str) -> str:
+    """The SHA-256 of source file ``path``.
+
+    Raises:
+        Unportable: the file cannot be read (code not from a file).
+    """
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError as e:
+        raise Unportable(f"the source file {path} cannot be read ({e})") from None
 
 
 def _check_global(module: str, name: str, expected: Any) -> None:
