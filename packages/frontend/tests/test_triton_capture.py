@@ -227,3 +227,21 @@ def test_triton_op_derives_its_fake_kernel(launches: list[tuple[Any, ...]]) -> N
     assert len(launches) == 2  # on real tensors only: never while capturing
     with pytest.raises(TypeError, match="wrap_triton takes a @triton.jit kernel"):
         ef.wrap_triton(f)
+
+
+def test_kernel_no_module_holds_is_a_named_break(launches: list[tuple[Any, ...]]) -> None:
+    local = triton.autotune(configs=[triton.Config({"BLOCK": 4})], key=["n"])(copy_kernel)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        local[(1,)](x, out, x.numel())
+        return out * 2
+
+    compiled = ef.compile(f, backend="eager")
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), (x + 1) * 2)
+    assert compiled.stats.graph_breaks == 1 and len(launches) == 1
+    (info,) = compiled.breaks
+    assert info.reason == ("launch of the user Triton kernel copy_kernel (Autotuner): no "
+                           "module attribute holds the Triton kernel object (made inside a "
+                           "function?): a compiled launch finds its kernel by name")

@@ -55,21 +55,26 @@ class LaunchUnsupported(Exception):
 
 
 def kernel_key(kernel: Any) -> str:
-    """``module:name`` of the module attribute holding ``kernel``.
+    """``module:name`` of a module attribute holding ``kernel``: in the module defining
+    its jit function, else the first imported module (by name) that holds it.
 
     Raises:
-        LaunchUnsupported: no attribute of the kernel function's module holds it.
+        LaunchUnsupported: no module attribute holds it.
     """
     from ember.runtime.user_kernel_spec import base_function
 
-    module_name = base_function(kernel).__module__
-    module = sys.modules.get(module_name)
-    for name, value in vars(module).items() if module is not None else ():
-        if value is kernel:
-            return f"{module_name}:{name}"
+    home = base_function(kernel).__module__
+    for module_name in [home, *sorted(n for n in list(sys.modules) if n != home)]:
+        module = sys.modules.get(module_name)
+        names = getattr(module, "__dict__", None)
+        if not isinstance(names, dict):
+            continue
+        for name, value in list(names.items()):
+            if value is kernel:
+                return f"{module_name}:{name}"
     raise LaunchUnsupported(
-        f"the Triton kernel object is not an attribute of its module {module_name!r} "
-        "(made inside a function?): a compiled launch finds its kernel by name")
+        "no module attribute holds the Triton kernel object (made inside a function?): "
+        "a compiled launch finds its kernel by name")
 
 
 def _launch_parts(fn: Any, kernel: Any, args: list[Any],
