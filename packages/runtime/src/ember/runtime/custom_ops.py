@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from ember.runtime._torch import UnsupportedOperatorException
 from ember.runtime.ir.fresh_writes import PURE_NAMESPACES
 from ember.runtime.ir.graph import Node, TensorMeta
 from ember.runtime.tracing_errors import RecordingError
@@ -54,6 +53,10 @@ def missing_fake_kernel(target: str, error: BaseException) -> MissingFakeKernelE
     if not is_custom_operator(target):
         return None
     text = str(error)
+    # NOTE: imported here: ember.runtime._torch imports torch's symbolic-shape
+    # machinery (sympy), which running a compiled program never needs
+    from ember.runtime._torch import UnsupportedOperatorException
+
     if not (isinstance(error, UnsupportedOperatorException)
             or (isinstance(error, (RuntimeError, NotImplementedError))
                 and ("fake impl" in text or "Meta" in text))):
