@@ -45,15 +45,16 @@ import json, os, sys
 import torch
 import usermod
 torch.manual_seed(0)
-model = usermod.Block()
+device = os.environ.get("CC_DEVICE", "cpu")
+model = usermod.Block().to(device)
 model.scale = float(os.environ.get("CC_SCALE", "0.5"))
 model.train(os.environ.get("CC_TRAINING", "1") == "1")
 if os.environ.get("CC_DEFAULT_DTYPE"):
     torch.set_default_dtype(getattr(torch, os.environ["CC_DEFAULT_DTYPE"]))
 x = torch.randn(int(os.environ.get("CC_BATCH", "4")), 8,
-                dtype=getattr(torch, os.environ.get("CC_DTYPE", "float32")))
+                dtype=getattr(torch, os.environ.get("CC_DTYPE", "float32")), device=device)
 import ember.frontend
-compiled = ember.frontend.compile(model, backend="aot_eager")
+compiled = ember.frontend.compile(model, backend=os.environ.get("CC_BACKEND", "aot_eager"))
 grad = os.environ.get("CC_GRAD", "1") == "1"
 with torch.set_grad_enabled(grad):
     out, extra = compiled(x)
@@ -150,3 +151,21 @@ def test_a_changed_default_in_the_source_is_a_miss(filled: Path, tmp_path: Path)
     result = _run(copy)
     assert result["hits"] == 0 and result["same"], result["log"]
     assert "capture cache miss" in str(result["log"]), result["log"]
+
+
+@pytest.mark.cuda
+def test_a_cuda_program_is_answered_by_the_capture_cache(tmp_path: Path) -> None:
+    """On the GPU with the inductor (Triton kernels): the second process captures
+    nothing and gives eager's result; neither sympy nor torch._dynamo is imported."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    (tmp_path / "usermod.py").write_text(textwrap.dedent(USER_MODULE))
+    (tmp_path / "runner.py").write_text(textwrap.dedent(RUNNER))
+    env = {"CC_DEVICE": "cuda", "CC_BACKEND": "inductor"}
+    first = _run(tmp_path, **env)
+    assert first["hits"] == 0 and first["same"], first["log"]
+    second = _run(tmp_path, **env)
+    assert second["hits"] == 1 and second["compiles"] == 0 and second["same"], second["log"]
+    assert "sympy" not in second["heavy"] and "torch._dynamo" not in second["heavy"]
