@@ -212,6 +212,16 @@ def graph_grad_mode(graph: Graph, grad_at_start: bool, no_grad: set[str]) -> boo
     return False
 
 
+def _custom_op_with_grad(node: Node) -> bool:
+    """A custom operator whose result requires grad ran with grad mode on where the user
+    called it: its autograd wrapper (``register_autograd``) turns grad mode off only
+    around the op itself."""
+    if node.target.partition("::")[0] in ("aten", "prims"):
+        return False
+    metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+    return any(isinstance(m, TensorMeta) and m.requires_grad for m in metas)
+
+
 def detach_no_grad_inputs(graph: Graph, no_grad: set[str]) -> int:
     """Make each node of ``no_grad`` read its inputs that require grad, made outside the
     region (placeholders, nodes run with grad mode on), through a new ``aten::detach``
@@ -225,7 +235,7 @@ def detach_no_grad_inputs(graph: Graph, no_grad: set[str]) -> int:
     taken = set(producers)
     nodes: list[Node] = []
     for node in graph.nodes:
-        if node.op == "call" and node.name in no_grad:
+        if node.op == "call" and node.name in no_grad and not _custom_op_with_grad(node):
             mapping: dict[ValueRef, Any] = {}
             for ref in node.inputs():
                 if ref in detached:
