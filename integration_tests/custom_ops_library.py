@@ -41,6 +41,23 @@ def _(x: torch.Tensor, k: float) -> None:
     return None
 
 
+@torch.library.custom_op("ember_corpus::ema_", mutates_args=("avg",))
+def ema_(avg: torch.Tensor, x: torch.Tensor, momentum: float) -> None:
+    """``avg = (1 - momentum) * avg + momentum * x`` in place (a running average)."""
+    avg.mul_(1 - momentum).add_(x, alpha=momentum)
+
+
+@ema_.register_fake
+def _(avg: torch.Tensor, x: torch.Tensor, momentum: float) -> None:
+    return None
+
+
+@torch.library.custom_op("ember_corpus::unfaked", mutates_args=())
+def unfaked(x: torch.Tensor) -> torch.Tensor:
+    """An operator nobody registered a fake kernel for."""
+    return x + 1
+
+
 @torch.library.custom_op("ember_corpus::split_sign", mutates_args=())
 def split_sign(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The positive and the negative part of ``x`` (two results)."""

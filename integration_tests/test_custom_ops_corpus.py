@@ -9,6 +9,7 @@ and loaded as a ``.ember`` file."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,13 @@ import torch
 from custom_ops_library import (
     CPP_NAMESPACE,
     build_cpp_operators,
+    ema_,
     fused_gelu,
     poly,
     scale_,
     split_sign,
     swish,
+    unfaked,
 )
 from ember.runtime.config import patch
 from ember_testing.training import assert_same_training_state, sgd_step
@@ -109,17 +112,23 @@ def test_custom_operator_matches_eager(name: str, fn: Callable[..., Any], backen
 
 
 class _SwishNet(torch.nn.Module):
+    """An operator with autograd between two layers, and a mutating one keeping a
+    running average of the hidden activations in a buffer."""
+
     def __init__(self) -> None:
         super().__init__()
         self.inp = torch.nn.Linear(6, 8)
         self.out = torch.nn.Linear(8, 3)
+        self.register_buffer("hidden_avg", torch.zeros(8))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(swish(self.inp(x), 1.5))
+        h = swish(self.inp(x), 1.5)
+        ema_(self.hidden_avg, h.detach().mean(0), 0.1)
+        return self.out(h)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_operator_with_autograd_trains_like_eager(backend: str, boundaries: bool) -> None:
+def test_operators_in_training_match_eager(backend: str, boundaries: bool) -> None:
     torch.manual_seed(0)
     eager = _SwishNet()
     compiled_model = copy.deepcopy(eager)
@@ -148,3 +157,18 @@ def test_compiled_program_with_custom_operators_saves_and_loads(tmp_path: Path,
         want = fn(*[t.clone() for t in inputs])
         got = loaded(*mine)
         torch.testing.assert_close(tuple(got) if isinstance(want, tuple) else got[0], want)
+
+
+def test_an_operator_without_a_fake_kernel_is_named_with_the_missing_registration() -> None:
+    from ember.frontend.bytecode.breaks import FullGraphError
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return unfaked(x) * 2
+
+    hint = ("custom operator ember_corpus::unfaked.default has no fake kernel, so its "
+            "result's shape is unknown without running it: register one with "
+            "torch.library.register_fake('ember_corpus::unfaked')")
+    with pytest.raises(FullGraphError, match=re.escape(hint)):
+        ember.frontend.compile(fn, fullgraph=True)(torch.randn(3))
+    with pytest.raises(Exception, match=re.escape(hint)):
+        ember.frontend.compile(fn, options={"capture": "trace"})(torch.randn(3))
