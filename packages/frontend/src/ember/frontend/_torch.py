@@ -5,6 +5,7 @@ Other helpers may add lines here; keep one import per name and say what it is fo
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ __all__ = [
     "TorchDispatchMode",
     "TreeSpec",
     "data_dependent_output_types",
+    "dict_version_reader",
     "fake_mode_active",
     "global_module_hooks_registered",
     "has_unbacked_symbols",
@@ -42,6 +44,7 @@ __all__ = [
     "numpy_layer",
     "pinning_source",
     "register_pytree_node",
+    "tensor_metadata_checker",
     "tree_flatten",
     "tree_flatten_with_path",
     "tree_unflatten",
@@ -138,3 +141,67 @@ def has_unbacked_symbols(value: Any) -> bool:
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     return bool(free_unbacked_symbols(value))
+
+
+@functools.cache
+def dict_version_reader() -> Any:
+    """torch's reader of a dict's version tag (``torch._C._dynamo.guards.dict_version``:
+    CPython gives a dict a new tag on every write), or None where it is missing or does
+    not work on this Python: a write to a dict, to an instance's ``__dict__`` through
+    ``setattr``, or a ``del``, must each change the tag (the guards' fast path,
+    :mod:`ember.frontend.guard_stamp`, is then off)."""
+    try:
+        from torch._C._dynamo.guards import dict_version
+    except ImportError:
+        return None
+
+    class _Probe:
+        pass
+
+    try:
+        d: dict[str, int] = {}
+        seen = [dict_version(d)]
+        d["a"] = 1
+        seen.append(dict_version(d))
+        probe = _Probe()
+        probe.x = 1  # type: ignore[attr-defined]
+        attrs = probe.__dict__
+        seen.append(dict_version(attrs))
+        probe.x = 2  # type: ignore[attr-defined]
+        seen.append(dict_version(attrs))
+        del probe.x  # type: ignore[attr-defined]
+        seen.append(dict_version(attrs))
+    except Exception:  # noqa: BLE001 - any failure means the reader is unusable
+        return None
+    ok = seen[0] != seen[1] and seen[2] != seen[3] and seen[3] != seen[4]
+    return dict_version if ok else None
+
+
+def tensor_metadata_checker(tensors: list[torch.Tensor]) -> Any:
+    """A C++ check ``check(*tensors) -> bool`` that the tensors still have the Python
+    type, dtype, device, dispatch keys, requires_grad, sizes and strides they have now
+    (``torch._C._dynamo.guards.TensorGuards``; not the storage offset), or None where
+    it is missing or fails a self-test (a changed size must fail it)."""
+    if not _tensor_guards_work():
+        return None
+    return _tensor_guards(tensors).check
+
+
+def _tensor_guards(tensors: list[torch.Tensor]) -> Any:
+    from torch._C._dynamo.guards import TensorGuards
+
+    sizes: Any = [list(t.shape) for t in tensors]  # every size and stride exact
+    strides: Any = [list(t.stride()) for t in tensors]
+    return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
+
+
+@functools.cache
+def _tensor_guards_work() -> bool:
+    try:
+        probe = [torch.zeros(2, 3), torch.nn.Parameter(torch.zeros(4))]
+        check = _tensor_guards(probe).check
+        return bool(check(*probe) is True
+                    and check(probe[0], torch.nn.Parameter(torch.zeros(5))) is False
+                    and check(probe[0], torch.zeros(4)) is False)
+    except Exception:  # noqa: BLE001 - any failure means the C++ check is unusable
+        return False

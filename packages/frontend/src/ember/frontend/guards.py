@@ -26,7 +26,7 @@ from ember.runtime.ir import SourceLocation
 from ember.runtime.logs import log
 
 __all__ = ["Guard", "GuardFailure", "GuardSet", "Matcher", "MatcherWriter", "Source",
-           "compile_matcher"]
+           "compile_matcher", "matcher_text"]
 
 Matcher = Callable[[Any, Any], "list[Any] | None"]
 """A generated check function ``match(S, C)``: None when a guard fails, else the
@@ -186,6 +186,36 @@ class MatcherWriter:
         """Emit the check of ``g`` (its kind's condition)."""
         self.lines.append(f"if not ({GUARD_KINDS[g.kind].check(self, g)}): return None")
 
+    def local_names(self) -> list[str]:
+        """The locals written so far."""
+        return list(self._locals.values())
+
+    def local_items(self) -> list[tuple[Source, str]]:
+        """The sources fetched so far with their locals, in the order written."""
+        return list(self._locals.items())
+
+    def finish(self, lines: Sequence[str], result: str) -> tuple[Matcher, str]:
+        """The function ``match(S, C)`` of ``lines`` returning ``result`` (None when a
+        line raises), and its text."""
+        body = "\n        ".join(lines)
+        src = (
+            "def match(S, C):\n"
+            "    try:\n"
+            f"        {body}\n"
+            f"        return {result}\n"
+            "    except Exception:\n"
+            "        return None\n"
+        ) if lines else f"def match(S, C):\n    return {result}\n"
+        exec(compile(src, "<ember guards>", "exec"), self.names)  # noqa: S102 - from guards
+        fn: Matcher = self.names["match"]
+        fn.__ember_source__ = src  # type: ignore[attr-defined]
+        return fn, src
+
+
+def matcher_text(match: Matcher) -> str:
+    """The generated text of a check function (``match.__ember_source__``)."""
+    return str(getattr(match, "__ember_source__", ""))
+
 
 def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = (),
                     title: str | None = None) -> Matcher:
@@ -195,6 +225,11 @@ def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = (),
     ``title`` (a cache entry's check function, not a one-guard probe) it is also logged
     under ``EMBER_LOGS=guards``.
 
+    With many guards on state reached from a root read every call (a model's
+    parameters, submodules and attributes from ``self``), the function gets the fast
+    path of :mod:`ember.frontend.guard_fast` after its first passing call: those guards
+    are skipped while their stamp (dict versions, types, tensor metadata) holds.
+
     Raises:
         ValueError: a guard that cannot be written (a ``global`` guard on state with
             no reader).
@@ -203,18 +238,11 @@ def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = (),
     for g in guards:
         w.guard(g)
     result = "[" + ", ".join(w.ref(s) for s in inputs) + "]"
-    body = "\n        ".join(w.lines)
-    src = (
-        "def match(S, C):\n"
-        "    try:\n"
-        f"        {body}\n"
-        f"        return {result}\n"
-        "    except Exception:\n"
-        "        return None\n"
-    ) if w.lines else f"def match(S, C):\n    return {result}\n"
-    exec(compile(src, "<ember guards>", "exec"), w.names)  # noqa: S102 - generated from guards
-    fn: Matcher = w.names["match"]
-    fn.__ember_source__ = src  # type: ignore[attr-defined]
+    fn, src = w.finish(w.lines, result)
     if title is not None:
         log("guards", lambda: f"check function of {title} ({len(guards)} guards):\n{src}")
+    from ember.frontend import guard_fast  # it builds on this module
+
+    if len(guards) >= guard_fast.FAST_PATH_MIN_GUARDS:
+        fn = guard_fast.stamped_matcher(guards, inputs, fn, title)
     return fn

@@ -1,0 +1,165 @@
+"""The guards' fast path: a check function that skips the guards on a model's own state
+while their stamp holds (:mod:`ember.frontend.guard_stamp`).
+
+A cache entry with many guards whose source starts at a root read every call (``self``)
+gets :func:`stamped_matcher`: its first passing call runs the full check, then finds, on
+the objects it read, which guards are stamp-safe, and writes the check function again
+with, per root::
+
+    v0 = S.locals[name3]  # 'self'
+    # stamp of 'self': 812 guards (equals 290, type 190, ...) skipped while it holds
+    if stamp5.holds(v0):
+        s0 = False
+        v7, v12 = stamp5.keep        # the locals later checks and the inputs read
+    else:
+        s0 = True
+        ...                          # the full check of those guards, as before
+    ...                              # every other guard, every call
+    if s0: stamp5.record(v0, (v1, v2, ...))   # every guard passed: take the stamp
+
+``EMBER_LOGS=guards`` shows this function once written. The fast path is off (logged
+once) where torch's dict version reader is missing or does not work on this Python.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ember.frontend._torch import dict_version_reader
+from ember.frontend.guard_model import Guard, Source
+from ember.frontend.guard_stamp import Stamp, chain_of, guard_needs
+from ember.frontend.guards import Matcher, MatcherWriter, matcher_text
+from ember.runtime.logs import log
+
+__all__ = ["FAST_PATH_MIN_GUARDS", "stamped_matcher"]
+
+FAST_PATH_MIN_GUARDS = 64
+"""A check function gets the fast path from this many guards that a stamp may cover
+(below it, the stamp costs about what it saves)."""
+
+_warned: list[bool] = []
+
+
+def _candidates(guards: Sequence[Guard]) -> dict[Source, list[Guard]]:
+    """Guards whose source is a chain of steps a stamp may cover, by root."""
+    groups: dict[Source, list[Guard]] = {}
+    for g in guards:
+        chain = chain_of(g.source) if g.source is not None else None
+        if chain is not None:
+            groups.setdefault(chain[0], []).append(g)
+    return groups
+
+
+def stamped_matcher(guards: Sequence[Guard], inputs: Sequence[Source], plain: Matcher,
+                    title: str | None) -> Matcher:
+    """``plain`` (the full check of ``guards``), with the fast path once a call passes;
+    ``plain`` itself when too few guards could be stamped or dict versions are not
+    available. The returned function's ``__ember_stamps__`` lists its stamps."""
+    groups = _candidates(guards)
+    if sum(len(gs) for gs in groups.values()) < FAST_PATH_MIN_GUARDS:
+        return plain
+    if dict_version_reader() is None:
+        if not _warned:
+            _warned.append(True)
+            log("guards", "guard fast path off: torch's dict_version reader is missing or "
+                          "does not see dict writes on this Python; every guard is checked "
+                          "every call")
+        return plain
+    box: list[Matcher] = []
+    stamps: list[Stamp] = []
+
+    def learn(state: Any, ctx: Any) -> list[Any] | None:
+        result = plain(state, ctx)
+        if result is None:
+            return None
+        try:
+            fast, src = _write_fast(guards, inputs, groups, state, ctx, stamps)
+        except Exception as e:  # noqa: BLE001 - the full check stays correct without it
+            log("guards", f"guard fast path off for {title or 'a check function'}: "
+                          f"writing it raised {type(e).__name__}: {e}")
+            fast, src = plain, matcher_text(plain)
+        box[0] = fast
+        match.__ember_source__ = src  # type: ignore[attr-defined]
+        if title is not None and fast is not plain:
+            log("guards", lambda: f"check function of {title} with the fast path "
+                                  f"({len(guards)} guards):\n{src}")
+        return result
+
+    box.append(learn)
+
+    def match(state: Any, ctx: Any) -> list[Any] | None:
+        return box[0](state, ctx)
+
+    match.__ember_source__ = matcher_text(plain)  # type: ignore[attr-defined]
+    match.__ember_stamps__ = stamps  # type: ignore[attr-defined]
+    return match
+
+
+def _safe_guards(groups: dict[Source, list[Guard]], state: Any,
+                 ctx: Any) -> dict[Source, list[Guard]]:
+    """Per root, the guards stamp-safe on the objects of this (passing) call. A root
+    that is a fresh container each call (``args``, ``kwargs``) gets none."""
+    values: dict[Source, Any] = {}
+
+    def value_of(source: Source) -> Any:
+        if source not in values:
+            values[source] = source.fetch(state, ctx)
+        return values[source]
+
+    safe: dict[Source, list[Guard]] = {}
+    for root, gs in groups.items():
+        if type(value_of(root)) in (dict, list, tuple):
+            continue
+        found = [g for g in gs if guard_needs(g, value_of) is not None]
+        if found:
+            safe[root] = found
+    return safe
+
+
+_NAME = re.compile(r"\b[vs]\d+\b")
+
+
+def _write_fast(guards: Sequence[Guard], inputs: Sequence[Source],
+                groups: dict[Source, list[Guard]], state: Any, ctx: Any,
+                stamps: list[Stamp]) -> tuple[Matcher, str]:
+    safe = _safe_guards(groups, state, ctx)
+    w = MatcherWriter()
+    blocks: list[tuple[Source, str, list[str], list[tuple[Source, str]]]] = []
+    skipped: set[int] = set()
+    for root, gs in safe.items():
+        r = w.ref(root)
+        known = set(w.local_names())
+        outer = w.lines
+        w.lines = []
+        for g in gs:
+            w.guard(g)
+            skipped.add(id(g))
+        body = w.lines
+        w.lines = outer
+        created = [(s, n) for s, n in w.local_items() if n not in known]
+        w.lines.append(f"#STAMP{len(blocks)}")
+        blocks.append((root, r, body, created))
+    for g in guards:
+        if id(g) not in skipped:
+            w.guard(g)
+    result = "[" + ", ".join(w.ref(s) for s in inputs) + "]"
+    lines, records = list(w.lines), []
+    for i, (root, r, body, created) in enumerate(blocks):
+        at = lines.index(f"#STAMP{i}")
+        later = set(_NAME.findall("\n".join(lines[at + 1:]) + result))
+        kept = [k for k, (_, n) in enumerate(created) if n in later]
+        stamp = Stamp(root, safe[root], [s for s, _ in created], kept)
+        stamps.append(stamp)
+        k = w.const("stamp", stamp)
+        flag = f"s{i}"
+        unpack = ", ".join(created[j][1] for j in kept)
+        fast = [f"{flag} = False"] + ([f"{unpack}, = {k}.keep"] if kept else [])
+        lines[at:at + 1] = (
+            [f"# {stamp.describe()}", f"if {k}.holds({r}):"]
+            + [f"    {line}" for line in fast] + ["else:", f"    {flag} = True"]
+            + [f"    {line}" for line in body])
+        names = ", ".join(n for _, n in created) + ("," if len(created) == 1 else "")
+        records.append(f"if {flag}: {k}.record({r}, ({names}))")
+    return w.finish(lines + records, result)

@@ -1,0 +1,415 @@
+"""The stamp of the guards' fast path: what must hold for guards on a model's own state
+to pass again without checking them one by one.
+
+A guard is *stamp-safe* when every step of its source, from a root read every call
+(``self``), is a plain read of a dict CPython versions (an instance ``__dict__``, a
+module's ``_parameters``/``_buffers``/``_modules``, a dict item, an item of an exact
+``ModuleList``/``Sequential``/``ModuleDict``, which reads ``_modules``) or of a tuple,
+through a type without ``__getattribute__`` and with no data descriptor of that name,
+and its check is on a leaf that cannot change without one of those dicts changing (see
+:data:`LEAF_RULES`). Properties, ``__getattr__`` fallbacks, custom ``__getattribute__``
+(a HF config), lists, bound methods, closures and globals are not stamp-safe: their
+guards are checked every call.
+
+A :class:`Stamp` records, after a call where every guard passed, the root object, the
+type and ``__dict__`` of every object stepped through, the version tag of every dict
+read (instance dicts, module tables, the class dicts of their types' MROs), the hook
+dicts of ``no_hooks`` leaves and the tensors of ``tensor`` guards. While the root is the
+same object, the types and dicts are the same, no version changed, the hook dicts are
+empty and the tensors' metadata (one C++ check, plus storage offsets) is unchanged,
+every stamp-safe guard passes: the same objects are read, and none changed.
+"""
+
+from __future__ import annotations
+
+import enum
+import gc
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from ember.frontend._torch import dict_version_reader, tensor_metadata_checker
+from ember.frontend.bytecode.sources import (
+    AttrSource,
+    CellSource,
+    GlobalSource,
+    ItemSource,
+    LocalSource,
+    ModuleMemberSource,
+)
+from ember.frontend.guard_model import MODULE_HOOK_TABLES, Guard, Source
+from ember.runtime.logs import log
+
+__all__ = ["LEAF_RULES", "STEP_SOURCES", "Needs", "Stamp", "chain_of", "guard_needs"]
+
+STEP_SOURCES = (AttrSource, ModuleMemberSource, ItemSource)
+"""The source steps a stamp may cover (each still needs its object to qualify)."""
+ROOT_SOURCES = (LocalSource, CellSource, GlobalSource)
+"""The roots a stamped chain may start at (its object is compared by identity)."""
+
+_DICTS = (dict, OrderedDict)
+_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)
+_IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), torch.dtype, torch.device,
+              torch.layout, torch.memory_format)
+_GENERIC_GETATTR: Any = object.__getattribute__
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class whose dict can be written
+
+
+@dataclass
+class Needs:
+    """What a stamp holds for a set of guards: objects whose type must stay (by id),
+    objects whose ``__dict__`` must stay the same dict, dicts whose version must stay,
+    hook dicts that must stay empty, tensors whose metadata must stay."""
+
+    typed: dict[int, Any] = field(default_factory=dict)
+    dicted: dict[int, Any] = field(default_factory=dict)
+    dicts: dict[int, Any] = field(default_factory=dict)
+    hooks: dict[int, Any] = field(default_factory=dict)
+    tensors: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def update(self, other: Needs) -> None:
+        for mine, theirs in ((self.typed, other.typed), (self.dicted, other.dicted),
+                             (self.dicts, other.dicts), (self.hooks, other.hooks),
+                             (self.tensors, other.tensors)):
+            mine.update(theirs)
+
+
+def chain_of(source: Source) -> list[Source] | None:
+    """``source``'s steps from its root (the root first), or None when a step or the
+    root is not one a stamp may cover, or the source is a root itself."""
+    steps: list[Source] = []
+    s: Any = source
+    while isinstance(s, STEP_SOURCES):
+        steps.append(s)
+        s = s.base
+    if not steps or not isinstance(s, ROOT_SOURCES):
+        return None
+    steps.append(s)
+    return steps[::-1]
+
+
+def _class_dicts(cls: type) -> list[dict[str, Any]]:
+    """The writable dicts of ``cls``'s MRO (a class attribute set later bumps them)."""
+    found = []
+    for k in cls.__mro__:
+        if k.__flags__ & _HEAPTYPE:
+            (inner,) = (r for r in gc.get_referents(k.__dict__) if type(r) is dict)
+            found.append(inner)
+    return found
+
+
+def _object_needs(obj: Any, needs: Needs) -> bool:
+    """Stamp ``obj`` (type, ``__dict__`` and its version, its class dicts); False when
+    attribute reads on it can run Python code or it has no ``__dict__``."""
+    cls = type(obj)
+    if getattr(cls, "__getattribute__", None) is not _GENERIC_GETATTR:
+        return False
+    attrs = getattr(obj, "__dict__", None)
+    if type(attrs) is not dict:
+        return False
+    needs.typed[id(obj)] = obj
+    needs.dicted[id(obj)] = obj
+    needs.dicts[id(attrs)] = attrs
+    for d in _class_dicts(cls):
+        needs.dicts[id(d)] = d
+    return True
+
+
+def _class_entry(cls: type, name: str) -> tuple[bool, Any]:
+    for k in cls.__mro__:
+        if name in k.__dict__:
+            return True, k.__dict__[name]
+    return False, None
+
+
+def _is_data_descriptor(value: Any) -> bool:
+    kind = type(value)
+    return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
+
+
+def _attr_needs(obj: Any, name: Any, needs: Needs) -> bool:
+    """A plain attribute read: from the instance dict, or a plain class attribute."""
+    if type(name) is not str or not _object_needs(obj, needs):
+        return False
+    found, entry = _class_entry(type(obj), name)
+    if found and _is_data_descriptor(entry):
+        return False
+    if name in obj.__dict__:
+        return True
+    return found and not hasattr(type(entry), "__get__")
+
+
+def _step_needs(step: Source, base: Any, needs: Needs) -> bool:
+    if isinstance(step, AttrSource):
+        return _attr_needs(base, step.name, needs)
+    if isinstance(step, ModuleMemberSource):
+        if not _attr_needs(base, step.table, needs):
+            return False
+        table = base.__dict__.get(step.table)
+        if type(table) not in _DICTS or type(step.name) is not str:
+            return False
+        needs.dicts[id(table)] = table
+        return True
+    if isinstance(step, ItemSource):
+        return _item_needs(base, step.key, needs)
+    return False
+
+
+def _item_needs(base: Any, key: Any, needs: Needs) -> bool:
+    if type(key) not in (int, str):
+        return False
+    if type(base) in _DICTS:
+        needs.dicts[id(base)] = base
+        return True
+    if type(base) is tuple:
+        return True
+    if type(base) in _CONTAINERS:
+        return _modules_needs(base, needs)
+    return False
+
+
+def _modules_needs(container: Any, needs: Needs) -> bool:
+    """A container module whose items and length are read from its ``_modules``."""
+    if not _object_needs(container, needs):
+        return False
+    table = container.__dict__.get("_modules")
+    if type(table) not in _DICTS:
+        return False
+    needs.dicts[id(table)] = table
+    return True
+
+
+def _immutable(value: Any) -> bool:
+    if type(value) in _IMMUTABLE or isinstance(value, enum.Enum):
+        return True
+    if type(value) in (tuple, frozenset):
+        return all(_immutable(v) for v in value)
+    return False
+
+
+def _equals_leaf(value: Any, needs: Needs) -> bool:
+    return _immutable(value)
+
+
+def _id_leaf(value: Any, needs: Needs) -> bool:
+    return True
+
+
+def _type_leaf(value: Any, needs: Needs) -> bool:
+    needs.typed[id(value)] = value  # __class__ assignment writes no dict
+    return True
+
+
+def _len_leaf(value: Any, needs: Needs) -> bool:
+    if type(value) in (tuple, str, bytes, frozenset):
+        return True
+    if type(value) in _DICTS:
+        needs.dicts[id(value)] = value
+        return True
+    return type(value) in _CONTAINERS and _modules_needs(value, needs)
+
+
+def _keys_leaf(value: Any, needs: Needs) -> bool:
+    if type(value) in _DICTS:
+        needs.dicts[id(value)] = value
+        return True
+    return False
+
+
+def _no_hooks_leaf(value: Any, needs: Needs) -> bool:
+    if not isinstance(value, torch.nn.Module) or not _object_needs(value, needs):
+        return False
+    for table in MODULE_HOOK_TABLES:
+        hooks = value.__dict__.get(table)
+        if type(hooks) not in _DICTS:
+            return False
+        needs.hooks[id(hooks)] = hooks
+    return True
+
+
+def _tensor_leaf(value: Any, needs: Needs) -> bool:
+    if not isinstance(value, torch.Tensor):
+        return False
+    needs.tensors[id(value)] = value  # metadata re-checked every call, never skipped
+    return True
+
+
+LEAF_RULES: dict[str, Callable[[Any, Needs], bool]] = {
+    # the value is the same object: an immutable one has the same value
+    "equals": _equals_leaf,
+    # the same object is the same object
+    "id": _id_leaf,
+    # the object's type is part of the stamp
+    "type": _type_leaf,
+    # tuple/str: immutable; dict: versioned; module container: its _modules versioned
+    "len": _len_leaf,
+    "keys": _keys_leaf,
+    # the hook dicts stay empty (checked every call, in one C loop)
+    "no_hooks": _no_hooks_leaf,
+    # the tensor's metadata: one C++ check every call (.data =, requires_grad_ write no dict)
+    "tensor": _tensor_leaf,
+}
+"""Guard kinds a stamp may cover, and what it needs of the guarded value (False: the
+guard is checked every call)."""
+
+
+def guard_needs(guard: Guard, value_of: Callable[[Source], Any]) -> Needs | None:
+    """What a stamp must hold for ``guard`` (its source's values read by ``value_of``),
+    or None when it is not stamp-safe."""
+    rule = LEAF_RULES.get(guard.kind)
+    chain = chain_of(guard.source) if guard.source is not None else None
+    if rule is None or chain is None:
+        return None
+    needs = Needs()
+    for step in chain[1:]:
+        if not _step_needs(step, value_of(step.base), needs):  # type: ignore[attr-defined]
+            return None
+    return needs if rule(value_of(chain[-1]), needs) else None
+
+
+_getdict = operator.attrgetter("__dict__")
+_offset: Any = torch.Tensor.storage_offset
+_RECORDS_WITHOUT_HIT = 3
+
+
+class Stamp:
+    """The stamp of one root's stamp-safe guards: :meth:`holds` on the root object is
+    True when they pass without being checked; :meth:`record` takes it after a call
+    where every guard passed (``sources``/``values``: the locals the full check read).
+    Off (never holds) after three records without a hit in between (state that changes
+    every call) or when the stamp cannot be taken; logged under ``guards``.
+
+    ``hits``: calls it answered; ``records``: stamps taken. ``keep``: the values of the
+    full check's locals that later checks and the graph inputs read."""
+
+    def __init__(self, root: Source, guards: Sequence[Guard], sources: Sequence[Source],
+                 kept: Sequence[int]) -> None:
+        self.root_source = root
+        self.guards = list(guards)
+        self.sources = list(sources)
+        self.kept = list(kept)
+        self.keep: tuple[Any, ...] = ()
+        self.hits = 0
+        self.records = 0
+        self.off = False
+        self._streak = 0
+        self._root: Any = None
+        self._clear()
+
+    def _clear(self) -> None:
+        self._root = _UNSET
+        self._typed: list[Any] = []
+        self._types: list[type] = []
+        self._dicted: list[Any] = []
+        self._objdicts: list[Any] = []
+        self._dicts: list[Any] = []
+        self._versions: list[int] = []
+        self._hooks: list[Any] = []
+        self._tensors: list[torch.Tensor] = []
+        self._offsets: list[int] = []
+        self._tcheck: Callable[..., bool] = _true
+
+    def holds(self, root: Any) -> bool:
+        """Whether every stamp-safe guard of this root passes (see the module doc)."""
+        if (root is self._root and list(map(type, self._typed)) == self._types
+                and list(map(_getdict, self._dicted)) == self._objdicts
+                and list(map(_VERSION, self._dicts)) == self._versions
+                and not any(self._hooks) and self._tcheck(*self._tensors)
+                and list(map(_offset, self._tensors)) == self._offsets):
+            self.hits += 1
+            self._streak = 0
+            return True
+        return False
+
+    def record(self, root: Any, values: tuple[Any, ...]) -> None:
+        """Take the stamp after a call where every guard passed; never raises."""
+        if self.off:
+            return
+        self._streak += 1
+        if self._streak > _RECORDS_WITHOUT_HIT:
+            self._turn_off(f"{_RECORDS_WITHOUT_HIT} stamps taken with no call answered "
+                           "(state on its path changes every call)")
+            return
+        try:
+            self._take(root, values)
+        except Exception as e:  # noqa: BLE001 - the full check stays correct without it
+            self._turn_off(f"taking it raised {type(e).__name__}: {e}")
+
+    def _take(self, root: Any, values: tuple[Any, ...]) -> None:
+        self._clear()
+        known: dict[Source, Any] = dict(zip(self.sources, values))
+        known[self.root_source] = root
+        needs = Needs()
+        for g in self.guards:
+            found = guard_needs(g, known.__getitem__)
+            if found is None:
+                self._turn_off(f"{g.describe()} is no longer stamp-safe")
+                return
+            needs.update(found)
+        tensors = list(needs.tensors.values())
+        check = tensor_metadata_checker(tensors) if tensors else _true
+        self._typed = list(needs.typed.values())
+        self._types = list(map(type, self._typed))
+        self._dicted = list(needs.dicted.values())
+        self._objdicts = list(map(_getdict, self._dicted))
+        self._dicts = list(needs.dicts.values())
+        self._versions = list(map(_VERSION, self._dicts))
+        self._hooks = list(needs.hooks.values())
+        self._tensors = tensors
+        self._offsets = list(map(_offset, tensors))
+        self._tcheck = check if check is not None else _python_tensor_check(tensors)
+        self.keep = tuple(values[i] for i in self.kept)
+        self._root = root
+        self.records += 1
+
+    def _turn_off(self, why: str) -> None:
+        self.off = True
+        self._clear()
+        log("guards", lambda: f"guard fast path off for {self.root_source.expr()}: {why}; "
+                              "its guards are checked every call")
+
+    def describe(self) -> str:
+        """One line: how many guards of which kinds the stamp covers."""
+        kinds: dict[str, int] = {}
+        for g in self.guards:
+            kinds[g.kind] = kinds.get(g.kind, 0) + 1
+        shown = ", ".join(f"{k} {n}" for k, n in kinds.items())
+        return (f"stamp of {self.root_source.expr()!r}: {len(self.guards)} guards "
+                f"({shown}) skipped while it holds")
+
+
+class _Unset:
+    pass
+
+
+_UNSET = _Unset()
+
+
+def _true(*args: Any) -> bool:
+    return True
+
+
+_meta = operator.attrgetter("dtype", "shape", "device", "requires_grad")
+
+
+def _python_tensor_check(tensors: list[torch.Tensor]) -> Callable[..., bool]:
+    """The tensor metadata check where torch's C++ one is not available (slower)."""
+    types = list(map(type, tensors))
+    metas = list(map(_meta, tensors))
+    strides = [t.stride() for t in tensors]
+
+    def check(*ts: torch.Tensor) -> bool:
+        return (list(map(type, ts)) == types and list(map(_meta, ts)) == metas
+                and [t.stride() for t in ts] == strides)
+
+    return check
+
+
+def _version_unavailable(d: Any) -> int:
+    raise RuntimeError("dict versions are not available")
+
+
+_VERSION: Callable[[Any], int] = dict_version_reader() or _version_unavailable

@@ -1,0 +1,253 @@
+"""The guards' fast path (``ember.frontend.guard_fast``): guards on a model's own state
+are skipped while their stamp holds, and every mutation that must fail a guard still
+fails it after the fast path has answered several calls."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+from ember.frontend import guard_fast
+from ember.frontend.guards import compile_matcher
+from ember.runtime.config import patch
+from strict_helpers import strict
+from torch import nn
+
+
+class HFStyleConfig:
+    """A config whose attribute reads run Python code (as HF's ``__getattribute__``)."""
+
+    def __init__(self) -> None:
+        self.alpha = 1.0
+
+    def __getattribute__(self, name: str) -> Any:
+        return object.__getattribute__(self, name)
+
+
+class PropertyConfig:
+    def __init__(self) -> None:
+        self._beta = 1.0
+
+    @property
+    def beta(self) -> float:
+        return self._beta
+
+
+class Block(nn.Module):
+    eps = 1.0  # a class attribute the forward reads
+
+    def __init__(self, cfg: HFStyleConfig, pcfg: PropertyConfig) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.act = nn.ReLU()
+        self.factor = 2.0
+        self.flag = False
+        self.scales = [1.0, 1.0]
+        self.cfg = cfg
+        self.pcfg = pcfg
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = (self.act(self.lin(x)) * self.factor * self.scales[1]
+                           * self.cfg.alpha * self.pcfg.beta * self.eps)
+        return y + 1 if self.flag else y
+
+
+class Stack(nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        cfg, pcfg = HFStyleConfig(), PropertyConfig()
+        self.layers = nn.ModuleList(Block(cfg, pcfg) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _matcher(compiled: Any) -> Any:
+    (segment,) = compiled._compiled.segments[0]
+    return segment._matcher
+
+
+def _hits(compiled: Any) -> int:
+    return sum(s.hits for s in _matcher(compiled).__ember_stamps__)
+
+
+def _warm(n: int = 8) -> tuple[Stack, Any, torch.Tensor]:
+    torch.manual_seed(0)
+    model = Stack(n)
+    compiled = strict(model)
+    x = torch.randn(2, 4)
+    for _ in range(5):
+        torch.testing.assert_close(compiled(x), model(x))
+    assert compiled.stats.recompiles == 0 and compiled.stats.cache_hits == 4
+    assert _hits(compiled) >= 2  # the fast path answered the last calls
+    return model, compiled, x
+
+
+def test_the_fast_path_is_taken_and_printed(capsys: Any) -> None:
+    torch.manual_seed(0)
+    model = Stack(8)
+    compiled = strict(model)
+    x = torch.randn(2, 4)
+    with patch(logs=frozenset({"guards"})):
+        for _ in range(4):
+            compiled(x)
+    err = capsys.readouterr().err
+    assert "with the fast path" in err
+    text = _matcher(compiled).__ember_source__
+    lines = [line.strip() for line in text.splitlines()]
+    (note,) = [line for line in lines if line.startswith("# stamp of 'self'")]
+    assert note.endswith("skipped while it holds"), note
+    (test,) = [line for line in lines if ".holds(" in line]
+    assert test.startswith("if stamp") and test.endswith(".holds(v0):"), test
+    assert any(line.startswith("if s0: stamp") and ".record(v0, (" in line for line in lines)
+    # the config read through __getattribute__ and the list item are checked every call
+    stamp = _matcher(compiled).__ember_stamps__[0]
+    covered = {g.where() for g in stamp.guards}
+    assert "self.layers[0].factor" in covered and "self.layers[0].lin.weight" in covered
+    assert "self.layers[0].cfg.alpha" not in covered
+    assert "self.layers[0].scales[1]" not in covered
+    before = _hits(compiled)
+    compiled(x)
+    assert _hits(compiled) == before + 1
+
+
+def _mutate(model: Stack, mutation: str) -> None:
+    layers: Any = model.layers
+    if mutation == "attribute":
+        layers[1].factor = 3.0
+    elif mutation == "setattr":
+        setattr(layers[2], "flag", True)  # noqa: B010 - the setattr path is the test
+    elif mutation == "parameter":
+        layers[1].lin.bias = nn.Parameter(torch.zeros(1))
+    elif mutation == "data":
+        layers[1].lin.bias.data = torch.zeros(1)
+    elif mutation == "requires_grad":
+        layers[2].lin.weight.requires_grad_(False)
+    elif mutation == "hook":
+        layers[0].lin.register_forward_hook(lambda mod, args, out: out * 10)
+    elif mutation == "submodule":
+        layers[1].act = nn.Tanh()
+    elif mutation == "class_assignment":
+        layers[1].act.__class__ = nn.Sigmoid
+    elif mutation == "list_item":
+        layers[3].scales[1] = 5.0
+    elif mutation == "getattribute_config":
+        layers[0].cfg.alpha = 0.5
+    elif mutation == "property_config":
+        layers[0].pcfg._beta = 0.25
+    elif mutation == "class_attribute":
+        Block.eps = 3.0
+    else:
+        raise AssertionError(mutation)
+
+
+@pytest.mark.parametrize("mutation, failed", [
+    ("attribute", "self.layers[1].factor == 2.0 (got 3.0)"),
+    ("setattr", "self.layers[2].flag == False (got True)"),
+    ("parameter", "self.layers[1].lin.bias.shape == (4,) (got (1,))"),
+    ("data", "self.layers[1].lin.bias.shape == (4,) (got (1,))"),
+    ("requires_grad", "self.layers[2].lin.weight.requires_grad == True (got False)"),
+    ("hook", "self.layers[0].lin has no module hooks"),
+    ("submodule", "type(self.layers[1].act) is ReLU (got Tanh)"),
+    ("class_assignment", "type(self.layers[1].act) is ReLU (got Sigmoid)"),
+    ("list_item", "self.layers[3].scales[1] == 1.0 (got 5.0)"),
+    ("getattribute_config", "self.layers[0].cfg.alpha == 1.0 (got 0.5)"),
+    ("property_config", "== 1.0 (got 0.25)"),
+    ("class_attribute", "self.layers[0].eps == 1.0 (got 3.0)"),
+])
+def test_a_mutation_fails_its_guard_after_fast_calls(mutation: str, failed: str,
+                                                     capsys: Any) -> None:
+    model, compiled, x = _warm()
+    try:
+        _mutate(model, mutation)
+        capsys.readouterr()
+        with patch(logs=frozenset({"recompiles"})):
+            out = compiled(x)
+        log = capsys.readouterr().err
+        torch.testing.assert_close(out, model(x))
+        assert compiled.stats.recompiles == 1, (mutation, log)
+        assert "guard failed: " in log and failed in log, log
+    finally:
+        Block.eps = 1.0
+
+
+def test_an_unchanged_model_keeps_hitting_after_a_recompile() -> None:
+    model, compiled, x = _warm()
+    layers: Any = model.layers
+    layers[1].lin.weight = nn.Parameter(torch.ones(4, 4))  # same metadata, new values
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), model(x))
+    assert compiled.stats.recompiles == 0
+    before = _hits(compiled)
+    torch.testing.assert_close(compiled(x), model(x))
+    assert _hits(compiled) == before + 1
+
+
+def test_state_written_every_call_turns_the_stamp_off() -> None:
+    class Counting(Stack):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls = getattr(self, "calls", 0) + 1
+            return super().forward(x)
+
+    torch.manual_seed(0)
+    model = Counting(8)
+    compiled = strict(model)
+    x = torch.randn(2, 4)
+    for _ in range(8):
+        compiled(x)
+    stamps = _matcher(compiled).__ember_stamps__
+    assert stamps and all(s.off and s.hits == 0 for s in stamps)
+    torch.testing.assert_close(compiled(x), Stack.forward(model, x))
+
+
+def _captured_call(n: int) -> tuple[Any, Any, Any]:
+    """The guards, input sources and (state, ctx) of a warm call of an n-layer stack."""
+    torch.manual_seed(0)
+    compiled = strict(Stack(n))
+    x = torch.randn(2, 4)
+    compiled(x)
+    (segment,) = compiled._compiled.segments[0]
+    seen: list[Any] = []
+    inner = segment.match
+
+    def spy(state: Any, ctx: Any) -> Any:
+        seen.append((state, ctx))
+        return inner(state, ctx)
+
+    segment.match = spy
+    compiled(x)
+    return segment.guards.guards, segment.input_sources, seen[0]
+
+
+def _per_call(match: Any, call: tuple[Any, Any], n: int = 300) -> float:
+    for _ in range(3):
+        assert match(*call) is not None
+    start = time.perf_counter()
+    for _ in range(n):
+        match(*call)
+    return (time.perf_counter() - start) / n
+
+
+def test_the_fast_path_cuts_the_check_of_a_24_layer_stack(monkeypatch: Any) -> None:
+    guards, inputs, call = _captured_call(24)
+    fast = compile_matcher(guards, inputs)
+    monkeypatch.setattr(guard_fast, "FAST_PATH_MIN_GUARDS", 10**9)
+    full = compile_matcher(guards, inputs)
+    assert not hasattr(full, "__ember_stamps__")
+    assert fast(*call) == full(*call)
+    ratio = min(_per_call(full, call) / _per_call(fast, call) for _ in range(3))
+    assert fast.__ember_stamps__[0].hits > 0  # type: ignore[attr-defined]
+    assert ratio > 3, ratio
+
+
+def test_the_fast_path_is_off_without_dict_versions(monkeypatch: Any) -> None:
+    import ember.frontend.guard_fast as gf
+
+    monkeypatch.setattr(gf, "dict_version_reader", lambda: None)
+    guards, inputs, call = _captured_call(8)
+    match = compile_matcher(guards, inputs)
+    assert not hasattr(match, "__ember_stamps__") and match(*call) is not None
