@@ -14,7 +14,7 @@ time, kernel launches; then the top CUDA kernels and the top CPU ops of each com
 from __future__ import annotations
 
 import copy
-import functools
+import inspect
 import dataclasses
 import sys
 import time
@@ -39,16 +39,33 @@ class _Timed:
 
     def __init__(self, fn: Any) -> None:
         self.fn, self.seconds, self.calls = fn, 0.0, 0
+        self.last: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
         # generate() reads forward's signature to choose its arguments: keep it visible
-        functools.update_wrapper(self, fn)
+        self.__signature__ = inspect.signature(fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.last = (args, kwargs)
         start = time.perf_counter()
         try:
             return self.fn(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
             self.calls += 1
+
+
+def _guard_costs(compiled: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The time of each cache entry's check function on the last decode call."""
+    strict_fn = getattr(compiled, "_compiled", compiled)
+    state = strict_fn._entry_state(strict_fn._bound + args, kwargs)
+    with torch.no_grad():
+        for i, entry in enumerate(strict_fn.segments.get(0, [])):
+            hit = entry.match(state, strict_fn._ctx) is not None
+            start = time.perf_counter()
+            for _ in range(200):
+                entry.match(state, strict_fn._ctx)
+            each = (time.perf_counter() - start) / 200
+            print(f"===== ember entry {i}: {len(entry.guards.guards)} guards, "
+                  f"{'hit' if hit else 'miss'}, check {each * 1e6:.1f} us", flush=True)
 
 
 def main() -> None:
@@ -61,7 +78,7 @@ def main() -> None:
     warm = dataclasses.replace(config, new_tokens=8)
     model = generate.build_model(config, device, dtype)
     ids = generate.prompt_ids(config, device)
-    for name in ("eager", "torch", "ember"):
+    for name in sys.argv[3].split(",") if len(sys.argv) > 3 else ("eager", "torch", "ember"):
         local = copy.deepcopy(model)
         compilers.reset(name)
         fn = (local.forward if name == "eager"
@@ -91,6 +108,8 @@ def main() -> None:
               f"inside forward (CPU) {inside / calls * 1e3:.2f} ms/call over {calls} calls; "
               f"GPU kernels {gpu_us / 1e3 / new_tokens:.2f} ms/token (profiled); "
               f"{launches / new_tokens:.0f} kernel launches/token", flush=True)
+        if name == "ember":
+            _guard_costs(fn, *timed.last)
         print(events.table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=80))
         print(events.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=80))
 
