@@ -4,8 +4,8 @@ Ember and by torch.compile, beside eager (issue #15's second-``generate`` gap).
     python tools/gpu/profile_generate.py [new_tokens]   # on the H200, after h200_all.sh's setup
     python tools/gpu/profile_generate.py 32 cpu         # the tiny config on this machine's CPU
 
-For each compiler: compile (a first ``generate`` of 8 tokens: prefill, first decode, dynamic
-decode), then a timed ``generate`` of ``new_tokens`` (default 64) with the per-call CPU time
+For each compiler: compile (a first ``generate`` of the same length: prefill, first decode,
+dynamic decode, and torch's cuDNN attention plans, built once per new length), then a timed ``generate`` of ``new_tokens`` (default 64) with the per-call CPU time
 spent inside the compiled ``forward`` accumulated, then the same ``generate`` under the torch
 profiler (CPU and CUDA). Prints per token: wall time, CPU time inside ``forward``, GPU kernel
 time, kernel launches; then the top CUDA kernels and the top CPU ops of each compiler.
@@ -14,8 +14,8 @@ time, kernel launches; then the top CUDA kernels and the top CPU ops of each com
 from __future__ import annotations
 
 import copy
-import inspect
 import dataclasses
+import inspect
 import sys
 import time
 from pathlib import Path
@@ -75,7 +75,6 @@ def main() -> None:
     dtype = torch.float32 if cpu else torch.bfloat16
     base = generate.TINY if cpu else generate.GenerateConfig()
     config = dataclasses.replace(base, new_tokens=new_tokens)
-    warm = dataclasses.replace(config, new_tokens=8)
     model = generate.build_model(config, device, dtype)
     ids = generate.prompt_ids(config, device)
     for name in sys.argv[3].split(",") if len(sys.argv) > 3 else ("eager", "torch", "ember"):
@@ -86,7 +85,7 @@ def main() -> None:
         timed = _Timed(fn)
         local.forward = timed
         start = time.perf_counter()
-        generate.generate(local, ids, warm)
+        generate.generate(local, ids, config)  # compiles; cuDNN plans per length
         sync(device)
         compile_s = time.perf_counter() - start
         timed.seconds, timed.calls = 0.0, 0
