@@ -144,8 +144,10 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     kernels on the device and record the counts in ``metadata["autotune"]``: see
     :mod:`ember.inductor.autotune`), ``device`` (``"cpu"``/``"cuda"``, default: where
     the tensors are),
-    ``precompile`` (default True: build the C++ kernels now, which warms the cache and
-    catches compile errors here rather than at load time), ``strict`` (default False:
+    ``precompile`` (default True: build the kernels now, all graphs' at once on
+    ``EMBER_COMPILE_THREADS`` threads — the C++ files, and on a GPU the Triton kernels
+    (``codegen/build.py``) — which warms the caches and catches compile errors here
+    rather than at load time), ``strict`` (default False:
     a graph whose lowering, code generation or C++ build fails — a lowering rule failing
     other than by ``NotLowerable`` included — runs its ops eagerly, with an
     :class:`InductorFallbackWarning`; True raises instead), ``eager_random`` (default
