@@ -90,9 +90,9 @@ CASES: list[tuple[str, Callable[..., Any]]] = [
 ]
 
 
-def _check(fn: Callable[..., Any], backend: str) -> None:
+def _check(fn: Callable[..., Any], backend: str, device: str = "cpu") -> None:
     torch.manual_seed(0)
-    inputs = [torch.randn(4, 6), torch.randn(4, 6)]
+    inputs = [torch.randn(4, 6, device=device), torch.randn(4, 6, device=device)]
     mine = [t.clone() for t in inputs]
     got = ember.frontend.compile(fn, backend=backend, fullgraph=True)(*mine)
     want = fn(*inputs)
@@ -109,6 +109,13 @@ def test_custom_operator_matches_eager(name: str, fn: Callable[..., Any], backen
     if name == "cpp":
         request.getfixturevalue("cpp_ops")
     _check(fn, backend)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("name,fn", CASES[:-1], ids=[c[0] for c in CASES[:-1]])
+def test_custom_operator_on_cuda_matches_eager(name: str, fn: Callable[..., Any]) -> None:
+    _check(fn, "inductor", "cuda")  # (the C++ operator has a CPU kernel only)
 
 
 class _SwishNet(torch.nn.Module):

@@ -132,10 +132,11 @@ extern ember_inductor_test::scale_.default(buf1) -> buf2; writes buf1
 kernel1 [4]: buf3 (pointwise); loads buf0, buf1; stores buf3"""
 
 
-def test_values_match_eager_and_custom_ops_are_not_fallbacks() -> None:
+def test_values_match_eager_and_custom_ops_are_not_fallbacks(backend: str) -> None:
+    options = {} if backend == "cpp" else {"precompile": False}
     for fn in (_dead_after, _read_after, _lazy_reader, _graph_input):
         x = torch.randn(5)
-        compiled, run = compile_and_load(trace(fn, [x]))
+        compiled, run = compile_and_load(trace(fn, [x]), **options)
         expected = fn(x.clone())
         expected = expected if isinstance(expected, tuple) else (expected,)
         for got, want in zip(run(x), expected):
@@ -165,3 +166,16 @@ def test_the_wrapper_checks_a_custom_op_result_against_its_fake_kernel() -> None
             "custom operator ember_inductor_test::liar.default: its result has sizes "
             "[4, 3], but its fake kernel said [3, 4]")):
         run(x)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_mutating_custom_op_on_cuda_matches_eager() -> None:
+    for fn in (_dead_after, _read_after, _lazy_reader, _graph_input):
+        x = torch.randn(1000, device="cuda")
+        compiled, run = compile_and_load(trace(fn, [x]))
+        expected = fn(x.clone())
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        for got, want in zip(run(x), expected):
+            torch.testing.assert_close(got, want)
+        assert not compiled.metadata.get("fallbacks"), fn.__name__
