@@ -160,6 +160,20 @@ def _cases(K: Any) -> dict[str, Case]:  # noqa: N803 - K: the kernel module
         K.gather_rows_kernel[(idx.shape[0],)](idx, table, out, table.shape[1], BLOCK=16)
         return out
 
+    def relaid_operands(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        # the kernel indexes memory flat: each operand must be in its traced layout
+        xt = (x * 2).t().contiguous()
+        bb = b.expand(x.shape[1], b.shape[0]).contiguous()
+        out = torch.empty_like(xt)
+        K.add_kernel[(cdiv(xt.numel(), 32),)](xt, bb, out, xt.numel(), BLOCK=32)
+        return out
+
+    def training_around_kernel(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        out = torch.empty_like(y)
+        K.add_kernel[(cdiv(y.numel(), 32),)](y, y, out, y.numel(), BLOCK=32)
+        return (out * x).sum()  # the launch records no autograd, as in eager
+
     def custom_op_autograd(x: torch.Tensor) -> torch.Tensor:
         return (K.scaled_relu(x * 2, 0.5) + x).sum()
 
@@ -184,18 +198,15 @@ def _cases(K: Any) -> dict[str, Case]:  # noqa: N803 - K: the kernel module
         "heuristics": (heuristics, inputs(randn(7, 12))),
         "gather_rows": (gather_rows, inputs(
             lambda d: torch.tensor([2, 0, 3, 3], device=d), randn(5, 16))),
+        "relaid_operands": (relaid_operands, inputs(randn(6, 5), randn(6))),
+        "training_around_kernel": (training_around_kernel, inputs(
+            lambda d: torch.randn(40, device=d, requires_grad=True))),
         "custom_op_autograd": (custom_op_autograd, inputs(
             lambda d: torch.randn(30, device=d, requires_grad=True))),
     }
 
 
 CASE_NAMES = list(_cases(None))
-# NOTE: a custom_op's register_autograd is lost in compiled code (a plain torch custom_op
-# too: issue 18 item 1, not the Triton launch); strict: once that lands this fails and
-# the mark must go
-CASES = [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="custom_op autograd in compiled code (issue 18 item 1)"))
-    if n == "custom_op_autograd" else n for n in CASE_NAMES]
 
 
 def _clone(values: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -224,6 +235,15 @@ def _check(name: str, backend: str, device: str) -> None:
     assert compiled.stats.graphs == 1
 
 
+def _known_failure(name: str, backend: str, request: pytest.FixtureRequest) -> None:
+    if (name, backend) == ("custom_op_autograd", "inductor"):
+        # NOTE: not the Triton launch: the inductor hands the backward's custom operator
+        # clone(expand(grad)) as a stride-0 view of the scalar (the clone elided), which
+        # its kernel reads as 30 floats. Strict: the mark goes when that is fixed.
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "custom operator operand passed as an expanded view (issue 18 item 1)")))
+
+
 # NOTE: Triton's own jit library functions (tl.max, tl.sum, tl.rand, ...) are
 # interpretable only when TRITON_INTERPRET=1 was set before Triton was imported: the CPU
 # cases run in a child pytest with it set (test_corpus_in_triton_interpreter).
@@ -233,8 +253,10 @@ IN_INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") == "1"
 @pytest.mark.skipif(not IN_INTERPRETER, reason="runs in the TRITON_INTERPRET=1 child "
                     "process of test_corpus_in_triton_interpreter")
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", CASES)
-def test_corpus_on_cpu_interpreter(name: str, backend: str) -> None:
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_corpus_on_cpu_interpreter(name: str, backend: str,
+                                   request: pytest.FixtureRequest) -> None:
+    _known_failure(name, backend, request)
     with triton_for_cpu():
         _check(name, backend, "cpu")
 
@@ -262,8 +284,9 @@ def test_output_code_in_cpu_interpreter(capsys: pytest.CaptureFixture[str]) -> N
 
 @pytest.mark.skipif(IN_INTERPRETER, reason="this is the child process")
 def test_corpus_in_triton_interpreter() -> None:
-    """Every CPU case, in a child pytest with ``TRITON_INTERPRET=1``."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    """Every CPU case, in a child pytest with ``TRITON_INTERPRET=1`` (and the program
+    saved and loaded at every stage boundary)."""
+    env = dict(os.environ, TRITON_INTERPRET="1", EMBER_SERIALIZE_BOUNDARIES="1")
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
          str(Path(__file__)), "-k", "cpu_interpreter"],
@@ -271,15 +294,16 @@ def test_corpus_in_triton_interpreter() -> None:
         cwd=HERE.parent)
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert f"{(len(CASE_NAMES) - 1) * len(BACKENDS) + 1} passed" in summary, summary
-    assert f"{len(BACKENDS)} xfailed" in summary, summary
+    assert f"{len(CASE_NAMES) * len(BACKENDS)} passed" in summary, summary  # 1 xfail, +1
+    assert "1 xfailed" in summary, summary
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", CASES)
-def test_corpus_on_gpu(name: str, backend: str) -> None:
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_corpus_on_gpu(name: str, backend: str, request: pytest.FixtureRequest) -> None:
+    _known_failure(name, backend, request)
     _check(name, backend, "cuda")
 
 

@@ -189,7 +189,7 @@ def test_lowering_passes_are_a_named_pipeline(monkeypatch: pytest.MonkeyPatch) -
     the channels-last pass out of the list leaves the convolution's input row-major."""
     assert [name for name, _ in extern_passes.EXTERN_PASSES] == [
         "matmul_template", "pad_unaligned_matmul", "channels_last_convolution", "transposed_matmul_operands",
-        "traced_layout_operands"]
+        "traced_layout_operands", "user_kernel_operands"]
     monkeypatch.setattr(graph_lowering, "EXTERN_PASSES", [
         p for p in extern_passes.EXTERN_PASSES if p[0] != "channels_last_convolution"])
     (conv,) = [n for n in _conv().extern_nodes if n.target == "aten::convolution.default"]

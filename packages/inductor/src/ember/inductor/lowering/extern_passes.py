@@ -20,6 +20,7 @@ from ember.inductor.lowering.layout_passes import (
 )
 from ember.inductor.lowering.matmul_padding import pad_unaligned_matmul
 from ember.inductor.lowering.matmul_template import matmul_template
+from ember.inductor.lowering.user_kernels import user_kernel_operands
 from ember.inductor.lowering.values import Stored
 
 ExternPass = Callable[[LoweringContext, ExternRequest], "ExternRequest | Stored"]
@@ -30,6 +31,7 @@ EXTERN_PASSES: list[tuple[str, ExternPass]] = [
     ("channels_last_convolution", channels_last_convolution),
     ("transposed_matmul_operands", transposed_matmul_operands),
     ("traced_layout_operands", traced_layout_operands),
+    ("user_kernel_operands", user_kernel_operands),
 ]
 
 __all__ = ["EXTERN_PASSES", "ExternPass"]

@@ -5,9 +5,57 @@ The kernel is the user's own code: the inductor fuses the ops around it but does
 look inside. The wrapper calls the operator, which launches the user's kernel object on
 fresh copies of the tensors it writes (``ember.runtime.user_kernels``), and shows the
 kernel's source above the call (``codegen/user_kernels.py``).
+
+A kernel indexes its tensors with the strides the user passed as ints at capture, so
+each tensor must reach it in exactly the traced layout: the lowering pass
+:func:`user_kernel_operands` stores a computed operand (or a view the lowering made of a
+``clone``/``contiguous``) in a buffer with the traced strides.
 """
 
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from ember.inductor.lowering.layout import is_dense, same_layout
 from ember.inductor.lowering.registry import extern
+from ember.inductor.lowering.values import Lazy, Stored
+from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.runtime.user_kernels import TARGET
 
+if TYPE_CHECKING:  # NOTE: lowering.context imports buffers, which imports this package
+    from ember.inductor.lowering.context import ExternRequest, LoweringContext
+
+__all__ = ["user_kernel_operands"]
+
 extern(TARGET)
+
+
+def user_kernel_operands(ctx: LoweringContext, call: ExternRequest) -> ExternRequest:
+    """Lowering pass: each tensor operand of a user Triton kernel in the sizes and
+    strides the program traced for it (a Lazy value, or a stored view with other
+    strides, is computed into a buffer of that layout). Other calls are returned as
+    they are."""
+    if call.node.target != TARGET or len(call.args) < 2:
+        return call
+    refs, values = call.node.args[1], call.args[1]
+    if not isinstance(refs, tuple) or not isinstance(values, tuple):
+        return call
+    laid_out = []
+    for ref, value in zip(refs, values):
+        meta = ctx.traced_meta(ref)
+        if meta is None or not isinstance(value, (Lazy, Stored)):
+            laid_out.append(value)
+            continue
+        sizes = tuple(from_ir(s) for s in meta.sizes)
+        strides = tuple(from_ir(s) for s in meta.strides)
+        if isinstance(value, Stored) and same_layout(sizes, value.strides, strides):
+            laid_out.append(value)  # already in that layout (a view of a buffer too)
+            continue
+        if not is_dense(sizes, strides):
+            laid_out.append(value)  # NOTE: a layout with gaps cannot be recomputed
+            continue
+        lazy = value if isinstance(value, Lazy) else Lazy(value.element, value.dtype,
+                                                          value.sizes)
+        laid_out.append(ctx.realize(lazy, strides=strides, reuse=False))
+    return dataclasses.replace(call, args=(call.args[0], tuple(laid_out), *call.args[2:]))
