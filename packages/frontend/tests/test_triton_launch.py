@@ -39,6 +39,9 @@ def add_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-
 
 
 tuned = triton.autotune(configs=[triton.Config({"BLOCK": 8})], key=["n"])(add_one)
+# two configs: benchmarked on a GPU (test_real_kernels_on_the_gpu)
+tuned_two = triton.autotune(configs=[triton.Config({"BLOCK": 32}),
+                                     triton.Config({"BLOCK": 64})], key=["n"])(add_one)
 heuristic = triton.heuristics({"BLOCK": lambda args: 8})(add_one)
 
 
@@ -242,10 +245,9 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an 
 @needs_cuda
 def test_real_kernels_on_the_gpu() -> None:
     """Compiled kernels on CUDA tensors (autotune benchmarks two configs): strict
-    capture records both launches (no break) and their results are right; tracing refuses the launch
-    before Triton reads a fake tensor's (null) data pointer, and the GPU stays usable."""
-    tuned_two = triton.autotune(configs=[triton.Config({"BLOCK": 32}),
-                                         triton.Config({"BLOCK": 64})], key=["n"])(add_one)
+    capture records both launches (no break) and every backend's results are right;
+    tracing refuses the launch before Triton reads a fake tensor's (null) data pointer,
+    and the GPU stays usable."""
 
     def f(x: torch.Tensor) -> torch.Tensor:
         y = x * 2
@@ -256,11 +258,12 @@ def test_real_kernels_on_the_gpu() -> None:
             out, out2, y.numel())
         return out2 * 3
 
-    compiled = ef.compile(f, backend="eager")
-    for _ in range(2):
-        x = torch.randn(1000, device="cuda")
-        torch.testing.assert_close(compiled(x), (x * 2 + 2) * 3)
-    assert compiled.stats.graph_breaks == 0
+    for backend in ("eager", "aot_eager", "inductor"):
+        compiled = ef.compile(f, backend=backend)
+        for _ in range(2):
+            x = torch.randn(1000, device="cuda")
+            torch.testing.assert_close(compiled(x), (x * 2 + 2) * 3)
+        assert compiled.stats.graph_breaks == 0, backend
     traced = ef.compile(f, backend="eager", options={"capture": "trace"})
     with pytest.raises(ef.CaptureError, match="user Triton kernel add_one"):
         traced(torch.randn(1000, device="cuda"))
