@@ -245,3 +245,29 @@ def test_kernel_no_module_holds_is_a_named_break(launches: list[tuple[Any, ...]]
     assert info.reason == ("launch of the user Triton kernel copy_kernel (Autotuner): no "
                            "module attribute holds the Triton kernel object (made inside a "
                            "function?): a compiled launch finds its kernel by name")
+
+
+def test_a_tl_dtype_constexpr_is_captured(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    seen: list[Any] = []
+
+    def run(self: Any, x: torch.Tensor, out: torch.Tensor, n: int, *rest: Any,
+            grid: Any, warmup: bool, **kwargs: Any) -> None:
+        seen.append(kwargs["OUT_DTYPE"])
+        out.copy_(x + 1)
+
+    monkeypatch.setattr(jit_module.JITFunction, "run", run)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        copy_kernel[(1,)](x, out, x.numel(), BLOCK=8, OUT_DTYPE=tl.float16)
+        return out
+
+    compiled = ef.compile(f, backend="eager")
+    with patch(logs="graphs"):
+        x = torch.randn(8)
+        torch.testing.assert_close(compiled(x), x + 1)
+    assert compiled.stats.graph_breaks == 0
+    assert seen == [tl.float16]  # rebuilt from its name when the node runs
+    assert '{\\"kind\\":\\"tl_dtype\\",\\"name\\":\\"OUT_DTYPE\\",\\"value\\":\\"fp16\\"}' in (
+        capsys.readouterr().err)

@@ -44,7 +44,8 @@ _CONSTANT_TYPES = (int, float, bool, str, type(None))
 @dataclass(frozen=True)
 class LaunchArg:
     """One argument of the launch: ``kind`` is ``"tensor"`` (``index`` into the node's
-    tensors), ``"int"`` (``index`` into its integer values) or ``"const"`` (``value``).
+    tensors), ``"int"`` (``index`` into its integer values), ``"const"`` (``value``) or
+    ``"tl_dtype"`` (a ``triton.language`` dtype constexpr, ``value`` its name: ``"fp16"``).
     ``name`` is the keyword it was passed by, None for a positional argument."""
 
     kind: str
@@ -54,7 +55,7 @@ class LaunchArg:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
-        if self.kind == "const":
+        if self.kind in ("const", "tl_dtype"):
             out["value"] = self.value
         else:
             out["index"] = self.index
@@ -65,11 +66,16 @@ class LaunchArg:
     @staticmethod
     def from_json(data: Any) -> LaunchArg:
         kind = _field(data, "kind", str)
-        if kind not in ("tensor", "int", "const"):
+        if kind not in ("tensor", "int", "const", "tl_dtype"):
             raise IRFormatError(f"user kernel argument: unknown kind {kind!r}")
         name = data.get("name")
         if name is not None and not isinstance(name, str):
             raise IRFormatError("user kernel argument: name is not a string")
+        if kind == "tl_dtype":
+            value = data.get("value")
+            if not isinstance(value, str) or not value.isidentifier():
+                raise IRFormatError(f"user kernel argument: dtype {value!r} is not a name")
+            return LaunchArg(kind, value=value, name=name)
         if kind == "const":
             value = data.get("value")
             if not isinstance(value, _CONSTANT_TYPES):

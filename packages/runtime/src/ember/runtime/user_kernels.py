@@ -102,6 +102,10 @@ def launch(call: UserKernelCall, tensors: Sequence[torch.Tensor],
     for a in call.args:
         if a.kind == "const":
             value: Any = a.value
+        elif a.kind == "tl_dtype":
+            import triton.language as tl  # only a kernel launch needs Triton
+
+            value = tl.dtype(str(a.value))
         else:
             pool: Sequence[Any] = values if a.kind == "tensor" else ints
             if a.index >= len(pool):

@@ -13,7 +13,8 @@ How each part is decided (:func:`capture_launch`):
   graph break: the run time finds kernels by name, never from source in a file.
 - **arguments**: tensors go to the node's tensor list (detached: a launch records no
   autograd, as in eager), Python ints and sizes (``SymInt``) to its integer list,
-  floats, bools, strings, None and ``tl.constexpr`` values into the spec as constants.
+  floats, bools, strings, None, ``tl.constexpr`` values and ``tl`` dtypes
+  (``tl.float16``, by name) into the spec as constants.
 - **grid**: a tuple is evaluated now; a grid function is called (interpreted, so what it
   reads is guarded) with the launch's meta-parameters, once per ``triton.autotune``
   config (its keyword values added, then the ``triton.heuristics`` values computed from
@@ -119,16 +120,18 @@ class _Encoder:
 
 
 def _constant_or_int(enc: _Encoder, value: Any, name: str | None, what: str) -> LaunchArg:
-    constexpr = sys.modules.get("triton.language")
-    if constexpr is not None and isinstance(value, constexpr.constexpr):
+    language = sys.modules.get("triton.language")
+    if language is not None and isinstance(value, language.constexpr):
         value = value.value
+    if language is not None and isinstance(value, language.dtype):
+        return LaunchArg("tl_dtype", value=str(value.name), name=name)  # tl.float16
     if isinstance(value, torch.SymInt) or (isinstance(value, int)
                                            and not isinstance(value, bool)):
         return LaunchArg("int", enc.int_index(value), name=name)
     if isinstance(value, (bool, float, str, type(None))):
         return LaunchArg("const", value=value, name=name)
     raise LaunchUnsupported(f"{what} is a {type(value).__name__} (captured launches take "
-                            "tensors, ints, floats, bools, strings and None)")
+                            "tensors, ints, floats, bools, strings, None and tl dtypes)")
 
 
 def _wrappers(kernel: Any) -> list[Any]:
