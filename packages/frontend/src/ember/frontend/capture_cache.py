@@ -47,10 +47,12 @@ from ember.frontend.capture_cache_codec import (
     code_fingerprint,
     decode_guard,
     decode_recipe,
+    decode_replay,
     decode_source,
     decode_value,
     encode_guard,
     encode_recipe,
+    encode_replay,
     encode_source,
     encode_value,
     resolve_name,
@@ -225,7 +227,7 @@ class CaptureCache:
             if not _code_matches(module, qualname, fingerprint):
                 raise Unportable(f"the code of {module}.{qualname} changed")
         for module, name, expected in entry["globals"]:
-            _check_global(module, name, decode_value(expected))
+            _check_global(module, name, None if expected is None else decode_value(expected))
         for path, digest in entry["files"]:
             if _file_digest(path) != digest:
                 raise Unportable(f"the source file {path} changed")
@@ -242,7 +244,8 @@ class CaptureCache:
         return Segment(
             start_ip=0, guards=guards,
             input_sources=[decode_source(s) for s in entry["inputs"]],
-            program=None, runner=None, replays=[],
+            program=None, runner=None,
+            replays=[decode_replay(r) for r in entry["replays"]],
             grad_at_end=bool(entry["grad_at_end"]), graph_grad=bool(entry["graph_grad"]),
             returns=decode_recipe(entry["returns"]))
 
@@ -281,12 +284,17 @@ class CaptureCache:
                 raise Unportable(f"the inlined function {fn.__module__}.{qualname} is not "
                                  "importable under its name")
             inlined.append([fn.__module__, qualname, code_fingerprint(code)])
-        globals_ = []
+        globals_: list[list[Any]] = []
+        named: dict[int, tuple[str, str]] = {}
         for module, name, value in seg.facts.untracked_globals:
             try:
                 globals_.append([module, name, encode_value(value)])
-            except Unportable as e:
-                raise Unportable(f"the global {module}.{name}: {e}") from None
+            except Unportable:
+                # NOTE: an object that is no plain value (a registry, a context holder):
+                # the capture read it without a guard; the loading process uses the
+                # object its module holds under that name, as its own capture would
+                globals_.append([module, name, None])
+                named.setdefault(id(value), (module, name))
         files = sorted({fn.__code__.co_filename for fn in seg.facts.inlined}
                        | {self.fn.__code__.co_filename})
         return {
@@ -298,6 +306,7 @@ class CaptureCache:
             "guards": [encode_guard(g) for g in seg.guards.guards],
             "inputs": [encode_source(s) for s in seg.input_sources],
             "returns": encode_recipe(seg.returns),
+            "replays": [encode_replay(r, named) for r in seg.replays],
             "grad_at_end": seg.grad_at_end,
             "graph_grad": seg.graph_grad,
         }
@@ -309,8 +318,6 @@ def _unstorable(seg: Segment, program_digest: str | None) -> str | None:
         return "the call has a graph break"
     if seg.facts is None:
         return "no capture facts"
-    if seg.replays:
-        return f"it replays side effects ({', '.join(r.describe() for r in seg.replays)})"
     if seg.runner is None:
         return "the call has no graph"
     if program_digest is None:
@@ -368,7 +375,15 @@ def _file_digest(path: str) -> str:
 
 
 def _check_global(module: str, name: str, expected: Any) -> None:
+    """``module.name`` exists and, unless ``expected`` is None (an object bound by
+    name), holds ``expected`` (equal plain value, or the same importable object).
+
+    Raises:
+        Unportable: naming the global that changed or disappeared.
+    """
     value = resolve_name(module, name)
+    if expected is None:
+        return
     if isinstance(expected, (bool, int, float, str, tuple, type(None))):
         same = type(value) is type(expected) and (value == expected or (
             isinstance(value, float) and isinstance(expected, float)

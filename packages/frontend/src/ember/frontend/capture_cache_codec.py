@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from ember.frontend.bytecode.recipes import Const, Fetch, New, Out, Recipe, StartCell
+from ember.frontend.bytecode.recipes import Const, Fetch, New, Out, Recipe, Replay, StartCell
 from ember.frontend.bytecode.sources import (
     AttrSource,
     CellSource,
@@ -48,8 +48,9 @@ from ember.frontend.guard_model import Guard, Source
 from ember.frontend.size_guards import RelationSource, ShapeSource, SizeSource, SymbolicTensor
 
 __all__ = ["Unportable", "code_fingerprint", "decode_guard", "decode_recipe",
-           "decode_source", "decode_value", "encode_guard", "encode_recipe",
-           "encode_source", "encode_value", "importable_name", "resolve_name"]
+           "decode_replay", "decode_source", "decode_value", "encode_guard", "encode_recipe",
+           "encode_replay", "encode_source", "encode_value", "importable_name",
+           "resolve_name"]
 
 JSON = Any
 
@@ -352,3 +353,50 @@ def decode_recipe(data: JSON) -> Recipe:
         parts = decode_value(data[3])
         return New(data[1], int(data[2]), parts, decode_value(data[4]))
     raise ValueError(f"unknown recipe {tag!r}")
+
+
+# ---- replays -------------------------------------------------------------------------------
+
+def encode_replay(replay: Replay, named: dict[int, tuple[str, str]]) -> JSON:
+    """``replay`` (a side effect written back after the graph) as JSON. ``named`` maps
+    ``id`` of objects the capture read as module globals without a source to ``(module,
+    name)``: a write to such an object (or to a module's globals) targets the object
+    that name holds in the loading process, as a capture there would.
+
+    Raises:
+        Unportable: a write to an object with no portable form (a cell, a local object).
+    """
+    target: JSON
+    obj = replay.target.value if isinstance(replay.target, Const) else None
+    if isinstance(replay.target, Const) and id(obj) in named:
+        target = ["named", *named[id(obj)]]
+    elif isinstance(replay.target, Const) and isinstance(obj, dict) and _module_dict(obj):
+        target = ["module_dict", obj["__name__"]]
+    else:
+        target = ["recipe", encode_recipe(replay.target)]
+    return [replay.kind, target, encode_value(replay.value), replay.name, replay.raw]
+
+
+def _module_dict(obj: dict[str, Any]) -> bool:
+    module = sys.modules.get(str(obj.get("__name__")))
+    return module is not None and module.__dict__ is obj
+
+
+def decode_replay(data: JSON) -> Replay:
+    """The replay :func:`encode_replay` wrote, its target resolved in this process.
+
+    Raises:
+        Unportable: a named target that no longer resolves.
+        ValueError: data no encoder wrote.
+    """
+    kind, target, value, name, raw = data
+    recipe: Recipe
+    if target[0] == "named":
+        recipe = Const(resolve_name(target[1], target[2]))
+    elif target[0] == "module_dict":
+        recipe = Const(importlib.import_module(target[1]).__dict__)
+    elif target[0] == "recipe":
+        recipe = decode_recipe(target[1])
+    else:
+        raise ValueError(f"unknown replay target {target[0]!r}")
+    return Replay(str(kind), recipe, decode_value(value), str(name), bool(raw))
