@@ -179,3 +179,20 @@ def test_an_operator_without_a_fake_kernel_is_named_with_the_missing_registratio
         ember.frontend.compile(fn, fullgraph=True)(torch.randn(3))
     with pytest.raises(Exception, match=re.escape(hint)):
         ember.frontend.compile(fn, options={"capture": "trace"})(torch.randn(3))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_custom_operators_with_symbolic_sizes(backend: str) -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = x + 1
+        scale_(h, 3.0)
+        scale_(y, 0.5)
+        pos, _ = split_sign(h)
+        return h * y + pos
+
+    compiled = ember.frontend.compile(fn, backend=backend, dynamic=True, fullgraph=True)
+    for rows in (3, 5):
+        inputs = [torch.randn(rows, 4), torch.randn(rows, 4)]
+        mine = [t.clone() for t in inputs]
+        torch.testing.assert_close(compiled(*mine), fn(*inputs))
+        torch.testing.assert_close(mine[1], inputs[1])
