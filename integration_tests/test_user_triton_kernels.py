@@ -138,6 +138,11 @@ def _cases(K: Any) -> dict[str, Case]:  # noqa: N803 - K: the kernel module
                                                              BLOCK=32)
         return x.sum()
 
+    def same_tensor_in_and_out(x: torch.Tensor) -> torch.Tensor:
+        y = x * 3
+        K.store_then_reload_kernel[(cdiv(y.numel(), 32),)](y, y, y.numel(), BLOCK=32)
+        return y - 1  # 1 everywhere: the kernel read back its own store
+
     def two_outputs(x: torch.Tensor) -> torch.Tensor:
         s = torch.empty_like(x)
         c = torch.empty_like(x)
@@ -193,6 +198,7 @@ def _cases(K: Any) -> dict[str, Case]:  # noqa: N803 - K: the kernel module
         "autotuned_matmul": (autotuned_matmul, inputs(randn(20, 24), randn(24, 18))),
         "seeded_dropout": (seeded_dropout, inputs(randn(200))),
         "inplace_update": (inplace_update, inputs(randn(70))),
+        "same_tensor_in_and_out": (same_tensor_in_and_out, inputs(randn(40))),
         "two_outputs": (two_outputs, inputs(randn(40))),
         "helper_call": (helper_call, inputs(randn(4, 16), randn(16))),
         "heuristics": (heuristics, inputs(randn(7, 12))),
@@ -330,6 +336,7 @@ SM90_SIGNATURES: dict[str, tuple[dict[str, str], dict[str, int]]] = {
                                     "shift": "fp32"}, {"BLOCK": 32}),
     "sincos_kernel": ({"x_ptr": F32, "sin_ptr": F32, "cos_ptr": F32, "n": I32},
                       {"BLOCK": 32}),
+    "store_then_reload_kernel": ({"x_ptr": F32, "out_ptr": F32, "n": I32}, {"BLOCK": 32}),
     "bias_gelu_kernel": ({"x_ptr": F32, "b_ptr": F32, "out_ptr": F32, "n": I32,
                           "n_cols": I32}, {"BLOCK": 64}),
     "row_sum_kernel": ({"x_ptr": F32, "out_ptr": F32, "stride": I32, "n_cols": I32},

@@ -129,6 +129,16 @@ def scale_shift_inplace_kernel(x_ptr, n, scale, shift, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def store_then_reload_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.full((BLOCK,), 1.0, tl.float32), mask=mask)
+    tl.debug_barrier()
+    # reads what it just stored when x and out are one tensor
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+
+@triton.jit
 def sincos_kernel(x_ptr, sin_ptr, cos_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n

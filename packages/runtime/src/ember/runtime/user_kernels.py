@@ -95,8 +95,11 @@ def launch(call: UserKernelCall, tensors: Sequence[torch.Tensor],
         if w >= len(values):
             raise IRFormatError(f"ember::triton_kernel {call.kernel}: written index {w} "
                                 f"past its {len(values)} tensors")
-        values[w] = _fresh_copy(tensors[w])
-        copies.append(values[w])
+        copy = _fresh_copy(tensors[w])
+        for i, t in enumerate(tensors):
+            if t is tensors[w]:  # one tensor passed twice (in and out): one copy
+                values[i] = copy
+        copies.append(copy)
     positional: list[Any] = []
     keywords: dict[str, Any] = {}
     for a in call.args:

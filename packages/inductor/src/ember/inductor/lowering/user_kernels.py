@@ -41,21 +41,28 @@ def user_kernel_operands(ctx: LoweringContext, call: ExternRequest) -> ExternReq
     refs, values = call.node.args[1], call.args[1]
     if not isinstance(refs, tuple) or not isinstance(values, tuple):
         return call
-    laid_out = []
+    laid_out: list[object] = []
+    seen: dict[object, object] = {}  # one tensor passed twice stays one buffer
     for ref, value in zip(refs, values):
-        meta = ctx.traced_meta(ref)
-        if meta is None or not isinstance(value, (Lazy, Stored)):
-            laid_out.append(value)
+        if ref in seen:
+            laid_out.append(seen[ref])
             continue
-        sizes = tuple(from_ir(s) for s in meta.sizes)
-        strides = tuple(from_ir(s) for s in meta.strides)
-        if isinstance(value, Stored) and same_layout(sizes, value.strides, strides):
-            laid_out.append(value)  # already in that layout (a view of a buffer too)
-            continue
-        if not is_dense(sizes, strides):
-            laid_out.append(value)  # NOTE: a layout with gaps cannot be recomputed
-            continue
-        lazy = value if isinstance(value, Lazy) else Lazy(value.element, value.dtype,
-                                                          value.sizes)
-        laid_out.append(ctx.realize(lazy, strides=strides, reuse=False))
+        seen[ref] = _traced_layout(ctx, ref, value)
+        laid_out.append(seen[ref])
     return dataclasses.replace(call, args=(call.args[0], tuple(laid_out), *call.args[2:]))
+
+
+def _traced_layout(ctx: LoweringContext, ref: object, value: object) -> object:
+    """``value`` (the lowered operand ``ref``) in the layout the program traced."""
+    meta = ctx.traced_meta(ref)
+    if meta is None or not isinstance(value, (Lazy, Stored)):
+        return value
+    sizes = tuple(from_ir(s) for s in meta.sizes)
+    strides = tuple(from_ir(s) for s in meta.strides)
+    if isinstance(value, Stored) and same_layout(sizes, value.strides, strides):
+        return value  # already in that layout (a view of a buffer too)
+    if not is_dense(sizes, strides):
+        return value  # NOTE: a layout with gaps cannot be recomputed
+    lazy = value if isinstance(value, Lazy) else Lazy(value.element, value.dtype,
+                                                      value.sizes)
+    return ctx.realize(lazy, strides=strides, reuse=False)
