@@ -54,6 +54,32 @@ class Block(nn.Module):
         return y + 1 if self.flag else y
 
 
+class PlainBlock(nn.Module):
+    """A block whose every guard is on state a stamp covers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.act = nn.ReLU()
+        self.factor = 2.0
+        self.flag = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = self.act(self.lin(x)) * self.factor
+        return y + 1 if self.flag else y
+
+
+class PlainStack(nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(PlainBlock() for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
 class Stack(nn.Module):
     def __init__(self, n: int) -> None:
         super().__init__()
@@ -141,6 +167,13 @@ def _mutate(model: Stack, mutation: str) -> None:
         layers[0].pcfg._beta = 0.25
     elif mutation == "class_attribute":
         Block.eps = 3.0
+    elif mutation == "instance_dict":
+        layers[1].__dict__ = {**layers[1].__dict__, "factor": 4.0}
+    elif mutation == "layer":
+        layers[2] = Block(HFStyleConfig(), PropertyConfig())
+        layers[2].flag = True
+    elif mutation == "storage_offset":
+        layers[1].lin.bias.data = torch.zeros(5)[1:]
     else:
         raise AssertionError(mutation)
 
@@ -158,6 +191,9 @@ def _mutate(model: Stack, mutation: str) -> None:
     ("getattribute_config", "self.layers[0].cfg.alpha == 1.0 (got 0.5)"),
     ("property_config", "== 1.0 (got 0.25)"),
     ("class_attribute", "self.layers[0].eps == 1.0 (got 3.0)"),
+    ("instance_dict", "self.layers[1].factor == 2.0 (got 4.0)"),
+    ("layer", "self.layers[2].flag == False (got True)"),
+    ("storage_offset", "self.layers[1].lin.bias.storage_offset() == 0 (got 1)"),
 ])
 def test_a_mutation_fails_its_guard_after_fast_calls(mutation: str, failed: str,
                                                      capsys: Any) -> None:
@@ -201,10 +237,10 @@ def test_state_written_every_call_turns_the_stamp_off() -> None:
     assert stamps and all(s.off and s.hits == 0 and s.records == 3 for s in stamps)
 
 
-def _captured_call(n: int) -> tuple[Any, Any, Any]:
-    """The guards, input sources and (state, ctx) of a warm call of an n-layer stack."""
+def _captured_call(model: nn.Module) -> tuple[Any, Any, Any]:
+    """The guards, input sources and (state, ctx) of a warm call of ``model``."""
     torch.manual_seed(0)
-    compiled = strict(Stack(n))
+    compiled = strict(model)
     x = torch.randn(2, 4)
     compiled(x)
     (segment,) = compiled._compiled.segments[0]
@@ -234,7 +270,7 @@ def _per_call(match: Any, call: tuple[Any, Any], n: int = 100) -> float:
 
 
 def test_the_fast_path_cuts_the_check_of_a_24_layer_stack(monkeypatch: Any) -> None:
-    guards, inputs, call = _captured_call(24)
+    guards, inputs, call = _captured_call(PlainStack(24))
     fast = compile_matcher(guards, inputs)
     monkeypatch.setattr(guard_fast, "FAST_PATH_MIN_GUARDS", 10**9)
     full = compile_matcher(guards, inputs)
@@ -249,6 +285,6 @@ def test_the_fast_path_is_off_without_dict_versions(monkeypatch: Any) -> None:
     import ember.frontend.guard_fast as gf
 
     monkeypatch.setattr(gf, "dict_version_reader", lambda: None)
-    guards, inputs, call = _captured_call(8)
+    guards, inputs, call = _captured_call(Stack(8))
     match = compile_matcher(guards, inputs)
     assert not hasattr(match, "__ember_stamps__") and match(*call) is not None

@@ -314,15 +314,18 @@ class Stamp:
 
     def holds(self, root: Any) -> bool:
         """Whether every stamp-safe guard of this root passes (see the module doc)."""
-        if (root is self._root and list(map(type, self._typed)) == self._types
-                and list(map(_getdict, self._dicted)) == self._objdicts
-                and list(map(_VERSION, self._dicts)) == self._versions
-                and not any(self._hooks) and self._tcheck(*self._tensors)
-                and list(map(_offset, self._tensors)) == self._offsets):
+        try:
+            held = (root is self._root and list(map(type, self._typed)) == self._types
+                    and list(map(_getdict, self._dicted)) == self._objdicts
+                    and list(map(_VERSION, self._dicts)) == self._versions
+                    and not any(self._hooks) and self._tcheck(*self._tensors)
+                    and list(map(_offset, self._tensors)) == self._offsets)
+        except Exception:  # noqa: BLE001 - e.g. a __dict__ deleted: the full check decides
+            return False
+        if held:
             self.hits += 1
             self._streak = 0
-            return True
-        return False
+        return held
 
     def record(self, root: Any, values: tuple[Any, ...]) -> None:
         """Take the stamp after a call where every guard passed; never raises."""
