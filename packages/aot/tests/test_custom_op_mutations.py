@@ -125,3 +125,36 @@ def test_values_and_written_inputs_match_eager(fn: Callable[..., Any],
     torch.testing.assert_close(got[0], want)
     for a, b in zip(mine, inputs):
         torch.testing.assert_close(a, b)
+
+
+@torch.library.custom_op("ember_aot_test::bump", mutates_args=())
+def bump(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@bump.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("ember_aot_test::bump_", mutates_args=("x",))
+def bump_(x: torch.Tensor) -> None:
+    x.add_(1)
+
+
+@bump_.register_fake
+def _(x: torch.Tensor) -> None:
+    return None
+
+
+def _bumped(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    bump_(y)
+    return y
+
+
+def test_a_registered_functional_twin_is_used_instead_of_a_clone() -> None:
+    # bump_ has a functional twin with the same arguments (bump), as aten's add_/add
+    program = functionalize(capture(_bumped, torch.randn(3)))
+    text = _text(program)
+    assert "ember_aot_test::bump.default(%mul)" in text and "clone" not in text

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ember.aot.op_effects import mutation_of, out_arguments
 from ember.runtime.ir import Argument, IRFormatError, Node, ValueRef, operator_schema
 from ember.runtime.ir.fresh_writes import FRESH_BUFFER_OPS, PURE_NAMESPACES
 
@@ -29,6 +30,19 @@ def is_custom_operator(target: str) -> bool:
     """Whether ``target`` is outside the ``aten`` and ``prims`` namespaces (a
     ``torch.library`` operator: Python ``custom_op`` or C++ ``TORCH_LIBRARY``)."""
     return target.partition("::")[0] not in PURE_NAMESPACES
+
+
+def has_functional_variant(target: str) -> bool:
+    """Whether the user registered a functional twin of mutating custom operator
+    ``target`` that :func:`~ember.aot.op_effects.mutation_of` finds (``ns::op_functional``
+    with the same arguments, returning the new values): it is used instead of clones."""
+    if out_arguments(target):
+        return False  # keyword-only written arguments: the clones handle them
+    try:
+        mutation_of(target)
+    except IRFormatError:
+        return False
+    return True
 
 
 def functionalize_custom_call(fz: _Functionalizer, node: Node, args: tuple[Argument, ...],
@@ -96,4 +110,4 @@ def _is_unread_fresh_buffer(fz: _Functionalizer, source: ValueRef, current: Valu
     return not any(current.node in {r.node for r in n.inputs()} for n in graph.nodes)
 
 
-__all__ = ["functionalize_custom_call", "is_custom_operator"]
+__all__ = ["functionalize_custom_call", "has_functional_variant", "is_custom_operator"]

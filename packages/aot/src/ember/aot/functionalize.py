@@ -30,7 +30,11 @@ from typing import Any, Literal
 
 import torch
 from ember.aot.builder import GraphBuilder
-from ember.aot.custom_mutations import functionalize_custom_call, is_custom_operator
+from ember.aot.custom_mutations import (
+    functionalize_custom_call,
+    has_functional_variant,
+    is_custom_operator,
+)
 from ember.aot.op_effects import (
     is_inplace_view,
     mutated_args,
@@ -232,7 +236,8 @@ class _Functionalizer:
         args = tuple(self.read(a) for a in node.args)
         kwargs = {k: self.read(v) for k, v in node.kwargs.items()}
         written = mutated_positions(node.target, node.args)
-        custom_writes = mutated_args(node) if is_custom_operator(node.target) else ()
+        custom_writes = (mutated_args(node) if is_custom_operator(node.target)
+                         and not has_functional_variant(node.target) else ())
         if custom_writes:
             functionalize_custom_call(self, node, args, kwargs, custom_writes)
         elif node.target == _RESIZE:
