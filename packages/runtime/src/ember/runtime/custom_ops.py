@@ -57,9 +57,11 @@ def missing_fake_kernel(target: str, error: BaseException) -> MissingFakeKernelE
     # machinery (sympy), which running a compiled program never needs
     from ember.runtime._torch import UnsupportedOperatorException
 
+    # torch's words: a Python custom_op ("There was no fake impl registered for ..."), an
+    # op with no kernel for the Meta dispatch key ("... from the 'Meta' backend")
     if not (isinstance(error, UnsupportedOperatorException)
             or (isinstance(error, (RuntimeError, NotImplementedError))
-                and ("fake impl" in text or "Meta" in text))):
+                and ("no fake impl" in text or "'Meta' backend" in text))):
         return None
     name = target.rsplit(".", 1)[0]
     said = text.splitlines()[0] if text else type(error).__name__
