@@ -280,10 +280,13 @@ class CaptureCache:
         for fn in seg.facts.inlined:
             code = fn.__code__
             qualname = getattr(code, "co_qualname", fn.__qualname__)
-            if not _code_matches(fn.__module__, qualname, code_fingerprint(code)):
-                raise Unportable(f"the inlined function {fn.__module__}.{qualname} is not "
+            # NOTE: the module whose globals the function runs in (where its code is
+            # defined), not __module__, which code may rewrite
+            module = str(fn.__globals__.get("__name__", fn.__module__))
+            if not _code_matches(module, qualname, code_fingerprint(code)):
+                raise Unportable(f"the inlined function {module}.{qualname} is not "
                                  "importable under its name")
-            inlined.append([fn.__module__, qualname, code_fingerprint(code)])
+            inlined.append([module, qualname, code_fingerprint(code)])
         globals_: list[list[Any]] = []
         named: dict[int, tuple[str, str]] = {}
         for module, name, value in seg.facts.untracked_globals:
