@@ -56,6 +56,7 @@ from ember.frontend.bytecode.iteration import ListIterator
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
 from ember.frontend.bytecode.triton_launch import capture_or_break, launched_kernel
 from ember.frontend.guard_model import MODULE_HOOK_TABLES
+from ember.runtime.custom_ops import MissingFakeKernelError
 from torch import nn
 
 _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -338,9 +339,11 @@ class CallHandler:
                               "compile with dynamic=None or True (symbolic shapes give it "
                               "an unbacked size), or keep the code outside") from e
         except Exception as e:
+            hint = ("register the operator's fake kernel" if isinstance(e, MissingFakeKernelError)
+                    else "data-dependent output shapes and values are not captured")
             raise interp.fail(f"{_name(fn)} could not run on fake tensors "
                               f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
-                              "data-dependent output shapes and values are not captured") from e
+                              hint) from e
         interp.capture.note_made(result)
         return result
 
