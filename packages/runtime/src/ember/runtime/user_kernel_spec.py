@@ -112,6 +112,9 @@ class UserKernelCall:
         grids: one grid per autotuning configuration (one entry without autotuning).
         writes: indexes into the node's tensors of the ones the kernel writes; the node
             returns a written copy of each, in this order.
+        same: groups of indexes into the node's tensors that were one tensor at the
+            launch (``kernel[grid](x, x)``): they share one written copy. Equal values
+            elsewhere (two ``empty_like`` merged by CSE) stay apart.
     """
 
     kernel: str
@@ -120,6 +123,7 @@ class UserKernelCall:
     args: tuple[LaunchArg, ...]
     grids: tuple[GridChoice, ...]
     writes: tuple[int, ...]
+    same: tuple[tuple[int, ...], ...] = ()
 
     def to_text(self) -> str:
         """Compact JSON (the node's ``spec`` argument); :meth:`from_text` reads it."""
@@ -130,6 +134,8 @@ class UserKernelCall:
             "grids": [{"dims": list(g.dims), "when": dict(g.when)} for g in self.grids],
             "writes": list(self.writes),
         }
+        if self.same:
+            doc["same"] = [list(group) for group in self.same]
         return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
     @staticmethod
@@ -160,6 +166,8 @@ class UserKernelCall:
             args=tuple(LaunchArg.from_json(a) for a in _field(data, "args", list)),
             grids=tuple(grids),
             writes=tuple(_int(w, "written index") for w in _field(data, "writes", list)),
+            same=tuple(tuple(_int(i, "tensor index") for i in _list(group))
+                       for group in _list(data.get("same", []))),
         )
 
 
@@ -169,6 +177,12 @@ def _field(data: Any, key: str, kind: type) -> Any:
     value = data[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise IRFormatError(f"ember::triton_kernel: {key!r} is not a {kind.__name__}")
+    return value
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise IRFormatError("ember::triton_kernel: 'same' is not a list of lists")
     return value
 
 

@@ -91,14 +91,20 @@ def launch(call: UserKernelCall, tensors: Sequence[torch.Tensor],
     kernel = resolve_kernel(call)
     values: list[Any] = list(tensors)
     copies = []
+    shared: dict[int, torch.Tensor] = {}
     for w in call.writes:
         if w >= len(values):
             raise IRFormatError(f"ember::triton_kernel {call.kernel}: written index {w} "
                                 f"past its {len(values)} tensors")
-        copy = _fresh_copy(tensors[w])
-        for i, t in enumerate(tensors):
-            if t is tensors[w]:  # one tensor passed twice (in and out): one copy
-                values[i] = copy
+        copy = shared.get(w)
+        if copy is None:
+            copy = _fresh_copy(tensors[w])
+            shared[w] = values[w] = copy
+            for group in call.same:  # one tensor passed twice (in and out): one copy
+                if w in group:
+                    for i in group:
+                        if i < len(values):
+                            shared[i] = values[i] = copy
         copies.append(copy)
     positional: list[Any] = []
     keywords: dict[str, Any] = {}

@@ -105,6 +105,13 @@ class _Encoder:
         self.tensors: list[torch.Tensor] = []
         self.ints: list[int | torch.SymInt] = []
 
+    def same_tensors(self) -> tuple[tuple[int, ...], ...]:
+        """Groups of indexes of ``tensors`` that are one tensor object."""
+        groups: dict[int, list[int]] = {}
+        for i, t in enumerate(self.tensors):
+            groups.setdefault(id(t), []).append(i)
+        return tuple(tuple(g) for g in groups.values() if len(g) > 1)
+
     def int_index(self, value: int | torch.SymInt) -> int:
         self.ints.append(value)
         return len(self.ints) - 1
@@ -217,7 +224,7 @@ def capture_launch(handler: Any, interp: Any, frame: Any, fn: Any, kernel: Any,
     path = source_file_name(key, text.sha256)
     cap.recorder.files[path] = text.text.encode()
     call = UserKernelCall(key, text.sha256, path, tuple(launch_args), tuple(grids),
-                          tuple(writes))
+                          tuple(writes), enc.same_tensors())
     # NOTE: the grid function ran inlined: the nodes carry the launch's line again
     cap.recorder.set_source(location_of(frame, frame.instructions[frame.ip - 1].line))
     handler.record(interp, _launch_and_copy_back,
