@@ -223,9 +223,9 @@ class CaptureCache:
 
     def _segment(self, entry: dict[str, Any], state: FrameState,
                  ctx: FunctionContext) -> Segment:
-        for module, qualname, fingerprint in entry["inlined"]:
-            if not _code_matches(module, qualname, fingerprint):
-                raise Unportable(f"the code of {module}.{qualname} changed")
+        for names, qualname, fingerprint in entry["inlined"]:
+            if not _code_matches(names, qualname, fingerprint):
+                raise Unportable(f"the code of {names[0][0]}.{qualname} changed")
         for module, name, expected in entry["globals"]:
             _check_global(module, name, None if expected is None else decode_value(expected))
         for path, digest in entry["files"]:
@@ -283,10 +283,14 @@ class CaptureCache:
             # NOTE: the module whose globals the function runs in (where its code is
             # defined), not __module__, which code may rewrite
             module = str(fn.__globals__.get("__name__", fn.__module__))
-            if not _code_matches(module, qualname, code_fingerprint(code)):
+            # a generated function (a dataclass's __init__) is found through the name
+            # it was given (``Output.__init__``), its code through the function
+            names = [[module, qualname], [str(fn.__module__), str(fn.__qualname__)]]
+            fingerprint = code_fingerprint(code)
+            if not _code_matches(names, qualname, fingerprint):
                 raise Unportable(f"the inlined function {module}.{qualname} is not "
                                  "importable under its name")
-            inlined.append([module, qualname, code_fingerprint(code)])
+            inlined.append([names, qualname, fingerprint])
         globals_: list[list[Any]] = []
         named: dict[int, tuple[str, str]] = {}
         for module, name, value in seg.facts.untracked_globals:
@@ -328,17 +332,20 @@ def _unstorable(seg: Segment, program_digest: str | None) -> str | None:
     return None
 
 
-def _code_matches(module: str, qualname: str, fingerprint: str) -> bool:
+def _code_matches(names: list[list[str]], qualname: str, fingerprint: str) -> bool:
     """Whether a code object named ``qualname`` with ``fingerprint`` is reachable from
-    what ``module`` defines under ``qualname`` (its part before ``.<locals>``), through
-    ``__wrapped__`` chains, methods, properties and nested code."""
-    top = qualname.split(".<locals>.")[0]
-    try:
-        obj = resolve_name(module, top)
-    except Unportable:
-        return False
-    return any(getattr(code, "co_qualname", None) == qualname
-               and code_fingerprint(code) == fingerprint for code in _codes_of(obj))
+    what one of ``names`` (``[module, qualified name]``; the name's part before
+    ``.<locals>``) is, through ``__wrapped__`` chains, methods, properties and nested
+    code."""
+    for module, name in names:
+        try:
+            obj = resolve_name(module, name.split(".<locals>.")[0])
+        except Unportable:
+            continue
+        if any(getattr(code, "co_qualname", None) == qualname
+               and code_fingerprint(code) == fingerprint for code in _codes_of(obj)):
+            return True
+    return False
 
 
 def _codes_of(obj: Any) -> list[types.CodeType]:
