@@ -302,8 +302,10 @@ class CaptureCache:
                 # object its module holds under that name, as its own capture would
                 globals_.append([module, name, None])
                 named.setdefault(id(value), (module, name))
-        files = sorted({fn.__code__.co_filename for fn in seg.facts.inlined}
-                       | {self.fn.__code__.co_filename})
+        # NOTE: code not from a file ("<frozen ...>": the standard library, covered by
+        # the Python version in the key; "<string>": generated, checked by fingerprint)
+        files = sorted(f for f in {fn.__code__.co_filename for fn in seg.facts.inlined}
+                       | {self.fn.__code__.co_filename} if not f.startswith("<"))
         return {
             "files": [[path, _file_digest(path)] for path in files],
             "function": self.name,
