@@ -20,7 +20,7 @@ from ember.runtime.phases import compile_profile, last_compile_profile
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import compile_and_load, trace  # noqa: E402
+from helpers import compile_and_load, trace
 
 
 def _layers(n: int) -> torch.nn.Module:
@@ -58,7 +58,7 @@ def test_a_cold_training_compile_reports_every_phase(tmp_path: Path,
 
 def _wrapper_calls(compiled: Any, graph: str = "forward") -> list[str]:
     wrapper = compiled.files[f"{graph}/wrapper.py"].decode()
-    return re.findall(r"^    (kernel\d+)\(", wrapper, re.M)
+    return re.findall(r"^    (kernel\d+)\(", wrapper, re.MULTILINE)
 
 
 def test_identical_layers_share_one_copy_of_each_kernel(capsys: pytest.CaptureFixture[str]

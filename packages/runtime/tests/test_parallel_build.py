@@ -93,8 +93,7 @@ def test_cpp_builds_in_parallel_fill_the_cache_as_serial_ones_do(
 
 
 def test_a_cpp_build_error_names_the_kernels(tmp_path: Path) -> None:
-    with patch(cache_dir=tmp_path, cache_enabled=True):
-        with pytest.raises(cpp_build.CppCompileError,
-                           match=r"g\+\+ failed to compile the C\+\+ kernels kernel7 of graph"):
-            cpp_build.compile_cpp("this is not C++",
-                                  "the C++ kernels kernel7 of graph 'forward'")
+    with patch(cache_dir=tmp_path, cache_enabled=True), pytest.raises(cpp_build.CppCompileError,
+                       match=r"g\+\+ failed to compile the C\+\+ kernels kernel7 of graph"):
+        cpp_build.compile_cpp("this is not C++",
+                              "the C++ kernels kernel7 of graph 'forward'")

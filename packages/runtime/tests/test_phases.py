@@ -49,9 +49,8 @@ def test_phases_nest_in_entry_order_and_counts_add_up() -> None:
 
 def test_capture_before_the_compile_is_adopted_by_it() -> None:
     timed("capture")(time.sleep)(0.01)
-    with compile_profile() as profile:
-        with phase("aot"):
-            pass
+    with compile_profile() as profile, phase("aot"):
+        pass
     assert list(profile.phases) == ["capture", "aot"]
     assert profile.seconds("capture") >= 0.01
     assert profile.total_s >= profile.seconds("capture")
@@ -65,9 +64,8 @@ def test_a_compile_inside_a_phase_finishes_with_it_and_is_not_counted_in_it() ->
     its own work only, and its table comes out once the capture is done."""
     seen: list[CompileProfile | None] = []
     with phase("capture"):
-        with compile_profile() as profile:
-            with phase("aot"):
-                time.sleep(0.05)
+        with compile_profile() as profile, phase("aot"):
+            time.sleep(0.05)
         seen.append(last_compile_profile())
     assert seen[0] is not profile  # not done while the capture goes on
     assert last_compile_profile() is profile
@@ -77,9 +75,8 @@ def test_a_compile_inside_a_phase_finishes_with_it_and_is_not_counted_in_it() ->
 
 
 def test_a_nested_compile_adds_to_the_outer_profile() -> None:
-    with compile_profile() as outer:
-        with compile_profile() as inner:
-            count("deduped kernels", 3)
+    with compile_profile() as outer, compile_profile() as inner:
+        count("deduped kernels", 3)
     assert inner is outer and outer.counts == {"deduped kernels": 3}
 
 
@@ -107,10 +104,8 @@ def test_the_table_lists_phases_indented_with_their_share() -> None:
 
 def test_the_table_is_printed_once_per_compile_under_stages(
         capsys: pytest.CaptureFixture[str]) -> None:
-    with patch(logs=frozenset({"stages"})):
-        with compile_profile():
-            with phase("aot"):
-                pass
+    with patch(logs=frozenset({"stages"})), compile_profile(), phase("aot"):
+        pass
     err = capsys.readouterr().err
     assert len(re.findall(r"compile profile: \d+\.\d{3} s", err)) == 1
     assert re.search(r"\n  aot +\d+\.\d{3} ", err)

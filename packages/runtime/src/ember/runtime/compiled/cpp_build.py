@@ -27,8 +27,8 @@ import os
 import platform
 import re
 import secrets
-import stat
 import shutil
+import stat
 import subprocess
 import tempfile
 import warnings
