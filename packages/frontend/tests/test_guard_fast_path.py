@@ -49,8 +49,12 @@ class Block(nn.Module):
         self.pcfg = pcfg
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            extra: Any = self.extra  # absent (Module.__getattr__ raises): handled
+        except AttributeError:
+            extra = 1.0
         y: torch.Tensor = (self.act(self.lin(x)) * self.factor * self.scales[1]
-                           * self.cfg.alpha * self.pcfg.beta * self.eps)
+                           * self.cfg.alpha * self.pcfg.beta * self.eps * extra)
         return y + 1 if self.flag else y
 
 
@@ -134,6 +138,7 @@ def test_the_fast_path_is_taken_and_printed(capsys: Any) -> None:
     stamp = _matcher(compiled).__ember_stamps__[0]
     covered = {g.where() for g in stamp.guards}
     assert "self.layers[0].factor" in covered and "self.layers[0].lin.weight" in covered
+    assert "raises(self.layers[0].extra)" in covered
     assert "self.layers[0].cfg.alpha" not in covered
     assert "self.layers[0].scales[1]" not in covered
     before = _hits(compiled)
@@ -172,6 +177,10 @@ def _mutate(model: Stack, mutation: str) -> None:
     elif mutation == "layer":
         layers[2] = Block(HFStyleConfig(), PropertyConfig())
         layers[2].flag = True
+    elif mutation == "missing_attribute":
+        layers[0].extra = 2.0
+    elif mutation == "missing_buffer":
+        layers[1].register_buffer("extra", torch.tensor(2.0))
     elif mutation == "storage_offset":
         layers[1].lin.bias.data = torch.zeros(5)[1:]
     else:
@@ -193,6 +202,8 @@ def _mutate(model: Stack, mutation: str) -> None:
     ("class_attribute", "self.layers[0].eps == 1.0 (got 3.0)"),
     ("instance_dict", "self.layers[1].factor == 2.0 (got 4.0)"),
     ("layer", "self.layers[2].flag == False (got True)"),
+    ("missing_attribute", "raises(self.layers[0].extra) == True (got False)"),
+    ("missing_buffer", "raises(self.layers[1].extra) == True (got False)"),
     ("storage_offset", "self.layers[1].lin.bias.storage_offset() == 0 (got 1)"),
 ])
 def test_a_mutation_fails_its_guard_after_fast_calls(mutation: str, failed: str,

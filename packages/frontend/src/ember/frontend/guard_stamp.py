@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import gc
 import operator
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +56,9 @@ _CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)
 _IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), torch.dtype, torch.device,
               torch.layout, torch.memory_format)
 _GENERIC_GETATTR: Any = object.__getattribute__
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class whose dict can be written
+_HEAPTYPE = 1 << 9
+_MODULE_GETATTR: Any = torch.nn.Module.__getattr__
+_MODULE_TABLES = ("_parameters", "_buffers", "_modules")  # what Module.__getattr__ reads  # Py_TPFLAGS_HEAPTYPE: a class whose dict can be written
 
 
 @dataclass
@@ -77,12 +80,24 @@ class Needs:
             mine.update(theirs)
 
 
+def _step_sources() -> tuple[Any, ...]:
+    """:data:`STEP_SOURCES`, and the strict capture's ``LookupFails`` (whether a lookup
+    raises) once its module is loaded (a guard on it exists only then).
+
+    NOTE: looked up in ``sys.modules``, not imported: its module imports the capture
+    machinery (sympy), which checking guards of a cached capture must not load."""
+    module = sys.modules.get("ember.frontend.bytecode.exception_ops")
+    fails = getattr(module, "LookupFails", None)
+    return (*STEP_SOURCES, fails) if isinstance(fails, type) else STEP_SOURCES
+
+
 def chain_of(source: Source) -> list[Source] | None:
     """``source``'s steps from its root (the root first), or None when a step or the
     root is not one a stamp may cover, or the source is a root itself."""
     steps: list[Source] = []
     s: Any = source
-    while isinstance(s, STEP_SOURCES):
+    kinds = _step_sources()
+    while isinstance(s, kinds):
         steps.append(s)
         s = s.base
     if not steps or not isinstance(s, ROOT_SOURCES):
@@ -155,7 +170,34 @@ def _step_needs(step: Source, base: Any, needs: Needs) -> bool:
         return True
     if isinstance(step, ItemSource):
         return _item_needs(base, step.key, needs)
+    if type(step).__name__ == "LookupFails":  # one of _step_sources()
+        if getattr(step, "attribute", False):
+            return _missing_attr_needs(base, getattr(step, "key", None), needs)
+        return _item_needs(base, getattr(step, "key", None), needs)
     return False
+
+
+def _missing_attr_needs(obj: Any, name: Any, needs: Needs) -> bool:
+    """Whether ``hasattr(obj, name)`` is decided by versioned dicts alone: the instance
+    and class dicts, and, through ``nn.Module.__getattr__``, the module's tables."""
+    if type(name) is not str or not _object_needs(obj, needs):
+        return False
+    found, entry = _class_entry(type(obj), name)
+    if found:
+        return not hasattr(type(entry), "__get__")  # a descriptor may run code, or raise
+    if name in obj.__dict__:
+        return True
+    getattr_hook = getattr(type(obj), "__getattr__", None)
+    if getattr_hook is None:
+        return True
+    if getattr_hook is not _MODULE_GETATTR:
+        return False
+    for table in _MODULE_TABLES:
+        members = obj.__dict__.get(table)
+        if type(members) not in _DICTS:
+            return False
+        needs.dicts[id(members)] = members
+    return True
 
 
 def _item_needs(base: Any, key: Any, needs: Needs) -> bool:
