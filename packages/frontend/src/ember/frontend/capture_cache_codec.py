@@ -40,6 +40,7 @@ from ember.frontend.bytecode.sources import (
     ItemSource,
     IterItemSource,
     LocalSource,
+    LookupFails,
     ModuleMemberSource,
     SliceSource,
     StackSource,
@@ -61,7 +62,7 @@ class Unportable(Exception):
 
 _SOURCES: dict[str, type[Source]] = {cls.__name__: cls for cls in (
     AttrSource, CellSource, ClosureSource, DefaultSource, GlobalSource, ItemSource,
-    IterItemSource, LocalSource, ModuleMemberSource, SliceSource, StackSource,
+    IterItemSource, LocalSource, LookupFails, ModuleMemberSource, SliceSource, StackSource,
     ShapeSource, SizeSource, RelationSource)}
 """The sources a cached capture may read through, by class name."""
 

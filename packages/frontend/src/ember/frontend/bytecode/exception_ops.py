@@ -38,49 +38,10 @@ from ember.frontend.bytecode.frame import Frame, location_of
 from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.grad_mode import GRAD_MODE_BLOCKS, GradModeRestore, block_modes
 from ember.frontend.bytecode.opcodes import Instruction
-from ember.frontend.bytecode.sources import ClosureSource, Source
-from ember.frontend.guard_source import CodeWriter
+from ember.frontend.bytecode.sources import ClosureSource, LookupFails, Source, lookup_fails
 
 __all__ = ["ExcInfoSource", "ExceptionOps", "GeneratorContext", "GeneratorExit_",
            "GradModeRestore", "LookupFails", "contextmanager_target", "lookup_fails"]
-
-
-@dataclass(frozen=True)
-class LookupFails(Source):
-    """Whether ``base[key]`` (``base.key`` when ``attribute``) raises: guarded ``True``
-    after a lookup whose exception the program handled, so that adding the key (or
-    attribute) later recompiles instead of taking the handler's branch."""
-
-    base: Source
-    key: Any
-    attribute: bool
-
-    def expr(self) -> str:
-        read = f".{self.key}" if self.attribute else f"[{self.key!r}]"
-        return f"raises({self.base.expr()}{read})"
-
-    def fetch(self, state: Any, ctx: Any) -> Any:
-        obj = self.base.fetch(state, ctx)
-        if self.attribute:
-            return not hasattr(obj, self.key)
-        return lookup_fails(obj, self.key)
-
-    def fetch_code(self, w: CodeWriter) -> str:
-        # NOTE: through the base's local: a fetch() call would walk the base's whole
-        # path again from S (a module attribute five levels down, at every call)
-        base = w.ref(self.base)
-        if self.attribute:
-            return f"not hasattr({base}, {w.const('name', self.key)})"
-        return f"{w.const('lookup_fails', lookup_fails)}({base}, {w.const('key', self.key)})"
-
-
-def lookup_fails(obj: Any, key: Any) -> bool:
-    """Whether ``obj[key]`` raises a ``LookupError`` (any other error propagates)."""
-    try:
-        obj[key]
-    except LookupError:
-        return True
-    return False
 
 
 @dataclass(frozen=True)

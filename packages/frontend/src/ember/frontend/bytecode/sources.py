@@ -17,8 +17,8 @@ from typing import Any
 from ember.frontend.guard_model import CodeWriter, Source, index_code
 
 __all__ = ["AttrSource", "CellSource", "ClosureSource", "DefaultSource", "GlobalSource",
-           "ItemSource", "IterItemSource", "LocalSource", "ModuleMemberSource",
-           "SliceSource", "Source", "StackSource", "attr_source"]
+           "ItemSource", "IterItemSource", "LocalSource", "LookupFails", "ModuleMemberSource",
+           "SliceSource", "Source", "StackSource", "attr_source", "lookup_fails"]
 
 _MODULE_TABLES = ("_parameters", "_buffers", "_modules")
 
@@ -221,6 +221,44 @@ class DefaultSource(Source):
         if type(self.key) is int:
             return f"{w.ref(self.base)}.__defaults__[{index_code(self.key)}]"
         return f"{w.ref(self.base)}.__kwdefaults__[{w.const('key', self.key)}]"
+
+
+@dataclass(frozen=True)
+class LookupFails(Source):
+    """Whether ``base[key]`` (``base.key`` when ``attribute``) raises: guarded ``True``
+    after a lookup whose exception the program handled, so that adding the key (or
+    attribute) later recompiles instead of taking the handler's branch."""
+
+    base: Source
+    key: Any
+    attribute: bool
+
+    def expr(self) -> str:
+        read = f".{self.key}" if self.attribute else f"[{self.key!r}]"
+        return f"raises({self.base.expr()}{read})"
+
+    def fetch(self, state: Any, ctx: Any) -> Any:
+        obj = self.base.fetch(state, ctx)
+        if self.attribute:
+            return not hasattr(obj, self.key)
+        return lookup_fails(obj, self.key)
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        # NOTE: through the base's local: a fetch() call would walk the base's whole
+        # path again from S (a module attribute five levels down, at every call)
+        base = w.ref(self.base)
+        if self.attribute:
+            return f"not hasattr({base}, {w.const('name', self.key)})"
+        return f"{w.const('lookup_fails', lookup_fails)}({base}, {w.const('key', self.key)})"
+
+
+def lookup_fails(obj: Any, key: Any) -> bool:
+    """Whether ``obj[key]`` raises a ``LookupError`` (any other error propagates)."""
+    try:
+        obj[key]
+    except LookupError:
+        return True
+    return False
 
 
 def attr_source(obj: Any, base: Source, name: str) -> Source:
