@@ -112,3 +112,12 @@ def test_the_table_is_printed_once_per_compile_under_stages(
     with compile_profile():
         pass
     assert capsys.readouterr().err == ""  # the topic is off
+
+
+def test_counts_outside_a_compile_belong_to_none() -> None:
+    """A kernel library loaded while a program runs (a cache hit) is no compile's."""
+    count("cpp cache hits")
+    with compile_profile() as profile:
+        count("cpp builds")
+    count("cpp cache hits")
+    assert profile.counts == {"cpp builds": 1}

@@ -188,16 +188,19 @@ def timed(name: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
 
 
 def count(name: str, n: int = 1) -> None:
-    """Add ``n`` to the count ``name`` of the current compile (any thread)."""
+    """Add ``n`` to the count ``name`` of the current compile (any thread); outside a
+    compile (a kernel library loaded when a program runs), nothing."""
     with _lock:
-        counts = _collecting().counts
-        counts[name] = counts.get(name, 0) + n
+        if _open is not None:
+            _open.counts[name] = _open.counts.get(name, 0) + n
 
 
 def set_count(name: str, value: int) -> None:
-    """Set the count ``name`` of the current compile (e.g. a pool size)."""
+    """Set the count ``name`` of the current compile (e.g. a pool size); outside a
+    compile, nothing."""
     with _lock:
-        _collecting().counts[name] = value
+        if _open is not None:
+            _open.counts[name] = value
 
 
 @contextlib.contextmanager
