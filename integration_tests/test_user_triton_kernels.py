@@ -241,15 +241,6 @@ def _check(name: str, backend: str, device: str) -> None:
     assert compiled.stats.graphs == 1
 
 
-def _known_failure(name: str, backend: str, request: pytest.FixtureRequest) -> None:
-    if (name, backend) == ("custom_op_autograd", "inductor"):
-        # NOTE: not the Triton launch: the inductor hands the backward's custom operator
-        # clone(expand(grad)) as a stride-0 view of the scalar (the clone elided), which
-        # its kernel reads as 30 floats. Strict: the mark goes when that is fixed.
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "custom operator operand passed as an expanded view (issue 18 item 1)")))
-
-
 # NOTE: Triton's own jit library functions (tl.max, tl.sum, tl.rand, ...) are
 # interpretable only when TRITON_INTERPRET=1 was set before Triton was imported: the CPU
 # cases run in a child pytest with it set (test_corpus_in_triton_interpreter).
@@ -260,9 +251,7 @@ IN_INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") == "1"
                     "process of test_corpus_in_triton_interpreter")
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_corpus_on_cpu_interpreter(name: str, backend: str,
-                                   request: pytest.FixtureRequest) -> None:
-    _known_failure(name, backend, request)
+def test_corpus_on_cpu_interpreter(name: str, backend: str) -> None:
     with triton_for_cpu():
         _check(name, backend, "cpu")
 
@@ -300,16 +289,15 @@ def test_corpus_in_triton_interpreter() -> None:
         cwd=HERE.parent)
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert f"{len(CASE_NAMES) * len(BACKENDS)} passed" in summary, summary  # 1 xfail, +1
-    assert "1 xfailed" in summary, summary
+    # every case, and the output-code test
+    assert f"{len(CASE_NAMES) * len(BACKENDS) + 1} passed" in summary, summary
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_corpus_on_gpu(name: str, backend: str, request: pytest.FixtureRequest) -> None:
-    _known_failure(name, backend, request)
+def test_corpus_on_gpu(name: str, backend: str) -> None:
     _check(name, backend, "cuda")
 
 

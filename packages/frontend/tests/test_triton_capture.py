@@ -228,6 +228,15 @@ def test_triton_op_derives_its_fake_kernel(launches: list[tuple[Any, ...]]) -> N
     with pytest.raises(TypeError, match="wrap_triton takes a @triton.jit kernel"):
         ef.wrap_triton(f)
 
+    def direct(x: torch.Tensor) -> torch.Tensor:  # wrap_triton in compiled code itself
+        out = torch.empty_like(x)
+        ef.wrap_triton(copy_kernel)[(1,)](x, out, x.numel(), BLOCK=8)
+        return out
+
+    compiled_direct = ef.compile(direct, backend="aot_eager")
+    torch.testing.assert_close(compiled_direct(x), x + 1)
+    assert compiled_direct.stats.graph_breaks == 0 and len(launches) == 3
+
 
 def test_kernel_no_module_holds_is_a_named_break(launches: list[tuple[Any, ...]]) -> None:
     local = triton.autotune(configs=[triton.Config({"BLOCK": 4})], key=["n"])(copy_kernel)

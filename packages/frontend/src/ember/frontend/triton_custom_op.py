@@ -26,7 +26,7 @@ inside the function would run on fake tensors there.
 
 from __future__ import annotations
 
-import contextvars
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -34,8 +34,16 @@ import torch
 
 __all__ = ["WrappedTritonKernel", "triton_op", "wrap_triton"]
 
-_skipping: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "ember_triton_op_fake", default=None)
+
+
+class _FakeKernels(threading.local):
+    """How many ``triton_op`` fake kernels this thread is running (a plain attribute:
+    strict capture reads it when ``wrap_triton`` is used in compiled code directly)."""
+
+    depth = 0
+
+
+_fake_kernels = _FakeKernels()
 
 
 class WrappedTritonKernel:
@@ -50,7 +58,7 @@ class WrappedTritonKernel:
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         def launch(*args: Any, **kwargs: Any) -> Any:
-            if _skipping.get() is not None:
+            if _fake_kernels.depth:
                 return None  # the fake kernel: the outputs are allocated, nothing runs
             return self.kernel[grid](*args, **kwargs)
 
@@ -58,7 +66,7 @@ class WrappedTritonKernel:
 
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
         """``kernel.run(...)``; nothing while a fake kernel runs."""
-        if _skipping.get() is not None:
+        if _fake_kernels.depth:
             return None
         return self.kernel.run(*args, grid=grid, warmup=warmup, **kwargs)
 
@@ -91,11 +99,11 @@ def triton_op(name: str, fn: Callable[..., Any] | None = None, *,
         op = torch.library.custom_op(name, mutates_args=mutates_args)(func)
 
         def fake(*args: Any, **kwargs: Any) -> Any:
-            token = _skipping.set(name)
+            _fake_kernels.depth += 1
             try:
                 return func(*args, **kwargs)
             finally:
-                _skipping.reset(token)
+                _fake_kernels.depth -= 1
 
         op.register_fake(fake)
         return op
