@@ -179,3 +179,27 @@ def test_mutating_custom_op_on_cuda_matches_eager() -> None:
         for got, want in zip(run(x), expected):
             torch.testing.assert_close(got, want)
         assert not compiled.metadata.get("fallbacks"), fn.__name__
+
+
+@torch.library.custom_op("ember_inductor_test::flat", mutates_args=())
+def flat(x: torch.Tensor) -> torch.Tensor:
+    return x.view(-1) * 1  # needs the dense layout eager gives it
+
+
+@flat.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(x.numel())
+
+
+def _expanded_copy(t: torch.Tensor) -> torch.Tensor:
+    return flat(t.expand(3, 4).clone())  # the lowering's clone is a stride-0 view
+
+
+def test_operands_reach_the_operator_in_their_traced_layout() -> None:
+    lowered = GraphLowering(trace(_expanded_copy, [torch.randn(1, 4)])).run()
+    call = lowered.extern_nodes[0]
+    assert [str(a) for a in call.args] == ["buf0"]  # a dense copy, not arg0.view(...)
+    assert lowered.buffers["buf0"].strides == (4, 1)
+    t = torch.randn(1, 4)
+    _, run = compile_and_load(trace(_expanded_copy, [t]))
+    torch.testing.assert_close(run(t)[0], _expanded_copy(t))

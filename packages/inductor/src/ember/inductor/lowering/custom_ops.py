@@ -7,9 +7,14 @@ nodes read ``%c`` as the new value. The lowering hands the operator a buffer onl
 holds, for each written argument:
 
 * the argument's own buffer when it is a buffer the graph computed (not an input or a
-  constant), passed whole, and no value still needed after the call reads it (the
-  ``clone`` lowers to its argument's buffer: written in place, it is elided);
+  constant), passed whole in the traced layout, and no value still needed after the call
+  reads it (the ``clone`` lowers to its argument's buffer: written in place, it is
+  elided);
 * otherwise a copy in a new buffer (a Lazy value is computed into one).
+
+Every tensor argument reaches the operator in the layout the program traced for it
+(``layout.in_traced_layout``): the operator's own code may assume it (a Triton kernel
+indexing a contiguous gradient), where the lowering would pass a view.
 
 The call is an :class:`~ember.inductor.buffers.ExternCall` whose ``mutates`` names those
 buffers, so the scheduler puts every later reader after it; the written argument's value
@@ -25,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from ember.inductor.buffers import ExternCall
 from ember.inductor.lowering.context import ExternRequest
-from ember.inductor.lowering.layout import is_dense
+from ember.inductor.loop_ir.symbolic_index import from_ir
+from ember.inductor.lowering.layout import in_traced_layout, is_dense, same_layout
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides
 from ember.runtime.ir import Argument, Node, TensorMeta, ValueRef, operator_schema
 from ember.runtime.ir.fresh_writes import PURE_NAMESPACES
@@ -47,8 +53,12 @@ def lower_custom_call(ctx: GraphLowering, node: Node) -> Any:
     """``node`` (a custom operator call) as an extern call; returns its result value(s).
     Written arguments get buffers only the call holds (module docstring)."""
     written = mutated_arguments(node)
-    args = [ctx._arg(a) for a in node.args]
-    kwargs = {k: ctx._arg(v) for k, v in node.kwargs.items()}
+    positional = {i for i in written if i < len(node.args)}
+    keyword = {_argument_name(node, i) for i in written if i >= len(node.args)}
+    args = [ctx._arg(a) if i in positional else _traced(ctx, a)
+            for i, a in enumerate(node.args)]
+    kwargs = {k: ctx._arg(v) if k in keyword else _traced(ctx, v)
+              for k, v in node.kwargs.items()}
     buffers: list[str] = []
     for index in written:
         ir_arg = argument_at(node, index)
@@ -67,6 +77,15 @@ def lower_custom_call(ctx: GraphLowering, node: Node) -> Any:
     return result
 
 
+def _traced(ctx: GraphLowering, arg: Argument) -> Any:
+    """Argument ``arg`` lowered, each tensor in the layout the program traced for it:
+    the operator's code met that layout when it was traced (its fake kernel) and in
+    eager (a ``clone`` of an ``expand`` is dense there, not a stride-0 view)."""
+    if isinstance(arg, tuple):
+        return tuple(_traced(ctx, a) for a in arg)
+    return in_traced_layout(ctx, arg, ctx._arg(arg))
+
+
 def _argument_name(node: Node, index: int) -> str:
     return str(operator_schema(node.target).arguments[index].name)
 
@@ -80,7 +99,9 @@ def _own(ctx: GraphLowering, node: Node, ir_arg: Argument, value: Any,
     if not isinstance(ir_arg, ValueRef) or not isinstance(value, (Lazy, Stored)):
         return value  # a graph running every op eagerly: real tensors, already fresh
     meta = ctx.traced_meta(ir_arg)
-    if isinstance(value, Stored) and _writable(ctx, node, ir_arg, value):
+    if (isinstance(value, Stored) and _writable(ctx, node, ir_arg, value)
+            and (meta is None or same_layout(value.sizes, value.strides,
+                                             tuple(from_ir(s) for s in meta.strides)))):
         owned = value
     else:
         strides: tuple[int, ...] | None = None

@@ -15,10 +15,13 @@ channels-last data, matmul operands stored transposed).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ember.inductor.loop_ir.symbolic_index import as_size, hint, same_size
-from ember.inductor.lowering.values import Stored, contiguous_strides
+from ember.inductor.loop_ir.symbolic_index import as_size, from_ir, hint, same_size
+from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides
+
+if TYPE_CHECKING:  # NOTE: lowering.context imports buffers, which imports this package
+    from ember.inductor.lowering.context import LoweringContext
 
 
 def same_layout(sizes: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
@@ -67,6 +70,27 @@ def is_dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
             return False
         expected *= sz
     return True
+
+
+def in_traced_layout(ctx: LoweringContext, ref: object, value: object) -> object:
+    """``value`` (the lowered argument ``ref`` of a call into code Ember does not see
+    inside: a custom operator, a user Triton kernel) in the sizes and strides the program
+    traced for it, which is what that code met when it was traced (a Lazy value, or a
+    stored view with other strides, such as an ``expand`` the lowering made of a
+    ``clone``, is computed into a buffer of that layout). A layout with gaps is left as
+    it is (it cannot be recomputed)."""
+    meta = ctx.traced_meta(ref)
+    if meta is None or not isinstance(value, (Lazy, Stored)):
+        return value
+    sizes = tuple(from_ir(s) for s in meta.sizes)
+    strides = tuple(from_ir(s) for s in meta.strides)
+    if isinstance(value, Stored) and same_layout(sizes, value.strides, strides):
+        return value  # already in that layout (a view of a buffer too)
+    if not is_dense(sizes, strides):
+        return value
+    lazy = value if isinstance(value, Lazy) else Lazy(value.element, value.dtype,
+                                                      value.sizes)
+    return ctx.realize(lazy, strides=strides, reuse=False)
 
 
 class LayoutState:

@@ -17,10 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ember.inductor.lowering.layout import is_dense, same_layout
+from ember.inductor.lowering.layout import in_traced_layout
 from ember.inductor.lowering.registry import extern
-from ember.inductor.lowering.values import Lazy, Stored
-from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.runtime.user_kernels import TARGET
 
 if TYPE_CHECKING:  # NOTE: lowering.context imports buffers, which imports this package
@@ -47,22 +45,6 @@ def user_kernel_operands(ctx: LoweringContext, call: ExternRequest) -> ExternReq
         if ref in seen:
             laid_out.append(seen[ref])
             continue
-        seen[ref] = _traced_layout(ctx, ref, value)
+        seen[ref] = in_traced_layout(ctx, ref, value)
         laid_out.append(seen[ref])
     return dataclasses.replace(call, args=(call.args[0], tuple(laid_out), *call.args[2:]))
-
-
-def _traced_layout(ctx: LoweringContext, ref: object, value: object) -> object:
-    """``value`` (the lowered operand ``ref``) in the layout the program traced."""
-    meta = ctx.traced_meta(ref)
-    if meta is None or not isinstance(value, (Lazy, Stored)):
-        return value
-    sizes = tuple(from_ir(s) for s in meta.sizes)
-    strides = tuple(from_ir(s) for s in meta.strides)
-    if isinstance(value, Stored) and same_layout(sizes, value.strides, strides):
-        return value  # already in that layout (a view of a buffer too)
-    if not is_dense(sizes, strides):
-        return value  # NOTE: a layout with gaps cannot be recomputed
-    lazy = value if isinstance(value, Lazy) else Lazy(value.element, value.dtype,
-                                                      value.sizes)
-    return ctx.realize(lazy, strides=strides, reuse=False)
