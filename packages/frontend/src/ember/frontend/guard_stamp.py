@@ -25,7 +25,6 @@ from __future__ import annotations
 import enum
 import gc
 import operator
-import sys
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from ember.frontend.bytecode.sources import (
     GlobalSource,
     ItemSource,
     LocalSource,
+    LookupFails,
     ModuleMemberSource,
 )
 from ember.frontend.guard_model import MODULE_HOOK_TABLES, Guard, Source
@@ -46,8 +46,9 @@ from ember.runtime.logs import log
 
 __all__ = ["LEAF_RULES", "STEP_SOURCES", "Needs", "Stamp", "chain_of", "guard_needs"]
 
-STEP_SOURCES = (AttrSource, ModuleMemberSource, ItemSource)
-"""The source steps a stamp may cover (each still needs its object to qualify)."""
+STEP_SOURCES = (AttrSource, ModuleMemberSource, ItemSource, LookupFails)
+"""The source steps a stamp may cover (each still needs its object to qualify;
+``LookupFails``, whether a lookup raises, only as the last)."""
 ROOT_SOURCES = (LocalSource, CellSource, GlobalSource)
 """The roots a stamped chain may start at (its object is compared by identity)."""
 
@@ -80,24 +81,12 @@ class Needs:
             mine.update(theirs)
 
 
-def _step_sources() -> tuple[Any, ...]:
-    """:data:`STEP_SOURCES`, and the strict capture's ``LookupFails`` (whether a lookup
-    raises) once its module is loaded (a guard on it exists only then).
-
-    NOTE: looked up in ``sys.modules``, not imported: its module imports the capture
-    machinery (sympy), which checking guards of a cached capture must not load."""
-    module = sys.modules.get("ember.frontend.bytecode.exception_ops")
-    fails = getattr(module, "LookupFails", None)
-    return (*STEP_SOURCES, fails) if isinstance(fails, type) else STEP_SOURCES
-
-
 def chain_of(source: Source) -> list[Source] | None:
     """``source``'s steps from its root (the root first), or None when a step or the
     root is not one a stamp may cover, or the source is a root itself."""
     steps: list[Source] = []
     s: Any = source
-    kinds = _step_sources()
-    while isinstance(s, kinds):
+    while isinstance(s, STEP_SOURCES):
         steps.append(s)
         s = s.base
     if not steps or not isinstance(s, ROOT_SOURCES):
@@ -170,10 +159,10 @@ def _step_needs(step: Source, base: Any, needs: Needs) -> bool:
         return True
     if isinstance(step, ItemSource):
         return _item_needs(base, step.key, needs)
-    if type(step).__name__ == "LookupFails":  # one of _step_sources()
-        if getattr(step, "attribute", False):
-            return _missing_attr_needs(base, getattr(step, "key", None), needs)
-        return _item_needs(base, getattr(step, "key", None), needs)
+    if isinstance(step, LookupFails):
+        if step.attribute:
+            return _missing_attr_needs(base, step.key, needs)
+        return _item_needs(base, step.key, needs)
     return False
 
 
