@@ -25,9 +25,9 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-import ember.frontend as ef  # noqa: E402
-from ember.inductor.codegen.triton.testing import triton_for_cpu  # noqa: E402
-from ember.runtime.config import patch  # noqa: E402
+import ember.frontend as ef
+from ember.inductor.codegen.triton.testing import triton_for_cpu
+from ember.runtime.config import patch
 
 HERE = Path(__file__).resolve().parent
 BACKENDS = ["eager", "aot_eager", "inductor"]
@@ -73,7 +73,7 @@ def _kernels(interpret: bool) -> ModuleType:
 Case = tuple[Callable[..., Any], Callable[[str], list[torch.Tensor]]]
 
 
-def _cases(K: Any) -> dict[str, Case]:  # noqa: N803 - K: the kernel module
+def _cases(K: Any) -> dict[str, Case]:
     cdiv = triton.cdiv
 
     def vector_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

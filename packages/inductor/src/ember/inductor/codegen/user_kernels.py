@@ -26,17 +26,19 @@ def user_kernel_comment(call: ExternCall) -> list[str]:
     Raises:
         IRFormatError: the kernel cannot be resolved in this process, or its source
             changed since capture.
+        TypeError: ``call`` has no spec text (not an ``ember::triton_kernel`` call).
     """
     spec = call.args[3] if len(call.args) > 3 else None
     if not isinstance(spec, ConstantArg) or not isinstance(spec.value, str):
-        raise ValueError(f"{TARGET} without its spec text: {call.args!r}")
+        raise TypeError(f"{TARGET} without its spec text: {call.args!r}")
     launch = parse_call(spec.value)
     source = kernel_source(resolve_kernel(launch))
     writes = ", ".join(str(w) for w in launch.writes) or "none"
-    lines = [f"user Triton kernel {launch.kernel} (source {launch.source_file}); "
-             f"writes tensors [{writes}] (the call launches it on copies of them)"]
+    header = (f"user Triton kernel {launch.kernel} (source {launch.source_file}); "
+              f"writes tensors [{writes}] (the call launches it on copies of them)")
+    lines = [header]
     if len(launch.grids) > 1:
-        lines.append(f"autotuned: {len(launch.grids)} grids, one per config: "
-                     + "; ".join(str(dict(g.when)) for g in launch.grids))
+        configs = "; ".join(str(dict(g.when)) for g in launch.grids)
+        lines.append(f"autotuned: {len(launch.grids)} grids, one per config: {configs}")
     lines += [f"| {line}" if line else "|" for line in source.text.splitlines()]
     return lines
