@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,9 +184,9 @@ class TritonKernel:
         if not interpret:
             self._options["num_warps"] = spec.num_warps
             self._options["num_stages"] = spec.num_stages
-        # Compiled binaries (see _bind), by argument specialization; None once binding
-        # failed (every launch then goes through JIT).
-        self._bound: dict[tuple[Any, ...], Any] | None = None if interpret else {}
+        # Launchers of compiled binaries (see _bind), by argument specialization; None
+        # once binding failed (every launch then goes through JIT).
+        self._bound: dict[tuple[Any, ...], BinaryLaunch] | None = None if interpret else {}
         self._trailing: tuple[Any, ...] = ()
 
     @property
@@ -207,9 +208,9 @@ class TritonKernel:
         key = None
         if self._bound is not None:
             key = tuple(map(argument_specialization, args))
-            compiled = self._bound.get(key)
-            if compiled is not None:
-                compiled[_grid3(grid)](*args, *self._trailing)
+            run = self._bound.get(key)
+            if run is not None:
+                run(_grid3(grid), args)
                 return
         self._fn[tuple(grid)](*args, **self._options)
         if key is not None:
@@ -242,11 +243,85 @@ class TritonKernel:
                          f"({type(e).__name__}: {e})")
             return
         self._trailing = tuple(self.spec.constexprs[n] for n in trailing)
-        self._bound[key] = compiled
+        self._bound[key] = binary_launch(compiled, self._trailing)
 
     def __repr__(self) -> str:
         mode = "interpreted" if self.interpret else "jit"
         return f"<TritonKernel {self.name} ({mode})>"
+
+
+BinaryLaunch = Callable[[tuple[int, int, int], tuple[Any, ...]], None]
+"""``launch(grid, args)``: one compiled binary run over a three-dimensional grid."""
+
+# The call Triton's own ``CompiledKernel[grid](*args)`` makes, which binary_launch makes
+# directly when this Triton's runner is written this way.
+_RUNNER_CALL = ("self.run(grid[0], grid[1], grid[2], stream, self.function, "
+                "self.packed_metadata, launch_metadata,")
+
+
+_direct_runners: dict[type, bool] = {}
+
+
+def _runner_is_direct(kernel_type: type) -> bool:
+    """Whether ``kernel_type[grid](*args)`` (this Triton's ``CompiledKernel``) is a thin
+    runner over ``kernel.run(gx, gy, gz, stream, function, packed_metadata,
+    launch_metadata, enter_hook, exit_hook, *args)``: read from its source once, so a
+    Triton whose runner differs keeps the runner."""
+    known = _direct_runners.get(kernel_type)
+    if known is None:
+        try:
+            source = inspect.getsource(getattr(kernel_type, "__getitem__"))
+            known = _RUNNER_CALL in " ".join(source.split())
+        except (AttributeError, OSError, TypeError):
+            known = False
+        _direct_runners[kernel_type] = known
+    return known
+
+
+def binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
+    """The launcher of one compiled binary, called as ``launch(grid, args)``.
+
+    Triton's ``compiled[grid](*args)`` builds a runner closure per launch and asks for
+    the launch metadata, the current device and stream and the launch hooks each time:
+    most of a small kernel's Python launch cost, paid about 90 times per decode step of
+    a 12-layer GPT-2. Where this Triton's runner is that thin wrapper
+    (:func:`_runner_is_direct`), the launcher calls the binary's ``run`` with the same
+    arguments, bound once; while a launch hook is installed (a profiler) it goes through
+    the runner, which computes the metadata the hook reads (an empty hook chain, the
+    default of newer Tritons, is no hook)."""
+    def through_runner(grid: tuple[int, int, int], args: tuple[Any, ...]) -> None:
+        compiled[grid](*args, *trailing)
+
+    try:
+        import triton
+        from triton.runtime import driver
+
+        runtime_knobs = triton.knobs.runtime
+        if not _runner_is_direct(type(compiled)):
+            return through_runner
+        run, function = compiled.run, compiled.function  # run: loads the binary
+        packed = compiled.packed_metadata
+        active = driver.active
+        current_device, current_stream = active.get_current_device, active.get_current_stream
+    except Exception as e:  # noqa: BLE001 - any difference: Triton's own runner
+        log("cache", f"Triton binary launched through Triton's runner ({type(e).__name__}: {e})")
+        return through_runner
+
+    def direct(grid: tuple[int, int, int], args: tuple[Any, ...]) -> None:
+        if not (_no_hook(runtime_knobs.launch_enter_hook)
+                and _no_hook(runtime_knobs.launch_exit_hook)):
+            compiled[grid](*args, *trailing)
+            return
+        run(grid[0], grid[1], grid[2], current_stream(current_device()), function, packed,
+            None, None, None, *args, *trailing)
+
+    return direct
+
+
+def _no_hook(hook: Any) -> bool:
+    """Whether a Triton launch hook slot is empty: None, or (newer Tritons) a hook chain
+    with no hooks in it."""
+    return hook is None or (type(hook).__name__ == "HookChain" and not hook.calls)
 
 
 def _grid3(grid: Sequence[int]) -> tuple[int, int, int]:
