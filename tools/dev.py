@@ -48,6 +48,8 @@ def setup() -> None:
 def test(extra: list[str]) -> int:
     setup()
     env = dict(os.environ)
+    # the venv's tools (ninja, which torch's C++ extension builds run) come first on PATH
+    env["PATH"] = os.pathsep.join([str(PY.parent), env.get("PATH", "")])
     suites = [f"packages/{p}/tests" for p in PACKAGES] + ["integration_tests", "tools/tests"]
     rc = subprocess.run(
         [str(PY), "-m", "pytest", "-n", "2", "--timeout", "600", "-q", *suites, *extra],

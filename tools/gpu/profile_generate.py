@@ -13,9 +13,12 @@ time, kernel launches; then the top CUDA kernels and the top CPU ops of each com
 
 from __future__ import annotations
 
+import cProfile
 import copy
 import dataclasses
 import inspect
+import io
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -111,6 +114,23 @@ def main() -> None:
             _guard_costs(fn, *timed.last)
         print(events.table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=80))
         print(events.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=80))
+        _python_profile(name, lambda: generate.generate(local, ids, config), new_tokens)
+
+
+def _python_profile(name: str, run: Any, tokens: int) -> None:
+    """cProfile of one more ``generate``: where the Python time per token goes (the torch
+    profiler shows only ATen ops and launches)."""
+    prof = cProfile.Profile()
+    prof.enable()
+    run()
+    prof.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(prof, stream=text).sort_stats("tottime")
+    stats.print_stats(35)
+    print(text.getvalue())
+    top = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:8]  # type: ignore[attr-defined]
+    parts = [f"{fn[2]}@{Path(fn[0]).name}:{fn[1]} {v[2] / tokens * 1e3:.2f}ms" for fn, v in top]
+    print(f"===== {name} python tottime per token: " + "; ".join(parts), flush=True)
 
 
 if __name__ == "__main__":
