@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import sys
 import types
 from collections.abc import Callable
@@ -72,8 +71,7 @@ CAPTURE_FORMAT = "1"
 
 def capture_cache_enabled() -> bool:
     """On with the program cache, unless ``EMBER_CAPTURE_CACHE=0``."""
-    return (config.cache_enabled and config.program_cache
-            and os.environ.get("EMBER_CAPTURE_CACHE", "1") != "0")
+    return config.cache_enabled and config.program_cache and config.capture_cache
 
 
 def capture_key(request: CompileRequest, fn: types.FunctionType) -> str:

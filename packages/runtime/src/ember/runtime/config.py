@@ -26,6 +26,8 @@ variable                       meaning                                   default
                                (kernels and whole programs)
 ``EMBER_PROGRAM_CACHE``        ``0`` disables the whole-program cache     ``1``
                                only (kernels stay cached)
+``EMBER_CAPTURE_CACHE``        ``0`` disables the frontend's capture      ``1``
+                               cache only (on with the program cache)
 ``EMBER_REMOTE_CACHE``         a shared program cache,                   (unset)
                                ``redis://[:PASSWORD@]HOST[:PORT][/DB]``
 ``EMBER_REMOTE_CACHE_KEY``     the secret that signs remote entries       (unset)
@@ -73,6 +75,7 @@ class Config:
     cache_dir: Path = field(default_factory=lambda: Path(_DEFAULT_CACHE_DIR).expanduser())
     cache_enabled: bool = True
     program_cache: bool = True
+    capture_cache: bool = True
     remote_cache: str | None = None
     remote_cache_key: str | None = field(default=None, repr=False)
     recompile_limit: int = 8
@@ -96,6 +99,7 @@ class Config:
             cache_dir=Path(env.get("EMBER_CACHE_DIR") or _DEFAULT_CACHE_DIR).expanduser(),
             cache_enabled=_parse_bool(env, "EMBER_CACHE", True),
             program_cache=_parse_bool(env, "EMBER_PROGRAM_CACHE", True),
+            capture_cache=_parse_bool(env, "EMBER_CAPTURE_CACHE", True),
             remote_cache=env.get("EMBER_REMOTE_CACHE") or None,
             remote_cache_key=env.get("EMBER_REMOTE_CACHE_KEY") or None,
             recompile_limit=_parse_int(env, "EMBER_RECOMPILE_LIMIT", 8, minimum=0),
