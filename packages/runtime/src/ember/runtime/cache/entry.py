@@ -40,6 +40,11 @@ class EntryError(ValueError):
     """A cache entry cannot be used (corrupt, for another key, badly signed)."""
 
 
+class NeedsProgram(EntryError):
+    """A sound entry that left tensors out, decoded without the captured program that
+    holds them (it is not corrupt: a compile with that program can use it)."""
+
+
 def frame(magic: bytes, key: str, payload: bytes, **fields: object) -> bytes:
     """``magic``, a JSON header line (``format``, ``key``, the payload's ``sha256`` and
     ``fields``), then ``payload``: the framing every cache entry shares."""
@@ -115,7 +120,7 @@ def decode(data: bytes, key: str, source: Program | None,
         raise EntryError("missing or bad signature (written without this "
                          "EMBER_REMOTE_CACHE_KEY, or changed since)")
     if source is None and inputs:
-        raise EntryError(f"the entry expects tensors {inputs} that only the captured "
+        raise NeedsProgram(f"the entry expects tensors {inputs} that only the captured "
                          "program holds")
     try:
         # NOTE: trusted: a local entry sits in a directory private to this user, a

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ember.runtime.cache.entry import EntryError, decode, encode
+from ember.runtime.cache.entry import EntryError, NeedsProgram, decode, encode
 from ember.runtime.cache.key import CacheKey, KeyRequest, Uncacheable, cache_key
 from ember.runtime.cache.local import LocalProgramCache, ProgramCacheWarning
 from ember.runtime.cache.redis_backend import RedisAddress, RedisStore
@@ -236,8 +236,9 @@ def entry_digest(program: Program) -> str | None:
 def load_entry(digest: str) -> Program | None:
     """The compiled program of local entry ``digest``, loaded without its captured
     program (for the frontend's capture cache), or None when the entry is missing or
-    left tensors out. An entry that is corrupt, foreign or for another key is a miss
-    with a :class:`~.local.ProgramCacheWarning` and is removed.
+    left tensors out (kept: a compile with its program can use it). An entry that is
+    corrupt, foreign or for another key is a miss with a
+    :class:`~.local.ProgramCacheWarning` and is removed.
 
     Raises:
         ember.runtime.compiled.private_cache.CacheDirError: the cache directory is not
@@ -249,6 +250,9 @@ def load_entry(digest: str) -> Program | None:
         if data is None:
             return None
         compiled = decode(data, digest, None)
+    except NeedsProgram as e:
+        log("cache", f"program cache entry {digest[:16]} not loaded by the capture cache: {e}")
+        return None
     except (ValueError, EntryError) as e:
         _stats.rejected += 1
         message = (f"Ember's local program cache entry {digest[:16]} is not used ({e}); "
