@@ -102,7 +102,9 @@ def _matcher(compiled: Any) -> Any:
 
 
 def _hits(compiled: Any) -> int:
-    return sum(s.hits for s in _matcher(compiled).__ember_stamps__)
+    """Calls answered by a stamp, over every cache entry."""
+    matchers = [segment._matcher for segment in compiled._compiled.segments[0]]
+    return sum(s.hits for m in matchers for s in getattr(m, "__ember_stamps__", []))
 
 
 def _warm(n: int = 8) -> tuple[Stack, Any, torch.Tensor]:
@@ -133,7 +135,8 @@ def test_the_fast_path_is_taken_and_printed(capsys: Any) -> None:
     assert note.endswith("skipped while it holds"), note
     (test,) = [line for line in lines if ".holds(" in line]
     assert test.startswith("if stamp") and test.endswith(".holds(v0):"), test
-    assert any(line.startswith("if s0: stamp") and ".record(v0, (" in line for line in lines)
+    assert any(line.startswith("if s0: stamp") and ".record(S, C, v0, (" in line
+               for line in lines)
     # the config read through __getattribute__ and the list item are checked every call
     stamp = _matcher(compiled).__ember_stamps__[0]
     covered = {g.where() for g in stamp.guards}
@@ -220,6 +223,40 @@ def test_a_mutation_fails_its_guard_after_fast_calls(mutation: str, failed: str,
         assert "guard failed: " in log and failed in log, log
     finally:
         Block.eps = 1.0
+
+
+class SneakyConfig(HFStyleConfig):
+    """A config whose attribute read, once armed, writes the model (a guard of the
+    config runs it after the guards on the model passed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed: Any = None
+
+    def __getattribute__(self, name: str) -> Any:
+        armed = object.__getattribute__(self, "armed")
+        if name == "alpha" and armed is not None:
+            object.__setattr__(self, "armed", None)
+            armed.factor = 3.0
+        return object.__getattribute__(self, name)
+
+
+def test_state_written_while_the_stamp_is_taken_is_not_stamped() -> None:
+    model, compiled, x = _warm()
+    layers: Any = model.layers
+    sneaky = SneakyConfig()
+    for layer in layers:
+        layer.cfg = sneaky
+    compiled(x)  # recompiles for the new config object, then fast again
+    compiled(x)
+    compiled(x)
+    assert compiled.stats.recompiles == 1 and _hits(compiled) >= 1
+    layers[0].tick = 1  # an unread attribute: the next call takes the stamp again
+    sneaky.armed = layers[1]  # ... and its config check writes layers[1].factor
+    compiled(x)
+    assert layers[1].factor == 3.0
+    torch.testing.assert_close(compiled(x), model(x))
+    assert compiled.stats.recompiles == 2
 
 
 def test_an_unchanged_model_keeps_hitting_after_a_recompile() -> None:

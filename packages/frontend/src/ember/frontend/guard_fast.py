@@ -15,7 +15,7 @@ with, per root::
         s0 = True
         ...                          # the full check of those guards, as before
     ...                              # every other guard, every call
-    if s0: stamp5.record(v0, (v1, v2, ...))   # every guard passed: take the stamp
+    if s0: stamp5.record(S, C, v0, (v1, v2, ...))   # all passed: take the stamp
 
 ``EMBER_LOGS=guards`` shows this function once written. The fast path is off (logged
 once) where torch's dict version reader is missing or does not work on this Python.
@@ -161,5 +161,5 @@ def _write_fast(guards: Sequence[Guard], inputs: Sequence[Source],
             + [f"    {line}" for line in fast] + ["else:", f"    {flag} = True"]
             + [f"    {line}" for line in body])
         names = ", ".join(n for _, n in created) + ("," if len(created) == 1 else "")
-        records.append(f"if {flag}: {k}.record({r}, ({names}))")
+        records.append(f"if {flag}: {k}.record(S, C, {r}, ({names}))")
     return w.finish(lines + records, result)

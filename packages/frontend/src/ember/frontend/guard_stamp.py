@@ -42,6 +42,7 @@ from ember.frontend.bytecode.sources import (
     ModuleMemberSource,
 )
 from ember.frontend.guard_model import MODULE_HOOK_TABLES, Guard, Source
+from ember.frontend.guards import Matcher, MatcherWriter
 from ember.runtime.logs import log
 
 __all__ = ["LEAF_RULES", "STEP_SOURCES", "Needs", "Stamp", "chain_of", "guard_needs"]
@@ -309,7 +310,8 @@ _RECORDS_WITHOUT_HIT = 3
 class Stamp:
     """The stamp of one root's stamp-safe guards: :meth:`holds` on the root object is
     True when they pass without being checked; :meth:`record` takes it after a call
-    where every guard passed (``sources``/``values``: the locals the full check read).
+    where every guard passed (``sources``/``values``: the locals the full check read),
+    once the guards, checked again after the stamp is read, read the same objects.
     Off (never holds) after three records without a hit in between (state that changes
     every call) or when the stamp cannot be taken; logged under ``guards``.
 
@@ -328,6 +330,7 @@ class Stamp:
         self.off = False
         self._streak = 0
         self._root: Any = None
+        self._recheck: Matcher | None = None
         self._clear()
 
     def _clear(self) -> None:
@@ -358,8 +361,9 @@ class Stamp:
             self._streak = 0
         return held
 
-    def record(self, root: Any, values: tuple[Any, ...]) -> None:
-        """Take the stamp after a call where every guard passed; never raises."""
+    def record(self, state: Any, ctx: Any, root: Any, values: tuple[Any, ...]) -> None:
+        """Take the stamp after a call on ``(state, ctx)`` where every guard passed
+        (``root``, ``values``: what the full check read); never raises."""
         if self.off:
             return
         self._streak += 1
@@ -368,11 +372,11 @@ class Stamp:
                            "(state on its path changes every call)")
             return
         try:
-            self._take(root, values)
+            self._take(state, ctx, root, values)
         except Exception as e:  # noqa: BLE001 - the full check stays correct without it
             self._turn_off(f"taking it raised {type(e).__name__}: {e}")
 
-    def _take(self, root: Any, values: tuple[Any, ...]) -> None:
+    def _take(self, state: Any, ctx: Any, root: Any, values: tuple[Any, ...]) -> None:
         self._clear()
         known: dict[Source, Any] = dict(zip(self.sources, values))
         known[self.root_source] = root
@@ -395,9 +399,26 @@ class Stamp:
         self._tensors = tensors
         self._offsets = list(map(_offset, tensors))
         self._tcheck = check if check is not None else _python_tensor_check(tensors)
+        # NOTE: the guards are checked again AFTER the versions are read, and must read
+        # the same objects: code run by the later checks of the call (a property, a
+        # config's __getattribute__) may have written the state these guards read
+        again = self._check_again(state, ctx)
+        if again is None or len(again) != len(values) + 1 or any(
+                a is not b for a, b in zip(again, (root, *values))):
+            self._clear()
+            return
         self.keep = tuple(values[i] for i in self.kept)
         self._root = root
         self.records += 1
+
+    def _check_again(self, state: Any, ctx: Any) -> list[Any] | None:
+        if self._recheck is None:
+            w = MatcherWriter()
+            for g in self.guards:
+                w.guard(g)
+            read = ", ".join(w.ref(s) for s in (self.root_source, *self.sources))
+            self._recheck, _ = w.finish(w.lines, f"[{read}]")
+        return self._recheck(state, ctx)
 
     def _turn_off(self, why: str) -> None:
         self.off = True
