@@ -289,7 +289,7 @@ def _captured_call(model: nn.Module) -> tuple[Any, Any, Any]:
     """The guards, input sources and (state, ctx) of a warm call of ``model``."""
     torch.manual_seed(0)
     compiled = strict(model)
-    x = torch.randn(2, 4)
+    x = torch.randn(2, 4, device=next(model.parameters()).device)
     compiled(x)
     (segment,) = compiled._compiled.segments[0]
     seen: list[Any] = []
@@ -336,3 +336,25 @@ def test_the_fast_path_is_off_without_dict_versions(monkeypatch: Any) -> None:
     guards, inputs, call = _captured_call(Stack(8))
     match = compile_matcher(guards, inputs)
     assert not hasattr(match, "__ember_stamps__") and match(*call) is not None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("mutation", ["device", "data", "requires_grad", "none"])
+def test_cuda_parameters_under_the_stamp(mutation: str) -> None:
+    """The C++ tensor check on GPU parameters: a parameter moved to the CPU through
+    ``.data``, given another shape, or frozen, fails the check after fast calls."""
+    model = PlainStack(8).cuda()
+    guards, inputs, call = _captured_call(model)
+    fast = compile_matcher(guards, inputs)
+    for _ in range(4):
+        assert fast(*call) is not None
+    assert fast.__ember_stamps__[0].hits >= 2  # type: ignore[attr-defined]
+    bias = model.layers[3].lin.bias  # type: ignore[union-attr]
+    if mutation == "device":
+        bias.data = bias.data.cpu()
+    elif mutation == "data":
+        bias.data = torch.zeros(1, device="cuda")
+    elif mutation == "requires_grad":
+        bias.requires_grad_(False)
+    assert (fast(*call) is None) == (mutation != "none")
