@@ -331,7 +331,7 @@ def _unstorable(seg: Segment, program_digest: str | None) -> str | None:
         return "the program cache did not store the compiled program"
     from ember.runtime.cache.key import placeholder_tensors
 
-    if seg.program is not None and placeholder_tensors(seg.program):
+    if seg.program is not None and placeholder_tensors(seg.program) & set(seg.program.tensors):
         return "the program carries tensors its program cache entry leaves out"
     return None
 
