@@ -30,7 +30,7 @@ from typing import Any
 from ember.frontend._torch import dict_version_reader
 from ember.frontend.guard_model import Guard, Source
 from ember.frontend.guard_stamp import Stamp, chain_of, guard_needs
-from ember.frontend.guards import Matcher, MatcherWriter, matcher_text
+from ember.frontend.guard_writer import Matcher, MatcherWriter, matcher_text
 from ember.runtime.logs import log
 
 __all__ = ["FAST_PATH_MIN_GUARDS", "stamped_matcher"]

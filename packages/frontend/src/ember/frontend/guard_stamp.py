@@ -42,7 +42,7 @@ from ember.frontend.bytecode.sources import (
     ModuleMemberSource,
 )
 from ember.frontend.guard_model import MODULE_HOOK_TABLES, Guard, Source
-from ember.frontend.guards import Matcher, MatcherWriter
+from ember.frontend.guard_writer import Matcher, MatcherWriter
 from ember.runtime.logs import log
 
 __all__ = ["LEAF_RULES", "STEP_SOURCES", "Needs", "Stamp", "chain_of", "guard_needs"]
