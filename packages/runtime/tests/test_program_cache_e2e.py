@@ -57,6 +57,12 @@ def _run(seed: int, cache_dir: Path, remote: str | None,
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
+def _stage_ran(log: str) -> bool:
+    """Whether a stage's line is in ``log`` (a hit still prints its stage profile:
+    capture, program cache, runtime load)."""
+    return "aot: aten -> core-functional" in log or "inductor: core-functional ->" in log
+
+
 def test_fresh_processes_share_the_cache(tmp_path: Path) -> None:
     redis_dir = tmp_path / "redis"
     redis_dir.mkdir()
@@ -67,14 +73,14 @@ def test_fresh_processes_share_the_cache(tmp_path: Path) -> None:
         # the same machine, other weights: a local hit that runs on this process's weights
         second, log2 = _run(1, tmp_path / "a", None)
         assert (second["local_hits"], second["misses"]) == (1, 0), log1 + log2
-        assert "[ember.stages]" not in log2
+        assert not _stage_ran(log2)
         assert second["error"] < 1e-5
         assert first["cold_modules"] == ["ember.aot.pipeline", "ember.inductor.compile"]
         assert second["cold_modules"] == []  # a hit imports no compiler internals
         # another machine (empty local cache), the same server: a remote hit
         third, log3 = _run(2, tmp_path / "b", url)
         assert (third["remote_hits"], third["misses"]) == (1, 0), log1 + log3
-        assert "[ember.stages]" not in log3
+        assert not _stage_ran(log3)
         assert third["error"] < 1e-5
 
 
@@ -85,5 +91,5 @@ def test_fresh_processes_share_the_cache_on_cuda(tmp_path: Path) -> None:
     assert (first["misses"], first["stores"]) == (1, 1), log1
     second, log2 = _run(1, tmp_path / "a", None, "cuda")
     assert (second["local_hits"], second["misses"]) == (1, 0), log1 + log2
-    assert "[ember.stages]" not in log2
+    assert not _stage_ran(log2)
     assert second["error"] < 1e-4
