@@ -29,10 +29,10 @@ python3 -c "import sys, torch, triton; print(sys.version.split()[0], 'torch', to
 python3 -c "from ember.runtime.stages import available_stages; print(sorted(available_stages()))"
 case "${1:-tests}" in
 tests)
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE -m cuda -n 4 \
+    timeout "${CUDA_TESTS_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -rfE -m cuda -n 4 \
         packages/runtime/tests packages/inductor/tests packages/aot/tests integration_tests \
         2>&1 | tee "$OUT/cuda_tests.log" | tail -25
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
+    timeout "${PY312_TESTS_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -rfE -n 8 \
         packages/frontend/tests integration_tests/test_corpus.py integration_tests/test_strict_models.py \
         2>&1 | tee "$OUT/frontend_py312.log" | tail -25
     ;;
