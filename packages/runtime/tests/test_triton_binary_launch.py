@@ -114,3 +114,15 @@ def test_generated_kernel_launches_directly_on_cuda() -> None:
         kernel.launch((triton.cdiv(n, 128),), x, y, n)
         torch.testing.assert_close(y, x + 1)
     assert kernel._bound and all(run.__name__ == "direct" for run in kernel._bound.values())
+
+
+@pytest.mark.parametrize("values", [(0, 16, 1), (17, 2**31, 2**31 - 1), (-5, 2**63, 32)])
+def test_the_inline_key_is_the_per_argument_rule(values: tuple[int, int, int]) -> None:
+    from ember.runtime.compiled.triton_kernel import argument_specialization, specialization_key
+
+    signature = {"x": "*fp32", "y": "*bf16", "n": "i32", "m": "i64", "k": "i32", "s": "fp32"}
+    base = torch.zeros(8)
+    args = (base, base[1:].to(torch.bfloat16)[1:], *values, 0.5)
+    assert specialization_key(signature)(args) == tuple(map(argument_specialization, args))
+    one = specialization_key({"x": "*fp32"})((base,))
+    assert one == (argument_specialization(base),)

@@ -188,6 +188,8 @@ class TritonKernel:
         # once binding failed (every launch then goes through JIT).
         self._bound: dict[tuple[Any, ...], BinaryLaunch] | None = None if interpret else {}
         self._trailing: tuple[Any, ...] = ()
+        self._key = specialization_key(spec.signature)
+        self._arity = len(spec.signature)
 
     @property
     def name(self) -> str:
@@ -200,14 +202,17 @@ class TritonKernel:
         Raises:
             TypeError: when the number of arguments does not match the signature.
         """
-        if len(args) != len(self.spec.signature):
+        if len(args) != self._arity:
             raise TypeError(
                 f"Triton kernel {self.name} takes {len(self.spec.signature)} arguments "
                 f"({', '.join(self.spec.signature)}), got {len(args)}"
             )
         key = None
         if self._bound is not None:
-            key = tuple(map(argument_specialization, args))
+            try:
+                key = self._key(args)
+            except AttributeError:  # not the signature's kinds of argument: the generic key
+                key = tuple(map(argument_specialization, args))
             run = self._bound.get(key)
             if run is not None:
                 run(_grid3(grid), args)
@@ -343,6 +348,29 @@ def argument_specialization(arg: Any) -> Any:
         width = "i32" if -(2**31) <= arg < 2**31 else "u64" if arg >= 2**63 else "i64"
         return ("int", width, arg == 1, arg % 16 == 0)
     return type(arg)
+
+
+def specialization_key(signature: dict[str, str]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """A function computing ``tuple(map(argument_specialization, args))`` for launches
+    of a kernel with this signature, with each argument's rule written inline (one call
+    per launch instead of one per argument: a launch's largest Python cost after the
+    launch itself). Pointer parameters (``*fp32``) read a tensor's dtype and alignment,
+    integer ones (``i32``, ``i64``) the value's class; others the type."""
+    parts = []
+    for i, ty in enumerate(signature.values()):
+        if ty.startswith("*"):
+            parts.append(f"(a[{i}].dtype, a[{i}].data_ptr() % 16 == 0)")
+        elif ty in ("i32", "i64"):
+            v = f"a[{i}]"
+            parts.append(f"('int', 'i32' if -2147483648 <= {v} < 2147483648 else 'u64' if "
+                         f"{v} >= 9223372036854775808 else 'i64', {v} == 1, {v} % 16 == 0)")
+        else:
+            parts.append(f"type(a[{i}])")
+    body = ", ".join(parts) + ("," if len(parts) == 1 else "")
+    namespace: dict[str, Any] = {}
+    exec(f"def key(a):\n    return ({body})\n", namespace)  # noqa: S102 - from type names
+    fn: Callable[[Sequence[Any]], tuple[Any, ...]] = namespace["key"]
+    return fn
 
 
 def load_triton_kernel(spec: TritonKernelSpec, device: torch.device | str) -> TritonKernel:
