@@ -158,7 +158,14 @@ def test_without_a_gpu_triton_kernels_are_left_to_their_first_launch(
     with patch(logs=frozenset({"stages"})), compile_profile() as profile:
         failed = build_kernels([GraphKernels("forward", torch.device("cuda"), [source])])
     assert failed == {} and "triton builds" not in profile.counts
-    assert "no GPU: the Triton kernels are built at their first launch" in capsys.readouterr().err
+    assert "the Triton kernels are built at their first launch (precompile_triton is off)" \
+        in capsys.readouterr().err
+    with patch(logs=frozenset({"stages"})), compile_profile() as profile:
+        failed = build_kernels([GraphKernels("forward", torch.device("cuda"), [source])],
+                               triton=True)
+    assert failed == {} and "triton builds" not in profile.counts
+    assert "the Triton kernels are built at their first launch (no GPU)" \
+        in capsys.readouterr().err
 
 
 def test_triton_kernels_compile_for_sm90_in_threads_as_they_do_one_by_one(
@@ -191,10 +198,14 @@ def test_triton_kernels_compile_for_sm90_in_threads_as_they_do_one_by_one(
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.xfail(strict=True, reason="H200 2026-12-02 05:55 UTC (Triton 3.6): the first "
+                   "launch compiled the warmed kernels again (the warm-up then used dtype "
+                   "placeholders; it now uses real tensors, not yet run on a GPU): when this "
+                   "passes, drop the mark and consider precompile_triton on by default")
 def test_triton_kernels_are_built_before_the_first_launch_on_a_gpu(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """With precompile (the default) every Triton kernel is built at compile time, in
-    the pool; the first call compiles nothing more."""
+    """With precompile_triton every Triton kernel is built at compile time, in the pool;
+    the first call compiles nothing more."""
     import triton
     from ember.runtime.compiled import load_executor
 
@@ -209,7 +220,7 @@ def test_triton_kernels_are_built_before_the_first_launch_on_a_gpu(
         return False  # compile it
 
     with patch(cache_dir=tmp_path), compile_profile() as profile:
-        compiled, _ = compile_and_load(trace(fn, [x, w]))
+        compiled, _ = compile_and_load(trace(fn, [x, w]), precompile_triton=True)
     assert profile.counts["triton builds"] >= compiled.metadata["kernels"] >= 1
     run = load_executor(compiled, "forward")
     monkeypatch.setattr(triton.knobs.runtime, "jit_cache_hook", before_compile)

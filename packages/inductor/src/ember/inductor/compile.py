@@ -145,9 +145,9 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     :mod:`ember.inductor.autotune`), ``device`` (``"cpu"``/``"cuda"``, default: where
     the tensors are),
     ``precompile`` (default True: build the kernels now, all graphs' at once on
-    ``EMBER_COMPILE_THREADS`` threads — the C++ files, and on a GPU the Triton kernels
-    (``codegen/build.py``) — which warms the caches and catches compile errors here
-    rather than at load time), ``strict`` (default False:
+    ``EMBER_COMPILE_THREADS`` threads — the C++ files, and with ``precompile_triton``
+    (default False, see ``codegen/build.py``) on a GPU the Triton kernels — which warms
+    the caches and catches compile errors here rather than at load time), ``strict`` (default False:
     a graph whose lowering, code generation or C++ build fails — a lowering rule failing
     other than by ``NotLowerable`` included — runs its ops eagerly, with an
     :class:`InductorFallbackWarning`; True raises instead), ``eager_random`` (default
@@ -239,7 +239,8 @@ def _build_or_eager(program: Program, graphs: dict[str, CompiledGraph],
     unless ``options["strict"]`` asks for the error (the first failed graph's)."""
     with phase("kernel builds"):
         failed = build_kernels([GraphKernels(name, g.device, [s for _, s in g.kernels])
-                                for name, g in graphs.items()])
+                                for name, g in graphs.items()],
+                               triton=bool(options.get("precompile_triton", False)))
     for name, error in failed.items():
         if options.get("strict"):
             raise error

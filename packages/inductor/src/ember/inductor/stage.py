@@ -21,6 +21,7 @@ class InductorStage(Stage):
     options: ClassVar[dict[str, tuple[type, ...]]] = {
         "device": (str, torch.device, type(None)),
         "precompile": (bool,),
+        "precompile_triton": (bool,),
         "strict": (bool,),
         "eager_random": (bool,),
     }

@@ -2,9 +2,12 @@
 
 The inductor's ``precompile`` option (default on) builds every kernel before the
 program is returned: the C++ file of each graph with ``g++`` (the kernel cache,
-``ember.runtime.compiled.cpp_build``), and, on a CUDA device, each Triton kernel with
-Triton's compiler (``ember.runtime.compiled.triton_aot.warm_kernel``), so the first call
-runs rather than compiles. The builds of all graphs (forward and backward) go to one
+``ember.runtime.compiled.cpp_build``), and, with ``precompile_triton`` (default off) on a
+CUDA device, each Triton kernel with Triton's compiler
+(``ember.runtime.compiled.triton_aot.warm_kernel``), so the first call runs rather than
+compiles. ``precompile_triton`` is off because on the H200 (2026-12-02 05:55 UTC, Triton
+3.6) the first launch still compiled every warmed kernel again: the warm-up's argument
+specialization was not the launch's, so it doubled the Triton build time. The builds of all graphs (forward and backward) go to one
 thread pool (``ember.runtime.compiled.parallel_build``, ``EMBER_COMPILE_THREADS``); each
 distinct source is built once.
 
@@ -12,7 +15,8 @@ distinct source is built once.
 kernel                      built now when
 ==========================  ===============================================================
 C++                         always (the build is the kernel cache's entry)
-Triton, CUDA device         a GPU is present and every argument is a tensor (a kernel over
+Triton, CUDA device         ``precompile_triton``, a GPU is present and every argument is a
+                            tensor (a kernel over
                             symbolic sizes is specialized on their values: it is built at
                             its first launch, and counted as ``triton builds at launch``)
 Triton, CPU tensors         never: Triton's interpreter runs it, nothing to build
@@ -70,10 +74,11 @@ def _triton_jobs(source: KernelSource, device: torch.device) -> list[BuildJob[ob
     return [BuildJob(f"Triton kernel {s.name}", warm(s)) for s in specs]
 
 
-def build_kernels(graphs: Sequence[GraphKernels]) -> dict[str, Exception]:
-    """Build the kernels of ``graphs`` (see the module docstring); returns the first
-    error of each graph with a kernel that failed to build (a source shared by several
-    graphs fails them all)."""
+def build_kernels(graphs: Sequence[GraphKernels],
+                  triton: bool = False) -> dict[str, Exception]:
+    """Build the kernels of ``graphs`` (see the module docstring; ``triton``: also the
+    Triton kernels of CUDA graphs, on a GPU); returns the first error of each graph with
+    a kernel that failed to build (a source shared by several graphs fails them all)."""
     jobs: list[BuildJob[object]] = []
     owners: list[list[str]] = []  # the graphs of each job
     by_source: dict[tuple[str, str], list[int]] = {}  # the jobs of each distinct source
@@ -92,7 +97,7 @@ def build_kernels(graphs: Sequence[GraphKernels]) -> dict[str, Exception]:
             if source.lang == "cpp":
                 names = [s.name for s in g.sources if s.source == source.source]
                 new = [_cpp_job(source, names, g.graph)]
-            elif source.lang == "triton" and g.device.type == "cuda" and gpu:
+            elif source.lang == "triton" and g.device.type == "cuda" and gpu and triton:
                 new = _triton_jobs(source, g.device)
                 warm_device = warm_device or (g.device if new else None)
             else:
@@ -100,8 +105,9 @@ def build_kernels(graphs: Sequence[GraphKernels]) -> dict[str, Exception]:
             by_source[key] = list(range(len(jobs), len(jobs) + len(new)))
             jobs += new
             owners += [[g.graph] for _ in new]
-    if any(g.device.type == "cuda" for g in graphs) and not gpu:
-        log("stages", "no GPU: the Triton kernels are built at their first launch")
+    if any(g.device.type == "cuda" for g in graphs) and not (gpu and triton):
+        log("stages", "the Triton kernels are built at their first launch ("
+                      + ("no GPU" if triton else "precompile_triton is off") + ")")
     if warm_device is not None:
         from ember.runtime.compiled.triton_aot import start_triton_driver
 

@@ -134,7 +134,11 @@ def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
     # imported once per file), whose in-memory cache then holds the binary
     fn = jit_function_from_source(spec, interpret=False,
                                   device=triton_cache.device_tag(device, False))
-    args = [POINTER_DTYPES[t[1:]] for t in spec.signature.values()]
+    # NOTE: real (hence 16-byte aligned) one-element tensors, not dtype placeholders:
+    # Triton specializes a pointer on its alignment, and a placeholder is not known to
+    # be aligned, so its binary is not the one a launch with fresh tensors looks up
+    args = [torch.empty(1, dtype=POINTER_DTYPES[t[1:]], device=device)
+            for t in spec.signature.values()]
     options: dict[str, Any] = dict(spec.constexprs)
     options.update(num_warps=spec.num_warps, num_stages=spec.num_stages)
     try:
