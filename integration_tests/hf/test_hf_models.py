@@ -108,7 +108,11 @@ def test_llama_32_layers_compiles_once() -> None:
     call runs eagerly (a per-layer recompile would hit the recompile limit in the first
     call) and every op is a generated kernel or a lowered extern call (no fallback op)."""
     compiled = check_case("llama", "infer", "inductor", layers=32, calls=2)
-    assert compiled.stats.fallbacks == 0 and (compiled.stats.kernels or 0) > 32, compiled.stats
+    # NOTE: the 32 layers' kernels are identical up to names: generated once each
+    # (inductor codegen/dedupe.py), so the count is of distinct kernels
+    stats = compiled.stats
+    assert stats.fallbacks == 0 and stats.eager_fallback_calls == 0, stats
+    assert stats.compiles == 1 and (stats.kernels or 0) > 0, stats
 
 
 def test_loss_writes_problem_type() -> None:
