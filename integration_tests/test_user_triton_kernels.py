@@ -15,7 +15,7 @@ import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,24 +33,12 @@ HERE = Path(__file__).resolve().parent
 BACKENDS = ["eager", "aot_eager", "inductor"]
 
 
-@contextlib.contextmanager
-def _interpreter(enabled: bool) -> Iterator[None]:
-    """``@triton.jit`` makes interpreted (or JIT) kernels while active."""
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None and hasattr(knobs.runtime, "scope"):
-        with knobs.runtime.scope():
-            knobs.runtime.interpret = enabled
-            yield
-        return
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if enabled else "0"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = saved
+def _interpreter(enabled: bool) -> contextlib.AbstractContextManager[None]:
+    """``@triton.jit`` makes interpreted (or JIT) kernels while active (the runtime's
+    own switch, used around its kernel imports)."""
+    from ember.runtime.compiled.triton_kernel import _interpreter_mode
+
+    return _interpreter_mode(enabled)
 
 
 def _kernels(interpret: bool) -> ModuleType:
