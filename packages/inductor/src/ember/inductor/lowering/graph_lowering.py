@@ -329,14 +329,20 @@ class GraphLowering:
 
         ``strides`` picks the layout (default: :meth:`.LayoutState.default_strides`). A
         dense permuted layout is computed in storage order (see :mod:`.layout`). ``reuse``: later plain
-        ``realize(value)`` calls return this buffer (default: only for row-major).
+        ``realize(value)`` calls return this buffer (default: only for row-major), and so do
+        later calls asking for its layout unless they pass ``reuse=False`` (a buffer the
+        caller will write).
         """
         if isinstance(value, Stored):
             return value
         if isinstance(value, ScalarValue):
             raise NotLowerable("a run-time value where a tensor buffer is needed")
         cached = self._realized.get(id(value))
-        if cached is not None and strides is None:
+        if cached is not None and (strides is None or (
+                reuse is not False and same_layout(value.sizes, cached[1].strides, strides))):
+            # NOTE: also for explicit strides that are the stored layout: a value both an
+            # extern op and the graph's outputs read (a KV cache's torch.cat) is computed
+            # once, not once per reader; reuse=False asks for a buffer of one's own
             return cached[1]
         if numel(value.sizes) == 0:  # nothing to compute: an allocation, not a kernel
             sizes_arg = ListArg(tuple(self.extern_arg(s) for s in value.sizes))
