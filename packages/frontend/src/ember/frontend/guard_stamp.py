@@ -182,11 +182,17 @@ def _missing_attr_needs(obj: Any, name: Any, needs: Needs) -> bool:
         return True
     if getattr_hook is not _MODULE_GETATTR:
         return False
-    for table in _MODULE_TABLES:
+    return _table_dicts(obj, _MODULE_TABLES, needs.dicts)
+
+
+def _table_dicts(obj: Any, tables: Sequence[str], into: dict[int, Any]) -> bool:
+    """Record the plain dicts ``obj`` holds as ``tables`` in ``into`` (by id); False
+    when one of them is missing or not a plain dict."""
+    for table in tables:
         members = obj.__dict__.get(table)
         if type(members) not in _DICTS:
             return False
-        needs.dicts[id(members)] = members
+        into[id(members)] = members
     return True
 
 
@@ -254,12 +260,7 @@ def _keys_leaf(value: Any, needs: Needs) -> bool:
 def _no_hooks_leaf(value: Any, needs: Needs) -> bool:
     if not isinstance(value, torch.nn.Module) or not _object_needs(value, needs):
         return False
-    for table in MODULE_HOOK_TABLES:
-        hooks = value.__dict__.get(table)
-        if type(hooks) not in _DICTS:
-            return False
-        needs.hooks[id(hooks)] = hooks
-    return True
+    return _table_dicts(value, MODULE_HOOK_TABLES, needs.hooks)
 
 
 def _tensor_leaf(value: Any, needs: Needs) -> bool:
