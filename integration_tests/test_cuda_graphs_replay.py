@@ -159,6 +159,30 @@ def test_a_parameter_in_new_storage_is_recorded_again() -> None:
             torch.testing.assert_close(fn([x, *moved.values()])[0], _mlp(x, *moved.values()))
     assert fn.cuda_graphs is not None and fn.cuda_graphs.stats.rerecords == 1
     assert _stats(fn) == (2, 3)
+    torch.rand(4, device="cuda")  # the random generator is not left in capture state
+
+
+def test_a_model_whose_graphs_were_all_dropped_records_into_its_pool_again() -> None:
+    # the model holds its pool: with graph_pool_handle() the pool died with the last
+    # graph and the next capture failed inside torch, leaving the CUDA random generator
+    # in capture state ("Offset increment outside graph capture" on every later rand)
+    from ember.runtime.cudagraphs_policy import RERECORD_LIMIT
+
+    params = _mlp_params()
+    fn = _compiled(_mlp, [torch.randn(8, 32, device="cuda")], params, dynamic=True)
+    x = torch.randn(8, 32, device="cuda")
+    with torch.no_grad():
+        fn([x, *params.values()])
+        for _ in range(RERECORD_LIMIT + 2):  # recorded, then moved each call: refused
+            moved = [v.clone() for v in params.values()]
+            torch.testing.assert_close(fn([x, *moved])[0], _mlp(x, *moved))
+        y = torch.randn(12, 32, device="cuda")  # a new signature records into the pool
+        for _ in range(3):
+            torch.testing.assert_close(fn([y, *params.values()])[0], _mlp(y, *params.values()))
+    assert fn.cuda_graphs is not None
+    assert fn.cuda_graphs.stats.plain_calls["recording failed"] == 0
+    assert fn.cuda_graphs.stats.recordings == RERECORD_LIMIT + 2
+    torch.rand(4, device="cuda")
 
 
 def test_random_ops_differ_between_replays_and_follow_manual_seed() -> None:

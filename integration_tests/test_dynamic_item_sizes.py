@@ -125,6 +125,22 @@ def test_item_sizes_on_cuda_through_the_inductor() -> None:
         fast(torch.randn(24, 5, device="cuda"), torch.tensor(7, device="cuda"))
 
 
+def test_item_sizes_through_triton_kernels_on_cpu(tmp_path: Path) -> None:
+    # a reduction over 120 // u0 rows: at u0's fallback hint (8192) the row length
+    # floors to 0, and the kernel got a block of 0 elements (Triton: "arange's end
+    # argument must be greater than the start argument"); Triton's interpreter here
+    pytest.importorskip("triton")
+    from ember.inductor.codegen.triton.testing import triton_for_cpu
+
+    with triton_for_cpu(), patch(cache_dir=tmp_path):
+        fast = ember.frontend.compile(sizes_from_item)
+        for value in (2, 5, 12):
+            x, n = torch.randn(24, 5), torch.tensor(value)
+            for got, want in zip(fast(x, n), sizes_from_item(x, n), strict=True):
+                torch.testing.assert_close(got, want, msg=f"n={value}")
+    assert fast.stats.compiles == 1
+
+
 def test_training_through_an_item_size_matches_eager() -> None:
     # the forward keeps the node that binds u0 (the partitioner follows symbols), the
     # backward binds it from the size carrier

@@ -9,6 +9,8 @@
 #     PROFILE_ARGS=mlp:8192x768 bash tools/gpu/h200_all.sh profile_matmul  # profile_matmul.py
 #     bash tools/gpu/h200_all.sh sweep    # tools/gpu/matmul_sweep.py: template configs vs cuBLAS
 #     bash tools/gpu/h200_all.sh matmul   # tools/bench_matmul.py: issue #16's matmul suite, bf16
+#     PYTEST_ARGS="-x tests/x.py" bash tools/gpu/h200_all.sh pytest  # chosen tests, one process
+#     SCRIPT_ARGS="tools/gpu/x.py args" bash tools/gpu/h200_all.sh script
 #     MATMUL_FAMILIES=gemm bash tools/gpu/h200_all.sh matmul  # one part (files named after it)
 # The machine has python3 with torch and triton but not Ember: the four packages are
 # put on PYTHONPATH.
@@ -81,5 +83,14 @@ profile_generate)
     # one decode step's time: eager, torch.compile and Ember, CPU inside forward vs GPU kernels
     timeout "${BENCH_TIMEOUT:-400}" python3 tools/gpu/profile_generate.py ${PROFILE_ARGS:-64} \
         2>&1 | tee "$OUT/profile_generate.txt" | grep "=====" 
+    ;;
+pytest)
+    # chosen tests, one process: PYTEST_ARGS="-x integration_tests/test_x.py::test_y"
+    timeout "${BENCH_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider -rfE ${PYTEST_ARGS:-} \
+        2>&1 | tee "$OUT/pytest.log" | tail -60
+    ;;
+script)
+    # one script: SCRIPT_ARGS="tools/gpu/debug_rerecord.py runner"
+    timeout "${BENCH_TIMEOUT:-300}" python3 ${SCRIPT_ARGS:-} 2>&1 | tee -a "$OUT/script.log" | tail -60
     ;;
 esac

@@ -2,7 +2,7 @@
 still in use, the step marker and the statistics.
 
 **One pool.** Every graph the model records (forward and backward, every input shape)
-allocates from one memory pool (``torch.cuda.graph_pool_handle()``), so the memory of
+allocates from one memory pool (a ``torch.cuda.MemPool`` the model holds), so the memory of
 one graph's temporaries is reused by the next recording. Each recording keeps its
 results allocated for good. The price: replaying a graph may overwrite the results of a
 graph recorded *before* it (its temporaries may sit where a later recording's results

@@ -67,23 +67,43 @@ class GraphCapture(Protocol):
 
 
 class CudaCapture:
-    """Capture with ``torch.cuda.CUDAGraph`` (on torch's side capture stream)."""
+    """Capture with ``torch.cuda.CUDAGraph`` (on torch's side capture stream).
+
+    **The pool belongs to the model.** A pool from ``graph_pool_handle()`` lives only
+    while a graph recorded into it does: once the model's last graph is dropped (a
+    parameter moved and its graph is recorded again, a signature refused after its
+    re-recordings), the next capture into that handle fails inside ``capture_begin``
+    (an internal assert of torch's caching allocator) after torch has put the CUDA
+    random generator into capture state, and every later random op of the process
+    raises "Offset increment outside graph capture". So the pool is a
+    ``torch.cuda.MemPool`` that the model holds (its reference keeps the pool alive);
+    on a torch without ``MemPool`` the last graph recorded is kept alive instead, until
+    another one replaces it.
+    """
 
     device_type = "cuda"
 
+    def __init__(self) -> None:
+        self._keep_alive: object | None = None  # the last graph (no MemPool only)
+
     def new_pool(self) -> object:
-        """``torch.cuda.graph_pool_handle()``."""
-        return torch.cuda.graph_pool_handle()
+        """A ``torch.cuda.MemPool`` (held by the model), or a ``graph_pool_handle()``
+        on a torch without one."""
+        mem_pool = getattr(torch.cuda, "MemPool", None)
+        return mem_pool() if mem_pool is not None else torch.cuda.graph_pool_handle()
 
     def record(self, run: Callable[[], list[Any]],
                pool: object) -> tuple[Callable[[], None], list[Any]]:
         """See :meth:`GraphCapture.record`."""
         graph = torch.cuda.CUDAGraph()
+        handle = getattr(pool, "id", pool)  # a MemPool's id, or the handle itself
         # NOTE: "thread_local": a backward graph is captured on autograd's device thread
         # while other threads (the caller's, Triton's compile workers) may call CUDA
-        with torch.cuda.graph(graph, pool=cast(Any, pool),  # a graph_pool_handle()
+        with torch.cuda.graph(graph, pool=cast(Any, handle),
                               capture_error_mode="thread_local"):
             outputs = run()
+        if not hasattr(pool, "id"):
+            self._keep_alive = graph
         return graph.replay, outputs
 
 

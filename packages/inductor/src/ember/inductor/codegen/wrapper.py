@@ -191,8 +191,10 @@ class WrapperWriter:
             if not isinstance(meta, TensorMeta):
                 continue  # a SymInt or Python scalar input
             info = low.buffers.get(name)
-            # kernels read a buffered input's pointer: it must be where they run
-            device = torch.device(self.device) if info is not None else meta.device
+            # kernels read a buffered input's pointer: it must be where they run (an
+            # input traced on another device is read by extern calls only: lowering)
+            here = torch.device(self.device)
+            device = here if info is not None and meta.device.type == here.type else meta.device
             tests = [f"isinstance({name}, torch.Tensor)", f"{name}.dtype is {meta.dtype}",
                      _device_test(name, device)]
             if info is not None and _static_layout(info):

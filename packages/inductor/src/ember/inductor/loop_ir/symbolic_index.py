@@ -283,12 +283,14 @@ def symbol_ranges() -> Mapping[str, SymbolRange]:
 
 def hint(size: Size) -> int:
     """``size`` at the current hints (:func:`size_hints`): for heuristics only (block
-    sizes, loop forms, what to store), never for correctness."""
+    sizes, loop forms, what to store), never for correctness. A symbolic size is at
+    least 1 here (``120 // u0`` floors to 0 at a large guessed hint; a block of 0
+    elements is no block)."""
     if isinstance(size, int):
         return size
     hints = _HINTS.get()
     env = {s: hints.get(s.name, UNKNOWN_HINT) for s in size.free_symbols}
-    return int(size.xreplace(env))
+    return max(1, int(size.xreplace(env)))
 
 
 # floordiv/mod of .index hand symbolic divisors to this module (it imports .index)

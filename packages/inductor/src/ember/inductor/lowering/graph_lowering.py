@@ -213,6 +213,11 @@ class GraphLowering:
             reason = f"its result defines the data-dependent size {', '.join(sorted(new))}"
             self.values[node.name] = self.extern(node, fallback=True, reason=reason)
             return
+        other = self._other_device(node)
+        if other is not None:  # torch.zeros(k) in a cuda program: a cpu tensor
+            self.values[node.name] = self.extern(
+                node, fallback=True, reason=f"a {other} tensor in a {self.device.type} graph")
+            return
         mark = len(self.nodes)
         realized = set(self._realized)
         self._current = node.name
@@ -250,6 +255,19 @@ class GraphLowering:
             self.outputs.append(self._output_expr(a))
 
     # -- values -------------------------------------------------------------------------
+    def _other_device(self, node: Node) -> str | None:
+        """The device type of a tensor ``node`` makes or reads that is not the graph's
+        (its kernels run on the graph's device only), or None."""
+        metas = list(node.meta) if isinstance(node.meta, tuple) else [node.meta]
+        for a in node.inputs():
+            meta = self.graph.node(a.node).meta
+            metas.append(meta[a.index] if isinstance(meta, tuple) and a.index is not None
+                         else meta)
+        for m in metas:
+            if isinstance(m, TensorMeta) and m.device.type != self.device.type:
+                return m.device.type
+        return None
+
     def _arg(self, a: Argument) -> Any:
         if isinstance(a, ValueRef):
             v = self.values[a.node]

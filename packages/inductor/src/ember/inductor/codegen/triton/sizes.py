@@ -73,15 +73,18 @@ class SizeFacts:
         self.symbols = None if symbols is None else dict(symbols)
 
     def hint(self, size: Size) -> int:
-        """``size`` at the hints of its symbols (an int stays itself)."""
+        """``size`` at the hints of its symbols (an int stays itself). A symbolic size
+        is at least 1 at its hint: sizes 0 and 1 specialise, and an expression that
+        floors to 0 at a guessed hint (``120 // u0`` at an unbacked ``u0``'s fallback
+        hint) must still give the kernel a block of at least one element."""
         if is_static(size):
             return int(size)
         expr = sympy.sympify(size)
         if self.symbols is None:
-            return max(0, hint(expr))
+            return hint(expr)
         values = {s: symbolic.hint_of(s.name, self.symbols.get(s.name, SymbolRange()))
                   for s in expr.free_symbols if isinstance(s, sympy.Symbol)}
-        return max(0, int(expr.xreplace(values)))
+        return max(1, int(expr.xreplace(values)))
 
     def upper(self, size: Size) -> int | None:
         """The largest value ``size`` takes over its symbols' ranges, or None when a

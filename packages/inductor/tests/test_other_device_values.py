@@ -1,0 +1,41 @@
+"""A tensor on another device than the graph's (``torch.zeros(k)`` without a device in
+a CUDA program makes a CPU tensor; a CPU 0-d tensor read by a CUDA op) never enters a
+kernel of the graph's device: its nodes run as extern ATen calls, counted as fallbacks
+with the reason, and an input traced on the CPU is checked for the CPU."""
+
+from __future__ import annotations
+
+import torch
+from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.runtime.ir import parse_program
+
+PROGRAM = '''program dialect=core-functional
+
+graph forward(%x: f32[4]{1} cuda:0, %s: f32[]{} cpu):
+  %zeros: f32[4]{1} cpu = aten::zeros.default([4], dtype=torch.float32, device=device("cpu"), pin_memory=False)
+  %a: f32[4]{1} cpu = aten::add.Tensor(%zeros, 1)
+  %b: f32[4]{1} cuda:0 = aten::mul.Tensor(%x, 2)
+  %c: f32[4]{1} cuda:0 = aten::mul.Tensor(%b, %s)
+  return (%a, %c)  [user_output, user_output]
+'''
+
+
+def test_values_on_another_device_run_as_extern_calls() -> None:
+    lowered = GraphLowering(parse_program(PROGRAM), "forward", torch.device("cuda")).run()
+    assert dict(lowered.fallbacks) == {"aten::zeros.default": 1, "aten::add.Tensor": 1,
+                                       "aten::mul.Tensor": 1}
+    notes = [(getattr(n, "target", type(n).__name__), getattr(n, "note", "")) for n in lowered.nodes]
+    assert notes == [("aten::zeros.default", "a cpu tensor in a cuda graph"),
+                     ("aten::add.Tensor", "a cpu tensor in a cuda graph"),
+                     ("PointwiseBuffer", ""),  # x * 2: a kernel on the graph's device
+                     ("aten::mul.Tensor", "a cpu tensor in a cuda graph")]
+
+
+def test_the_wrapper_checks_a_cpu_input_for_the_cpu_and_allocates_kernels_on_cuda() -> None:
+    from ember.inductor.compile import compile_graph
+
+    wrapper = compile_graph(parse_program(PROGRAM), "forward", torch.device("cuda")).wrapper
+    assert "arg1.is_cpu" in wrapper and "arg0.is_cuda" in wrapper, wrapper
+    assert "# fallback: aten::zeros.default (a cpu tensor in a cuda graph)" in wrapper, wrapper
+    assert "device=torch.device('cpu')" in wrapper, wrapper
+    assert "buf2 = empty_strided((4,), (1,), dtype=torch.float32, device='cuda')" in wrapper
