@@ -56,3 +56,19 @@ def test_strides_follow_sizes_only_where_the_example_does() -> None:
     assert view_strides([30, 60, 4], odd) == [8, 0, 1]
     single = torch.randn(1, 6, 8)[..., :4]
     assert view_strides([1, 9, 4], single) == [48, 8, 1]
+
+
+def test_a_view_shares_the_symbol_of_an_equal_dim_only_under_the_same_range() -> None:
+    # duck sizing done by the recorder itself (torch 2.11 gave each view a symbol of its
+    # own, and q @ k.transpose(-1, -2) over two symbols then specialised both)
+    qkv = torch.randn(4, 8, 192)
+    rec = GraphRecorder(dynamic=True)
+    dense = rec.add_input(torch.randn(4, 8, 64), InputSpec("x"), dynamic_dims={0: (2, None)})
+    q = rec.add_input(qkv[..., :64], InputSpec("q"), dynamic_dims={0: (2, None)})
+    k = rec.add_input(qkv[..., 64:128], InputSpec("k"), dynamic_dims={0: (2, 16)})
+    with rec:
+        out = (dense + q) @ k.transpose(-1, -2)[:, :, :1].sum(0)
+    printed = print_graph(rec.finish([out]).forward).splitlines()
+    assert printed[1:4] == ["    %x: f32[s0, 8, 64]{512,64,1} cpu,",
+                            "    %q: f32[s0, 8, 64]{1536,192,1} cpu,",
+                            "    %k: f32[s1, 8, 64]{1536,192,1} cpu offset=64,"], printed

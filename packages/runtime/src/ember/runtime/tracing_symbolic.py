@@ -116,6 +116,11 @@ class RecordedSymbols:
         self._symints: dict[str, torch.SymInt] = {}  # IR name -> its SymInt (meta inputs)
         self.ranges: dict[str, SymbolRange] = {}  # backed: the range asked for, with hint
         self._texts: dict[sympy.Basic, SymInt] = {}
+        # dims of equal size and range share one symbol (duck sizing), also between a
+        # dense input and a view (torch's own sharing does not reach view_fake's symbols
+        # on every torch: on 2.11 each head of a qkv split got a symbol of its own, and
+        # q @ k.transpose(-1, -2) then specialised both)
+        self._duck: dict[tuple[int, int, int | None], torch.SymInt] = {}
 
     # ---- inputs -----------------------------------------------------------------------
 
@@ -163,7 +168,8 @@ class RecordedSymbols:
             if tensor.numel() == 0:
                 return self.static_fake(tensor, name)
             fake = view_fake(self.fake_mode, tensor, name,
-                             [d is not DimDynamic.STATIC for d in dynamic], constraints)
+                             [d is not DimDynamic.STATIC for d in dynamic], constraints,
+                             lambda d: self._duck.get((int(tensor.shape[d]), *wanted[d])))
         else:
             fake = self.fake_mode.from_tensor(tensor, source=input_source(name),
                                               symbolic_context=context)
@@ -172,6 +178,7 @@ class RecordedSymbols:
                 lower, upper = wanted.get(dim, (2, None))
                 self._register_backed(size.node.expr, SymbolRange(
                     lower, upper, int(tensor.shape[dim])))
+                self._duck.setdefault((int(tensor.shape[dim]), lower, upper), size)
         if not _strides_follow_sizes(tensor):
             strides = ", ".join(str(self.ir(s, f"input {name!r}")) for s in fake.stride())
             log("dynamic", f"input {name!r} is a view into a larger tensor (strides "

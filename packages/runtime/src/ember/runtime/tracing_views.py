@@ -17,7 +17,7 @@ strides ``(192*s1, 192, 1)``: a batch or sequence change is no recompile.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -45,16 +45,24 @@ def view_strides(sizes: Sequence[Any], example: torch.Tensor) -> list[Any]:
 
 
 def view_fake(fake_mode: FakeTensorMode, tensor: torch.Tensor, name: str,
-              dynamic: Sequence[bool], constraints: Sequence[Any]) -> torch.Tensor:
+              dynamic: Sequence[bool], constraints: Sequence[Any],
+              shared: Callable[[int], torch.SymInt | None] = lambda dim: None
+              ) -> torch.Tensor:
     """A fake of the view ``tensor``: dims flagged in ``dynamic`` are duck-sized symbols
-    under ``constraints`` (one per dim, torch's ``StrictMinMaxConstraint`` or None),
-    strides from :func:`view_strides`, the storage offset ``tensor``'s int."""
+    under ``constraints`` (one per dim, torch's ``StrictMinMaxConstraint`` or None):
+    ``shared(dim)``, the symbol an earlier input's dim of the same size and range got,
+    else a new one; strides from :func:`view_strides`, the storage offset ``tensor``'s
+    int."""
     env = fake_mode.shape_env
     assert env is not None
     sizes: list[Any] = []
     for dim, (size, is_dynamic) in enumerate(zip(tensor.shape, dynamic)):
         if not is_dynamic:
             sizes.append(int(size))
+            continue
+        known = shared(dim)
+        if known is not None:
+            sizes.append(known)
             continue
         source = input_source(f"{name}.size({dim})")
         expr = env.create_symbol(int(size), source=source, dynamic_dim=DimDynamic.DUCK,
