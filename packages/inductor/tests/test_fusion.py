@@ -162,16 +162,27 @@ def test_deep_residual_stream_is_stored_not_recomputed() -> None:
 
 
 def test_matmul_result_goes_into_freed_memory_of_its_layout() -> None:
-    # the second matmul's result reuses the first's memory (freed after the relu) through
-    # mm's out= variant, and the relu's input memory is reused by later work: fewer
-    # allocations per call (see OUT_VARIANTS in codegen/wrapper.py)
+    # the relu and the sin write in place of the matmul results they read last
+    # (codegen/memory_plan.py): two allocations per call; a third matmul's result goes
+    # into the first's memory through mm's out= variant (see OUT_VARIANTS in
+    # codegen/wrapper.py)
     def f(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         return ((x @ w1).relu() @ w2).sin()
 
     x, w1, w2 = torch.randn(8, 16), torch.randn(16, 16), torch.randn(16, 16)
     compiled, run = compile_fn(f, x, w1, w2)
     wrapper = compiled.files["forward/wrapper.py"].decode()
-    assert "torch.mm(buf1, arg2, out=buf2)" in wrapper
-    assert wrapper.count("empty_strided(") + wrapper.count(" = torch.mm(") <= 3
+    assert "buf1 = buf0; del buf0  # written in place of buf0's memory" in wrapper
+    assert "kernel0(buf1, buf1)" in wrapper
+    assert wrapper.count("empty_strided(") + wrapper.count(" = torch.mm(") <= 2
+
+    def g(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        return ((x @ w1).relu() @ w2).sin() @ w2
+
+    compiled, run_g = compile_fn(g, x, w1, w2)
+    wrapper = compiled.files["forward/wrapper.py"].decode()
+    assert "buf4 = buf1; del buf1  # reuse buf1's memory" in wrapper
+    assert "torch.mm(buf3, arg2, out=buf4)" in wrapper
+    torch.testing.assert_close(run_g(x, w1, w2)[0], g(x, w1, w2))
     assert "aten.mm.default(" not in wrapper  # the public function: half the dispatch cost
     torch.testing.assert_close(run(x, w1, w2)[0], f(x, w1, w2))

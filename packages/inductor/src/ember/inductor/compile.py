@@ -23,6 +23,7 @@ from ember.inductor.autotune import autotuning, tuning_device, tuning_report
 from ember.inductor.codegen import KernelSource, backend_for
 from ember.inductor.codegen.build import GraphKernels, build_kernels
 from ember.inductor.codegen.dedupe import share_identical_kernels
+from ember.inductor.codegen.memory_plan import MemoryReport
 from ember.inductor.codegen.wrapper import WrapperWriter
 from ember.inductor.loop_ir import Kernel, format_kernel
 from ember.inductor.loop_ir.symbolic_index import size_hints
@@ -56,6 +57,8 @@ class CompiledGraph:
     fallbacks: collections.Counter[str] = field(default_factory=collections.Counter)
     deduped: int = 0
     """How many scheduled kernels run the code of one in ``kernels`` (codegen/dedupe.py)."""
+    memory: MemoryReport | None = None
+    """The wrapper's live bytes step by step (codegen/memory_plan.py)."""
 
 
 def graph_device(program: Program, graph_name: str) -> torch.device:
@@ -114,10 +117,11 @@ def _compile_graph_on(program: Program, graph_name: str, dev: torch.device,
         sources = [backend.generate(k) for k in kernels] if backend else []
         if backend:
             sources = backend.bundle(sources)
-        wrapper = WrapperWriter(lowered, steps, str(dev), shared.runs).write()
+        writer = WrapperWriter(lowered, steps, str(dev), shared.runs)
+        wrapper = writer.write()
     compiled = CompiledGraph(graph_name, dev, wrapper, list(zip(kernels, sources)),
                              dict(lowered.constants), collections.Counter(lowered.fallbacks),
-                             shared.deduped)
+                             shared.deduped, writer.memory)
     if log_enabled("output_code"):
         log("output_code", lambda: render_output_code(compiled))
     return compiled
@@ -216,6 +220,9 @@ def _compile_program(program: Program, options: dict[str, Any]) -> Program:
     out.metadata = dict(out.metadata)
     CompiledMetadata(graphs_meta).write_to(out)
     CompileReport(n_kernels, dict(sorted(fallbacks.items()))).write_to(out)
+    # each graph's static peak and ideal at the size hints (codegen/memory_plan.py)
+    out.metadata["memory"] = {name: g.memory.to_json() for name, g in graphs.items()
+                              if g.memory is not None}
     return out
 
 

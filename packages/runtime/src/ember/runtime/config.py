@@ -123,6 +123,8 @@ LOG_TOPICS: tuple[str, ...] = (
     "cudagraphs",
     "autotune",
     "patterns",
+    "memory",
+    "partition",
 )
 """The ``EMBER_LOGS`` topics (described in :mod:`ember.runtime.logs`); ``all`` means
 every one."""

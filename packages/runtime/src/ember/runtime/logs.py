@@ -25,6 +25,10 @@ Topics (:data:`TOPICS`):
 ``cudagraphs``    CUDA graph recordings, and why a graph or call runs without one
 ``autotune``      max-autotune: each choice with its timings, cache hits, failed candidates
 ``patterns``      graph rewrites by pattern (attention to SDPA): rule, source line, or why not
+``memory``        each compiled graph's memory plan: bytes allocated, freed and live per
+                  step, the peak and the ideal (inductor's ``codegen/memory_plan.py``)
+``partition``     the min-cut partitioner's choices: what is saved for the backward, what
+                  is recomputed, the saved bytes
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The wrapper: readable Python that runs one compiled graph.
 
 It checks the inputs' layouts, allocates buffers with ``empty_strided``, launches the
-kernels, calls the extern ops, frees each intermediate after its last use (reusing its
-memory for a later buffer of the same layout), and returns the outputs. It runs in the
+kernels, calls the extern ops, frees each intermediate after its last use, and returns the
+outputs. Which buffer takes a dead one's memory (in place, or later) and what is freed
+where is :mod:`~ember.inductor.codegen.memory_plan`'s plan (``EMBER_LOGS=memory``). It runs in the
 namespace built by ``ember.runtime.compiled.wrapper_support``. Extern calls' arguments and
 the outputs are :mod:`~ember.inductor.lowering.extern_args` values, rendered here.
 """
@@ -14,6 +15,12 @@ import math
 import sympy
 import torch
 from ember.inductor.buffers import ExternCall
+from ember.inductor.codegen.memory_plan import (
+    Allocation,
+    MemoryReport,
+    StepPlan,
+    plan_memory,
+)
 from ember.inductor.codegen.user_kernels import is_user_kernel, user_kernel_comment
 from ember.inductor.loop_ir import Int, Kernel, Size, Store, render_size
 from ember.inductor.loop_ir.symbolic_index import from_ir
@@ -27,9 +34,10 @@ from ember.inductor.lowering.extern_args import (
     VariableArg,
 )
 from ember.inductor.lowering.lowered_graph import BufferInfo, LoweredGraph
-from ember.inductor.scheduler import KernelStep, Step, read_buffers, written_buffers
+from ember.inductor.scheduler import KernelStep, Step
 from ember.runtime.custom_ops import is_custom_operator
 from ember.runtime.ir import TensorMeta, symbolic
+from ember.runtime.logs import TOPICS, log
 
 # Extern matmuls (CPU) whose result goes into freed memory of the same layout through
 # their out= variant when the wrapper has such a buffer: one allocation and free less per
@@ -118,20 +126,11 @@ class WrapperWriter:
         # kernel name -> the identical kernel whose code it calls (codegen/dedupe.py)
         self.runs = dict(runs or {})
         self.lines: list[str] = []
-        self._matmul_results: set[str] = set()  # see OUT_VARIANTS
+        self.memory: MemoryReport | None = None  # set by write()
         self.bound: set[str] = set()  # size symbols bound so far
 
     def emit(self, text: str = "") -> None:
         self.lines.append(("    " + text) if text else "")
-
-    def _last_uses(self) -> dict[str, int]:
-        last: dict[str, int] = {}
-        for i, step in enumerate(self.steps):
-            for name in written_buffers(step):
-                last[name] = i  # a scatter writes again into a buffer stored earlier
-            for name in read_buffers(step):
-                last[name] = i
-        return last
 
     def write(self) -> str:
         low = self.lowered
@@ -155,25 +154,19 @@ class WrapperWriter:
             else:  # a stored tensor may come back from a file in another layout
                 self.emit(f"{var} = _layout(constants[{var!r}], {info.sizes!r}, "
                           f"{info.strides!r})")
-        last = self._last_uses()
-        # matmul results (fresh tensors, never views): their memory may be reused too
-        self._matmul_results = {out for st in self.steps if isinstance(st, ExternCall)
-                                and st.target in OUT_VARIANTS and not st.multi
-                                for out in st.outputs if out is not None}
-        # NOTE: a fallback op may return a view of its input (aten::view, ...), so the
-        # memory of a buffer a fallback read is never handed to another buffer.
-        extern_read = {n for s in self.steps if isinstance(s, ExternCall) and s.is_fallback
-                       for n in s.reads}
-        pool: dict[tuple[object, ...], list[str]] = {}
+        plans, self.memory = plan_memory(low, self.steps, self.device)
+        if "memory" in TOPICS:  # NOTE: runtimes before the topic have no such channel
+            log("memory", self.memory.format)
         allocated: set[str] = set()
         self._error_buffer(allocated)
-        for i, step in enumerate(self.steps):
+        for step, plan in zip(self.steps, plans):
             self.emit()
             if isinstance(step, KernelStep):
-                self._kernel(step, pool, allocated)
+                self._kernel(step, plan)
             else:
-                self._extern(step, pool)
-            self._free(i, last, pool, extern_read)
+                self._extern(step, plan)
+            for name in plan.frees:
+                self.emit(f"del {name}")
         if self.device != "cpu":
             self._assert_checks_passed()
         self.emit()
@@ -262,33 +255,38 @@ class WrapperWriter:
                 self.bound.add(size.name)
                 self.emit(f"{size.name} = {out}.size({d})")
 
-    def _layout_key(self, info: BufferInfo) -> tuple[object, ...]:
-        return (info.dtype, info.sizes, info.strides)
-
-    def _kernel(self, step: KernelStep, pool: dict[tuple[object, ...], list[str]],
-                allocated: set[str]) -> None:
+    def _kernel(self, step: KernelStep, plan: StepPlan) -> None:
         k = step.kernel
         callee = self.runs.get(k.name, k.name)
         shared = f" (runs {callee}: identical code)" if callee != k.name else ""
         self.emit(f"# {k.name}: fused from {', '.join(k.origins) or '(generated)'}{shared}")
-        for name in k.stored_buffers():
-            if name in allocated:
-                continue
-            allocated.add(name)
-            info = self.lowered.buffers[name]
-            reusable = pool.get(self._layout_key(info))
-            if reusable:
-                old = reusable.pop()
-                self.emit(f"{name} = {old}; del {old}  # reuse {old}'s memory")
-                continue
-            self.emit(f"{name} = empty_strided({py_sizes(info.sizes)}, "
-                      f"{py_sizes(info.strides)}, dtype={info.dtype}, device={self.device!r})")
-        args = [b.name for b in k.buffers] + list(k.size_args)
+        for alloc in plan.allocations:
+            self._allocate(alloc)
+        # a buffer written in place of one it reads: both arguments are the new name
+        renamed = {a.takes: a.name for a in plan.allocations if a.in_place and a.takes}
+        args = [renamed.get(b.name, b.name) for b in k.buffers] + list(k.size_args)
         self.emit(f"{callee}({', '.join(args)})")
         if self.device == "cpu":
             self._raise_failed_checks(k)
 
-    def _extern(self, call: ExternCall, pool: dict[tuple[object, ...], list[str]]) -> None:
+    def _allocate(self, alloc: Allocation) -> None:
+        """A new buffer: fresh memory, or a dead buffer's (its layout through ``_view``
+        when it differs; codegen/memory_plan.py)."""
+        info = self.lowered.buffers[alloc.name]
+        old = alloc.takes
+        if old is None:
+            self.emit(f"{alloc.name} = empty_strided({py_sizes(info.sizes)}, "
+                      f"{py_sizes(info.strides)}, dtype={info.dtype}, device={self.device!r})")
+            return
+        why = "written in place of" if alloc.in_place else "reuse"
+        other = self.lowered.buffers[old]
+        if (other.sizes, other.strides) == (info.sizes, info.strides):
+            self.emit(f"{alloc.name} = {old}; del {old}  # {why} {old}'s memory")
+        else:
+            self.emit(f"{alloc.name} = _view({old}, {py_sizes(info.sizes)}, "
+                      f"{py_sizes(info.strides)}, 0); del {old}  # {why} {old}'s memory")
+
+    def _extern(self, call: ExternCall, plan: StepPlan) -> None:
         kind = "fallback" if call.is_fallback else "extern"
         note = f" ({call.note})" if call.note else ""
         self.emit(f"# {kind}: {call.target}{note}")
@@ -300,14 +298,10 @@ class WrapperWriter:
             f"{k}={render_arg(v)}" for k, v in call.kwargs.items()]
         public = OUT_VARIANTS.get(call.target)
         expr = f"{public or _op_expr(call.target)}({', '.join(args)})"
-        out_variant = public if self.device == "cpu" else None
-        info = self.lowered.buffers.get(call.outputs[0] or "") if out_variant else None
-        reusable = pool.get(self._layout_key(info)) if info is not None else None
-        if out_variant and info is not None and reusable and not call.multi:
+        if public and plan.allocations:
             # into freed memory of the same layout: no allocation (see OUT_VARIANTS)
-            old = reusable.pop()
-            self.emit(f"{info.name} = {old}; del {old}  # reuse {old}'s memory")
-            self.emit(f"{out_variant}({', '.join(args + [f'out={info.name}'])})")
+            self._allocate(plan.allocations[0])
+            self.emit(f"{public}({', '.join(args + [f'out={plan.allocations[0].name}'])})")
             return
         if call.multi:
             self.emit(f"_result = {expr}")
@@ -340,20 +334,6 @@ class WrapperWriter:
             self.emit(f"{sym} = int({call.outputs[index]})")
             env = ", ".join(f"{s!r}: {s}" for s in sorted(self.bound))
             self.emit(f"_check_unbacked({{{env}}}, {sym!r})  # its range, guards it completes")
-
-    def _free(self, i: int, last: dict[str, int],
-              pool: dict[tuple[object, ...], list[str]], extern_read: set[str]) -> None:
-        low = self.lowered
-        dead = sorted(n for n, at in last.items() if at == i and n not in low.output_buffers
-                      and not n.startswith(("arg", "const")) and n != ERROR_BUFFER)
-        for name in dead:
-            info = low.buffers.get(name)
-            poolable = info is not None and (info.kind == "computed" or (
-                info.kind == "extern" and name in self._matmul_results))
-            if info is not None and poolable and name not in extern_read:
-                pool.setdefault(self._layout_key(info), []).append(name)
-            else:
-                self.emit(f"del {name}")
 
     # -- run-time checks (lowering/checks.py) -------------------------------------------
     def _error_buffer(self, allocated: set[str]) -> None:
