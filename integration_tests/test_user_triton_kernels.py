@@ -2,6 +2,10 @@
 functions: each launch is one ``ember::triton_kernel`` node (0 graph breaks), and every
 backend matches the same function run eagerly, outputs and mutated inputs alike.
 
+Both capture modes record the launch: strict capture (bytecode) on every backend, trace
+capture (``options={"capture": "trace"}``) on the inductor for every case and on the
+other backends for a few (:data:`TRACE_ON_EVERY_BACKEND`), to keep the suite fast.
+
 On the CPU the kernels run in Triton's interpreter: the kernel module is imported with
 the interpreter on (``_kernels(interpret=True)``), and the inductor generates Triton code
 for the CPU too (``triton_for_cpu``), so no C++ is built. The ``cuda`` tests run the
@@ -31,6 +35,10 @@ from ember.runtime.config import patch
 
 HERE = Path(__file__).resolve().parent
 BACKENDS = ["eager", "aot_eager", "inductor"]
+TRACE_ON_EVERY_BACKEND = ["vector_add", "autotuned_matmul", "inplace_update",
+                          "training_around_kernel", "custom_op_autograd"]
+"""The cases trace capture runs on ``eager`` and ``aot_eager`` too (all run on the
+inductor)."""
 
 
 def _interpreter(enabled: bool) -> contextlib.AbstractContextManager[None]:
@@ -82,7 +90,8 @@ def _cases(K: Any) -> dict[str, Case]:
                                         BLOCK=triton.next_power_of_2(y.shape[1]))
         return out - 1
 
-    def layer_norm_fwd(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def layer_norm_fwd(x: torch.Tensor, w: torch.Tensor,
+                       b: torch.Tensor) -> tuple[torch.Tensor, ...]:
         rows, cols = x.shape
         y = torch.empty_like(x)
         mean = x.new_empty(rows)
@@ -131,7 +140,7 @@ def _cases(K: Any) -> dict[str, Case]:
         K.store_then_reload_kernel[(cdiv(y.numel(), 32),)](y, y, y.numel(), BLOCK=32)
         return y - 1  # 1 everywhere: the kernel read back its own store
 
-    def two_outputs(x: torch.Tensor) -> torch.Tensor:
+    def two_outputs(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         s = torch.empty_like(x)
         c = torch.empty_like(x)
         K.sincos_kernel[(cdiv(x.numel(), 32),)](x, s, c, x.numel(), BLOCK=32)
@@ -168,7 +177,8 @@ def _cases(K: Any) -> dict[str, Case]:
         return (out * x).sum()  # the launch records no autograd, as in eager
 
     def custom_op_autograd(x: torch.Tensor) -> torch.Tensor:
-        return (K.scaled_relu(x * 2, 0.5) + x).sum()
+        relu: Callable[[torch.Tensor, float], torch.Tensor] = K.scaled_relu
+        return (relu(x * 2, 0.5) + x).sum()
 
     def randn(*shape: int) -> Callable[[str], torch.Tensor]:
         return lambda device: torch.randn(*shape, device=device)
@@ -207,11 +217,13 @@ def _clone(values: list[torch.Tensor]) -> list[torch.Tensor]:
     return [v.detach().clone().requires_grad_(v.requires_grad) for v in values]
 
 
-def _check(name: str, backend: str, device: str) -> None:
+def _check(name: str, backend: str, device: str, capture: str = "strict") -> None:
     kernels = _kernels(interpret=device == "cpu")
     fn, make_inputs = _cases(kernels)[name]
-    compiled = ef.compile(fn, backend=backend, options={"strict": True}
-                          if backend == "inductor" else None)
+    options: dict[str, Any] = {"capture": capture}
+    if backend == "inductor":
+        options["strict"] = True  # no silent eager fallback of a graph
+    compiled = ef.compile(fn, backend=backend, options=options)
     for _ in range(2):
         inputs = make_inputs(device)
         expected_inputs, actual_inputs = _clone(inputs), _clone(inputs)
@@ -221,12 +233,27 @@ def _check(name: str, backend: str, device: str) -> None:
         for e, a in zip(expected_inputs, actual_inputs):  # in-place kernels too
             torch.testing.assert_close(a.detach(), e.detach(), rtol=1e-4, atol=1e-4)
         if isinstance(expected, torch.Tensor) and expected.requires_grad:  # training
-            expected.backward()
+            torch.autograd.backward(expected)
             actual.backward()
             for e, a in zip(expected_inputs, actual_inputs):
                 torch.testing.assert_close(a.grad, e.grad, rtol=1e-4, atol=1e-4)
-    assert compiled.stats.graph_breaks == 0, [b.reason for b in compiled.breaks]
+    assert compiled.stats.graph_breaks == 0, [b.reason for b in
+                                              getattr(compiled, "breaks", [])]
     assert compiled.stats.graphs == 1
+
+
+def _runs() -> list[Any]:
+    """(name, backend, capture) of every corpus run: strict capture on every backend,
+    trace capture on the inductor (and on every backend for TRACE_ON_EVERY_BACKEND)."""
+    runs = [pytest.param(n, b, "strict", id=f"{n}-{b}")
+            for n in CASE_NAMES for b in BACKENDS]
+    runs += [pytest.param(n, b, "trace", id=f"{n}-{b}-trace")
+             for n in CASE_NAMES for b in BACKENDS
+             if b == "inductor" or n in TRACE_ON_EVERY_BACKEND]
+    return runs
+
+
+RUNS = _runs()
 
 
 # NOTE: Triton's own jit library functions (tl.max, tl.sum, tl.rand, ...) are
@@ -237,11 +264,10 @@ IN_INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 @pytest.mark.skipif(not IN_INTERPRETER, reason="runs in the TRITON_INTERPRET=1 child "
                     "process of test_corpus_in_triton_interpreter")
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", CASE_NAMES)
-def test_corpus_on_cpu_interpreter(name: str, backend: str) -> None:
+@pytest.mark.parametrize(("name", "backend", "capture"), RUNS)
+def test_corpus_on_cpu_interpreter(name: str, backend: str, capture: str) -> None:
     with triton_for_cpu():
-        _check(name, backend, "cpu")
+        _check(name, backend, "cpu", capture)
 
 
 @pytest.mark.skipif(not IN_INTERPRETER, reason="runs in the TRITON_INTERPRET=1 child "
@@ -277,16 +303,15 @@ def test_corpus_in_triton_interpreter() -> None:
         cwd=HERE.parent)
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    # every case, and the output-code test
-    assert f"{len(CASE_NAMES) * len(BACKENDS) + 1} passed" in summary, summary
+    # every run, and the output-code test
+    assert f"{len(RUNS) + 1} passed" in summary, summary
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", CASE_NAMES)
-def test_corpus_on_gpu(name: str, backend: str) -> None:
-    _check(name, backend, "cuda")
+@pytest.mark.parametrize(("name", "backend", "capture"), RUNS)
+def test_corpus_on_gpu(name: str, backend: str, capture: str) -> None:
+    _check(name, backend, "cuda", capture)
 
 
 # ---- compile-only checks for the H200 (no GPU needed) ---------------------------------------

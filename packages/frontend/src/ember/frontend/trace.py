@@ -133,8 +133,8 @@ def capture(fn: Callable[..., Any], *args: Any,
 
     Raises:
         CaptureError: when the code cannot be traced (data-dependent Python control
-            flow, an op the fake tensors cannot run, a user Triton kernel launch),
-            naming the line.
+            flow, an op the fake tensors cannot run, a user Triton kernel launch that
+            cannot be captured), naming the line.
         ValueError: ``dynamic_shapes`` names an unknown input or dimension, or a bad
             range.
         ember.frontend.dynamic.DynamicDimError: a dimension in ``dynamic_shapes`` was
@@ -189,14 +189,15 @@ def trace_capture(
         swaps.append((layout, fake_state))
     fake_args, fake_kwargs = unflatten(fake_leaves, spec)
     # NOTE: imported here: the bytecode package imports this module
+    from ember.frontend import trace_triton
     from ember.frontend.bytecode import triton_launch
 
     try:
         with ExitStack() as stack:
             for module_layout, fakes in swaps:
                 stack.enter_context(module_layout.swapped(fakes))
-            # a user Triton kernel launch raises instead of running on fake tensors
-            stack.enter_context(triton_launch.launches_refused())
+            # a user Triton kernel launch is recorded instead of running on fake tensors
+            stack.enter_context(trace_triton.launches_recorded(rec))
             stack.enter_context(rec)
             result = fn(*fake_args, **fake_kwargs)
     except Exception as e:

@@ -1,25 +1,29 @@
 """Capturing a user Triton kernel launch as one ``ember::triton_kernel`` node.
 
 ``kernel[grid](*args, **kwargs)`` (also ``kernel.run(..., grid=g, warmup=False)``, and
-through ``triton.autotune`` / ``triton.heuristics``) reached by strict capture becomes::
+through ``triton.autotune`` / ``triton.heuristics``) reached by strict capture
+(:func:`capture_launch`) or by trace capture (``ember.frontend.trace_triton``) becomes::
 
     %k = ember::triton_kernel.default("mod:kernel", [%x, %out], [ints...], "{spec}")
     %copy_ = aten::copy_.default(%out, %k.0)
 
-How each part is decided (:func:`capture_launch`):
+How each part is decided (:func:`record_launch`, shared by both captures through a
+:class:`LaunchSite`):
 
 - **kernel**: the module attribute holding the launched object (``module:name``); its
-  identity is guarded. A kernel no module attribute holds (made inside a function) is a
-  graph break: the run time finds kernels by name, never from source in a file.
+  identity is guarded in strict capture (trace capture guards no globals). A kernel no
+  module attribute holds (made inside a function) is not captured (a graph break, or a
+  ``CaptureError`` in trace capture): the run time finds kernels by name, never from
+  source in a file.
 - **arguments**: tensors go to the node's tensor list (detached: a launch records no
   autograd, as in eager), Python ints and sizes (``SymInt``) to its integer list,
   floats, bools, strings, None, ``tl.constexpr`` values and ``tl`` dtypes
   (``tl.float16``, by name) into the spec as constants.
-- **grid**: a tuple is evaluated now; a grid function is called (interpreted, so what it
-  reads is guarded) with the launch's meta-parameters, once per ``triton.autotune``
-  config (its keyword values added, then the ``triton.heuristics`` values computed from
-  them): the node carries one grid per config, and the run time picks the one of the
-  config Triton's autotuner chose.
+- **grid**: a tuple is evaluated now; a grid function is called (strict capture
+  interprets it, so what it reads is guarded; trace capture runs it) with the launch's
+  meta-parameters, once per ``triton.autotune`` config (its keyword values added, then
+  the ``triton.heuristics`` values computed from them): the node carries one grid per
+  config, and the run time picks the one of the config Triton's autotuner chose.
 - **writes**: the tensor arguments whose parameters the kernel may write
   (:mod:`.triton_writes`; all of them when the analysis is unsure). The node returns a
   written copy of each, copied back into the caller's tensor with ``aten::copy_``.
@@ -32,7 +36,8 @@ from __future__ import annotations
 import functools
 import sys
 import types
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 from ember.frontend.bytecode.frame import location_of
@@ -48,7 +53,8 @@ from ember.runtime.user_kernel_spec import (
 )
 from ember.runtime.user_kernels import triton_kernel
 
-__all__ = ["LaunchUnsupported", "capture_launch", "kernel_key"]
+__all__ = ["LaunchSite", "LaunchUnsupported", "capture_launch", "kernel_key", "record_launch",
+           "run_parts"]
 
 
 class LaunchUnsupported(Exception):
@@ -91,11 +97,27 @@ def _launch_parts(fn: Any, kernel: Any, args: list[Any],
         cell = fn.__closure__[fn.__code__.co_freevars.index("grid")]  # type: ignore[index]
         return cell.cell_contents, list(args), kwargs
     if getattr(fn, "__self__", None) is kernel and getattr(fn, "__name__", "") == "run":
-        if kwargs.pop("warmup", True) or "grid" not in kwargs:
-            raise LaunchUnsupported("kernel.run without grid= and warmup=False")
-        return kwargs.pop("grid"), list(args), kwargs
+        grid, kwargs = run_parts(kwargs)
+        return grid, list(args), kwargs
     raise LaunchUnsupported(f"{getattr(fn, '__name__', type(fn).__name__)} of the kernel "
                             "(only kernel[grid](...) and kernel.run(..., grid=...) launch)")
+
+
+def run_parts(kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(grid, the other keywords) of the keywords of a ``kernel.run`` call.
+
+    Raises:
+        LaunchUnsupported: no ``grid=``, or not ``warmup=False`` (a compile without a
+            launch).
+    """
+    kwargs = dict(kwargs)
+    if kwargs.pop("warmup", True):
+        raise LaunchUnsupported("warmup of the kernel (it compiles without launching; "
+                                "only kernel[grid](...) and kernel.run(..., grid=..., "
+                                "warmup=False) launch)")
+    if "grid" not in kwargs:
+        raise LaunchUnsupported("kernel.run without grid=")
+    return kwargs.pop("grid"), kwargs
 
 
 class _Encoder:
@@ -171,21 +193,79 @@ def _grid_dims(value: Any) -> tuple[Any, ...]:
     return dims
 
 
+class LaunchSite(Protocol):
+    """Where a launch is captured: strict capture's interpreter (:class:`_StrictSite`)
+    or trace capture's recorder (``ember.frontend.trace_triton``)."""
+
+    def files(self) -> dict[str, bytes]:
+        """The program's files (the kernel's source goes there)."""
+        ...
+
+    def call(self, fn: Any, meta: dict[str, Any]) -> Any:
+        """``fn(meta)``: a grid function or a ``triton.heuristics`` rule."""
+        ...
+
+    def guard_kernel(self, kernel: Any) -> None:
+        """Guard the identity of the launched object, where the capture can."""
+        ...
+
+    def record(self, fn: Callable[..., None], args: list[Any]) -> None:
+        """Run ``fn(*args)`` on fake tensors, recording its ops at the launch's line."""
+        ...
+
+
+class _StrictSite:
+    """A launch reached by strict capture's interpreter in ``frame``."""
+
+    def __init__(self, handler: Any, interp: Any, frame: Any) -> None:
+        self.handler, self.interp, self.frame = handler, interp, frame
+
+    def files(self) -> dict[str, bytes]:
+        files: dict[str, bytes] = self.interp.capture.recorder.files
+        return files
+
+    def call(self, fn: Any, meta: dict[str, Any]) -> Any:
+        return self.handler.call_symbolic(self.interp, self.frame, fn, [meta], {})
+
+    def guard_kernel(self, kernel: Any) -> None:
+        cap = self.interp.capture
+        source = cap.source_of(kernel)
+        if source is not None:
+            cap.guard("id", source, kernel)
+
+    def record(self, fn: Callable[..., None], args: list[Any]) -> None:
+        # NOTE: the grid function ran inlined: the nodes carry the launch's line again
+        frame = self.frame
+        self.interp.capture.recorder.set_source(
+            location_of(frame, frame.instructions[frame.ip - 1].line))
+        self.handler.record(self.interp, fn, args, {})
+
+
 def capture_launch(handler: Any, interp: Any, frame: Any, fn: Any, kernel: Any,
                    args: list[Any], kwargs: dict[str, Any]) -> None:
-    """Record calling ``fn`` (a launcher of ``kernel``) as an ``ember::triton_kernel``
-    node and ``aten::copy_`` nodes into the tensors it writes.
+    """Strict capture: record calling ``fn`` (a launcher of ``kernel``) as an
+    ``ember::triton_kernel`` node and ``aten::copy_`` nodes into the tensors it writes
+    (:func:`record_launch`).
 
     Raises:
         LaunchUnsupported: the launch cannot be captured (the caller breaks the graph
             with its message).
     """
     grid, args, kwargs = _launch_parts(fn, kernel, args, kwargs)
+    record_launch(_StrictSite(handler, interp, frame), kernel, grid, args, kwargs)
+
+
+def record_launch(site: LaunchSite, kernel: Any, grid: Any, args: list[Any],
+                  kwargs: dict[str, Any]) -> None:
+    """Record launching ``kernel`` over ``grid`` with ``args``/``kwargs`` (its
+    arguments, without ``grid``/``warmup``) at ``site``: one ``ember::triton_kernel``
+    node, then ``aten::copy_`` of each written result into the caller's tensor.
+
+    Raises:
+        LaunchUnsupported: the launch cannot be captured (its message says why).
+    """
     key = kernel_key(kernel)
-    cap = interp.capture
-    source = cap.source_of(kernel)
-    if source is not None:
-        cap.guard("id", source, kernel)
+    site.guard_kernel(kernel)
     arg_names = list(getattr(kernel, "arg_names", None) or [])
     if len(args) > len(arg_names):
         raise LaunchUnsupported(f"{len(args)} arguments for the {len(arg_names)} "
@@ -208,10 +288,8 @@ def capture_launch(handler: Any, interp: Any, frame: Any, fn: Any, kernel: Any,
         for wrapper in chain:
             for name, rule in (getattr(wrapper, "values", None) or {}).items():
                 if type(wrapper).__name__ == "Heuristics":
-                    config_meta[name] = handler.call_symbolic(interp, frame, rule,
-                                                              [dict(config_meta)], {})
-        value = (handler.call_symbolic(interp, frame, grid, [dict(config_meta)], {})
-                 if callable(grid) else grid)
+                    config_meta[name] = site.call(rule, dict(config_meta))
+        value = site.call(grid, dict(config_meta)) if callable(grid) else grid
         dims = tuple(enc.int_index(d) for d in _grid_dims(value))
         grids.append(GridChoice(dims, when))
     written = written_parameters(kernel)
@@ -222,13 +300,11 @@ def capture_launch(handler: Any, interp: Any, frame: Any, fn: Any, kernel: Any,
             writes.append(a.index)
     text = kernel_source(kernel)
     path = source_file_name(key, text.sha256)
-    cap.recorder.files[path] = text.text.encode()
+    site.files()[path] = text.text.encode()
     call = UserKernelCall(key, text.sha256, path, tuple(launch_args), tuple(grids),
                           tuple(writes), enc.same_tensors())
-    # NOTE: the grid function ran inlined: the nodes carry the launch's line again
-    cap.recorder.set_source(location_of(frame, frame.instructions[frame.ip - 1].line))
-    handler.record(interp, _launch_and_copy_back,
-                   [key, enc.tensors, enc.ints, call.to_text(), tuple(writes)], {})
+    site.record(_launch_and_copy_back,
+                [key, enc.tensors, enc.ints, call.to_text(), tuple(writes)])
 
 
 def _launch_and_copy_back(key: str, tensors: list[torch.Tensor],

@@ -13,11 +13,14 @@ do not have: it must never run during capture.
   kernel no module attribute holds, an argument of another type) is a graph break
   naming the reason; the launch then runs eagerly on real tensors, logged under
   ``EMBER_LOGS=graph_breaks`` and listed by ``ember.frontend.explain``.
-- trace capture, and code that strict capture runs on fake tensors (``nonstrict``
-  regions): :func:`launches_refused` makes a launch raise
-  :class:`TritonLaunchInCapture` before Triton looks at its arguments; tracing reports
-  it as a ``CaptureError`` naming the kernel and the user's line, strict capture as a
-  graph break.
+- trace capture: :func:`launches_handled` makes a launch on fake tensors call the
+  handler trace capture installs (``ember.frontend.trace_triton``), which records the
+  same node through the same code (:func:`.triton_capture.record_launch`). A launch it
+  cannot capture raises :class:`TritonLaunchInCapture`, reported as a ``CaptureError``
+  naming the kernel and the user's launch line (:func:`frames_before_triton`).
+- code that strict capture runs on fake tensors (``nonstrict`` regions):
+  :func:`launches_refused` makes a launch raise :class:`TritonLaunchInCapture` before
+  Triton looks at its arguments; strict capture reports it as a graph break.
 
 Triton is never imported here: when ``triton`` is not loaded, no kernel can exist.
 """
@@ -34,16 +37,21 @@ from typing import Any
 
 from ember.frontend._torch import fake_mode_active
 
-__all__ = ["LAUNCH_HINT", "TritonLaunchInCapture", "capture_or_break",
+__all__ = ["LAUNCH_HINT", "LaunchHandler", "TritonLaunchInCapture", "capture_or_break",
            "frames_before_triton", "is_refused_launch", "kernel_name", "launched_kernel",
-           "launches_refused"]
+           "launches_handled", "launches_refused"]
 
 LAUNCH_HINT = ("this launch is not captured: it runs eagerly between two graphs (launch "
                "a module-level kernel with kernel[grid](...) to capture it)")
 
 
 class TritonLaunchInCapture(RuntimeError):
-    """A user Triton kernel was launched on fake tensors (tracing capture)."""
+    """A user Triton kernel was launched on fake tensors where it cannot be captured."""
+
+
+LaunchHandler = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
+"""What a launch on fake tensors calls: ``handler(kernel, args, kwargs)`` with the
+arguments of ``kernel.run`` (``grid=`` and ``warmup=`` among the keywords)."""
 
 
 def _kernel_types() -> tuple[type, ...]:
@@ -113,18 +121,31 @@ _users = 0
 _patched: list[tuple[type, Callable[..., Any]]] = []
 
 
-def _refusing(original: Callable[..., Any]) -> Callable[..., Any]:
+class _Handlers(threading.local):
+    """This thread's launch handlers, innermost last (:func:`launches_handled`)."""
+
+    def __init__(self) -> None:
+        self.stack: list[LaunchHandler | None] = []
+
+
+_handlers = _Handlers()
+
+
+def _intercepting(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if fake_mode_active():
+            handler = _handlers.stack[-1] if _handlers.stack else None
+            if handler is not None:
+                return handler(self, args, kwargs)
             raise TritonLaunchInCapture(
                 f"the user Triton kernel {kernel_name(self)} was launched on fake "
-                "tensors during capture; trace capture cannot capture Triton kernels. "
-                "Use strict capture (the default) and launch it from the compiled "
-                "function's code, where the launch becomes a graph op")
+                "tensors during capture, in code run on fake tensors (a nonstrict "
+                "region); launch it from the compiled function's code, where the "
+                "launch becomes a graph op")
         return original(self, *args, **kwargs)
 
-    run.__ember_refusing__ = True  # type: ignore[attr-defined]
+    run.__ember_intercepting__ = True  # type: ignore[attr-defined]
     return run
 
 
@@ -142,28 +163,39 @@ def _launching_classes(base: type) -> Iterator[type]:
             yield cls
 
 
+def launches_refused() -> contextlib.AbstractContextManager[None]:
+    """While the block runs, a Triton launch made on this thread under a fake tensor mode
+    raises :class:`TritonLaunchInCapture` before Triton reads its arguments; launches on
+    real tensors (other threads, eager code) are unaffected. A no-op without Triton
+    loaded. Nested and concurrent uses share one installation."""
+    return launches_handled(None)
+
+
 @contextlib.contextmanager
-def launches_refused() -> Iterator[None]:
-    """While the block runs, a Triton launch made under a fake tensor mode raises
-    :class:`TritonLaunchInCapture` before Triton reads its arguments; launches on real
-    tensors (other threads, eager code) are unaffected. A no-op without Triton loaded.
-    Nested and concurrent uses share one installation."""
+def launches_handled(handler: LaunchHandler | None) -> Iterator[None]:
+    """While the block runs, a Triton launch made on this thread under a fake tensor
+    mode calls ``handler`` (:data:`LaunchHandler`) instead of Triton, at the outermost
+    wrapper launched (an ``Autotuner``, not its jit function); None refuses it
+    (:func:`launches_refused`). Launches on real tensors are unaffected. Without Triton
+    loaded, nothing is installed."""
     global _users
     kinds = _kernel_types()
     if not kinds:
         yield
         return
+    _handlers.stack.append(handler)
     with _lock:
         if _users == 0:
             for cls in _launching_classes(kinds[0]):
                 original = vars(cls)["run"]
-                if not getattr(original, "__ember_refusing__", False):
+                if not getattr(original, "__ember_intercepting__", False):
                     _patched.append((cls, original))
-                    setattr(cls, "run", _refusing(original))  # noqa: B010 - cls is a type
+                    setattr(cls, "run", _intercepting(original))  # noqa: B010 - cls is a type
         _users += 1
     try:
         yield
     finally:
+        _handlers.stack.pop()
         with _lock:
             _users -= 1
             if _users == 0:
