@@ -3,7 +3,8 @@
 It runs the ``forward`` graph through an executor and applies the signature's epilogue:
 
 * outputs labelled MUTATED_INPUT are copied back into the input they belong to (under
-  ``no_grad``) and hidden from the caller;
+  ``no_grad``) and hidden from the caller; one that is the input's own memory (the
+  compiled code wrote the input in place) is not copied onto itself;
 * SAVED_TENSOR outputs (kept for a backward graph) are hidden too;
 * outputs labelled ALIASED_OUTPUT are rebuilt as views of the input or output they
   alias (``program.metadata["aot"]["aliased_outputs"]``), so the caller sees the same
@@ -125,6 +126,16 @@ def _declared_input_aliases(program: Program,
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     sa, sb = a.untyped_storage(), b.untyped_storage()
     return bool(sa.nbytes() > 0 and sa.data_ptr() == sb.data_ptr())
+
+
+def _written_in_place(value: Any, target: Any) -> bool:
+    """Whether mutated-input output ``value`` is the memory of input ``target`` itself
+    (same address, sizes, strides and dtype) with no autograd history to hand over: the
+    program wrote the input in place and its copy back would copy it onto itself."""
+    return (isinstance(value, torch.Tensor) and isinstance(target, torch.Tensor)
+            and not value.requires_grad and value.data_ptr() == target.data_ptr()
+            and value.dtype == target.dtype and value.device == target.device
+            and value.shape == target.shape and value.stride() == target.stride())
 
 
 def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -297,6 +308,8 @@ class ProgramCallable:
             outputs = self._forward(full)
         for out_index, in_index in self._copy_back:
             value = outputs[out_index]
+            if _written_in_place(value, full[in_index]):
+                continue  # the compiled code wrote the input itself: a self-copy is a launch
             # NOTE: a written input with autograd history takes the new value's history
             # (eager's in-place op does the same); anything else is copied as data.
             with torch.set_grad_enabled(torch.is_grad_enabled() and bool(

@@ -61,6 +61,7 @@ from ember.inductor.lowering.values import (
     numel,
     probe,
 )
+from ember.inductor.lowering.written_args import returns_input_in_place
 from ember.runtime.ir import (
     Argument,
     Node,
@@ -120,6 +121,7 @@ class GraphLowering:
         self.constants: dict[str, str] = {}  # wrapper variable -> Program.tensors key
         self.outputs: list[ExternArg] = []
         self.output_buffers: set[str] = set()
+        self.in_place_inputs: set[str] = set()  # inputs a call writes itself (written_args)
         self.fallbacks: collections.Counter[str] = collections.Counter()
         self.checks: list[RuntimeCheck] = []  # run-time checks the kernels record (checks.py)
         self.device = device or self._guess_device()
@@ -251,8 +253,9 @@ class GraphLowering:
             del self._realized[key]
 
     def output(self, node: Node) -> None:
-        for a in node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],):
-            self.outputs.append(self._output_expr(a))
+        outs = node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],)
+        for i, a in enumerate(outs):
+            self.outputs.append(self._output_expr(a, i))
 
     # -- values -------------------------------------------------------------------------
     def _other_device(self, node: Node) -> str | None:
@@ -540,7 +543,7 @@ class GraphLowering:
         return name
 
     # -- outputs ------------------------------------------------------------------------
-    def _output_expr(self, a: Argument) -> ExternArg:
+    def _output_expr(self, a: Argument, index: int = -1) -> ExternArg:
         if not isinstance(a, ValueRef):
             return self.extern_arg(a)
         v = self._arg(a)
@@ -557,7 +560,7 @@ class GraphLowering:
             meta = meta[a.index]
         if isinstance(v, Stored) and producer.op != "placeholder":
             kind = self.buffers[v.buffer].kind
-            if kind in ("input", "constant"):
+            if kind in ("input", "constant") and not returns_input_in_place(self, index, v.buffer):
                 v = Lazy(v.element, v.dtype, v.sizes)  # outputs never alias inputs by accident
             elif (isinstance(meta, TensorMeta) and meta_layout(meta)[0] == v.sizes
                   and is_dense(v.sizes, meta_layout(meta)[1])

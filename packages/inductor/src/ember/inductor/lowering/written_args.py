@@ -1,0 +1,184 @@
+"""Buffers a writing extern call owns: what a mutating custom operator or a user Triton
+kernel is handed for each argument it writes.
+
+The aot stage calls such a call on *fresh buffers* (:mod:`ember.runtime.ir.fresh_writes`:
+``%c = clone(%x); op_(%c)``, later nodes read ``%c`` as the new value); a user kernel
+launch (``ember::triton_kernel``) returns new values of what it writes. The lowering
+hands the call a buffer only it holds, for each written argument (:func:`own_written`):
+
+* the argument's own buffer (the ``clone`` lowers to its argument's buffer: written in
+  place, it is elided) when it is passed whole, in the layout the program traced, no
+  value still needed after the call (nor another argument of the call) reads it, and it
+  is either a buffer the graph computed, or a **graph input the program mutates**
+  (:func:`input_written_in_place`): its ``MUTATED_INPUT`` output then is the input
+  itself, the wrapper returns ``argN`` and the runtime's copy back, a copy onto itself,
+  is skipped (``ember.runtime.callable``). Not for an input that another input views or
+  is viewed by, nor one that requires grad in a program with a backward graph (autograd
+  keeps the original);
+* otherwise a copy in a new buffer (a Lazy value is computed into one).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ember.inductor.loop_ir.symbolic_index import from_ir
+from ember.inductor.lowering.layout import is_dense, same_layout
+from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides
+from ember.runtime.ir import Argument, Node, OutputKind, TensorMeta, ValueRef
+from ember.runtime.ir.contracts import InputAliases
+
+if TYPE_CHECKING:
+    from ember.inductor.lowering.graph_lowering import GraphLowering
+
+__all__ = ["describe_writes", "input_written_in_place", "own_written",
+           "returns_input_in_place"]
+
+
+def own_written(ctx: GraphLowering, node: Node, ir_arg: Argument, value: Any,
+                buffers: list[str], result: ValueRef | None = None) -> Any:
+    """The value to pass to call ``node`` for its written argument ``ir_arg`` (lowered:
+    ``value``): a buffer only the call holds. Appends the buffer's name to ``buffers``.
+
+    ``result``: the value that names what the call leaves in it (a user kernel's
+    result); None: ``ir_arg`` itself, a fresh buffer the call fills (a custom
+    operator's), whose old value nothing reads after the call. The buffer is that
+    value from then on."""
+    if isinstance(ir_arg, tuple):
+        return tuple(own_written(ctx, node, a, v, buffers) for a, v in zip(ir_arg, value))
+    if not isinstance(ir_arg, ValueRef) or not isinstance(value, (Lazy, Stored)):
+        return value  # a graph running every op eagerly: real tensors, already fresh
+    meta = ctx.traced_meta(ir_arg)
+    if (isinstance(value, Stored) and _writable(ctx, node, ir_arg, value, result is None)
+            and (meta is None or same_layout(value.sizes, value.strides,
+                                             tuple(from_ir(s) for s in meta.strides)))):
+        owned = value
+        if ctx.buffers[value.buffer].kind == "input":
+            ctx.in_place_inputs.add(value.buffer)
+    else:
+        strides: tuple[int, ...] | None = None
+        if isinstance(meta, TensorMeta):
+            traced = tuple(s for s in meta.strides if isinstance(s, int))
+            if len(traced) == len(meta.strides) and is_dense(value.sizes, traced):
+                strides = traced
+        lazy = value if isinstance(value, Lazy) else Lazy(value.element, value.dtype,
+                                                          value.sizes)
+        owned = ctx.realize(lazy, strides=strides or contiguous_strides(value.sizes),
+                            reuse=False)
+    buffers.append(owned.buffer)
+    _rebind(ctx, ir_arg if result is None else result, owned)
+    return owned
+
+
+def describe_writes(ctx: GraphLowering, buffers: list[str]) -> str:
+    """The note's words for the buffers a call writes (``writes buf3``; a graph input:
+    ``writes arg0 in place (graph input %x: no copy in or back)``)."""
+    parts = []
+    for name in buffers:
+        if name in ctx.in_place_inputs:
+            placeholder = _placeholder(ctx, name)
+            parts.append(f"{name} in place (graph input %{placeholder.name}: no copy in "
+                         "or back)")
+        else:
+            parts.append(name)
+    return f"writes {', '.join(parts)}"
+
+
+def input_written_in_place(ctx: GraphLowering, buffer: str) -> bool:
+    """Whether a call may write input buffer ``buffer`` (``argN``) itself: the program
+    mutates that input (a ``MUTATED_INPUT`` output names it), no other input is a view
+    of it or it of one, and it does not require grad in a program with a backward
+    graph. The caller checks the rest (passed whole, traced layout, old value dead)."""
+    placeholder = _placeholder(ctx, buffer)
+    specs = ctx.program.signature.outputs.get(ctx.graph_name) or []
+    if not any(s.kind == OutputKind.MUTATED_INPUT and s.target == placeholder.name
+               for s in specs):
+        return False
+    aliases = InputAliases.from_program(ctx.program).by_input
+    if placeholder.name in aliases or any(a.base == placeholder.name
+                                          for a in aliases.values()):
+        return False
+    meta = placeholder.meta
+    requires_grad = isinstance(meta, TensorMeta) and meta.requires_grad
+    return not (requires_grad and "backward" in ctx.program.graphs)
+
+
+def returns_input_in_place(ctx: GraphLowering, index: int, buffer: str) -> bool:
+    """Whether graph output ``index``, whose value is input buffer ``buffer``, is that
+    input's ``MUTATED_INPUT`` output after a call wrote the input in place: the wrapper
+    returns the input itself (no copy; the runtime's copy back skips it)."""
+    if buffer not in ctx.in_place_inputs:
+        return False
+    specs = ctx.program.signature.outputs.get(ctx.graph_name) or []
+    if not 0 <= index < len(specs):
+        return False
+    spec = specs[index]
+    return (spec.kind == OutputKind.MUTATED_INPUT
+            and spec.target == _placeholder(ctx, buffer).name)
+
+
+def _placeholder(ctx: GraphLowering, buffer: str) -> Node:
+    return ctx.graph.placeholders[ctx.inputs.index(buffer)]
+
+
+def _writable(ctx: GraphLowering, node: Node, ref: ValueRef, value: Stored,
+              fresh: bool) -> bool:
+    """Whether the call may write ``value`` (the value of ``ref``) in place: a buffer
+    the graph computed (or an input, :func:`input_written_in_place`), passed whole, that
+    neither another argument of ``node`` nor a value still needed after it reads
+    (``fresh``: ``ref`` names the written value, so later readers of it do not count)."""
+    info = ctx.buffers.get(value.buffer)
+    if info is None:
+        return False
+    if info.kind == "input":
+        if not input_written_in_place(ctx, value.buffer):
+            return False
+    elif info.kind not in ("computed", "extern"):
+        return False
+    if (value.sizes, value.strides, value.offset) != (info.sizes, info.strides, 0):
+        return False
+    if value.buffer in ctx.output_buffers:
+        return False
+    return not any(_touches(ctx, v, value.buffer)
+                   for v in _live_values(ctx, node, ref, fresh))
+
+
+def _live_values(ctx: GraphLowering, node: Node, ref: ValueRef, fresh: bool) -> list[Any]:
+    """The lowered values of nodes before ``node`` that ``node`` reads (but ``ref``) or
+    that a node after it, or the output, reads (but ``ref`` when ``fresh``)."""
+    nodes = ctx.graph.nodes
+    at = next(i for i, n in enumerate(nodes) if n is node)
+    read: set[str] = set()
+    for later in nodes[at + 1:]:
+        read.update(r.node for r in later.inputs())
+    if fresh:
+        read.discard(ref.node)
+    read.update(r.node for r in node.inputs() if r.node != ref.node)
+    found: list[Any] = []
+    for name in read:
+        if name not in ctx.values:
+            continue
+        value = ctx.values[name]
+        found.extend(value if isinstance(value, tuple) else (value,))
+    return found
+
+
+def _touches(ctx: GraphLowering, value: Any, buffer: str) -> bool:
+    """Whether computing or reading ``value`` reads ``buffer``."""
+    if isinstance(value, Stored):
+        return value.buffer == buffer
+    if isinstance(value, Lazy):
+        if ctx.is_realized(value) and ctx.realize(value).buffer == buffer:
+            return True
+        return buffer in ctx.loaded_buffers(value)
+    return False
+
+
+def _rebind(ctx: GraphLowering, ref: ValueRef, owned: Stored) -> None:
+    """From now on ``ref`` (the written fresh value) is ``owned``."""
+    if ref.index is None:
+        ctx.values[ref.node] = owned
+        return
+    values = list(ctx.values[ref.node])
+    values[ref.index] = owned
+    ctx.values[ref.node] = tuple(values)
