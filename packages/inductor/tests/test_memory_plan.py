@@ -1,0 +1,125 @@
+"""The wrapper's memory plan (issue #19 item 5, ``codegen/memory_plan.py``): pointwise
+kernels write in place of a dead input, dead buffers are freed where they die unless a
+later buffer takes their memory without raising the peak, and ``EMBER_LOGS=memory``
+prints the live bytes step by step (the peak also lands in ``metadata["memory"]``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from ember.inductor.codegen.memory_plan import OUT_VARIANT_OPS, format_bytes
+from ember.inductor.codegen.wrapper import OUT_VARIANTS
+from ember.runtime.config import patch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from helpers import compile_and_load, compile_for, compile_fn, trace
+
+_W1, _W2 = torch.randn(16, 16), torch.randn(16, 16)
+
+
+def _mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    return ((x @ w1).relu() @ w2).sin()
+
+
+def _wrapper(compiled: object) -> str:
+    return compiled.files["forward/wrapper.py"].decode()  # type: ignore[attr-defined, no-any-return]
+
+
+def test_memory_log_prints_the_live_bytes_of_each_step(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    x = torch.randn(8, 16)
+    with patch(logs=frozenset({"memory"})):
+        compiled, _ = compile_and_load(trace(_mlp, [x, _W1, _W2]))
+    err = capsys.readouterr().err
+    assert err == (
+        "[ember.memory] memory of graph 'forward' (cpu): peak 1.0 KiB at step 2, ideal "
+        "1.0 KiB (bytes at the size hints; inputs and constants not counted)\n"
+        "  step  what                     allocated  freed     live\n"
+        "     0  extern aten::mm.default      512 B      0    512 B\n"
+        "     1  kernel0 (buf1 in buf0)           0      0    512 B\n"
+        "     2  extern aten::mm.default      512 B  512 B  1.0 KiB\n"
+        "     3  kernel1 (buf3 in buf2)           0      0    512 B\n")
+    assert compiled.metadata["memory"] == {
+        "forward": {"peak_bytes": 1024, "ideal_bytes": 1024}}
+
+
+def test_nothing_is_logged_without_the_topic(capsys: pytest.CaptureFixture[str]) -> None:
+    with patch(logs=frozenset()):
+        compile_and_load(trace(_mlp, [torch.randn(8, 16), _W1, _W2]))
+    assert "ember.memory" not in capsys.readouterr().err
+
+
+def test_pointwise_kernels_write_in_place_of_their_dead_input(backend: str) -> None:
+    # before: buf1 and buf3 were fresh allocations while buf0 and buf2 sat in the pool
+    x = torch.randn(8, 16)
+    compiled, run = compile_for(_mlp, x, _W1, _W2, backend=backend)
+    wrapper = _wrapper(compiled)
+    assert "buf1 = buf0; del buf0  # written in place of buf0's memory" in wrapper
+    assert "buf3 = buf2; del buf2  # written in place of buf2's memory" in wrapper
+    assert "empty_strided(" not in wrapper
+    torch.testing.assert_close(run(x, _W1, _W2)[0], _mlp(x, _W1, _W2))
+
+
+def test_a_kernel_reading_its_input_at_another_index_is_not_in_place(backend: str) -> None:
+    def flipped(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w).flip(0) * 2  # out[i] reads m[7 - i]: m[7 - i] is written later
+
+    x = torch.randn(8, 16)
+    compiled, run = compile_for(flipped, x, _W1, backend=backend)
+    wrapper = _wrapper(compiled)
+    assert "in place" not in wrapper
+    assert "buf1 = empty_strided((8, 16), (16, 1)" in wrapper
+    torch.testing.assert_close(run(x, _W1)[0], flipped(x, _W1))
+
+
+_WB, _WBACK = torch.randn(16, 256), torch.randn(256, 16)
+
+
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    b = (x @ _W1).flip(0) * 2
+    d = (b @ _WB).flip(0) * 3
+    return d @ _WBACK
+
+
+def test_dead_buffers_are_freed_where_they_die_unless_holding_them_is_free() -> None:
+    # buf0 and buf1 (512 B) die before the 16 KiB peak at step 3; the last matmul's result
+    # could take buf1's memory through out=, but holding buf1 through step 3 would raise
+    # the peak: both are freed where they die (before: held in the pool to the end)
+    x = torch.randn(8, 16)
+    compiled, run = compile_fn(_wide, x)
+    wrapper = _wrapper(compiled)
+    assert "    kernel0(buf0, buf1)\n    del buf0\n" in wrapper
+    assert "buf2 = _layout(buf2, (8, 256), (256, 1))\n    del buf1\n" in wrapper
+    assert "out=" not in wrapper
+    assert compiled.metadata["memory"]["forward"]["peak_bytes"] == 16 * 1024
+    torch.testing.assert_close(run(x)[0], _wide(x))
+
+
+def test_a_dead_buffer_of_the_same_bytes_but_another_shape_is_reused() -> None:
+    # the cat's [4, 32] result takes the memory of buf1 [8, 16] (same dtype and bytes,
+    # dead since the matmul before it), viewed in its layout (before: the pool matched
+    # exact layouts only); the [32, 4] ones that of buf2, dead since the cat
+    def f(x: torch.Tensor) -> torch.Tensor:
+        b = (x @ _W1).flip(0) * 2
+        c = b @ _W2
+        return torch.cat([c[:4], c[4:]], 1) @ torch.ones(32, 4)
+
+    x = torch.randn(8, 16)
+    compiled, run = compile_fn(f, x)
+    wrapper = _wrapper(compiled)
+    assert "buf3 = _view(buf1, (4, 32), (32, 1), 0); del buf1  # reuse buf1's memory" in wrapper
+    assert "buf4 = _view(buf2, (32, 4), (4, 1), 0); del buf2  # reuse buf2's memory" in wrapper
+    torch.testing.assert_close(run(x)[0], f(x))
+
+
+def test_out_variants_are_the_plans_out_variant_ops() -> None:
+    assert set(OUT_VARIANTS) == OUT_VARIANT_OPS
+
+
+def test_format_bytes() -> None:
+    assert [format_bytes(n) for n in (0, 512, 1536, 3 << 20, 5 << 30)] == [
+        "0", "512 B", "1.5 KiB", "3.00 MiB", "5.00 GiB"]
