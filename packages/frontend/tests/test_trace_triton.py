@@ -213,8 +213,33 @@ def test_trace_triton_op_and_wrap_triton(launches: list[str]) -> None:
     ], text
 
 
+TABLE = torch.arange(8.0)  # a global tensor: a constant of a trace
+
+
+def reads_a_global(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    plus_one[(1,)](TABLE, out, 8, BLOCK=8)
+    return out + x
+
+
+def test_a_global_tensor_read_by_the_kernel_is_a_constant(launches: list[str]) -> None:
+    compiled = ef.compile(reads_a_global, backend="aot_eager", options={"capture": "trace"})
+    x = torch.randn(8)
+    torch.testing.assert_close(compiled(x), TABLE + 1 + x)
+    text = _without_specs(print_graph(ef.capture(reads_a_global, x).forward))
+    assert text.splitlines()[3:5] == [
+        "  %_tensor_constant0: f32[8]{1} cpu = constant _tensor_constant0",
+        (f'  %triton_kernel: (f32[8]{{1}} cpu) = ember::triton_kernel.default("{__name__}:'
+         'plus_one", [%_tensor_constant0, %detach], [8, 8, 1], "{spec}")'),
+    ], text
+
+
 def test_unsupported_launch_names_the_launch_line(launches: list[str]) -> None:
     local = triton.autotune(configs=[triton.Config({"BLOCK": 4})], key=["n"])(plus_one)
+
+    def writes_a_global(x: torch.Tensor) -> torch.Tensor:
+        plus_one[(1,)](x, TABLE, 8, BLOCK=8)  # the global's line
+        return x
 
     def made_in_a_function(x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x)
@@ -233,6 +258,9 @@ def test_unsupported_launch_names_the_launch_line(launches: list[str]) -> None:
         (warmup, "plus_one.warmup(x, out, x.numel(), BLOCK=8, grid=(1,))  # the warmup line",
          ("launch of the user Triton kernel plus_one (JITFunction) is not captured by trace "
           "capture: warmup of the kernel")),
+        (writes_a_global, "plus_one[(1,)](x, TABLE, 8, BLOCK=8)  # the global's line",
+         ("is not captured by trace capture: the kernel may write argument out_ptr, a "
+          "tensor from outside the traced function (a constant of the graph)")),
     ]:
         compiled = ef.compile(fn, backend="eager", options={"capture": "trace"})
         with pytest.raises(ef.CaptureError) as info:

@@ -17,6 +17,10 @@ Other non-tensor arguments are constants of the graph. Last come tensors read fr
 closures or globals that require grad (``p_lifted``, PARAMETER; e.g. the parameters of
 a ``model`` used inside a compiled ``train_step``); other closure tensors are constants.
 
+A user Triton kernel launch (``kernel[grid](...)``) is recorded as one
+``ember::triton_kernel`` node and ``aten::copy_`` of what it writes, as in strict capture
+(:mod:`ember.frontend.trace_triton`); it never runs on the fake tensors.
+
 Graph outputs: the tensor leaves of the result, in pytree order (a tensor returned twice
 is two outputs). Non-tensor leaves (Python numbers, None, strings) are not graph outputs:
 they are kept in :class:`OutputLayout` and put back when the result is rebuilt.

@@ -13,8 +13,11 @@ record_launch`), with this module's :class:`TraceSite` in place of the interpret
   a trace;
 - the nodes carry the user's launch line (the innermost frame outside Triton, torch and
   Ember), not Triton's launcher;
+- a tensor read from a closure or a global is a constant of the graph (or a lifted
+  parameter when it requires grad), as for any op of a trace; the kernel may not write
+  one;
 - a launch that cannot be captured (``kernel.warmup``, a kernel no module attribute
-  holds, an argument of another type, a tensor from outside the traced function)
+  holds, an argument of another type, a kernel writing a closure's tensor)
   raises :class:`~ember.frontend.bytecode.triton_launch.TritonLaunchInCapture`, which
   trace capture reports as a ``CaptureError`` naming the launch line.
 """
@@ -42,6 +45,8 @@ __all__ = ["TraceSite", "launches_recorded"]
 class TraceSite:
     """A launch reached while ``recorder`` traces (a
     :class:`~ember.frontend.bytecode.triton_capture.LaunchSite`)."""
+
+    outside_tensors = True  # a closure's tensor is a constant, as for any op of a trace
 
     def __init__(self, recorder: GraphRecorder, location: SourceLocation | None) -> None:
         self.recorder = recorder

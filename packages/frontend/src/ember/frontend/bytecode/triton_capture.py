@@ -123,9 +123,11 @@ def run_parts(kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 class _Encoder:
     """The node's tensor and integer lists, and each argument's :class:`LaunchArg`."""
 
-    def __init__(self) -> None:
+    def __init__(self, outside_tensors: bool) -> None:
         self.tensors: list[torch.Tensor] = []
         self.ints: list[int | torch.SymInt] = []
+        self.outside_tensors = outside_tensors
+        self.outside: set[int] = set()  # indexes of tensors from outside the capture
 
     def same_tensors(self) -> tuple[tuple[int, ...], ...]:
         """Groups of indexes of ``tensors`` that are one tensor object."""
@@ -141,8 +143,10 @@ class _Encoder:
     def arg(self, value: Any, name: str | None, what: str) -> LaunchArg:
         if isinstance(value, torch.Tensor):
             if not is_fake_tensor(value):
-                raise LaunchUnsupported(f"{what} is a tensor captured from outside the "
-                                        "compiled function")
+                if not self.outside_tensors:
+                    raise LaunchUnsupported(f"{what} is a tensor captured from outside "
+                                            "the compiled function")
+                self.outside.add(len(self.tensors))
             self.tensors.append(value)
             return LaunchArg("tensor", len(self.tensors) - 1, name=name)
         return _constant_or_int(self, value, name, what)
@@ -197,6 +201,11 @@ class LaunchSite(Protocol):
     """Where a launch is captured: strict capture's interpreter (:class:`_StrictSite`)
     or trace capture's recorder (``ember.frontend.trace_triton``)."""
 
+    outside_tensors: bool
+    """Whether a real tensor (from a closure or a global) may be passed: trace capture
+    reads it as a constant of the graph (strict capture never sees one: what it reads
+    from outside becomes a graph input)."""
+
     def files(self) -> dict[str, bytes]:
         """The program's files (the kernel's source goes there)."""
         ...
@@ -216,6 +225,8 @@ class LaunchSite(Protocol):
 
 class _StrictSite:
     """A launch reached by strict capture's interpreter in ``frame``."""
+
+    outside_tensors = False
 
     def __init__(self, handler: Any, interp: Any, frame: Any) -> None:
         self.handler, self.interp, self.frame = handler, interp, frame
@@ -270,7 +281,7 @@ def record_launch(site: LaunchSite, kernel: Any, grid: Any, args: list[Any],
     if len(args) > len(arg_names):
         raise LaunchUnsupported(f"{len(args)} arguments for the {len(arg_names)} "
                                 "parameters of the kernel")
-    enc = _Encoder()
+    enc = _Encoder(site.outside_tensors)
     launch_args = [enc.arg(v, None, f"argument {arg_names[i]}") for i, v in enumerate(args)]
     launch_args += [enc.arg(v, k, f"argument {k}") for k, v in kwargs.items()]
     meta: dict[str, Any] = dict(zip(arg_names, args))
@@ -297,6 +308,10 @@ def record_launch(site: LaunchSite, kernel: Any, grid: Any, args: list[Any],
     for position, a in enumerate(launch_args):
         name = a.name if a.name is not None else arg_names[position]
         if a.kind == "tensor" and (written is None or name in written):
+            if a.index in enc.outside:
+                raise LaunchUnsupported(
+                    f"the kernel may write argument {name}, a tensor from outside the "
+                    "traced function (a constant of the graph); pass it as an argument")
             writes.append(a.index)
     text = kernel_source(kernel)
     path = source_file_name(key, text.sha256)
