@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from ember.aot.config import AotConfig
 from ember.aot.partition.maxflow import INFINITE, FlowNetwork
+from ember.aot.partition.report import SAVED_INPUT, format_partition
 from ember.aot.partition.shape_symbols import bind_backward_symbols
 from ember.aot.symbolic_sizes import hint, nbytes, node_symbols, numel, total
 from ember.runtime.ir.fresh_writes import written_values
@@ -42,6 +43,7 @@ from ember.runtime.ir import (
     ValueRef,
     is_random,
 )
+from ember.runtime.logs import TOPICS, log
 
 # Ops whose results are never recomputed in the backward graph: they cost much more to
 # recompute than to save.
@@ -85,20 +87,29 @@ def is_recomputable(node: Node, graph_meta: Mapping[str, object], config: AotCon
                     symbols: Mapping[str, SymbolRange] | None = None) -> bool:
     """False for a node whose value must be saved rather than recomputed. Symbolic
     sizes are compared with the limits at their hints (``symbols``)."""
+    return not_recomputable(node, graph_meta, config, symbols) is None
+
+
+def not_recomputable(node: Node, graph_meta: Mapping[str, object], config: AotConfig,
+                     symbols: Mapping[str, SymbolRange] | None = None) -> str | None:
+    """Why ``node``'s value is never recomputed in the backward graph (``EMBER_LOGS=
+    partition`` prints it), or None when it may be."""
     if node.op != "call":
-        return node.op in ("constant", "get_attr")
+        return None if node.op in ("constant", "get_attr") else SAVED_INPUT
     if node.target in COMPUTE_BOUND_OPS:
-        return False
+        return "never recomputed: compute-bound (matmul, convolution, attention)"
     if node.target.partition("::")[0] not in ("aten", "prims"):
-        return False  # a custom operator: its cost is unknown, and it may not be pure
+        # a custom operator: its cost is unknown, and it may not be pure
+        return "never recomputed: a custom operator"
     if is_random(node.target):
-        return False
+        return "never recomputed: random"
     if _is_reduction(node):
         biggest = max((hint(_numel(graph_meta.get(r.node), r.index), symbols or {})
                        for r in node.inputs()), default=0)
         if biggest > config.recompute_reduction_limit:
-            return False
-    return True
+            return (f"never recomputed: a reduction over {biggest} elements (limit "
+                    f"{config.recompute_reduction_limit})")
+    return None
 
 
 def _is_reduction(node: Node) -> bool:
@@ -152,7 +163,24 @@ def partition(graph: Graph, n_forward_outputs: int, n_tangents: int,
         meta.update({n.name: n.meta for n in forward.nodes})
     recomputed = [n for n in backward_side if n not in tangent_dependent and n in nodes]
     saved_bytes = total(value_bytes(_result_meta(meta, r)) for r in saved)
+    if "partition" in TOPICS:  # NOTE: runtimes before the topic have no such channel
+        log("partition", lambda: _report(graph, nodes, meta, saved, sorted(recomputed),
+                                         saved_bytes, config))
     return Partition(forward, backward, saved, saved_bytes, sorted(recomputed))
+
+
+def _report(graph: Graph, nodes: Mapping[str, Node], meta: Mapping[str, object],
+            saved: list[ValueRef], recomputed: list[str], saved_bytes: SymInt,
+            config: AotConfig) -> str:
+    order = {n.name: i for i, n in enumerate(graph.nodes)}
+    recomputed = sorted(recomputed, key=order.__getitem__)  # graph order
+    refs = saved + [ValueRef(n) for n in recomputed]
+    value_meta = {r: _result_meta(meta, r) for r in refs}
+    why = {r.node: reason for r in saved if r.node in nodes
+           for reason in [not_recomputable(nodes[r.node], meta, config, graph.symbols)]
+           if reason is not None}
+    return format_partition(saved, recomputed, nodes, value_meta, saved_bytes, why,
+                            graph.symbols, {r: value_bytes(m) for r, m in value_meta.items()})
 
 
 def _refs(values: tuple[Argument, ...]) -> list[ValueRef]:

@@ -1,0 +1,78 @@
+"""``EMBER_LOGS=partition`` (issue #19 item 5): the min-cut partitioner's choices as a
+table: each saved value with its bytes and why it is saved, each recomputed value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from aot_capture import capture
+from ember.aot.config import AotConfig
+from ember.aot.pipeline import aot_compile
+from ember.runtime.config import patch
+
+
+def _matmul_gelu(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(x @ w).exp().sum(-1)
+
+
+def _partition_log(fn: Callable[..., Any], *inputs: torch.Tensor, capsys: pytest.CaptureFixture[str],
+                   config: AotConfig | None = None) -> list[str]:
+    program = capture(fn, *inputs)
+    capsys.readouterr()
+    with patch(logs=frozenset({"partition"})), torch.enable_grad():
+        aot_compile(program, config or AotConfig(training=True))
+    return capsys.readouterr().err.splitlines()
+
+
+def test_the_log_names_saved_values_their_bytes_and_why(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    x = torch.randn(8, 16, requires_grad=True)
+    w = torch.randn(16, 32, requires_grad=True)
+    lines = _partition_log(_matmul_gelu, x, w, capsys=capsys)
+    assert lines[:6] == [
+        "[ember.partition] partition: 3 values saved for the backward (3.5 KiB at the size "
+        "hints), 16 recomputed",
+        "  saved       in0        float32[8, 16]     512 B  input                  a forward "
+        "input",
+        "  saved       in1        float32[16, 32]  2.0 KiB  input                  a forward "
+        "input",
+        "  saved       mm         float32[8, 32]   1.0 KiB  aten::mm.default       never "
+        "recomputed: compute-bound (matmul, convolution, attention)",
+        "  recomputed  gelu       float32[8, 32]   1.0 KiB  aten::gelu.default",
+        "  recomputed  exp        float32[8, 32]   1.0 KiB  aten::exp.default",
+    ]
+    assert len(lines) == 1 + 3 + 16
+    assert all(line.startswith("  recomputed  ") for line in lines[4:])
+
+
+def test_a_small_reduction_is_saved_by_the_cut(capsys: pytest.CaptureFixture[str]) -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        s = (x * 2).sum(-1, keepdim=True)
+        return (s.exp() * y).sum()
+
+    x, y = torch.randn(8, 16, requires_grad=True), torch.randn(8, 16, requires_grad=True)
+    lines = _partition_log(f, x, y, capsys=capsys)
+    assert lines[0].endswith("2 values saved for the backward (544 B at the size hints), "
+                             "3 recomputed")
+    assert ("  saved       sum      float32[8, 1]    32 B  aten::sum.dim_IntList  min cut: "
+            "fewer bytes than saving what it is computed from") in lines
+
+
+def test_save_everything_recomputes_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    x = torch.randn(8, 16, requires_grad=True)
+    w = torch.randn(16, 32, requires_grad=True)
+    lines = _partition_log(_matmul_gelu, x, w, capsys=capsys,
+                           config=AotConfig(training=True, save_everything=True))
+    assert lines[0].endswith(", 0 recomputed")
+    assert not any(line.lstrip().startswith("recomputed") for line in lines)
+
+
+def test_silent_without_the_topic(capsys: pytest.CaptureFixture[str]) -> None:
+    program = capture(_matmul_gelu, torch.randn(8, 16, requires_grad=True),
+                      torch.randn(16, 32, requires_grad=True))
+    with patch(logs=frozenset()), torch.enable_grad():
+        aot_compile(program, AotConfig(training=True))
+    assert "ember.partition" not in capsys.readouterr().err
