@@ -27,10 +27,15 @@ import torch
 from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.user_kernel_spec import UserKernelCall, resolve_kernel
 
-__all__ = ["TARGET", "launch", "launch_grid", "parse_call", "triton_kernel"]
+__all__ = ["IN_PLACE_TARGET", "TARGET", "launch", "launch_grid", "parse_call",
+           "triton_kernel", "triton_kernel_"]
 
 TARGET = "ember::triton_kernel.default"
 """The qualified name of the operator, as IR nodes name it."""
+
+IN_PLACE_TARGET = "ember::triton_kernel_.default"
+"""Its in-place twin, which launches on the tensors as given (writes them): compiled
+wrappers only, on buffers the inductor made the call's own (never in an IR graph)."""
 
 
 @functools.lru_cache(maxsize=512)
@@ -79,9 +84,10 @@ def launch_grid(call: UserKernelCall, ints: Sequence[int]) -> Any:
 
 
 def launch(call: UserKernelCall, tensors: Sequence[torch.Tensor],
-           ints: Sequence[int]) -> list[torch.Tensor]:
+           ints: Sequence[int], copy_written: bool = True) -> list[torch.Tensor]:
     """Launch ``call``'s kernel on ``tensors`` (written ones replaced by fresh copies)
-    and return the copies, in ``call.writes`` order.
+    and return the copies, in ``call.writes`` order. ``copy_written=False``: on the
+    tensors themselves, which it writes (returned in that order).
 
     Raises:
         IRFormatError: the kernel cannot be resolved in this process or its source
@@ -98,7 +104,7 @@ def launch(call: UserKernelCall, tensors: Sequence[torch.Tensor],
                                 f"past its {len(values)} tensors")
         copy = shared.get(w)
         if copy is None:
-            copy = _fresh_copy(tensors[w])
+            copy = _fresh_copy(tensors[w]) if copy_written else tensors[w]
             shared[w] = values[w] = copy
             for group in call.same:  # one tensor passed twice (in and out): one copy
                 if w in group:
@@ -161,3 +167,21 @@ def _triton_kernel_fake(kernel: str, tensors: list[torch.Tensor], ints: list[int
     return [torch.empty_strided(tensors[w].size(), tensors[w].stride(),
                                 dtype=tensors[w].dtype, device=tensors[w].device)
             for w in call.writes]
+
+
+@torch.library.custom_op("ember::triton_kernel_", mutates_args=("tensors",))
+def triton_kernel_(kernel: str, tensors: list[torch.Tensor], ints: list[int],
+                   spec: str) -> None:
+    """:func:`triton_kernel` launched on ``tensors`` themselves: the ones the kernel
+    writes are written in place (:data:`IN_PLACE_TARGET`)."""
+    call = parse_call(spec)
+    if call.kernel != kernel:
+        raise IRFormatError(f"ember::triton_kernel_: the call names {kernel!r} but its "
+                            f"spec {call.kernel!r}")
+    launch(call, tensors, ints, copy_written=False)
+
+
+@triton_kernel_.register_fake
+def _triton_kernel_in_place_fake(kernel: str, tensors: list[torch.Tensor], ints: list[int],
+                                 spec: str) -> None:
+    return None

@@ -3,7 +3,8 @@ before the lowering emits it, run in the order of :data:`EXTERN_PASSES`.
 
 A pass takes the lowering context and an :class:`~.context.ExternRequest` (the node,
 its lowered arguments and result metas) and returns the request, rewritten or as it is,
-or the node's lowered value when it emitted the call itself (then later passes do not
+or the node's lowered value (a tuple for several results) when it emitted the call
+itself (then later passes do not
 run). They run on ops lowered to extern calls on purpose (``lowering/externs.py``), not
 on fallbacks.
 """
@@ -23,7 +24,8 @@ from ember.inductor.lowering.matmul_template import matmul_template
 from ember.inductor.lowering.user_kernels import user_kernel_operands
 from ember.inductor.lowering.values import Stored
 
-ExternPass = Callable[[LoweringContext, ExternRequest], "ExternRequest | Stored"]
+ExternPass = Callable[[LoweringContext, ExternRequest],
+                      "ExternRequest | Stored | tuple[Stored, ...]"]
 
 EXTERN_PASSES: list[tuple[str, ExternPass]] = [
     ("matmul_template", matmul_template),

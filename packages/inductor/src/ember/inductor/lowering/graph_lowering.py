@@ -477,7 +477,7 @@ class GraphLowering:
         try:
             for _, rewrite in EXTERN_PASSES:
                 result = rewrite(self, call)
-                if isinstance(result, Stored):
+                if not isinstance(result, ExternRequest):  # the pass emitted the call
                     return result
                 call = result
         except TypeError as e:

@@ -28,6 +28,7 @@ from ember.inductor.lowering.common import (
 from ember.inductor.lowering.registry import NotLowerable, existing_overloads, lowering
 from ember.inductor.lowering.value_ranges import tensor_range
 from ember.inductor.lowering.values import Lazy
+from ember.inductor.lowering.written_args import src_is_written_input
 from ember.runtime.ir import Node
 
 # -- unary ops: ATen name -> loop-IR op ------------------------------------------------
@@ -410,8 +411,10 @@ def _to_copy(ctx: Any, node: Node, x: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 @lowering("aten::copy.default")
-def _copy(ctx: Any, node: Node, dst: Any, src: Any, non_blocking: bool = False) -> Lazy:
+def _copy(ctx: Any, node: Node, dst: Any, src: Any, non_blocking: bool = False) -> Any:
     meta = out_meta(node)
+    if src_is_written_input(ctx, node, src):
+        return src  # an input a user kernel wrote in place: its new value (written_args)
     return Lazy(lambda b, i: element(b, src, i, meta.dtype), meta.dtype, sizes_of(node))
 
 

@@ -31,27 +31,39 @@ from ember.runtime.ir.contracts import InputAliases
 if TYPE_CHECKING:
     from ember.inductor.lowering.graph_lowering import GraphLowering
 
-__all__ = ["describe_writes", "input_written_in_place", "own_written",
-           "returns_input_in_place"]
+__all__ = ["SHAPE_ONLY_ARGUMENTS", "can_write_in_place", "describe_writes",
+           "input_written_in_place", "own_written", "returns_input_in_place",
+           "src_is_written_input"]
+
+SHAPE_ONLY_ARGUMENTS: dict[str, tuple[int, ...]] = {
+    "aten::copy.default": (0,),  # copy(dst, src): dst's sizes and dtype, src's elements
+    "aten::empty_like.default": (0,),
+    "aten::zeros_like.default": (0,),
+    "aten::full_like.default": (0,),
+    "aten::new_empty.default": (0,),
+    "aten::new_empty_strided.default": (0,),
+    "aten::new_zeros.default": (0,),
+}
+"""Positional arguments whose elements an op does not read (only their sizes, dtype and
+device): reading them after a call does not keep the call from writing them."""
 
 
 def own_written(ctx: GraphLowering, node: Node, ir_arg: Argument, value: Any,
-                buffers: list[str], result: ValueRef | None = None) -> Any:
+                buffers: list[str], fresh: bool = True) -> Any:
     """The value to pass to call ``node`` for its written argument ``ir_arg`` (lowered:
     ``value``): a buffer only the call holds. Appends the buffer's name to ``buffers``.
 
-    ``result``: the value that names what the call leaves in it (a user kernel's
-    result); None: ``ir_arg`` itself, a fresh buffer the call fills (a custom
-    operator's), whose old value nothing reads after the call. The buffer is that
-    value from then on."""
+    ``fresh``: ``ir_arg`` is a fresh buffer the call fills (a custom operator's), so
+    later readers of ``ir_arg`` read what the call leaves, and ``ir_arg`` is the buffer
+    from then on; False: ``ir_arg`` keeps its old value (a user kernel's operand, whose
+    new value is a result of the call) and must be dead after the call to be written."""
     if isinstance(ir_arg, tuple):
-        return tuple(own_written(ctx, node, a, v, buffers) for a, v in zip(ir_arg, value))
+        return tuple(own_written(ctx, node, a, v, buffers, fresh)
+                     for a, v in zip(ir_arg, value))
     if not isinstance(ir_arg, ValueRef) or not isinstance(value, (Lazy, Stored)):
         return value  # a graph running every op eagerly: real tensors, already fresh
     meta = ctx.traced_meta(ir_arg)
-    if (isinstance(value, Stored) and _writable(ctx, node, ir_arg, value, result is None)
-            and (meta is None or same_layout(value.sizes, value.strides,
-                                             tuple(from_ir(s) for s in meta.strides)))):
+    if isinstance(value, Stored) and can_write_in_place(ctx, node, ir_arg, value, fresh):
         owned = value
         if ctx.buffers[value.buffer].kind == "input":
             ctx.in_place_inputs.add(value.buffer)
@@ -66,8 +78,21 @@ def own_written(ctx: GraphLowering, node: Node, ir_arg: Argument, value: Any,
         owned = ctx.realize(lazy, strides=strides or contiguous_strides(value.sizes),
                             reuse=False)
     buffers.append(owned.buffer)
-    _rebind(ctx, ir_arg if result is None else result, owned)
+    if fresh:
+        _rebind(ctx, ir_arg, owned)
     return owned
+
+
+def can_write_in_place(ctx: GraphLowering, node: Node, ref: ValueRef, value: Stored,
+                       fresh: bool = True) -> bool:
+    """Whether call ``node`` may write ``value`` (``ref``'s, lowered) itself: a buffer the
+    graph computed or an input (:func:`input_written_in_place`), passed whole in the
+    layout the program traced for ``ref``, that neither another argument of ``node`` nor
+    a value still needed after it reads (``fresh``: see :func:`own_written`)."""
+    meta = ctx.traced_meta(ref)
+    return _writable(ctx, node, ref, value, fresh) and (
+        meta is None or same_layout(value.sizes, value.strides,
+                                    tuple(from_ir(s) for s in meta.strides)))
 
 
 def describe_writes(ctx: GraphLowering, buffers: list[str]) -> str:
@@ -117,6 +142,18 @@ def returns_input_in_place(ctx: GraphLowering, index: int, buffer: str) -> bool:
             and spec.target == _placeholder(ctx, buffer).name)
 
 
+def src_is_written_input(ctx: Any, node: Node, src: Any) -> bool:
+    """Whether ``aten::copy`` ``node`` copies an input a call wrote in place, whole and
+    as traced (``x.copy_(result)`` after a user kernel wrote ``x``): its value is the
+    input itself, which the input's ``MUTATED_INPUT`` output then returns."""
+    meta = node.meta
+    return (isinstance(src, Stored) and src.buffer in getattr(ctx, "in_place_inputs", ())
+            and isinstance(meta, TensorMeta) and src.dtype == meta.dtype
+            and src.sizes == ctx.buffers[src.buffer].sizes
+            and src.strides == ctx.buffers[src.buffer].strides and src.offset == 0
+            and tuple(from_ir(s) for s in meta.sizes) == src.sizes)
+
+
 def _placeholder(ctx: GraphLowering, buffer: str) -> Node:
     return ctx.graph.placeholders[ctx.inputs.index(buffer)]
 
@@ -150,7 +187,9 @@ def _live_values(ctx: GraphLowering, node: Node, ref: ValueRef, fresh: bool) -> 
     at = next(i for i, n in enumerate(nodes) if n is node)
     read: set[str] = set()
     for later in nodes[at + 1:]:
-        read.update(r.node for r in later.inputs())
+        skip = SHAPE_ONLY_ARGUMENTS.get(later.target, ()) if later.op == "call" else ()
+        args = [a for i, a in enumerate(later.args) if i not in skip]
+        read.update(r.node for r in _refs((*args, *later.kwargs.values())))
     if fresh:
         read.discard(ref.node)
     read.update(r.node for r in node.inputs() if r.node != ref.node)
@@ -160,6 +199,17 @@ def _live_values(ctx: GraphLowering, node: Node, ref: ValueRef, fresh: bool) -> 
             continue
         value = ctx.values[name]
         found.extend(value if isinstance(value, tuple) else (value,))
+    return found
+
+
+def _refs(args: tuple[Any, ...]) -> list[ValueRef]:
+    """The value references in ``args`` (nested lists too)."""
+    found: list[ValueRef] = []
+    for a in args:
+        if isinstance(a, ValueRef):
+            found.append(a)
+        elif isinstance(a, tuple):
+            found.extend(_refs(a))
     return found
 
 
