@@ -237,6 +237,14 @@ def test_a_global_tensor_read_by_the_kernel_is_a_constant(launches: list[str]) -
 def test_unsupported_launch_names_the_launch_line(launches: list[str]) -> None:
     local = triton.autotune(configs=[triton.Config({"BLOCK": 4})], key=["n"])(plus_one)
 
+    def grid_of(meta: dict[str, Any]) -> tuple[int]:
+        return (meta["MISSING"],)
+
+    def grid_raises(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        plus_one[grid_of](x, out, 8, BLOCK=8)  # the grid's launch
+        return out
+
     def writes_a_global(x: torch.Tensor) -> torch.Tensor:
         plus_one[(1,)](x, TABLE, 8, BLOCK=8)  # the global's line
         return x
@@ -258,6 +266,8 @@ def test_unsupported_launch_names_the_launch_line(launches: list[str]) -> None:
         (warmup, "plus_one.warmup(x, out, x.numel(), BLOCK=8, grid=(1,))  # the warmup line",
          ("launch of the user Triton kernel plus_one (JITFunction) is not captured by trace "
           "capture: warmup of the kernel")),
+        (grid_raises, "plus_one[grid_of](x, out, 8, BLOCK=8)  # the grid's launch",
+         "KeyError: 'MISSING'"),
         (writes_a_global, "plus_one[(1,)](x, TABLE, 8, BLOCK=8)  # the global's line",
          ("is not captured by trace capture: the kernel may write argument out_ptr, a "
           "tensor from outside the traced function (a constant of the graph)")),

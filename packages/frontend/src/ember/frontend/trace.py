@@ -209,9 +209,9 @@ def trace_capture(
                 and policy.unbacked_allowed):
             return trace_capture(fn, module, args, kwargs, layout, policy, dynamic_shapes,
                                  symbolic=True)
-        tb = e.__traceback__
-        if triton_launch.is_refused_launch(e):
-            tb = triton_launch.frames_before_triton(tb)  # the user's launch line
+        # NOTE: Triton's own frames are not library code to the recorder; an error under
+        # a launch (or any Triton call) names the user's line that made it
+        tb = triton_launch.frames_before_triton(e.__traceback__)
         where = user_source_location_of_traceback(tb)
         at = f" at {where}: {where.text}" if where is not None else ""
         raise CaptureError(

@@ -32,6 +32,7 @@ from typing import Any
 from ember.frontend.bytecode.triton_capture import LaunchUnsupported, record_launch, run_parts
 from ember.frontend.bytecode.triton_launch import (
     TritonLaunchInCapture,
+    in_triton,
     kernel_name,
     launches_handled,
 )
@@ -91,8 +92,7 @@ def _launch_location() -> SourceLocation | None:
     """The user's line that launched the kernel: the innermost frame outside Triton,
     torch, Ember and the standard library."""
     frame = sys._getframe(1)
-    while frame is not None and (
-            str(frame.f_globals.get("__name__", "")).split(".")[0] == "triton"
-            or is_library_file(frame.f_code.co_filename)):
+    while frame is not None and (in_triton(frame)
+                                 or is_library_file(frame.f_code.co_filename)):
         frame = frame.f_back  # type: ignore[assignment]
     return user_source_location(frame) if frame is not None else None

@@ -38,7 +38,7 @@ from typing import Any
 from ember.frontend._torch import fake_mode_active
 
 __all__ = ["LAUNCH_HINT", "LaunchHandler", "TritonLaunchInCapture", "capture_or_break",
-           "frames_before_triton", "is_refused_launch", "kernel_name", "launched_kernel",
+           "frames_before_triton", "in_triton", "kernel_name", "launched_kernel",
            "launches_handled", "launches_refused"]
 
 LAUNCH_HINT = ("this launch is not captured: it runs eagerly between two graphs (launch "
@@ -204,16 +204,9 @@ def launches_handled(handler: LaunchHandler | None) -> Iterator[None]:
                     setattr(cls, "run", original)  # noqa: B010
 
 
-def is_refused_launch(error: BaseException) -> bool:
-    """Whether ``error`` (or an exception it was raised from) is a refused launch."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, TritonLaunchInCapture):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+def in_triton(frame: types.FrameType) -> bool:
+    """Whether ``frame`` runs Triton's own code (its launcher, autotuner, helpers)."""
+    return str(frame.f_globals.get("__name__", "")).split(".")[0] == "triton"
 
 
 def frames_before_triton(tb: types.TracebackType | None) -> types.TracebackType | None:
@@ -221,7 +214,7 @@ def frames_before_triton(tb: types.TracebackType | None) -> types.TracebackType 
     innermost user frame it names is the user's launch, not Triton's launcher."""
     kept: list[types.TracebackType] = []
     while tb is not None:
-        if str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0] == "triton":
+        if in_triton(tb.tb_frame):
             break
         kept.append(tb)
         tb = tb.tb_next
