@@ -65,7 +65,7 @@ def _fmt(value: Any, spec: str, suffix: str = "") -> str:
 
 def _memory(mib: float | None) -> str:
     # Peak memory is measured on CUDA only; "n/a" says it was not measured, not zero.
-    return "n/a" if mib is None else f"{mib:.0f} MiB"
+    return "n/a" if mib is None else f"{mib:,.0f}"
 
 
 def format_time(ms: float | None) -> str:
@@ -78,7 +78,7 @@ def format_time(ms: float | None) -> str:
 
 
 COLUMNS = ("model", "dtype", "compiler", "time", "speedup", "compile", "cold", "warm", "accuracy",
-           "graphs", "breaks", "kernels", "fallbacks", "peak mem")
+           "graphs", "breaks", "kernels", "fallbacks", "peak MiB")
 
 
 def _cells(rows: list[Row]) -> tuple[list[list[str]], list[str]]:

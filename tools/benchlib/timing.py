@@ -6,6 +6,7 @@ flushed between runs). CPU uses the median of wall times after a warm-up.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -69,10 +70,14 @@ def per_call_overhead_us(fn: Callable[[], Any], device: torch.device, calls: int
 
 def peak_memory_mb(fn: Callable[[], Any], device: torch.device) -> float | None:
     """Peak device memory allocated during one call of ``fn``, above what was allocated
-    before it, in MiB; ``None`` on CPU (not measured)."""
+    before it (weights, inputs, what other compilers hold), in MiB; ``None`` on CPU (not
+    measured). Measured alone, after the timed calls (``do_bench``'s L2-flush buffer
+    would count inside them), with the allocator's cache emptied first."""
     if device.type != "cuda":
         return None
+    gc.collect()  # outputs of earlier calls held by reference cycles
     synchronize(device)
+    torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)
     fn()
