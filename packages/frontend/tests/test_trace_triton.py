@@ -213,6 +213,30 @@ def test_trace_triton_op_and_wrap_triton(launches: list[str]) -> None:
     ], text
 
 
+@pytest.mark.parametrize("capture", ["strict", "trace"])
+def test_bare_launch_in_a_triton_op_is_skipped_by_its_fake_kernel(
+        capture: str, launches: list[str]) -> None:
+    """Not through ``wrap_triton``: the derived fake kernel still never launches on fake
+    tensors (capture, the aot stage), and the op is one opaque call (no break)."""
+
+    def plus_one_bare(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        plus_one[(1,)](x, out, x.numel(), BLOCK=8)
+        return out
+
+    op: Callable[[torch.Tensor], torch.Tensor] = ef.triton_op(
+        f"ember_test_trace::bare_{capture}", plus_one_bare)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return op(x * 2) * 3
+
+    compiled = ef.compile(f, backend="aot_eager", options={"capture": capture})
+    x = torch.randn(8)
+    torch.testing.assert_close(compiled(x), (x * 2 + 1) * 3)
+    assert compiled.stats.graph_breaks == 0 and compiled.stats.graphs == 1
+    assert launches == ["plus_one(1,)"]  # once, when the graph ran
+
+
 TABLE = torch.arange(8.0)  # a global tensor: a constant of a trace
 
 

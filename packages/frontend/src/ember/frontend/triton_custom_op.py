@@ -20,8 +20,9 @@ What ``triton_op`` adds to ``custom_op``: a fake kernel, derived from the functi
 itself. Under fake tensors (capture, the aot stage) the function runs as written except
 that launches through :func:`wrap_triton` do nothing, so its outputs have the shapes,
 dtypes and strides it allocates; ``register_fake`` is only needed when the function
-computes shapes from data. Launch through ``wrap_triton``: a bare ``kernel[grid]``
-inside the function would run on fake tensors there.
+computes shapes from data. A bare ``kernel[grid](...)`` in the function is skipped there
+too while fake tensors are active (capture, the aot stage); launch through
+``wrap_triton`` to have it skipped for meta tensors as well.
 """
 
 from __future__ import annotations
@@ -81,6 +82,11 @@ def wrap_triton(kernel: Any) -> WrappedTritonKernel:
     return WrappedTritonKernel(kernel)
 
 
+def _skipped_launch(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """A launch on fake tensors inside a derived fake kernel: nothing runs (the outputs
+    were allocated by the function)."""
+
+
 def triton_op(name: str, fn: Callable[..., Any] | None = None, *,
               mutates_args: str | Iterable[str] = ()) -> Any:
     """Register ``fn`` (a function that launches Triton kernels through
@@ -99,9 +105,13 @@ def triton_op(name: str, fn: Callable[..., Any] | None = None, *,
         op = torch.library.custom_op(name, mutates_args=mutates_args)(func)
 
         def fake(*args: Any, **kwargs: Any) -> Any:
+            # NOTE: imported here: the bytecode package is heavy and imports the frontend
+            from ember.frontend.bytecode.triton_launch import launches_handled
+
             _fake_kernels.depth += 1
             try:
-                return func(*args, **kwargs)
+                with launches_handled(_skipped_launch):  # a bare kernel[grid](...)
+                    return func(*args, **kwargs)
             finally:
                 _fake_kernels.depth -= 1
 
