@@ -17,11 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ember.frontend as ef
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
-import ember.frontend as ef
+from ember.runtime._torch import TorchDispatchMode
 from ember.runtime.config import patch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -31,8 +30,8 @@ from custom_ops_library import CPP_NAMESPACE, build_cpp_operators, ema_, scale_
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
-from ember.inductor.codegen.triton.testing import triton_for_cpu  # noqa: E402
-from ember.runtime.compiled.triton_kernel import _interpreter_mode  # noqa: E402
+from ember.inductor.codegen.triton.testing import triton_for_cpu
+from ember.runtime.compiled.triton_kernel import _interpreter_mode
 
 
 def _shift(x_ptr, n, scale, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
@@ -168,7 +167,7 @@ def test_cpp_custom_op_writes_the_input(cpp_ops: None, backend: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_user_triton_kernel_writes_the_input(backend: str) -> None:
     with triton_for_cpu():
-        code, copies = _check(triton_interp, backend)
+        code, _ = _check(triton_interp, backend)
     if backend != "inductor":
         return
     assert ("# extern: ember::triton_kernel_.default (user Triton kernel, writes arg0 in "

@@ -6,16 +6,18 @@ lowered graphs and wrapper code; numerics against eager."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from ember.runtime._torch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from ember.inductor.codegen.wrapper import render_arg
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.ir import Program, parse_program
@@ -221,6 +223,48 @@ def test_the_written_value_also_returned_to_the_user_is_a_copy() -> None:
     torch.testing.assert_close(x, want)
     torch.testing.assert_close(out, want)
     assert out.data_ptr() != x.data_ptr()  # eager's custom op returns nothing to alias
+
+
+# -- user Triton kernels (``ember::triton_kernel``: the lowering never resolves the kernel)
+def _launch(tensors: str, writes: list[int], same: list[list[int]] | None = None,
+            after: str = "") -> Program:
+    """``kernel[grid](<tensors>)`` writing ``writes``, as the aot stage leaves it."""
+    spec = {"args": [{"index": i, "kind": "tensor"} for i in range(tensors.count("%"))],
+            "grids": [{"dims": [0], "when": {}}], "kernel": "m:k",
+            "source_file": "user_kernels/k.py", "source_sha256": "0" * 64,
+            "writes": writes, "same": same or []}
+    text = json.dumps(json.dumps(spec, separators=(",", ":")))
+    results = ", ".join(["f32[4]{1} cpu"] * len(writes))
+    return _program(f"""\
+  %e: f32[4]{{1}} cpu = aten::empty_like.default(%y)
+  %tk: ({results}) = ember::triton_kernel.default("m:k", [{tensors}], [1], {text})
+  %copy: f32[4]{{1}} cpu = aten::copy.default(%x, %tk.0)
+  %out: f32[4]{{1}} cpu = aten::add.Tensor(%tk.{len(writes) - 1}, 1){after}
+  return (%out, %copy)  [user_output, mutated_input x]
+""")
+
+
+def test_a_user_kernel_writing_a_dead_input_is_launched_in_place() -> None:
+    lowered = GraphLowering(_launch("%x, %e", [0, 1])).run()
+    (call,) = lowered.extern_nodes
+    assert (call.target, call.mutates) == ("ember::triton_kernel_.default", ("arg0", "buf0"))
+    assert call.note == ("user Triton kernel, writes arg0 in place (graph input %x: no copy "
+                         "in or back), buf0")  # buf0: the empty_like, dead after it too
+    assert str(lowered).endswith("  outputs buf2, arg0")
+
+
+def test_a_user_kernel_keeps_its_copies_where_the_old_value_is_live() -> None:
+    read_later = _launch("%x", [0], after="\n  %old: f32[4]{1} cpu = aten::mul.Tensor(%x, 2)")
+    twice = _launch("%x, %x", [0])  # two tensors at the launch, CSE made them one
+    for program in (read_later, twice):
+        (call,) = GraphLowering(program).run().extern_nodes
+        assert (call.target, call.mutates) == ("ember::triton_kernel.default", ())
+
+
+def test_one_tensor_passed_twice_to_a_user_kernel_is_one_buffer() -> None:
+    (call,) = GraphLowering(_launch("%x, %x", [0], [[0, 1]])).run().extern_nodes
+    assert call.target == "ember::triton_kernel_.default" and call.mutates == ("arg0",)
+    assert render_arg(call.args[1]) == "[arg0, arg0]"
 
 
 @pytest.mark.cuda
