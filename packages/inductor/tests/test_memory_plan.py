@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from ember.inductor.codegen.memory_plan import OUT_VARIANT_OPS, format_bytes
+from ember.inductor.codegen.memory_plan import OUT_VARIANT_OPS, format_bytes, same_index
 from ember.inductor.codegen.wrapper import OUT_VARIANTS
+from ember.inductor.loop_ir.index import Int, Var, add, floordiv, mod, mul
 from ember.runtime.config import patch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -114,6 +115,33 @@ def test_a_dead_buffer_of_the_same_bytes_but_another_shape_is_reused() -> None:
     assert "buf3 = _view(buf1, (4, 32), (32, 1), 0); del buf1  # reuse buf1's memory" in wrapper
     assert "buf4 = _view(buf2, (32, 4), (4, 1), 0); del buf2  # reuse buf2's memory" in wrapper
     torch.testing.assert_close(run(x)[0], f(x))
+
+
+def test_in_place_through_a_view_of_the_same_elements(backend: str) -> None:
+    # a 3-d linear's result read through its [2, 8, 16] view: the GELU loads
+    # buf0[(x0 // 8)*128 + (x0 % 8)*16 + x1] and stores buf1[x0*16 + x1], the same offsets
+    w = _W1
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x @ w) @ w
+
+    x = torch.randn(2, 8, 16)
+    compiled, run = compile_for(f, x, backend=backend)
+    wrapper = _wrapper(compiled)
+    assert "buf1 = buf0; del buf0  # written in place of buf0's memory" in wrapper
+    torch.testing.assert_close(run(x)[0], f(x))
+
+
+def test_same_index_compares_offsets_not_spellings() -> None:
+    x0, x1 = Var("x0", 16), Var("x1", 16)
+    store = add(mul(x0, 16), x1)
+    view = add(mul(floordiv(x0, 8), 128), mul(mod(x0, 8), 16), x1)
+    assert view != store and same_index(view, store)
+    assert same_index(add(x1, mul(x0, 16)), store)  # terms in another order
+    assert not same_index(add(mul(floordiv(x0, 8), 128), mul(mod(x0, 8), 8), x1), store)
+    assert not same_index(add(mul(add(Int(15), mul(x0, -1)), 16), x1), store)  # flipped
+    assert not same_index(add(mul(x0, 16), x1, Int(1)), store)  # shifted
+    assert not same_index(mod(add(mul(x0, 16), x1), 128), store)  # two variables a term
 
 
 def test_out_variants_are_the_plans_out_variant_ops() -> None:
