@@ -8,6 +8,10 @@ launches the user's kernel object itself on the copies, and returns them in the 
 of ``writes``. The caller's tensors are updated by ``aten::copy_`` nodes after it, which
 the aot stage turns into input mutations like any other in-place op.
 
+Its twin ``ember::triton_kernel_`` launches on the tensors as given and writes them: the
+inductor emits it (never in an IR graph) when the buffers it passes are the call's own, a
+mutated graph input among them (no copy in, none back).
+
 Registered with ``torch.library`` when ``ember.runtime`` is imported, so every executor
 runs it: the reference interpreter (``eager``, ``aot_eager``) calls it like any ATen op,
 and the inductor's wrapper calls it as an extern (never fused into). Its fake kernel
