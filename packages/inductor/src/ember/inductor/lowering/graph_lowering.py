@@ -261,7 +261,7 @@ class GraphLowering:
     def _other_device(self, node: Node) -> str | None:
         """The device type of a tensor ``node`` makes or reads that is not the graph's
         (its kernels run on the graph's device only), or None."""
-        metas = list(node.meta) if isinstance(node.meta, tuple) else [node.meta]
+        metas: list[Any] = list(node.meta) if isinstance(node.meta, tuple) else [node.meta]
         for a in node.inputs():
             meta = self.graph.node(a.node).meta
             metas.append(meta[a.index] if isinstance(meta, tuple) and a.index is not None
