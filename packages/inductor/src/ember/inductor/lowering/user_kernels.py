@@ -23,7 +23,7 @@ functional operator and its copies.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.inductor.lowering.layout import in_traced_layout, is_dense
 from ember.inductor.lowering.registry import extern
@@ -69,10 +69,9 @@ def user_kernel_operands(ctx: LoweringContext, call: ExternRequest
         seen[ref] = in_traced_layout(ctx, ref, value)
         laid_out.append(seen[ref])
     call = dataclasses.replace(call, args=(call.args[0], tuple(laid_out), *call.args[2:]))
-    from ember.inductor.lowering.graph_lowering import GraphLowering
-
-    if isinstance(ctx, GraphLowering) and _launch_in_place(ctx, call, refs):
-        return _emit_in_place(ctx, call, refs)
+    lowering = cast("GraphLowering", ctx)  # NOTE: the one context the passes run in
+    if _launch_in_place(lowering, call, refs):
+        return _emit_in_place(lowering, call, refs)
     return call
 
 
