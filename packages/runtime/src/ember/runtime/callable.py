@@ -129,9 +129,11 @@ def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _written_in_place(value: Any, target: Any) -> bool:
-    """Whether mutated-input output ``value`` is the memory of input ``target`` itself
+    """Whether mutated-input output ``value`` is input ``target`` itself, or its memory
     (same address, sizes, strides and dtype) with no autograd history to hand over: the
     program wrote the input in place and its copy back would copy it onto itself."""
+    if value is target:
+        return isinstance(value, torch.Tensor)
     return (isinstance(value, torch.Tensor) and isinstance(target, torch.Tensor)
             and not value.requires_grad and value.data_ptr() == target.data_ptr()
             and value.dtype == target.dtype and value.device == target.device
