@@ -122,6 +122,16 @@ def test_no_copy_back_and_values_match_eager() -> None:
     assert copies.count == 0
 
 
+def test_an_input_that_requires_grad_is_not_copied_onto_itself() -> None:
+    compiled, _ = compile_and_load(DEAD)  # no backward graph: inference
+    x = torch.randn(4, requires_grad=True)
+    want = x.detach() * 2
+    with torch.no_grad(), _Copies() as copies:
+        ProgramCallable(compiled)([x, torch.randn(4)])
+    torch.testing.assert_close(x.detach(), want)
+    assert copies.count == 0
+
+
 def test_a_copy_back_from_other_memory_still_runs() -> None:
     # the input came in another layout: the wrapper wrote a relaid copy, copied back
     compiled, _ = compile_and_load(DEAD)
