@@ -66,7 +66,35 @@ __all__ = ["CaptureCache", "capture_cache_enabled", "capture_key"]
 
 MAGIC = b"ember-capture-cache\n"
 SUBDIR = "captures"
-CAPTURE_FORMAT = "1"
+CAPTURE_FORMAT = "2"
+MAX_ENTRIES = 8
+"""Entries kept under one key (one compiled function and its settings): models behind
+one wrapper class share the key, each its own entry (the newest first; a store beyond
+this drops the oldest)."""
+
+
+class _EntryMiss(Exception):
+    """One entry of a key does not answer this call (the message says why); ``stale``:
+    it never will again in this process (its code or files changed, it cannot be read),
+    so the next store drops it."""
+
+    def __init__(self, why: str, stale: bool = False) -> None:
+        super().__init__(why)
+        self.stale = stale
+
+
+class _Stale(Unportable):
+    """The code or a source file an entry was captured from has changed."""
+
+
+def _entry_id(entry: dict[str, Any]) -> str:
+    """What tells two entries apart: their guards, inputs and program."""
+    return json.dumps([entry.get("guards"), entry.get("inputs"), entry.get("program")],
+                      sort_keys=True)
+
+
+def _nth(i: int, n: int) -> str:
+    return "" if n == 1 else f", entry {i + 1} of {n}"
 
 
 def capture_cache_enabled() -> bool:
@@ -148,6 +176,7 @@ class CaptureCache:
     def __init__(self, request: CompileRequest, fn: types.FunctionType, name: str) -> None:
         self.request, self.fn, self.name = request, fn, name
         self._key: str | None = None
+        self._stale: set[str] = set()  # entries the last lookup found out of date
 
     @property
     def key(self) -> str:
@@ -168,67 +197,96 @@ class CaptureCache:
     def lookup(self, state: FrameState, ctx: FunctionContext,
                load_program: Callable[[str], Any]) -> tuple[Segment, list[Any]] | None:
         """The segment stored for this function and its graph inputs, when every check
-        passes on ``state`` (the first call's arguments), with its runner from
-        ``load_program(digest)`` (None when the program cache lacks it); else None (a
-        miss, logged)."""
+        of one of the key's entries (newest first) passes on ``state`` (the first call's
+        arguments), with its runner from ``load_program(digest)`` (None when the program
+        cache lacks it); else None (a miss, logged with each entry's reason)."""
+        self._stale = set()
         try:
             key = self.key
         except Unportable as e:
             log("cache", f"capture cache not used for {self.name}: {e}")
             return None
+        entries = self._entries(key, remove_bad=True)
+        if not entries:
+            self._miss("no entry", key)
+            return None
+        reasons: list[str] = []
+        for i, entry in enumerate(entries):
+            try:
+                found = self._try_entry(entry, state, ctx, load_program)
+            except _EntryMiss as e:
+                if e.stale:
+                    self._stale.add(_entry_id(entry))
+                reasons.append(str(e) if len(entries) == 1 else f"entry {i + 1}: {e}")
+                continue
+            seg, inputs = found
+            log("cache", f"capture cache hit {key[:16]} for {self.name} "
+                         f"({len(seg.guards)} guards, {len(entry['inlined'])} inlined "
+                         f"functions{_nth(i, len(entries))})")
+            return found
+        self._miss("; ".join(reasons), key)
+        return None
+
+    def _entries(self, key: str, remove_bad: bool) -> list[dict[str, Any]]:
+        """The entries stored under ``key``, newest first ([] when there are none; an
+        unreadable file is removed when ``remove_bad``, logged)."""
         local = self._local()
         try:
             data = local.read(key)
-        except ValueError as e:
-            self._miss(f"unusable entry ({e})", local, key)
-            return None
-        if data is None:
-            self._miss("no entry", None, key)
-            return None
-        try:
+            if data is None:
+                return []
             _, payload = unframe(data, MAGIC, key)
-            entry = json.loads(payload.decode("utf-8"))
-        except (EntryError, ValueError) as e:
-            self._miss(f"unusable entry ({e})", local, key)
-            return None
+            stored = json.loads(payload.decode("utf-8"))
+            entries = stored["entries"]
+            if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+                raise ValueError("'entries' is not a list of objects")  # noqa: TRY301
+        except (EntryError, ValueError, KeyError, TypeError) as e:
+            if remove_bad:
+                log("cache", f"capture cache entry {key[:16]} of {self.name} is unusable "
+                             f"({e}); removed")
+                local.remove(key)
+            return []
+        return entries
+
+    def _try_entry(self, entry: dict[str, Any], state: FrameState, ctx: FunctionContext,
+                   load_program: Callable[[str], Any]) -> tuple[Segment, list[Any]]:
+        """The segment of ``entry`` with its inputs and runner.
+
+        Raises:
+            _EntryMiss: a check failed (or the entry cannot be read), naming it.
+        """
         try:
             seg = self._segment(entry, state, ctx)
+        except _Stale as e:
+            raise _EntryMiss(str(e), stale=True) from None
         except Unportable as e:
-            self._miss(str(e), None, key)
-            return None
+            raise _EntryMiss(str(e)) from None
         except (ValueError, KeyError, TypeError, IndexError) as e:
-            self._miss(f"unreadable entry ({type(e).__name__}: {e})", local, key)
-            return None
+            raise _EntryMiss(f"unreadable entry ({type(e).__name__}: {e})",
+                             stale=True) from None
         inputs = seg.match(state, ctx)
         if inputs is None:
-            failure = seg.guards.first_failure(state, ctx)
-            self._miss(f"guard failed: {failure}", None, key)
-            return None
+            raise _EntryMiss(f"guard failed: {seg.guards.first_failure(state, ctx)}")
         runner = load_program(str(entry["program"]))
         if runner is None:
-            self._miss(f"the program cache has no entry {str(entry['program'])[:16]}",
-                              None, key)
-            return None
+            raise _EntryMiss(f"the program cache has no entry {str(entry['program'])[:16]}",
+                             stale=True)
         seg.runner = runner
-        log("cache", f"capture cache hit {key[:16]} for {self.name} "
-                     f"({len(seg.guards)} guards, {len(entry['inlined'])} inlined functions)")
         return seg, inputs
 
-    def _miss(self, why: str, bad: LocalProgramCache | None, key: str) -> None:
+    def _miss(self, why: str, key: str) -> None:
         log("cache", f"capture cache miss {key[:16]} for {self.name}: {why}")
-        if bad is not None:
-            bad.remove(key)
 
     def _segment(self, entry: dict[str, Any], state: FrameState,
                  ctx: FunctionContext) -> Segment:
         for names, qualname, fingerprint in entry["inlined"]:
             if not _code_matches(names, qualname, fingerprint):
-                raise Unportable(f"the code of {names[0][0]}.{qualname} changed")
+                raise _Stale(f"the code of {names[0][0]}.{qualname} changed")
         for module, name, expected in entry["globals"]:
             _check_global(module, name, None if expected is None else decode_value(expected))
         for path, digest in entry["files"]:
             if _file_digest(path) != digest:
-                raise Unportable(f"the source file {path} changed")
+                raise _Stale(f"the source file {path} changed")
 
         def live(source: Any) -> Any:
             try:
@@ -263,14 +321,17 @@ class CaptureCache:
         if why is not None or payload is None:
             log("cache", f"capture of {self.name} not stored in the capture cache: {why}")
             return
-        data = frame(MAGIC, key, json.dumps(payload, sort_keys=True).encode("utf-8"))
+        entries = [payload] + [e for e in self._entries(key, remove_bad=False)
+                               if _entry_id(e) != _entry_id(payload)
+                               and _entry_id(e) not in self._stale][:MAX_ENTRIES - 1]
+        data = frame(MAGIC, key, json.dumps({"entries": entries}, sort_keys=True).encode())
         try:
             self._local().write(key, data)
         except OSError as e:
             log("cache", f"capture cache entry {key[:16]} of {self.name} not written ({e})")
             return
         log("cache", f"capture cache store {key[:16]} for {self.name} ({len(data)} bytes, "
-                     f"{len(seg.guards)} guards)")
+                     f"{len(seg.guards)} guards, entry 1 of {len(entries)})")
 
     def _payload(self, seg: Segment, program_digest: str) -> dict[str, Any]:
         assert seg.facts is not None and seg.returns is not None

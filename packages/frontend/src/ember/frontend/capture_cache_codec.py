@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from ember.frontend.bytecode.env_rules import EnvSource
 from ember.frontend.bytecode.recipes import Const, Fetch, New, Out, Recipe, Replay, StartCell
 from ember.frontend.bytecode.sources import (
     AttrSource,
@@ -63,8 +64,9 @@ class Unportable(Exception):
 _SOURCES: dict[str, type[Source]] = {cls.__name__: cls for cls in (
     AttrSource, CellSource, ClosureSource, DefaultSource, GlobalSource, ItemSource,
     IterItemSource, LocalSource, LookupFails, ModuleMemberSource, SliceSource, StackSource,
-    ShapeSource, SizeSource, RelationSource)}
-"""The sources a cached capture may read through, by class name."""
+    ShapeSource, SizeSource, RelationSource, EnvSource)}
+"""The sources a cached capture may read through, by class name (``EnvSource``: an
+environment variable, read again in the loading process)."""
 
 _RECORDS: dict[str, type[Any]] = {"SymbolicTensor": SymbolicTensor}
 """Other dataclasses a guard may expect."""
