@@ -19,6 +19,7 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``builtin_rules``  one rule per builtin (len, range, enumerate, getattr, print, ...)
 ``library_rules``  itertools (materialised iterators), functools.reduce, copy
 ``env_rules``      os.environ / os.getenv reads as guarded constants
+``optimizer_rules`` ``compile(optimizer.step)``: torch.optim inlined, its few rules
 ``fresh``          objects constructed by the captured code (no guards, rebuilt if escaping)
 ``iteration``      iteration over values of known length
 ``generators``     inlined generators, resumed lazily; lazy enumerate/zip/map/filter

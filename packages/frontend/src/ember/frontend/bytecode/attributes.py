@@ -36,6 +36,8 @@ from ember.frontend.bytecode.frame import Frame, _Marker
 from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.sources import AttrSource, attr_source
 
+_NOT_INPUT = object()  # _input_grad: not a graph input's .grad
+
 DELETED = _Marker("DELETED")
 """The value of an attribute deleted during the capture (``attr_writes``)."""
 
@@ -96,6 +98,10 @@ class AttributeOps:
             if name == "data":
                 # a detached alias of the tensor (what .data is): an op on the input
                 return self.calls.record(self, torch.Tensor.detach, [obj], {})
+            if name == "grad":
+                grad = self._input_grad(obj)
+                if grad is not _NOT_INPUT:
+                    return grad
             if name in ("grad", "_base", "grad_fn"):
                 raise self.fail(f"reading tensor attribute .{name}")
             if name == "__class__":
@@ -120,6 +126,18 @@ class AttributeOps:
             cap.sources.setdefault(id(value), (value, AttrSource(source, name)))
             return value
         return cap.wrap(value, attr_source(obj, source, name))
+
+    def _input_grad(self, fake: Any) -> Any:
+        """``p.grad`` of a graph input ``p`` (an optimizer reading its parameters'
+        gradients): the real tensor's ``.grad``, read through ``p``'s source at every
+        call (a tensor: a graph input; None: guarded to stay None). _NOT_INPUT when
+        ``fake`` is not an input, or its ``.grad`` was written in this capture."""
+        cap = self.capture
+        source = cap.is_input_fake(fake)
+        if source is None or (id(fake), "grad") in cap.attr_writes:
+            return _NOT_INPUT
+        real = cap.real_input(fake)
+        return _NOT_INPUT if real is None else cap.wrap(real.grad, AttrSource(source, "grad"))
 
     def _dict_with_writes(self, obj: Any) -> Any:
         """``obj.__dict__`` of an object written in this capture: the shadow copy of

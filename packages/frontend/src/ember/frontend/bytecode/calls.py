@@ -26,6 +26,7 @@ import functools
 import inspect
 import sys
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from ember.frontend._torch import data_dependent_output_types
 from ember.frontend.bytecode import (
     fresh,
     library_rules,  # noqa: F401  (registers itertools rules)
+    optimizer_rules,  # noqa: F401  (registers torch.optim's rules)
 )
 from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
@@ -43,6 +45,7 @@ from ember.frontend.bytecode.code_origin import is_stdlib, is_torch_code
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
 from ember.frontend.bytecode.exception_ops import (
     GeneratorExit_,
+    ProfilerRangeExit,
     contextmanager_target,
 )
 from ember.frontend.bytecode.frame import Frame, location_of
@@ -53,6 +56,13 @@ from ember.frontend.bytecode.interpreter import (
     is_fake_tensor,
 )
 from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.optimizer_rules import (
+    function_get_rule,
+    inlined_torch_code,
+    recorded_torch_code,
+    tensor_step_math,
+    weakref_target,
+)
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
 from ember.frontend.bytecode.triton_launch import capture_or_break, launched_kernel
 from ember.frontend.guard_model import MODULE_HOOK_TABLES
@@ -158,8 +168,10 @@ class CallHandler:
         kernel = launched_kernel(fn)
         if kernel is not None:  # a user Triton kernel: one graph op, or a break
             return capture_or_break(self, interp, frame, fn, kernel, args, kwargs)
-        if isinstance(fn, GradModeRestore):
+        if isinstance(fn, (GradModeRestore, ProfilerRangeExit)):
             return fn(*args)
+        if isinstance(fn, weakref.ReferenceType) and not args and not kwargs:
+            return weakref_target(interp, fn)
         if isinstance(fn, GeneratorExit_):  # the end of a `with` over a @contextmanager
             return interp.call_generator_exit(fn, args)
         target = contextmanager_target(fn)
@@ -195,7 +207,7 @@ class CallHandler:
         if isinstance(fn, types.MethodType):
             func, owner = fn.__func__, fn.__self__
             if isinstance(func, types.FunctionType):
-                if is_torch_code(func) and not isinstance(owner, nn.Module):
+                if recorded_torch_code(func) and not isinstance(owner, nn.Module):
                     return self.record(interp, fn, args, kwargs)
                 return self.inline(interp, frame, func, [owner, *args], kwargs, None)
             return self.call_builtin(interp, frame, fn, args, kwargs)
@@ -217,7 +229,7 @@ class CallHandler:
             interp.capture.refuse_dirty([*args, *kwargs.values()], _name(fn))
             return self.direct(interp, fn, args, kwargs)
         if isinstance(fn, types.FunctionType):
-            if is_torch_code(fn):
+            if recorded_torch_code(fn):
                 if fn.__name__ in _GLOBAL_STATE:
                     raise interp.fail(f"call to {_name(fn)} (changes global state)")
                 return self.record(interp, fn, args, kwargs)
@@ -300,6 +312,8 @@ class CallHandler:
         local_values = bound.values
         if interp.capture is not None:
             interp.capture.inlined.setdefault(code, fn)  # checked by the capture cache
+            if inlined_torch_code(fn):
+                tensor_step_math(fn, local_values)
         if fn_source is not None:
             # defaults are read from the function at every call: guard them
             for param, key in bound.defaults.items():
@@ -464,7 +478,7 @@ def _has_unsupported_hooks(mod: nn.Module) -> bool:
 
 
 def _rule_for(fn: Any) -> Any:
-    rule = bound_rule_for(fn)
+    rule = bound_rule_for(fn) or function_get_rule(fn)
     if rule is not None:
         return rule
     try:

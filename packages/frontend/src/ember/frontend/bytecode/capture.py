@@ -153,7 +153,7 @@ class CaptureContext:
             return self.shadow_of_real[id(value)]
         if isinstance(value, tuple):
             return self._wrap_tuple(value, source)
-        if type(value) in (list, dict, collections.OrderedDict):
+        if type(value) in (list, dict, collections.OrderedDict, collections.defaultdict):
             return self._wrap_container(value, source)
         if isinstance(value, types.MethodType):
             return value  # a fresh bound method each read: its parts are guarded instead
@@ -377,7 +377,7 @@ class CaptureContext:
         return type(value)(items)
 
     def _wrap_container(self, value: Any, source: Source) -> Any:
-        from ember.frontend.bytecode.sources import ItemSource
+        from ember.frontend.bytecode.sources import ItemSource, TensorKeySource
 
         self.guard("type", source, type(value))
         if isinstance(value, list):
@@ -388,10 +388,17 @@ class CaptureContext:
             initial = list(copy)
         else:
             self.guard("keys", source, tuple(value.keys()))
-            copy = type(value)()
+            if isinstance(value, collections.defaultdict):
+                # (optimizer.state: parameters -> their state, made on first use)
+                self.guard("id", AttrSource(source, "default_factory"), value.default_factory)
+                copy = collections.defaultdict(value.default_factory)
+            else:
+                copy = type(value)()
             self.shadow_of_real[id(value)] = copy
             for k, v in value.items():
-                copy[k] = self.wrap(v, ItemSource(source, k))
+                item = (TensorKeySource(source, k) if isinstance(k, torch.Tensor)
+                        else ItemSource(source, k))
+                copy[k] = self.wrap(v, item)
             initial = list(copy.items())
         self.shadows[id(copy)] = Shadow(value, copy, source, initial)
         self.sources[id(copy)] = (copy, source)
@@ -422,6 +429,15 @@ class CaptureContext:
 
     def is_input_fake(self, value: Any) -> Source | None:
         return self.source_of_fake.get(id(value))
+
+    def real_input(self, fake: Any) -> torch.Tensor | None:
+        """The real tensor of graph input ``fake`` (None when it is not an input)."""
+        source = self.is_input_fake(fake)
+        if source is not None:
+            for input_source, real in self.inputs:
+                if input_source == source:
+                    return real
+        return None
 
 
 def _guarded_by_value(value: Any) -> bool:

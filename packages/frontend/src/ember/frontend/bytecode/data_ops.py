@@ -9,11 +9,13 @@ outside objects are recorded for replay (:mod:`.state`).
 
 from __future__ import annotations
 
+import collections
 import operator
 import types
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.attributes import AttributeOps
@@ -337,6 +339,8 @@ class DataOps(AttributeOps):
         cap = self.capture
         if cap is not None and is_environ(obj):
             return environ_getitem(self, key)  # a guarded read (env_rules)
+        if cap is not None and isinstance(obj, dict):
+            key = _real_key(cap, obj, key)
         if cap is not None and isinstance(obj, dict) and not isinstance(key, PRIMITIVES):
             for k in obj:  # an object key is found by identity
                 cap.guard_identities(key, k, only_identity_eq=True)
@@ -375,6 +379,8 @@ class DataOps(AttributeOps):
             or id(obj) in self.capture.new_objects
         ):
             raise self.fail(f"item assignment on a {type(obj).__name__}")
+        if self.capture is not None and isinstance(obj, dict):
+            key = _real_key(self.capture, obj, key)
         self.apply(operator.setitem, obj, key, value)
 
     def op_DELETE_SUBSCR(self, f: Frame, ins: Instruction) -> None:
@@ -523,3 +529,15 @@ def function_str(fn: Any) -> str:
     if isinstance(module, str) and module != "builtins":
         return f"{module}.{qualname}()"
     return f"{qualname}()"
+
+
+def _real_key(cap: Any, obj: dict[Any, Any], key: Any) -> Any:
+    """A graph input used as the key of a dict keyed by tensors (``optimizer.state[p]``,
+    keyed by the real parameters): the real tensor, which is the key eager looks up.
+    Other keys unchanged."""
+    tensor_keyed = isinstance(obj, collections.defaultdict) or (
+        bool(obj) and isinstance(next(iter(obj)), torch.Tensor))
+    if not (tensor_keyed and is_fake_tensor(key)):
+        return key
+    real = cap.real_input(key)
+    return key if real is None else real

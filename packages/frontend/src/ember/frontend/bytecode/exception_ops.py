@@ -39,9 +39,11 @@ from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.grad_mode import GRAD_MODE_BLOCKS, GradModeRestore, block_modes
 from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.sources import ClosureSource, LookupFails, Source, lookup_fails
+from ember.runtime.logs import log
 
 __all__ = ["ExcInfoSource", "ExceptionOps", "GeneratorContext", "GeneratorExit_",
-           "GradModeRestore", "LookupFails", "contextmanager_target", "lookup_fails"]
+           "GradModeRestore", "LookupFails", "ProfilerRangeExit", "contextmanager_target",
+           "lookup_fails"]
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,18 @@ class EagerExit:
         return type(self.cm).__exit__(self.cm, *exc)
 
 
+class ProfilerRangeExit:
+    """``__exit__`` of a ``torch.autograd.profiler.record_function`` block inside a
+    graph: the block is captured with its body, and no profiler range is recorded around
+    the compiled code (as torch.compile does). Stateless, so a break inside the block can
+    rebuild it."""
+
+    def __call__(self, *exc: Any) -> bool:
+        return False
+
+
 _GRAD_MODE_TYPES = tuple(GRAD_MODE_BLOCKS)
+_PROFILER_RANGES = (torch.autograd.profiler.record_function,)
 
 
 def _is_torch_class(cls: type) -> bool:
@@ -360,6 +373,13 @@ class ExceptionOps(DataOps):
             f.pop()
             f.push(GradModeRestore(restored))
             f.push(None)  # what their __enter__ returns
+            return
+        if isinstance(cm, _PROFILER_RANGES) and self.symbolic:
+            log("graphs", f"profiler range {getattr(cm, 'name', '?')!r} captured without "
+                "its range: the compiled code records none")
+            f.pop()
+            f.push(ProfilerRangeExit())
+            f.push(cm)  # what record_function.__enter__ returns
             return
         if not self.symbolic:
             exit_fn = type(cm).__exit__.__get__(cm)

@@ -10,7 +10,7 @@ autograd history. Three pieces make the graph compute eager's gradients:
 * :class:`GradModeTracker`, a dispatch mode under the recorder, notes which recorded
   nodes ran with grad mode off, and turns an in-place write, with grad mode off, into
   a tensor that requires grad (``p.mul_(...)`` on a parameter inside ``no_grad``: an
-  optimizer-style update) into a graph break when the graph may run with grad mode on:
+  optimizer-style update) into a graph break when an earlier op ran with grad mode on:
   later reads of the tensor would differentiate through the write (or lose the
   tensor's gradient), where eager keeps it a leaf. A graph that runs without grad
   (the whole call under ``no_grad``) keeps such writes: aot writes them back as eager.
@@ -107,7 +107,9 @@ class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._enabled = torch.is_grad_enabled()
         # (number of nodes recorded before the change, grad mode from there on)
         self._changes: list[tuple[int, bool]] = [(0, self._enabled)]
-        self._grad_seen = self._enabled  # grad mode was on at some point
+        # an op ran with grad mode on (not just the mode at the start: a call that turns
+        # grad off before its first op, as optimizer.step does, has no autograd to keep)
+        self._grad_seen = False
         self._wrote_grad_tensor = False  # a write the rule allowed: no grad seen yet
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
@@ -117,9 +119,7 @@ class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if enabled != self._enabled:
             self._enabled = enabled
             self._changes.append((self._recorded(), enabled))
-        if enabled:
-            self._grad_seen = True
-        elif _writes_grad_tensor(func, args, kwargs):
+        if not enabled and _writes_grad_tensor(func, args, kwargs):
             if self._grad_seen:
                 raise GraphBreak(
                     f"in-place {qualified_name(func)} with grad mode off "
@@ -130,11 +130,20 @@ class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         result = func(*args, **kwargs)
         # NOTE: never raised from a metadata query (prim::device, sym_size: no tensor
         # result), which C++ may ask where an exception cannot pass
-        if enabled and self._wrote_grad_tensor and _has_tensor(result):
-            raise GraphBreak(
-                "grad mode turned on after an in-place write, with grad mode off, into "
-                "a tensor that requires grad", _WRITE_HINT)
+        if enabled and _has_tensor(result):
+            # NOTE: metadata queries (prim::device while a tensor is made fake) do not
+            # count: they compute nothing autograd could record
+            if self._wrote_grad_tensor:
+                raise GraphBreak(
+                    "grad mode turned on after an in-place write, with grad mode off, "
+                    "into a tensor that requires grad", _WRITE_HINT)
+            self._grad_seen = True
         return result
+
+    @property
+    def grad_seen(self) -> bool:
+        """Whether some op of the capture ran with grad mode on."""
+        return self._grad_seen
 
     def _recorded(self) -> int:
         # NOTE: the recorder appends each node after its op ran; only placeholders are
@@ -196,12 +205,16 @@ def _meta_at(node: Node, index: int | None) -> Any:
     return meta
 
 
-def graph_grad_mode(graph: Graph, grad_at_start: bool, no_grad: set[str]) -> bool:
+def graph_grad_mode(graph: Graph, grad_at_start: bool, no_grad: set[str],
+                    grad_seen: bool = True) -> bool:
     """The grad mode to compile and run ``graph`` under: the mode at the segment's
     start, or on when a node run with grad mode on (in an ``enable_grad`` block entered
     under ``no_grad``; the others are in ``no_grad``) made a value that requires grad.
-    (A view made with grad mode off of a tensor that requires grad requires grad too.)"""
-    if grad_at_start:
+    (A view made with grad mode off of a tensor that requires grad requires grad too.)
+    A segment that starts with grad mode on but ran no op with it on (``grad_seen``
+    false: ``optimizer.step`` turns grad off first) runs without grad, so its in-place
+    updates of parameters are written back as eager's."""
+    if grad_at_start and grad_seen:
         return True
     for node in graph.calls():
         if node.name in no_grad:

@@ -31,6 +31,7 @@ from ember.frontend.bytecode.grad_mode import (
     detach_no_grad_inputs,
     graph_grad_mode,
 )
+from ember.frontend.bytecode.exception_ops import ProfilerRangeExit
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, location_of
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.liveness import live_locals
@@ -153,7 +154,7 @@ def capture_segment(
         if cap.symbolic_inputs:
             install_shape_guards(program.forward, cap.symbolic_inputs, cap.guards.add,
                                  cap.recorder.shape_env)
-        graph_grad = graph_grad_mode(program.forward, grad0, no_grad)
+        graph_grad = graph_grad_mode(program.forward, grad0, no_grad, tracker.grad_seen)
         if graph_grad:
             detach_no_grad_inputs(program.forward, no_grad)
         has_ops = bool(program.forward.calls()) or bool(builder.outputs)
@@ -177,6 +178,8 @@ def capture_segment(
 
 def _wrap_state(cap: CaptureContext, v: Any, source: Source, wrapped: dict[int, Any]) -> Any:
     if isinstance(v, _Marker) or v is NULL or v is UNBOUND:
+        return v
+    if isinstance(v, ProfilerRangeExit):
         return v
     if isinstance(v, GradModeRestore):
         cap.wrap(v.previous, AttrSource(source, "previous"))

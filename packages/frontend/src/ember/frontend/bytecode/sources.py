@@ -18,7 +18,8 @@ from ember.frontend.guard_model import CodeWriter, Source, index_code
 
 __all__ = ["AttrSource", "CellSource", "ClosureSource", "DefaultSource", "GlobalSource",
            "ItemSource", "IterItemSource", "LocalSource", "LookupFails", "ModuleMemberSource",
-           "SliceSource", "Source", "StackSource", "attr_source", "lookup_fails"]
+           "RefTargetSource", "SliceSource", "Source", "StackSource", "TensorKeySource",
+           "attr_source", "lookup_fails"]
 
 _MODULE_TABLES = ("_parameters", "_buffers", "_modules")
 
@@ -136,6 +137,49 @@ class ItemSource(Source):
     def fetch_code(self, w: CodeWriter) -> str:
         key = index_code(self.key) if type(self.key) is int else w.const("key", self.key)
         return f"{w.ref(self.base)}[{key}]"
+
+
+@dataclass(frozen=True, eq=False)
+class TensorKeySource(Source):
+    """The item of the dict at ``base`` whose key is the tensor ``key`` (a parameter of
+    ``optimizer.state``), compared by identity: ``==`` would compare elements, and a
+    tensor's repr would print them."""
+
+    base: Source
+    key: Any
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, TensorKeySource) and other.key is self.key
+                and other.base == self.base)
+
+    def __hash__(self) -> int:
+        return hash((self.base, id(self.key)))
+
+    def expr(self) -> str:
+        return (f"{self.base.expr()}[<{type(self.key).__name__} of shape "
+                f"{tuple(self.key.shape)} at {id(self.key):#x}>]")
+
+    def fetch(self, state: Any, ctx: Any) -> Any:
+        return self.base.fetch(state, ctx)[self.key]
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        return f"{w.ref(self.base)}[{w.const('key', self.key)}]"
+
+
+@dataclass(frozen=True)
+class RefTargetSource(Source):
+    """The object the weak reference at ``base`` refers to (``ref()``; None once dead)."""
+
+    base: Source
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}()"
+
+    def fetch(self, state: Any, ctx: Any) -> Any:
+        return self.base.fetch(state, ctx)()
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        return f"{w.ref(self.base)}()"
 
 
 @dataclass(frozen=True)

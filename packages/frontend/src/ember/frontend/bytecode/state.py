@@ -25,6 +25,7 @@ from ember.frontend.bytecode.attributes import DELETED, dict_shadow
 from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext, is_traced_array
 from ember.frontend.bytecode.frame import _Marker
 from ember.frontend.bytecode.generators import LazyIterator
+from ember.frontend.bytecode.exception_ops import ProfilerRangeExit
 from ember.frontend.bytecode.interpreter import GradModeRestore, is_fake_tensor
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.recipes import (
@@ -47,6 +48,7 @@ __all__ = ["Const", "Fetch", "New", "Out", "Rebuild", "Recipe", "Replay", "Start
 
 _STABLE = (nn.Module, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
            types.MethodDescriptorType, types.WrapperDescriptorType, GradModeRestore,
+           ProfilerRangeExit,
            torch.Size, _Marker, functools.partial, inspect.Signature, inspect.Parameter)
 
 
@@ -223,7 +225,8 @@ class StateBuilder:
             else:
                 items = list(copy.items())
                 changed = len(items) != len(shadow.initial) or any(
-                    a[0] != b[0] or a[1] is not b[1] for a, b in zip(items, shadow.initial))
+                    not _same_key(a[0], b[0]) or a[1] is not b[1]
+                    for a, b in zip(items, shadow.initial))
                 if changed:
                     out.append(Replay("dict", Fetch(shadow.source),
                                       [(self.recipe(k), self.recipe(x)) for k, x in items]))
@@ -243,6 +246,13 @@ class StateBuilder:
             target = self.recipe(c.cell) if id(c.cell) in self._start_cells else Const(c.cell)
             out.append(Replay("cell", target, self.recipe(c.value)))
         return out
+
+
+def _same_key(a: Any, b: Any) -> bool:
+    """Dict keys ``a`` and ``b`` are the same (tensor keys, as in ``optimizer.state``,
+    by identity: ``==`` would compare their elements)."""
+    return a is b or (not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor)
+                      and bool(a == b))
 
 
 def _rebuildable_object(v: Any) -> bool:

@@ -1,0 +1,73 @@
+"""Time one optimizer step: eager, ``ember.frontend.compile(opt.step)`` and
+``torch.compile(opt.step)``, on a ~10M-parameter MLP (issue #19 item 4).
+
+    OMP_NUM_THREADS=1 python tools/bench_optimizer.py [--params 10] [--repeats 30]
+
+Prints one markdown table row per optimizer: the median time per step of each, in one
+process. The gradients are set once; every step updates the parameters and state in
+place, as training does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+OPTIMIZERS: list[tuple[str, type[torch.optim.Optimizer], dict[str, Any]]] = [
+    ("SGD momentum", torch.optim.SGD, {"lr": 0.01, "momentum": 0.9, "foreach": False}),
+    ("Adam", torch.optim.Adam, {"lr": 1e-3, "foreach": False}),
+    ("AdamW foreach", torch.optim.AdamW, {"lr": 1e-3, "foreach": True}),
+]
+
+
+def _model(millions: float) -> nn.Module:
+    torch.manual_seed(0)
+    width = 1024
+    layers = max(1, round(millions * 1e6 / (width * width + width)))
+    model = nn.Sequential(*(nn.Linear(width, width) for _ in range(layers)))
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    return model
+
+
+def _median_ms(step: Callable[[], Any], repeats: int) -> float:
+    for _ in range(3):
+        step()  # the first steps make the state and compile
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--params", type=float, default=10.0, help="millions of parameters")
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    import ember.frontend as ef
+
+    n = sum(p.numel() for p in _model(args.params).parameters())
+    print(f"{n / 1e6:.1f}M parameters, torch threads {torch.get_num_threads()}")
+    print("| optimizer | eager | torch.compile | ember | ember / eager | ember / torch.compile |")
+    print("|---|---|---|---|---|---|")
+    for name, cls, kw in OPTIMIZERS:
+        times = []
+        for make in (lambda s: s, torch.compile, ef.compile):
+            model = _model(args.params)
+            opt = cls(model.parameters(), **kw)
+            times.append(_median_ms(make(opt.step), args.repeats))
+        eager, torch_c, ember = times
+        print(f"| {name} | {eager:.2f} ms | {torch_c:.2f} ms | {ember:.2f} ms | "
+              f"{eager / ember:.2f}x | {torch_c / ember:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
