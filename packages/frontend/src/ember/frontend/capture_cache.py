@@ -264,6 +264,10 @@ class CaptureCache:
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise _EntryMiss(f"unreadable entry ({type(e).__name__}: {e})",
                              stale=True) from None
+        # NOTE: the fast path is written at the second passing call, as in a process
+        # that captured (its first call ran the capture, not the check)
+        seg._matcher = seg.guards.matcher(seg.input_sources,  # noqa: SLF001
+                                          "the segment at resume point 0", learn_after=2)
         inputs = seg.match(state, ctx)
         if inputs is None:
             raise _EntryMiss(f"guard failed: {seg.guards.first_failure(state, ctx)}")

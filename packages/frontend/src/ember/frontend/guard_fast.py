@@ -53,10 +53,13 @@ def _candidates(guards: Sequence[Guard]) -> dict[Source, list[Guard]]:
 
 
 def stamped_matcher(guards: Sequence[Guard], inputs: Sequence[Source], plain: Matcher,
-                    title: str | None) -> Matcher:
-    """``plain`` (the full check of ``guards``), with the fast path once a call passes;
-    ``plain`` itself when too few guards could be stamped or dict versions are not
-    available. The returned function's ``__ember_stamps__`` lists its stamps."""
+                    title: str | None, learn_after: int = 1) -> Matcher:
+    """``plain`` (the full check of ``guards``), with the fast path written at the
+    ``learn_after``-th passing call (a capture-cache hit passes 2: its first call is a
+    process's first, checked in full, as a call that captured is, and not worth the
+    writing unless the function is called again); ``plain`` itself when too few guards
+    could be stamped or dict versions are not available. The returned function's
+    ``__ember_stamps__`` lists its stamps."""
     groups = _candidates(guards)
     if sum(len(gs) for gs in groups.values()) < FAST_PATH_MIN_GUARDS:
         return plain
@@ -69,11 +72,15 @@ def stamped_matcher(guards: Sequence[Guard], inputs: Sequence[Source], plain: Ma
         return plain
     box: list[Matcher] = []
     stamps: list[Stamp] = []
+    passed = [0]
 
     def learn(state: Any, ctx: Any) -> list[Any] | None:
         result = plain(state, ctx)
         if result is None:
             return None
+        passed[0] += 1
+        if passed[0] < learn_after:
+            return result
         try:
             fast, src = _write_fast(guards, inputs, groups, state, ctx, stamps)
         except Exception as e:  # noqa: BLE001 - the full check stays correct without it

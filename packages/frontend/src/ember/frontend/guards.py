@@ -84,9 +84,10 @@ class GuardSet:
         """One guard per line, for the ``guards`` log."""
         return "\n".join(f"  {g.describe()}" for g in self.guards)
 
-    def matcher(self, inputs: Sequence[Source] = (), title: str | None = None) -> Matcher:
+    def matcher(self, inputs: Sequence[Source] = (), title: str | None = None,
+                learn_after: int = 1) -> Matcher:
         """The one check function of these guards (see :func:`compile_matcher`)."""
-        return compile_matcher(self.guards, inputs, title)
+        return compile_matcher(self.guards, inputs, title, learn_after)
 
     def first_failure(self, state: Any, ctx: Any) -> GuardFailure | None:
         """The first guard that fails on ``state`` (slow: checks them one at a time),
@@ -143,7 +144,7 @@ def _hashable(value: Any) -> Any:
 
 
 def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = (),
-                    title: str | None = None) -> Matcher:
+                    title: str | None = None, learn_after: int = 1) -> Matcher:
     """One generated function ``match(S, C)``: None when a guard fails (or fetching a
     guarded value raises), else the values of ``inputs``, fetched through the same
     locals the guards used. The generated text is ``match.__ember_source__``; with a
@@ -152,8 +153,9 @@ def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = (),
 
     With many guards on state reached from a root read every call (a model's
     parameters, submodules and attributes from ``self``), the function gets the fast
-    path of :mod:`ember.frontend.guard_fast` after its first passing call: those guards
-    are skipped while their stamp (dict versions, types, tensor metadata) holds.
+    path of :mod:`ember.frontend.guard_fast` after its ``learn_after``-th passing call:
+    those guards are skipped while their stamp (dict versions, types, tensor metadata)
+    holds.
 
     Raises:
         ValueError: a guard that cannot be written (a ``global`` guard on state with
@@ -169,5 +171,5 @@ def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = (),
     from ember.frontend import guard_fast  # it builds on this module
 
     if len(guards) >= guard_fast.FAST_PATH_MIN_GUARDS:
-        fn = guard_fast.stamped_matcher(guards, inputs, fn, title)
+        fn = guard_fast.stamped_matcher(guards, inputs, fn, title, learn_after)
     return fn

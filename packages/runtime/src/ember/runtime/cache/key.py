@@ -314,15 +314,20 @@ def distribution_identity(distribution: str, package: str) -> str:
     distribution is an editable install (a checkout's code changes under one version).
     Computed once a process."""
     identity = f"{distribution} {installed_version(distribution)}"
+    if not is_editable(distribution):
+        return identity
+    return f"{identity} src {source_digest(package)}"
+
+
+def is_editable(distribution: str) -> bool:
+    """Whether ``distribution`` is an editable install (its ``direct_url.json`` says so;
+    False when it is not installed)."""
     try:
         direct_url = metadata.distribution(distribution).read_text("direct_url.json")
     except metadata.PackageNotFoundError:
-        direct_url = None
-    editable = bool(direct_url) and bool(
+        return False
+    return bool(direct_url) and bool(
         json.loads(direct_url or "{}").get("dir_info", {}).get("editable"))
-    if not editable:
-        return identity
-    return f"{identity} src {source_digest(package)}"
 
 
 @functools.cache
@@ -330,8 +335,12 @@ def distribution_stamp(distribution: str, package: str) -> str:
     """Like :func:`distribution_identity`, but an editable install's sources are
     identified by each ``.py`` file's path, size and modification time (``stat``, no
     reads): cheap enough for a process's first call (the frontend's capture cache),
-    changed by any edit that a build tool or an editor makes."""
+    changed by any edit that a build tool or an editor makes. An installed (not
+    editable) distribution is its version alone, as in :func:`distribution_identity`:
+    its files change only with it."""
     identity = f"{distribution} {installed_version(distribution)}"
+    if not is_editable(distribution):
+        return identity
     spec = util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return identity
