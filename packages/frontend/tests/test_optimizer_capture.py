@@ -176,3 +176,9 @@ def test_step_matches_eager_on_cuda(opt: type[torch.optim.Optimizer],
                                     kw: dict[str, Any]) -> None:
     step = _run(opt, kw, device="cuda")
     assert step.stats.graph_breaks == 0 and step.stats.fallbacks == 0
+
+
+def test_fused_step_breaks_and_says_why() -> None:
+    step = _run(torch.optim.Adam, {"lr": 1e-2, "fused": True}, steps=2)
+    assert step.stats.graph_breaks == 1
+    assert "fused=True optimizer step" in step.breaks[0].reason

@@ -313,7 +313,7 @@ class CallHandler:
         if interp.capture is not None:
             interp.capture.inlined.setdefault(code, fn)  # checked by the capture cache
             if inlined_torch_code(fn):
-                tensor_step_math(fn, local_values)
+                tensor_step_math(interp, fn, local_values)
         if fn_source is not None:
             # defaults are read from the function at every call: guard them
             for param, key in bound.defaults.items():

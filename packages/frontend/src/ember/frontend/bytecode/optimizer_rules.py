@@ -100,11 +100,19 @@ BUILTIN_RULES.update(OPTIMIZER_RULES)
 _STEP_MATH_PREFIXES = ("_single_tensor_", "_multi_tensor_")
 
 
-def tensor_step_math(fn: Any, values: dict[str, Any]) -> None:
+def tensor_step_math(interp: Any, fn: Any, values: dict[str, Any]) -> None:
     """Bound arguments ``values`` of an inlined ``torch.optim`` function: a per-parameter
     math function called with ``capturable=False`` (and not ``differentiable``) gets
-    ``capturable=True`` (see the module docstring); logged under ``graphs``."""
+    ``capturable=True``, a functional form called with ``foreach=True`` gets
+    ``foreach=False`` (see the module docstring; both logged under ``graphs``); the
+    ``fused=True`` form breaks."""
     name = getattr(fn, "__name__", "")
+    if name.startswith("_fused_"):
+        raise interp.fail(f"{fn.__module__}.{name}: a fused=True optimizer step (its "
+                          "torch._fused_* and _foreach_ ops write lists of tensors, which "
+                          "the aot stage does not functionalize)",
+                          "leave fused unset: the compiled step fuses the per-parameter "
+                          "updates itself")
     if "foreach" in values and values["foreach"] and not name.startswith(_STEP_MATH_PREFIXES):
         # NOTE: the _foreach_ ops write lists of tensors, which aot's functionalization
         # does not take; one op per parameter fuses into the same kernels
