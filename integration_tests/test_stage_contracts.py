@@ -62,8 +62,10 @@ def test_inference_stages_write_their_contracts(tmp_path: Path) -> None:
     assert [(a.output, a.kind, a.base) for a in aot.aliased_outputs] == [(0, "input", "in0")]
 
     compiled = compile_program(functional, {"strict": True})
-    _check_contracts(compiled, {"input_aliases", "aot", "compiled", "kernels", "fallbacks"})
+    _check_contracts(compiled, {"input_aliases", "aot", "compiled", "kernels", "fallbacks",
+                                "memory"})
     report = CompileReport.from_program(compiled)
+    assert report.memory is not None and report.memory["forward"]["peak_bytes"] > 0
     assert report.fallbacks is not None and report.fallbacks["aten::median.default"] == 1
     assert report.kernels
     entry = CompiledMetadata.from_program(compiled).graphs["forward"]
@@ -91,5 +93,6 @@ def test_training_stages_write_the_partition() -> None:
     assert aot is not None and aot.differentiable_outputs == (0,)
     assert aot.partition is not None and aot.partition.saved_bytes > 0
     compiled = compile_program(training, {"strict": True})
-    _check_contracts(compiled, {"aot", "compiled", "kernels", "fallbacks"})
+    _check_contracts(compiled, {"aot", "compiled", "kernels", "fallbacks", "memory"})
     assert set(CompiledMetadata.from_program(compiled).graphs) == {"forward", "backward"}
+    assert set(CompileReport.from_program(compiled).memory or {}) == {"forward", "backward"}

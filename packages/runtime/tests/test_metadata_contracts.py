@@ -77,7 +77,7 @@ SAMPLES: list[tuple[Any, Any]] = [
 def test_every_key_a_stage_writes_has_its_dataclass() -> None:
     assert METADATA_KEYS == {"input_aliases": InputAliases, "aot": AotMetadata,
                              "compiled": CompiledMetadata, "kernels": CompileReport,
-                             "fallbacks": CompileReport}
+                             "fallbacks": CompileReport, "memory": CompileReport}
     assert set(LAUNCHERS) == set(KERNEL_LANGS)
 
 
@@ -150,6 +150,8 @@ def test_crafted_metadata_names_the_key() -> None:
         CompileReport, {"fallbacks": ["aten::sort.default"]})
     assert "metadata['kernels']: expected an integer, got bool True" in _error(
         CompileReport, {"kernels": True})
+    assert "metadata['memory']['forward']['peak_bytes']: expected an integer" in _error(
+        CompileReport, {"memory": {"forward": {"peak_bytes": "1 GiB"}}})
 
 
 def test_symbolic_sizes_in_aot_metadata_round_trip_and_are_checked() -> None:

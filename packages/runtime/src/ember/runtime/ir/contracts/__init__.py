@@ -46,7 +46,12 @@ from ember.runtime.ir.contracts.compiled import (
     launch_meta_from_json,
 )
 from ember.runtime.ir.contracts.fields import MetadataError
-from ember.runtime.ir.contracts.report import FALLBACKS_KEY, KERNELS_KEY, CompileReport
+from ember.runtime.ir.contracts.report import (
+    FALLBACKS_KEY,
+    KERNELS_KEY,
+    MEMORY_KEY,
+    CompileReport,
+)
 
 StageContract = InputAliases | AotMetadata | CompiledMetadata | CompileReport
 """The dataclass of one top-level ``Program.metadata`` key."""
@@ -57,12 +62,13 @@ METADATA_KEYS: dict[str, type[StageContract]] = {
     COMPILED_KEY: CompiledMetadata,
     KERNELS_KEY: CompileReport,
     FALLBACKS_KEY: CompileReport,
+    MEMORY_KEY: CompileReport,
 }
 """Every ``Program.metadata`` key a stage writes -> the dataclass that reads it."""
 
 __all__ = [
     "AOT_KEY", "COMPILED_FORMAT", "COMPILED_KEY", "FALLBACKS_KEY", "INPUT_ALIASES_KEY",
-    "KERNELS_KEY", "KERNEL_LANGS", "METADATA_KEYS", "AliasedOutput", "AotMetadata",
+    "KERNELS_KEY", "KERNEL_LANGS", "MEMORY_KEY", "METADATA_KEYS", "AliasedOutput", "AotMetadata",
     "CompileReport", "CompiledGraphEntry", "CompiledMetadata", "CppLaunchMeta",
     "InputAlias", "InputAliases", "KernelEntry", "LaunchMeta", "MetadataError",
     "PartitionSummary", "StageContract", "TritonLaunchMeta", "TritonSplitMeta", "launch_meta_from_json",

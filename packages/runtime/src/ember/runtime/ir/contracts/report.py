@@ -21,15 +21,19 @@ from ember.runtime.ir.graph import Program
 
 KERNELS_KEY = "kernels"
 FALLBACKS_KEY = "fallbacks"
+MEMORY_KEY = "memory"
 
 
 @dataclass(frozen=True)
 class CompileReport:
     """``metadata["kernels"]`` and ``metadata["fallbacks"]``; None where the program has
-    no such key (the ``eager`` and ``aot_eager`` backends report neither)."""
+    no such key (the ``eager`` and ``aot_eager`` backends report neither).
+    ``metadata["memory"]``: graph name -> ``{"peak_bytes": n, "ideal_bytes": n}``, the
+    inductor's static memory plan of each wrapper (at the size hints)."""
 
     kernels: int | None = None
     fallbacks: Mapping[str, int] | None = None
+    memory: Mapping[str, Mapping[str, int]] | None = None
 
     def to_json(self) -> dict[str, JSON]:
         """The metadata keys this report sets (inverse of :meth:`from_json`)."""
@@ -38,6 +42,8 @@ class CompileReport:
             out[FALLBACKS_KEY] = dict(self.fallbacks)
         if self.kernels is not None:
             out[KERNELS_KEY] = self.kernels
+        if self.memory is not None:
+            out[MEMORY_KEY] = {g: dict(v) for g, v in self.memory.items()}
         return out
 
     @staticmethod
@@ -54,7 +60,8 @@ class CompileReport:
         return CompileReport(
             None if kernels is None else read_int(kernels, f"{where}[{KERNELS_KEY!r}]", 0),
             None if fallbacks is None
-            else read_int_map(fallbacks, f"{where}[{FALLBACKS_KEY!r}]", 0))
+            else read_int_map(fallbacks, f"{where}[{FALLBACKS_KEY!r}]", 0),
+            _memory(d.get(MEMORY_KEY), f"{where}[{MEMORY_KEY!r}]"))
 
     @staticmethod
     def from_program(program: Program) -> CompileReport:
@@ -70,8 +77,16 @@ class CompileReport:
             None if kernels is None
             else read_int(kernels, program_where(program, KERNELS_KEY), 0),
             None if fallbacks is None
-            else read_int_map(fallbacks, program_where(program, FALLBACKS_KEY), 0))
+            else read_int_map(fallbacks, program_where(program, FALLBACKS_KEY), 0),
+            _memory(program.metadata.get(MEMORY_KEY), program_where(program, MEMORY_KEY)))
 
     def write_to(self, program: Program) -> None:
         """Set this report's keys in ``program.metadata``."""
         program.metadata.update(self.to_json())
+
+
+def _memory(value: JSON, where: str) -> dict[str, dict[str, int]] | None:
+    if value is None:
+        return None
+    return {g: read_int_map(v, f"{where}[{g!r}]", 0)
+            for g, v in read_mapping(value, where).items()}
