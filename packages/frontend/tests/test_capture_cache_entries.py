@@ -1,6 +1,7 @@
 """The capture cache keeps several entries per key (models behind one wrapper class
-share the key), bounded by ``MAX_ENTRIES``; a guard on an environment variable is
-portable (checked again in the loading process).
+share the key), bounded by ``MAX_ENTRIES``; a guard on an environment variable and the
+guard of ``inspect.signature`` of a module's method are portable (checked again in
+the loading process).
 
 Two fresh processes over one cache directory; each runs its steps in order, every step
 compiling afresh so that its first call asks the capture cache."""
@@ -15,8 +16,23 @@ import textwrap
 from pathlib import Path
 
 USER_MODULE = '''
+import inspect
 import os
 import torch
+
+
+class Chunked(torch.nn.Module):
+    """HF's apply_chunking_to_forward reads the signature of a bound method."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def chunk(self, x):
+        return self.fc(x)
+
+    def forward(self, x):
+        return self.chunk(x) * len(inspect.signature(self.chunk).parameters)
 
 
 class Wrap(torch.nn.Module):
@@ -40,6 +56,8 @@ def make(name):
     if name == "mlp":
         return Wrap(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
                                         torch.nn.Linear(16, 8)))
+    if name == "chunked":
+        return Wrap(Chunked())
     return Wrap(torch.nn.Tanh())
 '''
 
@@ -87,17 +105,18 @@ def _run(tmp: Path, steps: list[tuple[str, str]], **env: str) -> list[dict[str, 
 def test_models_behind_one_wrapper_keep_their_own_entries(tmp_path: Path) -> None:
     (tmp_path / "usermod.py").write_text(textwrap.dedent(USER_MODULE))
     (tmp_path / "runner.py").write_text(textwrap.dedent(RUNNER))
-    first = _run(tmp_path, [("linear", ""), ("mlp", "")])
-    assert [r["hits"] for r in first] == [0, 0] and all(r["same"] for r in first), first
-    assert "entry 1 of 2" in str(first[1]["log"]), first[1]["log"]
+    first = _run(tmp_path, [("linear", ""), ("mlp", ""), ("chunked", "")])
+    assert [r["hits"] for r in first] == [0, 0, 0] and all(r["same"] for r in first), first
+    assert "entry 1 of 3" in str(first[2]["log"]), first[2]["log"]
 
-    # a new process: both models hit (the older entry too); the environment variable
-    # read by forward is checked again (set now: a miss naming it, stored as a third)
-    second = _run(tmp_path, [("linear", ""), ("mlp", ""), ("linear", "1")], CC_MAX="3")
-    assert [r["hits"] for r in second] == [1, 1, 0], [r["log"] for r in second]
+    # a new process: every model hits (the oldest entry too); the environment variable
+    # read by forward is checked again (set now: a miss naming it, stored as a fourth)
+    second = _run(tmp_path, [("linear", ""), ("mlp", ""), ("chunked", ""), ("linear", "1")],
+                  CC_MAX="4")
+    assert [r["hits"] for r in second] == [1, 1, 1, 0], [r["log"] for r in second]
     assert all(r["same"] for r in second)
-    assert "entry 2 of 2" in str(second[0]["log"]), second[0]["log"]
-    assert "os.environ.get('CC_FLAG') == None (got '1')" in str(second[2]["log"])
+    assert "entry 3 of 3" in str(second[0]["log"]), second[0]["log"]
+    assert "os.environ.get('CC_FLAG') == None (got '1')" in str(second[3]["log"])
 
     # bounded: with room for two, a new model's entry keeps only the newest other one
     third = _run(tmp_path, [("tanh", "")], CC_MAX="2")

@@ -235,7 +235,8 @@ def test_a_bound_method_handed_to_library_code_pins_its_module() -> None:
             self.lin = nn.Linear(3, 3)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            n = len(inspect.signature(self.lin.forward).parameters)  # run for real
+            # run for real (inspect.signature has a rule of its own: test_signature_rule)
+            n = len(inspect.getfullargspec(self.lin.forward).args)
             return self.lin(x) * n
 
     model = Sig()

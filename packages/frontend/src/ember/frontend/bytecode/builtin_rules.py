@@ -29,6 +29,7 @@ from ember.frontend.bytecode.generators import (
 )
 from ember.frontend.bytecode.interpreter import is_fake_tensor
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
+from ember.frontend.bytecode.signature_rules import SIGNATURE_RULES
 from ember.frontend.bytecode.sources import AttrSource
 
 Rule = Callable[[Any, Any, Frame, list[Any], dict[str, Any]], Any]
@@ -254,6 +255,7 @@ for _slot_name, _slot in OBJECT_SLOTS.items():
 
 
 BUILTIN_RULES.update(ENV_FUNCTIONS)  # os.getenv
+BUILTIN_RULES.update(SIGNATURE_RULES)  # inspect.signature of a module's method
 
 
 def bound_rule_for(fn: Any) -> Rule | None:
