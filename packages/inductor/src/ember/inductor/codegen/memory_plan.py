@@ -23,6 +23,7 @@ largest set of values that must exist at once).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,6 +142,7 @@ def format_bytes(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
+@functools.lru_cache(maxsize=4096)
 def storage_extent(info: BufferInfo) -> Size:
     """Elements from the first to one past the last addressed by ``info``'s layout."""
     if any(s == 0 for s in info.sizes):
