@@ -61,6 +61,19 @@ def test_a_small_reduction_is_saved_by_the_cut(capsys: pytest.CaptureFixture[str
             "fewer bytes than saving what it is computed from") in lines
 
 
+def test_symbolic_saved_bytes_are_an_expression(capsys: pytest.CaptureFixture[str]) -> None:
+    x = torch.randn(8, 16, requires_grad=True)
+    w = torch.randn(16, 32, requires_grad=True)
+    program = capture(_matmul_gelu, x, w, dynamic={0: {0: (2, None)}})
+    capsys.readouterr()
+    with patch(logs=frozenset({"partition"})), torch.enable_grad():
+        aot_compile(program, AotConfig(training=True))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == ("[ember.partition] partition: 3 values saved for the backward "
+                        "(192*s0+2048 bytes: 3.5 KiB at the size hints), 16 recomputed")
+    assert lines[1].startswith("  saved       in0        float32[s0, 16]    512 B  input")
+
+
 def test_save_everything_recomputes_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     x = torch.randn(8, 16, requires_grad=True)
     w = torch.randn(16, 32, requires_grad=True)

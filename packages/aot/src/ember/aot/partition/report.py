@@ -48,9 +48,9 @@ def format_partition(saved: list[ValueRef], recomputed: list[str], nodes: Mappin
     recomputed value's meta and bytes; ``why_saved``: node name -> reason for the saved
     values whose node is not recomputable (others: :data:`SAVED_BY_CUT`)."""
     total = hint(saved_bytes, symbols)
-    symbolic = "" if isinstance(saved_bytes, int) else f" = {saved_bytes}"
+    symbolic = "" if isinstance(saved_bytes, int) else f"{saved_bytes} bytes: "
     head = (f"partition: {len(saved)} value{'s' if len(saved) != 1 else ''} saved for the "
-            f"backward ({_bytes_text(total)}{symbolic} at the size hints), "
+            f"backward ({symbolic}{_bytes_text(total)} at the size hints), "
             f"{len(recomputed)} recomputed")
     rows: list[tuple[str, ...]] = []
     for ref in saved:
