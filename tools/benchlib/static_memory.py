@@ -36,16 +36,16 @@ from ember.inductor.scheduler import schedule
 from ember.runtime.ir import Program, TensorMeta, symbolic
 
 
-def _on(device: torch.device, value: Any) -> Any:
+def on_device(device: torch.device, value: Any) -> Any:
     """``value`` (a meta, argument or container of them) with CPU devices as ``device``."""
     if isinstance(value, TensorMeta):
         return dataclasses.replace(value, device=device) if value.device.type == "cpu" else value
     if isinstance(value, torch.device):
         return device if value.type == "cpu" else value
     if isinstance(value, (tuple, list)):
-        return type(value)(_on(device, v) for v in value)
+        return type(value)(on_device(device, v) for v in value)
     if isinstance(value, dict):
-        return {k: _on(device, v) for k, v in value.items()}
+        return {k: on_device(device, v) for k, v in value.items()}
     return value
 
 
@@ -56,12 +56,18 @@ def inference_program(name: str, device: torch.device, dtype: torch.dtype,
     module.eval()
     with torch.no_grad():
         program = aot_compile(capture(module, *inputs), AotConfig(training=False))
+    return run_passes(program_on(program, device))
+
+
+def program_on(program: Program, device: torch.device) -> Program:
+    """``program`` with every CPU device in its metas and arguments set to ``device``
+    (changed in place, and returned)."""
     for graph in program.graphs.values():
         for node in graph.nodes:
-            node.meta = _on(device, node.meta)
-            node.args = _on(device, node.args)
-            node.kwargs = _on(device, node.kwargs)
-    return run_passes(program)
+            node.meta = on_device(device, node.meta)
+            node.args = on_device(device, node.args)
+            node.kwargs = on_device(device, node.kwargs)
+    return program
 
 
 def static_memory(program: Program, device: torch.device) -> MemoryReport:

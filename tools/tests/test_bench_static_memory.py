@@ -7,6 +7,8 @@ import pytest
 import torch
 from benchlib import static_memory
 from ember.inductor.compile import compile_graph
+from ember.runtime.ir import InputSpec
+from ember.runtime.tracing import GraphRecorder
 
 
 def test_the_cuda_plan_of_the_mlp_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
@@ -33,3 +35,29 @@ def test_the_cuda_wrapper_writes_in_place_and_frees_where_dead() -> None:
            "    kernel0(buf1, buf1)\n" in wrapper
     assert "buf2 = _layout(buf2, (8, 32), (32, 1))\n    del buf1\n" in wrapper
     assert "empty_strided(" not in wrapper
+
+
+def test_on_a_gpu_a_dead_buffer_is_not_held_where_that_raises_the_peak() -> None:
+    # buf1 (512 B) dies before the 16 KiB kernel1; the last matmul's result could take its
+    # memory, but holding buf1 through kernel1 would raise the peak: on CUDA it is freed
+    # where it dies and the result is fresh (on the CPU it is reused: test_memory_plan.py)
+    w1, wb, wback = torch.randn(16, 16), torch.randn(16, 256), torch.randn(256, 16)
+
+    def wide(x: torch.Tensor) -> torch.Tensor:
+        b = (x @ w1).flip(0) * 2
+        d = (b @ wb).flip(0) * 3
+        return d @ wback
+
+    rec = GraphRecorder()
+    x = rec.add_input(torch.randn(8, 16), InputSpec("in0"))
+    with rec:
+        out = wide(x)
+    program = rec.finish([out])
+    program.dialect = "core-functional"
+    cuda = torch.device("cuda")
+    compiled = compile_graph(static_memory.program_on(program, cuda), "forward", cuda)
+    wrapper = compiled.wrapper
+    assert "    kernel0(buf0, buf1)\n    del buf0\n" in wrapper
+    assert "buf2 = _layout(buf2, (8, 256), (256, 1))\n    del buf1\n" in wrapper
+    assert "reuse" not in wrapper
+    assert compiled.memory is not None and compiled.memory.peak == 16 * 1024
