@@ -17,7 +17,8 @@ than the groups it depends on) where it *fits*:
 
 That gives producer–consumer fusion (pointwise chains are already inlined by the
 lowering; reductions take their pointwise prologues and epilogues), and horizontal
-fusion of independent nodes with the same iteration space. A buffer written by a group
+fusion of independent nodes with the same iteration space (up to the backend's
+``horizontal_buffer_limit`` buffers a kernel: 8 on the CPU). A buffer written by a group
 and read by nothing outside it (and not a graph output) is never stored.
 
 Device policy is the kernel backend's (``KernelBackend.can_fuse``): before a node joins
@@ -90,6 +91,11 @@ class KernelGroup:
     @property
     def stored(self) -> set[str]:
         return {n.name for n, _ in self.members}
+
+    @property
+    def touched(self) -> set[str]:
+        """The buffers the members read or write."""
+        return {b for n, _ in self.members for b in (n.name, *n.reads)}
 
     def build(self, extra: Emit | None = None) -> tuple[BodyBuilder, int, int]:
         """A builder with every member emitted (then ``extra``); also returns how many
@@ -245,6 +251,8 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
     if backend is None:
         backend = _default_backend(lowered)
     nodes = _eliminate_dead(lowered)
+    scalars = {name for name, info in lowered.buffers.items()
+               if all(size == 1 for size in info.sizes)}
     steps: list[KernelGroup | ExternCall] = []
     producer: dict[str, int] = {}
     for node in nodes:
@@ -272,7 +280,8 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
         placed = False
         for gi in range(max(earliest, len(steps) - FUSION_WINDOW, 0), len(steps)):
             group = steps[gi]
-            if not isinstance(group, KernelGroup):
+            if not isinstance(group, KernelGroup) or _over_horizontal_limit(
+                    node, group, backend, scalars):
                 continue
             for emit in _placements(node, group):
                 b, loads, stmts = group.build(emit)
@@ -293,6 +302,19 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
             steps.append(KernelGroup(outer, red, [(node, emit)]))
             producer[node.name] = len(steps) - 1
     return _finish(lowered, steps)
+
+
+def _over_horizontal_limit(node: LoopNode, group: KernelGroup,
+                           backend: KernelBackend | None, scalars: set[str]) -> bool:
+    """Whether ``node``, sharing no buffer with ``group`` (single-element buffers, such as
+    an optimizer's step counts and constants, aside), would take the kernel past the
+    backend's ``horizontal_buffer_limit`` buffers."""
+    limit = None if backend is None else backend.horizontal_buffer_limit
+    if limit is None:
+        return False
+    touched = group.touched - scalars
+    mine = {node.name, *node.reads} - scalars
+    return not (mine & touched) and len(touched) + len(mine) > limit
 
 
 def _extern_position(steps: list[KernelGroup | ExternCall], call: ExternCall) -> int:

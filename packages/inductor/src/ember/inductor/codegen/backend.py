@@ -106,6 +106,12 @@ class KernelBackend(abc.ABC):
         (the C++ backend emits one file per graph, so g++ runs once). Default: as is."""
         return sources
 
+    #: horizontal fusion limit: a node that shares no buffer with a kernel joins it only
+    #: while the kernel touches at most this many buffers (None: no limit). One CPU
+    #: thread streaming dozens of arrays at once (an optimizer step's parameters fused
+    #: side by side) defeats the hardware prefetchers.
+    horizontal_buffer_limit: int | None = None
+
     def can_fuse(self, group: Kernel, fused: Kernel) -> bool:
         """Whether the scheduler may grow the kernel ``group`` into ``fused`` (the same
         loop ranges, the body with one more node's work), as far as this backend is

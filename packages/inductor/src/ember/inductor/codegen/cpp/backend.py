@@ -16,9 +16,10 @@ class CppBackend(KernelBackend):
     -march=native -fopenmp and called through ctypes. Found by
     ``registry.backend_for("cpu")``; its device policy is :class:`KernelBackend`'s
     defaults (scatters add sequentially; integer division by zero raises, as eager on
-    the CPU)."""
+    the CPU), except that horizontal fusion stops at 8 buffers a kernel."""
 
     device_type = "cpu"
+    horizontal_buffer_limit: int | None = 8
 
     def generate(self, kernel: Kernel) -> KernelSource:
         source = PRELUDE + "\n" + generate_function(kernel) + "\n"
