@@ -17,8 +17,8 @@ def test_the_cuda_plan_of_the_mlp_is_printed(capsys: pytest.CaptureFixture[str])
     assert static_memory.main(["mlp", "--suite", "test", "--table"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "mlp float32 (test, cuda): static peak 5.0 KiB, ideal 8.0 KiB, 4 steps",
-        "memory of graph 'forward' (cuda): peak 5.0 KiB at step 2, ideal 8.0 KiB (bytes at "
-        "the size hints; inputs and constants not counted)",
+        ("memory of graph 'forward' (cuda): peak 5.0 KiB at step 2, ideal 8.0 KiB (bytes at "
+        "the size hints; inputs and constants not counted)"),
         "  step  what                        allocated    freed     live",
         "     0  extern aten::addmm.default    4.0 KiB        0  4.0 KiB",
         "     1  kernel0 (buf1 in buf0)              0        0  4.0 KiB",

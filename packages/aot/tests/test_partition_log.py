@@ -33,14 +33,14 @@ def test_the_log_names_saved_values_their_bytes_and_why(
     w = torch.randn(16, 32, requires_grad=True)
     lines = _partition_log(_matmul_gelu, x, w, capsys=capsys)
     assert lines[:6] == [
-        "[ember.partition] partition: 3 values saved for the backward (3.5 KiB at the size "
-        "hints), 16 recomputed",
-        "  saved       in0        float32[8, 16]     512 B  input                  a forward "
-        "input",
-        "  saved       in1        float32[16, 32]  2.0 KiB  input                  a forward "
-        "input",
-        "  saved       mm         float32[8, 32]   1.0 KiB  aten::mm.default       never "
-        "recomputed: compute-bound (matmul, convolution, attention)",
+        ("[ember.partition] partition: 3 values saved for the backward (3.5 KiB at the size "
+        "hints), 16 recomputed"),
+        ("  saved       in0        float32[8, 16]     512 B  input                  a forward "
+        "input"),
+        ("  saved       in1        float32[16, 32]  2.0 KiB  input                  a forward "
+        "input"),
+        ("  saved       mm         float32[8, 32]   1.0 KiB  aten::mm.default       never "
+        "recomputed: compute-bound (matmul, convolution, attention)"),
         "  recomputed  gelu       float32[8, 32]   1.0 KiB  aten::gelu.default",
         "  recomputed  exp        float32[8, 32]   1.0 KiB  aten::exp.default",
     ]

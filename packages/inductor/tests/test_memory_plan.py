@@ -17,7 +17,7 @@ from ember.runtime.config import patch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import compile_and_load, compile_for, compile_fn, trace
+from helpers import compile_and_load, compile_fn, compile_for, trace
 
 _W1, _W2 = torch.randn(16, 16), torch.randn(16, 16)
 

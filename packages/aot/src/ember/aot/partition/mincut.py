@@ -31,7 +31,6 @@ from ember.aot.partition.maxflow import INFINITE, FlowNetwork
 from ember.aot.partition.report import SAVED_INPUT, format_partition
 from ember.aot.partition.shape_symbols import bind_backward_symbols
 from ember.aot.symbolic_sizes import hint, nbytes, node_symbols, numel, total
-from ember.runtime.ir.fresh_writes import written_values
 from ember.runtime.ir import (
     Argument,
     Graph,
@@ -43,6 +42,7 @@ from ember.runtime.ir import (
     ValueRef,
     is_random,
 )
+from ember.runtime.ir.fresh_writes import written_values
 from ember.runtime.logs import TOPICS, log
 
 # Ops whose results are never recomputed in the backward graph: they cost much more to
