@@ -155,6 +155,21 @@ def test_whole_step_is_a_few_fused_kernels(capsys: pytest.CaptureFixture[str]) -
     assert step.stats.graph_breaks == 0
 
 
+@pytest.mark.parametrize(("opt", "kw"), [OPTIMIZERS[0], OPTIMIZERS[5]],
+                         ids=["SGD", "AdamW-foreach"])
+def test_triton_kernels_through_the_interpreter(opt: type[torch.optim.Optimizer],
+                                                kw: dict[str, Any],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # the GPU's code path (Triton kernels, run by Triton's interpreter) on the CPU
+    from ember.inductor.codegen.triton.testing import triton_for_cpu
+
+    with triton_for_cpu(), config.patch(logs="output_code"):
+        step = _run(opt, kw, steps=3)
+    code = capsys.readouterr().err
+    assert "@triton.jit" in code
+    assert step.stats.graph_breaks == 0
+
+
 def _profiled(x: torch.Tensor) -> torch.Tensor:
     with torch.autograd.profiler.record_function("scaled"):
         y = x * 2
@@ -214,7 +229,7 @@ def test_deep_model_under_the_guards_fast_path() -> None:
         _backward(ref, x)
         if i == 3:
             for m in (model, ref):
-                m[0].weight.grad = None
+                next(m.parameters()).grad = None
         step()
         o_ref.step()
         o.zero_grad()
