@@ -335,27 +335,35 @@ def distribution_stamp(distribution: str, package: str) -> str:
     """Like :func:`distribution_identity`, but an editable install's sources are
     identified by each ``.py`` file's path, size and modification time (``stat``, no
     reads): cheap enough for a process's first call (the frontend's capture cache),
-    changed by any edit that a build tool or an editor makes. An installed (not
-    editable) distribution is its version alone, as in :func:`distribution_identity`:
-    its files change only with it."""
-    identity = f"{distribution} {installed_version(distribution)}"
-    if not is_editable(distribution):
+    changed by any edit that a build tool or an editor makes; so are the sources of a
+    package that no distribution installed (found on ``sys.path``). An installed, not
+    editable distribution is its version alone: its files change only with it."""
+    version = installed_version(distribution)
+    identity = f"{distribution} {version}"
+    if version != "none" and not is_editable(distribution):
         return identity
     spec = util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return identity
     stamps: list[str] = []
     for location in spec.submodule_search_locations:
-        # NOTE: os.walk's scandir entries carry their stat: much cheaper than rglob
-        for folder, _, names in os.walk(location):
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    if entry.name.endswith(".py") and entry.is_file():
-                        st = entry.stat()
-                        rel = os.path.relpath(entry.path, location)
-                        stamps.append(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}")
+        _stamp_folder(location, "", stamps)
     digest = hashlib.sha256("\n".join(sorted(stamps)).encode("utf-8", "surrogatepass"))
     return f"{identity} stamp {digest.hexdigest()}"
+
+
+def _stamp_folder(folder: str, rel: str, stamps: list[str]) -> None:
+    """Append ``path\0size\0mtime`` of each ``.py`` file under ``folder`` (``rel``: its
+    path relative to the package root) to ``stamps``."""
+    # NOTE: scandir entries carry their stat, and relative paths are built while
+    # walking (os.walk plus relpath per file cost twice as much on a first call)
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.endswith(".py") and entry.is_file():
+                st = entry.stat()
+                stamps.append(f"{rel}{entry.name}\0{st.st_size}\0{st.st_mtime_ns}")
+            elif entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
+                _stamp_folder(entry.path, f"{rel}{entry.name}{os.sep}", stamps)
 
 
 def source_digest(package: str) -> str:
