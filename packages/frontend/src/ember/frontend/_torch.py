@@ -36,6 +36,7 @@ __all__ = [
     "TreeSpec",
     "data_dependent_output_types",
     "dict_version_reader",
+    "dynamo_graph_break",
     "fake_mode_active",
     "global_module_hooks_registered",
     "has_unbacked_symbols",
@@ -49,6 +50,12 @@ __all__ = [
     "tree_flatten_with_path",
     "tree_unflatten",
 ]
+
+
+def dynamo_graph_break() -> Any:
+    """``torch._dynamo.graph_break`` (torch.optim's step wrapper calls it), or None."""
+    dynamo = getattr(torch, "_dynamo", None)
+    return getattr(dynamo, "graph_break", None)
 
 
 def fake_mode_active() -> bool:

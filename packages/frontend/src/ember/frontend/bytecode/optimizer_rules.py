@@ -48,7 +48,7 @@ import typing
 import weakref
 from typing import Any
 
-import torch
+from ember.frontend._torch import dynamo_graph_break
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.sources import RefTargetSource
@@ -87,9 +87,9 @@ def _graph_break_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
 OPTIMIZER_RULES: dict[Any, Any] = {}
 """Callable -> rule (the ``BUILTIN_RULES`` signature) for the calls above."""
 
-_dynamo = getattr(torch, "_dynamo", None)
-if _dynamo is not None and hasattr(_dynamo, "graph_break"):
-    OPTIMIZER_RULES[_dynamo.graph_break] = _graph_break_rule
+_graph_break = dynamo_graph_break()
+if _graph_break is not None:
+    OPTIMIZER_RULES[_graph_break] = _graph_break_rule
 # typing.cast(T, v) is v (Optimizer.step's wrapper casts self): not run for real, which
 # refuses an object the capture wrote (the scheduler's wrapper sets opt._opt_called)
 OPTIMIZER_RULES[typing.cast] = lambda h, interp, frame, args, kwargs: (
