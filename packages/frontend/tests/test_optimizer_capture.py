@@ -150,7 +150,7 @@ def test_whole_step_is_a_few_fused_kernels(capsys: pytest.CaptureFixture[str]) -
         step.reset()
         step()
     code = capsys.readouterr().err
-    calls = re.findall(r"^    (kernel\d+)\(", code, re.M)
+    calls = re.findall(r"^    (kernel\d+)\(", code, re.MULTILINE)
     assert len(calls) == 5, code
     assert step.stats.graph_breaks == 0
 

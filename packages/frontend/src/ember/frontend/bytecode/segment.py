@@ -24,14 +24,13 @@ import torch
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.calls import ITEM_BREAK, CallHandler
 from ember.frontend.bytecode.capture import CaptureContext
-from ember.frontend.bytecode.exception_ops import ExcInfoSource
+from ember.frontend.bytecode.exception_ops import ExcInfoSource, ProfilerRangeExit
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame, FrameState, _Marker
 from ember.frontend.bytecode.grad_mode import (
     GradModeTracker,
     detach_no_grad_inputs,
     graph_grad_mode,
 )
-from ember.frontend.bytecode.exception_ops import ProfilerRangeExit
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, location_of
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.liveness import live_locals

@@ -23,9 +23,9 @@ import torch
 from ember.frontend._torch import fake_tensor_limitation_types, has_unbacked_symbols
 from ember.frontend.bytecode.attributes import DELETED, dict_shadow
 from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext, is_traced_array
+from ember.frontend.bytecode.exception_ops import ProfilerRangeExit
 from ember.frontend.bytecode.frame import _Marker
 from ember.frontend.bytecode.generators import LazyIterator
-from ember.frontend.bytecode.exception_ops import ProfilerRangeExit
 from ember.frontend.bytecode.interpreter import GradModeRestore, is_fake_tensor
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.recipes import (
