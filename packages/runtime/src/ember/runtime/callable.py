@@ -251,13 +251,23 @@ class ProgramCallable:
                     f"{names[alias.base]!r} but is not one in this call; recompile for "
                     "these inputs")
             allowed |= {(alias.input, alias.base), (alias.base, alias.input)}
+        if not self._mutated:
+            return
+        # NOTE: inputs grouped by storage first: an optimizer step writes hundreds of
+        # inputs, and comparing each with every input was quadratic (200,000 pairs)
+        by_storage: dict[int, list[int]] = {}
+        for j, other in enumerate(full):
+            if isinstance(other, torch.Tensor):
+                storage = other.untyped_storage()
+                if storage.nbytes() > 0:
+                    by_storage.setdefault(storage.data_ptr(), []).append(j)
         for i in self._mutated:
             written = full[i]
-            if not isinstance(written, torch.Tensor):
+            if not isinstance(written, torch.Tensor) or written.untyped_storage().nbytes() == 0:
                 continue
-            for j, other in enumerate(full):
-                if j != i and (i, j) not in allowed and isinstance(other, torch.Tensor) \
-                        and _may_overlap(written, other):
+            for j in by_storage.get(written.untyped_storage().data_ptr(), ()):
+                other = full[j]
+                if j != i and (i, j) not in allowed and _may_overlap(written, other):
                     raise RuntimeError(
                         f"input {names[j]!r} shares memory with input {names[i]!r}, which "
                         "the program writes, but they did not share memory when the program "
