@@ -14,7 +14,9 @@ before the timer: torch's own first-use setup (oneDNN's convolution primitives, 
 autograd engine's threads; 0.2 s for the quick ResNet on the CPU machine) is paid by
 every process that runs the model, compiled or not, and is no compile time. The
 worker also reports the CPU time of the timed part (``first_call_cpu_s``; the warm
-one as ``warm_cpu_s``): on a shared machine it varies far less than wall time. The
+one as ``warm_cpu_s``): on a shared machine it varies far less than wall time; and the
+time of a second call (``second_call_s``; ``run_s``), the run alone, which a model whose
+own run is slow (or varies between processes) adds to its first call. The
 workers write Python bytecode
 (``PYTHONDONTWRITEBYTECODE`` is dropped for them), so the warm process imports Ember
 from ``.pyc`` files, as an installed package does: otherwise each warm start would
@@ -22,8 +24,8 @@ compile Ember's sources again (about 0.4 s on the CPU machine), which no restart
 of a user pays.
 
 The worker runs as ``python -m benchlib.coldstart JSON`` (``tools/`` on ``sys.path``); its
-last stdout line is ``{"first_call_s": ..., "first_call_cpu_s": ..., "phases": {...}}`` or
-``{"error": ...}``;
+last stdout line is ``{"first_call_s": ..., "first_call_cpu_s": ..., "second_call_s": ...,
+"phases": {...}}`` or ``{"error": ...}``;
 ``phases`` (Ember only) sums the stage profiles of the compiles of the first call
 (``ember.runtime.phases``: seconds by phase, counts).
 """
@@ -72,7 +74,8 @@ def measure(job: ColdJob, timeout_s: float = 600.0) -> dict[str, object]:
         if "error" in warm:
             return {"error": f"warm: {warm['error']}"}
     return {"cold_s": cold["first_call_s"], "warm_s": warm["first_call_s"],
-            "warm_cpu_s": warm.get("first_call_cpu_s"), "cold_phases": cold.get("phases", {})}
+            "warm_cpu_s": warm.get("first_call_cpu_s"), "run_s": warm.get("second_call_s"),
+            "cold_phases": cold.get("phases", {})}
 
 
 def worker_env(tmp: Path) -> dict[str, str]:
@@ -108,8 +111,9 @@ def _run_worker(job: ColdJob, env: dict[str, str], timeout_s: float) -> dict[str
     return result
 
 
-def _first_call_seconds(job: ColdJob) -> tuple[float, float]:
-    """Wall and CPU seconds of compiling ``job``'s model and its first call."""
+def _first_call_seconds(job: ColdJob) -> tuple[float, float, float]:
+    """Wall and CPU seconds of compiling ``job``'s model and its first call, and the
+    wall seconds of a second call (the run alone)."""
     import torch
     import zoo
 
@@ -127,7 +131,11 @@ def _first_call_seconds(job: ColdJob) -> tuple[float, float]:
                      job.ember_options, True if job.dynamic else None)
     step()
     synchronize(device)
-    return time.perf_counter() - start, time.process_time() - cpu_start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    start = time.perf_counter()
+    step()
+    synchronize(device)
+    return wall, cpu, time.perf_counter() - start
 
 
 def _ember_phases() -> dict[str, float]:
@@ -146,8 +154,9 @@ def _ember_phases() -> dict[str, float]:
 
 def _worker(job: ColdJob) -> dict[str, object]:
     try:
-        seconds, cpu_seconds = _first_call_seconds(job)
-        found: dict[str, object] = {"first_call_s": seconds, "first_call_cpu_s": cpu_seconds}
+        seconds, cpu_seconds, run_seconds = _first_call_seconds(job)
+        found: dict[str, object] = {"first_call_s": seconds, "first_call_cpu_s": cpu_seconds,
+                                    "second_call_s": run_seconds}
         if job.compiler == "ember":
             found["phases"] = _ember_phases()
         return found
