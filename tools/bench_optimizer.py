@@ -1,7 +1,7 @@
 """Time one optimizer step: eager, ``ember.frontend.compile(opt.step)`` and
 ``torch.compile(opt.step)``, on a ~10M-parameter MLP (issue #19 item 4).
 
-    OMP_NUM_THREADS=1 python tools/bench_optimizer.py [--params 10] [--repeats 30]
+    OMP_NUM_THREADS=1 python tools/bench_optimizer.py [--params 10] [--repeats 30] [--width 1024]
 
 Prints one markdown table row per optimizer: the median time per step of each, in one
 process. The gradients are set once; every step updates the parameters and state in
@@ -26,9 +26,8 @@ OPTIMIZERS: list[tuple[str, type[torch.optim.Optimizer], dict[str, Any]]] = [
 ]
 
 
-def _model(millions: float) -> nn.Module:
+def _model(millions: float, width: int = 1024) -> nn.Module:
     torch.manual_seed(0)
-    width = 1024
     layers = max(1, round(millions * 1e6 / (width * width + width)))
     model = nn.Sequential(*(nn.Linear(width, width) for _ in range(layers)))
     for p in model.parameters():
@@ -51,17 +50,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--params", type=float, default=10.0, help="millions of parameters")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--width", type=int, default=1024,
+                        help="features of each Linear layer (64: many small parameters)")
     args = parser.parse_args()
     import ember.frontend as ef
 
-    n = sum(p.numel() for p in _model(args.params).parameters())
-    print(f"{n / 1e6:.1f}M parameters, torch threads {torch.get_num_threads()}")
+    params = list(_model(args.params, args.width).parameters())
+    print(f"{sum(p.numel() for p in params) / 1e6:.1f}M parameters in {len(params)} "
+          f"tensors, torch threads {torch.get_num_threads()}")
     print("| optimizer | eager | torch.compile | ember | ember / eager | ember / torch.compile |")
     print("|---|---|---|---|---|---|")
     for name, cls, kw in OPTIMIZERS:
         times = []
         for make in (lambda s: s, torch.compile, ef.compile):
-            model = _model(args.params)
+            model = _model(args.params, args.width)
             opt = cls(model.parameters(), **kw)
             times.append(_median_ms(make(opt.step), args.repeats))
         eager, torch_c, ember = times

@@ -23,11 +23,11 @@ def six_updates(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tens
     return a * s + 1, b * s + 1, c * s + 1, d * s + 1, e * s + 1, f * s + 1
 
 
-def _kernels(limit: int | None) -> int:
+def _kernels(limit: int | None, size: int = 256) -> int:
     class Limited(CppBackend):
         horizontal_buffer_limit = limit
 
-    inputs = [torch.randn(64, 64) for _ in range(6)] + [torch.randn(())]
+    inputs = [torch.randn(size, size) for _ in range(6)] + [torch.randn(())]
     steps = schedule(GraphLowering(trace(six_updates, inputs)).run(), Limited())
     text = format_schedule(steps)
     return sum(1 for line in text.splitlines() if line.startswith("kernel"))
@@ -39,3 +39,8 @@ def test_cpu_limit_splits_independent_updates() -> None:
     assert _kernels(8) == 2
     assert _kernels(None) == 1
     assert _kernels(2) == 6
+
+
+def test_small_arrays_fuse_whatever_the_limit() -> None:
+    # 64 x 64: below HORIZONTAL_LIMIT_ELEMENTS, in cache; one launch beats six
+    assert _kernels(2, size=64) == 1

@@ -18,7 +18,8 @@ than the groups it depends on) where it *fits*:
 That gives producer–consumer fusion (pointwise chains are already inlined by the
 lowering; reductions take their pointwise prologues and epilogues), and horizontal
 fusion of independent nodes with the same iteration space (up to the backend's
-``horizontal_buffer_limit`` buffers a kernel: 8 on the CPU). A buffer written by a group
+``horizontal_buffer_limit`` buffers a kernel, 8 on the CPU, over at least
+``HORIZONTAL_LIMIT_ELEMENTS`` elements). A buffer written by a group
 and read by nothing outside it (and not a graph output) is never stored.
 
 Device policy is the kernel backend's (``KernelBackend.can_fuse``): before a node joins
@@ -76,6 +77,9 @@ Emit = Callable[[BodyBuilder, Sequence[IndexExpr], Sequence[IndexExpr]], None]
 
 # How many recent groups a node may join (bounds the trial builds on large graphs).
 FUSION_WINDOW = 16
+# The backend's horizontal_buffer_limit holds for kernels over at least this many
+# elements (a 256 KiB float32 array); smaller independent nodes always fuse.
+HORIZONTAL_LIMIT_ELEMENTS = 1 << 16
 
 
 @dataclass
@@ -307,11 +311,13 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
 def _over_horizontal_limit(node: LoopNode, group: KernelGroup,
                            backend: KernelBackend | None, scalars: set[str]) -> bool:
     """Whether ``node``, sharing no buffer with ``group`` (single-element buffers, such as
-    an optimizer's step counts and constants, aside), would take the kernel past the
-    backend's ``horizontal_buffer_limit`` buffers."""
+    an optimizer's step counts and constants, aside), would take the kernel, over at
+    least ``HORIZONTAL_LIMIT_ELEMENTS`` elements, past the backend's
+    ``horizontal_buffer_limit`` buffers."""
     limit = None if backend is None else backend.horizontal_buffer_limit
-    if limit is None:
-        return False
+    elements = numel((*group.outer, *group.reduction))
+    if limit is None or (isinstance(elements, int) and elements < HORIZONTAL_LIMIT_ELEMENTS):
+        return False  # small arrays stay in cache: fewer launches win
     touched = group.touched - scalars
     mine = {node.name, *node.reads} - scalars
     return not (mine & touched) and len(touched) + len(mine) > limit
