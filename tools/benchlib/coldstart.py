@@ -63,8 +63,8 @@ class ColdJob:
 
 
 def measure(job: ColdJob, timeout_s: float = 600.0) -> dict[str, object]:
-    """Cold then warm compile time of ``job``: ``{"cold_s", "warm_s"}`` or
-    ``{"error": "..."}`` (a failure never raises)."""
+    """Cold then warm compile time of ``job``: ``{"cold_s", "warm_s", "warm_cpu_s",
+    "run_s", "cold_phases"}`` or ``{"error": "..."}`` (a failure never raises)."""
     with tempfile.TemporaryDirectory(prefix="ember-cold-") as tmp:
         env = worker_env(Path(tmp))
         cold = _run_worker(job, env, timeout_s)

@@ -183,7 +183,8 @@ def test_cold_compile_of_a_dynamic_row_compiles_with_dynamic_true(
     job = coldstart.ColdJob("mlp", "ember", "inductor", "cpu", "float32", "test", False,
                             dynamic=True)
     assert coldstart.ColdJob(**json.loads(json.dumps(dataclasses.asdict(job)))) == job
-    assert coldstart._first_call_seconds(job) > 0
+    assert coldstart._first_call_seconds(job)[0] > 0
     static = dataclasses.replace(job, dynamic=False)
-    assert coldstart._first_call_seconds(static) > 0
-    assert seen == [("ember", True), ("ember", None)]
+    assert coldstart._first_call_seconds(static)[0] > 0
+    # each job runs the model eagerly once before its timer (coldstart's docstring)
+    assert [s for s in seen if s[0] != "eager"] == [("ember", True), ("ember", None)]

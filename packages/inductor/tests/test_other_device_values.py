@@ -39,3 +39,13 @@ def test_the_wrapper_checks_a_cpu_input_for_the_cpu_and_allocates_kernels_on_cud
     assert "# fallback: aten::zeros.default (a cpu tensor in a cuda graph)" in wrapper, wrapper
     assert "device=torch.device('cpu')" in wrapper, wrapper
     assert "buf2 = empty_strided((4,), (1,), dtype=torch.float32, device='cuda')" in wrapper
+
+
+def test_a_program_traced_on_the_cpu_compiled_for_cuda_is_retargeted_whole() -> None:
+    # the device option moves every value: nothing is "on another device" then
+    text = PROGRAM.replace(" cuda:0", " cpu").replace(
+        '  %zeros: f32[4]{1} cpu = aten::zeros.default([4], dtype=torch.float32, '
+        'device=device("cpu"), pin_memory=False)\n  %a: f32[4]{1} cpu = aten::add.Tensor(%zeros, 1)\n',
+        "  %a: f32[4]{1} cpu = aten::add.Tensor(%x, 1)\n")
+    lowered = GraphLowering(parse_program(text), "forward", torch.device("cuda")).run()
+    assert dict(lowered.fallbacks) == {}

@@ -25,6 +25,7 @@ from ember.inductor.codegen.user_kernels import is_user_kernel, user_kernel_comm
 from ember.inductor.loop_ir import Int, Kernel, Size, Store, render_size
 from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.inductor.lowering.checks import ERROR_BUFFER
+from ember.inductor.lowering.devices import traced_device
 from ember.inductor.lowering.extern_args import (
     ConstantArg,
     ExternArg,
@@ -179,15 +180,17 @@ class WrapperWriter:
         path (metadata only); ``_check_input`` raises naming the input, or copies an input
         of another layout into the traced one."""
         low = self.lowered
+        traced = traced_device([inp.meta for inp in low.inputs])
         for inp in low.inputs:
             name, meta = inp.name, inp.meta
             if not isinstance(meta, TensorMeta):
                 continue  # a SymInt or Python scalar input
             info = low.buffers.get(name)
             # kernels read a buffered input's pointer: it must be where they run (an
-            # input traced on another device is read by extern calls only: lowering)
-            here = torch.device(self.device)
-            device = here if info is not None and meta.device.type == here.type else meta.device
+            # input traced on another device than the graph's is read by extern calls
+            # only: lowering/devices.py)
+            device = (torch.device(self.device) if info is not None
+                      and (traced is None or meta.device.type == traced.type) else meta.device)
             tests = [f"isinstance({name}, torch.Tensor)", f"{name}.dtype is {meta.dtype}",
                      _device_test(name, device)]
             if info is not None and _static_layout(info):

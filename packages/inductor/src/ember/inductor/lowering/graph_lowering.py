@@ -36,6 +36,7 @@ from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.context import ExternRequest
 from ember.inductor.lowering.custom_ops import is_custom_operator, lower_custom_call
+from ember.inductor.lowering.devices import other_device, traced_device
 from ember.inductor.lowering.extern_args import (
     ExternArg,
     ListArg,
@@ -125,6 +126,7 @@ class GraphLowering:
         self.fallbacks: collections.Counter[str] = collections.Counter()
         self.checks: list[RuntimeCheck] = []  # run-time checks the kernels record (checks.py)
         self.device = device or self._guess_device()
+        self._traced = traced_device([n.meta for n in self.graph.nodes])  # devices.py
         # eager: run every op as an extern call (a graph whose generated code failed;
         # see compile.compile_graph)
         self.all_extern = eager
@@ -215,7 +217,7 @@ class GraphLowering:
             reason = f"its result defines the data-dependent size {', '.join(sorted(new))}"
             self.values[node.name] = self.extern(node, fallback=True, reason=reason)
             return
-        other = self._other_device(node)
+        other = other_device(self.graph, node, self._traced)
         if other is not None:  # torch.zeros(k) in a cuda program: a cpu tensor
             self.values[node.name] = self.extern(
                 node, fallback=True, reason=f"a {other} tensor in a {self.device.type} graph")
@@ -258,19 +260,6 @@ class GraphLowering:
             self.outputs.append(self._output_expr(a, i))
 
     # -- values -------------------------------------------------------------------------
-    def _other_device(self, node: Node) -> str | None:
-        """The device type of a tensor ``node`` makes or reads that is not the graph's
-        (its kernels run on the graph's device only), or None."""
-        metas: list[Any] = list(node.meta) if isinstance(node.meta, tuple) else [node.meta]
-        for a in node.inputs():
-            meta = self.graph.node(a.node).meta
-            metas.append(meta[a.index] if isinstance(meta, tuple) and a.index is not None
-                         else meta)
-        for m in metas:
-            if isinstance(m, TensorMeta) and m.device.type != self.device.type:
-                return m.device.type
-        return None
-
     def _arg(self, a: Argument) -> Any:
         if isinstance(a, ValueRef):
             v = self.values[a.node]

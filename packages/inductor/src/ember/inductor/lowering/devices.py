@@ -1,0 +1,43 @@
+"""Values on another device than the graph's.
+
+A graph's kernels run on one device: the one its tensors were traced on (the first
+tensor's device; the ``device`` option may retarget the whole graph, say a program traced
+on the CPU compiled for CUDA). A tensor traced on another device than that one
+(``torch.zeros(k)`` without a device in a CUDA program makes a CPU tensor; a CPU 0-d
+tensor read by a CUDA op) never enters a kernel: its node runs as an extern ATen call
+(a counted fallback, with the reason), and an input traced there is checked for there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from ember.runtime.ir import Graph, Node, TensorMeta
+
+__all__ = ["other_device", "traced_device"]
+
+
+def traced_device(metas: list[Any]) -> torch.device | None:
+    """The device of the first tensor among ``metas`` (a graph's values in order), or
+    None."""
+    for m in metas:
+        if isinstance(m, TensorMeta):
+            return m.device
+    return None
+
+
+def other_device(graph: Graph, node: Node, traced: torch.device | None) -> str | None:
+    """The device type of a tensor ``node`` makes or reads that is not ``traced``'s, or
+    None."""
+    if traced is None:
+        return None
+    metas: list[Any] = list(node.meta) if isinstance(node.meta, tuple) else [node.meta]
+    for a in node.inputs():
+        meta = graph.node(a.node).meta
+        metas.append(meta[a.index] if isinstance(meta, tuple) and a.index is not None
+                     else meta)
+    for m in metas:
+        if isinstance(m, TensorMeta) and m.device.type != traced.type:
+            return m.device.type
+    return None
