@@ -20,8 +20,8 @@ from typing import Any
 import ember.frontend as ef
 import pytest
 import torch
-from ember.runtime._torch import TorchDispatchMode
 from ember.runtime.config import patch
+from ember_testing.copies import CopyCounter
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -82,20 +82,6 @@ def triton_jit(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return y * 2
 
 
-class _Copies(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Counts ``aten::copy_`` calls (the runtime's copy back is one)."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.count = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                           kwargs: Any = None) -> Any:
-        if func is torch.ops.aten.copy_.default:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _check(fn: Callable[..., torch.Tensor], backend: str, device: str = "cpu",
            n: int = 70) -> tuple[str, int]:
     """Compile ``fn``, run it twice against eager (the output and the written input);
@@ -108,7 +94,7 @@ def _check(fn: Callable[..., torch.Tensor], backend: str, device: str = "cpu",
         x, y = torch.randn(n, device=device), torch.randn(n, device=device)
         want_x, want_y = x.clone(), y.clone()
         want = fn(want_x, want_y)
-        with patch(logs="output_code"), _Copies() as counter, \
+        with patch(logs="output_code"), CopyCounter() as counter, \
                 contextlib.redirect_stderr(io.StringIO()) as log:
             got = compiled(x, y)
         code = code or log.getvalue()

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
-from ember.runtime._torch import TorchDispatchMode
+from ember_testing.copies import CopyCounter
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -96,26 +95,12 @@ def test_the_wrapper_calls_the_op_on_the_input_and_returns_it() -> None:
     assert code.count("empty_strided(") == 1  # buf1 only: no copy of arg0
 
 
-class _Copies(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Counts ``aten::copy_`` calls (the runtime's copy back is one)."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.count = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                           kwargs: Any = None) -> Any:
-        if func is torch.ops.aten.copy_.default:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def test_no_copy_back_and_values_match_eager() -> None:
     compiled, _ = compile_and_load(DEAD)
     run = ProgramCallable(compiled)
     x, y = torch.randn(4), torch.randn(4)
     want_x, want_out = x * 2, y + 1
-    with _Copies() as copies:
+    with CopyCounter() as copies:
         (out,) = run([x, y])
     torch.testing.assert_close(x, want_x)
     torch.testing.assert_close(out, want_out)
@@ -126,7 +111,7 @@ def test_an_input_that_requires_grad_is_not_copied_onto_itself() -> None:
     compiled, _ = compile_and_load(DEAD)  # no backward graph: inference
     x = torch.randn(4, requires_grad=True)
     want = x.detach() * 2
-    with torch.no_grad(), _Copies() as copies:
+    with torch.no_grad(), CopyCounter() as copies:
         ProgramCallable(compiled)([x, torch.randn(4)])
     torch.testing.assert_close(x.detach(), want)
     assert copies.count == 0
@@ -139,7 +124,7 @@ def test_a_copy_back_from_other_memory_still_runs() -> None:
     base = torch.randn(8)
     x, y = base[::2], torch.randn(4)
     want = x * 2
-    with _Copies() as copies:
+    with CopyCounter() as copies:
         run([x, y])
     torch.testing.assert_close(x, want)
     assert copies.count >= 1
@@ -219,7 +204,6 @@ def test_an_input_requiring_grad_in_training_keeps_the_copy() -> None:
     assert _copied(program) == "arg0"  # inference: requires_grad alone does not matter
 
 
-
 def test_the_written_value_also_returned_to_the_user_is_a_copy() -> None:
     program = _program("""\
   %clone: f32[4]{1} cpu = aten::clone.default(%x)
@@ -287,7 +271,7 @@ def test_written_in_place_on_cuda() -> None:
     assert "buf0 = ops.ember_elision_test.scale_.default(arg0, 2.0)" in code
     x, y = torch.randn(1000, device="cuda")[:4], torch.randn(4, device="cuda")
     want = x * 2
-    with _Copies() as copies:
+    with CopyCounter() as copies:
         (out,) = ProgramCallable(compiled)([x, y])
     torch.testing.assert_close(x, want)
     torch.testing.assert_close(out, y + 1)
