@@ -2,22 +2,23 @@
 always an extern call, never fused into.
 
 The kernel is the user's own code: the inductor fuses the ops around it but does not
-look inside. The wrapper calls the operator, which launches the user's kernel object on
-fresh copies of the tensors it writes (``ember.runtime.user_kernels``), and shows the
-kernel's source above the call (``codegen/user_kernels.py``).
+look inside. The wrapper calls the operator (``ember.runtime.user_kernels``), which
+launches the user's kernel object, and shows the kernel's source above the call
+(``codegen/user_kernels.py``).
 
 A kernel indexes its tensors with the strides the user passed as ints at capture, so
 each tensor must reach it in exactly the traced layout: the lowering pass
 :func:`user_kernel_operands` stores a computed operand (or a view the lowering made of a
 ``clone``/``contiguous``) in a buffer with the traced strides.
 
-A kernel that writes a graph input the program mutates (``kernel[grid](x, ...)`` on
-the caller's ``x``), whose old value nothing reads after the launch, is launched on the
-input itself: the pass emits the in-place twin ``ember::triton_kernel_`` on buffers only
-the call holds (:mod:`.written_args`: the input, a computed buffer that is dead after the
-call, or else a copy), the call's results are those buffers, and the input's
-``MUTATED_INPUT`` output is ``argN`` (no copy in, none back). Other launches keep the
-functional operator and its copies.
+The pass emits the in-place twin ``ember::triton_kernel_`` on buffers only the call
+holds (:mod:`.written_args`), one per written operand: a graph input the program mutates
+(``kernel[grid](x, ...)`` on the caller's ``x``) whose old value nothing reads after the
+launch (its ``MUTATED_INPUT`` output is then ``argN``: no copy in, none back), a computed
+buffer dead after the call (the kernel's ``torch.empty_like`` output: written where it
+is, no copy), or else a copy. The call's results are those buffers. A launch whose
+operands cannot be owned that way (a written tensor also passed elsewhere, a copy that
+could not have the traced layout) keeps the functional operator and its copies.
 """
 
 from __future__ import annotations
@@ -76,12 +77,13 @@ def user_kernel_operands(ctx: LoweringContext, call: ExternRequest
 
 
 def _launch_in_place(ctx: GraphLowering, call: ExternRequest, refs: tuple[Any, ...]) -> bool:
-    """Whether to launch ``call`` on buffers it owns: it writes a graph input that may be
-    written in place, every written operand is passed only where the launch had that
-    tensor (its ``same`` group), and one that needs a copy has a dense traced layout."""
+    """Whether to launch ``call`` on buffers it owns (each written operand's own buffer
+    where it may be written in place: a graph input the program mutates, or a computed
+    buffer such as the kernel's ``torch.empty_like`` output, dead after the call; else a
+    copy): every written operand is passed only where the launch had that tensor (its
+    ``same`` group), and one that needs a copy has a dense traced layout."""
     launch = parse_call(str(call.node.args[3]))
     values = call.args[1]
-    some_input = False
     for w in launch.writes:
         ref, value = refs[w], values[w]
         group = _group(launch.same, w)
@@ -90,14 +92,13 @@ def _launch_in_place(ctx: GraphLowering, call: ExternRequest, refs: tuple[Any, .
             return False
         if isinstance(value, Stored) and can_write_in_place(ctx, call.node, ref, value,
                                                              fresh=False):
-            some_input |= ctx.buffers[value.buffer].kind == "input"
             continue
         meta = ctx.traced_meta(ref)
         if not isinstance(meta, TensorMeta) or not all(
                 isinstance(s, int) for s in (*meta.sizes, *meta.strides)) or not is_dense(
                 tuple(int(s) for s in meta.sizes), tuple(int(s) for s in meta.strides)):
             return False  # a copy could not have the layout the kernel indexes
-    return some_input
+    return True
 
 
 def _emit_in_place(ctx: GraphLowering, call: ExternRequest, refs: tuple[Any, ...]
