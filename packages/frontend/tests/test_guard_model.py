@@ -216,3 +216,11 @@ def test_a_module_without_hooks_gets_one_hook_guard(
     err = capsys.readouterr().err
     assert "len(self[0]._forward_hooks) == 1" in err, err
     assert err.count("has no module hooks") == 1, err
+
+
+def test_a_keys_guard_over_tensor_keys_shows_them_by_type_and_shape() -> None:
+    # an optimizer's state is keyed by parameters: their repr would print every element
+    w, b = torch.nn.Parameter(torch.ones(300, 4)), torch.nn.Parameter(torch.ones(300))
+    guard = Guard("keys", LocalSource("state"), [w, b, "step"])
+    assert guard.describe() == ("list(state.keys()) == [<a Parameter of shape (300, 4)>, "
+                                "<a Parameter of shape (300,)>, 'step']")

@@ -278,7 +278,11 @@ def _keys_check(w: CodeWriter, g: Guard) -> str:
 
 
 def _keys_describe(g: Guard) -> str:
-    return f"list({g.where()}.keys()) == {list(g.expected)!r}"
+    # tensor keys (an optimizer's state, keyed by parameters) by type and shape: a
+    # tensor's repr would print its elements into the log line
+    keys = ", ".join(f"<{_shown(k)}>" if isinstance(k, torch.Tensor) else repr(k)
+                     for k in g.expected)
+    return f"list({g.where()}.keys()) == [{keys}]"
 
 
 # ---- relations between sources: distinct, same, aliasing ---------------------------------
