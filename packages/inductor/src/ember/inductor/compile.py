@@ -27,6 +27,7 @@ from ember.inductor.codegen.memory_plan import MemoryReport
 from ember.inductor.codegen.wrapper import WrapperWriter
 from ember.inductor.loop_ir import Kernel, format_kernel
 from ember.inductor.loop_ir.symbolic_index import size_hints
+from ember.inductor.lowering.devices import traced_device
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.passes import run_passes
 from ember.inductor.scheduler import KernelStep, schedule
@@ -63,14 +64,8 @@ class CompiledGraph:
 
 def graph_device(program: Program, graph_name: str) -> torch.device:
     """The device of a graph's tensors (the first tensor value found; cpu if none)."""
-    from ember.runtime.ir import TensorMeta
-
-    for node in program.graphs[graph_name].nodes:
-        metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
-        for m in metas:
-            if isinstance(m, TensorMeta):
-                return m.device
-    return torch.device("cpu")
+    metas = [n.meta for n in program.graphs[graph_name].nodes]
+    return traced_device(metas) or torch.device("cpu")
 
 
 def compile_graph(program: Program, graph_name: str = "forward",

@@ -263,9 +263,12 @@ class ProgramCallable:
                     by_storage.setdefault(storage.data_ptr(), []).append(j)
         for i in self._mutated:
             written = full[i]
-            if not isinstance(written, torch.Tensor) or written.untyped_storage().nbytes() == 0:
+            if not isinstance(written, torch.Tensor):
                 continue
-            for j in by_storage.get(written.untyped_storage().data_ptr(), ()):
+            storage = written.untyped_storage()
+            if storage.nbytes() == 0:
+                continue
+            for j in by_storage.get(storage.data_ptr(), ()):
                 other = full[j]
                 if j != i and (i, j) not in allowed and _may_overlap(written, other):
                     raise RuntimeError(

@@ -118,8 +118,7 @@ class RecordedSymbols:
         self._texts: dict[sympy.Basic, SymInt] = {}
         # dims of equal size and range share one symbol (duck sizing), also between a
         # dense input and a view (torch's own sharing does not reach view_fake's symbols
-        # on every torch: on 2.11 each head of a qkv split got a symbol of its own, and
-        # q @ k.transpose(-1, -2) then specialised both)
+        # on every torch: on 2.11 each head of a qkv split got a symbol of its own)
         self._duck: dict[tuple[int, int, int | None], torch.SymInt] = {}
 
     # ---- inputs -----------------------------------------------------------------------

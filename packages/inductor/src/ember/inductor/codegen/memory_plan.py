@@ -156,9 +156,8 @@ def storage_extent(info: BufferInfo) -> Size:
 
 def buffer_bytes(info: BufferInfo | None) -> int:
     """Bytes of a buffer's storage at the size hints (0 for a non-tensor value)."""
-    if info is None:
-        return 0
-    return hint(storage_extent(info)) * info.dtype.itemsize if storage_extent(info) != 0 else 0
+    extent = 0 if info is None else storage_extent(info)
+    return 0 if info is None or extent == 0 else hint(extent) * info.dtype.itemsize
 
 
 def _key(info: BufferInfo) -> tuple[torch.dtype, Size]:

@@ -19,11 +19,12 @@ __all__ = ["other_device", "traced_device"]
 
 
 def traced_device(metas: list[Any]) -> torch.device | None:
-    """The device of the first tensor among ``metas`` (a graph's values in order), or
-    None."""
+    """The device of the first tensor among ``metas`` (a graph's values in order; a
+    multi-output node's tuple counts its tensors), or None."""
     for m in metas:
-        if isinstance(m, TensorMeta):
-            return m.device
+        for one in m if isinstance(m, tuple) else (m,):
+            if isinstance(one, TensorMeta):
+                return one.device
     return None
 
 

@@ -125,8 +125,8 @@ class GraphLowering:
         self.in_place_inputs: set[str] = set()  # inputs a call writes itself (written_args)
         self.fallbacks: collections.Counter[str] = collections.Counter()
         self.checks: list[RuntimeCheck] = []  # run-time checks the kernels record (checks.py)
-        self.device = device or self._guess_device()
         self._traced = traced_device([n.meta for n in self.graph.nodes])  # devices.py
+        self.device = device or self._traced or torch.device("cpu")
         # eager: run every op as an extern call (a graph whose generated code failed;
         # see compile.compile_graph)
         self.all_extern = eager
@@ -146,12 +146,6 @@ class GraphLowering:
         # random ops (lowering/random.py): run them eagerly on torch's generator instead
         self.eager_random = eager_random
         self.rng = GraphSeed(self)
-
-    def _guess_device(self) -> torch.device:
-        for n in self.graph.nodes:
-            if isinstance(n.meta, TensorMeta):
-                return n.meta.device
-        return torch.device("cpu")
 
     def fresh(self, prefix: str = "buf") -> str:
         name = f"{prefix}{self._count}"
