@@ -53,12 +53,6 @@ def test_a_call_whose_strides_differ_is_a_recompile_not_a_wrong_result() -> None
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
-@pytest.mark.xfail(
-    tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 13), strict=True,
-    reason="known defect on torch 2.11 + CUDA (H200, session 18): q @ k.transpose(-1, -2) "
-           "dispatches aten.size.default from C++ during capture, whose fake-tensor handler "
-           "turns every size into an int, so the batch is specialised (4 compiles); "
-           "tools/gpu/debug_dynamic.py qkv with TORCH_LOGS=+dynamic shows the stack")
 def test_qkv_heads_on_cuda_compile_twice_for_a_batch_sweep() -> None:
     fast = ember.frontend.compile(attend)
     for batch in (2, 3, 5, 8):

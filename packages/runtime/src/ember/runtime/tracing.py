@@ -52,8 +52,8 @@ What gets recorded, and how:
   the recorder runs under its own ShapeEnv; ``add_input(..., dynamic_dims={0: (2,
   None)})`` makes dims symbols (``s0``), ``add_meta_input`` makes an input from IR
   metadata over given symbols; SymInt arguments become ``SymExpr`` (``sym(2*s0)``), metas
-  hold canonical size text, and :meth:`finish` fills ``graph.symbols`` and
-  ``graph.guards``. The default recorder is static and records exactly as before.
+  hold canonical size text, :meth:`finish` fills ``graph.symbols`` and ``graph.guards``,
+  and ``matmul`` is expanded in Python (:mod:`.tracing_matmul`).
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ from ember.runtime.ir import (
 from ember.runtime.ir.contracts import INPUT_ALIASES_KEY, InputAlias, InputAliases
 from ember.runtime.tracing_errors import RecordingError
 from ember.runtime.tracing_source import user_source_location
+from ember.runtime.tracing_matmul import SymbolicMatmul
 from ember.runtime.tracing_symbolic import RecordedSymbols
 
 __all__ = ["GraphRecorder", "RecordingError"]
@@ -178,6 +179,7 @@ class GraphRecorder:
         self._names: set[str] = set()
         self._source: SourceLocation | None = None
         self._mode: _RecordingMode | None = None
+        self._matmul: SymbolicMatmul | None = None  # entered by a dynamic recorder
         self._paused = 0  # > 0 while the recorder's own work runs ops (fake conversion)
         self._n_placeholders = 0
         self._finished = False
@@ -298,13 +300,19 @@ class GraphRecorder:
         fake_mode.__enter__()
         self._mode = _RecordingMode(self)
         self._mode.__enter__()  # type: ignore[no-untyped-call]
+        if self.symbols is not None:
+            self._matmul = SymbolicMatmul()
+            self._matmul.__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, *exc: object) -> None:
         mode, self._mode = self._mode, None
         assert mode is not None
         fake_mode: Any = self.fake_mode
+        matmul, self._matmul = self._matmul, None
         try:
+            if matmul is not None:  # entered last, left first
+                matmul.__exit__(*exc)  # type: ignore[no-untyped-call]
             mode.__exit__(*exc)  # type: ignore[no-untyped-call]
         finally:
             fake_mode.__exit__(*exc)
@@ -481,9 +489,8 @@ class GraphRecorder:
 
     # ---- bookkeeping ------------------------------------------------------------------
 
-    def _add_node(
-        self, node: Node, result: Any, name_is_final: bool = False, position: int | None = None
-    ) -> None:
+    def _add_node(self, node: Node, result: Any, name_is_final: bool = False,
+                  position: int | None = None) -> None:
         if not name_is_final:
             node.name = self._fresh(node.name)
         self._names.add(node.name)
@@ -584,14 +591,10 @@ def _with_requires_grad(meta: Meta, result: Any) -> Meta:
     return _entry_with_requires_grad(meta, result)
 
 
-def _entry_with_requires_grad(
-    meta: TensorMeta | ScalarMeta | None, result: Any
-) -> TensorMeta | ScalarMeta | None:
-    if (
-        isinstance(meta, TensorMeta)
-        and isinstance(result, torch.Tensor)
-        and meta.requires_grad != result.requires_grad
-    ):
+def _entry_with_requires_grad(meta: TensorMeta | ScalarMeta | None,
+                              result: Any) -> TensorMeta | ScalarMeta | None:
+    if (isinstance(meta, TensorMeta) and isinstance(result, torch.Tensor)
+            and meta.requires_grad != result.requires_grad):
         return TensorMeta(meta.dtype, meta.sizes, meta.strides, meta.device,
                           meta.storage_offset, bool(result.requires_grad))
     return meta
