@@ -22,9 +22,14 @@ otherwise                                                       the first config
                                                                 tiles (``matmul_configs``)
 ==============================================================  ==========================
 
+On a Hopper device, where the persistent TMA variant applies (:mod:`.matmul_tma`'s
+rules), its configs (``TMA_CONFIGS``) come first and the cost model expects
+``TMA_EFFICIENCY`` of cuBLAS instead of ``TEMPLATE_EFFICIENCY``; where it does not, the
+log line says which rule failed.
+
 With autotuning on (``mode="max-autotune"``), :func:`ember.inductor.autotune.select`
-times the extern and the class's configs (kind ``"mm"``, key: op, sizes, dtype, operand
-strides, TF32) and the heuristic's choice is only the default. :func:`forced_matmul`
+times the extern and the class's configs, the TMA variant's too where it applies (kind
+``"mm"``, key: op, sizes, dtype, operand strides, TF32, ``tma`` where TMA applies) and the heuristic's choice is only the default. :func:`forced_matmul`
 overrides both (tests, benchmarks). Every choice is logged under
 ``EMBER_LOGS=autotune``; the chosen template shows in ``format_schedule`` and
 ``EMBER_LOGS=output_code``.
@@ -39,10 +44,13 @@ import torch
 from ember.inductor import autotune
 from ember.inductor.codegen.backend import MatmulProblem
 from ember.inductor.codegen.triton.matmul_configs import (
+    TMA_CONFIGS,
     MatmulConfig,
     candidate_configs,
     dtype_class,
+    shape_class,
 )
+from ember.inductor.codegen.triton.matmul_tma import tma_reason
 from ember.inductor.codegen.triton.sizes import SizeFacts
 from ember.inductor.loop_ir import MatmulTemplate
 from ember.runtime.logs import log
@@ -56,6 +64,8 @@ MIN_SIDE = 16
 #: and the time one kernel launch costs
 PEAK_FLOPS = {"16-bit": 7.0e14, "float32": 3.5e14}
 TEMPLATE_EFFICIENCY = 0.85
+#: the persistent TMA variant's expected share of cuBLAS's speed (Hopper; an estimate)
+TMA_EFFICIENCY = 0.95
 BANDWIDTH = 4.8e12
 LAUNCH_SECONDS = 5e-6
 #: the fewest programs a template launches in default mode (the H200's 132 SMs): with
@@ -72,14 +82,16 @@ _forced: str | None = None
 @contextlib.contextmanager
 def forced_matmul(choice: str) -> Iterator[None]:
     """Within the block every matmul the lowering offers is ``choice``: ``"extern"``,
-    ``"template"`` (the heuristic's config of the shape's class, even where the
-    heuristic would call the extern) or a config name (``"bm32_bn32_bk32_g8_s4_w4"``).
+    ``"template"`` (the first pointer-template config of the shape's class, even where
+    the heuristic would call the extern), ``"tma"`` (the first TMA config of the class,
+    on any device) or a config name (``"bm32_bn32_bk32_g8_s4_w4"``,
+    ``"tma_bm128_bn256_bk64_g8_s3_w8"``).
 
     Raises:
         ValueError: ``choice`` is none of these.
     """
     global _forced
-    if choice not in (EXTERN, "template"):
+    if choice not in (EXTERN, "template", "tma"):
         MatmulConfig.parse(choice)
     saved, _forced = _forced, choice
     try:
@@ -94,16 +106,30 @@ def _hints(problem: MatmulProblem) -> tuple[int, int, int, int]:
     return batch, facts.hint(problem.m), facts.hint(problem.n), facts.hint(problem.k)
 
 
-def heuristic_choice(problem: MatmulProblem) -> str:
-    """``"extern"`` or a config name, without timing anything (module doc)."""
+def tma_configs(problem: MatmulProblem) -> tuple[MatmulConfig, ...]:
+    """The TMA variant's configs of the problem's class (none for the skinny class)."""
+    _, m, n, k = _hints(problem)
+    classes = (dtype_class(problem.dtype), shape_class(m, n, k, problem.batch is not None))
+    return TMA_CONFIGS.get(classes, ())
+
+
+def heuristic_choice(problem: MatmulProblem, tma: bool | None = None) -> str:
+    """``"extern"`` or a config name, without timing anything (module doc); ``tma``:
+    whether the TMA variant applies (None: ask :func:`.matmul_tma.tma_reason`)."""
     _, m, n, k = _hints(problem)
     if problem.dtype == torch.float32 and not problem.allow_tf32:
         return EXTERN
     if not problem.fuses or min(m, n, k) < MIN_SIDE:
         return EXTERN
-    if template_deficit(problem) > fusion_saving(problem):
+    if tma is None:
+        tma = tma_reason(problem) is None
+    configs = candidate_configs(problem.dtype, m, n, k, problem.batch is not None)
+    if tma:
+        configs = tma_configs(problem) + configs
+    efficiency = TMA_EFFICIENCY if tma else TEMPLATE_EFFICIENCY
+    if template_deficit(problem, efficiency) > fusion_saving(problem):
         return EXTERN
-    for config in candidate_configs(problem.dtype, m, n, k, problem.batch is not None):
+    for config in configs:
         if programs(problem, config) >= MIN_PROGRAMS:
             return config.name  # the class's configs come fastest first
     return EXTERN
@@ -115,11 +141,13 @@ def programs(problem: MatmulProblem, config: MatmulConfig) -> int:
     return batch * -(-m // config.block_m) * -(-n // config.block_n) * config.split_k
 
 
-def template_deficit(problem: MatmulProblem) -> float:
-    """Seconds the template is expected to lose against cuBLAS on the GEMM itself."""
+def template_deficit(problem: MatmulProblem,
+                     efficiency: float = TEMPLATE_EFFICIENCY) -> float:
+    """Seconds the template (expected at ``efficiency`` of cuBLAS's speed) loses
+    against cuBLAS on the GEMM itself."""
     batch, m, n, k = _hints(problem)
     seconds = 2.0 * batch * m * n * k / PEAK_FLOPS[dtype_class(problem.dtype)]
-    return seconds * (1 / TEMPLATE_EFFICIENCY - 1)
+    return seconds * (1 / efficiency - 1)
 
 
 def fusion_saving(problem: MatmulProblem) -> float:
@@ -134,9 +162,13 @@ def choose_matmul(problem: MatmulProblem) -> MatmulTemplate | None:
     batch, m, n, k = _hints(problem)
     batched = problem.batch is not None
     configs = candidate_configs(problem.dtype, m, n, k, batched)
-    default = heuristic_choice(problem)
+    reason = tma_reason(problem)
+    if reason is None:
+        configs = tma_configs(problem) + configs
+    default = heuristic_choice(problem, reason is None)
     if _forced is not None:
-        choice = configs[0].name if _forced == "template" else _forced
+        choice = {"template": candidate_configs(problem.dtype, m, n, k, batched)[0].name,
+                  "tma": _first_tma(problem)}.get(_forced, _forced)
         how = "forced"
     elif autotune.autotune_enabled():
         names = {f"triton_{problem.op}_{c.name}": c for c in configs}
@@ -145,16 +177,27 @@ def choose_matmul(problem: MatmulProblem) -> MatmulTemplate | None:
                        for name, c in names.items()]
         default_name = (f"{EXTERN}_{problem.op}" if default == EXTERN
                         else f"triton_{problem.op}_{default}")
-        picked = autotune.select("mm", _key(problem), candidates, default=default_name)
+        key = _key(problem)
+        if reason is None:  # a decision cached before the TMA candidates is not reused
+            key["tma"] = True
+        picked = autotune.select("mm", key, candidates, default=default_name)
         choice = names[picked].name if picked in names else EXTERN
         how = "autotuned"
     else:
         choice, how = default, "heuristic"
+    tma_note = "" if reason is None else f"; TMA variant not applicable: {reason}"
     log("autotune", f"matmul {problem.op} [{f'B={batch}, ' if batched else ''}M={m}, "
-                    f"N={n}, K={k}] {problem.dtype}: {choice} ({how})")
+                    f"N={n}, K={k}] {problem.dtype}: {choice} ({how}){tma_note}")
     if choice == EXTERN:
         return None
     return MatmulTemplate(problem.op, batched, choice, problem.allow_tf32)
+
+
+def _first_tma(problem: MatmulProblem) -> str:
+    """``forced_matmul("tma")``'s config: the first TMA config of the class (of the
+    16-bit large class for a skinny shape, which has none)."""
+    configs = tma_configs(problem) or TMA_CONFIGS[(dtype_class(problem.dtype), "large")]
+    return configs[0].name
 
 
 def _key(problem: MatmulProblem) -> dict[str, object]:
@@ -211,5 +254,6 @@ def _template_runner(problem: MatmulProblem, config: str) -> Callable[[], Callab
 
 
 __all__ = ["BANDWIDTH", "EXTERN", "LAUNCH_SECONDS", "MIN_PROGRAMS", "MIN_SIDE", "PEAK_FLOPS",
-           "TEMPLATE_EFFICIENCY", "choose_matmul", "forced_matmul", "fusion_saving",
-           "heuristic_choice", "programs", "template_deficit"]
+           "TEMPLATE_EFFICIENCY", "TMA_EFFICIENCY", "choose_matmul", "forced_matmul",
+           "fusion_saving", "heuristic_choice", "programs", "template_deficit",
+           "tma_configs"]

@@ -94,12 +94,13 @@ class MatmulTemplateWriter(KernelWriter):
         outside the dot's operands, a value needing both ``m`` and ``n`` in a prologue).
     """
 
-    def __init__(self, kernel: Kernel, facts: SizeFacts | None = None) -> None:
+    def __init__(self, kernel: Kernel, facts: SizeFacts | None = None,
+                 config: MatmulConfig | None = None) -> None:
         template = kernel.template
         if template is None:
             raise ValueError(f"kernel {kernel.name} is not a matmul template")
         self.template: MatmulTemplate = template
-        self.mm = MatmulConfig.parse(template.config)
+        self.mm = config or MatmulConfig.parse(template.config)
         super().__init__(kernel, LaunchConfig(1, 1, True, self.mm.num_warps,
                                               self.mm.num_stages), facts)
         first = 1 if template.batched else 0
@@ -236,19 +237,32 @@ class MatmulTemplateWriter(KernelWriter):
 
     def tile_prologue(self, pid: str) -> None:
         """Sizes, the program's output tile (GROUP_M swizzle) and the output mask."""
+        self.size_lines()
+        self.line(f"pid = {pid}")
+        self.grid_lines()
+        self.tile_of("pid")
+
+    def size_lines(self) -> None:
+        """``M``, ``N``, ``K`` (after the size arguments' widening)."""
         _, m, n, k = self.sizes_of()
         self.size_prologue()
         self.size("M", m)
         self.size("N", n)
         self.size("K", k)
-        self.line(f"pid = {pid}")
+
+    def grid_lines(self) -> None:
+        """The output's tiles along M and N, and the swizzle group's width in tiles."""
         self.line("grid_m = (M + BLOCK_M - 1) // BLOCK_M")
         self.line("grid_n = (N + BLOCK_N - 1) // BLOCK_N")
         self.line("width = GROUP_M * grid_n")
-        self.line("first_m = (pid // width) * GROUP_M")
+
+    def tile_of(self, pid: str) -> None:
+        """Output tile ``pid`` (GROUP_M swizzle): ``pid_m``, ``pid_n``, ``xm``, ``xn``
+        and the output mask."""
+        self.line(f"first_m = ({pid} // width) * GROUP_M")
         self.line("rows = tl.minimum(grid_m - first_m, GROUP_M)")
-        self.line("pid_m = first_m + (pid % width) % rows")
-        self.line("pid_n = (pid % width) // rows")
+        self.line(f"pid_m = first_m + ({pid} % width) % rows")
+        self.line(f"pid_n = ({pid} % width) // rows")
         wide = ".to(tl.int64)" if self.use64 else ""
         self.line(f"xm = (pid_m{wide} * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]")
         self.line(f"xn = (pid_n{wide} * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]")
@@ -322,6 +336,11 @@ class MatmulTemplateWriter(KernelWriter):
         self.emit_section("prologue B [BLOCK_K, BLOCK_N]", self.b_side,
                           bmask and "bmask", {"r0": "kb"})
         b = self.operand(self.b_value, self.b_side, bmask and "bmask", {"r0", self.n_var})
+        self.emit_dot(a, b)
+        self.indent -= 1
+
+    def emit_dot(self, a: str, b: str) -> None:
+        """``acc += a @ b`` on the operand tiles ``a``, ``b`` (their dtype's precision)."""
         precision = ""
         if self.dot_dtype == torch.float32:
             precision = f", input_precision=\"{'tf32' if self.template.allow_tf32 else 'ieee'}\""
@@ -335,7 +354,6 @@ class MatmulTemplateWriter(KernelWriter):
             self.line(f"    acc = tl.dot({a}, {b}, acc)")
         else:
             self.line(f"acc = tl.dot({a}, {b}, acc{precision})")
-        self.indent -= 1
 
     def emit_common(self) -> None:
         for s in self.common:
@@ -448,7 +466,13 @@ class MatmulTemplateWriter(KernelWriter):
 
 
 def write_matmul_template(kernel: Kernel, facts: SizeFacts | None = None) -> TritonKernelCode:
-    """The Triton module of the matmul template ``kernel`` (``Kernel.template`` set)."""
+    """The Triton module of the matmul template ``kernel`` (``Kernel.template`` set): the
+    persistent TMA variant for a ``tma_`` config (:mod:`.matmul_tma_template`, which
+    falls back to this module's template where the kernel does not suit it)."""
+    if kernel.template is not None and kernel.template.config.startswith("tma_"):
+        from ember.inductor.codegen.triton.matmul_tma_template import write_tma_template
+
+        return write_tma_template(kernel, facts)
     return MatmulTemplateWriter(kernel, facts).write()
 
 
