@@ -7,7 +7,7 @@ choice table (which rule keeps the variant out, and the log line that says so)."
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +17,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from ember.inductor import autotune
-from ember.inductor.codegen.backend import MatmulProblem
 from ember.inductor.codegen.triton.matmul_choice import (
-    choose_matmul,
     forced_matmul,
-    heuristic_choice,
 )
-from ember.inductor.codegen.triton.matmul_configs import TMA_CONFIGS, MatmulConfig
-from ember.inductor.codegen.triton.matmul_tma import HOPPER, assume_capability, tma_reason
+from ember.inductor.codegen.triton.matmul_configs import TMA_CONFIGS
+from ember.inductor.codegen.triton.matmul_tma import HOPPER, assume_capability
 from ember.inductor.codegen.triton.testing import triton_for_cpu
 from ember.inductor.compile import compile_program
 from ember.runtime.compiled import load_executor
@@ -61,7 +57,8 @@ def _compiled(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], config: st
               ) -> tuple[Program, Callable[..., list[Any]]]:
     program = trace(fn, inputs)
     with triton_for_cpu(matmul_templates=True), forced_matmul(config):
-        return compile_and_load(program, precompile=False)
+        compiled, run = compile_and_load(program, precompile=False)
+    return compiled, run
 
 
 def _kernels(compiled: Program) -> str:
@@ -108,14 +105,12 @@ def kernel0(arg0_ptr, arg1_ptr, arg2_ptr, buf1_ptr, BLOCK_M: tl.constexpr, BLOCK
     v11 = tl.full([], 0.5, tl.float32)
     v13 = tl.full([], 0.7071067811865475, tl.float32)
     v16 = tl.full([], 1.0, tl.float32)
+    tile_c = tl.program_id(0) - tl.num_programs(0)
     for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True):
         first_m = (tile // width) * GROUP_M
         rows = tl.minimum(grid_m - first_m, GROUP_M)
         pid_m = first_m + (tile % width) % rows
         pid_n = (tile % width) // rows
-        xm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
-        xn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
-        xmask = (xn < N)
         acc = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)
         for koff in range(0, K, BLOCK_K):
             v0 = a_desc.load([tl.cast(pid_m * BLOCK_M, tl.int32), tl.cast(koff, tl.int32)])
@@ -124,6 +119,14 @@ def kernel0(arg0_ptr, arg1_ptr, arg2_ptr, buf1_ptr, BLOCK_M: tl.constexpr, BLOCK
                 acc = tl.dot(v0.to(tl.float32), v2.to(tl.float32), acc, input_precision="ieee")
             else:
                 acc = tl.dot(v0, v2, acc)
+        tile_c += tl.num_programs(0)
+        first_m = (tile_c // width) * GROUP_M
+        rows = tl.minimum(grid_m - first_m, GROUP_M)
+        pid_m = first_m + (tile_c % width) % rows
+        pid_n = (tile_c % width) // rows
+        xm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
+        xn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
+        xmask = (xn < N)
         # epilogue [BLOCK_M, BLOCK_N]
         v5 = acc
         v6 = tl.load(arg2_ptr + (xn), mask=xmask, other=0.0)
@@ -250,7 +253,8 @@ def _aot_program(compiled: Program) -> list[str]:
     from ember.runtime.compiled.triton_aot import compile_for_target
     from ember.runtime.compiled.triton_launcher import spec_from_entry
 
-    entries = compiled.metadata["compiled"]["graphs"]["forward"]["kernels"]
+    graphs: Any = compiled.metadata["compiled"]["graphs"]  # type: ignore[index]
+    entries = graphs["forward"]["kernels"]
     return [compile_for_target(spec_from_entry(e, compiled.files)).asm["ptx"]
             for e in entries]
 
@@ -270,3 +274,28 @@ def test_bf16_linear_bias_gelu_compiles_for_sm90() -> None:
 def test_symbolic_m_compiles_for_sm90() -> None:
     for ptx in _aot_program(_symbolic_mlp(TMA_CONFIGS[("16-bit", "large")][0].name)):
         assert "cp.async.bulk.tensor" in ptx and "wgmma" in ptx
+
+
+def _mlp(x: torch.Tensor, lw: torch.Tensor, lb: torch.Tensor, w1: torch.Tensor,
+         b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+    h = F.layer_norm(x, (x.shape[-1],), lw, lb)
+    return x + F.linear(F.gelu(F.linear(h, w1, b1)), w2, b2)
+
+
+@needs_descriptors
+def test_mlp_block_takes_the_variant_for_both_matmuls(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The GELU between the matmuls is stored by the first's epilogue, not fused into
+    the second's loads, so both read their operands through descriptors."""
+    g = torch.Generator().manual_seed(4)
+    d = 32
+    xs = [torch.randn(96, d, generator=g).to(BF), torch.randn(d, generator=g).to(BF),
+          torch.randn(d, generator=g).to(BF), (torch.randn(4 * d, d, generator=g) / 8).to(BF),
+          torch.randn(4 * d, generator=g).to(BF),
+          (torch.randn(d, 4 * d, generator=g) / 16).to(BF), torch.randn(d, generator=g).to(BF)]
+    with patch(logs="autotune"):
+        compiled, run = _compiled(_mlp, xs, TMA_SMALL)
+    assert "TMA variant not" not in capsys.readouterr().err
+    assert _kernels(compiled).count("make_tensor_descriptor(") == 4
+    (out,) = run(*xs)
+    _close(out, _mlp(*xs))

@@ -14,13 +14,15 @@ device             the current CUDA device is sm_90 (Hopper: H100, H200)
 triton             Triton has ``tl.make_tensor_descriptor`` and ``triton.set_allocator``
 dtype              float16/bfloat16, or float32 with TF32 allowed
 batched            not ``bmm``/``baddbmm`` (the descriptors are 2-d)
-operand A / B      a stored tensor (not computed by an inlined producer: TMA copies
-                   memory as it is), row-major or a transposed view, whose other stride
-                   is a static multiple of 16 bytes (K, N multiples of 8 16-bit elements)
+operand A / B      row-major or a transposed view, whose other stride is a static
+                   multiple of 16 bytes (K, N multiples of 8 16-bit elements); an
+                   operand computed by a producer passes here (the lowering may still
+                   store it: a GELU before the MLP's second matmul is)
 =================  =====================================================================
 
-The template writer checks the operands again on the kernel itself (a prologue fused
-after the choice, an offset view); a kernel that fails there is written as the pointer
+The template writer checks the operands again on the kernel itself (TMA copies memory
+as it is, so an operand whose producer was fused into the loads as a prologue does not
+suit it; nor does an offset view); a kernel that fails there is written as the pointer
 template with the same tiles, logged and counted (``matmul TMA fallbacks``).
 """
 
@@ -99,9 +101,10 @@ def stride_reason(stride: Size, itemsize: int) -> str | None:
 
 def operand_reason(name: str, strides: tuple[Size, ...] | None, itemsize: int
                    ) -> str | None:
-    """Why operand ``name`` (2-d strides, None: computed) cannot be TMA-loaded."""
+    """Why operand ``name`` (2-d strides; None: computed, which the writer decides on)
+    cannot be TMA-loaded."""
     if strides is None:
-        return f"operand {name} is computed by a fused producer (TMA loads stored tensors)"
+        return None
     rows, cols = strides
     if cols == 1:
         reason = stride_reason(rows, itemsize)

@@ -26,6 +26,7 @@ The generated code (a linear layer with GELU, a transposed weight)::
         tiles = grid_m * grid_n
         a_desc = tl.make_tensor_descriptor(arg0_ptr, shape=[M, K], strides=[32, 1], ...)
         b_desc = tl.make_tensor_descriptor(arg1_ptr, shape=[N, K], strides=[32, 1], ...)
+        tile_c = tl.program_id(0) - tl.num_programs(0)
         for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True):
             first_m = (tile // width) * GROUP_M
             ...
@@ -33,6 +34,8 @@ The generated code (a linear layer with GELU, a transposed weight)::
                 v0 = a_desc.load([tl.cast(pid_m * BLOCK_M, tl.int32), tl.cast(koff, ...)])
                 v2 = tl.trans(b_desc.load([...]))
                 acc = tl.dot(v0, v2, acc)
+            tile_c += tl.num_programs(0)
+            ... (the epilogue's tile, from tile_c: xm, xn, xmask)
             # epilogue [BLOCK_M, BLOCK_N]
             ...
             tl.store(buf1_ptr + ((xm*48 + xn)), v19, mask=xmask)
@@ -237,10 +240,18 @@ class TmaMatmulTemplateWriter(MatmulTemplateWriter):
         for desc in (self.a_desc, self.b_desc):
             self.line(desc.create())
         self.emit_common()
+        # NOTE: the epilogue finds its tile from a counter of its own (``tile_c``), not
+        # from the loads' ``pid_m``/``pid_n``: Triton's pipelining of a flattened loop
+        # cannot take a value used both before and after the inner loop (the same
+        # work-around as Triton's persistent matmul tutorial)
+        self.line("tile_c = tl.program_id(0) - tl.num_programs(0)")
         self.line("for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), "
                   "flatten=True):")
         self.indent += 1
-        self.tile_of("tile")
+        self.line("first_m = (tile // width) * GROUP_M")
+        self.line("rows = tl.minimum(grid_m - first_m, GROUP_M)")
+        self.line("pid_m = first_m + (tile % width) % rows")
+        self.line("pid_n = (tile % width) // rows")
         self.line("acc = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)")
         self.line("for koff in range(0, K, BLOCK_K):")
         self.indent += 1
@@ -248,6 +259,8 @@ class TmaMatmulTemplateWriter(MatmulTemplateWriter):
         self.line(f"{self.value(self.b_value)} = {self.b_desc.load()}")
         self.emit_dot(self.value(self.a_value), self.value(self.b_value))
         self.indent -= 1
+        self.line("tile_c += tl.num_programs(0)")
+        self.tile_of("tile_c")
         self.emit_epilogue()
         self.indent -= 1
         name = identifier(self.kernel.name)
