@@ -188,7 +188,8 @@ def test_lowering_passes_are_a_named_pipeline(monkeypatch: pytest.MonkeyPatch) -
     """The layout and matmul-padding decisions are passes listed in EXTERN_PASSES: taking
     the channels-last pass out of the list leaves the convolution's input row-major."""
     assert [name for name, _ in extern_passes.EXTERN_PASSES] == [
-        "matmul_template", "pad_unaligned_matmul", "channels_last_convolution", "transposed_matmul_operands",
+        "matmul_template", "pad_unaligned_matmul", "channels_last_convolution",
+        "channels_last_convolution_backward", "transposed_matmul_operands",
         "traced_layout_operands", "user_kernel_operands"]
     monkeypatch.setattr(graph_lowering, "EXTERN_PASSES", [
         p for p in extern_passes.EXTERN_PASSES if p[0] != "channels_last_convolution"])

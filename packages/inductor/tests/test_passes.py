@@ -92,7 +92,7 @@ def test_constant_folding_leaves_large_constants() -> None:
 def test_pipeline_is_an_explicit_named_list() -> None:
     assert [name for name, _ in PIPELINE] == [
         "constant_folding", "attention_to_sdpa", "common_subexpression_elimination",
-        "dead_code_elimination"]
+        "dead_code_elimination", "layout_plan"]
     p = run_passes(traced(_unused_and_repeated, torch.randn(3)))
     text = print_program(p)
     assert text.count("aten::sin.default") == 1 and "aten::cos" not in text

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.layout_passes import (
     channels_last_convolution,
+    channels_last_convolution_backward,
     traced_layout_operands,
     transposed_matmul_operands,
 )
@@ -31,6 +32,7 @@ EXTERN_PASSES: list[tuple[str, ExternPass]] = [
     ("matmul_template", matmul_template),
     ("pad_unaligned_matmul", pad_unaligned_matmul),
     ("channels_last_convolution", channels_last_convolution),
+    ("channels_last_convolution_backward", channels_last_convolution_backward),
     ("transposed_matmul_operands", transposed_matmul_operands),
     ("traced_layout_operands", traced_layout_operands),
     ("user_kernel_operands", user_kernel_operands),

@@ -62,7 +62,7 @@ from ember.inductor.lowering.values import (
     numel,
     probe,
 )
-from ember.inductor.lowering.written_args import returns_input_in_place
+from ember.inductor.lowering.written_args import mutated_inputs, returns_input_in_place
 from ember.runtime.ir import (
     Argument,
     Node,
@@ -167,7 +167,7 @@ class GraphLowering:
             tuple(GraphInput(name, n.meta) for name, n in zip(self.inputs, placeholders)),
             self.constants, self.buffers, tuple(self.nodes), tuple(self.outputs),
             frozenset(self.output_buffers), self.fallbacks, tuple(self.checks),
-            dict(self.graph.symbols), tuple(self.graph.guards))
+            dict(self.graph.symbols), tuple(self.graph.guards), mutated_inputs(self))
 
     def placeholder(self, node: Node) -> None:
         name = f"arg{len(self.inputs)}"
@@ -189,6 +189,7 @@ class GraphLowering:
         assert isinstance(meta, TensorMeta)
         sizes, strides, offset = meta_layout(meta)
         self.buffers[name] = BufferInfo(name, meta.dtype, sizes, strides, kind, offset)
+        self.layout.note_buffer(name, sizes, strides)  # a saved channels-last tensor
         self.values[node.name] = Stored(name, meta.dtype, sizes, strides)
 
     def call(self, node: Node) -> None:
@@ -543,7 +544,11 @@ class GraphLowering:
             meta = meta[a.index]
         if isinstance(v, Stored) and producer.op != "placeholder":
             kind = self.buffers[v.buffer].kind
-            if kind in ("input", "constant") and not returns_input_in_place(self, index, v.buffer):
+            copy = self.layout.copy_in(v, meta)
+            if copy is not None:  # an input saved in the layout its convolution took
+                v = copy
+            elif kind in ("input", "constant") and not returns_input_in_place(self, index,
+                                                                           v.buffer):
                 v = Lazy(v.element, v.dtype, v.sizes)  # outputs never alias inputs by accident
             elif (isinstance(meta, TensorMeta) and meta_layout(meta)[0] == v.sizes
                   and is_dense(v.sizes, meta_layout(meta)[1])

@@ -17,8 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ember.inductor.loop_ir.symbolic_index import as_size, from_ir, hint, same_size
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides
+from ember.runtime.ir import Program, TensorMeta, ValueRef
 
 if TYPE_CHECKING:  # NOTE: lowering.context imports buffers, which imports this package
     from ember.inductor.lowering.context import LoweringContext
@@ -100,11 +103,33 @@ class LayoutState:
     def __init__(self) -> None:
         self.channels_last_buffers: set[str] = set()
         self.channels_last_copies: dict[tuple[Any, ...], Stored] = {}
+        self._saved_channels_last: set[str] | None = None
+
+    def saved_channels_last(self, program: Program, ref: object) -> bool:
+        """Whether ``ref`` (a node argument) is a forward input the layout plan saves
+        channels-last for the backward (a ``clone`` of it to channels-last exists)."""
+        if self._saved_channels_last is None:
+            graph = program.graphs.get("forward")
+            self._saved_channels_last = set() if graph is None else {
+                n.args[0].node for n in graph.calls()
+                if n.target == "aten::clone.default" and isinstance(n.args[0], ValueRef)
+                and n.kwargs.get("memory_format") == torch.channels_last}
+        return isinstance(ref, ValueRef) and ref.node in self._saved_channels_last
 
     def note_buffer(self, name: str, sizes: tuple[int, ...], strides: tuple[int, ...]) -> None:
         """Record the layout of a new buffer."""
         if is_channels_last(sizes, strides):
             self.channels_last_buffers.add(name)
+
+    def copy_in(self, x: Stored, meta: object) -> Stored | None:
+        """The channels-last copy made of ``x`` (for a convolution) when ``meta``, the
+        traced meta of a graph output reading ``x``, asks for exactly that layout (a
+        graph input the layout plan saves channels-last): the output reuses it."""
+        copy = self.channels_last_copies.get((x.buffer, x.sizes, x.strides, x.offset))
+        if copy is None or not isinstance(meta, TensorMeta):
+            return None
+        strides = tuple(from_ir(s) for s in meta.strides)
+        return copy if same_layout(copy.sizes, copy.strides, strides) else None
 
     def default_strides(self, sizes: tuple[int, ...],
                         loaded_buffers: Callable[[], set[str]]) -> tuple[int, ...]:

@@ -25,7 +25,9 @@ def channels_last_convolution(ctx: LoweringContext, call: ExternRequest) -> Exte
     channels-last, and ATen's convolution then returns a channels-last result (the meta
     of the request says so). Vendor convolutions run faster on channels-last data (on
     CPU: no reorder into the blocked format; on the H200 cuDNN ran the zoo's ResNet
-    about 1.5x faster in float32 and bfloat16). Other calls are returned as they are.
+    about 1.5x faster in float32 and bfloat16). The weight is passed channels-last too
+    when it is computed or saved for the backward (:mod:`.layout_plan`). Other calls
+    are returned as they are.
     """
     args, metas = call.args, call.metas
     if call.node.target != "aten::convolution.default":
@@ -35,15 +37,57 @@ def channels_last_convolution(ctx: LoweringContext, call: ExternRequest) -> Exte
             or not isinstance(x, (Lazy, Stored)) or len(x.sizes) != 4
             or not meta.dtype.is_floating_point):
         return call
-    if isinstance(x, Lazy) or not is_channels_last(x.sizes, x.strides):
-        args = (channels_last(ctx, x), *args[1:])
+    weight = args[1]
+    if isinstance(weight, Lazy) or ctx.layout.saved_channels_last(ctx.program,
+                                                                     call.node.args[1]):
+        # computed anyway (a cast), or saved channels-last for the backward (the layout
+        # plan's clone): the copy made here is the saved one. A row-major weight
+        # parameter is passed as it is in inference (one copy a call either way)
+        weight = channels_last_operand(ctx, weight)
+    args = (channels_last_operand(ctx, x), weight, *args[2:])
     # NOTE: the meta stays in the IR's terms (ints and size-expression text, as every
     # TensorMeta): only its strides change, computed over the loop-IR sizes and printed
     # back (a sympy size in a meta is not IR; ``symbolic.parse`` refuses it)
+    return dataclasses.replace(call, args=args, metas=(channels_last_meta(meta),))
+
+
+def channels_last_convolution_backward(ctx: LoweringContext,
+                                       call: ExternRequest) -> ExternRequest:
+    """Lowering pass: a 2-d ``convolution_backward`` gets its gradient, input and
+    weight channels-last (computed so by the kernels producing them; a stored tensor in
+    another layout is copied once), and its input gradient is declared channels-last:
+    ATen's backward returns it in its operands' format. A backward handed a row-major
+    operand converts all three on every call (cuDNN's ``nchwToNhwc``)."""
+    if call.node.target != "aten::convolution_backward.default":
+        return call
+    args, metas = call.args, call.metas
+    if len(args) < 11 or args[7] or not all(
+            isinstance(a, (Lazy, Stored)) and len(a.sizes) == 4
+            and a.dtype.is_floating_point for a in args[:3]):
+        return call
+    new_args = (*(channels_last_operand(ctx, a) for a in args[:3]), *args[3:])
+    grad_input = metas[0]
+    new_metas = (channels_last_meta(grad_input) if isinstance(grad_input, TensorMeta)
+                 else grad_input, *metas[1:])
+    return dataclasses.replace(call, args=new_args, metas=new_metas)
+
+
+def channels_last_meta(meta: TensorMeta) -> TensorMeta:
+    """``meta`` (4-d) with channels-last strides."""
     strides = channels_last_strides(tuple(from_ir(s) for s in meta.sizes))
-    ir_strides = tuple(symbolic.format(s) for s in strides)
-    return dataclasses.replace(
-        call, args=args, metas=(dataclasses.replace(meta, strides=ir_strides),))
+    return dataclasses.replace(meta, strides=tuple(symbolic.format(s) for s in strides))
+
+
+def channels_last_operand(ctx: LoweringContext, x: Any) -> Any:
+    """A 4-d convolution operand in a channels-last buffer (see :func:`channels_last`);
+    one already channels-last (or whose channels-last layout is row-major too: a
+    ``1x1`` weight) is returned as it is, and so is a non-tensor."""
+    if not isinstance(x, (Lazy, Stored)) or len(x.sizes) != 4:
+        return x
+    if isinstance(x, Stored) and (is_channels_last(x.sizes, x.strides) or same_layout(
+            x.sizes, x.strides, channels_last_strides(x.sizes))):
+        return x
+    return channels_last(ctx, x)
 
 
 def channels_last(ctx: LoweringContext, x: Lazy | Stored) -> Stored:

@@ -9,6 +9,7 @@ from ember.inductor.passes.attention import attention_to_sdpa
 from ember.inductor.passes.constant_folding import constant_folding
 from ember.inductor.passes.cse import common_subexpression_elimination
 from ember.inductor.passes.dce import dead_code_elimination
+from ember.inductor.lowering.layout_plan import plan_layouts
 from ember.runtime.ir import Program
 from ember.runtime.logs import log, log_enabled
 
@@ -19,6 +20,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("attention_to_sdpa", attention_to_sdpa),
     ("common_subexpression_elimination", common_subexpression_elimination),
     ("dead_code_elimination", dead_code_elimination),
+    ("layout_plan", plan_layouts),  # lowering/layout_plan.py: channels-last conv stacks
 ]
 
 

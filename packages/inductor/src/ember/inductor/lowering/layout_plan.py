@@ -1,0 +1,314 @@
+"""The layout plan: one memory-format decision per tensor for the whole program, the
+forward and the backward graph together, made before either is lowered.
+
+Convolutions run fastest on channels-last tensors, and a vendor convolution handed a
+tensor in the other format converts it on every call (cuDNN's ``nchwToNhwc`` kernels,
+oneDNN's reorders). The lowering already stores what it computes from a channels-last
+buffer channels-last (:class:`.layout.LayoutState`), but three kinds of tensor escape
+that rule, because their layouts are fixed by the program's metadata:
+
+- tensors the forward saves for the backward: the forward stores each in its traced
+  layout (row-major, as fake tensors traced them) and the backward's placeholder expects
+  that layout, so a saved convolution output or its input arrives row-major at
+  ``convolution_backward``;
+- the results of extern calls (``convolution_backward``'s gradients), declared by
+  their traced metadata;
+- graph inputs saved for the backward (the image, the weights): the backward gets them
+  as the caller passed them.
+
+The plan groups the spatial 4-d tensors (``N, C, H, W`` with ``H * W > 1``) of all
+graphs into classes that share a layout, by the rules of :data:`.layout_plan_rules.
+LAYOUT_RULES` (a pointwise op's operands and result share one; a saved value and the
+backward placeholder that receives it share one). A class holding a convolution's or a
+``convolution_backward``'s tensor is channels-last: the plan rewrites the strides in the
+metadata of its values, so the forward stores the saved tensors channels-last, the
+backward's placeholders expect them so, and the externs' results are declared so. A
+graph input that is saved channels-last is saved through a ``clone`` in that layout (the
+lowering reuses the copy it makes for the forward's convolution: one conversion a step).
+
+Kept as traced (*pinned*): graph inputs, the forward's user-visible outputs and the
+backward's gradients (the caller gets eager's strides), tangents. Graphs with symbolic
+sizes are left as they are (logged under ``EMBER_LOGS=graphs``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import torch
+from ember.inductor.lowering.layout import channels_last_strides, is_channels_last, same_layout
+from ember.inductor.lowering.layout_plan_rules import ARG, LAYOUT_RULES, Position
+from ember.inductor.lowering.values import contiguous_strides
+from ember.runtime.ir import Graph, Node, OutputKind, Program, TensorMeta, ValueRef
+from ember.runtime.logs import log
+
+# A value of the program: (graph name, node name, result index or None)
+ValueKey = tuple[str, str, "int | None"]
+
+
+@dataclasses.dataclass
+class LayoutPlan:
+    """What :func:`plan_layouts` decided: the values made channels-last (by graph), the
+    graph inputs saved through a channels-last clone, and the values of channels-last
+    classes kept as traced (pinned)."""
+
+    channels_last: dict[str, list[str]]
+    saved_clones: list[str]
+    pinned: list[str]
+
+    def describe(self) -> str:
+        """One line a graph: ``forward: channels-last convolution, relu, ...``."""
+        lines = [f"{g}: channels-last {', '.join(names)}"
+                 for g, names in self.channels_last.items() if names]
+        if self.saved_clones:
+            lines.append(f"saved through a channels-last clone: {', '.join(self.saved_clones)}")
+        if self.pinned:
+            lines.append(f"kept as traced: {', '.join(self.pinned)}")
+        return "\n".join(lines) or "no channels-last values"
+
+
+def plan_layouts(program: Program) -> Program:
+    """Graph pass: the program with the layout plan applied to its metadata (see the
+    module docstring); ``program`` itself is not changed."""
+    out, plan = layout_plan(program)
+    log("graphs", lambda: f"layout plan:\n{plan.describe()}")
+    return out
+
+
+def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
+    """The program with channels-last classes rewritten, and the plan (for tests and
+    the log)."""
+    if any(g.symbols for g in program.graphs.values()):
+        log("graphs", "layout plan: skipped (symbolic sizes); the lowering's per-graph "
+                      "layout choices apply")
+        return program, LayoutPlan({}, [], [])
+    out = program.copy()
+    classes = _Classes()
+    anchored: list[ValueKey] = []
+    for gname, graph in out.graphs.items():
+        for node in graph.calls():
+            rule = LAYOUT_RULES.get(node.target)
+            if rule is None or _explicit_format(node):
+                continue
+            for pos in rule.channels_last:
+                key = _key_at(gname, graph, node, pos)
+                if key is not None:
+                    classes.add(key)
+                    anchored.append(key)
+            if rule.follows:
+                keys = [k for k in _tensor_keys(gname, graph, node) if k is not None]
+                for k in keys[1:]:
+                    classes.union(keys[0], k)
+    links = _saved_links(out)
+    for fwd, bwd in links:
+        if classes.known(fwd) or classes.known(bwd):
+            classes.union(fwd, bwd)
+    chosen = {classes.find(k) for k in anchored}
+    members = [k for k in classes.keys() if classes.find(k) in chosen]
+    pinned = _pinned(out, links)
+    plan = LayoutPlan({g: [] for g in out.graphs}, [], [])
+    clones: list[str] = []  # forward placeholders saved through a channels-last clone
+    saved_of = {bwd: fwd for fwd, bwd in links}
+    for key in members:
+        gname, name, index = key
+        if key in pinned:
+            plan.pinned.append(f"{gname}:{_ref_text(name, index)}")
+            continue
+        if _set_channels_last(out.graphs[gname].node(name), index):
+            plan.channels_last[gname].append(_ref_text(name, index))
+            source = saved_of.get(key)
+            if (source is not None and _is_placeholder(out, source)
+                    and source[1] not in clones):
+                clones.append(source[1])  # a saved graph input
+    for placeholder in clones:
+        _insert_saved_clone(out, placeholder)
+        plan.saved_clones.append(placeholder)
+    return out, plan
+
+
+def _returned(program: Program) -> set[ValueKey]:
+    """The forward values returned to the caller (any output but a saved tensor)."""
+    graph = program.forward
+    specs = program.signature.outputs.get("forward", [])
+    keys: set[ValueKey] = set()
+    for i, value in enumerate(graph.output_values):
+        kind = specs[i].kind if i < len(specs) else OutputKind.USER_OUTPUT
+        if isinstance(value, ValueRef) and kind != OutputKind.SAVED_TENSOR:
+            keys.add(("forward", value.node, value.index))
+    return keys
+
+
+def _pinned(program: Program, links: list[tuple[ValueKey, ValueKey]]) -> set[ValueKey]:
+    """Values whose traced layout stays: graph inputs, what the caller receives, and the
+    backward placeholders of saved values that are pinned in the forward."""
+    pinned = _returned(program)
+    saved = {bwd for _, bwd in links}
+    for gname, graph in program.graphs.items():
+        for node in graph.placeholders:
+            if (gname, node.name, None) not in saved:  # inputs, tangents
+                pinned.add((gname, node.name, None))
+        if gname != "forward":
+            for value in graph.output_values:
+                if isinstance(value, ValueRef):
+                    pinned.add((gname, value.node, value.index))
+    for fwd, bwd in links:
+        if fwd in pinned and not _is_placeholder(program, fwd):
+            pinned.add(bwd)
+    return pinned
+
+
+def _is_placeholder(program: Program, key: ValueKey) -> bool:
+    return program.graphs[key[0]].node(key[1]).op == "placeholder"
+
+
+def _saved_links(program: Program) -> list[tuple[ValueKey, ValueKey]]:
+    """(forward value, backward placeholder) for each tensor the forward saves."""
+    if "forward" not in program.graphs or "backward" not in program.graphs:
+        return []
+    specs = program.signature.outputs.get("forward", [])
+    backward = {n.name for n in program.graphs["backward"].placeholders}
+    links: list[tuple[ValueKey, ValueKey]] = []
+    for spec, value in zip(specs, program.forward.output_values):
+        if (spec.kind == OutputKind.SAVED_TENSOR and isinstance(value, ValueRef)
+                and spec.target in backward):
+            links.append((("forward", value.node, value.index), ("backward", spec.target, None)))
+    return links
+
+
+def _explicit_format(node: Node) -> bool:
+    """Whether the node asks for a memory format itself (``clone(x,
+    memory_format=torch.contiguous_format)``): its layout is not the plan's to choose."""
+    fmt = node.kwargs.get("memory_format")
+    return fmt is not None and fmt != torch.preserve_format
+
+
+def _meta(graph: Graph, name: str, index: int | None) -> TensorMeta | None:
+    meta = graph.node(name).meta
+    if isinstance(meta, tuple):
+        meta = meta[index] if index is not None and index < len(meta) else None
+    elif index is not None:
+        return None
+    return meta if isinstance(meta, TensorMeta) else None
+
+
+def spatial(meta: TensorMeta | None) -> bool:
+    """Whether a value is a static 4-d tensor whose channels-last layout differs from
+    row-major (``H * W > 1`` and more than one channel)."""
+    if meta is None or meta.ndim != 4 or not meta.is_static:
+        return False
+    sizes = tuple(int(s) for s in meta.sizes)
+    return is_channels_last(sizes, channels_last_strides(sizes))
+
+
+def _key_of(gname: str, graph: Graph, ref: object) -> ValueKey | None:
+    if not isinstance(ref, ValueRef) or not spatial(_meta(graph, ref.node, ref.index)):
+        return None
+    return (gname, ref.node, ref.index)
+
+
+def _key_at(gname: str, graph: Graph, node: Node, pos: Position) -> ValueKey | None:
+    if pos.kind == ARG:
+        ref = node.args[pos.index] if pos.index < len(node.args) else None
+        return _key_of(gname, graph, ref)
+    index = pos.index if isinstance(node.meta, tuple) else None
+    if index is None and pos.index != 0:
+        return None
+    return _key_of(gname, graph, ValueRef(node.name, index))
+
+
+def _tensor_keys(gname: str, graph: Graph, node: Node) -> Iterator[ValueKey | None]:
+    """The spatial 4-d arguments and results of ``node``."""
+    for ref in node.inputs():
+        yield _key_of(gname, graph, ref)
+    if isinstance(node.meta, tuple):
+        for i in range(len(node.meta)):
+            yield _key_of(gname, graph, ValueRef(node.name, i))
+    else:
+        yield _key_of(gname, graph, ValueRef(node.name))
+
+
+def _set_channels_last(node: Node, index: int | None) -> bool:
+    """Give result ``index`` of ``node`` channels-last strides if it is row-major now;
+    returns whether it changed."""
+    metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+    meta = metas[index or 0]
+    assert isinstance(meta, TensorMeta)
+    sizes = tuple(int(s) for s in meta.sizes)
+    strides = tuple(int(s) for s in meta.strides)
+    if not same_layout(sizes, strides, contiguous_strides(sizes)):
+        return False  # traced in another layout (already channels-last, or strided)
+    new = dataclasses.replace(meta, strides=channels_last_strides(sizes))
+    if isinstance(node.meta, tuple):
+        entries = list(node.meta)
+        entries[index or 0] = new
+        node.meta = tuple(entries)
+    else:
+        node.meta = new
+    return True
+
+
+def _insert_saved_clone(program: Program, placeholder: str) -> str:
+    """Save forward input ``placeholder`` through a channels-last ``clone``: the clone
+    is put after the placeholders, the saved outputs read it, and the backward's
+    placeholder for it expects channels-last (already rewritten). Returns its name."""
+    graph = program.forward
+    source = graph.node(placeholder)
+    meta = source.meta
+    assert isinstance(meta, TensorMeta)
+    sizes = tuple(int(s) for s in meta.sizes)
+    taken = {n.name for n in graph.nodes}
+    name = f"{placeholder}_channels_last"
+    while name in taken:
+        name += "_"
+    clone = Node(name, "call", "aten::clone.default", (ValueRef(placeholder),),
+                 {"memory_format": torch.channels_last},
+                 dataclasses.replace(meta, strides=channels_last_strides(sizes)), source.source)
+    at = max(i for i, n in enumerate(graph.nodes) if n.op == "placeholder") + 1
+    graph.nodes.insert(at, clone)
+    specs = program.signature.outputs.get("forward", [])
+    output = graph.output
+    values = list(graph.output_values)
+    for i, value in enumerate(values):
+        if (i < len(specs) and specs[i].kind == OutputKind.SAVED_TENSOR
+                and value == ValueRef(placeholder)):
+            values[i] = ValueRef(name)
+    output.args = (tuple(values), *output.args[1:])
+    return name
+
+
+def _ref_text(name: str, index: int | None) -> str:
+    return name if index is None else f"{name}.{index}"
+
+
+class _Classes:
+    """Union-find over values: the classes that share one layout."""
+
+    def __init__(self) -> None:
+        self._parent: dict[ValueKey, ValueKey] = {}
+
+    def add(self, key: ValueKey) -> None:
+        self._parent.setdefault(key, key)
+
+    def known(self, key: ValueKey) -> bool:
+        return key in self._parent
+
+    def keys(self) -> list[ValueKey]:
+        return list(self._parent)
+
+    def find(self, key: ValueKey) -> ValueKey:
+        self.add(key)
+        root = key
+        while self._parent[root] != root:
+            root = self._parent[root]
+        while self._parent[key] != root:
+            self._parent[key], key = root, self._parent[key]
+        return root
+
+    def union(self, a: ValueKey, b: ValueKey) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self._parent[rb] = ra
+
+
+__all__ = ["LayoutPlan", "layout_plan", "plan_layouts", "spatial"]

@@ -1,0 +1,88 @@
+"""The rule table of the layout plan (:mod:`.layout_plan`): which ops want their 4-d
+tensors channels-last, and which ones pass a layout on from their operands to their
+results.
+
+A rule names, for one ATen overload, the argument and result positions that must be
+channels-last (``channels_last``: convolutions, where vendor libraries — cuDNN, oneDNN —
+otherwise convert on every call) and whether the op's spatial 4-d operands and results
+share one layout (``follows``: pointwise ops, the pieces batch norm decomposes into,
+pooling and the backward ops of all of these: computing them in storage order costs the
+same in any layout, so they take the layout of the convolutions around them).
+
+Adding an op: one entry here, and one case in ``tests/test_layout_plan_rules.py`` (the
+test checks that every op of the table has a case).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ARG = "arg"
+RESULT = "result"
+
+
+@dataclass(frozen=True)
+class Position:
+    """An argument (``kind="arg"``, positional index) or a result (``kind="result"``,
+    index into the node's results) of an op."""
+
+    kind: str
+    index: int
+
+
+@dataclass(frozen=True)
+class LayoutRule:
+    """How one op relates the layouts of its spatial 4-d tensors.
+
+    ``channels_last``: the positions the op wants channels-last (its anchors).
+    ``follows``: every spatial 4-d argument and result of the op shares one layout.
+    """
+
+    channels_last: tuple[Position, ...] = ()
+    follows: bool = False
+
+
+def _anchors(args: tuple[int, ...], results: tuple[int, ...]) -> LayoutRule:
+    return LayoutRule(tuple(Position(ARG, i) for i in args)
+                      + tuple(Position(RESULT, i) for i in results))
+
+
+FOLLOW = LayoutRule(follows=True)
+
+LAYOUT_RULES: dict[str, LayoutRule] = {
+    # convolution(input, weight, bias, ...) -> output
+    "aten::convolution.default": _anchors(args=(0, 1), results=(0,)),
+    # convolution_backward(grad_output, input, weight, ...) -> (grad_input, grad_weight,
+    # grad_bias)
+    "aten::convolution_backward.default": _anchors(args=(0, 1, 2), results=(0, 1)),
+    # activations and their backward
+    "aten::relu.default": FOLLOW,
+    "aten::threshold_backward.default": FOLLOW,
+    "aten::hardtanh.default": FOLLOW,
+    "aten::clamp_min.default": FOLLOW,
+    "aten::leaky_relu.default": FOLLOW,
+    "aten::sigmoid.default": FOLLOW,
+    "aten::silu.default": FOLLOW,
+    "aten::gelu.default": FOLLOW,
+    # arithmetic (batch norm, residual adds and their gradients decompose into these)
+    "aten::add.Tensor": FOLLOW,
+    "aten::sub.Tensor": FOLLOW,
+    "aten::mul.Tensor": FOLLOW,
+    "aten::div.Tensor": FOLLOW,
+    "aten::neg.default": FOLLOW,
+    "aten::le.Scalar": FOLLOW,
+    "aten::where.self": FOLLOW,
+    # copies that keep the layout
+    "aten::alias.default": FOLLOW,
+    "aten::clone.default": FOLLOW,
+    "aten::_to_copy.default": FOLLOW,
+    # pooling and its backward
+    "aten::max_pool2d_with_indices.default": FOLLOW,
+    "aten::max_pool2d_with_indices_backward.default": FOLLOW,
+    "aten::avg_pool2d.default": FOLLOW,
+    "aten::avg_pool2d_backward.default": FOLLOW,
+}
+"""The layout rules, by ATen overload. Ops not listed keep their traced layouts and
+separate the tensors around them (a ``view`` to another shape, a reduction, a matmul)."""
+
+__all__ = ["ARG", "FOLLOW", "LAYOUT_RULES", "RESULT", "LayoutRule", "Position"]
