@@ -51,7 +51,17 @@ class EmulatedCapture:
     def record(self, run: Callable[[], list[Any]],
                pool: object) -> tuple[Callable[[], None], list[Any]]:
         self.recorded_in.append(pool)
+        # NOTE: a CUDA capture computes nothing; running the graph here applies its
+        # in-place writes to the static inputs (a mutated input the kernels write) once
+        # more than the replays do, so the inputs are put back as they were
+        inputs = [t for cell in run.__closure__ or ()
+                  for t in getattr(cell.cell_contents, "tensors", ())
+                  if isinstance(t, torch.Tensor)]
+        before = [t.clone() for t in inputs]
         outputs = run()
+        with torch.no_grad():
+            for t, old in zip(inputs, before):
+                t.copy_(old)
 
         def replay() -> None:
             for kept, new in zip(outputs, run()):

@@ -36,6 +36,7 @@ from ember.runtime.interpreter import bind_inputs
 from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, TensorMeta
 from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases
 from ember.runtime.ir.symbolic import SymbolBinder, UnboundSymbolError, evaluate
+from torch.autograd.graph import increment_version
 
 if TYPE_CHECKING:
     from ember.runtime.cudagraphs import CudaGraphs
@@ -321,9 +322,11 @@ class ProgramCallable:
             outputs = outputs[: len(outputs) - self._n_saved]
         else:
             outputs = self._forward(full)
+        written: list[torch.Tensor] = []
         for out_index, in_index in self._copy_back:
             value = outputs[out_index]
             if _written_in_place(value, full[in_index]):
+                written.append(full[in_index])
                 continue  # the compiled code wrote the input itself: a self-copy is a launch
             # NOTE: a written input with autograd history takes the new value's history
             # (eager's in-place op does the same); anything else is copied as data.
@@ -331,6 +334,10 @@ class ProgramCallable:
                     getattr(value, "requires_grad", False)
                     and getattr(full[in_index], "requires_grad", False))):
                 full[in_index].copy_(value)
+        if written:
+            # NOTE: a kernel wrote these through their pointers; autograd learns of it as
+            # of an in-place op (a tensor saved for a backward now fails its version check)
+            increment_version(written)
         symbols = self._sizes.bind(full) if self._sizes is not None else None
         for alias in self._aliased:
             base = (full[alias.base_input] if alias.base_input is not None

@@ -27,24 +27,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import sympy
 import torch
 from ember.inductor.buffers import ExternCall
+from ember.inductor.codegen.index_match import same_index
+from ember.inductor.codegen.input_writes import plan_input_writes
 from ember.inductor.loop_ir import Load, Size, Store
-from ember.inductor.loop_ir.index import (
-    Add,
-    FloorDiv,
-    IndexExpr,
-    Int,
-    Mod,
-    Mul,
-    Var,
-    free_vars,
-    indirect_values,
-    size_symbols,
-)
+from ember.inductor.loop_ir.index import free_vars
 from ember.inductor.loop_ir.symbolic_index import hint
 from ember.inductor.lowering.checks import ERROR_BUFFER
 from ember.inductor.lowering.lowered_graph import BufferInfo, LoweredGraph
@@ -101,6 +91,10 @@ class MemoryReport:
     steps: tuple[StepMemory, ...]
     peak: int
     ideal: int
+    #: one line per mutated graph input: written in place, or copied back and why
+    #: (``codegen/input_writes.py``)
+    inputs: tuple[str, ...] = ()
+    inputs_in_place: int = 0
 
     @property
     def peak_step(self) -> int | None:
@@ -108,8 +102,15 @@ class MemoryReport:
         return next((s.step for s in self.steps if s.live == self.peak), None)
 
     def to_json(self) -> dict[str, int]:
-        """``{"peak_bytes": ..., "ideal_bytes": ...}`` (the artifact's metadata)."""
-        return {"peak_bytes": self.peak, "ideal_bytes": self.ideal}
+        """``{"peak_bytes": ..., "ideal_bytes": ...}`` (the artifact's metadata), and for
+        a graph that mutates inputs ``"inputs_in_place"`` / ``"inputs_copied_back"``:
+        how many are written in place (the wrapper returns the input itself) or copied
+        back by the runtime."""
+        out = {"peak_bytes": self.peak, "ideal_bytes": self.ideal}
+        if self.inputs:
+            out["inputs_in_place"] = self.inputs_in_place
+            out["inputs_copied_back"] = len(self.inputs) - self.inputs_in_place
+        return out
 
     def format(self) -> str:
         """The table ``EMBER_LOGS=memory`` prints."""
@@ -122,7 +123,7 @@ class MemoryReport:
         rows += [(str(s.step), s.what, format_bytes(s.allocated), format_bytes(s.freed),
                   format_bytes(s.live)) for s in self.steps]
         widths = [max(len(r[c]) for r in rows) for c in range(5)]
-        lines = [head]
+        lines = [head, *(f"  {line}" for line in self.inputs)]
         for r in rows:
             lines.append("  " + "  ".join(
                 r[c].ljust(widths[c]) if c == 1 else r[c].rjust(widths[c]) for c in range(5)
@@ -164,68 +165,6 @@ def _key(info: BufferInfo) -> tuple[torch.dtype, Size]:
     return (info.dtype, storage_extent(info))
 
 
-#: the most values of one loop variable :func:`same_index` evaluates
-SAME_INDEX_MAX_RANGE = 1 << 22
-
-
-def same_index(a: IndexExpr, b: IndexExpr) -> bool:
-    """Whether two index expressions give the same offset at every point of their loop
-    ranges: equal as written, or sums of terms of one loop variable each (a view's
-    ``(x0 // 8)*1024 + (x0 % 8)*128 + x1`` against a store's ``x0*128 + x1``) whose parts
-    in each variable agree at every value of it (evaluated; static ranges only)."""
-    if a == b:
-        return True
-    parts_a, parts_b = _per_variable(a), _per_variable(b)
-    if parts_a is None or parts_b is None or parts_a.keys() != parts_b.keys():
-        return False
-    for var, terms_a in parts_a.items():
-        if var is None:
-            if _evaluate(terms_a, None, 0) != _evaluate(parts_b[var], None, 0):
-                return False
-            continue
-        if not isinstance(var.size, int) or var.size > SAME_INDEX_MAX_RANGE:
-            return False
-        values = torch.arange(var.size, dtype=torch.int64)
-        if not torch.equal(_evaluate(terms_a, var, values), _evaluate(parts_b[var], var, values)):
-            return False
-    return True
-
-
-def _per_variable(x: IndexExpr) -> dict[Var | None, list[IndexExpr]] | None:
-    """The terms of ``x`` by the one loop variable each reads (None: constant terms), or
-    None when a term reads two variables, a symbol or a loaded index."""
-    parts: dict[Var | None, list[IndexExpr]] = {}
-    for term in (x.terms if isinstance(x, Add) else (x,)):
-        variables = set(free_vars(term))
-        if len(variables) > 1 or size_symbols(term) or any(indirect_values(term)):
-            return None
-        parts.setdefault(next(iter(variables), None), []).append(term)
-    return parts
-
-
-def _evaluate(terms: list[IndexExpr], var: Var | None, value: Any) -> Any:
-    return sum((_value(t, var, value) for t in terms), 0)
-
-
-def _value(x: IndexExpr, var: Var | None, value: Any) -> Any:
-    """``x`` with ``var`` at ``value`` (an int, or an int64 tensor of values)."""
-    if isinstance(x, Int):
-        return x.value
-    if isinstance(x, Var):
-        return value
-    if isinstance(x, Add):
-        return _evaluate(list(x.terms), var, value)
-    if isinstance(x, Mul):
-        out: Any = 1
-        for f in x.factors:
-            out = out * _value(f, var, value)
-        return out
-    if isinstance(x, (FloorDiv, Mod)) and isinstance(x.divisor, int):
-        inner = _value(x.expr, var, value)
-        return inner // x.divisor if isinstance(x, FloorDiv) else inner % x.divisor
-    raise ValueError(f"cannot evaluate index {x}")  # excluded by _per_variable
-
-
 def describe_step(step: Step) -> str:
     """``kernel3`` or ``extern aten::addmm.default`` (``fallback ...``)."""
     if isinstance(step, KernelStep):
@@ -254,6 +193,10 @@ class MemoryPlanner:
                               and s.target in FRESH_RESULTS and not s.is_fallback
                               and not is_custom_operator(s.target)
                               for out in s.outputs if out is not None}
+        # mutated graph inputs whose new value a kernel stores in their memory
+        self.input_writes = plan_input_writes(lowered, steps, self.last, self.extern_read)
+        self.into_inputs = {w.buffer: w.input for w in self.input_writes
+                            if w.reason is None and w.buffer and w.buffer != w.input}
 
     def _last_uses(self) -> dict[str, int]:
         last: dict[str, int] = {}
@@ -341,11 +284,14 @@ class MemoryPlanner:
         live = list(baseline)  # updated as buffers share memory or are held longer
         in_place: dict[str, str] = {}  # new buffer -> the buffer whose memory it takes
         taken: set[str] = set()
+        for name in self.into_inputs:  # in a graph input's memory: never allocated
+            for t in range(self.first[name], n):
+                live[t] -= self.bytes_of(name)
         for i, step in enumerate(self.steps):
             if not isinstance(step, KernelStep):
                 continue
             for name in step.kernel.stored_buffers():
-                if self.first.get(name) != i:
+                if self.first.get(name) != i or name in self.into_inputs:
                     continue
                 src = self._in_place_source(step, i, name, taken)
                 if src is not None:
@@ -365,6 +311,9 @@ class MemoryPlanner:
                     if name in allocated:
                         continue
                     allocated.add(name)
+                    if name in self.into_inputs:
+                        plan.allocations.append(Allocation(name, self.into_inputs[name], True))
+                        continue
                     if name in in_place:
                         plan.allocations.append(Allocation(name, in_place[name], True))
                         continue
@@ -428,7 +377,9 @@ class MemoryPlanner:
             rows.append(StepMemory(i, what, allocated, freed, current))
             current -= freed
         return MemoryReport(self.lowered.graph_name, self.device, tuple(rows), peak,
-                            max(baseline, default=0))
+                            max(baseline, default=0),
+                            tuple(w.describe(self.steps) for w in self.input_writes),
+                            sum(1 for w in self.input_writes if w.reason is None))
 
 
 def plan_memory(lowered: LoweredGraph, steps: Iterable[Step], device: str

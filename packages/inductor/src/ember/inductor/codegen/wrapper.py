@@ -281,8 +281,12 @@ class WrapperWriter:
             self.emit(f"{alloc.name} = empty_strided({py_sizes(info.sizes)}, "
                       f"{py_sizes(info.strides)}, dtype={info.dtype}, device={self.device!r})")
             return
-        why = "written in place of" if alloc.in_place else "reuse"
         other = self.lowered.buffers[old]
+        if other.kind == "input":  # codegen/input_writes.py: same dtype and layout
+            self.emit(f"{alloc.name} = {old}  # mutated input {old} written in place "
+                      "(returned as itself: no copy back)")
+            return
+        why = "written in place of" if alloc.in_place else "reuse"
         if (other.sizes, other.strides) == (info.sizes, info.strides):
             self.emit(f"{alloc.name} = {old}; del {old}  # {why} {old}'s memory")
         else:

@@ -62,7 +62,7 @@ from ember.inductor.lowering.values import (
     numel,
     probe,
 )
-from ember.inductor.lowering.written_args import returns_input_in_place
+from ember.inductor.lowering.written_args import mutated_inputs, returns_input_in_place
 from ember.runtime.ir import (
     Argument,
     Node,
@@ -167,7 +167,7 @@ class GraphLowering:
             tuple(GraphInput(name, n.meta) for name, n in zip(self.inputs, placeholders)),
             self.constants, self.buffers, tuple(self.nodes), tuple(self.outputs),
             frozenset(self.output_buffers), self.fallbacks, tuple(self.checks),
-            dict(self.graph.symbols), tuple(self.graph.guards))
+            dict(self.graph.symbols), tuple(self.graph.guards), mutated_inputs(self))
 
     def placeholder(self, node: Node) -> None:
         name = f"arg{len(self.inputs)}"

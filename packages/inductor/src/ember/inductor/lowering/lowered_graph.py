@@ -61,6 +61,20 @@ class GraphInput:
 
 
 @dataclass(frozen=True)
+class MutatedInput:
+    """Graph output ``output`` is the new value of graph input ``input`` (``argN``, the
+    placeholder ``placeholder``: its ``MUTATED_INPUT`` output, copied back by the runtime
+    unless the wrapper returns the input itself). ``kept``: why no kernel may write the
+    input in place whatever the schedule (another input aliases it, it requires grad in
+    a program with a backward graph), or None (``codegen/input_writes.py`` decides)."""
+
+    output: int
+    input: str
+    placeholder: str
+    kept: str | None = None
+
+
+@dataclass(frozen=True)
 class LoweredGraph:
     """One lowered graph (see the module doc).
 
@@ -83,6 +97,8 @@ class LoweredGraph:
     #: symbols from the inputs and checks both (empty for a static graph)
     symbols: Mapping[str, SymbolRange] = field(default_factory=dict)
     guards: tuple[ShapeGuard, ...] = ()
+    #: the graph's mutated inputs that have a buffer (``lowering/written_args.py``)
+    mutated_inputs: tuple[MutatedInput, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("constants", "buffers", "fallbacks", "symbols"):
@@ -175,5 +191,5 @@ def format_node(node: ScheduledNode) -> list[str]:
     return [head + ":" + _origins(node.origins)] + ["    " + format_stmt(s) for s in b.stmts]
 
 
-__all__ = ["BUFFER_KINDS", "BufferInfo", "GraphInput", "LoweredGraph", "format_node",
-           "sizes_text"]
+__all__ = ["BUFFER_KINDS", "BufferInfo", "GraphInput", "LoweredGraph", "MutatedInput",
+           "format_node", "sizes_text"]

@@ -30,10 +30,11 @@ from ember.runtime.ir.contracts import InputAliases
 
 if TYPE_CHECKING:
     from ember.inductor.lowering.graph_lowering import GraphLowering
+    from ember.inductor.lowering.lowered_graph import MutatedInput
 
 __all__ = ["SHAPE_ONLY_ARGUMENTS", "can_write_in_place", "describe_writes",
-           "input_written_in_place", "own_written", "returns_input_in_place",
-           "src_is_written_input"]
+           "input_kept_reason", "input_written_in_place", "mutated_inputs", "own_written",
+           "returns_input_in_place", "src_is_written_input"]
 
 SHAPE_ONLY_ARGUMENTS: dict[str, tuple[int, ...]] = {
     "aten::copy.default": (0,),  # copy(dst, src): dst's sizes and dtype, src's elements
@@ -119,13 +120,44 @@ def input_written_in_place(ctx: GraphLowering, buffer: str) -> bool:
     if not any(s.kind == OutputKind.MUTATED_INPUT and s.target == placeholder.name
                for s in specs):
         return False
+    return input_kept_reason(ctx, buffer) is None
+
+
+def input_kept_reason(ctx: GraphLowering, buffer: str) -> str | None:
+    """Why nothing may write mutated input buffer ``buffer`` in place, whatever the
+    schedule (another input views it or it views one; it requires grad in a program
+    with a backward graph, whose autograd keeps the original), or None."""
+    placeholder = _placeholder(ctx, buffer)
     aliases = InputAliases.from_program(ctx.program).by_input
-    if placeholder.name in aliases or any(a.base == placeholder.name
-                                          for a in aliases.values()):
-        return False
+    if placeholder.name in aliases:
+        return f"a view of input %{aliases[placeholder.name].base}"
+    viewers = sorted(name for name, a in aliases.items() if a.base == placeholder.name)
+    if viewers:
+        return f"input %{viewers[0]} views it"
     meta = placeholder.meta
-    requires_grad = isinstance(meta, TensorMeta) and meta.requires_grad
-    return not (requires_grad and "backward" in ctx.program.graphs)
+    if isinstance(meta, TensorMeta) and meta.requires_grad and "backward" in ctx.program.graphs:
+        return "requires grad in a program with a backward graph"
+    return None
+
+
+def mutated_inputs(ctx: GraphLowering) -> tuple[MutatedInput, ...]:
+    """The graph's ``MUTATED_INPUT`` outputs whose input has a buffer, each with the
+    reason it keeps its copy back whatever the schedule (:func:`input_kept_reason`):
+    what the memory plan (``codegen/input_writes.py``) may write in place."""
+    # NOTE: imported here: lowered_graph imports buffers, which imports the lowering
+    from ember.inductor.lowering.lowered_graph import MutatedInput
+
+    specs = ctx.program.signature.outputs.get(ctx.graph_name) or []
+    names = [p.name for p in ctx.graph.placeholders]
+    found = []
+    for index, spec in enumerate(specs):
+        if spec.kind != OutputKind.MUTATED_INPUT or spec.target not in names:
+            continue
+        buffer = ctx.inputs[names.index(spec.target)]
+        if buffer in ctx.buffers:
+            found.append(MutatedInput(index, buffer, spec.target,
+                                      input_kept_reason(ctx, buffer)))
+    return tuple(found)
 
 
 def returns_input_in_place(ctx: GraphLowering, index: int, buffer: str) -> bool:
