@@ -174,3 +174,50 @@ def test_a_prologue_falls_back_to_the_pointer_template(
     (out,) = run(x, w)
     expected = fn(x, w)
     assert (out.float() - expected.float()).abs().max().item() < 0.1
+
+
+SYMBOLIC_K = """program dialect=core-functional
+
+graph forward(%x: bf16[16, s1]{s1,1} cpu, %w: bf16[s1, 24]{24,1} cpu):
+  symbols s1 in [2, inf] hint=40
+  %h: bf16[16, 24]{24,1} cpu = aten::mm.default(%x, %w)
+  %g: bf16[16, 24]{24,1} cpu = aten::relu.default(%h)
+  return (%g,)  [user_output]
+"""
+
+
+def _offset_view(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x[:, 3:35] @ w)
+
+
+def _batched(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.relu(torch.bmm(a, b))
+
+
+@pytest.mark.parametrize(("case", "reason"), [
+    ("symbolic_k", "operand A: row stride s1 is not provably a multiple of 16 bytes"),
+    ("offset", "operand A starts at an offset (3 elements: TMA needs an aligned base)"),
+    ("batched", "bmm is batched"),
+])
+def test_kernels_that_do_not_suit_the_variant(case: str, reason: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from ember.inductor.compile import compile_program
+    from ember.runtime.ir import parse_program
+
+    with patch(logs="autotune"), triton_for_cpu(matmul_templates=True), \
+            forced_matmul("tma_bm32_bn32_bk16_g8_s3_w4"):
+        if case == "symbolic_k":
+            program = parse_program(SYMBOLIC_K)
+            program.untrusted_origin = None
+            compiled = compile_program(program, {"precompile": False, "strict": True})
+        elif case == "offset":
+            compiled, _ = compile_and_load(trace(_offset_view, [
+                torch.randn(40, 48).to(BF), torch.randn(32, 24).to(BF)]), precompile=False)
+        else:
+            compiled, _ = compile_and_load(trace(_batched, [
+                torch.randn(2, 40, 32).to(BF), torch.randn(2, 32, 24).to(BF)]),
+                precompile=False)
+    source = "\n".join(v.decode() for k, v in compiled.files.items()
+                       if k.endswith(".py") and not k.endswith("wrapper.py"))
+    assert "make_tensor_descriptor" not in source and "bm32_bn32_bk16_g8_s3_w4" in source
+    assert f"TMA variant not used ({reason})" in capsys.readouterr().err
