@@ -69,6 +69,7 @@ def hopper() -> Iterator[None]:
     (HOPPER, _problem(n=3076, b=(3076, 1)),
      "operand B: row stride 3076 x 2 bytes is not a multiple of 16 bytes"),
     (HOPPER, _problem(b=(2, 6144)), "operand B: strides (2, 6144) have no unit stride"),
+    (HOPPER, _problem(a=(0, 1)), "operand A: row stride 0 (a broadcast)"),
 ])
 def test_rules(capability: tuple[int, int] | None, problem: MatmulProblem,
                reason: str | None) -> None:
@@ -190,6 +191,10 @@ def _offset_view(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.relu(x[:, 3:35] @ w)
 
 
+def _broadcast(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x.expand(40, 32) @ w)
+
+
 def _batched(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.relu(torch.bmm(a, b))
 
@@ -198,6 +203,7 @@ def _batched(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     ("symbolic_k", "operand A: row stride s1 is not provably a multiple of 16 bytes"),
     ("offset", "operand A starts at an offset (3 elements: TMA needs an aligned base)"),
     ("batched", "bmm is batched"),
+    ("broadcast", "operand A: row stride 0 (a broadcast)"),
 ])
 def test_kernels_that_do_not_suit_the_variant(case: str, reason: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -213,6 +219,9 @@ def test_kernels_that_do_not_suit_the_variant(case: str, reason: str,
         elif case == "offset":
             compiled, _ = compile_and_load(trace(_offset_view, [
                 torch.randn(40, 48).to(BF), torch.randn(32, 24).to(BF)]), precompile=False)
+        elif case == "broadcast":
+            compiled, _ = compile_and_load(trace(_broadcast, [
+                torch.randn(1, 32).to(BF), torch.randn(32, 24).to(BF)]), precompile=False)
         else:
             compiled, _ = compile_and_load(trace(_batched, [
                 torch.randn(2, 40, 32).to(BF), torch.randn(2, 32, 24).to(BF)]),

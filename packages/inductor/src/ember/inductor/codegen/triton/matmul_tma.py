@@ -93,6 +93,8 @@ def stride_reason(stride: Size, itemsize: int) -> str | None:
         if sympy.Mod(sympy.sympify(stride) * itemsize, ALIGN_BYTES) == 0:
             return None
         return f"row stride {stride} is not provably a multiple of {ALIGN_BYTES} bytes"
+    if stride == 0:
+        return "row stride 0 (a broadcast)"
     if stride * itemsize % ALIGN_BYTES:
         return (f"row stride {stride} x {itemsize} bytes is not a multiple of "
                 f"{ALIGN_BYTES} bytes")
