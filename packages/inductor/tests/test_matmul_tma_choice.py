@@ -230,3 +230,15 @@ def test_kernels_that_do_not_suit_the_variant(case: str, reason: str,
                        if k.endswith(".py") and not k.endswith("wrapper.py"))
     assert "make_tensor_descriptor" not in source and "bm32_bn32_bk16_g8_s3_w4" in source
     assert f"TMA variant not used ({reason})" in capsys.readouterr().err
+
+
+def test_tma_candidate_runs() -> None:
+    """The autotuner's TMA candidate builds and runs (here in the interpreter, when its
+    Triton has tensor descriptors)."""
+    from ember.inductor.codegen.triton import matmul_choice
+    from triton.runtime import interpreter
+
+    if not hasattr(interpreter.InterpreterBuilder, "create_make_tensor_descriptor"):
+        pytest.skip("this Triton's interpreter has no tensor descriptors")
+    problem = _problem(64, 48, 32)
+    matmul_choice._template_runner(problem, "tma_bm32_bn32_bk16_g8_s3_w4")()()
