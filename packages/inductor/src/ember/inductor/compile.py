@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from ember.inductor.autotune import autotuning, tuning_device, tuning_report
 from ember.inductor.codegen import KernelSource, backend_for
-from ember.inductor.codegen.build import GraphKernels, build_kernels
+from ember.inductor.codegen.build import GraphKernels, KernelBuilds
 from ember.inductor.codegen.dedupe import share_identical_kernels
 from ember.inductor.codegen.memory_plan import MemoryReport
 from ember.inductor.codegen.wrapper import WrapperWriter
@@ -143,8 +143,8 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     kernels on the device and record the counts in ``metadata["autotune"]``: see
     :mod:`ember.inductor.autotune`), ``device`` (``"cpu"``/``"cuda"``, default: where
     the tensors are),
-    ``precompile`` (default True: build the kernels now, all graphs' at once on
-    ``EMBER_COMPILE_THREADS`` threads — the C++ files, and with ``precompile_triton``
+    ``precompile`` (default True: build the kernels now, on ``EMBER_COMPILE_THREADS``
+    threads, each graph's as soon as its code is generated — the C++ files, and with ``precompile_triton``
     (default False, see ``codegen/build.py``) on a GPU the Triton kernels — which warms
     the caches and catches compile errors here rather than at load time), ``strict`` (default False:
     a graph whose lowering, code generation or C++ build fails — a lowering rule failing
@@ -185,10 +185,22 @@ def _compile_program(program: Program, options: dict[str, Any]) -> Program:
     device = torch.device(options["device"]) if options.get("device") else None
     with phase("passes"):
         optimized = run_passes(program)
-    graphs = {name: _compile_graph_or_eager(optimized, name, device, options)
-              for name in optimized.graphs}
-    if options.get("precompile", True):
-        _build_or_eager(optimized, graphs, device, options)
+    # NOTE: each graph's kernels start building once its code is generated, so that the
+    # next graph's lowering overlaps them (codegen/build.py: KernelBuilds)
+    builds = (KernelBuilds(bool(options.get("precompile_triton", False)))
+              if options.get("precompile", True) else None)
+    graphs: dict[str, CompiledGraph] = {}
+    try:
+        for name in optimized.graphs:
+            graphs[name] = _compile_graph_or_eager(optimized, name, device, options)
+            if builds is not None:
+                builds.start(_kernels_of(name, graphs[name]))
+    except BaseException:
+        if builds is not None:
+            builds.abandon()
+        raise
+    if builds is not None:
+        _build_or_eager(optimized, graphs, device, options, builds)
     out = optimized.copy()
     out.dialect = "compiled"
     # the sources of user Triton kernels (user_kernels/...) stay; kernels are new
@@ -234,15 +246,20 @@ def _compile_graph_or_eager(program: Program, name: str, device: torch.device | 
         return _eager_fallback(program, name, device, e)
 
 
+def _kernels_of(name: str, graph: CompiledGraph) -> GraphKernels:
+    return GraphKernels(name, graph.device, [s for _, s in graph.kernels])
+
+
 def _build_or_eager(program: Program, graphs: dict[str, CompiledGraph],
-                    device: torch.device | None, options: dict[str, Any]) -> None:
-    """Build the kernels of every graph now, in parallel (``codegen/build.py``); a graph
-    whose kernels fail to build runs its ops eagerly instead (replaced in ``graphs``),
-    unless ``options["strict"]`` asks for the error (the first failed graph's)."""
+                    device: torch.device | None, options: dict[str, Any],
+                    builds: KernelBuilds) -> None:
+    """Wait for the kernel builds of every graph (``codegen/build.py``; the ``kernel
+    builds`` phase is the wait, what the builds add to the compile after the last
+    graph's code generation); a graph whose kernels fail to build runs its ops eagerly
+    instead (replaced in ``graphs``), unless ``options["strict"]`` asks for the error
+    (the first failed graph's)."""
     with phase("kernel builds"):
-        failed = build_kernels([GraphKernels(name, g.device, [s for _, s in g.kernels])
-                                for name, g in graphs.items()],
-                               triton=bool(options.get("precompile_triton", False)))
+        failed = builds.finish()
     for name, error in failed.items():
         if options.get("strict"):
             raise error

@@ -7,9 +7,11 @@ CUDA device, each Triton kernel with Triton's compiler
 (``ember.runtime.compiled.triton_aot.warm_kernel``), so the first call runs rather than
 compiles. ``precompile_triton`` is off because on the H200 (2026-12-02 05:55 UTC, Triton
 3.6) the first launch still compiled every warmed kernel again: the warm-up's argument
-specialization was not the launch's, so it doubled the Triton build time. The builds of all graphs (forward and backward) go to one
-thread pool (``ember.runtime.compiled.parallel_build``, ``EMBER_COMPILE_THREADS``); each
-distinct source is built once.
+specialization was not the launch's, so it doubled the Triton build time. The builds of all
+graphs (forward and backward) go to one thread pool
+(``ember.runtime.compiled.parallel_build``, ``EMBER_COMPILE_THREADS``), each graph's as
+soon as its code is generated (:class:`KernelBuilds`); each distinct source is built
+once.
 
 ==========================  ===============================================================
 kernel                      built now when
@@ -26,14 +28,22 @@ Triton, CPU tensors         never: Triton's interpreter runs it, nothing to buil
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
 from ember.inductor.codegen.backend import KernelSource
-from ember.runtime.compiled.parallel_build import BuildJob, run_builds
+from ember.runtime.compiled.parallel_build import (
+    BuildJob,
+    BuildResult,
+    compile_threads,
+    run_build,
+    run_builds,
+)
+from ember.runtime.config import config
 from ember.runtime.ir.contracts import TritonLaunchMeta, launch_meta_from_json
 from ember.runtime.logs import log
-from ember.runtime.phases import count
+from ember.runtime.phases import count, set_count
 
 
 @dataclass(frozen=True)
@@ -79,42 +89,101 @@ def build_kernels(graphs: Sequence[GraphKernels],
     """Build the kernels of ``graphs`` (see the module docstring; ``triton``: also the
     Triton kernels of CUDA graphs, on a GPU); returns the first error of each graph with
     a kernel that failed to build (a source shared by several graphs fails them all)."""
-    jobs: list[BuildJob[object]] = []
-    owners: list[list[str]] = []  # the graphs of each job
-    by_source: dict[tuple[str, str], list[int]] = {}  # the jobs of each distinct source
-    gpu = torch.cuda.is_available()
-    warm_device: torch.device | None = None  # a GPU Triton kernels are built for
+    builds = KernelBuilds(triton)
     for g in graphs:
+        builds.start(g)
+    return builds.finish()
+
+
+class KernelBuilds:
+    """The kernel builds of one program, started graph by graph: with a pool of more
+    than one thread (``EMBER_COMPILE_THREADS``), a graph's builds begin as soon as
+    :meth:`start` is given its kernels, so they run while the inductor lowers the next
+    graph (the backward graph's Python stages overlap the forward graph's ``g++``);
+    :meth:`finish` waits for all of them. With one thread they run one by one in
+    :meth:`finish`, in the calling thread. Each distinct source is built once, whichever
+    graphs share it; results are taken in start order, so the outcome is a serial
+    build's."""
+
+    def __init__(self, triton: bool = False, threads: int | None = None) -> None:
+        self._triton = triton
+        self._threads = threads or compile_threads()
+        self._gpu = torch.cuda.is_available()
+        self._jobs: list[BuildJob[object]] = []
+        self._owners: list[list[str]] = []  # the graphs of each job
+        self._by_source: dict[tuple[str, str], list[int]] = {}  # the jobs of a source
+        self._futures: list[Future[BuildResult[object]]] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._driver_started = False
+        self._launch_logged = False
+
+    def start(self, g: GraphKernels) -> None:
+        """Add graph ``g``'s kernels (those an earlier graph added are not built again);
+        with a pool, start building them now."""
+        first_new = len(self._jobs)
         for source in g.sources:
             # NOTE: the C++ backend bundles a graph's kernels into one file: one build
             key = (source.lang, source.source if source.lang == "cpp"
                    else f"{source.entry}\n{source.source}")
-            if key in by_source:
-                for index in by_source[key]:
-                    if g.graph not in owners[index]:
-                        owners[index].append(g.graph)
+            if key in self._by_source:
+                for index in self._by_source[key]:
+                    if g.graph not in self._owners[index]:
+                        self._owners[index].append(g.graph)
                 continue
             if source.lang == "cpp":
                 names = [s.name for s in g.sources if s.source == source.source]
                 new = [_cpp_job(source, names, g.graph)]
-            elif source.lang == "triton" and g.device.type == "cuda" and gpu and triton:
+            elif (source.lang == "triton" and g.device.type == "cuda" and self._gpu
+                  and self._triton):
                 new = _triton_jobs(source, g.device)
-                warm_device = warm_device or (g.device if new else None)
+                if new and not self._driver_started:
+                    from ember.runtime.compiled.triton_aot import start_triton_driver
+
+                    start_triton_driver(g.device)  # here, before threads race to start it
+                    self._driver_started = True
             else:
                 new = []
-            by_source[key] = list(range(len(jobs), len(jobs) + len(new)))
-            jobs += new
-            owners += [[g.graph] for _ in new]
-    if any(g.device.type == "cuda" for g in graphs) and not (gpu and triton):
-        log("stages", "the Triton kernels are built at their first launch ("
-                      + ("no GPU" if triton else "precompile_triton is off") + ")")
-    if warm_device is not None:
-        from ember.runtime.compiled.triton_aot import start_triton_driver
+            self._by_source[key] = list(range(len(self._jobs), len(self._jobs) + len(new)))
+            self._jobs += new
+            self._owners += [[g.graph] for _ in new]
+        if (g.device.type == "cuda" and not (self._gpu and self._triton)
+                and not self._launch_logged):
+            self._launch_logged = True
+            log("stages", "the Triton kernels are built at their first launch ("
+                          + ("no GPU" if self._triton else "precompile_triton is off") + ")")
+        if self._threads > 1 and len(self._jobs) > first_new:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self._threads,
+                                                thread_name_prefix="ember-build")
+            self._futures += [self._pool.submit(run_build, job)
+                              for job in self._jobs[first_new:]]
 
-        start_triton_driver(warm_device)  # here, before the threads would race to start it
-    failed: dict[str, Exception] = {}
-    for result, graph_names in zip(run_builds(jobs, "kernel builds"), owners):
-        if result.error is not None:
-            for name in graph_names:
-                failed.setdefault(name, result.error)
-    return failed
+    def finish(self) -> dict[str, Exception]:
+        """Wait for every build; the first error of each graph with a kernel that failed
+        to build (a source shared by several graphs fails them all)."""
+        if self._pool is None:
+            results = run_builds(self._jobs, "kernel builds", 1) if self._jobs else []
+        else:
+            workers = min(self._threads, len(self._jobs))
+            set_count("build threads", workers)
+            log("stages", f"kernel builds: {len(self._jobs)} build"
+                          f"{'s' if len(self._jobs) != 1 else ''} on {workers} thread"
+                          f"{'s' if workers != 1 else ''}, each graph's started once its "
+                          "code was generated "
+                          f"(EMBER_COMPILE_THREADS={config.compile_threads or 'auto'})")
+            try:
+                results = [f.result() for f in self._futures]
+            finally:
+                self._pool.shutdown()
+        failed: dict[str, Exception] = {}
+        for result, graph_names in zip(results, self._owners):
+            if result.error is not None:
+                for name in graph_names:
+                    failed.setdefault(name, result.error)
+        return failed
+
+    def abandon(self) -> None:
+        """Stop: builds not yet begun are dropped, running ones end in the background
+        (the compile failed before :meth:`finish`)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

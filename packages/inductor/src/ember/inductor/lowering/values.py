@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from ember.inductor.loop_ir import IndexExpr, Int, Size, Var, add, mul
@@ -49,6 +49,10 @@ class Lazy:
     fn: ElementFn
     dtype: torch.dtype
     sizes: tuple[int, ...]
+    # NOTE: what probe() found, computed once: the inlining heuristics, the lowering's
+    # load queries and the matmul template's prologue probe the same value (read only)
+    _probed: list[BodyBuilder] = field(default_factory=list, init=False, repr=False,
+                                       compare=False)
 
     def element(self, b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         # NOTE: a value computed under a mask (its loads give `other` outside it) must
@@ -85,10 +89,13 @@ def probe_index(sizes: Sequence[int]) -> tuple[IndexExpr, ...]:
 
 def probe(value: Lazy) -> BodyBuilder:
     """A builder holding one element of ``value`` at :func:`probe_index`: what computing
-    it loads, and through which indexes, and how much code it takes."""
-    b = BodyBuilder()
-    value.element(b, probe_index(value.sizes))
-    return b
+    it loads, and through which indexes, and how much code it takes. Computed once per
+    value: the result is shared, callers only read it."""
+    if not value._probed:
+        b = BodyBuilder()
+        value.element(b, probe_index(value.sizes))
+        value._probed.append(b)
+    return value._probed[0]
 
 
 def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:

@@ -75,7 +75,8 @@ class BuildResult(Generic[_R]):
         return self.value
 
 
-def _run(job: BuildJob[_R]) -> BuildResult[_R]:
+def run_build(job: BuildJob[_R]) -> BuildResult[_R]:
+    """Run one job in this thread: its result (an error it raises is caught into it)."""
     start = time.perf_counter()
     try:
         value = job.build()
@@ -98,6 +99,6 @@ def run_builds(jobs: Sequence[BuildJob[_R]], what: str,
                   f"{workers} thread{'s' if workers != 1 else ''} "
                   f"(EMBER_COMPILE_THREADS={config.compile_threads or 'auto'})")
     if workers == 1:
-        return [_run(job) for job in jobs]
+        return [run_build(job) for job in jobs]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ember-build") as pool:
-        return list(pool.map(_run, jobs))
+        return list(pool.map(run_build, jobs))
