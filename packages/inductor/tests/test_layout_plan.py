@@ -22,7 +22,7 @@ from ember.inductor.lowering.layout_plan import layout_plan
 from ember.inductor.lowering.lowered_graph import LoweredGraph
 from ember.inductor.passes import run_passes
 from ember.inductor.scheduler import KernelStep, schedule
-from ember.runtime.ir import Program, TensorMeta, print_program
+from ember.runtime.ir import Program, TensorMeta, ValueRef, print_program
 
 pytest.importorskip("ember.aot")
 pytest.importorskip("ember.frontend")
@@ -187,3 +187,31 @@ def test_inference_program_keeps_its_outputs_and_weights() -> None:
     assert plan.saved_clones == []
     assert plan.channels_last["forward"] == ["convolution", "relu"]
     assert "forward:convolution_1" in plan.pinned  # the output
+
+
+@pytest.mark.parametrize("channels_last_model", [False, True],
+                         ids=["row_major", "channels_last_model"])
+def test_the_aot_stage_keeps_saved_layouts_in_the_backward(channels_last_model: bool) -> None:
+    """Each backward placeholder of a saved tensor has the meta of the forward value it
+    receives: as traced (a channels-last model and input trace channels-last saved
+    tensors), and after the plan."""
+    model = conv_bn_relu_stack()
+    x = torch.randn(2, 3, 8, 8)
+    if channels_last_model:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    program = training_program(model, x)
+    planned, _ = layout_plan(program)
+    for p in (program, planned):
+        backward = {n.name: n.meta for n in p.graphs["backward"].placeholders}
+        forward = {n.name: n.meta for n in p.forward.nodes}
+        saved = [(spec.target, value) for spec, value in
+                 zip(p.signature.outputs["forward"], p.forward.output_values)
+                 if spec.kind.value == "saved_tensor"]
+        assert len(saved) >= 7
+        for target, value in saved:
+            assert isinstance(value, ValueRef) and value.index is None
+            assert backward[target or ""] == forward[value.node], target
+    conv = program.forward.node("convolution").meta
+    assert isinstance(conv, TensorMeta)
+    assert (conv.strides == (512, 1, 64, 8)) == channels_last_model
