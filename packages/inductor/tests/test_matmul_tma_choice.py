@@ -106,7 +106,10 @@ def test_log_says_why_the_variant_is_not_used(capsys: pytest.CaptureFixture[str]
             choose_matmul(_problem())
         with assume_capability(HOPPER):
             choose_matmul(_problem())
+            choose_matmul(_problem(), "cpu")  # a CPU graph's Triton kernels (tests)
     err = capsys.readouterr().err
+    assert ("bm128_bn256_bk64_g8_s3_w8 (heuristic); TMA variant not applicable: a cpu "
+            "graph (its Triton kernels run in Triton's interpreter") in err
     assert ("matmul mm [M=8192, N=3072, K=768] torch.bfloat16: bm128_bn256_bk64_g8_s3_w8 "
             "(heuristic); TMA variant not applicable: the device is not sm_90 (Hopper): "
             "sm_80") in err

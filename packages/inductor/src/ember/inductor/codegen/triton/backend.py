@@ -52,5 +52,6 @@ class TritonBackend(KernelBackend):
 
     def matmul_template(self, problem: MatmulProblem) -> MatmulTemplate | None:
         """A template, or the extern: :func:`.matmul_choice.choose_matmul` (a heuristic;
-        timed candidates under ``mode="max-autotune"``)."""
-        return choose_matmul(problem)
+        timed candidates under ``mode="max-autotune"``; the TMA variant only for CUDA
+        graphs)."""
+        return choose_matmul(problem, self.device_type)

@@ -115,7 +115,8 @@ def tma_configs(problem: MatmulProblem) -> tuple[MatmulConfig, ...]:
 
 def heuristic_choice(problem: MatmulProblem, tma: bool | None = None) -> str:
     """``"extern"`` or a config name, without timing anything (module doc); ``tma``:
-    whether the TMA variant applies (None: ask :func:`.matmul_tma.tma_reason`)."""
+    whether the TMA variant applies (None: ask :func:`.matmul_tma.tma_reason` for a
+    CUDA graph)."""
     _, m, n, k = _hints(problem)
     if problem.dtype == torch.float32 and not problem.allow_tf32:
         return EXTERN
@@ -157,12 +158,14 @@ def fusion_saving(problem: MatmulProblem) -> float:
     return 2.0 * batch * m * n * problem.dtype.itemsize / BANDWIDTH + LAUNCH_SECONDS
 
 
-def choose_matmul(problem: MatmulProblem) -> MatmulTemplate | None:
-    """The template ``problem`` is written as, or None for the extern call."""
+def choose_matmul(problem: MatmulProblem, device_type: str = "cuda"
+                  ) -> MatmulTemplate | None:
+    """The template ``problem`` (of a graph on ``device_type``) is written as, or None
+    for the extern call."""
     batch, m, n, k = _hints(problem)
     batched = problem.batch is not None
     configs = candidate_configs(problem.dtype, m, n, k, batched)
-    reason = tma_reason(problem)
+    reason = tma_reason(problem, device_type)
     if reason is None:
         configs = tma_configs(problem) + configs
     default = heuristic_choice(problem, reason is None)

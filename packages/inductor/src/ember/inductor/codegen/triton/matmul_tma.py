@@ -10,6 +10,8 @@ reason ``EMBER_LOGS=autotune`` prints:
 =================  =====================================================================
 rule               passes when
 =================  =====================================================================
+graph              the graph is on CUDA (a CPU graph's Triton kernels, a test backend's,
+                   run in Triton's interpreter)
 device             the current CUDA device is sm_90 (Hopper: H100, H200)
 triton             Triton has ``tl.make_tensor_descriptor`` and ``triton.set_allocator``
 dtype              float16/bfloat16, or float32 with TF32 allowed
@@ -167,9 +169,12 @@ RULES: tuple[tuple[str, Callable[[MatmulProblem], str | None]], ...] = (
 )
 
 
-def tma_reason(problem: MatmulProblem) -> str | None:
-    """Why the TMA variant does not apply to ``problem`` (the first failing rule), None
-    when it does."""
+def tma_reason(problem: MatmulProblem, device_type: str = "cuda") -> str | None:
+    """Why the TMA variant does not apply to ``problem`` of a graph on ``device_type``
+    (the first failing rule), None when it does."""
+    if device_type != "cuda":
+        return (f"a {device_type} graph (its Triton kernels run in Triton's interpreter, "
+                "which not every Triton runs descriptors in)")
     for _, rule in RULES:
         reason = rule(problem)
         if reason is not None:
