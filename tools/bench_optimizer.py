@@ -4,13 +4,17 @@
     OMP_NUM_THREADS=1 python tools/bench_optimizer.py [--params 10] [--repeats 30] [--width 1024]
 
 Prints one markdown table row per optimizer: the median time per step of each, in one
-process. The gradients are set once; every step updates the parameters and state in
-place, as training does.
+process, and the copies back per Ember step (mutated inputs the runtime copied instead of
+the kernels writing them in place; 0 once every update is written in place). The
+gradients are set once; every step updates the parameters and state in place, as training
+does. The load average is printed before and after (the numbers are only comparable
+within one run on a shared machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -35,6 +39,17 @@ def _model(millions: float, width: int = 1024) -> nn.Module:
     return model
 
 
+def _copies(step: Callable[[], Any]) -> int:
+    """``aten::copy_`` calls in one step (the runtime's copy back of an input is one)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        step()
+    return sum(int(e.count) for e in prof.key_averages() if e.key == "aten::copy_")
+
+
+def _load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def _median_ms(step: Callable[[], Any], repeats: int) -> float:
     for _ in range(3):
         step()  # the first steps make the state and compile
@@ -57,18 +72,23 @@ def main() -> None:
 
     params = list(_model(args.params, args.width).parameters())
     print(f"{sum(p.numel() for p in params) / 1e6:.1f}M parameters in {len(params)} "
-          f"tensors, torch threads {torch.get_num_threads()}")
-    print("| optimizer | eager | torch.compile | ember | ember / eager | ember / torch.compile |")
-    print("|---|---|---|---|---|---|")
+          f"tensors, torch threads {torch.get_num_threads()}, {_load()}")
+    print("| optimizer | eager | torch.compile | ember | ember / eager | ember / torch.compile "
+          "| ember copies back a step |")
+    print("|---|---|---|---|---|---|---|")
     for name, cls, kw in OPTIMIZERS:
         times = []
+        copies = 0
         for make in (lambda s: s, torch.compile, ef.compile):
             model = _model(args.params, args.width)
             opt = cls(model.parameters(), **kw)
-            times.append(_median_ms(make(opt.step), args.repeats))
+            step = make(opt.step)
+            times.append(_median_ms(step, args.repeats))
+            copies = _copies(step)  # the last one: Ember's
         eager, torch_c, ember = times
         print(f"| {name} | {eager:.2f} ms | {torch_c:.2f} ms | {ember:.2f} ms | "
-              f"{eager / ember:.2f}x | {torch_c / ember:.2f}x |")
+              f"{eager / ember:.2f}x | {torch_c / ember:.2f}x | {copies} |")
+    print(_load())
 
 
 if __name__ == "__main__":

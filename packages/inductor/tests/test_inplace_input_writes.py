@@ -257,3 +257,21 @@ def test_an_input_passed_in_another_layout_is_copied_back() -> None:
     assert copies.count >= 1
     torch.testing.assert_close(x, want)
     torch.testing.assert_close(base[1::2], base[1::2])
+
+
+def test_a_run_time_check_after_the_write_keeps_the_copy() -> None:
+    # ``x.add_(y[i])`` with a bad index raises in eager before ``x`` changes; the kernel
+    # checking ``i`` must not have written ``x`` when the wrapper raises
+    program = _program("""\
+  %index: f32[2]{1} cpu = aten::index.Tensor(%y, [%i])
+  %add: f32[2]{1} cpu = aten::add.Tensor(%x, %index)
+  return (%add)  [mutated_input x]
+""", params="%x: f32[2]{1} cpu, %y: f32[8]{1} cpu, %i: i64[2]{1} cpu")
+    assert _input_lines(program) == [
+        "input %x (arg0): copied back (a run-time check of kernel0 may fail after the "
+        "write)"]
+    compiled, _ = compile_and_load(program)
+    x = torch.zeros(2)
+    with pytest.raises(IndexError):
+        ProgramCallable(compiled)([x, torch.randn(8), torch.tensor([1, 9])])
+    torch.testing.assert_close(x, torch.zeros(2))

@@ -4,7 +4,8 @@ It runs the ``forward`` graph through an executor and applies the signature's ep
 
 * outputs labelled MUTATED_INPUT are copied back into the input they belong to (under
   ``no_grad``) and hidden from the caller; one that is the input's own memory (the
-  compiled code wrote the input in place) is not copied onto itself;
+  compiled code wrote the input in place) is not copied onto itself, and the input's
+  version counter is bumped as an in-place op's would be;
 * SAVED_TENSOR outputs (kept for a backward graph) are hidden too;
 * outputs labelled ALIASED_OUTPUT are rebuilt as views of the input or output they
   alias (``program.metadata["aot"]["aliased_outputs"]``), so the caller sees the same

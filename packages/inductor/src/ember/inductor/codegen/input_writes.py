@@ -20,7 +20,9 @@ place only where that is the same program:
   result may be a view of the input that outlives the write);
 - every read of its old value happens in an earlier step, or in that kernel at the very
   offset the kernel stores (unmasked, before the store: a read-modify-write); no later
-  step reads it.
+  step reads it;
+- no run-time check (``lowering/checks.py``) of that kernel or a later one can raise
+  after the write: a failing call leaves the input as it was, as with the copy back.
 
 Everything else keeps the copy back; ``EMBER_LOGS=memory`` lists each decision.
 """
@@ -35,6 +37,7 @@ from ember.inductor.buffers import ExternCall
 from ember.inductor.codegen.index_match import same_index
 from ember.inductor.loop_ir import Kernel, Load, Store
 from ember.inductor.loop_ir.index import free_vars
+from ember.inductor.lowering.checks import ERROR_BUFFER
 from ember.inductor.lowering.extern_args import TensorArg
 from ember.inductor.lowering.lowered_graph import LoweredGraph, MutatedInput
 from ember.inductor.scheduler import KernelStep, Step
@@ -124,6 +127,10 @@ def _decide(lowered: LoweredGraph, steps: Sequence[Step], m: MutatedInput,
     why = _read_modify_write(step.kernel, buffer, m.input)
     if why is not None:
         return kept(why, buffer)
+    checking = next((s.kernel.name for s in steps[i:] if isinstance(s, KernelStep)
+                     and ERROR_BUFFER in s.kernel.stored_buffers()), None)
+    if checking is not None:  # eager raises before the write, or the copy back never runs
+        return kept(f"a run-time check of {checking} may fail after the write", buffer)
     return InputWrite(m.input, m.placeholder, buffer, i)
 
 
