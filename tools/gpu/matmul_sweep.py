@@ -44,7 +44,6 @@ EXTRA = ["bm128_bn256_bk64_g8_s3_w8", "bm256_bn128_bk64_g8_s3_w8", "bm128_bn128_
 #: stage, so 4 stages may not fit; such a row reports its failure)
 TMA_EXTRA = ["tma_bm128_bn256_bk64_g8_s4_w8", "tma_bm128_bn128_bk128_g8_s3_w8",
              "tma_bm64_bn256_bk64_g8_s4_w4", "tma_bm128_bn256_bk32_g8_s4_w8",
-             "tma_bm128_bn128_bk64_g8_s5_w8", "tma_bm128_bn256_bk64_g4_s3_w8",
              "tma_bm128_bn256_bk64_g16_s3_w8"]
 
 
@@ -80,11 +79,10 @@ def workloads(dtype: torch.dtype) -> list[tuple[str, Callable[..., Any], list[to
 
 
 def choices(which: str, dtype: torch.dtype) -> list[str]:
-    """The extern and the template configs ``which`` names (module doc); TMA configs of
-    ``dtype``'s class."""
+    """The extern and the template configs ``which`` names (module doc); the TMA configs
+    of ``dtype``'s large class (every workload here is large)."""
     pointer = {c.name for cs in CONFIGS.values() for c in cs if c.split_k == 1} | set(EXTRA)
-    tma = {c.name for (cls, _), cs in TMA_CONFIGS.items() for c in cs
-           if cls == dtype_class(dtype)} | set(TMA_EXTRA)
+    tma = {c.name for c in TMA_CONFIGS[(dtype_class(dtype), "large")]} | set(TMA_EXTRA)
     picked = {"all": pointer | tma, "pointer": pointer,
               "tma": tma | {CONFIGS[("16-bit", "large")][0].name}}
     if which not in picked:
