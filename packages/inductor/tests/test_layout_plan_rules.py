@@ -111,3 +111,25 @@ def test_an_op_outside_the_table_separates_layouts() -> None:
     _, plan = layout_plan(trace(f, [torch.randn(1, 4, 6, 6), W]))
     assert plan.channels_last["forward"] == ["convolution", "relu"]
     assert plan.pinned == ["forward:in0", "forward:in1"]  # not the output (mul)
+
+
+def test_a_custom_operator_gets_its_argument_in_the_traced_layout() -> None:
+    """A value between convolutions that a custom operator also reads keeps its traced
+    layout: the operator's code may assume it."""
+    @torch.library.custom_op("ember_layout_plan_test::double", mutates_args=())
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @double.register_fake
+    def _fake(x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = aten.relu.default(conv(x, w))
+        out: torch.Tensor = conv(y, w) + double(y)
+        return out
+
+    _, plan = layout_plan(trace(f, [torch.randn(1, 4, 6, 6), W]))
+    assert "forward:relu" in plan.pinned
+    assert "relu" not in plan.channels_last["forward"]
+    assert "convolution" in plan.channels_last["forward"]

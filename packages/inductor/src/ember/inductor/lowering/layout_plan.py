@@ -27,7 +27,8 @@ graph input that is saved channels-last is saved through a ``clone`` in that lay
 lowering reuses the copy it makes for the forward's convolution: one conversion a step).
 
 Kept as traced (*pinned*): graph inputs, the forward's user-visible outputs and the
-backward's gradients (the caller gets eager's strides), tangents. Graphs with symbolic
+backward's gradients (the caller gets eager's strides), tangents, and the arguments of
+custom operators and user Triton kernels (their code may assume the traced layout). Graphs with symbolic
 sizes are left as they are (logged under ``EMBER_LOGS=graphs``).
 """
 
@@ -37,6 +38,7 @@ import dataclasses
 from collections.abc import Iterator
 
 import torch
+from ember.inductor.lowering.custom_ops import is_custom_operator
 from ember.inductor.lowering.layout import channels_last_strides, is_channels_last, same_layout
 from ember.inductor.lowering.layout_plan_rules import ARG, LAYOUT_RULES, Position
 from ember.inductor.lowering.values import contiguous_strides
@@ -140,8 +142,9 @@ def _returned(program: Program) -> set[ValueKey]:
 
 
 def _pinned(program: Program, links: list[tuple[ValueKey, ValueKey]]) -> set[ValueKey]:
-    """Values whose traced layout stays: graph inputs, what the caller receives, and the
-    backward placeholders of saved values that are pinned in the forward."""
+    """Values whose traced layout stays: graph inputs, what the caller receives, the
+    arguments of custom operators and user kernels (they get the traced layout), and
+    the backward placeholders of saved values that are pinned in the forward."""
     pinned = _returned(program)
     saved = {bwd for _, bwd in links}
     for gname, graph in program.graphs.items():
@@ -152,6 +155,9 @@ def _pinned(program: Program, links: list[tuple[ValueKey, ValueKey]]) -> set[Val
             for value in graph.output_values:
                 if isinstance(value, ValueRef):
                     pinned.add((gname, value.node, value.index))
+        for node in graph.calls():
+            if is_custom_operator(node.target):  # its code may assume the traced layout
+                pinned.update((gname, r.node, r.index) for r in node.inputs())
     for fwd, bwd in links:
         if fwd in pinned and not _is_placeholder(program, fwd):
             pinned.add(bwd)
