@@ -13,6 +13,7 @@ import pytest
 import torch
 from ember_testing.copies import CopyCounter
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], dict[str, Any]]] = {
     "sgd_momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "foreach": False}),
@@ -89,9 +90,39 @@ def test_a_mutated_input_saved_for_backward_fails_the_version_check() -> None:
         loss.backward()  # type: ignore[no-untyped-call]
 
 
+class _CudaCopies(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts ``aten::copy_`` calls into CUDA tensors (the optimizer's ``step`` counters
+    stay on the CPU, not capturable: their updates run eagerly and are copied back)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        if func is torch.ops.aten.copy_.default and args[0].is_cuda:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 def test_an_adamw_step_on_cuda_writes_in_place() -> None:
-    copies, _, ember_model = _steps("adamw_foreach", "cuda")
+    cls, kwargs = OPTIMIZERS["adamw_foreach"]
+    eager_model, ember_model = _model("cuda"), _model("cuda")
+    eager = cls(eager_model.parameters(), **kwargs)
+    opt = cls(ember_model.parameters(), **kwargs)
+    step: Callable[[], Any] = ef.compile(opt.step)
+    copies = []
+    for _ in range(3):
+        eager.step()
+        with _CudaCopies() as counter:
+            step()
+        copies.append(counter.count)
+    torch.cuda.synchronize()
+    for a, b in zip(eager_model.parameters(), ember_model.parameters()):
+        torch.testing.assert_close(b, a)
+    for a, b in zip(eager.state.values(), opt.state.values()):
+        for key in a:
+            torch.testing.assert_close(b[key], a[key])
     assert copies == [0, 0, 0]
-    assert all(p.is_cuda for p in ember_model.parameters())
