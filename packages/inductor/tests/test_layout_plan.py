@@ -12,7 +12,6 @@ import re
 
 import pytest
 import torch
-import torch.nn as nn
 from ember.inductor.buffers import ExternCall
 from ember.inductor.loop_ir import Compute, Reduce
 from ember.inductor.lowering.extern_args import ExternArg, TensorArg
@@ -23,6 +22,7 @@ from ember.inductor.lowering.lowered_graph import LoweredGraph
 from ember.inductor.passes import run_passes
 from ember.inductor.scheduler import KernelStep, schedule
 from ember.runtime.ir import Program, TensorMeta, ValueRef, print_program
+from torch import nn
 
 pytest.importorskip("ember.aot")
 pytest.importorskip("ember.frontend")
@@ -131,7 +131,7 @@ def test_saved_tensors_are_stored_channels_last_by_their_producers(
         meta = backward_inputs.get(spec.target or "")
         if not isinstance(meta, TensorMeta) or meta.ndim != 4:
             continue
-        sizes, strides = strides_of(forward, out)
+        _, strides = strides_of(forward, out)
         assert strides == tuple(meta.strides), (spec.target, strides, meta)
         assert isinstance(out, TensorArg) and out.buffer in conv_results | conv_inputs
         n_checked += 1
@@ -183,7 +183,7 @@ def test_inference_program_keeps_its_outputs_and_weights() -> None:
         y = torch.relu(torch.nn.functional.conv2d(x, w, padding=1))
         return torch.nn.functional.conv2d(y, w, padding=1)
 
-    program, plan = layout_plan(trace(f, [torch.randn(1, 4, 5, 5), torch.randn(4, 4, 3, 3)]))
+    _, plan = layout_plan(trace(f, [torch.randn(1, 4, 5, 5), torch.randn(4, 4, 3, 3)]))
     assert plan.saved_clones == []
     assert plan.channels_last["forward"] == ["convolution", "relu"]
     assert "forward:convolution_1" in plan.pinned  # the output

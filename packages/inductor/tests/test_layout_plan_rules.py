@@ -16,7 +16,7 @@ from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import trace  # noqa: E402
+from helpers import trace
 
 aten = torch.ops.aten
 W = torch.randn(4, 4, 3, 3)

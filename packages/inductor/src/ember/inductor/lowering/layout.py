@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-
 from ember.inductor.loop_ir.symbolic_index import as_size, from_ir, hint, same_size
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides
 from ember.runtime.ir import Program, TensorMeta, ValueRef

@@ -42,7 +42,7 @@ from ember.inductor.lowering.custom_ops import is_custom_operator
 from ember.inductor.lowering.layout import channels_last_strides, is_channels_last, same_layout
 from ember.inductor.lowering.layout_plan_rules import ARG, LAYOUT_RULES, Position
 from ember.inductor.lowering.values import contiguous_strides
-from ember.runtime.ir import Graph, Node, OutputKind, Program, TensorMeta, ValueRef
+from ember.runtime.ir import Node, OutputKind, Program, TensorMeta, ValueRef
 from ember.runtime.logs import log
 
 # A value of the program: (graph name, node name, result index or None)
@@ -86,6 +86,7 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
                       "layout choices apply")
         return program, LayoutPlan({}, [], [])
     out = program.copy()
+    index = {g: {n.name: n for n in graph.nodes} for g, graph in out.graphs.items()}
     classes = _Classes()
     anchored: list[ValueKey] = []
     for gname, graph in out.graphs.items():
@@ -94,12 +95,12 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
             if rule is None or _explicit_format(node):
                 continue
             for pos in rule.channels_last:
-                key = _key_at(gname, graph, node, pos)
+                key = _key_at(gname, index[gname], node, pos)
                 if key is not None:
                     classes.add(key)
                     anchored.append(key)
             if rule.follows:
-                keys = [k for k in _tensor_keys(gname, graph, node) if k is not None]
+                keys = [k for k in _tensor_keys(gname, index[gname], node) if k is not None]
                 for k in keys[1:]:
                     classes.union(keys[0], k)
     links = _saved_links(out)
@@ -107,20 +108,20 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
         if classes.known(fwd) or classes.known(bwd):
             classes.union(fwd, bwd)
     chosen = {classes.find(k) for k in anchored}
-    members = [k for k in classes.keys() if classes.find(k) in chosen]
-    pinned = _pinned(out, links)
+    members = [k for k in classes.values() if classes.find(k) in chosen]
+    pinned = _pinned(out, links, index)
     plan = LayoutPlan({g: [] for g in out.graphs}, [], [])
     clones: list[str] = []  # forward placeholders saved through a channels-last clone
     saved_of = {bwd: fwd for fwd, bwd in links}
     for key in members:
-        gname, name, index = key
+        gname, name, result = key
         if key in pinned:
-            plan.pinned.append(f"{gname}:{_ref_text(name, index)}")
+            plan.pinned.append(f"{gname}:{_ref_text(name, result)}")
             continue
-        if _set_channels_last(out.graphs[gname].node(name), index):
-            plan.channels_last[gname].append(_ref_text(name, index))
+        if _set_channels_last(index[gname][name], result):
+            plan.channels_last[gname].append(_ref_text(name, result))
             source = saved_of.get(key)
-            if (source is not None and _is_placeholder(out, source)
+            if (source is not None and _is_placeholder(index, source)
                     and source[1] not in clones):
                 clones.append(source[1])  # a saved graph input
     for placeholder in clones:
@@ -141,7 +142,8 @@ def _returned(program: Program) -> set[ValueKey]:
     return keys
 
 
-def _pinned(program: Program, links: list[tuple[ValueKey, ValueKey]]) -> set[ValueKey]:
+def _pinned(program: Program, links: list[tuple[ValueKey, ValueKey]],
+            index: dict[str, dict[str, Node]]) -> set[ValueKey]:
     """Values whose traced layout stays: graph inputs, what the caller receives, the
     arguments of custom operators and user kernels (they get the traced layout), and
     the backward placeholders of saved values that are pinned in the forward."""
@@ -159,13 +161,13 @@ def _pinned(program: Program, links: list[tuple[ValueKey, ValueKey]]) -> set[Val
             if is_custom_operator(node.target):  # its code may assume the traced layout
                 pinned.update((gname, r.node, r.index) for r in node.inputs())
     for fwd, bwd in links:
-        if fwd in pinned and not _is_placeholder(program, fwd):
+        if fwd in pinned and not _is_placeholder(index, fwd):
             pinned.add(bwd)
     return pinned
 
 
-def _is_placeholder(program: Program, key: ValueKey) -> bool:
-    return program.graphs[key[0]].node(key[1]).op == "placeholder"
+def _is_placeholder(index: dict[str, dict[str, Node]], key: ValueKey) -> bool:
+    return index[key[0]][key[1]].op == "placeholder"
 
 
 def _saved_links(program: Program) -> list[tuple[ValueKey, ValueKey]]:
@@ -189,8 +191,8 @@ def _explicit_format(node: Node) -> bool:
     return fmt is not None and fmt != torch.preserve_format
 
 
-def _meta(graph: Graph, name: str, index: int | None) -> TensorMeta | None:
-    meta = graph.node(name).meta
+def _meta(nodes: dict[str, Node], name: str, index: int | None) -> TensorMeta | None:
+    meta = nodes[name].meta
     if isinstance(meta, tuple):
         meta = meta[index] if index is not None and index < len(meta) else None
     elif index is not None:
@@ -207,31 +209,31 @@ def spatial(meta: TensorMeta | None) -> bool:
     return is_channels_last(sizes, channels_last_strides(sizes))
 
 
-def _key_of(gname: str, graph: Graph, ref: object) -> ValueKey | None:
-    if not isinstance(ref, ValueRef) or not spatial(_meta(graph, ref.node, ref.index)):
+def _key_of(gname: str, nodes: dict[str, Node], ref: object) -> ValueKey | None:
+    if not isinstance(ref, ValueRef) or not spatial(_meta(nodes, ref.node, ref.index)):
         return None
     return (gname, ref.node, ref.index)
 
 
-def _key_at(gname: str, graph: Graph, node: Node, pos: Position) -> ValueKey | None:
+def _key_at(gname: str, nodes: dict[str, Node], node: Node, pos: Position) -> ValueKey | None:
     if pos.kind == ARG:
         ref = node.args[pos.index] if pos.index < len(node.args) else None
-        return _key_of(gname, graph, ref)
+        return _key_of(gname, nodes, ref)
     index = pos.index if isinstance(node.meta, tuple) else None
     if index is None and pos.index != 0:
         return None
-    return _key_of(gname, graph, ValueRef(node.name, index))
+    return _key_of(gname, nodes, ValueRef(node.name, index))
 
 
-def _tensor_keys(gname: str, graph: Graph, node: Node) -> Iterator[ValueKey | None]:
+def _tensor_keys(gname: str, nodes: dict[str, Node], node: Node) -> Iterator[ValueKey | None]:
     """The spatial 4-d arguments and results of ``node``."""
     for ref in node.inputs():
-        yield _key_of(gname, graph, ref)
+        yield _key_of(gname, nodes, ref)
     if isinstance(node.meta, tuple):
         for i in range(len(node.meta)):
-            yield _key_of(gname, graph, ValueRef(node.name, i))
+            yield _key_of(gname, nodes, ValueRef(node.name, i))
     else:
-        yield _key_of(gname, graph, ValueRef(node.name))
+        yield _key_of(gname, nodes, ValueRef(node.name))
 
 
 def _set_channels_last(node: Node, index: int | None) -> bool:
@@ -299,7 +301,8 @@ class _Classes:
     def known(self, key: ValueKey) -> bool:
         return key in self._parent
 
-    def keys(self) -> list[ValueKey]:
+    def values(self) -> list[ValueKey]:
+        """Every value in some class, in the order they were first seen."""
         return list(self._parent)
 
     def find(self, key: ValueKey) -> ValueKey:
