@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from ember.frontend._torch import fake_mode_active
 from ember.frontend.capture_modes import CompileRequest
+from ember.frontend.collector import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.guards import GuardFailure, GuardSet, Matcher
 from ember.frontend.module_state import ModuleLayout, callable_name
@@ -144,6 +145,11 @@ class TracedFunction:
     # ---- internals --------------------------------------------------------------------
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
+        with collector_paused():  # a cold compile's garbage collections (collector.py)
+            return self._capture_and_compile(args, kwargs)
+
+    def _capture_and_compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]
+                             ) -> CacheEntry:
         req = self.request
         captured = timed("capture")(trace_capture)(req.fn, req.module, args, kwargs,
                                                    self._layout, self._policy)

@@ -43,6 +43,7 @@ from ember.frontend.bytecode.frame import Frame, FrameState
 from ember.frontend.bytecode.recipes import Unrebuildable
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.capture_modes import CompileRequest
+from ember.frontend.collector import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.stats import CompileStats, report_counts
 from ember.runtime.config import config
@@ -256,7 +257,8 @@ class StrictFunction:
         if not self._check_supported():
             return _EAGER
         try:
-            seg = timed("capture")(self._capture)(state)  # the stage profile
+            with collector_paused():  # a cold compile's garbage collections
+                seg = timed("capture")(self._capture)(state)  # the stage profile
         except Unrebuildable as e:
             reason = f"cannot rebuild the state at a graph break: {e}"
             if state.ip == 0:
