@@ -21,10 +21,10 @@ What gets recorded, and how:
 
 * Every ATen op that runs while the recorder is entered becomes one ``call`` node whose
   ``target`` is the op's qualified name (``aten::mm.default``). Ops are recorded after
-  torch's autograd and CompositeImplicit decompositions, exactly as the dispatcher runs
-  them: in-place ops (``add_``), ``out=`` ops, views and random ops are recorded as they
-  are. The result of an op — also the aliased result of an in-place op — is thereafter
-  referenced through the new node, so every mutation has a user.
+  torch's autograd and CompositeImplicit decompositions, as the dispatcher runs them
+  (but for :mod:`.tracing_rewrites`): in-place ops (``add_``), ``out=`` ops, views and
+  random ops as they are. The result of an op (also the aliased result of an in-place
+  op) is thereafter referenced through the new node, so every mutation has a user.
 * Arguments are encoded as IR arguments: recorded tensors become :class:`ValueRef`,
   lists become tuples; ints, floats, bools, strings, dtypes, devices, layouts and memory
   formats stay as they are. An op with several results (``max.dim``, ``split``) is one
@@ -100,6 +100,7 @@ from ember.runtime.ir.contracts import INPUT_ALIASES_KEY, InputAlias, InputAlias
 from ember.runtime.tracing_errors import RecordingError
 from ember.runtime.tracing_source import user_source_location
 from ember.runtime.tracing_matmul import SymbolicMatmul
+from ember.runtime.tracing_rewrites import RECORD_REWRITES
 from ember.runtime.tracing_symbolic import RecordedSymbols
 
 __all__ = ["GraphRecorder", "RecordingError"]
@@ -158,7 +159,7 @@ class GraphRecorder:
                          else FakeTensorMode())
         self.fake_mode = fake_mode
         self.symbols = RecordedSymbols(fake_mode, self._current_source) if dynamic else None
-        self.decompositions = dict(decompositions or {})
+        self.decompositions = {**RECORD_REWRITES, **(decompositions or {})}
         self.lift = lift
         self.lifted: list[tuple[torch.Tensor, InputSpec]] = []  # (real tensor, its input)
         self.graph = Graph()
@@ -531,9 +532,7 @@ class GraphRecorder:
 
     def _refresh_requires_grad(self) -> None:
         """Read ``requires_grad`` from the fake results now that autograd has set it."""
-        for node in self.graph.nodes:
-            if node.op != "call":
-                continue
+        for node in (n for n in self.graph.nodes if n.op == "call"):
             node.meta = _with_requires_grad(node.meta, self._results.get(node.name))
         self._mark_copies_below_autograd()
 

@@ -1,0 +1,42 @@
+"""Ops the recorder never records as they are, with what it records instead (a table).
+
+``cudnn_batch_norm`` and ``miopen_batch_norm`` (what ``batch_norm`` dispatches to on
+NVIDIA and AMD GPUs, e.g. for float32 on CUDA) update ``running_mean`` and
+``running_var`` in place in training, but their schemas do not say so (no ``(a!)``): a
+graph holding them looks functional while it is not, and the aot stage's re-trace then
+finds the hidden writes (``re-tracing wrote into graph input(s) ..._running_mean``).
+They are recorded as ``native_batch_norm``, whose schema declares the writes, with the
+same arguments; the vendor-only results (cuDNN's reserve space) are empty tensors, which
+nothing in a recorded graph reads (the aot stage derives the backward itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["RECORD_REWRITES"]
+
+_aten = torch.ops.aten
+
+
+def _cudnn_batch_norm(input: torch.Tensor, weight: torch.Tensor, bias: Any, running_mean: Any,
+                      running_var: Any, training: bool, exponential_average_factor: float,
+                      epsilon: float) -> tuple[torch.Tensor, ...]:
+    out, mean, invstd = _aten.native_batch_norm.default(
+        input, weight, bias, running_mean, running_var, training,
+        exponential_average_factor, epsilon)
+    return out, mean, invstd, input.new_empty((0,), dtype=torch.uint8)
+
+
+def _miopen_batch_norm(*args: Any) -> tuple[torch.Tensor, ...]:
+    return tuple(_aten.native_batch_norm.default(*args))
+
+
+# op -> what is recorded in its place (called with the op's arguments, under the recorder)
+RECORD_REWRITES: dict[Any, Callable[..., Any]] = {
+    _aten.cudnn_batch_norm.default: _cudnn_batch_norm,
+    _aten.miopen_batch_norm.default: _miopen_batch_norm,
+}
