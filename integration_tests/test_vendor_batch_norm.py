@@ -14,7 +14,8 @@ import torch
 
 def bn_cudnn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, rm: torch.Tensor,
              rv: torch.Tensor) -> torch.Tensor:
-    return torch.ops.aten.cudnn_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)[0].relu()
+    out: torch.Tensor = torch.ops.aten.cudnn_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)[0]
+    return out.relu()
 
 
 def bn_eager(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, rm: torch.Tensor,
@@ -35,8 +36,7 @@ def test_training_through_cudnn_batch_norm_updates_running_stats_and_grads(
     for _ in range(2):
         got, want = fast(*ours, *stats_ours), bn_eager(*theirs, *stats_theirs)
         torch.testing.assert_close(got, want)
-        got.square().sum().backward()
-        want.square().sum().backward()
+        torch.autograd.backward([got.square().sum(), want.square().sum()])
     torch.testing.assert_close(stats_ours, stats_theirs)
     for a, c in zip(ours, theirs):
         torch.testing.assert_close(a.grad, c.grad)

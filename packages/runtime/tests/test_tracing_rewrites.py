@@ -42,7 +42,7 @@ def test_a_vendor_batch_norm_is_recorded_as_native_batch_norm(vendor: str) -> No
     ours = [t.clone() for t in example]
     (got,) = run_program(program, ours)
     want_stats = [torch.zeros(3), torch.ones(3)]
-    want = torch.nn.functional.batch_norm(example[0], *want_stats, example[1], example[2],
-                                          training=True, momentum=0.1, eps=1e-5)
+    want = torch.nn.functional.batch_norm(example[0], want_stats[0], want_stats[1], example[1],
+                                          example[2], training=True, momentum=0.1, eps=1e-5)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(ours[3:], want_stats)
