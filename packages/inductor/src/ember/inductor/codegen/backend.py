@@ -19,6 +19,7 @@ question                          asked by                                      
 ``pads_unaligned_matmuls``        the ``pad_unaligned_matmul`` lowering pass    False
 ``matmul_templates``              the ``matmul_template`` lowering pass         False
 ``matmul_template(problem)``      the same, per matmul: template or extern      None
+``aligned_buffers(kernel)``       the wrapper, at each launch: 16-byte bases    ()
 ================================  ============================================  =========
 
 Which backend serves a device type is :func:`~ember.inductor.codegen.registry.backend_for`'s
@@ -128,3 +129,9 @@ class KernelBackend(abc.ABC):
         """The template kernel to write ``problem`` as, or None to call the extern
         (ATen) matmul. Asked only when :attr:`matmul_templates`. Default: None."""
         return None
+
+    def aligned_buffers(self, kernel: Kernel) -> tuple[str, ...]:
+        """The buffers of ``kernel`` whose base address must be a multiple of 16 bytes
+        (read through TMA descriptors): the wrapper tests each at every launch and
+        passes an aligned copy of one that is not. Default: none."""
+        return ()

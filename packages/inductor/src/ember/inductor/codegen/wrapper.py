@@ -15,12 +15,14 @@ import math
 import sympy
 import torch
 from ember.inductor.buffers import ExternCall
+from ember.inductor.codegen.backend import KernelBackend
 from ember.inductor.codegen.memory_plan import (
     Allocation,
     MemoryReport,
     StepPlan,
     plan_memory,
 )
+from ember.inductor.codegen.registry import backend_for
 from ember.inductor.codegen.user_kernels import is_user_kernel, user_kernel_comment
 from ember.inductor.loop_ir import Int, Kernel, Size, Store, render_size
 from ember.inductor.loop_ir.symbolic_index import from_ir
@@ -129,6 +131,7 @@ class WrapperWriter:
         self.lines: list[str] = []
         self.memory: MemoryReport | None = None  # set by write()
         self.bound: set[str] = set()  # size symbols bound so far
+        self._backend: KernelBackend | None = None  # the kernels' (their launch needs)
 
     def emit(self, text: str = "") -> None:
         self.lines.append(("    " + text) if text else "")
@@ -268,9 +271,21 @@ class WrapperWriter:
         # a buffer written in place of one it reads: both arguments are the new name
         renamed = {a.takes: a.name for a in plan.allocations if a.in_place and a.takes}
         args = [renamed.get(b.name, b.name) for b in k.buffers] + list(k.size_args)
+        aligned = self._kernel_backend().aligned_buffers(k)
+        if aligned:  # TMA descriptors: an unaligned base is copied for this call
+            self.emit(f"# {', '.join(aligned)}: read through TMA descriptors (16-byte aligned "
+                      "base; else copied for this call)")
+            args = [f"{a} if {a}.data_ptr() % 16 == 0 else _aligned({a}, {a!r}, {k.name!r})"
+                    if b.name in aligned else a for a, b in zip(args, k.buffers)] \
+                + args[len(k.buffers):]
         self.emit(f"{callee}({', '.join(args)})")
         if self.device == "cpu":
             self._raise_failed_checks(k)
+
+    def _kernel_backend(self) -> KernelBackend:
+        if self._backend is None:
+            self._backend = backend_for(torch.device(self.device).type)
+        return self._backend
 
     def _allocate(self, alloc: Allocation) -> None:
         """A new buffer: fresh memory, or a dead buffer's (its layout through ``_view``

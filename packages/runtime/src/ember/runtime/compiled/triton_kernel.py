@@ -8,7 +8,9 @@ plain JSON, so it travels in the ``compiled`` dialect's zip with no pickle.
 :func:`load_triton_kernel` turns a spec into a :class:`TritonKernel`, which the generated
 wrapper launches with ``kernel.launch(grid, *args)``. The source goes through the on-disk
 cache (:mod:`ember.runtime.compiled.triton_cache`) and is imported by path; Triton JIT
-compiles it on the first launch and keeps the binary in its own cache.
+compiles it on the first launch and keeps the binary in its own cache. A binary that
+needs global scratch memory (device-side TMA descriptors) finds Triton's allocator in
+whichever thread launches it (:mod:`.triton_scratch`).
 
 On a CPU tensor the kernel runs in Triton's interpreter (``TRITON_INTERPRET``), which is
 how CI exercises generated Triton code without a GPU.
@@ -28,6 +30,11 @@ from typing import Any
 
 import torch
 from ember.runtime.compiled import triton_cache
+from ember.runtime.compiled.triton_scratch import (
+    ensure_scratch_allocator,
+    needs_global_scratch,
+    with_scratch_allocator,
+)
 from ember.runtime.logs import log
 
 
@@ -217,6 +224,8 @@ class TritonKernel:
             if run is not None:
                 run(_grid3(grid), args)
                 return
+        if not self.interpret:  # Triton says what the binary needs only once it is built
+            ensure_scratch_allocator()
         self._fn[tuple(grid)](*args, **self._options)
         if key is not None:
             self._bind(key, args, grid)
@@ -293,7 +302,15 @@ def binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
     (:func:`_runner_is_direct`), the launcher calls the binary's ``run`` with the same
     arguments, bound once; while a launch hook is installed (a profiler) it goes through
     the runner, which computes the metadata the hook reads (an empty hook chain, the
-    default of newer Tritons, is no hook)."""
+    default of newer Tritons, is no hook). A binary that needs global scratch memory
+    (:func:`.triton_scratch.needs_global_scratch`: TMA descriptors) first makes sure the
+    calling thread has Triton's allocator (:mod:`.triton_scratch`)."""
+    launch = _binary_launch(compiled, trailing)
+    return with_scratch_allocator(launch) if needs_global_scratch(compiled) else launch
+
+
+def _binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
+    """:func:`binary_launch` without the scratch allocator's check."""
     def through_runner(grid: tuple[int, int, int], args: tuple[Any, ...]) -> None:
         compiled[grid](*args, *trailing)
 

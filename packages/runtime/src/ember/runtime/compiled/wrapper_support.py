@@ -2,8 +2,9 @@
 
 A wrapper is plain Python executed with :func:`exec` in a fresh namespace holding only
 ``torch``, ``aten`` (``torch.ops.aten``), ``ops`` (``torch.ops``), ``empty_strided``,
-the helpers below, ``Max``/``Min`` (for guards over size symbols), ``constants`` and the
-artifact's kernels by name.
+the helpers below, ``_aligned`` (a TMA kernel's unaligned operand copied for the call:
+:mod:`.triton_alignment`), ``Max``/``Min`` (for guards over size symbols), ``constants``
+and the artifact's kernels by name.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from ember.runtime.compiled.triton_alignment import AlignedCopies
 from ember.runtime.custom_ops import check_fake_kernel
 from ember.runtime.ir.symbolic import ShapeError, SymbolBinder
 
@@ -173,7 +175,7 @@ def make_namespace(kernels: dict[str, Callable[..., None]],
         "torch": torch, "aten": torch.ops.aten, "ops": torch.ops,
         "empty_strided": torch.empty_strided, "_view": view, "_layout": layout,
         "_check_input": check_input, "_assert_checks_passed": assert_checks_passed,
-        "_custom_result": custom_result,
+        "_custom_result": custom_result, "_aligned": AlignedCopies(),
         "_shape_error": shape_error(binder), "_check_unbacked": check_unbacked(binder),
         "Max": max, "Min": min,
         "constants": constants,

@@ -6,6 +6,7 @@ import torch
 from ember.inductor.codegen.backend import KernelBackend, KernelSource, MatmulProblem
 from ember.inductor.codegen.triton.generate import generate_triton_kernel
 from ember.inductor.codegen.triton.matmul_choice import choose_matmul
+from ember.inductor.codegen.triton.matmul_tma_template import descriptor_buffers
 from ember.inductor.codegen.triton.split_writer import splittable, wants_split
 from ember.inductor.loop_ir import Kernel, MatmulTemplate
 
@@ -55,3 +56,8 @@ class TritonBackend(KernelBackend):
         timed candidates under ``mode="max-autotune"``; the TMA variant only for CUDA
         graphs)."""
         return choose_matmul(problem, self.device_type)
+
+    def aligned_buffers(self, kernel: Kernel) -> tuple[str, ...]:
+        """The operands a TMA matmul template reads through descriptors
+        (:func:`.matmul_tma_template.descriptor_buffers`)."""
+        return descriptor_buffers(kernel)

@@ -41,9 +41,14 @@ The generated code (a linear layer with GELU, a transposed weight)::
             tl.store(buf1_ptr + ((xm*48 + xn)), v19, mask=xmask)
 
 Device-side descriptors live in global scratch memory that Triton asks an allocator for
-at each launch: the module installs one (``triton.set_allocator``, a few hundred bytes
-of ``torch.empty`` per launch) when it is imported, which the runtime does in the thread
-that first launches the kernel.
+at each launch (a few hundred bytes); the runtime's launcher installs one in every thread
+that launches such a binary (``ember.runtime.compiled.triton_scratch``), so the module
+sets none itself.
+
+A descriptor needs a 16-byte-aligned base address, which only the run time knows for a
+graph input or a constant (a view ``x[1:]`` of a bfloat16 tensor starts 2 bytes in);
+:func:`descriptor_buffers` names those buffers, and the wrapper copies one that arrives
+unaligned for that call (``_aligned``, ``ember.runtime.compiled.triton_alignment``).
 """
 
 from __future__ import annotations
@@ -77,26 +82,13 @@ from ember.runtime.ir import symbolic
 from ember.runtime.logs import log
 from ember.runtime.phases import count
 
-#: the module's allocator for the descriptors' scratch memory (module doc)
-SCRATCH_ALLOCATOR = '''
-import torch
-
-
-def _tma_scratch(size, alignment, stream):
-    """Global memory for the kernel's TMA descriptors (Triton asks at each launch)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-triton.set_allocator(_tma_scratch)
-'''
-
 
 @dataclass(frozen=True)
 class Descriptor:
     """How one dot operand is read: ``name`` over the buffer parameter ``param`` with
     ``shape`` (size names, as the memory lies), the row stride's text, the block's
-    constexpr names, the tile's offsets, and whether the tile is transposed for the
-    dot."""
+    constexpr names, the tile's offsets, whether the tile is transposed for the dot, and
+    the wrapper's buffer behind ``param``."""
 
     name: str
     param: str
@@ -105,6 +97,7 @@ class Descriptor:
     block: tuple[str, str]
     offsets: tuple[str, str]
     transposed: bool
+    buffer: str
 
     def create(self) -> str:
         return (f"{self.name} = tl.make_tensor_descriptor({self.param}, "
@@ -216,7 +209,7 @@ class TmaMatmulTemplateWriter(MatmulTemplateWriter):
         # the dot takes A as [BLOCK_M, BLOCK_K] and B as [BLOCK_K, BLOCK_N]
         transposed = (shape[0] == "K") if which == "A" else (shape[1] == "K")
         return Descriptor(name, self.params[stmt.buffer], shape, size_source(lead), block,
-                          offsets, transposed)
+                          offsets, transposed, stmt.buffer)
 
     def grid_size(self) -> int | str:
         """``min(SMs, tiles)`` programs (a size expression when symbolic)."""
@@ -225,12 +218,6 @@ class TmaMatmulTemplateWriter(MatmulTemplateWriter):
             return min(self.num_sms, tiles)
         text = symbolic.format(sympy.Min(self.num_sms, sympy.sympify(tiles)))
         return text if isinstance(text, str) else int(text)
-
-    def module_source(self, functions: list[tuple[str, list[str], list[str], list[str]]]
-                      ) -> str:
-        source = super().module_source(functions)
-        head, sep, rest = source.partition("\n\n@triton.jit")
-        return head + "\n" + SCRATCH_ALLOCATOR + sep + rest
 
     def write(self) -> TritonKernelCode:
         self.header(" (TMA, persistent)")
@@ -288,4 +275,18 @@ def write_tma_template(kernel: Kernel, facts: SizeFacts | None = None) -> Triton
         return MatmulTemplateWriter(kernel, facts, config).write()
 
 
-__all__ = ["Descriptor", "TmaMatmulTemplateWriter", "linear_terms", "write_tma_template"]
+def descriptor_buffers(kernel: Kernel, facts: SizeFacts | None = None) -> tuple[str, ...]:
+    """The buffers ``kernel`` reads through TMA descriptors, whose base address must be
+    16-byte aligned at run time (module doc): its A and B operands when it is a ``tma_``
+    template :func:`write_tma_template` writes as the variant, none otherwise."""
+    if kernel.template is None or not kernel.template.config.startswith("tma_"):
+        return ()
+    try:
+        writer = TmaMatmulTemplateWriter(kernel, facts)
+    except TmaUnsuitable:
+        return ()  # written as the pointer template
+    return tuple(dict.fromkeys((writer.a_desc.buffer, writer.b_desc.buffer)))
+
+
+__all__ = ["Descriptor", "TmaMatmulTemplateWriter", "descriptor_buffers", "linear_terms",
+           "write_tma_template"]
