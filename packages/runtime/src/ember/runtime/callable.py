@@ -230,6 +230,7 @@ class ProgramCallable:
                 f"forward graph has {n_outputs} outputs but the signature labels {len(specs)}"
             )
         positions = {p.name: i for i, p in enumerate(graph.placeholders)}
+        self._names = list(positions)  # NOTE: once: Graph.placeholders scans every node
         self._n_placeholders = len(positions)
         self._copy_back: list[tuple[int, int]] = []  # (output index, input index)
         self._visible: list[int] = []
@@ -268,7 +269,7 @@ class ProgramCallable:
         Raises:
             RuntimeError: naming the two inputs.
         """
-        names = [p.name for p in self.program.forward.placeholders]
+        names = self._names
         allowed: set[tuple[int, int]] = set()
         for alias in self._input_aliases:
             view, base = full[alias.input], full[alias.base]
