@@ -29,12 +29,15 @@ SM90 = ("cuda", 90, 32)
 @dataclass(frozen=True)
 class AotResult:
     """What one ahead-of-time compile produced: ``asm`` maps a stage name (``ttir``,
-    ``ttgir``, ``llir``, ``ptx``, ``cubin``) to its text or bytes."""
+    ``ttgir``, ``llir``, ``ptx``, ``cubin``) to its text or bytes; ``global_scratch_bytes``:
+    the global scratch memory each launch asks Triton's allocator for (device-side TMA
+    descriptors; 0 for most kernels: :mod:`.triton_scratch`)."""
 
     name: str
     asm: dict[str, Any]
     num_warps: int
     shared_bytes: int
+    global_scratch_bytes: int = 0
 
 
 class TritonAotError(RuntimeError):
@@ -83,6 +86,7 @@ def compile_for_target(
         asm=dict(compiled.asm),
         num_warps=int(compiled.metadata.num_warps),
         shared_bytes=int(compiled.metadata.shared),
+        global_scratch_bytes=int(getattr(compiled.metadata, "global_scratch_size", 0) or 0),
     )
 
 
