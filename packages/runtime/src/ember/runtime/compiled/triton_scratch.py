@@ -51,16 +51,18 @@ def scratch_allocation(size: int, alignment: int, stream: int | None) -> torch.T
 def _has_allocator() -> bool:
     """Whether Triton has an allocator in this context (the user's, or one set before
     Ember's flag was). NOTE: reads Triton's private slot (a ``ContextVar`` whose default
-    is a ``NullAllocator`` in Triton 3.3 to 3.9); a Triton without it counts as none."""
+    is a ``NullAllocator`` in Triton 3.3 to 3.9, or the allocator itself where a Triton
+    keeps it in a plain global); a Triton without it counts as none."""
     try:
         from triton.runtime import _allocation
     except ImportError:
         return False
     slot = getattr(_allocation, "_allocator", None)
     null = getattr(_allocation, "NullAllocator", None)
-    if slot is None or null is None or not hasattr(slot, "get"):
+    if slot is None or not isinstance(null, type):
         return False
-    return not isinstance(slot.get(), null)
+    current = slot.get() if isinstance(slot, ContextVar) else slot
+    return not isinstance(current, null)
 
 
 def ensure_scratch_allocator() -> None:
