@@ -254,11 +254,9 @@ class StrictFunction:
                 f"{config.recompile_limit}): guard failed: {failed_guard()}")
         if state.ip in self._eager_points:
             return _EAGER
-        if not self._check_supported():
-            return _EAGER
         try:
             with collector_paused():  # a cold compile's garbage collections
-                seg = timed("capture")(self._capture)(state)  # the stage profile
+                captured = timed("capture")(self._supported_capture)(state)  # stage profile
         except Unrebuildable as e:
             reason = f"cannot rebuild the state at a graph break: {e}"
             if state.ip == 0:
@@ -266,10 +264,12 @@ class StrictFunction:
             self._eager_points.add(state.ip)
             self._note_whole_function_eager(reason)
             return _EAGER
-        entries.append(seg)
+        if captured is None:
+            return _EAGER
+        entries.append(captured)
         if state.ip == 0:
-            self._store_capture(seg)
-        return seg, [s.fetch(state, self._ctx) for s in seg.input_sources]
+            self._store_capture(captured)
+        return captured, [s.fetch(state, self._ctx) for s in captured.input_sources]
 
     # ---- the capture cache (ember.frontend.capture_cache) ------------------------------
 
@@ -349,6 +349,13 @@ class StrictFunction:
             self._note_whole_function_eager(self._eager_reason)
             return False
         return True
+
+    def _supported_capture(self, state: FrameState) -> Segment | None:
+        """:meth:`_capture`, or None when the function's code cannot be interpreted (the
+        first check imports the interpreter: part of the capture's time)."""
+        if not self._check_supported():
+            return None
+        return self._capture(state)
 
     def _capture(self, state: FrameState) -> Segment:
         from ember.frontend.bytecode.segment import (
