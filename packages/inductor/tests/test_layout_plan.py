@@ -263,3 +263,25 @@ def test_triton_kernels_of_the_channels_last_step_match_cpp() -> None:
     assert len(got) == len(want) == 10  # one a parameter
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_channels_last_step_kernels_compile_for_sm90(dtype: torch.dtype) -> None:
+    """Every Triton kernel of the channels-last training step (forward and backward)
+    compiles for an sm_90 target (no GPU needed)."""
+    pytest.importorskip("triton")
+    from ember.inductor.codegen.triton.testing import triton_for_cpu
+    from helpers import compile_and_load
+    from ember.runtime.compiled.triton_aot import compile_for_target
+    from ember.runtime.compiled.triton_launcher import spec_from_entry
+
+    model = conv_bn_relu_stack(4).to(dtype)
+    program = training_program(model, torch.randn(2, 3, 8, 8, dtype=dtype))
+    with triton_for_cpu():
+        compiled, _ = compile_and_load(program, precompile=False)
+    graphs = compiled.metadata["compiled"]["graphs"]
+    specs = [spec_from_entry(e, compiled.files)
+             for name in ("forward", "backward") for e in graphs[name]["kernels"]]
+    assert len(specs) >= 10
+    for spec in specs:
+        assert ".target sm_90" in compile_for_target(spec).asm["ptx"], spec.name
