@@ -271,9 +271,9 @@ def test_channels_last_step_kernels_compile_for_sm90(dtype: torch.dtype) -> None
     compiles for an sm_90 target (no GPU needed)."""
     pytest.importorskip("triton")
     from ember.inductor.codegen.triton.testing import triton_for_cpu
-    from helpers import compile_and_load
     from ember.runtime.compiled.triton_aot import compile_for_target
     from ember.runtime.compiled.triton_launcher import spec_from_entry
+    from helpers import compile_and_load
 
     model = conv_bn_relu_stack(4).to(dtype)
     program = training_program(model, torch.randn(2, 3, 8, 8, dtype=dtype))
