@@ -133,3 +133,15 @@ def test_a_custom_operator_gets_its_argument_in_the_traced_layout() -> None:
     assert "forward:relu" in plan.pinned
     assert "relu" not in plan.channels_last["forward"]
     assert "convolution" in plan.channels_last["forward"]
+
+
+def test_a_transposed_convolution_is_not_an_anchor() -> None:
+    """The lowering leaves transposed convolutions as traced; so does the plan."""
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = aten.relu.default(x * 2)
+        out: torch.Tensor = aten.convolution.default(y, w, None, [1, 1], [1, 1], [1, 1], True,
+                                                     [0, 0], 1)
+        return out * 3
+
+    _, plan = layout_plan(trace(f, [torch.randn(1, 4, 6, 6), W]))
+    assert plan.channels_last["forward"] == []

@@ -92,7 +92,7 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
     for gname, graph in out.graphs.items():
         for node in graph.calls():
             rule = LAYOUT_RULES.get(node.target)
-            if rule is None or _explicit_format(node):
+            if rule is None or _explicit_format(node) or _turned_off(node, rule.off_when):
                 continue
             for pos in rule.channels_last:
                 key = _key_at(gname, index[gname], node, pos)
@@ -189,6 +189,10 @@ def _explicit_format(node: Node) -> bool:
     memory_format=torch.contiguous_format)``): its layout is not the plan's to choose."""
     fmt = node.kwargs.get("memory_format")
     return fmt is not None and fmt != torch.preserve_format
+
+
+def _turned_off(node: Node, flag: int | None) -> bool:
+    return flag is not None and flag < len(node.args) and node.args[flag] is True
 
 
 def _meta(nodes: dict[str, Node], name: str, index: int | None) -> TensorMeta | None:

@@ -40,21 +40,25 @@ class LayoutRule:
 
     channels_last: tuple[Position, ...] = ()
     follows: bool = False
+    off_when: int | None = None
+    """A boolean argument that turns the rule off when true (a convolution's
+    ``transposed``: the lowering leaves transposed convolutions as traced)."""
 
 
-def _anchors(args: tuple[int, ...], results: tuple[int, ...]) -> LayoutRule:
+def _anchors(args: tuple[int, ...], results: tuple[int, ...], off_when: int) -> LayoutRule:
     return LayoutRule(tuple(Position(ARG, i) for i in args)
-                      + tuple(Position(RESULT, i) for i in results))
+                      + tuple(Position(RESULT, i) for i in results), off_when=off_when)
 
 
 FOLLOW = LayoutRule(follows=True)
 
 LAYOUT_RULES: dict[str, LayoutRule] = {
-    # convolution(input, weight, bias, ...) -> output
-    "aten::convolution.default": _anchors(args=(0, 1), results=(0,)),
+    # convolution(input, weight, bias, stride, padding, dilation, transposed, ...) -> output
+    "aten::convolution.default": _anchors(args=(0, 1), results=(0,), off_when=6),
     # convolution_backward(grad_output, input, weight, ...) -> (grad_input, grad_weight,
     # grad_bias)
-    "aten::convolution_backward.default": _anchors(args=(0, 1, 2), results=(0, 1)),
+    "aten::convolution_backward.default": _anchors(args=(0, 1, 2), results=(0, 1),
+                                                   off_when=7),
     # activations and their backward
     "aten::relu.default": FOLLOW,
     "aten::threshold_backward.default": FOLLOW,
