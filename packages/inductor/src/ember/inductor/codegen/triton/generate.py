@@ -27,8 +27,9 @@ from ember.inductor.codegen.triton.heuristics import (
     next_power_of_2,
 )
 from ember.inductor.codegen.triton.kernel_code import TritonKernelCode
-from ember.inductor.codegen.triton.kernel_writer import KernelWriter, reduces_columns
+from ember.inductor.codegen.triton.kernel_writer import KernelWriter
 from ember.inductor.codegen.triton.matmul_template import write_matmul_template
+from ember.inductor.codegen.triton.reduction_layout import column_element_bytes
 from ember.inductor.codegen.triton.sizes import SizeFacts
 from ember.inductor.codegen.triton.split_writer import SplitReductionWriter, splittable
 from ember.inductor.loop_ir import Kernel
@@ -46,8 +47,10 @@ def launch_config(kernel: Kernel, facts: SizeFacts | None = None) -> LaunchConfi
     numel = facts.hint(kernel.numel)
     if not kernel.is_reduction:
         return choose_config(numel)
-    columns = reduces_columns(kernel)
-    config = choose_config(numel, facts.hint(kernel.reduction_numel), columns=columns)
+    column_bytes = column_element_bytes(kernel)
+    columns = column_bytes > 0
+    config = choose_config(numel, facts.hint(kernel.reduction_numel), columns=columns,
+                           element_bytes=column_bytes or 4)
     if isinstance(kernel.reduction_numel, int) or not config.persistent:
         return config
     upper = facts.upper(kernel.reduction_numel)
@@ -55,7 +58,7 @@ def launch_config(kernel: Kernel, facts: SizeFacts | None = None) -> LaunchConfi
         return config
     if upper is not None and next_power_of_2(upper) <= min(
             PERSISTENT_MAX, PERSISTENT_SLACK * config.rblock):
-        return choose_config(numel, upper, columns=columns)
+        return choose_config(numel, upper, columns=columns, element_bytes=column_bytes or 4)
     return dataclasses.replace(config, persistent=False)
 
 

@@ -46,6 +46,10 @@ SPLIT_TARGET_PROGRAMS = 264  # two programs per multiprocessor of an H100/H200
 COLUMN_TARGET_PROGRAMS = 1056
 COLUMN_XBLOCK = 32
 COLUMN_RBLOCK = 64
+#: column reductions: element bytes of the loads contiguous along the outer index ->
+#: outer points a tile (16-bit floats: 64, a 128-byte segment a tile row, as 32 fp32;
+#: other sizes ``COLUMN_XBLOCK``); warps are those of the ``COLUMN_XBLOCK``-wide tile
+COLUMN_XBLOCKS = {2: 64}
 
 
 def next_power_of_2(n: int) -> int:
@@ -97,11 +101,13 @@ def config_forced() -> bool:
     return _forced is not None
 
 
-def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False
-                  ) -> LaunchConfig:
+def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False,
+                  element_bytes: int = 4) -> LaunchConfig:
     """The launch configuration of a kernel over ``numel`` outer points and, for a
     reduction, ``reduction_numel`` points reduced per outer point; ``columns``: the
-    reduction's loads are contiguous along the outer index, not the reduction index."""
+    reduction's loads are contiguous along the outer index, not the reduction index
+    (``reduction_layout``), ``element_bytes`` their element size (the tile's width:
+    :data:`COLUMN_XBLOCKS`)."""
     if _forced is not None:
         return _forced
     if reduction_numel == 0:
@@ -109,13 +115,16 @@ def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False
         return LaunchConfig(xblock, 0, False, max(1, min(4, xblock // 128)))
     rblock = next_power_of_2(reduction_numel)
     if columns and numel > 1:
-        xblock = min(COLUMN_XBLOCK, next_power_of_2(numel))
+        width = COLUMN_XBLOCKS.get(element_bytes, COLUMN_XBLOCK)
+        xblock = min(width, next_power_of_2(numel))
+        narrow = min(xblock, COLUMN_XBLOCK)  # warps: those of the 32-wide tile
         if rblock <= COLUMN_RBLOCK:
-            return LaunchConfig(xblock, rblock, True, _warps_for(xblock * rblock))
+            return LaunchConfig(xblock, rblock, True, _warps_for(narrow * rblock))
         programs = -(-numel // xblock)
         split = min(SPLIT_MAX, max(1, COLUMN_TARGET_PROGRAMS // programs),
                     -(-reduction_numel // (16 * COLUMN_RBLOCK)))
-        return LaunchConfig(xblock, COLUMN_RBLOCK, False, _warps_for(xblock * COLUMN_RBLOCK),
+        return LaunchConfig(xblock, COLUMN_RBLOCK, False,
+                            _warps_for(narrow * COLUMN_RBLOCK),
                             1, split if split >= 4 else 1)
     if WIDE_ROW <= rblock <= PERSISTENT_MAX:
         return LaunchConfig(1, rblock, True, 2 if rblock == WIDE_ROW else 4)

@@ -39,6 +39,7 @@ from ember.inductor.codegen.triton.kernel_code import (
 from ember.inductor.codegen.triton.ops import HELPERS as OP_HELPERS
 from ember.inductor.codegen.triton.ops import format_compute
 from ember.inductor.codegen.triton.ranges import Dim, drop_unit_vars, linear_form, merge_dims
+from ember.inductor.codegen.triton.reduction_layout import reduces_columns as reduces_columns
 from ember.inductor.codegen.triton.sizes import (
     SizeFacts,
     blocks,
@@ -535,24 +536,3 @@ class KernelWriter:
             num_warps=self.config.num_warps,
             num_stages=self.config.num_stages,
         )
-
-
-def reduces_columns(kernel: Kernel) -> bool:
-    """Whether a reduction kernel's loads are contiguous along an outer variable and not
-    along a reduction variable (``x.sum(0)`` of a row-major ``x``)."""
-    outer = {v.name for v in kernel.ranges}
-    inner = {v.name for v in kernel.reduction_ranges}
-    along_outer = along_inner = False
-    for s in kernel.body:
-        if not isinstance(s, Load):
-            continue
-        form = linear_form(s.index)
-        if form is None:
-            continue
-        unit = [name for name, c in form[0].items() if abs(c) == 1]
-        reads_inner = any(form[0].get(n, 0) for n in inner)
-        if reads_inner and any(n in inner for n in unit):
-            along_inner = True
-        elif reads_inner and any(n in outer for n in unit):
-            along_outer = True
-    return along_outer and not along_inner

@@ -22,7 +22,8 @@ from ember.inductor.codegen.triton.kernel_code import (
     cdiv,
     identifier,
 )
-from ember.inductor.codegen.triton.kernel_writer import KernelWriter, reduces_columns
+from ember.inductor.codegen.triton.kernel_writer import KernelWriter
+from ember.inductor.codegen.triton.reduction_layout import column_element_bytes
 from ember.inductor.codegen.triton.sizes import SizeFacts, blocks, operand_source
 from ember.inductor.loop_ir import Kernel, Reduce, Store, reduction_phases
 from ember.runtime.ir import symbolic
@@ -41,9 +42,12 @@ def wants_split(kernel: Kernel, facts: SizeFacts | None = None) -> bool:
     """Whether ``kernel``'s sizes (symbolic ones at their hints) call for a split
     reduction (whether or not it is :func:`splittable`)."""
     facts = facts or SizeFacts()
-    return kernel.is_reduction and choose_config(
+    if not kernel.is_reduction:
+        return False
+    column_bytes = column_element_bytes(kernel)
+    return choose_config(
         facts.hint(kernel.numel), facts.hint(kernel.reduction_numel),
-        columns=reduces_columns(kernel)).split > 1
+        columns=column_bytes > 0, element_bytes=column_bytes or 4).split > 1
 
 
 class SplitReductionWriter(KernelWriter):

@@ -1,0 +1,250 @@
+"""Normalisation training kernels (issue 19 items 2-3): the Triton kernels of an
+RMSNorm, a softmax+LayerNorm and a BatchNorm training step (forward and backward of
+``out.float().sum()``), printed at full size for CUDA without a GPU (captured on the
+meta device, retargeted to cuda, code generated, nothing built), the column-tile rules,
+and numerics through Triton's interpreter at small shapes."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+from ember.inductor.codegen.triton.heuristics import LaunchConfig, choose_config
+from ember.inductor.codegen.triton.reduction_layout import column_element_bytes
+from ember.inductor.loop_ir import Buffer, Kernel, Load, Var, add, mul
+from torch import nn
+
+pytest.importorskip("ember.aot")
+pytest.importorskip("ember.frontend")
+
+
+class RMSNorm(nn.Module):
+    """The zoo's ``rms_norm``: written out, no fused op."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.float().pow(2).mean(dim=-1, keepdim=True)
+        return (x.float() * torch.rsqrt(variance + 1e-6)).to(x.dtype) * self.weight
+
+
+class SoftmaxLayerNorm(nn.Module):
+    """The zoo's ``softmax_layernorm``."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.norm(torch.softmax(x * 2.0, dim=-1))
+        return out
+
+
+class BatchNormReLU(nn.Module):
+    def __init__(self, channels: int, dims: int) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm2d(channels) if dims == 2 else nn.BatchNorm1d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(x))
+
+
+class Loss(nn.Module):
+    """The bench's training objective: ``model(x).float().sum()``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.model(x)
+        return out.float().sum()
+
+
+def _on_cuda(value: Any) -> Any:
+    from ember.runtime.ir import TensorMeta
+
+    cuda = torch.device("cuda")
+    if isinstance(value, TensorMeta):
+        return dataclasses.replace(value, device=cuda) if value.device.type == "meta" else value
+    if isinstance(value, torch.device):
+        return cuda if value.type == "meta" else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_on_cuda(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _on_cuda(v) for k, v in value.items()}
+    return value
+
+
+def cuda_training_kernels(model: nn.Module, shape: tuple[int, ...]) -> str:
+    """The launch summary of every Triton kernel of ``model``'s bf16 training step on
+    ``shape``, generated for CUDA on this machine: one line a kernel (its grid, blocks and
+    warps; a split reduction's partial launch first)."""
+    from ember.aot.config import AotConfig
+    from ember.aot.pipeline import aot_compile
+    from ember.frontend import capture
+    from ember.inductor.compile import compile_graph
+    from ember.inductor.passes import run_passes
+
+    model = Loss(model).to(device="meta", dtype=torch.bfloat16)
+    x = torch.empty(shape, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    program = aot_compile(capture(model, x), AotConfig(training=True))
+    for graph in program.graphs.values():
+        for node in graph.nodes:
+            node.meta, node.args, node.kwargs = (
+                _on_cuda(node.meta), _on_cuda(node.args), _on_cuda(node.kwargs))
+    program = run_passes(program)
+    lines = []
+    for name in ("forward", "backward"):
+        compiled = compile_graph(program, name, torch.device("cuda"))
+        for kernel, source in compiled.kernels:
+            lines.append(f"{name} {kernel.name}: {_launch(source.meta)}")
+    return "\n".join(lines)
+
+
+def _launch(meta: Any) -> str:
+    def one(grid: Any, constexprs: dict[str, int], warps: Any = None) -> str:
+        blocks = " ".join(f"{k}={v}" for k, v in constexprs.items())
+        return f"grid {tuple(grid)} {blocks}" + (f" w{warps}" if warps else "")
+
+    text = one(meta["grid"], meta["constexprs"], meta["num_warps"])
+    split = meta.get("split")
+    if split:
+        return f"split {one(split['grid'], split['constexprs'])} -> {text}"
+    return text
+
+
+def test_rms_norm_training_kernels_at_full_size() -> None:
+    got = cuda_training_kernels(RMSNorm(4096), (16384, 4096))
+    assert got == """\
+forward kernel0: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4
+forward kernel1: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
+backward kernel0: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8
+backward kernel1: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4"""
+
+
+def test_layer_norm_and_batch_norm_training_kernels_at_full_size() -> None:
+    """The weight/bias gradients (LayerNorm) and BatchNorm1d's per-feature statistics are
+    split column reductions of 64-wide bf16 tiles: 1024 programs, not 4096 programs
+    each walking one strided column."""
+    got = cuda_training_kernels(SoftmaxLayerNorm(4096), (16384, 4096))
+    assert got == """\
+forward kernel0: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4
+forward kernel1: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
+backward kernel0: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4
+backward kernel1: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8"""
+    got = cuda_training_kernels(BatchNormReLU(4096, 1), (16384, 4096))
+    assert got == """\
+forward kernel0: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8
+forward kernel1: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8
+forward kernel2: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
+backward kernel0: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8
+backward kernel1: grid (65536, 1, 1) XBLOCK=1024 w4"""
+
+
+def test_batch_norm_2d_training_kernels_at_resnet_size() -> None:
+    """BatchNorm2d over 32x64x56x56: per-channel statistics are row reductions of
+    N*H*W (contiguous within each image plane), split 4 ways a channel."""
+    got = cuda_training_kernels(BatchNormReLU(64, 2), (32, 64, 56, 56))
+    assert got == """\
+forward kernel0: split grid (64, 4, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=4 w16
+forward kernel1: split grid (64, 4, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=4 w16
+forward kernel2: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
+backward kernel0: split grid (64, 4, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=4 w16
+backward kernel1: grid (6272, 1, 1) XBLOCK=1024 w4"""
+
+
+#: (outer, reduced, element bytes) -> the column tiling (heuristics.COLUMN_XBLOCKS)
+COLUMN_CONFIGS = [
+    ((4096, 16384, 2), LaunchConfig(64, 64, False, 8, 1, 16)),
+    ((4096, 16384, 4), LaunchConfig(32, 64, False, 8, 1, 8)),
+    ((4096, 16384, 8), LaunchConfig(32, 64, False, 8, 1, 8)),
+    ((4096, 32768, 2), LaunchConfig(64, 64, False, 8, 1, 16)),
+    ((48, 300, 2), LaunchConfig(64, 64, False, 8, 1, 1)),
+    ((16, 32, 2), LaunchConfig(16, 32, True, 2, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("sizes,want", COLUMN_CONFIGS)
+def test_column_tiles_by_element_size(sizes: tuple[int, int, int], want: LaunchConfig
+                                      ) -> None:
+    numel, rnumel, element_bytes = sizes
+    assert choose_config(numel, rnumel, columns=True, element_bytes=element_bytes) == want
+
+
+def _kernel(*loads: tuple[Any, torch.dtype]) -> Kernel:
+    r0, x0 = Var("r0", 16384), Var("x0", 4096)
+    body = tuple(Load(f"v{i}", f"a{i}", index(r0, x0), dtype)
+                 for i, (index, dtype) in enumerate(loads))
+    buffers = tuple(Buffer(f"a{i}", dtype, (16384, 4096), (4096, 1))
+                    for i, (_, dtype) in enumerate(loads))
+    return Kernel("k", (x0,), (r0,), body, buffers)
+
+
+def test_per_row_loads_do_not_make_a_weight_gradient_a_row_reduction() -> None:
+    """dw = sum_rows(x[r, c] * rstd[r]): ``rstd[r0]`` is unit-stride along the reduction
+    but one value a row; the tensor-sized ``x`` decides (before: a row reduction of
+    4096 programs each reading a column with stride 4096)."""
+    x_col = (lambda r, x: add(mul(r, 4096), x), torch.bfloat16)
+    rstd = (lambda r, x: r, torch.float32)
+    x_row = (lambda r, x: add(mul(x, 16384), r), torch.bfloat16)
+    assert column_element_bytes(_kernel(x_col, rstd)) == 2
+    assert column_element_bytes(_kernel(x_col, (x_col[0], torch.float32))) == 2
+    assert column_element_bytes(_kernel((x_col[0], torch.float32), rstd)) == 4
+    assert column_element_bytes(_kernel(x_row, rstd)) == 0
+    assert column_element_bytes(_kernel(x_col, x_row)) == 0  # a transposed operand: rows
+    assert column_element_bytes(_kernel(rstd)) == 0  # only per-row loads: rows
+
+
+def _train_step(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    x = x.detach().requires_grad_(True)
+    loss = Loss(model)(x)
+    loss.backward()
+    assert x.grad is not None
+    grads = [x.grad] + [p.grad for p in model.parameters() if p.grad is not None]
+    return loss.detach(), grads
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm", "batch_norm_1d"])
+def test_column_split_training_matches_eager_in_the_interpreter(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """512 rows of 64 features (fp32; 8-row column steps so that the sizes split): the
+    weight/bias gradients (BatchNorm1d: also the statistics) run as split column
+    reductions through Triton's interpreter and match eager."""
+    import copy
+
+    import ember.frontend
+    from ember.inductor.codegen.triton import heuristics
+    from ember.inductor.codegen.triton.split_writer import SplitReductionWriter
+    from ember.inductor.codegen.triton.testing import triton_for_cpu
+
+    columns: list[int] = []
+    write = SplitReductionWriter.write
+
+    def spy(self: SplitReductionWriter) -> Any:
+        columns.append(column_element_bytes(self.kernel))
+        return write(self)
+
+    monkeypatch.setattr(SplitReductionWriter, "write", spy)
+    monkeypatch.setattr(heuristics, "COLUMN_RBLOCK", 8)
+    torch.manual_seed(0)
+    model: nn.Module = {"rms_norm": lambda: RMSNorm(64),
+                        "layer_norm": lambda: SoftmaxLayerNorm(64),
+                        "batch_norm_1d": lambda: BatchNormReLU(64, 1)}[name]()
+    if name == "layer_norm":
+        with torch.no_grad():
+            model.norm.weight.normal_(1.0, 0.1)  # type: ignore[union-attr, operator]
+    eager = copy.deepcopy(model)
+    x = torch.randn(512, 64)
+    with triton_for_cpu():
+        compiled = ember.frontend.compile(model, backend="inductor", options={"strict": True})
+        got, got_grads = _train_step(compiled, x)  # type: ignore[arg-type]
+    want, want_grads = _train_step(eager, x)
+    assert 4 in columns, columns  # a split column reduction ran
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-2)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3)
