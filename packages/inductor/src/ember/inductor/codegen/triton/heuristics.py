@@ -23,7 +23,7 @@ a column sum with 8 chunks a column.
 - Reduction over an outer dimension (*column* reduction: the loads are contiguous along
   the outer index, e.g. ``x.sum(0)``): a row-style tile would read one element per row
   per lane, so the tile is ``COLUMN_XBLOCK`` outer points wide (a 128-byte segment of
-  fp32) and walks the reduction ``COLUMN_RBLOCK`` rows at a time Over 16-bit loads the
+  fp32) and walks the reduction ``COLUMN_RBLOCK`` rows at a time. Over 16-bit loads the
   tile is 64 points wide (:data:`COLUMN_XBLOCKS`: the same 128 bytes); the loads that
   decide are the tensor-sized ones (``reduction_layout``), and when the column tiles
   alone give fewer than ``COLUMN_TARGET_PROGRAMS`` programs the rows are split.
