@@ -28,8 +28,8 @@ lowering reuses the copy it makes for the forward's convolution: one conversion 
 
 Kept as traced (*pinned*): graph inputs, the forward's user-visible outputs and the
 backward's gradients (the caller gets eager's strides), tangents, and the arguments of
-custom operators and user Triton kernels (their code may assume the traced layout). Graphs with symbolic
-sizes are left as they are (logged under ``EMBER_LOGS=graphs``).
+custom operators and user Triton kernels (their code may assume the traced layout).
+Symbolic sizes get symbolic channels-last strides (a size symbol counts as at least 2).
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ import dataclasses
 from collections.abc import Iterator
 
 import torch
+from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.inductor.lowering.custom_ops import is_custom_operator
 from ember.inductor.lowering.layout import channels_last_strides, is_channels_last, same_layout
 from ember.inductor.lowering.layout_plan_rules import ARG, LAYOUT_RULES, Position
 from ember.inductor.lowering.values import contiguous_strides
-from ember.runtime.ir import Node, OutputKind, Program, TensorMeta, ValueRef
+from ember.runtime.ir import Node, OutputKind, Program, TensorMeta, ValueRef, symbolic
 from ember.runtime.logs import log
 
 # A value of the program: (graph name, node name, result index or None)
@@ -81,10 +82,6 @@ def plan_layouts(program: Program) -> Program:
 def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
     """The program with channels-last classes rewritten, and the plan (for tests and
     the log)."""
-    if any(g.symbols for g in program.graphs.values()):
-        log("graphs", "layout plan: skipped (symbolic sizes); the lowering's per-graph "
-                      "layout choices apply")
-        return program, LayoutPlan({}, [], [])
     out = program.copy()
     index = {g: {n.name: n for n in graph.nodes} for g, graph in out.graphs.items()}
     classes = _Classes()
@@ -205,12 +202,19 @@ def _meta(nodes: dict[str, Node], name: str, index: int | None) -> TensorMeta | 
 
 
 def spatial(meta: TensorMeta | None) -> bool:
-    """Whether a value is a static 4-d tensor whose channels-last layout differs from
-    row-major (``H * W > 1`` and more than one channel)."""
-    if meta is None or meta.ndim != 4 or not meta.is_static:
+    """Whether a value is a 4-d tensor whose channels-last layout differs from
+    row-major (``H * W > 1`` and more than one channel; a size symbol is at least 2)."""
+    if meta is None or meta.ndim != 4:
         return False
-    sizes = tuple(int(s) for s in meta.sizes)
+    sizes = tuple(from_ir(s) for s in meta.sizes)
     return is_channels_last(sizes, channels_last_strides(sizes))
+
+
+def _channels_last_meta(meta: TensorMeta) -> TensorMeta:
+    """``meta`` with channels-last strides, in the IR's terms (ints, size-expression
+    text)."""
+    strides = channels_last_strides(tuple(from_ir(s) for s in meta.sizes))
+    return dataclasses.replace(meta, strides=tuple(symbolic.format(s) for s in strides))
 
 
 def _key_of(gname: str, nodes: dict[str, Node], ref: object) -> ValueKey | None:
@@ -246,11 +250,11 @@ def _set_channels_last(node: Node, index: int | None) -> bool:
     metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
     meta = metas[index or 0]
     assert isinstance(meta, TensorMeta)
-    sizes = tuple(int(s) for s in meta.sizes)
-    strides = tuple(int(s) for s in meta.strides)
+    sizes = tuple(from_ir(s) for s in meta.sizes)
+    strides = tuple(from_ir(s) for s in meta.strides)
     if not same_layout(sizes, strides, contiguous_strides(sizes)):
         return False  # traced in another layout (already channels-last, or strided)
-    new = dataclasses.replace(meta, strides=channels_last_strides(sizes))
+    new = _channels_last_meta(meta)
     if isinstance(node.meta, tuple):
         entries = list(node.meta)
         entries[index or 0] = new
@@ -268,14 +272,13 @@ def _insert_saved_clone(program: Program, placeholder: str) -> str:
     source = graph.node(placeholder)
     meta = source.meta
     assert isinstance(meta, TensorMeta)
-    sizes = tuple(int(s) for s in meta.sizes)
     taken = {n.name for n in graph.nodes}
     name = f"{placeholder}_channels_last"
     while name in taken:
         name += "_"
     clone = Node(name, "call", "aten::clone.default", (ValueRef(placeholder),),
                  {"memory_format": torch.channels_last},
-                 dataclasses.replace(meta, strides=channels_last_strides(sizes)), source.source)
+                 _channels_last_meta(meta), source.source)
     at = max(i for i, n in enumerate(graph.nodes) if n.op == "placeholder") + 1
     graph.nodes.insert(at, clone)
     specs = program.signature.outputs.get("forward", [])
