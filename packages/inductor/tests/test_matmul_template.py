@@ -250,7 +250,7 @@ def test_symbolic_m_and_k() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, BF])
 def test_template_compiles_for_sm90(config: str, dtype: torch.dtype) -> None:
     from ember.inductor.codegen.triton.matmul_bench import plain_template_kernel
-    from ember.inductor.codegen.triton.matmul_template import write_matmul_template
+    from ember.inductor.codegen.triton.matmul_write import write_matmul_template
     from ember.runtime.compiled.triton_aot import compile_for_target
     from ember.runtime.compiled.triton_launcher import spec_from_entry
 

@@ -193,7 +193,7 @@ def test_operand_layouts_match_eager(transposed: str) -> None:
 def test_launch_is_persistent() -> None:
     """The grid is min(SMs, tiles): a size expression under symbolic M."""
     from ember.inductor.codegen.triton.matmul_bench import plain_template_kernel
-    from ember.inductor.codegen.triton.matmul_template import write_matmul_template
+    from ember.inductor.codegen.triton.matmul_write import write_matmul_template
 
     a, b = torch.empty(256, 64, dtype=BF), torch.empty(64, 96, dtype=BF)
     code = write_matmul_template(plain_template_kernel("mm", a, b, TMA_SMALL))

@@ -28,7 +28,7 @@ from ember.inductor.codegen.triton.heuristics import (
 )
 from ember.inductor.codegen.triton.kernel_code import TritonKernelCode
 from ember.inductor.codegen.triton.kernel_writer import KernelWriter
-from ember.inductor.codegen.triton.matmul_template import write_matmul_template
+from ember.inductor.codegen.triton.matmul_write import write_matmul_template
 from ember.inductor.codegen.triton.reduction_layout import column_element_bytes
 from ember.inductor.codegen.triton.sizes import SizeFacts
 from ember.inductor.codegen.triton.split_writer import SplitReductionWriter, splittable

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from ember.inductor.buffers import MatmulBuffer, loop_vars
 from ember.inductor.codegen.backend import MatmulProblem
-from ember.inductor.codegen.triton.matmul_template import write_matmul_template
+from ember.inductor.codegen.triton.matmul_write import write_matmul_template
 from ember.inductor.loop_ir import Buffer, Kernel, MatmulTemplate, Var
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.values import Stored

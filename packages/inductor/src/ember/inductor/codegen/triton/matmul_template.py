@@ -465,15 +465,4 @@ class MatmulTemplateWriter(KernelWriter):
             num_stages=self.mm.num_stages, split=partial)
 
 
-def write_matmul_template(kernel: Kernel, facts: SizeFacts | None = None) -> TritonKernelCode:
-    """The Triton module of the matmul template ``kernel`` (``Kernel.template`` set): the
-    persistent TMA variant for a ``tma_`` config (:mod:`.matmul_tma_template`, which
-    falls back to this module's template where the kernel does not suit it)."""
-    if kernel.template is not None and kernel.template.config.startswith("tma_"):
-        from ember.inductor.codegen.triton.matmul_tma_template import write_tma_template
-
-        return write_tma_template(kernel, facts)
-    return MatmulTemplateWriter(kernel, facts).write()
-
-
-__all__ = ["MatmulTemplateWriter", "write_matmul_template"]
+__all__ = ["MatmulTemplateWriter"]
