@@ -282,3 +282,9 @@ def test_rms_norm_backward_kernels_compile_for_sm90() -> None:
     assert [s.name for s in specs] == ["kernel0", "kernel0_partial", "kernel1"]
     for spec in specs:
         assert ".target sm_90" in compile_for_target(spec).asm["ptx"]
+
+
+@pytest.mark.parametrize("rnumel,warps", [(1024, 2), (1500, 4), (2048, 4), (4096, 4)])
+def test_wide_rows_one_a_program_with_the_tables_warps(rnumel: int, warps: int) -> None:
+    assert choose_config(16384, rnumel) == LaunchConfig(1, 1 << (rnumel - 1).bit_length(),
+                                                         True, warps)
