@@ -1,6 +1,7 @@
 """Normalisation training steps against copy bandwidth (issue 19 items 2-3, H200).
 
     python tools/gpu/norm_bandwidth.py [rms_norm,softmax_layernorm,batch_norm_1d,batch_norm_2d]
+        [--row-warps 4,8,16]
     SCRIPT_ARGS="tools/gpu/norm_bandwidth.py" bash tools/gpu/h200_all.sh script
 
 For each case (bf16; forward + backward of ``model(x).float().sum()``, the bench's
@@ -14,6 +15,10 @@ training objective) it prints:
 - Ember's kernels (``torch.profiler``): each kernel's mean time a step, and the GB/s of
   one pass over ``x`` in that time (a kernel streaming ``x`` once at copy speed is at
   100%; one reading ``x`` and writing ``dx`` at 200%).
+
+``--row-warps 4,8,16`` adds Ember's step time with each warp count for persistent rows of
+2048-4096 elements (``heuristics.WIDE_ROW_WARPS``, one row a program), compiled afresh
+(Ember's caches off) for each.
 """
 
 from __future__ import annotations
@@ -102,7 +107,26 @@ def kernel_times(step: Callable[[], None], steps: int = 5) -> list[tuple[str, fl
     return sorted(rows, key=lambda r: -r[1])
 
 
-def run(name: str) -> None:
+def row_warps_sweep(module: nn.Module, x: torch.Tensor, warps: list[int]) -> None:
+    """Ember's step time with each of ``warps`` for persistent rows of 2048-4096."""
+    import ember.frontend
+    from ember.inductor.codegen.triton import heuristics
+    from ember.runtime.config import patch
+
+    saved = dict(heuristics.WIDE_ROW_WARPS)
+    try:
+        for w in warps:
+            heuristics.WIDE_ROW_WARPS.update({2048: w, 4096: w})
+            with patch(cache_enabled=False, program_cache=False, capture_cache=False):
+                compiled = ember.frontend.compile(module, backend="inductor")
+                ms = time_ms(step_fn(compiled, x))
+            print(f"  ember, rows of 2048-4096 with {w:2d} warps: {ms:8.3f} ms", flush=True)
+    finally:
+        heuristics.WIDE_ROW_WARPS.clear()
+        heuristics.WIDE_ROW_WARPS.update(saved)
+
+
+def run(name: str, warps: list[int]) -> None:
     import ember.frontend
 
     torch.manual_seed(0)
@@ -134,16 +158,25 @@ def run(name: str) -> None:
     for kernel, ms in kernel_times(steps["ember"])[:12]:
         gbs = x_bytes / ms / 1e6
         print(f"    {ms:8.3f} ms  {gbs:7.0f} GB/s  {100 * gbs / copy_gbs:5.1f}%  {kernel[:80]}")
+    if warps:
+        row_warps_sweep(module, x, warps)
 
 
 def main(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("norm_bandwidth.py needs a CUDA GPU")
+    warps: list[int] = []
+    if "--row-warps" in argv:
+        i = argv.index("--row-warps")
+        if i + 1 >= len(argv):
+            raise SystemExit("norm_bandwidth.py: --row-warps needs a list such as 4,8,16")
+        warps = [int(w) for w in argv[i + 1].split(",")]
+        argv = argv[:i] + argv[i + 2:]
     names = argv[0].split(",") if argv else list(CASES)
     for name in names:
         make(name)  # unknown names fail before any work
     for name in names:
-        run(name)
+        run(name, warps)
     return 0
 
 
