@@ -116,7 +116,7 @@ def row_warps_sweep(module: nn.Module, x: torch.Tensor, warps: list[int]) -> Non
     saved = dict(heuristics.WIDE_ROW_WARPS)
     try:
         for w in warps:
-            heuristics.WIDE_ROW_WARPS.update({2048: w, 4096: w})
+            heuristics.WIDE_ROW_WARPS.update({2: w, 4: w})  # rows of 2-4 x WIDE_ROW
             with patch(cache_enabled=False, program_cache=False, capture_cache=False):
                 compiled = ember.frontend.compile(module, backend="inductor")
                 ms = time_ms(step_fn(compiled, x))

@@ -42,10 +42,10 @@ TILE = 1024
 LOOPED_RBLOCK = 4096
 LOOPED_WARPS = 16
 WIDE_ROW = 1024  # persistent rows at least this long: one row a program, 2-4 warps
-#: persistent rows of ``WIDE_ROW`` or more (one a program): block -> warps (bf16 rows of
-#: 4096 with 4 warps: 84% of copy bandwidth on the H200; ``tools/gpu/norm_bandwidth.py
-#: --row-warps`` times other choices on norm training steps)
-WIDE_ROW_WARPS = {1024: 2, 2048: 4, 4096: 4}
+#: persistent rows of ``WIDE_ROW`` or more (one a program): block / ``WIDE_ROW`` -> warps
+#: (bf16 rows of 4096 with 4 warps: 84% of copy bandwidth on the H200;
+#: ``tools/gpu/norm_bandwidth.py --row-warps`` times other choices on norm training steps)
+WIDE_ROW_WARPS = {1: 2, 2: 4, 4: 4}
 MAX_WARPS = 16
 SPLIT_MAX_ROWS = 64
 SPLIT_MAX = 256
@@ -134,7 +134,7 @@ def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False
                             _warps_for(narrow * COLUMN_RBLOCK),
                             1, split if split >= 4 else 1)
     if WIDE_ROW <= rblock <= PERSISTENT_MAX:
-        return LaunchConfig(1, rblock, True, WIDE_ROW_WARPS.get(rblock, 4))
+        return LaunchConfig(1, rblock, True, WIDE_ROW_WARPS.get(rblock // WIDE_ROW, 4))
     if rblock <= PERSISTENT_MAX:
         xblock = max(1, min(TILE // rblock, next_power_of_2(numel), 64))
         return LaunchConfig(xblock, rblock, True, _warps_for(xblock * rblock))
