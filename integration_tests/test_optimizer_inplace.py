@@ -123,6 +123,23 @@ def test_an_adamw_step_on_cuda_writes_in_place() -> None:
     for a, b in zip(eager_model.parameters(), ember_model.parameters()):
         torch.testing.assert_close(b, a)
     for a, b in zip(eager.state.values(), opt.state.values()):
-        for key in a:
-            torch.testing.assert_close(b[key], a[key])
+        for key in a:  # the device of ``step``: the xfail below
+            torch.testing.assert_close(b[key], a[key], check_device=False)
     assert copies == [0, 0, 0]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.xfail(strict=True, reason=(
+    "known defect (H200, session 19): the compiled first step makes state['step'] on "
+    "the GPU where eager keeps it on the CPU; tools/gpu/debug_optimizer_state.py shows "
+    "the output code"))
+def test_a_compiled_adamw_step_keeps_the_state_on_eager_devices() -> None:
+    cls, kwargs = OPTIMIZERS["adamw_foreach"]
+    eager_model, ember_model = _model("cuda"), _model("cuda")
+    eager = cls(eager_model.parameters(), **kwargs)
+    opt = cls(ember_model.parameters(), **kwargs)
+    eager.step()
+    ef.compile(opt.step)()
+    for a, b in zip(eager.state.values(), opt.state.values()):
+        assert {k: v.device for k, v in b.items()} == {k: v.device for k, v in a.items()}
