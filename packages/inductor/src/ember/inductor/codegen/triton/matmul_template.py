@@ -43,6 +43,7 @@ chunk of K into a float32 workspace, ``<name>`` sums the chunks and runs the epi
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import sympy
 import torch
@@ -412,14 +413,17 @@ class MatmulTemplateWriter(KernelWriter):
         self.emit_common()
         self.k_loop("K", None)
         self.emit_epilogue()
+        return self.kernel_code((self.tiles(), blocks(batch, 1), 1))
+
+    def kernel_code(self, grid: tuple[Any, Any, Any]) -> TritonKernelCode:
+        """The written lines as one kernel's module, launched over ``grid``."""
         name = identifier(self.kernel.name)
         constexprs = self.constexprs()
         source = self.module_source([(name, self.param_list(), list(constexprs),
                                       self.lines)])
         return TritonKernelCode(
             name=name, source=source, signature=self.signature(), constexprs=constexprs,
-            grid=(self.tiles(), blocks(batch, 1), 1), num_warps=self.mm.num_warps,
-            num_stages=self.mm.num_stages)
+            grid=grid, num_warps=self.mm.num_warps, num_stages=self.mm.num_stages)
 
     def write_split(self) -> TritonKernelCode:
         """The split-K form (module doc): a partial function over ``(tiles, split)``

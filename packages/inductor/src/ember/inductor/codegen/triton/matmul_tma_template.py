@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import sympy
 import torch
-from ember.inductor.codegen.triton.kernel_code import TritonKernelCode, identifier
+from ember.inductor.codegen.triton.kernel_code import TritonKernelCode
 from ember.inductor.codegen.triton.matmul_configs import MatmulConfig
 from ember.inductor.codegen.triton.matmul_template import MatmulTemplateWriter
 from ember.inductor.codegen.triton.matmul_tma import (
@@ -250,14 +250,7 @@ class TmaMatmulTemplateWriter(MatmulTemplateWriter):
         self.tile_of("tile_c")
         self.emit_epilogue()
         self.indent -= 1
-        name = identifier(self.kernel.name)
-        constexprs = self.constexprs()
-        source = self.module_source([(name, self.param_list(), list(constexprs),
-                                      self.lines)])
-        return TritonKernelCode(
-            name=name, source=source, signature=self.signature(), constexprs=constexprs,
-            grid=(self.grid_size(), 1, 1), num_warps=self.mm.num_warps,
-            num_stages=self.mm.num_stages)
+        return self.kernel_code((self.grid_size(), 1, 1))
 
 
 def write_tma_template(kernel: Kernel, facts: SizeFacts | None = None) -> TritonKernelCode:
