@@ -80,10 +80,12 @@ def _on_cuda(value: Any) -> Any:
     return value
 
 
-def cuda_training_sources(model: nn.Module, shape: tuple[int, ...]
+def cuda_training_sources(model: nn.Module, shape: tuple[int, ...],
+                          memory_format: torch.memory_format = torch.contiguous_format
                           ) -> list[tuple[str, Kernel, Any]]:
     """(graph, kernel, its ``KernelSource``) of every kernel of ``model``'s bf16 training
-    step on ``shape``, generated for CUDA on this machine (nothing built)."""
+    step on an input of ``shape`` (in ``memory_format``), generated for CUDA on this
+    machine (nothing built)."""
     from ember.aot.config import AotConfig
     from ember.aot.pipeline import aot_compile
     from ember.frontend import capture
@@ -91,7 +93,8 @@ def cuda_training_sources(model: nn.Module, shape: tuple[int, ...]
     from ember.inductor.passes import run_passes
 
     model = Loss(model).to(device="meta", dtype=torch.bfloat16)
-    x = torch.empty(shape, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    x = torch.empty(shape, dtype=torch.bfloat16, device="meta").contiguous(
+        memory_format=memory_format).requires_grad_(True)
     program = aot_compile(capture(model, x), AotConfig(training=True))
     for graph in program.graphs.values():
         for node in graph.nodes:
@@ -103,12 +106,15 @@ def cuda_training_sources(model: nn.Module, shape: tuple[int, ...]
             for kernel, source in compile_graph(program, name, torch.device("cuda")).kernels]
 
 
-def cuda_training_kernels(model: nn.Module, shape: tuple[int, ...]) -> str:
+def cuda_training_kernels(model: nn.Module, shape: tuple[int, ...],
+                          memory_format: torch.memory_format = torch.contiguous_format
+                          ) -> str:
     """The launch summary of every Triton kernel of ``model``'s bf16 training step on
     ``shape`` (:func:`cuda_training_sources`): one line a kernel (its grid, blocks and
     warps; a split reduction's partial launch first)."""
     return "\n".join(f"{graph} {kernel.name}: {_launch(source.meta)}"
-                     for graph, kernel, source in cuda_training_sources(model, shape))
+                     for graph, kernel, source in cuda_training_sources(model, shape,
+                                                                        memory_format))
 
 
 def _launch(meta: Any) -> str:
@@ -163,6 +169,19 @@ backward kernel0: split grid (64, 4, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) X
 backward kernel1: grid (6272, 1, 1) XBLOCK=1024 w4"""
 
 
+def test_channels_last_batch_norm_statistics_fill_the_gpu() -> None:
+    """Channels-last BatchNorm2d (the layout plan's choice in conv stacks): per-channel
+    statistics are column reductions over N*H*W rows, split into 256 chunks a 64-channel
+    tile (before: 98 programs for 132 multiprocessors)."""
+    got = cuda_training_kernels(BatchNormReLU(64, 2), (32, 64, 56, 56), torch.channels_last)
+    assert got == """\
+forward kernel0: split grid (1, 256, 1) XBLOCK=64 RBLOCK=64 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=256 w8
+forward kernel1: split grid (1, 256, 1) XBLOCK=64 RBLOCK=64 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=256 w8
+forward kernel2: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
+backward kernel0: split grid (1, 256, 1) XBLOCK=64 RBLOCK=64 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=256 w8
+backward kernel1: grid (6272, 1, 1) XBLOCK=1024 w4"""
+
+
 #: (outer, reduced, element bytes) -> the column tiling (heuristics.COLUMN_XBLOCKS)
 COLUMN_CONFIGS = [
     ((4096, 16384, 2), LaunchConfig(64, 64, False, 8, 1, 16)),
@@ -170,6 +189,12 @@ COLUMN_CONFIGS = [
     ((4096, 16384, 8), LaunchConfig(32, 64, False, 8, 1, 8)),
     ((4096, 32768, 2), LaunchConfig(64, 64, False, 8, 1, 16)),
     ((48, 300, 2), LaunchConfig(64, 64, False, 8, 1, 1)),
+    # channels-last BatchNorm statistics: channels x N*H*W (batch 32)
+    ((64, 32 * 56 * 56, 2), LaunchConfig(64, 64, False, 8, 1, 256)),
+    ((128, 32 * 28 * 28, 2), LaunchConfig(64, 64, False, 8, 1, 196)),
+    ((256, 32 * 14 * 14, 2), LaunchConfig(64, 64, False, 8, 1, 49)),
+    ((512, 32 * 7 * 7, 2), LaunchConfig(64, 64, False, 8, 1, 13)),
+    ((64, 32 * 56 * 56, 4), LaunchConfig(32, 64, False, 8, 1, 256)),
     ((16, 32, 2), LaunchConfig(16, 32, True, 2, 1, 1)),
 ]
 
@@ -236,6 +261,7 @@ def test_column_split_training_matches_eager_in_the_interpreter(
 
     monkeypatch.setattr(SplitReductionWriter, "write", spy)
     monkeypatch.setattr(heuristics, "COLUMN_RBLOCK", 4)
+    monkeypatch.setattr(heuristics, "COLUMN_MIN_ROWS", 64)
     torch.manual_seed(0)
     model: nn.Module
     if name == "rms_norm":
@@ -258,16 +284,22 @@ def test_column_split_training_matches_eager_in_the_interpreter(
         torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3)
 
 
-def test_rms_norm_backward_kernels_compile_for_sm90() -> None:
-    """The 64-wide bf16 column tiles (partial and combining functions) and the row kernel
-    of dx pass the real compiler for sm_90 (no GPU needed)."""
+@pytest.mark.parametrize("case", ["rms_norm", "batch_norm_channels_last"])
+def test_norm_backward_kernels_compile_for_sm90(case: str) -> None:
+    """The 64-wide bf16 column tiles (partial and combining functions; BatchNorm's 256
+    chunks a channel) and the dx kernels pass the real compiler for sm_90 (no GPU)."""
     from ember.runtime.compiled.triton_aot import compile_for_target
     from ember.runtime.compiled.triton_kernel import TritonKernelSpec
     from ember.runtime.compiled.triton_launcher import split_from_entry
     from ember.runtime.ir.contracts import TritonSplitMeta
 
     specs = []
-    for graph, _, source in cuda_training_sources(RMSNorm(4096), (16384, 4096)):
+    if case == "rms_norm":
+        sources = cuda_training_sources(RMSNorm(4096), (16384, 4096))
+    else:
+        sources = cuda_training_sources(BatchNormReLU(64, 2), (32, 64, 56, 56),
+                                        torch.channels_last)
+    for graph, _, source in sources:
         if graph != "backward":
             continue
         meta = source.meta
@@ -279,7 +311,7 @@ def test_rms_norm_backward_kernels_compile_for_sm90() -> None:
         if "split" in meta:
             split = TritonSplitMeta.from_json(meta["split"], "split")
             specs.append(split_from_entry(spec, split).spec)
-    assert [s.name for s in specs] == ["kernel0", "kernel0_partial", "kernel1"]
+    assert [s.name for s in specs] == ["kernel0", "kernel0_partial", "kernel1"], specs
     for spec in specs:
         assert ".target sm_90" in compile_for_target(spec).asm["ptx"]
 

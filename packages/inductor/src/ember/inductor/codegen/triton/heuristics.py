@@ -57,6 +57,11 @@ COLUMN_RBLOCK = 64
 #: outer points a tile (16-bit floats: 64, a 128-byte segment a tile row, as 32 fp32;
 #: other sizes ``COLUMN_XBLOCK``); warps are those of the ``COLUMN_XBLOCK``-wide tile
 COLUMN_XBLOCKS = {2: 64}
+#: a split column reduction's chunk: at least this many reduced rows a program (two
+#: ``COLUMN_RBLOCK`` steps), so that a channels-last BatchNorm's per-channel statistics
+#: over N*H*W rows (64 channels of 32x56x56: 256 programs, 256 channels of 32x14x14: 196)
+#: fill the GPU; before, 1024 rows (98 and 28 programs)
+COLUMN_MIN_ROWS = 128
 
 
 def next_power_of_2(n: int) -> int:
@@ -129,7 +134,7 @@ def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False
             return LaunchConfig(xblock, rblock, True, _warps_for(narrow * rblock))
         programs = -(-numel // xblock)
         split = min(SPLIT_MAX, max(1, COLUMN_TARGET_PROGRAMS // programs),
-                    -(-reduction_numel // (16 * COLUMN_RBLOCK)))
+                    -(-reduction_numel // COLUMN_MIN_ROWS))
         return LaunchConfig(xblock, COLUMN_RBLOCK, False,
                             _warps_for(narrow * COLUMN_RBLOCK),
                             1, split if split >= 4 else 1)
