@@ -2,13 +2,15 @@
 ``torch.compile(opt.step)``, on a ~10M-parameter MLP (issue #19 item 4).
 
     OMP_NUM_THREADS=1 python tools/bench_optimizer.py [--params 10] [--repeats 30] [--width 1024]
+    python tools/bench_optimizer.py --device cuda --params 100 --optimizers "AdamW foreach"
 
 Prints one markdown table row per optimizer: the median time per step of each, in one
 process, and the copies back per Ember step (mutated inputs the runtime copied instead of
 the kernels writing them in place; 0 once every update is written in place). The
 gradients are set once; every step updates the parameters and state in place, as training
 does. The load average is printed before and after (the numbers are only comparable
-within one run on a shared machine).
+within one run on a shared machine). On CUDA each step is timed between device
+synchronisations and the copies counted are all ``aten::copy_`` calls.
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ OPTIMIZERS: list[tuple[str, type[torch.optim.Optimizer], dict[str, Any]]] = [
 ]
 
 
-def _model(millions: float, width: int = 1024) -> nn.Module:
+def _model(millions: float, width: int = 1024, device: str = "cpu") -> nn.Module:
     torch.manual_seed(0)
     layers = max(1, round(millions * 1e6 / (width * width + width)))
-    model = nn.Sequential(*(nn.Linear(width, width) for _ in range(layers)))
+    model = nn.Sequential(*(nn.Linear(width, width) for _ in range(layers))).to(device)
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3
     return model
@@ -50,13 +52,20 @@ def _load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _median_ms(step: Callable[[], Any], repeats: int) -> float:
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _median_ms(step: Callable[[], Any], repeats: int, device: str = "cpu") -> float:
     for _ in range(3):
         step()  # the first steps make the state and compile
     times = []
     for _ in range(repeats):
+        _sync(device)
         start = time.perf_counter()
         step()
+        _sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
 
@@ -67,23 +76,27 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--width", type=int, default=1024,
                         help="features of each Linear layer (64: many small parameters)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--optimizers", default=",".join(n for n, _, _ in OPTIMIZERS),
+                        help="comma-separated names from the table")
     args = parser.parse_args()
+    wanted = set(args.optimizers.split(","))
     import ember.frontend as ef
 
-    params = list(_model(args.params, args.width).parameters())
+    params = list(_model(args.params, args.width, args.device).parameters())
     print(f"{sum(p.numel() for p in params) / 1e6:.1f}M parameters in {len(params)} "
           f"tensors, torch threads {torch.get_num_threads()}, {_load()}")
     print("| optimizer | eager | torch.compile | ember | ember / eager | ember / torch.compile "
           "| ember copies back a step |")
     print("|---|---|---|---|---|---|---|")
-    for name, cls, kw in OPTIMIZERS:
+    for name, cls, kw in (o for o in OPTIMIZERS if o[0] in wanted):
         times = []
         copies = 0
         for make in (lambda s: s, torch.compile, ef.compile):
-            model = _model(args.params, args.width)
+            model = _model(args.params, args.width, args.device)
             opt = cls(model.parameters(), **kw)
             step = make(opt.step)
-            times.append(_median_ms(step, args.repeats))
+            times.append(_median_ms(step, args.repeats, args.device))
             copies = _copies(step)  # the last one: Ember's
         eager, torch_c, ember = times
         print(f"| {name} | {eager:.2f} ms | {torch_c:.2f} ms | {ember:.2f} ms | "
