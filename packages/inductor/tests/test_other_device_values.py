@@ -49,3 +49,25 @@ def test_a_program_traced_on_the_cpu_compiled_for_cuda_is_retargeted_whole() -> 
         "  %a: f32[4]{1} cpu = aten::add.Tensor(%x, 1)\n")
     lowered = GraphLowering(parse_program(text), "forward", torch.device("cuda")).run()
     assert dict(lowered.fallbacks) == {}
+
+
+RETURNS_A_CPU_CONSTANT = '''program dialect=core-functional
+tensor _folded.forward.add: f32[] cpu
+
+graph forward(%x: f32[4]{1} cuda:0):
+  %add: f32[]{} cpu = constant _folded.forward.add
+  %b: f32[4]{1} cuda:0 = aten::mul.Tensor(%x, 2)
+  return (%add, %b)  [user_output, user_output]
+'''
+
+
+def test_a_cpu_constant_returned_by_a_cuda_graph_is_copied_on_the_cpu() -> None:
+    # a compiled optimizer step returning its new cpu step counter (``torch.tensor(0.0)
+    # + 1``, folded to a constant): a kernel would have made the copy on the GPU
+    program = parse_program(RETURNS_A_CPU_CONSTANT)
+    program.tensors["_folded.forward.add"] = torch.tensor(1.0)
+    lowered = GraphLowering(program, "forward", torch.device("cuda")).run()
+    notes = [(getattr(n, "target", type(n).__name__), getattr(n, "note", "")) for n in lowered.nodes]
+    assert notes == [("aten::clone.default", "a cpu output of a cuda graph"),
+                     ("PointwiseBuffer", "")], notes
+    assert dict(lowered.fallbacks) == {"aten::clone.default": 1}

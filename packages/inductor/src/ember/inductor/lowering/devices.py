@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ember.runtime.ir import Graph, Node, TensorMeta
+from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef
 
-__all__ = ["other_device", "traced_device"]
+__all__ = ["copy_on_own_device", "other_device", "traced_device"]
 
 
 def traced_device(metas: list[Any]) -> torch.device | None:
@@ -42,3 +42,16 @@ def other_device(graph: Graph, node: Node, traced: torch.device | None) -> str |
         if isinstance(m, TensorMeta) and m.device.type != traced.type:
             return m.device.type
     return None
+
+
+def copy_on_own_device(low: Any, ref: ValueRef, meta: Any) -> Any:
+    """For a graph output that is an input or constant on another device than ``low``'s
+    graph (a cpu step counter a cuda optimizer step returns): an extern ``clone`` of it,
+    which stays on that device; None for an output on the graph's device (its copy is a
+    kernel's). A kernel would make the copy on the graph's device."""
+    if not isinstance(meta, TensorMeta) or meta.device.type == low.device.type:
+        return None
+    node = Node(f"{ref.node}_copy", "call", "aten::clone.default", args=(ref,), meta=meta)
+    return low.extern(node, fallback=True,
+                      reason=f"a {meta.device.type} output of a {low.device.type} graph")
+

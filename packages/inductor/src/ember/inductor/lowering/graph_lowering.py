@@ -36,7 +36,7 @@ from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.context import ExternRequest
 from ember.inductor.lowering.custom_ops import is_custom_operator, lower_custom_call
-from ember.inductor.lowering.devices import other_device, traced_device
+from ember.inductor.lowering.devices import copy_on_own_device, other_device, traced_device
 from ember.inductor.lowering.extern_args import (
     ExternArg,
     ListArg,
@@ -549,7 +549,8 @@ class GraphLowering:
                 v = copy
             elif kind in ("input", "constant") and not returns_input_in_place(self, index,
                                                                            v.buffer):
-                v = Lazy(v.element, v.dtype, v.sizes)  # outputs never alias inputs by accident
+                # outputs never alias inputs by accident: a copy, on the value's device
+                v = copy_on_own_device(self, a, meta) or Lazy(v.element, v.dtype, v.sizes)
             elif (isinstance(meta, TensorMeta) and meta_layout(meta)[0] == v.sizes
                   and is_dense(v.sizes, meta_layout(meta)[1])
                   and not same_layout(v.sizes, v.strides, meta_layout(meta)[1])):
