@@ -26,7 +26,7 @@ def main() -> None:
     rec = GraphRecorder()
     args = [rec.add_input(t, InputSpec(n)) for t, n in zip((q, k, v), "qkv")]
     with rec:
-        out = F.scaled_dot_product_attention(*args)
+        out = F.scaled_dot_product_attention(args[0], args[1], args[2])
     print(print_graph(rec.finish([out]).forward))
 
 
