@@ -142,18 +142,20 @@ def _written_in_place(value: Any, target: Any) -> bool:
             and value.shape == target.shape and value.stride() == target.stride())
 
 
+def _byte_extent(t: torch.Tensor) -> int:
+    """The bytes from ``t``'s first element to just past the last one it addresses (a
+    non-empty tensor; strided or expanded ones included)."""
+    last = sum((int(size) - 1) * int(stride) for size, stride in zip(t.shape, t.stride()))
+    return (last + 1) * t.element_size()
+
+
 def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` and ``b`` may share memory (their byte ranges in one storage meet)."""
     if not _same_storage(a, b) or a.numel() == 0 or b.numel() == 0:
         return False
-
-    def byte_range(t: torch.Tensor) -> tuple[int, int]:
-        start = int(t.storage_offset()) * t.element_size()
-        extent = sum((int(size) - 1) * int(stride) for size, stride in zip(t.shape, t.stride()))
-        return start, start + (extent + 1) * t.element_size()
-
-    (a0, a1), (b0, b1) = byte_range(a), byte_range(b)
-    return a0 < b1 and b0 < a1
+    a0 = int(a.storage_offset()) * a.element_size()
+    b0 = int(b.storage_offset()) * b.element_size()
+    return a0 < b0 + _byte_extent(b) and b0 < a0 + _byte_extent(a)
 
 
 def _any_overlap(full: Sequence[Any]) -> bool:
@@ -171,8 +173,7 @@ def _any_overlap(full: Sequence[Any]) -> bool:
             if size == 0:
                 continue
             if not t.is_contiguous():  # strided, expanded: the last byte it addresses
-                size = (sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
-                        + 1) * t.element_size()
+                size = _byte_extent(t)
             start = t.data_ptr()
             spans.append((start, start + size))
     spans.sort()

@@ -132,6 +132,10 @@ class WrapperWriter:
         self.memory: MemoryReport | None = None  # set by write()
         self.bound: set[str] = set()  # size symbols bound so far
         self._backend: KernelBackend | None = None  # the kernels' (their launch needs)
+        # computed buffers living in a graph input's memory (written in place of it, or
+        # reusing such a buffer): only they and inputs, constants and extern results may
+        # start at an address the wrapper did not allocate
+        self._in_input_memory: set[str] = set()
 
     def emit(self, text: str = "") -> None:
         self.lines.append(("    " + text) if text else "")
@@ -271,7 +275,9 @@ class WrapperWriter:
         # a buffer written in place of one it reads: both arguments are the new name
         renamed = {a.takes: a.name for a in plan.allocations if a.in_place and a.takes}
         args = [renamed.get(b.name, b.name) for b in k.buffers] + list(k.size_args)
-        aligned = self._kernel_backend().aligned_buffers(k)
+        # a fresh allocation is aligned (the caching allocator's blocks): not tested
+        aligned = [b for b in self._kernel_backend().aligned_buffers(k)
+                   if self.lowered.buffers[b].kind != "computed" or b in self._in_input_memory]
         if aligned:  # TMA descriptors: an unaligned base is copied for this call
             self.emit(f"# {', '.join(aligned)}: read through TMA descriptors (16-byte aligned "
                       "base; else copied for this call)")
@@ -297,6 +303,8 @@ class WrapperWriter:
                       f"{py_sizes(info.strides)}, dtype={info.dtype}, device={self.device!r})")
             return
         other = self.lowered.buffers[old]
+        if other.kind == "input" or old in self._in_input_memory:
+            self._in_input_memory.add(alloc.name)
         if other.kind == "input":  # codegen/input_writes.py: same dtype and layout
             self.emit(f"{alloc.name} = {old}  # mutated input {old} written in place "
                       "(returned as itself: no copy back)")
