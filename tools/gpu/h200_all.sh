@@ -12,6 +12,7 @@
 #     PYTEST_ARGS="-x tests/x.py" bash tools/gpu/h200_all.sh pytest  # chosen tests, one process
 #     SCRIPT_ARGS="tools/gpu/x.py args" bash tools/gpu/h200_all.sh script
 #     MATMUL_FAMILIES=gemm bash tools/gpu/h200_all.sh matmul  # one part (files named after it)
+#     bash tools/gpu/h200_all.sh optimizer  # tools/bench_optimizer.py: 100M-param AdamW step
 # The machine has python3 with torch and triton but not Ember: the four packages are
 # put on PYTHONPATH.
 set -o pipefail
@@ -88,6 +89,12 @@ pytest)
     # chosen tests, one process: PYTEST_ARGS="-x integration_tests/test_x.py::test_y"
     timeout "${BENCH_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider -rfE ${PYTEST_ARGS:-} \
         2>&1 | tee "$OUT/pytest.log" | tail -60
+    ;;
+optimizer)
+    # issue #19's compiled AdamW step: eager, torch.compile and Ember at 100M parameters
+    timeout "${BENCH_TIMEOUT:-300}" python3 tools/bench_optimizer.py --device cuda \
+        --params "${OPT_PARAMS:-100}" --optimizers "${OPT_NAMES:-AdamW foreach}" \
+        2>&1 | tee "$OUT/optimizer.txt" | tail -20
     ;;
 script)
     # one script: SCRIPT_ARGS="tools/gpu/debug_rerecord.py runner"
