@@ -93,7 +93,7 @@ pytest)
 optimizer)
     # issue #19's compiled AdamW step: eager, torch.compile and Ember at 100M parameters
     timeout "${BENCH_TIMEOUT:-300}" python3 tools/bench_optimizer.py --device cuda \
-        --params "${OPT_PARAMS:-100}" --optimizers "${OPT_NAMES:-AdamW foreach}" \
+        --params "${OPT_PARAMS:-100}" --optimizers "${OPT_NAMES:-AdamW foreach}" ${OPT_ARGS:-} \
         2>&1 | tee "$OUT/optimizer.txt" | tail -20
     ;;
 script)
