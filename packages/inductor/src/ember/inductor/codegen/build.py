@@ -5,9 +5,13 @@ program is returned: the C++ file of each graph with ``g++`` (the kernel cache,
 ``ember.runtime.compiled.cpp_build``), and, with ``precompile_triton`` (default off) on a
 CUDA device, each Triton kernel with Triton's compiler
 (``ember.runtime.compiled.triton_aot.warm_kernel``), so the first call runs rather than
-compiles. ``precompile_triton`` is off because on the H200 (2026-12-02 05:55 UTC, Triton
-3.6) the first launch still compiled every warmed kernel again: the warm-up's argument
-specialization was not the launch's, so it doubled the Triton build time. The builds of all
+compiles: the warm-up keeps each binary in ``ember.runtime.compiled.triton_warmed``, and a
+kernel's first launch with the argument specialization it was built for (16-byte aligned
+tensors of its dtypes) takes it from there. ``precompile_triton`` is off until the H200
+confirms it: there (2026-12-02 05:55 UTC, Triton 3.6) the first launch compiled every
+warmed kernel again, when the binaries were left in Triton's JIT cache only, which belongs
+to one ``JITFunction`` object (a launcher that imports the kernel file from another Ember
+cache root gets another one, with an empty cache). The builds of all
 graphs (forward and backward) go to one thread pool
 (``ember.runtime.compiled.parallel_build``, ``EMBER_COMPILE_THREADS``), each graph's as
 soon as its code is generated (:class:`KernelBuilds`); each distinct source is built
@@ -68,6 +72,7 @@ def _triton_jobs(source: KernelSource, device: torch.device) -> list[BuildJob[ob
     from ember.runtime.compiled.triton_aot import warm_kernel, warmable
     from ember.runtime.compiled.triton_kernel import TritonKernelSpec
     from ember.runtime.compiled.triton_launcher import split_from_entry
+    from ember.runtime.compiled.triton_warmed import device_index
 
     meta = launch_meta_from_json("triton", dict(source.meta), f"kernel {source.name!r}")
     assert isinstance(meta, TritonLaunchMeta)
@@ -78,8 +83,12 @@ def _triton_jobs(source: KernelSource, device: torch.device) -> list[BuildJob[ob
         count("triton builds at launch")
         return []
 
+    # NOTE: the device index resolved here, in the compiling thread: a build thread's
+    # current CUDA device is the default one, not necessarily the caller's
+    index = torch.device("cuda", device_index(device))
+
     def warm(s: TritonKernelSpec) -> Callable[[], object]:
-        return lambda: warm_kernel(s, device)
+        return lambda: warm_kernel(s, index)
 
     return [BuildJob(f"Triton kernel {s.name}", warm(s)) for s in specs]
 

@@ -8,7 +8,8 @@ to warm Triton's cache before the first launch.
 
 :func:`warm_kernel` is the other way ahead of time, on the GPU itself: it builds a
 kernel for the device it will run on before its first launch (the inductor stage warms
-every Triton kernel of a program that way, several at once: :mod:`.parallel_build`).
+every Triton kernel of a program that way, several at once: :mod:`.parallel_build`) and
+keeps the binary for that launch (:mod:`.triton_warmed`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember.runtime.compiled import triton_cache
+from ember.runtime.compiled import triton_cache, triton_warmed
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec, jit_function_from_source
 from ember.runtime.phases import count
 
@@ -122,9 +123,13 @@ def start_triton_driver(device: torch.device) -> None:
 
 def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
     """Build ``spec`` for the CUDA ``device`` now, as its first launch with 16-byte
-    aligned tensors would (Triton's specialization for fresh allocations), so that the
-    launch finds the binary in Triton's JIT cache instead of compiling it. Thread-safe
-    for distinct kernels.
+    aligned tensors would (Triton's specialization for fresh allocations), and keep the
+    binary in :mod:`.triton_warmed`, where that launch takes it instead of compiling.
+    Thread-safe.
+
+    Why not only Triton's JIT cache: it belongs to one ``JITFunction`` object, and the
+    launcher may import the kernel file into another one (another Ember cache root at
+    load time, a program loaded again), whose cache is empty (:mod:`.triton_warmed`).
 
     Raises:
         TritonAotError: ``spec`` is not :func:`warmable`, or Triton failed to compile
@@ -134,21 +139,24 @@ def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
     if not warmable(spec):
         raise TritonAotError(f"Triton kernel {spec.name}: only kernels whose arguments are "
                              f"all tensors can be built before launch ({spec.signature})")
-    # NOTE: the same JITFunction object the launch will use (kernel modules are
-    # imported once per file), whose in-memory cache then holds the binary
+    index = triton_warmed.device_index(device)
     fn = jit_function_from_source(spec, interpret=False,
                                   device=triton_cache.device_tag(device, False))
-    # NOTE: real (hence 16-byte aligned) one-element tensors, not dtype placeholders:
-    # Triton specializes a pointer on its alignment, and a placeholder is not known to
-    # be aligned, so its binary is not the one a launch with fresh tensors looks up
-    args = [torch.empty(1, dtype=POINTER_DTYPES[t[1:]], device=device)
+    # NOTE: real (hence 16-byte aligned) one-element tensors: the specialization kept
+    # with the binary is computed from them exactly as a launch computes its own
+    args = [torch.empty(1, dtype=POINTER_DTYPES[t[1:]], device=torch.device("cuda", index))
             for t in spec.signature.values()]
     options: dict[str, Any] = dict(spec.constexprs)
     options.update(num_warps=spec.num_warps, num_stages=spec.num_stages)
     try:
-        with torch.cuda.device(device):
-            fn.warmup(*args, grid=(1, 1, 1), **options)
+        with torch.cuda.device(index):
+            compiled = fn.warmup(*args, grid=(1, 1, 1), **options)
+            if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
+                compiled = compiled.result()
     except Exception as e:  # Triton raises CompilationError, RuntimeError, ...
         raise TritonAotError(f"Triton kernel {spec.name} does not compile for {device}: "
                              f"{type(e).__name__}: {e}") from e
+    if compiled is not None:  # None: a jit_cache_hook asked Triton not to compile
+        triton_warmed.record(triton_warmed.warm_key(spec, index),
+                             triton_warmed.tensor_specialization(args), compiled)
     count("triton builds")

@@ -10,7 +10,9 @@ wrapper launches with ``kernel.launch(grid, *args)``. The source goes through th
 cache (:mod:`ember.runtime.compiled.triton_cache`) and is imported by path; Triton JIT
 compiles it on the first launch and keeps the binary in its own cache. A binary that
 needs global scratch memory (device-side TMA descriptors) finds Triton's allocator in
-whichever thread launches it (:mod:`.triton_scratch`).
+whichever thread launches it (:mod:`.triton_scratch`). A kernel the inductor built before
+its first launch (``precompile_triton``) is launched from the binary that build kept
+(:mod:`.triton_warmed`), not rebuilt.
 
 On a CPU tensor the kernel runs in Triton's interpreter (``TRITON_INTERPRET``), which is
 how CI exercises generated Triton code without a GPU.
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ember.runtime.compiled import triton_cache
+from ember.runtime.compiled import triton_cache, triton_warmed
 from ember.runtime.compiled.triton_scratch import (
     ensure_scratch_allocator,
     needs_global_scratch,
@@ -183,10 +185,15 @@ class TritonKernel:
     Build with :func:`load_triton_kernel`.
     """
 
-    def __init__(self, spec: TritonKernelSpec, fn: Any, interpret: bool) -> None:
+    def __init__(self, spec: TritonKernelSpec, fn: Any, interpret: bool,
+                 device: torch.device | None = None) -> None:
         self.spec = spec
         self.interpret = interpret
         self._fn = fn
+        # the CUDA device whose binaries built before launch (triton_warmed) this
+        # kernel may take; None: none (interpreted, or a caller that does not say)
+        self._device = device if device is not None and device.type == "cuda" else None
+        self._warm_key: triton_warmed.WarmKey | None = None
         self._options: dict[str, Any] = dict(spec.constexprs)
         if not interpret:
             self._options["num_warps"] = spec.num_warps
@@ -221,6 +228,8 @@ class TritonKernel:
             except AttributeError:  # not the signature's kinds of argument: the generic key
                 key = tuple(map(argument_specialization, args))
             run = self._bound.get(key)
+            if run is None and self._device is not None and triton_warmed.has_entries():
+                run = self._bind_warmed(key, grid)
             if run is not None:
                 run(_grid3(grid), args)
                 return
@@ -245,10 +254,7 @@ class TritonKernel:
         the JIT path (logged under ``cache``)."""
         assert self._bound is not None
         try:
-            names = list(self._fn.arg_names)
-            trailing = names[len(args):]
-            if any(n not in self.spec.constexprs for n in trailing):
-                raise TypeError(f"parameters {trailing} are not all constexprs")
+            trailing = self._trailing_constexprs()
             compiled = self._fn.warmup(*args, grid=_grid3(grid), **self._options)
             compiled[_grid3(grid)]  # noqa: B018 - fails here on a Triton without it
         except Exception as e:  # noqa: BLE001 - any failure: keep launching through JIT
@@ -256,8 +262,55 @@ class TritonKernel:
             log("cache", f"Triton kernel {self.name}: launching through JIT each call "
                          f"({type(e).__name__}: {e})")
             return
-        self._trailing = tuple(self.spec.constexprs[n] for n in trailing)
+        self._trailing = trailing
         self._bound[key] = binary_launch(compiled, self._trailing)
+
+    def _trailing_constexprs(self) -> tuple[Any, ...]:
+        """The values of the parameters after the runtime ones, which a compiled
+        binary's runner takes after them (Triton passes every bound argument).
+
+        Raises:
+            TypeError: one of them is not a constexpr of the spec.
+        """
+        trailing = list(self._fn.arg_names)[self._arity:]
+        if any(n not in self.spec.constexprs for n in trailing):
+            raise TypeError(f"parameters {trailing} are not all constexprs")
+        return tuple(self.spec.constexprs[n] for n in trailing)
+
+    def warm_key(self) -> triton_warmed.WarmKey | None:
+        """This kernel's key in :mod:`.triton_warmed` (None when not on a CUDA device);
+        computed once (it hashes the source)."""
+        if self._device is None:
+            return None
+        if self._warm_key is None:
+            self._warm_key = triton_warmed.warm_key(
+                self.spec, triton_warmed.device_index(self._device))
+        return self._warm_key
+
+    def _bind_warmed(self, key: tuple[Any, ...], grid: Sequence[int]) -> BinaryLaunch | None:
+        """The launcher of the binary built before this kernel's first launch
+        (:mod:`.triton_warmed`) when it was built for the argument specialization
+        ``key``, kept in ``_bound`` like a binary :meth:`_bind` found; None otherwise
+        (the launch then goes through Triton's JIT: another specialization, or a
+        binary that does not load here, logged under ``cache``)."""
+        assert self._bound is not None
+        warm = self.warm_key()
+        compiled = None if warm is None else triton_warmed.take(warm, key)
+        if compiled is None:
+            return None
+        try:
+            if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
+                compiled = compiled.result()
+            trailing = self._trailing_constexprs()
+            compiled[_grid3(grid)]  # noqa: B018 - loads the binary; fails without it
+        except Exception as e:  # noqa: BLE001 - any failure: the JIT path decides
+            log("cache", f"Triton kernel {self.name}: the binary built before launch is "
+                         f"not used ({type(e).__name__}: {e})")
+            return None
+        self._trailing = trailing
+        run = binary_launch(compiled, trailing)
+        self._bound[key] = run
+        return run
 
     def __repr__(self) -> str:
         mode = "interpreted" if self.interpret else "jit"
@@ -401,4 +454,4 @@ def load_triton_kernel(spec: TritonKernelSpec, device: torch.device | str) -> Tr
     interpret = dev.type != "cuda"
     tag = triton_cache.device_tag(dev, interpret)
     fn = jit_function_from_source(spec, interpret=interpret, device=tag)
-    return TritonKernel(spec, fn, interpret)
+    return TritonKernel(spec, fn, interpret, dev)
