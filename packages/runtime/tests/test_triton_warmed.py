@@ -39,7 +39,7 @@ class FakeCompiled:
 
 
 class FakeJit:
-    arg_names = ["x_ptr", "out_ptr", "XBLOCK"]
+    arg_names = ("x_ptr", "out_ptr", "XBLOCK")
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
@@ -125,8 +125,10 @@ def test_build_threads_and_launching_threads_share_the_table() -> None:
     assert all(triton_warmed.take(triton_warmed.warm_key(s, 0), spec_key) for s in specs)
 
 
-def _kernel(fn: FakeJit, device: torch.device | None = torch.device("cuda", 0)
-            ) -> TritonKernel:
+CUDA0 = torch.device("cuda", 0)
+
+
+def _kernel(fn: FakeJit, device: torch.device | None = CUDA0) -> TritonKernel:
     return TritonKernel(SPEC, fn, interpret=False, device=device)
 
 

@@ -302,7 +302,7 @@ class TritonKernel:
             if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
                 compiled = compiled.result()
             trailing = self._trailing_constexprs()
-            compiled[_grid3(grid)]  # noqa: B018 - loads the binary; fails without it
+            compiled[_grid3(grid)]  # loads the binary; fails on a Triton without it
         except Exception as e:  # noqa: BLE001 - any failure: the JIT path decides
             log("cache", f"Triton kernel {self.name}: the binary built before launch is "
                          f"not used ({type(e).__name__}: {e})")
