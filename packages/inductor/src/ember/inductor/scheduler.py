@@ -383,7 +383,7 @@ def _finish(lowered: LoweredGraph, steps: list[KernelGroup | ExternCall]) -> lis
             continue  # every result was dropped
         buffers = tuple(
             Buffer(n, lowered.buffers[n].dtype, lowered.buffers[n].sizes,
-                   lowered.buffers[n].strides) for n in names)
+                   lowered.buffers[n].strides, lowered.buffers[n].host) for n in names)
         origins = tuple(o for node, _ in s.members for o in node.origins)
         kernel = _group_kernel(f"kernel{count}", s, body, buffers,
                                tuple(dict.fromkeys(origins)))

@@ -225,6 +225,8 @@ class MemoryPlanner:
         info = self.lowered.buffers.get(name)
         if info is None or name in self.extern_read or not self.freeable(name):
             return False
+        if info.host:  # a cpu scalar of a cuda graph: host memory (lowering/host_scalars.py)
+            return False
         return info.kind == "computed" or (info.kind == "extern" and name in self.fresh_externs)
 
     def bytes_of(self, name: str) -> int:

@@ -274,7 +274,10 @@ class WrapperWriter:
             self._allocate(alloc)
         # a buffer written in place of one it reads: both arguments are the new name
         renamed = {a.takes: a.name for a in plan.allocations if a.in_place and a.takes}
-        args = [renamed.get(b.name, b.name) for b in k.buffers] + list(k.size_args)
+        # a host scalar (a cpu step counter in a cuda graph): its value, read on the host
+        # here (no copy to the device, no synchronization; lowering/host_scalars.py)
+        args = [f"{b.name}.item()" if b.host else renamed.get(b.name, b.name)
+                for b in k.buffers] + list(k.size_args)
         # a fresh allocation is aligned (the caching allocator's blocks): not tested
         aligned = [b for b in self._kernel_backend().aligned_buffers(k)
                    if self.lowered.buffers[b].kind != "computed" or b in self._in_input_memory]

@@ -42,6 +42,9 @@ class Buffer:
     dtype: torch.dtype
     sizes: tuple[Size, ...]
     strides: tuple[Size, ...]
+    host: bool = False
+    """A 0-d tensor in host memory the kernel reads but cannot address (a CPU scalar in
+    a CUDA graph): passed by value, a scalar argument, in its place among the buffers."""
 
     @property
     def numel(self) -> Size:

@@ -47,6 +47,7 @@ from ember.inductor.lowering.extern_args import (
     extern_reads,
 )
 from ember.inductor.lowering.extern_passes import EXTERN_PASSES
+from ember.inductor.lowering.host_scalars import HostScalars, host_scalar_node, is_host_scalar
 from ember.inductor.lowering.inlining import SHARED_STORE_LOADS, Uses, too_large
 from ember.inductor.lowering.layout import LayoutState, is_dense, same_layout, storage_order
 from ember.inductor.lowering.lowered_graph import BufferInfo, GraphInput, LoweredGraph
@@ -146,6 +147,7 @@ class GraphLowering:
         # random ops (lowering/random.py): run them eagerly on torch's generator instead
         self.eager_random = eager_random
         self.rng = GraphSeed(self)
+        self.host_scalars = HostScalars(self)  # cpu scalars of a cuda graph: host_scalars.py
 
     def fresh(self, prefix: str = "buf") -> str:
         name = f"{prefix}{self._count}"
@@ -188,7 +190,8 @@ class GraphLowering:
             return
         assert isinstance(meta, TensorMeta)
         sizes, strides, offset = meta_layout(meta)
-        self.buffers[name] = BufferInfo(name, meta.dtype, sizes, strides, kind, offset)
+        self.buffers[name] = BufferInfo(name, meta.dtype, sizes, strides, kind, offset,
+                                        is_host_scalar(meta, self._traced))
         self.layout.note_buffer(name, sizes, strides)  # a saved channels-last tensor
         self.values[node.name] = Stored(name, meta.dtype, sizes, strides)
 
@@ -213,19 +216,25 @@ class GraphLowering:
             self.values[node.name] = self.extern(node, fallback=True, reason=reason)
             return
         other = other_device(self.graph, node, self._traced)
-        if other is not None:  # torch.zeros(k) in a cuda program: a cpu tensor
+        if other is not None and not host_scalar_node(self.graph, node, self._traced):
+            # torch.zeros(k) in a cuda program: a cpu tensor
             self.values[node.name] = self.extern(
                 node, fallback=True, reason=f"a {other} tensor in a {self.device.type} graph")
             return
+        # a cpu scalar computed from cpu scalars: an element function (host_scalars.py)
+        host = other is not None and is_host_scalar(node.meta, self._traced)
         mark = len(self.nodes)
         realized = set(self._realized)
         self._current = node.name
         try:
             args = tuple(self._arg(a) for a in node.args)
             kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
-            value = self._bounded(rule(self, node, *args, **kwargs))
-            if isinstance(value, Lazy) and (self._uses.broadcast_costly(node.name, value)
-                                            or self._shared_and_wide(node.name, value)):
+            value = rule(self, node, *args, **kwargs)
+            if host:  # never a buffer of the graph's device (host_scalars.py)
+                value = self.host_scalars.result(node, value, len(self.nodes) > mark)
+            elif isinstance(value := self._bounded(value), Lazy) and (
+                    self._uses.broadcast_costly(node.name, value)
+                    or self._shared_and_wide(node.name, value)):
                 value = self.realize(value)
             self.values[node.name] = value
         except NotLowerable as e:
@@ -342,6 +351,8 @@ class GraphLowering:
             return value
         if isinstance(value, ScalarValue):
             raise NotLowerable("a run-time value where a tensor buffer is needed")
+        if self.host_scalars.is_host(value):  # a cpu tensor: computed on the host
+            return self.host_scalars.on_host(value)
         cached = self._realized.get(id(value))
         if cached is not None and (strides is None or (
                 reuse is not False and same_layout(value.sizes, cached[1].strides, strides))):
@@ -499,7 +510,8 @@ class GraphLowering:
             outs.append(name)
             if isinstance(m, TensorMeta) and not self.all_extern:
                 sizes, strides, _ = meta_layout(m)
-                self.buffers[name] = BufferInfo(name, m.dtype, sizes, strides, "extern")
+                self.buffers[name] = BufferInfo(name, m.dtype, sizes, strides, "extern",
+                                                host=is_host_scalar(m, self._traced))
                 self.layout.note_buffer(name, sizes, strides)
                 values.append(Stored(name, m.dtype, sizes, strides))
                 result_meta.append((m.dtype, sizes, strides))

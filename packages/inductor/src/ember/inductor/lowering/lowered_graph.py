@@ -49,6 +49,10 @@ class BufferInfo:
     strides: tuple[Size, ...]
     kind: str
     storage_offset: Size = 0
+    host: bool = False
+    """A CPU 0-d tensor of a graph on another device (a CPU ``state['step']`` read by
+    CUDA ops): kernels take its value as a scalar argument, read on the host at the
+    launch (``lowering/host_scalars.py``); it is never a kernel's result."""
 
 
 @dataclass(frozen=True)

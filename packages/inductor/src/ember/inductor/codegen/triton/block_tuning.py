@@ -105,7 +105,8 @@ def kernel_arguments(kernel: Kernel, facts: SizeFacts, device: torch.device,
     """New tensors for ``kernel``'s buffers (:func:`random_buffer`, drawn from ``seed``)
     and the hints of its size arguments: what a candidate runs on."""
     generator = torch.Generator(device=device).manual_seed(seed)
-    args: list[object] = [random_buffer(b, facts, device, generator) for b in kernel.buffers]
+    args: list[object] = [1.0 if b.host else random_buffer(b, facts, device, generator)
+                          for b in kernel.buffers]  # a host scalar: passed by value
     return args + [facts.hint(sympy.Symbol(s)) for s in kernel.size_args]
 
 

@@ -138,7 +138,7 @@ class KernelWriter:
     def _param_names(self) -> dict[str, str]:
         params: dict[str, str] = {}
         for b in self.kernel.buffers:
-            base = identifier(b.name) + "_ptr"
+            base = identifier(b.name) + ("_val" if b.host else "_ptr")
             while base in params.values() or base in _RESERVED or base in self.size_args:
                 base += "_"
             params[b.name] = base
@@ -328,6 +328,14 @@ class KernelWriter:
 
     def emit_load(self, s: Load) -> None:
         self.dtypes[s.name] = s.dtype
+        if self.kernel.buffer(s.buffer).host:
+            # a host scalar (lowering/host_scalars.py): its value is the argument
+            value = self.params[s.buffer]
+            if s.mask is not None:
+                mask = self.mask_for(s, s.mask)
+                value = f"tl.where(({mask}) != 0, {value}, {scalar_literal(s.other, s.dtype)})"
+            self.line(f"{self.value(s.name)} = {value}")
+            return
         ptr = f"{self.params[s.buffer]} + ({self.index(s.index)})"
         mask = self.mask_for(s, s.mask)
         if not self.axes_of(s.index) and s.mask is None:
@@ -502,8 +510,11 @@ class KernelWriter:
         return [self.params[b.name] for b in self.kernel.buffers] + list(self.size_args)
 
     def signature(self) -> dict[str, str]:
-        """Triton types of :meth:`param_list` (size arguments: ``i64``)."""
-        signature = {self.params[b.name]: pointer_type(b.dtype) for b in self.kernel.buffers}
+        """Triton types of :meth:`param_list` (size arguments: ``i64``; a host scalar
+        passed by value: its type, ``fp32``)."""
+        signature = {self.params[b.name]: (pointer_type(b.dtype)[1:] if b.host
+                                           else pointer_type(b.dtype))
+                     for b in self.kernel.buffers}
         signature.update({name: "i64" for name in self.size_args})
         return signature
 

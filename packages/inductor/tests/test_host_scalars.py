@@ -1,0 +1,99 @@
+"""CPU 0-d float32 tensors in a CUDA graph are *host scalars* (``lowering/host_scalars.py``):
+a CUDA kernel takes their value as a scalar argument, read on the host by the wrapper
+(``argN.item()``), and computes what the graph computes from them on the CPU (an
+optimizer's bias corrections from its CPU ``step``) itself; only a CPU tensor the graph
+returns is computed on the host, by an extern call. No CUDA device is needed: the Triton
+code for ``cuda`` is generated, not built."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ember.inductor.compile import compile_graph
+from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.runtime.ir import parse_program
+
+pytest.importorskip("triton")
+
+# an Adam-like update: the cpu step counter, its bias correction, a cuda tensor scaled by it
+PROGRAM = '''program dialect=core-functional
+
+graph forward(%x: f32[64]{1} cuda:0, %step: f32[]{} cpu, %lr: f64[]{} cpu):
+  %t: f32[]{} cpu = aten::add.Tensor(%step, 1)
+  %p: f32[]{} cpu = aten::pow.Scalar(0.9, %t)
+  %c: f32[]{} cpu = aten::rsub.Scalar(%p, 1)
+  %s: f32[]{} cpu = aten::sqrt.default(%c)
+  %y: f32[64]{1} cuda:0 = aten::div.Tensor(%x, %s)
+  %z: f32[64]{1} cuda:0 = aten::mul.Tensor(%y, %lr)
+  return (%z, %t)  [user_output, user_output]
+'''
+
+
+def _notes(program_text: str) -> list[tuple[str, str]]:
+    lowered = GraphLowering(parse_program(program_text), "forward", torch.device("cuda")).run()
+    return [(getattr(n, "target", type(n).__name__), getattr(n, "note", ""))
+            for n in lowered.nodes]
+
+
+def test_cpu_scalar_math_is_inlined_into_the_cuda_kernel() -> None:
+    lowered = GraphLowering(parse_program(PROGRAM), "forward", torch.device("cuda")).run()
+    notes = [(getattr(n, "target", type(n).__name__), getattr(n, "note", ""))
+             for n in lowered.nodes]
+    # the float64 lr stays an extern operand (a Python float is fp32 to Triton)
+    assert notes == [("PointwiseBuffer", ""),
+                     ("aten::mul.Tensor", "a cpu tensor in a cuda graph"),
+                     ("aten::add.Tensor", "a cpu scalar a cuda graph returns or passes to "
+                                          "an extern call")], notes
+    assert lowered.buffers["arg1"].host and not lowered.buffers["arg0"].host
+    assert not lowered.buffers["arg2"].host  # float64: not a host scalar
+
+
+def test_the_kernel_takes_the_host_scalar_by_value() -> None:
+    compiled = compile_graph(parse_program(PROGRAM.replace("f64[]{} cpu", "f32[]{} cpu")),
+                             "forward", torch.device("cuda"))
+    wrapper = compiled.wrapper
+    assert "kernel0(arg0, arg1.item(), arg2.item(), buf0)" in wrapper, wrapper
+    # the step counter's new value: computed on the cpu, after the kernels
+    assert "buf1 = aten.add.Tensor(arg1, 1)" in wrapper, wrapper
+    assert wrapper.index("kernel0(") < wrapper.index("aten.add.Tensor(arg1, 1)")
+    assert "empty_strided((), ()" not in wrapper  # no cuda 0-d buffer
+    assert "copy_" not in wrapper and ".to(" not in wrapper and ".cuda(" not in wrapper
+    assert dict(compiled.fallbacks) == {"aten::add.Tensor": 1}
+    ((kernel, source),) = compiled.kernels
+    assert [b.host for b in kernel.buffers] == [False, True, True, False]
+    assert source.meta["signature"] == {"arg0_ptr": "*fp32", "arg1_val": "fp32",
+                                        "arg2_val": "fp32", "buf0_ptr": "*fp32"}
+    assert "def kernel0(arg0_ptr, arg1_val, arg2_val, buf0_ptr, XBLOCK: tl.constexpr)" \
+        in source.source, source.source
+    assert "libdevice.pow(" in source.source and "= arg1_val" in source.source
+
+
+def test_a_cpu_tensor_that_is_not_a_host_scalar_still_runs_as_an_extern_call() -> None:
+    text = PROGRAM.replace("%step: f32[]{} cpu", "%step: f32[1]{1} cpu").replace(
+        "%t: f32[]{} cpu", "%t: f32[1]{1} cpu")
+    text = text.replace("%p: f32[]{} cpu", "%p: f32[1]{1} cpu").replace(
+        "%c: f32[]{} cpu", "%c: f32[1]{1} cpu").replace("%s: f32[]{} cpu", "%s: f32[1]{1} cpu")
+    notes = _notes(text)
+    assert ("aten::div.Tensor", "a cpu tensor in a cuda graph") in notes, notes
+    assert ("aten::pow.Scalar", "a cpu tensor in a cuda graph") in notes, notes
+
+
+def test_identical_kernels_differ_in_a_host_scalar() -> None:
+    # a kernel reading a cuda 0-d tensor by pointer does not share the code of one
+    # reading a host scalar by value (codegen/dedupe.py compares the buffers)
+    from ember.inductor.codegen.dedupe import canonical_form
+
+    text = '''program dialect=core-functional
+
+graph forward(%x: f32[64]{1} cuda:0, %a: f32[]{} DEVICE):
+  %y: f32[64]{1} cuda:0 = aten::mul.Tensor(%x, %a)
+  return (%y,)  [user_output]
+'''
+    forms = []
+    for device in ("cpu", "cuda:0"):
+        compiled = compile_graph(parse_program(text.replace("DEVICE", device)), "forward",
+                                 torch.device("cuda"))
+        ((kernel, _),) = compiled.kernels
+        forms.append(canonical_form(kernel))
+    assert forms[0] != forms[1]
+    assert [b.host for b in forms[0].buffers] == [False, True, False]
