@@ -91,8 +91,10 @@ def test_a_mutated_input_saved_for_backward_fails_the_version_check() -> None:
 
 
 class _CudaCopies(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Counts ``aten::copy_`` calls into CUDA tensors (the optimizer's ``step`` counters
-    stay on the CPU, not capturable: their updates run eagerly and are copied back)."""
+    """Counts ``aten::copy_`` calls into CUDA tensors and host-to-device transfers
+    (``_to_copy`` of a CPU tensor onto the GPU) (the optimizer's ``step`` counters stay
+    on the CPU, not capturable: the kernels take their values as arguments, their new
+    values are computed on the CPU and copied back there)."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -100,9 +102,14 @@ class _CudaCopies(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
+        result = func(*args, **(kwargs or {}))
         if func is torch.ops.aten.copy_.default and args[0].is_cuda:
             self.count += 1
-        return func(*args, **(kwargs or {}))
+        elif (func in (torch.ops.aten._to_copy.default, torch.ops.aten.lift_fresh_copy.default)
+              and isinstance(result, torch.Tensor) and result.is_cuda
+              and isinstance(args[0], torch.Tensor) and not args[0].is_cuda):
+            self.count += 1
+        return result
 
 
 @pytest.mark.cuda
@@ -126,8 +133,34 @@ def test_an_adamw_step_on_cuda_writes_in_place() -> None:
         for key in a:  # the device of ``step``: the test below
             torch.testing.assert_close(b[key], a[key], check_device=False)
     # NOTE: the first step (it makes the state) copied 4 times into CUDA tensors on the
-    # H200 (session 19, not diagnosed); every later step writes in place
+    # H200 (session 19); every later step writes in place: the CPU step counters reach
+    # the kernels as scalar arguments (lowering/host_scalars.py; session 20: [0, 1, 1]
+    # before, a kernel re-read an exp_avg after another had computed its new value)
     assert copies[1:] == [0, 0], copies
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_a_steady_state_adamw_step_on_cuda_launches_a_kernel_per_parameter_shape() -> None:
+    # four parameter shapes ([16, 16], [16], [8, 16], [8]): four Triton kernels, each
+    # updating its parameters and state whole, no eager CUDA op, no host-to-device copy
+    # (integration_tests/test_optimizer_cuda_program.py: the same, from the code)
+    from torch.profiler import DeviceType, ProfilerActivity, profile
+
+    cls, kwargs = OPTIMIZERS["adamw_foreach"]
+    model = _model("cuda")
+    opt = cls(model.parameters(), **kwargs)
+    step: Callable[[], Any] = ef.compile(opt.step)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    gpu = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    names = sorted({e.name for e in gpu})
+    assert not [n for n in names if "Memcpy" in n], names
+    assert len(gpu) == 4, names
 
 
 @pytest.mark.cuda
