@@ -1,5 +1,6 @@
 """Hand-written attention in the forms the attention rewrite knows (one case per rule and
-form), captured and run through the aot stage on the CPU, for the attention tests."""
+form), and SDPA's own math path (``MATH_CASES``), captured and run through the aot stage
+on the CPU, for the attention tests."""
 
 from __future__ import annotations
 
@@ -8,22 +9,34 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ember.runtime.ir import Program
+from ember.runtime.ir import Program, SourceLocation
 
 Case = tuple[Callable[..., torch.Tensor], Callable[[torch.dtype], tuple[torch.Tensor, ...]]]
 
 
-def core_program(fn: Callable[..., Any], *inputs: Any) -> Program:
+def core_program(fn: Callable[..., Any], *inputs: Any,
+                 source: SourceLocation | None = None) -> Program:
     """``fn`` captured (trace) and through the aot stage: a core-functional program,
-    without source lines (so printed programs do not name this file's lines)."""
+    every call's source line ``source`` (by default none: so printed programs do not
+    name this file's lines; placeholders and outputs get none)."""
     from ember.aot.stage import AotStage
     from ember.frontend import capture
 
     program = AotStage().run(capture(fn, *inputs), {})
     for graph in program.graphs.values():
         for node in graph.nodes:
-            node.source = None
+            node.source = source if node.op == "call" else None
     return program
+
+
+SDPA_LINE = SourceLocation("model.py", 7, "forward",
+                           "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)")
+"""A user's line calling SDPA: what the frontends record for each op of SDPA's math path."""
+
+
+def math_program(fn: Callable[..., Any], *inputs: Any) -> Program:
+    """:func:`core_program` of ``fn`` with every node recorded from :data:`SDPA_LINE`."""
+    return core_program(fn, *inputs, source=SDPA_LINE)
 
 
 def qkv(dtype: torch.dtype = torch.float32, heads: int = 2) -> tuple[torch.Tensor, ...]:
@@ -91,3 +104,42 @@ CASES: dict[str, Case] = {
     "causal_triu": (causal_triu, lambda dt: qkv(dt)),
 }
 """Case name -> (function, inputs for a dtype). Every case is rewritten."""
+
+
+# -- SDPA's own math path (what torch records for F.scaled_dot_product_attention when it
+# picks no fused kernel): called directly, so that the CPU records it too
+
+_MATH = torch.ops.aten._scaled_dot_product_attention_math.default
+
+
+def sdpa_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    out: torch.Tensor = _MATH(q, k, v, None, 0.0, False, None, scale=0.125)[0]
+    return out
+
+
+def sdpa_math_mask(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   mask: torch.Tensor) -> torch.Tensor:
+    out: torch.Tensor = _MATH(q, k, v, mask, 0.0, False, None, scale=0.125)[0]
+    return out
+
+
+def sdpa_math_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Scale left to SDPA (``1/sqrt(4)``); the causal mask the math path builds (float32
+    also for bfloat16 inputs) becomes ``is_causal=True``."""
+    out: torch.Tensor = _MATH(q, k, v, None, 0.0, True)[0]
+    return out
+
+
+def padding_mask(dtype: torch.dtype) -> torch.Tensor:
+    """HF BERT's additive padding mask of a batch of 1 over 5 keys, the last 2 padding:
+    [1, 1, 1, 5], 0 for tokens, ``finfo(dtype).min`` for padding."""
+    keep = torch.tensor([1, 1, 1, 0, 0], dtype=torch.bool)
+    return torch.where(keep, 0.0, torch.finfo(dtype).min).to(dtype).view(1, 1, 1, 5)
+
+
+MATH_CASES: dict[str, Case] = {
+    "sdpa_math": (sdpa_math, lambda dt: qkv(dt)),
+    "sdpa_math_mask": (sdpa_math_mask, lambda dt: (*qkv(dt), padding_mask(dt))),
+    "sdpa_math_causal": (sdpa_math_causal, lambda dt: qkv(dt)),
+}
+"""Case name -> (function, inputs for a dtype), for :func:`math_program`."""

@@ -45,7 +45,9 @@ def printed(case: str) -> str:
 
 
 def test_every_rule_has_a_case() -> None:
-    assert sorted(set(RULE_OF_CASE.values())) == sorted(r.name for r in ATTENTION_PATTERNS)
+    # SDPA's math path has cases of its own (test_attention_rewrite_sdpa_math.py)
+    written = sorted(r.name for r in ATTENTION_PATTERNS if r.kind == "written")
+    assert sorted(set(RULE_OF_CASE.values())) == written
     assert sorted(RULE_OF_CASE) == sorted(CASES)
 
 

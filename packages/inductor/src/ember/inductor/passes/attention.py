@@ -23,12 +23,50 @@ does not fire (logged under ``EMBER_LOGS=patterns`` with the reason) when:
 
 Semantics: SDPA computes ``softmax(q @ kᵀ * scale + mask) @ v`` in the inputs' dtype
 with float32 accumulation, as the matched form does up to rounding. One difference
-remains: a row in which every position is masked with ``-inf`` is NaN in eager and
-0 from SDPA's kernels. Each rewrite is counted in ``program.metadata["rewrites"]``
-(``{"attention": n}``).
+remains for hand-written attention: a row in which every position is masked with
+``-inf`` is NaN in eager and 0 from SDPA's kernels.
+
+SDPA's own math path (the ``math`` and ``math_upcast`` rules) is what torch records for
+``F.scaled_dot_product_attention`` when it picks no fused kernel for the capture (HF
+BERT under the strict capture on CUDA): in bfloat16/float16 it computes in float32, two
+float32 ``[.., L, S]`` score buffers alive at once. Rewriting it back gives the fused
+kernel the user's eager call runs. Only the user's call to SDPA makes that sound: the
+same ops written by hand (``q.float() @ k.float().mT`` ... ``.to(torch.bfloat16)``)
+ask for float32 precision, which a bfloat16 SDPA would not keep. So a ``math_upcast``
+rule fires only when
+
+- its structure is SDPA's math path: q, k and v each cast to float32, ``sqrt(scale)``
+  on q and on kᵀ, ``_safe_softmax`` (the ``any``/``where`` around ``_softmax``), and the
+  result cast back to the inputs' (common) dtype;
+- and every node of the match (the casts included) was recorded from a source line
+  that calls ``scaled_dot_product_attention`` (``SourceLocation.text``: the frontends
+  record the user's line of each op; SDPA's math path comes from one call).
+
+A line that names SDPA but upcasts its arguments itself (``F.scaled_dot_product_attention
+(q.float(), k.float(), v.float()).to(q.dtype)``) records the same ops from the same line
+and would be rewritten to a bfloat16 SDPA: the one form this cannot tell apart. A call
+through another name (``sdpa = F.scaled_dot_product_attention``) or a program without
+source lines is not rewritten (logged). The ``math`` rules (no casts: float32 inputs,
+or ``allow_fp16_bf16_reduction_math_sdp``) keep the dtype, like hand-written attention,
+and need no provenance. A float32 mask around bfloat16/float16 inputs (SDPA's math path
+adds it in float32) is kept only when it is causal (it becomes ``is_causal``). The scale
+is the product of the two ``sqrt(scale)`` factors, given as the shortest decimal whose
+square root is that factor (``0.125``, not ``0.12500000000000003``).
+
+Fully masked rows: ``_safe_softmax`` gives 0 where plain softmax gives NaN; since
+torch 2.5 (pytorch/pytorch#133882) SDPA's fused kernels give 0 too (the CPU flash kernel
+does, measured: ``test_attention_rewrite_sdpa_math.py``; on CUDA flash and
+memory-efficient attention by that change; cuDNN attention is what eager runs for
+these inputs anyway). Rows with a position left are unchanged up to rounding: SDPA
+keeps the scores in float32 like the math path, and rounds q, k, v, the mask and the
+output as the math path does (they are of the inputs' dtype on both sides).
+
+Each rewrite is counted in ``program.metadata["rewrites"]`` (``{"attention": n}``).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +78,7 @@ from ember.inductor.passes.attention_masks import (
     keep_is_causal,
 )
 from ember.inductor.passes.attention_patterns import ATTENTION_PATTERNS, AttentionRule
-from ember.inductor.passes.pattern_match import Match, Matcher
+from ember.inductor.passes.pattern_match import Match, Matcher, Matmul, Op, Pattern
 from ember.inductor.passes.splice import splice_graph
 from ember.runtime.ir import (
     Graph,
@@ -59,8 +97,11 @@ from ember.runtime.tracing import GraphRecorder
 REWRITES_KEY = "rewrites"
 """``program.metadata[REWRITES_KEY]``: pattern family -> rewrites done."""
 
+SDPA_CALL = "scaled_dot_product_attention"
+"""A ``math_upcast`` match's nodes must come from a source line naming this."""
+
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_ANCHORS = ("aten::view.default", "aten::_unsafe_view.default", "aten::bmm.default")
+_MATMUL_ANCHORS = ("aten::view.default", "aten::_unsafe_view.default", "aten::bmm.default")
 
 
 class NotRewritten(Exception):
@@ -115,11 +156,11 @@ class _GraphRewriter:
     def _rewrite_one(self) -> bool:
         matcher = Matcher(self.graph, self.program.tensors)
         evaluator = ConstantEvaluator(self.program, matcher.nodes)
-        for node in list(self.graph.nodes):
-            if node.op != "call" or node.target not in _ANCHORS:
-                continue
-            for rule in ATTENTION_PATTERNS:
-                if self._try(rule, node, matcher, evaluator):
+        for rule in ATTENTION_PATTERNS:
+            anchors = _anchors(rule.pattern)
+            for node in list(self.graph.nodes):
+                if node.op == "call" and node.target in anchors and \
+                        self._try(rule, node, matcher, evaluator):
                     return True
         return False
 
@@ -153,16 +194,33 @@ _FUSED = frozenset(op for op in EXTERN_OPS if op.startswith("aten::_scaled_dot_p
                    and not op.endswith("_backward.default"))
 
 
+def _anchors(pattern: Pattern) -> tuple[str, ...]:
+    """The targets a node must have for ``pattern`` to match at it."""
+    if isinstance(pattern, Op):
+        return pattern.targets
+    assert isinstance(pattern, Matmul), pattern
+    return _MATMUL_ANCHORS
+
+
 def _check(rule: AttentionRule, match: Match, matcher: Matcher) -> None:
     """Raise NotRewritten when the match breaks a condition of the module docstring."""
     single = matcher.covered_nodes_single_use(match)
     if single is not None:
         raise NotRewritten(single)
     q, k, v, probs = (_meta(matcher, match.value(n)) for n in ("q", "k", "v", "probs"))
-    dtypes = {m.dtype for m in (q, k, v, probs)}
-    if len(dtypes) != 1 or probs.dtype not in _FLOATS:
+    if rule.kind == "math_upcast":
+        _check_upcast(match, matcher, q, probs)
+        inputs = {m.dtype for m in (q, k, v)}
+    else:
+        inputs = {m.dtype for m in (q, k, v, probs)}
+    if len(inputs) != 1 or probs.dtype not in _FLOATS:
         raise NotRewritten("q, k, v and the softmax do not share one floating dtype "
-                           f"({', '.join(sorted(str(d) for d in dtypes))})")
+                           f"({', '.join(sorted(str(d) for d in inputs | {probs.dtype}))})")
+    if rule.kind != "written":
+        if match.number("zero") != 0.0:
+            raise NotRewritten(f"the safe softmax fills {match.number('zero')!r}, not 0")
+        if _meta(matcher, match.value("safe")).dtype != probs.dtype:
+            raise NotRewritten("the safe softmax changes the softmax's dtype")
     perm = match.bindings["perm"]
     n = k.ndim
     if perm != (*range(n - 2), n - 1, n - 2) and perm != (*range(n - 2), -1, -2):
@@ -176,12 +234,39 @@ def _check(rule: AttentionRule, match: Match, matcher: Matcher) -> None:
         if not isinstance(match.bindings["mask"], ValueRef):
             raise NotRewritten(f"the mask is the number {match.bindings['mask']!r}")
         mask = _meta(matcher, match.value("mask"))
-        if mask.dtype != probs.dtype:
+        if mask.dtype not in (probs.dtype, q.dtype):  # NOTE: q's: a math_upcast mask
             raise NotRewritten(f"the additive mask is {mask.dtype}, the scores {probs.dtype}")
         return
     cond = _meta(matcher, match.value("cond"))
     if cond.dtype != torch.bool:
         raise NotRewritten(f"the where condition is {cond.dtype}, not bool")
+
+
+def _check_upcast(match: Match, matcher: Matcher, q: TensorMeta, probs: TensorMeta) -> None:
+    """The casts of a ``math_upcast`` match are SDPA's own (module docstring)."""
+    if q.dtype not in (torch.float16, torch.bfloat16) or probs.dtype != torch.float32:
+        raise NotRewritten(f"an upcast from {q.dtype} to {probs.dtype} is not SDPA's")
+    if match.bindings["out_dtype"] != q.dtype:
+        raise NotRewritten(f"the result is cast to {match.bindings['out_dtype']}, "
+                           f"not back to {q.dtype}")
+    for name in match.covered:
+        source = matcher.nodes[name].source
+        if source is None or SDPA_CALL not in source.text:
+            where = "has no source line" if source is None else f"comes from {source}"
+            raise NotRewritten(f"%{name} {where}, not a call of {SDPA_CALL} (an upcast "
+                               "written by hand asks for float32 precision)")
+
+
+def _math_scale(product: float) -> float:
+    """SDPA's ``scale`` from the product of its math path's two ``sqrt(scale)`` factors:
+    the shortest decimal whose square root squares to ``product`` (the scale the user
+    or SDPA's default gave), else ``product``."""
+    for digits in range(1, 18):
+        scale = float(f"{product:.{digits}g}")
+        root = math.sqrt(scale)
+        if root * root == product:
+            return scale
+    return product
 
 
 def _meta(matcher: Matcher, ref: ValueRef) -> TensorMeta:
@@ -207,7 +292,8 @@ def _causal(rule: AttentionRule, match: Match, matcher: Matcher,
     sizes = tuple(int(s) for s in probs.sizes)
     if rule.mask == "additive":
         mask = evaluator.value(match.value("mask"))
-        return mask is not None and additive_is_causal(mask, sizes, probs.dtype)
+        dtype = _meta(matcher, match.value("mask")).dtype
+        return mask is not None and additive_is_causal(mask, sizes, dtype)
     cond = evaluator.value(match.value("cond"))
     if cond is None:
         return False
@@ -230,16 +316,24 @@ def _record_sdpa(rule: AttentionRule, match: Match, matcher: Matcher,
             raise NotRewritten(f"the mask fills {fill!r}, not -inf or finfo({probs.dtype})"
                                ".min: adding it to the scores is not the same as writing it")
     inputs = _inputs(rule, match)
+    dtype = _meta(matcher, match.value("q")).dtype
+    if rule.mask == "additive" and not causal and \
+            _meta(matcher, match.value("mask")).dtype != dtype:
+        raise NotRewritten(f"a {_meta(matcher, match.value('mask')).dtype} mask that is not "
+                           f"causal: SDPA over {dtype} inputs would round it to {dtype}")
     if causal:
         inputs = {name: ref for name, ref in inputs.items() if name in ("q", "k", "v")}
     recorder = GraphRecorder(dynamic=bool(graph.symbols))
     fakes = {name: _fake_input(recorder, name, _meta(matcher, ref), graph)
              for name, ref in inputs.items()}
+    scale = match.number("scale", 1.0)
+    if rule.kind != "written":
+        scale = _math_scale(scale)
     with recorder:
         mask = None if causal else _sdpa_mask(rule, match, fakes, probs)
         out = F.scaled_dot_product_attention(
             fakes["q"], fakes["k"], fakes["v"], attn_mask=mask, dropout_p=0.0,
-            is_causal=causal, scale=match.number("scale", 1.0))
+            is_causal=causal, scale=scale)
     recorded = recorder.finish([out])
     recorded.dialect = "core-functional"
     try:

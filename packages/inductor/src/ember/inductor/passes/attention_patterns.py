@@ -25,25 +25,67 @@ rule                scores enter the softmax as        SDPA's mask
 then ``scores + fill == fill`` and adding the mask equals selecting. A mask that is a
 compile-time constant equal to ``tril(ones(L, S))`` (True or 0 on and below the
 diagonal, ``fill`` above) becomes ``is_causal=True`` instead.
+
+SDPA's own math path (``_scaled_dot_product_attention_math``, what torch records for
+``F.scaled_dot_product_attention`` when it picks no fused kernel) has rules of its own,
+of ``kind`` ``"math"`` / ``"math_upcast"``: it multiplies ``q`` and ``kᵀ`` each by
+``sqrt(scale)`` (``mul.Scalar``; ``Scaled`` binds their product), adds the mask, and
+runs ``_safe_softmax``, which the aot stage writes as
+``where(not any(scores != -inf, -1), 0, _softmax(scores))`` (``safe_softmax`` below: a
+row that is ``-inf`` everywhere gives 0, not NaN). In bfloat16/float16 (unless
+``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp``) it first casts ``q``, ``k``
+and ``v`` to float32 and the result back:
+
+=======================  =================================================  ===========
+rule                     form                                               SDPA's mask
+=======================  =================================================  ===========
+``sdpa_math``            ``safe_softmax(q' @ k'ᵀ) @ v``, ``q' = q *         none
+                         sqrt(scale)``, ``k'ᵀ = kᵀ * sqrt(scale)``
+``sdpa_math_mask``       ``safe_softmax(q' @ k'ᵀ + mask) @ v``              ``mask``
+``sdpa_math_upcast``     ``(safe_softmax(q'' @ k''ᵀ) @ v.float()).to(D)``,  none
+                         ``q'' = q.float() * sqrt(scale)`` (same for
+                         ``k''``), ``q``, ``k``, ``v`` of dtype ``D``
+``sdpa_math_upcast_mask``  ``(safe_softmax(q'' @ k''ᵀ + mask) @              ``mask``
+                         v.float()).to(D)``
+=======================  =================================================  ===========
+
+The ``math_upcast`` rules fire only on SDPA's own calls (see the attention pass's
+docstring): they give back the precision the user chose by calling SDPA.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ember.inductor.passes.pattern_match import LAST_DIM, Const, Matmul, Op, Pattern, Scaled, Var
+import torch
+from ember.inductor.passes.pattern_match import (
+    LAST_DIM,
+    Alt,
+    Bind,
+    Const,
+    Matmul,
+    Op,
+    Pattern,
+    Scaled,
+    Var,
+)
 
 
 @dataclass(frozen=True)
 class AttentionRule:
     """One rewrite: ``pattern`` is anchored at the ``probs @ v`` matmul's result;
     ``mask`` is ``"none"``, ``"additive"``, ``"keep"`` (where(keep, scores, fill)) or
-    ``"drop"`` (where(drop, fill, scores))."""
+    ``"drop"`` (where(drop, fill, scores)). ``kind`` is ``"written"`` (attention as a
+    user writes it), ``"math"`` (SDPA's math path in the inputs' dtype) or
+    ``"math_upcast"`` (SDPA's math path with q, k, v cast to float32 and the result
+    back: the pattern is anchored at that cast)."""
 
     name: str
     pattern: Pattern
     mask: str
     description: str
+    kind: str = "written"
 
 
 _K_TRANSPOSED = Scaled(Op(("aten::permute.default",), (Scaled(Var("k"), "scale"), Var("perm")),
@@ -55,6 +97,55 @@ SCORES: Pattern = Scaled(Matmul(Scaled(Var("q"), "scale"), _K_TRANSPOSED), "scal
 def _attention(masked_scores: Pattern) -> Pattern:
     probs = Op(("aten::_softmax.default",), (masked_scores, LAST_DIM, False), name="probs")
     return Matmul(probs, Var("v"))
+
+
+_TO_COPY = ("aten::_to_copy.default",)
+
+
+def _float32(name: str) -> Pattern:
+    """``name`` cast to float32 (SDPA's math path upcasting an input)."""
+    return Op(_TO_COPY, (Var(name),), kwargs=(("dtype", torch.float32),))
+
+
+def _math_scores(operand: Callable[[str], Pattern]) -> Pattern:
+    k_transposed = Scaled(Op(("aten::permute.default",), (operand("k"), Var("perm")),
+                             name="k_transposed", shared=True), "scale")
+    return Matmul(Scaled(operand("q"), "scale"), k_transposed)
+
+
+def _aliases(inner: Pattern, most: int) -> Pattern:
+    """``inner`` under up to ``most`` ``alias`` calls."""
+    options = [inner]
+    for _ in range(most):
+        options.append(Op(("aten::alias.default",), (options[-1],)))
+    return Alt(tuple(reversed(options)))
+
+
+def _safe_softmax_attention(masked_scores: Pattern, operand: Callable[[str], Pattern]) -> Pattern:
+    """``_safe_softmax(masked_scores, -1) @ v`` as the aot stage writes it: ``_softmax``,
+    then 0 where every score of the row is ``-inf``."""
+    all_masked = Op(("aten::logical_not.default",), (
+        Op(("aten::any.dim",), (
+            Op(("aten::logical_not.default",), (
+                Op(("aten::eq.Scalar",), (Var("logits"), float("-inf"))),)),
+            LAST_DIM, True)),))
+    zero = _aliases(Op(("aten::full_like.default",), (Var("probs"), Const("zero")), kwargs=None),
+                    most=3)
+    probs = Op(("aten::_softmax.default",), (Bind("logits", masked_scores), LAST_DIM, False),
+               name="probs")
+    safe = Op(("aten::where.self",), (all_masked, zero, probs), name="safe")
+    return Matmul(safe, operand("v"))
+
+
+def _math(mask: bool, upcast: bool) -> Pattern:
+    operand: Callable[[str], Pattern] = _float32 if upcast else Var
+    scores = _math_scores(operand)
+    masked = (Op(("aten::add.Tensor",), (scores, Var("mask")), name="masked", commutative=True)
+              if mask else scores)
+    attention = _safe_softmax_attention(masked, operand)
+    if not upcast:
+        return attention
+    return Op(_TO_COPY, (attention,), kwargs=(("dtype", Var("out_dtype")),), name="out")
 
 
 ATTENTION_PATTERNS: tuple[AttentionRule, ...] = (
@@ -81,6 +172,31 @@ ATTENTION_PATTERNS: tuple[AttentionRule, ...] = (
                       name="masked")),
         "drop",
         "softmax((q @ kᵀ * scale).masked_fill(drop, -inf)) @ v"),
+    AttentionRule(
+        "sdpa_math_upcast_mask",
+        _math(mask=True, upcast=True),
+        "additive",
+        "SDPA's math path, q, k, v cast to float32, with a mask",
+        "math_upcast"),
+    AttentionRule(
+        "sdpa_math_upcast",
+        _math(mask=False, upcast=True),
+        "none",
+        "SDPA's math path, q, k, v cast to float32",
+        "math_upcast"),
+    AttentionRule(
+        "sdpa_math_mask",
+        _math(mask=True, upcast=False),
+        "additive",
+        "SDPA's math path with a mask",
+        "math"),
+    AttentionRule(
+        "sdpa_math",
+        _math(mask=False, upcast=False),
+        "none",
+        "SDPA's math path",
+        "math"),
 )
-"""The rules, tried in order at each candidate node; the first whose pattern matches
-and whose checks pass fires."""
+"""The rules, tried in order (each at every candidate node); the first whose pattern
+matches and whose checks pass fires. The ``math_upcast`` rules come before ``math``:
+the float32 ``math`` rules would also match inside their casts."""

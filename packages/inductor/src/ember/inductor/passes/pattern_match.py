@@ -15,10 +15,15 @@ pattern            matches
 ``Op(...)``        a ``call`` node whose target is one of ``targets`` and whose
                    positional arguments match ``args`` (sub-patterns, or literals
                    compared by value: ``LAST_DIM`` is ``-1`` or the last dim);
-                   ``commutative`` also tries the first two arguments swapped
+                   ``commutative`` also tries the first two arguments swapped;
+                   keyword arguments: none, unless ``kwargs`` names them (each
+                   matched like an argument) or is None (any, not matched)
+``Bind(name, p)``  ``p``, whose value is also bound to ``name`` (as ``Var``: a name
+                   bound earlier must be the same value)
 ``Alt(options)``   the first option that matches (every option, on backtracking)
-``Scaled(inner)``  ``inner``, or ``inner`` multiplied or divided by a ``Const``; the
-                   factors multiply into the binding ``scale_name``
+``Scaled(inner)``  ``inner``, or ``inner`` multiplied or divided by a ``Const``
+                   (``mul``/``div``, ``.Tensor`` or ``.Scalar``); the factors
+                   multiply into the binding ``scale_name``
 ``Matmul(a, b)``   a batched matmul ``a @ b`` in the forms the aot stage emits
                    (``view(bmm(view(clone(expand(a))), ...))``, each step optional)
 =================  ==================================================================
@@ -75,6 +80,18 @@ class Op:
     commutative: bool = False
     shared: bool = False
     """The call may be read outside the match too (a view of an input: not dropped)."""
+    kwargs: tuple[tuple[str, PatternArg], ...] | None = ()
+    """The keyword arguments the call has, each matched like a positional one (by
+    default none); None: any keyword arguments, not looked at."""
+
+
+@dataclass(frozen=True)
+class Bind:
+    """``inner``, its value bound to ``name`` too: the same value reached on two paths
+    (the scores under both the softmax and a test of the scores) binds one name."""
+
+    name: str
+    inner: Pattern
 
 
 @dataclass(frozen=True)
@@ -102,8 +119,8 @@ class Matmul:
     b: Pattern
 
 
-Pattern = Var | Const | Op | Alt | Scaled | Matmul
-PatternArg = Pattern | _LastDim | None | bool | int | float | str | tuple[object, ...]
+Pattern = Var | Const | Op | Bind | Alt | Scaled | Matmul
+PatternArg = Pattern | _LastDim | None | bool | int | float | str | torch.dtype | tuple[object, ...]
 
 
 @dataclass
@@ -146,8 +163,8 @@ class Match:
 # bindings, covered nodes, covered nodes that may be read elsewhere
 _State = tuple[dict[str, object], list[str], frozenset[str]]
 
-_MUL = "aten::mul.Tensor"
-_DIV = "aten::div.Tensor"
+_MUL = ("aten::mul.Tensor", "aten::mul.Scalar")
+_DIV = ("aten::div.Tensor", "aten::div.Scalar")
 _SCALAR_TENSOR = "aten::scalar_tensor.default"
 _FULL = "aten::full.default"
 
@@ -218,6 +235,9 @@ class Matcher:
                 yield from self._bind(pattern.name, number, state)
         elif isinstance(pattern, Op):
             yield from self._match_op(value, pattern, state)
+        elif isinstance(pattern, Bind):
+            for bound in self._bind(pattern.name, value, state):
+                yield from self._match(value, pattern.inner, bound)
         elif isinstance(pattern, Alt):
             for option in pattern.options:
                 yield from self._match(value, option, state)
@@ -246,11 +266,17 @@ class Matcher:
 
     def _match_op(self, value: Argument, pattern: Op, state: _State) -> Iterator[_State]:
         node = self._call(value, pattern.targets)
-        if node is None or len(node.args) < len(pattern.args) or node.kwargs:
+        if node is None or len(node.args) < len(pattern.args):
+            return
+        if pattern.kwargs is not None and set(node.kwargs) != {k for k, _ in pattern.kwargs}:
+            return
+        if pattern.name is not None and pattern.name in state[0] \
+                and state[0][pattern.name] != value:
             return
         orders = [node.args]
         if pattern.commutative and len(node.args) >= 2:
             orders.append((node.args[1], node.args[0], *node.args[2:]))
+        keywords = [(node.kwargs[k], p) for k, p in pattern.kwargs or ()]
         for args in orders:
             bindings, covered, shared = state
             if pattern.shared:
@@ -258,21 +284,21 @@ class Matcher:
             if pattern.name is not None:
                 bindings = {**bindings, pattern.name: value}
             start: _State = (bindings, [*covered, node.name], shared)
-            yield from self._match_positional(node, args, 0, pattern.args, start)
+            pairs = [*zip(args, pattern.args), *keywords]
+            yield from self._match_arguments(node, pairs, 0, start)
 
-    def _match_positional(self, node: Node, args: tuple[Argument, ...], i: int,
-                          patterns: tuple[PatternArg, ...], state: _State) -> Iterator[_State]:
-        if i == len(patterns):
+    def _match_arguments(self, node: Node, pairs: list[tuple[Argument, PatternArg]], i: int,
+                         state: _State) -> Iterator[_State]:
+        if i == len(pairs):
             yield state
             return
-        pattern = patterns[i]
+        arg, pattern = pairs[i]
         if isinstance(pattern, _LastDim):
-            ok = args[i] == -1 or args[i] == self._last_dim(node)
-            if ok:
-                yield from self._match_positional(node, args, i + 1, patterns, state)
+            if arg == -1 or arg == self._last_dim(node):
+                yield from self._match_arguments(node, pairs, i + 1, state)
             return
-        for next_state in self._match(args[i], pattern, state):
-            yield from self._match_positional(node, args, i + 1, patterns, next_state)
+        for next_state in self._match(arg, pattern, state):
+            yield from self._match_arguments(node, pairs, i + 1, next_state)
 
     def _last_dim(self, node: Node) -> int | None:
         first = node.args[0] if node.args else None
@@ -280,16 +306,16 @@ class Matcher:
         return meta.ndim - 1 if meta is not None else None
 
     def _match_scaled(self, value: Argument, pattern: Scaled, state: _State) -> Iterator[_State]:
-        node = self._call(value, (_MUL, _DIV))
-        if node is not None and len(node.args) == 2:
+        node = self._call(value, (*_MUL, *_DIV))
+        if node is not None and len(node.args) == 2 and not node.kwargs:
             operands = [(node.args[0], node.args[1])]
-            if node.target == _MUL:
+            if node.target in _MUL:
                 operands.append((node.args[1], node.args[0]))
             for tensor, factor in operands:
                 number = self._constant(factor)
                 if number is None or number == 0.0:
                     continue
-                factor_value = number if node.target == _MUL else 1.0 / number
+                factor_value = number if node.target in _MUL else 1.0 / number
                 bindings, covered, shared = state
                 old = bindings.get(pattern.scale_name, 1.0)
                 assert isinstance(old, float)
