@@ -29,12 +29,29 @@ def _cases(dtype: torch.dtype) -> dict[str, tuple[list[torch.Tensor], dict[str, 
                 .transpose(1, 2) for _ in range(3)]
 
     additive = torch.zeros(B, 1, 1, S, device="cuda", dtype=dtype).expand(B, 1, S, S)
+    # what HF BERT builds under a compiler (strict capture): a [B, 1, S, S] where() mask
+    bert_mask = torch.zeros(B, 1, S, S, device="cuda", dtype=dtype)
     return {
+        "bert mask": (views(), {"attn_mask": bert_mask, "scale": 0.125}),
         "plain": (qkv(), {}),
         "views": (views(), {}),
         "additive mask": (views(), {"attn_mask": additive}),
         "requires_grad": ([t.requires_grad_() for t in qkv()], {}),
     }
+
+
+def _can_use(what: str, qkv: list[torch.Tensor], mask: torch.Tensor | None) -> None:
+    """Each fused backend's own checks (``debug=True`` makes torch warn why not)."""
+    import warnings
+
+    params = torch.backends.cuda.SDPAParams(qkv[0], qkv[1], qkv[2], mask, 0.0, False, False)
+    for name in ("flash", "efficient", "cudnn"):
+        check = getattr(torch.backends.cuda, f"can_use_{name}_attention")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ok = check(params, True)
+        why = "; ".join(str(w.message).splitlines()[0] for w in caught)[:300]
+        print(f"  {what} can_use_{name}: {ok} {why}")
 
 
 def main() -> None:
@@ -43,13 +60,18 @@ def main() -> None:
     for name, (tensors, kwargs) in _cases(dtype).items():
         print(f"===== {name}")
         print("eager choice:", choice(*tensors, **kwargs))
+        mask = kwargs.get("attn_mask")
+        _can_use("real", tensors, mask)
         with FakeTensorMode(allow_non_fake_inputs=True) as mode:
             fakes = [mode.from_tensor(t) for t in tensors]
-            fkw = {k: mode.from_tensor(v) for k, v in kwargs.items()}
+            fkw = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v
+                   for k, v in kwargs.items()}
             print("fake choice:", choice(*fakes, **fkw))
+            _can_use("fake", fakes, fkw.get("attn_mask"))
         rec = GraphRecorder()
         args = [rec.add_input(t, InputSpec(n)) for t, n in zip(tensors, "qkv")]
-        mask = {k: rec.add_input(v, InputSpec(k)) for k, v in kwargs.items()}
+        mask = {k: rec.add_input(v, InputSpec(k)) if isinstance(v, torch.Tensor) else v
+                for k, v in kwargs.items()}
         with rec:
             out = F.scaled_dot_product_attention(args[0], args[1], args[2], **mask)
         graph = rec.finish([out]).forward
