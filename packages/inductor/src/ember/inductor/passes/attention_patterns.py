@@ -36,18 +36,18 @@ row that is ``-inf`` everywhere gives 0, not NaN). In bfloat16/float16 (unless
 ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp``) it first casts ``q``, ``k``
 and ``v`` to float32 and the result back:
 
-=======================  =================================================  ===========
-rule                     form                                               SDPA's mask
-=======================  =================================================  ===========
-``sdpa_math``            ``safe_softmax(q' @ k'ᵀ) @ v``, ``q' = q *         none
-                         sqrt(scale)``, ``k'ᵀ = kᵀ * sqrt(scale)``
-``sdpa_math_mask``       ``safe_softmax(q' @ k'ᵀ + mask) @ v``              ``mask``
-``sdpa_math_upcast``     ``(safe_softmax(q'' @ k''ᵀ) @ v.float()).to(D)``,  none
-                         ``q'' = q.float() * sqrt(scale)`` (same for
-                         ``k''``), ``q``, ``k``, ``v`` of dtype ``D``
+=========================  ================================================  ===========
+rule                       form                                              SDPA's mask
+=========================  ================================================  ===========
+``sdpa_math``              ``safe_softmax(q' @ k'ᵀ) @ v``, ``q' = q *        none
+                           sqrt(scale)``, ``k'ᵀ = kᵀ * sqrt(scale)``
+``sdpa_math_mask``         ``safe_softmax(q' @ k'ᵀ + mask) @ v``             ``mask``
+``sdpa_math_upcast``       ``(safe_softmax(q'' @ k''ᵀ) @ v.float()).to(D)``  none
+                           with ``q'' = q.float() * sqrt(scale)`` (the same
+                           for ``k''``); ``q``, ``k``, ``v`` of dtype ``D``
 ``sdpa_math_upcast_mask``  ``(safe_softmax(q'' @ k''ᵀ + mask) @              ``mask``
-                         v.float()).to(D)``
-=======================  =================================================  ===========
+                           v.float()).to(D)``
+=========================  ================================================  ===========
 
 The ``math_upcast`` rules fire only on SDPA's own calls (see the attention pass's
 docstring): they give back the precision the user chose by calling SDPA.
