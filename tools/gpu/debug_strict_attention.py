@@ -39,6 +39,19 @@ def main() -> None:
             if shown >= 14:
                 break
     print(f"({len(err.getvalue().splitlines())} log lines)")
+    # With the math backend disabled, torch raises and says why each fused kernel was
+    # rejected for the arguments the strict capture passes.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model, inputs = zoo.get(name).make("cuda", dtype, suite)
+    fused = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+             SDPBackend.FLASH_ATTENTION]
+    try:
+        with torch.no_grad(), sdpa_kernel(fused), contextlib.redirect_stderr(io.StringIO()):
+            ember.frontend.compile(model)(*inputs)
+        print("without the math backend: compiled")
+    except Exception as e:  # noqa: BLE001 - a debug tool prints whatever torch raised
+        print(f"without the math backend: {type(e).__name__}: {str(e)[:1500]}")
 
 
 if __name__ == "__main__":
