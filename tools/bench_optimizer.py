@@ -5,12 +5,17 @@
     python tools/bench_optimizer.py --device cuda --params 100 --optimizers "AdamW foreach"
 
 Prints one markdown table row per optimizer: the median time per step of each, in one
-process, and the copies back per Ember step (mutated inputs the runtime copied instead of
-the kernels writing them in place; 0 once every update is written in place). The
-gradients are set once; every step updates the parameters and state in place, as training
-does. The load average is printed before and after (the numbers are only comparable
-within one run on a shared machine). On CUDA each step is timed between device
-synchronisations and the copies counted are all ``aten::copy_`` calls.
+process, and the ``aten::copy_`` calls per Ember step (mutated inputs the runtime copied
+instead of the kernels writing them in place, Python numbers made tensors by eager CPU
+ops; 0 once every update is written in place). On CUDA the copies are counted as
+``into the GPU / all``: copies into CUDA tensors and host-to-device transfers (0 once the
+CPU ``state['step']`` reaches the kernels as a scalar argument, ``lowering/host_scalars.py``
+in the inductor), then every copy (the CPU step counters' new values are still copied
+back on the CPU, two per parameter); and the kernels a step launches on the GPU (one per
+parameter shape once the updates fuse side by side). The gradients are set once; every
+step updates the parameters and state in place, as training does. The load average is
+printed before and after (the numbers are only comparable within one run on a shared
+machine). On CUDA each step is timed between device synchronisations.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode  # a tool, not a package
 
 OPTIMIZERS: list[tuple[str, type[torch.optim.Optimizer], dict[str, Any]]] = [
     ("SGD momentum", torch.optim.SGD, {"lr": 0.01, "momentum": 0.9, "foreach": False}),
@@ -41,11 +47,46 @@ def _model(millions: float, width: int = 1024, device: str = "cpu") -> nn.Module
     return model
 
 
-def _copies(step: Callable[[], Any]) -> int:
-    """``aten::copy_`` calls in one step (the runtime's copy back of an input is one)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+class _Copies(TorchDispatchMode):
+    """Counts ``aten::copy_`` calls, and those into CUDA tensors plus host-to-device
+    transfers (``_to_copy`` of a CPU tensor onto the GPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.all = 0
+        self.into_gpu = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        result = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten.copy_.default:
+            self.all += 1
+            self.into_gpu += int(args[0].is_cuda)
+        elif (func is torch.ops.aten._to_copy.default and isinstance(result, torch.Tensor)
+              and result.is_cuda and not args[0].is_cuda):
+            self.into_gpu += 1
+        return result
+
+
+def _copies(step: Callable[[], Any], device: str) -> str:
+    """The copies one step makes (see the module doc): ``N`` on the CPU, ``G / N`` on
+    CUDA."""
+    with _Copies() as counter:
         step()
-    return sum(int(e.count) for e in prof.key_averages() if e.key == "aten::copy_")
+    _sync(device)
+    return f"{counter.into_gpu} / {counter.all}" if device == "cuda" else str(counter.all)
+
+
+def _kernels(step: Callable[[], Any], device: str) -> str:
+    """The GPU kernels (and memory copies) one step launches, or "-" on the CPU."""
+    if device != "cuda":
+        return "-"
+    from torch.profiler import DeviceType, ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        _sync(device)
+    return str(sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA))
 
 
 def _load() -> str:
@@ -86,21 +127,26 @@ def main() -> None:
     params = list(_model(args.params, args.width, args.device).parameters())
     print(f"{sum(p.numel() for p in params) / 1e6:.1f}M parameters in {len(params)} "
           f"tensors, torch threads {torch.get_num_threads()}, {_load()}")
+    copied = "into the GPU / all" if args.device == "cuda" else "all"
     print("| optimizer | eager | torch.compile | ember | ember / eager | ember / torch.compile "
-          "| ember copies back a step |")
-    print("|---|---|---|---|---|---|---|")
+          f"| ember copies a step ({copied}) | GPU kernels a step (eager, torch.compile, "
+          "ember) |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, cls, kw in (o for o in OPTIMIZERS if o[0] in wanted):
         times = []
-        copies = 0
+        copies = ""
+        kernels = []
         for make in (lambda s: s, torch.compile, ef.compile):
             model = _model(args.params, args.width, args.device)
             opt = cls(model.parameters(), **kw)
             step = make(opt.step)
             times.append(_median_ms(step, args.repeats, args.device))
-            copies = _copies(step)  # the last one: Ember's
+            kernels.append(_kernels(step, args.device))
+            copies = _copies(step, args.device)  # the last one: Ember's
         eager, torch_c, ember = times
         print(f"| {name} | {eager:.2f} ms | {torch_c:.2f} ms | {ember:.2f} ms | "
-              f"{eager / ember:.2f}x | {torch_c / ember:.2f}x | {copies} |")
+              f"{eager / ember:.2f}x | {torch_c / ember:.2f}x | {copies} | "
+              f"{', '.join(kernels)} |")
     print(_load())
 
 

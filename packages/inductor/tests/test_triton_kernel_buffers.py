@@ -1,5 +1,5 @@
-"""Fusion stops where a Triton kernel would take more than ``MAX_KERNEL_BUFFERS``
-buffers (``codegen/triton/backend.py``): independent updates of many same-shaped tensors
+"""Fusion stops where a kernel would take more than its backend's ``max_kernel_buffers``
+buffers (Triton: ``codegen/triton/backend.py``): independent updates of many same-shaped tensors
 (an optimizer step over hundreds of parameters) fuse side by side into a few kernels, not
 one of thousands of pointer arguments. Code generation only: no GPU needed."""
 
@@ -9,11 +9,13 @@ import re
 
 import pytest
 import torch
-from ember.inductor.codegen.triton.backend import MAX_KERNEL_BUFFERS
+from ember.inductor.codegen.triton.backend import TritonBackend
 from ember.inductor.compile import compile_graph
 from ember.runtime.ir import parse_program
 
 pytest.importorskip("triton")
+
+LIMIT: int = TritonBackend.max_kernel_buffers or 0
 
 
 def _program(n: int) -> str:
@@ -33,7 +35,23 @@ def test_side_by_side_fusion_stops_at_the_buffer_limit(n: int) -> None:
     # each launch's arguments (kernels of identical code are listed once in .kernels)
     launches = re.findall(r"^    kernel\d+\((.*)\)$", compiled.wrapper, re.M)
     sizes = [len(args.split(", ")) for args in launches]
-    assert all(s <= MAX_KERNEL_BUFFERS for s in sizes), sizes
+    assert all(s <= LIMIT for s in sizes), sizes
     assert sum(sizes) == 3 * n  # every update in some kernel, each buffer once
     # as few kernels as the limit allows
-    assert len(sizes) == -(-3 * n // (MAX_KERNEL_BUFFERS // 3 * 3)), sizes
+    assert len(sizes) == -(-3 * n // (LIMIT // 3 * 3)), sizes
+
+
+def test_a_cpu_step_over_many_small_tensors_loads() -> None:
+    # ctypes calls a C function of at most 1024 arguments: 400 small independent adds
+    # (1200 buffers, under HORIZONTAL_LIMIT_ELEMENTS: no horizontal limit) were one
+    # kernel of 1200 arguments that could not be loaded
+    from helpers import compile_fn
+
+    def adds(*xs: torch.Tensor) -> list[torch.Tensor]:
+        return [xs[i] + xs[i + 1] for i in range(0, len(xs), 2)]
+
+    inputs = [torch.randn(16) for _ in range(800)]
+    compiled, run = compile_fn(adds, *inputs)
+    outs = run(*inputs)
+    for got, want in zip(outs, adds(*inputs)):
+        torch.testing.assert_close(got, want)

@@ -113,6 +113,11 @@ class KernelBackend(abc.ABC):
     #: side by side) defeats the hardware prefetchers.
     horizontal_buffer_limit: int | None = None
 
+    #: the most buffers a kernel grows to by fusion, of any kind (None: no limit): what
+    #: a kernel call can take (C++: ctypes passes at most 1024 arguments; Triton: see
+    #: its backend). Past it the scheduler starts another kernel.
+    max_kernel_buffers: int | None = None
+
     def can_fuse(self, group: Kernel, fused: Kernel) -> bool:
         """Whether the scheduler may grow the kernel ``group`` into ``fused`` (the same
         loop ranges, the body with one more node's work), as far as this backend is

@@ -16,10 +16,14 @@ class CppBackend(KernelBackend):
     -march=native -fopenmp and called through ctypes. Found by
     ``registry.backend_for("cpu")``; its device policy is :class:`KernelBackend`'s
     defaults (scatters add sequentially; integer division by zero raises, as eager on
-    the CPU), except that horizontal fusion stops at 8 buffers a kernel."""
+    the CPU), except that horizontal fusion stops at 8 buffers a kernel (over at least
+    ``scheduler.HORIZONTAL_LIMIT_ELEMENTS`` elements) and any fusion at 1000 (ctypes
+    calls a function of at most 1024 arguments: an Adam step over 240 small parameters
+    fused into one kernel of 1082 could not be loaded)."""
 
     device_type = "cpu"
     horizontal_buffer_limit: int | None = 8
+    max_kernel_buffers: int | None = 1000
 
     def generate(self, kernel: Kernel) -> KernelSource:
         source = PRELUDE + "\n" + generate_function(kernel) + "\n"

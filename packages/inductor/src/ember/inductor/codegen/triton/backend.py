@@ -14,13 +14,6 @@ from ember.inductor.loop_ir import Kernel, MatmulTemplate
 ATOMIC_ADD_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64,
                                torch.int32, torch.int64})
 
-#: the most buffers a kernel grows to by fusion. An optimizer step's updates fuse side by
-#: side, one kernel per parameter shape (host scalars let a CUDA Adam step fuse whole:
-#: ``lowering/host_scalars.py``): unbounded, a model with hundreds of same-shaped
-#: parameters would get one kernel of thousands of pointer arguments (CUDA's classic
-#: limit is 4 KB of them) and statements, slow to compile. 256 pointers (2 KB) hold 32
-#: parameters' Adam updates (8 buffers each, a read and a write of three counted twice).
-MAX_KERNEL_BUFFERS = 256
 
 
 class TritonBackend(KernelBackend):
@@ -37,6 +30,12 @@ class TritonBackend(KernelBackend):
     checks_integer_division = False
     pads_unaligned_matmuls = True
     matmul_templates = True
+    #: an optimizer step's updates fuse side by side, one kernel per parameter shape
+    #: (host scalars let a CUDA Adam step fuse whole: ``lowering/host_scalars.py``):
+    #: unbounded, hundreds of same-shaped parameters would make one kernel of thousands
+    #: of pointer arguments (CUDA's classic limit is 4 KB of them) and statements, slow
+    #: to compile. 256 pointers (2 KB) hold 32 parameters' Adam updates (8 buffers each).
+    max_kernel_buffers: int | None = 256
 
     def generate(self, kernel: Kernel) -> KernelSource:
         code = generate_triton_kernel(kernel)
@@ -50,9 +49,7 @@ class TritonBackend(KernelBackend):
         longer can be: a second pass (a variance after its mean) or an inner store (a
         copy of the input) would run the whole reduction on as many programs as there are
         rows (64 channels: 2 programs of 32 channels each; 41 ms for one ResNet-18
-        batch-norm in training on the H200). No, too, past :data:`MAX_KERNEL_BUFFERS`."""
-        if len(set(fused.loaded_buffers()) | set(fused.stored_buffers())) > MAX_KERNEL_BUFFERS:
-            return False
+        batch-norm in training on the H200)."""
         if (not fused.is_reduction or fused.template is not None or not wants_split(fused)
                 or splittable(fused)):
             return True
