@@ -97,3 +97,34 @@ graph forward(%x: f32[64]{1} cuda:0, %a: f32[]{} DEVICE):
         forms.append(canonical_form(kernel))
     assert forms[0] != forms[1]
     assert [b.host for b in forms[0].buffers] == [False, True, False]
+
+
+STEP = '''program dialect=core-functional
+
+graph forward(%x: f32[64]{1} cuda:0, %step: f32[]{} cpu):
+  %t: f32[]{} cpu = aten::add.Tensor(%step, 1)
+  %p: f32[]{} cpu = aten::pow.Scalar(0.9, %t)
+  %y: f32[64]{1} cuda:0 = aten::mul.Tensor(%x, %p)
+  return (%y, %t)  [mutated_input x, mutated_input step]
+'''
+
+
+def test_a_mutated_cpu_step_counter_is_written_in_place_after_the_kernels() -> None:
+    compiled = compile_graph(parse_program(STEP), "forward", torch.device("cuda"))
+    wrapper = compiled.wrapper
+    # the kernel reads the old step (by value), then the op's out= variant writes the new
+    # one into the input, which the graph returns as itself: no copy back
+    assert "kernel0(buf0, arg1.item(), buf0)" in wrapper, wrapper
+    assert "= aten.add.out(arg1, 1, out=arg1)" in wrapper, wrapper
+    assert wrapper.index("kernel0(") < wrapper.index("aten.add.out(")
+    assert "return [buf0, arg1]" in wrapper, wrapper
+    assert compiled.memory is not None
+
+
+def test_out_variants() -> None:
+    from ember.inductor.lowering.host_scalars import out_variant
+
+    assert out_variant("aten::add.Tensor") == "aten::add.out"
+    assert out_variant("aten::pow.Scalar") == "aten::pow.Scalar_out"
+    assert out_variant("aten::mul.Scalar") == "aten::mul.Scalar_out"
+    assert out_variant("aten::no_such_op.default") is None

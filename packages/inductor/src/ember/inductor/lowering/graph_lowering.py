@@ -97,9 +97,8 @@ def meta_layout(meta: TensorMeta) -> tuple[tuple[Size, ...], tuple[Size, ...], S
 def _symbolic_failure(e: Exception) -> bool:
     """Whether ``e`` is sympy refusing to decide a comparison of symbolic sizes (a rule
     written for static sizes branching on one): the op then runs eagerly."""
-    text = str(e)
     return isinstance(e, TypeError) and any(
-        word in text for word in ("Relational", "symbolic", "Symbol", "sympy", "expression"))
+        word in str(e) for word in ("Relational", "symbolic", "Symbol", "sympy", "expression"))
 
 
 class GraphLowering:
@@ -221,7 +220,6 @@ class GraphLowering:
             self.values[node.name] = self.extern(
                 node, fallback=True, reason=f"a {other} tensor in a {self.device.type} graph")
             return
-        # a cpu scalar computed from cpu scalars: an element function (host_scalars.py)
         host = other is not None and is_host_scalar(node.meta, self._traced)
         mark = len(self.nodes)
         realized = set(self._realized)
@@ -230,7 +228,7 @@ class GraphLowering:
             args = tuple(self._arg(a) for a in node.args)
             kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
             value = rule(self, node, *args, **kwargs)
-            if host:  # never a buffer of the graph's device (host_scalars.py)
+            if host:  # a cpu scalar: no buffer of the graph's device (host_scalars.py)
                 value = self.host_scalars.result(node, value, len(self.nodes) > mark)
             elif isinstance(value := self._bounded(value), Lazy) and (
                     self._uses.broadcast_costly(node.name, value)
@@ -262,6 +260,7 @@ class GraphLowering:
         outs = node.args[0] if isinstance(node.args[0], tuple) else (node.args[0],)
         for i, a in enumerate(outs):
             self.outputs.append(self._output_expr(a, i))
+        self.host_scalars.write_outputs()  # a cpu step counter's new value, in place
 
     # -- values -------------------------------------------------------------------------
     def _arg(self, a: Argument) -> Any:
@@ -278,6 +277,8 @@ class GraphLowering:
         if isinstance(a, SymExpr):
             return from_ir(a.expr)  # a symbolic int: a sympy expression over the sizes
         return a
+
+    read_arg = _arg  # a node argument's lowered value, for helpers (host_scalars.py)
 
     def traced_meta(self, arg: Any) -> TensorMeta | None:
         """The meta the program traced for ``arg`` (a node argument), if a tensor's."""
@@ -542,6 +543,8 @@ class GraphLowering:
     def _output_expr(self, a: Argument, index: int = -1) -> ExternArg:
         if not isinstance(a, ValueRef):
             return self.extern_arg(a)
+        if (written := self.host_scalars.written_output(index, a)) is not None:
+            return written
         v = self._arg(a)
         producer = self.graph.node(a.node)
         if isinstance(v, ScalarValue):

@@ -25,22 +25,39 @@ that reads it: the CUDA kernel computes the bias corrections from the step it wa
 given, so a parameter's whole update is one kernel. Only where a CPU tensor is needed
 (a graph output such as the new ``step``, or an extern call's argument) is the node
 run on the host, as an extern ATen call on the CPU (:meth:`HostScalars.on_host`, once
-per node, its host-scalar arguments computed the same way).
+per node, its host-scalar arguments computed the same way). The new value of a mutated
+host-scalar input (``step += 1``) is written into the input itself by the op's ``out=``
+variant, after every kernel (:meth:`HostScalars.written_output`): the runtime then copies
+nothing back (a copy and a grad-mode switch a parameter, ~4 us of host time each).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import TYPE_CHECKING, Any
 
 import torch
+from ember.inductor.buffers import ExternCall
+from ember.inductor.lowering.extern_args import ExternArg, TensorArg, extern_reads
 from ember.inductor.lowering.registry import NotLowerable
 from ember.inductor.lowering.values import Lazy, Stored
-from ember.runtime.ir import Graph, Node, TensorMeta
+from ember.inductor.lowering.written_args import input_written_in_place
+from ember.runtime.ir import (
+    Graph,
+    IRFormatError,
+    Node,
+    OutputKind,
+    TensorMeta,
+    ValueRef,
+    operator_schema,
+)
 
 if TYPE_CHECKING:
     from ember.inductor.lowering.graph_lowering import GraphLowering
 
-__all__ = ["HOST_SCALAR_DTYPES", "HostScalars", "host_scalar_node", "is_host_scalar"]
+__all__ = ["HOST_SCALAR_DTYPES", "HostScalars", "host_scalar_node", "is_host_scalar",
+           "out_variant"]
 
 #: dtypes a host scalar may have: what a Python number from ``.item()`` is passed to a
 #: Triton kernel as without loss (float: ``fp32``). A float64 or integer 0-d CPU tensor
@@ -72,6 +89,27 @@ def host_scalar_node(graph: Graph, node: Node, traced: torch.device | None) -> b
                if isinstance(m, TensorMeta) and m.device.type != traced.type)
 
 
+@functools.cache
+def out_variant(target: str) -> str | None:
+    """The ``out=`` overload of operator ``target`` (``aten::add.Tensor`` ->
+    ``aten::add.out``, ``aten::pow.Scalar`` -> ``aten::pow.Scalar_out``): the one whose
+    other arguments are ``target``'s, or None."""
+    name, _, overload = target.partition(".")
+    try:
+        want = [(a.name, str(a.type)) for a in operator_schema(target).arguments]
+    except IRFormatError:
+        return None
+    for candidate in (f"{name}.{overload}_out", f"{name}.out"):
+        try:
+            schema = operator_schema(candidate)
+        except IRFormatError:
+            continue
+        args = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+        if args == want and sum(a.is_out for a in schema.arguments) == 1:
+            return candidate
+    return None
+
+
 class HostScalars:
     """The host-scalar values of one graph's lowering: which lowered values are host
     scalars computed in the kernels that read them, and the CPU buffer each got once a
@@ -82,6 +120,7 @@ class HostScalars:
         # id(value) -> (value, node): held, so that an id is never reused
         self._values: dict[int, tuple[Lazy, Node]] = {}
         self._on_host: dict[str, Stored] = {}
+        self._writes: list[tuple[Node, str, str]] = []  # (node, input buffer, out op)
 
     def result(self, node: Node, value: Any, emitted: bool) -> Any:
         """``node``'s lowered ``value`` (its rule ``emitted`` loop nodes or extern calls,
@@ -119,3 +158,46 @@ class HostScalars:
             assert isinstance(found, Stored)
             self._on_host[node.name] = found
         return found
+
+    def written_output(self, index: int, ref: ValueRef) -> ExternArg | None:
+        """Graph output ``index`` (``ref``) as the host-scalar input it is the new value
+        of, to be written in place by :meth:`write_outputs`; None when it is not such an
+        output, or the input cannot be written (another input views it, a run-time check
+        may fail, the op has no ``out=`` variant, ...)."""
+        low = self.low
+        value = low.values.get(ref.node)
+        if ref.index is not None or not self.is_host(value) or low.checks:
+            return None
+        _, node = self._values[id(value)]
+        specs = low.program.signature.outputs.get(low.graph_name) or []
+        names = [p.name for p in low.graph.placeholders]
+        spec = specs[index] if 0 <= index < len(specs) else None
+        if spec is None or spec.kind != OutputKind.MUTATED_INPUT or spec.target not in names:
+            return None
+        buffer = low.inputs[names.index(str(spec.target))]
+        info = low.buffers.get(buffer)
+        target = out_variant(node.target)
+        if (info is None or not info.host or target is None or node.kwargs
+                or any(b == buffer for _, b, _ in self._writes)
+                or not input_written_in_place(low, buffer)):
+            return None
+        self._writes.append((node, buffer, target))
+        low.in_place_inputs.add(buffer)
+        return TensorArg(buffer)
+
+    def write_outputs(self) -> None:
+        """The in-place writes :meth:`written_output` promised: ``op.out(*args,
+        out=argN)`` on the CPU, after every kernel and every other call (the graph's
+        last nodes: all its reads of the old values come first)."""
+        low = self.low
+        for node, buffer, target in self._writes:
+            args = [low.extern_arg(low.read_arg(a)) for a in node.args]
+            kwargs: dict[str, ExternArg] = {"out": TensorArg(buffer)}
+            name = low.fresh()
+            info = low.buffers[buffer]
+            low.buffers[name] = dataclasses.replace(info, name=name, kind="extern")
+            low.fallbacks[node.target] += 1
+            low.nodes.append(ExternCall(
+                target, args, kwargs, [name], [(info.dtype, (), ())],
+                extern_reads(args, kwargs), True, False, (node.name,),
+                f"the cpu scalar input {buffer}'s new value, written in place", mutates=(buffer,)))
