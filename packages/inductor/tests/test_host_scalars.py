@@ -128,3 +128,11 @@ def test_out_variants() -> None:
     assert out_variant("aten::pow.Scalar") == "aten::pow.Scalar_out"
     assert out_variant("aten::mul.Scalar") == "aten::mul.Scalar_out"
     assert out_variant("aten::no_such_op.default") is None
+
+
+def test_a_step_counter_also_returned_unchanged_keeps_its_copy_back() -> None:
+    text = STEP.replace("return (%y, %t)  [mutated_input x, mutated_input step]",
+                        "return (%y, %t, %step)  [mutated_input x, mutated_input step, "
+                        "user_output]")
+    wrapper = compile_graph(parse_program(text), "forward", torch.device("cuda")).wrapper
+    assert "aten.add.out(" not in wrapper and "aten.add.Tensor(arg1, 1)" in wrapper, wrapper

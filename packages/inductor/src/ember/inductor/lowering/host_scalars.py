@@ -175,6 +175,9 @@ class HostScalars:
         if spec is None or spec.kind != OutputKind.MUTATED_INPUT or spec.target not in names:
             return None
         buffer = low.inputs[names.index(str(spec.target))]
+        output = next(n for n in low.graph.nodes if n.op == "output")
+        if any(r.node == spec.target for r in output.inputs()):  # the old value returned
+            return None
         info = low.buffers.get(buffer)
         target = out_variant(node.target)
         if (info is None or not info.host or target is None or node.kwargs
