@@ -136,3 +136,20 @@ def test_a_step_counter_also_returned_unchanged_keeps_its_copy_back() -> None:
                         "user_output]")
     wrapper = compile_graph(parse_program(text), "forward", torch.device("cuda")).wrapper
     assert "aten.add.out(" not in wrapper and "aten.add.Tensor(arg1, 1)" in wrapper, wrapper
+
+
+def test_the_generated_kernel_computes_what_eager_does() -> None:
+    # the kernel generated for cuda, run in Triton's interpreter on cpu tensors with the
+    # step passed as the wrapper passes it (a Python float): eager's result
+    from ember.inductor.codegen.triton.block_tuning import load_code
+    from ember.inductor.codegen.triton.generate import generate_triton_kernel
+
+    text = PROGRAM.replace("f64[]{} cpu", "f32[]{} cpu")
+    compiled = compile_graph(parse_program(text), "forward", torch.device("cuda"))
+    ((kernel, _),) = compiled.kernels
+    launch = load_code(kernel, generate_triton_kernel(kernel))
+    x, step, lr = torch.randn(64), torch.tensor(4.0), torch.tensor(0.5)
+    out = torch.empty(64)
+    launch(x, step.item(), lr.item(), out)
+    want = x / torch.sqrt(1 - torch.pow(0.9, step + 1)) * lr
+    torch.testing.assert_close(out, want)
