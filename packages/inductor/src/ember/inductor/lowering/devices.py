@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef
 
-__all__ = ["copy_on_own_device", "other_device", "traced_device"]
+__all__ = ["copy_on_own_device", "node_metas", "other_device", "traced_device"]
 
 
 def traced_device(metas: list[Any]) -> torch.device | None:
@@ -28,17 +28,22 @@ def traced_device(metas: list[Any]) -> torch.device | None:
     return None
 
 
-def other_device(graph: Graph, node: Node, traced: torch.device | None) -> str | None:
-    """The device type of a tensor ``node`` makes or reads that is not ``traced``'s, or
-    None."""
-    if traced is None:
-        return None
+def node_metas(graph: Graph, node: Node) -> list[Any]:
+    """The metadata of every value ``node`` makes and reads (tensors and others)."""
     metas: list[Any] = list(node.meta) if isinstance(node.meta, tuple) else [node.meta]
     for a in node.inputs():
         meta = graph.node(a.node).meta
         metas.append(meta[a.index] if isinstance(meta, tuple) and a.index is not None
                      else meta)
-    for m in metas:
+    return metas
+
+
+def other_device(graph: Graph, node: Node, traced: torch.device | None) -> str | None:
+    """The device type of a tensor ``node`` makes or reads that is not ``traced``'s, or
+    None."""
+    if traced is None:
+        return None
+    for m in node_metas(graph, node):
         if isinstance(m, TensorMeta) and m.device.type != traced.type:
             return m.device.type
     return None

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from ember.inductor.buffers import ExternCall
+from ember.inductor.lowering.devices import node_metas
 from ember.inductor.lowering.extern_args import ExternArg, TensorArg, extern_reads
 from ember.inductor.lowering.registry import NotLowerable
 from ember.inductor.lowering.values import Lazy, Stored
@@ -80,12 +81,7 @@ def host_scalar_node(graph: Graph, node: Node, traced: torch.device | None) -> b
     is a host scalar (:func:`is_host_scalar`): its rule may lower it."""
     if traced is None or traced.type == "cpu":
         return False
-    metas: list[Any] = list(node.meta) if isinstance(node.meta, tuple) else [node.meta]
-    for a in node.inputs():
-        meta = graph.node(a.node).meta
-        metas.append(meta[a.index] if isinstance(meta, tuple) and a.index is not None
-                     else meta)
-    return all(is_host_scalar(m, traced) for m in metas
+    return all(is_host_scalar(m, traced) for m in node_metas(graph, node)
                if isinstance(m, TensorMeta) and m.device.type != traced.type)
 
 
