@@ -32,7 +32,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,8 +43,10 @@ import triton
 from ember.runtime.compiled import load_executor, triton_warmed
 from ember.runtime.compiled.triton_kernel import TritonKernel
 from ember.runtime.config import patch
-from ember.runtime.ir import InputSpec, Program
-from ember.runtime.tracing import GraphRecorder
+
+# the inductor tests' helper: a core-functional program of a function on inputs
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packages" / "inductor" / "tests"))
+from helpers import trace
 
 SCENARIOS = ("table", "jit-same-root", "jit-other-root", "frontend")
 _report: list[str] = []
@@ -131,18 +133,6 @@ def watching(watch: Watch, table: bool) -> Iterator[None]:
         triton_warmed.record, triton_warmed.take = saved_record, saved_take
         TritonKernel._bind = saved_bind  # type: ignore[method-assign]
         TritonKernel._bind_warmed = saved_warmed  # type: ignore[method-assign]
-
-
-def trace(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> Program:
-    """A core-functional program of ``fn`` on ``inputs`` (the inductor tests' helper)."""
-    rec = GraphRecorder()
-    fakes = [rec.add_input(t, InputSpec(f"in{i}")) for i, t in enumerate(inputs)]
-    with rec:
-        out = fn(*fakes)
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    program = rec.finish(outs)
-    program.dialect = "core-functional"
-    return program
 
 
 def small(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,6 +29,11 @@ def core_program(fn: Callable[..., Any], *inputs: Any,
     return program
 
 
+CUDA_FUSED_ATTENTION = ("_scaled_dot_product_flash_attention",
+                        "_scaled_dot_product_efficient_attention",
+                        "_scaled_dot_product_cudnn_attention")
+"""The fused attention ops a CUDA rewrite may call (the wrapper's extern names)."""
+
 SDPA_LINE = SourceLocation("model.py", 7, "forward",
                            "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)")
 """A user's line calling SDPA: what the frontends record for each op of SDPA's math path."""

@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from attention_cases import CASES, core_program
+from attention_cases import CASES, CUDA_FUSED_ATTENTION, core_program
 from ember.runtime.config import patch
 from helpers import compile_and_load
 
@@ -22,9 +22,6 @@ pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
 ]
-
-_FUSED = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-          "_scaled_dot_product_cudnn_attention")
 
 
 def _inputs(case: str, dtype: torch.dtype, lq: int, lk: int) -> tuple[torch.Tensor, ...]:
@@ -60,7 +57,7 @@ def test_rewritten_to_a_fused_kernel_and_matches_eager(case: str, dtype: torch.d
         else:
             assert compiled.metadata.get("rewrites") == {"attention": 1}, err
             wrapper = compiled.files["forward/wrapper.py"].decode()
-            assert any(op in wrapper for op in _FUSED), wrapper
+            assert any(op in wrapper for op in CUDA_FUSED_ATTENTION), wrapper
         (out,) = run(*inputs)
         expected = fn(*inputs)
         # NOTE: the fused kernel keeps scores and probabilities in float32 where eager

@@ -20,7 +20,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from attention_cases import MATH_CASES, math_program
+from attention_cases import CUDA_FUSED_ATTENTION, MATH_CASES, math_program
 from ember.runtime.config import patch
 from helpers import compile_and_load
 
@@ -28,9 +28,6 @@ pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
 ]
-
-_FUSED = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-          "_scaled_dot_product_cudnn_attention")
 
 
 def _float32_score_buffers(wrapper: str, length: int) -> list[str]:
@@ -73,7 +70,7 @@ def test_math_path_becomes_a_fused_kernel(case: str, dtype: torch.dtype,
     log = capsys.readouterr().err
     assert compiled.metadata.get("rewrites") == {"attention": 1}, log
     wrapper = compiled.files["forward/wrapper.py"].decode()
-    assert any(op in wrapper for op in _FUSED), wrapper
+    assert any(op in wrapper for op in CUDA_FUSED_ATTENTION), wrapper
     assert not _safe_softmax_kernels(wrapper) and "bmm" not in wrapper, wrapper
     (out,) = run(*inputs)
     # NOTE: compared with what the user's eager SDPA call runs (a fused kernel, which
@@ -147,7 +144,7 @@ def test_bert_like_sdpa_compiled_by_the_strict_capture(
     why = f"captured attention ops: {recorded}\nrewrites: " \
           f"{result.program.metadata.get('rewrites')}\n{log}"
     wrapper = result.program.files["forward/wrapper.py"].decode()
-    assert any(op in wrapper for op in _FUSED), why
+    assert any(op in wrapper for op in CUDA_FUSED_ATTENTION), why
     assert not _safe_softmax_kernels(wrapper), why
     assert not _float32_score_buffers(wrapper, length), why
     torch.testing.assert_close(out, expected, atol=3e-2, rtol=3e-2)

@@ -60,10 +60,8 @@ from ember.inductor.loop_ir import (
     IndexExpr,
     Int,
     Kernel,
-    Load,
     MatmulTemplate,
     Stmt,
-    Store,
     Var,
     add,
     floordiv,
@@ -293,10 +291,9 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
                 b, loads, stmts = group.build(emit)
                 if any(buf in group.stored for buf, _ in b.external_loads[loads:]):
                     continue
-                if backend is not None and (_over_buffer_limit(b.stmts, backend)
-                                            or not backend.can_fuse(
+                if backend is not None and not backend.can_fuse(
                         _group_kernel("trial", group, tuple(b.stmts[:stmts])),
-                        _group_kernel("trial", group, tuple(b.stmts)))):
+                        _group_kernel("trial", group, tuple(b.stmts))):
                     continue
                 group.members.append((node, emit))
                 producer[node.name] = gi
@@ -309,15 +306,6 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
             steps.append(KernelGroup(outer, red, [(node, emit)]))
             producer[node.name] = len(steps) - 1
     return _finish(lowered, steps)
-
-
-def _over_buffer_limit(body: Sequence[Stmt], backend: KernelBackend) -> bool:
-    """Whether a kernel of ``body`` touches more than the backend's
-    ``max_kernel_buffers`` buffers (an upper bound: stores later dropped count)."""
-    limit = backend.max_kernel_buffers
-    if limit is None:
-        return False
-    return len({s.buffer for s in body if isinstance(s, (Load, Store))}) > limit
 
 
 def _over_horizontal_limit(node: LoopNode, group: KernelGroup,

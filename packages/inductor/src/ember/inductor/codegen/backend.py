@@ -32,7 +32,7 @@ import abc
 from dataclasses import dataclass, field
 
 import torch
-from ember.inductor.loop_ir import Kernel, MatmulTemplate, Size
+from ember.inductor.loop_ir import Kernel, Load, MatmulTemplate, Size, Store
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,13 @@ class KernelBackend(abc.ABC):
         """Whether the scheduler may grow the kernel ``group`` into ``fused`` (the same
         loop ranges, the body with one more node's work), as far as this backend is
         concerned; the scheduler has already checked that the result is correct.
-        Default: always."""
-        return True
+        Default: unless ``fused`` touches more than :attr:`max_kernel_buffers` buffers
+        (an upper bound: stores the scheduler drops later count). A backend that
+        overrides this calls it first."""
+        limit = self.max_kernel_buffers
+        if limit is None:
+            return True
+        return len({s.buffer for s in fused.body if isinstance(s, (Load, Store))}) <= limit
 
     def supports_atomic_add(self, dtype: torch.dtype) -> bool:
         """Whether kernels can add values of ``dtype`` into a buffer at run-time indexes

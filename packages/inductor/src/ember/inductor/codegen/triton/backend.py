@@ -15,7 +15,6 @@ ATOMIC_ADD_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, tor
                                torch.int32, torch.int64})
 
 
-
 class TritonBackend(KernelBackend):
     """Generates one Triton module per kernel (see :mod:`.generate`).
 
@@ -49,7 +48,9 @@ class TritonBackend(KernelBackend):
         longer can be: a second pass (a variance after its mean) or an inner store (a
         copy of the input) would run the whole reduction on as many programs as there are
         rows (64 channels: 2 programs of 32 channels each; 41 ms for one ResNet-18
-        batch-norm in training on the H200)."""
+        batch-norm in training on the H200); and past :attr:`max_kernel_buffers`."""
+        if not super().can_fuse(group, fused):
+            return False
         if (not fused.is_reduction or fused.template is not None or not wants_split(fused)
                 or splittable(fused)):
             return True
