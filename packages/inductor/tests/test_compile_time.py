@@ -198,15 +198,6 @@ def test_triton_kernels_compile_for_sm90_in_threads_as_they_do_one_by_one(
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
-@pytest.mark.xfail(strict=True, reason="H200 2026-12-02 05:55 UTC (Triton 3.6): the first "
-                   "launch compiled the warmed kernels again. Cause found offline: this test "
-                   "compiles under patch(cache_dir=tmp_path) and loads outside it, so the "
-                   "launcher imports the kernel file from another cache root into another "
-                   "JITFunction, whose in-memory JIT cache is empty (Triton calls "
-                   "jit_cache_hook on that miss). Fixed by keeping the warmed binaries in "
-                   "ember.runtime.compiled.triton_warmed, not yet run on a GPU "
-                   "(tools/gpu/debug_precompile.py): when this passes, drop the mark and "
-                   "consider precompile_triton on by default")
 def test_triton_kernels_are_built_before_the_first_launch_on_a_gpu(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """With precompile_triton every Triton kernel is built at compile time, in the pool;

@@ -115,6 +115,15 @@ def test_default_heuristic_in_the_schedule(monkeypatch: pytest.MonkeyPatch) -> N
     # a reduction consumer is no epilogue: cuBLAS
     assert _schedule(lambda a, b: (a @ b).softmax(-1), plain).startswith(
         "extern aten::mm.default(arg0, arg1) -> buf0")
+    # a layer norm's output, which the template would store before reading, is no
+    # prologue (GPT-2's LM head): cuBLAS after the layer norm's kernel
+    ln = [torch.randn(40, 24).to(BF), torch.randn(24).to(BF), torch.randn(24).to(BF),
+          torch.randn(36, 24).to(BF)]
+    lm_head = _schedule(lambda x, w, b, e: F.linear(F.layer_norm(x, (24,), w, b), e), ln)
+    assert "extern aten::mm.default(" in lm_head and "template" not in lm_head, lm_head
+    # a cheap producer (a scale) is inlined into the template's loads: still the template
+    scaled = _schedule(lambda a, b: (a * 2.0) @ b, plain)
+    assert scaled.startswith("kernel0 [40, 36] reduce [24] mm template"), scaled
 
 
 def test_backends_without_templates_call_aten() -> None:

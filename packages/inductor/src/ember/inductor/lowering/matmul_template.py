@@ -93,7 +93,10 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
         return call
     if batched and isinstance(lead[0], int) and lead[0] == 0:
         return call
-    inlined = [isinstance(v, Lazy) for v in (a, b)]
+    # NOTE: a producer the template would store first (a layer norm's output) is no
+    # fusion: the extern reads the same stored buffer (GPT-2's LM head took a template
+    # for it, 16% slower than cuBLAS on the H200)
+    inlined = [isinstance(v, Lazy) and _inlinable(v) for v in (a, b)]
     problem = MatmulProblem(
         op, lead[0] if batched else None, m, n, k, dtype,
         a.strides if isinstance(a, Stored) else None,
@@ -122,16 +125,20 @@ def _prologue(ctx: LoweringContext, value: Stored | Lazy) -> Stored | Lazy:
     """``value`` as the template reads it: a Lazy producer inlined when it is cheap
     (no costly op, no run-time check, at most ``PROLOGUE_MAX_BUFFERS`` buffers), else
     stored first."""
-    if isinstance(value, Stored):
+    if isinstance(value, Stored) or _inlinable(value):
         return value
+    return ctx.realize(value)
+
+
+def _inlinable(value: Lazy) -> bool:
+    """Whether the template may compute ``value`` in its loads: no costly op, no
+    run-time check, at most ``PROLOGUE_MAX_BUFFERS`` buffers."""
     b = probe(value)
     costly = any(isinstance(s, Compute) and s.op in COSTLY_OPS for s in b.stmts)
     # NOTE: a run-time check's store (a gather's bounds) cannot run per K step
     checked = any(isinstance(s, Store) for s in b.stmts)
-    if (costly or checked
-            or len({buf for buf, _ in b.external_loads}) > PROLOGUE_MAX_BUFFERS):
-        return ctx.realize(value)
-    return value
+    return not (costly or checked
+                or len({buf for buf, _ in b.external_loads}) > PROLOGUE_MAX_BUFFERS)
 
 
 def _bias_epilogue(bias: Stored | Lazy | None, sizes: Sequence[object], beta: float,

@@ -35,6 +35,13 @@ class TritonBackend(KernelBackend):
     #: of pointer arguments (CUDA's classic limit is 4 KB of them) and statements, slow
     #: to compile. 256 pointers (2 KB) hold 32 parameters' Adam updates (8 buffers each).
     max_kernel_buffers: int | None = 256
+    #: independent updates of large arrays fuse side by side only up to 24 buffers a
+    #: kernel (over ``HORIZONTAL_LIMIT_ELEMENTS``): one program streaming every parameter
+    #: of a step is slow. H200, AdamW over 24 weights of 2048x2048 (+24 biases), the
+    #: step's GPU time by this limit (``tools/gpu/sweep_horizontal.py``, 2026-12-02):
+    #: unbounded 1.84 ms (two kernels), 8: 0.88 ms (26 launches), 12: 0.77, 16: 0.757,
+    #: 24: 0.756 (7 launches), 32: 0.763; torch.compile's combo kernels 0.694 ms.
+    horizontal_buffer_limit: int | None = 24
 
     def generate(self, kernel: Kernel) -> KernelSource:
         code = generate_triton_kernel(kernel)
