@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from ember.runtime.autograd import TrainingRunner
+from ember.runtime.compiled.input_stamp import MIN_TENSORS, InputStamp
 from ember.runtime.executor import ExecutorFactory, make_executor
 from ember.runtime.interpreter import bind_inputs
 from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, TensorMeta
@@ -185,6 +186,39 @@ def _any_overlap(full: Sequence[Any]) -> bool:
     return False
 
 
+class DisjointInputs:
+    """The fast path of the aliasing check: the stamp (:class:`~ember.runtime.compiled.
+    input_stamp.InputStamp`, with data pointers) of the last call whose inputs shared no
+    bytes. A call whose tensors are at the same addresses with the same types, dtypes,
+    sizes and strides, in the same positions (and no tensor where that call had none),
+    addresses the same byte ranges: none meet, and :func:`_any_overlap` is skipped (one
+    C++ check and a list of pointers instead of a sort of every input's range)."""
+
+    def __init__(self) -> None:
+        self.stamp = InputStamp(pointers=True)
+        self._positions: tuple[int, ...] = ()
+        self._others: tuple[int, ...] = ()
+
+    def holds(self, full: Sequence[Any]) -> bool:
+        """Whether ``full`` addresses the byte ranges of the stamped call."""
+        if not self.stamp.learnt or len(full) != len(self._positions) + len(self._others):
+            return False
+        for i in self._others:
+            if isinstance(full[i], torch.Tensor):
+                return False
+        return self.stamp.holds(*[full[i] for i in self._positions])
+
+    def learn(self, full: Sequence[Any]) -> None:
+        """Stamp ``full``, whose tensors were found to share no bytes."""
+        positions = tuple(i for i, t in enumerate(full) if isinstance(t, torch.Tensor))
+        if len(positions) < MIN_TENSORS or self.stamp.off:
+            return
+        tensor_at = set(positions)
+        self._positions = positions
+        self._others = tuple(i for i in range(len(full)) if i not in tensor_at)
+        self.stamp.learn(*[full[i] for i in positions])
+
+
 class SymbolReader:
     """The value of each backed size symbol of ``graph``, read off the size of the
     first placeholder dim that has it as its size, without checking anything (for a
@@ -248,6 +282,7 @@ class ProgramCallable:
         self._aliased = _aliased_outputs(program, positions)
         self._input_aliases = _declared_input_aliases(program, positions)
         self._mutated = sorted({in_index for _, in_index in self._copy_back})
+        self._disjoint = DisjointInputs()
         self._forward = executor_factory(program, "forward")
         self._executor_factory = executor_factory
         self.cuda_graphs: CudaGraphs | None = None
@@ -283,7 +318,10 @@ class ProgramCallable:
                     f"{names[alias.base]!r} but is not one in this call; recompile for "
                     "these inputs")
             allowed |= {(alias.input, alias.base), (alias.base, alias.input)}
-        if not self._mutated or not _any_overlap(full):
+        if not self._mutated or self._disjoint.holds(full):
+            return
+        if not _any_overlap(full):
+            self._disjoint.learn(full)
             return
         # NOTE: inputs grouped by storage first: an optimizer step writes hundreds of
         # inputs, and comparing each with every input was quadratic (200,000 pairs)

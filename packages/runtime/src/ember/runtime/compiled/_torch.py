@@ -1,0 +1,53 @@
+"""The private torch APIs that running a compiled program uses, in one place.
+
+Kept apart from ``ember.runtime._torch``, which imports torch's symbolic-shape machinery
+(sympy, fake tensors: ~0.4 s): a compiled program loaded from the cache runs without it.
+A torch upgrade that moves one of these touches only this file.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["metadata_checker"]
+
+
+def metadata_checker(tensors: Sequence[torch.Tensor]) -> Callable[..., bool] | None:
+    """A C++ check ``check(*tensors) -> bool`` that tensors have the Python type, dtype,
+    device, dispatch keys, requires_grad, sizes and strides ``tensors`` have now (torch's
+    ``torch._C._dynamo.guards.TensorGuards``: one call for all of them, where reading
+    them in Python costs ~0.3 us per tensor; not the storage offset, not the data
+    pointer), or None where it is missing or fails a self-test (a changed size, type or
+    requires_grad must fail it)."""
+    if not _checker_works():
+        return None
+    check: Callable[..., bool] = _tensor_guards(tensors).check
+    return check
+
+
+def _tensor_guards(tensors: Sequence[torch.Tensor]) -> Any:
+    from torch._C._dynamo.guards import TensorGuards
+
+    sizes: Any = [list(t.shape) for t in tensors]  # every size and stride exact
+    strides: Any = [list(t.stride()) for t in tensors]
+    return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
+
+
+@functools.cache
+def _checker_works() -> bool:
+    try:
+        probe = [torch.zeros(2, 3), torch.nn.Parameter(torch.zeros(4))]
+        check = _tensor_guards(probe).check
+        return bool(check(*probe) is True
+                    and check(probe[0], torch.nn.Parameter(torch.zeros(5))) is False
+                    and check(probe[0], torch.zeros(4)) is False
+                    and check(torch.zeros(3, 2), probe[1]) is False
+                    and check(probe[0].t().contiguous().t(), probe[1]) is False
+                    and check(probe[0], torch.nn.Parameter(torch.zeros(4), requires_grad=False))
+                    is False)
+    except Exception:  # noqa: BLE001 - any failure means the C++ check is unusable
+        return False
