@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ember.frontend._torch import dict_version_reader
+from ember.frontend.guard_batch import MIN_BATCHED
 from ember.frontend.guard_model import Guard, Source
 from ember.frontend.guard_stamp import Stamp, chain_of, guard_needs
 from ember.frontend.guard_writer import Matcher, MatcherWriter, matcher_text
@@ -132,7 +133,7 @@ def _write_fast(guards: Sequence[Guard], inputs: Sequence[Source],
                 groups: dict[Source, list[Guard]], state: Any, ctx: Any,
                 stamps: list[Stamp]) -> tuple[Matcher, str]:
     safe = _safe_guards(groups, state, ctx)
-    w = MatcherWriter()
+    w = MatcherWriter()  # NOTE: a stamp's own tensors are checked by the stamp
     blocks: list[tuple[Source, str, list[str], list[tuple[Source, str]]]] = []
     skipped: set[int] = set()
     for root, gs in safe.items():
@@ -148,9 +149,12 @@ def _write_fast(guards: Sequence[Guard], inputs: Sequence[Source],
         created = [(s, n) for s, n in w.local_items() if n not in known]
         w.lines.append(f"#STAMP{len(blocks)}")
         blocks.append((root, r, body, created))
+    w.batch_tensors = sum(g.kind == "tensor" and id(g) not in skipped
+                          for g in guards) >= MIN_BATCHED
     for g in guards:
         if id(g) not in skipped:
             w.guard(g)
+    w.check_batch()
     result = "[" + ", ".join(w.ref(s) for s in inputs) + "]"
     lines, records = list(w.lines), []
     for i, (root, r, body, created) in enumerate(blocks):

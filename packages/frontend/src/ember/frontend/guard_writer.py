@@ -30,11 +30,17 @@ class MatcherWriter:
     same key, as in a dict).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, batch_tensors: bool = False) -> None:
         self.names: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor,
                                       "Parameter": torch.nn.Parameter}
         self.lines: list[str] = []
         self._locals: dict[Source, str] = {}
+        # tensor guards checked at the end, in one batch (ember.frontend.guard_batch):
+        # (local, condition); the locals whose type is not yet tested inline
+        self.batch_tensors = batch_tensors
+        self._batched: list[tuple[str, str]] = []
+        self._untyped: set[str] = set()
+        self._fetching = 0
 
     def const(self, prefix: str, value: Any) -> str:
         name = f"{prefix}{len(self.names)}"
@@ -43,8 +49,16 @@ class MatcherWriter:
 
     def ref(self, source: Source) -> str:
         name = self._locals.get(source)
+        if name is not None and self._fetching and name in self._untyped:
+            # a batched tensor read through (p.grad): its type first, as its guard would
+            self._untyped.discard(name)
+            self.lines.append(f"if not ({_TENSOR_TYPE.format(v=name)}): return None")
         if name is None:
-            value = source.fetch_code(self)
+            self._fetching += 1
+            try:
+                value = source.fetch_code(self)
+            finally:
+                self._fetching -= 1
             name = f"v{len(self._locals)}"
             # NOTE: the comment shows the source; str.__repr__ (not the object's own
             # repr) escapes every line break in it
@@ -54,8 +68,33 @@ class MatcherWriter:
         return name
 
     def guard(self, g: Guard) -> None:
-        """Emit the check of ``g`` (its kind's condition)."""
-        self.lines.append(f"if not ({GUARD_KINDS[g.kind].check(self, g)}): return None")
+        """Emit the check of ``g`` (its kind's condition); a ``tensor`` guard, when
+        batching, is checked by :meth:`check_batch` (its value fetched here)."""
+        condition = GUARD_KINDS[g.kind].check(self, g)
+        if self.batch_tensors and g.kind == "tensor" and g.source is not None:
+            name = self.ref(g.source)
+            self._batched.append((name, condition))
+            self._untyped.add(name)
+            return
+        self.lines.append(f"if not ({condition}): return None")
+
+    def check_batch(self) -> None:
+        """Emit the batched tensor guards (after every other guard): one
+        :class:`~ember.frontend.guard_batch.TensorBatch` check, and each guard only
+        when it does not hold."""
+        batched, self._batched = self._batched, []
+        self._untyped.clear()
+        if not batched:
+            return
+        from ember.frontend.guard_batch import TensorBatch  # it builds on this module
+
+        batch = self.const("batch", TensorBatch())
+        values = ", ".join(v for v, _ in batched)
+        self.lines.append(f"# {len(batched)} tensor guards, in one C++ check while the "
+                          "tensors look as on a call that passed them (guard_batch.py)")
+        self.lines.append(f"if not {batch}.holds({values}):")
+        self.lines += [f"    if not ({condition}): return None" for _, condition in batched]
+        self.lines.append(f"    {batch}.learn({values})")
 
     def local_names(self) -> list[str]:
         """The locals written so far."""
@@ -81,6 +120,11 @@ class MatcherWriter:
         fn: Matcher = self.names["match"]
         fn.__ember_source__ = src  # type: ignore[attr-defined]
         return fn, src
+
+
+_TENSOR_TYPE = "type({v}) is Tensor or type({v}) is Parameter or isinstance({v}, Tensor)"
+"""A tensor guard's type test (the exact-type tests first: ``isinstance`` of a Parameter
+runs its metaclass check in Python)."""
 
 
 def matcher_text(match: Matcher) -> str:

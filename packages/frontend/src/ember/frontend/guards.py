@@ -161,9 +161,12 @@ def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = (),
         ValueError: a guard that cannot be written (a ``global`` guard on state with
             no reader).
     """
-    w = MatcherWriter()
+    from ember.frontend.guard_batch import MIN_BATCHED
+
+    w = MatcherWriter(batch_tensors=sum(g.kind == "tensor" for g in guards) >= MIN_BATCHED)
     for g in guards:
         w.guard(g)
+    w.check_batch()
     result = "[" + ", ".join(w.ref(s) for s in inputs) + "]"
     fn, src = w.finish(w.lines, result)
     if title is not None:
