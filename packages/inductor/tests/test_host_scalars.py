@@ -153,3 +153,38 @@ def test_the_generated_kernel_computes_what_eager_does() -> None:
     launch(x, step.item(), lr.item(), out)
     want = x / torch.sqrt(1 - torch.pow(0.9, step + 1)) * lr
     torch.testing.assert_close(out, want)
+
+
+COUNTERS = '''program dialect=core-functional
+
+graph forward(%x: f32[64]{1} cuda:0, %a: f32[]{} cpu, %b: f32[]{} cpu, %c: f32[]{} cpu):
+  %ta: f32[]{} cpu = aten::add.Tensor(%a, 1)
+  %tb: f32[]{} cpu = aten::add.Tensor(%b, 1)
+  %tc: f32[]{} cpu = aten::add.Tensor(%c, 2)
+  %p: f32[]{} cpu = aten::pow.Scalar(0.9, %ta)
+  %q: f32[]{} cpu = aten::pow.Scalar(0.9, %tb)
+  %r: f32[]{} cpu = aten::mul.Tensor(%p, %q)
+  %s: f32[]{} cpu = aten::mul.Tensor(%r, %tc)
+  %y: f32[64]{1} cuda:0 = aten::mul.Tensor(%x, %s)
+  return (%y, %ta, %tb, %tc)  [mutated_input x, mutated_input a, mutated_input b, mutated_input c]
+'''
+
+
+def test_counters_adding_one_number_are_written_by_one_foreach_call() -> None:
+    compiled = compile_graph(parse_program(COUNTERS), "forward", torch.device("cuda"))
+    wrapper = compiled.wrapper
+    # a and b add 1: one aten call for both (an optimizer's 48 step counters: one call);
+    # c adds 2: its own out= write; all after the kernel, which reads the old values
+    assert "= aten._foreach_add_.Scalar([arg1, arg2], 1)" in wrapper, wrapper
+    assert "= aten.add.out(arg3, 2, out=arg3)" in wrapper, wrapper
+    assert wrapper.count("aten.add.out(") == 1, wrapper
+    assert wrapper.index("kernel0(") < wrapper.index("aten.add.out(") < wrapper.index(
+        "aten._foreach_add_.Scalar(")
+    assert "return [buf0, arg1, arg2, arg3]" in wrapper, wrapper
+    assert dict(compiled.fallbacks) == {"aten::add.Tensor": 3}
+    # the call itself, on cpu tensors as the wrapper makes it: each counter in place
+    a, b = torch.tensor(3.0), torch.tensor(7.0)
+    versions = (a._version, b._version)
+    torch.ops.aten._foreach_add_.Scalar([a, b], 1)
+    assert (a.item(), b.item()) == (4.0, 8.0) and a.dtype == torch.float32
+    assert a._version > versions[0] and b._version > versions[1]

@@ -59,6 +59,25 @@ OUT_VARIANTS = {
 }
 
 
+STAMP_MIN_INPUTS = 8
+"""From this many static-layout inputs the wrapper checks them through the runtime's
+input stamp (``ember.runtime.compiled.input_stamp.MIN_TENSORS``: below, the inline
+tests cost about what the stamp does)."""
+
+INPUT_STAMP_IMPORT = [
+    "# ember-runtime 0.4.2+: the inputs' metadata in one C++ check (an older runtime has",
+    "# no input stamp: every input is tested every call)",
+    "try:",
+    "    from ember.runtime.compiled.input_stamp import InputStamp as _InputStamp",
+    "    _inputs = _InputStamp()",
+    "except ImportError:",
+    "    _inputs = None",
+    "",
+    "",
+]
+"""The wrapper's module-level lines that make its input stamp (one per loaded wrapper)."""
+
+
 def _op_expr(target: str) -> str:
     ns, _, rest = target.partition("::")
     name, _, overload = rest.partition(".")
@@ -148,13 +167,14 @@ class WrapperWriter:
             "# extern ATen ops, frees intermediates after their last use.",
             "",
             "",
-            "def call(args):",
         ]
         if low.inputs:
             names = ", ".join(i.name for i in low.inputs)
             self.emit(f"({names},) = args")
             self.emit("args.clear()  # the wrapper owns the references from here on")
-        self._check_inputs()
+        if self._check_inputs():
+            header += INPUT_STAMP_IMPORT
+        header.append("def call(args):")
         for var in low.constants:
             info = low.buffers.get(var)
             if info is None:
@@ -181,13 +201,20 @@ class WrapperWriter:
         self.emit(f"return [{', '.join(render_arg(o) for o in low.outputs)}]")
         return "\n".join(header + self.lines) + "\n"
 
-    def _check_inputs(self) -> None:
+    def _check_inputs(self) -> bool:
         """Test each tensor input's type, device, dtype and shape (and strides, where
         kernels read it) before any kernel sees its pointer. The inline test is the fast
         path (metadata only); ``_check_input`` raises naming the input, or copies an input
-        of another layout into the traced one."""
+        of another layout into the traced one.
+
+        With :data:`STAMP_MIN_INPUTS` or more inputs of a static layout (an optimizer
+        step's hundreds), their tests run only when the runtime's input stamp does not
+        hold (one C++ check of every such input's metadata against a call that passed
+        the tests: ``ember.runtime.compiled.input_stamp``); returns whether it is used
+        (the wrapper then imports it, or, from a runtime without it, tests every call)."""
         low = self.lowered
         traced = traced_device([inp.meta for inp in low.inputs])
+        checks: list[tuple[str, list[str], str, bool]] = []
         for inp in low.inputs:
             name, meta = inp.name, inp.meta
             if not isinstance(meta, TensorMeta):
@@ -209,9 +236,22 @@ class WrapperWriter:
                 sizes = tuple(s if isinstance(s, int) else None for s in meta.sizes)
                 call = (f"_check_input({name}, {name!r}, {meta.dtype}, {sizes!r}, None, "
                         f"{str(device)!r})")
-            self.emit(f"if not ({' and '.join(tests)}):")
-            self.emit(f"    {call}")
+            checks.append((name, tests, call, info is not None and _static_layout(info)))
+        stamped = [name for name, _, _, static in checks if static]
+        use_stamp = len(stamped) >= STAMP_MIN_INPUTS
+        if use_stamp:
+            listed = ", ".join(stamped)
+            self.emit("# the inputs' metadata as on a call that passed the tests below: "
+                      "one C++ check")
+            self.emit(f"if _inputs is None or not _inputs.holds({listed}):")
+        for name, tests, call, static in checks:
+            indent = "    " if use_stamp and static else ""
+            self.emit(f"{indent}if not ({' and '.join(tests)}):")
+            self.emit(f"{indent}    {call}")
+        if use_stamp:
+            self.emit(f"    if _inputs is not None: _inputs.learn({listed})")
         self._bind_symbols()
+        return use_stamp
 
     def _bind_symbols(self) -> None:
         """A symbolic graph: bind each backed symbol from the first input dim that has
