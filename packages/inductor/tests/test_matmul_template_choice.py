@@ -121,6 +121,13 @@ def test_default_heuristic_in_the_schedule(monkeypatch: pytest.MonkeyPatch) -> N
           torch.randn(36, 24).to(BF)]
     lm_head = _schedule(lambda x, w, b, e: F.linear(F.layer_norm(x, (24,), w, b), e), ln)
     assert "extern aten::mm.default(" in lm_head and "template" not in lm_head, lm_head
+    # a bias vector alone is no epilogue: ATen's CUDA addmm adds it in cuBLASLt's
+    assert _schedule(lambda x, w, b: F.linear(x, w, b), _block_inputs()[:3]).startswith(
+        "extern aten::addmm.default(")
+    # a bias scaled by beta is
+    biased = _schedule(lambda b, x, w: torch.addmm(b, x, w, beta=0.5),
+                       [torch.randn(36).to(BF), *plain])
+    assert biased.startswith("kernel0 [40, 36] reduce [24] addmm template"), biased
     # a cheap producer (a scale) is inlined into the template's loads: still the template
     scaled = _schedule(lambda a, b: (a * 2.0) @ b, plain)
     assert scaled.startswith("kernel0 [40, 36] reduce [24] mm template"), scaled

@@ -101,7 +101,8 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
         op, lead[0] if batched else None, m, n, k, dtype,
         a.strides if isinstance(a, Stored) else None,
         b.strides if isinstance(b, Stored) else None,
-        fuses=bias is not None or any(inlined) or _has_fusable_consumer(ctx, call.node),
+        fuses=(_bias_fuses(bias, n, scalars["beta"]) or any(inlined)
+               or _has_fusable_consumer(ctx, call.node)),
         allow_tf32=allow_tf32())
     template = backend_for(ctx.device.type).matmul_template(problem)
     if template is None:
@@ -128,6 +129,18 @@ def _prologue(ctx: LoweringContext, value: Stored | Lazy) -> Stored | Lazy:
     if isinstance(value, Stored) or _inlinable(value):
         return value
     return ctx.realize(value)
+
+
+def _bias_fuses(bias: object, n: object, beta: object) -> bool:
+    """Whether ``addmm``'s bias is work the template saves: not when it is a stored
+    vector of ``N`` added once (``beta == 1``), which ATen's CUDA ``addmm`` adds in
+    cuBLASLt's epilogue (the H200 profile of torch.compile's GPT-2 shows its ``bias``
+    GEMM kernels), so the extern needs no kernel of its own for it."""
+    if bias is None:
+        return False
+    vector = (isinstance(bias, Stored) and len(bias.sizes) == 1 and bias.sizes[0] == n
+              and bias.strides == (1,))
+    return not (vector and beta == 1)
 
 
 def _inlinable(value: Lazy) -> bool:
