@@ -61,14 +61,14 @@ OUT_VARIANTS = {
 
 STAMP_MIN_INPUTS = 8
 """From this many static-layout inputs the wrapper checks them through the runtime's
-input stamp (``ember.runtime.compiled.input_stamp.MIN_TENSORS``: below, the inline
+input stamp (``ember.runtime.input_stamp.MIN_TENSORS``: below, the inline
 tests cost about what the stamp does)."""
 
 INPUT_STAMP_IMPORT = [
     "# ember-runtime 0.4.2+: the inputs' metadata in one C++ check (an older runtime has",
     "# no input stamp: every input is tested every call)",
     "try:",
-    "    from ember.runtime.compiled.input_stamp import InputStamp as _InputStamp",
+    "    from ember.runtime.input_stamp import InputStamp as _InputStamp",
     "    _inputs = _InputStamp()",
     "except ImportError:",
     "    _inputs = None",
@@ -210,7 +210,7 @@ class WrapperWriter:
         With :data:`STAMP_MIN_INPUTS` or more inputs of a static layout (an optimizer
         step's hundreds), their tests run only when the runtime's input stamp does not
         hold (one C++ check of every such input's metadata against a call that passed
-        the tests: ``ember.runtime.compiled.input_stamp``); returns whether it is used
+        the tests: ``ember.runtime.input_stamp``); returns whether it is used
         (the wrapper then imports it, or, from a runtime without it, tests every call)."""
         low = self.lowered
         traced = traced_device([inp.meta for inp in low.inputs])

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ember.runtime.compiled._torch import metadata_checker
 
 __all__ = ["MIN_TENSORS", "InputStamp"]
 
@@ -82,6 +81,9 @@ class InputStamp:
         if self._streak > _STAMPS_WITHOUT_HIT:
             self._turn_off()
             return
+        # NOTE: imported here: ember.runtime.compiled imports the callable, which uses this
+        from ember.runtime.compiled._torch import metadata_checker
+
         try:
             check = metadata_checker(tensors)
             ptrs = list(map(_data_ptr, tensors)) if self.pointers else None
