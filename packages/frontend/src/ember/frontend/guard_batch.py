@@ -45,24 +45,26 @@ class TensorBatch:
     longer taken (three stamps with no call answered in between: tensors that change
     every call, or torch's C++ check is missing)."""
 
-    __slots__ = ("hits", "stamps", "off", "_check", "_offsets", "_streak")
+    __slots__ = ("hits", "stamps", "off", "_stamp", "_streak")
 
     def __init__(self) -> None:
         self.hits = 0
         self.stamps = 0
         self.off = False
-        self._check: Callable[..., bool] | None = None
-        self._offsets: list[int] = []
+        # (C++ check, storage offsets), replaced as one (a concurrent learn never pairs
+        # one stamp's check with another's offsets)
+        self._stamp: tuple[Callable[..., bool], list[int]] | None = None
         self._streak = 0
 
     def holds(self, *tensors: Any) -> bool:
         """Whether every ``tensor`` guard of the batch passes on ``tensors``; never
         raises (a value that is not a tensor does not hold)."""
-        check = self._check
-        if check is None:
+        stamp = self._stamp
+        if stamp is None:
             return False
+        check, offsets = stamp
         try:
-            held = bool(check(*tensors)) and list(map(_offset, tensors)) == self._offsets
+            held = bool(check(*tensors)) and list(map(_offset, tensors)) == offsets
         except Exception:  # noqa: BLE001 - the guards decide
             return False
         if held:
@@ -84,7 +86,7 @@ class TensorBatch:
                 check = None
         if check is None:
             self.off = True
-            self._check = None
+            self._stamp = None
             return
-        self._check, self._offsets = check, offsets
+        self._stamp = (check, offsets)
         self.stamps += 1

@@ -41,31 +41,33 @@ class InputStamp:
     """The stamp of one list of tensors (see the module doc). ``hits``: calls it
     answered; ``stamps``: times it was learnt; ``off``: it no longer learns."""
 
-    __slots__ = ("pointers", "hits", "stamps", "off", "_check", "_ptrs", "_streak")
+    __slots__ = ("pointers", "hits", "stamps", "off", "_stamp", "_streak")
 
     def __init__(self, pointers: bool = False) -> None:
         self.pointers = pointers
         self.hits = 0
         self.stamps = 0
         self.off = False
-        self._check: Callable[..., bool] | None = None
-        self._ptrs: list[int] | None = None
+        # (C++ check, data pointers or None), replaced as one: a thread that checks
+        # while another learns never pairs one stamp's check with another's pointers
+        self._stamp: tuple[Callable[..., bool], list[int] | None] | None = None
         self._streak = 0
 
     @property
     def learnt(self) -> bool:
         """Whether a stamp is held (:meth:`holds` may answer True)."""
-        return self._check is not None
+        return self._stamp is not None
 
     def holds(self, *tensors: Any) -> bool:
         """Whether ``tensors`` have the stamped metadata (and pointers); never raises (a
         value that is not a tensor does not hold)."""
-        check = self._check
-        if check is None:
+        stamp = self._stamp
+        if stamp is None:
             return False
+        check, ptrs = stamp
         try:
             held = bool(check(*tensors)) and (
-                self._ptrs is None or list(map(_data_ptr, tensors)) == self._ptrs)
+                ptrs is None or list(map(_data_ptr, tensors)) == ptrs)
         except Exception:  # noqa: BLE001 - e.g. not a tensor: the slow check decides
             return False
         if held:
@@ -92,10 +94,9 @@ class InputStamp:
         if check is None:
             self._turn_off()
             return
-        self._check, self._ptrs = check, ptrs
+        self._stamp = (check, ptrs)
         self.stamps += 1
 
     def _turn_off(self) -> None:
         self.off = True
-        self._check = None
-        self._ptrs = None
+        self._stamp = None
