@@ -79,15 +79,27 @@ def test_a_wrong_input_is_rejected_after_the_stamp_answered(what: str) -> None:
     torch.testing.assert_close(run(*xs)[0], _scaled(*xs))
 
 
+def _stamp(execute: Callable[[list[Any]], list[Any]]) -> Any:
+    """The input stamp of a loaded executor's wrapper."""
+    (call,) = [c.cell_contents for c in execute.__closure__ or ()
+               if getattr(c.cell_contents, "__name__", "") == "call"]
+    return call.__globals__["_inputs"]
+
+
 def test_an_input_of_another_layout_is_copied_after_the_stamp_answered() -> None:
-    _, run = _compiled()
+    program, _ = _compiled()
+    execute = load_executor(program, "forward")
     xs = _inputs()
     for _ in range(3):
-        run(*xs)
+        execute(list(xs))
+    stamp = _stamp(execute)
+    assert (stamp.stamps, stamp.hits) == (1, 2)
     strided = list(xs)
     strided[5] = xs[5].t().contiguous().t()  # same values, column-major
-    torch.testing.assert_close(run(*strided)[0], _scaled(*xs))
-    torch.testing.assert_close(run(*xs)[0], _scaled(*xs))
+    for _ in range(4):  # copied every call, and never stamped (the stamp stays on)
+        torch.testing.assert_close(execute(list(strided))[0], _scaled(*xs))
+    torch.testing.assert_close(execute(list(xs))[0], _scaled(*xs))
+    assert (stamp.stamps, stamp.hits, stamp.off) == (1, 3, False)
 
 
 def test_a_runtime_without_the_stamp_tests_every_call(monkeypatch: pytest.MonkeyPatch

@@ -240,16 +240,21 @@ class WrapperWriter:
         stamped = [name for name, _, _, static in checks if static]
         use_stamp = len(stamped) >= STAMP_MIN_INPUTS
         if use_stamp:
+            # NOTE: stamped only when every test passed as is (an input copied into the
+            # traced layout is no layout to expect next call)
             listed = ", ".join(stamped)
+            passed = " and ".join(f"({' and '.join(tests)})"
+                                  for _, tests, _, static in checks if static)
             self.emit("# the inputs' metadata as on a call that passed the tests below: "
                       "one C++ check")
             self.emit(f"if _inputs is None or not _inputs.holds({listed}):")
+            self.emit(f"    if _inputs is not None and {passed}:")
+            self.emit(f"        _inputs.learn({listed})")
+            self.emit("    else:")
         for name, tests, call, static in checks:
-            indent = "    " if use_stamp and static else ""
+            indent = "        " if use_stamp and static else ""
             self.emit(f"{indent}if not ({' and '.join(tests)}):")
             self.emit(f"{indent}    {call}")
-        if use_stamp:
-            self.emit(f"    if _inputs is not None: _inputs.learn({listed})")
         self._bind_symbols()
         return use_stamp
 
