@@ -114,3 +114,35 @@ def test_a_runtime_without_the_stamp_tests_every_call(monkeypatch: pytest.Monkey
     wrong[0] = xs[0].double()
     with pytest.raises(TypeError, match="compiled graph input"):
         execute(wrong)
+
+
+def _symbolic_program() -> Program:
+    from ember.runtime.ir import parse_program
+
+    weights = ", ".join(f"%w{i}: f32[4]{{1}} cpu" for i in range(N))
+    body = ["  %y0: f32[s0, 4]{4,1} cpu = aten::mul.Tensor(%x, %w0)"]
+    body += [f"  %y{i}: f32[s0, 4]{{4,1}} cpu = aten::add.Tensor(%y{i - 1}, %w{i})"
+             for i in range(1, N)]
+    program = parse_program(
+        "program dialect=core-functional\n\n"
+        f"graph forward(%x: f32[s0, 4]{{4,1}} cpu, {weights}):\n"
+        "  symbols s0 in [2, inf] hint=3\n" + "\n".join(body)
+        + f"\n  return (%y{N - 1})  [user_output]\n")
+    program.untrusted_origin = None  # built here, not read from a file
+    return program
+
+
+def test_a_symbolic_input_is_tested_inline_beside_the_stamped_ones() -> None:
+    program, run = compile_and_load(_symbolic_program())
+    wrapper = _wrapper(program)
+    assert "_inputs.holds(" in wrapper and "arg0" not in wrapper.split(
+        "_inputs.holds(")[1].split(")")[0], wrapper  # the symbolic input is not stamped
+    ws = [torch.randn(4) for _ in range(N)]
+    for rows in (2, 5, 3, 7):
+        x = torch.randn(rows, 4)
+        expected = x * ws[0]
+        for w in ws[1:]:
+            expected = expected + w
+        torch.testing.assert_close(run(x, *ws)[0], expected)
+    with pytest.raises(TypeError, match="compiled graph input"):
+        run(torch.randn(3, 4).double(), *ws)

@@ -239,7 +239,12 @@ class WrapperWriter:
             checks.append((name, tests, call, info is not None and _static_layout(info)))
         stamped = [name for name, _, _, static in checks if static]
         use_stamp = len(stamped) >= STAMP_MIN_INPUTS
-        if use_stamp:
+        if use_stamp:  # the other inputs (symbolic sizes, extern-only) first, inline
+            for _, tests, call, static in checks:
+                if not static:
+                    self.emit(f"if not ({' and '.join(tests)}):")
+                    self.emit(f"    {call}")
+            checks = [c for c in checks if c[3]]
             # NOTE: stamped only when every test passed as is (an input copied into the
             # traced layout is no layout to expect next call)
             listed = ", ".join(stamped)
