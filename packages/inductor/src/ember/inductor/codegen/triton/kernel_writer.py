@@ -29,6 +29,7 @@ from __future__ import annotations
 import sympy
 import torch
 from ember.inductor.codegen.triton import reductions
+from ember.inductor.codegen.triton.combo import combo_parts
 from ember.inductor.codegen.triton.dtypes import pointer_type, scalar_literal, tl_type
 from ember.inductor.codegen.triton.heuristics import LaunchConfig
 from ember.inductor.codegen.triton.kernel_code import (
@@ -523,7 +524,16 @@ class KernelWriter:
         if k.origins:
             self.line(f"# fused: {', '.join(k.origins)}")
         self.prologue()
-        if not k.is_reduction:
+        parts = combo_parts(k)
+        if parts is not None:  # one part a program (combo.py)
+            self.line("part = tl.program_id(1)")
+            for i, stmts in enumerate(parts):
+                self.line(f"if part == {i}:")
+                self.indent += 1
+                for s in stmts:
+                    self.emit(s)
+                self.indent -= 1
+        elif not k.is_reduction:
             for s in k.body:
                 self.emit(s)
         elif self.config.persistent:
@@ -543,7 +553,7 @@ class KernelWriter:
             source=source,
             signature=self.signature(),
             constexprs=constexprs,
-            grid=(blocks(k.numel, self.config.xblock), 1, 1),
+            grid=(blocks(k.numel, self.config.xblock), 1 if parts is None else len(parts), 1),
             num_warps=self.config.num_warps,
             num_stages=self.config.num_stages,
         )
