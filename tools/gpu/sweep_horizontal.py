@@ -2,8 +2,8 @@
 (``bench_optimizer``'s model) compiled with Ember at several values of the Triton
 backend's ``horizontal_buffer_limit`` (None: no limit), each in a fresh process with a
 fresh cache, printing the kernels launched, their total GPU time and the wall time a
-step, beside torch.compile's.  ``python3 tools/gpu/sweep_horizontal.py [limits]``
-(default ``none,8,12,16,24,32,64``)."""
+step, beside torch.compile's (``SWEEP_TORCH=0``: Ember's only).
+``python3 tools/gpu/sweep_horizontal.py [limits]`` (default ``none,8,12,16,24,32,64``)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def main() -> None:
         _measure(sys.argv[2], None if sys.argv[3] == "none" else int(sys.argv[3]))
         return
     limits = (sys.argv[1] if len(sys.argv) > 1 else "none,8,12,16,24,32,64").split(",")
-    runs = [("torch", "none")] + [("ember", limit) for limit in limits]
+    runs = [("torch", "none")] if os.environ.get("SWEEP_TORCH", "1") != "0" else []
+    runs += [("ember", limit) for limit in limits]
     for name, limit in runs:
         with tempfile.TemporaryDirectory() as cache:
             env = {**os.environ, "EMBER_CACHE_DIR": cache}
