@@ -39,6 +39,13 @@ def _measure(name: str, limit: int | None) -> None:
         step()
     torch.cuda.synchronize()
     wall = (time.perf_counter() - start) / 20 * 1e3
+    host = 0.0  # the time to issue a step with the GPU idle: the host's share
+    for _ in range(20):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        host += time.perf_counter() - start
+    host = host / 20 * 1e3
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
             step()
@@ -46,7 +53,8 @@ def _measure(name: str, limit: int | None) -> None:
     kernels = [e for e in prof.key_averages() if e.device_time_total > 0]
     gpu = sum(e.device_time_total for e in kernels) / 5 / 1e3
     launches = sum(e.count for e in kernels) // 5
-    print(f"{name:6s} limit {str(limit):5s}: wall {wall:.3f} ms, GPU {gpu:.3f} ms, "
+    print(f"{name:6s} limit {str(limit):5s}: wall {wall:.3f} ms, host {host:.3f} ms, "
+          f"GPU {gpu:.3f} ms, "
           f"{launches} launches a step", flush=True)
 
 
