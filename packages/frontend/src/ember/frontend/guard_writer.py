@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from ember.frontend.guard_batch import TensorBatch
 from ember.frontend.guard_model import GUARD_KINDS, Guard, Source
 
 __all__ = ["Matcher", "MatcherWriter", "matcher_text"]
@@ -86,8 +87,6 @@ class MatcherWriter:
         self._untyped.clear()
         if not batched:
             return
-        from ember.frontend.guard_batch import TensorBatch  # it builds on this module
-
         batch = self.const("batch", TensorBatch())
         values = ", ".join(v for v, _ in batched)
         self.lines.append(f"# {len(batched)} tensor guards, in one C++ check while the "

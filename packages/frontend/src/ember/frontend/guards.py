@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from ember.frontend.guard_batch import MIN_BATCHED
 from ember.frontend.guard_model import GUARD_KINDS, Guard, Source
 from ember.frontend.guard_writer import Matcher, MatcherWriter, matcher_text
 from ember.runtime.ir import SourceLocation
@@ -161,8 +162,6 @@ def compile_matcher(guards: Sequence[Guard], inputs: Sequence[Source] = (),
         ValueError: a guard that cannot be written (a ``global`` guard on state with
             no reader).
     """
-    from ember.frontend.guard_batch import MIN_BATCHED
-
     w = MatcherWriter(batch_tensors=sum(g.kind == "tensor" for g in guards) >= MIN_BATCHED)
     for g in guards:
         w.guard(g)
