@@ -57,8 +57,8 @@ class MatmulProblem:
     """One matmul the lowering may write as a template (``lowering/matmul_template.py``):
     ``op`` (``mm``, ``addmm``, ``bmm``, ``baddbmm``), sizes (``batch`` None unless
     batched; symbolic sizes as sympy expressions), the operands' dtype, their strides
-    (None: computed by an inlined producer), whether there is work to fuse (a bias
-    cuBLASLt does not add in its epilogue, an inlined producer, pointwise consumers) and
+    (None: computed by an inlined producer), whether there is work to fuse (a bias, an
+    inlined producer, pointwise consumers, the padding of an unaligned extern) and
     whether float32 may use TF32."""
 
     op: str

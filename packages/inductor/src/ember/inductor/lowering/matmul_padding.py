@@ -20,24 +20,38 @@ PAD_MATMUL_MIN_NUMEL = 1 << 20
 PADDABLE_MATMULS = ("aten::mm.default", "aten::addmm.default", "aten::bmm.default")
 
 
-def pad_unaligned_matmul(ctx: LoweringContext, call: ExternRequest) -> ExternRequest | Stored:
-    """The padded matmul's result (a view of the padded one), or ``call`` as it is when
-    the matmul is aligned, small, or its device's backend does not pad
-    (``KernelBackend.pads_unaligned_matmuls``)."""
-    node = call.node
+def padded_width(ctx: LoweringContext, call: ExternRequest) -> int | None:
+    """The aligned width the extern ``call`` would run on, or None when it runs as it is
+    (aligned, small, or its device's backend does not pad:
+    ``KernelBackend.pads_unaligned_matmuls``). A matmul template needs no padding: the
+    pad's copies and the strided result are work the template saves."""
     meta = call.metas[0] if len(call.metas) == 1 else None
-    if (node.target not in PADDABLE_MATMULS
+    if (call.node.target not in PADDABLE_MATMULS
             or not backend_for(ctx.device.type).pads_unaligned_matmuls
             or not isinstance(meta, TensorMeta)
             or not all(isinstance(s, int) for s in meta.sizes)
             or not meta.dtype.is_floating_point):
-        return call
+        return None
     sizes = tuple(int(s) for s in meta.sizes)
     align = max(1, 16 // meta.dtype.itemsize)
     n = sizes[-1]
     if n % align == 0 or numel(sizes) < PAD_MATMUL_MIN_NUMEL:
+        return None
+    return -(-n // align) * align
+
+
+def pad_unaligned_matmul(ctx: LoweringContext, call: ExternRequest) -> ExternRequest | Stored:
+    """The padded matmul's result (a view of the padded one), or ``call`` as it is when
+    :func:`padded_width` says it runs unpadded."""
+    node = call.node
+    padded = padded_width(ctx, call)
+    if padded is None:
         return call
-    padded_n = -(-n // align) * align
+    meta = call.metas[0]
+    assert isinstance(meta, TensorMeta)
+    sizes = tuple(int(s) for s in meta.sizes)
+    n = sizes[-1]
+    padded_n = padded
     count = 3 if node.target == "aten::addmm.default" else 2  # (bias,) a, b
     *bias, a, b = call.args[:count]
     if not all(isinstance(v, (Stored, Lazy)) for v in (a, b, *bias)):
@@ -64,4 +78,4 @@ def pad_unaligned_matmul(ctx: LoweringContext, call: ExternRequest) -> ExternReq
 
 
 __all__ = ["PADDABLE_MATMULS", "PAD_MATMUL_MIN_NUMEL",
-           "pad_unaligned_matmul"]
+           "pad_unaligned_matmul", "padded_width"]

@@ -29,6 +29,7 @@ from ember.inductor.loop_ir import COSTLY_OPS, Compute, IndexExpr, Int, Store
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.lowered_graph import BufferInfo
+from ember.inductor.lowering.matmul_padding import padded_width
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, probe
 from ember.runtime.ir import Node, TensorMeta, ValueRef
@@ -94,14 +95,15 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
     if batched and isinstance(lead[0], int) and lead[0] == 0:
         return call
     # NOTE: a producer the template would store first (a layer norm's output) is no
-    # fusion: the extern reads the same stored buffer (GPT-2's LM head took a template
-    # for it, 16% slower than cuBLAS on the H200)
+    # fusion: the extern reads the same stored buffer. An unaligned result the extern
+    # would pad is (GPT-2's LM head, 50257 columns: padded, cuBLAS's result was copied
+    # out of the padded one, +0.6 ms and +785 MiB on the H200 against the template)
     inlined = [isinstance(v, Lazy) and _inlinable(v) for v in (a, b)]
     problem = MatmulProblem(
         op, lead[0] if batched else None, m, n, k, dtype,
         a.strides if isinstance(a, Stored) else None,
         b.strides if isinstance(b, Stored) else None,
-        fuses=(_bias_fuses(bias, n, scalars["beta"]) or any(inlined)
+        fuses=(bias is not None or any(inlined) or padded_width(ctx, call) is not None
                or _has_fusable_consumer(ctx, call.node)),
         allow_tf32=allow_tf32())
     template = backend_for(ctx.device.type).matmul_template(problem)
@@ -129,18 +131,6 @@ def _prologue(ctx: LoweringContext, value: Stored | Lazy) -> Stored | Lazy:
     if isinstance(value, Stored) or _inlinable(value):
         return value
     return ctx.realize(value)
-
-
-def _bias_fuses(bias: object, n: object, beta: object) -> bool:
-    """Whether ``addmm``'s bias is work the template saves: not when it is a stored
-    vector of ``N`` added once (``beta == 1``), which ATen's CUDA ``addmm`` adds in
-    cuBLASLt's epilogue (the H200 profile of torch.compile's GPT-2 shows its ``bias``
-    GEMM kernels), so the extern needs no kernel of its own for it."""
-    if bias is None:
-        return False
-    vector = (isinstance(bias, Stored) and len(bias.sizes) == 1 and bias.sizes[0] == n
-              and bias.strides == (1,))
-    return not (vector and beta == 1)
 
 
 def _inlinable(value: Lazy) -> bool:

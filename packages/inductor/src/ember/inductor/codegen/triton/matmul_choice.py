@@ -7,8 +7,8 @@ case                                                            choice
 ==============================================================  ==========================
 float32 without TF32 allowed (cuBLAS's SGEMM beats an exact     extern
 ``tl.dot``)
-nothing to fuse (no inlined producer, no pointwise consumer;   extern (cuBLAS wins a
-a bias vector is none: cuBLASLt's epilogue adds it)             plain GEMM)
+nothing to fuse (no bias, no inlined producer, no pointwise     extern (cuBLAS wins a
+consumer, no unaligned result the extern would pad)             plain GEMM)
 ``M``, ``N`` or ``K`` below ``MIN_SIDE``                        extern
 fewer than ``MIN_PROGRAMS`` output tiles (times split-K) with   extern (too few programs
 every config of the shape's class                               to fill the GPU)
