@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -28,9 +30,35 @@ def main() -> None:
     suite = sys.argv[3] if len(sys.argv) > 3 else "full"
     model, inputs = zoo.get(name).make("cuda", dtype, suite)
     print("grad enabled at capture:", torch.is_grad_enabled())
+    _show(lambda: ember.frontend.compile(model)(*inputs), "math backend on")
+    # With the math backend disabled, the capture must record a fused kernel or fail: the
+    # graph (or the fallback warnings, printed) says which, and torch says why each fused
+    # kernel was rejected when none is taken.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model, inputs = zoo.get(name).make("cuda", dtype, suite)
+    fused = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+             SDPBackend.FLASH_ATTENTION]
+    with sdpa_kernel(fused):
+        _show(lambda: ember.frontend.compile(model)(*inputs), "math backend off")
+
+
+def _show(run: Callable[[], object], title: str) -> None:
+    """Run ``run`` under no_grad with the graphs logged; print its attention lines, its
+    warnings (an eager fallback says so) and whatever it raised."""
     err = io.StringIO()
-    with torch.no_grad(), patch(logs=frozenset({"graphs"})), contextlib.redirect_stderr(err):
-        ember.frontend.compile(model)(*inputs)
+    # NOTE: the caches off: a second compile of the model would reuse the first's
+    # captured program and log no graph (session 20's "compiled" said nothing)
+    with torch.no_grad(), patch(logs=frozenset({"graphs", "fallbacks"}), capture_cache=False,
+                                program_cache=False), \
+            contextlib.redirect_stderr(err), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            run()
+            outcome = "compiled"
+        except Exception as e:  # noqa: BLE001 - a debug tool prints whatever torch raised
+            outcome = f"{type(e).__name__}: {str(e)[:1500]}"
+    print(f"===== {title}: {outcome}")
     shown = 0
     for line in err.getvalue().splitlines():
         if " = " in line and any(w in line.split(" = ")[1].split("(")[0] for w in WATCH):
@@ -39,20 +67,8 @@ def main() -> None:
             if shown >= 14:
                 break
     print(f"({len(err.getvalue().splitlines())} log lines)")
-    # With the math backend disabled, torch raises and says why each fused kernel was
-    # rejected for the arguments the strict capture passes.
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    model, inputs = zoo.get(name).make("cuda", dtype, suite)
-    fused = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
-             SDPBackend.FLASH_ATTENTION]
-    try:
-        with torch.no_grad(), sdpa_kernel(fused), contextlib.redirect_stderr(io.StringIO()):
-            ember.frontend.compile(model)(*inputs)
-        print("without the math backend: compiled")
-    except Exception as e:  # noqa: BLE001 - a debug tool prints whatever torch raised
-        print(f"without the math backend: {type(e).__name__}: {str(e)[:1500]}")
-
+    for w in caught:
+        print(f"warning: {w.category.__name__}: {str(w.message)[:400]}")
 
 if __name__ == "__main__":
     main()
