@@ -35,7 +35,7 @@ class CppKernel:
     pack, no ctypes conversion per argument) when ``packed`` is given.
     """
 
-    __slots__ = ("name", "_fn", "_n_args", "_n_sizes", "_packed")
+    __slots__ = ("_fn", "_n_args", "_n_sizes", "_packed", "name")
 
     def __init__(self, name: str, fn: Any, n_args: int, n_sizes: int = 0,
                  packed: PackedCall | None = None) -> None:

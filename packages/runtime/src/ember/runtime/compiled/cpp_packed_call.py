@@ -36,7 +36,7 @@ from typing import Any
 
 from ember.runtime.logs import log
 
-__all__ = ["MIN_ARGS", "BUCKETS", "PackedCall", "packed_call", "trampolines_source"]
+__all__ = ["BUCKETS", "MIN_ARGS", "PackedCall", "packed_call", "trampolines_source"]
 
 MIN_ARGS = 32
 """Kernels of fewer arguments are called through ctypes: the saving (~30 ns an argument)
