@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from ember.runtime.compiled.cpp_build import compile_cpp
@@ -72,7 +72,7 @@ class CppKernel:
             pass
         self._refuse(tensors)
 
-    def _refuse(self, tensors: tuple[Any, ...]) -> None:
+    def _refuse(self, tensors: tuple[Any, ...]) -> NoReturn:
         raise TypeError(f"kernel {self.name} runs on the CPU: its arguments must be CPU "
                         f"tensors, got {_describe(tensors)}")
 
