@@ -29,19 +29,20 @@ def _updates(*xs: torch.Tensor) -> list[torch.Tensor]:
     return [xs[i] * 0.9 + xs[i + 1] * (1 - 0.9) for i in range(0, len(xs), 2)]
 
 
-def _compile(fn, inputs):  # type: ignore[no-untyped-def]
+def _checked_source(fn, inputs):  # type: ignore[no-untyped-def]
+    """The one kernel's source of ``fn``, after its interpreter run matched eager."""
     with triton_for_cpu():
-        program, run = compile_for(fn, *inputs, backend="triton")
-        return program, run(*inputs)
+        _, run = compile_for(fn, *inputs, backend="triton")
+        outs = run(*inputs)
+    for got, want in zip(outs, fn(*inputs)):
+        torch.testing.assert_close(got, want)
+    (kernel,) = _kernels(fn, inputs)
+    return kernel.source
 
 
 def test_independent_updates_run_one_part_a_program() -> None:
     inputs = [torch.randn(300) for _ in range(8)]
-    _, outs = _compile(_updates, inputs)
-    for got, want in zip(outs, _updates(*inputs)):
-        torch.testing.assert_close(got, want)
-    (kernel,) = _kernels(_updates, inputs)
-    source = kernel.source
+    source = _checked_source(_updates, inputs)
     assert "part = tl.program_id(1)" in source, source
     assert [int(n) for n in re.findall(r"if part == (\d+):", source)] == [0, 1, 2, 3], source
     # each part computes its own constants: 0.9 appears once per part
@@ -53,11 +54,7 @@ def test_parts_sharing_an_input_stay_one() -> None:
         return [x + a, x * b]
 
     inputs = [torch.randn(300) for _ in range(3)]
-    _, outs = _compile(shared, inputs)
-    for got, want in zip(outs, shared(*inputs)):
-        torch.testing.assert_close(got, want)
-    (kernel,) = _kernels(shared, inputs)
-    source = kernel.source
+    source = _checked_source(shared, inputs)
     assert "program_id(1)" not in source, source  # x is loaded once, in lockstep
 
 
