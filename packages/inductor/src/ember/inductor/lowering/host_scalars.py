@@ -202,9 +202,11 @@ class HostScalars:
         100M-parameter step has 48 counters."""
         low = self.low
         writes = list(self._writes)
+        # NOTE: once: Graph.placeholders scans every node
+        inputs = {p.name: low.inputs[i] for i, p in enumerate(low.graph.placeholders)}
         counters: dict[tuple[type, float], list[tuple[Node, str]]] = {}
         for node, buffer, _ in writes:
-            step = self._counter_step(node, buffer)
+            step = _counter_step(node, buffer, inputs)
             if step is not None:
                 counters.setdefault((type(step), step), []).append((node, buffer))
         grouped = {buffer for group in counters.values() if len(group) > 1
@@ -227,23 +229,6 @@ class HostScalars:
             if len(group) > 1:
                 self._write_counters(group, step)
 
-    def _counter_step(self, node: Node, buffer: str) -> int | float | None:
-        """``c`` when ``node`` is ``aten::add.Tensor(x, c)`` of the placeholder whose
-        buffer is ``buffer`` and a Python number ``c`` (its new value, written into it),
-        else None."""
-        low = self.low
-        if node.target != "aten::add.Tensor" or len(node.args) != 2 or node.kwargs:
-            return None
-        x, step = node.args
-        if not isinstance(x, ValueRef) or x.index is not None or type(step) not in (int,
-                                                                                  float):
-            return None
-        names = [p.name for p in low.graph.placeholders]
-        if x.node not in names or low.inputs[names.index(x.node)] != buffer:
-            return None
-        assert isinstance(step, (int, float))
-        return step
-
     def _write_counters(self, group: list[tuple[Node, str]], step: int | float) -> None:
         """``aten._foreach_add_.Scalar([argN, ...], step)``: every counter of ``group``
         (``(node, input buffer)``) written in place in one call."""
@@ -258,3 +243,17 @@ class HostScalars:
             extern_reads(args, {}), True, False, tuple(node.name for node, _ in group),
             f"the {len(buffers)} cpu scalar counters' new values, written in place",
             mutates=tuple(buffers)))
+
+
+def _counter_step(node: Node, buffer: str, inputs: dict[str, str]) -> int | float | None:
+    """``c`` when ``node`` is ``aten::add.Tensor(x, c)`` of the placeholder whose buffer is
+    ``buffer`` (``inputs``: placeholder name -> input buffer) and a Python number ``c``
+    (its new value, written into it), else None."""
+    if node.target != "aten::add.Tensor" or len(node.args) != 2 or node.kwargs:
+        return None
+    x, step = node.args
+    if (not isinstance(x, ValueRef) or x.index is not None or type(step) not in (int, float)
+            or inputs.get(x.node) != buffer):
+        return None
+    assert isinstance(step, (int, float))
+    return step

@@ -44,14 +44,13 @@ def pad_unaligned_matmul(ctx: LoweringContext, call: ExternRequest) -> ExternReq
     """The padded matmul's result (a view of the padded one), or ``call`` as it is when
     :func:`padded_width` says it runs unpadded."""
     node = call.node
-    padded = padded_width(ctx, call)
-    if padded is None:
+    padded_n = padded_width(ctx, call)
+    if padded_n is None:
         return call
     meta = call.metas[0]
     assert isinstance(meta, TensorMeta)
     sizes = tuple(int(s) for s in meta.sizes)
     n = sizes[-1]
-    padded_n = padded
     count = 3 if node.target == "aten::addmm.default" else 2  # (bias,) a, b
     *bias, a, b = call.args[:count]
     if not all(isinstance(v, (Stored, Lazy)) for v in (a, b, *bias)):
