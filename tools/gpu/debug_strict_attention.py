@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -67,8 +68,35 @@ def _show(run: Callable[[], object], title: str) -> None:
             if shown >= 14:
                 break
     print(f"({len(err.getvalue().splitlines())} log lines)")
-    for w in caught:
-        print(f"warning: {w.category.__name__}: {str(w.message)[:400]}")
+    for line in [x for x in err.getvalue().splitlines() if "break" in x.lower()][:6]:
+        print("break:", line[:400])
+    for text in dict.fromkeys(f"{w.category.__name__}: {str(w.message)[:400]}" for w in caught):
+        print(f"warning: {text}")
+    _ancestry(err.getvalue().splitlines(), "aten::where")
+
+
+def _ancestry(lines: list[str], op: str, depth: int = 10) -> None:
+    """Print the first ``op`` node of the log and the nodes it reads, ``depth`` deep, with
+    their sizes and strides: where the attention mask comes from and its layout."""
+    defs: dict[str, str] = {}
+    for line in lines:
+        m = re.match(r"\s*%([\w.]+): .* = ", line)
+        if m and m.group(1) not in defs:
+            defs[m.group(1)] = line
+    start = next((n for n, line in defs.items() if f"= {op}" in line), None)
+    if start is None:
+        return
+    print(f"--- the first {op} and what it reads")
+    todo, seen = [(start, 0)], set()
+    while todo:
+        name, d = todo.pop(0)
+        if name in seen or name not in defs or d > depth:
+            continue
+        seen.add(name)
+        line = defs[name]
+        print("  " * d + line.split("  #")[0].strip()[:300])
+        call = line.split(" = ", 1)[1].split("  #")[0]
+        todo += [(ref, d + 1) for ref in re.findall(r"%([\w]+)", call)]
 
 if __name__ == "__main__":
     main()
