@@ -18,9 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ember.frontend
 import torch
-from ember.runtime.config import patch
-
 import zoo
+from ember.runtime.config import patch
 
 WATCH = ("attention", "bmm", "softmax", "_to_copy", "aten::any", "aten::where", "sdp")
 
