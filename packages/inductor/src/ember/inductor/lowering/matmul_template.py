@@ -47,6 +47,10 @@ PROLOGUE_MAX_BUFFERS = 2
 #: the modules whose lowering rules make element functions a template's epilogue can
 #: take (pointwise ops, casts, dropout masks); a reduction consumer (softmax) cannot
 EPILOGUE_RULE_MODULES = ("ember.inductor.lowering.pointwise", "ember.inductor.lowering.random")
+#: whether an ``addmm``/``baddbmm`` bias alone makes the template worth its deficit (cuBLAS
+#: adds a 1-d bias in its own epilogue: the fusion saves little); a tuning constant that
+#: ``tools/gpu/ab_matmul_choice.py`` measures both ways
+BIAS_COUNTS_AS_FUSION = True
 #: ops a matmul's result may pass through on the way to a fusable consumer
 VIEW_OPS = frozenset({
     "aten::view.default", "aten::_unsafe_view.default", "aten::reshape.default",
@@ -103,7 +107,7 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
         op, lead[0] if batched else None, m, n, k, dtype,
         a.strides if isinstance(a, Stored) else None,
         b.strides if isinstance(b, Stored) else None,
-        fuses=(bias is not None or any(inlined) or padded_width(ctx, call) is not None
+        fuses=((bias is not None and BIAS_COUNTS_AS_FUSION) or any(inlined) or padded_width(ctx, call) is not None
                or _has_fusable_consumer(ctx, call.node)),
         allow_tf32=allow_tf32())
     template = backend_for(ctx.device.type).matmul_template(problem)

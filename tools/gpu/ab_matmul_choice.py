@@ -1,0 +1,90 @@
+"""Ember's matmul choices measured against each other on one zoo model, in one process:
+torch.compile default, Ember as it is, Ember with a bias alone not counted as fusion
+(``matmul_template.BIAS_COUNTS_AS_FUSION = False``) and Ember with every matmul on
+cuBLAS (``forced_matmul("extern")``). Prints each variant's heuristic choices
+(``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
+timed round-robin three times), and its peak memory above the inputs.
+``python3 tools/gpu/ab_matmul_choice.py [hf_gpt2] [bfloat16] [full]``."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import io
+import statistics
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import ember.frontend as ef
+import torch
+import zoo
+from ember.inductor.codegen.triton.matmul_choice import forced_matmul
+from ember.inductor.lowering import matmul_template
+from ember.runtime.config import patch
+from triton.testing import do_bench
+
+
+@contextlib.contextmanager
+def _bias_not_fusion() -> Iterator[None]:
+    saved, matmul_template.BIAS_COUNTS_AS_FUSION = matmul_template.BIAS_COUNTS_AS_FUSION, False
+    try:
+        yield
+    finally:
+        matmul_template.BIAS_COUNTS_AS_FUSION = saved
+
+
+VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "ember": contextlib.nullcontext,
+    "ember bias->cuBLAS": _bias_not_fusion,
+    "ember all cuBLAS": lambda: forced_matmul("extern"),
+}
+
+
+def main() -> None:
+    name = sys.argv[1] if len(sys.argv) > 1 else "hf_gpt2"
+    dtype = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 else torch.bfloat16
+    suite = sys.argv[3] if len(sys.argv) > 3 else "full"
+    model, inputs = zoo.get(name).make("cuda", dtype, suite)
+    runs: dict[str, Callable[[], object]] = {}
+    torch_fn = torch.compile(model)
+    runs["torch"] = lambda: torch_fn(*inputs)
+    for label, variant in VARIANTS.items():
+        fn = ef.compile(model)
+        err = io.StringIO()
+        with torch.no_grad(), variant(), contextlib.redirect_stderr(err), \
+                patch(logs=frozenset({"autotune"}), program_cache=False, capture_cache=False):
+            fn(*inputs)
+        choices = collections.Counter(
+            line.split("] ", 1)[0].split("matmul ", 1)[-1] + "] -> " + line.rsplit(": ", 1)[-1]
+            for line in err.getvalue().splitlines() if "matmul " in line)
+        print(f"===== {label}: matmul choices")
+        for text, count in sorted(choices.items()):
+            print(f"  {count} x {text[:200]}")
+        runs[label] = lambda fn=fn: fn(*inputs)
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    peaks: dict[str, float] = {}
+    with torch.no_grad():
+        for _ in range(3):
+            for label, run in runs.items():
+                times[label].append(do_bench(run, warmup=25, rep=200))
+        for label, run in runs.items():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            run()
+            torch.cuda.synchronize()
+            peaks[label] = (torch.cuda.max_memory_allocated() - base) / 2**20
+    ref = statistics.median(times["torch"])
+    print(f"===== {name} {dtype} {suite}: median of 3 round-robin do_bench medians")
+    for label, ts in times.items():
+        t = statistics.median(ts)
+        print(f"  {label:22s} {t:8.3f} ms  ({', '.join(f'{x:.3f}' for x in ts)})  "
+              f"speed vs torch {ref / t:.3f}x  peak {peaks[label]:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
