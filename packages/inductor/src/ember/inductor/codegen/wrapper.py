@@ -11,6 +11,7 @@ the outputs are :mod:`~ember.inductor.lowering.extern_args` values, rendered her
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import sympy
 import torch
@@ -320,8 +321,10 @@ class WrapperWriter:
         callee = self.runs.get(k.name, k.name)
         shared = f" (runs {callee}: identical code)" if callee != k.name else ""
         self.emit(f"# {k.name}: fused from {', '.join(k.origins) or '(generated)'}{shared}")
+        grouped = self._allocate_scalars(plan.allocations)
         for alloc in plan.allocations:
-            self._allocate(alloc)
+            if alloc.name not in grouped:
+                self._allocate(alloc)
         # a buffer written in place of one it reads: both arguments are the new name
         renamed = {a.takes: a.name for a in plan.allocations if a.in_place and a.takes}
         # a host scalar (a cpu step counter in a cuda graph): its value, read on the host
@@ -345,6 +348,30 @@ class WrapperWriter:
         if self._backend is None:
             self._backend = backend_for(torch.device(self.device).type)
         return self._backend
+
+    def _allocate_scalars(self, allocations: Sequence[Allocation]) -> set[str]:
+        """Fresh 0-d buffers of one dtype (an optimizer step's per-parameter bias
+        corrections: 96 for AdamW over 48 tensors), two or more, taken from one
+        allocation: one ``empty_strided`` and ``unbind`` instead of one call each (about
+        half the host time). Each slot is 16 bytes from the next, so a kernel sees an
+        aligned pointer as from its own allocation. Graph outputs keep their own memory.
+        Returns the names allocated."""
+        groups: dict[torch.dtype, list[str]] = {}
+        for alloc in allocations:
+            info = self.lowered.buffers[alloc.name]
+            if (alloc.takes is None and info.sizes == () and info.kind == "computed"
+                    and alloc.name not in self.lowered.output_buffers):
+                groups.setdefault(info.dtype, []).append(alloc.name)
+        done: set[str] = set()
+        for dtype, names in groups.items():
+            if len(names) < 2:
+                continue
+            step = max(1, 16 // dtype.itemsize)
+            self.emit(f"{', '.join(names)} = empty_strided(({len(names)},), ({step},), "
+                      f"dtype={dtype}, device={self.device!r}).unbind()  # {len(names)} "
+                      "0-d buffers, one allocation")
+            done.update(names)
+        return done
 
     def _allocate(self, alloc: Allocation) -> None:
         """A new buffer: fresh memory, or a dead buffer's (its layout through ``_view``
