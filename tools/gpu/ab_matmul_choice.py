@@ -4,7 +4,8 @@ torch.compile default, Ember as it is, Ember with a bias alone not counted as fu
 cuBLAS (``forced_matmul("extern")``). Prints each variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
 timed round-robin three times), and its peak memory above the inputs.
-``python3 tools/gpu/ab_matmul_choice.py [hf_gpt2] [bfloat16] [full]``."""
+``python3 tools/gpu/ab_matmul_choice.py [hf_gpt2] [bfloat16] [full] [ember,"ember all cuBLAS"]``
+(the last argument: the variants, comma-separated; default all)."""
 
 from __future__ import annotations
 
@@ -36,10 +37,25 @@ def _bias_not_fusion() -> Iterator[None]:
         matmul_template.BIAS_COUNTS_AS_FUSION = saved
 
 
+@contextlib.contextmanager
+def _no_div_mod_fold() -> Iterator[None]:
+    """The index builders without the split-dimension fold (``loop_ir.index``): a view that
+    splits a matmul result's rows keeps its consumer out of the template's epilogue."""
+    from ember.inductor.loop_ir import index
+
+    saved = index._fold_div_mod
+    index._fold_div_mod = lambda terms: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        index._fold_div_mod = saved  # type: ignore[assignment]
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "ember": contextlib.nullcontext,
     "ember bias->cuBLAS": _bias_not_fusion,
     "ember all cuBLAS": lambda: forced_matmul("extern"),
+    "ember no div/mod fold": _no_div_mod_fold,
 }
 
 
@@ -47,11 +63,18 @@ def main() -> None:
     name = sys.argv[1] if len(sys.argv) > 1 else "hf_gpt2"
     dtype = getattr(torch, sys.argv[2]) if len(sys.argv) > 2 else torch.bfloat16
     suite = sys.argv[3] if len(sys.argv) > 3 else "full"
+    # NOTE: one variant a process is the clean measurement: two ef.compile of one model
+    # in one process may share the frontend's per-code caches
+    chosen = sys.argv[4].split(",") if len(sys.argv) > 4 else list(VARIANTS)
+    unknown = set(chosen) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"unknown variants {sorted(unknown)}; known: {list(VARIANTS)}")
     model, inputs = zoo.get(name).make("cuda", dtype, suite)
     runs: dict[str, Callable[[], object]] = {}
     torch_fn = torch.compile(model)
     runs["torch"] = lambda: torch_fn(*inputs)
-    for label, variant in VARIANTS.items():
+    for label in chosen:
+        variant = VARIANTS[label]
         fn = ef.compile(model)
         err = io.StringIO()
         with torch.no_grad(), variant(), contextlib.redirect_stderr(err), \

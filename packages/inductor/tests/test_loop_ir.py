@@ -43,6 +43,24 @@ def test_floordiv_and_mod_use_variable_ranges() -> None:
     assert mod(add(mul(X, 12), Y), 4) == Mod(Y, 4)
 
 
+def test_a_split_dimension_folds_back_into_one_term() -> None:
+    # (x0 // 512)*1572864 + (x0 % 512)*3072 + x1: a [16, 512, 3072] view of a [8192, 3072]
+    # buffer read over the flat space, is the buffer's own x0*3072 + x1
+    a, b = Var("x0", 8192), Var("x1", 3072)
+    split = add(mul(floordiv(a, 512), 1572864), mul(mod(a, 512), 3072), b)
+    assert split == add(mul(a, 3072), b)
+    assert add(floordiv(a, 7), mod(a, 7)) != a  # not a matching pair: kept
+    assert add(mul(floordiv(a, 7), 7), mod(a, 7)) == a
+    assert add(mul(floordiv(a, 7), 14), mul(mod(a, 7), 2), 5) == add(mul(a, 2), 5)
+    # a nested split (x0 split twice) folds step by step
+    inner = add(mul(floordiv(mod(a, 64), 8), 8), mod(mod(a, 64), 8))
+    assert add(mul(floordiv(a, 64), 64), inner) == a
+    for i in (0, 1, 511, 512, 4097, 8191):
+        for j in (0, 3071):
+            env = {"x0": Int(i), "x1": Int(j)}
+            assert substitute(split, lambda v, env=env: env[v.name]) == Int(i * 3072 + j)
+
+
 def test_floordiv_and_mod_by_a_multiple_of_a_coefficient() -> None:
     # (x0*16384 + x1*128 + x2) over a [8, 128, 128] space, as a 4-d view of it needs
     a, b, c = Var("x0", 8), Var("x1", 128), Var("x2", 128)

@@ -62,6 +62,40 @@ def test_bias_gelu_residual_cast_epilogue_is_one_kernel() -> None:
         "buf0 (addmm template), buf1 (pointwise); loads arg0, arg1, arg2, arg3; stores buf1")
 
 
+def test_an_epilogue_over_a_split_view_fuses() -> None:
+    # GPT-2's MLP: the matmul's [B*S, N] result viewed as [B, S, N] before its tanh GELU;
+    # the GELU reads (x0 // S)*S*N + (x0 % S)*N + x1, which is the template's store index
+    # and the GELU's result is stored [B*S, N] for the next matmul
+    def mlp(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, w2: torch.Tensor
+            ) -> torch.Tensor:
+        h = F.gelu(torch.addmm(b, x, w).view(4, 10, 36), approximate="tanh")
+        return h.view(40, 36) @ w2
+
+    inputs = [torch.randn(40, 24).to(BF), torch.randn(24, 36).to(BF), torch.randn(36).to(BF),
+              torch.randn(36, 16).to(BF)]
+    assert _schedule(mlp, inputs, SMALL) == (
+        "kernel0 [40, 36] reduce [24] addmm template bm32_bn32_bk16_g8_s2_w4: "
+        "buf0 (addmm template), buf1 (pointwise); loads arg0, arg1, arg2; stores buf1\n"
+        "kernel1 [40, 16] reduce [36] mm template bm32_bn32_bk16_g8_s2_w4: "
+        "buf2 (mm template); loads buf1, arg3; stores buf2")
+
+
+def test_a_long_epilogue_stays_out_of_the_template() -> None:
+    # HF GPT-2's GELU written out op by op in bf16 (each op rounds): 25 computations an
+    # element, over the template's whole register tile slower than a separate pass
+    def gelu_new(x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+    def mlp(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return gelu_new(torch.addmm(b, x, w))
+
+    inputs = [torch.randn(40, 24).to(BF), torch.randn(24, 36).to(BF), torch.randn(36).to(BF)]
+    assert _schedule(mlp, inputs, SMALL) == (
+        "kernel0 [40, 36] reduce [24] addmm template bm32_bn32_bk16_g8_s2_w4: "
+        "buf0 (addmm template); loads arg0, arg1, arg2; stores buf0\n"
+        "kernel1 [40, 36]: buf1 (pointwise); loads buf0; stores buf1")
+
+
 def test_extern_keeps_its_epilogue_apart() -> None:
     assert _schedule(_block, _block_inputs(), "extern") == (
         "extern aten::addmm.default(arg0, arg1, arg2) -> buf0\n"

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, Int, MatmulTemplate, Var, add, mul
+from ember.inductor.loop_ir import Compute, IndexExpr, Int, MatmulTemplate, Var, add, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.extern_args import ExternArg
 from ember.inductor.lowering.values import ElementFn, contiguous_strides
@@ -42,12 +42,13 @@ def _external_reads(b: BodyBuilder) -> tuple[str, ...]:
 
 
 def _reads_and_writes(node: PointwiseBuffer | ScatterBuffer) -> tuple[tuple[str, ...],
-                                                                      tuple[str, ...]]:
+                                                                      tuple[str, ...], int]:
     """What a node that stores only its own buffer reads (its body emitted once over
-    its sizes) and writes."""
+    its sizes) and writes, and how many computations (casts included) an element takes."""
     b = BodyBuilder()
     node.emit(b, loop_vars(node.sizes, "x"))
-    return _external_reads(b), (node.name,)
+    work = sum(isinstance(s, Compute) for s in b.stmts)
+    return _external_reads(b), (node.name,), work
 
 
 @dataclass(eq=False)
@@ -62,9 +63,11 @@ class PointwiseBuffer:
     layout: tuple[int, ...] | None = None  # strides; None = contiguous
     reads: tuple[str, ...] = field(init=False, default=())
     writes: tuple[str, ...] = field(init=False, default=())
+    #: computations (arithmetic, casts, math functions) per element
+    work: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        self.reads, self.writes = _reads_and_writes(self)
+        self.reads, self.writes, self.work = _reads_and_writes(self)
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -244,7 +247,7 @@ class ScatterBuffer:
     writes: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
-        self.reads, self.writes = _reads_and_writes(self)
+        self.reads, self.writes, _ = _reads_and_writes(self)
 
     def emit(self, b: BodyBuilder, index: Sequence[IndexExpr]) -> None:
         target, value, mask = self.fn(b, tuple(index))

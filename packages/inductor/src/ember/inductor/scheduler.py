@@ -173,11 +173,20 @@ def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
     return found
 
 
+#: the most computations an element of a matmul template's epilogue node may take. A
+#: longer one runs over the template's whole register tile (128x256 accumulators) and
+#: slows the matmul more than a separate pass costs: on the H200 HF GPT-2's tanh GELU
+#: (25 computations: bf16 rounding after each op) fused into its MLP matmuls took the
+#: model from 5.45 to 6.23 ms (``tools/gpu/ab_matmul_choice.py``); an exact GELU (11)
+#: fuses and gains (the matmul suite's GEMM + bias + GELU)
+EPILOGUE_MAX_WORK = 16
+
+
 def _epilogue_placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
     """Where a node may join a matmul's group: a pointwise node over the group's outer
     sizes (up to size-1 dims), or over a row-major reshape of them whose index the
     template can compute (``[B*S, N]`` viewed as ``[B, S, N]``)."""
-    if not isinstance(node, PointwiseBuffer):
+    if not isinstance(node, PointwiseBuffer) or node.work > EPILOGUE_MAX_WORK:
         return []
     if _squeezed(node.sizes) == _squeezed(group.outer):
         def outer(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
