@@ -365,6 +365,12 @@ class Batch:
             i += n
         return outs
 
+    def inputs_of(self, name: str) -> list[torch.Tensor]:
+        """Case ``name``'s inputs."""
+        i = next(j for j, c in enumerate(self.cases) if c.name == name)
+        start = sum(self._arity[:i])
+        return self.inputs[start:start + self._arity[i]]
+
     def split(self, outs: list[torch.Tensor]) -> dict[str, list[torch.Tensor]]:
         result: dict[str, list[torch.Tensor]] = {}
         k = 0
@@ -372,6 +378,32 @@ class Batch:
             result[c.name] = outs[k:k + n]
             k += n
         return result
+
+
+def table_batch(dtype: torch.dtype, contiguous: bool, device: str = "cpu"
+                ) -> tuple[Batch, dict[str, list[torch.Tensor]]]:
+    """Every non-extern case of ``dtype`` whose inputs eager accepts, as one
+    :class:`Batch` (inputs made on the CPU from one seeded generator, then moved to
+    ``device``), and each case's eager results."""
+    gen = torch.Generator().manual_seed(0)
+    cases: list[OpCase] = []
+    inputs: dict[str, list[torch.Tensor]] = {}
+    expected: dict[str, list[torch.Tensor]] = {}
+    for c in OP_TABLE:
+        if dtype not in c.dtypes or c.extern:
+            continue
+        xs = [make_input(s, dtype, c.domain, contiguous, gen) for s in c.shapes]
+        if c.extra is not None:
+            torch.manual_seed(7)
+            xs += list(c.extra())
+        xs = [x.to(device) for x in xs]
+        try:
+            expected[c.name] = flatten(c.fn(*[x.clone() for x in xs]))
+        except RuntimeError:
+            continue
+        cases.append(c)
+        inputs[c.name] = xs
+    return Batch(cases, inputs), expected
 
 
 # -- edge shapes --------------------------------------------------------------------------

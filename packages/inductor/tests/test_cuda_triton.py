@@ -16,7 +16,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import compile_and_load, trace
-from op_table import OP_TABLE, make_input
+from op_table import table_batch
 
 pytestmark = [
     pytest.mark.cuda,
@@ -33,53 +33,21 @@ def _run(fn: Callable[..., Any], xs: list[torch.Tensor]) -> tuple[Any, list[torc
     return compiled, run(*[x.clone() for x in xs])
 
 
-def _flat(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    return [t for item in x for t in _flat(item)]
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
 @pytest.mark.parametrize("contiguous", [True, False])
 def test_op_table_on_gpu(dtype: torch.dtype, contiguous: bool) -> None:
-    gen = torch.Generator().manual_seed(0)
-    failures = []
-    cases = []
-    for c in OP_TABLE:
-        if dtype not in c.dtypes or c.extern:
-            continue
-        xs = [make_input(s, dtype, c.domain, contiguous, gen) for s in c.shapes]
-        if c.extra is not None:
-            torch.manual_seed(7)
-            xs += list(c.extra())
-        xs = [x.cuda() for x in xs]
-        try:
-            expected = _flat(c.fn(*[x.clone() for x in xs]))
-        except RuntimeError:
-            continue
-        cases.append((c, xs, expected))
-    def batched(*ys: torch.Tensor) -> list[torch.Tensor]:
-        outs: list[torch.Tensor] = []
-        i = 0
-        for c, xs, _ in cases:
-            outs += _flat(c.fn(*ys[i:i + len(xs)]))
-            i += len(xs)
-        return outs
-
-    flat = [x for _, xs, _ in cases for x in xs]
-    compiled, outs = _run(batched, flat)
+    batch, expected = table_batch(dtype, contiguous, "cuda")
+    compiled, outs = _run(batch.fn, batch.inputs)
     assert compiled.metadata["kernels"] >= 1
-    k = 0
-    for c, _, expected in cases:
-        for e in expected:
-            a = outs[k]
-            k += 1
+    failures = []
+    for name, got in batch.split(outs).items():
+        for a, e in zip(got, expected[name]):
             tol = TOL.get(e.dtype, TOL.get(dtype, 0.0))
             try:
                 torch.testing.assert_close(a, e, rtol=tol, atol=tol, equal_nan=True,
                                            check_stride=False)
             except AssertionError as err:
-                failures.append(f"{c.name}: {str(err).splitlines()[0]}")
+                failures.append(f"{name}: {str(err).splitlines()[0]}")
     assert not failures, "\n".join(failures)
 
 

@@ -141,6 +141,14 @@ class KernelBackend(abc.ABC):
         (ATen) matmul. Asked only when :attr:`matmul_templates`. Default: None."""
         return None
 
+    def concurrent_parts(self, kernel: Kernel) -> list[frozenset[str]] | None:
+        """The buffers of each part of ``kernel`` that runs in programs of its own,
+        concurrently with the other parts (Triton's combo kernels), or None when each
+        program runs the whole body in order. A buffer may then take the memory of one
+        it reads (an in-place write) only within one part: across parts nothing orders
+        the read before the write. Default: None."""
+        return None
+
     def aligned_buffers(self, kernel: Kernel) -> tuple[str, ...]:
         """The buffers of ``kernel`` whose base address must be a multiple of 16 bytes
         (read through TMA descriptors): the wrapper tests each at every launch and

@@ -19,8 +19,8 @@ place only where that is the same program:
 - no output returns the input itself or a view of it, and no fallback reads it (its
   result may be a view of the input that outlives the write);
 - every read of its old value happens in an earlier step, or in that kernel at the very
-  offset the kernel stores (unmasked, before the store: a read-modify-write); no later
-  step reads it;
+  offset the kernel stores (unmasked, before the store: a read-modify-write; and in the
+  same part of a combo kernel, whose parts run concurrently); no later step reads it;
 - no run-time check (``lowering/checks.py``) of that kernel or a later one can raise
   after the write: a failing call leaves the input as it was, as with the copy back.
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from ember.inductor.buffers import ExternCall
 from ember.inductor.codegen.index_match import same_index
+from ember.inductor.codegen.registry import in_one_part
 from ember.inductor.loop_ir import Kernel, Load, Store
 from ember.inductor.loop_ir.index import free_vars
 from ember.inductor.lowering.checks import ERROR_BUFFER
@@ -70,8 +71,8 @@ class InputWrite:
 
 
 def plan_input_writes(lowered: LoweredGraph, steps: Sequence[Step],
-                      last_uses: Mapping[str, int], fallback_reads: AbstractSet[str]
-                      ) -> list[InputWrite]:
+                      last_uses: Mapping[str, int], fallback_reads: AbstractSet[str],
+                      device: str = "cpu") -> list[InputWrite]:
     """Each mutated input's :class:`InputWrite` (see the module doc).
 
     Args:
@@ -79,19 +80,20 @@ def plan_input_writes(lowered: LoweredGraph, steps: Sequence[Step],
         steps: the scheduled steps, in order.
         last_uses: the last step that reads or writes each buffer.
         fallback_reads: the buffers a fallback extern call reads.
+        device: the graph's device (its backend may run a kernel's parts concurrently).
     """
     first: dict[str, int] = {}
     for i, step in enumerate(steps):
         if isinstance(step, KernelStep):
             for name in step.kernel.stored_buffers():
                 first.setdefault(name, i)
-    return [_decide(lowered, steps, m, first, last_uses, fallback_reads)
+    return [_decide(lowered, steps, m, first, last_uses, fallback_reads, device)
             for m in lowered.mutated_inputs]
 
 
 def _decide(lowered: LoweredGraph, steps: Sequence[Step], m: MutatedInput,
             first: Mapping[str, int], last_uses: Mapping[str, int],
-            fallback_reads: AbstractSet[str]) -> InputWrite:
+            fallback_reads: AbstractSet[str], device: str) -> InputWrite:
     def kept(reason: str, buffer: str | None = None) -> InputWrite:
         return InputWrite(m.input, m.placeholder, buffer, None, reason)
 
@@ -125,6 +127,9 @@ def _decide(lowered: LoweredGraph, steps: Sequence[Step], m: MutatedInput,
         what = later.kernel.name if isinstance(later, KernelStep) else f"extern {later.target}"
         return kept(f"{what} reads its old value after {step.kernel.name}", buffer)
     why = _read_modify_write(step.kernel, buffer, m.input)
+    if (why is None and m.input in step.kernel.loaded_buffers()
+            and not in_one_part(step.kernel, device, buffer, m.input)):
+        why = f"{step.kernel.name} reads it in another part than the one writing {buffer}"
     if why is not None:
         return kept(why, buffer)
     checking = next((s.kernel.name for s in steps[i:] if isinstance(s, KernelStep)

@@ -33,6 +33,7 @@ import torch
 from ember.inductor.buffers import ExternCall
 from ember.inductor.codegen.index_match import same_index
 from ember.inductor.codegen.input_writes import plan_input_writes
+from ember.inductor.codegen.registry import in_one_part
 from ember.inductor.loop_ir import Load, Size, Store
 from ember.inductor.loop_ir.index import free_vars
 from ember.inductor.loop_ir.symbolic_index import hint
@@ -194,7 +195,8 @@ class MemoryPlanner:
                               and not is_custom_operator(s.target)
                               for out in s.outputs if out is not None}
         # mutated graph inputs whose new value a kernel stores in their memory
-        self.input_writes = plan_input_writes(lowered, steps, self.last, self.extern_read)
+        self.input_writes = plan_input_writes(lowered, steps, self.last, self.extern_read,
+                                               device)
         self.into_inputs = {w.buffer: w.input for w in self.input_writes
                             if w.reason is None and w.buffer and w.buffer != w.input}
 
@@ -267,7 +269,8 @@ class MemoryPlanner:
         for src in k.loaded_buffers():
             info = self.lowered.buffers.get(src)
             if (src in taken or info is None or self.last.get(src) != i or not self.donor(src)
-                    or src in k.stored_buffers() or _key(info) != _key(target)):
+                    or src in k.stored_buffers() or _key(info) != _key(target)
+                    or not in_one_part(k, self.device, src, name)):
                 continue
             loads = [(j, s) for j, s in enumerate(k.body)
                      if isinstance(s, Load) and s.buffer == src]

@@ -10,7 +10,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
+import torch
 from ember.inductor.codegen.backend import KernelBackend
+from ember.inductor.loop_ir import Kernel
 
 #: device type -> (module, class) of the built-in backend serving it
 BUILTIN_BACKENDS: dict[str, tuple[str, str]] = {
@@ -55,3 +57,12 @@ def backend_for(device_type: str) -> KernelBackend:
     if not isinstance(backend, KernelBackend):
         raise RuntimeError(f"{module_name}.{class_name} is not a KernelBackend")
     return backend
+
+
+def in_one_part(kernel: Kernel, device: str, first: str, second: str) -> bool:
+    """Whether one part of ``kernel`` touches both buffers ``first`` and ``second``
+    (:meth:`KernelBackend.concurrent_parts` of ``device``'s backend), so that a write of
+    one into the other's memory comes after the reads; True when every program runs the
+    whole kernel."""
+    parts = backend_for(torch.device(device).type).concurrent_parts(kernel)
+    return parts is None or any(first in p and second in p for p in parts)

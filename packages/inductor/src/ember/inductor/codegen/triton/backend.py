@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 from ember.inductor.codegen.backend import KernelBackend, KernelSource, MatmulProblem
+from ember.inductor.codegen.triton.combo import combo_parts
 from ember.inductor.codegen.triton.generate import generate_triton_kernel
 from ember.inductor.codegen.triton.matmul_choice import choose_matmul
 from ember.inductor.codegen.triton.matmul_tma_template import descriptor_buffers
 from ember.inductor.codegen.triton.split_writer import splittable, wants_split
-from ember.inductor.loop_ir import Kernel, MatmulTemplate
+from ember.inductor.loop_ir import Kernel, Load, MatmulTemplate, Store
 
 #: dtypes Triton has atomic adds for (``tl.atomic_add``, an accumulating scatter's store)
 ATOMIC_ADD_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64,
@@ -71,6 +72,14 @@ class TritonBackend(KernelBackend):
         timed candidates under ``mode="max-autotune"``; the TMA variant only for CUDA
         graphs)."""
         return choose_matmul(problem, self.device_type)
+
+    def concurrent_parts(self, kernel: Kernel) -> list[frozenset[str]] | None:
+        """A combo kernel's parts (:func:`.combo.combo_parts`: one part a program)."""
+        parts = combo_parts(kernel)
+        if parts is None:
+            return None
+        return [frozenset(s.buffer for s in part if isinstance(s, (Load, Store)))
+                for part in parts]
 
     def aligned_buffers(self, kernel: Kernel) -> tuple[str, ...]:
         """The operands a TMA matmul template reads through descriptors
