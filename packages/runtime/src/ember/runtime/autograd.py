@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from ember.runtime.executor import Executor, ExecutorFactory
-from ember.runtime.ir import OutputKind, Program
+from ember.runtime.ir import Graph, OutputKind, Program, ValueRef
 from ember.runtime.ir.contracts import AotMetadata
 
 
@@ -38,6 +38,7 @@ class TrainingRunner:
         self.forward = forward
         self._factory = executor_factory
         self._backward: Executor | None = None
+        self._tangent_deps: list[frozenset[int]] | None = None
         specs = program.signature.outputs["forward"]
         self.n_saved = sum(1 for s in specs if s.kind == OutputKind.SAVED_TENSOR)
         self.n_outputs = len(specs) - self.n_saved
@@ -62,6 +63,16 @@ class TrainingRunner:
                 f"saves {self.n_saved} values and has {len(self.differentiable)} "
                 "differentiable outputs"
             )
+
+    @property
+    def tangent_dependencies(self) -> list[frozenset[int]]:
+        """For each backward output (an input's gradient), the tangents it reads
+        (positions among the differentiable outputs), through the backward graph;
+        computed on first use."""
+        if self._tangent_deps is None:
+            self._tangent_deps = _tangent_dependencies(self.program.graphs["backward"],
+                                                       self.n_saved)
+        return self._tangent_deps
 
     @property
     def backward(self) -> Executor:
@@ -108,6 +119,13 @@ class CompiledFunction(torch.autograd.Function):
             o for i, o in enumerate(visible)
             if i not in differentiable and isinstance(o, torch.Tensor)
         ])
+        # NOTE: an output no gradient reaches arrives as None (not a zero tensor), so an
+        # input whose gradient reads only such outputs gets None, as in eager (a pooler
+        # the loss does not use: eager leaves its weights' .grad None, and an optimizer
+        # skips them, where a zero gradient would still decay them)
+        ctx.set_materialize_grads(False)
+        ctx.tangent_meta = [(o.shape, o.dtype, o.device) if isinstance(o, torch.Tensor)
+                            else None for o in (visible[i] for i in runner.differentiable)]
         return tuple(visible)
 
     @staticmethod
@@ -119,12 +137,41 @@ class CompiledFunction(torch.autograd.Function):
         tensors = iter(ctx.saved_tensors)
         others = iter(ctx.saved_others)
         saved = [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]
-        tangents = [_contiguous_like_forward(grads[i]) for i in runner.differentiable]
+        incoming = [grads[i] for i in runner.differentiable]
+        missing = {j for j, g in enumerate(incoming) if g is None}
+        tangents = [_contiguous_like_forward(g) if g is not None
+                    else _zeros(ctx.tangent_meta[j]) for j, g in enumerate(incoming)]
         grad_values = runner.backward(saved + tangents)
         result: list[Any] = [None] * runner.n_inputs
-        for position, g in zip(runner.grad_positions, grad_values):
+        deps = runner.tangent_dependencies if missing else None
+        for k, (position, g) in enumerate(zip(runner.grad_positions, grad_values)):
+            if deps is not None and deps[k] and deps[k] <= missing:
+                continue  # only outputs no gradient reached: None, as eager
             result[position] = g
         return (None, *result)
+
+
+def _zeros(meta: tuple[torch.Size, torch.dtype, torch.device] | None) -> Any:
+    """The zero tangent of an output no gradient reached (None for a non-tensor)."""
+    if meta is None:
+        return None
+    shape, dtype, device = meta
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
+def _tangent_dependencies(graph: Graph, n_saved: int) -> list[frozenset[int]]:
+    """For each of ``graph``'s outputs, the tangent placeholders (those after the first
+    ``n_saved``, numbered from 0) it is computed from."""
+    reads: dict[str, frozenset[int]] = {}
+    for i, p in enumerate(graph.placeholders):
+        reads[p.name] = frozenset({i - n_saved}) if i >= n_saved else frozenset()
+    none: frozenset[int] = frozenset()
+    for node in graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        reads[node.name] = none.union(*(reads.get(r.node, none) for r in node.inputs()))
+    return [reads.get(v.node, none) if isinstance(v, ValueRef) else none
+            for v in graph.output_values]
 
 
 def _keep_from_copy_back(value: Any, written: list[torch.Tensor]) -> Any:
