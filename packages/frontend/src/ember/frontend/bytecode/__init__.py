@@ -18,6 +18,7 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``binding``        binding call arguments to parameters, exactly as CPython does
 ``builtin_rules``  one rule per builtin (len, range, enumerate, getattr, print, ...)
 ``library_rules``  itertools (materialised iterators), functools.reduce, copy
+``attention_rules`` ``F.scaled_dot_product_attention``: a strided mask made dense for fused kernels
 ``env_rules``      os.environ / os.getenv reads as guarded constants
 ``optimizer_rules`` ``compile(optimizer.step)``: torch.optim inlined, its few rules
 ``fresh``          objects constructed by the captured code (no guards, rebuilt if escaping)

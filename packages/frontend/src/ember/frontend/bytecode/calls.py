@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from ember.frontend._torch import data_dependent_output_types
 from ember.frontend.bytecode import (
+    attention_rules,  # noqa: F401  (registers the SDPA mask rule)
     fresh,
     library_rules,  # noqa: F401  (registers itertools rules)
     optimizer_rules,  # noqa: F401  (registers torch.optim's rules)
