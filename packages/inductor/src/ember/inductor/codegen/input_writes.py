@@ -72,7 +72,7 @@ class InputWrite:
 
 def plan_input_writes(lowered: LoweredGraph, steps: Sequence[Step],
                       last_uses: Mapping[str, int], fallback_reads: AbstractSet[str],
-                      device: str = "cpu") -> list[InputWrite]:
+                      device: str) -> list[InputWrite]:
     """Each mutated input's :class:`InputWrite` (see the module doc).
 
     Args:
