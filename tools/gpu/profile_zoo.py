@@ -3,10 +3,12 @@
     python tools/gpu/profile_zoo.py hf_gpt2,hf_bert bfloat16 > $OUT/profile.txt
     python tools/gpu/profile_zoo.py tv_resnet18 bfloat16 train   # forward + backward
     python tools/gpu/profile_zoo.py resnet bfloat16 dynamic      # static beside dynamic=True
+    PROFILE_ROWS=80 python tools/gpu/profile_zoo.py hf_gpt2 bfloat16  # more kernels a table
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -54,7 +56,8 @@ def main() -> None:
                     step(fn, inputs)
                 torch.cuda.synchronize()
             print(f"===== {name} {sys.argv[2]} {label}", flush=True)
-            print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=18,
+            print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=int(os.environ.get("PROFILE_ROWS", "18")),
+                                           
                                             max_name_column_width=90))
 
 
