@@ -56,8 +56,8 @@ def main() -> None:
                     step(fn, inputs)
                 torch.cuda.synchronize()
             print(f"===== {name} {sys.argv[2]} {label}", flush=True)
-            print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=int(os.environ.get("PROFILE_ROWS", "18")),
-                                           
+            rows = int(os.environ.get("PROFILE_ROWS", "18"))
+            print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=rows,
                                             max_name_column_width=90))
 
 
