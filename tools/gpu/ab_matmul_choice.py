@@ -1,7 +1,8 @@
 """Ember's matmul choices measured against each other on one zoo model, in one process:
 torch.compile default, Ember as it is, Ember with a bias alone not counted as fusion
 (``matmul_template.BIAS_COUNTS_AS_FUSION = False``) and Ember with every matmul on
-cuBLAS (``forced_matmul("extern")``). Prints each variant's heuristic choices
+cuBLAS (``forced_matmul("extern")``), and Ember with every matmul on cuBLAS except one
+whose result the extern would pad ("ember cuBLAS unless padded"). Prints each variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
 timed round-robin three times), and its peak memory above the inputs.
 ``python3 tools/gpu/ab_matmul_choice.py [hf_gpt2] [bfloat16] [full] [ember,"ember all cuBLAS"]``
@@ -51,11 +52,33 @@ def _no_div_mod_fold() -> Iterator[None]:
         index._fold_div_mod = saved  # type: ignore[assignment]
 
 
+@contextlib.contextmanager
+def _cublas_unless_padded() -> Iterator[None]:
+    """Every matmul the heuristic would write as a template goes to cuBLAS, except one
+    whose result is unaligned (the extern would pad it: GPT-2's LM head)."""
+    from ember.inductor.codegen.triton import matmul_choice
+
+    real = matmul_choice.heuristic_choice
+
+    def choice(problem, tma=None):  # type: ignore[no-untyped-def]
+        picked = real(problem, tma)
+        n = matmul_choice._hints(problem)[2]
+        aligned = n % max(1, 16 // problem.dtype.itemsize) == 0
+        return matmul_choice.EXTERN if aligned else picked
+
+    matmul_choice.heuristic_choice = choice  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        matmul_choice.heuristic_choice = real  # type: ignore[assignment]
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "ember": contextlib.nullcontext,
     "ember bias->cuBLAS": _bias_not_fusion,
     "ember all cuBLAS": lambda: forced_matmul("extern"),
     "ember no div/mod fold": _no_div_mod_fold,
+    "ember cuBLAS unless padded": _cublas_unless_padded,
 }
 
 
