@@ -53,7 +53,9 @@ def run(case: str) -> None:
             print("ember forward ok", flush=True)
             out.float().sum().backward()
     else:
-        with sdpa_kernel(backends.get(case, list(SDPBackend))):
+        every = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                 SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]
+        with sdpa_kernel(backends.get(case, every)):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=m) * 2
             torch.cuda.synchronize()
             print(f"{case} forward ok", flush=True)

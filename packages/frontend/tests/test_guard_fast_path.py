@@ -304,17 +304,28 @@ def _captured_call(model: nn.Module) -> tuple[Any, Any, Any]:
     return segment.guards.guards, segment.input_sources, seen[0]
 
 
-def _per_call(match: Any, call: tuple[Any, Any], n: int = 100) -> float:
+def _per_call(match: Any, call: tuple[Any, Any], n: int = 100, batches: int = 5) -> float:
     """The fastest of several timed batches (other processes share the cores)."""
     for _ in range(3):
         assert match(*call) is not None
     best = float("inf")
-    for _ in range(5):
+    for _ in range(batches):
         start = time.perf_counter()
         for _ in range(n):
             match(*call)
         best = min(best, (time.perf_counter() - start) / n)
     return best
+
+
+def _best_ratio(slow: Any, quick: Any, call: tuple[Any, Any], rounds: int = 15) -> float:
+    """``slow``'s per-call time over ``quick``'s, each the fastest of ``rounds`` batches
+    timed in turn: a burst of load from other processes (the H200 host runs this suite
+    with ``-n 8``) slows both sides of one round, not the best of either."""
+    best = {id(slow): float("inf"), id(quick): float("inf")}
+    for _ in range(rounds):
+        for match in (slow, quick):
+            best[id(match)] = min(best[id(match)], _per_call(match, call, batches=1))
+    return best[id(slow)] / best[id(quick)]
 
 
 def test_the_fast_path_cuts_the_check_of_a_24_layer_stack(monkeypatch: Any) -> None:
@@ -324,7 +335,7 @@ def test_the_fast_path_cuts_the_check_of_a_24_layer_stack(monkeypatch: Any) -> N
     full = compile_matcher(guards, inputs)
     assert not hasattr(full, "__ember_stamps__")
     assert fast(*call) == full(*call)
-    ratio = max(_per_call(full, call) / _per_call(fast, call) for _ in range(2))
+    ratio = _best_ratio(full, fast, call)
     assert fast.__ember_stamps__[0].hits > 0  # type: ignore[attr-defined]
     # NOTE: 3-4x on the 2-core CI machine (Python 3.11), 1.9x on the H200's host (Python
     # 3.12, whose faster attribute reads leave less to skip); without the fast path 1x

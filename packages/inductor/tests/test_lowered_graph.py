@@ -225,3 +225,25 @@ def test_printed_graph_matches_what_runs() -> None:
 
     _, run = compile_fn(f, x, w)
     torch.testing.assert_close(run(x, w)[0], f(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_an_attention_op_gets_its_mask_in_the_traced_layout() -> None:
+    # the frontend's mask rule gives SDPA `mask.contiguous()`; the lowering elides a
+    # clone's copy, but the op was picked for the dense mask (on the H200 cuDNN's
+    # attention failed when handed the transposed input): the mask is copied, once
+    q = torch.randn(2, 4, 16, 8)
+    m = torch.randn(2, 1, 16, 16).transpose(-1, -2)
+    fn = lambda q, m: F.scaled_dot_product_attention(  # noqa: E731
+        q, q, q, attn_mask=m.contiguous())
+    lowered = GraphLowering(trace(fn, [q, m])).run()
+    (sdpa,) = [n for n in lowered.extern_nodes if "scaled_dot_product" in n.target]
+    mask = sdpa.kwargs["attn_mask"]
+    assert isinstance(mask, TensorArg) and mask.buffer.startswith("buf"), mask
+    assert mask.view is None and lowered.buffers[mask.buffer].strides == (256, 256, 16, 1)
+    _, run = compile_fn(fn, q, m)
+    torch.testing.assert_close(run(q, m)[0], fn(q, m))
+    # a mask traced in its own (transposed) layout is passed as it is
+    plain = GraphLowering(trace(lambda q, m: F.scaled_dot_product_attention(
+        q, q, q, attn_mask=m), [q, m])).run()
+    (sdpa,) = [n for n in plain.extern_nodes if "scaled_dot_product" in n.target]
+    assert sdpa.kwargs["attn_mask"] == TensorArg("arg1"), sdpa.kwargs

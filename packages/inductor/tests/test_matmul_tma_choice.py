@@ -79,7 +79,8 @@ def test_rules(capability: tuple[int, int] | None, problem: MatmulProblem,
 
 @pytest.mark.parametrize(("problem", "choice"), [
     (_problem(), "tma_bm128_bn256_bk64_g8_s3_w8"),                # the MLP's fc1
-    (_problem(8192, 768, 3072, b=(1, 3072)), "tma_bm128_bn256_bk64_g8_s3_w8"),  # fc2
+    # fc2: 192 tiles of 128x256 fill 0.73 of their second wave, 384 of 128x128 0.97
+    (_problem(8192, 768, 3072, b=(1, 3072)), "tma_bm128_bn128_bk64_g8_s4_w8"),
     (_problem(2048, 2048, 256), "tma_bm128_bn128_bk64_g8_s4_w8"),  # 128 tiles of 128x256
     (_problem(64, 32768, 256), "tma_bm64_bn128_bk64_g8_s4_w4"),    # small
     (_problem(64, 16384, 256), "tma_bm64_bn64_bk64_g8_s4_w4"),     # small, fewer tiles

@@ -213,11 +213,15 @@ def test_speed_next_to_cublas() -> None:
         problem = MatmulProblem("mm", None, m, n, k, torch.bfloat16, (k, 1), (n, 1), True,
                                 False)
         cublas = do_bench(lambda a=a, b=b: torch.mm(a, b))
-        for config in TMA_CONFIGS[("16-bit", "large")]:
+        configs = TMA_CONFIGS[("16-bit", "large")]
+        times = []
+        for config in configs:
             run = plain_template_launch(problem, config.name, a, b)
-            template = do_bench(run)
-            print(f"{m}x{n}x{k} bf16 {config.name}: {template * 1e3:.1f} us, cuBLAS "
-                  f"{cublas * 1e3:.1f} us ({cublas / template:.2f}x)")
-        first = do_bench(plain_template_launch(problem, TMA_CONFIGS[("16-bit", "large")][0].name,
-                                               a, b))
-        assert cublas / first > 0.5
+            times.append(do_bench(run))
+            print(f"{m}x{n}x{k} bf16 {config.name}: {times[-1] * 1e3:.1f} us, cuBLAS "
+                  f"{cublas * 1e3:.1f} us ({cublas / times[-1]:.2f}x)")
+        # NOTE: the suite runs with -n 4 beside other GPU tests: one timing can be twice
+        # the quiet figure, so both sides are the best of two measurements
+        first = min(times[0], do_bench(plain_template_launch(problem, configs[0].name, a, b)))
+        cublas = min(cublas, do_bench(lambda a=a, b=b: torch.mm(a, b)))
+        assert cublas / first > 0.5, (m, n, k, cublas, first)

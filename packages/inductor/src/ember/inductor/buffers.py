@@ -185,6 +185,10 @@ class MatmulBuffer:
     template: MatmulTemplate
     epilogue: MatmulEpilogue | None = None
     origins: tuple[str, ...] = ()
+    #: the template was chosen for the pointwise consumers expected to fuse into it
+    #: alone: when none does, the graph is lowered again with this matmul an extern call
+    #: (``lowering/idle_templates.py``)
+    needs_epilogue: bool = False
     reads: tuple[str, ...] = field(init=False, default=())
     writes: tuple[str, ...] = field(init=False, default=())
 

@@ -25,12 +25,13 @@ from ember.inductor.codegen.build import GraphKernels, KernelBuilds
 from ember.inductor.codegen.dedupe import share_identical_kernels
 from ember.inductor.codegen.memory_plan import MemoryReport
 from ember.inductor.codegen.wrapper import WrapperWriter
+from ember.inductor.idle_templates import lower_and_schedule
 from ember.inductor.loop_ir import Kernel, format_kernel
 from ember.inductor.loop_ir.symbolic_index import size_hints
 from ember.inductor.lowering.devices import traced_device
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.passes import run_passes
-from ember.inductor.scheduler import KernelStep, schedule
+from ember.inductor.scheduler import KernelStep
 from ember.runtime.ir import Program, symbolic
 from ember.runtime.ir.contracts import (
     CompiledGraphEntry,
@@ -94,13 +95,11 @@ def _compile_graph(program: Program, graph_name: str, device: torch.device | Non
 
 def _compile_graph_on(program: Program, graph_name: str, dev: torch.device,
                       eager: bool, eager_random: bool) -> CompiledGraph:
-    with phase("lowering"):
-        lowered = GraphLowering(program, graph_name, dev, eager=eager,
-                                eager_random=eager_random).run()
+    lowered, steps = lower_and_schedule(lambda idle: GraphLowering(
+        program, graph_name, dev, eager=eager, eager_random=eager_random,
+        extern_matmuls=idle).run())
     if log_enabled("graphs"):
         log("graphs", lowered.format)
-    with phase("scheduling"):
-        steps = schedule(lowered)
     shared = share_identical_kernels([s.kernel for s in steps if isinstance(s, KernelStep)])
     if shared.deduped:
         count("deduped kernels", shared.deduped)

@@ -69,6 +69,9 @@ class MatmulTemplate:
     batched: bool
     config: str
     allow_tf32: bool = False
+    #: chosen by ``forced_matmul`` (tests, benchmarks): kept even when idle
+    #: (``idle_templates.py``); not part of the kernel's identity
+    forced: bool = field(default=False, compare=False)
 
     def describe(self) -> str:
         """``mm template bm64_bn64_bk32_g8_s4_w4`` (logs, schedules, kernel headers)."""

@@ -33,6 +33,9 @@ class LoweringContext(Protocol):
     nodes: list[ScheduledNode]
     checks: list[RuntimeCheck]
     eager_random: bool
+    #: matmul nodes lowered as extern calls although the backend offers a template (the
+    #: idle templates of a first lowering: ``idle_templates.py``)
+    extern_matmuls: frozenset[str]
     rng: GraphSeed
     layout: LayoutState
 

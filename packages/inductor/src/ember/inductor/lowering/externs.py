@@ -15,4 +15,5 @@ extern(
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default",
     "aten::_scaled_dot_product_flash_attention_backward.default",
     "aten::_scaled_dot_product_efficient_attention_backward.default",
+    "aten::_scaled_dot_product_cudnn_attention_backward.default",
 )

@@ -23,13 +23,8 @@ from typing import Any
 
 import sympy
 import torch
-from ember.inductor.buffers import (
-    ExternCall,
-    PointwiseBuffer,
-    ReductionBuffer,
-    ScatterBuffer,
-    ScheduledNode,
-)
+from ember.inductor.buffers import (ExternCall, PointwiseBuffer, ReductionBuffer, ScatterBuffer,
+                                    ScheduledNode)
 from ember.inductor.loop_ir import IndexExpr, Size
 from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.builder import BodyBuilder
@@ -106,13 +101,15 @@ class GraphLowering:
     rules and passes see (:class:`~.context.LoweringContext`).
 
     ``eager``: run every op as an extern call; ``eager_random``: run random ops as extern
-    calls on torch's generator.
+    calls on torch's generator; ``extern_matmuls``: matmul nodes not offered as templates.
     """
 
     def __init__(self, program: Program, graph_name: str = "forward",
                  device: torch.device | None = None, eager: bool = False,
-                 eager_random: bool = False) -> None:
+                 eager_random: bool = False,
+                 extern_matmuls: frozenset[str] = frozenset()) -> None:
         self.program = program
+        self.extern_matmuls = extern_matmuls
         self.graph = program.graphs[graph_name]
         self.graph_name = graph_name
         self.nodes: list[ScheduledNode] = []

@@ -52,6 +52,7 @@ from ember.inductor.lowering.extern_args import (
 from ember.inductor.lowering.registry import NotLowerable
 from ember.inductor.lowering.values import Lazy, Stored
 from ember.inductor.lowering.written_args import input_written_in_place
+from ember.runtime.logs import log
 from ember.runtime.ir import (
     Graph,
     IRFormatError,
@@ -220,10 +221,11 @@ class HostScalars:
             info = low.buffers[buffer]
             low.buffers[name] = dataclasses.replace(info, name=name, kind="extern")
             low.fallbacks[node.target] += 1
+            note = f"the cpu scalar input {buffer}'s new value, written in place"
+            log("fallbacks", f"{low.graph_name}:{node.name} {target} runs eagerly: {note}")
             low.nodes.append(ExternCall(
                 target, args, kwargs, [name], [(info.dtype, (), ())],
-                extern_reads(args, kwargs), True, False, (node.name,),
-                f"the cpu scalar input {buffer}'s new value, written in place", mutates=(buffer,)))
+                extern_reads(args, kwargs), True, False, (node.name,), note, mutates=(buffer,)))
         # NOTE: after the other writes, whose arguments may read a counter's old value
         for (_, step), group in counters.items():
             if len(group) > 1:
@@ -238,11 +240,13 @@ class HostScalars:
                                  ConstantArg(step)]
         for node, _ in group:
             low.fallbacks[node.target] += 1
+        note = f"the {len(buffers)} cpu scalar counters' new values, written in place"
+        log("fallbacks", f"{low.graph_name}:{','.join(node.name for node, _ in group)} "
+                         f"aten::_foreach_add_.Scalar runs eagerly: {note}")
         low.nodes.append(ExternCall(
             "aten::_foreach_add_.Scalar", args, {}, [low.fresh()], [None],
             extern_reads(args, {}), True, False, tuple(node.name for node, _ in group),
-            f"the {len(buffers)} cpu scalar counters' new values, written in place",
-            mutates=tuple(buffers)))
+            note, mutates=tuple(buffers)))
 
 
 def _counter_step(node: Node, buffer: str, inputs: dict[str, str]) -> int | float | None:

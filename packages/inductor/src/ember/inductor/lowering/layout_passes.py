@@ -157,27 +157,59 @@ LAYOUT_FOLLOWING_EXTERNS = frozenset({
     "aten::_scaled_dot_product_cudnn_attention.default",
     "aten::scaled_dot_product_attention.default",
 })
+#: extern ops given their operands in the dense layouts the program traced for them
+#: (:func:`traced_layout_operands`): the layout-following ones and their backwards (the
+#: kernel an attention op runs was picked for the traced layouts)
+TRACED_LAYOUT_EXTERNS = LAYOUT_FOLLOWING_EXTERNS | frozenset({
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default",
+    "aten::_scaled_dot_product_flash_attention_backward.default",
+    "aten::_scaled_dot_product_efficient_attention_backward.default",
+    "aten::_scaled_dot_product_cudnn_attention_backward.default",
+})
 
 
 def traced_layout_operands(ctx: LoweringContext, call: ExternRequest) -> ExternRequest:
-    """Lowering pass: the computed operands of an op in :data:`LAYOUT_FOLLOWING_EXTERNS`
+    """Lowering pass: the computed operands of an op in :data:`TRACED_LAYOUT_EXTERNS`
     are stored in the dense layout the program traced for them (a Llama's rotated
     ``q``/``k`` are ``(batch, seq, heads, dim)`` in memory, viewed as ``(batch, heads,
     seq, dim)``), so that the op's result has the traced layout its consumers were
-    lowered for, instead of being copied into it after every call."""
-    if call.node.target not in LAYOUT_FOLLOWING_EXTERNS:
+    lowered for, instead of being copied into it after every call.
+
+    A stored operand in another layout than traced is copied into the traced one: the
+    kernel was picked for that layout (SDPA's dispatch chose cuDNN for a mask made
+    contiguous, ``attn_mask.contiguous()``; the lowering, which elides the copy of a
+    clone, handed cuDNN the transposed input and cuDNN failed on the H200). Arguments
+    are matched by position and by keyword (``attn_mask=``)."""
+    if call.node.target not in TRACED_LAYOUT_EXTERNS:
         return call
-    args = list(call.args)
-    for i, (value, ref) in enumerate(zip(call.args, call.node.args)):
-        meta = ctx.traced_meta(ref)
-        if not isinstance(value, Lazy) or ctx.is_realized(value) or meta is None:
-            continue
-        if not all(isinstance(s, int) for s in (*meta.sizes, *meta.strides)):
-            continue
-        sizes = tuple(int(s) for s in meta.sizes)
-        strides = tuple(int(s) for s in meta.strides)
-        if (sizes != tuple(value.sizes) or storage_order(sizes, strides) is None
-                or same_layout(sizes, strides, contiguous_strides(sizes))):
-            continue
-        args[i] = ctx.realize(value, strides=strides)
-    return dataclasses.replace(call, args=tuple(args))
+    args = [_in_traced_layout(ctx, value, ref)
+            for value, ref in zip(call.args, call.node.args)]
+    kwargs = {key: _in_traced_layout(ctx, value, call.node.kwargs.get(key))
+              for key, value in call.kwargs.items()}
+    return dataclasses.replace(call, args=(*args, *call.args[len(args):]), kwargs=kwargs)
+
+
+def _in_traced_layout(ctx: LoweringContext, value: Any, ref: Any) -> Any:
+    """``value`` (an operand of a layout-following extern) in the dense layout the
+    program traced for ``ref``: a Lazy computed into it, a Stored copied into it; as it
+    is when it has that layout (or is row-major for a row-major trace, for a Lazy),
+    when the traced layout is not dense, or for anything but a tensor."""
+    meta = ctx.traced_meta(ref)
+    if not isinstance(value, (Lazy, Stored)) or meta is None:
+        return value
+    if isinstance(value, Lazy) and ctx.is_realized(value):
+        return value
+    if not all(isinstance(s, int) for s in (*meta.sizes, *meta.strides)):
+        return value
+    sizes = tuple(int(s) for s in meta.sizes)
+    strides = tuple(int(s) for s in meta.strides)
+    if sizes != tuple(value.sizes) or storage_order(sizes, strides) is None:
+        return value
+    if isinstance(value, Stored):
+        if not all(isinstance(s, int) for s in value.strides) or same_layout(
+                sizes, tuple(int(s) for s in value.strides), strides):
+            return value
+        return ctx.realize(Lazy(value.element, value.dtype, value.sizes), strides=strides)
+    if same_layout(sizes, strides, contiguous_strides(sizes)):
+        return value
+    return ctx.realize(value, strides=strides)

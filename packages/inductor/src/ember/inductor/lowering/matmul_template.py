@@ -33,6 +33,7 @@ from ember.inductor.lowering.matmul_padding import padded_width
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, probe
 from ember.runtime.ir import Node, TensorMeta, ValueRef
+from ember.runtime.logs import log
 
 #: op -> (the template's op name, how many leading bias arguments, batched)
 TEMPLATE_OPS = {
@@ -47,10 +48,11 @@ PROLOGUE_MAX_BUFFERS = 2
 #: the modules whose lowering rules make element functions a template's epilogue can
 #: take (pointwise ops, casts, dropout masks); a reduction consumer (softmax) cannot
 EPILOGUE_RULE_MODULES = ("ember.inductor.lowering.pointwise", "ember.inductor.lowering.random")
-#: whether an ``addmm``/``baddbmm`` bias alone makes the template worth its deficit (cuBLAS
-#: adds a 1-d bias in its own epilogue: the fusion saves little); a tuning constant that
-#: ``tools/gpu/ab_matmul_choice.py`` measures both ways
-BIAS_COUNTS_AS_FUSION = True
+#: whether an ``addmm``/``baddbmm`` bias alone makes the template worth its deficit: no,
+#: cuBLAS adds a 1-d bias in its own epilogue (HF GPT-2 on the H200: 5.36-5.38 ms with
+#: bias-only GEMMs on cuBLAS against 5.42-5.48 as templates,
+#: ``tools/gpu/ab_matmul_choice.py``, which measures both ways)
+BIAS_COUNTS_AS_FUSION = False
 #: ops a matmul's result may pass through on the way to a fusable consumer
 VIEW_OPS = frozenset({
     "aten::view.default", "aten::_unsafe_view.default", "aten::reshape.default",
@@ -69,6 +71,10 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
     """The template's result buffer, or ``call`` as it is (module doc)."""
     spec = TEMPLATE_OPS.get(call.node.target)
     if spec is None or not backend_for(ctx.device.type).matmul_templates:
+        return call
+    if call.node.name in ctx.extern_matmuls:
+        log("autotune", f"matmul {call.node.name}: extern (no epilogue fused into its "
+                        f"template in the first lowering)")
         return call
     op, n_bias, batched = spec
     meta = call.metas[0] if len(call.metas) == 1 else None
@@ -103,13 +109,14 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
     # would pad is (GPT-2's LM head, 50257 columns: padded, cuBLAS's result was copied
     # out of the padded one, +0.6 ms and +785 MiB on the H200 against the template)
     inlined = [isinstance(v, Lazy) and _inlinable(v) for v in (a, b)]
+    certain = ((bias is not None and BIAS_COUNTS_AS_FUSION) or any(inlined)
+               or padded_width(ctx, call) is not None)
+    consumer = not certain and _has_fusable_consumer(ctx, call.node)
     problem = MatmulProblem(
         op, lead[0] if batched else None, m, n, k, dtype,
         a.strides if isinstance(a, Stored) else None,
         b.strides if isinstance(b, Stored) else None,
-        fuses=((bias is not None and BIAS_COUNTS_AS_FUSION) or any(inlined) or padded_width(ctx, call) is not None
-               or _has_fusable_consumer(ctx, call.node)),
-        allow_tf32=allow_tf32())
+        fuses=certain or consumer, allow_tf32=allow_tf32())
     template = backend_for(ctx.device.type).matmul_template(problem)
     if template is None:
         return call
@@ -121,7 +128,8 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
         epilogue = _bias_epilogue(None, sizes, 0.0, float(scalars["alpha"]))
     name = ctx.fresh()
     node = MatmulBuffer(name, dtype, tuple(sizes), k, a.element, b.element, template,
-                        epilogue, (call.node.name,))
+                        epilogue, (call.node.name,),
+                        needs_epilogue=consumer and not template.forced)
     strides = contiguous_strides(sizes)
     ctx.nodes.append(node)
     ctx.buffers[name] = BufferInfo(name, dtype, tuple(sizes), strides, "computed")

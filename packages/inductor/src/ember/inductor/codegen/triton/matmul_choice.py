@@ -7,20 +7,28 @@ case                                                            choice
 ==============================================================  ==========================
 float32 without TF32 allowed (cuBLAS's SGEMM beats an exact     extern
 ``tl.dot``)
-nothing to fuse (no bias, no inlined producer, no pointwise     extern (cuBLAS wins a
-consumer, no unaligned result the extern would pad)             plain GEMM)
+nothing to fuse (no inlined producer, no pointwise consumer,   extern (cuBLAS wins a
+no unaligned result the extern would pad; a bias alone is not   plain GEMM and adds a
+fusion: ``matmul_template.BIAS_COUNTS_AS_FUSION``)              bias in its epilogue)
 ``M``, ``N`` or ``K`` below ``MIN_SIDE``                        extern
 fewer than ``MIN_PROGRAMS`` output tiles (times split-K) with   extern (too few programs
 every config of the shape's class                               to fill the GPU)
 compute-bound: the template's expected deficit against cuBLAS   extern
-(``1/TEMPLATE_EFFICIENCY - 1`` of the GEMM's time at
-``PEAK_FLOPS``) exceeds what fusing saves (the result written
-and read again at ``BANDWIDTH``, one launch): large ``K``
+(``1/(TEMPLATE_EFFICIENCY * wave_efficiency) - 1`` of the
+GEMM's time at ``PEAK_FLOPS``, with the config below) exceeds
+what fusing saves (the result written and read again at
+``BANDWIDTH``, one launch): large ``K``
 otherwise                                                       the first config of the
                                                                 shape's class with at
                                                                 least ``MIN_PROGRAMS``
-                                                                tiles (``matmul_configs``)
+                                                                tiles whose last wave is
+                                                                within ``WAVE_TOLERANCE``
+                                                                of the fullest's
+                                                                (``matmul_configs``)
 ==============================================================  ==========================
+
+A template chosen for its pointwise consumers that ends up with none fused is lowered
+again as the extern (:mod:`ember.inductor.idle_templates`).
 
 On a Hopper device, where the persistent TMA variant applies (:mod:`.matmul_tma`'s
 rules), its configs (``TMA_CONFIGS``) come first and the cost model expects
@@ -73,6 +81,11 @@ LAUNCH_SECONDS = 5e-6
 #: of the GPU idle where cuBLAS splits the work, and each such template is one more
 #: ``tl.dot`` kernel to compile per graph (HF GPT-2 generate compiled 1.8x longer)
 MIN_PROGRAMS = 132
+#: a config whose last wave is this much emptier than the fullest config's is passed over
+#: (H200 sweep, ``tools/gpu/matmul_sweep.py``: the fc2 shape 8192x768x3072 took 67.5 us in
+#: 128x128 tiles, 1.0x of cuBLAS plus its epilogue, where 128x256 tiles fill 0.73 of
+#: their last wave)
+WAVE_TOLERANCE = 0.05
 #: the extern's candidate name (template candidates: ``triton_<op>_<config>``)
 EXTERN = "extern"
 
@@ -127,13 +140,26 @@ def heuristic_choice(problem: MatmulProblem, tma: bool | None = None) -> str:
     configs = candidate_configs(problem.dtype, m, n, k, problem.batch is not None)
     if tma:
         configs = tma_configs(problem) + configs
-    efficiency = TMA_EFFICIENCY if tma else TEMPLATE_EFFICIENCY
+    filling = [c for c in configs if programs(problem, c) >= MIN_PROGRAMS]
+    if not filling:
+        return EXTERN
+    # the class's configs come fastest first: the first whose last wave is about as full
+    # as the fullest's
+    best = max(wave_efficiency(problem, c) for c in filling)
+    config = next(c for c in filling if wave_efficiency(problem, c) >= best - WAVE_TOLERANCE)
+    efficiency = (TMA_EFFICIENCY if tma else TEMPLATE_EFFICIENCY) * wave_efficiency(problem, config)
     if template_deficit(problem, efficiency) > fusion_saving(problem):
         return EXTERN
-    for config in configs:
-        if programs(problem, config) >= MIN_PROGRAMS:
-            return config.name  # the class's configs come fastest first
-    return EXTERN
+    return config.name
+
+
+def wave_efficiency(problem: MatmulProblem, config: MatmulConfig) -> float:
+    """The share of the SMs' time the template's tiles keep busy: its tiles over the
+    waves of ``MIN_PROGRAMS`` (one per SM) they take. 8192x768 outputs in 128x256 tiles
+    are 192 tiles, 1.45 waves: 0.73 (cuBLAS balances its last wave; the template does
+    not)."""
+    tiles = programs(problem, config)
+    return tiles / (-(-tiles // MIN_PROGRAMS) * MIN_PROGRAMS)
 
 
 def programs(problem: MatmulProblem, config: MatmulConfig) -> int:
@@ -193,7 +219,7 @@ def choose_matmul(problem: MatmulProblem, device_type: str = "cuda"
                     f"N={n}, K={k}] {problem.dtype}: {choice} ({how}){tma_note}")
     if choice == EXTERN:
         return None
-    return MatmulTemplate(problem.op, batched, choice, problem.allow_tf32)
+    return MatmulTemplate(problem.op, batched, choice, problem.allow_tf32, forced=how == "forced")
 
 
 def _first_tma(problem: MatmulProblem) -> str:
@@ -257,6 +283,6 @@ def _template_runner(problem: MatmulProblem, config: str) -> Callable[[], Callab
 
 
 __all__ = ["BANDWIDTH", "EXTERN", "LAUNCH_SECONDS", "MIN_PROGRAMS", "MIN_SIDE", "PEAK_FLOPS",
-           "TEMPLATE_EFFICIENCY", "TMA_EFFICIENCY", "choose_matmul", "forced_matmul",
+           "TEMPLATE_EFFICIENCY", "TMA_EFFICIENCY", "WAVE_TOLERANCE", "choose_matmul", "forced_matmul",
            "fusion_saving", "heuristic_choice", "programs", "template_deficit",
-           "tma_configs"]
+           "tma_configs", "wave_efficiency"]
