@@ -4,7 +4,7 @@ torch.compile default, Ember as it is, Ember with a bias alone not counted as fu
 cuBLAS (``forced_matmul("extern")``), and Ember with every matmul on cuBLAS except one
 whose result the extern would pad ("ember cuBLAS unless padded"). Prints each variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
-timed round-robin three times), and its peak memory above the inputs.
+timed round-robin ``ROUNDS`` times), and its peak memory above the inputs.
 ``python3 tools/gpu/ab_matmul_choice.py [hf_gpt2] [bfloat16] [full] [ember,"ember all cuBLAS"]``
 (the last argument: the variants, comma-separated; default all)."""
 
