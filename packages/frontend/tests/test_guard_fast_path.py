@@ -337,9 +337,10 @@ def test_the_fast_path_cuts_the_check_of_a_24_layer_stack(monkeypatch: Any) -> N
     assert fast(*call) == full(*call)
     ratio = _best_ratio(full, fast, call)
     assert fast.__ember_stamps__[0].hits > 0  # type: ignore[attr-defined]
-    # NOTE: 3-4x on the 2-core CI machine (Python 3.11), 1.9x on the H200's host (Python
-    # 3.12, whose faster attribute reads leave less to skip); without the fast path 1x
-    assert ratio > 1.5, ratio
+    # NOTE: 3-4x on the 2-core CI machine (Python 3.11), 1.9x on the H200's host alone
+    # (Python 3.12, whose faster attribute reads leave less to skip) and 1.32-1.34x there
+    # beside seven other pytest workers (-n 8); without the fast path 1x
+    assert ratio > 1.2, ratio
 
 
 def test_the_fast_path_is_off_without_dict_versions(monkeypatch: Any) -> None:
