@@ -1,5 +1,6 @@
 """CUDA graphs on the GPU (``mode="reduce-overhead"``; issue 17 item 1): replay
-correctness against eager over several calls, outputs that stay right across replays,
+correctness against eager over several calls, a kept output that a later replay
+overwrote raising (a clone, or ``EMBER_CUDAGRAPH_COPY_OUTPUTS=1``, keeping its values),
 input mutations, training (forward and backward graphs) against eager's gradients, a
 parameter moved to new storage, one memory pool, random ops, and each refusal reason.
 
@@ -71,15 +72,33 @@ def _stats(fn: ProgramCallable) -> tuple[int, int]:
 def test_inference_replays_match_eager_with_new_input_values() -> None:
     params = _mlp_params()
     fn = _compiled(_mlp, [torch.randn(8, 32, device="cuda")], params)
-    outs, expected = [], []
     with torch.no_grad():
         for _ in range(5):
             x = torch.randn(8, 32, device="cuda")
-            outs.append(fn([x, *params.values()])[0])
-            expected.append(_mlp(x, *params.values()))
-    for out, ref in zip(outs, expected):  # older outputs were not overwritten
-        torch.testing.assert_close(out, ref)
+            torch.testing.assert_close(fn([x, *params.values()])[0], _mlp(x, *params.values()))
     assert _stats(fn) == (1, 4)
+
+
+def test_a_kept_output_raises_once_a_later_replay_overwrote_it() -> None:
+    params = _mlp_params()
+    fn = _compiled(_mlp, [torch.randn(8, 32, device="cuda")], params)
+    with torch.no_grad():
+        for _ in range(2):  # warm-up, recording
+            fn([torch.randn(8, 32, device="cuda"), *params.values()])
+        x = torch.randn(8, 32, device="cuda")
+        kept = fn([x, *params.values()])[0]
+        expected = _mlp(x, *params.values())
+        saved = kept.clone()
+        latest = fn([torch.randn(8, 32, device="cuda"), *params.values()])[0]
+        assert kept.shape == (8, 16)  # sizes stay readable
+        with pytest.raises(RuntimeError, match="overwritten by a later call"):
+            kept.sum()
+        torch.testing.assert_close(saved, expected)  # a clone keeps its values
+        assert latest.data_ptr() == kept.data_ptr() and torch.isfinite(latest).all()
+        with patch(cudagraph_copy_outputs=True):  # copies, kept across calls
+            first = fn([x, *params.values()])[0]
+            fn([torch.randn(8, 32, device="cuda"), *params.values()])
+            torch.testing.assert_close(first, expected)
 
 
 def test_input_mutation_is_copied_back_after_each_replay() -> None:
@@ -195,11 +214,11 @@ def test_random_ops_differ_between_replays_and_follow_manual_seed() -> None:
     with torch.no_grad():
         graphed([x])
         graphed([x])  # warm-up, then recorded
-        a, b = graphed([x])[0], graphed([x])[0]
+        a, b = graphed([x])[0].clone(), graphed([x])[0]
         assert not torch.equal(a, b)
         assert 0.4 < (a == 1).float().mean().item() < 0.6
         torch.manual_seed(7)
-        c = graphed([x])[0]
+        c = graphed([x])[0].clone()
         torch.manual_seed(7)
         d = graphed([x])[0]
         torch.manual_seed(7)
@@ -247,10 +266,9 @@ def test_frontend_inference_matches_eager() -> None:
                                 torch.nn.Linear(64, 64)).cuda().eval()
     compiled = ef.compile(model, backend="inductor", mode="reduce-overhead")
     with torch.no_grad():
-        xs = [torch.randn(4, 64, device="cuda") for _ in range(4)]
-        outs = [compiled(x) for x in xs]
-        for x, out in zip(xs, outs):
-            torch.testing.assert_close(out, model(x))
+        for _ in range(4):
+            x = torch.randn(4, 64, device="cuda")
+            torch.testing.assert_close(compiled(x), model(x))
 
 
 def test_torch_compile_backend_ember_reduce_overhead_matches_eager() -> None:

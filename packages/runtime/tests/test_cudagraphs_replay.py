@@ -1,5 +1,5 @@
 """CUDA graphs bookkeeping, on the CPU: warm-up, recording per input shape, static
-inputs, copied-out outputs, parameters moving, the shape limit, saved tensors in use and
+inputs, outputs (copies, or views revoked at the next replay), parameters moving, the shape limit, saved tensors in use and
 the step marker, one pool per program.
 
 The capture is emulated (:class:`EmulatedCapture`): "recording" runs the graph once and
@@ -129,9 +129,66 @@ def test_outputs_are_copied_out_so_an_older_one_stays_right(
     assert len({o.data_ptr() for o in outs}) == 4
 
 
+def _revocable(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A torch that can revoke a storage (the CUDA build's), emulated: the addresses of
+    the storages revoked, in order (a real revocation makes every read raise)."""
+    from ember.runtime import _torch
+
+    revoked: list[int] = []
+    monkeypatch.setattr(_torch, "can_revoke_storage", lambda: True)
+    monkeypatch.setattr(_torch, "revoke_storage",
+                        lambda storage, message: revoked.append(storage.data_ptr()))
+    return revoked
+
+
+def test_with_revocable_storages_outputs_are_views_revoked_before_the_next_replay(
+        linear: tuple[Program, torch.Tensor, torch.Tensor],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    program, w, b = linear
+    revoked = _revocable(monkeypatch)
+    fn, graphs, _ = _graphed(program)
+    with torch.no_grad():
+        fn([torch.randn(2, 4), w, b])  # warm-up: the plain code's own result
+        x, y = torch.randn(2, 4), torch.randn(2, 4)
+        (first,) = fn([x, w, b])  # recorded, replayed: a view of the static result
+        torch.testing.assert_close(first, _linear_tanh(x, w, b))
+        assert revoked == []
+        (second,) = fn([y, w, b])
+    assert first.data_ptr() == second.data_ptr()  # no copy
+    assert first.untyped_storage()._cdata != second.untyped_storage()._cdata
+    assert revoked == [first.data_ptr()]  # the first call's storage, before the replay
+    torch.testing.assert_close(second, _linear_tanh(y, w, b))
+    with patch(cudagraph_copy_outputs=True), torch.no_grad():  # the user asked for copies
+        (third,) = fn([x, w, b])
+    assert third.data_ptr() != second.data_ptr() and len(revoked) == 2
+    assert graphs.stats.replays == 3
+
+
+def test_an_output_passed_back_in_is_read_before_it_is_revoked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    revoked = _revocable(monkeypatch)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * 2
+
+    program = compile_program(_record(step, [torch.randn(3)], {}), "inductor").program
+    fn, _, _ = _graphed(program)
+    x = expected = torch.randn(3)
+    with torch.no_grad():
+        for _ in range(5):  # x = f(x): each call reads the previous call's output
+            (x,) = fn([x])
+            expected = step(expected)
+            torch.testing.assert_close(x, expected)
+    assert len(revoked) == 3
+
+
+@pytest.mark.parametrize("revocable", [False, True], ids=["copies", "views"])
 def test_training_three_steps_match_eager_gradients(
-        linear: tuple[Program, torch.Tensor, torch.Tensor]) -> None:
+        linear: tuple[Program, torch.Tensor, torch.Tensor], revocable: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # with views, gradients are copies all the same (autograd keeps them as .grad)
     program, w0, b0 = linear
+    revoked = _revocable(monkeypatch) if revocable else []
     fn, graphs, capture = _graphed(program)
     w, b = w0.detach().clone().requires_grad_(), b0.detach().clone().requires_grad_()
     we, be = w0.detach().clone().requires_grad_(), b0.detach().clone().requires_grad_()
@@ -149,6 +206,7 @@ def test_training_three_steps_match_eager_gradients(
     assert set(graphs.graphs) == {"forward", "backward"}
     assert graphs.stats.recordings == 2 and graphs.stats.replays == 4
     assert capture.recorded_in == [capture.pools[0]] * 2  # one pool for both graphs
+    assert len(revoked) == (1 if revocable else 0)  # the forward's output, third step
 
 
 def test_a_parameter_in_new_storage_is_recorded_again(

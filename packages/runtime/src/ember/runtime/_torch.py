@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import sympy
 import torch
@@ -50,6 +50,7 @@ __all__ = [
     "ValueRanges",
     "assert_async",
     "bound_sympy",
+    "can_revoke_storage",
     "heuristics_unguarded",
     "symbolic_meta_kernels",
     "input_source",
@@ -61,8 +62,10 @@ __all__ = [
     "op_schema",
     "overload_name",
     "pytree",
+    "revoke_storage",
     "runtime_asserts",
     "statically_true",
+    "storage_alias",
     "symbol_hint",
     "symbol_range",
     "sympy_functions",
@@ -255,3 +258,25 @@ def _contiguous(t: object) -> bool:
 def runtime_asserts(shape_env: ShapeEnv) -> list[sympy.Basic]:
     """The relations torch defers to run time (on data-dependent symbols)."""
     return [ra.expr for ras in shape_env.deferred_runtime_asserts.values() for ra in ras]
+
+
+def can_revoke_storage() -> bool:
+    """Whether this torch can make a storage raise on every access to its data
+    (``torch._C._set_storage_access_error_msg``: CUDA builds; the CPU build has none)."""
+    return hasattr(torch._C, "_set_storage_access_error_msg")
+
+
+def storage_alias(t: torch.Tensor) -> torch.UntypedStorage:
+    """A second storage object over ``t``'s memory that does not own it (freeing it frees
+    nothing; :func:`revoke_storage` on it leaves ``t``'s own storage readable)."""
+    storage = t.untyped_storage()
+    alias = torch._C._construct_storage_from_data_pointer(
+        storage.data_ptr(), t.device, storage.nbytes())
+    return cast(torch.UntypedStorage, alias)
+
+
+def revoke_storage(storage: torch.UntypedStorage, message: str) -> None:
+    """Every later access to the data of a tensor on ``storage`` raises ``message``
+    (its sizes and strides stay readable). Only where :func:`can_revoke_storage`."""
+    holder = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+    getattr(torch._C, "_set_storage_access_error_msg")(holder, message)

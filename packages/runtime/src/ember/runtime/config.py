@@ -42,6 +42,9 @@ variable                       meaning                                   default
 ``EMBER_CUDAGRAPH_SHAPES``     input shapes a graph is recorded for      ``8``
                                (``reduce-overhead``); later ones run
                                plain
+``EMBER_CUDAGRAPH_COPY_OUTPUTS`` ``1``: a replay's outputs are copies    ``0``
+                               (kept across calls) instead of views a
+                               later replay revokes (``reduce-overhead``)
 ``EMBER_COMPILE_THREADS``      threads that build one program's kernels  ``0``
                                (0: one a CPU, at most 32; 1: serial)
 =============================  ========================================  ================
@@ -82,6 +85,7 @@ class Config:
     debug_dir: Path | None = None
     trust_artifacts: bool = False
     cudagraph_shapes: int = 8
+    cudagraph_copy_outputs: bool = False
     compile_threads: int = 0
 
     @staticmethod
@@ -106,6 +110,7 @@ class Config:
             debug_dir=Path(debug_dir).expanduser() if debug_dir else None,
             trust_artifacts=_parse_bool(env, "EMBER_TRUST_ARTIFACTS", False),
             cudagraph_shapes=_parse_int(env, "EMBER_CUDAGRAPH_SHAPES", 8, minimum=0),
+            cudagraph_copy_outputs=_parse_bool(env, "EMBER_CUDAGRAPH_COPY_OUTPUTS", False),
             compile_threads=_parse_int(env, "EMBER_COMPILE_THREADS", 0, minimum=0),
         )
 

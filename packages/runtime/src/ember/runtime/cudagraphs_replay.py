@@ -8,11 +8,13 @@ A call of a graph with CUDA graphs goes (per input signature, ``cudagraphs_input
    captured into a ``torch.cuda.CUDAGraph`` in the model's pool, then replayed;
 3. later calls: inputs copied in, one replay.
 
-**Outputs are copied out.** A replay writes its results where the recording put them,
-so the next replay overwrites them. Ember returns copies of the user-visible outputs
-(and of gradients, which autograd may keep as ``.grad``): a result held across calls
-stays right, at the cost of one device copy per output. The tensors a forward saves for
-its backward are not copied; :mod:`ember.runtime.cudagraphs_pool` keeps track of them.
+**Outputs are views, revoked at the next replay.** A replay writes its results where the
+recording put them, so the next replay overwrites them. A forward graph's user outputs
+are handed out without a copy, and reading one kept until its recording replays again
+raises (:mod:`ember.runtime.cudagraphs_outputs`; a torch that cannot revoke a storage
+gets copies). Gradients, which autograd may keep as ``.grad``, are copied. The tensors a
+forward saves for its backward are not copied; :mod:`ember.runtime.cudagraphs_pool`
+keeps track of them.
 Mutated inputs are returned as views of the static results: ``ProgramCallable`` copies
 them back into the caller's inputs right after the replay.
 
@@ -24,7 +26,7 @@ re-recordings its signature runs plain.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import torch
@@ -42,6 +44,7 @@ from ember.runtime.cudagraphs_policy import (
     SHAPE_LIMIT,
     STORAGE_CHANGES,
 )
+from ember.runtime.cudagraphs_outputs import HandedOutputs, aliasing_supported
 from ember.runtime.cudagraphs_pool import ModelGraphs, SavedHold
 from ember.runtime.ir import InputSpec, OutputKind
 from ember.runtime.logs import log
@@ -116,6 +119,7 @@ class Recording:
     replay: Callable[[], None]
     outputs: list[Any]
     stable: set[int]  # inputs kept in place for their stable address (no parameters)
+    handed: HandedOutputs = field(default_factory=HandedOutputs)  # the latest replay's
 
 
 class GraphedExecutor:
@@ -208,6 +212,8 @@ class GraphedExecutor:
                 return self._run_plain(inputs, RECORDING_FAILED, first_line)
         else:
             recording.inputs.load(inputs)
+        # NOTE: after the inputs are loaded: one of them may be an output it revokes
+        recording.handed.revoke()
         recording.replay()
         model.stats.replays += 1
         return self._results(recording)
@@ -271,6 +277,7 @@ class GraphedExecutor:
     def _results(self, recording: Recording) -> list[Any]:
         results: list[Any] = []
         saved: list[torch.Tensor] = []
+        views = self.graph_name == "forward" and aliasing_supported()
         for i, value in enumerate(recording.outputs):
             kind = self.output_kinds[i] if i < len(self.output_kinds) else OutputKind.USER_OUTPUT
             if not isinstance(value, torch.Tensor):
@@ -281,6 +288,8 @@ class GraphedExecutor:
                 results.append(alias)
             elif kind is OutputKind.MUTATED_INPUT:
                 results.append(value.detach())
+            elif views and value.data_ptr() in self.model.pool_outputs:
+                results.append(recording.handed.hand_out(value))
             else:
                 results.append(value.clone())
         self.last_hold = self.model.hold(recording.sequence, saved)
