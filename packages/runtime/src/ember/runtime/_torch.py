@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
@@ -260,10 +261,24 @@ def runtime_asserts(shape_env: ShapeEnv) -> list[sympy.Basic]:
     return [ra.expr for ras in shape_env.deferred_runtime_asserts.values() for ra in ras]
 
 
+@functools.cache
 def can_revoke_storage() -> bool:
-    """Whether this torch can make a storage raise on every access to its data
-    (``torch._C._set_storage_access_error_msg``: CUDA builds; the CPU build has none)."""
-    return hasattr(torch._C, "_set_storage_access_error_msg")
+    """Whether this torch can make a storage raise on every access to its data, checked
+    once on a one-element CUDA tensor (``torch._C._set_storage_data_ptr_access_error_msg``,
+    which torch.compile's CUDA graphs use for the same purpose, is in CUDA builds only;
+    the per-tensor ``_set_storage_access_error_msg`` leaves other tensors on the storage
+    readable, found on the H200)."""
+    setter = getattr(torch._C, "_set_storage_data_ptr_access_error_msg", None)
+    if setter is None or not torch.cuda.is_available():
+        return False
+    probe = torch.zeros(1, device="cuda")
+    view = torch.empty(0, device="cuda").set_(storage_alias(probe))
+    setter(view.untyped_storage()._cdata, "probe")
+    try:
+        view.sum()
+    except RuntimeError:
+        return probe.sum().item() == 0  # the owner's own storage still reads
+    return False
 
 
 def storage_alias(t: torch.Tensor) -> torch.UntypedStorage:
@@ -276,7 +291,6 @@ def storage_alias(t: torch.Tensor) -> torch.UntypedStorage:
 
 
 def revoke_storage(storage: torch.UntypedStorage, message: str) -> None:
-    """Every later access to the data of a tensor on ``storage`` raises ``message``
-    (its sizes and strides stay readable). Only where :func:`can_revoke_storage`."""
-    holder = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-    getattr(torch._C, "_set_storage_access_error_msg")(holder, message)
+    """Every later access to the data of any tensor on ``storage`` raises ``message``
+    (sizes and strides stay readable). Only where :func:`can_revoke_storage`."""
+    getattr(torch._C, "_set_storage_data_ptr_access_error_msg")(storage._cdata, message)
