@@ -73,6 +73,38 @@ def test_non_differentiable_output() -> None:
     torch.testing.assert_close(model.lin.weight.grad, expected)
 
 
+def test_batch_norm_running_statistics_take_no_tangent() -> None:
+    # the decomposed batch norm computes the new running statistics from the batch's:
+    # they look differentiable, but ATen defines them as not (non_differentiable.py)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.BatchNorm2d(4), torch.nn.ReLU()).train()
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 4, 5, 5, requires_grad=True)
+    program, run = compile_module(model, x)
+    kinds = [s.kind for s in program.signature.outputs["forward"]]
+    assert OutputKind.MUTATED_INPUT in kinds
+    assert program.metadata["aot"]["differentiable_outputs"] == [0]  # type: ignore[index]
+    tangents = [p for p in program.graphs["backward"].placeholders if p.name.startswith("tangent")]
+    assert len(tangents) == 1, [p.name for p in tangents]
+    model.load_state_dict(reference.state_dict())
+    xc = x.detach().clone().requires_grad_()
+    (run(xc)[0] ** 2).sum().backward()
+    (reference(x) ** 2).sum().backward()
+    torch.testing.assert_close(xc.grad, x.grad)
+    torch.testing.assert_close(model[0].running_mean, reference[0].running_mean)
+    assert not model[0].running_mean.requires_grad
+
+
+def test_the_non_differentiable_table_names_the_running_statistics() -> None:
+    from ember.aot.non_differentiable import NON_DIFFERENTIABLE_OUTPUTS
+
+    for name, positions in NON_DIFFERENTIABLE_OUTPUTS.items():
+        op = getattr(getattr(torch.ops.aten, name.split("::")[1].split(".")[0]), "default")
+        returns = [r.name for r in op._schema.returns]
+        assert sorted(returns[i] for i in positions) == ["running_mean_out",
+                                                         "running_var_out"], (name, returns)
+
+
 def test_saved_tensors_are_labelled() -> None:
     program, _ = compile_module(mlp(), torch.randn(8, 16))
     kinds = [s.kind for s in program.signature.outputs["forward"]]

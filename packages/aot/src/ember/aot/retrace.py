@@ -21,6 +21,7 @@ from ember.aot._torch import (
     current_autograd_node,
     has_composite_implicit_kernel,
 )
+from ember.aot.non_differentiable import non_differentiable_outputs
 from ember.aot.retrace_inputs import (
     add_inputs,
     add_tangent,
@@ -296,11 +297,16 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
         # its re-traced value does not (eager's ``copy_`` into a tensor that requires
         # grad: the result's gradient does not reach that tensor): it takes a tangent
         # that contributes nothing, so the caller still gets a differentiable result.
+        # NOTE: an output an op defines as non-differentiable (BatchNorm's new running
+        # statistics, which the decomposition computes from the batch's statistics)
+        # takes no tangent: eager's autograd gives it none, and its tangent would be
+        # zeros the backward adds up for nothing (non_differentiable.py)
         captured = _captured_requires_grad(graph)
+        never = non_differentiable_outputs(graph)
         differentiable = [
             i for i, (o, s) in enumerate(zip(outputs, out_specs))
             if s.kind in (OutputKind.USER_OUTPUT, OutputKind.MUTATED_INPUT)
-            and isinstance(o, torch.Tensor)
+            and isinstance(o, torch.Tensor) and i not in never
             and (o.requires_grad or (captured[i] and (o.dtype.is_floating_point
                                                       or o.dtype.is_complex)))
         ]
