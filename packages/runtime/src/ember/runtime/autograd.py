@@ -96,8 +96,9 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx: Any, runner: TrainingRunner, *inputs: Any) -> tuple[Any, ...]:
         results = runner.forward(list(inputs))
         outputs, saved = results[: runner.n_outputs], results[runner.n_outputs:]
-        written = [inputs[i] for i in runner.written_inputs
-                   if isinstance(inputs[i], torch.Tensor)]
+        written = {inputs[i].untyped_storage().data_ptr() for i in runner.written_inputs
+                   if isinstance(inputs[i], torch.Tensor)}
+        written.discard(0)
         saved = [_keep_from_copy_back(s, written) for s in saved]
         tensors = [s for s in saved if isinstance(s, torch.Tensor)]
         ctx.save_for_backward(*tensors)
@@ -174,13 +175,13 @@ def _tangent_dependencies(graph: Graph, n_saved: int) -> list[frozenset[int]]:
             for v in graph.output_values]
 
 
-def _keep_from_copy_back(value: Any, written: list[torch.Tensor]) -> Any:
+def _keep_from_copy_back(value: Any, written: set[int]) -> Any:
     """``value``, or a copy of it if it shares memory with an input the caller will
-    overwrite (the backward graph needs the value from before the write)."""
+    overwrite (``written``: those inputs' storage addresses; the backward graph needs
+    the value from before the write)."""
     if not isinstance(value, torch.Tensor) or not written:
         return value
-    ptr = value.untyped_storage().data_ptr()
-    if ptr and any(w.untyped_storage().data_ptr() == ptr for w in written):
+    if value.untyped_storage().data_ptr() in written:
         return value.detach().clone()
     return value
 
