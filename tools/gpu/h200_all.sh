@@ -40,9 +40,13 @@ tests)
         2>&1 | tee "$OUT/frontend_py312.log" | tail -25
     ;;
 bench)
+    # files named after the run's kind, so that two runs in one call keep both
+    name=bench_full
+    case "${BENCH_ARGS:-}" in *--train*) name=bench_train ;; esac
+    case "${BENCH_ARGS:-}" in *reduce-overhead*) name=${name}_reduce_overhead ;; esac
     timeout "${BENCH_TIMEOUT:-480}" python3 tools/bench.py --device cuda --suite full \
-        --compilers eager,torch,ember --json "$OUT/bench_full.json" --markdown "$OUT/bench_full.md" \
-        ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_full.log" | tail -60
+        --compilers eager,torch,ember --json "$OUT/$name.json" --markdown "$OUT/$name.md" \
+        ${BENCH_ARGS:-} 2>&1 | tee "$OUT/$name.log" | tail -60
     ;;
 dynamic)
     timeout "${BENCH_TIMEOUT:-540}" python3 tools/bench.py --device cuda --suite full --no-cold \
