@@ -5,6 +5,7 @@ config table, and that backends without templates (C++) keep calling ATen."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -49,11 +50,9 @@ def _schedule(fn: Callable[..., Any], inputs: Sequence[torch.Tensor],
     def lower(idle: frozenset[str]) -> LoweredGraph:
         return GraphLowering(program, extern_matmuls=idle).run()
 
-    with triton_for_cpu(matmul_templates=templates):
-        if forced is None:
-            return format_schedule(lower_and_schedule(lower)[1])
-        with forced_matmul(forced):
-            return format_schedule(lower_and_schedule(lower)[1])
+    choice = contextlib.nullcontext() if forced is None else forced_matmul(forced)
+    with triton_for_cpu(matmul_templates=templates), choice:
+        return format_schedule(lower_and_schedule(lower)[1])
 
 
 def _block(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor

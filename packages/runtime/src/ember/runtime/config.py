@@ -14,40 +14,41 @@ Tests override settings for a block with :func:`patch`::
 Environment variables (read when this module is first imported; :func:`reload`
 re-reads them):
 
-=============================  ========================================  ================
-variable                       meaning                                   default
-=============================  ========================================  ================
-``EMBER_LOGS``                 comma list of log topics, or ``all``;     (none)
-                               an unknown topic warns once, is ignored
-``EMBER_SERIALIZE_BOUNDARIES`` save and re-load the program between      ``0``
-                               stages, verifying each dialect
-``EMBER_CACHE_DIR``            the on-disk compile cache                 ``~/.cache/ember``
-``EMBER_CACHE``                ``0`` disables the compile cache          ``1``
-                               (kernels and whole programs)
-``EMBER_PROGRAM_CACHE``        ``0`` disables the whole-program cache     ``1``
-                               only (kernels stay cached)
-``EMBER_CAPTURE_CACHE``        ``0`` disables the frontend's capture      ``1``
-                               cache only (on with the program cache)
-``EMBER_REMOTE_CACHE``         a shared program cache,                   (unset)
-                               ``redis://[:PASSWORD@]HOST[:PORT][/DB]``
-``EMBER_REMOTE_CACHE_KEY``     the secret that signs remote entries       (unset)
-                               (HMAC-SHA256; required with the above)
-``EMBER_RECOMPILE_LIMIT``      recompiles per code object before the     ``8``
-                               frontend falls back to eager
-``EMBER_DEBUG_DIR``            if set, the pipeline writes the program   (unset)
-                               after each stage there
-``EMBER_TRUST_ARTIFACTS``      ``1``: run compiled artifacts loaded      ``0``
-                               from files without ``trusted=True``
-                               (they are code: trust their source)
-``EMBER_CUDAGRAPH_SHAPES``     input shapes a graph is recorded for      ``8``
-                               (``reduce-overhead``); later ones run
-                               plain
-``EMBER_CUDAGRAPH_COPY_OUTPUTS`` ``1``: a replay's outputs are copies    ``0``
-                               (kept across calls) instead of views a
-                               later replay revokes (``reduce-overhead``)
-``EMBER_COMPILE_THREADS``      threads that build one program's kernels  ``0``
-                               (0: one a CPU, at most 32; 1: serial)
-=============================  ========================================  ================
+================================  ========================================  ================
+variable                          meaning                                   default
+================================  ========================================  ================
+``EMBER_LOGS``                    comma list of log topics, or ``all``;     (none)
+                                  an unknown topic warns once, is ignored
+``EMBER_SERIALIZE_BOUNDARIES``    save and re-load the program between      ``0``
+                                  stages, verifying each dialect
+``EMBER_CACHE_DIR``               the on-disk compile cache                 ``~/.cache/ember``
+``EMBER_CACHE``                   ``0`` disables the compile cache          ``1``
+                                  (kernels and whole programs)
+``EMBER_PROGRAM_CACHE``           ``0`` disables the whole-program cache     ``1``
+                                  only (kernels stay cached)
+``EMBER_CAPTURE_CACHE``           ``0`` disables the frontend's capture      ``1``
+                                  cache only (on with the program cache)
+``EMBER_REMOTE_CACHE``            a shared program cache,                   (unset)
+                                  ``redis://[:PASSWORD@]HOST[:PORT][/DB]``
+``EMBER_REMOTE_CACHE_KEY``        the secret that signs remote entries       (unset)
+                                  (HMAC-SHA256; required with the above)
+``EMBER_RECOMPILE_LIMIT``         recompiles per code object before the     ``8``
+                                  frontend falls back to eager
+``EMBER_DEBUG_DIR``               if set, the pipeline writes the program   (unset)
+                                  after each stage there
+``EMBER_TRUST_ARTIFACTS``         ``1``: run compiled artifacts loaded      ``0``
+                                  from files without ``trusted=True``
+                                  (they are code: trust their source)
+``EMBER_CUDAGRAPH_SHAPES``        input shapes a graph is recorded for      ``8``
+                                  (``reduce-overhead``); later ones run
+                                  plain
+``EMBER_CUDAGRAPH_COPY_OUTPUTS``  ``1``: a replay's outputs are copies      ``0``
+                                  (kept across calls) instead of views a
+                                  later replay revokes
+                                  (``reduce-overhead``)
+``EMBER_COMPILE_THREADS``         threads that build one program's kernels  ``0``
+                                  (0: one a CPU, at most 32; 1: serial)
+================================  ========================================  ================
 
 To add a knob: add a field to :class:`Config`, read it in :meth:`Config.from_env`, and
 add a row to the table above.

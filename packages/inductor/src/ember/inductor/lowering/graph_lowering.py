@@ -106,8 +106,7 @@ class GraphLowering:
 
     def __init__(self, program: Program, graph_name: str = "forward",
                  device: torch.device | None = None, eager: bool = False,
-                 eager_random: bool = False,
-                 extern_matmuls: frozenset[str] = frozenset()) -> None:
+                 eager_random: bool = False, extern_matmuls: frozenset[str] = frozenset()) -> None:
         self.program = program
         self.extern_matmuls = extern_matmuls
         self.graph = program.graphs[graph_name]
@@ -488,12 +487,16 @@ class GraphLowering:
                              {k: self._arg(v) for k, v in node.kwargs.items()}, metas)
         return self._emit_extern(call, fallback, reason)
 
+    def log_fallback(self, origin: str, op: str, reason: str = "") -> None:
+        """Log eager op ``op`` run for node(s) ``origin`` (the caller counts it)."""
+        tail = f": {reason}" if reason else ""
+        log("fallbacks", f"{self.graph_name}:{origin} {op} runs eagerly{tail}")
+
     def _emit_extern(self, call: ExternRequest, fallback: bool, reason: str) -> Any:
         node = call.node
         if fallback:
             self.fallbacks[node.target] += 1
-            log("fallbacks", f"{self.graph_name}:{node.name} {node.target} runs eagerly"
-                             f"{': ' + reason if reason else ''}")
+            self.log_fallback(node.name, str(node.target), reason)
         args = [self.extern_arg(a) for a in call.args]
         kwargs = {k: self.extern_arg(v) for k, v in call.kwargs.items()}
         multi = isinstance(node.meta, tuple)

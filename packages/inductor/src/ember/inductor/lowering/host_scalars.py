@@ -52,7 +52,6 @@ from ember.inductor.lowering.extern_args import (
 from ember.inductor.lowering.registry import NotLowerable
 from ember.inductor.lowering.values import Lazy, Stored
 from ember.inductor.lowering.written_args import input_written_in_place
-from ember.runtime.logs import log
 from ember.runtime.ir import (
     Graph,
     IRFormatError,
@@ -222,7 +221,7 @@ class HostScalars:
             low.buffers[name] = dataclasses.replace(info, name=name, kind="extern")
             low.fallbacks[node.target] += 1
             note = f"the cpu scalar input {buffer}'s new value, written in place"
-            log("fallbacks", f"{low.graph_name}:{node.name} {target} runs eagerly: {note}")
+            low.log_fallback(node.name, target, note)
             low.nodes.append(ExternCall(
                 target, args, kwargs, [name], [(info.dtype, (), ())],
                 extern_reads(args, kwargs), True, False, (node.name,), note, mutates=(buffer,)))
@@ -241,8 +240,8 @@ class HostScalars:
         for node, _ in group:
             low.fallbacks[node.target] += 1
         note = f"the {len(buffers)} cpu scalar counters' new values, written in place"
-        log("fallbacks", f"{low.graph_name}:{','.join(node.name for node, _ in group)} "
-                         f"aten::_foreach_add_.Scalar runs eagerly: {note}")
+        low.log_fallback(",".join(node.name for node, _ in group),
+                         "aten::_foreach_add_.Scalar", note)
         low.nodes.append(ExternCall(
             "aten::_foreach_add_.Scalar", args, {}, [low.fresh()], [None],
             extern_reads(args, {}), True, False, tuple(node.name for node, _ in group),

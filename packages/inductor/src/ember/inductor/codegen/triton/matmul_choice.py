@@ -145,9 +145,10 @@ def heuristic_choice(problem: MatmulProblem, tma: bool | None = None) -> str:
         return EXTERN
     # the class's configs come fastest first: the first whose last wave is about as full
     # as the fullest's
-    best = max(wave_efficiency(problem, c) for c in filling)
-    config = next(c for c in filling if wave_efficiency(problem, c) >= best - WAVE_TOLERANCE)
-    efficiency = (TMA_EFFICIENCY if tma else TEMPLATE_EFFICIENCY) * wave_efficiency(problem, config)
+    waves = [wave_efficiency(problem, c) for c in filling]
+    pick = next(i for i, w in enumerate(waves) if w >= max(waves) - WAVE_TOLERANCE)
+    config = filling[pick]
+    efficiency = (TMA_EFFICIENCY if tma else TEMPLATE_EFFICIENCY) * waves[pick]
     if template_deficit(problem, efficiency) > fusion_saving(problem):
         return EXTERN
     return config.name
