@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,7 +19,9 @@ from ember.inductor.loop_ir import Store
 from ember.inductor.lowering.extern_args import ConstantArg, ListArg, TensorArg
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.lowering.layout import is_channels_last, storage_order
-from ember.inductor.scheduler import KernelStep, schedule
+from ember.inductor.lowering.values import Stored
+from ember.inductor.scheduler import KernelStep, format_schedule, schedule
+from ember.runtime.ir import Node, TensorMeta
 from helpers import compile_fn, trace
 
 
@@ -122,36 +125,101 @@ def test_consumers_of_a_realized_value_read_its_buffer() -> None:
     torch.testing.assert_close(run(x, w)[0], f(x, w), rtol=1e-5, atol=1e-5)
 
 
-def test_misaligned_matmuls_run_padded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On CUDA a matmul with result rows that are not 16-byte multiples runs on a padded
-    right operand (forced on the CPU here): same values, eager's strides for outputs."""
+def _pad_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Matmul padding forced on the CPU for any size (on CUDA: big matmuls only)."""
     from ember.inductor.codegen.cpp.backend import CppBackend
     from ember.inductor.lowering import matmul_padding
 
     monkeypatch.setattr(CppBackend, "pads_unaligned_matmuls", True)
     monkeypatch.setattr(matmul_padding, "PAD_MATMUL_MIN_NUMEL", 1)
+    monkeypatch.setattr(matmul_padding, "PAD_MIN_INTENSITY", 0.0)
+
+
+def test_misaligned_matmuls_run_padded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA a matmul with unaligned dims runs on zero-padded operands (forced on the
+    CPU here): same values, eager's strides for outputs."""
+    _pad_everything(monkeypatch)
 
     def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor,
           z: torch.Tensor) -> tuple[torch.Tensor, ...]:
         logits = x @ w.t()                      # mm, 37 columns
         biased = torch.addmm(b, x, w.t())       # addmm, bias padded too
-        batched = torch.bmm(y, z)               # bmm, 5 columns
+        batched = torch.bmm(y, z)               # bmm: 4 x 3 @ 3 x 5 (K and N)
         return logits, biased.relu() * 2, batched
 
     torch.manual_seed(0)
     inputs = [torch.randn(6, 8), torch.randn(37, 8), torch.randn(37), torch.randn(2, 4, 3),
               torch.randn(2, 3, 5)]
     lowered = GraphLowering(trace(f, inputs)).run()
-    pads = [n for n in lowered.nodes if isinstance(n, ExternCall)
-            and n.target == "aten::constant_pad_nd.default"]
-    assert len(pads) == 4  # w twice, the bias, z
-    # 37 -> 40 columns of float32
-    assert ListArg((ConstantArg(0), ConstantArg(3))) in [p.args[1] for p in pads]
+    assert format_schedule(schedule(lowered)).splitlines()[:7] == [
+        "kernel0 [8, 40]: buf0 (pointwise); loads arg1; stores buf0",  # w.t() padded once
+        "extern aten::mm.default(arg0, buf0) -> buf1",
+        "kernel1 [40]: buf2 (pointwise); loads arg2; stores buf2",  # the bias
+        "extern aten::addmm.default(arg0, buf0, buf2) -> buf3",
+        "kernel2 [2, 4, 4]: buf4 (pointwise); loads arg3; stores buf4",  # y along K
+        "kernel3 [2, 4, 8]: buf5 (pointwise); loads arg4; stores buf5",  # z along K and N
+        "extern aten::bmm.default(buf4, buf5) -> buf6"]
+    externs = [n for n in lowered.nodes if isinstance(n, ExternCall)]
+    assert [n.note for n in externs] == [
+        "padded for aligned loads: N 37 -> 40; the result is a view of the first 6 x 37",
+        "padded for aligned loads: N 37 -> 40; the result is a view of the first 6 x 37",
+        "padded for aligned loads: N 5 -> 8, K 3 -> 4; the result is a view of the "
+        "first 4 x 5"]
+    assert [a for a in externs[1].args if isinstance(a, TensorArg)][0].buffer == "buf2"
     compiled, run = compile_fn(f, *inputs)
     for got, want in zip(run(*inputs), f(*inputs)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
         assert got.stride() == want.stride()
     assert compiled.metadata["fallbacks"] == {}
+
+
+def test_an_lm_heads_backward_pads_its_gradient_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT-2's LM head backward: ``d @ w`` (K unaligned) and ``d.t() @ h`` (M unaligned,
+    the left operand column-major) read one zero-padded copy of ``d``."""
+    _pad_everything(monkeypatch)
+
+    def f(d: torch.Tensor, w: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return d @ w, d.t() @ h
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(16, 37), torch.randn(37, 24), torch.randn(16, 24)]
+    lowered = GraphLowering(trace(f, inputs)).run()
+    assert format_schedule(schedule(lowered)).splitlines() == [
+        "kernel0 [16, 40]: buf0 (pointwise); loads arg0; stores buf0",
+        "kernel1 [40, 24]: buf1 (pointwise); loads arg1; stores buf1",
+        "extern aten::mm.default(buf0, buf1) -> buf2",
+        "extern aten::mm.default(arg2, buf0) -> buf3"]
+    second = [n for n in lowered.nodes if isinstance(n, ExternCall)][1]
+    assert second.args[0] == TensorArg("buf0", ((40, 16), (1, 40), 0))  # dᵀ, padded
+    _, run = compile_fn(f, *inputs)
+    for got, want in zip(run(*inputs), f(*inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert got.stride() == want.stride()
+
+
+def test_only_compute_bound_matmuls_pad_m_and_k() -> None:
+    """The padding plan on the H200's backend: N is padded for a big result; M and K only
+    when the matmul is compute-bound (a skinny one reads its operands once anyway)."""
+    from ember.inductor.lowering import matmul_padding
+    from ember.inductor.lowering.context import ExternRequest
+
+    def plan(m: int, k: int, n: int, a_col: bool = False) -> object:
+        a_strides = (1, m) if a_col else (k, 1)
+        a = Stored("a", torch.bfloat16, (m, k), a_strides)
+        b = Stored("b", torch.bfloat16, (k, n), (n, 1))
+        node = Node("mm", "call_function", "aten::mm.default")
+        meta = TensorMeta(torch.bfloat16, (m, n), (n, 1), torch.device("cuda"))
+        call = ExternRequest(node, (a, b), {}, (meta,))
+        ctx = SimpleNamespace(device=torch.device("cuda"), is_realized=lambda v: False)
+        return matmul_padding.plan_padding(ctx, call)  # type: ignore[arg-type]
+
+    Padding = matmul_padding.MatmulPadding
+    assert plan(8192, 50257, 768) == Padding(None, None, 50264)  # dlogits @ W
+    assert plan(50257, 8192, 768, a_col=True) == Padding(50264, None, None)  # dlogitsᵀ @ h
+    assert plan(8192, 768, 50257) == Padding(None, 50264, None)  # the forward
+    assert plan(50257, 8192, 768) is None  # row-major: M is not a contiguous extent
+    assert plan(1 << 20, 37, 8) is None  # memory-bound: K stays
+    assert plan(64, 64, 64) is None  # small
 
 
 def test_four_d_values_not_from_convolutions_stay_row_major() -> None:
