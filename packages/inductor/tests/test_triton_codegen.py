@@ -232,6 +232,30 @@ def test_split_column_reduction_matches_eager(monkeypatch: pytest.MonkeyPatch) -
     assert "_partial(" in src
 
 
+def test_a_column_reduction_over_a_checked_gather_still_splits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An embedding recomputed inside a column reduction (GPT-2's first layer norm's
+    weight gradient in the backward) checks its indexes inside the reduction loop: the
+    check's stores run in the partial kernel, so the reduction still splits (unsplit: 2
+    programs, 440 us on the H200) and a bad index still raises."""
+    from ember.inductor.codegen.triton import heuristics
+
+    monkeypatch.setattr(heuristics, "COLUMN_TARGET_PROGRAMS", 8)
+
+    def fn(ids: torch.Tensor, w: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return (F.embedding(ids, w) * g).sum(0)
+
+    ids, w, g = torch.randint(0, 50, (4096,)), torch.randn(50, 40), torch.randn(4096, 40)
+    _, sources, run = _compile(fn, ids, w, g)
+    (src,) = sources
+    assert "_partial(" in src and "kernel_errors" in src.split("def kernel0(")[0]
+    torch.testing.assert_close(run(ids, w, g)[0], fn(ids, w, g), rtol=1e-3, atol=1e-3)
+    bad = ids.clone()
+    bad[3000] = 50
+    with pytest.raises(IndexError, match="index 50 is out of bounds"):
+        run(bad, w, g)
+
+
 def test_merge_dims_groups_ranges_indexed_as_one_flat_variable() -> None:
     from ember.inductor.codegen.triton.ranges import linear_form, merge_dims
     from ember.inductor.loop_ir import floordiv

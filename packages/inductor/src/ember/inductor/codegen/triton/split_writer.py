@@ -7,7 +7,7 @@ over ``(programs, split)`` reduces chunk ``rsplit`` of each row into a workspace
 results of each row and runs the kernel's epilogue (the statements after the reduction).
 
 Only one-pass kernels of sum/prod/max/min/any/all split (:func:`splittable`); others run
-as looped reductions.
+as looped reductions. A run-time check's stores inside the pass run in the partial kernel.
 """
 
 from __future__ import annotations
@@ -26,14 +26,18 @@ from ember.inductor.codegen.triton.kernel_writer import KernelWriter
 from ember.inductor.codegen.triton.reduction_layout import column_element_bytes
 from ember.inductor.codegen.triton.sizes import SizeFacts, blocks, operand_source
 from ember.inductor.loop_ir import Kernel, Reduce, Store, reduction_phases
+from ember.inductor.lowering.checks import ERROR_BUFFER
 from ember.runtime.ir import symbolic
 
 
 def splittable(kernel: Kernel) -> bool:
-    """One pass of sum/prod/max/min/any/all reductions with no stores inside it."""
+    """One pass of sum/prod/max/min/any/all reductions with no stores inside it but a
+    run-time check's (``lowering/checks.py``: an embedding recomputed in a column
+    reduction checks its indexes; each partial program checks the rows it reads)."""
     _, phases = reduction_phases(kernel)
     return len(phases) == 1 and all(
-        not isinstance(s, Store) and not (isinstance(s, Reduce) and s.op in ("argmax", "argmin"))
+        not (isinstance(s, Store) and s.buffer != ERROR_BUFFER)
+        and not (isinstance(s, Reduce) and s.op in ("argmax", "argmin"))
         for s in phases[0].inner
     )
 
