@@ -10,6 +10,7 @@
 #     bash tools/gpu/h200_all.sh sweep    # tools/gpu/matmul_sweep.py: template configs vs cuBLAS
 #     bash tools/gpu/h200_all.sh matmul   # tools/bench_matmul.py: issue #16's matmul suite, bf16
 #     PYTEST_ARGS="-x tests/x.py" bash tools/gpu/h200_all.sh pytest  # chosen tests, one process
+#     PYTEST_ARGS=tests/x.py PYTEST_K="a or b" bash tools/gpu/h200_all.sh pytest  # -k with spaces
 #     SCRIPT_ARGS="tools/gpu/x.py args" bash tools/gpu/h200_all.sh script
 #     MATMUL_FAMILIES=gemm bash tools/gpu/h200_all.sh matmul  # one part (files named after it)
 #     bash tools/gpu/h200_all.sh optimizer  # tools/bench_optimizer.py: 100M-param AdamW step
@@ -91,7 +92,9 @@ profile_generate)
     ;;
 pytest)
     # chosen tests, one process: PYTEST_ARGS="-x integration_tests/test_x.py::test_y"
+    # PYTEST_K: a -k expression with spaces ("a or b"; PYTEST_ARGS is split on spaces)
     timeout "${BENCH_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider -rfE ${PYTEST_ARGS:-} \
+        ${PYTEST_K:+-k "$PYTEST_K"} \
         2>&1 | tee "$OUT/pytest.log" | tail -60
     ;;
 optimizer)

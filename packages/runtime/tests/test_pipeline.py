@@ -115,6 +115,27 @@ def fake_stages(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Program, dic
     return seen
 
 
+def test_each_stage_gets_the_later_stages_pre_grad_passes() -> None:
+    """run_stages hands a backend's later stages' pre-grad passes to each earlier stage
+    (options[PRE_GRAD_PASSES]); the last stage gets none."""
+    from ember.runtime.pipeline import run_stages
+    from ember.runtime.stages import PRE_GRAD_PASSES, PreGradPass
+
+    rewrite = PreGradPass("keep", lambda p: p, lambda p: True)
+
+    class WithPasses(RecordingStage):
+        def pre_grad_passes(self) -> tuple[PreGradPass, ...]:
+            return (rewrite,)
+
+    seen: list[tuple[str, Program, dict[str, object]]] = []
+    first = RecordingStage("aot", "aten", "core-functional", seen)
+    last = WithPasses("inductor", "core-functional", "core-functional", seen)
+    program, _ = mlp_program()
+    run_stages(program, [first, last], {"k": 1})
+    assert [(name, opts) for name, _, opts in seen] == [
+        ("aot", {"k": 1, PRE_GRAD_PASSES: (rewrite,)}), ("inductor", {"k": 1})]
+
+
 def test_list_backends() -> None:
     assert list_backends() == ["eager", "aot_eager", "inductor"]
 

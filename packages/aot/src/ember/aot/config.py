@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ember.runtime.stages import PRE_GRAD_PASSES, PreGradPass
+
 AOT_OPTIONS: dict[str, tuple[type, ...]] = {
     "aot.save_everything": (bool,),
     "aot.recompute_reduction_limit": (int,),
@@ -41,6 +43,9 @@ class AotConfig:
     recompute_reduction_limit: int = 4096
     decompose: bool = True
     training: bool | None = None
+    #: the later stages' rewrites of the decomposed forward before the backward is
+    #: derived (``options[ember.runtime.stages.PRE_GRAD_PASSES]``, set by the pipeline)
+    pre_grad_passes: tuple[PreGradPass, ...] = ()
 
     @staticmethod
     def from_options(options: Mapping[str, Any]) -> AotConfig:
@@ -59,4 +64,4 @@ class AotConfig:
                 raise ValueError(f"unknown aot option {key!r}; known: "
                                  + ", ".join(f"aot.{k}" for k in sorted(known)))
             values[name] = value
-        return AotConfig(**values)
+        return AotConfig(**values, pre_grad_passes=tuple(options.get(PRE_GRAD_PASSES, ())))

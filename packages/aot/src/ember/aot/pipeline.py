@@ -6,7 +6,8 @@ Inference (grad mode off, or no input requires grad)::
 
 Training::
 
-    functionalize → joint forward/backward (re-trace under autograd, decomposing)
+    functionalize → [decompose → the later stages' pre-grad passes, when one fires]
+      → joint forward/backward (re-trace under autograd, decomposing)
       → functionalize → DCE → CSE → min-cut partition → forward, backward
 
 Output signature conventions (see ``packages/aot/README.md``):
@@ -44,6 +45,7 @@ from ember.aot.decompositions import EMBER_DECOMPOSITIONS
 from ember.aot.extern_ops import declare_extern_ops
 from ember.aot.functionalize import functionalize, functionalize_graph
 from ember.aot.partition.mincut import partition, saved_name
+from ember.aot.pre_grad import rewritten_before_grad
 from ember.aot.retrace import retrace, trace_joint
 from ember.aot.symbolic_decompositions import symbolic_decompositions
 from ember.aot.symbolic_sizes import UnboundSizeSymbolError, graph_is_symbolic
@@ -157,6 +159,8 @@ def _inference_program(functional: Program, table: dict[Any, Any]) -> Program:
 
 def _training_program(functional: Program, table: dict[Any, Any],
                       config: AotConfig) -> Program:
+    functional = rewritten_before_grad(
+        functional, config, lambda p: timed("decompose")(_inference_program)(p, table))
     try:
         joint = timed("autograd")(trace_joint)(functional, table)
     except DATA_DEPENDENT_ERRORS as e:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
 from ember.runtime.ir import Program, VerificationError
-from ember.runtime.stages import Stage
+from ember.runtime.stages import PreGradPass, Stage
 
 
 class InductorStage(Stage):
@@ -25,6 +26,14 @@ class InductorStage(Stage):
         "strict": (bool,),
         "eager_random": (bool,),
     }
+
+    def pre_grad_passes(self) -> Sequence[PreGradPass]:
+        """The attention rewrite (``passes/attention.py``), run by the aot stage on a
+        training program's forward before it derives the backward: SDPA's backward
+        then replaces the unfused ops' (the softmax's saved probabilities)."""
+        from ember.inductor.passes.attention import attention_to_sdpa, has_softmax
+
+        return (PreGradPass("attention_to_sdpa", attention_to_sdpa, has_softmax),)
 
     def run(self, program: Program, options: dict[str, Any]) -> Program:
         """Compile ``program`` (see :func:`ember.inductor.compile.compile_program`).

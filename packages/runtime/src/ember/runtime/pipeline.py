@@ -38,7 +38,13 @@ from ember.runtime.ir.contracts import CompileReport
 from ember.runtime.ir.effects import check_may_run
 from ember.runtime.logs import log
 from ember.runtime.phases import phase, profiles_compile
-from ember.runtime.stages import EagerGraphWarning, Stage, StageDeclined, load_stage
+from ember.runtime.stages import (
+    PRE_GRAD_PASSES,
+    EagerGraphWarning,
+    Stage,
+    StageDeclined,
+    load_stage,
+)
 
 BACKENDS: dict[str, tuple[str, ...]] = {
     "eager": (),
@@ -259,7 +265,8 @@ def run_eagerly(program: Program, reason: str) -> Program:
 def run_stages(program: Program, stages: list[Stage], options: dict[str, Any]) -> Program:
     """Verify ``program`` as ``aten``, then run ``stages`` in order, crossing (and, with
     ``EMBER_SERIALIZE_BOUNDARIES``, serializing) a boundary before each stage and after
-    the last.
+    the last. Each stage gets ``options`` plus, under
+    :data:`~ember.runtime.stages.PRE_GRAD_PASSES`, the later stages' pre-grad passes.
 
     Raises:
         VerificationError: a program breaks the dialect it is supposed to be in.
@@ -272,8 +279,12 @@ def run_stages(program: Program, stages: list[Stage], options: dict[str, Any]) -
     program = _cross_boundary(program, "input", "aten")
     for index, stage in enumerate(stages):
         start = time.perf_counter()
+        stage_options = dict(options)
+        later = tuple(p for s in stages[index + 1:] for p in s.pre_grad_passes())
+        if later:
+            stage_options[PRE_GRAD_PASSES] = later
         with phase(stage.name):
-            result = stage.run(program, dict(options))
+            result = stage.run(program, stage_options)
         elapsed = time.perf_counter() - start
         log("stages", f"{stage.name}: {stage.consumes} -> {stage.produces} in {elapsed:.3f}s")
         if result.dialect != stage.produces:

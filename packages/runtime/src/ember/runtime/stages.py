@@ -10,13 +10,32 @@ from __future__ import annotations
 
 import abc
 import functools
-from collections.abc import Mapping
+from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, ClassVar
 
 from ember.runtime.ir import Program
 
 ENTRY_POINT_GROUP = "ember.stages"
+
+PRE_GRAD_PASSES = "pre_grad_passes"
+"""The ``options`` key under which the pipeline passes a stage the later stages'
+:meth:`Stage.pre_grad_passes` (not a user option: ``compile`` rejects it)."""
+
+ProgramPass = Callable[[Program], Program]
+
+
+@dataclass(frozen=True)
+class PreGradPass:
+    """A rewrite a later stage asks an earlier one to run before differentiating
+    (:meth:`Stage.pre_grad_passes`): ``run`` on the forward decomposed to Core ATen,
+    only when ``applies`` (a cheap test of the functional ``aten`` program: the
+    decomposition it needs is a re-trace of the whole forward)."""
+
+    name: str
+    run: ProgramPass
+    applies: Callable[[Program], bool]
 
 # The distribution that provides each stage, for "please install" messages.
 STAGE_DISTRIBUTIONS = {"aot": "ember-aot", "inductor": "ember-inductor", "frontend": "ember-frontend"}
@@ -42,6 +61,20 @@ class Stage(abc.ABC):
             StageDeclined: the program is valid but this stage cannot compile it (not a
                 bug: e.g. its backward needs an op whose output shape depends on data).
         """
+
+
+    def pre_grad_passes(self) -> Sequence[PreGradPass]:
+        """Rewrites this stage asks an earlier stage to run on a training program before
+        it derives the backward (default none).
+
+        The pipeline hands the passes of a backend's later stages to each earlier one
+        under ``options[PRE_GRAD_PASSES]``. The aot stage runs them on the forward
+        decomposed to Core ATen (one ``forward`` graph, no backward yet), so that a fused
+        op a pass introduces (hand-written attention becoming SDPA) is differentiated as
+        that op. A pass returns its input when it changes nothing and counts what it
+        changed in ``metadata["rewrites"]``.
+        """
+        return ()
 
 
 class StageDeclined(Exception):

@@ -11,7 +11,11 @@ matched values and spliced in, and the inductor runs it as an extern call. A rul
 does not fire (logged under ``EMBER_LOGS=patterns`` with the reason) when:
 
 - the program is a training program (it has a ``backward`` graph: the forward's
-  intermediates are saved for a backward derived from the unfused ops);
+  intermediates are saved for a backward derived from the unfused ops). Training
+  programs are rewritten earlier: the aot stage runs this pass on the forward before it
+  derives the backward (``InductorStage.pre_grad_passes``, ``ember.aot.pre_grad``), so
+  that SDPA's fused backward replaces the unfused ops'; the SDPA call is then recorded
+  for inputs that require grad;
 - an intermediate value of the match is read outside it (a mask or the scores used
   twice, the probabilities returned);
 - q, k, v and the scores do not share one floating dtype (an upcast softmax around
@@ -133,6 +137,13 @@ def _rewrites(program: Program) -> dict[str, int]:
     if not isinstance(found, dict):
         return {}
     return {str(k): int(v) for k, v in found.items() if isinstance(v, int)}
+
+
+def has_softmax(program: Program) -> bool:
+    """Whether ``program`` (any dialect) computes a softmax: the test the aot stage runs
+    before decomposing a training forward for this pass (``InductorStage.pre_grad_passes``)."""
+    return any(n.op == "call" and "softmax" in str(n.target)
+               for g in program.graphs.values() for n in g.nodes)
 
 
 def _candidates(graph: Graph) -> bool:
@@ -359,6 +370,10 @@ def _fake_input(recorder: GraphRecorder, name: str, meta: TensorMeta,
         tensor = torch.empty_strided([int(s) for s in meta.sizes],
                                      [int(s) for s in meta.strides], dtype=meta.dtype,
                                      device=meta.device)
+    # NOTE: a training forward's (the aot stage runs this pass before the backward):
+    # SDPA then picks a kernel with a backward and keeps what it needs (CUDA: the
+    # log-sum-exp an inference call skips)
+    tensor.requires_grad_(meta.requires_grad and meta.dtype.is_floating_point)
     return recorder.add_input(tensor, InputSpec(name))
 
 

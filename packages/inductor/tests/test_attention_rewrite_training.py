@@ -1,0 +1,64 @@
+"""The attention rewrite in training: the aot stage runs it on the forward before it
+derives the backward (``InductorStage.pre_grad_passes``), so the backward is SDPA's."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from ember.frontend import capture
+from ember.runtime.config import patch
+from ember.runtime.ir import print_program
+from ember.runtime.pipeline import compile_program
+
+EMBER_CACHES_OFF = {"program_cache": False}
+
+
+class CausalAttention(torch.nn.Module):
+    """The zoo's naive_attention: q kᵀ, a tril mask, softmax, @ v."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        seq = q.shape[-2]
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+
+def _qkv() -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    return [torch.randn(2, 4, 64, 32, requires_grad=True) for _ in range(3)]
+
+
+def _grads(fn: object, qkv: list[torch.Tensor]) -> list[torch.Tensor]:
+    for x in qkv:
+        x.grad = None
+    out = fn(qkv) if not isinstance(fn, torch.nn.Module) else fn(*qkv)  # type: ignore[operator]
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    (out * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+    return [x.grad.clone() for x in qkv]  # type: ignore[union-attr]
+
+
+def test_hand_written_attention_trains_through_sdpa(capsys: pytest.CaptureFixture[str]) -> None:
+    qkv = _qkv()
+    module = CausalAttention()
+    with patch(logs="patterns", **EMBER_CACHES_OFF):
+        compiled = compile_program(capture(module, *qkv), "inductor")
+    log = capsys.readouterr().err
+    assert "attention: masked_fill (a causal mask: is_causal=True)" in log
+    text = print_program(compiled.program)
+    forward, _, backward = text.partition("graph backward(")
+    assert "= aten::_scaled_dot_product_flash_attention_for_cpu.default(" in forward
+    assert "= aten::_scaled_dot_product_flash_attention_for_cpu_backward.default(" in backward
+    assert "_softmax" not in text  # no probabilities saved, none recomputed
+    assert compiled.program.metadata["rewrites"] == {"attention": 1}
+    for got, want in zip(_grads(compiled, qkv), _grads(module, qkv)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_aot_eager_has_no_later_stage_to_rewrite_for() -> None:
+    qkv = _qkv()
+    with patch(**EMBER_CACHES_OFF):
+        compiled = compile_program(capture(CausalAttention(), *qkv), "aot_eager")
+    assert "rewrites" not in compiled.program.metadata
+    assert "_softmax" in print_program(compiled.program)
