@@ -86,3 +86,36 @@ def test_hf_eager_attention_on_the_gpu(name: str) -> None:
     assert compiled.program.metadata["rewrites"] == {"attention": 2}
     (out,) = compiled(list(inputs))
     torch.testing.assert_close(out, module(*inputs), atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+def test_training_attention_runs_a_fused_backward(dtype: torch.dtype) -> None:
+    """Hand-written causal attention in training: the aot stage rewrites it before the
+    backward (``InductorStage.pre_grad_passes``), so forward and backward are fused
+    SDPA kernels, and the gradients match eager's."""
+    from ember.frontend import capture
+    from ember.runtime.ir import print_program
+    from ember.runtime.pipeline import compile_program
+    from test_attention_rewrite_training import CausalAttention
+
+    g = torch.Generator().manual_seed(3)
+    qkv = [torch.randn(2, 4, 256, 64, generator=g).to(dtype).cuda().requires_grad_()
+           for _ in range(3)]
+    module = CausalAttention()
+    with patch(program_cache=False):
+        compiled = compile_program(capture(module, *qkv), "inductor")
+    forward, _, backward = print_program(compiled.program).partition("graph backward(")
+    assert any(f"= aten::{op}.default(" in forward for op in CUDA_FUSED_ATTENTION), forward
+    assert "_attention_backward.default(" in backward and "_softmax" not in backward
+
+    def grads(fn: object) -> list[torch.Tensor]:
+        for x in qkv:
+            x.grad = None
+        out = fn(qkv) if fn is compiled else module(*qkv)  # type: ignore[operator]
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        out.float().sum().backward()
+        return [x.grad.float() for x in qkv]  # type: ignore[union-attr]
+
+    tol = 3e-2 if dtype == torch.bfloat16 else 2e-3
+    for got, want in zip(grads(compiled), grads(module)):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
