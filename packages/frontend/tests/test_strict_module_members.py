@@ -9,6 +9,7 @@ constants of the first call.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,3 +75,26 @@ def test_replaced_parameter_of_sliced_layer_is_read() -> None:
         compiled(x)
         model.layers[1].weight = nn.Parameter(torch.randn(4, 4))
         torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_registered_buffers_are_labelled_buffers(tmp_path: Path) -> None:
+    """The strict capture labels a module's registered buffers (read from its
+    ``_buffers``) BUFFER and its parameters PARAMETER, each with its qualified name, as
+    the tracing capture does: the runtime keeps them in place (CUDA graphs) and does not
+    treat them as user inputs."""
+    import ember.frontend as ef
+    from ember.runtime.config import patch
+    from ember.runtime.ir import InputKind, load
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    compiled = ef.compile(model, backend="aot_eager")
+    with patch(debug_dir=tmp_path, program_cache=False, capture_cache=False):
+        compiled(torch.randn(8, 4))
+    program = load(tmp_path / "1_aot.ember", trusted=True)
+    kinds = {s.target: s.kind for s in program.signature.inputs["forward"]
+             if s.kind is not InputKind.USER_INPUT}
+    assert kinds == {
+        "0.weight": InputKind.PARAMETER, "0.bias": InputKind.PARAMETER,
+        "1.weight": InputKind.PARAMETER, "1.bias": InputKind.PARAMETER,
+        "1.running_mean": InputKind.BUFFER, "1.running_var": InputKind.BUFFER,
+        "1.num_batches_tracked": InputKind.BUFFER}

@@ -28,6 +28,7 @@ from ember.frontend.bytecode.guards import Guard, GuardSet, tensor_guard
 from ember.frontend.bytecode.side_effects import AttrWrite, CellWrite, GlobalWrite
 from ember.frontend.bytecode.sources import (
     AttrSource,
+    ItemSource,
     LocalSource,
     ModuleMemberSource,
     Source,
@@ -481,9 +482,11 @@ def _module_state(value: torch.Tensor, source: Source) -> bool:
 
 
 def _input_kind(value: torch.Tensor, source: Source) -> tuple[InputKind, str | None]:
+    # NOTE: a registered buffer is read from its module's ``_buffers`` (a
+    # ModuleMemberSource); a tensor attribute of another object through getattr
     if isinstance(value, nn.Parameter):
         return InputKind.PARAMETER, _dotted(source)
-    if isinstance(source, AttrSource) and not isinstance(value, nn.Parameter):
+    if _module_state(value, source) or isinstance(source, AttrSource):
         return InputKind.BUFFER, _dotted(source)
     return InputKind.USER_INPUT, None
 
@@ -491,8 +494,13 @@ def _input_kind(value: torch.Tensor, source: Source) -> tuple[InputKind, str | N
 def _dotted(source: Source) -> str:
     parts: list[str] = []
     s: Source | None = source
-    while isinstance(s, AttrSource):
-        parts.append(s.name)
+    while isinstance(s, (AttrSource, ModuleMemberSource, ItemSource)):
+        if isinstance(s, ItemSource):
+            if type(s.key) not in (int, str):
+                break
+            parts.append(str(s.key))  # a Sequential's or ModuleList's member: "0.weight"
+        else:
+            parts.append(s.name)
         s = s.base
     if isinstance(s, LocalSource) and s.name != "self":
         parts.append(s.name)
