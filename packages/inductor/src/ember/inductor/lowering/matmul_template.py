@@ -19,6 +19,8 @@ Not offered (extern, as before): other dtypes, a size that is statically 0 or 1,
 
 from __future__ import annotations
 
+import weakref
+
 from collections.abc import Sequence
 
 import torch
@@ -180,14 +182,9 @@ def _has_fusable_consumer(ctx: LoweringContext, node: Node) -> bool:
     """Whether a consumer of ``node``'s result (through views) is a pointwise op (its
     rule in :data:`EPILOGUE_RULE_MODULES`) the scheduler may fuse as the template's
     epilogue."""
-    graph = next((g for g in ctx.program.graphs.values()
-                  if any(n is node for n in g.nodes)), None)
-    if graph is None:
+    users = _users_of(ctx, node)
+    if users is None:
         return False
-    users: dict[str, list[Node]] = {}
-    for n in graph.nodes:
-        for ref in _refs(n.args) + _refs(tuple(n.kwargs.values())):
-            users.setdefault(ref, []).append(n)
     stack, seen = [node.name], set()
     while stack:
         name = stack.pop()
@@ -203,6 +200,28 @@ def _has_fusable_consumer(ctx: LoweringContext, node: Node) -> bool:
                   and LOWERINGS[user.target].__module__ in EPILOGUE_RULE_MODULES):
                 return True
     return False
+
+
+# each lowering's graphs: the ids of their nodes and their users by value name, built
+# once (a graph has hundreds of matmuls: HF BERT's backward spent 3.4 s rebuilding them)
+_GraphUsers = tuple[set[int], dict[str, list[Node]]]
+_USERS: weakref.WeakKeyDictionary[LoweringContext, list[_GraphUsers]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _users_of(ctx: LoweringContext, node: Node) -> dict[str, list[Node]] | None:
+    """The users of each value of the graph ``node`` belongs to (None: no graph of
+    ``ctx``'s program holds it)."""
+    graphs = _USERS.get(ctx)
+    if graphs is None:
+        graphs = _USERS[ctx] = []
+        for graph in ctx.program.graphs.values():
+            users: dict[str, list[Node]] = {}
+            for n in graph.nodes:
+                for ref in _refs(n.args) + _refs(tuple(n.kwargs.values())):
+                    users.setdefault(ref, []).append(n)
+            graphs.append(({id(n) for n in graph.nodes}, users))
+    return next((users for ids, users in graphs if id(node) in ids), None)
 
 
 def _refs(args: tuple[object, ...]) -> list[str]:
