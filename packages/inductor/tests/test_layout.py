@@ -340,3 +340,37 @@ def test_symbolic_convolution_consumers_loop_in_storage_order() -> None:
     assert info.sizes[-1] == 16 and info.strides[-1] == 1, info  # stored N, H, W, C
     kernel = next(n for n in lowered.nodes if getattr(n, "name", None) == arg.buffer)
     assert kernel.sizes == info.sizes  # the kernel loops over the stored order
+
+
+def test_a_transposed_matmul_operand_is_a_view_of_the_value_computed_anyway() -> None:
+    """A qkv projection's backward: the concatenated gradient feeds ``dX = g @ W`` and,
+    transposed, ``dW = gᵀ @ x``. Both matmuls read one buffer (the weight gradient takes
+    its transposed view), not the gradient and a transposed copy of it."""
+    from ember.aot.stage import AotStage
+    from ember.frontend import capture
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        q, k, v = (x @ w.t()).split(16, -1)
+        return (q * k).tanh() + v
+
+    torch.manual_seed(0)
+    x, w = torch.randn(32, 16, requires_grad=True), torch.randn(48, 16, requires_grad=True)
+    program = AotStage().run(capture(f, x, w), {})
+    lowered = GraphLowering(program, "backward").run()
+    grads = [b for b in lowered.buffers.values() if b.kind == "computed" and b.sizes in (
+        (32, 48), (48, 32))]
+    assert len(grads) == 1, grads
+    matmuls = [n for n in lowered.nodes if isinstance(n, ExternCall)
+               and n.target == "aten::mm.default"]
+    assert len(matmuls) == 2 and all(grads[0].name in n.reads for n in matmuls)
+    from ember.runtime.config import patch
+    from ember.runtime.pipeline import compile_program
+
+    with patch(program_cache=False):
+        fn = compile_program(capture(f, x, w), "inductor")
+    torch.autograd.backward(fn([x, w])[0].sum())
+    got = [x.grad, w.grad]
+    x.grad = w.grad = None
+    f(x, w).sum().backward()
+    for a, e in zip(got, [x.grad, w.grad]):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)

@@ -127,6 +127,16 @@ def matmul_operand(ctx: LoweringContext, value: Any) -> Any:
     n = len(value.sizes)
     if unit_stride_dim(ctx, value) != n - 2:
         return value
+    swap = (*range(n - 2), n - 1, n - 2)
+    base = value.permuted_from
+    if base is not None and base[1] == swap and tuple(base[0].sizes) == tuple(
+            value.sizes[d] for d in swap):
+        # the transpose of a value: its row-major buffer is the transposed store, shared
+        # with the value's own readers (a qkv gradient's weight-gradient matmul and its
+        # input-gradient matmul read one buffer, not two copies)
+        stored = ctx.realize(base[0], strides=contiguous_strides(base[0].sizes), reuse=True)
+        return Stored(stored.buffer, stored.dtype, value.sizes,
+                      tuple(stored.strides[d] for d in swap), stored.offset)
     rows, cols = value.sizes[-2:]
     strides = (*((rows * cols,) if n == 3 else ()), 1, rows)
     return ctx.realize(value, strides=strides, reuse=True)

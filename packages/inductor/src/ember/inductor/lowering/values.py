@@ -53,6 +53,10 @@ class Lazy:
     # load queries and the matmul template's prologue probe the same value (read only)
     _probed: list[BodyBuilder] = field(default_factory=list, init=False, repr=False,
                                        compare=False)
+    #: ``(base, dims)`` when this is ``base.permute(dims)`` (a matmul operand that is
+    #: the transpose of a value computed anyway is read as a view of it)
+    permuted_from: tuple[Lazy, tuple[int, ...]] | None = field(default=None, repr=False,
+                                                                compare=False)
 
     def element(self, b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         # NOTE: a value computed under a mask (its loads give `other` outside it) must

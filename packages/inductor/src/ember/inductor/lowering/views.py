@@ -9,6 +9,8 @@ computed value) the view is a :class:`Lazy` that maps its index back with
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -161,7 +163,10 @@ def _permute(ctx: Any, node: Node, x: TensorValue, dims: Sequence[int]) -> Tenso
             src[d] = index[out_pos]
         return src
 
-    return remap(x, sizes, index_map, strides, offset)
+    result = remap(x, sizes, index_map, strides, offset)
+    if isinstance(result, Lazy) and isinstance(x, Lazy):
+        result = dataclasses.replace(result, permuted_from=(x, tuple(dims)))
+    return result
 
 
 @lowering("aten::t.default", "aten::transpose.int")
