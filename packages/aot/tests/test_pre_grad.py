@@ -88,3 +88,18 @@ def test_the_aot_stage_reads_the_passes_the_pipeline_hands_it() -> None:
     passes = (_has("aten::sin.default"),)
     assert AotConfig.from_options({PRE_GRAD_PASSES: passes}).pre_grad_passes == passes
     assert AotConfig.from_options({}).pre_grad_passes == ()
+
+
+def test_factories_and_detach_are_no_gradient_stop() -> None:
+    """``zeros_like(x)`` and ``x.detach()`` never require grad in eager: re-deriving
+    requires_grad gives the same, so they do not keep the passes from running."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() + torch.zeros_like(x) + x.detach() * 2
+
+    x = torch.randn(8, requires_grad=True)
+    program = capture(fn, x)
+    assert gradient_stop(program.forward) is None
+    result = _training(program, _has("aten::sin.default"))
+    forward, backward = _forward_and_backward(result)
+    assert "= aten::cos.default(" in forward and "= aten::sin.default(" in backward

@@ -11,7 +11,8 @@ The passes see the forward decomposed to Core ATen, as an inference program (one
 functional program as before. When one does, the backward is derived from the rewritten
 forward. That re-trace ran without autograd, so which values require grad is worked out
 again from the inputs: a value requires grad when one of its tensor inputs does (and it
-is floating point, and not an output ATen calls non-differentiable). This is exactly
+is floating point, not an output ATen calls non-differentiable, and not the result of a
+``*_like`` factory or ``detach``: :data:`NEVER_REQUIRE_GRAD`). This is exactly
 what the capture saw only when the program has no region that stops gradients
 (``torch.no_grad()``, ``detach``), so a program with one is not rewritten (logged).
 """
@@ -27,6 +28,18 @@ from ember.aot.non_differentiable import NON_DIFFERENTIABLE_OUTPUTS
 from ember.runtime.ir import Graph, Node, Program, ScalarMeta, TensorMeta, ValueRef
 from ember.runtime.ir.graph import Meta
 from ember.runtime.logs import log
+
+
+#: ops whose results never require grad although a tensor argument does: factories
+#: that take only its sizes, dtype and device, and ``detach``
+NEVER_REQUIRE_GRAD = frozenset({
+    "aten::detach.default",
+    "aten::empty_like.default", "aten::zeros_like.default", "aten::ones_like.default",
+    "aten::full_like.default", "aten::rand_like.default", "aten::randn_like.default",
+    "aten::randint_like.default", "aten::randint_like.low_dtype",
+    "aten::new_empty.default", "aten::new_empty_strided.default",
+    "aten::new_zeros.default", "aten::new_ones.default", "aten::new_full.default",
+})
 
 
 def rewritten_before_grad(functional: Program, config: AotConfig,
@@ -83,7 +96,8 @@ def _differentiable(meta: TensorMeta) -> bool:
 
 def _derived(node: Node, nodes: dict[str, Node]) -> Meta:
     """``node``'s meta with ``requires_grad`` derived from its inputs."""
-    inputs = any(_requires_grad(nodes, r) for r in _tensor_inputs((node.args, node.kwargs)))
+    inputs = str(node.target) not in NEVER_REQUIRE_GRAD and any(
+        _requires_grad(nodes, r) for r in _tensor_inputs((node.args, node.kwargs)))
     never = NON_DIFFERENTIABLE_OUTPUTS.get(str(node.target), frozenset())
 
     def one(meta: TensorMeta | ScalarMeta | None, index: int) -> TensorMeta | ScalarMeta | None:
@@ -120,4 +134,4 @@ def propagate_requires_grad(graph: Graph, inputs: dict[str, bool]) -> None:
             node.meta = _derived(node, nodes)
 
 
-__all__ = ["gradient_stop", "propagate_requires_grad", "rewritten_before_grad"]
+__all__ = ["NEVER_REQUIRE_GRAD", "gradient_stop", "propagate_requires_grad", "rewritten_before_grad"]

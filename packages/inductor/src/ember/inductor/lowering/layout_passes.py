@@ -120,26 +120,47 @@ def matmul_operand(ctx: LoweringContext, value: Any) -> Any:
     """A computed matmul operand that reads its inputs transposed (a weight
     gradient's ``x.t()`` of an activation computed in the backward) is stored
     transposed: its kernel then reads and writes contiguously (and vectorizes), and
-    the matmul takes the transposed view at no cost. Other values are returned as is."""
+    the matmul takes the transposed view at no cost. The transpose of a computed value
+    is a view of that value's buffer, stored in the layout the transpose would have
+    been (:func:`transposed_view`). Other values are returned as is."""
     if (not isinstance(value, Lazy) or len(value.sizes) not in (2, 3)
             or ctx.is_realized(value) or (1 in value.sizes and 0 not in value.sizes)):
         return value
     n = len(value.sizes)
-    if unit_stride_dim(ctx, value) != n - 2:
+    transposed = unit_stride_dim(ctx, value) == n - 2
+    view = transposed_view(ctx, value, transposed)
+    if view is not None:
+        return view
+    if not transposed:
         return value
-    swap = (*range(n - 2), n - 1, n - 2)
-    base = value.permuted_from
-    if base is not None and base[1] == swap and tuple(base[0].sizes) == tuple(
-            value.sizes[d] for d in swap):
-        # the transpose of a value: its row-major buffer is the transposed store, shared
-        # with the value's own readers (a qkv gradient's weight-gradient matmul and its
-        # input-gradient matmul read one buffer, not two copies)
-        stored = ctx.realize(base[0], strides=contiguous_strides(base[0].sizes), reuse=True)
-        return Stored(stored.buffer, stored.dtype, value.sizes,
-                      tuple(stored.strides[d] for d in swap), stored.offset)
     rows, cols = value.sizes[-2:]
     strides = (*((rows * cols,) if n == 3 else ()), 1, rows)
     return ctx.realize(value, strides=strides, reuse=True)
+
+
+def transposed_view(ctx: LoweringContext, value: Lazy, transposed: bool) -> Stored | None:
+    """``value`` as a view of the buffer of the value it transposes (``base.mT``), or
+    None when it transposes none. A qkv projection's gradient feeds ``dX = g @ W`` and,
+    transposed, ``dW = gᵀ @ x``: both read one buffer, not ``g`` and a transposed copy.
+    A base not stored yet is stored as ``value`` would have been (``transposed``: ``value``
+    column-major, i.e. the base row-major; else the base column-major), and its other
+    readers then read that buffer."""
+    n = len(value.sizes)
+    swap = (*range(n - 2), n - 1, n - 2)
+    if value.permuted_from is None or value.permuted_from[1] != swap:
+        return None
+    base = value.permuted_from[0]
+    if tuple(base.sizes) != tuple(value.sizes[d] for d in swap):
+        return None
+    if transposed:
+        strides = contiguous_strides(base.sizes)
+    else:
+        rows, cols = base.sizes[-2:]
+        strides = (*((rows * cols,) if n == 3 else ()), 1, rows)
+    stored = ctx.realize(base) if ctx.is_realized(base) else ctx.realize(
+        base, strides=strides, reuse=True)
+    return Stored(stored.buffer, stored.dtype, value.sizes,
+                  tuple(stored.strides[d] for d in swap), stored.offset)
 
 
 def unit_stride_dim(ctx: LoweringContext, value: Lazy) -> int | None:
