@@ -62,3 +62,21 @@ def test_aot_eager_has_no_later_stage_to_rewrite_for() -> None:
         compiled = compile_program(capture(CausalAttention(), *qkv), "aot_eager")
     assert "rewrites" not in compiled.program.metadata
     assert "_softmax" in print_program(compiled.program)
+
+
+def test_symbolic_sizes_train_through_sdpa_too(capsys: pytest.CaptureFixture[str]) -> None:
+    """``dynamic=True``: one compile serves two sequence lengths, forward and backward
+    through SDPA (the mask, not a compile-time constant here, is passed as SDPA's)."""
+    import ember.frontend as ef
+
+    module = CausalAttention()
+    with patch(logs="patterns", program_cache=False, capture_cache=False):
+        compiled = ef.compile(module, dynamic=True)
+        for seq in (64, 96):
+            torch.manual_seed(seq)
+            qkv = [torch.randn(2, 4, seq, 32, requires_grad=True) for _ in range(3)]
+            got = _grads(lambda xs: compiled(*xs), qkv)
+            for a, e in zip(got, _grads(module, qkv)):
+                torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+    assert compiled.stats.compiles == 1 and compiled.stats.recompiles == 0
+    assert "attention: masked_fill at" in capsys.readouterr().err

@@ -365,7 +365,10 @@ def _record_sdpa(rule: AttentionRule, match: Match, matcher: Matcher,
 def _fake_input(recorder: GraphRecorder, name: str, meta: TensorMeta,
                 graph: Graph) -> torch.Tensor:
     if recorder.shape_env is not None:
-        return recorder.add_meta_input(meta, InputSpec(name), graph.symbols)
+        fake = recorder.add_meta_input(meta, InputSpec(name), graph.symbols)
+        if fake.is_leaf:
+            fake.requires_grad_(meta.requires_grad and meta.dtype.is_floating_point)
+        return fake
     with recorder.fake_mode:
         tensor = torch.empty_strided([int(s) for s in meta.sizes],
                                      [int(s) for s in meta.strides], dtype=meta.dtype,
