@@ -2,7 +2,7 @@
 not have (issue #19 item 5): the wrapper's memory plan, no kernel run.
 
     python tools/benchlib/static_memory.py hf_gpt2,resnet --device cuda --dtype bfloat16 \\
-        [--suite full] [--table]
+        [--suite full] [--table] [--train]
 
 Each model is captured and run through aot on the CPU; its tensors' device is then set to
 ``--device`` and the inductor stage lowers and schedules it for that device (Triton
@@ -10,7 +10,10 @@ kernels, the CUDA wrapper), without building kernels. Prints each model's static
 ideal (``ember.inductor.codegen.memory_plan``; bytes at the size hints, inputs and
 weights not counted); ``--table`` adds the step table ``EMBER_LOGS=memory`` prints.
 These are the plan's bytes, not a device's measured peak (``tools/bench.py``'s
-``peak MiB`` column on CUDA).
+``peak MiB`` column on CUDA). ``--train`` compiles the training program (floating inputs
+requiring grad, as the bench's ``--train``) and reports the forward's and the backward's
+peaks and the bytes the forward saves for the backward: a step holds at most the
+larger of the forward's peak and the saved bytes plus the backward's peak.
 """
 
 from __future__ import annotations
@@ -59,6 +62,21 @@ def inference_program(name: str, device: torch.device, dtype: torch.dtype,
     return run_passes(program_on(program, device))
 
 
+def training_program(name: str, device: torch.device, dtype: torch.dtype,
+                     suite: str) -> Program:
+    """Model ``name``'s core-functional training program, its tensors on ``device``."""
+    from benchlib.accuracy import training_inputs
+
+    module, inputs = zoo.get(name).make(torch.device("cpu"), dtype, suite)
+    module.train()
+    from ember.inductor.stage import InductorStage
+
+    # NOTE: with the passes the inductor stage asks the aot stage for, as the pipeline
+    program = aot_compile(capture(module, *training_inputs(inputs)), AotConfig(
+        training=True, pre_grad_passes=tuple(InductorStage().pre_grad_passes())))
+    return run_passes(program_on(program, device))
+
+
 def program_on(program: Program, device: torch.device) -> Program:
     """``program`` with every CPU device in its metas and arguments set to ``device``
     (changed in place, and returned)."""
@@ -70,14 +88,25 @@ def program_on(program: Program, device: torch.device) -> Program:
     return program
 
 
-def static_memory(program: Program, device: torch.device) -> MemoryReport:
-    """The memory report of ``program``'s forward graph, lowered for ``device``."""
-    graph = program.graphs["forward"]
+def static_memory(program: Program, device: torch.device,
+                  graph_name: str = "forward") -> MemoryReport:
+    """The memory report of ``program``'s graph ``graph_name``, lowered for ``device``."""
+    graph = program.graphs[graph_name]
     hints = {s: symbolic.hint_of(s, r) for s, r in graph.symbols.items()}
     with size_hints(hints, graph.symbols):
-        lowered = GraphLowering(program, "forward", device).run()
+        lowered = GraphLowering(program, graph_name, device).run()
         _, report = plan_memory(lowered, schedule(lowered), str(device))
     return report
+
+
+def _train_line(name: str, program: Program, device: torch.device) -> str:
+    forward = static_memory(program, device, "forward")
+    backward = static_memory(program, device, "backward")
+    saved = int(program.metadata.get("aot", {}).get("saved_bytes", 0))
+    step = max(forward.peak, saved + backward.peak)
+    return (f"{name} training: forward peak {format_bytes(forward.peak)}, saved "
+            f"{format_bytes(saved)}, backward peak {format_bytes(backward.peak)}; a step "
+            f"holds at most {format_bytes(step)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,12 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--suite", default="full", choices=zoo.SUITES)
     parser.add_argument("--table", action="store_true", help="print each step's bytes too")
+    parser.add_argument("--train", action="store_true",
+                        help="the training program: forward, saved and backward bytes")
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype, None)
     if not isinstance(dtype, torch.dtype):
         parser.error(f"unknown dtype {args.dtype!r}")
     device = torch.device(args.device)
     for name in args.models.split(","):
+        if args.train:
+            print(_train_line(name, training_program(name, device, dtype, args.suite), device))
+            continue
         report = static_memory(inference_program(name, device, dtype, args.suite), device)
         print(f"{name} {args.dtype} ({args.suite}, {device}): static peak "
               f"{format_bytes(report.peak)}, ideal {format_bytes(report.ideal)}, "
