@@ -131,7 +131,7 @@ def test_each_stage_gets_the_later_stages_pre_grad_passes() -> None:
     first = RecordingStage("aot", "aten", "core-functional", seen)
     last = WithPasses("inductor", "core-functional", "core-functional", seen)
     program, _ = mlp_program()
-    run_stages(program, [first, last], {"k": 1})
+    run_stages(program, [first, last], {"k": 1, PRE_GRAD_PASSES: ("from a caller",)})
     assert [(name, opts) for name, _, opts in seen] == [
         ("aot", {"k": 1, PRE_GRAD_PASSES: (rewrite,)}), ("inductor", {"k": 1})]
 
