@@ -80,3 +80,15 @@ def test_symbolic_sizes_train_through_sdpa_too(capsys: pytest.CaptureFixture[str
                 torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
     assert compiled.stats.compiles == 1 and compiled.stats.recompiles == 0
     assert "attention: masked_fill at" in capsys.readouterr().err
+
+
+def test_the_aot_stage_decomposes_for_the_rewrite_only_with_a_softmax() -> None:
+    """``has_softmax`` is the cheap test before the aot stage decomposes a training
+    forward for the rewrite: a cross-entropy loss (``log_softmax``) is no attention."""
+    import torch.nn.functional as F
+    from ember.inductor.passes.attention import has_softmax
+
+    x = torch.randn(4, 10, requires_grad=True)
+    labels = torch.tensor([1, 2, 3, 4])
+    assert not has_softmax(capture(lambda x: F.cross_entropy(x, labels), x))
+    assert has_softmax(capture(lambda x: x.softmax(-1) * 2, x))

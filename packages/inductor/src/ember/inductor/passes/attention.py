@@ -142,7 +142,9 @@ def _rewrites(program: Program) -> dict[str, int]:
 def has_softmax(program: Program) -> bool:
     """Whether ``program`` (any dialect) computes a softmax: the test the aot stage runs
     before decomposing a training forward for this pass (``InductorStage.pre_grad_passes``)."""
+    # NOTE: not log_softmax: a loss inside the graph (cross-entropy) is no attention
     return any(n.op == "call" and "softmax" in str(n.target)
+               and "log_softmax" not in str(n.target)
                for g in program.graphs.values() for n in g.nodes)
 
 
