@@ -103,3 +103,14 @@ def test_factories_and_detach_are_no_gradient_stop() -> None:
     result = _training(program, _has("aten::sin.default"))
     forward, backward = _forward_and_backward(result)
     assert "= aten::cos.default(" in forward and "= aten::sin.default(" in backward
+
+
+def test_statistics_results_are_no_gradient_stop() -> None:
+    """Layer norm's mean and rstd (results ATen does not differentiate) are no
+    gradient stop: only an op's first result is compared."""
+    import torch.nn.functional as F
+
+    x = torch.randn(4, 8, requires_grad=True)
+    program = capture(lambda x: F.layer_norm(x, (8,)).sin(), x)
+    assert any(isinstance(n.meta, tuple) for n in program.forward.nodes)
+    assert gradient_stop(program.forward) is None

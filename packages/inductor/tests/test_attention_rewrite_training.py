@@ -92,3 +92,39 @@ def test_the_aot_stage_decomposes_for_the_rewrite_only_with_a_softmax() -> None:
     labels = torch.tensor([1, 2, 3, 4])
     assert not has_softmax(capture(lambda x: F.cross_entropy(x, labels), x))
     assert has_softmax(capture(lambda x: x.softmax(-1) * 2, x))
+
+
+class Block(torch.nn.Module):
+    """LayerNorm, a qkv projection, hand-written causal attention, an output projection:
+    layer norm's statistics (results autograd does not differentiate) and parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(32)
+        self.qkv = torch.nn.Linear(32, 96)
+        self.proj = torch.nn.Linear(32, 32)
+        self.attention = CausalAttention()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (t.view(2, 16, 4, 8).transpose(1, 2)
+                   for t in self.qkv(self.norm(x)).split(32, -1))
+        y = self.attention(q, k, v).transpose(1, 2).reshape(2, 16, 32)
+        return x + self.proj(y)
+
+
+def test_a_block_with_parameters_trains_through_sdpa(capsys: pytest.CaptureFixture[str]) -> None:
+    import ember.frontend as ef
+
+    torch.manual_seed(0)
+    block, x = Block(), torch.randn(2, 16, 32, requires_grad=True)
+    reference = Block()
+    reference.load_state_dict(block.state_dict())
+    with patch(logs="patterns", program_cache=False, capture_cache=False):
+        compiled = ef.compile(block)
+        compiled(x).square().sum().backward()
+    assert "attention: masked_fill (a causal mask: is_causal=True)" in capsys.readouterr().err
+    x_ref = x.detach().clone().requires_grad_()
+    reference(x_ref).square().sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-4)
+    for (name, p), q in zip(block.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=name)

@@ -111,12 +111,20 @@ def _derived(node: Node, nodes: dict[str, Node]) -> Meta:
     return one(node.meta, 0)
 
 
+def _first(meta: Meta) -> Meta:
+    """A tuple meta's first result (the one ATen differentiates; the others are often
+    statistics it does not: layer norm's mean and rstd, attention's log-sum-exp)."""
+    return meta[0] if isinstance(meta, tuple) and meta else meta
+
+
 def gradient_stop(graph: Graph) -> str | None:
-    """The first node whose captured ``requires_grad`` is not what its inputs give (a
-    value computed under ``no_grad`` or detached), or None."""
+    """The first node whose captured ``requires_grad`` (of its first result) is not
+    what its inputs give (a value computed under ``no_grad``), or None. Results past
+    the first may require grad in the re-derived metas where eager's do not: the
+    interpreter then runs them with grad enabled, and autograd gives them what it gives."""
     nodes = {n.name: n for n in graph.nodes}
     for node in graph.nodes:
-        if node.op == "call" and node.meta != _derived(node, nodes):
+        if node.op == "call" and _first(node.meta) != _first(_derived(node, nodes)):
             return node.name
     return None
 
