@@ -32,6 +32,16 @@ from ember.inductor.loop_ir import (
 )
 from ember.inductor.loop_ir.index import as_index
 
+NARROW_FLOATS = (torch.bfloat16, torch.float16)
+#: ops whose float32 result is exactly representable in a narrow float dtype when the
+#: operands at these positions are (a literal: when the dtype holds it): rounding it to
+#: that dtype, as eager does after each op, changes nothing
+EXACT_IN_NARROW: dict[str, tuple[int, ...]] = {
+    "neg": (0,), "abs": (0,), "sign": (0,),
+    "maximum": (0, 1), "minimum": (0, 1),
+    "where": (1, 2),
+}
+
 
 class BodyBuilder:
     """Accumulates the statements of one kernel body."""
@@ -48,6 +58,11 @@ class BodyBuilder:
         self.memo: dict[tuple[object, ...], str] = {}
         #: buffers loaded that were not forwarded from a store in this kernel
         self.external_loads: list[tuple[str, IndexExpr]] = []
+        #: float32 values exactly representable in a narrower float dtype, the narrow
+        #: casts of such values (name -> the float32 value), float literals
+        self._exact: dict[str, torch.dtype] = {}
+        self._narrowed: dict[str, str] = {}
+        self._literals: dict[str, float] = {}
 
     # -- values -----------------------------------------------------------------------
     def _emit(self, key: tuple[object, ...], make: type[ValueStmt], *fields: object,
@@ -95,7 +110,10 @@ class BodyBuilder:
             value = int(value)
         # NOTE: repr distinguishes nan (nan != nan would defeat the CSE dict otherwise)
         key = ("literal", repr(value), dtype)
-        return self._emit(key, Literal, value, dtype, dtype=dtype)
+        name = self._emit(key, Literal, value, dtype, dtype=dtype)
+        if isinstance(value, float):
+            self._literals[name] = value
+        return name
 
     def index_value(self, index: IndexExpr) -> str:
         return self._emit(("index", index), IndexValue, index, torch.int64, dtype=torch.int64)
@@ -106,12 +124,46 @@ class BodyBuilder:
         if dtype is None:
             dtype = torch.bool if op in BOOL_RESULT_OPS else self._dtypes[args[-1]]
         key = ("compute", op, args, dtype)
-        return self._emit(key, Compute, op, tuple(args), dtype, dtype=dtype)
+        name = self._emit(key, Compute, op, tuple(args), dtype, dtype=dtype)
+        operands = EXACT_IN_NARROW.get(op)
+        if operands is not None and dtype == torch.float32 and len(args) > max(operands):
+            found = {self._exact.get(args[i]) for i in operands
+                     if not self._is_literal(args[i])}
+            narrow = found.pop() if len(found) == 1 else None
+            if narrow is not None and all(self._exact_literal(args[i], narrow)
+                                          for i in operands):
+                self._exact[name] = narrow
+        return name
 
     def cast(self, value: str, dtype: torch.dtype) -> str:
-        if self._dtypes[value] == dtype:
+        """``value`` as ``dtype``. A float32 value exactly representable in bfloat16 or
+        float16 (:data:`EXACT_IN_NARROW`) rounded to that dtype and back is itself: the
+        round trip eager's per-op rounding asks for is left out."""
+        source = self._dtypes[value]
+        if source == dtype:
             return value
-        return self.compute("cast", value, dtype=dtype)
+        if dtype == torch.float32 and source in NARROW_FLOATS:
+            exact = self._narrowed.get(value)
+            if exact is not None:
+                return exact
+            name = self.compute("cast", value, dtype=dtype)
+            self._exact[name] = source
+            return name
+        name = self.compute("cast", value, dtype=dtype)
+        if source == torch.float32 and self._exact.get(value) == dtype:
+            self._narrowed[name] = value
+        return name
+
+    def _is_literal(self, value: str) -> bool:
+        return value in self._literals
+
+    def _exact_literal(self, value: str, narrow: torch.dtype) -> bool:
+        """Whether ``value`` is no literal or a literal ``narrow`` holds exactly."""
+        literal = self._literals.get(value)
+        if literal is None:
+            return True
+        return float(torch.tensor(literal, dtype=narrow).float()) == literal or (
+            literal != literal)
 
     def all_of(self, first: str, *rest: str) -> str:
         """The bool value ``first and rest[0] and ...`` (folded left)."""

@@ -2,7 +2,8 @@
 ops, ``where``, casts and constants. Type promotion follows torch: the result dtype is
 the node's metadata dtype; operands are promoted with :func:`~.common.promote` and
 float16/bfloat16 arithmetic runs in float32 (rounded to the result dtype per op, as
-eager does)."""
+eager does; not after the ops whose result that dtype holds exactly, such as neg, abs
+and max: ``builder.EXACT_IN_NARROW``)."""
 
 from __future__ import annotations
 
