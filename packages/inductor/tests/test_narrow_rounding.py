@@ -55,5 +55,7 @@ def test_the_builder_forgets_nothing_that_is_not_exact() -> None:
     mul = b.compute("mul", x, b.literal(3.0, torch.float32))
     back = b.cast(b.cast(mul, torch.bfloat16), torch.float32)
     assert back != mul  # 3x may not be a bfloat16: rounded as eager rounds it
+    flip = b.compute("mul", x, b.literal(-1.0, torch.float32))
+    assert b.cast(b.cast(flip, torch.bfloat16), torch.float32) == flip  # a sign flip
     third = b.compute("maximum", x, b.literal(0.1, torch.float32))
     assert b.cast(b.cast(third, torch.bfloat16), torch.float32) != third  # 0.1 is not

@@ -126,6 +126,9 @@ class BodyBuilder:
         key = ("compute", op, args, dtype)
         name = self._emit(key, Compute, op, tuple(args), dtype, dtype=dtype)
         operands = EXACT_IN_NARROW.get(op)
+        if op == "mul" and len(args) == 2 and any(
+                self._literals.get(a) in (1.0, -1.0) for a in args):
+            operands = (0, 1)  # a sign flip: as exact as neg
         if operands is not None and dtype == torch.float32 and len(args) > max(operands):
             found = {self._exact.get(args[i]) for i in operands
                      if not self._is_literal(args[i])}
