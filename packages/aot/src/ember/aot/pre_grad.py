@@ -20,8 +20,7 @@ what the capture saw only when the program has no region that stops gradients
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 from ember.aot.config import AotConfig
 from ember.aot.non_differentiable import NON_DIFFERENTIABLE_OUTPUTS
@@ -71,17 +70,6 @@ def rewritten_before_grad(functional: Program, config: AotConfig,
     return rewritten
 
 
-def _tensor_inputs(args: Any) -> Iterator[ValueRef]:
-    if isinstance(args, ValueRef):
-        yield args
-    elif isinstance(args, (list, tuple)):
-        for a in args:
-            yield from _tensor_inputs(a)
-    elif isinstance(args, dict):
-        for a in args.values():
-            yield from _tensor_inputs(a)
-
-
 def _requires_grad(graph_nodes: dict[str, Node], ref: ValueRef) -> bool:
     node = graph_nodes.get(ref.node)
     meta = node.meta if node is not None else None
@@ -97,7 +85,7 @@ def _differentiable(meta: TensorMeta) -> bool:
 def _derived(node: Node, nodes: dict[str, Node]) -> Meta:
     """``node``'s meta with ``requires_grad`` derived from its inputs."""
     inputs = str(node.target) not in NEVER_REQUIRE_GRAD and any(
-        _requires_grad(nodes, r) for r in _tensor_inputs((node.args, node.kwargs)))
+        _requires_grad(nodes, r) for r in node.inputs())
     never = NON_DIFFERENTIABLE_OUTPUTS.get(str(node.target), frozenset())
 
     def one(meta: TensorMeta | ScalarMeta | None, index: int) -> TensorMeta | ScalarMeta | None:

@@ -12,6 +12,7 @@ computed under a mask is never reused where that mask does not hold.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import sympy
@@ -41,6 +42,12 @@ EXACT_IN_NARROW: dict[str, tuple[int, ...]] = {
     "maximum": (0, 1), "minimum": (0, 1),
     "where": (1, 2),
 }
+
+
+@functools.cache
+def _holds_exactly(value: float, dtype: torch.dtype) -> bool:
+    """Whether ``dtype`` represents ``value`` exactly (NaN: yes)."""
+    return value != value or float(torch.tensor(value, dtype=dtype).float()) == value
 
 
 class BodyBuilder:
@@ -131,7 +138,7 @@ class BodyBuilder:
             operands = (0, 1)  # a sign flip: as exact as neg
         if operands is not None and dtype == torch.float32 and len(args) > max(operands):
             found = {self._exact.get(args[i]) for i in operands
-                     if not self._is_literal(args[i])}
+                     if args[i] not in self._literals}
             narrow = found.pop() if len(found) == 1 else None
             if narrow is not None and all(self._exact_literal(args[i], narrow)
                                           for i in operands):
@@ -157,16 +164,10 @@ class BodyBuilder:
             self._narrowed[name] = value
         return name
 
-    def _is_literal(self, value: str) -> bool:
-        return value in self._literals
-
     def _exact_literal(self, value: str, narrow: torch.dtype) -> bool:
         """Whether ``value`` is no literal or a literal ``narrow`` holds exactly."""
         literal = self._literals.get(value)
-        if literal is None:
-            return True
-        return float(torch.tensor(literal, dtype=narrow).float()) == literal or (
-            literal != literal)
+        return literal is None or _holds_exactly(literal, narrow)
 
     def all_of(self, first: str, *rest: str) -> str:
         """The bool value ``first and rest[0] and ...`` (folded left)."""

@@ -16,6 +16,7 @@ from ember.inductor.buffers import ScheduledNode
 from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.extern_args import ExternArg
+from ember.inductor.lowering.inlining import Uses
 from ember.inductor.lowering.layout import LayoutState
 from ember.inductor.lowering.lowered_graph import BufferInfo
 from ember.inductor.lowering.rng_seed import GraphSeed
@@ -38,6 +39,8 @@ class LoweringContext(Protocol):
     extern_matmuls: frozenset[str]
     rng: GraphSeed
     layout: LayoutState
+    #: the consumers of each node of the graph being lowered
+    uses: Uses
 
     def fresh(self, prefix: str = "buf") -> str:
         """A new buffer name (``buf7``)."""

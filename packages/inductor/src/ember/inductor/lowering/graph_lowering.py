@@ -23,8 +23,13 @@ from typing import Any
 
 import sympy
 import torch
-from ember.inductor.buffers import (ExternCall, PointwiseBuffer, ReductionBuffer, ScatterBuffer,
-                                    ScheduledNode)
+from ember.inductor.buffers import (
+    ExternCall,
+    PointwiseBuffer,
+    ReductionBuffer,
+    ScatterBuffer,
+    ScheduledNode,
+)
 from ember.inductor.loop_ir import IndexExpr, Size
 from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.builder import BodyBuilder
@@ -134,7 +139,7 @@ class GraphLowering:
         self.eager_reason = "graph runs eagerly"
         self._count = 0
         self._realized: dict[int, tuple[Lazy, Stored]] = {}
-        self._uses = Uses(self.graph)  # see inlining.py: costly values read broadcast
+        self.uses = Uses(self.graph)  # see inlining.py: costly values read broadcast
         self._current = ""  # the node being lowered
         self._sized = _plain_symbols(*(n.meta for n in self.graph.placeholders))
         self.layout = LayoutState()
@@ -227,7 +232,7 @@ class GraphLowering:
             if host:  # a cpu scalar: no buffer of the graph's device (host_scalars.py)
                 value = self.host_scalars.result(node, value, len(self.nodes) > mark)
             elif isinstance(value := self._bounded(value), Lazy) and (
-                    self._uses.broadcast_costly(node.name, value)
+                    self.uses.broadcast_costly(node.name, value)
                     or self._shared_and_wide(node.name, value)):
                 value = self.realize(value)
             self.values[node.name] = value
@@ -318,7 +323,7 @@ class GraphLowering:
         """Whether node ``name``'s ``value`` has several consumers and loads at least
         ``SHARED_STORE_LOADS`` buffers of its size: stored once, not recomputed by each
         (a residual stream read by a norm and the next residual add; see inlining.py)."""
-        if self._uses.count(name) < 2:
+        if self.uses.count(name) < 2:
             return False
         n = hint(numel(value.sizes))
         wide = [b for b in self.loaded_buffers(value)

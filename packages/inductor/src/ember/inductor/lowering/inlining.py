@@ -71,6 +71,10 @@ class Uses:
         """How many nodes consume node ``name``."""
         return len(self._users.get(name, []))
 
+    def users(self, name: str) -> list[Node]:
+        """The nodes that consume node ``name`` (each once)."""
+        return self._users.get(name, [])
+
     def widest(self, name: str) -> int:
         """The most elements any consumer of node ``name`` computes, looking through
         views (0: no tensor consumer)."""

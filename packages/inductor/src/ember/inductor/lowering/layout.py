@@ -46,6 +46,13 @@ def storage_order(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, ..
     return order
 
 
+def column_major_strides(sizes: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a 2-d ``rows, cols`` (or batched 3-d) shape stored transposed: each
+    matrix column-major, the batch dim outermost."""
+    rows, cols = sizes[-2:]
+    return (*((rows * cols,) if len(sizes) == 3 else ()), 1, rows)
+
+
 def channels_last_strides(sizes: Sequence[int]) -> tuple[int, ...]:
     """The channels-last strides of a 4-d ``N, C, H, W`` shape."""
     n, c, h, w = sizes

@@ -12,6 +12,7 @@ from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.layout import (
     channels_last_strides,
+    column_major_strides,
     is_channels_last,
     same_layout,
     storage_order,
@@ -133,9 +134,7 @@ def matmul_operand(ctx: LoweringContext, value: Any) -> Any:
         return view
     if not transposed:
         return value
-    rows, cols = value.sizes[-2:]
-    strides = (*((rows * cols,) if n == 3 else ()), 1, rows)
-    return ctx.realize(value, strides=strides, reuse=True)
+    return ctx.realize(value, strides=column_major_strides(value.sizes), reuse=True)
 
 
 def transposed_view(ctx: LoweringContext, value: Lazy, transposed: bool) -> Stored | None:
@@ -152,11 +151,7 @@ def transposed_view(ctx: LoweringContext, value: Lazy, transposed: bool) -> Stor
     base = value.permuted_from[0]
     if tuple(base.sizes) != tuple(value.sizes[d] for d in swap):
         return None
-    if transposed:
-        strides = contiguous_strides(base.sizes)
-    else:
-        rows, cols = base.sizes[-2:]
-        strides = (*((rows * cols,) if n == 3 else ()), 1, rows)
+    strides = (contiguous_strides if transposed else column_major_strides)(base.sizes)
     stored = ctx.realize(base) if ctx.is_realized(base) else ctx.realize(
         base, strides=strides, reuse=True)
     return Stored(stored.buffer, stored.dtype, value.sizes,

@@ -36,6 +36,7 @@ from ember.inductor.codegen.registry import backend_for
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.extern_args import ExternArg
+from ember.inductor.lowering.layout import column_major_strides
 from ember.inductor.lowering.layout_passes import matmul_operand, unit_stride_dim
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, numel
 from ember.inductor.loop_ir import IndexExpr
@@ -160,10 +161,7 @@ def _zero_padded(v: Stored | Lazy, sizes: tuple[int, ...]) -> Lazy:
 
 
 def _strides(sizes: tuple[int, ...], way: Orientation) -> tuple[int, ...]:
-    if way == "row":
-        return contiguous_strides(sizes)
-    rows, cols = sizes[-2:]
-    return (*((rows * cols,) if len(sizes) == 3 else ()), 1, rows)
+    return contiguous_strides(sizes) if way == "row" else column_major_strides(sizes)
 
 
 def _transposed(v: Stored) -> Stored:

@@ -19,8 +19,6 @@ Not offered (extern, as before): other dtypes, a size that is statically 0 or 1,
 
 from __future__ import annotations
 
-import weakref
-
 from collections.abc import Sequence
 
 import torch
@@ -34,7 +32,7 @@ from ember.inductor.lowering.lowered_graph import BufferInfo
 from ember.inductor.lowering.matmul_padding import padded_width
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, probe
-from ember.runtime.ir import Node, TensorMeta, ValueRef
+from ember.runtime.ir import Node, TensorMeta
 from ember.runtime.logs import log
 
 #: op -> (the template's op name, how many leading bias arguments, batched)
@@ -182,16 +180,13 @@ def _has_fusable_consumer(ctx: LoweringContext, node: Node) -> bool:
     """Whether a consumer of ``node``'s result (through views) is a pointwise op (its
     rule in :data:`EPILOGUE_RULE_MODULES`) the scheduler may fuse as the template's
     epilogue."""
-    users = _users_of(ctx, node)
-    if users is None:
-        return False
     stack, seen = [node.name], set()
     while stack:
         name = stack.pop()
         if name in seen:
             continue
         seen.add(name)
-        for user in users.get(name, []):
+        for user in ctx.uses.users(name):
             if user.op != "call":
                 continue
             if user.target in VIEW_OPS:
@@ -200,38 +195,6 @@ def _has_fusable_consumer(ctx: LoweringContext, node: Node) -> bool:
                   and LOWERINGS[user.target].__module__ in EPILOGUE_RULE_MODULES):
                 return True
     return False
-
-
-# each lowering's graphs: the ids of their nodes and their users by value name, built
-# once (a graph has hundreds of matmuls: HF BERT's backward spent 3.4 s rebuilding them)
-_GraphUsers = tuple[set[int], dict[str, list[Node]]]
-_USERS: weakref.WeakKeyDictionary[LoweringContext, list[_GraphUsers]] = (
-    weakref.WeakKeyDictionary())
-
-
-def _users_of(ctx: LoweringContext, node: Node) -> dict[str, list[Node]] | None:
-    """The users of each value of the graph ``node`` belongs to (None: no graph of
-    ``ctx``'s program holds it)."""
-    graphs = _USERS.get(ctx)
-    if graphs is None:
-        graphs = _USERS[ctx] = []
-        for graph in ctx.program.graphs.values():
-            users: dict[str, list[Node]] = {}
-            for n in graph.nodes:
-                for ref in _refs(n.args) + _refs(tuple(n.kwargs.values())):
-                    users.setdefault(ref, []).append(n)
-            graphs.append(({id(n) for n in graph.nodes}, users))
-    return next((users for ids, users in graphs if id(node) in ids), None)
-
-
-def _refs(args: tuple[object, ...]) -> list[str]:
-    found: list[str] = []
-    for a in args:
-        if isinstance(a, ValueRef):
-            found.append(a.node)
-        elif isinstance(a, (tuple, list)):
-            found.extend(_refs(tuple(a)))
-    return found
 
 
 __all__ = ["EPILOGUE_RULE_MODULES", "PROLOGUE_MAX_BUFFERS", "TEMPLATE_OPS", "allow_tf32", "matmul_template"]
