@@ -23,13 +23,8 @@ from typing import Any
 
 import sympy
 import torch
-from ember.inductor.buffers import (
-    ExternCall,
-    PointwiseBuffer,
-    ReductionBuffer,
-    ScatterBuffer,
-    ScheduledNode,
-)
+from ember.inductor.buffers import (ExternCall, PointwiseBuffer, ReductionBuffer, ScatterBuffer,
+                                    ScheduledNode)
 from ember.inductor.loop_ir import IndexExpr, Size
 from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.builder import BodyBuilder
