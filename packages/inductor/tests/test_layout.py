@@ -215,6 +215,7 @@ def test_only_compute_bound_matmuls_pad_m_and_k() -> None:
 
     Padding = matmul_padding.MatmulPadding
     assert plan(8192, 50257, 768) == Padding(None, None, 50264)  # dlogits @ W
+    assert plan(1024, 50257, 768) == Padding(None, None, 50264)  # a result under 1M elements
     assert plan(50257, 8192, 768, a_col=True) == Padding(50264, None, None)  # dlogitsᵀ @ h
     assert plan(8192, 768, 50257) == Padding(None, 50264, None)  # the forward
     assert plan(50257, 8192, 768) is None  # row-major: M is not a contiguous extent

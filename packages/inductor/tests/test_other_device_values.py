@@ -71,3 +71,24 @@ def test_a_cpu_constant_returned_by_a_cuda_graph_is_copied_on_the_cpu() -> None:
     assert notes == [("aten::clone.default", "a cpu output of a cuda graph"),
                      ("PointwiseBuffer", "")], notes
     assert dict(lowered.fallbacks) == {"aten::clone.default": 1}
+
+
+ATTENTION_BACKWARD = '''program dialect=core-functional
+
+graph backward(%q: f32[1, 1, 8, 4]{32,32,4,1} cuda:0, %out: f32[1, 1, 8, 4]{32,32,4,1} cuda:0, %lse: f32[1, 1, 8]{8,8,1} cuda:0, %seed: i64[]{} cuda:0, %offset: i64[]{} cuda:0, %g: f32[1, 1, 8, 4]{32,32,4,1} cuda:0):
+  %bw: (f32[1, 1, 8, 4]{32,32,4,1} cuda:0, f32[1, 1, 8, 4]{32,32,4,1} cuda:0, f32[1, 1, 8, 4]{32,32,4,1} cuda:0, f32[0]{1} cuda:0) = aten::_scaled_dot_product_efficient_attention_backward.default(%g, %q, %q, %q, None, %out, %lse, %seed, %offset, 0.0, [True, True, True, False], True)
+  return (%bw.0, %bw.1, %bw.2)  [user_output, user_output, user_output]
+'''
+
+
+def test_a_0d_input_only_extern_calls_read_is_not_checked_for_a_device() -> None:
+    """SDPA's philox seed and offset are CPU tensors outside CUDA-graph capture, device
+    tensors inside, traced on the device: the backward's wrapper leaves their device to
+    aten (a kernel never reads them) and checks every other input's."""
+    from ember.inductor.compile import compile_graph
+
+    program = parse_program(ATTENTION_BACKWARD)
+    wrapper = compile_graph(program, "backward", torch.device("cuda")).wrapper
+    assert "arg0.is_cuda" in wrapper and "arg2.is_cuda" in wrapper, wrapper
+    assert "arg3.is_" not in wrapper and "arg4.is_" not in wrapper, wrapper
+    assert "_check_input(arg3, 'arg3', torch.int64, (), (), None)" in wrapper, wrapper

@@ -215,6 +215,7 @@ class WrapperWriter:
         (the wrapper then imports it, or, from a runtime without it, tests every call)."""
         low = self.lowered
         traced = traced_device([inp.meta for inp in low.inputs])
+        kernel_reads = {r for n in low.nodes if not isinstance(n, ExternCall) for r in n.reads}
         checks: list[tuple[str, list[str], str, bool]] = []
         for inp in low.inputs:
             name, meta = inp.name, inp.meta
@@ -226,17 +227,24 @@ class WrapperWriter:
             # only: lowering/devices.py)
             device = (torch.device(self.device) if info is not None
                       and (traced is None or meta.device.type == traced.type) else meta.device)
-            tests = [f"isinstance({name}, torch.Tensor)", f"{name}.dtype is {meta.dtype}",
-                     _device_test(name, device)]
+            tests = [f"isinstance({name}, torch.Tensor)", f"{name}.dtype is {meta.dtype}"]
+            where: str | None = str(device)
+            if not meta.sizes and name not in kernel_reads:
+                # a 0-dim tensor that only extern calls read may be on either device: aten
+                # takes it as a scalar (SDPA's philox seed and offset are CPU tensors, or
+                # device tensors while a CUDA graph is captured)
+                where = None
+            else:
+                tests.append(_device_test(name, device))
             if info is not None and _static_layout(info):
                 tests += [f"{name}.shape == {info.sizes!r}",
                           f"{name}.stride() == {info.strides!r}"]
                 call = (f"{name} = _check_input({name}, {name!r}, {info.dtype}, "
-                        f"{info.sizes!r}, {info.strides!r}, {str(device)!r})")
+                        f"{info.sizes!r}, {info.strides!r}, {where!r})")
             else:  # symbolic sizes: checked once the symbols are bound (below)
                 sizes = tuple(s if isinstance(s, int) else None for s in meta.sizes)
                 call = (f"_check_input({name}, {name!r}, {meta.dtype}, {sizes!r}, None, "
-                        f"{str(device)!r})")
+                        f"{where!r})")
             checks.append((name, tests, call, info is not None and _static_layout(info)))
         stamped = [name for name, _, _, static in checks if static]
         use_stamp = len(stamped) >= STAMP_MIN_INPUTS

@@ -19,9 +19,9 @@ GPT-2's LM head (50257 columns) has all three: its forward (N), and its backward
 gradient (``dlogits @ W``: K) and weight gradient (``dlogitsᵀ @ h``: M). The backward's
 two pads of ``dlogits`` are one buffer: a column-major operand is padded in its
 transposed (row-major) form, and pads of the same stored view are made once per graph.
-N is padded when the result has :data:`PAD_MATMUL_MIN_NUMEL` elements; M and K also
-need a compute-bound matmul (:data:`PAD_MIN_INTENSITY`), where the unaligned kernel is
-slow and the pad's copy is cheap beside the matmul.
+N is padded when the result has :data:`PAD_MATMUL_MIN_NUMEL` elements; M and K when the
+left operand has that many and the matmul is compute-bound (:data:`PAD_MIN_INTENSITY`),
+where the unaligned kernel is slow and the pad's copy is cheap beside the matmul.
 """
 
 from __future__ import annotations
@@ -126,14 +126,13 @@ def plan_padding(ctx: LoweringContext, call: ExternRequest) -> MatmulPadding | N
     if min(m, n, k) <= 1:
         return None
     align = max(1, 16 // meta.dtype.itemsize)
-    big = numel(tuple(int(s) for s in meta.sizes)) >= PAD_MATMUL_MIN_NUMEL
-    if not big:
-        return None
+    big_result = numel(tuple(int(s) for s in meta.sizes)) >= PAD_MATMUL_MIN_NUMEL
     flops = 2.0 * m * n * k
     moved = (m * k + k * n + m * n) * meta.dtype.itemsize
-    compute_bound = flops / moved >= PAD_MIN_INTENSITY
+    # M and K: a big left operand (the one padded) in a compute-bound matmul
+    compute_bound = (m * k >= PAD_MATMUL_MIN_NUMEL and flops / moved >= PAD_MIN_INTENSITY)
     a_way, b_way = orientation(ctx, a), orientation(ctx, b)
-    pad_n = n % align != 0
+    pad_n = big_result and n % align != 0
     pad_k = compute_bound and k % align != 0 and (a_way == "row" or b_way == "col")
     bias_rows = any(len(x.sizes) >= 2 and x.sizes[-2] == m for x in bias
                     if isinstance(x, (Stored, Lazy)))
