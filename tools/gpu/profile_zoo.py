@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ember.frontend as ef
 import zoo
+from benchlib.accuracy import training_inputs
 from torch.profiler import ProfilerActivity, profile
 
 
@@ -42,6 +43,7 @@ def main() -> None:
         model, inputs = zoo.get(name).make("cuda", dtype, "full")
         if train:
             model.train()  # training-mode batch norm, dropout: what bench.py --train times
+            inputs = training_inputs(inputs)  # as the bench: floating inputs require grad
         compiled = []
         for dynamic in modes:
             suffix = " dynamic=True" if dynamic else ""

@@ -28,6 +28,7 @@ from ember.inductor.codegen.wrapper import WrapperWriter
 from ember.inductor.idle_templates import lower_and_schedule
 from ember.inductor.loop_ir import Kernel, format_kernel
 from ember.inductor.loop_ir.symbolic_index import size_hints
+from ember.inductor.lowering.builder import precision_casts
 from ember.inductor.lowering.devices import traced_device
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.passes import run_passes
@@ -152,7 +153,11 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     False: random ops run in the kernels, on Philox keyed by a seed drawn from torch's
     generator, see ``lowering/random.py``; True runs them as extern calls on torch's
     generator, counted as fallbacks, so that results equal eager's under the same
-    ``torch.manual_seed``: for tests that compare with eager).
+    ``torch.manual_seed``: for tests that compare with eager), ``emulate_precision_casts``
+    (default False: a float16/bfloat16 op's result is rounded where it is stored or cast
+    explicitly, and a fused consumer reads it in float32, as torch.compile's kernels do;
+    True rounds after every op like eager, at the cost of instructions: see
+    ``lowering/builder.py``).
 
     Raises:
         ember.runtime.compiled.cpp_build.CppCompileError: with ``strict``, a generated
@@ -161,7 +166,7 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     """
     options = options or {}
     tune = autotunes(options.get("mode"))
-    with autotuning(tune):
+    with autotuning(tune), precision_casts(bool(options.get("emulate_precision_casts"))):
         out = _compile_program(program, options)
         if tune:
             out.metadata["autotune"] = tuning_report().to_json()

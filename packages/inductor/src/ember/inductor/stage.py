@@ -25,6 +25,7 @@ class InductorStage(Stage):
         "precompile_triton": (bool,),
         "strict": (bool,),
         "eager_random": (bool,),
+        "emulate_precision_casts": (bool,),
     }
 
     def pre_grad_passes(self) -> Sequence[PreGradPass]:

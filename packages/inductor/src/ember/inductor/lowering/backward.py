@@ -64,7 +64,7 @@ def _softmax_backward(ctx: Any, node: Node, grad: TensorValue, out: TensorValue,
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
         diff = b.compute("sub", element(b, grad, i, acc), s.element(b, _zero(i, d)))
-        return b.cast(b.compute("mul", element(b, out, i, acc), diff), meta.dtype)
+        return b.op_result(b.compute("mul", element(b, out, i, acc), diff), meta.dtype)
 
     return Lazy(fn, meta.dtype, grad.sizes)
 
@@ -85,7 +85,7 @@ def _log_softmax_backward(ctx: Any, node: Node, grad: TensorValue, out: TensorVa
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
         e = b.compute("exp", element(b, out, i, acc))
         r = b.compute("sub", g(b, i), b.compute("mul", e, s.element(b, _zero(i, d))))
-        return b.cast(r, meta.dtype)
+        return b.op_result(r, meta.dtype)
 
     return Lazy(fn, meta.dtype, grad.sizes)
 

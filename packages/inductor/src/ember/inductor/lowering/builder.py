@@ -12,6 +12,7 @@ computed under a mask is never reused where that mask does not hold.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 from collections.abc import Iterator
 
@@ -42,6 +43,24 @@ EXACT_IN_NARROW: dict[str, tuple[int, ...]] = {
     "maximum": (0, 1), "minimum": (0, 1),
     "where": (1, 2),
 }
+
+
+#: whether each op's float16/bfloat16 result is rounded as eager rounds it, also where a
+#: fused consumer reads it (the inductor option ``emulate_precision_casts``; off: a fused
+#: consumer reads the float32 value and only stored values and explicit casts round,
+#: as in torch.compile's kernels: fewer instructions, results as close to float64)
+EMULATE_PRECISION_CASTS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "emulate_precision_casts", default=False)
+
+
+@contextlib.contextmanager
+def precision_casts(emulate: bool) -> Iterator[None]:
+    """Kernels built inside round each op's narrow-float result (``emulate``) or not."""
+    token = EMULATE_PRECISION_CASTS.set(emulate)
+    try:
+        yield
+    finally:
+        EMULATE_PRECISION_CASTS.reset(token)
 
 
 @functools.cache
@@ -162,6 +181,20 @@ class BodyBuilder:
         name = self.compute("cast", value, dtype=dtype)
         if source == torch.float32 and self._exact.get(value) == dtype:
             self._narrowed[name] = value
+        return name
+
+    def op_result(self, value: str, dtype: torch.dtype) -> str:
+        """``value``, an op's computed result, as the op's result ``dtype``. A float32
+        value of a narrow-float op is rounded to ``dtype`` for stores; unless
+        :data:`EMULATE_PRECISION_CASTS`, a fused consumer casting it back reads the
+        float32 value (an explicit cast, :meth:`cast`, always rounds)."""
+        if (dtype not in NARROW_FLOATS or self._dtypes[value] != torch.float32
+                or EMULATE_PRECISION_CASTS.get()):
+            return self.cast(value, dtype)
+        # NOTE: its own CSE key: an explicit cast of the same value stays a rounding
+        name = self._emit(("op_result", value, dtype), Compute, "cast", (value,), dtype,
+                          dtype=dtype)
+        self._narrowed[name] = value
         return name
 
     def _exact_literal(self, value: str, narrow: torch.dtype) -> bool:

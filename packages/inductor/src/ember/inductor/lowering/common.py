@@ -119,7 +119,7 @@ def pointwise(
 
     def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         vals = [element(b, a, index, compute) for a in args]
-        return b.cast(body(b, vals), out_dtype)
+        return b.op_result(body(b, vals), out_dtype)
 
     return Lazy(fn, out_dtype, sizes)
 

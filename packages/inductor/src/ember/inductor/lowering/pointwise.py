@@ -312,7 +312,7 @@ def _where(ctx: Any, node: Node, cond: Any, a: Any, b_: Any) -> Lazy:
         c = _truth(b, element(b, cond, index, cond.dtype))
         x = element(b, a, index, dtype)
         y = element(b, b_, index, dtype)
-        return b.cast(b.compute("where", c, x, y), meta.dtype)
+        return b.op_result(b.compute("where", c, x, y), meta.dtype)
 
     return Lazy(fn, meta.dtype, sizes)
 
