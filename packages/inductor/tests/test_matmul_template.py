@@ -131,6 +131,20 @@ def test_prologue_cast_and_scale_run_in_the_loads() -> None:
     _close(out, fn(x, w), bf16=True)
 
 
+def test_a_narrow_prologue_feeds_the_dot_rounded() -> None:
+    """A bfloat16 op's result read by the dot is a bfloat16 tile (rounded as stored,
+    though a fused chain keeps float32 elsewhere: ``BodyBuilder.op_result``)."""
+    def fn(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return (q * 0.3) @ k.transpose(-1, -2)
+
+    q, k = torch.randn(2, 40, 24).to(BF), torch.randn(2, 36, 24).to(BF)
+    compiled, (out,) = _templated(fn, q, k)
+    prologue_a = _sources(compiled).split("# prologue A")[1].split("# prologue B")[0]
+    (tile,) = [line for line in prologue_a.splitlines() if "_tile = " in line]
+    assert tile.endswith(".to(tl.bfloat16)"), prologue_a
+    _close(out, fn(q, k), bf16=True)
+
+
 def test_dropout_mask_epilogue_fuses_and_draws_the_extern_paths_values() -> None:
     """The random seed's draw goes before the template, so a dropout mask built from
     ``rand_like`` fuses into its epilogue; the same seed gives the extern path's mask."""

@@ -217,8 +217,8 @@ class MatmulBuffer:
              ) -> None:
         *batch, m, n = outer
         k = red[0]
-        a = b.cast(self.a(b, (*batch, m, k)), torch.float32)
-        w = b.cast(self.b(b, (*batch, k, n)), torch.float32)
+        a = b.cast(self.a(b, (*batch, m, k)), torch.float32, as_stored=True)
+        w = b.cast(self.b(b, (*batch, k, n)), torch.float32, as_stored=True)
         acc = b.reduce("sum", b.compute("mul", a, w), torch.float32)
         value = acc if self.epilogue is None else self.epilogue(b, acc, tuple(outer))
         b.store(self.name, self.store_index(outer), b.cast(value, self.dtype))

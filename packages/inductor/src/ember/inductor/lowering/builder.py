@@ -164,14 +164,16 @@ class BodyBuilder:
                 self._exact[name] = narrow
         return name
 
-    def cast(self, value: str, dtype: torch.dtype) -> str:
+    def cast(self, value: str, dtype: torch.dtype, as_stored: bool = False) -> str:
         """``value`` as ``dtype``. A float32 value exactly representable in bfloat16 or
         float16 (:data:`EXACT_IN_NARROW`) rounded to that dtype and back is itself: the
-        round trip eager's per-op rounding asks for is left out."""
+        round trip eager's per-op rounding asks for is left out; so is an op's result's
+        (:meth:`op_result`) unless ``as_stored`` (a matmul template's operand: its tiles
+        are of the narrow dtype)."""
         source = self._dtypes[value]
         if source == dtype:
             return value
-        if dtype == torch.float32 and source in NARROW_FLOATS:
+        if dtype == torch.float32 and source in NARROW_FLOATS and not as_stored:
             exact = self._narrowed.get(value)
             if exact is not None:
                 return exact
