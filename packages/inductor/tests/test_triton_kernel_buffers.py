@@ -1,5 +1,5 @@
 """Fusion stops where a kernel would take more than its backend's ``max_kernel_buffers``
-buffers (Triton: ``codegen/triton/backend.py``): independent updates of many same-shaped tensors
+buffers (or ``max_kernel_statements`` statements: ``test_kernel_statement_limit.py``) (Triton: ``codegen/triton/backend.py``): independent updates of many same-shaped tensors
 (an optimizer step over hundreds of parameters) fuse side by side into a few kernels, not
 one of thousands of pointer arguments. Code generation only: no GPU needed."""
 
@@ -37,8 +37,12 @@ def test_side_by_side_fusion_stops_at_the_buffer_limit(n: int) -> None:
     sizes = [len(args.split(", ")) for args in launches]
     assert all(s <= LIMIT for s in sizes), sizes
     assert sum(sizes) == 3 * n  # every update in some kernel, each buffer once
-    # as few kernels as the limit allows
-    assert len(sizes) == -(-3 * n // (LIMIT // 3 * 3)), sizes
+    # as few kernels as the limits allow: buffers, and statements (two loads, the add,
+    # the store each: max_kernel_statements)
+    statements = TritonBackend.max_kernel_statements or 0
+    assert all(len(k.body) <= statements for k, _ in compiled.kernels)
+    per_kernel = min(LIMIT // 3, statements // 4)
+    assert len(sizes) == -(-n // per_kernel), sizes
 
 
 def test_a_cpu_step_over_many_small_tensors_loads() -> None:

@@ -119,13 +119,22 @@ class KernelBackend(abc.ABC):
     #: its backend). Past it the scheduler starts another kernel.
     max_kernel_buffers: int | None = None
 
+    #: the most loop-IR statements a kernel grows to by fusion (None: no limit): a
+    #: compiler whose time grows faster than the kernel (Triton: see its backend) gets
+    #: two kernels, at the cost of storing and re-reading the values that cross.
+    max_kernel_statements: int | None = None
+
     def can_fuse(self, group: Kernel, fused: Kernel) -> bool:
         """Whether the scheduler may grow the kernel ``group`` into ``fused`` (the same
         loop ranges, the body with one more node's work), as far as this backend is
         concerned; the scheduler has already checked that the result is correct.
         Default: unless ``fused`` touches more than :attr:`max_kernel_buffers` buffers
-        (an upper bound: stores the scheduler drops later count). A backend that
-        overrides this calls it first."""
+        (an upper bound: stores the scheduler drops later count) or has more than
+        :attr:`max_kernel_statements` statements. A backend that overrides this calls
+        it first."""
+        statements = self.max_kernel_statements
+        if statements is not None and len(fused.body) > statements:
+            return False
         limit = self.max_kernel_buffers
         if limit is None:
             return True
