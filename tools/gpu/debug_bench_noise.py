@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import copy
 import gc
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -23,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import zoo
 from benchlib.runner import make_step
+from profile_gaps import wall_ms  # the script's folder is on sys.path
 
 _collections = [0]
 gc.callbacks.append(lambda phase, info: _collections.__setitem__(
@@ -38,17 +37,6 @@ def bench_ms(step: object, gc_off: bool) -> tuple[float, int]:
     finally:
         gc.enable()
     return ms, _collections[0] - before
-
-
-def wall_ms(step: object, steps: int = 20) -> float:
-    times = []
-    for _ in range(steps):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()  # type: ignore[operator]
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def main() -> None:

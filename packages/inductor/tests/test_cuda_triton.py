@@ -158,3 +158,16 @@ def test_a_checked_gather_in_a_column_reduction_splits_on_gpu() -> None:
     sources = "".join(v.decode() for k, v in compiled.files.items() if k.endswith(".py"))
     assert "_partial(" in sources
     torch.testing.assert_close(outs[0], fn(*xs), rtol=1e-3, atol=1e-3)
+
+
+def test_position_ids_cumsum_is_a_kernel_on_gpu() -> None:
+    """HF GPT-2's and Llama's position ids: the cumsum runs as a masked sum in one
+    kernel with its producer and consumer (``lowering/scans.py``), no fallback."""
+
+    def fn(mask: torch.Tensor) -> torch.Tensor:
+        return (mask.ne(0).cumsum(-1) * mask - 1).clamp(min=0)
+
+    mask = (torch.rand(16, 512, device="cuda") > 0.2).long()
+    compiled, outs = _run(fn, [mask])
+    assert compiled.metadata["fallbacks"] == {}
+    assert torch.equal(outs[0], fn(mask))

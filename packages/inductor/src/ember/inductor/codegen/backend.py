@@ -17,6 +17,7 @@ question                          asked by                                      
 ``supports_atomic_add(dtype)``    the lowering of accumulating scatters         True
 ``checks_integer_division``       the lowering of integer ``//``, ``%``, fmod   True
 ``pads_unaligned_matmuls``        the ``pad_unaligned_matmul`` lowering pass    False
+``max_scan_length``               the ``cumsum`` lowering                       None
 ``matmul_templates``              the ``matmul_template`` lowering pass         False
 ``matmul_template(problem)``      the same, per matmul: template or extern      None
 ``aligned_buffers(kernel)``       the wrapper, at each launch: 16-byte bases    ()
@@ -88,6 +89,10 @@ class KernelBackend(abc.ABC):
     #: zero-padded right operand (``lowering/matmul_padding.py``; cuBLAS falls back to
     #: unaligned kernels otherwise)
     pads_unaligned_matmuls: bool = False
+
+    #: the longest dim a ``cumsum`` runs along as a masked sum, quadratic in the dim
+    #: (``lowering/scans.py``); None: eager's scan (an extern call)
+    max_scan_length: int | None = None
 
     #: whether ``mm``/``addmm``/``bmm``/``baddbmm`` may become matmul template kernels
     #: (``lowering/matmul_template.py``) that fuse their producers and consumers; each

@@ -13,6 +13,7 @@ from ember.inductor.lowering import (  # noqa: F401
     pooling,
     random,
     reductions,
+    scans,
     scatter,
     user_kernels,
     views,

@@ -29,6 +29,7 @@ class TritonBackend(KernelBackend):
     device_type = "cuda"
     checks_integer_division = False
     pads_unaligned_matmuls = True
+    max_scan_length = 1024
     matmul_templates = True
     #: an optimizer step's updates fuse side by side, one kernel per parameter shape
     #: (host scalars let a CUDA Adam step fuse whole: ``lowering/host_scalars.py``):

@@ -1,0 +1,61 @@
+"""Lowering of ``cumsum``: a masked sum along a short dim.
+
+``out[..., i, ...] = sum(x[..., j, ...] for j <= i)``, one reduction over a new
+innermost dim ``j`` of the scanned dim's length ``L``, the terms past ``i`` masked to 0.
+That is ``L`` times the work of a sequential scan but one fused reduction kernel: its
+producers (``attention_mask.ne(0)``) run in its loads and its consumers (position ids:
+``* mask - 1``) in its epilogue, where eager's scan is a kernel of its own. HF GPT-2's
+and Llama's position ids (``L = 512``) were the one fallback of their training steps.
+
+Which devices lower it, and up to which ``L``, is their backend's
+``max_scan_length`` (Triton 1024: ``L**2`` additions a row are nothing on a GPU; the
+CPU's C++: none, eager's sequential scan is faster there). Longer or symbolic dims, and
+other devices, keep eager's ``cumsum`` (a counted fallback, with the reason).
+
+Floating sums accumulate in float32 (bfloat16/float16) or their own dtype, in a tree
+order: results differ from eager's sequential sum by rounding, as a ``sum`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from ember.inductor.codegen.registry import backend_for
+from ember.inductor.loop_ir import IndexExpr
+from ember.inductor.lowering.builder import BodyBuilder
+from ember.inductor.lowering.common import compute_dtype, normalize_dim, out_meta
+from ember.inductor.lowering.reductions import reduce
+from ember.inductor.lowering.registry import NotLowerable, lowering
+from ember.inductor.lowering.values import Lazy, TensorValue
+from ember.runtime.ir import Node
+
+
+@lowering("aten::cumsum.default")
+def _cumsum(ctx: Any, node: Node, x: TensorValue, dim: int, *, dtype: Any = None) -> Any:
+    meta = out_meta(node)
+    if not x.sizes:  # a 0-d tensor: its own running sum
+        return Lazy(lambda b, i: b.cast(x.element(b, i), meta.dtype), meta.dtype, ())
+    d = normalize_dim(dim, len(x.sizes))
+    length = x.sizes[d]
+    limit = backend_for(ctx.device.type).max_scan_length
+    if limit is None:
+        raise NotLowerable(f"cumsum on {ctx.device.type}: eager's sequential scan")
+    if not isinstance(length, int) or length > limit:
+        raise NotLowerable(f"cumsum over a dim of {length} elements (a masked sum up to "
+                           f"{limit})")
+    acc = compute_dtype(meta.dtype)
+    full = (*x.sizes, length)
+
+    def term(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        *out, j = index
+        i = out[d]
+        at_j = tuple(j if k == d else v for k, v in enumerate(out))
+        value = b.cast(x.element(b, at_j), acc)
+        kept = b.compute("le", b.index_value(j), b.index_value(i))
+        return b.compute("where", kept, value, b.literal(0, acc))
+
+    r = reduce(ctx, node, "sum", term, full, (len(x.sizes),), False, acc)
+    if acc == meta.dtype:
+        return r
+    return Lazy(lambda b, i: b.cast(r.element(b, i), meta.dtype), meta.dtype, r.sizes)
