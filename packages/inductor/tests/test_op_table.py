@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.lowering.random import RANDOM_LOWERINGS
+from ember.inductor.lowering.scans import SCANS
 from helpers import compile_and_load, trace
 from op_table import OP_TABLE, Batch, OpCase, case_inputs, compare, flatten
 
@@ -134,8 +135,8 @@ NOT_IN_TABLE = {
                           "take into index)",
     "aten::_fused_rms_norm.default": "CompositeImplicit on CPU (traces decompose it); "
                                      "test_graphs.py builds the node by hand",
-    "aten::cumsum.default": "lowered on backends with a max_scan_length only (Triton; the "
-                            "C++ backend runs eager's scan): test_scans.py",
+    **{op: "lowered on backends with a max_scan_length only (Triton; the C++ backend "
+           "runs eager's scan): test_scans.py" for op in SCANS},
     **{op: "random values differ from eager's: test_random.py checks them"
        for op in RANDOM_LOWERINGS},
 }

@@ -1,4 +1,4 @@
-"""``cumsum`` as a masked sum along a short dim (``lowering/scans.py``) on backends with
+"""``cumsum`` (``cumprod``) as a masked sum (product) along a short dim (``lowering/scans.py``) on backends with
 a ``max_scan_length`` (Triton; run here by Triton's interpreter), eager's scan (a
 counted fallback) elsewhere and past the length."""
 
@@ -58,16 +58,17 @@ def test_float_cumsum_along_any_dim_is_the_rounded_running_sum(dim: int,
     torch.testing.assert_close(got.double(), exact, rtol=rtol, atol=1e-5)
 
 
-def test_dtype_argument_0d_and_integer_inputs() -> None:
+def test_dtype_argument_0d_integer_inputs_and_cumprod() -> None:
     def fn(i: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return torch.cumsum(i, 0, dtype=torch.float32), torch.cumsum(s, 0), i.cumsum(1)
+        return (torch.cumsum(i, 0, dtype=torch.float32), torch.cumsum(s, 0), i.cumsum(1),
+                i.cumprod(1), torch.cumprod(i.float() / 4, 0), s.cumprod(0))
 
     i, s = torch.randint(-5, 5, (7, 9), dtype=torch.int32), torch.tensor(3.5)
     with triton_for_cpu():
         compiled, run = compile_and_load(trace(fn, [i, s]), precompile=False)
     assert compiled.metadata["fallbacks"] == {}
     for got, want in zip(run(i, s), fn(i, s)):
-        assert got.dtype == want.dtype
+        assert got.dtype == want.dtype and got.shape == want.shape
         torch.testing.assert_close(got, want)
 
 
