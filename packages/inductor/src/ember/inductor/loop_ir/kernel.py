@@ -25,6 +25,7 @@ already applied), so a kernel can read any strided view of its arguments.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -166,12 +167,9 @@ class Kernel:
         return found
 
 
-def _unique(names: object) -> list[str]:
-    seen: list[str] = []
-    for n in names:  # type: ignore[attr-defined]
-        if n not in seen:
-            seen.append(n)
-    return seen
+def _unique(names: Iterable[str]) -> list[str]:
+    """``names`` without repeats, in first-seen order."""
+    return list(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)

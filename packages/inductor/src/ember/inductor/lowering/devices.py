@@ -10,10 +10,11 @@ tensor read by a CUDA op) never enters a kernel: its node runs as an extern ATen
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
-from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef
+from ember.runtime.ir import Node, TensorMeta, ValueRef
 
 __all__ = ["copy_on_own_device", "node_metas", "other_device", "traced_device"]
 
@@ -28,22 +29,24 @@ def traced_device(metas: list[Any]) -> torch.device | None:
     return None
 
 
-def node_metas(graph: Graph, node: Node) -> list[Any]:
-    """The metadata of every value ``node`` makes and reads (tensors and others)."""
+def node_metas(nodes: Mapping[str, Node], node: Node) -> list[Any]:
+    """The metadata of every value ``node`` makes and reads (tensors and others);
+    ``nodes``: the graph's nodes by name."""
     metas: list[Any] = list(node.meta) if isinstance(node.meta, tuple) else [node.meta]
     for a in node.inputs():
-        meta = graph.node(a.node).meta
+        meta = nodes[a.node].meta
         metas.append(meta[a.index] if isinstance(meta, tuple) and a.index is not None
                      else meta)
     return metas
 
 
-def other_device(graph: Graph, node: Node, traced: torch.device | None) -> str | None:
+def other_device(nodes: Mapping[str, Node], node: Node,
+                 traced: torch.device | None) -> str | None:
     """The device type of a tensor ``node`` makes or reads that is not ``traced``'s, or
-    None."""
+    None (``nodes``: the graph's nodes by name)."""
     if traced is None:
         return None
-    for m in node_metas(graph, node):
+    for m in node_metas(nodes, node):
         if isinstance(m, TensorMeta) and m.device.type != traced.type:
             return m.device.type
     return None

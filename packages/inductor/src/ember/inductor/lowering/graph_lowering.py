@@ -121,11 +121,10 @@ class GraphLowering:
         self.in_place_inputs: set[str] = set()  # inputs a call writes itself (written_args)
         self.fallbacks: collections.Counter[str] = collections.Counter()
         self.checks: list[RuntimeCheck] = []  # run-time checks the kernels record (checks.py)
+        self._by_name = {n.name: n for n in self.graph.nodes}
         self._traced = traced_device([n.meta for n in self.graph.nodes])  # devices.py
         self.device = device or self._traced or torch.device("cpu")
-        # eager: run every op as an extern call (a graph whose generated code failed;
-        # see compile.compile_graph)
-        self.all_extern = eager
+        self.all_extern = eager  # every op an extern call (see compile.compile_graph)
         self.symbolic = not all(
             _static(m) for n in self.graph.nodes
             for m in (n.meta if isinstance(n.meta, tuple) else (n.meta,))
@@ -210,8 +209,8 @@ class GraphLowering:
             reason = f"its result defines the data-dependent size {', '.join(sorted(new))}"
             self.values[node.name] = self.extern(node, fallback=True, reason=reason)
             return
-        other = other_device(self.graph, node, self._traced)
-        if other is not None and not host_scalar_node(self.graph, node, self._traced):
+        other = other_device(self._by_name, node, self._traced)
+        if other is not None and not host_scalar_node(self._by_name, node, self._traced):
             # torch.zeros(k) in a cuda program: a cpu tensor
             self.values[node.name] = self.extern(
                 node, fallback=True, reason=f"a {other} tensor in a {self.device.type} graph")

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -53,7 +54,6 @@ from ember.inductor.lowering.registry import NotLowerable
 from ember.inductor.lowering.values import Lazy, Stored
 from ember.inductor.lowering.written_args import input_written_in_place
 from ember.runtime.ir import (
-    Graph,
     IRFormatError,
     Node,
     OutputKind,
@@ -84,12 +84,13 @@ def is_host_scalar(meta: object, traced: torch.device | None) -> bool:
             and meta.dtype in HOST_SCALAR_DTYPES)
 
 
-def host_scalar_node(graph: Graph, node: Node, traced: torch.device | None) -> bool:
+def host_scalar_node(nodes: Mapping[str, Node], node: Node,
+                     traced: torch.device | None) -> bool:
     """Whether every tensor ``node`` makes or reads that is not on ``traced``'s device
     is a host scalar (:func:`is_host_scalar`): its rule may lower it."""
     if traced is None or traced.type == "cpu":
         return False
-    return all(is_host_scalar(m, traced) for m in node_metas(graph, node)
+    return all(is_host_scalar(m, traced) for m in node_metas(nodes, node)
                if isinstance(m, TensorMeta) and m.device.type != traced.type)
 
 
