@@ -266,10 +266,11 @@ class MemoryPlanner:
         first_store = min(j for j, s in enumerate(k.body) if isinstance(s, Store)
                           and s.buffer == name)
         target = self.lowered.buffers[name]
+        stored = set(k.stored_buffers())
         for src in k.loaded_buffers():
             info = self.lowered.buffers.get(src)
             if (src in taken or info is None or self.last.get(src) != i or not self.donor(src)
-                    or src in k.stored_buffers() or _key(info) != _key(target)
+                    or src in stored or _key(info) != _key(target)
                     or not in_one_part(k, self.device, src, name)):
                 continue
             loads = [(j, s) for j, s in enumerate(k.body)
