@@ -124,6 +124,13 @@ def pointwise(
     return Lazy(fn, out_dtype, sizes)
 
 
+def cast_to(x: TensorValue, dtype: torch.dtype) -> TensorValue:
+    """``x`` read as ``dtype`` (``x`` itself when it has that dtype)."""
+    if x.dtype == dtype:
+        return x
+    return Lazy(lambda b, i: b.cast(x.element(b, i), dtype), dtype, x.sizes)
+
+
 def as_lazy(x: TensorValue) -> Lazy:
     if isinstance(x, Lazy):
         return x

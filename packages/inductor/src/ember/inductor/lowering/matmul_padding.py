@@ -130,13 +130,13 @@ def plan_padding(ctx: LoweringContext, call: ExternRequest) -> MatmulPadding | N
     flops = 2.0 * m * n * k
     moved = (m * k + k * n + m * n) * meta.dtype.itemsize
     # M and K: a big left operand (the one padded) in a compute-bound matmul
-    compute_bound = (m * k >= PAD_MATMUL_MIN_NUMEL and flops / moved >= PAD_MIN_INTENSITY)
+    pad_worth = m * k >= PAD_MATMUL_MIN_NUMEL and flops / moved >= PAD_MIN_INTENSITY
     a_way, b_way = orientation(ctx, a), orientation(ctx, b)
     pad_n = big_result and n % align != 0
-    pad_k = compute_bound and k % align != 0 and (a_way == "row" or b_way == "col")
+    pad_k = pad_worth and k % align != 0 and (a_way == "row" or b_way == "col")
     bias_rows = any(len(x.sizes) >= 2 and x.sizes[-2] == m for x in bias
                     if isinstance(x, (Stored, Lazy)))
-    pad_m = compute_bound and m % align != 0 and a_way == "col" and not bias_rows
+    pad_m = pad_worth and m % align != 0 and a_way == "col" and not bias_rows
     if not (pad_n or pad_k or pad_m):
         return None
     return MatmulPadding(_aligned(m, align) if pad_m else None,

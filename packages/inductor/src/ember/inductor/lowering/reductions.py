@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import torch
 from ember.inductor.loop_ir import IndexExpr, Int
 from ember.inductor.lowering.builder import BodyBuilder
-from ember.inductor.lowering.common import compute_dtype, normalize_dim, out_meta
+from ember.inductor.lowering.common import cast_to, compute_dtype, normalize_dim, out_meta
 from ember.inductor.lowering.registry import NotLowerable, lowering
 from ember.inductor.lowering.values import ElementFn, Lazy, Stored, TensorValue, numel
 from ember.runtime.ir import Node
@@ -90,10 +90,8 @@ def _sum_like(ctx: Any, node: Node, op: str, x: TensorValue, dims: Any, keepdim:
     meta = out_meta(node)
     d = reduced_dims(x, dims)
     acc = compute_dtype(meta.dtype)
-    r = reduce(ctx, node, op, _cast_fn(x, acc), x.sizes, d, keepdim, acc)
-    if acc == meta.dtype:
-        return r
-    return Lazy(lambda b, i: b.cast(r.element(b, i), meta.dtype), meta.dtype, r.sizes)
+    return cast_to(reduce(ctx, node, op, _cast_fn(x, acc), x.sizes, d, keepdim, acc),
+                   meta.dtype)
 
 
 @lowering("aten::sum.dim_IntList", "aten::sum.default")
@@ -193,10 +191,7 @@ def _any_all(ctx: Any, node: Node, x: TensorValue, dims: Any = None,
         return b.compute("ne", v, b.literal(0, b.dtype(v)))
 
     r = reduce(ctx, node, op, fn, x.sizes, d, keepdim, torch.bool)
-    meta = out_meta(node)
-    if meta.dtype != torch.bool:  # any/all of uint8 return uint8
-        return Lazy(lambda b, i: b.cast(r.element(b, i), meta.dtype), meta.dtype, r.sizes)
-    return r
+    return cast_to(r, out_meta(node).dtype)  # any/all of uint8 return uint8
 
 
 def variance(ctx: Any, node: Node, x: TensorValue, d: tuple[int, ...], correction: float,

@@ -25,10 +25,16 @@ import torch
 from ember.inductor.codegen.registry import backend_for
 from ember.inductor.loop_ir import IndexExpr
 from ember.inductor.lowering.builder import BodyBuilder
-from ember.inductor.lowering.common import compute_dtype, normalize_dim, out_meta
+from ember.inductor.lowering.common import (
+    as_lazy,
+    cast_to,
+    compute_dtype,
+    normalize_dim,
+    out_meta,
+)
 from ember.inductor.lowering.reductions import reduce
 from ember.inductor.lowering.registry import NotLowerable, lowering
-from ember.inductor.lowering.values import Lazy, TensorValue
+from ember.inductor.lowering.values import TensorValue
 from ember.runtime.ir import Node
 
 
@@ -45,7 +51,7 @@ def _scan(ctx: Any, node: Node, x: TensorValue, dim: int, *, dtype: Any = None) 
     name = node.target.removeprefix("aten::").removesuffix(".default")
     meta = out_meta(node)
     if not x.sizes:  # a 0-d tensor: its own running sum (product)
-        return Lazy(lambda b, i: b.cast(x.element(b, i), meta.dtype), meta.dtype, ())
+        return cast_to(as_lazy(x), meta.dtype)  # a new value, never the input itself
     d = normalize_dim(dim, len(x.sizes))
     length = x.sizes[d]
     limit = backend_for(ctx.device.type).max_scan_length
@@ -64,7 +70,4 @@ def _scan(ctx: Any, node: Node, x: TensorValue, dim: int, *, dtype: Any = None) 
         kept = b.compute("le", b.index_value(j), b.index_value(out[d]))
         return b.compute("where", kept, value, b.literal(identity, acc))
 
-    r = reduce(ctx, node, op, term, full, (len(x.sizes),), False, acc)
-    if acc == meta.dtype:
-        return r
-    return Lazy(lambda b, i: b.cast(r.element(b, i), meta.dtype), meta.dtype, r.sizes)
+    return cast_to(reduce(ctx, node, op, term, full, (len(x.sizes),), False, acc), meta.dtype)
