@@ -27,7 +27,6 @@ not medians: call times split into fast and slow calls, and a median hides the s
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 import time
 from pathlib import Path
@@ -38,14 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 import zoo
 from benchlib import busy, compilers, report, runner
-
-
-def _option_value(text: str) -> Any:
-    """``"True"`` -> True, ``"3"`` -> 3, ``"strict"`` -> ``"strict"``."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -118,12 +109,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             parser.error(f"unknown floating dtype {name!r}")
         args.dtype_list.append(dtype)
-    args.ember_options = {}
-    for item in args.ember_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            parser.error(f"--ember-option {item!r}: expected KEY=VALUE")
-        args.ember_options[key] = _option_value(value)
+    try:
+        args.ember_options = compilers.parse_ember_options(args.ember_option)
+    except ValueError as error:
+        parser.error(str(error))
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     return args
@@ -164,19 +153,14 @@ def _run(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             model_rows = runner.bench_model(name, config, args.compiler_list)
             rows += model_rows
-            states = ", ".join(f"{r.compiler} {r.status}" for r in model_rows)
+            states = ", ".join(_progress(r) for r in model_rows)
             print(f"[{time.perf_counter() - start:6.0f}s] {name} ({dtype}): {states} "
                   f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
+            # a run stopped by a time limit keeps the models it finished
+            _write(args, _meta(args, device, start, partial=True), rows, {})
     overhead = runner.overhead(args.compiler_list, device, args.ember_backend, args.mode,
                                args.ember_options)
-    meta = report.environment(device)
-    meta.update(suite=args.suite, mode="train" if args.train else "inference",
-                compile_mode=args.mode or "default", ember_backend=args.ember_backend,
-                ember_options=",".join(args.ember_option) or "none",
-                dynamic=str(args.dynamic), sizes=args.sizes or "none",
-                busy=f"{args.busy} (cores {busy.busy_cores(args.busy)}, times are means)"
-                if args.busy else "0",
-                wall_s=f"{time.perf_counter() - start:.0f}")
+    meta = _meta(args, device, start)
     print()
     print(" ".join(f"{k}={v}" for k, v in meta.items() if k != "command"))
     print(report.table(rows))
@@ -192,13 +176,49 @@ def _run(args: argparse.Namespace) -> int:
         print(phases)
     print("\nper-call overhead (tiny input):")
     print(report.overhead_table(overhead))
+    for path in _write(args, meta, rows, overhead):
+        print(f"wrote {path}")
+    return 0
+
+
+def _progress(row: runner.Row) -> str:
+    """``"ember[inductor] ok 12.3ms 1.05x cold 9.1s"``: one compiler's result, as it lands."""
+    parts = [row.compiler, row.status]
+    if row.time_ms is not None:
+        parts.append(f"{row.time_ms:.2f}ms")
+    if row.speedup is not None:
+        parts.append(f"{row.speedup:.2f}x")
+    if row.cold_compile_s is not None:
+        parts.append(f"cold {row.cold_compile_s:.1f}s")
+    return " ".join(parts)
+
+
+def _meta(args: argparse.Namespace, device: torch.device, start: float,
+          partial: bool = False) -> dict[str, Any]:
+    meta = report.environment(device)
+    meta.update(suite=args.suite, mode="train" if args.train else "inference",
+                compile_mode=args.mode or "default", ember_backend=args.ember_backend,
+                ember_options=",".join(args.ember_option) or "none",
+                dynamic=str(args.dynamic), sizes=args.sizes or "none",
+                busy=f"{args.busy} (cores {busy.busy_cores(args.busy)}, times are means)"
+                if args.busy else "0",
+                wall_s=f"{time.perf_counter() - start:.0f}")
+    if partial:
+        meta["partial"] = "yes: the models finished so far"
+    return meta
+
+
+def _write(args: argparse.Namespace, meta: dict[str, Any], rows: list[runner.Row],
+           overhead: dict[str, float | str]) -> list[str]:
+    """Write the JSON and Markdown files asked for; return their paths."""
+    written = []
     if args.json:
         report.write_json(args.json, meta, rows, overhead)
-        print(f"\nwrote {args.json}")
+        written.append(args.json)
     if args.markdown:
         report.write_markdown(args.markdown, meta, rows, overhead)
-        print(f"wrote {args.markdown}")
-    return 0
+        written.append(args.markdown)
+    return written
 
 
 if __name__ == "__main__":

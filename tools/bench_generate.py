@@ -81,12 +81,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"unknown floating dtype {dtype_name!r}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
-    args.ember_options = {}
-    for item in args.ember_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            parser.error(f"--ember-option {item!r}: expected KEY=VALUE")
-        args.ember_options[key] = value
+    try:
+        args.ember_options = compilers.parse_ember_options(args.ember_option)
+    except ValueError as error:
+        parser.error(str(error))
     return args
 
 

@@ -7,6 +7,8 @@ never do).
 
 from __future__ import annotations
 
+import ast
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +65,30 @@ def reset_counters(compiler: str) -> None:
 
         torch._dynamo.utils.counters.clear()
         torch._inductor.metrics.reset()
+
+
+def parse_ember_options(items: list[str]) -> dict[str, Any]:
+    """``["precompile_triton=true", "max_fusion_size=64", "capture=strict"]`` ->
+    ``{"precompile_triton": True, "max_fusion_size": 64, "capture": "strict"}``: values are
+    Python literals, ``true``/``false``/``none`` in any case, or else strings.
+
+    Raises:
+        ValueError: an item that is not ``KEY=VALUE``.
+    """
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--ember-option {item!r}: expected KEY=VALUE")
+        words = {"true": True, "false": False, "none": None}
+        if text.strip().lower() in words:
+            options[key] = words[text.strip().lower()]
+            continue
+        try:
+            options[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            options[key] = text
+    return options
 
 
 def compile_fn(compiler: str, fn: Callable[..., Any], ember_backend: str = "inductor",

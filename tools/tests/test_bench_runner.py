@@ -114,6 +114,11 @@ def test_command_line_rejects_unknown_names() -> None:
     assert args.ember_options == {"capture": "strict"}
     with pytest.raises(SystemExit):
         bench.parse_args(["--ember-option", "capture"])
+    args = bench.parse_args(["--ember-option", "precompile_triton=true", "--ember-option",
+                             "emulate_precision_casts=False", "--ember-option", "n=3"])
+    assert args.ember_options == {"precompile_triton": True,
+                                  "emulate_precision_casts": False, "n": 3}
+    args = bench.parse_args(["--compilers", "ember,eager", "--dtype", "float32,bfloat16"])
     assert args.dtype_list == [torch.float32, torch.bfloat16]
 
 

@@ -232,3 +232,34 @@ def test_a_kernel_warmed_on_the_gpu_launches_without_compiling(
     torch.cuda.synchronize()
     assert len(compiles) == 1
     torch.testing.assert_close(y[1:], x[1:] + 1)
+
+
+def test_the_warm_up_makes_the_launcher_or_leaves_it_to_the_launch(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The build thread touches ``compiled.run`` (Triton loads the binary and makes the
+    launcher there); a failure is logged and counted, never raised: the first launch
+    makes the launcher again and reports its own error."""
+    from ember.runtime.compiled.triton_aot import _load_for_launch
+    from ember.runtime.config import patch
+    from ember.runtime.phases import compile_profile
+
+    class Loads:
+        loaded = 0
+
+        @property
+        def run(self) -> object:
+            Loads.loaded += 1
+            return object()
+
+    class Fails:
+        @property
+        def run(self) -> object:
+            raise RuntimeError("out of shared memory")
+
+    with patch(logs=frozenset({"stages"})), compile_profile() as profile:
+        _load_for_launch(Loads(), SPEC)
+        assert Loads.loaded == 1 and "launchers left to first launch" not in profile.counts
+        _load_for_launch(Fails(), SPEC)
+    assert profile.counts["launchers left to first launch"] == 1
+    assert ("Triton kernel k: launcher left to its first launch (RuntimeError: out of "
+            "shared memory)") in capsys.readouterr().err

@@ -145,7 +145,7 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     the tensors are),
     ``precompile`` (default True: build the kernels now, on ``EMBER_COMPILE_THREADS``
     threads, each graph's as soon as its code is generated — the C++ files, and with ``precompile_triton``
-    (default False, see ``codegen/build.py``) on a GPU the Triton kernels — which warms
+    (default True, see ``codegen/build.py``) on a GPU the Triton kernels — which warms
     the caches and catches compile errors here rather than at load time), ``strict`` (default False:
     a graph whose lowering, code generation or C++ build fails — a lowering rule failing
     other than by ``NotLowerable`` included — runs its ops eagerly, with an
@@ -191,7 +191,7 @@ def _compile_program(program: Program, options: dict[str, Any]) -> Program:
         optimized = run_passes(program)
     # NOTE: each graph's kernels start building once its code is generated, so that the
     # next graph's lowering overlaps them (codegen/build.py: KernelBuilds)
-    builds = (KernelBuilds(bool(options.get("precompile_triton", False)))
+    builds = (KernelBuilds(bool(options.get("precompile_triton", True)))
               if options.get("precompile", True) else None)
     graphs: dict[str, CompiledGraph] = {}
     try:

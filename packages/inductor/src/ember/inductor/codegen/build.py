@@ -2,16 +2,12 @@
 
 The inductor's ``precompile`` option (default on) builds every kernel before the
 program is returned: the C++ file of each graph with ``g++`` (the kernel cache,
-``ember.runtime.compiled.cpp_build``), and, with ``precompile_triton`` (default off) on a
+``ember.runtime.compiled.cpp_build``), and, with ``precompile_triton`` (default on) on a
 CUDA device, each Triton kernel with Triton's compiler
 (``ember.runtime.compiled.triton_aot.warm_kernel``), so the first call runs rather than
 compiles: the warm-up keeps each binary in ``ember.runtime.compiled.triton_warmed``, and a
 kernel's first launch with the argument specialization it was built for (16-byte aligned
-tensors of its dtypes) takes it from there. ``precompile_triton`` is off until the H200
-confirms it: there (2026-12-02 05:55 UTC, Triton 3.6) the first launch compiled every
-warmed kernel again, when the binaries were left in Triton's JIT cache only, which belongs
-to one ``JITFunction`` object (a launcher that imports the kernel file from another Ember
-cache root gets another one, with an empty cache). The builds of all
+tensors of its dtypes) takes it from there (``docs/compile-time.md`` has its H200 measurements). The builds of all
 graphs (forward and backward) go to one thread pool
 (``ember.runtime.compiled.parallel_build``, ``EMBER_COMPILE_THREADS``), each graph's as
 soon as its code is generated (:class:`KernelBuilds`); each distinct source is built

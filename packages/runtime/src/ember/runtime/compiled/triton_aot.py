@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from ember.runtime.compiled import triton_cache, triton_warmed
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec, jit_function_from_source
+from ember.runtime.logs import log
 from ember.runtime.phases import count
 
 # Hopper (H100/H200): compute capability 9.0; the third field is the target's warp size
@@ -157,6 +158,28 @@ def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
         raise TritonAotError(f"Triton kernel {spec.name} does not compile for {device}: "
                              f"{type(e).__name__}: {e}") from e
     if compiled is not None:  # None: a jit_cache_hook asked Triton not to compile
+        with torch.cuda.device(index):
+            _load_for_launch(compiled, spec)
         triton_warmed.record(triton_warmed.warm_key(spec, index),
                              triton_warmed.tensor_specialization(args), compiled)
     count("triton builds")
+
+
+def _load_for_launch(compiled: Any, spec: TritonKernelSpec) -> None:
+    """Load ``compiled``'s binary onto the current device and make its launcher now, in
+    the build thread, rather than at its first launch.
+
+    Why: reading Triton 3.6's driver, the first ``run`` of a compiled kernel builds a C
+    launcher for its argument types (one ``cc`` run per distinct signature, cached on
+    disk) and loads the binary: serial work on the first call, which a cold compile's
+    first step pays for every kernel. Newer Tritons launch through a generic launcher;
+    then this only loads the binary. A failure here is not the kernel's: the first
+    launch makes the launcher again and reports its own error (logged under
+    ``stages``, counted as ``launchers left to first launch``).
+    """
+    try:
+        compiled.run  # noqa: B018 - the property loads the binary and makes the launcher
+    except Exception as e:  # noqa: BLE001 - the first launch repeats it and raises
+        log("stages", f"Triton kernel {spec.name}: launcher left to its first launch "
+                      f"({type(e).__name__}: {e})")
+        count("launchers left to first launch")
