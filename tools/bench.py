@@ -190,6 +190,8 @@ def _progress(row: runner.Row) -> str:
         parts.append(f"{row.speedup:.2f}x")
     if row.cold_compile_s is not None:
         parts.append(f"cold {row.cold_compile_s:.1f}s")
+    if row.warm_compile_s is not None:
+        parts.append(f"warm {row.warm_compile_s:.2f}s")
     return " ".join(parts)
 
 
