@@ -34,6 +34,7 @@ __all__ = [
     "SequenceKey",
     "TorchDispatchMode",
     "TreeSpec",
+    "custom_function_class",
     "data_dependent_output_types",
     "dict_version_reader",
     "dynamo_graph_break",
@@ -50,6 +51,15 @@ __all__ = [
     "tree_flatten_with_path",
     "tree_unflatten",
 ]
+
+
+def custom_function_class(node: Any) -> type | None:
+    """The ``torch.autograd.Function`` subclass whose backward the autograd graph node
+    ``node`` runs (its private ``_forward_cls``), or None for a built-in op's node."""
+    if not isinstance(node, torch.autograd.function.BackwardCFunction):
+        return None
+    cls = getattr(node, "_forward_cls", None)
+    return cls if isinstance(cls, type) else None
 
 
 def dynamo_graph_break() -> Any:

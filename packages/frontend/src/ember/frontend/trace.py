@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 from ember.frontend._torch import data_dependent_output_types
+from ember.frontend.custom_functions import custom_function_in
 from ember.frontend.dynamic import DynamicDim, DynamicPolicy, add_input, dims_of
 from ember.frontend.guard_model import Source
 from ember.frontend.guards import GuardSet
@@ -218,6 +219,14 @@ def trace_capture(
             f"could not trace {callable_name(fn)}{at}\n  {type(e).__name__}: {e}{_hint(e)}"
         ) from e
     outputs, layout_of_result = _split_result(result)
+    function = custom_function_in(outputs)
+    if function is not None:
+        raise CaptureError(
+            f"could not trace {callable_name(fn)}: its outputs are computed through the "
+            f"custom autograd.Function {function}, whose backward is user code that a "
+            "trace does not capture (the gradient would be derived from its forward's "
+            "ops instead)\n  hint: use the strict capture (the default), which runs the "
+            "Function eagerly at a graph break, or call it under torch.no_grad()")
     program = rec.finish(outputs)
     if dims.symbolic_inputs:
         install_shape_guards(program.forward, dims.symbolic_inputs, guards.add,

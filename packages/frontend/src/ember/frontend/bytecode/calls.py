@@ -66,6 +66,7 @@ from ember.frontend.bytecode.optimizer_rules import (
 )
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
 from ember.frontend.bytecode.triton_launch import capture_or_break, launched_kernel
+from ember.frontend.custom_functions import applied_function, break_reason, gradients_flow
 from ember.frontend.guard_model import MODULE_HOOK_TABLES
 from ember.runtime.custom_ops import MissingFakeKernelError
 from torch import nn
@@ -207,6 +208,9 @@ class CallHandler:
             return self.call_module(interp, frame, fn, args, kwargs)
         if isinstance(fn, types.MethodType):
             func, owner = fn.__func__, fn.__self__
+            function = applied_function(fn)
+            if function is not None and gradients_flow(args, kwargs):
+                raise interp.fail(*break_reason(function))  # custom_functions.py
             if isinstance(func, types.FunctionType):
                 if recorded_torch_code(func) and not isinstance(owner, nn.Module):
                     return self.record(interp, fn, args, kwargs)

@@ -1,0 +1,76 @@
+"""Custom ``torch.autograd.Function`` s: their backward is user code, so a capture that
+records only the forward's ops must not differentiate them itself.
+
+Ember records ATen ops below autograd; a custom Function's forward would be recorded
+like any other code, and the aot stage would then derive a backward from those ops,
+silently replacing the user's ``backward`` (and, when the forward runs in a no-grad
+region as ``Function.apply`` runs it, dropping the gradient altogether). So:
+
+- the strict capture breaks the graph at ``MyFunction.apply(...)`` when gradients can
+  flow through it (grad mode on and a tensor argument requiring grad): the call runs
+  eagerly between two compiled graphs, with the user's backward (logged under
+  ``EMBER_LOGS=graph_breaks``, counted in ``ember.frontend.stats``). Without gradients
+  its forward is captured like any code;
+- the tracing capture, which always produces one graph, raises ``CaptureError`` naming
+  the Function when a traced output depends on one through autograd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from ember.frontend._torch import custom_function_class
+from ember.frontend.pytree import flatten
+
+_APPLY = torch.autograd.Function.apply.__func__  # type: ignore[attr-defined]
+
+
+def applied_function(fn: Any) -> type | None:
+    """The ``torch.autograd.Function`` subclass when ``fn`` is its bound ``apply``."""
+    if getattr(fn, "__func__", None) is not _APPLY:
+        return None
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
+        return owner
+    return None
+
+
+def gradients_flow(args: Iterable[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether grad mode is on and a tensor among ``args``/``kwargs`` (nested) requires
+    grad: then a custom Function's backward would run."""
+    if not torch.is_grad_enabled():
+        return False
+    leaves, _ = flatten((list(args), kwargs))
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in leaves)
+
+
+def break_reason(function: type) -> tuple[str, str]:
+    """The graph break's reason and hint for ``function.apply`` with gradients."""
+    name = f"{function.__module__}.{function.__qualname__}"
+    return (f"custom autograd.Function {name}.apply with inputs that require grad: its "
+            "backward is user code, which Ember does not capture (the call runs eagerly "
+            "with it)",
+            "the break is needed for the Function's own backward; under torch.no_grad() "
+            "its forward is captured")
+
+
+def custom_function_in(outputs: Iterable[Any]) -> str | None:
+    """The name of a custom autograd.Function that ``outputs`` (tensors) were computed
+    through, found by walking their autograd graph; None when there is none."""
+    seen: dict[int, Any] = {}  # the nodes themselves: their ids stay theirs
+    stack: list[Any] = [t.grad_fn for t in outputs if isinstance(t, torch.Tensor)]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen[id(node)] = node
+        cls = custom_function_class(node)
+        if cls is not None:
+            return f"{cls.__module__}.{cls.__qualname__}"
+        stack.extend(next_fn for next_fn, _ in node.next_functions)
+    return None
+
+
+__all__ = ["applied_function", "break_reason", "custom_function_in", "gradients_flow"]
