@@ -55,11 +55,20 @@ __all__ = [
 
 def custom_function_class(node: Any) -> type | None:
     """The ``torch.autograd.Function`` subclass whose backward the autograd graph node
-    ``node`` runs (its private ``_forward_cls``), or None for a built-in op's node."""
+    ``node`` runs (its private ``_forward_cls``), or None for a built-in op's node and
+    for the Function ``torch.library`` makes for a custom op's registered autograd."""
     if not isinstance(node, torch.autograd.function.BackwardCFunction):
         return None
     cls = getattr(node, "_forward_cls", None)
-    return cls if isinstance(cls, type) else None
+    if not isinstance(cls, type) or cls.__module__ == _LIBRARY_AUTOGRAD:
+        return None
+    return cls
+
+
+# NOTE: torch.library.register_autograd wraps a custom op in a Function made here; the
+# trace records the op itself (one node), which the aot stage differentiates through
+# the op's registered formula: no user backward is lost
+_LIBRARY_AUTOGRAD = "torch._library.autograd"
 
 
 def dynamo_graph_break() -> Any:
