@@ -375,3 +375,23 @@ def test_a_transposed_matmul_operand_is_a_view_of_the_value_computed_anyway() ->
     f(x, w).sum().backward()
     for a, e in zip(got, [x.grad, w.grad]):
         torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+def test_a_fallback_gets_its_operands_in_their_traced_layout() -> None:
+    """``view_as_complex`` (no lowering: a fallback) of ``clone(expand(g))`` (the backward
+    of ``view_as_real(...).sum(-1)``): the lowering elides the clone's copy, and the op,
+    given the expanded view (last stride 0), raised "Tensor must have a last dimension
+    with stride 1". A fallback now gets each operand in the layout eager gave it."""
+    def f(g: torch.Tensor) -> torch.Tensor:
+        pair = g.unsqueeze(-1).expand(4, 16, 2).clone()
+        return torch.view_as_real(torch.view_as_complex(pair) * (1 + 2j))
+
+    inputs = [torch.randn(4, 16)]
+    lowered = GraphLowering(trace(f, inputs)).run()
+    (call,) = [n for n in lowered.extern_nodes if "view_as_complex" in n.target]
+    operand = call.args[0]
+    assert isinstance(operand, TensorArg)
+    assert operand.view is None or operand.view[1][-1] == 1, operand.view
+    _, run = compile_fn(f, *inputs)
+    (got,) = run(*inputs)
+    torch.testing.assert_close(got, f(*inputs))

@@ -6,7 +6,8 @@ its lowered arguments and result metas) and returns the request, rewritten or as
 or the node's lowered value (a tuple for several results) when it emitted the call
 itself (then later passes do not
 run). They run on ops lowered to extern calls on purpose (``lowering/externs.py``), not
-on fallbacks.
+on fallbacks, which get one rewrite only: their operands in the layouts the program
+traced for them (``layout_passes.in_traced_layouts``), as eager gave them to the op.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.layout_passes import (
     channels_last_convolution,
     channels_last_convolution_backward,
+    in_traced_layouts,
     traced_layout_operands,
     transposed_matmul_operands,
 )
@@ -38,4 +40,4 @@ EXTERN_PASSES: list[tuple[str, ExternPass]] = [
     ("user_kernel_operands", user_kernel_operands),
 ]
 
-__all__ = ["EXTERN_PASSES", "ExternPass"]
+__all__ = ["EXTERN_PASSES", "ExternPass", "in_traced_layouts"]

@@ -41,7 +41,7 @@ from ember.inductor.lowering.extern_args import (
     constant_arg,
     extern_reads,
 )
-from ember.inductor.lowering.extern_passes import EXTERN_PASSES
+from ember.inductor.lowering.extern_passes import EXTERN_PASSES, in_traced_layouts
 from ember.inductor.lowering.host_scalars import HostScalars, host_scalar_node, is_host_scalar
 from ember.inductor.lowering.inlining import SHARED_STORE_LOADS, Uses, too_large
 from ember.inductor.lowering.layout import LayoutState, is_dense, same_layout, storage_order
@@ -480,10 +480,11 @@ class GraphLowering:
         return self._emit_extern(call, fallback=False, reason="")
 
     def extern(self, node: Node, fallback: bool, reason: str = "") -> Any:
-        """Emit an extern call to ``node.target`` and return its result value(s)."""
+        """Emit an extern call to ``node.target``; return its result value(s)."""
         metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
         call = ExternRequest(node, tuple(self._arg(a) for a in node.args),
                              {k: self._arg(v) for k, v in node.kwargs.items()}, metas)
+        call = in_traced_layouts(self, call) if fallback and not self.all_extern else call
         return self._emit_extern(call, fallback, reason)
 
     def log_fallback(self, origin: str, op: str, reason: str = "") -> None:

@@ -185,7 +185,8 @@ LAYOUT_FOLLOWING_EXTERNS = frozenset({
 })
 #: extern ops given their operands in the dense layouts the program traced for them
 #: (:func:`traced_layout_operands`): the layout-following ones and their backwards (the
-#: kernel an attention op runs was picked for the traced layouts)
+#: kernel an attention op runs was picked for the traced layouts). Fallbacks get the
+#: same (:func:`in_traced_layouts`).
 TRACED_LAYOUT_EXTERNS = LAYOUT_FOLLOWING_EXTERNS | frozenset({
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default",
     "aten::_scaled_dot_product_flash_attention_backward.default",
@@ -208,6 +209,15 @@ def traced_layout_operands(ctx: LoweringContext, call: ExternRequest) -> ExternR
     are matched by position and by keyword (``attn_mask=``)."""
     if call.node.target not in TRACED_LAYOUT_EXTERNS:
         return call
+    return in_traced_layouts(ctx, call)
+
+
+def in_traced_layouts(ctx: LoweringContext, call: ExternRequest) -> ExternRequest:
+    """``call`` with its computed tensor operands in the dense layouts the program traced
+    for them (see :func:`traced_layout_operands`). The lowering gives every fallback
+    this: an op the inductor does not know may depend on its operands' layout, as in
+    eager (``view_as_complex`` needs a last dim of stride 1; the backward of
+    ``view_as_real`` feeds it ``clone(expand(grad))``, whose copy the lowering elides)."""
     args = [_in_traced_layout(ctx, value, ref)
             for value, ref in zip(call.args, call.node.args)]
     kwargs = {key: _in_traced_layout(ctx, value, call.node.kwargs.get(key))
