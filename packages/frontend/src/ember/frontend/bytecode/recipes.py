@@ -3,6 +3,7 @@ replays of the captured side effects.
 
 A :class:`Recipe` builds the real value from the graph's outputs (:class:`Out`), the
 segment's start state (:class:`Fetch` through a source), constants (:class:`Const`),
+sizes of the inputs (:class:`SizeExpr`),
 start cells, or fresh containers and objects (:class:`New`); a :class:`Replay` writes
 one captured mutation back to a real object. :class:`~.state.StateBuilder` derives them.
 """
@@ -59,6 +60,28 @@ class Fetch(Recipe):
 
     def build(self, rt: Rebuild) -> Any:
         return self.source.fetch(rt.state, rt.ctx)
+
+
+@dataclass
+class SizeExpr(Recipe):
+    """A Python int the captured code computed from symbolic sizes (``n = x.size(1) + 1``
+    live after the graph, an HF cache's sequence length in a returned object), computed
+    again at each call from the inputs' sizes: ``expr`` (sympy) over the symbols in
+    ``sizes``, each ``(symbol name, source of an input tensor, dim)``."""
+
+    expr: Any
+    sizes: list[tuple[str, Source, int]]
+
+    def build(self, rt: Rebuild) -> Any:
+        values = {name: int(source.fetch(rt.state, rt.ctx).size(dim))
+                  for name, source, dim in self.sizes}
+        return int(substituted(self.expr, values))
+
+
+def substituted(expr: Any, values: dict[str, int]) -> Any:
+    """``expr`` (sympy) with its symbols replaced by ``values`` (by name: the symbols
+    carry assumptions, so ``Symbol(name)`` is not one of them)."""
+    return expr.xreplace({s: values[str(s)] for s in expr.free_symbols if str(s) in values})
 
 
 @dataclass

@@ -36,9 +36,12 @@ from ember.frontend.bytecode.recipes import (
     Rebuild,
     Recipe,
     Replay,
+    SizeExpr,
+    substituted,
     StartCell,
     Unrebuildable,
 )
+from ember.frontend.bytecode.sources import Source
 from ember.runtime.logs import log
 from torch import nn
 
@@ -77,6 +80,36 @@ def specialised(value: torch.SymInt | torch.SymFloat | torch.SymBool) -> int | f
     return concrete
 
 
+def size_expression(value: Any, cap: CaptureContext) -> SizeExpr | None:
+    """``value`` (a SymInt) as a :class:`SizeExpr` over the symbolic sizes of the
+    capture's inputs, when each of its symbols is one input dimension and substituting
+    this call's sizes gives ``value``'s own value; else None (then it is specialised)."""
+    if not isinstance(value, torch.SymInt):
+        return None
+    expr = value.node.expr
+    wanted = {str(s) for s in expr.free_symbols}
+    sizes: dict[str, tuple[str, Source, int]] = {}
+    now: dict[str, int] = {}
+    for symbolic_input, _ in cap.symbolic_inputs:
+        fake = symbolic_input.fake
+        for dim, size in enumerate(fake.shape if fake is not None else ()):
+            if not isinstance(size, torch.SymInt) or not size.node.expr.is_Symbol:
+                continue
+            name = str(size.node.expr)
+            if name in wanted and name not in sizes:
+                sizes[name] = (name, symbolic_input.source, dim)
+                now[name] = size.node.hint
+    if set(sizes) != wanted or None in now.values():
+        return None
+    hint = value.node.hint  # NOTE: int(value) would guard it, specialising the symbols
+    try:
+        if hint is None or int(substituted(expr, now)) != int(hint):
+            return None
+    except (TypeError, ValueError):  # not a number once substituted
+        return None
+    return SizeExpr(expr, list(sizes.values()))
+
+
 class StateBuilder:
     """Derives recipes for the values of a frame at the end of a segment."""
 
@@ -97,7 +130,8 @@ class StateBuilder:
         if isinstance(v, (*PRIMITIVES, _Marker)):
             return Const(v)
         if isinstance(v, _SYMBOLIC):
-            return Const(specialised(v))
+            from_sizes = size_expression(v, cap)
+            return from_sizes if from_sizes is not None else Const(specialised(v))
         if id(v) in self._memo:
             return self._memo[id(v)]
         if isinstance(v, torch.Tensor):
