@@ -36,6 +36,7 @@ __all__ = [
     "TreeSpec",
     "custom_function_class",
     "data_dependent_output_types",
+    "size_functions",
     "dict_version_reader",
     "dynamo_graph_break",
     "fake_mode_active",
@@ -69,6 +70,15 @@ def custom_function_class(node: Any) -> type | None:
 # trace records the op itself (one node), which the aot stage differentiates through
 # the op's registered formula: no user backward is lost
 _LIBRARY_AUTOGRAD = "torch._library.autograd"
+
+
+def size_functions() -> dict[str, Any]:
+    """torch's sympy functions that appear in size expressions (``//`` and ``%`` of
+    sizes), by name: the capture cache writes and reads ``SizeExpr`` s with them."""
+    from torch.utils._sympy import functions
+
+    return {name: getattr(functions, name) for name in ("FloorDiv", "PythonMod", "Mod")
+            if hasattr(functions, name)}
 
 
 def dynamo_graph_break() -> Any:

@@ -30,8 +30,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from ember.frontend._torch import size_functions
 from ember.frontend.bytecode.env_rules import EnvSource
-from ember.frontend.bytecode.recipes import Const, Fetch, New, Out, Recipe, Replay, StartCell
+from ember.frontend.bytecode.recipes import (
+    Const,
+    Fetch,
+    New,
+    Out,
+    Recipe,
+    Replay,
+    SizeExpr,
+    StartCell,
+)
 from ember.frontend.bytecode.sources import (
     AttrSource,
     CellSource,
@@ -330,6 +340,9 @@ def encode_recipe(recipe: Recipe) -> JSON:
         return ["fetch", encode_source(recipe.source)]
     if isinstance(recipe, StartCell):
         return ["start_cell", recipe.name]
+    if isinstance(recipe, SizeExpr):
+        return ["size_expr", encode_size_expr(recipe.expr),
+                [[name, encode_source(source), dim] for name, source, dim in recipe.sizes]]
     if isinstance(recipe, New) and recipe.kind in _NEW_KINDS:
         return ["new", recipe.kind, recipe.key, encode_value(recipe.parts),
                 encode_value(recipe.extra)]
@@ -352,6 +365,9 @@ def decode_recipe(data: JSON) -> Recipe:
         return Fetch(decode_source(data[1]))
     if tag == "start_cell":
         return StartCell(str(data[1]))
+    if tag == "size_expr":
+        sizes = [(str(name), decode_source(source), int(dim)) for name, source, dim in data[2]]
+        return SizeExpr(decode_size_expr(data[1]), sizes)
     if tag == "new" and data[1] in _NEW_KINDS:
         parts = decode_value(data[3])
         return New(data[1], int(data[2]), parts, decode_value(data[4]))
@@ -403,3 +419,52 @@ def decode_replay(data: JSON) -> Replay:
     else:
         raise ValueError(f"unknown replay target {target[0]!r}")
     return Replay(str(kind), recipe, decode_value(value), str(name), bool(raw))
+
+
+# ---- size expressions ------------------------------------------------------------------
+# NOTE: written as a tree of the few node kinds a size expression has, never as text for
+# sympy to parse (sympify evaluates Python): an entry decodes to exactly those nodes
+
+def encode_size_expr(expr: Any) -> JSON:
+    """A sympy size expression (``SizeExpr.expr``) as JSON.
+
+    Raises:
+        Unportable: a node other than an integer, a symbol, ``+``, ``*``, an integer
+            power or torch's ``FloorDiv``/``PythonMod``/``Mod``.
+    """
+    if expr.is_Integer:
+        return ["int", int(expr)]
+    if expr.is_Symbol:
+        return ["sym", str(expr)]
+    if expr.is_Add or expr.is_Mul:
+        return ["add" if expr.is_Add else "mul", [encode_size_expr(a) for a in expr.args]]
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) >= 0:
+        return ["pow", encode_size_expr(expr.base), int(expr.exp)]
+    name = type(expr).__name__
+    if name in size_functions():
+        return ["fn", name, [encode_size_expr(a) for a in expr.args]]
+    raise Unportable(f"the size expression {expr} ({name})")
+
+
+def decode_size_expr(data: JSON) -> Any:
+    """The expression :func:`encode_size_expr` wrote.
+
+    Raises:
+        ValueError: an unknown node.
+    """
+    import sympy
+
+    tag = data[0]
+    if tag == "int":
+        return sympy.Integer(int(data[1]))
+    if tag == "sym":
+        return sympy.Symbol(str(data[1]), integer=True)
+    if tag in ("add", "mul"):
+        args = [decode_size_expr(a) for a in data[1]]
+        return sympy.Add(*args) if tag == "add" else sympy.Mul(*args)
+    if tag == "pow":
+        return sympy.Pow(decode_size_expr(data[1]), sympy.Integer(int(data[2])))
+    functions = size_functions()
+    if tag == "fn" and data[1] in functions:
+        return functions[data[1]](*(decode_size_expr(a) for a in data[2]))
+    raise ValueError(f"unknown size expression node {data!r}")
