@@ -131,6 +131,23 @@ def test_symbolic_size_live_at_a_break_is_rebuilt_from_the_input(
     assert "a symbolic value is live at a graph break" not in capsys.readouterr().err
 
 
+def float_and_bool_across_break(x: torch.Tensor) -> torch.Tensor:
+    half, big = x.size(0) / 2, x.size(0) > 4
+    print("break")  # a SymFloat and a SymBool live here
+    return x * half + (1 if big else -1)
+
+
+def test_a_symbolic_float_and_bool_live_at_a_break_are_rebuilt(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, the float was specialised: its guard (``s0/2 == 1.5``) is not an integer
+    relation and the IR printer raised ``IRFormatError``."""
+    f = compiled(float_and_bool_across_break, dynamic=True)
+    for n in (3, 3, 5, 8):
+        x = torch.ones(n)
+        torch.testing.assert_close(f(x), float_and_bool_across_break(x))
+    assert "a symbolic value is live at a graph break" not in capsys.readouterr().err
+
+
 class _Box:
     def __init__(self, n: int, total: torch.Tensor) -> None:
         self.n, self.total = n, total

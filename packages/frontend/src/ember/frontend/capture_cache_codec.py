@@ -340,7 +340,7 @@ def encode_recipe(recipe: Recipe) -> JSON:
         return ["fetch", encode_source(recipe.source)]
     if isinstance(recipe, StartCell):
         return ["start_cell", recipe.name]
-    if isinstance(recipe, SizeExpr):
+    if isinstance(recipe, SizeExpr) and recipe.kind == "int":
         return ["size_expr", encode_size_expr(recipe.expr),
                 [[name, encode_source(source), dim] for name, source, dim in recipe.sizes]]
     if isinstance(recipe, New) and recipe.kind in _NEW_KINDS:

@@ -64,18 +64,24 @@ class Fetch(Recipe):
 
 @dataclass
 class SizeExpr(Recipe):
-    """A Python int the captured code computed from symbolic sizes (``n = x.size(1) + 1``
-    live after the graph, an HF cache's sequence length in a returned object), computed
-    again at each call from the inputs' sizes: ``expr`` (sympy) over the symbols in
-    ``sizes``, each ``(symbol name, source of an input tensor, dim)``."""
+    """A Python number the captured code computed from symbolic sizes (``n = x.size(1) +
+    1`` live after the graph, an HF cache's sequence length in a returned object),
+    computed again at each call from the inputs' sizes: ``expr`` (sympy) over the symbols
+    in ``sizes``, each ``(symbol name, source of an input tensor, dim)``; ``kind``:
+    ``"int"``, ``"float"`` (``x.size(0) / 2``) or ``"bool"`` (``x.size(0) > 4``)."""
 
     expr: Any
     sizes: list[tuple[str, Source, int]]
+    kind: str = "int"
 
     def build(self, rt: Rebuild) -> Any:
         values = {name: int(source.fetch(rt.state, rt.ctx).size(dim))
                   for name, source, dim in self.sizes}
-        return int(substituted(self.expr, values))
+        return SIZE_KINDS[self.kind](substituted(self.expr, values))
+
+
+#: ``SizeExpr.kind`` -> the Python type its value is read as
+SIZE_KINDS: dict[str, type] = {"int": int, "float": float, "bool": bool}
 
 
 def substituted(expr: Any, values: dict[str, int]) -> Any:

@@ -36,6 +36,7 @@ from ember.frontend.bytecode.recipes import (
     Rebuild,
     Recipe,
     Replay,
+    SIZE_KINDS,
     SizeExpr,
     substituted,
     StartCell,
@@ -81,10 +82,12 @@ def specialised(value: torch.SymInt | torch.SymFloat | torch.SymBool) -> int | f
 
 
 def size_expression(value: Any, cap: CaptureContext) -> SizeExpr | None:
-    """``value`` (a SymInt) as a :class:`SizeExpr` over the symbolic sizes of the
-    capture's inputs, when each of its symbols is one input dimension and substituting
-    this call's sizes gives ``value``'s own value; else None (then it is specialised)."""
-    if not isinstance(value, torch.SymInt):
+    """``value`` (a SymInt, SymFloat or SymBool) as a :class:`SizeExpr` over the
+    symbolic sizes of the capture's inputs, when each of its symbols is one input
+    dimension and substituting this call's sizes gives ``value``'s own value; else None
+    (then it is specialised)."""
+    kind = next((k for k, t in _SIZE_TYPES.items() if isinstance(value, t)), None)
+    if kind is None:
         return None
     expr = value.node.expr
     wanted = {str(s) for s in expr.free_symbols}
@@ -102,12 +105,16 @@ def size_expression(value: Any, cap: CaptureContext) -> SizeExpr | None:
     if set(sizes) != wanted or None in now.values():
         return None
     hint = value.node.hint  # NOTE: int(value) would guard it, specialising the symbols
+    read = SIZE_KINDS[kind]
     try:
-        if hint is None or int(substituted(expr, now)) != int(hint):
+        if hint is None or read(substituted(expr, now)) != read(hint):
             return None
     except (TypeError, ValueError):  # not a number once substituted
         return None
-    return SizeExpr(expr, list(sizes.values()))
+    return SizeExpr(expr, list(sizes.values()), kind)
+
+
+_SIZE_TYPES = {"int": torch.SymInt, "float": torch.SymFloat, "bool": torch.SymBool}
 
 
 class StateBuilder:
