@@ -106,6 +106,32 @@ def test_outputs_keep_requires_grad(fn: Any) -> None:
     torch.testing.assert_close(g, w)
 
 
+def _z_times_conj(x: torch.Tensor) -> torch.Tensor:
+    z = torch.complex(x, x * 3)
+    return (z * z.conj()).real
+
+
+def _z_times_conj_no_grad(x: torch.Tensor) -> torch.Tensor:
+    z = torch.complex(x, x * 3)
+    with torch.no_grad():
+        c = z.conj().clone()
+    return (z * c).real
+
+
+@pytest.mark.parametrize("fn", [_z_times_conj, _z_times_conj_no_grad])
+def test_a_materialized_conjugate_beside_a_grad_argument_keeps_its_gradient(fn: Any) -> None:
+    """``mul(z, z.conj())``: the conjugate fallback records ``clone(_conj(z))`` below
+    autograd, without ``requires_grad``, beside ``z`` which has it; the gradient through
+    the clone was dropped (half of ``d|z|²/dx``). Under ``no_grad`` it stays a constant."""
+    a = torch.randn(2, 4, requires_grad=True)
+    _, run = compile_fn(lambda x: (fn(x),), a)
+    got = run([a])[0]
+    torch.testing.assert_close(got, fn(a))
+    (g,) = torch.autograd.grad(got.sum(), a)
+    (w,) = torch.autograd.grad(fn(a).sum(), a)
+    torch.testing.assert_close(g, w)
+
+
 def test_recorder_marks_the_clone_below_autograd() -> None:
     program = capture(lambda a: torch.fft.hfft(a), torch.randn(5, requires_grad=True))
     clone = next(n for n in program.forward.calls() if n.target == "aten::clone.default")

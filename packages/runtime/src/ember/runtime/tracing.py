@@ -98,6 +98,7 @@ from ember.runtime.ir import (
 )
 from ember.runtime.ir.contracts import INPUT_ALIASES_KEY, InputAlias, InputAliases
 from ember.runtime.tracing_errors import RecordingError
+from ember.runtime.tracing_grad import mark_copies_below_autograd
 from ember.runtime.tracing_source import user_source_location
 from ember.runtime.tracing_matmul import SymbolicMatmul
 from ember.runtime.tracing_rewrites import RECORD_REWRITES
@@ -176,6 +177,7 @@ class GraphRecorder:
         # id(real tensor) -> (tensor, its constant node); kept alive for the same reason.
         self._constants: dict[int, tuple[torch.Tensor, ValueRef]] = {}
         self._results: dict[str, Any] = {}  # node name -> the fake value(s) it produced
+        self._grad_mode: dict[str, bool] = {}  # node name -> grad mode when recorded
         self._name_counts: dict[str, itertools.count[int]] = {}
         self._names: set[str] = set()
         self._source: SourceLocation | None = None
@@ -500,6 +502,7 @@ class GraphRecorder:
         else:
             self.graph.nodes.insert(position, node)
         self._results[node.name] = result
+        self._grad_mode[node.name] = torch.is_grad_enabled()
         if isinstance(result, torch.Tensor):
             self._values[id(result)] = (result, ValueRef(node.name))
         elif isinstance(result, (tuple, list)):
@@ -534,33 +537,7 @@ class GraphRecorder:
         """Read ``requires_grad`` from the fake results now that autograd has set it."""
         for node in (n for n in self.graph.nodes if n.op == "call"):
             node.meta = _with_requires_grad(node.meta, self._results.get(node.name))
-        self._mark_copies_below_autograd()
-
-    def _mark_copies_below_autograd(self) -> None:
-        """A node that requires grad although none of its tensor arguments does got
-        them from below autograd: torch's conjugate/negative-view fallback materializes
-        an argument (a ``clone``) inside the op, where autograd never sets the flag. Such
-        an argument requires grad when one of its own arguments does (walked backwards,
-        so chains are marked too)."""
-        by_name = {n.name: n for n in self.graph.nodes}
-
-        def wants_grad(ref: ValueRef) -> bool:
-            meta = by_name[ref.node].meta if ref.node in by_name else None
-            if isinstance(meta, tuple):
-                meta = meta[ref.index or 0]
-            return isinstance(meta, TensorMeta) and meta.requires_grad
-
-        for node in reversed(self.graph.nodes):
-            if node.op != "call" or not isinstance(node.meta, TensorMeta):
-                continue
-            inputs = [r for r in node.inputs() if r.node in by_name]
-            if not node.meta.requires_grad or not inputs or any(map(wants_grad, inputs)):
-                continue
-            for ref in inputs:
-                producer = by_name[ref.node]
-                if (producer.op == "call" and isinstance(producer.meta, TensorMeta)
-                        and any(wants_grad(r) for r in producer.inputs() if r.node in by_name)):
-                    producer.meta = dataclasses.replace(producer.meta, requires_grad=True)
+        mark_copies_below_autograd(self.graph, self._grad_mode)
 
 
 def _is_pure_view(target: str) -> bool:

@@ -1,0 +1,70 @@
+"""``requires_grad`` of values torch made below autograd while the recorder ran.
+
+The recorder sees ops at the dispatch level, below autograd, and reads each value's
+``requires_grad`` from its fake tensor once recording ends (autograd sets it on the
+results of the user's ops). A tensor torch creates *inside* an op never passes through
+autograd: torch's conjugate and negative-view fallbacks materialize an argument
+(``mul(z, z.conj())`` records ``clone(_conj(z))``, then ``mul``), and that ``clone`` is
+recorded without ``requires_grad``. The aot stage treats a value without it as a
+constant (a ``no_grad`` region), so the gradient through it was lost: the gradient of
+``(z * z.conj()).real`` came out with one of its two terms.
+
+:func:`mark_copies_below_autograd` restores the flag on such copies, recognising them as:
+
+- a call whose result requires grad although none of its tensor arguments does: each
+  argument computed from a value that requires grad is marked;
+- a :data:`MATERIALIZING_OPS` call recorded with grad mode on, whose argument requires
+  grad and whose result is read by a call that requires grad. In a ``no_grad`` region
+  (grad mode off when recorded) and after ``detach`` (its argument does not require
+  grad) the flag stays off.
+
+The graph is walked backwards, so chains of such copies are marked too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef
+
+#: ops torch's conjugate/negative-view fallbacks run to materialize an argument
+MATERIALIZING_OPS = frozenset({
+    "aten::clone.default", "aten::_conj_physical.default", "aten::resolve_conj.default",
+    "aten::resolve_neg.default", "aten::_neg_view_copy.default", "aten::neg.default",
+})
+
+
+def mark_copies_below_autograd(graph: Graph, grad_mode: Mapping[str, bool]) -> None:
+    """Set ``requires_grad`` on the copies torch made below autograd (module doc);
+    ``grad_mode``: node name -> whether grad mode was on when it was recorded."""
+    by_name = {n.name: n for n in graph.nodes}
+
+    def wants_grad(ref: ValueRef) -> bool:
+        meta = by_name[ref.node].meta if ref.node in by_name else None
+        if isinstance(meta, tuple):
+            meta = meta[ref.index or 0]
+        return isinstance(meta, TensorMeta) and meta.requires_grad
+
+    def from_grad(producer: Node) -> bool:
+        return any(wants_grad(r) for r in producer.inputs() if r.node in by_name)
+
+    for node in reversed(graph.nodes):
+        if node.op != "call" or not isinstance(node.meta, TensorMeta):
+            continue
+        if not node.meta.requires_grad:
+            continue
+        inputs = [r for r in node.inputs() if r.node in by_name]
+        none_wanted = not any(map(wants_grad, inputs))
+        for ref in inputs:
+            producer = by_name[ref.node]
+            if (producer.op != "call" or not isinstance(producer.meta, TensorMeta)
+                    or producer.meta.requires_grad or not from_grad(producer)):
+                continue
+            materialized = (producer.target in MATERIALIZING_OPS
+                            and grad_mode.get(producer.name, False))
+            if none_wanted or materialized:
+                producer.meta = dataclasses.replace(producer.meta, requires_grad=True)
+
+
+__all__ = ["MATERIALIZING_OPS", "mark_copies_below_autograd"]
