@@ -234,7 +234,9 @@ class CallHandler:
             interp.capture.refuse_dirty([*args, *kwargs.values()], _name(fn))
             return self.direct(interp, fn, args, kwargs)
         if isinstance(fn, types.FunctionType):
-            if recorded_torch_code(fn):
+            # NOTE: not a generator (torch's own genexprs): run for real it would return
+            # a lazy generator whose body runs after the recording, unrecorded
+            if recorded_torch_code(fn) and not fn.__code__.co_flags & inspect.CO_GENERATOR:
                 if fn.__name__ in _GLOBAL_STATE:
                     raise interp.fail(f"call to {_name(fn)} (changes global state)")
                 return self.record(interp, fn, args, kwargs)

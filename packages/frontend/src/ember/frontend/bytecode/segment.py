@@ -34,6 +34,7 @@ from ember.frontend.bytecode.grad_mode import (
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, location_of
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.liveness import live_locals
+from ember.frontend.bytecode.recipes import Unrebuildable
 from ember.frontend.bytecode.segment_run import CaptureFacts, FunctionContext, Segment
 from ember.frontend.bytecode.sources import (
     AttrSource,
@@ -142,10 +143,16 @@ def capture_segment(
         if frame.returned:
             seg_kwargs["returns"] = builder.recipe(frame.return_value)
         else:
-            seg_kwargs["stack"] = [builder.recipe(v) for v in frame.stack]
-            seg_kwargs["locals"] = {k: builder.recipe(v) for k, v in frame.locals.items()}
-            seg_kwargs["cells"] = {k: builder.recipe(c) for k, c in frame.cells.items()}
-            seg_kwargs["exc_stack"] = [builder.recipe(v) for v in frame.exc_stack]
+            try:
+                seg_kwargs["stack"] = [builder.recipe(v) for v in frame.stack]
+                seg_kwargs["locals"] = {k: builder.recipe(v) for k, v in frame.locals.items()}
+                seg_kwargs["cells"] = {k: builder.recipe(c) for k, c in frame.cells.items()}
+                seg_kwargs["exc_stack"] = [builder.recipe(v) for v in frame.exc_stack]
+            except Unrebuildable as e:  # name the break that needed the state
+                assert info is not None  # the frame did not return: it broke
+                where = info.location
+                at = f" at {where.file}:{where.line} in {where.function}" if where else ""
+                raise Unrebuildable(f"{e}; the graph break{at}: {info.reason}") from None
             seg_kwargs["break_ip"] = frame.ip
             seg_kwargs["break_info"] = info
         no_grad = tracker.no_grad_nodes()
