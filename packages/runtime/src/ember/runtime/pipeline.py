@@ -104,8 +104,9 @@ def check_mode(mode: object) -> None:
         raise NotImplementedError(
             f"mode={mode!r}: this torch.compile mode is not implemented in Ember yet "
             f"(missing: {', '.join(missing)}); implemented modes: None, {', '.join(done)}")
-    raise ValueError(f"unknown mode {mode!r}; modes: None, {', '.join(done)} "
-                     f"(not implemented yet: {', '.join(_modes(False))})")
+    pending = _modes(False)
+    later = f" (not implemented yet: {', '.join(pending)})" if pending else ""
+    raise ValueError(f"unknown mode {mode!r}; modes: None, {', '.join(done)}{later}")
 
 
 def check_options(backend: str, options: Mapping[str, Any],
