@@ -16,7 +16,9 @@ every process that runs the model, compiled or not, and is no compile time. The
 worker also reports the CPU time of the timed part (``first_call_cpu_s``; the warm
 one as ``warm_cpu_s``): on a shared machine it varies far less than wall time; and the
 time of a second call (``second_call_s``; ``run_s``), the run alone, which a model whose
-own run is slow (or varies between processes) adds to its first call. The
+own run is slow (or varies between processes) adds to its first call. The bench's
+``warm-run`` column is the warm first call minus that run: the warm compile itself,
+which issue #17's warm target is about. The
 workers write Python bytecode
 (``PYTHONDONTWRITEBYTECODE`` is dropped for them), so the warm process imports Ember
 from ``.pyc`` files, as an installed package does: otherwise each warm start would

@@ -46,6 +46,7 @@ class Row:
     compile_s: float | None = None
     cold_compile_s: float | None = None
     warm_compile_s: float | None = None
+    warm_run_s: float | None = None  # the warm process's second call: the run alone
     cold_phases: dict[str, float] = field(default_factory=dict)
     accuracy: str | None = None
     max_abs_error: float | None = None
@@ -295,6 +296,8 @@ def _measure_cold(prepared: Prepared, name: str, config: BenchConfig) -> None:
     else:
         row.cold_compile_s = float(measured["cold_s"])  # type: ignore[arg-type]
         row.warm_compile_s = float(measured["warm_s"])  # type: ignore[arg-type]
+        run = measured.get("run_s")
+        row.warm_run_s = float(run) if isinstance(run, (int, float)) else None
         row.cold_phases = dict(measured.get("cold_phases") or {})
 
 
