@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if matmul_argv is not None:
         import bench_matmul
 
-        return bench_matmul.main(matmul_argv)
+        return int(bench_matmul.main(matmul_argv))
     args = parse_args(argv)
     with busy.busy_processes(args.busy):
         return _run(args)
@@ -197,7 +197,7 @@ def _progress(row: runner.Row) -> str:
 
 def _meta(args: argparse.Namespace, device: torch.device, start: float,
           partial: bool = False) -> dict[str, Any]:
-    meta = report.environment(device)
+    meta: dict[str, Any] = report.environment(device)
     meta.update(suite=args.suite, mode="train" if args.train else "inference",
                 compile_mode=args.mode or "default", ember_backend=args.ember_backend,
                 ember_options=",".join(args.ember_option) or "none",

@@ -58,7 +58,6 @@ What gets recorded, and how:
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self

@@ -50,9 +50,8 @@ def mark_copies_below_autograd(graph: Graph, grad_mode: Mapping[str, bool]) -> N
         return any(wants_grad(r) for r in producer.inputs() if r.node in by_name)
 
     for node in reversed(graph.nodes):
-        if node.op != "call" or not isinstance(node.meta, TensorMeta):
-            continue
-        if not node.meta.requires_grad:
+        if node.op != "call" or not isinstance(node.meta, TensorMeta) \
+                or not node.meta.requires_grad:
             continue
         inputs = [r for r in node.inputs() if r.node in by_name]
         none_wanted = not any(map(wants_grad, inputs))

@@ -29,6 +29,7 @@ from ember.frontend.bytecode.generators import LazyIterator
 from ember.frontend.bytecode.interpreter import GradModeRestore, is_fake_tensor
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.recipes import (
+    SIZE_KINDS,
     Const,
     Fetch,
     New,
@@ -36,11 +37,10 @@ from ember.frontend.bytecode.recipes import (
     Rebuild,
     Recipe,
     Replay,
-    SIZE_KINDS,
     SizeExpr,
-    substituted,
     StartCell,
     Unrebuildable,
+    substituted,
 )
 from ember.frontend.bytecode.sources import Source
 from ember.runtime.logs import log

@@ -131,6 +131,7 @@ GRAD_MODE_EXTERNS = frozenset({
     "aten::mkldnn_rnn_layer.default", "aten::_cudnn_rnn.default", "aten::miopen_rnn.default",
 })
 
+
 def _static_layout(info: BufferInfo) -> bool:
     return all(isinstance(s, int) for s in (*info.sizes, *info.strides))
 
@@ -429,19 +430,16 @@ class WrapperWriter:
             self._allocate(plan.allocations[0])
             self.emit(f"{public}({', '.join(args + [f'out={plan.allocations[0].name}'])})")
             return
+        assign = f"{'_result' if call.multi else call.outputs[0]} = {expr}"
         if call.target in GRAD_MODE_EXTERNS:  # the wrapper runs without grad
             self.emit("with torch.enable_grad():  # its results depend on grad mode")
-            self.emit(f"    _result = {expr}" if call.multi else f"    {call.outputs[0]} = {expr}")
-            expr = "_result" if call.multi else call.outputs[0] or expr
+            assign = "    " + assign
+        self.emit(assign)
         if call.multi:
-            if expr != "_result":
-                self.emit(f"_result = {expr}")
             for j, out in enumerate(call.outputs):
                 if out is not None:
                     self.emit(f"{out} = _result[{j}]")
             self.emit("del _result")
-        elif call.target not in GRAD_MODE_EXTERNS:
-            self.emit(f"{call.outputs[0]} = {expr}")
         for out, meta in zip(call.outputs, call.result_meta):
             if out is not None and meta is not None:
                 _, sizes, strides = meta
