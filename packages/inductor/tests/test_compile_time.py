@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from ember.inductor.codegen.backend import KernelSource
-from ember.inductor.codegen.build import GraphKernels, build_kernels
+from ember.inductor.codegen.build import GraphKernels, KernelBuilds, build_kernels
 from ember.inductor.codegen.dedupe import canonical_form, share_identical_kernels
 from ember.inductor.loop_ir import Buffer, Kernel, Literal, Load, Store, Var
 from ember.runtime.config import patch
@@ -151,6 +151,34 @@ def test_a_failed_build_names_its_kernels_and_fails_only_its_graph(tmp_path: Pat
         "g++ failed to compile the C++ kernels kernel4 of graph 'backward':")
 
 
+def test_a_graphs_costliest_builds_start_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    from ember.runtime.compiled import cpp_build
+
+    started: list[str] = []
+    gate = threading.Event()
+
+    def fake_compile(source: str, what: str) -> str:
+        started.append(what)
+        gate.wait(5)  # the pool's two threads take the first two jobs before any ends
+        time.sleep(0.01)
+        return what
+
+    monkeypatch.setattr(cpp_build, "compile_cpp", fake_compile)
+    sources = [_cpp(f"kernel{i}", "x" * n) for i, n in enumerate((10, 3000, 20, 2000))]
+    with patch(compile_threads=2):
+        builds = KernelBuilds()
+        builds.start(GraphKernels("forward", torch.device("cpu"), sources))
+        time.sleep(0.2)
+        gate.set()
+        assert builds.finish() == {}
+    assert sorted(started[:2]) == sorted(
+        f"the C++ kernels {k} of graph 'forward'" for k in ("kernel1", "kernel3"))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the case without a GPU")
 def test_without_a_gpu_triton_kernels_are_left_to_their_first_launch(
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -218,6 +246,12 @@ def test_triton_kernels_are_built_before_the_first_launch_on_a_gpu(
     with patch(cache_dir=tmp_path), compile_profile() as profile:
         compiled, _ = compile_and_load(trace(fn, [x, w]), precompile_triton=True)
     assert profile.counts["triton builds"] >= compiled.metadata["kernels"] >= 1
+    # each compiled by a worker process and loaded from Triton's on-disk cache here
+    # (triton_processes); none compiled again in its build thread
+    assert profile.counts["triton worker processes"] >= 1
+    assert profile.counts.get("triton process builds") == profile.counts["triton builds"]
+    assert "triton process builds unused" not in profile.counts
+    assert "triton process builds failed" not in profile.counts
     run = load_executor(compiled, "forward")
     monkeypatch.setattr(triton.knobs.runtime, "jit_cache_hook", before_compile)
     got = run([x, w])

@@ -31,7 +31,7 @@ from ember.inductor.loop_ir.symbolic_index import size_hints
 from ember.inductor.lowering.builder import precision_casts
 from ember.inductor.lowering.devices import traced_device
 from ember.inductor.lowering.graph_lowering import GraphLowering
-from ember.inductor.passes import run_passes
+from ember.inductor.passes import pipeline_for, run_passes
 from ember.inductor.scheduler import KernelStep
 from ember.runtime.ir import Program, symbolic
 from ember.runtime.ir.contracts import (
@@ -157,7 +157,9 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     (default False: a float16/bfloat16 op's result is rounded where it is stored or cast
     explicitly, and a fused consumer reads it in float32, as torch.compile's kernels do;
     True rounds after every op like eager, at the cost of instructions: see
-    ``lowering/builder.py``).
+    ``lowering/builder.py``), ``attention_dropout`` (default True: attention with
+    dropout on its probabilities becomes SDPA with ``dropout_p``, whose kernel draws its
+    own mask; False, or ``eager_random``, leaves it unfused: ``passes/attention.py``).
 
     Raises:
         ember.runtime.compiled.cpp_build.CppCompileError: with ``strict``, a generated
@@ -188,10 +190,12 @@ def autotunes(mode: object) -> bool:
 def _compile_program(program: Program, options: dict[str, Any]) -> Program:
     device = torch.device(options["device"]) if options.get("device") else None
     with phase("passes"):
-        optimized = run_passes(program)
+        optimized = run_passes(program, pipeline_for(options))
     # NOTE: each graph's kernels start building once its code is generated, so that the
     # next graph's lowering overlaps them (codegen/build.py: KernelBuilds)
-    builds = (KernelBuilds(bool(options.get("precompile_triton", True)))
+    cuda = any((device or graph_device(optimized, name)).type == "cuda"
+               for name in optimized.graphs)
+    builds = (KernelBuilds(bool(options.get("precompile_triton", True)), cuda=cuda)
               if options.get("precompile", True) else None)
     graphs: dict[str, CompiledGraph] = {}
     try:

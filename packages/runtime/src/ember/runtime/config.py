@@ -48,6 +48,9 @@ variable                          meaning                                   defa
                                   (``reduce-overhead``)
 ``EMBER_COMPILE_THREADS``         threads that build one program's kernels  ``0``
                                   (0: one a CPU, at most 32; 1: serial)
+``EMBER_TRITON_WORKERS``          processes that compile Triton kernels     ``-1``
+                                  for the build threads (-1: one a build
+                                  thread, at most 16; 0: none)
 ================================  ========================================  ================
 
 To add a knob: add a field to :class:`Config`, read it in :meth:`Config.from_env`, and
@@ -88,6 +91,7 @@ class Config:
     cudagraph_shapes: int = 8
     cudagraph_copy_outputs: bool = False
     compile_threads: int = 0
+    triton_workers: int = -1
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Config:
@@ -113,6 +117,7 @@ class Config:
             cudagraph_shapes=_parse_int(env, "EMBER_CUDAGRAPH_SHAPES", 8, minimum=0),
             cudagraph_copy_outputs=_parse_bool(env, "EMBER_CUDAGRAPH_COPY_OUTPUTS", False),
             compile_threads=_parse_int(env, "EMBER_COMPILE_THREADS", 0, minimum=0),
+            triton_workers=_parse_int(env, "EMBER_TRITON_WORKERS", -1, minimum=-1),
         )
 
 

@@ -59,7 +59,7 @@ def _cpp_job(source: KernelSource, names: list[str], graph: str) -> BuildJob[obj
     from ember.runtime.compiled.cpp_build import compile_cpp
 
     what = f"the C++ kernels {', '.join(names)} of graph {graph!r}"
-    return BuildJob(what, lambda: compile_cpp(source.source, what))
+    return BuildJob(what, lambda: compile_cpp(source.source, what), len(source.source))
 
 
 def _triton_jobs(source: KernelSource, device: torch.device) -> list[BuildJob[object]]:
@@ -86,7 +86,8 @@ def _triton_jobs(source: KernelSource, device: torch.device) -> list[BuildJob[ob
     def warm(s: TritonKernelSpec) -> Callable[[], object]:
         return lambda: warm_kernel(s, index)
 
-    return [BuildJob(f"Triton kernel {s.name}", warm(s)) for s in specs]
+    # the source's length as the build's cost: Triton's compile time grows with it
+    return [BuildJob(f"Triton kernel {s.name}", warm(s), len(s.source)) for s in specs]
 
 
 def build_kernels(graphs: Sequence[GraphKernels],
@@ -110,7 +111,8 @@ class KernelBuilds:
     graphs share it; results are taken in start order, so the outcome is a serial
     build's."""
 
-    def __init__(self, triton: bool = False, threads: int | None = None) -> None:
+    def __init__(self, triton: bool = False, threads: int | None = None,
+                 cuda: bool = False) -> None:
         self._triton = triton
         self._threads = threads or compile_threads()
         self._gpu = torch.cuda.is_available()
@@ -121,6 +123,12 @@ class KernelBuilds:
         self._pool: ThreadPoolExecutor | None = None
         self._driver_started = False
         self._launch_logged = False
+        if cuda and triton and self._gpu and self._threads > 1:
+            # the worker processes import torch and Triton while the graphs are lowered
+            # (:mod:`ember.runtime.compiled.triton_processes`)
+            from ember.runtime.compiled.triton_processes import prestart
+
+            set_count("triton worker processes", prestart())
 
     def start(self, g: GraphKernels) -> None:
         """Add graph ``g``'s kernels (those an earlier graph added are not built again);
@@ -160,8 +168,12 @@ class KernelBuilds:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=self._threads,
                                                 thread_name_prefix="ember-build")
-            self._futures += [self._pool.submit(run_build, job)
-                              for job in self._jobs[first_new:]]
+            # costly builds first (the slowest kernel bounds the wait), results kept
+            # in start order
+            new_jobs = range(first_new, len(self._jobs))
+            submitted = {i: self._pool.submit(run_build, self._jobs[i])
+                         for i in sorted(new_jobs, key=lambda i: -self._jobs[i].cost)}
+            self._futures += [submitted[i] for i in new_jobs]
 
     def finish(self) -> dict[str, Exception]:
         """Wait for every build; the first error of each graph with a kernel that failed

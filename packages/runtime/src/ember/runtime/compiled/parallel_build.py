@@ -47,10 +47,13 @@ def compile_threads() -> int:
 
 @dataclass(frozen=True)
 class BuildJob(Generic[_R]):
-    """One build: ``name`` says what is built (for logs and errors), ``build`` does it."""
+    """One build: ``name`` says what is built (for logs and errors), ``build`` does it;
+    ``cost``: a relative estimate of its time (a pool starts costly builds first, so the
+    longest one does not start last)."""
 
     name: str
     build: Callable[[], _R]
+    cost: int = 0
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember.runtime.compiled import triton_cache, triton_warmed
+from ember.runtime.compiled import triton_cache, triton_processes, triton_warmed
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec, jit_function_from_source
 from ember.runtime.logs import log
 from ember.runtime.phases import count
@@ -141,8 +141,8 @@ def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
         raise TritonAotError(f"Triton kernel {spec.name}: only kernels whose arguments are "
                              f"all tensors can be built before launch ({spec.signature})")
     index = triton_warmed.device_index(device)
-    fn = jit_function_from_source(spec, interpret=False,
-                                  device=triton_cache.device_tag(device, False))
+    tag = triton_cache.device_tag(device, False)
+    fn = jit_function_from_source(spec, interpret=False, device=tag)
     # NOTE: real (hence 16-byte aligned) one-element tensors: the specialization kept
     # with the binary is computed from them exactly as a launch computes its own
     args = [torch.empty(1, dtype=POINTER_DTYPES[t[1:]], device=torch.device("cuda", index))
@@ -151,18 +151,34 @@ def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
     options.update(num_warps=spec.num_warps, num_stages=spec.num_stages)
     try:
         with torch.cuda.device(index):
+            # a worker process compiles it into Triton's on-disk cache when it can (its
+            # Python is not under this process's interpreter lock); the warm-up then loads it
+            built_elsewhere = triton_processes.compile_elsewhere(spec, fn, args, options, tag)
             compiled = fn.warmup(*args, grid=(1, 1, 1), **options)
             if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
                 compiled = compiled.result()
     except Exception as e:  # Triton raises CompilationError, RuntimeError, ...
         raise TritonAotError(f"Triton kernel {spec.name} does not compile for {device}: "
                              f"{type(e).__name__}: {e}") from e
+    if built_elsewhere is not None:
+        _count_process_build(spec, built_elsewhere, compiled)
     if compiled is not None:  # None: a jit_cache_hook asked Triton not to compile
         with torch.cuda.device(index):
             _load_for_launch(compiled, spec)
         triton_warmed.record(triton_warmed.warm_key(spec, index),
                              triton_warmed.tensor_specialization(args), compiled)
     count("triton builds")
+
+
+def _count_process_build(spec: TritonKernelSpec, key: str, compiled: Any) -> None:
+    """Count whether the warm-up loaded the binary a worker process built (its cache key
+    is the worker's) or compiled its own (a specialization that did not round-trip)."""
+    if compiled is not None and str(getattr(compiled, "hash", "")) == key:
+        count("triton process builds")
+        return
+    count("triton process builds unused")
+    log("stages", f"Triton kernel {spec.name}: the binary a worker process built was not "
+                  "the one the launch needed (compiled again in the build thread)")
 
 
 def _load_for_launch(compiled: Any, spec: TritonKernelSpec) -> None:

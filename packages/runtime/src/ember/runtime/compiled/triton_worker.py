@@ -1,0 +1,111 @@
+"""A process that compiles Triton kernels into Triton's on-disk cache.
+
+Triton's compiler is partly Python (the kernel's AST is turned into MLIR by Python code)
+and holds the interpreter lock while it does so, so build threads in one process overlap
+only in its native passes and ``ptxas``. :mod:`.triton_processes` runs a few of these
+workers beside a compiling process: each takes a kernel with the exact specialization a
+launch in the parent would build (captured there from Triton's own JIT,
+``specialization_data``), compiles it for the parent's GPU target and leaves the binary
+in Triton's on-disk cache, which the parent then loads instead of compiling.
+
+Protocol (one JSON object a line): the worker prints ``{"ready": true}`` once its imports
+are done, then answers each request line ``{"id", "spec", "device_tag",
+"specialization", "target"}`` with ``{"id", "ok": true, "hash": ...}`` (the binary's
+cache key) or ``{"id", "ok": false, "error": ...}``; it exits at the end of its input.
+Anything else the process writes goes to its standard error.
+
+    python -m ember.runtime.compiled.triton_worker
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from ember.runtime.compiled.triton_kernel import TritonKernelSpec, jit_function_from_source
+
+
+def _decode_constant(value: Any) -> Any:
+    """One constexpr value of Triton's serialized specialization, as the JIT had it: a
+    dtype name, a ``{"constexpr": v}`` wrapper, or a plain value (tuples come back from
+    JSON as lists)."""
+    import triton.language as tl
+
+    if isinstance(value, str) and tl.dtype.is_dtype(value):
+        return tl.dtype(value)
+    if isinstance(value, dict) and "constexpr" in value:
+        inner = value["constexpr"]
+        return tl.constexpr(tuple(inner) if isinstance(inner, list) else inner)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def compile_specialized(spec: TritonKernelSpec, device_tag: str, specialization: str,
+                        target: tuple[str, int, int]) -> str:
+    """Compile ``spec`` as Triton's JIT would for the launch described by
+    ``specialization`` (the ``specialization_data`` Triton passes its JIT cache hook)
+    for GPU ``target`` (backend, capability, warp size), leaving the binary in Triton's
+    on-disk cache; returns its cache key (``CompiledKernel.hash``).
+
+    Raises:
+        ValueError: the specialization names another kernel.
+        Exception: whatever Triton's compiler raises for this kernel.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+
+    fn = jit_function_from_source(spec, interpret=False, device=device_tag)
+    data = json.loads(specialization)
+    if not str(data["name"]).endswith(spec.name):
+        raise ValueError(f"the specialization is of {data['name']}, not of {spec.name}")
+    constexprs = {tuple(k): _decode_constant(v)
+                  for k, v in zip(data["constant_keys"], data["constant_vals"])}
+    attrs = {tuple(k): v for k, v in zip(data["attrs_keys"], data["attrs_vals"])}
+    signature = {k: tuple(v) if isinstance(v, list) else v
+                 for k, v in data["signature"].items()}
+    gpu = GPUTarget(*target)
+    options = make_backend(gpu).parse_options(
+        {k: tuple(v) if isinstance(v, list) else v for k, v in data["options"].items()})
+    compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
+                              options=options.__dict__)
+    return str(compiled.hash)
+
+
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
+    try:
+        spec = TritonKernelSpec.from_json(request["spec"])
+        backend, arch, warp = request["target"]
+        key = compile_specialized(spec, str(request["device_tag"]),
+                                  str(request["specialization"]),
+                                  (str(backend), int(arch), int(warp)))
+    except Exception as e:  # noqa: BLE001 - every failure is the parent's to report
+        return {"id": request.get("id"), "ok": False, "error": f"{type(e).__name__}: {e}"}
+    return {"id": request.get("id"), "ok": True, "hash": key}
+
+
+def serve(requests: TextIO, answers: TextIO) -> None:
+    """Answer ``requests`` (one JSON object a line) on ``answers`` until the input ends."""
+    answers.write(json.dumps({"ready": True}) + "\n")
+    answers.flush()
+    for line in requests:
+        if not line.strip():
+            continue
+        answers.write(json.dumps(_answer(json.loads(line))) + "\n")
+        answers.flush()
+
+
+def main() -> None:
+    # the protocol keeps the real standard output; prints of Triton or torch go to the
+    # standard error
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    sys.stdout = sys.stderr
+    import triton  # noqa: F401 - imported before answering ready
+
+    serve(sys.stdin, answers)
+
+
+if __name__ == "__main__":
+    main()
