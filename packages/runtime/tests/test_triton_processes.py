@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,27 +74,27 @@ def _parent_compile() -> Any:
 
 
 def test_a_worker_compiles_the_binary_the_parent_would() -> None:
-    from ember.runtime.compiled.triton_worker import compile_specialized
+    from ember.runtime.triton_worker import compile_specialized
 
-    key = compile_specialized(SPEC, "cuda-test", _specialization(), SM90)
+    key = compile_specialized(SOURCE, "kernel0", _specialization(), SM90)
     compiled = _parent_compile()
     assert compiled.hash == key  # the parent finds it in Triton's on-disk cache
     assert ".target sm_90" in compiled.asm["ptx"]
 
 
 def test_a_specialization_of_another_kernel_is_refused() -> None:
-    from ember.runtime.compiled.triton_worker import compile_specialized
+    from ember.runtime.triton_worker import compile_specialized
 
     with pytest.raises(ValueError, match="not of kernel0"):
-        compile_specialized(SPEC, "cuda-test", _specialization("m.kernel7"), SM90)
+        compile_specialized(SOURCE, "kernel0", _specialization("m.kernel7"), SM90)
 
 
 def test_the_protocol_answers_each_request_and_reports_errors() -> None:
-    from ember.runtime.compiled.triton_worker import serve
+    from ember.runtime.triton_worker import serve
 
-    good = {"id": 1, "spec": SPEC.to_json(), "device_tag": "cuda-test",
+    good = {"id": 1, "source": SOURCE, "name": "kernel0",
             "specialization": _specialization(), "target": list(SM90)}
-    broken = dict(good, id=2, spec=dict(SPEC.to_json(), source=SOURCE.replace("tl.exp", "tl.nope")))
+    broken = dict(good, id=2, source=SOURCE.replace("tl.exp", "tl.nope"))
     answers = io.StringIO()
     serve(io.StringIO(json.dumps(good) + "\n\n" + json.dumps(broken) + "\n"), answers)
     lines = [json.loads(line) for line in answers.getvalue().splitlines()]
@@ -105,19 +108,19 @@ def test_a_worker_process_builds_into_the_parents_cache() -> None:
     with patch(triton_workers=1):
         try:
             assert triton_processes.prestart() == 1
-            key = triton_processes.build(SPEC, "cuda-test", _specialization(), SM90)
+            key = triton_processes.build(SPEC, _specialization(), SM90)
             with pytest.raises(RuntimeError, match="(?s)kernel0: .*nope"):
                 triton_processes.build(
                     TritonKernelSpec("kernel0", SOURCE.replace("tl.exp", "tl.nope"),
                                      SPEC.signature, SPEC.constexprs),
-                    "cuda-test", _specialization(), SM90)
+                    _specialization(), SM90)
         finally:
             triton_processes.shutdown()
     assert _parent_compile().hash == key
     with patch(triton_workers=0):
         assert triton_processes.prestart() == 0
         with pytest.raises(RuntimeError, match="no Triton worker"):
-            triton_processes.build(SPEC, "cuda-test", _specialization(), SM90)
+            triton_processes.build(SPEC, _specialization(), SM90)
 
 
 def test_the_hook_captures_only_for_the_asking_thread() -> None:
@@ -146,3 +149,14 @@ def test_the_worker_count_follows_the_setting() -> None:
         assert triton_processes.worker_count() == 0
     with patch(triton_workers=-1, compile_threads=40):
         assert triton_processes.worker_count() == triton_processes.MAX_DEFAULT_WORKERS
+
+
+def test_a_worker_and_the_kernels_it_imports_do_not_import_torch() -> None:
+    """A worker starts in a fraction of a second: neither it nor what generated kernels
+    import (``ember.runtime.compiled.triton_math``) imports torch."""
+    code = ("import sys, ember.runtime.triton_worker, ember.runtime.compiled.triton_math; "
+            "print(sorted(m for m in ('torch', 'ember.runtime.compiled.loader') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.strip() == "[]"

@@ -11,6 +11,7 @@ compiles its backward graph.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -142,7 +143,8 @@ class CompiledFunction(torch.autograd.Function):
         missing = {j for j, g in enumerate(incoming) if g is None}
         tangents = [_contiguous_like_forward(g) if g is not None
                     else _zeros(ctx.tangent_meta[j]) for j, g in enumerate(incoming)]
-        grad_values = runner.backward(saved + tangents)
+        with _autocast_off():
+            grad_values = runner.backward(saved + tangents)
         result: list[Any] = [None] * runner.n_inputs
         deps = runner.tangent_dependencies if missing else None
         for k, (position, g) in enumerate(zip(runner.grad_positions, grad_values)):
@@ -150,6 +152,20 @@ class CompiledFunction(torch.autograd.Function):
                 continue  # only outputs no gradient reached: None, as eager
             result[position] = g
         return (None, *result)
+
+
+def _autocast_off() -> contextlib.AbstractContextManager[Any]:
+    """Autocast off for CPU and CUDA inside (a no-op when it is off already): the
+    backward graph's dtypes are fixed, so a ``backward()`` called inside an autocast
+    block must not cast its ops again (a float32 matmul of a forward region with
+    autocast off would write bfloat16 where compiled code reads float32)."""
+    on = [d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+    if not on:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    for device in on:
+        stack.enter_context(torch.autocast(device, enabled=False))
+    return stack
 
 
 def _zeros(meta: tuple[torch.Size, torch.dtype, torch.device] | None) -> Any:

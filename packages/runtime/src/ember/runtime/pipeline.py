@@ -282,7 +282,8 @@ def run_stages(program: Program, stages: list[Stage], options: dict[str, Any]) -
         start = time.perf_counter()
         stage_options = dict(options)
         stage_options.pop(PRE_GRAD_PASSES, None)  # the pipeline's to set, nobody else's
-        later = tuple(p for s in stages[index + 1:] for p in s.pre_grad_passes())
+        later = tuple(p.for_options(stage_options)
+                      for s in stages[index + 1:] for p in s.pre_grad_passes())
         if later:
             stage_options[PRE_GRAD_PASSES] = later
         with phase(stage.name):

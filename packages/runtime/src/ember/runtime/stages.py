@@ -9,6 +9,7 @@ stages share.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 from dataclasses import dataclass
 from collections.abc import Callable, Mapping, Sequence
@@ -31,11 +32,21 @@ class PreGradPass:
     """A rewrite a later stage asks an earlier one to run before differentiating
     (:meth:`Stage.pre_grad_passes`): ``run`` on the forward decomposed to Core ATen,
     only when ``applies`` (a cheap test of the functional ``aten`` program: the
-    decomposition it needs is a re-trace of the whole forward)."""
+    decomposition it needs is a re-trace of the whole forward). A pass that depends on
+    the compile's options has ``configure``: ``configure(options)`` is its ``run`` for
+    them (the pipeline hands on :meth:`for_options`)."""
 
     name: str
     run: ProgramPass
     applies: Callable[[Program], bool]
+    configure: Callable[[Mapping[str, Any]], ProgramPass] | None = None
+
+    def for_options(self, options: Mapping[str, Any]) -> PreGradPass:
+        """This pass as a compile with ``options`` (the user's ``options=`` and ``mode``)
+        runs it: ``run`` made by ``configure``; the pass itself without one."""
+        if self.configure is None:
+            return self
+        return dataclasses.replace(self, run=self.configure(options), configure=None)
 
 # The distribution that provides each stage, for "please install" messages.
 STAGE_DISTRIBUTIONS = {"aot": "ember-aot", "inductor": "ember-inductor", "frontend": "ember-frontend"}
@@ -68,7 +79,8 @@ class Stage(abc.ABC):
         it derives the backward (default none).
 
         The pipeline hands the passes of a backend's later stages to each earlier one
-        under ``options[PRE_GRAD_PASSES]``. The aot stage runs them on the forward
+        under ``options[PRE_GRAD_PASSES]``, each made for the compile's options
+        (:meth:`PreGradPass.for_options`). The aot stage runs them on the forward
         decomposed to Core ATen (one ``forward`` graph, no backward yet), so that a fused
         op a pass introduces (hand-written attention becoming SDPA) is differentiated as
         that op. A pass returns its input when it changes nothing and counts what it

@@ -141,8 +141,8 @@ def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
         raise TritonAotError(f"Triton kernel {spec.name}: only kernels whose arguments are "
                              f"all tensors can be built before launch ({spec.signature})")
     index = triton_warmed.device_index(device)
-    tag = triton_cache.device_tag(device, False)
-    fn = jit_function_from_source(spec, interpret=False, device=tag)
+    fn = jit_function_from_source(spec, interpret=False,
+                                  device=triton_cache.device_tag(device, False))
     # NOTE: real (hence 16-byte aligned) one-element tensors: the specialization kept
     # with the binary is computed from them exactly as a launch computes its own
     args = [torch.empty(1, dtype=POINTER_DTYPES[t[1:]], device=torch.device("cuda", index))
@@ -153,7 +153,7 @@ def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
         with torch.cuda.device(index):
             # a worker process compiles it into Triton's on-disk cache when it can (its
             # Python is not under this process's interpreter lock); the warm-up then loads it
-            built_elsewhere = triton_processes.compile_elsewhere(spec, fn, args, options, tag)
+            built_elsewhere = triton_processes.compile_elsewhere(spec, fn, args, options)
             compiled = fn.warmup(*args, grid=(1, 1, 1), **options)
             if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
                 compiled = compiled.result()

@@ -5,7 +5,7 @@ of threads (:func:`.triton_aot.warm_kernel`). Triton's compiler turns the kernel
 into MLIR in Python, under the interpreter lock, so those threads overlap only in the
 native passes and ``ptxas`` (on the H200, 62 kernels of HF BERT's training step took
 7.9 s on 16 threads against 21 s one by one). This module moves the compile itself into
-worker processes (:mod:`.triton_worker`):
+worker processes (:mod:`ember.runtime.triton_worker`):
 
 1. in the build thread, Triton's JIT computes the launch's specialization as it would
    for the first launch (``fn.warmup`` with the same arguments) and hands it to its JIT
@@ -71,7 +71,7 @@ def _triton_cache_dir() -> str | None:
 
 
 class _Worker:
-    """One ``python -m ember.runtime.compiled.triton_worker`` process."""
+    """One ``python -m ember.runtime.triton_worker`` process."""
 
     def __init__(self) -> None:
         env = dict(os.environ)
@@ -81,7 +81,7 @@ class _Worker:
         if cache:  # the parent's Triton cache, where it looks for the binaries
             env["TRITON_CACHE_DIR"] = cache
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "ember.runtime.compiled.triton_worker"],
+            [sys.executable, "-m", "ember.runtime.triton_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, text=True, encoding="utf-8", bufsize=1)
         self._ready = False
@@ -155,8 +155,7 @@ def shutdown() -> None:
             _idle.get_nowait()
 
 
-def build(spec: TritonKernelSpec, device_tag: str, specialization: str,
-          target: tuple[str, int, int]) -> str:
+def build(spec: TritonKernelSpec, specialization: str, target: tuple[str, int, int]) -> str:
     """Compile ``spec`` for the launch ``specialization`` on GPU ``target`` in a worker
     process (waiting for an idle one); returns the binary's cache key.
 
@@ -168,7 +167,7 @@ def build(spec: TritonKernelSpec, device_tag: str, specialization: str,
         raise RuntimeError("no Triton worker processes")
     worker = _idle.get()
     try:
-        answer = worker.request({"spec": spec.to_json(), "device_tag": device_tag,
+        answer = worker.request({"source": spec.source, "name": spec.name,
                                  "specialization": specialization, "target": list(target)})
     except (OSError, RuntimeError, ValueError) as e:
         with _lock:
@@ -235,7 +234,7 @@ def specialization_of(fn: Any, args: list[Any], options: dict[str, Any]) -> str 
 
 
 def compile_elsewhere(spec: TritonKernelSpec, fn: Any, args: list[Any],
-                      options: dict[str, Any], device_tag: str) -> str | None:
+                      options: dict[str, Any]) -> str | None:
     """Have a worker process compile ``fn`` for this launch (see the module doc); returns
     the binary's cache key, or None when no worker did (no workers, no specialization, or
     a failure: counted and logged, the caller compiles)."""
@@ -248,8 +247,8 @@ def compile_elsewhere(spec: TritonKernelSpec, fn: Any, args: list[Any],
         data = specialization_of(fn, args, options)
         if data is None:
             return None
-        return build(spec, device_tag, data, (str(target.backend), int(target.arch),
-                                              int(target.warp_size)))
+        return build(spec, data, (str(target.backend), int(target.arch),
+                                  int(target.warp_size)))
     except Exception as e:  # noqa: BLE001 - the build thread compiles it instead
         count("triton process builds failed")
         log("stages", f"Triton kernel {spec.name}: not compiled by a worker process "

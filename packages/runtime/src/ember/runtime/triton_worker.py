@@ -9,22 +9,56 @@ launch in the parent would build (captured there from Triton's own JIT,
 in Triton's on-disk cache, which the parent then loads instead of compiling.
 
 Protocol (one JSON object a line): the worker prints ``{"ready": true}`` once its imports
-are done, then answers each request line ``{"id", "spec", "device_tag",
+are done, then answers each request line ``{"id", "source", "name",
 "specialization", "target"}`` with ``{"id", "ok": true, "hash": ...}`` (the binary's
 cache key) or ``{"id", "ok": false, "error": ...}``; it exits at the end of its input.
 Anything else the process writes goes to its standard error.
 
-    python -m ember.runtime.compiled.triton_worker
+    python -m ember.runtime.triton_worker
+
+The worker imports Triton but not torch (nor the rest of Ember: this module sits outside
+``ember.runtime.compiled``, whose package imports torch), so it starts in a fraction of a
+second. Triton's binary does not depend on the module a kernel is imported as (its cache
+key hashes the function's source, dependencies and first line), so the worker imports
+each kernel source from a file of its own.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any, TextIO
 
-from ember.runtime.compiled.triton_kernel import TritonKernelSpec, jit_function_from_source
+_folder: Path | None = None
+_modules: dict[str, Any] = {}
+
+
+def _jit_function(source: str, name: str) -> Any:
+    """The ``@triton.jit`` function ``name`` of kernel module ``source``, imported from a
+    file in this process's own folder (once a source)."""
+    global _folder
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:32]
+    module = _modules.get(digest)
+    if module is None:
+        if _folder is None:
+            _folder = Path(tempfile.mkdtemp(prefix="ember-triton-worker-"))
+        path = _folder / f"k{digest}.py"
+        path.write_text(source, encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(f"ember_triton_worker_{digest}", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import the Triton kernel file {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _modules[digest] = module
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise AttributeError(f"the Triton kernel source has no function {name!r}")
+    return fn
 
 
 def _decode_constant(value: Any) -> Any:
@@ -41,9 +75,9 @@ def _decode_constant(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-def compile_specialized(spec: TritonKernelSpec, device_tag: str, specialization: str,
+def compile_specialized(source: str, name: str, specialization: str,
                         target: tuple[str, int, int]) -> str:
-    """Compile ``spec`` as Triton's JIT would for the launch described by
+    """Compile the kernel ``name`` of module ``source`` as Triton's JIT would for the launch described by
     ``specialization`` (the ``specialization_data`` Triton passes its JIT cache hook)
     for GPU ``target`` (backend, capability, warp size), leaving the binary in Triton's
     on-disk cache; returns its cache key (``CompiledKernel.hash``).
@@ -57,10 +91,10 @@ def compile_specialized(spec: TritonKernelSpec, device_tag: str, specialization:
     from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
 
-    fn = jit_function_from_source(spec, interpret=False, device=device_tag)
+    fn = _jit_function(source, name)
     data = json.loads(specialization)
-    if not str(data["name"]).endswith(spec.name):
-        raise ValueError(f"the specialization is of {data['name']}, not of {spec.name}")
+    if str(data["name"]).rpartition(".")[2] != name:
+        raise ValueError(f"the specialization is of {data['name']}, not of {name}")
     constexprs = {tuple(k): _decode_constant(v)
                   for k, v in zip(data["constant_keys"], data["constant_vals"])}
     attrs = {tuple(k): v for k, v in zip(data["attrs_keys"], data["attrs_vals"])}
@@ -76,9 +110,8 @@ def compile_specialized(spec: TritonKernelSpec, device_tag: str, specialization:
 
 def _answer(request: dict[str, Any]) -> dict[str, Any]:
     try:
-        spec = TritonKernelSpec.from_json(request["spec"])
         backend, arch, warp = request["target"]
-        key = compile_specialized(spec, str(request["device_tag"]),
+        key = compile_specialized(str(request["source"]), str(request["name"]),
                                   str(request["specialization"]),
                                   (str(backend), int(arch), int(warp)))
     except Exception as e:  # noqa: BLE001 - every failure is the parent's to report
