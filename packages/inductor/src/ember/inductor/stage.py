@@ -26,15 +26,18 @@ class InductorStage(Stage):
         "strict": (bool,),
         "eager_random": (bool,),
         "emulate_precision_casts": (bool,),
+        "attention_dropout": (bool,),
     }
 
     def pre_grad_passes(self) -> Sequence[PreGradPass]:
         """The attention rewrite (``passes/attention.py``), run by the aot stage on a
         training program's forward before it derives the backward: SDPA's backward
-        then replaces the unfused ops' (the softmax's saved probabilities)."""
-        from ember.inductor.passes.attention import attention_to_sdpa, has_softmax
+        then replaces the unfused ops' (the softmax's saved probabilities). Made for the
+        compile's options (``attention_dropout``, ``eager_random``: ``attention_pass``)."""
+        from ember.inductor.passes.attention import attention_pass, attention_to_sdpa, has_softmax
 
-        return (PreGradPass("attention_to_sdpa", attention_to_sdpa, has_softmax),)
+        return (PreGradPass("attention_to_sdpa", attention_to_sdpa, has_softmax,
+                            configure=attention_pass),)
 
     def run(self, program: Program, options: dict[str, Any]) -> Program:
         """Compile ``program`` (see :func:`ember.inductor.compile.compile_program`).

@@ -3,9 +3,10 @@ the order of :data:`PIPELINE`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from ember.inductor.passes.attention import attention_to_sdpa
+from ember.inductor.passes.attention import attention_pass, attention_to_sdpa
 from ember.inductor.passes.constant_folding import constant_folding
 from ember.inductor.passes.cse import common_subexpression_elimination
 from ember.inductor.passes.dce import dead_code_elimination
@@ -24,6 +25,13 @@ PIPELINE: list[tuple[str, Pass]] = [
 ]
 
 
+def pipeline_for(options: Mapping[str, Any]) -> list[tuple[str, Pass]]:
+    """:data:`PIPELINE` as a compile with ``options`` runs it: the attention rewrite
+    made for them (``attention_dropout``, ``eager_random``)."""
+    return [(name, attention_pass(options) if fn is attention_to_sdpa else fn)
+            for name, fn in PIPELINE]
+
+
 def run_passes(program: Program, pipeline: list[tuple[str, Pass]] | None = None) -> Program:
     """Run each pass of ``pipeline`` (default :data:`PIPELINE`) in order."""
     for name, fn in pipeline if pipeline is not None else PIPELINE:
@@ -36,4 +44,4 @@ def run_passes(program: Program, pipeline: list[tuple[str, Pass]] | None = None)
 
 
 __all__ = ["PIPELINE", "attention_to_sdpa", "common_subexpression_elimination", "constant_folding",
-           "dead_code_elimination", "run_passes"]
+           "dead_code_elimination", "pipeline_for", "run_passes"]

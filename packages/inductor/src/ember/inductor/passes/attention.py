@@ -23,7 +23,25 @@ does not fire (logged under ``EMBER_LOGS=patterns`` with the reason) when:
 - a ``where``/``masked_fill`` fill is not ``-inf`` or a huge negative value
   (:func:`~ember.inductor.passes.attention_masks.fills_like_minus_infinity`);
 - torch has no fused kernel for these inputs (it would run its math path, the same
-  unfused ops), or recording it gives ops outside Core ATen or new shape guards.
+  unfused ops), or recording it gives ops outside Core ATen or new shape guards;
+- dropout on the probabilities is not SDPA's (a ``p`` outside ``[0, 1)`` or a tensor,
+  survivors not scaled by ``1/(1 - p)``, a mask broadcast over the probabilities, the
+  mask read elsewhere), or the rewrite of attention with dropout is off (below).
+
+Dropout: attention with dropout on its probabilities (``softmax(...)`` then
+``F.dropout(p)`` / ``nn.Dropout`` in training, then ``@ v``; the forms of
+``attention_patterns.DROPOUT_FORMS``) becomes SDPA with ``dropout_p=p``, on by default
+as in torch.compile's own attention fusion. The fused kernel draws its own mask (on
+CUDA: flash or memory-efficient attention, on torch's CUDA generator; its backward
+reuses the forward's Philox seed and offset, so the gradient sees the forward's mask):
+not bitwise eager's mask, nor the one Ember's own dropout kernels would draw, but the
+same distribution (each probability zeroed with probability ``p``, the others scaled
+by ``1/(1 - p)``), exactly the difference torch.compile's rewrite makes. torch's CPU
+kernel takes no dropout, so on the CPU it never fires (logged). The inductor option
+``attention_dropout=False`` turns it off (the rule is refused, logged), and so does
+``eager_random=True``, whose contract is eager's random values
+(:func:`dropout_enabled`; the pre-grad pass gets the options through
+``PreGradPass.configure``, the inference pipeline through ``passes.pipeline_for``).
 
 Semantics: SDPA computes ``softmax(q @ kᵀ * scale + mask) @ v`` in the inputs' dtype
 with float32 accumulation, as the matched form does up to rounding. One difference
@@ -70,7 +88,10 @@ Each rewrite is counted in ``program.metadata["rewrites"]`` (``{"attention": n}`
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -101,9 +122,13 @@ from ember.runtime.tracing import GraphRecorder
 REWRITES_KEY = "rewrites"
 """``program.metadata[REWRITES_KEY]``: pattern family -> rewrites done."""
 
+DROPOUT_OPTION = "attention_dropout"
+"""The inductor option that turns the rewrite of attention with dropout off (False)."""
+
 SDPA_CALL = "scaled_dot_product_attention"
 """A ``math_upcast`` match's nodes must come from a source line naming this."""
 
+_NATIVE_DROPOUT = "aten::native_dropout.default"
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _MATMUL_ANCHORS = ("aten::view.default", "aten::_unsafe_view.default", "aten::bmm.default")
 
@@ -112,9 +137,10 @@ class NotRewritten(Exception):
     """A matched attention that must not be rewritten; the message says why."""
 
 
-def attention_to_sdpa(program: Program) -> Program:
+def attention_to_sdpa(program: Program, *, dropout: bool = True) -> Program:
     """A copy of ``program`` with hand-written attention replaced by SDPA (see the
-    module docstring); ``program`` itself when nothing fires."""
+    module docstring); ``program`` itself when nothing fires. ``dropout=False`` leaves
+    attention with dropout on its probabilities alone (logged)."""
     if "backward" in program.graphs:
         if any(_candidates(g) for g in program.graphs.values()):
             log("patterns", "attention: training program, not rewritten (its backward "
@@ -123,7 +149,7 @@ def attention_to_sdpa(program: Program) -> Program:
     result = program.copy()
     count = 0
     for graph in result.graphs.values():
-        count += _GraphRewriter(result, graph).run()
+        count += _GraphRewriter(result, graph, dropout).run()
     if not count:
         return program
     rewrites = dict(_rewrites(result))
@@ -137,6 +163,20 @@ def _rewrites(program: Program) -> dict[str, int]:
     if not isinstance(found, dict):
         return {}
     return {str(k): int(v) for k, v in found.items() if isinstance(v, int)}
+
+
+def dropout_enabled(options: Mapping[str, Any]) -> bool:
+    """Whether a compile with ``options`` rewrites attention with dropout: the option
+    ``attention_dropout`` (default True), never under ``eager_random`` (whose contract
+    is eager's random values; SDPA's kernel draws its own)."""
+    return bool(options.get(DROPOUT_OPTION, True)) and not options.get("eager_random")
+
+
+def attention_pass(options: Mapping[str, Any]) -> Callable[[Program], Program]:
+    """:func:`attention_to_sdpa` as a compile with ``options`` runs it."""
+    if dropout_enabled(options):
+        return attention_to_sdpa
+    return functools.partial(attention_to_sdpa, dropout=False)
 
 
 def has_softmax(program: Program) -> bool:
@@ -155,9 +195,10 @@ def _candidates(graph: Graph) -> bool:
 class _GraphRewriter:
     """Rewrites one graph, one match at a time, until no rule fires."""
 
-    def __init__(self, program: Program, graph: Graph) -> None:
+    def __init__(self, program: Program, graph: Graph, dropout: bool) -> None:
         self.program = program
         self.graph = graph
+        self.dropout = dropout
         self.refusals: set[tuple[str, str]] = set()
 
     def run(self) -> int:
@@ -183,8 +224,12 @@ class _GraphRewriter:
         for match in matcher.matches_at(node, rule.pattern):
             try:
                 _check(rule, match, matcher)
+                dropout_p = _dropout_p(match, matcher)
+                if dropout_p and not self.dropout:
+                    raise NotRewritten(f"dropout (p={dropout_p}) on the probabilities: off "
+                                       f"(options {DROPOUT_OPTION}=False or eager_random)")
                 replacement, causal = _record_sdpa(rule, match, matcher, evaluator,
-                                                   self.graph)
+                                                   self.graph, dropout_p)
             except NotRewritten as e:
                 refused = refused or (match, str(e))
                 continue
@@ -192,6 +237,8 @@ class _GraphRewriter:
                                set(match.covered), _source(match, matcher))
             fused = next(n.target for n in replacement.nodes if n.target in _FUSED)
             mask = " (a causal mask: is_causal=True)" if causal else ""
+            if dropout_p:
+                mask += f" with dropout p={dropout_p}"
             log("patterns", f"attention: {rule.name}{mask} at %{node.name}"
                 f"{_where(match, matcher)} -> {fused} (%{out.node})")
             return True
@@ -255,6 +302,46 @@ def _check(rule: AttentionRule, match: Match, matcher: Matcher) -> None:
         raise NotRewritten(f"the where condition is {cond.dtype}, not bool")
 
 
+def _dropout_p(match: Match, matcher: Matcher) -> float:
+    """The ``p`` of the match's dropout on the probabilities (0.0 without dropout).
+
+    Raises:
+        NotRewritten: the dropout is not SDPA's (attention_patterns.DROPOUT_FORMS).
+    """
+    found = match.bindings
+    if "dropout_mask" not in found:
+        return 0.0
+    tensors = [what for name, what in (("dropout_p", "p"), ("keep_divisor", "divisor"),
+                                       ("keep_scale", "scale")) if f"{name}_tensor" in found]
+    if tensors:
+        raise NotRewritten(f"the dropout's {tensors[0]} is a tensor, not a number (SDPA's "
+                           "dropout_p is a float)")
+    if "keep" in found:  # NOTE: bernoulli(1 - p) / (1 - p)
+        keep, divisor = match.number("keep"), match.number("keep_divisor")
+        if keep != divisor:
+            raise NotRewritten(f"dropout keeps with probability {keep!r} but scales by "
+                               f"1/{divisor!r}, not 1/{keep!r}")
+        p = _shortest(1.0 - keep, lambda d: 1.0 - d == keep)
+    else:
+        p = match.number("dropout_p")
+        native = matcher.nodes[match.value("dropout_mask").node].target == _NATIVE_DROPOUT
+        scale = match.number("keep_scale", 1.0)
+        # NOTE: float32 rounding of 1/(1 - p) allowed: the kernels scale in float32
+        if not native and (p >= 1.0 or abs(scale * (1.0 - p) - 1.0) > 1e-6):
+            raise NotRewritten(f"dropout with p={p!r} scales the kept probabilities by "
+                               f"{scale!r}, not 1/(1 - p)")
+    if not 0.0 <= p < 1.0:
+        raise NotRewritten(f"dropout with p={p!r}, not in [0, 1)")
+    probs = _meta(matcher, match.value("probs"))
+    mask = _meta(matcher, match.value("dropout_mask"))
+    if mask.sizes != probs.sizes:
+        raise NotRewritten(f"the dropout mask {list(mask.sizes)} is not of the probabilities' "
+                           f"sizes {list(probs.sizes)} (SDPA drops each one on its own)")
+    if mask.dtype not in (torch.bool, probs.dtype):
+        raise NotRewritten(f"the dropout mask is {mask.dtype}, the probabilities {probs.dtype}")
+    return p
+
+
 def _check_upcast(match: Match, matcher: Matcher, q: TensorMeta, probs: TensorMeta) -> None:
     """The casts of a ``math_upcast`` match are SDPA's own (module docstring)."""
     if q.dtype not in (torch.float16, torch.bfloat16) or probs.dtype != torch.float32:
@@ -274,12 +361,17 @@ def _math_scale(product: float) -> float:
     """SDPA's ``scale`` from the product of its math path's two ``sqrt(scale)`` factors:
     the shortest decimal whose square root squares to ``product`` (the scale the user
     or SDPA's default gave), else ``product``."""
+    return _shortest(product, lambda scale: math.sqrt(scale) * math.sqrt(scale) == product)
+
+
+def _shortest(value: float, gives: Callable[[float], bool]) -> float:
+    """The shortest decimal ``d`` near ``value`` for which ``gives(d)`` (``0.1``, not
+    ``0.09999999999999998``), else ``value``."""
     for digits in range(1, 18):
-        scale = float(f"{product:.{digits}g}")
-        root = math.sqrt(scale)
-        if root * root == product:
-            return scale
-    return product
+        candidate = float(f"{value:.{digits}g}")
+        if gives(candidate):
+            return candidate
+    return value
 
 
 def _meta(matcher: Matcher, ref: ValueRef) -> TensorMeta:
@@ -314,7 +406,8 @@ def _causal(rule: AttentionRule, match: Match, matcher: Matcher,
 
 
 def _record_sdpa(rule: AttentionRule, match: Match, matcher: Matcher,
-                 evaluator: ConstantEvaluator, graph: Graph) -> tuple[Graph, bool]:
+                 evaluator: ConstantEvaluator, graph: Graph,
+                 dropout_p: float) -> tuple[Graph, bool]:
     """The graph torch records for SDPA over the matched values (its placeholders are
     named after :func:`_inputs`), and whether the mask became ``is_causal``."""
     causal = _causal(rule, match, matcher, evaluator)
@@ -345,18 +438,19 @@ def _record_sdpa(rule: AttentionRule, match: Match, matcher: Matcher,
     with recorder:
         mask = None if causal else _sdpa_mask(rule, match, fakes, probs)
         out = F.scaled_dot_product_attention(
-            fakes["q"], fakes["k"], fakes["v"], attn_mask=mask, dropout_p=0.0,
+            fakes["q"], fakes["k"], fakes["v"], attn_mask=mask, dropout_p=dropout_p,
             is_causal=causal, scale=scale)
     recorded = recorder.finish([out])
     recorded.dialect = "core-functional"
+    replacement = recorded.graphs["forward"]
+    if not any(n.target in _FUSED for n in replacement.calls()):
+        cpu = "; the CPU's takes no dropout" if dropout_p and probs.device.type == "cpu" else ""
+        raise NotRewritten("torch has no fused attention kernel for these inputs (it would "
+                           f"run the same unfused ops{cpu})")
     try:
         verify(recorded, "core-functional")
     except VerificationError as e:
         raise NotRewritten(f"torch's SDPA for these inputs is not Core ATen ({e})") from None
-    replacement = recorded.graphs["forward"]
-    if not any(n.target in _FUSED for n in replacement.calls()):
-        raise NotRewritten("torch has no fused attention kernel for these inputs (it "
-                           "would run the same unfused ops)")
     new_guards = [g for g in replacement.guards if g not in graph.guards]
     if new_guards or recorded.tensors or any(
             n.op not in ("placeholder", "call", "output") for n in replacement.nodes):

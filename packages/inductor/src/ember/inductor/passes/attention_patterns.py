@@ -51,6 +51,29 @@ rule                       form                                              SDP
 
 The ``math_upcast`` rules fire only on SDPA's own calls (see the attention pass's
 docstring): they give back the precision the user chose by calling SDPA.
+
+Every rule also matches with dropout on the probabilities between the softmax and
+``@ v`` (``F.dropout(probs, p, training=True)``, ``nn.Dropout``: HF eager attention in
+training), in one of the forms of :data:`DROPOUT_FORMS`, which becomes SDPA's
+``dropout_p=p``:
+
+================  ===================================================  ================
+form              the dropped probabilities ``probs'``                 where
+================  ===================================================  ================
+``native``        ``native_dropout(probs, p, True)[0]`` (its mask,     ``F.dropout`` on
+                  ``[1]``, read nowhere)                               CUDA (torch's
+                                                                       fused dropout)
+``bernoulli``     ``probs * (bernoulli(empty_like(probs), 1 - p) /     ``F.dropout`` on
+                  (1 - p))``                                           the CPU
+``uniform``       ``probs * (rand_like(probs) > p) / (1 - p)`` (or     by hand; torch's
+                  ``>=``; ``* (1 / (1 - p))``)                         decomposition of
+                                                                       ``native_dropout``
+================  ===================================================  ================
+
+``p`` must be a number in ``[0, 1)`` and the survivors scaled by ``1 / (1 - p)``
+(checked by the pass; a tensor ``p`` or scale is matched only to be refused with the
+reason). A form that matches none of these (dropout before the softmax, a mask
+broadcast over rows) is not attention with dropout and is left alone.
 """
 
 from __future__ import annotations
@@ -96,7 +119,66 @@ SCORES: Pattern = Scaled(Matmul(Scaled(Var("q"), "scale"), _K_TRANSPOSED), "scal
 
 def _attention(masked_scores: Pattern) -> Pattern:
     probs = Op(("aten::_softmax.default",), (masked_scores, LAST_DIM, False), name="probs")
-    return Matmul(probs, Var("v"))
+    return Matmul(_maybe_dropped(probs, "probs"), Var("v"))
+
+
+@dataclass(frozen=True)
+class DropoutForm:
+    """One way dropout on the probabilities is written: ``build(probs, name)`` is the
+    pattern of ``probs`` (the probabilities' pattern, whose value is bound to ``name``)
+    after dropout. It binds ``dropout_mask`` (the value that decides which probabilities
+    are dropped) and the numbers (or, to be refused, tensors) that give ``p``."""
+
+    name: str
+    build: Callable[[Pattern, str], Pattern]
+    description: str
+
+
+_MUL_TENSOR = ("aten::mul.Tensor",)
+_EMPTY = ("aten::empty_strided.default", "aten::empty_like.default",
+          "aten::empty.memory_format")
+
+
+def _number(name: str) -> Pattern:
+    """A constant number bound to ``name``, or (to be refused with the reason) a tensor
+    bound to ``name_tensor``."""
+    return Alt((Const(name), Var(f"{name}_tensor")))
+
+
+def _native_dropout(probs: Pattern, name: str) -> Pattern:
+    return Op(("aten::native_dropout.default",), (probs, Const("dropout_p"), True),
+              name="dropout_mask", index=0)
+
+
+def _bernoulli_dropout(probs: Pattern, name: str) -> Pattern:
+    noise = _aliases(Op(_EMPTY, (), kwargs=None), most=2)
+    mask = Op(("aten::bernoulli.p",), (noise, Const("keep")), name="dropout_mask")
+    scaled = Op(("aten::div.Scalar", "aten::div.Tensor"), (mask, _number("keep_divisor")))
+    return Op(_MUL_TENSOR, (probs, scaled), commutative=True)
+
+
+def _uniform_dropout(probs: Pattern, name: str) -> Pattern:
+    uniform = _aliases(Op(("aten::rand_like.default",), (Var(name),), kwargs=None), most=2)
+    mask = Op(("aten::gt.Scalar", "aten::ge.Scalar", "aten::gt.Tensor", "aten::ge.Tensor"),
+              (uniform, _number("dropout_p")), name="dropout_mask")
+    dropped = Op(_MUL_TENSOR, (probs, mask), commutative=True)
+    return Alt((Scaled(dropped, "keep_scale"),
+                Op(("aten::mul.Tensor", "aten::div.Tensor"), (dropped, Var("keep_scale_tensor")))))
+
+
+DROPOUT_FORMS: tuple[DropoutForm, ...] = (
+    DropoutForm("native", _native_dropout, "native_dropout(probs, p, True)[0]"),
+    DropoutForm("bernoulli", _bernoulli_dropout,
+                "probs * (bernoulli(empty_like(probs), 1 - p) / (1 - p))"),
+    DropoutForm("uniform", _uniform_dropout, "probs * (rand_like(probs) > p) / (1 - p)"),
+)
+"""The forms of dropout on the probabilities (module docstring), tried in order after
+the probabilities without dropout."""
+
+
+def _maybe_dropped(probs: Pattern, name: str) -> Pattern:
+    """``probs``, or ``probs`` after dropout in one of :data:`DROPOUT_FORMS`."""
+    return Alt((probs, *(form.build(probs, name) for form in DROPOUT_FORMS)))
 
 
 _TO_COPY = ("aten::_to_copy.default",)
@@ -134,7 +216,7 @@ def _safe_softmax_attention(masked_scores: Pattern, operand: Callable[[str], Pat
     probs = Op(("aten::_softmax.default",), (Bind("logits", masked_scores), LAST_DIM, False),
                name="probs")
     safe = Op(("aten::where.self",), (all_masked, zero, probs), name="safe")
-    return Matmul(safe, operand("v"))
+    return Matmul(_maybe_dropped(safe, "safe"), operand("v"))
 
 
 def _math(mask: bool, upcast: bool) -> Pattern:

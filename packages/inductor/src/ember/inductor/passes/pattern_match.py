@@ -17,7 +17,8 @@ pattern            matches
                    compared by value: ``LAST_DIM`` is ``-1`` or the last dim);
                    ``commutative`` also tries the first two arguments swapped;
                    keyword arguments: none, unless ``kwargs`` names them (each
-                   matched like an argument) or is None (any, not matched)
+                   matched like an argument) or is None (any, not matched);
+                   ``index``: the value is that result of a call with several
 ``Bind(name, p)``  ``p``, whose value is also bound to ``name`` (as ``Var``: a name
                    bound earlier must be the same value)
 ``Alt(options)``   the first option that matches (every option, on backtracking)
@@ -83,6 +84,9 @@ class Op:
     kwargs: tuple[tuple[str, PatternArg], ...] | None = ()
     """The keyword arguments the call has, each matched like a positional one (by
     default none); None: any keyword arguments, not looked at."""
+    index: int | None = None
+    """The value is result ``index`` of the call (``native_dropout(x, p, True)[0]``);
+    None: the call has one result."""
 
 
 @dataclass(frozen=True)
@@ -256,8 +260,9 @@ class Matcher:
             return
         yield {**bindings, name: value}, covered, shared
 
-    def _call(self, value: Argument, targets: tuple[str, ...]) -> Node | None:
-        if not isinstance(value, ValueRef) or value.index is not None:
+    def _call(self, value: Argument, targets: tuple[str, ...],
+              index: int | None = None) -> Node | None:
+        if not isinstance(value, ValueRef) or value.index != index:
             return None
         node = self.nodes.get(value.node)
         if node is None or node.op != "call" or node.target not in targets:
@@ -265,7 +270,7 @@ class Matcher:
         return node
 
     def _match_op(self, value: Argument, pattern: Op, state: _State) -> Iterator[_State]:
-        node = self._call(value, pattern.targets)
+        node = self._call(value, pattern.targets, pattern.index)
         if node is None or len(node.args) < len(pattern.args):
             return
         if pattern.kwargs is not None and set(node.kwargs) != {k for k, _ in pattern.kwargs}:
