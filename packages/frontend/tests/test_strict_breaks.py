@@ -72,7 +72,7 @@ def b_exception(x):
 
 def b_context_manager(x):
     y = x + 1
-    with torch.autocast("cpu", enabled=False):  # BREAK-ctx
+    with torch.device("cpu"):  # BREAK-ctx
         y = y * 2
     return y
 
@@ -117,7 +117,7 @@ CASES = [
     # handler then breaks again
     (b_exception, (torch.randn(3),), 2, 2, "exc", "print() (inside an except"),
     # the block's end (its __exit__) runs for real too: a second break
-    (b_context_manager, (torch.randn(3),), 2, 2, "ctx", "context manager autocast"),
+    (b_context_manager, (torch.randn(3),), 2, 2, "ctx", "context manager device"),
     (b_yield_from, (torch.randn(3),), 1, 3, "gen", "yield from"),
 ]
 

@@ -34,6 +34,9 @@ __all__ = [
     "SequenceKey",
     "TorchDispatchMode",
     "TreeSpec",
+    "any_autocast_enabled",
+    "autocast_disabled",
+    "autocast_settings",
     "custom_function_class",
     "data_dependent_output_types",
     "size_functions",
@@ -70,6 +73,25 @@ def custom_function_class(node: Any) -> type | None:
 # trace records the op itself (one node), which the aot stage differentiates through
 # the op's registered formula: no user backward is lost
 _LIBRARY_AUTOGRAD = "torch._library.autograd"
+
+
+def any_autocast_enabled() -> bool:
+    """Whether autocast is on for any device type (one C call, read at every graph run:
+    graphs hold autocast's casts explicitly and run with it off)."""
+    return bool(torch._C._is_any_autocast_enabled())
+
+
+def autocast_disabled() -> Any:
+    """A context manager turning autocast off for every device type inside it and
+    restoring each one's state after (``torch._C._DisableAutocast``)."""
+    return torch._C._DisableAutocast()
+
+
+def autocast_settings(cm: Any) -> tuple[str, torch.dtype, bool, bool]:
+    """``(device type, dtype, enabled, cache_enabled)`` of a ``torch.autocast`` object,
+    as its ``__enter__`` applies them (its private ``_enabled``/``_cache_enabled``:
+    the constructor may have turned ``enabled`` off, with a warning)."""
+    return (str(cm.device), cm.fast_dtype, bool(cm._enabled), bool(cm._cache_enabled))
 
 
 def size_functions() -> dict[str, Any]:

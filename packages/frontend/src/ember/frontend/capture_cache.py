@@ -392,6 +392,8 @@ def _unstorable(seg: Segment, program_digest: str | None) -> str | None:
         return "no capture facts"
     if seg.runner is None:
         return "the call has no graph"
+    if seg.autocast_end is not None:
+        return "the call leaves autocast's state changed"
     if program_digest is None:
         return "the program cache did not store the compiled program"
     from ember.runtime.cache.key import placeholder_tensors

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from ember.frontend._torch import fake_mode_active
+from ember.frontend.autocast import compile_without_autocast, run_graph
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.collector import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
@@ -52,7 +53,8 @@ class CacheEntry:
     def __call__(self, leaves: list[Any], state: list[torch.Tensor]) -> Any:
         inputs: list[Any] = list(state)
         inputs.extend(self.arguments.gather(leaves))
-        return self.output.rebuild(self.run_program(inputs))
+        # NOTE: with autocast off: the graph holds its casts (ember/frontend/autocast.py)
+        return self.output.rebuild(run_graph(self.run_program, inputs))
 
 
 class TracedFunction:
@@ -158,7 +160,8 @@ class TracedFunction:
         log("graphs", lambda: f"captured {self._name()}:\n{_printed(program)}")
         log("guards", lambda: f"guards of {self._name()} "
                               f"(entry {len(self._entries)}):\n{captured.guards.describe()}")
-        compiled = compile_program(program, req.backend, dict(req.options), req.mode)
+        compiled = compile_without_autocast(
+            lambda: compile_program(program, req.backend, dict(req.options), req.mode))
         title = f"{self._name()} (entry {len(self._entries)})"
         entry = CacheEntry(captured.guards, captured.guards.matcher(title=title), compiled,
                            captured.arguments, captured.output)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from ember.frontend._torch import any_autocast_enabled
 from ember.frontend.guard_source import CodeWriter, Source, index_code
 from ember.frontend.size_guards import (
     RelationSource,
@@ -146,6 +147,9 @@ GLOBAL_STATE_READERS: dict[str, Callable[[], Any]] = {
     "torch.is_autocast_enabled('cuda')": functools.partial(torch.is_autocast_enabled, "cuda"),
     "torch.get_autocast_dtype('cpu')": functools.partial(torch.get_autocast_dtype, "cpu"),
     "torch.get_autocast_dtype('cuda')": functools.partial(torch.get_autocast_dtype, "cuda"),
+    "torch.is_autocast_cache_enabled()": torch.is_autocast_cache_enabled,
+    # one call for "autocast off for every device type" (the usual state)
+    "torch._C._is_any_autocast_enabled()": any_autocast_enabled,
 }
 """The global state a ``global`` guard may read, by the text its guard shows."""
 

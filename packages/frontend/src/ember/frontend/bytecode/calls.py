@@ -32,12 +32,14 @@ from typing import Any
 
 import torch
 from ember.frontend._torch import data_dependent_output_types
+from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode import (
     attention_rules,  # noqa: F401  (registers the SDPA mask rule)
     fresh,
     library_rules,  # noqa: F401  (registers itertools rules)
     optimizer_rules,  # noqa: F401  (registers torch.optim's rules)
 )
+from ember.frontend.bytecode.autocast_blocks import autocast_call_break
 from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES, bound_rule_for
@@ -79,7 +81,14 @@ _DATA_DEPENDENT = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__"
                    "__index__", "data_ptr", "backward", "register_hook", "nonzero_static",
                    "__repr__", "__str__", "__format__"}
 _GLOBAL_STATE = {"manual_seed", "seed", "save", "load", "set_grad_enabled", "synchronize",
-                 "set_default_dtype", "set_printoptions", "use_deterministic_algorithms"}
+                 "set_default_dtype", "set_printoptions", "use_deterministic_algorithms",
+                 # autocast's state, outside a `with` (bytecode/autocast_blocks.py)
+                 "set_autocast_enabled", "set_autocast_dtype", "set_autocast_cache_enabled",
+                 "autocast_increment_nesting", "autocast_decrement_nesting",
+                 "clear_autocast_cache", "set_autocast_cpu_enabled", "set_autocast_cpu_dtype",
+                 "set_autocast_gpu_dtype", "set_autocast_xla_enabled",
+                 "set_autocast_xla_dtype", "set_autocast_ipu_enabled",
+                 "set_autocast_ipu_dtype", "_enter_autocast", "_exit_autocast"}
 # modules whose functions give a different result (or act outside) at every call
 _NEW_VALUE_EACH_CALL = {"random", "time", "datetime", "uuid", "secrets", "os", "socket",
                         "subprocess", "logging"}
@@ -172,6 +181,12 @@ class CallHandler:
             return capture_or_break(self, interp, frame, fn, kernel, args, kwargs)
         if isinstance(fn, (GradModeRestore, ProfilerRangeExit)):
             return fn(*args)
+        if isinstance(fn, AutocastRestore):  # the end of a `with torch.autocast(...)`
+            return interp.autocast.exit(fn)
+        direct_autocast = autocast_call_break(fn)
+        if direct_autocast is not None:
+            raise interp.fail(direct_autocast, "use a `with torch.autocast(...)` block "
+                              "(captured); this call runs eagerly")
         if isinstance(fn, weakref.ReferenceType) and not args and not kwargs:
             return weakref_target(interp, fn)
         if isinstance(fn, GeneratorExit_):  # the end of a `with` over a @contextmanager

@@ -18,7 +18,9 @@ region, which then runs eagerly (:meth:`ExceptionOps.region_start`).
 ``with`` blocks: ``__enter__`` and ``__exit__`` of any context manager are called like
 other calls (inlined when they are Python code); ``@contextlib.contextmanager``
 generators run inlined and lazily (:class:`GeneratorContext`); grad-mode blocks switch
-the grad mode inside the graph, their end restores it (:mod:`.grad_mode`).
+the grad mode inside the graph, their end restores it (:mod:`.grad_mode`); autocast
+blocks switch autocast while capturing, so the graph holds its casts
+(:mod:`.autocast_blocks`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode import opcodes
+from ember.frontend.bytecode.autocast_blocks import AutocastTracker, is_autocast
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.data_ops import DataOps
 from ember.frontend.bytecode.escape import disable
@@ -41,8 +45,8 @@ from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.sources import ClosureSource, LookupFails, Source, lookup_fails
 from ember.runtime.logs import log
 
-__all__ = ["ExcInfoSource", "ExceptionOps", "GeneratorContext", "GeneratorExit_",
-           "GradModeRestore", "LookupFails", "ProfilerRangeExit", "contextmanager_target",
+__all__ = ["AutocastRestore", "ExcInfoSource", "ExceptionOps", "GeneratorContext",
+           "GeneratorExit_", "GradModeRestore", "LookupFails", "ProfilerRangeExit", "contextmanager_target",
            "lookup_fails"]
 
 
@@ -111,7 +115,7 @@ class GeneratorExit_:
 @disable  # its calls are graph breaks: the state change happens at run time
 class EagerExit:
     """``__exit__`` of a torch context manager entered for real at a graph break (e.g.
-    ``torch.autocast``): the block's end runs for real too, never on fake tensors, so
+    ``torch.device``): the block's end runs for real too, never on fake tensors, so
     the global state it restores is restored at every call."""
 
     def __init__(self, cm: Any) -> None:
@@ -144,6 +148,8 @@ class ExceptionOps(DataOps):
     """The exception and ``with`` opcodes; see the module docstring."""
 
     current_frame: Frame | None
+    # the autocast blocks of the capture (set by the segment's capture; None: concrete)
+    autocast: AutocastTracker | None = None
 
     def init_exception_state(self) -> None:
         # exceptions known to be the program's (kept alive: keyed by id)
@@ -381,6 +387,13 @@ class ExceptionOps(DataOps):
             f.push(ProfilerRangeExit())
             f.push(cm)  # what record_function.__enter__ returns
             return
+        if is_autocast(cm) and self.symbolic:
+            assert self.autocast is not None, "a capture without its AutocastTracker"
+            restore = self.autocast.enter(self, cm)
+            f.pop()
+            f.push(restore)
+            f.push(cm)  # what autocast.__enter__ returns
+            return
         if not self.symbolic:
             exit_fn = type(cm).__exit__.__get__(cm)
             if _is_torch_class(type(cm)):
@@ -400,10 +413,10 @@ class ExceptionOps(DataOps):
                             f"protocol{'' if enter is None else ' (missed __exit__ method)'}")
         if _is_torch_class(cls):
             raise self.fail(f"context manager {cls.__qualname__}",
-                            "of torch's context managers only grad-mode blocks (no_grad, "
-                            "enable_grad, set_grad_enabled, inference_mode) are captured; "
-                            "torch.autocast and the others switch global dispatch state, "
-                            "so the `with` and the block's end run eagerly")
+                            "of torch's context managers grad-mode blocks (no_grad, "
+                            "enable_grad, set_grad_enabled, inference_mode), torch.autocast "
+                            "and record_function are captured; the others switch global "
+                            "state, so the `with` and the block's end run eagerly")
         result = self.calls.call(self, f, enter.__get__(cm, cls), [], {})
         f.pop()
         f.push(exit_.__get__(cm, cls))

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.frontend.autocast import AutocastRestore, compile_without_autocast
+from ember.frontend.bytecode.autocast_blocks import AutocastTracker
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.calls import ITEM_BREAK, CallHandler
 from ember.frontend.bytecode.capture import CaptureContext
@@ -88,12 +90,12 @@ def capture_segment(
     grad0 = torch.is_grad_enabled()
     cap.guard("grad_mode", None, grad0)
     cap.guard("global", None, ("torch.get_default_dtype()", torch.get_default_dtype()))
-    cap.guard("global", None, ("torch.is_autocast_enabled('cpu')",
-                               torch.is_autocast_enabled("cpu")))
+    autocast = AutocastTracker(cap)  # guards autocast's state (bytecode/autocast_blocks.py)
     frame = Frame(ctx.code, ctx.f_globals, ctx.f_builtins, {}, closure=ctx.closure)
     frame.ip = state.ip
     frame.cells = dict(state.cells)
     interp = Interpreter(cap, CallHandler(break_calls))
+    interp.autocast = autocast
     cap.guards.locate = functools.partial(_guard_origin, interp, frame)
     info: BreakInfo | None = None
     # NOTE: entered before the recorder, so that it sees the ops the recorder records
@@ -137,6 +139,7 @@ def capture_segment(
             raise NeedsSymbolicShapes
         cap.finish_guards()
         grad_end = torch.is_grad_enabled()
+        autocast_end = autocast.end()
         builder = StateBuilder(cap, state.cells)
         replays = builder.replays()
         seg_kwargs: dict[str, Any] = {}
@@ -165,7 +168,8 @@ def capture_segment(
             detach_no_grad_inputs(program.forward, no_grad)
         has_ops = bool(program.forward.calls()) or bool(builder.outputs)
         torch.set_grad_enabled(graph_grad)  # what the stages see (aot: training or not)
-        runner = compile_graph(program) if has_ops else None
+        autocast.restore_start()
+        runner = compile_without_autocast(lambda: compile_graph(program)) if has_ops else None
         return Segment(
             start_ip=state.ip,
             guards=cap.guards,
@@ -175,11 +179,13 @@ def capture_segment(
             replays=replays,
             grad_at_end=grad_end,
             graph_grad=graph_grad,
+            autocast_end=autocast_end,
             facts=CaptureFacts(tuple(cap.inlined.values()), tuple(cap.untracked_globals)),
             **seg_kwargs,
         )
     finally:
         torch.set_grad_enabled(grad0)
+        autocast.restore_start()
 
 
 def _wrap_state(cap: CaptureContext, v: Any, source: Source, wrapped: dict[int, Any]) -> Any:
@@ -189,6 +195,10 @@ def _wrap_state(cap: CaptureContext, v: Any, source: Source, wrapped: dict[int, 
         return v
     if isinstance(v, GradModeRestore):
         cap.wrap(v.previous, AttrSource(source, "previous"))
+        return v
+    if isinstance(v, AutocastRestore):  # a `with torch.autocast` block open at the break
+        for name in ("device", "enabled", "dtype", "cache_enabled"):
+            cap.wrap(getattr(v, name), AttrSource(source, name))
         return v
     if isinstance(v, ListIterator):
         # NOTE: relative to its position (see ResumedIterator): a loop with a break in

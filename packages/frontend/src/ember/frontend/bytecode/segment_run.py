@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from ember.frontend.autocast import AutocastEnd, run_graph
 from ember.frontend.bytecode.breaks import BreakInfo
 from ember.frontend.bytecode.frame import FrameState
 from ember.frontend.bytecode.guards import GuardSet
@@ -56,6 +57,8 @@ class Segment:
     replays: list[Replay]
     grad_at_end: bool
     graph_grad: bool  # the grad mode the graph runs under (see .grad_mode)
+    # the autocast state the code left, when not the one at the start (.autocast_blocks)
+    autocast_end: AutocastEnd | None = None
     returns: Recipe | None = None
     stack: list[Recipe] = field(default_factory=list)
     locals: dict[str, Recipe] = field(default_factory=dict)
@@ -84,17 +87,20 @@ class Segment:
         value)`` or ``(False, state at the break instruction)``."""
         outs: list[Any] = []
         if self.runner is not None:
+            # NOTE: with autocast off: the graph holds its casts (ember/frontend/autocast.py)
             if self.graph_grad == torch.is_grad_enabled():
-                outs = self.runner(inputs)
+                outs = run_graph(self.runner, inputs)
             else:  # an enable_grad block under no_grad made values that require grad
                 with torch.set_grad_enabled(self.graph_grad):
-                    outs = self.runner(inputs)
+                    outs = run_graph(self.runner, inputs)
         rt = Rebuild(list(outs), state, ctx)
         for r in self.replays:
             r.apply(rt)
         if torch.is_grad_enabled() != self.grad_at_end:
             # NOTE: only on a change: set_grad_enabled builds a context-manager object
             torch.set_grad_enabled(self.grad_at_end)
+        if self.autocast_end is not None:  # a `with torch.autocast` block open at a break
+            self.autocast_end.apply()
         if self.returns is not None:
             return True, self.returns.build(rt)
         new = FrameState(

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from ember.frontend._torch import fake_tensor_limitation_types, has_unbacked_symbols
+from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode.attributes import DELETED, dict_shadow
 from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext, is_traced_array
 from ember.frontend.bytecode.exception_ops import ProfilerRangeExit
@@ -52,7 +53,7 @@ __all__ = ["Const", "Fetch", "New", "Out", "Rebuild", "Recipe", "Replay", "Start
 
 _STABLE = (nn.Module, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type,
            types.MethodDescriptorType, types.WrapperDescriptorType, GradModeRestore,
-           ProfilerRangeExit,
+           ProfilerRangeExit, AutocastRestore,
            torch.Size, _Marker, functools.partial, inspect.Signature, inspect.Parameter)
 
 
