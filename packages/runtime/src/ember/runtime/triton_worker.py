@@ -16,9 +16,10 @@ Anything else the process writes goes to its standard error.
 
     python -m ember.runtime.triton_worker
 
-The worker imports Triton but not torch (nor the rest of Ember: this module sits outside
-``ember.runtime.compiled``, whose package imports torch), so it starts in a fraction of a
-second. Triton's binary does not depend on the module a kernel is imported as (its cache
+The worker imports Triton but not torch (this module sits outside
+``ember.runtime.compiled``, whose package imports torch, and it imports that package's
+``triton_math``, which generated kernels use, without the package's ``__init__``:
+:func:`bare_compiled_package`), so it starts in a fraction of a second. Triton's binary does not depend on the module a kernel is imported as (its cache
 key hashes the function's source, dependencies and first line), so the worker imports
 each kernel source from a file of its own.
 """
@@ -31,6 +32,7 @@ import json
 import os
 import sys
 import tempfile
+import types
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -130,11 +132,31 @@ def serve(requests: TextIO, answers: TextIO) -> None:
         answers.flush()
 
 
+def bare_compiled_package() -> None:
+    """Make ``ember.runtime.compiled`` importable here without running its ``__init__``.
+
+    Generated kernels import ``ember.runtime.compiled.triton_math`` (libdevice), which
+    needs only Triton and NumPy, but the package's ``__init__`` imports the artifact
+    loader and with it torch (seconds per worker). The worker registers the package as
+    a bare module over the same folder, so its submodules import alone."""
+    name = "ember.runtime.compiled"
+    if name in sys.modules:
+        return
+    import ember.runtime
+
+    folder = Path(ember.runtime.__file__).parent / "compiled"
+    package = types.ModuleType(name)
+    package.__path__ = [str(folder)]
+    package.__package__ = name
+    sys.modules[name] = package
+
+
 def main() -> None:
     # the protocol keeps the real standard output; prints of Triton or torch go to the
     # standard error
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     sys.stdout = sys.stderr
+    bare_compiled_package()
     import triton  # noqa: F401 - imported before answering ready
 
     serve(sys.stdin, answers)
