@@ -6,6 +6,8 @@ Other helpers may add lines here; keep one import per name and say what it is fo
 from __future__ import annotations
 
 import functools
+import inspect
+import os
 from typing import Any
 
 import torch
@@ -73,6 +75,23 @@ def custom_function_class(node: Any) -> type | None:
 # trace records the op itself (one node), which the aot stage differentiates through
 # the op's registered formula: no user backward is lost
 _LIBRARY_AUTOGRAD = "torch._library.autograd"
+
+
+def higher_order_op_name(fn: Any) -> str | None:
+    """The name of the higher-order op ``fn`` calls (``torch.cond``, ``while_loop``,
+    ``scan``, ...: a function of ``torch._higher_order_ops`` or an operator of
+    ``torch.ops.higher_order``), None for anything else."""
+    if isinstance(fn, torch._ops.HigherOrderOperator):
+        return f"torch.ops.higher_order.{fn.__name__}"
+    if fn is getattr(torch, "cond", None):
+        return "torch.cond"
+    module = getattr(fn, "__module__", None) or ""
+    code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
+    home = os.path.join("torch", "_higher_order_ops", "")
+    if module.startswith("torch._higher_order_ops") or (
+            code is not None and home in code.co_filename):
+        return f"{module}.{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}"
+    return None
 
 
 def any_autocast_enabled() -> bool:

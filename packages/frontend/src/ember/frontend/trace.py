@@ -175,6 +175,13 @@ def trace_capture(
     leaves, spec = flatten((args, kwargs))
     names = _unique(flatten_with_names(args, _parameter_names(fn))
                     + flatten_with_names(kwargs))
+    for leaf, name in zip(leaves, names):
+        if isinstance(leaf, torch.Tensor) and leaf.layout is not torch.strided:
+            raise CaptureError(
+                f"could not trace {callable_name(fn)}: argument {name} is a tensor of "
+                f"layout {leaf.layout}; Ember's graphs hold strided tensors\n  hint: use "
+                "the strict capture (the default), which runs such calls eagerly, or "
+                "pass a dense tensor (.to_dense())")
     explicit = explicit_dims(dynamic_shapes, leaves, names)
     dims = Dims(
         {i: dims_of(ArgumentSource(i, names[i]), leaf, True, policy, explicit.get(i))

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ember.frontend._torch import data_dependent_output_types
+from ember.frontend._torch import data_dependent_output_types, higher_order_op_name
 from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode import (
     attention_rules,  # noqa: F401  (registers the SDPA mask rule)
@@ -357,6 +357,14 @@ class CallHandler:
 
     def record(self, interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Run ``fn`` on fake tensors; the recorder records the ATen ops it runs."""
+        higher_order = higher_order_op_name(fn)
+        if higher_order is not None:
+            # NOTE: never run on fake tensors: torch compiles a higher-order op's eager
+            # call with Dynamo, which, once it failed under the recorder's dispatch mode,
+            # keeps failing for the real call at the break too
+            raise interp.fail(f"{higher_order} (a higher-order op: control flow or a "
+                              "subgraph, which Ember's graphs do not hold)",
+                              "the call runs eagerly; the code around it is compiled")
         name = getattr(fn, "__name__", "")
         if name in _DATA_DEPENDENT and not _unbacked_item(interp, fn):
             raise interp.fail(f"Tensor.{name}() needs the tensor's data",

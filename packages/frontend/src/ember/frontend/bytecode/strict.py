@@ -155,6 +155,13 @@ class StrictFunction:
             self._note_whole_function_eager(self._eager_reason)
             self.stats.eager_fallback_calls += 1
             return self.fn(*args, **kwargs)
+        layout = _unsupported_layout(args, kwargs)
+        if layout is not None:  # before the lookup: a guard would not tell it apart
+            self._note_whole_function_eager(
+                f"an argument is a tensor of layout {layout} (Ember's graphs hold strided "
+                "tensors; each such call runs eagerly)")
+            self.stats.eager_fallback_calls += 1
+            return self.fn(*args, **kwargs)
         state = self._entry_state(args, kwargs)
         if state is None:
             return self.fn(*args, **kwargs)  # raises CPython's TypeError
@@ -502,6 +509,24 @@ class StrictFunction:
 
     def _name(self) -> str:
         return self.fn.__qualname__
+
+
+def _unsupported_layout(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The layout of the first argument tensor that is not strided (sparse, mkldnn,
+    jagged), looking one container deep; None when there is none."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            if value.layout is not torch.strided:
+                return value.layout
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, torch.Tensor) and item.layout is not torch.strided:
+                    return item.layout
+        elif isinstance(value, dict):
+            for item in value.values():
+                if isinstance(item, torch.Tensor) and item.layout is not torch.strided:
+                    return item.layout
+    return None
 
 
 def _program_text(program: Program) -> str:
