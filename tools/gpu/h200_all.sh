@@ -14,9 +14,17 @@
 #     SCRIPT_ARGS="tools/gpu/x.py args" bash tools/gpu/h200_all.sh script
 #     MATMUL_FAMILIES=gemm bash tools/gpu/h200_all.sh matmul  # one part (files named after it)
 #     bash tools/gpu/h200_all.sh optimizer  # tools/bench_optimizer.py: 100M-param AdamW step
+#     bash tools/gpu/h200_all.sh tests bench  # several modes, one after another, in one call
 # The machine has python3 with torch and triton but not Ember: the four packages are
 # put on PYTHONPATH.
 set -o pipefail
+[ $# -eq 0 ] && set -- tests
+for mode in "$@"; do
+    case "$mode" in
+    tests|bench|dynamic|generate|matmul|sweep|profile|profile_matmul|profile_generate|pytest|optimizer|script) ;;
+    *) echo "h200_all.sh: unknown mode '$mode'" >&2; exit 2 ;;
+    esac
+done
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/ember-h200}
 mkdir -p "$OUT"
@@ -31,7 +39,8 @@ printf '[ember.stages]\naot = ember.aot.stage:AotStage\ninductor = ember.inducto
 export PYTHONPATH=$SRC:/tmp/ember-eps
 python3 -c "import sys, torch, triton; print(sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 python3 -c "from ember.runtime.stages import available_stages; print(sorted(available_stages()))"
-case "${1:-tests}" in
+run_mode() {
+case "$1" in
 tests)
     timeout "${CUDA_TESTS_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -rfE -m cuda -n 4 \
         packages/runtime/tests packages/inductor/tests packages/aot/tests integration_tests \
@@ -108,3 +117,11 @@ script)
     timeout "${BENCH_TIMEOUT:-300}" python3 ${SCRIPT_ARGS:-} 2>&1 | tee -a "$OUT/script.log" | tail -60
     ;;
 esac
+}
+# several modes run one after another in one call (one machine start):
+#     bash tools/gpu/h200_all.sh tests bench
+for mode in "$@"; do
+    echo "===== h200_all.sh $mode"
+    run_mode "$mode"
+done
+
