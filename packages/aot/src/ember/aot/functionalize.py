@@ -35,6 +35,7 @@ from ember.aot.custom_mutations import (
     has_functional_variant,
     is_custom_operator,
 )
+from ember.aot.hidden_writes import HIDDEN_WRITE
 from ember.aot.op_effects import (
     is_inplace_view,
     mutated_args,
@@ -153,6 +154,15 @@ class _Functionalizer:
             parent = self.read_chain(alias.storage, chain[:k])
             view = self.read_chain(alias.storage, chain[: k + 1])
             value = write_back(self.b, parent, value, chain[k], view)
+        old_meta, value_meta = self.b.meta_of(storage.base), self.b.meta_of(value)
+        if (isinstance(old_meta, TensorMeta) and old_meta.requires_grad
+                and isinstance(value_meta, TensorMeta) and not value_meta.requires_grad
+                and isinstance(target_meta, TensorMeta) and not target_meta.requires_grad):
+            # NOTE: written through a view that does not track gradients (``detach``, a
+            # view taken under no_grad): eager's autograd does not see the write, so
+            # the base keeps its gradient path (hidden_writes.py)
+            value = self.b.call(HIDDEN_WRITE, (storage.base, value),
+                                meta=dataclasses.replace(value_meta, requires_grad=True))
         storage.base = value
         storage.version += 1
         if chain:

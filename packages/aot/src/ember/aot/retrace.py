@@ -21,6 +21,7 @@ from ember.aot._torch import (
     current_autograd_node,
     has_composite_implicit_kernel,
 )
+from ember.aot.hidden_writes import HIDDEN_WRITE, record_hidden_write
 from ember.aot.non_differentiable import non_differentiable_outputs
 from ember.aot.retrace_inputs import (
     add_inputs,
@@ -215,6 +216,9 @@ class _SourceKeepingInterpreter(Interpreter):
             # (a fused kernel's output layout), and a plain view of it would fail.
             args = [self.load(a) for a in node.args]
             result = torch.ops.aten.reshape.default(args[0], args[1])
+        elif node.target == HIDDEN_WRITE:
+            old, new = (self.load(a) for a in node.args[:2])
+            result = record_hidden_write(old, new)
         elif node.target == _FUNCTIONAL_COPY and self.keep_no_grad:
             # NOTE: torch's autograd has no formula for the functional copy that
             # functionalization makes of copy_: in the joint graph it is ``src``

@@ -419,11 +419,15 @@ class ProgramCallable:
                 written.append(full[in_index])
                 continue  # the compiled code wrote the input itself: a self-copy is a launch
             # NOTE: a written input with autograd history takes the new value's history
-            # (eager's in-place op does the same); anything else is copied as data.
+            # (eager's in-place op does the same); anything else is copied as data. A
+            # leaf that requires grad (a parameter) has no history to take: eager writes
+            # one only where autograd does not see it (no_grad, through ``detach()``).
+            target = full[in_index]
             with torch.set_grad_enabled(torch.is_grad_enabled() and bool(
                     getattr(value, "requires_grad", False)
-                    and getattr(full[in_index], "requires_grad", False))):
-                full[in_index].copy_(value)
+                    and getattr(target, "requires_grad", False)
+                    and not getattr(target, "is_leaf", True))):
+                target.copy_(value)
         if written:
             # NOTE: a kernel wrote these through their pointers; autograd learns of it as
             # of an in-place op (a tensor saved for a backward now fails its version check)

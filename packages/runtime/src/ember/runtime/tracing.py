@@ -97,7 +97,7 @@ from ember.runtime.ir import (
 )
 from ember.runtime.ir.contracts import INPUT_ALIASES_KEY, InputAlias, InputAliases
 from ember.runtime.tracing_errors import RecordingError
-from ember.runtime.tracing_grad import mark_copies_below_autograd
+from ember.runtime.tracing_grad import hidden_write_positions, mark_copies_below_autograd
 from ember.runtime.tracing_source import user_source_location
 from ember.runtime.tracing_matmul import SymbolicMatmul
 from ember.runtime.tracing_rewrites import RECORD_REWRITES
@@ -395,11 +395,31 @@ class GraphRecorder:
                 if missing is None:
                     raise
                 raise missing from e
+        hidden = hidden_write_positions(target, fake_args)
+        written = [ir_args[i] for i in hidden]
+        ir_args = self._detached(ir_args, fake_args, hidden)
         base = target.split("::", 1)[1].split(".", 1)[0]
         node = Node(base, "call", target, args=ir_args, kwargs=ir_kwargs,
                     meta=self._meta_of(result, target), source=self._current_source())
         self._add_node(node, result)
+        for i, ref in zip(hidden, written):  # later reads: the tensor, not its detach
+            assert isinstance(ref, ValueRef)
+            self._values[id(fake_args[i])] = (fake_args[i], ref)
         return result
+
+    def _detached(self, ir_args: tuple[Argument, ...], fake_args: list[Any],
+                  positions: list[int]) -> tuple[Argument, ...]:
+        """``ir_args`` with those at ``positions`` read through a recorded ``detach``
+        (a write under no_grad: tracing_grad.py)."""
+        out = list(ir_args)
+        for i in positions:
+            detached = torch.ops.aten.detach.default(fake_args[i])
+            node = Node("detach", "call", "aten::detach.default", args=(ir_args[i],),
+                        meta=self._meta_of(detached, "aten::detach.default"),
+                        source=self._current_source())
+            self._add_node(node, detached)
+            out[i] = ValueRef(node.name)
+        return tuple(out)
 
     def _fakeify(self, value: Any) -> Any:
         """Replace real tensors (closure constants) by tracked fakes of constant nodes."""

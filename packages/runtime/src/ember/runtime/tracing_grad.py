@@ -19,20 +19,32 @@ constant (a ``no_grad`` region), so the gradient through it was lost: the gradie
   grad) the flag stays off.
 
 The graph is walked backwards, so chains of such copies are marked too.
+
+An in-place op recorded with grad mode off that writes a tensor which requires grad
+(``with torch.no_grad(): w.mul_(0.5)``) is hidden from autograd in eager: later reads of
+``w`` take their gradient to ``w`` itself. The recorder writes it as eager could have
+written it, through ``detach(w)`` (:func:`hidden_write_positions` says which arguments),
+which the aot stage knows as a write autograd does not see.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
-from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef
+import torch
+from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef, writes_arguments
+from ember.runtime.ir.op_queries import written_positions
 
 #: ops torch's conjugate/negative-view fallbacks run to materialize an argument
 MATERIALIZING_OPS = frozenset({
     "aten::clone.default", "aten::_conj_physical.default", "aten::resolve_conj.default",
     "aten::resolve_neg.default", "aten::_neg_view_copy.default", "aten::neg.default",
 })
+
+#: never a copy below autograd: it stops gradients (a write through it is hidden)
+_DETACH = "aten::detach.default"
 
 
 def mark_copies_below_autograd(graph: Graph, grad_mode: Mapping[str, bool]) -> None:
@@ -58,6 +70,7 @@ def mark_copies_below_autograd(graph: Graph, grad_mode: Mapping[str, bool]) -> N
         for ref in inputs:
             producer = by_name[ref.node]
             if (producer.op != "call" or not isinstance(producer.meta, TensorMeta)
+                    or producer.target == _DETACH
                     or producer.meta.requires_grad or not from_grad(producer)):
                 continue
             materialized = (producer.target in MATERIALIZING_OPS
@@ -66,4 +79,13 @@ def mark_copies_below_autograd(graph: Graph, grad_mode: Mapping[str, bool]) -> N
                 producer.meta = dataclasses.replace(producer.meta, requires_grad=True)
 
 
-__all__ = ["MATERIALIZING_OPS", "mark_copies_below_autograd"]
+def hidden_write_positions(target: str, args: list[Any]) -> list[int]:
+    """The positional arguments an in-place call of ``target`` on ``args`` writes without
+    autograd seeing it: grad mode is off and the argument requires grad (module doc)."""
+    if torch.is_grad_enabled() or not writes_arguments(target):
+        return []
+    return [i for i in written_positions(target)
+            if i < len(args) and isinstance(args[i], torch.Tensor) and args[i].requires_grad]
+
+
+__all__ = ["MATERIALIZING_OPS", "hidden_write_positions", "mark_copies_below_autograd"]

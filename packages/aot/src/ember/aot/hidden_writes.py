@@ -1,0 +1,73 @@
+"""Writes autograd does not see: the new value of a tensor written through a view that
+does not track gradients.
+
+In eager torch, writing through ``x.detach()`` (or through a view taken under
+``torch.no_grad()``) changes ``x``'s data but not its autograd history: later reads of
+``x`` take their gradient to ``x`` itself, as if the write had not happened.
+``nn.Embedding(max_norm=...)`` renormalizes its weight this way
+(``embedding_renorm_(weight.detach(), ...)``), as do in-place initializers and
+clipping.
+
+Functionalization makes the write a value computed from the detached view, which has no
+autograd link to ``x`` at all: every later read lost its gradient. The base's new value
+is therefore wrapped as ``ember_aot::hidden_write(old, new)``: the value of ``new``,
+with the gradient of ``old`` (identity to ``old``, none to ``new``). It exists only
+inside the aot stage, between functionalization and the re-traces, which record it as a
+``clone`` of ``new`` whose backward passes the gradient to ``old``
+(:func:`record_hidden_write`); no program leaving the stage holds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+#: the marker's operator name in the IR
+HIDDEN_WRITE = "ember_aot::hidden_write.default"
+
+
+@torch.library.custom_op("ember_aot::hidden_write", mutates_args=())
+def hidden_write(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """The value of ``new``; its gradient goes to ``old`` (module doc)."""
+    return new.clone()
+
+
+@hidden_write.register_fake
+def _hidden_write_fake(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(new)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    return grad, None
+
+
+hidden_write.register_autograd(_backward)
+
+
+class _HiddenWrite(torch.autograd.Function):
+    """``hidden_write`` as the re-traces record it: a ``clone`` of ``new``, whose
+    gradient is the identity to ``old``."""
+
+    @staticmethod
+    def forward(ctx: Any, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        result: torch.Tensor = torch.ops.aten.clone.default(new)
+        return result
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+def record_hidden_write(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """Run the marker while a re-trace records: ``clone(new)``, differentiable to
+    ``old``, when ``old`` requires grad; else ``new`` itself (an inference program
+    records nothing for it)."""
+    if old.requires_grad and torch.is_grad_enabled():
+        result = _HiddenWrite.apply(old, new.detach())  # type: ignore[no-untyped-call]
+        assert isinstance(result, torch.Tensor)
+        return result
+    return new  # nothing to differentiate: the value itself
+
+
+__all__ = ["HIDDEN_WRITE", "hidden_write", "record_hidden_write"]
