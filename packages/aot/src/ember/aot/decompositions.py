@@ -122,3 +122,35 @@ def addbmm(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *,
         return products
     scaled = x if beta == 1 else aten.mul.Tensor(x, beta)
     return aten.add.Tensor(scaled, products)
+
+
+
+@register(torch.ops.aten.multilabel_margin_loss_forward.default)
+def multilabel_margin_loss_forward(x: torch.Tensor, target: torch.Tensor,
+                                   reduction: int) -> Any:
+    """Each row's targets are its ``target`` entries before the first ``-1``; its loss
+    is the sum of ``max(0, 1 - x[j] + x[k])`` over those targets ``j`` and the non-target
+    classes ``k``, over the number of classes. (torch's registered decomposition also
+    counts the slots after the first ``-1``, read as class 0: wrong whenever a row
+    has entries after its ``-1``.)"""
+    if x.dim() not in (1, 2) or x.shape[-1] == 0:
+        return NotImplemented  # kept whole: eager's own kernel
+    classes = x.shape[-1]
+    rows, labels = x.reshape(-1, classes), target.reshape(-1, classes)
+    slot = torch.arange(classes, device=x.device)
+    end = torch.where(labels == -1, slot, classes).amin(1, keepdim=True)
+    counted = slot < end  # [n, slot]: the slot holds one of the row's targets
+    label = torch.where(counted, labels, 0)
+    # is_target[n, k]: class k is one of row n's targets
+    is_target = ((label.unsqueeze(2) == slot) & counted.unsqueeze(2)).any(1)
+    picked = rows.gather(1, label)  # x[n, label of the slot]
+    hinge = (1 - picked.unsqueeze(2) + rows.unsqueeze(1)).clamp_min(0)  # [n, slot, k]
+    keep = counted.unsqueeze(2) & ~is_target.unsqueeze(1)
+    per_row = torch.where(keep, hinge, 0).sum((1, 2)) / classes
+    if reduction == 1:
+        loss = per_row.mean()
+    elif reduction == 2:
+        loss = per_row.sum()
+    else:
+        loss = per_row.reshape(x.shape[:-1])
+    return loss, is_target.to(x.dtype).reshape(target.shape)
