@@ -77,14 +77,6 @@ def b_context_manager(x):
     return y
 
 
-def _delegating(x):
-    yield from [x, x * 2]
-
-
-def b_yield_from(x):
-    return sum(list(_delegating(x))) + x  # BREAK-gen
-
-
 def b_loop_break(x, y):
     out = []
     for i in range(3):
@@ -118,7 +110,6 @@ CASES = [
     (b_exception, (torch.randn(3),), 2, 2, "exc", "print() (inside an except"),
     # the block's end (its __exit__) runs for real too: a second break
     (b_context_manager, (torch.randn(3),), 2, 2, "ctx", "context manager device"),
-    (b_yield_from, (torch.randn(3),), 1, 3, "gen", "yield from"),
 ]
 
 

@@ -43,6 +43,8 @@ __all__ = [
     "data_dependent_output_types",
     "size_functions",
     "dict_version_reader",
+    "disable_dynamo_wrapped",
+    "dynamo_disabled_original",
     "dynamo_graph_break",
     "fake_mode_active",
     "global_module_hooks_registered",
@@ -126,6 +128,35 @@ def dynamo_graph_break() -> Any:
     """``torch._dynamo.graph_break`` (torch.optim's step wrapper calls it), or None."""
     dynamo = getattr(torch, "_dynamo", None)
     return getattr(dynamo, "graph_break", None)
+
+
+def dynamo_disabled_original(fn: Any) -> Any | None:
+    """The function a ``torch.compiler.disable`` / ``torch._dynamo.disable`` wrapper
+    runs (its private ``_torchdynamo_orig_callable``), or None when ``fn`` is none."""
+    target = getattr(fn, "__func__", fn)
+    if getattr(target, "_torchdynamo_disable", False) is not True:
+        return None
+    return getattr(target, "_torchdynamo_orig_callable", None) or getattr(
+        target, "__wrapped__", None)
+
+
+def _disable_dynamo_probe() -> None:
+    """Decorated below: its wrapper's code object is the one every function decorated
+    with torch's internal ``torch._disable_dynamo`` runs."""
+
+
+_disable_dynamo = getattr(torch, "_disable_dynamo", None)
+_DISABLE_DYNAMO_CODE = getattr(_disable_dynamo and _disable_dynamo(_disable_dynamo_probe),
+                               "__code__", None)
+
+
+def disable_dynamo_wrapped(fn: Any) -> Any | None:
+    """The function that torch's internal ``torch._disable_dynamo`` decorator wrapped
+    (``Optimizer.zero_grad``), or None when ``fn`` is not such a wrapper."""
+    code = getattr(fn, "__code__", None)
+    if code is None or code is not _DISABLE_DYNAMO_CODE:
+        return None
+    return getattr(fn, "__wrapped__", None)
 
 
 def fake_mode_active() -> bool:

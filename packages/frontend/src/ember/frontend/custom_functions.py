@@ -56,10 +56,15 @@ def break_reason(function: type) -> tuple[str, str]:
             "its forward is captured")
 
 
-def custom_function_in(outputs: Iterable[Any]) -> str | None:
+def custom_function_in(outputs: Iterable[Any], known: Iterable[Any] = ()) -> str | None:
     """The name of a custom autograd.Function that ``outputs`` (tensors) were computed
-    through, found by walking their autograd graph; None when there is none."""
+    through, found by walking their autograd graph; None when there is none. The walk
+    stops at the ``grad_fn`` of the tensors ``known`` (made before: their history was
+    checked when they were made)."""
     seen: dict[int, Any] = {}  # the nodes themselves: their ids stay theirs
+    for t in known:
+        if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+            seen[id(t.grad_fn)] = t.grad_fn
     stack: list[Any] = [t.grad_fn for t in outputs if isinstance(t, torch.Tensor)]
     while stack:
         node = stack.pop()
@@ -73,4 +78,26 @@ def custom_function_in(outputs: Iterable[Any]) -> str | None:
     return None
 
 
-__all__ = ["applied_function", "break_reason", "custom_function_in", "gradients_flow"]
+def function_in_call(result: Any, args: Iterable[Any], kwargs: dict[str, Any]) -> str | None:
+    """The custom autograd.Function that a call of torch code run on fake tensors (the
+    strict capture's recorded calls) applied with gradients flowing to its ``result``:
+    ``torch.utils.checkpoint.checkpoint(..., use_reentrant=True)`` applies one inside,
+    which no ``Function.apply`` rule of the interpreter sees. None when there is none."""
+    if not torch.is_grad_enabled():
+        return None
+    outputs, _ = flatten(result)
+    inputs, _ = flatten((list(args), kwargs))
+    return custom_function_in(outputs, known=inputs)
+
+
+def recorded_break_reason(function: str, call: str) -> tuple[str, str]:
+    """The graph break's reason and hint for a recorded call that applied ``function``."""
+    return (f"{call} applies the custom autograd.Function {function} to inputs that "
+            "require grad: its backward is user code, which Ember does not capture (the "
+            "call runs eagerly with it)",
+            "the break is needed for the Function's own backward (for checkpoint, "
+            "use_reentrant=False is captured in the graph)")
+
+
+__all__ = ["applied_function", "break_reason", "custom_function_in", "function_in_call",
+           "gradients_flow", "recorded_break_reason"]

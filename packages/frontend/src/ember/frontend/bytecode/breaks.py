@@ -15,6 +15,9 @@ class BreakInfo:
     reason: str
     location: SourceLocation | None
     hint: str = ""
+    # where in library code (torch, the standard library) the break happened, when
+    # ``location`` is the user's line that called into it
+    library_location: SourceLocation | None = None
 
     def describe(self) -> str:
         where = "<unknown location>"
@@ -22,6 +25,11 @@ class BreakInfo:
             where = f"{self.location.file}:{self.location.line} in {self.location.function}"
             if self.location.text:
                 where += f"\n    {self.location.text}"
+        inner = self.library_location
+        if inner is not None:
+            where += f"\n  inside {inner.file}:{inner.line} in {inner.function}"
+            if inner.text:
+                where += f"\n    {inner.text}"
         text = f"{self.reason}\n  at {where}"
         if self.hint:
             text += f"\n  hint: {self.hint}"
@@ -37,6 +45,7 @@ class GraphBreak(Exception):
         self.reason = reason
         self.hint = hint
         self.location: SourceLocation | None = None
+        self.library_location: SourceLocation | None = None  # BreakInfo.library_location
         # True once the break escaped an inlined call (the caller must restart capture
         # and run that call as a whole).
         self.from_inlined_call = False
@@ -45,7 +54,7 @@ class GraphBreak(Exception):
         self.root_ip: int | None = None
 
     def info(self) -> BreakInfo:
-        return BreakInfo(self.reason, self.location, self.hint)
+        return BreakInfo(self.reason, self.location, self.hint, self.library_location)
 
 
 class FullGraphError(RuntimeError):

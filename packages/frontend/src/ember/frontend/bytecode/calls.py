@@ -31,7 +31,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ember.frontend._torch import data_dependent_output_types, higher_order_op_name
+from ember.frontend._torch import (
+    data_dependent_output_types,
+    disable_dynamo_wrapped,
+    dynamo_disabled_original,
+    higher_order_op_name,
+)
 from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode import (
     attention_rules,  # noqa: F401  (registers the SDPA mask rule)
@@ -68,7 +73,13 @@ from ember.frontend.bytecode.optimizer_rules import (
 )
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
 from ember.frontend.bytecode.triton_launch import capture_or_break, launched_kernel
-from ember.frontend.custom_functions import applied_function, break_reason, gradients_flow
+from ember.frontend.custom_functions import (
+    applied_function,
+    break_reason,
+    function_in_call,
+    gradients_flow,
+    recorded_break_reason,
+)
 from ember.frontend.guard_model import MODULE_HOOK_TABLES
 from ember.runtime.custom_ops import MissingFakeKernelError
 from torch import nn
@@ -80,6 +91,15 @@ _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASY
 _DATA_DEPENDENT = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__",
                    "__index__", "data_ptr", "backward", "register_hook", "nonzero_static",
                    "__repr__", "__str__", "__format__"}
+# the calls of _DATA_DEPENDENT that break for another reason than the data
+_NOT_DATA = {
+    "backward": ("Tensor.backward() runs autograd's backward pass, which is not captured "
+                 "(the forward before it and the code after it are compiled)",
+                 "this break is expected in a training step"),
+    "register_hook": ("Tensor.register_hook() on a tensor of the graph (a hook on a "
+                      "gradient is not captured)", "register the hook outside the compiled "
+                      "function, or on a module (register_full_backward_hook)"),
+}
 _GLOBAL_STATE = {"manual_seed", "seed", "save", "load", "set_grad_enabled", "synchronize",
                  "set_default_dtype", "set_printoptions", "use_deterministic_algorithms",
                  # autocast's state, outside a `with` (bytecode/autocast_blocks.py)
@@ -215,7 +235,9 @@ class CallHandler:
             raise interp.fail(f"call to {_name(fn)} (it returns a new value at every "
                               "call; a captured result would be a constant)")
         if is_disabled(fn):
-            raise interp.fail(f"call to {_name(fn)}, marked ember.frontend.disable",
+            marked = ("ember.frontend.disable" if dynamo_disabled_original(fn) is None
+                      else "torch.compiler.disable")
+            raise interp.fail(f"call to {_name(fn)}, marked {marked}",
                               "this break is deliberate")
         if is_nonstrict(fn):
             return self.record(interp, fn, args, kwargs)
@@ -223,6 +245,11 @@ class CallHandler:
             return self.call_module(interp, frame, fn, args, kwargs)
         if isinstance(fn, types.MethodType):
             func, owner = fn.__func__, fn.__self__
+            wrapped = disable_dynamo_wrapped(func)
+            if wrapped is not None and inlined_torch_code(wrapped):
+                # torch's internal torch._disable_dynamo (Optimizer.zero_grad): inlined
+                # as the rest of torch.optim (recorded, it ran for real on fake tensors)
+                func = wrapped
             function = applied_function(fn)
             if function is not None and gradients_flow(args, kwargs):
                 raise interp.fail(*break_reason(function))  # custom_functions.py
@@ -367,10 +394,12 @@ class CallHandler:
                               "the call runs eagerly; the code around it is compiled")
         name = getattr(fn, "__name__", "")
         if name in _DATA_DEPENDENT and not _unbacked_item(interp, fn):
-            raise interp.fail(f"Tensor.{name}() needs the tensor's data",
-                              "keep the value as a tensor, or move this code out of the "
-                              "compiled function")
+            raise interp.fail(*_NOT_DATA.get(name, (
+                f"Tensor.{name}() needs the tensor's data", "keep the value as a tensor, "
+                "or move this code out of the compiled function")))
         interp.capture.pin([getattr(fn, "__self__", None), *args, *kwargs.values()])
+        nodes = interp.capture.recorder.graph.nodes
+        recorded = len(nodes)
         try:
             result = self._run_for_real(interp, fn, args, kwargs)
         except GraphBreak:
@@ -378,16 +407,20 @@ class CallHandler:
         except data_dependent_output_types() as e:
             interp.capture.data_dependent = True  # a symbolic capture gets unbacked sizes
             op = getattr(e, "func", None) or str(e).splitlines()[0]
-            raise interp.fail(f"data-dependent size of {op} in {_name(fn)}: its output "
-                              "size (or value) depends on the data",
-                              "compile with dynamic=None or True (symbolic shapes give it "
-                              "an unbacked size), or keep the code outside") from e
+            raise _restart_if(len(nodes) > recorded, interp.fail(
+                f"data-dependent size of {op} in {_name(fn)}: its output size (or value) "
+                "depends on the data", "compile with dynamic=None or True (symbolic "
+                "shapes give it an unbacked size), or keep the code outside")) from e
         except Exception as e:
             hint = ("register the operator's fake kernel" if isinstance(e, MissingFakeKernelError)
                     else "data-dependent output shapes and values are not captured")
-            raise interp.fail(f"{_name(fn)} could not run on fake tensors "
-                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
-                              hint) from e
+            raise _restart_if(len(nodes) > recorded, interp.fail(
+                f"{_name(fn)} could not run on fake tensors ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''})", hint)) from e
+        function = function_in_call(result, args, kwargs)
+        if function is not None:  # the call runs for real, with the Function's backward
+            raise _restart_if(len(nodes) > recorded, interp.fail(
+                *recorded_break_reason(function, _name(fn))))
         interp.capture.note_made(result)
         return result
 
@@ -519,6 +552,14 @@ def _rule_for(fn: Any) -> Any:
 
 def _is_user_function(fn: Any) -> bool:
     return isinstance(fn, types.FunctionType) and not is_torch_code(fn)
+
+
+def _restart_if(recorded: bool, err: GraphBreak) -> GraphBreak:
+    """``err``, made to restart the capture when the failed call had recorded ops: the
+    capture then stops before the call, so that its ops (which run again for real at
+    the break) never enter the graph (a random op's draw would shift eager's stream)."""
+    err.from_inlined_call = err.from_inlined_call or recorded
+    return err
 
 
 def _name(fn: Any) -> str:

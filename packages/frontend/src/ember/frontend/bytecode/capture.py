@@ -83,6 +83,8 @@ class CaptureContext:
     real_types: dict[int, type] = field(default_factory=dict)
     # id(real tensor) -> it, for tensors lifted to inputs by the recorder (see _lift)
     lifted: dict[int, torch.Tensor] = field(default_factory=dict)
+    # inputs lifted through a second source of a tensor that is an input already
+    aliased_inputs: set[Source] = field(default_factory=set)
     # id(outside np.ndarray or its traced array) -> (it, traced array, source)
     arrays: dict[int, tuple[Any, Any, Source]] = field(default_factory=dict)
     recording: bool = False
@@ -235,7 +237,15 @@ class CaptureContext:
                     "constant of the graph", "read it as an attribute of the module or "
                     "pass it as an argument")
             return None
-        self.guards.add(tensor_guard(source, value))
+        known = self.fake_of.get(id(value))
+        first = self.source_of_fake.get(id(known)) if known is not None else None
+        if first is not None and first != source:
+            # already an input through another source (a parameter the code read as
+            # self.weight, lifted again from m.parameters()): the same tensor each call
+            self.guard("same", source, first)
+            self.aliased_inputs.add(source)
+        else:
+            self.guards.add(tensor_guard(source, value))
         kind, target = _input_kind(value, source)
         self.inputs.append((source, value))
         self.lifted[id(value)] = value
@@ -243,6 +253,23 @@ class CaptureContext:
         return InputSpec(self._input_name(source), kind, target)
 
     def _member_source(self, value: torch.Tensor) -> Source | None:
+        """Where code run for real read ``value`` from: an attribute (or a parameter or
+        buffer) of an object with a source, or the ``.grad`` of one (a parameter's
+        gradient read by ``clip_grad_norm_``: a constant would be the first call's
+        gradient, and an in-place write into it would be lost)."""
+        source = self._find_member(lambda t: t is value)
+        if source is not None:
+            return source
+        owner = self._find_member(lambda t: isinstance(t, torch.Tensor) and t.is_leaf
+                                  and not is_fake(t) and t.grad is value)
+        if owner is None:
+            for input_source, real in self.inputs:
+                if real.is_leaf and not is_fake(real) and real.grad is value:
+                    owner = input_source
+                    break
+        return AttrSource(owner, "grad") if owner is not None else None
+
+    def _find_member(self, match: Any) -> Source | None:
         from ember.frontend.bytecode.sources import ItemSource, ModuleMemberSource
 
         for obj, source in list(self.sources.values()):
@@ -251,7 +278,7 @@ class CaptureContext:
                 for path, sub in obj.named_modules():
                     for table in ("_parameters", "_buffers"):
                         for name, t in getattr(sub, table).items():
-                            if t is value:
+                            if match(t):
                                 base = source
                                 for part in path.split(".") if path else ():
                                     base = ModuleMemberSource(base, "_modules", part)
@@ -260,11 +287,11 @@ class CaptureContext:
             if not isinstance(members, dict) or isinstance(obj, (type, types.ModuleType)):
                 continue
             for name, v in members.items():
-                if v is value:
+                if match(v):
                     return AttrSource(source, name)
                 if isinstance(v, (list, tuple)):
                     for i, item in enumerate(v):
-                        if item is value:
+                        if match(item):
                             return ItemSource(AttrSource(source, name), i)
         return None
 
@@ -417,8 +444,9 @@ class CaptureContext:
 
     def finish_guards(self) -> None:
         """Guards that relate several inputs: distinct tensor inputs stay distinct."""
-        if len(self.inputs) > 1:
-            self.guard("distinct", None, tuple(s for s, _ in self.inputs))
+        distinct = tuple(s for s, _ in self.inputs if s not in self.aliased_inputs)
+        if len(distinct) > 1:
+            self.guard("distinct", None, distinct)
 
     def any_input_requires_grad(self) -> bool:
         """Whether a graph input requires grad (then grad-mode changes matter)."""

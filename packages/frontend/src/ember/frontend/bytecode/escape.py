@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from ember.frontend._torch import dynamo_disabled_original
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 _DISABLED_ATTR = "__ember_disable__"
@@ -41,8 +43,17 @@ def nonstrict(fn: F) -> F:
 
 
 def is_disabled(fn: Any) -> bool:
+    """Marked by :func:`disable`, or a user function wrapped by ``torch.compiler.disable``
+    (``torch._dynamo.disable``): both run eagerly at a graph break. torch's own
+    functions under torch.compiler.disable keep being recorded as other torch code."""
     target = getattr(fn, "__func__", fn)
-    return getattr(target, _DISABLED_ATTR, False) is True
+    if getattr(target, _DISABLED_ATTR, False) is True:
+        return True
+    original = dynamo_disabled_original(target)
+    if original is None:
+        return False
+    module = getattr(original, "__module__", None) or ""
+    return not (module == "torch" or module.startswith("torch."))
 
 
 def is_nonstrict(fn: Any) -> bool:

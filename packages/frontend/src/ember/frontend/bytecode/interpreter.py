@@ -33,9 +33,10 @@ from ember.frontend.bytecode.data_ops import (
 from ember.frontend.bytecode.exception_ops import ExceptionOps, GradModeRestore
 from ember.frontend.bytecode.exceptions import find_handler
 from ember.frontend.bytecode.frame import NULL, Frame, location_of
-from ember.frontend.bytecode.generators import LazyIterator
+from ember.frontend.bytecode.generators import InlinedGenerator, LazyIterator
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
 from ember.frontend.bytecode.opcodes import Instruction
+from ember.runtime.tracing_source import is_library_file
 
 __all__ = ["MAX_INLINE_DEPTH", "GradModeRestore", "Interpreter", "is_fake_tensor",
            "location_of"]  # GradModeRestore: see .exception_ops
@@ -74,7 +75,7 @@ class Interpreter(ExceptionOps):
                 # this instruction inlined code that broke: run it for real instead
                 frame.ip -= 1
                 err = GraphBreak(inlined.reason, inlined.hint)
-                err.location = inlined.location
+                err.location, err.library_location = inlined.location, inlined.library_location
                 raise err
         handler = getattr(self, "op_" + ins.opname, None)
         if handler is None:
@@ -96,6 +97,12 @@ class Interpreter(ExceptionOps):
         except GraphBreak as e:
             if e.location is None:
                 e.location = location_of(frame, ins.line)
+                user = frame
+                while user.parent is not None and is_library_file(user.code.co_filename):
+                    user = user.parent
+                if user is not frame:  # name the user's line, and where in the library
+                    e.location, e.library_location = (location_of(user, user.last_line),
+                                                      e.location)
             frame.ip -= 1
             if frame.parent is None:
                 self.region_start(frame, e)
@@ -280,3 +287,35 @@ class Interpreter(ExceptionOps):
             raise self.fail("yield outside an inlined generator call")
         f.yielded.append(f.pop())
         f.push(None)
+
+    # `yield from` in an inlined generator: the delegate advances one value per SEND
+    def op_GET_YIELD_FROM_ITER(self, f: Frame, ins: Instruction) -> None:
+        if not isinstance(f.stack[-1], LazyIterator):  # an inlined generator stays itself
+            self.op_GET_ITER(f, ins)
+
+    def op_SEND(self, f: Frame, ins: Instruction) -> None:
+        if f.yielded is None:
+            raise self.fail("yield from outside an inlined generator call")
+        if f.pop() is not None:
+            raise self.fail("a value sent through `yield from` (generator.send)")
+        it = f.stack[-1]
+        if isinstance(it, LazyIterator):
+            has, value = it.advance()
+        elif isinstance(it, ListIterator):
+            has = not it.exhausted()
+            value = it.next() if has else None
+        else:
+            raise self.fail(f"yield from a {type(it).__name__}")
+        if has:
+            f.push(value)  # yielded by the YIELD_VALUE that follows
+            return
+        # the delegate's return value: the value of the `yield from` expression
+        result = it.frame.return_value if isinstance(it, InlinedGenerator) else None
+        if opcodes.PY312:
+            f.push(result)  # END_SEND at the target drops the delegate
+        else:
+            f.stack[-1] = result
+        f.ip = ins.jump_target
+
+    def op_END_SEND(self, f: Frame, ins: Instruction) -> None:
+        del f.stack[-2]

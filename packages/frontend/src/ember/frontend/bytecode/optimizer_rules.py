@@ -58,7 +58,7 @@ __all__ = ["INLINED_TORCH_PACKAGES", "OPTIMIZER_RULES", "function_get_rule",
            "inlined_torch_code", "recorded_torch_code", "tensor_step_math",
            "weakref_target"]
 
-INLINED_TORCH_PACKAGES = ("torch.optim",)
+INLINED_TORCH_PACKAGES = ("torch.optim", "torch.amp.grad_scaler")
 """torch packages whose Python functions are inlined, not recorded."""
 
 

@@ -14,7 +14,7 @@ _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASY
 # Opcodes of generator exception paths, which never run in a non-generator code object.
 _EXCEPTION_PATH = {"CLEANUP_THROW", "END_SEND"}
 
-_DELEGATION = {"SEND", "YIELD_FROM", "GET_YIELD_FROM_ITER", "GET_AWAITABLE"}
+_DELEGATION = {"YIELD_FROM", "GET_AWAITABLE"}  # `yield from` (SEND): interpreter.op_SEND
 
 _cache: dict[types.CodeType, str | None] = {}
 
@@ -28,7 +28,7 @@ def unsupported_reason(code: types.CodeType) -> str | None:
     if code.co_flags & (_GENERATOR_FLAGS & ~inspect.CO_GENERATOR):
         reason = "coroutines are not interpreted"
     elif code.co_flags & inspect.CO_GENERATOR and names & _DELEGATION:
-        reason = "generators that delegate (yield from) are not interpreted"
+        reason = "generators that delegate to a coroutine (await) are not interpreted"
     else:
         missing = sorted(name for name in opnames_of(code) - _EXCEPTION_PATH
                          if not hasattr(Interpreter, "op_" + name))

@@ -1,0 +1,142 @@
+"""Code of training steps inside a compiled function (strict capture, eager backend):
+``m.parameters()`` (a generator delegating with ``yield from``), ``clip_grad_norm_``
+reading the parameters' gradients, ``GradScaler`` steps, ``torch.compiler.disable``,
+and where a break inside torch code is reported.
+
+Before: ``m.parameters()`` made the whole function run eagerly (``yield from`` was not
+interpreted); ``clip_grad_norm_`` over parameters read without a source baked the first
+call's gradients in as constants (later calls clipped nothing, silently); GradScaler's
+``step`` ran on fake tensors, left fake tensors in the scaler's per-optimizer state and
+crashed with DataDependentOutputException at the break; a ``torch.compiler.disable``
+function was inlined (its side effects replayed, not run); breaks inside torch code named
+torch's line, not the user's."""
+
+from __future__ import annotations
+
+import copy
+
+import ember.frontend as ef
+import pytest
+import torch
+from ember.runtime.config import patch
+from torch import nn
+
+
+def test_parameters_generator_is_captured_in_one_graph() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return model(x).sum() + 0.1 * sum(p.pow(2).sum() for p in model.parameters())
+
+    compiled = ef.compile(fn, backend="eager")
+    x = torch.randn(2, 3)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert compiled.stats.graph_breaks == 0 and compiled.stats.eager_fallback_calls == 0
+    assert compiled.stats.graphs == 1
+
+
+def test_yield_from_returns_the_delegates_value() -> None:
+    def inner(x: torch.Tensor):  # type: ignore[no-untyped-def]
+        yield x + 1
+        yield x + 2
+        return x * 10
+
+    def outer(x: torch.Tensor):  # type: ignore[no-untyped-def]
+        last = yield from inner(x)
+        yield last
+        yield from [x - 1, x - 2]
+
+    def fn(x: torch.Tensor) -> list[torch.Tensor]:
+        return list(outer(x))
+
+    compiled = ef.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+@pytest.mark.parametrize("as_list", [False, True])
+def test_clip_grad_norm_clips_each_calls_gradients(as_list: bool) -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+
+    def clip(m: nn.Module) -> torch.Tensor:
+        params = list(m.parameters()) if as_list else m.parameters()
+        return nn.utils.clip_grad_norm_(params, 0.1)
+
+    compiled = ef.compile(clip, backend="eager")
+    for _ in range(3):
+        grads = [torch.randn_like(p) for p in model.parameters()]
+        results = []
+        for fn in (clip, compiled):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g.clone()
+            norm = fn(model)
+            results.append([norm, *(p.grad.clone() for p in model.parameters())])
+        torch.testing.assert_close(results[1], results[0])
+    assert compiled.stats.graph_breaks == 0
+
+
+def _amp_step(model: nn.Module, opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+              x: torch.Tensor) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(x).float().pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(opt)
+    scaler.update()
+    opt.zero_grad()
+    return loss
+
+
+def test_grad_scaler_step_matches_eager(capsys: pytest.CaptureFixture[str]) -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    twin = copy.deepcopy(model)
+    compiled = ef.compile(_amp_step, backend="eager")
+    runs = []
+    for m, fn in ((model, _amp_step), (twin, compiled)):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, growth_interval=2)
+        torch.manual_seed(1)
+        run = []
+        for i in range(6):
+            x = torch.randn(2, 8) * (1e30 if i == 3 else 1)  # an inf step: scale backs off
+            with patch(logs=frozenset({"graph_breaks"})):
+                run.append((fn(m, opt, scaler, x).detach(), scaler.get_scale()))
+        runs.append(run)
+    torch.testing.assert_close(runs[1], runs[0])
+    torch.testing.assert_close(list(twin.parameters()), list(model.parameters()))
+    assert compiled.stats.recompiles <= 1  # the scaler's lazily made scale tensor
+    err = capsys.readouterr().err
+    # the .item() of GradScaler.step: the user's line, then where in torch
+    assert "Tensor.item() needs the tensor's data\n  at " in err
+    assert "    scaler.step(opt)\n  inside " in err and "grad_scaler.py" in err
+    assert "Tensor.backward() runs autograd's backward pass" in err
+    assert "DataDependentOutputException" not in err
+
+
+calls: list[int] = []
+
+
+@torch.compiler.disable
+def _logged(x: torch.Tensor) -> torch.Tensor:
+    calls.append(1)
+    return x * 2
+
+
+def test_torch_compiler_disable_runs_eagerly_at_a_break(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return _logged(x + 1) - 1
+
+    compiled = ef.compile(fn, backend="eager")
+    calls.clear()
+    x = torch.randn(3)
+    with patch(logs=frozenset({"graph_breaks"})):
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert len(calls) == 6
+    assert compiled.stats.graph_breaks == 1 and compiled.stats.recompiles == 0
+    assert "marked torch.compiler.disable" in capsys.readouterr().err
