@@ -71,12 +71,14 @@ from ember.runtime.tracing import RecordingError
 
 def needs_backward(program: Program, config: AotConfig) -> bool:
     """Whether to build a joint graph: ``config.training`` if set, else whether grad mode
-    is on (frontends guard on it) and any floating-point input requires grad."""
+    is on (frontends guard on it) and any floating-point or complex input requires grad
+    (the inputs the joint graph differentiates)."""
     if config.training is not None:
         return config.training
     return torch.is_grad_enabled() and any(
         isinstance(p.meta, TensorMeta) and p.meta.requires_grad
-        and p.meta.dtype.is_floating_point for p in program.forward.placeholders)
+        and (p.meta.dtype.is_floating_point or p.meta.dtype.is_complex)
+        for p in program.forward.placeholders)
 
 
 @profiles_compile  # run alone (not under the pipeline): its own stage profile
