@@ -41,6 +41,11 @@ from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
 from ember.frontend.bytecode.escape import break_allowed
 from ember.frontend.bytecode.frame import Frame, FrameState
 from ember.frontend.bytecode.recipes import Unrebuildable
+from ember.frontend.bytecode.root_hooks import (
+    call_with_forward_hooks,
+    has_hooks,
+    needs_module_call,
+)
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.collector import collector_paused
@@ -150,6 +155,19 @@ class StrictFunction:
         self._last_hit = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        root = self.request.fn
+        if isinstance(root, nn.Module) and has_hooks(root):  # bytecode/root_hooks.py
+            if needs_module_call(root):
+                self._note_whole_function_eager(
+                    "the compiled module has backward hooks (or global module hooks "
+                    "are registered), which only nn.Module.__call__ runs; each call runs "
+                    "eagerly")
+                self.stats.eager_fallback_calls += 1
+                return root(*args, **kwargs)
+            return call_with_forward_hooks(root, self._call, args, kwargs)
+        return self._call(*args, **kwargs)
+
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
         args = self._bound + args
         if self._eager_reason is not None:
             self._note_whole_function_eager(self._eager_reason)
