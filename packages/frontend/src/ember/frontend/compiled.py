@@ -70,8 +70,11 @@ class TracedFunction:
     and ``stats.recompile_limit_fallbacks``), and ONE :class:`RecompileLimitWarning`
     names the failing guard.
 
-    Limitation: the module's parameter/buffer layout is read at the first call; after
-    adding or removing parameters call :meth:`reset`.
+    The module's parameter/buffer layout is read at the first call; when its tree
+    changes (a submodule swapped, a parameter added: ``ModuleLayout.changed``, checked at
+    every call, also for modules passed as arguments) the entries made with the old
+    layout are dropped and the call recompiles (logged under ``recompiles``). Before,
+    they kept running the old submodules' code and parameters.
     """
 
     def __init__(self, request: CompileRequest) -> None:
@@ -114,8 +117,14 @@ class TracedFunction:
             return self.request.fn(*args, **kwargs)
         leaves, spec = flatten((args, kwargs))
         module = self.request.module
+        if module is not None and self._layout is not None and self._layout.changed():
+            self._drop_entries(lambda entry: True, "the compiled module")
+            self._layout = None
         if module is not None and self._layout is None:
             self._layout = ModuleLayout(module)
+        self._drop_entries(lambda entry: any(
+            layout.changed() for layout in entry.arguments.layouts.values()),
+            "a module argument")
         state = self._layout.read() if self._layout is not None else []
         call = TraceCall(leaves, state, spec)
         for entry in self._entries:
@@ -145,6 +154,18 @@ class TracedFunction:
         return entry(leaves, state)
 
     # ---- internals --------------------------------------------------------------------
+
+    def _drop_entries(self, stale: Callable[[CacheEntry], bool], what: str) -> None:
+        """Drop the entries traced with a module tree that changed since (the next
+        call that needs one recompiles, counted in ``stats.recompiles``)."""
+        kept = [entry for entry in self._entries if not stale(entry)]
+        if len(kept) == len(self._entries):
+            return
+        log("recompiles", f"{self._name()}: the submodules, parameters or buffers of "
+            f"{what} changed since it was traced; recompiling")
+        if not kept:  # this call compiles again; with entries left, _compile counts it
+            self.stats.recompiles += 1
+        self._entries = kept
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
         with collector_paused():  # a cold compile's garbage collections (collector.py)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ember.frontend._torch import dict_version_reader
 from ember.runtime.ir import InputKind
 
 __all__ = ["ModuleLayout", "StateSlot", "callable_name", "module_of"]
@@ -55,6 +56,10 @@ class ModuleLayout:
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.module = module
+        self.structure = _structure(module)
+        self._tables = [t for sub in module.modules(remove_duplicate=False)
+                        for t in (sub._modules, sub._parameters, sub._buffers)]
+        self._versions = _versions(self._tables)
         self.submodules: list[tuple[str, torch.nn.Module]] = list(module.named_modules())
         self.slots: list[StateSlot] = []
         seen: dict[int, int] = {}  # id(tensor) -> slot index
@@ -76,6 +81,21 @@ class ModuleLayout:
             if extra:
                 self.slots[i] = StateSlot(slot.qualname, slot.kind, slot.owner, slot.attr,
                                           tuple(extra))
+
+    def changed(self) -> bool:
+        """Whether the module's tree changed since this layout was made: a submodule
+        replaced, added or removed, a parameter or buffer added, removed or set to None
+        (the slots would read the old submodules' tensors). A new tensor under the same
+        name (``m.weight = nn.Parameter(...)``) is read live and is no change."""
+        # NOTE: the tables' version tags first (a write to any of them changes its tag):
+        # walking the tree costs ~180 us for a 121-module model, the tags ~10 us
+        versions = _versions(self._tables)
+        if versions is not None and versions == self._versions:
+            return False
+        if _structure(self.module) != self.structure:
+            return True
+        self._versions = versions  # a write that kept the tree (a buffer assigned anew)
+        return False
 
     def read(self) -> list[torch.Tensor]:
         """The live tensors, one per slot."""
@@ -99,3 +119,18 @@ class ModuleLayout:
         finally:
             for table, attr, original in reversed(saved):
                 table[attr] = original
+
+
+def _structure(module: torch.nn.Module) -> tuple[Any, ...]:
+    """The module tree by identity, with the names of each module's parameters and
+    buffers (and which are None)."""
+    return tuple(
+        (prefix, id(sub),
+         tuple((k, v is None) for k, v in sub._parameters.items()),
+         tuple((k, v is None) for k, v in sub._buffers.items()))
+        for prefix, sub in module.named_modules(remove_duplicate=False))
+
+
+def _versions(tables: list[dict[str, Any]]) -> tuple[int, ...] | None:
+    version = dict_version_reader()
+    return None if version is None else tuple(map(version, tables))

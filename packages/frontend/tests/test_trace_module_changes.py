@@ -1,0 +1,70 @@
+"""The trace capture after the compiled module's tree changed (``ModuleLayout.changed``):
+a swapped submodule, an added parameter, an appended layer, also of a module passed as
+an argument. Before, the entries kept reading the old submodules' parameters and
+running the old code (silently wrong results, no recompile)."""
+
+from __future__ import annotations
+
+import ember.frontend as ef
+import torch
+from torch import nn
+
+TRACE = {"capture": "trace"}
+
+
+def test_a_changed_module_tree_recompiles() -> None:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    compiled = ef.compile(m, backend="eager", options=TRACE)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), m(x))
+    m[0] = nn.Linear(4, 4)  # same types and shapes: only the objects changed
+    torch.testing.assert_close(compiled(x), m(x))
+    m[1] = nn.Tanh()
+    torch.testing.assert_close(compiled(x), m(x))
+    m.append(nn.Sigmoid())
+    torch.testing.assert_close(compiled(x), m(x))
+    assert compiled.stats.recompiles == 3
+    torch.testing.assert_close(compiled(x), m(x))  # and the new entry is then a hit
+    assert compiled.stats.recompiles == 3 and compiled.stats.cache_hits == 1
+
+
+def test_a_new_parameter_tensor_under_the_same_name_needs_no_recompile() -> None:
+    m = nn.Linear(4, 4)
+    compiled = ef.compile(m, backend="eager", options=TRACE)
+    x = torch.randn(2, 4)
+    compiled(x)
+    m.weight = nn.Parameter(torch.ones(4, 4))
+    torch.testing.assert_close(compiled(x), m(x))
+    assert compiled.stats.recompiles == 0
+
+
+class WithBias(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        extra = self.b if hasattr(self, "b") else 0
+        return self.lin(x) + extra
+
+
+def test_an_added_parameter_recompiles() -> None:
+    m = WithBias()
+    compiled = ef.compile(m, backend="eager", options=TRACE)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), m(x))
+    m.b = nn.Parameter(torch.ones(4))
+    torch.testing.assert_close(compiled(x), m(x))
+
+
+def test_a_module_argument_whose_tree_changed_recompiles() -> None:
+    def run(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return model(x) * 2
+
+    m = nn.Sequential(nn.Linear(4, 4))
+    compiled = ef.compile(run, backend="eager", options=TRACE)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(m, x), run(m, x))
+    m[0] = nn.Linear(4, 4)
+    torch.testing.assert_close(compiled(m, x), run(m, x))
