@@ -39,3 +39,15 @@ def test_complex_inputs_that_require_grad_get_gradients(
     z = torch.randn(3, 4, dtype=torch.complex64)
     w = torch.randn(3, 4, dtype=torch.complex64)
     _check_training(fn, z, w)
+
+
+def _assign_rows(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    y = torch.zeros(4, 3)
+    y[1:3] = v
+    return y * x
+
+
+def test_rows_assigned_into_a_new_tensor_get_their_gradient() -> None:
+    """torch records a ``detach`` of every factory result; replayed after the write into
+    it, it cut the gradient of what was written (``v`` got none)."""
+    _check_training(_assign_rows, torch.randn(4, 3), torch.randn(2, 3))

@@ -1,8 +1,11 @@
 """Writes autograd does not see (through ``detach()``, or under ``torch.no_grad()``):
-later reads of the written tensor keep their gradient to it, as in eager.
+later reads of the written tensor keep their gradient to it, as in eager, and reads of
+the detached view take theirs from what was written into it.
 
 Found by sweeping ``nn.Embedding(max_norm=...)``: its weight is renormalized through
-``weight.detach()``, and the compiled module's weight got no gradient at all.
+``weight.detach()``, and the compiled module's weight got no gradient at all; and
+``y = torch.zeros(..); y[1:3] = v``, whose ``v`` got none (torch records a ``detach``
+of every factory result, and its replay after the write cut the gradient).
 """
 
 from __future__ import annotations
@@ -44,9 +47,31 @@ def _no_grad_write_of_activation(a: torch.Tensor, b: torch.Tensor) -> torch.Tens
     return x * b
 
 
+def _grad_value_into_zeros(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    y = torch.zeros(5, 4)
+    y[1:4] = b
+    y[0] = a[0]
+    return y * a.sum()
+
+
+def _grad_value_through_detach_read_base(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    d = a.detach()
+    d[0] = b[0]  # a's reads: the data, a's own gradient; b's gradient: none through a
+    return a * 2 + b.sum()
+
+
+def _grad_value_through_detach_read_view(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    x = a * 1
+    d = x.detach()
+    d[0] = b[0]
+    x[1:].mul_(3)  # the detached view sees the data, keeps b's gradient
+    return d * 2 + x
+
+
 CASES: list[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = [
     _detach_write_of_activation, _detach_write_of_input, _detach_row_write,
-    _no_grad_write_of_input, _no_grad_write_of_activation,
+    _no_grad_write_of_input, _no_grad_write_of_activation, _grad_value_into_zeros,
+    _grad_value_through_detach_read_base, _grad_value_through_detach_read_view,
 ]
 
 

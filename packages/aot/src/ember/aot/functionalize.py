@@ -35,7 +35,7 @@ from ember.aot.custom_mutations import (
     has_functional_variant,
     is_custom_operator,
 )
-from ember.aot.hidden_writes import HIDDEN_WRITE
+from ember.aot.hidden_writes import DETACH, hidden_write_call
 from ember.aot.op_effects import (
     is_inplace_view,
     mutated_args,
@@ -78,6 +78,8 @@ class _Storage:
     version: int = 0
     constant: str | None = None  # the program tensor it belongs to (constant/get_attr)
     views: dict[Chain, tuple[int, ValueRef]] = field(default_factory=dict)
+    # views ending in a ``detach`` written through: their values (own autograd history)
+    detached: dict[Chain, ValueRef] = field(default_factory=dict)
 
 
 @dataclass
@@ -116,6 +118,8 @@ class _Functionalizer:
         storage = self.storages[sid]
         if not chain:
             return storage.base
+        if chain in storage.detached:
+            return storage.detached[chain]
         cached = storage.views.get(chain)
         if cached is not None and cached[0] == storage.version:
             return cached[1]
@@ -150,23 +154,33 @@ class _Functionalizer:
                 new = self.b.call("aten::clone.default", (new,))
         value = new
         chain = alias.chain
+        written: dict[Chain, ValueRef] = {}  # detached views on the way: their values
         for k in range(len(chain) - 1, -1, -1):
             parent = self.read_chain(alias.storage, chain[:k])
+            if chain[k].target == DETACH:
+                # NOTE: autograd sees the write in the detached view, not in the tensor
+                # it was detached from (hidden_writes.py)
+                written[chain[: k + 1]] = value
+                value = hidden_write_call(self.b, parent, value)
+                continue
             view = self.read_chain(alias.storage, chain[: k + 1])
             value = write_back(self.b, parent, value, chain[k], view)
         old_meta, value_meta = self.b.meta_of(storage.base), self.b.meta_of(value)
         if (isinstance(old_meta, TensorMeta) and old_meta.requires_grad
                 and isinstance(value_meta, TensorMeta) and not value_meta.requires_grad
                 and isinstance(target_meta, TensorMeta) and not target_meta.requires_grad):
-            # NOTE: written through a view that does not track gradients (``detach``, a
-            # view taken under no_grad): eager's autograd does not see the write, so
-            # the base keeps its gradient path (hidden_writes.py)
-            value = self.b.call(HIDDEN_WRITE, (storage.base, value),
-                                meta=dataclasses.replace(value_meta, requires_grad=True))
+            # NOTE: a view taken under no_grad, written under no_grad: hidden as well
+            value = hidden_write_call(self.b, storage.base, value)
         storage.base = value
         storage.version += 1
         if chain:
             storage.views[chain] = (storage.version, new)
+        # NOTE: a detached view the write did not go through sees new data, not history
+        for other in sorted(set(storage.detached) - set(written), key=len):
+            old = storage.detached.pop(other)
+            replayed = other[-1].replay(self.b, self.read_chain(alias.storage, other[:-1]))
+            storage.detached[other] = hidden_write_call(self.b, old, replayed)
+        storage.detached.update(written)
 
     # ---- nodes ---------------------------------------------------------------------
 

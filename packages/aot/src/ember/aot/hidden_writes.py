@@ -19,12 +19,17 @@ inside the aot stage, between functionalization and the re-traces, which record 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
+from ember.aot.builder import GraphBuilder
+from ember.runtime.ir import TensorMeta, ValueRef
 
 #: the marker's operator name in the IR
 HIDDEN_WRITE = "ember_aot::hidden_write.default"
+#: the view whose writes autograd keeps to itself
+DETACH = "aten::detach.default"
 
 
 @torch.library.custom_op("ember_aot::hidden_write", mutates_args=())
@@ -59,15 +64,27 @@ class _HiddenWrite(torch.autograd.Function):
         return grad, None
 
 
+def hidden_write_call(b: GraphBuilder, old: ValueRef, new: ValueRef) -> ValueRef:
+    """``new`` as the new value of ``old`` written where autograd does not see it: the
+    marker, unless neither has autograd history (then ``new`` itself)."""
+    old_meta, new_meta = b.meta_of(old), b.meta_of(new)
+    if not (isinstance(old_meta, TensorMeta) and isinstance(new_meta, TensorMeta)) or not (
+            old_meta.requires_grad or new_meta.requires_grad):
+        return new
+    meta = dataclasses.replace(new_meta, requires_grad=old_meta.requires_grad)
+    return b.call(HIDDEN_WRITE, (old, new), meta=meta)
+
+
 def record_hidden_write(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     """Run the marker while a re-trace records: ``clone(new)``, differentiable to
-    ``old``, when ``old`` requires grad; else ``new`` itself (an inference program
-    records nothing for it)."""
+    ``old``, when ``old`` requires grad; else ``new`` without its history (an inference
+    program records nothing for it)."""
     if old.requires_grad and torch.is_grad_enabled():
         result = _HiddenWrite.apply(old, new.detach())  # type: ignore[no-untyped-call]
         assert isinstance(result, torch.Tensor)
         return result
-    return new  # nothing to differentiate: the value itself
+    return new.detach() if new.requires_grad else new
 
 
-__all__ = ["HIDDEN_WRITE", "hidden_write", "record_hidden_write"]
+__all__ = ["DETACH", "HIDDEN_WRITE", "hidden_write", "hidden_write_call",
+           "record_hidden_write"]
