@@ -196,3 +196,27 @@ def test_multilabel_margin_loss_ignores_the_slots_after_the_first_end(reduction:
     (g,) = torch.autograd.grad(got.sum(), x)
     (w,) = torch.autograd.grad(want.sum(), x)
     torch.testing.assert_close(g, w)
+
+
+# ---- symbols the joint graph's re-trace unifies ------------------------------------------
+
+
+def test_guards_follow_symbols_the_backward_unified() -> None:
+    """scatter_add's backward gathers the gradient by ``index`` for ``src``, so the
+    re-trace makes their sizes one symbol; the carried guards still named the replaced
+    symbols and the program failed verification ("uses symbol 's3', which is not in
+    graph.symbols")."""
+
+    def fn(x: torch.Tensor, i: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return ((x + 0).scatter_add_(0, i, s) * 2,)
+
+    x = torch.randn(4, 3, requires_grad=True)
+    i = torch.tensor([[0, 1, 3], [0, 0, 0]])
+    s = torch.randn(2, 3, requires_grad=True)
+    every = {0: (2, None), 1: (2, None)}
+    program, run = compile_fn(fn, x, i, s, dynamic={0: every, 1: every, 2: every})
+    assert program.forward.guards  # the capture's, renamed
+    got, want = run([x, i, s])[0], fn(x, i, s)[0]
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), (x, s)),
+                               torch.autograd.grad(want.sum(), (x, s)))

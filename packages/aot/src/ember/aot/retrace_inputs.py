@@ -14,10 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 
+import sympy
 import torch
 from ember.aot.symbolic_sizes import contiguous_strides, graph_is_symbolic, graph_symbols
 from ember.runtime.ir import Graph, InputSpec, Program, TensorMeta
 from ember.runtime.ir.graph import ShapeGuard
+from ember.runtime.ir.symbolic import (
+    format_relation,
+    is_symbol,
+    parse,
+    parse_relation,
+    relation_symbols,
+    symbol,
+)
 from ember.runtime.stages import StageDeclined
 from ember.runtime.tracing import GraphRecorder
 
@@ -141,9 +150,44 @@ def carry_shape_facts(original: Graph, traced: Program, graph_name: str) -> None
     symbols.update(graph.symbols)
     used = graph_symbols(graph)
     graph.symbols = {s: r for s, r in symbols.items() if s in used}
-    known = {g.expr for g in original.guards}
+    carried = _renamed(original.guards, _replaced_symbols(original, graph))
+    known = {g.expr for g in carried}
     added = [g for g in graph.guards if g.expr not in known]
-    graph.guards = list(original.guards) + _unique(added)
+    graph.guards = _unique(carried + added)
+
+
+def _replaced_symbols(original: Graph, traced: Graph) -> dict[str, str]:
+    """Input symbols the re-trace replaced by another expression (torch's shape
+    environment unified them: scatter_add's backward makes ``index`` and ``src`` the
+    same shape), each with what the traced placeholder has in its place."""
+    by_name = {p.name: p for p in traced.placeholders}
+    replaced: dict[str, str] = {}
+    for before in original.placeholders:
+        after = by_name.get(before.name)
+        if not (isinstance(before.meta, TensorMeta) and after is not None
+                and isinstance(after.meta, TensorMeta)):
+            continue
+        for old, new in zip(before.meta.sizes, after.meta.sizes):
+            if is_symbol(old) and isinstance(new, str) and new != old:
+                replaced.setdefault(str(old), new)
+    return replaced
+
+
+def _renamed(guards: list[ShapeGuard], replaced: dict[str, str]) -> list[ShapeGuard]:
+    """``guards`` over the traced graph's symbols (one a replacement makes always true
+    is dropped): the original's guards named symbols the traced graph no longer has."""
+    if not replaced:
+        return list(guards)
+    mapping = {symbol(old): parse(new) for old, new in replaced.items()}
+    out = []
+    for g in guards:
+        if not relation_symbols(g.expr) & set(replaced):
+            out.append(g)
+            continue
+        rel = parse_relation(g.expr).xreplace(mapping)
+        if rel is not sympy.true:
+            out.append(dataclasses.replace(g, expr=format_relation(rel)))
+    return out
 
 
 def _unique(guards: list[ShapeGuard]) -> list[ShapeGuard]:
