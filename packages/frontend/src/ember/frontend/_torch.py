@@ -173,12 +173,14 @@ def is_fake(value: object) -> bool:
 def global_module_hooks_registered() -> bool:
     """Whether any global ``nn.Module`` hook (``register_module_forward_hook`` and
     friends) is registered; the strict frontend then runs module calls eagerly."""
-    return any(
-        bool(getattr(_module_globals, name, None))
-        for name in ("_global_forward_hooks", "_global_forward_pre_hooks",
-                     "_global_backward_hooks", "_global_backward_pre_hooks",
-                     "_global_forward_hooks_always_called")
-    )
+    # NOTE: written out, not a loop over the names: this runs on every call of a
+    # compiled module (root_hooks.needs_module_call)
+    g = _module_globals
+    return bool(getattr(g, "_global_forward_hooks", None)
+                or getattr(g, "_global_forward_pre_hooks", None)
+                or getattr(g, "_global_backward_hooks", None)
+                or getattr(g, "_global_backward_pre_hooks", None)
+                or getattr(g, "_global_forward_hooks_always_called", None))
 
 
 def numpy_layer() -> Any:
