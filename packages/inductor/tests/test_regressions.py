@@ -10,6 +10,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from ember.runtime.ir.graph import SymExpr
 from helpers import compile_fn
 
 
@@ -76,3 +77,36 @@ def test_exp_of_extreme_and_special_values() -> None:
     x = torch.cat([special, torch.randn(51) * 30]).reshape(8, 8)
     _, run = compile_fn(lambda t: t.exp() * 2, x)
     torch.testing.assert_close(run(x)[0], x.exp() * 2, equal_nan=True, rtol=1e-6, atol=0)
+
+
+def _arange_cases(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    n, m = x.shape
+    return (x.flatten()[torch.arange(0, n * m, m)],  # EmbeddingBag's offsets
+            torch.arange(n, 3 * n) * 1.0,
+            torch.arange(1, n * m, n),
+            torch.arange(m) + x[0])
+
+
+def test_arange_with_symbolic_start_and_step() -> None:
+    """The lowering kept only the Python-number arguments of ``arange``: a symbolic
+    ``step`` was taken for 1 (``nn.EmbeddingBag(mode="max")`` under ``dynamic=True``
+    read the wrong bags) and a symbolic ``start`` for 0."""
+    from ember.inductor.compile import compile_program
+    from ember.runtime.compiled import load_executor
+    from ember.runtime.ir import InputSpec
+    from ember.runtime.tracing import GraphRecorder
+
+    rec = GraphRecorder(dynamic=True)
+    fake = rec.add_input(torch.randn(3, 4), InputSpec("x"), dynamic_dims={0: (2, None),
+                                                                          1: (2, None)})
+    with rec:
+        outs = _arange_cases(fake)
+    program = rec.finish(list(outs))
+    program.dialect = "core-functional"
+    assert any(isinstance(a, SymExpr) for n in program.forward.calls()
+               if n.target.startswith("aten::arange") for a in n.args)
+    run = load_executor(compile_program(program, {"strict": True}), "forward")
+    for shape in ((3, 4), (5, 2)):
+        x = torch.randn(shape)
+        for got, want in zip(run([x]), _arange_cases(x)):
+            torch.testing.assert_close(got, want)

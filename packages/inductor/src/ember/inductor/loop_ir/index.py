@@ -530,8 +530,9 @@ def render(
 
 def render_size(size: Size, div: str = "/") -> str:
     """C-like text of a size (an int, or a sympy expression over size symbols, each
-    printed as its name): ``+ - *``, ``div`` for floor division (``/`` in C++, where
-    sizes are non-negative, ``//`` in Python), ``%``, ``max``/``min`` (``std::max`` /
+    printed as its name): ``+ - *``, ``div`` for floor division (``/`` in C++, ``//`` in
+    Python; a numerator that may be negative is rounded down in either), ``%``
+    (non-negative, as sympy's), ``max``/``min`` (``std::max`` /
     ``std::min`` of ``int64_t`` in C++).
 
     Raises:

@@ -57,9 +57,18 @@ def _text(e: sympy.Expr, div: str) -> str:
         return "*".join([_operand(e.base, div)] * int(e.exp))
     if isinstance(e, sympy.floor):
         numer, denom = sympy.fraction(sympy.together(e.args[0]))
-        return f"({_operand(numer, div)} {div} {_operand(denom, div)})"
+        n, d = _operand(numer, div), _operand(denom, div)
+        if provably_nonnegative(numer):
+            return f"({n} {div} {d})"
+        # NOTE: C's / (and Triton's //) truncates toward zero: -1 / s1 is 0, not -1 (a
+        # size s0 + (-1)//s1 + 1 ran one iteration too many). The numerator less its
+        # non-negative remainder divides exactly in any rounding.
+        return f"(({n} - ((({n} % {d}) + {d}) % {d})) {div} {d})"
     if isinstance(e, sympy.Mod):
-        return f"({_operand(e.args[0], div)} % {_operand(e.args[1], div)})"
+        n, d = _operand(e.args[0], div), _operand(e.args[1], div)
+        if provably_nonnegative(e.args[0]):
+            return f"({n} % {d})"
+        return f"((({n} % {d}) + {d}) % {d})"  # sympy's Mod is non-negative, C's % not
     if isinstance(e, (sympy.Max, sympy.Min)):
         name = ("max" if isinstance(e, sympy.Max) else "min")
         if div == "/":

@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 from ember.inductor.codegen.registry import backend_for
 from ember.inductor.loop_ir import IndexExpr
@@ -462,13 +463,18 @@ def _fill_tensor(ctx: Any, node: Node, x: Any, value: Any) -> Lazy:
 
 @lowering("aten::arange.start_step", "aten::arange.default", "aten::arange.start")
 def _arange(ctx: Any, node: Node, *args: Any, **kwargs: Any) -> Lazy:
-    nums = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
-    start: float = 0
-    step: float = 1
-    if len(nums) >= 2:
-        start = nums[0]
-    if len(nums) >= 3:
-        step = nums[2]
+    """``start + i * step``, each read by its position in the overload's schema: a
+    symbolic ``start`` or ``step`` (a sympy expression over the sizes) is read at run
+    time (they were taken for absent: ``arange(0, s0 * s1, s1)`` counted by 1)."""
+    start: Any = 0
+    step: Any = kwargs.get("step", 1)
+    if node.target != "aten::arange.default":
+        start = args[0]
+    if node.target == "aten::arange.start_step" and len(args) > 2:
+        step = args[2]
+    if any(isinstance(v, bool) or not isinstance(v, (int, float, sympy.Basic))
+           for v in (start, step)):
+        raise NotLowerable(f"arange with start {start!r}, step {step!r}")
     meta = out_meta(node)
     dtype = compute_dtype(meta.dtype)
     acc = torch.float64 if dtype.is_floating_point else torch.int64
