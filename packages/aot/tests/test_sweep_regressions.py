@@ -220,3 +220,33 @@ def test_guards_follow_symbols_the_backward_unified() -> None:
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(torch.autograd.grad(got.sum(), (x, s)),
                                torch.autograd.grad(want.sum(), (x, s)))
+
+
+# ---- backward ops without a kernel for symbolic sizes ---------------------------------
+
+
+@pytest.mark.parametrize("fn", [torch.nn.functional.hardshrink,
+                                torch.nn.functional.softshrink])
+def test_shrink_backward_over_symbolic_sizes(fn: Any) -> None:
+    """hardshrink_backward/softshrink_backward have no symbolic meta kernel: training
+    them with ``dynamic=True`` crashed ("TensorIterator does not support symbolic
+    shapes"); they are decomposed now."""
+    x = torch.tensor([[0.5, -0.5, 0.2], [float("nan"), -1.0, 0.0]], requires_grad=True)
+    _, run = compile_fn(lambda a: (fn(a) * 3,), x, dynamic={0: {0: (2, None), 1: (2, None)}})
+    got, want = run([x])[0], fn(x) * 3
+    torch.testing.assert_close(got, want, equal_nan=True)
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), x),
+                               torch.autograd.grad(want.sum(), x), equal_nan=True)
+
+
+def test_a_backward_op_without_a_symbolic_kernel_declines() -> None:
+    """multi_margin_loss_backward has no meta kernel for symbolic sizes: the stage
+    declines (the graph runs eagerly) instead of raising UnsupportedOperatorException."""
+    from ember.runtime.stages import StageDeclined
+
+    def fn(a: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (torch.nn.functional.multi_margin_loss(a, t),)
+
+    x, t = torch.randn(6, 5, requires_grad=True), torch.tensor([1, 0, 4, 2, 1, 3])
+    with pytest.raises(StageDeclined, match="no kernel for them"):
+        compile_fn(fn, x, t, dynamic={0: {0: (2, None), 1: (2, None)}, 1: {0: (2, None)}})

@@ -16,6 +16,7 @@ from torch._ops import OpOverload  # one overload of an operator: torch.ops.aten
 from torch._subclasses.fake_tensor import (  # fake tensors cannot compute these
     DataDependentOutputException,
     DynamicOutputShapeException,
+    UnsupportedOperatorException,
 )
 from torch.fx.experimental.symbolic_shapes import (  # a branch on a data-dependent size
     GuardOnDataDependentSymNode,
@@ -30,9 +31,25 @@ DATA_DEPENDENT_ERRORS: tuple[type[Exception], ...] = (
 # (data-dependent) size to go on, e.g. to count the pieces of a split.
 SYMBOLIC_SHAPE_ERRORS: tuple[type[Exception], ...] = (GuardOnDataDependentSymNode,)
 
+
+def lacks_symbolic_kernel(e: BaseException) -> bool:
+    """Whether ``e`` says an op has no kernel for symbolic fake tensors (no meta
+    function: ``UnsupportedOperatorException``; a TensorIterator kernel, which takes
+    static sizes only: a RuntimeError saying so), e.g. ``multi_margin_loss_backward``."""
+    return isinstance(e, UnsupportedOperatorException) or (
+        isinstance(e, RuntimeError) and "does not support symbolic shapes" in str(e))
+
+
 __all__ = [
-    "DATA_DEPENDENT_ERRORS", "SYMBOLIC_SHAPE_ERRORS", "OpOverload", "TorchDispatchMode", "current_autograd_node", "decomposition_table_for_core_aten", "has_composite_implicit_kernel",
+    "DATA_DEPENDENT_ERRORS",
+    "SYMBOLIC_SHAPE_ERRORS",
+    "OpOverload",
+    "TorchDispatchMode",
+    "current_autograd_node",
+    "decomposition_table_for_core_aten",
+    "has_composite_implicit_kernel",
     "is_core_op",
+    "lacks_symbolic_kernel",
 ]
 
 Decomposition = Callable[..., Any]

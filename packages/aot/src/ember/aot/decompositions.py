@@ -154,3 +154,13 @@ def multilabel_margin_loss_forward(x: torch.Tensor, target: torch.Tensor,
     else:
         loss = per_row.reshape(x.shape[:-1])
     return loss, is_target.to(x.dtype).reshape(target.shape)
+
+
+@register(torch.ops.aten.hardshrink_backward.default)
+@register(torch.ops.aten.softshrink_backward.default)
+def shrink_backward(grad: torch.Tensor, x: torch.Tensor, lambd: Any) -> Any:
+    """The gradient of ``hardshrink``/``softshrink``: zero where ``-lambd <= x <=
+    lambd``, ``grad`` elsewhere (NaN included). The ops have no symbolic meta kernel:
+    training them with ``dynamic=True`` crashed in the backward's re-trace."""
+    inside = torch.logical_and(x >= -lambd, x <= lambd)
+    return torch.where(inside, torch.zeros_like(grad), grad)

@@ -39,6 +39,7 @@ from ember.aot._torch import (
     DATA_DEPENDENT_ERRORS,
     SYMBOLIC_SHAPE_ERRORS,
     decomposition_table_for_core_aten,
+    lacks_symbolic_kernel,
 )
 from ember.aot.config import AotConfig
 from ember.aot.decompositions import EMBER_DECOMPOSITIONS
@@ -132,6 +133,13 @@ def _declining_symbolic_failures(program: Program) -> Iterator[None]:
         reason = str(e).split("\n", 1)[0].split(" (unhinted:", 1)[0].strip()
         raise StageDeclined(f"the aot stage cannot compile this graph for every size its "
                             f"symbols allow: {reason}") from e
+    except Exception as e:  # an op without a kernel for symbolic sizes
+        if not (lacks_symbolic_kernel(e) and any(
+                graph_is_symbolic(g) for g in program.graphs.values())):
+            raise
+        raise StageDeclined(f"the aot stage cannot compile this graph for symbolic sizes: "
+                            f"an op has no kernel for them ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''})") from e
 
 
 def _clean(graph: Graph) -> Graph:
