@@ -250,3 +250,31 @@ def test_a_backward_op_without_a_symbolic_kernel_declines() -> None:
     x, t = torch.randn(6, 5, requires_grad=True), torch.tensor([1, 0, 4, 2, 1, 3])
     with pytest.raises(StageDeclined, match="no kernel for them"):
         compile_fn(fn, x, t, dynamic={0: {0: (2, None), 1: (2, None)}, 1: {0: (2, None)}})
+
+
+# ---- in-place view ops on inputs -------------------------------------------------------
+
+
+def test_an_in_place_view_op_on_an_input_declines() -> None:
+    """``x.unsqueeze_(0)`` changes the caller's tensor's shape, which a compiled
+    program cannot do: it returned the right value and left the input (4, 3) where eager
+    leaves it (1, 4, 3). The stage declines (the graph runs eagerly, as eager does)."""
+    from ember.runtime.stages import StageDeclined
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x.unsqueeze_(0)
+        return (x * 2,)
+
+    with pytest.raises(StageDeclined, match=r"changes the sizes or strides of graph input"):
+        compile_fn(fn, torch.randn(4, 3))
+
+
+def test_an_in_place_view_op_on_a_view_of_an_input_compiles() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        v = x[0]
+        v.unsqueeze_(0)  # v's own shape: nothing the caller sees
+        return (v * 2,)
+
+    x = torch.randn(4, 3)
+    _, run = compile_fn(fn, x)
+    torch.testing.assert_close(run([x])[0], fn(x.clone())[0])

@@ -60,6 +60,7 @@ from ember.runtime.ir import (
     is_view,
 )
 from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAlias, InputAliases
+from ember.runtime.stages import StageDeclined
 
 Chain = tuple[ViewStep, ...]
 _RESIZE = "aten::resize_.default"
@@ -106,6 +107,7 @@ class _Functionalizer:
         self.alias: dict[ValueRef, _Alias] = {}
         self.storages: list[_Storage] = []
         self.meta: dict[ValueRef, Any] = {}
+        self.placeholder_names = {p.name for p in graph.placeholders}
 
     # ---- values --------------------------------------------------------------------
 
@@ -299,6 +301,11 @@ class _Functionalizer:
         (its data is not written)."""
         src = node.args[0]
         assert isinstance(src, ValueRef)
+        if src.node in self.placeholder_names:
+            raise StageDeclined(
+                f"%{node.name} ({node.target}) changes the sizes or strides of graph input "
+                f"{src.node}: the caller's tensor would have to change with it, which a "
+                "compiled program does not do (the graph runs eagerly)")
         functional = mutation_of(node.target).functional
         args, kwargs = with_defaults(node.target, args, kwargs)
         new = self._copy(node, args, kwargs, target=functional)
