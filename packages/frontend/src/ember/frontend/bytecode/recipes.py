@@ -26,11 +26,13 @@ class Unrebuildable(Exception):
 
 
 class Rebuild:
-    """Run-time inputs of the recipes: graph outputs, start state, context, memo."""
+    """Run-time inputs of the recipes: graph outputs, start state, context, memo;
+    ``fetched``: the start-state values read before any replay (:func:`prefetch`)."""
 
     def __init__(self, outs: list[Any], state: Any, ctx: Any) -> None:
         self.outs, self.state, self.ctx = outs, state, ctx
         self.memo: dict[int, Any] = {}
+        self.fetched: dict[int, Any] = {}
 
 
 class Recipe:
@@ -59,7 +61,42 @@ class Fetch(Recipe):
     source: Source
 
     def build(self, rt: Rebuild) -> Any:
-        return self.source.fetch(rt.state, rt.ctx)
+        found = rt.fetched.get(id(self), _UNSET)
+        return self.source.fetch(rt.state, rt.ctx) if found is _UNSET else found
+
+
+_UNSET = object()
+
+
+def fetches_in(recipes: Any) -> list[Fetch]:
+    """Every :class:`Fetch` in ``recipes`` (recipes, the values of replays, and lists,
+    tuples and dicts of them, as ``New.parts`` holds them), each once."""
+    found: dict[int, Fetch] = {}
+    todo = [recipes]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, Fetch):
+            found.setdefault(id(item), item)
+        elif isinstance(item, New):
+            todo.extend(item.parts)
+        elif isinstance(item, Replay):
+            todo.append(item.value)  # its target is resolved in order (see prefetch)
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+    return list(found.values())
+
+
+def prefetch(fetches: list[Fetch], rt: Rebuild) -> None:
+    """Read every start-state value of ``fetches`` now, before the replays write the
+    captured mutations back. A ``Fetch`` is a read of the segment's start state: after
+    ``first = items[0]; items.pop(0)``, reading ``items[0]`` once the list's replay ran
+    gave the second item. The replays' targets are not read here but as each replay
+    runs: a target can be an entry an earlier replay makes (a ``defaultdict``'s, whose
+    early read would make a throwaway entry)."""
+    for f in fetches:
+        rt.fetched[id(f)] = f.source.fetch(rt.state, rt.ctx)
 
 
 @dataclass

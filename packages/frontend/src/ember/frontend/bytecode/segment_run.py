@@ -18,7 +18,14 @@ from ember.frontend.autocast import AutocastEnd, run_graph
 from ember.frontend.bytecode.breaks import BreakInfo
 from ember.frontend.bytecode.frame import FrameState
 from ember.frontend.bytecode.guards import GuardSet
-from ember.frontend.bytecode.recipes import Rebuild, Recipe, Replay
+from ember.frontend.bytecode.recipes import (
+    Fetch,
+    Rebuild,
+    Recipe,
+    Replay,
+    fetches_in,
+    prefetch,
+)
 from ember.frontend.bytecode.sources import Source
 from ember.runtime.ir import Program
 
@@ -68,6 +75,7 @@ class Segment:
     break_info: BreakInfo | None = None
     facts: CaptureFacts | None = None
     _matcher: Callable[[Any, Any], list[Any] | None] | None = None
+    _fetches: list[Fetch] | None = None
 
     def match(self, state: FrameState, ctx: FunctionContext) -> list[Any] | None:
         """The graph inputs fetched from ``state``, or None when a guard fails."""
@@ -94,6 +102,11 @@ class Segment:
                 with torch.set_grad_enabled(self.graph_grad):
                     outs = run_graph(self.runner, inputs)
         rt = Rebuild(list(outs), state, ctx)
+        if self.replays:  # start-state reads first: the replays may change them
+            if self._fetches is None:
+                self._fetches = fetches_in([self.replays, self.returns, self.stack,
+                                            self.locals, self.cells, self.exc_stack])
+            prefetch(self._fetches, rt)
         for r in self.replays:
             r.apply(rt)
         if torch.is_grad_enabled() != self.grad_at_end:
