@@ -55,6 +55,7 @@ from ember.frontend.trace_guards import (
     add_training,
     add_value,
 )
+from ember.frontend.trace_refusals import RefuseAutograd
 from ember.runtime.ir import InputKind, InputSpec, Program
 from ember.runtime.tracing import GraphRecorder
 from ember.runtime.tracing_source import user_source_location_of_traceback
@@ -210,6 +211,7 @@ def trace_capture(
                 stack.enter_context(module_layout.swapped(fakes))
             # a user Triton kernel launch is recorded instead of running on fake tensors
             stack.enter_context(trace_triton.launches_recorded(rec))
+            stack.enter_context(RefuseAutograd())  # a backward pass is not traced
             stack.enter_context(rec)
             result = fn(*fake_args, **fake_kwargs)
     except Exception as e:
