@@ -140,3 +140,22 @@ def test_torch_compiler_disable_runs_eagerly_at_a_break(
     assert len(calls) == 6
     assert compiled.stats.graph_breaks == 1 and compiled.stats.recompiles == 0
     assert "marked torch.compiler.disable" in capsys.readouterr().err
+
+
+def test_zero_grad_is_a_break_named_for_the_user(capsys: pytest.CaptureFixture[str]) -> None:
+    """``p.grad = None`` (zero_grad's default) is a graph break whose reason says what it
+    is, not the interpreter's type name (it said "on a FakeTensor")."""
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(2, 3)).sum().backward()  # gradients for zero_grad to clear
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        return model(x).sum()
+
+    with patch(logs=frozenset({"graph_breaks"})):
+        ef.compile(step, backend="eager")(torch.ones(2, 3))
+    err = capsys.readouterr().err
+    assert "attribute write .grad on a tensor (setting a gradient, as " \
+           "zero_grad(set_to_none=True) does): not captured" in err
+    assert "FakeTensor" not in err

@@ -277,8 +277,13 @@ class AttributeOps:
 
     def _check_tracked(self, obj: Any, name: str, what: str) -> None:
         cap = self.capture
-        if isinstance(obj, torch.Tensor) or (
-                isinstance(obj, (type, types.ModuleType)) and cap.source_of(obj) is None):
+        if isinstance(obj, torch.Tensor):
+            # NOTE: named for the user: the interpreter's tensors are fake ones
+            raise self.fail(f"attribute {what} .{name} on a tensor"
+                            + (" (setting a gradient, as zero_grad(set_to_none=True) "
+                               "does): not captured" if name == "grad" else
+                               ": tensor attributes are not captured"))
+        if isinstance(obj, (type, types.ModuleType)) and cap.source_of(obj) is None:
             raise self.fail(f"attribute {what} .{name} on a {type(obj).__name__} Ember "
                             "does not track")
 
