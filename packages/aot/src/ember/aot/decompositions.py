@@ -164,3 +164,59 @@ def shrink_backward(grad: torch.Tensor, x: torch.Tensor, lambd: Any) -> Any:
     training them with ``dynamic=True`` crashed in the backward's re-trace."""
     inside = torch.logical_and(x >= -lambd, x <= lambd)
     return torch.where(inside, torch.zeros_like(grad), grad)
+
+
+# ---- _foreach_ ops: one call of the per-tensor op per list element ---------------------
+# The functional ``_foreach_<op>`` ops (what the functionalizer makes of the in-place
+# ``_foreach_<op>_`` ones, and ``_foreach_norm``) run the per-tensor op on each element,
+# as eager's CPU kernels do; decomposed, the backend fuses the per-element ops. Every list
+# argument (``Tensor[]``, ``Scalar[]``) gives its k-th element to the k-th call, the rest
+# go to each call. The row maps the foreach op's arguments to the per-tensor op's.
+_aten = torch.ops.aten
+FOREACH_ELEMENT_OPS: dict[str, Callable[..., Any]] = {
+    "_foreach_add": lambda x, other, alpha=1: _aten.add(x, other, alpha=alpha),
+    "_foreach_sub": lambda x, other, alpha=1: _aten.sub(x, other, alpha=alpha),
+    "_foreach_mul": _aten.mul,
+    "_foreach_div": _aten.div,
+    "_foreach_pow": _aten.pow,
+    "_foreach_clamp_min": _aten.clamp_min,
+    "_foreach_clamp_max": _aten.clamp_max,
+    "_foreach_lerp": _aten.lerp,
+    "_foreach_addcmul": lambda x, t1, t2, value=1: _aten.addcmul(x, t1, t2, value=value),
+    "_foreach_addcdiv": lambda x, t1, t2, value=1: _aten.addcdiv(x, t1, t2, value=value),
+    "_foreach_copy": lambda x, src, non_blocking=False: _aten.copy(x, src, non_blocking),
+    "_foreach_zero": _aten.zero,
+    "_foreach_clone": _aten.clone,
+    "_foreach_norm": lambda x, ord=2, dtype=None: _aten.linalg_vector_norm(
+        x, ord, dtype=dtype),
+    **{f"_foreach_{name}": getattr(_aten, name) for name in (
+        "abs", "acos", "asin", "atan", "ceil", "cos", "cosh", "erf", "erfc", "exp",
+        "expm1", "floor", "frac", "lgamma", "log", "log10", "log1p", "log2", "neg",
+        "reciprocal", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "sqrt", "tan",
+        "tanh", "trunc")},
+}
+# NOTE: addcmul/addcdiv ``.Tensor`` take one scalar per element packed in a tensor; the
+# per-tensor op wants a number (a .item(), no graph holds it): they stay whole
+_FOREACH_KEPT_WHOLE = frozenset({"Tensor"})
+_FOREACH_KEPT_WHOLE_FOR = frozenset({"_foreach_addcmul", "_foreach_addcdiv"})
+
+
+def _per_element(element_op: Callable[..., Any]) -> Callable[..., Any]:
+    def decompose(*args: Any, **kwargs: Any) -> Any:
+        lengths = {len(a) for a in (*args, *kwargs.values()) if isinstance(a, (list, tuple))}
+        if len(lengths) != 1:
+            return NotImplemented  # lists of different lengths: the op's own error
+        return [element_op(*(a[k] if isinstance(a, (list, tuple)) else a for a in args),
+                           **{n: v[k] if isinstance(v, (list, tuple)) else v
+                              for n, v in kwargs.items()})
+                for k in range(lengths.pop())]
+    return decompose
+
+
+for _name, _element_op in FOREACH_ELEMENT_OPS.items():
+    _packet = getattr(_aten, _name)
+    for _overload in _packet.overloads():
+        if "out" in _overload or (_name in _FOREACH_KEPT_WHOLE_FOR
+                                  and _overload in _FOREACH_KEPT_WHOLE):
+            continue
+        register(getattr(_packet, _overload))(_per_element(_element_op))

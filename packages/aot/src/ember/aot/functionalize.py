@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+from ember.aot.amp_ops import AMP_EXPANSIONS
 from ember.aot.builder import GraphBuilder
 from ember.aot.custom_mutations import (
     functionalize_custom_call,
@@ -36,6 +37,7 @@ from ember.aot.custom_mutations import (
     is_custom_operator,
 )
 from ember.aot.hidden_writes import DETACH, hidden_write_call
+from ember.aot.input_overlap import alias_groups, covering_member, element_range, layout
 from ember.aot.op_effects import (
     is_inplace_view,
     mutated_args,
@@ -225,8 +227,8 @@ class _Functionalizer:
         any of them are seen by all and copied back into the root."""
         metas = {p.name: p.meta for p in placeholders}
         root_of: dict[str, str] = {}
-        for group in _alias_groups(self.input_aliases, list(metas)):
-            root = _covering_member(group, metas)
+        for group in alias_groups(self.input_aliases, list(metas)):
+            root = covering_member(group, metas)
             if root is None:
                 self.partial_overlaps.append(group)
             else:
@@ -242,7 +244,7 @@ class _Functionalizer:
             meta, root_meta = metas[node.name], metas[root]
             assert isinstance(meta, TensorMeta) and isinstance(root_meta, TensorMeta)
             root_alias = self.alias[ValueRef(root)]
-            if _layout(meta) == _layout(root_meta):
+            if layout(meta) == layout(root_meta):
                 self.alias[ValueRef(node.name)] = root_alias
                 continue
             step = ViewStep("aten::as_strided.default",
@@ -270,6 +272,8 @@ class _Functionalizer:
             self._resize_call(node, args)
         elif out_arguments(node.target):
             self._out_call(node, args, kwargs)
+        elif node.target in AMP_EXPANSIONS:
+            AMP_EXPANSIONS[node.target](self, node, args)
         elif written and is_inplace_view(node.target):
             self._inplace_view_call(node, args, kwargs)
         elif written:
@@ -331,8 +335,18 @@ class _Functionalizer:
             if position not in written:
                 continue
             target = node.args[position]
+            if isinstance(target, tuple) and result is None:  # a Tensor[] (_foreach_*_)
+                # NOTE: the functional op returns the list of new values; each element
+                # is a separate write (the list's tensors may be views of anything)
+                for k, element in enumerate(target):
+                    if not isinstance(element, ValueRef):
+                        raise IRFormatError(f"%{node.name}: element {k} of mutated list "
+                                            f"argument {position} is not a tensor value")
+                    self.write(element, ValueRef(new.node, k))
+                continue
             if not isinstance(target, ValueRef):
-                raise IRFormatError(f"%{node.name}: mutated argument {position} is not a value")
+                raise IRFormatError(f"%{node.name} ({node.target}): mutated argument "
+                                    f"{position} is not a tensor value of the graph")
             self.write(target, ValueRef(new.node, result))
         aliased = dict(mutation.aliased_returns)
         plain = 0
@@ -428,7 +442,7 @@ class _Functionalizer:
                 "cannot express that (resize a copy of the input instead)")
         numel = meta.numel
         start = int(old_meta.storage_offset)
-        if numel == 0 or start + numel <= _element_range(base_meta)[1]:
+        if numel == 0 or start + numel <= element_range(base_meta)[1]:
             step = ViewStep("aten::as_strided.default",
                             (sizes_argument(meta.sizes), sizes_argument(meta.strides)),
                             relative_offset=0)
@@ -514,53 +528,6 @@ class _Functionalizer:
             storage_offset=difference(meta.storage_offset, base_meta.storage_offset),
             base_strides=tuple(base_meta.strides),
         )
-
-
-def _alias_groups(aliases: Mapping[str, InputAlias], order: list[str]) -> list[list[str]]:
-    """Inputs linked by ``aliases`` (input -> its earlier base), grouped, in ``order``."""
-    parent = {name: name for name in order}
-
-    def find(name: str) -> str:
-        while parent[name] != name:
-            name = parent[name]
-        return name
-
-    for name, info in aliases.items():
-        base = info.base
-        if name in parent and base in parent:
-            parent[find(name)] = find(base)
-    groups: dict[str, list[str]] = {}
-    for name in order:
-        groups.setdefault(find(name), []).append(name)
-    return [g for g in groups.values() if len(g) > 1]
-
-
-def _layout(meta: TensorMeta) -> tuple[object, ...]:
-    return tuple(meta.sizes), tuple(meta.strides), meta.storage_offset
-
-
-def _element_range(meta: TensorMeta) -> tuple[int, int]:
-    """First and one-past-last storage element a tensor touches."""
-    start = int(meta.storage_offset)
-    extent = sum((int(n) - 1) * int(s) for n, s in zip(meta.sizes, meta.strides))
-    return start, start + extent + 1
-
-
-def _covering_member(group: list[str], metas: dict[str, Any]) -> str | None:
-    """The member (first in order) that is dense and whose memory holds every other
-    member's, or None: only then can the others be read as views of it."""
-    if any(not isinstance(metas[n], TensorMeta) or not is_static_meta(metas[n])
-           for n in group):
-        return None  # NOTE: symbolic layouts: treated as partly overlapping
-    for candidate in group:
-        meta = metas[candidate]
-        lo, hi = _element_range(meta)
-        if meta.numel != hi - lo:
-            continue  # not dense: it has holes another member may fill
-        if all(lo <= _element_range(metas[o])[0] and _element_range(metas[o])[1] <= hi
-               for o in group):
-            return candidate
-    return None
 
 
 def functionalize_graph(graph: Graph,

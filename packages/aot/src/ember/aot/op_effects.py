@@ -1,5 +1,6 @@
 """What an operator does to its arguments, read from its schema: in-place views,
-mutations, and the functional operator that replaces a mutating one. (The questions
+mutations, and the functional operator that replaces a mutating one (found by name, or
+listed: :data:`ember.aot.amp_ops.AMP_FUNCTIONAL_VARIANTS`). (The questions
 every stage asks, such as whether an op is a view or is pure, are the runtime's:
 :mod:`ember.runtime.ir.op_queries`.)
 
@@ -15,6 +16,7 @@ import functools
 from dataclasses import dataclass
 
 import torch
+from ember.aot.amp_ops import AMP_FUNCTIONAL_VARIANTS
 from ember.runtime.ir import (
     Argument,
     IRFormatError,
@@ -189,6 +191,9 @@ def mutation_of(target: str) -> Mutation:
                 info = schema.arguments[p].alias_info
                 if info is not None and info.before_set == sets:
                     aliased.append((j, p))
+    if target in AMP_FUNCTIONAL_VARIANTS:
+        functional, writes = AMP_FUNCTIONAL_VARIANTS[target]
+        return Mutation(functional, writes, tuple(aliased))
     namespace, rest = target.split("::", 1)
     name, _overload = rest.split(".", 1)
     stem = name.removesuffix("_")

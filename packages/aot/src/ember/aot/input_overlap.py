@@ -1,0 +1,58 @@
+"""Inputs that share memory: which of them group together, and which member's memory
+holds the others' (the functionalizer reads the rest as views of it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ember.aot.symbolic_sizes import is_static_meta
+from ember.runtime.ir import TensorMeta
+from ember.runtime.ir.contracts import InputAlias
+
+
+def alias_groups(aliases: Mapping[str, InputAlias], order: list[str]) -> list[list[str]]:
+    """Inputs linked by ``aliases`` (input -> its earlier base), grouped, in ``order``."""
+    parent = {name: name for name in order}
+
+    def find(name: str) -> str:
+        while parent[name] != name:
+            name = parent[name]
+        return name
+
+    for name, info in aliases.items():
+        base = info.base
+        if name in parent and base in parent:
+            parent[find(name)] = find(base)
+    groups: dict[str, list[str]] = {}
+    for name in order:
+        groups.setdefault(find(name), []).append(name)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def layout(meta: TensorMeta) -> tuple[object, ...]:
+    return tuple(meta.sizes), tuple(meta.strides), meta.storage_offset
+
+
+def element_range(meta: TensorMeta) -> tuple[int, int]:
+    """First and one-past-last storage element a tensor touches."""
+    start = int(meta.storage_offset)
+    extent = sum((int(n) - 1) * int(s) for n, s in zip(meta.sizes, meta.strides))
+    return start, start + extent + 1
+
+
+def covering_member(group: list[str], metas: dict[str, Any]) -> str | None:
+    """The member (first in order) that is dense and whose memory holds every other
+    member's, or None: only then can the others be read as views of it."""
+    if any(not isinstance(metas[n], TensorMeta) or not is_static_meta(metas[n])
+           for n in group):
+        return None  # NOTE: symbolic layouts: treated as partly overlapping
+    for candidate in group:
+        meta = metas[candidate]
+        lo, hi = element_range(meta)
+        if meta.numel != hi - lo:
+            continue  # not dense: it has holes another member may fill
+        if all(lo <= element_range(metas[o])[0] and element_range(metas[o])[1] <= hi
+               for o in group):
+            return candidate
+    return None
