@@ -29,8 +29,9 @@ any object) and ``function.__get__`` binds a method (:func:`function_get_rule`),
 wrapper is captured with the step.
 
 The optimizers' functional forms (``adam``, ``sgd``, ...) called with ``foreach=True``
-are inlined with ``foreach=False`` (aot does not functionalize ``_foreach_`` ops, which
-write lists of tensors; the per-parameter ops fuse into the same kernels). The
+are inlined with ``foreach=False``: the aot stage decomposes ``_foreach_`` ops into
+the same per-parameter ops, so the graph is the same, and the per-parameter form is the
+one whose compiled step was measured on the H200 (the inductor fuses the updates). The
 per-parameter math functions (``_single_tensor_adam``, ``_multi_tensor_sgd``, ...)
 are inlined with ``capturable=True`` (:func:`tensor_step_math`): their non-capturable
 form turns the step count into a Python number (``value=-step_size`` of
@@ -109,13 +110,13 @@ def tensor_step_math(interp: Any, fn: Any, values: dict[str, Any]) -> None:
     name = getattr(fn, "__name__", "")
     if name.startswith("_fused_"):
         raise interp.fail(f"{fn.__module__}.{name}: a fused=True optimizer step (its "
-                          "torch._fused_* and _foreach_ ops write lists of tensors, which "
-                          "the aot stage does not functionalize)",
+                          "torch._fused_* ops write lists of tensors, which the aot stage "
+                          "does not functionalize)",
                           "leave fused unset: the compiled step fuses the per-parameter "
                           "updates itself")
     if "foreach" in values and values["foreach"] and not name.startswith(_STEP_MATH_PREFIXES):
-        # NOTE: the _foreach_ ops write lists of tensors, which aot's functionalization
-        # does not take; one op per parameter fuses into the same kernels
+        # NOTE: aot decomposes _foreach_ ops into these per-parameter ops anyway (its
+        # FOREACH_ELEMENT_OPS); the per-parameter form is the one measured on the H200
         values["foreach"] = False
         log("graphs", f"{fn.__module__}.{name}: captured with foreach=False (the "
             "per-parameter form; the inductor fuses the updates)")
