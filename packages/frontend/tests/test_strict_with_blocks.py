@@ -229,3 +229,25 @@ def test_disabled_contextmanager_is_not_inlined():
     compiled = check(t_disabled_contextmanager, r(3), [], graphs=1, breaks=4)
     assert "ember.frontend.disable" in compiled.breaks[0].reason
     assert all("next() on a generator" in b.reason for b in compiled.breaks[1:])
+
+
+def t_cudnn_flags(x):
+    with torch.backends.cudnn.flags(enabled=False):
+        inside = torch.backends.cudnn.enabled
+        return x * 2, inside
+
+
+def test_torch_contextmanager_function_is_entered_fresh_at_every_call():
+    # torch's @contextmanager functions (cudnn.flags, which HF's CTC loss uses): the
+    # call was run at capture and its contextlib object was a constant, entered again by
+    # the second call (AttributeError: no attribute 'args'); now the object is made at
+    # every call and its `with` breaks once, with the block's end run eagerly
+    before = torch.backends.cudnn.enabled
+    compiled = strict(t_cudnn_flags)
+    for _ in range(3):
+        x = r(3)
+        got, inside = compiled(x)
+        torch.testing.assert_close(got, x * 2)
+        assert inside is False and torch.backends.cudnn.enabled == before
+    assert "context manager torch.backends.cudnn.flags(...)" in compiled.breaks[0].reason
+    assert all("next() on a generator" not in b.reason for b in compiled.breaks)

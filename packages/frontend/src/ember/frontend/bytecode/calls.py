@@ -212,8 +212,9 @@ class CallHandler:
         if isinstance(fn, GeneratorExit_):  # the end of a `with` over a @contextmanager
             return interp.call_generator_exit(fn, args)
         target = contextmanager_target(fn)
-        if (target is not None and not is_torch_code(target[0])
-                and not is_disabled(fn) and not is_nonstrict(fn)):
+        # NOTE: torch's too (torch.backends.cudnn.flags): run for real it returned one
+        # contextlib object, a constant that every later call entered again
+        if target is not None and not is_disabled(fn) and not is_nonstrict(fn):
             return interp.generator_context(target[0], target[1], args, kwargs)
         if isinstance(fn, type) and issubclass(fn, BaseException):
             return interp.construct_exception(frame, fn, args, kwargs)

@@ -35,6 +35,7 @@ from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.autocast_blocks import AutocastTracker, is_autocast
 from ember.frontend.bytecode.breaks import GraphBreak
+from ember.frontend.bytecode.code_origin import is_torch_code
 from ember.frontend.bytecode.data_ops import DataOps
 from ember.frontend.bytecode.escape import disable
 from ember.frontend.bytecode.exceptions import capture_limitation, find_handler
@@ -142,6 +143,28 @@ _PROFILER_RANGES = (torch.autograd.profiler.record_function,)
 def _is_torch_class(cls: type) -> bool:
     module = getattr(cls, "__module__", "") or ""
     return module == "torch" or module.startswith("torch.")
+
+
+def _is_torch_context(cm: Any) -> bool:
+    """A context manager of torch's: an instance of a torch class, or the object a
+    torch ``@contextmanager`` function returns (``torch.backends.cudnn.flags(...)``: a
+    ``contextlib`` object whose generator is torch's). Either switches global state: its
+    ``with`` and the block's end run eagerly, never inlined (an inlined ``contextlib``
+    ``__enter__`` deletes the object's arguments before its generator breaks, and the
+    real ``__enter__`` at the break then fails)."""
+    if _is_torch_class(type(cm)):
+        return True
+    if isinstance(cm, GeneratorContext):  # made at this call, entered for real at the break
+        return is_torch_code(cm.func)
+    return (type(cm).__module__ == "contextlib" and isinstance(cm, contextlib.ContextDecorator)
+            and is_torch_code(getattr(cm, "func", None)))
+
+
+def _context_name(cm: Any) -> str:
+    func = getattr(cm, "func", None) if not _is_torch_class(type(cm)) else None
+    if func is not None:
+        return f"{func.__module__}.{func.__qualname__}(...)"
+    return str(type(cm).__qualname__)
 
 
 class ExceptionOps(DataOps):
@@ -396,14 +419,14 @@ class ExceptionOps(DataOps):
             return
         if not self.symbolic:
             exit_fn = type(cm).__exit__.__get__(cm)
-            if _is_torch_class(type(cm)):
+            if _is_torch_context(cm):
                 exit_fn = EagerExit(cm)
             result = type(cm).__enter__(cm)
             f.pop()
             f.push(exit_fn)
             f.push(result)
             return
-        if isinstance(cm, GeneratorContext):
+        if isinstance(cm, GeneratorContext) and not is_torch_code(cm.func):
             self._enter_generator(f, cm)
             return
         cls = type(cm)
@@ -411,8 +434,8 @@ class ExceptionOps(DataOps):
         if enter is None or exit_ is None:
             raise TypeError(f"'{cls.__name__}' object does not support the context manager "
                             f"protocol{'' if enter is None else ' (missed __exit__ method)'}")
-        if _is_torch_class(cls):
-            raise self.fail(f"context manager {cls.__qualname__}",
+        if _is_torch_context(cm):
+            raise self.fail(f"context manager {_context_name(cm)}",
                             "of torch's context managers grad-mode blocks (no_grad, "
                             "enable_grad, set_grad_enabled, inference_mode), torch.autocast "
                             "and record_function are captured; the others switch global "
