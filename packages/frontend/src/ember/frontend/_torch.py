@@ -51,6 +51,7 @@ __all__ = [
     "has_unbacked_symbols",
     "is_fake",
     "is_view",
+    "marked_constant",
     "numpy_layer",
     "pinning_source",
     "register_pytree_node",
@@ -128,6 +129,13 @@ def dynamo_graph_break() -> Any:
     """``torch._dynamo.graph_break`` (torch.optim's step wrapper calls it), or None."""
     dynamo = getattr(torch, "_dynamo", None)
     return getattr(dynamo, "graph_break", None)
+
+
+def marked_constant(fn: Any) -> bool:
+    """``fn`` is marked by ``torch._dynamo.assume_constant_result`` (its private
+    ``_dynamo_marked_constant``; transformers sets it on its install probes): its result
+    is a capture-time constant."""
+    return getattr(fn, "_dynamo_marked_constant", False) is True
 
 
 def dynamo_disabled_original(fn: Any) -> Any | None:

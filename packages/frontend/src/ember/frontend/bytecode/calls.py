@@ -49,7 +49,7 @@ from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES, bound_rule_for
 from ember.frontend.bytecode.capture import opaque_data
-from ember.frontend.bytecode.code_origin import is_stdlib, is_torch_code
+from ember.frontend.bytecode.code_origin import constant_or_cached, is_stdlib, is_torch_code
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
 from ember.frontend.bytecode.exception_ops import (
     GeneratorExit_,
@@ -212,8 +212,7 @@ class CallHandler:
         if isinstance(fn, GeneratorExit_):  # the end of a `with` over a @contextmanager
             return interp.call_generator_exit(fn, args)
         target = contextmanager_target(fn)
-        # NOTE: torch's too (torch.backends.cudnn.flags): run for real it returned one
-        # contextlib object, a constant that every later call entered again
+        # NOTE: torch's too (cudnn.flags: run for real, its object was a constant)
         if target is not None and not is_disabled(fn) and not is_nonstrict(fn):
             return interp.generator_context(target[0], target[1], args, kwargs)
         if isinstance(fn, type) and issubclass(fn, BaseException):
@@ -259,6 +258,10 @@ class CallHandler:
                     return self.record(interp, fn, args, kwargs)
                 return self.inline(interp, frame, func, [owner, *args], kwargs, None)
             return self.call_builtin(interp, frame, fn, args, kwargs)
+        constant, cached = constant_or_cached(fn)  # HF's is_torch_distributed_available
+        if constant or cached is not None:
+            return (self.inline(interp, frame, cached, args, kwargs, None) if cached
+                    else self.direct(interp, fn, args, kwargs))
         if type(fn) is functools.partial:
             # call through: the bound arguments are read like any other outside value
             func, bound, keywords = fn.func, fn.args, fn.keywords

@@ -3,12 +3,16 @@ them are evaluated or recorded, not inlined)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
+import types
 from typing import Any
 
-__all__ = ["is_stdlib", "is_torch_code"]
+from ember.frontend._torch import marked_constant
+
+__all__ = ["constant_or_cached", "is_stdlib", "is_torch_code"]
 
 _STDLIB_DIRS = tuple(
     os.path.join(os.path.realpath(p), "")
@@ -32,3 +36,24 @@ def is_torch_code(fn: Any) -> bool:
     """A function or class defined in a ``torch`` module."""
     module = getattr(fn, "__module__", None) or ""
     return module == "torch" or module.startswith("torch.")
+
+
+
+def constant_or_cached(fn: Any) -> tuple[bool, types.FunctionType | None]:
+    """How to call ``fn`` when it is a function marked with ``assume_constant_result``
+    (``(True, None)``: call it for real, its result is a constant) or the Python function
+    under ``@functools.lru_cache`` / ``@functools.cache``, whose C wrapper cannot be
+    interpreted (``(False, function)``: interpret the function; a cache changes when a
+    result is computed, not what it is; marked under the cache: ``(True, None)``, as
+    torch.compile). ``(False, None)`` for any other callable and for torch's own
+    functions (recorded as torch code)."""
+    target = fn
+    if isinstance(fn, functools._lru_cache_wrapper):
+        target = getattr(fn, "__wrapped__", None)
+    elif not isinstance(fn, types.FunctionType):
+        return False, None
+    if not isinstance(target, types.FunctionType) or is_torch_code(target):
+        return False, None
+    if marked_constant(target):
+        return True, None
+    return False, (target if target is not fn else None)
