@@ -57,7 +57,10 @@ def test_the_kernel_takes_the_host_scalar_by_value() -> None:
     assert "buf1 = aten.add.Tensor(arg1, 1)" in wrapper, wrapper
     assert wrapper.index("kernel0(") < wrapper.index("aten.add.Tensor(arg1, 1)")
     assert "empty_strided((), ()" not in wrapper  # no cuda 0-d buffer
-    assert "copy_" not in wrapper and ".to(" not in wrapper and ".cuda(" not in wrapper
+    # (an extern result's `_layout(buf.to(dtype), ...)`, run only when eager's dtype
+    # differs from the traced one, is no transfer)
+    moves = "\n".join(line for line in wrapper.splitlines() if "_layout(" not in line)
+    assert "copy_" not in moves and ".to(" not in moves and ".cuda(" not in moves
     assert dict(compiled.fallbacks) == {"aten::add.Tensor": 1}
     ((kernel, source),) = compiled.kernels
     assert [b.host for b in kernel.buffers] == [False, True, True, False]

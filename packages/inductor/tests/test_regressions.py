@@ -110,3 +110,18 @@ def test_arange_with_symbolic_start_and_step() -> None:
         x = torch.randn(shape)
         for got, want in zip(run([x]), _arange_cases(x)):
             torch.testing.assert_close(got, want)
+
+
+def test_extern_result_in_another_dtype_than_traced_is_converted() -> None:
+    # native_group_norm of a bf16 input with f32 weight: torch's meta says bf16 mean and
+    # rstd, the CPU kernel returns f32 (autocast-trained Wav2Vec2's GroupNorm). The
+    # kernels read the extern result as the traced bf16: f32 bits read as bf16 gave
+    # inf/nan gradients; the wrapper now converts the result to the traced dtype.
+    def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        _, mean, rstd = torch.ops.aten.native_group_norm(x, w, b, 2, 16, 79, 16, 1e-5)
+        return mean.float() + rstd.float() * 2
+
+    x = torch.randn(2, 16, 79).bfloat16()
+    w, b = torch.ones(16), torch.zeros(16)
+    _, run = compile_fn(f, x, w, b)
+    torch.testing.assert_close(run(x, w, b)[0], f(x, w, b), rtol=1e-2, atol=1e-2)

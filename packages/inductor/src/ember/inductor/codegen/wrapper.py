@@ -454,10 +454,14 @@ class WrapperWriter:
                     self.emit(f"    {out} = _custom_result({out}, {call.target!r}, {index}, "
                               f"{meta[0]}, {shape}, {layout})")
                     continue
-                # NOTE: an optional result may come back None (CUDA attention's extras)
-                self.emit(f"if isinstance({out}, torch.Tensor) and ({out}.shape != {shape} "
-                          f"or {out}.stride() != {layout}):")
-                self.emit(f"    {out} = _layout({out}, {shape}, {layout})")
+                # NOTE: an optional result may come back None (CUDA attention's extras).
+                # The dtype too: torch's meta of an op can differ from its kernel
+                # (native_group_norm of bf16 with f32 weight: bf16 mean/rstd, eager's are
+                # f32), and the kernels read the buffer as the traced dtype
+                self.emit(f"if isinstance({out}, torch.Tensor) and ({out}.dtype is not "
+                          f"{meta[0]} or {out}.shape != {shape} or {out}.stride() != "
+                          f"{layout}):")
+                self.emit(f"    {out} = _layout({out}.to({meta[0]}), {shape}, {layout})")
         for index, sym in call.binds:  # int(u0): .item() used as a size
             self.bound.add(sym)
             self.emit(f"{sym} = int({call.outputs[index]})")
