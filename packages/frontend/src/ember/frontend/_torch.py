@@ -80,6 +80,10 @@ def custom_function_class(node: Any) -> type | None:
 _LIBRARY_AUTOGRAD = "torch._library.autograd"
 
 
+# the folder of torch's higher-order ops, as it appears in their code's file names
+_HIGHER_ORDER_FOLDER = os.path.join("torch", "_higher_order_ops", "")
+
+
 def higher_order_op_name(fn: Any) -> str | None:
     """The name of the higher-order op ``fn`` calls (``torch.cond``, ``while_loop``,
     ``scan``, ...: a function of ``torch._higher_order_ops`` or an operator of
@@ -90,9 +94,8 @@ def higher_order_op_name(fn: Any) -> str | None:
         return "torch.cond"
     module = getattr(fn, "__module__", None) or ""
     code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
-    home = os.path.join("torch", "_higher_order_ops", "")
     if module.startswith("torch._higher_order_ops") or (
-            code is not None and home in code.co_filename):
+            code is not None and _HIGHER_ORDER_FOLDER in code.co_filename):
         return f"{module}.{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}"
     return None
 

@@ -34,21 +34,24 @@ DeviceAutocast = tuple[str, bool, torch.dtype]
 """``(device type, enabled, dtype)``: one device type's autocast state."""
 
 
+def _without_autocast(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with autocast off (one C call when it is off already)."""
+    if not any_autocast_enabled():
+        return fn(*args)
+    with autocast_disabled():
+        return fn(*args)
+
+
 def run_graph(runner: Callable[[list[Any]], list[Any]], inputs: list[Any]) -> list[Any]:
     """``runner(inputs)`` with autocast off (see the module docstring)."""
-    if not any_autocast_enabled():
-        return runner(inputs)
-    with autocast_disabled():
-        return runner(inputs)
+    result: list[Any] = _without_autocast(runner, inputs)
+    return result
 
 
 def compile_without_autocast(compile_fn: Callable[[], Any]) -> Any:
     """``compile_fn()`` with autocast off: the stages that trace the graph again (aot)
     must see its casts as they are, not cast it again."""
-    if not any_autocast_enabled():
-        return compile_fn()
-    with autocast_disabled():
-        return compile_fn()
+    return _without_autocast(compile_fn)
 
 
 def set_device_state(state: DeviceAutocast) -> None:

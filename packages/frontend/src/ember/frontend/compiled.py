@@ -158,9 +158,9 @@ class TracedFunction:
     def _drop_entries(self, stale: Callable[[CacheEntry], bool], what: str) -> None:
         """Drop the entries traced with a module tree that changed since (the next
         call that needs one recompiles, counted in ``stats.recompiles``)."""
-        kept = [entry for entry in self._entries if not stale(entry)]
-        if len(kept) == len(self._entries):
+        if not any(map(stale, self._entries)):  # the usual call: nothing changed
             return
+        kept = [entry for entry in self._entries if not stale(entry)]
         log("recompiles", f"{self._name()}: the submodules, parameters or buffers of "
             f"{what} changed since it was traced; recompiling")
         if not kept:  # this call compiles again; with entries left, _compile counts it

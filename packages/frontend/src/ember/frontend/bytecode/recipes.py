@@ -61,7 +61,7 @@ class Fetch(Recipe):
     source: Source
 
     def build(self, rt: Rebuild) -> Any:
-        found = rt.fetched.get(id(self), _UNSET)
+        found = rt.fetched.get(id(self), _UNSET) if rt.fetched else _UNSET
         return self.source.fetch(rt.state, rt.ctx) if found is _UNSET else found
 
 

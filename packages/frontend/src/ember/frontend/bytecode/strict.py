@@ -533,17 +533,11 @@ def _unsupported_layout(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The layout of the first argument tensor that is not strided (sparse, mkldnn,
     jagged), looking one container deep; None when there is none."""
     for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor):
-            if value.layout is not torch.strided:
-                return value.layout
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, torch.Tensor) and item.layout is not torch.strided:
-                    return item.layout
-        elif isinstance(value, dict):
-            for item in value.values():
-                if isinstance(item, torch.Tensor) and item.layout is not torch.strided:
-                    return item.layout
+        items = (value.values() if isinstance(value, dict)
+                 else value if isinstance(value, (list, tuple)) else (value,))
+        for item in items:
+            if isinstance(item, torch.Tensor) and item.layout is not torch.strided:
+                return item.layout
     return None
 
 

@@ -238,7 +238,7 @@ def compile_elsewhere(spec: TritonKernelSpec, fn: Any, args: list[Any],
     """Have a worker process compile ``fn`` for this launch (see the module doc); returns
     the binary's cache key, or None when no worker did (no workers, no specialization, or
     a failure: counted and logged, the caller compiles)."""
-    if worker_count() == 0 or not prestart():
+    if not prestart():  # none wanted (EMBER_TRITON_WORKERS=0) or none started
         return None
     try:
         from triton.runtime import driver
