@@ -117,9 +117,9 @@ def test_binaries_are_kept_by_specialization_not_by_grid() -> None:
     kernel.launch((3,), x, 17)   # not a multiple of 16: its own binary
     kernel.launch((5,), x, 65)
     assert fn.launches == [
-        ("jit", (1,), (x, 16)),
+        ("jit", (1, 1, 1), (x, 16)),  # the grid in three dimensions, as binaries take it
         ("binary1", (2, 1, 1), (x, 32, 16)),
-        ("jit", (3,), (x, 17)),
+        ("jit", (3, 1, 1), (x, 17)),
         ("binary2", (5, 1, 1), (x, 65, 16)),
     ]
     assert fn.builds == 2

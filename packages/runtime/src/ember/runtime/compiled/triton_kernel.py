@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import inspect
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -32,11 +31,8 @@ from typing import Any
 
 import torch
 from ember.runtime.compiled import triton_cache, triton_warmed
-from ember.runtime.compiled.triton_scratch import (
-    ensure_scratch_allocator,
-    needs_global_scratch,
-    with_scratch_allocator,
-)
+from ember.runtime.compiled.triton_binary import BinaryLaunch, binary_launch
+from ember.runtime.compiled.triton_scratch import ensure_scratch_allocator
 from ember.runtime.logs import log
 
 
@@ -221,6 +217,13 @@ class TritonKernel:
                 f"Triton kernel {self.name} takes {len(self.spec.signature)} arguments "
                 f"({', '.join(self.spec.signature)}), got {len(args)}"
             )
+        self.launch3(grid3(grid), args)
+
+    def launch3(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
+        """:meth:`launch` for a caller that passes the arguments as a tuple of the
+        signature's length and the grid in three dimensions (the compiled wrapper's
+        launcher, :class:`~ember.runtime.compiled.triton_launcher.TritonLaunch`): no
+        argument count check, no padding, one frame less per launch."""
         key = None
         if self._bound is not None:
             try:
@@ -231,7 +234,7 @@ class TritonKernel:
             if run is None and self._device is not None and triton_warmed.has_entries():
                 run = self._bind_warmed(key, grid)
             if run is not None:
-                run(_grid3(grid), args)
+                run(grid, args)
                 return
         if not self.interpret:  # Triton says what the binary needs only once it is built
             ensure_scratch_allocator()
@@ -255,8 +258,8 @@ class TritonKernel:
         assert self._bound is not None
         try:
             trailing = self._trailing_constexprs()
-            compiled = self._fn.warmup(*args, grid=_grid3(grid), **self._options)
-            compiled[_grid3(grid)]  # noqa: B018 - fails here on a Triton without it
+            compiled = self._fn.warmup(*args, grid=grid3(grid), **self._options)
+            compiled[grid3(grid)]  # noqa: B018 - fails here on a Triton without it
         except Exception as e:  # noqa: BLE001 - any failure: keep launching through JIT
             self._bound = None
             log("cache", f"Triton kernel {self.name}: launching through JIT each call "
@@ -302,7 +305,7 @@ class TritonKernel:
             if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
                 compiled = compiled.result()
             trailing = self._trailing_constexprs()
-            compiled[_grid3(grid)]  # loads the binary; fails on a Triton without it
+            compiled[grid3(grid)]  # loads the binary; fails on a Triton without it
         except Exception as e:  # noqa: BLE001 - any failure: the JIT path decides
             log("cache", f"Triton kernel {self.name}: the binary built before launch is "
                          f"not used ({type(e).__name__}: {e})")
@@ -317,89 +320,7 @@ class TritonKernel:
         return f"<TritonKernel {self.name} ({mode})>"
 
 
-BinaryLaunch = Callable[[tuple[int, int, int], tuple[Any, ...]], None]
-"""``launch(grid, args)``: one compiled binary run over a three-dimensional grid."""
-
-# The call Triton's own ``CompiledKernel[grid](*args)`` makes, which binary_launch makes
-# directly when this Triton's runner is written this way.
-_RUNNER_CALL = ("self.run(grid[0], grid[1], grid[2], stream, self.function, "
-                "self.packed_metadata, launch_metadata,")
-
-
-_direct_runners: dict[type, bool] = {}
-
-
-def _runner_is_direct(kernel_type: type) -> bool:
-    """Whether ``kernel_type[grid](*args)`` (this Triton's ``CompiledKernel``) is a thin
-    runner over ``kernel.run(gx, gy, gz, stream, function, packed_metadata,
-    launch_metadata, enter_hook, exit_hook, *args)``: read from its source once, so a
-    Triton whose runner differs keeps the runner."""
-    known = _direct_runners.get(kernel_type)
-    if known is None:
-        try:
-            source = inspect.getsource(getattr(kernel_type, "__getitem__"))
-            known = _RUNNER_CALL in " ".join(source.split())
-        except (AttributeError, OSError, TypeError):
-            known = False
-        _direct_runners[kernel_type] = known
-    return known
-
-
-def binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
-    """The launcher of one compiled binary, called as ``launch(grid, args)``.
-
-    Triton's ``compiled[grid](*args)`` builds a runner closure per launch and asks for
-    the launch metadata, the current device and stream and the launch hooks each time:
-    most of a small kernel's Python launch cost, paid about 90 times per decode step of
-    a 12-layer GPT-2. Where this Triton's runner is that thin wrapper
-    (:func:`_runner_is_direct`), the launcher calls the binary's ``run`` with the same
-    arguments, bound once; while a launch hook is installed (a profiler) it goes through
-    the runner, which computes the metadata the hook reads (an empty hook chain, the
-    default of newer Tritons, is no hook). A binary that needs global scratch memory
-    (:func:`.triton_scratch.needs_global_scratch`: TMA descriptors) first makes sure the
-    calling thread has Triton's allocator (:mod:`.triton_scratch`)."""
-    launch = _binary_launch(compiled, trailing)
-    return with_scratch_allocator(launch) if needs_global_scratch(compiled) else launch
-
-
-def _binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
-    """:func:`binary_launch` without the scratch allocator's check."""
-    def through_runner(grid: tuple[int, int, int], args: tuple[Any, ...]) -> None:
-        compiled[grid](*args, *trailing)
-
-    try:
-        import triton
-        from triton.runtime import driver
-
-        runtime_knobs = triton.knobs.runtime
-        if not _runner_is_direct(type(compiled)):
-            return through_runner
-        run, function = compiled.run, compiled.function  # run: loads the binary
-        packed = compiled.packed_metadata
-        active = driver.active
-        current_device, current_stream = active.get_current_device, active.get_current_stream
-    except Exception as e:  # noqa: BLE001 - any difference: Triton's own runner
-        log("cache", f"Triton binary launched through Triton's runner ({type(e).__name__}: {e})")
-        return through_runner
-
-    def direct(grid: tuple[int, int, int], args: tuple[Any, ...]) -> None:
-        if not (_no_hook(runtime_knobs.launch_enter_hook)
-                and _no_hook(runtime_knobs.launch_exit_hook)):
-            compiled[grid](*args, *trailing)
-            return
-        run(grid[0], grid[1], grid[2], current_stream(current_device()), function, packed,
-            None, None, None, *args, *trailing)
-
-    return direct
-
-
-def _no_hook(hook: Any) -> bool:
-    """Whether a Triton launch hook slot is empty: None, or (newer Tritons) a hook chain
-    with no hooks in it."""
-    return hook is None or (type(hook).__name__ == "HookChain" and not hook.calls)
-
-
-def _grid3(grid: Sequence[int]) -> tuple[int, int, int]:
+def grid3(grid: Sequence[int]) -> tuple[int, int, int]:
     """``grid`` padded to the three dimensions a compiled kernel's runner reads."""
     x, y, z = tuple(grid) + (1,) * (3 - len(grid))
     return (x, y, z)

@@ -154,10 +154,12 @@ class TritonLaunch:
         self.spec = spec
         self.grid = grid
         self.split = split
-        self._grid = LaunchSizes(spec.signature, grid)
+        # three dimensions, as a compiled binary's launch takes them
+        self._grid = LaunchSizes(spec.signature, (*grid, *(1,) * (3 - len(grid))))
         self._split_sizes = None if split is None else LaunchSizes(
             spec.signature, (*split.grid, split.workspace_numel))
         self._static_grid = None if self._grid.symbolic else self._grid.evaluate({})
+        self._arity = len(spec.signature)
         self._by_device: dict[torch.device, tuple[TritonKernel, TritonKernel | None]] = {}
 
     def kernels_for(self, device: torch.device) -> tuple[TritonKernel, TritonKernel | None]:
@@ -182,7 +184,9 @@ class TritonLaunch:
                             f"interpreted, CPU ones; got a tensor on {device}")
         main, partial = self.kernels_for(device)
         if self.split is None or partial is None or self._split_sizes is None:
-            main.launch(grid, *args)
+            if len(args) != self._arity:
+                main.launch(grid, *args)  # raises, naming the signature
+            main.launch3(grid, args)
             return
         *split_grid, workspace_numel = self._split_sizes.at(args)
         workspaces = [torch.empty(workspace_numel, dtype=d, device=device)

@@ -93,13 +93,13 @@ def needs_global_scratch(compiled: Any) -> bool:
     return bool(size) and int(size) > 0
 
 
-Launch = Callable[[tuple[int, int, int], tuple[Any, ...]], None]
+Launch = Callable[[tuple[int, ...], tuple[Any, ...]], None]
 
 
 def with_scratch_allocator(launch: Launch) -> Launch:
     """``launch`` preceded by :func:`ensure_scratch_allocator` (for a binary that
     :func:`needs_global_scratch`)."""
-    def run(grid: tuple[int, int, int], args: tuple[Any, ...]) -> None:
+    def run(grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
         if not _ready.get():
             ensure_scratch_allocator()
         launch(grid, args)
