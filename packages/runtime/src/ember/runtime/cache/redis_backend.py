@@ -10,7 +10,10 @@ and are signed (:mod:`.signing`).
 A network or protocol error warns once (:class:`ProgramCacheWarning`), logs under
 ``cache``, and switches the remote cache off for the rest of the process: every lookup
 is then a miss and compiling goes on (a server that is down does not cost a timeout per
-compile).
+compile). A reply is read within bounds (:data:`MAX_LINE`, :data:`MAX_BULK`,
+:data:`MAX_ARRAY`, :data:`MAX_DEPTH`): a reply past one, or one that is not RESP (a
+length that is no number), is a :class:`RedisError` like any other protocol error,
+never a crash or an unbounded read.
 """
 
 from __future__ import annotations
@@ -22,6 +25,14 @@ from urllib.parse import unquote, urlsplit
 KEY_PREFIX = "ember:program:"
 TIMEOUT_S = 2.0
 """Seconds to wait for the server to connect or answer."""
+MAX_LINE = 64 << 10
+"""Bytes of a status, error or length line of a reply."""
+MAX_BULK = 512 << 20
+"""Bytes of one string of a reply (Redis's own default ``proto-max-bulk-len``)."""
+MAX_ARRAY = 1 << 20
+"""Items of one array of a reply."""
+MAX_DEPTH = 4
+"""Nesting of arrays in a reply (``SCAN`` answers two levels)."""
 
 
 class RemoteCacheConfigError(ValueError):
@@ -122,12 +133,14 @@ class RedisConnection:
         return self._reply()
 
     def _line(self) -> bytes:
-        line = self._file.readline()
+        line = self._file.readline(MAX_LINE + 2)
         if not line.endswith(b"\r\n"):
+            if len(line) > MAX_LINE:
+                raise RedisError(f"a reply line longer than {MAX_LINE} bytes: not RESP")
             raise RedisError("the connection closed in the middle of a reply")
         return line[:-2]
 
-    def _reply(self) -> Reply:
+    def _reply(self, depth: int = 0) -> Reply:
         line = self._line()
         kind, rest = line[:1], line[1:]
         if kind == b"+":
@@ -135,19 +148,39 @@ class RedisConnection:
         if kind == b"-":
             raise RedisError(f"the server answered: {rest.decode('utf-8', 'replace')}")
         if kind == b":":
-            return int(rest)
+            return _number(line)
         if kind == b"$":
-            n = int(rest)
-            if n < 0:
+            n = _number(line)
+            if n == -1:
                 return None
+            if not 0 <= n <= MAX_BULK:
+                raise RedisError(f"a string of {n} bytes in a reply (at most {MAX_BULK}): "
+                                 "not RESP")
             data = self._file.read(n + 2)
             if len(data) != n + 2:
                 raise RedisError("the connection closed in the middle of a reply")
             return data[:-2]
         if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self._reply() for _ in range(n)]
+            n = _number(line)
+            if n == -1:
+                return None
+            if not 0 <= n <= MAX_ARRAY or depth >= MAX_DEPTH:
+                raise RedisError(f"an array of {n} items at depth {depth + 1} in a reply "
+                                 f"(at most {MAX_ARRAY} items, {MAX_DEPTH} deep): not RESP")
+            return [self._reply(depth + 1) for _ in range(n)]
         raise RedisError(f"not a RESP reply: {line[:40]!r}")
+
+
+def _number(line: bytes) -> int:
+    """The integer after the type byte of a RESP ``line``.
+
+    Raises:
+        RedisError: it is not an integer.
+    """
+    text = line[1:]
+    if not text.lstrip(b"-").isdigit() or len(text) > 20:
+        raise RedisError(f"not a RESP reply: {line[:40]!r} (expected a number)")
+    return int(text)
 
 
 class RedisStore:
