@@ -151,6 +151,15 @@ def test_tensor_differs_from_declaration(tmp_path: Path, dtype: torch.dtype,
         load(write_ember(tmp_path / "p.ember", tensors=tensors))
 
 
+def test_integer_tensor_declared_requiring_grad(tmp_path: Path) -> None:
+    doc = mlp_doc()
+    doc["tensors"]["fc.weight"].update(dtype="int64", requires_grad=True)
+    tensors = safetensors.torch.save({"fc.weight": torch.zeros(8, 8, dtype=torch.int64)})
+    with pytest.raises(IRFormatError, match=r"tensor 'fc.weight': program.json declares "
+                                            r"requires_grad for a int64\[8, 8\] tensor"):
+        load(write_ember(tmp_path / "p.ember", doc=doc, tensors=tensors))
+
+
 def test_declared_tensor_absent(tmp_path: Path) -> None:
     tensors = safetensors.torch.save({})
     with pytest.raises(IRFormatError, match=r"tensor\(s\) \['fc.weight'\] are declared but "

@@ -197,6 +197,10 @@ def _read_tensors(
             raise IRFormatError(f"{TENSORS_MEMBER} holds tensor {name!r}, which "
                                 f"{PROGRAM_MEMBER} does not declare")
         t = _restore(t, decl, name)
+        if decl.requires_grad and not (t.is_floating_point() or t.is_complex()):
+            raise IRFormatError(f"tensor {name!r}: {PROGRAM_MEMBER} declares requires_grad "
+                                f"for a {decl.describe()} tensor (only floating point and "
+                                "complex tensors can require gradients)")
         device = map_location if map_location is not None else decl.device
         try:
             t = t.to(device)
