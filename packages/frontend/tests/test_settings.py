@@ -37,6 +37,13 @@ def test_implemented_modes_compile(mode: str | None) -> None:
     assert torch.equal(ef.compile(add_one, backend="eager", mode=mode)(x), x + 1)
 
 
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_an_autotuning_mode_the_backend_would_ignore_is_an_error(backend: str) -> None:
+    with pytest.raises(ValueError, match=f"mode='max-autotune' asks for autotune.*backend "
+                                         f"'{backend}' runs no inductor stage"):
+        ef.compile(add_one, backend=backend, mode="max-autotune")
+
+
 @pytest.mark.parametrize("backend", ["nope", "Inductor", "cudagraphs", 3, add_one])
 def test_unknown_backend_lists_the_backends(backend: Any) -> None:
     with pytest.raises(ValueError, match="unknown Ember backend .*eager, aot_eager, inductor"):

@@ -173,6 +173,18 @@ def test_unimplemented_torch_modes_are_errors_not_the_default(mode: str) -> None
         compile_program(program, backend="eager", mode=mode)
 
 
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("mode", ["max-autotune", "max-autotune-no-cudagraphs"])
+def test_an_autotuning_mode_without_the_inductor_is_an_error_not_ignored(
+        backend: str, mode: str) -> None:
+    program, _ = mlp_program()
+    with pytest.raises(ValueError, match=f"mode='{mode}' asks for autotune, which the "
+                                         f"inductor stage does; backend '{backend}' runs "
+                                         "no inductor stage.*None, default, reduce-overhead$"):
+        compile_program(program, backend=backend, mode=mode)
+    pipeline_module.check_mode("reduce-overhead", backend)  # CUDA graphs: any backend
+
+
 def test_missing_stage_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stages_module, "available_stages", dict)
     program, _ = mlp_program()

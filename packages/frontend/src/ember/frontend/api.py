@@ -95,7 +95,9 @@ def compile(
             pointwise and reduction Triton kernels, matmul templates against the
             extern call) and keeps each decision in an on-disk cache
             (``docs/autotuning.md``); ``"max-autotune"`` adds CUDA graphs to that,
-            ``"reduce-overhead"`` is CUDA graphs alone. A mode whose features are not
+            ``"reduce-overhead"`` is CUDA graphs alone. The autotuning modes need the
+            inductor: with ``backend="eager"`` or ``"aot_eager"`` they are a
+            ``ValueError``, never ignored. A mode whose features are not
             implemented yet (``ember.runtime.pipeline.implemented_modes()``) raises
             ``NotImplementedError``, never silently the default.
         fullgraph: strict capture raises ``FullGraphError`` at a graph break instead
@@ -119,8 +121,9 @@ def compile(
         :class:`CompiledModule` for a module.
 
     Raises:
-        ValueError: unknown backend, mode, capture mode or option key, or an option
-            or flag value of the wrong type (the message lists the valid ones).
+        ValueError: unknown backend, mode, capture mode or option key, a mode the
+            backend would ignore, or an option or flag value of the wrong type (the
+            message lists the valid ones).
         NotImplementedError: a torch.compile mode Ember does not implement yet.
         ember.runtime.stages.StageNotInstalledError: the backend needs a stage whose
             package is not installed (the message names it).
@@ -131,7 +134,7 @@ def compile(
                            dynamic=dynamic, options=options)
         return decorate
     _check_backend(backend)
-    check_mode(mode)
+    check_mode(mode, backend)
     _check_flags(fullgraph, dynamic)
     if options is not None and not isinstance(options, Mapping):
         raise ValueError(f"options={options!r}: expected a dict or None")

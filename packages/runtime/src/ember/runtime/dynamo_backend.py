@@ -222,8 +222,8 @@ def ember(
         ember.runtime.stages.StageNotInstalledError: a stage of the backend (by default
             ``ember-aot`` and ``ember-inductor``) is not installed.
     """
-    check_mode(None if mode == "default" else mode)
     backend, stage_options = checked_options(options)
+    check_mode(None if mode == "default" else mode, backend)
     if not _is_symbolic_graph(graph_module, example_inputs):
         imported = record_fx(graph_module, example_inputs)
         compiled = compile_program(imported.program, backend, stage_options, mode)

@@ -68,6 +68,13 @@ candidate kernels at compile time) and ``"cudagraphs"`` (the runtime records and
 CUDA graphs). The code implementing a feature adds it here, next to its implementation."""
 
 
+FEATURE_STAGES: dict[str, str] = {"autotune": "inductor"}
+"""The stage that implements a mode feature, for the features a stage implements (the
+runtime implements the others for every backend: ``"cudagraphs"``, which skips, logs and
+counts a program that is not compiled). A mode asking for one is refused with a backend
+that runs no such stage."""
+
+
 def _modes(implemented: bool) -> tuple[str, ...]:
     return tuple(m for m, features in MODE_FEATURES.items()
                  if (features <= IMPLEMENTED_FEATURES) == implemented)
@@ -88,16 +95,23 @@ def list_backends() -> list[str]:
     return list(BACKENDS)
 
 
-def check_mode(mode: object) -> None:
-    """Accept ``None`` and the implemented modes (:func:`implemented_modes`).
+def check_mode(mode: object, backend: str | None = None) -> None:
+    """Accept ``None`` and the implemented modes (:func:`implemented_modes`); with
+    ``backend``, only those whose features the backend's stages implement
+    (:data:`FEATURE_STAGES`).
 
     Raises:
         NotImplementedError: ``mode`` is a ``torch.compile`` mode whose features Ember
             does not implement yet (:data:`MODE_FEATURES`).
-        ValueError: ``mode`` is no mode at all (the message lists the valid ones).
+        ValueError: ``mode`` is no mode at all, or one ``backend`` would ignore (the
+            message lists the valid ones).
     """
     done = implemented_modes()
-    if mode is None or (isinstance(mode, str) and mode in done):
+    if mode is None:
+        return
+    if isinstance(mode, str) and mode in done:
+        if backend in BACKENDS:
+            _check_mode_backend(mode, backend)
         return
     if isinstance(mode, str) and mode in MODE_FEATURES:
         missing = sorted(MODE_FEATURES[mode] - IMPLEMENTED_FEATURES)
@@ -107,6 +121,27 @@ def check_mode(mode: object) -> None:
     pending = _modes(False)
     later = f" (not implemented yet: {', '.join(pending)})" if pending else ""
     raise ValueError(f"unknown mode {mode!r}; modes: None, {', '.join(done)}{later}")
+
+
+def _ignored_feature(mode: str, backend: str) -> str | None:
+    """A feature of ``mode`` whose stage (:data:`FEATURE_STAGES`) ``backend`` lacks."""
+    for feature in sorted(MODE_FEATURES[mode]):
+        stage = FEATURE_STAGES.get(feature)
+        if stage is not None and stage not in BACKENDS[backend]:
+            return feature
+    return None
+
+
+def _check_mode_backend(mode: str, backend: str) -> None:
+    feature = _ignored_feature(mode, backend)
+    if feature is None:
+        return
+    stage = FEATURE_STAGES[feature]
+    valid = [m for m in implemented_modes() if _ignored_feature(m, backend) is None]
+    raise ValueError(
+        f"mode={mode!r} asks for {feature}, which the {stage} stage does; backend "
+        f"{backend!r} runs no {stage} stage, so the mode would be ignored. Use a backend "
+        f"with the {stage} stage, or a mode of backend {backend!r}: None, {', '.join(valid)}")
 
 
 def check_options(backend: str, options: Mapping[str, Any],
@@ -197,7 +232,7 @@ def compile_program(
         A :class:`ProgramCallable` taking every forward placeholder's value in order.
 
     Raises:
-        ValueError: unknown backend or mode.
+        ValueError: unknown backend or mode, or a mode the backend would ignore.
         NotImplementedError: a ``torch.compile`` mode Ember does not implement yet.
         StageNotInstalledError: a stage of ``backend`` is not installed (names the package).
         VerificationError: the input, or a stage's output, breaks its dialect's rules.
@@ -216,7 +251,7 @@ def compile_program(
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown Ember backend {backend!r}; backends: {', '.join(BACKENDS)}")
-    check_mode(mode)
+    check_mode(mode, backend)
     stage_options = dict(options or {})
     if mode is not None:
         stage_options["mode"] = mode
