@@ -14,6 +14,7 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``attributes``     attribute reads, writes and deletes (inlined ``__setattr__``, replays)
 ``exceptions``     exception tables; which exceptions the program may handle while capturing
 ``calls``          what a call does: inline, record, evaluate, or break
+``recorded_calls`` calls run on fake tensors and recorded (refusing what needs real data)
 ``code_origin``    whether a callable is standard-library or torch code
 ``binding``        binding call arguments to parameters, exactly as CPython does
 ``builtin_rules``  one rule per builtin (len, range, enumerate, getattr, print, ...)

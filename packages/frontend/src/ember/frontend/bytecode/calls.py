@@ -9,7 +9,8 @@ The rules, in order (:meth:`CallHandler.call_symbolic`):
    functions defined inside torch (``torch.nn.functional.*``) run on fake tensors and are
    recorded at the ATen level.
 4. torch builtins and tensor methods run on fake tensors (recorded); those that need
-   real data (``.item()``, ``.tolist()``, ``bool(t)``, data-dependent shapes) break.
+   real data (``.item()``, ``.tolist()``, ``bool(t)``, data-dependent shapes) break
+   (:mod:`.recorded_calls`).
 5. Builtins follow :data:`BUILTIN_RULES`; methods of lists/dicts/sets/strings and the
    ``math``/``operator`` modules run directly on their (non-tensor) values.
 6. Classes are constructed as fresh objects (:mod:`.fresh`); anything else (``print``,
@@ -32,10 +33,8 @@ from typing import Any
 
 import torch
 from ember.frontend._torch import (
-    data_dependent_output_types,
     disable_dynamo_wrapped,
     dynamo_disabled_original,
-    higher_order_op_name,
 )
 from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode import (
@@ -56,7 +55,7 @@ from ember.frontend.bytecode.exception_ops import (
     ProfilerRangeExit,
     contextmanager_target,
 )
-from ember.frontend.bytecode.frame import Frame, location_of
+from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.interpreter import (
     MAX_INLINE_DEPTH,
@@ -71,35 +70,21 @@ from ember.frontend.bytecode.optimizer_rules import (
     tensor_step_math,
     weakref_target,
 )
+from ember.frontend.bytecode.recorded_calls import callable_name as _name
+from ember.frontend.bytecode.recorded_calls import record_call
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
 from ember.frontend.bytecode.triton_launch import capture_or_break, launched_kernel
 from ember.frontend.custom_functions import (
     applied_function,
     break_reason,
-    function_in_call,
     gradients_flow,
-    recorded_break_reason,
 )
 from ember.frontend.guard_model import MODULE_HOOK_TABLES
-from ember.runtime.custom_ops import MissingFakeKernelError
 from torch import nn
 
 _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
                     | inspect.CO_ITERABLE_COROUTINE)
 
-# Tensor methods and torch functions that need real data or touch global state.
-_DATA_DEPENDENT = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__",
-                   "__index__", "data_ptr", "backward", "register_hook", "nonzero_static",
-                   "__repr__", "__str__", "__format__"}
-# the calls of _DATA_DEPENDENT that break for another reason than the data
-_NOT_DATA = {
-    "backward": ("Tensor.backward() runs autograd's backward pass, which is not captured "
-                 "(the forward before it and the code after it are compiled)",
-                 "this break is expected in a training step"),
-    "register_hook": ("Tensor.register_hook() on a tensor of the graph (a hook on a "
-                      "gradient is not captured)", "register the hook outside the compiled "
-                      "function, or on a module (register_full_backward_hook)"),
-}
 _GLOBAL_STATE = {"manual_seed", "seed", "save", "load", "set_grad_enabled", "synchronize",
                  "set_default_dtype", "set_printoptions", "use_deterministic_algorithms",
                  # autocast's state, outside a `with` (bytecode/autocast_blocks.py)
@@ -121,33 +106,6 @@ _SHAPE_QUERIES = (type, isinstance, issubclass, callable)
 _PURE_MODULES = ("math", "operator", "_operator", "itertools", "functools")
 _CONTAINER_TYPES: tuple[type, ...] = (list, dict, set, frozenset, tuple, str, bytes, ListIterator, slice,
                     range, type({}.keys()), type({}.values()), type({}.items()))
-
-
-def _unbacked_item(interp: Any, fn: Any) -> bool:
-    """Whether ``fn`` is ``.item()`` of an integer tensor in a symbolic capture: it runs
-    on the fake tensor and gives an unbacked symbol (``u0``), bound at run time by the
-    ``aten::_local_scalar_dense`` node. In a static capture it asks for a symbolic one
-    (``data_dependent``) and breaks if that is not allowed."""
-    owner = getattr(fn, "__self__", None)
-    if getattr(fn, "__name__", "") != "item" or not isinstance(owner, torch.Tensor):
-        return False
-    if owner.dtype.is_floating_point or owner.dtype.is_complex or owner.dtype == torch.bool:
-        return False  # only an integer can be a size
-    if interp.capture.recorder.shape_env is None:
-        interp.capture.data_dependent = True
-        return False
-    frame = root = interp.current_frame
-    while root.parent is not None:
-        root = root.parent
-    line = frame.instructions[frame.ip - 1].line
-    interp.capture.unbacked_items.append((root.ip - 1, location_of(frame, line)))
-    return True
-
-
-ITEM_BREAK = ("Tensor.item() needs the tensor's data (its value is a data-dependent size "
-              "the code after a graph break would need)")
-"""The break at an integer ``.item()`` when a later break in the same capture would
-leave its unbacked symbol live at the break (segment.py retries breaking here)."""
 
 
 class CallHandler:
@@ -387,63 +345,9 @@ class CallHandler:
             raise
 
     def record(self, interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        """Run ``fn`` on fake tensors; the recorder records the ATen ops it runs."""
-        higher_order = higher_order_op_name(fn)
-        if higher_order is not None:
-            # NOTE: never run on fake tensors: torch compiles a higher-order op's eager
-            # call with Dynamo, which, once it failed under the recorder's dispatch mode,
-            # keeps failing for the real call at the break too
-            raise interp.fail(f"{higher_order} (a higher-order op: control flow or a "
-                              "subgraph, which Ember's graphs do not hold)",
-                              "the call runs eagerly; the code around it is compiled")
-        name = getattr(fn, "__name__", "")
-        if name in _DATA_DEPENDENT and not _unbacked_item(interp, fn):
-            raise interp.fail(*_NOT_DATA.get(name, (
-                f"Tensor.{name}() needs the tensor's data", "keep the value as a tensor, "
-                "or move this code out of the compiled function")))
-        interp.capture.pin([getattr(fn, "__self__", None), *args, *kwargs.values()])
-        nodes = interp.capture.recorder.graph.nodes
-        recorded = len(nodes)
-        try:
-            result = self._run_for_real(interp, fn, args, kwargs)
-        except GraphBreak:
-            raise
-        except data_dependent_output_types() as e:
-            interp.capture.data_dependent = True  # a symbolic capture gets unbacked sizes
-            op = getattr(e, "func", None) or str(e).splitlines()[0]
-            raise _restart_if(len(nodes) > recorded, interp.fail(
-                f"data-dependent size of {op} in {_name(fn)}: its output size (or value) "
-                "depends on the data", "compile with dynamic=None or True (symbolic "
-                "shapes give it an unbacked size), or keep the code outside")) from e
-        except Exception as e:
-            hint = ("register the operator's fake kernel" if isinstance(e, MissingFakeKernelError)
-                    else "data-dependent output shapes and values are not captured")
-            raise _restart_if(len(nodes) > recorded, interp.fail(
-                f"{_name(fn)} could not run on fake tensors ({type(e).__name__}: "
-                f"{str(e).splitlines()[0] if str(e) else ''})", hint)) from e
-        function = function_in_call(result, args, kwargs)
-        if function is not None:  # the call runs for real, with the Function's backward
-            raise _restart_if(len(nodes) > recorded, interp.fail(
-                *recorded_break_reason(function, _name(fn))))
-        interp.capture.note_made(result)
-        return result
-
-    def _run_for_real(self, interp: Any, fn: Any, args: list[Any],
-                      kwargs: dict[str, Any]) -> Any:
-        """``fn(*args, **kwargs)``; writes it makes into outside objects it was given
-        (``self`` included) are captured as attribute writes (:meth:`capture_writes`)."""
-        cap = interp.capture
-        owner = getattr(fn, "__self__", None)
-        cap.refuse_dirty([owner, *args, *kwargs.values()], _name(fn))
-        watched = [(o, dict(o.__dict__)) for o in (owner, *args)
-                   if o is not None and cap.source_of(o) is not None
-                   and isinstance(getattr(o, "__dict__", None), dict)
-                   and not isinstance(o, (type, types.ModuleType, nn.Module))]
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            for obj, before in watched:
-                cap.capture_writes(obj, before)
+        """Run ``fn`` on fake tensors; the recorder records the ATen ops it runs
+        (:func:`.recorded_calls.record_call`)."""
+        return record_call(interp, fn, args, kwargs)
 
     def construct(self, interp: Any, frame: Frame, cls: type, args: list[Any],
                   kwargs: dict[str, Any]) -> Any:
@@ -556,22 +460,6 @@ def _rule_for(fn: Any) -> Any:
 
 def _is_user_function(fn: Any) -> bool:
     return isinstance(fn, types.FunctionType) and not is_torch_code(fn)
-
-
-def _restart_if(recorded: bool, err: GraphBreak) -> GraphBreak:
-    """``err``, made to restart the capture when the failed call had recorded ops: the
-    capture then stops before the call, so that its ops (which run again for real at
-    the break) never enter the graph (a random op's draw would shift eager's stream)."""
-    err.from_inlined_call = err.from_inlined_call or recorded
-    return err
-
-
-def _name(fn: Any) -> str:
-    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    if qual is None:
-        return type(fn).__name__
-    module = getattr(fn, "__module__", None)
-    return f"{module}.{qual}" if module and module not in ("builtins",) else qual
 
 
 def _module_of(fn: Any) -> str:

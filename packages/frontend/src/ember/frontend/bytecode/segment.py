@@ -24,7 +24,7 @@ import torch
 from ember.frontend.autocast import AutocastRestore, compile_without_autocast
 from ember.frontend.bytecode.autocast_blocks import AutocastTracker
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
-from ember.frontend.bytecode.calls import ITEM_BREAK, CallHandler
+from ember.frontend.bytecode.calls import CallHandler
 from ember.frontend.bytecode.capture import CaptureContext
 from ember.frontend.bytecode.exception_ops import ExcInfoSource, ProfilerRangeExit
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame, FrameState, _Marker
@@ -37,6 +37,7 @@ from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, lo
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.liveness import live_locals
 from ember.frontend.bytecode.recipes import Unrebuildable
+from ember.frontend.bytecode.recorded_calls import ITEM_BREAK
 from ember.frontend.bytecode.segment_run import CaptureFacts, FunctionContext, Segment
 from ember.frontend.bytecode.sources import (
     AttrSource,

@@ -1,0 +1,141 @@
+"""Calls run for real on fake tensors and recorded at the ATen level (rule 4 of
+:mod:`.calls`): torch functions, tensor methods and torch's own Python code.
+
+:func:`record_call` refuses what needs real data (``.item()``, ``.tolist()``,
+``bool(t)``: a break, or an unbacked symbol for an integer ``.item()`` in a symbolic
+capture), higher-order ops and calls whose result went through a custom
+``autograd.Function``; a call that fails on fake tensors after recording ops restarts
+the capture before it (:func:`restart_if`).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+from ember.frontend._torch import data_dependent_output_types, higher_order_op_name
+from ember.frontend.bytecode.breaks import GraphBreak
+from ember.frontend.bytecode.frame import location_of
+from ember.frontend.custom_functions import function_in_call, recorded_break_reason
+from ember.runtime.custom_ops import MissingFakeKernelError
+from torch import nn
+
+__all__ = ["ITEM_BREAK", "callable_name", "record_call", "restart_if"]
+
+# Tensor methods and torch functions that need real data or touch global state.
+_DATA_DEPENDENT = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__",
+                   "__index__", "data_ptr", "backward", "register_hook", "nonzero_static",
+                   "__repr__", "__str__", "__format__"}
+# the calls of _DATA_DEPENDENT that break for another reason than the data
+_NOT_DATA = {
+    "backward": ("Tensor.backward() runs autograd's backward pass, which is not captured "
+                 "(the forward before it and the code after it are compiled)",
+                 "this break is expected in a training step"),
+    "register_hook": ("Tensor.register_hook() on a tensor of the graph (a hook on a "
+                      "gradient is not captured)", "register the hook outside the compiled "
+                      "function, or on a module (register_full_backward_hook)"),
+}
+
+
+def _unbacked_item(interp: Any, fn: Any) -> bool:
+    """Whether ``fn`` is ``.item()`` of an integer tensor in a symbolic capture: it runs
+    on the fake tensor and gives an unbacked symbol (``u0``), bound at run time by the
+    ``aten::_local_scalar_dense`` node. In a static capture it asks for a symbolic one
+    (``data_dependent``) and breaks if that is not allowed."""
+    owner = getattr(fn, "__self__", None)
+    if getattr(fn, "__name__", "") != "item" or not isinstance(owner, torch.Tensor):
+        return False
+    if owner.dtype.is_floating_point or owner.dtype.is_complex or owner.dtype == torch.bool:
+        return False  # only an integer can be a size
+    if interp.capture.recorder.shape_env is None:
+        interp.capture.data_dependent = True
+        return False
+    frame = root = interp.current_frame
+    while root.parent is not None:
+        root = root.parent
+    line = frame.instructions[frame.ip - 1].line
+    interp.capture.unbacked_items.append((root.ip - 1, location_of(frame, line)))
+    return True
+
+
+ITEM_BREAK = ("Tensor.item() needs the tensor's data (its value is a data-dependent size "
+              "the code after a graph break would need)")
+"""The break at an integer ``.item()`` when a later break in the same capture would
+leave its unbacked symbol live at the break (segment.py retries breaking here)."""
+
+
+def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Run ``fn`` on fake tensors; the recorder records the ATen ops it runs."""
+    higher_order = higher_order_op_name(fn)
+    if higher_order is not None:
+        # NOTE: never run on fake tensors: torch compiles a higher-order op's eager
+        # call with Dynamo, which, once it failed under the recorder's dispatch mode,
+        # keeps failing for the real call at the break too
+        raise interp.fail(f"{higher_order} (a higher-order op: control flow or a "
+                          "subgraph, which Ember's graphs do not hold)",
+                          "the call runs eagerly; the code around it is compiled")
+    name = getattr(fn, "__name__", "")
+    if name in _DATA_DEPENDENT and not _unbacked_item(interp, fn):
+        raise interp.fail(*_NOT_DATA.get(name, (
+            f"Tensor.{name}() needs the tensor's data", "keep the value as a tensor, "
+            "or move this code out of the compiled function")))
+    interp.capture.pin([getattr(fn, "__self__", None), *args, *kwargs.values()])
+    nodes = interp.capture.recorder.graph.nodes
+    recorded = len(nodes)
+    try:
+        result = _run_for_real(interp, fn, args, kwargs)
+    except GraphBreak:
+        raise
+    except data_dependent_output_types() as e:
+        interp.capture.data_dependent = True  # a symbolic capture gets unbacked sizes
+        op = getattr(e, "func", None) or str(e).splitlines()[0]
+        raise restart_if(len(nodes) > recorded, interp.fail(
+            f"data-dependent size of {op} in {callable_name(fn)}: its output size (or value) "
+            "depends on the data", "compile with dynamic=None or True (symbolic "
+            "shapes give it an unbacked size), or keep the code outside")) from e
+    except Exception as e:
+        hint = ("register the operator's fake kernel" if isinstance(e, MissingFakeKernelError)
+                else "data-dependent output shapes and values are not captured")
+        raise restart_if(len(nodes) > recorded, interp.fail(
+            f"{callable_name(fn)} could not run on fake tensors ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''})", hint)) from e
+    function = function_in_call(result, args, kwargs)
+    if function is not None:  # the call runs for real, with the Function's backward
+        raise restart_if(len(nodes) > recorded, interp.fail(
+            *recorded_break_reason(function, callable_name(fn))))
+    interp.capture.note_made(result)
+    return result
+
+def _run_for_real(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)``; writes it makes into outside objects it was given
+    (``self`` included) are captured as attribute writes (:meth:`capture_writes`)."""
+    cap = interp.capture
+    owner = getattr(fn, "__self__", None)
+    cap.refuse_dirty([owner, *args, *kwargs.values()], callable_name(fn))
+    watched = [(o, dict(o.__dict__)) for o in (owner, *args)
+               if o is not None and cap.source_of(o) is not None
+               and isinstance(getattr(o, "__dict__", None), dict)
+               and not isinstance(o, (type, types.ModuleType, nn.Module))]
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        for obj, before in watched:
+            cap.capture_writes(obj, before)
+
+
+def restart_if(recorded: bool, err: GraphBreak) -> GraphBreak:
+    """``err``, made to restart the capture when the failed call had recorded ops: the
+    capture then stops before the call, so that its ops (which run again for real at
+    the break) never enter the graph (a random op's draw would shift eager's stream)."""
+    err.from_inlined_call = err.from_inlined_call or recorded
+    return err
+
+
+def callable_name(fn: Any) -> str:
+    """``module.qualname`` of a callable, for break reasons."""
+    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if qual is None:
+        return type(fn).__name__
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{qual}" if module and module not in ("builtins",) else qual
