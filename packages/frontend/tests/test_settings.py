@@ -78,6 +78,20 @@ def test_option_of_the_wrong_type(backend: str, options: dict[str, Any],
         ef.compile(add_one, backend=backend, options=options)
 
 
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"fullgraph": True, "options": {"allow_breaks": [1]}}, "each a non-empty string"),
+    ({"fullgraph": True, "options": {"allow_breaks": [""]}}, "each a non-empty string"),
+    ({"options": {"allow_breaks": ["print"]}}, "with fullgraph=False .* would be ignored"),
+    ({"fullgraph": True, "options": {"capture": "trace", "allow_breaks": ["print"]}},
+     "with capture='trace' .* would be ignored"),
+])
+def test_allow_breaks_is_checked_not_ignored(kwargs: dict[str, Any], message: str) -> None:
+    """A reason that is no string failed only at the first break (TypeError); an empty
+    one allowed every break; without fullgraph or under trace the option did nothing."""
+    with pytest.raises(ValueError, match=f"option 'allow_breaks'.*{message}"):
+        ef.compile(add_one, backend="eager", **kwargs)
+
+
 def test_options_must_be_a_dict() -> None:
     with pytest.raises(ValueError, match="expected a dict or None"):
         ef.compile(add_one, backend="eager", options=[("capture", "trace")])  # type: ignore[call-overload]

@@ -112,7 +112,8 @@ def compile(
             :func:`~ember.frontend.mark_dynamic` / ``mark_static`` mark dimensions.
         options: ``capture`` picks the capture mode (``"strict"``, the default, or
             ``"trace"``; see :mod:`ember.frontend.capture_modes`), ``allow_breaks``
-            (strict, with ``fullgraph``) the break reasons allowed; other keys go to
+            (strict, with ``fullgraph=True`` only, else a ``ValueError``) the break
+            reasons allowed (non-empty strings, each a part of a reason); other keys go to
             the backend's stages, which declare the keys they read (e.g. inductor's
             ``strict``, ``eager_random``; aot's ``aot.*``).
 
@@ -144,6 +145,7 @@ def compile(
         raise ValueError(f"option 'capture'={capture!r}: expected str")  # noqa: TRY004
     factory = resolve_capture_mode(capture)
     backend_options = _checked_options(backend, options, getattr(factory, "options", None))
+    _check_allow_breaks(backend_options, capture, fullgraph)
     backend_options.pop("capture", None)
     module = module_of(fn_or_module)
     request = CompileRequest(fn_or_module, module, backend, mode, fullgraph, dynamic,
@@ -168,6 +170,28 @@ def _check_flags(fullgraph: bool, dynamic: bool | None) -> None:
         raise ValueError(f"fullgraph={fullgraph!r}: expected True or False")  # noqa: TRY004
     if dynamic is not None and not isinstance(dynamic, bool):
         raise ValueError(f"dynamic={dynamic!r}: expected None, True or False")
+
+
+def _check_allow_breaks(options: Mapping[str, Any], capture: str, fullgraph: bool) -> None:
+    """``allow_breaks``: a list of break reasons (non-empty strings, matched as parts of
+    a break's reason), read by strict capture under ``fullgraph=True`` only.
+
+    Raises:
+        ValueError: a reason that is no non-empty string, or ``allow_breaks`` where
+            nothing reads it (it would be ignored).
+    """
+    if "allow_breaks" not in options:
+        return
+    reasons = options["allow_breaks"]
+    if not all(isinstance(r, str) and r for r in reasons):
+        raise ValueError(f"option 'allow_breaks'={reasons!r}: expected a list or tuple of "
+                         "break reasons, each a non-empty string (a part of the reason, "
+                         "e.g. 'print')")
+    if capture != "strict" or not fullgraph:
+        where = (f"capture={capture!r} (it has no graph breaks)" if capture != "strict"
+                 else "fullgraph=False (every graph break is allowed)")
+        raise ValueError(f"option 'allow_breaks' is read by strict capture with "
+                         f"fullgraph=True only; with {where} it would be ignored")
 
 
 def _checked_options(
