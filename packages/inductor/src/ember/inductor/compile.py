@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from ember.inductor.autotune import autotuning, tuning_device, tuning_report
 from ember.inductor.codegen import KernelSource, backend_for
+from ember.inductor.codegen import registry as kernel_backends
 from ember.inductor.codegen.build import GraphKernels, KernelBuilds
 from ember.inductor.codegen.dedupe import share_identical_kernels
 from ember.inductor.codegen.memory_plan import MemoryReport
@@ -164,7 +165,8 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     Raises:
         ember.runtime.compiled.cpp_build.CppCompileError: with ``strict``, a generated
             kernel does not compile (the message holds the compiler output).
-        ValueError: ``mode`` is no ``torch.compile`` mode.
+        ValueError: ``mode`` is no ``torch.compile`` mode, or ``device`` no device
+            that a kernel backend serves (naming the option).
     """
     options = options or {}
     tune = autotunes(options.get("mode"))
@@ -187,8 +189,29 @@ def autotunes(mode: object) -> bool:
     return "autotune" in mode_features(None if mode is None else str(mode))
 
 
+def option_device(options: dict[str, Any]) -> torch.device | None:
+    """The ``device`` option as a device (None: where the tensors are).
+
+    Raises:
+        ValueError: naming the option, for a value that is no device, or a device type
+            no kernel backend serves (listing those that one serves).
+    """
+    value = options.get("device")
+    if value is None or value == "":
+        return None
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"option 'device'={value!r}: not a device ({e})") from None
+    served = sorted(set(kernel_backends.BACKENDS) | set(kernel_backends.BUILTIN_BACKENDS))
+    if device.type not in served:
+        raise ValueError(f"option 'device'={value!r}: no Ember kernel backend for device "
+                         f"type {device.type!r}; device types: {', '.join(served)}")
+    return device
+
+
 def _compile_program(program: Program, options: dict[str, Any]) -> Program:
-    device = torch.device(options["device"]) if options.get("device") else None
+    device = option_device(options)
     with phase("passes"):
         optimized = run_passes(program, pipeline_for(options))
     # NOTE: each graph's kernels start building once its code is generated, so that the
