@@ -154,17 +154,21 @@ def add(*xs: IndexExpr | Size) -> IndexExpr:
     """The simplified sum of ``xs``."""
     const = 0
     terms: list[IndexExpr] = []
-    symbolic: sympy.Expr = sympy.Integer(0)
-    for x in map(as_index, xs):
+    symbolic: sympy.Expr | None = None
+    for x in xs:
+        if type(x) is int:  # NOTE: the common case (offsets, strides), without an Int
+            const += x
+            continue
+        x = as_index(x)
         parts = x.terms if isinstance(x, Add) else (x,)
         for p in parts:
             if isinstance(p, Int):
                 const += p.value
             elif isinstance(p, Sym):
-                symbolic = symbolic + p.expr
+                symbolic = p.expr if symbolic is None else symbolic + p.expr
             else:
                 terms.append(p)
-    if symbolic != 0:
+    if symbolic is not None:
         sym = as_index(sympy.expand(symbolic))
         if isinstance(sym, Int):
             const += sym.value
@@ -218,6 +222,16 @@ def canonical(x: IndexExpr) -> IndexExpr:
 
 def mul(*xs: IndexExpr | Size) -> IndexExpr:
     """The simplified product of ``xs`` (a product with a sum distributes over it)."""
+    if len(xs) == 2 and type(xs[1]) is int:  # NOTE: an index times a stride, the common case
+        first, k = xs
+        if k == 0:
+            return Int(0)
+        if type(first) is int:
+            return Int(first * k)
+        if isinstance(first, Int):
+            return Int(first.value * k)
+        if isinstance(first, (Var, FloorDiv, Mod, Indirect)):  # one factor, as below
+            return first if k == 1 else Mul((first, Int(k)))
     const = 1
     factors: list[IndexExpr] = []
     symbolic: sympy.Expr | None = None
