@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from ember.runtime.executor import Executor, ExecutorFactory
-from ember.runtime.ir import Graph, OutputKind, Program, ValueRef
+from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, ValueRef
 from ember.runtime.ir.contracts import AotMetadata
 
 
@@ -40,7 +40,9 @@ class TrainingRunner:
         self._factory = executor_factory
         self._backward: Executor | None = None
         self._tangent_deps: list[frozenset[int]] | None = None
-        specs = program.signature.outputs["forward"]
+        # NOTE: a graph without a signature entry returns user outputs only (ir-contract)
+        specs = (program.signature.outputs.get("forward")
+                 or [OutputSpec()] * len(program.forward.output_values))
         self.n_saved = sum(1 for s in specs if s.kind == OutputKind.SAVED_TENSOR)
         self.n_outputs = len(specs) - self.n_saved
         aot = AotMetadata.from_program(program)
@@ -131,27 +133,102 @@ class CompiledFunction(torch.autograd.Function):
         return tuple(visible)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
-        runner: TrainingRunner = ctx.runner
-        if ctx.cuda_graph_hold is not None:
-            ctx.cuda_graph_hold.check()
-        tensors = iter(ctx.saved_tensors)
-        others = iter(ctx.saved_others)
-        saved = [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]
-        incoming = [grads[i] for i in runner.differentiable]
-        missing = {j for j, g in enumerate(incoming) if g is None}
-        tangents = [_contiguous_like_forward(g) if g is not None
-                    else _zeros(ctx.tangent_meta[j]) for j, g in enumerate(incoming)]
-        with _autocast_off():
-            grad_values = runner.backward(saved + tangents)
-        result: list[Any] = [None] * runner.n_inputs
-        deps = runner.tangent_dependencies if missing else None
-        for k, (position, g) in enumerate(zip(runner.grad_positions, grad_values)):
-            if deps is not None and deps[k] and deps[k] <= missing:
-                continue  # only outputs no gradient reached: None, as eager
-            result[position] = g
-        return (None, *result)
+        with torch.no_grad():
+            result = _run_backward(ctx, grads)
+        if not torch.is_grad_enabled():
+            return result
+        # NOTE: backward(create_graph=True): the backward graph ran as compiled code, so
+        # its gradients carry no graph back to the inputs. Returned bare, they would be
+        # constants and a gradient penalty built on them would silently get no gradient
+        # (torch's once_differentiable only marks them when an incoming gradient
+        # requires grad); a node that raises when differentiated makes that an error.
+        return _first_order_only(ctx, result)
+
+
+def _run_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Run the backward executor on the saved values and the incoming gradients."""
+    runner: TrainingRunner = ctx.runner
+    if ctx.cuda_graph_hold is not None:
+        ctx.cuda_graph_hold.check()
+    tensors = iter(ctx.saved_tensors)
+    others = iter(ctx.saved_others)
+    saved = [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]
+    incoming = [grads[i] for i in runner.differentiable]
+    missing = {j for j, g in enumerate(incoming) if g is None}
+    tangents = [_contiguous_like_forward(g) if g is not None
+                else _zeros(ctx.tangent_meta[j]) for j, g in enumerate(incoming)]
+    with _autocast_off():
+        grad_values = runner.backward(saved + tangents)
+    result: list[Any] = [None] * runner.n_inputs
+    deps = runner.tangent_dependencies if missing else None
+    for k, (position, g) in enumerate(zip(runner.grad_positions, grad_values)):
+        if deps is not None and deps[k] and deps[k] <= missing:
+            continue  # only outputs no gradient reached: None, as eager
+        result[position] = g
+    return (None, *result)
+
+
+DOUBLE_BACKWARD_MESSAGE = (
+    "double backward through an Ember-compiled graph is not supported: its gradients "
+    "were computed with backward(create_graph=True) (or torch.autograd.grad(..., "
+    "create_graph=True)), but the compiled backward graph is not differentiable, so "
+    "they do not depend on the graph's inputs. Run the model that a second-order "
+    "gradient (a gradient penalty, a Hessian-vector product) differentiates eagerly, "
+    "e.g. under ember.frontend.disable."
+)
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """Passes gradients through; differentiating them raises ``DOUBLE_BACKWARD_MESSAGE``."""
+
+    @staticmethod
+    def forward(ctx: Any, *tensors: torch.Tensor) -> tuple[Any, ...]:
+        n_grads = ctx.n_grads = tensors[0].numel()
+        return tuple(g.detach() for g in tensors[1:1 + int(n_grads)])
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        raise RuntimeError(DOUBLE_BACKWARD_MESSAGE)
+
+
+def _first_order_only(ctx: Any, result: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``result`` with its tensors replaced by ones whose ``grad_fn`` raises when a
+    second backward reaches it.
+
+    Their ``grad_fn`` also points at the leaves that the compiled function's inputs
+    come from (``ctx`` is its backward node), so that ``torch.autograd.grad(penalty,
+    inputs=x)`` reaches it (and raises) rather than find ``x`` unused."""
+    where = [i for i, g in enumerate(result) if isinstance(g, torch.Tensor)]
+    if not where:
+        return result
+    leaves = _reachable_leaves(ctx)
+    if not leaves:  # NOTE: gives the outputs the raising grad_fn all the same
+        leaves = [torch.empty(0, requires_grad=True)]
+    count = torch.empty(len(where))
+    marked = _FirstOrderOnly.apply(count, *(result[i] for i in where), *leaves)  # type: ignore[no-untyped-call]
+    out = list(result)
+    for i, g in zip(where, marked):
+        out[i] = g
+    return tuple(out)
+
+
+def _reachable_leaves(node: Any) -> list[torch.Tensor]:
+    """The leaf tensors (``AccumulateGrad`` nodes' variables) behind an autograd node."""
+    leaves: list[torch.Tensor] = []
+    seen: set[int] = set()
+    todo = [node]
+    while todo:
+        for nxt, _ in todo.pop().next_functions:
+            if nxt is None or id(nxt) in seen:
+                continue
+            seen.add(id(nxt))
+            variable = getattr(nxt, "variable", None)
+            if isinstance(variable, torch.Tensor):
+                leaves.append(variable)
+            else:
+                todo.append(nxt)
+    return leaves
 
 
 def _autocast_off() -> contextlib.AbstractContextManager[Any]:
