@@ -36,3 +36,17 @@ def test_a_bad_device_fails_the_compile_not_quietly_eager() -> None:
 def test_good_devices_are_accepted(value: object) -> None:
     expected = None if value in (None, "") else torch.device(value)  # type: ignore[arg-type]
     assert option_device({"device": value}) == expected
+
+
+def test_every_option_is_in_the_readme_table() -> None:
+    """The README's option table lists each key ``InductorStage.options`` declares
+    (``precompile_triton``, ``emulate_precision_casts`` and ``attention_dropout`` were
+    accepted but documented only in ``compile_program``'s docstring)."""
+    from pathlib import Path
+
+    from ember.inductor.stage import InductorStage
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`") for line in readme.splitlines()
+            if line.startswith("| `")}
+    assert set(InductorStage.options) <= rows, set(InductorStage.options) - rows

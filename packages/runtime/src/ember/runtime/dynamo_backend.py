@@ -21,9 +21,11 @@ backward graph the aot stage derives (the callable's outputs carry autograd).
 ``options={"backend": B}``    the Ember backend: ``"inductor"`` (default),
                               ``"aot_eager"`` or ``"eager"``
 ``options={...}``             any key a stage of that backend declares
-                              (``Stage.options``: inductor's ``strict``,
-                              ``eager_random``, ``device``, ``precompile``; aot's
-                              ``aot.*``); another key is a ``ValueError``
+                              (``Stage.options``: inductor's ``device``,
+                              ``precompile``, ``precompile_triton``, ``strict``,
+                              ``eager_random``, ``emulate_precision_casts``,
+                              ``attention_dropout``; aot's ``aot.*``); another
+                              key is a ``ValueError``
 ``dynamic=True`` / automatic  symbolic inputs: the graph compiles once, as a
 dynamic                       symbolic program, for every size its ranges and guards
                               allow
