@@ -6,6 +6,7 @@ source stamps of the capture cache's key."""
 from __future__ import annotations
 
 import os
+import pathlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,3 +104,20 @@ def test_a_source_stamp_changes_with_an_edit(tmp_path: Path,
     after = distribution_stamp("stamped-pkg", "stamped_pkg")
     distribution_stamp.cache_clear()
     assert before.startswith("stamped-pkg none stamp ") and before != after
+
+
+def test_usage_skips_an_entry_removed_while_it_counts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process removes an entry between the listing and its ``lstat`` (a
+    ``cache clear``, a corrupt entry dropped): ``cache info`` raised FileNotFoundError."""
+    cache = LocalProgramCache(tmp_path / "root")
+    cache.write("a" * 64, b"12345")
+    listed = pathlib.Path.iterdir
+
+    def with_a_vanished_entry(self: pathlib.Path) -> Iterator[pathlib.Path]:
+        yield from listed(self)
+        yield self / ("b" * 64 + ".entry")
+
+    monkeypatch.setattr(pathlib.Path, "iterdir", with_a_vanished_entry)
+    usage = cache.usage()
+    assert (usage.entries, usage.bytes) == (1, 5)

@@ -101,7 +101,10 @@ class LocalProgramCache:
         count = size = 0
         for path in directory.iterdir():
             if path.name.endswith(SUFFIX):
-                st = os.lstat(path)
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue  # removed by another process since the listing
                 count += 1
                 size += st.st_size
         return LocalUsage(directory, count, size)
