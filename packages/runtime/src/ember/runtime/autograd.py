@@ -183,9 +183,9 @@ class _FirstOrderOnly(torch.autograd.Function):
     """Passes gradients through; differentiating them raises ``DOUBLE_BACKWARD_MESSAGE``."""
 
     @staticmethod
-    def forward(ctx: Any, *tensors: torch.Tensor) -> tuple[Any, ...]:
-        n_grads = ctx.n_grads = tensors[0].numel()
-        return tuple(g.detach() for g in tensors[1:1 + int(n_grads)])
+    def forward(ctx: Any, n_grads: int, *tensors: torch.Tensor) -> tuple[Any, ...]:
+        # NOTE: ``tensors`` is the gradients, then the leaves (only edges for autograd)
+        return tuple(g.detach() for g in tensors[:n_grads])
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
@@ -205,8 +205,7 @@ def _first_order_only(ctx: Any, result: tuple[Any, ...]) -> tuple[Any, ...]:
     leaves = _reachable_leaves(ctx)
     if not leaves:  # NOTE: gives the outputs the raising grad_fn all the same
         leaves = [torch.empty(0, requires_grad=True)]
-    count = torch.empty(len(where))
-    marked = _FirstOrderOnly.apply(count, *(result[i] for i in where), *leaves)  # type: ignore[no-untyped-call]
+    marked = _FirstOrderOnly.apply(len(where), *(result[i] for i in where), *leaves)  # type: ignore[no-untyped-call]
     out = list(result)
     for i, g in zip(where, marked):
         out[i] = g
