@@ -222,8 +222,9 @@ def canonical(x: IndexExpr) -> IndexExpr:
 
 def mul(*xs: IndexExpr | Size) -> IndexExpr:
     """The simplified product of ``xs`` (a product with a sum distributes over it)."""
-    if len(xs) == 2 and type(xs[1]) is int:  # NOTE: an index times a stride, the common case
-        first, k = xs
+    if len(xs) == 2 and type(k := xs[1]) is int:  # NOTE: an index times a stride
+        first = xs[0]
+        assert isinstance(k, int)
         if k == 0:
             return Int(0)
         if type(first) is int:
