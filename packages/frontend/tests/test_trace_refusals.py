@@ -44,3 +44,53 @@ def test_the_forward_alone_is_traced_and_backward_outside_works() -> None:
         model.zero_grad()
         compiled(torch.ones(2, 3)).backward()
         torch.testing.assert_close(model.weight.grad, torch.full((1, 3), 2.0))
+
+
+GLOBAL_STATE = torch.zeros(3)
+
+
+def _closure_writer() -> object:
+    state = torch.zeros(3)
+
+    def h(x: torch.Tensor) -> torch.Tensor:
+        state.mul_(2)
+        return x + state
+    return h
+
+
+class _PlainAttribute(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = torch.zeros(3)  # not a buffer: a constant of a trace
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.cache[1:].add_(1)
+        return x + self.cache
+
+
+def _global_writer(x: torch.Tensor) -> torch.Tensor:
+    GLOBAL_STATE.add_(x)
+    return x * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize(("make", "line", "name"), [
+    (lambda: _global_writer, r"GLOBAL_STATE\.add_\(x\)", "the global 'GLOBAL_STATE'"),
+    (_closure_writer, r"state\.mul_\(2\)", "the closure variable 'state'"),
+    (_PlainAttribute, r"self\.cache\[1:\]\.add_\(1\)", "the attribute self.cache"),
+])
+def test_an_in_place_write_into_a_python_tensor_names_the_line_and_the_tensor(
+        backend: str, make: object, line: str, name: str) -> None:
+    # before: aot's IR error asking to make '_tensor_constant0' a buffer (the eager
+    # backend wrote into the graph's copy)
+    fn = make()  # type: ignore[operator]
+    compiled = ef.compile(fn, backend=backend, options={"capture": "trace"})
+    with pytest.raises(CaptureError, match=rf"test_trace_refusals\.py:\d+ in \w+: {line}\n"
+                                           rf"  it writes in place into {name}(.|\n)*strict"):
+        compiled(torch.ones(3))
+    before = GLOBAL_STATE.clone()
+    if fn is _global_writer:  # the strict capture writes it back, at every call
+        strict = ef.compile(fn, backend=backend)
+        strict(torch.ones(3))
+        strict(torch.ones(3))
+        torch.testing.assert_close(GLOBAL_STATE, before + 2)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 from typing import Any
 
 import torch
@@ -44,6 +45,8 @@ __all__ = [
     "size_functions",
     "dict_version_reader",
     "disable_dynamo_wrapped",
+    "dynamo_disable_wrapper_code",
+    "dynamo_disabled_callee",
     "dynamo_disabled_original",
     "dynamo_graph_break",
     "fake_mode_active",
@@ -149,6 +152,33 @@ def dynamo_disabled_original(fn: Any) -> Any | None:
         return None
     return getattr(target, "_torchdynamo_orig_callable", None) or getattr(
         target, "__wrapped__", None)
+
+
+def _dynamo_disable_probe() -> None:
+    """Decorated by :func:`_dynamo_disable_wrapper_code`: its wrapper's code object is
+    the one every ``torch.compiler.disable`` wrapper of a function runs."""
+
+
+@functools.cache
+def _dynamo_disable_wrapper_code_once() -> Any:
+    disable: Any = torch.compiler.disable
+    return getattr(disable(_dynamo_disable_probe), "__code__", None)
+
+
+def dynamo_disable_wrapper_code() -> Any | None:
+    """The code object every ``torch.compiler.disable`` / ``torch._dynamo.disable``
+    wrapper of a function runs (torch's private ``_fn``), or None while
+    ``torch._dynamo`` is not imported (no such wrapper exists; it is not imported here)."""
+    if "torch._dynamo.eval_frame" not in sys.modules:
+        return None
+    return _dynamo_disable_wrapper_code_once()
+
+
+def dynamo_disabled_callee(frame: Any) -> Any | None:
+    """For a frame that has just started running the code of
+    :func:`dynamo_disable_wrapper_code`, the callable the wrapper is about to run (its
+    closure variable ``fn``, read before the frame copied it), or None."""
+    return frame.f_locals.get("fn")
 
 
 def _disable_dynamo_probe() -> None:

@@ -33,6 +33,7 @@ import inspect
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -55,7 +56,8 @@ from ember.frontend.trace_guards import (
     add_training,
     add_value,
 )
-from ember.frontend.trace_refusals import RefuseAutograd
+from ember.frontend.trace_refusals import RefuseAutograd, constant_write
+from ember.frontend.trace_watch import PythonWatch, watched_python
 from ember.runtime.ir import InputKind, InputSpec, Program
 from ember.runtime.tracing import GraphRecorder
 from ember.runtime.tracing_source import user_source_location_of_traceback
@@ -205,6 +207,7 @@ def trace_capture(
     from ember.frontend import trace_triton
     from ember.frontend.bytecode import triton_launch
 
+    watch = PythonWatch()
     try:
         with ExitStack() as stack:
             for module_layout, fakes in swaps:
@@ -213,20 +216,23 @@ def trace_capture(
             stack.enter_context(trace_triton.launches_recorded(rec))
             stack.enter_context(RefuseAutograd())  # a backward pass is not traced
             stack.enter_context(rec)
+            # disabled calls refused, rebound globals/nonlocals warned (trace_watch.py)
+            watch = stack.enter_context(watched_python())
             result = fn(*fake_args, **fake_kwargs)
     except Exception as e:
+        if watch.refused is not None and e is not watch.refused:
+            raise _could_not_trace(fn, watch.refused, None) from watch.refused
         if (isinstance(e, data_dependent_output_types()) and not symbolic
                 and policy.unbacked_allowed):
             return trace_capture(fn, module, args, kwargs, layout, policy, dynamic_shapes,
                                  symbolic=True)
         # NOTE: Triton's own frames are not library code to the recorder; an error under
         # a launch (or any Triton call) names the user's line that made it
-        tb = triton_launch.frames_before_triton(e.__traceback__)
-        where = user_source_location_of_traceback(tb)
-        at = f" at {where}: {where.text}" if where is not None else ""
-        raise CaptureError(
-            f"could not trace {callable_name(fn)}{at}\n  {type(e).__name__}: {e}{_hint(e)}"
-        ) from e
+        raise _could_not_trace(fn, e, triton_launch.frames_before_triton(e.__traceback__)
+                               ) from e
+    if watch.refused is not None:  # the code caught the refusal
+        raise _could_not_trace(fn, watch.refused, None) from watch.refused
+    watch.warn()
     outputs, layout_of_result = _split_result(result)
     function = custom_function_in(outputs)
     if function is not None:
@@ -237,6 +243,16 @@ def trace_capture(
             "ops instead)\n  hint: use the strict capture (the default), which runs the "
             "Function eagerly at a graph break, or call it under torch.no_grad()")
     program = rec.finish(outputs)
+    written = constant_write(program, fn, module)
+    if written is not None:
+        node, name = written
+        at = f" at {node.source}: {node.source.text}" if node.source is not None else ""
+        raise CaptureError(
+            f"could not trace {callable_name(fn)}{at}\n  it writes in place into {name}, a "
+            "tensor the trace holds as a constant of the graph: the write would change "
+            "the graph's copy, not the tensor\n  hint: pass the tensor as an argument, "
+            "register it as a buffer of the module, or use the strict capture (the "
+            "default), which makes it a graph input and writes it back")
     if dims.symbolic_inputs:
         install_shape_guards(program.forward, dims.symbolic_inputs, guards.add,
                              rec.shape_env)
@@ -449,6 +465,16 @@ def _split_result(result: Any) -> tuple[list[torch.Tensor], OutputLayout]:
             sources.append(None)
             constants.append(leaf)
     return outputs, OutputLayout(out_spec, sources, constants)
+
+
+def _could_not_trace(fn: Callable[..., Any], error: Exception,
+                     tb: TracebackType | None) -> CaptureError:
+    """The error of a failed trace, at the error's own location (a refused call's) or
+    the innermost user frame of ``tb``."""
+    where = getattr(error, "where", None) or user_source_location_of_traceback(tb)
+    at = f" at {where}: {where.text}" if where is not None else ""
+    return CaptureError(f"could not trace {callable_name(fn)}{at}\n  "
+                        f"{type(error).__name__}: {error}{_hint(error)}")
 
 
 def _hint(error: Exception) -> str:

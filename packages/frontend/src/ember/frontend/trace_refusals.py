@@ -7,13 +7,23 @@ time, on the fake tensors: it left a fake tensor as each parameter's ``.grad`` a
 first call and no gradient at all on later ones, silently. :class:`RefuseAutograd`, a
 torch function mode active during the trace, stops such a call before it runs, with an
 error the trace names the user's line in (``trace.CaptureError``).
+
+:func:`constant_write` finds, in a recorded program, an in-place write into a tensor
+the trace read from a global, a closure or a plain (non-buffer) module attribute: such a
+tensor is a constant of the graph, and the write would go to the graph's copy (the aot
+stage refused it with an IR error asking for a buffer). The trace refuses it with the
+user's line and the tensor's name; strict capture makes such a tensor a graph input and
+writes back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from ember.runtime.ir import IRFormatError, Node, Program, ValueRef
+from ember.runtime.ir.op_queries import argument_at, is_view, mutated_arguments
 from torch.overrides import TorchFunctionMode
 
 
@@ -49,4 +59,74 @@ class RefuseAutograd(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-__all__ = ["AutogradInTrace", "RefuseAutograd"]
+def constant_write(program: Program, fn: Callable[..., Any],
+                   module: torch.nn.Module | None) -> tuple[Node, str] | None:
+    """The first call of ``program``'s forward that writes in place into one of its
+    constants (or a view of one), with a name for the tensor (``global G``, ``self.cache``,
+    ...); None when there is none."""
+    roots: dict[str, str] = {}  # value -> the constant it is, or is a view of
+    for node in program.forward.nodes:
+        if node.op == "constant":
+            roots[node.name] = node.name
+            continue
+        if node.op != "call":
+            continue
+        try:
+            written = mutated_arguments(node)
+            view = is_view(node.target)
+        except IRFormatError:
+            continue
+        for i in written:
+            for ref in _refs(argument_at(node, i)):
+                if ref.node in roots:
+                    target = program.forward.node(roots[ref.node]).target
+                    return node, _tensor_name(program.tensors.get(target), fn, module)
+        if view:
+            base = next((r for r in node.inputs() if r.node in roots), None)
+            if base is not None:
+                roots[node.name] = roots[base.node]
+    return None
+
+
+def _refs(value: Any) -> Iterator[ValueRef]:
+    if isinstance(value, ValueRef):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _refs(v)
+
+
+def _tensor_name(constant: Any, fn: Callable[..., Any], module: torch.nn.Module | None
+                 ) -> str:
+    """Where the traced code read the tensor ``constant`` shares memory with: a global
+    or closure variable of the traced function, or an attribute of a module."""
+    if not isinstance(constant, torch.Tensor):
+        return "a tensor read from Python"
+
+    def same(value: Any) -> bool:
+        return (isinstance(value, torch.Tensor) and value.device == constant.device
+                and value.data_ptr() == constant.data_ptr()
+                and value.shape == constant.shape)
+
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    function = getattr(target, "__func__", target)
+    code = getattr(function, "__code__", None)
+    for name, cell in zip(getattr(code, "co_freevars", ()),
+                          getattr(function, "__closure__", None) or ()):
+        try:
+            if same(cell.cell_contents):
+                return f"the closure variable {name!r}"
+        except ValueError:  # an empty cell
+            continue
+    for name, value in (getattr(function, "__globals__", None) or {}).items():
+        if same(value):
+            return f"the global {name!r}"
+    if module is not None:
+        for prefix, sub in module.named_modules():
+            for name, value in vars(sub).items():
+                if same(value):
+                    return f"the attribute self.{prefix + '.' if prefix else ''}{name}"
+    return f"a tensor of shape {list(constant.shape)} read from Python"
+
+
+__all__ = ["AutogradInTrace", "RefuseAutograd", "constant_write"]

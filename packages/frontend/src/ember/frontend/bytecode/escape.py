@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import types
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -15,6 +17,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _DISABLED_ATTR = "__ember_disable__"
 _NONSTRICT_ATTR = "__ember_nonstrict__"
+# the functions marked by disable(): the trace capture, which runs the Python itself,
+# refuses to start one of them (trace_watch.py)
+_DISABLED_FUNCTIONS: weakref.WeakSet[types.FunctionType] = weakref.WeakSet()
 
 
 def disable(fn: F) -> F:
@@ -23,14 +28,25 @@ def disable(fn: F) -> F:
     resumes). Usable as a decorator. Returns ``fn`` itself (marked)."""
     try:
         setattr(fn, _DISABLED_ATTR, True)
-        return fn
     except (AttributeError, TypeError):
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             return fn(*args, **kwargs)
 
         setattr(wrapper, _DISABLED_ATTR, True)
+        _DISABLED_FUNCTIONS.add(wrapper)  # type: ignore[arg-type]
         return wrapper  # type: ignore[return-value]
+    function = getattr(fn, "__func__", fn)
+    if isinstance(function, types.FunctionType):
+        _DISABLED_FUNCTIONS.add(function)
+    return fn
+
+
+def disabled_functions(code: types.CodeType) -> list[types.FunctionType]:
+    """The functions marked by :func:`disable` whose code is ``code`` (several
+    functions share one code: closures of one ``def``, every ``@contextmanager``
+    function's wrapper)."""
+    return [f for f in list(_DISABLED_FUNCTIONS) if f.__code__ is code]
 
 
 def nonstrict(fn: F) -> F:
