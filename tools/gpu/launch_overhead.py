@@ -1,0 +1,114 @@
+"""Host cost of a Triton launch through Ember's launcher, with and without the flat C
+launch (``ember.runtime.compiled.triton_binary.flat_launch``), on the GPU machine.
+
+    python tools/gpu/launch_overhead.py [hf_bert,hf_gpt2] [bfloat16]
+
+1. One tiny generated kernel launched 20,000 times through ``TritonLaunch`` (the
+   compiled wrapper's launcher), bound both ways: microseconds of host time per launch,
+   the GPU's queue kept from filling by a synchronize every 500 launches.
+2. For each model named: the bench's Ember training step compiled twice in one process,
+   its kernels bound with the flat launch and without it, then each step's host time
+   (the GPU drained before it; median of 20) and ``do_bench`` time, alternating.
+
+The flat launch is turned off for a step by making ``flat_launch`` decline while that
+step's kernels are first launched (binding happens at the first launch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton.testing
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import zoo
+from benchlib.runner import make_step
+from ember.runtime.compiled import triton_binary
+from ember.runtime.compiled.triton_kernel import TritonKernelSpec
+from ember.runtime.compiled.triton_launcher import TritonLaunch
+
+_SOURCE = (
+    "import triton\nimport triton.language as tl\n\n@triton.jit\n"
+    "def add_one(x, y, n, BLOCK: tl.constexpr):\n"
+    "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+    "    tl.store(y + i, tl.load(x + i, mask=i < n) + 1, mask=i < n)\n"
+)
+
+
+@contextlib.contextmanager
+def flat_off() -> Iterator[None]:
+    """Bindings made in the block launch through the launcher object (no flat launch)."""
+    original = triton_binary.flat_launch
+    triton_binary.flat_launch = lambda launcher: None
+    try:
+        yield
+    finally:
+        triton_binary.flat_launch = original
+
+
+def per_launch_us(flat: bool, launches: int = 20_000) -> float:
+    spec = TritonKernelSpec("add_one", _SOURCE, {"x": "*fp32", "y": "*fp32", "n": "i32"},
+                            {"BLOCK": 128})
+    launch = TritonLaunch(spec, (1, 1, 1))
+    x = torch.randn(128, device="cuda")
+    y = torch.empty_like(x)
+    with contextlib.nullcontext() if flat else flat_off():
+        launch(x, y, 128)  # binds
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for i in range(launches):
+        launch(x, y, 128)
+        if i % 500 == 499:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, x + 1)
+    return (time.perf_counter() - start) / launches * 1e6
+
+
+def host_ms(step: Any, steps: int = 20) -> float:
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def main() -> None:
+    names = sys.argv[1].split(",") if len(sys.argv) > 1 else []
+    dtype = getattr(torch, sys.argv[2] if len(sys.argv) > 2 else "bfloat16")
+    for flat in (True, False, True, False):
+        print(f"tiny kernel, flat={flat}: {per_launch_us(flat):.2f} us per launch", flush=True)
+    for name in names:
+        base, inputs = zoo.get(name).make(torch.device("cuda"), dtype, "full")
+        steps = {}
+        for label in ("flat", "launcher"):
+            step = make_step("ember", copy.deepcopy(base), inputs, True, "inductor")
+            with contextlib.nullcontext() if label == "flat" else flat_off():
+                for _ in range(3):
+                    step()
+            steps[label] = step
+        torch.cuda.synchronize()
+        print(f"===== {name} train", flush=True)
+        for order in (("flat", "launcher"), ("launcher", "flat")):
+            for label in order:
+                ms = float(triton.testing.do_bench(steps[label], return_mode="median"))  # type: ignore[arg-type]
+                print(f"  {label:9} do_bench {ms:7.2f} ms  host {host_ms(steps[label]):7.2f} ms",
+                      flush=True)
+        del steps, base, inputs
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
