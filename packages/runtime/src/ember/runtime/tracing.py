@@ -189,6 +189,11 @@ class GraphRecorder:
     # ---- building ---------------------------------------------------------------------
 
     @property
+    def converting(self) -> bool:
+        """True while the recorder's own unrecorded ops run (making an input's fake)."""
+        return self._paused > 0
+
+    @property
     def shape_env(self) -> ShapeEnv | None:
         """The ShapeEnv of a dynamic recorder (None for a static one)."""
         return self.symbols.shape_env if self.symbols is not None else None

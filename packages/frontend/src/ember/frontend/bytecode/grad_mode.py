@@ -130,9 +130,11 @@ class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         result = func(*args, **kwargs)
         # NOTE: never raised from a metadata query (prim::device, sym_size: no tensor
         # result), which C++ may ask where an exception cannot pass
-        if enabled and _has_tensor(result):
+        if enabled and _has_tensor(result) and not self.recorder.converting:
             # NOTE: metadata queries (prim::device while a tensor is made fake) do not
-            # count: they compute nothing autograd could record
+            # count: they compute nothing autograd could record; nor do the ops that
+            # give the fake of an input with autograd history (a loss kept across
+            # backward()) its grad_fn
             if self._wrote_grad_tensor:
                 raise GraphBreak(
                     "grad mode turned on after an in-place write, with grad mode off, "
