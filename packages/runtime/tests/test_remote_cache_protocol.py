@@ -1,5 +1,6 @@
 """A remote cache server that misbehaves: replies that are not RESP or break its bounds,
-and a server that stops in the middle of a run. Each is a ``RedisError`` (an
+a server that drips its reply a byte at a time, and one that stops in the middle of a
+run. Each is a ``RedisError`` (an
 ``OSError``) for the store, and for a compile one ``ProgramCacheWarning`` and a miss,
 never a crash or an unbounded read."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,10 +17,12 @@ import pytest
 import torch
 from counting_stage import CountingStage, install_counting_stage
 from ember.runtime.cache import ProgramCacheWarning, stats
+from ember.runtime.cache import redis_backend
 from ember.runtime.cache.program_cache import close_remotes
 from ember.runtime.cache.redis_backend import (
     MAX_LINE,
     RedisAddress,
+    RedisConnection,
     RedisError,
     RedisStore,
 )
@@ -123,6 +127,57 @@ def test_a_server_that_stops_mid_run_is_a_miss_with_a_warning(
                                                     match="failed to answer a lookup"):
             fn = compile_program(other, "aot_eager")
     assert stage.runs == 2
+    assert stats().remote_errors == errors + 1
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(fn([x])[0], torch.relu(x @ ex["w"].T + ex["b"]) * 2)
+
+
+def _drip(reply: bytes, interval: float) -> Callable[[socket.socket], None]:
+    """A server answer: ``reply`` one byte every ``interval`` seconds."""
+    def send(conn: socket.socket) -> None:
+        for i in range(len(reply)):
+            conn.sendall(reply[i:i + 1])
+            time.sleep(interval)
+    return send
+
+
+def test_a_reply_dripped_a_byte_at_a_time_is_a_redis_error_at_the_deadline() -> None:
+    # each byte comes well within the timeout; the whole reply would take 10 s
+    for port in _serve(_drip(b"$200\r\n" + b"x" * 200 + b"\r\n", 0.05)):
+        conn = RedisConnection(RedisAddress("127.0.0.1", port), timeout=0.5)
+        start = time.monotonic()
+        try:
+            with pytest.raises(RedisError, match=r"did not answer within 0\.5 s"):
+                conn.command("GET", "k")
+        finally:
+            conn.close()
+        assert time.monotonic() - start < 1.5
+
+
+def test_a_reply_in_many_pieces_within_the_deadline_is_read() -> None:
+    for port in _serve(_drip(b"*2\r\n$3\r\nabc\r\n:7\r\n", 0.01)):
+        conn = RedisConnection(RedisAddress("127.0.0.1", port), timeout=2.0)
+        try:
+            assert conn.command("GET", "k") == [b"abc", 7]
+        finally:
+            conn.close()
+
+
+def test_a_dripping_server_is_a_miss_with_a_warning(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(redis_backend, "TIMEOUT_S", 0.3)
+    stage: CountingStage = install_counting_stage(monkeypatch)
+    program, ex = mlp_program()
+    errors = stats().remote_errors
+    for port in _serve(_drip(b"+" + b"O" * 200 + b"\r\n", 0.05)):
+        start = time.monotonic()
+        with patch(program_cache=True, cache_enabled=True, cache_dir=tmp_path / "a",
+                   remote_cache=f"redis://127.0.0.1:{port}/0", remote_cache_key=SECRET):
+            with pytest.warns(ProgramCacheWarning,
+                              match=r"failed to answer a lookup \(RedisError: .*within 0\.3 s"):
+                fn = compile_program(program, "aot_eager")
+        assert time.monotonic() - start < 3
+    assert stage.runs == 1
     assert stats().remote_errors == errors + 1
     x = torch.randn(2, 4)
     torch.testing.assert_close(fn([x])[0], torch.relu(x @ ex["w"].T + ex["b"]) * 2)

@@ -13,18 +13,28 @@ is then a miss and compiling goes on (a server that is down does not cost a time
 compile). A reply is read within bounds (:data:`MAX_LINE`, :data:`MAX_BULK`,
 :data:`MAX_ARRAY`, :data:`MAX_DEPTH`): a reply past one, or one that is not RESP (a
 length that is no number), is a :class:`RedisError` like any other protocol error,
-never a crash or an unbounded read.
+never a crash or an unbounded read. So is a request not done in time: one deadline
+covers sending a command and reading its whole reply (:data:`TIMEOUT_S`, plus
+:data:`MIN_BYTES_PER_S` for the strings sent and announced), not each socket read, so a
+server that drips its reply a byte at a time cannot hold a compile up for long.
 """
 
 from __future__ import annotations
 
 import socket
+import time
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 KEY_PREFIX = "ember:program:"
 TIMEOUT_S = 2.0
-"""Seconds to wait for the server to connect or answer."""
+"""Seconds to connect, and the deadline of one request: sending a command and reading
+its whole reply (longer by :data:`MIN_BYTES_PER_S` for large strings)."""
+MIN_BYTES_PER_S = 1 << 20
+"""The slowest transfer a request's deadline allows for the strings it sends and the
+strings its reply announces: each such byte adds ``1 / MIN_BYTES_PER_S`` seconds to
+:data:`TIMEOUT_S` (a large entry on a slow link is no timeout; a server dripping its
+reply is)."""
 MAX_LINE = 64 << 10
 """Bytes of a status, error or length line of a reply."""
 MAX_BULK = 512 << 20
@@ -97,11 +107,19 @@ Reply = bytes | int | str | list["Reply"] | None
 
 
 class RedisConnection:
-    """One socket to a Redis server, speaking RESP2."""
+    """One socket to a Redis server, speaking RESP2.
 
-    def __init__(self, address: RedisAddress, timeout: float = TIMEOUT_S) -> None:
-        self._sock = socket.create_connection((address.host, address.port), timeout=timeout)
-        self._file = self._sock.makefile("rb")
+    ``timeout`` (default :data:`TIMEOUT_S`) bounds the connect and each request as a
+    whole (:meth:`command`), never a single socket read.
+    """
+
+    def __init__(self, address: RedisAddress, timeout: float | None = None) -> None:
+        self._timeout = TIMEOUT_S if timeout is None else timeout
+        self._sock = socket.create_connection((address.host, address.port),
+                                              timeout=self._timeout)
+        self._buffer = bytearray()
+        self._budget = self._timeout
+        self._deadline = time.monotonic() + self._budget
         try:
             if address.password is not None:
                 auth = [address.username, address.password] if address.username else [
@@ -115,30 +133,85 @@ class RedisConnection:
 
     def close(self) -> None:
         """Close the socket."""
-        self._file.close()
         self._sock.close()
 
     def command(self, *args: str | bytes) -> Reply:
-        """Send one command and return its reply.
+        """Send one command and return its reply, both within one deadline.
 
         Raises:
-            RedisError: the server answered with an error, or malformed data.
-            OSError: the connection failed or timed out.
+            RedisError: the server answered with an error or malformed data, or the
+                request was not done by its deadline.
+            OSError: the connection failed.
         """
         out = [b"*%d\r\n" % len(args)]
         for arg in args:
             data = arg.encode("utf-8") if isinstance(arg, str) else arg
             out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-        self._sock.sendall(b"".join(out))
+        request = b"".join(out)
+        self._budget = self._timeout
+        self._deadline = time.monotonic() + self._timeout
+        self._allow(len(request))
+        self._sock.settimeout(self._remaining())
+        try:
+            self._sock.sendall(request)
+        except TimeoutError:
+            raise self._late("send a command") from None
         return self._reply()
 
-    def _line(self) -> bytes:
-        line = self._file.readline(MAX_LINE + 2)
-        if not line.endswith(b"\r\n"):
-            if len(line) > MAX_LINE:
-                raise RedisError(f"a reply line longer than {MAX_LINE} bytes: not RESP")
+    def _allow(self, nbytes: int) -> None:
+        """Extend this request's deadline for ``nbytes`` more bytes to transfer."""
+        extra = nbytes / MIN_BYTES_PER_S
+        self._budget += extra
+        self._deadline += extra
+
+    def _remaining(self) -> float:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._late("answer")
+        return remaining
+
+    def _late(self, what: str) -> RedisError:
+        return RedisError(f"the server did not {what} within {self._budget:.3g} s "
+                          "(the deadline of one request)")
+
+    def _receive(self) -> None:
+        """Append what the socket has to the buffer, waiting until the deadline at most.
+
+        Raises:
+            RedisError: the deadline passed, or the connection closed.
+        """
+        self._sock.settimeout(self._remaining())
+        try:
+            chunk = self._sock.recv(1 << 16)
+        except TimeoutError:
+            raise self._late("answer") from None
+        if not chunk:
             raise RedisError("the connection closed in the middle of a reply")
-        return line[:-2]
+        self._buffer += chunk
+
+    def _line(self) -> bytes:
+        searched = 0
+        while True:
+            end = self._buffer.find(b"\r\n", searched)
+            if 0 <= end <= MAX_LINE:
+                line = bytes(self._buffer[:end])
+                del self._buffer[:end + 2]
+                return line
+            if end > MAX_LINE or len(self._buffer) > MAX_LINE + 1:
+                raise RedisError(f"a reply line longer than {MAX_LINE} bytes: not RESP")
+            searched = max(len(self._buffer) - 1, 0)
+            self._receive()
+
+    def _bulk(self, n: int) -> bytes:
+        self._allow(n)
+        while len(self._buffer) < n + 2:
+            self._receive()
+        if self._buffer[n:n + 2] != b"\r\n":
+            raise RedisError(f"a string of {n} bytes in a reply is not followed by CRLF: "
+                             "not RESP")
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n + 2]
+        return data
 
     def _reply(self, depth: int = 0) -> Reply:
         line = self._line()
@@ -156,10 +229,7 @@ class RedisConnection:
             if not 0 <= n <= MAX_BULK:
                 raise RedisError(f"a string of {n} bytes in a reply (at most {MAX_BULK}): "
                                  "not RESP")
-            data = self._file.read(n + 2)
-            if len(data) != n + 2:
-                raise RedisError("the connection closed in the middle of a reply")
-            return data[:-2]
+            return self._bulk(n)
         if kind == b"*":
             n = _number(line)
             if n == -1:
