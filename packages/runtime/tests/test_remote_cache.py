@@ -5,6 +5,7 @@ between two processes."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from ember.runtime.cache.redis_backend import (
     RemoteCacheConfigError,
     redact,
 )
-from ember.runtime.config import patch
+from ember.runtime.config import Config, RemoteCacheKeyWarning, patch
 from ember.runtime.pipeline import compile_program
 from handbuilt import mlp_program
 from redis_server import free_port, redis_server
@@ -194,3 +195,41 @@ def test_cache_info_and_clear_remote(stage: CountingStage, server: str, tmp_path
         assert capsys.readouterr().out.splitlines()[-1] == (
             f"removed 1 remote entries from {RedisAddress.parse(server).describe()}")
     assert _remote_entries(server) == []
+
+
+@pytest.mark.parametrize(("key", "shown"), [("", "empty:"), ("  \t", "empty (only whitespace)")])
+def test_an_empty_key_is_no_key(stage: CountingStage, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str], key: str,
+                                shown: str) -> None:
+    # EMBER_REMOTE_CACHE=redis://... EMBER_REMOTE_CACHE_KEY= : refused by name, before
+    # any connection (nothing listens on the port)
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # with a remote cache: the error below, no warning
+        read = Config.from_env({"EMBER_REMOTE_CACHE": url, "EMBER_REMOTE_CACHE_KEY": key})
+    assert read.remote_cache_key == key
+    program, _ = mlp_program()
+    with _machine(tmp_path, "a", url, secret=read.remote_cache_key), pytest.raises(
+            SigningKeyError, match=f"EMBER_REMOTE_CACHE_KEY is set but {re.escape(shown)}"):
+        compile_program(program, "aot_eager")
+    assert stage.runs == 0
+    with _machine(tmp_path, "a", url, secret=key):
+        assert cli_main(["cache", "info"]) == 0
+    assert (f"remote: {RedisAddress.parse(url).describe()} (refused: EMBER_REMOTE_CACHE "
+            "is set and EMBER_REMOTE_CACHE_KEY is set but empty" in capsys.readouterr().out)
+
+
+def test_a_key_without_a_remote_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    # an empty one warns (a secret meant to be there is not); a real one is unused
+    with pytest.warns(RemoteCacheKeyWarning, match="EMBER_REMOTE_CACHE_KEY is set but "
+                                                   "empty: an empty secret is no key"):
+        read = Config.from_env({"EMBER_REMOTE_CACHE_KEY": ""})
+    assert read.remote_cache is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read = Config.from_env({"EMBER_REMOTE_CACHE_KEY": SECRET})
+    assert read.remote_cache is None
+    with patch(remote_cache=None, remote_cache_key=SECRET):
+        assert cli_main(["cache", "info"]) == 0
+    assert ("remote: none (EMBER_REMOTE_CACHE unset; EMBER_REMOTE_CACHE_KEY is unused)"
+            in capsys.readouterr().out)

@@ -31,7 +31,9 @@ variable                          meaning                                   defa
 ``EMBER_REMOTE_CACHE``            a shared program cache,                   (unset)
                                   ``redis://[:PASSWORD@]HOST[:PORT][/DB]``
 ``EMBER_REMOTE_CACHE_KEY``        the secret that signs remote entries       (unset)
-                                  (HMAC-SHA256; required with the above)
+                                  (HMAC-SHA256; required with the above;
+                                  empty is no key: an error with it, a
+                                  warning without it)
 ``EMBER_RECOMPILE_LIMIT``         recompiles per code object before the     ``8``
                                   frontend falls back to eager
 ``EMBER_DEBUG_DIR``               if set, the pipeline writes the program   (unset)
@@ -110,7 +112,7 @@ class Config:
             program_cache=_parse_bool(env, "EMBER_PROGRAM_CACHE", True),
             capture_cache=_parse_bool(env, "EMBER_CAPTURE_CACHE", True),
             remote_cache=env.get("EMBER_REMOTE_CACHE") or None,
-            remote_cache_key=env.get("EMBER_REMOTE_CACHE_KEY") or None,
+            remote_cache_key=_remote_cache_key(env),
             recompile_limit=_parse_int(env, "EMBER_RECOMPILE_LIMIT", 8, minimum=0),
             debug_dir=Path(debug_dir).expanduser() if debug_dir else None,
             trust_artifacts=_parse_bool(env, "EMBER_TRUST_ARTIFACTS", False),
@@ -139,6 +141,27 @@ LOG_TOPICS: tuple[str, ...] = (
 )
 """The ``EMBER_LOGS`` topics (described in :mod:`ember.runtime.logs`); ``all`` means
 every one."""
+
+
+class RemoteCacheKeyWarning(UserWarning):
+    """``EMBER_REMOTE_CACHE_KEY`` is set but empty, and no remote cache would use it."""
+
+
+def _remote_cache_key(env: Mapping[str, str]) -> str | None:
+    """``EMBER_REMOTE_CACHE_KEY`` as given (None when unset). An empty one (or one of
+    only whitespace) is kept as it is, so that the remote cache refuses it by name
+    (:func:`ember.runtime.cache.signing.check_secret`) rather than as a missing key;
+    without ``EMBER_REMOTE_CACHE`` it warns (:class:`RemoteCacheKeyWarning`): nothing
+    uses it now, but a secret meant to be there is not (a key that is set, without a
+    remote cache, is simply unused)."""
+    key = env.get("EMBER_REMOTE_CACHE_KEY")
+    if key is not None and not key.strip() and not env.get("EMBER_REMOTE_CACHE"):
+        warnings.warn(
+            "EMBER_REMOTE_CACHE_KEY is set but empty: an empty secret is no key. Nothing "
+            "uses it now (EMBER_REMOTE_CACHE is not set); with a remote cache the first "
+            "compile would raise SigningKeyError. Set it to a random secret of at least "
+            "16 characters, or unset it", RemoteCacheKeyWarning, stacklevel=3)
+    return key
 
 
 class UnknownLogTopicWarning(UserWarning):

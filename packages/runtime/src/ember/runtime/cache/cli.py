@@ -15,6 +15,7 @@ import argparse
 from ember.runtime.cache.local import LocalProgramCache
 from ember.runtime.cache.program_cache import enabled
 from ember.runtime.cache.redis_backend import RedisAddress, RedisStore
+from ember.runtime.cache.signing import SigningKeyError, check_secret
 from ember.runtime.config import config
 
 
@@ -39,10 +40,16 @@ def _info(args: argparse.Namespace) -> int:
     print(f"entries: {usage.entries}")
     print(f"bytes: {usage.bytes}")
     if config.remote_cache is None:
-        print("remote: none (EMBER_REMOTE_CACHE unset)")
+        unused = ("; EMBER_REMOTE_CACHE_KEY is unused" if config.remote_cache_key is not None
+                  else "")
+        print(f"remote: none (EMBER_REMOTE_CACHE unset{unused})")
     else:
         address = RedisAddress.parse(config.remote_cache)
-        signed = "signed" if config.remote_cache_key else "no EMBER_REMOTE_CACHE_KEY: refused"
+        try:
+            check_secret(config.remote_cache_key)
+            signed = "signed"
+        except SigningKeyError as e:
+            signed = f"refused: {e}"
         print(f"remote: {address.describe()} ({signed})")
     return 0
 

@@ -25,9 +25,17 @@ def check_secret(secret: str | None) -> bytes:
     """``secret`` as bytes.
 
     Raises:
-        SigningKeyError: no secret, or one shorter than :data:`MIN_SECRET_BYTES`.
+        SigningKeyError: no secret, an empty one (or only whitespace: never a key), or
+            one shorter than :data:`MIN_SECRET_BYTES`.
     """
-    if not secret:
+    if secret is not None and not secret.strip():
+        raise SigningKeyError(
+            "EMBER_REMOTE_CACHE is set and EMBER_REMOTE_CACHE_KEY is set but empty"
+            f"{' (only whitespace)' if secret else ''}: an empty secret is no key, and "
+            "entries of a shared cache are code that every machine runs, so they are "
+            "signed; set EMBER_REMOTE_CACHE_KEY to the same random secret (at least "
+            f"{MIN_SECRET_BYTES} characters) on every machine, or unset EMBER_REMOTE_CACHE")
+    if secret is None:
         raise SigningKeyError(
             "EMBER_REMOTE_CACHE is set but EMBER_REMOTE_CACHE_KEY is not: entries of a "
             "shared cache are code that every machine runs, so they are signed with a "
