@@ -291,22 +291,21 @@ def test_limit_after_a_break_runs_the_rest_eagerly():
 
 
 def test_unsupported_bytecode_runs_the_function_eagerly():
-    def fn(x, spec):
-        match spec:
-            case {"scale": s}:
-                return x * s
-            case _:
-                return x
+    # (match statements, the example before, are interpreted: test_strict_match.py)
+    def fn(x, scale):
+        class Local:
+            factor = scale
+        return x * Local.factor
 
     x = torch.randn(3)
     compiled = strict(fn)
-    torch.testing.assert_close(compiled(x, {"scale": 2}), x * 2)
-    torch.testing.assert_close(compiled(x, {}), x)
+    torch.testing.assert_close(compiled(x, 2), x * 2)
+    torch.testing.assert_close(compiled(x, 1), x)
     assert compiled.stats.graphs == 0 and compiled.stats.graph_breaks == 1
-    assert "unsupported bytecode GET_LEN, MATCH_KEYS" in compiled.breaks[0].reason
+    assert "unsupported bytecode LOAD_BUILD_CLASS" in compiled.breaks[0].reason
     assert compiled.stats.eager_fallback_calls == 2
-    with pytest.raises(FullGraphError, match="MATCH_KEYS"):
-        strict(fn, fullgraph=True)(x, {})
+    with pytest.raises(FullGraphError, match="LOAD_BUILD_CLASS"):
+        strict(fn, fullgraph=True)(x, 1)
 
 
 def test_dead_locals_after_a_break_are_not_guarded(capsys):
@@ -386,3 +385,15 @@ def test_layers_with_a_break_share_one_compiled_forward(capsys):
     assert compiled.stats.eager_fallback_calls == 0
     assert (compiled.stats.compiles, compiled.stats.graph_breaks) == (3 + 2 * 2, 2 + 2)
     assert capsys.readouterr().out.count("layer") == 2 * 6 * 2  # compiled, then eager
+
+
+def test_a_function_run_eagerly_as_a_whole_names_its_def_line() -> None:
+    # before: "f runs eagerly: unsupported bytecode LOAD_BUILD_CLASS\n  at <unknown location>"
+    def local_class(x: torch.Tensor) -> torch.Tensor:
+        class Local:
+            pass
+        return x + 1
+
+    report = str(ef.explain(local_class)(torch.ones(1)))
+    assert "runs eagerly: unsupported bytecode LOAD_BUILD_CLASS" in report
+    assert "test_strict_breaks.py" in report and "def local_class(x" in report

@@ -12,6 +12,7 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``grad_mode``      grad-mode regions inside a graph: no-grad nodes read detached inputs
 ``data_ops``       loads, stores, operators, subscripts, containers (symbolic and concrete)
 ``attributes``     attribute reads, writes and deletes (inlined ``__setattr__``, replays)
+``match_ops``      ``match`` statements: pattern opcodes as the Python they stand for
 ``exceptions``     exception tables; which exceptions the program may handle while capturing
 ``calls``          what a call does: inline, record, evaluate, or break
 ``recorded_calls`` calls run on fake tensors and recorded (refusing what needs real data)

@@ -35,6 +35,7 @@ from ember.frontend.bytecode.exceptions import find_handler
 from ember.frontend.bytecode.frame import NULL, Frame, location_of
 from ember.frontend.bytecode.generators import InlinedGenerator, LazyIterator
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
+from ember.frontend.bytecode.match_ops import MatchOps
 from ember.frontend.bytecode.opcodes import Instruction
 from ember.runtime.tracing_source import is_library_file
 
@@ -44,7 +45,7 @@ __all__ = ["MAX_INLINE_DEPTH", "GradModeRestore", "Interpreter", "is_fake_tensor
 MAX_INLINE_DEPTH = 32
 
 
-class Interpreter(ExceptionOps):
+class Interpreter(ExceptionOps, MatchOps):
     """Interprets frames; see the module docstring. ``call_rules`` decides calls."""
 
     def __init__(self, capture: CaptureContext | None, calls: Any) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import linecache
 import types
 import warnings
 import weakref
@@ -52,7 +53,7 @@ from ember.frontend.collector import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.stats import CompileStats, report_counts
 from ember.runtime.config import config
-from ember.runtime.ir import Program
+from ember.runtime.ir import Program, SourceLocation
 from ember.runtime.logs import log, log_enabled
 from ember.runtime.phases import timed
 from torch import nn
@@ -518,7 +519,11 @@ class StrictFunction:
         warnings.warn(message, RecompileLimitWarning, stacklevel=3)
 
     def _note_whole_function_eager(self, reason: str) -> None:
-        info = BreakInfo(f"{self._name()} runs eagerly: {reason}", None)
+        code = self.fn.__code__  # the def line: the reason is about the whole function
+        line = code.co_firstlineno
+        where = SourceLocation(code.co_filename, line, code.co_name,
+                               linecache.getline(code.co_filename, line).strip())
+        info = BreakInfo(f"{self._name()} runs eagerly: {reason}", where)
         if info not in self.breaks:
             self._check_fullgraph(info)
             self.breaks.append(info)
