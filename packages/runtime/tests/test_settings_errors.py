@@ -69,10 +69,43 @@ def test_patch_with_known_topics(logs: object) -> None:
 
 
 @pytest.mark.parametrize(("env", "message"), [
-    ({"EMBER_RECOMPILE_LIMIT": "-1"}, "EMBER_RECOMPILE_LIMIT='-1': expected an integer >= 0"),
+    ({"EMBER_RECOMPILE_LIMIT": "-1"}, "EMBER_RECOMPILE_LIMIT='-1': expected an integer >= 1"),
+    # NOTE: 0 compiled once anyway (the first compile counts), as 1 does
+    ({"EMBER_RECOMPILE_LIMIT": "0"}, "EMBER_RECOMPILE_LIMIT='0': expected an integer >= 1"),
+    ({"EMBER_CUDAGRAPH_SHAPES": "-1"}, "EMBER_CUDAGRAPH_SHAPES='-1': expected an integer >= 0"),
+    ({"EMBER_COMPILE_THREADS": "-2"}, "EMBER_COMPILE_THREADS='-2': expected an integer >= 0"),
+    ({"EMBER_TRITON_WORKERS": "-2"}, "EMBER_TRITON_WORKERS='-2': expected an integer >= -1"),
     ({"EMBER_RECOMPILE_LIMIT": "2.5"}, "EMBER_RECOMPILE_LIMIT='2.5': expected an integer"),
     ({"EMBER_CACHE": "sometimes"}, "EMBER_CACHE='sometimes': expected 0 or 1"),
 ])
 def test_unreadable_values_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Config.from_env(env)
+
+
+@pytest.mark.parametrize(("setting", "value", "variable", "minimum"), [
+    ("recompile_limit", 0, "EMBER_RECOMPILE_LIMIT", 1),
+    ("recompile_limit", True, "EMBER_RECOMPILE_LIMIT", 1),
+    ("cudagraph_shapes", -1, "EMBER_CUDAGRAPH_SHAPES", 0),
+    ("compile_threads", -1, "EMBER_COMPILE_THREADS", 0),
+    ("compile_threads", "4", "EMBER_COMPILE_THREADS", 0),
+    ("triton_workers", -2, "EMBER_TRITON_WORKERS", -1),
+])
+def test_patch_bounds_integer_settings_as_the_environment_does(
+        setting: str, value: object, variable: str, minimum: int) -> None:
+    before = getattr(config, setting)
+    with pytest.raises(ValueError, match=rf"setting {setting}={value!r} \({variable}\): "
+                                         rf"expected an integer >= {minimum}"):
+        with patch(**{setting: value}):
+            pass
+    assert getattr(config, setting) == before
+
+
+def test_the_smallest_values_are_accepted() -> None:
+    env = {"EMBER_RECOMPILE_LIMIT": "1", "EMBER_CUDAGRAPH_SHAPES": "0",
+           "EMBER_COMPILE_THREADS": "0", "EMBER_TRITON_WORKERS": "-1"}
+    read = Config.from_env(env)
+    assert (read.recompile_limit, read.cudagraph_shapes, read.compile_threads,
+            read.triton_workers) == (1, 0, 0, -1)
+    with patch(recompile_limit=1, cudagraph_shapes=0, compile_threads=0, triton_workers=-1):
+        pass

@@ -34,7 +34,8 @@ variable                          meaning                                   defa
                                   (HMAC-SHA256; required with the above;
                                   empty is no key: an error with it, a
                                   warning without it)
-``EMBER_RECOMPILE_LIMIT``         recompiles per code object before the     ``8``
+``EMBER_RECOMPILE_LIMIT``         compiled variants per code object (the    ``8``
+                                  first compile counts; >= 1) before the
                                   frontend falls back to eager
 ``EMBER_DEBUG_DIR``               if set, the pipeline writes the program   (unset)
                                   after each stage there
@@ -43,7 +44,7 @@ variable                          meaning                                   defa
                                   (they are code: trust their source)
 ``EMBER_CUDAGRAPH_SHAPES``        input shapes a graph is recorded for      ``8``
                                   (``reduce-overhead``); later ones run
-                                  plain
+                                  plain (0: none is recorded)
 ``EMBER_CUDAGRAPH_COPY_OUTPUTS``  ``1``: a replay's outputs are copies      ``0``
                                   (kept across calls) instead of views a
                                   later replay revokes
@@ -56,7 +57,8 @@ variable                          meaning                                   defa
 ================================  ========================================  ================
 
 To add a knob: add a field to :class:`Config`, read it in :meth:`Config.from_env`, and
-add a row to the table above.
+add a row to the table above; an integer one also goes into :data:`INT_SETTINGS`, which
+bounds it in the environment and in :func:`patch` alike.
 """
 
 from __future__ import annotations
@@ -113,13 +115,13 @@ class Config:
             capture_cache=_parse_bool(env, "EMBER_CAPTURE_CACHE", True),
             remote_cache=env.get("EMBER_REMOTE_CACHE") or None,
             remote_cache_key=_remote_cache_key(env),
-            recompile_limit=_parse_int(env, "EMBER_RECOMPILE_LIMIT", 8, minimum=0),
+            recompile_limit=_parse_int(env, "recompile_limit", 8),
             debug_dir=Path(debug_dir).expanduser() if debug_dir else None,
             trust_artifacts=_parse_bool(env, "EMBER_TRUST_ARTIFACTS", False),
-            cudagraph_shapes=_parse_int(env, "EMBER_CUDAGRAPH_SHAPES", 8, minimum=0),
+            cudagraph_shapes=_parse_int(env, "cudagraph_shapes", 8),
             cudagraph_copy_outputs=_parse_bool(env, "EMBER_CUDAGRAPH_COPY_OUTPUTS", False),
-            compile_threads=_parse_int(env, "EMBER_COMPILE_THREADS", 0, minimum=0),
-            triton_workers=_parse_int(env, "EMBER_TRITON_WORKERS", -1, minimum=-1),
+            compile_threads=_parse_int(env, "compile_threads", 0),
+            triton_workers=_parse_int(env, "triton_workers", -1),
         )
 
 
@@ -222,7 +224,18 @@ def _parse_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ValueError(f"{name}={env[name]!r}: expected 0 or 1")
 
 
-def _parse_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+INT_SETTINGS: dict[str, tuple[str, int]] = {
+    "recompile_limit": ("EMBER_RECOMPILE_LIMIT", 1),  # 0 would still compile once
+    "cudagraph_shapes": ("EMBER_CUDAGRAPH_SHAPES", 0),  # 0: no graph recorded
+    "compile_threads": ("EMBER_COMPILE_THREADS", 0),  # 0: one a CPU
+    "triton_workers": ("EMBER_TRITON_WORKERS", -1),  # -1: one a build thread; 0: none
+}
+"""The integer settings: their variable and smallest value (smaller, or no integer, is a
+``ValueError`` naming the variable, from the environment or :func:`patch`)."""
+
+
+def _parse_int(env: Mapping[str, str], setting: str, default: int) -> int:
+    name, minimum = INT_SETTINGS[setting]
     if not env.get(name, "").strip():
         return default
     try:
@@ -232,6 +245,13 @@ def _parse_int(env: Mapping[str, str], name: str, default: int, minimum: int) ->
     if value < minimum:
         raise ValueError(f"{name}={env[name]!r}: expected an integer >= {minimum}")
     return value
+
+
+def _check_int_setting(setting: str, value: object) -> None:
+    name, minimum = INT_SETTINGS[setting]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"setting {setting}={value!r} ({name}): expected an integer "
+                         f">= {minimum}")
 
 
 config: Config = Config.from_env(os.environ)
@@ -254,7 +274,8 @@ def patch(**changes: Any) -> Iterator[Config]:
 
     Raises:
         AttributeError: for a name that is not a setting.
-        ValueError: ``logs`` names a topic that does not exist (listing the topics).
+        ValueError: ``logs`` names a topic that does not exist (listing the topics), or
+            an integer setting is out of its range (:data:`INT_SETTINGS`).
     """
     names = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(changes) - names)
@@ -267,6 +288,8 @@ def patch(**changes: Any) -> Iterator[Config]:
             changes["logs"] = parse_logs(logs)
         else:
             changes["logs"] = parse_logs(",".join(logs))
+    for name in INT_SETTINGS.keys() & changes.keys():
+        _check_int_setting(name, changes[name])
     saved = {name: getattr(config, name) for name in changes}
     for name, value in changes.items():
         setattr(config, name, value)

@@ -156,14 +156,15 @@ def check_options(backend: str, options: Mapping[str, Any],
         also_valid: further names listed as valid (keys the caller took out already).
 
     Raises:
-        ValueError: a key nobody reads (listing the valid ones), or a value of the
-            wrong type.
+        ValueError: a key nobody reads (listing the valid ones), a value of the
+            wrong type, or one a stage refuses (:meth:`Stage.check_options`).
         ember.runtime.stages.StageNotInstalledError: a stage of ``backend`` is missing.
     """
     known = dict(accepted or {})
     undeclared = False
-    for name in BACKENDS[backend]:
-        declared = load_stage(name).options  # StageNotInstalledError before any work
+    stages = [load_stage(name) for name in BACKENDS[backend]]  # StageNotInstalledError first
+    for stage in stages:
+        declared = stage.options
         if declared is None:
             undeclared = True
         else:
@@ -179,6 +180,8 @@ def check_options(backend: str, options: Mapping[str, Any],
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             names = " or ".join("None" if t is type(None) else t.__name__ for t in types)
             raise ValueError(f"option {key!r}={value!r}: expected {names}")
+    for stage in stages:
+        stage.check_options(options)
 
 
 _P = ParamSpec("_P")

@@ -63,6 +63,16 @@ class Stage(abc.ABC):
     ``ember.frontend.compile`` rejects any other key (and other types). None: the stage
     does not declare them, and options are not checked."""
 
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """Check the values of this stage's options beyond their types (a count that
+        is negative, ...); ``ember.frontend.compile`` and the ``torch.compile``
+        backend call it, after the type checks of :attr:`options`, before any work.
+        Default: nothing more to check.
+
+        Raises:
+            ValueError: naming the option, its value and what it accepts.
+        """
+
     @abc.abstractmethod
     def run(self, program: Program, options: dict[str, Any]) -> Program:
         """Compile ``program``; ``options`` are the user's ``options=`` plus ``mode``.
