@@ -9,7 +9,8 @@ option                             meaning                                     d
 ``aot.save_everything``            save every forward value the backward       ``False``
                                    reads (no recomputation), for comparison
 ``aot.recompute_reduction_limit``  reductions over more input elements than    ``4096``
-                                   this are saved, never recomputed
+                                   this are saved, never recomputed (an int
+                                   >= 0; 0: every reduction is saved)
 ``aot.decompose``                  decompose to the Core ATen opset            ``True``
 ``aot.training``                   ``True``/``False`` forces a joint graph or  ``None``
                                    an inference one; ``None``: joint when an
@@ -47,12 +48,34 @@ class AotConfig:
     #: derived (``options[ember.runtime.stages.PRE_GRAD_PASSES]``, set by the pipeline)
     pre_grad_passes: tuple[PreGradPass, ...] = ()
 
+    def __post_init__(self) -> None:
+        """Check each setting, as :func:`ember.runtime.pipeline.check_options` checks the
+        options' types (``compile`` also calls :meth:`AotStage.check_options
+        <ember.aot.stage.AotStage.check_options>`, so a bad value fails there), plus what
+        a type cannot say: a count is never negative.
+
+        Raises:
+            ValueError: naming the option, its value and what it accepts.
+        """
+        for name in ("save_everything", "recompute_reduction_limit", "decompose", "training"):
+            value = getattr(self, name)
+            types = AOT_OPTIONS[f"aot.{name}"]
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                names = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+                raise ValueError(f"option 'aot.{name}'={value!r}: expected {names}")
+        if self.recompute_reduction_limit < 0:
+            raise ValueError(
+                f"option 'aot.recompute_reduction_limit'={self.recompute_reduction_limit!r}: "
+                "expected an int >= 0 (reductions over more input elements than this are "
+                "saved for the backward; 0 saves every one)")
+
     @staticmethod
     def from_options(options: Mapping[str, Any]) -> AotConfig:
         """Read the ``aot.*`` entries of ``options``.
 
         Raises:
-            ValueError: for an unknown ``aot.*`` option.
+            ValueError: for an unknown ``aot.*`` option, or a value it does not accept
+                (:meth:`__post_init__`).
         """
         known = {"save_everything", "recompute_reduction_limit", "decompose", "training"}
         values: dict[str, Any] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ember.aot.config import AOT_OPTIONS, AotConfig
@@ -17,6 +18,14 @@ class AotStage(Stage):
     consumes = "aten"
     produces = "core-functional"
     options = AOT_OPTIONS
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """Refuse values the ``aot.*`` options do not accept (:class:`AotConfig`).
+
+        Raises:
+            ValueError: naming the option and what it accepts.
+        """
+        AotConfig.from_options(options)
 
     def run(self, program: Program, options: dict[str, Any]) -> Program:
         """Compile ``program``; ``options`` may hold ``aot.*`` settings
