@@ -45,6 +45,7 @@ from ember.frontend.guards import GuardSet
 from ember.frontend.module_state import ModuleLayout, callable_name, module_of
 from ember.frontend.pytree import flatten, flatten_with_names, unflatten
 from ember.frontend.shape_guards import SymbolicInput, install_shape_guards
+from ember.frontend.tensor_subclasses import overriding_subclass
 from ember.frontend.trace_guards import (
     ArgumentSource,
     ModuleSlotSource,
@@ -179,6 +180,13 @@ def trace_capture(
     names = _unique(flatten_with_names(args, _parameter_names(fn))
                     + flatten_with_names(kwargs))
     for leaf, name in zip(leaves, names):
+        overrides = overriding_subclass(leaf) if isinstance(leaf, torch.Tensor) else None
+        if overrides is not None:
+            raise CaptureError(
+                f"could not trace {callable_name(fn)}: argument {name} is a tensor whose "
+                f"class overrides {overrides}; the trace runs on plain fake tensors and "
+                "would skip it\n  hint: use the strict capture (the default), which runs "
+                "the code reading it eagerly, or pass a plain tensor")
         if isinstance(leaf, torch.Tensor) and leaf.layout is not torch.strided:
             raise CaptureError(
                 f"could not trace {callable_name(fn)}: argument {name} is a tensor of "

@@ -35,6 +35,7 @@ from ember.frontend.bytecode.sources import (
 )
 from ember.frontend.dynamic import DynamicDim, DynamicPolicy, add_input, dims_of
 from ember.frontend.shape_guards import SymbolicInput
+from ember.frontend.tensor_subclasses import overriding_subclass
 from ember.runtime.ir import InputKind, InputSpec, SourceLocation
 from ember.runtime.tracing import GraphRecorder
 from torch import nn
@@ -197,6 +198,7 @@ class CaptureContext:
             return known
         if self.recorder.value_of(value) is not None:
             return value  # already a tracked fake
+        _refuse_overriding_subclass(value)
         if source is None:
             return value  # recorded as a constant by the recorder
         kind, target = _input_kind(value, source)
@@ -225,6 +227,7 @@ class CaptureContext:
         tensor is an attribute (or a parameter or buffer) of an object with a source, it
         becomes a graph input fetched through that source at every call, not a constant
         of the first call."""
+        _refuse_overriding_subclass(value)
         source = self._member_source(value)
         if source is None:
             if value.requires_grad and torch.is_grad_enabled():
@@ -483,6 +486,18 @@ def _guarded_by_value(value: Any) -> bool:
         return all(isinstance(v, PRIMITIVES) for v in value)
     np = sys.modules.get("numpy")
     return np is not None and isinstance(value, np.generic)
+
+
+def _refuse_overriding_subclass(value: torch.Tensor) -> None:
+    """A break where the graph would read a tensor whose subclass overrides
+    ``__torch_function__``/``__torch_dispatch__`` (the fake tensors would skip it)."""
+    overrides = overriding_subclass(value)
+    if overrides is not None:
+        from ember.frontend.bytecode.breaks import GraphBreak
+
+        raise GraphBreak(f"a tensor whose class overrides {overrides.partition(' of ')[0]} "
+                         f"({overrides.partition(' of ')[2]}): the graph would skip it",
+                         "the code from here runs eagerly, with the overrides")
 
 
 def opaque_data(value: Any) -> bool:

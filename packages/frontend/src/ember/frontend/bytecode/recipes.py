@@ -25,6 +25,12 @@ class Unrebuildable(Exception):
     cannot re-create)."""
 
 
+class EagerState(Unrebuildable):
+    """A value of the frame state at a resume point that no graph may read (a tensor
+    whose subclass overrides ``__torch_function__``, :mod:`ember.frontend.tensor_subclasses`):
+    that resume point runs eagerly. The message is the reason."""
+
+
 class Rebuild:
     """Run-time inputs of the recipes: graph outputs, start state, context, memo;
     ``fetched``: the start-state values read before any replay (:func:`prefetch`)."""

@@ -36,7 +36,7 @@ from ember.frontend.bytecode.grad_mode import (
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, location_of
 from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
 from ember.frontend.bytecode.liveness import live_locals
-from ember.frontend.bytecode.recipes import Unrebuildable
+from ember.frontend.bytecode.recipes import EagerState, Unrebuildable
 from ember.frontend.bytecode.recorded_calls import ITEM_BREAK
 from ember.frontend.bytecode.segment_run import CaptureFacts, FunctionContext, Segment
 from ember.frontend.bytecode.sources import (
@@ -105,13 +105,16 @@ def capture_segment(
         with tracker, cap:
             live = live_locals(ctx.code)[state.ip]
             wrapped: dict[int, Any] = {}
-            for name, v in state.locals.items():
-                if name in live:  # dead locals are dropped: no input, no guard
-                    frame.locals[name] = _wrap_state(cap, v, LocalSource(name), wrapped)
-            frame.stack = [_wrap_state(cap, v, StackSource(i), wrapped)
-                           for i, v in enumerate(state.stack)]
-            frame.exc_stack = [_wrap_state(cap, v, ExcInfoSource(i), wrapped)
-                               for i, v in enumerate(state.exc_stack)]
+            try:
+                for name, v in state.locals.items():
+                    if name in live:  # dead locals are dropped: no input, no guard
+                        frame.locals[name] = _wrap_state(cap, v, LocalSource(name), wrapped)
+                frame.stack = [_wrap_state(cap, v, StackSource(i), wrapped)
+                               for i, v in enumerate(state.stack)]
+                frame.exc_stack = [_wrap_state(cap, v, ExcInfoSource(i), wrapped)
+                                   for i, v in enumerate(state.exc_stack)]
+            except GraphBreak as e:  # a value no graph may read (capture._wrap_tensor)
+                raise EagerState(e.reason) from None
             for it in wrapped.values():
                 it.dead_items = functools.partial(_dead_unpack_targets, interp, frame)
             while not frame.returned:

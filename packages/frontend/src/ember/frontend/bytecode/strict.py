@@ -41,7 +41,7 @@ from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
 from ember.frontend.bytecode.escape import break_allowed
 from ember.frontend.bytecode.frame import Frame, FrameState
-from ember.frontend.bytecode.recipes import Unrebuildable
+from ember.frontend.bytecode.recipes import EagerState, Unrebuildable
 from ember.frontend.bytecode.root_hooks import (
     call_with_forward_hooks,
     has_hooks,
@@ -284,7 +284,8 @@ class StrictFunction:
             with collector_paused():  # a cold compile's garbage collections
                 captured = timed("capture")(self._supported_capture)(state)  # stage profile
         except Unrebuildable as e:
-            reason = f"cannot rebuild the state at a graph break: {e}"
+            reason = (str(e) if isinstance(e, EagerState)
+                      else f"cannot rebuild the state at a graph break: {e}")
             if state.ip == 0:
                 self._eager_reason = reason
             self._eager_points.add(state.ip)
