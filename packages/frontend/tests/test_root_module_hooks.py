@@ -5,6 +5,7 @@ hook were all lost (the trace capture, which calls the module, ran them)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import ember.frontend as ef
@@ -48,3 +49,38 @@ def test_backward_hook_of_the_compiled_module_runs() -> None:
     torch.testing.assert_close(seen[1], seen[0])
     assert compiled.stats.eager_fallback_calls == 1  # logged: the call ran eagerly
     assert "backward hooks" in compiled._compiled.breaks[0].reason
+
+
+class _Replaceable(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+def test_a_forward_replaced_after_compiling_is_called() -> None:
+    # before: the compiled module kept running the forward it was compiled from
+    torch.manual_seed(0)
+    m = _Replaceable()
+    compiled = ef.compile(m, backend="eager")
+    x = torch.ones(2, 3)
+    torch.testing.assert_close(compiled(x), m(x))
+    m.forward = lambda x: m.lin(x) * 100  # type: ignore[method-assign]
+    torch.testing.assert_close(compiled(x), m(x))
+    m.register_forward_hook(lambda mod, args, out: out + 1)
+    torch.testing.assert_close(compiled(x), m(x))
+    del m.forward
+    torch.testing.assert_close(compiled(x), m(x))
+    original = _Replaceable.forward
+    try:
+        _Replaceable.forward = lambda self, x: self.lin(x) - 5  # type: ignore[method-assign]
+        torch.testing.assert_close(compiled(x), m(x))
+    finally:
+        _Replaceable.forward = original  # type: ignore[method-assign]
+    torch.testing.assert_close(compiled(x), m(x))
+    assert compiled.stats.graphs == 3 and compiled.stats.eager_fallback_calls == 0
+    m.forward = functools.partial(torch.mul, other=3.0)  # type: ignore[method-assign]
+    torch.testing.assert_close(compiled(x), m(x))
+    assert compiled.stats.eager_fallback_calls == 1  # not a Python function: eagerly

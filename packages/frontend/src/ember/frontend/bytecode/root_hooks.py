@@ -63,3 +63,18 @@ def call_with_forward_hooks(module: nn.Module, forward: Callable[..., Any],
 
 
 __all__ = ["call_with_forward_hooks", "has_hooks", "needs_module_call"]
+
+
+def replaced_forward(module: nn.Module, compiled: Any) -> Any | None:
+    """What ``module.forward`` is now when it is no longer the function ``compiled``
+    (the one compiled: ``forward`` replaced after compiling, on the instance, e.g.
+    ``m.forward = other``, or on the class), else None. Checked at every call of a
+    compiled module, as ``nn.Module.__call__`` looks ``forward`` up at every call."""
+    own = module.__dict__.get("forward")
+    if own is not None:
+        if getattr(own, "__func__", None) is compiled and getattr(
+                own, "__self__", None) is module:
+            return None
+        return own
+    current = getattr(type(module), "forward", None)
+    return None if current is compiled else getattr(module, "forward", None)

@@ -27,6 +27,7 @@ dimensions symbolic for later captures, automatic dynamic).
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import inspect
 import linecache
@@ -46,6 +47,7 @@ from ember.frontend.bytecode.root_hooks import (
     call_with_forward_hooks,
     has_hooks,
     needs_module_call,
+    replaced_forward,
 )
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.capture_modes import CompileRequest
@@ -108,6 +110,7 @@ class StrictFunction:
         if self.fn.__code__.co_flags & inspect.CO_GENERATOR:
             self._eager_reason = "generator functions run eagerly when compiled directly"
         self._callees: dict[types.FunctionType, StrictFunction] = {}
+        self._forwards: dict[Any, StrictFunction] = {}  # forward replaced: _replaced
         self._capture_cache: CaptureCache | None = None
         self._policy = DynamicPolicy(request.dynamic)
         # an input was marked dynamic, or an op has a data-dependent size: every later
@@ -151,12 +154,17 @@ class StrictFunction:
         self._warned = False
         self._eager_points = set()
         self._callees = {}
+        self._forwards = {}
         self._policy = DynamicPolicy(self.request.dynamic)
         self._saw_marks = False
         self._last_hit = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         root = self.request.fn
+        if isinstance(root, nn.Module):
+            replaced = replaced_forward(root, self.fn)  # m.forward = ... after compiling
+            if replaced is not None:
+                return self._replaced(root, replaced, args, kwargs)
         if isinstance(root, nn.Module) and has_hooks(root):  # bytecode/root_hooks.py
             if needs_module_call(root):
                 self._note_whole_function_eager(
@@ -167,6 +175,29 @@ class StrictFunction:
                 return root(*args, **kwargs)
             return call_with_forward_hooks(root, self._call, args, kwargs)
         return self._call(*args, **kwargs)
+
+    def _replaced(self, root: nn.Module, forward: Any, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> Any:
+        """A call of the module after its ``forward`` was replaced: that function is
+        compiled in its turn (one compiled function each, sharing these stats); a
+        callable that is not a Python function runs eagerly (counted)."""
+        compiled = self._forwards.get(forward)
+        if compiled is None:
+            try:
+                compiled = StrictFunction(dataclasses.replace(self.request, fn=forward))
+            except TypeError:
+                self._note_whole_function_eager(f"forward replaced by a "
+                                                f"{type(forward).__name__} after compiling")
+                self.stats.eager_fallback_calls += 1
+                return root(*args, **kwargs)
+            compiled.stats = self.stats
+            self._forwards[forward] = compiled
+        if has_hooks(root):
+            if needs_module_call(root):
+                self.stats.eager_fallback_calls += 1
+                return root(*args, **kwargs)
+            return call_with_forward_hooks(root, compiled._call, args, kwargs)
+        return compiled._call(*args, **kwargs)
 
     def _call(self, *args: Any, **kwargs: Any) -> Any:
         args = self._bound + args
