@@ -31,6 +31,7 @@ from ember.frontend.bytecode.interpreter import is_fake_tensor
 from ember.frontend.bytecode.iteration import ListIterator, make_iterator
 from ember.frontend.bytecode.signature_rules import SIGNATURE_RULES
 from ember.frontend.bytecode.sources import AttrSource
+from ember.frontend.bytecode.text_values import specialised_for_text
 
 Rule = Callable[[Any, Any, Frame, list[Any], dict[str, Any]], Any]
 BUILTIN_RULES: dict[Any, Rule] = {}
@@ -75,6 +76,8 @@ def _make_direct_rule(fn: Any) -> Rule:
         if fn in (sorted, min, max, sum, any, all) and len(args) == 1 and not isinstance(
                 args[0], (list, tuple)):
             args = [interp.iterate(args[0])]
+        if fn in _MAKE_TEXT:  # a symbolic size made text is specialised (text_values.py)
+            args = [specialised_for_text(a) for a in args]
         key = kwargs.get("key")
         if key is not None and fn in (sorted, min, max):
             # the key function is interpreted (inlined, guarded), not run for real
@@ -261,11 +264,29 @@ BUILTIN_RULES.update(SIGNATURE_RULES)  # inspect.signature of a module's method
 def bound_rule_for(fn: Any) -> Rule | None:
     """A rule for a callable that is not a key of :data:`BUILTIN_RULES` because it is
     bound anew at each read: ``object``'s slots bound to an object (a
-    ``method-wrapper``), and the methods of ``os.environ`` (:mod:`.env_rules`)."""
+    ``method-wrapper``), the text-making methods of a string (``"{}".format``, ``join``),
+    and the methods of ``os.environ`` (:mod:`.env_rules`)."""
     if isinstance(fn, types.MethodWrapperType) and getattr(fn, "__objclass__", None) is object:
         slot = OBJECT_SLOTS.get(fn.__name__)
         return None if slot is None else _object_slot_rule(slot, fn.__self__)
+    if isinstance(getattr(fn, "__self__", None), str) and getattr(
+            fn, "__name__", "") in _STR_MAKE_TEXT:
+        return _str_text_rule(fn)
     return environ_rule(fn)
+
+
+_MAKE_TEXT = (str, repr, format, ascii)
+_STR_MAKE_TEXT = ("format", "format_map", "join", "__mod__")
+
+
+def _str_text_rule(fn: Any) -> Rule:
+    """``"...".format(...)`` and friends: symbolic sizes specialised first."""
+    def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+        return h.direct(interp, fn, [specialised_for_text(a) for a in args],
+                        {k: specialised_for_text(v) for k, v in kwargs.items()})
+
+    return rule
 
 
 @_rule(print)

@@ -37,6 +37,7 @@ from ember.frontend.bytecode.sources import (
     ClosureSource,
     GlobalSource,
 )
+from ember.frontend.bytecode.text_values import specialised_for_text
 from torch import nn
 
 _INPLACE_SET_OPS = (operator.ior, operator.iand, operator.isub, operator.ixor)
@@ -302,6 +303,8 @@ class DataOps(AttributeOps):
                             "function")
         if self.capture is not None and fn is not operator.getitem:
             self.capture.pin(args)  # an operator on a module reads more than its type
+        if self.capture is not None and fn is operator.mod and isinstance(args[0], str):
+            args = (args[0], specialised_for_text(args[1]))  # "%s" % (x.shape,)
         try:
             return fn(*args)
         except GraphBreak:
@@ -420,6 +423,8 @@ class DataOps(AttributeOps):
         value = f.stack[-1]
         if self.symbolic and is_fake_tensor(value):
             raise self.fail("formatting a tensor as a string")
+        if self.symbolic:
+            value = specialised_for_text(value)  # not "s0": bytecode/text_values.py
         conv = ins.oparg & 0x03
         if conv == 1:
             value = str(value)
