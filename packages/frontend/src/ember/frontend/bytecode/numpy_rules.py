@@ -19,7 +19,8 @@ them breaks the graph with a reason naming it, and runs eagerly.
 A NumPy function called with no graph value among its arguments (``np.sqrt(64.0)``,
 ``np.prod((2, 3))``) runs in NumPy at capture time when its result is a scalar (a
 constant of the graph, as eager computes it); an array result (``np.arange(3)``) is
-traced, so that every call gets a fresh array.
+traced, so that every call gets a fresh array. Any other ufunc (``np.lcm``, ``np.gcd``)
+called on constant scalars only also runs at capture time: a ufunc is pure.
 """
 
 from __future__ import annotations
@@ -267,6 +268,10 @@ def numpy_call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
             return fn(*args, **kwargs)
         return call_traced(lambda x: tnp.asarray(x, dtype=tnp.dtype(np.dtype(fn).name)),
                            fn, args, kwargs, f"numpy.{fn.__name__}")
+    if isinstance(fn, np.ufunc) and all(_is_constant_scalar(v) for v in values):
+        # a ufunc is a pure function of its arguments: on constants (np.lcm of two
+        # config values) NumPy computes the constant now, as for a table entry
+        return fn(*args, **kwargs)
     if holds_traced_array(values):
         raise GraphBreak(f"numpy function {_numpy_name(fn)} is not supported in capture",
                          "use a supported NumPy function or torch")
@@ -313,6 +318,15 @@ def _holds_tensor(values: list[Any]) -> bool:
         if any(isinstance(x, (torch.Tensor, np.ndarray)) for x in items):
             return True
     return False
+
+
+def _is_constant_scalar(value: Any) -> bool:
+    """A capture-time constant a ufunc may compute on: a Python or NumPy scalar, a
+    dtype or a keyword string (a symbolic size, an array or a tensor is not)."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, np.generic,
+                                           np.dtype)):
+        return True
+    return isinstance(value, type) and issubclass(value, np.generic)
 
 
 def _is_numpy_callable(fn: Any) -> bool:
