@@ -115,6 +115,14 @@ def _opt(layers: int) -> nn.Module:
     return tf.OPTForCausalLM(_no_dropout(cfg))
 
 
+def _mamba(layers: int) -> nn.Module:
+    # a selective state-space model: its scan is torch's associative_scan under a compiler
+    cfg = tf.MambaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, state_size=4,
+                         num_hidden_layers=layers, expand=2, conv_kernel=4, use_cache=False,
+                         pad_token_id=0, bos_token_id=0, eos_token_id=0)
+    return tf.MambaForCausalLM(_no_dropout(cfg))
+
+
 def _bert(layers: int) -> nn.Module:
     cfg = tf.BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
                         num_hidden_layers=layers, num_attention_heads=4,
@@ -201,6 +209,7 @@ MODELS: dict[str, HFModel] = {m.name: m for m in (
     HFModel("gpt2", _gpt2, TEXT, "tokens"),
     HFModel("gpt_neox", _gpt_neox, TEXT, "tokens"),
     HFModel("opt", _opt, TEXT, "tokens"),
+    HFModel("mamba", _mamba, TEXT, "tokens"),
     HFModel("bert", _bert, TEXT, "tokens"),
     HFModel("t5", _t5, SEQ2SEQ, "tokens"),
     HFModel("bart", _bart, SEQ2SEQ, "tokens"),

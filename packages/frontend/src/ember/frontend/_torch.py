@@ -87,6 +87,16 @@ _LIBRARY_AUTOGRAD = "torch._library.autograd"
 _HIGHER_ORDER_FOLDER = os.path.join("torch", "_higher_order_ops", "")
 
 
+def associative_scan_function() -> Any:
+    """torch's ``associative_scan`` (``torch._higher_order_ops.associative_scan``), None
+    where this torch has none (the strict capture's rule: ``bytecode/scan_rules.py``)."""
+    try:
+        from torch._higher_order_ops.associative_scan import associative_scan
+    except ImportError:
+        return None
+    return associative_scan
+
+
 def higher_order_op_name(fn: Any) -> str | None:
     """The name of the higher-order op ``fn`` calls (``torch.cond``, ``while_loop``,
     ``scan``, ...: a function of ``torch._higher_order_ops`` or an operator of

@@ -23,6 +23,7 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``attention_rules`` ``F.scaled_dot_product_attention``: a strided mask made dense for fused kernels
 ``env_rules``      os.environ / os.getenv reads as guarded constants
 ``optimizer_rules`` ``compile(optimizer.step)``: torch.optim inlined, its few rules
+``scan_rules``     ``associative_scan``: a log-step scan of the combine function, inlined
 ``fresh``          objects constructed by the captured code (no guards, rebuilt if escaping)
 ``iteration``      iteration over values of known length
 ``generators``     inlined generators, resumed lazily; lazy enumerate/zip/map/filter

@@ -42,6 +42,7 @@ from ember.frontend.bytecode import (
     fresh,
     library_rules,  # noqa: F401  (registers itertools rules)
     optimizer_rules,  # noqa: F401  (registers torch.optim's rules)
+    scan_rules,  # noqa: F401  (registers associative_scan's rule)
 )
 from ember.frontend.bytecode.autocast_blocks import autocast_call_break
 from ember.frontend.bytecode.binding import BindError, bind_arguments
