@@ -137,11 +137,13 @@ def test_dce_keeps_calls_of_unknown_operators() -> None:
 # -- common-subexpression elimination ---------------------------------------------------
 
 def _cse_of(*scalars: object) -> Graph:
-    """``x + s`` for each scalar, all returned."""
+    """``x + s`` for each scalar, all stacked into the one result (returned values
+    themselves are never merged: test_cse_keeps_returned_equal_values_apart)."""
     pb = ProgramBuilder()
     x = pb.input(torch.randn(3))
     outs = [pb.call("aten::add.Tensor", x, s) for s in scalars]
-    return eliminate_common_subexpressions(pb.finish(*outs).forward)
+    return eliminate_common_subexpressions(
+        pb.finish(pb.call("aten::stack.default", outs)).forward)
 
 
 def test_cse_merges_equal_pure_calls_and_rewrites_uses() -> None:
@@ -189,19 +191,39 @@ def test_cse_keyword_order_does_not_matter() -> None:
     a = pb.call("aten::sum.dim_IntList", x, dim=(0,), keepdim=True)
     b = pb.call("aten::sum.dim_IntList", x, keepdim=True, dim=(0,))
     c = pb.call("aten::sum.dim_IntList", x, keepdim=False, dim=(0,))
-    graph = eliminate_common_subexpressions(pb.finish(a, b, c).forward)
-    assert _calls(graph) == ["aten::sum.dim_IntList"] * 2
-    assert graph.output_values == (a, a, c)
+    total = pb.call("aten::add.Tensor", a, b)
+    graph = eliminate_common_subexpressions(pb.finish(total, c).forward)
+    assert _calls(graph) == ["aten::sum.dim_IntList", "aten::sum.dim_IntList",
+                             "aten::add.Tensor"]
+    assert graph.nodes[-2].args == (a, a)
 
 
 def test_cse_maps_every_result_of_a_multi_result_call() -> None:
     pb = ProgramBuilder()
     x = pb.input(torch.randn(2, 3))
     m1, m2 = pb.call("aten::max.dim", x, 1), pb.call("aten::max.dim", x, 1)
-    graph = eliminate_common_subexpressions(pb.finish(
-        ValueRef(m1.node, 0), ValueRef(m2.node, 0), ValueRef(m2.node, 1)).forward)
-    assert graph.output_values == (ValueRef(m1.node, 0), ValueRef(m1.node, 0),
-                                   ValueRef(m1.node, 1))
+    total = pb.call("aten::add.Tensor", ValueRef(m1.node, 0), ValueRef(m2.node, 0))
+    graph = eliminate_common_subexpressions(pb.finish(total, ValueRef(m2.node, 1)).forward)
+    assert _calls(graph) == ["aten::max.dim", "aten::add.Tensor"]
+    assert graph.nodes[-2].args == (ValueRef(m1.node, 0), ValueRef(m1.node, 0))
+    assert graph.output_values == (total, ValueRef(m1.node, 1))
+
+
+def test_cse_keeps_returned_equal_values_apart() -> None:
+    # two equal zeros (a state list live at a graph break, which the next graph writes
+    # in place: RWKV's under autocast) were merged, so the caller got one buffer twice
+    pb = ProgramBuilder()
+    x = pb.input(torch.randn(3))
+    zeros = [pb.call("aten::zeros.default", [3], device=torch.device("cpu"))
+             for _ in range(4)]
+    inner = pb.call("aten::add.Tensor", zeros[0], x)  # read only inside: merged
+    views = [pb.call("aten::slice.Tensor", z, 0, 0, 2) for z in zeros[2:]]
+    graph = eliminate_common_subexpressions(pb.finish(inner, zeros[1], *views).forward)
+    assert _calls(graph).count("aten::zeros.default") == 3
+    outputs = graph.output_values
+    assert len({outputs[1].node, *(v.node for v in outputs[2:])}) == 3
+    bases = {n.name: n.args[0] for n in graph.nodes if n.target == "aten::slice.Tensor"}
+    assert len({outputs[1], *(bases[v.node] for v in outputs[2:])}) == 3
 
 
 def test_cleanups_leave_their_input_alone() -> None:

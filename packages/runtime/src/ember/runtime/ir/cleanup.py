@@ -7,7 +7,9 @@ call stays even when nobody reads it, and is never merged with another.
 
 A value some call writes in place (a fresh copy a mutating custom operator fills, in a
 ``core-functional`` program) is never merged with an equal call: the two copies are
-different buffers once written.
+different buffers once written. Nor are two values the graph returns (or views of
+them): the caller may write one of them (a graph ending at a graph break hands its live
+tensors to the next graph, which writes them in place), so they must stay two buffers.
 
 NOTE: a random call whose result nobody reads still stays: it advances the generator,
 so removing it would change what every later random call draws (``eager_random``
@@ -34,10 +36,10 @@ import struct
 
 from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import Argument, Graph, Node, Program, ScalarMeta, ValueRef
-from ember.runtime.ir.op_queries import argument_at, is_pure, mutated_arguments
+from ember.runtime.ir.op_queries import argument_at, is_pure, is_view, mutated_arguments
 
 __all__ = ["argument_key", "binds_symbol", "drop_unreferenced_tensors", "eliminate_common_subexpressions",
-           "eliminate_dead_code", "is_removable", "written_values"]
+           "eliminate_dead_code", "is_removable", "output_storages", "written_values"]
 
 _STORED = ("constant", "get_attr")
 
@@ -92,8 +94,10 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
     """A copy of ``graph`` in which a pure call equal to an earlier one (same operator,
     equal arguments after earlier merges) is removed and its uses read the earlier
     call's results. Impure and random calls are never merged, nor calls whose result a
-    later call writes in place."""
+    later call writes in place, nor two calls whose results both reach the graph's
+    outputs (:func:`output_storages`): the caller gets two tensors and may write one."""
     written = written_values(graph)
+    escaping = output_storages(graph)
     seen: dict[tuple[object, ...], str] = {}
     mapping: dict[ValueRef, Argument] = {}
     out: list[Node] = []
@@ -105,7 +109,9 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
                 and node.name not in written):
             key = _call_key(node)
             earlier = seen.get(key)
-            if earlier is not None:
+            if earlier is not None and not (node.name in escaping and earlier in escaping):
+                if node.name in escaping:  # the earlier call's buffer is returned now
+                    escaping.add(earlier)
                 mapping[ValueRef(node.name)] = ValueRef(earlier)
                 for i in range(len(node.meta) if isinstance(node.meta, tuple) else 0):
                     mapping[ValueRef(node.name, i)] = ValueRef(earlier, i)
@@ -113,6 +119,29 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
             seen[key] = node.name
         out.append(node)
     return Graph(out, dict(graph.symbols), list(graph.guards))
+
+
+def output_storages(graph: Graph) -> set[str]:
+    """Names of the call nodes whose storage the graph's outputs hold: the calls the
+    output node names, and the bases of those that are views (through chains of views).
+    Two zero tensors made by equal ``zeros`` calls and returned (e.g. a state list live
+    at a graph break, written by the next graph) must stay two buffers."""
+    calls = {n.name: n for n in graph.nodes if n.op == "call"}
+    found: set[str] = set()
+    pending = [r.node for n in graph.nodes if n.op == "output" for r in n.inputs()]
+    while pending:
+        name = pending.pop()
+        node = calls.get(name)
+        if node is None or name in found:
+            continue
+        found.add(name)
+        try:
+            view = is_view(node.target)
+        except IRFormatError:  # not a registered operator: nothing is known of it
+            view = False
+        if view:
+            pending.extend(r.node for r in node.inputs())
+    return found
 
 
 def written_values(graph: Graph) -> set[str]:
