@@ -94,3 +94,27 @@ def test_an_in_place_write_into_a_python_tensor_names_the_line_and_the_tensor(
         strict(torch.ones(3))
         strict(torch.ones(3))
         torch.testing.assert_close(GLOBAL_STATE, before + 2)
+
+
+def test_sizes_in_a_traced_result_are_this_call_s() -> None:
+    # before: with a symbolic size the trace returned the SymInt itself (s0) and the
+    # text 'torch.Size([s0, s1])' at every later call
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, int, int, bool, str]:
+        return x * 2, x.shape[0], x.size(1) * 2, x.shape[0] > 3, f"{x.shape}"
+
+    compiled = ef.compile(f, backend="eager", options={"capture": "trace"})
+    for shape in [(2, 3), (4, 6), (5, 6), (5, 7)]:
+        x = torch.ones(*shape)
+        out = compiled(x)
+        assert out[1:] == f(x)[1:] and type(out[1]) is int
+
+
+def test_text_of_a_marked_dimension_is_refused() -> None:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, str]:
+        return x * 2, f"rows={x.shape[0]}"
+
+    x = torch.ones(4, 3)
+    ef.mark_dynamic(x, 0)
+    with pytest.raises(CaptureError, match=r"text made of the symbolic size x\.size\(0\) "
+                                           r"\(s\d+\): 'rows=s\d+'"):
+        ef.compile(f, backend="eager", options={"capture": "trace"})(x)

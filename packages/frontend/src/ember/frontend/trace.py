@@ -57,9 +57,16 @@ from ember.frontend.trace_guards import (
     add_training,
     add_value,
 )
-from ember.frontend.trace_refusals import RefuseAutograd, constant_write
+from ember.frontend.trace_refusals import (
+    RefuseAutograd,
+    SymbolicText,
+    constant_result_leaf,
+    constant_write,
+    symbol_names,
+)
 from ember.frontend.trace_watch import PythonWatch, watched_python
 from ember.runtime.ir import InputKind, InputSpec, Program
+from ember.runtime.logs import log
 from ember.runtime.tracing import GraphRecorder
 from ember.runtime.tracing_source import user_source_location_of_traceback
 
@@ -240,8 +247,14 @@ def trace_capture(
                                ) from e
     if watch.refused is not None:  # the code caught the refusal
         raise _could_not_trace(fn, watch.refused, None) from watch.refused
-    watch.warn()
-    outputs, layout_of_result = _split_result(result)
+    try:
+        outputs, layout_of_result = _split_result(
+            result, symbol_names(dict(zip(names, fake_leaves))) if symbolic else {})
+    except SymbolicText as e:
+        if policy.dynamic is not False and not explicit:  # automatic: traced again static
+            log("dynamic", f"tracing {callable_name(fn)} again with static sizes: {e}")
+            return trace_capture(fn, module, args, kwargs, layout, DynamicPolicy(False))
+        raise CaptureError(f"could not trace {callable_name(fn)}: {e}") from None
     function = custom_function_in(outputs)
     if function is not None:
         raise CaptureError(
@@ -272,6 +285,7 @@ def trace_capture(
     for tensor, spec_of_tensor in rec.lifted:
         add_tensor(guards, ObjectSource(tensor, spec_of_tensor.name), tensor)
         arguments.lifted.append(tensor)
+    watch.warn()  # once the trace is kept (not for one traced again)
     return TraceCapture(program, guards, arguments, layout_of_result)
 
 
@@ -458,8 +472,11 @@ def _argument_inputs(
     return fake_leaves, arguments, swaps
 
 
-def _split_result(result: Any) -> tuple[list[torch.Tensor], OutputLayout]:
-    """The result's tensor leaves (graph outputs) and how to rebuild the result."""
+def _split_result(result: Any, symbols: dict[str, str]
+                  ) -> tuple[list[torch.Tensor], OutputLayout]:
+    """The result's tensor leaves (graph outputs) and how to rebuild the result; other
+    leaves are constants (``trace_refusals.constant_result_leaf``: symbolic sizes
+    specialised, text naming one of ``symbols`` refused)."""
     out_leaves, out_spec = flatten(result)
     outputs: list[torch.Tensor] = []
     sources: list[int | None] = []
@@ -471,7 +488,7 @@ def _split_result(result: Any) -> tuple[list[torch.Tensor], OutputLayout]:
             outputs.append(leaf)
         else:
             sources.append(None)
-            constants.append(leaf)
+            constants.append(constant_result_leaf(leaf, symbols))
     return outputs, OutputLayout(out_spec, sources, constants)
 
 

@@ -18,6 +18,7 @@ writes back.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -129,4 +130,48 @@ def _tensor_name(constant: Any, fn: Callable[..., Any], module: torch.nn.Module 
     return f"a tensor of shape {list(constant.shape)} read from Python"
 
 
-__all__ = ["AutogradInTrace", "RefuseAutograd", "constant_write"]
+class SymbolicText(RuntimeError):
+    """The traced function's result holds text made of a symbolic size."""
+
+
+def constant_result_leaf(leaf: Any, symbols: dict[str, str]) -> Any:
+    """A non-tensor leaf of the traced function's result, as the constant later calls
+    return: a symbolic number (``x.shape[0]`` with a symbolic size) is specialised, a
+    guard making its sizes static (it was returned as the ``SymInt`` itself, ``s0``).
+
+    Raises:
+        SymbolicText: a string naming one of ``symbols`` (symbol -> the input dimension
+            it stands for): text made of a symbolic size (``f"{x.shape}"``) would be
+            ``'torch.Size([s0, 3])'`` at every call.
+    """
+    if isinstance(leaf, torch.SymInt):
+        return int(leaf)
+    if isinstance(leaf, torch.SymFloat):
+        return float(leaf)
+    if isinstance(leaf, torch.SymBool):
+        return bool(leaf)
+    if isinstance(leaf, str) and symbols:
+        named = [s for s in symbols if re.search(rf"\b{s}\b", leaf)]
+        if named:
+            raise SymbolicText(
+                f"the result holds text made of the symbolic size "
+                f"{', '.join(f'{symbols[s]} ({s})' for s in named)}: {leaf!r}; the trace "
+                "runs the Python once, so later calls would return it as is\n  hint: use "
+                "the strict capture (the default), which specialises such sizes, or "
+                "make the dimension static (mark_static, dynamic=False)")
+    return leaf
+
+
+def symbol_names(fakes: dict[str, Any]) -> dict[str, str]:
+    """The symbols of the fake tensors' sizes, by name: ``{"s0": "x.size(0)"}``."""
+    out: dict[str, str] = {}
+    for name, fake in fakes.items():
+        if isinstance(fake, torch.Tensor):
+            for d, size in enumerate(fake.shape):
+                if isinstance(size, torch.SymInt) and str(size).isidentifier():
+                    out.setdefault(str(size), f"{name}.size({d})")
+    return out
+
+
+__all__ = ["AutogradInTrace", "RefuseAutograd", "SymbolicText", "constant_result_leaf",
+           "constant_write", "symbol_names"]
