@@ -97,10 +97,15 @@ from ember.runtime.ir import (
 )
 from ember.runtime.ir.contracts import INPUT_ALIASES_KEY, InputAlias, InputAliases
 from ember.runtime.tracing_errors import RecordingError
-from ember.runtime.tracing_grad import hidden_write_positions, mark_copies_below_autograd
+from ember.runtime.tracing_grad import (
+    hidden_write_positions,
+    mark_copies_below_autograd,
+    with_requires_grad,
+)
 from ember.runtime.tracing_source import user_source_location
 from ember.runtime.tracing_matmul import SymbolicMatmul
 from ember.runtime.tracing_rewrites import RECORD_REWRITES
+from ember.runtime.tracing_scalars import TensorScalars
 from ember.runtime.tracing_symbolic import RecordedSymbols
 
 __all__ = ["GraphRecorder", "RecordingError"]
@@ -160,6 +165,7 @@ class GraphRecorder:
         self.fake_mode = fake_mode
         self.symbols = RecordedSymbols(fake_mode, self._current_source) if dynamic else None
         self.decompositions = {**RECORD_REWRITES, **(decompositions or {})}
+        self.scalars = TensorScalars()  # Scalar arguments read from tensors
         self.lift = lift
         self.lifted: list[tuple[torch.Tensor, InputSpec]] = []  # (real tensor, its input)
         self.graph = Graph()
@@ -383,6 +389,11 @@ class GraphRecorder:
                 result = decomposition(*args, **kwargs)
             if result is not NotImplemented:
                 return result
+        rewrite = self.scalars.rewrite(func, args, kwargs)
+        if rewrite is not None:
+            assert self._mode is not None
+            with self._mode:  # the ops reading the tensors are recorded
+                return rewrite()
         if func in _LIFT_FRESH:
             # NOTE: lift_fresh aliases its argument; the copy keeps the stored constant
             # safe from in-place ops on the result.
@@ -400,6 +411,8 @@ class GraphRecorder:
                 if missing is None:
                     raise
                 raise missing from e
+        if self.scalars.note(func, fake_args, result):
+            return result  # a float read from a tensor: no node (rewrite uses the tensor)
         hidden = hidden_write_positions(target, fake_args)
         written = [ir_args[i] for i in hidden]
         ir_args = self._detached(ir_args, fake_args, hidden)
@@ -560,7 +573,7 @@ class GraphRecorder:
     def _refresh_requires_grad(self) -> None:
         """Read ``requires_grad`` from the fake results now that autograd has set it."""
         for node in (n for n in self.graph.nodes if n.op == "call"):
-            node.meta = _with_requires_grad(node.meta, self._results.get(node.name))
+            node.meta = with_requires_grad(node.meta, self._results.get(node.name))
         mark_copies_below_autograd(self.graph, self._grad_mode)
 
 
@@ -581,20 +594,3 @@ def _single_meta(value: Any, target: str) -> TensorMeta | ScalarMeta | None:
         return ScalarMeta("float")
     raise RecordingError(f"{target} returned a {type(value).__name__}, which the IR "
                          "cannot describe")
-
-
-def _with_requires_grad(meta: Meta, result: Any) -> Meta:
-    if isinstance(meta, tuple) and isinstance(result, (tuple, list)):
-        return tuple(_entry_with_requires_grad(m, r) for m, r in zip(meta, result))
-    if isinstance(meta, tuple):
-        return meta
-    return _entry_with_requires_grad(meta, result)
-
-
-def _entry_with_requires_grad(meta: TensorMeta | ScalarMeta | None,
-                              result: Any) -> TensorMeta | ScalarMeta | None:
-    if (isinstance(meta, TensorMeta) and isinstance(result, torch.Tensor)
-            and meta.requires_grad != result.requires_grad):
-        return TensorMeta(meta.dtype, meta.sizes, meta.strides, meta.device,
-                          meta.storage_offset, bool(result.requires_grad))
-    return meta

@@ -34,7 +34,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef, writes_arguments
+from ember.runtime.ir import Graph, Meta, Node, ScalarMeta, TensorMeta, ValueRef, writes_arguments
+
 from ember.runtime.ir.op_queries import written_positions
 
 #: ops torch's conjugate/negative-view fallbacks run to materialize an argument
@@ -89,3 +90,21 @@ def hidden_write_positions(target: str, args: list[Any]) -> list[int]:
 
 
 __all__ = ["MATERIALIZING_OPS", "hidden_write_positions", "mark_copies_below_autograd"]
+
+
+def with_requires_grad(meta: Meta, result: Any) -> Meta:
+    """``meta`` with ``requires_grad`` read from the fake result(s) of its node."""
+    if isinstance(meta, tuple) and isinstance(result, (tuple, list)):
+        return tuple(_entry_with_requires_grad(m, r) for m, r in zip(meta, result))
+    if isinstance(meta, tuple):
+        return meta
+    return _entry_with_requires_grad(meta, result)
+
+
+def _entry_with_requires_grad(meta: TensorMeta | ScalarMeta | None,
+                              result: Any) -> TensorMeta | ScalarMeta | None:
+    if (isinstance(meta, TensorMeta) and isinstance(result, torch.Tensor)
+            and meta.requires_grad != result.requires_grad):
+        return TensorMeta(meta.dtype, meta.sizes, meta.strides, meta.device,
+                          meta.storage_offset, bool(result.requires_grad))
+    return meta
