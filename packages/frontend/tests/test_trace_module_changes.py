@@ -68,3 +68,20 @@ def test_a_module_argument_whose_tree_changed_recompiles() -> None:
     torch.testing.assert_close(compiled(m, x), run(m, x))
     m[0] = nn.Linear(4, 4)
     torch.testing.assert_close(compiled(m, x), run(m, x))
+
+
+def test_a_replaced_forward_or_a_new_hook_is_traced_again() -> None:
+    # before: the entries kept running the forward (and hooks) seen at the first trace
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 3)
+    compiled = ef.compile(m, backend="eager", options={"capture": "trace"})
+    x = torch.ones(2, 3)
+    torch.testing.assert_close(compiled(x), m(x))
+    m.forward = lambda x: torch.nn.functional.linear(x, m.weight) * 100  # type: ignore[method-assign]
+    torch.testing.assert_close(compiled(x), m(x))
+    handle = m.register_forward_hook(lambda mod, args, out: out + 1)
+    torch.testing.assert_close(compiled(x), m(x))
+    handle.remove()
+    del m.forward
+    torch.testing.assert_close(compiled(x), m(x))
+    assert compiled.stats.recompiles == 3

@@ -74,7 +74,9 @@ class TracedFunction:
     changes (a submodule swapped, a parameter added: ``ModuleLayout.changed``, checked at
     every call, also for modules passed as arguments) the entries made with the old
     layout are dropped and the call recompiles (logged under ``recompiles``). Before,
-    they kept running the old submodules' code and parameters.
+    they kept running the old submodules' code and parameters. So are they when the
+    module's ``forward`` is replaced (on the instance or the class) or a forward
+    (pre-)hook is added to or removed from it (not from its submodules).
     """
 
     def __init__(self, request: CompileRequest) -> None:
@@ -82,6 +84,7 @@ class TracedFunction:
         self.stats = CompileStats()
         self._entries: list[CacheEntry] = []
         self._layout: ModuleLayout | None = None
+        self._forward: tuple[Any, ...] = ()
         self._warned = False
         self._policy = DynamicPolicy(request.dynamic)
         self._bound: weakref.WeakKeyDictionary[Any, TracedFunction] = (
@@ -117,11 +120,13 @@ class TracedFunction:
             return self.request.fn(*args, **kwargs)
         leaves, spec = flatten((args, kwargs))
         module = self.request.module
-        if module is not None and self._layout is not None and self._layout.changed():
-            self._drop_entries(lambda entry: True, "the compiled module")
+        if module is not None and self._layout is not None and (
+                self._layout.changed() or not _same_forward(module, self._forward)):
+            self._drop_entries(lambda entry: True, "the compiled module (or its forward)")
             self._layout = None
         if module is not None and self._layout is None:
             self._layout = ModuleLayout(module)
+            self._forward = _forward_of(module)  # forward replaced, hooks: traced again
         self._drop_entries(lambda entry: any(
             layout.changed() for layout in entry.arguments.layouts.values()),
             "a module argument")
@@ -162,7 +167,7 @@ class TracedFunction:
             return
         kept = [entry for entry in self._entries if not stale(entry)]
         log("recompiles", f"{self._name()}: the submodules, parameters or buffers of "
-            f"{what} changed since it was traced; recompiling")
+            f"{what} changed since it was traced; recompiling")  # or forward replaced
         if not kept:  # this call compiles again; with entries left, _compile counts it
             self.stats.recompiles += 1
         self._entries = kept
@@ -234,3 +239,15 @@ def _printed(program: Any) -> str:
     from ember.runtime.ir.printer import print_program
 
     return print_program(program)
+
+
+def _forward_of(module: torch.nn.Module) -> tuple[Any, ...]:
+    """What a call of ``module`` runs besides its tree: its instance ``forward`` (None
+    when unset), its class's ``forward``, the keys of its forward (pre-)hook tables."""
+    return (module.__dict__.get("forward"), getattr(type(module), "forward", None),
+            tuple(module._forward_pre_hooks), tuple(module._forward_hooks))
+
+
+def _same_forward(module: torch.nn.Module, seen: tuple[Any, ...]) -> bool:
+    now = _forward_of(module)
+    return now[0] is seen[0] and now[1] is seen[1] and now[2:] == seen[2:]
