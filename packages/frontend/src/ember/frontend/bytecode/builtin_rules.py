@@ -21,6 +21,7 @@ from ember.frontend.bytecode.env_rules import (
 )
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.generators import (
+    InlinedGenerator,
     LazyIterator,
     lazy_enumerate,
     lazy_filter,
@@ -272,7 +273,22 @@ def bound_rule_for(fn: Any) -> Rule | None:
     if isinstance(getattr(fn, "__self__", None), str) and getattr(
             fn, "__name__", "") in _STR_MAKE_TEXT:
         return _str_text_rule(fn)
+    if isinstance(getattr(fn, "__self__", None), InlinedGenerator):
+        return _generator_method_rule(fn)
     return environ_rule(fn)
+
+
+def _generator_method_rule(fn: Any) -> Rule:
+    """A method of an inlined generator: ``send`` runs it (``InlinedGenerator.send``);
+    ``throw``/``close`` (which raise into its frame) break."""
+    def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+             kwargs: dict[str, Any]) -> Any:
+        if fn.__name__ != "send":
+            raise interp.fail(f"generator.{fn.__name__}() on a generator the capture runs "
+                              "(next(), iteration and send() are captured)")
+        return fn(*args, **kwargs)
+
+    return rule
 
 
 _MAKE_TEXT = (str, repr, format, ascii)

@@ -67,15 +67,44 @@ class InlinedGenerator(LazyIterator):
         super().__init__(self._resume)
         self.interp, self.frame = interp, frame
         self._steps = 0
+        self._started = False
         root = frame
         while root.parent is not None:
             root = root.parent
         # the root frame's instruction that made this generator (ip is past it)
         self.created_at = root.ip - 1
 
+    def send(self, value: Any) -> Any:
+        """``generator.send(value)``: ``value`` becomes the result of the ``yield`` the
+        frame is suspended at (the ``None`` its YIELD_VALUE pushed), then it runs to the
+        next one, as CPython does.
+
+        Raises:
+            TypeError: a value other than None sent to a generator not started yet.
+            StopIteration: the generator returned (its value as ``.value``).
+        """
+        if value is not None:
+            if not self._started:
+                raise TypeError("can't send non-None value to a just-started generator")
+            if not self._done:
+                self.frame.stack[-1] = value
+        has, result = self.advance()
+        if not has:
+            raise StopIteration(self.frame.return_value)
+        return result
+
+    def throw(self, *args: Any) -> Any:
+        """Not captured: the call breaks before it runs (``builtin_rules``)."""
+        raise NotImplementedError("generator.throw() of an inlined generator")
+
+    def close(self) -> None:
+        """Not captured: the call breaks before it runs (``builtin_rules``)."""
+        raise NotImplementedError("generator.close() of an inlined generator")
+
     def _resume(self) -> tuple[bool, Any]:
         frame = self.frame
         assert frame.yielded is not None
+        self._started = True
         try:
             while not frame.returned and not frame.yielded:
                 self._steps += 1
