@@ -98,3 +98,31 @@ def test_registered_buffers_are_labelled_buffers(tmp_path: Path) -> None:
         "1.weight": InputKind.PARAMETER, "1.bias": InputKind.PARAMETER,
         "1.running_mean": InputKind.BUFFER, "1.running_var": InputKind.BUFFER,
         "1.num_batches_tracked": InputKind.BUFFER}
+
+
+class _PropertyModule(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self._scale = 1.0
+
+    @property
+    def scale(self) -> float:
+        return self._scale
+
+    @scale.setter
+    def scale(self, value: float) -> None:
+        self._scale = min(value, 3.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.scale = self.scale + 1
+        return x * self.scale
+
+
+def test_a_property_setter_of_a_module_is_seen_by_later_reads() -> None:
+    # before: the write was recorded under the property's name and replayed after the
+    # graph; the read after it ran the getter on the old _scale (x * 1, eager x * 2)
+    eager, traced = _PropertyModule(), _PropertyModule()
+    compiled = strict(traced)
+    for _ in range(4):
+        torch.testing.assert_close(compiled(torch.ones(2)), eager(torch.ones(2)))
+        assert traced._scale == eager._scale

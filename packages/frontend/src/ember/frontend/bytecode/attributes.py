@@ -199,6 +199,10 @@ class AttributeOps:
         self._check_tracked(obj, name, "write")
         if isinstance(obj, torch.nn.Module):
             self._check_module_slot(obj, name, value)
+            setter = _module_property_setter(obj, name, self.capture.visible_type(value))
+            if setter is not None:  # what Module.__setattr__ ends in: later reads see it
+                self._inline(setter, [obj, value], frame)
+                return
         else:
             hook = _python_hook(obj, name, "__setattr__", "fset")
             if hook is not None:
@@ -333,6 +337,24 @@ def _python_hook(obj: Any, name: str, method: str,
         if isinstance(fn, types.FunctionType):
             return fn, False
     return None
+
+
+def _module_property_setter(obj: torch.nn.Module, name: str,
+                            shown: type) -> types.FunctionType | None:
+    """The Python ``fset`` of a property ``name`` of ``obj``'s class that
+    ``Module.__setattr__`` would end in (the value is no parameter or module, the name
+    no parameter, buffer or submodule); None otherwise."""
+    cls = type(obj)
+    if cls.__setattr__ is not torch.nn.Module.__setattr__ or issubclass(
+            shown, (torch.nn.Parameter, torch.nn.Module)):
+        return None
+    attr = _class_attr(cls, name)
+    if not isinstance(attr, property) or not isinstance(attr.fset, types.FunctionType):
+        return None
+    if any(name in (obj.__dict__.get(t) or ()) for t in ("_parameters", "_buffers",
+                                                          "_modules")):
+        return None
+    return attr.fset
 
 
 def _class_attr(cls: type, name: str) -> Any:
