@@ -164,6 +164,16 @@ def dynamo_disabled_original(fn: Any) -> Any | None:
         target, "__wrapped__", None)
 
 
+def torch_compiled_original(fn: Any) -> Any | None:
+    """The function a ``torch.compile`` wrapper compiles (its private
+    ``_torchdynamo_orig_callable``), or None when ``fn`` is none (a
+    ``torch.compiler.disable`` wrapper is not one)."""
+    if getattr(fn, "_torchdynamo_disable", False) is True:
+        return None
+    original = getattr(fn, "_torchdynamo_orig_callable", None)
+    return original if callable(original) else None
+
+
 def _dynamo_disable_probe() -> None:
     """Decorated by :func:`_dynamo_disable_wrapper_code`: its wrapper's code object is
     the one every ``torch.compiler.disable`` wrapper of a function runs."""

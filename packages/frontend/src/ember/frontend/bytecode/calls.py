@@ -35,6 +35,7 @@ import torch
 from ember.frontend._torch import (
     disable_dynamo_wrapped,
     dynamo_disabled_original,
+    torch_compiled_original,
 )
 from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode import (
@@ -81,6 +82,7 @@ from ember.frontend.custom_functions import (
     gradients_flow,
 )
 from ember.frontend.guard_model import MODULE_HOOK_TABLES
+from ember.runtime.logs import log
 from torch import nn
 
 _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -193,6 +195,18 @@ class CallHandler:
         if _module_of(fn) in _NEW_VALUE_EACH_CALL:
             raise interp.fail(f"call to {_name(fn)} (it returns a new value at every "
                               "call; a captured result would be a constant)")
+        original = torch_compiled_original(fn)
+        if original is not None:
+            # NOTE: a torch.compile'd function is captured as itself, as Dynamo inlines a
+            # nested torch.compile; run for real on fake tensors, Dynamo's wrapper would
+            # compile it under the recorder and leave its frame hook set on an error
+            log("graphs", f"torch.compile wrapper of {_name(original)} captured as the "
+                          "function itself")
+            source = interp.capture.source_of(fn)
+            if source is not None:
+                original = interp.wrap(original,
+                                       AttrSource(source, "_torchdynamo_orig_callable"))
+            return self.call_symbolic(interp, frame, original, args, kwargs)
         if is_disabled(fn):
             marked = ("ember.frontend.disable" if dynamo_disabled_original(fn) is None
                       else "torch.compiler.disable")
