@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 import os
 import types
 from typing import Any, ClassVar
@@ -564,3 +565,24 @@ def test_fresh_objects_live_at_a_break_do_not_recompile(capsys: Any) -> None:
         torch.testing.assert_close(compiled(x, y), fresh_objects_across_a_break(x, y))
     # one compile per segment, whatever the number of calls (no identity guard)
     assert _counts(compiled) == (1, 2)
+
+
+class _Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 3
+
+
+def test_an_enum_looked_up_by_value_is_captured() -> None:
+    # before: "constructing a _Level object" was a graph break
+    def f(x: torch.Tensor, n: int) -> tuple[torch.Tensor, _Level]:
+        level = _Level(n)
+        return x * level + len(level.name), level
+
+    compiled = strict(f, fullgraph=True)
+    for n in (1, 3, 1):
+        out, level = compiled(torch.ones(2), n)
+        want, want_level = f(torch.ones(2), n)
+        torch.testing.assert_close(out, want)
+        assert level is want_level
+    with pytest.raises(ValueError, match="is not a valid _Level"):
+        strict(f)(torch.ones(2), 2)

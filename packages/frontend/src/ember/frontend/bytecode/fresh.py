@@ -13,7 +13,8 @@ that would fail at the next call) and no break. How it is made, by class:
   random tensor at every call);
 - :data:`FRESH_BY_CALL` (C classes that only store their arguments, such as
   ``types.SimpleNamespace``): called for real;
-- builtins and namedtuples are values; other torch classes are recorded.
+- builtins and namedtuples are values, ``MyEnum(value)`` the member it looks up; other
+  torch classes are recorded.
 
 Fresh objects are listed in ``CaptureContext.new_objects``: their attribute reads and
 writes act on them directly, without guards or replays. One that escapes (returned,
@@ -24,6 +25,7 @@ graph from its attributes (``New("object")`` in :mod:`.state`).
 from __future__ import annotations
 
 import collections
+import enum
 import types
 from typing import Any
 
@@ -57,6 +59,8 @@ def construct(h: Any, interp: Any, frame: Frame, cls: type, args: list[Any],
         return h.record(interp, cls, args, kwargs)
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return h.direct(interp, cls, args, kwargs)  # a namedtuple: immutable
+    if isinstance(cls, enum.EnumMeta) and len(args) == 1 and not kwargs:
+        return h.direct(interp, cls, args, kwargs)  # Color(2): a member looked up
     if (_plain_class(cls) and not issubclass(cls, (nn.Module, BaseException, torch.Tensor))
             and not is_stdlib(cls)):
         return construct_object(h, interp, frame, cls, args, kwargs)
