@@ -183,3 +183,54 @@ def test_a_profiler_already_installed_turns_the_watch_off() -> None:
     finally:
         sys.setprofile(None)
     torch.testing.assert_close(out, torch.full((2,), 2.0))
+
+
+LAST: Any = None
+
+
+class _Counting(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = 0
+        self.lin = torch.nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.step += 1
+        return self.lin(x)
+
+
+def test_a_rebound_module_attribute_warns() -> None:
+    m = _Counting()
+    with pytest.warns(TraceSideEffectWarning, match=r"changed self\.step once, at capture"):
+        _trace(m)(torch.ones(2))
+    assert m.step == 1
+
+
+class _Caching(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = torch.zeros(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.cache = self.cache + x
+        return x * 2
+
+
+def test_a_computed_tensor_stored_outside_the_result_is_refused_and_put_back() -> None:
+    # before: the module (or global) was left holding a FakeTensor after the capture
+    m = _Caching()
+    original = m.cache
+    with pytest.raises(CaptureError, match=r"stores a tensor it computed in self\.cache"):
+        _trace(m)(torch.ones(2))
+    assert m.cache is original
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        global LAST
+        LAST = x * 3
+        return x + 1
+
+    with pytest.raises(CaptureError, match=r"stores a tensor it computed in the global "
+                                           r"'LAST'"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceSideEffectWarning)
+        _trace(f)(torch.ones(2))
+    assert LAST is None

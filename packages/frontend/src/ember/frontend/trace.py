@@ -64,7 +64,13 @@ from ember.frontend.trace_refusals import (
     constant_write,
     symbol_names,
 )
-from ember.frontend.trace_watch import PythonWatch, watched_python
+from ember.frontend.trace_watch import (
+    PythonWatch,
+    module_attributes,
+    restore_fake_attributes,
+    warn_rebound_attributes,
+    watched_python,
+)
 from ember.runtime.ir import InputKind, InputSpec, Program
 from ember.runtime.logs import log
 from ember.runtime.tracing import GraphRecorder
@@ -223,6 +229,7 @@ def trace_capture(
     from ember.frontend.bytecode import triton_launch
 
     watch = PythonWatch()
+    attributes = module_attributes(module)  # self.step += 1: warned (trace_watch.py)
     try:
         with ExitStack() as stack:
             for module_layout, fakes in swaps:
@@ -235,6 +242,8 @@ def trace_capture(
             watch = stack.enter_context(watched_python())
             result = fn(*fake_args, **fake_kwargs)
     except Exception as e:
+        watch.restore()  # no fake tensor of a failed trace is left in Python state
+        restore_fake_attributes(module, attributes)
         if watch.refused is not None and e is not watch.refused:
             raise _could_not_trace(fn, watch.refused, None) from watch.refused
         if (isinstance(e, data_dependent_output_types()) and not symbolic
@@ -247,6 +256,15 @@ def trace_capture(
                                ) from e
     if watch.refused is not None:  # the code caught the refusal
         raise _could_not_trace(fn, watch.refused, None) from watch.refused
+    watch.restore()
+    escaped = watch.fakes + restore_fake_attributes(module, attributes)
+    if escaped:
+        raise CaptureError(
+            f"could not trace {callable_name(fn)}: it stores a tensor it computed in "
+            f"{', '.join(escaped)}, outside the graph's result; the trace would leave a "
+            "fake tensor there (put back to its value before the call)\n  hint: register "
+            "it as a buffer and update it in place (self.cache.copy_(...)), return it, or "
+            "use the strict capture (the default), which writes it back at every call")
     try:
         outputs, layout_of_result = _split_result(
             result, symbol_names(dict(zip(names, fake_leaves))) if symbolic else {})
@@ -286,6 +304,7 @@ def trace_capture(
         add_tensor(guards, ObjectSource(tensor, spec_of_tensor.name), tensor)
         arguments.lifted.append(tensor)
     watch.warn()  # once the trace is kept (not for one traced again)
+    warn_rebound_attributes(module, attributes)
     return TraceCapture(program, guards, arguments, layout_of_result)
 
 

@@ -15,6 +15,9 @@ code: torch's and Ember's are traced) line), also when the code catches it
 rebinds a global (``global n;         :class:`TraceSideEffectWarning` at capture, naming
 n += 1``) or a variable of an         the line and the variable: the write happened
 enclosing function (``nonlocal``)     once, at capture, and no later call repeats it
+rebinds a plain attribute of the      the same warning, naming ``self.<attribute>``
+compiled module or a submodule        (:func:`warn_rebound_attributes`, a snapshot of
+(``self.step += 1``)                  the modules' ``__dict__`` s around the trace)
 ====================================  ================================================
 
 Only the user's own code is watched (not torch, Ember, the standard library, nor
@@ -39,12 +42,13 @@ from dataclasses import dataclass, field
 from types import CodeType, FrameType, FunctionType
 from typing import Any
 
-from ember.frontend._torch import dynamo_disable_wrapper_code, dynamo_disabled_callee
+from ember.frontend._torch import dynamo_disable_wrapper_code, dynamo_disabled_callee, is_fake
 from ember.runtime.ir import SourceLocation
 from ember.runtime.logs import log
 from ember.runtime.tracing_source import is_library_file, user_source_location
 
-__all__ = ["DisabledCallInTrace", "PythonWatch", "TraceSideEffectWarning", "watched_python"]
+__all__ = ["DisabledCallInTrace", "PythonWatch", "TraceSideEffectWarning", "module_attributes",
+           "restore_fake_attributes", "warn_rebound_attributes", "watched_python"]
 
 _MISSING = object()
 _GLOBAL_STORES = {"STORE_GLOBAL", "DELETE_GLOBAL"}
@@ -80,6 +84,11 @@ class PythonWatch:
 
     refused: DisabledCallInTrace | None = None
     rebound: dict[tuple[CodeType, str, str], int] = field(default_factory=dict)
+    # variables left holding a fake tensor of the trace (described), and the globals'
+    # values before it, by (namespace id, name)
+    fakes: list[str] = field(default_factory=list)
+    originals: dict[tuple[int, str], tuple[dict[str, Any], str, Any]] = field(
+        default_factory=dict)
     _open: dict[FrameType, tuple[_Stores, dict[str, Any], dict[str, Any]]] = field(
         default_factory=dict)
 
@@ -138,11 +147,28 @@ class PythonWatch:
         for name, value in globals_before.items():
             if after[name] is not value:
                 self.rebound.setdefault((code, "global", name), stores.globals[name])
+                if _holds_fake(after[name]):
+                    # a fake tensor of the trace left in a global: put the value back
+                    self.originals.setdefault((id(frame.f_globals), name),
+                                              (frame.f_globals, name, value))
+                    self.fakes.append(f"the global {name!r} ({code.co_filename}:"
+                                      f"{stores.globals[name]})")
         if cells_before:
             after = _read(frame.f_locals, stores.cells)
             for name, value in cells_before.items():
                 if after[name] is not value:
                     self.rebound.setdefault((code, "nonlocal", name), stores.cells[name])
+                    if _holds_fake(after[name]):
+                        self.fakes.append(f"the nonlocal variable {name!r} ("
+                                          f"{code.co_filename}:{stores.cells[name]})")
+
+    def restore(self) -> None:
+        """Put back the globals that the trace left holding fake tensors."""
+        for namespace, name, value in self.originals.values():
+            if value is _MISSING:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = value
 
     def warn(self) -> None:
         """One :class:`TraceSideEffectWarning` per rebound variable, at its line."""
@@ -157,6 +183,69 @@ class PythonWatch:
                 "a tensor")
             log("fallbacks", message)
             warnings.warn_explicit(message, TraceSideEffectWarning, code.co_filename, line)
+
+
+def module_attributes(module: Any) -> dict[tuple[str, str], Any]:
+    """The plain attributes (instance ``__dict__``, not parameters, buffers or
+    submodules) of ``module`` and its submodules, by (qualified name, attribute), for
+    :func:`warn_rebound_attributes`; empty when ``module`` is None."""
+    if module is None:
+        return {}
+    return {(prefix, k): v for prefix, sub in module.named_modules()
+            for k, v in vars(sub).items() if not k.startswith("_")}
+
+
+def restore_fake_attributes(module: Any, before: dict[tuple[str, str], Any]) -> list[str]:
+    """Attributes of the compiled module (or a submodule) the trace left holding one of
+    its fake tensors (``self.cache = self.cache + x``), put back to their values before
+    it; their names (``self.cache``)."""
+    if not before:
+        return []
+    modules = dict(module.named_modules())
+    names = []
+    for (prefix, name), value in module_attributes(module).items():
+        old = before.get((prefix, name), _MISSING)
+        if old is not value and _holds_fake(value):
+            owner: dict[str, Any] = modules[prefix].__dict__
+            if old is _MISSING:
+                owner.pop(name, None)
+            else:
+                owner[name] = old
+            names.append(f"self.{prefix + '.' if prefix else ''}{name}")
+    return names
+
+
+def _holds_fake(value: Any) -> bool:
+    if is_fake(value):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_fake(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_fake(v) for v in value.values())
+    return False
+
+
+def warn_rebound_attributes(module: Any, before: dict[tuple[str, str], Any]) -> None:
+    """One :class:`TraceSideEffectWarning` per attribute of the compiled module (or a
+    submodule) the trace rebound (``self.step += 1``), at ``forward``'s ``def`` line."""
+    if not before:
+        return
+    after = module_attributes(module)
+    changed = [f"self.{prefix + '.' if prefix else ''}{name}"
+               for (prefix, name), value in after.items()
+               if before.get((prefix, name), _MISSING) is not value]
+    if not changed:
+        return
+    code = getattr(getattr(type(module), "forward", None), "__code__", None)
+    filename = code.co_filename if code is not None else "<unknown>"
+    line = code.co_firstlineno if code is not None else 0
+    message = (f"{filename}:{line}: the trace capture changed {', '.join(changed)} once, at "
+               "capture; later calls run the recorded graph only and do not change it "
+               "(trace mode cannot replay Python side effects)\n  hint: use the strict "
+               "capture (the default), which replays the write at every call, or keep the "
+               "value in a buffer")
+    log("fallbacks", message)
+    warnings.warn_explicit(message, TraceSideEffectWarning, filename, line)
 
 
 @contextlib.contextmanager
