@@ -397,3 +397,28 @@ def test_a_function_run_eagerly_as_a_whole_names_its_def_line() -> None:
     report = str(ef.explain(local_class)(torch.ones(1)))
     assert "runs eagerly: unsupported bytecode LOAD_BUILD_CLASS" in report
     assert "test_strict_breaks.py" in report and "def local_class(x" in report
+
+
+_LOGGED: list[int] = []
+
+
+@ef.disable
+def _logged(x: torch.Tensor) -> torch.Tensor:
+    _LOGGED.append(1)
+    return x
+
+
+@ef.nonstrict
+def _region(x: torch.Tensor) -> torch.Tensor:
+    return _logged(x) * 2
+
+
+def test_a_disabled_call_inside_a_nonstrict_function_runs_at_every_call() -> None:
+    # before: the nonstrict function's Python ran once, on fake tensors, and the
+    # disabled function with it: _LOGGED == [1] after three calls
+    _LOGGED.clear()
+    compiled = strict(lambda x: _region(x) + 1)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(torch.ones(2)), torch.full((2,), 3.0))
+    assert _LOGGED == [1, 1, 1]
+    assert any("call to" in b.reason and "nonstrict" in b.reason for b in compiled.breaks)

@@ -3,9 +3,11 @@
 
 :func:`record_call` refuses what needs real data (``.item()``, ``.tolist()``,
 ``bool(t)``: a break, or an unbacked symbol for an integer ``.item()`` in a symbolic
-capture), higher-order ops and calls whose result went through a custom
-``autograd.Function``; a call that fails on fake tensors after recording ops restarts
-the capture before it (:func:`restart_if`).
+capture), higher-order ops, calls whose result went through a custom
+``autograd.Function``, and, inside an ``ember.frontend.nonstrict`` function (whose
+Python runs once, on fake tensors), a call of a disabled function (``trace_watch``); a
+call that fails on fake tensors after recording ops restarts the capture before it
+(:func:`restart_if`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any
 import torch
 from ember.frontend._torch import data_dependent_output_types, higher_order_op_name
 from ember.frontend.bytecode.breaks import GraphBreak
+from ember.frontend.bytecode.escape import is_nonstrict
 from ember.frontend.bytecode.frame import location_of
 from ember.frontend.custom_functions import function_in_call, recorded_break_reason
+from ember.frontend.trace_watch import PythonWatch, watched_python
 from ember.runtime.custom_ops import MissingFakeKernelError
 from torch import nn
 
@@ -83,29 +87,47 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
     interp.capture.pin([getattr(fn, "__self__", None), *args, *kwargs.values()])
     nodes = interp.capture.recorder.graph.nodes
     recorded = len(nodes)
+    watch = PythonWatch()
     try:
-        result = _run_for_real(interp, fn, args, kwargs)
+        if is_nonstrict(fn):  # its Python runs once: a disabled call in it is refused
+            with watched_python() as watch:
+                result = _run_for_real(interp, fn, args, kwargs)
+        else:
+            result = _run_for_real(interp, fn, args, kwargs)
     except GraphBreak:
         raise
-    except data_dependent_output_types() as e:
-        interp.capture.data_dependent = True  # a symbolic capture gets unbacked sizes
-        op = getattr(e, "func", None) or str(e).splitlines()[0]
-        raise restart_if(len(nodes) > recorded, interp.fail(
-            f"data-dependent size of {op} in {callable_name(fn)}: its output size (or value) "
-            "depends on the data", "compile with dynamic=None or True (symbolic "
-            "shapes give it an unbacked size), or keep the code outside")) from e
     except Exception as e:
-        hint = ("register the operator's fake kernel" if isinstance(e, MissingFakeKernelError)
-                else "data-dependent output shapes and values are not captured")
+        if watch.refused is None:
+            raise _failed(interp, fn, e, len(nodes) > recorded) from e
+    if watch.refused is not None:  # (also when the code caught it)
+        reason = str(watch.refused).partition("\n")[0]
         raise restart_if(len(nodes) > recorded, interp.fail(
-            f"{callable_name(fn)} could not run on fake tensors ({type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''})", hint)) from e
+            f"{reason.split(':')[0]} inside {callable_name(fn)}, marked "
+            "ember.frontend.nonstrict (run once on fake tensors)",
+            "the nonstrict call runs eagerly, the disabled call at every call"))
     function = function_in_call(result, args, kwargs)
     if function is not None:  # the call runs for real, with the Function's backward
         raise restart_if(len(nodes) > recorded, interp.fail(
             *recorded_break_reason(function, callable_name(fn))))
     interp.capture.note_made(result)
     return result
+
+
+def _failed(interp: Any, fn: Any, e: Exception, recorded: bool) -> GraphBreak:
+    """The break of a recorded call that raised ``e`` on fake tensors."""
+    if isinstance(e, data_dependent_output_types()):
+        interp.capture.data_dependent = True  # a symbolic capture gets unbacked sizes
+        op = getattr(e, "func", None) or str(e).splitlines()[0]
+        return restart_if(recorded, interp.fail(
+            f"data-dependent size of {op} in {callable_name(fn)}: its output size (or value) "
+            "depends on the data", "compile with dynamic=None or True (symbolic "
+            "shapes give it an unbacked size), or keep the code outside"))
+    hint = ("register the operator's fake kernel" if isinstance(e, MissingFakeKernelError)
+            else "data-dependent output shapes and values are not captured")
+    return restart_if(recorded, interp.fail(
+        f"{callable_name(fn)} could not run on fake tensors ({type(e).__name__}: "
+        f"{str(e).splitlines()[0] if str(e) else ''})", hint))
+
 
 def _run_for_real(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """``fn(*args, **kwargs)``; writes it makes into outside objects it was given
