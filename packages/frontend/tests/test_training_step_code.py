@@ -142,9 +142,11 @@ def test_torch_compiler_disable_runs_eagerly_at_a_break(
     assert "marked torch.compiler.disable" in capsys.readouterr().err
 
 
-def test_zero_grad_is_a_break_named_for_the_user(capsys: pytest.CaptureFixture[str]) -> None:
-    """``p.grad = None`` (zero_grad's default) is a graph break whose reason says what it
-    is, not the interpreter's type name (it said "on a FakeTensor")."""
+def test_zero_grad_is_captured_and_other_tensor_writes_named_for_the_user(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``p.grad = None`` (zero_grad's default) is a captured write, replayed after the
+    graph (test_strict_grad_writes.py); another tensor attribute write is a graph break
+    whose reason says what it is, not the interpreter's type name ("on a FakeTensor")."""
     model = nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model(torch.ones(2, 3)).sum().backward()  # gradients for zero_grad to clear
@@ -153,9 +155,18 @@ def test_zero_grad_is_a_break_named_for_the_user(capsys: pytest.CaptureFixture[s
         opt.zero_grad()
         return model(x).sum()
 
+    compiled = ef.compile(step, backend="eager")
+    compiled(torch.ones(2, 3))
+    assert compiled.stats.graph_breaks == 0, compiled.stats
+    assert all(p.grad is None for p in model.parameters())
+
+    def tag(x: torch.Tensor) -> torch.Tensor:
+        model.weight.tag = 1
+        return model(x).sum()
+
     with patch(logs=frozenset({"graph_breaks"})):
-        ef.compile(step, backend="eager")(torch.ones(2, 3))
+        ef.compile(tag, backend="eager")(torch.ones(2, 3))
     err = capsys.readouterr().err
-    assert "attribute write .grad on a tensor (setting a gradient, as " \
-           "zero_grad(set_to_none=True) does): not captured" in err
+    assert "attribute write .tag on a tensor: tensor attributes other than .grad are " \
+           "not captured" in err
     assert "FakeTensor" not in err

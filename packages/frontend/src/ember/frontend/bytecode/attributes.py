@@ -17,7 +17,10 @@ How a write or delete is captured depends on the class, one rule per case:
 - ``nn.Module`` and classes with the default ``__setattr__`` record the write, replayed
   with ``setattr`` / ``delattr`` (``Module.__setattr__`` files tensors, parameters and
   submodules into their tables at replay time);
-- any other data descriptor, a tensor, or an untracked class or module breaks.
+- ``p.grad = v`` / ``del p.grad`` on a graph input is recorded (``_store_grad``) and
+  replayed with ``setattr`` on the real tensor;
+- any other data descriptor, another tensor attribute, or an untracked class or module
+  breaks.
 
 After a write, reads of that object whose class has a Python ``__getattribute__`` (such
 as transformers' ``PretrainedConfig``, which maps attribute aliases) run that method
@@ -196,6 +199,9 @@ class AttributeOps:
             # real: nothing outside the graph sees it before it escapes (state.py).
             setattr(obj, name, value)
             return
+        if name == "grad" and isinstance(obj, torch.Tensor):
+            self._store_grad(obj, value)
+            return
         self._check_tracked(obj, name, "write")
         if isinstance(obj, torch.nn.Module):
             self._check_module_slot(obj, name, value)
@@ -214,6 +220,24 @@ class AttributeOps:
                                 "through a descriptor Ember cannot run",
                                 "set it outside the compiled function")
         cap.record_attr_write(obj, name, value, raw=False)
+
+    def _store_grad(self, tensor: torch.Tensor, value: Any) -> None:
+        """``p.grad = value`` (``del p.grad``: None) on a graph input ``p`` (a parameter
+        an optimizer's ``zero_grad(set_to_none=True)`` clears): recorded as an attribute
+        write, replayed with ``setattr`` on the real tensor after the graph (a gradient
+        the graph computed is its output; an input tensor or None is handed over as
+        such); later reads of ``p.grad`` in the capture see it. A write that
+        ``Tensor.grad``'s setter refuses breaks, so that it raises there as in eager."""
+        cap = self.capture
+        if cap.is_input_fake(tensor) is None:
+            raise self.fail("setting .grad of a tensor made inside the compiled function "
+                            "(only the gradient of a graph input or parameter is captured)",
+                            "set it outside the compiled function")
+        problem = _grad_mismatch(tensor, value, cap.visible_type(value))
+        if problem is not None:
+            raise self.fail(f"assigning .grad: {problem} (Tensor.grad's setter raises "
+                            "here)", "this break is needed for correctness")
+        cap.record_attr_write(tensor, "grad", value, raw=False)
 
     def _check_module_slot(self, obj: torch.nn.Module, name: str, value: Any) -> None:
         """A write that ``Module.__setattr__`` would refuse (a tensor over a parameter,
@@ -246,6 +270,9 @@ class AttributeOps:
         cap = self.capture
         if cap is None or id(obj) in cap.new_objects:
             delattr(obj, name)
+            return
+        if name == "grad" and isinstance(obj, torch.Tensor):
+            self._store_grad(obj, None)  # what Tensor.grad's deleter does
             return
         self._check_tracked(obj, name, "delete")
         if not isinstance(obj, torch.nn.Module):
@@ -283,10 +310,8 @@ class AttributeOps:
         cap = self.capture
         if isinstance(obj, torch.Tensor):
             # NOTE: named for the user: the interpreter's tensors are fake ones
-            raise self.fail(f"attribute {what} .{name} on a tensor"
-                            + (" (setting a gradient, as zero_grad(set_to_none=True) "
-                               "does): not captured" if name == "grad" else
-                               ": tensor attributes are not captured"))
+            raise self.fail(f"attribute {what} .{name} on a tensor: tensor attributes "
+                            "other than .grad are not captured")
         if isinstance(obj, (type, types.ModuleType)) and cap.source_of(obj) is None:
             raise self.fail(f"attribute {what} .{name} on a {type(obj).__name__} Ember "
                             "does not track")
@@ -355,6 +380,25 @@ def _module_property_setter(obj: torch.nn.Module, name: str,
                                                           "_modules")):
         return None
     return attr.fset
+
+
+def _grad_mismatch(tensor: torch.Tensor, value: Any, shown: type) -> str | None:
+    """Why ``tensor.grad = value`` raises in eager (``Tensor.grad``'s setter checks
+    the type, dtype, device, layout and size), or None when it is accepted."""
+    if value is None:
+        return None
+    if not issubclass(shown, torch.Tensor):
+        return f"a {shown.__name__} is not a Tensor or None"
+    for what in ("dtype", "device", "layout"):
+        if getattr(value, what) != getattr(tensor, what):
+            return (f"a gradient of {what} {getattr(value, what)} for a tensor of "
+                    f"{what} {getattr(tensor, what)}")
+    if value.layout != torch.strided:
+        return f"a {value.layout} gradient"
+    if tuple(value.shape) != tuple(tensor.shape):  # (symbolic sizes: guarded)
+        return f"a gradient of size {tuple(value.shape)} for a tensor of size " \
+               f"{tuple(tensor.shape)}"
+    return None
 
 
 def _class_attr(cls: type, name: str) -> Any:

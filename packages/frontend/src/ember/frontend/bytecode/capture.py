@@ -352,6 +352,8 @@ class CaptureContext:
         key = (id(obj), name)
         self.attr_writes.pop(key, None)
         self.attr_writes[key] = AttrWrite(obj, name, value, raw)
+        if isinstance(obj, torch.Tensor):
+            return  # a graph input's .grad (attributes._store_grad): no __dict__ involved
         self.dirty[id(obj)] = obj
         members = getattr(obj, "__dict__", None)
         shadow = self.shadow_of_real.get(id(members)) if type(members) is dict else None

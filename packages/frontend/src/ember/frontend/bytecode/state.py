@@ -276,6 +276,8 @@ class StateBuilder:
             if dict_shadow(cap, write.obj, write.name) is not None:
                 continue  # the replay of its __dict__ (above) carries this write
             source = cap.source_of(write.obj)
+            if source is None:
+                source = cap.is_input_fake(write.obj)  # a graph input's .grad
             target: Recipe = Const(write.obj) if source is None else Fetch(source)
             if write.value is DELETED:
                 out.append(Replay("delattr", target, None, write.name, write.raw))
