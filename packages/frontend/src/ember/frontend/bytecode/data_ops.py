@@ -28,6 +28,7 @@ from ember.frontend.bytecode.capture import (
 )
 from ember.frontend.bytecode.env_rules import environ_contains, environ_getitem, is_environ
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
+from ember.frontend.bytecode.grad_mode import CALL_TURNED_GRAD_ON, program_call
 from ember.frontend.bytecode.iteration import make_iterator
 from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.side_effects import CellWrite, GlobalWrite
@@ -306,7 +307,8 @@ class DataOps(AttributeOps):
         if self.capture is not None and fn is operator.mod and isinstance(args[0], str):
             args = (args[0], specialised_for_text(args[1]))  # "%s" % (x.shape,)
         try:
-            return fn(*args)
+            with program_call() as call:  # torch's own grad-mode switches stay inside it
+                result = fn(*args)
         except GraphBreak:
             raise
         except Exception as e:
@@ -314,6 +316,9 @@ class DataOps(AttributeOps):
                 raise self.fail(f"operator {fn.__name__} on tensors failed during capture: "
                                 f"{type(e).__name__}: {e}") from e
             raise
+        if call.turned_grad_on():
+            raise self.fail(f"operator {fn.__name__}: {CALL_TURNED_GRAD_ON}")
+        return result
 
     def truth(self, value: Any) -> bool:
         self.check_not_tensor(value, "branch")

@@ -23,15 +23,23 @@ autograd history. Three pieces make the graph compute eager's gradients:
   outer ``no_grad`` requires grad. After the graph, the segment sets the grad mode the
   code left (``Segment.grad_at_end``).
 
+Torch's own C++ may turn grad mode on around one op of a call made with grad mode off
+(autocast's weight-cast cache makes its casts of parameters with grad mode on, also
+under ``no_grad``). :func:`program_call` marks each call the capture runs for real: an
+op that ran with grad mode on inside a call entered with grad mode off, which leaves it
+off, is part of the call's no-grad region, not a grad-mode change of the program.
+
 Limit: a view made under ``no_grad`` of a tensor that requires grad is, eagerly, a leaf
 that requires grad; in the graph it is a view of the detached tensor (no grad).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -41,8 +49,8 @@ from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef, qualified_name
 from ember.runtime.ir.op_queries import operator_schema, writes_arguments
 from ember.runtime.tracing import GraphRecorder
 
-__all__ = ["GRAD_MODE_BLOCKS", "GradModeRestore", "GradModeTracker", "block_modes",
-           "detach_no_grad_inputs", "graph_grad_mode"]
+__all__ = ["CALL_TURNED_GRAD_ON", "GRAD_MODE_BLOCKS", "GradModeRestore", "GradModeTracker", "ProgramCall",
+           "block_modes", "detach_no_grad_inputs", "graph_grad_mode", "program_call"]
 
 DETACH = "aten::detach.default"
 
@@ -96,6 +104,43 @@ def block_modes(cm: Any) -> tuple[bool, bool] | None:
 # ---- while capturing ------------------------------------------------------------------
 
 
+class ProgramCall:
+    """One call the capture runs for real (a torch function, a tensor method, an
+    operator): the grad mode it was entered with, and how many of its ops ran with grad
+    mode on although it was entered with grad mode off."""
+
+    def __init__(self, grad: bool) -> None:
+        self.grad = grad
+        self.internal_grad_ops = 0
+
+    def turned_grad_on(self) -> bool:
+        """Whether the call ran ops with grad mode on and left it on: the program's grad
+        mode changed inside it, after ops the tracker counted as run without grad."""
+        return self.internal_grad_ops > 0 and torch.is_grad_enabled()
+
+
+_CALL: ContextVar[ProgramCall | None] = ContextVar("ember_program_call", default=None)
+
+
+@contextlib.contextmanager
+def program_call() -> Iterator[ProgramCall]:
+    """Mark a call the capture runs for real (the outermost one counts): ops inside it
+    that run with grad mode on while it was entered with grad mode off (torch's own
+    switch around one op) count as run without grad. The caller checks
+    :meth:`ProgramCall.turned_grad_on` after a call that returned."""
+    outer = _CALL.get()
+    call = ProgramCall(torch.is_grad_enabled()) if outer is None else outer
+    token = _CALL.set(call)
+    try:
+        yield call
+    finally:
+        _CALL.reset(token)
+
+
+CALL_TURNED_GRAD_ON = ("a call turned grad mode on and ran ops with it (counted as run "
+                       "without grad, as torch's own switches around one op are)")
+
+
 class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Sees every op the recorder runs (entered before the recorder, so it sits under
     it): notes where grad mode changed, and refuses in-place writes to tensors that
@@ -116,6 +161,12 @@ class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         enabled = torch.is_grad_enabled()
+        call = _CALL.get()
+        if enabled and call is not None and not call.grad:
+            # torch's own switch inside a call made with grad mode off (autocast's cast
+            # cache): the op belongs to the call's no-grad region
+            call.internal_grad_ops += 1
+            enabled = False
         if enabled != self._enabled:
             self._enabled = enabled
             self._changes.append((self._recorded(), enabled))
@@ -141,6 +192,17 @@ class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
                     "into a tensor that requires grad", _WRITE_HINT)
             self._grad_seen = True
         return result
+
+    def __enter__(self) -> GradModeTracker:
+        # a capture started inside a call another capture runs for real has its own calls
+        self._call_token = _CALL.set(None)
+        return super().__enter__()  # type: ignore[no-untyped-call,no-any-return]
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)  # type: ignore[no-untyped-call]
+        finally:
+            _CALL.reset(self._call_token)
 
     @property
     def grad_seen(self) -> bool:

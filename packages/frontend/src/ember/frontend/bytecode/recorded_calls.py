@@ -20,6 +20,7 @@ from ember.frontend._torch import data_dependent_output_types, higher_order_op_n
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.escape import is_nonstrict
 from ember.frontend.bytecode.frame import location_of
+from ember.frontend.bytecode.grad_mode import CALL_TURNED_GRAD_ON, program_call
 from ember.frontend.custom_functions import function_in_call, recorded_break_reason
 from ember.frontend.trace_watch import PythonWatch, watched_python
 from ember.runtime.custom_ops import MissingFakeKernelError
@@ -89,11 +90,12 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
     recorded = len(nodes)
     watch = PythonWatch()
     try:
-        if is_nonstrict(fn):  # its Python runs once: a disabled call in it is refused
-            with watched_python() as watch:
+        with program_call() as call:  # torch's own grad-mode switches stay inside it
+            if is_nonstrict(fn):  # its Python runs once: a disabled call in it is refused
+                with watched_python() as watch:
+                    result = _run_for_real(interp, fn, args, kwargs)
+            else:
                 result = _run_for_real(interp, fn, args, kwargs)
-        else:
-            result = _run_for_real(interp, fn, args, kwargs)
     except GraphBreak:
         raise
     except Exception as e:
@@ -105,6 +107,8 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
             f"{reason.split(':')[0]} inside {callable_name(fn)}, marked "
             "ember.frontend.nonstrict (run once on fake tensors)",
             "the nonstrict call runs eagerly, the disabled call at every call"))
+    if call.turned_grad_on():
+        raise restart_if(True, interp.fail(f"{callable_name(fn)}: {CALL_TURNED_GRAD_ON}"))
     function = function_in_call(result, args, kwargs)
     if function is not None:  # the call runs for real, with the Function's backward
         raise restart_if(len(nodes) > recorded, interp.fail(
