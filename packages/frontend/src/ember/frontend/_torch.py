@@ -5,10 +5,13 @@ Other helpers may add lines here; keep one import per name and say what it is fo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -376,3 +379,20 @@ def _tensor_guards_work() -> bool:
                     and check(probe[0], torch.zeros(4)) is False)
     except Exception:  # noqa: BLE001 - any failure means the C++ check is unusable
         return False
+
+
+_FAKE_TENSOR_LOG = logging.getLogger("torch._subclasses.fake_tensor")
+
+
+@contextlib.contextmanager
+def quiet_fake_tensor_errors() -> Iterator[None]:
+    """Silence torch's fake-tensor logger while the capture runs a user's op on fake
+    tensors: an op that fails (a shape mismatch) is logged there at ERROR level with a
+    full traceback ("failed while attempting to run meta"), although the capture
+    handles the error (the user gets the op's exception). Its level is put back after."""
+    level = _FAKE_TENSOR_LOG.level
+    _FAKE_TENSOR_LOG.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        _FAKE_TENSOR_LOG.setLevel(level)

@@ -10,13 +10,14 @@ outside objects are recorded for replay (:mod:`.state`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import operator
 import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from ember.frontend._torch import is_fake
+from ember.frontend._torch import is_fake, quiet_fake_tensor_errors
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.attributes import AttributeOps
 from ember.frontend.bytecode.breaks import GraphBreak
@@ -307,7 +308,9 @@ class DataOps(AttributeOps):
         if self.capture is not None and fn is operator.mod and isinstance(args[0], str):
             args = (args[0], specialised_for_text(args[1]))  # "%s" % (x.shape,)
         try:
-            with program_call() as call:  # torch's own grad-mode switches stay inside it
+            # (torch's own grad-mode switches stay inside the call; a failing op's log too)
+            quiet = quiet_fake_tensor_errors() if self.capture is not None else None
+            with program_call() as call, quiet or contextlib.nullcontext():
                 result = fn(*args)
         except GraphBreak:
             raise

@@ -16,7 +16,11 @@ import types
 from typing import Any
 
 import torch
-from ember.frontend._torch import data_dependent_output_types, higher_order_op_name
+from ember.frontend._torch import (
+    data_dependent_output_types,
+    higher_order_op_name,
+    quiet_fake_tensor_errors,
+)
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.escape import is_nonstrict
 from ember.frontend.bytecode.frame import location_of
@@ -90,7 +94,8 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
     recorded = len(nodes)
     watch = PythonWatch()
     try:
-        with program_call() as call:  # torch's own grad-mode switches stay inside it
+        # (torch's own grad-mode switches stay inside the call; a failing op's log too)
+        with program_call() as call, quiet_fake_tensor_errors():
             if is_nonstrict(fn):  # its Python runs once: a disabled call in it is refused
                 with watched_python() as watch:
                     result = _run_for_real(interp, fn, args, kwargs)
