@@ -215,6 +215,13 @@ OP_TABLE: list[OpCase] = [
                                  True, None),
         aten.avg_pool2d_backward(F.pad(x[:, :, :, ::2], (0, 1, 0, 1)) * 3, x, [2, 3], [1, 2], [1, 1], True, False,
                                  None)], ((2, 3, 9, 10),), FLOATS),
+    OpCase("adaptive_avg_pool2d", lambda x: [aten._adaptive_avg_pool2d(x, [4, 3]),
+                                             aten._adaptive_avg_pool2d(x, [9, 10]),
+                                             aten._adaptive_avg_pool2d(x[0], [2, 7])],
+           ((2, 3, 9, 10),), FLOATS),
+    OpCase("adaptive_avg_pool2d_backward", lambda x: [
+        aten._adaptive_avg_pool2d_backward(x[:, :, :4, :3].cos(), x),
+        aten._adaptive_avg_pool2d_backward(x[0, :, :2, :7] * 3, x[0])], ((2, 3, 9, 10),), FLOATS),
     # stack as the aot stage decomposes it (cat, then a view)
     _u("stack", lambda x: torch.cat([x, x * 2]).view(2, *x.shape), dtypes=ALL),
     _u("unfold", lambda x: [x.unfold(-1, 2, 1) * 2, x.unfold(0, 1, 2) + 1], dtypes=NUMERIC),

@@ -1,5 +1,5 @@
-"""Lowering rules for 2-d pooling: max_pool2d_with_indices, avg_pool2d and their backward
-ops.
+"""Lowering rules for 2-d pooling: max_pool2d_with_indices, avg_pool2d,
+_adaptive_avg_pool2d and their backward ops.
 
 The forward ops are element functions over the output with the window unrolled (at most
 :data:`MAX_WINDOW` loads, masked at the padding), so they fuse with their producer and
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, Indirect, add, mul
+from ember.inductor.loop_ir import IndexExpr, Indirect, add, floordiv, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import compute_dtype, out_meta, sizes_of
 from ember.inductor.lowering.registry import NotLowerable, lowering
@@ -251,3 +251,95 @@ def _avg_pool2d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: T
         return (*out[:-2], row, col), share, _inside(b, row, col, height, width)
 
     return ctx.scatter(node, zeros, (*grad.sizes, kh, kw), fn, accumulate=True)
+
+
+# -- adaptive average pooling ------------------------------------------------------------
+# Output position o of a dimension of size n pooled to m averages the input positions
+# [o*n // m, ((o+1)*n + m-1) // m): windows of varying size, at most adaptive_span(n, m).
+
+
+def adaptive_span(n: int, m: int) -> int:
+    """The largest window adaptive pooling from size ``n`` to ``m`` averages."""
+    return max(((o + 1) * n + m - 1) // m - o * n // m for o in range(m))
+
+
+def _adaptive_sizes(x: TensorValue, output_size: Any) -> tuple[int, int, int, int]:
+    """``(height, width, out_height, out_width)``, static, with the unrolled window
+    within :data:`MAX_WINDOW`.
+
+    Raises:
+        NotLowerable: symbolic sizes, or a window too large to unroll.
+    """
+    height, width = x.sizes[-2:]
+    out_h, out_w = _pair(output_size)
+    if not all(type(v) is int and v > 0 for v in (height, width, out_h, out_w)):
+        raise NotLowerable(f"adaptive pooling of {x.sizes} to {output_size}: symbolic or "
+                           "empty sizes")
+    if adaptive_span(height, out_h) * adaptive_span(width, out_w) > MAX_WINDOW:
+        raise NotLowerable(f"adaptive pooling window of {height}x{width} to "
+                           f"{out_h}x{out_w} larger than {MAX_WINDOW} elements")
+    return height, width, out_h, out_w
+
+
+def _adaptive_bounds(out: IndexExpr, n: int, m: int) -> tuple[IndexExpr, IndexExpr]:
+    """The window ``[start, end)`` of output position ``out`` (index expressions)."""
+    return floordiv(mul(out, n), m), floordiv(add(mul(out, n), n + m - 1), m)
+
+
+@lowering("aten::_adaptive_avg_pool2d.default")
+def _adaptive_avg_pool2d(ctx: GraphLowering, node: Node, x: TensorValue,
+                         output_size: Any) -> Lazy:
+    _check_input(x)
+    height, width, out_h, out_w = _adaptive_sizes(x, output_size)
+    span_h, span_w = adaptive_span(height, out_h), adaptive_span(width, out_w)
+    meta = out_meta(node)
+    ct = compute_dtype(meta.dtype)
+
+    def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        (h0, h1), (w0, w1) = (_adaptive_bounds(index[-2], height, out_h),
+                              _adaptive_bounds(index[-1], width, out_w))
+        end_h, end_w = b.index_value(h1), b.index_value(w1)
+        total = b.literal(0, ct)
+        for i in range(span_h):
+            row = add(h0, i)
+            in_row = b.compute("lt", b.index_value(row), end_h)
+            for j in range(span_w):
+                col = add(w0, j)
+                inside = b.all_of(in_row, b.compute("lt", b.index_value(col), end_w))
+                with b.masked(inside):
+                    v = b.cast(x.element(b, (*index[:-2], row, col)), ct)
+                total = b.compute("add", total, b.compute("where", inside, v, b.literal(0, ct)))
+        count = b.compute("mul", b.compute("sub", end_h, b.index_value(h0)),
+                          b.compute("sub", end_w, b.index_value(w0)))
+        return b.cast(b.compute("truediv", total, b.cast(count, ct)), meta.dtype)
+
+    return Lazy(fn, meta.dtype, sizes_of(node))
+
+
+@lowering("aten::_adaptive_avg_pool2d_backward.default")
+def _adaptive_avg_pool2d_backward(ctx: GraphLowering, node: Node, grad: TensorValue,
+                                  x: TensorValue) -> Stored:
+    _check_input(x)
+    height, width, out_h, out_w = _adaptive_sizes(x, tuple(grad.sizes[-2:]))
+    span_h, span_w = adaptive_span(height, out_h), adaptive_span(width, out_w)
+    meta = out_meta(node)
+    ct = compute_dtype(meta.dtype)
+    zeros = Lazy(lambda b, i: b.literal(0, meta.dtype), meta.dtype, x.sizes)
+    n = len(grad.sizes)
+
+    # the scatter runs over (output position, window row, window column)
+    def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
+                                                               str | None]:
+        out, (wi, wj) = i[:n], i[n:]
+        (h0, h1), (w0, w1) = (_adaptive_bounds(out[-2], height, out_h),
+                              _adaptive_bounds(out[-1], width, out_w))
+        row, col = add(h0, wi), add(w0, wj)
+        end_h, end_w = b.index_value(h1), b.index_value(w1)
+        inside = b.all_of(b.compute("lt", b.index_value(row), end_h),
+                          b.compute("lt", b.index_value(col), end_w))
+        count = b.compute("mul", b.compute("sub", end_h, b.index_value(h0)),
+                          b.compute("sub", end_w, b.index_value(w0)))
+        share = b.compute("truediv", b.cast(grad.element(b, out), ct), b.cast(count, ct))
+        return (*out[:-2], row, col), share, inside
+
+    return ctx.scatter(node, zeros, (*grad.sizes, span_h, span_w), fn, accumulate=True)
