@@ -188,3 +188,24 @@ def test_compiled_step_then_zero_grad_in_one_function() -> None:
     for p, q in zip(model.parameters(), ref.parameters()):
         assert_close(p, q)
     _stats(compiled, 2, 0)  # the first step creates the optimizer's state
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_torch_code_run_on_the_fakes_sees_the_written_grad(foreach: bool) -> None:
+    """``clip_grad_norm_`` is torch code the capture runs for real on the fakes: it reads
+    the fake's own ``.grad``, which must hold the captured write (it read None: norm 0)."""
+    def fn(w: torch.Tensor, g: torch.Tensor) -> Any:
+        w.grad = g * 2
+        norm = torch.nn.utils.clip_grad_norm_([w], max_norm=1.0, foreach=foreach)
+        clipped = w.grad.clone()
+        w.grad = None
+        return norm, clipped
+
+    compiled = strict(fn)
+    for seed in range(2):
+        torch.manual_seed(seed)
+        w, g = torch.randn(5, requires_grad=True), torch.randn(5) * 3
+        w2 = w.detach().clone().requires_grad_()
+        assert_close(compiled(w2, g.clone()), fn(w, g.clone()))
+        assert w2.grad is None and w.grad is None
+    _stats(compiled, 1, 0)

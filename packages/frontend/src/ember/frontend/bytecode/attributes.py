@@ -237,6 +237,15 @@ class AttributeOps:
         if problem is not None:
             raise self.fail(f"assigning .grad: {problem} (Tensor.grad's setter raises "
                             "here)", "this break is needed for correctness")
+        # NOTE: torch code the capture runs for real (clip_grad_norm_, recorded on the
+        # fakes) reads the fake's own .grad: it must hold the written value too
+        if value is not None and not is_fake(value):
+            raise self.fail("assigning .grad a tensor that is not a value of the capture",
+                            "set it outside the compiled function")
+        try:
+            tensor.grad = value
+        except (RuntimeError, TypeError) as e:
+            raise self.fail(f"assigning .grad: {e}", "set it outside the compiled function")
         cap.record_attr_write(tensor, "grad", value, raw=False)
 
     def _check_module_slot(self, obj: torch.nn.Module, name: str, value: Any) -> None:
