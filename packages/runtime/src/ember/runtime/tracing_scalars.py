@@ -25,20 +25,10 @@ _aten = torch.ops.aten
 Args = dict[str, Any]
 
 
-def _add(a: Args) -> Any:
-    return _aten.add.Tensor(a["self"], _aten.mul.Tensor(a["other"], a["alpha"]))
-
-
-def _add_(a: Args) -> Any:
-    return _aten.add_.Tensor(a["self"], _aten.mul.Tensor(a["other"], a["alpha"]))
-
-
-def _sub(a: Args) -> Any:
-    return _aten.sub.Tensor(a["self"], _aten.mul.Tensor(a["other"], a["alpha"]))
-
-
-def _sub_(a: Args) -> Any:
-    return _aten.sub_.Tensor(a["self"], _aten.mul.Tensor(a["other"], a["alpha"]))
+def _scaled_other(op: Any) -> Callable[[Args], Any]:
+    """The rule of ``op(self, other, alpha=t)`` (add, sub and their in-place forms):
+    ``op(self, other * t)``."""
+    return lambda a: op(a["self"], _aten.mul.Tensor(a["other"], a["alpha"]))
 
 
 def _addcdiv_term(a: Args) -> Any:
@@ -61,10 +51,8 @@ def _full_like(a: Args) -> Any:
 # Only ops whose Scalar argument has no Tensor overload that Python's argument parser
 # would pick instead (mul, div, lerp, fill_ take the tensor as it is)
 _RULES: dict[Any, Callable[[Args], Any]] = {
-    _aten.add.Tensor: _add,
-    _aten.add_.Tensor: _add_,
-    _aten.sub.Tensor: _sub,
-    _aten.sub_.Tensor: _sub_,
+    **{op: _scaled_other(op) for op in (_aten.add.Tensor, _aten.add_.Tensor,
+                                        _aten.sub.Tensor, _aten.sub_.Tensor)},
     _aten.addcdiv.default: lambda a: _aten.add.Tensor(a["self"], _addcdiv_term(a)),
     _aten.addcdiv_.default: lambda a: _aten.add_.Tensor(a["self"], _addcdiv_term(a)),
     _aten.addcmul.default: lambda a: _aten.add.Tensor(a["self"], _addcmul_term(a)),

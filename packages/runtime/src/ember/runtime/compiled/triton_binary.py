@@ -136,29 +136,18 @@ def _binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
         log("cache", f"Triton binary launched through Triton's runner ({type(e).__name__}: {e})")
         return through_runner
 
-    flat = flat_launch(run)
-    if flat is not None:
-        c_launch, constants = flat
+    # the C launch with its constant flags (step 2), else the launcher object itself
+    launch, constants = flat_launch(run) or (run, ())
 
-        def direct(grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
-            if not (_no_hook(runtime_knobs.launch_enter_hook)
-                    and _no_hook(runtime_knobs.launch_exit_hook)):
-                compiled[grid](*args, *trailing)
-                return
-            c_launch(grid[0], grid[1], grid[2], current_stream(current_device()), function,
-                     *constants, packed, None, None, None, *args, *trailing)
-
-        return direct
-
-    def through_launcher(grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
+    def direct(grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
         if not (_no_hook(runtime_knobs.launch_enter_hook)
                 and _no_hook(runtime_knobs.launch_exit_hook)):
             compiled[grid](*args, *trailing)
             return
-        run(grid[0], grid[1], grid[2], current_stream(current_device()), function, packed,
-            None, None, None, *args, *trailing)
+        launch(grid[0], grid[1], grid[2], current_stream(current_device()), function,
+               *constants, packed, None, None, None, *args, *trailing)
 
-    return through_launcher
+    return direct
 
 
 def _no_hook(hook: Any) -> bool:
