@@ -138,14 +138,22 @@ def _enumerate_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
 def _zip_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
               kwargs: dict[str, Any]) -> Any:
     sources = [make_iterator(a, interp) for a in args]
-    if any(isinstance(s, LazyIterator) for s in sources) and not kwargs:
-        return lazy_zip(sources)
-    return ListIterator(list(zip(*[s.remaining() for s in sources], **kwargs)))
+    if any(isinstance(s, LazyIterator) for s in sources) and set(kwargs) <= {"strict"}:
+        return lazy_zip(sources, bool(kwargs.get("strict", False)))
+    lists = [s.remaining() for s in sources]
+    if kwargs.get("strict") and len({len(items) for items in lists}) > 1:
+        # CPython's ValueError comes once the shortest is exhausted, not here
+        return lazy_zip([ListIterator(items) for items in lists], strict=True)
+    return ListIterator(list(zip(*lists, **kwargs)))
 
 
 @_rule(reversed)
 def _reversed_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
                    kwargs: dict[str, Any]) -> Any:
+    if isinstance(args[0], (ListIterator, LazyIterator)):
+        # an iterator (a generator, zip, map, iter(list), ...) is not reversible
+        kind = "generator" if isinstance(args[0], InlinedGenerator) else "iterator"
+        raise TypeError(f"'{kind}' object is not reversible")
     return ListIterator(list(reversed(interp.iterate(args[0]))))
 
 

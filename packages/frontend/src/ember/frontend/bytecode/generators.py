@@ -145,17 +145,33 @@ def lazy_enumerate(it: Any, start: int) -> LazyIterator:
     return LazyIterator(advance)
 
 
-def lazy_zip(its: list[Any]) -> LazyIterator:
+def lazy_zip(its: list[Any], strict: bool = False) -> LazyIterator:
     def advance() -> tuple[bool, Any]:
         values = []
-        for it in its:  # in order, stopping at the first exhausted one, as zip does
+        for i, it in enumerate(its):  # in order, stopping at the first exhausted one
             has, value = _pull(it)
             if not has:
+                if strict:
+                    _check_strict_end(its, i)
                 return False, None
             values.append(value)
         return True, tuple(values)
 
     return LazyIterator(advance)
+
+
+def _check_strict_end(its: list[Any], i: int) -> None:
+    """``zip(strict=True)``'s check once argument ``i`` (0-based) is exhausted: CPython's
+    ``ValueError`` when another argument is not."""
+    if i > 0:
+        s = "s" if i > 1 else ""
+        raise ValueError(f"zip() argument {i + 1} is shorter than argument{s} 1"
+                         f"{'-' + str(i) if i > 1 else ''}")
+    for j, other in enumerate(its[1:], start=2):
+        if _pull(other)[0]:
+            s = "s" if j > 2 else ""
+            raise ValueError(f"zip() argument {j} is longer than argument{s} 1"
+                             f"{'-' + str(j - 1) if j > 2 else ''}")
 
 
 def lazy_map(call: Callable[..., Any], its: list[Any]) -> LazyIterator:

@@ -8,8 +8,11 @@ materialised into a :class:`~.iteration.ListIterator` (its items computed now, f
 interpreter's values), which the graph-break machinery can rebuild. Callables passed to
 them (``starmap``, ``accumulate``, ``groupby`` keys, predicates) are called through the
 interpreter, so user functions are inlined and guarded. Infinite iterators
-(``count``, ``cycle``, ``repeat`` without ``times``) break. ``functools.reduce`` calls its
-function through the interpreter too.
+(``count``, ``cycle``, ``repeat`` without ``times``) are lazy iterators
+(:class:`~.generators.LazyIterator`), so ``islice``, ``zip``, ``enumerate``, ``map`` over
+them pull one value at a time as in CPython; like a generator, one alive at a graph break
+makes that resume point run eagerly. ``functools.reduce`` calls its function through the
+interpreter too.
 
 The table: ``ITERTOOLS[fn] = (positional roles, keyword roles)``; a role is ``"iter"``
 (an iterable, materialised), ``"fn"`` (a callable or None), ``"value"`` (passed as is);
@@ -20,8 +23,12 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import itertools
+import numbers
 from typing import Any
+
+import torch
 
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
 from ember.frontend.bytecode.frame import Frame
@@ -44,7 +51,8 @@ ITERTOOLS: dict[Any, tuple[tuple[str, ...], dict[str, str]]] = {
     itertools.filterfalse: (("fn", "iter"), {}),
     itertools.pairwise: (("iter",), {}),
 }
-_INFINITE = (itertools.count, itertools.cycle)
+# values one infinite iterator may give during a capture before it is taken for endless
+MAX_INFINITE_ITEMS = 1_000_000
 
 
 def _role(roles: tuple[str, ...], i: int) -> str:
@@ -115,27 +123,58 @@ def _groupby(h: Any, interp: Any, frame: Frame, args: list[Any],
     return ListIterator([(k, ListIterator(list(group))) for k, group in grouped])
 
 
+def _endless(interp: Any, name: str, values: Any) -> LazyIterator:
+    """A lazy iterator over the endless Python iterator ``values`` (of capture-time
+    values), failing after :data:`MAX_INFINITE_ITEMS` (a capture would never end)."""
+    given = [0]
+
+    def advance() -> tuple[bool, Any]:
+        given[0] += 1
+        if given[0] > MAX_INFINITE_ITEMS:
+            raise interp.fail(f"itertools.{name} gave more than {MAX_INFINITE_ITEMS} "
+                              "values during capture (endless?)")
+        return True, next(values)
+
+    return LazyIterator(advance)
+
+
 def _repeat(h: Any, interp: Any, frame: Frame, args: list[Any],
             kwargs: dict[str, Any]) -> Any:
     times = args[1] if len(args) > 1 else kwargs.get("times")
+    obj = args[0] if args else kwargs["object"]
     if times is None:
-        raise interp.fail("itertools.repeat without times (an infinite iterator)",
-                          "pass times=, or iterate over a range")
-    return ListIterator([args[0]] * max(times, 0))
+        return _endless(interp, "repeat", itertools.repeat(obj))
+    return ListIterator([obj] * max(times, 0))
 
 
-def _infinite(h: Any, interp: Any, frame: Frame, args: list[Any],
-              kwargs: dict[str, Any]) -> Any:
-    raise interp.fail("an infinite itertools iterator (count, cycle)",
-                      "iterate over a range, or zip with a finite list")
+def _count(h: Any, interp: Any, frame: Frame, args: list[Any],
+           kwargs: dict[str, Any]) -> Any:
+    bound = inspect.signature(lambda start=0, step=1: None).bind(*args, **kwargs)
+    for value in bound.arguments.values():
+        if not isinstance(value, numbers.Number) or isinstance(value, torch.SymInt):
+            raise interp.fail(f"itertools.count of a {type(value).__name__}",
+                              "count with Python numbers, or iterate over a range")
+    return _endless(interp, "count", itertools.count(*args, **kwargs))
+
+
+def _cycle(h: Any, interp: Any, frame: Frame, args: list[Any],
+           kwargs: dict[str, Any]) -> Any:
+    source = make_iterator(args[0], interp)
+    if isinstance(source, LazyIterator):
+        # the first pass pulls from the source as CPython's cycle does, then repeats
+        return _endless(interp, "cycle", itertools.cycle(source))
+    items = source.remaining()
+    if not items:
+        return ListIterator([])
+    return _endless(interp, "cycle", itertools.cycle(items))
 
 
 BUILTIN_RULES[itertools.chain.from_iterable] = _chain_from_iterable
 BUILTIN_RULES[itertools.tee] = _tee
 BUILTIN_RULES[itertools.groupby] = _groupby
 BUILTIN_RULES[itertools.repeat] = _repeat
-for _fn in _INFINITE:
-    BUILTIN_RULES[_fn] = _infinite
+BUILTIN_RULES[itertools.count] = _count
+BUILTIN_RULES[itertools.cycle] = _cycle
 
 
 def _reduce(h: Any, interp: Any, frame: Frame, args: list[Any],

@@ -1,0 +1,91 @@
+"""Infinite ``itertools`` iterators (``count``, ``cycle``, ``repeat`` without times) are
+lazy during a strict capture: ``islice``/``zip``/``enumerate``/``map`` over them are one
+graph, with eager's values (``bytecode/library_rules.py``)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from strict_helpers import check, strict
+
+
+def islice_count(x):
+    out = []
+    for i in itertools.islice(itertools.count(), 3):
+        out.append(x * i)
+    return sum(out)
+
+
+def zip_count(x, xs):
+    return [a * b for a, b in zip(itertools.count(), xs)]
+
+
+def enumerate_islice(x):
+    return [x * i * j for i, j in enumerate(itertools.islice(itertools.count(5, 2), 3))]
+
+
+def count_next_cycle(x):
+    c = itertools.count(1)
+    a = next(c)
+    b = next(c)
+    return x * a + b, list(itertools.islice(itertools.cycle([x, 2 * x]), 5))
+
+
+def shared_count(x):
+    # the islice pulls from c lazily, interleaved with the body's next(c)
+    c = itertools.count()
+    out = []
+    for i in itertools.islice(c, 2):
+        out.append(x * i + next(c))
+    return out, next(c)
+
+
+def repeat_map_takewhile(x):
+    rep = list(zip(itertools.repeat(x), range(2)))
+    mapped = list(map(lambda a, b: a * b, itertools.count(1), [x, x]))
+    taken = [x * i for i in itertools.takewhile(lambda v: v < 3, itertools.count())]
+    floats = [x * i for i in itertools.islice(itertools.count(0.5, 0.25), 1, 4)]
+    return rep, mapped, taken, floats
+
+
+@pytest.mark.parametrize("fn, args", [
+    (islice_count, (torch.ones(3),)),
+    (zip_count, (torch.ones(3), [torch.ones(2), torch.ones(2)])),
+    (enumerate_islice, (torch.ones(3),)),
+    (count_next_cycle, (torch.ones(3),)),
+    (shared_count, (torch.ones(3),)),
+    (repeat_map_takewhile, (torch.ones(3),)),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_infinite_iterators_one_graph(fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    check(fn, *args, graphs=1, breaks=0, compiles=1)
+
+
+def test_zip_strict_raises_where_cpython_does() -> None:
+    def f(x, out):
+        for a, b in zip([x, x], [1], strict=True):
+            out.append(a * b)
+        return out
+
+    expected: list[Any] = []
+    with pytest.raises(ValueError, match="argument 2 is shorter"):
+        f(torch.ones(2), expected)
+    got: list[Any] = []
+    with pytest.raises(ValueError, match="argument 2 is shorter"):
+        strict(f)(torch.ones(2), got)
+    assert len(got) == len(expected) == 1
+
+
+def test_reversed_iterator_is_a_type_error() -> None:
+    def f(x):
+        try:
+            r = list(reversed(iter([1, 2])))
+        except TypeError:
+            r = [0]
+        return x * sum(r)
+
+    check(f, torch.ones(2), graphs=1, breaks=0)
