@@ -291,20 +291,23 @@ def test_limit_after_a_break_runs_the_rest_eagerly():
 
 
 def test_unsupported_bytecode_runs_the_function_eagerly():
-    # (match statements, the example before, are interpreted: test_strict_match.py)
+    # (match statements and class statements, the examples before, are interpreted:
+    # test_strict_match.py, test_strict_class_statements.py)
     def fn(x, scale):
-        class Local:
-            factor = scale
-        return x * Local.factor
+        try:
+            y = x * scale
+        except* ValueError:
+            y = x
+        return y
 
     x = torch.randn(3)
     compiled = strict(fn)
     torch.testing.assert_close(compiled(x, 2), x * 2)
     torch.testing.assert_close(compiled(x, 1), x)
     assert compiled.stats.graphs == 0 and compiled.stats.graph_breaks == 1
-    assert "unsupported bytecode LOAD_BUILD_CLASS" in compiled.breaks[0].reason
+    assert "unsupported bytecode CHECK_EG_MATCH" in compiled.breaks[0].reason
     assert compiled.stats.eager_fallback_calls == 2
-    with pytest.raises(FullGraphError, match="LOAD_BUILD_CLASS"):
+    with pytest.raises(FullGraphError, match="CHECK_EG_MATCH"):
         strict(fn, fullgraph=True)(x, 1)
 
 
@@ -389,14 +392,16 @@ def test_layers_with_a_break_share_one_compiled_forward(capsys):
 
 def test_a_function_run_eagerly_as_a_whole_names_its_def_line() -> None:
     # before: "f runs eagerly: unsupported bytecode LOAD_BUILD_CLASS\n  at <unknown location>"
-    def local_class(x: torch.Tensor) -> torch.Tensor:
-        class Local:
+    def except_star(x: torch.Tensor) -> torch.Tensor:
+        try:
+            x = x + 1
+        except* ValueError:
             pass
-        return x + 1
+        return x
 
-    report = str(ef.explain(local_class)(torch.ones(1)))
-    assert "runs eagerly: unsupported bytecode LOAD_BUILD_CLASS" in report
-    assert "test_strict_breaks.py" in report and "def local_class(x" in report
+    report = str(ef.explain(except_star)(torch.ones(1)))
+    assert "runs eagerly: unsupported bytecode CHECK_EG_MATCH" in report
+    assert "test_strict_breaks.py" in report and "def except_star(x" in report
 
 
 _LOGGED: list[int] = []

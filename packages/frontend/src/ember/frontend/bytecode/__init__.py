@@ -13,13 +13,14 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``data_ops``       loads, stores, operators, subscripts, containers (symbolic and concrete)
 ``attributes``     attribute reads, writes and deletes (inlined ``__setattr__``, replays)
 ``match_ops``      ``match`` statements: pattern opcodes as the Python they stand for
+``class_ops``      ``class`` statements: the body interpreted in its namespace
 ``exceptions``     exception tables; which exceptions the program may handle while capturing
 ``calls``          what a call does: inline, record, evaluate, or break
 ``recorded_calls`` calls run on fake tensors and recorded (refusing what needs real data)
 ``code_origin``    whether a callable is standard-library or torch code
 ``binding``        binding call arguments to parameters, exactly as CPython does
 ``builtin_rules``  one rule per builtin (len, range, enumerate, getattr, print, ...)
-``library_rules``  itertools (materialised iterators), functools.reduce, copy
+``library_rules``  itertools (materialised or lazy iterators), functools.reduce, copy
 ``attention_rules`` ``F.scaled_dot_product_attention``: a strided mask made dense for fused kernels
 ``env_rules``      os.environ / os.getenv reads as guarded constants
 ``optimizer_rules`` ``compile(optimizer.step)``: torch.optim inlined, its few rules

@@ -78,6 +78,7 @@ class CaptureContext:
     new_cells: set[int] = field(default_factory=set)
     new_functions: dict[int, Any] = field(default_factory=dict)  # id(fn) -> fn
     new_objects: dict[int, Any] = field(default_factory=dict)  # made by this capture
+    new_classes: dict[int, type] = field(default_factory=dict)  # `class` statements run
     # id -> object returned by a call run for real during this capture (kept alive)
     made: dict[int, Any] = field(default_factory=dict)
     # id(fake) -> the type of the real tensor it stands for (nn.Parameter, subclasses)

@@ -66,6 +66,7 @@ class Frame:
     last_line: int | None = None
     exc_stack: list[Any] = field(default_factory=list)  # exceptions being handled
     yielded: list[Any] | None = None  # values yielded, when running a generator
+    class_namespace: Any = None  # the namespace of a class body (.class_ops)
 
     @property
     def instructions(self) -> list[Instruction]:

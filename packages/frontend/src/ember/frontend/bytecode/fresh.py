@@ -24,6 +24,7 @@ graph from its attributes (``New("object")`` in :mod:`.state`).
 
 from __future__ import annotations
 
+import builtins
 import collections
 import enum
 import types
@@ -31,6 +32,7 @@ from typing import Any
 
 import torch
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES, Rule
+from ember.frontend.bytecode.class_ops import build_class_rule
 from ember.frontend.bytecode.code_origin import is_stdlib, is_torch_code
 from ember.frontend.bytecode.frame import Frame
 from torch import nn
@@ -104,3 +106,6 @@ def _fresh_by_call(cls: type) -> Rule:
 
 for _cls in FRESH_BY_CALL:
     BUILTIN_RULES[_cls] = _fresh_by_call(_cls)
+
+# a `class` statement inside the captured code makes a fresh class (.class_ops)
+BUILTIN_RULES[builtins.__build_class__] = build_class_rule

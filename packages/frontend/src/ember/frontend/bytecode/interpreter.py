@@ -25,6 +25,7 @@ from typing import Any
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.capture import CaptureContext
+from ember.frontend.bytecode.class_ops import ClassOps
 from ember.frontend.bytecode.data_ops import (
     function_str,
     is_fake_tensor,
@@ -45,7 +46,7 @@ __all__ = ["MAX_INLINE_DEPTH", "GradModeRestore", "Interpreter", "is_fake_tensor
 MAX_INLINE_DEPTH = 32
 
 
-class Interpreter(ExceptionOps, MatchOps):
+class Interpreter(ExceptionOps, MatchOps, ClassOps):
     """Interprets frames; see the module docstring. ``call_rules`` decides calls."""
 
     def __init__(self, capture: CaptureContext | None, calls: Any) -> None:

@@ -142,6 +142,11 @@ class StateBuilder:
             return from_sizes if from_sizes is not None else Const(specialised(v))
         if id(v) in self._memo:
             return self._memo[id(v)]
+        if cap.new_classes and (id(v) in cap.new_classes or id(type(v)) in cap.new_classes):
+            # Python makes a new class at every call (.class_ops)
+            what = "class" if id(v) in cap.new_classes else f"{type(v).__qualname__} object"
+            raise Unrebuildable(f"a {what} defined by a class statement in the compiled code "
+                                "is live after the graph")
         if isinstance(v, torch.Tensor):
             source = cap.is_input_fake(v)
             if source is not None:
