@@ -88,7 +88,7 @@ def watching(watch: Watch, table: bool) -> Iterator[None]:
     knobs = triton.knobs.runtime
     saved_hook = knobs.jit_cache_hook
     saved_record, saved_take = triton_warmed.record, triton_warmed.take
-    saved_bind, saved_warmed = TritonKernel._bind, TritonKernel._bind_warmed
+    saved_bind, saved_prebuilt = TritonKernel._bind, TritonKernel._bind_prebuilt
 
     def hook(*args: Any, **kwargs: Any) -> bool:
         info = kwargs.get("fn")
@@ -108,8 +108,8 @@ def watching(watch: Watch, table: bool) -> Iterator[None]:
     def take(key: Any, specialization: Any) -> Any:
         return saved_take(key, specialization) if table else None
 
-    def bind_warmed(self: TritonKernel, key: Any, grid: Any) -> Any:
-        run = saved_warmed(self, key, grid)
+    def bind_prebuilt(self: TritonKernel, key: Any, grid: Any) -> Any:
+        run = saved_prebuilt(self, key, grid)
         warm = self.warm_key()
         watch.launches.append({
             "kernel": self.name, "source": warm[0][:12] if warm else "?", "key": key,
@@ -125,14 +125,14 @@ def watching(watch: Watch, table: bool) -> Iterator[None]:
     triton_warmed.record = record
     triton_warmed.take = take
     TritonKernel._bind = bind  # type: ignore[method-assign]
-    TritonKernel._bind_warmed = bind_warmed  # type: ignore[method-assign]
+    TritonKernel._bind_prebuilt = bind_prebuilt  # type: ignore[method-assign]
     try:
         yield
     finally:
         knobs.jit_cache_hook = saved_hook
         triton_warmed.record, triton_warmed.take = saved_record, saved_take
         TritonKernel._bind = saved_bind  # type: ignore[method-assign]
-        TritonKernel._bind_warmed = saved_warmed  # type: ignore[method-assign]
+        TritonKernel._bind_prebuilt = saved_prebuilt  # type: ignore[method-assign]
 
 
 def small(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -344,7 +344,8 @@ def test_cache_info_and_clear(stage: CountingStage, cache_dir: Path,
     assert cli_main(["cache", "info"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "program cache: on", f"local: {cache_dir / 'programs'}", "entries: 2",
-        f"bytes: {size}", "remote: none (EMBER_REMOTE_CACHE unset)"]
+        f"bytes: {size}", "stored Triton binaries: 0",
+        "remote: none (EMBER_REMOTE_CACHE unset)"]
     assert cli_main(["cache", "clear"]) == 0
     assert capsys.readouterr().out == f"removed 2 local entries from {cache_dir / 'programs'}\n"
     assert _entries(cache_dir) == []

@@ -1,7 +1,8 @@
 """``python -m ember.runtime cache info|clear``: look at and empty the program cache.
 
 ``info`` prints where the local cache is, whether it is on, how many entries it holds
-and their bytes, and the remote cache (its address, without a password) if one is
+and their bytes, how many Triton binaries the kernel cache keeps for launches without
+Triton's compiler (``ember.runtime.compiled.triton_stored``), and the remote cache (its address, without a password) if one is
 configured. ``clear`` removes every local entry; ``clear --remote`` also deletes every
 Ember entry on the remote server. The kernel caches (``cpp/``, ``triton/``) are left
 alone. This process's hit and miss counts are :func:`ember.runtime.cache.stats` (a
@@ -16,6 +17,7 @@ from ember.runtime.cache.local import LocalProgramCache
 from ember.runtime.cache.program_cache import enabled
 from ember.runtime.cache.redis_backend import RedisAddress, RedisStore
 from ember.runtime.cache.signing import SigningKeyError, check_secret
+from ember.runtime.compiled.triton_stored import stored_binaries
 from ember.runtime.config import config
 
 
@@ -39,6 +41,7 @@ def _info(args: argparse.Namespace) -> int:
     print(f"local: {usage.directory}")
     print(f"entries: {usage.entries}")
     print(f"bytes: {usage.bytes}")
+    print(f"stored Triton binaries: {stored_binaries(config.cache_dir)}")
     if config.remote_cache is None:
         unused = ("; EMBER_REMOTE_CACHE_KEY is unused" if config.remote_cache_key is not None
                   else "")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember.runtime.compiled import triton_cache, triton_processes, triton_warmed
+from ember.runtime.compiled import triton_cache, triton_processes, triton_stored, triton_warmed
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec, jit_function_from_source
 from ember.runtime.logs import log
 from ember.runtime.phases import count
@@ -55,34 +55,7 @@ def compile_for_target(
         TritonAotError: with Triton's message and the kernel's name.
         TritonUnavailableError: when Triton is not installed.
     """
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    backend, arch, warp_size = target
-    fn = jit_function_from_source(spec, interpret=False, device=f"aot-{backend}{arch}")
-    signature: dict[str, str] = dict(spec.signature)
-    for name in spec.constexprs:
-        signature[name] = "constexpr"
-    # Triton wants the signature in the function's parameter order.
-    ordered = {name: signature[name] for name in fn.arg_names if name in signature}
-    missing = set(fn.arg_names) - set(ordered)
-    if missing:
-        raise TritonAotError(
-            f"Triton kernel {spec.name}: parameters {sorted(missing)} are neither in the "
-            "signature nor constexprs"
-        )
-    source = ASTSource(fn, signature=ordered, constexprs=dict(spec.constexprs))
-    options = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
-    try:
-        compiled = triton.compile(
-            source, target=GPUTarget(backend, arch, warp_size), options=options
-        )
-    except Exception as e:  # Triton raises CompilationError, RuntimeError, ...
-        raise TritonAotError(
-            f"Triton kernel {spec.name} does not compile for {backend} {arch}: "
-            f"{type(e).__name__}: {e}"
-        ) from e
+    compiled = build_for_target(spec, target)
     return AotResult(
         name=spec.name,
         asm=dict(compiled.asm),
@@ -90,6 +63,35 @@ def compile_for_target(
         shared_bytes=int(compiled.metadata.shared),
         global_scratch_bytes=int(getattr(compiled.metadata, "global_scratch_size", 0) or 0),
     )
+
+
+def build_for_target(spec: TritonKernelSpec, target: tuple[str, int, int] = SM90) -> Any:
+    """Triton's compiled kernel of ``spec`` for ``target``, built with no GPU (see
+    :func:`compile_for_target`; this returns Triton's own object, whose files are in
+    Triton's cache).
+
+    Raises:
+        TritonAotError: with Triton's message and the kernel's name.
+        TritonUnavailableError: when Triton is not installed.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    backend, arch, warp_size = target
+    fn = jit_function_from_source(spec, interpret=False, device=f"aot-{backend}{arch}")
+    try:
+        source = triton_stored.ast_source(spec, fn)
+    except ValueError as e:
+        raise TritonAotError(str(e)) from e
+    options = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+    try:
+        return triton.compile(source, target=GPUTarget(backend, arch, warp_size),
+                              options=options)
+    except Exception as e:  # Triton raises CompilationError, RuntimeError, ...
+        raise TritonAotError(
+            f"Triton kernel {spec.name} does not compile for {backend} {arch}: "
+            f"{type(e).__name__}: {e}"
+        ) from e
 
 
 # Pointer element types of a kernel signature (``*fp32``) and the torch dtype a launch
@@ -131,6 +133,8 @@ def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
     Why not only Triton's JIT cache: it belongs to one ``JITFunction`` object, and the
     launcher may import the kernel file into another one (another Ember cache root at
     load time, a program loaded again), whose cache is empty (:mod:`.triton_warmed`).
+    A binary that an earlier process built is loaded from :mod:`.triton_stored` instead
+    of compiled (nor is Triton's compiler entered), and a new one is stored there.
 
     Raises:
         TritonAotError: ``spec`` is not :func:`warmable`, or Triton failed to compile
@@ -147,6 +151,14 @@ def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
     # with the binary is computed from them exactly as a launch computes its own
     args = [torch.empty(1, dtype=POINTER_DTYPES[t[1:]], device=torch.device("cuda", index))
             for t in spec.signature.values()]
+    cuda = torch.device("cuda", index)
+    specialization = triton_warmed.tensor_specialization(args)
+    stored = triton_stored.load(spec, fn, cuda, specialization)
+    if stored is not None:  # an earlier process built it: no Triton compile at all
+        with torch.cuda.device(index):
+            _load_for_launch(stored, spec)
+        triton_warmed.record(triton_warmed.warm_key(spec, index), specialization, stored)
+        return
     options: dict[str, Any] = dict(spec.constexprs)
     options.update(num_warps=spec.num_warps, num_stages=spec.num_stages)
     try:
@@ -165,8 +177,8 @@ def warm_kernel(spec: TritonKernelSpec, device: torch.device) -> None:
     if compiled is not None:  # None: a jit_cache_hook asked Triton not to compile
         with torch.cuda.device(index):
             _load_for_launch(compiled, spec)
-        triton_warmed.record(triton_warmed.warm_key(spec, index),
-                             triton_warmed.tensor_specialization(args), compiled)
+        triton_warmed.record(triton_warmed.warm_key(spec, index), specialization, compiled)
+        triton_stored.store(spec, cuda, specialization, compiled)
     count("triton builds")
 
 

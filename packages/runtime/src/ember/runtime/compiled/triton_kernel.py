@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ember.runtime.compiled import triton_cache, triton_warmed
+from ember.runtime.compiled import triton_cache, triton_stored, triton_warmed
 from ember.runtime.compiled.triton_binary import BinaryLaunch, binary_launch
 from ember.runtime.compiled.triton_scratch import ensure_scratch_allocator
 from ember.runtime.logs import log
@@ -198,6 +198,7 @@ class TritonKernel:
         # once binding failed (every launch then goes through JIT).
         self._bound: dict[tuple[Any, ...], BinaryLaunch] | None = None if interpret else {}
         self._trailing: tuple[Any, ...] = ()
+        self._stored: bool | None = None  # see _storable
         self._key = specialization_key(spec.signature)
         self._arity = len(spec.signature)
 
@@ -231,8 +232,8 @@ class TritonKernel:
             except AttributeError:  # not the signature's kinds of argument: the generic key
                 key = tuple(map(argument_specialization, args))
             run = self._bound.get(key)
-            if run is None and self._device is not None and triton_warmed.has_entries():
-                run = self._bind_warmed(key, grid)
+            if run is None and self._device is not None:
+                run = self._bind_prebuilt(key, grid)
             if run is not None:
                 run(grid, args)
                 return
@@ -267,6 +268,8 @@ class TritonKernel:
             return
         self._trailing = trailing
         self._bound[key] = binary_launch(compiled, self._trailing)
+        if self._device is not None and self._storable():
+            triton_stored.store(self.spec, self._device, key, compiled)
 
     def _trailing_constexprs(self) -> tuple[Any, ...]:
         """The values of the parameters after the runtime ones, which a compiled
@@ -290,15 +293,29 @@ class TritonKernel:
                 self.spec, triton_warmed.device_index(self._device))
         return self._warm_key
 
-    def _bind_warmed(self, key: tuple[Any, ...], grid: Sequence[int]) -> BinaryLaunch | None:
-        """The launcher of the binary built before this kernel's first launch
-        (:mod:`.triton_warmed`) when it was built for the argument specialization
-        ``key``, kept in ``_bound`` like a binary :meth:`_bind` found; None otherwise
-        (the launch then goes through Triton's JIT: another specialization, or a
-        binary that does not load here, logged under ``cache``)."""
-        assert self._bound is not None
-        warm = self.warm_key()
-        compiled = None if warm is None else triton_warmed.take(warm, key)
+    def _storable(self) -> bool:
+        """Whether this kernel's binaries go to (and come from) :mod:`.triton_stored`:
+        a CUDA kernel whose arguments are all tensors."""
+        if self._stored is None:
+            from ember.runtime.compiled.triton_aot import warmable  # imports this module
+
+            self._stored = self._device is not None and warmable(self.spec)
+        return self._stored
+
+    def _bind_prebuilt(self, key: tuple[Any, ...], grid: Sequence[int]) -> BinaryLaunch | None:
+        """The launcher of a binary built before this launch for the argument
+        specialization ``key``: by this process's warm-up (:mod:`.triton_warmed`), else
+        by an earlier process (:mod:`.triton_stored`); kept in ``_bound`` like a binary
+        :meth:`_bind` found. None otherwise: the launch then goes through Triton's JIT
+        (another specialization, no such binary, or one that does not load here, logged
+        under ``cache``)."""
+        assert self._bound is not None and self._device is not None
+        compiled = None
+        if triton_warmed.has_entries():
+            warm = self.warm_key()
+            compiled = None if warm is None else triton_warmed.take(warm, key)
+        if compiled is None and self._storable():
+            compiled = triton_stored.load(self.spec, self._fn, self._device, key)
         if compiled is None:
             return None
         try:
