@@ -34,12 +34,15 @@ last stdout line is ``{"first_call_s": ..., "first_call_cpu_s": ..., "second_cal
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,9 +116,11 @@ def _run_worker(job: ColdJob, env: dict[str, str], timeout_s: float) -> dict[str
     return result
 
 
-def _first_call_seconds(job: ColdJob) -> tuple[float, float, float]:
+def _first_call_seconds(job: ColdJob, around: Callable[[], AbstractContextManager[object]]
+                        = contextlib.nullcontext) -> tuple[float, float, float]:
     """Wall and CPU seconds of compiling ``job``'s model and its first call, and the
-    wall seconds of a second call (the run alone)."""
+    wall seconds of a second call (the run alone); ``around``: a context the timed part
+    runs in (a profiler: ``tools/gpu/warm_start.py``)."""
     import torch
     import zoo
 
@@ -128,12 +133,13 @@ def _first_call_seconds(job: ColdJob) -> tuple[float, float, float]:
     make_step("eager", module, inputs, job.train, job.ember_backend)()  # module docstring
     synchronize(device)
     compilers.reset(job.compiler)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    step = make_step(job.compiler, module, inputs, job.train, job.ember_backend, job.mode,
-                     job.ember_options, True if job.dynamic else None)
-    step()
-    synchronize(device)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    with around():
+        start, cpu_start = time.perf_counter(), time.process_time()
+        step = make_step(job.compiler, module, inputs, job.train, job.ember_backend,
+                         job.mode, job.ember_options, True if job.dynamic else None)
+        step()
+        synchronize(device)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     start = time.perf_counter()
     step()
     synchronize(device)

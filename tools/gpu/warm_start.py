@@ -1,0 +1,103 @@
+"""Where a warm start's time goes: a cold process fills the caches, then warm processes
+over them are timed, one of them under cProfile.
+
+    python tools/gpu/warm_start.py MODELS [DTYPE] [infer|train] [ROWS]
+    SCRIPT_ARGS="tools/gpu/warm_start.py hf_bert,tv_resnet18 bfloat16 train" \\
+        bash tools/gpu/h200_all.sh script
+
+For each zoo model (full suite on CUDA, quick on the CPU) and Ember: the cold first call,
+three warm first calls (``benchlib.coldstart``: ``import ember.frontend``, compile and
+the first call, in a fresh process; process start excluded), the Triton binaries the
+warm process stored and loaded (``ember.runtime.compiled.triton_stored.stats``: a warm
+start should load every binary and store none) and the ``ROWS`` (default 25) functions
+of a profiled warm first call with the most cumulative time. Issue #17's target: a warm
+compile of at most 0.3 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import io
+import json
+import pstats
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+TOOLS = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(TOOLS))
+
+from benchlib.coldstart import ColdJob, worker_env  # noqa: E402
+
+
+def _worker(job: ColdJob, rows: int) -> None:
+    """One warm (or cold) process: its compile and first call timed, under cProfile
+    when ``rows``."""
+    from benchlib.coldstart import _first_call_seconds
+
+    profile = cProfile.Profile()
+
+    @contextlib.contextmanager
+    def profiled() -> Iterator[None]:
+        profile.enable()
+        try:
+            yield
+        finally:
+            profile.disable()
+
+    wall, cpu, run = _first_call_seconds(job, profiled if rows else contextlib.nullcontext)
+    from ember.runtime.compiled import triton_stored, triton_warmed
+
+    report = {"first_call_s": round(wall, 4), "cpu_s": round(cpu, 4), "run_s": round(run, 4),
+              "stored": triton_stored.stats(), "warmed": triton_warmed.stats()}
+    if rows:
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(rows)
+        print(text.getvalue())
+    print(json.dumps(report))
+
+
+def _run(job: ColdJob, env: dict[str, str], rows: int) -> dict[str, object]:
+    cmd = [sys.executable, __file__, "--worker", json.dumps(job.__dict__), str(rows)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900,
+                          check=False)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    *profile, last = proc.stdout.strip().splitlines()
+    if rows:
+        print("\n".join(profile))
+    found: dict[str, object] = json.loads(last)
+    return found
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--worker":
+        _worker(ColdJob(**json.loads(argv[1])), int(argv[2]))
+        return 0
+    import torch
+
+    models = argv[0].split(",") if argv else ["hf_bert"]
+    dtype = argv[1] if len(argv) > 1 else "bfloat16"
+    train = len(argv) > 2 and argv[2] == "train"
+    rows = int(argv[3]) if len(argv) > 3 else 25
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    suite = "full" if device == "cuda" else "quick"
+    for model in models:
+        job = ColdJob(model, "ember", "inductor", device, dtype, suite, train)
+        with tempfile.TemporaryDirectory(prefix="ember-warm-") as tmp:
+            env = worker_env(Path(tmp))
+            cold = _run(job, env, 0)
+            warm = [_run(job, env, 0) for _ in range(3)]
+            print(f"== {model} {dtype} {'train' if train else 'infer'} on {device}: "
+                  f"cold {json.dumps(cold)}")
+            for w in warm:
+                print(f"   warm {json.dumps(w)}")
+            _run(job, env, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
