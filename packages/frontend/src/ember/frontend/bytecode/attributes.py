@@ -18,8 +18,10 @@ How a write or delete is captured depends on the class, one rule per case:
   with ``setattr`` / ``delattr`` (``Module.__setattr__`` files tensors, parameters and
   submodules into their tables at replay time);
 - ``p.grad = v`` / ``del p.grad`` on a graph input is recorded (``_store_grad``) and
-  replayed with ``setattr`` on the real tensor;
-- any other data descriptor, another tensor attribute, or an untracked class or module
+  replayed with ``setattr`` on the real tensor; on a tensor the graph made, replayed on
+  its output if it is seen after the graph; plain Python attributes of tensors
+  (``p.tag = 1``) likewise (:mod:`.tensor_attributes`);
+- any other data descriptor (a tensor property), or an untracked class or module
   breaks.
 
 After a write, reads of that object whose class has a Python ``__getattribute__`` (such
@@ -35,6 +37,7 @@ from typing import Any
 
 import torch
 from ember.frontend._torch import is_fake
+from ember.frontend.bytecode import tensor_attributes
 from ember.frontend.bytecode.frame import Frame, _Marker
 from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.sources import AttrSource, attr_source
@@ -105,10 +108,16 @@ class AttributeOps:
                 grad = self._input_grad(obj)
                 if grad is not _NOT_INPUT:
                     return grad
+                if cap.is_input_fake(obj) is None:
+                    # made by the captured code, .grad not written: no backward ran on it
+                    # (backward breaks the graph), so it has none, as in eager
+                    return None
             if name in ("grad", "_base", "grad_fn"):
                 raise self.fail(f"reading tensor attribute .{name}")
             if name == "__class__":
                 return cap.visible_type(obj)
+            if tensor_attributes.is_instance_attribute(cap, obj, name):
+                return tensor_attributes.read(cap, obj, name)
             return getattr(obj, name)
         read = object.__getattribute__ if bypass else getattr
         source = cap.source_of(obj)
@@ -202,6 +211,9 @@ class AttributeOps:
         if name == "grad" and isinstance(obj, torch.Tensor):
             self._store_grad(obj, value)
             return
+        if isinstance(obj, torch.Tensor) and is_fake(obj):
+            tensor_attributes.write(self, obj, name, value)
+            return
         self._check_tracked(obj, name, "write")
         if isinstance(obj, torch.nn.Module):
             self._check_module_slot(obj, name, value)
@@ -226,13 +238,11 @@ class AttributeOps:
         an optimizer's ``zero_grad(set_to_none=True)`` clears): recorded as an attribute
         write, replayed with ``setattr`` on the real tensor after the graph (a gradient
         the graph computed is its output; an input tensor or None is handed over as
-        such); later reads of ``p.grad`` in the capture see it. A write that
-        ``Tensor.grad``'s setter refuses breaks, so that it raises there as in eager."""
+        such); later reads of ``p.grad`` in the capture see it. On a tensor the captured
+        code made, replayed only if that tensor is seen after the graph (as its other
+        attributes, :mod:`.tensor_attributes`). A write that ``Tensor.grad``'s setter
+        refuses breaks, so that it raises there as in eager."""
         cap = self.capture
-        if cap.is_input_fake(tensor) is None:
-            raise self.fail("setting .grad of a tensor made inside the compiled function "
-                            "(only the gradient of a graph input or parameter is captured)",
-                            "set it outside the compiled function")
         problem = _grad_mismatch(tensor, value, cap.visible_type(value))
         if problem is not None:
             raise self.fail(f"assigning .grad: {problem} (Tensor.grad's setter raises "
@@ -282,6 +292,9 @@ class AttributeOps:
             return
         if name == "grad" and isinstance(obj, torch.Tensor):
             self._store_grad(obj, None)  # what Tensor.grad's deleter does
+            return
+        if isinstance(obj, torch.Tensor) and is_fake(obj):
+            tensor_attributes.delete(self, obj, name)
             return
         self._check_tracked(obj, name, "delete")
         if not isinstance(obj, torch.nn.Module):

@@ -162,6 +162,7 @@ def capture_segment(
                 raise Unrebuildable(f"{e}; the graph break{at}: {info.reason}") from None
             seg_kwargs["break_ip"] = frame.ip
             seg_kwargs["break_info"] = info
+        replays += builder.made_tensor_replays()
         no_grad = tracker.no_grad_nodes()
         program = cap.recorder.finish(builder.outputs)
         if cap.symbolic_inputs:

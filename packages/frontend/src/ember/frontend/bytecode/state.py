@@ -283,6 +283,8 @@ class StateBuilder:
             source = cap.source_of(write.obj)
             if source is None:
                 source = cap.is_input_fake(write.obj)  # a graph input's .grad
+            if source is None and is_fake_tensor(write.obj):
+                continue  # a tensor the graph made: made_tensor_replays
             target: Recipe = Const(write.obj) if source is None else Fetch(source)
             if write.value is DELETED:
                 out.append(Replay("delattr", target, None, write.name, write.raw))
@@ -295,6 +297,28 @@ class StateBuilder:
             target = self.recipe(c.cell) if id(c.cell) in self._start_cells else Const(c.cell)
             out.append(Replay("cell", target, self.recipe(c.value)))
         return out
+
+    def made_tensor_replays(self) -> list[Replay]:
+        """Attribute writes (``.grad``, ``t.tag = 1``) on tensors the graph made, for
+        those seen after it: called once every other recipe is made, each becomes a
+        write on the graph output that the tensor is (:mod:`.tensor_attributes`). A
+        written value may make another tensor an output: repeated until none does."""
+        cap = self.cap
+        out: list[Replay] = []
+        done: set[tuple[int, str]] = set()
+        while True:
+            todo = [(key, w) for key, w in cap.attr_writes.items()
+                    if key not in done and id(w.obj) in self._out_index
+                    and is_fake_tensor(w.obj) and cap.is_input_fake(w.obj) is None]
+            if not todo:
+                return out
+            for key, write in todo:
+                done.add(key)
+                target = Out(self._out_index[id(write.obj)])
+                if write.value is DELETED:
+                    out.append(Replay("delattr", target, None, write.name))
+                else:
+                    out.append(Replay("attr", target, self.recipe(write.value), write.name))
 
 
 def _same_key(a: Any, b: Any) -> bool:
