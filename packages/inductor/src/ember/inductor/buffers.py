@@ -186,9 +186,12 @@ class MatmulBuffer:
     epilogue: MatmulEpilogue | None = None
     origins: tuple[str, ...] = ()
     #: the template was chosen for the pointwise consumers expected to fuse into it
-    #: alone: when none does, the graph is lowered again with this matmul an extern call
-    #: (``lowering/idle_templates.py``)
+    #: alone: when none does, it runs as the extern call (``idle_templates.py``)
     needs_epilogue: bool = False
+    #: that extern call, as the lowering would have emitted it (the result in this
+    #: buffer); None when the extern's lowering would differ in more than this node
+    #: (``lowering/matmul_extern.py``): then the graph is lowered again
+    extern: ExternCall | None = None
     reads: tuple[str, ...] = field(init=False, default=())
     writes: tuple[str, ...] = field(init=False, default=())
 

@@ -91,6 +91,9 @@ class KernelGroup:
     members: list[tuple[LoopNode, Emit]] = field(default_factory=list)
     closed: bool = False  # a scatter: no other node joins it
     template: MatmulTemplate | None = None  # a matmul's group: its epilogue joins it
+    #: a matmul's group after the last extern call when a call reading nothing was
+    #: placed (``_extern_position``): as an extern call, it would have moved that call
+    placed_extern: bool = False
 
     @property
     def stored(self) -> set[str]:
@@ -336,15 +339,18 @@ def _extern_position(steps: list[KernelGroup | ExternCall], call: ExternCall) ->
     """Where an extern call goes among the steps: last, except that a call reading
     nothing (the random seed's draw) goes before the matmul templates that follow the last
     extern call, so that their epilogues can take the random ops it feeds (dropout).
-    Extern calls keep their order (they may draw from torch's generator)."""
+    Extern calls keep their order (they may draw from torch's generator). The matmul
+    groups after the last extern call are marked ``placed_extern``."""
     if call.reads:
         return len(steps)
     last = max((i for i, s in enumerate(steps) if isinstance(s, ExternCall)), default=-1)
+    at = len(steps)
     for i in range(last + 1, len(steps)):
         step = steps[i]
         if isinstance(step, KernelGroup) and step.template is not None:
-            return i
-    return len(steps)
+            step.placed_extern = True
+            at = min(at, i)
+    return at
 
 
 def _eliminate_dead(lowered: LoweredGraph) -> list[LoopNode | ExternCall]:

@@ -35,7 +35,8 @@ class LoweringContext(Protocol):
     checks: list[RuntimeCheck]
     eager_random: bool
     #: matmul nodes lowered as extern calls although the backend offers a template (the
-    #: idle templates of a first lowering: ``idle_templates.py``)
+    #: idle templates of a first lowering the schedule could not replace:
+    #: ``idle_templates.py``)
     extern_matmuls: frozenset[str]
     rng: GraphSeed
     layout: LayoutState

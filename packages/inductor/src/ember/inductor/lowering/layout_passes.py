@@ -124,8 +124,7 @@ def matmul_operand(ctx: LoweringContext, value: Any) -> Any:
     the matmul takes the transposed view at no cost. The transpose of a computed value
     is a view of that value's buffer, stored in the layout the transpose would have
     been (:func:`transposed_view`). Other values are returned as is."""
-    if (not isinstance(value, Lazy) or len(value.sizes) not in (2, 3)
-            or ctx.is_realized(value) or (1 in value.sizes and 0 not in value.sizes)):
+    if not isinstance(value, Lazy) or _kept_as_is(ctx, value):
         return value
     n = len(value.sizes)
     transposed = unit_stride_dim(ctx, value) == n - 2
@@ -137,13 +136,22 @@ def matmul_operand(ctx: LoweringContext, value: Any) -> Any:
     return ctx.realize(value, strides=column_major_strides(value.sizes), reuse=True)
 
 
-def transposed_view(ctx: LoweringContext, value: Lazy, transposed: bool) -> Stored | None:
-    """``value`` as a view of the buffer of the value it transposes (``base.mT``), or
-    None when it transposes none. A qkv projection's gradient feeds ``dX = g @ W`` and,
-    transposed, ``dW = gᵀ @ x``: both read one buffer, not ``g`` and a transposed copy.
-    A base not stored yet is stored as ``value`` would have been (``transposed``: ``value``
-    column-major, i.e. the base row-major; else the base column-major), and its other
-    readers then read that buffer."""
+def keeps_matmul_operand(ctx: LoweringContext, value: Any) -> bool:
+    """Whether :func:`matmul_operand` returns ``value`` as it is (and stores nothing):
+    asked without storing anything (``lowering/matmul_extern.py``)."""
+    if not isinstance(value, Lazy) or _kept_as_is(ctx, value):
+        return True
+    return (_transposed_base(value) is None
+            and unit_stride_dim(ctx, value) != len(value.sizes) - 2)
+
+
+def _kept_as_is(ctx: LoweringContext, value: Lazy) -> bool:
+    return (len(value.sizes) not in (2, 3) or ctx.is_realized(value)
+            or (1 in value.sizes and 0 not in value.sizes))
+
+
+def _transposed_base(value: Lazy) -> Lazy | None:
+    """The value ``value`` transposes (``base.mT``), or None."""
     n = len(value.sizes)
     swap = (*range(n - 2), n - 1, n - 2)
     if value.permuted_from is None or value.permuted_from[1] != swap:
@@ -151,6 +159,21 @@ def transposed_view(ctx: LoweringContext, value: Lazy, transposed: bool) -> Stor
     base = value.permuted_from[0]
     if tuple(base.sizes) != tuple(value.sizes[d] for d in swap):
         return None
+    return base
+
+
+def transposed_view(ctx: LoweringContext, value: Lazy, transposed: bool) -> Stored | None:
+    """``value`` as a view of the buffer of the value it transposes (``base.mT``), or
+    None when it transposes none. A qkv projection's gradient feeds ``dX = g @ W`` and,
+    transposed, ``dW = gᵀ @ x``: both read one buffer, not ``g`` and a transposed copy.
+    A base not stored yet is stored as ``value`` would have been (``transposed``: ``value``
+    column-major, i.e. the base row-major; else the base column-major), and its other
+    readers then read that buffer."""
+    base = _transposed_base(value)
+    if base is None:
+        return None
+    n = len(value.sizes)
+    swap = (*range(n - 2), n - 1, n - 2)
     strides = (contiguous_strides if transposed else column_major_strides)(base.sizes)
     stored = ctx.realize(base) if ctx.is_realized(base) else ctx.realize(
         base, strides=strides, reuse=True)

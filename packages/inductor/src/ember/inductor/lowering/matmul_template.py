@@ -29,6 +29,7 @@ from ember.inductor.loop_ir import COSTLY_OPS, Compute, IndexExpr, Int, Store
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.lowered_graph import BufferInfo
+from ember.inductor.lowering.matmul_extern import extern_call, lowers_alike
 from ember.inductor.lowering.matmul_padding import padded_width
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, probe
@@ -74,7 +75,7 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
         return call
     if call.node.name in ctx.extern_matmuls:
         log("autotune", f"matmul {call.node.name}: extern (no epilogue fused into its "
-                        f"template in the first lowering)")
+                        f"template; the graph lowered again)")
         return call
     op, n_bias, batched = spec
     meta = call.metas[0] if len(call.metas) == 1 else None
@@ -120,16 +121,23 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
     template = backend_for(ctx.device.type).matmul_template(problem)
     if template is None:
         return call
-    a, b = (_prologue(ctx, v) for v in (a, b))
     sizes = (*lead, m, n)
+    needs_epilogue = consumer and not template.forced
+    # NOTE: asked before the operands are stored: whether the extern would store them alike
+    alike = needs_epilogue and lowers_alike(ctx, call, bias, sizes)
+    a, b = (_prologue(ctx, v) for v in (a, b))
     epilogue: MatmulEpilogue | None = None if bias is None else _bias_epilogue(
         bias, sizes, float(scalars["beta"]), float(scalars["alpha"]))
     if bias is None and scalars["alpha"] != 1:
         epilogue = _bias_epilogue(None, sizes, 0.0, float(scalars["alpha"]))
     name = ctx.fresh()
+    extern = None
+    if alike:
+        assert isinstance(a, Stored) and isinstance(b, Stored)  # as _prologue left them
+        extern = extern_call(ctx, call, {n_bias: a, n_bias + 1: b}, name)
     node = MatmulBuffer(name, dtype, tuple(sizes), k, a.element, b.element, template,
-                        epilogue, (call.node.name,),
-                        needs_epilogue=consumer and not template.forced)
+                        epilogue, (call.node.name,), needs_epilogue=needs_epilogue,
+                        extern=extern)
     strides = contiguous_strides(sizes)
     ctx.nodes.append(node)
     ctx.buffers[name] = BufferInfo(name, dtype, tuple(sizes), strides, "computed")

@@ -27,8 +27,8 @@ otherwise                                                       the first config
                                                                 (``matmul_configs``)
 ==============================================================  ==========================
 
-A template chosen for its pointwise consumers that ends up with none fused is lowered
-again as the extern (:mod:`ember.inductor.idle_templates`).
+A template chosen for its pointwise consumers that ends up with none fused runs as the
+extern call (:mod:`ember.inductor.idle_templates`).
 
 On a Hopper device, where the persistent TMA variant applies (:mod:`.matmul_tma`'s
 rules), its configs (``TMA_CONFIGS``) come first and the cost model expects
