@@ -416,3 +416,26 @@ def test_the_entry_that_matched_last_is_checked_first() -> None:
     x = torch.randn(3, 4)  # both entries hold: either is a correct answer
     torch.testing.assert_close(compiled(x), f(x))
     assert compiled.stats.compiles == 2
+
+
+def test_a_list_growing_every_call_recompiles_to_the_limit_then_says_why() -> None:
+    """As torch.compile does: a list's length is guarded (the loop over it is unrolled),
+    each new length compiles until the limit, then calls run eagerly; the warning names
+    the length guard and what to do about it."""
+    def f(x, xs):
+        for t in xs:
+            x = x + t
+        return x
+
+    compiled = strict(f)
+    xs: list[torch.Tensor] = []
+    with patch(recompile_limit=8), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(12):
+            xs.append(torch.ones(2))
+            torch.testing.assert_close(compiled(torch.ones(2), xs), f(torch.ones(2), xs))
+    assert (compiled.stats.compiles, compiled.stats.recompile_limit_fallbacks) == (8, 4)
+    limit = [str(w.message) for w in caught if issubclass(w.category, RecompileLimitWarning)]
+    assert len(limit) == 1
+    assert "len(xs) == 8 (got 9)" in limit[0]
+    assert "each new length compiles a new variant" in limit[0]

@@ -47,6 +47,12 @@ class GuardFailure:
         return f"{self.explanation}; guard from {self.guard.origin_text()}"
 
 
+LENGTH_HINT = ("a container's length is part of the compiled code (code over its items "
+               "is unrolled), so each new length compiles a new variant, as in "
+               "torch.compile; keep the length fixed, or pass the items as one tensor "
+               "(torch.stack)")
+
+
 @dataclass
 class GuardSet:
     """The guards of one cache entry, in the order they were installed. ``locate``,
@@ -110,9 +116,13 @@ class GuardSet:
 
     def failure_text(self, state: Any, ctx: Any) -> str:
         """The first failing guard, with the value seen and the user source line that
-        installed it, for recompile logs and the recompile-limit warning."""
+        installed it, for recompile logs and the recompile-limit warning; for a length,
+        what to do about it."""
         failure = self.first_failure(state, ctx)
-        return failure.located() if failure is not None else "no guard failed"
+        if failure is None:
+            return "no guard failed"
+        hint = f" ({LENGTH_HINT})" if failure.guard.kind == "len" else ""
+        return failure.located() + hint
 
 
 def explain_failure(guard: Guard, state: Any, ctx: Any) -> str:
