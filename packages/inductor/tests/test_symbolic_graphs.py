@@ -234,3 +234,33 @@ def test_layer_norm_read_through_a_symbolic_view_is_one_kernel() -> None:
         x = torch.randn(*shape, 128)
         want = torch.nn.functional.layer_norm(x, (128,), w, b).view(-1, 128) @ m.t()
         torch.testing.assert_close(run(x, w, b, m)[0], want, atol=1e-4, rtol=1e-4)
+
+
+SYM_OPERANDS = """program dialect=core-functional
+
+graph forward(%x: f32[s0, 4]{4,1} cpu, %i: i64[4]{1} cpu):
+  symbols s0 in [2, inf] hint=16
+  %a: f32[s0, 4]{4,1} cpu = aten::add.Tensor(%x, sym(s0//8-1))
+  %m: f32[s0, 4]{4,1} cpu = aten::mul.Tensor(%x, sym(2*(s0//8)-1))
+  %d: i64[4]{1} cpu = aten::floor_divide.default(%i, sym(s0//8))
+  %t: f32[]{} cpu = aten::scalar_tensor.default(sym(s0//8-1), dtype=torch.float32)
+  return (%a, %m, %d, %t)  [user_output, user_output, user_output, user_output]
+"""
+
+
+def test_symbolic_int_operands_of_pointwise_ops_are_lowered() -> None:
+    # a size expression as a pointwise operand (BEiT's dynamic relative position table:
+    # `tensor + (width // patch - 1)`) or as a fill value was an eager fallback
+    p = parse_program(SYM_OPERANDS)
+    p.untrusted_origin = None
+    compiled, run = _load(p)
+    assert compiled.metadata["fallbacks"] == {}
+    i = torch.tensor([-7, 3, 20, 9])
+    for n in (8, 16, 40):
+        x = torch.randn(n, 4)
+        k = n // 8
+        a, m, d, t = run(x, i)
+        torch.testing.assert_close(a, x + (k - 1))
+        torch.testing.assert_close(m, x * (2 * k - 1))
+        torch.testing.assert_close(d, i // k)
+        torch.testing.assert_close(t, torch.tensor(float(k - 1)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+import sympy
 import torch
 from ember.inductor.loop_ir import IndexExpr, Int, Size
 from ember.inductor.loop_ir.symbolic_index import from_ir
@@ -58,6 +59,8 @@ def promote(*args: object) -> torch.dtype:
             reps.append(torch.empty(shape, dtype=a.dtype, device="meta"))
         elif isinstance(a, (bool, int, float)):
             reps.append(a)
+        elif isinstance(a, sympy.Basic):
+            reps.append(1)  # a symbolic int (a size expression): promotes as an int
         elif isinstance(a, ScalarValue):
             raise NotLowerable("run-time scalar operand")
         elif a is None:
@@ -99,8 +102,8 @@ def element(
     if isinstance(x, (Stored, Lazy)):
         v = x.element(b, broadcast_index(x.sizes, index))
         return b.cast(v, dtype)
-    if isinstance(x, (bool, int, float)):
-        return b.literal(x, dtype)
+    if isinstance(x, (bool, int, float, sympy.Basic)):
+        return b.literal(x, dtype)  # a sympy size expression is read at run time
     raise NotLowerable(f"operand {x!r}")
 
 

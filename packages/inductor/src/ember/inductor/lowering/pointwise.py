@@ -422,7 +422,7 @@ def _copy(ctx: Any, node: Node, dst: Any, src: Any, non_blocking: bool = False) 
 
 def _constant(node: Node, value: Any) -> Lazy:
     meta = out_meta(node)
-    if not isinstance(value, (bool, int, float)):
+    if not isinstance(value, (bool, int, float, sympy.Basic)):  # sympy: a symbolic int
         raise NotLowerable("non-scalar fill value")
     return Lazy(lambda b, i: b.literal(value, meta.dtype), meta.dtype, sizes_of(node))
 
