@@ -197,3 +197,43 @@ def test_a_k_the_extern_would_pad_is_lowered_again(monkeypatch: pytest.MonkeyPat
     _relowering(monkeypatch)
     old, _, _ = _compile(fn, inputs)
     assert compiled.files == old.files
+
+
+SYMBOLIC_M = """program dialect=core-functional
+
+graph forward(%x: bf16[s0, 24]{24,1} cpu, %w: bf16[24, 36]{36,1} cpu, %r: bf16[s0, 36]{36,1} cpu):
+  symbols s0 in [2, inf] hint=40
+  %h: bf16[s0, 36]{36,1} cpu = aten::mm.default(%x, %w)
+  %a: bf16[s0, 36]{36,1} cpu = aten::add.Tensor(%h, %r)
+  %s: bf16[s0]{1} cpu = aten::sum.dim_IntList(%a, [-1])
+  return (%s,)  [user_output]
+"""
+
+
+def test_an_idle_template_of_symbolic_size_becomes_the_extern(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ember.inductor.compile import compile_program
+    from ember.runtime.compiled import load_executor
+    from ember.runtime.ir import parse_program
+
+    def compile_symbolic() -> tuple[Program, CompileProfile]:
+        program = parse_program(SYMBOLIC_M)
+        program.untrusted_origin = None  # built here, not read from a file
+        with triton_for_cpu(matmul_templates=True):
+            compiled = compile_program(program, {"precompile": False, "strict": True})
+        compiled.untrusted_origin = None
+        profile = last_compile_profile()
+        assert profile is not None
+        return compiled, profile
+
+    compiled, profile = compile_symbolic()
+    assert profile.counts.get("idle matmul templates") == 1, profile.format()
+    assert profile.phases["lowering"].calls == 1, profile.format()
+    run = load_executor(compiled, "forward")
+    for rows in (2, 17, 40):
+        x, w, r = _randn(rows, 24), _randn(24, 36), _randn(rows, 36)
+        (out,) = run([x, w, r])
+        _close(out, (x @ w + r).sum(-1))
+    _relowering(monkeypatch)
+    old, _ = compile_symbolic()
+    assert compiled.files == old.files
