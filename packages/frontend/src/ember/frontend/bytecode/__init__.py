@@ -20,7 +20,8 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``code_origin``    whether a callable is standard-library or torch code
 ``binding``        binding call arguments to parameters, exactly as CPython does
 ``builtin_rules``  one rule per builtin (len, range, enumerate, getattr, print, ...)
-``library_rules``  itertools (materialised or lazy iterators), functools.reduce, copy
+``library_rules``  itertools (materialised or lazy iterators), functools.reduce
+``copy_rules``     copy.copy / copy.deepcopy (a tensor of the graph: a recorded clone)
 ``attention_rules`` ``F.scaled_dot_product_attention``: a strided mask made dense for fused kernels
 ``env_rules``      os.environ / os.getenv reads as guarded constants
 ``optimizer_rules`` ``compile(optimizer.step)``: torch.optim inlined, its few rules

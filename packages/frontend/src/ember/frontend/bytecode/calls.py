@@ -40,6 +40,7 @@ from ember.frontend._torch import (
 from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode import (
     attention_rules,  # noqa: F401  (registers the SDPA mask rule)
+    copy_rules,  # noqa: F401  (registers copy.copy / copy.deepcopy)
     fresh,
     library_rules,  # noqa: F401  (registers itertools rules)
     optimizer_rules,  # noqa: F401  (registers torch.optim's rules)

@@ -1,6 +1,5 @@
 """Rules for the iterator tools of the standard library (``itertools``, one table, and
-``functools.reduce``), and ``copy.copy`` / ``copy.deepcopy`` (their results are fresh
-objects of the capture).
+``functools.reduce``); ``copy`` has its own (:mod:`.copy_rules`).
 
 A C iterator made during capture would hold the capture's fake tensors and its position
 would be a constant of the first call; instead each finite ``itertools`` call is
@@ -21,7 +20,6 @@ a trailing ``"iter*"`` covers any number of iterables.
 
 from __future__ import annotations
 
-import copy
 import functools
 import inspect
 import itertools
@@ -184,25 +182,3 @@ def _reduce(h: Any, interp: Any, frame: Frame, args: list[Any],
 
 
 BUILTIN_RULES[functools.reduce] = _reduce
-
-
-def _copy_rule(fn: Any) -> Any:
-    def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
-             kwargs: dict[str, Any]) -> Any:
-        if interp.capture is not None:
-            interp.capture.refuse_dirty(args, f"copy.{fn.__name__}")
-        result = h.direct(interp, fn, args, kwargs)
-        if (interp.capture is not None and args and result is not args[0]
-                and isinstance(getattr(result, "__dict__", None), dict)):
-            # a copy is a fresh object made by the captured code: its attribute writes
-            # are not side effects (see ``CaptureContext.new_objects``)
-            interp.capture.new_objects[id(result)] = result
-        return result
-
-    return rule
-
-
-# copy.copy / copy.deepcopy run for real on the interpreter's values (their reads of
-# the original are capture-time constants, like other standard-library helpers)
-for _fn in (copy.copy, copy.deepcopy):
-    BUILTIN_RULES[_fn] = _copy_rule(_fn)
