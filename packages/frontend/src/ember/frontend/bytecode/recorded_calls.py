@@ -19,6 +19,7 @@ import torch
 from ember.frontend._torch import (
     data_dependent_output_types,
     higher_order_op_name,
+    is_fake,
     quiet_fake_tensor_errors,
 )
 from ember.frontend.autocast import RealCastsUncached
@@ -90,6 +91,13 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
         raise interp.fail(*_NOT_DATA.get(name, (
             f"Tensor.{name}() needs the tensor's data", "keep the value as a tensor, "
             "or move this code out of the compiled function")))
+    if name == "requires_grad_":
+        _refuse_input_flag_change(interp, fn, args, kwargs)
+    if name == "__deepcopy__" and is_fake(getattr(fn, "__self__", None)):
+        # (copy_rules handles copy.deepcopy; run for real it makes another fake mode's
+        # tensor, reading the fake's data pointer)
+        raise interp.fail("Tensor.__deepcopy__ of a tensor of the graph",
+                          "use copy.deepcopy(t) or t.clone()")
     interp.capture.pin([getattr(fn, "__self__", None), *args, *kwargs.values()])
     nodes = interp.capture.recorder.graph.nodes
     recorded = len(nodes)
@@ -120,8 +128,39 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
     if function is not None:  # the call runs for real, with the Function's backward
         raise restart_if(len(nodes) > recorded, interp.fail(
             *recorded_break_reason(function, callable_name(fn))))
+    if _new_grad_leaf(interp, result):
+        # NOTE: restarted (stops before the call) even without recorded ops: the call
+        # already made the fake require grad
+        raise restart_if(True, interp.fail(
+            f"{callable_name(fn)} makes a new tensor that requires grad (a leaf of "
+            "autograd, which a graph's output cannot be)",
+            "create it outside the compiled function, or pass it in"))
     interp.capture.note_made(result)
     return result
+
+
+def _new_grad_leaf(interp: Any, result: Any) -> bool:
+    """Whether ``result`` is (or holds, one level deep) a tensor made by this call that
+    requires grad and is a leaf (``torch.zeros(..., requires_grad=True)``,
+    ``t.detach().requires_grad_()``): the graph's output would not require grad."""
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    return any(isinstance(t, torch.Tensor) and is_fake(t) and t.requires_grad and t.is_leaf
+               and interp.capture.is_input_fake(t) is None for t in items)
+
+
+def _refuse_input_flag_change(interp: Any, fn: Any, args: list[Any],
+                              kwargs: dict[str, Any]) -> None:
+    """``x.requires_grad_(flag)`` that changes a graph input's flag: a change of the real
+    tensor, which the graph does not make."""
+    owner = getattr(fn, "__self__", None)
+    rest = list(args)
+    if not isinstance(owner, torch.Tensor) and rest:
+        owner = rest.pop(0)
+    flag = rest[0] if rest else kwargs.get("requires_grad", True)
+    if (isinstance(owner, torch.Tensor) and is_fake(owner) and isinstance(flag, bool)
+            and flag != owner.requires_grad and interp.capture.is_input_fake(owner) is not None):
+        raise interp.fail("requires_grad_() changing whether an input requires grad",
+                          "set it outside the compiled function")
 
 
 def _failed(interp: Any, fn: Any, e: Exception, recorded: bool) -> GraphBreak:
@@ -170,5 +209,9 @@ def callable_name(fn: Any) -> str:
     qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     if qual is None:
         return type(fn).__name__
+    if isinstance(getattr(fn, "__self__", None), torch.Tensor):
+        return f"Tensor.{fn.__name__}"  # never the interpreter's FakeTensor
+    if qual.startswith("_VariableFunctionsClass."):
+        return f"torch.{fn.__name__}"
     module = getattr(fn, "__module__", None)
     return f"{module}.{qual}" if module and module not in ("builtins",) else qual
