@@ -147,3 +147,61 @@ def test_reformer_compiled_before_eager() -> None:
         expected = model(ids).logits
     assert out.dtype == expected.dtype == BF16
     torch.testing.assert_close(out, expected)
+
+
+def _write_between_calls(fn: Callable[[torch.Tensor], torch.Tensor], lin: nn.Linear,
+                         x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fn(x)``, ``lin.weight *= 2``, ``fn(x)`` in one autocast block."""
+    with torch.no_grad(), autocast_cpu():
+        first = fn(x)
+        lin.weight.mul_(2)
+        second = fn(x)
+    return first, second
+
+
+def test_compiled_calls_cast_again_after_a_write() -> None:
+    """A decision, not eager's behaviour: eager reuses the block's first cast of a weight
+    after the weight is written in place (autocast's cache lives until the block exits);
+    a compiled call casts the weights it reads at every call, as torch.compile's
+    aot_eager and inductor backends do (only torch.compile(backend="eager") reuses the
+    cast: its graph runs under the live autocast state). README, autocast blocks."""
+    torch.manual_seed(0)
+    lin = nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+    w0 = lin.weight.detach().clone()
+    eager_first, eager_second = _write_between_calls(lin, lin, x)
+    assert torch.equal(eager_first, eager_second)  # eager: the stale cached cast
+    with torch.no_grad():
+        lin.weight.copy_(w0)
+    compiled = ef.compile(lin, backend="eager")
+    first, second = _write_between_calls(compiled, lin, x)
+    with torch.no_grad(), autocast_cpu():
+        fresh = lin(x)  # a new block: cast from the written weight
+    torch.testing.assert_close(first, eager_first)
+    torch.testing.assert_close(second, fresh)
+    assert not torch.equal(first, second)
+
+
+def test_one_graph_reuses_its_cast_after_a_write() -> None:
+    """Inside one graph a weight cast twice reuses the capture's first cast, a write
+    between the two uses included, as eager does."""
+    torch.manual_seed(0)
+    lin = nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+
+    def twice(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = lin(x)
+        lin.weight.mul_(2)
+        return a, lin(x)
+
+    w0 = lin.weight.detach().clone()
+    results = []
+    for fn in (twice, ef.compile(twice, backend="eager")):
+        with torch.no_grad(), autocast_cpu():
+            results.append(fn(x))
+        with torch.no_grad():
+            lin.weight.copy_(w0)
+    (expected_a, expected_b), (a, b) = results
+    assert torch.equal(expected_a, expected_b)
+    torch.testing.assert_close(a, expected_a)
+    torch.testing.assert_close(b, expected_b)
