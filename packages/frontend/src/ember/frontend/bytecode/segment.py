@@ -191,6 +191,9 @@ def capture_segment(
     finally:
         torch.set_grad_enabled(grad0)
         autocast.restore_start()
+        # NOTE: the segment keeps its guards; through this the capture (and every value
+        # of the first call it read: tensors, a suspended generator) would stay alive
+        cap.guards.locate = None
 
 
 def _wrap_state(cap: CaptureContext, v: Any, source: Source, wrapped: dict[int, Any]) -> Any:
