@@ -79,6 +79,7 @@ class CaptureContext:
     new_functions: dict[int, Any] = field(default_factory=dict)  # id(fn) -> fn
     new_objects: dict[int, Any] = field(default_factory=dict)  # made by this capture
     new_classes: dict[int, type] = field(default_factory=dict)  # `class` statements run
+    generators: list[Any] = field(default_factory=list)  # inlined generators made here
     # id -> object returned by a call run for real during this capture (kept alive)
     made: dict[int, Any] = field(default_factory=dict)
     # id(fake) -> the type of the real tensor it stands for (nn.Parameter, subclasses)

@@ -73,6 +73,27 @@ class InlinedGenerator(LazyIterator):
             root = root.parent
         # the root frame's instruction that made this generator (ip is past it)
         self.created_at = root.ip - 1
+        capture = getattr(interp, "capture", None)
+        if capture is not None:
+            capture.generators.append(self)
+
+    def close_runs_code(self) -> bool:
+        """Whether closing it now would run its code: started, not finished, and
+        suspended inside a ``try``/``with`` block (its ``finally``/``__exit__`` runs
+        when Python closes the generator, at its last reference)."""
+        from ember.frontend.bytecode.exceptions import find_handler
+
+        frame = self.frame
+        if not self._started or self._done or frame.returned or frame.ip == 0:
+            return False
+        suspended = frame.instructions[frame.ip - 1]
+        entry = find_handler(frame.code, suspended.offset)
+        if entry is None:
+            return False
+        handler = next((i for i in frame.instructions if i.offset == entry.target), None)
+        # (3.12 wraps every generator body in a handler turning StopIteration into
+        # RuntimeError; it runs nothing on close)
+        return handler is None or handler.opname != "CALL_INTRINSIC_1"
 
     def send(self, value: Any) -> Any:
         """``generator.send(value)``: ``value`` becomes the result of the ``yield`` the

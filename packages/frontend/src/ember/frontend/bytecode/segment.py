@@ -141,6 +141,7 @@ def capture_segment(
                     break
         if cap.missed_marks:
             raise NeedsSymbolicShapes
+        _refuse_unclosed_generators(cap)
         cap.finish_guards()
         grad_end = torch.is_grad_enabled()
         autocast_end = autocast.end()
@@ -259,3 +260,23 @@ def _guard_origin(interp: Interpreter, root: Frame) -> SourceLocation | None:
         frame = frame.parent
     chosen = frame if frame is not None else innermost
     return location_of(chosen, chosen.last_line)
+
+
+def _refuse_unclosed_generators(cap: CaptureContext) -> None:
+    """A generator left suspended inside a ``try``/``with`` block (a loop over it left
+    early, one ``next()`` only) runs its ``finally``/``__exit__`` when Python closes it,
+    which the capture never does: restart with the instruction that made it run for real
+    (Python's generator then closes as in eager).
+
+    Raises:
+        InlinedBreak: such a generator exists.
+    """
+    suspended = [g for g in cap.generators if g.close_runs_code()]
+    if not suspended:
+        return
+    first = min(suspended, key=lambda g: g.created_at)
+    where = location_of(first.frame, first.frame.last_line)
+    raise InlinedBreak(first.created_at, BreakInfo(
+        f"generator {first.frame.code.co_name} left suspended inside a try/with block "
+        "(its cleanup runs when Python closes it)", where,
+        "exhaust the generator, or move the try/finally out of it"))
