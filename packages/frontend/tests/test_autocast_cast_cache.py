@@ -1,4 +1,4 @@
-"""Autocast's cache of cast weights around compiled calls (ember/frontend/autocast.py,
+"""Autocast's cache of cast weights around compiled calls (ember/frontend/autocast_cache.py,
 ``RealCastsUncached``): a capture never leaves a fake cast in the cache under a real
 tensor (eager code later in the same block would get it), never reads a real cast that
 eager code cached as a constant of its graph, and a compiled call casts the weights it
@@ -13,6 +13,7 @@ from typing import Any
 import ember.frontend as ef
 import pytest
 import torch
+from ember.runtime.ir import print_program
 from torch import nn
 
 BF16 = torch.bfloat16
@@ -123,6 +124,26 @@ def test_cache_flag_and_eager_casts_kept() -> None:
     with torch.no_grad():
         m.lin.weight.div_(2)
     assert torch.equal(first, again)
+
+
+def test_ordinary_calls_run_without_the_mode() -> None:
+    """The torch-function mode is pushed only around calls that may reach a real
+    weight: torch code sees a mode (``has_torch_function``), and MultiheadAttention's
+    fast path, taken eagerly under CPU autocast, would be lost in the graph."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+
+    def attend(x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = mha(x, x, x, need_weights=False)[0]
+        return out
+
+    compiled = ef.compile(attend, backend="eager")
+    with torch.no_grad(), autocast_cpu():
+        expected = attend(x)
+        out = compiled(x)
+    torch.testing.assert_close(out, expected)
+    assert "aten::_native_multi_head_attention" in print_program(compiled.graphs[0])
 
 
 def test_reformer_compiled_before_eager() -> None:

@@ -16,22 +16,6 @@ the ``__exit__`` on its frame stack is an :class:`AutocastRestore`, which a late
 segment (or the concrete interpreter) calls. Both change the global autocast state
 exactly as ``torch.autocast.__enter__``/``__exit__`` would, its nesting count (which
 clears autocast's cache of cast weights when it returns to 0) included.
-
-Autocast's cache of cast weights is keyed by the source tensor: a leaf float32 tensor
-that requires grad, cast under autocast, keeps its cast until the outermost block exits.
-Ops on fake tensors only ever put fake keys in it. But a capture also reaches real
-tensors: code run for real on the fakes (a custom ``autograd.Function``'s forward under
-``no_grad``, an ``ember.frontend.nonstrict`` function, a closure tensor in the tracing
-capture) passes a module's real weight to ``F.linear``, and the recorder, below
-autocast's dispatch key, makes it a graph input or constant. Autocast then caches the
-fake cast the recorder returned under the *real* weight's key, and eager code later in
-the same block (the caller's own call, the next graph break) gets that fake tensor
-("Please convert all Tensors to FakeTensors first"); the other way round, a real cast
-that eager code cached earlier in the block was read as a constant of the graph, so
-later calls kept using the first call's weight after it changed. Captures therefore run
-such code under :class:`RealCastsUncached`: a call given a real tensor autocast could
-cache runs with the cache off (the graph casts it itself), and the cache keeps only
-what eager code put there.
 """
 
 from __future__ import annotations
@@ -41,11 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ember.frontend._torch import any_autocast_enabled, autocast_disabled, is_fake
-from torch.overrides import TorchFunctionMode
+from ember.frontend._torch import any_autocast_enabled, autocast_disabled
 
-__all__ = ["AutocastEnd", "AutocastRestore", "DeviceAutocast", "RealCastsUncached",
-           "compile_without_autocast", "leave_nesting", "run_graph", "set_device_state"]
+__all__ = ["AutocastEnd", "AutocastRestore", "DeviceAutocast", "compile_without_autocast",
+           "leave_nesting", "run_graph", "set_device_state"]
 
 DeviceAutocast = tuple[str, bool, torch.dtype]
 """``(device type, enabled, dtype)``: one device type's autocast state."""
@@ -129,34 +112,3 @@ class AutocastEnd:
         for state in self.devices:
             set_device_state(state)
         torch.set_autocast_cache_enabled(self.cache_enabled)
-
-
-def _cacheable_real(value: Any) -> bool:
-    """Whether ``value`` is (or a list or tuple holds) a real tensor that autocast's
-    cache may key a cast by: a leaf that requires grad (its dtype and device are
-    autocast's to check)."""
-    if isinstance(value, torch.Tensor):
-        return value.requires_grad and value.is_leaf and not is_fake(value)
-    if isinstance(value, (list, tuple)):
-        return any(_cacheable_real(v) for v in value)
-    return False
-
-
-class RealCastsUncached(TorchFunctionMode):
-    """Under it, a torch call given a real tensor that autocast's cache could key a
-    cast by runs with that cache off, so a capture neither stores its fake casts under
-    real tensors nor reads eager's real casts as constants (see the module docstring);
-    other calls, and every call with autocast or its cache off, run as they are."""
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (),
-                           kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if not (any_autocast_enabled() and torch.is_autocast_cache_enabled()
-                and (any(_cacheable_real(a) for a in args)
-                     or any(_cacheable_real(v) for v in kwargs.values()))):
-            return func(*args, **kwargs)
-        torch.set_autocast_cache_enabled(False)
-        try:
-            return func(*args, **kwargs)
-        finally:
-            torch.set_autocast_cache_enabled(True)

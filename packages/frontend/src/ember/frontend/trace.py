@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 from ember.frontend._torch import data_dependent_output_types
-from ember.frontend.autocast import RealCastsUncached
+from ember.frontend.autocast_cache import RealCastsUncached
 from ember.frontend.custom_functions import custom_function_in
 from ember.frontend.dynamic import DynamicDim, DynamicPolicy, add_input, dims_of
 from ember.frontend.guard_model import Source
@@ -238,7 +238,7 @@ def trace_capture(
             # a user Triton kernel launch is recorded instead of running on fake tensors
             stack.enter_context(trace_triton.launches_recorded(rec))
             stack.enter_context(RefuseAutograd())  # a backward pass is not traced
-            # real closure tensors kept out of autocast's cache (ember.frontend.autocast)
+            # real closure tensors kept out of autocast's cache (autocast_cache.py)
             stack.enter_context(RealCastsUncached())
             stack.enter_context(rec)
             # disabled calls refused, rebound globals/nonlocals warned (trace_watch.py)

@@ -22,7 +22,7 @@ from ember.frontend._torch import (
     is_fake,
     quiet_fake_tensor_errors,
 )
-from ember.frontend.autocast import RealCastsUncached
+from ember.frontend.autocast_cache import real_casts_uncached
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.escape import is_nonstrict
 from ember.frontend.bytecode.frame import location_of
@@ -104,9 +104,11 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
     watch = PythonWatch()
     try:
         # (torch's own grad-mode switches stay inside the call; a failing op's log too;
-        # real weights it reaches are kept out of autocast's cache: ..autocast)
-        with program_call() as call, quiet_fake_tensor_errors(), RealCastsUncached():
-            if is_nonstrict(fn):  # its Python runs once: a disabled call in it is refused
+        # real weights it reaches stay out of autocast's cache: ..autocast_cache)
+        nonstrict = is_nonstrict(fn)
+        with program_call() as call, quiet_fake_tensor_errors(), \
+                real_casts_uncached(fn, args, kwargs, nonstrict):
+            if nonstrict:  # its Python runs once: a disabled call in it is refused
                 with watched_python() as watch:
                     result = _run_for_real(interp, fn, args, kwargs)
             else:
