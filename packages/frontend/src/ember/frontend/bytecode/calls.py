@@ -50,7 +50,7 @@ from ember.frontend.bytecode.autocast_blocks import autocast_call_break
 from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES, bound_rule_for
-from ember.frontend.bytecode.capture import opaque_data
+from ember.frontend.bytecode.capture import SHADOWED, opaque_data
 from ember.frontend.bytecode.code_origin import constant_or_cached, is_stdlib, is_torch_code
 from ember.frontend.bytecode.escape import is_disabled, is_nonstrict
 from ember.frontend.bytecode.exception_ops import (
@@ -246,7 +246,7 @@ class CallHandler:
                 keywords = interp.wrap(keywords, AttrSource(source, "keywords"))
             return self.call_symbolic(interp, frame, func, [*bound, *args],
                                       {**keywords, **kwargs})
-        if is_stdlib(fn):
+        if is_stdlib(fn) and not _stdlib_closure(fn):
             # NOTE: standard-library helpers (inspect.signature, functools.partial,
             # dataclasses.fields, ...) run for real: tensor ops they make are recorded,
             # their other results are capture-time constants (not interpreted, not
@@ -385,6 +385,15 @@ class CallHandler:
                 and getattr(fn, "__name__", "") in _SET_MUTATORS):
             raise interp.fail(f"set.{fn.__name__}() on a set from outside the compiled "
                               "function")
+        if type(owner) in SHADOWED and id(owner) not in interp.capture.shadows:
+            source = interp.capture.source_of(fn)
+            if source is not None:
+                # `log.append` read from outside (an argument, a closure): called on the
+                # container's shadow, a mutation replayed at every call (called for real,
+                # it would happen once, now)
+                interp.capture.guard("equals", AttrSource(source, "__name__"), fn.__name__)
+                shadow = interp.wrap(owner, AttrSource(source, "__self__"))
+                fn = getattr(shadow, fn.__name__)
         if isinstance(owner, _CONTAINER_TYPES) or any(owner is t for t in _CONTAINER_TYPES):
             return self.direct(interp, fn, args, kwargs)  # methods and dict.fromkeys
         if isinstance(owner, BaseException) and interp.capture.source_of(owner) is None:
@@ -472,6 +481,14 @@ def _rule_for(fn: Any) -> Any:
         return BUILTIN_RULES.get(fn)
     except TypeError:  # unhashable callable
         return None
+
+
+def _stdlib_closure(fn: Any) -> bool:
+    """A standard-library function made at run time around the program's values
+    (``contextlib.ExitStack``'s ``_exit_wrapper`` around ``log.append``): interpreted
+    like the program's code. Run for real, the program's callback would mutate outside
+    objects once, at capture, and never at later calls."""
+    return isinstance(fn, types.FunctionType) and bool(fn.__closure__)
 
 
 def _is_user_function(fn: Any) -> bool:

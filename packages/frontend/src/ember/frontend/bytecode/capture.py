@@ -55,6 +55,10 @@ class Shadow:
     initial: list[Any]
 
 
+# outside containers read through a shadow copy whose changes are replayed
+SHADOWED = (list, dict, collections.OrderedDict, collections.defaultdict)
+
+
 @dataclass
 class CaptureContext:
     """State of one segment capture; see the module docstring."""
@@ -159,7 +163,7 @@ class CaptureContext:
             return self.shadow_of_real[id(value)]
         if isinstance(value, tuple):
             return self._wrap_tuple(value, source)
-        if type(value) in (list, dict, collections.OrderedDict, collections.defaultdict):
+        if type(value) in SHADOWED:
             return self._wrap_container(value, source)
         if isinstance(value, types.MethodType):
             return value  # a fresh bound method each read: its parts are guarded instead

@@ -230,6 +230,10 @@ class StateBuilder:
             r.parts = [self.recipe(v.__defaults__), self.recipe(v.__kwdefaults__),
                        self.recipe(v.__closure__)]
             return r
+        if isinstance(v, types.FunctionType) and v.__closure__ and _made_during_capture(
+                cap.made, v):
+            raise Unrebuildable(f"function {v.__qualname__} made by library code run for "
+                                "real (its closure would be a constant of the first call)")
         if isinstance(v, types.MethodType):
             return New("method", self._key(v), [self.recipe(v.__self__)], v.__func__)
         if isinstance(v, types.BuiltinMethodType) and not isinstance(
