@@ -264,3 +264,22 @@ def test_symbolic_int_operands_of_pointwise_ops_are_lowered() -> None:
         torch.testing.assert_close(m, x * (2 * k - 1))
         torch.testing.assert_close(d, i // k)
         torch.testing.assert_close(t, torch.tensor(float(k - 1)))
+
+
+def test_select_of_the_last_position_of_a_symbolic_dim_is_lowered() -> None:
+    # x[:, -1] of a computed (not stored) value with dim 1 symbolic: the position
+    # s0 - 1 was wrapped as a constant Int and printing the index raised TypeError
+    # (HF SigLIP's text pooler `last_hidden_state[:, -1, :]` under dynamic=True)
+    rec = GraphRecorder(dynamic=True)
+    x = rec.add_input(torch.randn(2, 5, 4), InputSpec("x"), {1: (2, None)})
+    w = rec.add_input(torch.randn(4, 4), InputSpec("w"))
+    with rec:
+        out = (x.exp() + 1)[:, -1] @ w
+    p = rec.finish([out])
+    p.dialect = "core-functional"
+    compiled, run = _load(p)
+    assert compiled.metadata["fallbacks"] == {}
+    w2 = torch.randn(4, 4)
+    for n in (3, 7):
+        x2 = torch.randn(2, n, 4)
+        torch.testing.assert_close(run(x2, w2)[0], (x2.exp() + 1)[:, -1] @ w2)

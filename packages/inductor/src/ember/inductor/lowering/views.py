@@ -16,6 +16,7 @@ from typing import Any
 
 import sympy
 from ember.inductor.loop_ir import IndexExpr, Int, Size, add, floordiv, mod, mul
+from ember.inductor.loop_ir.index import as_index
 from ember.inductor.loop_ir.symbolic_index import as_size, divides, provably_nonnegative
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import normalize_dim, sizes_of
@@ -243,16 +244,17 @@ def _slice(ctx: Any, node: Node, x: TensorValue, dim: int = 0, start: Any = None
 @lowering("aten::select.int", "aten::select_copy.int")
 def _select(ctx: Any, node: Node, x: TensorValue, dim: int, i: int) -> TensorValue:
     d = normalize_dim(dim, len(x.sizes))
-    if i < 0:
-        i += x.sizes[d]
+    if isinstance(i, int) and i < 0:
+        i += x.sizes[d]  # a symbolic size: x[:, -1] selects s1 - 1
     sizes = sizes_of(node)
     strides = offset = None
     if isinstance(x, Stored):
         offset = x.offset + i * x.strides[d]
         strides = x.strides[:d] + x.strides[d + 1:]
+    position = as_index(i)  # Int, or Sym when symbolic
 
     def index_map(index: tuple[IndexExpr, ...]) -> list[IndexExpr]:
-        return list(index[:d]) + [Int(i)] + list(index[d:])
+        return list(index[:d]) + [position] + list(index[d:])
 
     return remap(x, sizes, index_map, strides, offset)
 
