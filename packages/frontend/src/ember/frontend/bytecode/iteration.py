@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import enum
 import types
 from collections.abc import Callable
 from typing import Any
@@ -128,6 +129,8 @@ def make_iterator(value: Any, interp: Any) -> Any:
         return ListIterator(list(value))
     if isinstance(value, dict):
         return ListIterator(list(value.keys()))
+    if isinstance(value, enum.EnumMeta):  # an Enum class: its members, fixed at definition
+        return ListIterator(list(value))
     if isinstance(value, (type({}.keys()), type({}.values()), type({}.items()))):
         return ListIterator(list(value))
     if isinstance(value, _SEQUENCE_MODULES + _MAPPING_MODULES):
