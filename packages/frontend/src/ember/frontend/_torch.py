@@ -150,6 +150,13 @@ def dynamo_graph_break() -> Any:
     return getattr(dynamo, "graph_break", None)
 
 
+def dynamo_is_compiling() -> Any:
+    """``torch._dynamo.is_compiling`` (older libraries ask it, not torch.compiler's), or
+    None."""
+    dynamo = getattr(torch, "_dynamo", None)
+    return getattr(dynamo, "is_compiling", None)
+
+
 def marked_constant(fn: Any) -> bool:
     """``fn`` is marked by ``torch._dynamo.assume_constant_result`` (its private
     ``_dynamo_marked_constant``; transformers sets it on its install probes): its result

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.frontend._torch import dynamo_is_compiling
 from ember.frontend.bytecode.env_rules import (
     ENV_FUNCTIONS,
     environ_rule,
@@ -345,3 +346,7 @@ for _name, _answer in (("is_compiling", True), ("is_dynamo_compiling", True),
     _query = getattr(torch.compiler, _name, None)  # absent in some torch versions
     if _query is not None:
         BUILTIN_RULES[_query] = _constant_rule(_answer)
+# torch._dynamo's own query (older libraries' fallback): True under torch.compile too
+_dynamo_query = dynamo_is_compiling()
+if _dynamo_query is not None:
+    BUILTIN_RULES[_dynamo_query] = _constant_rule(True)
