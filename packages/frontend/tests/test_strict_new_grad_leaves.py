@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 
+import ember.frontend
 import torch
 from strict_helpers import strict
 
@@ -68,3 +69,28 @@ def test_requires_grad_without_change_stays_in_the_graph() -> None:
     x = torch.ones(2, requires_grad=True)
     assert compiled(x).requires_grad
     assert compiled.stats.graph_breaks == 0
+
+
+def test_a_view_of_a_parameter_under_no_grad_is_no_new_leaf() -> None:
+    """torchvision's ViT: ``self.class_token.expand(n, -1, -1)`` in an inference call.
+    Under no_grad a view of a parameter is a leaf that requires grad in eager too (its
+    flag is its base's): it is captured, no break."""
+
+    class Tokens(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.token = torch.nn.Parameter(torch.randn(1, 1, 8))
+            self.proj = torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            t = self.token.expand(x.shape[0], -1, -1)
+            return self.proj(torch.cat([t, x], 1))
+
+    model = Tokens()
+    compiled = ember.frontend.compile(model)
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        out = compiled(x)
+        expected = model(x)
+    torch.testing.assert_close(out, expected)
+    assert compiled.stats.graph_breaks == 0 and compiled.stats.graphs == 1

@@ -20,6 +20,7 @@ from ember.frontend._torch import (
     data_dependent_output_types,
     higher_order_op_name,
     is_fake,
+    is_view,
     quiet_fake_tensor_errors,
 )
 from ember.frontend.autocast_cache import real_casts_uncached
@@ -146,8 +147,11 @@ def _new_grad_leaf(interp: Any, result: Any) -> bool:
     requires grad and is a leaf (``torch.zeros(..., requires_grad=True)``,
     ``t.detach().requires_grad_()``): the graph's output would not require grad."""
     items = result if isinstance(result, (tuple, list)) else (result,)
+    # NOTE: a view made under no_grad of a tensor that requires grad (a parameter's
+    # ``expand`` in an inference call) is a leaf that requires grad in eager too: its
+    # flag comes from its base, and it is no new leaf
     return any(isinstance(t, torch.Tensor) and is_fake(t) and t.requires_grad and t.is_leaf
-               and interp.capture.is_input_fake(t) is None for t in items)
+               and not is_view(t) and interp.capture.is_input_fake(t) is None for t in items)
 
 
 def _refuse_input_flag_change(interp: Any, fn: Any, args: list[Any],
