@@ -114,6 +114,22 @@ def test_artifact_layout(tmp_path: Path) -> None:
     assert compiled.signature == program.signature
 
 
+def test_an_artifact_missing_a_kernel_names_it_when_run(tmp_path: Path) -> None:
+    """A trusted artifact edited so that its metadata lacks a kernel its wrapper calls:
+    the call says which name the program does not define, not a bare NameError."""
+    from ember.runtime.ir import IRFormatError
+
+    program, x = model_program()
+    compiled = compile_program(program)
+    entry = compiled.metadata["compiled"]["graphs"]["forward"]  # type: ignore[index]
+    removed = entry["kernels"].pop(0)["name"]
+    save(compiled, tmp_path / "edited.ember")
+    fn = load_artifact(tmp_path / "edited.ember", trusted=True)
+    with pytest.raises(IRFormatError, match=f"uses '{removed}', which the program does "
+                                            "not define"):
+        fn(x)
+
+
 def test_stage_entry_point_and_dialect_check() -> None:
     stage = load_stage("inductor")
     program, _ = model_program()

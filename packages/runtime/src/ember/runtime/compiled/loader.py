@@ -116,10 +116,19 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
         # differentiated itself (training runs its backward graph, ember.runtime.autograd),
         # so extern calls must not record a partial autograd graph either. (Inference
         # callers are already under no_grad: entering it again costs ~2 us a call.)
-        if not torch.is_grad_enabled():
-            return list(call(list(inputs)))
-        with torch.no_grad():
-            return list(call(list(inputs)))
+        try:
+            if not torch.is_grad_enabled():
+                return list(call(list(inputs)))
+            with torch.no_grad():
+                return list(call(list(inputs)))
+        except NameError as e:
+            if e.name is None or e.name in namespace:
+                raise
+            # a wrapper naming what its program does not hold (an edited artifact)
+            raise IRFormatError(
+                f"compiled graph {graph_name!r}: its wrapper uses {e.name!r}, which the "
+                "program does not define (a kernel or constant missing from its "
+                "metadata)") from e
 
     return run
 
