@@ -30,7 +30,7 @@ from ember.frontend.bytecode.generators import (
     lazy_zip,
 )
 from ember.frontend.bytecode.interpreter import is_fake_tensor
-from ember.frontend.bytecode.iteration import ListIterator, make_iterator
+from ember.frontend.bytecode.iteration import EnumeratedList, ListIterator, make_iterator
 from ember.frontend.bytecode.signature_rules import SIGNATURE_RULES
 from ember.frontend.bytecode.sources import AttrSource
 from ember.frontend.bytecode.text_values import specialised_for_text
@@ -132,6 +132,8 @@ def _enumerate_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
     source = make_iterator(args[0], interp)
     if isinstance(source, LazyIterator):
         return lazy_enumerate(source, start)
+    if source is not args[0] and type(source.item_list) is list and source.item_list is args[0]:
+        return EnumeratedList(args[0], start)  # a list, read live
     return ListIterator(list(enumerate(source.remaining(), start)))
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import enum
 import types
 from collections.abc import Callable
@@ -113,6 +114,71 @@ class ResumedIterator(ListIterator):
         return rest
 
 
+class EnumeratedList(ListIterator):
+    """``enumerate(xs)`` of a list, read live as CPython's iterator does: items appended
+    (or removed) by the loop body are seen. ``item_list`` is a snapshot of what is left
+    to give, as the frame state at a break rebuilds it."""
+
+    def __init__(self, items: list[Any], start: int) -> None:  # noqa: D107
+        self.live, self.start, self.position = items, start, 0
+
+    @property
+    def item_list(self) -> list[Any]:
+        return [(self.start + i, v) for i, v in enumerate(self.live)]
+
+    @item_list.setter
+    def item_list(self, value: list[Any]) -> None:
+        raise TypeError("the items of an enumerated list are its list's")
+
+    def exhausted(self) -> bool:
+        return self.position >= len(self.live)
+
+    def next(self) -> Any:
+        item = (self.start + self.position, self.live[self.position])
+        self.position += 1
+        return item
+
+
+class SizedIterator(ListIterator):
+    """Iteration over a dict, a dict view or a set: the keys (or items) it had when the
+    iteration began, values read when given (as CPython's dict iterators read them), and
+    CPython's ``RuntimeError`` once the container changed size."""
+
+    def __init__(self, owner: Any, kind: str) -> None:
+        self.owner, self.kind, self.size = owner, kind, len(owner)
+        self.keys = list(owner) if kind in ("set", "keys") else list(owner.keys())
+        items = self.keys if kind in ("set", "keys") else (
+            [owner[k] for k in self.keys] if kind == "values"
+            else [(k, owner[k]) for k in self.keys])
+        super().__init__(items)
+
+    def _check(self) -> None:
+        if len(self.owner) != self.size:
+            what = "Set" if self.kind == "set" else "dictionary"
+            raise RuntimeError(f"{what} changed size during iteration")
+
+    def exhausted(self) -> bool:
+        self._check()
+        return super().exhausted()
+
+    def next(self) -> Any:
+        self._check()
+        if self.kind in ("values", "items") and self.position < len(self.keys):
+            key = self.keys[self.position]
+            value = self.owner[key]
+            self.item_list[self.position] = value if self.kind == "values" else (key, value)
+        return super().next()
+
+
+def _dict_iterator(value: Any) -> ListIterator:
+    """A :class:`SizedIterator` over a dict or one of its views."""
+    if isinstance(value, dict):
+        return SizedIterator(value, "keys")
+    kind = ("keys" if isinstance(value, type({}.keys())) else
+            "values" if isinstance(value, type({}.values())) else "items")
+    return SizedIterator(value.mapping, kind)
+
+
 _SEQUENCE_MODULES = (nn.ModuleList, nn.Sequential, nn.ParameterList)
 _MAPPING_MODULES = (nn.ModuleDict, nn.ParameterDict)
 
@@ -125,13 +191,21 @@ def make_iterator(value: Any, interp: Any) -> Any:
     """
     if isinstance(value, (ListIterator, LazyIterator)):
         return value
+    if type(value) is list:  # read live: items the loop appends are seen, as in CPython
+        return ListIterator(value)
+    if type(value) is set:
+        return SizedIterator(value, "set")
     if isinstance(value, (list, tuple, str, range, bytes, set, frozenset)):
         return ListIterator(list(value))
+    if type(value) in (dict, collections.OrderedDict, collections.defaultdict):
+        return _dict_iterator(value)
     if isinstance(value, dict):
         return ListIterator(list(value.keys()))
     if isinstance(value, enum.EnumMeta):  # an Enum class: its members, fixed at definition
         return ListIterator(list(value))
     if isinstance(value, (type({}.keys()), type({}.values()), type({}.items()))):
+        return _dict_iterator(value)
+    if isinstance(value, types.MappingProxyType):
         return ListIterator(list(value))
     if isinstance(value, _SEQUENCE_MODULES + _MAPPING_MODULES):
         _guard_module_container(value, interp)
