@@ -49,12 +49,18 @@ class CacheEntry:
     run_program: Callable[[list[Any]], list[Any]]
     arguments: ArgumentInputs
     output: OutputLayout
+    # the grad mode to run under when not the caller's (guarded): on for an enable_grad
+    # block under the caller's no_grad (trace_grad.py)
+    grad: bool | None = None
 
     def __call__(self, leaves: list[Any], state: list[torch.Tensor]) -> Any:
         inputs: list[Any] = list(state)
         inputs.extend(self.arguments.gather(leaves))
         # NOTE: with autocast off: the graph holds its casts (ember/frontend/autocast.py)
-        return self.output.rebuild(run_graph(self.run_program, inputs))
+        if self.grad is None:
+            return self.output.rebuild(run_graph(self.run_program, inputs))
+        with torch.set_grad_enabled(self.grad):
+            return self.output.rebuild(run_graph(self.run_program, inputs))
 
 
 class TracedFunction:
@@ -186,11 +192,13 @@ class TracedFunction:
         log("graphs", lambda: f"captured {self._name()}:\n{_printed(program)}")
         log("guards", lambda: f"guards of {self._name()} "
                               f"(entry {len(self._entries)}):\n{captured.guards.describe()}")
-        compiled = compile_without_autocast(
-            lambda: compile_program(program, req.backend, dict(req.options), req.mode))
+        grad = captured.grad if captured.grad != torch.is_grad_enabled() else None
+        with torch.set_grad_enabled(captured.grad):  # what the stages see (aot: training)
+            compiled = compile_without_autocast(
+                lambda: compile_program(program, req.backend, dict(req.options), req.mode))
         title = f"{self._name()} (entry {len(self._entries)})"
         entry = CacheEntry(captured.guards, captured.guards.matcher(title=title), compiled,
-                           captured.arguments, captured.output)
+                           captured.arguments, captured.output, grad)
         self.stats.compiles += 1
         self.stats.graphs += 1
         if self._entries:

@@ -47,6 +47,7 @@ from ember.frontend.module_state import ModuleLayout, callable_name, module_of
 from ember.frontend.pytree import flatten, flatten_with_names, unflatten
 from ember.frontend.shape_guards import SymbolicInput, install_shape_guards
 from ember.frontend.tensor_subclasses import overriding_subclass
+from ember.frontend.trace_grad import GradRegions, grad_mode_of_graph
 from ember.frontend.trace_guards import (
     ArgumentSource,
     ModuleSlotSource,
@@ -134,6 +135,7 @@ class TraceCapture:
     guards: GuardSet
     arguments: ArgumentInputs
     output: OutputLayout
+    grad: bool  # the grad mode it is compiled and run under (trace_grad.py)
 
 
 def capture(fn: Callable[..., Any], *args: Any,
@@ -231,6 +233,7 @@ def trace_capture(
 
     watch = PythonWatch()
     attributes = module_attributes(module)  # self.step += 1: warned (trace_watch.py)
+    regions = GradRegions(rec)  # no_grad / enable_grad blocks (trace_grad.py)
     try:
         with ExitStack() as stack:
             for module_layout, fakes in swaps:
@@ -240,6 +243,7 @@ def trace_capture(
             stack.enter_context(RefuseAutograd())  # a backward pass is not traced
             # real closure tensors kept out of autocast's cache (autocast_cache.py)
             stack.enter_context(RealCastsUncached())
+            stack.enter_context(regions)  # under the recorder
             stack.enter_context(rec)
             # disabled calls refused, rebound globals/nonlocals warned (trace_watch.py)
             watch = stack.enter_context(watched_python())
@@ -284,7 +288,9 @@ def trace_capture(
             "trace does not capture (the gradient would be derived from its forward's "
             "ops instead)\n  hint: use the strict capture (the default), which runs the "
             "Function eagerly at a graph break, or call it under torch.no_grad()")
+    no_grad = regions.no_grad_nodes()
     program = rec.finish(outputs)
+    grad = grad_mode_of_graph(program, no_grad, regions.grad_at_start)
     written = constant_write(program, fn, module)
     if written is not None:
         node, name = written
@@ -308,7 +314,7 @@ def trace_capture(
         arguments.lifted.append(tensor)
     watch.warn()  # once the trace is kept (not for one traced again)
     warn_rebound_attributes(module, attributes)
-    return TraceCapture(program, guards, arguments, layout_of_result)
+    return TraceCapture(program, guards, arguments, layout_of_result, grad)
 
 
 @dataclass
