@@ -58,7 +58,7 @@ from ember.frontend.bytecode.exception_ops import (
     ProfilerRangeExit,
     contextmanager_target,
 )
-from ember.frontend.bytecode.frame import Frame
+from ember.frontend.bytecode.frame import UNBOUND, Frame
 from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.interpreter import (
     MAX_INLINE_DEPTH,
@@ -136,6 +136,8 @@ class CallHandler:
              kwargs: dict[str, Any]) -> Any:
         if fn is builtins.super and not args:
             return self._zero_arg_super(frame)
+        if not args and not kwargs and any(fn is q for q in _FRAME_QUERIES):
+            return _frame_query(interp, frame, fn)
         if not interp.symbolic:
             return self.call_concrete(fn, args, kwargs)
         return self.call_symbolic(interp, frame, fn, args, kwargs)
@@ -481,6 +483,37 @@ def _rule_for(fn: Any) -> Any:
         return BUILTIN_RULES.get(fn)
     except TypeError:  # unhashable callable
         return None
+
+
+_FRAME_QUERIES = (builtins.locals, builtins.vars, builtins.globals, builtins.dir)
+
+
+def _frame_query(interp: Any, frame: Frame, fn: Any) -> Any:
+    """``locals()``, ``vars()``, ``dir()``, ``globals()`` of the program's frame (run for
+    real, they would describe Ember's own frame). ``locals()`` is a new dict each call
+    (its values the interpreter's, in CPython's order: locals, then cells); ``globals()``
+    breaks while capturing (reads through it would not be guarded)."""
+    if fn is builtins.globals:
+        if interp.symbolic:
+            raise interp.fail("globals() (reads through it are not guarded)",
+                              "read the global by name")
+        return frame.f_globals
+    names = {}
+    code = frame.code
+    for name in (*code.co_varnames, *code.co_cellvars, *code.co_freevars):
+        if name in frame.cells:
+            cell, cap = frame.cells[name], interp.capture
+            written = cap.cell_writes.get(id(cell)) if cap is not None else None
+            try:
+                value = written.value if written is not None else cell.cell_contents
+            except ValueError:  # empty
+                continue
+            if cap is not None and written is None and id(cell) not in cap.new_cells:
+                value = cap.wrap(value, interp.cell_source(frame, name))
+            names[name] = value
+        elif name in frame.locals and frame.locals[name] is not UNBOUND:
+            names[name] = frame.locals[name]
+    return sorted(names) if fn is builtins.dir else names
 
 
 def _stdlib_closure(fn: Any) -> bool:

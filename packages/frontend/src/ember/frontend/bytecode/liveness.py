@@ -21,6 +21,7 @@ _NO_FALLTHROUGH = {"JUMP", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_IN
                    "RERAISE"}
 
 _CACHE: dict[types.CodeType, list[frozenset[str]]] = {}
+_FRAME_READERS = frozenset({"locals", "vars", "dir"})
 
 
 def live_locals(code: types.CodeType) -> list[frozenset[str]]:
@@ -46,6 +47,8 @@ def live_locals(code: types.CodeType) -> list[frozenset[str]]:
     always = set()
     if "__class__" in code.co_freevars and code.co_varnames:
         always.add(code.co_varnames[0])  # zero-argument super() reads the first argument
+    if _FRAME_READERS & set(code.co_names):
+        always.update(code.co_varnames)  # locals() / vars() / dir() read every local
     live: list[set[str]] = [set(always) for _ in range(n)]
     changed = True
     while changed:

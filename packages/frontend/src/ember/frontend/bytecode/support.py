@@ -16,6 +16,8 @@ _EXCEPTION_PATH = {"CLEANUP_THROW", "END_SEND"}
 
 _DELEGATION = {"YIELD_FROM", "GET_AWAITABLE"}  # `yield from` (SEND): interpreter.op_SEND
 
+_FRAME_INTROSPECTION = frozenset({"currentframe", "_getframe"})
+
 _cache: dict[types.CodeType, str | None] = {}
 
 
@@ -29,6 +31,9 @@ def unsupported_reason(code: types.CodeType) -> str | None:
         reason = "coroutines are not interpreted"
     elif code.co_flags & inspect.CO_GENERATOR and names & _DELEGATION:
         reason = "generators that delegate to a coroutine (await) are not interpreted"
+    elif _FRAME_INTROSPECTION & set(code.co_names):
+        # interpreted, the code would see the interpreter's frames, not its own
+        reason = "frame introspection (inspect.currentframe, sys._getframe)"
     else:
         missing = sorted(name for name in opnames_of(code) - _EXCEPTION_PATH
                          if not hasattr(Interpreter, "op_" + name))
