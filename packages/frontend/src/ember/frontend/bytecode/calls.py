@@ -254,7 +254,12 @@ class CallHandler:
             # their other results are capture-time constants (not interpreted, not
             # guarded).
             interp.capture.refuse_dirty([*args, *kwargs.values()], _name(fn))
-            return self.direct(interp, fn, args, kwargs)
+            result = self.direct(interp, fn, args, kwargs)
+            if isinstance(fn, type) and isinstance(getattr(result, "__dict__", None), dict):
+                # a new object at every call (warnings.catch_warnings()): rebuilt by
+                # calling again, never the first call's object (.state)
+                interp.capture.constructed[id(result)] = (result, fn, list(args), dict(kwargs))
+            return result
         if isinstance(fn, types.FunctionType):
             # NOTE: not a generator (torch's own genexprs): run for real it would return
             # a lazy generator whose body runs after the recording, unrecorded

@@ -84,6 +84,8 @@ class CaptureContext:
     new_objects: dict[int, Any] = field(default_factory=dict)  # made by this capture
     new_classes: dict[int, type] = field(default_factory=dict)  # `class` statements run
     generators: list[Any] = field(default_factory=list)  # inlined generators made here
+    # id -> (object, class, args, kwargs): a standard-library object constructed for real
+    constructed: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     # id -> object returned by a call run for real during this capture (kept alive)
     made: dict[int, Any] = field(default_factory=dict)
     # id(fake) -> the type of the real tensor it stands for (nn.Parameter, subclasses)

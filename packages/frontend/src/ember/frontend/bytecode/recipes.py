@@ -146,7 +146,8 @@ class StartCell(Recipe):
 @dataclass
 class New(Recipe):
     """A fresh object: ``kind`` in list/dict/set/tuple/cell/iter/advance (a start-state
-    iterator moved on by ``extra`` items)/slice/function/method/builtin_method/exception;
+    iterator moved on by ``extra`` items)/slice/function/method/builtin_method/exception/
+    call (``extra(*args, **kwargs)``, a standard-library constructor called again);
     ``parts`` recipes; ``key`` for aliasing (one object per key)."""
 
     kind: str
@@ -204,6 +205,8 @@ class New(Recipe):
                 obj = getattr(values[0], self.extra)
             elif k == "partial":
                 obj = functools.partial(values[0], *values[1], **values[2])
+            elif k == "call":  # a constructor called again (state.py)
+                obj = self.extra(*values[0], **values[1])
             elif k == "deque":
                 obj = collections.deque(values[0], self.extra)
             elif k == "exception":  # made by the captured code: a new one each call

@@ -252,6 +252,13 @@ class StateBuilder:
             r.parts = [[(self.recipe(k), self.recipe(x)) for k, x in items],
                        [(self.recipe(k), self.recipe(x)) for k, x in vars(v).items()]]
             return r
+        made = cap.constructed.get(id(v))
+        if made is not None and made[0] is v:
+            # constructed again after the graph: eager makes a new one at every call
+            _, cls, args, kwargs = made
+            r = New("call", self._key(v), [self.recipe(args), self.recipe(kwargs)], cls)
+            self._memo[id(v)] = r
+            return r
         if id(v) in cap.made and hasattr(type(v), "__next__"):
             raise Unrebuildable(f"a {type(v).__qualname__} iterator made during capture "
                                 "(its position is not a constant)")
@@ -289,6 +296,11 @@ class StateBuilder:
                 source = cap.is_input_fake(write.obj)  # a graph input's .grad
             if source is None and is_fake_tensor(write.obj):
                 continue  # a tensor the graph made: made_tensor_replays
+            if source is None and _made_during_capture(cap.made, write.obj):
+                # made by library code run for real during this capture: eager makes a
+                # new one at every call, which a replay on this one would not be
+                raise Unrebuildable(f"a {type(write.obj).__qualname__} object made by "
+                                    "library code during capture was written to")
             target: Recipe = Const(write.obj) if source is None else Fetch(source)
             if write.value is DELETED:
                 out.append(Replay("delattr", target, None, write.name, write.raw))
