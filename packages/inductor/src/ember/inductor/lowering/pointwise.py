@@ -369,6 +369,26 @@ def _leaky_relu(ctx: Any, node: Node, x: Any, slope: Any = 0.01) -> Lazy:
     return pointwise(node, [x], body, compute=dtype)
 
 
+@lowering("aten::elu.default")
+def _elu(ctx: Any, node: Node, x: Any, alpha: Any = 1, scale: Any = 1,
+         input_scale: Any = 1) -> Lazy:
+    """``x * scale`` where ``x > 0``, else ``expm1(x * input_scale) * alpha * scale``."""
+    dtype = compute_dtype(out_meta(node).dtype)
+    if not dtype.is_floating_point:
+        raise NotLowerable("elu of integers")
+
+    def body(b: BodyBuilder, v: list[str]) -> str:
+        def lit(c: Any) -> str:
+            return b.literal(c, dtype)
+
+        neg = b.compute("expm1", b.compute("mul", v[0], lit(input_scale)))
+        neg = b.compute("mul", neg, lit(alpha * scale))
+        pos = b.compute("gt", v[0], lit(0))
+        return b.compute("where", pos, b.compute("mul", v[0], lit(scale)), neg)
+
+    return pointwise(node, [x], body, compute=dtype)
+
+
 @lowering("aten::gelu.default")
 def _gelu(ctx: Any, node: Node, x: Any, *, approximate: str = "none") -> Lazy:
     dtype = compute_dtype(out_meta(node).dtype)

@@ -200,6 +200,20 @@ def _expand(ctx: Any, node: Node, x: TensorValue, size: Any, *, implicit: bool =
     return remap(x, sizes, index_map, strides, offset)
 
 
+@lowering("aten::repeat.default")
+def _repeat(ctx: Any, node: Node, x: TensorValue, repeats: Any) -> TensorValue:
+    """``x`` tiled ``repeats`` times along each dim (repeats beyond ``x``'s dims add
+    leading dims): output position ``i`` of a dim of size ``n`` reads ``x`` at ``i % n``."""
+    sizes = sizes_of(node)
+    lead = len(sizes) - len(x.sizes)
+
+    def index_map(index: tuple[IndexExpr, ...]) -> list[IndexExpr]:
+        return [Int(0) if xs in (0, 1) else mod(i, xs)
+                for xs, i in zip(x.sizes, index[lead:])]
+
+    return remap(x, sizes, index_map)
+
+
 def slice_start(start: Size | None, size: Size) -> Size:
     """The first position a slice from ``start`` takes in a dim of ``size`` (a negative
     start counts from the end; clamped to ``[0, size]``). Symbolic: a start that is
