@@ -91,7 +91,7 @@ def _make_direct_rule(fn: Any) -> Rule:
 
 for _fn in (len, isinstance, issubclass, abs, min, max, sum, round, divmod, pow, hash,
             callable, repr, chr, ord, format, sorted, any, all, slice, type, id, int, float,
-            bool, str, complex, ascii):
+            bool, str, complex, ascii, bin, hex, oct):
     BUILTIN_RULES[_fn] = _make_direct_rule(_fn)
 
 

@@ -255,10 +255,7 @@ class CallHandler:
             # guarded).
             interp.capture.refuse_dirty([*args, *kwargs.values()], _name(fn))
             result = self.direct(interp, fn, args, kwargs)
-            if isinstance(fn, type) and isinstance(getattr(result, "__dict__", None), dict):
-                # a new object at every call (warnings.catch_warnings()): rebuilt by
-                # calling again, never the first call's object (.state)
-                interp.capture.constructed[id(result)] = (result, fn, list(args), dict(kwargs))
+            note_constructed(interp, fn, result, args, kwargs)
             return result
         if isinstance(fn, types.FunctionType):
             # NOTE: not a generator (torch's own genexprs): run for real it would return
@@ -488,6 +485,18 @@ def _rule_for(fn: Any) -> Any:
         return BUILTIN_RULES.get(fn)
     except TypeError:  # unhashable callable
         return None
+
+
+_IMMUTABLE = (int, float, complex, str, bytes, tuple, frozenset, range, slice, type(None))
+
+
+def note_constructed(interp: Any, cls: Any, result: Any, args: list[Any],
+                     kwargs: dict[str, Any]) -> None:
+    """``result``, just made for real by constructor ``cls`` (``warnings.catch_warnings()``,
+    ``bytearray(b"xy")``), is a new object at every call: one live after the graph is
+    constructed again (.state), never the first call's object reused."""
+    if isinstance(cls, type) and type(result) is cls and not isinstance(result, _IMMUTABLE):
+        interp.capture.constructed[id(result)] = (result, cls, list(args), dict(kwargs))
 
 
 _FRAME_QUERIES = (builtins.locals, builtins.vars, builtins.globals, builtins.dir)

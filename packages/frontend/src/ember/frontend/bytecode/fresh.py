@@ -50,7 +50,11 @@ def construct(h: Any, interp: Any, frame: Frame, cls: type, args: list[Any],
     if rule is not None:
         return rule(h, interp, frame, args, kwargs)
     if cls.__module__ == "builtins" and not issubclass(cls, BaseException):
-        return h.direct(interp, cls, args, kwargs)
+        from ember.frontend.bytecode.calls import note_constructed
+
+        result = h.direct(interp, cls, args, kwargs)
+        note_constructed(interp, cls, result, args, kwargs)
+        return result
     if issubclass(cls, nn.Parameter):
         raise interp.fail(f"creating a parameter ({cls.__qualname__}) inside the compiled function "
                           "(a new parameter at every call)",
