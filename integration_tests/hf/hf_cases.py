@@ -97,6 +97,26 @@ def _phi(layers: int) -> nn.Module:
     return tf.PhiForCausalLM(_no_dropout(tf.PhiConfig(**_decoder_kw(layers))))
 
 
+def _qwen3(layers: int) -> nn.Module:
+    # RMS-normed queries and keys (q_norm / k_norm) before the rotary embedding
+    cfg = tf.Qwen3Config(num_key_value_heads=2, head_dim=8, **_decoder_kw(layers))
+    return tf.Qwen3ForCausalLM(_no_dropout(cfg))
+
+
+def _gemma2(layers: int) -> nn.Module:
+    # attention and final logit soft-capping (tanh), alternating sliding-window layers
+    cfg = tf.Gemma2Config(num_key_value_heads=2, head_dim=8, sliding_window=4,
+                          **_decoder_kw(layers))
+    return tf.Gemma2ForCausalLM(_no_dropout(cfg))
+
+
+def _mixtral(layers: int) -> nn.Module:
+    # sparse mixture of experts: top-2 routing over 4 experts (data-dependent dispatch)
+    cfg = tf.MixtralConfig(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+                           sliding_window=None, **_decoder_kw(layers))
+    return tf.MixtralForCausalLM(_no_dropout(cfg))
+
+
 def _gpt_neox(layers: int) -> nn.Module:
     return tf.GPTNeoXForCausalLM(_no_dropout(tf.GPTNeoXConfig(**_decoder_kw(layers))))
 
@@ -128,6 +148,17 @@ def _bert(layers: int) -> nn.Module:
                         num_hidden_layers=layers, num_attention_heads=4,
                         max_position_embeddings=64)
     return tf.BertForMaskedLM(_no_dropout(cfg))
+
+
+def _deberta_v2(layers: int) -> nn.Module:
+    # disentangled attention: content-to-position and position-to-content terms over
+    # log-bucketed relative positions
+    cfg = tf.DebertaV2Config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+                             num_hidden_layers=layers, num_attention_heads=4,
+                             max_position_embeddings=64, relative_attention=True,
+                             position_buckets=16, max_relative_positions=32,
+                             pos_att_type=["p2c", "c2p"])
+    return tf.DebertaV2ForMaskedLM(_no_dropout(cfg))
 
 
 def _t5(layers: int) -> nn.Module:
@@ -211,6 +242,10 @@ MODELS: dict[str, HFModel] = {m.name: m for m in (
     HFModel("opt", _opt, TEXT, "tokens"),
     HFModel("mamba", _mamba, TEXT, "tokens"),
     HFModel("bert", _bert, TEXT, "tokens"),
+    HFModel("qwen3", _qwen3, TEXT, "tokens"),
+    HFModel("gemma2", _gemma2, TEXT, "tokens"),
+    HFModel("mixtral", _mixtral, TEXT, "tokens"),
+    HFModel("deberta_v2", _deberta_v2, TEXT, "tokens"),
     HFModel("t5", _t5, SEQ2SEQ, "tokens"),
     HFModel("bart", _bart, SEQ2SEQ, "tokens"),
     HFModel("whisper", _whisper, AUDIO, "tokens"),
