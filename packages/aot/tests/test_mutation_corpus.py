@@ -11,6 +11,7 @@ import pytest
 import torch
 from aot_capture import compile_fn
 from ember.runtime.ir import IRFormatError, OutputKind, resolve_op
+from ember.runtime.stages import StageDeclined
 from ember_testing.mutation_corpus import CORPUS, check_against_eager, two_mutated_inputs
 
 
@@ -164,7 +165,24 @@ def test_earlier_input_that_is_a_view_of_a_later_one() -> None:
     torch.testing.assert_close(compiled, eager)
 
 
-def test_partly_overlapping_written_inputs_are_refused() -> None:
+def test_partly_overlapping_written_inputs_are_declined() -> None:
+    """Not a bad program (eager runs it): the stage declines it, so the pipeline runs
+    its ops eagerly with a warning instead of failing the user's call."""
     base = _f32(6)
-    with pytest.raises(IRFormatError, match="partly overlap"):
+    with pytest.raises(StageDeclined, match="partly overlap"):
         compile_fn(_write_one_read_other, base[:4], base[2:])
+
+
+def test_partly_overlapping_written_inputs_run_eagerly_through_compile() -> None:
+    import ember.frontend
+    from ember.runtime.stages import EagerGraphWarning
+
+    eager_base = _f32(7)
+    compiled_base = eager_base.clone()
+    expected = _write_one_read_other(eager_base[:6], eager_base[1:7])
+    with pytest.warns(EagerGraphWarning, match="partly overlap"):
+        got = ember.frontend.compile(_write_one_read_other)(compiled_base[:6],
+                                                           compiled_base[1:7])
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+    torch.testing.assert_close(compiled_base, eager_base)

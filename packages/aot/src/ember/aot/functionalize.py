@@ -480,7 +480,7 @@ class _Functionalizer:
         written = {s.root for s in self.storages if s.root is not None and s.version > 0}
         for group in self.partial_overlaps:
             if written & set(group):
-                raise IRFormatError(
+                raise StageDeclined(
                     f"inputs {', '.join(group)} partly overlap in memory and the program "
                     "writes one of them; the aot stage cannot express that aliasing")
         for storage in self.storages:
