@@ -38,6 +38,7 @@ from ember.frontend.shape_guards import SymbolicInput
 from ember.frontend.tensor_subclasses import overriding_subclass
 from ember.runtime.ir import InputKind, InputSpec, SourceLocation
 from ember.runtime.tracing import GraphRecorder
+from ember.runtime.tracing_source import is_library_file
 from torch import nn
 
 PRIMITIVES = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis),
@@ -168,7 +169,20 @@ class CaptureContext:
         if type(value) in SHADOWED:
             return self._wrap_container(value, source)
         if isinstance(value, types.MethodType):
-            return value  # a fresh bound method each read: its parts are guarded instead
+            # a fresh bound method each read: its function is guarded (by code, as a
+            # function is), so that an instance attribute or a class change that
+            # replaces it (`obj.go = f`) recompiles; its object was guarded where read.
+            # NOTE: not for modules (a model's layers would pay a guard per method call;
+            # a replaced forward is looked up at every call, compiled.py), nor for
+            # torch's, Ember's (which may stand in while capturing: a Triton launch) or
+            # the standard library's methods
+            func = value.__func__
+            if (isinstance(func, types.FunctionType) and not isinstance(value.__self__,
+                                                                        nn.Module)
+                    and not is_library_file(func.__code__.co_filename)):
+                self.guard("id", AttrSource(AttrSource(source, "__func__"), "__code__"),
+                           func.__code__)
+            return value
         if isinstance(value, types.BuiltinFunctionType) and isinstance(
                 value.__self__, (types.ModuleType, type(None))):
             self.guard("id", source, value)  # torch.sin passed where torch.cos was
