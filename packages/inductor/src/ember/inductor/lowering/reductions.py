@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, Int
+from ember.inductor.loop_ir import IndexExpr, Int, floordiv
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import cast_to, compute_dtype, normalize_dim, out_meta
 from ember.inductor.lowering.registry import NotLowerable, lowering
@@ -376,6 +376,47 @@ def _layer_norm(ctx: Any, node: Node, x: TensorValue, normalized_shape: Any, w: 
         c = b.compute("sub", b.cast(x.element(b, index), acc), mean.element(b, zi))
         v = b.compute("mul", c, rstd.element(b, zi))
         return b.cast(_affine(b, v, w, bias, index, acc), meta.dtype)
+
+    stat_dtype = out_meta(node, 1).dtype
+
+    def cast(v: Lazy) -> Lazy:
+        return Lazy(lambda b, i: b.cast(v.element(b, i), stat_dtype), stat_dtype, v.sizes)
+
+    return (Lazy(out_fn, meta.dtype, x.sizes), cast(mean), cast(rstd))
+
+
+@lowering("aten::native_group_norm.default")
+def _group_norm(ctx: Any, node: Node, x: TensorValue, w: Any, bias: Any, n: Any, c: Any,
+                hw: Any, group: int, eps: float) -> tuple[Any, Any, Any]:
+    """Statistics over each group of ``C // group`` channels and every spatial position
+    (``x`` viewed ``[N, group, C // group * HxW]``; mean and rstd ``[N, group]``), the
+    affine per channel."""
+    from ember.inductor.lowering.common import element
+    from ember.inductor.lowering.views import reshape
+
+    meta = out_meta(node, 0)
+    acc = compute_dtype(meta.dtype)
+    channels = x.sizes[1]
+    if not acc.is_floating_point or not isinstance(channels, int) or channels % group:
+        raise NotLowerable(f"group norm of {channels} channels in {group} groups")
+    per_group = channels // group
+    rows = reshape(x, (x.sizes[0], group, per_group * numel(x.sizes[2:])))
+    var, mean = variance(ctx, node, rows, (2,), 0.0, False, acc)
+
+    def rstd_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        return b.compute("rsqrt", b.compute("add", var.element(b, index), b.literal(eps, acc)))
+
+    rstd = Lazy(rstd_fn, acc, var.sizes)
+
+    def out_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        stat = (index[0], floordiv(index[1], per_group))
+        v = b.compute("sub", b.cast(x.element(b, index), acc), mean.element(b, stat))
+        v = b.compute("mul", v, rstd.element(b, stat))
+        if w is not None:
+            v = b.compute("mul", v, element(b, w, index[1:2], acc))
+        if bias is not None:
+            v = b.compute("add", v, element(b, bias, index[1:2], acc))
+        return b.cast(v, meta.dtype)
 
     stat_dtype = out_meta(node, 1).dtype
 
