@@ -84,12 +84,16 @@ class StrictFunction:
         self.request = request
         target = request.fn
         self._bound: tuple[Any, ...] = ()
+        self._bound_kw: dict[str, Any] = {}
         if isinstance(target, nn.Module):
             forward = target.forward
-            self._bound = (target,)
+            self._bound = (target,) if isinstance(forward, types.MethodType) else ()
             target = forward.__func__ if isinstance(forward, types.MethodType) else forward
-        elif isinstance(target, types.MethodType):
-            self._bound = (target.__self__,)
+        if isinstance(target, functools.partial):  # accelerate's hooked forward, ...
+            self._bound, self._bound_kw = target.args, dict(target.keywords)
+            target = target.func
+        if isinstance(target, types.MethodType):
+            self._bound = (target.__self__, *self._bound)
             target = target.__func__
         if not isinstance(target, types.FunctionType):
             raise TypeError(f"strict capture needs a Python function or module, got "
@@ -201,6 +205,7 @@ class StrictFunction:
 
     def _call(self, *args: Any, **kwargs: Any) -> Any:
         args = self._bound + args
+        kwargs = {**self._bound_kw, **kwargs} if self._bound_kw else kwargs
         if self._eager_reason is not None:
             self._note_whole_function_eager(self._eager_reason)
             self.stats.eager_fallback_calls += 1
