@@ -89,3 +89,41 @@ def test_reversed_iterator_is_a_type_error() -> None:
         return x * sum(r)
 
     check(f, torch.ones(2), graphs=1, breaks=0)
+
+
+def zip_count_with_a_break(x):
+    out = []
+    for i, t in zip(itertools.count(), [x, x * 2, x * 3]):
+        print("break")
+        out.append(t * i)
+    return out
+
+
+def enumerate_islice_with_a_break(x):
+    out = []
+    for i, j in enumerate(itertools.islice(itertools.count(5, 2), 3)):
+        print("break")
+        out.append(x * i * j)
+    return out
+
+
+def shared_count_with_a_break(x):
+    c = itertools.count()
+    out = []
+    for i, t in zip(c, [x, x]):
+        print("break")
+        out.append(t * i + next(c))
+    return out, next(c)
+
+
+def test_a_break_in_the_loop_body_resumes_the_loop() -> None:
+    # before: the lazy zip alive at the break made the whole function run eagerly; its
+    # remaining items are now a list (the count is seen by nothing else), as a list
+    # loop's: the same counts as `for i, t in enumerate([x, x * 2, x * 3])`
+    for fn in (zip_count_with_a_break, enumerate_islice_with_a_break):
+        compiled = check(fn, torch.ones(3), graphs=4 if fn is zip_count_with_a_break else 3,
+                         breaks=3)
+        assert compiled.stats.eager_fallback_calls == 0
+    # a count also read by the body cannot be given as a list: that point runs eagerly
+    compiled = check(shared_count_with_a_break, torch.ones(3), graphs=0, breaks=1)
+    assert compiled.stats.eager_fallback_calls == 2

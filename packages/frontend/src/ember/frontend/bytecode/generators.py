@@ -32,6 +32,18 @@ class LazyIterator:
     def __init__(self, advance: Callable[[], tuple[bool, Any]]) -> None:
         self._advance = advance
         self._done = False
+        # iterators it pulls from when it only combines them, running no program code
+        # (zip, enumerate, islice of counts and lists): None when it runs code
+        self.parts: tuple[Any, ...] | None = None
+        self.finite = False
+
+    def pure(self, finite: bool, parts: tuple[Any, ...]) -> LazyIterator:
+        """Mark it as only combining ``parts`` (each a ListIterator or a pure lazy one),
+        so that, when finite, a graph break can give its remaining items as a list
+        (:meth:`.state.StateBuilder.recipe`); unchanged if a part is not pure."""
+        if all(_is_pure(p) for p in parts):
+            self.parts, self.finite = parts, finite
+        return self
 
     def advance(self) -> tuple[bool, Any]:
         if self._done:
@@ -145,6 +157,17 @@ class InlinedGenerator(LazyIterator):
         return False, None
 
 
+def _is_pure(it: Any) -> bool:
+    from ember.frontend.bytecode.iteration import ListIterator
+
+    return (isinstance(it, ListIterator) and type(it).exhausted is ListIterator.exhausted) or (
+        isinstance(it, LazyIterator) and it.parts is not None)
+
+
+def _finite(it: Any) -> bool:
+    return not isinstance(it, LazyIterator) or it.finite
+
+
 def _pull(it: Any) -> tuple[bool, Any]:
     if isinstance(it, LazyIterator):
         return it.advance()
@@ -163,7 +186,7 @@ def lazy_enumerate(it: Any, start: int) -> LazyIterator:
         count[0] += 1
         return True, (count[0] - 1, value)
 
-    return LazyIterator(advance)
+    return LazyIterator(advance).pure(_finite(it), (it,))
 
 
 def lazy_zip(its: list[Any], strict: bool = False) -> LazyIterator:
@@ -178,7 +201,9 @@ def lazy_zip(its: list[Any], strict: bool = False) -> LazyIterator:
             values.append(value)
         return True, tuple(values)
 
-    return LazyIterator(advance)
+    lazy = LazyIterator(advance)
+    # (strict: its end raises, which a list of what is left would not)
+    return lazy if strict else lazy.pure(any(_finite(it) for it in its), tuple(its))
 
 
 def _check_strict_end(its: list[Any], i: int) -> None:

@@ -90,7 +90,11 @@ def _materialising_rule(fn: Any) -> Any:
         kw = {k: _convert(h, interp, frame, kw_roles.get(k, "value"), v)
               for k, v in kwargs.items()}
         if any(isinstance(v, LazyIterator) for v in [*pos, *kw.values()]):
-            return lazy_from(fn(*pos, **kw))
+            lazy = lazy_from(fn(*pos, **kw))
+            if fn is itertools.islice and not kw:  # islice(it, stop) / (it, start, stop[, step])
+                stop = pos[1] if len(pos) == 2 else pos[2] if len(pos) > 2 else None
+                lazy.pure(stop is not None, (pos[0],))
+            return lazy
         return ListIterator(list(fn(*pos, **kw)))
 
     return rule
@@ -133,7 +137,7 @@ def _endless(interp: Any, name: str, values: Any) -> LazyIterator:
                               "values during capture (endless?)")
         return True, next(values)
 
-    return LazyIterator(advance)
+    return LazyIterator(advance).pure(False, ())
 
 
 def _repeat(h: Any, interp: Any, frame: Frame, args: list[Any],
@@ -160,7 +164,9 @@ def _cycle(h: Any, interp: Any, frame: Frame, args: list[Any],
     source = make_iterator(args[0], interp)
     if isinstance(source, LazyIterator):
         # the first pass pulls from the source as CPython's cycle does, then repeats
-        return _endless(interp, "cycle", itertools.cycle(source))
+        lazy = _endless(interp, "cycle", itertools.cycle(source))
+        lazy.parts = None  # (it pulls from the source: not a pure combination)
+        return lazy
     items = source.remaining()
     if not items:
         return ListIterator([])

@@ -151,6 +151,8 @@ def capture_segment(
         if frame.returned:
             seg_kwargs["returns"] = builder.recipe(frame.return_value)
         else:
+            builder.state_roots = [*frame.stack, *frame.locals.values(),
+                                   *(_contents(c) for c in frame.cells.values())]
             try:
                 seg_kwargs["stack"] = [builder.recipe(v) for v in frame.stack]
                 seg_kwargs["locals"] = {k: builder.recipe(v) for k, v in frame.locals.items()}
@@ -280,3 +282,10 @@ def _refuse_unclosed_generators(cap: CaptureContext) -> None:
         f"generator {first.frame.code.co_name} left suspended inside a try/with block "
         "(its cleanup runs when Python closes it)", where,
         "exhaust the generator, or move the try/finally out of it"))
+
+
+def _contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # empty
+        return None

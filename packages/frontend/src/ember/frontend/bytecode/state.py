@@ -128,6 +128,8 @@ class StateBuilder:
         self._memo: dict[int, Recipe] = {}
         self._start_cells = {id(c): name for name, c in start_cells.items()}
         self._keys = 0
+        # the values of the frame state at the break (for _private_parts)
+        self.state_roots: list[Any] = []
 
     def _key(self, v: Any) -> int:
         self._keys += 1
@@ -206,6 +208,13 @@ class StateBuilder:
         if isinstance(v, set):
             return New("set", self._key(v), [self.recipe(x) for x in v])
         if isinstance(v, LazyIterator):
+            if v.parts is not None and v.finite and self._private_parts(v):
+                # zip(count(), xs) at a break in its loop: what is left, as a list (its
+                # parts are seen by nothing else, and pulling from them runs no code)
+                r = New("iter", self._key(v), [], 0)
+                self._memo[id(v)] = r
+                r.parts = [self.recipe(v.remaining())]
+                return r
             raise Unrebuildable("a generator (or a lazy iterator over one) is suspended at "
                                 "the break")
         if isinstance(v, ResumedIterator):  # the start state's iterator, advanced
@@ -313,6 +322,35 @@ class StateBuilder:
             target = self.recipe(c.cell) if id(c.cell) in self._start_cells else Const(c.cell)
             out.append(Replay("cell", target, self.recipe(c.value)))
         return out
+
+    def _private_parts(self, v: LazyIterator) -> bool:
+        """Whether every iterator ``v`` pulls from (through its parts) is reached once in
+        the frame state (``state_roots``): through ``v`` alone."""
+        seen: dict[int, int] = {}
+        todo = list(self.state_roots)
+        while todo:
+            item = todo.pop()
+            seen[id(item)] = seen.get(id(item), 0) + 1
+            if seen[id(item)] > 1:
+                continue
+            if isinstance(item, (list, tuple, set, frozenset)):
+                todo.extend(item)
+            elif isinstance(item, dict):
+                todo.extend(item.values())
+            elif isinstance(item, LazyIterator) and item.parts is not None:
+                todo.extend(item.parts)
+            elif isinstance(item, ListIterator):
+                todo.append(item.item_list)
+            elif id(item) in self.cap.new_objects and isinstance(
+                    getattr(item, "__dict__", None), dict):
+                todo.extend(vars(item).values())
+        parts, stack = [], list(v.parts or ())
+        while stack:
+            part = stack.pop()
+            parts.append(part)
+            if isinstance(part, LazyIterator):
+                stack.extend(part.parts or ())
+        return all(seen.get(id(p), 0) == 1 for p in parts)
 
     def made_tensor_replays(self) -> list[Replay]:
         """Attribute writes (``.grad``, ``t.tag = 1``) on tensors the graph made, for
