@@ -50,6 +50,7 @@ __all__ = [
     "has_composite_implicit_kernel",
     "is_core_op",
     "lacks_symbolic_kernel",
+    "qualified_name",
 ]
 
 Decomposition = Callable[..., Any]
@@ -103,7 +104,7 @@ def _build_decomposition_table(
                 and torch.Tag.nondeterministic_seeded not in op.tags):
             table.setdefault(op, fn)
     kept = {op: fn for op, fn in table.items()
-            if not (isinstance(op, torch._ops.OpOverload) and _qualified(op) in keep)}
+            if not (isinstance(op, torch._ops.OpOverload) and qualified_name(op) in keep)}
     for name in ALWAYS_DECOMPOSED:
         packet, _, overload = name.partition(".")
         always = getattr(getattr(torch.ops.aten, packet, None), overload, None)
@@ -117,7 +118,8 @@ def current_autograd_node() -> Any:
     return torch._C._current_autograd_node()
 
 
-def _qualified(op: torch._ops.OpOverload) -> str:
+def qualified_name(op: torch._ops.OpOverload) -> str:
+    """``aten::name.overload``, as IR nodes name their targets."""
     return f"{op._schema.name}.{op._overloadname or 'default'}"
 
 

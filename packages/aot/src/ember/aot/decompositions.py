@@ -8,8 +8,11 @@ from typing import Any
 
 import torch
 from ember.aot._torch import OpOverload
+from ember.aot.transformer_decompositions import TRANSFORMER_DECOMPOSITIONS
 
-EMBER_DECOMPOSITIONS: dict[OpOverload, Callable[..., Any]] = {}
+# NOTE: the transformer fast-path ops (``_native_multi_head_attention``,
+# ``_transformer_encoder_layer_fwd``) are in their own module
+EMBER_DECOMPOSITIONS: dict[OpOverload, Callable[..., Any]] = dict(TRANSFORMER_DECOMPOSITIONS)
 
 
 def register(op: OpOverload) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -15,6 +15,7 @@ import collections
 import dataclasses
 
 from ember.aot._torch import is_core_op
+from ember.aot.kept_whole import take_reasons
 from ember.runtime.ir import IRFormatError, Program, resolve_op
 from ember.runtime.ir.contracts import AotMetadata
 from ember.runtime.ir.verifier import CORE_FUNCTIONAL_EXTRA_OPS
@@ -44,8 +45,11 @@ def declare_extern_ops(program: Program) -> None:
     """Write the extern ops of ``program`` into ``metadata["aot"]["extern_ops"]`` and log
     each one under ``EMBER_LOGS=fallbacks``."""
     found = find_extern_ops(program)
+    reasons = take_reasons()
     for target, count in sorted(found.items()):
-        log("fallbacks", f"aot: {target} has no decomposition to Core ATen; "
+        why = ("is kept whole by its decomposition: " + "; ".join(reasons[target])
+               if target in reasons else "has no decomposition to Core ATen")
+        log("fallbacks", f"aot: {target} {why}; "
                          f"{count} call(s) stay whole and run as extern (eager ATen) calls")
     aot = AotMetadata.from_program(program) or AotMetadata()
     dataclasses.replace(aot, extern_ops=tuple(sorted(found))).write_to(program)
