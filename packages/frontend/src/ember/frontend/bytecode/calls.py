@@ -23,6 +23,7 @@ In concrete mode every call runs for real; a call of user Python code goes throu
 from __future__ import annotations
 
 import builtins
+import collections
 import functools
 import inspect
 import sys
@@ -400,6 +401,8 @@ class CallHandler:
                 fn = getattr(shadow, fn.__name__)
         if isinstance(owner, _CONTAINER_TYPES) or any(owner is t for t in _CONTAINER_TYPES):
             return self.direct(interp, fn, args, kwargs)  # methods and dict.fromkeys
+        if type(owner) is collections.deque and made_here(interp.capture, owner):
+            return self.direct(interp, fn, args, kwargs)  # a deque made by this capture
         if isinstance(owner, BaseException) and interp.capture.source_of(owner) is None:
             return self.direct(interp, fn, args, kwargs)  # an exception's own methods
         if (getattr(fn, "__objclass__", None) is object and fn.__name__ == "__init__"
@@ -488,6 +491,12 @@ def _rule_for(fn: Any) -> Any:
 
 
 _IMMUTABLE = (int, float, complex, str, bytes, tuple, frozenset, range, slice, type(None))
+
+
+def made_here(cap: Any, obj: Any) -> bool:
+    """Whether this capture constructed ``obj`` (nothing outside has seen it)."""
+    made = cap.constructed.get(id(obj))
+    return made is not None and made[0] is obj
 
 
 def note_constructed(interp: Any, cls: Any, result: Any, args: list[Any],

@@ -146,14 +146,16 @@ class SizedIterator(ListIterator):
 
     def __init__(self, owner: Any, kind: str) -> None:
         self.owner, self.kind, self.size = owner, kind, len(owner)
-        self.keys = list(owner) if kind in ("set", "keys") else list(owner.keys())
-        items = self.keys if kind in ("set", "keys") else (
+        self.keys = list(owner) if kind in ("set", "keys", "deque") else list(owner.keys())
+        items = self.keys if kind in ("set", "keys", "deque") else (
             [owner[k] for k in self.keys] if kind == "values"
             else [(k, owner[k]) for k in self.keys])
         super().__init__(items)
 
     def _check(self) -> None:
         if len(self.owner) != self.size:
+            if self.kind == "deque":
+                raise RuntimeError("deque mutated during iteration")
             what = "Set" if self.kind == "set" else "dictionary"
             raise RuntimeError(f"{what} changed size during iteration")
 
@@ -197,6 +199,9 @@ def make_iterator(value: Any, interp: Any) -> Any:
         return SizedIterator(value, "set")
     if isinstance(value, (list, tuple, str, range, bytes, set, frozenset)):
         return ListIterator(list(value))
+    if type(value) is collections.deque and interp.symbolic and interp.capture.constructed.get(
+            id(value), (None,))[0] is value:  # a deque this capture made
+        return SizedIterator(value, "deque")
     if type(value) in (dict, collections.OrderedDict, collections.defaultdict):
         return _dict_iterator(value)
     if isinstance(value, dict):
