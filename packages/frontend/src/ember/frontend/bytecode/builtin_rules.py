@@ -195,9 +195,13 @@ def _iter_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
 def _next_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
                kwargs: dict[str, Any]) -> Any:
     it = args[0]
+    returned = None
     if isinstance(it, LazyIterator):
+        finished_before = it._done
         has, value = it.advance()
         exhausted = not has
+        if exhausted and not finished_before and isinstance(it, InlinedGenerator):
+            returned = it.frame.return_value  # `return v` of the generator: e.value
     elif isinstance(it, ListIterator):
         exhausted = it.exhausted()
         value = None if exhausted else it.next()
@@ -206,7 +210,8 @@ def _next_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
     if exhausted:
         if len(args) > 1:
             return args[1]
-        raise StopIteration  # the program's own exception (routed to its handler)
+        # the program's own exception (routed to its handler)
+        raise StopIteration if returned is None else StopIteration(returned)
     return value
 
 
