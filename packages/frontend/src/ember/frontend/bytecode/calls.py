@@ -219,9 +219,14 @@ class CallHandler:
         if is_nonstrict(fn):
             return self.record(interp, fn, args, kwargs)
         if isinstance(fn, nn.Module):
+            custom = custom_module_call(fn)
+            if custom is not None:  # a subclass's own __call__ (it calls super().__call__)
+                return self.inline(interp, frame, custom, [fn, *args], kwargs, None)
             return self.call_module(interp, frame, fn, args, kwargs)
         if isinstance(fn, types.MethodType):
             func, owner = fn.__func__, fn.__self__
+            if isinstance(owner, nn.Module) and any(func is c for c in _MODULE_CALLS):
+                return self.call_module(interp, frame, owner, args, kwargs)  # super().__call__
             wrapped = disable_dynamo_wrapped(func)
             if wrapped is not None and inlined_torch_code(wrapped):
                 # torch's internal torch._disable_dynamo (Optimizer.zero_grad): inlined
@@ -491,6 +496,18 @@ def _rule_for(fn: Any) -> Any:
 
 
 _IMMUTABLE = (int, float, complex, str, bytes, tuple, frozenset, range, slice, type(None))
+
+
+_MODULE_CALLS = (nn.Module.__call__, nn.Module._call_impl)
+
+
+def custom_module_call(mod: nn.Module) -> types.FunctionType | None:
+    """The ``__call__`` a module's class defines in Python over ``nn.Module``'s, or None
+    (``nn.Module.__call__`` runs hooks and ``forward``: ``CallHandler.call_module``)."""
+    call = type(mod).__call__
+    if any(call is c for c in _MODULE_CALLS) or not isinstance(call, types.FunctionType):
+        return None
+    return None if is_torch_code(call) else call
 
 
 def made_here(cap: Any, obj: Any) -> bool:

@@ -85,8 +85,13 @@ class StrictFunction:
         target = request.fn
         self._bound: tuple[Any, ...] = ()
         self._bound_kw: dict[str, Any] = {}
+        from ember.frontend.bytecode.calls import custom_module_call
+
+        # a module class's own __call__ is what calling it runs (as torch.compile compiles)
+        call = custom_module_call(target) if isinstance(target, nn.Module) else None
+        self._custom_call = call is not None
         if isinstance(target, nn.Module):
-            forward = target.forward
+            forward = types.MethodType(call, target) if call else target.forward
             self._bound = (target,) if isinstance(forward, types.MethodType) else ()
             target = forward.__func__ if isinstance(forward, types.MethodType) else forward
         if isinstance(target, functools.partial):  # accelerate's hooked forward, ...
@@ -165,6 +170,8 @@ class StrictFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         root = self.request.fn
+        if self._custom_call:  # (it runs the hooks itself, through super().__call__)
+            return self._call(*args, **kwargs)
         if isinstance(root, nn.Module):
             replaced = replaced_forward(root, self.fn)  # m.forward = ... after compiling
             if replaced is not None:
