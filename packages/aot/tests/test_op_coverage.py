@@ -165,3 +165,25 @@ def test_decomposition_needing_data_keeps_the_op_whole() -> None:
     program, run = compile_fn(lambda b: torch.bucketize(-1.5, b), boundaries)
     assert program.metadata["aot"]["extern_ops"] == ["aten::bucketize.Scalar"]
     torch.testing.assert_close(run([boundaries])[0], torch.bucketize(-1.5, boundaries))
+
+
+@pytest.mark.parametrize("kw", [{"size": (7, 4), "align_corners": False},
+                                {"size": (7, 4), "align_corners": True},
+                                {"scale_factor": 0.5, "align_corners": False},
+                                {"size": (1, 3), "align_corners": True}],
+                         ids=["size", "corners", "scale", "one_row"])
+def test_bilinear_upsampling_backward_is_decomposed(kw: dict[str, Any]) -> None:
+    # upsample_bilinear2d_backward (HF BEiT's interpolated position bias in training)
+    # was an extern op: its gradient is two matmuls with the interpolation weights
+    def fn(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (F.interpolate(a, mode="bilinear", **kw) * 3,)
+
+    x = IMAGE.clone().requires_grad_(True)
+    program, run = compile_fn(fn, x, config=AotConfig(training=True))
+    assert program.metadata["aot"]["extern_ops"] == []
+    got = run([x])[0]
+    (g,) = torch.autograd.grad((got * got).sum(), x)
+    want = fn(x)[0]
+    (w,) = torch.autograd.grad((want * want).sum(), x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(g, w)

@@ -128,6 +128,44 @@ def addbmm(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *,
 
 
 
+def _linear_weights(out_size: Any, in_size: Any, align_corners: bool, scale: Any,
+                    dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[out_size, in_size]``: the weights with which 1-d linear interpolation reads
+    each input position for each output position (ATen's source index: corners
+    aligned, or the pixel centre ``(i + 0.5) / scale - 0.5`` clamped at 0)."""
+    i = torch.arange(out_size, dtype=dtype, device=device)
+    if align_corners:
+        src = i * ((in_size - 1) / (out_size - 1) if out_size > 1 else 0.0)
+    else:
+        step = 1.0 / scale if scale is not None and scale > 0 else in_size / out_size
+        src = ((i + 0.5) * step - 0.5).clamp_min(0)
+    low = src.floor()
+    frac = (src - low).unsqueeze(1)
+    low_i = low.to(torch.int64).unsqueeze(1)
+    high_i = (low_i + 1).clamp_max(in_size - 1)
+    cols = torch.arange(in_size, device=device)
+    return ((cols == low_i).to(dtype) * (1 - frac)  # low == high at the edge: both add
+            + (cols == high_i).to(dtype) * frac)
+
+
+@register(torch.ops.aten.upsample_bilinear2d_backward.default)
+def upsample_bilinear2d_backward(grad: torch.Tensor, output_size: Any, input_size: Any,
+                                 align_corners: bool, scales_h: Any = None,
+                                 scales_w: Any = None) -> Any:
+    """The forward is ``Wh @ x @ Ww^T`` per image (``Wh``/``Ww``: the interpolation
+    weights of each axis), so the gradient is ``Wh^T @ grad @ Ww``: two matmuls,
+    accumulated in float32 for float16/bfloat16 as eager does."""
+    if len(input_size) != 4 or not grad.dtype.is_floating_point:
+        return NotImplemented
+    acc = torch.float32 if grad.dtype in (torch.float16, torch.bfloat16) else grad.dtype
+    wh = _linear_weights(output_size[0], input_size[2], align_corners, scales_h, acc,
+                         grad.device)
+    ww = _linear_weights(output_size[1], input_size[3], align_corners, scales_w, acc,
+                         grad.device)
+    out = torch.matmul(torch.matmul(wh.t(), grad.to(acc)), ww)
+    return out.to(grad.dtype).contiguous()
+
+
 @register(torch.ops.aten.multilabel_margin_loss_forward.default)
 def multilabel_margin_loss_forward(x: torch.Tensor, target: torch.Tensor,
                                    reduction: int) -> Any:
