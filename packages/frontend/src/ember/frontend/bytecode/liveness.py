@@ -47,7 +47,8 @@ def live_locals(code: types.CodeType) -> list[frozenset[str]]:
     always = set()
     if "__class__" in code.co_freevars and code.co_varnames:
         always.add(code.co_varnames[0])  # zero-argument super() reads the first argument
-    if _FRAME_READERS & set(code.co_names):
+    if any(ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval in _FRAME_READERS
+           for ins in instrs):
         always.update(code.co_varnames)  # locals() / vars() / dir() read every local
     live: list[set[str]] = [set(always) for _ in range(n)]
     changed = True
