@@ -127,3 +127,18 @@ def test_a_break_in_the_loop_body_resumes_the_loop() -> None:
     # a count also read by the body cannot be given as a list: that point runs eagerly
     compiled = check(shared_count_with_a_break, torch.ones(3), graphs=0, breaks=1)
     assert compiled.stats.eager_fallback_calls == 2
+
+
+def test_count_of_a_symbolic_size() -> None:
+    # before: "itertools.count of a SymInt" broke once the size became symbolic
+    def f(x):
+        k = x.shape[0] // 2
+        starts = list(itertools.islice(itertools.count(0, k), 2))
+        return [x[s:s + k].sum() for s in starts]
+
+    compiled = strict(f)
+    for n in (4, 6, 8, 10):
+        x = torch.arange(float(n))
+        for got, want in zip(compiled(x), f(x)):
+            torch.testing.assert_close(got, want)
+    assert compiled.stats.graph_breaks == 0

@@ -152,11 +152,22 @@ def _repeat(h: Any, interp: Any, frame: Frame, args: list[Any],
 def _count(h: Any, interp: Any, frame: Frame, args: list[Any],
            kwargs: dict[str, Any]) -> Any:
     bound = inspect.signature(lambda start=0, step=1: None).bind(*args, **kwargs)
+    bound.apply_defaults()
     for value in bound.arguments.values():
-        if not isinstance(value, numbers.Number) or isinstance(value, torch.SymInt):
+        if not isinstance(value, (numbers.Number, torch.SymInt, torch.SymFloat)):
             raise interp.fail(f"itertools.count of a {type(value).__name__}",
                               "count with Python numbers, or iterate over a range")
-    return _endless(interp, "count", itertools.count(*args, **kwargs))
+    return _endless(interp, "count", _counting(bound.arguments["start"],
+                                               bound.arguments["step"]))
+
+
+def _counting(start: Any, step: Any) -> Any:
+    """What ``itertools.count`` gives (repeated addition, as CPython's count does past
+    its fast path), also of symbolic sizes (``count(0, k)`` with ``k`` from a shape)."""
+    value = start
+    while True:
+        yield value
+        value = value + step
 
 
 def _cycle(h: Any, interp: Any, frame: Frame, args: list[Any],
