@@ -19,7 +19,12 @@ from typing import Any
 
 import torch
 from ember.runtime.compiled import triton_cache, triton_processes, triton_stored, triton_warmed
-from ember.runtime.compiled.triton_kernel import TritonKernelSpec, jit_function_from_source
+from ember.runtime.compiled.triton_kernel import (
+    POINTER_DTYPES,
+    TritonKernelSpec,
+    jit_function_from_source,
+    warmable,
+)
 from ember.runtime.logs import log
 from ember.runtime.phases import count
 
@@ -92,22 +97,6 @@ def build_for_target(spec: TritonKernelSpec, target: tuple[str, int, int] = SM90
             f"Triton kernel {spec.name} does not compile for {backend} {arch}: "
             f"{type(e).__name__}: {e}"
         ) from e
-
-
-# Pointer element types of a kernel signature (``*fp32``) and the torch dtype a launch
-# passes for each.
-POINTER_DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-    "fp64": torch.float64, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32,
-    "i64": torch.int64, "u8": torch.uint8, "i1": torch.bool,
-}
-
-
-def warmable(spec: TritonKernelSpec) -> bool:
-    """Whether :func:`warm_kernel` can build ``spec`` ahead of its first launch: every
-    argument is a pointer (Triton specializes integer arguments on their values, which
-    only the launch knows) to a dtype of :data:`POINTER_DTYPES`."""
-    return all(t.startswith("*") and t[1:] in POINTER_DTYPES for t in spec.signature.values())
 
 
 def start_triton_driver(device: torch.device) -> None:

@@ -297,8 +297,6 @@ class TritonKernel:
         """Whether this kernel's binaries go to (and come from) :mod:`.triton_stored`:
         a CUDA kernel whose arguments are all tensors."""
         if self._stored is None:
-            from ember.runtime.compiled.triton_aot import warmable  # imports this module
-
             self._stored = self._device is not None and warmable(self.spec)
         return self._stored
 
@@ -379,6 +377,22 @@ def specialization_key(signature: dict[str, str]) -> Callable[[Sequence[Any]], t
     exec(f"def key(a):\n    return ({body})\n", namespace)  # noqa: S102 - from type names
     fn: Callable[[Sequence[Any]], tuple[Any, ...]] = namespace["key"]
     return fn
+
+
+# Pointer element types of a kernel signature (``*fp32``) and the torch dtype a launch
+# passes for each.
+POINTER_DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+    "fp64": torch.float64, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32,
+    "i64": torch.int64, "u8": torch.uint8, "i1": torch.bool,
+}
+
+
+def warmable(spec: TritonKernelSpec) -> bool:
+    """Whether :func:`.triton_aot.warm_kernel` can build ``spec`` ahead of its first launch: every
+    argument is a pointer (Triton specializes integer arguments on their values, which
+    only the launch knows) to a dtype of :data:`POINTER_DTYPES`."""
+    return all(t.startswith("*") and t[1:] in POINTER_DTYPES for t in spec.signature.values())
 
 
 def load_triton_kernel(spec: TritonKernelSpec, device: torch.device | str) -> TritonKernel:

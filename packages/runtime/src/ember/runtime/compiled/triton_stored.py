@@ -21,7 +21,7 @@ for (each tensor's dtype and 16-byte alignment: :func:`.triton_kernel.specializa
 the device's compute capability, the Triton and torch versions and the environment
 variables that Triton says change its output (``get_cache_invalidating_env_vars``).
 
-Only kernels whose arguments are all tensors (:func:`.triton_aot.warmable`) are kept:
+Only kernels whose arguments are all tensors (:func:`.triton_kernel.warmable`) are kept:
 their launcher follows from the signature alone (Triton specializes integer arguments on
 their values, which the launch-time key would have to carry into the launcher).
 
