@@ -54,3 +54,41 @@ def test_frame_introspection_runs_eagerly() -> None:
     compiled = strict(current_frame)
     assert compiled(torch.ones(2))[1:] == ("current_frame", "current_frame")
     assert "frame introspection" in compiled.breaks[0].reason
+
+
+class _Point:
+    def __init__(self) -> None:
+        self.a = 1
+        self.b = 2
+
+
+_POINT = _Point()
+
+
+def test_vars_of_an_object() -> None:
+    # before: "call to vars, a function Ember cannot look into" (a break)
+    def made_here(x):
+        class O:
+            pass
+
+        o = O()
+        for i, name in enumerate(["a", "b"]):
+            setattr(o, name, x * i)
+        delattr(o, "a")
+        return getattr(o, "b"), hasattr(o, "a"), sorted(vars(o))
+
+    def outside(x):
+        d = vars(_POINT)
+        _POINT.c = 3
+        return x * d["a"], sorted(vars(_POINT)), sorted(d)
+
+    check(made_here, torch.ones(2), graphs=1, breaks=0)
+    compiled = strict(outside)
+    for _ in range(2):
+        vars(_POINT).pop("c", None)
+        want = outside(torch.ones(2))
+        vars(_POINT).pop("c", None)
+        got = compiled(torch.ones(2))
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:] == want[1:] and _POINT.c == 3
+    assert compiled.stats.graph_breaks == 0

@@ -183,6 +183,17 @@ def _filter_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
     return ListIterator([x for x in source.remaining() if keep(x)])
 
 
+@_rule(vars)
+def _vars_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+               kwargs: dict[str, Any]) -> Any:
+    """``vars(obj)``: its ``__dict__``, read as ``obj.__dict__`` is (guarded, with the
+    writes of this capture); ``vars()`` is answered before the rules (calls.py)."""
+    try:
+        return interp.load_attr(args[0], "__dict__")
+    except AttributeError:
+        raise TypeError("vars() argument must have __dict__ attribute") from None
+
+
 @_rule(iter)
 def _iter_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
                kwargs: dict[str, Any]) -> Any:
