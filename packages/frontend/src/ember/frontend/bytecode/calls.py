@@ -76,6 +76,7 @@ from ember.frontend.bytecode.optimizer_rules import (
 )
 from ember.frontend.bytecode.recorded_calls import callable_name as _name
 from ember.frontend.bytecode.recorded_calls import record_call
+from ember.frontend.bytecode.root_hooks import MODULE_CALLS, custom_module_call
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
 from ember.frontend.bytecode.triton_launch import capture_or_break, launched_kernel
 from ember.frontend.custom_functions import (
@@ -219,13 +220,13 @@ class CallHandler:
         if is_nonstrict(fn):
             return self.record(interp, fn, args, kwargs)
         if isinstance(fn, nn.Module):
-            custom = custom_module_call(fn)
+            custom = custom_module_call(fn)  # (root_hooks.py)
             if custom is not None:  # a subclass's own __call__ (it calls super().__call__)
                 return self.inline(interp, frame, custom, [fn, *args], kwargs, None)
             return self.call_module(interp, frame, fn, args, kwargs)
         if isinstance(fn, types.MethodType):
             func, owner = fn.__func__, fn.__self__
-            if isinstance(owner, nn.Module) and any(func is c for c in _MODULE_CALLS):
+            if isinstance(owner, nn.Module) and any(func is c for c in MODULE_CALLS):
                 return self.call_module(interp, frame, owner, args, kwargs)  # super().__call__
             wrapped = disable_dynamo_wrapped(func)
             if wrapped is not None and inlined_torch_code(wrapped):
@@ -496,18 +497,6 @@ def _rule_for(fn: Any) -> Any:
 
 
 _IMMUTABLE = (int, float, complex, str, bytes, tuple, frozenset, range, slice, type(None))
-
-
-_MODULE_CALLS = (nn.Module.__call__, nn.Module._call_impl)
-
-
-def custom_module_call(mod: nn.Module) -> types.FunctionType | None:
-    """The ``__call__`` a module's class defines in Python over ``nn.Module``'s, or None
-    (``nn.Module.__call__`` runs hooks and ``forward``: ``CallHandler.call_module``)."""
-    call = type(mod).__call__
-    if any(call is c for c in _MODULE_CALLS) or not isinstance(call, types.FunctionType):
-        return None
-    return None if is_torch_code(call) else call
 
 
 def made_here(cap: Any, obj: Any) -> bool:

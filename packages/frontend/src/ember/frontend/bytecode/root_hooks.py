@@ -13,6 +13,7 @@ capture silently skipped all of them.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -78,3 +79,17 @@ def replaced_forward(module: nn.Module, compiled: Any) -> Any | None:
         return own
     current = getattr(type(module), "forward", None)
     return None if current is compiled else getattr(module, "forward", None)
+
+
+MODULE_CALLS = (nn.Module.__call__, nn.Module._call_impl)
+"""``nn.Module``'s own call: hooks and ``forward`` (``CallHandler.call_module``)."""
+
+
+def custom_module_call(mod: nn.Module) -> types.FunctionType | None:
+    """The ``__call__`` a module's class defines in Python over ``nn.Module``'s (it calls
+    ``super().__call__``), or None."""
+    call = type(mod).__call__
+    if any(call is c for c in MODULE_CALLS) or not isinstance(call, types.FunctionType):
+        return None
+    module = getattr(call, "__module__", None) or ""
+    return None if module == "torch" or module.startswith("torch.") else call

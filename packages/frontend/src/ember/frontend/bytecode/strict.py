@@ -45,6 +45,7 @@ from ember.frontend.bytecode.frame import Frame, FrameState
 from ember.frontend.bytecode.recipes import EagerState, Unrebuildable
 from ember.frontend.bytecode.root_hooks import (
     call_with_forward_hooks,
+    custom_module_call,
     has_hooks,
     needs_module_call,
     replaced_forward,
@@ -85,8 +86,6 @@ class StrictFunction:
         target = request.fn
         self._bound: tuple[Any, ...] = ()
         self._bound_kw: dict[str, Any] = {}
-        from ember.frontend.bytecode.calls import custom_module_call
-
         # a module class's own __call__ is what calling it runs (as torch.compile compiles)
         call = custom_module_call(target) if isinstance(target, nn.Module) else None
         self._custom_call = call is not None
