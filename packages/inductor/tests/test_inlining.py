@@ -105,3 +105,42 @@ def test_shared_residual_stream_is_stored_not_reread_by_every_layer() -> None:
     readers_of_x = [k for k in kernels if "arg0" in k.loaded_buffers()]
     assert len(readers_of_x) <= 3
     assert max(len(k.loaded_buffers()) for k in kernels) <= 3
+
+
+def _blocks(x: torch.Tensor) -> tuple[torch.Tensor]:
+    # LongT5's local attention: pad a length to a multiple of the block, cut blocks,
+    # concatenate each with its neighbours, re-block
+    F = torch.nn.functional
+    y = F.pad(x.exp(), (0, 0, 0, -x.shape[1] % 3))
+    b = y.reshape(2, -1, 3, 4)
+    nb = b.shape[1]
+    b = F.pad(b, (0, 0, 0, 0, 1, 1))
+    b = torch.cat([b[:, i:i + nb] for i in range(3)], dim=2)
+    b = b.reshape(2, nb, 3, 3, 4).transpose(2, 3).reshape(2, -1, 4)
+    b = F.pad(b, (0, 0, 0, -b.shape[1] % 2)).reshape(2, -1, 2, 4)
+    return (b.sum(2) * 2,)
+
+
+def test_reshapes_over_a_symbolic_padded_length_store_before_the_index_explodes() -> None:
+    # each inlined reshape nested the previous view's floor divisions and remainders:
+    # kernels indexed with 97,000-character expressions and lowering took a minute (HF
+    # LongT5 under dynamic=True did not compile in 400 s); an index past
+    # MAX_INLINED_INDEX_TERMS terms is stored first
+    from ember.inductor.compile import compile_program
+    from ember.runtime.compiled import load_executor
+    from ember.runtime.ir import InputSpec
+    from ember.runtime.tracing import GraphRecorder
+
+    rec = GraphRecorder(dynamic=True)
+    x = rec.add_input(torch.randn(2, 7, 4), InputSpec("x"), {1: (2, None)})
+    with rec:
+        outs = _blocks(x)
+    p = rec.finish(list(outs))
+    p.dialect = "core-functional"
+    compiled = compile_program(p, {"strict": True})
+    source = "\n".join(v.decode() for k, v in compiled.files.items() if k.endswith(".cpp"))
+    assert max(len(line) for line in source.splitlines()) < 20_000
+    run = load_executor(compiled)
+    for n in (5, 7, 11):
+        xs = torch.randn(2, n, 4)
+        torch.testing.assert_close(run([xs])[0], _blocks(xs)[0])

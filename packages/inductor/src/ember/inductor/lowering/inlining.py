@@ -5,7 +5,8 @@ store and a load per element. Two cases cost more than they save:
 
 - **too large**: an element function past ``MAX_INLINED_STATEMENTS`` statements or
   ``MAX_INLINED_BUFFERS`` buffers (a residual stream ``x = x + f(x)`` would otherwise grow
-  with the depth of the model);
+  with the depth of the model), or one whose loads index through more than
+  ``MAX_INLINED_INDEX_TERMS`` terms (chained reshapes over symbolic sizes);
 - **costly and broadcast**: a value computed with a costly op (``COSTLY_OPS``: ``exp``,
   ``cos``, ...) that a consumer reads broadcast over at least ``BROADCAST_STORE_FACTOR``
   times as many elements, through any chain of views. Rotary position embeddings are the
@@ -21,13 +22,19 @@ store and a load per element. Two cases cost more than they save:
 
 from __future__ import annotations
 
-from ember.inductor.loop_ir import COSTLY_OPS, Compute
+import sympy
+from ember.inductor.loop_ir import COSTLY_OPS, Add, Compute, FloorDiv, IndexExpr, Mod, Mul, Sym
 from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.values import Lazy, numel, probe
 from ember.runtime.ir import Graph, Node, TensorMeta, ValueRef
 
 MAX_INLINED_STATEMENTS = 96
 MAX_INLINED_BUFFERS = 8
+# A value whose loads index through more terms than this is stored: each reshape of an
+# inlined value over symbolic sizes nests the floor divisions and remainders of the view
+# before it, so a chain of them grows the index without bound (LongT5's blocks of a
+# padded symbolic length printed 20,000-character indices; lowering took minutes)
+MAX_INLINED_INDEX_TERMS = 400
 
 BROADCAST_STORE_FACTOR = 2
 # A value with several consumers that loads this many buffers of its own size is stored.
@@ -48,7 +55,32 @@ def too_large(value: Lazy) -> bool:
     """Whether inlining ``value`` into its consumers would cost too much code."""
     b = probe(value)
     buffers = {buf for buf, _ in b.external_loads}
-    return len(b.stmts) > MAX_INLINED_STATEMENTS or len(buffers) > MAX_INLINED_BUFFERS
+    return (len(b.stmts) > MAX_INLINED_STATEMENTS or len(buffers) > MAX_INLINED_BUFFERS
+            or any(index_terms(i) > MAX_INLINED_INDEX_TERMS for _, i in b.external_loads))
+
+
+def index_terms(index: IndexExpr) -> int:
+    """How many terms ``index`` prints (variables, constants, the operations of its
+    symbolic sizes), each shared subexpression counted where it prints."""
+    seen: dict[int, int] = {}
+
+    def count(x: IndexExpr | int) -> int:
+        if id(x) in seen:
+            return seen[id(x)]
+        if isinstance(x, Sym):
+            n = sum(1 for _ in sympy.preorder_traversal(x.expr))
+        elif isinstance(x, Add):
+            n = 1 + sum(count(t) for t in x.terms)
+        elif isinstance(x, Mul):
+            n = 1 + sum(count(f) for f in x.factors)
+        elif isinstance(x, (FloorDiv, Mod)):
+            n = 1 + count(x.expr) + count(x.divisor)
+        else:
+            n = 1
+        seen[id(x)] = n
+        return n
+
+    return count(index)
 
 
 def costly(value: Lazy) -> bool:
