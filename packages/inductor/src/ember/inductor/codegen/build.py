@@ -65,7 +65,8 @@ def _cpp_job(source: KernelSource, names: list[str], graph: str) -> BuildJob[obj
 def _triton_jobs(source: KernelSource, device: torch.device) -> list[BuildJob[object]]:
     """The warm-up builds of a Triton kernel (two for a split reduction), or none when
     it can only be built at launch."""
-    from ember.runtime.compiled.triton_aot import warm_kernel, warmable
+    from ember.runtime.compiled.triton_aot import warm_kernel
+    from ember.runtime.compiled.triton_kernel import warmable
     from ember.runtime.compiled.triton_kernel import TritonKernelSpec
     from ember.runtime.compiled.triton_launcher import split_from_entry
     from ember.runtime.compiled.triton_warmed import device_index
