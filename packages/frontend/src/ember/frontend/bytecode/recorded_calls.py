@@ -131,7 +131,8 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
     if function is not None:  # the call runs for real, with the Function's backward
         raise restart_if(len(nodes) > recorded, interp.fail(
             *recorded_break_reason(function, callable_name(fn))))
-    if _new_grad_leaf(interp, result):
+    if _new_grad_leaf(interp, result, () if name == "requires_grad_" else
+                      (getattr(fn, "__self__", None), *args)):
         # NOTE: restarted (stops before the call) even without recorded ops: the call
         # already made the fake require grad
         raise restart_if(True, interp.fail(
@@ -142,11 +143,14 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
     return result
 
 
-def _new_grad_leaf(interp: Any, result: Any) -> bool:
+def _new_grad_leaf(interp: Any, result: Any, passed: tuple[Any, ...]) -> bool:
     """Whether ``result`` is (or holds, one level deep) a tensor made by this call that
     requires grad and is a leaf (``torch.zeros(..., requires_grad=True)``,
-    ``t.detach().requires_grad_()``): the graph's output would not require grad."""
+    ``t.detach().requires_grad_()``): the graph's output would not require grad.
+    ``passed``: the call's own tensors, which an in-place call returns and did not make
+    (empty for ``requires_grad_``, whose point is to flag its own tensor)."""
     items = result if isinstance(result, (tuple, list)) else (result,)
+    items = tuple(t for t in items if not any(t is p for p in passed))
     # NOTE: a view made under no_grad of a tensor that requires grad (a parameter's
     # ``expand`` in an inference call) is a leaf that requires grad in eager too: its
     # flag comes from its base, and it is no new leaf
