@@ -18,7 +18,8 @@ from ember.aot.kept_whole import take_reasons
 from ember.aot.pipeline import aot_compile
 from ember.aot.transformer_decompositions import TRANSFORMER_DECOMPOSITIONS
 from ember.runtime.config import patch
-from ember.runtime.ir import Program, print_graph
+from ember.runtime.ir import InputSpec, Program, print_graph
+from ember.runtime.tracing import GraphRecorder
 
 MHA = torch.ops.aten._native_multi_head_attention.default
 ENCODER_LAYER = torch.ops.aten._transformer_encoder_layer_fwd.default
@@ -310,3 +311,22 @@ def test_nested_tensor_input_stays_whole_and_says_why(
     err = capsys.readouterr().err
     assert ("aten::_native_multi_head_attention.default is kept whole by its "
             "decomposition: its mask of shape [1, 5] does not fit mask_type 1") in err
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_encoder_layer_gelu_is_eager_addmm_activation(device: str) -> None:
+    """Eager's encoder layer computes ``gelu(linear1(x))`` with ``_addmm_activation``:
+    exact on the CPU, the tanh approximation on CUDA (checked against eager on an H200).
+    Recorded on fake tensors of the device, so it runs without one."""
+    recorder = GraphRecorder()
+    weights = [X, *ATTENTION_WEIGHTS, *NORMS, *FEED_FORWARD]
+    with recorder.fake_mode:
+        fakes = [torch.empty(w.shape, device=device) for w in weights]
+    x, *w = [recorder.add_input(f, InputSpec(f"in{i}")) for i, f in enumerate(fakes)]
+    with recorder:
+        out = ENCODER_LAYER(x, E, H, *w[:4], True, False, 1e-5, *w[4:8], *w[8:], None, None)
+    program = aot_compile(recorder.finish([out]))
+    assert program.metadata["aot"]["extern_ops"] == []
+    gelus = [n.kwargs.get("approximate", "none") for n in program.forward.nodes
+             if n.target == "aten::gelu.default"]
+    assert gelus == (["tanh"] if device == "cuda" else ["none"])

@@ -31,9 +31,12 @@ The ops' contract, as eager computes it (CPU; checked against eager by
   tensor for fake tensors, which is what is recorded and returned here.
 - ``_transformer_encoder_layer_fwd``: with ``norm_first``,
   ``x + attn(ln1(x))`` then ``x + ffn(ln2(x))``, else ``ln1(x + attn(x))`` then
-  ``ln2(x + ffn(x))``; ``ffn(x) = linear2(act(linear1(x)))`` with ``act`` the exact
-  ``gelu`` when ``use_gelu`` else ``relu``; both norms use ``eps``; ``attn`` is the
-  op above without weights.
+  ``ln2(x + ffn(x))``; ``ffn(x) = linear2(act(linear1(x)))`` with ``act`` ``relu``, or
+  with ``use_gelu`` the ``gelu`` of ``_addmm_activation`` (eager's kernel for
+  ``linear1`` and ``act``): exact on the CPU, the tanh approximation on CUDA (cuBLASLt's
+  epilogue; torch's own decomposition of ``_addmm_activation`` says the same, and eager
+  differs from the exact ``gelu`` by about 5e-4 there); both norms use ``eps``;
+  ``attn`` is the op above without weights.
 
 Nested tensor inputs (``nn.TransformerEncoder``'s sparsity fast path) are not
 decomposed: the call stays whole, and the fallback log says why
@@ -193,7 +196,11 @@ def transformer_encoder_layer_fwd(
 
     def feed_forward(x: torch.Tensor) -> torch.Tensor:
         hidden = F.linear(x, ffn_weight_1, ffn_bias_1)
-        hidden = F.gelu(hidden) if use_gelu else F.relu(hidden)
+        if use_gelu:
+            # NOTE: eager's _addmm_activation: tanh-approximate gelu on CUDA, exact elsewhere
+            hidden = F.gelu(hidden, approximate="tanh" if hidden.is_cuda else "none")
+        else:
+            hidden = F.relu(hidden)
         return F.linear(hidden, ffn_weight_2, ffn_bias_2)
 
     def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
