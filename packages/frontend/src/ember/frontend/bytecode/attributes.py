@@ -38,14 +38,12 @@ from typing import Any
 import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode import tensor_attributes
-from ember.frontend.bytecode.frame import Frame, _Marker
+from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.opcodes import Instruction
+from ember.frontend.bytecode.side_effects import DELETED
 from ember.frontend.bytecode.sources import AttrSource, attr_source
 
 _NOT_INPUT = object()  # _input_grad: not a graph input's .grad
-
-DELETED = _Marker("DELETED")
-"""The value of an attribute deleted during the capture (``attr_writes``)."""
 
 
 class AttributeOps:

@@ -2,7 +2,7 @@
 
 A rule is ``rule(handler, interp, frame, args, kwargs) -> value``; it either computes
 the result on the interpreter's values or raises a graph break. Iterators are
-materialised (``enumerate``, ``zip``, ``map`` return a :class:`~.iteration.ListIterator`),
+materialised (``enumerate``, ``zip``, ``map`` return a :class:`~.list_iterator.ListIterator`),
 attribute access goes through the interpreter (guards, captured writes), and functions
 that need real data (``bool(t)``, ``print``) break.
 """
@@ -30,7 +30,8 @@ from ember.frontend.bytecode.generators import (
     lazy_zip,
 )
 from ember.frontend.bytecode.interpreter import is_fake_tensor
-from ember.frontend.bytecode.iteration import EnumeratedList, ListIterator, make_iterator
+from ember.frontend.bytecode.iteration import EnumeratedList, make_iterator
+from ember.frontend.bytecode.list_iterator import ListIterator
 from ember.frontend.bytecode.signature_rules import SIGNATURE_RULES
 from ember.frontend.bytecode.sources import AttrSource
 from ember.frontend.bytecode.text_values import specialised_for_text

@@ -42,7 +42,6 @@ from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode import (
     attention_rules,  # noqa: F401  (registers the SDPA mask rule)
     copy_rules,  # noqa: F401  (registers copy.copy / copy.deepcopy)
-    fresh,
     library_rules,  # noqa: F401  (registers itertools rules)
     optimizer_rules,  # noqa: F401  (registers torch.optim's rules)
     scan_rules,  # noqa: F401  (registers associative_scan's rule)
@@ -60,13 +59,14 @@ from ember.frontend.bytecode.exception_ops import (
     contextmanager_target,
 )
 from ember.frontend.bytecode.frame import UNBOUND, Frame
+from ember.frontend.bytecode.fresh import construct, made_here, note_constructed
 from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.interpreter import (
     MAX_INLINE_DEPTH,
     GradModeRestore,
     is_fake_tensor,
 )
-from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.list_iterator import ListIterator
 from ember.frontend.bytecode.optimizer_rules import (
     function_get_rule,
     inlined_torch_code,
@@ -336,7 +336,7 @@ class CallHandler:
         from ember.frontend.bytecode.support import unsupported_reason
 
         code = fn.__code__
-        reason = unsupported_reason(code)
+        reason = unsupported_reason(code, type(interp))
         if reason is not None:
             raise interp.fail(f"call to {_name(fn)}: {reason}")
         if parent.depth >= MAX_INLINE_DEPTH:
@@ -379,7 +379,7 @@ class CallHandler:
     def construct(self, interp: Any, frame: Frame, cls: type, args: list[Any],
                   kwargs: dict[str, Any]) -> Any:
         """``cls(*args, **kwargs)``: see :mod:`.fresh`."""
-        return fresh.construct(self, interp, frame, cls, args, kwargs)
+        return construct(self, interp, frame, cls, args, kwargs)
 
     def call_builtin(self, interp: Any, frame: Frame, fn: Any, args: list[Any],
                      kwargs: dict[str, Any]) -> Any:
@@ -494,24 +494,6 @@ def _rule_for(fn: Any) -> Any:
         return BUILTIN_RULES.get(fn)
     except TypeError:  # unhashable callable
         return None
-
-
-_IMMUTABLE = (int, float, complex, str, bytes, tuple, frozenset, range, slice, type(None))
-
-
-def made_here(cap: Any, obj: Any) -> bool:
-    """Whether this capture constructed ``obj`` (nothing outside has seen it)."""
-    made = cap.constructed.get(id(obj))
-    return made is not None and made[0] is obj
-
-
-def note_constructed(interp: Any, cls: Any, result: Any, args: list[Any],
-                     kwargs: dict[str, Any]) -> None:
-    """``result``, just made for real by constructor ``cls`` (``warnings.catch_warnings()``,
-    ``bytearray(b"xy")``), is a new object at every call: one live after the graph is
-    constructed again (.state), never the first call's object reused."""
-    if isinstance(cls, type) and type(result) is cls and not isinstance(result, _IMMUTABLE):
-        interp.capture.constructed[id(result)] = (result, cls, list(args), dict(kwargs))
 
 
 _FRAME_QUERIES = (builtins.locals, builtins.vars, builtins.globals, builtins.dir)

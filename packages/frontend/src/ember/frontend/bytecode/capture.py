@@ -367,7 +367,7 @@ class CaptureContext:
             self.made[id(value)] = value
 
     def record_attr_write(self, obj: Any, name: str, value: Any, raw: bool) -> None:
-        """An attribute write (or delete: ``value`` is ``attributes.DELETED``) on an
+        """An attribute write (or delete: ``value`` is ``side_effects.DELETED``) on an
         outside object, replayed after the graph; ``raw`` replays it with
         ``object.__setattr__``. A later write to the name moves it to the end (program
         order of the last writes)."""

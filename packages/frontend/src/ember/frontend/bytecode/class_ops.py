@@ -27,6 +27,7 @@ from typing import Any
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.opcodes import Instruction
+from ember.frontend.bytecode.support import unsupported_reason
 
 
 class ClassOps:
@@ -125,14 +126,12 @@ def _metaclass(meta: Any, bases: tuple[Any, ...]) -> Any:
 def build_class_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
                      kwargs: dict[str, Any]) -> Any:
     """``__build_class__(body, name, *bases, **kw)``: see the module docstring."""
-    from ember.frontend.bytecode.support import unsupported_reason
-
     if len(args) < 2 or not isinstance(args[0], types.FunctionType):
         raise TypeError("__build_class__: not enough arguments or body is not a function")
     body, name, orig_bases = args[0], args[1], tuple(args[2:])
     if not isinstance(name, str):
         raise TypeError("__build_class__: name is not a string")
-    reason = unsupported_reason(body.__code__)
+    reason = unsupported_reason(body.__code__, type(interp))
     if reason is not None:
         raise interp.fail(f"class {name}: {reason}")
     bases = types.resolve_bases(orig_bases)

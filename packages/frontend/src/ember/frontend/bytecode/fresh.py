@@ -37,6 +37,24 @@ from ember.frontend.bytecode.code_origin import is_stdlib, is_torch_code
 from ember.frontend.bytecode.frame import Frame
 from torch import nn
 
+_IMMUTABLE = (int, float, complex, str, bytes, tuple, frozenset, range, slice, type(None))
+
+
+def made_here(cap: Any, obj: Any) -> bool:
+    """Whether this capture constructed ``obj`` (nothing outside has seen it)."""
+    made = cap.constructed.get(id(obj))
+    return made is not None and made[0] is obj
+
+
+def note_constructed(interp: Any, cls: Any, result: Any, args: list[Any],
+                     kwargs: dict[str, Any]) -> None:
+    """``result``, just made for real by constructor ``cls`` (``warnings.catch_warnings()``,
+    ``bytearray(b"xy")``), is a new object at every call: one live after the graph is
+    constructed again (.state), never the first call's object reused."""
+    if isinstance(cls, type) and type(result) is cls and not isinstance(result, _IMMUTABLE):
+        interp.capture.constructed[id(result)] = (result, cls, list(args), dict(kwargs))
+
+
 FRESH_BY_CALL: tuple[type, ...] = (types.SimpleNamespace,)
 """Classes whose constructor runs for real and whose instances are fresh objects."""
 
@@ -50,8 +68,6 @@ def construct(h: Any, interp: Any, frame: Frame, cls: type, args: list[Any],
     if rule is not None:
         return rule(h, interp, frame, args, kwargs)
     if cls.__module__ == "builtins" and not issubclass(cls, BaseException):
-        from ember.frontend.bytecode.calls import note_constructed
-
         result = h.direct(interp, cls, args, kwargs)
         note_constructed(interp, cls, result, args, kwargs)
         return result

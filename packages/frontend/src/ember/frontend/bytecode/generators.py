@@ -20,6 +20,7 @@ from typing import Any
 
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.frame import Frame
+from ember.frontend.bytecode.list_iterator import ListIterator
 
 # instructions one generator may run during a capture before it is taken for endless
 MAX_GENERATOR_STEPS = 1_000_000
@@ -158,8 +159,6 @@ class InlinedGenerator(LazyIterator):
 
 
 def _is_pure(it: Any) -> bool:
-    from ember.frontend.bytecode.iteration import ListIterator
-
     return (isinstance(it, ListIterator) and type(it).exhausted is ListIterator.exhausted) or (
         isinstance(it, LazyIterator) and it.parts is not None)
 

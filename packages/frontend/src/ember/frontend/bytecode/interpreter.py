@@ -35,7 +35,8 @@ from ember.frontend.bytecode.exception_ops import ExceptionOps, GradModeRestore
 from ember.frontend.bytecode.exceptions import find_handler
 from ember.frontend.bytecode.frame import NULL, Frame, location_of
 from ember.frontend.bytecode.generators import InlinedGenerator, LazyIterator
-from ember.frontend.bytecode.iteration import ListIterator, make_iterator
+from ember.frontend.bytecode.iteration import make_iterator
+from ember.frontend.bytecode.list_iterator import ListIterator
 from ember.frontend.bytecode.match_ops import MatchOps
 from ember.frontend.bytecode.opcodes import Instruction
 from ember.runtime.tracing_source import is_library_file

@@ -11,39 +11,8 @@ from typing import Any
 
 import torch
 from ember.frontend.bytecode.generators import LazyIterator
+from ember.frontend.bytecode.list_iterator import ListIterator
 from torch import nn
-
-
-class ListIterator:
-    """An iterator over a fixed list of items (what ``GET_ITER`` pushes).
-
-    Its fields have names no mapping protocol probes (``items``/``keys`` would make
-    ``OrderedDict.update(iterator)`` take it for a mapping)."""
-
-    def __init__(self, items: list[Any], index: int = 0) -> None:
-        self.item_list = items
-        self.position = index
-
-    def exhausted(self) -> bool:
-        return self.position >= len(self.item_list)
-
-    def next(self) -> Any:
-        item = self.item_list[self.position]
-        self.position += 1
-        return item
-
-    def remaining(self) -> list[Any]:
-        rest = self.item_list[self.position:]
-        self.position = len(self.item_list)
-        return rest
-
-    def __iter__(self) -> ListIterator:
-        return self
-
-    def __next__(self) -> Any:
-        if self.exhausted():
-            raise StopIteration
-        return self.next()
 
 
 class ResumedIterator(ListIterator):
@@ -119,7 +88,7 @@ class EnumeratedList(ListIterator):
     (or removed) by the loop body are seen. ``item_list`` is a snapshot of what is left
     to give, as the frame state at a break rebuilds it."""
 
-    def __init__(self, items: list[Any], start: int) -> None:  # noqa: D107
+    def __init__(self, items: list[Any], start: int) -> None:
         self.live, self.start, self.position = items, start, 0
 
     @property

@@ -3,7 +3,7 @@
 
 A C iterator made during capture would hold the capture's fake tensors and its position
 would be a constant of the first call; instead each finite ``itertools`` call is
-materialised into a :class:`~.iteration.ListIterator` (its items computed now, from the
+materialised into a :class:`~.list_iterator.ListIterator` (its items computed now, from the
 interpreter's values), which the graph-break machinery can rebuild. Callables passed to
 them (``starmap``, ``accumulate``, ``groupby`` keys, predicates) are called through the
 interpreter, so user functions are inlined and guarded. Infinite iterators
@@ -27,11 +27,11 @@ import numbers
 from typing import Any
 
 import torch
-
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
 from ember.frontend.bytecode.frame import Frame
 from ember.frontend.bytecode.generators import LazyIterator, lazy_from
-from ember.frontend.bytecode.iteration import ListIterator, make_iterator
+from ember.frontend.bytecode.iteration import make_iterator
+from ember.frontend.bytecode.list_iterator import ListIterator
 
 ITERTOOLS: dict[Any, tuple[tuple[str, ...], dict[str, str]]] = {
     itertools.chain: (("iter*",), {}),

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from ember.frontend._torch import is_view, numpy_layer
 from ember.frontend.bytecode.breaks import GraphBreak
-from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.list_iterator import ListIterator
 from ember.frontend.bytecode.recipes import Fetch, Rebuild, Recipe
 from ember.frontend.bytecode.sources import Source
 

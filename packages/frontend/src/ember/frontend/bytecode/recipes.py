@@ -16,7 +16,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from ember.frontend.bytecode.iteration import ListIterator
+from ember.frontend.bytecode.list_iterator import ListIterator
 from ember.frontend.bytecode.sources import Source
 
 

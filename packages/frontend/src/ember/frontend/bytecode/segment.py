@@ -34,7 +34,8 @@ from ember.frontend.bytecode.grad_mode import (
     graph_grad_mode,
 )
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, location_of
-from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
+from ember.frontend.bytecode.iteration import ResumedIterator
+from ember.frontend.bytecode.list_iterator import ListIterator
 from ember.frontend.bytecode.liveness import live_locals
 from ember.frontend.bytecode.recipes import EagerState, Unrebuildable
 from ember.frontend.bytecode.recorded_calls import ITEM_BREAK

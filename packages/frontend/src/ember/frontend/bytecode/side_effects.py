@@ -12,12 +12,17 @@ from __future__ import annotations
 import types
 from typing import Any, NamedTuple
 
-__all__ = ["AttrWrite", "CellWrite", "GlobalWrite"]
+from ember.frontend.bytecode.frame import _Marker
+
+__all__ = ["DELETED", "AttrWrite", "CellWrite", "GlobalWrite"]
+
+DELETED = _Marker("DELETED")
+"""The value of an attribute deleted during the capture (an :class:`AttrWrite`)."""
 
 
 class AttrWrite(NamedTuple):
     """``setattr(obj, name, value)`` on an outside object (``value`` is
-    ``attributes.DELETED`` for a delete); ``raw`` when it was made inside the class's
+    ``DELETED`` for a delete); ``raw`` when it was made inside the class's
     ``__setattr__``/``__delattr__`` (replayed with ``object.__setattr__``)."""
 
     obj: Any

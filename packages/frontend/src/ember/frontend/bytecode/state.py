@@ -22,13 +22,14 @@ from typing import Any
 import torch
 from ember.frontend._torch import fake_tensor_limitation_types, has_unbacked_symbols
 from ember.frontend.autocast import AutocastRestore
-from ember.frontend.bytecode.attributes import DELETED, dict_shadow
+from ember.frontend.bytecode.attributes import dict_shadow
 from ember.frontend.bytecode.capture import PRIMITIVES, CaptureContext, is_traced_array
 from ember.frontend.bytecode.exception_ops import ProfilerRangeExit
 from ember.frontend.bytecode.frame import _Marker
 from ember.frontend.bytecode.generators import LazyIterator
 from ember.frontend.bytecode.interpreter import GradModeRestore, is_fake_tensor
-from ember.frontend.bytecode.iteration import ListIterator, ResumedIterator
+from ember.frontend.bytecode.iteration import ResumedIterator
+from ember.frontend.bytecode.list_iterator import ListIterator
 from ember.frontend.bytecode.recipes import (
     SIZE_KINDS,
     Const,
@@ -43,6 +44,7 @@ from ember.frontend.bytecode.recipes import (
     Unrebuildable,
     substituted,
 )
+from ember.frontend.bytecode.side_effects import DELETED
 from ember.frontend.bytecode.sources import Source
 from ember.runtime.logs import log
 from torch import nn

@@ -408,10 +408,11 @@ class StrictFunction:
         """Whether the interpreter can run the function's code at all (checked once,
         before its first capture); when not, every call runs eagerly."""
         if not self._supported_checked:
+            from ember.frontend.bytecode.interpreter import Interpreter
             from ember.frontend.bytecode.support import unsupported_reason
 
             self._supported_checked = True
-            reason = unsupported_reason(self.fn.__code__)
+            reason = unsupported_reason(self.fn.__code__, Interpreter)
             if reason is not None and self._eager_reason is None:
                 self._eager_reason = reason
         if self._eager_reason is not None:

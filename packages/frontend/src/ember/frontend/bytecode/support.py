@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import types
 
-from ember.frontend.bytecode.interpreter import Interpreter
 from ember.frontend.bytecode.opcodes import opnames_of
 
 _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -18,13 +17,16 @@ _DELEGATION = {"YIELD_FROM", "GET_AWAITABLE"}  # `yield from` (SEND): interprete
 
 _FRAME_INTROSPECTION = frozenset({"currentframe", "_getframe"})
 
-_cache: dict[types.CodeType, str | None] = {}
+_cache: dict[tuple[types.CodeType, type], str | None] = {}
 
 
-def unsupported_reason(code: types.CodeType) -> str | None:
-    """Why ``code`` cannot be interpreted (generator, unknown opcodes), or None."""
-    if code in _cache:
-        return _cache[code]
+def unsupported_reason(code: types.CodeType, interpreter: type) -> str | None:
+    """Why ``code`` cannot be interpreted by ``interpreter`` (the interpreter class, whose
+    ``op_<NAME>`` methods are the opcodes it runs): a coroutine, unknown opcodes; or
+    None."""
+    key = (code, interpreter)
+    if key in _cache:
+        return _cache[key]
     reason: str | None = None
     names = opnames_of(code)
     if code.co_flags & (_GENERATOR_FLAGS & ~inspect.CO_GENERATOR):
@@ -36,8 +38,8 @@ def unsupported_reason(code: types.CodeType) -> str | None:
         reason = "frame introspection (inspect.currentframe, sys._getframe)"
     else:
         missing = sorted(name for name in opnames_of(code) - _EXCEPTION_PATH
-                         if not hasattr(Interpreter, "op_" + name))
+                         if not hasattr(interpreter, "op_" + name))
         if missing:
             reason = f"unsupported bytecode {', '.join(missing)}"
-    _cache[code] = reason
+    _cache[key] = reason
     return reason

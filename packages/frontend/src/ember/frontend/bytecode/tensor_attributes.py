@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.frontend.bytecode.side_effects import DELETED
 from ember.frontend.bytecode.sources import AttrSource, LookupFails
 
 
@@ -90,8 +91,6 @@ def delete(interp: Any, fake: Any, name: str) -> None:
     Raises:
         AttributeError: it has no such attribute (as in eager).
     """
-    from ember.frontend.bytecode.attributes import DELETED
-
     cap = interp.capture
     check_writable(interp, fake, name, "delete")
     written = cap.attr_writes.get((id(fake), name))
