@@ -34,6 +34,7 @@ from ember.frontend.bytecode.iteration import EnumeratedList, make_iterator
 from ember.frontend.bytecode.list_iterator import ListIterator
 from ember.frontend.bytecode.signature_rules import SIGNATURE_RULES
 from ember.frontend.bytecode.sources import AttrSource
+from ember.frontend.bytecode.subclass_items import item_view, outside_subclass
 from ember.frontend.bytecode.text_values import specialised_for_text
 
 Rule = Callable[[Any, Any, Frame, list[Any], dict[str, Any]], Any]
@@ -115,6 +116,8 @@ for _cls in (list, tuple, set, frozenset):
 def _dict_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
                kwargs: dict[str, Any]) -> Any:
     refuse_whole_environment(interp, dict, args)
+    if args and outside_subclass(interp.capture, args[0]):
+        args = [item_view(interp.capture, args[0]), *args[1:]]
     return dict(*args, **kwargs)
 
 

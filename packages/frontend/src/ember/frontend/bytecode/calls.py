@@ -78,6 +78,7 @@ from ember.frontend.bytecode.recorded_calls import callable_name as _name
 from ember.frontend.bytecode.recorded_calls import record_call
 from ember.frontend.bytecode.root_hooks import MODULE_CALLS, custom_module_call
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
+from ember.frontend.bytecode.subclass_items import check_read_only, item_view, outside_subclass
 from ember.frontend.bytecode.triton_launch import capture_or_break, launched_kernel
 from ember.frontend.custom_functions import (
     applied_function,
@@ -396,6 +397,14 @@ class CallHandler:
                 and getattr(fn, "__name__", "") in _SET_MUTATORS):
             raise interp.fail(f"set.{fn.__name__}() on a set from outside the compiled "
                               "function")
+        if outside_subclass(interp.capture, owner):
+            view = _base_method_view(interp.capture, owner, fn)
+            if view is not None:  # `out.items()` on a ModelOutput: read through its items
+                owner, fn = view, getattr(view, fn.__name__)
+        elif args and getattr(fn, "__objclass__", None) in _BASES and outside_subclass(
+                interp.capture, args[0]):  # `dict.items(out)`
+            check_read_only(interp.capture, args[0], fn.__name__)
+            args = [item_view(interp.capture, args[0]), *args[1:]]
         if type(owner) in SHADOWED and id(owner) not in interp.capture.shadows:
             source = interp.capture.source_of(fn)
             if source is not None:
@@ -497,6 +506,22 @@ def _rule_for(fn: Any) -> Any:
 
 
 _FRAME_QUERIES = (builtins.locals, builtins.vars, builtins.globals, builtins.dir)
+
+
+_BASES = (list, dict, collections.OrderedDict)
+
+
+def _base_method_view(cap: Any, owner: Any, fn: Any) -> Any:
+    """The plain copy of outside list/dict subclass instance ``owner`` when ``fn`` is a
+    method of its base class bound to it (None for other methods: the subclass's own,
+    ``object``'s)."""
+    name = getattr(fn, "__name__", "")
+    for base in type(owner).__mro__:
+        method = base.__dict__.get(name) if base in _BASES else None
+        if method is not None and hasattr(method, "__get__") and method.__get__(owner) == fn:
+            check_read_only(cap, owner, name)
+            return item_view(cap, owner)
+    return None
 
 
 def _frame_query(interp: Any, frame: Frame, fn: Any) -> Any:

@@ -87,6 +87,8 @@ class CaptureContext:
     generators: list[Any] = field(default_factory=list)  # inlined generators made here
     # id -> (object, class, args, kwargs): a standard-library object constructed for real
     constructed: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    # id(outside list/dict subclass instance) -> (it, the plain copy its C methods read)
+    subclass_views: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     # id -> object returned by a call run for real during this capture (kept alive)
     made: dict[int, Any] = field(default_factory=dict)
     # id(fake) -> the type of the real tensor it stands for (nn.Parameter, subclasses)

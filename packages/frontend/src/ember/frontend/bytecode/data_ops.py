@@ -39,6 +39,12 @@ from ember.frontend.bytecode.sources import (
     ClosureSource,
     GlobalSource,
 )
+from ember.frontend.bytecode.subclass_items import (
+    item_view,
+    outside_subclass,
+    python_operator,
+    subclass_operands,
+)
 from ember.frontend.bytecode.text_values import specialised_for_text
 from torch import nn
 
@@ -303,6 +309,13 @@ class DataOps(AttributeOps):
                 and self.capture.source_of(args[0]) is not None):
             raise self.fail(f"in-place {fn.__name__} on a set from outside the compiled "
                             "function")
+        if self.capture is not None and fn is not operator.getitem and any(
+                outside_subclass(self.capture, a) for a in args):
+            method = python_operator(fn, args)
+            if method is not None and self.current_frame is not None:  # inlined
+                return self.calls.call_symbolic(self, self.current_frame, method, list(args),
+                                                {})
+            args = subclass_operands(self.capture, fn, args)
         if self.capture is not None and fn is not operator.getitem:
             self.capture.pin(args)  # an operator on a module reads more than its type
         if self.capture is not None and fn is operator.mod and isinstance(args[0], str):
@@ -385,6 +398,9 @@ class DataOps(AttributeOps):
         f.popn(4)
 
     def store_subscr(self, obj: Any, key: Any, value: Any) -> None:
+        if outside_subclass(self.capture, obj):
+            raise self.fail(f"item assignment on a {type(obj).__qualname__} from outside the "
+                            "compiled function (a change made once, at capture)")
         if self.capture is not None and not (
             is_fake_tensor(obj) or isinstance(obj, (list, dict)) or is_traced_array(obj)
             or id(obj) in self.capture.new_objects
@@ -396,7 +412,8 @@ class DataOps(AttributeOps):
 
     def op_DELETE_SUBSCR(self, f: Frame, ins: Instruction) -> None:
         obj, key = f.stack[-2:]
-        if self.capture is not None and not isinstance(obj, (list, dict)):
+        if self.capture is not None and (not isinstance(obj, (list, dict))
+                                         or outside_subclass(self.capture, obj)):
             raise self.fail(f"del on a {type(obj).__name__}")
         del obj[key]
         f.popn(2)
@@ -472,6 +489,8 @@ class DataOps(AttributeOps):
 
     def op_DICT_UPDATE(self, f: Frame, ins: Instruction) -> None:
         v = f.pop()
+        if outside_subclass(self.capture, v):
+            v = item_view(self.capture, v)
         f.stack[-ins.oparg].update(v)
 
     def op_DICT_MERGE(self, f: Frame, ins: Instruction) -> None:
@@ -483,6 +502,8 @@ class DataOps(AttributeOps):
         if not hasattr(v, "keys"):
             raise TypeError(f"{function_str(fn)} argument after ** must be a mapping, not "
                             f"{type(v).__name__}")
+        if outside_subclass(self.capture, v):
+            v = item_view(self.capture, v)
         for key in v.keys():  # noqa: SIM118  (the mapping protocol: keys())
             if key in target:
                 raise TypeError(f"{function_str(fn)} got multiple values for keyword "

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from ember.frontend.bytecode.generators import LazyIterator
 from ember.frontend.bytecode.list_iterator import ListIterator
+from ember.frontend.bytecode.subclass_items import item_view, outside_subclass
 from torch import nn
 
 
@@ -162,6 +163,8 @@ def make_iterator(value: Any, interp: Any) -> Any:
     """
     if isinstance(value, (ListIterator, LazyIterator)):
         return value
+    if outside_subclass(interp.capture, value):
+        value = item_view(interp.capture, value)  # a list subclass, a ModelOutput's keys
     if type(value) is list:  # read live: items the loop appends are seen, as in CPython
         return ListIterator(value)
     if type(value) is set:

@@ -139,6 +139,32 @@ class ItemSource(Source):
         return f"{w.ref(self.base)}[{key}]"
 
 
+_BASE_GETITEM: dict[type, Any] = {list: list.__getitem__, dict: dict.__getitem__}
+
+
+@dataclass(frozen=True)
+class BaseItemSource(Source):
+    """Item ``key`` of the ``list``/``dict`` subclass instance at ``base``, read with the
+    base class's own ``__getitem__`` (``container``): a subclass's Python
+    ``__getitem__`` (transformers' ``ModelOutput``) is not what its C methods
+    (``items()``, iteration) read."""
+
+    base: Source
+    key: Any
+    container: type
+
+    def expr(self) -> str:
+        return f"{self.container.__name__}.__getitem__({self.base.expr()}, {self.key!r})"
+
+    def fetch(self, state: Any, ctx: Any) -> Any:
+        return _BASE_GETITEM[self.container](self.base.fetch(state, ctx), self.key)
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        key = index_code(self.key) if type(self.key) is int else w.const("key", self.key)
+        getitem = w.const("getitem", _BASE_GETITEM[self.container])
+        return f"{getitem}({w.ref(self.base)}, {key})"
+
+
 @dataclass(frozen=True, eq=False)
 class TensorKeySource(Source):
     """The item of the dict at ``base`` whose key is the tensor ``key`` (a parameter of
