@@ -143,7 +143,11 @@ def dims_of(source: Source, t: torch.Tensor, user_input: bool, policy: DynamicPo
     ``explicit``: the ranges ``capture(..., dynamic_shapes=...)`` gave for ``t``."""
     marks = marks_of(t)
     dims: dict[int, DynamicDim] = {}
-    automatic = policy.automatic.get(source, ())
+    # NOTE: strides that are no products of sizes (a slice of a parameter: `pos[:, :1]`
+    # live across a break) would be symbols of their own, which the graph cannot bind:
+    # such a tensor is symbolic only where asked for (a mark, dynamic_shapes)
+    unasked = _dense_strides(t)
+    automatic = policy.automatic.get(source, ()) if unasked else ()
     for d in range(t.dim()):
         mark = marks.get(d)
         if mark is not None and mark.kind == "static":
@@ -153,11 +157,23 @@ def dims_of(source: Source, t: torch.Tensor, user_input: bool, policy: DynamicPo
         elif mark is not None:
             why = "mark_dynamic" if mark.kind == "dynamic" else "maybe_mark_dynamic"
             dims[d] = DynamicDim(2 if mark.min is None else mark.min, mark.max, why)
-        elif policy.dynamic and user_input:
+        elif policy.dynamic and user_input and unasked:
             dims[d] = DynamicDim(2, None, "dynamic=True")
         elif d in automatic:
             dims[d] = DynamicDim(2, None, "automatic")
     return dims
+
+
+def _dense_strides(t: torch.Tensor) -> bool:
+    """Whether every stride of ``t`` is 0, 1 or the stride times the size of a
+    dimension with a smaller stride: the strides a symbolic fake tensor derives from
+    its sizes (others get symbols of their own)."""
+    known = {0, 1}
+    for d in sorted(range(t.dim()), key=t.stride):
+        if t.stride(d) not in known:
+            return False
+        known.add(t.stride(d) * t.size(d))
+    return True
 
 
 def add_input(recorder: GraphRecorder, value: torch.Tensor, spec: InputSpec,
