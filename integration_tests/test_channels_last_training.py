@@ -95,7 +95,12 @@ def one_by_one_weights(lowered: LoweredGraph) -> set[str]:
                 tuple(int(s) for s in g.meta.sizes), tuple(int(s) for s in g.meta.strides))}
 
 
-def test_resnet_training_on_cpu_runs_channels_last() -> None:
+def test_resnet_training_on_cpu_runs_channels_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU's policy (every convolution channels-last) on CPU tensors: the plan's
+    mechanics. The CPU's own policy keeps a dense ResNet in its traced layouts (below)."""
+    from ember.inductor.lowering import layout_plan_rules
+
+    monkeypatch.setitem(layout_plan_rules.CONVOLUTION_ANCHORS, "cpu", "all")
     module, x = resnet("cpu", torch.float32)
     graphs = lowered_graphs(module, x)
     assert assert_convolutions_channels_last(graphs) >= 2 * 7  # forward and backward
@@ -106,6 +111,24 @@ def test_resnet_training_on_cpu_runs_channels_last() -> None:
     four_d = {g.name for g in forward.inputs
               if isinstance(g.meta, TensorMeta) and g.meta.ndim == 4}
     assert set(copied) == four_d - one_by_one_weights(forward)  # the image, 3x3 weights
+
+
+def test_a_dense_resnet_trains_on_cpu_in_its_traced_layouts() -> None:
+    """On the CPU only grouped convolutions ask for channels-last
+    (``CONVOLUTION_ANCHORS``): oneDNN ran dense stacks slower channels-last, each call
+    reordering the row-major weight."""
+    module, x = resnet("cpu", torch.float32)
+    graphs = lowered_graphs(module, x)
+    convs = [call for lowered in graphs.values() for call in lowered.extern_nodes
+             if call.target in CONVS]
+    assert len(convs) >= 2 * 7
+    for lowered in graphs.values():
+        for call in lowered.extern_nodes:
+            if call.target in CONVS:
+                for arg in call.args[:3]:
+                    if isinstance(arg, TensorArg):
+                        assert not is_channels_last(*tensor_layout(lowered, arg)), call
+    assert copy_kernels(graphs["backward"]) == [] and copy_kernels(graphs["forward"]) == []
 
 
 def test_resnet_training_on_cpu_matches_eager() -> None:

@@ -24,6 +24,9 @@ from ember.inductor.scheduler import KernelStep, format_schedule, schedule
 from ember.runtime.ir import Node, TensorMeta
 from helpers import compile_fn, trace
 
+# the GPU's convolution layouts on CPU tensors (conftest.gpu_convolution_layouts)
+pytestmark = pytest.mark.usefixtures("gpu_convolution_layouts")
+
 
 def conv_block(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scale: torch.Tensor,
                shift: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,9 @@ from ember.inductor.scheduler import KernelStep, schedule
 from ember.runtime.ir import Program, TensorMeta, ValueRef, print_program
 from torch import nn
 
+# the GPU's convolution layouts on CPU tensors (conftest.gpu_convolution_layouts)
+pytestmark = pytest.mark.usefixtures("gpu_convolution_layouts")
+
 pytest.importorskip("ember.aot")
 pytest.importorskip("ember.frontend")
 
@@ -73,9 +76,13 @@ def copy_kernels(lowered: LoweredGraph) -> list[tuple[str, ...]]:
 
 @pytest.fixture(scope="module")
 def lowered_stack() -> tuple[Program, LoweredGraph, LoweredGraph]:
-    program = run_passes(training_program(conv_bn_relu_stack(), torch.randn(2, 3, 8, 8)))
-    return (program, GraphLowering(program, "forward").run(),
-            GraphLowering(program, "backward").run())
+    from ember.inductor.lowering import layout_plan_rules
+
+    with pytest.MonkeyPatch.context() as patch:  # module scope: before gpu_convolution_layouts
+        patch.setitem(layout_plan_rules.CONVOLUTION_ANCHORS, "cpu", "all")
+        program = run_passes(training_program(conv_bn_relu_stack(), torch.randn(2, 3, 8, 8)))
+        return (program, GraphLowering(program, "forward").run(),
+                GraphLowering(program, "backward").run())
 
 
 def test_every_convolution_gets_channels_last_arguments(

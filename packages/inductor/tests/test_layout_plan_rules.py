@@ -18,6 +18,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import trace
 
+# the GPU's convolution layouts on CPU tensors (conftest.gpu_convolution_layouts)
+pytestmark = pytest.mark.usefixtures("gpu_convolution_layouts")
+
 aten = torch.ops.aten
 W = torch.randn(4, 4, 3, 3)
 

@@ -33,6 +33,9 @@ from ember.inductor.lowering.lowered_graph import LoweredGraph
 from ember.inductor.lowering.rng_seed import GraphSeed
 from helpers import compile_fn, trace
 
+# the GPU's convolution layouts on CPU tensors (conftest.gpu_convolution_layouts)
+pytestmark = pytest.mark.usefixtures("gpu_convolution_layouts")
+
 
 def lower(fn: Callable[..., Any], *inputs: torch.Tensor) -> LoweredGraph:
     return GraphLowering(trace(fn, list(inputs))).run()

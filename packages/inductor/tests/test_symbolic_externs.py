@@ -19,6 +19,9 @@ from ember.runtime.compiled import load_executor
 from ember.runtime.ir import InputSpec, Program, TensorMeta
 from ember.runtime.tracing import GraphRecorder
 
+# the GPU's convolution layouts on CPU tensors (conftest.gpu_convolution_layouts)
+pytestmark = pytest.mark.usefixtures("gpu_convolution_layouts")
+
 aten = torch.ops.aten
 BATCH_NORM = "aten::_native_batch_norm_legit_functional.default"
 

@@ -10,6 +10,7 @@ from typing import Any
 from ember.inductor.loop_ir import Add, Var
 from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
+from ember.inductor.lowering.layout_plan_rules import anchors_on_device
 from ember.inductor.lowering.layout import (
     channels_last_strides,
     column_major_strides,
@@ -36,7 +37,9 @@ def channels_last_convolution(ctx: LoweringContext, call: ExternRequest) -> Exte
     x, meta = args[0], metas[0]
     if (len(args) < 9 or args[6] or not isinstance(meta, TensorMeta)
             or not isinstance(x, (Lazy, Stored)) or len(x.sizes) != 4
-            or not meta.dtype.is_floating_point):
+            or not meta.dtype.is_floating_point
+            or not (anchors_on_device(call.node.target, call.node.args, meta.device.type)
+                    or _planned_channels_last(meta))):
         return call
     weight = args[1]
     if isinstance(weight, Lazy) or ctx.layout.saved_channels_last(ctx.program,
@@ -66,11 +69,22 @@ def channels_last_convolution_backward(ctx: LoweringContext,
             isinstance(a, (Lazy, Stored)) and len(a.sizes) == 4
             and a.dtype.is_floating_point for a in args[:3]):
         return call
+    tensors = [m for m in metas[:2] if isinstance(m, TensorMeta)]
+    if tensors and not (
+            anchors_on_device(call.node.target, call.node.args, tensors[0].device.type)
+            or any(_planned_channels_last(m) for m in tensors)):
+        return call  # a dense CPU convolution: its traced layouts (layout_plan_rules)
     new_args = (*(channels_last_operand(ctx, a) for a in args[:3]), *args[3:])
     grad_input = metas[0]
     new_metas = (channels_last_meta(grad_input) if isinstance(grad_input, TensorMeta)
                  else grad_input, *metas[1:])
     return dataclasses.replace(call, args=new_args, metas=new_metas)
+
+
+def _planned_channels_last(meta: TensorMeta) -> bool:
+    """Whether the layout plan made this result channels-last (its traced strides are
+    channels-last): a convolution that does not ask for it itself follows the plan."""
+    return len(meta.sizes) == 4 and channels_last_meta(meta).strides == meta.strides
 
 
 def channels_last_meta(meta: TensorMeta) -> TensorMeta:

@@ -41,7 +41,12 @@ import torch
 from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.inductor.lowering.custom_ops import is_custom_operator
 from ember.inductor.lowering.layout import channels_last_strides, is_channels_last, same_layout
-from ember.inductor.lowering.layout_plan_rules import ARG, LAYOUT_RULES, Position
+from ember.inductor.lowering.layout_plan_rules import (
+    ARG,
+    LAYOUT_RULES,
+    Position,
+    anchors_on_device,
+)
 from ember.inductor.lowering.values import contiguous_strides
 from ember.runtime.ir import Node, OutputKind, Program, TensorMeta, ValueRef, symbolic
 from ember.runtime.logs import log
@@ -91,11 +96,18 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
             rule = LAYOUT_RULES.get(node.target)
             if rule is None or _explicit_format(node) or _turned_off(node, rule.off_when):
                 continue
-            for pos in rule.channels_last:
-                key = _key_at(gname, index[gname], node, pos)
-                if key is not None:
-                    classes.add(key)
+            # a convolution that does not ask for channels-last here (a dense one on the
+            # CPU) joins its tensors in one class that only another anchor can choose:
+            # when its activations are channels-last anyway, so is its weight
+            asks = anchors_on_device(node.target, node.args, _device_of(node))
+            keys = [k for k in (_key_at(gname, index[gname], node, pos)
+                                for pos in rule.channels_last) if k is not None]
+            for key in keys:
+                classes.add(key)
+                if asks:
                     anchored.append(key)
+                else:
+                    classes.union(keys[0], key)
             if rule.follows:
                 keys = [k for k in _tensor_keys(gname, index[gname], node) if k is not None]
                 for k in keys[1:]:
@@ -186,6 +198,14 @@ def _explicit_format(node: Node) -> bool:
     memory_format=torch.contiguous_format)``): its layout is not the plan's to choose."""
     fmt = node.kwargs.get("memory_format")
     return fmt is not None and fmt != torch.preserve_format
+
+
+def _device_of(node: Node) -> str:
+    """The device type of a node's first tensor result (a ``convolution_backward``
+    may compute no input gradient): ``cpu``, ``cuda``, ..."""
+    metas = node.meta if isinstance(node.meta, tuple) else (node.meta,)
+    found = next((m for m in metas if isinstance(m, TensorMeta)), None)
+    return found.device.type if found is not None else "cuda"
 
 
 def _turned_off(node: Node, flag: int | None) -> bool:

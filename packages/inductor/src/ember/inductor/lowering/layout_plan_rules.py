@@ -89,4 +89,32 @@ LAYOUT_RULES: dict[str, LayoutRule] = {
 """The layout rules, by ATen overload. Ops not listed keep their traced layouts and
 separate the tensors around them (a ``view`` to another shape, a reduction, a matmul)."""
 
-__all__ = ["ARG", "FOLLOW", "LAYOUT_RULES", "RESULT", "LayoutRule", "Position"]
+# The ``groups`` argument of each convolution overload (see :func:`anchors_on_device`).
+_GROUPS_ARG = {"aten::convolution.default": 8, "aten::convolution_backward.default": 9}
+
+#: Which convolutions ask for channels-last operands, by device type: ``all`` or
+#: ``grouped`` (``groups > 1``: depthwise and grouped convolutions). Another device
+#: type: ``all``. On a GPU every one does (cuDNN converts any other format on each
+#: call). On the CPU oneDNN ran depthwise stacks 1.1-1.6x faster channels-last
+#: (MobileNet-v2, EfficientNet-b0 inference, one thread) but dense 3x3 stacks slower
+#: (ResNet-18 inference 80 against 54 ms, training 266 against 199 ms: each call
+#: reorders the row-major weight), so a dense CPU convolution keeps its traced layout
+#: unless a grouped one makes its class channels-last (docs/benchmarks.md, "CPU
+#: convolution layouts").
+CONVOLUTION_ANCHORS: dict[str, str] = {"cuda": "all", "cpu": "grouped"}
+
+
+def anchors_on_device(target: str, args: tuple[object, ...], device: str) -> bool:
+    """Whether the convolution ``target(*args)`` on ``device`` (``cuda``, ``cpu``) asks
+    for channels-last operands itself (:data:`CONVOLUTION_ANCHORS`)."""
+    if CONVOLUTION_ANCHORS.get(device, "all") == "all":
+        return True
+    index = _GROUPS_ARG.get(target)
+    if index is None or index >= len(args):
+        return True
+    groups = args[index]
+    return not isinstance(groups, int) or groups > 1
+
+
+__all__ = ["ARG", "CONVOLUTION_ANCHORS", "FOLLOW", "LAYOUT_RULES", "RESULT", "LayoutRule",
+           "Position", "anchors_on_device"]
