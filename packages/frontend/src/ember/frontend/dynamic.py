@@ -19,7 +19,7 @@ Sizes 0 and 1 always specialise (a symbol's range starts at 2), as in torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -174,6 +174,20 @@ def _dense_strides(t: torch.Tensor) -> bool:
             return False
         known.add(t.stride(d) * t.size(d))
     return True
+
+
+def asked_when_aliased(dims: dict[int, DynamicDim], t: torch.Tensor,
+                       earlier: Iterable[torch.Tensor]) -> dict[int, DynamicDim]:
+    """``dims`` of input ``t``, less those nobody asked for (``dynamic=True``, automatic)
+    when ``t`` shares memory with an ``earlier`` input (a hook's stored output and its
+    ``.detach()`` live across a break): the graph binds such an input as a view of the
+    earlier one, by its static sizes and strides."""
+    if not dims:
+        return dims
+    ptr = t.untyped_storage().data_ptr()
+    if ptr == 0 or not any(e.untyped_storage().data_ptr() == ptr for e in earlier):
+        return dims
+    return {d: r for d, r in dims.items() if r.why not in ("dynamic=True", "automatic")}
 
 
 def add_input(recorder: GraphRecorder, value: torch.Tensor, spec: InputSpec,

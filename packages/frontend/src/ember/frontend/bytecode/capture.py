@@ -33,7 +33,13 @@ from ember.frontend.bytecode.sources import (
     ModuleMemberSource,
     Source,
 )
-from ember.frontend.dynamic import DynamicDim, DynamicPolicy, add_input, dims_of
+from ember.frontend.dynamic import (
+    DynamicDim,
+    DynamicPolicy,
+    add_input,
+    asked_when_aliased,
+    dims_of,
+)
 from ember.frontend.shape_guards import SymbolicInput
 from ember.frontend.tensor_subclasses import overriding_subclass
 from ember.runtime.ir import InputKind, InputSpec, SourceLocation
@@ -228,6 +234,7 @@ class CaptureContext:
         kind, target = _input_kind(value, source)
         name = self._input_name(source)
         dims = dims_of(source, value, not _module_state(value, source), self.policy)
+        dims = asked_when_aliased(dims, value, (real for _, real in self.inputs))
         if dims and self.recorder.shape_env is None:
             self.missed_marks = True  # only marks ask for symbols in a static capture
             dims = {}
