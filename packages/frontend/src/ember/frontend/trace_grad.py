@@ -20,11 +20,10 @@ alias): the trace keeps them as it did.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import torch
-from ember.frontend._torch import TorchDispatchMode
+from ember.frontend.bytecode.grad_mode import GradSpans
 from ember.runtime.ir import IRFormatError, Program
 from ember.runtime.ir.op_queries import mutated_arguments
 from ember.runtime.tracing import GraphRecorder
@@ -32,40 +31,18 @@ from ember.runtime.tracing import GraphRecorder
 __all__ = ["GradRegions", "grad_mode_of_graph"]
 
 
-class GradRegions(TorchDispatchMode):  # type: ignore[no-untyped-call]
+class GradRegions(GradSpans):  # type: ignore[no-untyped-call]
     """Sees every op the recorder runs (entered before the recorder, so it sits under
     it) and notes where grad mode changed."""
 
     def __init__(self, recorder: GraphRecorder) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.recorder = recorder
-        self.grad_at_start = torch.is_grad_enabled()
-        self._enabled = self.grad_at_start
-        # (number of nodes recorded before the change, grad mode from there on)
-        self._changes: list[tuple[int, bool]] = [(0, self._enabled)]
+        super().__init__(recorder)
+        self.grad_at_start = self._enabled
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
-        enabled = torch.is_grad_enabled()
-        if enabled != self._enabled:
-            self._enabled = enabled
-            self._changes.append((self._recorded(), enabled))
+        self.note(torch.is_grad_enabled())
         return func(*args, **(kwargs or {}))
-
-    def _recorded(self) -> int:
-        # NOTE: the recorder appends each node after its op ran; only placeholders are
-        # inserted elsewhere (in front), so recorded nodes keep their order.
-        return len(self.recorder.graph.nodes) - len(self.recorder.input_specs)
-
-    def no_grad_nodes(self) -> set[str]:
-        """Names of the nodes recorded so far while grad mode was off."""
-        recorded = [n.name for n in self.recorder.graph.nodes if n.op != "placeholder"]
-        names: set[str] = set()
-        bounds = [*self._changes, (len(recorded), self._enabled)]
-        for (start, enabled), (end, _) in itertools.pairwise(bounds):
-            if not enabled:
-                names.update(recorded[start:end])
-        return names
 
 
 def _writes(program: Program, names: set[str]) -> set[str]:

@@ -141,10 +141,11 @@ CALL_TURNED_GRAD_ON = ("a call turned grad mode on and ran ops with it (counted 
                        "without grad, as torch's own switches around one op are)")
 
 
-class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Sees every op the recorder runs (entered before the recorder, so it sits under
-    it): notes where grad mode changed, and refuses in-place writes to tensors that
-    require grad while grad mode is off (see the module docstring)."""
+class GradSpans(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """A dispatch mode under a recorder that notes where grad mode changed between the
+    recorded nodes (:meth:`note`) and says which nodes ran with it off
+    (:meth:`no_grad_nodes`): the strict capture's :class:`GradModeTracker` and the
+    tracing capture's ``trace_grad.GradRegions``."""
 
     def __init__(self, recorder: GraphRecorder) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -152,6 +153,36 @@ class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._enabled = torch.is_grad_enabled()
         # (number of nodes recorded before the change, grad mode from there on)
         self._changes: list[tuple[int, bool]] = [(0, self._enabled)]
+
+    def note(self, enabled: bool) -> None:
+        """The next recorded node runs with grad mode ``enabled``."""
+        if enabled != self._enabled:
+            self._enabled = enabled
+            self._changes.append((self._recorded(), enabled))
+
+    def _recorded(self) -> int:
+        # NOTE: the recorder appends each node after its op ran; only placeholders are
+        # inserted elsewhere (in front), so recorded nodes keep their order.
+        return len(self.recorder.graph.nodes) - len(self.recorder.input_specs)
+
+    def no_grad_nodes(self) -> set[str]:
+        """Names of the nodes recorded so far while grad mode was off."""
+        recorded = [n.name for n in self.recorder.graph.nodes if n.op != "placeholder"]
+        names: set[str] = set()
+        bounds = [*self._changes, (len(recorded), self._enabled)]
+        for (start, enabled), (end, _) in itertools.pairwise(bounds):
+            if not enabled:
+                names.update(recorded[start:end])
+        return names
+
+
+class GradModeTracker(GradSpans):
+    """Sees every op the recorder runs (entered before the recorder, so it sits under
+    it): notes where grad mode changed, and refuses in-place writes to tensors that
+    require grad while grad mode is off (see the module docstring)."""
+
+    def __init__(self, recorder: GraphRecorder) -> None:
+        super().__init__(recorder)
         # an op ran with grad mode on (not just the mode at the start: a call that turns
         # grad off before its first op, as optimizer.step does, has no autograd to keep)
         self._grad_seen = False
@@ -167,9 +198,7 @@ class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
             # cache): the op belongs to the call's no-grad region
             call.internal_grad_ops += 1
             enabled = False
-        if enabled != self._enabled:
-            self._enabled = enabled
-            self._changes.append((self._recorded(), enabled))
+        self.note(enabled)
         if not enabled and _writes_grad_tensor(func, args, kwargs):
             if self._grad_seen:
                 raise GraphBreak(
@@ -208,22 +237,6 @@ class GradModeTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def grad_seen(self) -> bool:
         """Whether some op of the capture ran with grad mode on."""
         return self._grad_seen
-
-    def _recorded(self) -> int:
-        # NOTE: the recorder appends each node after its op ran; only placeholders are
-        # inserted elsewhere (in front), so recorded nodes keep their order.
-        return len(self.recorder.graph.nodes) - len(self.recorder.input_specs)
-
-    def no_grad_nodes(self) -> set[str]:
-        """Names of the nodes recorded so far while grad mode was off."""
-        recorded = [n.name for n in self.recorder.graph.nodes if n.op != "placeholder"]
-        names: set[str] = set()
-        bounds = [*self._changes, (len(recorded), self._enabled)]
-        for (start, enabled), (end, _) in itertools.pairwise(bounds):
-            if not enabled:
-                names.update(recorded[start:end])
-        return names
-
 
 _WRITTEN: dict[Any, tuple[tuple[int, str], ...]] = {}
 
