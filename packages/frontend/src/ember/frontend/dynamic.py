@@ -143,11 +143,12 @@ def dims_of(source: Source, t: torch.Tensor, user_input: bool, policy: DynamicPo
     ``explicit``: the ranges ``capture(..., dynamic_shapes=...)`` gave for ``t``."""
     marks = marks_of(t)
     dims: dict[int, DynamicDim] = {}
-    # NOTE: strides that are no products of sizes (a slice of a parameter: `pos[:, :1]`
-    # live across a break) would be symbols of their own, which the graph cannot bind:
-    # such a tensor is symbolic only where asked for (a mark, dynamic_shapes)
-    unasked = _dense_strides(t)
-    automatic = policy.automatic.get(source, ()) if unasked else ()
+    # NOTE: a tensor dense but for the strides of its size-1 dims (a slice of a
+    # parameter, `pos[:, :1]`, strides (136, 8, 1), live across a break) is made a fake
+    # by torch with a stride symbol of its own, which the graph cannot bind: it is
+    # symbolic only where asked for (views the recorder sees as views are fine)
+    derivable = not _size_one_strides_only(t)
+    automatic = policy.automatic.get(source, ()) if derivable else ()
     for d in range(t.dim()):
         mark = marks.get(d)
         if mark is not None and mark.kind == "static":
@@ -157,35 +158,46 @@ def dims_of(source: Source, t: torch.Tensor, user_input: bool, policy: DynamicPo
         elif mark is not None:
             why = "mark_dynamic" if mark.kind == "dynamic" else "maybe_mark_dynamic"
             dims[d] = DynamicDim(2 if mark.min is None else mark.min, mark.max, why)
-        elif policy.dynamic and user_input and unasked:
+        elif policy.dynamic and user_input and derivable:
             dims[d] = DynamicDim(2, None, "dynamic=True")
         elif d in automatic:
             dims[d] = DynamicDim(2, None, "automatic")
     return dims
 
 
-def _dense_strides(t: torch.Tensor) -> bool:
-    """Whether every stride of ``t`` is 0, 1 or the stride times the size of a
-    dimension with a smaller stride: the strides a symbolic fake tensor derives from
-    its sizes (others get symbols of their own)."""
+def _dense_strides(t: torch.Tensor, skip_size_one: bool) -> bool:
+    """Whether each stride of ``t`` (but those of size-1 dims, with ``skip_size_one``)
+    is the product of the sizes of the dims with smaller strides (0 and 1 too)."""
     known = {0, 1}
     for d in sorted(range(t.dim()), key=t.stride):
+        if skip_size_one and t.size(d) == 1:
+            continue
         if t.stride(d) not in known:
             return False
         known.add(t.stride(d) * t.size(d))
     return True
 
 
+def _size_one_strides_only(t: torch.Tensor) -> bool:
+    """Whether ``t`` starts its storage and is dense but for the strides of its size-1
+    dims."""
+    return (t.storage_offset() == 0 and _dense_strides(t, True)
+            and not _dense_strides(t, False))
+
+
 def asked_when_aliased(dims: dict[int, DynamicDim], t: torch.Tensor,
                        earlier: Iterable[torch.Tensor]) -> dict[int, DynamicDim]:
     """``dims`` of input ``t``, less those nobody asked for (``dynamic=True``, automatic)
-    when ``t`` shares memory with an ``earlier`` input (a hook's stored output and its
+    when ``t`` is a whole alias of an ``earlier`` input (a hook's stored output and its
     ``.detach()`` live across a break): the graph binds such an input as a view of the
     earlier one, by its static sizes and strides."""
     if not dims:
         return dims
-    ptr = t.untyped_storage().data_ptr()
-    if ptr == 0 or not any(e.untyped_storage().data_ptr() == ptr for e in earlier):
+    # NOTE: only a whole alias (same memory, sizes and strides): views of disjoint parts
+    # of one buffer (qkv heads) keep their dims symbolic
+    if t.data_ptr() == 0 or not any(
+            e.data_ptr() == t.data_ptr() and e.shape == t.shape and e.stride() == t.stride()
+            for e in earlier):
         return dims
     return {d: r for d, r in dims.items() if r.why not in ("dynamic=True", "automatic")}
 
