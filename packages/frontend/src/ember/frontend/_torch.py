@@ -33,6 +33,7 @@ from torch.utils._pytree import (  # nested containers <-> flat leaves
 
 __all__ = [
     "SUPPORTED_NODES",
+    "module_call_impl",
     "FakeTensor",
     "GetAttrKey",
     "KeyPath",
@@ -403,3 +404,10 @@ def quiet_fake_tensor_errors() -> Iterator[None]:
         yield
     finally:
         _FAKE_TENSOR_LOG.setLevel(level)
+
+
+def module_call_impl() -> Any:
+    """``nn.Module``'s own call implementation (hooks and ``forward``), which
+    ``nn.Module.__call__`` forwards to: what a module class that does not define its own
+    ``__call__`` runs."""
+    return torch.nn.Module._call_impl

@@ -17,6 +17,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from ember.frontend._torch import module_call_impl
 from torch import nn
 
 
@@ -81,7 +82,7 @@ def replaced_forward(module: nn.Module, compiled: Any) -> Any | None:
     return None if current is compiled else getattr(module, "forward", None)
 
 
-MODULE_CALLS = (nn.Module.__call__, nn.Module._call_impl)
+MODULE_CALLS = (nn.Module.__call__, module_call_impl())
 """``nn.Module``'s own call: hooks and ``forward`` (``CallHandler.call_module``)."""
 
 
