@@ -316,7 +316,8 @@ def test_nested_tensor_input_stays_whole_and_says_why(
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_encoder_layer_gelu_is_eager_addmm_activation(device: str) -> None:
     """Eager's encoder layer computes ``gelu(linear1(x))`` with ``_addmm_activation``:
-    exact on the CPU, the tanh approximation on CUDA (checked against eager on an H200).
+    exact on the CPU, the tanh approximation on CUDA (torch's own decomposition of
+    ``_addmm_activation`` says so; on an H200, eager's fp32 result was not the exact gelu's).
     Recorded on fake tensors of the device, so it runs without one."""
     recorder = GraphRecorder()
     weights = [X, *ATTENTION_WEIGHTS, *NORMS, *FEED_FORWARD]
