@@ -135,8 +135,12 @@ class ItemSource(Source):
         return self.base.fetch(state, ctx)[self.key]
 
     def fetch_code(self, w: CodeWriter) -> str:
-        key = index_code(self.key) if type(self.key) is int else w.const("key", self.key)
-        return f"{w.ref(self.base)}[{key}]"
+        return f"{w.ref(self.base)}[{_key_code(w, self.key)}]"
+
+
+def _key_code(w: CodeWriter, key: Any) -> str:
+    """A subscript key in generated guard code: an int inline, anything else a constant."""
+    return index_code(key) if type(key) is int else w.const("key", key)
 
 
 _BASE_GETITEM: dict[type, Any] = {list: list.__getitem__, dict: dict.__getitem__}
@@ -160,9 +164,8 @@ class BaseItemSource(Source):
         return _BASE_GETITEM[self.container](self.base.fetch(state, ctx), self.key)
 
     def fetch_code(self, w: CodeWriter) -> str:
-        key = index_code(self.key) if type(self.key) is int else w.const("key", self.key)
         getitem = w.const("getitem", _BASE_GETITEM[self.container])
-        return f"{getitem}({w.ref(self.base)}, {key})"
+        return f"{getitem}({w.ref(self.base)}, {_key_code(w, self.key)})"
 
 
 @dataclass(frozen=True, eq=False)

@@ -198,7 +198,9 @@ class TritonKernel:
         # once binding failed (every launch then goes through JIT).
         self._bound: dict[tuple[Any, ...], BinaryLaunch] | None = None if interpret else {}
         self._trailing: tuple[Any, ...] = ()
-        self._stored: bool | None = None  # see _storable
+        # whether this kernel's binaries go to (and come from) triton_stored: a CUDA
+        # kernel whose arguments are all tensors
+        self._stored = self._device is not None and warmable(spec)
         self._key = specialization_key(spec.signature)
         self._arity = len(spec.signature)
 
@@ -268,7 +270,8 @@ class TritonKernel:
             return
         self._trailing = trailing
         self._bound[key] = binary_launch(compiled, self._trailing)
-        if self._device is not None and self._storable():
+        if self._stored:
+            assert self._device is not None
             triton_stored.store(self.spec, self._device, key, compiled)
 
     def _trailing_constexprs(self) -> tuple[Any, ...]:
@@ -293,13 +296,6 @@ class TritonKernel:
                 self.spec, triton_warmed.device_index(self._device))
         return self._warm_key
 
-    def _storable(self) -> bool:
-        """Whether this kernel's binaries go to (and come from) :mod:`.triton_stored`:
-        a CUDA kernel whose arguments are all tensors."""
-        if self._stored is None:
-            self._stored = self._device is not None and warmable(self.spec)
-        return self._stored
-
     def _bind_prebuilt(self, key: tuple[Any, ...], grid: Sequence[int]) -> BinaryLaunch | None:
         """The launcher of a binary built before this launch for the argument
         specialization ``key``: by this process's warm-up (:mod:`.triton_warmed`), else
@@ -312,7 +308,7 @@ class TritonKernel:
         if triton_warmed.has_entries():
             warm = self.warm_key()
             compiled = None if warm is None else triton_warmed.take(warm, key)
-        if compiled is None and self._storable():
+        if compiled is None and self._stored:
             compiled = triton_stored.load(self.spec, self._fn, self._device, key)
         if compiled is None:
             return None
