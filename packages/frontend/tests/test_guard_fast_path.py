@@ -5,6 +5,7 @@ fails it after the fast path has answered several calls."""
 from __future__ import annotations
 
 import time
+import types
 from typing import Any
 
 import pytest
@@ -53,9 +54,12 @@ class Block(nn.Module):
             extra: Any = self.extra  # absent (Module.__getattr__ raises): handled
         except AttributeError:
             extra = 1.0
-        y: torch.Tensor = (self.act(self.lin(x)) * self.factor * self.scales[1]
+        y: torch.Tensor = (self.scaled(self.act(self.lin(x))) * self.scales[1]
                            * self.cfg.alpha * self.pcfg.beta * self.eps * extra)
         return y + 1 if self.flag else y
+
+    def scaled(self, y: torch.Tensor) -> torch.Tensor:  # a method call: guarded
+        return y * self.factor
 
 
 class PlainBlock(nn.Module):
@@ -142,6 +146,7 @@ def test_the_fast_path_is_taken_and_printed(capsys: Any) -> None:
     covered = {g.where() for g in stamp.guards}
     assert "self.layers[0].factor" in covered and "self.layers[0].lin.weight" in covered
     assert "raises(self.layers[0].extra)" in covered
+    assert "self.layers[0].scaled.__func__" in covered  # method guards: free per layer
     assert "self.layers[0].cfg.alpha" not in covered
     assert "self.layers[0].scales[1]" not in covered
     before = _hits(compiled)
@@ -184,6 +189,12 @@ def _mutate(model: Stack, mutation: str) -> None:
         layers[0].extra = 2.0
     elif mutation == "missing_buffer":
         layers[1].register_buffer("extra", torch.tensor(2.0))
+    elif mutation == "method_instance":
+        layers[1].scaled = types.MethodType(lambda self, y: y * 7.0, layers[1])
+    elif mutation == "method_class":
+        Block.scaled = lambda self, y: y * 5.0  # type: ignore[method-assign]
+    elif mutation == "forward_instance":
+        layers[2].lin.forward = lambda x: x * 3.0
     elif mutation == "storage_offset":
         layers[1].lin.bias.data = torch.zeros(5)[1:]
     else:
@@ -208,6 +219,9 @@ def _mutate(model: Stack, mutation: str) -> None:
     ("missing_attribute", "raises(self.layers[0].extra) == True (got False)"),
     ("missing_buffer", "raises(self.layers[1].extra) == True (got False)"),
     ("storage_offset", "self.layers[1].lin.bias.storage_offset() == 0 (got 1)"),
+    ("method_instance", "self.layers[1].scaled.__func__ is "),
+    ("method_class", "self.layers[0].scaled.__func__ is "),
+    ("forward_instance", "self.layers[2].lin.forward.__func__ is "),
 ])
 def test_a_mutation_fails_its_guard_after_fast_calls(mutation: str, failed: str,
                                                      capsys: Any) -> None:
@@ -223,6 +237,10 @@ def test_a_mutation_fails_its_guard_after_fast_calls(mutation: str, failed: str,
         assert "guard failed: " in log and failed in log, log
     finally:
         Block.eps = 1.0
+        Block.scaled = _SCALED  # type: ignore[method-assign]
+
+
+_SCALED = Block.scaled
 
 
 class SneakyConfig(HFStyleConfig):

@@ -239,7 +239,9 @@ def test_guards_per_layer_do_not_grow() -> None:
         counts.append(len(segment.guards))
     per_layer = (counts[1] - counts[0]) // 2
     assert counts[1] - counts[0] == 2 * per_layer
-    assert per_layer == 13, counts
+    # 13, and the functions of the 3 methods each layer calls (its forward, its
+    # submodules'): a replaced method recompiles; the fast path's stamp covers them
+    assert per_layer == 16, counts
 
 
 def test_guards_log_shows_the_check_function(capsys: Any) -> None:

@@ -1,9 +1,12 @@
 """The trace capture after the compiled module's tree changed (``ModuleLayout.changed``):
 a swapped submodule, an added parameter, an appended layer, also of a module passed as
 an argument. Before, the entries kept reading the old submodules' parameters and
-running the old code (silently wrong results, no recompile)."""
+running the old code (silently wrong results, no recompile). So did a method replaced
+on a submodule (``m.lin.forward = f``, ``m.helper = MethodType(g, m)``) or on a class."""
 
 from __future__ import annotations
+
+import types
 
 import ember.frontend as ef
 import torch
@@ -85,3 +88,41 @@ def test_a_replaced_forward_or_a_new_hook_is_traced_again() -> None:
     del m.forward
     torch.testing.assert_close(compiled(x), m(x))
     assert compiled.stats.recompiles == 3
+
+
+class WithHelper(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def helper(self, y: torch.Tensor) -> torch.Tensor:
+        return y + 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.helper(self.lin(x))
+
+
+_HELPER = WithHelper.helper
+
+
+def test_a_replaced_method_of_the_tree_is_traced_again() -> None:
+    torch.manual_seed(0)
+    m = WithHelper()
+    compiled = ef.compile(m, backend="eager", options=TRACE)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), m(x))
+    m.note = "seen"  # an attribute write, no method replaced: no recompile
+    torch.testing.assert_close(compiled(x), m(x))
+    assert compiled.stats.recompiles == 0
+    m.helper = types.MethodType(lambda self, y: y * 100, m)  # type: ignore[method-assign]
+    torch.testing.assert_close(compiled(x), m(x))
+    m.lin.forward = lambda t: t - 5  # type: ignore[method-assign]
+    torch.testing.assert_close(compiled(x), m(x))
+    del m.helper, m.lin.forward
+    try:
+        WithHelper.helper = lambda self, y: y * 3  # type: ignore[method-assign]
+        torch.testing.assert_close(compiled(x), m(x))
+    finally:
+        WithHelper.helper = _HELPER  # type: ignore[method-assign]
+    torch.testing.assert_close(compiled(x), m(x))
+    assert compiled.stats.recompiles == 4

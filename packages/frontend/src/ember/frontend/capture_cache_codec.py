@@ -52,6 +52,7 @@ from ember.frontend.bytecode.sources import (
     IterItemSource,
     LocalSource,
     LookupFails,
+    MethodFuncSource,
     ModuleMemberSource,
     SliceSource,
     StackSource,
@@ -73,8 +74,8 @@ class Unportable(Exception):
 
 _SOURCES: dict[str, type[Source]] = {cls.__name__: cls for cls in (
     AttrSource, CellSource, ClosureSource, DefaultSource, GlobalSource, ItemSource,
-    IterItemSource, LocalSource, LookupFails, ModuleMemberSource, SliceSource, StackSource,
-    ShapeSource, SizeSource, RelationSource, EnvSource)}
+    IterItemSource, LocalSource, LookupFails, MethodFuncSource, ModuleMemberSource,
+    SliceSource, StackSource, ShapeSource, SizeSource, RelationSource, EnvSource)}
 """The sources a cached capture may read through, by class name (``EnvSource``: an
 environment variable, read again in the loading process)."""
 

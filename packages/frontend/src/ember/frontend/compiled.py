@@ -172,8 +172,8 @@ class TracedFunction:
         if not any(map(stale, self._entries)):  # the usual call: nothing changed
             return
         kept = [entry for entry in self._entries if not stale(entry)]
-        log("recompiles", f"{self._name()}: the submodules, parameters or buffers of "
-            f"{what} changed since it was traced; recompiling")  # or forward replaced
+        log("recompiles", f"{self._name()}: the submodules, parameters, buffers or "
+            f"methods of {what} changed since it was traced; recompiling")  # or forward replaced
         if not kept:  # this call compiles again; with entries left, _compile counts it
             self.stats.recompiles += 1
         self._entries = kept

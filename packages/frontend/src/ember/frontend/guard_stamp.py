@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import gc
 import operator
+import types
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from ember.frontend.bytecode.sources import (
     ItemSource,
     LocalSource,
     LookupFails,
+    MethodFuncSource,
     ModuleMemberSource,
 )
 from ember.frontend.guard_model import MODULE_HOOK_TABLES, Guard, Source
@@ -47,7 +49,7 @@ from ember.runtime.logs import log
 
 __all__ = ["LEAF_RULES", "STEP_SOURCES", "Needs", "Stamp", "chain_of", "guard_needs"]
 
-STEP_SOURCES = (AttrSource, ModuleMemberSource, ItemSource, LookupFails)
+STEP_SOURCES = (AttrSource, ModuleMemberSource, ItemSource, LookupFails, MethodFuncSource)
 """The source steps a stamp may cover (each still needs its object to qualify;
 ``LookupFails``, whether a lookup raises, only as the last)."""
 ROOT_SOURCES = (LocalSource, CellSource, GlobalSource)
@@ -96,7 +98,7 @@ def chain_of(source: Source) -> list[Source] | None:
     return steps[::-1]
 
 
-def _class_dicts(cls: type) -> list[dict[str, Any]]:
+def class_dicts(cls: type) -> list[dict[str, Any]]:
     """The writable dicts of ``cls``'s MRO (a class attribute set later bumps them)."""
     found = []
     for k in cls.__mro__:
@@ -118,7 +120,7 @@ def _object_needs(obj: Any, needs: Needs) -> bool:
     needs.typed[id(obj)] = obj
     needs.dicted[id(obj)] = obj
     needs.dicts[id(attrs)] = attrs
-    for d in _class_dicts(cls):
+    for d in class_dicts(cls):
         needs.dicts[id(d)] = d
     return True
 
@@ -160,11 +162,27 @@ def _step_needs(step: Source, base: Any, needs: Needs) -> bool:
         return True
     if isinstance(step, ItemSource):
         return _item_needs(base, step.key, needs)
+    if isinstance(step, MethodFuncSource):
+        return _method_needs(base, step.name, needs)
     if isinstance(step, LookupFails):
         if step.attribute:
             return _missing_attr_needs(base, step.key, needs)
         return _item_needs(base, step.key, needs)
     return False
+
+
+def _method_needs(obj: Any, name: Any, needs: Needs) -> bool:
+    """The function ``obj.name`` is bound to, when the instance and class dicts decide
+    it: a bound method stored in the instance dict (its ``__func__`` cannot change), or
+    a plain function of the class that no instance entry hides."""
+    if type(name) is not str or not _object_needs(obj, needs):
+        return False
+    found, entry = _class_entry(type(obj), name)
+    if found and _is_data_descriptor(entry):
+        return False
+    if name in obj.__dict__:
+        return type(obj.__dict__[name]) is types.MethodType
+    return found and type(entry) is types.FunctionType
 
 
 def _missing_attr_needs(obj: Any, name: Any, needs: Needs) -> bool:

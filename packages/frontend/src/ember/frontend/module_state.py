@@ -4,12 +4,15 @@ it live at each call, and how to swap in fake tensors while tracing."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from ember.frontend._torch import dict_version_reader
+from ember.frontend.guard_stamp import class_dicts
 from ember.runtime.ir import InputKind
 
 __all__ = ["ModuleLayout", "StateSlot", "callable_name", "module_of"]
@@ -60,6 +63,12 @@ class ModuleLayout:
         self._tables = [t for sub in module.modules(remove_duplicate=False)
                         for t in (sub._modules, sub._parameters, sub._buffers)]
         self._versions = _versions(self._tables)
+        modules = list(module.modules())
+        classes = list(dict.fromkeys(type(sub) for sub in modules))
+        self._method_dicts = [sub.__dict__ for sub in modules] + [
+            d for cls in classes for d in class_dicts(cls)]
+        self._method_versions = _versions(self._method_dicts)
+        self.methods = _methods(modules, classes)
         self.submodules: list[tuple[str, torch.nn.Module]] = list(module.named_modules())
         self.slots: list[StateSlot] = []
         seen: dict[int, int] = {}  # id(tensor) -> slot index
@@ -90,11 +99,27 @@ class ModuleLayout:
         # NOTE: the tables' version tags first (a write to any of them changes its tag):
         # walking the tree costs ~180 us for a 121-module model, the tags ~10 us
         versions = _versions(self._tables)
-        if versions is not None and versions == self._versions:
+        if versions is None or versions != self._versions:
+            if _structure(self.module) != self.structure:
+                return True
+            self._versions = versions  # a write that kept the tree (a buffer assigned anew)
+        return self._methods_changed()
+
+    def _methods_changed(self) -> bool:
+        """Whether a method of a module of the tree was replaced since: a function or
+        bound method set on an instance (``m.forward = f``, ``m.helper =
+        MethodType(g, m)``) or removed from it, or a class's function replaced
+        (``Cls.helper = g``). The trace ran the old one; its graph would keep running
+        it. The instance and class dicts' version tags first (an attribute write such
+        as ``eval()``'s ``training`` changes them but no method)."""
+        versions = _versions(self._method_dicts)
+        if versions is not None and versions == self._method_versions:
             return False
-        if _structure(self.module) != self.structure:
+        modules = [sub for _, sub in self.submodules]
+        classes = list(dict.fromkeys(type(sub) for sub in modules))
+        if _methods(modules, classes) != self.methods:
             return True
-        self._versions = versions  # a write that kept the tree (a buffer assigned anew)
+        self._method_versions = versions
         return False
 
     def read(self) -> list[torch.Tensor]:
@@ -129,6 +154,21 @@ def _structure(module: torch.nn.Module) -> tuple[Any, ...]:
          tuple((k, v is None) for k, v in sub._parameters.items()),
          tuple((k, v is None) for k, v in sub._buffers.items()))
         for prefix, sub in module.named_modules(remove_duplicate=False))
+
+
+_METHODS = (types.FunctionType, types.MethodType, functools.partial)
+
+
+def _methods(modules: list[torch.nn.Module], classes: list[type]) -> list[Any]:
+    """The callables a call of the tree may run as methods and that can be replaced:
+    each module's instance-dict functions and bound methods, each class's functions
+    (over their MROs); compared by identity."""
+    found: list[Any] = [[(k, v) for k, v in sub.__dict__.items() if isinstance(v, _METHODS)]
+                        for sub in modules]
+    for cls in classes:
+        found.extend([(k, v) for k, v in d.items() if isinstance(v, types.FunctionType)]
+                     for d in class_dicts(cls))
+    return found
 
 
 def _versions(tables: list[dict[str, Any]]) -> tuple[int, ...] | None:

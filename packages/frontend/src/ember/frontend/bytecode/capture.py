@@ -30,6 +30,7 @@ from ember.frontend.bytecode.sources import (
     AttrSource,
     ItemSource,
     LocalSource,
+    MethodFuncSource,
     ModuleMemberSource,
     Source,
 )
@@ -180,13 +181,16 @@ class CaptureContext:
             # a fresh bound method each read: its function is guarded (by code, as a
             # function is), so that an instance attribute or a class change that
             # replaces it (`obj.go = f`) recompiles; its object was guarded where read.
-            # NOTE: not for modules (a model's layers would pay a guard per method call;
-            # a replaced forward is looked up at every call, compiled.py), nor for
-            # torch's, Ember's (which may stand in while capturing: a Triton launch) or
-            # the standard library's methods
+            # NOTE: a module's method (its layers share the class's functions) is
+            # guarded by the function's identity through MethodFuncSource, which the
+            # guard fast path's stamp covers (a model's layers pay no guard per method
+            # call); other objects' not for torch's, Ember's (which may stand in while
+            # capturing: a Triton launch) or the standard library's methods
             func = value.__func__
-            if (isinstance(func, types.FunctionType) and not isinstance(value.__self__,
-                                                                        nn.Module)
+            if isinstance(value.__self__, nn.Module):
+                if isinstance(func, types.FunctionType) and isinstance(source, AttrSource):
+                    self.guard("id", MethodFuncSource(source.base, source.name), func)
+            elif (isinstance(func, types.FunctionType)
                     and not is_library_file(func.__code__.co_filename)):
                 self.guard("id", AttrSource(AttrSource(source, "__func__"), "__code__"),
                            func.__code__)

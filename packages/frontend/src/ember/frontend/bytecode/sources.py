@@ -17,7 +17,8 @@ from typing import Any
 from ember.frontend.guard_model import CodeWriter, Source, index_code
 
 __all__ = ["AttrSource", "CellSource", "ClosureSource", "DefaultSource", "GlobalSource",
-           "ItemSource", "IterItemSource", "LocalSource", "LookupFails", "ModuleMemberSource",
+           "ItemSource", "IterItemSource", "LocalSource", "LookupFails", "MethodFuncSource",
+           "ModuleMemberSource",
            "RefTargetSource", "SliceSource", "Source", "StackSource", "TensorKeySource",
            "attr_source", "lookup_fails"]
 
@@ -121,6 +122,29 @@ class ModuleMemberSource(Source):
         if self.table not in _MODULE_TABLES:
             return super().fetch_code(w)
         return f"{w.ref(self.base)}.{self.table}[{w.const('name', self.name)}]"
+
+
+@dataclass(frozen=True)
+class MethodFuncSource(Source):
+    """The function ``base.name`` is bound to (its ``__func__``; None when that read
+    gives no bound method): what a method read on an ``nn.Module`` is guarded on, so
+    that replacing it on the instance (``m.helper = MethodType(f, m)``,
+    ``m.forward = g``) or on the class recompiles. Its value depends only on the
+    instance and class dicts, so the guard fast path's stamp covers it
+    (:mod:`ember.frontend.guard_stamp`)."""
+
+    base: Source
+    name: str
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.{self.name}.__func__"
+
+    def fetch(self, state: Any, ctx: Any) -> Any:
+        return getattr(getattr(self.base.fetch(state, ctx), self.name), "__func__", None)
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        return (f"getattr(getattr({w.ref(self.base)}, {w.const('name', self.name)}), "
+                "'__func__', None)")
 
 
 @dataclass(frozen=True)
