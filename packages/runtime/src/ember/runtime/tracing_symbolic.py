@@ -57,7 +57,7 @@ from ember.runtime.ir import (
 from ember.runtime.logs import log
 from ember.runtime.tracing_errors import RecordingError
 from ember.runtime.tracing_guards import one_form_per_relation
-from ember.runtime.tracing_views import view_fake
+from ember.runtime.tracing_views import strides_derivable, view_fake
 
 __all__ = ["TORCH_FUNCTIONS", "RecordedSymbols"]
 
@@ -500,9 +500,17 @@ def _used_symbols(graph: Graph) -> set[str]:
 
 
 def _strides_follow_sizes(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor``'s strides and offset follow from its sizes: it is dense in some
-    dim order (each stride the product of the sizes inside it; dims of size 1 aside) and
-    starts at its storage's start."""
+    """Whether ``tensor``'s fake can come from torch's own ``from_tensor``: it starts at
+    its storage's start, is dense in some dim order (each stride the product of the
+    sizes inside it; dims of size 1 aside) and torch derives every stride from the
+    sizes, those of size-1 dims included (:func:`~.tracing_views.strides_derivable`).
+
+    NOTE: a size-1 dim's stride never moves an address, but it is no free choice: torch
+    gives one it cannot derive (``(8, 100, 1)`` for ``[s0, 1, 8]``) a symbol of its own,
+    which the IR cannot bind, and eager reads it when it infers a memory format (a
+    ``[N, 1, H, W]`` input with stride 1 in dim 1 is channels-last to a convolution,
+    which then returns a channels-last result). Such an input is made by
+    :func:`~.tracing_views.view_fake`, which keeps the example's int."""
     if tensor.storage_offset() != 0:
         return False
     dims = sorted((st, size) for size, st in zip(tensor.shape, tensor.stride()) if size != 1)
@@ -511,4 +519,4 @@ def _strides_follow_sizes(tensor: torch.Tensor) -> bool:
         if stride != expected:
             return False
         expected *= size
-    return True
+    return strides_derivable(tensor)

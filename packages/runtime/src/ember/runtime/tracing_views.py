@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from ember.runtime._torch import DimDynamic, FakeTensorMode, input_source
 
-__all__ = ["view_fake", "view_strides"]
+__all__ = ["strides_derivable", "view_fake", "view_strides"]
 
 
 def view_strides(sizes: Sequence[Any], example: torch.Tensor) -> list[Any]:
@@ -42,6 +42,23 @@ def view_strides(sizes: Sequence[Any], example: torch.Tensor) -> list[Any]:
             result[d] = next_expr
         next_value, next_expr = stride[d] * shape[d], result[d] * sizes[d]
     return result
+
+
+def strides_derivable(example: torch.Tensor) -> bool:
+    """Whether torch's ``from_tensor`` makes every stride of a symbolic fake of
+    ``example`` from its sizes, with no stride symbol of its own (which the IR could not
+    bind). Its rule, walking the dims from the smallest stride out (a later dim first
+    among equal strides): a stride of 0 or 1 is that constant, unless it also equals the
+    next dim's stride times size; any other stride must be the stride times the size of
+    a dim already walked. Dims of size 1 count too: their strides take part."""
+    shape, stride = tuple(example.shape), tuple(example.stride())
+    walked: set[int] = set()
+    for d in sorted(range(len(shape)), key=lambda d: (stride[d], -d)):
+        follows_next = d + 1 < len(shape) and stride[d] == shape[d + 1] * stride[d + 1]
+        if not (stride[d] in (0, 1) and not follows_next) and stride[d] not in walked:
+            return False
+        walked.add(shape[d] * stride[d])
+    return True
 
 
 def view_fake(fake_mode: FakeTensorMode, tensor: torch.Tensor, name: str,
