@@ -44,6 +44,8 @@ from ember.frontend.bytecode.side_effects import DELETED
 from ember.frontend.bytecode.sources import AttrSource, attr_source
 
 _NOT_INPUT = object()  # _input_grad: not a graph input's .grad
+_NOT_WRITTEN = object()  # _class_write: no write on a class the lookup reaches
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class Python code may set attributes of
 
 
 class AttributeOps:
@@ -98,6 +100,9 @@ class AttributeOps:
             if written.value is DELETED:
                 return self._read_after_delete(obj, name)
             return written.value
+        inherited = self._class_write(obj, name)
+        if inherited is not _NOT_WRITTEN:
+            return inherited
         if is_fake(obj):
             if name == "data":
                 # a detached alias of the tensor (what .data is): an op on the input
@@ -136,6 +141,43 @@ class AttributeOps:
             cap.sources.setdefault(id(value), (value, AttrSource(source, name)))
             return value
         return cap.wrap(value, attr_source(obj, source, name))
+
+    def _class_write(self, obj: Any, name: str) -> Any:
+        """``obj.name`` where this capture wrote (or deleted) ``name`` on a class that
+        the lookup reaches (``type(self).count += 1`` then ``self.count``, or
+        ``Base.flag = True`` then ``Sub.flag``): the written value, bound as Python
+        would bind it; _NOT_WRITTEN when the lookup finds no such write first."""
+        cap = self.capture
+        if is_fake(obj) or not any(isinstance(o, type) for o in cap.dirty.values()):
+            return _NOT_WRITTEN
+        if isinstance(obj, type):
+            mro = obj.__mro__
+        else:
+            members = getattr(obj, "__dict__", None)
+            if isinstance(members, dict) and name in members:
+                return _NOT_WRITTEN  # the instance's own attribute comes first
+            mro = type(obj).__mro__
+        for klass in mro:
+            written = cap.attr_writes.get((id(klass), name))
+            if written is not None and written.obj is klass:
+                if written.value is DELETED:
+                    continue  # deleted here: the lookup goes on to the bases
+                return self._bind_class_value(obj, klass, name, written.value)
+            if name in vars(klass):
+                return _NOT_WRITTEN  # the real class attribute, as read below
+        return _NOT_WRITTEN
+
+    def _bind_class_value(self, obj: Any, klass: type, name: str, value: Any) -> Any:
+        """A value written on class ``klass`` in this capture, as ``obj.name`` gives it:
+        a function bound to an instance, other plain values as they are."""
+        if isinstance(value, types.FunctionType):
+            return value if isinstance(obj, type) else types.MethodType(value, obj)
+        if hasattr(type(value), "__get__") and not isinstance(value, torch.Tensor):
+            raise self.fail(f"reading .{name} after assigning a "
+                            f"{type(value).__name__} to {klass.__name__}.{name} in this "
+                            "capture (a descriptor Ember does not run)",
+                            "assign it outside the compiled function")
+        return value
 
     def _input_grad(self, fake: Any) -> Any:
         """``p.grad`` of a graph input ``p`` (an optimizer reading its parameters'
@@ -431,6 +473,8 @@ def _class_attr(cls: type, name: str) -> Any:
 def _has_own(obj: Any, name: str) -> bool:
     """Whether the real ``obj`` holds ``name`` itself (its ``__dict__``, or an
     ``nn.Module``'s parameter, buffer or submodule tables)."""
+    if isinstance(obj, type):
+        return name in vars(obj)  # (a base class's attribute is not deleted through it)
     members = getattr(obj, "__dict__", None)
     if isinstance(members, dict) and name in members:
         return True
@@ -445,8 +489,25 @@ def _plain_attribute(obj: Any, name: str, method: str) -> bool:
     other data descriptor but slots), so that recording it and replaying it later with
     ``setattr`` / ``delattr`` is equivalent."""
     cls = type(obj)
+    if isinstance(obj, type):
+        return _plain_class_attribute(obj, name, method)
     if getattr(cls, method, None) is not getattr(object, method):
         return False
     attr = _class_attr(cls, name)
     return attr is None or isinstance(attr, types.MemberDescriptorType) or not hasattr(
         type(attr), "__set__")
+
+
+def _plain_class_attribute(cls: type, name: str, method: str) -> bool:
+    """Whether ``cls.name = v`` (``del cls.name``) on a class only stores (removes) the
+    entry of its ``__dict__``: a class made by Python code, whose metaclass keeps
+    ``type``'s method and has no data descriptor of that name (``__name__``,
+    ``__doc__``), and not a special method (which changes the type's slots that
+    operators read)."""
+    meta = type(cls)
+    if getattr(meta, method, None) is not getattr(type, method):
+        return False
+    if not cls.__flags__ & _HEAPTYPE or (name.startswith("__") and name.endswith("__")):
+        return False
+    attr = _class_attr(meta, name)
+    return attr is None or not hasattr(type(attr), "__set__")
