@@ -61,6 +61,9 @@ __all__ = [
     "marked_constant",
     "numpy_layer",
     "pinning_source",
+    "python_dispatcher",
+    "python_dispatcher_off",
+    "upsample_nearest_bindings",
     "register_pytree_node",
     "tensor_metadata_checker",
     "tree_flatten",
@@ -411,3 +414,26 @@ def module_call_impl() -> Any:
     ``nn.Module.__call__`` forwards to: what a module class that does not define its own
     ``__call__`` runs."""
     return torch.nn.Module._call_impl
+
+
+def python_dispatcher() -> Any:
+    """torch's Python dispatcher (a context manager): while on, the Python kernels torch
+    registers for ``CompositeImplicitAutograd`` ops (``upsample_*.vec``, which
+    ``F.interpolate(x, scale_factor=2)`` calls) run instead of their C++ ones, which
+    compute output sizes as concrete ints and would specialise every symbolic size."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    return enable_python_dispatcher()
+
+
+def python_dispatcher_off() -> Any:
+    """torch's Python dispatcher turned off inside (a context manager): an op then
+    reaches the recorder as itself, not as the ops of torch's Python decomposition."""
+    return torch._C._DisablePythonDispatcher()
+
+
+def upsample_nearest_bindings() -> dict[int, Any]:
+    """torch's C bindings of ``upsample_nearest{1,2,3}d`` (what ``F.interpolate`` calls
+    in ``"nearest"`` mode), by the input's rank."""
+    return {3: torch._C._nn.upsample_nearest1d, 4: torch._C._nn.upsample_nearest2d,
+            5: torch._C._nn.upsample_nearest3d}
