@@ -9,6 +9,7 @@ import struct
 
 import pytest
 import torch
+from ember.runtime.interpreter import run_program
 from ember.runtime.ir import (
     Graph,
     InputKind,
@@ -23,7 +24,9 @@ from ember.runtime.ir import (
     is_pure,
     is_random,
     is_view,
+    parse_program,
     print_graph,
+    verify,
     writes_arguments,
 )
 from ember.runtime.ir.cleanup import argument_key
@@ -235,6 +238,39 @@ def test_cleanups_leave_their_input_alone() -> None:
     before = print_graph(program.forward)
     eliminate_dead_code(eliminate_common_subexpressions(program.forward))
     assert print_graph(program.forward) == before
+
+
+UNBACKED = """program dialect=aten
+
+graph forward(%x: f32[5, 3]{3,1} cpu):
+  symbols u0 in [0, 5], u1 in [0, 5], u2 in [0, 15]
+  guard u0 == u1
+  %gt: bool[5, 3]{3,1} cpu = aten::gt.Scalar(%x, 0)
+  %select: bool[5]{3} cpu = aten::select.int(%gt, 1, 0)
+  %index: f32[u0, 3]{3,1} cpu = aten::index.Tensor(%x, [%select])
+  %t: f32[3, u0]{1,3} cpu = aten::t.default(%index)
+  %index_1: f32[u1, 3]{3,1} cpu = aten::index.Tensor(%x, [%select])
+  %mm: f32[3, 3]{3,1} cpu = aten::mm.default(%t, %index_1)
+  %nonzero: i64[u2, 2]{1,u2} cpu = aten::nonzero.default(%x)
+  %ones: f32[u2, 2]{2,1} cpu = aten::ones.default([sym(u2), 2], device=device("cpu"), pin_memory=False)
+  return (%mm, %ones)  [user_output, user_output]
+"""
+
+
+def test_cleanups_keep_the_calls_that_bind_unbacked_sizes() -> None:
+    # CSE merged the second mask's index (binding u1, read by the guard) into the first,
+    # and DCE dropped the nonzero whose count sizes ones(): "nothing binds it"
+    program = parse_program(UNBACKED)
+    graph = eliminate_dead_code(eliminate_common_subexpressions(program.forward))
+    names = [n.name for n in graph.nodes]
+    assert "index_1" in names and "nonzero" in names, names
+    program.graphs["forward"] = graph
+    verify(program)
+    x = torch.zeros(5, 3)
+    x[:2] = 1
+    mm, ones = run_program(program, [x])  # type: ignore[arg-type]
+    torch.testing.assert_close(mm, x[:2].t() @ x[:2])
+    assert ones.shape == (6, 2)  # the 6 nonzero elements
 
 
 # -- unreferenced tensors -----------------------------------------------------------------

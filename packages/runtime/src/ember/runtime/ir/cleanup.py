@@ -34,12 +34,15 @@ from __future__ import annotations
 
 import struct
 
+from ember.runtime.ir import symbolic
 from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import Argument, Graph, Node, Program, ScalarMeta, ValueRef
 from ember.runtime.ir.op_queries import argument_at, is_pure, is_view, mutated_arguments
+from ember.runtime.ir.symbol_rules import _meta_expressions, _plain_symbols, _sym_arguments
 
 __all__ = ["argument_key", "binds_symbol", "drop_unreferenced_tensors", "eliminate_common_subexpressions",
-           "eliminate_dead_code", "is_removable", "output_storages", "written_values"]
+           "eliminate_dead_code", "first_bindings", "is_removable", "output_storages",
+           "written_values"]
 
 _STORED = ("constant", "get_attr")
 
@@ -60,16 +63,54 @@ def binds_symbol(node: Node) -> bool:
     return any(isinstance(m, ScalarMeta) and m.symbol is not None for m in metas)
 
 
+def first_bindings(graph: Graph) -> dict[str, frozenset[str]]:
+    """Node name -> the unbacked symbols its result binds (the binding rule of
+    :class:`~ember.runtime.ir.symbolic.SymbolBinder`): those it has as a plain size, or
+    names as an ``int`` result, that no placeholder nor earlier node has. A tensor
+    result binds too (``nonzero``'s ``[u0, 2]``, a boolean mask's ``index``): dropping
+    it, or merging it into an equal earlier call that bound another symbol, would leave
+    its symbol unbound where a later size, ``sym(u0)`` argument or guard uses it."""
+    bound: set[str] = set()
+    for node in graph.placeholders:
+        bound.update(_plain_symbols(node.meta))
+    found: dict[str, frozenset[str]] = {}
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            continue
+        new = _plain_symbols(node.meta) - bound
+        if new:
+            found[node.name] = frozenset(new)
+            bound.update(new)
+    return found
+
+
+def _symbols_used(node: Node) -> set[str]:
+    """The symbols ``node``'s metas and ``sym(...)`` arguments use."""
+    used: set[str] = set()
+    for expr in _meta_expressions(node.meta):
+        used.update(symbolic.free_symbols(expr))
+    for arg in _sym_arguments(node.args, node.kwargs.values()):
+        used.update(symbolic.free_symbols(arg.expr))
+    return used
+
+
 def eliminate_dead_code(graph: Graph) -> Graph:
     """A copy of ``graph`` without the removable nodes (:func:`is_removable`) whose
-    values nobody reads, directly or through other removed nodes."""
+    values nobody reads, directly or through other removed nodes, and that bind no
+    symbol a kept node or a guard uses (:func:`first_bindings`)."""
+    binds = first_bindings(graph)
     used: set[str] = set()
+    symbols: set[str] = set()
+    for guard in graph.guards:
+        symbols.update(symbolic.relation_symbols(guard.expr))
     kept: list[Node] = []
     for node in reversed(graph.nodes):
-        if is_removable(node) and node.name not in used:
+        if (is_removable(node) and node.name not in used
+                and not binds.get(node.name, frozenset()) & symbols):
             continue
         kept.append(_copy(node))
         used.update(r.node for r in node.inputs())
+        symbols.update(_symbols_used(node))
     return Graph(kept[::-1], dict(graph.symbols), list(graph.guards))
 
 
@@ -95,9 +136,12 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
     equal arguments after earlier merges) is removed and its uses read the earlier
     call's results. Impure and random calls are never merged, nor calls whose result a
     later call writes in place, nor two calls whose results both reach the graph's
-    outputs (:func:`output_storages`): the caller gets two tensors and may write one."""
+    outputs (:func:`output_storages`): the caller gets two tensors and may write one,
+    nor a call that binds a symbol (:func:`first_bindings`: two masks' ``index`` calls
+    bind ``u0`` and ``u1``, and a guard ``u0 == u1`` reads both)."""
     written = written_values(graph)
     escaping = output_storages(graph)
+    binds = first_bindings(graph)
     seen: dict[tuple[object, ...], str] = {}
     mapping: dict[ValueRef, Argument] = {}
     out: list[Node] = []
@@ -106,7 +150,7 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
         if mapping:
             node.replace_refs(mapping)
         if (node.op == "call" and is_pure(node.target) and not binds_symbol(node)
-                and node.name not in written):
+                and node.name not in written and node.name not in binds):
             key = _call_key(node)
             earlier = seen.get(key)
             if earlier is not None and not (node.name in escaping and earlier in escaping):
