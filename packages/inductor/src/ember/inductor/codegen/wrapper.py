@@ -26,7 +26,7 @@ from ember.inductor.codegen.memory_plan import (
 from ember.inductor.codegen.registry import backend_for
 from ember.inductor.codegen.user_kernels import is_user_kernel, user_kernel_comment
 from ember.inductor.loop_ir import Int, Kernel, Size, Store, render_size
-from ember.inductor.loop_ir.symbolic_index import from_ir
+from ember.inductor.loop_ir.symbolic_index import from_ir, zero_safe_strides
 from ember.inductor.lowering.checks import ERROR_BUFFER
 from ember.inductor.lowering.devices import traced_device
 from ember.inductor.lowering.extern_args import (
@@ -99,13 +99,20 @@ def py_sizes(sizes: tuple[Size, ...]) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
+def py_strides(sizes: tuple[Size, ...], strides: tuple[Size, ...]) -> str:
+    """Python source of the strides of a layout the wrapper makes: torch's for a size
+    that may be 0 (``Max(1, u0)``; :func:`.symbolic_index.zero_safe_strides`)."""
+    return py_sizes(zero_safe_strides(sizes, strides))
+
+
 def render_arg(arg: ExternArg) -> str:
     """Python source for an extern-call argument or an output."""
     if isinstance(arg, TensorArg):
         if arg.view is None:
             return arg.buffer
         sizes, strides, offset = arg.view
-        return f"_view({arg.buffer}, {py_sizes(sizes)}, {py_sizes(strides)}, {py_size(offset)})"
+        return (f"_view({arg.buffer}, {py_sizes(sizes)}, {py_strides(sizes, strides)}, "
+                f"{py_size(offset)})")
     if isinstance(arg, VariableArg):
         return arg.name
     if isinstance(arg, SizeArg):
@@ -322,7 +329,7 @@ class WrapperWriter:
             info = low.buffers.get(name)
             if info is None or _static_layout(info):
                 continue
-            strides = py_sizes(info.strides)
+            strides = py_strides(info.sizes, info.strides)
             self.emit(f"if {name}.stride() != {strides}:  # kernels index the traced layout")
             self.emit(f"    {name} = _layout({name}, {py_sizes(info.sizes)}, {strides})")
 
@@ -397,7 +404,8 @@ class WrapperWriter:
         old = alloc.takes
         if old is None:
             self.emit(f"{alloc.name} = empty_strided({py_sizes(info.sizes)}, "
-                      f"{py_sizes(info.strides)}, dtype={info.dtype}, device={self.device!r})")
+                      f"{py_strides(info.sizes, info.strides)}, dtype={info.dtype}, "
+                      f"device={self.device!r})")
             return
         other = self.lowered.buffers[old]
         if other.kind == "input" or old in self._in_input_memory:
@@ -411,7 +419,8 @@ class WrapperWriter:
             self.emit(f"{alloc.name} = {old}; del {old}  # {why} {old}'s memory")
         else:
             self.emit(f"{alloc.name} = _view({old}, {py_sizes(info.sizes)}, "
-                      f"{py_sizes(info.strides)}, 0); del {old}  # {why} {old}'s memory")
+                      f"{py_strides(info.sizes, info.strides)}, 0); "
+                      f"del {old}  # {why} {old}'s memory")
 
     def _extern(self, call: ExternCall, plan: StepPlan) -> None:
         kind = "fallback" if call.is_fallback else "extern"
@@ -444,7 +453,7 @@ class WrapperWriter:
             if out is not None and meta is not None:
                 _, sizes, strides = meta
                 self._bind_unbacked(out, sizes)
-                shape, layout = py_sizes(sizes), py_sizes(strides)
+                shape, layout = py_sizes(sizes), py_strides(sizes, strides)
                 if is_custom_operator(call.target):
                     # a custom op's fake kernel promised this dtype and layout: check it
                     index = call.outputs.index(out) if call.multi else None

@@ -293,10 +293,89 @@ def hint(size: Size) -> int:
     return max(1, int(size.xreplace(env)))
 
 
+# -- sizes that may be 0: unbacked symbols ---------------------------------------------
+# The loop IR addresses a tensor only where it has an element, so every size of it is at
+# least 1 there (the proofs above assume it). Torch's strides of a dense layout count a
+# size n as Max(1, n) (a [2, 0] tensor is (1, 1), not (0, 1)), which only shows when n
+# is 0: the loop IR reads such a stride as n (:func:`stride_from_ir`), and the wrapper,
+# where a layout becomes a tensor the caller may see, writes Max(1, n) back
+# (:func:`zero_safe_strides`).
+
+
+def stride_from_ir(value: int | str | sympy.Expr) -> Size:
+    """An IR stride as a loop-IR size (:func:`from_ir`), each ``Max(1, n)`` read as
+    ``n``: equal wherever the tensor has an element."""
+    size = from_ir(value)
+    if isinstance(size, int) or not size.has(sympy.Max):
+        return size
+    return as_size(size.replace(
+        lambda e: isinstance(e, sympy.Max) and len(e.args) == 2 and sympy.Integer(1) in e.args,
+        lambda e: next(a for a in e.args if a != 1)))
+
+
+def may_be_below_one(size: Size) -> bool:
+    """Whether ``size`` may be 0 (or negative) for some value in its symbols' ranges
+    (:func:`symbol_ranges`; a symbol without one may be 0)."""
+    if isinstance(size, int):
+        return size < 1
+    ranges = _RANGES.get()
+    shifted: dict[sympy.Basic, sympy.Expr] = {}
+    for s in size.free_symbols:
+        r = ranges.get(getattr(s, "name", ""))
+        if r is None or r.lower < 1:
+            return True
+        shifted[s] = r.lower + sympy.Dummy(f"{s}_over", integer=True, nonnegative=True)
+    return not bool(sympy.expand(size.xreplace(shifted) - 1).is_nonnegative)
+
+
+def zero_safe_strides(sizes: tuple[Size, ...], strides: tuple[Size, ...]) -> tuple[Size, ...]:
+    """``strides`` as torch lays out a dense tensor of ``sizes`` when a size that may be
+    0 is: each stride over such a size (walking the dims from the innermost out) is the
+    product of the sizes inside it, each ``Max(1, n)``. The same values wherever the
+    tensor has an element; ``strides`` unchanged when no size may be 0 or the layout is
+    not dense (a view with gaps: its strides are its base's)."""
+    small = {s for size in sizes if not isinstance(size, int) and may_be_below_one(size)
+             for s in size.free_symbols}
+    if not small:
+        return strides
+    order = sorted(range(len(sizes)), key=lambda d: (hint(strides[d]), -d))
+    expected: Size = 1
+    for d in order:
+        if sizes[d] != 1 and not same_size(strides[d], expected):
+            return strides
+        expected = as_size(expected * sizes[d])
+    result = list(strides)
+    inside: sympy.Expr = sympy.Integer(1)
+    for d in order:
+        stride = strides[d]
+        if not isinstance(stride, int) and stride.free_symbols & small:
+            result[d] = as_size(inside)
+        size = sympy.sympify(sizes[d])
+        inside = inside * (sympy.Max(1, size) if may_be_below_one(sizes[d]) else size)
+    return tuple(result)
+
+
 # floordiv/mod of .index hand symbolic divisors to this module (it imports .index)
 SYMBOLIC_DIVISION.update(floordiv=symbolic_floordiv, mod=symbolic_mod)
 
-__all__ = ["UNKNOWN_HINT", "as_size", "divides", "from_ir", "hint", "is_static", "same_size",
-           "provably_nonnegative", "size_hints", "size_symbol", "size_text",
-           "symbol_ranges", "symbolic_floordiv", "symbolic_lower_bound", "symbolic_mod",
-           "symbolic_upper_bound"]
+__all__ = [
+    "UNKNOWN_HINT",
+    "as_size",
+    "divides",
+    "from_ir",
+    "hint",
+    "is_static",
+    "may_be_below_one",
+    "provably_nonnegative",
+    "same_size",
+    "size_hints",
+    "size_symbol",
+    "size_text",
+    "stride_from_ir",
+    "symbol_ranges",
+    "symbolic_floordiv",
+    "symbolic_lower_bound",
+    "symbolic_mod",
+    "symbolic_upper_bound",
+    "zero_safe_strides",
+]

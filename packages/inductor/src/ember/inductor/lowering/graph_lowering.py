@@ -26,7 +26,7 @@ import torch
 from ember.inductor.buffers import (ExternCall, PointwiseBuffer, ReductionBuffer, ScatterBuffer,
                                     ScheduledNode)
 from ember.inductor.loop_ir import IndexExpr, Size
-from ember.inductor.loop_ir.symbolic_index import from_ir, hint
+from ember.inductor.loop_ir.symbolic_index import from_ir, hint, stride_from_ir
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.context import ExternRequest
@@ -85,7 +85,7 @@ def _static(meta: object) -> bool:
 def meta_layout(meta: TensorMeta) -> tuple[tuple[Size, ...], tuple[Size, ...], Size]:
     """A tensor meta's sizes, strides and storage offset as loop-IR sizes (ints, or
     sympy expressions over the graph's size symbols)."""
-    return (tuple(from_ir(s) for s in meta.sizes), tuple(from_ir(s) for s in meta.strides),
+    return (tuple(from_ir(s) for s in meta.sizes), tuple(stride_from_ir(s) for s in meta.strides),
             from_ir(meta.storage_offset))
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from ember.inductor.loop_ir.symbolic_index import as_size, from_ir, hint, same_size
+from ember.inductor.loop_ir.symbolic_index import as_size, from_ir, hint, same_size, stride_from_ir
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides
 from ember.runtime.ir import Program, TensorMeta, ValueRef
 
@@ -92,7 +92,7 @@ def in_traced_layout(ctx: LoweringContext, ref: object, value: object) -> object
     if meta is None or not isinstance(value, (Lazy, Stored)):
         return value
     sizes = tuple(from_ir(s) for s in meta.sizes)
-    strides = tuple(from_ir(s) for s in meta.strides)
+    strides = tuple(stride_from_ir(s) for s in meta.strides)
     if isinstance(value, Stored) and same_layout(sizes, value.strides, strides):
         return value  # already in that layout (a view of a buffer too)
     if not is_dense(sizes, strides):
@@ -134,7 +134,7 @@ class LayoutState:
         copy = self.channels_last_copies.get((x.buffer, x.sizes, x.strides, x.offset))
         if copy is None or not isinstance(meta, TensorMeta):
             return None
-        strides = tuple(from_ir(s) for s in meta.strides)
+        strides = tuple(stride_from_ir(s) for s in meta.strides)
         return copy if same_layout(copy.sizes, copy.strides, strides) else None
 
     def default_strides(self, sizes: tuple[int, ...],

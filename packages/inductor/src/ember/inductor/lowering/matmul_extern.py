@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ember.inductor.buffers import ExternCall
-from ember.inductor.loop_ir.symbolic_index import from_ir
+from ember.inductor.loop_ir.symbolic_index import from_ir, stride_from_ir
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.extern_args import extern_reads
 from ember.inductor.lowering.layout_passes import keeps_matmul_operand
@@ -55,7 +55,7 @@ def lowers_alike(ctx: LoweringContext, call: ExternRequest, bias: object,
     except TypeError:  # a pass written for static sizes: the extern's lowering differs
         return False
     traced = tuple(from_ir(s) for s in meta.sizes)
-    strides = tuple(from_ir(s) for s in meta.strides)
+    strides = tuple(stride_from_ir(s) for s in meta.strides)
     return traced == tuple(sizes) and strides == contiguous_strides(traced)
 
 
@@ -72,7 +72,7 @@ def extern_call(ctx: LoweringContext, call: ExternRequest, operands: dict[int, S
     args = [ctx.extern_arg(a) for a in values]
     kwargs = {k: ctx.extern_arg(v) for k, v in call.kwargs.items()}
     sizes = tuple(from_ir(s) for s in meta.sizes)
-    strides = tuple(from_ir(s) for s in meta.strides)
+    strides = tuple(stride_from_ir(s) for s in meta.strides)
     return ExternCall(call.node.target, args, kwargs, [name], [(meta.dtype, sizes, strides)],
                       extern_reads(args, kwargs), False, False, (call.node.name,))
 

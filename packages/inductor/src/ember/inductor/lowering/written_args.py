@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ember.inductor.loop_ir.symbolic_index import from_ir
+from ember.inductor.loop_ir.symbolic_index import from_ir, stride_from_ir
 from ember.inductor.lowering.layout import is_dense, same_layout
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides
 from ember.runtime.ir import Argument, Node, OutputKind, TensorMeta, ValueRef
@@ -93,7 +93,7 @@ def can_write_in_place(ctx: GraphLowering, node: Node, ref: ValueRef, value: Sto
     meta = ctx.traced_meta(ref)
     return _writable(ctx, node, ref, value, fresh) and (
         meta is None or same_layout(value.sizes, value.strides,
-                                    tuple(from_ir(s) for s in meta.strides)))
+                                    tuple(stride_from_ir(s) for s in meta.strides)))
 
 
 def describe_writes(ctx: GraphLowering, buffers: list[str]) -> str:
