@@ -22,6 +22,7 @@ from torch.fx.experimental.symbolic_shapes import (  # a branch on a data-depend
     GuardOnDataDependentSymNode,
 )
 from torch.utils._python_dispatch import TorchDispatchMode  # a Python dispatch hook
+from torch.utils._sympy.numbers import int_oo  # torch's "no bound" for a symbol's range
 
 # Raised on fake tensors by an op whose output values or shape depend on data.
 DATA_DEPENDENT_ERRORS: tuple[type[Exception], ...] = (
@@ -131,3 +132,23 @@ def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
             op.name(), "CompositeImplicitAutograd"))  # type: ignore[no-untyped-call]
     except RuntimeError:  # prim:: ops that the dispatcher does not register
         return False
+
+
+def narrow_unbacked(value: object, lower: int, upper: int | None) -> None:
+    """Narrow the range torch's shape environment knows for the data-dependent symbol
+    ``value`` stands for (a ``SymInt`` whose expression is one unbacked symbol: an
+    ``.item()``, a ``nonzero`` count) to ``[lower, upper]`` (``upper`` None: unbounded),
+    intersected with what it knew. Anything else is left alone."""
+    if not isinstance(value, torch.SymInt):
+        return
+    node = value.node
+    env = node.shape_env
+    expr = node.expr
+    if env is None or not getattr(expr, "is_Symbol", False):
+        return  # an expression
+    # NOTE: newer torch keeps the example values of backed symbols in backed_var_to_val
+    backed = getattr(env, "backed_var_to_val", None)
+    if expr in (backed if backed is not None else env.var_to_val):
+        return  # a backed (input) size
+    env.constrain_symbol_range(expr, compiler_min=lower,
+                               compiler_max=int_oo if upper is None else upper)

@@ -30,7 +30,11 @@ from ember.aot.retrace_inputs import (
     input_metas,
     new_recorder,
 )
-from ember.aot.symbolic_sizes import bind_plain_sizes, evaluate_symbolic
+from ember.aot.symbolic_sizes import (
+    bind_plain_sizes,
+    evaluate_symbolic,
+    narrow_unbacked_symbols,
+)
 from ember.runtime.interpreter import Interpreter
 from ember.runtime.ir import (
     Argument,
@@ -185,6 +189,7 @@ class _SourceKeepingInterpreter(Interpreter):
         # as ints and checks ranges and guards: on fake tensors that would specialise
         # every symbol. It runs the graph without its symbol table instead; this class
         # binds the symbols itself, to torch's symbolic ints.
+        self.symbol_ranges = program.graphs[graph].symbols  # unbacked ones: see run_node
         unchecked = dataclasses.replace(program.graphs[graph], symbols={}, guards=[])
         super().__init__(dataclasses.replace(program, graphs={**program.graphs,
                                                                graph: unchecked}), graph)
@@ -194,12 +199,15 @@ class _SourceKeepingInterpreter(Interpreter):
         # the first placeholder (or, for an unbacked symbol, node) that has it as a plain
         # size. ``SymExpr`` arguments are computed from these.
         self.symbol_values: dict[str, Any] = {}
+        self._narrowed: set[str] = set()
 
     def run_node(self, node: Node) -> Any:
         self.recorder.set_source(node.source)
         value = super().run_node(node)
         if node.op != "output":
             bind_plain_sizes(node.meta, value, self.symbol_values)
+            narrow_unbacked_symbols(node.meta, self.symbol_values, self.symbol_ranges,
+                                    self._narrowed)
         return value
 
     def load(self, arg: Argument) -> Any:

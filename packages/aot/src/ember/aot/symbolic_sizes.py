@@ -15,6 +15,7 @@ from typing import Any
 
 import sympy
 import torch
+from ember.aot._torch import narrow_unbacked
 from ember.runtime.ir import (
     Argument,
     Graph,
@@ -203,6 +204,31 @@ def bind_plain_sizes(meta: object, value: Any, values: dict[str, Any]) -> None:
     for d, size in enumerate(meta.sizes):
         if isinstance(size, str) and symbolic.is_symbol(size) and size.strip() not in values:
             values[size.strip()] = value.shape[d]
+
+
+def narrow_unbacked_symbols(meta: object, values: Mapping[str, Any],
+                            symbols: Mapping[str, SymbolRange], known: set[str]) -> None:
+    """Give each data-dependent symbol of ``symbols`` (no hint) that ``meta`` binds, and
+    ``known`` does not hold yet, its range on the re-traced torch symbol ``values`` has
+    for it (``u0 in [2, 6]`` after ``torch._check``, a count at most the numel): torch
+    makes that symbol afresh, knowing nothing, and later stages could prove nothing
+    (``.item()`` non-negative, a slice of ``u0`` rows no longer ``Min(s0, u0)``)."""
+    for name in _bound_names(meta):
+        r = symbols.get(name)
+        if name in known or name not in values or r is None or r.hint is not None:
+            continue
+        known.add(name)
+        narrow_unbacked(values[name], r.lower, r.upper)
+
+
+def _bound_names(meta: object) -> set[str]:
+    if isinstance(meta, tuple):
+        return {n for m in meta for n in _bound_names(m)}
+    if isinstance(meta, ScalarMeta) and meta.symbol is not None:
+        return {meta.symbol.strip()}
+    if isinstance(meta, TensorMeta):
+        return {str(s).strip() for s in meta.sizes if symbolic.is_symbol(s)}
+    return set()
 
 
 def meta_symbols(meta: object) -> set[str]:

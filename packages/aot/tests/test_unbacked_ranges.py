@@ -1,0 +1,61 @@
+"""The ranges of data-dependent (unbacked) symbols survive the aot stage: the range
+``torch._check`` gave an ``.item()`` at capture (or the one a count implies) is what the
+re-traced forward and the backward declare, and what a saved file holds, so later
+stages can prove with it (``u0 >= 2``) and a call outside it is refused by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from ember.aot.pipeline import aot_compile
+from ember.runtime.callable import ProgramCallable
+from ember.runtime.ir import InputSpec, Program, SymbolRange, load, save, verify
+from ember.runtime.ir.symbolic import ShapeError
+from ember.runtime.tracing import GraphRecorder
+
+
+def capture() -> Program:
+    rec = GraphRecorder(dynamic=True)
+    x = rec.add_input(torch.randn(8, 3, requires_grad=True), InputSpec("x"),
+                      dynamic_dims={0: (2, None)})
+    n = rec.add_input(torch.tensor(4), InputSpec("n"))
+    with rec:
+        k: Any = n.item()
+        torch._check(k >= 2)  # type: ignore[no-untyped-call]
+        torch._check(k <= 6)  # type: ignore[no-untyped-call]
+        out = x[:k].sin() * 2
+        count = torch.nonzero(x[:4] > 0)
+    return rec.finish([out, count])
+
+
+def test_unbacked_ranges_reach_the_forward_the_backward_and_the_file(tmp_path: Path) -> None:
+    program = capture()
+    assert program.forward.symbols["u0"] == SymbolRange(2, 6)
+    functional = aot_compile(program)
+    verify(functional)
+    forward, backward = functional.graphs["forward"], functional.graphs["backward"]
+    # before, the re-trace made u0 afresh in [0, inf]: the slice's Min(s0, u0) rows
+    # became a new symbol u1 with a guard s0 >= u1
+    assert forward.symbols["u0"] == SymbolRange(2, 6), forward.symbols
+    assert backward.symbols["u0"] == SymbolRange(2, 6), backward.symbols
+    assert forward.symbols["u1"] == SymbolRange(0, 12)  # the count: at most 4*3
+    assert [g.expr for g in forward.guards] == ["s0 >= 4"]  # x[:4]; none over a u
+    sliced = next(n for n in forward.nodes if n.target == "aten::slice.Tensor")
+    assert sliced.meta.sizes[0] == "Min(s0, u0)"  # type: ignore[union-attr]
+    save(functional, tmp_path / "f.ember")
+    assert load(tmp_path / "f.ember").graphs["forward"].symbols["u0"] == SymbolRange(2, 6)
+
+
+def test_a_call_outside_the_checked_range_is_refused_by_name() -> None:
+    run = ProgramCallable(aot_compile(capture()))
+    x = torch.randn(5, 3, requires_grad=True)
+    out, _ = run([x, torch.tensor(3)])
+    out.sum().backward()
+    torch.testing.assert_close(out, x[:3].sin() * 2)
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad[:3], 2 * x[:3].detach().cos())
+    with pytest.raises(ShapeError, match=r"outside the range \[2, 6\] of symbol u0"):
+        run([x, torch.tensor(7)])
