@@ -64,6 +64,7 @@ __all__ = [
     "python_dispatcher",
     "python_dispatcher_off",
     "upsample_nearest_bindings",
+    "causal_mask_detector",
     "register_pytree_node",
     "tensor_metadata_checker",
     "tree_flatten",
@@ -437,3 +438,12 @@ def upsample_nearest_bindings() -> dict[int, Any]:
     in ``"nearest"`` mode), by the input's rank."""
     return {3: torch._C._nn.upsample_nearest1d, 4: torch._C._nn.upsample_nearest2d,
             5: torch._C._nn.upsample_nearest3d}
+
+
+def causal_mask_detector() -> tuple[Any, str, Any]:
+    """Where torch's transformer modules find the function that decides whether a mask
+    is causal (``torch.nn.modules.transformer._detect_is_causal_mask``, a module
+    global): the module, the name, the function."""
+    from torch.nn.modules import transformer
+
+    return transformer, "_detect_is_causal_mask", transformer._detect_is_causal_mask

@@ -14,7 +14,8 @@ capture (strict or trace) runs them on fake tensors.
   torch's Python dispatcher, whose Python kernels keep them symbolic.
 
 :func:`symbolic_calls` is entered around the code that runs on fake tensors (strict:
-each recorded call; trace: the traced function) when the recorder has a ShapeEnv.
+each recorded call, rewritten by :func:`call_rewritten`; trace: the traced function,
+with the rewrites as a torch function mode) when the recorder has a ShapeEnv.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ember.frontend._torch import (
 )
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["SYMBOLIC_REWRITES", "SymbolicCalls", "symbolic_calls"]
+__all__ = ["SYMBOLIC_REWRITES", "SymbolicCalls", "call_rewritten", "symbolic_calls"]
 
 _NUMBERS = (bool, int, float, torch.SymInt)
 
@@ -165,11 +166,35 @@ class SymbolicCalls(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def symbolic_calls(shape_env: Any) -> Iterator[None]:
-    """Inside: the rewrites above and torch's Python dispatcher, when ``shape_env`` (the
-    recorder's) is not None (a static capture is unchanged)."""
+def symbolic_calls(shape_env: Any, mode: bool = True) -> Iterator[None]:
+    """Inside: torch's Python dispatcher and (``mode``) the rewrites above as a torch
+    function mode, when ``shape_env`` (the recorder's) is not None (a static capture is
+    unchanged). Strict capture passes ``mode=False`` and applies :func:`call_rewritten`
+    to each call it records: under a mode, ``torch.overrides.has_torch_function`` is
+    True, which turns off torch's transformer fast paths."""
     if shape_env is None:
         yield
         return
-    with python_dispatcher(), SymbolicCalls():
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(python_dispatcher())
+        if mode:
+            stack.enter_context(SymbolicCalls())
         yield
+
+
+def call_rewritten(fn: Any, args: Any, kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` through its rewrite when it has one that applies."""
+    rewrite = SYMBOLIC_REWRITES.get(fn) if _hashable(fn) else None
+    if rewrite is not None:
+        result = rewrite(*args, **kwargs)
+        if result is not NotImplemented:
+            return result
+    return fn(*args, **kwargs)
+
+
+def _hashable(fn: Any) -> bool:
+    try:
+        hash(fn)
+    except TypeError:
+        return False
+    return True

@@ -47,6 +47,7 @@ from ember.frontend.module_state import ModuleLayout, callable_name, module_of
 from ember.frontend.pytree import flatten, flatten_with_names, unflatten
 from ember.frontend.shape_guards import SymbolicInput, install_shape_guards
 from ember.frontend.symbolic_calls import symbolic_calls
+from ember.frontend.torch_substitutes import substitutes_installed
 from ember.frontend.tensor_subclasses import overriding_subclass
 from ember.frontend.trace_grad import GradRegions, grad_mode_of_graph
 from ember.frontend.trace_guards import (
@@ -247,6 +248,7 @@ def trace_capture(
             stack.enter_context(regions)  # under the recorder
             stack.enter_context(rec)
             stack.enter_context(symbolic_calls(rec.shape_env))  # sizes stay symbolic
+            stack.enter_context(substitutes_installed())  # torch_substitutes.py
             # disabled calls refused, rebound globals/nonlocals warned (trace_watch.py)
             watch = stack.enter_context(watched_python())
             result = fn(*fake_args, **fake_kwargs)

@@ -1,4 +1,5 @@
-"""``F.scaled_dot_product_attention`` with a mask the fused kernels can read.
+"""``F.scaled_dot_product_attention`` with a mask the fused kernels can read; torch's
+transformer modules' causal-mask detection (``_causal_hint_rule``, at the end).
 
 On a GPU, SDPA's fused kernels (flash, memory-efficient, cuDNN) need the attention
 mask's last dimension to have stride 1; a mask built by broadcasting (HF's
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
 from ember.frontend.bytecode.frame import Frame, location_of
+from ember.frontend.torch_substitutes import SUBSTITUTES, detect_is_causal_mask
 from ember.runtime.logs import log
 
 #: device types whose fused SDPA kernels need a mask with last stride 1
@@ -57,3 +59,15 @@ def _dense(h: Any, interp: Any, frame: Frame, mask: torch.Tensor) -> Any:
 
 
 BUILTIN_RULES[F.scaled_dot_product_attention] = _sdpa_rule
+
+
+def _causal_hint_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
+                      kwargs: dict[str, Any]) -> Any:
+    """torch's ``_detect_is_causal_mask``: Ember's substitute, inlined (it reads no
+    tensor data; ``ember.frontend.torch_substitutes``)."""
+    return h.inline(interp, frame, detect_is_causal_mask, args, kwargs, None)
+
+
+for _owner, _name, _original, _substitute in SUBSTITUTES:
+    if _substitute is detect_is_causal_mask:
+        BUILTIN_RULES[_original] = _causal_hint_rule

@@ -86,6 +86,7 @@ from ember.frontend.custom_functions import (
     gradients_flow,
 )
 from ember.frontend.guard_model import MODULE_HOOK_TABLES
+from ember.frontend.torch_substitutes import substitute_for
 from ember.runtime.logs import log
 from torch import nn
 
@@ -333,9 +334,11 @@ class CallHandler:
 
     def inline(self, interp: Any, parent: Frame, fn: types.FunctionType, args: list[Any],
                kwargs: dict[str, Any], fn_source: Any) -> Any:
-        """Interpret ``fn`` in a new frame; its ops join the current graph."""
+        """Interpret ``fn`` in a new frame; its ops join the current graph (a torch
+        function with a substitute: the substitute, ``torch_substitutes``)."""
         from ember.frontend.bytecode.support import unsupported_reason
 
+        fn = substitute_for(fn)
         code = fn.__code__
         reason = unsupported_reason(code, type(interp))
         if reason is not None:

@@ -29,7 +29,7 @@ from ember.frontend.bytecode.escape import is_nonstrict
 from ember.frontend.bytecode.frame import location_of
 from ember.frontend.bytecode.grad_mode import CALL_TURNED_GRAD_ON, program_call
 from ember.frontend.custom_functions import function_in_call, recorded_break_reason
-from ember.frontend.symbolic_calls import symbolic_calls
+from ember.frontend.symbolic_calls import call_rewritten, symbolic_calls
 from ember.frontend.trace_watch import PythonWatch, watched_python
 from ember.runtime.custom_ops import MissingFakeKernelError
 from torch import nn
@@ -201,8 +201,11 @@ def _run_for_real(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any])
                and isinstance(getattr(o, "__dict__", None), dict)
                and not isinstance(o, (type, types.ModuleType, nn.Module))]
     try:
-        with symbolic_calls(cap.recorder.shape_env):  # sizes stay symbolic (dynamic)
+        shape_env = cap.recorder.shape_env
+        if shape_env is None:
             return fn(*args, **kwargs)
+        with symbolic_calls(shape_env, mode=False):  # sizes stay symbolic (dynamic)
+            return call_rewritten(fn, args, kwargs)
     finally:
         for obj, before in watched:
             cap.capture_writes(obj, before)

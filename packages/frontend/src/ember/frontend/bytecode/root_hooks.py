@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ember.frontend._torch import module_call_impl
+from ember.frontend.torch_substitutes import substitute_for
 from torch import nn
 
 
@@ -72,14 +73,15 @@ def replaced_forward(module: nn.Module, compiled: Any) -> Any | None:
     (the one compiled: ``forward`` replaced after compiling, on the instance, e.g.
     ``m.forward = other``, or on the class), else None. Checked at every call of a
     compiled module, as ``nn.Module.__call__`` looks ``forward`` up at every call."""
+    # (``compiled`` is the substitute of a torch forward that has one: torch_substitutes)
     own = module.__dict__.get("forward")
     if own is not None:
-        if getattr(own, "__func__", None) is compiled and getattr(
+        if substitute_for(getattr(own, "__func__", None)) is compiled and getattr(
                 own, "__self__", None) is module:
             return None
         return own
     current = getattr(type(module), "forward", None)
-    return None if current is compiled else getattr(module, "forward", None)
+    return None if substitute_for(current) is compiled else getattr(module, "forward", None)
 
 
 MODULE_CALLS = (nn.Module.__call__, module_call_impl())

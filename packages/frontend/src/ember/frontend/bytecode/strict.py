@@ -55,6 +55,7 @@ from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.collector import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.stats import CompileStats, report_counts
+from ember.frontend.torch_substitutes import substitute_for
 from ember.runtime.config import config
 from ember.runtime.ir import Program, SourceLocation
 from ember.runtime.logs import log, log_enabled
@@ -102,7 +103,7 @@ class StrictFunction:
         if not isinstance(target, types.FunctionType):
             raise TypeError(f"strict capture needs a Python function or module, got "
                             f"{type(target).__name__}")
-        self.fn: types.FunctionType = target
+        self.fn: types.FunctionType = substitute_for(target)  # (torch_substitutes)
         functools.update_wrapper(self, target)
         self._per_instance: weakref.WeakKeyDictionary[Any, StrictFunction] = (
             weakref.WeakKeyDictionary())
