@@ -208,10 +208,6 @@ def test_training_takes_the_regular_path() -> None:
     assert compiled.stats.graph_breaks == 0
 
 
-@pytest.mark.xfail(reason="frontend: the strict capture answers torch.compiler.is_compiling() "
-                          "True, so TransformerEncoder skips its nested-tensor path, whose "
-                          "output eager pads with zeros; the compiled program returns the "
-                          "dense path's values at padded positions", strict=False)
 def test_encoder_with_nested_tensors_matches_eager_at_padded_positions() -> None:
     """``enable_nested_tensor=True`` with a key padding mask: eager runs the layers on a
     nested tensor and returns zeros at the padded positions."""
