@@ -1,9 +1,10 @@
-"""Custom ``torch.autograd.Function`` s keep their own backward (custom_functions.py):
-the strict capture breaks the graph at ``apply`` when gradients flow through it and
-captures its forward otherwise; the tracing capture refuses a traced output computed
-through one. Before, the forward's ops were recorded and differentiated by the aot
-stage (the user's backward ignored) or cut from autograd (HF Bloom's GELU: no gradient
-for the layers below it)."""
+"""Custom ``torch.autograd.Function`` s keep their own backward (custom_functions.py,
+function_ops.py): the strict capture makes ``apply`` one operator whose backward is the
+user's when gradients flow through it (a graph break, naming why, when the operator
+cannot stand for it) and captures its forward otherwise; the tracing capture refuses a
+traced output computed through one. Before, the forward's ops were recorded and
+differentiated by the aot stage (the user's backward ignored) or cut from autograd (HF
+Bloom's GELU: no gradient for the layers below it). More: test_custom_function_ops.py."""
 
 from __future__ import annotations
 
@@ -46,23 +47,50 @@ def _grads(model: torch.nn.Module, fn: object, x: torch.Tensor) -> dict[str, tor
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def test_the_strict_capture_runs_the_users_backward_at_a_graph_break(
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_strict_capture_runs_the_users_backward_in_the_graph() -> None:
     torch.manual_seed(0)
     model, x = Block(), torch.randn(3, 4)
     compiled = ef.compile(model)
-    with patch(logs=frozenset({"graph_breaks"})):
-        got = _grads(model, compiled, x)
+    got = _grads(model, compiled, x)
     want = _grads(model, model, x)
     assert sorted(got) == sorted(want) == ["inner.bias", "inner.weight", "outer.bias",
                                            "outer.weight"]
     for name in want:
         torch.testing.assert_close(got[name], want[name])
+    assert compiled.stats.graph_breaks == 0 and compiled.stats.graphs == 1
+
+
+class MarksDirty(torch.autograd.Function):
+    """An in-place forward (``mark_dirty``): no operator stands for it."""
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(x)  # type: ignore[attr-defined]
+        return x.mul_(2)
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2
+
+
+def marks_dirty(x: torch.Tensor) -> torch.Tensor:
+    return MarksDirty.apply(x * 1) + 1
+
+
+def test_the_strict_capture_runs_the_users_backward_at_a_graph_break(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    x1 = torch.randn(3, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_()
+    compiled = ef.compile(marks_dirty)
+    with patch(logs=frozenset({"graph_breaks"})):
+        compiled(x2).sum().backward()
+    marks_dirty(x1).sum().backward()
+    torch.testing.assert_close(x2.grad, x1.grad)
     assert compiled.stats.graph_breaks == 1 and compiled.stats.graphs == 2
     err = capsys.readouterr().err
-    assert ("custom autograd.Function test_custom_function.CubeGrad.apply with inputs "
-            "that require grad") in err
-    assert "CubeGrad.apply(self.inner(x))" in err  # the user's line
+    assert ("custom autograd.Function test_custom_function.MarksDirty.apply with inputs "
+            "that require grad: its forward calls ctx.mark_dirty") in err
+    assert "MarksDirty.apply(x * 1)" in err  # the user's line
 
 
 def test_without_gradients_the_forward_is_captured_in_one_graph() -> None:
@@ -78,10 +106,14 @@ def test_without_gradients_the_forward_is_captured_in_one_graph() -> None:
 
 
 def test_fullgraph_names_the_function_when_gradients_flow() -> None:
-    compiled = ef.compile(lambda x: CubeGrad.apply(x) * 2, fullgraph=True)
-    with pytest.raises(FullGraphError, match=r"custom autograd.Function .*CubeGrad.apply "
+    compiled = ef.compile(lambda x: MarksDirty.apply(x * 1) * 2, fullgraph=True)
+    with pytest.raises(FullGraphError, match=r"custom autograd.Function .*MarksDirty.apply "
                                              r"with inputs that require grad"):
         compiled(torch.randn(5, requires_grad=True))
+    compiled = ef.compile(lambda x: CubeGrad.apply(x) * 2, fullgraph=True)
+    x = torch.randn(5, requires_grad=True)
+    compiled(x).sum().backward()
+    torch.testing.assert_close(x.grad, 6 * x.detach())  # the user's 3gx, times 2
 
 
 def test_the_tracing_capture_refuses_an_output_computed_through_one() -> None:

@@ -57,6 +57,7 @@ from ember.frontend.capture_cache_codec import (
     resolve_name,
 )
 from ember.frontend.capture_modes import CompileRequest
+from ember.frontend.function_ops import NAMESPACE as FUNCTION_NAMESPACE
 from ember.runtime.cache.entry import EntryError, frame, unframe
 from ember.runtime.cache.local import LocalProgramCache
 from ember.runtime.config import config
@@ -396,6 +397,11 @@ def _unstorable(seg: Segment, program_digest: str | None) -> str | None:
         return "the call leaves autocast's state changed"
     if program_digest is None:
         return "the program cache did not store the compiled program"
+    if seg.program is not None and any(
+            node.target.startswith(f"{FUNCTION_NAMESPACE}::")
+            for graph in seg.program.graphs.values() for node in graph.nodes):
+        return ("the program calls a custom autograd.Function's operator, which exists "
+                "once a capture registered it (function_ops.py)")
     from ember.runtime.cache.key import placeholder_tensors
 
     if seg.program is not None and placeholder_tensors(seg.program) & set(seg.program.tensors):

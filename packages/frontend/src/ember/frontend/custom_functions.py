@@ -6,11 +6,12 @@ like any other code, and the aot stage would then derive a backward from those o
 silently replacing the user's ``backward`` (and, when the forward runs in a no-grad
 region as ``Function.apply`` runs it, dropping the gradient altogether). So:
 
-- the strict capture breaks the graph at ``MyFunction.apply(...)`` when gradients can
-  flow through it (grad mode on and a tensor argument requiring grad): the call runs
-  eagerly between two compiled graphs, with the user's backward (logged under
-  ``EMBER_LOGS=graph_breaks``, counted in ``ember.frontend.stats``). Without gradients
-  its forward is captured like any code;
+- the strict capture makes ``MyFunction.apply(...)`` one operator whose backward is the
+  user's when gradients can flow through it (grad mode on and a tensor argument
+  requiring grad; :mod:`ember.frontend.function_ops`), or breaks the graph there when
+  the operator cannot stand for it: the call runs eagerly between two compiled graphs,
+  with the user's backward (logged under ``EMBER_LOGS=graph_breaks``, counted in
+  ``ember.frontend.stats``). Without gradients its forward is captured like any code;
 - the tracing capture, which always produces one graph, raises ``CaptureError`` naming
   the Function when a traced output depends on one through autograd.
 """
@@ -44,16 +45,6 @@ def gradients_flow(args: Iterable[Any], kwargs: dict[str, Any]) -> bool:
         return False
     leaves, _ = flatten((list(args), kwargs))
     return any(isinstance(v, torch.Tensor) and v.requires_grad for v in leaves)
-
-
-def break_reason(function: type) -> tuple[str, str]:
-    """The graph break's reason and hint for ``function.apply`` with gradients."""
-    name = f"{function.__module__}.{function.__qualname__}"
-    return (f"custom autograd.Function {name}.apply with inputs that require grad: its "
-            "backward is user code, which Ember does not capture (the call runs eagerly "
-            "with it)",
-            "the break is needed for the Function's own backward; under torch.no_grad() "
-            "its forward is captured")
 
 
 def custom_function_in(outputs: Iterable[Any], known: Iterable[Any] = ()) -> str | None:
@@ -99,5 +90,5 @@ def recorded_break_reason(function: str, call: str) -> tuple[str, str]:
             "use_reentrant=False is captured in the graph)")
 
 
-__all__ = ["applied_function", "break_reason", "custom_function_in", "function_in_call",
-           "gradients_flow", "recorded_break_reason"]
+__all__ = ["applied_function", "custom_function_in", "function_in_call", "gradients_flow",
+           "recorded_break_reason"]

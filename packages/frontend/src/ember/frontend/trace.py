@@ -47,8 +47,8 @@ from ember.frontend.module_state import ModuleLayout, callable_name, module_of
 from ember.frontend.pytree import flatten, flatten_with_names, unflatten
 from ember.frontend.shape_guards import SymbolicInput, install_shape_guards
 from ember.frontend.symbolic_calls import symbolic_calls
-from ember.frontend.torch_substitutes import substitutes_installed
 from ember.frontend.tensor_subclasses import overriding_subclass
+from ember.frontend.torch_substitutes import substitutes_installed
 from ember.frontend.trace_grad import GradRegions, grad_mode_of_graph
 from ember.frontend.trace_guards import (
     ArgumentSource,

@@ -59,6 +59,7 @@ from ember.frontend.bytecode.exception_ops import (
     contextmanager_target,
 )
 from ember.frontend.bytecode.frame import UNBOUND, Frame
+from ember.frontend.bytecode.function_rules import apply_function
 from ember.frontend.bytecode.fresh import construct, made_here, note_constructed
 from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.interpreter import (
@@ -80,11 +81,7 @@ from ember.frontend.bytecode.root_hooks import MODULE_CALLS, custom_module_call
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
 from ember.frontend.bytecode.subclass_items import check_read_only, item_view, outside_subclass
 from ember.frontend.bytecode.triton_launch import capture_or_break, launched_kernel
-from ember.frontend.custom_functions import (
-    applied_function,
-    break_reason,
-    gradients_flow,
-)
+from ember.frontend.custom_functions import applied_function, gradients_flow
 from ember.frontend.guard_model import MODULE_HOOK_TABLES
 from ember.frontend.torch_substitutes import substitute_for
 from ember.runtime.logs import log
@@ -237,7 +234,7 @@ class CallHandler:
                 func = wrapped
             function = applied_function(fn)
             if function is not None and gradients_flow(args, kwargs):
-                raise interp.fail(*break_reason(function))  # custom_functions.py
+                return apply_function(self, interp, function, args, kwargs)  # function_ops
             if isinstance(func, types.FunctionType):
                 if recorded_torch_code(func) and not isinstance(owner, nn.Module):
                     return self.record(interp, fn, args, kwargs)
