@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, Indirect, add, floordiv, mul
+from ember.inductor.loop_ir import Compute, IndexExpr, Indirect, add, floordiv, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import compute_dtype, out_meta, sizes_of
 from ember.inductor.lowering.registry import NotLowerable, lowering
-from ember.inductor.lowering.values import Lazy, Stored, TensorValue
-from ember.runtime.ir import Node
+from ember.inductor.lowering.values import Lazy, Stored, TensorValue, probe
+from ember.runtime.ir import Node, ValueRef
 
 if TYPE_CHECKING:
     from ember.inductor.lowering.graph_lowering import GraphLowering
@@ -28,6 +28,14 @@ if TYPE_CHECKING:
 # The largest window unrolled into an element function (7 x 7 and below: every common
 # pooling layer).
 MAX_WINDOW = 64
+
+# A computed input that overlapping windows read (a 3x3 window of stride 2 reads each
+# element 2.25 times on average) is stored first when one element of it takes more than
+# this many operations: inlined, a batch norm's ``sub, add, sqrt, div, mul, mul, add,
+# relu`` ran once a window position, masked at the padding and unvectorized
+# (torchvision ResNet-18's stem: 19 ms of a 68 ms call, one thread). A cheap producer
+# (a relu) stays inlined: recomputing it costs less than a store and a load.
+MAX_REREAD_OPS = 3
 
 
 class Window(NamedTuple):
@@ -51,6 +59,45 @@ class Window(NamedTuple):
                 found.append(((i, j), row, col))
         return found
 
+    def checks(self, at: tuple[int, int], out: Sequence[Any], plane: Sequence[Any]
+               ) -> tuple[bool, bool, bool, bool]:
+        """Which of ``row >= 0, row < height, col >= 0, col < width`` window element
+        ``at`` can fail for some output position (``out``: the output's sizes over the
+        plane, ``plane``: the input's). A check that holds for every position is not
+        emitted: without padding the window's loads need no mask (they vectorize)."""
+        needed = []
+        for k, n, size, s, p, d in zip(at, out, plane, self.stride, self.padding,
+                                       self.dilation):
+            first = k * d - p
+            static = type(n) is int and type(size) is int
+            needed += [first < 0, not (static and (n - 1) * s + first < size)]
+        return needed[0], needed[1], needed[2], needed[3]
+
+    def neighbour(self, at: tuple[int, int], pos: tuple[IndexExpr, IndexExpr],
+                  needed: tuple[bool, bool, bool, bool], out: Sequence[Any],
+                  plane: Sequence[Any]) -> tuple[IndexExpr, IndexExpr,
+                                                 tuple[bool, bool, bool, bool]]:
+        """A window element at most one step outside the plane read at its neighbour in
+        the same window instead (``p + 1 - (p + n) // n`` maps -1 to 0 and n to n - 1):
+        a max does not change with a value read twice, nor does eager's argmax (the
+        copies of a row or column come just before or after it, in its order), and
+        the load needs no mask: GCC 12 does not vectorize masked strided loads (ResNet's
+        padded stem pool, SqueezeNet's ceil-mode pools). Returns the positions and the
+        checks still needed."""
+        new_pos, left = list(pos), list(needed)
+        for a in (0, 1):
+            k, n, size = at[a], out[a], plane[a]
+            first = k * self.dilation[a] - self.padding[a]
+            if not (left[2 * a] or left[2 * a + 1]) or self.dilation[a] != 1 or not (
+                    type(n) is int and type(size) is int and first >= -1
+                    and (n - 1) * self.stride[a] + first <= size
+                    and (not left[2 * a] or k + 1 < self.kernel[a])
+                    and (not left[2 * a + 1] or k >= 1)):
+                continue
+            new_pos[a] = add(pos[a], 1, mul(floordiv(add(pos[a], size), size), -1))
+            left[2 * a] = left[2 * a + 1] = False
+        return new_pos[0], new_pos[1], (left[0], left[1], left[2], left[3])
+
 
 def _pair(v: Sequence[int] | int, default: Sequence[int] | None = None) -> tuple[int, int]:
     if isinstance(v, int):
@@ -71,15 +118,57 @@ def _window(kernel: Any, stride: Any, padding: Any, dilation: Any = 1) -> Window
     return w
 
 
-def _inside(b: BodyBuilder, row: IndexExpr, col: IndexExpr, height: int, width: int) -> str:
-    """A bool value: whether ``(row, col)`` lies in the ``height`` x ``width`` plane."""
+def _window_input(ctx: GraphLowering, x: TensorValue, window: Window,
+                  limit: int = MAX_REREAD_OPS) -> TensorValue:
+    """``x`` as the pooling op reads it: stored first when windows overlap and it costs
+    more than ``limit`` operations an element (see :data:`MAX_REREAD_OPS`)."""
+    (kh, kw), (sh, sw) = window.kernel, window.stride
+    if not isinstance(x, Lazy) or ctx.is_realized(x) or kh * kw <= sh * sw:
+        return x
+    return ctx.realize(x) if _ops(x) > limit else x
+
+
+def _reads_indices(ctx: GraphLowering, node: Node) -> bool:
+    """Whether a consumer reads the argmax result of pooling ``node`` (training). Its
+    kernel, values and argmax chains over one computed input (a relu), stayed scalar
+    (GCC 12: "no vectype" for the shared strided loads; 19 against 2 ms in SqueezeNet's
+    backward, which recomputes its first pool): such an input is stored first."""
+    def refers(a: Any) -> bool:
+        if isinstance(a, ValueRef):
+            return a.node == node.name and a.index == 1
+        return isinstance(a, (tuple, list)) and any(refers(v) for v in a)
+    return any(refers(tuple(u.args)) for u in ctx.uses.users(node.name))
+
+
+def _ops(x: Lazy) -> int:
+    """How many operations computing one element of ``x`` takes."""
+    return sum(isinstance(s, Compute) for s in probe(x).stmts)
+
+
+def _inside(b: BodyBuilder, row: IndexExpr, col: IndexExpr, height: int, width: int,
+            needed: tuple[bool, ...] = (True,) * 4) -> str | None:
+    """A bool value: whether ``(row, col)`` lies in the ``height`` x ``width`` plane;
+    only the ``needed`` checks (:meth:`Window.checks`), None when none is."""
     i64 = torch.int64
     conds = []
-    for pos, size in ((row, height), (col, width)):
-        v = b.index_value(pos)
-        conds.append(b.compute("ge", v, b.literal(0, i64)))
-        conds.append(b.compute("lt", v, b.literal(size, i64)))
-    return b.all_of(*conds)
+    for k, (pos, size) in enumerate(((row, height), (col, width))):
+        if needed[2 * k] or needed[2 * k + 1]:
+            v = b.index_value(pos)
+            if needed[2 * k]:
+                conds.append(b.compute("ge", v, b.literal(0, i64)))
+            if needed[2 * k + 1]:
+                conds.append(b.compute("lt", v, b.literal(size, i64)))
+    return b.all_of(*conds) if conds else None
+
+
+def _load_inside(b: BodyBuilder, x: TensorValue, lead: tuple[IndexExpr, ...],
+                 row: IndexExpr, col: IndexExpr, inside: str | None, ct: torch.dtype) -> str:
+    """``x[..., row, col]`` as ``ct``, loaded only where ``inside`` holds (if it is a
+    check at all)."""
+    if inside is None:
+        return b.cast(x.element(b, (*lead, row, col)), ct)
+    with b.masked(inside):
+        return b.cast(x.element(b, (*lead, row, col)), ct)
 
 
 def _first_position(b: BodyBuilder, window: Window, out: tuple[IndexExpr, IndexExpr],
@@ -113,9 +202,12 @@ def _max_pool2d(ctx: GraphLowering, node: Node, x: TensorValue, kernel_size: Any
                 ceil_mode: bool = False) -> tuple[Lazy, Lazy]:
     _check_input(x)
     window = _window(kernel_size, stride, padding, dilation)
+    x = _window_input(ctx, x, window, 0 if _reads_indices(ctx, node) else MAX_REREAD_OPS)
     height, width = x.sizes[-2:]
     ct = compute_dtype(x.dtype)
     i64 = torch.int64
+
+    sizes = sizes_of(node, 0)
 
     def pooled(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> tuple[str, str]:
         """(max, flat argmax in the plane) like eager: the first strictly larger value
@@ -123,24 +215,47 @@ def _max_pool2d(ctx: GraphLowering, node: Node, x: TensorValue, kernel_size: Any
         a window wholly in the padding :func:`_first_position`."""
         best = b.literal(float("-inf"), ct)
         where_ = _first_position(b, window, (index[-2], index[-1]), width)
-        seen = b.literal(False, torch.bool)
+        first = b.literal(False, torch.bool)
+        seen: str | None = first  # None: a position surely inside was seen
         lead = index[:-2]
-        for _, row, col in window.positions((index[-2], index[-1])):
-            inside = _inside(b, row, col, height, width)
-            with b.masked(inside):
-                v = b.cast(x.element(b, (*lead, row, col)), ct)
-            better = b.compute("logical_or", b.compute("gt", v, best), b.compute("isnan", v))
-            take = b.compute("logical_and", inside, b.compute(
-                "logical_or", better, b.compute("logical_not", seen)))
-            best = b.compute("where", take, v, best)
+        for at, row, col in window.positions((index[-2], index[-1])):
+            checks = window.checks(at, sizes[-2:], (height, width))
+            row, col, checks = window.neighbour(at, (row, col), checks, sizes[-2:],
+                                                (height, width))
+            inside = _inside(b, row, col, height, width, checks)
+            v = _load_inside(b, x, lead, row, col, inside, ct)
             flat = b.index_value(add(mul(row, width), col))
-            where_ = b.compute("where", take, flat, where_)
-            seen = b.compute("logical_or", seen, inside)
+            take: str | None = None  # None: always (the window's first position, inside)
+            if seen is None or seen != first:
+                take = b.compute("logical_or", b.compute("gt", v, best), b.compute("isnan", v))
+                if seen is not None:
+                    take = b.compute("logical_or", take, b.compute("logical_not", seen))
+            if inside is not None:
+                take = inside if take is None else b.compute("logical_and", inside, take)
+            best = v if take is None else b.compute("where", take, v, best)
+            where_ = flat if take is None else b.compute("where", take, flat, where_)
+            if inside is None:
+                seen = None
+            elif seen is not None:
+                seen = b.compute("logical_or", seen, inside)
         return best, where_
 
-    sizes = sizes_of(node, 0)
+    def maximum(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+        """The max alone (no argmax to track: inference): a NaN wins, padding is -inf;
+        two operations a window position, which vectorize."""
+        best = b.literal(float("-inf"), ct)
+        for at, row, col in window.positions((index[-2], index[-1])):
+            checks = window.checks(at, sizes[-2:], (height, width))
+            row, col, checks = window.neighbour(at, (row, col), checks, sizes[-2:],
+                                                (height, width))
+            inside = _inside(b, row, col, height, width, checks)
+            v = _load_inside(b, x, index[:-2], row, col, inside, ct)
+            best = b.compute("maximum", best,
+                             v if inside is None else b.compute("where", inside, v, best))
+        return best
+
     dtype = out_meta(node, 0).dtype
-    values = Lazy(lambda b, i: b.cast(pooled(b, i)[0], dtype), dtype, sizes)
+    values = Lazy(lambda b, i: b.cast(maximum(b, i), dtype), dtype, sizes)
     indices = Lazy(lambda b, i: pooled(b, i)[1], i64, sizes)
     return values, indices
 
@@ -154,6 +269,11 @@ def _max_pool2d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: T
     height, width = x.sizes[-2:]
     i64 = torch.int64
     zeros = Lazy(lambda b, i: b.literal(0, meta.dtype), meta.dtype, x.sizes)
+    if isinstance(indices, Lazy) and _ops(indices) > MAX_REREAD_OPS:
+        # recomputed from the forward's input (the partitioner saves the input, not the
+        # indices): computed in a vectorized kernel of its own, not inside the scatter,
+        # whose loop runs sequentially (SqueezeNet's first pool: 16 against 2 ms)
+        indices = ctx.realize(indices)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
                                                                str | None]:
@@ -207,6 +327,7 @@ def _avg_pool2d(ctx: GraphLowering, node: Node, x: TensorValue, kernel_size: Any
                 count_include_pad: bool = True, divisor_override: int | None = None) -> Lazy:
     _check_input(x)
     p = _avg_params(kernel_size, stride, padding, count_include_pad, divisor_override)
+    x = _window_input(ctx, x, p.window)
     height, width = x.sizes[-2:]
     meta = out_meta(node)
     ct = compute_dtype(meta.dtype)
@@ -214,11 +335,12 @@ def _avg_pool2d(ctx: GraphLowering, node: Node, x: TensorValue, kernel_size: Any
     def fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         total = b.literal(0, ct)
         out = (index[-2], index[-1])
-        for _, row, col in p.window.positions(out):
-            inside = _inside(b, row, col, height, width)
-            with b.masked(inside):
-                v = b.cast(x.element(b, (*index[:-2], row, col)), ct)
-            total = b.compute("add", total, b.compute("where", inside, v, b.literal(0, ct)))
+        for at, row, col in p.window.positions(out):
+            inside = _inside(b, row, col, height, width,
+                             p.window.checks(at, sizes_of(node)[-2:], (height, width)))
+            v = _load_inside(b, x, index[:-2], row, col, inside, ct)
+            total = b.compute("add", total, v if inside is None else b.compute(
+                "where", inside, v, b.literal(0, ct)))
         divided = b.compute("truediv", total, _avg_divisor(b, p, out, height, width, ct))
         return b.cast(divided, meta.dtype)
 

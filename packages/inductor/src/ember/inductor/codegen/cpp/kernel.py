@@ -26,6 +26,8 @@ converted with the prelude's helpers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from ember.inductor.codegen.cpp import ops
 from ember.inductor.codegen.cpp.loop_shapes import (
@@ -350,17 +352,7 @@ class CppKernelWriter:
                 self.reduce_init(r)
             self.open_loops(rvars[:-1])
             blocked = self.blocked_sums(reduces)
-            rl = rvars[-1]
-            blocks = blocked and above(rl.size, SUM_BLOCK)
-            if blocks:
-                self.line(f"for (int64_t {rl.name}b = 0; {rl.name}b < {size_text(rl.size)}; "
-                          f"{rl.name}b += {SUM_BLOCK}) {{")
-                self.indent += 1
-                loop = (f"for (int64_t {rl.name} = {rl.name}b; {rl.name} < std::min<int64_t>"
-                        f"({rl.name}b + {SUM_BLOCK}, {size_text(rl.size)}); {rl.name}++) {{")
-            else:
-                loop = (f"for (int64_t {rl.name} = 0; {rl.name} < {size_text(rl.size)}; "
-                        f"{rl.name}++) {{")
+            blocks, loop = self.block_loop(rvars[-1], bool(blocked))
             # NOTE: in the reductions' order, not the set's (which varies with the hash
             # seed: the source, and so its build cache key, differed between processes)
             in_order = [r.name for r in reduces if r.name in blocked]
@@ -463,16 +455,20 @@ class CppKernelWriter:
                 if r.op in ("argmax", "argmin"):
                     self.line(f"idx_{r.name}[xi] = -1;")
             self.close_loops(1)
-            self.open_loops(rvars)
-            open_tile()
-            self.in_reduction_loop = bool(reduces)
-            for s in phase.inner:
-                if isinstance(s, Reduce):
-                    self.reduce_update(s, rlin, "[xi]")
-                else:
-                    self.stmt(s)
-            self.in_reduction_loop = False
-            self.close_loops(1 + len(rvars))
+            blocked = self.blocked_sums(reduces)
+            if blocked and len(blocked) == len(reduces):
+                self.tiled_block_pass(phase, reduces, open_tile)
+            else:
+                self.open_loops(rvars)
+                open_tile()
+                self.in_reduction_loop = bool(reduces)
+                for s in phase.inner:
+                    if isinstance(s, Reduce):
+                        self.reduce_update(s, rlin, "[xi]")
+                    else:
+                        self.stmt(s)
+                self.in_reduction_loop = False
+                self.close_loops(1 + len(rvars))
             open_tile()
             for r in reduces:
                 self.reduce_result(r, "[xi]")
@@ -481,6 +477,53 @@ class CppKernelWriter:
             self.close_loops(1)
             known.extend(r.name for r in reduces)
             known.extend(s.name for s in phase.after if not isinstance(s, Store))
+
+    def block_loop(self, rl: Var, blocked: bool) -> tuple[bool, str]:
+        """The loop over the innermost reduction range ``rl`` (its header line), opening
+        a loop over blocks of SUM_BLOCK elements first where ``blocked`` sums need it."""
+        name, size = rl.name, size_text(rl.size)
+        if not (blocked and above(rl.size, SUM_BLOCK)):
+            return False, f"for (int64_t {name} = 0; {name} < {size}; {name}++) {{"
+        self.line(f"for (int64_t {name}b = 0; {name}b < {size}; {name}b += {SUM_BLOCK}) {{")
+        self.indent += 1
+        return True, (f"for (int64_t {name} = {name}b; {name} < std::min<int64_t>"
+                      f"({name}b + {SUM_BLOCK}, {size}); {name}++) {{")
+
+    def tiled_block_pass(self, phase: Phase, reduces: list[Reduce],
+                         open_tile: Callable[[], None]) -> None:
+        """A pass of :meth:`body_tiled` whose reductions are all float32 sums: the tile
+        sums blocks of the innermost reduction range in float (a vectorized tile loop;
+        with double accumulators GCC 12 left a loop calling ``exp`` scalar: EfficientNet's
+        squeeze-excitation means), then adds them into the double accumulators."""
+        rvars = self.kernel.reduction_ranges
+        names = [r.name for r in reduces]
+        for name in names:
+            self.line(f"float bacc_{name}[{TILE}];")
+        self.open_loops(rvars[:-1])
+        blocks, loop = self.block_loop(rvars[-1], True)
+        self.line("for (int64_t xi = 0; xi < xn; xi++) {")
+        self.indent += 1
+        for name in names:
+            self.line(f"bacc_{name}[xi] = 0;")
+        self.close_loops(1)
+        self.line(loop)
+        self.indent += 1
+        self.line("#pragma omp simd")
+        open_tile()
+        for s in phase.inner:
+            if isinstance(s, Reduce):
+                self.line(f"bacc_{s.name}[xi] += {s.arg};")
+            else:
+                self.stmt(s)
+        self.close_loops(2)
+        self.line("for (int64_t xi = 0; xi < xn; xi++) {")
+        self.indent += 1
+        for name in names:
+            self.line(f"acc_{name}[xi] += bacc_{name}[xi];")
+        self.close_loops(1)
+        if blocks:
+            self.close_loops(1)
+        self.close_loops(len(rvars) - 1)
 
     def write(self) -> str:
         k = self.kernel

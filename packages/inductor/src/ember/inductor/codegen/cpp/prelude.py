@@ -85,12 +85,15 @@ static inline uint16_t ember_float_to_bf16(float f) {
     u += 0x7FFF + ((u >> 16) & 1);  // round to nearest even
     return static_cast<uint16_t>(u >> 16);
 }
-// torch semantics: NaN propagates through maximum/minimum.
+// torch semantics: NaN propagates through maximum/minimum (a NaN `a` first, then `b`:
+// `b > NaN` is false). One select, no branch: with two early returns GCC 12 found
+// "control flow in loop" and left every loop using them scalar (a relu, a max pool: 7.0
+// against 0.5 ms for SqueezeNet's first 3x3 pool).
 template <typename T> static inline T ember_max(T a, T b) {
-    if (a != a) return a; if (b != b) return b; return a > b ? a : b;
+    return (a != a || a > b) ? a : b;
 }
 template <typename T> static inline T ember_min(T a, T b) {
-    if (a != a) return a; if (b != b) return b; return a < b ? a : b;
+    return (a != a || a < b) ? a : b;
 }
 // Python (floor) semantics for integer division and remainder. Never a trap: x / 0 gives 0
 // (a kernel where eager raises also records a run-time check that makes the wrapper
