@@ -1,7 +1,7 @@
-"""CPU kernels around pooling and channels-last reductions (torchvision CNNs, one
-thread): what is stored before a pooling window, which loads need a mask, the
-branch-free NaN-propagating max/min, and float-blocked sums in tiled reductions. Values
-are checked against eager, argmax ties and NaNs included."""
+"""CPU kernels of torchvision CNNs (one thread): what is stored before a pooling window,
+which loads need a mask, the branch-free NaN-propagating max/min, float-blocked sums in
+tiled reductions, a batch norm's per-channel square root stored once. Values are checked
+against eager, argmax ties and NaNs included."""
 
 from __future__ import annotations
 
@@ -124,3 +124,20 @@ def test_tiled_float_sums_accumulate_in_float_blocks() -> None:
     torch.testing.assert_close(run(x)[0], want, rtol=1e-6, atol=1e-6)
     source = _source(compiled)
     assert "xt += 16" in source and "bacc_" in source  # tiled, blocked in float
+
+
+def _bn_inference(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    inv = torch.reciprocal(torch.sqrt(var + 1e-5))
+    return torch.clamp((x - mean[:, None, None]) * inv[:, None, None], 0.0, 6.0)
+
+
+def test_a_per_channel_square_root_is_computed_once_per_channel() -> None:
+    # inflation 16x or more: 1/sqrt(var + eps) stored per channel (DIVISION_STORE_FACTOR)
+    x, mean, var = torch.randn(2, 8, 6, 6), torch.randn(8), torch.rand(8) + 0.5
+    compiled, run = compile_fn(_bn_inference, x, mean, var)
+    torch.testing.assert_close(run(x, mean, var)[0], _bn_inference(x, mean, var))
+    assert _kernels(compiled) == 2
+    source = _source(compiled)
+    per_channel, per_element = source.split('extern "C" void kernel')[1:3]
+    assert "x0 < 8" in per_channel and "std::sqrt" in per_channel
+    assert "std::sqrt" not in per_element and " / " not in per_element

@@ -133,7 +133,7 @@ class GraphLowering:
         self.eager_reason = "graph runs eagerly"
         self._count = 0
         self._realized: dict[int, tuple[Lazy, Stored]] = {}
-        self.uses = Uses(self.graph)  # see inlining.py: costly values read broadcast
+        self.uses = Uses(self.graph, self.device.type)  # inlining.py: values read broadcast
         self._current = ""  # the node being lowered
         self._sized = _plain_symbols(*(n.meta for n in self.graph.placeholders))
         self.layout = LayoutState()

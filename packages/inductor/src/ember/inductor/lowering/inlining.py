@@ -37,6 +37,14 @@ MAX_INLINED_BUFFERS = 8
 MAX_INLINED_INDEX_TERMS = 400
 
 BROADCAST_STORE_FACTOR = 2
+# Division and square roots (a batch norm's per-channel ``1 / sqrt(var + eps)``): on a
+# device listed here, a value computed with one of these and read broadcast over at
+# least this many times its elements is stored too. Inlined, every element of a CPU
+# activation ran a vector square root and division (MobileNet-v2's batch norm + relu6
+# kernels were bound by them, one thread: its kernels 6.4 -> 4.4 ms a call). Not on a
+# GPU, whose memory-bound kernels hide them (and whose split reductions it would change).
+DIVISION_OPS = frozenset({"sqrt", "rsqrt", "reciprocal", "truediv"})
+DIVISION_STORE_FACTOR: dict[str, int] = {"cpu": 16}
 # A value with several consumers that loads this many buffers of its own size is stored.
 SHARED_STORE_LOADS = 3
 
@@ -83,15 +91,17 @@ def index_terms(index: IndexExpr) -> int:
     return count(index)
 
 
-def costly(value: Lazy) -> bool:
-    """Whether computing one element of ``value`` calls a costly op (``COSTLY_OPS``)."""
-    return any(isinstance(s, Compute) and s.op in COSTLY_OPS for s in probe(value).stmts)
+def costly(value: Lazy, ops: frozenset[str] = COSTLY_OPS) -> bool:
+    """Whether computing one element of ``value`` calls a costly op (``COSTLY_OPS``, or
+    the given ``ops``)."""
+    return any(isinstance(s, Compute) and s.op in ops for s in probe(value).stmts)
 
 
 class Uses:
     """The consumers of each node of a graph, and how many elements they compute."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, device: str = "cpu") -> None:
+        self._division_factor = DIVISION_STORE_FACTOR.get(device)
         self._users: dict[str, list[Node]] = {n.name: [] for n in graph.nodes}
         for n in graph.nodes:
             for name in sorted(_referenced(n.args) | _referenced(tuple(n.kwargs.values()))):
@@ -125,8 +135,11 @@ class Uses:
         consumer broadcasts it and recomputing it per element costs more (see the module
         docstring)."""
         n = hint(numel(value.sizes))  # symbolic sizes: compared at their hints
-        return (n > 0 and self.widest(name) >= BROADCAST_STORE_FACTOR * n
-                and costly(value))
+        if n <= 0 or self.widest(name) < BROADCAST_STORE_FACTOR * n:
+            return False
+        factor = self._division_factor
+        return costly(value) or (factor is not None and self.widest(name) >= factor * n
+                                 and costly(value, DIVISION_OPS))
 
 
 def _referenced(args: tuple[object, ...]) -> set[str]:
