@@ -44,15 +44,18 @@ from ember.frontend.bytecode.recipes import (
 )
 from ember.frontend.bytecode.sources import (
     AttrSource,
+    BaseItemSource,
     CellSource,
     ClosureSource,
     DefaultSource,
+    DictValueSource,
     GlobalSource,
     ItemSource,
     IterItemSource,
     LocalSource,
     LookupFails,
     MethodFuncSource,
+    ModuleGlobalSource,
     ModuleMemberSource,
     SliceSource,
     StackSource,
@@ -73,9 +76,10 @@ class Unportable(Exception):
 
 
 _SOURCES: dict[str, type[Source]] = {cls.__name__: cls for cls in (
-    AttrSource, CellSource, ClosureSource, DefaultSource, GlobalSource, ItemSource,
-    IterItemSource, LocalSource, LookupFails, MethodFuncSource, ModuleMemberSource,
-    SliceSource, StackSource, ShapeSource, SizeSource, RelationSource, EnvSource)}
+    AttrSource, BaseItemSource, CellSource, ClosureSource, DefaultSource, DictValueSource,
+    GlobalSource, ItemSource, IterItemSource, LocalSource, LookupFails, MethodFuncSource,
+    ModuleGlobalSource, ModuleMemberSource, SliceSource, StackSource, ShapeSource,
+    SizeSource, RelationSource, EnvSource)}
 """The sources a cached capture may read through, by class name (``EnvSource``: an
 environment variable, read again in the loading process)."""
 

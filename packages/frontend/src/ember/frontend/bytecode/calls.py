@@ -301,7 +301,8 @@ class CallHandler:
                 if getattr(mod, attr):
                     interp.capture.guard("len", AttrSource(source, attr),
                                          len(getattr(mod, attr)))
-        for hook_id, hook in list(mod._forward_pre_hooks.items()):
+        for i, (hook_id, hook) in enumerate(list(mod._forward_pre_hooks.items())):
+            hook = interp.module_hook(source, "_forward_pre_hooks", i, hook)
             if hook_id in mod._forward_pre_hooks_with_kwargs:
                 result = self.call_symbolic(interp, frame, hook, [mod, tuple(args), kwargs], {})
                 if result is not None:
@@ -311,7 +312,8 @@ class CallHandler:
                 if result is not None:
                     args = list(result) if isinstance(result, tuple) else [result]
         out = self._call_forward(interp, frame, mod, args, kwargs)
-        for hook_id, hook in list(mod._forward_hooks.items()):
+        for i, (hook_id, hook) in enumerate(list(mod._forward_hooks.items())):
+            hook = interp.module_hook(source, "_forward_hooks", i, hook)
             if hook_id in mod._forward_hooks_with_kwargs:
                 result = self.call_symbolic(interp, frame, hook,
                                             [mod, tuple(args), kwargs, out], {})
@@ -414,6 +416,7 @@ class CallHandler:
                 interp.capture.guard("equals", AttrSource(source, "__name__"), fn.__name__)
                 shadow = interp.wrap(owner, AttrSource(source, "__self__"))
                 fn = getattr(shadow, fn.__name__)
+        interp.check_container_call(fn, args)  # a list/dict read without a source
         if isinstance(owner, _CONTAINER_TYPES) or any(owner is t for t in _CONTAINER_TYPES):
             return self.direct(interp, fn, args, kwargs)  # methods and dict.fromkeys
         if type(owner) is collections.deque and made_here(interp.capture, owner):

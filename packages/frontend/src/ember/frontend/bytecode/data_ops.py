@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import operator
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +20,6 @@ from typing import Any
 import torch
 from ember.frontend._torch import is_fake, quiet_fake_tensor_errors
 from ember.frontend.bytecode import opcodes
-from ember.frontend.bytecode.attributes import AttributeOps
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.capture import (
     PRIMITIVES,
@@ -38,6 +38,7 @@ from ember.frontend.bytecode.sources import (
     CellSource,
     ClosureSource,
     GlobalSource,
+    ModuleGlobalSource,
 )
 from ember.frontend.bytecode.subclass_items import (
     item_view,
@@ -46,6 +47,7 @@ from ember.frontend.bytecode.subclass_items import (
     subclass_operands,
 )
 from ember.frontend.bytecode.text_values import specialised_for_text
+from ember.frontend.bytecode.unsourced import UnsourcedOps
 from torch import nn
 
 _INPLACE_SET_OPS = (operator.ior, operator.iand, operator.isub, operator.ixor)
@@ -55,7 +57,7 @@ def is_fake_tensor(v: Any) -> bool:
     return is_fake(v)
 
 
-class DataOps(AttributeOps):
+class DataOps(UnsourcedOps):
     """Loads, stores, operators, subscripts and containers; see the module docstring."""
 
     capture: CaptureContext | None
@@ -124,6 +126,7 @@ class DataOps(AttributeOps):
             if source is None and self.capture is not None:  # checked by the capture cache
                 self.capture.untracked_globals.append(
                     (str(f.f_globals.get("__name__")), name, f.f_globals[name]))
+                self.note_unsourced(value)
         elif name in f.f_builtins:
             value = f.f_builtins[name]
         else:
@@ -133,15 +136,23 @@ class DataOps(AttributeOps):
         f.push(value)
 
     def global_source(self, f: Frame, name: str) -> Any:
-        # NOTE: globals of inlined functions from other modules are reached through the
-        # function's __globals__, which the root context does not hold; those reads are
-        # guarded through the function instead (its identity pins its globals dict).
+        # NOTE: globals of inlined functions from other modules are read through the
+        # function's source (``fn.__globals__``), which the root context does not hold,
+        # or through their imported module; with neither (code run by exec) the read is
+        # untracked: its containers are not shadowed, so writes into them break
+        # (.unsourced)
         if f.parent is None or f.f_globals is self.root_globals(f):
             return GlobalSource(name)
         if f.fn_source is not None:
             from ember.frontend.bytecode.sources import ItemSource
 
             return ItemSource(AttrSource(f.fn_source, "__globals__"), name)
+        # a function reached without a source (a callable object's __call__): its
+        # globals are read through its module, when they are that imported module's
+        module = f.f_globals.get("__name__")
+        if isinstance(module, str) and f.f_globals is getattr(
+                sys.modules.get(module), "__dict__", None):
+            return ModuleGlobalSource(module, name)
         return None
 
     def root_globals(self, f: Frame) -> dict[str, Any]:
@@ -181,7 +192,10 @@ class DataOps(AttributeOps):
                 f.push(written.value)
                 return
             if id(cell) not in self.capture.new_cells:
-                f.push(self.capture.wrap(cell.cell_contents, self.cell_source(f, name)))
+                source = self.cell_source(f, name)
+                f.push(self.capture.wrap(cell.cell_contents, source))
+                if source is None:
+                    self.note_unsourced(f.stack[-1])
                 return
         f.push(cell.cell_contents)
 
@@ -309,6 +323,7 @@ class DataOps(AttributeOps):
                 and self.capture.source_of(args[0]) is not None):
             raise self.fail(f"in-place {fn.__name__} on a set from outside the compiled "
                             "function")
+        self.check_operator(fn, args)
         if self.capture is not None and fn is not operator.getitem and any(
                 outside_subclass(self.capture, a) for a in args):
             method = python_operator(fn, args)
@@ -371,6 +386,8 @@ class DataOps(AttributeOps):
         value = self.apply(operator.getitem, obj, key)
         if cap is None:
             return value
+        if self.is_unsourced(obj):
+            self.note_unsourced(value)
         source = cap.source_of(obj)
         if source is not None and isinstance(key, (int, str)) and not isinstance(key, bool):
             from ember.frontend.bytecode.sources import ItemSource
@@ -406,6 +423,7 @@ class DataOps(AttributeOps):
             or id(obj) in self.capture.new_objects
         ):
             raise self.fail(f"item assignment on a {type(obj).__name__}")
+        self.refuse_unsourced_write(obj, "item assignment")
         if self.capture is not None and isinstance(obj, dict):
             key = _real_key(self.capture, obj, key)
         self.apply(operator.setitem, obj, key, value)
@@ -415,6 +433,7 @@ class DataOps(AttributeOps):
         if self.capture is not None and (not isinstance(obj, (list, dict))
                                          or outside_subclass(self.capture, obj)):
             raise self.fail(f"del on a {type(obj).__name__}")
+        self.refuse_unsourced_write(obj, "del of an item")
         del obj[key]
         f.popn(2)
 

@@ -11,14 +11,15 @@ with every key and name as a constant (:mod:`ember.frontend.guards`). The base c
 from __future__ import annotations
 
 import keyword
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from ember.frontend.guard_model import CodeWriter, Source, index_code
 
-__all__ = ["AttrSource", "CellSource", "ClosureSource", "DefaultSource", "GlobalSource",
-           "ItemSource", "IterItemSource", "LocalSource", "LookupFails", "MethodFuncSource",
-           "ModuleMemberSource",
+__all__ = ["AttrSource", "CellSource", "ClosureSource", "DefaultSource", "DictValueSource",
+           "GlobalSource", "ItemSource", "IterItemSource", "LocalSource", "LookupFails",
+           "MethodFuncSource", "ModuleGlobalSource", "ModuleMemberSource",
            "RefTargetSource", "SliceSource", "Source", "StackSource", "TensorKeySource",
            "attr_source", "lookup_fails"]
 
@@ -81,6 +82,30 @@ class GlobalSource(Source):
 
     def fetch_code(self, w: CodeWriter) -> str:
         return f"C.f_globals[{w.const('name', self.name)}]"
+
+
+@dataclass(frozen=True)
+class ModuleGlobalSource(Source):
+    """Global ``name`` of the imported module ``module`` (``sys.modules[module]``): a
+    global read by a function inlined from another module that the capture reached
+    without a source for the function itself (a forward hook defined in a library,
+    called from ``Module.__call__``). The check function reads it from that module's
+    globals dict, a constant of its namespace."""
+
+    module: str
+    name: str
+
+    def expr(self) -> str:
+        return f"globals({self.module!r})[{self.name!r}]"
+
+    def fetch(self, state: Any, ctx: Any) -> Any:
+        return vars(sys.modules[self.module])[self.name]
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        module = sys.modules.get(self.module)
+        if module is None:  # not imported (yet): fetch() raises, the guard fails
+            return super().fetch_code(w)
+        return f"{w.const('globals', vars(module))}[{w.const('name', self.name)}]"
 
 
 @dataclass(frozen=True)
@@ -160,6 +185,25 @@ class ItemSource(Source):
 
     def fetch_code(self, w: CodeWriter) -> str:
         return f"{w.ref(self.base)}[{_key_code(w, self.key)}]"
+
+
+@dataclass(frozen=True)
+class DictValueSource(Source):
+    """The value at position ``index`` (insertion order) of the dict at ``base``: a
+    module's hook (``_forward_hooks``), whose key (a handle id, new at each
+    registration) differs between modules of the same type that share compiled code."""
+
+    base: Source
+    index: int
+
+    def expr(self) -> str:
+        return f"list({self.base.expr()}.values())[{self.index}]"
+
+    def fetch(self, state: Any, ctx: Any) -> Any:
+        return list(self.base.fetch(state, ctx).values())[self.index]
+
+    def fetch_code(self, w: CodeWriter) -> str:
+        return f"list({w.ref(self.base)}.values())[{index_code(self.index)}]"
 
 
 def _key_code(w: CodeWriter, key: Any) -> str:
