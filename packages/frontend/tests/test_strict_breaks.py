@@ -3,6 +3,8 @@ graphs and breaks, a message naming the source line; fullgraph=True raises."""
 
 from __future__ import annotations
 
+import re
+
 import ember.frontend as ef
 import numpy as np
 import pytest
@@ -305,7 +307,8 @@ def test_unsupported_bytecode_runs_the_function_eagerly():
     torch.testing.assert_close(compiled(x, 2), x * 2)
     torch.testing.assert_close(compiled(x, 1), x)
     assert compiled.stats.graphs == 0 and compiled.stats.graph_breaks == 1
-    assert "unsupported bytecode CHECK_EG_MATCH" in compiled.breaks[0].reason
+    # NOTE: Python 3.12 names CALL_INTRINSIC_2 before CHECK_EG_MATCH
+    assert re.search(r"unsupported bytecode (\w+, )*CHECK_EG_MATCH", compiled.breaks[0].reason)
     assert compiled.stats.eager_fallback_calls == 2
     with pytest.raises(FullGraphError, match="CHECK_EG_MATCH"):
         strict(fn, fullgraph=True)(x, 1)
@@ -400,7 +403,7 @@ def test_a_function_run_eagerly_as_a_whole_names_its_def_line() -> None:
         return x
 
     report = str(ef.explain(except_star)(torch.ones(1)))
-    assert "runs eagerly: unsupported bytecode CHECK_EG_MATCH" in report
+    assert re.search(r"runs eagerly: unsupported bytecode (\w+, )*CHECK_EG_MATCH", report)
     assert "test_strict_breaks.py" in report and "def except_star(x" in report
 
 

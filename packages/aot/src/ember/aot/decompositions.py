@@ -227,7 +227,8 @@ FOREACH_ELEMENT_OPS: dict[str, Callable[..., Any]] = {
     "_foreach_addcdiv": lambda x, t1, t2, value=1: _aten.addcdiv(x, t1, t2, value=value),
     "_foreach_copy": lambda x, src, non_blocking=False: _aten.copy(x, src, non_blocking),
     "_foreach_zero": _aten.zero,
-    "_foreach_clone": _aten.clone,
+    "_foreach_clone": lambda x, memory_format=None: _aten.clone(
+        x, memory_format=memory_format),
     "_foreach_norm": lambda x, ord=2, dtype=None: _aten.linalg_vector_norm(
         x, ord, dtype=dtype),
     **{f"_foreach_{name}": getattr(_aten, name) for name in (
@@ -255,6 +256,8 @@ def _per_element(element_op: Callable[..., Any]) -> Callable[..., Any]:
 
 
 for _name, _element_op in FOREACH_ELEMENT_OPS.items():
+    if not hasattr(_aten, _name):
+        continue  # NOTE: an op this torch build lacks (torch 2.11 has no ``_foreach_clone``)
     _packet = getattr(_aten, _name)
     for _overload in _packet.overloads():
         if "out" in _overload or (_name in _FOREACH_KEPT_WHOLE_FOR
