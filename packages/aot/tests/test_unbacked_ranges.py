@@ -59,3 +59,31 @@ def test_a_call_outside_the_checked_range_is_refused_by_name() -> None:
     torch.testing.assert_close(x.grad[:3], 2 * x[:3].detach().cos())
     with pytest.raises(ShapeError, match=r"outside the range \[2, 6\] of symbol u0"):
         run([x, torch.tensor(7)])
+
+
+def test_a_guard_on_a_size_the_re_trace_computes_as_an_expression_is_dropped() -> None:
+    # without a range for u0 the capture's slice x[:u0] of a symbolic x is a fresh u1,
+    # guarded s0 >= u1; the re-trace computes it as Min(s0, u0), and the guard on the
+    # u1 no node defines any more was carried over (the result did not verify)
+    rec = GraphRecorder(dynamic=True)
+    x = rec.add_input(torch.randn(8, 3, requires_grad=True), InputSpec("x"),
+                      dynamic_dims={0: (2, None)})
+    n = rec.add_input(torch.tensor(4), InputSpec("n"))
+    with rec:
+        k: Any = n.item()
+        out = x[:k].sin() * 2
+    program = rec.finish([out])
+    assert [g.expr for g in program.forward.guards] == ["s0 >= u1"]
+    functional = aot_compile(program)
+    verify(functional)
+    forward = functional.graphs["forward"]
+    assert "u1" not in forward.symbols and forward.guards == [], forward.guards
+    run = ProgramCallable(functional)
+    for rows, value in ((5, 3), (6, 0), (4, 9)):  # 9: the slice stops at the 4 rows
+        x_real = torch.randn(rows, 3, requires_grad=True)
+        (got,) = run([x_real, torch.tensor(value)])
+        got.sum().backward()
+        ref = x_real.detach().clone().requires_grad_(True)
+        (ref[:value].sin() * 2).sum().backward()  # type: ignore[no-untyped-call]
+        torch.testing.assert_close(got, ref[:value].detach().sin() * 2)
+        torch.testing.assert_close(x_real.grad, ref.grad)

@@ -136,7 +136,9 @@ def add_tangent(recorder: GraphRecorder, graph: Graph, output: torch.Tensor,
 
 def carry_shape_facts(original: Graph, traced: Program, graph_name: str) -> None:
     """Give the re-traced graph ``original``'s symbol ranges and guards; guards the
-    re-trace added come after them (each once).
+    re-trace added come after them (each once). A guard of ``original`` on an unbacked
+    symbol the re-trace no longer has (an op's data-dependent size it computes as an
+    expression) is dropped.
 
     Raises:
         StageDeclined: the re-trace specialised an input symbol to a constant (names the
@@ -151,6 +153,11 @@ def carry_shape_facts(original: Graph, traced: Program, graph_name: str) -> None
     used = graph_symbols(graph)
     graph.symbols = {s: r for s, r in symbols.items() if s in used}
     carried = _renamed(original.guards, _replaced_symbols(original, graph))
+    # NOTE: a data-dependent size that an op of the original made (the slice
+    # ``order[:u0]`` of a symbolic ``order`` is ``u2``, guarded ``s1 >= u2``) may be an
+    # expression of the re-trace (``Min(s1, u0)``), whose guards on it torch added
+    # again: a guard on a symbol no node of the re-trace defines binds nothing
+    carried = [g for g in carried if relation_symbols(g.expr) <= used]
     known = {g.expr for g in carried}
     added = [g for g in graph.guards if g.expr not in known]
     graph.guards = _unique(carried + added)

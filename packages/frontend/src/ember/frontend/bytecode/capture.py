@@ -116,9 +116,11 @@ class CaptureContext:
     # without symbolic shapes: capture again with them
     missed_marks: bool = False
     data_dependent: bool = False
-    # root-frame instructions whose .item() gave an unbacked symbol (u0): a later break
-    # captures again breaking at the first of them (calls.py, segment.py)
-    unbacked_items: list[tuple[int, SourceLocation | None]] = field(default_factory=list)
+    # root-frame instructions whose .item() / .tolist() gave unbacked symbols (u0), with
+    # the method's name: a later break captures again breaking at the first of them
+    # (recorded_calls.py, segment.py)
+    unbacked_items: list[tuple[int, SourceLocation | None, str]] = field(
+        default_factory=list)
     # for the capture cache: every function inlined (by code), and globals of inlined
     # functions read without a source (module name, global name, value)
     inlined: dict[types.CodeType, types.FunctionType] = field(default_factory=dict)

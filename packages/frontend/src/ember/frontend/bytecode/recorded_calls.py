@@ -2,8 +2,8 @@
 :mod:`.calls`): torch functions, tensor methods and torch's own Python code.
 
 :func:`record_call` refuses what needs real data (``.item()``, ``.tolist()``,
-``bool(t)``: a break, or an unbacked symbol for an integer ``.item()`` in a symbolic
-capture), higher-order ops, calls whose result went through a custom
+``bool(t)``: a break, or unbacked symbols for an integer ``.item()`` / ``.tolist()``
+in a symbolic capture), higher-order ops, calls whose result went through a custom
 ``autograd.Function``, and, inside an ``ember.frontend.nonstrict`` function (whose
 Python runs once, on fake tensors), a call of a disabled function (``trace_watch``); a
 call that fails on fake tensors after recording ops restarts the capture before it
@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from ember.frontend._torch import (
     data_dependent_output_types,
+    has_unbacked_symbols,
     higher_order_op_name,
     is_fake,
     is_view,
@@ -51,16 +52,33 @@ _NOT_DATA = {
 }
 
 
+# the most items a ``.tolist()`` gives unbacked symbols for (each is a graph node and a
+# symbol bound at run time); a larger tensor breaks
+_MAX_TOLIST_ITEMS = 1024
+
+
 def _unbacked_item(interp: Any, fn: Any) -> bool:
-    """Whether ``fn`` is ``.item()`` of an integer tensor in a symbolic capture: it runs
-    on the fake tensor and gives an unbacked symbol (``u0``), bound at run time by the
+    """Whether ``fn`` is ``.item()`` or ``.tolist()`` of an integer tensor in a symbolic
+    capture: it runs on the fake tensor and gives unbacked symbols (``u0``; ``tolist``:
+    one per element, through ``aten::unbind``), each bound at run time by its
     ``aten::_local_scalar_dense`` node. In a static capture it asks for a symbolic one
-    (``data_dependent``) and breaks if that is not allowed."""
+    (``data_dependent``) and breaks if that is not allowed. Raises the break of a
+    ``.tolist()`` that cannot give symbols (a float/bool tensor, a symbolic number of
+    elements, too many)."""
     owner = getattr(fn, "__self__", None)
-    if getattr(fn, "__name__", "") != "item" or not isinstance(owner, torch.Tensor):
+    name = getattr(fn, "__name__", "")
+    if name not in ("item", "tolist") or not isinstance(owner, torch.Tensor):
         return False
     if owner.dtype.is_floating_point or owner.dtype.is_complex or owner.dtype == torch.bool:
+        if name == "tolist":
+            raise interp.fail(
+                f"Tensor.tolist() needs the tensor's data (a {owner.dtype} tensor: only "
+                "an integer tensor's items can be unbacked symbolic ints)",
+                "keep the values as a tensor, or move this code out of the compiled "
+                "function")
         return False  # only an integer can be a size
+    if name == "tolist":
+        _refuse_tolist_shape(interp, owner)
     if interp.capture.recorder.shape_env is None:
         interp.capture.data_dependent = True
         return False
@@ -68,14 +86,30 @@ def _unbacked_item(interp: Any, fn: Any) -> bool:
     while root.parent is not None:
         root = root.parent
     line = frame.instructions[frame.ip - 1].line
-    interp.capture.unbacked_items.append((root.ip - 1, location_of(frame, line)))
+    interp.capture.unbacked_items.append((root.ip - 1, location_of(frame, line), name))
     return True
 
 
-ITEM_BREAK = ("Tensor.item() needs the tensor's data (its value is a data-dependent size "
+def _refuse_tolist_shape(interp: Any, owner: torch.Tensor) -> None:
+    """The break of an integer ``.tolist()`` whose number of items depends on the data
+    (an unbacked size) or is larger than :data:`_MAX_TOLIST_ITEMS`. (A symbolic size of
+    an input is specialised: the list's length is a Python int.)"""
+    if any(has_unbacked_symbols(d) for d in owner.shape):
+        raise interp.fail(
+            f"Tensor.tolist() of a tensor of data-dependent shape {tuple(owner.shape)} "
+            "(its number of items must be known to give one unbacked int each)",
+            "keep the values as a tensor")
+    if owner.numel() > _MAX_TOLIST_ITEMS:
+        raise interp.fail(
+            f"Tensor.tolist() of {owner.numel()} items (more than {_MAX_TOLIST_ITEMS} "
+            "unbacked symbols)", "keep the values as a tensor")
+
+
+ITEM_BREAK = ("Tensor.{}() needs the tensor's data (its value is a data-dependent size "
               "the code after a graph break would need)")
-"""The break at an integer ``.item()`` when a later break in the same capture would
-leave its unbacked symbol live at the break (segment.py retries breaking here)."""
+"""The break at an integer ``.item()`` (or ``.tolist()``) when a later break in the same capture would
+leave its unbacked symbol live at the break (segment.py retries breaking here); ``{}``:
+the method's name."""
 
 
 def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:

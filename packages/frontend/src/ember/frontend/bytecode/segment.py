@@ -126,14 +126,10 @@ def capture_segment(
                 except GraphBreak as e:
                     if cap.data_dependent and not symbolic and cap.policy.unbacked_allowed:
                         raise NeedsSymbolicShapes from None
-                    if cap.unbacked_items and cap.unbacked_items[0][0] not in break_calls:
-                        # NOTE: a break after an .item() that gave u0: u0 could be live at
-                        # the break, which no resume point can rebuild; break at the
-                        # .item() instead, as a static capture does
-                        item_ip, where = cap.unbacked_items[0]
-                        raise InlinedBreak(item_ip, BreakInfo(
-                            ITEM_BREAK, where, "keep the value as a tensor, or move "
-                            "this code out of the compiled function")) from None
+                    # NOTE: a break after an .item() (or .tolist()) that gave u0:
+                    # u0 could be live at the break, which no resume point can
+                    # rebuild; break at the .item() instead, as a static capture does
+                    _break_at_unbacked_item(cap, break_calls)
                     frame.stack, frame.kw_names, frame.ip = saved_stack, saved_kw, before
                     if e.from_inlined_call:
                         ip = before if e.root_ip is None else e.root_ip
@@ -263,6 +259,20 @@ def _guard_origin(interp: Interpreter, root: Frame) -> SourceLocation | None:
         frame = frame.parent
     chosen = frame if frame is not None else innermost
     return location_of(chosen, chosen.last_line)
+
+
+def _break_at_unbacked_item(cap: CaptureContext, break_calls: dict[int, BreakInfo]) -> None:
+    """Restart breaking at the capture's first ``.item()`` / ``.tolist()`` that gave an
+    unbacked symbol, unless it breaks already.
+
+    Raises:
+        InlinedBreak: there is such a call.
+    """
+    if cap.unbacked_items and cap.unbacked_items[0][0] not in break_calls:
+        item_ip, where, method = cap.unbacked_items[0]
+        raise InlinedBreak(item_ip, BreakInfo(
+            ITEM_BREAK.format(method), where, "keep the value as a tensor, or move "
+            "this code out of the compiled function")) from None
 
 
 def _refuse_unclosed_generators(cap: CaptureContext) -> None:
