@@ -37,7 +37,10 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``state``          deriving the recipes of the frame state after a graph, and the replays
 ``recipes``        recipes (how a value is rebuilt at run time) and ``Replay`` entries
 ``segment``        capturing from a resume point to a return or break
+``inlined_breaks`` root calls run for real for a break inside them; the check that
+                   captures them again once the break may be gone
 ``strict``         the compiled function: cache, recompiles, breaks at run time
+``strict_cache``   the compiled function's use of the capture cache
 ``explain``        ``explain(fn)(*args)``: graphs, breaks, guards
 ``escape``         ``disable``, ``nonstrict``, ``allow_break``
 

@@ -128,7 +128,7 @@ class CallHandler:
         break_calls: dict[int, BreakInfo] | None = None,
         compile_callee: Callable[[Any, Any], Callable[..., Any]] | None = None,
     ) -> None:
-        self.break_calls = break_calls or {}
+        self.break_calls = break_calls if break_calls is not None else {}  # (may be empty)
         self.compile_callee = compile_callee
 
     # ---- entry -------------------------------------------------------------------------
@@ -564,7 +564,10 @@ def _stdlib_closure(fn: Any) -> bool:
 
 
 def _is_user_function(fn: Any) -> bool:
-    return isinstance(fn, types.FunctionType) and not is_torch_code(fn)
+    """Not torch's nor the standard library's: at a break ``logger.warning`` runs as
+    plain Python (compiled, each call into ``logging`` under it would break again)."""
+    return (isinstance(fn, types.FunctionType) and not is_torch_code(fn)
+            and not is_stdlib(fn))
 
 
 def _module_of(fn: Any) -> str:

@@ -35,6 +35,7 @@ from ember.frontend.bytecode.exception_ops import ExceptionOps, GradModeRestore
 from ember.frontend.bytecode.exceptions import find_handler
 from ember.frontend.bytecode.frame import NULL, Frame, location_of
 from ember.frontend.bytecode.generators import InlinedGenerator, LazyIterator
+from ember.frontend.bytecode.inlined_breaks import InlinedBreaks
 from ember.frontend.bytecode.iteration import make_iterator
 from ember.frontend.bytecode.list_iterator import ListIterator
 from ember.frontend.bytecode.match_ops import MatchOps
@@ -53,6 +54,8 @@ class Interpreter(ExceptionOps, MatchOps, ClassOps):
     def __init__(self, capture: CaptureContext | None, calls: Any) -> None:
         self.capture = capture
         self.calls = calls  # a .calls.CallHandler
+        if capture is not None and isinstance(calls.break_calls, InlinedBreaks):
+            calls.break_calls.attempt = capture.guards  # what decides an inlined break
         self.current_frame: Frame | None = None
         self.init_exception_state()
 

@@ -74,7 +74,11 @@ class Segment:
     break_ip: int = -1
     break_info: BreakInfo | None = None
     facts: CaptureFacts | None = None
+    # ending at a call that runs for real because of a break inside it: the guards of
+    # the abandoned captures that found that break (.inlined_breaks)
+    break_guards: GuardSet | None = None
     _matcher: Callable[[Any, Any], list[Any] | None] | None = None
+    _break_matcher: Callable[[Any, Any], list[Any] | None] | None = None
     _fetches: list[Fetch] | None = None
 
     def match(self, state: FrameState, ctx: FunctionContext) -> list[Any] | None:
@@ -83,6 +87,16 @@ class Segment:
             self._matcher = self.guards.matcher(self.input_sources,
                                                 f"the segment at resume point {self.start_ip}")
         return self._matcher(state, ctx)
+
+    def break_may_be_gone(self, state: FrameState, ctx: FunctionContext) -> bool:
+        """Whether a guard of :attr:`break_guards` fails on ``state`` (whose own guards
+        hold): the call this segment ends at might now be captured whole."""
+        if self.break_guards is None:
+            return False
+        if self._break_matcher is None:
+            self._break_matcher = self.break_guards.matcher(
+                (), f"the break check of the segment at resume point {self.start_ip}")
+        return self._break_matcher(state, ctx) is None
 
     @property
     def op_count(self) -> int:

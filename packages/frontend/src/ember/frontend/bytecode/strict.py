@@ -42,6 +42,7 @@ from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
 from ember.frontend.bytecode.escape import break_allowed
 from ember.frontend.bytecode.frame import Frame, FrameState
+from ember.frontend.bytecode.inlined_breaks import InlinedBreaks, break_location
 from ember.frontend.bytecode.recipes import EagerState, Unrebuildable
 from ember.frontend.bytecode.root_hooks import (
     call_with_forward_hooks,
@@ -51,6 +52,7 @@ from ember.frontend.bytecode.root_hooks import (
     replaced_forward,
 )
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
+from ember.frontend.bytecode.strict_cache import CaptureCacheUse
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.collector import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
@@ -73,7 +75,7 @@ if TYPE_CHECKING:
 _EAGER = object()
 
 
-class StrictFunction:
+class StrictFunction(CaptureCacheUse):
     """``ember.frontend.compile`` in strict mode (``options={"capture": "strict"}``).
 
     ``stats`` counts ``compiles`` (segments captured), ``recompiles`` (captures caused
@@ -258,6 +260,10 @@ class StrictFunction:
         for ip, entries in sorted(self.segments.items()):
             for i, s in enumerate(entries):
                 parts.append(f"resume point {ip}, entry {i}:\n{s.guards.describe()}")
+                if s.break_guards is not None:  # (.inlined_breaks)
+                    parts.append(f"  break check (the break at {break_location(s.break_info)}"
+                                 " may be gone when one fails: captured again):\n"
+                                 f"{s.break_guards.describe()}")
         for callee in self._callees.values():
             text = callee.guard_text()
             if text:
@@ -293,25 +299,38 @@ class StrictFunction:
         last = self._last_hit.get(state.ip, 0)
         order = range(len(entries)) if last == 0 else (
             last, *(i for i in range(len(entries)) if i != last))
+        room = len(entries) < config.recompile_limit
+        # an entry ending at a call whose inlined break may be gone (.inlined_breaks):
+        # captured again, kept for when no new entry can replace it
+        gone: tuple[int, Segment, list[Any]] | None = None
         for i in order:
             seg = entries[i]
             inputs = seg.match(state, self._ctx)
             if inputs is not None:
-                self.stats.cache_hits += 1
-                self._last_hit[state.ip] = i
-                return seg, inputs
+                if room and seg.break_may_be_gone(state, self._ctx):
+                    gone = gone or (i, seg, inputs)
+                    continue
+                return self._hit(state.ip, i, seg, inputs)
         if not entries and state.ip == 0:  # NOTE: the first call only, never the steady state
             cached = self._from_capture_cache(state)
             if cached is not None:
                 entries.append(cached[0])
                 return cached
-        if entries:
+        if gone is not None:
+            old = gone[1]
+            self.stats.recompiles += 1
+            log("recompiles", lambda: f"recompiling {self._name()} at resume point "
+                f"{state.ip} (entry {len(entries) + 1} of at most "
+                f"{config.recompile_limit}): the graph break at "
+                f"{break_location(old.break_info)}, inside a call, may be gone: guard failed: "
+                f"{old.break_guards.failure_text(state, self._ctx) if old.break_guards else ''}")
+        elif entries:
             # NOTE: named only when shown: re-checking guards one by one is slow, and a
             # call past the limit must not pay for it unless it is logged
             def failed_guard() -> str:
                 return entries[-1].guards.failure_text(state, self._ctx)
 
-            if len(entries) >= config.recompile_limit:
+            if not room:
                 self.stats.recompile_limit_fallbacks += 1
                 self._warn_limit(state.ip, failed_guard)
                 return _EAGER
@@ -322,11 +341,15 @@ class StrictFunction:
                 f"{state.ip} (entry {len(entries) + 1} of at most "
                 f"{config.recompile_limit}): guard failed: {failed_guard()}")
         if state.ip in self._eager_points:
-            return _EAGER
+            return _EAGER if gone is None else self._hit(state.ip, *gone)
         try:
             with collector_paused():  # a cold compile's garbage collections
-                captured = timed("capture")(self._supported_capture)(state)  # stage profile
+                captured = timed("capture")(self._supported_capture)(
+                    state, gone[1].break_info if gone else None)  # stage profile
         except Unrebuildable as e:
+            if gone is not None:  # its call runs for real, as before: keep it, stop asking
+                gone[1].break_guards = None
+                return self._hit(state.ip, *gone)
             reason = (str(e) if isinstance(e, EagerState)
                       else f"cannot rebuild the state at a graph break: {e}")
             if state.ip == 0:
@@ -335,75 +358,18 @@ class StrictFunction:
             self._note_whole_function_eager(reason)
             return _EAGER
         if captured is None:
-            return _EAGER
+            return _EAGER if gone is None else self._hit(state.ip, *gone)
+        if gone is not None and captured.break_ip == gone[1].break_ip:
+            gone[1].break_guards = None  # the break came back: what failed does not decide it
         entries.append(captured)
         if state.ip == 0:
             self._store_capture(captured)
         return captured, [s.fetch(state, self._ctx) for s in captured.input_sources]
 
-    # ---- the capture cache (ember.frontend.capture_cache) ------------------------------
-
-    def _capture_cache_of(self) -> CaptureCache | None:
-        from ember.frontend.capture_cache import CaptureCache, capture_cache_enabled
-
-        if not capture_cache_enabled() or self.request.backend not in ("aot_eager",
-                                                                       "inductor"):
-            return None
-        if self._capture_cache is None:
-            self._capture_cache = CaptureCache(self.request, self.fn, self._name())
-        return self._capture_cache
-
-    def _from_capture_cache(self, state: FrameState) -> tuple[Segment, list[Any]] | None:
-        """The first call's segment from the capture cache (no capture), or None."""
-        cache = self._capture_cache_of()
-        if cache is None:
-            return None
-        found = cache.lookup(state, self._ctx, self._load_compiled)
-        if found is None:
-            return None
+    def _hit(self, ip: int, i: int, seg: Segment, inputs: list[Any]) -> tuple[Segment, list[Any]]:
         self.stats.cache_hits += 1
-        self.stats.capture_cache_hits += 1
-        self.stats.graphs += 1
-        return found
-
-    def _load_compiled(self, digest: str) -> Callable[[list[Any]], list[Any]] | None:
-        """The compiled program of program-cache entry ``digest``, ready to run (CUDA
-        graphs when the mode asks for them), or None."""
-        from ember.runtime.cache.program_cache import load_entry
-        from ember.runtime.callable import ProgramCallable
-        from ember.runtime.ir import IRError
-        from ember.runtime.ir.effects import check_may_run
-        from ember.runtime.pipeline import mode_features
-
-        compiled = load_entry(digest)
-        if compiled is None:
-            return None
-        check_may_run(compiled)
-        try:
-            runner = ProgramCallable(compiled)
-        except IRError as e:
-            log("cache", f"program cache entry {digest[:16]} does not load ({e})")
-            return None
-        if "cudagraphs" in mode_features(self.request.mode):
-            runner.enable_cuda_graphs()
-        for key, count in zip(("kernels", "fallbacks"), report_counts(compiled)):
-            if count is not None:
-                setattr(self.stats, key, (getattr(self.stats, key) or 0) + count)
-        return runner
-
-    def _store_capture(self, seg: Segment) -> None:
-        """Store a whole call's capture (no graph break anywhere) in the capture cache."""
-        cache = self._capture_cache_of()
-        if cache is None:
-            return
-        if self._break_calls.get(0) or self._callees:
-            log("cache", f"capture of {self._name()} not stored in the capture cache: "
-                         "the call has a graph break in an inlined call")
-            return
-        from ember.runtime.cache.program_cache import entry_digest
-
-        digest = entry_digest(seg.program) if seg.program is not None else None
-        cache.store(seg, digest)
+        self._last_hit[ip] = i
+        return seg, inputs
 
     def _check_supported(self) -> bool:
         """Whether the interpreter can run the function's code at all (checked once,
@@ -421,14 +387,17 @@ class StrictFunction:
             return False
         return True
 
-    def _supported_capture(self, state: FrameState) -> Segment | None:
+    def _supported_capture(self, state: FrameState,
+                           known: BreakInfo | None = None) -> Segment | None:
         """:meth:`_capture`, or None when the function's code cannot be interpreted (the
         first check imports the interpreter: part of the capture's time)."""
         if not self._check_supported():
             return None
-        return self._capture(state)
+        return self._capture(state, known)
 
-    def _capture(self, state: FrameState) -> Segment:
+    def _capture(self, state: FrameState, known: BreakInfo | None = None) -> Segment:
+        """Capture a segment from ``state``; a break equal to ``known`` (that of the entry
+        whose break check failed, come back) is not counted again."""
         from ember.frontend.bytecode.segment import (
             InlinedBreak,
             NeedsSymbolicShapes,
@@ -436,7 +405,9 @@ class StrictFunction:
         )
         from ember.frontend.bytecode.triton_launch import launches_refused
 
-        calls = self._break_calls.setdefault(state.ip, {})
+        # NOTE: a new capture finds its inlined breaks again: those of an earlier entry
+        # may be gone (a model that changed itself at its first call)
+        calls = self._break_calls[state.ip] = InlinedBreaks()
         while True:
             symbolic = self._policy.may_be_dynamic or self._saw_marks
             try:
@@ -446,18 +417,19 @@ class StrictFunction:
                 break
             except InlinedBreak as e:
                 self._check_fullgraph(e.info)
-                calls[e.ip] = e.info
+                calls.abandoned(e.ip, e.info)
             except NeedsSymbolicShapes:
                 if symbolic:
                     raise AssertionError("a symbolic capture asked for symbolic shapes"
                                          ) from None
                 self._saw_marks = True
+        seg.break_guards = calls.break_guards(seg.guards)
         self.stats.compiles += 1
         if seg.program is not None:
             self.stats.graphs += 1
             log("graphs", lambda: f"{self._name()} graph {self.stats.graphs} "
                 f"({seg.op_count} ops):\n{_program_text(seg.program)}")  # type: ignore[arg-type]
-        if seg.break_info is not None:
+        if seg.break_info is not None and seg.break_info != known:
             self._check_fullgraph(seg.break_info)
             self.stats.graph_breaks += 1
             self.breaks.append(seg.break_info)
