@@ -262,7 +262,7 @@ def test_one_graph_matching_eager(fn, make):
     check(fn, *make(), graphs=1, breaks=0, compiles=1)
 
 
-# ---- exceptions that escape: a break that raises eagerly -----------------------------------
+# ---- exceptions that escape: the frame runs eagerly and raises -----------------------------
 
 def t_escapes(x):
     y = x + 1
@@ -298,8 +298,16 @@ def test_unhandled_exception_raises_eagerly(fn, error, message):
             compiled(r(3))
         assert str(got.value) == str(eager.value)
         assert message in str(got.value)
-    assert compiled.stats.graph_breaks >= 1
-    assert any("not handled in the compiled code" in b.reason for b in compiled.breaks)
+    # before: the prefix up to the raising root instruction was compiled, that instruction
+    # ran eagerly. Now the whole call runs eagerly (one guarded eager entry, hit by the
+    # second call), as do the callees it runs (each its own frame, which raises too)
+    stats = compiled.stats
+    assert stats.graphs == 0 and [s.eager for s in compiled.segments[0]] == [True]
+    assert stats.compiles == stats.graph_breaks == len(compiled.breaks)
+    assert stats.eager_fallback_calls == 2 * stats.compiles
+    assert all(b.reason.startswith(
+        f"the frame runs eagerly: {error.__name__} raised during capture and not handled "
+        "in the compiled function") for b in compiled.breaks)
 
 
 def t_break_inside_handler(x):

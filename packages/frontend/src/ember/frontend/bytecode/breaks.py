@@ -57,6 +57,22 @@ class GraphBreak(Exception):
         return BreakInfo(self.reason, self.location, self.hint, self.library_location)
 
 
+class UnhandledException(GraphBreak):
+    """An exception of the program reached the root frame of the capture and no handler
+    of that frame catches it (raised by a wrong input, or by a path that only capture
+    takes: ``if not torch.compiler.is_compiling(): mask = ...``). The frame is not split
+    there: the call runs eagerly as a whole (its callees compiled on their own), as
+    torch.compile skips such a frame; the segment is an eager entry guarded by what the
+    capture read up to the exception (:attr:`~.segment_run.Segment.eager`)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(f"the frame runs eagerly: {type(exc).__name__} raised during "
+                         f"capture and not handled in the compiled function: {exc}",
+                         "each call whose guards match runs the function as Python "
+                         "(the functions it calls are compiled on their own); a call "
+                         "taking another path is captured")
+
+
 class FullGraphError(RuntimeError):
     """``fullgraph=True`` and the function has a graph break; the message names the
     reason, the user's file, line and source text, and a hint."""

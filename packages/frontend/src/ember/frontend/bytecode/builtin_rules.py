@@ -358,6 +358,8 @@ BUILTIN_RULES[torch.enable_grad] = lambda h, i, f, a, k: torch.enable_grad()
 def _constant_rule(answer: bool) -> Rule:
     def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
              kwargs: dict[str, Any]) -> Any:
+        if answer and interp.capture is not None:  # (segment.capture_segment)
+            interp.capture.asked_compiling = True
         return answer
 
     return rule

@@ -116,6 +116,7 @@ class CaptureContext:
     # without symbolic shapes: capture again with them
     missed_marks: bool = False
     data_dependent: bool = False
+    asked_compiling: bool = False  # the code asked torch.compiler.is_compiling() (True)
     # root-frame instructions whose .item() / .tolist() gave unbacked symbols (u0), with
     # the method's name: a later break captures again breaking at the first of them
     # (recorded_calls.py, segment.py)

@@ -7,8 +7,11 @@ frame whose exception table covers the raising instruction, unwinding the inline
 in between (:meth:`ExceptionOps.raise_in_program`). Exceptions that are not the
 program's (graph breaks, Ember's internal errors, fake-tensor limits:
 :func:`~.exceptions.capture_limitation`) never reach a handler; they stay graph breaks.
-Only an exception no interpreted frame handles becomes a break, at the root instruction
-where it was first raised, so the code runs eagerly and raises it for real.
+An exception no interpreted frame handles (it reaches the root frame, which has no
+handler for it) is not split at: the capture stops with
+:class:`~.breaks.UnhandledException` and the frame's call runs eagerly as a whole, where
+Python raises it for real, or takes the path only capture did not take (``if not
+torch.compiler.is_compiling()``), as torch.compile skips such a frame.
 
 A graph break inside a region whose state cannot be rebuilt from Python values (an
 ``except``/``finally`` block handling an exception raised in this capture, the body of a
@@ -34,7 +37,7 @@ import torch
 from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.autocast_blocks import AutocastTracker, is_autocast
-from ember.frontend.bytecode.breaks import GraphBreak
+from ember.frontend.bytecode.breaks import GraphBreak, UnhandledException
 from ember.frontend.bytecode.code_origin import is_torch_code
 from ember.frontend.bytecode.data_ops import DataOps
 from ember.frontend.bytecode.escape import disable
@@ -44,7 +47,9 @@ from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.grad_mode import GRAD_MODE_BLOCKS, GradModeRestore, block_modes
 from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.sources import ClosureSource, LookupFails, Source, lookup_fails
+from ember.runtime.ir import SourceLocation
 from ember.runtime.logs import log
+from ember.runtime.tracing_source import is_library_file
 
 __all__ = ["AutocastRestore", "ExcInfoSource", "ExceptionOps", "GeneratorContext",
            "GeneratorExit_", "GradModeRestore", "LookupFails", "ProfilerRangeExit", "contextmanager_target",
@@ -179,15 +184,16 @@ class ExceptionOps(DataOps):
         self._program_exceptions: dict[int, BaseException] = {}
         # id(exception) -> root instruction index where it reached the root frame
         self._origins: dict[int, int] = {}
-        # exceptions that unwound an interpreted frame on their way to the root
-        self._crossed: set[int] = set()
+        # id(exception) -> (the user's line, the library's line) where it was raised
+        self._raise_sites: dict[int, tuple[SourceLocation, SourceLocation | None]] = {}
 
     # ---- routing ------------------------------------------------------------------------
 
     def raise_in_program(self, frame: Frame, ins: Instruction, exc: BaseException) -> None:
         """``exc`` was raised by instruction ``ins`` of ``frame`` (whose ``ip`` is past
         it) while capturing: route it to the frame's handler, unwind the frame (raise it
-        again for the calling frame), or turn it into a graph break at the root."""
+        again for the calling frame), or, at the root, stop the capture: the frame runs
+        eagerly (:class:`~.breaks.UnhandledException`)."""
         first = id(exc) not in self._program_exceptions
         if first:
             if not isinstance(exc, Exception):
@@ -196,6 +202,7 @@ class ExceptionOps(DataOps):
             if why is not None:
                 raise self._break_for(frame, ins, exc, f"({why})") from exc
             self._program_exceptions[id(exc)] = exc
+            self._raise_sites[id(exc)] = _raise_site(frame, ins)
             self._guard_failed_lookup(frame, ins, exc)
             self._set_context(frame, exc)
             if self.capture is not None:  # a new exception at each call, as eagerly
@@ -206,7 +213,6 @@ class ExceptionOps(DataOps):
         if entry is None:
             self._unwind(frame, ins, exc)
             return
-        self._crossed.discard(id(exc))
         exc.__traceback__ = None  # Ember's frames, not the program's
         del frame.stack[entry.depth:]
         if entry.lasti:
@@ -220,22 +226,20 @@ class ExceptionOps(DataOps):
             # no handler here: the frame is left (a generator is finished) and the
             # calling frame's instruction raises it
             frame.returned, frame.return_value = True, None
-            self._crossed.add(id(exc))
             if frame.yielded is not None and isinstance(exc, StopIteration):
                 error = RuntimeError("generator raised StopIteration")
                 error.__cause__ = exc
                 self._program_exceptions[id(error)] = error
+                if id(exc) in self._raise_sites:
+                    self._raise_sites[id(error)] = self._raise_sites[id(exc)]
                 raise error
             raise exc
-        err = self._break_for(frame, ins, exc, "and not handled in the compiled code")
-        here = frame.ip - 1
-        origin = self._origins.get(id(exc), here)
-        if origin != here or id(exc) in self._crossed:
-            # re-raised by a handler, or raised in an inlined call: the instruction
-            # that first raised it runs eagerly instead
-            err.from_inlined_call = True
-            err.root_ip = origin
-        raise err from exc
+        # no handler in the root frame: the frame's call runs eagerly as a whole
+        unhandled = UnhandledException(exc)
+        site = self._raise_sites.get(id(exc))
+        unhandled.location, unhandled.library_location = (
+            site if site is not None else (location_of(frame, ins.line), None))
+        raise unhandled from exc
 
     def _break_for(self, frame: Frame, ins: Instruction, exc: BaseException,
                    why: str) -> GraphBreak:
@@ -287,7 +291,10 @@ class ExceptionOps(DataOps):
     def region_start(self, frame: Frame, err: GraphBreak) -> None:
         """A break at the root while an exception raised in this capture is being
         handled, or inside a ``with`` over an inlined generator: the break moves to the
-        instruction that entered that region (see the module docstring)."""
+        instruction that entered that region (see the module docstring). An unhandled
+        exception does not move: the whole frame runs eagerly."""
+        if isinstance(err, UnhandledException):
+            return
         starts = [self._origins[id(v)] for v in (*frame.stack, *frame.exc_stack)
                   if isinstance(v, BaseException) and id(v) in self._origins]
         starts += [v.region_ip for v in frame.stack
@@ -526,3 +533,15 @@ class ExceptionOps(DataOps):
         if cap is not None:  # a fresh object: re-created from its attributes at a break
             cap.new_objects[id(made)] = made
         return made
+
+
+def _raise_site(frame: Frame, ins: Instruction) -> tuple[SourceLocation, SourceLocation | None]:
+    """Where an exception is raised: the innermost user line (outside torch, Ember and the
+    standard library) and, when the raising line is in such a library, that line."""
+    user = frame
+    while user.parent is not None and is_library_file(user.code.co_filename):
+        user = user.parent
+    here = location_of(frame, ins.line)
+    if user is frame:
+        return here, None
+    return location_of(user, user.last_line), here

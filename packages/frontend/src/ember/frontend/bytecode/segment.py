@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from ember.frontend.autocast import AutocastRestore, compile_without_autocast
 from ember.frontend.bytecode.autocast_blocks import AutocastTracker
-from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak
+from ember.frontend.bytecode.breaks import BreakInfo, GraphBreak, UnhandledException
 from ember.frontend.bytecode.calls import CallHandler
 from ember.frontend.bytecode.capture import CaptureContext
 from ember.frontend.bytecode.exception_ops import ExcInfoSource, ProfilerRangeExit
@@ -75,9 +75,17 @@ def capture_segment(
     compile_graph: Callable[[Program], Callable[[list[Any]], list[Any]]],
     policy: DynamicPolicy | None = None,
     symbolic: bool = False,
+    empty_runs_eagerly: bool = False,
 ) -> Segment:
     """Capture from ``state`` to the next return or break. ``policy`` decides which
     input dimensions are symbolic; ``symbolic``: record with symbolic shapes at all.
+    ``empty_runs_eagerly`` (a function called from code run eagerly): a whole call with
+    no graph ops and no side effects that asked ``torch.compiler.is_compiling()`` gives
+    an eager segment, as torch.compile skips a frame with no graph content, so that such
+    a query (transformers' ``is_torchdynamo_compiling()``) answers False to eager code.
+
+    An exception the frame does not handle gives an eager segment
+    (:attr:`Segment.eager`, :func:`_eager_segment`).
 
     Raises:
         InlinedBreak: a break inside an inlined call (retry with it in ``break_calls``).
@@ -100,6 +108,7 @@ def capture_segment(
     interp.autocast = autocast
     cap.guards.locate = functools.partial(_guard_origin, interp, frame)
     info: BreakInfo | None = None
+    unhandled = False
     # NOTE: entered before the recorder, so that it sees the ops the recorder records
     tracker = GradModeTracker(cap.recorder)
     try:
@@ -130,6 +139,9 @@ def capture_segment(
                     # u0 could be live at the break, which no resume point can
                     # rebuild; break at the .item() instead, as a static capture does
                     _break_at_unbacked_item(cap, break_calls)
+                    if isinstance(e, UnhandledException):
+                        info, unhandled = e.info(), True
+                        break
                     frame.stack, frame.kw_names, frame.ip = saved_stack, saved_kw, before
                     if e.from_inlined_call:
                         ip = before if e.root_ip is None else e.root_ip
@@ -138,6 +150,14 @@ def capture_segment(
                     break
         if cap.missed_marks:
             raise NeedsSymbolicShapes
+        if unhandled:
+            assert info is not None
+            cap.finish_guards()
+            if cap.symbolic_inputs:  # (the sizes the path depends on)
+                unfinished = cap.recorder.finish([])
+                install_shape_guards(unfinished.forward, cap.symbolic_inputs, cap.guards.add,
+                                     cap.recorder.shape_env)
+            return _eager_segment(cap, state.ip, info, grad0)
         _refuse_unclosed_generators(cap)
         cap.finish_guards()
         grad_end = torch.is_grad_enabled()
@@ -172,6 +192,9 @@ def capture_segment(
         if graph_grad:
             detach_no_grad_inputs(program.forward, no_grad)
         has_ops = bool(program.forward.calls()) or bool(builder.outputs)
+        if empty_runs_eagerly and cap.asked_compiling and frame.returned and not (
+                has_ops or replays):
+            return _eager_segment(cap, state.ip, None, grad0)
         torch.set_grad_enabled(graph_grad)  # what the stages see (aot: training or not)
         autocast.restore_start()
         runner = compile_without_autocast(lambda: compile_graph(program)) if has_ops else None
@@ -194,6 +217,16 @@ def capture_segment(
         # NOTE: the segment keeps its guards; through this the capture (and every value
         # of the first call it read: tensors, a suspended generator) would stay alive
         cap.guards.locate = None
+
+
+def _eager_segment(cap: CaptureContext, ip: int, info: BreakInfo | None,
+                   grad: bool) -> Segment:
+    """The eager entry at resume point ``ip``: the guards the capture collected (up to
+    the unhandled exception ``info``; those of the symbolic sizes too) decide that a
+    capture would take the same path, so a call they hold for runs the frame eagerly."""
+    return Segment(start_ip=ip, guards=cap.guards, input_sources=[], program=None,
+                   runner=None, replays=[], grad_at_end=grad, graph_grad=grad,
+                   break_info=info, eager=True)
 
 
 def _wrap_state(cap: CaptureContext, v: Any, source: Source, wrapped: dict[int, Any]) -> Any:

@@ -77,6 +77,10 @@ class Segment:
     # ending at a call that runs for real because of a break inside it: the guards of
     # the abandoned captures that found that break (.inlined_breaks)
     break_guards: GuardSet | None = None
+    # an eager entry: an exception no handler of the frame catches was raised in the
+    # capture (.breaks.UnhandledException); a call whose guards hold runs the frame as
+    # Python from ``start_ip`` (StrictFunction._run_eagerly), nothing else is set
+    eager: bool = False
     _matcher: Callable[[Any, Any], list[Any] | None] | None = None
     _break_matcher: Callable[[Any, Any], list[Any] | None] | None = None
     _fetches: list[Fetch] | None = None

@@ -11,7 +11,10 @@ point is looked up — or captured on first use. When a resume point has
 ``stats.recompile_limit_fallbacks``; the first time, ONE
 :class:`~ember.frontend.compiled.RecompileLimitWarning` per compiled function names the
 failing guard and the user source line whose capture installed it, and
-``EMBER_LOGS=recompiles`` logs every recompile and fallback with the same.
+``EMBER_LOGS=recompiles`` logs every recompile and fallback with the same. An exception
+the frame does not handle makes an eager entry (``Segment.eager``, guarded by the
+capture up to the exception): the call runs from that resume point in the concrete
+interpreter, its callees compiled on their own.
 
 Callees run for real at a break are compiled once per function, not per object: the
 layers of a model (guarded by type, their parameters graph inputs) share compiled
@@ -121,6 +124,7 @@ class StrictFunction(CaptureCacheUse):
         if self.fn.__code__.co_flags & inspect.CO_GENERATOR:
             self._eager_reason = "generator functions run eagerly when compiled directly"
         self._callees: dict[types.FunctionType, StrictFunction] = {}
+        self._is_callee = False  # called from code run eagerly (segment: empty_runs_eagerly)
         self._forwards: dict[Any, StrictFunction] = {}  # forward replaced: _replaced
         self._capture_cache: CaptureCache | None = None
         self._policy = DynamicPolicy(request.dynamic)
@@ -238,6 +242,9 @@ class StrictFunction(CaptureCacheUse):
                 return self._run_concrete(state)
             assert isinstance(found, tuple)
             segment, inputs = found
+            if segment.eager:  # an exception the frame does not handle (.exception_ops)
+                self.stats.eager_fallback_calls += 1
+                return self._run_concrete(state)
             done, value = segment.execute(state, self._ctx, inputs)
             if done:
                 return value
@@ -259,7 +266,8 @@ class StrictFunction(CaptureCacheUse):
         parts = []
         for ip, entries in sorted(self.segments.items()):
             for i, s in enumerate(entries):
-                parts.append(f"resume point {ip}, entry {i}:\n{s.guards.describe()}")
+                kind = " (runs eagerly)" if s.eager else ""
+                parts.append(f"resume point {ip}, entry {i}{kind}:\n{s.guards.describe()}")
                 if s.break_guards is not None:  # (.inlined_breaks)
                     parts.append(f"  break check (the break at {break_location(s.break_info)}"
                                  " may be gone when one fails: captured again):\n"
@@ -362,7 +370,7 @@ class StrictFunction(CaptureCacheUse):
         if gone is not None and captured.break_ip == gone[1].break_ip:
             gone[1].break_guards = None  # the break came back: what failed does not decide it
         entries.append(captured)
-        if state.ip == 0:
+        if state.ip == 0 and not captured.eager:
             self._store_capture(captured)
         return captured, [s.fetch(state, self._ctx) for s in captured.input_sources]
 
@@ -413,7 +421,8 @@ class StrictFunction(CaptureCacheUse):
             try:
                 with launches_refused():  # Triton kernels never run on fake tensors
                     seg = capture_segment(state, self._ctx, calls, self._compile_graph,
-                                          self._policy, symbolic)
+                                          self._policy, symbolic,
+                                          self._is_callee and state.ip == 0)
                 break
             except InlinedBreak as e:
                 self._check_fullgraph(e.info)
@@ -424,6 +433,13 @@ class StrictFunction(CaptureCacheUse):
                                          ) from None
                 self._saw_marks = True
         seg.break_guards = calls.break_guards(seg.guards)
+        if seg.eager:  # (.breaks.UnhandledException): its guards decide, not a break's
+            seg.break_guards = None
+            info = seg.break_info
+            if state.ip != 0 and info is not None:
+                seg.break_info = dataclasses.replace(info, reason=info.reason.replace(
+                    "the frame runs eagerly", "the rest of the frame (from a graph "
+                    "break's resume point) runs eagerly", 1))
         self.stats.compiles += 1
         if seg.program is not None:
             self.stats.graphs += 1
@@ -511,6 +527,7 @@ class StrictFunction(CaptureCacheUse):
             # NOTE: a callee's graphs, breaks and compiles count as this function's.
             compiled.stats = self.stats
             compiled.breaks = self.breaks
+            compiled._is_callee = True
             self._callees[fn] = compiled
         if owner is None:
             return compiled
