@@ -1,0 +1,40 @@
+"""tools/hf_sweep.py: a row per model and mode, values compared with eager."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import hf_sweep  # noqa: E402
+
+
+def test_a_model_that_compiles_whole_is_ok_in_both_modes() -> None:
+    for mode in ("infer", "train"):
+        row = hf_sweep.sweep_one("causal", "gpt_neo", mode, "aot_eager", 1e-3, 1e-4)
+        assert (row.status, row.graphs, row.breaks, row.compiles) == ("ok", 1, 0, 1), row
+
+
+def test_a_config_that_does_not_run_eagerly_is_the_sweeps_limitation() -> None:
+    # GPT-J's default rotary_dim (64) exceeds the shrunk head size (8)
+    row = hf_sweep.sweep_one("causal", "gptj", "infer", "aot_eager", 1e-3, 1e-4)
+    assert row.status == "eager-error" and row.graphs is None, row
+
+
+def test_a_changed_value_is_reported_as_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = hf_sweep._run
+
+    def off_by_one_when_compiled(model, call, kw, mode):  # type: ignore[no-untyped-def]
+        out = real(model, call, kw, mode)
+        if call is not model:  # the compiled calls
+            out.logits = out.logits + 1
+        return out
+
+    monkeypatch.setattr(hf_sweep, "_run", off_by_one_when_compiled)
+    row = hf_sweep.sweep_one("causal", "gpt_neo", "infer", "aot_eager", 1e-3, 1e-4)
+    assert row.status == "mismatch" and row.detail.startswith("logits differs"), row
+
+
+def test_an_unknown_model_type_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        hf_sweep.main(["--family", "causal", "--models", "not_a_model"])
