@@ -193,17 +193,29 @@ def sweep_one(family: str, model_type: str, mode: str, backend: str, rtol: float
     if row.detail:
         row.status = "mismatch"
     elif stats.graphs != 1 or stats.graph_breaks or stats.compiles != 1:
-        row.status, row.detail = "breaks", _first_break(compiled)
+        row.status, row.detail = "breaks", _first_break(model, kw, mode)
     return row
 
 
-def _first_break(compiled: Any) -> str:
-    breaks = getattr(compiled, "breaks", None) or []
-    if not breaks:
-        return "recompiled (EMBER_LOGS=recompiles says why)"
-    first = breaks[0]
-    where = getattr(first, "location", None)
-    return f"{first.reason[:160]}" + (f" at {where}" if where is not None else "")
+def _first_break(model: torch.nn.Module, kw: dict[str, Any], mode: str) -> str:
+    """The first break of ``explain`` on a fresh copy: its reason and source line."""
+    import ember.frontend as ef
+
+    with torch.set_grad_enabled(mode == "train"):
+        report = str(ef.explain(copy.deepcopy(model))(**kw)).splitlines()
+    for i, line in enumerate(report):
+        if line.startswith("Break 1:"):
+            reason, where, source = line[len("Break 1:"):].strip()[:160], "", ""
+            for more in report[i + 1:i + 4]:
+                text = more.strip()
+                if more.startswith("Break ") or not more.startswith(" "):
+                    break
+                if text.startswith("at ") and not where:
+                    where = text[3:].rsplit("/", 1)[-1]  # file:line in function
+                elif text and not source:
+                    source = text[:100]
+            return " | ".join(part for part in (reason, where, source) if part)
+    return "no break in a fresh capture: a recompile (EMBER_LOGS=recompiles says why)"
 
 
 def main(argv: list[str] | None = None) -> int:

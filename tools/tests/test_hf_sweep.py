@@ -38,3 +38,10 @@ def test_a_changed_value_is_reported_as_a_mismatch(monkeypatch: pytest.MonkeyPat
 def test_an_unknown_model_type_is_refused() -> None:
     with pytest.raises(SystemExit):
         hf_sweep.main(["--family", "causal", "--models", "not_a_model"])
+
+
+def test_a_break_is_reported_with_its_reason_and_line() -> None:
+    # FSMT's encoder asks `if not padding_mask.any():` (a data-dependent branch)
+    row = hf_sweep.sweep_one("seq2seq", "fsmt", "infer", "aot_eager", 1e-3, 1e-4)
+    assert row.status == "breaks" and row.breaks, row
+    assert row.detail.startswith("data-dependent branch") and "padding_mask.any()" in row.detail
