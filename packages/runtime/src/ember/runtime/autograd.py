@@ -15,6 +15,7 @@ import contextlib
 from typing import Any
 
 import torch
+from ember.runtime._torch import view_base
 from ember.runtime.executor import Executor, ExecutorFactory
 from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, ValueRef
 from ember.runtime.ir.contracts import AotMetadata
@@ -40,6 +41,9 @@ class TrainingRunner:
         self._factory = executor_factory
         self._backward: Executor | None = None
         self._tangent_deps: list[frozenset[int]] | None = None
+        # the outputs of the last forward that left the Function as their base:
+        # (position, size, stride, offset) of the view run() takes of it
+        self.reviews: list[tuple[int, Any, Any, int]] = []
         # NOTE: a graph without a signature entry returns user outputs only (ir-contract)
         specs = (program.signature.outputs.get("forward")
                  or [OutputSpec()] * len(program.forward.output_values))
@@ -87,8 +91,11 @@ class TrainingRunner:
     def run(self, inputs: list[Any]) -> list[Any]:
         """Run the forward graph through :class:`CompiledFunction` (recording the backward
         for autograd); return the forward outputs without the saved values."""
-        outputs = CompiledFunction.apply(self, *inputs)  # type: ignore[no-untyped-call]
-        return list(outputs)
+        self.reviews = []
+        outputs = list(CompiledFunction.apply(self, *inputs))  # type: ignore[no-untyped-call]
+        for i, size, stride, offset in self.reviews:
+            outputs[i] = outputs[i].as_strided(size, stride, offset)
+        return outputs
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -115,9 +122,18 @@ class CompiledFunction(torch.autograd.Function):
         differentiable = set(runner.differentiable)
         input_ids = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
         visible: list[Any] = []
+        hidden_bases = _hidden_view_bases(outputs, input_ids, differentiable)
         for i, out in enumerate(outputs):
             if isinstance(out, torch.Tensor) and id(out) in input_ids:
                 out = out.detach()  # an input returned as is: autograd needs a new object
+            elif i in hidden_bases:
+                # NOTE: a view made inside an autograd.Function may not be written in
+                # place once the write makes it require grad (torch forbids it), which
+                # eager allows (`zeros_like(h)` recorded with a detach, then index_add_ of
+                # a gradient-carrying value after a break): its base leaves the Function
+                # and run() takes the same view of it outside
+                runner.reviews.append((i, out.size(), out.stride(), out.storage_offset()))
+                out = hidden_bases[i]
             visible.append(out)
         ctx.mark_non_differentiable(*[
             o for i, o in enumerate(visible)
@@ -242,6 +258,24 @@ def _autocast_off() -> contextlib.AbstractContextManager[Any]:
     for device in on:
         stack.enter_context(torch.autocast(device, enabled=False))
     return stack
+
+
+def _hidden_view_bases(outputs: list[Any], input_ids: set[int],
+                       differentiable: set[int]) -> dict[int, torch.Tensor]:
+    """The non-differentiable outputs that are views of a value the graph made and does
+    not return otherwise, each with that base (a base two outputs share stays hidden:
+    one tensor may not leave the Function twice)."""
+    output_ids = {id(o) for o in outputs if isinstance(o, torch.Tensor)}
+    found: dict[int, torch.Tensor] = {}
+    for i, out in enumerate(outputs):
+        if i in differentiable or not isinstance(out, torch.Tensor):
+            continue
+        base = view_base(out)
+        if base is None or id(base) in input_ids or id(base) in output_ids:
+            continue
+        found[i] = base
+    bases = [id(b) for b in found.values()]
+    return {i: b for i, b in found.items() if bases.count(id(b)) == 1}
 
 
 def _zeros(meta: tuple[torch.Size, torch.dtype, torch.device] | None) -> Any:
