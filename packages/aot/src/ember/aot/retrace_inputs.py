@@ -17,7 +17,7 @@ import dataclasses
 import sympy
 import torch
 from ember.aot.symbolic_sizes import contiguous_strides, graph_is_symbolic, graph_symbols
-from ember.runtime.ir import Graph, InputSpec, Program, TensorMeta
+from ember.runtime.ir import Graph, InputSpec, Program, ScalarMeta, TensorMeta
 from ember.runtime.ir.graph import ShapeGuard
 from ember.runtime.ir.symbolic import (
     format_relation,
@@ -150,7 +150,9 @@ def carry_shape_facts(original: Graph, traced: Program, graph_name: str) -> None
     _refuse_specialised_inputs(original, graph)
     symbols = dict(original.symbols)
     symbols.update(graph.symbols)
-    used = graph_symbols(graph)
+    # an int result's symbol (``.item()``) counts though no size uses it: its range may
+    # be an assert's (``torch._check(u0 <= 4)``), checked when the node binds it
+    used = graph_symbols(graph) | _scalar_symbols(graph)
     graph.symbols = {s: r for s, r in symbols.items() if s in used}
     carried = _renamed(original.guards, _replaced_symbols(original, graph))
     # NOTE: a data-dependent size that an op of the original made (the slice
@@ -161,6 +163,16 @@ def carry_shape_facts(original: Graph, traced: Program, graph_name: str) -> None
     known = {g.expr for g in carried}
     added = [g for g in graph.guards if g.expr not in known]
     graph.guards = _unique(carried + added)
+
+
+def _scalar_symbols(graph: Graph) -> set[str]:
+    """The unbacked symbols int results of ``graph`` bind (``int(u0)``)."""
+    found: set[str] = set()
+    for node in graph.nodes:
+        for meta in node.meta if isinstance(node.meta, tuple) else (node.meta,):
+            if isinstance(meta, ScalarMeta) and meta.symbol is not None:
+                found.add(meta.symbol)
+    return found
 
 
 def _replaced_symbols(original: Graph, traced: Graph) -> dict[str, str]:

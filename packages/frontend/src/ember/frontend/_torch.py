@@ -42,6 +42,7 @@ __all__ = [
     "TorchDispatchMode",
     "TreeSpec",
     "any_autocast_enabled",
+    "assert_async",
     "autocast_disabled",
     "autocast_settings",
     "custom_function_class",
@@ -56,6 +57,7 @@ __all__ = [
     "fake_mode_active",
     "global_module_hooks_registered",
     "has_unbacked_symbols",
+    "check_symbolic",
     "is_fake",
     "is_view",
     "marked_constant",
@@ -327,6 +329,20 @@ def has_unbacked_symbols(value: Any) -> bool:
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     return bool(free_unbacked_symbols(value))
+
+
+def assert_async(condition: torch.Tensor, message: str) -> None:
+    """``torch._assert_async(condition, message)``: on fake tensors under the recorder an
+    ``aten::_assert_async.msg`` node (a side effect no pass removes); run for real it
+    fails with ``RuntimeError(message)`` when the one-element ``condition`` is zero."""
+    torch._assert_async(condition, message)
+
+
+def check_symbolic(condition: Any, message: str) -> None:
+    """``torch._check(condition)`` on a symbolic bool: the shape environment records it as
+    a runtime assertion (an unbacked one is checked when the graph runs) and later code
+    may rely on it."""
+    torch._check(condition, lambda: message)  # type: ignore[no-untyped-call]
 
 
 @functools.cache

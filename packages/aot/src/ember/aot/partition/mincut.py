@@ -43,6 +43,7 @@ from ember.runtime.ir import (
     is_random,
 )
 from ember.runtime.ir.fresh_writes import written_values
+from ember.runtime.ir.op_queries import has_side_effects
 from ember.runtime.logs import TOPICS, log
 
 # Ops whose results are never recomputed in the backward graph: they cost much more to
@@ -299,6 +300,11 @@ def _forward_graph(graph: Graph, fw_outputs: tuple[Argument, ...], saved: list[V
                    tangents: set[str]) -> Graph:
     nodes = {n.name: n for n in graph.nodes if n.op != "output"}
     keep = _ancestors(nodes, _refs(fw_outputs) + saved)
+    for n in graph.nodes:  # an assert of the forward (no result anyone reads) runs there
+        if n.op == "call" and n.name not in keep and has_side_effects(n.target):
+            needs = _ancestors(nodes, [ValueRef(n.name)])
+            if not needs & tangents:
+                keep |= needs
     out = Graph(symbols=dict(graph.symbols), guards=list(graph.guards))
     for n in graph.nodes:
         if n.op == "placeholder" and n.name not in tangents or n.op != "placeholder" and n.op != "output" and n.name in keep:

@@ -40,6 +40,7 @@ from ember.frontend.bytecode.iteration import make_iterator
 from ember.frontend.bytecode.list_iterator import ListIterator
 from ember.frontend.bytecode.match_ops import MatchOps
 from ember.frontend.bytecode.opcodes import Instruction
+from ember.frontend.bytecode.tensor_asserts import record_assert
 from ember.runtime.tracing_source import is_library_file
 
 __all__ = ["MAX_INLINE_DEPTH", "GradModeRestore", "Interpreter", "is_fake_tensor",
@@ -166,11 +167,15 @@ class Interpreter(ExceptionOps, MatchOps, ClassOps):
     op_JUMP_ABSOLUTE = op_JUMP
 
     def op_POP_JUMP_IF_TRUE(self, f: Frame, ins: Instruction) -> None:
+        if self.capture is not None and record_assert(self, f, ins, True):
+            return  # an assert on a tensor's value: checked in the graph
         if self.truth(f.stack[-1]):
             f.ip = ins.jump_target
         f.pop()
 
     def op_POP_JUMP_IF_FALSE(self, f: Frame, ins: Instruction) -> None:
+        if self.capture is not None and record_assert(self, f, ins, False):
+            return
         if not self.truth(f.stack[-1]):
             f.ip = ins.jump_target
         f.pop()
