@@ -294,8 +294,3 @@ def revoke_storage(storage: torch.UntypedStorage, message: str) -> None:
     """Every later access to the data of any tensor on ``storage`` raises ``message``
     (sizes and strides stay readable). Only where :func:`can_revoke_storage`."""
     getattr(torch._C, "_set_storage_data_ptr_access_error_msg")(storage._cdata, message)
-
-
-def view_base(t: torch.Tensor) -> torch.Tensor | None:
-    """The tensor ``t`` is an autograd view of (``Tensor._base``), or None."""
-    return t._base if t._is_view() else None

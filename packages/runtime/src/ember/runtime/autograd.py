@@ -15,7 +15,7 @@ import contextlib
 from typing import Any
 
 import torch
-from ember.runtime._torch import view_base
+from ember.runtime.compiled._torch import view_base
 from ember.runtime.executor import Executor, ExecutorFactory
 from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, ValueRef
 from ember.runtime.ir.contracts import AotMetadata

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["metadata_checker"]
+__all__ = ["metadata_checker", "view_base"]
 
 
 def metadata_checker(tensors: Sequence[torch.Tensor]) -> Callable[..., bool] | None:
@@ -51,3 +51,8 @@ def _checker_works() -> bool:
                     is False)
     except Exception:  # noqa: BLE001 - any failure means the C++ check is unusable
         return False
+
+
+def view_base(t: torch.Tensor) -> torch.Tensor | None:
+    """The tensor ``t`` is an autograd view of (``Tensor._base``), or None."""
+    return t._base if t._is_view() else None
