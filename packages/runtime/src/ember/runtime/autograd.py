@@ -15,7 +15,6 @@ import contextlib
 from typing import Any
 
 import torch
-from ember.runtime.compiled._torch import view_base
 from ember.runtime.executor import Executor, ExecutorFactory
 from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, ValueRef
 from ember.runtime.ir.contracts import AotMetadata
@@ -265,6 +264,10 @@ def _hidden_view_bases(outputs: list[Any], input_ids: set[int],
     """The non-differentiable outputs that are views of a value the graph made and does
     not return otherwise, each with that base (a base two outputs share stays hidden:
     one tensor may not leave the Function twice)."""
+    # NOTE: imported here: ember.runtime.compiled imports the callable, which imports
+    # this module
+    from ember.runtime.compiled._torch import view_base
+
     output_ids = {id(o) for o in outputs if isinstance(o, torch.Tensor)}
     found: dict[int, torch.Tensor] = {}
     for i, out in enumerate(outputs):
