@@ -3,9 +3,9 @@ to pass again without checking them one by one.
 
 A guard is *stamp-safe* when every step of its source, from a root read every call
 (``self``), is a plain read of a dict CPython versions (an instance ``__dict__``, a
-module's ``_parameters``/``_buffers``/``_modules``, a dict item, an item of an exact
-``ModuleList``/``Sequential``/``ModuleDict``, which reads ``_modules``) or of a tuple,
-through a type without ``__getattribute__`` and with no data descriptor of that name,
+module's ``_parameters``/``_buffers``/``_modules``, a dict item, an item of a
+``ModuleList``/``Sequential``/``ModuleDict`` or of a subclass that keeps their item
+reads, which reads ``_modules``) or of a tuple, through a type without ``__getattribute__`` and with no data descriptor of that name,
 and its check is on a leaf that cannot change without one of those dicts changing (see
 :data:`LEAF_RULES`). Properties, ``__getattr__`` fallbacks, custom ``__getattribute__``
 (a HF config), lists, bound methods, closures and globals are not stamp-safe: their
@@ -43,6 +43,7 @@ from ember.frontend.bytecode.sources import (
     MethodFuncSource,
     ModuleMemberSource,
 )
+from ember.frontend.containers import reads_items_as
 from ember.frontend.guard_model import MODULE_HOOK_TABLES, Guard, Source
 from ember.frontend.guard_writer import Matcher, MatcherWriter
 from ember.runtime.logs import log
@@ -222,9 +223,15 @@ def _item_needs(base: Any, key: Any, needs: Needs) -> bool:
         return True
     if type(base) is tuple:
         return True
-    if type(base) in _CONTAINERS:
+    if _is_container(base):
         return _modules_needs(base, needs)
     return False
+
+
+def _is_container(value: Any) -> bool:
+    """A ``ModuleList``/``Sequential``/``ModuleDict``, or a subclass that reads its items
+    and length as they do (a later override lands in a class dict the stamp versions)."""
+    return reads_items_as(value, _CONTAINERS) is not None
 
 
 def _modules_needs(container: Any, needs: Needs) -> bool:
@@ -265,7 +272,7 @@ def _len_leaf(value: Any, needs: Needs) -> bool:
     if type(value) in _DICTS:
         needs.dicts[id(value)] = value
         return True
-    return type(value) in _CONTAINERS and _modules_needs(value, needs)
+    return _is_container(value) and _modules_needs(value, needs)
 
 
 def _keys_leaf(value: Any, needs: Needs) -> bool:

@@ -13,6 +13,7 @@ import torch
 from ember.frontend.bytecode.generators import LazyIterator
 from ember.frontend.bytecode.list_iterator import ListIterator
 from ember.frontend.bytecode.subclass_items import item_view, outside_subclass
+from ember.frontend.containers import reads_items_as
 from torch import nn
 
 
@@ -184,11 +185,14 @@ def make_iterator(value: Any, interp: Any) -> Any:
         return _dict_iterator(value)
     if isinstance(value, types.MappingProxyType):
         return ListIterator(list(value))
-    if isinstance(value, _SEQUENCE_MODULES + _MAPPING_MODULES):
+    # NOTE: a container subclass with its own __iter__/__getitem__/__len__ is iterated
+    # through them (below), as CPython does
+    container = reads_items_as(value, _SEQUENCE_MODULES + _MAPPING_MODULES)
+    if container is not None:
         _guard_module_container(value, interp)
-    if isinstance(value, _SEQUENCE_MODULES):
+    if container in _SEQUENCE_MODULES:
         return ListIterator([interp.subscr(value, i) for i in range(len(value))])
-    if isinstance(value, _MAPPING_MODULES):
+    if container in _MAPPING_MODULES:
         return ListIterator(list(value.keys()))
     if isinstance(value, torch.Tensor):
         if value.dim() == 0:
