@@ -43,7 +43,7 @@ SMALL: dict[str, Any] = dict(
     head_dim=8, d_kv=8, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
     decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_experts=4,
     num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, image_size=32,
-    patch_size=4, embed_dim=16, num_labels=2, mask_time_prob=0.0)
+    patch_size=4, embed_dim=16, num_labels=2, mask_time_prob=0.0, emb_dim=32, n_layers=2)
 """The shrunk sizes; a key is set only where the default config already has it."""
 
 FAMILIES = {
