@@ -197,6 +197,8 @@ def mutation_of(target: str) -> Mutation:
     namespace, rest = target.split("::", 1)
     name, _overload = rest.split(".", 1)
     stem = name.removesuffix("_")
+    if name.startswith("__i") and name.endswith("__"):
+        stem = f"__{name[3:]}"  # Python's in-place operators: __ilshift__ -> __lshift__
     candidates: list[str] = []
     if name.endswith("_") and written == (0,):
         candidates += [f"{namespace}::{stem}.{o}" for o in _overloads(namespace, stem)]
