@@ -154,8 +154,8 @@ class TracedFunction:
             self.stats.recompile_limit_fallbacks += 1
             return self.request.fn(*args, **kwargs)
         if self._entries:
-            self._policy.note_miss(self._entries[-1].guards.failures(call, None),
-                                   self._name())
+            self._policy.note_misses((e.guards.failures(call, None)
+                                      for e in reversed(self._entries)), self._name())
         if self._entries and log_enabled("recompiles"):
             failure = self._last_failure(call)
             shown = failure.located() if failure is not None else "no guard failed"

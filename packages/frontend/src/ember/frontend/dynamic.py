@@ -8,10 +8,11 @@ A dimension is symbolic when
   says;
 - ``compile(..., dynamic=True)``: every dimension of every tensor input that is not a
   parameter or buffer;
-- ``dynamic=None`` (the default, *automatic dynamic*): a call that missed a cache entry
-  only because some sizes changed (same dtype, device, rank, everything else) marks those
-  dimensions of those inputs (by :class:`~ember.frontend.guard_model.Source`) symbolic for
-  every later capture of that code (:class:`DynamicPolicy`);
+- ``dynamic=None`` (the default, *automatic dynamic*): a call that missed the cache with
+  an input whose sizes alone differ from a cache entry of that code (same dtype, device,
+  rank, requires_grad; other guards may fail beside it) marks those dimensions of that
+  input (by :class:`~ember.frontend.guard_model.Source`) symbolic for every later capture
+  of that code (:class:`DynamicPolicy`);
 - with ``dynamic=False``, only marked dimensions (no automatic dynamic).
 
 Sizes 0 and 1 always specialise (a symbol's range starts at 2), as in torch.
@@ -233,19 +234,30 @@ class DynamicPolicy:
         ``dynamic=False`` it is a graph break."""
         return self.dynamic is not False
 
+    def note_misses(self, entries: Iterable[list[tuple[Guard, Any]]], name: str) -> bool:
+        """After a cache miss: ``entries`` are, per cache entry, its guards that failed
+        with the values they saw (:meth:`note_miss` each); True when a dimension is new.
+        Every entry is asked, not only the newest: a loop whose state alternates (an
+        accumulator that requires grad from its second iteration on) may miss its
+        newest entry on that state alone."""
+        new = False
+        for failed in entries:
+            new = self.note_miss(failed, name) or new
+        return new
+
     def note_miss(self, failed: list[tuple[Guard, Any]], name: str) -> bool:
-        """After a cache miss: ``failed`` are the guards of the newest entry that failed
-        with the values they saw. When every failure is a size change only, mark those
-        dimensions symbolic (logged under ``dynamic``) and return True.
-        """
+        """After a cache miss: ``failed`` are the guards of one entry that failed with
+        the values they saw. Each tensor whose guard failed on sizes alone (same dtype,
+        device, rank and requires_grad) gets those dimensions symbolic (logged under
+        ``dynamic``), whatever else failed beside it: as in torch, a size that changed
+        between two captures of the same code is taken to vary (a per-expert loop body
+        after a break sees another expert's index and another token count at once).
+        True when a dimension is new."""
         if self.dynamic is not None or not failed:
             return False
         changes: list[tuple[Source, int, int, int]] = []
         for guard, actual in failed:
-            change = size_only_change(guard, actual)
-            if change is None:
-                return False
-            changes.extend(change)
+            changes.extend(size_only_change(guard, actual) or ())
         new = False
         for source, dim, before, after in changes:
             dims = self.automatic.setdefault(source, set())

@@ -343,8 +343,8 @@ class StrictFunction(CaptureCacheUse):
                 self._warn_limit(state.ip, failed_guard)
                 return _EAGER
             self.stats.recompiles += 1
-            self._policy.note_miss(entries[-1].guards.failures(state, self._ctx),
-                                   self._name())
+            self._policy.note_misses((e.guards.failures(state, self._ctx)
+                                      for e in reversed(entries)), self._name())
             log("recompiles", lambda: f"recompiling {self._name()} at resume point "
                 f"{state.ip} (entry {len(entries) + 1} of at most "
                 f"{config.recompile_limit}): guard failed: {failed_guard()}")
