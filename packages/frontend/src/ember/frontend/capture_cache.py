@@ -67,7 +67,7 @@ __all__ = ["CaptureCache", "capture_cache_enabled", "capture_key"]
 
 MAGIC = b"ember-capture-cache\n"
 SUBDIR = "captures"
-CAPTURE_FORMAT = "2"
+CAPTURE_FORMAT = "3"  # 3: tensor guards expect the exact type
 MAX_ENTRIES = 8
 """Entries kept under one key (one compiled function and its settings): models behind
 one wrapper class share the key, each its own entry (the newest first; a store beyond

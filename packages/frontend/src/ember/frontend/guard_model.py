@@ -39,6 +39,7 @@ from ember.frontend.size_guards import (
     size_range_kind,
     size_relation_kind,
     symbolic_tensor_kind,
+    tensor_type_code,
 )
 from ember.runtime.ir import SourceLocation
 
@@ -100,9 +101,11 @@ class GuardKind:
 
 
 def tensor_guard(source: Source, t: torch.Tensor) -> Guard:
-    """The ``tensor`` guard on the metadata of ``t``, read through ``source``."""
+    """The ``tensor`` guard on the metadata of ``t``, read through ``source``, and its
+    exact type (code may branch on ``isinstance``/``type`` of a tensor subclass)."""
     return Guard("tensor", source, (t.dtype, tuple(t.shape), tuple(t.stride()), t.device,
-                                    bool(t.requires_grad), int(t.storage_offset())))
+                                    bool(t.requires_grad), int(t.storage_offset()),
+                                    type(t)))
 
 
 def alias_pattern(tensors: Any) -> tuple[tuple[int, int], ...]:
@@ -158,12 +161,12 @@ GLOBAL_STATE_READERS: dict[str, Callable[[], Any]] = {
 
 def _tensor_check(w: CodeWriter, g: Guard) -> str:
     v = w.ref(_source(g))
-    dtype, sizes, strides, device, rg, offset = g.expected
+    dtype, sizes, strides, device, rg, offset, cls = g.expected
     d, s = w.const("dtype", dtype), w.const("size", sizes)
     st, dv = w.const("stride", strides), w.const("device", device)
-    # NOTE: the exact-type tests first: isinstance(parameter, Tensor) runs
-    # Parameter's metaclass check in Python, several times the cost of `type(v) is`
-    return (f"(type({v}) is Tensor or type({v}) is Parameter or isinstance({v}, Tensor)) "
+    # NOTE: an exact-type test (a subclass's variant is not a plain tensor's); it is
+    # also cheaper than isinstance, which runs Parameter's metaclass check in Python
+    return (f"{tensor_type_code(w, v, cls)} "
             f"and {v}.dtype is {d} and {v}.shape == {s} "
             f"and {v}.stride() == {st} and {v}.device == {dv} and "
             f"{v}.requires_grad is {bool(rg)} and "
@@ -172,8 +175,9 @@ def _tensor_check(w: CodeWriter, g: Guard) -> str:
 
 def _tensor_describe(g: Guard) -> str:
     where = g.where()
-    dtype, sizes, strides, device, rg, offset = g.expected
-    return (f"{where}.dtype == {dtype} and {where}.shape == {sizes} and "
+    dtype, sizes, strides, device, rg, offset, cls = g.expected
+    shown = "" if cls is torch.Tensor else f"type({where}) is {cls.__qualname__} and "
+    return (f"{shown}{where}.dtype == {dtype} and {where}.shape == {sizes} and "
             f"{where}.stride() == {strides} and {where}.device == {device} and "
             f"{where}.requires_grad == {rg} and {where}.storage_offset() == {offset}")
 
@@ -182,7 +186,9 @@ def _tensor_explain(g: Guard, actual: Any) -> str:
     where = g.where()
     if not isinstance(actual, torch.Tensor):
         return f"{where} is a Tensor (got {type(actual).__name__})"
-    dtype, sizes, strides, device, rg, offset = g.expected
+    dtype, sizes, strides, device, rg, offset, cls = g.expected
+    if type(actual) is not cls:
+        return f"type({where}) is {cls.__qualname__} (got {type(actual).__qualname__})"
     checks = [("dtype", dtype, actual.dtype), ("shape", sizes, tuple(actual.shape)),
               ("stride()", strides, tuple(actual.stride())),
               ("device", device, actual.device),

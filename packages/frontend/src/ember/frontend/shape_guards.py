@@ -78,7 +78,7 @@ def input_guards(graph: Graph, inputs: Sequence[SymbolicInput]) -> list[Guard]:
                 used.update((n, _bound(bound, n, inp)) for n in names_in(value))
         guards.append(Guard("symbolic_tensor", inp.source, SymbolicTensor(
             meta.dtype, meta.sizes, meta.strides, meta.device, meta.requires_grad,
-            meta.storage_offset, tuple(used.items())), inp.origin))
+            meta.storage_offset, tuple(used.items()), type(inp.tensor)), inp.origin))
         for d, size in enumerate(meta.sizes):
             here = SizeSource(inp.source, d)
             if not isinstance(size, str):

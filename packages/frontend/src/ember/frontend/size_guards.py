@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ember.frontend.guard_model import Guard
 
 __all__ = ["RelationSource", "ShapeSource", "SizeSource", "SymbolicTensor", "names_in", "size_only_change",
-           "size_range_kind", "size_relation_kind", "symbolic_tensor_kind"]
+           "size_range_kind", "size_relation_kind", "symbolic_tensor_kind", "tensor_type_code"]
 
 KindFunctions = tuple[Callable[[CodeWriter, "Guard"], str], Callable[["Guard"], str],
                       Callable[["Guard", Any], str]]
@@ -98,6 +98,17 @@ class SymbolicTensor:
     requires_grad: bool
     offset: int | str
     symbols: tuple[tuple[str, Source], ...]
+    cls: type = torch.Tensor  # the exact type (isinstance of a subclass is code's branch)
+
+
+_TYPE_NAMES: dict[type, str] = {torch.Tensor: "Tensor", torch.nn.Parameter: "Parameter"}
+"""Tensor types a check function names directly (:class:`CodeWriter`'s namespace)."""
+
+
+def tensor_type_code(w: CodeWriter, v: str, cls: type) -> str:
+    """The test that local ``v`` is a tensor of exactly type ``cls`` (a variant captured
+    for a plain tensor is not one for a subclass, whose code may test ``isinstance``)."""
+    return f"type({v}) is {_TYPE_NAMES.get(cls) or w.const('cls', cls)}"
 
 
 def _renamed(text: str, rename: Callable[[str], str]) -> str:
@@ -133,7 +144,8 @@ def _symbolic_tensor_check(w: CodeWriter, g: Guard) -> str:
     shape = w.ref(ShapeSource(_source(g)))
     e: SymbolicTensor = g.expected
     symbols = dict(e.symbols)
-    parts = [f"isinstance({v}, Tensor)", f"{v}.dtype is {w.const('dtype', e.dtype)}",
+    parts = [tensor_type_code(w, v, e.cls),
+             f"{v}.dtype is {w.const('dtype', e.dtype)}",
              f"len({shape}) == {index_code(len(e.sizes))}",
              f"{v}.device == {w.const('device', e.device)}",
              f"{v}.requires_grad is {bool(e.requires_grad)}"]
@@ -159,6 +171,8 @@ def _symbolic_tensor_explain(g: Guard, actual: Any) -> str:
     where, e = g.where(), g.expected
     if not isinstance(actual, torch.Tensor):
         return f"{where} is a Tensor (got {type(actual).__name__})"
+    if type(actual) is not e.cls:
+        return f"type({where}) is {e.cls.__qualname__} (got {type(actual).__qualname__})"
     checks = [("dtype", e.dtype, actual.dtype), ("dim()", len(e.sizes), actual.dim()),
               ("device", e.device, actual.device),
               ("requires_grad", e.requires_grad, actual.requires_grad)]
@@ -222,10 +236,12 @@ def size_only_change(guard: Guard, actual: Any) -> list[tuple[Source, int, int, 
     if guard.kind not in ("tensor", "symbolic_tensor") or not isinstance(actual, torch.Tensor):
         return None
     if guard.kind == "tensor":
-        dtype, sizes, _, device, rg, _ = guard.expected
+        dtype, sizes, _, device, rg, _, cls = guard.expected
     else:
         e = guard.expected
-        dtype, sizes, device, rg = e.dtype, e.sizes, e.device, e.requires_grad
+        dtype, sizes, device, rg, cls = e.dtype, e.sizes, e.device, e.requires_grad, e.cls
+    if type(actual) is not cls:
+        return None
     if (actual.dtype, actual.device, bool(actual.requires_grad), actual.dim()) != (
             dtype, device, bool(rg), len(sizes)):
         return None

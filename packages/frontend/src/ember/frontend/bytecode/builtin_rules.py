@@ -71,6 +71,10 @@ def _make_direct_rule(fn: Any) -> Rule:
                 return cls
             # class attributes read through it are guarded like the object's own
             return interp.wrap(cls, AttrSource(source, "__class__"))
+        if fn is isinstance and len(args) == 2 and not kwargs and is_fake_tensor(args[0]):
+            # the fake stands for a tensor of the type user code sees (a subclass input:
+            # its tensor guard checks the exact type), never for a FakeTensor
+            return issubclass(interp.capture.visible_type(args[0]), args[1])
         if fn in (any, all) and len(args) == 1 and isinstance(args[0], LazyIterator):
             # stops at the first deciding item, as in CPython (the rest never runs)
             for item in args[0]:
