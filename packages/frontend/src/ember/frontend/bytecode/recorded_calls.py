@@ -39,7 +39,8 @@ __all__ = ["ITEM_BREAK", "callable_name", "record_call", "restart_if"]
 
 # Tensor methods and torch functions that need real data or touch global state.
 _DATA_DEPENDENT = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__",
-                   "__index__", "data_ptr", "backward", "register_hook", "nonzero_static",
+                   "__index__", "data_ptr", "backward", "register_hook", "retain_grad",
+                   "nonzero_static",
                    "__repr__", "__str__", "__format__"}
 # the calls of _DATA_DEPENDENT that break for another reason than the data
 _NOT_DATA = {
@@ -49,6 +50,9 @@ _NOT_DATA = {
     "register_hook": ("Tensor.register_hook() on a tensor of the graph (a hook on a "
                       "gradient is not captured)", "register the hook outside the compiled "
                       "function, or on a module (register_full_backward_hook)"),
+    "retain_grad": ("Tensor.retain_grad() on a tensor of the graph (its .grad after "
+                    "backward() is autograd's, not captured: run on the fake tensor it "
+                    "would be lost)", "this break is needed for correctness"),
 }
 
 
