@@ -2,15 +2,17 @@
 size that changed between two captures of the same code is made symbolic whatever else
 changed beside it, and every entry of the code is compared, not only the newest: a
 per-expert loop after a break (HF SwitchTransformers' experts) no longer fills the
-recompile limit with one entry per token count."""
+recompile limit with one entry per token count. Parameters and buffers stay static."""
 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 import torch
 from ember.frontend.compiled import RecompileLimitWarning
+from ember.runtime.config import patch
 from strict_helpers import strict
 from torch import nn
 
@@ -61,3 +63,25 @@ def test_a_per_expert_loop_stays_under_the_recompile_limit() -> None:
             routed = torch.randint(0, 3, (48,))
             torch.testing.assert_close(compiled(h, routed), model(h, routed))
     assert compiled.stats.recompile_limit_fallbacks == 0, compiled.stats
+
+
+def test_parameters_stay_static_when_a_wider_model_is_swapped_in(capsys: Any) -> None:
+    class Wrap(nn.Module):
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x)
+
+    model = Wrap(nn.Linear(8, 8))
+    compiled = strict(model)
+    with patch(logs=frozenset({"dynamic"})):
+        for inner in (nn.Linear(8, 16), nn.Sequential(nn.Linear(8, 24))):
+            compiled(torch.randn(4, 8))
+            model.inner = inner
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(compiled(x), model(x))
+    err = capsys.readouterr().err
+    assert "symbolic" not in err, err
+    assert compiled.stats.compiles == 3, compiled.stats

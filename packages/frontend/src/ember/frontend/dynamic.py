@@ -12,7 +12,7 @@ A dimension is symbolic when
   an input whose sizes alone differ from a cache entry of that code (same dtype, device,
   rank, requires_grad; other guards may fail beside it) marks those dimensions of that
   input (by :class:`~ember.frontend.guard_model.Source`) symbolic for every later capture
-  of that code (:class:`DynamicPolicy`);
+  of that code (:class:`DynamicPolicy`); never a parameter's or buffer's;
 - with ``dynamic=False``, only marked dimensions (no automatic dynamic).
 
 Sizes 0 and 1 always specialise (a symbol's range starts at 2), as in torch.
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
+from ember.frontend.bytecode.sources import ModuleMemberSource
 from ember.frontend.guard_model import Guard, Source, size_only_change
 from ember.runtime.ir import InputSpec
 from ember.runtime.logs import log
@@ -161,7 +162,7 @@ def dims_of(source: Source, t: torch.Tensor, user_input: bool, policy: DynamicPo
             dims[d] = DynamicDim(2 if mark.min is None else mark.min, mark.max, why)
         elif policy.dynamic and user_input and derivable:
             dims[d] = DynamicDim(2, None, "dynamic=True")
-        elif d in automatic:
+        elif d in automatic and user_input:  # parameters and buffers stay static
             dims[d] = DynamicDim(2, None, "automatic")
     return dims
 
@@ -257,7 +258,8 @@ class DynamicPolicy:
             return False
         changes: list[tuple[Source, int, int, int]] = []
         for guard, actual in failed:
-            changes.extend(size_only_change(guard, actual) or ())
+            changes.extend(c for c in size_only_change(guard, actual) or ()
+                           if not _module_state(c[0]))
         new = False
         for source, dim, before, after in changes:
             dims = self.automatic.setdefault(source, set())
@@ -267,6 +269,13 @@ class DynamicPolicy:
                 log("dynamic", f"automatic: {source.expr()}.size({dim}) changed {before} -> "
                     f"{after} in {name}, recompiling with it symbolic")
         return new
+
+
+def _module_state(source: Source) -> bool:
+    """Whether ``source`` reads a parameter or buffer (static unless marked, as in torch:
+    a model swapped for a wider one behind the same code compiles for its sizes)."""
+    return isinstance(source, ModuleMemberSource) and source.table in ("_parameters",
+                                                                       "_buffers")
 
 
 class DynamicDimError(ValueError):
