@@ -304,6 +304,16 @@ class GraphRecorder:
         entry = self._values.get(id(tensor))
         return entry[1] if entry is not None and entry[0] is tensor else None
 
+    def tensor_sized_by(self, symbol: Any) -> tuple[torch.Tensor, int] | None:
+        """The first recorded tensor with a dimension whose size is exactly ``symbol``
+        (a sympy symbol: a data-dependent size, ``nonzero``'s row count), with that
+        dimension; None when no tensor has it (an ``.item()`` value)."""
+        for tensor, _ in self._values.values():
+            for dim, size in enumerate(tensor.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr == symbol:
+                    return tensor, dim
+        return None
+
     def __enter__(self) -> Self:
         if self._finished:
             raise RecordingError("this recorder has finished; make a new one")

@@ -3,7 +3,7 @@ replays of the captured side effects.
 
 A :class:`Recipe` builds the real value from the graph's outputs (:class:`Out`), the
 segment's start state (:class:`Fetch` through a source), constants (:class:`Const`),
-sizes of the inputs (:class:`SizeExpr`),
+sizes of the inputs (:class:`SizeExpr`) or of data-dependent sizes (:class:`SizedBy`),
 start cells, or fresh containers and objects (:class:`New`); a :class:`Replay` writes
 one captured mutation back to a real object. :class:`~.state.StateBuilder` derives them.
 """
@@ -120,6 +120,23 @@ class SizeExpr(Recipe):
     def build(self, rt: Rebuild) -> Any:
         values = {name: int(source.fetch(rt.state, rt.ctx).size(dim))
                   for name, source, dim in self.sizes}
+        return SIZE_KINDS[self.kind](substituted(self.expr, values))
+
+
+@dataclass
+class SizedBy(Recipe):
+    """A Python number the captured code computed from data-dependent sizes, live at a
+    graph break (``any_left = tokens.numel() > 0`` after ``tokens = nonzero(...)``):
+    ``expr`` (sympy) over symbols each read at run time from a dimension of a value the
+    segment rebuilds (a graph output, or an input): ``(symbol name, recipe, dim)``;
+    ``kind`` as :class:`SizeExpr`'s."""
+
+    expr: Any
+    sizes: list[tuple[str, Recipe, int]]
+    kind: str = "int"
+
+    def build(self, rt: Rebuild) -> Any:
+        values = {name: int(recipe.build(rt).size(dim)) for name, recipe, dim in self.sizes}
         return SIZE_KINDS[self.kind](substituted(self.expr, values))
 
 

@@ -39,6 +39,7 @@ from ember.frontend.bytecode.recipes import (
     Rebuild,
     Recipe,
     Replay,
+    SizedBy,
     SizeExpr,
     StartCell,
     Unrebuildable,
@@ -137,13 +138,38 @@ class StateBuilder:
         self._keys += 1
         return self._keys
 
+    def _sized_by(self, v: torch.SymInt | torch.SymFloat | torch.SymBool) -> Recipe:
+        """A symbolic number over data-dependent sizes, read after the graph from the
+        sizes of values that have them (the graph returns such a value if nothing else
+        does: ``nonzero``'s result for its row count).
+
+        Raises:
+            Unrebuildable: a symbol no recorded tensor has as a size (an ``.item()``).
+        """
+        sizes: list[tuple[str, Recipe, int]] = []
+        for symbol in sorted(v.node.expr.free_symbols, key=str):
+            carrier = self.cap.recorder.tensor_sized_by(symbol)
+            if carrier is None:
+                raise Unrebuildable(f"the data-dependent value {v} is live at the graph "
+                                    f"break, and no tensor of the graph has {symbol} as "
+                                    "a size")
+            sizes.append((str(symbol), self.recipe(carrier[0]), carrier[1]))
+        kind = next(k for k, t in _SIZE_TYPES.items() if isinstance(v, t))
+        log("dynamic", f"{v} is live at a graph break: read after the graph from "
+            f"{', '.join(f'dim {dim} of a value with size {name}' for name, _, dim in sizes)}")
+        return SizedBy(v.node.expr, sizes, kind)
+
     def recipe(self, v: Any) -> Recipe:
         cap = self.cap
         if isinstance(v, (*PRIMITIVES, _Marker)):
             return Const(v)
         if isinstance(v, _SYMBOLIC):
             from_sizes = size_expression(v, cap)
-            return from_sizes if from_sizes is not None else Const(specialised(v))
+            if from_sizes is not None:
+                return from_sizes
+            if has_unbacked_symbols(v):
+                return self._sized_by(v)
+            return Const(specialised(v))
         if id(v) in self._memo:
             return self._memo[id(v)]
         if cap.new_classes and (id(v) in cap.new_classes or id(type(v)) in cap.new_classes):
