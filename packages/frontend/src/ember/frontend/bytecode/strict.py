@@ -56,6 +56,7 @@ from ember.frontend.bytecode.root_hooks import (
 )
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.bytecode.strict_cache import CaptureCacheUse
+from ember.frontend._torch import is_fake
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.collector import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
@@ -224,6 +225,8 @@ class StrictFunction(CaptureCacheUse):
             self.stats.eager_fallback_calls += 1
             return self.fn(*args, **kwargs)
         layout = _unsupported_layout(args, kwargs)
+        if layout == "fake":  # called by a capture tracing its caller: runs inline there
+            return self.fn(*args, **kwargs)
         if layout is not None:  # before the lookup: a guard would not tell it apart
             self._note_whole_function_eager(
                 f"an argument is a tensor of layout {layout} (Ember's graphs hold strided "
@@ -570,13 +573,16 @@ class StrictFunction(CaptureCacheUse):
 
 def _unsupported_layout(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The layout of the first argument tensor that is not strided (sparse, mkldnn,
-    jagged), looking one container deep; None when there is none."""
+    jagged), looking one container deep; ``"fake"`` for a fake tensor (a tensor guard
+    tests the exact type: a FakeTensor never passes one); None when there is none."""
     for value in (*args, *kwargs.values()):
         items = (value.values() if isinstance(value, dict)
                  else value if isinstance(value, (list, tuple)) else (value,))
         for item in items:
             if isinstance(item, torch.Tensor) and item.layout is not torch.strided:
                 return item.layout
+            if isinstance(item, torch.Tensor) and is_fake(item):
+                return "fake"
     return None
 
 
