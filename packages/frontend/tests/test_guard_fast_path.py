@@ -215,7 +215,8 @@ def _mutate(model: Stack, mutation: str) -> None:
     ("property_config", "== 1.0 (got 0.25)"),
     ("class_attribute", "self.layers[0].eps == 1.0 (got 3.0)"),
     ("instance_dict", "self.layers[1].factor == 2.0 (got 4.0)"),
-    ("layer", "self.layers[2].flag == False (got True)"),
+    # (the new layer's config is not the one every other layer shares)
+    ("layer", "self.layers[2].cfg is self.layers[0].cfg"),
     ("missing_attribute", "raises(self.layers[0].extra) == True (got False)"),
     ("missing_buffer", "raises(self.layers[1].extra) == True (got False)"),
     ("storage_offset", "self.layers[1].lin.bias.storage_offset() == 0 (got 1)"),

@@ -25,6 +25,7 @@ from typing import Any, Self
 import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode.guards import Guard, GuardSet, tensor_guard
+from ember.frontend.bytecode.object_aliasing import guard_written_apart, second_source
 from ember.frontend.bytecode.side_effects import AttrWrite, CellWrite, GlobalWrite
 from ember.frontend.bytecode.sources import (
     AttrSource,
@@ -175,7 +176,9 @@ class CaptureContext:
         if source is None:
             return value
         if id(value) in self.shadow_of_real:
-            return self.shadow_of_real[id(value)]
+            shadow = self.shadow_of_real[id(value)]
+            second_source(self, value, source, self.source_of(shadow))
+            return shadow
         if isinstance(value, tuple):
             return self._wrap_tuple(value, source)
         if type(value) in SHADOWED:
@@ -204,6 +207,8 @@ class CaptureContext:
         if isinstance(value, (types.ModuleType, types.BuiltinFunctionType)):
             self.sources.setdefault(id(value), (value, source))
             return value
+        if second_source(self, value, source, self.source_of(value)):
+            return value  # reached before through another source (object_aliasing.py)
         if isinstance(value, types.FunctionType):
             # NOTE: a function made by the code being compiled is new at every call;
             # its code identifies it, the closure cells it reads are guarded on read.
@@ -490,6 +495,7 @@ class CaptureContext:
         distinct = tuple(s for s, _ in self.inputs if s not in self.aliased_inputs)
         if len(distinct) > 1:
             self.guard("distinct", None, distinct)
+        guard_written_apart(self)
 
     def any_input_requires_grad(self) -> bool:
         """Whether a graph input requires grad (then grad-mode changes matter)."""

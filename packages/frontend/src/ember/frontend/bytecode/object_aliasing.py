@@ -1,0 +1,76 @@
+"""Outside objects reached through more than one source, and outside objects that may
+become one object on a later call.
+
+A capture keeps one view of each outside object (a list/dict's shadow copy, a module,
+any other object) and guards the reads made through it on the source it was first
+reached through. Two cases would make a variant serve a call it does not fit:
+
+- the same object reached again through another source (``f(a, a)``, a submodule held
+  by two attributes): nothing of that source was guarded, so a later call with two
+  different objects would read the second through the first. :func:`second_source`
+  guards that the new source holds the same object (``same``), as for tensors.
+- two different objects of one type, one of them written by the capture
+  (``a.append(x); len(b)``): on a call where they are one object, the write shows in
+  the other. :func:`guard_written_apart` guards those objects distinct.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+from typing import Any
+
+from ember.frontend.guard_source import Source
+from torch import nn
+
+__all__ = ["guard_written_apart", "second_source"]
+
+_BY_IDENTITY = (type, enum.Enum, types.MethodDescriptorType, types.WrapperDescriptorType,
+                types.ModuleType, types.BuiltinFunctionType)
+"""Objects every source of which is guarded by identity already."""
+
+
+def second_source(cap: Any, value: Any, source: Source, first: Source | None) -> bool:
+    """When ``value`` was reached before through ``first``, a different source: guard
+    that ``source`` holds the same object and return True (the caller reuses its view);
+    else False."""
+    if first is None or first == source or isinstance(value, _BY_IDENTITY):
+        return False
+    if callable(value) and not isinstance(value, nn.Module) and (
+            type(value).__module__ or "").startswith("torch."):
+        return False  # torch's op objects: guarded by identity where read
+    cap.guard("same", source, first)
+    return True
+
+
+def _changed(shadow: Any) -> bool:
+    copy, initial = shadow.copy, shadow.initial
+    if isinstance(copy, list):
+        return len(copy) != len(initial) or any(a is not b for a, b in zip(copy, initial))
+    items = list(copy.items())
+    return len(items) != len(initial) or any(
+        a[0] is not b[0] or a[1] is not b[1] for a, b in zip(items, initial))
+
+
+def guard_written_apart(cap: Any) -> None:
+    """Guard distinct the outside objects with a source that share a type with one this
+    capture wrote (a changed list/dict, an object with an attribute written)."""
+    written: set[type] = set()
+    seen: dict[int, tuple[Any, Source]] = {}
+    for shadow in cap.shadows.values():
+        seen[id(shadow.real)] = (shadow.real, shadow.source)
+        if _changed(shadow):
+            written.add(type(shadow.real))
+    for obj in cap.dirty.values():
+        if cap.source_of(obj) is not None:
+            written.add(type(obj))
+    if not written:
+        return
+    for value, source in cap.sources.values():
+        if type(value) in written and id(value) not in seen and not isinstance(
+                value, _BY_IDENTITY) and id(value) not in cap.shadows:
+            seen[id(value)] = (value, source)
+    for cls in written:
+        sources = tuple(s for v, s in seen.values() if type(v) is cls)
+        if len(sources) > 1:
+            cap.guard("distinct", None, sources)
