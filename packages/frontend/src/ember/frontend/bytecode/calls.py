@@ -91,6 +91,8 @@ _GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASY
                     | inspect.CO_ITERABLE_COROUTINE)
 
 _GLOBAL_STATE = {"manual_seed", "seed", "save", "load", "set_grad_enabled", "synchronize",
+                 "get_rng_state", "set_rng_state", "initial_seed", "get_state", "set_state",
+                 "get_rng_state_all", "set_rng_state_all", "manual_seed_all", "seed_all",
                  "set_default_dtype", "set_printoptions", "use_deterministic_algorithms",
                  # autocast's state, outside a `with` (bytecode/autocast_blocks.py)
                  "set_autocast_enabled", "set_autocast_dtype", "set_autocast_cache_enabled",
