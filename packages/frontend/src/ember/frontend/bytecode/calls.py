@@ -77,6 +77,7 @@ from ember.frontend.bytecode.optimizer_rules import (
 )
 from ember.frontend.bytecode.recorded_calls import callable_name as _name
 from ember.frontend.bytecode.recorded_calls import record_call
+from ember.frontend.bytecode.object_aliasing import refuse_changed_hooks
 from ember.frontend.bytecode.root_hooks import MODULE_CALLS, custom_module_call
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
 from ember.frontend.bytecode.subclass_items import check_read_only, item_view, outside_subclass
@@ -291,6 +292,7 @@ class CallHandler:
             raise interp.fail(f"call to module {type(mod).__name__} with backward or "
                               "global hooks", "remove the hooks, or compile the module "
                               "itself")
+        refuse_changed_hooks(interp, mod)
         source = interp.capture.source_of(mod)
         if source is not None:
             # hooks added after compiling (or on another module of the same type,

@@ -1,5 +1,5 @@
-"""Outside objects reached through more than one source, and outside objects that may
-become one object on a later call.
+"""Outside objects reached through more than one source, outside objects that may
+become one object on a later call, and module hook dicts this capture changed.
 
 A capture keeps one view of each outside object (a list/dict's shadow copy, a module,
 any other object) and guards the reads made through it on the source it was first
@@ -20,10 +20,11 @@ import enum
 import types
 from typing import Any
 
+from ember.frontend.guard_model import MODULE_HOOK_TABLES
 from ember.frontend.guard_source import Source
 from torch import nn
 
-__all__ = ["guard_written_apart", "second_source"]
+__all__ = ["guard_written_apart", "refuse_changed_hooks", "second_source", "written_here"]
 
 _BY_IDENTITY = (type, enum.Enum, types.MethodDescriptorType, types.WrapperDescriptorType,
                 types.ModuleType, types.BuiltinFunctionType)
@@ -50,6 +51,26 @@ def _changed(shadow: Any) -> bool:
     items = list(copy.items())
     return len(items) != len(initial) or any(
         a[0] is not b[0] or a[1] is not b[1] for a, b in zip(items, initial))
+
+
+def written_here(cap: Any, real: Any) -> bool:
+    """Whether outside list/dict ``real`` was changed by this capture (its shadow copy
+    differs: the change is replayed only after the graph)."""
+    shadow = cap.shadow_of_real.get(id(real))
+    entry = cap.shadows.get(id(shadow)) if shadow is not None else None
+    return entry is not None and _changed(entry)
+
+
+def refuse_changed_hooks(interp: Any, mod: nn.Module) -> None:
+    """Break before a call of ``mod`` when this capture changed its hook dicts (a hook
+    registered or removed in the compiled code): the call must run the hooks as they
+    are then, but the change reaches the module only after the graph."""
+    if any(written_here(interp.capture, getattr(mod, table, None))
+           for table in (*MODULE_HOOK_TABLES, "_forward_pre_hooks_with_kwargs",
+                         "_forward_hooks_with_kwargs")):
+        raise interp.fail(f"call to module {type(mod).__name__} whose hooks this code "
+                          "changed (the change is made after the graph)",
+                          "this break is needed for correctness")
 
 
 def guard_written_apart(cap: Any) -> None:
