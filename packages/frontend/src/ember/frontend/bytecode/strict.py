@@ -98,8 +98,12 @@ class StrictFunction(CaptureCacheUse):
         self._custom_call = call is not None
         if isinstance(target, nn.Module):
             forward = types.MethodType(call, target) if call else target.forward
+            while isinstance(forward, StrictFunction):  # m.forward = compile(m.forward)
+                forward = forward.request.fn
             self._bound = (target,) if isinstance(forward, types.MethodType) else ()
             target = forward.__func__ if isinstance(forward, types.MethodType) else forward
+        while isinstance(target, StrictFunction):  # compiled again: its function's
+            target = target.request.fn
         if isinstance(target, functools.partial):  # accelerate's hooked forward, ...
             self._bound, self._bound_kw = target.args, dict(target.keywords)
             target = target.func
