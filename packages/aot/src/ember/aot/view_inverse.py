@@ -91,13 +91,31 @@ def _arg(step: ViewStep, i: int, name: str, default: Argument) -> Argument:
 def _as_strided_rule(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
                      view: ValueRef) -> ValueRef:
     base_meta, view_meta = _tensor_meta(b, base), _tensor_meta(b, view)
-    # NOTE: as_strided_scatter writes into a clone of base, whose storage starts at
-    # base's first element: the offset is relative to base.
+    if not _is_dense_at_zero(b, base, base_meta) and (
+            step.target != "aten::as_strided.default" or is_contiguous(base_meta)):
+        # NOTE: as_strided_scatter's sizes, strides and offset address the storage of
+        # its input as that input lies in memory at run time (eager keeps a view's
+        # offset in its clone; the inductor may hand an extern a compact copy of a
+        # view): only a row-major tensor at offset 0 makes them mean the same on every
+        # backend. So the write goes into a contiguous copy of base, addressed by the
+        # view replayed on that copy (a strided as_strided view of a non-contiguous base
+        # keeps its storage addressing: it has no other meaning).
+        base = b.call("aten::clone.default", (base,), {"memory_format": torch.contiguous_format})
+        view_meta = _tensor_meta(b, step.replay(b, base))
+        base_meta = _tensor_meta(b, base)
     return b.call("aten::as_strided_scatter.default",
                   (base, new, sizes_argument(view_meta.sizes),
                    sizes_argument(view_meta.strides),
                    as_argument(difference(view_meta.storage_offset,
                                           base_meta.storage_offset))))
+
+
+def _is_dense_at_zero(b: GraphBuilder, ref: ValueRef, meta: TensorMeta) -> bool:
+    """Whether ``ref`` is row-major at storage offset 0 wherever it runs: not a graph
+    input (a call may pass a view of a larger tensor, at any offset)."""
+    if meta.storage_offset != 0 or not is_contiguous(meta):
+        return False
+    return not any(n.name == ref.node and n.op == "placeholder" for n in b.graph.nodes)
 
 
 @register("aten::slice.Tensor")
