@@ -182,6 +182,9 @@ OP_TABLE: list[OpCase] = [
            ((4, 6), (4, 2)), ALL),
     OpCase("select_scatter", lambda x, s: torch.select_scatter(x, s, 0, -1), ((4, 6), (6,)),
            ALL),
+    OpCase("as_strided_scatter", lambda x, s: [
+        aten.as_strided_scatter(x * 1, s, [2, 2], [1, 3], 1),
+        aten.as_strided_scatter(x * 1, s.t(), [2, 2], [6, 2], 7)], ((4, 6), (2, 2)), ALL),
     # writes through run-time indexes (distinct positions where the write is a plain
     # store: eager leaves the winner of repeated positions undefined)
     OpCase("index_put", lambda x, v, i: torch.index_put(x, (i,), v), ((4, 6), (3, 6)), ALL,

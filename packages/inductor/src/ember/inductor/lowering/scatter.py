@@ -1,19 +1,19 @@
 """Lowering rules that write a slice of a tensor into a copy of another (what
-functionalization emits for mutated views): slice_scatter, select_scatter; and the
-multi-result views split / unbind."""
+functionalization emits for mutated views): slice_scatter, select_scatter,
+as_strided_scatter; and the multi-result views split / unbind."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from ember.inductor.loop_ir import IndexExpr, add, floordiv
+from ember.inductor.loop_ir import IndexExpr, add, floordiv, mod, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import normalize_dim, out_meta, sizes_of
 from ember.inductor.lowering.registry import NotLowerable, lowering
-from ember.inductor.lowering.values import Lazy, TensorValue
+from ember.inductor.lowering.values import Lazy, Stored, TensorValue, contiguous_strides
 from ember.inductor.lowering.views import _select, _slice, slice_start
-from ember.runtime.ir import Node
+from ember.runtime.ir import Node, TensorMeta, ValueRef
 
 
 @lowering("aten::slice_scatter.default")
@@ -59,6 +59,54 @@ def _select_scatter(ctx: Any, node: Node, x: TensorValue, src: TensorValue, dim:
         return b.compute("where", cond, v, b.cast(x.element(b, index), meta.dtype))
 
     return Lazy(fn, meta.dtype, sizes_of(node))
+
+
+@lowering("aten::as_strided_scatter.default")
+def _as_strided_scatter(ctx: Any, node: Node, x: TensorValue, src: TensorValue, size: Any,
+                        stride: Any, storage_offset: Any = None) -> Stored:
+    """A copy of ``x`` with ``src`` written through ``x.as_strided(size, stride,
+    storage_offset)``. Eager addresses ``x``'s storage as it lies in memory; lowered
+    values have no fixed memory, so only an ``x`` that is row-major at offset 0 (as
+    the aot stage's write-backs are) has a meaning here: its storage index is its
+    row-major element index."""
+    meta, base = out_meta(node), node.args[0]
+    view = tuple(size) + tuple(stride)
+    if any(not isinstance(v, int) for v in view + tuple(x.sizes)) or not isinstance(
+            storage_offset, (int, type(None))):
+        raise NotLowerable("symbolic sizes: as_strided_scatter")
+    assert isinstance(base, ValueRef)
+    in_meta = ctx.graph.node(base.node).meta
+    if base.index is not None and isinstance(in_meta, tuple):
+        in_meta = in_meta[base.index]
+    if not isinstance(in_meta, TensorMeta) or in_meta.storage_offset != 0 or not _row_major(
+            in_meta):
+        raise NotLowerable("as_strided_scatter into a tensor not row-major at offset 0")
+    offset = storage_offset or 0
+    numel = 1
+    for s in x.sizes:
+        numel *= s
+    if any(s < 0 for s in stride) or (all(s > 0 for s in size) and offset + sum(
+            (n - 1) * st for n, st in zip(size, stride)) >= numel):
+        raise NotLowerable("as_strided_scatter view outside its input")
+    row_major = contiguous_strides(x.sizes)
+
+    def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str, None]:
+        flat = add(offset, *[mul(k, st) for k, st in zip(i, stride)])
+        position = tuple(mod(floordiv(flat, st), n) if d else floordiv(flat, st)
+                         for d, (n, st) in enumerate(zip(x.sizes, row_major)))
+        return position, b.cast(src.element(b, i), meta.dtype), None
+
+    result: Stored = ctx.scatter(node, x, tuple(size), fn, False)
+    return result
+
+
+def _row_major(meta: TensorMeta) -> bool:
+    expected = 1
+    for n, st in reversed(list(zip(meta.sizes, meta.strides))):
+        if not isinstance(n, int) or (n != 1 and st != expected):
+            return False
+        expected *= n
+    return True
 
 
 @lowering("aten::split.Tensor", "aten::split_with_sizes.default")
