@@ -91,7 +91,9 @@ def _arg(step: ViewStep, i: int, name: str, default: Argument) -> Argument:
 def _as_strided_rule(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
                      view: ValueRef) -> ValueRef:
     base_meta, view_meta = _tensor_meta(b, base), _tensor_meta(b, view)
-    if not _is_dense_at_zero(b, base, base_meta) and (
+    symbolic_input_at_zero = (not is_static_meta(base_meta) and base_meta.storage_offset == 0
+                              and is_contiguous(base_meta))  # as before: no copy
+    if not _is_dense_at_zero(b, base, base_meta) and not symbolic_input_at_zero and (
             step.target != "aten::as_strided.default" or is_contiguous(base_meta)):
         # NOTE: as_strided_scatter's sizes, strides and offset address the storage of
         # its input as that input lies in memory at run time (eager keeps a view's
