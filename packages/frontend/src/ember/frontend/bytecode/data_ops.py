@@ -593,4 +593,8 @@ def _real_key(cap: Any, obj: dict[Any, Any], key: Any) -> Any:
     if not (tensor_keyed and is_fake_tensor(key)):
         return key
     real = cap.real_input(key)
-    return key if real is None else real
+    if real is None:
+        return key
+    # which entry eager finds depends on which tensor the input is, not on its metadata
+    cap.guard("id", cap.is_input_fake(key), real)
+    return real
