@@ -55,3 +55,16 @@ def test_view_writes_at_an_offset_match_eager() -> None:
         (got,) = run([compiled_x])
         torch.testing.assert_close(got, expected, msg=f"{fn.__name__}: output")
         torch.testing.assert_close(compiled_x, eager_x, msg=f"{fn.__name__}: input after")
+
+
+def test_view_writes_at_an_offset_of_symbolic_sizes_match_eager() -> None:
+    dims = {0: {0: (2, None), 1: (2, None)}}
+    for fn in (_slice_then_diagonal, _column_slice_diagonal_of_intermediate):
+        _, run = compile_fn(fn, torch.randn(3, 4), dynamic=dims)
+        for n, m in ((3, 4), (6, 5)):
+            eager_x = torch.arange(1.0, 1.0 + n * m).view(n, m)
+            compiled_x = eager_x.clone()
+            expected = fn(eager_x)
+            (got,) = run([compiled_x])
+            torch.testing.assert_close(got, expected, msg=f"{fn.__name__} {n}x{m}")
+            torch.testing.assert_close(compiled_x, eager_x, msg=f"{fn.__name__}: input")

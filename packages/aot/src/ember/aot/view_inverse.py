@@ -102,12 +102,6 @@ def _as_strided_rule(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewS
         # backend. So the write goes into a contiguous copy of base, addressed by the
         # view replayed on that copy (a strided as_strided view of a non-contiguous base
         # keeps its storage addressing: it has no other meaning).
-        if not is_static_meta(base_meta):
-            # NOTE: the inductor cannot lower it over symbolic sizes, and its extern may
-            # get a view at an offset: refused rather than wrong
-            raise NotImplementedError(
-                f"a write through {step.target} of a view at a storage offset, with "
-                "symbolic sizes")
         base = b.call("aten::clone.default", (base,), {"memory_format": torch.contiguous_format})
         view_meta = _tensor_meta(b, step.replay(b, base))
         base_meta = _tensor_meta(b, base)
