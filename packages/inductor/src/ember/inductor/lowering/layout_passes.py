@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import sympy
+
 from ember.inductor.loop_ir import Add, Var
 from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
@@ -257,9 +259,36 @@ def in_traced_layouts(ctx: LoweringContext, call: ExternRequest) -> ExternReques
     ``view_as_real`` feeds it ``clone(expand(grad))``, whose copy the lowering elides)."""
     args = [_in_traced_layout(ctx, value, ref)
             for value, ref in zip(call.args, call.node.args)]
+    if call.node.target in STORAGE_ADDRESSED and args:
+        args[0] = _row_major_at_zero(ctx, args[0], call.node.args[0])
     kwargs = {key: _in_traced_layout(ctx, value, call.node.kwargs.get(key))
               for key, value in call.kwargs.items()}
     return dataclasses.replace(call, args=(*args, *call.args[len(args):]), kwargs=kwargs)
+
+
+# Ops whose first operand is addressed as memory (sizes, strides and an offset into its
+# storage as it lies there at run time), not as elements.
+STORAGE_ADDRESSED = frozenset({"aten::as_strided_scatter.default"})
+
+
+def _row_major_at_zero(ctx: LoweringContext, value: Any, ref: Any) -> Any:
+    """``value`` as a row-major tensor at its storage's start, when the program traced it
+    so (a copy, for a view of another buffer: a functional ``clone`` of a view is no copy
+    for the lowering, and the extern would address the viewed buffer's memory)."""
+    meta = ctx.traced_meta(ref)
+    if meta is None or meta.storage_offset != 0 or not isinstance(value, (Lazy, Stored)):
+        return value
+    expected = symbolic.parse(1)
+    for size, stride in reversed(list(zip(meta.sizes, meta.strides))):
+        if size != 1 and sympy.expand(symbolic.parse(stride) - expected) != 0:
+            return value  # traced as a strided view: addressed as it lies
+        expected = expected * symbolic.parse(size)
+    if isinstance(value, Lazy):
+        return ctx.realize(value, strides=contiguous_strides(value.sizes))
+    if value.offset == 0 and tuple(value.strides) == contiguous_strides(value.sizes):
+        return value
+    return ctx.realize(Lazy(value.element, value.dtype, value.sizes),
+                       strides=contiguous_strides(value.sizes), reuse=False)
 
 
 def _in_traced_layout(ctx: LoweringContext, value: Any, ref: Any) -> Any:

@@ -13,7 +13,7 @@ from ember.inductor.lowering.common import normalize_dim, out_meta, sizes_of
 from ember.inductor.lowering.registry import NotLowerable, lowering
 from ember.inductor.lowering.values import Lazy, Stored, TensorValue, contiguous_strides
 from ember.inductor.lowering.views import _select, _slice, slice_start
-from ember.runtime.ir import Node, TensorMeta, ValueRef
+from ember.runtime.ir import Node, TensorMeta
 
 
 @lowering("aten::slice_scatter.default")
@@ -74,12 +74,8 @@ def _as_strided_scatter(ctx: Any, node: Node, x: TensorValue, src: TensorValue, 
     if any(not isinstance(v, int) for v in view + tuple(x.sizes)) or not isinstance(
             storage_offset, (int, type(None))):
         raise NotLowerable("symbolic sizes: as_strided_scatter")
-    assert isinstance(base, ValueRef)
-    in_meta = ctx.graph.node(base.node).meta
-    if base.index is not None and isinstance(in_meta, tuple):
-        in_meta = in_meta[base.index]
-    if not isinstance(in_meta, TensorMeta) or in_meta.storage_offset != 0 or not _row_major(
-            in_meta):
+    in_meta = ctx.traced_meta(base)
+    if in_meta is None or in_meta.storage_offset != 0 or not _row_major(in_meta):
         raise NotLowerable("as_strided_scatter into a tensor not row-major at offset 0")
     offset = storage_offset or 0
     numel = 1
