@@ -71,6 +71,8 @@ def _make_direct_rule(fn: Any) -> Rule:
                 return cls
             # class attributes read through it are guarded like the object's own
             return interp.wrap(cls, AttrSource(source, "__class__"))
+        if fn is id and len(args) == 1:
+            return _identity(interp.capture, args[0])
         if fn is isinstance and len(args) == 2 and not kwargs and is_fake_tensor(args[0]):
             # the fake stands for a tensor of the type user code sees (a subclass input:
             # its tensor guard checks the exact type), never for a FakeTensor
@@ -93,6 +95,23 @@ def _make_direct_rule(fn: Any) -> Rule:
         return h.direct(interp, fn, args, kwargs)
 
     return rule
+
+
+def _identity(cap: Any, value: Any) -> int:
+    """``id(value)`` as eager gives it: of the real object a fake tensor input or a
+    shadow copy stands for, guarded to be that object (the id is a constant of the
+    capture). A tensor the graph makes has its fake's id (fresh at each call in eager
+    too)."""
+    real, source = value, cap.source_of(value)
+    if is_fake_tensor(value):
+        real, source = cap.real_input(value), cap.is_input_fake(value)
+        if real is None:
+            return id(value)
+    elif id(value) in cap.shadows:
+        real = cap.shadows[id(value)].real
+    if source is not None:
+        cap.guard("id", source, real)
+    return id(real)
 
 
 for _fn in (len, isinstance, issubclass, abs, min, max, sum, round, divmod, pow, hash,
