@@ -71,8 +71,8 @@ def _make_direct_rule(fn: Any) -> Rule:
                 return cls
             # class attributes read through it are guarded like the object's own
             return interp.wrap(cls, AttrSource(source, "__class__"))
-        if fn is id and len(args) == 1:
-            return _identity(interp.capture, args[0])
+        if len(args) == 1 and (fn is id or (fn is hash and is_fake_tensor(args[0]))):
+            return _identity(interp.capture, args[0])  # (a tensor's hash is its id)
         if fn is isinstance and len(args) == 2 and not kwargs and is_fake_tensor(args[0]):
             # the fake stands for a tensor of the type user code sees (a subclass input:
             # its tensor guard checks the exact type), never for a FakeTensor

@@ -59,15 +59,12 @@ from ember.frontend.bytecode.exception_ops import (
     contextmanager_target,
 )
 from ember.frontend.bytecode.frame import UNBOUND, Frame
-from ember.frontend.bytecode.function_rules import apply_function
 from ember.frontend.bytecode.fresh import construct, made_here, note_constructed
+from ember.frontend.bytecode.function_rules import apply_function
 from ember.frontend.bytecode.generators import InlinedGenerator
-from ember.frontend.bytecode.interpreter import (
-    MAX_INLINE_DEPTH,
-    GradModeRestore,
-    is_fake_tensor,
-)
+from ember.frontend.bytecode.interpreter import MAX_INLINE_DEPTH, GradModeRestore, is_fake_tensor
 from ember.frontend.bytecode.list_iterator import ListIterator
+from ember.frontend.bytecode.object_aliasing import real_key_args, refuse_changed_hooks
 from ember.frontend.bytecode.optimizer_rules import (
     function_get_rule,
     inlined_torch_code,
@@ -77,7 +74,6 @@ from ember.frontend.bytecode.optimizer_rules import (
 )
 from ember.frontend.bytecode.recorded_calls import callable_name as _name
 from ember.frontend.bytecode.recorded_calls import record_call
-from ember.frontend.bytecode.object_aliasing import refuse_changed_hooks
 from ember.frontend.bytecode.root_hooks import MODULE_CALLS, custom_module_call
 from ember.frontend.bytecode.sources import AttrSource, DefaultSource
 from ember.frontend.bytecode.subclass_items import check_read_only, item_view, outside_subclass
@@ -421,6 +417,7 @@ class CallHandler:
                 shadow = interp.wrap(owner, AttrSource(source, "__self__"))
                 fn = getattr(shadow, fn.__name__)
         interp.check_container_call(fn, args)  # a list/dict read without a source
+        args = real_key_args(interp.capture, owner, fn, args)  # (a tensor key: by identity)
         if isinstance(owner, _CONTAINER_TYPES) or any(owner is t for t in _CONTAINER_TYPES):
             return self.direct(interp, fn, args, kwargs)  # methods and dict.fromkeys
         if type(owner) is collections.deque and made_here(interp.capture, owner):

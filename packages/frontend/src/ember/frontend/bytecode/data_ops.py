@@ -9,7 +9,6 @@ outside objects are recorded for replay (:mod:`.state`).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import operator
 import sys
@@ -17,7 +16,6 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from ember.frontend._torch import is_fake, quiet_fake_tensor_errors
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.breaks import GraphBreak
@@ -31,6 +29,7 @@ from ember.frontend.bytecode.env_rules import environ_contains, environ_getitem,
 from ember.frontend.bytecode.frame import NULL, UNBOUND, Frame
 from ember.frontend.bytecode.grad_mode import CALL_TURNED_GRAD_ON, program_call
 from ember.frontend.bytecode.iteration import make_iterator
+from ember.frontend.bytecode.object_aliasing import real_key
 from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.side_effects import CellWrite, GlobalWrite
 from ember.frontend.bytecode.sources import (
@@ -288,6 +287,7 @@ class DataOps(UnsourcedOps):
                 b, (list, tuple, set, frozenset, dict)):
             for item in b:
                 self.capture.guard_identities(a, item, only_identity_eq=True)
+        a = real_key(self.capture, b, a) if self.capture is not None else a
         result = self.apply(operator.contains, b, a)
         self.check_not_tensor(result, "'in' test")
         f.popn(2)
@@ -379,7 +379,7 @@ class DataOps(UnsourcedOps):
         if cap is not None and is_environ(obj):
             return environ_getitem(self, key)  # a guarded read (env_rules)
         if cap is not None and isinstance(obj, dict):
-            key = _real_key(cap, obj, key)
+            key = real_key(cap, obj, key)
         if cap is not None and isinstance(obj, dict) and not isinstance(key, PRIMITIVES):
             for k in obj:  # an object key is found by identity
                 cap.guard_identities(key, k, only_identity_eq=True)
@@ -425,7 +425,7 @@ class DataOps(UnsourcedOps):
             raise self.fail(f"item assignment on a {type(obj).__name__}")
         self.refuse_unsourced_write(obj, "item assignment")
         if self.capture is not None and isinstance(obj, dict):
-            key = _real_key(self.capture, obj, key)
+            key = real_key(self.capture, obj, key)
         self.apply(operator.setitem, obj, key, value)
 
     def op_DELETE_SUBSCR(self, f: Frame, ins: Instruction) -> None:
@@ -582,19 +582,3 @@ def function_str(fn: Any) -> str:
     if isinstance(module, str) and module != "builtins":
         return f"{module}.{qualname}()"
     return f"{qualname}()"
-
-
-def _real_key(cap: Any, obj: dict[Any, Any], key: Any) -> Any:
-    """A graph input used as the key of a dict keyed by tensors (``optimizer.state[p]``,
-    keyed by the real parameters): the real tensor, which is the key eager looks up.
-    Other keys unchanged."""
-    tensor_keyed = isinstance(obj, collections.defaultdict) or (
-        bool(obj) and isinstance(next(iter(obj)), torch.Tensor))
-    if not (tensor_keyed and is_fake_tensor(key)):
-        return key
-    real = cap.real_input(key)
-    if real is None:
-        return key
-    # which entry eager finds depends on which tensor the input is, not on its metadata
-    cap.guard("id", cap.is_input_fake(key), real)
-    return real

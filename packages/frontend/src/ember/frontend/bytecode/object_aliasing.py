@@ -1,5 +1,6 @@
 """Outside objects reached through more than one source, outside objects that may
-become one object on a later call, and module hook dicts this capture changed.
+become one object on a later call, tensor arguments used as keys of the caller's dicts
+and sets (found by identity), and module hook dicts this capture changed.
 
 A capture keeps one view of each outside object (a list/dict's shadow copy, a module,
 any other object) and guards the reads made through it on the source it was first
@@ -16,15 +17,19 @@ reached through. Two cases would make a variant serve a call it does not fit:
 
 from __future__ import annotations
 
+import collections
 import enum
 import types
 from typing import Any
 
+import torch
+from ember.frontend._torch import is_fake
 from ember.frontend.guard_model import MODULE_HOOK_TABLES
 from ember.frontend.guard_source import Source
 from torch import nn
 
-__all__ = ["guard_written_apart", "refuse_changed_hooks", "second_source", "written_here"]
+__all__ = ["guard_written_apart", "real_key", "real_key_args", "refuse_changed_hooks",
+           "second_source", "written_here"]
 
 _BY_IDENTITY = (type, enum.Enum, types.MethodDescriptorType, types.WrapperDescriptorType,
                 types.ModuleType, types.BuiltinFunctionType)
@@ -51,6 +56,37 @@ def _changed(shadow: Any) -> bool:
     items = list(copy.items())
     return len(items) != len(initial) or any(
         a[0] is not b[0] or a[1] is not b[1] for a, b in zip(items, initial))
+
+
+_KEY_METHODS = frozenset({"get", "pop", "setdefault", "__contains__", "__getitem__",
+                          "__setitem__", "__delitem__", "remove", "discard", "add"})
+"""Dict and set methods whose first argument is a key."""
+
+
+def real_key(cap: Any, container: Any, key: Any) -> Any:
+    """A graph input used as a key of a dict or set keyed by the caller's tensors
+    (``optimizer.state[p]``, ``x in seen``): the real tensor, which is what eager looks
+    up (by identity), guarded to be that tensor (not only one of its metadata). Other
+    keys unchanged."""
+    if not (isinstance(container, (dict, set, frozenset)) and is_fake(key)):
+        return key
+    first = next(iter(container), None)
+    if not (isinstance(container, collections.defaultdict) or (
+            isinstance(first, torch.Tensor) and not is_fake(first))):
+        return key
+    real = cap.real_input(key)
+    if real is None:
+        return key
+    cap.guard("id", cap.is_input_fake(key), real)
+    return real
+
+
+def real_key_args(cap: Any, owner: Any, fn: Any, args: list[Any]) -> list[Any]:
+    """``args`` of the dict or set method ``fn`` of ``owner``, the key mapped by
+    :func:`real_key`."""
+    if args and getattr(fn, "__name__", "") in _KEY_METHODS:
+        return [real_key(cap, owner, args[0]), *args[1:]]
+    return args
 
 
 def written_here(cap: Any, real: Any) -> bool:
