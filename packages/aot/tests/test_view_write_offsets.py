@@ -2,7 +2,9 @@
 ``as_strided``) become ``as_strided_scatter``, whose sizes, strides and offset address
 its input's memory: the aot stage writes into a row-major copy at offset 0, so a base
 that is a view at an offset (a slice, or an input that is a slice of a larger tensor)
-gets the write at the right elements."""
+gets the write at the right elements. A chain through a view whose elements share
+memory (overlapping ``unfold`` windows) is written back as one scatter, not step by
+step (which wrote the shared elements twice, the stale copy last)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,20 @@ def _unfold_of_slice(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def _select_of_overlapping_unfold(x: torch.Tensor) -> torch.Tensor:
+    x.unfold(-1, 2, 1)[:, :, 1].zero_()
+    return x
+
+
+def _diagonal_of_overlapping_unfold(x: torch.Tensor) -> torch.Tensor:
+    y = x * 1
+    y.unfold(-1, 2, 1).diagonal(1).fill_(-1)
+    return y
+
+
 CASES = [
+    (_select_of_overlapping_unfold, lambda: torch.arange(1.0, 31.0).view(5, 6)),
+    (_diagonal_of_overlapping_unfold, lambda: torch.arange(1.0, 31.0).view(5, 6)),
     (_fill_strided, lambda: torch.arange(1.0, 21.0)[3:11]),  # an input at offset 3
     (_fill_diagonal, lambda: torch.arange(1.0, 31.0).view(5, 6)[1:, 1:5]),
     (_fill_diagonal, lambda: torch.arange(1.0, 49.0).view(4, 12)[1:, ::3].t()),

@@ -48,7 +48,7 @@ from ember.aot.op_effects import (
     with_defaults,
 )
 from ember.aot.symbolic_sizes import difference, is_static_meta, same_sizes, sizes_argument
-from ember.aot.view_inverse import ViewStep, write_back
+from ember.aot.view_inverse import ViewStep, may_overlap, write_back, write_back_through
 from ember.runtime.ir import (
     Argument,
     Graph,
@@ -159,7 +159,14 @@ class _Functionalizer:
         value = new
         chain = alias.chain
         written: dict[Chain, ValueRef] = {}  # detached views on the way: their values
-        for k in range(len(chain) - 1, -1, -1):
+        start = len(chain)
+        for j in range(1, len(chain) if DETACH not in {s.target for s in chain} else 0):
+            meta = self.b.meta_of(self.read_chain(alias.storage, chain[:j]))
+            if isinstance(meta, TensorMeta) and may_overlap(meta):  # written back at once
+                parent = self.read_chain(alias.storage, chain[:j - 1])
+                value, start = write_back_through(self.b, parent, value, chain[j - 1:]), j - 1
+                break
+        for k in range(start - 1, -1, -1):
             parent = self.read_chain(alias.storage, chain[:k])
             if chain[k].target == DETACH:
                 # NOTE: autograd sees the write in the detached view, not in the tensor

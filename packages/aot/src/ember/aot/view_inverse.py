@@ -90,11 +90,45 @@ def _arg(step: ViewStep, i: int, name: str, default: Argument) -> Argument:
 
 def _as_strided_rule(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
                      view: ValueRef) -> ValueRef:
+    return _strided_write(b, base, new, (step,), view)
+
+
+def write_back_through(b: GraphBuilder, base: ValueRef, new: ValueRef,
+                       steps: tuple[ViewStep, ...]) -> ValueRef:
+    """The new value of ``base`` after its view ``steps`` (applied in order) was set to
+    ``new``, as one ``as_strided_scatter``: for a chain through a view whose elements
+    share memory (``unfold`` with overlapping windows), where writing back one step at a
+    time would write a shared element twice, the stale copy last."""
+    view = base
+    for step in steps:
+        view = step.replay(b, view)
+    return _strided_write(b, base, new, steps, view)
+
+
+def may_overlap(meta: TensorMeta) -> bool:
+    """Whether two elements of ``meta`` may share a memory location (False for symbolic
+    layouts: not known)."""
+    if not is_static_meta(meta):
+        return False
+    reach = 0
+    for stride, size in sorted((int(st), int(n)) for n, st in zip(meta.sizes, meta.strides)
+                               if n != 1):
+        if size == 0:
+            return False
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
+
+
+def _strided_write(b: GraphBuilder, base: ValueRef, new: ValueRef, steps: tuple[ViewStep, ...],
+                   view: ValueRef) -> ValueRef:
     base_meta, view_meta = _tensor_meta(b, base), _tensor_meta(b, view)
     symbolic_input_at_zero = (not is_static_meta(base_meta) and base_meta.storage_offset == 0
                               and is_contiguous(base_meta))  # as before: no copy
+    storage_addressed = any(s.target == "aten::as_strided.default" for s in steps)
     if not _is_dense_at_zero(b, base, base_meta) and not symbolic_input_at_zero and (
-            step.target != "aten::as_strided.default" or is_contiguous(base_meta)):
+            not storage_addressed or is_contiguous(base_meta)):
         # NOTE: as_strided_scatter's sizes, strides and offset address the storage of
         # its input as that input lies in memory at run time (eager keeps a view's
         # offset in its clone; the inductor may hand an extern a compact copy of a
@@ -103,7 +137,10 @@ def _as_strided_rule(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewS
         # view replayed on that copy (a strided as_strided view of a non-contiguous base
         # keeps its storage addressing: it has no other meaning).
         base = b.call("aten::clone.default", (base,), {"memory_format": torch.contiguous_format})
-        view_meta = _tensor_meta(b, step.replay(b, base))
+        view = base
+        for step in steps:
+            view = step.replay(b, view)
+        view_meta = _tensor_meta(b, view)
         base_meta = _tensor_meta(b, base)
     return b.call("aten::as_strided_scatter.default",
                   (base, new, sizes_argument(view_meta.sizes),
