@@ -30,6 +30,7 @@ from ember.aot.retrace_inputs import (
     input_metas,
     new_recorder,
 )
+from ember.aot.strided_scatter_grad import AS_STRIDED_SCATTER, record_as_strided_scatter
 from ember.aot.symbolic_sizes import (
     bind_plain_sizes,
     evaluate_symbolic,
@@ -227,6 +228,8 @@ class _SourceKeepingInterpreter(Interpreter):
         elif node.target == HIDDEN_WRITE:
             old, new = (self.load(a) for a in node.args[:2])
             result = record_hidden_write(old, new)
+        elif node.target == AS_STRIDED_SCATTER and not node.kwargs:
+            result = record_as_strided_scatter([self.load(a) for a in node.args])
         elif node.target == _FUNCTIONAL_COPY and self.keep_no_grad:
             # NOTE: torch's autograd has no formula for the functional copy that
             # functionalization makes of copy_: in the joint graph it is ``src``
