@@ -34,4 +34,4 @@ def test_dunder_inplace_operators_match_eager() -> None:
     ):
         program, run = compile_fn(fn, *[t.clone() for t in inputs])
         assert not any(resolve_op(n.target)._schema.is_mutable for n in program.forward.calls())
-        check_against_eager(fn, lambda *args: run(list(args)), inputs)
+        check_against_eager(fn, lambda *args, run=run: run(list(args)), inputs)

@@ -8,11 +8,9 @@ import dataclasses
 from typing import Any
 
 import sympy
-
 from ember.inductor.loop_ir import Add, Var
 from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
-from ember.inductor.lowering.layout_plan_rules import anchors_on_device
 from ember.inductor.lowering.layout import (
     channels_last_strides,
     column_major_strides,
@@ -20,6 +18,7 @@ from ember.inductor.lowering.layout import (
     same_layout,
     storage_order,
 )
+from ember.inductor.lowering.layout_plan_rules import anchors_on_device
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, numel, probe_index
 from ember.runtime.ir import TensorMeta, symbolic
 
