@@ -261,7 +261,7 @@ class CallHandler:
             interp.capture.refuse_dirty([*args, *kwargs.values()], _name(fn))
             result = self.direct(interp, fn, args, kwargs)
             note_constructed(interp, fn, result, args, kwargs)
-            return result
+            return interp.imported(result)  # importlib.import_module: read at every call
         if isinstance(fn, types.FunctionType):
             # NOTE: not a generator (torch's own genexprs): run for real it would return
             # a lazy generator whose body runs after the recording, unrecorded

@@ -38,6 +38,7 @@ from ember.frontend.bytecode.sources import (
     ClosureSource,
     GlobalSource,
     ModuleGlobalSource,
+    imported_module_source,
 )
 from ember.frontend.bytecode.subclass_items import (
     item_view,
@@ -248,10 +249,19 @@ class DataOps(UnsourcedOps):
         if self.symbolic and not _already_imported(ins.argval, level, f.f_globals):
             raise self.fail("import of a module not yet imported", "import at module level")
         f.popn(2)
-        f.push(__import__(ins.argval, f.f_globals, None, fromlist, level))
+        f.push(self.imported(__import__(ins.argval, f.f_globals, None, fromlist, level)))
+
+    def imported(self, value: Any) -> Any:
+        """A module the code imported, read through ``sys.modules`` (its attributes are
+        guarded where read, as those of a module global are)."""
+        if self.capture is None or not isinstance(value, types.ModuleType):
+            return value
+        return self.capture.wrap(value, imported_module_source(value.__name__))
 
     def op_IMPORT_FROM(self, f: Frame, ins: Instruction) -> None:
-        f.push(getattr(f.stack[-1], ins.argval))
+        module = f.stack[-1]
+        f.push(self.load_attr(module, ins.argval) if self.capture is not None
+               and self.capture.source_of(module) is not None else getattr(module, ins.argval))
 
     # ---- operators ----------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ __all__ = ["AttrSource", "CellSource", "ClosureSource", "DefaultSource", "DictVa
            "GlobalSource", "ItemSource", "IterItemSource", "LocalSource", "LookupFails",
            "MethodFuncSource", "ModuleGlobalSource", "ModuleMemberSource",
            "RefTargetSource", "SliceSource", "Source", "StackSource", "TensorKeySource",
-           "attr_source", "lookup_fails"]
+           "attr_source", "imported_module_source", "lookup_fails"]
 
 _MODULE_TABLES = ("_parameters", "_buffers", "_modules")
 
@@ -106,6 +106,13 @@ class ModuleGlobalSource(Source):
         if module is None:  # not imported (yet): fetch() raises, the guard fails
             return super().fetch_code(w)
         return f"{w.const('globals', vars(module))}[{w.const('name', self.name)}]"
+
+
+def imported_module_source(name: str) -> Source:
+    """``sys.modules[name]``: a module the code imported (``import m``,
+    ``importlib.import_module``), read at every call like a module global: its
+    attributes are guarded where read (they were constants of the first call)."""
+    return ItemSource(ModuleGlobalSource("sys", "modules"), name)
 
 
 @dataclass(frozen=True)

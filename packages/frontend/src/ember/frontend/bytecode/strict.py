@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+from ember.frontend._torch import is_fake
 from ember.frontend.bytecode.binding import BindError, bind_arguments
 from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
 from ember.frontend.bytecode.escape import break_allowed
@@ -56,7 +57,6 @@ from ember.frontend.bytecode.root_hooks import (
 )
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.bytecode.strict_cache import CaptureCacheUse
-from ember.frontend._torch import is_fake
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.collector import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
