@@ -43,7 +43,7 @@ from ember.frontend.size_guards import (
 )
 from ember.runtime.ir import SourceLocation
 
-__all__ = ["GLOBAL_STATE_READERS", "GUARD_KINDS", "MODULE_HOOK_TABLES", "CodeWriter", "Guard",
+__all__ = ["GLOBAL_STATE_QUERIES", "GLOBAL_STATE_READERS", "GUARD_KINDS", "MODULE_HOOK_TABLES", "CodeWriter", "Guard",
            "GuardKind", "RelationSource", "SizeSource", "Source", "SymbolicTensor",
            "alias_pattern", "index_code", "size_only_change", "tensor_guard"]
 
@@ -155,6 +155,28 @@ GLOBAL_STATE_READERS: dict[str, Callable[[], Any]] = {
     "torch._C._is_any_autocast_enabled()": any_autocast_enabled,
 }
 """The global state a ``global`` guard may read, by the text its guard shows."""
+
+_QUERIES: dict[str, Any] = {
+    "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled,
+    "torch.is_deterministic_algorithms_warn_only_enabled()":
+        torch.is_deterministic_algorithms_warn_only_enabled,
+    "torch.get_deterministic_debug_mode()": torch.get_deterministic_debug_mode,
+    "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
+    "torch.is_anomaly_enabled()": torch.is_anomaly_enabled,
+    "torch.is_anomaly_check_nan_enabled()": torch.is_anomaly_check_nan_enabled,
+    "torch.get_num_threads()": torch.get_num_threads,
+    "torch.get_num_interop_threads()": torch.get_num_interop_threads,
+    "torch.backends.cuda.flash_sdp_enabled()": torch.backends.cuda.flash_sdp_enabled,
+    "torch.backends.cuda.mem_efficient_sdp_enabled()":
+        torch.backends.cuda.mem_efficient_sdp_enabled,
+    "torch.backends.cuda.math_sdp_enabled()": torch.backends.cuda.math_sdp_enabled,
+    "torch.backends.cuda.cudnn_sdp_enabled()": torch.backends.cuda.cudnn_sdp_enabled,
+}
+GLOBAL_STATE_READERS.update(_QUERIES)
+GLOBAL_STATE_QUERIES: dict[Any, str] = {fn: text for text, fn in _QUERIES.items()}
+"""Torch's queries of global state (flags set by ``torch.use_deterministic_algorithms``,
+``set_float32_matmul_precision``, ...), by function: a call in compiled code gives the
+value of the capture, so it is guarded (``global``) to be the same at every call."""
 
 
 # ---- tensor: dtype, shape, strides, device, requires_grad, storage offset -------------

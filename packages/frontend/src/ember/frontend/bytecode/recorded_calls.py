@@ -30,6 +30,7 @@ from ember.frontend.bytecode.escape import is_nonstrict
 from ember.frontend.bytecode.frame import location_of
 from ember.frontend.bytecode.grad_mode import CALL_TURNED_GRAD_ON, program_call
 from ember.frontend.custom_functions import function_in_call, recorded_break_reason
+from ember.frontend.guard_model import GLOBAL_STATE_QUERIES
 from ember.frontend.symbolic_calls import call_rewritten, symbolic_calls
 from ember.frontend.trace_watch import PythonWatch, watched_python
 from ember.runtime.custom_ops import MissingFakeKernelError
@@ -126,6 +127,12 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
         raise interp.fail(f"{higher_order} (a higher-order op: control flow or a "
                           "subgraph, which Ember's graphs do not hold)",
                           "the call runs eagerly; the code around it is compiled")
+    query = (GLOBAL_STATE_QUERIES.get(fn) if not args and not kwargs and isinstance(
+        fn, (types.FunctionType, types.BuiltinFunctionType)) else None)
+    if query is not None:  # a flag of torch's global state: the same at every call
+        value = fn()
+        interp.capture.guard("global", None, (query, value))
+        return value
     name = getattr(fn, "__name__", "")
     if name in _DATA_DEPENDENT and not _unbacked_item(interp, fn):
         raise interp.fail(*_NOT_DATA.get(name, (
