@@ -64,6 +64,7 @@ from ember.frontend.bytecode.function_rules import apply_function
 from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.interpreter import MAX_INLINE_DEPTH, GradModeRestore, is_fake_tensor
 from ember.frontend.bytecode.list_iterator import ListIterator
+from ember.frontend.bytecode.object_aliasing import guard_contents as _guard_contents
 from ember.frontend.bytecode.object_aliasing import real_key_args, refuse_changed_hooks
 from ember.frontend.bytecode.optimizer_rules import (
     function_get_rule,
@@ -256,9 +257,10 @@ class CallHandler:
         if is_stdlib(fn) and not _stdlib_closure(fn):
             # NOTE: standard-library helpers (inspect.signature, functools.partial,
             # dataclasses.fields, ...) run for real: tensor ops they make are recorded,
-            # their other results are capture-time constants (not interpreted, not
-            # guarded).
+            # their other results are capture-time constants (not interpreted; the
+            # attributes of the objects handed to them are guarded: guard_contents).
             interp.capture.refuse_dirty([*args, *kwargs.values()], _name(fn))
+            _guard_contents(interp, [*args, *kwargs.values()])  # what it reads of them
             result = self.direct(interp, fn, args, kwargs)
             note_constructed(interp, fn, result, args, kwargs)
             return interp.imported(result)  # importlib.import_module: read at every call
@@ -431,6 +433,7 @@ class CallHandler:
         if rule is not None:
             return rule(self, interp, frame, args, kwargs)
         if module in _PURE_MODULES:
+            _guard_contents(interp, [*args, *kwargs.values()])  # (operator.attrgetter)
             return self.direct(interp, fn, args, kwargs)
         is_tensor_method = isinstance(
             fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) and _any_fake(args)

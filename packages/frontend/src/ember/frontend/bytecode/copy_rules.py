@@ -2,8 +2,7 @@
 the capture (``CaptureContext.new_objects``).
 
 ``copy.copy`` and ``copy.deepcopy`` of values without the graph's tensors run for real
-(their reads of the original are capture-time constants, like other standard-library
-helpers). ``copy.deepcopy`` of a value holding fake tensors (a tensor the graph made,
+(what they read of the original is guarded first: ``guard_contents``). ``copy.deepcopy`` of a value holding fake tensors (a tensor the graph made,
 ``dataclasses.astuple``/``asdict``, which deep-copy each field, a list or dict of
 tensors) is done here instead: run for real, torch's ``Tensor.__deepcopy__`` would make
 a tensor of another fake mode, which every later op refuses. A tensor becomes a recorded
@@ -24,6 +23,7 @@ from ember.frontend._torch import is_fake
 from ember.frontend.bytecode.builtin_rules import BUILTIN_RULES
 from ember.frontend.bytecode.capture import is_traced_array
 from ember.frontend.bytecode.frame import Frame
+from ember.frontend.bytecode.object_aliasing import guard_contents
 
 
 def _copy_rule(fn: Any) -> Any:
@@ -31,6 +31,7 @@ def _copy_rule(fn: Any) -> Any:
              kwargs: dict[str, Any]) -> Any:
         if interp.capture is not None:
             interp.capture.refuse_dirty(args, f"copy.{fn.__name__}")
+            guard_contents(interp, args)  # the copy's values are those of each call
             if (fn is copy.deepcopy and len(args) == 1 and not kwargs
                     and not is_traced_array(args[0]) and _holds_fake(args[0])):
                 return _deepcopy(h, interp, args[0], {})
@@ -126,6 +127,8 @@ def _fields_rule(fn: Any, to_tuple: bool) -> Any:
     def rule(h: Any, interp: Any, frame: Frame, args: list[Any],
              kwargs: dict[str, Any]) -> Any:
         if interp.capture is None or not args or not _holds_fake(args[0]):
+            if interp.capture is not None:
+                guard_contents(interp, args)  # the fields it reads, at every call
             return h.direct(interp, fn, args, kwargs)
         obj = args[0]
         factory = args[1] if len(args) > 1 else kwargs.get(

@@ -1,6 +1,7 @@
 """Outside objects reached through more than one source, outside objects that may
 become one object on a later call, tensor arguments used as keys of the caller's dicts
-and sets (found by identity), and module hook dicts this capture changed.
+and sets (found by identity), outside objects handed to library code run for real
+(what it reads of them is guarded), and module hook dicts this capture changed.
 
 A capture keeps one view of each outside object (a list/dict's shadow copy, a module,
 any other object) and guards the reads made through it on the source it was first
@@ -28,7 +29,7 @@ from ember.frontend.guard_model import MODULE_HOOK_TABLES
 from ember.frontend.guard_source import Source
 from torch import nn
 
-__all__ = ["guard_written_apart", "real_key", "real_key_args", "refuse_changed_hooks",
+__all__ = ["guard_contents", "guard_written_apart", "real_key", "real_key_args", "refuse_changed_hooks",
            "second_source", "written_here"]
 
 _BY_IDENTITY = (type, enum.Enum, types.MethodDescriptorType, types.WrapperDescriptorType,
@@ -87,6 +88,26 @@ def real_key_args(cap: Any, owner: Any, fn: Any, args: list[Any]) -> list[Any]:
     if args and getattr(fn, "__name__", "") in _KEY_METHODS:
         return [real_key(cap, owner, args[0]), *args[1:]]
     return args
+
+
+def _plain_object(cap: Any, value: Any) -> bool:
+    return (isinstance(getattr(value, "__dict__", None), dict) and not isinstance(
+        value, (torch.Tensor, nn.Module, type, enum.Enum, types.FunctionType,
+                types.MethodType, *_BY_IDENTITY)) and cap.source_of(value) is not None)
+
+
+def guard_contents(interp: Any, values: Any, depth: int = 2) -> None:
+    """Outside objects handed to standard-library code run for real
+    (``dataclasses.asdict(cfg)``, ``copy.copy(obj)``, ``operator.attrgetter``): what
+    that code reads of them is a constant of the capture, so each attribute they hold
+    is read here through the interpreter (guarded where read), and so into the objects
+    those hold, ``depth`` levels deep. (Their attributes read only by that code were
+    never guarded: a config changed between calls was not seen.)"""
+    for value in values:
+        if depth >= 0 and _plain_object(interp.capture, value):
+            held = [interp.load_attr(value, name) for name in list(vars(value))
+                    if isinstance(name, str)]
+            guard_contents(interp, held, depth - 1)
 
 
 def written_here(cap: Any, real: Any) -> bool:
