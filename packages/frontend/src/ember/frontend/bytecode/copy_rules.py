@@ -2,7 +2,8 @@
 the capture (``CaptureContext.new_objects``).
 
 ``copy.copy`` and ``copy.deepcopy`` of values without the graph's tensors run for real
-(what they read of the original is guarded first: ``guard_contents``). ``copy.deepcopy`` of a value holding fake tensors (a tensor the graph made,
+(what they read of the original is guarded first: ``guard_contents``).
+``copy.deepcopy`` of a value holding fake tensors (a tensor the graph made,
 ``dataclasses.astuple``/``asdict``, which deep-copy each field, a list or dict of
 tensors) is done here instead: run for real, torch's ``Tensor.__deepcopy__`` would make
 a tensor of another fake mode, which every later op refuses. A tensor becomes a recorded
