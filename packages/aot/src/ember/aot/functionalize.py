@@ -404,12 +404,13 @@ class _Functionalizer:
                         meta: TensorMeta) -> None:
         """``target`` is resized by an out= op: from now on it is ``value`` (a fresh
         storage). A graph input (or a view of one) cannot be rebound: its resize is not
-        expressible functionally."""
+        expressible functionally, so the graph runs eagerly (as eager resizes it)."""
         if self.storages[self.alias[target].storage].root is not None:
-            raise IRFormatError(
+            raise StageDeclined(
                 f"%{node.name} ({node.target}) resizes its out= argument %{target.node}, "
-                "which is (a view of) a graph input; the aot stage cannot functionalize "
-                "that resize")
+                "which is (a view of) a graph input: the caller's tensor would have to "
+                "change size, which a compiled program does not do (the graph runs "
+                "eagerly)")
         old_meta = self.meta.get(target)
         if isinstance(old_meta, TensorMeta) and old_meta.dtype != meta.dtype:
             value = self.b.call("aten::_to_copy.default", (value,), {"dtype": old_meta.dtype})
