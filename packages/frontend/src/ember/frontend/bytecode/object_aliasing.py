@@ -29,8 +29,8 @@ from ember.frontend.guard_model import MODULE_HOOK_TABLES
 from ember.frontend.guard_source import Source
 from torch import nn
 
-__all__ = ["guard_contents", "guard_written_apart", "real_key", "real_key_args", "refuse_changed_hooks",
-           "second_source", "written_here"]
+__all__ = ["guard_contents", "guard_written_apart", "real_key", "real_key_args",
+           "refuse_changed_hooks", "second_source", "written_here"]
 
 _BY_IDENTITY = (type, enum.Enum, types.MethodDescriptorType, types.WrapperDescriptorType,
                 types.ModuleType, types.BuiltinFunctionType)
