@@ -44,8 +44,8 @@ from ember.frontend.size_guards import (
 from ember.runtime.ir import SourceLocation
 
 __all__ = ["GLOBAL_STATE_QUERIES", "GLOBAL_STATE_READERS", "GUARD_KINDS", "MODULE_HOOK_TABLES",
-           "CodeWriter", "Guard", "GuardKind", "RelationSource", "SizeSource", "Source", "SymbolicTensor",
-           "alias_pattern", "index_code", "size_only_change", "tensor_guard"]
+           "CodeWriter", "Guard", "GuardKind", "RelationSource", "SizeSource", "Source",
+           "SymbolicTensor", "alias_pattern", "index_code", "size_only_change", "tensor_guard"]
 
 
 @dataclass(frozen=True)
