@@ -8,6 +8,8 @@ step (which wrote the shared elements twice, the stale copy last)."""
 
 from __future__ import annotations
 
+import ember.frontend as ef
+import pytest
 import torch
 from aot_capture import compile_fn
 
@@ -82,4 +84,34 @@ def test_view_writes_at_an_offset_of_symbolic_sizes_match_eager() -> None:
             expected = fn(eager_x)
             (got,) = run([compiled_x])
             torch.testing.assert_close(got, expected, msg=f"{fn.__name__} {n}x{m}")
+            torch.testing.assert_close(compiled_x, eager_x, msg=f"{fn.__name__}: input")
+
+
+def _clamp_every_other_window(x: torch.Tensor) -> torch.Tensor:
+    y = x * 1
+    y.unfold(-1, 2, 1)[:, ::2].clamp_(max=5)  # through overlapping windows
+    return y
+
+
+def _add_through_as_strided(x: torch.Tensor) -> torch.Tensor:
+    x.view(-1).as_strided((2, 2), (1, 2)).add_(1)
+    return x * 1
+
+
+def _zero_upper_diagonal(x: torch.Tensor) -> torch.Tensor:
+    x.diagonal(1).zero_()
+    return x * 1
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_view_writes_of_symbolic_sizes_through_ember(backend: str) -> None:
+    def at_offset(n: int) -> torch.Tensor:
+        return torch.arange(1.0, 6.0 + n * 6)[5:].view(n, 6)
+
+    for fn in (_clamp_every_other_window, _add_through_as_strided, _zero_upper_diagonal):
+        compiled = ef.compile(fn, backend=backend, dynamic=True)
+        for n in (4, 5):
+            eager_x, compiled_x = at_offset(n), at_offset(n)
+            expected = fn(eager_x)
+            torch.testing.assert_close(compiled(compiled_x), expected, msg=fn.__name__)
             torch.testing.assert_close(compiled_x, eager_x, msg=f"{fn.__name__}: input")

@@ -162,7 +162,7 @@ class _Functionalizer:
         start = len(chain)
         for j in range(1, len(chain) if DETACH not in {s.target for s in chain} else 0):
             meta = self.b.meta_of(self.read_chain(alias.storage, chain[:j]))
-            if isinstance(meta, TensorMeta) and may_overlap(meta):  # written back at once
+            if isinstance(meta, TensorMeta) and may_overlap(meta, chain[j - 1].target):
                 parent = self.read_chain(alias.storage, chain[:j - 1])
                 value, start = write_back_through(self.b, parent, value, chain[j - 1:]), j - 1
                 break

@@ -105,11 +105,12 @@ def write_back_through(b: GraphBuilder, base: ValueRef, new: ValueRef,
     return _strided_write(b, base, new, steps, view)
 
 
-def may_overlap(meta: TensorMeta) -> bool:
-    """Whether two elements of ``meta`` may share a memory location (False for symbolic
-    layouts: not known)."""
+def may_overlap(meta: TensorMeta, target: str) -> bool:
+    """Whether two elements of ``meta``, made by view op ``target`` from a tensor whose
+    elements do not share memory, may share a memory location (for a symbolic layout:
+    whether ``target`` can make such views at all)."""
     if not is_static_meta(meta):
-        return False
+        return target in ("aten::unfold.default", "aten::as_strided.default")
     reach = 0
     for stride, size in sorted((int(st), int(n)) for n, st in zip(meta.sizes, meta.strides)
                                if n != 1):
