@@ -56,3 +56,28 @@ def test_scatter_into_a_copied_slice_of_symbolic_sizes() -> None:
         x = torch.randn(shape)
         (got,) = run([x.clone()])
         torch.testing.assert_close(got, f(x))
+
+
+def test_scatter_into_a_copied_input_at_an_offset_of_symbolic_sizes() -> None:
+    # the input is passed as a slice of a larger tensor (storage offset 5): the extern
+    # must not get it itself (eager addresses its storage from the storage's start)
+    from ember.inductor.compile import compile_program
+    from ember.runtime.compiled import load_executor
+    from ember.runtime.ir import InputSpec
+    from ember.runtime.tracing import GraphRecorder
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return aten.as_strided_scatter(aten.clone(x), torch.zeros(2), [2], [x.shape[1] + 1], 0)
+
+    rec = GraphRecorder(dynamic=True)
+    fake = rec.add_input(torch.randn(3, 4), InputSpec("x"), dynamic_dims={0: (2, None),
+                                                                          1: (2, None)})
+    with rec:
+        out = f(fake)
+    program = rec.finish([out])
+    program.dialect = "core-functional"
+    run = load_executor(compile_program(program, {}), "forward")
+    for rows, cols in ((3, 4), (5, 6)):
+        x = torch.randn(rows * cols + 5)[5:].view(rows, cols)
+        (got,) = run([x])
+        torch.testing.assert_close(got, f(x.clone()))

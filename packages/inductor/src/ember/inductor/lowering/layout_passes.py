@@ -271,9 +271,10 @@ STORAGE_ADDRESSED = frozenset({"aten::as_strided_scatter.default"})
 
 
 def _row_major_at_zero(ctx: LoweringContext, value: Any, ref: Any) -> Any:
-    """``value`` as a row-major tensor at its storage's start, when the program traced it
-    so (a copy, for a view of another buffer: a functional ``clone`` of a view is no copy
-    for the lowering, and the extern would address the viewed buffer's memory)."""
+    """``value`` in a fresh row-major buffer, when the program traced it row-major at
+    offset 0: the extern addresses its operand's memory, and any buffer the lowering
+    already has may be a view of another one (a functional ``clone`` of a view is no
+    copy for it) or a graph input, which a caller may pass at any storage offset."""
     meta = ctx.traced_meta(ref)
     if meta is None or meta.storage_offset != 0 or not isinstance(value, (Lazy, Stored)):
         return value
@@ -282,12 +283,8 @@ def _row_major_at_zero(ctx: LoweringContext, value: Any, ref: Any) -> Any:
         if size != 1 and sympy.expand(symbolic.parse(stride) - expected) != 0:
             return value  # traced as a strided view: addressed as it lies
         expected = expected * symbolic.parse(size)
-    if isinstance(value, Lazy):
-        return ctx.realize(value, strides=contiguous_strides(value.sizes))
-    if value.offset == 0 and tuple(value.strides) == contiguous_strides(value.sizes):
-        return value
-    return ctx.realize(Lazy(value.element, value.dtype, value.sizes),
-                       strides=contiguous_strides(value.sizes), reuse=False)
+    source = value if isinstance(value, Lazy) else Lazy(value.element, value.dtype, value.sizes)
+    return ctx.realize(source, strides=contiguous_strides(value.sizes), reuse=False)
 
 
 def _in_traced_layout(ctx: LoweringContext, value: Any, ref: Any) -> Any:
