@@ -115,3 +115,17 @@ def test_view_writes_of_symbolic_sizes_through_ember(backend: str) -> None:
             expected = fn(eager_x)
             torch.testing.assert_close(compiled(compiled_x), expected, msg=fn.__name__)
             torch.testing.assert_close(compiled_x, eager_x, msg=f"{fn.__name__}: input")
+
+
+def _as_strided_of_a_column_slice(x: torch.Tensor) -> torch.Tensor:
+    y = x * 1
+    y[:, 1:].as_strided((2, 2), (1, 2)).add_(1)  # offset: the slice's, in y's storage
+    return y
+
+
+def test_as_strided_write_of_a_view_addresses_the_storage() -> None:
+    fn = _as_strided_of_a_column_slice
+    _, run = compile_fn(fn, torch.randn(5, 6))
+    x = torch.arange(1.0, 31.0).view(5, 6)
+    (got,) = run([x.clone()])
+    torch.testing.assert_close(got, fn(x.clone()))

@@ -159,10 +159,13 @@ class _Functionalizer:
         value = new
         chain = alias.chain
         written: dict[Chain, ValueRef] = {}  # detached views on the way: their values
-        start = len(chain)
-        for j in range(1, len(chain) if DETACH not in {s.target for s in chain} else 0):
+        # NOTE: a chain through an overlapping view, or with an as_strided step (which
+        # addresses the storage, not its parent), is written back at once
+        start, targets = len(chain), {s.target for s in chain}
+        for j in range(1, len(chain) if DETACH not in targets else 0):
             meta = self.b.meta_of(self.read_chain(alias.storage, chain[:j]))
-            if isinstance(meta, TensorMeta) and may_overlap(meta, chain[j - 1].target):
+            if (j == 1 and "aten::as_strided.default" in targets) or (
+                    isinstance(meta, TensorMeta) and may_overlap(meta, chain[j - 1].target)):
                 parent = self.read_chain(alias.storage, chain[:j - 1])
                 value, start = write_back_through(self.b, parent, value, chain[j - 1:]), j - 1
                 break
