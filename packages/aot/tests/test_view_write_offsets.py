@@ -129,3 +129,20 @@ def test_as_strided_write_of_a_view_addresses_the_storage() -> None:
     x = torch.arange(1.0, 31.0).view(5, 6)
     (got,) = run([x.clone()])
     torch.testing.assert_close(got, fn(x.clone()))
+
+
+def _read_as_strided_of_windows(x: torch.Tensor) -> torch.Tensor:
+    y = x * 1
+    return y[:, 1:].unfold(-1, 2, 1).as_strided((2, 2), (1, 2)) * 1
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_as_strided_of_a_view_reads_the_storage(backend: str) -> None:
+    # the inductor computes the view it is taken of into a compact buffer of its own,
+    # where the strides meant for the storage pointed elsewhere: taken of the base
+    fn = _read_as_strided_of_windows
+    for dynamic in (None, True):
+        compiled = ef.compile(fn, backend=backend, dynamic=dynamic)
+        for n in (5, 6):
+            x = torch.arange(1.0, 1.0 + n * 6).view(n, 6)
+            torch.testing.assert_close(compiled(x.clone()), fn(x.clone()))

@@ -47,7 +47,15 @@ from ember.aot.op_effects import (
     out_variant_of,
     with_defaults,
 )
-from ember.aot.symbolic_sizes import difference, is_static_meta, same_sizes, sizes_argument
+from ember.aot.symbolic_sizes import (
+    as_argument,
+    difference,
+    from_argument,
+    is_static_meta,
+    same_sizes,
+    sizes_argument,
+    total,
+)
 from ember.aot.view_inverse import ViewStep, may_overlap, write_back, write_back_through
 from ember.runtime.ir import (
     Argument,
@@ -57,6 +65,7 @@ from ember.runtime.ir import (
     OutputKind,
     OutputSpec,
     Program,
+    SymInt,
     TensorMeta,
     ValueRef,
     is_view,
@@ -66,6 +75,7 @@ from ember.runtime.stages import StageDeclined
 
 Chain = tuple[ViewStep, ...]
 _RESIZE = "aten::resize_.default"
+_AS_STRIDED = "aten::as_strided.default"
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,7 @@ class _Storage:
     views: dict[Chain, tuple[int, ValueRef]] = field(default_factory=dict)
     # views ending in a ``detach`` written through: their values (own autograd history)
     detached: dict[Chain, ValueRef] = field(default_factory=dict)
+    offset: SymInt = 0  # the captured storage offset of the first base
 
 
 @dataclass
@@ -114,7 +125,9 @@ class _Functionalizer:
     # ---- values --------------------------------------------------------------------
 
     def new_storage(self, ref: ValueRef, new_ref: ValueRef, root: str | None = None) -> None:
-        self.storages.append(_Storage(new_ref, root))
+        meta = self.b.meta_of(new_ref)
+        offset = meta.storage_offset if isinstance(meta, TensorMeta) else 0
+        self.storages.append(_Storage(new_ref, root, offset=offset))
         self.alias[ref] = _Alias(len(self.storages) - 1, ())
 
     def read_chain(self, sid: int, chain: Chain) -> ValueRef:
@@ -128,9 +141,26 @@ class _Functionalizer:
         if cached is not None and cached[0] == storage.version:
             return cached[1]
         parent = self.read_chain(sid, chain[:-1])
-        ref = chain[-1].replay(self.b, parent)
+        step = chain[-1]
+        if (step.target == _AS_STRIDED and len(chain) > 1 and step.relative_offset is None
+                and DETACH not in {s.target for s in chain}):
+            # NOTE: as_strided addresses the storage: taken of the base (the parent may
+            # be a copy for the inductor), at the offset relative to the base's
+            ref = self._as_strided_of_base(storage, parent, step)
+        else:
+            ref = step.replay(self.b, parent)
         storage.views[chain] = (storage.version, ref)
         return ref
+
+    def _as_strided_of_base(self, storage: _Storage, parent: ValueRef, step: ViewStep
+                            ) -> ValueRef:
+        base_meta, parent_meta = self.b.meta_of(storage.base), self.b.meta_of(parent)
+        assert isinstance(base_meta, TensorMeta) and isinstance(parent_meta, TensorMeta)
+        given = step.args[2] if len(step.args) > 2 else dict(step.kwargs).get("storage_offset")
+        relative = (difference(parent_meta.storage_offset, base_meta.storage_offset)
+                    if given is None else difference(from_argument(given), storage.offset))
+        offset = as_argument(total((base_meta.storage_offset, relative)))
+        return self.b.call(_AS_STRIDED, (storage.base, *step.args[:2], offset))
 
     def read(self, a: Argument) -> Argument:
         """Map an argument of the source graph to the new graph (current values)."""
@@ -306,7 +336,8 @@ class _Functionalizer:
             step = ViewStep(node.target, args[1:], tuple(sorted(kwargs.items())), ref.index)
             chain = base_alias.chain + (step,)
             self.alias[ref] = _Alias(base_alias.storage, chain)
-            storage.views[chain] = (storage.version, ValueRef(new.node, ref.index))
+            if node.target != _AS_STRIDED or not base_alias.chain:  # else: of the base
+                storage.views[chain] = (storage.version, ValueRef(new.node, ref.index))
 
     def _inplace_view_call(self, node: Node, args: tuple[Argument, ...],
                            kwargs: dict[str, Argument]) -> None:
