@@ -36,7 +36,7 @@ from ember.runtime.autograd import TrainingRunner
 from ember.runtime.input_stamp import MIN_TENSORS, InputStamp
 from ember.runtime.executor import ExecutorFactory, make_executor
 from ember.runtime.interpreter import bind_inputs
-from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, TensorMeta
+from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, TensorMeta, ValueRef
 from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases
 from ember.runtime.ir.symbolic import SymbolBinder, UnboundSymbolError, evaluate
 from torch.autograd.graph import increment_version
@@ -52,12 +52,15 @@ _HIDDEN_KINDS = (OutputKind.MUTATED_INPUT, OutputKind.SAVED_TENSOR)
 class BoundAliasedOutput:
     """An :class:`~ember.runtime.ir.contracts.AliasedOutput` with its base resolved to a
     position: input ``base_input`` or output ``base_output``. ``symbolic``: its sizes,
-    strides or offset are expressions over the graph's size symbols."""
+    strides or offset are expressions over the graph's size symbols. ``detached``: the
+    traced output did not require grad where its base did (``x.detach()``,
+    ``x[0].detach()``): it is a view of the base's detached alias, as in eager."""
 
     spec: AliasedOutput
     base_input: int | None
     base_output: int | None
     symbolic: bool = False
+    detached: bool = False
 
     def rebuild(self, base: Any, computed: Any,
                 symbols: Mapping[str, int] | None = None) -> Any:
@@ -67,12 +70,14 @@ class BoundAliasedOutput:
         spec = self.spec
         if not isinstance(base, torch.Tensor):
             return computed
+        if self.detached:
+            base = base.detach()
         if spec.identity:
             return base
         if not self.symbolic:
             if tuple(base.stride()) != spec.base_strides:
                 return computed
-            return base.as_strided(spec.sizes, spec.strides,  # type: ignore[arg-type]
+            return base.as_strided(spec.sizes, spec.strides,
                                    base.storage_offset() + int(spec.storage_offset))
         env = symbols or {}
         try:
@@ -98,8 +103,26 @@ def _aliased_outputs(program: Program, positions: dict[str, int]) -> list[BoundA
             *alias.sizes, *alias.strides, alias.storage_offset, *alias.base_strides))
         result.append(BoundAliasedOutput(
             alias, positions[alias.base] if alias.kind == "input" else None,
-            alias.base_output, symbolic))
+            alias.base_output, symbolic, _detached(program.forward, alias, positions)))
     return result
+
+
+def _detached(graph: Graph, alias: AliasedOutput, positions: dict[str, int]) -> bool:
+    """Whether aliased output ``alias`` was traced not requiring grad from a base that
+    did (a ``.detach()`` on the way)."""
+    metas = {n.name: n.meta for n in graph.nodes}
+    values = graph.output_values
+
+    def requires_grad(value: Any) -> bool:
+        meta = metas.get(value.node) if isinstance(value, ValueRef) else None
+        return isinstance(meta, TensorMeta) and meta.requires_grad
+
+    if alias.kind == "input":
+        base_meta = graph.placeholders[positions[alias.base]].meta
+        base_grad = isinstance(base_meta, TensorMeta) and base_meta.requires_grad
+    else:
+        base_grad = requires_grad(values[int(alias.base)])
+    return base_grad and not requires_grad(values[alias.output])
 
 
 @dataclass(frozen=True)
