@@ -305,14 +305,9 @@ class GraphRecorder:
         return entry[1] if entry is not None and entry[0] is tensor else None
 
     def tensor_sized_by(self, symbol: Any) -> tuple[torch.Tensor, int] | None:
-        """The first recorded tensor with a dimension whose size is exactly ``symbol``
-        (a sympy symbol: a data-dependent size, ``nonzero``'s row count), with that
-        dimension; None when no tensor has it (an ``.item()`` value)."""
-        for tensor, _ in self._values.values():
-            for dim, size in enumerate(tensor.shape):
-                if isinstance(size, torch.SymInt) and size.node.expr == symbol:
-                    return tensor, dim
-        return None
+        """A recorded tensor and dim of size ``symbol`` (``nonzero``'s rows), or None."""
+        return next(((t, d) for t, _ in self._values.values() for d, size in enumerate(t.shape)
+                     if isinstance(size, torch.SymInt) and size.node.expr == symbol), None)
 
     def __enter__(self) -> Self:
         if self._finished:
@@ -596,11 +591,9 @@ def _single_meta(value: Any, target: str) -> TensorMeta | ScalarMeta | None:
         return TensorMeta.of(value)
     if value is None:
         return None
-    if isinstance(value, bool | torch.SymBool):
-        return ScalarMeta("bool")
-    if isinstance(value, int | torch.SymInt):
-        return ScalarMeta("int")
-    if isinstance(value, float | torch.SymFloat):
-        return ScalarMeta("float")
+    for kind, name in ((bool | torch.SymBool, "bool"), (int | torch.SymInt, "int"),
+                       (float | torch.SymFloat, "float")):  # bool first: a bool is an int
+        if isinstance(value, kind):
+            return ScalarMeta(name)
     raise RecordingError(f"{target} returned a {type(value).__name__}, which the IR "
                          "cannot describe")
