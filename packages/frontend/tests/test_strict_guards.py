@@ -111,11 +111,11 @@ def test_recompile_limit_falls_back_to_eager_with_one_warning():
     x = torch.randn(3)
     with patch(recompile_limit=3), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for n in range(6):
-            torch.testing.assert_close(compiled(x, n), x + n)
+        for n in range(6):  # floats: guarded by value (an int would become symbolic)
+            torch.testing.assert_close(compiled(x, n + 0.5), x + n + 0.5)
     limit = [w for w in caught if issubclass(w.category, RecompileLimitWarning)]
     assert len(limit) == 1
-    assert "n == 2 (got 3)" in str(limit[0].message)
+    assert "n == 2.5 (got 3.5)" in str(limit[0].message)
     assert compiled.stats.compiles == 3 and compiled.stats.eager_fallback_calls == 3
 
 

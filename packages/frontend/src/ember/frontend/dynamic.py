@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
 from ember.frontend.bytecode.sources import ModuleMemberSource
+from ember.frontend.bytecode.symbolic_ints import IntCarrierSource
 from ember.frontend.guard_model import Guard, Source, size_only_change
 from ember.runtime.ir import InputSpec
 from ember.runtime.logs import log
@@ -222,6 +223,11 @@ class DynamicPolicy:
 
     dynamic: bool | None
     automatic: dict[Source, set[int]] = field(default_factory=dict)
+    #: whether Python ints may be made symbolic (the strict capture: an int whose value
+    #: changed between captures becomes an :class:`IntCarrierSource` input)
+    ints: bool = False
+    #: the sources of the ints automatic dynamic made symbolic
+    automatic_ints: set[Source] = field(default_factory=set)
 
     @property
     def may_be_dynamic(self) -> bool:
@@ -246,6 +252,35 @@ class DynamicPolicy:
             new = self.note_miss(failed, name) or new
         return new
 
+    def refuse_symbolic_ints(self, reason: str, name: str) -> bool:
+        """After a capture with symbolic ints that broke where the static capture before
+        it did not (``table[n]``: a SymInt is unhashable; ``np.gcd(n, 6)``; ``n / 2``, a
+        SymFloat): make ints static again for this function (they recompile per value)
+        and return True to capture again; False when no int was symbolic."""
+        if not self.automatic_ints:
+            return False
+        for source in self.automatic_ints:
+            self.automatic.pop(IntCarrierSource(source), None)
+        self.automatic_ints.clear()
+        self.ints = False
+        log("dynamic", f"symbolic ints off for {name} (its ints are static again): {reason}")
+        return True
+
+    def _note_int(self, guard: Guard, actual: Any, name: str) -> bool:
+        """Mark the int that ``guard`` read symbolic when it changed to another
+        non-negative int (:attr:`ints`); True when it is new."""
+        if not self.ints or not _changed_int(guard, actual):
+            return False
+        source = guard.source
+        assert source is not None
+        if source in self.automatic_ints:
+            return False
+        self.automatic_ints.add(source)
+        self.automatic[IntCarrierSource(source)] = {0}
+        log("dynamic", f"automatic: {source.expr()} changed {guard.expected} -> {actual} "
+            f"in {name}, recompiling with it symbolic")
+        return True
+
     def note_miss(self, failed: list[tuple[Guard, Any]], name: str) -> bool:
         """After a cache miss: ``failed`` are the guards of one entry that failed with
         the values they saw. Each tensor whose guard failed on sizes alone (same dtype,
@@ -253,14 +288,16 @@ class DynamicPolicy:
         ``dynamic``), whatever else failed beside it: as in torch, a size that changed
         between two captures of the same code is taken to vary (a per-expert loop body
         after a break sees another expert's index and another token count at once).
-        True when a dimension is new."""
+        Likewise a non-negative int read by an ``equals`` guard that changed to another
+        (:meth:`_note_int`). True when a dimension or an int is new."""
         if self.dynamic is not None or not failed:
             return False
         changes: list[tuple[Source, int, int, int]] = []
+        new = False
         for guard, actual in failed:
             changes.extend(c for c in size_only_change(guard, actual) or ()
                            if not _module_state(c[0]))
-        new = False
+            new = self._note_int(guard, actual, name) or new
         for source, dim, before, after in changes:
             dims = self.automatic.setdefault(source, set())
             if dim not in dims:
@@ -269,6 +306,13 @@ class DynamicPolicy:
                 log("dynamic", f"automatic: {source.expr()}.size({dim}) changed {before} -> "
                     f"{after} in {name}, recompiling with it symbolic")
         return new
+
+
+def _changed_int(guard: Guard, actual: Any) -> bool:
+    """Whether ``guard`` failed on a non-negative int that changed to another one."""
+    return (guard.kind == "equals" and guard.source is not None
+            and type(guard.expected) is int and type(actual) is int
+            and guard.expected >= 0 and actual >= 0 and guard.expected != actual)
 
 
 def _module_state(source: Source) -> bool:

@@ -35,6 +35,7 @@ from ember.frontend.bytecode.sources import (
     ModuleMemberSource,
     Source,
 )
+from ember.frontend.bytecode.symbolic_ints import symbolic_int
 from ember.frontend.dynamic import (
     DynamicDim,
     DynamicPolicy,
@@ -170,6 +171,8 @@ class CaptureContext:
             if numpy_values.traceable_input_array(value):
                 return numpy_values.wrap_input_array(self, value, source)
         if isinstance(value, PRIMITIVES) or _guarded_by_value(value):
+            if type(value) is int and source in self.policy.automatic_ints:
+                return symbolic_int(self, value, source)
             if source is not None:
                 self.guard("equals", source, value)
             return value

@@ -21,10 +21,9 @@ layers of a model (guarded by type, their parameters graph inputs) share compile
 segments, and a loop resumed after a break in its body is guarded on how many items its
 iterator has left, not its position (:class:`~.iteration.ResumedIterator`). So the
 number of compiles of ``for layer in self.layers: x = layer(x)`` does not grow with the
-number of layers. Values that do depend on the position (an ``enumerate`` index the
-code reads) are still guarded by value: only tensor sizes are symbolic
-(:mod:`ember.frontend.dynamic`; a miss caused only by changed sizes marks those
-dimensions symbolic for later captures, automatic dynamic).
+number of layers. Values that depend on the position (an ``enumerate`` index) are
+guarded by value until they change: automatic dynamic (:mod:`ember.frontend.dynamic`)
+then makes the changed sizes, and ints (:mod:`.symbolic_ints`), symbolic.
 """
 
 from __future__ import annotations
@@ -132,7 +131,7 @@ class StrictFunction(CaptureCacheUse):
         self._is_callee = False  # called from code run eagerly (segment: empty_runs_eagerly)
         self._forwards: dict[Any, StrictFunction] = {}  # forward replaced: _replaced
         self._capture_cache: CaptureCache | None = None
-        self._policy = DynamicPolicy(request.dynamic)
+        self._policy = DynamicPolicy(request.dynamic, ints=True)
         # an input was marked dynamic, or an op has a data-dependent size: every later
         # capture of this function records with symbolic shapes
         self._saw_marks = False
@@ -175,7 +174,7 @@ class StrictFunction(CaptureCacheUse):
         self._eager_points = set()
         self._callees = {}
         self._forwards = {}
-        self._policy = DynamicPolicy(self.request.dynamic)
+        self._policy = DynamicPolicy(self.request.dynamic, ints=True)
         self._saw_marks = False
         self._last_hit = {}
 
@@ -439,6 +438,11 @@ class StrictFunction(CaptureCacheUse):
                     raise AssertionError("a symbolic capture asked for symbolic shapes"
                                          ) from None
                 self._saw_marks = True
+        last = next(reversed(self.segments.get(state.ip, [])), None)  # a new break:
+        if seg.break_info is not None and (last is None or last.break_info is None or (
+                last.break_ip, last.eager) != (seg.break_ip, seg.eager)) and (
+                self._policy.refuse_symbolic_ints(seg.break_info.reason, self._name())):
+            return self._capture(state, known)
         seg.break_guards = calls.break_guards(seg.guards)
         if seg.eager:  # (.breaks.UnhandledException): its guards decide, not a break's
             seg.break_guards = None
