@@ -43,7 +43,9 @@ SMALL: dict[str, Any] = dict(
     head_dim=8, d_kv=8, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
     decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_experts=4,
     num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, image_size=32,
-    patch_size=4, embed_dim=16, num_labels=2, mask_time_prob=0.0, emb_dim=32, n_layers=2)
+    patch_size=4, embed_dim=16, num_labels=2, mask_time_prob=0.0, emb_dim=32, n_layers=2,
+    rotary_dim=8, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8, kv_lora_rank=16,
+    q_lora_rank=16)
 """The shrunk sizes; a key is set only where the default config already has it."""
 
 FAMILIES = {
@@ -73,10 +75,12 @@ class _Timeout(Exception):
     pass
 
 
-def _config(model_type: str, shrink: bool) -> Any:
-    from transformers import CONFIG_MAPPING
+def _shrink(config: Any, shrink: bool) -> None:
+    """Set :data:`SMALL`'s keys (``shrink``) and zero every dropout of ``config`` and of
+    the configs nested in it (a multimodal model's ``text_config``: Fuyu's default
+    text model alone is 36 layers of 4096, which ran out of the machine's memory)."""
+    from transformers import PretrainedConfig
 
-    config = CONFIG_MAPPING[model_type]()
     for key, value in SMALL.items() if shrink else ():
         if key in vars(config):
             try:
@@ -86,6 +90,15 @@ def _config(model_type: str, shrink: bool) -> Any:
     for key, value in list(vars(config).items()):
         if "drop" in key and isinstance(value, float):
             setattr(config, key, 0.0)
+        elif isinstance(value, PretrainedConfig):
+            _shrink(value, shrink)
+
+
+def _config(model_type: str, shrink: bool) -> Any:
+    from transformers import CONFIG_MAPPING
+
+    config = CONFIG_MAPPING[model_type]()
+    _shrink(config, shrink)
     if hasattr(config, "problem_type"):  # set, as a fine-tuning script does: left unset,
         config.problem_type = "single_label_classification"  # the loss head writes it
     return config

@@ -45,3 +45,8 @@ def test_a_break_is_reported_with_its_reason_and_line() -> None:
     row = hf_sweep.sweep_one("seq2seq", "fsmt", "infer", "aot_eager", 1e-3, 1e-4)
     assert row.status == "breaks" and row.breaks, row
     assert row.detail.startswith("data-dependent branch") and "padding_mask.any()" in row.detail
+
+
+def test_nested_configs_are_shrunk_too() -> None:
+    config = hf_sweep._config("fuyu", shrink=True)  # its text model is a nested config
+    assert (config.text_config.hidden_size, config.text_config.num_hidden_layers) == (32, 2)
