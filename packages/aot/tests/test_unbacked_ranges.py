@@ -17,18 +17,21 @@ from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.tracing import GraphRecorder
 
 
-def capture() -> Program:
+def capture(checked: bool = True) -> Program:
+    """``x[:n.item()].sin() * 2`` of a symbolic ``x``; ``checked``: with
+    ``torch._check`` ranges for the item and a ``nonzero`` count as a second output."""
     rec = GraphRecorder(dynamic=True)
     x = rec.add_input(torch.randn(8, 3, requires_grad=True), InputSpec("x"),
                       dynamic_dims={0: (2, None)})
     n = rec.add_input(torch.tensor(4), InputSpec("n"))
     with rec:
         k: Any = n.item()
-        torch._check(k >= 2)  # type: ignore[no-untyped-call]
-        torch._check(k <= 6)  # type: ignore[no-untyped-call]
+        if checked:
+            torch._check(k >= 2)  # type: ignore[no-untyped-call]
+            torch._check(k <= 6)  # type: ignore[no-untyped-call]
         out = x[:k].sin() * 2
-        count = torch.nonzero(x[:4] > 0)
-    return rec.finish([out, count])
+        counts = [torch.nonzero(x[:4] > 0)] if checked else []
+    return rec.finish([out, *counts])
 
 
 def test_unbacked_ranges_reach_the_forward_the_backward_and_the_file(tmp_path: Path) -> None:
@@ -65,14 +68,7 @@ def test_a_guard_on_a_size_the_re_trace_computes_as_an_expression_is_dropped() -
     # without a range for u0 the capture's slice x[:u0] of a symbolic x is a fresh u1,
     # guarded s0 >= u1; the re-trace computes it as Min(s0, u0), and the guard on the
     # u1 no node defines any more was carried over (the result did not verify)
-    rec = GraphRecorder(dynamic=True)
-    x = rec.add_input(torch.randn(8, 3, requires_grad=True), InputSpec("x"),
-                      dynamic_dims={0: (2, None)})
-    n = rec.add_input(torch.tensor(4), InputSpec("n"))
-    with rec:
-        k: Any = n.item()
-        out = x[:k].sin() * 2
-    program = rec.finish([out])
+    program = capture(checked=False)
     assert [g.expr for g in program.forward.guards] == ["s0 >= u1"]
     functional = aot_compile(program)
     verify(functional)

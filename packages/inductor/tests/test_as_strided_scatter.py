@@ -7,7 +7,9 @@ the write land at the wrong elements."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,17 +34,13 @@ def test_scatter_into_a_copied_slice() -> None:
     assert not program.metadata["fallbacks"]
 
 
-def test_scatter_into_a_copied_slice_of_symbolic_sizes() -> None:
-    # not lowered over symbolic sizes: the extern gets a row-major copy of the slice,
-    # not a view of the input at an offset
+def _compile_symbolic(f: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., Any]:
+    """``f`` of one ``[s0, s1]`` input recorded with symbolic sizes and compiled: its
+    forward executor."""
     from ember.inductor.compile import compile_program
     from ember.runtime.compiled import load_executor
     from ember.runtime.ir import InputSpec
     from ember.runtime.tracing import GraphRecorder
-
-    def f(x: torch.Tensor) -> torch.Tensor:
-        part = aten.clone(x[1:])
-        return aten.as_strided_scatter(part, torch.zeros(2), [2], [part.shape[1] + 1], 0)
 
     rec = GraphRecorder(dynamic=True)
     fake = rec.add_input(torch.randn(3, 4), InputSpec("x"), dynamic_dims={0: (2, None),
@@ -51,7 +49,17 @@ def test_scatter_into_a_copied_slice_of_symbolic_sizes() -> None:
         out = f(fake)
     program = rec.finish([out])
     program.dialect = "core-functional"
-    run = load_executor(compile_program(program, {}), "forward")
+    return load_executor(compile_program(program, {}), "forward")
+
+
+def test_scatter_into_a_copied_slice_of_symbolic_sizes() -> None:
+    # not lowered over symbolic sizes: the extern gets a row-major copy of the slice,
+    # not a view of the input at an offset
+    def f(x: torch.Tensor) -> torch.Tensor:
+        part = aten.clone(x[1:])
+        return aten.as_strided_scatter(part, torch.zeros(2), [2], [part.shape[1] + 1], 0)
+
+    run = _compile_symbolic(f)
     for shape in ((3, 4), (5, 6)):
         x = torch.randn(shape)
         (got,) = run([x.clone()])
@@ -61,22 +69,10 @@ def test_scatter_into_a_copied_slice_of_symbolic_sizes() -> None:
 def test_scatter_into_a_copied_input_at_an_offset_of_symbolic_sizes() -> None:
     # the input is passed as a slice of a larger tensor (storage offset 5): the extern
     # must not get it itself (eager addresses its storage from the storage's start)
-    from ember.inductor.compile import compile_program
-    from ember.runtime.compiled import load_executor
-    from ember.runtime.ir import InputSpec
-    from ember.runtime.tracing import GraphRecorder
-
     def f(x: torch.Tensor) -> torch.Tensor:
         return aten.as_strided_scatter(aten.clone(x), torch.zeros(2), [2], [x.shape[1] + 1], 0)
 
-    rec = GraphRecorder(dynamic=True)
-    fake = rec.add_input(torch.randn(3, 4), InputSpec("x"), dynamic_dims={0: (2, None),
-                                                                          1: (2, None)})
-    with rec:
-        out = f(fake)
-    program = rec.finish([out])
-    program.dialect = "core-functional"
-    run = load_executor(compile_program(program, {}), "forward")
+    run = _compile_symbolic(f)
     for rows, cols in ((3, 4), (5, 6)):
         x = torch.randn(rows * cols + 5)[5:].view(rows, cols)
         (got,) = run([x])

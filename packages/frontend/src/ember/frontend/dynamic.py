@@ -224,10 +224,13 @@ class DynamicPolicy:
     dynamic: bool | None
     automatic: dict[Source, set[int]] = field(default_factory=dict)
     #: whether Python ints may be made symbolic (the strict capture: an int whose value
-    #: changed between captures becomes an :class:`IntCarrierSource` input)
+    #: changed between captures becomes an :class:`IntCarrierSource` input, its dim 0
+    #: in :attr:`automatic`)
     ints: bool = False
-    #: the sources of the ints automatic dynamic made symbolic
-    automatic_ints: set[Source] = field(default_factory=set)
+
+    def symbolic_int(self, source: Source) -> bool:
+        """Whether the int read from ``source`` is symbolic (:meth:`_note_int`)."""
+        return IntCarrierSource(source) in self.automatic
 
     @property
     def may_be_dynamic(self) -> bool:
@@ -257,11 +260,11 @@ class DynamicPolicy:
         it did not (``table[n]``: a SymInt is unhashable; ``np.gcd(n, 6)``; ``n / 2``, a
         SymFloat): make ints static again for this function (they recompile per value)
         and return True to capture again; False when no int was symbolic."""
-        if not self.automatic_ints:
+        carriers = [s for s in self.automatic if isinstance(s, IntCarrierSource)]
+        if not carriers:
             return False
-        for source in self.automatic_ints:
-            self.automatic.pop(IntCarrierSource(source), None)
-        self.automatic_ints.clear()
+        for carrier in carriers:
+            del self.automatic[carrier]
         self.ints = False
         log("dynamic", f"symbolic ints off for {name} (its ints are static again): {reason}")
         return True
@@ -273,9 +276,8 @@ class DynamicPolicy:
             return False
         source = guard.source
         assert source is not None
-        if source in self.automatic_ints:
+        if self.symbolic_int(source):
             return False
-        self.automatic_ints.add(source)
         self.automatic[IntCarrierSource(source)] = {0}
         log("dynamic", f"automatic: {source.expr()} changed {guard.expected} -> {actual} "
             f"in {name}, recompiling with it symbolic")

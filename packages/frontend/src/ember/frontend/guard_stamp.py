@@ -5,11 +5,12 @@ A guard is *stamp-safe* when every step of its source, from a root read every ca
 (``self``), is a plain read of a dict CPython versions (an instance ``__dict__``, a
 module's ``_parameters``/``_buffers``/``_modules``, a dict item, an item of a
 ``ModuleList``/``Sequential``/``ModuleDict`` or of a subclass that keeps their item
-reads, which reads ``_modules``) or of a tuple, through a type without ``__getattribute__`` and with no data descriptor of that name,
-and its check is on a leaf that cannot change without one of those dicts changing (see
-:data:`LEAF_RULES`). Properties, ``__getattr__`` fallbacks, custom ``__getattribute__``
-(a HF config), lists, bound methods, closures and globals are not stamp-safe: their
-guards are checked every call.
+reads, which reads ``_modules``) or of a tuple, through a type without
+``__getattribute__`` and with no data descriptor of that name, and its check is on a
+leaf that cannot change without one of those dicts changing (see :data:`LEAF_RULES`).
+Properties, ``__getattr__`` fallbacks, custom ``__getattribute__`` (a HF config),
+lists, bound methods, closures and globals are not stamp-safe: their guards are checked
+every call.
 
 A :class:`Stamp` records, after a call where every guard passed, the root object, the
 type and ``__dict__`` of every object stepped through, the version tag of every dict

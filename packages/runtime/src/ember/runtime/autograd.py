@@ -264,19 +264,20 @@ def _hidden_view_bases(outputs: list[Any], input_ids: set[int],
     """The non-differentiable outputs that are views of a value the graph made and does
     not return otherwise, each with that base (a base two outputs share stays hidden:
     one tensor may not leave the Function twice)."""
+    candidates = [(i, o) for i, o in enumerate(outputs)
+                  if i not in differentiable and isinstance(o, torch.Tensor)]
+    if not candidates:  # NOTE: every training step asks; most have none
+        return {}
     # NOTE: imported here: ember.runtime.compiled imports the callable, which imports
     # this module
     from ember.runtime.compiled._torch import view_base
 
     output_ids = {id(o) for o in outputs if isinstance(o, torch.Tensor)}
     found: dict[int, torch.Tensor] = {}
-    for i, out in enumerate(outputs):
-        if i in differentiable or not isinstance(out, torch.Tensor):
-            continue
+    for i, out in candidates:
         base = view_base(out)
-        if base is None or id(base) in input_ids or id(base) in output_ids:
-            continue
-        found[i] = base
+        if base is not None and id(base) not in input_ids and id(base) not in output_ids:
+            found[i] = base
     bases = [id(b) for b in found.values()]
     return {i: b for i, b in found.items() if bases.count(id(b)) == 1}
 

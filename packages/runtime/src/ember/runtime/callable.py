@@ -94,6 +94,8 @@ class BoundAliasedOutput:
 
 def _aliased_outputs(program: Program, positions: dict[str, int]) -> list[BoundAliasedOutput]:
     aot = AotMetadata.from_program(program)
+    metas = {n.name: n.meta for n in program.forward.nodes}
+    values = program.forward.output_values
     result = []
     for alias in aot.aliased_outputs if aot is not None else ():
         if alias.kind == "input" and alias.base not in positions:
@@ -101,28 +103,21 @@ def _aliased_outputs(program: Program, positions: dict[str, int]) -> list[BoundA
                              "not a placeholder of the forward graph")
         symbolic = not all(isinstance(v, int) for v in (
             *alias.sizes, *alias.strides, alias.storage_offset, *alias.base_strides))
+        # NOTE: traced not requiring grad where its base did: a .detach() on the way
+        base = alias.base if alias.kind == "input" else values[int(alias.base)]
+        detached = _requires_grad(metas, base) and not _requires_grad(
+            metas, values[alias.output])
         result.append(BoundAliasedOutput(
             alias, positions[alias.base] if alias.kind == "input" else None,
-            alias.base_output, symbolic, _detached(program.forward, alias, positions)))
+            alias.base_output, symbolic, detached))
     return result
 
 
-def _detached(graph: Graph, alias: AliasedOutput, positions: dict[str, int]) -> bool:
-    """Whether aliased output ``alias`` was traced not requiring grad from a base that
-    did (a ``.detach()`` on the way)."""
-    metas = {n.name: n.meta for n in graph.nodes}
-    values = graph.output_values
-
-    def requires_grad(value: Any) -> bool:
-        meta = metas.get(value.node) if isinstance(value, ValueRef) else None
-        return isinstance(meta, TensorMeta) and meta.requires_grad
-
-    if alias.kind == "input":
-        base_meta = graph.placeholders[positions[alias.base]].meta
-        base_grad = isinstance(base_meta, TensorMeta) and base_meta.requires_grad
-    else:
-        base_grad = requires_grad(values[int(alias.base)])
-    return base_grad and not requires_grad(values[alias.output])
+def _requires_grad(metas: Mapping[str, Any], value: Any) -> bool:
+    """Whether the node named ``value`` (or that ``value`` refers to) was traced
+    requiring grad."""
+    meta = metas.get(value.node if isinstance(value, ValueRef) else value)
+    return isinstance(meta, TensorMeta) and meta.requires_grad
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ class CaptureContext:
             if numpy_values.traceable_input_array(value):
                 return numpy_values.wrap_input_array(self, value, source)
         if isinstance(value, PRIMITIVES) or _guarded_by_value(value):
-            if type(value) is int and source in self.policy.automatic_ints:
+            if type(value) is int and source is not None and self.policy.symbolic_int(source):
                 return symbolic_int(self, value, source)
             if source is not None:
                 self.guard("equals", source, value)

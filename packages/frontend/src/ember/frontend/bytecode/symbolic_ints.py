@@ -1,4 +1,4 @@
-"""Python ints that automatic dynamic made symbolic (``DynamicPolicy.automatic_ints``):
+"""Python ints that automatic dynamic made symbolic (``DynamicPolicy.symbolic_int``):
 an int argument or attribute whose value changed between two captures of the same code
 (a step counter, a position passed as an int) is, in later captures, the size of a
 carrier input, a SymInt with the range and guards of any input dimension, instead of a
