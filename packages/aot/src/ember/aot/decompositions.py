@@ -8,11 +8,14 @@ from typing import Any
 
 import torch
 from ember.aot._torch import OpOverload
+from ember.aot.resample_grad_decompositions import RESAMPLE_GRAD_DECOMPOSITIONS
 from ember.aot.transformer_decompositions import TRANSFORMER_DECOMPOSITIONS
 
 # NOTE: the transformer fast-path ops (``_native_multi_head_attention``,
-# ``_transformer_encoder_layer_fwd``) are in their own module
-EMBER_DECOMPOSITIONS: dict[OpOverload, Callable[..., Any]] = dict(TRANSFORMER_DECOMPOSITIONS)
+# ``_transformer_encoder_layer_fwd``) and the backward ops of nearest upsampling and
+# replication padding are in their own modules
+EMBER_DECOMPOSITIONS: dict[OpOverload, Callable[..., Any]] = {
+    **TRANSFORMER_DECOMPOSITIONS, **RESAMPLE_GRAD_DECOMPOSITIONS}
 
 
 def register(op: OpOverload) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
