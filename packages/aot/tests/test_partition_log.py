@@ -89,3 +89,29 @@ def test_silent_without_the_topic(capsys: pytest.CaptureFixture[str]) -> None:
     with patch(logs=frozenset()), torch.enable_grad():
         aot_compile(program, AotConfig(training=True))
     assert "ember.partition" not in capsys.readouterr().err
+
+
+def test_ops_outside_the_recompute_table_are_saved(capsys: pytest.CaptureFixture[str]) -> None:
+    # a sort and a 3-d max pooling (extern calls on some backends) were recomputed in the
+    # backward graph: the whole op ran twice per training step
+    def f(x: torch.Tensor) -> torch.Tensor:
+        pooled = torch.nn.functional.max_pool3d(torch.relu(x), 2)
+        return pooled.sort(-1).values.exp().sum()
+
+    x = torch.randn(1, 2, 4, 4, 4, requires_grad=True)
+    lines = _partition_log(f, x, capsys=capsys)
+    saved = [line.split()[1] for line in lines if line.startswith("  saved ")]
+    recomputed = [line.split()[1] for line in lines if line.startswith("  recomputed ")]
+    assert "max_pool3d_with_indices[1]" in saved and "sort[1]" in saved, lines
+    assert not any(name.startswith(("max_pool3d", "sort")) for name in recomputed), lines
+    reason = "never recomputed: not pointwise, a view or a cheap op (recompute_rules.py)"
+    assert sum(line.endswith(reason) for line in lines) == 3, lines  # sort[0], sort[1]
+    assert "relu" in recomputed  # pointwise work still is
+
+
+def test_every_recompute_table_entry_is_a_registered_op() -> None:
+    from ember.aot.partition.recompute_rules import RECOMPUTABLE
+
+    missing = [name for name in RECOMPUTABLE
+               if not hasattr(torch.ops.aten, name.removeprefix("aten::"))]
+    assert missing == []

@@ -10,7 +10,8 @@ functorch partitioner, written here from scratch): each value ``v`` becomes two 
 ``v.in -> v.out`` joined by an edge as wide as the bytes it would take to save ``v``;
 data dependencies are infinite edges; the source feeds the forward inputs and every value
 that must never be recomputed (custom operators, matmuls, convolutions,
-random ops, reductions over large inputs); every value that depends on a tangent drains
+random ops, reductions over large inputs, and every op that is not pointwise, a view or
+in :data:`~ember.aot.partition.recompute_rules.RECOMPUTABLE`); every value that depends on a tangent drains
 into the sink. (Values the forward graph computes for its own outputs are not tied to the
 source: the backward graph may recompute them instead of saving them.) The cut edges are the values to save, and a value on the sink side of the
 cut is recomputed in the backward graph.
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 from ember.aot.config import AotConfig
 from ember.aot.partition.maxflow import INFINITE, FlowNetwork
+from ember.aot.partition.recompute_rules import is_reduction, recompute_kind
 from ember.aot.partition.report import SAVED_INPUT, format_partition
 from ember.aot.partition.shape_symbols import bind_backward_symbols
 from ember.aot.symbolic_sizes import hint, nbytes, node_symbols, numel, total
@@ -104,20 +106,15 @@ def not_recomputable(node: Node, graph_meta: Mapping[str, object], config: AotCo
         return "never recomputed: a custom operator"
     if is_random(node.target):
         return "never recomputed: random"
-    if _is_reduction(node):
+    if recompute_kind(node.target) is None:
+        return "never recomputed: not pointwise, a view or a cheap op (recompute_rules.py)"
+    if is_reduction(node.target):
         biggest = max((hint(_numel(graph_meta.get(r.node), r.index), symbols or {})
                        for r in node.inputs()), default=0)
         if biggest > config.recompute_reduction_limit:
             return (f"never recomputed: a reduction over {biggest} elements (limit "
                     f"{config.recompute_reduction_limit})")
     return None
-
-
-def _is_reduction(node: Node) -> bool:
-    name = node.target.split("::", 1)[-1].split(".", 1)[0]
-    return name in {"sum", "mean", "amax", "amin", "max", "min", "var", "var_mean", "std",
-                    "prod", "argmax", "argmin", "logsumexp", "norm", "any", "all",
-                    "_softmax", "_log_softmax", "cumsum"}
 
 
 def _numel(meta: object, index: int | None) -> SymInt:
