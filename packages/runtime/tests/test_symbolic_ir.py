@@ -195,6 +195,23 @@ def test_binder_equal_dims_and_unbacked_ranges() -> None:
         binder.bind_unbacked(dict(env), "nz", None, (17, 2))
 
 
+def test_shape_errors_carry_the_values_of_the_failed_range_or_guard() -> None:
+    program = symbolic()
+    program.forward.guards = [ShapeGuard("u0 <= s0")]
+    program.forward.symbols["u0"] = SymbolRange(0, 100)
+    binder = SymbolBinder(program.forward)
+    env = binder.bind_sizes([(16, 4), (32, 4)])
+    with pytest.raises(ShapeError) as failed:
+        binder.bind_unbacked(dict(env), "nz", None, (101, 2))
+    assert failed.value.values == {"u0": 101}
+    with pytest.raises(ShapeError) as failed:
+        binder.bind_unbacked(dict(env), "nz", None, (17, 2))
+    assert failed.value.values == {"s0": 16, "u0": 17}
+    with pytest.raises(ShapeError) as failed:  # not a symbol's: no values
+        binder.bind_sizes([(32, 5), (64, 4)])
+    assert failed.value.values == {}
+
+
 def test_static_graph_binder_checks_sizes() -> None:
     graph = mlp().forward
     binder = SymbolBinder(graph)

@@ -286,7 +286,13 @@ def at_hint(value: SymInt, symbols: Mapping[str, SymbolRange]) -> int:
 class ShapeError(ValueError):
     """Inputs whose sizes a symbolic graph does not accept: the message names the input
     (placeholder), the dim, the symbol, the range or guard, the actual value and the
-    guard's source line when known."""
+    guard's source line when known. ``values``: the symbols of the failed range or
+    guard with their values (empty for a rank or a static size), so that a caller can
+    tell which of its own facts failed (the frontend names the user's ``assert``)."""
+
+    def __init__(self, message: str, values: Mapping[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.values: dict[str, int] = dict(values or {})
 
 
 @dataclass(frozen=True)
@@ -436,7 +442,7 @@ class SymbolBinder:
             return
         if value < r.lower or (r.upper is not None and value > r.upper):
             raise ShapeError(f"{where}: size {value} is outside the range {r} of symbol "
-                             f"{sym}")
+                             f"{sym}", {sym: value})
 
     def _check_sizes(self, name: str, meta: TensorMeta, actual: Sequence[int],
                      env: Mapping[str, int]) -> None:
@@ -462,7 +468,8 @@ class SymbolBinder:
             if not syms <= env.keys() or (new is not None and not syms & new):
                 continue
             if not holds(guard.expr, env):
-                raise ShapeError(self._guard_message(guard, syms, env))
+                raise ShapeError(self._guard_message(guard, syms, env),
+                                 {s: env[s] for s in syms})
 
     def _guard_message(self, guard: ShapeGuard, syms: frozenset[str],
                        env: Mapping[str, int]) -> str:
