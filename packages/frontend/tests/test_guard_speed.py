@@ -249,5 +249,5 @@ def test_guards_log_shows_the_check_function(capsys: Any) -> None:
         compiled(x)
         compiled(x)  # the check function is written at the first lookup
     err = capsys.readouterr().err
-    assert "check function of the segment at resume point 0 (4 guards):\ndef match(S, C):" in err
+    assert "check function of the segment at resume point 0 (5 guards):\ndef match(S, C):" in err
     assert "return [v0]" in err

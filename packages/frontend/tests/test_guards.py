@@ -126,13 +126,14 @@ def test_guard_count_of_a_capture() -> None:
 
     cap = trace_capture(double, None, (torch.randn(2), 3), {})
     kinds = [g.kind for g in cap.guards.guards]
-    # structure, grad mode, default dtype, autocast cpu/cuda, one per tensor, one per
-    # non-tensor argument (no aliasing guard: a single tensor)
-    assert kinds == ["structure", "grad_mode", "global", "global", "global", "tensor",
-                     "equals"]
+    # structure, grad mode, inference mode, default dtype, autocast cpu/cuda, one per
+    # tensor, one per non-tensor argument (no aliasing guard: a single tensor)
+    assert kinds == ["structure", "grad_mode", "global", "global", "global", "global",
+                     "tensor", "equals"]
     texts = [g.describe() for g in cap.guards.guards]
-    assert texts[5].startswith("x.dtype == torch.float32 and x.shape == (2,)")
-    assert texts[6] == "n == 3 (int)"
+    assert texts[2] == "torch.is_inference_mode_enabled() == False"
+    assert texts[6].startswith("x.dtype == torch.float32 and x.shape == (2,)")
+    assert texts[7] == "n == 3 (int)"
 
 
 def test_passing_one_tensor_twice_is_another_graph() -> None:

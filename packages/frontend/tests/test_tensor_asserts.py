@@ -136,6 +136,46 @@ def test_an_item_assert_used_as_a_size() -> None:
         compiled(x, torch.tensor(9))
 
 
+def _at_most_one_positive(x: torch.Tensor) -> torch.Tensor:
+    n = (x > 0).sum().item()
+    # narrows the range of u0 to [0, 1]
+    assert n < 2, "too many positives"
+    return x.new_zeros(n)
+
+
+def _more_positives(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    a = (x > 0).sum().item()
+    b = (x < 0).sum().item()
+    # a guard between two unbacked symbols
+    assert a > b, "more positives needed"
+    return x.new_zeros(a), x.new_zeros(b)
+
+
+def _two_nonzeros(x: torch.Tensor) -> torch.Tensor:
+    nz = x.nonzero()
+    assert nz.shape[0] > 1, "need two nonzeros"
+    return nz * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("fn", "good", "bad", "message"), [
+    (_at_most_one_positive, [1.0, -1.0, -1.0], [1.0, 1.0, -1.0], "too many positives"),
+    (_more_positives, [1.0, 1.0, -1.0], [1.0, -1.0, -1.0], "more positives needed"),
+    (_two_nonzeros, [1.0, 0.0, 1.0], [0.0, 0.0, 1.0], "need two nonzeros"),
+])
+def test_a_failed_assert_on_unbacked_sizes_names_its_message(
+        backend: str, fn: Any, good: list[float], bad: list[float], message: str) -> None:
+    if fn is _two_nonzeros and backend == "inductor":
+        pytest.skip("inductor's wrapper binds nonzero's size without checking its range")
+    compiled = ef.compile(fn, backend=backend, dynamic=True)
+    compiled(torch.tensor(good))
+    one_graph(compiled)
+    # the user's message, then the assert's line and source
+    with pytest.raises(ShapeError, match=f"; assertion failed: {message} \\(at .*"
+                       f"{fn.__name__}: assert .*{message}\"\\)$"):
+        compiled(torch.tensor(bad))
+
+
 def test_a_branch_on_a_tensor_still_breaks() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         if (x > 0).all():

@@ -16,6 +16,8 @@ packages, torch, Triton and Python, torch's numerics settings and the GPUs. It h
   attributes written in them are covered); ``globals``: globals of inlined functions
   read without a source;
 - ``inputs``: the graph inputs' sources; ``returns``: how the result is rebuilt;
+  ``inference_outputs``, ``asserts``: the results made as inference tensors, the user's
+  asserts over data-dependent sizes (their messages);
 - ``program``: the program cache's key of the compiled program.
 
 A later process's first call looks the entry up; every inlined function's code must
@@ -38,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.frontend.bytecode.assert_messages import SymbolicAssert
 from ember.frontend.bytecode.frame import FrameState
 from ember.frontend.bytecode.guards import GuardSet
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
@@ -61,13 +64,14 @@ from ember.frontend.function_ops import NAMESPACE as FUNCTION_NAMESPACE
 from ember.runtime.cache.entry import EntryError, frame, unframe
 from ember.runtime.cache.local import LocalProgramCache
 from ember.runtime.config import config
+from ember.runtime.ir import SourceLocation
 from ember.runtime.logs import log
 
 __all__ = ["CaptureCache", "capture_cache_enabled", "capture_key"]
 
 MAGIC = b"ember-capture-cache\n"
 SUBDIR = "captures"
-CAPTURE_FORMAT = "3"  # 3: tensor guards expect the exact type
+CAPTURE_FORMAT = "4"  # 3: tensor guards expect the exact type; 4: inference mode guarded
 MAX_ENTRIES = 8
 """Entries kept under one key (one compiled function and its settings): models behind
 one wrapper class share the key, each its own entry (the newest first; a store beyond
@@ -308,6 +312,9 @@ class CaptureCache:
             program=None, runner=None,
             replays=[decode_replay(r) for r in entry["replays"]],
             grad_at_end=bool(entry["grad_at_end"]), graph_grad=bool(entry["graph_grad"]),
+            inference_outputs=tuple(int(i) for i in entry["inference_outputs"]),
+            asserts=tuple(SymbolicAssert(relation, message, SourceLocation(*where))
+                          for relation, message, where in entry["asserts"]),
             returns=decode_recipe(entry["returns"]))
 
     # ---- store -------------------------------------------------------------------------
@@ -382,6 +389,10 @@ class CaptureCache:
             "replays": [encode_replay(r, named) for r in seg.replays],
             "grad_at_end": seg.grad_at_end,
             "graph_grad": seg.graph_grad,
+            "inference_outputs": list(seg.inference_outputs),
+            "asserts": [[a.relation, a.message, [a.location.file, a.location.line,
+                                                 a.location.function, a.location.text]]
+                        for a in seg.asserts],
         }
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from ember.frontend._torch import size_functions
 from ember.frontend.bytecode.env_rules import EnvSource
+from ember.frontend.bytecode.inference_tensors import InferenceFlagSource
 from ember.frontend.bytecode.recipes import (
     Const,
     Fetch,
@@ -79,9 +80,10 @@ _SOURCES: dict[str, type[Source]] = {cls.__name__: cls for cls in (
     AttrSource, BaseItemSource, CellSource, ClosureSource, DefaultSource, DictValueSource,
     GlobalSource, ItemSource, IterItemSource, LocalSource, LookupFails, MethodFuncSource,
     ModuleGlobalSource, ModuleMemberSource, SliceSource, StackSource, ShapeSource,
-    SizeSource, RelationSource, EnvSource)}
+    SizeSource, RelationSource, EnvSource, InferenceFlagSource)}
 """The sources a cached capture may read through, by class name (``EnvSource``: an
-environment variable, read again in the loading process)."""
+environment variable, read again in the loading process; ``InferenceFlagSource``: a
+tensor's ``is_inference()``)."""
 
 _RECORDS: dict[str, type[Any]] = {"SymbolicTensor": SymbolicTensor}
 """Other dataclasses a guard may expect."""

@@ -21,6 +21,7 @@ from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.collector import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.guards import GuardFailure, GuardSet, Matcher
+from ember.frontend.inference_outputs import as_inference
 from ember.frontend.module_state import ModuleLayout, callable_name
 from ember.frontend.pytree import flatten
 from ember.frontend.stats import CompileStats, report_counts
@@ -52,15 +53,21 @@ class CacheEntry:
     # the grad mode to run under when not the caller's (guarded): on for an enable_grad
     # block under the caller's no_grad (trace_grad.py)
     grad: bool | None = None
+    # the outputs made in a `with torch.inference_mode()` block (inference_outputs.py)
+    inference: tuple[int, ...] = ()
 
     def __call__(self, leaves: list[Any], state: list[torch.Tensor]) -> Any:
         inputs: list[Any] = list(state)
         inputs.extend(self.arguments.gather(leaves))
         # NOTE: with autocast off: the graph holds its casts (ember/frontend/autocast.py)
         if self.grad is None:
-            return self.output.rebuild(run_graph(self.run_program, inputs))
-        with torch.set_grad_enabled(self.grad):
-            return self.output.rebuild(run_graph(self.run_program, inputs))
+            outputs = run_graph(self.run_program, inputs)
+        else:
+            with torch.set_grad_enabled(self.grad):
+                outputs = run_graph(self.run_program, inputs)
+        if self.inference:
+            outputs = as_inference(list(outputs), self.inference)
+        return self.output.rebuild(outputs)
 
 
 class TracedFunction:
@@ -198,7 +205,7 @@ class TracedFunction:
                 lambda: compile_program(program, req.backend, dict(req.options), req.mode))
         title = f"{self._name()} (entry {len(self._entries)})"
         entry = CacheEntry(captured.guards, captured.guards.matcher(title=title), compiled,
-                           captured.arguments, captured.output, grad)
+                           captured.arguments, captured.output, grad, captured.inference)
         self.stats.compiles += 1
         self.stats.graphs += 1
         if self._entries:

@@ -146,6 +146,8 @@ def _described(guard: Guard, actual: Any) -> str:
 
 GLOBAL_STATE_READERS: dict[str, Callable[[], Any]] = {
     "torch.get_default_dtype()": torch.get_default_dtype,
+    # (guarded at the start of a capture, which may enter inference-mode blocks)
+    "torch.is_inference_mode_enabled()": torch.is_inference_mode_enabled,
     "torch.is_autocast_enabled('cpu')": functools.partial(torch.is_autocast_enabled, "cpu"),
     "torch.is_autocast_enabled('cuda')": functools.partial(torch.is_autocast_enabled, "cuda"),
     "torch.get_autocast_dtype('cpu')": functools.partial(torch.get_autocast_dtype, "cpu"),

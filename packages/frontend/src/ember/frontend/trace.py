@@ -43,6 +43,7 @@ from ember.frontend.custom_functions import custom_function_in
 from ember.frontend.dynamic import DynamicDim, DynamicPolicy, add_input, dims_of
 from ember.frontend.guard_model import Source
 from ember.frontend.guards import GuardSet
+from ember.frontend.inference_outputs import inference_outputs
 from ember.frontend.module_state import ModuleLayout, callable_name, module_of
 from ember.frontend.pytree import flatten, flatten_with_names, unflatten
 from ember.frontend.shape_guards import SymbolicInput, install_shape_guards
@@ -138,6 +139,7 @@ class TraceCapture:
     arguments: ArgumentInputs
     output: OutputLayout
     grad: bool  # the grad mode it is compiled and run under (trace_grad.py)
+    inference: tuple[int, ...] = ()  # outputs made as inference tensors (inference_outputs)
 
 
 def capture(fn: Callable[..., Any], *args: Any,
@@ -318,7 +320,8 @@ def trace_capture(
         arguments.lifted.append(tensor)
     watch.warn()  # once the trace is kept (not for one traced again)
     warn_rebound_attributes(module, attributes)
-    return TraceCapture(program, guards, arguments, layout_of_result, grad)
+    return TraceCapture(program, guards, arguments, layout_of_result, grad,
+                        inference_outputs(outputs, torch.is_inference_mode_enabled()))
 
 
 @dataclass

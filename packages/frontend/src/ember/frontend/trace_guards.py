@@ -170,9 +170,12 @@ class TrainingFlagSource(Source):
 
 def add_call_guards(guards: GuardSet, spec: Any) -> None:
     """Guards on the arguments' structure and on the torch state that changes which ops
-    run: grad mode, the default dtype, autocast (CPU and CUDA; its dtype when on)."""
+    run: grad mode, inference mode, the default dtype, autocast (CPU and CUDA; its dtype
+    when on)."""
     guards.add(Guard("structure", SpecSource(), spec))
     guards.add(Guard("grad_mode", None, torch.is_grad_enabled()))
+    guards.add(Guard("global", None, ("torch.is_inference_mode_enabled()",
+                                      torch.is_inference_mode_enabled())))
     guards.add(Guard("global", None, ("torch.get_default_dtype()", torch.get_default_dtype())))
     for device in ("cpu", "cuda"):
         on = torch.is_autocast_enabled(device)

@@ -10,6 +10,8 @@ at code it cannot capture (graph breaks). Modules, by concept:
 ``interpreter``    driving frames; control-flow, call and generator opcodes
 ``exception_ops``  exceptions and ``with`` blocks: routing to inlined handlers, context managers
 ``grad_mode``      grad-mode regions inside a graph: no-grad nodes read detached inputs
+``inference_blocks`` ``with torch.inference_mode()`` blocks entered for real while capturing
+``inference_tensors`` ``t.is_inference()`` of an input: the real tensor's flag, guarded
 ``data_ops``       loads, stores, operators, subscripts, containers (symbolic and concrete)
 ``attributes``     attribute reads, writes and deletes (inlined ``__setattr__``, replays)
 ``match_ops``      ``match`` statements: pattern opcodes as the Python they stand for

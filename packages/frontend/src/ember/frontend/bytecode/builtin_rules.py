@@ -29,6 +29,7 @@ from ember.frontend.bytecode.generators import (
     lazy_map,
     lazy_zip,
 )
+from ember.frontend.bytecode.inference_tensors import INFERENCE_FLAG_RULES, TENSOR_METHOD_RULES
 from ember.frontend.bytecode.interpreter import is_fake_tensor
 from ember.frontend.bytecode.iteration import EnumeratedList, make_iterator
 from ember.frontend.bytecode.list_iterator import ListIterator
@@ -320,7 +321,8 @@ def bound_rule_for(fn: Any) -> Rule | None:
     """A rule for a callable that is not a key of :data:`BUILTIN_RULES` because it is
     bound anew at each read: ``object``'s slots bound to an object (a
     ``method-wrapper``), the text-making methods of a string (``"{}".format``, ``join``),
-    and the methods of ``os.environ`` (:mod:`.env_rules`)."""
+    the methods of ``os.environ`` (:mod:`.env_rules`) and the tensor methods of
+    :data:`~.inference_tensors.TENSOR_METHOD_RULES` bound to a fake tensor."""
     if isinstance(fn, types.MethodWrapperType) and getattr(fn, "__objclass__", None) is object:
         slot = OBJECT_SLOTS.get(fn.__name__)
         return None if slot is None else _object_slot_rule(slot, fn.__self__)
@@ -329,6 +331,11 @@ def bound_rule_for(fn: Any) -> Rule | None:
         return _str_text_rule(fn)
     if isinstance(getattr(fn, "__self__", None), InlinedGenerator):
         return _generator_method_rule(fn)
+    method = TENSOR_METHOD_RULES.get(getattr(fn, "__name__", ""))
+    if method is not None and is_fake_tensor(getattr(fn, "__self__", None)):
+        owner = fn.__self__
+        return lambda h, interp, frame, args, kwargs: method(h, interp, frame,
+                                                             [owner, *args], kwargs)
     return environ_rule(fn)
 
 
@@ -373,6 +380,7 @@ def _grad_enabled_rule(h: Any, interp: Any, frame: Frame, args: list[Any],
 
 
 BUILTIN_RULES[torch.no_grad] = lambda h, i, f, a, k: torch.no_grad()
+BUILTIN_RULES.update(INFERENCE_FLAG_RULES)  # t.is_inference() of an input: the real one's
 BUILTIN_RULES[torch.enable_grad] = lambda h, i, f, a, k: torch.enable_grad()
 
 

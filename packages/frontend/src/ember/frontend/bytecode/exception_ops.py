@@ -15,13 +15,15 @@ torch.compiler.is_compiling()``), as torch.compile skips such a frame.
 
 A graph break inside a region whose state cannot be rebuilt from Python values (an
 ``except``/``finally`` block handling an exception raised in this capture, the body of a
-``with`` over a ``@contextmanager`` generator) moves to the instruction that entered the
-region, which then runs eagerly (:meth:`ExceptionOps.region_start`).
+``with`` over a ``@contextmanager`` generator or of a ``with torch.inference_mode()``)
+moves to the instruction that entered the region, which then runs eagerly
+(:meth:`ExceptionOps.region_start`).
 
 ``with`` blocks: ``__enter__`` and ``__exit__`` of any context manager are called like
 other calls (inlined when they are Python code); ``@contextlib.contextmanager``
 generators run inlined and lazily (:class:`GeneratorContext`); grad-mode blocks switch
-the grad mode inside the graph, their end restores it (:mod:`.grad_mode`); autocast
+the grad mode inside the graph, their end restores it (:mod:`.grad_mode`; inference-mode
+blocks are also entered for real: :mod:`.inference_blocks`); autocast
 blocks switch autocast while capturing, so the graph holds its casts
 (:mod:`.autocast_blocks`).
 """
@@ -45,6 +47,7 @@ from ember.frontend.bytecode.exceptions import capture_limitation, find_handler
 from ember.frontend.bytecode.frame import Frame, location_of
 from ember.frontend.bytecode.generators import InlinedGenerator
 from ember.frontend.bytecode.grad_mode import GRAD_MODE_BLOCKS, GradModeRestore, block_modes
+from ember.frontend.bytecode.inference_blocks import InferenceModeExit, enter_inference_block
 from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.sources import ClosureSource, LookupFails, Source, lookup_fails
 from ember.runtime.ir import SourceLocation
@@ -178,6 +181,8 @@ class ExceptionOps(DataOps):
     current_frame: Frame | None
     # the autocast blocks of the capture (set by the segment's capture; None: concrete)
     autocast: AutocastTracker | None = None
+    # the inference-mode blocks open in the capture (.inference_blocks; None: concrete)
+    inference_blocks: list[InferenceModeExit] | None = None
 
     def init_exception_state(self) -> None:
         # exceptions known to be the program's (kept alive: keyed by id)
@@ -298,15 +303,17 @@ class ExceptionOps(DataOps):
         starts = [self._origins[id(v)] for v in (*frame.stack, *frame.exc_stack)
                   if isinstance(v, BaseException) and id(v) in self._origins]
         starts += [v.region_ip for v in frame.stack
-                   if isinstance(v, GeneratorExit_) and v.region_ip is not None]
+                   if isinstance(v, (GeneratorExit_, InferenceModeExit))
+                   and v.region_ip is not None]
         if not starts:
             return
         if err.from_inlined_call and err.root_ip is not None:
             starts.append(err.root_ip)
         err.from_inlined_call = True
         err.root_ip = min(starts)
-        err.reason += (" (inside an except/finally block or a @contextmanager with block: "
-                       "the code from where it was entered runs eagerly)")
+        err.reason += (" (inside an except/finally block, a @contextmanager with block or "
+                       "an inference_mode block: the code from where it was entered runs "
+                       "eagerly)")
 
     def throw_into(self, gen: InlinedGenerator, exc: BaseException) -> None:
         """``gen.throw(exc)``: raise ``exc`` at the ``yield`` the generator is suspended
@@ -405,9 +412,12 @@ class ExceptionOps(DataOps):
                 raise self.fail(f"{cm!r} inside inference mode (leaving it in a graph)",
                                 "the block runs eagerly")
             inside, restored = modes
-            torch.set_grad_enabled(inside)
             f.pop()
-            f.push(GradModeRestore(restored))
+            if isinstance(cm, torch.inference_mode):  # entered for real (.inference_blocks)
+                f.push(enter_inference_block(self, cm, f.ip - 1 if f.parent is None else None))
+            else:
+                torch.set_grad_enabled(inside)
+                f.push(GradModeRestore(restored))
             f.push(None)  # what their __enter__ returns
             return
         if isinstance(cm, _PROFILER_RANGES) and self.symbolic:

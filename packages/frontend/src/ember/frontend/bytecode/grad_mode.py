@@ -2,10 +2,11 @@
 
 Captured code may switch grad mode (``with torch.no_grad():``, ``torch.enable_grad()``,
 ``torch.set_grad_enabled(b)`` with or without ``with``, ``@torch.no_grad()`` on a
-function, ``torch.inference_mode()``) without a graph break. The switch happens for
-real while capturing, so torch's autograd treats the fake tensors as eager treats
-the real ones, and the recorded metadata (``requires_grad``) says which values have
-autograd history. Three pieces make the graph compute eager's gradients:
+function, ``torch.inference_mode()``, also entered for real: :mod:`.inference_blocks`)
+without a graph break. The switch happens for real while capturing, so torch's autograd
+treats the fake tensors as eager treats the real ones, and the recorded metadata
+(``requires_grad``) says which values have autograd history. Three pieces make the
+graph compute eager's gradients:
 
 * :class:`GradModeTracker`, a dispatch mode under the recorder, notes which recorded
   nodes ran with grad mode off, and turns an in-place write, with grad mode off, into
@@ -72,8 +73,8 @@ class GradModeRestore:
 
 
 def _inference_block(cm: Any) -> tuple[bool, bool] | None:
-    # NOTE: captured as a no-grad region (no real inference mode: fake tensors made
-    # in it would be inference tensors); its outputs are plain tensors without grad.
+    # NOTE: a no-grad region that is also entered for real while capturing, so that
+    # the fakes made in it are inference tensors (.inference_blocks)
     if not cm.mode:
         return None if torch.is_inference_mode_enabled() else (torch.is_grad_enabled(),
                                                                torch.is_grad_enabled())

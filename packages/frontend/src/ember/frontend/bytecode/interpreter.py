@@ -23,6 +23,7 @@ import types
 from typing import Any
 
 from ember.frontend.bytecode import opcodes
+from ember.frontend.bytecode.assert_messages import SymbolicAssert
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.capture import CaptureContext
 from ember.frontend.bytecode.class_ops import ClassOps
@@ -58,6 +59,8 @@ class Interpreter(ExceptionOps, MatchOps, ClassOps):
         if capture is not None and isinstance(calls.break_calls, InlinedBreaks):
             calls.break_calls.attempt = capture.guards  # what decides an inlined break
         self.current_frame: Frame | None = None
+        # the asserts recorded as checks of data-dependent sizes (.assert_messages)
+        self.symbolic_asserts: list[SymbolicAssert] = []
         self.init_exception_state()
 
     # ---- driving ------------------------------------------------------------------------

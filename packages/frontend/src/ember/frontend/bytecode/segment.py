@@ -33,6 +33,7 @@ from ember.frontend.bytecode.grad_mode import (
     detach_no_grad_inputs,
     graph_grad_mode,
 )
+from ember.frontend.bytecode.inference_blocks import inference_blocks_closed
 from ember.frontend.bytecode.interpreter import GradModeRestore, Interpreter, location_of
 from ember.frontend.bytecode.iteration import ResumedIterator
 from ember.frontend.bytecode.list_iterator import ListIterator
@@ -48,6 +49,7 @@ from ember.frontend.bytecode.sources import (
 )
 from ember.frontend.bytecode.state import StateBuilder
 from ember.frontend.dynamic import DynamicPolicy
+from ember.frontend.inference_outputs import inference_outputs
 from ember.frontend.shape_guards import install_shape_guards
 from ember.runtime.ir import Program, SourceLocation
 from ember.runtime.tracing import GraphRecorder
@@ -99,6 +101,8 @@ def capture_segment(
                          policy=policy or DynamicPolicy(False))
     grad0 = torch.is_grad_enabled()
     cap.guard("grad_mode", None, grad0)
+    inference0 = torch.is_inference_mode_enabled()  # (the graph runs under it)
+    cap.guard("global", None, ("torch.is_inference_mode_enabled()", inference0))
     cap.guard("global", None, ("torch.get_default_dtype()", torch.get_default_dtype()))
     autocast = AutocastTracker(cap)  # guards autocast's state (bytecode/autocast_blocks.py)
     frame = Frame(ctx.code, ctx.f_globals, ctx.f_builtins, {}, closure=ctx.closure)
@@ -112,7 +116,7 @@ def capture_segment(
     # NOTE: entered before the recorder, so that it sees the ops the recorder records
     tracker = GradModeTracker(cap.recorder)
     try:
-        with tracker, cap:
+        with tracker, cap, inference_blocks_closed(interp):
             live = live_locals(ctx.code)[state.ip]
             wrapped: dict[int, Any] = {}
             try:
@@ -207,6 +211,8 @@ def capture_segment(
             replays=replays,
             grad_at_end=grad_end,
             graph_grad=graph_grad,
+            inference_outputs=inference_outputs(builder.outputs, inference0),
+            asserts=tuple(interp.symbolic_asserts),
             autocast_end=autocast_end,
             facts=CaptureFacts(tuple(cap.inlined.values()), tuple(cap.untracked_globals)),
             **seg_kwargs,

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from ember.frontend.autocast import AutocastEnd, run_graph
+from ember.frontend.bytecode.assert_messages import SymbolicAssert, name_failed_asserts
 from ember.frontend.bytecode.breaks import BreakInfo
 from ember.frontend.bytecode.frame import FrameState
 from ember.frontend.bytecode.guards import GuardSet
@@ -27,7 +28,9 @@ from ember.frontend.bytecode.recipes import (
     prefetch,
 )
 from ember.frontend.bytecode.sources import Source
+from ember.frontend.inference_outputs import as_inference
 from ember.runtime.ir import Program
+from ember.runtime.ir.symbolic import ShapeError
 
 __all__ = ["CaptureFacts", "FunctionContext", "Segment"]
 
@@ -64,6 +67,10 @@ class Segment:
     replays: list[Replay]
     grad_at_end: bool
     graph_grad: bool  # the grad mode the graph runs under (see .grad_mode)
+    # the graph outputs made as inference tensors (ember.frontend.inference_outputs)
+    inference_outputs: tuple[int, ...] = ()
+    # the asserts recorded as checks of data-dependent sizes (.assert_messages)
+    asserts: tuple[SymbolicAssert, ...] = ()
     # the autocast state the code left, when not the one at the start (.autocast_blocks)
     autocast_end: AutocastEnd | None = None
     returns: Recipe | None = None
@@ -113,12 +120,18 @@ class Segment:
         value)`` or ``(False, state at the break instruction)``."""
         outs: list[Any] = []
         if self.runner is not None:
-            # NOTE: with autocast off: the graph holds its casts (ember/frontend/autocast.py)
-            if self.graph_grad == torch.is_grad_enabled():
-                outs = run_graph(self.runner, inputs)
-            else:  # an enable_grad block under no_grad made values that require grad
-                with torch.set_grad_enabled(self.graph_grad):
+            try:
+                # NOTE: autocast off: the graph holds its casts (ember/frontend/autocast.py)
+                if self.graph_grad == torch.is_grad_enabled():
                     outs = run_graph(self.runner, inputs)
+                else:  # an enable_grad block under no_grad made values that require grad
+                    with torch.set_grad_enabled(self.graph_grad):
+                        outs = run_graph(self.runner, inputs)
+            except ShapeError as e:  # a failed assert over data-dependent sizes?
+                name_failed_asserts(e, self.asserts)
+                raise
+            if self.inference_outputs:  # made in a `with torch.inference_mode()` block
+                outs = as_inference(list(outs), self.inference_outputs)
         rt = Rebuild(list(outs), state, ctx)
         if self.replays:  # start-state reads first: the replays may change them
             if self._fetches is None:

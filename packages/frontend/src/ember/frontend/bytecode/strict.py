@@ -494,8 +494,8 @@ class StrictFunction(CaptureCacheUse):
 
         frame = self._frame_from(state)
         interp = Interpreter(None, CallHandler(compile_callee=self._callee))
-        with torch.set_grad_enabled(state.grad_enabled):
-            interp.step(frame)
+        torch.set_grad_enabled(state.grad_enabled)  # kept as the instruction leaves it:
+        interp.step(frame)  # (a `with torch.inference_mode()` entered here turns it off)
         if frame.returned:
             raise AssertionError("a graph break never happens at a return")
         return frame.snapshot(torch.is_grad_enabled())

@@ -16,7 +16,8 @@ interpreter goes on along the passing side:
 * an unbacked ``SymBool`` (an ``.item()`` compared in a symbolic capture; a ``SymInt``/
   ``SymFloat`` is tested ``!= 0``): ``torch._check``, a runtime assertion of the shape
   environment that the runtime checks when the graph runs (``ShapeError`` naming the
-  relation and the values) and that later code may rely on.
+  relation or range and the values, to which the segment adds the assert's message and
+  line: :mod:`.assert_messages`) and that later code may rely on.
 
 The message is the assert's own when it is a constant string, otherwise (no message, or
 one computed at run time, which is never evaluated) "assertion failed at file:line:
@@ -38,6 +39,7 @@ from ember.frontend._torch import (
     is_fake,
     quiet_fake_tensor_errors,
 )
+from ember.frontend.bytecode.assert_messages import note_symbolic_assert
 from ember.frontend.bytecode.frame import Frame, location_of
 from ember.frontend.bytecode.grad_mode import program_call
 from ember.frontend.bytecode.opcodes import Instruction
@@ -53,13 +55,22 @@ def assert_message(f: Frame, failing: int, line: int | None) -> str | None:
     code = f.instructions
     if failing >= len(code) or code[failing].opname != "LOAD_ASSERTION_ERROR":
         return None
+    message = _constant_message(f, failing)
+    if message is not None:
+        return message
+    where = location_of(f, line)
+    return f"assertion failed at {where.file}:{where.line}: {where.text}"
+
+
+def _constant_message(f: Frame, failing: int) -> str | None:
+    """The assert's own message when it is a constant string (else None)."""
+    code = f.instructions
     rest = [ins.opname for ins in code[failing + 1:failing + 5]]
     message = code[failing + 1].argval if failing + 1 < len(code) else None
     if (rest and rest[0] == "LOAD_CONST" and isinstance(message, str)
             and _raises_after_call(rest[1:])):
         return message
-    where = location_of(f, line)
-    return f"assertion failed at {where.file}:{where.line}: {where.text}"
+    return None
 
 
 def _raises_after_call(names: list[str]) -> bool:
@@ -92,8 +103,11 @@ def record_assert(interp: Any, f: Frame, ins: Instruction, jump_if: bool) -> boo
                     return False  # bool() of it fails eagerly, or depends on the sizes
                 assert_async(cond, message)
             else:
-                check_symbolic(cond if isinstance(cond, torch.SymBool) else cond != 0,
-                               message)
+                relation = cond if isinstance(cond, torch.SymBool) else cond != 0
+                check_symbolic(relation, message)
+                # (its failure is a ShapeError of the runtime: .assert_messages)
+                note_symbolic_assert(interp, relation, _constant_message(f, failing),
+                                     location_of(f, ins.line))
     except Exception:  # noqa: BLE001 - not recordable: the caller's branch breaks
         return False
     f.pop()
