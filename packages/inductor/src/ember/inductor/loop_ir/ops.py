@@ -70,6 +70,20 @@ LOOP_OPS: dict[str, LoopOp] = {op.name: op for op in [
         "atan": "atan a", "sinh": "sinh a", "cosh": "cosh a", "tanh": "tanh a",
         "asinh": "asinh a", "acosh": "acosh a", "atanh": "atanh a", "erf": "erf a",
         "erfc": "1 - erf a", "sigmoid": "1 / (1 + e ** -a)"}),
+    *_rows(_PW, "arithmetic", 2, "args", False, {
+        "copysign": "|a| with the sign bit of b (NaN's too)",
+        "nextafter": "the next representable value after a toward b; b when a == b, NaN "
+                     "when either is NaN (C's nextafter)"}),
+    *_rows(_PW, "transcendental", 2, "args", True, {
+        "hypot": "sqrt(a * a + b * b) without overflow; inf when either is +-inf, even "
+                 "with a NaN"}),
+    *_rows(_PW, "special", 1, "args", True, {
+        "erfinv": "the inverse of erf: NaN outside [-1, 1], +-inf at +-1",
+        "lgamma": "ln |gamma(a)|: inf at 0 and the negative integers, inf at +-inf",
+        "digamma": "d/da lgamma(a): -inf at +0, inf at -0, NaN at the negative integers "
+                   "and -inf",
+        "trigamma": "d/da digamma(a) (polygamma(1, a)): inf at 0; near the negative "
+                    "integers 1 / sin(pi a) ** 2 with pi a rounded as eager rounds it"}),
     *_rows(_PW, "transcendental", 1, "args", False, {
         "sqrt": "square root (correctly rounded)", "rsqrt": "1 / sqrt a",
         "floor": "round down", "ceil": "round up", "round": "round half to even",

@@ -7,6 +7,7 @@ Importing this package registers every rule in the one table
 from ember.inductor.lowering import (  # noqa: F401
     backward,
     externs,
+    float_math,
     indexed_writes,
     indexing,
     pointwise,

@@ -41,6 +41,9 @@ _FLOAT_UNARY = {
     "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh", "acosh": "acosh",
     "atanh": "atanh", "erf": "erf", "erfc": "erfc", "sigmoid": "sigmoid",
     "reciprocal": "reciprocal",
+    # special functions (family "special" of the loop-IR table): eager's edge values are
+    # the ops' (NaN outside erfinv's [-1, 1], inf at lgamma's poles, NaN at digamma's)
+    "erfinv": "erfinv", "lgamma": "lgamma", "digamma": "digamma",
 }
 _SAME_UNARY = {"neg": "neg", "abs": "abs", "sign": "sign", "sgn": "sign",
                "bitwise_not": "bitwise_not"}

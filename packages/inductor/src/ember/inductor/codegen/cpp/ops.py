@@ -54,7 +54,8 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "eq": "==", "ne": 
           "bitwise_xor": "^"}
 _FLOAT_FUNCS = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin",
                 "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
-                "acosh", "atanh", "erf", "erfc", "floor", "ceil", "trunc", "atan2"}
+                "acosh", "atanh", "erf", "erfc", "floor", "ceil", "trunc", "atan2",
+                "copysign", "nextafter", "hypot", "lgamma"}
 
 
 CppRule = Callable[[list[str], torch.dtype, torch.dtype], str]
@@ -112,6 +113,10 @@ RULES.update({
     "reciprocal": _reciprocal,
     "rsqrt": lambda a, t, _out: f"({literal(1, t)} / std::sqrt({a[0]}))",
     "sigmoid": lambda a, _t, _out: f"ember_sigmoid({a[0]})",
+    # the prelude's special functions (codegen/cpp/special_math.py)
+    "erfinv": lambda a, _t, _out: f"ember_erfinv({a[0]})",
+    "digamma": lambda a, _t, _out: f"ember_digamma({a[0]})",
+    "trigamma": lambda a, _t, _out: f"ember_trigamma({a[0]})",
     "round": lambda a, _t, _out: f"std::nearbyint({a[0]})",
     "sign": lambda a, _t, _out: f"ember_sign({a[0]})",
     "isnan": _float_test("isnan"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from ember.inductor.codegen.triton import special_math
 from ember.inductor.codegen.triton.dtypes import is_float, tl_type
 
 Rule = Callable[[list[str], torch.dtype, torch.dtype], str]
@@ -229,6 +230,10 @@ def _minmax(fn: str) -> Rule:
 
 RULES["maximum"] = _minmax("tl.maximum")
 RULES["minimum"] = _minmax("tl.minimum")
+
+# copysign, nextafter, hypot and the special functions (erfinv, lgamma, digamma, trigamma)
+RULES.update(special_math.RULES)
+HELPERS.update(special_math.HELPERS)
 
 
 @rule("neg")
