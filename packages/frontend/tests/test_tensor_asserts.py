@@ -165,8 +165,6 @@ def _two_nonzeros(x: torch.Tensor) -> torch.Tensor:
 ])
 def test_a_failed_assert_on_unbacked_sizes_names_its_message(
         backend: str, fn: Any, good: list[float], bad: list[float], message: str) -> None:
-    if fn is _two_nonzeros and backend == "inductor":
-        pytest.skip("inductor's wrapper binds nonzero's size without checking its range")
     compiled = ef.compile(fn, backend=backend, dynamic=True)
     compiled(torch.tensor(good))
     one_graph(compiled)

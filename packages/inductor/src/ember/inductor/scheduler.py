@@ -36,7 +36,9 @@ A scatter (:class:`~ember.inductor.buffers.ScatterBuffer`) is a *closed* group o
 it writes through run-time indexes into a buffer an earlier group initialized, so nothing
 fuses into it, it never forwards a value, and every reader of its buffer comes after it.
 So does every reader of a buffer an extern call writes in place (``ExternCall.mutates``:
-a mutating custom operator).
+a mutating custom operator). A node using an unbacked symbol (``u0``: in its sizes, an
+index, or as a value, ``torch.tensor(n.item())``) joins no group before the extern call
+that binds it (``.item()``, ``nonzero``): the wrapper binds ``u0`` after that call.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import sympy
 from ember.inductor.buffers import (
     ExternCall,
     LoopNode,
@@ -271,16 +274,20 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
                if all(size == 1 for size in info.sizes)}
     steps: list[KernelGroup | ExternCall] = []
     producer: dict[str, int] = {}
+    binder: dict[str, int] = {}  # an unbacked symbol -> the extern call that binds it
     for node in nodes:
         if isinstance(node, ExternCall):
             at = _extern_position(steps, node)
             steps.insert(at, node)
-            for name, i in producer.items():
-                if i >= at:
-                    producer[name] = i + 1
+            for table in (producer, binder):
+                for name, i in table.items():
+                    if i >= at:
+                        table[name] = i + 1
             for out in (*node.outputs, *node.mutates):
                 if out is not None:
                     producer[out] = at  # NOTE: a written buffer's readers run after it
+            for sym in _bound_symbols(node):
+                binder.setdefault(sym, at)
             continue
         if isinstance(node, ScatterBuffer):
             outer, red, emit = _natural(node)
@@ -293,6 +300,9 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
             producer[node.name] = len(steps) - 1
             continue
         earliest = max((producer[r] for r in node.reads if r in producer), default=0)
+        if binder:  # a node using u0 (its sizes, an index, its value) runs after u0's call
+            earliest = max([earliest, *(binder[s] for s in _symbols_used(node)
+                                        if s in binder)])
         placed = False
         for gi in range(max(earliest, len(steps) - FUSION_WINDOW, 0), len(steps)):
             group = steps[gi]
@@ -318,6 +328,25 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
             steps.append(KernelGroup(outer, red, [(node, emit)]))
             producer[node.name] = len(steps) - 1
     return _finish(lowered, steps)
+
+
+def _bound_symbols(call: ExternCall) -> list[str]:
+    """The unbacked symbols an extern call's results bind: int results (``.item()``) and
+    plain sizes of tensor results (``nonzero``'s ``[u0, 2]``; the wrapper binds a symbol
+    at its first such call)."""
+    found = [sym for _, sym in call.binds]
+    for meta in call.result_meta:
+        if meta is not None:
+            found += [s.name for s in meta[1] if isinstance(s, sympy.Symbol)]
+    return found
+
+
+def _symbols_used(node: LoopNode) -> set[str]:
+    """The size symbols ``node``'s kernel would take: in its sizes, its indexes, and as
+    values (``index u0``: ``torch.tensor(n.item())``)."""
+    outer, red, emit = _natural(node)
+    group = KernelGroup(outer, red, [(node, emit)])
+    return set(_group_kernel("symbols", group, tuple(group.build()[0].stmts)).size_args)
 
 
 def _over_horizontal_limit(node: LoopNode, group: KernelGroup,

@@ -334,11 +334,40 @@ class WrapperWriter:
             self.emit(f"    {name} = _layout({name}, {py_sizes(info.sizes)}, {strides})")
 
     def _bind_unbacked(self, out: str, sizes: tuple[Size, ...]) -> None:
-        """Bind the unbacked symbols an extern result defines (``u0 = buf3.size(0)``)."""
+        """Bind the unbacked symbols an extern result defines (``u0 = buf3.size(0)``), and
+        check them (:meth:`_check_unbacked`)."""
+        new: list[str] = []
         for d, size in enumerate(sizes):
             if isinstance(size, sympy.Symbol) and size.name not in self.bound:
                 self.bound.add(size.name)
+                new.append(size.name)
                 self.emit(f"{size.name} = {out}.size({d})")
+        self._check_unbacked(new, sizes=True)
+
+    def _check_unbacked(self, new: Sequence[str], sizes: bool = False) -> None:
+        """Test the unbacked symbols ``new``, just bound from one result, where they are
+        bound, as the interpreter does: their ranges, then every guard they complete, in
+        one inline test (a lower bound of 0 is not tested on ``sizes``); when it fails,
+        ``_check_unbacked`` raises the interpreter's ``ShapeError`` (naming the result,
+        the symbol and the range or guard)."""
+        low = self.lowered
+        tests: list[str] = []
+        for sym in new:
+            r = low.symbols.get(sym)
+            if r is not None:
+                if r.lower > 0 or not sizes:
+                    tests.append(f"{sym} >= {r.lower}")
+                if r.upper is not None:
+                    tests.append(f"{sym} <= {r.upper}")
+        for guard in low.guards:
+            used = symbolic.relation_symbols(guard.expr)
+            if used <= self.bound and used & set(new):
+                tests.append(f"({guard.expr})")
+        if not tests:
+            return
+        env = ", ".join(f"{s!r}: {s}" for s in sorted(self.bound))
+        self.emit(f"if not ({' and '.join(tests)}):  # {', '.join(new)}: range, guards")
+        self.emit(f"    _check_unbacked({{{env}}}, {', '.join(repr(s) for s in new)})")
 
     def _kernel(self, step: KernelStep, plan: StepPlan) -> None:
         k = step.kernel
@@ -474,8 +503,7 @@ class WrapperWriter:
         for index, sym in call.binds:  # int(u0): .item() used as a size
             self.bound.add(sym)
             self.emit(f"{sym} = int({call.outputs[index]})")
-            env = ", ".join(f"{s!r}: {s}" for s in sorted(self.bound))
-            self.emit(f"_check_unbacked({{{env}}}, {sym!r})  # its range, guards it completes")
+            self._check_unbacked([sym])
 
     # -- run-time checks (lowering/checks.py) -------------------------------------------
     def _error_buffer(self, allocated: set[str]) -> None:

@@ -142,15 +142,17 @@ def shape_error(binder: SymbolBinder | None) -> Callable[[list[Any]], None]:
     return fail
 
 
-def check_unbacked(binder: SymbolBinder | None) -> Callable[[dict[str, int], str], None]:
-    """The ``_check_unbacked(symbols, new)`` a wrapper calls after it binds an unbacked
-    symbol from an int result (``u0 = int(buf2)``, ``.item()``): raises the
-    :class:`~ember.runtime.ir.symbolic.ShapeError` naming the symbol's range or a guard
-    that ``new`` completes and fails."""
+def check_unbacked(binder: SymbolBinder | None) -> Callable[..., None]:
+    """The ``_check_unbacked(symbols, *new)`` a wrapper calls after it binds the unbacked
+    symbols ``new`` of one result (``u0 = int(buf2)`` from ``.item()``, ``u0 =
+    buf3.size(0)`` from ``nonzero``): raises the interpreter's
+    :class:`~ember.runtime.ir.symbolic.ShapeError` naming a symbol's range or a guard
+    that ``new`` completes and fails (``SymbolBinder.check_new_symbols``). (Older
+    wrappers call it with one symbol, after an int result only.)"""
 
-    def check(symbols: dict[str, int], new: str) -> None:
+    def check(symbols: dict[str, int], *new: str) -> None:
         if binder is not None:
-            binder.check_new_symbol(symbols, new)
+            binder.check_new_symbols(symbols, new)
 
     return check
 

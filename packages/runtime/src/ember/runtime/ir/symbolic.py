@@ -417,24 +417,29 @@ class SymbolBinder:
         for sym, site in self.unbacked.items():
             if site.node == node and site.index == index:
                 value = int(sizes[site.dim])
-                self._check_range(sym, value, f"the result of {node!r}" + (
-                    "" if site.dim == SCALAR_VALUE else f" dim {site.dim}"))
+                self._check_range(sym, value, _unbacked_origin(site))
                 env[sym] = value
                 new.add(sym)
         if new:
             self._check_guards(env, new)
 
     def check_new_symbol(self, env: Mapping[str, int], sym: str) -> None:
-        """Check the range of ``sym`` (just bound in ``env``, e.g. by a compiled
-        wrapper from an ``int(u0)`` result) and the guards it completes.
+        """:meth:`check_new_symbols` of one symbol."""
+        self.check_new_symbols(env, (sym,))
+
+    def check_new_symbols(self, env: Mapping[str, int], syms: Sequence[str]) -> None:
+        """Check the ranges of ``syms`` (just bound in ``env`` by a compiled wrapper, from
+        one result: ``u0 = buf3.size(0)``, ``u0 = int(buf2)``), then the guards they
+        complete: the checks and the messages of :meth:`bind_unbacked`.
 
         Raises:
-            ShapeError: naming the symbol and range or guard.
+            ShapeError: naming the symbol, where it is read, and range or guard.
         """
-        site = self.unbacked.get(sym)
-        where = f"symbol {sym}" if site is None else f"the result of {site.node!r}"
-        self._check_range(sym, env[sym], where)
-        self._check_guards(env, {sym})
+        for sym in syms:
+            site = self.unbacked.get(sym)
+            self._check_range(sym, env[sym],
+                              f"symbol {sym}" if site is None else _unbacked_origin(site))
+        self._check_guards(env, set(syms))
 
     def _check_range(self, sym: str, value: int, where: str) -> None:
         r = self.graph.symbols.get(sym)
@@ -477,8 +482,7 @@ class SymbolBinder:
         for s in sorted(syms):
             site = self.backed.get(s) or self.unbacked.get(s)
             origin = f" from {site}" if isinstance(site, _BackedSite) else (
-                f" from the result of {site.node!r}" + (
-                    "" if site.dim == SCALAR_VALUE else f" dim {site.dim}") if site else "")
+                f" from {_unbacked_origin(site)}" if site else "")
             values.append(f"{s}={env[s]}{origin}")
         text = f"guard {guard.expr!r} fails for {', '.join(values)}"
         if guard.source is not None:
@@ -486,6 +490,12 @@ class SymbolBinder:
             if guard.source.text:
                 text += f": {guard.source.text!r}"
         return text
+
+
+def _unbacked_origin(site: UnbackedSite) -> str:
+    """Where an unbacked symbol's value is read, as messages name it."""
+    dim = "" if site.dim == SCALAR_VALUE else f" dim {site.dim}"
+    return f"the result of {site.node!r}{dim}"
 
 
 def _sizes_text(sizes: Sequence[SymInt]) -> str:
