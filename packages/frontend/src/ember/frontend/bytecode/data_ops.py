@@ -16,7 +16,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from ember.frontend._torch import is_fake, quiet_fake_tensor_errors
+from ember.frontend._torch import data_dependent_output_types, is_fake, quiet_fake_tensor_errors
 from ember.frontend.bytecode import opcodes
 from ember.frontend.bytecode.breaks import GraphBreak
 from ember.frontend.bytecode.capture import (
@@ -354,6 +354,8 @@ class DataOps(UnsourcedOps):
             raise
         except Exception as e:
             if self.symbolic and any(is_fake_tensor(a) for a in args):
+                if self.capture is not None and isinstance(e, data_dependent_output_types()):
+                    self.capture.data_dependent = True  # x[x > 0]: capture symbolic again
                 raise self.fail(f"operator {fn.__name__} on tensors failed during capture: "
                                 f"{type(e).__name__}: {e}") from e
             raise
