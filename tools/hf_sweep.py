@@ -138,9 +138,11 @@ def _run(model: torch.nn.Module, call: Callable[..., Any], kw: dict[str, Any],
 
 
 def _build(family: str, model_type: str, class_name: str, mode: str
-           ) -> tuple[torch.nn.Module, dict[str, Any], Any]:
-    """The model, its inputs and eager's output; a default config where the shrunk one
-    fails (image/audio only). Raises what eager raised."""
+           ) -> tuple[torch.nn.Module, torch.nn.Module, dict[str, Any], Any]:
+    """The model, its twin for compiling (copied before eager's run: a model may keep
+    non-leaf tensors afterwards, which ``deepcopy`` refuses), its inputs and eager's
+    output; a default config where the shrunk one fails (image/audio only). Raises what
+    eager raised."""
     import transformers
 
     attempts = (True, False) if family in ("image", "audio") else (True,)
@@ -149,8 +151,9 @@ def _build(family: str, model_type: str, class_name: str, mode: str
             torch.manual_seed(0)
             model = getattr(transformers, class_name)(_config(model_type, shrink))
             model.train(mode == "train")
+            twin = copy.deepcopy(model)
             kw = _inputs(family, model, mode)
-            return model, kw, _run(model, model, kw, mode)
+            return model, twin, kw, _run(model, model, kw, mode)
         except Exception:
             if i == len(attempts) - 1:
                 raise
@@ -184,11 +187,10 @@ def sweep_one(family: str, model_type: str, mode: str, backend: str, rtol: float
     class_name = names[model_type] if isinstance(names[model_type], str) else names[model_type][0]
     row = Row(family, model_type, mode, "ok")
     try:
-        model, kw, ref = _build(family, model_type, class_name, mode)
+        model, twin, kw, ref = _build(family, model_type, class_name, mode)
     except Exception as e:  # noqa: BLE001 - the tiny config is the sweep's, not Ember's
         row.status, row.detail = "eager-error", f"{type(e).__name__}: {str(e)[:160]}"
         return row
-    twin = copy.deepcopy(model)
     compiled = ef.compile(twin, backend=backend)
     try:
         out = None
