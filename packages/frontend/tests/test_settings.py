@@ -110,11 +110,22 @@ def test_valid_options_of_every_stage_are_accepted() -> None:
     ({"fullgraph": None}, ValueError, "fullgraph=None"),
     ({"dynamic": "auto"}, ValueError, "dynamic='auto': expected None, True or False"),
     ({"dynamic": 1}, ValueError, "dynamic=1: expected None, True or False"),
+    ({"disable": "no"}, ValueError, "disable='no': expected True or False"),
+    ({"disable": True, "mode": "bogus"}, ValueError, "unknown mode 'bogus'"),
 ])
 def test_flags_are_checked(kwargs: dict[str, Any], error: type[Exception],
                            message: str) -> None:
     with pytest.raises(error, match=message):
         ef.compile(add_one, backend="eager", **kwargs)
+
+
+def test_disable_returns_the_function_or_module_uncompiled() -> None:
+    # torch.compile(..., disable=True): the same object back, in every calling form
+    module = torch.nn.Linear(2, 2)
+    assert ef.compile(add_one, disable=True) is add_one
+    assert ef.compile(module, backend="eager", disable=True) is module
+    assert ef.compile(backend="eager", disable=True)(add_one) is add_one
+    assert ef.compile(add_one, disable=False) is not add_one
 
 
 @pytest.mark.parametrize("capture", ["strict", "trace"])

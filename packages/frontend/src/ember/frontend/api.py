@@ -61,6 +61,7 @@ class CompiledModule(torch.nn.Module):
 def compile(
     fn_or_module: None = None, *, backend: str = ..., mode: str | None = ...,
     fullgraph: bool = ..., dynamic: bool | None = ..., options: dict[str, Any] | None = ...,
+    disable: bool = ...,
 ) -> Callable[[Callable[..., Any]], Any]: ...
 
 
@@ -68,6 +69,7 @@ def compile(
 def compile(
     fn_or_module: Callable[..., Any], *, backend: str = ..., mode: str | None = ...,
     fullgraph: bool = ..., dynamic: bool | None = ..., options: dict[str, Any] | None = ...,
+    disable: bool = ...,
 ) -> Any: ...
 
 
@@ -79,6 +81,7 @@ def compile(
     fullgraph: bool = False,
     dynamic: bool | None = None,
     options: dict[str, Any] | None = None,
+    disable: bool = False,
 ) -> Any:
     """Compile a function or ``nn.Module`` with Ember, like ``torch.compile``.
 
@@ -116,6 +119,9 @@ def compile(
             reasons allowed (non-empty strings, each a part of a reason); other keys go to
             the backend's stages, which declare the keys they read (e.g. inductor's
             ``strict``, ``eager_random``; aot's ``aot.*``).
+        disable: True returns ``fn_or_module`` itself, uncompiled (as
+            ``torch.compile(..., disable=True)``); the other arguments are still
+            checked.
 
     Returns:
         A callable with ``.stats`` (:class:`CompileStats`) and ``.reset()``; a
@@ -132,11 +138,13 @@ def compile(
     if fn_or_module is None:
         def decorate(fn: Callable[..., Any]) -> Any:
             return compile(fn, backend=backend, mode=mode, fullgraph=fullgraph,
-                           dynamic=dynamic, options=options)
+                           dynamic=dynamic, options=options, disable=disable)
         return decorate
     _check_backend(backend)
     check_mode(mode, backend)
     _check_flags(fullgraph, dynamic)
+    if not isinstance(disable, bool):
+        raise ValueError(f"disable={disable!r}: expected True or False")  # noqa: TRY004
     if options is not None and not isinstance(options, Mapping):
         raise ValueError(f"options={options!r}: expected a dict or None")
     capture = (options or {}).get("capture", capture_modes.DEFAULT_CAPTURE_MODE)
@@ -147,6 +155,8 @@ def compile(
     backend_options = _checked_options(backend, options, getattr(factory, "options", None))
     _check_allow_breaks(backend_options, capture, fullgraph)
     backend_options.pop("capture", None)
+    if disable:
+        return fn_or_module
     module = module_of(fn_or_module)
     request = CompileRequest(fn_or_module, module, backend, mode, fullgraph, dynamic,
                              backend_options)
