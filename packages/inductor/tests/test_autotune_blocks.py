@@ -262,6 +262,20 @@ def test_max_autotune_compiles_runs_and_a_warm_process_times_nothing(
     assert again.files == compiled.files  # the same choices: the same kernels
 
 
+def test_a_program_with_nothing_to_tune_says_so(cache_root: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # C++ kernels (CPU tensors) are not tuned: max-autotune changes nothing, and says so
+    program = trace(_layer, [torch.randn(16, 40), torch.randn(24, 40)])
+    capsys.readouterr()
+    with patch(logs=frozenset({"autotune"})):
+        compiled = compile_program(program, {"precompile": False, "mode": MODE})
+    assert compiled.metadata["autotune"] == {"benchmarked": 0, "cached": 0, "failed": 0,
+                                             "defaulted": 0}
+    err = capsys.readouterr().err
+    assert f"[ember.autotune] mode={MODE!r}: no kernel of this program has candidates" in err
+    assert "compiled as the default mode would" in err
+
+
 def test_the_default_mode_does_not_autotune(cache_root: Path) -> None:
     compiled, _ = _compile(trace(_layer, [torch.randn(16, 40), torch.randn(24, 40)]))
     assert "autotune" not in compiled.metadata

@@ -173,7 +173,14 @@ def compile_program(program: Program, options: dict[str, Any] | None = None) -> 
     with autotuning(tune), precision_casts(bool(options.get("emulate_precision_casts"))):
         out = _compile_program(program, options)
         if tune:
-            out.metadata["autotune"] = tuning_report().to_json()
+            report = tuning_report()
+            out.metadata["autotune"] = report.to_json()
+            if not (report.benchmarked or report.cached or report.failed):
+                # NOTE: never silently the default: say why the mode changed nothing
+                log("autotune", f"mode={options.get('mode')!r}: no kernel of this program "
+                    "has candidates to time (C++ kernels for CPU tensors are not tuned "
+                    "and CPU matmuls call ATen; Triton kernels under 65536 elements keep "
+                    "their heuristic blocks): compiled as the default mode would")
     return out
 
 
