@@ -15,6 +15,10 @@ A dimension is symbolic when
   of that code (:class:`DynamicPolicy`); never a parameter's or buffer's;
 - with ``dynamic=False``, only marked dimensions (no automatic dynamic).
 
+In the strict capture, automatic dynamic also frees the *layout* of an input that moved
+in memory between captures (its storage offset, the strides of its size-1 dims: a row
+of a ``nonzero`` result iterated after a break): :mod:`ember.frontend.free_layouts`.
+
 Sizes 0 and 1 always specialise (a symbol's range starts at 2), as in torch.
 """
 
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import torch
 from ember.frontend.bytecode.sources import ModuleMemberSource
 from ember.frontend.bytecode.symbolic_ints import IntCarrierSource
+from ember.frontend.free_layouts import layout_change
 from ember.frontend.guard_model import Guard, Source, size_only_change
 from ember.runtime.ir import InputSpec
 from ember.runtime.logs import log
@@ -140,17 +145,18 @@ class DynamicDim(NamedTuple):
 
 def dims_of(source: Source, t: torch.Tensor, user_input: bool, policy: DynamicPolicy,
             explicit: Mapping[int, tuple[int, int | None]] | None = None,
-            ) -> dict[int, DynamicDim]:
+            free: bool = False) -> dict[int, DynamicDim]:
     """The symbolic dimensions of input ``t`` read from ``source``, with their ranges.
     ``user_input``: not a parameter or buffer (those are static unless marked);
-    ``explicit``: the ranges ``capture(..., dynamic_shapes=...)`` gave for ``t``."""
+    ``explicit``: the ranges ``capture(..., dynamic_shapes=...)`` gave for ``t``;
+    ``free``: ``t`` is added with a free layout (:mod:`ember.frontend.free_layouts`)."""
     marks = marks_of(t)
     dims: dict[int, DynamicDim] = {}
     # NOTE: a tensor dense but for the strides of its size-1 dims (a slice of a
     # parameter, `pos[:, :1]`, strides (136, 8, 1), live across a break) is made a fake
     # by torch with a stride symbol of its own, which the graph cannot bind: it is
     # symbolic only where asked for (views the recorder sees as views are fine)
-    derivable = not _size_one_strides_only(t)
+    derivable = free or not _size_one_strides_only(t)  # a free layout's fake is dense
     automatic = policy.automatic.get(source, ()) if derivable else ()
     for d in range(t.dim()):
         mark = marks.get(d)
@@ -227,6 +233,10 @@ class DynamicPolicy:
     #: changed between captures becomes an :class:`IntCarrierSource` input, its dim 0
     #: in :attr:`automatic`)
     ints: bool = False
+    #: whether inputs may get free layouts (the strict capture), and those that have one:
+    #: a tensor that moved in memory between captures (:mod:`.free_layouts`)
+    layouts: bool = False
+    free_layouts: set[Source] = field(default_factory=set)
 
     def symbolic_int(self, source: Source) -> bool:
         """Whether the int read from ``source`` is symbolic (:meth:`_note_int`)."""
@@ -269,6 +279,29 @@ class DynamicPolicy:
         log("dynamic", f"symbolic ints off for {name} (its ints are static again): {reason}")
         return True
 
+    def refuse_layouts(self, reason: str, name: str) -> None:
+        """After a capture that read a free layout (:mod:`.free_layouts`): exact layouts
+        for this function from now on."""
+        self.free_layouts.clear()
+        self.layouts = False
+        log("dynamic", f"free layouts off for {name} (inputs keep their exact storage "
+            f"offsets and strides): {reason}")
+
+    def _note_layout(self, guard: Guard, actual: Any, name: str) -> bool:
+        """Free the layout of the input ``guard`` read when it moved in memory
+        (:func:`.free_layouts.layout_change`); True when it is new."""
+        source = guard.source
+        if (not self.layouts or source is None or source in self.free_layouts
+                or _module_state(source)):
+            return False
+        moved = layout_change(guard, actual)
+        if moved is None:
+            return False
+        self.free_layouts.add(source)
+        log("dynamic", f"automatic: {source.expr()} moved in memory ({moved}) in {name}, "
+            "recompiling with its layout free")
+        return True
+
     def _note_int(self, guard: Guard, actual: Any, name: str) -> bool:
         """Mark the int that ``guard`` read symbolic when it changed to another
         non-negative int (:attr:`ints`); True when it is new."""
@@ -291,11 +324,16 @@ class DynamicPolicy:
         between two captures of the same code is taken to vary (a per-expert loop body
         after a break sees another expert's index and another token count at once).
         Likewise a non-negative int read by an ``equals`` guard that changed to another
-        (:meth:`_note_int`). True when a dimension or an int is new."""
-        if self.dynamic is not None or not failed:
+        (:meth:`_note_int`), and an input that moved in memory (:meth:`_note_layout`,
+        also under ``dynamic=True``). True when a dimension, an int or a layout is new."""
+        if self.dynamic is False or not failed:
             return False
-        changes: list[tuple[Source, int, int, int]] = []
         new = False
+        for guard, actual in failed:
+            new = self._note_layout(guard, actual, name) or new
+        if self.dynamic is not None:
+            return new
+        changes: list[tuple[Source, int, int, int]] = []
         for guard, actual in failed:
             changes.extend(c for c in size_only_change(guard, actual) or ()
                            if not _module_state(c[0]))

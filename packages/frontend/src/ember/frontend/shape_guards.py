@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from ember.frontend._torch import pinning_source
 from ember.frontend.dynamic import DynamicDim, DynamicDimError
+from ember.frontend.free_layouts import free_guard
 from ember.frontend.guard_model import Guard, Source, tensor_guard
 from ember.frontend.size_guards import RelationSource, SizeSource, SymbolicTensor, names_in
 from ember.runtime.ir import Graph, SourceLocation, TensorMeta
@@ -38,6 +39,7 @@ class SymbolicInput:
     tensor: torch.Tensor
     origin: SourceLocation | None = None
     fake: torch.Tensor | None = None
+    free: bool = False  # a free-layout input (:mod:`.free_layouts`)
 
 
 def _meta(graph: Graph, name: str) -> TensorMeta:
@@ -69,16 +71,17 @@ def input_guards(graph: Graph, inputs: Sequence[SymbolicInput]) -> list[Guard]:
     relations: list[Guard] = []
     for inp in inputs:
         meta = metas[inp.name]
-        if not _is_symbolic(meta):
+        if not _is_symbolic(meta) and not inp.free:
             guards.append(_with_origin(tensor_guard(inp.source, inp.tensor), inp.origin))
             continue
         used: dict[str, Source] = {}
         for value in (*meta.sizes, *meta.strides, meta.storage_offset):
             if isinstance(value, str):
                 used.update((n, _bound(bound, n, inp)) for n in names_in(value))
-        guards.append(Guard("symbolic_tensor", inp.source, SymbolicTensor(
-            meta.dtype, meta.sizes, meta.strides, meta.device, meta.requires_grad,
-            meta.storage_offset, tuple(used.items()), type(inp.tensor)), inp.origin))
+        guards.append(free_guard(inp.source, meta, used, inp.origin) if inp.free else Guard(
+            "symbolic_tensor", inp.source, SymbolicTensor(
+                meta.dtype, meta.sizes, meta.strides, meta.device, meta.requires_grad,
+                meta.storage_offset, tuple(used.items()), type(inp.tensor)), inp.origin))
         for d, size in enumerate(meta.sizes):
             here = SizeSource(inp.source, d)
             if not isinstance(size, str):

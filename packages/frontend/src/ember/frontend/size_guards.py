@@ -89,14 +89,15 @@ class RelationSource(Source):
 class SymbolicTensor:
     """What a ``symbolic_tensor`` guard expects of a tensor input with symbolic sizes:
     sizes, strides and storage offset are ints or IR size expressions (``"s0*8"``) over
-    the symbols in ``symbols`` (name -> the :class:`SizeSource` that binds it)."""
+    the symbols in ``symbols`` (name -> the :class:`SizeSource` that binds it); a stride
+    or the offset None is not checked (a free-layout input: :mod:`.free_layouts`)."""
 
     dtype: torch.dtype
     sizes: tuple[int | str, ...]
-    strides: tuple[int | str, ...]
+    strides: tuple[int | str | None, ...]
     device: torch.device
     requires_grad: bool
-    offset: int | str
+    offset: int | str | None
     symbols: tuple[tuple[str, Source], ...]
     cls: type = torch.Tensor  # the exact type (isinstance of a subclass is code's branch)
 
@@ -128,13 +129,25 @@ def _value_code(w: CodeWriter, value: int | str, symbols: dict[str, Source]) -> 
     return f"({_renamed(value, lambda n: w.ref(symbols[n]))})"
 
 
-def _value_shown(value: int | str, symbols: dict[str, Source]) -> str:
+def _value_shown(value: int | str | None, symbols: dict[str, Source]) -> str:
+    if value is None:
+        return "*"  # not checked (a free layout)
     if isinstance(value, int):
         return str(value)
     return _renamed(value, lambda n: symbols[n].expr() if n in symbols else n)
 
 
-def _tuple_shown(values: tuple[int | str, ...], symbols: dict[str, Source]) -> str:
+def _strides_code(w: CodeWriter, v: str, strides: tuple[int | str | None, ...],
+                  symbols: dict[str, Source]) -> str:
+    """The check of ``v``'s strides; those that are None are not checked."""
+    if all(s is not None for s in strides):
+        items = ", ".join(_value_code(w, s, symbols) for s in strides if s is not None)
+        return f"{v}.stride() == ({items}{',' if len(strides) == 1 else ''})"
+    return " and ".join([f"{v}.stride({index_code(d)}) == {_value_code(w, s, symbols)}"
+                         for d, s in enumerate(strides) if s is not None] or ["True"])
+
+
+def _tuple_shown(values: tuple[int | str | None, ...], symbols: dict[str, Source]) -> str:
     items = ", ".join(_value_shown(v, symbols) for v in values)
     return f"({items},)" if len(values) == 1 else f"({items})"
 
@@ -151,9 +164,9 @@ def _symbolic_tensor_check(w: CodeWriter, g: Guard) -> str:
              f"{v}.requires_grad is {bool(e.requires_grad)}"]
     parts += [f"{shape}[{index_code(i)}] == {index_code(s)}"
               for i, s in enumerate(e.sizes) if isinstance(s, int)]
-    strides = ", ".join(_value_code(w, s, symbols) for s in e.strides)
-    parts.append(f"{v}.stride() == ({strides}{',' if len(e.strides) == 1 else ''})")
-    parts.append(f"{v}.storage_offset() == {_value_code(w, e.offset, symbols)}")
+    parts.append(_strides_code(w, v, e.strides, symbols))
+    if e.offset is not None:
+        parts.append(f"{v}.storage_offset() == {_value_code(w, e.offset, symbols)}")
     return " and ".join(parts)
 
 
@@ -161,10 +174,11 @@ def _symbolic_tensor_describe(g: Guard) -> str:
     where, e = g.where(), g.expected
     symbols = dict(e.symbols)
     sizes, strides = (_tuple_shown(values, symbols) for values in (e.sizes, e.strides))
+    offset = ("its storage offset free" if e.offset is None
+              else f"{where}.storage_offset() == {_value_shown(e.offset, symbols)}")
     return (f"{where}.dtype == {e.dtype} and {where}.shape == {sizes} and "
             f"{where}.stride() == {strides} and {where}.device == {e.device} and "
-            f"{where}.requires_grad == {e.requires_grad} and "
-            f"{where}.storage_offset() == {_value_shown(e.offset, symbols)}")
+            f"{where}.requires_grad == {e.requires_grad} and {offset}")
 
 
 def _symbolic_tensor_explain(g: Guard, actual: Any) -> str:

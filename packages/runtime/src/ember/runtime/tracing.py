@@ -58,24 +58,16 @@ What gets recorded, and how:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Self
 
 import torch
 from ember.runtime.custom_ops import missing_fake_kernel
-from ember.runtime._torch import (
-    FakeTensorMode,
-    ShapeEnv,
-    TorchDispatchMode,
-    heuristics_unguarded,
-    is_fake,
-    is_op_overload,
-    make_shape_env,
-    op_schema,
-    symbolic_meta_kernels,
-    unset_fake_temporarily,
-)
+from ember.runtime._torch import (FakeTensorMode, ShapeEnv, TorchDispatchMode,
+                                  heuristics_unguarded, is_fake, is_op_overload, make_shape_env,
+                                  op_schema, symbolic_meta_kernels, unset_fake_temporarily)
 from ember.runtime.ir import (
     Argument,
     Graph,
@@ -199,6 +191,15 @@ class GraphRecorder:
         """True while the recorder's own unrecorded ops run (making an input's fake)."""
         return self._paused > 0
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Run ops that make an input's fake (not recorded; :attr:`converting`)."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
     @property
     def shape_env(self) -> ShapeEnv | None:
         """The ShapeEnv of a dynamic recorder (None for a static one)."""
@@ -247,11 +248,8 @@ class GraphRecorder:
                                  "GraphRecorder(dynamic=True)")
         if spec.name in self._names:
             raise RecordingError(f"input name {spec.name!r} is used twice")
-        self._paused += 1
-        try:
+        with self.paused():
             fake = self.symbols.meta_fake(meta, symbols)
-        finally:
-            self._paused -= 1
         self._add_placeholder(fake, meta, spec)
         return fake
 
@@ -510,15 +508,12 @@ class GraphRecorder:
             if getattr(tensor, "fake_mode", None) is not self.fake_mode:
                 raise RecordingError(f"{what} is a fake tensor of another FakeTensorMode")
             return tensor
-        self._paused += 1
-        try:
+        with self.paused():
             if self.symbols is None:
                 return self.fake_mode.from_tensor(tensor)
             if dynamic_dims:
                 return self.symbols.fake_of(tensor, what, dynamic_dims)
             return self.symbols.static_fake(tensor, what)
-        finally:
-            self._paused -= 1
 
     def _meta_of(self, result: Any, target: str) -> Meta:
         if isinstance(result, (tuple, list)):

@@ -36,13 +36,9 @@ from ember.frontend.bytecode.sources import (
     Source,
 )
 from ember.frontend.bytecode.symbolic_ints import symbolic_int
-from ember.frontend.dynamic import (
-    DynamicDim,
-    DynamicPolicy,
-    add_input,
-    asked_when_aliased,
-    dims_of,
-)
+from ember.frontend.dynamic import (DynamicDim, DynamicPolicy, add_input, asked_when_aliased,
+                                    dims_of)
+from ember.frontend.free_layouts import FreeInputs, add_free_input
 from ember.frontend.shape_guards import SymbolicInput
 from ember.frontend.tensor_subclasses import overriding_subclass
 from ember.runtime.ir import InputKind, InputSpec, SourceLocation
@@ -114,6 +110,7 @@ class CaptureContext:
     policy: DynamicPolicy = field(default_factory=lambda: DynamicPolicy(False))
     symbolic_inputs: list[tuple[SymbolicInput, dict[int, DynamicDim]]] = field(
         default_factory=list)
+    free_layouts: FreeInputs = field(default_factory=FreeInputs)  # (free_layouts.py)
     # a marked tensor, or an op with a data-dependent output size, was met by a capture
     # without symbolic shapes: capture again with them
     missed_marks: bool = False
@@ -145,12 +142,13 @@ class CaptureContext:
         self.recorder.__exit__(*exc)
 
     def _add_input(self, value: torch.Tensor, spec: InputSpec,
-                   dims: dict[int, DynamicDim] | None = None) -> torch.Tensor:
+                   dims: dict[int, DynamicDim] | None = None, free: bool = False) -> torch.Tensor:
+        add = add_free_input if free else add_input
         if not self.recording:
-            return add_input(self.recorder, value, spec, dims)
+            return add(self.recorder, value, spec, dims)
         self.recorder.__exit__(None, None, None)
         try:
-            return add_input(self.recorder, value, spec, dims)
+            return add(self.recorder, value, spec, dims)
         finally:
             self.recorder.__enter__()
 
@@ -248,16 +246,19 @@ class CaptureContext:
             return value  # recorded as a constant by the recorder
         kind, target = _input_kind(value, source)
         name = self._input_name(source)
-        dims = dims_of(source, value, not _module_state(value, source), self.policy)
+        user = not _module_state(value, source)
+        free = self.free_layouts.admit(self.policy, source, value, user, self.inputs)
+        dims = dims_of(source, value, user, self.policy, free=free)
         dims = asked_when_aliased(dims, value, (real for _, real in self.inputs))
         if dims and self.recorder.shape_env is None:
             self.missed_marks = True  # only marks ask for symbols in a static capture
             dims = {}
-        fake = self._add_input(value, InputSpec(name, kind, target), dims)
-        if dims:  # guarded after the graph (shape_guards), when its sizes are known
+        fake = self._add_input(value, InputSpec(name, kind, target), dims, free)
+        self.free_layouts.inputs += [(value, fake)] if free else []
+        if dims or free:  # guarded after the graph (shape_guards), when its sizes are known
             origin = self.guards.locate() if self.guards.locate is not None else None
             self.symbolic_inputs.append(
-                (SymbolicInput(name, source, value, origin, fake), dims))
+                (SymbolicInput(name, source, value, origin, fake, free), dims))
         else:
             self.guards.add(tensor_guard(source, value))
         self.inputs.append((source, value))

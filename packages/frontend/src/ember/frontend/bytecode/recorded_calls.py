@@ -30,6 +30,7 @@ from ember.frontend.bytecode.escape import is_nonstrict
 from ember.frontend.bytecode.frame import location_of
 from ember.frontend.bytecode.grad_mode import CALL_TURNED_GRAD_ON, program_call
 from ember.frontend.custom_functions import function_in_call, recorded_break_reason
+from ember.frontend.free_layouts import note_read
 from ember.frontend.guard_model import GLOBAL_STATE_QUERIES
 from ember.frontend.symbolic_calls import call_rewritten, symbolic_calls
 from ember.frontend.trace_watch import PythonWatch, watched_python
@@ -146,6 +147,7 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
         raise interp.fail("Tensor.__deepcopy__ of a tensor of the graph",
                           "use copy.deepcopy(t) or t.clone()")
     interp.capture.pin([getattr(fn, "__self__", None), *args, *kwargs.values()])
+    note_read(interp.capture, name, fn, args)  # a free layout's stride or offset
     nodes = interp.capture.recorder.graph.nodes
     recorded = len(nodes)
     watch = PythonWatch()

@@ -49,6 +49,7 @@ from ember.frontend.bytecode.sources import (
 )
 from ember.frontend.bytecode.state import StateBuilder
 from ember.frontend.dynamic import DynamicPolicy
+from ember.frontend.free_layouts import FreeLayoutsRefused
 from ember.frontend.inference_outputs import inference_outputs
 from ember.frontend.shape_guards import install_shape_guards
 from ember.runtime.ir import Program, SourceLocation
@@ -96,6 +97,23 @@ def capture_segment(
             (unless the policy says ``dynamic=False``) an op has a data-dependent size.
         ember.frontend.dynamic.DynamicDimError: a dimension marked dynamic was
             specialised by the program.
+    """
+    try:
+        return _capture_once(state, ctx, break_calls, compile_graph, policy, symbolic,
+                             empty_runs_eagerly)
+    except FreeLayoutsRefused:  # (the policy turned them off): exact layouts this time
+        return _capture_once(state, ctx, break_calls, compile_graph, policy, symbolic,
+                             empty_runs_eagerly)
+
+
+def _capture_once(state: FrameState, ctx: FunctionContext, break_calls: dict[int, BreakInfo],
+                  compile_graph: Callable[[Program], Callable[[list[Any]], list[Any]]],
+                  policy: DynamicPolicy | None, symbolic: bool,
+                  empty_runs_eagerly: bool) -> Segment:
+    """:func:`capture_segment`, once.
+
+    Raises:
+        FreeLayoutsRefused: a free-layout input's layout was read (capture again).
     """
     cap = CaptureContext(recorder=GraphRecorder(dynamic=True) if symbolic else GraphRecorder(),
                          policy=policy or DynamicPolicy(False))
@@ -154,6 +172,7 @@ def capture_segment(
                     break
         if cap.missed_marks:
             raise NeedsSymbolicShapes
+        cap.free_layouts.check(cap.policy, ctx.code.co_qualname)
         if unhandled:
             assert info is not None
             cap.finish_guards()
@@ -189,6 +208,7 @@ def capture_segment(
         replays += builder.made_tensor_replays()
         no_grad = tracker.no_grad_nodes()
         program = cap.recorder.finish(builder.outputs)
+        cap.free_layouts.check(cap.policy, ctx.code.co_qualname, program, cap.inputs)
         if cap.symbolic_inputs:
             install_shape_guards(program.forward, cap.symbolic_inputs, cap.guards.add,
                                  cap.recorder.shape_env)

@@ -131,7 +131,7 @@ class StrictFunction(CaptureCacheUse):
         self._is_callee = False  # called from code run eagerly (segment: empty_runs_eagerly)
         self._forwards: dict[Any, StrictFunction] = {}  # forward replaced: _replaced
         self._capture_cache: CaptureCache | None = None
-        self._policy = DynamicPolicy(request.dynamic, ints=True)
+        self._policy = DynamicPolicy(request.dynamic, ints=True, layouts=True)
         # an input was marked dynamic, or an op has a data-dependent size: every later
         # capture of this function records with symbolic shapes
         self._saw_marks = False
@@ -174,7 +174,7 @@ class StrictFunction(CaptureCacheUse):
         self._eager_points = set()
         self._callees = {}
         self._forwards = {}
-        self._policy = DynamicPolicy(self.request.dynamic, ints=True)
+        self._policy = DynamicPolicy(self.request.dynamic, ints=True, layouts=True)
         self._saw_marks = False
         self._last_hit = {}
 
