@@ -23,7 +23,7 @@ SLICE: dict[str, set[str]] = {
     "median": {"fallback"},
     "kthvalue": {"fallback"},
     "cummax": {"fallback"},
-    "erfinv": {"fallback"},
+    "erfinv": {"lowered"},
     "nonzero": {"fallback"},
     "complex": {"fallback"},
     "diff": {"decomposed", "fallback"},
