@@ -5,8 +5,10 @@ Ember's own (:mod:`ember.aot.decompositions`) nor a CompositeImplicitAutograd ke
 can decompose (``median``, ``kthvalue``, ``cummax``, ...) stays one call. The stage
 declares these ops in ``program.metadata["aot"]["extern_ops"]``
 (:class:`ember.runtime.ir.contracts.AotMetadata`); the core-functional
-verifier accepts a non-mutating non-Core op only when so declared, and backends run it as
-an extern call to eager ATen (the inductor counts it in ``metadata["fallbacks"]``).
+verifier accepts a non-mutating non-Core op only when so declared. A backend lowers it
+if it has a rule for it (the inductor: ``lgamma``, ``digamma``, ``erfinv``, ...) or runs
+it as an extern call to eager ATen (the inductor counts those in
+``metadata["fallbacks"]`` and logs them itself).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def declare_extern_ops(program: Program) -> None:
         why = ("is kept whole by its decomposition: " + "; ".join(reasons[target])
                if target in reasons else "has no decomposition to Core ATen")
         log("fallbacks", f"aot: {target} {why}; "
-                         f"{count} call(s) stay whole and run as extern (eager ATen) calls")
+                         f"{count} call(s) stay whole for the backend (which lowers them or "
+                         "runs them as extern eager ATen calls)")
     aot = AotMetadata.from_program(program) or AotMetadata()
     dataclasses.replace(aot, extern_ops=tuple(sorted(found))).write_to(program)
