@@ -273,7 +273,7 @@ def test_triton_kernel_calls_libdevice_on_a_gpu() -> None:
     [entry] = graph["kernels"]
     spec = spec_from_entry(entry, compiled.files)
     for name in ("hypot", "erfinv", "lgamma"):
-        assert f"r = libdevice.{name}(" in spec.source, name
+        assert f"libdevice.{name}(" in spec.source, name
     ttir = compile_for_target(spec).asm["ttir"]  # before libdevice is linked and inlined
     for symbol in ("__nv_erfinvf", "__nv_lgammaf", "__nv_hypotf"):
         assert f'symbol = "{symbol}"' in ttir, symbol

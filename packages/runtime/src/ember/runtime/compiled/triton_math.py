@@ -67,6 +67,17 @@ def _erfc(x: np.ndarray) -> np.ndarray:
     return result
 
 
+def _with_torch(name: str) -> Callable[[np.ndarray], np.ndarray]:
+    """``torch.special.<name>`` on an array (eager's CPU kernel: erfinv, lgamma)."""
+    def fn(x: np.ndarray) -> np.ndarray:
+        import torch
+
+        result: np.ndarray = getattr(torch.special, name)(torch.from_numpy(np.array(x))).numpy()
+        return result
+
+    return fn
+
+
 def _namespace() -> types.SimpleNamespace:
     return types.SimpleNamespace(
         expm1=_unary(np.expm1),
@@ -83,9 +94,12 @@ def _namespace() -> types.SimpleNamespace:
         acosh=_unary(np.arccosh),
         atanh=_unary(np.arctanh),
         erfc=_unary(_erfc),
+        erfinv=_unary(_with_torch("erfinv")),
+        lgamma=_unary(_with_torch("gammaln")),
         nearbyint=_unary(np.rint),
         trunc=_unary(np.trunc),
         atan2=_binary(np.arctan2),
+        hypot=_binary(np.hypot),
         fmod=_binary(np.fmod),
         pow=_binary(np.power),
     )
