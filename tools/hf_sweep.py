@@ -76,8 +76,9 @@ class _Timeout(Exception):
 
 
 def _shrink(config: Any, shrink: bool) -> None:
-    """Set :data:`SMALL`'s keys (``shrink``) and zero every dropout of ``config`` and of
-    the configs nested in it (a multimodal model's ``text_config``: Fuyu's default
+    """Set :data:`SMALL`'s keys (``shrink``) and zero every dropout and jitter (random
+    noise: a compiled model draws other numbers than eager) of ``config`` and of the
+    configs nested in it (a multimodal model's ``text_config``: Fuyu's default
     text model alone is 36 layers of 4096, which ran out of the machine's memory)."""
     from transformers import PretrainedConfig
 
@@ -88,7 +89,7 @@ def _shrink(config: Any, shrink: bool) -> None:
             except (AttributeError, ValueError, TypeError):
                 pass  # a derived or validated field: the default stays
     for key, value in list(vars(config).items()):
-        if "drop" in key and isinstance(value, float):
+        if ("drop" in key or "jitter" in key) and isinstance(value, float):
             setattr(config, key, 0.0)
         elif isinstance(value, PretrainedConfig):
             _shrink(value, shrink)
