@@ -292,6 +292,23 @@ def test_copy_back_does_not_attach_buffers_to_autograd() -> None:
     assert not buf.requires_grad and buf.grad_fn is None
 
 
+def test_copy_back_gives_a_written_user_input_the_new_values_history() -> None:
+    """An accumulator that required no grad, written in place with a value that does
+    (``acc.add_(x)``: an MoE's ``final.index_add_`` after a graph break), requires grad
+    afterwards with the value's history, as eager's in-place op gives it."""
+    pb = ProgramBuilder()
+    x = pb.input(torch.randn(3), name="x")
+    acc = pb.input(torch.randn(3), name="acc")
+    new_acc = pb.call("aten::add.Tensor", acc, x)
+    program = pb.finish(new_acc, kinds=[OutputSpec(OutputKind.MUTATED_INPUT, "acc")])
+    x = torch.randn(3, requires_grad=True)
+    acc = torch.zeros(3)
+    ProgramCallable(program)([x, acc])
+    assert acc.requires_grad and acc.grad_fn is not None
+    (acc * 2).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+
+
 def test_a_symbolic_aliased_output_is_a_view_at_every_size() -> None:
     """An ALIASED_OUTPUT whose layout is an expression over the size symbols is rebuilt
     as the view eager gives, for each call's sizes."""

@@ -60,6 +60,7 @@ __all__ = [
     "check_symbolic",
     "is_fake",
     "is_view",
+    "view_base",
     "marked_constant",
     "numpy_layer",
     "pinning_source",
@@ -273,6 +274,12 @@ def numpy_layer() -> Any:
 def is_view(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a view of another tensor (shares its storage)."""
     return bool(tensor._is_view())
+
+
+def view_base(tensor: torch.Tensor) -> torch.Tensor | None:
+    """The tensor ``tensor`` is a view of (autograd's ``_base``), or None."""
+    base = tensor._base
+    return base if isinstance(base, torch.Tensor) else None
 
 
 def fake_tensor_limitation_types() -> tuple[type[BaseException], ...]:

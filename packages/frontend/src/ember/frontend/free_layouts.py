@@ -18,7 +18,10 @@ its size-1 dims get the strides a contiguous tensor has (below rank 4 only: a 4-
 tensor's size-1 strides steer memory-format inference, so they stay exact). Its guard
 (``symbolic_tensor``, :func:`free_guard`) checks every other stride but neither the
 offset nor those strides. Only a plain tensor (not a parameter, buffer or subclass; a
-slice of a parameter is a plain tensor) qualifies.
+slice of a parameter is a plain tensor) qualifies. A whole ``detach()``-style view of a
+tensor the graph does not have (:func:`_whole_alias`) gets a free layout from its first
+capture: its fake would be a view of a base no input stands for, which autograd reads
+(``as_strided``) when the graph writes it in place with a value that requires grad.
 
 Where the layout could still reach a value, the function is captured again with exact
 layouts, for good (``DynamicPolicy.refuse_layouts``, :class:`FreeLayoutsRefused`): the
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from ember.frontend._torch import view_base
 from ember.frontend.guard_model import Guard, Source
 from ember.frontend.size_guards import SymbolicTensor
 from ember.runtime.ir import (Graph, InputSpec, Program, SourceLocation, TensorMeta, ValueRef,
@@ -106,6 +110,17 @@ def _normalised_strides(t: torch.Tensor) -> list[int]:
     return strides
 
 
+def _whole_alias(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a view of a tensor with its own sizes, strides and offset (a
+    ``detach()``: the runtime gives an output that no gradient reaches as one). Its fake
+    would be a view of a base the graph does not have, which an in-place write with
+    autograd reads (``as_strided``, a graph break): a free-layout fake has none."""
+    base = view_base(t)
+    return base is not None and (base.shape, base.stride(), base.storage_offset(),
+                                 base.dtype) == (t.shape, t.stride(), t.storage_offset(),
+                                                 t.dtype)
+
+
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` and ``b`` may share bytes (their byte ranges in one storage meet)."""
     if a.numel() == 0 or b.numel() == 0:
@@ -161,8 +176,9 @@ class FreeInputs:
         a parameter or buffer; ``earlier``: the capture's inputs so far, with their
         sources). Inputs that share bytes with a free one are noted (:meth:`check`)."""
         self.overlaps += [(real, value) for real, _ in self.inputs if _overlap(real, value)]
-        free = (user and source in policy.free_layouts and type(value) is torch.Tensor
-                and value.layout == torch.strided and value.numel() > 0)
+        free = (user and type(value) is torch.Tensor and value.layout == torch.strided
+                and value.numel() > 0 and policy.layouts
+                and (source in policy.free_layouts or _whole_alias(value)))
         if free:  # (the graph must not write either: check)
             self.overlaps += [(value, other) for _, other in earlier if _overlap(value, other)]
         return free
@@ -227,7 +243,15 @@ def add_free_input(recorder: GraphRecorder, value: torch.Tensor, spec: InputSpec
         with recorder.fake_mode:
             stand_in = torch.empty_strided(sizes, strides, dtype=value.dtype,
                                            device=value.device)
-        stand_in.requires_grad_(value.requires_grad)
+            if value.requires_grad and not value.is_leaf:
+                # NOTE: with autograd history, as the real one (not a leaf, which an
+                # in-place op may not write): a copy of a leaf, in its own layout
+                leaf = torch.empty_strided(sizes, strides, dtype=value.dtype,
+                                           device=value.device).requires_grad_(True)
+                with torch.enable_grad():
+                    stand_in = stand_in.copy_(leaf)
+            else:
+                stand_in.requires_grad_(value.requires_grad)
     return recorder.add_input(stand_in, spec)
 
 

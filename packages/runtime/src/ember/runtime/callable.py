@@ -36,7 +36,8 @@ from ember.runtime.autograd import TrainingRunner
 from ember.runtime.input_stamp import MIN_TENSORS, InputStamp
 from ember.runtime.executor import ExecutorFactory, make_executor
 from ember.runtime.interpreter import bind_inputs
-from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, TensorMeta, ValueRef
+from ember.runtime.ir import (Graph, InputKind, OutputKind, OutputSpec, Program, TensorMeta,
+                              ValueRef)
 from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases
 from ember.runtime.ir.symbolic import SymbolBinder, UnboundSymbolError, evaluate
 from torch.autograd.graph import increment_version
@@ -301,6 +302,10 @@ class ProgramCallable:
         self._aliased = _aliased_outputs(program, positions)
         self._input_aliases = _declared_input_aliases(program, positions)
         self._mutated = sorted({in_index for _, in_index in self._copy_back})
+        # written user inputs (not parameters or buffers) take a new value's autograd
+        # history also where they had none, as eager's in-place op gives it (_write_back)
+        self._user_inputs = {positions[s.name] for s in program.signature.inputs.get(
+            "forward", ()) if s.kind == InputKind.USER_INPUT and s.name in positions}
         self._disjoint = DisjointInputs()
         self._forward = executor_factory(program, "forward")
         self._executor_factory = executor_factory
@@ -437,14 +442,17 @@ class ProgramCallable:
                 written.append(full[in_index])
                 continue  # the compiled code wrote the input itself: a self-copy is a launch
             # NOTE: a written input with autograd history takes the new value's history
-            # (eager's in-place op does the same); anything else is copied as data. A
-            # leaf that requires grad (a parameter) has no history to take: eager writes
-            # one only where autograd does not see it (no_grad, through ``detach()``).
+            # (eager's in-place op does the same), and so does a user input that required
+            # no grad (an accumulator given a gradient-carrying value after a graph break
+            # requires grad from then on, as in eager); anything else (a buffer) is
+            # copied as data. A leaf that requires grad (a parameter) has no history to
+            # take: eager writes one only where autograd does not see it (no_grad,
+            # through ``detach()``).
             target = full[in_index]
+            takes = target.requires_grad if not target.is_leaf else (
+                in_index in self._user_inputs and not target.requires_grad)
             with torch.set_grad_enabled(torch.is_grad_enabled() and bool(
-                    getattr(value, "requires_grad", False)
-                    and getattr(target, "requires_grad", False)
-                    and not getattr(target, "is_leaf", True))):
+                    getattr(value, "requires_grad", False) and takes)):
                 target.copy_(value)
         if written:
             # NOTE: a kernel wrote these through their pointers; autograd learns of it as
