@@ -42,8 +42,16 @@ import torch
 from ember.frontend._torch import view_base
 from ember.frontend.guard_model import Guard, Source
 from ember.frontend.size_guards import SymbolicTensor
-from ember.runtime.ir import (Graph, InputSpec, Program, SourceLocation, TensorMeta, ValueRef,
-                              is_view, writes_arguments)
+from ember.runtime.ir import (
+    Graph,
+    InputSpec,
+    Program,
+    SourceLocation,
+    TensorMeta,
+    ValueRef,
+    is_view,
+    writes_arguments,
+)
 from ember.runtime.ir.op_queries import operator_schema, written_positions
 
 if TYPE_CHECKING:

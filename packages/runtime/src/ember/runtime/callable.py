@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from ember.runtime.autograd import TrainingRunner
-from ember.runtime.input_stamp import MIN_TENSORS, InputStamp
 from ember.runtime.executor import ExecutorFactory, make_executor
+from ember.runtime.input_stamp import MIN_TENSORS, InputStamp
 from ember.runtime.interpreter import bind_inputs
-from ember.runtime.ir import (Graph, InputKind, OutputKind, OutputSpec, Program, TensorMeta,
-                              ValueRef)
+from ember.runtime.ir import Graph, InputKind, OutputKind, OutputSpec, Program, TensorMeta, ValueRef
 from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases
 from ember.runtime.ir.symbolic import SymbolBinder, UnboundSymbolError, evaluate
 from torch.autograd.graph import increment_version
