@@ -9,6 +9,10 @@ pooling or grid sampler that a backend may run as an extern call, an op whose re
 depends on the data such as ``nonzero`` or ``.item()``) is saved: recomputing it would
 run the whole op twice per step, or sync with the device again.
 
+RNN layers are in the table for another reason: their workspace's real size is not what
+fake tensors give it, so the value must not cross from the forward graph to the
+backward graph (the layer runs again in the backward, as before this table).
+
 Reductions in the table are recomputed only below ``aot.recompute_reduction_limit``
 input elements (:func:`ember.aot.partition.mincut.not_recomputable`).
 """
@@ -47,6 +51,11 @@ RECOMPUTABLE: dict[str, str] = {
         "native_group_norm", "_native_batch_norm_legit_functional",
         "_native_batch_norm_legit_no_training", "max_pool2d_with_indices", "avg_pool2d",
         "_adaptive_avg_pool2d")},
+    # NOTE: an RNN layer's workspace has another size than its fake result says (0
+    # bytes): saved, it would not match the backward graph's input; recomputed, it never
+    # leaves the graph that made it (the cost: the layer runs again in the backward)
+    **{f"aten::{name}": "an RNN layer (its workspace's size is known only at run time)"
+       for name in ("mkldnn_rnn_layer", "_cudnn_rnn", "miopen_rnn")},
 }
 
 
