@@ -7,7 +7,7 @@ PYTEST_DONT_REWRITE: the compiled functions' asserts must stay CPython's own byt
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import ember.frontend as ef
 import pytest
@@ -92,11 +92,11 @@ def test_a_training_step_with_a_nan_assert(backend: str) -> None:
     x = torch.randn(4, 6)
 
     def step(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-        h = m(x)
+        h: torch.Tensor = m(x)
         assert h.isnan().sum() == 0, "NaN in the activations"
         return h.square().mean()
 
-    step(model, x).backward()
+    step(model, x).backward()  # type: ignore[no-untyped-call]
     expected = [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
     model.zero_grad()
     compiled = ef.compile(step, backend=backend)
@@ -137,15 +137,15 @@ def test_an_item_assert_used_as_a_size() -> None:
 
 
 def _at_most_one_positive(x: torch.Tensor) -> torch.Tensor:
-    n = (x > 0).sum().item()
+    n = cast(int, (x > 0).sum().item())
     # narrows the range of u0 to [0, 1]
     assert n < 2, "too many positives"
     return x.new_zeros(n)
 
 
 def _more_positives(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    a = (x > 0).sum().item()
-    b = (x < 0).sum().item()
+    a = cast(int, (x > 0).sum().item())
+    b = cast(int, (x < 0).sum().item())
     # a guard between two unbacked symbols
     assert a > b, "more positives needed"
     return x.new_zeros(a), x.new_zeros(b)
