@@ -88,6 +88,12 @@ def _shrink(config: Any, shrink: bool) -> None:
                 setattr(config, key, value)
             except (AttributeError, ValueError, TypeError):
                 pass  # a derived or validated field: the default stays
+    if shrink and "kv_lora_rank" in vars(config) and "num_key_value_heads" in vars(config):
+        # MLA attention has a key head per query head; a compiler's path in transformers
+        # repeats the kv heads by heads / num_key_value_heads (GLM-4-MoE-Lite)
+        config.num_key_value_heads = config.num_attention_heads
+    if shrink and "kv_lora_rank" in vars(config) and "head_dim" in vars(config):
+        config.head_dim = config.qk_rope_head_dim  # MLA's rotary embedding is this wide
     for key, value in list(vars(config).items()):
         if ("drop" in key or "jitter" in key) and isinstance(value, float):
             setattr(config, key, 0.0)
