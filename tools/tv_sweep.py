@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from benchlib.accuracy import flatten_tensors
 
 Factory = Callable[[], tuple[torch.nn.Module, tuple[Any, ...]]]
 
@@ -51,16 +52,6 @@ def _models() -> dict[str, Factory]:
     }
 
 
-def _tensors(out: Any) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, dict):
-        return [t for v in out.values() for t in _tensors(v)]
-    if isinstance(out, (list, tuple)):
-        return [t for v in out for t in _tensors(v)]
-    return []
-
-
 def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max() / (b.float().abs().max() + 1e-12))
 
@@ -75,7 +66,7 @@ def _run(factory: Factory, compiler: Callable[[torch.nn.Module], Any] | None, tr
             module.p = 0.0
     call = model if compiler is None else compiler(model)
     with torch.set_grad_enabled(train):
-        outs = _tensors(call(*inputs))
+        outs = flatten_tensors(call(*inputs))
     grads: dict[str, torch.Tensor] = {}
     if train:
         weights = [torch.randn(o.shape, generator=torch.Generator().manual_seed(5))
