@@ -10,6 +10,9 @@ functions (``erfinv``, ``lgamma``, ``digamma``, ``trigamma``), merged into
   kernels call for hypot and lgamma. Under Triton's interpreter the same names are the
   runtime's stand-ins (``ember.runtime.compiled.triton_math``: numpy's ``hypot``,
   eager's CPU ``erfinv``/``lgamma``), so the interpreter runs the code a GPU runs.
+  Triton links libdevice with flush-to-zero on: float32 ``lgamma`` of a denormal is
+  computed as ``-log|x|`` beside the call (``_ember_lgamma_f32``), as eager's CUDA kernel
+  gives it.
 - libdevice has no ``digamma`` or ``trigamma``: both are the C++ prelude's recurrence,
   asymptotic series and reflection written in ``tl`` (fixed ten recurrence steps as
   selects, since Triton loops are static), on GPU and interpreter alike, in the value's
@@ -51,12 +54,24 @@ RULES: dict[str, Rule] = {
     "nextafter": _nextafter,
     "hypot": lambda a, _t, _r: f"libdevice.hypot({a[0]}, {a[1]})",
     "erfinv": lambda a, _t, _r: f"libdevice.erfinv({a[0]})",
-    "lgamma": lambda a, _t, _r: f"libdevice.lgamma({a[0]})",
+    "lgamma": lambda a, t, _r: (f"libdevice.lgamma({a[0]})" if t == torch.float64
+                                else f"_ember_lgamma_f32({a[0]})"),
     "digamma": lambda a, _t, _r: f"_ember_digamma({a[0]})",
     "trigamma": lambda a, _t, _r: f"_ember_trigamma({a[0]})",
 }
 
 HELPERS: dict[str, str] = {
+    "_ember_lgamma_f32": '''
+@triton.jit
+def _ember_lgamma_f32(x):
+    # Triton links libdevice with flush-to-zero on, so __nv_lgammaf reads a denormal x as
+    # 0 and returns inf (eager: about 103 at 1e-45). Below 2^-126, lgamma(x) = -log|x| to
+    # float32 rounding; the log is taken of |x| * 2^64 (a normal number), less 64 ln 2.
+    ax = tl.abs(x)
+    tiny = (ax < 1.1754943508222875e-38) & (ax > 0)
+    return tl.where(tiny, 44.3614195558365 - tl.log(ax * 18446744073709551616.0),
+                    libdevice.lgamma(x))
+''',
     "_ember_nextafter": '''
 @triton.jit
 def _ember_nextafter(a, b, ITYPE: tl.constexpr, SIGN: tl.constexpr):
