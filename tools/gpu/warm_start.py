@@ -12,6 +12,11 @@ warm process stored and loaded (``ember.runtime.compiled.triton_stored.stats``: 
 start should load every binary and store none) and the ``ROWS`` (default 25) functions
 of a profiled warm first call with the most cumulative time. Issue #17's target: a warm
 compile of at most 0.3 s.
+
+``ROWS`` = ``timers``: no profiler (cProfile inflates the many small calls of decoding
+several-fold); instead one more warm process times the warm path's parts with
+``perf_counter`` (:data:`TIMED`: seconds and calls of each, nested parts included in
+their callers) and the garbage collector's pauses.
 """
 
 from __future__ import annotations
@@ -33,6 +38,66 @@ sys.path.insert(0, str(TOOLS))
 from benchlib.coldstart import ColdJob, worker_env  # noqa: E402
 
 
+#: (module, attribute path) of the functions a ``timers`` run times
+TIMED = [
+    ("ember.frontend.capture_cache", "CaptureCache._entries"),
+    ("ember.frontend.capture_cache", "CaptureCache._segment"),
+    ("ember.frontend.bytecode.segment_run", "Segment.match"),
+    ("ember.runtime.cache.program_cache", "load_entry"),
+    ("ember.runtime.callable", "ProgramCallable.__init__"),
+    ("ember.runtime.compiled.triton_kernel", "load_triton_kernel"),
+    ("ember.runtime.compiled.triton_kernel", "TritonKernel._bind_prebuilt"),
+    ("ember.runtime.compiled.triton_stored", "load"),
+    ("ember.runtime.autograd", "_run_backward"),
+]
+
+
+def _install_timers() -> dict[str, list[float]]:
+    """Wrap each :data:`TIMED` function (and the garbage collector) with a timer;
+    returns name -> [seconds, calls], filled as they run."""
+    import gc
+    import importlib
+    import time
+
+    totals: dict[str, list[float]] = {}
+
+    def wrap(owner: object, attr: str, name: str) -> None:
+        real = getattr(owner, attr)
+        cell = totals.setdefault(name, [0.0, 0])
+
+        def timed(*args: object, **kwargs: object) -> object:
+            start = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                cell[0] += time.perf_counter() - start
+                cell[1] += 1
+
+        setattr(owner, attr, timed)
+
+    for module, path in TIMED:
+        try:
+            owner: object = importlib.import_module(module)
+            *outer, attr = path.split(".")
+            for part in outer:
+                owner = getattr(owner, part)
+            wrap(owner, attr, path)
+        except (ImportError, AttributeError) as e:
+            totals[f"{path} (not timed: {e})"] = [0.0, 0]
+    gc_cell = totals.setdefault("garbage collection", [0.0, 0])
+    started: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            gc_cell[0] += time.perf_counter() - started.pop()
+            gc_cell[1] += 1
+
+    gc.callbacks.append(on_gc)
+    return totals
+
+
 def _worker(job: ColdJob, rows: int) -> None:
     """One warm (or cold) process: its compile and first call timed, under cProfile
     when ``rows``."""
@@ -48,12 +113,26 @@ def _worker(job: ColdJob, rows: int) -> None:
         finally:
             profile.disable()
 
-    wall, cpu, run = _first_call_seconds(job, profiled if rows else contextlib.nullcontext)
+    timers = _install_timers() if rows < 0 else None
+
+    @contextlib.contextmanager
+    def timed() -> Iterator[None]:
+        assert timers is not None
+        for cell in timers.values():  # what model building and the eager run spent
+            cell[:] = [0.0, 0]
+        yield
+        frozen.update({k: [round(v[0], 4), v[1]] for k, v in timers.items()})
+
+    frozen: dict[str, list[float]] = {}
+    around = profiled if rows > 0 else timed if rows < 0 else contextlib.nullcontext
+    wall, cpu, run = _first_call_seconds(job, around)
     from ember.runtime.compiled import triton_stored, triton_warmed
 
     report = {"first_call_s": round(wall, 4), "cpu_s": round(cpu, 4), "run_s": round(run, 4),
               "stored": triton_stored.stats(), "warmed": triton_warmed.stats()}
-    if rows:
+    if timers is not None:
+        report["timers"] = frozen
+    if rows > 0:
         text = io.StringIO()
         pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(rows)
         print(text.getvalue())
@@ -67,7 +146,7 @@ def _run(job: ColdJob, env: dict[str, str], rows: int) -> dict[str, object]:
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
     *profile, last = proc.stdout.strip().splitlines()
-    if rows:
+    if rows > 0:
         print("\n".join(profile))
     found: dict[str, object] = json.loads(last)
     return found
@@ -82,7 +161,7 @@ def main(argv: list[str]) -> int:
     models = argv[0].split(",") if argv else ["hf_bert"]
     dtype = argv[1] if len(argv) > 1 else "bfloat16"
     train = len(argv) > 2 and argv[2] == "train"
-    rows = int(argv[3]) if len(argv) > 3 else 25
+    rows = (-1 if argv[3] == "timers" else int(argv[3])) if len(argv) > 3 else 25
     device = "cuda" if torch.cuda.is_available() else "cpu"
     suite = "full" if device == "cuda" else "quick"
     for model in models:
@@ -95,7 +174,9 @@ def main(argv: list[str]) -> int:
                   f"cold {json.dumps(cold)}")
             for w in warm:
                 print(f"   warm {json.dumps(w)}")
-            _run(job, env, rows)
+            last = _run(job, env, rows)
+            if rows < 0:
+                print(f"   timed {json.dumps(last)}")
     return 0
 
 

@@ -57,7 +57,9 @@ from ember.frontend.capture_cache_codec import (
     encode_replay,
     encode_source,
     encode_value,
+    reading_sources,
     resolve_name,
+    writing_sources,
 )
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.function_ops import NAMESPACE as FUNCTION_NAMESPACE
@@ -71,7 +73,8 @@ __all__ = ["CaptureCache", "capture_cache_enabled", "capture_key"]
 
 MAGIC = b"ember-capture-cache\n"
 SUBDIR = "captures"
-CAPTURE_FORMAT = "4"  # 3: tensor guards expect the exact type; 4: inference mode guarded
+# 3: tensor guards expect the exact type; 4: inference mode guarded; 5: a source table
+CAPTURE_FORMAT = "5"
 MAX_ENTRIES = 8
 """Entries kept under one key (one compiled function and its settings): models behind
 one wrapper class share the key, each its own entry (the newest first; a store beyond
@@ -288,6 +291,11 @@ class CaptureCache:
 
     def _segment(self, entry: dict[str, Any], state: FrameState,
                  ctx: FunctionContext) -> Segment:
+        with reading_sources(entry["sources"]):
+            return self._decoded_segment(entry, state, ctx)
+
+    def _decoded_segment(self, entry: dict[str, Any], state: FrameState,
+                         ctx: FunctionContext) -> Segment:
         for names, qualname, fingerprint in entry["inlined"]:
             if not _code_matches(names, qualname, fingerprint):
                 raise _Stale(f"the code of {names[0][0]}.{qualname} changed")
@@ -346,6 +354,12 @@ class CaptureCache:
                      f"{len(seg.guards)} guards, entry 1 of {len(entries)})")
 
     def _payload(self, seg: Segment, program_digest: str) -> dict[str, Any]:
+        with writing_sources() as table:
+            payload = self._payload_fields(seg, program_digest)
+        payload["sources"] = table.rows
+        return payload
+
+    def _payload_fields(self, seg: Segment, program_digest: str) -> dict[str, Any]:
         assert seg.facts is not None and seg.returns is not None
         inlined = []
         for fn in seg.facts.inlined:

@@ -14,16 +14,25 @@ a type, an enum member) to "the object importable at module.qualname"
 (``["import_id", source, value]``). Decoding turns both back into the ``id`` guard of
 the live object, so a cache hit checks exactly what a capture in this process would.
 
+Sources repeat: a 12-layer model's guards walk ``self._modules['encoder']._modules['layer']``
+hundreds of times. Inside :func:`writing_sources` each distinct source is written once,
+as a row of a table (``[class, fields]``, its own source fields as ``["@", row]``
+references to earlier rows), and every use of it is ``["@", row]``;
+:func:`reading_sources` decodes the rows once, in order, and resolves the references.
+
 NOTE: never pickle, never ``eval``: decoding only builds the allowed classes below from
 checked fields, and resolves names with ``importlib``/``getattr``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import enum
 import hashlib
 import importlib
+import json
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -67,7 +76,7 @@ from ember.frontend.size_guards import RelationSource, ShapeSource, SizeSource, 
 __all__ = ["Unportable", "code_fingerprint", "decode_guard", "decode_recipe",
            "decode_replay", "decode_source", "decode_value", "encode_guard", "encode_recipe",
            "encode_replay", "encode_source", "encode_value", "importable_name",
-           "resolve_name"]
+           "reading_sources", "resolve_name", "writing_sources"]
 
 JSON = Any
 
@@ -260,8 +269,65 @@ _VALUE_DECODERS: dict[str, Callable[[JSON], Any]] = {
 
 # ---- sources -------------------------------------------------------------------------------
 
+class SourceTable:
+    """The rows of the distinct sources written inside :func:`writing_sources`."""
+
+    def __init__(self) -> None:
+        self.rows: list[JSON] = []
+        # NOTE: keyed on the row's exact JSON, not on the source: dataclass equality
+        # would merge ItemSource(x, 1) with ItemSource(x, True)
+        self._index: dict[str, int] = {}
+
+    def ref(self, row: JSON) -> JSON:
+        text = json.dumps(row)
+        i = self._index.get(text)
+        if i is None:
+            i = self._index[text] = len(self.rows)
+            self.rows.append(row)
+        return ["@", i]
+
+
+_WRITING: contextvars.ContextVar[SourceTable | None] = contextvars.ContextVar(
+    "ember_source_table", default=None)
+_READING: contextvars.ContextVar[list[Source] | None] = contextvars.ContextVar(
+    "ember_source_rows", default=None)
+
+
+@contextlib.contextmanager
+def writing_sources() -> Iterator[SourceTable]:
+    """Sources encoded inside are rows of the table it yields (module docstring)."""
+    table = SourceTable()
+    token = _WRITING.set(table)
+    try:
+        yield table
+    finally:
+        _WRITING.reset(token)
+
+
+@contextlib.contextmanager
+def reading_sources(rows: JSON) -> Iterator[None]:
+    """Decodes ``rows`` (a :class:`SourceTable`'s) for the ``["@", row]`` references
+    decoded inside.
+
+    Raises:
+        ValueError: a row that refers to itself or a later row, or is no source.
+    """
+    if not isinstance(rows, list):
+        raise ValueError("the source table is not a list")  # noqa: TRY004 - a bad entry
+    decoded: list[Source] = []
+    token = _READING.set(decoded)
+    try:
+        for row in rows:
+            # a row's references resolve against the rows before it only
+            decoded.append(_decode_source_row(row))
+        yield
+    finally:
+        _READING.reset(token)
+
+
 def encode_source(source: Source) -> JSON:
-    """``source`` as JSON: its class name and fields.
+    """``source`` as JSON: its class name and fields (a table reference inside
+    :func:`writing_sources`).
 
     Raises:
         Unportable: a source class a cached capture may not read through.
@@ -269,16 +335,28 @@ def encode_source(source: Source) -> JSON:
     name = type(source).__name__
     if _SOURCES.get(name) is not type(source):
         raise Unportable(f"the source {source.expr()} ({name})")
-    return [name, [encode_value(getattr(source, f.name))
-                   for f in dataclasses.fields(source)]]  # type: ignore[arg-type]
+    row = [name, [encode_value(getattr(source, f.name))
+                  for f in dataclasses.fields(source)]]  # type: ignore[arg-type]
+    table = _WRITING.get()
+    return row if table is None else table.ref(row)
 
 
 def decode_source(data: JSON) -> Source:
     """The source :func:`encode_source` wrote.
 
     Raises:
-        ValueError: an unknown source class.
+        ValueError: an unknown source class, or a table reference with no such row.
     """
+    if data[0] == "@":
+        rows = _READING.get()
+        i = data[1]
+        if rows is None or type(i) is not int or not 0 <= i < len(rows):
+            raise ValueError(f"the source reference {i!r} names no earlier row")
+        return rows[i]
+    return _decode_source_row(data)
+
+
+def _decode_source_row(data: JSON) -> Source:
     cls = _SOURCES.get(data[0])
     if cls is None:
         raise ValueError(f"unknown source class {data[0]!r}")

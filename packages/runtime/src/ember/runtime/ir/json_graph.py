@@ -72,7 +72,12 @@ def _decode_symint(v: JSON, where: str) -> SymInt:
 
 def _decode_symints(v: JSON, where: str) -> tuple[SymInt, ...]:
     items = expect_list(v, where)
-    return tuple(_decode_symint(x, f"{where}[{i}]") for i, x in enumerate(items))
+    # NOTE: the path of an element is formatted only for the error (a training program
+    # has tens of thousands of sizes and strides)
+    for i, x in enumerate(items):
+        if type(x) is not int and not isinstance(x, str):
+            _decode_symint(x, f"{where}[{i}]")
+    return tuple(items)
 
 
 def _encode_single_meta(m: TensorMeta | ScalarMeta | None) -> JSON:
