@@ -46,6 +46,8 @@ TIMED = [
     ("ember.runtime.cache.program_cache", "load_entry"),
     ("ember.runtime.callable", "ProgramCallable.__init__"),
     ("ember.runtime.compiled.triton_kernel", "load_triton_kernel"),
+    ("ember.runtime.compiled.triton_kernel", "_import_triton"),
+    ("ember.runtime.compiled.triton_kernel", "jit_function_from_source"),
     ("ember.runtime.compiled.triton_kernel", "TritonKernel._bind_prebuilt"),
     ("ember.runtime.compiled.triton_stored", "load"),
     ("ember.runtime.autograd", "_run_backward"),
@@ -74,6 +76,11 @@ def _install_timers() -> dict[str, list[float]]:
                 cell[1] += 1
 
         setattr(owner, attr, timed)
+        # a module that imported the function by name keeps its own reference
+        for module in list(sys.modules.values()):
+            if (getattr(module, "__name__", "").startswith("ember.")
+                    and getattr(module, attr, None) is real):
+                setattr(module, attr, timed)
 
     for module, path in TIMED:
         try:
