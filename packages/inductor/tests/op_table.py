@@ -241,6 +241,32 @@ OP_TABLE: list[OpCase] = [
     OpCase("adaptive_avg_pool2d_backward", lambda x: [
         aten._adaptive_avg_pool2d_backward(x[:, :, :4, :3].cos(), x),
         aten._adaptive_avg_pool2d_backward(x[0, :, :2, :7] * 3, x[0])], ((2, 3, 9, 10),), FLOATS),
+    OpCase("max_pool3d", lambda x: list(aten.max_pool3d_with_indices(x, [3, 3, 3], [2, 2, 2],
+                                                                      [1, 1, 1]))
+           + list(aten.max_pool3d_with_indices(x[0], [2, 3, 2], [1, 2, 1], [1, 1, 0], [2, 1, 1],
+                                               True)), ((2, 3, 5, 6, 7),), FLOATS),
+    OpCase("max_pool3d_backward", lambda x: aten.max_pool3d_with_indices_backward(
+        (x[:, :, ::2, ::2, ::2] * 2).sin(), x, [3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False,
+        aten.max_pool3d_with_indices(x, [3, 3, 3], [2, 2, 2], [1, 1, 1])[1]),
+           ((2, 3, 5, 6, 7),), FLOATS),
+    OpCase("avg_pool3d", lambda x: [aten.avg_pool3d(x, [3, 3, 3], [2, 2, 2], [1, 1, 1]),
+                                    aten.avg_pool3d(x, [2, 3, 2], [1, 2, 1], [1, 1, 1], True,
+                                                    False),
+                                    aten.avg_pool3d(x[0], [2, 2, 2], [2, 2, 2], [0, 0, 0], False,
+                                                    True, 3)], ((2, 3, 5, 6, 7),), FLOATS),
+    OpCase("avg_pool3d_backward", lambda x: [
+        aten.avg_pool3d_backward(x[:, :, ::2, ::2, ::2].cos(), x, [3, 3, 3], [2, 2, 2], [1, 1, 1],
+                                 False, True, None),
+        aten.avg_pool3d_backward(aten.avg_pool3d(x, [2, 3, 2], [1, 2, 1], [1, 1, 1], True,
+                                                 False).sin(), x, [2, 3, 2], [1, 2, 1], [1, 1, 1],
+                                 True, False, None)], ((2, 3, 5, 6, 7),), FLOATS),
+    OpCase("adaptive_avg_pool3d", lambda x: [aten._adaptive_avg_pool3d(x, [2, 3, 4]),
+                                             aten._adaptive_avg_pool3d(x[0], [5, 7, 6])],
+           ((2, 3, 5, 6, 7),), FLOATS),
+    OpCase("adaptive_avg_pool3d_backward", lambda x: [
+        aten._adaptive_avg_pool3d_backward(aten._adaptive_avg_pool3d(x, [2, 3, 4]).cos(), x),
+        aten._adaptive_avg_pool3d_backward(x[0, :, :3, :4, :2] * 3, x[0])],
+           ((2, 3, 5, 6, 7),), FLOATS),
     # stack as the aot stage decomposes it (cat, then a view)
     _u("stack", lambda x: torch.cat([x, x * 2]).view(2, *x.shape), dtypes=ALL),
     _u("unfold", lambda x: [x.unfold(-1, 2, 1) * 2, x.unfold(0, 1, 2) + 1], dtypes=NUMERIC),

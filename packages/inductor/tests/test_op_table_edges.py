@@ -42,7 +42,8 @@ INTERPRETER_GAPS: dict[tuple[str, torch.dtype], str] = {
     (name, torch.bfloat16): "the interpreter has no bfloat16 atomic add"
     for name in ("index_put_acc", "index_put_cols", "scatter_add", "scatter_reduce_sum",
                  "index_add", "max_pool2d_backward", "avg_pool2d_backward",
-                 "adaptive_avg_pool2d_backward")}
+                 "adaptive_avg_pool2d_backward", "max_pool3d_backward", "avg_pool3d_backward",
+                 "adaptive_avg_pool3d_backward")}
 
 Runner = Callable[[list[OpCase], dict[str, list[torch.Tensor]]],
                   tuple[dict[str, list[torch.Tensor]], dict[str, int]]]

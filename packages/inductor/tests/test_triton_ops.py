@@ -93,7 +93,8 @@ INTERPRETER_GAPS.update({
     (name, torch.bfloat16): "the interpreter has no bfloat16 atomic add"
     for name in ("index_put_acc", "index_put_cols", "scatter_add", "scatter_reduce_sum",
                  "index_add", "max_pool2d_backward", "avg_pool2d_backward",
-                 "adaptive_avg_pool2d_backward")})
+                 "adaptive_avg_pool2d_backward", "max_pool3d_backward", "avg_pool3d_backward",
+                 "adaptive_avg_pool3d_backward")})
 
 
 @pytest.mark.parametrize("name,dtype,contiguous", PARAMS)

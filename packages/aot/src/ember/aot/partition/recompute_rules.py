@@ -4,8 +4,8 @@ Recomputing is worth it only for ops a backend fuses into the kernels that read 
 results: memory-bound work whose inputs the backward reads anyway. Everything else is
 saved. The rule is an allowlist, as a table beside the ops (``RECOMPUTABLE``), plus two
 families read from torch's op registry: pointwise ops (torch's ``pointwise`` tag) and
-views. An op in neither (a sort, a scan, an FFT, a linear-algebra routine, a 3-d
-pooling or grid sampler that a backend may run as an extern call, an op whose result
+views. An op in neither (a sort, a scan, an FFT, a linear-algebra routine, an adaptive
+max pooling or grid sampler that a backend may run as an extern call, an op whose result
 depends on the data such as ``nonzero`` or ``.item()``) is saved: recomputing it would
 run the whole op twice per step, or sync with the device again.
 
@@ -50,7 +50,8 @@ RECOMPUTABLE: dict[str, str] = {
         "any", "all", "_softmax", "_log_softmax", "native_layer_norm",
         "native_group_norm", "_native_batch_norm_legit_functional",
         "_native_batch_norm_legit_no_training", "max_pool2d_with_indices", "avg_pool2d",
-        "_adaptive_avg_pool2d")},
+        "_adaptive_avg_pool2d", "max_pool3d_with_indices", "avg_pool3d",
+        "_adaptive_avg_pool3d")},
     # NOTE: an RNN layer's workspace has another size than its fake result says (0
     # bytes): saved, it would not match the backward graph's input; recomputed, it never
     # leaves the graph that made it (the cost: the layer runs again in the backward)
