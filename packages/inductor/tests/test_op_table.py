@@ -135,6 +135,11 @@ NOT_IN_TABLE = {
                           "take into index)",
     "aten::_fused_rms_norm.default": "CompositeImplicit on CPU (traces decompose it); "
                                      "test_graphs.py builds the node by hand",
+    **{f"aten::{op}.default": "test_grid_sampler.py (and its Triton and CUDA twins) runs "
+                              "every mode, padding and dtype; the cudnn ops have no CPU "
+                              "kernel, it builds their nodes by hand"
+       for op in ("grid_sampler_2d", "grid_sampler_2d_backward", "cudnn_grid_sampler",
+                  "cudnn_grid_sampler_backward")},
     **{op: "lowered on backends with a max_scan_length only (Triton; the C++ backend "
            "runs eager's scan): test_scans.py" for op in SCANS},
     **{op: "random values differ from eager's: test_random.py checks them"

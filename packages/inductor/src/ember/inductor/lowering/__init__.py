@@ -8,6 +8,7 @@ from ember.inductor.lowering import (  # noqa: F401
     backward,
     externs,
     float_math,
+    grid_sampler,
     indexed_writes,
     indexing,
     pointwise,
