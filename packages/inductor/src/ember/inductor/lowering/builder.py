@@ -20,6 +20,7 @@ import sympy
 import torch
 from ember.inductor.loop_ir import (
     BOOL_RESULT_OPS,
+    POINTWISE_OPS,
     Compute,
     IndexExpr,
     IndexValue,
@@ -146,7 +147,15 @@ class BodyBuilder:
 
     def compute(self, op: str, *args: str, dtype: torch.dtype | None = None) -> str:
         """``op(*args)``; ``dtype`` defaults to bool for comparisons, else the dtype of
-        the last argument (the value operand of ``where``)."""
+        the last argument (the value operand of ``where``).
+
+        Raises:
+            ValueError: ``args`` is not the op's arity (``mul`` of three values would
+                silently multiply two).
+        """
+        arity = POINTWISE_OPS.get(op)
+        if arity is not None and len(args) != arity:
+            raise ValueError(f"loop-IR op {op} takes {arity} operands, got {len(args)}")
         if dtype is None:
             dtype = torch.bool if op in BOOL_RESULT_OPS else self._dtypes[args[-1]]
         key = ("compute", op, args, dtype)
