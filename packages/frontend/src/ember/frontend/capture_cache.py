@@ -67,6 +67,7 @@ from ember.runtime.cache.entry import EntryError, frame, unframe
 from ember.runtime.cache.local import LocalProgramCache
 from ember.runtime.config import config
 from ember.runtime.ir import SourceLocation
+from ember.runtime.ir.gc_pause import collector_paused
 from ember.runtime.logs import log
 
 __all__ = ["CaptureCache", "capture_cache_enabled", "capture_key"]
@@ -207,7 +208,13 @@ class CaptureCache:
         """The segment stored for this function and its graph inputs, when every check
         of one of the key's entries (newest first) passes on ``state`` (the first call's
         arguments), with its runner from ``load_program(digest)`` (None when the program
-        cache lacks it); else None (a miss, logged with each entry's reason)."""
+        cache lacks it); else None (a miss, logged with each entry's reason). Python's
+        garbage collector is paused meanwhile (``ember.runtime.ir.gc_pause``)."""
+        with collector_paused():
+            return self._lookup(state, ctx, load_program)
+
+    def _lookup(self, state: FrameState, ctx: FunctionContext,
+                load_program: Callable[[str], Any]) -> tuple[Segment, list[Any]] | None:
         self._stale = set()
         try:
             key = self.key

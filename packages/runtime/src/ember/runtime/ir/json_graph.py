@@ -19,10 +19,12 @@ keys):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 from ember.runtime.ir import torch_names
 from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import (
+    Argument,
     Graph,
     InputKind,
     InputSpec,
@@ -37,6 +39,7 @@ from ember.runtime.ir.graph import (
     SymbolRange,
     SymInt,
     TensorMeta,
+    ValueRef,
 )
 from ember.runtime.ir.json_codec import (
     JSON,
@@ -77,7 +80,7 @@ def _decode_symints(v: JSON, where: str) -> tuple[SymInt, ...]:
     for i, x in enumerate(items):
         if type(x) is not int and not isinstance(x, str):
             _decode_symint(x, f"{where}[{i}]")
-    return tuple(items)
+    return tuple(cast("list[SymInt]", items))
 
 
 def _encode_single_meta(m: TensorMeta | ScalarMeta | None) -> JSON:
@@ -106,19 +109,39 @@ def encode_meta(m: Meta) -> JSON:
     return _encode_single_meta(m)
 
 
-def _decode_tensor_meta(v: JSON, where: str) -> TensorMeta:
+_TENSOR_META_KEYS = {"dtype", "sizes", "strides", "device", "storage_offset", "requires_grad"}
+
+
+def _object(v: JSON, where: str, keys: set[str]) -> dict[str, JSON]:
+    """``v`` when it is a JSON object with exactly ``keys``; else the error naming it."""
+    if type(v) is dict and v.keys() == keys:  # its keys are then all strings
+        return v
     d = expect_dict(v, where)
-    keys = {"dtype", "sizes", "strides", "device", "storage_offset", "requires_grad"}
     expect_keys(d, where, keys, keys)
+    return d
+
+
+# NOTE: the decoders of nodes, metadata and source locations run once per node of every
+# program loaded (a warm start loads thousands): they format a JSON path only for an
+# error, never for a value that checks out.
+def _str(d: dict[str, JSON], key: str, where: str) -> str:
+    v = d[key]
+    return v if type(v) is str else expect_str(v, f"{where}.{key}")
+
+
+def _decode_tensor_meta(v: JSON, where: str) -> TensorMeta:
+    d = _object(v, where, _TENSOR_META_KEYS)
+    offset = d["storage_offset"]
+    grad = d["requires_grad"]
     return TensorMeta(
-        dtype=torch_names.dtype_from_name(expect_str(d["dtype"], f"{where}.dtype"),
-                                          f"{where}.dtype"),
+        dtype=torch_names.dtype_from_name(_str(d, "dtype", where), f"{where}.dtype"),
         sizes=_decode_symints(d["sizes"], f"{where}.sizes"),
         strides=_decode_symints(d["strides"], f"{where}.strides"),
-        device=torch_names.device_from_name(expect_str(d["device"], f"{where}.device"),
-                                            f"{where}.device"),
-        storage_offset=_decode_symint(d["storage_offset"], f"{where}.storage_offset"),
-        requires_grad=expect_bool(d["requires_grad"], f"{where}.requires_grad"),
+        device=torch_names.device_from_name(_str(d, "device", where), f"{where}.device"),
+        storage_offset=(offset if type(offset) is int or type(offset) is str
+                        else _decode_symint(offset, f"{where}.storage_offset")),
+        requires_grad=(grad if type(grad) is bool
+                       else expect_bool(grad, f"{where}.requires_grad")),
     )
 
 
@@ -156,17 +179,19 @@ def encode_source(s: SourceLocation | None) -> JSON:
     return {"file": s.file, "line": s.line, "function": s.function, "text": s.text}
 
 
+_SOURCE_KEYS = {"file", "line", "function", "text"}
+
+
 def decode_source(v: JSON, where: str) -> SourceLocation | None:
     if v is None:
         return None
-    d = expect_dict(v, where)
-    keys = {"file", "line", "function", "text"}
-    expect_keys(d, where, keys, keys)
+    d = _object(v, where, _SOURCE_KEYS)
+    line = d["line"]
     return SourceLocation(
-        file=expect_str(d["file"], f"{where}.file"),
-        line=expect_int(d["line"], f"{where}.line"),
-        function=expect_str(d["function"], f"{where}.function"),
-        text=expect_str(d["text"], f"{where}.text"),
+        file=_str(d, "file", where),
+        line=line if type(line) is int else expect_int(line, f"{where}.line"),
+        function=_str(d, "function", where),
+        text=_str(d, "text", where),
     )
 
 
@@ -183,18 +208,36 @@ def encode_node(n: Node) -> JSON:
     }
 
 
+_NODE_KEYS = {"name", "op", "target", "args", "kwargs", "meta", "source"}
+_PLAIN_ARGUMENTS = (type(None), bool, int, str, float)
+
+
+def _decode_arguments(args: list[JSON], where: str) -> tuple[Argument, ...]:
+    found: list[Argument] = []
+    for i, a in enumerate(args):
+        if type(a) in _PLAIN_ARGUMENTS:
+            found.append(cast("Argument", a))
+        elif type(a) is dict and len(a) == 1 and type(a.get("ref")) is str:
+            found.append(ValueRef(a["ref"], None))
+        else:
+            found.append(decode_argument(a, f"{where}.args[{i}]"))
+    return tuple(found)
+
+
 def decode_node(v: JSON, where: str) -> Node:
     """Decode one node (its op and target are checked later, by the load checks)."""
-    d = expect_dict(v, where)
-    keys = {"name", "op", "target", "args", "kwargs", "meta", "source"}
-    expect_keys(d, where, keys, keys)
-    args = expect_list(d["args"], f"{where}.args")
-    kwargs = expect_dict(d["kwargs"], f"{where}.kwargs")
+    d = _object(v, where, _NODE_KEYS)
+    args = d["args"]
+    kwargs = d["kwargs"]
+    if type(args) is not list:
+        args = expect_list(args, f"{where}.args")
+    if type(kwargs) is not dict or kwargs:
+        kwargs = expect_dict(kwargs, f"{where}.kwargs")
     return Node(
-        name=expect_str(d["name"], f"{where}.name"),
-        op=expect_str(d["op"], f"{where}.op"),
-        target=expect_str(d["target"], f"{where}.target"),
-        args=tuple(decode_argument(a, f"{where}.args[{i}]") for i, a in enumerate(args)),
+        name=_str(d, "name", where),
+        op=_str(d, "op", where),
+        target=_str(d, "target", where),
+        args=_decode_arguments(args, where),
         kwargs={k: decode_argument(a, f"{where}.kwargs.{k}") for k, a in kwargs.items()},
         meta=decode_meta(d["meta"], f"{where}.meta"),
         source=decode_source(d["source"], f"{where}.source"),

@@ -47,6 +47,7 @@ from ember.runtime.ir.archive import (
     write_archive,
 )
 from ember.runtime.ir.errors import IRFormatError
+from ember.runtime.ir.gc_pause import collector_paused
 from ember.runtime.ir.graph import Program
 from ember.runtime.ir.json_codec import expect_dict, expect_list, expect_str, parse_json
 from ember.runtime.ir.limits import DEFAULT_LIMITS, LoadLimits
@@ -143,11 +144,12 @@ def load(path: PathOrFile, *, map_location: torch.device | str | None = None,
     limits = DEFAULT_LIMITS if limits is None else limits
     if isinstance(path, (str, os.PathLike)):
         name = os.fspath(path)
-        with open(path, "rb") as f:  # a missing or unreadable file raises OSError as usual
+        with open(path, "rb") as f, collector_paused():  # a missing file: OSError as usual
             program = _read_program(f, name, limits, map_location)
     else:
         name = str(getattr(path, "name", "<file object>"))
-        program = _read_program(path, name, limits, map_location)
+        with collector_paused():
+            program = _read_program(path, name, limits, map_location)
     program.untrusted_origin = None if trusted else name
     return program
 
