@@ -11,7 +11,7 @@ which would need a decomposition of its own. Decomposed into Core ATen, both wou
 the input through ``index.Tensor`` and write its gradient through ``index_put``; their
 indexes, computed from floats, have no range the inductor can prove, so every corner
 load and every corner write would carry a run-time bounds check, a negative-index wrap
-and a clamp. Lowered here, like pooling (``pooling.py``):
+and a clamp. Lowered here, like pooling (``lowering/pooling/``):
 
 - the forward is an element function over the output (a ``Lazy``): the grid's two
   values are loaded, mapped onto the plane (:mod:`.grid_sampler_coords`) and the input
