@@ -68,6 +68,7 @@ from ember.inductor.lowering.grid_sampler_coords import (
 from ember.inductor.lowering.grid_sampler_cubic import cubic_taps
 from ember.inductor.lowering.reductions import reduce
 from ember.inductor.lowering.registry import NotLowerable, lowering
+from ember.inductor.lowering.scatter import add_into_zeros
 from ember.inductor.lowering.values import Lazy, Stored, TensorValue
 from ember.runtime.ir import Node, TensorMeta
 
@@ -217,7 +218,6 @@ def _input_grad(ctx: GraphLowering, node: Node, grad: TensorValue, x: TensorValu
         raise NotLowerable(f"no atomic add for {meta.dtype} on {ctx.device.type}")
     ct = compute_dtype(meta.dtype)
     taps = {BILINEAR: 2, NEAREST: 1, BICUBIC: 4}[geometry.mode]
-    zeros = Lazy(lambda b, i: b.literal(0, meta.dtype), meta.dtype, x.sizes)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
                                                                str | None]:
@@ -233,7 +233,7 @@ def _input_grad(ctx: GraphLowering, node: Node, grad: TensorValue, x: TensorValu
         row, col = _select(b, r, ty.pixel), _select(b, k, tx.pixel)
         return (n, c, Indirect(row), Indirect(col)), value, valid
 
-    return ctx.scatter(node, zeros, (*grad.sizes, taps, taps), fn, accumulate=True)
+    return add_into_zeros(ctx, node, x, (*grad.sizes, taps, taps), fn)
 
 
 def _grid_terms(b: BodyBuilder, v: list[list[str]], ty: Taps, tx: Taps,

@@ -1,10 +1,12 @@
 """Lowering rules that write a slice of a tensor into a copy of another (what
 functionalization emits for mutated views): slice_scatter, select_scatter,
-as_strided_scatter; and the multi-result views split / unbind."""
+as_strided_scatter; the multi-result views split / unbind; and :func:`add_into_zeros`,
+the gradient of a gather-like op (pooling, grid sampling) as a scatter-add."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from ember.inductor.loop_ir import IndexExpr, add, floordiv, mod, mul
@@ -14,6 +16,19 @@ from ember.inductor.lowering.registry import NotLowerable, lowering
 from ember.inductor.lowering.values import Lazy, Stored, TensorValue, contiguous_strides
 from ember.inductor.lowering.views import _select, _slice, slice_start
 from ember.runtime.ir import Node, TensorMeta
+
+if TYPE_CHECKING:
+    from ember.inductor.lowering.graph_lowering import GraphLowering, PositionFn
+
+
+def add_into_zeros(ctx: GraphLowering, node: Node, like: TensorValue, over: Sequence[Any],
+                   fn: PositionFn) -> Stored:
+    """``node``'s result, shaped like ``like``: zeros, with the value ``fn`` gives at each
+    index over ``over`` added at the position it names (:meth:`GraphLowering.scatter`,
+    accumulating)."""
+    meta = out_meta(node)
+    zeros = Lazy(lambda b, i: b.literal(0, meta.dtype), meta.dtype, like.sizes)
+    return ctx.scatter(node, zeros, over, fn, accumulate=True)
 
 
 @lowering("aten::slice_scatter.default")

@@ -230,10 +230,24 @@ def encode_argument(a: Argument) -> JSON:
     raise IRFormatError(f"{type(a).__name__} {a!r} is not an Ember IR argument")
 
 
+def plain_argument(v: JSON) -> Argument | None:
+    """``v`` decoded when it is the common case, ``{"ref": name}``, checked without
+    formatting a JSON path; None otherwise (a scalar included: the caller returns those
+    as they are)."""
+    if type(v) is dict and len(v) == 1:
+        ref = v.get("ref")
+        if type(ref) is str:
+            return ValueRef(ref, None)
+    return None
+
+
 def decode_argument(v: JSON, where: str) -> Argument:
     """Decode one argument encoding; ``where`` names it in errors."""
     if v is None or isinstance(v, (bool, int, str, float)):
         return v
+    ref = plain_argument(v)
+    if ref is not None:
+        return ref
     if isinstance(v, list):
         raise IRFormatError(f"{where}: bad argument encoding: a bare JSON array "
                             "(tuples are {\"tuple\": [...]})")

@@ -39,7 +39,6 @@ from ember.runtime.ir.graph import (
     SymbolRange,
     SymInt,
     TensorMeta,
-    ValueRef,
 )
 from ember.runtime.ir.json_codec import (
     JSON,
@@ -53,6 +52,7 @@ from ember.runtime.ir.json_codec import (
     expect_list,
     expect_str,
     optional,
+    plain_argument,
 )
 
 _INPUT_KINDS = {k.value: k for k in InputKind}
@@ -217,10 +217,9 @@ def _decode_arguments(args: list[JSON], where: str) -> tuple[Argument, ...]:
     for i, a in enumerate(args):
         if type(a) in _PLAIN_ARGUMENTS:
             found.append(cast("Argument", a))
-        elif type(a) is dict and len(a) == 1 and type(a.get("ref")) is str:
-            found.append(ValueRef(a["ref"], None))
         else:
-            found.append(decode_argument(a, f"{where}.args[{i}]"))
+            ref = plain_argument(a)
+            found.append(ref if ref is not None else decode_argument(a, f"{where}.args[{i}]"))
     return tuple(found)
 
 

@@ -28,6 +28,7 @@ from ember.inductor.lowering.pooling.window import (
     spatial,
 )
 from ember.inductor.lowering.registry import NotLowerable, lowering
+from ember.inductor.lowering.scatter import add_into_zeros
 from ember.inductor.lowering.values import Lazy, Stored, TensorValue
 from ember.runtime.ir import Node
 
@@ -131,7 +132,6 @@ def adaptive_avg_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: 
     plane, out_sizes, spans = _sizes(x, tuple(grad.sizes[-dims:]), dims)
     meta = out_meta(node)
     ct = compute_dtype(meta.dtype)
-    zeros = Lazy(lambda b, i: b.literal(0, meta.dtype), meta.dtype, x.sizes)
     n = len(grad.sizes)
 
     # the scatter runs over (output position, window element in each dim)
@@ -143,7 +143,7 @@ def adaptive_avg_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: 
         share = b.compute("truediv", b.cast(grad.element(b, out), ct), b.cast(count, ct))
         return (*out[:-dims], *pos), share, _inside(b, pos, ends)
 
-    return ctx.scatter(node, zeros, (*grad.sizes, *spans), fn, accumulate=True)
+    return add_into_zeros(ctx, node, x, (*grad.sizes, *spans), fn)
 
 
 @lowering("aten::_adaptive_avg_pool2d_backward.default")

@@ -26,6 +26,7 @@ from ember.inductor.lowering.pooling.window import (
     window_input,
 )
 from ember.inductor.lowering.registry import lowering
+from ember.inductor.lowering.scatter import add_into_zeros
 from ember.inductor.lowering.values import Lazy, Stored, TensorValue
 from ember.runtime.ir import Node
 
@@ -116,7 +117,6 @@ def avg_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: TensorVal
     meta = out_meta(node)
     plane = tuple(x.sizes[-dims:])
     ct = compute_dtype(meta.dtype)
-    zeros = Lazy(lambda b, i: b.literal(0, meta.dtype), meta.dtype, x.sizes)
     n = len(grad.sizes)
 
     # the scatter runs over (output position, window element in each dim)
@@ -129,7 +129,7 @@ def avg_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: TensorVal
         share = b.compute("truediv", g, _divisor(b, p, out[-dims:], plane, ct))
         return (*out[:-dims], *pos), share, inside(b, pos, plane)
 
-    return ctx.scatter(node, zeros, (*grad.sizes, *p.window.kernel), fn, accumulate=True)
+    return add_into_zeros(ctx, node, x, (*grad.sizes, *p.window.kernel), fn)
 
 
 @lowering("aten::avg_pool2d_backward.default")

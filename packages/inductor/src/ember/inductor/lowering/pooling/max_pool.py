@@ -28,6 +28,7 @@ from ember.inductor.lowering.pooling.window import (
     window_input,
 )
 from ember.inductor.lowering.registry import lowering
+from ember.inductor.lowering.scatter import add_into_zeros
 from ember.inductor.lowering.values import Lazy, Stored, TensorValue, numel
 from ember.runtime.ir import Node, ValueRef
 
@@ -151,10 +152,8 @@ def max_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: TensorVal
     """The gradient of ``x``: each output gradient added at its recorded argmax (an
     index outside the input's spatial dims adds nothing)."""
     check_input(x, dims)
-    meta = out_meta(node)
     plane = tuple(x.sizes[-dims:])
     i64 = torch.int64
-    zeros = Lazy(lambda b, i: b.literal(0, meta.dtype), meta.dtype, x.sizes)
     if isinstance(indices, Lazy) and ops(indices) > MAX_REREAD_OPS:
         # recomputed from the forward's input (the partitioner saves the input, not the
         # indices): computed in a vectorized kernel of its own, not inside the scatter,
@@ -175,7 +174,7 @@ def max_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: TensorVal
                       b.compute("lt", flat, b.literal(numel(plane), i64)))
         return (*i[:-dims], *reversed(coords)), grad.element(b, i), ok
 
-    return ctx.scatter(node, zeros, grad.sizes, fn, accumulate=True)
+    return add_into_zeros(ctx, node, x, grad.sizes, fn)
 
 
 @lowering("aten::max_pool2d_with_indices_backward.default")
