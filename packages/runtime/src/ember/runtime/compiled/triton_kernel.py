@@ -8,7 +8,10 @@ plain JSON, so it travels in the ``compiled`` dialect's zip with no pickle.
 :func:`load_triton_kernel` turns a spec into a :class:`TritonKernel`, which the generated
 wrapper launches with ``kernel.launch(grid, *args)``. The source goes through the on-disk
 cache (:mod:`ember.runtime.compiled.triton_cache`) and is imported by path; Triton JIT
-compiles it on the first launch and keeps the binary in its own cache. A binary that
+compiles it on the first launch and keeps the binary in its own cache. A CUDA kernel
+whose binary may come from Ember's store (:mod:`.triton_stored`) is loaded with only its
+parameters' names (:mod:`.triton_header`) and imported at the first launch that needs
+Triton's JIT: importing a ``@triton.jit`` module costs more than the launch it serves. A binary that
 needs global scratch memory (device-side TMA descriptors) finds Triton's allocator in
 whichever thread launches it (:mod:`.triton_scratch`). A kernel the inductor built before
 its first launch (``precompile_triton``) is launched from the binary that build kept
@@ -32,7 +35,9 @@ from typing import Any
 import torch
 from ember.runtime.compiled import triton_cache, triton_stored, triton_warmed
 from ember.runtime.compiled.triton_binary import BinaryLaunch, binary_launch
+from ember.runtime.compiled.triton_header import KernelHeader, kernel_header
 from ember.runtime.compiled.triton_scratch import ensure_scratch_allocator
+from ember.runtime.ir.gc_pause import collector_paused
 from ember.runtime.logs import log
 
 
@@ -182,10 +187,17 @@ class TritonKernel:
     """
 
     def __init__(self, spec: TritonKernelSpec, fn: Any, interpret: bool,
-                 device: torch.device | None = None) -> None:
+                 device: torch.device | None = None,
+                 header: KernelHeader | None = None) -> None:
+        """``fn``: the kernel's ``@triton.jit`` function, or None to import it at the
+        first launch that needs Triton's JIT, which ``header`` (the kernel's parameters,
+        :func:`.triton_header.kernel_header`) then stands in for until then."""
+        if fn is None and header is None:
+            raise ValueError(f"Triton kernel {spec.name}: neither its function nor header")
         self.spec = spec
         self.interpret = interpret
         self._fn = fn
+        self._header: Any = fn if header is None else header
         # the CUDA device whose binaries built before launch (triton_warmed) this
         # kernel may take; None: none (interpreted, or a caller that does not say)
         self._device = device if device is not None and device.type == "cuda" else None
@@ -241,7 +253,7 @@ class TritonKernel:
                 return
         if not self.interpret:  # Triton says what the binary needs only once it is built
             ensure_scratch_allocator()
-        self._fn[tuple(grid)](*args, **self._options)
+        self._jit()[tuple(grid)](*args, **self._options)
         if key is not None:
             self._bind(key, args, grid)
 
@@ -261,7 +273,7 @@ class TritonKernel:
         assert self._bound is not None
         try:
             trailing = self._trailing_constexprs()
-            compiled = self._fn.warmup(*args, grid=grid3(grid), **self._options)
+            compiled = self._jit().warmup(*args, grid=grid3(grid), **self._options)
             compiled[grid3(grid)]  # noqa: B018 - fails here on a Triton without it
         except Exception as e:  # noqa: BLE001 - any failure: keep launching through JIT
             self._bound = None
@@ -274,6 +286,20 @@ class TritonKernel:
             assert self._device is not None
             triton_stored.store(self.spec, self._device, key, compiled)
 
+    def _jit(self) -> Any:
+        """The kernel's ``@triton.jit`` function, imported at its first use when the
+        kernel was loaded without it (:func:`load_triton_kernel`)."""
+        if self._fn is None:
+            tag = triton_cache.device_tag(self._device, self.interpret)
+            self._fn = jit_function_from_source(self.spec, interpret=self.interpret,
+                                                device=tag)
+            if tuple(self._fn.arg_names) != tuple(self._header.arg_names):
+                raise RuntimeError(
+                    f"Triton kernel {self.name}: its parameters read from the source "
+                    f"({', '.join(self._header.arg_names)}) are not the function's "
+                    f"({', '.join(self._fn.arg_names)})")
+        return self._fn
+
     def _trailing_constexprs(self) -> tuple[Any, ...]:
         """The values of the parameters after the runtime ones, which a compiled
         binary's runner takes after them (Triton passes every bound argument).
@@ -281,7 +307,7 @@ class TritonKernel:
         Raises:
             TypeError: one of them is not a constexpr of the spec.
         """
-        trailing = list(self._fn.arg_names)[self._arity:]
+        trailing = list(self._header.arg_names)[self._arity:]
         if any(n not in self.spec.constexprs for n in trailing):
             raise TypeError(f"parameters {trailing} are not all constexprs")
         return tuple(self.spec.constexprs[n] for n in trailing)
@@ -302,14 +328,21 @@ class TritonKernel:
         by an earlier process (:mod:`.triton_stored`); kept in ``_bound`` like a binary
         :meth:`_bind` found. None otherwise: the launch then goes through Triton's JIT
         (another specialization, no such binary, or one that does not load here, logged
-        under ``cache``)."""
+        under ``cache``). Python's collector is paused meanwhile (as during a program's
+        decode: ``ember.runtime.ir.gc_pause``): a warm start binds every kernel of the
+        program at its first call, hundreds of small objects each, all kept."""
+        with collector_paused():
+            return self._prebuilt_launch(key, grid)
+
+    def _prebuilt_launch(self, key: tuple[Any, ...], grid: Sequence[int]) -> BinaryLaunch | None:
+        """:meth:`_bind_prebuilt` with the collector as it is."""
         assert self._bound is not None and self._device is not None
         compiled = None
         if triton_warmed.has_entries():
             warm = self.warm_key()
             compiled = None if warm is None else triton_warmed.take(warm, key)
         if compiled is None and self._stored:
-            compiled = triton_stored.load(self.spec, self._fn, self._device, key)
+            compiled = triton_stored.load(self.spec, self._header, self._device, key)
         if compiled is None:
             return None
         try:
@@ -400,6 +433,13 @@ def load_triton_kernel(spec: TritonKernelSpec, device: torch.device | str) -> Tr
     """
     dev = torch.device(device)
     interpret = dev.type != "cuda"
+    if not interpret and warmable(spec):
+        # a launch may come from a stored binary, which needs only the parameters'
+        # names: the function is imported when a launch needs Triton's JIT
+        _import_triton()
+        header = kernel_header(spec.source, spec.name)
+        if header is not None:
+            return TritonKernel(spec, None, interpret, dev, header=header)
     tag = triton_cache.device_tag(dev, interpret)
     fn = jit_function_from_source(spec, interpret=interpret, device=tag)
     return TritonKernel(spec, fn, interpret, dev)

@@ -202,7 +202,8 @@ def _verified(entry: Path) -> dict[str, Path] | None:
 
 def load(spec: TritonKernelSpec, fn: Any, device: torch.device,
          specialization: Sequence[Any]) -> Any | None:
-    """Triton's compiled kernel of ``spec`` (whose ``@triton.jit`` function is ``fn``)
+    """Triton's compiled kernel of ``spec`` (whose ``@triton.jit`` function is ``fn``,
+    or its :class:`~.triton_header.KernelHeader`: only the name and parameters are read)
     for the CUDA ``device`` and argument ``specialization``, from the store; None on a
     miss or when this Triton cannot take it (logged under ``cache``). The binary is
     loaded onto the device, and its launcher made, at the first use of the result's
@@ -228,7 +229,8 @@ def load(spec: TritonKernelSpec, fn: Any, device: torch.device,
 
 
 def ast_source(spec: TritonKernelSpec, fn: Any) -> Any:
-    """Triton's source object of ``spec`` (whose ``@triton.jit`` function is ``fn``):
+    """Triton's source object of ``spec`` (whose ``@triton.jit`` function, or header, is
+    ``fn``):
     every parameter typed by the spec's signature, in the function's order, and the
     constexprs by value. What :func:`.triton_aot.build_for_target` compiles, and, for a
     kernel of tensor arguments, what Triton's JIT makes the kernel's launcher from.

@@ -8,7 +8,8 @@ objects), passes over the older generations as well: in a warm start of HF BERT'
 training step on the GPU machine it spent 0.19 s of a 0.75 s first call collecting,
 most of it during the program's decode. Paused there, the decode's allocations are
 looked at once, by the next collection after it, instead of repeatedly while they are
-made.
+made. The first launch of each stored Triton binary (``TritonKernel._bind_prebuilt``:
+Triton's compiled-kernel object, its metadata record type and launcher) pauses it too.
 
 The pause restores the collector's previous state (a nested pause, or a program that
 disabled the collector itself, stays as it was). It is process-wide, like the collector:
