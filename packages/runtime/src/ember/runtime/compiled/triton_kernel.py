@@ -36,6 +36,7 @@ import torch
 from ember.runtime.compiled import triton_cache, triton_stored, triton_warmed
 from ember.runtime.compiled.triton_binary import BinaryLaunch, binary_launch
 from ember.runtime.compiled.triton_header import KernelHeader, kernel_header
+from ember.runtime.compiled.triton_platform_key import cache_platform_key
 from ember.runtime.compiled.triton_scratch import ensure_scratch_allocator
 from ember.runtime.ir.gc_pause import collector_paused
 from ember.runtime.logs import log
@@ -109,6 +110,7 @@ def _import_triton() -> Any:
             "this compiled program has Triton kernels but Triton is not installed: "
             "pip install triton"
         ) from e
+    cache_platform_key()
     return triton
 
 
