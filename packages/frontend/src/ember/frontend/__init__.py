@@ -3,9 +3,11 @@
 ``compile(fn_or_module, backend=...)`` mirrors ``torch.compile``; ``capture(fn, *args)``
 returns the ``aten``-dialect Program of one call (tracing capture).
 
-NOTE: ``capture``, ``CaptureError`` and ``RecompileLimitWarning`` are imported on first
-use (PEP 562 ``__getattr__``): they pull in the tracing capture, which a process whose
-calls the capture cache answers never runs.
+NOTE: ``capture``, ``CaptureError``, ``RecompileLimitWarning``, ``triton_op``,
+``wrap_triton`` and ``cudagraph_mark_step_begin`` are imported on first use (PEP 562
+``__getattr__``, :data:`_LAZY`): they pull in the tracing capture and other machinery
+that a process whose calls the capture cache answers (a warm start) never runs
+(``tests/test_warm_imports.py`` checks what a warm start imports).
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ from ember.frontend.dynamic import (
     maybe_mark_dynamic,
 )
 from ember.frontend.stats import CompileStats
-from ember.runtime.cudagraphs_pool import mark_step_begin as cudagraph_mark_step_begin
 
 if TYPE_CHECKING:
     from ember.frontend.compiled import RecompileLimitWarning
     from ember.frontend.trace import CaptureError, capture
     from ember.frontend.triton_custom_op import triton_op, wrap_triton
+    from ember.runtime.cudagraphs_pool import mark_step_begin as cudagraph_mark_step_begin
 
 __all__ = [
     "CAPTURE_MODES",
@@ -52,19 +54,26 @@ __all__ = [
     "wrap_triton",
 ]
 
-_LAZY = {
-    "CaptureError": "ember.frontend.trace",
-    "capture": "ember.frontend.trace",
-    "RecompileLimitWarning": "ember.frontend.compiled",
-    "triton_op": "ember.frontend.triton_custom_op",  # Triton kernels as custom operators
-    "wrap_triton": "ember.frontend.triton_custom_op",
+_LAZY: dict[str, tuple[str, str]] = {
+    "CaptureError": ("ember.frontend.trace", "CaptureError"),
+    "capture": ("ember.frontend.trace", "capture"),
+    "RecompileLimitWarning": ("ember.frontend.compiled", "RecompileLimitWarning"),
+    # Triton kernels as custom operators
+    "triton_op": ("ember.frontend.triton_custom_op", "triton_op"),
+    "wrap_triton": ("ember.frontend.triton_custom_op", "wrap_triton"),
+    # CUDA graphs: a training step begins
+    "cudagraph_mark_step_begin": ("ember.runtime.cudagraphs_pool", "mark_step_begin"),
 }
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    target = _LAZY.get(name)
+    if target is None:
         raise AttributeError(f"module 'ember.frontend' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(target[0]), target[1])
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

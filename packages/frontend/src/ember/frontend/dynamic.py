@@ -30,14 +30,15 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
 from ember.frontend.bytecode.sources import ModuleMemberSource
-from ember.frontend.bytecode.symbolic_ints import IntCarrierSource
-from ember.frontend.free_layouts import layout_change
 from ember.frontend.guard_model import Guard, Source, size_only_change
 from ember.runtime.ir import InputSpec
 from ember.runtime.logs import log
 
 if TYPE_CHECKING:
     from ember.runtime.tracing import GraphRecorder
+
+# NOTE: .symbolic_ints and .free_layouts are imported where a capture (or a miss) needs
+# them: a call answered by the capture cache makes a DynamicPolicy but never asks it
 
 __all__ = ["DimMark", "DynamicDim", "DynamicDimError", "DynamicPolicy", "add_input", "dims_of", "mark_dynamic", "mark_static",
            "marks_of", "maybe_mark_dynamic"]
@@ -240,6 +241,8 @@ class DynamicPolicy:
 
     def symbolic_int(self, source: Source) -> bool:
         """Whether the int read from ``source`` is symbolic (:meth:`_note_int`)."""
+        from ember.frontend.bytecode.symbolic_ints import IntCarrierSource
+
         return IntCarrierSource(source) in self.automatic
 
     @property
@@ -270,6 +273,8 @@ class DynamicPolicy:
         it did not (``table[n]``: a SymInt is unhashable; ``np.gcd(n, 6)``; ``n / 2``, a
         SymFloat): make ints static again for this function (they recompile per value)
         and return True to capture again; False when no int was symbolic."""
+        from ember.frontend.bytecode.symbolic_ints import IntCarrierSource
+
         carriers = [s for s in self.automatic if isinstance(s, IntCarrierSource)]
         if not carriers:
             return False
@@ -294,6 +299,8 @@ class DynamicPolicy:
         if (not self.layouts or source is None or source in self.free_layouts
                 or _module_state(source)):
             return False
+        from ember.frontend.free_layouts import layout_change
+
         moved = layout_change(guard, actual)
         if moved is None:
             return False
@@ -311,6 +318,8 @@ class DynamicPolicy:
         assert source is not None
         if self.symbolic_int(source):
             return False
+        from ember.frontend.bytecode.symbolic_ints import IntCarrierSource
+
         self.automatic[IntCarrierSource(source)] = {0}
         log("dynamic", f"automatic: {source.expr()} changed {guard.expected} -> {actual} "
             f"in {name}, recompiling with it symbolic")

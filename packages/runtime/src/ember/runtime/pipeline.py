@@ -33,7 +33,7 @@ from typing import Any, ParamSpec
 from ember.runtime.cache import program_cache
 from ember.runtime.callable import ProgramCallable
 from ember.runtime.config import config
-from ember.runtime.ir import IRError, Program, VerificationError, load, save, verify
+from ember.runtime.ir import IRError, Program, VerificationError, load, save
 from ember.runtime.ir.contracts import CompileReport
 from ember.runtime.ir.effects import check_may_run
 from ember.runtime.logs import log
@@ -313,6 +313,8 @@ def run_stages(program: Program, stages: list[Stage], options: dict[str, Any]) -
             calls an operator with effects outside its tensors (compiling it would turn
             that call into code that runs).
     """
+    from ember.runtime.ir.verifier import verify  # cold only: a warm start loads its programs
+
     verify(program, "aten")
     check_may_run(program)  # a program loaded from a file: no effects outside tensors
     program = _cross_boundary(program, "input", "aten")
@@ -344,6 +346,8 @@ def _cross_boundary(program: Program, where: str, dialect: str) -> Program:
     ``program`` itself; with it, ``program`` written to a file and read back."""
     if not config.serialize_boundaries:
         return program
+    from ember.runtime.ir.verifier import verify
+
     verify(program, dialect)
     with tempfile.TemporaryDirectory(prefix="ember-boundary-") as tmp:
         path = Path(tmp) / "program.ember"

@@ -56,14 +56,37 @@ break inside an inlined call instead runs the whole call for real, through the
 callee's own compiled wrapper.
 """
 
-from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ember.frontend.bytecode.escape import allow_break, disable, nonstrict
 from ember.frontend.bytecode.explain import ExplainOutput, explain
 from ember.frontend.bytecode.strict import StrictFunction
+from ember.frontend.capture_modes import register_capture_mode
+
+if TYPE_CHECKING:
+    from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
 
 __all__ = ["BreakInfo", "ExplainOutput", "FullGraphError", "StrictFunction", "allow_break",
            "disable", "explain", "nonstrict"]
 
-from ember.frontend.capture_modes import register_capture_mode
-
 register_capture_mode("strict", StrictFunction)
+
+# NOTE: imported on first use (PEP 562): a warm start (a call answered by the capture
+# cache) never breaks a graph
+_LAZY = {"BreakInfo": ".breaks", "FullGraphError": ".breaks"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ember.frontend.bytecode.breaks import BreakInfo
+if TYPE_CHECKING:
+    from ember.frontend.bytecode.breaks import BreakInfo
 
 
 @dataclass

@@ -11,12 +11,11 @@ from __future__ import annotations
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from ember.frontend.autocast import AutocastEnd, run_graph
 from ember.frontend.bytecode.assert_messages import SymbolicAssert, name_failed_asserts
-from ember.frontend.bytecode.breaks import BreakInfo
 from ember.frontend.bytecode.frame import FrameState
 from ember.frontend.bytecode.guards import GuardSet
 from ember.frontend.bytecode.recipes import (
@@ -31,6 +30,9 @@ from ember.frontend.bytecode.sources import Source
 from ember.frontend.inference_outputs import as_inference
 from ember.runtime.ir import Program
 from ember.runtime.ir.symbolic import ShapeError
+
+if TYPE_CHECKING:
+    from ember.frontend.bytecode.breaks import BreakInfo
 
 __all__ = ["CaptureFacts", "FunctionContext", "Segment"]
 

@@ -41,19 +41,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from ember.frontend._torch import is_fake
-from ember.frontend.bytecode.binding import BindError, bind_arguments
-from ember.frontend.bytecode.breaks import BreakInfo, FullGraphError
 from ember.frontend.bytecode.escape import break_allowed
 from ember.frontend.bytecode.frame import Frame, FrameState
-from ember.frontend.bytecode.inlined_breaks import InlinedBreaks, break_location
 from ember.frontend.bytecode.recipes import EagerState, Unrebuildable
-from ember.frontend.bytecode.root_hooks import (
-    call_with_forward_hooks,
-    custom_module_call,
-    has_hooks,
-    needs_module_call,
-    replaced_forward,
-)
+from ember.frontend.bytecode.root_hooks import (call_with_forward_hooks, custom_module_call,
+                                                has_hooks, needs_module_call, replaced_forward)
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.bytecode.strict_cache import CaptureCacheUse
 from ember.frontend.capture_modes import CompileRequest
@@ -68,12 +60,13 @@ from ember.runtime.phases import timed
 from torch import nn
 
 if TYPE_CHECKING:
+    from ember.frontend.bytecode.breaks import BreakInfo
     from ember.frontend.capture_cache import CaptureCache
 
 # NOTE: the capture machinery (interpreter, recorder, fake tensors: .segment, .calls,
-# .interpreter, .support) is imported where a capture or a graph break needs it, not
-# here: a call answered by the capture cache (ember.frontend.capture_cache) runs
-# without it.
+# .interpreter, .support; .breaks, .inlined_breaks, .binding) is imported where a capture
+# or a graph break needs it, not here: a call answered by the capture cache
+# (ember.frontend.capture_cache) runs without it (tests/test_warm_imports.py).
 
 _EAGER = object()
 
@@ -275,6 +268,7 @@ class StrictFunction(CaptureCacheUse):
                 kind = " (runs eagerly)" if s.eager else ""
                 parts.append(f"resume point {ip}, entry {i}{kind}:\n{s.guards.describe()}")
                 if s.break_guards is not None:  # (.inlined_breaks)
+                    from ember.frontend.bytecode.inlined_breaks import break_location
                     parts.append(f"  break check (the break at {break_location(s.break_info)}"
                                  " may be gone when one fails: captured again):\n"
                                  f"{s.break_guards.describe()}")
@@ -295,6 +289,7 @@ class StrictFunction(CaptureCacheUse):
             # the common call: every parameter passed positionally, nothing to bind
             local_values = dict(zip(code.co_varnames, args))
         else:
+            from ember.frontend.bytecode.binding import BindError, bind_arguments
             try:
                 local_values = bind_arguments(self.fn, args, kwargs).values
             except BindError:
@@ -331,6 +326,7 @@ class StrictFunction(CaptureCacheUse):
                 entries.append(cached[0])
                 return cached
         if gone is not None:
+            from ember.frontend.bytecode.inlined_breaks import break_location
             old = gone[1]
             self.stats.recompiles += 1
             log("recompiles", lambda: f"recompiling {self._name()} at resume point "
@@ -412,6 +408,7 @@ class StrictFunction(CaptureCacheUse):
     def _capture(self, state: FrameState, known: BreakInfo | None = None) -> Segment:
         """Capture a segment from ``state``; a break equal to ``known`` (that of the entry
         whose break check failed, come back) is not counted again."""
+        from ember.frontend.bytecode.inlined_breaks import InlinedBreaks
         from ember.frontend.bytecode.segment import (
             InlinedBreak,
             NeedsSymbolicShapes,
@@ -468,6 +465,7 @@ class StrictFunction(CaptureCacheUse):
         return seg
 
     def _check_fullgraph(self, info: BreakInfo) -> None:
+        from ember.frontend.bytecode.breaks import FullGraphError
         if self.request.fullgraph and not break_allowed(
                 info.reason, tuple(self.request.options.get("allow_breaks", ()))):
             raise FullGraphError(info)
@@ -568,6 +566,7 @@ class StrictFunction(CaptureCacheUse):
         line = code.co_firstlineno
         where = SourceLocation(code.co_filename, line, code.co_name,
                                linecache.getline(code.co_filename, line).strip())
+        from ember.frontend.bytecode.breaks import BreakInfo
         info = BreakInfo(f"{self._name()} runs eagerly: {reason}", where)
         if info not in self.breaks:
             self._check_fullgraph(info)

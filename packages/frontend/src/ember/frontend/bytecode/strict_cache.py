@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ember.frontend.bytecode.breaks import BreakInfo
 from ember.frontend.bytecode.frame import FrameState
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.capture_modes import CompileRequest
@@ -20,6 +19,7 @@ from ember.frontend.stats import CompileStats, report_counts
 from ember.runtime.logs import log
 
 if TYPE_CHECKING:
+    from ember.frontend.bytecode.breaks import BreakInfo
     from ember.frontend.capture_cache import CaptureCache
 
 __all__ = ["CaptureCacheUse"]

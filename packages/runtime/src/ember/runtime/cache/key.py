@@ -59,7 +59,6 @@ from ember.runtime.ir import (
     Program,
     SourceLocation,
     TensorMeta,
-    print_program,
 )
 from ember.runtime.stages import Stage, available_stages
 
@@ -164,6 +163,8 @@ def stable_sources(program: Program) -> Program:
 
 
 def _program(req: KeyRequest) -> str:
+    from ember.runtime.ir.printer import print_program  # a capture-cache hit needs no key
+
     try:
         return print_program(stable_sources(req.program))
     except IRFormatError as e:  # NOTE: the stages' verification reports it, not the cache

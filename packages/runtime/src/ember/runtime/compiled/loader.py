@@ -15,8 +15,8 @@ from ember.runtime.config import config
 from ember.runtime.ir import IRFormatError, Program, VerificationError
 from ember.runtime.ir.contracts import CompiledGraphEntry, CompiledMetadata
 from ember.runtime.ir.effects import check_may_run_code
+from ember.runtime.ir.program_checks import register_program_check
 from ember.runtime.ir.symbolic import SymbolBinder
-from ember.runtime.ir.verifier import register_program_check
 
 # Kernel languages (the contract's KERNEL_LANGS) and the launcher module for each
 # (``load_kernel(entry: KernelEntry, files)``).

@@ -1,11 +1,16 @@
-"""Ember IR: the one graph format the four stages exchange (docs/ir-contract.md)."""
+"""Ember IR: the one graph format the four stages exchange (docs/ir-contract.md).
+
+NOTE: the text printer and parser, the verifier and the cleanup passes are imported on
+first use (PEP 562 ``__getattr__``, :data:`_LAZY`): a warm start, whose programs come
+from the caches, never runs them, and importing them costs it time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ember.runtime.ir import symbolic
-from ember.runtime.ir.cleanup import (
-    drop_unreferenced_tensors,
-    eliminate_common_subexpressions,
-    eliminate_dead_code,
-)
 from ember.runtime.ir.errors import IRError, IRFormatError, VerificationError
 from ember.runtime.ir.graph import (
     DIALECTS,
@@ -39,12 +44,19 @@ from ember.runtime.ir.op_queries import (
     writes_arguments,
 )
 from ember.runtime.ir.ops import qualified_name, resolve_op
-from ember.runtime.ir.parser import parse_program
-from ember.runtime.ir.printer import print_graph, print_program
 from ember.runtime.ir.program_json import program_from_json, program_to_json
 from ember.runtime.ir.schema import SCHEMA_VERSION
 from ember.runtime.ir.serialize import load, save
-from ember.runtime.ir.verifier import verify
+
+if TYPE_CHECKING:
+    from ember.runtime.ir.cleanup import (
+        drop_unreferenced_tensors,
+        eliminate_common_subexpressions,
+        eliminate_dead_code,
+    )
+    from ember.runtime.ir.parser import parse_program
+    from ember.runtime.ir.printer import print_graph, print_program
+    from ember.runtime.ir.verifier import verify
 
 __all__ = [
     "DIALECTS",
@@ -93,3 +105,22 @@ __all__ = [
     "verify",
     "writes_arguments",
 ]
+
+_LAZY = {
+    "drop_unreferenced_tensors": "ember.runtime.ir.cleanup",
+    "eliminate_common_subexpressions": "ember.runtime.ir.cleanup",
+    "eliminate_dead_code": "ember.runtime.ir.cleanup",
+    "parse_program": "ember.runtime.ir.parser",
+    "print_graph": "ember.runtime.ir.printer",
+    "print_program": "ember.runtime.ir.printer",
+    "verify": "ember.runtime.ir.verifier",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ember.runtime.ir' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -49,8 +49,6 @@ extern op must not write to its arguments.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from ember.runtime.ir._torch import OpOverload, op_schema
 from ember.runtime.ir.contracts import AotMetadata, MetadataError
@@ -71,6 +69,12 @@ from ember.runtime.ir.graph import (
 )
 from ember.runtime.ir.fresh_writes import PURE_NAMESPACES, fresh_write_violation
 from ember.runtime.ir.ops import resolve_op
+from ember.runtime.ir.program_checks import (  # noqa: F401 - the checks' registry, here too
+    _PROGRAM_CHECKS,
+    DIALECTS_CHECKED_ABOVE,
+    ProgramCheck,
+    register_program_check,
+)
 from ember.runtime.ir.symbol_rules import SymbolRules
 
 # Aten operators a core-functional program may call although torch does not tag them
@@ -406,29 +410,6 @@ def _return_kind(type_text: str) -> str:
     return {"Tensor": "tensor", "List[Tensor]": "tensor_list", "Optional[Tensor]": "optional_tensor"}.get(
         type_text, "other"
     )
-
-
-ProgramCheck = Callable[[Program], None]
-"""A dialect's whole-program check: raises VerificationError naming what is wrong."""
-
-# Dialect -> the check of the rules that live above the IR layer (the ``compiled``
-# dialect's artifact layout belongs to ember.runtime.compiled, which registers it when
-# imported; importing ember.runtime imports it).
-_PROGRAM_CHECKS: dict[str, ProgramCheck] = {}
-DIALECTS_CHECKED_ABOVE: tuple[str, ...] = ("compiled",)
-
-
-def register_program_check(dialect: str, check: ProgramCheck) -> None:
-    """Make :func:`verify` run ``check`` on every program verified against ``dialect``
-    (one check per dialect; registering again replaces it).
-
-    Raises:
-        VerificationError: if ``dialect`` is not one of :data:`DIALECTS`.
-    """
-    if dialect not in DIALECTS:
-        raise VerificationError(f"cannot register a check for unknown dialect {dialect!r}; "
-                                f"dialects: {', '.join(DIALECTS)}")
-    _PROGRAM_CHECKS[dialect] = check
 
 
 def _check_program(program: Program, dialect: str) -> None:
