@@ -39,6 +39,7 @@ from ember.runtime.ir.graph import (
     SymbolRange,
     SymInt,
     TensorMeta,
+    ValueRef,
 )
 from ember.runtime.ir.json_codec import (
     JSON,
@@ -243,6 +244,137 @@ def decode_node(v: JSON, where: str) -> Node:
     )
 
 
+_SCALAR_TYPES = frozenset(_PLAIN_ARGUMENTS)
+_REF_KEYS = {"ref", "index"}
+
+
+class NodeDecoder:
+    """Decodes the nodes of one document (every graph of a ``program.json``).
+
+    A node encoded the common way is decoded inline: each value's type is checked
+    exactly (``type(x) is int``; JSON makes no subclasses) without formatting a JSON
+    path. Anything else, and so every error, takes the checks of :func:`decode_node`
+    and its helpers, which name the path; a part that is not the common case (an
+    argument list, a metadata entry, a source location) takes them alone.
+
+    Equal encodings of a tensor's metadata, a source location or a reference decode to
+    one shared object (all three are immutable): a training program of ~2,650 nodes has
+    ~50 distinct metadata and ~20 source locations. An encoding is looked up only once
+    every part of it has passed its type check, so that values Python holds equal but
+    the format tells apart (``1``, ``1.0``, ``true``) never share an entry.
+    """
+
+    def __init__(self) -> None:
+        self._metas: dict[tuple[object, ...], TensorMeta] = {}
+        self._sources: dict[tuple[str, int, str, str], SourceLocation] = {}
+        self._refs: dict[str, ValueRef] = {}
+
+    def node(self, v: JSON, where: str, index: int) -> Node:
+        """Node ``index`` of the graph at JSON path ``where``."""
+        if type(v) is dict and v.keys() == _NODE_KEYS:
+            name, op, target = v["name"], v["op"], v["target"]
+            args, kwargs = v["args"], v["kwargs"]
+            if (type(name) is str and type(op) is str and type(target) is str
+                    and type(args) is list and type(kwargs) is dict and not kwargs):
+                return Node(name, op, target, self._arguments(args, where, index), {},
+                            self._meta(v["meta"], where, index),
+                            self._source(v["source"], where, index))
+        return decode_node(v, f"{where}.nodes[{index}]")
+
+    def _arguments(self, args: list[JSON], where: str, index: int) -> tuple[Argument, ...]:
+        found: list[Argument] = []
+        for a in args:
+            kind = type(a)
+            if kind in _SCALAR_TYPES:
+                found.append(cast("Argument", a))
+                continue
+            if kind is dict:
+                d = cast("dict[str, JSON]", a)
+                if len(d) == 1:
+                    ref = self._ref(d)
+                    if ref is not None:
+                        found.append(ref)
+                        continue
+                    items = d.get("tuple")
+                    if type(items) is list:
+                        plain = self._plain_tuple(items)
+                        if plain is not None:
+                            found.append(plain)
+                            continue
+                elif d.keys() == _REF_KEYS:
+                    ref_name, ref_index = d["ref"], d["index"]
+                    if type(ref_name) is str and type(ref_index) is int:
+                        found.append(ValueRef(ref_name, ref_index))
+                        continue
+            return _decode_arguments(args, f"{where}.nodes[{index}]")
+        return tuple(found)
+
+    def _ref(self, d: dict[str, JSON]) -> ValueRef | None:
+        """``d`` decoded when it is ``{"ref": name}`` (a one-key dict), else None."""
+        name = d.get("ref")
+        if type(name) is not str:
+            return None
+        ref = self._refs.get(name)
+        if ref is None:
+            ref = self._refs[name] = ValueRef(name, None)
+        return ref
+
+    def _plain_tuple(self, items: list[JSON]) -> tuple[Argument, ...] | None:
+        """The tuple of ``items`` when each is a scalar or a ``{"ref": name}``, else
+        None."""
+        found: list[Argument] = []
+        for x in items:
+            if type(x) in _SCALAR_TYPES:
+                found.append(cast("Argument", x))
+                continue
+            ref = self._ref(x) if type(x) is dict and len(x) == 1 else None
+            if ref is None:
+                return None
+            found.append(ref)
+        return tuple(found)
+
+    def _meta(self, v: JSON, where: str, index: int) -> Meta:
+        if v is None:
+            return None
+        t = v.get("tensor") if type(v) is dict and len(v) == 1 else None
+        if type(t) is dict and t.keys() == _TENSOR_META_KEYS:
+            dtype, device, sizes, strides = t["dtype"], t["device"], t["sizes"], t["strides"]
+            offset, grad = t["storage_offset"], t["requires_grad"]
+            if (type(dtype) is str and type(device) is str and type(grad) is bool
+                    and (type(offset) is int or type(offset) is str)
+                    and type(sizes) is list and type(strides) is list
+                    and _symints(sizes) and _symints(strides)):
+                key = (dtype, tuple(sizes), tuple(strides), device, offset, grad)
+                meta = self._metas.get(key)
+                if meta is None:  # the names are checked once, by the full decoder
+                    meta = self._metas[key] = _decode_tensor_meta(
+                        t, f"{where}.nodes[{index}].meta.tensor")
+                return meta
+        return decode_meta(v, f"{where}.nodes[{index}].meta")
+
+    def _source(self, v: JSON, where: str, index: int) -> SourceLocation | None:
+        if v is None:
+            return None
+        if type(v) is dict and v.keys() == _SOURCE_KEYS:
+            file, line, function, text = v["file"], v["line"], v["function"], v["text"]
+            if (type(file) is str and type(line) is int and type(function) is str
+                    and type(text) is str):
+                key = (file, line, function, text)
+                source = self._sources.get(key)
+                if source is None:
+                    source = self._sources[key] = SourceLocation(file, line, function, text)
+                return source
+        return decode_source(v, f"{where}.nodes[{index}].source")
+
+
+def _symints(items: list[JSON]) -> bool:
+    """Whether every item is an int or a string (exactly: no bool)."""
+    for x in items:
+        if type(x) is not int and type(x) is not str:
+            return False
+    return True
+
+
 # ---- graphs and signatures --------------------------------------------------------------
 
 
@@ -273,7 +405,10 @@ def _decode_guard(v: JSON, where: str) -> ShapeGuard:
                       decode_source(d["source"], f"{where}.source"))
 
 
-def decode_graph(v: JSON, where: str) -> Graph:
+def decode_graph(v: JSON, where: str, nodes_from: NodeDecoder | None = None) -> Graph:
+    """Decode one graph; ``nodes_from``: the decoder of the document's nodes (one for
+    every graph of a program shares their metadata and source locations)."""
+    decoder = nodes_from if nodes_from is not None else NodeDecoder()
     d = expect_dict(v, where)
     expect_keys(d, where, {"nodes", "symbols"}, {"nodes", "symbols", "guards"})
     nodes = expect_list(d["nodes"], f"{where}.nodes")
@@ -287,7 +422,7 @@ def decode_graph(v: JSON, where: str) -> Graph:
                                     optional(rd.get("hint"), f"{at}.hint", expect_int))
     guards = expect_list(d.get("guards", []), f"{where}.guards")
     return Graph(
-        nodes=[decode_node(n, f"{where}.nodes[{i}]") for i, n in enumerate(nodes)],
+        nodes=[decoder.node(n, where, i) for i, n in enumerate(nodes)],
         symbols=symbols,
         guards=[_decode_guard(g, f"{where}.guards[{i}]") for i, g in enumerate(guards)],
     )
@@ -313,27 +448,50 @@ def _decode_kind(v: JSON, where: str, kinds: Mapping[str, object]) -> str:
     return kind
 
 
+_INPUT_SPEC_KEYS = {"name", "kind", "target"}
+_OUTPUT_SPEC_KEYS = {"kind", "target"}
+
+
 def decode_signature(v: JSON, where: str) -> Signature:
     d = expect_dict(v, where)
     expect_keys(d, where, {"inputs", "outputs"}, {"inputs", "outputs"})
     sig = Signature()
+    # NOTE: a training program has hundreds of specs: a JSON path is formatted only for
+    # a spec that is not the common case (the full checks then name the problem)
     for g, specs in expect_dict(d["inputs"], f"{where}.inputs").items():
-        sig.inputs[g] = []
+        inputs = sig.inputs[g] = []
         for i, s in enumerate(expect_list(specs, f"{where}.inputs.{g}")):
-            at = f"{where}.inputs.{g}[{i}]"
-            sd = expect_dict(s, at)
-            expect_keys(sd, at, {"name", "kind", "target"}, {"name", "kind", "target"})
-            kind = _decode_kind(sd["kind"], f"{at}.kind", _INPUT_KINDS)
-            sig.inputs[g].append(InputSpec(expect_str(sd["name"], f"{at}.name"),
-                                           _INPUT_KINDS[kind],
-                                           optional(sd["target"], f"{at}.target", expect_str)))
+            if type(s) is dict and s.keys() == _INPUT_SPEC_KEYS:
+                name, kind, target = s["name"], s["kind"], s["target"]
+                kind = _INPUT_KINDS.get(kind) if type(kind) is str else None
+                if type(name) is str and kind is not None and (
+                        target is None or type(target) is str):
+                    inputs.append(InputSpec(name, kind, target))
+                    continue
+            inputs.append(_decode_input_spec(s, f"{where}.inputs.{g}[{i}]"))
     for g, specs in expect_dict(d["outputs"], f"{where}.outputs").items():
-        sig.outputs[g] = []
+        outputs = sig.outputs[g] = []
         for i, s in enumerate(expect_list(specs, f"{where}.outputs.{g}")):
-            at = f"{where}.outputs.{g}[{i}]"
-            sd = expect_dict(s, at)
-            expect_keys(sd, at, {"kind", "target"}, {"kind", "target"})
-            kind = _decode_kind(sd["kind"], f"{at}.kind", _OUTPUT_KINDS)
-            sig.outputs[g].append(OutputSpec(_OUTPUT_KINDS[kind],
-                                             optional(sd["target"], f"{at}.target", expect_str)))
+            if type(s) is dict and s.keys() == _OUTPUT_SPEC_KEYS:
+                out_kind, target = s["kind"], s["target"]
+                out_kind = _OUTPUT_KINDS.get(out_kind) if type(out_kind) is str else None
+                if out_kind is not None and (target is None or type(target) is str):
+                    outputs.append(OutputSpec(out_kind, target))
+                    continue
+            outputs.append(_decode_output_spec(s, f"{where}.outputs.{g}[{i}]"))
     return sig
+
+
+def _decode_input_spec(s: JSON, at: str) -> InputSpec:
+    sd = expect_dict(s, at)
+    expect_keys(sd, at, _INPUT_SPEC_KEYS, _INPUT_SPEC_KEYS)
+    kind = _decode_kind(sd["kind"], f"{at}.kind", _INPUT_KINDS)
+    return InputSpec(expect_str(sd["name"], f"{at}.name"), _INPUT_KINDS[kind],
+                     optional(sd["target"], f"{at}.target", expect_str))
+
+
+def _decode_output_spec(s: JSON, at: str) -> OutputSpec:
+    sd = expect_dict(s, at)
+    expect_keys(sd, at, _OUTPUT_SPEC_KEYS, _OUTPUT_SPEC_KEYS)
+    kind = _decode_kind(sd["kind"], f"{at}.kind", _OUTPUT_KINDS)
+    return OutputSpec(_OUTPUT_KINDS[kind], optional(sd["target"], f"{at}.target", expect_str))

@@ -14,10 +14,11 @@ tensor of the program.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 from ember.runtime.ir.errors import IRFormatError
-from ember.runtime.ir.graph import DIALECTS, OPCODES, Graph, Program
+from ember.runtime.ir.graph import DIALECTS, OPCODES, Argument, Graph, Node, Program, ValueRef
 from ember.runtime.ir.ops import resolve_op
 
 # Where a node came from, for messages: (graph name, node index) -> "line 12: ".
@@ -41,26 +42,55 @@ def check_program(program: Program, locate: NodeLocator | None = None) -> None:
 
 
 def _check_graph(graph_name: str, graph: Graph, program: Program, locate: NodeLocator) -> None:
+    # NOTE: runs once per node of every program loaded: the message's prefix is
+    # formatted only for an error, and arguments are looked at without a generator
     defined: set[str] = set()
+    tensors = program.tensors
     for i, node in enumerate(graph.nodes):
-        where = f"{locate(graph_name, i)}graph {graph_name!r}, node {i} (%{node.name})"
-        if node.op not in OPCODES:
-            raise IRFormatError(f"{where}: unknown opcode {node.op!r} (one of {list(OPCODES)})")
-        for ref in node.inputs():
-            if ref.node not in defined:
-                problem = "itself" if ref.node == node.name else (
-                    "a value defined later" if any(n.name == ref.node for n in graph.nodes)
-                    else "an undefined value")
-                raise IRFormatError(f"{where}: uses %{ref.node}, {problem} "
-                                    "(graphs are SSA: define a value before its use)")
+        op = node.op
+        if op not in OPCODES:
+            raise IRFormatError(f"{_where(locate, graph_name, i, node)}: unknown opcode "
+                                f"{op!r} (one of {list(OPCODES)})")
+        for arguments in (node.args, node.kwargs.values()):
+            for a in arguments:
+                if type(a) is ValueRef:
+                    if a.node not in defined:
+                        _undefined(a, locate, graph_name, i, graph)
+                elif isinstance(a, (tuple, ValueRef)):
+                    for ref in _refs(a):
+                        if ref.node not in defined:
+                            _undefined(ref, locate, graph_name, i, graph)
         if node.name in defined:
-            raise IRFormatError(f"{where}: the name %{node.name} is defined twice")
+            raise IRFormatError(f"{_where(locate, graph_name, i, node)}: the name "
+                                f"%{node.name} is defined twice")
         defined.add(node.name)
-        if node.op == "call":
+        if op == "call":
             try:
                 resolve_op(node.target)
             except IRFormatError as e:
-                raise IRFormatError(f"{where}: {e}") from None
-        elif node.op in ("get_attr", "constant") and node.target not in program.tensors:
-            raise IRFormatError(f"{where}: {node.op} reads tensor {node.target!r}, "
-                                "which the program does not carry")
+                raise IRFormatError(f"{_where(locate, graph_name, i, node)}: {e}") from None
+        elif op in ("get_attr", "constant") and node.target not in tensors:
+            raise IRFormatError(f"{_where(locate, graph_name, i, node)}: {op} reads tensor "
+                                f"{node.target!r}, which the program does not carry")
+
+
+def _where(locate: NodeLocator, graph_name: str, index: int, node: Node) -> str:
+    return f"{locate(graph_name, index)}graph {graph_name!r}, node {index} (%{node.name})"
+
+
+def _refs(a: Argument) -> Iterator[ValueRef]:
+    if isinstance(a, ValueRef):
+        yield a
+    elif isinstance(a, tuple):
+        for x in a:
+            yield from _refs(x)
+
+
+def _undefined(ref: ValueRef, locate: NodeLocator, graph_name: str, index: int,
+               graph: Graph) -> NoReturn:
+    node = graph.nodes[index]
+    problem = "itself" if ref.node == node.name else (
+        "a value defined later" if any(n.name == ref.node for n in graph.nodes)
+        else "an undefined value")
+    raise IRFormatError(f"{_where(locate, graph_name, index, node)}: uses %{ref.node}, "
+                        f"{problem} (graphs are SSA: define a value before its use)")

@@ -33,6 +33,7 @@ from ember.runtime.ir.json_codec import (
     expect_str,
 )
 from ember.runtime.ir.json_graph import (
+    NodeDecoder,
     decode_graph,
     decode_signature,
     encode_graph,
@@ -156,8 +157,9 @@ def program_from_json(
     d = upgraded(doc)
     expect_keys(d, "program.json", _KEYS, _KEYS)
     dialect = expect_str(d["dialect"], "dialect")
+    nodes = NodeDecoder()  # one for every graph: they share metadata and sources
     graphs = {
-        name: decode_graph(g, f"graphs.{name}")
+        name: decode_graph(g, f"graphs.{name}", nodes)
         for name, g in expect_dict(d["graphs"], "graphs").items()
     }
     signature = decode_signature(d["signature"], "signature")
