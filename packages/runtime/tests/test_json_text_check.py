@@ -49,6 +49,9 @@ def _problem(text: str | bytes, limits: LoadLimits = LIMITS) -> str | None:
     ('["\\\\\\"[[[[[["]', None),
     ('["\\u0022[[[[[["]', None),
     ('["é[[[[[[", "日本"]', None),
+    ('["]", "[", "", "{", "a]"]', None),
+    ('["[", "", "]", "x", [[[[1]]]]]', "nested"),
+    ('{"a[": [{"b": "]]"}], "": {"": [[[["{"]]]]}}', "nested"),
     ('[[["é"], [[[1]]]]]', "nested"),
     ('["' + "1" * 60 + '"]', None),  # digits in a string are text
     ("[" + "1" * 60 + "]", "digits"),
