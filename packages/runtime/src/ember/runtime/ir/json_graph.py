@@ -283,16 +283,17 @@ class NodeDecoder:
 
     def _arguments(self, args: list[JSON], where: str, index: int) -> tuple[Argument, ...]:
         found: list[Argument] = []
+        refs = self._refs
         for a in args:
             kind = type(a)
-            if kind in _SCALAR_TYPES:
-                found.append(cast("Argument", a))
-                continue
             if kind is dict:
                 d = cast("dict[str, JSON]", a)
                 if len(d) == 1:
-                    ref = self._ref(d)
-                    if ref is not None:
+                    name = d.get("ref")
+                    if type(name) is str:
+                        ref = refs.get(name)
+                        if ref is None:
+                            ref = refs[name] = ValueRef(name, None)
                         found.append(ref)
                         continue
                     items = d.get("tuple")
@@ -306,6 +307,9 @@ class NodeDecoder:
                     if type(ref_name) is str and type(ref_index) is int:
                         found.append(ValueRef(ref_name, ref_index))
                         continue
+            elif kind in _SCALAR_TYPES:
+                found.append(cast("Argument", a))
+                continue
             return _decode_arguments(args, f"{where}.nodes[{index}]")
         return tuple(found)
 
@@ -342,8 +346,10 @@ class NodeDecoder:
             offset, grad = t["storage_offset"], t["requires_grad"]
             if (type(dtype) is str and type(device) is str and type(grad) is bool
                     and (type(offset) is int or type(offset) is str)
-                    and type(sizes) is list and type(strides) is list
-                    and _symints(sizes) and _symints(strides)):
+                    and type(sizes) is list and type(strides) is list):
+                for x in sizes + strides:
+                    if type(x) is not int and type(x) is not str:
+                        return decode_meta(v, f"{where}.nodes[{index}].meta")
                 key = (dtype, tuple(sizes), tuple(strides), device, offset, grad)
                 meta = self._metas.get(key)
                 if meta is None:  # the names are checked once, by the full decoder
@@ -365,14 +371,6 @@ class NodeDecoder:
                     source = self._sources[key] = SourceLocation(file, line, function, text)
                 return source
         return decode_source(v, f"{where}.nodes[{index}].source")
-
-
-def _symints(items: list[JSON]) -> bool:
-    """Whether every item is an int or a string (exactly: no bool)."""
-    for x in items:
-        if type(x) is not int and type(x) is not str:
-            return False
-    return True
 
 
 # ---- graphs and signatures --------------------------------------------------------------
