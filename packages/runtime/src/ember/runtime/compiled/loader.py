@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.runtime.compiled.code_cache import wrapper_code
 from ember.runtime.compiled.wrapper_support import make_namespace
 from ember.runtime.config import config
 from ember.runtime.ir import IRFormatError, Program, VerificationError
@@ -83,7 +84,8 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
     graph's inputs (one per placeholder, in order) and returning its outputs.
 
     The graph's wrapper source is executed in a fresh namespace (no pickle, no imports
-    beyond torch); its kernels are compiled or fetched from the on-disk cache. That is
+    beyond torch), its code object compiled once a machine (:mod:`.code_cache`); its
+    kernels are compiled or fetched from the on-disk cache. That is
     running code: a program read from a file (``program.untrusted_origin`` set) is
     refused unless ``EMBER_TRUST_ARTIFACTS=1`` (load trusted files with
     ``load(path, trusted=True)`` or ``ember.runtime.compiled.load_artifact(path, trusted=True)``).
@@ -105,7 +107,7 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
     binder = SymbolBinder(graph) if graph is not None and graph.symbols else None
     namespace = make_namespace(kernels, constants, binder)
     source = program.files[entry.wrapper].decode()
-    code = compile(source, f"<ember wrapper {graph_name}>", "exec")
+    code = wrapper_code(source, f"<ember wrapper {graph_name}>")  # compiled once a machine
     exec(code, namespace)  # noqa: S102 - generated wrapper, see README.md
     call = namespace.get("call")
     if not callable(call):
