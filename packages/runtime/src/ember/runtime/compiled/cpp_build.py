@@ -8,13 +8,17 @@ A kernel's shared library lives at::
                                               "sha256": <digest of the library>, ...}
 
 ``key`` hashes the source, the compiler's version line, the flags, the CPU model
-(``-march=native``) and the torch version.
+(``-march=native``) and the torch version. The version line and the flags (libmvec
+found or not) come from two subprocesses, which a warm start (no build) does not spawn:
+their answer is kept in ``<cache root>/toolchain/cpp.json`` until the compiler's binary
+or the loader's library cache changes (:func:`_toolchain`).
 The compiler runs in a temporary directory beside the entries (removed on success and
 failure alike); the files are then written to temporary names and moved into place with
 ``os.replace`` (the manifest last), so concurrent writers are safe and a reader never
 trusts half an entry. An entry whose manifest is missing or does not match its library (a
 truncated ``kernel.so``, a symbolic link) is a miss, with a :class:`CppCacheWarning`, and
-is rebuilt under a new library name (``kernel-<random>.so``, recorded in the manifest). The cache's directories are private (:mod:`.private_cache`).
+is rebuilt under a new library name (``kernel-<random>.so``, recorded in the manifest).
+The cache's directories are private (:mod:`.private_cache`).
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ import stat
 import subprocess
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from ember.runtime.compiled.private_cache import (
+    CacheDirError,
     cache_subdir,
     fresh_entry_dir,
     process_dir,
@@ -51,13 +57,11 @@ FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno",
                           "-fPIC", "-std=c++17", "-w")
 
 
-@functools.cache
 def vector_math_flags() -> tuple[str, ...]:
     """Link glibc's vector math library when present (the kernels' prelude then declares
-    its functions, so loops calling exp/log/tanh/... vectorize)."""
-    if ctypes.util.find_library("mvec") is None:
-        return ()
-    return ("-DEMBER_HAVE_MVEC", "-lmvec")
+    its functions, so loops calling exp/log/tanh/... vectorize). Found once per process
+    (:func:`_toolchain`)."""
+    return _toolchain().vector_math_flags
 
 
 def build_flags() -> tuple[str, ...]:
@@ -75,17 +79,16 @@ class CppCompileError(RuntimeError):
     """The C++ compiler rejected a generated kernel."""
 
 
-@functools.cache
 def compiler_version() -> str:
-    """The first line of ``g++ --version``.
+    """The first line of ``g++ --version`` (once per process, :func:`_toolchain`).
 
     Raises:
         CppCompileError: when no C++ compiler is installed.
     """
-    if shutil.which(COMPILER) is None:
+    version = _toolchain().compiler_version
+    if version is None:
         raise CppCompileError(f"no C++ compiler: {COMPILER!r} is not on PATH")
-    out = subprocess.run([COMPILER, "--version"], capture_output=True, text=True, check=True)
-    return out.stdout.splitlines()[0] if out.stdout else COMPILER
+    return version
 
 
 def cache_dir() -> Path:
@@ -102,6 +105,98 @@ def cache_dir() -> Path:
     if _process_dir is None:
         _process_dir = process_dir("ember-cpp-")
     return _process_dir
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What the cache keys and builds take from the system besides the source."""
+
+    compiler_version: str | None  # the first line of ``g++ --version``; None: no g++
+    vector_math_flags: tuple[str, ...]  # _MVEC_FLAGS when glibc's libmvec is installed
+
+
+_MVEC_FLAGS = ("-DEMBER_HAVE_MVEC", "-lmvec")
+# <cache root>/toolchain/cpp.json: its own folder (cpp/ holds only entries)
+_TOOLCHAIN_DIR, _TOOLCHAIN_FILE = "toolchain", "cpp.json"
+LD_CACHE = "/etc/ld.so.cache"  # what ``ldconfig -p`` (find_library) reads
+
+
+def _probe() -> Toolchain:
+    """Ask the system: two subprocesses (``g++ --version``, ``ldconfig -p``), ~7 ms."""
+    version: str | None = None
+    if shutil.which(COMPILER) is not None:
+        out = subprocess.run([COMPILER, "--version"], capture_output=True, text=True,
+                             check=True)
+        version = out.stdout.splitlines()[0] if out.stdout else COMPILER
+    mvec = _MVEC_FLAGS if ctypes.util.find_library("mvec") is not None else ()
+    return Toolchain(version, mvec)
+
+
+def file_stamp(path: str) -> list[str | int]:
+    """What changes when the file at ``path`` (links followed) is replaced, rewritten or
+    reached through another link: its resolved path, device, inode, size, times."""
+    st = os.stat(path)
+    return [os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+            st.st_ctime_ns]
+
+
+@functools.cache
+def _toolchain() -> Toolchain:
+    """:func:`_probe`'s answer, once per process, remembered across processes.
+
+    A warm start needs the answer for the cache keys of its kernels but never runs the
+    compiler, so the answer is kept in ``<cache>/toolchain/cpp.json`` with the stamps
+    (:func:`file_stamp`) of the compiler's binary and of the loader's library cache: a
+    process whose stamps match reads it (~0.1 ms) instead of spawning both processes. A
+    new or changed compiler (an upgrade, another ``g++`` first on ``PATH``, a switched
+    alternative) or a rebuilt library cache (``ldconfig``, run when libraries are
+    installed) changes a stamp, and the system is asked again. Only an answer that
+    found libmvec is kept (the other one is also found by ``gcc`` and
+    ``LD_LIBRARY_PATH``, which no stamp covers); with the cache off, or no compiler,
+    nothing is kept.
+    """
+    compiler = shutil.which(COMPILER)
+    if compiler is None or not config.cache_enabled:
+        return _probe()
+    try:
+        stamps: dict[str, object] = {
+            "compiler": file_stamp(compiler), "ld.so.cache": file_stamp(LD_CACHE),
+            "machine": platform.machine()}
+        memo = cache_subdir(Path(config.cache_dir), _TOOLCHAIN_DIR) / _TOOLCHAIN_FILE
+    except (OSError, CacheDirError) as e:
+        log("cache", f"C++ toolchain not remembered ({type(e).__name__}: {e})")
+        return _probe()
+    remembered = _remembered(memo, stamps)
+    if remembered is not None:
+        return remembered
+    found = _probe()
+    if found.compiler_version is not None and found.vector_math_flags == _MVEC_FLAGS:
+        record = {"stamps": stamps, "compiler": found.compiler_version,
+                  "vector_math_flags": list(found.vector_math_flags)}
+        try:
+            write_atomic(memo, json.dumps(record).encode())
+        except OSError as e:
+            log("cache", f"C++ toolchain not remembered ({type(e).__name__}: {e})")
+    return found
+
+
+def _remembered(memo: Path, stamps: dict[str, object]) -> Toolchain | None:
+    """The toolchain of ``memo`` when its stamps are ``stamps``; else None (logged)."""
+    try:
+        record = json.loads(read_file(memo))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        log("cache", f"C++ toolchain record {memo} unreadable ({type(e).__name__}: {e})")
+        return None
+    if not isinstance(record, dict) or record.get("stamps") != stamps:
+        log("cache", "C++ toolchain changed (or its record is malformed): asking again")
+        return None
+    version, flags = record.get("compiler"), record.get("vector_math_flags")
+    if not isinstance(version, str) or flags != list(_MVEC_FLAGS):
+        log("cache", f"C++ toolchain record {memo} malformed: asking again")
+        return None
+    return Toolchain(version, _MVEC_FLAGS)
 
 
 @functools.cache
