@@ -10,8 +10,14 @@ from typing import Any
 import torch
 from ember.frontend.guard_batch import TensorBatch
 from ember.frontend.guard_model import GUARD_KINDS, Guard, Source
+from ember.runtime.compiled.code_cache import cached_code
 
 __all__ = ["Matcher", "MatcherWriter", "matcher_text"]
+
+#: the length from which a check function's code object is kept on disk
+#: (``ember.runtime.compiled.code_cache``): compiling ~4 KB of guards takes about as long
+#: as reading a cache entry
+CACHED_TEXT = 8192
 
 Matcher = Callable[[Any, Any], "list[Any] | None"]
 """A generated check function ``match(S, C)``: None when a guard fails, else the
@@ -115,7 +121,11 @@ class MatcherWriter:
             "    except Exception:\n"
             "        return None\n"
         ) if lines else f"def match(S, C):\n    return {result}\n"
-        exec(compile(src, "<ember guards>", "exec"), self.names)  # noqa: S102 - from guards
+        # a long check is compiled once a machine (a warm start rebuilds the check of
+        # every guard); a short one (a probe of one guard) compiles faster than a read
+        code = (cached_code(src, "<ember guards>", "guard") if len(src) >= CACHED_TEXT
+                else compile(src, "<ember guards>", "exec"))
+        exec(code, self.names)  # noqa: S102 - from guards
         fn: Matcher = self.names["match"]
         fn.__ember_source__ = src  # type: ignore[attr-defined]
         return fn, src
