@@ -154,7 +154,18 @@ def test_extern_calls_keep_structured_arguments() -> None:
     assert addmm.args == [TensorArg("arg2"), TensorArg("arg0"),
                           TensorArg("arg1", ((8, 6), (1, 8), 0))]
     assert addmm.reads == ["arg0", "arg1", "arg2"]
-    assert render_arg(addmm.args[2]) == "_view(arg1, (8, 6), (1, 8), 0)"
+    assert render_arg(addmm.args[2]) == "arg1.as_strided((8, 6), (1, 8))"
+
+
+def test_a_view_past_the_start_adds_the_buffers_own_offset() -> None:
+    # as_strided without an offset keeps the buffer's own; with one, it is absolute
+    text = render_arg(TensorArg("buf3", ((4, 2), (8, 1), 6)))
+    assert text == "buf3.as_strided((4, 2), (8, 1), buf3.storage_offset() + 6)"
+    buf3 = torch.arange(64.0)[10:]  # a buffer that starts 10 elements into its storage
+    view = eval(text, {"buf3": buf3})  # noqa: S307 - the text rendered above
+    torch.testing.assert_close(view, buf3[6:38].reshape(4, 8)[:, :2])
+    plain = eval(render_arg(TensorArg("buf3", ((4, 2), (8, 1), 0))), {"buf3": buf3})  # noqa: S307
+    torch.testing.assert_close(plain, buf3[:32].reshape(4, 8)[:, :2])
 
 
 def test_reads_come_from_structure_not_text() -> None:

@@ -8,7 +8,7 @@ after the step that last reads it. This module decides, before the wrapper is wr
   f(a[i])``, every load before the store, every loop variable in the index), writes into
   that buffer's memory (``buf3 = buf1; del buf1  # written in place of buf1's memory``);
 - **reuse**: a new buffer takes the memory of a dead one of the same dtype and byte size
-  (any shape: ``_view`` gives it its layout); on a GPU only where holding the dead buffer
+  (any shape: ``as_strided`` gives it its layout); on a GPU only where holding the dead buffer
   until then does not raise the graph's peak (on the CPU always: a fresh allocation costs
   page faults there); an extern matmul on the CPU writes through ``out=`` into dead memory
   of its exact layout;

@@ -105,14 +105,25 @@ def py_strides(sizes: tuple[Size, ...], strides: tuple[Size, ...]) -> str:
     return py_sizes(zero_safe_strides(sizes, strides))
 
 
+def py_view(buffer: str, sizes: tuple[Size, ...], strides: tuple[Size, ...],
+            offset: Size) -> str:
+    """Python source of ``buffer`` viewed with ``sizes``/``strides``, ``offset`` elements
+    past its start: ``Tensor.as_strided`` called inline (a view is made on every call of
+    the wrapper, hundreds a training step: no helper frame). Without a storage offset,
+    ``as_strided`` keeps the buffer's own, so an offset of 0 is not written."""
+    layout = f"{py_sizes(sizes)}, {py_strides(sizes, strides)}"
+    if offset == 0:
+        return f"{buffer}.as_strided({layout})"
+    return f"{buffer}.as_strided({layout}, {buffer}.storage_offset() + {py_size(offset)})"
+
+
 def render_arg(arg: ExternArg) -> str:
     """Python source for an extern-call argument or an output."""
     if isinstance(arg, TensorArg):
         if arg.view is None:
             return arg.buffer
         sizes, strides, offset = arg.view
-        return (f"_view({arg.buffer}, {py_sizes(sizes)}, {py_strides(sizes, strides)}, "
-                f"{py_size(offset)})")
+        return py_view(arg.buffer, sizes, strides, offset)
     if isinstance(arg, VariableArg):
         return arg.name
     if isinstance(arg, SizeArg):
@@ -427,7 +438,7 @@ class WrapperWriter:
         return done
 
     def _allocate(self, alloc: Allocation) -> None:
-        """A new buffer: fresh memory, or a dead buffer's (its layout through ``_view``
+        """A new buffer: fresh memory, or a dead buffer's (its layout through ``as_strided``
         when it differs; codegen/memory_plan.py)."""
         info = self.lowered.buffers[alloc.name]
         old = alloc.takes
@@ -447,8 +458,7 @@ class WrapperWriter:
         if (other.sizes, other.strides) == (info.sizes, info.strides):
             self.emit(f"{alloc.name} = {old}; del {old}  # {why} {old}'s memory")
         else:
-            self.emit(f"{alloc.name} = _view({old}, {py_sizes(info.sizes)}, "
-                      f"{py_strides(info.sizes, info.strides)}, 0); "
+            self.emit(f"{alloc.name} = {py_view(old, info.sizes, info.strides, 0)}; "
                       f"del {old}  # {why} {old}'s memory")
 
     def _extern(self, call: ExternCall, plan: StepPlan) -> None:
