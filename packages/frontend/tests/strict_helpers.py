@@ -66,3 +66,36 @@ def run3(fn: Callable[..., Any], make_args: Callable[[int], tuple[Any, ...]]) ->
 
 def vec(i: int) -> tuple[torch.Tensor]:
     return (torch.arange(3.0) * (i + 1) - i,)
+
+
+def captured_call(model: torch.nn.Module) -> tuple[Any, Any, Any]:
+    """The guards, input sources and ``(state, ctx)`` arguments of the guard check of a
+    warm call of ``model`` compiled strictly (one segment, a ``(2, 4)`` input)."""
+    torch.manual_seed(0)
+    compiled = strict(model)
+    x = torch.randn(2, 4, device=next(model.parameters()).device)
+    compiled(x)
+    (segment,) = compiled._compiled.segments[0]
+    seen: list[Any] = []
+    inner = segment.match
+
+    def spy(state: Any, ctx: Any) -> Any:
+        seen.append((state, ctx))
+        return inner(state, ctx)
+
+    segment.match = spy
+    compiled(x)
+    return segment.guards.guards, segment.input_sources, seen[0]
+
+
+class LinearStack(torch.nn.Module):
+    """``n`` 4x4 linear layers applied in turn: a model with many parameters to guard."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x

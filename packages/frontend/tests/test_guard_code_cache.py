@@ -7,51 +7,18 @@ check (a probe of one guard) is compiled, not cached."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
 from ember.frontend.guard_writer import CACHED_TEXT
 from ember.frontend.guards import compile_matcher
 from ember.runtime.config import patch
-from strict_helpers import strict
-from torch import nn
-
-
-class Stack(nn.Module):
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(n))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
-def _guards() -> tuple[Any, Any, tuple[Any, Any]]:
-    """The guards and input sources of a captured 24-layer stack, and the arguments of
-    one call of its check."""
-    torch.manual_seed(0)
-    compiled = strict(Stack(24))
-    x = torch.randn(2, 4)
-    compiled(x)
-    (segment,) = compiled._compiled.segments[0]
-    seen: list[tuple[Any, Any]] = []
-    inner = segment.match
-
-    def spy(state: Any, ctx: Any) -> Any:
-        seen.append((state, ctx))
-        return inner(state, ctx)
-
-    segment.match = spy
-    compiled(x)
-    return segment.guards.guards, segment.input_sources, seen[0]
+from strict_helpers import LinearStack as Stack
+from strict_helpers import captured_call
 
 
 def test_a_long_check_is_compiled_once_and_read_back(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    guards, inputs, call = _guards()
+    guards, inputs, call = captured_call(Stack(24))
     with patch(cache_dir=tmp_path / "cache", logs="cache"):
         capsys.readouterr()
         first = compile_matcher(guards, inputs)
@@ -68,7 +35,7 @@ def test_a_long_check_is_compiled_once_and_read_back(
 
 def test_a_short_check_is_not_cached(tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
-    guards, _, _ = _guards()
+    guards, _, _ = captured_call(Stack(24))
     with patch(cache_dir=tmp_path / "cache", logs="cache"):
         capsys.readouterr()
         probe = compile_matcher(guards[:1])

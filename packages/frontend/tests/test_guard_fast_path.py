@@ -13,7 +13,7 @@ import torch
 from ember.frontend import guard_fast
 from ember.frontend.guards import compile_matcher
 from ember.runtime.config import patch
-from strict_helpers import strict
+from strict_helpers import captured_call, strict
 from torch import nn
 
 
@@ -304,25 +304,6 @@ def test_state_written_every_call_turns_the_stamp_off() -> None:
     assert stamps and all(s.off and s.hits == 0 and s.records == 3 for s in stamps)
 
 
-def _captured_call(model: nn.Module) -> tuple[Any, Any, Any]:
-    """The guards, input sources and (state, ctx) of a warm call of ``model``."""
-    torch.manual_seed(0)
-    compiled = strict(model)
-    x = torch.randn(2, 4, device=next(model.parameters()).device)
-    compiled(x)
-    (segment,) = compiled._compiled.segments[0]
-    seen: list[Any] = []
-    inner = segment.match
-
-    def spy(state: Any, ctx: Any) -> Any:
-        seen.append((state, ctx))
-        return inner(state, ctx)
-
-    segment.match = spy
-    compiled(x)
-    return segment.guards.guards, segment.input_sources, seen[0]
-
-
 def _per_call(match: Any, call: tuple[Any, Any], n: int = 100, batches: int = 5) -> float:
     """The fastest of several timed batches (other processes share the cores)."""
     for _ in range(3):
@@ -348,7 +329,7 @@ def _best_ratio(slow: Any, quick: Any, call: tuple[Any, Any], rounds: int = 15) 
 
 
 def test_the_fast_path_cuts_the_check_of_a_24_layer_stack(monkeypatch: Any) -> None:
-    guards, inputs, call = _captured_call(PlainStack(24))
+    guards, inputs, call = captured_call(PlainStack(24))
     fast = compile_matcher(guards, inputs)
     monkeypatch.setattr(guard_fast, "FAST_PATH_MIN_GUARDS", 10**9)
     full = compile_matcher(guards, inputs)
@@ -366,7 +347,7 @@ def test_the_fast_path_is_off_without_dict_versions(monkeypatch: Any) -> None:
     import ember.frontend.guard_fast as gf
 
     monkeypatch.setattr(gf, "dict_version_reader", lambda: None)
-    guards, inputs, call = _captured_call(Stack(8))
+    guards, inputs, call = captured_call(Stack(8))
     match = compile_matcher(guards, inputs)
     assert not hasattr(match, "__ember_stamps__") and match(*call) is not None
 
@@ -378,7 +359,7 @@ def test_cuda_parameters_under_the_stamp(mutation: str) -> None:
     """The C++ tensor check on GPU parameters: a parameter moved to the CPU through
     ``.data``, given another shape, or frozen, fails the check after fast calls."""
     model = PlainStack(8).cuda()
-    guards, inputs, call = _captured_call(model)
+    guards, inputs, call = captured_call(model)
     fast = compile_matcher(guards, inputs)
     for _ in range(4):
         assert fast(*call) is not None
