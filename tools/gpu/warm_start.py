@@ -53,6 +53,9 @@ TIMED = [
     ("ember.runtime.compiled.triton_kernel", "TritonKernel._bind_prebuilt"),
     ("ember.runtime.compiled.triton_stored", "load"),
     ("ember.runtime.autograd", "_run_backward"),
+    ("ember.frontend.guards", "compile_matcher"),
+    ("ember.runtime.compiled.code_cache", "cached_code"),
+    ("ember.runtime.compiled.loader", "load_executor"),
 ]
 
 
