@@ -201,8 +201,8 @@ class Node:
 
     def inputs(self) -> Iterator[ValueRef]:
         """Every ValueRef this node reads, in argument order."""
-        yield from _refs(self.args)
-        yield from _refs(tuple(self.kwargs.values()))
+        yield from refs_in(self.args)
+        yield from refs_in(tuple(self.kwargs.values()))
 
     def replace_refs(self, mapping: dict[ValueRef, Argument]) -> None:
         """Replace uses of values in args and kwargs according to ``mapping``."""
@@ -223,12 +223,13 @@ def _same_argument(a: Argument, b: Argument) -> bool:
     return a == b
 
 
-def _refs(args: tuple[Argument, ...]) -> Iterator[ValueRef]:
+def refs_in(args: tuple[Argument, ...]) -> Iterator[ValueRef]:
+    """Every ValueRef in ``args``, nested tuples included, in order."""
     for a in args:
         if isinstance(a, ValueRef):
             yield a
         elif isinstance(a, tuple):
-            yield from _refs(a)
+            yield from refs_in(a)
 
 
 def _substitute(a: Argument, mapping: dict[ValueRef, Argument]) -> Argument:

@@ -210,13 +210,14 @@ def encode_node(n: Node) -> JSON:
 
 
 _NODE_KEYS = {"name", "op", "target", "args", "kwargs", "meta", "source"}
-_PLAIN_ARGUMENTS = (type(None), bool, int, str, float)
+# the arguments that decode to themselves
+_SCALAR_TYPES = frozenset((type(None), bool, int, str, float))
 
 
 def _decode_arguments(args: list[JSON], where: str) -> tuple[Argument, ...]:
     found: list[Argument] = []
     for i, a in enumerate(args):
-        if type(a) in _PLAIN_ARGUMENTS:
+        if type(a) in _SCALAR_TYPES:
             found.append(cast("Argument", a))
         else:
             ref = plain_argument(a)
@@ -244,7 +245,6 @@ def decode_node(v: JSON, where: str) -> Node:
     )
 
 
-_SCALAR_TYPES = frozenset(_PLAIN_ARGUMENTS)
 _REF_KEYS = {"ref", "index"}
 
 
@@ -283,17 +283,13 @@ class NodeDecoder:
 
     def _arguments(self, args: list[JSON], where: str, index: int) -> tuple[Argument, ...]:
         found: list[Argument] = []
-        refs = self._refs
         for a in args:
             kind = type(a)
             if kind is dict:
                 d = cast("dict[str, JSON]", a)
                 if len(d) == 1:
-                    name = d.get("ref")
-                    if type(name) is str:
-                        ref = refs.get(name)
-                        if ref is None:
-                            ref = refs[name] = ValueRef(name, None)
+                    ref = self._ref(d)
+                    if ref is not None:
                         found.append(ref)
                         continue
                     items = d.get("tuple")

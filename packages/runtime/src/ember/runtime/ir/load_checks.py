@@ -14,11 +14,11 @@ tensor of the program.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import NoReturn
 
 from ember.runtime.ir.errors import IRFormatError
-from ember.runtime.ir.graph import DIALECTS, OPCODES, Argument, Graph, Node, Program, ValueRef
+from ember.runtime.ir.graph import DIALECTS, OPCODES, Graph, Node, Program, ValueRef, refs_in
 from ember.runtime.ir.ops import resolve_op
 
 # Where a node came from, for messages: (graph name, node index) -> "line 12: ".
@@ -57,7 +57,7 @@ def _check_graph(graph_name: str, graph: Graph, program: Program, locate: NodeLo
                     if a.node not in defined:
                         _undefined(a, locate, graph_name, i, graph)
                 elif isinstance(a, (tuple, ValueRef)):
-                    for ref in _refs(a):
+                    for ref in refs_in((a,)):
                         if ref.node not in defined:
                             _undefined(ref, locate, graph_name, i, graph)
         if node.name in defined:
@@ -76,14 +76,6 @@ def _check_graph(graph_name: str, graph: Graph, program: Program, locate: NodeLo
 
 def _where(locate: NodeLocator, graph_name: str, index: int, node: Node) -> str:
     return f"{locate(graph_name, index)}graph {graph_name!r}, node {index} (%{node.name})"
-
-
-def _refs(a: Argument) -> Iterator[ValueRef]:
-    if isinstance(a, ValueRef):
-        yield a
-    elif isinstance(a, tuple):
-        for x in a:
-            yield from _refs(x)
 
 
 def _undefined(ref: ValueRef, locate: NodeLocator, graph_name: str, index: int,
