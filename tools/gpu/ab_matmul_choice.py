@@ -2,16 +2,19 @@
 torch.compile default, Ember as it is, Ember with a bias alone not counted as fusion
 (``matmul_template.BIAS_COUNTS_AS_FUSION = False``) and Ember with every matmul on
 cuBLAS (``forced_matmul("extern")``), and Ember with every matmul on cuBLAS except one
-whose result the extern would pad ("ember cuBLAS unless padded"). Prints each variant's heuristic choices
+whose result the extern would pad ("ember cuBLAS unless padded"), and Ember without the
+epilogue store's cost in the heuristic ("ember_no_epilogue_cost"). Prints each variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
 timed round-robin ``ROUNDS`` times), and its peak memory above the inputs.
-``python3 tools/gpu/ab_matmul_choice.py [hf_gpt2] [bfloat16] [full] [ember,"ember all cuBLAS"]``
-(the last argument: the variants, comma-separated; default all)."""
+``python3 tools/gpu/ab_matmul_choice.py [hf_gpt2] [bfloat16] [full] [ember,"ember all cuBLAS"] [train]``
+(the fourth argument: the variants, comma-separated, or ``all``; ``train``: the bench's
+training step, forward, backward and SGD step, of a copy of the model for each variant)."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import io
 import statistics
 import sys
@@ -23,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ember.frontend as ef
 import torch
 import zoo
+from benchlib.runner import make_step
+from ember.inductor.codegen.triton import matmul_choice
 from ember.inductor.codegen.triton.matmul_choice import forced_matmul
 from ember.inductor.lowering import matmul_template
 from ember.runtime.config import patch
@@ -73,6 +78,18 @@ def _cublas_unless_padded() -> Iterator[None]:
         matmul_choice.heuristic_choice = real  # type: ignore[assignment]
 
 
+@contextlib.contextmanager
+def _no_epilogue_cost() -> Iterator[None]:
+    """The heuristic without the epilogue store's cost (``EPILOGUE_BANDWIDTH`` at
+    ``BANDWIDTH``): the cost model before it was measured."""
+    saved = matmul_choice.EPILOGUE_BANDWIDTH
+    matmul_choice.EPILOGUE_BANDWIDTH = matmul_choice.BANDWIDTH
+    try:
+        yield
+    finally:
+        matmul_choice.EPILOGUE_BANDWIDTH = saved
+
+
 #: round-robin rounds: the GPU's clock drifts between rounds (H200: one variant's three
 #: rounds spread 5.05-5.60 ms), so each round's speed is taken against torch's in it
 ROUNDS = 5
@@ -83,6 +100,7 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "ember all cuBLAS": lambda: forced_matmul("extern"),
     "ember no div/mod fold": _no_div_mod_fold,
     "ember cuBLAS unless padded": _cublas_unless_padded,
+    "ember_no_epilogue_cost": _no_epilogue_cost,
 }
 
 
@@ -92,31 +110,39 @@ def main() -> None:
     suite = sys.argv[3] if len(sys.argv) > 3 else "full"
     # NOTE: one variant a process is the clean measurement: two ef.compile of one model
     # in one process may share the frontend's per-code caches
-    chosen = sys.argv[4].split(",") if len(sys.argv) > 4 else list(VARIANTS)
+    chosen = sys.argv[4].split(",") if len(sys.argv) > 4 and sys.argv[4] != "all" \
+        else list(VARIANTS)
+    train = sys.argv[5:] == ["train"]
     unknown = set(chosen) - set(VARIANTS)
     if unknown:
         raise SystemExit(f"unknown variants {sorted(unknown)}; known: {list(VARIANTS)}")
     model, inputs = zoo.get(name).make("cuda", dtype, suite)
     runs: dict[str, Callable[[], object]] = {}
-    torch_fn = torch.compile(model)
-    runs["torch"] = lambda: torch_fn(*inputs)
+    if train:
+        runs["torch"] = make_step("torch", copy.deepcopy(model), inputs, True, "inductor")
+    else:
+        torch_fn = torch.compile(model)
+        runs["torch"] = lambda: torch_fn(*inputs)
     for label in chosen:
         variant = VARIANTS[label]
-        fn = ef.compile(model)
+        step = make_step("ember", copy.deepcopy(model), inputs, True, "inductor") \
+            if train else None
+        fn = ef.compile(model) if step is None else None
         err = io.StringIO()
-        with torch.no_grad(), variant(), contextlib.redirect_stderr(err), \
+        with contextlib.nullcontext() if train else torch.no_grad(), variant(), \
+                contextlib.redirect_stderr(err), \
                 patch(logs=frozenset({"autotune"}), program_cache=False, capture_cache=False):
-            fn(*inputs)
+            step() if fn is None else fn(*inputs)
         choices = collections.Counter(
             line.split("] ", 1)[0].split("matmul ", 1)[-1] + "] -> " + line.rsplit(": ", 1)[-1]
             for line in err.getvalue().splitlines() if "matmul " in line)
         print(f"===== {label}: matmul choices")
         for text, count in sorted(choices.items()):
             print(f"  {count} x {text[:200]}")
-        runs[label] = lambda fn=fn: fn(*inputs)
+        runs[label] = step if fn is None else (lambda fn=fn: fn(*inputs))
     times: dict[str, list[float]] = {k: [] for k in runs}
     peaks: dict[str, float] = {}
-    with torch.no_grad():
+    with contextlib.nullcontext() if train else torch.no_grad():
         for _ in range(ROUNDS):
             for label, run in runs.items():
                 times[label].append(do_bench(run, warmup=25, rep=200))
@@ -128,8 +154,8 @@ def main() -> None:
             run()
             torch.cuda.synchronize()
             peaks[label] = (torch.cuda.max_memory_allocated() - base) / 2**20
-    ref = statistics.median(times["torch"])
-    print(f"===== {name} {dtype} {suite}: median of {ROUNDS} round-robin do_bench medians "
+    kind = " train" if train else ""
+    print(f"===== {name} {dtype} {suite}{kind}: median of {ROUNDS} round-robin do_bench medians "
           f"(speed: torch's time over the variant's in the same round, median of rounds)")
     for label, ts in times.items():
         t = statistics.median(ts)

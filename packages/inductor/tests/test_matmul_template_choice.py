@@ -173,6 +173,24 @@ def test_default_heuristic_in_the_schedule(monkeypatch: pytest.MonkeyPatch) -> N
     assert scaled.startswith("kernel0 [40, 36] reduce [24] mm template"), scaled
 
 
+def test_the_problem_says_whether_only_an_epilogue_fuses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the store's cost (EPILOGUE_BANDWIDTH) counts against a template chosen for its
+    # epilogue, not against one that inlines a producer or spares the extern's padding
+    seen: list[MatmulProblem] = []
+    real = matmul_choice.heuristic_choice
+
+    def spy(problem: MatmulProblem, tma: bool | None = None) -> str:
+        seen.append(problem)
+        return real(problem, tma)
+
+    monkeypatch.setattr(matmul_choice, "heuristic_choice", spy)
+    plain = [torch.randn(40, 24).to(BF), torch.randn(24, 36).to(BF)]
+    _schedule(_block, _block_inputs())
+    _schedule(lambda a, b: (a * 2.0) @ b, plain)
+    assert [(p.fuses, p.epilogue_only) for p in seen] == [(True, True), (True, False)]
+
+
 def test_an_unaligned_result_the_extern_would_pad_takes_the_template(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # GPT-2's LM head (50257 columns) on the H200: the extern ran padded, its result
@@ -206,10 +224,10 @@ def test_backends_without_templates_call_aten() -> None:
 
 
 def _problem(m: int = 256, n: int = 256, k: int = 256, dtype: torch.dtype = BF,
-             fuses: bool = True, tf32: bool = False, batch: int | None = None
-             ) -> MatmulProblem:
+             fuses: bool = True, tf32: bool = False, batch: int | None = None,
+             epilogue_only: bool = False) -> MatmulProblem:
     return MatmulProblem("mm" if batch is None else "bmm", batch, m, n, k, dtype,
-                         (k, 1), (n, 1), fuses, tf32)
+                         (k, 1), (n, 1), fuses, tf32, epilogue_only)
 
 
 @pytest.mark.parametrize(("problem", "choice"), [
@@ -226,6 +244,17 @@ def _problem(m: int = 256, n: int = 256, k: int = 256, dtype: torch.dtype = BF,
     (_problem(8, 256), "extern"),                                # below MIN_SIDE
     (_problem(4096, 4096, 1024), "bm128_bn256_bk64_g8_s3_w8"),   # fusing saves more
     (_problem(4096, 4096, 4096), "extern"),                      # compute-bound: cuBLAS
+    # an epilogue alone: the template's store runs at EPILOGUE_BANDWIDTH (a GPT MLP's
+    # fc1 + GELU, inference and training: cuBLAS and a separate GELU kernel)
+    (_problem(8192, 3072, 768, epilogue_only=True), "extern"),
+    (_problem(16384, 3072, 768, epilogue_only=True), "extern"),
+    (_problem(4096, 4096, 1024, epilogue_only=True), "extern"),
+    # a small result stores little: the saved launch and round trip still win
+    (_problem(8192, 768, 768, epilogue_only=True), "bm128_bn128_bk64_g8_s3_w4"),
+    (_problem(64, 16384, epilogue_only=True), "bm64_bn64_bk32_g8_s5_w4"),
+    # an unaligned side slows cuBLAS, which the store's cost was not measured against
+    # (Llama's 2730-wide MLP): the model as without it
+    (_problem(4096, 2730, 1024, epilogue_only=True), "bm64_bn128_bk64_g8_s4_w4"),
 ])
 def test_heuristic_table(problem: MatmulProblem, choice: str) -> None:
     assert heuristic_choice(problem) == choice

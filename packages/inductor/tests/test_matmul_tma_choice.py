@@ -5,6 +5,7 @@ template where a kernel turns out not to suit it."""
 
 from __future__ import annotations
 
+
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from ember.inductor import autotune
 from ember.inductor.codegen.backend import MatmulProblem
+from ember.inductor.codegen.triton import matmul_choice
 from ember.inductor.codegen.triton.matmul_choice import (
     choose_matmul,
     forced_matmul,
@@ -93,6 +95,18 @@ def test_rules(capability: tuple[int, int] | None, problem: MatmulProblem,
 ])
 def test_heuristic_table_on_hopper(hopper: None, problem: MatmulProblem, choice: str) -> None:
     assert heuristic_choice(problem) == choice
+
+
+def test_a_pointer_config_picked_where_tma_applies_is_priced_as_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 2048x768 (K=3072): 64x128 pointer tiles fill the last wave best, so the pick is a
+    # pointer config even where TMA applies; priced at TEMPLATE_EFFICIENCY it loses to
+    # cuBLAS (at TMA_EFFICIENCY, as the pick were a TMA config, it would not)
+    problem = _problem(2048, 768, 3072)
+    assert heuristic_choice(problem, tma=True) == heuristic_choice(problem, tma=False) \
+        == "extern"
+    monkeypatch.setattr(matmul_choice, "TEMPLATE_EFFICIENCY", matmul_choice.TMA_EFFICIENCY)
+    assert heuristic_choice(problem, tma=True) == "bm64_bn128_bk64_g8_s4_w4"
 
 
 def test_heuristic_elsewhere_keeps_the_pointer_template() -> None:
@@ -239,7 +253,6 @@ def test_kernels_that_do_not_suit_the_variant(case: str, reason: str,
 def test_tma_candidate_runs() -> None:
     """The autotuner's TMA candidate builds and runs (here in the interpreter, when its
     Triton has tensor descriptors)."""
-    from ember.inductor.codegen.triton import matmul_choice
     from triton.runtime import interpreter
 
     if not hasattr(interpreter.InterpreterBuilder, "create_make_tensor_descriptor"):

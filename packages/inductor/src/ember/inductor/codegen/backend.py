@@ -59,8 +59,9 @@ class MatmulProblem:
     ``op`` (``mm``, ``addmm``, ``bmm``, ``baddbmm``), sizes (``batch`` None unless
     batched; symbolic sizes as sympy expressions), the operands' dtype, their strides
     (None: computed by an inlined producer), whether there is work to fuse (a bias, an
-    inlined producer, pointwise consumers, the padding of an unaligned extern) and
-    whether float32 may use TF32."""
+    inlined producer, pointwise consumers, the padding of an unaligned extern),
+    whether float32 may use TF32, and whether the only work to fuse is an epilogue (a
+    bias, pointwise consumers: no inlined producer, no padding)."""
 
     op: str
     batch: Size | None
@@ -72,6 +73,7 @@ class MatmulProblem:
     b_strides: tuple[Size, ...] | None
     fuses: bool
     allow_tf32: bool
+    epilogue_only: bool = False
 
 
 class KernelBackend(abc.ABC):

@@ -110,14 +110,15 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
     # would pad is (GPT-2's LM head, 50257 columns: padded, cuBLAS's result was copied
     # out of the padded one, +0.6 ms and +785 MiB on the H200 against the template)
     inlined = [isinstance(v, Lazy) and _inlinable(v) for v in (a, b)]
-    certain = ((bias is not None and BIAS_COUNTS_AS_FUSION) or any(inlined)
-               or padded_width(ctx, call) is not None)
+    padded = padded_width(ctx, call) is not None
+    certain = (bias is not None and BIAS_COUNTS_AS_FUSION) or any(inlined) or padded
     consumer = not certain and _has_fusable_consumer(ctx, call.node)
     problem = MatmulProblem(
         op, lead[0] if batched else None, m, n, k, dtype,
         a.strides if isinstance(a, Stored) else None,
         b.strides if isinstance(b, Stored) else None,
-        fuses=certain or consumer, allow_tf32=allow_tf32())
+        fuses=certain or consumer, allow_tf32=allow_tf32(),
+        epilogue_only=not (any(inlined) or padded))
     template = backend_for(ctx.device.type).matmul_template(problem)
     if template is None:
         return call

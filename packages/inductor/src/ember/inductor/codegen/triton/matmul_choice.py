@@ -15,9 +15,12 @@ fewer than ``MIN_PROGRAMS`` output tiles (times split-K) with   extern (too few 
 every config of the shape's class                               to fill the GPU)
 compute-bound: the template's expected deficit against cuBLAS   extern
 (``1/(TEMPLATE_EFFICIENCY * wave_efficiency) - 1`` of the
-GEMM's time at ``PEAK_FLOPS``, with the config below) exceeds
-what fusing saves (the result written and read again at
-``BANDWIDTH``, one launch): large ``K``
+GEMM's time at ``PEAK_FLOPS``, with the config below; for an
+epilogue-only fusion of an aligned GEMM also its result's
+store at ``EPILOGUE_BANDWIDTH`` instead of ``BANDWIDTH``) exceeds what
+fusing saves (the result written and read again at
+``BANDWIDTH``, one launch): large ``K``, or a large result
+whose only fusion is an epilogue
 otherwise                                                       the first config of the
                                                                 shape's class with at
                                                                 least ``MIN_PROGRAMS``
@@ -76,6 +79,16 @@ TEMPLATE_EFFICIENCY = 0.85
 TMA_EFFICIENCY = 0.95
 BANDWIDTH = 4.8e12
 LAUNCH_SECONDS = 5e-6
+#: bytes per second of a template's epilogue (its loads and stores after the K loop),
+#: measured: the persistent template runs its epilogue between two tiles' K loops, not
+#: overlapped with them as cuBLAS's is. H100, GPT MLP training step (16384x3072x768,
+#: ``tools/gpu/step_census.py``): the bias + exact GELU epilogue storing the
+#: pre-activation and the activation (200 MB) added 95 us to the GEMM (2.1 TB/s); the
+#: GELU-backward epilogue (100 MB loaded, 200 MB stored) 190 us (1.6 TB/s). H200,
+#: inference (``tools/bench_matmul.py``, session 17): GEMM + bias + GELU at
+#: 8192x3072x768 and 4096^3 took 105.3 and 220.7 us in the template against 102.7 and
+#: 214.5 us for cuBLAS and a separate GELU kernel (torch.compile)
+EPILOGUE_BANDWIDTH = 1.5e12
 #: the fewest programs a template launches in default mode (the H200's 132 SMs): with
 #: fewer tiles (a decode step's ``M = batch``, a short prefill) the template leaves most
 #: of the GPU idle where cuBLAS splits the work, and each such template is one more
@@ -138,8 +151,8 @@ def heuristic_choice(problem: MatmulProblem, tma: bool | None = None) -> str:
     if tma is None:
         tma = tma_reason(problem) is None
     configs = candidate_configs(problem.dtype, m, n, k, problem.batch is not None)
-    if tma:
-        configs = tma_configs(problem) + configs
+    tma_candidates = tma_configs(problem) if tma else ()
+    configs = (*tma_candidates, *configs)
     filling = [c for c in configs if programs(problem, c) >= MIN_PROGRAMS]
     if not filling:
         return EXTERN
@@ -148,7 +161,9 @@ def heuristic_choice(problem: MatmulProblem, tma: bool | None = None) -> str:
     waves = [wave_efficiency(problem, c) for c in filling]
     pick = next(i for i, w in enumerate(waves) if w >= max(waves) - WAVE_TOLERANCE)
     config = filling[pick]
-    efficiency = (TMA_EFFICIENCY if tma else TEMPLATE_EFFICIENCY) * waves[pick]
+    # the TMA variant's efficiency only for one of its configs (a class may have none)
+    efficiency = (TMA_EFFICIENCY if config in tma_candidates else TEMPLATE_EFFICIENCY) \
+        * waves[pick]
     if template_deficit(problem, efficiency) > fusion_saving(problem):
         return EXTERN
     return config.name
@@ -172,10 +187,24 @@ def programs(problem: MatmulProblem, config: MatmulConfig) -> int:
 def template_deficit(problem: MatmulProblem,
                      efficiency: float = TEMPLATE_EFFICIENCY) -> float:
     """Seconds the template (expected at ``efficiency`` of cuBLAS's speed) loses
-    against cuBLAS on the GEMM itself."""
+    against cuBLAS on the GEMM itself, and, for an epilogue-only fusion, on storing its
+    result at ``EPILOGUE_BANDWIDTH`` where cuBLAS's store overlaps its next tiles."""
     batch, m, n, k = _hints(problem)
     seconds = 2.0 * batch * m * n * k / PEAK_FLOPS[dtype_class(problem.dtype)]
-    return seconds * (1 / efficiency - 1)
+    store = 0.0
+    if problem.epilogue_only and cublas_aligned(problem):
+        store = batch * m * n * problem.dtype.itemsize * (1 / EPILOGUE_BANDWIDTH
+                                                          - 1 / BANDWIDTH)
+    return seconds * (1 / efficiency - 1) + store
+
+
+def cublas_aligned(problem: MatmulProblem) -> bool:
+    """Whether every side of the GEMM is a 16-byte multiple (at the hints), so that
+    cuBLAS runs its fastest kernels. The epilogue's measured cost
+    (``EPILOGUE_BANDWIDTH``) was against those; cuBLAS on an unaligned side (Llama's
+    2730-wide MLP) falls back to slower kernels, which the model does not price."""
+    _, m, n, k = _hints(problem)
+    return all(side * problem.dtype.itemsize % 16 == 0 for side in (m, n, k))
 
 
 def fusion_saving(problem: MatmulProblem) -> float:
@@ -283,7 +312,8 @@ def _template_runner(problem: MatmulProblem, config: str) -> Callable[[], Callab
     return make
 
 
-__all__ = ["BANDWIDTH", "EXTERN", "LAUNCH_SECONDS", "MIN_PROGRAMS", "MIN_SIDE", "PEAK_FLOPS",
-           "TEMPLATE_EFFICIENCY", "TMA_EFFICIENCY", "WAVE_TOLERANCE", "choose_matmul", "forced_matmul",
-           "fusion_saving", "heuristic_choice", "programs", "template_deficit",
-           "tma_configs", "wave_efficiency"]
+__all__ = ["BANDWIDTH", "EPILOGUE_BANDWIDTH", "EXTERN", "LAUNCH_SECONDS", "MIN_PROGRAMS",
+           "MIN_SIDE", "PEAK_FLOPS", "TEMPLATE_EFFICIENCY", "TMA_EFFICIENCY", "WAVE_TOLERANCE",
+           "choose_matmul", "cublas_aligned", "forced_matmul", "fusion_saving",
+           "heuristic_choice", "programs", "template_deficit", "tma_configs",
+           "wave_efficiency"]
