@@ -66,7 +66,7 @@ def test_the_kernel_takes_the_host_scalar_by_value() -> None:
     assert [b.host for b in kernel.buffers] == [False, True, True, False]
     assert source.meta["signature"] == {"arg0_ptr": "*fp32", "arg1_val": "fp32",
                                         "arg2_val": "fp32", "buf0_ptr": "*fp32"}
-    assert "def kernel0(arg0_ptr, arg1_val, arg2_val, buf0_ptr, XBLOCK: tl.constexpr)" \
+    assert "def fwd_kernel0(arg0_ptr, arg1_val, arg2_val, buf0_ptr, XBLOCK: tl.constexpr)" \
         in source.source, source.source
     assert "libdevice.pow(" in source.source and "= arg1_val" in source.source
 

@@ -162,7 +162,7 @@ def test_dropout_mask_epilogue_fuses_and_draws_the_extern_paths_values() -> None
         outs.append(run(x, w)[0])
         if config == SMALL:
             source = _sources(compiled)
-            assert source.count("# matmul template") == 1 and source.count("def kernel") == 1
+            assert source.count("# matmul template") == 1 and source.count("def fwd_kernel") == 1
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
     assert 0.2 < (outs[0] == 0).float().mean().item() < 0.9
 
@@ -187,7 +187,7 @@ def test_checked_gather_operand_is_stored_not_inlined() -> None:
     inputs = [torch.randint(0, 50, (40,)), torch.randn(50, 24), torch.randn(24, 36)]
     compiled, (out,) = _templated(fn, *inputs)
     source = _sources(compiled)
-    assert source.count("def kernel") == 2 and source.count("# matmul template") == 1
+    assert source.count("def fwd_kernel") == 2 and source.count("# matmul template") == 1
     _close(out, fn(*inputs))
 
 

@@ -90,7 +90,7 @@ def _linear_inputs() -> list[torch.Tensor]:
 
 LINEAR_GELU = '''
 @triton.jit
-def kernel0(arg0_ptr, arg1_ptr, arg2_ptr, buf1_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def fwd_kernel0(arg0_ptr, arg1_ptr, arg2_ptr, buf1_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     # matmul template: addmm [M=64, N=48] reduce [K=32], tma_bm32_bn32_bk16_g8_s3_w4 (TMA, persistent)
     # fused: addmm, gelu
     M = 64

@@ -311,7 +311,8 @@ def test_norm_backward_kernels_compile_for_sm90(case: str) -> None:
         if "split" in meta:
             split = TritonSplitMeta.from_json(meta["split"], "split")
             specs.append(split_from_entry(spec, split).spec)
-    assert [s.name for s in specs] == ["kernel0", "kernel0_partial", "kernel1"], specs
+    assert [s.name for s in specs] == [
+        "bwd_kernel0", "bwd_kernel0_partial", "bwd_kernel1"], specs
     for spec in specs:
         assert ".target sm_90" in compile_for_target(spec).asm["ptx"]
 

@@ -103,7 +103,7 @@ def test_contiguous_pointwise_indexes_flat_and_unmasked() -> None:
                  kernels=1)[0]
     # the two ranges merge into one flat index; 1024 divides 16*64: no mask, no // or %
     assert "tl.load(arg0_ptr + (x0))" in src and "xmask" not in src
-    assert "//" not in src.split("def kernel")[1] and "%" not in src.split("def kernel")[1]
+    assert "//" not in src.split("def fwd_kernel")[1] and "%" not in src.split("def fwd_kernel")[1]
 
 
 def test_broadcast_and_transposed_operands() -> None:
@@ -248,7 +248,7 @@ def test_a_column_reduction_over_a_checked_gather_still_splits(
     ids, w, g = torch.randint(0, 50, (4096,)), torch.randn(50, 40), torch.randn(4096, 40)
     _, sources, run = _compile(fn, ids, w, g)
     (src,) = sources
-    assert "_partial(" in src and "kernel_errors" in src.split("def kernel0(")[0]
+    assert "_partial(" in src and "kernel_errors" in src.split("def fwd_kernel0(")[0]
     torch.testing.assert_close(run(ids, w, g)[0], fn(ids, w, g), rtol=1e-3, atol=1e-3)
     bad = ids.clone()
     bad[3000] = 50

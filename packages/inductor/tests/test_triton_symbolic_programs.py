@@ -98,7 +98,7 @@ def test_row_reductions_over_two_symbols() -> None:
         _check(compiled, run(x), [x.sum(-1), x.amax(-1)])
 
 
-SOFTMAX_KERNEL = """def kernel0(arg0_ptr, buf2_ptr, s0, s1, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+SOFTMAX_KERNEL = """def fwd_kernel0(arg0_ptr, buf2_ptr, s0, s1, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     # fused: y
     s0 = s0 + tl.full([], 0, tl.int64)
     s1 = s1 + tl.full([], 0, tl.int64)

@@ -13,7 +13,9 @@ documented in ``ember/runtime/compiled/README.md``.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +24,7 @@ import torch
 from ember.inductor.autotune import autotuning, tuning_device, tuning_report
 from ember.inductor.codegen import KernelSource, backend_for
 from ember.inductor.codegen import registry as kernel_backends
+from ember.inductor.codegen.backend import KernelBackend
 from ember.inductor.codegen.build import GraphKernels, KernelBuilds
 from ember.inductor.codegen.dedupe import share_identical_kernels
 from ember.inductor.codegen.memory_plan import MemoryReport
@@ -110,7 +113,7 @@ def _compile_graph_on(program: Program, graph_name: str, dev: torch.device,
     with phase("codegen"):
         backend = backend_for(dev.type) if shared.unique else None
         kernels = list(shared.unique)
-        sources = [backend.generate(k) for k in kernels] if backend else []
+        sources = [generate_named(backend, k, graph_name) for k in kernels] if backend else []
         if backend:
             sources = backend.bundle(sources)
         writer = WrapperWriter(lowered, steps, str(dev), shared.runs)
@@ -121,6 +124,28 @@ def _compile_graph_on(program: Program, graph_name: str, dev: torch.device,
     if log_enabled("output_code"):
         log("output_code", lambda: render_output_code(compiled))
     return compiled
+
+
+def entry_name(graph_name: str, kernel_name: str) -> str:
+    """The generated function's name: the kernel's, after its graph's (``bwd_kernel3``),
+    so that a profile of a training step tells the forward's ``kernel3`` from the
+    backward's (the wrapper still calls it ``kernel3``)."""
+    tag = _GRAPH_TAGS.get(graph_name) or re.sub(r"\W", "_", graph_name)
+    return f"{tag}_{kernel_name}"
+
+
+def generate_named(backend: KernelBackend, kernel: Kernel, graph_name: str) -> KernelSource:
+    """``backend.generate(kernel)``, its function named by :func:`entry_name` where the
+    backend asks for it (``KernelBackend.entries_named_by_graph``)."""
+    if not backend.entries_named_by_graph:
+        return backend.generate(kernel)
+    source = backend.generate(dataclasses.replace(kernel, name=entry_name(graph_name,
+                                                                           kernel.name)))
+    return dataclasses.replace(source, name=kernel.name)
+
+
+#: short graph names in kernel function names (others: the graph's name)
+_GRAPH_TAGS = {"forward": "fwd", "backward": "bwd"}
 
 
 def render_output_code(compiled: CompiledGraph) -> str:

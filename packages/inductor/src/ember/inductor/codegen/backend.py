@@ -96,6 +96,11 @@ class KernelBackend(abc.ABC):
     #: (``lowering/scans.py``); None: eager's scan (an extern call)
     max_scan_length: int | None = None
 
+    #: whether a kernel's function is named after its graph too (``bwd_kernel3``,
+    #: ``compile.entry_name``): GPU profilers list kernels by function name, and a
+    #: training step's forward and backward both have a ``kernel3``
+    entries_named_by_graph: bool = False
+
     #: whether ``mm``/``addmm``/``bmm``/``baddbmm`` may become matmul template kernels
     #: (``lowering/matmul_template.py``) that fuse their producers and consumers; each
     #: matmul then asks :meth:`matmul_template`

@@ -44,6 +44,7 @@ class TritonBackend(KernelBackend):
     #: unbounded 1.84 ms (two kernels), 8: 0.88 ms (26 launches), 12: 0.77, 16: 0.757,
     #: 24: 0.756 (7 launches), 32: 0.763; torch.compile's combo kernels 0.694 ms.
     horizontal_buffer_limit: int | None = 24
+    entries_named_by_graph = True
     #: Triton's compile time grows faster than a kernel's size: HF BERT's training
     #: backward fused its 24 recomputed layer norms into one kernel of 581 statements,
     #: 8.7 s to compile for sm_90 (a third of the program's kernel builds), where one of
