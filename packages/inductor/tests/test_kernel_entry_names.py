@@ -22,6 +22,7 @@ def test_entry_names_tag_the_graph() -> None:
     assert entry_name("forward", "kernel3") == "fwd_kernel3"
     assert entry_name("backward", "kernel3") == "bwd_kernel3"
     assert entry_name("optimizer step", "kernel0") == "optimizer_step_kernel0"
+    assert entry_name("2nd", "kernel0") == "g2nd_kernel0"  # a Python identifier
 
 
 def test_a_training_steps_triton_kernels_are_named_by_graph() -> None:

@@ -131,7 +131,7 @@ def entry_name(graph_name: str, kernel_name: str) -> str:
     so that a profile of a training step tells the forward's ``kernel3`` from the
     backward's (the wrapper still calls it ``kernel3``)."""
     tag = _GRAPH_TAGS.get(graph_name) or re.sub(r"\W", "_", graph_name)
-    return f"{tag}_{kernel_name}"
+    return f"{tag}_{kernel_name}" if tag.isidentifier() else f"g{tag}_{kernel_name}"
 
 
 def generate_named(backend: KernelBackend, kernel: Kernel, graph_name: str) -> KernelSource:

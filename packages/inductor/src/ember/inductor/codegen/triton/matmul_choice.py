@@ -17,9 +17,9 @@ compute-bound: the template's expected deficit against cuBLAS   extern
 (``1/(TEMPLATE_EFFICIENCY * wave_efficiency) - 1`` of the
 GEMM's time at ``PEAK_FLOPS``, with the config below; for an
 epilogue-only fusion of an aligned GEMM also its result's
-store at ``EPILOGUE_BANDWIDTH`` instead of ``BANDWIDTH``) exceeds what
-fusing saves (the result written and read again at
-``BANDWIDTH``, one launch): large ``K``, or a large result
+store at ``EPILOGUE_BANDWIDTH`` instead of ``BANDWIDTH``)
+exceeds what fusing saves (the result written and read again
+at ``BANDWIDTH``, one launch): large ``K``, or a large result
 whose only fusion is an epilogue
 otherwise                                                       the first config of the
                                                                 shape's class with at
