@@ -165,6 +165,31 @@ def _device_test(name: str, device: torch.device) -> str:
     return test
 
 
+def _stride_test(name: str, sizes: Sequence[Size], strides: Sequence[Size],
+                 differs: bool = False) -> str:
+    """An inline test that tensor ``name`` has ``strides`` (``differs``: that it has
+    not), those of size-1 dims left out: no kernel reads them (their index is 0), and a
+    tensor with another one there (a view's leading 1: the backward of HF BERT's
+    attention gets such inputs on every call) would fail the test on every call, taking
+    the slow path, which lays it out alike (``wrapper_support.layout``), and keeping the
+    input stamp from learning. Symbolic layouts are compared whole."""
+    layout = py_strides(tuple(sizes), tuple(strides))
+    static = all(isinstance(v, int) for v in (*sizes, *strides))
+    if not static or 1 not in sizes:
+        return f"{name}.stride() {'!=' if differs else '=='} {layout}"
+    kept = [i for i, n in enumerate(sizes) if n != 1]
+    if not kept:
+        return "False" if differs else "True"
+    if kept == list(range(kept[0], kept[-1] + 1)):  # one run of dims: a slice
+        part = f"[{kept[0] or ''}:{'' if kept[-1] == len(sizes) - 1 else kept[-1] + 1}]"
+        want = tuple(strides[i] for i in kept)
+        return f"{name}.stride(){part} {'!=' if differs else '=='} {want!r}"
+    first, *rest = kept
+    same = " and ".join([f"(_s := {name}.stride())[{first}] == {strides[first]}"]
+                        + [f"_s[{i}] == {strides[i]}" for i in rest])
+    return f"not ({same})" if differs else same
+
+
 class WrapperWriter:
     """Writes the wrapper of one lowered, scheduled graph."""
 
@@ -265,7 +290,7 @@ class WrapperWriter:
                 tests.append(_device_test(name, device))
             if info is not None and _static_layout(info):
                 tests += [f"{name}.shape == {info.sizes!r}",
-                          f"{name}.stride() == {info.strides!r}"]
+                          _stride_test(name, info.sizes, info.strides)]
                 call = (f"{name} = _check_input({name}, {name!r}, {info.dtype}, "
                         f"{info.sizes!r}, {info.strides!r}, {where!r})")
             else:  # symbolic sizes: checked once the symbols are bound (below)
@@ -497,8 +522,8 @@ class WrapperWriter:
                     # a custom op's fake kernel promised this dtype and layout: check it
                     index = call.outputs.index(out) if call.multi else None
                     self.emit(f"if isinstance({out}, torch.Tensor) and ({out}.dtype is not "
-                              f"{meta[0]} or {out}.shape != {shape} or {out}.stride() != "
-                              f"{layout}):")
+                              f"{meta[0]} or {out}.shape != {shape} or "
+                              f"{_stride_test(out, sizes, strides, differs=True)}):")
                     self.emit(f"    {out} = _custom_result({out}, {call.target!r}, {index}, "
                               f"{meta[0]}, {shape}, {layout})")
                     continue
@@ -507,8 +532,8 @@ class WrapperWriter:
                 # (native_group_norm of bf16 with f32 weight: bf16 mean/rstd, eager's are
                 # f32), and the kernels read the buffer as the traced dtype
                 self.emit(f"if isinstance({out}, torch.Tensor) and ({out}.dtype is not "
-                          f"{meta[0]} or {out}.shape != {shape} or {out}.stride() != "
-                          f"{layout}):")
+                          f"{meta[0]} or {out}.shape != {shape} or "
+                          f"{_stride_test(out, sizes, strides, differs=True)}):")
                 self.emit(f"    {out} = _layout({out}.to({meta[0]}), {shape}, {layout})")
         for index, sym in call.binds:  # int(u0): .item() used as a size
             self.bound.add(sym)
