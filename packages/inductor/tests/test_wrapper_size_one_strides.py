@@ -33,7 +33,7 @@ def test_the_stride_test_table(sizes: tuple[int, ...], strides: tuple[int, ...],
     assert _stride_test("x", sizes, strides, differs=True) == differs
     for text, want in ((same, True), (differs, False)):  # it evaluates as it reads
         x = torch.empty_strided(sizes, strides)
-        assert eval(text, {}, {"x": x}) is want  # noqa: S307 - the test's own text
+        assert eval(text, {}, {"x": x}) is want  # the test's own text
 
 
 def test_an_input_with_another_size_one_stride_stays_on_the_fast_path(
