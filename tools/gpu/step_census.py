@@ -7,8 +7,9 @@ written out (``EMBER_DEBUG_DIR``) for reading on any machine.
 For each model, each compiler's step (the bench's) is warmed up three times, then one
 step runs under the torch profiler. The report groups the step's GPU kernels: Triton
 (generated), GEMM (cuBLAS/CUTLASS), attention (SDPA's), ATen's own and other, each with
-its launch count and total microseconds. Ember's programs go to ``$OUT/programs/<model>``
-(each stage's ``.ember``; ``python -m ember.runtime show FILE`` prints one).
+its launch count and total microseconds. Ember's programs go to ``$OUT/programs.tar.gz``
+(``programs/<model>/``, each stage's ``.ember``: one file, since the device tool brings
+back only a few; ``python -m ember.runtime show FILE`` prints one).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import collections
 import copy
 import os
+import shutil
 import sys
+import tarfile
 from pathlib import Path
 
 import torch
@@ -81,6 +84,11 @@ def main() -> None:
             del step
         del base, inputs
         torch.cuda.empty_cache()
+    programs = out / "programs"
+    if programs.is_dir():
+        with tarfile.open(out / "programs.tar.gz", "w:gz") as archive:
+            archive.add(programs, arcname="programs")
+        shutil.rmtree(programs)
 
 
 if __name__ == "__main__":
