@@ -61,8 +61,6 @@ def _no_div_mod_fold() -> Iterator[None]:
 def _cublas_unless_padded() -> Iterator[None]:
     """Every matmul the heuristic would write as a template goes to cuBLAS, except one
     whose result is unaligned (the extern would pad it: GPT-2's LM head)."""
-    from ember.inductor.codegen.triton import matmul_choice
-
     real = matmul_choice.heuristic_choice
 
     def choice(problem, tma=None):  # type: ignore[no-untyped-def]

@@ -120,3 +120,18 @@ def mlp_program() -> tuple[Program, dict[str, torch.Tensor]]:
     r = pb.call("aten::relu.default", mm)
     out = pb.call("aten::mul.Tensor", r, 2.0)
     return pb.finish(out), {"x": x, "w": w, "b": b}
+
+
+def wrapper_program(source: str) -> Program:
+    """A ``compiled`` program of one graph, ``forward(x) = x * 2`` on a CPU tensor of 3,
+    whose wrapper (``forward/wrapper.py``, no kernels) is ``source``."""
+    pb = ProgramBuilder()
+    x = pb.input(torch.randn(3), name="x")
+    program: Program = pb.finish(pb.call("aten::mul.Tensor", x, 2.0))
+    program.dialect = "compiled"
+    program.metadata["compiled"] = {"format": 1, "graphs": {"forward": {
+        "wrapper": "forward/wrapper.py", "kernels": [], "constants": {}, "device": "cpu"}}}
+    program.metadata["kernels"] = 0
+    program.metadata["fallbacks"] = {}
+    program.files = {"forward/wrapper.py": source.encode()}
+    return program

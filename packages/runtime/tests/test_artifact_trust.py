@@ -29,25 +29,16 @@ from ember.runtime.ir import IRFormatError, Program, load, save
 from ember.runtime.ir.effects import EFFECTFUL_OPS, PURE_NAMESPACES, effect_of
 from ember.runtime.ir.errors import UntrustedProgramError
 from ember.runtime.pipeline import compile_program
-from handbuilt import ProgramBuilder
+from handbuilt import ProgramBuilder, wrapper_program
 
 WRAPPER = "forward/wrapper.py"
 
 
 def compiled_program(marker: Path) -> Program:
     """A ``compiled`` program whose wrapper creates ``marker`` when it is executed."""
-    pb = ProgramBuilder()
-    x = pb.input(torch.randn(3), name="x")
-    program: Program = pb.finish(pb.call("aten::mul.Tensor", x, 2.0))
-    program.dialect = "compiled"
-    program.metadata["compiled"] = {"format": 1, "graphs": {"forward": {
-        "wrapper": WRAPPER, "kernels": [], "constants": {}, "device": "cpu"}}}
-    program.metadata["kernels"] = 0
-    program.metadata["fallbacks"] = {}
-    program.files = {WRAPPER: (f"open({str(marker)!r}, 'w').close()\n"
-                               "def call(args):\n"
-                               "    return [args[0] * 2]\n").encode()}
-    return program
+    return wrapper_program(f"open({str(marker)!r}, 'w').close()\n"
+                           "def call(args):\n"
+                           "    return [args[0] * 2]\n")
 
 
 def from_file_program(tmp_path: Path, marker: Path) -> Program:

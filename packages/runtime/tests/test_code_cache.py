@@ -19,8 +19,7 @@ from ember.runtime.compiled import code_cache
 from ember.runtime.compiled.code_cache import CodeCacheWarning, entry_key, wrapper_code
 from ember.runtime.compiled.loader import load_executor
 from ember.runtime.config import patch
-from ember.runtime.ir import Program
-from handbuilt import ProgramBuilder
+from handbuilt import wrapper_program
 
 NAME = "<ember wrapper forward>"
 SOURCE = ("def call(args):\n"
@@ -242,21 +241,8 @@ def test_a_disabled_cache_reads_and_writes_nothing(
 # ---- tracebacks through the loader ----------------------------------------------------
 
 
-def _program(source: str) -> Program:
-    pb = ProgramBuilder()
-    x = pb.input(torch.randn(3), name="x")
-    program: Program = pb.finish(pb.call("aten::mul.Tensor", x, 2.0))
-    program.dialect = "compiled"
-    program.metadata["compiled"] = {"format": 1, "graphs": {"forward": {
-        "wrapper": "forward/wrapper.py", "kernels": [], "constants": {}, "device": "cpu"}}}
-    program.metadata["kernels"] = 0
-    program.metadata["fallbacks"] = {}
-    program.files = {"forward/wrapper.py": source.encode()}
-    return program
-
-
 def _failing_frame(source: str) -> tuple[str, int | None, str]:
-    run = load_executor(_program(source))
+    run = load_executor(wrapper_program(source))
     with pytest.raises(RuntimeError, match="from the wrapper") as e:
         run([torch.randn(3)])
     frame = traceback.extract_tb(e.value.__traceback__)[-1]
@@ -284,6 +270,6 @@ def test_the_loader_runs_cached_wrappers(cache: Path, monkeypatch: pytest.Monkey
                                          no_warnings: None) -> None:
     source = "def call(args):\n    return [args[0] * 2]\n"
     x = torch.randn(3)
-    torch.testing.assert_close(load_executor(_program(source))([x])[0], x * 2)
+    torch.testing.assert_close(load_executor(wrapper_program(source))([x])[0], x * 2)
     _forbid_compile(monkeypatch)
-    torch.testing.assert_close(load_executor(_program(source))([x])[0], x * 2)
+    torch.testing.assert_close(load_executor(wrapper_program(source))([x])[0], x * 2)

@@ -173,17 +173,16 @@ def _stride_test(name: str, sizes: Sequence[Size], strides: Sequence[Size],
     attention gets such inputs on every call) would fail the test on every call, taking
     the slow path, which lays it out alike (``wrapper_support.layout``), and keeping the
     input stamp from learning. Symbolic layouts are compared whole."""
-    layout = py_strides(tuple(sizes), tuple(strides))
+    op = "!=" if differs else "=="
     static = all(isinstance(v, int) for v in (*sizes, *strides))
     if not static or 1 not in sizes:
-        return f"{name}.stride() {'!=' if differs else '=='} {layout}"
+        return f"{name}.stride() {op} {py_strides(tuple(sizes), tuple(strides))}"
     kept = [i for i, n in enumerate(sizes) if n != 1]
     if not kept:
         return "False" if differs else "True"
     if kept == list(range(kept[0], kept[-1] + 1)):  # one run of dims: a slice
         part = f"[{kept[0] or ''}:{'' if kept[-1] == len(sizes) - 1 else kept[-1] + 1}]"
-        want = tuple(strides[i] for i in kept)
-        return f"{name}.stride(){part} {'!=' if differs else '=='} {want!r}"
+        return f"{name}.stride(){part} {op} {tuple(strides[i] for i in kept)!r}"
     first, *rest = kept
     same = " and ".join([f"(_s := {name}.stride())[{first}] == {strides[first]}"]
                         + [f"_s[{i}] == {strides[i]}" for i in rest])
