@@ -6,6 +6,7 @@ without CUDA; run on the H200 (``pytest -m cuda packages/inductor/tests/test_cud
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,10 +80,13 @@ def test_mlp_block_default_heuristic(dtype: torch.dtype) -> None:
     w2 = (torch.randn(1024, 4096, device="cuda", generator=g) * 0.015).to(dtype)
     b2 = torch.randn(1024, device="cuda", generator=g).to(dtype)
     source, (out,) = _run(_mlp, [x, w1, b1, w2, b2], forced=None)
-    # both linears stay cuBLAS: the first's 4096x4096 result is stored slower by a
-    # template's epilogue than cuBLAS and a separate kernel store and read it
-    # (matmul_choice.EPILOGUE_BANDWIDTH), the second (K=4096) is compute-bound
-    assert "# matmul template" not in source, source
+    # the first linear stays cuBLAS: its 4096x4096 result is stored slower by a template's
+    # epilogue than cuBLAS and a separate kernel store and read it
+    # (matmul_choice.EPILOGUE_BANDWIDTH); the second (K=4096, a 4096x1024 result) keeps
+    # its bias and residual add in a TMA template's epilogue
+    templates = re.findall(r"# matmul template: (\w+) \[M=(\d+), N=(\d+)\]", source)
+    assert templates == [("addmm", "4096", "1024")], source
+    assert "(TMA, persistent)" in source, source
     _check(out, _mlp(x, w1, b1, w2, b2), 4096)
 
 

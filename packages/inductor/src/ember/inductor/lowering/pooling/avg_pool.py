@@ -2,9 +2,10 @@
 backward ops.
 
 The forward is an element function over the output: the window's sum (padding adds
-nothing) divided as eager divides (:func:`_divisor`). The backward is an accumulating
-scatter over (output position, window element): each output gradient, divided likewise,
-is added to every input position of its window.
+nothing) divided as eager divides (:func:`_divisor`). The backward gathers
+(:mod:`.covering`): each input position sums the gradients of the windows containing it,
+each divided likewise; past :data:`~.window.MAX_WINDOW` candidate windows it is an
+accumulating scatter over (output position, window element).
 """
 
 from __future__ import annotations
@@ -15,19 +16,22 @@ import torch
 from ember.inductor.loop_ir import IndexExpr, add, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import compute_dtype, out_meta, sizes_of
+from ember.inductor.lowering.pooling.covering import covering_windows, gather_windows
 from ember.inductor.lowering.pooling.window import (
+    MAX_REREAD_OPS,
     Position,
     Window,
     check_input,
     inside,
     load_inside,
     make_window,
+    ops,
     product,
     window_input,
 )
 from ember.inductor.lowering.registry import lowering
 from ember.inductor.lowering.scatter import add_into_zeros
-from ember.inductor.lowering.values import Lazy, Stored, TensorValue
+from ember.inductor.lowering.values import Lazy, TensorValue
 from ember.runtime.ir import Node
 
 if TYPE_CHECKING:
@@ -110,14 +114,30 @@ def _avg_pool3d(ctx: GraphLowering, node: Node, x: TensorValue, kernel_size: Any
 
 
 def avg_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: TensorValue,
-                      x: TensorValue, p: _AvgPool) -> Stored:
+                      x: TensorValue, p: _AvgPool) -> TensorValue:
     """The gradient of ``x``: each output gradient, divided as the forward divides,
-    added to every input position of its window."""
+    added to every input position of its window (module doc)."""
     check_input(x, dims)
     meta = out_meta(node)
     plane = tuple(x.sizes[-dims:])
     ct = compute_dtype(meta.dtype)
     n = len(grad.sizes)
+    candidates = gather_windows(p.window, ctx.device.type, out_meta(node))
+    if candidates is not None:
+        out_plane = tuple(grad.sizes[-dims:])
+        if candidates > 1 and isinstance(grad, Lazy) and ops(grad) > MAX_REREAD_OPS:
+            grad = ctx.realize(grad)  # read once for each window holding a position
+
+        def gathered(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
+            total = b.literal(0, ct)
+            for out, mask in covering_windows(b, p.window, i[-dims:], plane, out_plane):
+                g = load_inside(b, grad, i[:-dims], out, mask, ct)
+                share = b.compute("truediv", g, _divisor(b, p, out, plane, ct))
+                total = b.compute("add", total, share if mask is None else b.compute(
+                    "where", mask, share, b.literal(0, ct)))
+            return b.cast(total, meta.dtype)
+
+        return Lazy(gathered, meta.dtype, tuple(x.sizes))
 
     # the scatter runs over (output position, window element in each dim)
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
@@ -135,7 +155,7 @@ def avg_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: TensorVal
 @lowering("aten::avg_pool2d_backward.default")
 def _avg_pool2d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: TensorValue,
                          kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool,
-                         count_include_pad: bool, divisor_override: int | None) -> Stored:
+                         count_include_pad: bool, divisor_override: int | None) -> TensorValue:
     return avg_pool_backward(ctx, node, 2, grad, x, _params(
         2, kernel_size, stride, padding, count_include_pad, divisor_override))
 
@@ -143,6 +163,6 @@ def _avg_pool2d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: T
 @lowering("aten::avg_pool3d_backward.default")
 def _avg_pool3d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: TensorValue,
                          kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool,
-                         count_include_pad: bool, divisor_override: int | None) -> Stored:
+                         count_include_pad: bool, divisor_override: int | None) -> TensorValue:
     return avg_pool_backward(ctx, node, 3, grad, x, _params(
         3, kernel_size, stride, padding, count_include_pad, divisor_override))

@@ -3,8 +3,10 @@
 
 The forward is two element functions over the output: the max alone (a chain of
 NaN-propagating ``maximum``s, which vectorizes) and the argmax as eager records it (the
-flat index into the input's spatial dims, ``D*H*W`` in 3-d). The backward is an
-accumulating scatter of each output gradient into the recorded argmax.
+flat index into the input's spatial dims, ``D*H*W`` in 3-d). The backward gathers
+(:mod:`.covering`): each input position sums the gradients of the windows containing it
+that recorded it as their argmax; a dilated window's backward is an accumulating scatter
+of each output gradient into the recorded argmax.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from ember.inductor.loop_ir import IndexExpr, Indirect, add, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import compute_dtype, out_meta, sizes_of
+from ember.inductor.lowering.pooling.covering import covering_windows, gather_windows
 from ember.inductor.lowering.pooling.window import (
     MAX_REREAD_OPS,
     Position,
@@ -29,7 +32,7 @@ from ember.inductor.lowering.pooling.window import (
 )
 from ember.inductor.lowering.registry import lowering
 from ember.inductor.lowering.scatter import add_into_zeros
-from ember.inductor.lowering.values import Lazy, Stored, TensorValue, numel
+from ember.inductor.lowering.values import Lazy, TensorValue, numel
 from ember.runtime.ir import Node, ValueRef
 
 if TYPE_CHECKING:
@@ -148,18 +151,25 @@ def _max_pool3d(ctx: GraphLowering, node: Node, x: TensorValue, kernel_size: Any
 
 
 def max_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: TensorValue,
-                      x: TensorValue, indices: TensorValue) -> Stored:
+                      x: TensorValue, indices: TensorValue, window: Window) -> TensorValue:
     """The gradient of ``x``: each output gradient added at its recorded argmax (an
-    index outside the input's spatial dims adds nothing)."""
+    index outside the input's spatial dims adds nothing). Gathered where the window
+    allows it (:mod:`.covering`): each input position sums the gradients of the windows
+    containing it whose argmax it is; else scattered into zeros."""
     check_input(x, dims)
     plane = tuple(x.sizes[-dims:])
     i64 = torch.int64
-    if isinstance(indices, Lazy) and ops(indices) > MAX_REREAD_OPS:
+    candidates = gather_windows(window, ctx.device.type, out_meta(node))
+    limit = MAX_REREAD_OPS if candidates is None else 0
+    if isinstance(indices, Lazy) and ops(indices) > limit:
         # recomputed from the forward's input (the partitioner saves the input, not the
         # indices): computed in a vectorized kernel of its own, not inside the scatter,
-        # whose loop runs sequentially (SqueezeNet's first pool: 16 against 2 ms)
+        # whose loop runs sequentially (SqueezeNet's first pool: 16 against 2 ms), nor
+        # once for each window a gathering position reads
         indices = ctx.realize(indices)
     argmax = indices
+    if candidates is not None:
+        return _gathered(ctx, node, dims, grad, x, argmax, window, candidates)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> tuple[tuple[IndexExpr, ...], str,
                                                                str | None]:
@@ -177,15 +187,44 @@ def max_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: TensorVal
     return add_into_zeros(ctx, node, x, grad.sizes, fn)
 
 
+def _gathered(ctx: GraphLowering, node: Node, dims: int, grad: TensorValue, x: TensorValue,
+              argmax: TensorValue, window: Window, candidates: int) -> Lazy:
+    """The gather form of :func:`max_pool_backward` (``candidates`` windows a position)."""
+    meta = out_meta(node)
+    ct = compute_dtype(meta.dtype)
+    i64 = torch.int64
+    plane = tuple(x.sizes[-dims:])
+    out_plane = tuple(grad.sizes[-dims:])
+    if candidates > 1 and isinstance(grad, Lazy) and ops(grad) > MAX_REREAD_OPS:
+        grad = ctx.realize(grad)  # read once for each window that may hold a position
+
+    def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
+        lead, pos = i[:-dims], i[-dims:]
+        flat = b.index_value(flat_position(pos, plane))
+        total = b.literal(0, ct)
+        for out, mask in covering_windows(b, window, pos, plane, out_plane):
+            recorded = b.cast(load_inside(b, argmax, lead, out, mask, i64), i64)
+            hit = b.compute("eq", recorded, flat)
+            if mask is not None:
+                hit = b.compute("logical_and", mask, hit)
+            g = load_inside(b, grad, lead, out, mask, ct)
+            total = b.compute("add", total, b.compute("where", hit, g, b.literal(0, ct)))
+        return b.cast(total, meta.dtype)
+
+    return Lazy(fn, meta.dtype, tuple(x.sizes))
+
+
 @lowering("aten::max_pool2d_with_indices_backward.default")
 def _max_pool2d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: TensorValue,
                          kernel_size: Any, stride: Any, padding: Any, dilation: Any,
-                         ceil_mode: bool, indices: TensorValue) -> Stored:
-    return max_pool_backward(ctx, node, 2, grad, x, indices)
+                         ceil_mode: bool, indices: TensorValue) -> TensorValue:
+    return max_pool_backward(ctx, node, 2, grad, x, indices,
+                             make_window(2, kernel_size, stride, padding, dilation))
 
 
 @lowering("aten::max_pool3d_with_indices_backward.default")
 def _max_pool3d_backward(ctx: GraphLowering, node: Node, grad: TensorValue, x: TensorValue,
                          kernel_size: Any, stride: Any, padding: Any, dilation: Any,
-                         ceil_mode: bool, indices: TensorValue) -> Stored:
-    return max_pool_backward(ctx, node, 3, grad, x, indices)
+                         ceil_mode: bool, indices: TensorValue) -> TensorValue:
+    return max_pool_backward(ctx, node, 3, grad, x, indices,
+                             make_window(3, kernel_size, stride, padding, dilation))
