@@ -2,7 +2,9 @@
 Triton"; ``/STYLE``: no file of thousands of lines).
 
 - Private torch APIs are used only in a package's ``_torch.py`` (``ember/<stage>/_torch.py``,
-  and ``ember/runtime/ir/_torch.py`` for the IR layer, which imports nothing above it), so
+  ``ember/runtime/ir/_torch.py`` for the IR layer, which imports nothing above it, and
+  ``ember/runtime/compiled/_torch.py`` for running a loaded program, which must stay
+  light), so
   that a torch upgrade that moves one touches one file. Private means a name starting with
   one underscore anywhere in a ``torch`` module path or attribute chain (``torch._ops``,
   ``torch.utils._pytree``, ``torch._C._foo``, ``getattr(torch, "_C")``), imported or used,

@@ -56,6 +56,8 @@ def fake_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     from triton.runtime import driver
 
     monkeypatch.setattr(driver, "_active", _Driver())
+    # the driver's device, not this torch's raw call (absent from CPU builds)
+    monkeypatch.setattr(triton_binary, "raw_current_device", lambda: None)
 
 
 def test_this_tritons_runner_is_recognised_as_direct() -> None:
@@ -71,6 +73,23 @@ def test_direct_launch_calls_run_with_the_runners_arguments(fake_driver: None) -
     launch((4, 2, 1), ("x", 7))
     assert kernel.calls == [(4, 2, 1, "stream-of-3", "fn", "packed", None, None, None, "x", 7, 64)]
     assert kernel.runner_calls == []
+
+
+def test_the_device_comes_from_the_raw_call_where_torch_has_one(
+        fake_driver: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(triton_binary, "raw_current_device", lambda: (lambda: 5))
+    kernel = _DirectKernel()
+    binary_launch(kernel, ())((1, 1, 1), ("x",))
+    assert kernel.calls == [(1, 1, 1, "stream-of-5", "fn", "packed", None, None, None, "x")]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_raw_current_device_is_torchs_current_device() -> None:
+    from ember.runtime.compiled._torch import raw_current_device
+
+    getter = raw_current_device()
+    assert getter is not None and getter() == torch.cuda.current_device()
 
 
 def test_a_launch_hook_goes_through_the_runner(fake_driver: None,

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["metadata_checker", "view_base"]
+__all__ = ["metadata_checker", "raw_current_device", "view_base"]
 
 
 def metadata_checker(tensors: Sequence[torch.Tensor]) -> Callable[..., bool] | None:
@@ -56,3 +56,11 @@ def _checker_works() -> bool:
 def view_base(t: torch.Tensor) -> torch.Tensor | None:
     """The tensor ``t`` is an autograd view of (``Tensor._base``), or None."""
     return t._base if t._is_view() else None
+
+
+def raw_current_device() -> Callable[[], int] | None:
+    """The index of the current CUDA device as one C call (``torch.cuda.current_device``
+    without its Python frames, which first make sure CUDA is initialised: a launch on a
+    CUDA tensor implies it); None where this torch has no such call (CPU builds)."""
+    getter = getattr(torch._C, "_cuda_getDevice", None)
+    return getter if callable(getter) else None
