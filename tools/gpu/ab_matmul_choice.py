@@ -3,7 +3,10 @@ torch.compile default, Ember as it is, Ember with a bias alone not counted as fu
 (``matmul_template.BIAS_COUNTS_AS_FUSION = False``) and Ember with every matmul on
 cuBLAS (``forced_matmul("extern")``), and Ember with every matmul on cuBLAS except one
 whose result the extern would pad ("ember cuBLAS unless padded"), and Ember without the
-epilogue store's cost in the heuristic ("ember_no_epilogue_cost"). Prints each variant's heuristic choices
+epilogue store's cost in the heuristic ("ember_no_epilogue_cost"); for pooling, Ember with
+every pooling backward scattered as before the gather ("ember_pool_scatter") and with the
+gathered gradient stored by a kernel of its own ("ember_pool_gather_stored"). Prints each
+variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
 timed round-robin ``ROUNDS`` times), and its peak memory above the inputs.
 ``python3 tools/gpu/ab_matmul_choice.py [hf_gpt2] [bfloat16] [full] [ember,"ember all cuBLAS"] [train]``
@@ -30,6 +33,7 @@ from benchlib.runner import make_step
 from ember.inductor.codegen.triton import matmul_choice
 from ember.inductor.codegen.triton.matmul_choice import forced_matmul
 from ember.inductor.lowering import matmul_template
+from ember.inductor.lowering.pooling import covering, max_pool
 from ember.runtime.config import patch
 from triton.testing import do_bench
 
@@ -88,6 +92,31 @@ def _no_epilogue_cost() -> Iterator[None]:
         matmul_choice.EPILOGUE_BANDWIDTH = saved
 
 
+@contextlib.contextmanager
+def _pool_scatter() -> Iterator[None]:
+    """Pooling backward on a GPU as an accumulating scatter (``covering.GATHER_LAYOUTS``
+    without ``cuda``): the lowering before the gather."""
+    saved = dict(covering.GATHER_LAYOUTS)
+    covering.GATHER_LAYOUTS.pop("cuda", None)
+    try:
+        yield
+    finally:
+        covering.GATHER_LAYOUTS.clear()
+        covering.GATHER_LAYOUTS.update(saved)
+
+
+@contextlib.contextmanager
+def _pool_gather_stored() -> Iterator[None]:
+    """The gathered pooling gradient stored by a kernel of its own
+    (``max_pool.STORE_GATHERED``), not recomputed inside each kernel reading it."""
+    saved = max_pool.STORE_GATHERED
+    max_pool.STORE_GATHERED = True
+    try:
+        yield
+    finally:
+        max_pool.STORE_GATHERED = saved
+
+
 #: round-robin rounds: the GPU's clock drifts between rounds (H200: one variant's three
 #: rounds spread 5.05-5.60 ms), so each round's speed is taken against torch's in it
 ROUNDS = 5
@@ -99,6 +128,8 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "ember no div/mod fold": _no_div_mod_fold,
     "ember cuBLAS unless padded": _cublas_unless_padded,
     "ember_no_epilogue_cost": _no_epilogue_cost,
+    "ember_pool_scatter": _pool_scatter,
+    "ember_pool_gather_stored": _pool_gather_stored,
 }
 
 

@@ -196,6 +196,23 @@ def test_stem_pool_backward_is_fused_on_a_gpu() -> None:
     assert any(s.meta.get("split") for s in readers), [s.meta for s in readers]
 
 
+def test_the_gathered_gradient_can_be_stored_instead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``max_pool.STORE_GATHERED`` (the A/B tool's variant): one more backward kernel,
+    the only one reading the argmaxes."""
+    from ember.inductor.lowering.pooling import max_pool
+
+    def readers() -> tuple[int, int]:
+        sources = cuda_training_sources(_stem(), (4, 3, 64, 64), torch.channels_last)
+        backward = [s for graph, _, s in sources if graph == "backward"]
+        return len(backward), sum("*i64" in s.meta["signature"].values() for s in backward)
+
+    fused_kernels, fused_readers = readers()
+    monkeypatch.setattr(max_pool, "STORE_GATHERED", True)
+    stored_kernels, stored_readers = readers()
+    assert (stored_kernels, stored_readers) == (fused_kernels + 1, 1)
+    assert fused_readers == 2  # the batch norm's reduction and its gradient
+
+
 def test_a_dilated_pool_still_scatters() -> None:
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.MaxPool2d(3, 2, 1, dilation=2))
     sources = cuda_training_sources(model, (2, 3, 32, 32))

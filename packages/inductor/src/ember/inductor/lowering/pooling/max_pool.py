@@ -38,6 +38,12 @@ from ember.runtime.ir import Node, ValueRef
 if TYPE_CHECKING:
     from ember.inductor.lowering.graph_lowering import GraphLowering
 
+# Whether a gathered gradient is stored by a kernel of its own (True) or left to fuse
+# into the kernels that read it (a ReLU's and a batch norm's backward: its reduction and
+# its pointwise pass each recompute it). ``tools/gpu/ab_matmul_choice.py`` measures both
+# (variant ``ember_pool_gather_stored``).
+STORE_GATHERED = False
+
 
 def _reads_indices(ctx: GraphLowering, node: Node) -> bool:
     """Whether a consumer reads the argmax result of pooling ``node`` (training). Its
@@ -188,7 +194,7 @@ def max_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: TensorVal
 
 
 def _gathered(ctx: GraphLowering, node: Node, dims: int, grad: TensorValue, x: TensorValue,
-              argmax: TensorValue, window: Window, candidates: int) -> Lazy:
+              argmax: TensorValue, window: Window, candidates: int) -> TensorValue:
     """The gather form of :func:`max_pool_backward` (``candidates`` windows a position)."""
     meta = out_meta(node)
     ct = compute_dtype(meta.dtype)
@@ -211,7 +217,8 @@ def _gathered(ctx: GraphLowering, node: Node, dims: int, grad: TensorValue, x: T
             total = b.compute("add", total, b.compute("where", hit, g, b.literal(0, ct)))
         return b.cast(total, meta.dtype)
 
-    return Lazy(fn, meta.dtype, tuple(x.sizes))
+    gathered = Lazy(fn, meta.dtype, tuple(x.sizes))
+    return ctx.realize(gathered) if STORE_GATHERED else gathered
 
 
 @lowering("aten::max_pool2d_with_indices_backward.default")
