@@ -5,7 +5,7 @@ cuBLAS (``forced_matmul("extern")``), and Ember with every matmul on cuBLAS exce
 whose result the extern would pad ("ember cuBLAS unless padded"), and Ember without the
 epilogue store's cost in the heuristic ("ember_no_epilogue_cost"); for pooling, Ember with
 every pooling backward scattered as before the gather ("ember_pool_scatter") and with the
-gathered gradient stored by a kernel of its own ("ember_pool_gather_stored"). Prints each
+gathered gradient fused into its readers, not stored ("ember_pool_gather_fused"). Prints each
 variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
 timed round-robin ``ROUNDS`` times), and its peak memory above the inputs.
@@ -106,11 +106,11 @@ def _pool_scatter() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _pool_gather_stored() -> Iterator[None]:
-    """The gathered pooling gradient stored by a kernel of its own
-    (``max_pool.STORE_GATHERED``), not recomputed inside each kernel reading it."""
+def _pool_gather_fused() -> Iterator[None]:
+    """The gathered max-pool gradient recomputed inside each kernel reading it, not
+    stored by a kernel of its own (``max_pool.STORE_GATHERED = False``)."""
     saved = max_pool.STORE_GATHERED
-    max_pool.STORE_GATHERED = True
+    max_pool.STORE_GATHERED = False
     try:
         yield
     finally:
@@ -129,7 +129,7 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "ember cuBLAS unless padded": _cublas_unless_padded,
     "ember_no_epilogue_cost": _no_epilogue_cost,
     "ember_pool_scatter": _pool_scatter,
-    "ember_pool_gather_stored": _pool_gather_stored,
+    "ember_pool_gather_fused": _pool_gather_fused,
 }
 
 

@@ -39,10 +39,13 @@ if TYPE_CHECKING:
     from ember.inductor.lowering.graph_lowering import GraphLowering
 
 # Whether a gathered gradient is stored by a kernel of its own (True) or left to fuse
-# into the kernels that read it (a ReLU's and a batch norm's backward: its reduction and
-# its pointwise pass each recompute it). ``tools/gpu/ab_matmul_choice.py`` measures both
-# (variant ``ember_pool_gather_stored``).
-STORE_GATHERED = False
+# into the kernels that read it (a ReLU's and a batch norm's backward: its split
+# reduction and its pointwise pass each recompute it, and the reduction's programs then
+# wait on the argmax loads). Stored measured faster: torchvision ResNet-18's bf16
+# training step (batch 256) took 19.55 ms stored, 20.10 fused and 21.64 scattered, one
+# process on an H100 (``tools/gpu/ab_matmul_choice.py`` variants
+# ``ember_pool_gather_stored`` and ``ember_pool_scatter``; docs/benchmarks.md).
+STORE_GATHERED = True
 
 
 def _reads_indices(ctx: GraphLowering, node: Node) -> bool:
