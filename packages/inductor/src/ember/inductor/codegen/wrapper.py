@@ -38,6 +38,7 @@ from ember.inductor.lowering.extern_args import (
     VariableArg,
 )
 from ember.inductor.lowering.lowered_graph import BufferInfo, LoweredGraph
+from ember.inductor.lowering.values import contiguous_strides
 from ember.inductor.scheduler import KernelStep, Step
 from ember.runtime.custom_ops import is_custom_operator
 from ember.runtime.ir import TensorMeta, symbolic
@@ -148,6 +149,16 @@ def render_arg(arg: ExternArg) -> str:
 GRAD_MODE_EXTERNS = frozenset({
     "aten::mkldnn_rnn_layer.default", "aten::_cudnn_rnn.default", "aten::miopen_rnn.default",
 })
+
+
+def _row_major(sizes: Sequence[object], strides: Sequence[object]) -> bool:
+    """Whether a result traced with ``sizes`` and ``strides`` is row-major, all of them
+    known now: the layout ``OUT_VARIANTS``' public matmuls return (a fresh tensor of
+    their operands' dtype), so their results need no layout test after the call."""
+    known = [v for v in (*sizes, *strides) if type(v) is int]
+    if len(known) != len(sizes) + len(strides):
+        return False
+    return tuple(known[len(sizes):]) == contiguous_strides(known[:len(sizes)])
 
 
 def _static_layout(info: BufferInfo) -> bool:
@@ -526,6 +537,8 @@ class WrapperWriter:
                     self.emit(f"    {out} = _custom_result({out}, {call.target!r}, {index}, "
                               f"{meta[0]}, {shape}, {layout})")
                     continue
+                if call.target in OUT_VARIANTS and _row_major(sizes, strides):
+                    continue  # a new row-major tensor of its operands' dtype: no test
                 # NOTE: an optional result may come back None (CUDA attention's extras).
                 # The dtype too: torch's meta of an op can differ from its kernel
                 # (native_group_norm of bf16 with f32 weight: bf16 mean/rstd, eager's are
