@@ -141,7 +141,8 @@ backward kernel1: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4"""
 def test_layer_norm_and_batch_norm_training_kernels_at_full_size() -> None:
     """The weight/bias gradients (LayerNorm) and BatchNorm1d's per-feature statistics are
     split column reductions of 64-wide bf16 tiles: 1024 programs, not 4096 programs
-    each walking one strided column."""
+    each walking one strided column. The statistics are one pass (the sum and the
+    ``m2`` in one kernel); the second forward split is the loss's sum."""
     got = cuda_training_kernels(SoftmaxLayerNorm(4096), (16384, 4096))
     assert got == """\
 forward kernel0: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4
@@ -151,20 +152,19 @@ backward kernel1: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) 
     got = cuda_training_kernels(BatchNormReLU(4096, 1), (16384, 4096))
     assert got == """\
 forward kernel0: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8
-forward kernel1: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8
-forward kernel2: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
+forward kernel1: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
 backward kernel0: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8
 backward kernel1: grid (65536, 1, 1) XBLOCK=1024 w4"""
 
 
 def test_batch_norm_2d_training_kernels_at_resnet_size() -> None:
     """BatchNorm2d over 32x64x56x56: per-channel statistics are row reductions of
-    N*H*W (contiguous within each image plane), split 4 ways a channel."""
+    N*H*W (contiguous within each image plane), split 4 ways a channel, in one pass (the
+    sum and the ``m2``: one kernel where two passes took two)."""
     got = cuda_training_kernels(BatchNormReLU(64, 2), (32, 64, 56, 56))
     assert got == """\
 forward kernel0: split grid (64, 4, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=4 w16
-forward kernel1: split grid (64, 4, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=4 w16
-forward kernel2: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
+forward kernel1: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
 backward kernel0: split grid (64, 4, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=4 w16
 backward kernel1: grid (6272, 1, 1) XBLOCK=1024 w4"""
 
@@ -176,8 +176,7 @@ def test_channels_last_batch_norm_statistics_fill_the_gpu() -> None:
     got = cuda_training_kernels(BatchNormReLU(64, 2), (32, 64, 56, 56), torch.channels_last)
     assert got == """\
 forward kernel0: split grid (1, 256, 1) XBLOCK=64 RBLOCK=64 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=256 w8
-forward kernel1: split grid (1, 256, 1) XBLOCK=64 RBLOCK=64 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=256 w8
-forward kernel2: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
+forward kernel1: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
 backward kernel0: split grid (1, 256, 1) XBLOCK=64 RBLOCK=64 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=256 w8
 backward kernel1: grid (6272, 1, 1) XBLOCK=1024 w4"""
 

@@ -41,7 +41,10 @@ Type rules (the lowering guarantees them, codegens may rely on them):
 - integer ``floordiv`` / ``remainder`` follow Python (floor) semantics, ``truncdiv`` /
   ``fmod`` follow C (truncation); ``maximum``/``minimum`` propagate NaN like torch;
 - ``argmax``/``argmin`` return the int64 row-major position over the reduction ranges
-  of the first extreme element (NaN counts as the maximum, like torch).
+  of the first extreme element (NaN counts as the maximum, like torch);
+- ``m2`` (floats) returns the sum of squared deviations from the mean of the reduced
+  values, in one pass (Welford); of one element it is 0 (NaN for a NaN or infinity),
+  of none 0.
 """
 
 from __future__ import annotations

@@ -117,6 +117,9 @@ LOOP_OPS: dict[str, LoopOp] = {op.name: op for op in [
         "argmin": "row-major position of the first minimum (NaN is the minimum)"}),
     *_rows("reduction", "reduction", 1, "bool", False, {
         "any": "whether any element is nonzero", "all": "whether every element is nonzero"}),
+    *_rows("reduction", "reduction", 1, "args", False, {
+        "m2": "sum of squared deviations from the mean of the reduced values (floats; one "
+              "pass: Welford's update, partial results combined by Chan's formula)"}),
 ]}
 
 #: pointwise op name -> number of arguments

@@ -37,7 +37,7 @@ def reduced_dims(x: TensorValue, dims: Any) -> tuple[int, ...]:
 # own result is then empty.
 EMPTY_REDUCTION: dict[str, float | bool] = {
     "sum": 0, "prod": 1, "any": False, "all": True,
-    "max": float("-inf"), "min": float("inf"), "argmax": 0, "argmin": 0,
+    "max": float("-inf"), "min": float("inf"), "argmax": 0, "argmin": 0, "m2": 0,
 }
 
 
@@ -60,6 +60,10 @@ def reduce(ctx: Any, node: Node, op: str, fn: ElementFn, full_sizes: Sequence[in
         def alone(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
             if op in ("argmax", "argmin"):
                 return b.literal(0, dtype)
+            if op == "m2":  # one element's deviation: 0 (NaN for a NaN or an infinity)
+                v = b.cast(fn(b, index), dtype)
+                dev = b.compute("sub", v, v)
+                return b.compute("mul", dev, dev)
             return b.cast(fn(b, index), dtype)
 
         return Lazy(alone, dtype, sizes)
@@ -194,19 +198,39 @@ def _any_all(ctx: Any, node: Node, x: TensorValue, dims: Any = None,
     return cast_to(r, out_meta(node).dtype)  # any/all of uint8 return uint8
 
 
+#: device type -> how its variances reduce: "two_pass" (the mean first, then the sum of
+#: squared deviations from it: two passes over the input, each a vectorized sum on a CPU,
+#: whose rows mostly stay in cache) or "m2" (the loop IR's one-pass ``m2`` reduction
+#: beside the sum: a GPU's batch-norm statistics read the input once where two passes
+#: read it twice, and split into partial reductions like a sum)
+VARIANCE_FORMS: dict[str, str] = {"cpu": "two_pass", "cuda": "m2"}
+
+#: rows of at most this many elements reduce in two passes on every device: a GPU's
+#: persistent reductions hold such a row in registers (Triton's
+#: ``heuristics.PERSISTENT_MAX``), so the second pass reads no memory and the ``m2``
+#: would only add reductions (a layer norm's rows)
+TWO_PASS_ROWS = 4096
+
+
 def variance(ctx: Any, node: Node, x: TensorValue, d: tuple[int, ...], correction: float,
              keepdim: bool, acc: torch.dtype) -> tuple[Any, Any]:
-    """(var, mean) as values over the reduced shape, in ``acc`` (two-pass: mean first)."""
+    """(var, mean) as values over the reduced shape, in ``acc``, in the device's form
+    (:data:`VARIANCE_FORMS`; rows of up to :data:`TWO_PASS_ROWS` elements: two passes)."""
     n = numel([x.sizes[i] for i in d])
     s = reduce(ctx, node, "sum", _cast_fn(x, acc), x.sizes, d, True, acc)
-    mean_full = keepdim_value(ctx, s, x.sizes, d, True)
+    one_pass = not (isinstance(n, int) and n <= TWO_PASS_ROWS)
+    if VARIANCE_FORMS.get(ctx.device.type) == "m2" and acc.is_floating_point and one_pass:
+        s2 = reduce(ctx, node, "m2", _cast_fn(x, acc), x.sizes, d, keepdim, acc)
+    else:
+        mean_full = keepdim_value(ctx, s, x.sizes, d, True)
 
-    def centered_sq(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
-        m = b.compute("truediv", mean_full.element(b, _zero(index, d)), b.literal(n, acc))
-        c = b.compute("sub", b.cast(x.element(b, index), acc), m)
-        return b.compute("mul", c, c)
+        def centered_sq(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
+            m = b.compute("truediv", mean_full.element(b, _zero(index, d)),
+                          b.literal(n, acc))
+            c = b.compute("sub", b.cast(x.element(b, index), acc), m)
+            return b.compute("mul", c, c)
 
-    s2 = reduce(ctx, node, "sum", centered_sq, x.sizes, d, keepdim, acc)
+        s2 = reduce(ctx, node, "sum", centered_sq, x.sizes, d, keepdim, acc)
     out_sizes = s2.sizes
 
     def var_fn(b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import torch
 from ember.inductor.codegen.cpp import ops
+from ember.inductor.codegen.cpp.accumulators import Accumulators
 from ember.inductor.codegen.cpp.loop_shapes import (
     above,
     coefficient,
@@ -88,8 +89,9 @@ ROW_CACHE_BYTES = 32768
 SUM_BLOCK = 256
 
 
-class CppKernelWriter:
-    """Writes the C++ function of one kernel."""
+class CppKernelWriter(Accumulators):
+    """Writes the C++ function of one kernel (its reductions' accumulators:
+    :class:`~.accumulators.Accumulators`)."""
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
@@ -213,75 +215,6 @@ class CppKernelWriter:
                 and s.dtype in (torch.float32, torch.float64)):
             return ops.bit_select(list(s.args), s.dtype)
         return ops.compute(s.op, list(s.args), arg_dtype, s.dtype)
-
-    # -- reductions ---------------------------------------------------------------------
-    def acc_type(self, r: Reduce) -> str:
-        if r.op in ("sum", "prod") and r.dtype == torch.float32:
-            return "double"
-        return ops.ctype(r.dtype)
-
-    def reduce_init_value(self, r: Reduce) -> str:
-        return ops.reduction_init(r.op, r.dtype, self.acc_type(r))
-
-    def reduce_acc_ctype(self, r: Reduce) -> str:
-        if r.op in ("argmax", "argmin"):
-            return ops.ctype(self.dtypes[r.arg])
-        return self.acc_type(r)
-
-    def is_fast_minmax(self, r: Reduce) -> bool:
-        return self.fast_minmax and r.op in ("max", "min") and r.dtype.is_floating_point
-
-    def reduce_init(self, r: Reduce) -> None:
-        self.line(f"{self.reduce_acc_ctype(r)} acc_{r.name} = {self.reduce_init_value(r)};")
-        if self.is_fast_minmax(r):
-            self.line(f"int nan_{r.name} = 0;")
-        if r.op in ("argmax", "argmin"):
-            self.line(f"int64_t idx_{r.name} = -1;")
-
-    def reduce_update(self, r: Reduce, rlin: str, sub: str = "") -> None:
-        a, acc, idx = r.arg, f"acc_{r.name}{sub}", f"idx_{r.name}{sub}"
-        if r.op == "sum":
-            self.line(f"{acc} += {a};")
-        elif r.op == "prod":
-            self.line(f"{acc} *= {a};")
-        elif self.is_fast_minmax(r):
-            cmp = ">" if r.op == "max" else "<"
-            self.line(f"{acc} = ({a} {cmp} {acc}) ? {a} : {acc};")
-            self.line(f"nan_{r.name} |= ({a} != {a});")
-        elif r.op in ("max", "min"):
-            fn = "ember_max" if r.op == "max" else "ember_min"
-            if r.dtype == torch.bool:
-                self.line(f"{acc} = {acc} {'||' if r.op == 'max' else '&&'} {a};")
-            else:
-                self.line(f"{acc} = {fn}<{ops.ctype(r.dtype)}>({acc}, {a});")
-        elif r.op == "any":
-            self.line(f"{acc} = {acc} || {a};")
-        elif r.op == "all":
-            self.line(f"{acc} = {acc} && {a};")
-        else:
-            better = ">" if r.op == "argmax" else "<"
-            nan = f" || ({a} != {a} && {acc} == {acc})" if self.dtypes[a].is_floating_point \
-                else ""
-            self.line(f"if ({idx} < 0 || {a} {better} {acc}{nan}) "
-                      f"{{ {acc} = {a}; {idx} = {rlin}; }}")
-
-    def reduce_result(self, r: Reduce, sub: str = "") -> None:
-        self.dtypes[r.name] = r.dtype
-        t = ops.ctype(r.dtype)
-        if r.op in ("argmax", "argmin"):
-            self.line(f"const {t} {r.name} = idx_{r.name}{sub};")
-        elif self.is_fast_minmax(r):
-            self.line(f"const {t} {r.name} = nan_{r.name} ? "
-                      f"std::numeric_limits<{t}>::quiet_NaN() : acc_{r.name};")
-        else:
-            self.line(f"const {t} {r.name} = static_cast<{t}>(acc_{r.name}{sub});")
-
-    def single_reduce(self, r: Reduce) -> None:
-        """A Reduce in a kernel without reduction ranges reduces one element."""
-        self.dtypes[r.name] = r.dtype
-        t = ops.ctype(r.dtype)
-        value = "0" if r.op in ("argmax", "argmin") else r.arg
-        self.line(f"const {t} {r.name} = static_cast<{t}>({value});")
 
     # -- loops --------------------------------------------------------------------------
     def open_loops(self, vars_: tuple[Var, ...]) -> None:
@@ -421,6 +354,8 @@ class CppKernelWriter:
                 self.line(f"{self.reduce_acc_ctype(s)} acc_{s.name}[{TILE}];")
                 if s.op in ("argmax", "argmin"):
                     self.line(f"int64_t idx_{s.name}[{TILE}];")
+                if s.op == "m2":
+                    self.line(f"double mean_{s.name}[{TILE}], n_{s.name}[{TILE}];")
         known: list[str] = []
 
         def open_tile() -> None:
@@ -454,6 +389,8 @@ class CppKernelWriter:
                 self.line(f"acc_{r.name}[xi] = {self.reduce_init_value(r)};")
                 if r.op in ("argmax", "argmin"):
                     self.line(f"idx_{r.name}[xi] = -1;")
+                if r.op == "m2":
+                    self.line(f"mean_{r.name}[xi] = n_{r.name}[xi] = 0;")
             self.close_loops(1)
             blocked = self.blocked_sums(reduces)
             if blocked and len(blocked) == len(reduces):

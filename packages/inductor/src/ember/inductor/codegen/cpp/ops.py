@@ -183,6 +183,7 @@ REDUCTION_INITS: dict[str, Callable[[torch.dtype, str], str]] = {
     "argmin": lambda _d, _acc: "0",
     "any": lambda _d, _acc: "false",
     "all": lambda _d, _acc: "true",
+    "m2": lambda _d, _acc: "0",  # with its mean and count (accumulators.py)
 }
 
 

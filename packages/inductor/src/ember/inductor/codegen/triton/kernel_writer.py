@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sympy
 import torch
-from ember.inductor.codegen.triton import reductions
+from ember.inductor.codegen.triton import reductions, welford
 from ember.inductor.codegen.triton.combo import combo_parts
 from ember.inductor.codegen.triton.dtypes import pointer_type, scalar_literal, tl_type
 from ember.inductor.codegen.triton.heuristics import LaunchConfig
@@ -165,6 +165,10 @@ class KernelWriter:
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.indent + text)
+
+    def _lines(self, lines: list[str]) -> None:
+        for text in lines:
+            self.line(text)
 
     def value(self, name: str) -> str:
         return self.names[name]
@@ -400,7 +404,9 @@ class KernelWriter:
         self.dtypes[s.name] = s.dtype
         arg = self.value(s.arg)
         out = self.value(s.name)
-        if s.op in ("argmax", "argmin"):
+        if s.op == "m2":
+            self._lines(welford.single(out, arg, tl_type(s.dtype)))
+        elif s.op in ("argmax", "argmin"):
             self.line(f"{out} = ({arg} != {arg}).to(tl.int64) * 0")
         elif s.op in ("any", "all") or s.dtype == torch.bool:
             self.line(f"{out} = {arg} != 0")
@@ -415,6 +421,10 @@ class KernelWriter:
         if helper:
             self.helpers.add(helper)
         out = self.value(s.name)
+        if s.op == "m2":
+            self.helpers.add("_ember_add")
+            self._lines(welford.persistent(out, self.value(s.arg), "xrmask", tl_type(s.dtype)))
+            return
         self.line(f"{out}_tile = {self.masked_arg(s)}")
         if s.op in ("argmax", "argmin"):
             self.line(f"{out}_pos = (rindex + tl.full([XBLOCK, 1], 0, tl.int32)).to(tl.int64)")
@@ -459,7 +469,10 @@ class KernelWriter:
         value_dtype = arg_dtype if s.op in ("argmax", "argmin") else s.dtype
         ident = reductions.identity(s.op, value_dtype)
         acc = self.value(s.name) + "_acc"
-        self.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {tl_type(value_dtype)})")
+        if s.op == "m2":
+            self._lines(welford.init(acc, tl_type(s.dtype)))
+        else:
+            self.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {tl_type(value_dtype)})")
         if s.op in ("argmax", "argmin"):
             self.line(f"{acc}_pos = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
         helper = reductions.helper_for(s.op, value_dtype)
@@ -475,6 +488,9 @@ class KernelWriter:
 
     def accumulate(self, s: Reduce) -> None:
         acc = self.value(s.name) + "_acc"
+        if s.op == "m2":
+            self._lines(welford.update(acc, self.value(s.arg), "xrmask", tl_type(s.dtype)))
+            return
         masked = self.masked_arg(s)
         if s.op in ("argmax", "argmin"):
             pos = "(rindex + tl.full([XBLOCK, 1], 0, tl.int32)).to(tl.int64)"
@@ -486,7 +502,9 @@ class KernelWriter:
         self.dtypes[s.name] = s.dtype
         out = self.value(s.name)
         acc = out + "_acc"
-        if s.op in ("argmax", "argmin"):
+        if s.op == "m2":
+            self._lines(welford.finish(out, acc))
+        elif s.op in ("argmax", "argmin"):
             self.line(f"_, {out} = tl.reduce(({acc}, {acc}_pos), 1, _ember_{s.op})")
             self.line(f"{out} = {out}[:, None]")
         else:

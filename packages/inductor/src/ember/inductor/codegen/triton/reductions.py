@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from ember.inductor.codegen.triton import welford
 from ember.inductor.codegen.triton.dtypes import is_float, scalar_literal
 
 HELPERS: dict[str, str] = {
@@ -51,6 +52,7 @@ def _ember_min_nan(a, b):
 def _ember_mul(a, b):
     return a * b
 ''',
+    welford.COMBINE: welford.HELPER_SOURCE,
     "_ember_argmax": '''
 @triton.jit
 def _ember_argmax(v1, i1, v2, i2):
@@ -77,8 +79,9 @@ def _ember_argmin(v1, i1, v2, i2):
 
 
 def identity(op: str, dtype: torch.dtype) -> str:
-    """The identity of reduction ``op`` on ``dtype`` values, as Triton source."""
-    if op == "sum":
+    """The identity of reduction ``op`` on ``dtype`` values, as Triton source (``m2``:
+    of each part of its state, :mod:`.welford`)."""
+    if op in ("sum", "m2"):
         return "0"
     if op == "prod":
         return "1"
@@ -114,6 +117,7 @@ COMBINE_HELPERS: dict[str, Callable[[torch.dtype], str]] = {
     "argmin": lambda _d: "_ember_argmin",
     "any": lambda _d: "_ember_max",
     "all": lambda _d: "_ember_min",
+    "m2": lambda _d: welford.COMBINE,
 }
 
 

@@ -6,14 +6,16 @@ over ``(programs, split)`` reduces chunk ``rsplit`` of each row into a workspace
 ``Reduce``, allocated by the launcher), and ``<name>`` combines the ``split`` partial
 results of each row and runs the kernel's epilogue (the statements after the reduction).
 
-Only one-pass kernels of sum/prod/max/min/any/all split (:func:`splittable`); others run
-as looped reductions. A run-time check's stores inside the pass run in the partial kernel.
+Only one-pass kernels of sum/prod/max/min/any/all/m2 split (:func:`splittable`); others
+run as looped reductions. An ``m2`` stores its Welford state's three parts, which the
+combine merges by Chan's formula (:mod:`.welford`). A run-time check's stores inside the
+pass run in the partial kernel.
 """
 
 from __future__ import annotations
 
 import sympy
-from ember.inductor.codegen.triton import reductions
+from ember.inductor.codegen.triton import reductions, welford
 from ember.inductor.codegen.triton.dtypes import pointer_type
 from ember.inductor.codegen.triton.heuristics import choose_config, next_power_of_2
 from ember.inductor.codegen.triton.kernel_code import (
@@ -31,7 +33,7 @@ from ember.runtime.ir import symbolic
 
 
 def splittable(kernel: Kernel) -> bool:
-    """One pass of sum/prod/max/min/any/all reductions with no stores inside it but a
+    """One pass of sum/prod/max/min/any/all/m2 reductions with no stores inside it but a
     run-time check's (``lowering/checks.py``: an embedding recomputed in a column
     reduction checks its indexes; each partial program checks the rows it reads)."""
     _, phases = reduction_phases(kernel)
@@ -57,8 +59,13 @@ def wants_split(kernel: Kernel, facts: SizeFacts | None = None) -> bool:
 class SplitReductionWriter(KernelWriter):
     """Writes the two functions of a split reduction (module doc)."""
 
+    def workspaces(self, reduces: list[Reduce]) -> list[tuple[Reduce, str]]:
+        """``(reduction, part)`` of each workspace, in parameter order: one a reduction,
+        an ``m2``'s three (its state's parts, :data:`.welford.PARTS`)."""
+        return [(r, part) for r in reduces for part in welford.parts_of(r.op)]
+
     def workspace_params(self, reduces: list[Reduce]) -> list[str]:
-        return [f"{self.value(r.name)}_ws" for r in reduces]
+        return [f"{self.value(r.name)}{part}_ws" for r, part in self.workspaces(reduces)]
 
     def emit_split_partial(self, split: int) -> list[Reduce]:
         """The body of the partial kernel: program (x, s) reduces chunk s of row x."""
@@ -75,9 +82,9 @@ class SplitReductionWriter(KernelWriter):
             self.emit(s)
         self.line(f"rstart = rsplit * {chunk}")
         reduces = self.emit_reduction_loop(phase, chunk, "rstart + roffset")
-        for r in reduces:
-            ws = f"{self.value(r.name)}_ws"
-            self.line(f"tl.store({ws} + (xindex * {split} + rsplit), {self.value(r.name)}, "
+        for r, part in self.workspaces(reduces):
+            value = f"{self.value(r.name)}{part}"
+            self.line(f"tl.store({value}_ws + (xindex * {split} + rsplit), {value}, "
                       "mask=xmask)")
         return reduces
 
@@ -91,9 +98,16 @@ class SplitReductionWriter(KernelWriter):
         for r in reduces:
             out = self.value(r.name)
             ident = reductions.identity(r.op, r.dtype)
-            self.line(f"{out}_part = tl.load({out}_ws + (xindex * {split} + sindex), "
-                      f"mask=smask, other={ident})")
-            self.line(f"{out} = {reductions.row_reduce(r.op, r.dtype, f'tl.where(smask, {out}_part, {ident})')}")
+            parts = {}
+            for part in welford.parts_of(r.op):
+                self.line(f"{out}{part}_part = tl.load({out}{part}_ws + (xindex * {split} + "
+                          f"sindex), mask=smask, other={ident})")
+                parts[part] = f"tl.where(smask, {out}{part}_part, {ident})"
+            if r.op == "m2":
+                for text in welford.combine_partials(out, parts):
+                    self.line(text)
+            else:
+                self.line(f"{out} = {reductions.row_reduce(r.op, r.dtype, parts[''])}")
             self.dtypes[r.name] = r.dtype
         for s in phase.after:
             self.emit(s)
@@ -117,7 +131,8 @@ class SplitReductionWriter(KernelWriter):
             name=fn_name + "_partial",
             constexprs={"XBLOCK": xblock, "RBLOCK": self.config.rblock},
             grid=(blocks(k.numel, xblock), split, 1),
-            workspace_dtypes=[str(r.dtype).replace("torch.", "") for r in reduces],
+            workspace_dtypes=[str(r.dtype).replace("torch.", "")
+                              for r, _ in self.workspaces(reduces)],
             workspace_numel=workspace_numel if isinstance(workspace_numel, int)
             else symbolic.format(workspace_numel),
         )
@@ -128,7 +143,7 @@ class SplitReductionWriter(KernelWriter):
             (fn_name, params, list(final_constexprs), self.lines),
         ])
         signature = self.signature()
-        for r, ws in zip(reduces, self.workspace_params(reduces)):
+        for (r, _), ws in zip(self.workspaces(reduces), self.workspace_params(reduces)):
             signature[ws] = pointer_type(r.dtype)
         return TritonKernelCode(
             name=fn_name, source=source, signature=signature, constexprs=final_constexprs,
