@@ -33,7 +33,8 @@ def test_the_cuda_wrapper_writes_in_place_and_frees_where_dead() -> None:
     wrapper = compile_graph(program, "forward", torch.device("cuda")).wrapper
     assert "    buf1 = buf0; del buf0  # written in place of buf0's memory\n" \
            "    kernel0(buf1, buf1)\n" in wrapper
-    assert "buf2 = _layout(buf2.to(torch.float32), (8, 32), (32, 1))\n    del buf1\n" in wrapper
+    assert "buf2 = torch.addmm(arg3, buf1, arg2.as_strided((128, 32), (1, 128)))\n" \
+           "    del buf1\n" in wrapper
     assert "empty_strided(" not in wrapper
 
 
@@ -58,6 +59,6 @@ def test_on_a_gpu_a_dead_buffer_is_not_held_where_that_raises_the_peak() -> None
     compiled = compile_graph(static_memory.program_on(program, cuda), "forward", cuda)
     wrapper = compiled.wrapper
     assert "    kernel0(buf0, buf1)\n    del buf0\n" in wrapper
-    assert "buf2 = _layout(buf2.to(torch.float32), (8, 256), (256, 1))\n    del buf1\n" in wrapper
+    assert "buf2 = torch.mm(buf1, const1)\n    del buf1\n" in wrapper
     assert "reuse" not in wrapper
     assert compiled.memory is not None and compiled.memory.peak == 16 * 1024
