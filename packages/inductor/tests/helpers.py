@@ -43,3 +43,17 @@ def compile_for(fn: Callable[..., Any], *inputs: torch.Tensor, backend: str
     """:func:`compile_fn` for the ``backend`` fixture's value (Triton: not precompiled)."""
     options = {} if backend == "cpp" else {"precompile": False}
     return compile_and_load(trace(fn, inputs), **options)
+
+
+def triton_specs(compiled: Program, graph: str = "forward") -> list[Any]:
+    """The ``TritonKernelSpec`` of every Triton function of ``graph`` in ``compiled``: each
+    kernel, and a split reduction's partial function after it."""
+    from ember.runtime.compiled.triton_launcher import spec_from_entry, split_from_entry
+
+    specs = []
+    for entry in compiled.metadata["compiled"]["graphs"][graph]["kernels"]:
+        spec = spec_from_entry(entry, compiled.files)
+        specs.append(spec)
+        if "split" in entry["meta"]:
+            specs.append(split_from_entry(spec, entry["meta"]["split"]).spec)
+    return specs

@@ -19,7 +19,7 @@ from ember.inductor.codegen.triton import generate_triton_kernel, kernel_writer
 from ember.inductor.codegen.triton.heuristics import choose_config
 from ember.inductor.codegen.triton.testing import triton_for_cpu
 from ember.inductor.loop_ir import Buffer, Kernel, Load, Store, Var, add, mul
-from helpers import compile_and_load, trace
+from helpers import compile_and_load, trace, triton_specs
 
 pytest.importorskip("triton")
 
@@ -202,19 +202,13 @@ def test_codegen_variants_compile_for_sm90(monkeypatch: pytest.MonkeyPatch) -> N
     """Looped, split and column reductions and 64-bit indexing also pass the real
     compiler (for sm_90, no GPU needed), not only the interpreter."""
     from ember.runtime.compiled.triton_aot import compile_for_target
-    from ember.runtime.compiled.triton_launcher import spec_from_entry, split_from_entry
 
     def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return torch.softmax(x, -1), x.argmax(-1), y.sum(), y.view(50, 1400).sum(0)
 
     monkeypatch.setattr(kernel_writer, "INT32_LIMIT", 100_000)
     compiled, _, _ = _compile(fn, torch.randn(2, LONG), torch.randn(70000))
-    specs = []
-    for entry in compiled.metadata["compiled"]["graphs"]["forward"]["kernels"]:
-        spec = spec_from_entry(entry, compiled.files)
-        specs.append(spec)
-        if "split" in entry["meta"]:
-            specs.append(split_from_entry(spec, entry["meta"]["split"]).spec)
+    specs = triton_specs(compiled)
     sources = "\n".join(s.source for s in specs)
     assert "_partial" in sources and "tl.int64" in sources and "for roffset" in sources
     for spec in specs:

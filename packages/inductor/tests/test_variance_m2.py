@@ -26,7 +26,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 
 from ember.inductor.lowering import reductions
-from helpers import compile_and_load, trace
+from helpers import compile_and_load, trace, triton_specs
 from test_norm_kernels import cuda_training_sources
 
 aten = torch.ops.aten
@@ -165,17 +165,11 @@ def test_m2_kernels_compile_for_sm90(one_pass: None) -> None:
     pytest.importorskip("triton")
     from ember.inductor.codegen.triton.testing import triton_for_cpu
     from ember.runtime.compiled.triton_aot import compile_for_target
-    from ember.runtime.compiled.triton_launcher import spec_from_entry, split_from_entry
 
     x, rows, big = torch.randn(6, 5, 29, 31), torch.randn(4, 5000), torch.randn(70000)
     with triton_for_cpu():
         compiled, _ = compile_and_load(trace(_statistics, [x, rows, big]), precompile=False)
-    specs = []
-    for entry in compiled.metadata["compiled"]["graphs"]["forward"]["kernels"]:
-        spec = spec_from_entry(entry, compiled.files)
-        specs.append(spec)
-        if "split" in entry["meta"]:
-            specs.append(split_from_entry(spec, entry["meta"]["split"]).spec)
+    specs = triton_specs(compiled)
     sources = "\n".join(s.source for s in specs)
     assert "_partial" in sources and "for roffset" in sources and "_ember_welford" in sources
     assert "_mean = tl.reduce(" in sources  # the persistent form
