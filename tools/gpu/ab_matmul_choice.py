@@ -5,7 +5,9 @@ cuBLAS (``forced_matmul("extern")``), and Ember with every matmul on cuBLAS exce
 whose result the extern would pad ("ember cuBLAS unless padded"), and Ember without the
 epilogue store's cost in the heuristic ("ember_no_epilogue_cost"); for pooling, Ember with
 every pooling backward scattered as before the gather ("ember_pool_scatter") and with the
-gathered gradient fused into its readers, not stored ("ember_pool_gather_fused"). Prints each
+gathered gradient fused into its readers, not stored ("ember_pool_gather_fused"); for
+variances, Ember with the GPU's in two passes, not the one-pass ``m2``
+("ember_variance_two_pass"). Prints each
 variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
 timed round-robin ``ROUNDS`` times), and its peak memory above the inputs.
@@ -32,7 +34,7 @@ import zoo
 from benchlib.runner import make_step
 from ember.inductor.codegen.triton import matmul_choice
 from ember.inductor.codegen.triton.matmul_choice import forced_matmul
-from ember.inductor.lowering import matmul_template
+from ember.inductor.lowering import matmul_template, reductions
 from ember.inductor.lowering.pooling import covering, max_pool
 from ember.runtime.config import patch
 from triton.testing import do_bench
@@ -117,6 +119,18 @@ def _pool_gather_fused() -> Iterator[None]:
         max_pool.STORE_GATHERED = saved
 
 
+@contextlib.contextmanager
+def _variance_two_pass() -> Iterator[None]:
+    """A GPU's variances in two passes (the mean, then the squared deviations), not the
+    one-pass ``m2`` beside the sum (``reductions.VARIANCE_FORMS``)."""
+    saved = reductions.VARIANCE_FORMS["cuda"]
+    reductions.VARIANCE_FORMS["cuda"] = "two_pass"
+    try:
+        yield
+    finally:
+        reductions.VARIANCE_FORMS["cuda"] = saved
+
+
 #: round-robin rounds: the GPU's clock drifts between rounds (H200: one variant's three
 #: rounds spread 5.05-5.60 ms), so each round's speed is taken against torch's in it
 ROUNDS = 5
@@ -130,6 +144,7 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "ember_no_epilogue_cost": _no_epilogue_cost,
     "ember_pool_scatter": _pool_scatter,
     "ember_pool_gather_fused": _pool_gather_fused,
+    "ember_variance_two_pass": _variance_two_pass,
 }
 
 
