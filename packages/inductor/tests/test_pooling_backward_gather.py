@@ -267,3 +267,24 @@ def test_cuda_backward_matches_eager(dtype: torch.dtype, channels_last: bool) ->
         else:
             torch.testing.assert_close(g.cpu().double(), r, rtol=2e-2 if dtype == torch.bfloat16
                                        else 1e-6, atol=1e-6, msg=str(calls[n]))
+
+
+def test_symbolic_sizes(backend: str) -> None:
+    """``dynamic=True``: one graph gathers over symbolic heights and widths (a
+    channels-last CPU gradient gathers; ceil mode's extra window included)."""
+    import ember.frontend as ef
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
+                          nn.AvgPool2d(2, 2, ceil_mode=True))
+    model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    compiled = ef.compile(model, dynamic=True)
+    for hw in [(16, 16), (19, 23), (12, 30)]:
+        x = torch.randn(2, 3, *hw).contiguous(memory_format=torch.channels_last)
+        x.requires_grad_(True)
+        compiled(x).sum().backward()
+        assert x.grad is not None
+        got = x.grad.clone()
+        x.grad = None
+        model(x).sum().backward()
+        torch.testing.assert_close(got, x.grad, msg=str(hw))
