@@ -25,6 +25,8 @@ import statistics
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -34,33 +36,11 @@ import zoo
 from benchlib.runner import make_step
 from ember.inductor.codegen.triton import matmul_choice
 from ember.inductor.codegen.triton.matmul_choice import forced_matmul
+from ember.inductor.loop_ir import index as loop_index
 from ember.inductor.lowering import matmul_template, reductions
 from ember.inductor.lowering.pooling import covering, max_pool
 from ember.runtime.config import patch
 from triton.testing import do_bench
-
-
-@contextlib.contextmanager
-def _bias_not_fusion() -> Iterator[None]:
-    saved, matmul_template.BIAS_COUNTS_AS_FUSION = matmul_template.BIAS_COUNTS_AS_FUSION, False
-    try:
-        yield
-    finally:
-        matmul_template.BIAS_COUNTS_AS_FUSION = saved
-
-
-@contextlib.contextmanager
-def _no_div_mod_fold() -> Iterator[None]:
-    """The index builders without the split-dimension fold (``loop_ir.index``): a view that
-    splits a matmul result's rows keeps its consumer out of the template's epilogue."""
-    from ember.inductor.loop_ir import index
-
-    saved = index._fold_div_mod
-    index._fold_div_mod = lambda terms: None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        index._fold_div_mod = saved  # type: ignore[assignment]
 
 
 @contextlib.contextmanager
@@ -75,76 +55,36 @@ def _cublas_unless_padded() -> Iterator[None]:
         aligned = n % max(1, 16 // problem.dtype.itemsize) == 0
         return matmul_choice.EXTERN if aligned else picked
 
-    matmul_choice.heuristic_choice = choice  # type: ignore[assignment]
-    try:
+    with mock.patch.object(matmul_choice, "heuristic_choice", choice):
         yield
-    finally:
-        matmul_choice.heuristic_choice = real  # type: ignore[assignment]
-
-
-@contextlib.contextmanager
-def _no_epilogue_cost() -> Iterator[None]:
-    """The heuristic without the epilogue store's cost (``EPILOGUE_BANDWIDTH`` at
-    ``BANDWIDTH``): the cost model before it was measured."""
-    saved = matmul_choice.EPILOGUE_BANDWIDTH
-    matmul_choice.EPILOGUE_BANDWIDTH = matmul_choice.BANDWIDTH
-    try:
-        yield
-    finally:
-        matmul_choice.EPILOGUE_BANDWIDTH = saved
-
-
-@contextlib.contextmanager
-def _pool_scatter() -> Iterator[None]:
-    """Pooling backward on a GPU as an accumulating scatter (``covering.GATHER_LAYOUTS``
-    without ``cuda``): the lowering before the gather."""
-    saved = dict(covering.GATHER_LAYOUTS)
-    covering.GATHER_LAYOUTS.pop("cuda", None)
-    try:
-        yield
-    finally:
-        covering.GATHER_LAYOUTS.clear()
-        covering.GATHER_LAYOUTS.update(saved)
-
-
-@contextlib.contextmanager
-def _pool_gather_fused() -> Iterator[None]:
-    """The gathered max-pool gradient recomputed inside each kernel reading it, not
-    stored by a kernel of its own (``max_pool.STORE_GATHERED = False``)."""
-    saved = max_pool.STORE_GATHERED
-    max_pool.STORE_GATHERED = False
-    try:
-        yield
-    finally:
-        max_pool.STORE_GATHERED = saved
-
-
-@contextlib.contextmanager
-def _variance_two_pass() -> Iterator[None]:
-    """A GPU's variances in two passes (the mean, then the squared deviations), not the
-    one-pass ``m2`` beside the sum (``reductions.VARIANCE_FORMS``)."""
-    saved = reductions.VARIANCE_FORMS["cuda"]
-    reductions.VARIANCE_FORMS["cuda"] = "two_pass"
-    try:
-        yield
-    finally:
-        reductions.VARIANCE_FORMS["cuda"] = saved
 
 
 #: round-robin rounds: the GPU's clock drifts between rounds (H200: one variant's three
 #: rounds spread 5.05-5.60 ms), so each round's speed is taken against torch's in it
 ROUNDS = 5
 
-VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember": contextlib.nullcontext,
-    "ember bias->cuBLAS": _bias_not_fusion,
+    "ember bias->cuBLAS": lambda: mock.patch.object(
+        matmul_template, "BIAS_COUNTS_AS_FUSION", False),
     "ember all cuBLAS": lambda: forced_matmul("extern"),
-    "ember no div/mod fold": _no_div_mod_fold,
+    # the index builders without the split-dimension fold: a view that splits a matmul
+    # result's rows keeps its consumer out of the template's epilogue
+    "ember no div/mod fold": lambda: mock.patch.object(
+        loop_index, "_fold_div_mod", lambda terms: None),
     "ember cuBLAS unless padded": _cublas_unless_padded,
-    "ember_no_epilogue_cost": _no_epilogue_cost,
-    "ember_pool_scatter": _pool_scatter,
-    "ember_pool_gather_fused": _pool_gather_fused,
-    "ember_variance_two_pass": _variance_two_pass,
+    # the epilogue's store at BANDWIDTH: the cost model before it was measured
+    "ember_no_epilogue_cost": lambda: mock.patch.object(
+        matmul_choice, "EPILOGUE_BANDWIDTH", matmul_choice.BANDWIDTH),
+    # pooling backward on a GPU as an accumulating scatter: the lowering before the gather
+    "ember_pool_scatter": lambda: mock.patch.dict(
+        covering.GATHER_LAYOUTS,
+        {k: v for k, v in covering.GATHER_LAYOUTS.items() if k != "cuda"}, clear=True),
+    # the gathered max-pool gradient recomputed in each kernel reading it, not stored
+    "ember_pool_gather_fused": lambda: mock.patch.object(max_pool, "STORE_GATHERED", False),
+    # a GPU's variances in two passes, not the one-pass m2 beside the sum
+    "ember_variance_two_pass": lambda: mock.patch.dict(
+        reductions.VARIANCE_FORMS, {"cuda": "two_pass"}),
 }
 
 

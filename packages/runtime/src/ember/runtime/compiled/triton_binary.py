@@ -135,7 +135,6 @@ def _binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
         current_stream = active.get_current_stream
         # the device as one C call, not torch.cuda.current_device's three Python frames
         current_device = raw_current_device() or active.get_current_device
-        chain = getattr(triton.knobs, "HookChain", None)
     except Exception as e:  # noqa: BLE001 - any difference: Triton's own runner
         log("cache", f"Triton binary launched through Triton's runner ({type(e).__name__}: {e})")
         return through_runner
@@ -144,17 +143,20 @@ def _binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
     launch, constants = flat_launch(run) or (run, ())
 
     def direct(grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
-        # NOTE: the hook slots tested inline (no call): None, or (newer Tritons) a hook
-        # chain with no hooks in it, means no hook
-        enter, leave = runtime_knobs.launch_enter_hook, runtime_knobs.launch_exit_hook
-        if not ((enter is None or (type(enter) is chain and not enter.calls))
-                and (leave is None or (type(leave) is chain and not leave.calls))):
+        if not (_no_hook(runtime_knobs.launch_enter_hook)
+                and _no_hook(runtime_knobs.launch_exit_hook)):
             compiled[grid](*args, *trailing)
             return
         launch(grid[0], grid[1], grid[2], current_stream(current_device()), function,
                *constants, packed, None, None, None, *args, *trailing)
 
     return direct
+
+
+def _no_hook(hook: Any) -> bool:
+    """Whether a Triton launch hook slot is empty: None, or (newer Tritons) a hook chain
+    with no hooks in it."""
+    return hook is None or (type(hook).__name__ == "HookChain" and not hook.calls)
 
 
 __all__ = ["BinaryLaunch", "binary_launch", "flat_launch", "runner_is_direct"]

@@ -182,7 +182,7 @@ class TritonLaunch:
             # pointer); the wrapper's input checks say which input it was
             raise TypeError(f"Triton kernel {self.spec.name} runs on CUDA tensors or, "
                             f"interpreted, CPU ones; got a tensor on {device}")
-        main, partial = self._by_device.get(device) or self.kernels_for(device)
+        main, partial = self.kernels_for(device)
         if self.split is None or partial is None or self._split_sizes is None:
             if len(args) != self._arity:
                 main.launch(grid, *args)  # raises, naming the signature

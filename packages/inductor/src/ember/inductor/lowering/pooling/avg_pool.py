@@ -4,8 +4,9 @@ backward ops.
 The forward is an element function over the output: the window's sum (padding adds
 nothing) divided as eager divides (:func:`_divisor`). The backward gathers
 (:mod:`.covering`): each input position sums the gradients of the windows containing it,
-each divided likewise; past :data:`~.window.MAX_WINDOW` candidate windows it is an
-accumulating scatter over (output position, window element).
+each divided likewise; where ``covering.GATHER_LAYOUTS`` does not gather (a CPU's
+contiguous gradients) it is an accumulating scatter over (output position, window
+element).
 """
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ import torch
 from ember.inductor.loop_ir import IndexExpr, add, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import compute_dtype, out_meta, sizes_of
-from ember.inductor.lowering.pooling.covering import covering_windows, gather_windows
+from ember.inductor.lowering.pooling.covering import (
+    covering_windows,
+    gather_windows,
+    gathered_input,
+)
 from ember.inductor.lowering.pooling.window import (
-    MAX_REREAD_OPS,
     Position,
     Window,
     check_input,
     inside,
     load_inside,
     make_window,
-    ops,
     product,
     window_input,
 )
@@ -125,8 +128,7 @@ def avg_pool_backward(ctx: GraphLowering, node: Node, dims: int, grad: TensorVal
     candidates = gather_windows(p.window, ctx.device.type, out_meta(node))
     if candidates is not None:
         out_plane = tuple(grad.sizes[-dims:])
-        if candidates > 1 and isinstance(grad, Lazy) and ops(grad) > MAX_REREAD_OPS:
-            grad = ctx.realize(grad)  # read once for each window holding a position
+        grad = gathered_input(ctx, grad, candidates)
 
         def gathered(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
             total = b.literal(0, ct)

@@ -28,13 +28,17 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from ember.inductor.loop_ir import add, floordiv
 from ember.inductor.lowering.builder import BodyBuilder
-from ember.inductor.lowering.pooling.window import Position, Window
+from ember.inductor.lowering.pooling.window import MAX_REREAD_OPS, Position, Window, ops
+from ember.inductor.lowering.values import Lazy, TensorValue
 from ember.runtime.ir import TensorMeta
+
+if TYPE_CHECKING:
+    from ember.inductor.lowering.graph_lowering import GraphLowering
 
 Candidate = tuple[Position, "str | None"]
 
@@ -62,6 +66,17 @@ def gather_windows(window: Window, device: str, grad_input: TensorMeta) -> int |
                 or grad_input.strides[channel] != 1):
             return None
     return math.prod(-(-k // s) for k, s in zip(window.kernel, window.stride))
+
+
+def gathered_input(ctx: GraphLowering, grad: TensorValue, candidates: int) -> TensorValue:
+    """``grad`` as a gather reads it: stored first when each position reads it for
+    several candidate windows and one element of it costs more than
+    :data:`~.window.MAX_REREAD_OPS` operations (as :func:`~.window.window_input` does
+    for a forward's overlapping windows)."""
+    if (candidates > 1 and isinstance(grad, Lazy) and not ctx.is_realized(grad)
+            and ops(grad) > MAX_REREAD_OPS):
+        return ctx.realize(grad)
+    return grad
 
 
 def _dim_candidates(b: BodyBuilder, pos: Any, k: int, s: int, p: int, size: Any,
@@ -108,4 +123,4 @@ def covering_windows(b: BodyBuilder, window: Window, pos: Position, plane: Seque
     return found
 
 
-__all__ = ["GATHER_LAYOUTS", "covering_windows", "gather_windows"]
+__all__ = ["GATHER_LAYOUTS", "covering_windows", "gather_windows", "gathered_input"]

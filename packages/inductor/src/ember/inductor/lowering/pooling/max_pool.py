@@ -17,7 +17,11 @@ import torch
 from ember.inductor.loop_ir import IndexExpr, Indirect, add, mul
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import compute_dtype, out_meta, sizes_of
-from ember.inductor.lowering.pooling.covering import covering_windows, gather_windows
+from ember.inductor.lowering.pooling.covering import (
+    covering_windows,
+    gather_windows,
+    gathered_input,
+)
 from ember.inductor.lowering.pooling.window import (
     MAX_REREAD_OPS,
     Position,
@@ -204,8 +208,7 @@ def _gathered(ctx: GraphLowering, node: Node, dims: int, grad: TensorValue, x: T
     i64 = torch.int64
     plane = tuple(x.sizes[-dims:])
     out_plane = tuple(grad.sizes[-dims:])
-    if candidates > 1 and isinstance(grad, Lazy) and ops(grad) > MAX_REREAD_OPS:
-        grad = ctx.realize(grad)  # read once for each window that may hold a position
+    grad = gathered_input(ctx, grad, candidates)
 
     def fn(b: BodyBuilder, i: tuple[IndexExpr, ...]) -> str:
         lead, pos = i[:-dims], i[-dims:]
