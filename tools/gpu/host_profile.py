@@ -2,7 +2,10 @@
 each model, warmed, then ten steps under cProfile; prints the top functions by own time
 and by cumulative time.
 
-    python tools/gpu/host_profile.py hf_bert,hf_gpt2 bfloat16 train
+    python tools/gpu/host_profile.py hf_bert,hf_gpt2 bfloat16 train [ROWS] [COMPILERS]
+
+COMPILERS (default ``ember``) may name ``torch`` too, ``torch,ember``, to read the two
+profiles side by side.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ def main() -> None:
     names, dtype = sys.argv[1].split(","), getattr(torch, sys.argv[2])
     train = sys.argv[3] == "train"
     rows = int(sys.argv[4]) if len(sys.argv) > 4 else 35
-    for name in names:
+    compilers = sys.argv[5].split(",") if len(sys.argv) > 5 else ["ember"]
+    for name, compiler in ((n, c) for n in names for c in compilers):
         base, inputs = zoo.get(name).make(torch.device("cuda"), dtype, "full")
-        step = make_step("ember", copy.deepcopy(base), inputs, train, "inductor")
+        step = make_step(compiler, copy.deepcopy(base), inputs, train, "inductor")
         for _ in range(5):
             step()
         torch.cuda.synchronize()
@@ -41,7 +45,7 @@ def main() -> None:
         profiler.disable()
         host = (time.perf_counter() - start) * 100
         torch.cuda.synchronize()
-        print(f"===== {name} {sys.argv[2]} {sys.argv[3]}: {host:.2f} ms a step under cProfile",
+        print(f"===== {name} {compiler} {sys.argv[2]} {sys.argv[3]}: {host:.2f} ms a step under cProfile",
               flush=True)
         for key in ("tottime", "cumtime"):
             out = io.StringIO()
