@@ -33,7 +33,7 @@ pytestmark = [
 def _float32_score_buffers(wrapper: str, length: int) -> list[str]:
     """The wrapper's float32 buffers whose last two sizes are ``[length, length]``."""
     found = []
-    for sizes in re.findall(r"empty_strided\(\(([^)]*)\), \([^)]*\), dtype=torch\.float32",
+    for sizes in re.findall(r"_empty\(\(([^)]*)\), \([^)]*\), torch\.float32\)",
                             wrapper):
         dims = [d.strip() for d in sizes.split(",") if d.strip()]
         if dims[-2:] == [str(length), str(length)]:

@@ -95,7 +95,7 @@ def test_the_wrapper_tests_each_descriptor_operands_address(hopper: None) -> Non
     compiled, _ = _compiled(_linear_gelu, _inputs(), TMA_SMALL)
     assert _kernel_lines(compiled) == [
         "# kernel0: fused from addmm, gelu",
-        "buf1 = empty_strided((64, 48), (48, 1), dtype=torch.bfloat16, device='cpu')",
+        "buf1 = _empty((64, 48), (48, 1), torch.bfloat16)",
         ("# arg0, arg1: read through TMA descriptors (16-byte aligned base; else copied for "
          "this call)"),
         ("kernel0(arg0 if arg0.data_ptr() % 16 == 0 else _aligned(arg0, 'arg0', 'kernel0'), "

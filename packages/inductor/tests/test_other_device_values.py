@@ -38,7 +38,8 @@ def test_the_wrapper_checks_a_cpu_input_for_the_cpu_and_allocates_kernels_on_cud
     assert "arg1.is_cpu" in wrapper and "arg0.is_cuda" in wrapper, wrapper
     assert "# fallback: aten::zeros.default (a cpu tensor in a cuda graph)" in wrapper, wrapper
     assert "device=torch.device('cpu')" in wrapper, wrapper
-    assert "buf2 = empty_strided((4,), (1,), dtype=torch.float32, device='cuda')" in wrapper
+    assert "buf2 = _empty((4,), (1,), torch.float32)" in wrapper
+    assert "    _empty = _allocator('cuda')" in wrapper
 
 
 def test_a_program_traced_on_the_cpu_compiled_for_cuda_is_retargeted_whole() -> None:

@@ -25,6 +25,7 @@ from ember.inductor.codegen.memory_plan import (
 )
 from ember.inductor.codegen.registry import backend_for
 from ember.inductor.codegen.user_kernels import is_user_kernel, user_kernel_comment
+from ember.inductor.codegen.wrapper_header import INPUT_STAMP_IMPORT, allocator_lines
 from ember.inductor.loop_ir import Int, Kernel, Size, Store, render_size
 from ember.inductor.loop_ir.symbolic_index import from_ir, zero_safe_strides
 from ember.inductor.lowering.checks import ERROR_BUFFER
@@ -66,18 +67,6 @@ STAMP_MIN_INPUTS = 8
 input stamp (``ember.runtime.input_stamp.MIN_TENSORS``: below, the inline
 tests cost about what the stamp does)."""
 
-INPUT_STAMP_IMPORT = [
-    "# ember-runtime 0.4.2+: the inputs' metadata in one C++ check (an older runtime has",
-    "# no input stamp: every input is tested every call)",
-    "try:",
-    "    from ember.runtime.input_stamp import InputStamp as _InputStamp",
-    "    _inputs = _InputStamp()",
-    "except ImportError:",
-    "    _inputs = None",
-    "",
-    "",
-]
-"""The wrapper's module-level lines that make its input stamp (one per loaded wrapper)."""
 
 
 def _op_expr(target: str) -> str:
@@ -237,7 +226,7 @@ class WrapperWriter:
             self.emit("args.clear()  # the wrapper owns the references from here on")
         if self._check_inputs():
             header += INPUT_STAMP_IMPORT
-        header.append("def call(args):")
+        body_start = len(self.lines)
         for var in low.constants:
             info = low.buffers.get(var)
             if info is None:
@@ -262,6 +251,9 @@ class WrapperWriter:
             self._assert_checks_passed()
         self.emit()
         self.emit(f"return [{', '.join(render_arg(o) for o in low.outputs)}]")
+        if any("_empty(" in line for line in self.lines[body_start:]):
+            header += allocator_lines(self.device)
+        header.append("def call(args):")
         return "\n".join(header + self.lines) + "\n"
 
     def _check_inputs(self) -> bool:
@@ -466,9 +458,8 @@ class WrapperWriter:
             if len(names) < 2:
                 continue
             step = max(1, 16 // dtype.itemsize)
-            self.emit(f"{', '.join(names)} = empty_strided(({len(names)},), ({step},), "
-                      f"dtype={dtype}, device={self.device!r}).unbind()  # {len(names)} "
-                      "0-d buffers, one allocation")
+            self.emit(f"{', '.join(names)} = _empty(({len(names)},), ({step},), {dtype})"
+                      f".unbind()  # {len(names)} 0-d buffers, one allocation")
             done.update(names)
         return done
 
@@ -478,9 +469,8 @@ class WrapperWriter:
         info = self.lowered.buffers[alloc.name]
         old = alloc.takes
         if old is None:
-            self.emit(f"{alloc.name} = empty_strided({py_sizes(info.sizes)}, "
-                      f"{py_strides(info.sizes, info.strides)}, dtype={info.dtype}, "
-                      f"device={self.device!r})")
+            self.emit(f"{alloc.name} = _empty({py_sizes(info.sizes)}, "
+                      f"{py_strides(info.sizes, info.strides)}, {info.dtype})")
             return
         other = self.lowered.buffers[old]
         if other.kind == "input" or old in self._in_input_memory:

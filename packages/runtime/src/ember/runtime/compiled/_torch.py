@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["metadata_checker", "raw_current_device", "view_base"]
+__all__ = ["fast_empty_strided", "metadata_checker", "raw_current_device", "view_base"]
 
 
 def metadata_checker(tensors: Sequence[torch.Tensor]) -> Callable[..., bool] | None:
@@ -64,3 +64,25 @@ def raw_current_device() -> Callable[[], int] | None:
     CUDA tensor implies it); None where this torch has no such call (CPU builds)."""
     getter = getattr(torch._C, "_cuda_getDevice", None)
     return getter if callable(getter) else None
+
+
+_FAST_EMPTY = {"cpu": "_empty_strided_cpu", "cuda": "_empty_strided_cuda"}
+
+
+def fast_empty_strided(device: str) -> Callable[..., torch.Tensor] | None:
+    """torch's C++ allocation ``alloc(sizes, strides, dtype)`` for ``device`` ("cpu", or
+    "cuda": the current CUDA device), the one torch.compile's wrappers call: no Python
+    argument parsing, no device string parsed (``torch.empty_strided`` with
+    ``device='cpu'`` costs ~1.9 us a call on the CPU machine, this ~0.5 us). None for
+    other devices and where this torch lacks it. Unlike ``torch.empty_strided`` it never
+    fills the memory (``torch.utils.deterministic.fill_uninitialized_memory``): use it
+    only for buffers written before they are read."""
+    name = _FAST_EMPTY.get(device)
+    if name is None:
+        return None
+    try:
+        from torch._C._dynamo import guards
+    except ImportError:
+        return None
+    alloc = getattr(guards, name, None)
+    return alloc if callable(alloc) else None

@@ -2,21 +2,65 @@
 
 A wrapper is plain Python executed with :func:`exec` in a fresh namespace holding only
 ``torch``, ``aten`` (``torch.ops.aten``), ``ops`` (``torch.ops``), ``empty_strided``,
-the helpers below, ``_aligned`` (a TMA kernel's unaligned operand copied for the call:
+the helpers below (a wrapper imports :func:`allocator` itself, so that one written for
+this runtime still runs on an older one), ``_aligned`` (a TMA kernel's unaligned operand copied for the call:
 :mod:`.triton_alignment`), ``Max``/``Min`` (for guards over size symbols), ``constants``
 and the artifact's kernels by name.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from ember.runtime.compiled._torch import fast_empty_strided
 from ember.runtime.compiled.triton_alignment import AlignedCopies
 from ember.runtime.custom_ops import check_fake_kernel
 from ember.runtime.ir.symbolic import ShapeError, SymbolBinder
+
+
+Allocate = Callable[[tuple[int, ...], tuple[int, ...], torch.dtype], torch.Tensor]
+"""``alloc(sizes, strides, dtype)``: a new, uninitialised tensor (a wrapper's ``_empty``)."""
+
+
+@functools.cache
+def allocator(device: str) -> Allocate:
+    """A wrapper's ``_empty`` for buffers on ``device`` (its text: ``"cpu"``,
+    ``"cuda"``): torch's C++ allocation (:func:`._torch.fast_empty_strided`) where it
+    makes what ``torch.empty_strided`` makes (checked once per process and device: an
+    allocation of each rank's layout), else ``torch.empty_strided`` with the device
+    parsed once. A wrapper allocates hundreds of buffers a training step; the portable
+    call parses its keyword arguments and the device's text each time (module doc of
+    ``ember.inductor.codegen.wrapper_header``)."""
+    where = torch.device(device)
+
+    def portable(sizes: tuple[int, ...], strides: tuple[int, ...],
+                 dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty_strided(sizes, strides, dtype=dtype, device=where)
+
+    fast = fast_empty_strided(device)
+    return fast if fast is not None and _allocates_like(fast, where) else portable
+
+
+def _allocates_like(alloc: Callable[..., torch.Tensor], where: torch.device) -> bool:
+    """Whether ``alloc`` makes tensors of the asked layout and dtype on ``where``."""
+    try:
+        if where.type == "cuda":
+            torch.cuda.init()  # what torch.empty_strided does first; raises without CUDA
+        for sizes, strides, dtype in (((2, 3), (1, 2), torch.float16), ((), (), torch.int64),
+                                      ((4, 0, 2), (2, 8, 1), torch.bool)):
+            t = alloc(sizes, strides, dtype)
+            if (not isinstance(t, torch.Tensor) or t.device.type != where.type
+                    or (where.index is not None and t.device != where)
+                    or tuple(t.shape) != sizes or t.stride() != strides
+                    or t.dtype is not dtype or t.requires_grad):
+                return False
+    except Exception:  # noqa: BLE001 - a call that fails here is not used
+        return False
+    return True
 
 
 def view(t: torch.Tensor, sizes: Sequence[int], strides: Sequence[int],
