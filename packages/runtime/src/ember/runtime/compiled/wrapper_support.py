@@ -16,10 +16,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from ember.runtime.compiled._torch import fast_empty_strided
+from ember.runtime.compiled._torch import fast_empty_strided, raw_current_device
 from ember.runtime.compiled.triton_alignment import AlignedCopies
 from ember.runtime.custom_ops import check_fake_kernel
 from ember.runtime.ir.symbolic import ShapeError, SymbolBinder
+from ember.runtime.logs import log
 
 
 Allocate = Callable[[tuple[int, ...], tuple[int, ...], torch.dtype], torch.Tensor]
@@ -29,27 +30,53 @@ Allocate = Callable[[tuple[int, ...], tuple[int, ...], torch.dtype], torch.Tenso
 @functools.cache
 def allocator(device: str) -> Allocate:
     """A wrapper's ``_empty`` for buffers on ``device`` (its text: ``"cpu"``,
-    ``"cuda"``): torch's C++ allocation (:func:`._torch.fast_empty_strided`) where it
+    ``"cuda:0"``): torch's C++ allocation (:func:`._torch.fast_empty_strided`) where it
     makes what ``torch.empty_strided`` makes (checked once per process and device: an
     allocation of each rank's layout), else ``torch.empty_strided`` with the device
     parsed once. A wrapper allocates hundreds of buffers a training step; the portable
     call parses its keyword arguments and the device's text each time (module doc of
-    ``ember.inductor.codegen.wrapper_header``)."""
+    ``ember.inductor.codegen.wrapper_header``). On a CUDA device of a given index, the
+    C++ call (which allocates on the current device) is taken while that device is the
+    current one."""
     where = torch.device(device)
 
     def portable(sizes: tuple[int, ...], strides: tuple[int, ...],
                  dtype: torch.dtype) -> torch.Tensor:
         return torch.empty_strided(sizes, strides, dtype=dtype, device=where)
 
-    fast = fast_empty_strided(device)
-    return fast if fast is not None and _allocates_like(fast, where) else portable
+    fast = fast_empty_strided(where.type)
+    if fast is not None and where.type == "cuda" and where.index is not None:
+        fast = _while_current(fast, where.index, portable)
+    if fast is None:
+        return portable
+    if not _allocates_like(fast, where):
+        log("cache", f"buffers on {device}: torch.empty_strided (torch's C++ allocation "
+                     "failed its check)")
+        return portable
+    return fast
+
+
+def _while_current(fast: Allocate, index: int, other: Allocate) -> Allocate | None:
+    """``fast`` (which allocates on the current CUDA device) while device ``index`` is
+    the current one, else ``other``; None where the current device cannot be read."""
+    current = raw_current_device()
+    if current is None:
+        return None
+
+    def on_index(sizes: tuple[int, ...], strides: tuple[int, ...],
+                 dtype: torch.dtype) -> torch.Tensor:
+        if current() == index:
+            return fast(sizes, strides, dtype)
+        return other(sizes, strides, dtype)
+
+    return on_index
 
 
 def _allocates_like(alloc: Callable[..., torch.Tensor], where: torch.device) -> bool:
     """Whether ``alloc`` makes tensors of the asked layout and dtype on ``where``."""
     try:
         if where.type == "cuda":
-            torch.cuda.init()  # what torch.empty_strided does first; raises without CUDA
+            torch.empty(0, device=where)  # initialises CUDA as torch.empty_strided would
         for sizes, strides, dtype in (((2, 3), (1, 2), torch.float16), ((), (), torch.int64),
                                       ((4, 0, 2), (2, 8, 1), torch.bool)):
             t = alloc(sizes, strides, dtype)
