@@ -1,17 +1,17 @@
-"""Host cost of a Triton launch through Ember's launcher, with and without the flat C
-launch (``ember.runtime.compiled.triton_binary.flat_launch``), on the GPU machine.
+"""Host cost of a Triton launch through Ember's launchers, on the GPU machine.
 
     python tools/gpu/launch_overhead.py [hf_bert,hf_gpt2] [bfloat16]
 
-1. One tiny generated kernel launched 20,000 times through ``TritonLaunch`` (the
-   compiled wrapper's launcher), bound both ways: microseconds of host time per launch,
-   the GPU's queue kept from filling by a synchronize every 500 launches.
-2. For each model named: the bench's Ember training step compiled twice in one process,
-   its kernels bound with the flat launch and without it, then each step's host time
-   (the GPU drained before it; median of 20) and ``do_bench`` time, alternating.
-
-The flat launch is turned off for a step by making ``flat_launch`` decline while that
-step's kernels are first launched (binding happens at the first launch).
+1. One tiny generated kernel launched 20,000 times three ways: ``fast`` (the one-frame
+   launch a compiled wrapper calls, ``triton_fast_launch``), ``launch`` (the
+   ``TritonLaunch`` object behind it, with the flat C launch of
+   ``triton_binary.flat_launch``) and ``noflat`` (the same without the flat C launch):
+   microseconds of host time per launch, the GPU's queue kept from filling by a
+   synchronize every 500 launches.
+2. For each model named: the bench's Ember training step compiled twice in one process
+   (no program cache), its wrappers calling the one-frame launches (``fast``) or the
+   ``TritonLaunch`` objects (``launch``), then each step's host time (the GPU drained
+   before it; median of 20) and ``do_bench`` time, alternating.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 import triton.testing
@@ -35,6 +36,7 @@ from benchlib.runner import make_step
 from ember.runtime.compiled import triton_binary
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec
 from ember.runtime.compiled.triton_launcher import TritonLaunch
+from ember.runtime.config import patch
 
 _SOURCE = (
     "import triton\nimport triton.language as tl\n\n@triton.jit\n"
@@ -55,13 +57,19 @@ def flat_off() -> Iterator[None]:
         triton_binary.flat_launch = original
 
 
-def per_launch_us(flat: bool, launches: int = 20_000) -> float:
+def launch_objects() -> Any:
+    """Wrappers loaded in the block call the ``TritonLaunch`` objects."""
+    return mock.patch.object(TritonLaunch, "fast_call", lambda self: self)
+
+
+def per_launch_us(mode: str, launches: int = 20_000) -> float:
     spec = TritonKernelSpec("add_one", _SOURCE, {"x": "*fp32", "y": "*fp32", "n": "i32"},
                             {"BLOCK": 128})
-    launch = TritonLaunch(spec, (1, 1, 1))
+    launcher = TritonLaunch(spec, (1, 1, 1))
+    launch = launcher.fast_call() if mode == "fast" else launcher
     x = torch.randn(128, device="cuda")
     y = torch.empty_like(x)
-    with contextlib.nullcontext() if flat else flat_off():
+    with flat_off() if mode == "noflat" else contextlib.nullcontext():
         launch(x, y, 128)  # binds
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -88,20 +96,22 @@ def host_ms(step: Any, steps: int = 20) -> float:
 def main() -> None:
     names = sys.argv[1].split(",") if len(sys.argv) > 1 else []
     dtype = getattr(torch, sys.argv[2] if len(sys.argv) > 2 else "bfloat16")
-    for flat in (True, False, True, False):
-        print(f"tiny kernel, flat={flat}: {per_launch_us(flat):.2f} us per launch", flush=True)
+    for mode in ("fast", "launch", "noflat", "fast", "launch", "noflat"):
+        print(f"tiny kernel, {mode}: {per_launch_us(mode):.2f} us per launch", flush=True)
     for name in names:
         base, inputs = zoo.get(name).make(torch.device("cuda"), dtype, "full")
         steps = {}
-        for label in ("flat", "launcher"):
-            step = make_step("ember", copy.deepcopy(base), inputs, True, "inductor")
-            with contextlib.nullcontext() if label == "flat" else flat_off():
+        for label in ("fast", "launch"):
+            # no program cache: each step's wrapper loads its own kernels
+            with launch_objects() if label == "launch" else contextlib.nullcontext(), \
+                    patch(program_cache=False, capture_cache=False):
+                step = make_step("ember", copy.deepcopy(base), inputs, True, "inductor")
                 for _ in range(3):
                     step()
             steps[label] = step
         torch.cuda.synchronize()
         print(f"===== {name} train", flush=True)
-        for order in (("flat", "launcher"), ("launcher", "flat")):
+        for order in (("fast", "launch"), ("launch", "fast")):
             for label in order:
                 ms = float(triton.testing.do_bench(steps[label], return_mode="median"))  # type: ignore[arg-type]
                 print(f"  {label:9} do_bench {ms:7.2f} ms  host {host_ms(steps[label]):7.2f} ms",

@@ -142,15 +142,33 @@ def _binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
     # the C launch with its constant flags (step 2), else the launcher object itself
     launch, constants = flat_launch(run) or (run, ())
 
+    before = (*constants, packed, None, None, None)
+
     def direct(grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
         if not (_no_hook(runtime_knobs.launch_enter_hook)
                 and _no_hook(runtime_knobs.launch_exit_hook)):
             compiled[grid](*args, *trailing)
             return
         launch(grid[0], grid[1], grid[2], current_stream(current_device()), function,
-               *constants, packed, None, None, None, *args, *trailing)
+               *before, *args, *trailing)
 
+    # what .triton_fast_launch calls inline: (launch, function, before, after, stream, device)
+    direct.parts = (launch, function, before, trailing, current_stream,  # type: ignore[attr-defined]
+                    current_device)
     return direct
+
+
+DirectParts = tuple[Callable[..., None], Any, tuple[Any, ...], tuple[Any, ...],
+                    Callable[[int], int], Callable[[], int]]
+"""A direct launch's pieces: ``launch(gx, gy, gz, stream(device()), function, *before,
+*args, *after)`` runs the binary while no launch hook is installed."""
+
+
+def direct_parts(run: BinaryLaunch) -> DirectParts | None:
+    """The pieces of ``run`` when it is a direct launch (module doc, steps 1 and 2) that
+    needs no scratch allocator; None otherwise (Triton's runner, or scratch memory)."""
+    parts: DirectParts | None = getattr(run, "parts", None)
+    return parts
 
 
 def _no_hook(hook: Any) -> bool:

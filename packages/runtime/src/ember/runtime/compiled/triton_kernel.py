@@ -34,7 +34,12 @@ from typing import Any
 
 import torch
 from ember.runtime.compiled import triton_cache, triton_stored, triton_warmed
-from ember.runtime.compiled.triton_binary import BinaryLaunch, binary_launch
+from ember.runtime.compiled.triton_binary import (
+    BinaryLaunch,
+    DirectParts,
+    binary_launch,
+    direct_parts,
+)
 from ember.runtime.compiled.triton_header import KernelHeader, kernel_header
 from ember.runtime.compiled.triton_platform_key import cache_platform_key
 from ember.runtime.compiled.triton_scratch import ensure_scratch_allocator
@@ -211,6 +216,8 @@ class TritonKernel:
         # Launchers of compiled binaries (see _bind), by argument specialization; None
         # once binding failed (every launch then goes through JIT).
         self._bound: dict[tuple[Any, ...], BinaryLaunch] | None = None if interpret else {}
+        # the direct launches among them, by the same keys (.triton_fast_launch)
+        self.fast: dict[tuple[Any, ...], DirectParts] = {}
         self._trailing: tuple[Any, ...] = ()
         # whether this kernel's binaries go to (and come from) triton_stored: a CUDA
         # kernel whose arguments are all tensors
@@ -279,11 +286,12 @@ class TritonKernel:
             compiled[grid3(grid)]  # noqa: B018 - fails here on a Triton without it
         except Exception as e:  # noqa: BLE001 - any failure: keep launching through JIT
             self._bound = None
+            self.fast.clear()
             log("cache", f"Triton kernel {self.name}: launching through JIT each call "
                          f"({type(e).__name__}: {e})")
             return
         self._trailing = trailing
-        self._bound[key] = binary_launch(compiled, self._trailing)
+        self._keep(key, binary_launch(compiled, self._trailing))
         if self._stored:
             assert self._device is not None
             triton_stored.store(self.spec, self._device, key, compiled)
@@ -358,8 +366,17 @@ class TritonKernel:
             return None
         self._trailing = trailing
         run = binary_launch(compiled, trailing)
-        self._bound[key] = run
+        self._keep(key, run)
         return run
+
+    def _keep(self, key: tuple[Any, ...], run: BinaryLaunch) -> None:
+        """Keep ``run``, the binary's launch for specialization ``key`` (and its direct
+        pieces, where it has them, for the one-frame launch)."""
+        assert self._bound is not None
+        self._bound[key] = run
+        parts = direct_parts(run)
+        if parts is not None:
+            self.fast[key] = parts
 
     def __repr__(self) -> str:
         mode = "interpreted" if self.interpret else "jit"
@@ -391,23 +408,29 @@ def specialization_key(signature: dict[str, str]) -> Callable[[Sequence[Any]], t
     """A function computing ``tuple(map(argument_specialization, args))`` for launches
     of a kernel with this signature, with each argument's rule written inline (one call
     per launch instead of one per argument: a launch's largest Python cost after the
-    launch itself). Pointer parameters (``*fp32``) read a tensor's dtype and alignment,
-    integer ones (``i32``, ``i64``) the value's class; others the type."""
+    launch itself)."""
+    namespace: dict[str, Any] = {}
+    exec(f"def key(a):\n    return {specialization_expression(signature, 'a')}\n",  # noqa: S102
+         namespace)  # from type names and indices only
+    fn: Callable[[Sequence[Any]], tuple[Any, ...]] = namespace["key"]
+    return fn
+
+
+def specialization_expression(signature: dict[str, str], args: str) -> str:
+    """Python source of :func:`specialization_key`'s tuple over the sequence named
+    ``args``. Pointer parameters (``*fp32``) read a tensor's dtype and alignment, integer
+    ones (``i32``, ``i64``) the value's class; others the type."""
     parts = []
     for i, ty in enumerate(signature.values()):
+        v = f"{args}[{i}]"
         if ty.startswith("*"):
-            parts.append(f"(a[{i}].dtype, a[{i}].data_ptr() % 16 == 0)")
+            parts.append(f"({v}.dtype, {v}.data_ptr() % 16 == 0)")
         elif ty in ("i32", "i64"):
-            v = f"a[{i}]"
             parts.append(f"('int', 'i32' if -2147483648 <= {v} < 2147483648 else 'u64' if "
                          f"{v} >= 9223372036854775808 else 'i64', {v} == 1, {v} % 16 == 0)")
         else:
-            parts.append(f"type(a[{i}])")
-    body = ", ".join(parts) + ("," if len(parts) == 1 else "")
-    namespace: dict[str, Any] = {}
-    exec(f"def key(a):\n    return ({body})\n", namespace)  # noqa: S102 - from type names
-    fn: Callable[[Sequence[Any]], tuple[Any, ...]] = namespace["key"]
-    return fn
+            parts.append(f"type({v})")
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
 # Pointer element types of a kernel signature (``*fp32``) and the torch dtype a launch

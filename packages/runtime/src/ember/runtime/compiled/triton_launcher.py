@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ember.runtime.compiled.triton_fast_launch import fast_launch
 from ember.runtime.compiled.triton_kernel import (
     TritonKernel,
     TritonKernelSpec,
@@ -161,6 +162,8 @@ class TritonLaunch:
         self._static_grid = None if self._grid.symbolic else self._grid.evaluate({})
         self._arity = len(spec.signature)
         self._by_device: dict[torch.device, tuple[TritonKernel, TritonKernel | None]] = {}
+        # CUDA device index -> its kernel's direct launches (.triton_fast_launch)
+        self.fast_by_index: dict[int, dict[tuple[Any, ...], Any]] = {}
 
     def kernels_for(self, device: torch.device) -> tuple[TritonKernel, TritonKernel | None]:
         """The loaded (main, partial) kernels for ``device`` (loaded on first use)."""
@@ -169,7 +172,15 @@ class TritonLaunch:
             partial = load_triton_kernel(self.split.spec, device) if self.split else None
             kernels = (load_triton_kernel(self.spec, device), partial)
             self._by_device[device] = kernels
+            if device.type == "cuda" and device.index is not None and self.split is None:
+                self.fast_by_index[device.index] = kernels[0].fast
         return kernels
+
+    def fast_call(self) -> Callable[..., None]:
+        """This launch as one Python frame where it can be (:mod:`.triton_fast_launch`),
+        itself elsewhere."""
+        return fast_launch(self.spec.name, self.spec.signature, self._static_grid,
+                           self._grid.at, self.fast_by_index, self)
 
     def __call__(self, *args: Any) -> None:
         grid = self._static_grid or self._grid.at(args)
@@ -208,4 +219,4 @@ def load_kernel(entry: KernelEntry | dict[str, Any],
     entry, meta = _decoded(entry)
     spec = spec_from_entry(entry, files)
     stage = split_from_entry(spec, meta.split) if meta.split is not None else None
-    return TritonLaunch(spec, meta.grid, stage)
+    return TritonLaunch(spec, meta.grid, stage).fast_call()
