@@ -39,6 +39,7 @@ from ember.runtime.compiled.triton_kernel import (
     TritonKernelSpec,
     load_triton_kernel,
 )
+from ember.runtime.compiled.wrapper_support import allocator
 from ember.runtime.ir import symbolic
 from ember.runtime.ir.contracts import KernelEntry, TritonLaunchMeta, TritonSplitMeta
 
@@ -200,8 +201,8 @@ class TritonLaunch:
             main.launch3(grid, args)
             return
         *split_grid, workspace_numel = self._split_sizes.at(args)
-        workspaces = [torch.empty(workspace_numel, dtype=d, device=device)
-                      for d in self.split.workspace_dtypes]
+        alloc = allocator(str(device))  # no device text parsed per workspace
+        workspaces = [alloc((workspace_numel,), (1,), d) for d in self.split.workspace_dtypes]
         partial.launch(split_grid, *args, *workspaces)
         main.launch(grid, *args, *workspaces)
 
