@@ -57,14 +57,26 @@ def init(acc: str, ty: str) -> list[str]:
     return [f"{acc}{part} = tl.full([XBLOCK, RBLOCK], 0, {ty})" for part in PARTS]
 
 
+#: the number of the reduction loop's step, from 1 (``roffset`` runs over the chunk in
+#: ``RBLOCK`` steps: ``kernel_writer.emit_reduction_loop``)
+LOOP_STEP = "(roffset // RBLOCK + 1)"
+
+
 def update(acc: str, arg: str, mask: str, ty: str) -> list[str]:
     """Welford's update of each lane's state with its element of this step (none where
-    ``mask`` is false)."""
+    ``mask`` is false).
+
+    The mean moves by ``d / n``. A lane's elements are masked off only past the end of
+    its row or chunk, so the steps where ``mask`` holds for a lane are the first ones,
+    and wherever ``d`` counts (``mask`` true) ``n`` is the loop's step number: one
+    reciprocal per step for the whole tile (:data:`LOOP_STEP`), not a division per
+    element (``d`` is 0 elsewhere). ``n`` itself is still counted per lane, for the
+    merge."""
     return [
         f"{acc}_x = {arg}.to({ty})",
         f"{acc}_n = {acc}_n + tl.where({mask}, 1.0, 0.0).to({ty})",
         f"{acc}_d = tl.where({mask}, {acc}_x - {acc}_mean, 0.0)",
-        f"{acc}_mean = {acc}_mean + {acc}_d / tl.maximum({acc}_n, 1.0)",
+        f"{acc}_mean = {acc}_mean + {acc}_d * (tl.full([], 1.0, {ty}) / {LOOP_STEP})",
         f"{acc} = {acc} + {acc}_d * tl.where({mask}, {acc}_x - {acc}_mean, 0.0)",
     ]
 
