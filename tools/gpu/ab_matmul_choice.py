@@ -7,7 +7,8 @@ epilogue store's cost in the heuristic ("ember_no_epilogue_cost"); for pooling, 
 every pooling backward scattered as before the gather ("ember_pool_scatter") and with the
 gathered gradient fused into its readers, not stored ("ember_pool_gather_fused"); for
 variances, Ember with the GPU's in two passes, not the one-pass ``m2``
-("ember_variance_two_pass"). Prints each
+("ember_variance_two_pass"), or with m2's per-element division ("ember_m2_divide").
+Prints each
 variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
 timed round-robin ``ROUNDS`` times), and its peak memory above the inputs.
@@ -34,7 +35,7 @@ import ember.frontend as ef
 import torch
 import zoo
 from benchlib.runner import make_step
-from ember.inductor.codegen.triton import matmul_choice
+from ember.inductor.codegen.triton import matmul_choice, welford
 from ember.inductor.codegen.triton.matmul_choice import forced_matmul
 from ember.inductor.loop_ir import index as loop_index
 from ember.inductor.lowering import matmul_template, reductions
@@ -85,7 +86,20 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # a GPU's variances in two passes, not the one-pass m2 beside the sum
     "ember_variance_two_pass": lambda: mock.patch.dict(
         reductions.VARIANCE_FORMS, {"cuda": "two_pass"}),
+    # m2's Welford update dividing each element's deviation by its lane's count (session
+    # 39), not multiplying by one reciprocal of the loop step
+    "ember_m2_divide": lambda: mock.patch.object(welford, "update", _update_dividing),
 }
+
+
+def _update_dividing(acc: str, arg: str, mask: str, ty: str) -> list[str]:
+    return [
+        f"{acc}_x = {arg}.to({ty})",
+        f"{acc}_n = {acc}_n + tl.where({mask}, 1.0, 0.0).to({ty})",
+        f"{acc}_d = tl.where({mask}, {acc}_x - {acc}_mean, 0.0)",
+        f"{acc}_mean = {acc}_mean + {acc}_d / tl.maximum({acc}_n, 1.0)",
+        f"{acc} = {acc} + {acc}_d * tl.where({mask}, {acc}_x - {acc}_mean, 0.0)",
+    ]
 
 
 def main() -> None:
