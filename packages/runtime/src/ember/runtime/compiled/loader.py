@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.runtime.compiled._torch import raw_current_device
 from ember.runtime.compiled.code_cache import wrapper_code
 from ember.runtime.compiled.wrapper_support import make_namespace
 from ember.runtime.config import config
@@ -132,5 +133,24 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
                 "program does not define (a kernel or constant missing from its "
                 "metadata)") from e
 
-    return run
+    return on_device(entry.device, run)
 
+
+def on_device(device: torch.device, run: Callable[[list[Any]], list[Any]]
+              ) -> Callable[[list[Any]], list[Any]]:
+    """``run`` with ``device`` made the current CUDA device for its call where it is not
+    (a model on ``cuda:1`` called while device 0 is current): Triton launches its
+    kernels, and the wrapper allocates, on the current device. One C call a call to
+    tell; ``run`` itself for any other device."""
+    index = device.index if device.type == "cuda" else None
+    current = raw_current_device() if index is not None else None
+    if current is None:
+        return run
+
+    def guarded(inputs: list[Any]) -> list[Any]:
+        if current() == index:
+            return run(inputs)
+        with torch.cuda.device(index):
+            return run(inputs)
+
+    return guarded
