@@ -153,8 +153,8 @@ def _binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
                *before, *args, *trailing)
 
     # what .triton_fast_launch calls inline: (launch, function, before, after, stream, device)
-    direct.parts = (launch, function, before, trailing, current_stream,  # type: ignore[attr-defined]
-                    current_device)
+    parts = (launch, function, before, trailing, current_stream, current_device)
+    direct.parts = parts  # type: ignore[attr-defined]
     return direct
 
 

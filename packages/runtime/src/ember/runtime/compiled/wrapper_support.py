@@ -22,7 +22,6 @@ from ember.runtime.custom_ops import check_fake_kernel
 from ember.runtime.ir.symbolic import ShapeError, SymbolBinder
 from ember.runtime.logs import log
 
-
 Allocate = Callable[[tuple[int, ...], tuple[int, ...], torch.dtype], torch.Tensor]
 """``alloc(sizes, strides, dtype)``: a new, uninitialised tensor (a wrapper's ``_empty``)."""
 
