@@ -68,7 +68,6 @@ input stamp (``ember.runtime.input_stamp.MIN_TENSORS``: below, the inline
 tests cost about what the stamp does)."""
 
 
-
 def _op_expr(target: str) -> str:
     ns, _, rest = target.partition("::")
     name, _, overload = rest.partition(".")
@@ -207,6 +206,7 @@ class WrapperWriter:
         # reusing such a buffer): only they and inputs, constants and extern results may
         # start at an address the wrapper did not allocate
         self._in_input_memory: set[str] = set()
+        self._allocates = False  # whether the wrapper calls _empty (its preamble defines it)
 
     def emit(self, text: str = "") -> None:
         self.lines.append(("    " + text) if text else "")
@@ -226,7 +226,6 @@ class WrapperWriter:
             self.emit("args.clear()  # the wrapper owns the references from here on")
         if self._check_inputs():
             header += INPUT_STAMP_IMPORT
-        body_start = len(self.lines)
         for var in low.constants:
             info = low.buffers.get(var)
             if info is None:
@@ -251,7 +250,7 @@ class WrapperWriter:
             self._assert_checks_passed()
         self.emit()
         self.emit(f"return [{', '.join(render_arg(o) for o in low.outputs)}]")
-        if any("_empty(" in line for line in self.lines[body_start:]):
+        if self._allocates:
             header += allocator_lines(self.device)
         header.append("def call(args):")
         return "\n".join(header + self.lines) + "\n"
@@ -458,6 +457,7 @@ class WrapperWriter:
             if len(names) < 2:
                 continue
             step = max(1, 16 // dtype.itemsize)
+            self._allocates = True
             self.emit(f"{', '.join(names)} = _empty(({len(names)},), ({step},), {dtype})"
                       f".unbind()  # {len(names)} 0-d buffers, one allocation")
             done.update(names)
@@ -469,6 +469,7 @@ class WrapperWriter:
         info = self.lowered.buffers[alloc.name]
         old = alloc.takes
         if old is None:
+            self._allocates = True
             self.emit(f"{alloc.name} = _empty({py_sizes(info.sizes)}, "
                       f"{py_strides(info.sizes, info.strides)}, {info.dtype})")
             return
