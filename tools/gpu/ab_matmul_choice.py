@@ -7,7 +7,9 @@ epilogue store's cost in the heuristic ("ember_no_epilogue_cost"); for pooling, 
 every pooling backward scattered as before the gather ("ember_pool_scatter") and with the
 gathered gradient fused into its readers, not stored ("ember_pool_gather_fused"); for
 variances, Ember with the GPU's in two passes, not the one-pass ``m2``
-("ember_variance_two_pass"), or with m2's per-element division ("ember_m2_divide").
+("ember_variance_two_pass"), or with m2's per-element division ("ember_m2_divide"); for
+reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_absorb")
+and with no store inside a split reduction ("ember_split_no_stores").
 Prints each
 variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
@@ -35,8 +37,12 @@ import ember.frontend as ef
 import torch
 import zoo
 from benchlib.runner import make_step
-from ember.inductor.codegen.triton import matmul_choice, welford
+from ember.inductor import scheduler
+from ember.inductor.codegen.triton import backend as triton_backend
+from ember.inductor.codegen.triton import generate as triton_generate
+from ember.inductor.codegen.triton import matmul_choice, split_writer, welford
 from ember.inductor.codegen.triton.matmul_choice import forced_matmul
+from ember.inductor.loop_ir import Reduce, Store, reduction_phases
 from ember.inductor.loop_ir import index as loop_index
 from ember.inductor.lowering import matmul_template, reductions
 from ember.inductor.lowering.pooling import covering, max_pool
@@ -64,6 +70,28 @@ def _cublas_unless_padded() -> Iterator[None]:
 #: rounds spread 5.05-5.60 ms), so each round's speed is taken against torch's in it
 ROUNDS = 5
 
+
+def _no_absorbing(*args: object) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def _split_without_stores() -> Iterator[None]:
+    """The split rule before session 41: a store inside the pass (but a run-time check's)
+    keeps a reduction from splitting, so nothing that stores fuses into one."""
+    def splittable(kernel):  # type: ignore[no-untyped-def]
+        _, phases = reduction_phases(kernel)
+        return len(phases) == 1 and all(
+            not (isinstance(s, Store) and s.buffer != "kernel_errors")
+            and not (isinstance(s, Reduce) and s.op in ("argmax", "argmin"))
+            for s in phases[0].inner)
+
+    with mock.patch.object(split_writer, "splittable", splittable), \
+            mock.patch.object(triton_generate, "splittable", splittable), \
+            mock.patch.object(triton_backend, "splittable", splittable):
+        yield
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember": contextlib.nullcontext,
     "ember bias->cuBLAS": lambda: mock.patch.object(
@@ -89,6 +117,10 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # m2's Welford update dividing each element's deviation by its lane's count (session
     # 39), not multiplying by one reciprocal of the loop step
     "ember_m2_divide": lambda: mock.patch.object(welford, "update", _update_dividing),
+    # no reduction takes in the pointwise kernel it reads (session 41) ...
+    "ember_no_absorb": lambda: mock.patch.object(scheduler, "_absorbing", _no_absorbing),
+    # ... nor may a split reduction store values from its partial programs
+    "ember_split_no_stores": _split_without_stores,
 }
 
 

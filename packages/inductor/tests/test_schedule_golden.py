@@ -1,8 +1,8 @@
 """The schedule and generated kernels read as text, compared with the text in this file.
 
 The schedule (``scheduler.format_schedule``: which loop nodes fused into which kernel, what
-each kernel loads and stores) of three small programs, one of them under both backends
-(Triton keeps a split reduction apart from other work: ``TritonBackend.can_fuse``), and
+each kernel loads and stores) of small programs, some under both backends (Triton keeps a
+split reduction apart from a second pass: ``TritonBackend.can_fuse``), and
 the C++ and Triton sources of softmax's kernel. Print the current texts with
 ``python packages/inductor/tests/test_schedule_golden.py``, paste them over the constants
 below and review the diff.
@@ -46,11 +46,25 @@ def total_and_double(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x.sum(), x * 2
 
 
+def total_and_centered(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    total = x.sum()
+    return total, (x - total).sum()
+
+
+def relu_grad_colsum(g: torch.Tensor, y: torch.Tensor, w: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    masked = torch.where(y > 0, g, 0.0)  # stored: the matmul reads it too
+    return torch.ops.aten.mm(masked, w), masked.sum(0)
+
+
 PROGRAMS: dict[str, tuple[Callable[..., object], list[torch.Tensor]]] = {
     "softmax": (softmax, [torch.randn(4, 8)]),
     "linear_relu_colsum": (linear_relu_colsum,
                            [torch.randn(4, 8), torch.randn(8, 16), torch.randn(16)]),
     "total_and_double": (total_and_double, [torch.randn(256, 512)]),
+    "total_and_centered": (total_and_centered, [torch.randn(256, 512)]),
+    "relu_grad_colsum": (relu_grad_colsum,
+                         [torch.randn(8192, 64), torch.randn(8192, 64), torch.randn(64, 8)]),
 }
 
 
@@ -75,13 +89,27 @@ kernel0 [4] reduce [8]: buf0 (max), buf1 (sum), buf2 (pointwise); loads arg0; st
     ("linear_relu_colsum", "cpp"): """\
 extern aten::mm.default(arg0, arg1) -> buf0
 kernel0 [16] reduce [4]: buf1 (sum), buf2 (pointwise); loads buf0, arg2; stores buf1, buf2""",
-    # C++ fuses the independent x * 2 into the reduction's kernel (horizontal fusion) ...
+    # both fuse the independent x * 2 into the reduction's kernel (horizontal fusion):
+    # Triton's split reduction stores it from its partial programs ...
     ("total_and_double", "cpp"): """\
 kernel0 [] reduce [256, 512]: buf0 (sum), buf1 (pointwise); loads arg0; stores buf0, buf1""",
-    # ... Triton runs x.sum() split over many programs, so it keeps it apart
     ("total_and_double", "triton"): """\
+kernel0 [] reduce [256, 512]: buf0 (sum), buf1 (pointwise); loads arg0; stores buf0, buf1""",
+    # ... but a second pass after the total would keep Triton from splitting x.sum() over
+    # many programs, so it keeps that pass apart
+    ("total_and_centered", "cpp"): """\
+kernel0 [] reduce [256, 512]: buf0 (sum), buf1 (sum); loads arg0; stores buf0, buf1""",
+    ("total_and_centered", "triton"): """\
 kernel0 [] reduce [256, 512]: buf0 (sum); loads arg0; stores buf0
-kernel1 [256, 512]: buf1 (pointwise); loads arg0; stores buf1""",
+kernel1 [] reduce [256, 512]: buf1 (sum); loads arg0, buf0; stores buf1""",
+    # the column sum takes in the pointwise kernel it reads (scheduler._absorbing): the
+    # masked gradient is stored for the matmul and summed in one pass
+    ("relu_grad_colsum", "cpp"): """\
+kernel0 [64] reduce [8192]: buf0 (pointwise), buf2 (sum); loads arg1, arg0; stores buf0, buf2
+extern aten::mm.default(arg2, buf0) -> buf1""",
+    ("relu_grad_colsum", "triton"): """\
+kernel0 [64] reduce [8192]: buf0 (pointwise), buf2 (sum); loads arg1, arg0; stores buf0, buf2
+extern aten::mm.default(arg2, buf0) -> buf1""",
 }
 
 BACKENDS: dict[str, Callable[[], KernelBackend]] = {"cpp": CppBackend, "triton": TritonBackend}

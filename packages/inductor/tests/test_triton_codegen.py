@@ -294,8 +294,9 @@ def test_reduce_without_reduction_ranges_is_the_element(op: str, dtype: torch.dt
 def test_few_long_rows_stay_split_reductions() -> None:
     """Batch-norm statistics over N*H*W for 64 channels (channels-last) and a softmax
     over one long row: for Triton every kernel stays a one-pass split reduction (the
-    variance after its mean, the copy of the input, the softmax passes: kernels of their
-    own), and the results still match eager through the interpreter."""
+    variance after its mean, the softmax passes: kernels of their own; the copy of the
+    input is stored by the statistics' partial programs), and the results still match
+    eager through the interpreter."""
     from ember.inductor.codegen.triton.split_writer import splittable, wants_split
     from ember.inductor.lowering.graph_lowering import GraphLowering
     from ember.inductor.scheduler import KernelStep, schedule

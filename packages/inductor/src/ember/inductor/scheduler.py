@@ -323,11 +323,48 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
                 break
             if placed:
                 break
+        if not placed and isinstance(node, ReductionBuffer) and earliest < len(steps):
+            absorbed = _absorbing(node, steps[earliest], backend)
+            if absorbed is not None:
+                steps[earliest] = absorbed
+                producer[node.name] = earliest
+                placed = True
         if not placed:
             outer, red, emit = _natural(node)
             steps.append(KernelGroup(outer, red, [(node, emit)]))
             producer[node.name] = len(steps) - 1
     return _finish(lowered, steps)
+
+
+def _absorbing(node: ReductionBuffer, group: KernelGroup | ExternCall,
+               backend: KernelBackend | None) -> KernelGroup | None:
+    """``group`` rebuilt as ``node``'s reduction with its members as inner work, or None.
+
+    ``group`` is the last step producing what ``node`` reads. When it is a pointwise group
+    over ``node``'s full iteration space that writes a buffer ``node`` reads (ReLU's
+    gradient before a batch norm's per-channel sums, GELU's before a bias gradient),
+    the reduction computes and stores those values itself and reduces them in the same
+    pass: the buffer is written once and not read back."""
+    if (not isinstance(group, KernelGroup) or group.reduction or group.closed
+            or group.template is not None or group.outer != node.full_sizes
+            or not group.stored & set(node.reads)):
+        return None
+    members: list[tuple[LoopNode, Emit]] = []
+    for member, _ in group.members:
+        if not isinstance(member, PointwiseBuffer) or member.sizes != group.outer:
+            return None
+        members.append((member, _inner_placement(member, node)))
+    outer, red, emit = _natural(node)
+    alone = KernelGroup(outer, red, [(node, emit)])
+    candidate = KernelGroup(outer, red, [*members, (node, emit)])
+    b = candidate.build()[0]
+    if any(buf in candidate.stored for buf, _ in b.external_loads):
+        return None  # read at another index than written: no value to forward
+    if backend is not None and not backend.can_fuse(
+            _group_kernel("trial", alone, tuple(alone.build()[0].stmts)),
+            _group_kernel("trial", candidate, tuple(b.stmts))):
+        return None
+    return candidate
 
 
 def _bound_symbols(call: ExternCall) -> list[str]:

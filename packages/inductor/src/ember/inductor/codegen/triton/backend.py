@@ -63,10 +63,11 @@ class TritonBackend(KernelBackend):
 
     def can_fuse(self, group: Kernel, fused: Kernel) -> bool:
         """No, when ``group`` is a reduction Triton would run split and ``fused`` no
-        longer can be: a second pass (a variance after its mean) or an inner store (a
-        copy of the input) would run the whole reduction on as many programs as there are
-        rows (64 channels: 2 programs of 32 channels each; 41 ms for one ResNet-18
-        batch-norm in training on the H200); and past :attr:`max_kernel_buffers`."""
+        longer can be: a second pass (a variance after its mean) would run the whole
+        reduction on as many programs as there are rows (64 channels: 2 programs of 32
+        channels each; 41 ms for one ResNet-18 batch-norm in training on the H200); and
+        past :attr:`max_kernel_buffers`. Stores inside the pass split
+        (:func:`.split_writer.splittable`)."""
         if not super().can_fuse(group, fused):
             return False
         if (not fused.is_reduction or fused.template is not None or not wants_split(fused)

@@ -33,12 +33,15 @@ from ember.runtime.ir import symbolic
 
 
 def splittable(kernel: Kernel) -> bool:
-    """One pass of sum/prod/max/min/any/all/m2 reductions with no stores inside it but a
-    run-time check's (``lowering/checks.py``: an embedding recomputed in a column
-    reduction checks its indexes; each partial program checks the rows it reads)."""
+    """One pass of sum/prod/max/min/any/all/m2 reductions. Stores inside the pass run in
+    the partial kernel: its programs cover disjoint chunks of each row, so every element
+    is written once (a ReLU's gradient stored while a batch norm's backward sums it; a
+    run-time check's, ``lowering/checks.py``: an embedding recomputed in a column
+    reduction checks the rows it reads). An accumulating store (``mode="add"``) does not
+    split."""
     _, phases = reduction_phases(kernel)
     return len(phases) == 1 and all(
-        not (isinstance(s, Store) and s.buffer != ERROR_BUFFER)
+        not (isinstance(s, Store) and s.mode != "store")
         and not (isinstance(s, Reduce) and s.op in ("argmax", "argmin"))
         for s in phases[0].inner
     )

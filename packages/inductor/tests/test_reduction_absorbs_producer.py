@@ -1,0 +1,122 @@
+"""A reduction takes in the pointwise kernel that produces what it reads
+(``scheduler._absorbing``): ReLU's gradient before a batch norm's per-channel sums, a
+masked gradient before its bias gradient. The values are stored once and reduced in the
+same pass instead of being written by one kernel and read back by the next. Under
+Triton the reduction still splits over many programs: its partial programs store the
+values (``split_writer.splittable``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ember.inductor.codegen.backend import KernelBackend
+from ember.inductor.codegen.cpp.backend import CppBackend
+from ember.inductor.codegen.triton.backend import TritonBackend
+from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.inductor.scheduler import KernelStep, format_schedule, schedule
+from helpers import compile_for, trace
+
+
+def masked_colsum(g: torch.Tensor, y: torch.Tensor, w: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    masked = torch.where(y > 0, g, 0.0)  # stored: the matmul reads it too
+    return masked @ w, masked.sum(0)
+
+
+def relu_grad_channel_sums(g: torch.Tensor, h: torch.Tensor, y: torch.Tensor,
+                           x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A batch norm's backward after a ReLU on a residual sum, NCHW: the sums over N, H,
+    W and dx. The masked gradient is stored (``lowering/inlining.py``: shared by three
+    consumers, it loads three arrays of its size)."""
+    masked = torch.where(y > 0, g + h, 0.0)
+    total = masked.sum((0, 2, 3), keepdim=True)
+    dot = (masked * x).sum((0, 2, 3), keepdim=True)
+    return total, dot, masked * 3 - total * x - dot
+
+
+def _kernels(fn: object, inputs: list[torch.Tensor], backend: KernelBackend) -> list[str]:
+    steps = schedule(GraphLowering(trace(fn, inputs)).run(), backend)  # type: ignore[arg-type]
+    return [format_schedule([s]) for s in steps if isinstance(s, KernelStep)]
+
+
+def _inputs(rows: int) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    return [torch.randn(rows, 64), torch.randn(rows, 64), torch.randn(64, 8)]
+
+
+@pytest.mark.parametrize("make", [CppBackend, TritonBackend])
+def test_the_column_sum_stores_what_it_reads(make: type[KernelBackend]) -> None:
+    (kernel,) = _kernels(masked_colsum, _inputs(8192), make())
+    assert kernel.startswith("kernel0 [64] reduce [8192]: buf0 (pointwise), buf2 (sum)")
+    assert "stores buf0, buf2" in kernel
+
+
+def test_batch_norm_sums_take_in_the_relu_gradient() -> None:
+    x = torch.randn(2, 16, 8, 8)
+    kernels = _kernels(relu_grad_channel_sums, [torch.randn_like(x) for _ in range(3)] + [x],
+                       CppBackend())
+    first = kernels[0]
+    assert len(kernels) == 1, kernels
+    assert "[16] reduce [2, 8, 8]: buf0 (pointwise), buf1 (sum), buf2 (sum)" in first, kernels
+
+
+def test_matches_eager(backend: str) -> None:
+    inputs = _inputs(256)
+    _, run = compile_for(masked_colsum, *inputs, backend=backend)
+    for got, want in zip(run(*inputs), masked_colsum(*inputs), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    x = torch.randn(2, 16, 8, 8)
+    inputs = [torch.randn_like(x) for _ in range(3)] + [x]
+    _, run = compile_for(relu_grad_channel_sums, *inputs, backend=backend)
+    for got, want in zip(run(*inputs), relu_grad_channel_sums(*inputs), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_split_reduction_stores_from_its_partial_programs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forced to split in four chunks a column (the interpreter runs it), the stored
+    values and the sums still match eager: every element is written by one partial
+    program."""
+    from ember.inductor.codegen.triton import heuristics
+    from ember.inductor.codegen.triton.testing import triton_for_cpu
+
+    monkeypatch.setattr(heuristics, "COLUMN_RBLOCK", 4)
+    monkeypatch.setattr(heuristics, "COLUMN_MIN_ROWS", 64)
+    inputs = _inputs(256)
+    with triton_for_cpu():
+        compiled, run = compile_for(masked_colsum, *inputs, backend="triton")
+        got = run(*inputs)
+    (source,) = [v.decode() for k, v in compiled.files.items()
+                 if k.endswith(".py") and not k.endswith("wrapper.py")]
+    partial = source.split("_partial(")[1].split("\ndef ")[0]
+    assert "rsplit = tl.program_id(1)" in partial and "tl.store(buf0" in partial, source
+    for g, w in zip(got, masked_colsum(*inputs), strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["other_space", "later_producer"])
+def test_it_does_not_take_in(case: str) -> None:
+    """Not a group over the reduction's full space (a sum over a slice of the values:
+    the row reduction over [64] of a [128, 64] group), and not when the reduction also
+    reads what a later kernel produced (the group would run before that kernel)."""
+    if case == "other_space":
+        def fn(g: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            masked = torch.where(y > 0, g, 0.0)
+            return torch.ops.aten.mm(masked, y.t()), masked[:64].sum(0)
+    else:
+        def fn(g: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            masked = torch.where(y > 0, g, 0.0)
+            other = torch.ops.aten.mm(masked, y.t())  # an extern after the group
+            return other, (masked * other[:, :64]).sum(0)
+    g, y = torch.randn(128, 64), torch.randn(128, 64)
+    kernels = _kernels(fn, [g, y], CppBackend())
+    assert len(kernels) == 2 and "(pointwise)" not in kernels[-1], kernels
+    _, run = compile_for(fn, g, y, backend="cpp")
+    for got, want in zip(run(g, y), fn(g, y), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
