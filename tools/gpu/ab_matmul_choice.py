@@ -9,7 +9,8 @@ gathered gradient fused into its readers, not stored ("ember_pool_gather_fused")
 variances, Ember with the GPU's in two passes, not the one-pass ``m2``
 ("ember_variance_two_pass"), or with m2's per-element division ("ember_m2_divide"); for
 reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_absorb")
-and with no store inside a split reduction ("ember_split_no_stores").
+and with no store inside a split reduction ("ember_split_no_stores"); a split column
+reduction in at most 256 chunks ("ember_column_split_256").
 Prints each
 variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
@@ -40,7 +41,7 @@ from benchlib.runner import make_step
 from ember.inductor import scheduler
 from ember.inductor.codegen.triton import backend as triton_backend
 from ember.inductor.codegen.triton import generate as triton_generate
-from ember.inductor.codegen.triton import matmul_choice, split_writer, welford
+from ember.inductor.codegen.triton import heuristics, matmul_choice, split_writer, welford
 from ember.inductor.codegen.triton.matmul_choice import forced_matmul
 from ember.inductor.loop_ir import Reduce, Store, reduction_phases
 from ember.inductor.loop_ir import index as loop_index
@@ -121,6 +122,8 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember_no_absorb": lambda: mock.patch.object(scheduler, "_absorbing", _no_absorbing),
     # ... nor may a split reduction store values from its partial programs
     "ember_split_no_stores": _split_without_stores,
+    # a split column reduction in at most 256 chunks a tile (before session 41), not 1024
+    "ember_column_split_256": lambda: mock.patch.object(heuristics, "COLUMN_SPLIT_MAX", 256),
 }
 
 

@@ -57,13 +57,21 @@ def test_the_column_sum_stores_what_it_reads(make: type[KernelBackend]) -> None:
     assert "stores buf0, buf2" in kernel
 
 
-def test_batch_norm_sums_take_in_the_relu_gradient() -> None:
-    x = torch.randn(2, 16, 8, 8)
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_batch_norm_sums_take_in_the_relu_gradient(memory_format: torch.memory_format) -> None:
+    """NCHW: the group runs over the same dims as the sums. Channels-last: it runs over
+    the storage order [N, H, W, C], and its variables become the coordinates of the
+    element the sums read (``loop_ir/inverse.py``)."""
+    x = torch.randn(2, 16, 8, 8).contiguous(memory_format=memory_format)
     kernels = _kernels(relu_grad_channel_sums, [torch.randn_like(x) for _ in range(3)] + [x],
                        CppBackend())
-    first = kernels[0]
-    assert len(kernels) == 1, kernels
-    assert "[16] reduce [2, 8, 8]: buf0 (pointwise), buf1 (sum), buf2 (sum)" in first, kernels
+    assert kernels[0].startswith(
+        "kernel0 [16] reduce [2, 8, 8]: buf0 (pointwise), buf1 (sum), buf2 (sum)"), kernels
+    stores = kernels[0].split("stores ")[1]
+    if memory_format == torch.channels_last:
+        assert len(kernels) == 2 and stores == "buf0, buf1, buf2", kernels
+    else:  # dx joins as a second pass, recomputing the masked gradient
+        assert len(kernels) == 1 and stores == "buf1, buf2, buf3", kernels
 
 
 def test_matches_eager(backend: str) -> None:
@@ -71,11 +79,12 @@ def test_matches_eager(backend: str) -> None:
     _, run = compile_for(masked_colsum, *inputs, backend=backend)
     for got, want in zip(run(*inputs), masked_colsum(*inputs), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    x = torch.randn(2, 16, 8, 8)
-    inputs = [torch.randn_like(x) for _ in range(3)] + [x]
-    _, run = compile_for(relu_grad_channel_sums, *inputs, backend=backend)
-    for got, want in zip(run(*inputs), relu_grad_channel_sums(*inputs), strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for memory_format in (torch.contiguous_format, torch.channels_last):
+        x = torch.randn(2, 16, 8, 8).contiguous(memory_format=memory_format)
+        inputs = [torch.randn_like(x) for _ in range(3)] + [x]
+        _, run = compile_for(relu_grad_channel_sums, *inputs, backend=backend)
+        for got, want in zip(run(*inputs), relu_grad_channel_sums(*inputs), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_split_reduction_stores_from_its_partial_programs(
@@ -120,3 +129,20 @@ def test_it_does_not_take_in(case: str) -> None:
     _, run = compile_for(fn, g, y, backend="cpp")
     for got, want in zip(run(g, y), fn(g, y), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_dense_strides_and_coordinates() -> None:
+    from ember.inductor.loop_ir import Int, Var, add, mul
+    from ember.inductor.loop_ir.inverse import coordinates, dense_strides
+
+    n, h, w, c = Var("x0", 2), Var("x1", 8), Var("x2", 8), Var("x3", 16)
+    nhwc = add(mul(n, 1024), mul(h, 128), mul(w, 16), c)
+    assert dense_strides(nhwc, [n, h, w, c]) == [1024, 128, 16, 1]
+    assert dense_strides(nhwc, [n, h, Int(0), w, c]) == [1024, 128, 0, 16, 1]
+    assert dense_strides(add(mul(n, 2048), mul(h, 128), mul(w, 16), c), [n, h, w, c]) is None
+    assert dense_strides(add(nhwc, 1), [n, h, w, c]) is None  # an offset
+    assert dense_strides(add(mul(n, 1024), mul(h, 128), mul(w, 16)), [n, h, w, c]) is None
+    # the element a per-channel reduction reads (x0: the channel; r0, r1, r2: n, h, w)
+    ch, rn, rh, rw = Var("x0", 16), Var("r0", 2), Var("r1", 8), Var("r2", 8)
+    read = add(mul(rn, 1024), ch, mul(rh, 128), mul(rw, 16))
+    assert coordinates(read, [1024, 128, 16, 1], [n, h, w, c]) == [rn, rh, rw, ch]

@@ -65,13 +65,16 @@ from ember.inductor.loop_ir import (
     Kernel,
     MatmulTemplate,
     Stmt,
+    Store,
     Var,
     add,
     floordiv,
     is_affine,
     mod,
     mul,
+    substitute,
 )
+from ember.inductor.loop_ir.inverse import coordinates, dense_strides
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.lowered_graph import LoweredGraph
 from ember.inductor.lowering.values import numel
@@ -341,30 +344,73 @@ def _absorbing(node: ReductionBuffer, group: KernelGroup | ExternCall,
     """``group`` rebuilt as ``node``'s reduction with its members as inner work, or None.
 
     ``group`` is the last step producing what ``node`` reads. When it is a pointwise group
-    over ``node``'s full iteration space that writes a buffer ``node`` reads (ReLU's
-    gradient before a batch norm's per-channel sums, GELU's before a bias gradient),
-    the reduction computes and stores those values itself and reduces them in the same
-    pass: the buffer is written once and not read back."""
+    over as many elements as ``node``'s full iteration space that writes a buffer
+    ``node`` reads (ReLU's gradient before a batch norm's per-channel sums, GELU's
+    before a bias gradient), the reduction computes and stores those values itself and
+    reduces them in the same pass: the buffer is written once and not read back. The
+    group's loop variables become ``node``'s: the same dims, or (a group over a
+    channels-last buffer's storage order) the coordinates of the element ``node`` reads
+    (:mod:`.loop_ir.inverse`)."""
     if (not isinstance(group, KernelGroup) or group.reduction or group.closed
-            or group.template is not None or group.outer != node.full_sizes
+            or group.template is not None or numel(group.outer) != numel(node.full_sizes)
             or not group.stored & set(node.reads)):
         return None
-    members: list[tuple[LoopNode, Emit]] = []
-    for member, _ in group.members:
-        if not isinstance(member, PointwiseBuffer) or member.sizes != group.outer:
-            return None
-        members.append((member, _inner_placement(member, node)))
+    pointwise = [m for m, _ in group.members if isinstance(m, PointwiseBuffer)]
+    if len(pointwise) != len(group.members) or any(m.sizes != group.outer for m in pointwise):
+        return None
     outer, red, emit = _natural(node)
     alone = KernelGroup(outer, red, [(node, emit)])
-    candidate = KernelGroup(outer, red, [*members, (node, emit)])
-    b = candidate.build()[0]
-    if any(buf in candidate.stored for buf, _ in b.external_loads):
-        return None  # read at another index than written: no value to forward
-    if backend is not None and not backend.can_fuse(
-            _group_kernel("trial", alone, tuple(alone.build()[0].stmts)),
-            _group_kernel("trial", candidate, tuple(b.stmts))):
-        return None
-    return candidate
+    alone_body = alone.build()[0]
+    for index in _absorbed_indexes(node, group, alone_body):
+        members: list[tuple[LoopNode, Emit]] = [(m, _placed(m, index)) for m in pointwise]
+        candidate = KernelGroup(outer, red, [*members, (node, emit)])
+        b = candidate.build()[0]
+        if any(buf in candidate.stored for buf, _ in b.external_loads):
+            continue  # read at another index than written: no value to forward
+        if backend is not None and not backend.can_fuse(
+                _group_kernel("trial", alone, tuple(alone_body.stmts)),
+                _group_kernel("trial", candidate, tuple(b.stmts))):
+            return None
+        return candidate
+    return None
+
+
+IndexMap = Callable[[Sequence[IndexExpr], Sequence[IndexExpr]], list[IndexExpr]]
+
+
+def _placed(node: PointwiseBuffer, index: IndexMap) -> Emit:
+    def emit(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
+        node.emit(b, index(xs, rs))
+    return emit
+
+
+def _absorbed_indexes(node: ReductionBuffer, group: KernelGroup, alone: BodyBuilder
+                      ) -> list[IndexMap]:
+    """How the group's loop variables may follow ``node``'s (xs, rs): its full index
+    when the group runs over the same sizes, and the coordinates of the first element
+    ``node`` reads from the group (a dense layout's inverse)."""
+    found: list[IndexMap] = []
+    if group.outer == node.full_sizes:
+        found.append(node.full_index)
+    read = next(((buf, i) for buf, i in alone.external_loads if buf in group.stored), None)
+    if read is None:
+        return found
+    group_vars = loop_vars(group.outer, "x")
+    store = next((s for s in group.build()[0].stmts
+                  if isinstance(s, Store) and s.buffer == read[0]), None)
+    strides = None if store is None else dense_strides(store.index, group_vars)
+    if strides is None:
+        return found
+    coords = coordinates(read[1], strides, group_vars)
+    if not all(is_affine(c) for c in coords):
+        return found
+    canonical = [*loop_vars(node.outer_sizes, "x"), *loop_vars(node.reduction_sizes, "r")]
+
+    def mapped(xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> list[IndexExpr]:
+        table = {v.name: e for v, e in zip(canonical, (*xs, *rs)) if isinstance(v, Var)}
+        return [substitute(c, lambda v: table.get(v.name, v)) for c in coords]
+    found.append(mapped)
+    return found
 
 
 def _bound_symbols(call: ExternCall) -> list[str]:

@@ -59,6 +59,11 @@ def wants_split(kernel: Kernel, facts: SizeFacts | None = None) -> bool:
         columns=column_bytes > 0, element_bytes=column_bytes or 4).split > 1
 
 
+#: the combining kernel's tile (XBLOCK rows x SBLOCK partial results) at most: 64 rows
+#: of 256 chunks, and fewer rows a program for more chunks
+FINAL_TILE = 64 * 256
+
+
 class SplitReductionWriter(KernelWriter):
     """Writes the two functions of a split reduction (module doc)."""
 
@@ -139,8 +144,10 @@ class SplitReductionWriter(KernelWriter):
             workspace_numel=workspace_numel if isinstance(workspace_numel, int)
             else symbolic.format(workspace_numel),
         )
-        final_xblock = min(64, next_power_of_2(self.facts.hint(k.numel)))
-        final_constexprs = {"XBLOCK": final_xblock, "SBLOCK": next_power_of_2(split)}
+        sblock = next_power_of_2(split)
+        final_xblock = min(64, next_power_of_2(self.facts.hint(k.numel)),
+                           max(1, FINAL_TILE // sblock))
+        final_constexprs = {"XBLOCK": final_xblock, "SBLOCK": sblock}
         source = self.module_source([
             (partial.name, params, list(partial.constexprs), partial_lines),
             (fn_name, params, list(final_constexprs), self.lines),
