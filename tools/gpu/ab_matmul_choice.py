@@ -9,8 +9,7 @@ gathered gradient fused into its readers, not stored ("ember_pool_gather_fused")
 variances, Ember with the GPU's in two passes, not the one-pass ``m2``
 ("ember_variance_two_pass"), or with m2's per-element division ("ember_m2_divide"); for
 reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_absorb")
-and with no store inside a split reduction ("ember_split_no_stores"); a split column
-reduction in at most 256 chunks ("ember_column_split_256").
+and with no store inside a split reduction ("ember_split_no_stores").
 Prints each
 variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
@@ -38,10 +37,10 @@ import ember.frontend as ef
 import torch
 import zoo
 from benchlib.runner import make_step
-from ember.inductor import scheduler
+from ember.inductor import absorb
 from ember.inductor.codegen.triton import backend as triton_backend
 from ember.inductor.codegen.triton import generate as triton_generate
-from ember.inductor.codegen.triton import heuristics, matmul_choice, split_writer, welford
+from ember.inductor.codegen.triton import matmul_choice, split_writer, welford
 from ember.inductor.codegen.triton.matmul_choice import forced_matmul
 from ember.inductor.loop_ir import Reduce, Store, reduction_phases
 from ember.inductor.loop_ir import index as loop_index
@@ -119,11 +118,9 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # 39), not multiplying by one reciprocal of the loop step
     "ember_m2_divide": lambda: mock.patch.object(welford, "update", _update_dividing),
     # no reduction takes in the pointwise kernel it reads (session 41) ...
-    "ember_no_absorb": lambda: mock.patch.object(scheduler, "_absorbing", _no_absorbing),
+    "ember_no_absorb": lambda: mock.patch.object(absorb, "absorbing", _no_absorbing),
     # ... nor may a split reduction store values from its partial programs
     "ember_split_no_stores": _split_without_stores,
-    # a split column reduction in at most 256 chunks a tile (before session 41), not 1024
-    "ember_column_split_256": lambda: mock.patch.object(heuristics, "COLUMN_SPLIT_MAX", 256),
 }
 
 

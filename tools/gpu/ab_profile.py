@@ -43,11 +43,11 @@ def _profiled(label: str, model: torch.nn.Module, inputs: tuple[object, ...],
             for _ in range(3):
                 step()
     torch.cuda.synchronize()
-    with contextlib.nullcontext() if train else torch.no_grad():
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(5):
-                step()
-            torch.cuda.synchronize()
+    with contextlib.nullcontext() if train else torch.no_grad(), \
+            profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
     totals = {e.key: e.self_device_time_total for e in prof.key_averages()
               if e.self_device_time_total > 0}
     return totals, kernel_origins(programs)

@@ -171,15 +171,13 @@ backward kernel1: grid (6272, 1, 1) XBLOCK=1024 w4"""
 
 def test_channels_last_batch_norm_statistics_fill_the_gpu() -> None:
     """Channels-last BatchNorm2d (the layout plan's choice in conv stacks): per-channel
-    statistics are column reductions over N*H*W rows, split into 784 chunks of 128 rows
-    a 64-channel tile (session 40: 256 chunks, a quarter of the warps a multiprocessor
-    holds; before: 98 programs for 132 multiprocessors); the combining kernel takes 16
-    channels' 1024 partial results a program (``split_writer.FINAL_TILE``)."""
+    statistics are column reductions over N*H*W rows, split into 256 chunks a 64-channel
+    tile (before: 98 programs for 132 multiprocessors)."""
     got = cuda_training_kernels(BatchNormReLU(64, 2), (32, 64, 56, 56), torch.channels_last)
     assert got == """\
-forward kernel0: split grid (1, 784, 1) XBLOCK=64 RBLOCK=64 -> grid (4, 1, 1) XBLOCK=16 SBLOCK=1024 w8
+forward kernel0: split grid (1, 256, 1) XBLOCK=64 RBLOCK=64 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=256 w8
 forward kernel1: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
-backward kernel0: split grid (1, 784, 1) XBLOCK=64 RBLOCK=64 -> grid (4, 1, 1) XBLOCK=16 SBLOCK=1024 w8
+backward kernel0: split grid (1, 256, 1) XBLOCK=64 RBLOCK=64 -> grid (1, 1, 1) XBLOCK=64 SBLOCK=256 w8
 backward kernel1: grid (6272, 1, 1) XBLOCK=1024 w4"""
 
 
@@ -191,12 +189,11 @@ COLUMN_CONFIGS = [
     ((4096, 32768, 2), LaunchConfig(64, 64, False, 8, 1, 16)),
     ((48, 300, 2), LaunchConfig(64, 64, False, 8, 1, 1)),
     # channels-last BatchNorm statistics: channels x N*H*W (batch 32)
-    ((64, 32 * 56 * 56, 2), LaunchConfig(64, 64, False, 8, 1, 784)),
-    ((64, 128 * 128 * 128, 2), LaunchConfig(64, 64, False, 8, 1, 1024)),  # COLUMN_SPLIT_MAX
+    ((64, 32 * 56 * 56, 2), LaunchConfig(64, 64, False, 8, 1, 256)),
     ((128, 32 * 28 * 28, 2), LaunchConfig(64, 64, False, 8, 1, 196)),
     ((256, 32 * 14 * 14, 2), LaunchConfig(64, 64, False, 8, 1, 49)),
     ((512, 32 * 7 * 7, 2), LaunchConfig(64, 64, False, 8, 1, 13)),
-    ((64, 32 * 56 * 56, 4), LaunchConfig(32, 64, False, 8, 1, 528)),
+    ((64, 32 * 56 * 56, 4), LaunchConfig(32, 64, False, 8, 1, 256)),
     ((16, 32, 2), LaunchConfig(16, 32, True, 2, 1, 1)),
 ]
 

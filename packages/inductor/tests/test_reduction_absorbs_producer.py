@@ -1,9 +1,11 @@
 """A reduction takes in the pointwise kernel that produces what it reads
-(``scheduler._absorbing``): ReLU's gradient before a batch norm's per-channel sums, a
+(``inductor/absorb.py``): ReLU's gradient before a batch norm's per-channel sums, a
 masked gradient before its bias gradient. The values are stored once and reduced in the
 same pass instead of being written by one kernel and read back by the next. Under
 Triton the reduction still splits over many programs: its partial programs store the
-values (``split_writer.splittable``)."""
+values (``split_writer.splittable``). The Triton backend opts in
+(``KernelBackend.absorbs_producers``); the C++ one does not, and is made to here to
+check its code for such kernels too."""
 
 from __future__ import annotations
 
@@ -40,6 +42,16 @@ def relu_grad_channel_sums(g: torch.Tensor, h: torch.Tensor, y: torch.Tensor,
     return total, dot, masked * 3 - total * x - dot
 
 
+class AbsorbingCpp(CppBackend):
+    absorbs_producers = True
+
+
+@pytest.fixture
+def cpp_absorbs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C++ backend compiles with absorption on (``compile_for`` uses the registry's)."""
+    monkeypatch.setattr(CppBackend, "absorbs_producers", True)
+
+
 def _kernels(fn: object, inputs: list[torch.Tensor], backend: KernelBackend) -> list[str]:
     steps = schedule(GraphLowering(trace(fn, inputs)).run(), backend)  # type: ignore[arg-type]
     return [format_schedule([s]) for s in steps if isinstance(s, KernelStep)]
@@ -50,11 +62,16 @@ def _inputs(rows: int) -> list[torch.Tensor]:
     return [torch.randn(rows, 64), torch.randn(rows, 64), torch.randn(64, 8)]
 
 
-@pytest.mark.parametrize("make", [CppBackend, TritonBackend])
+@pytest.mark.parametrize("make", [AbsorbingCpp, TritonBackend])
 def test_the_column_sum_stores_what_it_reads(make: type[KernelBackend]) -> None:
     (kernel,) = _kernels(masked_colsum, _inputs(8192), make())
     assert kernel.startswith("kernel0 [64] reduce [8192]: buf0 (pointwise), buf2 (sum)")
     assert "stores buf0, buf2" in kernel
+
+
+def test_the_cpp_backend_does_not_opt_in() -> None:
+    kernels = _kernels(masked_colsum, _inputs(8192), CppBackend())
+    assert kernels[0].startswith("kernel0 [8192, 64]: buf0 (pointwise)"), kernels
 
 
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
@@ -64,7 +81,7 @@ def test_batch_norm_sums_take_in_the_relu_gradient(memory_format: torch.memory_f
     element the sums read (``loop_ir/inverse.py``)."""
     x = torch.randn(2, 16, 8, 8).contiguous(memory_format=memory_format)
     kernels = _kernels(relu_grad_channel_sums, [torch.randn_like(x) for _ in range(3)] + [x],
-                       CppBackend())
+                       AbsorbingCpp())
     assert kernels[0].startswith(
         "kernel0 [16] reduce [2, 8, 8]: buf0 (pointwise), buf1 (sum), buf2 (sum)"), kernels
     stores = kernels[0].split("stores ")[1]
@@ -74,6 +91,7 @@ def test_batch_norm_sums_take_in_the_relu_gradient(memory_format: torch.memory_f
         assert len(kernels) == 1 and stores == "buf1, buf2, buf3", kernels
 
 
+@pytest.mark.usefixtures("cpp_absorbs")
 def test_matches_eager(backend: str) -> None:
     inputs = _inputs(256)
     _, run = compile_for(masked_colsum, *inputs, backend=backend)
@@ -124,7 +142,7 @@ def test_it_does_not_take_in(case: str) -> None:
             other = torch.ops.aten.mm(masked, y.t())  # an extern after the group
             return other, (masked * other[:, :64]).sum(0)
     g, y = torch.randn(128, 64), torch.randn(128, 64)
-    kernels = _kernels(fn, [g, y], CppBackend())
+    kernels = _kernels(fn, [g, y], AbsorbingCpp())
     assert len(kernels) == 2 and "(pointwise)" not in kernels[-1], kernels
     _, run = compile_for(fn, g, y, backend="cpp")
     for got, want in zip(run(g, y), fn(g, y), strict=True):
@@ -146,3 +164,25 @@ def test_dense_strides_and_coordinates() -> None:
     ch, rn, rh, rw = Var("x0", 16), Var("r0", 2), Var("r1", 8), Var("r2", 8)
     read = add(mul(rn, 1024), ch, mul(rh, 128), mul(rw, 16))
     assert coordinates(read, [1024, 128, 16, 1], [n, h, w, c]) == [rn, rh, rw, ch]
+
+
+def rows_of_a_3d_gradient(g: torch.Tensor, y: torch.Tensor, w: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A linear's bias gradient: the [2, 16, 64] gradient summed as [32, 64] rows."""
+    flat = (g * torch.sigmoid(y)).reshape(32, 64)
+    return torch.ops.aten.mm(flat, w), flat.sum(0)
+
+
+@pytest.mark.usefixtures("cpp_absorbs")
+def test_a_group_over_a_finer_shape_is_taken_in(backend: str) -> None:
+    """The group runs over [2, 16, 64], the sum over [32] x [64]: its variables become
+    ``r0 // 16``, ``r0 % 16``, ``x0``, which its contiguous loads fold back to
+    ``r0*64 + x0`` (no ``//`` or ``%`` is left in the kernel)."""
+    inputs = [torch.randn(2, 16, 64), torch.randn(2, 16, 64), torch.randn(64, 8)]
+    (kernel,) = _kernels(rows_of_a_3d_gradient, inputs, TritonBackend())
+    assert kernel.startswith("kernel0 [64] reduce [32]: buf0 (pointwise), buf2 (sum)"), kernel
+    compiled, run = compile_for(rows_of_a_3d_gradient, *inputs, backend=backend)
+    assert compiled.metadata["kernels"] == 1
+    for got, want in zip(run(*inputs), rows_of_a_3d_gradient(*inputs), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+

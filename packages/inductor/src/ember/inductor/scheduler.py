@@ -43,10 +43,11 @@ that binds it (``.item()``, ``nonzero``): the wrapper binds ``u0`` after that ca
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import sympy
+from ember.inductor import absorb
 from ember.inductor.buffers import (
     ExternCall,
     LoopNode,
@@ -58,71 +59,27 @@ from ember.inductor.buffers import (
 )
 from ember.inductor.codegen.backend import KernelBackend
 from ember.inductor.codegen.registry import backend_for
+from ember.inductor.kernel_group import Emit, KernelGroup, group_kernel, inner_placement, natural
 from ember.inductor.loop_ir import (
     Buffer,
     IndexExpr,
     Int,
     Kernel,
-    MatmulTemplate,
-    Stmt,
-    Store,
-    Var,
     add,
     floordiv,
     is_affine,
     mod,
     mul,
-    substitute,
 )
-from ember.inductor.loop_ir.inverse import coordinates, dense_strides
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.lowered_graph import LoweredGraph
 from ember.inductor.lowering.values import numel
-
-Emit = Callable[[BodyBuilder, Sequence[IndexExpr], Sequence[IndexExpr]], None]
 
 # How many recent groups a node may join (bounds the trial builds on large graphs).
 FUSION_WINDOW = 16
 # The backend's horizontal_buffer_limit holds for kernels over at least this many
 # elements (a 256 KiB float32 array); smaller independent nodes always fuse.
 HORIZONTAL_LIMIT_ELEMENTS = 1 << 16
-
-
-@dataclass
-class KernelGroup:
-    """Loop nodes that become one kernel over ``outer`` x ``reduction``."""
-
-    outer: tuple[int, ...]
-    reduction: tuple[int, ...]
-    members: list[tuple[LoopNode, Emit]] = field(default_factory=list)
-    closed: bool = False  # a scatter: no other node joins it
-    template: MatmulTemplate | None = None  # a matmul's group: its epilogue joins it
-    #: a matmul's group after the last extern call when a call reading nothing was
-    #: placed (``_extern_position``): as an extern call, it would have moved that call
-    placed_extern: bool = False
-
-    @property
-    def stored(self) -> set[str]:
-        return {n.name for n, _ in self.members}
-
-    @property
-    def touched(self) -> set[str]:
-        """The buffers the members read or write."""
-        return {b for n, _ in self.members for b in (n.name, *n.reads)}
-
-    def build(self, extra: Emit | None = None) -> tuple[BodyBuilder, int, int]:
-        """A builder with every member emitted (then ``extra``); also returns how many
-        external loads and how many statements came from the members (the rest are
-        ``extra``'s: the builder only appends, so its first statements are the members'
-        body)."""
-        b = BodyBuilder()
-        xs, rs = loop_vars(self.outer, "x"), loop_vars(self.reduction, "r")
-        for _, emit in self.members:
-            emit(b, xs, rs)
-        loads, stmts = len(b.external_loads), len(b.stmts)
-        if extra is not None:
-            extra(b, xs, rs)
-        return b, loads, stmts
 
 
 @dataclass
@@ -134,12 +91,6 @@ class KernelStep:
 
 
 Step = KernelStep | ExternCall
-
-
-def _natural(node: LoopNode) -> tuple[tuple[int, ...], tuple[int, ...], Emit]:
-    if isinstance(node, (ReductionBuffer, MatmulBuffer)):
-        return node.outer_sizes, node.reduction_sizes, lambda b, xs, rs: node.emit(b, xs, rs)
-    return node.sizes, (), lambda b, xs, rs: node.emit(b, xs)
 
 
 def _squeezed(sizes: Sequence[int]) -> tuple[int, ...]:
@@ -167,7 +118,7 @@ def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
             if layout in seen:
                 continue
             seen.add(layout)
-            found.append(_inner_placement(node, member))
+            found.append(inner_placement(node, member))
         elif isinstance(member, ReductionBuffer):
             reshaped = _reshaped_placement(node, member)
             layout = (member.full_sizes, member.dims)
@@ -219,12 +170,6 @@ def _epilogue_placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
     return [reshaped]
 
 
-def _inner_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Emit:
-    def emit(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
-        node.emit(b, reduction.full_index(xs, rs))
-    return emit
-
-
 def _reshaped_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Emit | None:
     """Inner work over a reshape of the reduction's full space (same elements, row-major),
     when the reshaped index is affine in the loop variables; else None."""
@@ -245,16 +190,6 @@ def _reshaped_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Em
     def emit(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
         node.emit(b, index(reduction.full_index(xs, rs)))
     return emit
-
-
-def _group_kernel(name: str, group: KernelGroup, body: tuple[Stmt, ...],
-                  buffers: tuple[Buffer, ...] = (), origins: tuple[str, ...] = ()) -> Kernel:
-    """The kernel of ``group`` with ``body``: its loop variables are the group's."""
-    return Kernel(name,
-                  ranges=tuple(v for v in loop_vars(group.outer, "x") if isinstance(v, Var)),
-                  reduction_ranges=tuple(
-                      v for v in loop_vars(group.reduction, "r") if isinstance(v, Var)),
-                  body=body, buffers=buffers, origins=origins, template=group.template)
 
 
 def _default_backend(lowered: LoweredGraph) -> KernelBackend | None:
@@ -293,12 +228,12 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
                 binder.setdefault(sym, at)
             continue
         if isinstance(node, ScatterBuffer):
-            outer, red, emit = _natural(node)
+            outer, red, emit = natural(node)
             steps.append(KernelGroup(outer, red, [(node, emit)], closed=True))
             producer[node.name] = len(steps) - 1
             continue
         if isinstance(node, MatmulBuffer):
-            outer, red, emit = _natural(node)
+            outer, red, emit = natural(node)
             steps.append(KernelGroup(outer, red, [(node, emit)], template=node.template))
             producer[node.name] = len(steps) - 1
             continue
@@ -317,8 +252,8 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
                 if any(buf in group.stored for buf, _ in b.external_loads[loads:]):
                     continue
                 if backend is not None and not backend.can_fuse(
-                        _group_kernel("trial", group, tuple(b.stmts[:stmts])),
-                        _group_kernel("trial", group, tuple(b.stmts))):
+                        group_kernel("trial", group, tuple(b.stmts[:stmts])),
+                        group_kernel("trial", group, tuple(b.stmts))):
                     continue
                 group.members.append((node, emit))
                 producer[node.name] = gi
@@ -326,91 +261,18 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
                 break
             if placed:
                 break
-        if not placed and isinstance(node, ReductionBuffer) and earliest < len(steps):
-            absorbed = _absorbing(node, steps[earliest], backend)
+        if (not placed and isinstance(node, ReductionBuffer) and earliest < len(steps)
+                and backend is not None and backend.absorbs_producers):
+            absorbed = absorb.absorbing(node, steps[earliest], backend)
             if absorbed is not None:
                 steps[earliest] = absorbed
                 producer[node.name] = earliest
                 placed = True
         if not placed:
-            outer, red, emit = _natural(node)
+            outer, red, emit = natural(node)
             steps.append(KernelGroup(outer, red, [(node, emit)]))
             producer[node.name] = len(steps) - 1
     return _finish(lowered, steps)
-
-
-def _absorbing(node: ReductionBuffer, group: KernelGroup | ExternCall,
-               backend: KernelBackend | None) -> KernelGroup | None:
-    """``group`` rebuilt as ``node``'s reduction with its members as inner work, or None.
-
-    ``group`` is the last step producing what ``node`` reads. When it is a pointwise group
-    over as many elements as ``node``'s full iteration space that writes a buffer
-    ``node`` reads (ReLU's gradient before a batch norm's per-channel sums, GELU's
-    before a bias gradient), the reduction computes and stores those values itself and
-    reduces them in the same pass: the buffer is written once and not read back. The
-    group's loop variables become ``node``'s: the same dims, or (a group over a
-    channels-last buffer's storage order) the coordinates of the element ``node`` reads
-    (:mod:`.loop_ir.inverse`)."""
-    if (not isinstance(group, KernelGroup) or group.reduction or group.closed
-            or group.template is not None or numel(group.outer) != numel(node.full_sizes)
-            or not group.stored & set(node.reads)):
-        return None
-    pointwise = [m for m, _ in group.members if isinstance(m, PointwiseBuffer)]
-    if len(pointwise) != len(group.members) or any(m.sizes != group.outer for m in pointwise):
-        return None
-    outer, red, emit = _natural(node)
-    alone = KernelGroup(outer, red, [(node, emit)])
-    alone_body = alone.build()[0]
-    for index in _absorbed_indexes(node, group, alone_body):
-        members: list[tuple[LoopNode, Emit]] = [(m, _placed(m, index)) for m in pointwise]
-        candidate = KernelGroup(outer, red, [*members, (node, emit)])
-        b = candidate.build()[0]
-        if any(buf in candidate.stored for buf, _ in b.external_loads):
-            continue  # read at another index than written: no value to forward
-        if backend is not None and not backend.can_fuse(
-                _group_kernel("trial", alone, tuple(alone_body.stmts)),
-                _group_kernel("trial", candidate, tuple(b.stmts))):
-            return None
-        return candidate
-    return None
-
-
-IndexMap = Callable[[Sequence[IndexExpr], Sequence[IndexExpr]], list[IndexExpr]]
-
-
-def _placed(node: PointwiseBuffer, index: IndexMap) -> Emit:
-    def emit(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
-        node.emit(b, index(xs, rs))
-    return emit
-
-
-def _absorbed_indexes(node: ReductionBuffer, group: KernelGroup, alone: BodyBuilder
-                      ) -> list[IndexMap]:
-    """How the group's loop variables may follow ``node``'s (xs, rs): its full index
-    when the group runs over the same sizes, and the coordinates of the first element
-    ``node`` reads from the group (a dense layout's inverse)."""
-    found: list[IndexMap] = []
-    if group.outer == node.full_sizes:
-        found.append(node.full_index)
-    read = next(((buf, i) for buf, i in alone.external_loads if buf in group.stored), None)
-    if read is None:
-        return found
-    group_vars = loop_vars(group.outer, "x")
-    store = next((s for s in group.build()[0].stmts
-                  if isinstance(s, Store) and s.buffer == read[0]), None)
-    strides = None if store is None else dense_strides(store.index, group_vars)
-    if strides is None:
-        return found
-    coords = coordinates(read[1], strides, group_vars)
-    if not all(is_affine(c) for c in coords):
-        return found
-    canonical = [*loop_vars(node.outer_sizes, "x"), *loop_vars(node.reduction_sizes, "r")]
-
-    def mapped(xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> list[IndexExpr]:
-        table = {v.name: e for v, e in zip(canonical, (*xs, *rs)) if isinstance(v, Var)}
-        return [substitute(c, lambda v: table.get(v.name, v)) for c in coords]
-    found.append(mapped)
-    return found
 
 
 def _bound_symbols(call: ExternCall) -> list[str]:
@@ -427,9 +289,9 @@ def _bound_symbols(call: ExternCall) -> list[str]:
 def _symbols_used(node: LoopNode) -> set[str]:
     """The size symbols ``node``'s kernel would take: in its sizes, its indexes, and as
     values (``index u0``: ``torch.tensor(n.item())``)."""
-    outer, red, emit = _natural(node)
+    outer, red, emit = natural(node)
     group = KernelGroup(outer, red, [(node, emit)])
-    return set(_group_kernel("symbols", group, tuple(group.build()[0].stmts)).size_args)
+    return set(group_kernel("symbols", group, tuple(group.build()[0].stmts)).size_args)
 
 
 def _over_horizontal_limit(node: LoopNode, group: KernelGroup,
@@ -512,7 +374,7 @@ def _finish(lowered: LoweredGraph, steps: list[KernelGroup | ExternCall]) -> lis
             Buffer(n, lowered.buffers[n].dtype, lowered.buffers[n].sizes,
                    lowered.buffers[n].strides, lowered.buffers[n].host) for n in names)
         origins = tuple(o for node, _ in s.members for o in node.origins)
-        kernel = _group_kernel(f"kernel{count}", s, body, buffers,
+        kernel = group_kernel(f"kernel{count}", s, body, buffers,
                                tuple(dict.fromkeys(origins)))
         count += 1
         result.append(KernelStep(kernel, s))

@@ -5,7 +5,7 @@ A pointwise kernel over ``[32, 64, 64, 64]`` that stores ``buf[x0*262144 + x1*40
 buffer at ``off`` (a channels-last read by a per-channel reduction: ``r0*262144 + x0 +
 r1*4096 + r2*64``) reads the element the first one wrote at ``x_d = off // stride_d %
 size_d``. The scheduler uses this to run the pointwise work inside the reduction
-(``scheduler._absorbing``); the index builders simplify each coordinate back to a plain
+(``inductor/absorb.py``); the index builders simplify each coordinate back to a plain
 variable when the layouts agree, and the caller keeps a mapping only if they do.
 """
 

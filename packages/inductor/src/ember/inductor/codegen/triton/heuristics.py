@@ -59,14 +59,9 @@ COLUMN_RBLOCK = 64
 COLUMN_XBLOCKS = {2: 64}
 #: a split column reduction's chunk: at least this many reduced rows a program (two
 #: ``COLUMN_RBLOCK`` steps), so that a channels-last BatchNorm's per-channel statistics
-#: over N*H*W rows (64 channels of 32x56x56: 784 programs, 256 channels of 32x14x14: 196)
+#: over N*H*W rows (64 channels of 32x56x56: 256 programs, 256 channels of 32x14x14: 196)
 #: fill the GPU; before, 1024 rows (98 and 28 programs)
 COLUMN_MIN_ROWS = 128
-#: a split column reduction's most chunks a tile: 64 channels of a channels-last
-#: BatchNorm make one tile, and ``SPLIT_MAX`` chunks of it ran 2 programs of 8 warps a
-#: multiprocessor, a quarter of its warps: on the H100 the statistics of ResNet's first
-#: batch norm read at 2.6x their copy time (session 40's profile)
-COLUMN_SPLIT_MAX = 1024
 
 
 def next_power_of_2(n: int) -> int:
@@ -138,7 +133,7 @@ def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False
         if rblock <= COLUMN_RBLOCK:
             return LaunchConfig(xblock, rblock, True, _warps_for(narrow * rblock))
         programs = -(-numel // xblock)
-        split = min(COLUMN_SPLIT_MAX, max(1, COLUMN_TARGET_PROGRAMS // programs),
+        split = min(SPLIT_MAX, max(1, COLUMN_TARGET_PROGRAMS // programs),
                     -(-reduction_numel // COLUMN_MIN_ROWS))
         return LaunchConfig(xblock, COLUMN_RBLOCK, False,
                             _warps_for(narrow * COLUMN_RBLOCK),

@@ -28,7 +28,6 @@ from ember.inductor.codegen.triton.kernel_writer import KernelWriter
 from ember.inductor.codegen.triton.reduction_layout import column_element_bytes
 from ember.inductor.codegen.triton.sizes import SizeFacts, blocks, operand_source
 from ember.inductor.loop_ir import Kernel, Reduce, Store, reduction_phases
-from ember.inductor.lowering.checks import ERROR_BUFFER
 from ember.runtime.ir import symbolic
 
 
@@ -57,11 +56,6 @@ def wants_split(kernel: Kernel, facts: SizeFacts | None = None) -> bool:
     return choose_config(
         facts.hint(kernel.numel), facts.hint(kernel.reduction_numel),
         columns=column_bytes > 0, element_bytes=column_bytes or 4).split > 1
-
-
-#: the combining kernel's tile (XBLOCK rows x SBLOCK partial results) at most: 64 rows
-#: of 256 chunks, and fewer rows a program for more chunks
-FINAL_TILE = 64 * 256
 
 
 class SplitReductionWriter(KernelWriter):
@@ -144,10 +138,8 @@ class SplitReductionWriter(KernelWriter):
             workspace_numel=workspace_numel if isinstance(workspace_numel, int)
             else symbolic.format(workspace_numel),
         )
-        sblock = next_power_of_2(split)
-        final_xblock = min(64, next_power_of_2(self.facts.hint(k.numel)),
-                           max(1, FINAL_TILE // sblock))
-        final_constexprs = {"XBLOCK": final_xblock, "SBLOCK": sblock}
+        final_xblock = min(64, next_power_of_2(self.facts.hint(k.numel)))
+        final_constexprs = {"XBLOCK": final_xblock, "SBLOCK": next_power_of_2(split)}
         source = self.module_source([
             (partial.name, params, list(partial.constexprs), partial_lines),
             (fn_name, params, list(final_constexprs), self.lines),
