@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -53,7 +54,7 @@ def cpp_absorbs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _kernels(fn: object, inputs: list[torch.Tensor], backend: KernelBackend) -> list[str]:
-    steps = schedule(GraphLowering(trace(fn, inputs)).run(), backend)  # type: ignore[arg-type]
+    steps = schedule(GraphLowering(trace(fn, inputs)).run(), backend)
     return [format_schedule([s]) for s in steps if isinstance(s, KernelStep)]
 
 
@@ -186,3 +187,29 @@ def test_a_group_over_a_finer_shape_is_taken_in(backend: str) -> None:
     for got, want in zip(run(*inputs), rows_of_a_3d_gradient(*inputs), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
+
+
+@pytest.mark.parametrize("y_strides,taken", [((1024, 64, 1), True), ((64, 128, 1), False)])
+def test_not_when_an_index_would_keep_a_division(y_strides: tuple[int, ...],
+                                                 taken: bool) -> None:
+    """A [2, 16, 64] group read by a sum over [32] x [64] rows: as the sum's inner work its
+    variables are ``r0 // 16``, ``r0 % 16``, ``x0``. A load of a contiguous ``y`` folds
+    back to ``r0*64 + x0``; one of ``y`` in [16, 2, 64] storage would keep
+    ``(r0 // 16)*64 + (r0 % 16)*128 + x0``, so the group stays apart."""
+    from ember.inductor.absorb import absorbing
+    from ember.inductor.buffers import PointwiseBuffer, ReductionBuffer
+    from ember.inductor.kernel_group import KernelGroup
+    from ember.inductor.loop_ir import IndexExpr, add, mul
+
+    f32 = torch.float32
+
+    def product(b: Any, i: tuple[IndexExpr, ...]) -> str:
+        y = b.load("y", add(*(mul(v, s) for v, s in zip(i, y_strides))), f32)
+        g = b.load("g", add(mul(i[0], 1024), mul(i[1], 64), i[2]), f32)
+        return str(b.compute("mul", y, g))
+
+    node = PointwiseBuffer("p", f32, (2, 16, 64), product)
+    total = ReductionBuffer("s", f32, "sum", (32, 64), (0,), False,
+                            lambda b, i: b.load("p", add(mul(i[0], 64), i[1]), f32))
+    group = KernelGroup((2, 16, 64), (), [(node, lambda b, xs, rs: node.emit(b, xs))])
+    assert (absorbing(total, group, TritonBackend()) is not None) == taken

@@ -1,0 +1,72 @@
+"""Variants of Ember's CPU code measured against each other and torch.compile, in one
+process: training steps of quick-suite zoo models, timed round-robin.
+
+    OMP_NUM_THREADS=1 python tools/ab_cpu.py gpt,hf_bert,resnet [ROUNDS] [VARIANTS]
+
+Variants (comma-separated, default all): ``ember`` as it is; ``ember_absorb``: the C++
+backend taking a reduction's pointwise producer into it (``inductor/absorb.py``; the
+Triton backend does, the C++ one does not). Each model's steps (the bench's forward,
+backward and SGD step) are compiled and warmed up three times, then timed one after
+another ``ROUNDS`` times (default 40); the report gives each median in milliseconds.
+``torch.set_num_threads`` follows ``OMP_NUM_THREADS`` (default 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch
+import zoo
+from benchlib.runner import make_step
+from ember.inductor.codegen.cpp.backend import CppBackend
+from ember.runtime.config import patch
+
+VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
+    "ember": contextlib.nullcontext,
+    "ember_absorb": lambda: mock.patch.object(CppBackend, "absorbs_producers", True),
+}
+
+
+def main() -> None:
+    names = sys.argv[1].split(",")
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    chosen = sys.argv[3].split(",") if len(sys.argv) > 3 else list(VARIANTS)
+    unknown = set(chosen) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"unknown variants {sorted(unknown)}; known: {list(VARIANTS)}")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    for name in names:
+        model, inputs = zoo.get(name).make("cpu", torch.float32, "quick")
+        steps = {}
+        for label in chosen:
+            with VARIANTS[label](), patch(program_cache=False, capture_cache=False):
+                step = make_step("ember", copy.deepcopy(model), inputs, True, "inductor")
+                for _ in range(3):
+                    step()  # compiles the forward and the backward inside the variant
+            steps[label] = step
+        steps["torch"] = make_step("torch", copy.deepcopy(model), inputs, True, "inductor")
+        for _ in range(3):
+            steps["torch"]()
+        times: dict[str, list[float]] = {label: [] for label in steps}
+        for _ in range(rounds):
+            for label, step in steps.items():
+                start = time.perf_counter()
+                step()
+                times[label].append(time.perf_counter() - start)
+        print(name, "  ".join(f"{label} {statistics.median(ts) * 1000:.2f} ms"
+                              for label, ts in times.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
