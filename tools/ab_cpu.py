@@ -3,11 +3,11 @@ process: training steps of quick-suite zoo models, timed round-robin.
 
     OMP_NUM_THREADS=1 python tools/ab_cpu.py gpt,hf_bert,resnet [ROUNDS] [VARIANTS]
 
-Variants (comma-separated, default all): ``ember`` as it is; ``ember_absorb``: the C++
-backend taking a reduction's pointwise producer into it (``inductor/absorb.py``; the
-Triton backend does, the C++ one does not). Each model's steps (the bench's forward,
+Variants (comma-separated, default all): ``ember`` as it is; ``ember_no_absorb``: no
+reduction taking in the pointwise kernel it reads (``inductor/absorb.py``). Each model's steps (the bench's forward,
 backward and SGD step) are compiled and warmed up three times, then timed one after
-another ``ROUNDS`` times (default 40); the report gives each median in milliseconds.
+another ``ROUNDS`` times (default 40), the order rotated each round (the first step of a
+round runs slower); the report gives each median in milliseconds.
 ``torch.set_num_threads`` follows ``OMP_NUM_THREADS`` (default 1).
 """
 
@@ -34,7 +34,7 @@ from ember.runtime.config import patch
 
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember": contextlib.nullcontext,
-    "ember_absorb": lambda: mock.patch.object(CppBackend, "absorbs_producers", True),
+    "ember_no_absorb": lambda: mock.patch.object(CppBackend, "absorbs_producers", False),
 }
 
 
@@ -59,8 +59,11 @@ def main() -> None:
         for _ in range(3):
             steps["torch"]()
         times: dict[str, list[float]] = {label: [] for label in steps}
+        order = list(steps)
         for _ in range(rounds):
-            for label, step in steps.items():
+            order = order[1:] + order[:1]  # each takes each place in turn: the first
+            for label in order:            # step of a round runs slower
+                step = steps[label]
                 start = time.perf_counter()
                 step()
                 times[label].append(time.perf_counter() - start)

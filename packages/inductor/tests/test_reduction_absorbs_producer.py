@@ -3,9 +3,8 @@
 masked gradient before its bias gradient. The values are stored once and reduced in the
 same pass instead of being written by one kernel and read back by the next. Under
 Triton the reduction still splits over many programs: its partial programs store the
-values (``split_writer.splittable``). The Triton backend opts in
-(``KernelBackend.absorbs_producers``); the C++ one does not, and is made to here to
-check its code for such kernels too."""
+values (``split_writer.splittable``). A backend may opt out
+(``KernelBackend.absorbs_producers``); both built-in ones take part."""
 
 from __future__ import annotations
 
@@ -43,14 +42,8 @@ def relu_grad_channel_sums(g: torch.Tensor, h: torch.Tensor, y: torch.Tensor,
     return total, dot, masked * 3 - total * x - dot
 
 
-class AbsorbingCpp(CppBackend):
-    absorbs_producers = True
-
-
-@pytest.fixture
-def cpp_absorbs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The C++ backend compiles with absorption on (``compile_for`` uses the registry's)."""
-    monkeypatch.setattr(CppBackend, "absorbs_producers", True)
+class NonAbsorbingCpp(CppBackend):
+    absorbs_producers = False
 
 
 def _kernels(fn: object, inputs: list[torch.Tensor], backend: KernelBackend) -> list[str]:
@@ -63,15 +56,15 @@ def _inputs(rows: int) -> list[torch.Tensor]:
     return [torch.randn(rows, 64), torch.randn(rows, 64), torch.randn(64, 8)]
 
 
-@pytest.mark.parametrize("make", [AbsorbingCpp, TritonBackend])
+@pytest.mark.parametrize("make", [CppBackend, TritonBackend])
 def test_the_column_sum_stores_what_it_reads(make: type[KernelBackend]) -> None:
     (kernel,) = _kernels(masked_colsum, _inputs(8192), make())
     assert kernel.startswith("kernel0 [64] reduce [8192]: buf0 (pointwise), buf2 (sum)")
     assert "stores buf0, buf2" in kernel
 
 
-def test_the_cpp_backend_does_not_opt_in() -> None:
-    kernels = _kernels(masked_colsum, _inputs(8192), CppBackend())
+def test_a_backend_may_opt_out() -> None:
+    kernels = _kernels(masked_colsum, _inputs(8192), NonAbsorbingCpp())
     assert kernels[0].startswith("kernel0 [8192, 64]: buf0 (pointwise)"), kernels
 
 
@@ -82,7 +75,7 @@ def test_batch_norm_sums_take_in_the_relu_gradient(memory_format: torch.memory_f
     element the sums read (``loop_ir/inverse.py``)."""
     x = torch.randn(2, 16, 8, 8).contiguous(memory_format=memory_format)
     kernels = _kernels(relu_grad_channel_sums, [torch.randn_like(x) for _ in range(3)] + [x],
-                       AbsorbingCpp())
+                       CppBackend())
     assert kernels[0].startswith(
         "kernel0 [16] reduce [2, 8, 8]: buf0 (pointwise), buf1 (sum), buf2 (sum)"), kernels
     stores = kernels[0].split("stores ")[1]
@@ -92,7 +85,6 @@ def test_batch_norm_sums_take_in_the_relu_gradient(memory_format: torch.memory_f
         assert len(kernels) == 1 and stores == "buf1, buf2, buf3", kernels
 
 
-@pytest.mark.usefixtures("cpp_absorbs")
 def test_matches_eager(backend: str) -> None:
     inputs = _inputs(256)
     _, run = compile_for(masked_colsum, *inputs, backend=backend)
@@ -143,7 +135,7 @@ def test_it_does_not_take_in(case: str) -> None:
             other = torch.ops.aten.mm(masked, y.t())  # an extern after the group
             return other, (masked * other[:, :64]).sum(0)
     g, y = torch.randn(128, 64), torch.randn(128, 64)
-    kernels = _kernels(fn, [g, y], AbsorbingCpp())
+    kernels = _kernels(fn, [g, y], CppBackend())
     assert len(kernels) == 2 and "(pointwise)" not in kernels[-1], kernels
     _, run = compile_for(fn, g, y, backend="cpp")
     for got, want in zip(run(g, y), fn(g, y), strict=True):
@@ -174,7 +166,6 @@ def rows_of_a_3d_gradient(g: torch.Tensor, y: torch.Tensor, w: torch.Tensor
     return torch.ops.aten.mm(flat, w), flat.sum(0)
 
 
-@pytest.mark.usefixtures("cpp_absorbs")
 def test_a_group_over_a_finer_shape_is_taken_in(backend: str) -> None:
     """The group runs over [2, 16, 64], the sum over [32] x [64]: its variables become
     ``r0 // 16``, ``r0 % 16``, ``x0``, which its contiguous loads fold back to

@@ -4,10 +4,10 @@ ReLU's gradient before a batch norm's per-channel sums, a GELU's before its bias
 gradient: the pointwise group writes a buffer that the next reduction reads back in
 full. :func:`absorbing` rebuilds the group as the reduction's, its members as inner
 work: the values are stored once and reduced in the same pass. The scheduler asks for
-it when a reduction fits no group and its backend opts in
-(``KernelBackend.absorbs_producers``); the group's loop variables become the
-reduction's, through the same dims or a dense layout's inverse
-(:mod:`.loop_ir.inverse`).
+it when a reduction fits no group and its backend allows it
+(``KernelBackend.absorbs_producers``: both built-in ones, measured there). The group's
+loop variables become the reduction's, through the same dims or a dense layout's
+inverse (:mod:`.loop_ir.inverse`).
 """
 
 from __future__ import annotations

@@ -138,9 +138,12 @@ class KernelBackend(abc.ABC):
 
     #: whether a reduction that fits no kernel takes in the pointwise kernel producing
     #: what it reads (``inductor/absorb.py``): the values stored and reduced in one pass.
-    #: Default: no (the C++ loops: one thread's training steps of the quick zoo's gpt,
-    #: hf_bert and resnet ran 1-3% slower, the pointwise work in the reduction's loops)
-    absorbs_producers: bool = False
+    #: Measured, one process, training, bf16 on an H100 / fp32 on one CPU thread:
+    #: the zoo's resnet 23.51 against 23.70 ms (Triton;
+    #: ``tools/gpu/ab_matmul_choice.py resnet bfloat16 full ember,ember_no_absorb train``),
+    #: 70.2 and 69.7 against 76.6 and 73.9 ms (C++, quick suite; gpt and hf_bert within
+    #: 1%: ``OMP_NUM_THREADS=1 python tools/ab_cpu.py gpt,hf_bert,resnet 60``)
+    absorbs_producers: bool = True
 
     def can_fuse(self, group: Kernel, fused: Kernel) -> bool:
         """Whether the scheduler may grow the kernel ``group`` into ``fused`` (the same

@@ -53,12 +53,6 @@ class TritonBackend(KernelBackend):
     #: becomes several kernels, storing the values that cross (one row of activations
     #: each, microseconds on the H200).
     max_kernel_statements: int | None = 256
-    #: a reduction takes in its pointwise producer (``inductor/absorb.py``): the zoo's
-    #: resnet bf16 training step, one process on an H100, 23.51 ms against 23.70 without
-    #: (``tools/gpu/ab_matmul_choice.py resnet bfloat16 full ember,ember_no_absorb train``;
-    #: torchvision ResNet-18 lost 0.15 ms to its max pool's gather, since left out by
-    #: ``absorb.ABSORB_MAX_WORK``)
-    absorbs_producers = True
 
     def generate(self, kernel: Kernel) -> KernelSource:
         code = generate_triton_kernel(kernel)
