@@ -4,7 +4,8 @@ process: training steps of quick-suite zoo models, timed round-robin.
     OMP_NUM_THREADS=1 python tools/ab_cpu.py gpt,hf_bert,resnet [ROUNDS] [VARIANTS]
 
 Variants (comma-separated, default all): ``ember`` as it is; ``ember_no_absorb``: no
-reduction taking in the pointwise kernel it reads (``inductor/absorb.py``). Each model's steps (the bench's forward,
+reduction taking in the pointwise kernel it reads (``inductor/absorb.py``);
+``ember_absorb_all``: column reductions taking it in too (``CppBackend.can_absorb``). Each model's steps (the bench's forward,
 backward and SGD step) are compiled and warmed up three times, then timed one after
 another ``ROUNDS`` times (default 40), the order rotated each round (the first step of a
 round runs slower); the report gives each median in milliseconds.
@@ -34,7 +35,11 @@ from ember.runtime.config import patch
 
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember": contextlib.nullcontext,
-    "ember_no_absorb": lambda: mock.patch.object(CppBackend, "absorbs_producers", False),
+    "ember_no_absorb": lambda: mock.patch.object(CppBackend, "can_absorb",
+                                                 lambda self, fused: False),
+    # taking in everywhere, column reductions too
+    "ember_absorb_all": lambda: mock.patch.object(CppBackend, "can_absorb",
+                                                  lambda self, fused: True),
 }
 
 

@@ -3,8 +3,9 @@
 masked gradient before its bias gradient. The values are stored once and reduced in the
 same pass instead of being written by one kernel and read back by the next. Under
 Triton the reduction still splits over many programs: its partial programs store the
-values (``split_writer.splittable``). A backend may opt out
-(``KernelBackend.absorbs_producers``); both built-in ones take part."""
+values (``split_writer.splittable``). The backend may refuse
+(``KernelBackend.can_absorb``): C++ keeps column reductions apart, so the C++ cases
+here are per-channel sums over contiguous NCHW rows, or a backend that always takes in."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from ember.inductor.codegen.backend import KernelBackend
 from ember.inductor.codegen.cpp.backend import CppBackend
 from ember.inductor.codegen.triton.backend import TritonBackend
+from ember.inductor.loop_ir import Kernel
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.scheduler import KernelStep, format_schedule, schedule
 from helpers import compile_for, trace
@@ -42,8 +44,17 @@ def relu_grad_channel_sums(g: torch.Tensor, h: torch.Tensor, y: torch.Tensor,
     return total, dot, masked * 3 - total * x - dot
 
 
-class NonAbsorbingCpp(CppBackend):
-    absorbs_producers = False
+class AbsorbingCpp(CppBackend):
+    """C++ code for column reductions that took their producer in (correct, if slower)."""
+
+    def can_absorb(self, fused: Kernel) -> bool:
+        return True
+
+
+@pytest.fixture
+def cpp_absorbs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry's C++ backend (``compile_for``) takes in everywhere."""
+    monkeypatch.setattr(CppBackend, "can_absorb", lambda self, fused: True)
 
 
 def _kernels(fn: object, inputs: list[torch.Tensor], backend: KernelBackend) -> list[str]:
@@ -56,26 +67,31 @@ def _inputs(rows: int) -> list[torch.Tensor]:
     return [torch.randn(rows, 64), torch.randn(rows, 64), torch.randn(64, 8)]
 
 
-@pytest.mark.parametrize("make", [CppBackend, TritonBackend])
+@pytest.mark.parametrize("make", [AbsorbingCpp, TritonBackend])
 def test_the_column_sum_stores_what_it_reads(make: type[KernelBackend]) -> None:
     (kernel,) = _kernels(masked_colsum, _inputs(8192), make())
     assert kernel.startswith("kernel0 [64] reduce [8192]: buf0 (pointwise), buf2 (sum)")
     assert "stores buf0, buf2" in kernel
 
 
-def test_a_backend_may_opt_out() -> None:
-    kernels = _kernels(masked_colsum, _inputs(8192), NonAbsorbingCpp())
+def test_cpp_keeps_a_column_reduction_apart() -> None:
+    kernels = _kernels(masked_colsum, _inputs(8192), CppBackend())
     assert kernels[0].startswith("kernel0 [8192, 64]: buf0 (pointwise)"), kernels
 
 
-@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
-def test_batch_norm_sums_take_in_the_relu_gradient(memory_format: torch.memory_format) -> None:
+@pytest.mark.parametrize("memory_format,make", [
+    (torch.contiguous_format, CppBackend), (torch.channels_last, TritonBackend)])
+def test_batch_norm_sums_take_in_the_relu_gradient(memory_format: torch.memory_format,
+                                                   make: type[KernelBackend]) -> None:
     """NCHW: the group runs over the same dims as the sums. Channels-last: it runs over
     the storage order [N, H, W, C], and its variables become the coordinates of the
-    element the sums read (``loop_ir/inverse.py``)."""
+    element the sums read (``loop_ir/inverse.py``); C++ would run those sums as a column
+    reduction, so only Triton takes the group in."""
     x = torch.randn(2, 16, 8, 8).contiguous(memory_format=memory_format)
-    kernels = _kernels(relu_grad_channel_sums, [torch.randn_like(x) for _ in range(3)] + [x],
-                       CppBackend())
+    inputs = [torch.randn_like(x) for _ in range(3)] + [x]
+    if memory_format == torch.channels_last:
+        assert "(pointwise)" not in _kernels(relu_grad_channel_sums, inputs, CppBackend())[1]
+    kernels = _kernels(relu_grad_channel_sums, inputs, make())
     assert kernels[0].startswith(
         "kernel0 [16] reduce [2, 8, 8]: buf0 (pointwise), buf1 (sum), buf2 (sum)"), kernels
     stores = kernels[0].split("stores ")[1]
@@ -85,6 +101,7 @@ def test_batch_norm_sums_take_in_the_relu_gradient(memory_format: torch.memory_f
         assert len(kernels) == 1 and stores == "buf1, buf2, buf3", kernels
 
 
+@pytest.mark.usefixtures("cpp_absorbs")
 def test_matches_eager(backend: str) -> None:
     inputs = _inputs(256)
     _, run = compile_for(masked_colsum, *inputs, backend=backend)
@@ -166,6 +183,7 @@ def rows_of_a_3d_gradient(g: torch.Tensor, y: torch.Tensor, w: torch.Tensor
     return torch.ops.aten.mm(flat, w), flat.sum(0)
 
 
+@pytest.mark.usefixtures("cpp_absorbs")
 def test_a_group_over_a_finer_shape_is_taken_in(backend: str) -> None:
     """The group runs over [2, 16, 64], the sum over [32] x [64]: its variables become
     ``r0 // 16``, ``r0 % 16``, ``x0``, which its contiguous loads fold back to

@@ -102,11 +102,13 @@ kernel0 [] reduce [256, 512]: buf0 (sum), buf1 (sum); loads arg0; stores buf0, b
     ("total_and_centered", "triton"): """\
 kernel0 [] reduce [256, 512]: buf0 (sum); loads arg0; stores buf0
 kernel1 [] reduce [256, 512]: buf1 (sum); loads arg0, buf0; stores buf1""",
-    # the column sum takes in the pointwise kernel it reads (absorb.py): the masked
-    # gradient is stored for the matmul and summed in one pass
+    # under Triton the column sum takes in the pointwise kernel it reads (absorb.py): the
+    # masked gradient is stored for the matmul and summed in one pass; C++ keeps a column
+    # reduction apart (CppBackend.can_absorb)
     ("relu_grad_colsum", "cpp"): """\
-kernel0 [64] reduce [8192]: buf0 (pointwise), buf2 (sum); loads arg1, arg0; stores buf0, buf2
-extern aten::mm.default(arg2, buf0) -> buf1""",
+kernel0 [8192, 64]: buf0 (pointwise); loads arg1, arg0; stores buf0
+extern aten::mm.default(arg2, buf0) -> buf1
+kernel1 [64] reduce [8192]: buf2 (sum); loads buf0; stores buf2""",
     ("relu_grad_colsum", "triton"): """\
 kernel0 [64] reduce [8192]: buf0 (pointwise), buf2 (sum); loads arg1, arg0; stores buf0, buf2
 extern aten::mm.default(arg2, buf0) -> buf1""",

@@ -4,8 +4,8 @@ ReLU's gradient before a batch norm's per-channel sums, a GELU's before its bias
 gradient: the pointwise group writes a buffer that the next reduction reads back in
 full. :func:`absorbing` rebuilds the group as the reduction's, its members as inner
 work: the values are stored once and reduced in the same pass. The scheduler asks for
-it when a reduction fits no group and its backend allows it
-(``KernelBackend.absorbs_producers``: both built-in ones, measured there). The group's
+it when a reduction fits no group; the backend may refuse (``KernelBackend.can_absorb``:
+C++ keeps column reductions apart, measured there). The group's
 loop variables become the reduction's, through the same dims or a dense layout's
 inverse (:mod:`.loop_ir.inverse`).
 """
@@ -67,9 +67,10 @@ def absorbing(node: ReductionBuffer, group: KernelGroup | ExternCall,
             continue  # read at another index than written: no value to forward
         if _divided(b.stmts) > divisions:
             continue  # an index the layouts did not simplify: a // or % an element
-        if backend is not None and not backend.can_fuse(
-                group_kernel("trial", alone, tuple(alone_body.stmts)),
-                group_kernel("trial", candidate, tuple(b.stmts))):
+        fused = group_kernel("trial", candidate, tuple(b.stmts))
+        if backend is not None and not (backend.can_fuse(
+                group_kernel("trial", alone, tuple(alone_body.stmts)), fused)
+                and backend.can_absorb(fused)):
             return None
         return candidate
     return None

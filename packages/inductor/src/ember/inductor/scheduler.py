@@ -261,8 +261,7 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
                 break
             if placed:
                 break
-        if (not placed and isinstance(node, ReductionBuffer) and earliest < len(steps)
-                and backend is not None and backend.absorbs_producers):
+        if not placed and isinstance(node, ReductionBuffer) and earliest < len(steps):
             absorbed = absorb.absorbing(node, steps[earliest], backend)
             if absorbed is not None:
                 steps[earliest] = absorbed

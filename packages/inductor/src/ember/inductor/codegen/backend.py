@@ -136,15 +136,6 @@ class KernelBackend(abc.ABC):
     #: two kernels, at the cost of storing and re-reading the values that cross.
     max_kernel_statements: int | None = None
 
-    #: whether a reduction that fits no kernel takes in the pointwise kernel producing
-    #: what it reads (``inductor/absorb.py``): the values stored and reduced in one pass.
-    #: Measured, one process, training, bf16 on an H100 / fp32 on one CPU thread:
-    #: the zoo's resnet 23.51 against 23.70 ms (Triton;
-    #: ``tools/gpu/ab_matmul_choice.py resnet bfloat16 full ember,ember_no_absorb train``),
-    #: 70.2 and 69.7 against 76.6 and 73.9 ms (C++, quick suite; gpt and hf_bert within
-    #: 1%: ``OMP_NUM_THREADS=1 python tools/ab_cpu.py gpt,hf_bert,resnet 60``)
-    absorbs_producers: bool = True
-
     def can_fuse(self, group: Kernel, fused: Kernel) -> bool:
         """Whether the scheduler may grow the kernel ``group`` into ``fused`` (the same
         loop ranges, the body with one more node's work), as far as this backend is
@@ -160,6 +151,14 @@ class KernelBackend(abc.ABC):
         if limit is None:
             return True
         return len({s.buffer for s in fused.body if isinstance(s, (Load, Store))}) <= limit
+
+    def can_absorb(self, fused: Kernel) -> bool:
+        """Whether a reduction may take in the pointwise kernel producing what it reads
+        (``inductor/absorb.py``), ``fused`` being the reduction with that work inside;
+        asked after :meth:`can_fuse`. Default: yes. Measured with Triton on an H100
+        (training, bf16, one process): the zoo's resnet 23.51 against 23.70 ms without
+        (``tools/gpu/ab_matmul_choice.py resnet bfloat16 full ember,ember_no_absorb train``)."""
+        return True
 
     def supports_atomic_add(self, dtype: torch.dtype) -> bool:
         """Whether kernels can add values of ``dtype`` into a buffer at run-time indexes

@@ -33,7 +33,7 @@ from ember.inductor.codegen.cpp import ops
 from ember.inductor.codegen.cpp.accumulators import Accumulators
 from ember.inductor.codegen.cpp.loop_shapes import (
     above,
-    coefficient,
+    column_tiled,
     lanes_never_collide,
     linear_position,
     size_text,
@@ -320,17 +320,9 @@ class CppKernelWriter(Accumulators):
 
     # -- reductions along a non-contiguous dim: tile the innermost outer range ----------
     def wants_tiling(self) -> bool:
-        """Whether a reduction reads memory contiguous in the last outer variable but
-        strided in the reduction (``x.sum(0)``): then the kernel walks the reduction with
-        a tile of outer points in the innermost loop (see :meth:`body_tiled`)."""
-        k = self.kernel
-        if not k.is_reduction or not k.ranges or not above(k.ranges[-1].size, 3):
-            return False
-        xl, rl = k.ranges[-1], k.reduction_ranges[-1]
-        return any(
-            isinstance(s, Load) and coefficient(s.index, xl) == 1
-            and coefficient(s.index, rl) not in (None, 0, 1)
-            for s in k.body)
+        """:func:`.loop_shapes.column_tiled`: the kernel walks the reduction with a tile
+        of outer points in the innermost loop (see :meth:`body_tiled`)."""
+        return column_tiled(self.kernel)
 
     def body_tiled(self) -> None:
         """Like :meth:`body`, for ``TILE`` consecutive values of the last outer variable

@@ -10,6 +10,7 @@ from ember.inductor.loop_ir import (
     IndexExpr,
     Int,
     Kernel,
+    Load,
     Mul,
     Size,
     Store,
@@ -86,3 +87,16 @@ def linear_position(rvars: tuple[Var, ...]) -> str:
         text = size_text(inner) if isinstance(inner, int) else f"({size_text(inner)})"
         parts.append(f"{v.name}*{text}")
     return " + ".join(parts)
+
+
+def column_tiled(kernel: Kernel) -> bool:
+    """Whether a reduction reads memory contiguous in the last outer variable but strided
+    in the reduction (``x.sum(0)``): its C++ loops then walk the reduction with a tile of
+    outer points innermost (``CppKernelWriter.body_tiled``)."""
+    if not kernel.is_reduction or not kernel.ranges or not above(kernel.ranges[-1].size, 3):
+        return False
+    xl, rl = kernel.ranges[-1], kernel.reduction_ranges[-1]
+    return any(
+        isinstance(s, Load) and coefficient(s.index, xl) == 1
+        and coefficient(s.index, rl) not in (None, 0, 1)
+        for s in kernel.body)
