@@ -14,6 +14,8 @@
 #     SCRIPT_ARGS="tools/gpu/x.py args" bash tools/gpu/h200_all.sh script
 #     MATMUL_FAMILIES=gemm bash tools/gpu/h200_all.sh matmul  # one part (files named after it)
 #     bash tools/gpu/h200_all.sh optimizer  # tools/bench_optimizer.py: 100M-param AdamW step
+#     AB_MODELS=resnet,hf_bert AB_VARIANTS=ember,ember_no_absorb bash tools/gpu/h200_all.sh ab
+#                                         # ab_matmul_choice.py, training, model by model
 #     bash tools/gpu/h200_all.sh tests bench  # several modes, one after another, in one call
 # The machine has python3 with torch and triton but not Ember: the four packages are
 # put on PYTHONPATH.
@@ -21,7 +23,7 @@ set -o pipefail
 [ $# -eq 0 ] && set -- tests
 for mode in "$@"; do
     case "$mode" in
-    tests|bench|dynamic|generate|matmul|sweep|profile|profile_matmul|profile_generate|pytest|optimizer|script) ;;
+    tests|bench|dynamic|generate|matmul|sweep|profile|profile_matmul|profile_generate|pytest|optimizer|script|ab) ;;
     *) echo "h200_all.sh: unknown mode '$mode'" >&2; exit 2 ;;
     esac
 done
@@ -115,6 +117,14 @@ optimizer)
 script)
     # one script: SCRIPT_ARGS="tools/gpu/debug_rerecord.py runner"
     timeout "${BENCH_TIMEOUT:-300}" python3 ${SCRIPT_ARGS:-} 2>&1 | tee -a "$OUT/script.log" | tail -60
+    ;;
+ab)
+    # ab_matmul_choice.py's variants, training, on several models, each in its own
+    # process: AB_MODELS=resnet,hf_bert AB_VARIANTS=ember,ember_no_absorb
+    for model in $(echo "${AB_MODELS:-resnet,tv_resnet18,hf_gpt2,hf_bert,hf_llama}" | tr , ' '); do
+        timeout "${AB_TIMEOUT:-150}" python3 tools/gpu/ab_matmul_choice.py "$model" bfloat16 full \
+            "${AB_VARIANTS:-ember,ember_no_absorb}" train 2>&1 | tee -a "$OUT/ab.log" | tail -4
+    done
     ;;
 esac
 }
