@@ -66,7 +66,7 @@ def test_an_indexed_cuda_device_takes_the_cxx_call_only_while_current() -> None:
         calls.append("fast")
         return torch.empty_strided(sizes, strides, dtype=dtype)
 
-    other: Any = lambda sizes, strides, dtype: calls.append("other")
+    other: Any = lambda sizes, strides, dtype: calls.append("other")  # noqa: E731
     with mock.patch.object(wrapper_support, "raw_current_device", lambda: lambda: current[0]):
         on_index = wrapper_support._while_current(fast, 1, other)
     assert on_index is not None

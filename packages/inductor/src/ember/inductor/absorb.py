@@ -12,7 +12,7 @@ inverse (:mod:`.loop_ir.inverse`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from ember.inductor.buffers import (
     ExternCall,
@@ -22,7 +22,14 @@ from ember.inductor.buffers import (
     loop_vars,
 )
 from ember.inductor.codegen.backend import KernelBackend
-from ember.inductor.kernel_group import Emit, KernelGroup, group_kernel, natural
+from ember.inductor.kernel_group import (
+    Emit,
+    IndexMap,
+    KernelGroup,
+    group_kernel,
+    natural,
+    placed,
+)
 from ember.inductor.loop_ir import IndexExpr, Load, Stmt, Store, Var, is_affine, substitute
 from ember.inductor.loop_ir.inverse import coordinates, dense_strides
 from ember.inductor.lowering.builder import BodyBuilder
@@ -60,7 +67,7 @@ def absorbing(node: ReductionBuffer, group: KernelGroup | ExternCall,
     alone_body, group_body = alone.build()[0], group.build()[0]
     divisions = _divided(alone_body.stmts) + _divided(group_body.stmts)
     for index in _absorbed_indexes(node, group, alone_body, group_body):
-        members: list[tuple[LoopNode, Emit]] = [(m, _placed(m, index)) for m in pointwise]
+        members: list[tuple[LoopNode, Emit]] = [(m, placed(m, index)) for m in pointwise]
         candidate = KernelGroup(outer, red, [*members, (node, emit)])
         b = candidate.build()[0]
         if any(buf in candidate.stored for buf, _ in b.external_loads):
@@ -74,15 +81,6 @@ def absorbing(node: ReductionBuffer, group: KernelGroup | ExternCall,
             return None
         return candidate
     return None
-
-
-IndexMap = Callable[[Sequence[IndexExpr], Sequence[IndexExpr]], list[IndexExpr]]
-
-
-def _placed(node: PointwiseBuffer, index: IndexMap) -> Emit:
-    def emit(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
-        node.emit(b, index(xs, rs))
-    return emit
 
 
 def _divided(stmts: Sequence[Stmt]) -> int:

@@ -63,14 +63,24 @@ def natural(node: LoopNode) -> tuple[tuple[int, ...], tuple[int, ...], Emit]:
     return node.sizes, (), lambda b, xs, rs: node.emit(b, xs)
 
 
-def inner_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Emit:
+#: a pointwise node's index in a group's loops, from the group's (xs, rs)
+IndexMap = Callable[[Sequence[IndexExpr], Sequence[IndexExpr]], list[IndexExpr]]
+
+
+def placed(node: PointwiseBuffer, index: IndexMap) -> Emit:
+    """``node``'s work in a group's loops, at ``index(xs, rs)``."""
     def emit(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
-        node.emit(b, reduction.full_index(xs, rs))
+        node.emit(b, index(xs, rs))
     return emit
 
 
+def inner_placement(node: PointwiseBuffer, reduction: ReductionBuffer) -> Emit:
+    """``node`` as inner work of ``reduction``'s group, over its full index."""
+    return placed(node, reduction.full_index)
+
+
 def group_kernel(name: str, group: KernelGroup, body: tuple[Stmt, ...],
-                  buffers: tuple[Buffer, ...] = (), origins: tuple[str, ...] = ()) -> Kernel:
+                 buffers: tuple[Buffer, ...] = (), origins: tuple[str, ...] = ()) -> Kernel:
     """The kernel of ``group`` with ``body``: its loop variables are the group's."""
     return Kernel(name,
                   ranges=tuple(v for v in loop_vars(group.outer, "x") if isinstance(v, Var)),
@@ -79,4 +89,5 @@ def group_kernel(name: str, group: KernelGroup, body: tuple[Stmt, ...],
                   body=body, buffers=buffers, origins=origins, template=group.template)
 
 
-__all__ = ["Emit", "KernelGroup", "group_kernel", "inner_placement", "natural"]
+__all__ = ["Emit", "IndexMap", "KernelGroup", "group_kernel", "inner_placement", "natural",
+           "placed"]
