@@ -10,8 +10,9 @@ variances, Ember with the GPU's in two passes, not the one-pass ``m2``
 ("ember_variance_two_pass"), or with m2's per-element division ("ember_m2_divide"); for
 reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_absorb")
 and with no store inside a split reduction ("ember_split_no_stores"); for the partitioner,
-Ember saving every forward value its backward reads ("ember_save_everything") and saving,
-not recomputing, the values a backward matmul or convolution reads ("ember_save_mm_inputs").
+Ember saving every forward value its backward reads ("ember_save_everything") and letting
+the min cut recompute what a backward matmul or convolution reads
+("ember_recompute_mm_inputs": ``aot.save_matmul_inputs`` off).
 Prints each
 variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
@@ -99,44 +100,15 @@ def _split_without_stores() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _save_everything() -> Iterator[None]:
+def _aot_config(**changes: object) -> Iterator[None]:
+    """The partitioner run with ``changes`` to its ``AotConfig``."""
     real = mincut.partition
 
     def partition(graph, n_forward_outputs, n_tangents, config):  # type: ignore[no-untyped-def]
-        config = dataclasses.replace(config, save_everything=True)
-        return real(graph, n_forward_outputs, n_tangents, config)
+        return real(graph, n_forward_outputs, n_tangents,
+                    dataclasses.replace(config, **changes))
 
     with mock.patch.object(aot_pipeline, "partition", partition):
-        yield
-
-
-_BACKWARD_HEAVY = ("aten::convolution_backward", "aten::mm", "aten::bmm", "aten::addmm")
-
-
-@contextlib.contextmanager
-def _save_mm_inputs() -> Iterator[None]:
-    """The min cut with every forward value that a backward matmul or convolution reads
-    tied to the forward (saved): no BN+ReLU recomputed for a convolution's backward."""
-    real_partition, real_recomputable = mincut.partition, mincut.is_recomputable
-    keep: set[str] = set()
-
-    def partition(graph, n_forward_outputs, n_tangents, config):  # type: ignore[no-untyped-def]
-        placeholders = graph.placeholders
-        tangent = {p.name for p in placeholders[len(placeholders) - n_tangents:]}
-        for n in graph.nodes:
-            if n.name in tangent or any(r.node in tangent for r in n.inputs()):
-                tangent.add(n.name)
-        keep.clear()
-        keep.update(r.node for n in graph.nodes
-                    if n.name in tangent and n.target.startswith(_BACKWARD_HEAVY)
-                    for r in n.inputs() if r.node not in tangent)
-        return real_partition(graph, n_forward_outputs, n_tangents, config)
-
-    def recomputable(node, *args):  # type: ignore[no-untyped-def]
-        return node.name not in keep and real_recomputable(node, *args)
-
-    with mock.patch.object(aot_pipeline, "partition", partition), \
-            mock.patch.object(mincut, "is_recomputable", recomputable):
         yield
 
 
@@ -170,8 +142,8 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # ... nor may a split reduction store values from its partial programs
     "ember_split_no_stores": _split_without_stores,
     # the partitioner saving every value the backward reads, or the matmul/conv inputs
-    "ember_save_everything": _save_everything,
-    "ember_save_mm_inputs": _save_mm_inputs,
+    "ember_save_everything": lambda: _aot_config(save_everything=True),
+    "ember_recompute_mm_inputs": lambda: _aot_config(save_matmul_inputs=False),
 }
 
 

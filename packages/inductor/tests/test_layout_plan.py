@@ -142,7 +142,9 @@ def test_saved_tensors_are_stored_channels_last_by_their_producers(
         assert strides == tuple(meta.strides), (spec.target, strides, meta)
         assert isinstance(out, TensorArg) and out.buffer in conv_results | conv_inputs
         n_checked += 1
-    assert n_checked == 7  # 3 convolutions' results, the image, 3 weights
+    # 3 convolutions' results, the image, 3 weights, and the first ReLU (the second
+    # convolution's input, saved for its weight's gradient: aot.save_matmul_inputs)
+    assert n_checked == 8
 
 
 def test_training_matches_eager_with_eager_strides_for_the_caller() -> None:

@@ -8,6 +8,10 @@ option                             meaning                                     d
 =================================  ==========================================  =========
 ``aot.save_everything``            save every forward value the backward       ``False``
                                    reads (no recomputation), for comparison
+``aot.save_matmul_inputs``         save a value that a backward matmul or      ``True``
+                                   convolution reads when a forward one
+                                   wrote it (else the min cut may recompute
+                                   it: a second write and read)
 ``aot.recompute_reduction_limit``  reductions over more input elements than    ``4096``
                                    this are saved, never recomputed (an int
                                    >= 0; 0: every reduction is saved)
@@ -28,6 +32,7 @@ from ember.runtime.stages import PRE_GRAD_PASSES, PreGradPass
 
 AOT_OPTIONS: dict[str, tuple[type, ...]] = {
     "aot.save_everything": (bool,),
+    "aot.save_matmul_inputs": (bool,),
     "aot.recompute_reduction_limit": (int,),
     "aot.decompose": (bool,),
     "aot.training": (bool, type(None)),
@@ -35,12 +40,15 @@ AOT_OPTIONS: dict[str, tuple[type, ...]] = {
 """The options above, with the types their values may have (checked by
 ``ember.frontend.compile``)."""
 
+_NAMES = tuple(key.removeprefix("aot.") for key in AOT_OPTIONS)
+
 
 @dataclass(frozen=True)
 class AotConfig:
     """Settings of one aot run."""
 
     save_everything: bool = False
+    save_matmul_inputs: bool = True
     recompute_reduction_limit: int = 4096
     decompose: bool = True
     training: bool | None = None
@@ -57,7 +65,7 @@ class AotConfig:
         Raises:
             ValueError: naming the option, its value and what it accepts.
         """
-        for name in ("save_everything", "recompute_reduction_limit", "decompose", "training"):
+        for name in _NAMES:
             value = getattr(self, name)
             types = AOT_OPTIONS[f"aot.{name}"]
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
@@ -77,7 +85,7 @@ class AotConfig:
             ValueError: for an unknown ``aot.*`` option, or a value it does not accept
                 (:meth:`__post_init__`).
         """
-        known = {"save_everything", "recompute_reduction_limit", "decompose", "training"}
+        known = set(_NAMES)
         values: dict[str, Any] = {}
         for key, value in options.items():
             if not key.startswith("aot."):

@@ -15,7 +15,7 @@ import contextlib
 from typing import Any
 
 import torch
-from ember.runtime.executor import Executor, ExecutorFactory
+from ember.runtime.executor import CONSUME, Executor, ExecutorFactory
 from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, ValueRef
 from ember.runtime.ir.contracts import AotMetadata
 
@@ -161,20 +161,33 @@ class CompiledFunction(torch.autograd.Function):
         return _first_order_only(ctx, result)
 
 
+def _saved_values(ctx: Any) -> list[Any]:
+    """The values the forward saved, tensors and others, in the backward graph's order."""
+    tensors = iter(ctx.saved_tensors)
+    others = iter(ctx.saved_others)
+    return [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]
+
+
 def _run_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
     """Run the backward executor on the saved values and the incoming gradients."""
     runner: TrainingRunner = ctx.runner
     if ctx.cuda_graph_hold is not None:
         ctx.cuda_graph_hold.check()
-    tensors = iter(ctx.saved_tensors)
-    others = iter(ctx.saved_others)
-    saved = [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]
     incoming = [grads[i] for i in runner.differentiable]
     missing = {j for j, g in enumerate(incoming) if g is None}
-    tangents = [_contiguous_like_forward(g) if g is not None
-                else _zeros(ctx.tangent_meta[j]) for j, g in enumerate(incoming)]
+    args = _saved_values(ctx)
+    args += [_contiguous_like_forward(g) if g is not None
+             else _zeros(ctx.tangent_meta[j]) for j, g in enumerate(incoming)]
+    # NOTE: from here ``args`` holds the only references this frame has to the saved
+    # activations; a compiled backward empties it and frees each at its last use, so
+    # the backward's peak does not hold every activation to its end (as torch's own)
+    from ember.runtime.compiled._torch import release_saved_tensors  # (a cycle at import)
+
+    release_saved_tensors(ctx)
+    executor = runner.backward
+    consume = getattr(executor, CONSUME, None)
     with _autocast_off():
-        grad_values = runner.backward(saved + tangents)
+        grad_values = executor(args) if consume is None else consume(args)
     result: list[Any] = [None] * runner.n_inputs
     deps = runner.tangent_dependencies if missing else None
     for k, (position, g) in enumerate(zip(runner.grad_positions, grad_values)):

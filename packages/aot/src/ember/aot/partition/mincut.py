@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ember.aot.config import AotConfig
+from ember.aot.partition.extern_reads import SAVED_FOR_EXTERN, read_by_both
 from ember.aot.partition.maxflow import INFINITE, FlowNetwork
 from ember.aot.partition.recompute_rules import is_reduction, recompute_kind
 from ember.aot.partition.report import SAVED_INPUT, format_partition
@@ -147,12 +148,18 @@ def partition(graph: Graph, n_forward_outputs: int, n_tangents: int,
     fw_required = _ancestors(nodes, _refs(fw_outputs))
     bw_required = _ancestors(nodes, _refs(bw_outputs))
 
+    pinned = read_by_both(nodes, tangent_dependent, fw_required, COMPUTE_BOUND_OPS) \
+        if config.save_matmul_inputs and not config.save_everything else set()
+    recompute_costs: dict[str, int] = {}
+    for r in pinned:  # recomputing writes the value again and reads it back
+        cost = 2 * hint(value_bytes(_result_meta(meta, r)), graph.symbols)
+        recompute_costs[r.node] = recompute_costs.get(r.node, 0) + cost
     if config.save_everything:
         backward_side = {n for n in bw_required if n in tangent_dependent}
     else:
         backward_side = _min_cut_backward_side(
             graph, nodes, meta, tangent_dependent, fw_required, bw_required, bw_outputs,
-            config)
+            config, recompute_costs)
     saved = _saved_values(graph, backward_side, bw_required, bw_outputs)
     forward = _forward_graph(graph, fw_outputs, saved, tangents)
     backward = _backward_graph(graph, meta, bw_outputs, saved, backward_side, tangents)
@@ -163,13 +170,13 @@ def partition(graph: Graph, n_forward_outputs: int, n_tangents: int,
     saved_bytes = total(value_bytes(_result_meta(meta, r)) for r in saved)
     if "partition" in TOPICS:  # NOTE: runtimes before the topic have no such channel
         log("partition", lambda: _report(graph, nodes, meta, saved, sorted(recomputed),
-                                         saved_bytes, config))
+                                         saved_bytes, config, pinned))
     return Partition(forward, backward, saved, saved_bytes, sorted(recomputed))
 
 
 def _report(graph: Graph, nodes: Mapping[str, Node], meta: Mapping[str, object],
             saved: list[ValueRef], recomputed: list[str], saved_bytes: SymInt,
-            config: AotConfig) -> str:
+            config: AotConfig, pinned: set[ValueRef]) -> str:
     order = {n.name: i for i, n in enumerate(graph.nodes)}
     recomputed = sorted(recomputed, key=order.__getitem__)  # graph order
     refs = saved + [ValueRef(n) for n in recomputed]
@@ -177,6 +184,10 @@ def _report(graph: Graph, nodes: Mapping[str, Node], meta: Mapping[str, object],
     why = {r.node: reason for r in saved if r.node in nodes
            for reason in [not_recomputable(nodes[r.node], meta, config, graph.symbols)]
            if reason is not None}
+    why.update((r.node if r.index is None else f"{r.node}[{r.index}]", SAVED_FOR_EXTERN)
+               for r in saved if r in pinned and r.node not in why)
+    if config.save_everything:
+        why.update((r.node, "aot.save_everything") for r in saved if r.node not in why)
     return format_partition(saved, recomputed, nodes, value_meta, saved_bytes, why,
                             graph.symbols, {r: value_bytes(m) for r, m in value_meta.items()})
 
@@ -227,10 +238,12 @@ def written_by(nodes: Iterable[Node]) -> dict[str, str]:
 def _min_cut_backward_side(
     graph: Graph, nodes: dict[str, Node], meta: Mapping[str, object],
     tangent_dependent: set[str], fw_required: set[str], bw_required: set[str],
-    bw_outputs: tuple[Argument, ...], config: AotConfig,
+    bw_outputs: tuple[Argument, ...], config: AotConfig, recompute_costs: dict[str, int],
 ) -> set[str]:
     """The nodes the backward graph computes: those that depend on a tangent, plus
-    those on the sink side of the minimum cut (recomputed).
+    those on the sink side of the minimum cut (recomputed). Recomputing a node of
+    ``recompute_costs`` costs that many bytes more than its saved bytes
+    (:mod:`ember.aot.partition.extern_reads`).
 
     Vertices: ``(node, "in")`` (the node runs on the source side: in forward) and, per
     result ``r`` of the node, ``(r, "out")``; ``(node, "in") -> (r, "out")`` costs the
@@ -265,6 +278,8 @@ def _min_cut_backward_side(
         if (node.op == "placeholder" or written_in_forward
                 or not is_recomputable(node, meta, config, symbols)):
             net.add_edge(source, (name, "in"), INFINITE)
+        elif name in recompute_costs:
+            net.add_edge(source, (name, "in"), recompute_costs[name])
         for r in node.inputs():
             net.add_edge((r, "out"), (name, "in"), INFINITE)
     for r in _refs(bw_outputs):

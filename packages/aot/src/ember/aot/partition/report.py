@@ -45,8 +45,9 @@ def format_partition(saved: list[ValueRef], recomputed: list[str], nodes: Mappin
                      why_saved: Mapping[str, str], symbols: Mapping[str, SymbolRange],
                      bytes_of: Mapping[ValueRef, SymInt]) -> str:
     """The table (see the module doc). ``value_meta``/``bytes_of``: each saved or
-    recomputed value's meta and bytes; ``why_saved``: node name -> reason for the saved
-    values whose node is not recomputable (others: :data:`SAVED_BY_CUT`)."""
+    recomputed value's meta and bytes; ``why_saved``: node name (or ``name[i]``, one
+    result of a node) -> reason for the saved values the cut did not choose (others:
+    :data:`SAVED_BY_CUT`)."""
     total = hint(saved_bytes, symbols)
     symbolic = "" if isinstance(saved_bytes, int) else f"{saved_bytes} bytes: "
     head = (f"partition: {len(saved)} value{'s' if len(saved) != 1 else ''} saved for the "
@@ -59,7 +60,7 @@ def format_partition(saved: list[ValueRef], recomputed: list[str], nodes: Mappin
         op = "input" if node is None or node.op == "placeholder" else node.target
         rows.append(("saved", name, _type_text(value_meta.get(ref)),
                      _bytes_text(hint(bytes_of.get(ref, 0), symbols)), op,
-                     why_saved.get(ref.node, SAVED_BY_CUT)))
+                     why_saved.get(name, why_saved.get(ref.node, SAVED_BY_CUT))))
     for name in recomputed:
         ref = ValueRef(name)
         node = nodes.get(name)

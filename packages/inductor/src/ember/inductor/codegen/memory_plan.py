@@ -13,7 +13,11 @@ after the step that last reads it. This module decides, before the wrapper is wr
   page faults there); an extern matmul on the CPU writes through ``out=`` into dead memory
   of its exact layout;
 - **free**: every other dead intermediate is ``del``-ed after its last use, so the
-  allocator can hand its memory to any size (graph inputs stay: the caller holds them).
+  allocator can hand its memory to any size. So is a graph input the wrapper no longer
+  reads (not returned, not written): the wrapper empties the list it is called with,
+  and a caller that hands its list over (a backward graph's saved activations,
+  ``ember.runtime.autograd``) lets each input's memory go at that point; where the
+  caller keeps its own references the ``del`` frees nothing.
 
 Bytes are counted at the size hints (``loop_ir.symbolic_index.hint``); inputs and constants
 are the caller's and count as zero. :class:`MemoryReport` is the live-bytes table: per step,
@@ -199,6 +203,18 @@ class MemoryPlanner:
                                                device)
         self.into_inputs = {w.buffer: w.input for w in self.input_writes
                             if w.reason is None and w.buffer and w.buffer != w.input}
+        self.released_inputs = self._released_inputs()
+
+    def _released_inputs(self) -> dict[str, int]:
+        """Graph inputs the wrapper drops after their last read: input -> that step.
+        Returned inputs, inputs a step writes and mutated inputs (the runtime copies
+        their new value back, or a kernel stores it in their memory) are kept."""
+        low = self.lowered
+        kept = set(low.output_buffers) | {m.input for m in low.mutated_inputs} \
+            | {w.input for w in self.input_writes} | set(self.into_inputs.values())
+        return {inp.name: self.last[inp.name] for inp in low.inputs
+                if inp.name in self.last and inp.name not in kept
+                and inp.name not in self.first}
 
     def _last_uses(self) -> dict[str, int]:
         last: dict[str, int] = {}
@@ -339,6 +355,7 @@ class MemoryPlanner:
                     pool.setdefault(_key(info), []).append(name)
                 elif name not in taken:
                     plan.frees.append(name)
+            plan.frees.extend(sorted(x for x, at in self.released_inputs.items() if at == i))
         dead_donors = {x for names in pool.values() for x in names}
         for i in range(n):  # donors nobody took are freed where they died
             plans[i].frees.extend(sorted(x for x in dead_donors if self.last[x] == i))

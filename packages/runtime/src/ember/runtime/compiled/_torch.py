@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["fast_empty_strided", "metadata_checker", "raw_current_device", "view_base"]
+__all__ = ["fast_empty_strided", "metadata_checker", "raw_current_device",
+           "release_saved_tensors", "view_base"]
 
 
 def metadata_checker(tensors: Sequence[torch.Tensor]) -> Callable[..., bool] | None:
@@ -86,3 +87,14 @@ def fast_empty_strided(device: str) -> Callable[..., torch.Tensor] | None:
         return None
     alloc = getattr(guards, name, None)
     return alloc if callable(alloc) else None
+
+
+def release_saved_tensors(ctx: Any) -> None:
+    """Drop the references an autograd ``Function``'s node holds to the tensors its
+    forward saved (``ctx.save_for_backward``), inside its ``backward``, unless the graph
+    is kept (``retain_graph=True``): torch's ``maybe_clear_saved_tensors``, which its
+    own compiled backward calls. Until then the node keeps every saved activation alive
+    to the end of the backward. A torch without it keeps them (no error)."""
+    clear = getattr(ctx, "maybe_clear_saved_tensors", None)
+    if clear is not None:
+        clear()

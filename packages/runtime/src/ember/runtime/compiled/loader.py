@@ -14,6 +14,7 @@ from ember.runtime.compiled._torch import raw_current_device
 from ember.runtime.compiled.code_cache import wrapper_code
 from ember.runtime.compiled.wrapper_support import make_namespace
 from ember.runtime.config import config
+from ember.runtime.executor import CONSUME
 from ember.runtime.ir import IRFormatError, Program, VerificationError
 from ember.runtime.ir.contracts import CompiledGraphEntry, CompiledMetadata
 from ember.runtime.ir.effects import check_may_run_code
@@ -114,16 +115,16 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
     if not callable(call):
         raise IRFormatError(f"compiled graph {graph_name!r}: wrapper defines no call()")
 
-    def run(inputs: list[Any]) -> list[Any]:
+    def invoke(args: list[Any]) -> list[Any]:
         # NOTE: generated kernels are opaque to autograd; a compiled graph is never
         # differentiated itself (training runs its backward graph, ember.runtime.autograd),
         # so extern calls must not record a partial autograd graph either. (Inference
         # callers are already under no_grad: entering it again costs ~2 us a call.)
         try:
             if not torch.is_grad_enabled():
-                return list(call(list(inputs)))
+                return list(call(args))
             with torch.no_grad():
-                return list(call(list(inputs)))
+                return list(call(args))
         except NameError as e:
             if e.name is None or e.name in namespace:
                 raise
@@ -133,7 +134,14 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
                 "program does not define (a kernel or constant missing from its "
                 "metadata)") from e
 
-    return on_device(entry.device, run)
+    def run(inputs: list[Any]) -> list[Any]:
+        return invoke(list(inputs))  # the wrapper empties the list it is given
+
+    executor = on_device(entry.device, run)
+    # the caller hands its list over: the wrapper empties it and frees each input after
+    # its last use (the backward's saved activations: ember.runtime.autograd)
+    setattr(executor, CONSUME, on_device(entry.device, invoke))
+    return executor
 
 
 def on_device(device: torch.device, run: Callable[[list[Any]], list[Any]]

@@ -1,0 +1,100 @@
+"""``aot.save_matmul_inputs``: a forward value that a backward matmul or convolution
+reads, and that a forward matmul or convolution already wrote to memory, is saved rather
+than recomputed (recomputing it would write it and read it back a second time)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from aot_capture import capture, compile_fn
+from ember.aot.config import AotConfig
+from ember.aot.partition.extern_reads import SAVED_FOR_EXTERN
+from ember.aot.pipeline import aot_compile
+from ember.runtime.config import patch
+
+
+def _conv_bn_relu_conv(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
+                       gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    y = torch.nn.functional.conv2d(x, w1)
+    y = torch.nn.functional.batch_norm(y, None, None, gamma, beta, training=True)
+    return torch.nn.functional.conv2d(torch.relu(y), w2).sum()
+
+
+def _norm_linear_tanh_linear(x: torch.Tensor, w1: torch.Tensor,
+                             w2: torch.Tensor) -> torch.Tensor:
+    h = torch.nn.functional.layer_norm(x, (16,))
+    return (torch.tanh(h @ w1) @ w2).sum()
+
+
+def _inputs(kind: str) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    if kind == "conv":
+        return (torch.randn(2, 3, 10, 10, requires_grad=True),
+                torch.randn(4, 3, 3, 3, requires_grad=True),
+                torch.randn(4, 4, 3, 3, requires_grad=True),
+                torch.ones(4, requires_grad=True), torch.zeros(4, requires_grad=True))
+    return (torch.randn(8, 16, requires_grad=True), torch.randn(16, 32, requires_grad=True),
+            torch.randn(32, 4, requires_grad=True))
+
+
+FUNCTIONS = {"conv": _conv_bn_relu_conv, "linear": _norm_linear_tanh_linear}
+
+
+def _partition(kind: str, save: bool,
+               capsys: pytest.CaptureFixture[str]) -> tuple[list[str], list[str], list[str]]:
+    """(saved value names, recomputed value names, log lines)."""
+    program = capture(FUNCTIONS[kind], *_inputs(kind))
+    capsys.readouterr()
+    with patch(logs=frozenset({"partition"})), torch.enable_grad():
+        aot_compile(program, AotConfig(training=True, save_matmul_inputs=save))
+    lines = capsys.readouterr().err.splitlines()
+    saved = [line.split()[1] for line in lines if line.startswith("  saved ")]
+    recomputed = [line.split()[1] for line in lines if line.startswith("  recomputed ")]
+    return saved, recomputed, lines
+
+
+def test_the_relu_a_convolution_reads_is_saved(capsys: pytest.CaptureFixture[str]) -> None:
+    saved, recomputed, lines = _partition("conv", True, capsys)
+    assert "relu" in saved and "relu" not in recomputed, lines
+    assert any(line.split()[1] == "relu" and line.endswith(SAVED_FOR_EXTERN)
+               for line in lines if line.startswith("  saved ")), lines
+    # the batch norm's own pointwise work is still recomputed from the saved convolution
+    assert "convolution" in saved and recomputed, lines
+
+
+def test_without_the_option_the_cut_recomputes_it(capsys: pytest.CaptureFixture[str]) -> None:
+    saved, recomputed, lines = _partition("conv", False, capsys)
+    assert "relu" in recomputed and "relu" not in saved, lines
+    assert not any(line.endswith(SAVED_FOR_EXTERN) for line in lines)
+
+
+def test_linear_inputs_are_saved_not_weight_views(capsys: pytest.CaptureFixture[str]) -> None:
+    saved, recomputed, lines = _partition("linear", True, capsys)
+    # the layer norm's output (the first matmul's input) and the tanh (the second's)
+    assert "native_layer_norm[0]" in saved and "tanh" in saved, lines
+    # the weights' transposes are views of inputs: free to recompute, never pinned
+    assert not any(name.startswith("permute") for name in saved), lines
+    before, _, _ = _partition("linear", False, capsys)
+    assert "native_layer_norm[0]" not in before and "tanh" not in before
+
+
+@pytest.mark.parametrize("kind", list(FUNCTIONS))
+def test_gradients_match_eager(kind: str) -> None:
+    expected_inputs = _inputs(kind)
+    FUNCTIONS[kind](*expected_inputs).backward()
+    for save in (True, False):
+        inputs = _inputs(kind)
+        with torch.enable_grad():
+            _, run = compile_fn(FUNCTIONS[kind], *inputs,
+                                config=AotConfig(training=True, save_matmul_inputs=save))
+            (out,) = run(list(inputs))
+            out.backward()
+        for got, want in zip(inputs, expected_inputs, strict=True):
+            assert got.grad is not None and want.grad is not None
+            torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_the_option_takes_a_bool() -> None:
+    with pytest.raises(ValueError, match=r"option 'aot.save_matmul_inputs'=1: expected bool"):
+        AotConfig.from_options({"aot.save_matmul_inputs": 1})
+    assert not AotConfig.from_options({"aot.save_matmul_inputs": False}).save_matmul_inputs
