@@ -12,8 +12,7 @@ reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_a
 and with no store inside a split reduction ("ember_split_no_stores"); for the partitioner,
 Ember saving every forward value its backward reads ("ember_save_everything") and letting
 the min cut recompute what a backward matmul or convolution reads
-("ember_recompute_mm_inputs": ``aot.save_matmul_inputs`` off), and with every saved
-activation held to the end of the backward ("ember_keep_saved").
+("ember_recompute_mm_inputs": ``aot.save_matmul_inputs`` off).
 Prints each
 variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
@@ -54,7 +53,6 @@ from ember.inductor.loop_ir import Reduce, Store, reduction_phases
 from ember.inductor.loop_ir import index as loop_index
 from ember.inductor.lowering import matmul_template, reductions
 from ember.inductor.lowering.pooling import covering, max_pool
-from ember.runtime.compiled import _torch as compiled_torch
 from ember.runtime.config import patch
 from triton.testing import do_bench
 
@@ -146,9 +144,6 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # the partitioner saving every value the backward reads, or the matmul/conv inputs
     "ember_save_everything": lambda: _aot_config(save_everything=True),
     "ember_recompute_mm_inputs": lambda: _aot_config(save_matmul_inputs=False),
-    # the backward's autograd node keeping every saved activation to the backward's end
-    "ember_keep_saved": lambda: mock.patch.object(
-        compiled_torch, "release_saved_tensors", lambda ctx: None),
 }
 
 
