@@ -1,7 +1,7 @@
 """A compiled backward frees each saved activation after its last use (issue 19 item 5):
 the autograd node drops its references before the backward graph runs
 (``ember.runtime.autograd``), the runtime hands the argument list over
-(``ember.runtime.executor.CONSUME``), and the wrapper ``del``-s each input after the
+(``ember.runtime.compiled.loader.CONSUME``), and the wrapper ``del``-s each input after the
 step that last reads it (``codegen/memory_plan.py``). Before, every saved activation
 lived to the end of the backward, on top of the gradients it produced."""
 
@@ -16,7 +16,7 @@ import ember.frontend as ef
 import pytest
 import torch
 from ember.runtime import autograd
-from ember.runtime.executor import CONSUME
+from ember.runtime.compiled.loader import CONSUME
 from torch import nn
 
 

@@ -39,11 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ember.frontend as ef
 import torch
 import zoo
+from benchlib.aot_variants import aot_config
 from benchlib.runner import make_step
-import dataclasses
-
-from ember.aot import pipeline as aot_pipeline
-from ember.aot.partition import mincut
 from ember.inductor import absorb
 from ember.inductor.codegen.triton import backend as triton_backend
 from ember.inductor.codegen.triton import generate as triton_generate
@@ -99,19 +96,6 @@ def _split_without_stores() -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def _aot_config(**changes: object) -> Iterator[None]:
-    """The partitioner run with ``changes`` to its ``AotConfig``."""
-    real = mincut.partition
-
-    def partition(graph, n_forward_outputs, n_tangents, config):  # type: ignore[no-untyped-def]
-        return real(graph, n_forward_outputs, n_tangents,
-                    dataclasses.replace(config, **changes))
-
-    with mock.patch.object(aot_pipeline, "partition", partition):
-        yield
-
-
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember": contextlib.nullcontext,
     "ember bias->cuBLAS": lambda: mock.patch.object(
@@ -142,8 +126,8 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # ... nor may a split reduction store values from its partial programs
     "ember_split_no_stores": _split_without_stores,
     # the partitioner saving every value the backward reads, or the matmul/conv inputs
-    "ember_save_everything": lambda: _aot_config(save_everything=True),
-    "ember_recompute_mm_inputs": lambda: _aot_config(save_matmul_inputs=False),
+    "ember_save_everything": lambda: aot_config(save_everything=True),
+    "ember_recompute_mm_inputs": lambda: aot_config(save_matmul_inputs=False),
 }
 
 

@@ -80,10 +80,16 @@ def test_a_wrong_input_is_rejected_after_the_stamp_answered(what: str) -> None:
 
 
 def _stamp(execute: Callable[[list[Any]], list[Any]]) -> Any:
-    """The input stamp of a loaded executor's wrapper."""
-    (call,) = [c.cell_contents for c in execute.__closure__ or ()
-               if getattr(c.cell_contents, "__name__", "") == "call"]
-    return call.__globals__["_inputs"]
+    """The input stamp of a loaded executor's wrapper (its ``call``, found through the
+    executor's closures)."""
+    seen: list[Any] = [execute]
+    while seen:
+        fn = seen.pop()
+        if getattr(fn, "__name__", "") == "call":
+            return fn.__globals__["_inputs"]
+        seen.extend(c.cell_contents for c in getattr(fn, "__closure__", None) or ()
+                    if callable(c.cell_contents))
+    raise AssertionError("no wrapper call() among the executor's closures")
 
 
 def test_an_input_of_another_layout_is_copied_after_the_stamp_answered() -> None:

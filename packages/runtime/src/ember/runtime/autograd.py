@@ -15,7 +15,7 @@ import contextlib
 from typing import Any
 
 import torch
-from ember.runtime.executor import CONSUME, Executor, ExecutorFactory
+from ember.runtime.executor import Executor, ExecutorFactory
 from ember.runtime.ir import Graph, OutputKind, OutputSpec, Program, ValueRef
 from ember.runtime.ir.contracts import AotMetadata
 
@@ -181,7 +181,9 @@ def _run_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
     # NOTE: from here ``args`` holds the only references this frame has to the saved
     # activations; a compiled backward empties it and frees each at its last use, so
     # the backward's peak does not hold every activation to its end (as torch's own)
-    from ember.runtime.compiled._torch import release_saved_tensors  # (a cycle at import)
+    # (imported here: ember.runtime.compiled imports this module)
+    from ember.runtime.compiled._torch import release_saved_tensors
+    from ember.runtime.compiled.loader import CONSUME
 
     release_saved_tensors(ctx)
     executor = runner.backward

@@ -17,13 +17,6 @@ from ember.runtime.ir import Program
 
 Executor = Callable[[list[Any]], list[Any]]
 
-#: the attribute under which an executor may offer a second callable that runs the graph
-#: on a list it is handed, and empties: ``getattr(executor, CONSUME)(inputs)`` leaves
-#: ``inputs`` empty and holds the only references it had, so each input can be freed at
-#: its last use (a compiled graph's, :mod:`ember.runtime.compiled.loader`). The executor
-#: itself leaves its caller's list as it was.
-CONSUME = "consume"
-
 
 class ExecutorFactory(Protocol):
     """Builds the executor of one graph: ``factory(program, graph_name)``."""

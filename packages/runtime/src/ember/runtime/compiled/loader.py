@@ -14,7 +14,6 @@ from ember.runtime.compiled._torch import raw_current_device
 from ember.runtime.compiled.code_cache import wrapper_code
 from ember.runtime.compiled.wrapper_support import make_namespace
 from ember.runtime.config import config
-from ember.runtime.executor import CONSUME
 from ember.runtime.ir import IRFormatError, Program, VerificationError
 from ember.runtime.ir.contracts import CompiledGraphEntry, CompiledMetadata
 from ember.runtime.ir.effects import check_may_run_code
@@ -27,6 +26,14 @@ LAUNCHERS = {"cpp": "ember.runtime.compiled.cpp_launcher",
              "triton": "ember.runtime.compiled.triton_launcher"}
 
 Executor = Callable[[list[Any]], list[Any]]
+
+
+#: the attribute under which a compiled graph's executor offers a second callable that
+#: runs the graph on a list it is handed, and empties: ``getattr(executor, CONSUME)(inputs)``
+#: leaves ``inputs`` empty and holds the only references it had, so the wrapper frees
+#: each input at its last use (a backward's saved activations: ``ember.runtime.autograd``).
+#: The executor itself leaves its caller's list as it was.
+CONSUME = "consume"
 
 
 def graph_entry(program: Program, graph_name: str) -> CompiledGraphEntry:
