@@ -6,8 +6,8 @@ process: training steps of quick-suite zoo models, timed round-robin.
 Variants (comma-separated, default all): ``ember`` as it is; ``ember_no_absorb``: no
 reduction taking in the pointwise kernel it reads (``inductor/absorb.py``);
 ``ember_absorb_all``: column reductions taking it in too (``CppBackend.can_absorb``);
-``ember_recompute_mm_inputs``: the partitioner free to recompute the values a backward
-matmul reads (``aot.save_matmul_inputs`` off). Each model's steps (the bench's forward,
+``ember_recompute_conv_inputs``: the partitioner free to recompute the values a backward
+matmul reads (``aot.save_conv_inputs`` off). Each model's steps (the bench's forward,
 backward and SGD step) are compiled and warmed up three times, then timed one after
 another ``ROUNDS`` times (default 40), the order rotated each round (the first step of a
 round runs slower); the report gives each median in milliseconds.
@@ -43,8 +43,8 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # taking in everywhere, column reductions too
     "ember_absorb_all": lambda: mock.patch.object(CppBackend, "can_absorb",
                                                   lambda self, fused: True),
-    # the min cut free to recompute what a backward matmul reads (aot.save_matmul_inputs)
-    "ember_recompute_mm_inputs": lambda: aot_config(save_matmul_inputs=False),
+    # the min cut free to recompute what a backward matmul reads (aot.save_conv_inputs)
+    "ember_recompute_conv_inputs": lambda: aot_config(save_conv_inputs=False),
 }
 
 

@@ -17,7 +17,7 @@ from ember.aot.partition import mincut
 @contextlib.contextmanager
 def aot_config(**changes: Any) -> Iterator[None]:
     """Compiles inside partition their joint graphs with ``changes`` to their config
-    (``aot_config(save_matmul_inputs=False)``)."""
+    (``aot_config(save_conv_inputs=False)``)."""
     real = mincut.partition
 
     def partition(graph, n_forward_outputs, n_tangents, config):  # type: ignore[no-untyped-def]

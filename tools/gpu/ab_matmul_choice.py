@@ -12,7 +12,7 @@ reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_a
 and with no store inside a split reduction ("ember_split_no_stores"); for the partitioner,
 Ember saving every forward value its backward reads ("ember_save_everything") and letting
 the min cut recompute what a backward matmul or convolution reads
-("ember_recompute_mm_inputs": ``aot.save_matmul_inputs`` off).
+("ember_recompute_conv_inputs": ``aot.save_conv_inputs`` off).
 Prints each
 variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
@@ -127,7 +127,7 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember_split_no_stores": _split_without_stores,
     # the partitioner saving every value the backward reads, or the matmul/conv inputs
     "ember_save_everything": lambda: aot_config(save_everything=True),
-    "ember_recompute_mm_inputs": lambda: aot_config(save_matmul_inputs=False),
+    "ember_recompute_conv_inputs": lambda: aot_config(save_conv_inputs=False),
 }
 
 

@@ -143,7 +143,7 @@ def test_saved_tensors_are_stored_channels_last_by_their_producers(
         assert isinstance(out, TensorArg) and out.buffer in conv_results | conv_inputs
         n_checked += 1
     # 3 convolutions' results, the image, 3 weights, and the first ReLU (the second
-    # convolution's input, saved for its weight's gradient: aot.save_matmul_inputs)
+    # convolution's input, saved for its weight's gradient: aot.save_conv_inputs)
     assert n_checked == 8
 
 

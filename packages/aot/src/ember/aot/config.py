@@ -8,10 +8,10 @@ option                             meaning                                     d
 =================================  ==========================================  =========
 ``aot.save_everything``            save every forward value the backward       ``False``
                                    reads (no recomputation), for comparison
-``aot.save_matmul_inputs``         save a value that a backward matmul or      ``True``
-                                   convolution reads when a forward one
-                                   wrote it (else the min cut may recompute
-                                   it: a second write and read)
+``aot.save_conv_inputs``           save a value that a backward convolution    ``True``
+                                   reads when a forward one wrote it (else
+                                   the min cut may recompute it: a second
+                                   write and read)
 ``aot.recompute_reduction_limit``  reductions over more input elements than    ``4096``
                                    this are saved, never recomputed (an int
                                    >= 0; 0: every reduction is saved)
@@ -32,7 +32,7 @@ from ember.runtime.stages import PRE_GRAD_PASSES, PreGradPass
 
 AOT_OPTIONS: dict[str, tuple[type, ...]] = {
     "aot.save_everything": (bool,),
-    "aot.save_matmul_inputs": (bool,),
+    "aot.save_conv_inputs": (bool,),
     "aot.recompute_reduction_limit": (int,),
     "aot.decompose": (bool,),
     "aot.training": (bool, type(None)),
@@ -48,7 +48,7 @@ class AotConfig:
     """Settings of one aot run."""
 
     save_everything: bool = False
-    save_matmul_inputs: bool = True
+    save_conv_inputs: bool = True
     recompute_reduction_limit: int = 4096
     decompose: bool = True
     training: bool | None = None

@@ -1,17 +1,22 @@
-"""Forward values that matmuls or convolutions read on both sides of the partition.
+"""Forward values that a convolution reads on both sides of the partition.
 
-A matmul, a convolution or an attention kernel reads its operands from memory: a
-forward value such an op reads is written out by the forward graph whatever the
-partition decides. When a backward matmul or convolution reads the same value (a
-weight's gradient reads the layer's input), recomputing it in the backward graph writes
-it to memory a second time and reads it back there, to spare its bytes between the two
-graphs. A min cut over saved bytes alone recomputes such values: a batch norm's ReLU
-from the saved convolution output, an RMSNorm's output from its input. With
-``aot.save_matmul_inputs`` (the default) recomputing one costs twice its bytes in the
-cut (:func:`ember.aot.partition.mincut.partition`): its write and its read again, on
-top of the bytes saving it costs. The cut then saves it, unless saving it means saving
-more: a max pool's output, read by the next convolution, comes with its int64 indices
-(four times its bytes in bf16), which the backward also reads; the pool is recomputed.
+A convolution reads its operands from memory: a forward value it reads is written out by
+the forward graph whatever the partition decides. When the backward's convolution reads
+the same value (the weight's gradient reads the layer's input), recomputing it in the
+backward graph writes it to memory a second time and reads it back there, to spare its
+bytes between the two graphs. A min cut over saved bytes alone recomputes such values: a
+batch norm's ReLU from the saved convolution output. With ``aot.save_conv_inputs`` (the
+default) recomputing one costs twice its bytes in the cut
+(:func:`ember.aot.partition.mincut.partition`): its write and its read again, on top of
+the bytes saving it costs. The cut then saves it, unless saving it means saving more: a
+max pool's output, read by the next convolution, comes with its int64 indices (four
+times its bytes in bf16), which the backward also reads; the pool is recomputed.
+
+Which backward ops count is a table (:data:`BACKWARD_EXTERN_OPS`), kept to what was
+measured to pay (H100, bf16 training, ``tools/gpu/ab_matmul_choice.py``): a resnet's step
+6% faster with it, a torchvision ResNet-18's 4%. The same rule for the inputs of the
+backward's matmuls (a norm's output before a linear layer) gained nothing on HF Llama
+and GPT steps and raised their peak memory by a third: matmuls are not in the table.
 
 The test is on storage: a value counts as written by the forward when it, or the value
 it is a view of, is an operand of a forward op in
@@ -24,20 +29,13 @@ from collections.abc import Iterable, Mapping
 
 from ember.runtime.ir import Node, ValueRef, is_view
 
-#: ops of the backward graph that read their operands from memory: the forward's
-#: compute-bound ops (a gradient is a matmul too) and their own backward ops
-BACKWARD_EXTERN_OPS = frozenset({
-    "aten::mm.default", "aten::addmm.default", "aten::bmm.default", "aten::baddbmm.default",
-    "aten::convolution.default", "aten::convolution_backward.default",
-    "aten::_scaled_dot_product_flash_attention_backward.default",
-    "aten::_scaled_dot_product_efficient_attention_backward.default",
-    "aten::_scaled_dot_product_cudnn_attention_backward.default",
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default",
-})
+#: ops of the backward graph whose operands, read from memory, are saved rather than
+#: recomputed when the forward wrote them (see the module doc for why only these)
+BACKWARD_EXTERN_OPS = frozenset({"aten::convolution_backward.default"})
 
 #: why such a value is saved (``EMBER_LOGS=partition``)
-SAVED_FOR_EXTERN = ("a backward matmul or convolution reads it, and a forward one already "
-                    "wrote it (aot.save_matmul_inputs)")
+SAVED_FOR_EXTERN = ("a backward convolution reads it, and a forward one already wrote it "
+                    "(aot.save_conv_inputs)")
 
 
 def read_by_both(nodes: Mapping[str, Node], tangent_dependent: set[str],

@@ -149,7 +149,7 @@ def partition(graph: Graph, n_forward_outputs: int, n_tangents: int,
     bw_required = _ancestors(nodes, _refs(bw_outputs))
 
     pinned = read_by_both(nodes, tangent_dependent, fw_required, COMPUTE_BOUND_OPS) \
-        if config.save_matmul_inputs and not config.save_everything else set()
+        if config.save_conv_inputs and not config.save_everything else set()
     recompute_costs: dict[str, int] = {}
     for r in pinned:  # recomputing writes the value again and reads it back
         cost = 2 * hint(value_bytes(_result_meta(meta, r)), graph.symbols)
