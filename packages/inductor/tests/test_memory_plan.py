@@ -48,6 +48,22 @@ def test_memory_log_prints_the_live_bytes_of_each_step(
         "forward": {"peak_bytes": 1024, "ideal_bytes": 1024}}
 
 
+def test_a_backward_graph_reports_the_saved_values_it_frees(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import ember.frontend as ef
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    with patch(logs=frozenset({"memory"}), program_cache=False, capture_cache=False):
+        ef.compile(model)(torch.randn(8, 16)).sum().backward()
+    err = capsys.readouterr().err
+    forward, backward = err.split("[ember.memory] memory of graph 'backward'")
+    assert "released after their last read" not in forward
+    # the input, the weights the backward reads, the tanh's output (a parameter stays
+    # alive: the module holds it)
+    assert ("\n  4 saved values (2.1 KiB) released after their last read (an activation's "
+            "memory is freed there)\n") in backward, backward
+
+
 def test_nothing_is_logged_without_the_topic(capsys: pytest.CaptureFixture[str]) -> None:
     with patch(logs=frozenset()):
         compile_and_load(trace(_mlp, [torch.randn(8, 16), _W1, _W2]))

@@ -100,6 +100,11 @@ class MemoryReport:
     #: (``codegen/input_writes.py``)
     inputs: tuple[str, ...] = ()
     inputs_in_place: int = 0
+    #: graph inputs the wrapper drops after their last read, and their bytes: memory
+    #: freed there when the caller handed its list over (a backward's saved values, the
+    #: one case ``format`` prints)
+    released: int = 0
+    released_bytes: int = 0
 
     @property
     def peak_step(self) -> int | None:
@@ -124,11 +129,16 @@ class MemoryReport:
                 + (f" at step {at}" if at is not None else "")
                 + f", ideal {format_bytes(self.ideal)} (bytes at the size hints; inputs "
                   "and constants not counted)")
+
         rows = [("step", "what", "allocated", "freed", "live")]
         rows += [(str(s.step), s.what, format_bytes(s.allocated), format_bytes(s.freed),
                   format_bytes(s.live)) for s in self.steps]
         widths = [max(len(r[c]) for r in rows) for c in range(5)]
         lines = [head, *(f"  {line}" for line in self.inputs)]
+        if self.released and self.graph == "backward":  # the runtime hands its list over
+            lines.append(f"  {self.released} saved value{'s' if self.released != 1 else ''} "
+                         f"({format_bytes(self.released_bytes)}) released after their last read "
+                         "(an activation's memory is freed there)")
         for r in rows:
             lines.append("  " + "  ".join(
                 r[c].ljust(widths[c]) if c == 1 else r[c].rjust(widths[c]) for c in range(5)
@@ -402,7 +412,10 @@ class MemoryPlanner:
         return MemoryReport(self.lowered.graph_name, self.device, tuple(rows), peak,
                             max(baseline, default=0),
                             tuple(w.describe(self.steps) for w in self.input_writes),
-                            sum(1 for w in self.input_writes if w.reason is None))
+                            sum(1 for w in self.input_writes if w.reason is None),
+                            len(self.released_inputs),
+                            sum(buffer_bytes(self.lowered.buffers.get(x))
+                                for x in self.released_inputs))
 
 
 def plan_memory(lowered: LoweredGraph, steps: Iterable[Step], device: str
