@@ -187,23 +187,31 @@ def _stem() -> nn.Module:
 
 def test_stem_pool_backward_on_a_gpu() -> None:
     """ResNet's stem on CUDA (generated here, nothing built): no kernel scatters into a
-    zeroed gradient; the gathered gradient is stored by one kernel, the only one reading
-    the recorded argmaxes (the backward's only int64 input); with
-    ``max_pool.STORE_GATHERED`` off (the A/B tool's variant) it is computed inside the
-    batch norm's backward kernels instead: its split reduction and its gradient, one
-    kernel less."""
+    zeroed gradient; the pool is recomputed in the backward (a pooling window is cheap to
+    recompute, and saving it would keep its int64 argmaxes: ``aot`` recompute_rules), one
+    kernel records the argmaxes, and the gathered gradient is stored by one kernel, the
+    only one reading them; with ``max_pool.STORE_GATHERED`` off (the A/B tool's variant)
+    it is computed inside the batch norm's backward kernels instead: its split reduction
+    and its gradient, one kernel less."""
     from ember.inductor.lowering.pooling import max_pool
 
     def backward() -> list[Any]:
         sources = cuda_training_sources(_stem(), (4, 3, 64, 64), torch.channels_last)
         return [s for graph, _, s in sources if graph == "backward"]
 
+    def argmaxes(s: Any) -> list[str]:
+        return [k for k, v in s.meta["signature"].items() if v == "*i64"]
+
+    def writers(kernels: list[Any]) -> list[Any]:
+        return [s for s in kernels if any(f"tl.store({k}" in s.source for k in argmaxes(s))]
+
     def readers(kernels: list[Any]) -> list[Any]:
-        return [s for s in kernels if "*i64" in s.meta["signature"].values()]
+        return [s for s in kernels if any(f"tl.load({k}" in s.source for k in argmaxes(s))]
 
     assert max_pool.STORE_GATHERED
     stored = backward()
     assert not any("atomic_add" in s.source for s in stored)
+    assert len(writers(stored)) == 1
     assert len(readers(stored)) == 1 and not readers(stored)[0].meta.get("split")
     try:
         max_pool.STORE_GATHERED = False

@@ -14,7 +14,8 @@ fake tensors give it, so the value must not cross from the forward graph to the
 backward graph (the layer runs again in the backward, as before this table).
 
 Reductions in the table are recomputed only below ``aot.recompute_reduction_limit``
-input elements (:func:`ember.aot.partition.mincut.not_recomputable`).
+input elements (:func:`ember.aot.partition.mincut.not_recomputable`); pooling windows
+(max and average pools, not adaptive ones) at any size.
 """
 
 from __future__ import annotations
@@ -49,9 +50,14 @@ RECOMPUTABLE: dict[str, str] = {
         "std_mean", "prod", "argmax", "argmin", "logsumexp", "norm", "linalg_vector_norm",
         "any", "all", "_softmax", "_log_softmax", "native_layer_norm",
         "native_group_norm", "_native_batch_norm_legit_functional",
-        "_native_batch_norm_legit_no_training", "max_pool2d_with_indices", "avg_pool2d",
-        "_adaptive_avg_pool2d", "max_pool3d_with_indices", "avg_pool3d",
+        "_native_batch_norm_legit_no_training", "_adaptive_avg_pool2d",
         "_adaptive_avg_pool3d")},
+    # NOTE: a pooling window is a few elements: recomputing a pool reads its input once,
+    # like a pointwise op, whatever the input's size (an adaptive pool's window may be
+    # the whole image: a reduction above). Saving a max pool instead keeps its int64
+    # indices, four times its bf16 output (0.4 GB in a ResNet-18 step at batch 256)
+    **{f"aten::{name}": "a pooling window" for name in (
+        "max_pool2d_with_indices", "avg_pool2d", "max_pool3d_with_indices", "avg_pool3d")},
     # NOTE: an RNN layer's workspace has another size than its fake result says (0
     # bytes): saved, it would not match the backward graph's input; recomputed, it never
     # leaves the graph that made it (the cost: the layer runs again in the backward)
