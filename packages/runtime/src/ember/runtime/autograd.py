@@ -12,6 +12,7 @@ compiles its backward graph.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,6 +40,8 @@ class TrainingRunner:
         self.forward = forward
         self._factory = executor_factory
         self._backward: Executor | None = None
+        # run_backward's release of the saved values and executor, resolved on first use
+        self._backward_call: tuple[Callable[[Any], None], Executor] | None = None
         self._tangent_deps: list[frozenset[int]] | None = None
         # the outputs of the last forward that left the Function as their base:
         # (position, size, stride, offset) of the view run() takes of it
@@ -86,6 +89,22 @@ class TrainingRunner:
         if self._backward is None:
             self._backward = self._factory(self.program, "backward")
         return self._backward
+
+    def run_backward(self, ctx: Any, args: list[Any]) -> list[Any]:
+        """Run the backward graph on ``args`` (the saved values, then the tangents), the
+        only references the caller holds to the saved values: ``ctx``'s node lets them
+        go first, and a compiled executor takes the list over (its ``consume``), so each
+        saved activation is freed at its last use, not at the backward's end."""
+        if self._backward_call is None:
+            # imported here: ember.runtime.compiled imports this module
+            from ember.runtime.compiled._torch import release_saved_tensors
+            from ember.runtime.compiled.loader import CONSUME
+
+            executor = self.backward
+            self._backward_call = (release_saved_tensors, getattr(executor, CONSUME, executor))
+        release, execute = self._backward_call
+        release(ctx)
+        return execute(args)
 
     def run(self, inputs: list[Any]) -> list[Any]:
         """Run the forward graph through :class:`CompiledFunction` (recording the backward
@@ -175,21 +194,11 @@ def _run_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
         ctx.cuda_graph_hold.check()
     incoming = [grads[i] for i in runner.differentiable]
     missing = {j for j, g in enumerate(incoming) if g is None}
-    args = _saved_values(ctx)
+    args = _saved_values(ctx)  # from here the only references this frame holds
     args += [_contiguous_like_forward(g) if g is not None
              else _zeros(ctx.tangent_meta[j]) for j, g in enumerate(incoming)]
-    # NOTE: from here ``args`` holds the only references this frame has to the saved
-    # activations; a compiled backward empties it and frees each at its last use, so
-    # the backward's peak does not hold every activation to its end (as torch's own)
-    # (imported here: ember.runtime.compiled imports this module)
-    from ember.runtime.compiled._torch import release_saved_tensors
-    from ember.runtime.compiled.loader import CONSUME
-
-    release_saved_tensors(ctx)
-    executor = runner.backward
-    consume = getattr(executor, CONSUME, None)
     with _autocast_off():
-        grad_values = executor(args) if consume is None else consume(args)
+        grad_values = runner.run_backward(ctx, args)
     result: list[Any] = [None] * runner.n_inputs
     deps = runner.tangent_dependencies if missing else None
     for k, (position, g) in enumerate(zip(runner.grad_positions, grad_values)):

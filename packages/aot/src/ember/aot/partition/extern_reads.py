@@ -51,8 +51,7 @@ def read_by_both(nodes: Mapping[str, Node], tangent_dependent: set[str],
     read = {_root(nodes, r) for n in _calls(nodes.values(), BACKWARD_EXTERN_OPS)
             if n.name in tangent_dependent
             for r in n.inputs() if r.node not in tangent_dependent}
-    return {r for r in read & written
-            if r.node in nodes and nodes[r.node].op == "call" and r.node not in tangent_dependent}
+    return {r for r in read & written if r.node in nodes and nodes[r.node].op == "call"}
 
 
 def _calls(nodes: Iterable[Node], targets: frozenset[str]) -> Iterable[Node]:

@@ -129,7 +129,6 @@ class MemoryReport:
                 + (f" at step {at}" if at is not None else "")
                 + f", ideal {format_bytes(self.ideal)} (bytes at the size hints; inputs "
                   "and constants not counted)")
-
         rows = [("step", "what", "allocated", "freed", "live")]
         rows += [(str(s.step), s.what, format_bytes(s.allocated), format_bytes(s.freed),
                   format_bytes(s.live)) for s in self.steps]
@@ -220,8 +219,7 @@ class MemoryPlanner:
         Returned inputs, inputs a step writes and mutated inputs (the runtime copies
         their new value back, or a kernel stores it in their memory) are kept."""
         low = self.lowered
-        kept = set(low.output_buffers) | {m.input for m in low.mutated_inputs} \
-            | {w.input for w in self.input_writes} | set(self.into_inputs.values())
+        kept = set(low.output_buffers) | {m.input for m in low.mutated_inputs}
         return {inp.name: self.last[inp.name] for inp in low.inputs
                 if inp.name in self.last and inp.name not in kept
                 and inp.name not in self.first}
@@ -336,6 +334,9 @@ class MemoryPlanner:
         allocated: set[str] = set()
         if ERROR_BUFFER in self.lowered.buffers:
             allocated.add(ERROR_BUFFER)
+        released: dict[int, list[str]] = {}
+        for name, at in sorted(self.released_inputs.items()):
+            released.setdefault(at, []).append(name)
         for i, step in enumerate(self.steps):
             plan = plans[i]
             if isinstance(step, KernelStep):
@@ -365,7 +366,7 @@ class MemoryPlanner:
                     pool.setdefault(_key(info), []).append(name)
                 elif name not in taken:
                     plan.frees.append(name)
-            plan.frees.extend(sorted(x for x, at in self.released_inputs.items() if at == i))
+            plan.frees.extend(released.get(i, ()))
         dead_donors = {x for names in pool.values() for x in names}
         for i in range(n):  # donors nobody took are freed where they died
             plans[i].frees.extend(sorted(x for x in dead_donors if self.last[x] == i))

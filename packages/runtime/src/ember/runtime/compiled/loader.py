@@ -122,19 +122,8 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
     if not callable(call):
         raise IRFormatError(f"compiled graph {graph_name!r}: wrapper defines no call()")
 
-    def invoke(args: list[Any]) -> list[Any]:
-        # NOTE: generated kernels are opaque to autograd; a compiled graph is never
-        # differentiated itself (training runs its backward graph, ember.runtime.autograd),
-        # so extern calls must not record a partial autograd graph either. (Inference
-        # callers are already under no_grad: entering it again costs ~2 us a call.)
-        try:
-            if not torch.is_grad_enabled():
-                return list(call(args))
-            with torch.no_grad():
-                return list(call(args))
-        except NameError as e:
-            if e.name is None or e.name in namespace:
-                raise
+    def unknown_name(e: NameError) -> None:
+        if e.name is not None and e.name not in namespace:
             # a wrapper naming what its program does not hold (an edited artifact)
             raise IRFormatError(
                 f"compiled graph {graph_name!r}: its wrapper uses {e.name!r}, which the "
@@ -142,12 +131,35 @@ def load_executor(program: Program, graph_name: str = "forward") -> Executor:
                 "metadata)") from e
 
     def run(inputs: list[Any]) -> list[Any]:
-        return invoke(list(inputs))  # the wrapper empties the list it is given
+        # NOTE: generated kernels are opaque to autograd; a compiled graph is never
+        # differentiated itself (training runs its backward graph, ember.runtime.autograd),
+        # so extern calls must not record a partial autograd graph either. (Inference
+        # callers are already under no_grad: entering it again costs ~2 us a call.) The
+        # wrapper empties the list it is given: the caller's stays as it was.
+        try:
+            if not torch.is_grad_enabled():
+                return list(call(list(inputs)))
+            with torch.no_grad():
+                return list(call(list(inputs)))
+        except NameError as e:
+            unknown_name(e)
+            raise
+
+    def consume(inputs: list[Any]) -> list[Any]:
+        # the caller hands its list over: the wrapper empties it and frees each input
+        # after its last use (the backward's saved activations: ember.runtime.autograd).
+        # (run's body again rather than run calling it: run is every forward call's path)
+        try:
+            if not torch.is_grad_enabled():  # the backward runs under no_grad
+                return list(call(inputs))
+            with torch.no_grad():
+                return list(call(inputs))
+        except NameError as e:
+            unknown_name(e)
+            raise
 
     executor = on_device(entry.device, run)
-    # the caller hands its list over: the wrapper empties it and frees each input after
-    # its last use (the backward's saved activations: ember.runtime.autograd)
-    setattr(executor, CONSUME, on_device(entry.device, invoke))
+    setattr(executor, CONSUME, on_device(entry.device, consume))
     return executor
 
 
