@@ -3,7 +3,11 @@ torch.compile default, Ember as it is, Ember with a bias alone not counted as fu
 (``matmul_template.BIAS_COUNTS_AS_FUSION = False``) and Ember with every matmul on
 cuBLAS (``forced_matmul("extern")``), and Ember with every matmul on cuBLAS except one
 whose result the extern would pad ("ember cuBLAS unless padded"), and Ember without the
-epilogue store's cost in the heuristic ("ember_no_epilogue_cost"); for pooling, Ember with
+epilogue store's cost in the heuristic ("ember_no_epilogue_cost"), and Ember with some of
+the heuristic's templates sent to cuBLAS: the pointer template in the TMA variant's place
+("ember_no_tma"), only the TMA templates kept ("ember_tma_only"), only the epilogue-only
+ones ("ember_epilogue_only") or only those with an operand prologue or padding
+("ember_prologue_only"); for pooling, Ember with
 every pooling backward scattered as before the gather ("ember_pool_scatter") and with the
 gathered gradient fused into its readers, not stored ("ember_pool_gather_fused"); for
 variances, Ember with the GPU's in two passes, not the one-pass ``m2``
@@ -46,6 +50,7 @@ from ember.inductor.codegen.triton import backend as triton_backend
 from ember.inductor.codegen.triton import generate as triton_generate
 from ember.inductor.codegen.triton import matmul_choice, split_writer, welford
 from ember.inductor.codegen.triton.matmul_choice import forced_matmul
+from ember.inductor.codegen.triton.matmul_tma import assume_capability
 from ember.inductor.loop_ir import Reduce, Store, reduction_phases
 from ember.inductor.loop_ir import index as loop_index
 from ember.inductor.lowering import matmul_template, reductions
@@ -65,6 +70,21 @@ def _cublas_unless_padded() -> Iterator[None]:
         n = matmul_choice._hints(problem)[2]
         aligned = n % max(1, 16 // problem.dtype.itemsize) == 0
         return matmul_choice.EXTERN if aligned else picked
+
+    with mock.patch.object(matmul_choice, "heuristic_choice", choice):
+        yield
+
+
+@contextlib.contextmanager
+def _templates_only(keep: Callable[[Any, str], bool]) -> Iterator[None]:
+    """Every template the heuristic picks that ``keep(problem, config)`` rejects goes to
+    cuBLAS."""
+    real = matmul_choice.heuristic_choice
+
+    def choice(problem, tma=None):  # type: ignore[no-untyped-def]
+        picked = real(problem, tma)
+        return picked if picked == matmul_choice.EXTERN or keep(problem, picked) \
+            else matmul_choice.EXTERN
 
     with mock.patch.object(matmul_choice, "heuristic_choice", choice):
         yield
@@ -106,6 +126,12 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember no div/mod fold": lambda: mock.patch.object(
         loop_index, "_fold_div_mod", lambda terms: None),
     "ember cuBLAS unless padded": _cublas_unless_padded,
+    # which of the heuristic's templates lose: the TMA variant off (pointer templates in
+    # its place), only the TMA ones kept, only the epilogue-only ones kept
+    "ember_no_tma": lambda: assume_capability((8, 0)),
+    "ember_tma_only": lambda: _templates_only(lambda p, c: c.startswith("tma_")),
+    "ember_epilogue_only": lambda: _templates_only(lambda p, c: p.epilogue_only),
+    "ember_prologue_only": lambda: _templates_only(lambda p, c: not p.epilogue_only),
     # the epilogue's store at BANDWIDTH: the cost model before it was measured
     "ember_no_epilogue_cost": lambda: mock.patch.object(
         matmul_choice, "EPILOGUE_BANDWIDTH", matmul_choice.BANDWIDTH),
