@@ -7,7 +7,9 @@ epilogue store's cost in the heuristic ("ember_no_epilogue_cost"), and Ember wit
 the heuristic's templates sent to cuBLAS: the pointer template in the TMA variant's place
 ("ember_no_tma"), only the TMA templates kept ("ember_tma_only"), only the epilogue-only
 ones ("ember_epilogue_only") or only those with an operand prologue or padding
-("ember_prologue_only"); for pooling, Ember with
+("ember_prologue_only"), and the heuristic before session 43: an epilogue that a reduction
+reads counted as saving two passes ("ember_reduced_two_passes"), and the class's first
+config whatever its last wave ("ember_first_config"); for pooling, Ember with
 every pooling backward scattered as before the gather ("ember_pool_scatter") and with the
 gathered gradient fused into its readers, not stored ("ember_pool_gather_fused"); for
 variances, Ember with the GPU's in two passes, not the one-pass ``m2``
@@ -30,6 +32,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import dataclasses
 import io
 import statistics
 import sys
@@ -135,6 +138,12 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # the epilogue's store at BANDWIDTH: the cost model before it was measured
     "ember_no_epilogue_cost": lambda: mock.patch.object(
         matmul_choice, "EPILOGUE_BANDWIDTH", matmul_choice.BANDWIDTH),
+    # an epilogue a reduction reads saves two passes and a launch (before session 43)
+    "ember_reduced_two_passes": lambda: mock.patch.object(
+        matmul_choice, "fusion_saving",
+        lambda p, real=matmul_choice.fusion_saving: real(dataclasses.replace(p, reduced=False))),
+    # the class's first config however empty its last wave
+    "ember_first_config": lambda: mock.patch.object(matmul_choice, "WAVE_TOLERANCE", 1.0),
     # pooling backward on a GPU as an accumulating scatter: the lowering before the gather
     "ember_pool_scatter": lambda: mock.patch.dict(
         covering.GATHER_LAYOUTS,

@@ -60,8 +60,10 @@ class MatmulProblem:
     batched; symbolic sizes as sympy expressions), the operands' dtype, their strides
     (None: computed by an inlined producer), whether there is work to fuse (a bias, an
     inlined producer, pointwise consumers, the padding of an unaligned extern),
-    whether float32 may use TF32, and whether the only work to fuse is an epilogue (a
-    bias, pointwise consumers: no inlined producer, no padding)."""
+    whether float32 may use TF32, whether the only work to fuse is an epilogue (a
+    bias, pointwise consumers: no inlined producer, no padding), and whether a reduction
+    reads what the pointwise consumers compute (``reduced``: a residual add before a
+    norm; with the extern, the reduction's kernel would take those consumers in)."""
 
     op: str
     batch: Size | None
@@ -74,6 +76,7 @@ class MatmulProblem:
     fuses: bool
     allow_tf32: bool
     epilogue_only: bool = False
+    reduced: bool = False
 
 
 class KernelBackend(abc.ABC):

@@ -49,6 +49,13 @@ PROLOGUE_MAX_BUFFERS = 2
 #: the modules whose lowering rules make element functions a template's epilogue can
 #: take (pointwise ops, casts, dropout masks); a reduction consumer (softmax) cannot
 EPILOGUE_RULE_MODULES = ("ember.inductor.lowering.pointwise", "ember.inductor.lowering.random")
+#: the modules whose lowering rules are reductions that take in the pointwise kernel
+#: they read (a norm's statistics, a sum): a matmul whose epilogue feeds one saves less
+#: by fusing (``MatmulProblem.reduced``)
+REDUCTION_RULE_MODULES = ("ember.inductor.lowering.reductions",)
+#: how many pointwise ops deep :func:`_reduced_after_epilogue` looks past the epilogue
+#: for a reduction (Llama's residual add, then ``pow``, then ``mean``)
+REDUCED_SEARCH_DEPTH = 3
 #: whether an ``addmm``/``baddbmm`` bias alone makes the template worth its deficit: no,
 #: cuBLAS adds a 1-d bias in its own epilogue (HF GPT-2 on the H200: 5.36-5.38 ms with
 #: bias-only GEMMs on cuBLAS against 5.42-5.48 as templates,
@@ -113,12 +120,13 @@ def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest 
     padded = padded_width(ctx, call) is not None
     certain = (bias is not None and BIAS_COUNTS_AS_FUSION) or any(inlined) or padded
     consumer = not certain and _has_fusable_consumer(ctx, call.node)
+    reduced = consumer and _reduced_after_epilogue(ctx, call.node)
     problem = MatmulProblem(
         op, lead[0] if batched else None, m, n, k, dtype,
         a.strides if isinstance(a, Stored) else None,
         b.strides if isinstance(b, Stored) else None,
         fuses=certain or consumer, allow_tf32=allow_tf32(),
-        epilogue_only=not (any(inlined) or padded))
+        epilogue_only=not (any(inlined) or padded), reduced=reduced)
     template = backend_for(ctx.device.type).matmul_template(problem)
     if template is None:
         return call
@@ -189,21 +197,57 @@ def _has_fusable_consumer(ctx: LoweringContext, node: Node) -> bool:
     """Whether a consumer of ``node``'s result (through views) is a pointwise op (its
     rule in :data:`EPILOGUE_RULE_MODULES`) the scheduler may fuse as the template's
     epilogue."""
-    stack, seen = [node.name], set()
+    return bool(_epilogue_consumers(ctx, node.name))
+
+
+def _reduced_after_epilogue(ctx: LoweringContext, node: Node) -> bool:
+    """Whether a reduction (its rule in :data:`REDUCTION_RULE_MODULES`) reads a value of
+    ``node``'s pointwise consumers, through views and at most
+    ``REDUCED_SEARCH_DEPTH`` pointwise ops: a residual add before a norm's mean, the
+    summed input gradients before a norm's backward sums."""
+    frontier = _epilogue_consumers(ctx, node.name)
+    seen = set(frontier)
+    for _ in range(REDUCED_SEARCH_DEPTH):
+        following: list[str] = []
+        for name in frontier:
+            for user in _call_users(ctx, name):
+                if _rule_module(user.target) in REDUCTION_RULE_MODULES:
+                    return True
+            following += [c for c in _epilogue_consumers(ctx, name) if c not in seen]
+        seen.update(following)
+        frontier = following
+    return False
+
+
+def _epilogue_consumers(ctx: LoweringContext, name: str) -> list[str]:
+    """The pointwise ops (rules in :data:`EPILOGUE_RULE_MODULES`) that read ``name``'s
+    value, through views."""
+    return [user.name for user in _call_users(ctx, name)
+            if user.target not in EXTERN_OPS
+            and _rule_module(user.target) in EPILOGUE_RULE_MODULES]
+
+
+def _call_users(ctx: LoweringContext, name: str) -> list[Node]:
+    """The call nodes reading ``name``'s value, the users of its views in their place."""
+    stack, seen, found = [name], set(), []
     while stack:
-        name = stack.pop()
-        if name in seen:
+        current = stack.pop()
+        if current in seen:
             continue
-        seen.add(name)
-        for user in ctx.uses.users(name):
+        seen.add(current)
+        for user in ctx.uses.users(current):
             if user.op != "call":
                 continue
             if user.target in VIEW_OPS:
                 stack.append(user.name)
-            elif (user.target in LOWERINGS and user.target not in EXTERN_OPS
-                  and LOWERINGS[user.target].__module__ in EPILOGUE_RULE_MODULES):
-                return True
-    return False
+            else:
+                found.append(user)
+    return found
+
+
+def _rule_module(target: object) -> str | None:
+    rule = LOWERINGS.get(target) if isinstance(target, str) else None
+    return None if rule is None else rule.__module__
 
 
 __all__ = ["EPILOGUE_RULE_MODULES", "PROLOGUE_MAX_BUFFERS", "TEMPLATE_OPS", "allow_tf32", "matmul_template"]

@@ -19,8 +19,9 @@ GEMM's time at ``PEAK_FLOPS``, with the config below; for an
 epilogue-only fusion of an aligned GEMM also its result's
 store at ``EPILOGUE_BANDWIDTH`` instead of ``BANDWIDTH``)
 exceeds what fusing saves (the result written and read again
-at ``BANDWIDTH``, one launch): large ``K``, or a large result
-whose only fusion is an epilogue
+at ``BANDWIDTH``, one launch; one pass and no launch where a
+reduction reads the epilogue's values: ``fusion_saving``):
+large ``K``, or a large result whose only fusion is an epilogue
 otherwise                                                       the first config of the
                                                                 shape's class with at
                                                                 least ``MIN_PROGRAMS``
@@ -209,9 +210,16 @@ def cublas_aligned(problem: MatmulProblem) -> bool:
 
 def fusion_saving(problem: MatmulProblem) -> float:
     """Seconds fusing saves: the result is not written and read back by a separate
-    epilogue kernel, which is not launched."""
+    epilogue kernel, which is not launched. Where a reduction reads the epilogue's values
+    (``problem.reduced``: a residual add before a norm), the extern's epilogue would run
+    inside the reduction's kernel, which runs anyway: fusing then saves one pass over the
+    result (its write, where the template writes the epilogue's value instead, which the
+    reduction reads) and no launch."""
     batch, m, n, _ = _hints(problem)
-    return 2.0 * batch * m * n * problem.dtype.itemsize / BANDWIDTH + LAUNCH_SECONDS
+    one_pass = batch * m * n * problem.dtype.itemsize / BANDWIDTH
+    if problem.reduced and problem.epilogue_only:
+        return one_pass
+    return 2.0 * one_pass + LAUNCH_SECONDS
 
 
 def choose_matmul(problem: MatmulProblem, device_type: str = "cuda"
