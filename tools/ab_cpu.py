@@ -7,7 +7,9 @@ Variants (comma-separated, default all): ``ember`` as it is; ``ember_no_absorb``
 reduction taking in the pointwise kernel it reads (``inductor/absorb.py``);
 ``ember_absorb_all``: column reductions taking it in too (``CppBackend.can_absorb``);
 ``ember_recompute_conv_inputs``: the partitioner free to recompute the values a backward
-matmul reads (``aot.save_conv_inputs`` off). Each model's steps (the bench's forward,
+matmul reads (``aot.save_conv_inputs`` off); ``ember_literal_cse_off``: the loop-IR
+builder keying float literals by their written value and commutative ops by operand order
+(before session 43). Each model's steps (the bench's forward,
 backward and SGD step) are compiled and warmed up three times, then timed one after
 another ``ROUNDS`` times (default 40), the order rotated each round (the first step of a
 round runs slower); the report gives each median in milliseconds.
@@ -34,7 +36,17 @@ import zoo
 from benchlib.aot_variants import aot_config
 from benchlib.runner import make_step
 from ember.inductor.codegen.cpp.backend import CppBackend
+from ember.inductor.lowering import builder
 from ember.runtime.config import patch
+
+@contextlib.contextmanager
+def _literal_cse_off() -> Any:
+    """The loop-IR builder before session 43: float literals keyed by their written value,
+    commutative ops by their operands' order."""
+    with mock.patch.object(builder, "COMMUTATIVE_OPS", frozenset()), \
+            mock.patch.object(builder, "_as_dtype", lambda value, dtype: value):
+        yield
+
 
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember": contextlib.nullcontext,
@@ -45,6 +57,7 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
                                                   lambda self, fused: True),
     # the min cut free to recompute what a backward matmul reads (aot.save_conv_inputs)
     "ember_recompute_conv_inputs": lambda: aot_config(save_conv_inputs=False),
+    "ember_literal_cse_off": _literal_cse_off,
 }
 
 

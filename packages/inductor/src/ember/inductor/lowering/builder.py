@@ -64,6 +64,30 @@ def precision_casts(emulate: bool) -> Iterator[None]:
         EMULATE_PRECISION_CASTS.reset(token)
 
 
+#: ops whose operands commute exactly (IEEE addition and multiplication, comparisons for
+#: equality, bitwise and logical ops): their CSE key takes the operands in sorted order,
+#: so that ``add(a, b)`` and ``add(b, a)`` are one value (GELU's forward and its
+#: gradient, both computed in one backward kernel, write ``1 + erf`` in both orders)
+COMMUTATIVE_OPS = frozenset({
+    "add", "mul", "eq", "ne", "logical_and", "logical_or", "logical_xor",
+    "bitwise_and", "bitwise_or", "bitwise_xor",
+})
+
+
+def _as_dtype(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to ``dtype``, the value a literal of that dtype holds: the CSE key
+    of a float literal (GELU's ``1/sqrt(2)`` is 0.7071067811865475 in one decomposition and
+    0.7071067811865476 in another, one float32 value)."""
+    return _rounded(repr(value), dtype)
+
+
+@functools.cache
+def _rounded(text: str, dtype: torch.dtype) -> float:
+    # NOTE: keyed by repr, not the float: 0.0 == -0.0 would share one cache entry
+    value = float(text)
+    return value if dtype == torch.float64 else float(torch.tensor(value, dtype=dtype))
+
+
 @functools.cache
 def _holds_exactly(value: float, dtype: torch.dtype) -> bool:
     """Whether ``dtype`` represents ``value`` exactly (NaN: yes)."""
@@ -136,10 +160,11 @@ class BodyBuilder:
         else:
             value = int(value)
         # NOTE: repr distinguishes nan (nan != nan would defeat the CSE dict otherwise)
-        key = ("literal", repr(value), dtype)
+        rounded = _as_dtype(value, dtype) if isinstance(value, float) else value
+        key = ("literal", repr(rounded), dtype)
         name = self._emit(key, Literal, value, dtype, dtype=dtype)
         if isinstance(value, float):
-            self._literals[name] = value
+            self._literals.setdefault(name, value)  # the value emitted, if CSE'd
         return name
 
     def index_value(self, index: IndexExpr) -> str:
@@ -158,7 +183,7 @@ class BodyBuilder:
             raise ValueError(f"loop-IR op {op} takes {arity} operands, got {len(args)}")
         if dtype is None:
             dtype = torch.bool if op in BOOL_RESULT_OPS else self._dtypes[args[-1]]
-        key = ("compute", op, args, dtype)
+        key = ("compute", op, tuple(sorted(args)) if op in COMMUTATIVE_OPS else args, dtype)
         name = self._emit(key, Compute, op, tuple(args), dtype, dtype=dtype)
         operands = EXACT_IN_NARROW.get(op)
         if op == "mul" and len(args) == 2 and any(
