@@ -9,7 +9,8 @@ reduction taking in the pointwise kernel it reads (``inductor/absorb.py``);
 ``ember_recompute_conv_inputs``: the partitioner free to recompute the values a backward
 matmul reads (``aot.save_conv_inputs`` off); ``ember_literal_cse_off``: the loop-IR
 builder keying float literals by their written value and commutative ops by operand order
-(before session 43). Each model's steps (the bench's forward,
+(before session 43); ``ember_cat_recomputed``: a concatenation a matmul reads recomputed
+by its other consumers, not read from the matmul's stored operand (before session 43). Each model's steps (the bench's forward,
 backward and SGD step) are compiled and warmed up three times, then timed one after
 another ``ROUNDS`` times (default 40), the order rotated each round (the first step of a
 round runs slower). The variant compiled first runs 1-4% slower than one compiled after
@@ -40,7 +41,7 @@ import zoo
 from benchlib.aot_variants import aot_config
 from benchlib.runner import make_step
 from ember.inductor.codegen.cpp.backend import CppBackend
-from ember.inductor.lowering import builder
+from ember.inductor.lowering import builder, inlining
 from ember.runtime.config import patch
 
 @contextlib.contextmanager
@@ -62,6 +63,9 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # the min cut free to recompute what a backward matmul reads (aot.save_conv_inputs)
     "ember_recompute_conv_inputs": lambda: aot_config(save_conv_inputs=False),
     "ember_literal_cse_off": _literal_cse_off,
+    # a concatenation a matmul reads recomputed by its other consumers (before session 43)
+    "ember_cat_recomputed": lambda: mock.patch.object(
+        inlining.Uses, "stored_anyway", lambda self, name: False),
     # Ember as it is, compiled a second time: the harness's own bias between two places
     "ember_again": contextlib.nullcontext,
 }
