@@ -173,18 +173,23 @@ def test_default_heuristic_in_the_schedule(monkeypatch: pytest.MonkeyPatch) -> N
     assert scaled.startswith("kernel0 [40, 36] reduce [24] mm template"), scaled
 
 
-def test_the_problem_says_whether_only_an_epilogue_fuses(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # the store's cost (EPILOGUE_BANDWIDTH) counts against a template chosen for its
-    # epilogue, not against one that inlines a producer or spares the extern's padding
-    seen: list[MatmulProblem] = []
+@pytest.fixture
+def seen(monkeypatch: pytest.MonkeyPatch) -> list[MatmulProblem]:
+    """The problems the heuristic is asked about, in order."""
+    asked: list[MatmulProblem] = []
     real = matmul_choice.heuristic_choice
 
     def spy(problem: MatmulProblem, tma: bool | None = None) -> str:
-        seen.append(problem)
+        asked.append(problem)
         return real(problem, tma)
 
     monkeypatch.setattr(matmul_choice, "heuristic_choice", spy)
+    return asked
+
+
+def test_the_problem_says_whether_only_an_epilogue_fuses(seen: list[MatmulProblem]) -> None:
+    # the store's cost (EPILOGUE_BANDWIDTH) counts against a template chosen for its
+    # epilogue, not against one that inlines a producer or spares the extern's padding
     plain = [torch.randn(40, 24).to(BF), torch.randn(24, 36).to(BF)]
     _schedule(_block, _block_inputs())
     _schedule(lambda a, b: (a * 2.0) @ b, plain)
@@ -192,17 +197,8 @@ def test_the_problem_says_whether_only_an_epilogue_fuses(
 
 
 def test_the_problem_says_whether_a_reduction_reads_the_epilogue(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        seen: list[MatmulProblem]) -> None:
     # a residual add before a norm: with the extern, the norm's kernel takes the add in
-    seen: list[MatmulProblem] = []
-    real = matmul_choice.heuristic_choice
-
-    def spy(problem: MatmulProblem, tma: bool | None = None) -> str:
-        seen.append(problem)
-        return real(problem, tma)
-
-    monkeypatch.setattr(matmul_choice, "heuristic_choice", spy)
-
     def rms_after(x: torch.Tensor, w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         h = (x @ w).view(2, 20, 36) + r
         return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
