@@ -314,11 +314,11 @@ class GraphLowering:
                    for buf in self.loaded_buffers(value))
 
     def _shared_and_wide(self, name: str, value: Lazy) -> bool:
-        """Whether node ``name``'s ``value`` is stored once, not recomputed by each of its
-        consumers: :meth:`.Uses.stored_anyway`, or it has several consumers and loads
-        ``SHARED_STORE_LOADS`` buffers of its size (a residual stream; see inlining.py)."""
-        if self.uses.stored_anyway(name) or self.uses.count(name) < 2:
-            return self.uses.stored_anyway(name)
+        """Whether node ``name``'s ``value`` is stored once for its consumers (inlining.py):
+        stored anyway, or it has several and loads ``SHARED_STORE_LOADS`` of its size."""
+        anyway = self.uses.stored_anyway(name)
+        if anyway or self.uses.count(name) < 2:
+            return anyway
         n = hint(numel(value.sizes))
         wide = [b for b in self.loaded_buffers(value)
                 if b in self.buffers and hint(numel(self.buffers[b].sizes)) >= n]

@@ -1,7 +1,7 @@
 """When a ``Lazy`` value is stored in a buffer instead of inlined into its consumers.
 
 Inlining (recomputing an element function in every consumer) is the default: it saves a
-store and a load per element. Two cases cost more than they save:
+store and a load per element. These cases cost more than they save:
 
 - **too large**: an element function past ``MAX_INLINED_STATEMENTS`` statements or
   ``MAX_INLINED_BUFFERS`` buffers (a residual stream ``x = x + f(x)`` would otherwise grow
