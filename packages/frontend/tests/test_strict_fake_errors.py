@@ -1,6 +1,8 @@
 """A user's op that fails on fake tensors during a strict capture (a shape mismatch):
 the user gets the op's exception type, and torch's fake-tensor logger prints nothing
-("failed while attempting to run meta" with a traceback); its level is put back."""
+("failed while attempting to run meta" with a traceback); its level and ``disabled`` flag
+are put back, and no logger's level is set per captured op (each ``setLevel`` clears every
+logger's cache)."""
 
 from __future__ import annotations
 
@@ -38,3 +40,23 @@ def test_failing_op_prints_nothing_and_keeps_the_exception_type(
     out, err = capfd.readouterr()
     assert "failed while attempting to run meta" not in out + err
     assert logging.getLogger(LOGGER).level == level
+    assert not logging.getLogger(LOGGER).disabled
+
+
+def test_a_capture_sets_no_logger_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = logging.Logger.setLevel
+
+    def counted(self: logging.Logger, level: int | str) -> None:
+        calls.append(1)
+        real(self, level)
+
+    monkeypatch.setattr(logging.Logger, "setLevel", counted)
+
+    def ops(x: torch.Tensor) -> torch.Tensor:
+        for _ in range(10):
+            x = torch.sin(x) * 2 + 1
+        return x
+
+    ef.compile(ops)(torch.randn(4))
+    assert calls == []

@@ -424,13 +424,18 @@ def quiet_fake_tensor_errors() -> Iterator[None]:
     """Silence torch's fake-tensor logger while the capture runs a user's op on fake
     tensors: an op that fails (a shape mismatch) is logged there at ERROR level with a
     full traceback ("failed while attempting to run meta"), although the capture
-    handles the error (the user gets the op's exception). Its level is put back after."""
-    level = _FAKE_TENSOR_LOG.level
-    _FAKE_TENSOR_LOG.setLevel(logging.CRITICAL + 1)
+    handles the error (the user gets the op's exception). Its ``disabled`` flag is put
+    back after.
+
+    NOTE: the flag, not ``setLevel``: each ``setLevel`` clears the level cache of every
+    logger in the process (about 12 us with torch's 158 loggers, more with a model
+    library's), twice per captured op: some 20-40 ms of a 12-layer BERT's capture."""
+    disabled = _FAKE_TENSOR_LOG.disabled
+    _FAKE_TENSOR_LOG.disabled = True
     try:
         yield
     finally:
-        _FAKE_TENSOR_LOG.setLevel(level)
+        _FAKE_TENSOR_LOG.disabled = disabled
 
 
 def module_call_impl() -> Any:
