@@ -13,7 +13,7 @@ import pytest
 import torch
 from ember.frontend import compiled
 from ember.frontend.bytecode import strict
-from ember.frontend.collector import collector_paused
+from ember.runtime.ir.gc_pause import collector_paused
 from ember.runtime.phases import last_compile_profile, phase
 
 

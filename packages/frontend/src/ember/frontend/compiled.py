@@ -18,7 +18,7 @@ import torch
 from ember.frontend._torch import fake_mode_active
 from ember.frontend.autocast import compile_without_autocast, run_graph
 from ember.frontend.capture_modes import CompileRequest
-from ember.frontend.collector import collector_paused
+from ember.runtime.ir.gc_pause import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.guards import GuardFailure, GuardSet, Matcher
 from ember.frontend.inference_outputs import as_inference
@@ -186,7 +186,7 @@ class TracedFunction:
         self._entries = kept
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
-        with collector_paused():  # a cold compile's garbage collections (collector.py)
+        with collector_paused():  # a cold compile's garbage collections (ir/gc_pause.py)
             return self._capture_and_compile(args, kwargs)
 
     def _capture_and_compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -49,7 +49,7 @@ from ember.frontend.bytecode.root_hooks import (call_with_forward_hooks, custom_
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.bytecode.strict_cache import CaptureCacheUse
 from ember.frontend.capture_modes import CompileRequest
-from ember.frontend.collector import collector_paused
+from ember.runtime.ir.gc_pause import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.stats import CompileStats, report_counts
 from ember.frontend.torch_substitutes import substitute_for
