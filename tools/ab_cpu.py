@@ -10,7 +10,9 @@ reduction taking in the pointwise kernel it reads (``inductor/absorb.py``);
 matmul reads (``aot.save_conv_inputs`` off); ``ember_literal_cse_off``: the loop-IR
 builder keying float literals by their written value and commutative ops by operand order
 (before session 43); ``ember_cat_recomputed``: a concatenation a matmul reads recomputed
-by its other consumers, not read from the matmul's stored operand (before session 43). Each model's steps (the bench's forward,
+by its other consumers, not read from the matmul's stored operand (before session 43);
+``ember_no_tie_break``: the min cut choosing arbitrarily between cuts of equal bytes
+(before session 43). Each model's steps (the bench's forward,
 backward and SGD step) are compiled and warmed up three times, then timed one after
 another ``ROUNDS`` times (default 40), the order rotated each round (the first step of a
 round runs slower). The variant compiled first runs 1-4% slower than one compiled after
@@ -40,6 +42,7 @@ import torch
 import zoo
 from benchlib.aot_variants import aot_config
 from benchlib.runner import make_step
+from ember.aot.partition import mincut
 from ember.inductor.codegen.cpp.backend import CppBackend
 from ember.inductor.lowering import builder, inlining
 from ember.runtime.config import patch
@@ -66,6 +69,8 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # a concatenation a matmul reads recomputed by its other consumers (before session 43)
     "ember_cat_recomputed": lambda: mock.patch.object(
         inlining.Uses, "stored_anyway", lambda self, name: False),
+    # the min cut without its tie-break (a recomputed pointwise op costing one byte)
+    "ember_no_tie_break": lambda: mock.patch.object(mincut, "RECOMPUTE_TIE_BREAK", 0),
     # Ember as it is, compiled a second time: the harness's own bias between two places
     "ember_again": contextlib.nullcontext,
 }

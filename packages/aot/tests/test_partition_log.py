@@ -51,14 +51,15 @@ def test_the_log_names_saved_values_their_bytes_and_why(
 def test_a_small_reduction_is_saved_by_the_cut(capsys: pytest.CaptureFixture[str]) -> None:
     def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         s = (x * 2).sum(-1, keepdim=True)
-        return (s.exp() * y).sum()
+        return (s * y).sum()  # the gradient of y reads the sum
 
     x, y = torch.randn(8, 16, requires_grad=True), torch.randn(8, 16, requires_grad=True)
     lines = _partition_log(f, x, y, capsys=capsys)
     assert lines[0].endswith("2 values saved for the backward (544 B at the size hints), "
-                             "3 recomputed")
-    assert ("  saved       sum      float32[8, 1]    32 B  aten::sum.dim_IntList  min cut: "
-            "fewer bytes than saving what it is computed from") in lines
+                             "0 recomputed")
+    assert any(line.split()[:5] == ["saved", "sum", "float32[8,", "1]", "32"]
+               and line.endswith("min cut: fewer bytes than saving what it is computed from")
+               for line in lines), lines
 
 
 def test_symbolic_saved_bytes_are_an_expression(capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,7 +108,10 @@ def test_ops_outside_the_recompute_table_are_saved(capsys: pytest.CaptureFixture
     assert not any(name.startswith(("adaptive_max_pool3d", "sort")) for name in recomputed)
     assert "max_pool3d_with_indices" in recomputed, lines
     reason = "never recomputed: not pointwise, a view or a cheap op (recompute_rules.py)"
-    assert sum(line.endswith(reason) for line in lines) == 3, lines  # sort[0], sort[1]
+    # adaptive_max_pool3d[1] and sort[1]; sort[0] is not saved: the exp after it is (as
+    # many bytes, and its gradient reads it)
+    assert sum(line.endswith(reason) for line in lines) == 2, lines
+    assert "exp" in saved and "sort[0]" not in saved, lines
     assert "relu" in recomputed  # pointwise work still is
 
 

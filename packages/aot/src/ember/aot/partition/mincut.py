@@ -60,6 +60,15 @@ COMPUTE_BOUND_OPS = frozenset({
 })
 
 
+#: bytes recomputing a pointwise op the forward computes anyway costs in the cut beyond
+#: its saved bytes: of two cuts that save as many bytes, the one recomputing fewer of the
+#: forward's ops. A GPT's residual stream ``x + proj(...)``: saving the sum or the matmul
+#: output it adds is a tie; saving the sum spares the backward recomputing it (and
+#: reading both addends in each reader). Work only the backward needs is not moved into
+#: the forward by it.
+RECOMPUTE_TIE_BREAK = 1
+
+
 @dataclass
 class Partition:
     """The two graphs and the interface between them.
@@ -280,6 +289,8 @@ def _min_cut_backward_side(
             net.add_edge(source, (name, "in"), INFINITE)
         elif name in recompute_costs:
             net.add_edge(source, (name, "in"), recompute_costs[name])
+        elif name in fw_required and recompute_kind(node.target) == "pointwise":
+            net.add_edge(source, (name, "in"), RECOMPUTE_TIE_BREAK)
         for r in node.inputs():
             net.add_edge((r, "out"), (name, "in"), INFINITE)
     for r in _refs(bw_outputs):
