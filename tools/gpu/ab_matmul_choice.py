@@ -9,7 +9,8 @@ the heuristic's templates sent to cuBLAS: the pointer template in the TMA varian
 ones ("ember_epilogue_only") or only those with an operand prologue or padding
 ("ember_prologue_only"), and the heuristic before session 43: an epilogue that a reduction
 reads counted as saving two passes ("ember_reduced_two_passes"), and the class's first
-config whatever its last wave ("ember_first_config"); for pooling, Ember with
+config whatever its last wave ("ember_first_config"), and the min cut without its
+tie-break ("ember_no_tie_break"); for pooling, Ember with
 every pooling backward scattered as before the gather ("ember_pool_scatter") and with the
 gathered gradient fused into its readers, not stored ("ember_pool_gather_fused"); for
 variances, Ember with the GPU's in two passes, not the one-pass ``m2``
@@ -47,6 +48,7 @@ import ember.frontend as ef
 import torch
 import zoo
 from benchlib.aot_variants import aot_config
+from ember.aot.partition import mincut
 from benchlib.runner import make_step
 from ember.inductor import absorb
 from ember.inductor.codegen.triton import backend as triton_backend
@@ -142,6 +144,8 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember_reduced_two_passes": lambda: mock.patch.object(
         matmul_choice, "fusion_saving",
         lambda p, real=matmul_choice.fusion_saving: real(dataclasses.replace(p, reduced=False))),
+    # the min cut choosing arbitrarily between cuts of equal bytes (before session 43)
+    "ember_no_tie_break": lambda: mock.patch.object(mincut, "RECOMPUTE_TIE_BREAK", 0),
     # the class's first config however empty its last wave
     "ember_first_config": lambda: mock.patch.object(matmul_choice, "WAVE_TOLERANCE", 1.0),
     # pooling backward on a GPU as an accumulating scatter: the lowering before the gather
