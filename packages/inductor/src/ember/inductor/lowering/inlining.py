@@ -134,18 +134,22 @@ class Uses:
         pieces = node.args[0]
         if not isinstance(pieces, (tuple, list)) or len(pieces) < STORED_CAT_PIECES:
             return False
-        consumers = self._consumers(name)
+        consumers = self.consumers(name)
         return len(consumers) >= 2 and any(c.target in MATMUL_TARGETS for c in consumers)
 
-    def _consumers(self, name: str) -> list[Node]:
-        """The nodes reading node ``name``'s value, the consumers of its views in their
-        place."""
-        found: list[Node] = []
-        for user in self._users.get(name, []):
-            if user.target in VIEW_TARGETS:
-                found += self._consumers(user.name)
-            else:
-                found.append(user)
+    def consumers(self, name: str, views: frozenset[str] = VIEW_TARGETS) -> list[Node]:
+        """The nodes reading node ``name``'s value (each once), the consumers of its views
+        (ops of ``views``) in their place."""
+        stack, seen, found = [name], set(), []
+        while stack:
+            for user in self._users.get(stack.pop(), []):
+                if user.name in seen:
+                    continue
+                seen.add(user.name)
+                if user.target in views:
+                    stack.append(user.name)
+                else:
+                    found.append(user)
         return found
 
     def count(self, name: str) -> int:

@@ -229,20 +229,7 @@ def _epilogue_consumers(ctx: LoweringContext, name: str) -> list[str]:
 
 def _call_users(ctx: LoweringContext, name: str) -> list[Node]:
     """The call nodes reading ``name``'s value, the users of its views in their place."""
-    stack, seen, found = [name], set(), []
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        for user in ctx.uses.users(current):
-            if user.op != "call":
-                continue
-            if user.target in VIEW_OPS:
-                stack.append(user.name)
-            else:
-                found.append(user)
-    return found
+    return [user for user in ctx.uses.consumers(name, VIEW_OPS) if user.op == "call"]
 
 
 def _rule_module(target: object) -> str | None:
