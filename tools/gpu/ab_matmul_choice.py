@@ -15,7 +15,9 @@ every pooling backward scattered as before the gather ("ember_pool_scatter") and
 gathered gradient fused into its readers, not stored ("ember_pool_gather_fused"); for
 variances, Ember with the GPU's in two passes, not the one-pass ``m2``
 ("ember_variance_two_pass"), or with m2's per-element division ("ember_m2_divide"); for
-reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_absorb")
+reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_absorb"),
+with no column sum inside a row kernel ("ember_no_mixed") or with 264 or 1056 programs
+walking the rows of one ("ember_mixed_264", "ember_mixed_1056")
 and with no store inside a split reduction ("ember_split_no_stores"); for the partitioner,
 Ember saving every forward value its backward reads ("ember_save_everything") and letting
 the min cut recompute what a backward matmul or convolution reads
@@ -50,10 +52,10 @@ import zoo
 from benchlib.aot_variants import aot_config
 from ember.aot.partition import mincut
 from benchlib.runner import make_step
-from ember.inductor import absorb
+from ember.inductor import absorb, mixed
 from ember.inductor.codegen.triton import backend as triton_backend
 from ember.inductor.codegen.triton import generate as triton_generate
-from ember.inductor.codegen.triton import matmul_choice, split_writer, welford
+from ember.inductor.codegen.triton import matmul_choice, mixed_writer, split_writer, welford
 from ember.inductor.codegen.triton.matmul_choice import forced_matmul
 from ember.inductor.codegen.triton.matmul_tma import assume_capability
 from ember.inductor.loop_ir import Reduce, Store, reduction_phases
@@ -162,6 +164,12 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember_m2_divide": lambda: mock.patch.object(welford, "update", _update_dividing),
     # no reduction takes in the pointwise kernel it reads (session 41) ...
     "ember_no_absorb": lambda: mock.patch.object(absorb, "absorbing", _no_absorbing),
+    # no column sum runs inside its row kernel (session 44): a norm's weight gradient in
+    # a split column reduction of its own
+    "ember_no_mixed": lambda: mock.patch.object(mixed, "mixing", _no_absorbing),
+    # the row kernel summing columns on other program counts (528: four an SM)
+    "ember_mixed_264": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 264),
+    "ember_mixed_1056": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 1056),
     # ... nor may a split reduction store values from its partial programs
     "ember_split_no_stores": _split_without_stores,
     # the partitioner saving every value the backward reads, or the matmul/conv inputs

@@ -134,21 +134,21 @@ def test_rms_norm_training_kernels_at_full_size() -> None:
     assert got == """\
 forward kernel0: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4
 forward kernel1: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
-backward kernel0: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8
-backward kernel1: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4"""
+backward kernel0: split grid (512, 1, 1) XBLOCK=1 RBLOCK=4096 -> grid (64, 1, 1) XBLOCK=1 RBLOCK=64 SBLOCK=64 w4"""
 
 
 def test_layer_norm_and_batch_norm_training_kernels_at_full_size() -> None:
-    """The weight/bias gradients (LayerNorm) and BatchNorm1d's per-feature statistics are
-    split column reductions of 64-wide bf16 tiles: 1024 programs, not 4096 programs
-    each walking one strided column. The statistics are one pass (the sum and the
-    ``m2`` in one kernel); the second forward split is the loss's sum."""
+    """The LayerNorm's weight and bias gradients are summed by its ``dx`` kernel (512
+    programs of 32 rows, ``mixed_writer.py``), then combined by 64 programs of 64
+    columns. BatchNorm1d's per-feature statistics are split column reductions of
+    64-wide bf16 tiles: 1024 programs, not 4096 programs each walking one strided
+    column. The statistics are one pass (the sum and the ``m2`` in one kernel); the
+    second forward split is the loss's sum."""
     got = cuda_training_kernels(SoftmaxLayerNorm(4096), (16384, 4096))
     assert got == """\
 forward kernel0: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4
 forward kernel1: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
-backward kernel0: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4
-backward kernel1: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8"""
+backward kernel0: split grid (512, 1, 1) XBLOCK=1 RBLOCK=4096 -> grid (64, 1, 1) XBLOCK=1 RBLOCK=64 SBLOCK=64 w4"""
     got = cuda_training_kernels(BatchNormReLU(4096, 1), (16384, 4096))
     assert got == """\
 forward kernel0: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8
@@ -242,23 +242,35 @@ def _train_step(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[t
 def test_column_split_training_matches_eager_in_the_interpreter(
         name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """256 rows of 64 features (fp32; 4-row column steps so that the sizes split): the
-    weight/bias gradients (BatchNorm1d: also the statistics) run as split column
-    reductions through Triton's interpreter and match eager."""
+    weight/bias gradients run in the ``dx`` kernel as sums across its rows (RMSNorm,
+    LayerNorm; ``mixed_writer.py``: 16 programs of 16 rows), BatchNorm1d's (and its
+    statistics) as split column reductions, through Triton's interpreter, and match
+    eager."""
     import copy
 
     import ember.frontend
-    from ember.inductor.codegen.triton import heuristics
+    from ember.inductor.codegen.triton import heuristics, mixed_writer
+    from ember.inductor.codegen.triton.mixed_writer import MixedReductionWriter
     from ember.inductor.codegen.triton.split_writer import SplitReductionWriter
     from ember.inductor.codegen.triton.testing import triton_for_cpu
 
     columns: list[int] = []
+    mixed: list[int] = []
     write = SplitReductionWriter.write
+    write_mixed = MixedReductionWriter.write
 
     def spy(self: SplitReductionWriter) -> Any:
         columns.append(column_element_bytes(self.kernel))
         return write(self)
 
+    def spy_mixed(self: MixedReductionWriter) -> Any:
+        mixed.append(self.programs()[0])
+        return write_mixed(self)
+
     monkeypatch.setattr(SplitReductionWriter, "write", spy)
+    monkeypatch.setattr(MixedReductionWriter, "write", spy_mixed)
+    monkeypatch.setattr(mixed_writer, "MIXED_PROGRAMS", 16)
+    monkeypatch.setattr(mixed_writer, "COMBINE_ROWS", 4)
     monkeypatch.setattr(heuristics, "COLUMN_RBLOCK", 4)
     monkeypatch.setattr(heuristics, "COLUMN_MIN_ROWS", 64)
     torch.manual_seed(0)
@@ -277,7 +289,10 @@ def test_column_split_training_matches_eager_in_the_interpreter(
         compiled = ember.frontend.compile(model, backend="inductor", options={"strict": True})
         got, got_grads = _train_step(compiled, x)
     want, want_grads = _train_step(eager, x)
-    assert 4 in columns, columns  # a split column reduction ran
+    if name == "batch_norm_1d":
+        assert 4 in columns, columns  # a split column reduction ran
+    else:
+        assert mixed == [16], mixed  # one dx kernel summed the columns (16 programs)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-2)
     for g, w in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3)
@@ -310,8 +325,9 @@ def test_norm_backward_kernels_compile_for_sm90(case: str) -> None:
         if "split" in meta:
             split = TritonSplitMeta.from_json(meta["split"], "split")
             specs.append(split_from_entry(spec, split).spec)
-    assert [s.name for s in specs] == [
-        "bwd_kernel0", "bwd_kernel0_partial", "bwd_kernel1"], specs
+    want = (["bwd_kernel0", "bwd_kernel0_partial"] if case == "rms_norm" else
+            ["bwd_kernel0", "bwd_kernel0_partial", "bwd_kernel1"])
+    assert [s.name for s in specs] == want, specs
     for spec in specs:
         assert ".target sm_90" in compile_for_target(spec).asm["ptx"]
 

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sympy
-from ember.inductor import absorb
+from ember.inductor import absorb, mixed
 from ember.inductor.buffers import (
     ExternCall,
     LoopNode,
@@ -130,6 +130,9 @@ def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
             it = iter(x for x, s in zip(xs, group.outer) if s != 1)
             node.emit(b, [Int(0) if s == 1 else next(it) for s in node.sizes])
         found.append(outer)
+    column = mixed.column_placement(node, group)
+    if column is not None:
+        found.append(column)
     return found
 
 
@@ -267,6 +270,14 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
                 steps[earliest] = absorbed
                 producer[node.name] = earliest
                 placed = True
+        if not placed and isinstance(node, ReductionBuffer):
+            for gi in range(len(steps) - 1, max(earliest, len(steps) - FUSION_WINDOW) - 1, -1):
+                mixed_group = mixed.mixing(node, steps[gi], backend)
+                if mixed_group is not None:
+                    steps[gi] = mixed_group
+                    producer[node.name] = gi
+                    placed = True
+                    break
         if not placed:
             outer, red, emit = natural(node)
             steps.append(KernelGroup(outer, red, [(node, emit)]))

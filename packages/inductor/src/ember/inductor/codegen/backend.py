@@ -109,6 +109,11 @@ class KernelBackend(abc.ABC):
     #: matmul then asks :meth:`matmul_template`
     matmul_templates: bool = False
 
+    #: whether a kernel may hold reductions across its outer ranges (``Reduce.across``:
+    #: a norm's weight gradient summed inside its row kernel, ``inductor/mixed.py``);
+    #: :meth:`can_fuse` then says which such kernels
+    across_reductions: bool = False
+
     @abc.abstractmethod
     def generate(self, kernel: Kernel) -> KernelSource:
         """Source code for ``kernel``.

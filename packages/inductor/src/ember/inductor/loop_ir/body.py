@@ -100,12 +100,18 @@ class Compute:
 
 @dataclass(frozen=True)
 class Reduce:
-    """``name = op over the reduction ranges of arg`` (an outer value)."""
+    """``name = op over the reduction ranges of arg`` (an outer value).
+
+    With ``across``, over the kernel's *outer* ranges instead: a column sum inside a row
+    kernel (a norm's weight gradient beside its input gradient, :mod:`ember.inductor.mixed`).
+    Its result varies with the reduction variables only, and only statements over the
+    reduction variables read it (a backend runs them after every row is done)."""
 
     name: str
     op: str
     arg: str
     dtype: torch.dtype
+    across: bool = False
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ def format_stmt(s: Stmt) -> str:
     if isinstance(s, Compute):
         return f"{s.name}: {dtype_name(s.dtype)} = {s.op}({', '.join(s.args)})"
     if isinstance(s, Reduce):
-        return f"{s.name}: {dtype_name(s.dtype)} = reduce_{s.op}({s.arg})"
+        across = "_across" if s.across else ""
+        return f"{s.name}: {dtype_name(s.dtype)} = reduce_{s.op}{across}({s.arg})"
     assert isinstance(s, Store)
     op = "+=" if s.mode == "add" else "="
     mask = f", mask={s.mask}" if s.mask is not None else ""

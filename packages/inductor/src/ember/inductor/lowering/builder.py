@@ -114,6 +114,9 @@ class BodyBuilder:
         self._exact: dict[str, torch.dtype] = {}
         self._narrowed: dict[str, str] = {}
         self._literals: dict[str, float] = {}
+        #: reductions emitted now are over the outer ranges (``Reduce.across``: a column
+        #: reduction placed in a row kernel, :mod:`ember.inductor.mixed`)
+        self.across = False
 
     # -- values -----------------------------------------------------------------------
     def _emit(self, key: tuple[object, ...], make: type[ValueStmt], *fields: object,
@@ -245,8 +248,8 @@ class BodyBuilder:
         return first
 
     def reduce(self, op: str, value: str, dtype: torch.dtype) -> str:
-        key = ("reduce", op, value, dtype)
-        return self._emit(key, Reduce, op, value, dtype, dtype=dtype)
+        key = ("reduce", op, value, dtype, self.across)
+        return self._emit(key, Reduce, op, value, dtype, self.across, dtype=dtype)
 
     def store(self, buffer: str, index: IndexExpr, value: str) -> None:
         self.stmts.append(Store(buffer, index, value))

@@ -8,7 +8,9 @@ from ember.inductor.codegen.triton.combo import combo_parts
 from ember.inductor.codegen.triton.generate import generate_triton_kernel
 from ember.inductor.codegen.triton.matmul_choice import choose_matmul
 from ember.inductor.codegen.triton.matmul_tma_template import descriptor_buffers
+from ember.inductor.codegen.triton.mixed_writer import mixable
 from ember.inductor.codegen.triton.split_writer import splittable, wants_split
+from ember.inductor.loop_ir.across import has_across
 from ember.inductor.loop_ir import Kernel, Load, MatmulTemplate, Store
 
 #: dtypes Triton has atomic adds for (``tl.atomic_add``, an accumulating scatter's store)
@@ -53,6 +55,9 @@ class TritonBackend(KernelBackend):
     #: becomes several kernels, storing the values that cross (one row of activations
     #: each, microseconds on the H200).
     max_kernel_statements: int | None = 256
+    #: a row kernel sums columns too where whole rows fit its registers
+    #: (:func:`.mixed_writer.mixable`)
+    across_reductions = True
 
     def generate(self, kernel: Kernel) -> KernelSource:
         code = generate_triton_kernel(kernel)
@@ -67,9 +72,12 @@ class TritonBackend(KernelBackend):
         reduction on as many programs as there are rows (64 channels: 2 programs of 32
         channels each; 41 ms for one ResNet-18 batch-norm in training on the H200); and
         past :attr:`max_kernel_buffers`. Stores inside the pass split
-        (:func:`.split_writer.splittable`)."""
+        (:func:`.split_writer.splittable`). A kernel summing across its rows must be
+        :func:`.mixed_writer.mixable`."""
         if not super().can_fuse(group, fused):
             return False
+        if has_across(fused):
+            return mixable(fused)
         if (not fused.is_reduction or fused.template is not None or not wants_split(fused)
                 or splittable(fused)):
             return True

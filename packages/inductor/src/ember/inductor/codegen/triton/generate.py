@@ -10,6 +10,8 @@ a matmul template kernel               :class:`~.matmul_template.MatmulTemplateW
 a reduction whose sizes call for a     :class:`~.split_writer.SplitReductionWriter`
 split (:func:`~.split_writer.wants_    (a partial and a combining function)
 split`) and that is splittable
+a row kernel summing columns too       :class:`~.mixed_writer.MixedReductionWriter`
+(``Reduce.across``)                    (row chunks, then the column sums combined)
 =====================================  ============================================
 """
 
@@ -29,10 +31,12 @@ from ember.inductor.codegen.triton.heuristics import (
 from ember.inductor.codegen.triton.kernel_code import TritonKernelCode
 from ember.inductor.codegen.triton.kernel_writer import KernelWriter
 from ember.inductor.codegen.triton.matmul_write import write_matmul_template
+from ember.inductor.codegen.triton.mixed_writer import MixedReductionWriter, mixed_config
 from ember.inductor.codegen.triton.reduction_layout import column_element_bytes
 from ember.inductor.codegen.triton.sizes import SizeFacts
 from ember.inductor.codegen.triton.split_writer import SplitReductionWriter, splittable
 from ember.inductor.loop_ir import Kernel
+from ember.inductor.loop_ir.across import has_across
 
 #: a persistent reduction over a symbolic row holds a block of the range's upper bound;
 #: when that is more than this many times the hint's block, the kernel loops instead
@@ -44,6 +48,8 @@ def launch_config(kernel: Kernel, facts: SizeFacts | None = None) -> LaunchConfi
     are read at their hints (``facts``), except that a reduction is persistent only when
     every row its range allows fits the block (else it loops, with the hint's block)."""
     facts = facts or SizeFacts()
+    if has_across(kernel):
+        return mixed_config(kernel, facts)
     numel = facts.hint(kernel.numel)
     if not kernel.is_reduction:
         return choose_config(numel)
@@ -65,6 +71,8 @@ def launch_config(kernel: Kernel, facts: SizeFacts | None = None) -> LaunchConfi
 def writer_for(kernel: Kernel, config: LaunchConfig, facts: SizeFacts | None = None
                ) -> KernelWriter:
     """The writer of ``kernel`` under ``config`` (see the module doc)."""
+    if has_across(kernel):
+        return MixedReductionWriter(kernel, config, facts)
     if kernel.is_reduction and config.split > 1 and splittable(kernel):
         return SplitReductionWriter(kernel, config, facts)
     return KernelWriter(kernel, config, facts)
@@ -89,7 +97,8 @@ def generate_triton_kernel(kernel: Kernel, config: LaunchConfig | None = None,
         return write_matmul_template(kernel, facts)
     if config is None:
         config = launch_config(kernel, facts)
-        if autotune_enabled() and not config_forced():  # mode="max-autotune"
+        if autotune_enabled() and not config_forced() and not has_across(kernel):
+            # mode="max-autotune" (a kernel summing across its rows keeps its tiling)
             config = tuned_launch_config(kernel, config, facts or SizeFacts(), _write)
     return writer_for(kernel, config, facts).write()
 
