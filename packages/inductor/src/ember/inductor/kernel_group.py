@@ -32,6 +32,10 @@ class KernelGroup:
     #: a matmul's group after the last extern call when a call reading nothing was
     #: placed (``_extern_position``): as an extern call, it would have moved that call
     placed_extern: bool = False
+    #: the reductions among ``members`` that run across the group's outer ranges
+    #: (``mixed.py``): their sizes are the group's transposed, so no node is placed by
+    #: their index
+    across: frozenset[str] = frozenset()
 
     @property
     def stored(self) -> set[str]:

@@ -75,9 +75,12 @@ def mixing(node: ReductionBuffer, group: KernelGroup | ExternCall,
     outer, red, emit = natural(node)
     alone = KernelGroup(outer, red, [(node, emit)])
     alone_kernel = group_kernel("trial", alone, tuple(alone.build()[0].stmts))
+    reductions = {m.name for m, _ in group.members if isinstance(m, ReductionBuffer)}
     candidates = [
-        KernelGroup(group.outer, group.reduction, [*group.members, (node, swapped(emit))]),
-        KernelGroup(outer, red, [*((m, swapped(e)) for m, e in group.members), (node, emit)]),
+        KernelGroup(group.outer, group.reduction, [*group.members, (node, swapped(emit))],
+                    across=group.across | {node.name}),
+        KernelGroup(outer, red, [*((m, swapped(e)) for m, e in group.members), (node, emit)],
+                    across=frozenset(reductions - group.across)),
     ]
     for candidate in candidates:
         b = candidate.build()[0]

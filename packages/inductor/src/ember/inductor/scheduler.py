@@ -113,6 +113,8 @@ def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
         return found
     seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
     for member, _ in group.members:
+        if member.name in group.across:
+            continue  # its sizes are the group's transposed
         if isinstance(member, ReductionBuffer) and member.full_sizes == node.sizes:
             layout = (member.full_sizes, member.dims)
             if layout in seen:
