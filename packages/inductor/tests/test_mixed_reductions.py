@@ -175,3 +175,34 @@ def test_mixed_kernels_match_eager_in_the_interpreter(
         assert programs == [(2, "96")]  # 192 rows: 2 programs of 3 blocks of 32
     else:  # each program's rows computed from the row count s0
         assert programs == [(2, "(32*((((s0 + 1) // 2) + 31) // 32))")], programs
+
+
+def test_nodes_join_a_mixed_group_by_its_row_reductions_index_only() -> None:
+    """A column sum's group, then a row sum over the same elements: Triton takes the
+    group over the rows (the column sum across them). A pointwise node over the full
+    space then joins at the row sum's index, never at the column sum's (the transposed
+    index, which would store ``dx`` at the wrong places)."""
+    from ember.inductor import mixed, scheduler
+    from ember.inductor.buffers import PointwiseBuffer, ReductionBuffer
+    from ember.inductor.codegen.triton.backend import TritonBackend
+    from ember.inductor.kernel_group import KernelGroup, natural
+    from ember.inductor.loop_ir import format_stmt
+
+    f32 = torch.float32
+
+    def x(b: Any, i: tuple[Any, ...]) -> str:
+        return str(b.load("x", add(mul(i[0], 32), i[1]), f32))
+
+    column = ReductionBuffer("w", f32, "sum", (64, 32), (0,), False, x)
+    row = ReductionBuffer("s", f32, "sum", (64, 32), (1,), False, x)
+    dx = PointwiseBuffer("dx", f32, (64, 32), lambda b, i: str(b.compute(
+        "mul", x(b, i), b.load("s", i[0], f32))))
+    outer, red, emit = natural(column)
+    group = mixed.mixing(row, KernelGroup(outer, red, [(column, emit)]), TritonBackend())
+    assert group is not None
+    assert (group.outer, group.reduction, group.across) == ((64,), (32,), {"w"})
+    placements = scheduler._placements(dx, group)
+    assert len(placements) == 1
+    b = group.build(placements[0])[0]
+    stores = [format_stmt(s) for s in b.stmts if isinstance(s, Store)]
+    assert stores[-1] == "store dx[(x0*32 + r0)] = v3", stores
