@@ -96,6 +96,7 @@ def test_interleaved_timing_on_cuda_uses_device_timing_per_function(
         return 0.001 * len(timed)
 
     monkeypatch.setattr(timing, "median_seconds", fake_median)
+    monkeypatch.setattr(timing, "CUDA_ROUNDS", 1)
 
     def boom() -> None:
         raise RuntimeError("illegal memory access")
@@ -116,3 +117,29 @@ def test_synchronize_waits_only_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None
     timing.synchronize(torch.device("cpu"))
     timing.synchronize(torch.device("cuda", 0))
     assert calls == [torch.device("cuda", 0)]
+
+
+def test_cuda_compilers_are_timed_in_rotating_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each function is timed ``CUDA_ROUNDS`` times, each round starting one function
+    later; its result is the median of its rounds; one that raises is not timed again."""
+    order: list[str] = []
+    times = {"eager": iter([3.0, 1.0, 2.0]), "torch": iter([5.0, 4.0, 6.0])}
+
+    def fake_median(fn, device):  # type: ignore[no-untyped-def]
+        return fn()
+
+    def timed(key: str):  # type: ignore[no-untyped-def]
+        def run() -> float:
+            order.append(key)
+            if key == "ember":
+                raise RuntimeError("boom")
+            return next(times[key])
+        return run
+
+    monkeypatch.setattr(timing, "median_seconds", fake_median)
+    monkeypatch.setattr(timing, "CUDA_ROUNDS", 3)
+    got = timing.interleaved_median_seconds(
+        {k: timed(k) for k in ("eager", "torch", "ember")}, torch.device("cuda"))
+    assert order == ["eager", "torch", "ember", "torch", "eager", "eager", "torch"]
+    assert got["eager"] == 2.0 and got["torch"] == 5.0
+    assert isinstance(got["ember"], RuntimeError)
