@@ -17,7 +17,8 @@ variances, Ember with the GPU's in two passes, not the one-pass ``m2``
 ("ember_variance_two_pass"), or with m2's per-element division ("ember_m2_divide"); for
 reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_absorb"),
 with no column sum inside a row kernel ("ember_no_mixed") or with 264 or 1056 programs
-walking the rows of one ("ember_mixed_264", "ember_mixed_1056", "ember_mixed_2112")
+walking the rows of one ("ember_mixed_264", "ember_mixed_1056", "ember_mixed_2112"), or
+stepping over the plain row kernel's row block ("ember_mixed_tile_1")
 and with no store inside a split reduction ("ember_split_no_stores"); for the partitioner,
 Ember saving every forward value its backward reads ("ember_save_everything") and letting
 the min cut recompute what a backward matmul or convolution reads
@@ -171,6 +172,8 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember_mixed_264": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 264),
     "ember_mixed_1056": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 1056),
     "ember_mixed_2112": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 2112),
+    # ... stepping over one row block of the plain row kernel's (rows of 768: one row)
+    "ember_mixed_tile_1": lambda: mock.patch.object(mixed_writer, "MIXED_TILE", 1),
     # ... nor may a split reduction store values from its partial programs
     "ember_split_no_stores": _split_without_stores,
     # the partitioner saving every value the backward reads, or the matmul/conv inputs

@@ -85,6 +85,21 @@ def test_triton_takes_whole_rows_of_a_static_size_only() -> None:
     assert not mixable(_kernel(Store("out", Var("r0", s0), "v3"), cols=s0))
 
 
+@pytest.mark.parametrize("rows,cols,want", [
+    (16384, 4096, (1, 4096, 4)),  # the row kernel's: one row a step
+    (16384, 768, (4, 1024, 4)),  # a GPT's LayerNorm: four rows a step, not one
+    (192, 32, (128, 32, 4)),
+    (8, 32, (8, 32, 1)),  # no more rows a step than the tensor has
+])
+def test_a_mixed_kernel_steps_over_at_least_mixed_tile_elements(
+        rows: int, cols: int, want: tuple[int, int, int]) -> None:
+    from ember.inductor.codegen.triton.mixed_writer import mixed_config
+
+    config = mixed_config(_kernel(Store("out", Var("r0", cols), "v3"), rows=rows, cols=cols))
+    assert (config.xblock, config.rblock, config.num_warps) == want
+    assert config.persistent
+
+
 def test_a_norm_backward_is_one_kernel_summing_its_columns() -> None:
     """RMSNorm 16384 x 4096, bf16, for CUDA: ``dx`` and the weight gradient in one
     kernel (its partial function over 512 programs of 32 rows), the weight gradient's
@@ -146,6 +161,7 @@ def test_mixed_kernels_match_eager_in_the_interpreter(
 
     monkeypatch.setattr(MixedReductionWriter, "write", spy)
     monkeypatch.setattr(mixed_writer, "MIXED_PROGRAMS", 2)
+    monkeypatch.setattr(mixed_writer, "MIXED_TILE", 1)  # the row kernel's row blocks
     torch.manual_seed(0)
     model: nn.Module
     if case == "layer_norm_3d":

@@ -270,6 +270,7 @@ def test_column_split_training_matches_eager_in_the_interpreter(
     monkeypatch.setattr(SplitReductionWriter, "write", spy)
     monkeypatch.setattr(MixedReductionWriter, "write", spy_mixed)
     monkeypatch.setattr(mixed_writer, "MIXED_PROGRAMS", 16)
+    monkeypatch.setattr(mixed_writer, "MIXED_TILE", 1)  # the row kernel's row blocks
     monkeypatch.setattr(mixed_writer, "COMBINE_ROWS", 4)
     monkeypatch.setattr(heuristics, "COLUMN_RBLOCK", 4)
     monkeypatch.setattr(heuristics, "COLUMN_MIN_ROWS", 64)

@@ -88,7 +88,8 @@ class LaunchConfig:
         return ((numel + self.xblock - 1) // self.xblock, 1, 1)
 
 
-def _warps_for(elements: int) -> int:
+def warps_for(elements: int) -> int:
+    """Warps for a tile of ``elements``: one per 256, a power of two up to ``MAX_WARPS``."""
     warps = elements // 256
     return max(1, min(MAX_WARPS, next_power_of_2(warps)))
 
@@ -131,18 +132,18 @@ def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False
         xblock = min(width, next_power_of_2(numel))
         narrow = min(xblock, COLUMN_XBLOCK)  # warps: those of the 32-wide tile
         if rblock <= COLUMN_RBLOCK:
-            return LaunchConfig(xblock, rblock, True, _warps_for(narrow * rblock))
+            return LaunchConfig(xblock, rblock, True, warps_for(narrow * rblock))
         programs = -(-numel // xblock)
         split = min(SPLIT_MAX, max(1, COLUMN_TARGET_PROGRAMS // programs),
                     -(-reduction_numel // COLUMN_MIN_ROWS))
         return LaunchConfig(xblock, COLUMN_RBLOCK, False,
-                            _warps_for(narrow * COLUMN_RBLOCK),
+                            warps_for(narrow * COLUMN_RBLOCK),
                             1, split if split >= 4 else 1)
     if WIDE_ROW <= rblock <= PERSISTENT_MAX:
         return LaunchConfig(1, rblock, True, WIDE_ROW_WARPS.get(rblock // WIDE_ROW, 4))
     if rblock <= PERSISTENT_MAX:
         xblock = max(1, min(TILE // rblock, next_power_of_2(numel), 64))
-        return LaunchConfig(xblock, rblock, True, _warps_for(xblock * rblock))
+        return LaunchConfig(xblock, rblock, True, warps_for(xblock * rblock))
     split = 1
     if numel <= SPLIT_MAX_ROWS:
         split = min(SPLIT_MAX, max(1, SPLIT_TARGET_PROGRAMS // numel),
@@ -200,7 +201,7 @@ def candidate_configs(default: LaunchConfig, numel: int, reduction_numel: int = 
         for xblock in (default.xblock // 2, default.xblock * 2):
             if 1 <= xblock <= next_power_of_2(numel) and xblock * rblock <= MAX_TUNED_TILE:
                 out.append(dataclasses.replace(default, xblock=xblock,
-                                               num_warps=_warps_for(xblock * rblock)))
+                                               num_warps=warps_for(xblock * rblock)))
         out += _warp_variants(default)
         if rblock >= LOOPED_VARIANT_ROW and default.xblock == 1:
             out.append(dataclasses.replace(default, rblock=rblock // 4, persistent=False,
@@ -209,7 +210,7 @@ def candidate_configs(default: LaunchConfig, numel: int, reduction_numel: int = 
         for rblock in (default.rblock // 2, default.rblock * 2):
             if rblock >= 8:
                 out.append(dataclasses.replace(
-                    default, rblock=rblock, num_warps=_warps_for(default.xblock * rblock)))
+                    default, rblock=rblock, num_warps=warps_for(default.xblock * rblock)))
         out += _warp_variants(default)
     else:
         row = next_power_of_2(reduction_numel)

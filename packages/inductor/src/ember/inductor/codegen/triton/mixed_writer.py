@@ -23,6 +23,7 @@ from ember.inductor.codegen.triton.heuristics import (
     LaunchConfig,
     choose_config,
     next_power_of_2,
+    warps_for,
 )
 from ember.inductor.codegen.triton.kernel_code import (
     SplitLaunch,
@@ -39,6 +40,8 @@ from ember.inductor.loop_ir.across import AcrossParts, across_parts
 #: how many programs walk the rows (fewer when there are fewer row blocks): four for
 #: each of an H100's or H200's 132 multiprocessors, so that all are resident at once
 MIXED_PROGRAMS = 528
+#: the fewest elements (rows x columns) a program's step over the rows covers
+MIXED_TILE = 4096
 #: columns a program of the combining function sums (64 fp32 columns: 256-byte rows)
 COMBINE_COLUMNS = 64
 #: workspace rows the combining function adds a step
@@ -62,9 +65,18 @@ def mixable(kernel: Kernel) -> bool:
 
 
 def mixed_config(kernel: Kernel, facts: SizeFacts | None = None) -> LaunchConfig:
-    """The row tiling: a persistent row reduction's (whole rows in registers)."""
+    """The row tiling: a persistent row reduction's (whole rows in registers), with at
+    least :data:`MIXED_TILE` elements a step (rows of 768: 4 a step, where the plain row
+    kernel takes one a program), so that each of the few programs keeps enough loads in
+    flight."""
     facts = facts or SizeFacts()
-    return choose_config(facts.hint(kernel.numel), int(kernel.reduction_numel))
+    rows = facts.hint(kernel.numel)
+    config = choose_config(rows, int(kernel.reduction_numel))
+    xblock = max(config.xblock, min(MIXED_TILE // config.rblock, next_power_of_2(rows)))
+    if xblock == config.xblock:
+        return config
+    return LaunchConfig(xblock, config.rblock, True,
+                        max(config.num_warps, warps_for(xblock * config.rblock) // 4))
 
 
 class MixedReductionWriter(KernelWriter):
@@ -191,5 +203,5 @@ class MixedReductionWriter(KernelWriter):
         )
 
 
-__all__ = ["COMBINE_COLUMNS", "MIXED_PROGRAMS", "MixedReductionWriter", "mixable",
+__all__ = ["COMBINE_COLUMNS", "MIXED_PROGRAMS", "MIXED_TILE", "MixedReductionWriter", "mixable",
            "mixed_config"]
