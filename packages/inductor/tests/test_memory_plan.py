@@ -93,6 +93,36 @@ def test_a_kernel_reading_its_input_at_another_index_is_not_in_place(backend: st
     torch.testing.assert_close(run(x, _W1)[0], flipped(x, _W1))
 
 
+def test_a_one_pass_reduction_stores_in_place_of_its_dead_input(backend: str) -> None:
+    """``d = tanh(m)`` stored while its row sums are taken, in one pass over ``m``: ``d``
+    takes ``m``'s memory (a GELU's gradient over the incoming gradient while the bias
+    gradient sums it: 384 MiB of the zoo mlp's bf16 training peak on a GPU)."""
+    def tanh_and_sums(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        d = torch.tanh(x @ w)
+        return d, d.sum(1)
+
+    x = torch.randn(8, 16)
+    compiled, run = compile_for(tanh_and_sums, x, _W1, backend=backend)
+    wrapper = _wrapper(compiled)
+    assert "buf2 = buf0; del buf0  # written in place of buf0's memory" in wrapper, wrapper
+    got = run(x, _W1)
+    for g, w in zip(got, tanh_and_sums(x, _W1), strict=True):
+        torch.testing.assert_close(g, w)
+
+
+def test_a_reduction_storing_after_a_second_pass_is_not_in_place(backend: str) -> None:
+    """A softmax stores in its last pass over the row, after passes that read it: a
+    looped kernel would load an element again after another element's store, so its
+    output does not take its input's memory."""
+    def softmax(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x @ w, 1)
+
+    x = torch.randn(8, 16)
+    compiled, run = compile_for(softmax, x, _W1, backend=backend)
+    assert "in place" not in _wrapper(compiled)
+    torch.testing.assert_close(run(x, _W1)[0], softmax(x, _W1))
+
+
 _WB, _WBACK = torch.randn(16, 256), torch.randn(256, 16)
 
 

@@ -3,10 +3,11 @@
 The wrapper allocates each intermediate buffer where a step first writes it and frees it
 after the step that last reads it. This module decides, before the wrapper is written:
 
-- **in place**: a pointwise kernel whose stored buffer has the byte size and dtype of a
-  buffer it reads for the last time, only at the very index it stores (``out[i] =
-  f(a[i])``, every load before the store, every loop variable in the index), writes into
-  that buffer's memory (``buf3 = buf1; del buf1  # written in place of buf1's memory``);
+- **in place**: a pointwise kernel (or a one-pass reduction: its element-wise stores)
+  whose stored buffer has the byte size and dtype of a buffer it reads for the last
+  time, only at the very index it stores (``out[i] = f(a[i])``, every load before the
+  store, every loop variable in the index), writes into that buffer's memory
+  (``buf3 = buf1; del buf1  # written in place of buf1's memory``);
 - **reuse**: a new buffer takes the memory of a dead one of the same dtype and byte size
   (any shape: ``as_strided`` gives it its layout); on a GPU only where holding the dead buffer
   until then does not raise the graph's peak (on the CPU always: a fresh allocation costs
@@ -38,7 +39,8 @@ from ember.inductor.buffers import ExternCall
 from ember.inductor.codegen.index_match import same_index
 from ember.inductor.codegen.input_writes import plan_input_writes
 from ember.inductor.codegen.registry import in_one_part
-from ember.inductor.loop_ir import Load, Size, Store
+from ember.inductor.loop_ir import Kernel, Load, Size, Store, reduction_phases
+from ember.inductor.loop_ir.across import has_across
 from ember.inductor.loop_ir.index import free_vars
 from ember.inductor.loop_ir.symbolic_index import hint
 from ember.inductor.lowering.checks import ERROR_BUFFER
@@ -276,7 +278,7 @@ class MemoryPlanner:
         """A buffer ``step`` reads for the last time, of ``name``'s dtype and byte size,
         at exactly the (unmasked) index it stores ``name`` at: ``name`` may live in it."""
         k = step.kernel
-        if k.is_reduction or k.template is not None:
+        if k.template is not None or (k.is_reduction and not _one_pass(k)):
             return None
         stores = [s for s in k.body if isinstance(s, Store) and s.buffer == name]
         if (len({s.index for s in stores}) != 1 or any(s.mask or s.mode != "store"
@@ -285,7 +287,8 @@ class MemoryPlanner:
             return None
         index = stores[0].index
         # every element stored by one iteration: the index uses every loop variable
-        if not {v.name for v in k.ranges if v.size != 1} <= {v.name for v in free_vars(index)}:
+        if not {v.name for v in k.ranges + k.reduction_ranges if v.size != 1} <= {
+                v.name for v in free_vars(index)}:
             return None
         first_store = min(j for j, s in enumerate(k.body) if isinstance(s, Store)
                           and s.buffer == name)
@@ -423,3 +426,13 @@ def plan_memory(lowered: LoweredGraph, steps: Iterable[Step], device: str
                 ) -> tuple[list[StepPlan], MemoryReport]:
     """The wrapper's memory plan of a lowered, scheduled graph, and its report."""
     return MemoryPlanner(lowered, list(steps), device).plan()
+
+
+def _one_pass(kernel: Kernel) -> bool:
+    """Whether a reduction kernel visits each point of its iteration space once, in one
+    pass over its reduction ranges, on every backend: a buffer it reads there for the last
+    time may then take an inner store at the same index (a GELU's gradient written over
+    the incoming gradient while a bias gradient sums it). A later pass (a softmax's store
+    after its sums) may load the element again, after the store."""
+    return not has_across(kernel) and len(reduction_phases(kernel)[1]) == 1
+
