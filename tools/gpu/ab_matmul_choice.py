@@ -18,7 +18,8 @@ variances, Ember with the GPU's in two passes, not the one-pass ``m2``
 reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_absorb"),
 with no column sum inside a row kernel ("ember_no_mixed") or with 264 or 1056 programs
 walking the rows of one ("ember_mixed_264", "ember_mixed_1056", "ember_mixed_2112"), or
-stepping over the plain row kernel's row block ("ember_mixed_tile_1")
+stepping over the plain row kernel's row block ("ember_mixed_tile_1"); with 16-bit
+column tiles 128 or 256 wide ("ember_column_128", "ember_column_256")
 and with no store inside a split reduction ("ember_split_no_stores"); for the partitioner,
 Ember saving every forward value its backward reads ("ember_save_everything") and letting
 the min cut recompute what a backward matmul or convolution reads
@@ -56,7 +57,13 @@ from benchlib.runner import make_step
 from ember.inductor import absorb, mixed
 from ember.inductor.codegen.triton import backend as triton_backend
 from ember.inductor.codegen.triton import generate as triton_generate
-from ember.inductor.codegen.triton import matmul_choice, mixed_writer, split_writer, welford
+from ember.inductor.codegen.triton import (
+    heuristics,
+    matmul_choice,
+    mixed_writer,
+    split_writer,
+    welford,
+)
 from ember.inductor.codegen.triton.matmul_choice import forced_matmul
 from ember.inductor.codegen.triton.matmul_tma import assume_capability
 from ember.inductor.loop_ir import Reduce, Store, reduction_phases
@@ -172,6 +179,10 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember_mixed_264": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 264),
     "ember_mixed_1056": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 1056),
     "ember_mixed_2112": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 2112),
+    # 16-bit column tiles 128 or 256 wide (a bias gradient with GELU's gradient inside:
+    # gpt's took 159 us a layer where torch.compile's two kernels took 143)
+    "ember_column_128": lambda: mock.patch.dict(heuristics.COLUMN_XBLOCKS, {2: 128}),
+    "ember_column_256": lambda: mock.patch.dict(heuristics.COLUMN_XBLOCKS, {2: 256}),
     # ... stepping over one row block of the plain row kernel's (rows of 768: one row)
     "ember_mixed_tile_1": lambda: mock.patch.object(mixed_writer, "MIXED_TILE", 1),
     # ... nor may a split reduction store values from its partial programs
