@@ -26,6 +26,13 @@ Device policy is the kernel backend's (``KernelBackend.can_fuse``): before a nod
 a group, the backend sees the group's kernel and the kernel with the node, and may refuse
 (Triton keeps a reduction it runs split splittable: ``codegen/triton/backend.py``).
 
+A reduction that fits no group and takes in no producer (``absorb.py``) may join a
+reduction group whose iteration space is its own transposed (``mixed.py``): a norm's
+weight gradient, summed down the rows, inside the row kernel of its ``dx``, as an
+``across`` reduction; the group is then over the rows, and no node is placed by the
+across reduction's index (``KernelGroup.across``). A pointwise node over the columns that
+reads the sums joins it too (``mixed.column_placement``).
+
 A matmul (:class:`~ember.inductor.buffers.MatmulBuffer`, a template kernel) starts a
 group of its own that no other reduction joins; pointwise nodes join it only as outer
 work over its ``(batch,) M, N`` sizes (its epilogue), also through a row-major reshape
