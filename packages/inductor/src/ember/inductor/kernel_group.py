@@ -61,6 +61,11 @@ class KernelGroup:
         return b, loads, stmts
 
 
+def squeezed(sizes: Sequence[int]) -> tuple[int, ...]:
+    """``sizes`` without its 1s (sizes that match up to size-1 dims compare equal)."""
+    return tuple(s for s in sizes if s != 1)
+
+
 def natural(node: LoopNode) -> tuple[tuple[int, ...], tuple[int, ...], Emit]:
     if isinstance(node, (ReductionBuffer, MatmulBuffer)):
         return node.outer_sizes, node.reduction_sizes, lambda b, xs, rs: node.emit(b, xs, rs)
@@ -94,4 +99,4 @@ def group_kernel(name: str, group: KernelGroup, body: tuple[Stmt, ...],
 
 
 __all__ = ["Emit", "IndexMap", "KernelGroup", "group_kernel", "inner_placement", "natural",
-           "placed"]
+           "placed", "squeezed"]

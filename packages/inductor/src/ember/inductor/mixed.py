@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from ember.inductor.buffers import ExternCall, LoopNode, PointwiseBuffer, ReductionBuffer
 from ember.inductor.codegen.backend import KernelBackend
-from ember.inductor.kernel_group import Emit, KernelGroup, group_kernel, natural
+from ember.inductor.kernel_group import Emit, KernelGroup, group_kernel, natural, squeezed
 from ember.inductor.loop_ir import IndexExpr, Int, Store
 from ember.inductor.loop_ir.across import across_parts
 from ember.inductor.lowering.builder import BodyBuilder
@@ -43,7 +43,7 @@ def column_placement(node: LoopNode, group: KernelGroup) -> Emit | None:
     what its across reductions store (a weight gradient's cast), as work over the
     columns; else None."""
     if (not isinstance(node, PointwiseBuffer) or not group.reduction or group.closed
-            or _squeezed(node.sizes) != _squeezed(group.reduction)):
+            or squeezed(node.sizes) != squeezed(group.reduction)):
         return None
     b = group.build()[0]
     parts = across_parts(group_kernel("trial", group, tuple(b.stmts)))
@@ -55,10 +55,6 @@ def column_placement(node: LoopNode, group: KernelGroup) -> Emit | None:
         it = iter(r for r, size in zip(rs, group.reduction) if size != 1)
         node.emit(b, [Int(0) if size == 1 else next(it) for size in node.sizes])
     return emit
-
-
-def _squeezed(sizes: Sequence[int]) -> tuple[int, ...]:
-    return tuple(s for s in sizes if s != 1)
 
 
 def mixing(node: ReductionBuffer, group: KernelGroup | ExternCall,

@@ -66,7 +66,14 @@ from ember.inductor.buffers import (
 )
 from ember.inductor.codegen.backend import KernelBackend
 from ember.inductor.codegen.registry import backend_for
-from ember.inductor.kernel_group import Emit, KernelGroup, group_kernel, inner_placement, natural
+from ember.inductor.kernel_group import (
+    Emit,
+    KernelGroup,
+    group_kernel,
+    inner_placement,
+    natural,
+    squeezed,
+)
 from ember.inductor.loop_ir import (
     Buffer,
     IndexExpr,
@@ -100,10 +107,6 @@ class KernelStep:
 Step = KernelStep | ExternCall
 
 
-def _squeezed(sizes: Sequence[int]) -> tuple[int, ...]:
-    return tuple(s for s in sizes if s != 1)
-
-
 def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
     if group.closed or isinstance(node, (ScatterBuffer, MatmulBuffer)):
         return []
@@ -134,7 +137,7 @@ def _placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
             if reshaped is not None and layout not in seen:
                 seen.add(layout)
                 found.append(reshaped)
-    if _squeezed(node.sizes) == _squeezed(group.outer):
+    if squeezed(node.sizes) == squeezed(group.outer):
         def outer(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
             it = iter(x for x, s in zip(xs, group.outer) if s != 1)
             node.emit(b, [Int(0) if s == 1 else next(it) for s in node.sizes])
@@ -160,7 +163,7 @@ def _epilogue_placements(node: LoopNode, group: KernelGroup) -> list[Emit]:
     template can compute (``[B*S, N]`` viewed as ``[B, S, N]``)."""
     if not isinstance(node, PointwiseBuffer) or node.work > EPILOGUE_MAX_WORK:
         return []
-    if _squeezed(node.sizes) == _squeezed(group.outer):
+    if squeezed(node.sizes) == squeezed(group.outer):
         def outer(b: BodyBuilder, xs: Sequence[IndexExpr], rs: Sequence[IndexExpr]) -> None:
             it = iter(x for x, s in zip(xs, group.outer) if s != 1)
             node.emit(b, [Int(0) if s == 1 else next(it) for s in node.sizes])
