@@ -12,7 +12,8 @@ builder keying float literals by their written value and commutative ops by oper
 (before session 43); ``ember_cat_recomputed``: a concatenation a matmul reads recomputed
 by its other consumers, not read from the matmul's stored operand (before session 43);
 ``ember_no_tie_break``: the min cut choosing arbitrarily between cuts of equal bytes
-(before session 43). Each model's steps (the bench's forward,
+(before session 43); ``ember_reduction_out_of_place``: no one-pass reduction storing in
+place of an input it reads for the last time (before session 44). Each model's steps (the bench's forward,
 backward and SGD step) are compiled and warmed up three times, then timed one after
 another ``ROUNDS`` times (default 40), the order rotated each round (the first step of a
 round runs slower). The variant compiled first runs 1-4% slower than one compiled after
@@ -43,6 +44,7 @@ import zoo
 from benchlib.aot_variants import aot_config
 from benchlib.runner import make_step
 from ember.aot.partition import mincut
+from ember.inductor.codegen import memory_plan
 from ember.inductor.codegen.cpp.backend import CppBackend
 from ember.inductor.lowering import builder, inlining
 from ember.runtime.config import patch
@@ -71,6 +73,9 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
         inlining.Uses, "stored_anyway", lambda self, name: False),
     # the min cut without its tie-break (a recomputed pointwise op costing one byte)
     "ember_no_tie_break": lambda: mock.patch.object(mincut, "RECOMPUTE_TIE_BREAK", 0),
+    # a one-pass reduction's stores never in place of its inputs (before session 44)
+    "ember_reduction_out_of_place": lambda: mock.patch.object(
+        memory_plan, "_one_pass", lambda kernel: False),
     # Ember as it is, compiled a second time: the harness's own bias between two places
     "ember_again": contextlib.nullcontext,
 }
