@@ -19,7 +19,8 @@ reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_a
 with no column sum inside a row kernel ("ember_no_mixed") or with 264 or 1056 programs
 walking the rows of one ("ember_mixed_264", "ember_mixed_1056", "ember_mixed_2112"), or
 stepping over the plain row kernel's row block ("ember_mixed_tile_1"); with 16-bit
-column tiles 128 or 256 wide ("ember_column_128", "ember_column_256")
+column tiles 128 or 256 wide ("ember_column_128", "ember_column_256"); with every
+column reduction run over its rows ("ember_columns_as_rows", ``mixed.as_rows``)
 and with no store inside a split reduction ("ember_split_no_stores"); for the partitioner,
 Ember saving every forward value its backward reads ("ember_save_everything") and letting
 the min cut recompute what a backward matmul or convolution reads
@@ -183,6 +184,10 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # gpt's took 159 us a layer where torch.compile's two kernels took 143)
     "ember_column_128": lambda: mock.patch.dict(heuristics.COLUMN_XBLOCKS, {2: 128}),
     "ember_column_256": lambda: mock.patch.dict(heuristics.COLUMN_XBLOCKS, {2: 256}),
+    # every column reduction's group run over its rows, its sums across them (an
+    # experiment, off by default: mixed.as_rows)
+    "ember_columns_as_rows": lambda: mock.patch.object(
+        triton_backend.TritonBackend, "column_groups_as_rows", True),
     # ... stepping over one row block of the plain row kernel's (rows of 768: one row)
     "ember_mixed_tile_1": lambda: mock.patch.object(mixed_writer, "MIXED_TILE", 1),
     # ... nor may a split reduction store values from its partial programs

@@ -222,3 +222,44 @@ def test_nodes_join_a_mixed_group_by_its_row_reductions_index_only() -> None:
     b = group.build(placements[0])[0]
     stores = [format_stmt(s) for s in b.stmts if isinstance(s, Store)]
     assert stores[-1] == "store dx[(x0*32 + r0)] = v3", stores
+
+
+class LinearGelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(32, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.gelu(self.up(x), approximate="tanh")
+
+
+def test_column_groups_as_rows_match_eager_in_the_interpreter(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The experiment ``column_groups_as_rows`` (off by default): a bias gradient with
+    GELU's gradient inside runs as a row kernel summing across its rows, and matches
+    eager. (A batch norm's statistics stay column kernels: the variance's sum reads the
+    mean's, which an across sum cannot.)"""
+    import ember.frontend
+    from ember.inductor.codegen.triton import mixed_writer
+    from ember.inductor.codegen.triton.testing import TritonOnCpuBackend, triton_for_cpu
+
+    programs: list[tuple[int, str]] = []
+    write = MixedReductionWriter.write
+
+    def spy(self: MixedReductionWriter) -> Any:
+        programs.append(self.programs())
+        return write(self)
+
+    monkeypatch.setattr(MixedReductionWriter, "write", spy)
+    monkeypatch.setattr(mixed_writer, "MIXED_PROGRAMS", 4)
+    monkeypatch.setattr(TritonOnCpuBackend, "column_groups_as_rows", True)
+    torch.manual_seed(0)
+    model = LinearGelu()
+    eager = copy.deepcopy(model)
+    x = torch.randn(96, 32)
+    with triton_for_cpu():
+        compiled = ember.frontend.compile(model, backend="inductor", options={"strict": True})
+        got = _grads(compiled, x)
+    for g, w in zip(got, _grads(eager, x), strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert programs == [(2, "64")], programs  # 96 rows of 64: 2 programs, a step 64 rows

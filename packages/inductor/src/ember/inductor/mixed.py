@@ -88,4 +88,26 @@ def mixing(node: ReductionBuffer, group: KernelGroup | ExternCall,
     return None
 
 
-__all__ = ["column_placement", "mixing", "swapped"]
+def as_rows(group: KernelGroup | ExternCall, backend: KernelBackend | None
+            ) -> KernelGroup | None:
+    """A column reduction's group over its rows: every member swapped, its reductions
+    summed across the rows (a bias gradient with GELU's gradient inside, stored row by
+    row as a pointwise kernel would, its columns summed on the way), where the backend
+    takes that kernel; else None. Only for a backend with ``column_groups_as_rows`` (an
+    experiment, off: ``tools/gpu/ab_matmul_choice.py ... ember_columns_as_rows``)."""
+    if (backend is None or not backend.across_reductions or not backend.column_groups_as_rows
+            or not isinstance(group, KernelGroup) or not group.reduction or group.closed
+            or group.template is not None):
+        return None
+    reductions = {m.name for m, _ in group.members if isinstance(m, ReductionBuffer)}
+    rows = KernelGroup(group.reduction, group.outer,
+                       [(m, swapped(e)) for m, e in group.members],
+                       across=frozenset(reductions - group.across))
+    b = rows.build()[0]
+    if any(buf in rows.stored for buf, _ in b.external_loads):
+        return None
+    before = group_kernel("trial", group, tuple(group.build()[0].stmts))
+    return rows if backend.can_fuse(before, group_kernel("trial", rows, tuple(b.stmts))) else None
+
+
+__all__ = ["as_rows", "column_placement", "mixing", "swapped"]

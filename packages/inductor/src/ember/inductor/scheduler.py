@@ -294,6 +294,8 @@ def schedule(lowered: LoweredGraph, backend: KernelBackend | None = None) -> lis
             outer, red, emit = natural(node)
             steps.append(KernelGroup(outer, red, [(node, emit)]))
             producer[node.name] = len(steps) - 1
+    if backend is not None and backend.column_groups_as_rows:  # an experiment (mixed.py)
+        steps = [mixed.as_rows(s, backend) or s for s in steps]
     return _finish(lowered, steps)
 
 

@@ -113,6 +113,9 @@ class KernelBackend(abc.ABC):
     #: a norm's weight gradient summed inside its row kernel, ``inductor/mixed.py``);
     #: :meth:`can_fuse` then says which such kernels
     across_reductions: bool = False
+    #: an experiment, off: every column reduction's group run over its rows, its sums
+    #: across them (``mixed.as_rows``), where :meth:`can_fuse` takes the kernel
+    column_groups_as_rows: bool = False
 
     @abc.abstractmethod
     def generate(self, kernel: Kernel) -> KernelSource:
