@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from ember.inductor.buffers import ExternCall, LoopNode, PointwiseBuffer, ReductionBuffer
 from ember.inductor.codegen.backend import KernelBackend
 from ember.inductor.kernel_group import Emit, KernelGroup, group_kernel, natural, squeezed
-from ember.inductor.loop_ir import IndexExpr, Int, Store
+from ember.inductor.loop_ir import IndexExpr, Int, Kernel, Store
 from ember.inductor.loop_ir.across import across_parts
 from ember.inductor.lowering.builder import BodyBuilder
 
@@ -42,7 +42,7 @@ def column_placement(node: LoopNode, group: KernelGroup) -> Emit | None:
     """A pointwise node over ``group``'s reduction sizes (up to size-1 dims) that reads
     what its across reductions store (a weight gradient's cast), as work over the
     columns; else None."""
-    if (not isinstance(node, PointwiseBuffer) or not group.reduction or group.closed
+    if (not group.across or not isinstance(node, PointwiseBuffer)
             or squeezed(node.sizes) != squeezed(group.reduction)):
         return None
     b = group.build()[0]
@@ -78,14 +78,16 @@ def mixing(node: ReductionBuffer, group: KernelGroup | ExternCall,
         KernelGroup(outer, red, [*((m, swapped(e)) for m, e in group.members), (node, emit)],
                     across=frozenset(reductions - group.across)),
     ]
-    for candidate in candidates:
-        b = candidate.build()[0]
-        if any(buf in candidate.stored for buf, _ in b.external_loads):
-            continue  # read at another index than written: no value to forward
-        fused = group_kernel("trial", candidate, tuple(b.stmts))
-        if backend.can_fuse(alone_kernel, fused):
-            return candidate
-    return None
+    return next((c for c in candidates if _taken(c, alone_kernel, backend)), None)
+
+
+def _taken(candidate: KernelGroup, before: Kernel, backend: KernelBackend) -> bool:
+    """Whether every value ``candidate`` reads from a buffer it stores is forwarded (read
+    at the index written) and the backend may grow ``before`` into its kernel."""
+    b = candidate.build()[0]
+    if any(buf in candidate.stored for buf, _ in b.external_loads):
+        return False
+    return backend.can_fuse(before, group_kernel("trial", candidate, tuple(b.stmts)))
 
 
 def as_rows(group: KernelGroup | ExternCall, backend: KernelBackend | None
@@ -103,11 +105,8 @@ def as_rows(group: KernelGroup | ExternCall, backend: KernelBackend | None
     rows = KernelGroup(group.reduction, group.outer,
                        [(m, swapped(e)) for m, e in group.members],
                        across=frozenset(reductions - group.across))
-    b = rows.build()[0]
-    if any(buf in rows.stored for buf, _ in b.external_loads):
-        return None
     before = group_kernel("trial", group, tuple(group.build()[0].stmts))
-    return rows if backend.can_fuse(before, group_kernel("trial", rows, tuple(b.stmts))) else None
+    return rows if _taken(rows, before, backend) else None
 
 
 __all__ = ["as_rows", "column_placement", "mixing", "swapped"]

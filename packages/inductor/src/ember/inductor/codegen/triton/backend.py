@@ -10,8 +10,8 @@ from ember.inductor.codegen.triton.matmul_choice import choose_matmul
 from ember.inductor.codegen.triton.matmul_tma_template import descriptor_buffers
 from ember.inductor.codegen.triton.mixed_writer import mixable
 from ember.inductor.codegen.triton.split_writer import splittable, wants_split
-from ember.inductor.loop_ir.across import has_across
 from ember.inductor.loop_ir import Kernel, Load, MatmulTemplate, Store
+from ember.inductor.loop_ir.across import has_across
 
 #: dtypes Triton has atomic adds for (``tl.atomic_add``, an accumulating scatter's store)
 ATOMIC_ADD_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64,
