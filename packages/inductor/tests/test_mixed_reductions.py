@@ -54,7 +54,7 @@ def _kernel(*extra: Any, rows: Any = 128, cols: Any = 64) -> Kernel:
 
 
 def test_a_column_sum_and_its_cast_run_after_the_rows() -> None:
-    k = _kernel(Compute("v4", "to_float16", ("v3",), torch.float16),
+    k = _kernel(Compute("v4", "cast", ("v3",), torch.float16),
                 Store("out", Var("r0", 64), "v4"))
     parts = across_parts(k)
     assert parts is not None
@@ -263,3 +263,27 @@ def test_column_groups_as_rows_match_eager_in_the_interpreter(
     for g, w in zip(got, _grads(eager, x), strict=True):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
     assert programs == [(2, "64")], programs  # 96 rows of 64: 2 programs, a step 64 rows
+
+
+@pytest.mark.parametrize("rows", [16384, "s0"])
+def test_mixed_kernels_compile_for_sm90(rows: Any) -> None:
+    """Both functions of a mixed kernel, static and over a symbolic row count, pass the
+    real compiler for sm_90 (no GPU)."""
+    from ember.inductor.codegen.triton.generate import generate_triton_kernel
+    from ember.runtime.compiled.triton_aot import compile_for_target
+    from ember.runtime.compiled.triton_kernel import TritonKernelSpec
+    from ember.runtime.compiled.triton_launcher import split_from_entry
+    from ember.runtime.ir.contracts import TritonSplitMeta
+
+    size = sympy.Symbol(rows, positive=True, integer=True) if isinstance(rows, str) else rows
+    kernel = _kernel(Compute("v4", "cast", ("v3",), torch.bfloat16),
+                     Store("out", Var("r0", 768), "v4"), rows=size, cols=768)
+    code = generate_triton_kernel(kernel)
+    meta = code.meta()
+    spec = TritonKernelSpec(name=code.name, source=code.source,
+                            signature=dict(meta["signature"]),
+                            constexprs=dict(meta["constexprs"]),
+                            num_warps=meta["num_warps"], num_stages=meta["num_stages"])
+    partial = split_from_entry(spec, TritonSplitMeta.from_json(meta["split"], "split")).spec
+    for s in (spec, partial):
+        assert ".target sm_90" in compile_for_target(s).asm["ptx"]
