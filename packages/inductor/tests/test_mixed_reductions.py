@@ -287,3 +287,11 @@ def test_mixed_kernels_compile_for_sm90(rows: Any) -> None:
     partial = split_from_entry(spec, TritonSplitMeta.from_json(meta["split"], "split")).spec
     for s in (spec, partial):
         assert ".target sm_90" in compile_for_target(s).asm["ptx"]
+
+
+@pytest.mark.parametrize("columns,want", [(4096, 32), (768, 16), (32, 16), (16384, 64)])
+def test_the_combining_function_gives_each_multiprocessor_a_program(
+        columns: int, want: int) -> None:
+    from ember.inductor.codegen.triton.mixed_writer import combine_columns
+
+    assert combine_columns(columns) == want

@@ -6,8 +6,9 @@ computes the row reductions and stores as a plain row kernel would, and adds eac
 across reduction's argument into a tile-sized accumulator. At the end it sums the
 accumulator over its rows and stores that partial column sum into a workspace row
 (``[programs, columns]``, allocated by the launcher like a split reduction's). Then
-``<name>`` sums the workspace down its rows, ``RBLOCK`` columns a program, and runs the
-statements that read the sums (the weight gradient's cast).
+``<name>`` sums the workspace down its rows, ``RBLOCK`` columns a program (16-64: enough
+programs for the GPU), and runs the statements that read the sums (the weight
+gradient's cast).
 
 So ``x`` and ``dy`` are read once for ``dx`` and the weight gradient, where a separate
 column kernel read them again (RMSNorm 16384 x 4096, bf16, H100: 193 us).
@@ -42,8 +43,11 @@ from ember.inductor.loop_ir.across import AcrossParts, across_parts
 MIXED_PROGRAMS = 528
 #: the fewest elements (rows x columns) a program's step over the rows covers
 MIXED_TILE = 4096
-#: columns a program of the combining function sums (64 fp32 columns: 256-byte rows)
-COMBINE_COLUMNS = 64
+#: columns a program of the combining function sums: at most 64 (256-byte rows of the
+#: workspace), at least 16 (64 bytes), otherwise as few as give each of an H100's or
+#: H200's 132 multiprocessors a program (4096 columns: 32 a program, 128 programs)
+COMBINE_COLUMNS = (16, 64)
+COMBINE_SMS = 132
 #: workspace rows the combining function adds a step
 COMBINE_ROWS = 64
 
@@ -77,6 +81,12 @@ def mixed_config(kernel: Kernel, facts: SizeFacts | None = None) -> LaunchConfig
         return config
     return LaunchConfig(xblock, config.rblock, True,
                         max(config.num_warps, warps_for(xblock * config.rblock) // 4))
+
+
+def combine_columns(columns: int) -> int:
+    """Columns a program of the combining function sums (:data:`COMBINE_COLUMNS`)."""
+    low, high = COMBINE_COLUMNS
+    return max(low, min(high, next_power_of_2(cdiv(columns, COMBINE_SMS))))
 
 
 class MixedReductionWriter(KernelWriter):
@@ -187,7 +197,8 @@ class MixedReductionWriter(KernelWriter):
             workspace_dtypes=[str(r.dtype).replace("torch.", "") for r in self.parts.reduces],
             workspace_numel=programs * int(k.reduction_numel),
         )
-        combine_constexprs = {"XBLOCK": 1, "RBLOCK": COMBINE_COLUMNS, "SBLOCK": COMBINE_ROWS}
+        columns = combine_columns(int(k.reduction_numel))
+        combine_constexprs = {"XBLOCK": 1, "RBLOCK": columns, "SBLOCK": COMBINE_ROWS}
         source = self.module_source([
             (partial.name, params, list(partial.constexprs), partial_lines),
             (fn_name, params, list(combine_constexprs), self.lines),
@@ -197,11 +208,11 @@ class MixedReductionWriter(KernelWriter):
             signature[ws] = pointer_type(r.dtype)
         return TritonKernelCode(
             name=fn_name, source=source, signature=signature, constexprs=combine_constexprs,
-            grid=(blocks(k.reduction_numel, COMBINE_COLUMNS), 1, 1),
+            grid=(blocks(k.reduction_numel, columns), 1, 1),
             num_warps=self.config.num_warps, num_stages=self.config.num_stages,
             split=partial,
         )
 
 
-__all__ = ["COMBINE_COLUMNS", "MIXED_PROGRAMS", "MIXED_TILE", "MixedReductionWriter", "mixable",
-           "mixed_config"]
+__all__ = ["COMBINE_COLUMNS", "MIXED_PROGRAMS", "MIXED_TILE", "MixedReductionWriter",
+           "combine_columns", "mixable", "mixed_config"]
