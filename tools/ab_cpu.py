@@ -13,7 +13,9 @@ builder keying float literals by their written value and commutative ops by oper
 by its other consumers, not read from the matmul's stored operand (before session 43);
 ``ember_no_tie_break``: the min cut choosing arbitrarily between cuts of equal bytes
 (before session 43); ``ember_reduction_out_of_place``: no one-pass reduction storing in
-place of an input it reads for the last time (before session 44). Each model's steps (the bench's forward,
+place of an input it reads for the last time (before session 44);
+``ember_cat_unsplit``: a concatenation's innermost loop not split at its pieces' edges
+(before session 44). Each model's steps (the bench's forward,
 backward and SGD step) are compiled and warmed up three times, then timed one after
 another ``ROUNDS`` times (default 40), the order rotated each round (the first step of a
 round runs slower). The variant compiled first runs 1-4% slower than one compiled after
@@ -45,6 +47,7 @@ from benchlib.aot_variants import aot_config
 from benchlib.runner import make_step
 from ember.aot.partition import mincut
 from ember.inductor.codegen import memory_plan
+from ember.inductor.codegen.cpp import kernel as cpp_kernel
 from ember.inductor.codegen.cpp.backend import CppBackend
 from ember.inductor.lowering import builder, inlining
 from ember.runtime.config import patch
@@ -76,6 +79,9 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # a one-pass reduction's stores never in place of its inputs (before session 44)
     "ember_reduction_out_of_place": lambda: mock.patch.object(
         memory_plan, "_one_pass", lambda kernel: False),
+    # a concatenation's innermost loop not split at its pieces' edges (before session 44)
+    "ember_cat_unsplit": lambda: mock.patch.object(cpp_kernel, "interval_splits",
+                                                   lambda kernel: None),
     # Ember as it is, compiled a second time: the harness's own bias between two places
     "ember_again": contextlib.nullcontext,
 }

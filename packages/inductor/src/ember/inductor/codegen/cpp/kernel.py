@@ -31,6 +31,7 @@ from collections.abc import Callable
 import torch
 from ember.inductor.codegen.cpp import ops
 from ember.inductor.codegen.cpp.accumulators import Accumulators
+from ember.inductor.codegen.cpp.loop_split import interval_splits
 from ember.inductor.codegen.cpp.loop_shapes import (
     above,
     column_tiled,
@@ -108,6 +109,8 @@ class CppKernelWriter(Accumulators):
         self.lines: list[str] = []
         self.indent = 1
         self.math_selects = _feeding_math(kernel)  # see MATH_SELECTS
+        # comparisons with a known value in the loop being written (loop_split.py)
+        self.known: dict[str, bool] = {}
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.indent + text)
@@ -123,6 +126,9 @@ class CppKernelWriter(Accumulators):
         assert not isinstance(s, Reduce), "reductions are emitted by the pass loops"
         self.dtypes[s.name] = s.dtype
         t = ops.ctype(s.dtype)
+        if s.name in self.known:  # constant in this interval of the loop (loop_split.py)
+            self.line(f"const {t} {s.name} = {'true' if self.known[s.name] else 'false'};")
+            return
         first = self.row_cache.get(s.name)
         if first is not None and self.pass_index > first:
             read = f"cache_{s.name}[{self.rlin}]"
@@ -470,6 +476,7 @@ class CppKernelWriter(Accumulators):
         rnumel = k.reduction_numel
         work = size_text(k.numel * (max(rnumel, 1) if isinstance(rnumel, int) else rnumel))
         tiled = self.wants_tiling()
+        splits: list[tuple[int, int, dict[str, bool]]] | None = None
         # NOTE: a scatter that accumulates runs sequentially, in index order like eager's
         # CPU kernel: its indexes may repeat, so threads may not split its
         # read-modify-writes; SIMD lanes only where they provably hit distinct elements
@@ -498,6 +505,17 @@ class CppKernelWriter(Accumulators):
             self.line(f"for (int64_t xt = 0; xt < {size_text(xl.size)}; xt += {TILE}) {{")
             self.indent += 1
             self.body_tiled()
+        elif n >= 2 and not serial and (splits := interval_splits(k)) is not None:
+            self.open_loops(k.ranges[:-1])
+            last = k.ranges[-1].name
+            for start, stop, self.known in splits:  # a concatenation's pieces
+                self.line(f"// {last} in [{start}, {stop}): its comparisons are constants")
+                self.line("#pragma omp simd")
+                self.line(f"for (int64_t {last} = {start}; {last} < {stop}; {last}++) {{")
+                self.indent += 1
+                self.body()
+                self.close_loops(1)
+            self.known = {}
         elif n >= 2 and not k.is_reduction and (not serial or inner_simd):
             self.open_loops(k.ranges[:-1])
             self.line("#pragma omp simd")  # see SIMD_LOOPS above
@@ -506,7 +524,7 @@ class CppKernelWriter(Accumulators):
         else:
             self.open_loops(k.ranges)
             self.body()
-        self.close_loops(n)
+        self.close_loops(n - 1 if splits else n)  # split loops are closed already
         if parallel:
             self.close_loops(1)
         comment = f"// fused from: {', '.join(k.origins)}" if k.origins else ""
