@@ -39,9 +39,11 @@ from ember.inductor.loop_ir import Kernel, Store
 from ember.inductor.loop_ir.across import AcrossParts, across_parts
 
 #: how many programs walk the rows (fewer when there are fewer row blocks): four for
-#: each of an H100's or H200's 132 multiprocessors, so that all are resident at once
+#: each of an H100's or H200's 132 multiprocessors, meant to be resident at once. Not yet
+#: measured (``tools/gpu/ab_matmul_choice.py ... ember_mixed_264,ember_mixed_1056``)
 MIXED_PROGRAMS = 528
-#: the fewest elements (rows x columns) a program's step over the rows covers
+#: the fewest elements (rows x columns) a program's step over the rows covers. Not yet
+#: measured (``... ember_mixed_tile_1``: the plain row kernel's row blocks)
 MIXED_TILE = 4096
 #: columns a program of the combining function sums: at most 64 (256-byte rows of the
 #: workspace), at least 16 (64 bytes), otherwise as few as give each of an H100's or
