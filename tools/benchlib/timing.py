@@ -86,9 +86,9 @@ def peak_memory_mb(fn: Callable[[], Any], device: torch.device) -> float | None:
 
 
 #: rounds of ``do_bench`` per function on CUDA. Timed one after another once each, the
-#: last compiler was the slowest on matmul-bound steps (an H100's clocks drop as it warms):
-#: the zoo's mlp training step, 5 GEMMs of cuBLAS identical in both, measured Ember's at
-#: 0.94x of torch.compile's although their kernels' profiled sums were equal (session 44)
+#: zoo's mlp training step (5 cuBLAS GEMMs, the same in both) measured Ember, timed last,
+#: at 0.94x of torch.compile although their kernels' profiled sums were equal (session
+#: 44, H100): rotating rounds keep any drift from always favouring the first compiler
 CUDA_ROUNDS = 3
 
 
