@@ -141,6 +141,23 @@ def _grads(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     return [x.grad] + [p.grad for p in model.parameters() if p.grad is not None]
 
 
+def _written_programs(monkeypatch: pytest.MonkeyPatch, most: int) -> list[tuple[int, str]]:
+    """At most ``most`` programs a mixed kernel; the list fills with each written mixed
+    kernel's ``(programs, rows a program)``."""
+    from ember.inductor.codegen.triton import mixed_writer
+
+    programs: list[tuple[int, str]] = []
+    write = MixedReductionWriter.write
+
+    def spy(self: MixedReductionWriter) -> Any:
+        programs.append(self.programs())
+        return write(self)
+
+    monkeypatch.setattr(MixedReductionWriter, "write", spy)
+    monkeypatch.setattr(mixed_writer, "MIXED_PROGRAMS", most)
+    return programs
+
+
 @pytest.mark.parametrize("case", ["layer_norm_3d", "rms_norm_dynamic"])
 def test_mixed_kernels_match_eager_in_the_interpreter(
         case: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,15 +169,7 @@ def test_mixed_kernels_match_eager_in_the_interpreter(
     from ember.inductor.codegen.triton import mixed_writer
     from ember.inductor.codegen.triton.testing import triton_for_cpu
 
-    programs: list[tuple[int, str]] = []
-    write = MixedReductionWriter.write
-
-    def spy(self: MixedReductionWriter) -> Any:
-        programs.append(self.programs())
-        return write(self)
-
-    monkeypatch.setattr(MixedReductionWriter, "write", spy)
-    monkeypatch.setattr(mixed_writer, "MIXED_PROGRAMS", 2)
+    programs = _written_programs(monkeypatch, 2)
     monkeypatch.setattr(mixed_writer, "MIXED_TILE", 1)  # the row kernel's row blocks
     torch.manual_seed(0)
     model: nn.Module
@@ -240,18 +249,9 @@ def test_column_groups_as_rows_match_eager_in_the_interpreter(
     eager. (A batch norm's statistics stay column kernels: the variance's sum reads the
     mean's, which an across sum cannot.)"""
     import ember.frontend
-    from ember.inductor.codegen.triton import mixed_writer
     from ember.inductor.codegen.triton.testing import TritonOnCpuBackend, triton_for_cpu
 
-    programs: list[tuple[int, str]] = []
-    write = MixedReductionWriter.write
-
-    def spy(self: MixedReductionWriter) -> Any:
-        programs.append(self.programs())
-        return write(self)
-
-    monkeypatch.setattr(MixedReductionWriter, "write", spy)
-    monkeypatch.setattr(mixed_writer, "MIXED_PROGRAMS", 4)
+    programs = _written_programs(monkeypatch, 4)
     monkeypatch.setattr(TritonOnCpuBackend, "column_groups_as_rows", True)
     torch.manual_seed(0)
     model = LinearGelu()
