@@ -111,7 +111,7 @@ def _templates_only(keep: Callable[[Any, str], bool]) -> Iterator[None]:
 ROUNDS = 5
 
 
-def _no_absorbing(*args: object) -> None:
+def _refused(*args: object) -> None:
     return None
 
 
@@ -172,10 +172,10 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # 39), not multiplying by one reciprocal of the loop step
     "ember_m2_divide": lambda: mock.patch.object(welford, "update", _update_dividing),
     # no reduction takes in the pointwise kernel it reads (session 41) ...
-    "ember_no_absorb": lambda: mock.patch.object(absorb, "absorbing", _no_absorbing),
+    "ember_no_absorb": lambda: mock.patch.object(absorb, "absorbing", _refused),
     # no column sum runs inside its row kernel (session 44): a norm's weight gradient in
     # a split column reduction of its own
-    "ember_no_mixed": lambda: mock.patch.object(mixed, "mixing", _no_absorbing),
+    "ember_no_mixed": lambda: mock.patch.object(mixed, "mixing", _refused),
     # the row kernel summing columns on other program counts (528: four an SM)
     "ember_mixed_264": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 264),
     "ember_mixed_1056": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 1056),

@@ -18,7 +18,6 @@ import torch
 from ember.frontend._torch import fake_mode_active
 from ember.frontend.autocast import compile_without_autocast, run_graph
 from ember.frontend.capture_modes import CompileRequest
-from ember.runtime.ir.gc_pause import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.guards import GuardFailure, GuardSet, Matcher
 from ember.frontend.inference_outputs import as_inference
@@ -29,6 +28,7 @@ from ember.frontend.trace import ArgumentInputs, OutputLayout, trace_capture
 from ember.frontend.trace_guards import TraceCall
 from ember.runtime.config import config
 from ember.runtime.ir import SourceLocation
+from ember.runtime.ir.gc_pause import collector_paused
 from ember.runtime.logs import log, log_enabled
 from ember.runtime.phases import timed
 from ember.runtime.pipeline import compile_program

@@ -49,12 +49,12 @@ from ember.frontend.bytecode.root_hooks import (call_with_forward_hooks, custom_
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.bytecode.strict_cache import CaptureCacheUse
 from ember.frontend.capture_modes import CompileRequest
-from ember.runtime.ir.gc_pause import collector_paused
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.stats import CompileStats, report_counts
 from ember.frontend.torch_substitutes import substitute_for
 from ember.runtime.config import config
 from ember.runtime.ir import Program, SourceLocation
+from ember.runtime.ir.gc_pause import collector_paused
 from ember.runtime.logs import log, log_enabled
 from ember.runtime.phases import timed
 from torch import nn

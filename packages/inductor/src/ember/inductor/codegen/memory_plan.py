@@ -278,7 +278,7 @@ class MemoryPlanner:
         """A buffer ``step`` reads for the last time, of ``name``'s dtype and byte size,
         at exactly the (unmasked) index it stores ``name`` at: ``name`` may live in it."""
         k = step.kernel
-        if k.template is not None or (k.is_reduction and not _one_pass(k)):
+        if k.template is not None:
             return None
         stores = [s for s in k.body if isinstance(s, Store) and s.buffer == name]
         if (len({s.index for s in stores}) != 1 or any(s.mask or s.mode != "store"
@@ -288,7 +288,7 @@ class MemoryPlanner:
         index = stores[0].index
         # every element stored by one iteration: the index uses every loop variable
         if not {v.name for v in k.ranges + k.reduction_ranges if v.size != 1} <= {
-                v.name for v in free_vars(index)}:
+                v.name for v in free_vars(index)} or (k.is_reduction and not _one_pass(k)):
             return None
         first_store = min(j for j, s in enumerate(k.body) if isinstance(s, Store)
                           and s.buffer == name)

@@ -11,6 +11,7 @@ import sympy
 from ember.inductor.loop_ir import Add, Var
 from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
+from ember.inductor.lowering.inlining import MATMUL_TARGETS
 from ember.inductor.lowering.layout import (
     channels_last_strides,
     column_major_strides,
@@ -121,13 +122,11 @@ def channels_last(ctx: LoweringContext, x: Lazy | Stored) -> Stored:
     return copy
 
 
-MATMULS = ("aten::mm.default", "aten::addmm.default", "aten::bmm.default",
-           "aten::baddbmm.default")
 
 
 def transposed_matmul_operands(ctx: LoweringContext, call: ExternRequest) -> ExternRequest:
     """Lowering pass: each operand of a matmul goes through :func:`matmul_operand`."""
-    if call.node.target not in MATMULS:
+    if call.node.target not in MATMUL_TARGETS:
         return call
     return dataclasses.replace(call, args=tuple(matmul_operand(ctx, a) for a in call.args))
 

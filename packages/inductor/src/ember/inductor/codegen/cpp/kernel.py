@@ -508,7 +508,8 @@ class CppKernelWriter(Accumulators):
         elif n >= 2 and not serial and (splits := interval_splits(k)) is not None:
             self.open_loops(k.ranges[:-1])
             last = k.ranges[-1].name
-            for start, stop, self.known in splits:  # a concatenation's pieces
+            for start, stop, known in splits:  # a concatenation's pieces
+                self.known = known
                 self.line(f"// {last} in [{start}, {stop}): its comparisons are constants")
                 self.line("#pragma omp simd")
                 self.line(f"for (int64_t {last} = {start}; {last} < {stop}; {last}++) {{")

@@ -16,7 +16,6 @@ column kernel read them again (RMSNorm 16384 x 4096, bf16, H100: 193 us).
 
 from __future__ import annotations
 
-import sympy
 from ember.inductor.codegen.triton import reductions
 from ember.inductor.codegen.triton.dtypes import pointer_type, tl_type
 from ember.inductor.codegen.triton.heuristics import (
@@ -34,7 +33,13 @@ from ember.inductor.codegen.triton.kernel_code import (
 )
 from ember.inductor.codegen.triton.kernel_writer import KernelWriter
 from ember.inductor.codegen.triton.reduction_layout import column_element_bytes
-from ember.inductor.codegen.triton.sizes import SizeFacts, blocks, is_static, operand_source
+from ember.inductor.codegen.triton.sizes import (
+    SizeFacts,
+    blocks,
+    chunk,
+    is_static,
+    operand_source,
+)
 from ember.inductor.loop_ir import Kernel, Store
 from ember.inductor.loop_ir.across import AcrossParts, across_parts
 
@@ -110,12 +115,10 @@ class MixedReductionWriter(KernelWriter):
         xblock = self.config.xblock
         numel = self.kernel.numel
         programs = max(1, min(MIXED_PROGRAMS, cdiv(self.facts.hint(numel), xblock)))
-        if is_static(numel):
-            rows = cdiv(cdiv(int(numel), programs), xblock) * xblock
-            return cdiv(int(numel), rows), str(rows)
-        per_program = sympy.floor((numel + programs - 1) / programs)
-        rows_expr = sympy.floor((per_program + xblock - 1) / xblock) * xblock
-        return programs, operand_source(rows_expr)
+        rows = chunk(numel, programs, xblock)
+        if is_static(numel):  # no program without rows
+            return cdiv(int(numel), int(rows)), str(rows)
+        return programs, operand_source(rows)
 
     def workspace_params(self) -> list[str]:
         return [f"{self.value(r.name)}_ws" for r in self.parts.reduces]

@@ -60,6 +60,18 @@ def blocks(numel: Size, block: int) -> int | str:
     return count if isinstance(count, str) else int(count)
 
 
+def chunk(total: Size, parts: int, block: int) -> Size:
+    """The share of ``total`` each of ``parts`` programs walks, rounded up to a multiple of
+    ``block`` (an int, or the expression over the size symbols: a split reduction's
+    chunk of a row, a mixed kernel's rows a program)."""
+    if is_static(total):
+        per_part = (int(total) + parts - 1) // parts
+        return (per_part + block - 1) // block * block
+    per_part = sympy.floor((sympy.sympify(total) + parts - 1) / parts)
+    result: Size = sympy.floor((per_part + block - 1) / block) * block
+    return result
+
+
 class SizeFacts:
     """What code generation may assume about the symbols of one kernel: their hints
     (for heuristics) and ranges (for decisions every size must satisfy).

@@ -14,19 +14,17 @@ pass run in the partial kernel.
 
 from __future__ import annotations
 
-import sympy
 from ember.inductor.codegen.triton import reductions, welford
 from ember.inductor.codegen.triton.dtypes import pointer_type
 from ember.inductor.codegen.triton.heuristics import choose_config, next_power_of_2
 from ember.inductor.codegen.triton.kernel_code import (
     SplitLaunch,
     TritonKernelCode,
-    cdiv,
     identifier,
 )
 from ember.inductor.codegen.triton.kernel_writer import KernelWriter
 from ember.inductor.codegen.triton.reduction_layout import column_element_bytes
-from ember.inductor.codegen.triton.sizes import SizeFacts, blocks, operand_source
+from ember.inductor.codegen.triton.sizes import SizeFacts, blocks, chunk, operand_source
 from ember.inductor.loop_ir import Kernel, Reduce, Store, reduction_phases
 from ember.runtime.ir import symbolic
 
@@ -73,17 +71,13 @@ class SplitReductionWriter(KernelWriter):
         """The body of the partial kernel: program (x, s) reduces chunk s of row x."""
         before, (phase,) = reduction_phases(self.kernel)
         rblock = self.config.rblock
-        rnumel = self.kernel.reduction_numel
-        if isinstance(rnumel, int):
-            chunk = str(cdiv(cdiv(rnumel, split), rblock) * rblock)
-        else:  # the same at run time, over the size arguments
-            per_split = sympy.floor((rnumel + split - 1) / split)
-            chunk = operand_source(sympy.floor((per_split + rblock - 1) / rblock) * rblock)
+        # over the size arguments for a symbolic row
+        span = operand_source(chunk(self.kernel.reduction_numel, split, rblock))
         self.line("rsplit = tl.program_id(1)")
         for s in before:
             self.emit(s)
-        self.line(f"rstart = rsplit * {chunk}")
-        reduces = self.emit_reduction_loop(phase, chunk, "rstart + roffset")
+        self.line(f"rstart = rsplit * {span}")
+        reduces = self.emit_reduction_loop(phase, span, "rstart + roffset")
         for r, part in self.workspaces(reduces):
             value = f"{self.value(r.name)}{part}"
             self.line(f"tl.store({value}_ws + (xindex * {split} + rsplit), {value}, "
