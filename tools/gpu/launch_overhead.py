@@ -2,16 +2,18 @@
 
     python tools/gpu/launch_overhead.py [hf_bert,hf_gpt2] [bfloat16]
 
-1. One tiny generated kernel launched 20,000 times three ways: ``fast`` (the one-frame
-   launch a compiled wrapper calls, ``triton_fast_launch``), ``launch`` (the
+1. One tiny generated kernel launched 20,000 times four ways: ``fast`` (the one-frame
+   launch a compiled wrapper calls, ``triton_fast_launch``), ``ints`` (the same with its
+   pointers passed as addresses: ``triton_fast_launch.POINTERS_AS_INTS``), ``launch`` (the
    ``TritonLaunch`` object behind it, with the flat C launch of
    ``triton_binary.flat_launch``) and ``noflat`` (the same without the flat C launch):
    microseconds of host time per launch, the GPU's queue kept from filling by a
    synchronize every 500 launches.
-2. For each model named: the bench's Ember training step compiled twice in one process
-   (no program cache), its wrappers calling the one-frame launches (``fast``) or the
-   ``TritonLaunch`` objects (``launch``), then each step's host time (the GPU drained
-   before it; median of 20) and ``do_bench`` time, alternating.
+2. For each model named: the bench's Ember training step compiled three times in one
+   process (no program cache), its wrappers calling the one-frame launches (``fast``),
+   the same with pointers as addresses (``ints``) or the ``TritonLaunch`` objects
+   (``launch``), then each step's host time (the GPU drained before it; median of 20)
+   and ``do_bench`` time, in rotating order.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import zoo
 from benchlib.runner import make_step
-from ember.runtime.compiled import triton_binary
+from ember.runtime.compiled import triton_binary, triton_fast_launch
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec
 from ember.runtime.compiled.triton_launcher import TritonLaunch
 from ember.runtime.config import patch
@@ -57,6 +59,11 @@ def flat_off() -> Iterator[None]:
         triton_binary.flat_launch = original
 
 
+def pointer_ints() -> Any:
+    """One-frame launches made in the block pass their pointers as addresses."""
+    return mock.patch.object(triton_fast_launch, "POINTERS_AS_INTS", True)
+
+
 def launch_objects() -> Any:
     """Wrappers loaded in the block call the ``TritonLaunch`` objects."""
     return mock.patch.object(TritonLaunch, "fast_call", lambda self: self)
@@ -66,7 +73,8 @@ def per_launch_us(mode: str, launches: int = 20_000) -> float:
     spec = TritonKernelSpec("add_one", _SOURCE, {"x": "*fp32", "y": "*fp32", "n": "i32"},
                             {"BLOCK": 128})
     launcher = TritonLaunch(spec, (1, 1, 1))
-    launch = launcher.fast_call() if mode == "fast" else launcher
+    with pointer_ints() if mode == "ints" else contextlib.nullcontext():
+        launch = launcher.fast_call() if mode in ("fast", "ints") else launcher
     x = torch.randn(128, device="cuda")
     y = torch.empty_like(x)
     with flat_off() if mode == "noflat" else contextlib.nullcontext():
@@ -96,23 +104,25 @@ def host_ms(step: Any, steps: int = 20) -> float:
 def main() -> None:
     names = sys.argv[1].split(",") if len(sys.argv) > 1 else []
     dtype = getattr(torch, sys.argv[2] if len(sys.argv) > 2 else "bfloat16")
-    for mode in ("fast", "launch", "noflat", "fast", "launch", "noflat"):
+    for mode in ("fast", "ints", "launch", "noflat") * 2:
         print(f"tiny kernel, {mode}: {per_launch_us(mode):.2f} us per launch", flush=True)
     for name in names:
         base, inputs = zoo.get(name).make(torch.device("cuda"), dtype, "full")
         steps = {}
-        for label in ("fast", "launch"):
+        labels = ("fast", "ints", "launch")
+        for label in labels:
             # no program cache: each step's wrapper loads its own kernels
-            with launch_objects() if label == "launch" else contextlib.nullcontext(), \
-                    patch(program_cache=False, capture_cache=False):
+            context = {"launch": launch_objects, "ints": pointer_ints}.get(
+                label, contextlib.nullcontext)
+            with context(), patch(program_cache=False, capture_cache=False):
                 step = make_step("ember", copy.deepcopy(base), inputs, True, "inductor")
                 for _ in range(3):
                     step()
             steps[label] = step
         torch.cuda.synchronize()
         print(f"===== {name} train", flush=True)
-        for order in (("fast", "launch"), ("launch", "fast")):
-            for label in order:
+        for turn in range(len(labels)):
+            for label in labels[turn:] + labels[:turn]:
                 ms = float(triton.testing.do_bench(steps[label], return_mode="median"))  # type: ignore[arg-type]
                 print(f"  {label:9} do_bench {ms:7.2f} ms  host {host_ms(steps[label]):7.2f} ms",
                       flush=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from ember.runtime.compiled import triton_fast_launch
 from ember.runtime.compiled.triton_fast_launch import fast_launch
 from ember.runtime.compiled.triton_kernel import specialization_key
 
@@ -64,6 +65,19 @@ def test_a_bound_specialization_launches_in_one_frame() -> None:
     s.launch(x[1:], out[1:], 64)  # not 16-byte aligned: another specialization
     s.launch(torch.zeros(64), out, 64)  # a CPU tensor first: get_device() is -1
     assert [c[0] for c in s.calls] == ["slow", "slow", "slow"]
+
+
+def test_pointers_as_ints_pass_each_tensors_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(triton_fast_launch, "POINTERS_AS_INTS", True)
+    s = Setup()
+    x, out = _tensors()
+    s.bind((x, out, 64))
+    s.launch(x, out, 64)
+    assert s.calls == [("fast", (4, 1, 1, "stream0", "function", "flag", "packed",
+                                 x.data_ptr(), out.data_ptr(), 64, "BLOCK"))]
+    s.calls.clear()
+    s.launch(x, out, 17)  # the full launch still gets the tensors
+    assert s.calls == [("slow", (x, out, 17))]
 
 
 def test_a_symbolic_grid_is_evaluated_and_an_empty_one_launches_nothing() -> None:

@@ -39,7 +39,16 @@ from typing import Any
 
 from ember.runtime.compiled.triton_kernel import specialization_expression
 
-__all__ = ["fast_launch"]
+__all__ = ["POINTERS_AS_INTS", "fast_launch"]
+
+#: Pass each pointer argument to Triton's C launch as its address (``t.data_ptr()``, an
+#: int) instead of the tensor. Given a tensor, Triton's launcher calls its ``data_ptr``
+#: method and then asks the driver for the pointer's device address
+#: (``cuPointerGetAttribute``), once per pointer per launch; given an int it uses it as
+#: it is. The wrapper only passes CUDA tensors of the kernel's device (the fast path is
+#: keyed by the first pointer's device; any other argument takes ``slow``). An
+#: experiment until measured on the GPU machine (``tools/gpu/launch_overhead.py``).
+POINTERS_AS_INTS = False
 
 
 class _NoHookChain:
@@ -80,6 +89,9 @@ def fast_launch(name: str, signature: dict[str, str], static_grid: tuple[int, ..
     else:
         grid = "gx, gy, gz = grid_at(a)\n                    if not (gx and gy and gz):\n" \
                "                        return  # an empty tensor: nothing to compute"
+    arguments = ", ".join(
+        f"a[{i}].data_ptr()" if POINTERS_AS_INTS and i in pointers else f"a[{i}]"
+        for i in range(len(signature)))
     source = f"""
 def make(by_index, grid_at, knobs, chain, slow):
     def launch(*a):
@@ -94,7 +106,7 @@ def make(by_index, grid_at, knobs, chain, slow):
                         and (x is None or (x.__class__ is chain and not x.calls))):
                     {grid}
                     c, f, before, after, stream, device = run
-                    c(gx, gy, gz, stream(device()), f, *before, *a, *after)
+                    c(gx, gy, gz, stream(device()), f, *before, {arguments}, *after)
                     return
         slow(*a)
     return launch
