@@ -7,6 +7,7 @@ training step of HF Llama ran 148 such tests a step."""
 from __future__ import annotations
 
 import sys
+from unittest import mock
 from pathlib import Path
 
 import torch
@@ -49,3 +50,36 @@ def test_other_extern_results_keep_their_test() -> None:
     source = _wrapper(compiled)
     assert "convolution" in source and "_layout(" in source, source
     torch.testing.assert_close(run(x, w)[0], fn(x, w))
+
+
+def test_matmul_operands_are_read_views_and_outputs_keep_as_strided() -> None:
+    # w.t() and the [2, 3, 4] input seen as [6, 4] are views only the matmul reads:
+    # _read_view (no autograd view record); the output that is a view of the matmul's
+    # result is returned through as_strided, an autograd view of it
+    x, w = torch.randn(2, 3, 4), torch.randn(5, 4)
+
+    def fn(a: torch.Tensor, k: torch.Tensor) -> list[torch.Tensor]:
+        y = (a.reshape(6, 4) @ k.t()).t()
+        return [y, y.sin()]
+
+    compiled, run = compile_and_load(trace(fn, [x, w]))
+    source = _wrapper(compiled)
+    assert "torch.mm(_read_view(arg0, (6, 4), (4, 1), 0), _read_view(arg1, (4, 5), (1, 4), 0))" \
+        in source, source
+    assert "from ember.runtime.compiled.wrapper_support import read_view" in source
+    assert ".as_strided((5, 6), (1, 5))" in source, source
+    for got, want in zip(run(x, w), fn(x, w)):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_wrapper_with_read_views_runs_on_a_runtime_without_them() -> None:
+    # an older ember-runtime (0.4.1) has no wrapper_support.read_view: the wrapper's
+    # own definition, Tensor.as_strided
+    from ember.inductor.codegen.wrapper_header import READ_VIEW_LINES
+
+    namespace: dict[str, object] = {}
+    with mock.patch.dict(sys.modules, {"ember.runtime.compiled.wrapper_support": None}):
+        exec("\n".join(READ_VIEW_LINES), namespace)  # noqa: S102 - the header's own lines
+    base = torch.arange(12.0)[2:]
+    got = namespace["_read_view"](base, (2, 3), (1, 2), 1)  # type: ignore[operator]
+    assert torch.equal(got, base.as_strided((2, 3), (1, 2), 3)) and got._is_view()

@@ -10,7 +10,6 @@ the outputs are :mod:`~ember.inductor.lowering.extern_args` values, rendered her
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import sympy
@@ -25,19 +24,22 @@ from ember.inductor.codegen.memory_plan import (
 )
 from ember.inductor.codegen.registry import backend_for
 from ember.inductor.codegen.user_kernels import is_user_kernel, user_kernel_comment
-from ember.inductor.codegen.wrapper_header import INPUT_STAMP_IMPORT, allocator_lines
-from ember.inductor.loop_ir import Int, Kernel, Size, Store, render_size
-from ember.inductor.loop_ir.symbolic_index import from_ir, zero_safe_strides
+from ember.inductor.codegen.wrapper_header import (
+    INPUT_STAMP_IMPORT,
+    READ_VIEW_LINES,
+    allocator_lines,
+)
+from ember.inductor.codegen.wrapper_text import (
+    py_sizes,
+    py_strides,
+    py_view,
+    render_arg,
+)
+from ember.inductor.loop_ir import Int, Kernel, Size, Store
+from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.inductor.lowering.checks import ERROR_BUFFER
 from ember.inductor.lowering.devices import traced_device
-from ember.inductor.lowering.extern_args import (
-    ConstantArg,
-    ExternArg,
-    ListArg,
-    SizeArg,
-    TensorArg,
-    VariableArg,
-)
+from ember.inductor.lowering.externs import VENDOR_EXTERNS
 from ember.inductor.lowering.lowered_graph import BufferInfo, LoweredGraph
 from ember.inductor.lowering.values import contiguous_strides
 from ember.inductor.scheduler import KernelStep, Step
@@ -73,61 +75,6 @@ def _op_expr(target: str) -> str:
     name, _, overload = rest.partition(".")
     base = "aten" if ns == "aten" else f"ops.{ns}"
     return f"{base}.{name}.{overload or 'default'}"
-
-
-def py_size(size: Size) -> str:
-    """Python source of a size: an int, or an expression over the wrapper's symbols."""
-    return render_size(size, "//")
-
-
-def py_sizes(sizes: tuple[Size, ...]) -> str:
-    """Python source of a size tuple (``repr`` when static, as before)."""
-    if all(isinstance(s, int) for s in sizes):
-        return repr(tuple(sizes))
-    items = [py_size(s) for s in sizes]
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
-def py_strides(sizes: tuple[Size, ...], strides: tuple[Size, ...]) -> str:
-    """Python source of the strides of a layout the wrapper makes: torch's for a size
-    that may be 0 (``Max(1, u0)``; :func:`.symbolic_index.zero_safe_strides`)."""
-    return py_sizes(zero_safe_strides(sizes, strides))
-
-
-def py_view(buffer: str, sizes: tuple[Size, ...], strides: tuple[Size, ...],
-            offset: Size) -> str:
-    """Python source of ``buffer`` viewed with ``sizes``/``strides``, ``offset`` elements
-    past its start: ``Tensor.as_strided`` called inline (a view is made on every call of
-    the wrapper, hundreds a training step: no helper frame). Without a storage offset,
-    ``as_strided`` keeps the buffer's own, so an offset of 0 is not written."""
-    layout = f"{py_sizes(sizes)}, {py_strides(sizes, strides)}"
-    if offset == 0:
-        return f"{buffer}.as_strided({layout})"
-    return f"{buffer}.as_strided({layout}, {buffer}.storage_offset() + {py_size(offset)})"
-
-
-def render_arg(arg: ExternArg) -> str:
-    """Python source for an extern-call argument or an output."""
-    if isinstance(arg, TensorArg):
-        if arg.view is None:
-            return arg.buffer
-        sizes, strides, offset = arg.view
-        return py_view(arg.buffer, sizes, strides, offset)
-    if isinstance(arg, VariableArg):
-        return arg.name
-    if isinstance(arg, SizeArg):
-        return py_size(arg.expr)
-    if isinstance(arg, ListArg):
-        return "[" + ", ".join(render_arg(x) for x in arg.items) + "]"
-    assert isinstance(arg, ConstantArg)
-    value = arg.value
-    if isinstance(value, torch.device):
-        return f"torch.device({str(value)!r})"
-    if isinstance(value, (torch.dtype, torch.memory_format, torch.layout)):
-        return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"float({str(value)!r})"
-    return repr(value)
 
 
 #: extern ops whose results depend on grad mode, called with it on: the wrapper runs
@@ -207,6 +154,7 @@ class WrapperWriter:
         # start at an address the wrapper did not allocate
         self._in_input_memory: set[str] = set()
         self._allocates = False  # whether the wrapper calls _empty (its preamble defines it)
+        self._read_views = False  # whether it calls _read_view (likewise)
 
     def emit(self, text: str = "") -> None:
         self.lines.append(("    " + text) if text else "")
@@ -252,6 +200,8 @@ class WrapperWriter:
         self.emit(f"return [{', '.join(render_arg(o) for o in low.outputs)}]")
         if self._allocates:
             header += allocator_lines(self.device)
+        if self._read_views:
+            header += READ_VIEW_LINES
         header.append("def call(args):")
         return "\n".join(header + self.lines) + "\n"
 
@@ -483,9 +433,15 @@ class WrapperWriter:
         why = "written in place of" if alloc.in_place else "reuse"
         if (other.sizes, other.strides) == (info.sizes, info.strides):
             self.emit(f"{alloc.name} = {old}; del {old}  # {why} {old}'s memory")
-        else:
-            self.emit(f"{alloc.name} = {py_view(old, info.sizes, info.strides, 0)}; "
+        else:  # memory only this buffer sees from here, unless it is an input's
+            read = self._read_view(alloc.name not in self._in_input_memory)
+            self.emit(f"{alloc.name} = {py_view(old, info.sizes, info.strides, 0, read)}; "
                       f"del {old}  # {why} {old}'s memory")
+
+    def _read_view(self, read: bool) -> bool:
+        """``read``, noting that the wrapper needs ``_read_view`` when it is true."""
+        self._read_views = self._read_views or read
+        return read
 
     def _extern(self, call: ExternCall, plan: StepPlan) -> None:
         kind = "fallback" if call.is_fallback else "extern"
@@ -495,8 +451,10 @@ class WrapperWriter:
             for line in user_kernel_comment(call):
                 self.emit(f"# {line}")
             self.emit("import ember.runtime.user_kernels  # noqa: F401  (ops.ember)")
-        args = [render_arg(a) for a in call.args] + [
-            f"{k}={render_arg(v)}" for k, v in call.kwargs.items()]
+        read = self._read_view(call.target in VENDOR_EXTERNS and not call.is_fallback
+                               and not call.mutates)
+        args = [render_arg(a, read) for a in call.args] + [
+            f"{k}={render_arg(v, read)}" for k, v in call.kwargs.items()]
         public = OUT_VARIANTS.get(call.target)
         expr = f"{public or _op_expr(call.target)}({', '.join(args)})"
         if public and plan.allocations:

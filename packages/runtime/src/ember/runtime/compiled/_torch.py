@@ -89,6 +89,22 @@ def fast_empty_strided(device: str) -> Callable[..., torch.Tensor] | None:
     return alloc if callable(alloc) else None
 
 
+def fast_reinterpret() -> Callable[..., torch.Tensor] | None:
+    """torch's C++ ``reinterpret(t, sizes, strides, offset)``: a tensor over ``t``'s
+    storage with ``sizes``/``strides``, ``offset`` elements past ``t``'s own storage
+    offset, the one torch.compile's wrappers call (about half of ``Tensor.as_strided``'s
+    cost on the CPU machine: no dispatch, no autograd view record). The result is no
+    autograd view of ``t`` and has its own version counter: use it only for a tensor that
+    is read, never written, while ``t`` is alive, or for memory nobody else sees. None
+    where this torch lacks it."""
+    try:
+        from torch._C._dynamo import guards
+    except ImportError:
+        return None
+    fn = getattr(guards, "_reinterpret_tensor", None)
+    return fn if callable(fn) else None
+
+
 def release_saved_tensors(ctx: Any) -> None:
     """Drop the references an autograd ``Function``'s node holds to the tensors its
     forward saved (``ctx.save_for_backward``), inside its ``backward``, unless the graph
