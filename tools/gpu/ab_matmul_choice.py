@@ -21,7 +21,9 @@ walking the rows of one ("ember_mixed_264", "ember_mixed_1056", "ember_mixed_211
 stepping over the plain row kernel's row block ("ember_mixed_tile_1"); with 16-bit
 column tiles 128 or 256 wide ("ember_column_128", "ember_column_256"); with every
 column reduction run over its rows ("ember_columns_as_rows", ``mixed.as_rows``)
-and with no store inside a split reduction ("ember_split_no_stores"); for the partitioner,
+and with no store inside a split reduction ("ember_split_no_stores"); for launches, Ember
+passing pointers as addresses ("ember_pointer_ints") or launching through torch's C++
+launcher ("ember_static_launch"); for the partitioner,
 Ember saving every forward value its backward reads ("ember_save_everything") and letting
 the min cut recompute what a backward matmul or convolution reads
 ("ember_recompute_conv_inputs": ``aot.save_conv_inputs`` off).
@@ -71,6 +73,7 @@ from ember.inductor.loop_ir import Reduce, Store, reduction_phases
 from ember.inductor.loop_ir import index as loop_index
 from ember.inductor.lowering import matmul_template, reductions
 from ember.inductor.lowering.pooling import covering, max_pool
+from ember.runtime.compiled import triton_fast_launch, triton_static
 from ember.runtime.config import patch
 from triton.testing import do_bench
 
@@ -192,6 +195,11 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember_mixed_tile_1": lambda: mock.patch.object(mixed_writer, "MIXED_TILE", 1),
     # ... nor may a split reduction store values from its partial programs
     "ember_split_no_stores": _split_without_stores,
+    # the launch experiments (session 45): pointers passed to Triton's C launcher as
+    # addresses, or every binary torch's C++ launcher takes launched through it
+    "ember_pointer_ints": lambda: mock.patch.object(
+        triton_fast_launch, "POINTERS_AS_INTS", True),
+    "ember_static_launch": lambda: mock.patch.object(triton_static, "STATIC_LAUNCH", True),
     # the partitioner saving every value the backward reads, or the matmul/conv inputs
     "ember_save_everything": lambda: aot_config(save_everything=True),
     "ember_recompute_conv_inputs": lambda: aot_config(save_conv_inputs=False),

@@ -2,17 +2,18 @@
 
     python tools/gpu/launch_overhead.py [hf_bert,hf_gpt2] [bfloat16]
 
-1. One tiny generated kernel launched 20,000 times four ways: ``fast`` (the one-frame
+1. One tiny generated kernel launched 20,000 times five ways: ``fast`` (the one-frame
    launch a compiled wrapper calls, ``triton_fast_launch``), ``ints`` (the same with its
-   pointers passed as addresses: ``triton_fast_launch.POINTERS_AS_INTS``), ``launch`` (the
+   pointers passed as addresses: ``triton_fast_launch.POINTERS_AS_INTS``), ``static``
+   (the same through torch's C++ launcher: ``triton_static.STATIC_LAUNCH``), ``launch`` (the
    ``TritonLaunch`` object behind it, with the flat C launch of
    ``triton_binary.flat_launch``) and ``noflat`` (the same without the flat C launch):
    microseconds of host time per launch, the GPU's queue kept from filling by a
    synchronize every 500 launches.
-2. For each model named: the bench's Ember training step compiled three times in one
+2. For each model named: the bench's Ember training step compiled four times in one
    process (no program cache), its wrappers calling the one-frame launches (``fast``),
-   the same with pointers as addresses (``ints``) or the ``TritonLaunch`` objects
-   (``launch``), then each step's host time (the GPU drained before it; median of 20)
+   the same with pointers as addresses (``ints``) or through torch's launcher
+   (``static``), or the ``TritonLaunch`` objects (``launch``), then each step's host time (the GPU drained before it; median of 20)
    and ``do_bench`` time, in rotating order.
 """
 
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import zoo
 from benchlib.runner import make_step
-from ember.runtime.compiled import triton_binary, triton_fast_launch
+from ember.runtime.compiled import triton_binary, triton_fast_launch, triton_static
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec
 from ember.runtime.compiled.triton_launcher import TritonLaunch
 from ember.runtime.config import patch
@@ -64,6 +65,11 @@ def pointer_ints() -> Any:
     return mock.patch.object(triton_fast_launch, "POINTERS_AS_INTS", True)
 
 
+def static_launches() -> Any:
+    """Binaries bound in the block launch through torch's C++ launcher."""
+    return mock.patch.object(triton_static, "STATIC_LAUNCH", True)
+
+
 def launch_objects() -> Any:
     """Wrappers loaded in the block call the ``TritonLaunch`` objects."""
     return mock.patch.object(TritonLaunch, "fast_call", lambda self: self)
@@ -74,10 +80,11 @@ def per_launch_us(mode: str, launches: int = 20_000) -> float:
                             {"BLOCK": 128})
     launcher = TritonLaunch(spec, (1, 1, 1))
     with pointer_ints() if mode == "ints" else contextlib.nullcontext():
-        launch = launcher.fast_call() if mode in ("fast", "ints") else launcher
+        launch = launcher.fast_call() if mode in ("fast", "ints", "static") else launcher
     x = torch.randn(128, device="cuda")
     y = torch.empty_like(x)
-    with flat_off() if mode == "noflat" else contextlib.nullcontext():
+    context = {"noflat": flat_off, "static": static_launches}.get(mode, contextlib.nullcontext)
+    with context():
         launch(x, y, 128)  # binds
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -104,16 +111,16 @@ def host_ms(step: Any, steps: int = 20) -> float:
 def main() -> None:
     names = sys.argv[1].split(",") if len(sys.argv) > 1 else []
     dtype = getattr(torch, sys.argv[2] if len(sys.argv) > 2 else "bfloat16")
-    for mode in ("fast", "ints", "launch", "noflat") * 2:
+    for mode in ("fast", "ints", "static", "launch", "noflat") * 2:
         print(f"tiny kernel, {mode}: {per_launch_us(mode):.2f} us per launch", flush=True)
     for name in names:
         base, inputs = zoo.get(name).make(torch.device("cuda"), dtype, "full")
         steps = {}
-        labels = ("fast", "ints", "launch")
+        labels = ("fast", "ints", "static", "launch")
         for label in labels:
             # no program cache: each step's wrapper loads its own kernels
-            context = {"launch": launch_objects, "ints": pointer_ints}.get(
-                label, contextlib.nullcontext)
+            context = {"launch": launch_objects, "ints": pointer_ints,
+                       "static": static_launches}.get(label, contextlib.nullcontext)
             with context(), patch(program_cache=False, capture_cache=False):
                 step = make_step("ember", copy.deepcopy(base), inputs, True, "inductor")
                 for _ in range(3):

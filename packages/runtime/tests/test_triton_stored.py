@@ -169,7 +169,7 @@ def test_the_first_launch_takes_the_stored_binary_instead_of_jit(
         return None if compiled is None else Loaded(compiled)
 
     monkeypatch.setattr(triton_stored, "load", load)
-    monkeypatch.setattr(triton_kernel, "binary_launch", lambda compiled, trailing: (
+    monkeypatch.setattr(triton_kernel, "binary_launch", lambda compiled, trailing, *where: (
         lambda grid, args: launched.append((compiled.compiled, grid))))
     fn = FakeJit()
     kernel = TritonKernel(SPEC, fn, interpret=False, device=CUDA0)

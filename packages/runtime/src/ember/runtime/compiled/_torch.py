@@ -105,6 +105,27 @@ def fast_reinterpret() -> Callable[..., torch.Tensor] | None:
     return fn if callable(fn) else None
 
 
+def static_cuda_launcher() -> tuple[Callable[..., int], Callable[..., None]] | None:
+    """torch's C++ launcher of Triton binaries (``torch._C._StaticCudaLauncher``, what
+    torch.compile's wrappers launch through) as ``(load, launch)``: ``load(cubin_path,
+    name, shared_bytes, device_index)`` loads a binary and gives its function handle;
+    ``launch(function, gx, gy, gz, num_warps, shared_bytes, kinds, args, stream)`` runs
+    it. None where this torch has none (CPU builds)."""
+    launcher = getattr(torch._C, "_StaticCudaLauncher", None)
+    if launcher is None:
+        return None
+    raw_load, launch = launcher._load_kernel, launcher._launch_kernel
+
+    def load(path: str, name: str, shared: int, device: int) -> int:
+        try:
+            loaded = raw_load(path, name, shared, device)
+        except TypeError:  # a torch whose loader takes no device: the current one
+            loaded = raw_load(path, name, shared)
+        return int(loaded[0])  # (function, registers, spills)
+
+    return load, launch
+
+
 def release_saved_tensors(ctx: Any) -> None:
     """Drop the references an autograd ``Function``'s node holds to the tensors its
     forward saved (``ctx.save_for_backward``), inside its ``backward``, unless the graph

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ember.runtime.compiled._torch import raw_current_device
 from ember.runtime.compiled.triton_scratch import needs_global_scratch, with_scratch_allocator
+from ember.runtime.compiled.triton_static import static_launch
 from ember.runtime.logs import log
 
 BinaryLaunch = Callable[[tuple[int, ...], tuple[Any, ...]], None]
@@ -107,18 +108,25 @@ def flat_launch(launcher: Any) -> tuple[Callable[..., None], tuple[Any, ...]] | 
     return None if constants is None else (launch, constants)
 
 
-def binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
+def binary_launch(compiled: Any, trailing: tuple[Any, ...], device_index: int | None = None,
+                  runtime: Sequence[str] = ()) -> BinaryLaunch:
     """The launcher of one compiled binary, called as ``launch(grid, args)`` (module
     doc). ``trailing``: the values of the kernel's parameters after the runtime ones,
     which the binary takes after them. A binary that needs global scratch memory
     (:func:`.triton_scratch.needs_global_scratch`: TMA descriptors) first makes sure
-    the calling thread has Triton's allocator (:mod:`.triton_scratch`)."""
-    launch = _binary_launch(compiled, trailing)
+    the calling thread has Triton's allocator (:mod:`.triton_scratch`). Given the CUDA
+    ``device_index`` and the names of the ``runtime`` arguments, a binary torch's C++
+    launcher takes is launched through it (:mod:`.triton_static`, an experiment that is
+    off unless ``triton_static.STATIC_LAUNCH``)."""
+    static = None if device_index is None else static_launch(compiled, runtime, device_index)
+    launch = _binary_launch(compiled, trailing, static)
     return with_scratch_allocator(launch) if needs_global_scratch(compiled) else launch
 
 
-def _binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
-    """:func:`binary_launch` without the scratch allocator's check."""
+def _binary_launch(compiled: Any, trailing: tuple[Any, ...],
+                   static: tuple[Callable[..., None], int] | None) -> BinaryLaunch:
+    """:func:`binary_launch` without the scratch allocator's check (``static``: torch's
+    launch of the binary and its function handle, :func:`.triton_static.static_launch`)."""
     def through_runner(grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
         compiled[grid](*args, *trailing)
 
@@ -127,10 +135,8 @@ def _binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
         from triton.runtime import driver
 
         runtime_knobs = triton.knobs.runtime
-        if not runner_is_direct(type(compiled)):
+        if static is None and not runner_is_direct(type(compiled)):
             return through_runner
-        run, function = compiled.run, compiled.function  # run: loads the binary
-        packed = compiled.packed_metadata
         active = driver.active
         current_stream = active.get_current_stream
         # the device as one C call, not torch.cuda.current_device's three Python frames
@@ -139,10 +145,20 @@ def _binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
         log("cache", f"Triton binary launched through Triton's runner ({type(e).__name__}: {e})")
         return through_runner
 
-    # the C launch with its constant flags (step 2), else the launcher object itself
-    launch, constants = flat_launch(run) or (run, ())
-
-    before = (*constants, packed, None, None, None)
+    after = trailing
+    if static is not None:  # torch's launcher: the runtime arguments alone
+        (launch, function), before, after = static, (), ()
+    else:
+        try:
+            run, function = compiled.run, compiled.function  # run: loads the binary
+            packed = compiled.packed_metadata
+        except Exception as e:  # noqa: BLE001 - any difference: Triton's own runner
+            log("cache", f"Triton binary launched through Triton's runner "
+                         f"({type(e).__name__}: {e})")
+            return through_runner
+        # the C launch with its constant flags (step 2), else the launcher object itself
+        launch, constants = flat_launch(run) or (run, ())
+        before = (*constants, packed, None, None, None)
 
     def direct(grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
         if not (_no_hook(runtime_knobs.launch_enter_hook)
@@ -150,10 +166,10 @@ def _binary_launch(compiled: Any, trailing: tuple[Any, ...]) -> BinaryLaunch:
             compiled[grid](*args, *trailing)
             return
         launch(grid[0], grid[1], grid[2], current_stream(current_device()), function,
-               *before, *args, *trailing)
+               *before, *args, *after)
 
     # what .triton_fast_launch calls inline: (launch, function, before, after, stream, device)
-    parts = (launch, function, before, trailing, current_stream, current_device)
+    parts = (launch, function, before, after, current_stream, current_device)
     direct.parts = parts  # type: ignore[attr-defined]
     return direct
 

@@ -291,7 +291,7 @@ class TritonKernel:
                          f"({type(e).__name__}: {e})")
             return
         self._trailing = trailing
-        self._keep(key, binary_launch(compiled, self._trailing))
+        self._keep(key, self._binary_launch(compiled))
         if self._stored:
             assert self._device is not None
             triton_stored.store(self.spec, self._device, key, compiled)
@@ -365,9 +365,14 @@ class TritonKernel:
                          f"not used ({type(e).__name__}: {e})")
             return None
         self._trailing = trailing
-        run = binary_launch(compiled, trailing)
+        run = self._binary_launch(compiled)
         self._keep(key, run)
         return run
+
+    def _binary_launch(self, compiled: Any) -> BinaryLaunch:
+        """The launch of ``compiled``, a binary of this kernel (:func:`binary_launch`)."""
+        index = None if self._device is None else self._device.index
+        return binary_launch(compiled, self._trailing, index, tuple(self.spec.signature))
 
     def _keep(self, key: tuple[Any, ...], run: BinaryLaunch) -> None:
         """Keep ``run``, the binary's launch for specialization ``key`` (and its direct
