@@ -149,3 +149,32 @@ def test_a_binary_launch_through_torchs_launcher_has_no_flags_around_its_argumen
     assert launches == [(77, 2, 1, 1, built.metadata.num_warps, built.metadata.shared,
                          "OOil" + "O" * _scratch_fields(built), (x, x, 3, 4)
                          + (None,) * _scratch_fields(built), 5)]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_on_the_gpu_torchs_launcher_computes_what_tritons_does(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # the plan's arguments reach the binary: y = x + m where i < n, through the direct
+    # launch and the one-frame launch, an integer of 1 (a Triton constant) included
+    from ember.runtime.compiled._torch import static_cuda_launcher
+    from ember.runtime.compiled.triton_launcher import TritonLaunch
+
+    if static_cuda_launcher() is None:
+        pytest.skip("this torch has no C++ launcher of Triton binaries")
+    monkeypatch.setattr(triton_static, "STATIC_LAUNCH", True)
+    launcher = TritonLaunch(SPEC, (2, 1, 1))
+    fast = launcher.fast_call()
+    x = torch.randn(256, device="cuda")
+    with patch(logs="cache"):
+        for m in (3, 1, 1, 3):
+            y = torch.zeros_like(x)
+            (launcher if m == 3 else fast)(x, y, 200, m)
+            want = torch.where(torch.arange(256, device="cuda") < 200, x + m, 0)
+            torch.testing.assert_close(y, want)
+            fast(x, y, 200, m)
+            torch.testing.assert_close(y, want)
+    assert "not torch's" not in capsys.readouterr().err
+    kernel = launcher.kernels_for(x.device)[0]
+    launches = {parts[0].__code__.co_filename for parts in kernel.fast.values()}
+    assert launches == {"<ember static launch add_static>"}, launches
