@@ -15,7 +15,8 @@ by its other consumers, not read from the matmul's stored operand (before sessio
 (before session 43); ``ember_reduction_out_of_place``: no one-pass reduction storing in
 place of an input it reads for the last time (before session 44);
 ``ember_cat_unsplit``: a concatenation's innermost loop not split at its pieces' edges
-(before session 44). Each model's steps (the bench's forward,
+(before session 44); ``ember_views_as_strided``: every wrapper view made by
+``Tensor.as_strided``, none by ``_read_view`` (before session 45). Each model's steps (the bench's forward,
 backward and SGD step) are compiled and warmed up three times, then timed one after
 another ``ROUNDS`` times (default 40), the order rotated each round (the first step of a
 round runs slower). The variant compiled first runs 1-4% slower than one compiled after
@@ -46,7 +47,7 @@ import zoo
 from benchlib.aot_variants import aot_config
 from benchlib.runner import make_step
 from ember.aot.partition import mincut
-from ember.inductor.codegen import memory_plan
+from ember.inductor.codegen import memory_plan, wrapper
 from ember.inductor.codegen.cpp import kernel as cpp_kernel
 from ember.inductor.codegen.cpp.backend import CppBackend
 from ember.inductor.lowering import builder, inlining
@@ -82,6 +83,9 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # a concatenation's innermost loop not split at its pieces' edges (before session 44)
     "ember_cat_unsplit": lambda: mock.patch.object(cpp_kernel, "interval_splits",
                                                    lambda kernel: None),
+    # every wrapper view an autograd view through as_strided (before session 45)
+    "ember_views_as_strided": lambda: mock.patch.object(
+        wrapper.WrapperWriter, "_read_view", lambda self, read: False),
     # Ember as it is, compiled a second time: the harness's own bias between two places
     "ember_again": contextlib.nullcontext,
 }

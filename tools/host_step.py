@@ -1,6 +1,7 @@
 """The host time of a training step, on the CPU: a BERT whose kernels take no time.
 
     python tools/host_step.py [--layers 12] [--steps 50] [--compilers eager,torch,ember]
+    python tools/host_step.py --compilers torch,ember,ember_views_as_strided
 
 On the GPU machine the zoo's HF training steps are host-bound (``docs/benchmarks.md``,
 sessions 26 and 28): the GPU waits for the Python that launches its kernels, so a step's
@@ -10,7 +11,10 @@ tokens, trained with SGD. Its kernels are so small that a step's time is almost 
 work, by the same wrappers, extern calls, views and autograd glue as on the GPU. Kernel
 launches differ: C++ through ctypes here, Triton there.
 
-Each compiler's step is built in this one process and warmed up five times. The compilers
+A compiler named after a variant of ``tools/ab_cpu.py`` (``ember_...``) is Ember
+compiled inside that variant (the program caches off), so two versions of Ember's host
+path are timed side by side. Each compiler's step is built in this one process and
+warmed up five times. The compilers
 are then timed round-robin, one step each per round, ``--steps`` rounds, with one thread
 (``torch.set_num_threads(1)``). The report gives each compiler's median and minimum step
 in milliseconds.
@@ -37,7 +41,9 @@ def main() -> None:
 
     import torch
     import transformers
+    from ab_cpu import VARIANTS
     from benchlib.runner import make_step
+    from ember.runtime.config import patch
     from zoo.hf import FieldOf
     from zoo.registry import build, seeded_tokens
 
@@ -53,6 +59,12 @@ def main() -> None:
         module = build(lambda: FieldOf(transformers.BertModel(config), "last_hidden_state"),
                        device, torch.float32)
         inputs = (seeded_tokens(1, 8, vocab=64, device=device, seed=31),)
+        if name in VARIANTS:  # Ember inside the variant, compiled afresh
+            with VARIANTS[name](), patch(program_cache=False, capture_cache=False):
+                steps[name] = make_step("ember", module, inputs, True, "inductor")
+                for _ in range(5):
+                    steps[name]()
+            continue
         steps[name] = make_step(name, module, inputs, True, "inductor")
         for _ in range(5):
             steps[name]()
