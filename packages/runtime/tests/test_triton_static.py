@@ -139,7 +139,8 @@ def test_a_binary_launch_through_torchs_launcher_has_no_flags_around_its_argumen
 
     monkeypatch.setattr(driver, "_active", SimpleNamespace(
         get_current_stream=lambda device: 5, get_current_device=lambda: 0))
-    run = triton_binary.binary_launch(built, (128,), 0, RUNTIME)
+    static = triton_static.static_launch(built, RUNTIME, 0)
+    run = triton_binary.binary_launch(built, (128,), static)
     parts = triton_binary.direct_parts(run)
     assert parts is not None
     c, function, before, after = parts[:4]

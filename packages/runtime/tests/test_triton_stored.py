@@ -169,7 +169,7 @@ def test_the_first_launch_takes_the_stored_binary_instead_of_jit(
         return None if compiled is None else Loaded(compiled)
 
     monkeypatch.setattr(triton_stored, "load", load)
-    monkeypatch.setattr(triton_kernel, "binary_launch", lambda compiled, trailing, *where: (
+    monkeypatch.setattr(triton_kernel, "binary_launch", lambda compiled, trailing, static: (
         lambda grid, args: launched.append((compiled.compiled, grid))))
     fn = FakeJit()
     kernel = TritonKernel(SPEC, fn, interpret=False, device=CUDA0)
@@ -238,3 +238,28 @@ def test_a_second_process_launches_the_stored_binary_without_triton_compiling(
     second_cache = tmp_path / "triton-second"
     kernels = [p for p in second_cache.rglob("*.cubin")] if second_cache.exists() else []
     assert kernels == []
+
+
+def test_a_stored_binary_torchs_launcher_takes_is_not_loaded_by_triton(
+        built: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # with triton_static on, binding a stored binary neither loads it through Triton
+    # (CompiledKernel[grid], which needs a GPU driver here and would send the launch to
+    # the JIT) nor makes Triton's launcher: torch's launcher loads and runs it
+    from types import SimpleNamespace
+
+    from ember.runtime.compiled import triton_static
+    from triton.runtime import driver
+
+    assert triton_stored.store(SPEC, CUDA0, ALIGNED, built)
+    launches: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(triton_static, "STATIC_LAUNCH", True)
+    monkeypatch.setattr(triton_static, "static_cuda_launcher",
+                        lambda: (lambda *a: 31, lambda *a: launches.append(a)))
+    monkeypatch.setattr(driver, "_active", SimpleNamespace(
+        get_current_stream=lambda device: 5, get_current_device=lambda: 0))
+    fn = FakeJit()
+    kernel = TritonKernel(SPEC, fn, interpret=False, device=CUDA0)
+    x, y = torch.zeros(256), torch.zeros(256)
+    kernel.launch((2,), x, y)
+    assert fn.calls == []
+    assert [(a[0], a[1], a[7][:2]) for a in launches] == [(31, 2, (x, y))]

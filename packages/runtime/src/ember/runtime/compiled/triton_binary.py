@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from ember.runtime.compiled._torch import raw_current_device
 from ember.runtime.compiled.triton_scratch import needs_global_scratch, with_scratch_allocator
-from ember.runtime.compiled.triton_static import static_launch
 from ember.runtime.logs import log
 
 BinaryLaunch = Callable[[tuple[int, ...], tuple[Any, ...]], None]
@@ -108,17 +107,16 @@ def flat_launch(launcher: Any) -> tuple[Callable[..., None], tuple[Any, ...]] | 
     return None if constants is None else (launch, constants)
 
 
-def binary_launch(compiled: Any, trailing: tuple[Any, ...], device_index: int | None = None,
-                  runtime: Sequence[str] = ()) -> BinaryLaunch:
+def binary_launch(compiled: Any, trailing: tuple[Any, ...],
+                  static: tuple[Callable[..., None], int] | None = None) -> BinaryLaunch:
     """The launcher of one compiled binary, called as ``launch(grid, args)`` (module
     doc). ``trailing``: the values of the kernel's parameters after the runtime ones,
     which the binary takes after them. A binary that needs global scratch memory
     (:func:`.triton_scratch.needs_global_scratch`: TMA descriptors) first makes sure
-    the calling thread has Triton's allocator (:mod:`.triton_scratch`). Given the CUDA
-    ``device_index`` and the names of the ``runtime`` arguments, a binary torch's C++
-    launcher takes is launched through it (:mod:`.triton_static`, an experiment that is
-    off unless ``triton_static.STATIC_LAUNCH``)."""
-    static = None if device_index is None else static_launch(compiled, runtime, device_index)
+    the calling thread has Triton's allocator (:mod:`.triton_scratch`). ``static``: the
+    binary's launch through torch's C++ launcher and its loaded function
+    (:func:`.triton_static.static_launch`), which the launch then calls with the runtime
+    arguments alone (Triton's launcher is not made, nor its module loaded)."""
     launch = _binary_launch(compiled, trailing, static)
     return with_scratch_allocator(launch) if needs_global_scratch(compiled) else launch
 

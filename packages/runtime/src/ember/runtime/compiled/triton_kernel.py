@@ -43,6 +43,7 @@ from ember.runtime.compiled.triton_binary import (
 from ember.runtime.compiled.triton_header import KernelHeader, kernel_header
 from ember.runtime.compiled.triton_platform_key import cache_platform_key
 from ember.runtime.compiled.triton_scratch import ensure_scratch_allocator
+from ember.runtime.compiled.triton_static import static_launch
 from ember.runtime.ir.gc_pause import collector_paused
 from ember.runtime.logs import log
 
@@ -291,7 +292,7 @@ class TritonKernel:
                          f"({type(e).__name__}: {e})")
             return
         self._trailing = trailing
-        self._keep(key, self._binary_launch(compiled))
+        self._keep(key, binary_launch(compiled, self._trailing, self._static(compiled)))
         if self._stored:
             assert self._device is not None
             triton_stored.store(self.spec, self._device, key, compiled)
@@ -359,20 +360,24 @@ class TritonKernel:
             if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
                 compiled = compiled.result()
             trailing = self._trailing_constexprs()
-            compiled[grid3(grid)]  # loads the binary; fails on a Triton without it
+            static = self._static(compiled)
+            if static is None:  # Triton's launcher: loads the binary, fails on a Triton
+                compiled[grid3(grid)]  # without it
         except Exception as e:  # noqa: BLE001 - any failure: the JIT path decides
             log("cache", f"Triton kernel {self.name}: the binary built before launch is "
                          f"not used ({type(e).__name__}: {e})")
             return None
         self._trailing = trailing
-        run = self._binary_launch(compiled)
+        run = binary_launch(compiled, trailing, static)
         self._keep(key, run)
         return run
 
-    def _binary_launch(self, compiled: Any) -> BinaryLaunch:
-        """The launch of ``compiled``, a binary of this kernel (:func:`binary_launch`)."""
-        index = None if self._device is None else self._device.index
-        return binary_launch(compiled, self._trailing, index, tuple(self.spec.signature))
+    def _static(self, compiled: Any) -> tuple[Callable[..., None], int] | None:
+        """``compiled``'s launch through torch's C++ launcher, where it takes it
+        (:func:`.triton_static.static_launch`)."""
+        if self._device is None or self._device.index is None:
+            return None
+        return static_launch(compiled, tuple(self.spec.signature), self._device.index)
 
     def _keep(self, key: tuple[Any, ...], run: BinaryLaunch) -> None:
         """Keep ``run``, the binary's launch for specialization ``key`` (and its direct
