@@ -1,7 +1,7 @@
 """Where a warm start's time goes: a cold process fills the caches, then warm processes
 over them are timed, one of them under cProfile.
 
-    python tools/gpu/warm_start.py MODELS [DTYPE] [infer|train] [ROWS]
+    python tools/gpu/warm_start.py MODELS [DTYPE] [infer|train] [ROWS] [static]
     SCRIPT_ARGS="tools/gpu/warm_start.py hf_bert,tv_resnet18 bfloat16 train" \\
         bash tools/gpu/h200_all.sh script
 
@@ -19,6 +19,10 @@ several-fold); instead one more warm process times the warm path's parts with
 their callers) and the garbage collector's pauses. Installing the timers imports most of
 Ember's warm path before the timer starts (``imports_before_timer_s`` in the report), so
 the timed first call is that much shorter than the plain warm ones.
+
+``static``: every process binds its Triton binaries through torch's C++ launcher
+(``ember.runtime.compiled.triton_static.STATIC_LAUNCH``: no Triton module load or
+launcher per kernel), the cold one included.
 """
 
 from __future__ import annotations
@@ -116,10 +120,15 @@ def _install_timers() -> tuple[dict[str, list[float]], float]:
     return totals, imports_s
 
 
-def _worker(job: ColdJob, rows: int) -> None:
+def _worker(job: ColdJob, rows: int, static: bool) -> None:
     """One warm (or cold) process: its compile and first call timed, under cProfile
-    when ``rows``."""
+    when ``rows``; ``static``: binaries launched through torch's C++ launcher."""
     from benchlib.coldstart import _first_call_seconds
+
+    if static:
+        from ember.runtime.compiled import triton_static
+
+        triton_static.STATIC_LAUNCH = True
 
     profile = cProfile.Profile()
 
@@ -158,8 +167,9 @@ def _worker(job: ColdJob, rows: int) -> None:
     print(json.dumps(report))
 
 
-def _run(job: ColdJob, env: dict[str, str], rows: int) -> dict[str, object]:
-    cmd = [sys.executable, __file__, "--worker", json.dumps(job.__dict__), str(rows)]
+def _run(job: ColdJob, env: dict[str, str], rows: int, static: bool) -> dict[str, object]:
+    cmd = [sys.executable, __file__, "--worker", json.dumps(job.__dict__), str(rows),
+           "static" if static else "triton"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900,
                           check=False)
     if proc.returncode != 0:
@@ -173,7 +183,7 @@ def _run(job: ColdJob, env: dict[str, str], rows: int) -> dict[str, object]:
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--worker":
-        _worker(ColdJob(**json.loads(argv[1])), int(argv[2]))
+        _worker(ColdJob(**json.loads(argv[1])), int(argv[2]), argv[3] == "static")
         return 0
     import torch
 
@@ -181,19 +191,21 @@ def main(argv: list[str]) -> int:
     dtype = argv[1] if len(argv) > 1 else "bfloat16"
     train = len(argv) > 2 and argv[2] == "train"
     rows = (-1 if argv[3] == "timers" else int(argv[3])) if len(argv) > 3 else 25
+    static = len(argv) > 4 and argv[4] == "static"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     suite = "full" if device == "cuda" else "quick"
     for model in models:
         job = ColdJob(model, "ember", "inductor", device, dtype, suite, train)
         with tempfile.TemporaryDirectory(prefix="ember-warm-") as tmp:
             env = worker_env(Path(tmp))
-            cold = _run(job, env, 0)
-            warm = [_run(job, env, 0) for _ in range(3)]
-            print(f"== {model} {dtype} {'train' if train else 'infer'} on {device}: "
+            cold = _run(job, env, 0, static)
+            warm = [_run(job, env, 0, static) for _ in range(3)]
+            launcher = " (torch's launcher)" if static else ""
+            print(f"== {model} {dtype} {'train' if train else 'infer'} on {device}{launcher}: "
                   f"cold {json.dumps(cold)}")
             for w in warm:
                 print(f"   warm {json.dumps(w)}")
-            last = _run(job, env, rows)
+            last = _run(job, env, rows, static)
             if rows < 0:
                 print(f"   timed {json.dumps(last)}")
     return 0
