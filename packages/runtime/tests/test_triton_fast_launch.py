@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from ember.runtime.compiled import triton_fast_launch
+from ember.runtime.compiled import triton_fast_launch, triton_static
 from ember.runtime.compiled.triton_fast_launch import fast_launch
 from ember.runtime.compiled.triton_kernel import specialization_key
 
@@ -78,6 +78,12 @@ def test_pointers_as_ints_pass_each_tensors_address(monkeypatch: pytest.MonkeyPa
     s.calls.clear()
     s.launch(x, out, 17)  # the full launch still gets the tensors
     assert s.calls == [("slow", (x, out, 17))]
+    # not with torch's launcher (triton_static), which takes the tensors
+    monkeypatch.setattr(triton_static, "STATIC_LAUNCH", True)
+    s = Setup()
+    s.bind((x, out, 64))
+    s.launch(x, out, 64)
+    assert s.calls[0][1][7:9] == (x, out)
 
 
 def test_a_symbolic_grid_is_evaluated_and_an_empty_one_launches_nothing() -> None:

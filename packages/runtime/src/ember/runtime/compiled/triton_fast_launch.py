@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ember.runtime.compiled import triton_static
 from ember.runtime.compiled.triton_kernel import specialization_expression
 
 __all__ = ["POINTERS_AS_INTS", "fast_launch"]
@@ -47,7 +48,9 @@ __all__ = ["POINTERS_AS_INTS", "fast_launch"]
 #: (``cuPointerGetAttribute``), once per pointer per launch; given an int it uses it as
 #: it is. The wrapper only passes CUDA tensors of the kernel's device (the fast path is
 #: keyed by the first pointer's device; any other argument takes ``slow``). An
-#: experiment until measured on the GPU machine (``tools/gpu/launch_overhead.py``).
+#: experiment until measured on the GPU machine (``tools/gpu/launch_overhead.py``). Not
+#: with the other launch experiment (:data:`.triton_static.STATIC_LAUNCH`), whose C
+#: launcher takes the tensors.
 POINTERS_AS_INTS = False
 
 
@@ -89,9 +92,9 @@ def fast_launch(name: str, signature: dict[str, str], static_grid: tuple[int, ..
     else:
         grid = "gx, gy, gz = grid_at(a)\n                    if not (gx and gy and gz):\n" \
                "                        return  # an empty tensor: nothing to compute"
-    arguments = ", ".join(
-        f"a[{i}].data_ptr()" if POINTERS_AS_INTS and i in pointers else f"a[{i}]"
-        for i in range(len(signature)))
+    as_ints = POINTERS_AS_INTS and not triton_static.STATIC_LAUNCH
+    arguments = ", ".join(f"a[{i}].data_ptr()" if as_ints and i in pointers else f"a[{i}]"
+                          for i in range(len(signature)))
     source = f"""
 def make(by_index, grid_at, knobs, chain, slow):
     def launch(*a):
