@@ -90,7 +90,7 @@ def test_what_keeps_a_binary_on_tritons_launcher(metadata: dict[str, Any],
 
 
 def test_an_argument_out_of_the_sources_order_is_refused() -> None:
-    with pytest.raises(NotStatic, match="argument 'n' is not the source's 1th"):
+    with pytest.raises(NotStatic, match="argument 'n' is not parameter 1 of the source"):
         launch_plan(_fake(SIG, {}, 5), ("x", "n", "y"))
 
 

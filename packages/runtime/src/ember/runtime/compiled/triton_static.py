@@ -115,7 +115,7 @@ def launch_plan(compiled: Any, runtime: Sequence[str]) -> LaunchPlan:
     kinds: list[str] = []
     for i, name in enumerate(runtime):
         if name not in signature or names.index(name) != i:
-            raise NotStatic(f"argument {name!r} is not the source's {i}th")
+            raise NotStatic(f"argument {name!r} is not parameter {i} of the source")
         ty = signature[name]
         if ty == "constexpr" or i in constants:
             continue
