@@ -11,7 +11,8 @@ accepts, it imports itself, beside what an older runtime does instead:
   keywords and the device's text on every call: ~1.9 us against ~0.5 us on the CPU
   machine, for hundreds of buffers a training step;
 * the read view (:data:`READ_VIEW_LINES`): ``_read_view(t, sizes, strides, offset)``,
-  for a view that no one writes or returns (an operand of a matmul), made without
+  for a view that needs no autograd view record (an operand a matmul reads, a buffer
+  placed in a dead buffer's memory, which no one else sees), made without
   autograd's view record (``ember.runtime.compiled.wrapper_support.read_view``): ~0.6
   us against ``Tensor.as_strided``'s ~1.2 us on the CPU machine, hundreds a step.
 """
@@ -49,7 +50,7 @@ def allocator_lines(device: str) -> list[str]:
 
 
 READ_VIEW_LINES = [
-    "# ember-runtime 0.4.2+: views only read, made without autograd's view record (an",
+    "# ember-runtime 0.4.2+: views no autograd record is needed for, made without it (an",
     "# older runtime: Tensor.as_strided)",
     "try:",
     "    from ember.runtime.compiled.wrapper_support import read_view as _read_view_maker",

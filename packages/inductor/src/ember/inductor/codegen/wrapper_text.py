@@ -45,8 +45,8 @@ def py_view(buffer: str, sizes: tuple[Size, ...], strides: tuple[Size, ...],
     past its start: ``Tensor.as_strided`` called inline (a view is made on every call of
     the wrapper, hundreds a training step: no helper frame). Without a storage offset,
     ``as_strided`` keeps the buffer's own, so an offset of 0 is not written. ``read``:
-    a view nobody writes or returns (:data:`~.wrapper_header.READ_VIEW_LINES`), made by
-    ``_read_view`` without autograd's view record."""
+    a view that needs no autograd view record (:data:`~.wrapper_header.READ_VIEW_LINES`:
+    one an extern only reads, or memory no one else sees), made by ``_read_view``."""
     layout = f"{py_sizes(sizes)}, {py_strides(sizes, strides)}"
     if read:
         return f"_read_view({buffer}, {layout}, {py_size(offset)})"
