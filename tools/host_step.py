@@ -23,6 +23,7 @@ in milliseconds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -59,15 +60,15 @@ def main() -> None:
         module = build(lambda: FieldOf(transformers.BertModel(config), "last_hidden_state"),
                        device, torch.float32)
         inputs = (seeded_tokens(1, 8, vocab=64, device=device, seed=31),)
-        if name in VARIANTS:  # Ember inside the variant, compiled afresh
-            with VARIANTS[name](), patch(program_cache=False, capture_cache=False):
-                steps[name] = make_step("ember", module, inputs, True, "inductor")
-                for _ in range(5):
-                    steps[name]()
-            continue
-        steps[name] = make_step(name, module, inputs, True, "inductor")
-        for _ in range(5):
-            steps[name]()
+        variant = VARIANTS.get(name)
+        with contextlib.ExitStack() as inside:
+            if variant is not None:  # Ember inside the variant, compiled afresh
+                inside.enter_context(variant())
+                inside.enter_context(patch(program_cache=False, capture_cache=False))
+            steps[name] = make_step("ember" if variant else name, module, inputs, True,
+                                    "inductor")
+            for _ in range(5):
+                steps[name]()
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(args.steps):
         for name, step in steps.items():

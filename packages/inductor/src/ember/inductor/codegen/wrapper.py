@@ -77,6 +77,12 @@ def _op_expr(target: str) -> str:
     return f"{base}.{name}.{overload or 'default'}"
 
 
+#: views that need no autograd record (an operand a vendor extern only reads, a buffer in
+#: a dead buffer's memory) made by ``_read_view``; off: every view through ``as_strided``,
+#: as before session 45 (``tools/ab_cpu.py``'s ``ember_views_as_strided``)
+READ_VIEWS = True
+
+
 #: extern ops whose results depend on grad mode, called with it on: the wrapper runs
 #: inside autograd's Function (no grad), and mkldnn's RNN layer returns the workspace
 #: its backward needs only with grad mode on (the inputs do not require grad: the
@@ -154,7 +160,6 @@ class WrapperWriter:
         # start at an address the wrapper did not allocate
         self._in_input_memory: set[str] = set()
         self._allocates = False  # whether the wrapper calls _empty (its preamble defines it)
-        self._read_views = False  # whether it calls _read_view (likewise)
 
     def emit(self, text: str = "") -> None:
         self.lines.append(("    " + text) if text else "")
@@ -200,7 +205,7 @@ class WrapperWriter:
         self.emit(f"return [{', '.join(render_arg(o) for o in low.outputs)}]")
         if self._allocates:
             header += allocator_lines(self.device)
-        if self._read_views:
+        if any("_read_view(" in line for line in self.lines):
             header += READ_VIEW_LINES
         header.append("def call(args):")
         return "\n".join(header + self.lines) + "\n"
@@ -434,14 +439,9 @@ class WrapperWriter:
         if (other.sizes, other.strides) == (info.sizes, info.strides):
             self.emit(f"{alloc.name} = {old}; del {old}  # {why} {old}'s memory")
         else:  # memory only this buffer sees from here, unless it is an input's
-            read = self._read_view(alloc.name not in self._in_input_memory)
+            read = READ_VIEWS and alloc.name not in self._in_input_memory
             self.emit(f"{alloc.name} = {py_view(old, info.sizes, info.strides, 0, read)}; "
                       f"del {old}  # {why} {old}'s memory")
-
-    def _read_view(self, read: bool) -> bool:
-        """``read``, noting that the wrapper needs ``_read_view`` when it is true."""
-        self._read_views = self._read_views or read
-        return read
 
     def _extern(self, call: ExternCall, plan: StepPlan) -> None:
         kind = "fallback" if call.is_fallback else "extern"
@@ -451,8 +451,8 @@ class WrapperWriter:
             for line in user_kernel_comment(call):
                 self.emit(f"# {line}")
             self.emit("import ember.runtime.user_kernels  # noqa: F401  (ops.ember)")
-        read = self._read_view(call.target in VENDOR_EXTERNS and not call.is_fallback
-                               and not call.mutates)
+        read = (READ_VIEWS and call.target in VENDOR_EXTERNS and not call.is_fallback
+                and not call.mutates)
         args = [render_arg(a, read) for a in call.args] + [
             f"{k}={render_arg(v, read)}" for k, v in call.kwargs.items()]
         public = OUT_VARIANTS.get(call.target)

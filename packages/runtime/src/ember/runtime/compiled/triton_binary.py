@@ -34,6 +34,7 @@ from typing import Any
 
 from ember.runtime.compiled._torch import raw_current_device
 from ember.runtime.compiled.triton_scratch import needs_global_scratch, with_scratch_allocator
+from ember.runtime.compiled.triton_static import StaticLaunch
 from ember.runtime.logs import log
 
 BinaryLaunch = Callable[[tuple[int, ...], tuple[Any, ...]], None]
@@ -108,7 +109,7 @@ def flat_launch(launcher: Any) -> tuple[Callable[..., None], tuple[Any, ...]] | 
 
 
 def binary_launch(compiled: Any, trailing: tuple[Any, ...],
-                  static: tuple[Callable[..., None], int] | None = None) -> BinaryLaunch:
+                  static: StaticLaunch | None = None) -> BinaryLaunch:
     """The launcher of one compiled binary, called as ``launch(grid, args)`` (module
     doc). ``trailing``: the values of the kernel's parameters after the runtime ones,
     which the binary takes after them. A binary that needs global scratch memory
@@ -122,7 +123,7 @@ def binary_launch(compiled: Any, trailing: tuple[Any, ...],
 
 
 def _binary_launch(compiled: Any, trailing: tuple[Any, ...],
-                   static: tuple[Callable[..., None], int] | None) -> BinaryLaunch:
+                   static: StaticLaunch | None) -> BinaryLaunch:
     """:func:`binary_launch` without the scratch allocator's check (``static``: torch's
     launch of the binary and its function handle, :func:`.triton_static.static_launch`)."""
     def through_runner(grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
@@ -133,8 +134,11 @@ def _binary_launch(compiled: Any, trailing: tuple[Any, ...],
         from triton.runtime import driver
 
         runtime_knobs = triton.knobs.runtime
-        if static is None and not runner_is_direct(type(compiled)):
-            return through_runner
+        if static is None:  # Triton's launcher
+            if not runner_is_direct(type(compiled)):
+                return through_runner
+            run, function = compiled.run, compiled.function  # run: loads the binary
+            packed = compiled.packed_metadata
         active = driver.active
         current_stream = active.get_current_stream
         # the device as one C call, not torch.cuda.current_device's three Python frames
@@ -143,20 +147,12 @@ def _binary_launch(compiled: Any, trailing: tuple[Any, ...],
         log("cache", f"Triton binary launched through Triton's runner ({type(e).__name__}: {e})")
         return through_runner
 
-    after = trailing
     if static is not None:  # torch's launcher: the runtime arguments alone
         (launch, function), before, after = static, (), ()
     else:
-        try:
-            run, function = compiled.run, compiled.function  # run: loads the binary
-            packed = compiled.packed_metadata
-        except Exception as e:  # noqa: BLE001 - any difference: Triton's own runner
-            log("cache", f"Triton binary launched through Triton's runner "
-                         f"({type(e).__name__}: {e})")
-            return through_runner
         # the C launch with its constant flags (step 2), else the launcher object itself
         launch, constants = flat_launch(run) or (run, ())
-        before = (*constants, packed, None, None, None)
+        before, after = (*constants, packed, None, None, None), trailing
 
     def direct(grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
         if not (_no_hook(runtime_knobs.launch_enter_hook)

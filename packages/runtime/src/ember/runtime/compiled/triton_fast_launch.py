@@ -92,9 +92,11 @@ def fast_launch(name: str, signature: dict[str, str], static_grid: tuple[int, ..
     else:
         grid = "gx, gy, gz = grid_at(a)\n                    if not (gx and gy and gz):\n" \
                "                        return  # an empty tensor: nothing to compute"
-    as_ints = POINTERS_AS_INTS and not triton_static.STATIC_LAUNCH
-    arguments = ", ".join(f"a[{i}].data_ptr()" if as_ints and i in pointers else f"a[{i}]"
-                          for i in range(len(signature)))
+    # each argument written out only where pointers become addresses; else one unpacking
+    arguments = "*a"
+    if POINTERS_AS_INTS and not triton_static.STATIC_LAUNCH:
+        arguments = ", ".join(f"a[{i}].data_ptr()" if i in pointers else f"a[{i}]"
+                              for i in range(len(signature)))
     source = f"""
 def make(by_index, grid_at, knobs, chain, slow):
     def launch(*a):

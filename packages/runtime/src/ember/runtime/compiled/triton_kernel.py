@@ -43,7 +43,7 @@ from ember.runtime.compiled.triton_binary import (
 from ember.runtime.compiled.triton_header import KernelHeader, kernel_header
 from ember.runtime.compiled.triton_platform_key import cache_platform_key
 from ember.runtime.compiled.triton_scratch import ensure_scratch_allocator
-from ember.runtime.compiled.triton_static import static_launch
+from ember.runtime.compiled.triton_static import StaticLaunch, static_launch
 from ember.runtime.ir.gc_pause import collector_paused
 from ember.runtime.logs import log
 
@@ -372,7 +372,7 @@ class TritonKernel:
         self._keep(key, run)
         return run
 
-    def _static(self, compiled: Any) -> tuple[Callable[..., None], int] | None:
+    def _static(self, compiled: Any) -> StaticLaunch | None:
         """``compiled``'s launch through torch's C++ launcher, where it takes it
         (:func:`.triton_static.static_launch`)."""
         if self._device is None or self._device.index is None:

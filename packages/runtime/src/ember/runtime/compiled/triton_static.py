@@ -22,13 +22,14 @@ says (:func:`launch_plan`):
 The launch keeps the calling convention of a direct launch (:mod:`.triton_binary`),
 ``c(gx, gy, gz, stream, function, *args)`` with nothing before or after the arguments, so
 the direct launch and the one-frame launch (:mod:`.triton_fast_launch`) call it unchanged
-(and, while a launch hook is installed, go through Triton's runner as before). Every refusal is logged under ``cache``.
-Whether it is faster is measured on the GPU machine (``tools/gpu/launch_overhead.py``,
+(and, while a launch hook is installed, go through Triton's runner as before). Every
+refusal is logged under ``cache``. Whether it is faster is measured on the GPU machine (``tools/gpu/launch_overhead.py``,
 mode ``static``) before it is turned on.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Sequence
@@ -40,7 +41,8 @@ from ember.runtime.compiled._torch import static_cuda_launcher
 from ember.runtime.compiled.private_cache import process_dir
 from ember.runtime.logs import log
 
-__all__ = ["STATIC_LAUNCH", "LaunchPlan", "NotStatic", "launch_plan", "static_launch"]
+__all__ = ["STATIC_LAUNCH", "LaunchPlan", "NotStatic", "StaticLaunch", "launch_plan",
+           "static_launch"]
 
 #: launch binaries through torch's C++ launcher where :func:`launch_plan` allows it
 STATIC_LAUNCH = False
@@ -51,6 +53,11 @@ _KINDS = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "I", "
           "f32": "f", "fp64": "d"}
 _SCRATCH = ("global_scratch_size", "profile_scratch_size")
 _ENTRY = re.compile(r"\.entry\s+[\w$]+\s*\((.*?)\)", re.S)
+
+
+StaticLaunch = tuple[Callable[..., None], int]
+"""``(c, function)``: a binary's launch ``c(gx, gy, gz, stream, function, *args)`` through
+torch's launcher, and the handle of its loaded function."""
 
 
 class NotStatic(Exception):
@@ -135,15 +142,16 @@ def launch_plan(compiled: Any, runtime: Sequence[str]) -> LaunchPlan:
     return plan
 
 
-_cubin_dir: list[Path] = []
+@functools.cache
+def _cubin_dir() -> Path:
+    """This process's private directory of binaries for torch's launcher (made once)."""
+    return process_dir("ember-cubins-")
 
 
 def _cubin_file(cubin: bytes) -> Path:
     """``cubin`` written to this process's private directory (the launcher loads a path);
     a file is written once per binary and never read from a shared place."""
-    if not _cubin_dir:
-        _cubin_dir.append(process_dir("ember-cubins-"))
-    path = _cubin_dir[0] / f"{hashlib.sha256(cubin).hexdigest()[:32]}.cubin"
+    path = _cubin_dir() / f"{hashlib.sha256(cubin).hexdigest()[:32]}.cubin"
     if not path.exists():
         path.write_bytes(cubin)
     return path
@@ -165,7 +173,7 @@ def launch_function(plan: LaunchPlan, launch: Callable[..., None]) -> Callable[.
 
 
 def static_launch(compiled: Any, runtime: Sequence[str],
-                  device_index: int) -> tuple[Callable[..., None], int] | None:
+                  device_index: int) -> StaticLaunch | None:
     """``(c, function)``: the launch ``c(gx, gy, gz, stream, function, *args)`` of
     ``compiled`` through torch's launcher, with its binary loaded on CUDA device
     ``device_index``; None when :data:`STATIC_LAUNCH` is off, this torch has no such
