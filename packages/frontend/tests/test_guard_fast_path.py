@@ -56,6 +56,8 @@ class Block(nn.Module):
             extra = 1.0
         y: torch.Tensor = (self.scaled(self.act(self.lin(x))) * self.scales[1]
                            * self.cfg.alpha * self.pcfg.beta * self.eps * extra)
+        if type(self.act) is not nn.ReLU:  # a `__class__` read: stamped
+            y = y * 0.5
         return y + 1 if self.flag else y
 
     def scaled(self, y: torch.Tensor) -> torch.Tensor:  # a method call: guarded
@@ -147,6 +149,9 @@ def test_the_fast_path_is_taken_and_printed(capsys: Any) -> None:
     assert "self.layers[0].factor" in covered and "self.layers[0].lin.weight" in covered
     assert "raises(self.layers[0].extra)" in covered
     assert "self.layers[0].scaled.__func__" in covered  # method guards: free per layer
+    assert "self.layers[0].act.__class__" in covered  # type(x): the type the stamp keeps
+    # every layer's config is the first's (`a is b`, both chains stamped)
+    assert {g.kind for g in stamp.guards if g.where() == "self.layers[1].cfg"} == {"same"}
     assert "self.layers[0].cfg.alpha" not in covered
     assert "self.layers[0].scales[1]" not in covered
     before = _hits(compiled)
@@ -372,3 +377,36 @@ def test_cuda_parameters_under_the_stamp(mutation: str) -> None:
     elif mutation == "requires_grad":
         bias.requires_grad_(False)
     assert (fast(*call) is None) == (mutation != "none")
+
+
+class BufferStack(PlainStack):
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.register_buffer("shift", torch.ones(2, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + self.shift
+
+
+def test_distinct_inputs_are_checked_against_the_stamps_tensors(capsys: Any) -> None:
+    """While the stamp holds, the ``distinct`` guard checks only the inputs it does not
+    cover: a buffer passed as the argument still fails it."""
+    torch.manual_seed(0)
+    model = BufferStack(8)
+    compiled = strict(model)
+    x = torch.randn(2, 4)
+    for _ in range(4):
+        torch.testing.assert_close(compiled(x), model(x))
+    match = _matcher(compiled)
+    text = match.__ember_source__
+    (line,) = [line.strip() for line in text.splitlines() if ".ids.isdisjoint(" in line]
+    assert line.startswith("elif not (stamp") and line.endswith("): return None"), line
+    (stamp,) = match.__ember_stamps__
+    assert id(model.shift) in stamp.ids and id(x) not in stamp.ids
+    before = stamp.hits
+    with patch(logs=frozenset({"recompiles"})):
+        out = compiled(model.shift)
+    torch.testing.assert_close(out, model(model.shift))
+    assert stamp.hits == before + 1  # the stamp held; the distinct check failed
+    assert compiled.stats.recompiles == 1
+    assert "are distinct tensors" in capsys.readouterr().err

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+from ember.frontend.bytecode.sources import MethodFuncSource
 from strict_helpers import strict
 from torch import nn
 
@@ -47,6 +48,11 @@ def test_a_method_signature_is_guarded_by_its_function() -> None:
     guards = compiled._compiled.guard_text()
     assert "self.layers[0] is <" not in guards, guards  # no module pinned by identity
     assert "self.layers[0].chunk.__func__" in guards, guards
+    # read as a module's method is (MethodFuncSource), which the guard stamp covers
+    (segment,) = compiled._compiled.segments[0]
+    funcs = [g.source for g in segment.guards.guards
+             if g.where() == "self.layers[0].chunk.__func__"]
+    assert funcs and all(isinstance(s, MethodFuncSource) for s in funcs), funcs
     # a method with another signature: the guard fails, the capture sees it
     setattr(Layer, "chunk", _chunk_with_scale)
     try:

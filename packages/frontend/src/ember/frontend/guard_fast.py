@@ -15,6 +15,9 @@ with, per root::
         s0 = True
         ...                          # the full check of those guards, as before
     ...                              # every other guard, every call
+    if s0:                           # a distinct-tensors guard over stamped sources:
+        if not (len({id(v7), id(v12), id(v90)}) == 3): return None   # in full, or
+    elif not (stamp5.ids.isdisjoint((id(v90),))): return None  # the others alone
     if s0: stamp5.record(S, C, v0, (v1, v2, ...))   # all passed: take the stamp
 
 ``EMBER_LOGS=guards`` shows this function once written. The fast path is off (logged
@@ -29,8 +32,8 @@ from typing import Any
 
 from ember.frontend._torch import dict_version_reader
 from ember.frontend.guard_batch import MIN_BATCHED
-from ember.frontend.guard_model import Guard, Source
-from ember.frontend.guard_stamp import Stamp, chain_of, guard_needs
+from ember.frontend.guard_model import GUARD_KINDS, Guard, Source
+from ember.frontend.guard_stamp import SECOND_SOURCES, Stamp, chain_of, guard_needs
 from ember.frontend.guard_writer import Matcher, MatcherWriter, matcher_text
 from ember.runtime.logs import log
 
@@ -134,8 +137,9 @@ def _write_fast(guards: Sequence[Guard], inputs: Sequence[Source],
                 stamps: list[Stamp]) -> tuple[Matcher, str]:
     safe = _safe_guards(groups, state, ctx)
     w = MatcherWriter()  # NOTE: a stamp's own tensors are checked by the stamp
-    blocks: list[tuple[Source, str, list[str], list[tuple[Source, str]]]] = []
+    blocks: list[tuple[Source, str, list[str], list[tuple[Source, str]], Stamp, str]] = []
     skipped: set[int] = set()
+    fixed: dict[Source, tuple[int, int]] = {}  # read the same object while stamp i holds
     for root, gs in safe.items():
         r = w.ref(root)
         known = set(w.local_names())
@@ -147,26 +151,34 @@ def _write_fast(guards: Sequence[Guard], inputs: Sequence[Source],
         body = w.lines
         w.lines = outer
         created = [(s, n) for s, n in w.local_items() if n not in known]
+        index = {s: k for k, (s, _) in enumerate(created)}
+        for g in gs:
+            for s in (g.source, *([g.expected] if g.kind in SECOND_SOURCES else [])):
+                if s in index:
+                    fixed.setdefault(s, (len(blocks), index[s]))
+        stamp = Stamp(root, gs, [s for s, _ in created], [])
         w.lines.append(f"#STAMP{len(blocks)}")
-        blocks.append((root, r, body, created))
+        blocks.append((root, r, body, created, stamp, w.const("stamp", stamp)))
     w.batch_tensors = sum(g.kind == "tensor" and id(g) not in skipped
                           for g in guards) >= MIN_BATCHED
     for g in guards:
-        if id(g) not in skipped:
+        if id(g) in skipped:
+            continue
+        if g.kind == "distinct" and any(s in fixed for s in g.expected):
+            _distinct_beside_stamps(w, g, fixed, blocks)
+        else:
             w.guard(g)
     w.check_batch()
     result = "[" + ", ".join(w.ref(s) for s in inputs) + "]"
     lines, records = list(w.lines), []
-    for i, (root, r, body, created) in enumerate(blocks):
+    for i, (root, r, body, created, stamp, k) in enumerate(blocks):
         at = lines.index(f"#STAMP{i}")
         later = set(_NAME.findall("\n".join(lines[at + 1:]) + result))
-        kept = [k for k, (_, n) in enumerate(created) if n in later]
-        stamp = Stamp(root, safe[root], [s for s, _ in created], kept)
+        stamp.kept = [j for j, (_, n) in enumerate(created) if n in later]
         stamps.append(stamp)
-        k = w.const("stamp", stamp)
         flag = f"s{i}"
-        unpack = ", ".join(created[j][1] for j in kept)
-        fast = [f"{flag} = False"] + ([f"{unpack}, = {k}.keep"] if kept else [])
+        unpack = ", ".join(created[j][1] for j in stamp.kept)
+        fast = [f"{flag} = False"] + ([f"{unpack}, = {k}.keep"] if stamp.kept else [])
         lines[at:at + 1] = (
             [f"# {stamp.describe()}", f"if {k}.holds({r}):"]
             + [f"    {line}" for line in fast] + ["else:", f"    {flag} = True"]
@@ -174,3 +186,25 @@ def _write_fast(guards: Sequence[Guard], inputs: Sequence[Source],
         names = ", ".join(n for _, n in created) + ("," if len(created) == 1 else "")
         records.append(f"if {flag}: {k}.record(S, C, {r}, ({names}))")
     return w.finish(lines + records, result)
+
+
+def _distinct_beside_stamps(w: MatcherWriter, g: Guard, fixed: dict[Source, tuple[int, int]],
+                            blocks: Sequence[tuple[Any, ...]]) -> None:
+    """A ``distinct`` guard some of whose sources a stamp covers: checked in full when a
+    stamp did not hold; while they all hold, those sources read the objects of the call
+    that took the stamps, distinct then (the full check passed), so only the others are
+    checked, against each other and against the stamps' objects (``Stamp.ids``)."""
+    full = GUARD_KINDS["distinct"].check(w, g)
+    used = sorted({fixed[s][0] for s in g.expected if s in fixed})
+    for i in used:
+        stamp: Stamp = blocks[i][4]
+        stamp.watch([fixed[s][1] for s in g.expected if fixed.get(s, (-1,))[0] == i])
+    rest = [w.ref(s) for s in g.expected if s not in fixed]
+    w.lines.append(f"if {' or '.join(f's{i}' for i in used)}:")
+    w.lines.append(f"    if not ({full}): return None")
+    if rest:
+        ids = "(" + ", ".join(f"id({n})" for n in rest) + ("," if len(rest) == 1 else "") + ")"
+        checks = [f"{blocks[i][5]}.ids.isdisjoint({ids})" for i in used]
+        if len(rest) > 1:
+            checks.append(f"len(set({ids})) == {len(rest)}")
+        w.lines.append(f"elif not ({' and '.join(checks)}): return None")

@@ -6,8 +6,10 @@ A guard is *stamp-safe* when every step of its source, from a root read every ca
 module's ``_parameters``/``_buffers``/``_modules``, a dict item, an item of a
 ``ModuleList``/``Sequential``/``ModuleDict`` or of a subclass that keeps their item
 reads, which reads ``_modules``) or of a tuple, through a type without
-``__getattribute__`` and with no data descriptor of that name, and its check is on a
-leaf that cannot change without one of those dicts changing (see :data:`LEAF_RULES`).
+``__getattribute__`` and with no data descriptor of that name (``__class__`` through
+``object``'s own: the type), and its check is on a leaf that cannot change without one
+of those dicts changing (see :data:`LEAF_RULES`); a guard relating two sources (``a is
+b``) needs both chains stamp-safe from the same root (:data:`SECOND_SOURCES`).
 Properties, ``__getattr__`` fallbacks, custom ``__getattribute__`` (a HF config),
 lists, bound methods, closures and globals are not stamp-safe: their guards are checked
 every call.
@@ -49,7 +51,8 @@ from ember.frontend.guard_model import MODULE_HOOK_TABLES, Guard, Source
 from ember.frontend.guard_writer import Matcher, MatcherWriter
 from ember.runtime.logs import log
 
-__all__ = ["LEAF_RULES", "STEP_SOURCES", "Needs", "Stamp", "chain_of", "guard_needs"]
+__all__ = ["LEAF_RULES", "SECOND_SOURCES", "STEP_SOURCES", "Needs", "Stamp", "chain_of",
+           "guard_needs"]
 
 STEP_SOURCES = (AttrSource, ModuleMemberSource, ItemSource, LookupFails, MethodFuncSource)
 """The source steps a stamp may cover (each still needs its object to qualify;
@@ -139,11 +142,17 @@ def _is_data_descriptor(value: Any) -> bool:
     return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
 
 
+_OBJECT_CLASS: Any = object.__dict__["__class__"]
+
+
 def _attr_needs(obj: Any, name: Any, needs: Needs) -> bool:
-    """A plain attribute read: from the instance dict, or a plain class attribute."""
+    """A plain attribute read: from the instance dict, or a plain class attribute, or
+    ``__class__`` through ``object``'s own descriptor (the type, which the stamp keeps)."""
     if type(name) is not str or not _object_needs(obj, needs):
         return False
     found, entry = _class_entry(type(obj), name)
+    if name == "__class__":
+        return entry is _OBJECT_CLASS
     if found and _is_data_descriptor(entry):
         return False
     if name in obj.__dict__:
@@ -310,9 +319,19 @@ LEAF_RULES: dict[str, Callable[[Any, Needs], bool]] = {
     "no_hooks": _no_hooks_leaf,
     # the tensor's metadata: one C++ check every call (.data =, requires_grad_ write no dict)
     "tensor": _tensor_leaf,
+    # two sources read the same object (both chains stamped: see SECOND_SOURCES)
+    "same": _id_leaf,
 }
 """Guard kinds a stamp may cover, and what it needs of the guarded value (False: the
 guard is checked every call)."""
+
+
+SECOND_SOURCES: dict[str, Callable[[Guard], Source]] = {
+    # `a is b`: both the same objects while the stamp holds
+    "same": lambda g: g.expected,
+}
+"""Guard kinds that compare their source's value with a second source's, and that
+source. The guard is stamp-safe when both chains are, from the same root."""
 
 
 def guard_needs(guard: Guard, value_of: Callable[[Source], Any]) -> Needs | None:
@@ -323,10 +342,19 @@ def guard_needs(guard: Guard, value_of: Callable[[Source], Any]) -> Needs | None
     if rule is None or chain is None:
         return None
     needs = Needs()
-    for step in chain[1:]:
-        if not _step_needs(step, value_of(step.base), needs):  # type: ignore[attr-defined]
+    second = SECOND_SOURCES.get(guard.kind)
+    if second is not None:
+        other = chain_of(second(guard))
+        if other is None or other[0] != chain[0] or not _chain_needs(other, value_of, needs):
             return None
+    if not _chain_needs(chain, value_of, needs):
+        return None
     return needs if rule(value_of(chain[-1]), needs) else None
+
+
+def _chain_needs(chain: list[Source], value_of: Callable[[Source], Any], needs: Needs) -> bool:
+    return all(_step_needs(step, value_of(step.base), needs)  # type: ignore[attr-defined]
+               for step in chain[1:])
 
 
 _getdict = operator.attrgetter("__dict__")
@@ -343,7 +371,9 @@ class Stamp:
     every call) or when the stamp cannot be taken; logged under ``guards``.
 
     ``hits``: calls it answered; ``records``: stamps taken. ``keep``: the values of the
-    full check's locals that later checks and the graph inputs read."""
+    full check's locals that later checks and the graph inputs read. ``ids``: the ids of
+    the values at the indexes :meth:`watch` named, as the stamp was taken (a ``distinct``
+    guard checks its other sources against them)."""
 
     def __init__(self, root: Source, guards: Sequence[Guard], sources: Sequence[Source],
                  kept: Sequence[int]) -> None:
@@ -358,10 +388,16 @@ class Stamp:
         self._streak = 0
         self._root: Any = None
         self._recheck: Matcher | None = None
+        self._watched: list[int] = []
         self._clear()
+
+    def watch(self, indexes: Sequence[int]) -> None:
+        """Keep the ids of the values at ``indexes`` of :attr:`sources` in :attr:`ids`."""
+        self._watched.extend(indexes)
 
     def _clear(self) -> None:
         self._root = _UNSET
+        self.ids: frozenset[int] = frozenset()
         self._typed: list[Any] = []
         self._types: list[type] = []
         self._dicted: list[Any] = []
@@ -435,6 +471,7 @@ class Stamp:
             self._clear()
             return
         self.keep = tuple(values[i] for i in self.kept)
+        self.ids = frozenset(id(values[i]) for i in self._watched)
         self._root = root
         self.records += 1
 

@@ -22,7 +22,7 @@ import types
 from typing import Any
 
 from ember.frontend.bytecode.frame import Frame
-from ember.frontend.bytecode.sources import AttrSource
+from ember.frontend.bytecode.sources import AttrSource, MethodFuncSource
 from torch import nn
 
 
@@ -43,7 +43,9 @@ def _signature(h: Any, interp: Any, frame: Frame, args: list[Any],
         if cap is not None:
             cap.refuse_dirty([*args, *kwargs.values()], "inspect.signature")
         return h.direct(interp, inspect.signature, args, kwargs)
-    func = AttrSource(AttrSource(source, method.__func__.__name__), "__func__")
+    # NOTE: the function the method is bound to, as a module's method read is guarded
+    # (capture.py): the guard fast path's stamp covers it
+    func = MethodFuncSource(source, method.__func__.__name__)
     cap.guard("id", func, method.__func__)
     cap.guard("id", AttrSource(func, "__code__"), method.__func__.__code__)
     return inspect.signature(method)
