@@ -65,6 +65,11 @@ class TrainingRunner:
                 raise ValueError(f"backward output {spec} is not the gradient of a forward "
                                  "placeholder")
             self.grad_positions.append(positions[spec.target])
+        # for each forward input, the index of its gradient among the backward's outputs
+        # (len(grad_positions): none), so that the backward's result is one C-level map
+        self.gradient_of_input = [len(self.grad_positions)] * self.n_inputs
+        for k, position in enumerate(self.grad_positions):
+            self.gradient_of_input[position] = k
         n_backward_inputs = len(program.graphs["backward"].placeholders)
         if n_backward_inputs != self.n_saved + len(self.differentiable):
             raise ValueError(
@@ -124,21 +129,28 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx: Any, runner: TrainingRunner, *inputs: Any) -> tuple[Any, ...]:
         results = runner.forward(list(inputs))
         outputs, saved = results[: runner.n_outputs], results[runner.n_outputs:]
-        written = {inputs[i].untyped_storage().data_ptr() for i in runner.written_inputs
-                   if isinstance(inputs[i], torch.Tensor)}
-        written.discard(0)
-        saved = [_keep_from_copy_back(s, written) for s in saved]
-        tensors = [s for s in saved if isinstance(s, torch.Tensor)]
-        ctx.save_for_backward(*tensors)
-        # NOTE: non-tensor saved values (sizes, Python numbers) travel on ctx.
-        ctx.saved_layout = [isinstance(s, torch.Tensor) for s in saved]
-        ctx.saved_others = [s for s in saved if not isinstance(s, torch.Tensor)]
+        if runner.written_inputs:
+            written = {inputs[i].untyped_storage().data_ptr() for i in runner.written_inputs
+                       if isinstance(inputs[i], torch.Tensor)}
+            written.discard(0)
+            saved = [_keep_from_copy_back(s, written) for s in saved]
+        # NOTE: non-tensor saved values (sizes, Python numbers) travel on ctx; a step
+        # saves hundreds of values, most often all tensors: then one C-level pass over
+        # their types decides it (layout None: all tensors)
+        if _TENSOR_TYPES.issuperset(map(type, saved)):
+            ctx.save_for_backward(*saved)
+            ctx.saved_layout = None
+        else:
+            ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
+            ctx.saved_layout = [isinstance(s, torch.Tensor) for s in saved]
+            ctx.saved_others = [s for s in saved if not isinstance(s, torch.Tensor)]
         ctx.runner = runner
         # NOTE: with CUDA graphs, what the backward must check before reading ``saved``
         # (a replay's saved tensors: ember.runtime.cudagraphs_pool.SavedHold)
         ctx.cuda_graph_hold = getattr(runner.forward, "last_hold", None)
         differentiable = set(runner.differentiable)
-        input_ids = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
+        # (the ids of every input: an output tensor is never a live non-tensor input)
+        input_ids = set(map(id, inputs))
         visible: list[Any] = []
         hidden_bases = _hidden_view_bases(outputs, input_ids, differentiable)
         for i, out in enumerate(outputs):
@@ -180,8 +192,14 @@ class CompiledFunction(torch.autograd.Function):
         return _first_order_only(ctx, result)
 
 
+_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
+"""Exact types of saved values that are plain tensors (a subclass takes the general path)."""
+
+
 def _saved_values(ctx: Any) -> list[Any]:
     """The values the forward saved, tensors and others, in the backward graph's order."""
+    if ctx.saved_layout is None:  # all tensors
+        return list(ctx.saved_tensors)
     tensors = iter(ctx.saved_tensors)
     others = iter(ctx.saved_others)
     return [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]
@@ -199,6 +217,9 @@ def _run_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
              else _zeros(ctx.tangent_meta[j]) for j, g in enumerate(incoming)]
     with _autocast_off():
         grad_values = runner.run_backward(ctx, args)
+    if not missing and len(grad_values) == len(runner.grad_positions):
+        values = [*grad_values, None]
+        return (None, *map(values.__getitem__, runner.gradient_of_input))
     result: list[Any] = [None] * runner.n_inputs
     deps = runner.tangent_dependencies if missing else None
     for k, (position, g) in enumerate(zip(runner.grad_positions, grad_values)):
