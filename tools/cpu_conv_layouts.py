@@ -5,7 +5,9 @@ policies, side by side in one process (``layout_plan_rules.CONVOLUTION_ANCHORS``
         [--train resnet18,mobilenet_v2] [--batch 8] [--size 96] [--threads 1]
         [--policies grouped,all] [--clock cpu|wall]
 
-Models are torchvision's (untrained, 10 classes; the script needs torchvision). Each
+Models are torchvision's (untrained, 10 classes; the script needs torchvision), or the
+zoo's as ``zoo:NAME`` (``--models zoo:resnet --train zoo:resnet``: its quick-suite input,
+``--batch``/``--size`` unused). Each
 row: the median time of a call (inference under ``no_grad``, or a training step:
 forward and ``out.sum().backward()``), the callables timed round-robin after three
 warm-up calls each. ``--clock cpu`` (the default) times the process's CPU time, which
@@ -38,25 +40,42 @@ def _timed(calls: dict[str, Callable[[], object]], rounds: int,
     return {name: sorted(t)[len(t) // 2] * 1e3 for name, t in times.items()}
 
 
+def _model(name: str, train: bool, batch: int, size: int) -> tuple[torch.nn.Module,
+                                                                   torch.Tensor]:
+    """torchvision's ``name`` on a ``[batch, 3, size, size]`` image, or the zoo's model
+    for ``zoo:NAME`` with its quick-suite input."""
+    torch.manual_seed(0)
+    if name.startswith("zoo:"):
+        import zoo
+
+        module, inputs = zoo.get(name.removeprefix("zoo:")).make("cpu", torch.float32,
+                                                                  "quick")
+        return module.train(train), inputs[0]
+    import torchvision.models as tvm
+
+    module = getattr(tvm, name)(num_classes=10).train(train)
+    return module, torch.randn(batch, 3, size, size)
+
+
 def _row(name: str, train: bool, batch: int, size: int, rounds: int,
          policies: list[str], clock: Callable[[], float]) -> str:
     import ember.frontend
-    import torchvision.models as tvm
     from ember.inductor.lowering import layout_plan_rules
+    from ember.runtime.config import patch
 
-    torch.manual_seed(0)
-    module = getattr(tvm, name)(num_classes=10).train(train)
-    x = torch.randn(batch, 3, size, size)
+    module, x = _model(name, train, batch, size)
     variants = {"eager": module, "torch.compile": torch.compile(copy.deepcopy(module))}
     for policy in policies:
-        # compiled at its first call, which must see the policy
+        # compiled at its first call, which must see the policy; the caches off (their
+        # keys do not hold the policy: a hit would give the other policy's program)
         layout_plan_rules.CONVOLUTION_ANCHORS["cpu"] = policy
         ember_module = ember.frontend.compile(copy.deepcopy(module))
-        if train:
-            ember_module(x).sum().backward()
-        else:
-            with torch.no_grad():
-                ember_module(x)
+        with patch(program_cache=False, capture_cache=False):
+            if train:
+                ember_module(x).sum().backward()
+            else:
+                with torch.no_grad():
+                    ember_module(x)
         variants[f"Ember {policy}"] = ember_module
     layout_plan_rules.CONVOLUTION_ANCHORS["cpu"] = "grouped"
 
