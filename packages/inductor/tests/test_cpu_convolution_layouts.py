@@ -1,16 +1,25 @@
-"""The CPU's convolution layout policy (``layout_plan_rules.CONVOLUTION_ANCHORS``): only
-grouped convolutions ask for channels-last; a dense convolution keeps its traced layout
-unless a grouped one makes its class channels-last, and then its weight follows. (The
-plan's mechanics under the GPU's policy: ``test_layout_plan.py``.)"""
+"""The CPU's convolution layout policy (``layout_plan_rules.CONVOLUTION_ANCHORS``,
+``weighed``): grouped convolutions ask for channels-last; a class of dense convolutions
+is channels-last when its activations hold at least ``ACTIVATIONS_PER_WEIGHT`` times its
+weights' elements, and otherwise keeps its traced layout unless a grouped one makes it
+channels-last; a channels-last class takes its weights along. (The plan's mechanics
+under the GPU's policy: ``test_layout_plan.py``.)"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
 from ember.inductor.lowering.graph_lowering import GraphLowering
 from ember.inductor.lowering.layout import is_channels_last
 from ember.inductor.lowering.layout_plan import layout_plan
-from ember.inductor.lowering.layout_plan_rules import CONVOLUTION_ANCHORS, anchors_on_device
+from ember.inductor.lowering.layout_plan_rules import (
+    ACTIVATIONS_PER_WEIGHT,
+    CONVOLUTION_ANCHORS,
+    anchors_on_device,
+    weighs_on_device,
+)
 from ember.inductor.passes import run_passes
 from test_layout_plan import conv_bn_relu_stack, convolution_calls, strides_of, training_program
 from torch import nn
@@ -30,7 +39,8 @@ def depthwise_stack(c: int = 8) -> nn.Module:
 
 
 def test_the_policy_table() -> None:
-    assert CONVOLUTION_ANCHORS == {"cuda": "all", "cpu": "grouped"}
+    assert CONVOLUTION_ANCHORS == {"cuda": "all", "cpu": "weighed"}
+    assert weighs_on_device("cpu") and not weighs_on_device("cuda")
     conv = "aten::convolution.default"
     dense = (None, None, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
     grouped = dense[:8] + (4,)
@@ -42,8 +52,33 @@ def test_the_policy_table() -> None:
     assert not anchors_on_device(*backward, "cpu")
 
 
-def test_a_dense_stack_keeps_its_traced_layouts_on_cpu() -> None:
+def _class_sizes(program: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The (activation, weight) elements of each class of dense convolutions the plan
+    weighs."""
+    from ember.inductor.lowering import layout_plan as plan_module
+
+    seen: list[tuple[int, int]] = []
+    real = plan_module._activation_heavy
+
+    def spy(classes: Any, weighed: list[Any]) -> Any:
+        totals: dict[Any, list[int]] = {}
+        for key, a, w in weighed:
+            total = totals.setdefault(classes.find(key), [0, 0])
+            total[0] += a
+            total[1] += w
+        seen.extend((a, w) for a, w in totals.values())
+        return real(classes, weighed)
+
+    monkeypatch.setattr(plan_module, "_activation_heavy", spy)
+    layout_plan(program)
+    return seen
+
+
+def test_a_weight_heavy_dense_stack_keeps_its_traced_layouts_on_cpu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     program = training_program(conv_bn_relu_stack(), torch.randn(2, 3, 8, 8))
+    ((activations, weights),) = _class_sizes(program, monkeypatch)
+    assert activations < ACTIVATIONS_PER_WEIGHT * weights
     _, plan = layout_plan(program)
     assert plan.describe() == "no channels-last values"
     planned = run_passes(program)
@@ -51,6 +86,38 @@ def test_a_dense_stack_keeps_its_traced_layouts_on_cpu() -> None:
         lowered = GraphLowering(planned, graph).run()
         for call in convolution_calls(lowered):
             assert not is_channels_last(*strides_of(lowered, call.args[0])), call
+
+
+def test_an_activation_heavy_dense_stack_is_channels_last_with_its_weights(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import copy
+
+    import ember.frontend
+
+    x = torch.randn(2, 3, 32, 32)  # the same stack on 16 times the pixels
+    program = training_program(conv_bn_relu_stack(), x)
+    ((activations, weights),) = _class_sizes(program, monkeypatch)
+    assert activations >= ACTIVATIONS_PER_WEIGHT * weights
+    _, plan = layout_plan(program)
+    assert plan.channels_last["forward"] and plan.channels_last["backward"]
+    planned = run_passes(program)
+    for graph in ("forward", "backward"):
+        lowered = GraphLowering(planned, graph).run()
+        calls = convolution_calls(lowered)
+        assert len(calls) == 3
+        for call in calls:
+            for arg in call.args[:2]:
+                assert is_channels_last(*strides_of(lowered, arg)), call
+    module = conv_bn_relu_stack()
+    eager = copy.deepcopy(module)
+    compiled = ember.frontend.compile(module, backend="inductor")
+    got, want = compiled(x), eager(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    got.sum().backward()
+    want.sum().backward()
+    for p, q in zip(module.parameters(), eager.parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-3)
 
 
 def test_a_depthwise_block_is_channels_last_with_its_dense_neighbours_and_weights() -> None:

@@ -42,10 +42,14 @@ from ember.inductor.loop_ir.symbolic_index import from_ir
 from ember.inductor.lowering.custom_ops import is_custom_operator
 from ember.inductor.lowering.layout import channels_last_strides, is_channels_last, same_layout
 from ember.inductor.lowering.layout_plan_rules import (
+    ACTIVATIONS_PER_WEIGHT,
     ARG,
     LAYOUT_RULES,
+    WEIGHT_POSITIONS,
+    LayoutRule,
     Position,
     anchors_on_device,
+    weighs_on_device,
 )
 from ember.inductor.lowering.values import contiguous_strides
 from ember.runtime.ir import Node, OutputKind, Program, TensorMeta, ValueRef, symbolic
@@ -91,6 +95,7 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
     index = {g: {n.name: n for n in graph.nodes} for g, graph in out.graphs.items()}
     classes = _Classes()
     anchored: list[ValueKey] = []
+    weighed: list[tuple[ValueKey, int, int]] = []  # (a key, activation, weight elements)
     for gname, graph in out.graphs.items():
         for node in graph.calls():
             rule = LAYOUT_RULES.get(node.target)
@@ -99,7 +104,8 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
             # a convolution that does not ask for channels-last here (a dense one on the
             # CPU) joins its tensors in one class that only another anchor can choose:
             # when its activations are channels-last anyway, so is its weight
-            asks = anchors_on_device(node.target, node.args, _device_of(node))
+            device = _device_of(node)
+            asks = anchors_on_device(node.target, node.args, device)
             keys = [k for k in (_key_at(gname, index[gname], node, pos)
                                 for pos in rule.channels_last) if k is not None]
             for key in keys:
@@ -108,6 +114,10 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
                     anchored.append(key)
                 else:
                     classes.union(keys[0], key)
+            if keys and not asks and weighs_on_device(device):
+                sizes = _elements(index[gname], node, rule)
+                if sizes is not None:
+                    weighed.append((keys[0], *sizes))
             if rule.follows:
                 keys = [k for k in _tensor_keys(gname, index[gname], node) if k is not None]
                 for k in keys[1:]:
@@ -116,7 +126,7 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
     for fwd, bwd in links:
         if classes.known(fwd) or classes.known(bwd):
             classes.union(fwd, bwd)
-    chosen = {classes.find(k) for k in anchored}
+    chosen = {classes.find(k) for k in anchored} | _activation_heavy(classes, weighed)
     members = [k for k in classes.values() if classes.find(k) in chosen]
     pinned = _pinned(out, links, index)
     plan = LayoutPlan({g: [] for g in out.graphs}, [], [])
@@ -137,6 +147,41 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
         _insert_saved_clone(out, placeholder)
         plan.saved_clones.append(placeholder)
     return out, plan
+
+
+def _elements(nodes: dict[str, Node], node: Node, rule: LayoutRule) -> tuple[int, int] | None:
+    """A convolution's activation and weight elements (:data:`WEIGHT_POSITIONS`); None
+    when a size is symbolic."""
+    weights = WEIGHT_POSITIONS.get(node.target, ())
+    found = [0, 0]
+    for pos in rule.channels_last:
+        if pos.kind == ARG:
+            ref = node.args[pos.index] if pos.index < len(node.args) else None
+            meta = _meta(nodes, ref.node, ref.index) if isinstance(ref, ValueRef) else None
+        else:
+            meta = _meta(nodes, node.name, pos.index if isinstance(node.meta, tuple) else None)
+        if meta is None:
+            continue
+        if not all(isinstance(s, int) for s in meta.sizes):
+            return None
+        numel = 1
+        for s in meta.sizes:
+            numel *= int(s)
+        found[pos in weights] += numel
+    return found[0], found[1]
+
+
+def _activation_heavy(classes: _Classes, weighed: list[tuple[ValueKey, int, int]]
+                      ) -> set[ValueKey]:
+    """The classes of dense convolutions whose activations hold at least
+    :data:`ACTIVATIONS_PER_WEIGHT` times their weights' elements (the ``weighed``
+    policy)."""
+    totals: dict[ValueKey, list[int]] = {}
+    for key, activations, weights in weighed:
+        total = totals.setdefault(classes.find(key), [0, 0])
+        total[0] += activations
+        total[1] += weights
+    return {root for root, (a, w) in totals.items() if a >= ACTIVATIONS_PER_WEIGHT * w}
 
 
 def _returned(program: Program) -> set[ValueKey]:

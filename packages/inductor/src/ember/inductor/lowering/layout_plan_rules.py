@@ -92,16 +92,30 @@ separate the tensors around them (a ``view`` to another shape, a reduction, a ma
 # The ``groups`` argument of each convolution overload (see :func:`anchors_on_device`).
 _GROUPS_ARG = {"aten::convolution.default": 8, "aten::convolution_backward.default": 9}
 
-#: Which convolutions ask for channels-last operands, by device type: ``all`` or
-#: ``grouped`` (``groups > 1``: depthwise and grouped convolutions). Another device
-#: type: ``all``. On a GPU every one does (cuDNN converts any other format on each
-#: call). On the CPU oneDNN ran depthwise stacks 1.1-1.6x faster channels-last
-#: (MobileNet-v2, EfficientNet-b0 inference, one thread) but dense 3x3 stacks slower
-#: (ResNet-18 inference 80 against 54 ms, training 266 against 199 ms: each call
-#: reorders the row-major weight), so a dense CPU convolution keeps its traced layout
-#: unless a grouped one makes its class channels-last (docs/benchmarks.md, "CPU
-#: convolution layouts").
-CONVOLUTION_ANCHORS: dict[str, str] = {"cuda": "all", "cpu": "grouped"}
+#: Which convolutions ask for channels-last operands, by device type: ``all``,
+#: ``grouped`` (``groups > 1``: depthwise and grouped convolutions) or ``weighed``
+#: (as ``grouped``, and a class of dense convolutions is channels-last too when their
+#: activations hold at least :data:`ACTIVATIONS_PER_WEIGHT` times their weights'
+#: elements). Another device type: ``all``. On a GPU every one does (cuDNN converts any
+#: other format on each call). On the CPU oneDNN ran depthwise stacks 1.1-1.6x faster
+#: channels-last (MobileNet-v2, EfficientNet-b0 inference, one thread); dense stacks
+#: gain where their activations are large next to their weights (the zoo's resnet,
+#: ratio 6.8: 17.1 against 20.7 ms inference) and lose where they are not (ResNet-18's
+#: layout on 96x96 images, ratio 0.6: 103 against 64 ms: a channels-last weight is
+#: converted on every call) (docs/benchmarks.md, "CPU convolution layouts", session 46).
+CONVOLUTION_ANCHORS: dict[str, str] = {"cuda": "all", "cpu": "weighed"}
+ACTIVATIONS_PER_WEIGHT = 4
+#: Each convolution overload's weight-sized positions; its other anchors are activations.
+WEIGHT_POSITIONS: dict[str, tuple[Position, ...]] = {
+    "aten::convolution.default": (Position(ARG, 1),),
+    "aten::convolution_backward.default": (Position(ARG, 2), Position(RESULT, 1)),
+}
+
+
+def weighs_on_device(device: str) -> bool:
+    """Whether dense convolutions on ``device`` go channels-last by their classes' sizes
+    (the ``weighed`` policy of :data:`CONVOLUTION_ANCHORS`)."""
+    return CONVOLUTION_ANCHORS.get(device, "all") == "weighed"
 
 
 def anchors_on_device(target: str, args: tuple[object, ...], device: str) -> bool:
@@ -116,5 +130,6 @@ def anchors_on_device(target: str, args: tuple[object, ...], device: str) -> boo
     return not isinstance(groups, int) or groups > 1
 
 
-__all__ = ["ARG", "CONVOLUTION_ANCHORS", "FOLLOW", "LAYOUT_RULES", "RESULT", "LayoutRule",
-           "Position", "anchors_on_device"]
+__all__ = ["ACTIVATIONS_PER_WEIGHT", "ARG", "CONVOLUTION_ANCHORS", "FOLLOW", "LAYOUT_RULES",
+           "RESULT", "WEIGHT_POSITIONS", "LayoutRule", "Position", "anchors_on_device",
+           "weighs_on_device"]
