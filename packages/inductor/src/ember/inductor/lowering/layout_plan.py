@@ -102,8 +102,9 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
             if rule is None or _explicit_format(node) or _turned_off(node, rule.off_when):
                 continue
             # a convolution that does not ask for channels-last here (a dense one on the
-            # CPU) joins its tensors in one class that only another anchor can choose:
-            # when its activations are channels-last anyway, so is its weight
+            # CPU) joins its tensors in one class that only another anchor or, under the
+            # ``weighed`` policy, the class's sizes can choose: when its activations are
+            # channels-last, so is its weight
             device = _device_of(node)
             asks = anchors_on_device(node.target, node.args, device)
             keys = [k for k in (_key_at(gname, index[gname], node, pos)
