@@ -7,8 +7,6 @@ under the GPU's policy: ``test_layout_plan.py``.)"""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 from ember.inductor.lowering.graph_lowering import GraphLowering
@@ -52,35 +50,13 @@ def test_the_policy_table() -> None:
     assert not anchors_on_device(*backward, "cpu")
 
 
-def _class_sizes(program: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """The (activation, weight) elements of each class of dense convolutions the plan
-    weighs."""
-    from ember.inductor.lowering import layout_plan as plan_module
-
-    seen: list[tuple[int, int]] = []
-    real = plan_module._activation_heavy
-
-    def spy(classes: Any, weighed: list[Any]) -> Any:
-        totals: dict[Any, list[int]] = {}
-        for key, a, w in weighed:
-            total = totals.setdefault(classes.find(key), [0, 0])
-            total[0] += a
-            total[1] += w
-        seen.extend((a, w) for a, w in totals.values())
-        return real(classes, weighed)
-
-    monkeypatch.setattr(plan_module, "_activation_heavy", spy)
-    layout_plan(program)
-    return seen
-
-
-def test_a_weight_heavy_dense_stack_keeps_its_traced_layouts_on_cpu(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_weight_heavy_dense_stack_keeps_its_traced_layouts_on_cpu() -> None:
     program = training_program(conv_bn_relu_stack(), torch.randn(2, 3, 8, 8))
-    ((activations, weights),) = _class_sizes(program, monkeypatch)
-    assert activations < ACTIVATIONS_PER_WEIGHT * weights
     _, plan = layout_plan(program)
-    assert plan.describe() == "no channels-last values"
+    (line,) = plan.weighed
+    assert line.startswith("6 dense convolutions: activations ") and line.endswith(
+        f"channels-last from {ACTIVATIONS_PER_WEIGHT}x): kept as traced"), line
+    assert plan.describe() == line  # no channels-last values
     planned = run_passes(program)
     for graph in ("forward", "backward"):
         lowered = GraphLowering(planned, graph).run()
@@ -88,17 +64,16 @@ def test_a_weight_heavy_dense_stack_keeps_its_traced_layouts_on_cpu(
             assert not is_channels_last(*strides_of(lowered, call.args[0])), call
 
 
-def test_an_activation_heavy_dense_stack_is_channels_last_with_its_weights(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_activation_heavy_dense_stack_is_channels_last_with_its_weights() -> None:
     import copy
 
     import ember.frontend
 
     x = torch.randn(2, 3, 32, 32)  # the same stack on 16 times the pixels
     program = training_program(conv_bn_relu_stack(), x)
-    ((activations, weights),) = _class_sizes(program, monkeypatch)
-    assert activations >= ACTIVATIONS_PER_WEIGHT * weights
     _, plan = layout_plan(program)
+    (line,) = plan.weighed
+    assert line.endswith("): channels-last"), line
     assert plan.channels_last["forward"] and plan.channels_last["backward"]
     planned = run_passes(program)
     for graph in ("forward", "backward"):

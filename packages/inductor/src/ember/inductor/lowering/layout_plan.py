@@ -68,6 +68,8 @@ class LayoutPlan:
     channels_last: dict[str, list[str]]
     saved_clones: list[str]
     pinned: list[str]
+    #: one line a class of dense convolutions the ``weighed`` policy sized
+    weighed: list[str] = dataclasses.field(default_factory=list)
 
     def describe(self) -> str:
         """One line a graph: ``forward: channels-last convolution, relu, ...``."""
@@ -77,7 +79,7 @@ class LayoutPlan:
             lines.append(f"saved through a channels-last clone: {', '.join(self.saved_clones)}")
         if self.pinned:
             lines.append(f"kept as traced: {', '.join(self.pinned)}")
-        return "\n".join(lines) or "no channels-last values"
+        return "\n".join(lines + self.weighed) or "no channels-last values"
 
 
 def plan_layouts(program: Program) -> Program:
@@ -127,10 +129,11 @@ def layout_plan(program: Program) -> tuple[Program, LayoutPlan]:
     for fwd, bwd in links:
         if classes.known(fwd) or classes.known(bwd):
             classes.union(fwd, bwd)
-    chosen = {classes.find(k) for k in anchored} | _activation_heavy(classes, weighed)
+    heavy, sized = _activation_heavy(classes, weighed)
+    chosen = {classes.find(k) for k in anchored} | heavy
     members = [k for k in classes.values() if classes.find(k) in chosen]
     pinned = _pinned(out, links, index)
-    plan = LayoutPlan({g: [] for g in out.graphs}, [], [])
+    plan = LayoutPlan({g: [] for g in out.graphs}, [], [], sized)
     clones: list[str] = []  # forward placeholders saved through a channels-last clone
     saved_of = {bwd: fwd for fwd, bwd in links}
     for key in members:
@@ -173,16 +176,27 @@ def _elements(nodes: dict[str, Node], node: Node, rule: LayoutRule) -> tuple[int
 
 
 def _activation_heavy(classes: _Classes, weighed: list[tuple[ValueKey, int, int]]
-                      ) -> set[ValueKey]:
+                      ) -> tuple[set[ValueKey], list[str]]:
     """The classes of dense convolutions whose activations hold at least
     :data:`ACTIVATIONS_PER_WEIGHT` times their weights' elements (the ``weighed``
-    policy)."""
+    policy), and a line for each class sized."""
     totals: dict[ValueKey, list[int]] = {}
     for key, activations, weights in weighed:
-        total = totals.setdefault(classes.find(key), [0, 0])
+        total = totals.setdefault(classes.find(key), [0, 0, 0])
         total[0] += activations
         total[1] += weights
-    return {root for root, (a, w) in totals.items() if a >= ACTIVATIONS_PER_WEIGHT * w}
+        total[2] += 1
+    heavy: set[ValueKey] = set()
+    lines = []
+    for root, (a, w, n) in totals.items():
+        chosen = a >= ACTIVATIONS_PER_WEIGHT * w
+        if chosen:
+            heavy.add(root)
+        ratio = f"{a / w:.1f}x" if w else "no weights"
+        lines.append(f"{n} dense convolutions: activations {a:,} elements, weights {w:,} "
+                     f"({ratio}; channels-last from {ACTIVATIONS_PER_WEIGHT}x): "
+                     f"{'channels-last' if chosen else 'kept as traced'}")
+    return heavy, lines
 
 
 def _returned(program: Program) -> set[ValueKey]:
