@@ -156,7 +156,7 @@ def _write_fast(guards: Sequence[Guard], inputs: Sequence[Source],
             for s in (g.source, *([g.expected] if g.kind in SECOND_SOURCES else [])):
                 if s in index:
                     fixed.setdefault(s, (len(blocks), index[s]))
-        stamp = Stamp(root, gs, [s for s, _ in created], [])
+        stamp = Stamp(root, gs, [s for s, _ in created])
         w.lines.append(f"#STAMP{len(blocks)}")
         blocks.append((root, r, body, created, stamp, w.const("stamp", stamp)))
     w.batch_tensors = sum(g.kind == "tensor" and id(g) not in skipped
@@ -165,7 +165,7 @@ def _write_fast(guards: Sequence[Guard], inputs: Sequence[Source],
         if id(g) in skipped:
             continue
         if g.kind == "distinct" and any(s in fixed for s in g.expected):
-            _distinct_beside_stamps(w, g, fixed, blocks)
+            _distinct_beside_stamps(w, g, fixed, [(b[4], b[5]) for b in blocks])
         else:
             w.guard(g)
     w.check_batch()
@@ -189,22 +189,27 @@ def _write_fast(guards: Sequence[Guard], inputs: Sequence[Source],
 
 
 def _distinct_beside_stamps(w: MatcherWriter, g: Guard, fixed: dict[Source, tuple[int, int]],
-                            blocks: Sequence[tuple[Any, ...]]) -> None:
-    """A ``distinct`` guard some of whose sources a stamp covers: checked in full when a
-    stamp did not hold; while they all hold, those sources read the objects of the call
-    that took the stamps, distinct then (the full check passed), so only the others are
-    checked, against each other and against the stamps' objects (``Stamp.ids``)."""
+                            stamps: Sequence[tuple[Stamp, str]]) -> None:
+    """A ``distinct`` guard some of whose sources a stamp covers (``fixed``: source ->
+    (stamp, index among its sources); ``stamps``: each stamp and its constant's name):
+    checked in full when a stamp did not hold; while they all hold, those sources read
+    the objects of the call that took the stamps, distinct then (the full check passed),
+    so only the others are checked, against each other and against the stamps' objects
+    (``Stamp.ids``)."""
     full = GUARD_KINDS["distinct"].check(w, g)
-    used = sorted({fixed[s][0] for s in g.expected if s in fixed})
-    for i in used:
-        stamp: Stamp = blocks[i][4]
-        stamp.watch([fixed[s][1] for s in g.expected if fixed.get(s, (-1,))[0] == i])
+    watched: dict[int, list[int]] = {}
+    for source in g.expected:
+        if source in fixed:
+            i, k = fixed[source]
+            watched.setdefault(i, []).append(k)
+    for i, indexes in watched.items():
+        stamps[i][0].watch(indexes)
     rest = [w.ref(s) for s in g.expected if s not in fixed]
-    w.lines.append(f"if {' or '.join(f's{i}' for i in used)}:")
+    w.lines.append(f"if {' or '.join(f's{i}' for i in sorted(watched))}:")
     w.lines.append(f"    if not ({full}): return None")
     if rest:
         ids = "(" + ", ".join(f"id({n})" for n in rest) + ("," if len(rest) == 1 else "") + ")"
-        checks = [f"{blocks[i][5]}.ids.isdisjoint({ids})" for i in used]
+        checks = [f"{stamps[i][1]}.ids.isdisjoint({ids})" for i in sorted(watched)]
         if len(rest) > 1:
             checks.append(f"len(set({ids})) == {len(rest)}")
         w.lines.append(f"elif not ({' and '.join(checks)}): return None")

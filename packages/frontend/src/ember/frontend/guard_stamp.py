@@ -375,12 +375,12 @@ class Stamp:
     the values at the indexes :meth:`watch` named, as the stamp was taken (a ``distinct``
     guard checks its other sources against them)."""
 
-    def __init__(self, root: Source, guards: Sequence[Guard], sources: Sequence[Source],
-                 kept: Sequence[int]) -> None:
+    def __init__(self, root: Source, guards: Sequence[Guard], sources: Sequence[Source]
+                 ) -> None:
         self.root_source = root
         self.guards = list(guards)
         self.sources = list(sources)
-        self.kept = list(kept)
+        self.kept: list[int] = []  # set by the writer once it knows what later lines read
         self.keep: tuple[Any, ...] = ()
         self.hits = 0
         self.records = 0

@@ -217,16 +217,13 @@ def _run_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
              else _zeros(ctx.tangent_meta[j]) for j, g in enumerate(incoming)]
     with _autocast_off():
         grad_values = runner.run_backward(ctx, args)
-    if not missing and len(grad_values) == len(runner.grad_positions):
-        values = [*grad_values, None]
-        return (None, *map(values.__getitem__, runner.gradient_of_input))
-    result: list[Any] = [None] * runner.n_inputs
-    deps = runner.tangent_dependencies if missing else None
-    for k, (position, g) in enumerate(zip(runner.grad_positions, grad_values)):
-        if deps is not None and deps[k] and deps[k] <= missing:
-            continue  # only outputs no gradient reached: None, as eager
-        result[position] = g
-    return (None, *result)
+    n = len(runner.grad_positions)
+    values = [*grad_values[:n], *[None] * (n - len(grad_values)), None]  # [n]: no gradient
+    if missing:
+        for k, reads in enumerate(runner.tangent_dependencies):
+            if reads and reads <= missing:
+                values[k] = None  # only outputs no gradient reached: None, as eager
+    return (None, *map(values.__getitem__, runner.gradient_of_input))
 
 
 DOUBLE_BACKWARD_MESSAGE = (

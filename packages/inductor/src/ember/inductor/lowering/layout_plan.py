@@ -159,19 +159,13 @@ def _elements(nodes: dict[str, Node], node: Node, rule: LayoutRule) -> tuple[int
     weights = WEIGHT_POSITIONS.get(node.target, ())
     found = [0, 0]
     for pos in rule.channels_last:
-        if pos.kind == ARG:
-            ref = node.args[pos.index] if pos.index < len(node.args) else None
-            meta = _meta(nodes, ref.node, ref.index) if isinstance(ref, ValueRef) else None
-        else:
-            meta = _meta(nodes, node.name, pos.index if isinstance(node.meta, tuple) else None)
+        ref = _ref_at(node, pos)
+        meta = None if ref is None else _meta(nodes, ref.node, ref.index)
         if meta is None:
             continue
-        if not all(isinstance(s, int) for s in meta.sizes):
+        if not meta.is_static:
             return None
-        numel = 1
-        for s in meta.sizes:
-            numel *= int(s)
-        found[pos in weights] += numel
+        found[pos in weights] += meta.numel
     return found[0], found[1]
 
 
@@ -303,14 +297,19 @@ def _key_of(gname: str, nodes: dict[str, Node], ref: object) -> ValueKey | None:
     return (gname, ref.node, ref.index)
 
 
-def _key_at(gname: str, nodes: dict[str, Node], node: Node, pos: Position) -> ValueKey | None:
+def _ref_at(node: Node, pos: Position) -> ValueRef | None:
+    """The value at ``pos`` of ``node``: the argument's reference, or one of its results."""
     if pos.kind == ARG:
         ref = node.args[pos.index] if pos.index < len(node.args) else None
-        return _key_of(gname, nodes, ref)
+        return ref if isinstance(ref, ValueRef) else None
     index = pos.index if isinstance(node.meta, tuple) else None
     if index is None and pos.index != 0:
         return None
-    return _key_of(gname, nodes, ValueRef(node.name, index))
+    return ValueRef(node.name, index)
+
+
+def _key_at(gname: str, nodes: dict[str, Node], node: Node, pos: Position) -> ValueKey | None:
+    return _key_of(gname, nodes, _ref_at(node, pos))
 
 
 def _tensor_keys(gname: str, nodes: dict[str, Node], node: Node) -> Iterator[ValueKey | None]:
