@@ -129,11 +129,13 @@ def test_consumers_of_a_realized_value_read_its_buffer() -> None:
 
 
 def _pad_everything(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Matmul padding forced on the CPU for any size (on CUDA: big matmuls only)."""
+    """Matmul padding forced on the CPU for any size (on CUDA: big matmuls only), float32
+    included (on CUDA: only where TF32 is allowed)."""
     from ember.inductor.codegen.cpp.backend import CppBackend
     from ember.inductor.lowering import matmul_padding
 
     monkeypatch.setattr(CppBackend, "pads_unaligned_matmuls", True)
+    monkeypatch.setattr(matmul_padding, "allow_tf32", lambda: True)
     monkeypatch.setattr(matmul_padding, "PAD_MATMUL_MIN_NUMEL", 1)
     monkeypatch.setattr(matmul_padding, "PAD_MIN_INTENSITY", 0.0)
 
@@ -206,12 +208,13 @@ def test_only_compute_bound_matmuls_pad_m_and_k() -> None:
     from ember.inductor.lowering import matmul_padding
     from ember.inductor.lowering.context import ExternRequest
 
-    def plan(m: int, k: int, n: int, a_col: bool = False) -> object:
+    def plan(m: int, k: int, n: int, a_col: bool = False,
+             dtype: torch.dtype = torch.bfloat16) -> object:
         a_strides = (1, m) if a_col else (k, 1)
-        a = Stored("a", torch.bfloat16, (m, k), a_strides)
-        b = Stored("b", torch.bfloat16, (k, n), (n, 1))
+        a = Stored("a", dtype, (m, k), a_strides)
+        b = Stored("b", dtype, (k, n), (n, 1))
         node = Node("mm", "call_function", "aten::mm.default")
-        meta = TensorMeta(torch.bfloat16, (m, n), (n, 1), torch.device("cuda"))
+        meta = TensorMeta(dtype, (m, n), (n, 1), torch.device("cuda"))
         call = ExternRequest(node, (a, b), {}, (meta,))
         ctx = SimpleNamespace(device=torch.device("cuda"), is_realized=lambda v: False)
         return matmul_padding.plan_padding(ctx, call)  # type: ignore[arg-type]
@@ -224,6 +227,37 @@ def test_only_compute_bound_matmuls_pad_m_and_k() -> None:
     assert plan(50257, 8192, 768) is None  # row-major: M is not a contiguous extent
     assert plan(1 << 20, 37, 8) is None  # memory-bound: K stays
     assert plan(64, 64, 64) is None  # small
+
+
+@pytest.mark.parametrize("tf32", [False, True], ids=["ieee", "tf32"])
+def test_float32_matmuls_pad_only_on_tensor_cores(tf32: bool) -> None:
+    """A float32 matmul runs on tensor cores only with TF32 allowed; without it cuBLAS's
+    CUDA-core kernels take unaligned operands at the same speed, and nothing is padded
+    (hf_llama's 2730-wide MLP in float32: no pads, no compact copies of results)."""
+    from ember.inductor.lowering import matmul_padding
+    from ember.inductor.lowering.context import ExternRequest
+
+    a = Stored("a", torch.float32, (4096, 1024), (1024, 1))
+    b = Stored("b", torch.float32, (1024, 2730), (2730, 1))
+    meta = TensorMeta(torch.float32, (4096, 2730), (2730, 1), torch.device("cuda"))
+    call = ExternRequest(Node("mm", "call_function", "aten::mm.default"), (a, b), {}, (meta,))
+    ctx = SimpleNamespace(device=torch.device("cuda"), is_realized=lambda v: False)
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")  # (resets allow_tf32: first)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        padding = matmul_padding.plan_padding(ctx, call)  # type: ignore[arg-type]
+        width = matmul_padding.padded_width(ctx, call)  # type: ignore[arg-type]
+        if not tf32:  # the precision setting alone allows TF32 too
+            torch.set_float32_matmul_precision("high")
+            assert matmul_padding.padded_width(ctx, call) == 2732  # type: ignore[arg-type]
+    finally:
+        torch.set_float32_matmul_precision(saved[1])
+        torch.backends.cuda.matmul.allow_tf32 = saved[0]
+    if tf32:
+        assert padding == matmul_padding.MatmulPadding(None, 2732, None) and width == 2732
+    else:
+        assert padding is None and width is None
 
 
 def test_four_d_values_not_from_convolutions_stay_row_major() -> None:

@@ -30,7 +30,7 @@ from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.lowered_graph import BufferInfo
 from ember.inductor.lowering.matmul_extern import extern_call, lowers_alike
-from ember.inductor.lowering.matmul_padding import padded_width
+from ember.inductor.lowering.matmul_padding import allow_tf32, padded_width
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, probe
 from ember.runtime.ir import Node, TensorMeta
@@ -67,12 +67,6 @@ VIEW_OPS = frozenset({
     "aten::t.default", "aten::transpose.int", "aten::permute.default",
     "aten::unsqueeze.default", "aten::squeeze.dim", "aten::alias.default",
 })
-
-
-def allow_tf32() -> bool:
-    """Whether float32 matmuls may use TF32, as torch says at compile time."""
-    return bool(torch.backends.cuda.matmul.allow_tf32
-                or torch.get_float32_matmul_precision() != "highest")
 
 
 def matmul_template(ctx: LoweringContext, call: ExternRequest) -> ExternRequest | Stored:
