@@ -186,3 +186,38 @@ def test_partly_overlapping_written_inputs_run_eagerly_through_compile() -> None
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e)
     torch.testing.assert_close(compiled_base, eager_base)
+
+
+def _read_both(a, b):
+    return a * 2 + b.sum(), b * 3
+
+
+def test_inputs_sharing_memory_that_nothing_writes_are_independent() -> None:
+    """Two inputs over one storage that the graph only reads are two inputs: no view of
+    one is read for the other (each gets its own value and, in training, its own
+    gradient), and the program drops their alias, so it takes them shared or not."""
+    base = _f32(3, 4)
+    program, run = compile_fn(_read_both, base, base[1])
+    assert "input_aliases" not in program.metadata
+    assert not any(n.target == "aten::as_strided.default" for n in program.forward.calls())
+    for a, b in ((base, base[1]), (_f32(3, 4), _f32(4))):
+        for got, want in zip(run([a, b]), _read_both(a, b)):
+            torch.testing.assert_close(got, want)
+
+
+def test_only_written_alias_groups_are_kept() -> None:
+    """Of two groups of inputs sharing memory, the one the graph writes a member of keeps
+    its alias (a view of its root); the other does not."""
+    def f(a, b, c, d):
+        a.add_(1)
+        return b * 2, c + d.sum()
+
+    x, y = _f32(3, 4), _f32(2, 5)
+    program, run = compile_fn(f, x, x[1], y, y[0])
+    assert set(program.metadata["input_aliases"]) == {"in1"}  # type: ignore[arg-type]
+    eager, compiled = (x.clone(), y.clone()), (x.clone(), y.clone())
+    want = f(eager[0], eager[0][1], eager[1], eager[1][0])
+    got = run([compiled[0], compiled[0][1], compiled[1], compiled[1][0]])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    torch.testing.assert_close(compiled[0], eager[0])

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from ember.aot.amp_ops import AMP_EXPANSIONS
@@ -37,7 +37,7 @@ from ember.aot.custom_mutations import (
     is_custom_operator,
 )
 from ember.aot.hidden_writes import DETACH, hidden_write_call
-from ember.aot.input_overlap import alias_groups, covering_member, element_range, layout
+from ember.aot.input_overlap import alias_roots, element_range, kept_aliases, layout
 from ember.aot.op_effects import (
     is_inplace_view,
     mutated_args,
@@ -47,6 +47,7 @@ from ember.aot.op_effects import (
     out_variant_of,
     with_defaults,
 )
+from ember.aot.output_aliases import aliased_output
 from ember.aot.symbolic_sizes import (
     as_argument,
     difference,
@@ -70,7 +71,13 @@ from ember.runtime.ir import (
     ValueRef,
     is_view,
 )
-from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAlias, InputAliases
+from ember.runtime.ir.contracts import (
+    INPUT_ALIASES_KEY,
+    AliasedOutput,
+    AotMetadata,
+    InputAlias,
+    InputAliases,
+)
 from ember.runtime.stages import StageDeclined
 
 Chain = tuple[ViewStep, ...]
@@ -102,11 +109,14 @@ class FunctionalGraph:
 
     ``outputs``: one spec per output of ``graph`` (user outputs, then mutated inputs).
     ``aliased_outputs``: how to rebuild each ALIASED_OUTPUT (``metadata["aot"]``'s).
+    ``input_aliases``: the input aliases the graph keeps: those of groups it writes a
+    member of (:func:`functionalize_graph`).
     """
 
     graph: Graph
     outputs: list[OutputSpec]
     aliased_outputs: list[AliasedOutput]
+    input_aliases: Mapping[str, InputAlias] = field(default_factory=dict)
 
 
 class _Functionalizer:
@@ -266,13 +276,8 @@ class _Functionalizer:
         covers the others': the rest are ``as_strided`` views of it, so writes through
         any of them are seen by all and copied back into the root."""
         metas = {p.name: p.meta for p in placeholders}
-        root_of: dict[str, str] = {}
-        for group in alias_groups(self.input_aliases, list(metas)):
-            root = covering_member(group, metas)
-            if root is None:
-                self.partial_overlaps.append(group)
-            else:
-                root_of.update({name: root for name in group})
+        root_of, partial = alias_roots(self.input_aliases, metas)
+        self.partial_overlaps += partial
         for node in placeholders:
             new = self._copy(node, (), {})
             if root_of.get(node.name, node.name) == node.name:
@@ -514,7 +519,9 @@ class _Functionalizer:
             outputs.append(self.read(v))
             spec = OutputSpec()
             if isinstance(v, ValueRef):
-                info = self._alias_info(i, v, base_output, values)
+                alias = self.alias[v]
+                info = aliased_output(i, v, alias.chain == (), self.storages[alias.storage].root,
+                                      base_output.get(alias.storage, i), values, self.meta.get)
                 if info is not None:
                     spec = OutputSpec(OutputKind.ALIASED_OUTPUT, info.base)
                     aliased.append(info)
@@ -537,40 +544,6 @@ class _Functionalizer:
         self.b.add(Node("output", "output", "output", (tuple(outputs),), source=node.source))
         return FunctionalGraph(self.b.graph, specs, aliased)
 
-    def _alias_info(self, i: int, v: ValueRef, base_output: dict[int, int],
-                    values: tuple[Argument, ...]) -> AliasedOutput | None:
-        alias = self.alias[v]
-        storage = self.storages[alias.storage]
-        meta = self.meta.get(v)
-        if not isinstance(meta, TensorMeta):
-            return None
-        kind: Literal["input", "output"]
-        if storage.root is not None:
-            base_meta = self.meta.get(ValueRef(storage.root))
-            kind, base = "input", storage.root
-        elif base_output.get(alias.storage, i) != i:
-            j = base_output[alias.storage]
-            base_ref = values[j]
-            assert isinstance(base_ref, ValueRef)
-            base_meta = self.meta.get(base_ref)
-            kind, base = "output", str(j)
-        else:
-            return None
-        if not isinstance(base_meta, TensorMeta) or base_meta.dtype != meta.dtype:
-            # NOTE: a view that reinterprets the dtype (view_as_complex, view.dtype) cannot
-            # be rebuilt as an as_strided view of its base: it is returned as a value.
-            return None
-        return AliasedOutput(
-            output=i,
-            kind=kind,
-            base=base,
-            identity=alias.chain == () and kind == "input",
-            sizes=tuple(meta.sizes),
-            strides=tuple(meta.strides),
-            storage_offset=difference(meta.storage_offset, base_meta.storage_offset),
-            base_strides=tuple(base_meta.strides),
-        )
-
 
 def functionalize_graph(graph: Graph,
                         input_aliases: Mapping[str, InputAlias] | None = None) -> FunctionalGraph:
@@ -578,11 +551,22 @@ def functionalize_graph(graph: Graph,
     share memory with an earlier input, as the recorder writes them in
     ``Program.metadata["input_aliases"]`` (base name, sizes, strides, storage offset).
 
+    Only the groups the graph writes a member of stay views of one root
+    (:func:`~ember.aot.input_overlap.kept_aliases`: the others are independent inputs).
+
     Raises:
         IRFormatError: an op mutates its arguments and has no functional variant, or
             the graph is malformed.
     """
-    return _Functionalizer(graph, input_aliases or {}).run()
+    aliases = dict(input_aliases or {})
+    result = _Functionalizer(graph, aliases).run()
+    if not aliases:
+        return result
+    written = {str(s.target) for s in result.outputs if s.kind == OutputKind.MUTATED_INPUT}
+    kept = kept_aliases(aliases, [p.name for p in graph.placeholders], written)
+    if kept != aliases:  # NOTE: a second walk only for inputs that share memory
+        result = _Functionalizer(graph, kept).run()
+    return dataclasses.replace(result, input_aliases=kept)
 
 
 def functionalize(program: Program, graph_name: str = "forward") -> Program:
@@ -591,6 +575,10 @@ def functionalize(program: Program, graph_name: str = "forward") -> Program:
     aliases = InputAliases.from_program(program).by_input
     result = functionalize_graph(program.graphs[graph_name], aliases)
     out = program.copy()
+    if result.input_aliases:
+        out.metadata[INPUT_ALIASES_KEY] = InputAliases(dict(result.input_aliases)).to_json()
+    else:
+        out.metadata.pop(INPUT_ALIASES_KEY, None)
     out.graphs[graph_name] = result.graph
     out.signature.outputs[graph_name] = result.outputs
     aot = AotMetadata.from_program(out) or AotMetadata()

@@ -1,5 +1,12 @@
-"""Inputs that share memory: which of them group together, and which member's memory
-holds the others' (the functionalizer reads the rest as views of it)."""
+"""Inputs that share memory: which of them group together, which member's memory holds
+the others' (the functionalizer reads the rest as views of it), and which groups keep
+that aliasing at all.
+
+A group the graph writes no member of is a set of independent inputs: eager gives each of
+them its own gradient (``f(x.detach(), x.detach())``, both requiring grad: two leaves over
+one storage), which views of one root would send to the root alone. Its aliases are
+dropped (:func:`kept_aliases`), so the compiled program takes these inputs shared or not.
+"""
 
 from __future__ import annotations
 
@@ -56,3 +63,26 @@ def covering_member(group: list[str], metas: dict[str, Any]) -> str | None:
                for o in group):
             return candidate
     return None
+
+
+def alias_roots(aliases: Mapping[str, InputAlias], metas: dict[str, Any]
+                ) -> tuple[dict[str, str], list[list[str]]]:
+    """Each grouped input's root (the member covering the others, :func:`covering_member`)
+    and the groups that have none (their members partly overlap)."""
+    root_of: dict[str, str] = {}
+    partial: list[list[str]] = []
+    for group in alias_groups(aliases, list(metas)):
+        root = covering_member(group, metas)
+        if root is None:
+            partial.append(group)
+        else:
+            root_of.update({name: root for name in group})
+    return root_of, partial
+
+
+def kept_aliases(aliases: Mapping[str, InputAlias], order: list[str],
+                 written: set[str]) -> dict[str, InputAlias]:
+    """The entries of ``aliases`` whose group has a member in ``written`` (the inputs a
+    graph writes; module doc)."""
+    return {name: alias for group in alias_groups(aliases, order) if written & set(group)
+            for name, alias in aliases.items() if name in group}

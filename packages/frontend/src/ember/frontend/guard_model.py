@@ -45,7 +45,8 @@ from ember.runtime.ir import SourceLocation
 
 __all__ = ["GLOBAL_STATE_QUERIES", "GLOBAL_STATE_READERS", "GUARD_KINDS", "MODULE_HOOK_TABLES",
            "CodeWriter", "Guard", "GuardKind", "RelationSource", "SizeSource", "Source",
-           "SymbolicTensor", "alias_pattern", "index_code", "size_only_change", "tensor_guard"]
+           "SymbolicTensor", "alias_pattern", "index_code", "size_only_change", "storage_key",
+           "tensor_guard"]
 
 
 @dataclass(frozen=True)
@@ -114,12 +115,13 @@ def alias_pattern(tensors: Any) -> tuple[tuple[int, int], ...]:
     same_object: dict[int, int] = {}
     same_storage: dict[int, int] = {}
     return tuple(
-        (same_object.setdefault(id(t), i), same_storage.setdefault(_storage_key(t), i))
+        (same_object.setdefault(id(t), i), same_storage.setdefault(storage_key(t), i))
         for i, t in enumerate(tensors)
     )
 
 
-def _storage_key(t: torch.Tensor) -> int:
+def storage_key(t: torch.Tensor) -> int:
+    """What identifies ``t``'s storage: its data address (a tensor with none: itself)."""
     try:
         return int(t.untyped_storage().data_ptr())
     except (RuntimeError, NotImplementedError):  # no storage (sparse, nested): itself

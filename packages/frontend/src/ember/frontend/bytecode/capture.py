@@ -25,7 +25,7 @@ from typing import Any, Self
 import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode.guards import Guard, GuardSet, tensor_guard
-from ember.frontend.bytecode.object_aliasing import guard_written_apart, second_source
+from ember.frontend.bytecode.object_aliasing import guard_apart, second_source
 from ember.frontend.bytecode.side_effects import AttrWrite, CellWrite, GlobalWrite
 from ember.frontend.bytecode.sources import (
     AttrSource,
@@ -495,11 +495,11 @@ class CaptureContext:
     # ---- reads and writes -------------------------------------------------------------
 
     def finish_guards(self) -> None:
-        """Guards that relate several inputs: distinct tensor inputs stay distinct."""
+        """Guards relating several inputs: distinct ones stay so (and :func:`guard_apart`)."""
         distinct = tuple(s for s, _ in self.inputs if s not in self.aliased_inputs)
         if len(distinct) > 1:
             self.guard("distinct", None, distinct)
-        guard_written_apart(self)
+        guard_apart(self)
 
     def any_input_requires_grad(self) -> bool:
         """Whether a graph input requires grad (then grad-mode changes matter)."""

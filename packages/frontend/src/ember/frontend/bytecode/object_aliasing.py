@@ -14,6 +14,12 @@ reached through. Two cases would make a variant serve a call it does not fit:
 - two different objects of one type, one of them written by the capture
   (``a.append(x); len(b)``): on a call where they are one object, the write shows in
   the other. :func:`guard_written_apart` guards those objects distinct.
+
+Tensor arguments that are different objects over one storage (``f(x, x[:2])``,
+``f(x.detach(), x.detach())``) are captured as such (the aot stage reads one as a view of
+the other where the graph writes either): :func:`guard_shared_storage` guards that they
+share storage as they did, so that a call with unrelated tensors compiles again rather
+than meeting the compiled program's aliasing check.
 """
 
 from __future__ import annotations
@@ -25,12 +31,12 @@ from typing import Any
 
 import torch
 from ember.frontend._torch import is_fake
-from ember.frontend.guard_model import MODULE_HOOK_TABLES
+from ember.frontend.guard_model import MODULE_HOOK_TABLES, alias_pattern, storage_key
 from ember.frontend.guard_source import Source
 from torch import nn
 
-__all__ = ["guard_contents", "guard_written_apart", "real_key", "real_key_args",
-           "refuse_changed_hooks", "second_source", "written_here"]
+__all__ = ["guard_apart", "guard_contents", "guard_shared_storage", "guard_written_apart",
+           "real_key", "real_key_args", "refuse_changed_hooks", "second_source", "written_here"]
 
 _BY_IDENTITY = (type, enum.Enum, types.MethodDescriptorType, types.WrapperDescriptorType,
                 types.ModuleType, types.BuiltinFunctionType)
@@ -152,3 +158,23 @@ def guard_written_apart(cap: Any) -> None:
         sources = tuple(s for v, s in seen.values() if type(v) is cls)
         if len(sources) > 1:
             cap.guard("distinct", None, sources)
+
+
+def guard_shared_storage(cap: Any) -> None:
+    """One ``aliasing`` guard over the tensor inputs that are different objects sharing a
+    storage at capture (module doc); none when no two do."""
+    by_storage: dict[int, dict[int, tuple[Source, torch.Tensor]]] = {}
+    for source, value in cap.inputs:
+        by_storage.setdefault(storage_key(value), {}).setdefault(id(value), (source, value))
+    shared = [member for group in by_storage.values() if len(group) > 1
+              for member in group.values()]
+    if shared:
+        cap.guard("aliasing", None, (tuple(s for s, _ in shared),
+                                     alias_pattern([v for _, v in shared])))
+
+
+def guard_apart(cap: Any) -> None:
+    """The guards a finished capture adds on how its outside objects relate:
+    :func:`guard_written_apart` and :func:`guard_shared_storage`."""
+    guard_written_apart(cap)
+    guard_shared_storage(cap)
