@@ -71,3 +71,28 @@ def test_a_written_view_argument_then_unrelated_tensors_compiles_again() -> None
     x = torch.zeros(4)
     compiled(x, x[:2])  # the first graph again
     assert compiled.stats.compiles == 2
+
+
+def test_dynamo_graphs_compile_again_for_inputs_that_share_memory_otherwise() -> None:
+    """Dynamo does not guard on storage sharing between distinct tensors: the backend's
+    program meets both orders (captured shared then called apart, captured apart then
+    called shared with a write) and compiles the graph again for them."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(_write_b_read_a, backend="ember")
+    x = torch.zeros(4)
+    torch.testing.assert_close(compiled(x, x[:2]), torch.tensor([2.0, 2.0, 0.0, 0.0]))
+    y, z = torch.zeros(4), torch.zeros(2)
+    torch.testing.assert_close(compiled(y, z), torch.zeros(4))
+    torch.testing.assert_close(z, torch.ones(2))
+    x = torch.zeros(4)
+    torch.testing.assert_close(compiled(x, x[:2]), torch.tensor([2.0, 2.0, 0.0, 0.0]))
+    torch._dynamo.reset()
+    compiled = torch.compile(_write_b_read_a, backend="ember")
+    y, z = torch.zeros(4), torch.zeros(2)
+    compiled(y, z)
+    x = torch.zeros(4)
+    torch.testing.assert_close(compiled(x, x[:2]), torch.tensor([2.0, 2.0, 0.0, 0.0]))
+    torch.testing.assert_close(x, torch.tensor([1.0, 1.0, 0.0, 0.0]))
+    torch._dynamo.reset()

@@ -145,6 +145,13 @@ def _declared_input_aliases(program: Program,
     return result
 
 
+class InputAliasingError(RuntimeError):
+    """The inputs of a call share memory other than the program's inputs did at capture
+    (a declared alias that no longer holds, or an input the program writes that now
+    shares memory with another): the program would compute something else. Raised
+    before anything runs; a caller that can capture again does (the Dynamo backend)."""
+
+
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     sa, sb = a.untyped_storage(), b.untyped_storage()
     return bool(sa.nbytes() > 0 and sa.data_ptr() == sb.data_ptr())
@@ -326,7 +333,7 @@ class ProgramCallable:
         with an input the program writes.
 
         Raises:
-            RuntimeError: naming the two inputs.
+            InputAliasingError: naming the two inputs.
         """
         names = self._names
         allowed: set[tuple[int, int]] = set()
@@ -336,7 +343,7 @@ class ProgramCallable:
                     and _same_storage(view, base)
                     and view.storage_offset() - base.storage_offset() == alias.relative_offset
                     and tuple(view.stride()) == alias.strides):
-                raise RuntimeError(
+                raise InputAliasingError(
                     f"input {names[alias.input]!r} was captured as a view of input "
                     f"{names[alias.base]!r} but is not one in this call; recompile for "
                     "these inputs")
@@ -364,7 +371,7 @@ class ProgramCallable:
             for j in by_storage.get(storage.data_ptr(), ()):
                 other = full[j]
                 if j != i and (i, j) not in allowed and _may_overlap(written, other):
-                    raise RuntimeError(
+                    raise InputAliasingError(
                         f"input {names[j]!r} shares memory with input {names[i]!r}, which "
                         "the program writes, but they did not share memory when the program "
                         "was captured; recompile for these inputs")

@@ -57,11 +57,11 @@ from __future__ import annotations
 import collections
 import copy
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from ember.runtime.callable import ProgramCallable
+from ember.runtime.callable import InputAliasingError, ProgramCallable
 from ember.runtime.config import config
 from ember.runtime.foreign_shapes import SymbolicImportError
 from ember.runtime.fx_import import FxImport, is_symbolic, record_fx
@@ -87,16 +87,42 @@ class DynamoCompiled:
     """A compiled Dynamo graph: ``fn(*inputs)`` with the GraphModule's flat inputs
     returns what the GraphModule returns.
 
+    Dynamo does not guard on how distinct tensor inputs share memory; the program does
+    (:class:`~ember.runtime.callable.InputAliasingError`: inputs captured as views of one
+    another, or an input it writes, that share memory otherwise in a call). Given the
+    GraphModule (``recompile``), such a call compiles it again for its own inputs, kept
+    by their sharing pattern (:func:`_sharing`, up to ``recompile_limit`` patterns, then
+    the error stands); logged under ``recompiles``.
+
     Attributes:
         imported: the recorded GraphModule (program, attribute tensors, output spec).
         compiled: the pipeline's :class:`ProgramCallable` of the program.
     """
 
-    def __init__(self, imported: FxImport, compiled: ProgramCallable) -> None:
+    def __init__(self, imported: FxImport, compiled: ProgramCallable,
+                 recompile: Callable[[Sequence[Any]], DynamoCompiled] | None = None) -> None:
         self.imported = imported
         self.compiled = compiled
+        self._recompile = recompile
+        self.by_sharing: dict[tuple[Any, ...], DynamoCompiled] = {}
 
     def __call__(self, *inputs: Any) -> Any:
+        try:
+            return self._run(inputs)
+        except InputAliasingError as e:
+            if self._recompile is None:
+                raise
+            key = _sharing(inputs)
+            variant = self.by_sharing.get(key)
+            if variant is None:
+                if len(self.by_sharing) + 1 >= config.recompile_limit:
+                    raise
+                log("recompiles", f"compiling a Dynamo graph again for inputs that share "
+                                  f"memory otherwise ({e})")
+                variant = self.by_sharing[key] = self._recompile(inputs)
+            return variant._run(inputs)
+
+    def _run(self, inputs: Sequence[Any]) -> Any:
         # NOTE: the GraphModule's own tensors are passed live (not the program's
         # detached copies): gradients reach its parameters, buffer writes reach it.
         # A symbolic graph's SymInt inputs are checked and dropped.
@@ -104,6 +130,15 @@ class DynamoCompiled:
             inputs = tuple(self.imported.program_inputs(inputs))
         outputs = self.compiled([*inputs, *self.imported.attributes])
         return self.imported.rebuild(outputs)
+
+
+def _sharing(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """How ``inputs``' tensors share storage: for each, the position of the first tensor
+    over the same storage, its storage offset and strides (other values: None)."""
+    first: dict[int, int] = {}
+    return tuple((first.setdefault(v.untyped_storage().data_ptr(), i), v.storage_offset(),
+                  v.stride()) if isinstance(v, torch.Tensor) else None
+                 for i, v in enumerate(inputs))
 
 
 class ShapeSpecializationWarning(UserWarning):
@@ -227,9 +262,12 @@ def ember(
     backend, stage_options = checked_options(options)
     check_mode(None if mode == "default" else mode, backend)
     if not _is_symbolic_graph(graph_module, example_inputs):
-        imported = record_fx(graph_module, example_inputs)
-        compiled = compile_program(imported.program, backend, stage_options, mode)
-        return DynamoCompiled(imported, compiled)
+        def compiled_for(inputs: Sequence[Any]) -> DynamoCompiled:
+            imported = record_fx(graph_module, inputs)
+            compiled = compile_program(imported.program, backend, stage_options, mode)
+            return DynamoCompiled(imported, compiled, compiled_for)
+
+        return compiled_for(example_inputs)
     try:
         imported = record_fx(graph_module, example_inputs)
     except SymbolicImportError as e:
