@@ -166,6 +166,7 @@ def guard_shared_storage(cap: Any) -> None:
     by_storage: dict[int, dict[int, tuple[Source, torch.Tensor]]] = {}
     for source, value in cap.inputs:
         by_storage.setdefault(storage_key(value), {}).setdefault(id(value), (source, value))
+    by_storage.pop(0, None)  # empty storages (numel 0, meta tensors): nothing to share
     shared = [member for group in by_storage.values() if len(group) > 1
               for member in group.values()]
     if shared:
