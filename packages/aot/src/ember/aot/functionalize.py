@@ -551,19 +551,21 @@ def functionalize_graph(graph: Graph,
     share memory with an earlier input, as the recorder writes them in
     ``Program.metadata["input_aliases"]`` (base name, sizes, strides, storage offset).
 
-    Only the groups the graph writes a member of stay views of one root
-    (:func:`~ember.aot.input_overlap.kept_aliases`: the others are independent inputs).
+    Only the groups whose members overlap and that the graph writes a member of stay
+    views of one root (:func:`~ember.aot.input_overlap.kept_aliases`: the others are
+    independent inputs).
 
     Raises:
         IRFormatError: an op mutates its arguments and has no functional variant, or
             the graph is malformed.
     """
-    aliases = dict(input_aliases or {})
+    metas = {p.name: p.meta for p in graph.placeholders}
+    aliases = kept_aliases(input_aliases or {}, metas)  # disjoint members need no root
     result = _Functionalizer(graph, aliases).run()
     if not aliases:
         return result
     written = {str(s.target) for s in result.outputs if s.kind == OutputKind.MUTATED_INPUT}
-    kept = kept_aliases(aliases, [p.name for p in graph.placeholders], written)
+    kept = kept_aliases(aliases, metas, written)
     if kept != aliases:  # NOTE: a second walk only for inputs that share memory
         result = _Functionalizer(graph, kept).run()
     return dataclasses.replace(result, input_aliases=kept)

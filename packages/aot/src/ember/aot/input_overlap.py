@@ -2,10 +2,13 @@
 the others' (the functionalizer reads the rest as views of it), and which groups keep
 that aliasing at all.
 
-A group the graph writes no member of is a set of independent inputs: eager gives each of
-them its own gradient (``f(x.detach(), x.detach())``, both requiring grad: two leaves over
-one storage), which views of one root would send to the root alone. Its aliases are
-dropped (:func:`kept_aliases`), so the compiled program takes these inputs shared or not.
+A group the graph writes no member of, or whose members address disjoint parts of the
+storage, is a set of independent inputs: eager gives each of them its own gradient
+(``f(x.detach(), x.detach())``, both requiring grad: two leaves over one storage), which
+views of one root would send to the root alone, and a write through one member of a
+disjoint group (an optimizer step over a flat parameter's pieces) is never seen through
+another. Its aliases are dropped (:func:`kept_aliases`), so the compiled program takes
+these inputs shared or not.
 """
 
 from __future__ import annotations
@@ -80,9 +83,23 @@ def alias_roots(aliases: Mapping[str, InputAlias], metas: dict[str, Any]
     return root_of, partial
 
 
-def kept_aliases(aliases: Mapping[str, InputAlias], order: list[str],
-                 written: set[str]) -> dict[str, InputAlias]:
-    """The entries of ``aliases`` whose group has a member in ``written`` (the inputs a
-    graph writes; module doc)."""
-    return {name: alias for group in alias_groups(aliases, order) if written & set(group)
+def kept_aliases(aliases: Mapping[str, InputAlias], metas: dict[str, Any],
+                 written: set[str] | None = None) -> dict[str, InputAlias]:
+    """The entries of ``aliases`` whose group needs one root (module doc): its members'
+    element ranges meet (:func:`_apart`), and, given the inputs a graph writes
+    (``written``), one of them is written. ``metas``: every placeholder's, in order."""
+    return {name: alias for group in alias_groups(aliases, list(metas))
+            if not _apart(group, metas) and (written is None or written & set(group))
             for name, alias in aliases.items() if name in group}
+
+
+def _apart(group: list[str], metas: dict[str, Any]) -> bool:
+    """Whether the members of ``group`` (static, of one dtype) address pairwise disjoint
+    element ranges of their storage: a write through one is never seen through another
+    (a flat parameter's pieces, ``x[:2]`` and ``x[2:]``)."""
+    members = [metas[n] for n in group]
+    if (not all(isinstance(m, TensorMeta) and is_static_meta(m) for m in members)
+            or len({m.dtype for m in members}) != 1):
+        return False
+    ranges = sorted(element_range(m) for m in members if m.numel)
+    return all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:]))
