@@ -73,6 +73,25 @@ def test_a_written_view_argument_then_unrelated_tensors_compiles_again() -> None
     assert compiled.stats.compiles == 2
 
 
+def test_a_written_argument_then_one_sharing_its_memory_compiles_again() -> None:
+    """The other order: ``f(y, z)`` with unrelated tensors first, then ``f(x, x[:2])``
+    (the written ``b`` now shares ``a``'s memory). Its guards hold, the program refuses
+    the sharing before running, and the call compiles a second entry whose guards hold
+    the sharing; later calls of either kind find their entry."""
+    compiled = ef.compile(_write_b_read_a)
+    y, z = torch.zeros(4), torch.zeros(2)
+    torch.testing.assert_close(compiled(y, z), torch.zeros(4))
+    for _ in range(2):
+        x = torch.zeros(4)
+        torch.testing.assert_close(compiled(x, x[:2]), torch.tensor([2.0, 2.0, 0.0, 0.0]))
+        torch.testing.assert_close(x, torch.tensor([1.0, 1.0, 0.0, 0.0]))
+        y, z = torch.zeros(4), torch.zeros(2)
+        torch.testing.assert_close(compiled(y, z), torch.zeros(4))
+        torch.testing.assert_close(z, torch.ones(2))
+    assert (compiled.stats.compiles, compiled.stats.recompiles) == (2, 1)
+    assert compiled.stats.eager_fallback_calls == 0
+
+
 def test_dynamo_graphs_compile_again_for_inputs_that_share_memory_otherwise() -> None:
     """Dynamo does not guard on storage sharing between distinct tensors: the backend's
     program meets both orders (captured shared then called apart, captured apart then

@@ -40,18 +40,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
-from ember.frontend._torch import is_fake
+from ember.frontend.bytecode.argument_layouts import unsupported_layout
 from ember.frontend.bytecode.escape import break_allowed
 from ember.frontend.bytecode.frame import Frame, FrameState
 from ember.frontend.bytecode.recipes import EagerState, Unrebuildable
 from ember.frontend.bytecode.root_hooks import (call_with_forward_hooks, custom_module_call,
                                                 has_hooks, needs_module_call, replaced_forward)
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
+from ember.frontend.bytecode.sharing_recapture import run_shared_otherwise
 from ember.frontend.bytecode.strict_cache import CaptureCacheUse
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.stats import CompileStats, report_counts
 from ember.frontend.torch_substitutes import substitute_for
+from ember.runtime.callable import InputAliasingError
 from ember.runtime.config import config
 from ember.runtime.ir import Program, SourceLocation
 from ember.runtime.ir.gc_pause import collector_paused
@@ -220,7 +222,7 @@ class StrictFunction(CaptureCacheUse):
             self._note_whole_function_eager(self._eager_reason)
             self.stats.eager_fallback_calls += 1
             return self.fn(*args, **kwargs)
-        layout = _unsupported_layout(args, kwargs)
+        layout = unsupported_layout(args, kwargs)
         if layout == "fake":  # called by a capture tracing its caller: runs inline there
             return self.fn(*args, **kwargs)
         if layout is not None:  # before the lookup: a guard would not tell it apart
@@ -244,7 +246,10 @@ class StrictFunction(CaptureCacheUse):
             if segment.eager:  # an exception the frame does not handle (.exception_ops)
                 self.stats.eager_fallback_calls += 1
                 return self._run_concrete(state)
-            done, value = segment.execute(state, self._ctx, inputs)
+            try:
+                done, value = segment.execute(state, self._ctx, inputs)
+            except InputAliasingError as e:  # NOTE: raised before the graph runs
+                done, value = run_shared_otherwise(self, state, segment, e)
             if done:
                 return value
             state = self._step_for_real(value)
@@ -578,22 +583,7 @@ class StrictFunction(CaptureCacheUse):
         return self.fn.__qualname__
 
 
-def _unsupported_layout(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The layout of the first argument tensor that is not strided (sparse, mkldnn,
-    jagged), looking one container deep; ``"fake"`` for a fake tensor (a tensor guard
-    tests the exact type: a FakeTensor never passes one); None when there is none."""
-    for value in (*args, *kwargs.values()):
-        items = (value.values() if isinstance(value, dict)
-                 else value if isinstance(value, (list, tuple)) else (value,))
-        for item in items:
-            if isinstance(item, torch.Tensor) and item.layout is not torch.strided:
-                return item.layout
-            if isinstance(item, torch.Tensor) and is_fake(item):
-                return "fake"
-    return None
-
-
 def _program_text(program: Program) -> str:
-    from ember.runtime.ir import print_program
+    from ember.runtime.ir import print_program  # NOTE: only where graphs are logged
 
     return print_program(program)
