@@ -34,6 +34,9 @@ def run_shared_otherwise(fn: StrictFunction, state: FrameState, failed: Segment,
     entries = fn.segments[state.ip]
     for i, seg in enumerate(entries):
         inputs = None if seg is failed else seg.match(state, fn._ctx)
+        if inputs is not None and seg.eager:  # as StrictFunction._call runs such an entry
+            fn.stats.eager_fallback_calls += 1
+            return True, fn._run_concrete(state)
         if inputs is not None:
             try:
                 result = seg.execute(state, fn._ctx, inputs)
