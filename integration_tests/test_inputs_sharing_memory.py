@@ -5,6 +5,8 @@ gradients; a call whose arguments share storage differently compiles again."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import ember.frontend as ef
@@ -115,3 +117,26 @@ def test_dynamo_graphs_compile_again_for_inputs_that_share_memory_otherwise() ->
     torch.testing.assert_close(compiled(x, x[:2]), torch.tensor([2.0, 2.0, 0.0, 0.0]))
     torch.testing.assert_close(x, torch.tensor([1.0, 1.0, 0.0, 0.0]))
     torch._dynamo.reset()
+
+
+def test_dynamic_shapes_take_an_argument_that_views_another() -> None:
+    """``dynamic=True`` and ``f(x, x[:2])``: the view's dims stay static (the graph binds
+    it as a view of ``x``, by static sizes), not a recording error; over three sizes and
+    unrelated arguments the values and the writes match eager. A write through the view
+    of a symbolic ``x`` cannot be expressed: that graph runs eagerly, with a warning."""
+    from ember.runtime.stages import EagerGraphWarning
+
+    def read(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * 2 + b.sum()
+
+    for fn in (read, _write_b_read_a):
+        compiled = ef.compile(fn, dynamic=True)
+        for n in (6, 8, 10):
+            x, x_eager = torch.zeros(n), torch.zeros(n)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", EagerGraphWarning)
+                torch.testing.assert_close(compiled(x, x[:2]), fn(x_eager, x_eager[:2]))
+                torch.testing.assert_close(x, x_eager)
+                y, z, z_eager = torch.randn(n), torch.zeros(2), torch.zeros(2)
+                torch.testing.assert_close(compiled(y, z), fn(y.clone(), z_eager))
+                torch.testing.assert_close(z, z_eager)

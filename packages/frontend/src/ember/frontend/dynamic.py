@@ -198,18 +198,31 @@ def _size_one_strides_only(t: torch.Tensor) -> bool:
 def asked_when_aliased(dims: dict[int, DynamicDim], t: torch.Tensor,
                        earlier: Iterable[torch.Tensor]) -> dict[int, DynamicDim]:
     """``dims`` of input ``t``, less those nobody asked for (``dynamic=True``, automatic)
-    when ``t`` is a whole alias of an ``earlier`` input (a hook's stored output and its
-    ``.detach()`` live across a break): the graph binds such an input as a view of the
-    earlier one, by its static sizes and strides."""
-    if not dims:
+    when ``t`` shares bytes with an ``earlier`` input: a whole alias (a hook's stored
+    output and its ``.detach()`` live across a break) or an overlapping view
+    (``f(x, x[:2])``). The graph binds such an input as a view of the earlier one, by
+    its static sizes and strides."""
+    if not dims or t.data_ptr() == 0 or t.numel() == 0:
         return dims
-    # NOTE: only a whole alias (same memory, sizes and strides): views of disjoint parts
-    # of one buffer (qkv heads) keep their dims symbolic
-    if t.data_ptr() == 0 or not any(
-            e.data_ptr() == t.data_ptr() and e.shape == t.shape and e.stride() == t.stride()
-            for e in earlier):
+    # NOTE: views of disjoint parts of one buffer (qkv heads) keep their dims symbolic
+    if not any(_overlap(e, t) for e in earlier):
         return dims
     return {d: r for d, r in dims.items() if r.why not in ("dynamic=True", "automatic")}
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` may address common bytes of one storage: their spans meet
+    and one of them is dense (it covers every byte of its span). Strided pieces of one
+    buffer whose spans interleave (qkv heads, ``qkv[..., :32]`` and ``qkv[..., 32:64]``)
+    do not count."""
+    if a.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    extents = [1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) for t in (a, b)]
+    dense = any(extent == t.numel() for extent, t in zip(extents, (a, b)))
+    spans = [(t.storage_offset() * t.element_size(),
+              (t.storage_offset() + extent) * t.element_size())
+             for extent, t in zip(extents, (a, b))]
+    return dense and spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
 
 
 def add_input(recorder: GraphRecorder, value: torch.Tensor, spec: InputSpec,
