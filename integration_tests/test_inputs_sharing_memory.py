@@ -6,6 +6,8 @@ gradients; a call whose arguments share storage differently compiles again."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -25,7 +27,8 @@ def _leaves(x: torch.Tensor, n: int) -> list[torch.Tensor]:
     return [x.detach().requires_grad_() for _ in range(n)]
 
 
-def _gradients(fn, module: nn.Module, inputs: list[torch.Tensor]) -> list[torch.Tensor]:  # type: ignore[no-untyped-def]
+def _gradients(fn: Callable[..., Any], module: nn.Module,
+               inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     for t in [*inputs, *module.parameters()]:
         t.grad = None
     out = fn(*inputs)[0]
