@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import torch
 from ember.frontend.bytecode.sources import ModuleMemberSource
 from ember.frontend.guard_model import Guard, Source, size_only_change
+from ember.runtime.callable import byte_extent, may_overlap
 from ember.runtime.ir import InputSpec
 from ember.runtime.logs import log
 
@@ -211,18 +212,11 @@ def asked_when_aliased(dims: dict[int, DynamicDim], t: torch.Tensor,
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` may address common bytes of one storage: their spans meet
-    and one of them is dense (it covers every byte of its span). Strided pieces of one
-    buffer whose spans interleave (qkv heads, ``qkv[..., :32]`` and ``qkv[..., 32:64]``)
-    do not count."""
-    if a.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False
-    extents = [1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) for t in (a, b)]
-    dense = any(extent == t.numel() for extent, t in zip(extents, (a, b)))
-    spans = [(t.storage_offset() * t.element_size(),
-              (t.storage_offset() + extent) * t.element_size())
-             for extent, t in zip(extents, (a, b))]
-    return dense and spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
+    """Whether ``a`` and ``b`` may address common bytes of one storage: their byte
+    ranges meet (:func:`~ember.runtime.callable.may_overlap`) and one of them is dense
+    (it covers every byte of its range). Strided pieces of one buffer whose ranges
+    interleave (qkv heads, ``qkv[..., :32]`` and ``qkv[..., 32:64]``) do not count."""
+    return may_overlap(a, b) and any(byte_extent(t) == t.nbytes for t in (a, b))
 
 
 def add_input(recorder: GraphRecorder, value: torch.Tensor, spec: InputSpec,

@@ -169,20 +169,20 @@ def _written_in_place(value: Any, target: Any) -> bool:
             and value.shape == target.shape and value.stride() == target.stride())
 
 
-def _byte_extent(t: torch.Tensor) -> int:
+def byte_extent(t: torch.Tensor) -> int:
     """The bytes from ``t``'s first element to just past the last one it addresses (a
     non-empty tensor; strided or expanded ones included)."""
     last = sum((int(size) - 1) * int(stride) for size, stride in zip(t.shape, t.stride()))
     return (last + 1) * t.element_size()
 
 
-def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+def may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` and ``b`` may share memory (their byte ranges in one storage meet)."""
     if not _same_storage(a, b) or a.numel() == 0 or b.numel() == 0:
         return False
     a0 = int(a.storage_offset()) * a.element_size()
     b0 = int(b.storage_offset()) * b.element_size()
-    return a0 < b0 + _byte_extent(b) and b0 < a0 + _byte_extent(a)
+    return a0 < b0 + byte_extent(b) and b0 < a0 + byte_extent(a)
 
 
 def _any_overlap(full: Sequence[Any]) -> bool:
@@ -200,7 +200,7 @@ def _any_overlap(full: Sequence[Any]) -> bool:
             if size == 0:
                 continue
             if not t.is_contiguous():  # strided, expanded: the last byte it addresses
-                size = _byte_extent(t)
+                size = byte_extent(t)
             start = t.data_ptr()
             spans.append((start, start + size))
     spans.sort()
@@ -370,7 +370,7 @@ class ProgramCallable:
                 continue
             for j in by_storage.get(storage.data_ptr(), ()):
                 other = full[j]
-                if j != i and (i, j) not in allowed and _may_overlap(written, other):
+                if j != i and (i, j) not in allowed and may_overlap(written, other):
                     raise InputAliasingError(
                         f"input {names[j]!r} shares memory with input {names[i]!r}, which "
                         "the program writes, but they did not share memory when the program "

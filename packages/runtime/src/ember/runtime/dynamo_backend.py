@@ -107,29 +107,32 @@ class DynamoCompiled:
         self.by_sharing: dict[tuple[Any, ...], DynamoCompiled] = {}
 
     def __call__(self, *inputs: Any) -> Any:
-        try:
-            return self._run(inputs)
-        except InputAliasingError as e:
-            if self._recompile is None:
-                raise
-            key = _sharing(inputs)
-            variant = self.by_sharing.get(key)
-            if variant is None:
-                if len(self.by_sharing) + 1 >= config.recompile_limit:
-                    raise
-                log("recompiles", f"compiling a Dynamo graph again for inputs that share "
-                                  f"memory otherwise ({e})")
-                variant = self.by_sharing[key] = self._recompile(inputs)
-            return variant._run(inputs)
-
-    def _run(self, inputs: Sequence[Any]) -> Any:
         # NOTE: the GraphModule's own tensors are passed live (not the program's
         # detached copies): gradients reach its parameters, buffer writes reach it.
         # A symbolic graph's SymInt inputs are checked and dropped.
-        if self.imported.drops_inputs:
-            inputs = tuple(self.imported.program_inputs(inputs))
-        outputs = self.compiled([*inputs, *self.imported.attributes])
+        flat = tuple(self.imported.program_inputs(inputs)) if self.imported.drops_inputs \
+            else inputs
+        try:
+            outputs = self.compiled([*flat, *self.imported.attributes])
+        except InputAliasingError as e:  # raised before the program runs
+            return self._shared_otherwise(inputs, e)
         return self.imported.rebuild(outputs)
+
+    def _shared_otherwise(self, inputs: tuple[Any, ...], error: InputAliasingError) -> Any:
+        """Run ``inputs``, which :attr:`compiled` refused, through the variant compiled
+        for their sharing pattern (compiled now if new); ``error`` stands at the limit or
+        without the GraphModule."""
+        if self._recompile is None:
+            raise error
+        key = _sharing(inputs)
+        variant = self.by_sharing.get(key)
+        if variant is None:
+            if len(self.by_sharing) + 1 >= config.recompile_limit:
+                raise error
+            log("recompiles", f"compiling a Dynamo graph again for inputs that share "
+                              f"memory otherwise ({error})")
+            variant = self.by_sharing[key] = self._recompile(inputs)
+        return variant(*inputs)
 
 
 def _sharing(inputs: Sequence[Any]) -> tuple[Any, ...]:
