@@ -73,7 +73,7 @@ from ember.inductor.loop_ir import Reduce, Store, reduction_phases
 from ember.inductor.loop_ir import index as loop_index
 from ember.inductor.lowering import matmul_template, reductions
 from ember.inductor.lowering.pooling import covering, max_pool
-from ember.runtime.compiled import triton_fast_launch, triton_static
+from ember.runtime.compiled import triton_fast_launch
 from ember.runtime.config import patch
 from triton.testing import do_bench
 
@@ -106,6 +106,14 @@ def _templates_only(keep: Callable[[Any, str], bool]) -> Iterator[None]:
             else matmul_choice.EXTERN
 
     with mock.patch.object(matmul_choice, "heuristic_choice", choice):
+        yield
+
+
+@contextlib.contextmanager
+def _pointer_ints() -> Iterator[None]:
+    """Pointers passed to Triton's C launcher as addresses (Triton's launcher, then)."""
+    with mock.patch.object(triton_fast_launch, "POINTERS_AS_INTS", True), \
+            patch(torch_launcher=False):
         yield
 
 
@@ -196,10 +204,10 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # ... nor may a split reduction store values from its partial programs
     "ember_split_no_stores": _split_without_stores,
     # the launch experiments (session 45): pointers passed to Triton's C launcher as
-    # addresses, or every binary torch's C++ launcher takes launched through it
-    "ember_pointer_ints": lambda: mock.patch.object(
-        triton_fast_launch, "POINTERS_AS_INTS", True),
-    "ember_static_launch": lambda: mock.patch.object(triton_static, "STATIC_LAUNCH", True),
+    # addresses (with Triton's launcher), or every binary on Triton's launcher (torch's
+    # C++ launcher is the default since session 48)
+    "ember_pointer_ints": _pointer_ints,
+    "ember_triton_launcher": lambda: patch(torch_launcher=False),
     # the partitioner saving every value the backward reads, or the matmul/conv inputs
     "ember_save_everything": lambda: aot_config(save_everything=True),
     "ember_recompute_conv_inputs": lambda: aot_config(save_conv_inputs=False),

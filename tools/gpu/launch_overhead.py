@@ -5,7 +5,7 @@
 1. One tiny generated kernel launched 20,000 times five ways: ``fast`` (the one-frame
    launch a compiled wrapper calls, ``triton_fast_launch``), ``ints`` (the same with its
    pointers passed as addresses: ``triton_fast_launch.POINTERS_AS_INTS``), ``static``
-   (the same through torch's C++ launcher: ``triton_static.STATIC_LAUNCH``), ``launch`` (the
+   (the same through torch's C++ launcher: ``config.torch_launcher``), ``launch`` (the
    ``TritonLaunch`` object behind it, with the flat C launch of
    ``triton_binary.flat_launch``) and ``noflat`` (the same without the flat C launch):
    microseconds of host time per launch, the GPU's queue kept from filling by a
@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import zoo
 from benchlib.runner import make_step
-from ember.runtime.compiled import triton_binary, triton_fast_launch, triton_static
+from ember.runtime.compiled import triton_binary, triton_fast_launch
+from ember.runtime.config import config, patch
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec
 from ember.runtime.compiled.triton_launcher import TritonLaunch
 from ember.runtime.config import patch
@@ -67,7 +68,7 @@ def pointer_ints() -> Any:
 
 def static_launches() -> Any:
     """Binaries bound in the block launch through torch's C++ launcher."""
-    return mock.patch.object(triton_static, "STATIC_LAUNCH", True)
+    return patch(torch_launcher=True)
 
 
 def launch_objects() -> Any:
@@ -109,6 +110,7 @@ def host_ms(step: Any, steps: int = 20) -> float:
 
 
 def main() -> None:
+    config.torch_launcher = False  # every other mode is against Triton's own launcher
     names = sys.argv[1].split(",") if len(sys.argv) > 1 else []
     dtype = getattr(torch, sys.argv[2] if len(sys.argv) > 2 else "bfloat16")
     for mode in ("fast", "ints", "static", "launch", "noflat") * 2:

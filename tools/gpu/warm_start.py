@@ -1,7 +1,7 @@
 """Where a warm start's time goes: a cold process fills the caches, then warm processes
 over them are timed, one of them under cProfile.
 
-    python tools/gpu/warm_start.py MODELS [DTYPE] [infer|train] [ROWS] [static]
+    python tools/gpu/warm_start.py MODELS [DTYPE] [infer|train] [ROWS] [triton]
     SCRIPT_ARGS="tools/gpu/warm_start.py hf_bert,tv_resnet18 bfloat16 train" \\
         bash tools/gpu/h200_all.sh script
 
@@ -20,9 +20,9 @@ their callers) and the garbage collector's pauses. Installing the timers imports
 Ember's warm path before the timer starts (``imports_before_timer_s`` in the report), so
 the timed first call is that much shorter than the plain warm ones.
 
-``static``: every process binds its Triton binaries through torch's C++ launcher
-(``ember.runtime.compiled.triton_static.STATIC_LAUNCH``: no Triton module load or
-launcher per kernel), the cold one included.
+``triton``: every process binds its Triton binaries with Triton's own launcher
+(``EMBER_TORCH_LAUNCHER=0``), the cold one included; by default they go through torch's
+C++ launcher where a binary allows it (no Triton module load or launcher per kernel).
 """
 
 from __future__ import annotations
@@ -125,10 +125,10 @@ def _worker(job: ColdJob, rows: int, static: bool) -> None:
     when ``rows``; ``static``: binaries launched through torch's C++ launcher."""
     from benchlib.coldstart import _first_call_seconds
 
-    if static:
-        from ember.runtime.compiled import triton_static
+    if not static:
+        from ember.runtime.config import config
 
-        triton_static.STATIC_LAUNCH = True
+        config.torch_launcher = False
 
     profile = cProfile.Profile()
 
@@ -191,7 +191,7 @@ def main(argv: list[str]) -> int:
     dtype = argv[1] if len(argv) > 1 else "bfloat16"
     train = len(argv) > 2 and argv[2] == "train"
     rows = (-1 if argv[3] == "timers" else int(argv[3])) if len(argv) > 3 else 25
-    static = len(argv) > 4 and argv[4] == "static"
+    static = not (len(argv) > 4 and argv[4] == "triton")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     suite = "full" if device == "cuda" else "quick"
     for model in models:
@@ -200,7 +200,7 @@ def main(argv: list[str]) -> int:
             env = worker_env(Path(tmp))
             cold = _run(job, env, 0, static)
             warm = [_run(job, env, 0, static) for _ in range(3)]
-            launcher = " (torch's launcher)" if static else ""
+            launcher = "" if static else " (Triton's launcher)"
             print(f"== {model} {dtype} {'train' if train else 'infer'} on {device}{launcher}: "
                   f"cold {json.dumps(cold)}")
             for w in warm:

@@ -77,6 +77,7 @@ def test_patch_with_known_topics(logs: object) -> None:
     ({"EMBER_TRITON_WORKERS": "-2"}, "EMBER_TRITON_WORKERS='-2': expected an integer >= -1"),
     ({"EMBER_RECOMPILE_LIMIT": "2.5"}, "EMBER_RECOMPILE_LIMIT='2.5': expected an integer"),
     ({"EMBER_CACHE": "sometimes"}, "EMBER_CACHE='sometimes': expected 0 or 1"),
+    ({"EMBER_TORCH_LAUNCHER": "triton"}, "EMBER_TORCH_LAUNCHER='triton': expected 0 or 1"),
 ])
 def test_unreadable_values_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -109,3 +110,9 @@ def test_the_smallest_values_are_accepted() -> None:
             read.triton_workers) == (1, 0, 0, -1)
     with patch(recompile_limit=1, cudagraph_shapes=0, compile_threads=0, triton_workers=-1):
         pass
+
+
+def test_torchs_launcher_is_on_unless_the_environment_turns_it_off() -> None:
+    assert Config.from_env({}).torch_launcher
+    assert not Config.from_env({"EMBER_TORCH_LAUNCHER": "0"}).torch_launcher
+    assert Config.from_env({"EMBER_TORCH_LAUNCHER": "1"}).torch_launcher

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 import torch
-from ember.runtime.compiled import triton_fast_launch, triton_static
+from ember.runtime.compiled import triton_fast_launch
 from ember.runtime.compiled.triton_fast_launch import fast_launch
 from ember.runtime.compiled.triton_kernel import specialization_key
+from ember.runtime.config import config
 
 SIGNATURE = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}
 
@@ -69,6 +70,7 @@ def test_a_bound_specialization_launches_in_one_frame() -> None:
 
 def test_pointers_as_ints_pass_each_tensors_address(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(triton_fast_launch, "POINTERS_AS_INTS", True)
+    monkeypatch.setattr(config, "torch_launcher", False)  # Triton's launcher
     s = Setup()
     x, out = _tensors()
     s.bind((x, out, 64))
@@ -79,7 +81,7 @@ def test_pointers_as_ints_pass_each_tensors_address(monkeypatch: pytest.MonkeyPa
     s.launch(x, out, 17)  # the full launch still gets the tensors
     assert s.calls == [("slow", (x, out, 17))]
     # not with torch's launcher (triton_static), which takes the tensors
-    monkeypatch.setattr(triton_static, "STATIC_LAUNCH", True)
+    monkeypatch.setattr(config, "torch_launcher", True)
     s = Setup()
     s.bind((x, out, 64))
     s.launch(x, out, 64)

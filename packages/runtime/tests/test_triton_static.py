@@ -1,6 +1,6 @@
-"""Triton binaries launched through torch's C++ launcher (``triton_static``, an
-experiment off by default), without a GPU: the launch plan read from binaries built for
-``sm_90`` here (and checked against their PTX), the refusals, and the launch handed to a
+"""Triton binaries launched through torch's C++ launcher (``triton_static``, on by
+default: ``config.torch_launcher``), without a GPU: the launch plan read from binaries
+built for ``sm_90`` here (and checked against their PTX), the refusals, and the launch handed to a
 stand-in for torch's launcher."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from ember.runtime.compiled import triton_binary, triton_static
 from ember.runtime.compiled.triton_kernel import TritonKernelSpec
 from ember.runtime.compiled.triton_static import NotStatic, launch_function, launch_plan
-from ember.runtime.config import patch
+from ember.runtime.config import config, patch
 
 pytest.importorskip("triton")
 
@@ -115,8 +115,9 @@ def test_static_launch_loads_a_private_copy_of_the_binary(
     monkeypatch.setattr(triton_static, "static_cuda_launcher",
                         lambda: (load, lambda *a: None))
     compiled = _fake(SIG, {}, 5)
-    assert triton_static.static_launch(compiled, RUNTIME[:3], 0) is None  # off by default
-    monkeypatch.setattr(triton_static, "STATIC_LAUNCH", True)
+    with patch(torch_launcher=False):  # EMBER_TORCH_LAUNCHER=0: Triton's launcher
+        assert triton_static.static_launch(compiled, RUNTIME[:3], 0) is None
+    assert config.torch_launcher  # on by default
     got = triton_static.static_launch(compiled, RUNTIME[:3], 1)
     assert got is not None and got[1] == 4242
     assert loads == [(b"\x7fELF fake", 0o700, "k", 0, 1)]
@@ -131,7 +132,7 @@ def test_a_binary_launch_through_torchs_launcher_has_no_flags_around_its_argumen
     # the direct launch's parts (what the one-frame launch calls): torch's launch, the
     # loaded function, nothing before or after the runtime arguments; Triton's own
     # launcher is not made (that would load the binary through Triton: no GPU here)
-    monkeypatch.setattr(triton_static, "STATIC_LAUNCH", True)
+    monkeypatch.setattr(config, "torch_launcher", True)
     launches: list[tuple[Any, ...]] = []
     monkeypatch.setattr(triton_static, "static_cuda_launcher",
                         lambda: (lambda *a: 77, lambda *a: launches.append(a)))
@@ -163,7 +164,7 @@ def test_on_the_gpu_torchs_launcher_computes_what_tritons_does(
 
     if static_cuda_launcher() is None:
         pytest.skip("this torch has no C++ launcher of Triton binaries")
-    monkeypatch.setattr(triton_static, "STATIC_LAUNCH", True)
+    monkeypatch.setattr(config, "torch_launcher", True)
     launcher = TritonLaunch(SPEC, (2, 1, 1))
     fast = launcher.fast_call()
     x = torch.randn(256, device="cuda")
@@ -178,4 +179,4 @@ def test_on_the_gpu_torchs_launcher_computes_what_tritons_does(
     assert "not torch's" not in capsys.readouterr().err
     kernel = launcher.kernels_for(x.device)[0]
     launches = {parts[0].__code__.co_filename for parts in kernel.fast.values()}
-    assert launches == {"<ember static launch add_static>"}, launches
+    assert launches and all(f.startswith("<ember static launch ") for f in launches), launches

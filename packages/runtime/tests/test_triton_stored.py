@@ -18,7 +18,7 @@ import pytest
 import torch
 from ember.runtime.compiled import triton_stored, triton_warmed
 from ember.runtime.compiled.triton_kernel import TritonKernel, TritonKernelSpec
-from ember.runtime.config import patch
+from ember.runtime.config import config, patch
 
 pytest.importorskip("triton")
 
@@ -252,7 +252,7 @@ def test_a_stored_binary_torchs_launcher_takes_is_not_loaded_by_triton(
 
     assert triton_stored.store(SPEC, CUDA0, ALIGNED, built)
     launches: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(triton_static, "STATIC_LAUNCH", True)
+    monkeypatch.setattr(config, "torch_launcher", True)
     monkeypatch.setattr(triton_static, "static_cuda_launcher",
                         lambda: (lambda *a: 31, lambda *a: launches.append(a)))
     monkeypatch.setattr(driver, "_active", SimpleNamespace(

@@ -54,6 +54,9 @@ variable                          meaning                                   defa
 ``EMBER_TRITON_WORKERS``          processes that compile Triton kernels     ``-1``
                                   for the build threads (-1: one a build
                                   thread, at most 16; 0: none)
+``EMBER_TORCH_LAUNCHER``          ``1``: launch Triton binaries through     ``1``
+                                  torch's C++ launcher where a binary
+                                  allows it (``0``: Triton's own launcher)
 ================================  ========================================  ================
 
 To add a knob: add a field to :class:`Config`, read it in :meth:`Config.from_env`, and
@@ -96,6 +99,7 @@ class Config:
     cudagraph_copy_outputs: bool = False
     compile_threads: int = 0
     triton_workers: int = -1
+    torch_launcher: bool = True
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Config:
@@ -122,6 +126,7 @@ class Config:
             cudagraph_copy_outputs=_parse_bool(env, "EMBER_CUDAGRAPH_COPY_OUTPUTS", False),
             compile_threads=_parse_int(env, "compile_threads", 0),
             triton_workers=_parse_int(env, "triton_workers", -1),
+            torch_launcher=_parse_bool(env, "EMBER_TORCH_LAUNCHER", True),
         )
 
 

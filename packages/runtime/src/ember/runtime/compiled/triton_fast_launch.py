@@ -37,8 +37,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ember.runtime.compiled import triton_static
 from ember.runtime.compiled.triton_kernel import specialization_expression
+from ember.runtime.config import config
 
 __all__ = ["POINTERS_AS_INTS", "fast_launch"]
 
@@ -49,7 +49,7 @@ __all__ = ["POINTERS_AS_INTS", "fast_launch"]
 #: it is. The wrapper only passes CUDA tensors of the kernel's device (the fast path is
 #: keyed by the first pointer's device; any other argument takes ``slow``). An
 #: experiment until measured on the GPU machine (``tools/gpu/launch_overhead.py``). Not
-#: with the other launch experiment (:data:`.triton_static.STATIC_LAUNCH`), whose C
+#: with torch's launcher (``config.torch_launcher``: :mod:`.triton_static`), whose C
 #: launcher takes the tensors.
 POINTERS_AS_INTS = False
 
@@ -94,7 +94,7 @@ def fast_launch(name: str, signature: dict[str, str], static_grid: tuple[int, ..
                "                        return  # an empty tensor: nothing to compute"
     # each argument written out only where pointers become addresses; else one unpacking
     arguments = "*a"
-    if POINTERS_AS_INTS and not triton_static.STATIC_LAUNCH:
+    if POINTERS_AS_INTS and not config.torch_launcher:
         arguments = ", ".join(f"a[{i}].data_ptr()" if i in pointers else f"a[{i}]"
                               for i in range(len(signature)))
     source = f"""

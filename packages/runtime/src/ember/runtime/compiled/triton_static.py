@@ -1,4 +1,5 @@
-"""Triton binaries launched through torch's C++ launcher (an experiment, off by default).
+"""Triton binaries launched through torch's C++ launcher (``EMBER_TORCH_LAUNCHER``, on by
+default).
 
 Triton's own C launcher, given a tensor, calls its ``data_ptr`` method and then asks the
 driver for the pointer's attributes, for each pointer of each launch, after parsing a
@@ -23,8 +24,13 @@ The launch keeps the calling convention of a direct launch (:mod:`.triton_binary
 ``c(gx, gy, gz, stream, function, *args)`` with nothing before or after the arguments, so
 the direct launch and the one-frame launch (:mod:`.triton_fast_launch`) call it unchanged
 (and, while a launch hook is installed, go through Triton's runner as before). Every
-refusal is logged under ``cache``. Whether it is faster is measured on the GPU machine (``tools/gpu/launch_overhead.py``,
-mode ``static``) before it is turned on.
+refusal is logged under ``cache``.
+
+Measured on an H100 (``docs/benchmarks.md``, session 48): training steps as fast as with
+Triton's launcher (a tiny kernel's launch 5.8 us against 5.2-8.5 us), and a warm start
+0.05-0.15 s shorter (a stored binary is bound without Triton's module load and launcher
+module). ``EMBER_TORCH_LAUNCHER=0`` (``config.torch_launcher``) keeps Triton's launcher
+for every binary.
 """
 
 from __future__ import annotations
@@ -38,14 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from ember.runtime.compiled._torch import static_cuda_launcher
+from ember.runtime.config import config
 from ember.runtime.compiled.private_cache import process_dir
 from ember.runtime.logs import log
 
-__all__ = ["STATIC_LAUNCH", "LaunchPlan", "NotStatic", "StaticLaunch", "launch_plan",
+__all__ = ["LaunchPlan", "NotStatic", "StaticLaunch", "launch_plan",
            "static_launch"]
-
-#: launch binaries through torch's C++ launcher where :func:`launch_plan` allows it
-STATIC_LAUNCH = False
 
 #: Triton's scalar types -> the launcher's argument kinds
 _KINDS = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "I", "u8": "B",
@@ -160,25 +164,35 @@ def _cubin_file(cubin: bytes) -> Path:
 def launch_function(plan: LaunchPlan, launch: Callable[..., None]) -> Callable[..., None]:
     """``c(gx, gy, gz, stream, function, *args)`` over torch's ``launch``: the runtime
     arguments ``plan`` keeps, then its scratch null pointers, in one C call."""
-    args = "".join(f"a[{i}], " for i in plan.kept) + "None, " * plan.scratch
+    c: Callable[..., None] = _maker(plan.kept, plan.scratch)(launch, plan.warps, plan.shared,
+                                                             plan.arg_kinds)
+    return c
+
+
+@functools.cache
+def _maker(kept: tuple[int, ...], scratch: int) -> Callable[..., Callable[..., None]]:
+    """The factory of launches passing the runtime arguments at positions ``kept``, then
+    ``scratch`` null pointers: compiled once per such shape (a warm start binds a program's
+    kernels one after another, most of them of a few shapes)."""
+    args = "".join(f"a[{i}], " for i in kept) + "None, " * scratch
     source = (f"def make(L, W, S, T):\n"
               f"    def c(gx, gy, gz, s, f, *a):\n"
               f"        L(f, gx, gy, gz, W, S, T, ({args}), s)\n"
               f"    return c\n")
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<ember static launch {plan.name}>", "exec"), namespace)  # noqa: S102
-    c: Callable[..., None] = namespace["make"](launch, plan.warps, plan.shared,
-                                                plan.arg_kinds)
-    return c
+    exec(compile(source, f"<ember static launch {args or 'no arguments'}>", "exec"),  # noqa: S102
+         namespace)
+    make: Callable[..., Callable[..., None]] = namespace["make"]
+    return make
 
 
 def static_launch(compiled: Any, runtime: Sequence[str],
                   device_index: int) -> StaticLaunch | None:
     """``(c, function)``: the launch ``c(gx, gy, gz, stream, function, *args)`` of
     ``compiled`` through torch's launcher, with its binary loaded on CUDA device
-    ``device_index``; None when :data:`STATIC_LAUNCH` is off, this torch has no such
+    ``device_index``; None when ``config.torch_launcher`` is off, this torch has no such
     launcher, or the binary is one it does not take (logged under ``cache``)."""
-    if not STATIC_LAUNCH:
+    if not config.torch_launcher:
         return None
     launcher = static_cuda_launcher()
     if launcher is None:
