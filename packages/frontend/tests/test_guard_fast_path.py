@@ -410,3 +410,47 @@ def test_distinct_inputs_are_checked_against_the_stamps_tensors(capsys: Any) -> 
     assert stamp.hits == before + 1  # the stamp held; the distinct check failed
     assert compiled.stats.recompiles == 1
     assert "are distinct tensors" in capsys.readouterr().err
+
+
+def test_the_needs_of_many_guards_decide_each_shared_step_once(monkeypatch: Any) -> None:
+    # the stamp's needs for a 24-layer stack's guards, gathered in one NeedsFinder, are
+    # those of the guards one at a time; the chains share their prefixes (self.layers,
+    # self.layers[i]), each decided once instead of once per guard
+    from ember.frontend import guard_stamp
+
+    guards, _, (state, ctx) = captured_call(PlainStack(24))
+    values: dict[Any, Any] = {}
+
+    def value_of(source: Any) -> Any:
+        if source not in values:
+            values[source] = source.fetch(state, ctx)
+        return values[source]
+
+    decided: list[Any] = []
+    real = guard_stamp._step_needs
+
+    def counted(step: Any, base: Any, needs: Any) -> bool:
+        decided.append(step)
+        return real(step, base, needs)
+
+    monkeypatch.setattr(guard_stamp, "_step_needs", counted)
+    alone = [guard_stamp.guard_needs(g, value_of) for g in guards]
+    one_by_one = len(decided)
+    decided.clear()
+    finder = guard_stamp.NeedsFinder(value_of)
+    safe = [finder.add(g) for g in guards]
+    assert safe == [n is not None for n in alone] and sum(safe) > 24 * 3
+    union = guard_stamp.Needs()
+    for n in alone:
+        if n is not None:
+            for mine, theirs in ((union.typed, n.typed), (union.dicted, n.dicted),
+                                 (union.dicts, n.dicts), (union.hooks, n.hooks),
+                                 (union.tensors, n.tensors)):
+                mine.update(theirs)
+    got = finder.needs
+    assert (got.typed.keys(), got.dicted.keys(), got.dicts.keys(), got.hooks.keys(),
+            got.tensors.keys()) == (union.typed.keys(), union.dicted.keys(),
+                                    union.dicts.keys(), union.hooks.keys(),
+                                    union.tensors.keys())
+    assert len(decided) == len({id(s) for s in decided}) < one_by_one / 3, \
+        (len(decided), one_by_one)

@@ -33,7 +33,7 @@ from typing import Any
 from ember.frontend._torch import dict_version_reader
 from ember.frontend.guard_batch import MIN_BATCHED
 from ember.frontend.guard_model import GUARD_KINDS, Guard, Source
-from ember.frontend.guard_stamp import SECOND_SOURCES, Stamp, chain_of, guard_needs
+from ember.frontend.guard_stamp import SECOND_SOURCES, NeedsFinder, Stamp, chain_of
 from ember.frontend.guard_writer import Matcher, MatcherWriter, matcher_text
 from ember.runtime.logs import log
 
@@ -120,10 +120,11 @@ def _safe_guards(groups: dict[Source, list[Guard]], state: Any,
         return values[source]
 
     safe: dict[Source, list[Guard]] = {}
+    finder = NeedsFinder(value_of)  # only which guards: its needs are not kept
     for root, gs in groups.items():
         if type(value_of(root)) in (dict, list, tuple):
             continue
-        found = [g for g in gs if guard_needs(g, value_of) is not None]
+        found = [g for g in gs if finder.add(g)]
         if found:
             safe[root] = found
     return safe

@@ -51,8 +51,8 @@ from ember.frontend.guard_model import MODULE_HOOK_TABLES, Guard, Source
 from ember.frontend.guard_writer import Matcher, MatcherWriter
 from ember.runtime.logs import log
 
-__all__ = ["LEAF_RULES", "SECOND_SOURCES", "STEP_SOURCES", "Needs", "Stamp", "chain_of",
-           "guard_needs"]
+__all__ = ["LEAF_RULES", "SECOND_SOURCES", "STEP_SOURCES", "Needs", "NeedsFinder", "Stamp",
+           "chain_of", "guard_needs"]
 
 STEP_SOURCES = (AttrSource, ModuleMemberSource, ItemSource, LookupFails, MethodFuncSource)
 """The source steps a stamp may cover (each still needs its object to qualify;
@@ -81,12 +81,6 @@ class Needs:
     dicts: dict[int, Any] = field(default_factory=dict)
     hooks: dict[int, Any] = field(default_factory=dict)
     tensors: dict[int, torch.Tensor] = field(default_factory=dict)
-
-    def update(self, other: Needs) -> None:
-        for mine, theirs in ((self.typed, other.typed), (self.dicted, other.dicted),
-                             (self.dicts, other.dicts), (self.hooks, other.hooks),
-                             (self.tensors, other.tensors)):
-            mine.update(theirs)
 
 
 def chain_of(source: Source) -> list[Source] | None:
@@ -337,24 +331,46 @@ source. The guard is stamp-safe when both chains are, from the same root."""
 def guard_needs(guard: Guard, value_of: Callable[[Source], Any]) -> Needs | None:
     """What a stamp must hold for ``guard`` (its source's values read by ``value_of``),
     or None when it is not stamp-safe."""
-    rule = LEAF_RULES.get(guard.kind)
-    chain = chain_of(guard.source) if guard.source is not None else None
-    if rule is None or chain is None:
-        return None
-    needs = Needs()
-    second = SECOND_SOURCES.get(guard.kind)
-    if second is not None:
-        other = chain_of(second(guard))
-        if other is None or other[0] != chain[0] or not _chain_needs(other, value_of, needs):
-            return None
-    if not _chain_needs(chain, value_of, needs):
-        return None
-    return needs if rule(value_of(chain[-1]), needs) else None
+    finder = NeedsFinder(value_of)
+    return finder.needs if finder.add(guard) else None
 
 
-def _chain_needs(chain: list[Source], value_of: Callable[[Source], Any], needs: Needs) -> bool:
-    return all(_step_needs(step, value_of(step.base), needs)  # type: ignore[attr-defined]
-               for step in chain[1:])
+class NeedsFinder:
+    """What a stamp must hold for many guards whose sources are read by ``value_of`` on
+    one call's objects, gathered into one :class:`Needs` (:attr:`needs`). Each step of
+    their chains is decided once: the guards of one root share most of their steps
+    (``self.encoder.layer[0]...``), and a 12-layer BERT has about 1,400 of them."""
+
+    def __init__(self, value_of: Callable[[Source], Any]) -> None:
+        self._value_of = value_of
+        self.needs = Needs()
+        self._steps: dict[int, bool] = {}  # by id: a source hashes its whole chain
+
+    def add(self, guard: Guard) -> bool:
+        """Whether ``guard`` is stamp-safe; its needs are added to :attr:`needs` (some of
+        them also when it is not: a caller that keeps the needs takes all guards or
+        none)."""
+        rule = LEAF_RULES.get(guard.kind)
+        chain = chain_of(guard.source) if guard.source is not None else None
+        if rule is None or chain is None:
+            return False
+        second = SECOND_SOURCES.get(guard.kind)
+        if second is not None:
+            other = chain_of(second(guard))
+            if other is None or other[0] != chain[0] or not self._chain(other):
+                return False
+        return self._chain(chain) and rule(self._value_of(chain[-1]), self.needs)
+
+    def _chain(self, chain: list[Source]) -> bool:
+        steps = self._steps  # the guards hold every step: their ids stay theirs
+        for step in chain[1:]:
+            ok = steps.get(id(step))
+            if ok is None:
+                base = self._value_of(step.base)  # type: ignore[attr-defined]
+                ok = steps[id(step)] = _step_needs(step, base, self.needs)
+            if not ok:
+                return False
+        return True
 
 
 _getdict = operator.attrgetter("__dict__")
@@ -443,13 +459,12 @@ class Stamp:
         self._clear()
         known: dict[Source, Any] = dict(zip(self.sources, values))
         known[self.root_source] = root
-        needs = Needs()
+        finder = NeedsFinder(known.__getitem__)
         for g in self.guards:
-            found = guard_needs(g, known.__getitem__)
-            if found is None:
+            if not finder.add(g):
                 self._turn_off(f"{g.describe()} is no longer stamp-safe")
                 return
-            needs.update(found)
+        needs = finder.needs
         tensors = list(needs.tensors.values())
         check = tensor_metadata_checker(tensors) if tensors else _true
         self._typed = list(needs.typed.values())
