@@ -389,3 +389,15 @@ def test_torch_numerics_settings_are_in_the_key() -> None:
         torch.set_float32_matmul_precision(saved)
     assert [n for n in reference.components
             if reference.components[n] != changed.components[n]] == ["settings"]
+
+
+def test_grad_mode_is_in_the_key() -> None:
+    """The aot stage derives a backward only with grad mode on: the same program
+    compiled under ``torch.no_grad()`` is an inference program (a Dynamo graph called
+    once under ``no_grad``, then with grad, is compiled twice from the same text)."""
+    request = _request(_constant_program(1.0))
+    with torch.no_grad():
+        inference = cache_key(request)
+    training = cache_key(request)
+    assert [n for n in inference.components
+            if inference.components[n] != training.components[n]] == ["grad"]

@@ -36,7 +36,7 @@ from ember.aot.custom_mutations import (
     has_functional_variant,
     is_custom_operator,
 )
-from ember.aot.hidden_writes import DETACH, hidden_write_call
+from ember.aot.hidden_writes import DETACH, hidden_write_call, without_grad_where_captured
 from ember.aot.input_overlap import alias_roots, element_range, kept_aliases, layout
 from ember.aot.op_effects import (
     is_inplace_view,
@@ -373,7 +373,8 @@ class _Functionalizer:
         mutation = mutation_of(node.target)
         args, kwargs = with_defaults(node.target, args, kwargs)
         try:
-            meta = self.b.infer_meta(mutation.functional, args, kwargs)
+            meta = without_grad_where_captured(
+                self.b.infer_meta(mutation.functional, args, kwargs), node.meta)
         except Exception:  # noqa: BLE001 - ops without meta kernels keep the old meta
             meta = node.meta
         new = self._copy(node, args, kwargs, target=mutation.functional, meta=meta)

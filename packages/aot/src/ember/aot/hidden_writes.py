@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from ember.aot.builder import GraphBuilder
 from ember.runtime.ir import TensorMeta, ValueRef
+from ember.runtime.ir.graph import Meta
 
 #: the marker's operator name in the IR
 HIDDEN_WRITE = "ember_aot::hidden_write.default"
@@ -75,6 +76,22 @@ def hidden_write_call(b: GraphBuilder, old: ValueRef, new: ValueRef) -> ValueRef
     return b.call(HIDDEN_WRITE, (old, new), meta=meta)
 
 
+def without_grad_where_captured(inferred: Meta, captured: Meta) -> Meta:
+    """``inferred``, the metadata of an in-place op's functional variant (which requires
+    grad where an argument does), with ``requires_grad`` off when the capture saw the
+    in-place op's result without it: the op ran under ``torch.no_grad()``
+    (``with torch.no_grad(): buf.add_(w)`` from a graph Dynamo hands over), so the value
+    it wrote is data, not history, and the re-trace detaches it."""
+    if not isinstance(captured, TensorMeta) or captured.requires_grad:
+        return inferred
+    if isinstance(inferred, TensorMeta):
+        return dataclasses.replace(inferred, requires_grad=False)
+    if isinstance(inferred, tuple):
+        return tuple(dataclasses.replace(m, requires_grad=False)
+                     if isinstance(m, TensorMeta) else m for m in inferred)
+    return inferred
+
+
 def record_hidden_write(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     """Run the marker while a re-trace records: ``clone(new)``, differentiable to
     ``old``, when ``old`` requires grad; else ``new`` without its history (an inference
@@ -87,4 +104,4 @@ def record_hidden_write(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = ["DETACH", "HIDDEN_WRITE", "hidden_write", "hidden_write_call",
-           "record_hidden_write"]
+           "record_hidden_write", "without_grad_where_captured"]

@@ -56,6 +56,7 @@ __all__ = [
     "symbolic_meta_kernels",
     "input_source",
     "int_oo",
+    "is_grad_mode_switch",
     "is_fake",
     "is_op_overload",
     "is_unbacked",
@@ -73,6 +74,12 @@ __all__ = [
     "track_guards",
     "unset_fake_temporarily",
 ]
+
+
+def is_grad_mode_switch(target: object) -> bool:
+    """Whether an FX node's target is the grad-mode switch Dynamo writes for
+    ``torch.no_grad()`` / ``torch.enable_grad()`` blocks (``torch._C._set_grad_enabled``)."""
+    return target is torch._C._set_grad_enabled
 
 
 def assert_async(condition: torch.Tensor, message: str) -> None:

@@ -50,6 +50,13 @@ the graph cannot be recorded symbolically  ``import: <the importer's reason>``
 (a Python number Dynamo made symbolic,
 :class:`~ember.runtime.foreign_shapes.SymbolicImportError`)
 =========================================  =========================================
+
+A graph that turns grad mode on inside (``with torch.enable_grad():``, which Dynamo
+writes as ``torch._C._set_grad_enabled(True)``) while it is compiled under
+``torch.no_grad()`` runs as Dynamo captured it, eagerly: an Ember program is wholly an
+inference or a training program, and this one would be both. It warns
+(:class:`EagerGraphWarning`), logs under ``EMBER_LOGS=fallbacks`` and counts in
+:data:`eager_graphs`.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+from ember.runtime._torch import is_grad_mode_switch
 from ember.runtime.callable import InputAliasingError, ProgramCallable
 from ember.runtime.config import config
 from ember.runtime.foreign_shapes import SymbolicImportError
@@ -69,12 +77,16 @@ from ember.runtime.logs import log
 from ember.runtime.pipeline import BACKENDS, check_mode, check_options, compile_program
 from ember.runtime.stages import StageDeclined
 
-__all__ = ["DEFAULT_BACKEND", "DynamoCompiled", "ShapeSpecializationWarning",
-           "ShapeSpecialized", "checked_options", "ember", "per_shape_fallbacks"]
+__all__ = ["DEFAULT_BACKEND", "DynamoCompiled", "EagerGraphWarning",
+           "ShapeSpecializationWarning", "ShapeSpecialized", "checked_options", "eager_graphs",
+           "ember", "per_shape_fallbacks"]
 
 per_shape_fallbacks: collections.Counter[str] = collections.Counter()
 """Symbolic Dynamo graphs compiled per shape instead, by reason (``"stage declined:
 ..."``, ``"import: ..."``); one count per graph."""
+
+eager_graphs: collections.Counter[str] = collections.Counter()
+"""Dynamo graphs Ember runs eagerly, by reason; one count per graph."""
 
 DEFAULT_BACKEND = "inductor"
 """The Ember backend ``torch.compile(backend="ember")`` uses unless
@@ -142,6 +154,10 @@ def _sharing(inputs: Sequence[Any]) -> tuple[Any, ...]:
     return tuple((first.setdefault(v.untyped_storage().data_ptr(), i), v.storage_offset(),
                   v.stride()) if isinstance(v, torch.Tensor) else None
                  for i, v in enumerate(inputs))
+
+
+class EagerGraphWarning(UserWarning):
+    """A Dynamo graph runs eagerly, as Dynamo captured it (the message says why)."""
 
 
 class ShapeSpecializationWarning(UserWarning):
@@ -239,7 +255,7 @@ def ember(
     *,
     mode: str | None = None,
     options: Mapping[str, Any] | None = None,
-) -> DynamoCompiled | ShapeSpecialized:
+) -> DynamoCompiled | ShapeSpecialized | Callable[..., Any]:
     """The Dynamo backend: compile ``graph_module`` with Ember.
 
     Args:
@@ -253,7 +269,8 @@ def ember(
     Returns:
         A :class:`DynamoCompiled` taking the flat inputs and returning the
         GraphModule's (tuple or list) result (a symbolic program for a symbolic graph),
-        or a :class:`ShapeSpecialized` for a symbolic graph Ember cannot keep symbolic.
+        or a :class:`ShapeSpecialized` for a symbolic graph Ember cannot keep symbolic,
+        or the graph's own ``forward`` where it runs eagerly (module doc).
 
     Raises:
         ValueError: an unknown Ember backend, an option no stage reads, or an option
@@ -264,6 +281,9 @@ def ember(
     """
     backend, stage_options = checked_options(options)
     check_mode(None if mode == "default" else mode, backend)
+    if not torch.is_grad_enabled() and _enables_grad(graph_module):
+        return _eager(graph_module, "it turns grad mode on inside (torch.enable_grad()) "
+                                    "while compiled under torch.no_grad()")
     if not _is_symbolic_graph(graph_module, example_inputs):
         def compiled_for(inputs: Sequence[Any]) -> DynamoCompiled:
             imported = record_fx(graph_module, inputs)
@@ -284,6 +304,24 @@ def ember(
     log("recompiles", f"compiled a symbolic Dynamo graph once for the sizes "
                       f"{_ranges_text(imported)}")
     return DynamoCompiled(imported, compiled)
+
+
+def _enables_grad(graph_module: torch.fx.GraphModule) -> bool:
+    """Whether the graph turns grad mode on (Dynamo's ``_set_grad_enabled(True)``)."""
+    return any(node.op == "call_function" and is_grad_mode_switch(node.target)
+               and bool(node.args) and node.args[0] is True
+               for node in graph_module.graph.nodes)
+
+
+def _eager(graph_module: torch.fx.GraphModule, reason: str) -> Callable[..., Any]:
+    """``graph_module``'s own ``forward``, run eagerly for ``reason`` (warned, logged
+    under ``fallbacks``, counted in :data:`eager_graphs`)."""
+    eager_graphs[reason] += 1
+    message = f"torch.compile(backend='ember') runs a graph eagerly: {reason}"
+    warnings.warn(message, EagerGraphWarning, stacklevel=3)
+    log("fallbacks", message)
+    forward: Callable[..., Any] = graph_module.forward
+    return forward
 
 
 def _is_symbolic_graph(graph_module: torch.fx.GraphModule,

@@ -26,6 +26,9 @@ component            what goes in
 ``settings``         torch's global numerics settings a stage may bake into code
                      (:data:`NUMERICS_SETTINGS`: float32 matmul precision and TF32,
                      reduced-precision reductions, deterministic algorithms)
+``grad``             whether grad mode is on: the aot stage derives a backward only
+                     under it, so the same program text compiles to an inference
+                     program under ``torch.no_grad()`` and to a training one outside
 ``format``           :data:`CACHE_FORMAT`
 ===================  ==========================================================
 
@@ -262,6 +265,10 @@ def _settings(req: KeyRequest) -> str:
     return "\n".join(f"{name}={read()}" for name, read in NUMERICS_SETTINGS.items())
 
 
+def _grad(req: KeyRequest) -> str:
+    return f"grad_enabled={torch.is_grad_enabled()}"
+
+
 COMPONENTS: dict[str, Callable[[KeyRequest], str]] = {
     "program": _program,
     "tensors": _tensors,
@@ -274,6 +281,7 @@ COMPONENTS: dict[str, Callable[[KeyRequest], str]] = {
     "python": _python,
     "device": _device,
     "settings": _settings,
+    "grad": _grad,
     "format": _format,
 }
 """The key's components, each a function of the request to text (see the module

@@ -1,0 +1,115 @@
+"""Grad mode inside and around a Dynamo graph (``torch.compile(backend="ember")``):
+Dynamo writes ``torch.no_grad()`` / ``torch.enable_grad()`` blocks as
+``torch._C._set_grad_enabled`` calls in its graph, and recompiles a graph for each grad
+mode it is called under."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from ember.runtime import dynamo_backend
+from ember.runtime.config import patch
+from torch import nn
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo(tmp_path: Path) -> Iterator[None]:
+    torch.compiler.reset()
+    # the program cache on (the test session turns it off): a hit must be the right one
+    with patch(cache_dir=tmp_path, cache_enabled=True, program_cache=True):
+        yield
+    torch.compiler.reset()
+
+
+def _buffer_step(b: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        b.add_(w)
+    return (w * x).sum()
+
+
+def test_an_input_written_under_no_grad_takes_no_history() -> None:
+    compiled = torch.compile(_buffer_step, backend="ember")
+    b, w = torch.zeros(3), torch.ones(3, requires_grad=True)
+    compiled(b, w, torch.full((3,), 2.0)).backward()
+    assert not b.requires_grad and b.grad_fn is None
+    torch.testing.assert_close(b, torch.ones(3))
+    torch.testing.assert_close(w.grad, torch.full((3,), 2.0))
+
+
+class _Ema(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.register_buffer("ema", torch.zeros(3, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.ema.mul_(0.9).add_(self.lin.weight, alpha=0.1)
+        out: torch.Tensor = self.lin(x)
+        return out
+
+
+def test_a_buffer_updated_under_no_grad_from_a_weight_trains_step_after_step() -> None:
+    # the buffer's new value carried the weight's history: the second step's backward
+    # raised "Trying to backward through the graph a second time"
+    torch.manual_seed(0)
+    model, reference = _Ema(), _Ema()
+    reference.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="ember")
+    x = torch.randn(2, 3)
+    for _ in range(3):
+        compiled(x).sum().backward()
+        reference(x).sum().backward()
+    assert not model.ema.requires_grad
+    torch.testing.assert_close(model.ema, reference.ema)
+    torch.testing.assert_close(model.lin.weight.grad, reference.lin.weight.grad)
+
+
+def _padded(x: torch.Tensor) -> torch.Tensor:
+    return F.pad(x, (1, 2, 1, 2), value=3.0)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_graph_compiled_under_no_grad_then_with_grad_gets_a_backward(
+        dynamic: bool | None) -> None:
+    # one program text, two grad modes: the program cache served the inference
+    # program to the training call (grad mode was not in the key)
+    compiled = torch.compile(_padded, backend="ember", dynamic=dynamic)
+    x = torch.randn(2, 3, 5, 6, requires_grad=True)
+    with torch.no_grad():
+        assert not compiled(x).requires_grad
+    y = compiled(x)
+    assert y.requires_grad
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones_like(x))
+
+
+def _grad_inside(x: torch.Tensor) -> torch.Tensor:
+    with torch.enable_grad():
+        y = x * 2
+    return y
+
+
+def test_a_graph_that_turns_grad_on_under_no_grad_runs_eagerly() -> None:
+    compiled = torch.compile(_grad_inside, backend="ember")
+    x = torch.randn(4, requires_grad=True)
+    before = sum(dynamo_backend.eager_graphs.values())
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        y = compiled(x)
+    assert sum(dynamo_backend.eager_graphs.values()) == before + 1
+    assert any(issubclass(w.category, dynamo_backend.EagerGraphWarning)
+               and "enable_grad" in str(w.message) for w in caught)
+    assert y.requires_grad
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((4,), 2.0))
+    # with grad mode on around it, the same function compiles (no eager graph)
+    x.grad = None
+    compiled(x).sum().backward()
+    assert sum(dynamo_backend.eager_graphs.values()) == before + 1
+    torch.testing.assert_close(x.grad, torch.full((4,), 2.0))
