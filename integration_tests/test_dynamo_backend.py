@@ -254,6 +254,35 @@ def test_a_python_number_made_symbolic_compiles_per_value(spy: _Spy) -> None:
     assert after == before + 1 and len(spy.calls) == 2
 
 
+def _attention_scaled(x: torch.Tensor) -> torch.Tensor:
+    return x * x.shape[-1] ** -0.5
+
+
+def _upsampled(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+
+
+@pytest.mark.parametrize(("fn", "shapes", "reason"), [
+    # a size used as a float: a SymFloat, which the IR cannot hold
+    (_attention_scaled, [(3, 5), (3, 7), (3, 9)], "SymFloat"),
+    # the recording's guards fix the sizes Dynamo left symbolic: a static program
+    # that Dynamo's guards would have called with every size
+    (_upsampled, [(2, 3, 5, 6), (2, 3, 7, 8), (2, 3, 9, 10)], "the recording specialised"),
+], ids=["symbolic_float", "specialised"])
+def test_a_graph_ember_cannot_keep_symbolic_compiles_per_shape(
+        fn: Any, shapes: list[tuple[int, ...]], reason: str) -> None:
+    """Dynamo's automatic dynamic shapes (its second shape): these raised
+    BackendCompilerFailed, or a TypeError at the third shape."""
+    before = sum(n for r, n in dynamo_backend.per_shape_fallbacks.items() if reason in r)
+    compiled = torch.compile(fn, backend="ember")
+    with pytest.warns(dynamo_backend.ShapeSpecializationWarning, match=reason):
+        for shape in shapes:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(compiled(x), fn(x))
+    after = sum(n for r, n in dynamo_backend.per_shape_fallbacks.items() if reason in r)
+    assert after == before + 1
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_mlp_batch_sweep_compiles_once_and_matches_eager(spy: _Spy, backend: str) -> None:
     """dynamic=True on a small MLP over batch sizes 2..9: one symbolic program through

@@ -430,3 +430,36 @@ def test_a_disabled_call_inside_a_nonstrict_function_runs_at_every_call() -> Non
         torch.testing.assert_close(compiled(torch.ones(2)), torch.full((2,), 3.0))
     assert _LOGGED == [1, 1, 1]
     assert any("call to" in b.reason and "nonstrict" in b.reason for b in compiled.breaks)
+
+
+def _lstsq(a, b):
+    return torch.linalg.lstsq(a, b).solution
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False])
+def test_a_data_dependent_break_hints_only_what_would_help(dynamic, capsys):
+    # lstsq's output size depends on the data: with dynamic=None or True the capture
+    # with symbolic shapes was tried too, so asking for it is no hint
+    compiled = ef.compile(_lstsq, dynamic=dynamic)
+    a, b = torch.randn(5, 3), torch.randn(5, 2)
+    torch.testing.assert_close(compiled(a, b), _lstsq(a, b))
+    (brk,) = compiled.breaks
+    assert "data-dependent size" in brk.reason
+    if dynamic is False:
+        assert "compile with dynamic=None or True" in brk.hint
+    else:
+        assert "even a capture with symbolic shapes" in brk.hint
+        assert "dynamic=None or True" not in brk.hint
+
+
+def _scaled(x):
+    return x * x.shape[-1] ** -0.5
+
+
+def test_a_size_used_as_a_float_under_dynamic_shapes_says_so(capsys):
+    compiled = ef.compile(_scaled, dynamic=True)
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(compiled(x), _scaled(x))
+    (brk,) = compiled.breaks
+    assert "SymFloat" in brk.reason, brk
+    assert "used as a float" in brk.hint and "data-dependent" not in brk.hint

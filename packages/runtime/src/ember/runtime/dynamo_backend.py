@@ -48,7 +48,11 @@ a stage declines the symbolic program      ``stage declined: <the stage's reason
 (:class:`~ember.runtime.stages.StageDeclined`)
 the graph cannot be recorded symbolically  ``import: <the importer's reason>``
 (a Python number Dynamo made symbolic,
-:class:`~ember.runtime.foreign_shapes.SymbolicImportError`)
+:class:`~ember.runtime.foreign_shapes.SymbolicImportError`; a
+symbolic float, ``x.shape[-1] ** -0.5``,
+:class:`~ember.runtime.tracing_errors.RecordingError`)
+the recording fixed a size Dynamo left      ``import: the recording specialised
+symbolic (a guard of an op specialised it)  input NAME dim D (= SIZE)``
 =========================================  =========================================
 
 A graph that turns grad mode on inside (``with torch.enable_grad():``, which Dynamo
@@ -73,9 +77,11 @@ from ember.runtime.callable import InputAliasingError, ProgramCallable
 from ember.runtime.config import config
 from ember.runtime.foreign_shapes import SymbolicImportError
 from ember.runtime.fx_import import FxImport, is_symbolic, record_fx
+from ember.runtime.ir import TensorMeta
 from ember.runtime.logs import log
 from ember.runtime.pipeline import BACKENDS, check_mode, check_options, compile_program
 from ember.runtime.stages import StageDeclined
+from ember.runtime.tracing_errors import RecordingError
 
 __all__ = ["DEFAULT_BACKEND", "DynamoCompiled", "EagerGraphWarning",
            "ShapeSpecializationWarning", "ShapeSpecialized", "checked_options", "eager_graphs",
@@ -293,8 +299,12 @@ def ember(
         return compiled_for(example_inputs)
     try:
         imported = record_fx(graph_module, example_inputs)
-    except SymbolicImportError as e:
+    except (SymbolicImportError, RecordingError) as e:  # RecordingError: a SymFloat
         return ShapeSpecialized(graph_module, backend, stage_options, mode, f"import: {e}")
+    fixed = _specialised_dim(graph_module, example_inputs, imported)
+    if fixed is not None:  # the program takes that size only; Dynamo's guards take any
+        return ShapeSpecialized(graph_module, backend, stage_options, mode,
+                                f"import: the recording specialised {fixed}")
     try:
         compiled = compile_program(imported.program, backend, stage_options, mode,
                                    eager_on_decline=False)
@@ -322,6 +332,24 @@ def _eager(graph_module: torch.fx.GraphModule, reason: str) -> Callable[..., Any
     log("fallbacks", message)
     forward: Callable[..., Any] = graph_module.forward
     return forward
+
+
+def _specialised_dim(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                     imported: FxImport) -> str | None:
+    """The first input dim that Dynamo left symbolic and the recorded program fixed to
+    one size (a guard of the recording specialised its symbol: ``F.interpolate`` with a
+    float ``scale_factor``), as ``"input NAME dim D (= SIZE)"``; None when none was."""
+    metas = {p.name: p.meta for p in imported.program.forward.placeholders}
+    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    for node, value in zip(placeholders, example_inputs):
+        fake = value if is_symbolic(value) else node.meta.get("example_value")
+        meta = metas.get(node.name)
+        if not isinstance(fake, torch.Tensor) or not isinstance(meta, TensorMeta):
+            continue
+        for dim, (size, kept) in enumerate(zip(fake.shape, meta.sizes)):
+            if isinstance(size, torch.SymInt) and type(kept) is int:
+                return f"input {node.name} dim {dim} (= {kept})"
+    return None
 
 
 def _is_symbolic_graph(graph_module: torch.fx.GraphModule,

@@ -88,7 +88,7 @@ from ember.runtime.ir import (
     writes_arguments,
 )
 from ember.runtime.ir.contracts import INPUT_ALIASES_KEY, InputAlias, InputAliases
-from ember.runtime.tracing_errors import RecordingError
+from ember.runtime.tracing_errors import RecordingError, SymbolicValueError
 from ember.runtime.tracing_grad import (
     hidden_write_positions,
     mark_copies_below_autograd,
@@ -100,7 +100,7 @@ from ember.runtime.tracing_rewrites import RECORD_REWRITES
 from ember.runtime.tracing_scalars import TensorScalars
 from ember.runtime.tracing_symbolic import RecordedSymbols
 
-__all__ = ["GraphRecorder", "RecordingError"]
+__all__ = ["GraphRecorder", "RecordingError", "SymbolicValueError"]
 
 _LIFT_FRESH = {torch.ops.aten.lift_fresh.default}
 
@@ -480,7 +480,7 @@ class GraphRecorder:
         if isinstance(value, torch.SymInt) and self.symbols is not None:
             return self.symbols.argument(value, f"an argument of {qualified_name(func)}")
         if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
-            raise RecordingError(f"{qualified_name(func)} got a symbolic value {value} "
+            raise SymbolicValueError(f"{qualified_name(func)} got a symbolic value {value} "
                                  f"({type(value).__name__}); the IR holds symbolic ints "
                                  "only, and only in a dynamic recorder")
         if value is None or isinstance(

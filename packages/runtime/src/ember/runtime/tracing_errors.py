@@ -6,3 +6,8 @@ from __future__ import annotations
 
 class RecordingError(RuntimeError):
     """An op or value the recorder cannot represent in the IR; the message names it."""
+
+
+class SymbolicValueError(RecordingError):
+    """A symbolic value the IR cannot hold: a ``SymFloat`` or ``SymBool`` (a size used
+    as a float, ``n ** -0.5``), or a ``SymInt`` outside a dynamic recorder."""

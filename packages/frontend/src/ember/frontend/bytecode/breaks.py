@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ember.runtime.ir import SourceLocation
+from ember.runtime.tracing_errors import SymbolicValueError
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,16 @@ class UnsupportedFunction(Exception):
 DEFAULT_HINT = ("move this code out of the compiled function, wrap it in "
                 "ember.frontend.disable, or allow the break with "
                 "ember.frontend.allow_break")
+
+
+#: a symbolic size a call used as a float (``n ** -0.5``, ``size / n``), which the IR
+#: cannot hold (its symbolic values are integers)
+SYMBOLIC_FLOAT_HINT = ("a symbolic size is used as a float here (n ** -0.5, size / n): "
+                       "keep that dimension static (ember.frontend.mark_static, or "
+                       "dynamic=False) or compute the float outside")
+
+
+def failure_hint(error: BaseException) -> str:
+    """The hint for a call that failed on fake tensors with ``error``; "" for the
+    default one."""
+    return SYMBOLIC_FLOAT_HINT if isinstance(error, SymbolicValueError) else ""

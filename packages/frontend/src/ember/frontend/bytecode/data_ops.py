@@ -18,7 +18,7 @@ from typing import Any
 
 from ember.frontend._torch import data_dependent_output_types, is_fake, quiet_fake_tensor_errors
 from ember.frontend.bytecode import opcodes
-from ember.frontend.bytecode.breaks import GraphBreak
+from ember.frontend.bytecode.breaks import GraphBreak, failure_hint
 from ember.frontend.bytecode.capture import (
     PRIMITIVES,
     CaptureContext,
@@ -357,7 +357,7 @@ class DataOps(UnsourcedOps):
                 if self.capture is not None and isinstance(e, data_dependent_output_types()):
                     self.capture.data_dependent = True  # x[x > 0]: capture symbolic again
                 raise self.fail(f"operator {fn.__name__} on tensors failed during capture: "
-                                f"{type(e).__name__}: {e}") from e
+                                f"{type(e).__name__}: {e}", failure_hint(e)) from e
             raise
         if call.turned_grad_on():
             raise self.fail(f"operator {fn.__name__}: {CALL_TURNED_GRAD_ON}")

@@ -25,7 +25,7 @@ from ember.frontend._torch import (
     quiet_fake_tensor_errors,
 )
 from ember.frontend.autocast_cache import real_casts_uncached
-from ember.frontend.bytecode.breaks import GraphBreak
+from ember.frontend.bytecode.breaks import GraphBreak, failure_hint
 from ember.frontend.bytecode.escape import is_nonstrict
 from ember.frontend.bytecode.frame import location_of
 from ember.frontend.bytecode.grad_mode import CALL_TURNED_GRAD_ON, program_call
@@ -226,12 +226,18 @@ def _failed(interp: Any, fn: Any, e: Exception, recorded: bool) -> GraphBreak:
     if isinstance(e, data_dependent_output_types()):
         interp.capture.data_dependent = True  # a symbolic capture gets unbacked sizes
         op = getattr(e, "func", None) or str(e).splitlines()[0]
+        # NOTE: with dynamic=None or True a capture with symbolic shapes has been, or is
+        # about to be, tried: a break reported then is one that did not help either
+        hint = ("keep the code outside the compiled function (even a capture with "
+                "symbolic shapes cannot give this op an unbacked size)"
+                if interp.capture.policy.unbacked_allowed else
+                "compile with dynamic=None or True (symbolic shapes give it an unbacked "
+                "size), or keep the code outside")
         return restart_if(recorded, interp.fail(
             f"data-dependent size of {op} in {callable_name(fn)}: its output size (or value) "
-            "depends on the data", "compile with dynamic=None or True (symbolic "
-            "shapes give it an unbacked size), or keep the code outside"))
+            "depends on the data", hint))
     hint = ("register the operator's fake kernel" if isinstance(e, MissingFakeKernelError)
-            else "data-dependent output shapes and values are not captured")
+            else failure_hint(e) or "keep the code outside the compiled function")
     return restart_if(recorded, interp.fail(
         f"{callable_name(fn)} could not run on fake tensors ({type(e).__name__}: "
         f"{str(e).splitlines()[0] if str(e) else ''})", hint))

@@ -39,6 +39,8 @@ SIDE_EFFECT_OPS: dict[str, str] = {
     "aten::_assert_tensor_metadata": "fails the program when a tensor's metadata differs",
     "aten::_functional_assert_async": "fails the program when its condition is false",
     "aten::_functional_assert_scalar": "fails the program when its condition is false",
+    "aten::_linalg_check_errors": "raises torch.linalg's error when a factorization's "
+                                  "info is nonzero (a singular matrix to linalg.inv)",
     "aten::sym_constrain_range": "constrains the range of a size symbol",
     "aten::sym_constrain_range_for_size": "constrains the range of a size symbol",
     "aten::_functional_sym_constrain_range": "constrains the range of a size symbol",

@@ -87,6 +87,8 @@ CORE_FUNCTIONAL_EXTRA_OPS: frozenset[str] = frozenset({
     "aten::_assert_scalar.default",
     "aten::_functional_assert_async.msg",
     "aten::_assert_tensor_metadata.default",
+    # torch.linalg's check of a factorization's info (raises LinAlgError): no compute
+    "aten::_linalg_check_errors.default",
     # Fused attention kernels that SDPA dispatches to, and their backwards: a backend
     # calls them as extern kernels; decomposing them to matmul+softmax loses the fusion.
     "aten::_scaled_dot_product_flash_attention.default",
