@@ -93,6 +93,24 @@ def _nan_ignoring(pick: Callable[..., Any], a: torch.Tensor, b: torch.Tensor) ->
     return aten.where.self(aten.isnan.default(b), a, take_a)
 
 
+@register(torch.ops.prims.fma.default)
+def fma(a: Any, b: Any, c: Any) -> Any:
+    """``a * b + c``. Dynamo writes ``addcmul_`` (an Adam or RMSprop step) as
+    ``prims.fma(t1 * t2, value, self)`` to match the inductor's numerics; a prims op is
+    no Core ATen op. The kernels compute it in one expression (two roundings in the
+    generated code where the compiler does not contract it, one in eager's kernel)."""
+    aten = torch.ops.aten
+    if isinstance(a, torch.Tensor):
+        product = aten.mul.Tensor(a, b)
+    elif isinstance(b, torch.Tensor):
+        product = aten.mul.Tensor(b, a)
+    else:
+        product = a * b
+    if isinstance(product, torch.Tensor):
+        return aten.add.Tensor(product, c)
+    return aten.add.Tensor(c, product)
+
+
 @register(torch.ops.aten.fmax.default)
 def fmax(a: torch.Tensor, b: torch.Tensor) -> Any:
     """``maximum`` that ignores NaN: where one operand is NaN, the other one."""

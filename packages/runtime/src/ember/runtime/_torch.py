@@ -57,6 +57,7 @@ __all__ = [
     "input_source",
     "int_oo",
     "is_grad_mode_switch",
+    "fixed_by_its_shape_env",
     "is_fake",
     "is_op_overload",
     "is_unbacked",
@@ -74,6 +75,22 @@ __all__ = [
     "track_guards",
     "unset_fake_temporarily",
 ]
+
+
+def fixed_by_its_shape_env(size: torch.SymInt) -> bool:
+    """Whether the shape environment that made ``size`` (Dynamo's) has fixed it to one
+    value: its expression is a number once that environment's replacements are applied
+    (a guard of Dynamo's own tracing, ``s1 == 8`` for a matmul with an 8-wide weight,
+    which Dynamo's guards then check)."""
+    node = size.node
+    env = getattr(node, "shape_env", None)
+    expr = node.expr
+    try:
+        if env is not None:
+            expr = env.replace(expr)
+    except Exception:  # noqa: BLE001 - another torch: judge the expression as it is
+        pass
+    return bool(getattr(expr, "is_number", False))
 
 
 def is_grad_mode_switch(target: object) -> bool:

@@ -72,7 +72,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from ember.runtime._torch import is_grad_mode_switch
+from ember.runtime._torch import fixed_by_its_shape_env, is_grad_mode_switch
 from ember.runtime.callable import InputAliasingError, ProgramCallable
 from ember.runtime.config import config
 from ember.runtime.foreign_shapes import SymbolicImportError
@@ -338,7 +338,8 @@ def _specialised_dim(graph_module: torch.fx.GraphModule, example_inputs: Sequenc
                      imported: FxImport) -> str | None:
     """The first input dim that Dynamo left symbolic and the recorded program fixed to
     one size (a guard of the recording specialised its symbol: ``F.interpolate`` with a
-    float ``scale_factor``), as ``"input NAME dim D (= SIZE)"``; None when none was."""
+    float ``scale_factor``), as ``"input NAME dim D (= SIZE)"``; None when none was. A
+    dim Dynamo's own tracing fixed (its guards check it) does not count."""
     metas = {p.name: p.meta for p in imported.program.forward.placeholders}
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
     for node, value in zip(placeholders, example_inputs):
@@ -347,7 +348,8 @@ def _specialised_dim(graph_module: torch.fx.GraphModule, example_inputs: Sequenc
         if not isinstance(fake, torch.Tensor) or not isinstance(meta, TensorMeta):
             continue
         for dim, (size, kept) in enumerate(zip(fake.shape, meta.sizes)):
-            if isinstance(size, torch.SymInt) and type(kept) is int:
+            if (isinstance(size, torch.SymInt) and type(kept) is int
+                    and not fixed_by_its_shape_env(size)):
                 return f"input {node.name} dim {dim} (= {kept})"
     return None
 
