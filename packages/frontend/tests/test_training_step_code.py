@@ -170,3 +170,55 @@ def test_zero_grad_is_captured_and_other_tensor_writes_named_for_the_user(
     err = capsys.readouterr().err
     assert "attribute write .requires_grad on a tensor: a tensor property" in err
     assert "FakeTensor" not in err
+
+
+def _zero_with(how: str, model: nn.Module) -> None:
+    if how == "module":
+        model.zero_grad()
+    elif how == "module_keep":
+        model.zero_grad(set_to_none=False)
+    else:
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.zero_()
+
+
+@pytest.mark.parametrize("how", ["module", "module_keep", "loop"])
+def test_a_step_zeroing_the_gradients_through_parameters_matches_eager(how: str) -> None:
+    # module.parameters() reads each module's _parameters.items() in a lambda of torch's
+    # own, run for real: the parameters came without a source, their .grad was read
+    # unguarded and the zeroing was captured as a no-op (later calls kept accumulating)
+    torch.manual_seed(0)
+    eager_model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+    ember_model = copy.deepcopy(eager_model)
+
+    def step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        _zero_with(how, model)
+        model(x).pow(2).mean().backward()
+        return model[0].weight.grad.clone()
+
+    compiled = ef.compile(step)
+    for _ in range(3):
+        x = torch.randn(5, 6)
+        torch.testing.assert_close(compiled(ember_model, x), step(eager_model, x))
+    for p, q in zip(ember_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_zero_grad_after_backward_in_the_first_call() -> None:
+    # the first call raised "compiled graph input arg1: expected a tensor, got NoneType"
+    torch.manual_seed(0)
+    model = nn.Linear(6, 3)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        model(x).pow(2).mean().backward()
+        grad = model.weight.grad.clone()
+        model.zero_grad()
+        return grad
+
+    x = torch.randn(5, 6)
+    want = step(x)
+    compiled = ef.compile(step)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), want)
+        assert model.weight.grad is None

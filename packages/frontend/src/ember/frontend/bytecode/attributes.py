@@ -293,7 +293,8 @@ class AttributeOps:
             raise self.fail("assigning .grad a tensor that is not a value of the capture",
                             "set it outside the compiled function")
         try:
-            tensor.grad = value
+            if is_fake(tensor):  # (a real tensor, reached through a source: written after)
+                tensor.grad = value
         except (RuntimeError, TypeError) as e:
             raise self.fail(f"assigning .grad: {e}", "set it outside the compiled function")
         cap.record_attr_write(tensor, "grad", value, raw=False)

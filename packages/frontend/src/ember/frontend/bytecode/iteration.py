@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import gc
 import types
 from collections.abc import Callable
 from typing import Any
@@ -115,12 +116,16 @@ class SizedIterator(ListIterator):
     iteration began, values read when given (as CPython's dict iterators read them), and
     CPython's ``RuntimeError`` once the container changed size."""
 
-    def __init__(self, owner: Any, kind: str) -> None:
+    def __init__(self, owner: Any, kind: str,
+                 read: Callable[[Any], Any] | None = None) -> None:
         self.owner, self.kind, self.size = owner, kind, len(owner)
+        # a value of the dict at key k (guarded where the dict has a source: _read_item)
+        self.read: Callable[[Any], Any] = read if read is not None else (
+            owner.__getitem__ if kind in ("values", "items") else _no_values)
         self.keys = list(owner) if kind in ("set", "keys", "deque") else list(owner.keys())
         items = self.keys if kind in ("set", "keys", "deque") else (
-            [owner[k] for k in self.keys] if kind == "values"
-            else [(k, owner[k]) for k in self.keys])
+            [self.read(k) for k in self.keys] if kind == "values"
+            else [(k, self.read(k)) for k in self.keys])
         super().__init__(items)
 
     def _check(self) -> None:
@@ -138,18 +143,80 @@ class SizedIterator(ListIterator):
         self._check()
         if self.kind in ("values", "items") and self.position < len(self.keys):
             key = self.keys[self.position]
-            value = self.owner[key]
+            value = self.read(key)
             self.item_list[self.position] = value if self.kind == "values" else (key, value)
         return super().next()
 
 
-def _dict_iterator(value: Any) -> ListIterator:
+def _no_values(key: Any) -> Any:
+    raise TypeError("a set, a deque or a dict's keys are iterated without values")
+
+
+def _dict_iterator(value: Any, interp: Any) -> ListIterator:
     """A :class:`SizedIterator` over a dict or one of its views."""
     if isinstance(value, dict):
         return SizedIterator(value, "keys")
     kind = ("keys" if isinstance(value, type({}.keys())) else
             "values" if isinstance(value, type({}.values())) else "items")
-    return SizedIterator(value.mapping, kind)
+    return SizedIterator(value.mapping, kind, _read_item(_viewed_dict(value), interp))
+
+
+def _viewed_dict(view: Any) -> Any:
+    """The dict a dict view shows (its ``.mapping`` is a read-only proxy of it)."""
+    return next((r for r in gc.get_referents(view.mapping) if isinstance(r, dict)),
+                view.mapping)
+
+
+def _read_item(owner: dict[Any, Any], interp: Any) -> Callable[[Any], Any] | None:
+    """How the values of ``owner.values()`` / ``.items()`` are read in a capture: through
+    ``owner``'s source, as ``owner[k]`` is (an int or str key), so that what the loop
+    reads on them is guarded (``for p in module.parameters(): if p.grad is not None``
+    read each parameter's ``.grad`` unguarded: a train step's ``zero_grad()`` was
+    captured as a no-op, and later calls kept the gradients); None: read as they are."""
+    cap = interp.capture
+    if cap is None or getattr(interp, "calls_run_for_real", False):
+        return None  # inside a call run for real on fake tensors (clip_grad_norm_): its own
+    source = cap.source_of(owner)
+    if source is None:
+        source = _module_table_source(cap, owner)
+    if source is None:
+        return None
+    from ember.frontend.bytecode.sources import ItemSource
+
+    def read(key: Any) -> Any:
+        value = owner[key]
+        if type(key) not in (int, str):
+            return value
+        if isinstance(value, torch.Tensor):
+            # NOTE: a parameter stays the real tensor (code run for real, such as
+            # clip_grad_norm_, reads its .grad; an op on it lifts it to an input), with a
+            # source, so that what the loop reads of it (.grad) is guarded
+            cap.sources.setdefault(id(value), (value, ItemSource(source, key)))
+            return value
+        return cap.wrap(value, ItemSource(source, key))
+
+    return read
+
+
+_MODULE_TABLES = ("_parameters", "_buffers", "_modules")
+
+
+def _module_table_source(cap: Any, owner: Any) -> Any:
+    """The source of ``owner`` when it is a table (``_parameters``, ``_buffers``,
+    ``_modules``) of a module the capture has a source for, reached without one: torch's
+    ``named_parameters`` reads ``module._parameters.items()`` in a lambda of torch's own,
+    which runs for real. None when it is no such table."""
+    if type(owner) is not dict:
+        return None
+    from ember.frontend.bytecode.sources import AttrSource
+
+    for value, source in list(cap.sources.values()):
+        if isinstance(value, nn.Module):
+            members = value.__dict__
+            for table in _MODULE_TABLES:
+                if members.get(table) is owner:
+                    return AttrSource(source, table)
+    return None
 
 
 _SEQUENCE_MODULES = (nn.ModuleList, nn.Sequential, nn.ParameterList)
@@ -176,13 +243,13 @@ def make_iterator(value: Any, interp: Any) -> Any:
             id(value), (None,))[0] is value:  # a deque this capture made
         return SizedIterator(value, "deque")
     if type(value) in (dict, collections.OrderedDict, collections.defaultdict):
-        return _dict_iterator(value)
+        return _dict_iterator(value, interp)
     if isinstance(value, dict):
         return ListIterator(list(value.keys()))
     if isinstance(value, enum.EnumMeta):  # an Enum class: its members, fixed at definition
         return ListIterator(list(value))
     if isinstance(value, (type({}.keys()), type({}.values()), type({}.items()))):
-        return _dict_iterator(value)
+        return _dict_iterator(value, interp)
     if isinstance(value, types.MappingProxyType):
         return ListIterator(list(value))
     # NOTE: a container subclass with its own __iter__/__getitem__/__len__ is iterated

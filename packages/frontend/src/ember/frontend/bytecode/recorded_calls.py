@@ -253,6 +253,9 @@ def _run_for_real(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any])
                if o is not None and cap.source_of(o) is not None
                and isinstance(getattr(o, "__dict__", None), dict)
                and not isinstance(o, (type, types.ModuleType, nn.Module))]
+    # (iteration read inside it, of a generator it was given, stays the call's own:
+    # iteration._read_item)
+    interp.calls_run_for_real = getattr(interp, "calls_run_for_real", 0) + 1
     try:
         shape_env = cap.recorder.shape_env
         if shape_env is None:
@@ -260,6 +263,7 @@ def _run_for_real(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any])
         with symbolic_calls(shape_env, mode=False):  # sizes stay symbolic (dynamic)
             return call_rewritten(fn, args, kwargs)
     finally:
+        interp.calls_run_for_real -= 1
         for obj, before in watched:
             cap.capture_writes(obj, before)
 
