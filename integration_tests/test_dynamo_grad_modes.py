@@ -113,3 +113,26 @@ def test_a_graph_that_turns_grad_on_under_no_grad_runs_eagerly() -> None:
     compiled(x).sum().backward()
     assert sum(dynamo_backend.eager_graphs.values()) == before + 1
     torch.testing.assert_close(x.grad, torch.full((4,), 2.0))
+
+
+def test_a_gradient_hook_on_a_value_of_the_graph_runs_eagerly() -> None:
+    # Dynamo's higher_order.register_hook: Ember's backward did not call the hook (the
+    # gradients upstream of it were half of eager's, silently)
+    torch.manual_seed(0)
+    lin1, lin2 = nn.Linear(6, 12), nn.Linear(12, 3)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        h = lin1(x)
+        h.register_hook(lambda g: g * 2)
+        out: torch.Tensor = lin2(torch.tanh(h)).sum()
+        return out
+
+    x = torch.randn(5, 6)
+    f(x).backward()
+    want = lin1.weight.grad.clone()
+    lin1.zero_grad()
+    before = sum(dynamo_backend.eager_graphs.values())
+    with pytest.warns(dynamo_backend.EagerGraphWarning, match="register_hook"):
+        torch.compile(f, backend="ember")(x).backward()
+    assert sum(dynamo_backend.eager_graphs.values()) == before + 1
+    torch.testing.assert_close(lin1.weight.grad, want)

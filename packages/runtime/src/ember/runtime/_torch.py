@@ -57,6 +57,7 @@ __all__ = [
     "input_source",
     "int_oo",
     "is_grad_mode_switch",
+    "is_hook_registration",
     "fixed_by_its_shape_env",
     "is_fake",
     "is_op_overload",
@@ -91,6 +92,14 @@ def fixed_by_its_shape_env(size: torch.SymInt) -> bool:
     except Exception:  # noqa: BLE001 - another torch: judge the expression as it is
         pass
     return bool(getattr(expr, "is_number", False))
+
+
+def is_hook_registration(target: object) -> bool:
+    """Whether an FX node's target is Dynamo's ``torch.ops.higher_order.register_hook``
+    (``h.register_hook(fn)`` on a value of the graph: identity forward, ``fn`` applied
+    to its gradient)."""
+    hop = getattr(torch._ops, "HigherOrderOperator", None)
+    return hop is not None and isinstance(target, hop) and target.name() == "register_hook"
 
 
 def is_grad_mode_switch(target: object) -> bool:

@@ -58,7 +58,9 @@ symbolic (a guard of an op specialised it)  input NAME dim D (= SIZE)``
 A graph that turns grad mode on inside (``with torch.enable_grad():``, which Dynamo
 writes as ``torch._C._set_grad_enabled(True)``) while it is compiled under
 ``torch.no_grad()`` runs as Dynamo captured it, eagerly: an Ember program is wholly an
-inference or a training program, and this one would be both. It warns
+inference or a training program, and this one would be both. So does a graph that
+registers a gradient hook on one of its values (``h.register_hook(fn)``, Dynamo's
+``higher_order.register_hook``): Ember's backward would not call it. Each warns
 (:class:`EagerGraphWarning`), logs under ``EMBER_LOGS=fallbacks`` and counts in
 :data:`eager_graphs`.
 """
@@ -72,11 +74,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from ember.runtime._torch import fixed_by_its_shape_env, is_grad_mode_switch
+from ember.runtime._torch import (
+    fixed_by_its_shape_env,
+    is_grad_mode_switch,
+    is_hook_registration,
+)
 from ember.runtime.callable import InputAliasingError, ProgramCallable
 from ember.runtime.config import config
 from ember.runtime.foreign_shapes import SymbolicImportError
-from ember.runtime.fx_import import FxImport, is_symbolic, record_fx
+from ember.runtime.fx_import import BakedValueChanged, FxImport, is_symbolic, record_fx
 from ember.runtime.ir import TensorMeta
 from ember.runtime.logs import log
 from ember.runtime.pipeline import BACKENDS, check_mode, check_options, compile_program
@@ -118,23 +124,53 @@ class DynamoCompiled:
     """
 
     def __init__(self, imported: FxImport, compiled: ProgramCallable,
-                 recompile: Callable[[Sequence[Any]], DynamoCompiled] | None = None) -> None:
+                 recompile: Callable[[Sequence[Any]], DynamoCompiled] | None = None,
+                 eager: Callable[..., Any] | None = None) -> None:
         self.imported = imported
         self.compiled = compiled
         self._recompile = recompile
+        self._eager = eager  # the GraphModule's forward, past the limit of values
+        self._eager_noted = False
         self.by_sharing: dict[tuple[Any, ...], DynamoCompiled] = {}
+        self.by_value: dict[tuple[float, ...], DynamoCompiled] = {}
 
     def __call__(self, *inputs: Any) -> Any:
         # NOTE: the GraphModule's own tensors are passed live (not the program's
         # detached copies): gradients reach its parameters, buffer writes reach it.
         # A symbolic graph's SymInt inputs are checked and dropped.
-        flat = tuple(self.imported.program_inputs(inputs)) if self.imported.drops_inputs \
-            else inputs
+        try:
+            flat = tuple(self.imported.program_inputs(inputs)) \
+                if self.imported.drops_inputs else inputs
+        except BakedValueChanged as e:  # a learning rate a scheduler changed
+            return self._other_values(inputs, e)
         try:
             outputs = self.compiled([*flat, *self.imported.attributes])
         except InputAliasingError as e:  # raised before the program runs
             return self._shared_otherwise(inputs, e)
         return self.imported.rebuild(outputs)
+
+    def _other_values(self, inputs: tuple[Any, ...], error: BakedValueChanged) -> Any:
+        """Run ``inputs``, whose baked scalars (float attributes Dynamo passes as
+        tensors: an optimizer's learning rate) differ from :attr:`compiled`'s, through
+        the variant compiled for their values (compiled now if new, logged under
+        ``recompiles``). Past ``recompile_limit`` values the GraphModule runs eagerly
+        (warned and counted once: :func:`_note_eager`); ``error`` stands without it."""
+        if self._recompile is None:
+            raise error
+        key = tuple(float(inputs[b.position]) for b in self.imported.baked_scalars)
+        variant = self.by_value.get(key)
+        if variant is None:
+            if len(self.by_value) + 1 >= config.recompile_limit:
+                if self._eager is None:
+                    raise error
+                if not self._eager_noted:  # warned and counted once
+                    self._eager_noted = True
+                    _note_eager(f"its float inputs took more than recompile_limit "
+                                f"({config.recompile_limit}) values ({error})")
+                return self._eager(*inputs)
+            log("recompiles", f"compiling a Dynamo graph again for new values: {error}")
+            variant = self.by_value[key] = self._recompile(inputs)
+        return variant(*inputs)
 
     def _shared_otherwise(self, inputs: tuple[Any, ...], error: InputAliasingError) -> Any:
         """Run ``inputs``, which :attr:`compiled` refused, through the variant compiled
@@ -290,11 +326,16 @@ def ember(
     if not torch.is_grad_enabled() and _enables_grad(graph_module):
         return _eager(graph_module, "it turns grad mode on inside (torch.enable_grad()) "
                                     "while compiled under torch.no_grad()")
+    if any(node.op == "call_function" and is_hook_registration(node.target)
+           for node in graph_module.graph.nodes):
+        return _eager(graph_module, "it registers a gradient hook on one of its values "
+                                    "(Tensor.register_hook), which Ember's backward "
+                                    "would not call")
     if not _is_symbolic_graph(graph_module, example_inputs):
         def compiled_for(inputs: Sequence[Any]) -> DynamoCompiled:
             imported = record_fx(graph_module, inputs)
             compiled = compile_program(imported.program, backend, stage_options, mode)
-            return DynamoCompiled(imported, compiled, compiled_for)
+            return DynamoCompiled(imported, compiled, compiled_for, graph_module.forward)
 
         return compiled_for(example_inputs)
     try:
@@ -326,12 +367,18 @@ def _enables_grad(graph_module: torch.fx.GraphModule) -> bool:
 def _eager(graph_module: torch.fx.GraphModule, reason: str) -> Callable[..., Any]:
     """``graph_module``'s own ``forward``, run eagerly for ``reason`` (warned, logged
     under ``fallbacks``, counted in :data:`eager_graphs`)."""
-    eager_graphs[reason] += 1
-    message = f"torch.compile(backend='ember') runs a graph eagerly: {reason}"
-    warnings.warn(message, EagerGraphWarning, stacklevel=3)
-    log("fallbacks", message)
+    _note_eager(reason)
     forward: Callable[..., Any] = graph_module.forward
     return forward
+
+
+def _note_eager(reason: str) -> None:
+    """Warn, log under ``fallbacks`` and count in :data:`eager_graphs` that a graph runs
+    eagerly for ``reason``."""
+    eager_graphs[reason] += 1
+    message = f"torch.compile(backend='ember') runs a graph eagerly: {reason}"
+    warnings.warn(message, EagerGraphWarning, stacklevel=4)
+    log("fallbacks", message)
 
 
 def _specialised_dim(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any],

@@ -57,7 +57,7 @@ from ember.runtime.ir import InputKind, InputSpec, Program, SymInt, verify
 from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.tracing import GraphRecorder
 
-__all__ = ["BakedScalar", "FxImport", "SizeInput", "import_fx", "is_symbolic", "record_fx"]
+__all__ = ["BakedScalar", "BakedValueChanged", "FxImport", "SizeInput", "import_fx", "is_symbolic", "record_fx"]
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _META_KEYS = ("example_value", "val")  # Dynamo's and make_fx's/export's fake values
@@ -73,6 +73,11 @@ class SizeInput:
     name: str
     expr: SymInt
     site: SizeSite | None
+
+
+class BakedValueChanged(ValueError):
+    """A baked scalar's value differs from the one the program was compiled for (the
+    Dynamo backend compiles the graph again for the new value)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,8 @@ class FxImport:
         ``inputs`` for a graph without them).
 
         Raises:
-            ValueError: a baked scalar's value changed (names the input and values).
+            BakedValueChanged: a baked scalar's value changed (a ``ValueError`` naming
+                the input and values).
             ShapeError: a size input differs from the tensor size it stands for (names
                 both).
         """
@@ -131,10 +137,10 @@ class FxImport:
                 value = inputs[baked.position]
                 now = float(value.item()) if isinstance(value, torch.Tensor) else value
                 if now != baked.value:
-                    raise ValueError(
+                    raise BakedValueChanged(
                         f"graph input {baked.name!r} was {baked.value} when the graph was "
                         f"compiled and is {now} now: Ember bakes the float attributes "
-                        "Dynamo passes as tensors; compile with dynamic=None or False")
+                        "Dynamo passes as tensors into the program")
             skipped = {baked.position for baked in self.baked_scalars}
             inputs = [v for i, v in enumerate(inputs) if i not in skipped]
         if not self.size_inputs:
