@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any, overload
 
@@ -33,10 +34,21 @@ class CompiledModule(torch.nn.Module):
     buffers, ``train()``/``eval()`` are those of the original module (``_orig_mod``, as
     torch.compile names it), and attributes not found here are looked up there."""
 
-    def __init__(self, module: torch.nn.Module, compiled: CompiledCallable) -> None:
+    def __init__(self, module: torch.nn.Module, compiled: CompiledCallable,
+                 again: Callable[[torch.nn.Module], Any] | None = None) -> None:
         super().__init__()
         self._orig_mod = module
         self._compiled = compiled
+        self._again = again  # compile another module with the same settings
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """A compiled copy: the original module deep-copied and compiled again with the
+        same settings (the compiled variants hold guards on this module's objects, and
+        generated code, which a copy must not share)."""
+        if self._again is None:
+            raise TypeError("this compiled module cannot be copied: compile a copy of "
+                            "its module (_orig_mod) instead")
+        return self._again(copy.deepcopy(self._orig_mod, memo))
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._compiled(*args, **kwargs)
@@ -162,7 +174,11 @@ def compile(
                              backend_options)
     compiled = factory(request)
     if isinstance(fn_or_module, torch.nn.Module):
-        return CompiledModule(fn_or_module, compiled)
+        def again(module: torch.nn.Module) -> Any:
+            return compile(module, backend=backend, mode=mode, fullgraph=fullgraph,
+                           dynamic=dynamic, options=options)
+
+        return CompiledModule(fn_or_module, compiled, again)
     return compiled
 
 
