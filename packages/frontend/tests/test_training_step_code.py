@@ -222,3 +222,28 @@ def test_zero_grad_after_backward_in_the_first_call() -> None:
     for _ in range(2):
         torch.testing.assert_close(compiled(x), want)
         assert model.weight.grad is None
+
+
+def test_gradient_accumulation_keeping_the_first_loss_matches_eager() -> None:
+    # the first loss, live across the second micro-batch, made the second segment's
+    # compiled Function an autograd child of the first one: the second backward called
+    # the first's (no gradient reaching it), which read its freed saved values and raised
+    # "Trying to backward through the graph a second time"
+    torch.manual_seed(0)
+    eager_model = nn.Linear(6, 3)
+    ember_model = copy.deepcopy(eager_model)
+
+    def step(model: nn.Module, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+        l1 = model(x1).pow(2).mean()
+        l1.backward()
+        l2 = model(x2).pow(2).mean()
+        l2.backward()
+        return l1.detach() + l2.detach()
+
+    compiled = ef.compile(step)
+    for _ in range(2):
+        x1, x2 = torch.randn(5, 6), torch.randn(5, 6)
+        torch.testing.assert_close(compiled(ember_model, x1, x2), step(eager_model, x1, x2))
+        for p, q in zip(ember_model.parameters(), eager_model.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+            p.grad = q.grad = None

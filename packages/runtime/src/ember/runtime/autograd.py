@@ -212,6 +212,12 @@ def _run_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
         ctx.cuda_graph_hold.check()
     incoming = [grads[i] for i in runner.differentiable]
     missing = {j for j, g in enumerate(incoming) if g is None}
+    if len(missing) == len(incoming):
+        # NOTE: no gradient reached any output: every input's is None, as in eager. The
+        # engine still calls this node when a later graph took one of its outputs (a
+        # loss kept across a second micro-batch's backward), whose saved values the
+        # first backward freed: reading them would raise
+        return (None, *[None] * len(runner.gradient_of_input))
     args = _saved_values(ctx)  # from here the only references this frame holds
     args += [_contiguous_like_forward(g) if g is not None
              else _zeros(ctx.tangent_meta[j]) for j, g in enumerate(incoming)]
