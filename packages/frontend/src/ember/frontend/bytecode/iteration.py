@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import enum
 import gc
+import itertools
 import types
 from collections.abc import Callable
 from typing import Any
@@ -210,13 +211,20 @@ def _module_table_source(cap: Any, owner: Any) -> Any:
         return None
     from ember.frontend.bytecode.sources import AttrSource
 
-    for value, source in list(cap.sources.values()):
+    # the tables of the sourced modules by id, extended by the sources added since the
+    # last call (a model's parameters() reaches this once per module)
+    empty: dict[int, tuple[Any, Any]] = {}
+    known: tuple[int, dict[int, tuple[Any, Any]]] = getattr(cap, "_module_tables", (0, empty))
+    scanned, tables = known
+    for value, source in itertools.islice(list(cap.sources.values()), scanned, None):
         if isinstance(value, nn.Module):
-            members = value.__dict__
             for table in _MODULE_TABLES:
-                if members.get(table) is owner:
-                    return AttrSource(source, table)
-    return None
+                members = value.__dict__.get(table)
+                if type(members) is dict:
+                    tables.setdefault(id(members), (members, AttrSource(source, table)))
+    cap._module_tables = (len(cap.sources), tables)
+    found = tables.get(id(owner))
+    return found[1] if found is not None and found[0] is owner else None
 
 
 _SEQUENCE_MODULES = (nn.ModuleList, nn.Sequential, nn.ParameterList)
