@@ -28,3 +28,27 @@ def test_a_deep_copy_is_compiled_again_and_independent() -> None:
     torch.testing.assert_close(compiled(x), want)  # the original is not the copy
     torch.testing.assert_close(second(x), second._orig_mod(x))
     assert second.stats.compiles == 1
+
+
+def test_a_compiled_function_calling_compiled_code_captures_it_whole() -> None:
+    # the inner compiled function was inlined as Ember's own call machinery: four graph
+    # breaks (a lock, CompiledFunction.apply, ...) and five compiles
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 4)
+    inner = ef.compile(lambda x: torch.tanh(layer(x)))
+    inner_module = ef.compile(nn.Linear(4, 4))
+
+    def outer(x: torch.Tensor) -> torch.Tensor:
+        return inner_module(inner(x) * 2).sum()
+
+    compiled = ef.compile(outer)
+    x = torch.randn(3, 4, requires_grad=True)
+    got = compiled(x)
+    got.backward()
+    grad = x.grad
+    x.grad = None
+    want = outer(x)
+    want.backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grad, x.grad)
+    assert compiled.stats.graph_breaks == 0 and compiled.stats.graphs == 1

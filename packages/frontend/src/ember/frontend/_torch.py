@@ -32,6 +32,7 @@ from torch.utils._pytree import (  # nested containers <-> flat leaves
 )
 
 __all__ = [
+    "compiled_original_name",
     "SUPPORTED_NODES",
     "module_call_impl",
     "FakeTensor",
@@ -182,12 +183,25 @@ def dynamo_disabled_original(fn: Any) -> Any | None:
         target, "__wrapped__", None)
 
 
+def compiled_original_name(fn: Any) -> str:
+    """The attribute holding what the compiled wrapper ``fn`` compiles (see
+    :func:`torch_compiled_original`)."""
+    if isinstance(getattr(type(fn), "__ember_original__", None), property):
+        return "__ember_original__"
+    return "_torchdynamo_orig_callable"
+
+
 def torch_compiled_original(fn: Any) -> Any | None:
     """The function a ``torch.compile`` wrapper compiles (its private
-    ``_torchdynamo_orig_callable``), or None when ``fn`` is none (a
-    ``torch.compiler.disable`` wrapper is not one)."""
+    ``_torchdynamo_orig_callable``), or an ``ember.frontend.compile`` one
+    (``__ember_original__``), or None when ``fn`` is none (a ``torch.compiler.disable``
+    wrapper is not one). A capture calling one captures the function itself."""
     if getattr(fn, "_torchdynamo_disable", False) is True:
         return None
+    ember_original = getattr(type(fn), "__ember_original__", None)
+    if isinstance(ember_original, property):
+        original: Any = ember_original.fget(fn)  # type: ignore[misc]
+        return original if callable(original) else None
     original = getattr(fn, "_torchdynamo_orig_callable", None)
     return original if callable(original) else None
 

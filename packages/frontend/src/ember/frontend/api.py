@@ -41,6 +41,11 @@ class CompiledModule(torch.nn.Module):
         self._compiled = compiled
         self._again = again  # compile another module with the same settings
 
+    @property
+    def __ember_original__(self) -> torch.nn.Module:
+        """What was compiled: a capture calling this compiled module captures it."""
+        return self._orig_mod
+
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         """A compiled copy: the original module deep-copied and compiled again with the
         same settings (the compiled variants hold guards on this module's objects, and

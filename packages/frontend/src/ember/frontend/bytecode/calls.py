@@ -33,11 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ember.frontend._torch import (
-    disable_dynamo_wrapped,
-    dynamo_disabled_original,
-    torch_compiled_original,
-)
+from ember.frontend._torch import (compiled_original_name, disable_dynamo_wrapped,
+                                   dynamo_disabled_original, torch_compiled_original)
 from ember.frontend.autocast import AutocastRestore
 from ember.frontend.bytecode import (
     attention_rules,  # noqa: F401  (registers the SDPA mask rule)
@@ -209,7 +206,7 @@ class CallHandler:
             source = interp.capture.source_of(fn)
             if source is not None:
                 original = interp.wrap(original,
-                                       AttrSource(source, "_torchdynamo_orig_callable"))
+                                       AttrSource(source, compiled_original_name(fn)))
             return self.call_symbolic(interp, frame, original, args, kwargs)
         if is_disabled(fn):
             marked = ("ember.frontend.disable" if dynamo_disabled_original(fn) is None

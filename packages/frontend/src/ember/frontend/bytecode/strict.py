@@ -265,6 +265,11 @@ class StrictFunction(CaptureCacheUse):
             out.extend(callee.graphs)
         return out
 
+    @property
+    def __ember_original__(self) -> Any:
+        """What was compiled: a capture calling this compiled function captures it."""
+        return self.request.fn
+
     def guard_text(self) -> str:
         """The guards of every captured segment, callees' segments after this one's."""
         parts = []
