@@ -93,12 +93,12 @@ def _nan_ignoring(pick: Callable[..., Any], a: torch.Tensor, b: torch.Tensor) ->
     return aten.where.self(aten.isnan.default(b), a, take_a)
 
 
-@register(torch.ops.prims.fma.default)
 def fma(a: Any, b: Any, c: Any) -> Any:
-    """``a * b + c``. Dynamo writes ``addcmul_`` (an Adam or RMSprop step) as
-    ``prims.fma(t1 * t2, value, self)`` to match the inductor's numerics; a prims op is
-    no Core ATen op. The kernels compute it in one expression (two roundings in the
-    generated code where the compiler does not contract it, one in eager's kernel)."""
+    """``prims.fma``: ``a * b + c``. Dynamo writes ``addcmul_`` (an Adam or RMSprop step)
+    as ``prims.fma(t1 * t2, value, self)`` to match the inductor's numerics; a prims op
+    is no Core ATen op (:func:`late_decompositions` registers it). The kernels compute
+    it in one expression (two roundings in the generated code where the compiler does
+    not contract it, one in eager's kernel)."""
     aten = torch.ops.aten
     if isinstance(a, torch.Tensor):
         product = aten.mul.Tensor(a, b)
@@ -285,3 +285,14 @@ for _name, _element_op in FOREACH_ELEMENT_OPS.items():
                                   and _overload in _FOREACH_KEPT_WHOLE):
             continue
         register(getattr(_packet, _overload))(_per_element(_element_op))
+
+
+def late_decompositions() -> dict[OpOverload, Callable[..., Any]]:
+    """Decompositions of operators torch registers only once their namespace is loaded:
+    ``prims`` ops exist after ``torch._prims`` is imported (Dynamo imports it). Looked up
+    at each compile: a program recorded before they existed cannot call them."""
+    found: dict[OpOverload, Callable[..., Any]] = {}
+    prims = torch.ops.prims
+    if hasattr(prims, "fma"):
+        found[prims.fma.default] = fma
+    return found

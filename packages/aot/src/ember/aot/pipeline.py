@@ -42,7 +42,7 @@ from ember.aot._torch import (
     lacks_symbolic_kernel,
 )
 from ember.aot.config import AotConfig
-from ember.aot.decompositions import EMBER_DECOMPOSITIONS
+from ember.aot.decompositions import EMBER_DECOMPOSITIONS, late_decompositions
 from ember.aot.extern_ops import declare_extern_ops
 from ember.aot.functionalize import functionalize, functionalize_graph
 from ember.aot.partition.mincut import partition, saved_name
@@ -96,6 +96,7 @@ def aot_compile(program: Program, config: AotConfig | None = None) -> Program:
     table = decomposition_table_for_core_aten(CORE_FUNCTIONAL_EXTRA_OPS) if config.decompose else {}
     if config.decompose:
         table.update(EMBER_DECOMPOSITIONS)
+        table.update(late_decompositions())
         if any(graph_is_symbolic(g) for g in program.graphs.values()):
             table.update(symbolic_decompositions(table))
     with _declining_symbolic_failures(program):

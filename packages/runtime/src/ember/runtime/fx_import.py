@@ -57,7 +57,8 @@ from ember.runtime.ir import InputKind, InputSpec, Program, SymInt, verify
 from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.tracing import GraphRecorder
 
-__all__ = ["BakedScalar", "BakedValueChanged", "FxImport", "SizeInput", "import_fx", "is_symbolic", "record_fx"]
+__all__ = ["BakedScalar", "BakedValueChanged", "FxImport", "SizeInput", "import_fx",
+           "is_symbolic", "record_fx"]
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _META_KEYS = ("example_value", "val")  # Dynamo's and make_fx's/export's fake values
