@@ -14,6 +14,7 @@ torch's line, not the user's."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import ember.frontend as ef
 import pytest
@@ -247,3 +248,32 @@ def test_gradient_accumulation_keeping_the_first_loss_matches_eager() -> None:
         for p, q in zip(ember_model.parameters(), eager_model.parameters()):
             torch.testing.assert_close(p.grad, q.grad)
             p.grad = q.grad = None
+
+
+def test_a_zero_grad_kept_as_a_bound_method_is_guarded() -> None:
+    # zg = opt.zero_grad kept in a closure: the optimizer was read nowhere else, so its
+    # parameters' .grad were read unguarded and the zeroing was a no-op from the second
+    # call on (method_guards.py)
+    torch.manual_seed(0)
+    models = [nn.Linear(6, 3)]
+    models.append(copy.deepcopy(models[0]))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in models]
+
+    def make(model: nn.Module, opt: torch.optim.Optimizer) -> Any:
+        zg = opt.zero_grad
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            zg()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return step
+
+    compiled, eager = ef.compile(make(models[0], opts[0])), make(models[1], opts[1])
+    for _ in range(4):
+        x = torch.randn(5, 6)
+        torch.testing.assert_close(compiled(x), eager(x))
+    for p, q in zip(*(m.parameters() for m in models)):
+        torch.testing.assert_close(p, q)

@@ -25,6 +25,7 @@ from typing import Any, Self
 import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode.guards import Guard, GuardSet, tensor_guard
+from ember.frontend.bytecode.method_guards import guard_method
 from ember.frontend.bytecode.object_aliasing import guard_apart, second_source
 from ember.frontend.bytecode.side_effects import AttrWrite, CellWrite, GlobalWrite
 from ember.frontend.bytecode.sources import (
@@ -43,7 +44,6 @@ from ember.frontend.shape_guards import SymbolicInput
 from ember.frontend.tensor_subclasses import overriding_subclass
 from ember.runtime.ir import InputKind, InputSpec, SourceLocation
 from ember.runtime.tracing import GraphRecorder
-from ember.runtime.tracing_source import is_library_file
 from torch import nn
 
 PRIMITIVES = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis),
@@ -197,10 +197,8 @@ class CaptureContext:
             if isinstance(value.__self__, nn.Module):
                 if isinstance(func, types.FunctionType) and isinstance(source, AttrSource):
                     self.guard("id", MethodFuncSource(source.base, source.name), func)
-            elif (isinstance(func, types.FunctionType)
-                    and not is_library_file(func.__code__.co_filename)):
-                self.guard("id", AttrSource(AttrSource(source, "__func__"), "__code__"),
-                           func.__code__)
+            else:
+                guard_method(self, value, source)  # (and its object: method_guards.py)
             return value
         if isinstance(value, types.BuiltinFunctionType) and isinstance(
                 value.__self__, (types.ModuleType, type(None))):
