@@ -97,17 +97,3 @@ def test_past_the_limit_of_learning_rates_the_step_runs_eagerly() -> None:
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p, q)
 
-
-def test_dynamo_is_told_not_to_trace_embers_own_code() -> None:
-    # a compiled backward run inside a step Dynamo compiles builds its executor in
-    # Ember's code, which Dynamo tried to compile frame by frame (dozens of frames, a
-    # warning each)
-    from ember.runtime import autograd as ember_autograd
-    from torch._dynamo import trace_rules
-
-    if not hasattr(trace_rules, "check_file"):
-        pytest.skip("this torch has no trace_rules.check_file")
-    torch.compiler.reset()
-    model = nn.Linear(4, 2)
-    torch.compile(lambda x: model(x).sum(), backend="ember")(torch.randn(3, 4))
-    assert trace_rules.check_file(ember_autograd.__file__).skipped

@@ -57,7 +57,6 @@ __all__ = [
     "input_source",
     "int_oo",
     "is_grad_mode_switch",
-    "dynamo_skip_packages",
     "is_hook_registration",
     "fixed_by_its_shape_env",
     "is_fake",
@@ -93,23 +92,6 @@ def fixed_by_its_shape_env(size: torch.SymInt) -> bool:
     except Exception:  # noqa: BLE001 - another torch: judge the expression as it is
         pass
     return bool(getattr(expr, "is_number", False))
-
-
-def dynamo_skip_packages(names: tuple[str, ...]) -> None:
-    """Tell Dynamo not to trace the code of packages ``names`` (Ember's own: a compiled
-    backward run inside a function Dynamo compiles builds its executor there, which
-    Dynamo otherwise tries to compile frame by frame). Dynamo is imported already (it
-    calls the backend); a torch without ``trace_rules.add`` keeps tracing them."""
-    from torch._dynamo import trace_rules
-
-    add = getattr(trace_rules, "add", None)
-    if add is None:
-        return
-    for name in names:
-        try:
-            add(name)
-        except Exception:  # noqa: BLE001 - a package that is not installed, another torch
-            continue
 
 
 def is_hook_registration(target: object) -> bool:

@@ -75,7 +75,6 @@ from typing import Any
 
 import torch
 from ember.runtime._torch import (
-    dynamo_skip_packages,
     fixed_by_its_shape_env,
     is_grad_mode_switch,
     is_hook_registration,
@@ -106,10 +105,6 @@ DEFAULT_BACKEND = "inductor"
 ``options={"backend": ...}`` names another."""
 
 BACKEND_OPTION = "backend"
-
-EMBER_PACKAGES = ("ember.runtime", "ember.aot", "ember.inductor", "ember.frontend")
-"""Ember's packages, whose code Dynamo is told not to trace."""
-_skipping: list[bool] = []
 
 
 class DynamoCompiled:
@@ -328,9 +323,6 @@ def ember(
     """
     backend, stage_options = checked_options(options)
     check_mode(None if mode == "default" else mode, backend)
-    if not _skipping:  # Ember's own frames (a compiled backward's first run) stay eager
-        _skipping.append(True)
-        dynamo_skip_packages(EMBER_PACKAGES)
     if not torch.is_grad_enabled() and _enables_grad(graph_module):
         return _eager(graph_module, "it turns grad mode on inside (torch.enable_grad()) "
                                     "while compiled under torch.no_grad()")
