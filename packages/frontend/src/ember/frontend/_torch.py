@@ -186,9 +186,13 @@ def dynamo_disabled_original(fn: Any) -> Any | None:
 def compiled_original_name(fn: Any) -> str:
     """The attribute holding what the compiled wrapper ``fn`` compiles (see
     :func:`torch_compiled_original`)."""
-    if isinstance(getattr(type(fn), "__ember_original__", None), property):
-        return "__ember_original__"
-    return "_torchdynamo_orig_callable"
+    return "__ember_original__" if _ember_compiled(fn) else "_torchdynamo_orig_callable"
+
+
+def _ember_compiled(fn: Any) -> bool:
+    """Whether ``fn`` is an ``ember.frontend.compile`` wrapper (its class has the
+    ``__ember_original__`` property)."""
+    return isinstance(getattr(type(fn), "__ember_original__", None), property)
 
 
 def torch_compiled_original(fn: Any) -> Any | None:
@@ -198,11 +202,7 @@ def torch_compiled_original(fn: Any) -> Any | None:
     wrapper is not one). A capture calling one captures the function itself."""
     if getattr(fn, "_torchdynamo_disable", False) is True:
         return None
-    ember_original = getattr(type(fn), "__ember_original__", None)
-    if isinstance(ember_original, property):
-        original: Any = ember_original.fget(fn)  # type: ignore[misc]
-        return original if callable(original) else None
-    original = getattr(fn, "_torchdynamo_orig_callable", None)
+    original = getattr(fn, compiled_original_name(fn), None)
     return original if callable(original) else None
 
 

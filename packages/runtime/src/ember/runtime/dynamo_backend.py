@@ -152,41 +152,41 @@ class DynamoCompiled:
     def _other_values(self, inputs: tuple[Any, ...], error: BakedValueChanged) -> Any:
         """Run ``inputs``, whose baked scalars (float attributes Dynamo passes as
         tensors: an optimizer's learning rate) differ from :attr:`compiled`'s, through
-        the variant compiled for their values (compiled now if new, logged under
-        ``recompiles``). Past ``recompile_limit`` values the GraphModule runs eagerly
-        (warned and counted once: :func:`_note_eager`); ``error`` stands without it."""
-        if self._recompile is None:
-            raise error
+        the variant compiled for their values. Past ``recompile_limit`` values the
+        GraphModule runs eagerly (warned and counted once: :func:`_note_eager`)."""
         key = tuple(float(inputs[b.position]) for b in self.imported.baked_scalars)
-        variant = self.by_value.get(key)
-        if variant is None:
-            if len(self.by_value) + 1 >= config.recompile_limit:
-                if self._eager is None:
-                    raise error
-                if not self._eager_noted:  # warned and counted once
-                    self._eager_noted = True
-                    _note_eager(f"its float inputs took more than recompile_limit "
-                                f"({config.recompile_limit}) values ({error})")
-                return self._eager(*inputs)
-            log("recompiles", f"compiling a Dynamo graph again for new values: {error}")
-            variant = self.by_value[key] = self._recompile(inputs)
-        return variant(*inputs)
+        variant = self._variant(self.by_value, key, inputs, error, "for new values")
+        if variant is not None:
+            return variant(*inputs)
+        if self._eager is None:
+            raise error
+        if not self._eager_noted:
+            self._eager_noted = True
+            _note_eager(f"its float inputs took more than recompile_limit "
+                        f"({config.recompile_limit}) values ({error})")
+        return self._eager(*inputs)
 
     def _shared_otherwise(self, inputs: tuple[Any, ...], error: InputAliasingError) -> Any:
         """Run ``inputs``, which :attr:`compiled` refused, through the variant compiled
-        for their sharing pattern (compiled now if new); ``error`` stands at the limit or
-        without the GraphModule."""
-        if self._recompile is None:
-            raise error
-        key = _sharing(inputs)
-        variant = self.by_sharing.get(key)
+        for their sharing pattern; ``error`` stands at the limit."""
+        variant = self._variant(self.by_sharing, _sharing(inputs), inputs, error,
+                                "for inputs that share memory otherwise")
         if variant is None:
-            if len(self.by_sharing) + 1 >= config.recompile_limit:
-                raise error
-            log("recompiles", f"compiling a Dynamo graph again for inputs that share "
-                              f"memory otherwise ({error})")
-            variant = self.by_sharing[key] = self._recompile(inputs)
+            raise error
         return variant(*inputs)
+
+    def _variant(self, table: dict[Any, DynamoCompiled], key: Any, inputs: tuple[Any, ...],
+                 error: Exception, why: str) -> DynamoCompiled | None:
+        """The variant of ``table`` for ``key``, compiled now for ``inputs`` if new
+        (logged under ``recompiles``); None past ``recompile_limit`` variants or without
+        the GraphModule."""
+        variant = table.get(key)
+        if variant is None:
+            if self._recompile is None or len(table) + 1 >= config.recompile_limit:
+                return None
+            log("recompiles", f"compiling a Dynamo graph again {why} ({error})")
+            variant = table[key] = self._recompile(inputs)
+        return variant
 
 
 def _sharing(inputs: Sequence[Any]) -> tuple[Any, ...]:
@@ -323,14 +323,11 @@ def ember(
     """
     backend, stage_options = checked_options(options)
     check_mode(None if mode == "default" else mode, backend)
-    if not torch.is_grad_enabled() and _enables_grad(graph_module):
-        return _eager(graph_module, "it turns grad mode on inside (torch.enable_grad()) "
-                                    "while compiled under torch.no_grad()")
-    if any(node.op == "call_function" and is_hook_registration(node.target)
-           for node in graph_module.graph.nodes):
-        return _eager(graph_module, "it registers a gradient hook on one of its values "
-                                    "(Tensor.register_hook), which Ember's backward "
-                                    "would not call")
+    reason = _eager_reason(graph_module)
+    if reason is not None:
+        _note_eager(reason)
+        forward: Callable[..., Any] = graph_module.forward
+        return forward
     if not _is_symbolic_graph(graph_module, example_inputs):
         def compiled_for(inputs: Sequence[Any]) -> DynamoCompiled:
             imported = record_fx(graph_module, inputs)
@@ -357,19 +354,21 @@ def ember(
     return DynamoCompiled(imported, compiled)
 
 
-def _enables_grad(graph_module: torch.fx.GraphModule) -> bool:
-    """Whether the graph turns grad mode on (Dynamo's ``_set_grad_enabled(True)``)."""
-    return any(node.op == "call_function" and is_grad_mode_switch(node.target)
-               and bool(node.args) and node.args[0] is True
-               for node in graph_module.graph.nodes)
-
-
-def _eager(graph_module: torch.fx.GraphModule, reason: str) -> Callable[..., Any]:
-    """``graph_module``'s own ``forward``, run eagerly for ``reason`` (warned, logged
-    under ``fallbacks``, counted in :data:`eager_graphs`)."""
-    _note_eager(reason)
-    forward: Callable[..., Any] = graph_module.forward
-    return forward
+def _eager_reason(graph_module: torch.fx.GraphModule) -> str | None:
+    """Why the graph runs eagerly (module doc), or None: it turns grad mode on
+    (Dynamo's ``_set_grad_enabled(True)``) while compiled under ``no_grad``, or it
+    registers a gradient hook on one of its values."""
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if (is_grad_mode_switch(node.target) and node.args and node.args[0] is True
+                and not torch.is_grad_enabled()):
+            return ("it turns grad mode on inside (torch.enable_grad()) while compiled "
+                    "under torch.no_grad()")
+        if is_hook_registration(node.target):
+            return ("it registers a gradient hook on one of its values "
+                    "(Tensor.register_hook), which Ember's backward would not call")
+    return None
 
 
 def _note_eager(reason: str) -> None:
@@ -377,7 +376,7 @@ def _note_eager(reason: str) -> None:
     eagerly for ``reason``."""
     eager_graphs[reason] += 1
     message = f"torch.compile(backend='ember') runs a graph eagerly: {reason}"
-    warnings.warn(message, EagerGraphWarning, stacklevel=4)
+    warnings.warn(message, EagerGraphWarning, stacklevel=3)
     log("fallbacks", message)
 
 

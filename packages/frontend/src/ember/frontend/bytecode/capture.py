@@ -125,6 +125,8 @@ class CaptureContext:
     # functions read without a source (module name, global name, value)
     inlined: dict[types.CodeType, types.FunctionType] = field(default_factory=dict)
     untracked_globals: list[tuple[str, str, Any]] = field(default_factory=list)
+    # sources scanned, and the sourced modules' tables by id (iteration.py)
+    module_tables: tuple[int, dict[int, Any]] = field(default_factory=lambda: (0, {}))
     _names: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:

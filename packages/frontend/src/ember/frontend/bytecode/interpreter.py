@@ -61,6 +61,8 @@ class Interpreter(ExceptionOps, MatchOps, ClassOps):
         self.current_frame: Frame | None = None
         # the asserts recorded as checks of data-dependent sizes (.assert_messages)
         self.symbolic_asserts: list[SymbolicAssert] = []
+        # calls run for real on fake tensors now running (.recorded_calls, .iteration)
+        self.calls_run_for_real = 0
         self.init_exception_state()
 
     # ---- driving ------------------------------------------------------------------------

@@ -175,7 +175,7 @@ def _read_item(owner: dict[Any, Any], interp: Any) -> Callable[[Any], Any] | Non
     read each parameter's ``.grad`` unguarded: a train step's ``zero_grad()`` was
     captured as a no-op, and later calls kept the gradients); None: read as they are."""
     cap = interp.capture
-    if cap is None or getattr(interp, "calls_run_for_real", False):
+    if cap is None or interp.calls_run_for_real:
         return None  # inside a call run for real on fake tensors (clip_grad_norm_): its own
     source = cap.source_of(owner)
     if source is None:
@@ -213,16 +213,14 @@ def _module_table_source(cap: Any, owner: Any) -> Any:
 
     # the tables of the sourced modules by id, extended by the sources added since the
     # last call (a model's parameters() reaches this once per module)
-    empty: dict[int, tuple[Any, Any]] = {}
-    known: tuple[int, dict[int, tuple[Any, Any]]] = getattr(cap, "_module_tables", (0, empty))
-    scanned, tables = known
+    scanned, tables = cap.module_tables
     for value, source in itertools.islice(list(cap.sources.values()), scanned, None):
         if isinstance(value, nn.Module):
             for table in _MODULE_TABLES:
                 members = value.__dict__.get(table)
                 if type(members) is dict:
                     tables.setdefault(id(members), (members, AttrSource(source, table)))
-    cap._module_tables = (len(cap.sources), tables)
+    cap.module_tables = (len(cap.sources), tables)
     found = tables.get(id(owner))
     return found[1] if found is not None and found[0] is owner else None
 

@@ -255,7 +255,7 @@ def _run_for_real(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any])
                and not isinstance(o, (type, types.ModuleType, nn.Module))]
     # (iteration read inside it, of a generator it was given, stays the call's own:
     # iteration._read_item)
-    interp.calls_run_for_real = getattr(interp, "calls_run_for_real", 0) + 1
+    interp.calls_run_for_real += 1
     try:
         shape_env = cap.recorder.shape_env
         if shape_env is None:
