@@ -127,6 +127,23 @@ def test_a_worker_process_builds_into_the_parents_cache() -> None:
             triton_processes.build(SPEC, _specialization(), SM90)
 
 
+def test_a_worker_removes_its_kernel_files_when_it_ends(tmp_path: Path) -> None:
+    """The worker imports each kernel from a file in a temporary folder of its own; the
+    folder goes when its input ends (one was left in the temporary directory for each
+    worker process)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    request = {"id": 1, "source": SOURCE, "name": "kernel0",
+               "specialization": _specialization(), "target": list(SM90)}
+    out = subprocess.run([sys.executable, "-m", "ember.runtime.triton_worker"],
+                         input=json.dumps(request) + "\n", capture_output=True, text=True,
+                         check=True, timeout=120,
+                         env={**os.environ, "TMPDIR": str(temp),
+                              "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert [json.loads(line)["ok"] for line in out.stdout.splitlines()[1:]] == [True]
+    assert list(temp.iterdir()) == []
+
+
 def test_the_hook_captures_only_for_the_asking_thread() -> None:
     seen: list[Any] = []
 

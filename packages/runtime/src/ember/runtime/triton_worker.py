@@ -30,6 +30,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import tempfile
 import types
@@ -159,7 +160,12 @@ def main() -> None:
     bare_compiled_package()
     import triton  # noqa: F401 - imported before answering ready
 
-    serve(sys.stdin, answers)
+    try:
+        serve(sys.stdin, answers)
+    finally:
+        # the kernel files were only the JIT's source; the binaries are in Triton's cache
+        if _folder is not None:
+            shutil.rmtree(_folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
