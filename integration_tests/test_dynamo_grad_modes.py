@@ -5,6 +5,7 @@ mode it is called under."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,3 +137,26 @@ def test_a_gradient_hook_on_a_value_of_the_graph_runs_eagerly() -> None:
         torch.compile(f, backend="ember")(x).backward()
     assert sum(dynamo_backend.eager_graphs.values()) == before + 1
     torch.testing.assert_close(lin1.weight.grad, want)
+
+
+def test_a_backward_inside_the_compiled_step_is_not_traced_by_dynamo() -> None:
+    """``loss.backward()`` inside a compiled step runs Ember's backward while Dynamo's
+    frame hook is set on the thread: Dynamo traced Ember's own code (the backward glue,
+    the backward graph's compile) and warned dozens of times about it."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    reference = copy.deepcopy(model)
+
+    def step(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        loss = m(x).sum()
+        loss.backward()
+        return loss
+
+    compiled = torch.compile(step, backend="ember")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            x = torch.randn(4, 8)
+            torch.testing.assert_close(compiled(model, x), step(reference, x))
+    assert [str(w.message) for w in caught if "ember" in str(w.message)] == []
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)

@@ -180,16 +180,41 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
-        with torch.no_grad():
-            result = _run_backward(ctx, grads)
-        if not torch.is_grad_enabled():
-            return result
-        # NOTE: backward(create_graph=True): the backward graph ran as compiled code, so
-        # its gradients carry no graph back to the inputs. Returned bare, they would be
-        # constants and a gradient penalty built on them would silently get no gradient
-        # (torch's once_differentiable only marks them when an incoming gradient
-        # requires grad); a node that raises when differentiated makes that an error.
-        return _first_order_only(ctx, result)
+        return _backward(ctx, *grads)
+
+
+def _backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+    """:meth:`CompiledFunction.backward`."""
+    with torch.no_grad():
+        result = _run_backward(ctx, grads)
+    if not torch.is_grad_enabled():
+        return result
+    # NOTE: backward(create_graph=True): the backward graph ran as compiled code, so
+    # its gradients carry no graph back to the inputs. Returned bare, they would be
+    # constants and a gradient penalty built on them would silently get no gradient
+    # (torch's once_differentiable only marks them when an incoming gradient
+    # requires grad); a node that raises when differentiated makes that an error.
+    return _first_order_only(ctx, result)
+
+
+def keep_backward_from_dynamo() -> None:
+    """Run :class:`CompiledFunction`'s backward outside Dynamo's frame evaluation.
+
+    A step compiled with ``torch.compile(backend="ember")`` that calls
+    ``loss.backward()`` runs the backward while Dynamo's frame hook is set on the
+    thread (the CPU's backward runs on the caller's thread), and Dynamo would trace
+    Ember's own backward code and the backward graph's compile: dozens of warnings and
+    graphs of Ember's internals. ``torch.compiler.disable`` runs it as plain Python.
+    The Dynamo backend calls this when Dynamo first hands it a graph: Dynamo is loaded
+    by then, and a process that never uses it does not pay for importing it."""
+    global _outside_dynamo
+    if not _outside_dynamo:
+        outside: Any = torch.compiler.disable(_backward)  # type: ignore[no-untyped-call]
+        CompiledFunction.backward = staticmethod(outside)  # type: ignore[method-assign]
+        _outside_dynamo = True
+
+
+_outside_dynamo = False
 
 
 _TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})

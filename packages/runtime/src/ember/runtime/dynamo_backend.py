@@ -79,6 +79,7 @@ from ember.runtime._torch import (
     is_grad_mode_switch,
     is_hook_registration,
 )
+from ember.runtime.autograd import keep_backward_from_dynamo
 from ember.runtime.callable import InputAliasingError, ProgramCallable
 from ember.runtime.config import config
 from ember.runtime.foreign_shapes import SymbolicImportError
@@ -323,6 +324,7 @@ def ember(
     """
     backend, stage_options = checked_options(options)
     check_mode(None if mode == "default" else mode, backend)
+    keep_backward_from_dynamo()
     reason = _eager_reason(graph_module)
     if reason is not None:
         _note_eager(reason)
