@@ -173,6 +173,43 @@ def mutated_view_is_output(x: torch.Tensor) -> torch.Tensor:
     return row
 
 
+def bits_through_int_view(x: torch.Tensor) -> torch.Tensor:
+    x.view(torch.int32).bitwise_and_(0x7FFFFFFF)  # the sign bit cleared: |x|, bit for bit
+    return x * 2
+
+
+def bytes_view_write(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    y.view(torch.uint8)[::4] = 0  # a view whose last dim is 4 times longer
+    return y
+
+
+def imag_zero(z: torch.Tensor) -> torch.Tensor:
+    z.imag.zero_()
+    return z * 2
+
+
+def real_scale(z: torch.Tensor) -> torch.Tensor:
+    y = z.clone()
+    y.real.mul_(3)
+    return y
+
+
+def view_as_real_write(z: torch.Tensor) -> torch.Tensor:
+    torch.view_as_real(z)[:, 1] = 1.0
+    return z + 1
+
+
+def view_as_complex_write(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    torch.view_as_complex(y).mul_(1j)
+    return y
+
+
+def _c64(n: int) -> torch.Tensor:
+    return torch.randn(n, dtype=torch.complex64)
+
+
 def _f32(*shape: int) -> torch.Tensor:
     return torch.randn(*shape)
 
@@ -212,6 +249,13 @@ CORPUS: list[MutationCase] = [
     ("squeeze_intermediate", squeeze_intermediate, lambda: (_f32(3), _f32(3, 5))),
     ("inplace_views_then_write", inplace_views_then_write, lambda: (_f32(3, 4),)),
     ("mutated_view_is_output", mutated_view_is_output, lambda: (_f32(3, 4),)),
+    # views that reinterpret the dtype: the write goes back as bits, not converted values
+    ("bits_through_int_view", bits_through_int_view, lambda: (_f32(3, 4),)),
+    ("bytes_view_write", bytes_view_write, lambda: (_f32(6),)),
+    ("imag_zero", imag_zero, lambda: (_c64(4),)),
+    ("real_scale", real_scale, lambda: (_c64(4),)),
+    ("view_as_real_write", view_as_real_write, lambda: (_c64(3),)),
+    ("view_as_complex_write", view_as_complex_write, lambda: (_f32(3, 2),)),
 ]
 """(name, function, input factory) for each case."""
 

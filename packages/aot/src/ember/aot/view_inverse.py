@@ -3,7 +3,9 @@
 A rule builds, in the graph under construction, the new value of the *base* given the new
 value of the *view*: ``slice`` → ``slice_scatter``, ``select`` → ``select_scatter``,
 ``permute``/``transpose`` → the inverse permutation
-(view replay), reshapes → a ``view`` back to the base's sizes. Any view op without a rule
+(view replay), reshapes → a ``view`` back to the base's sizes, views that reinterpret
+the dtype (``view.dtype``, ``view_as_real``/``view_as_complex``, ``real``/``imag``) →
+the reverse reinterpretation. Any view op without a rule
 falls back to ``as_strided_scatter`` with the view's sizes and strides measured on the
 base, which is exact for a dense base (``diagonal``, ``unfold``, ``as_strided``: torch does
 not tag ``diagonal_scatter`` Core ATen, while the verifier accepts ``as_strided_scatter``).
@@ -275,6 +277,49 @@ def _reshape(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
     if not contiguous:
         new = b.call("aten::clone.default", (new,), {"memory_format": torch.contiguous_format})
     return b.call("aten::view.default", (new, sizes_argument(base_meta.sizes)))
+
+
+def _contiguous(b: GraphBuilder, ref: ValueRef) -> ValueRef:
+    meta = _tensor_meta(b, ref)
+    dense = _is_contiguous(meta) if is_static_meta(meta) else is_contiguous(meta)
+    if dense:
+        return ref
+    return b.call("aten::clone.default", (ref,), {"memory_format": torch.contiguous_format})
+
+
+# NOTE: the views below reinterpret the base's bytes as another dtype. Writing their new
+# value back must reinterpret it again (the fallback's as_strided_scatter would convert
+# the values: the bits of -1.5 written through an int32 view came back as 1069547520.0).
+
+
+@register("aten::view.dtype")
+def _view_dtype(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+                view: ValueRef) -> ValueRef:
+    base_meta, new_meta = _tensor_meta(b, base), _tensor_meta(b, new)
+    if base_meta.dtype.itemsize != new_meta.dtype.itemsize:
+        new = _contiguous(b, new)  # the last dim changes length: it must be dense
+    return b.call("aten::view.dtype", (new, base_meta.dtype))
+
+
+@register("aten::view_as_real.default")
+def _view_as_real(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+                  view: ValueRef) -> ValueRef:
+    return b.call("aten::view_as_complex.default", (_contiguous(b, new),))
+
+
+@register("aten::view_as_complex.default")
+def _view_as_complex(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+                     view: ValueRef) -> ValueRef:
+    return b.call("aten::view_as_real.default", (new,))
+
+
+@register("aten::real.default", "aten::imag.default")
+def _real_or_imag(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+                  view: ValueRef) -> ValueRef:
+    parts = b.call("aten::view_as_real.default", (_contiguous(b, base),))
+    part = 0 if step.target == "aten::real.default" else 1
+    parts = b.call("aten::select_scatter.default", (parts, new, -1, part))
+    return b.call("aten::view_as_complex.default", (parts,))
 
 
 @register("aten::expand.default")
