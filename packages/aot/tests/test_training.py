@@ -221,3 +221,27 @@ def test_written_activation_keeps_autograd_history() -> None:
     got = torch.autograd.grad(loss(lambda x, w_: run([x, w_])[0]), [leaf, w])
     for e, g in zip(expected, got):
         torch.testing.assert_close(g, e)
+
+
+def test_saved_tensor_hooks_apply_once_at_run_time() -> None:
+    """Compiled under ``saved_tensors_hooks(pack, unpack)``, the backward is derived
+    without them; they apply to the compiled forward's saved values when it runs, once,
+    as eager applies them (the derived backward had computed with ``pack``'s results,
+    and a pack that doubles its tensor doubled the gradient twice)."""
+    def double(t: torch.Tensor) -> torch.Tensor:
+        return t * 2
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    x = torch.tensor([0.0, 1.0, 2.0], requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(double, keep):
+        program, run = compile_fn(torch.exp, x)
+        x.exp().sum().backward()
+        expected = x.grad.clone()
+        x.grad = None
+        run([x])[0].sum().backward()
+    torch.testing.assert_close(x.grad, expected)  # 2 * exp(x)
+    x.grad = None
+    run([x])[0].sum().backward()  # without hooks: the plain gradient
+    torch.testing.assert_close(x.grad, x.detach().exp())
