@@ -112,6 +112,36 @@ def test_code_that_needs_the_int_breaks_at_the_item_and_says_why(
     assert f"test_dynamic_item_sizes.py:{line} in {fn.__name__}" in err, err  # the .item()
 
 
+def any_positive(x: torch.Tensor) -> torch.Tensor:
+    return x + 10 if any(x > 0) else x - 10
+
+
+def all_positive(x: torch.Tensor) -> torch.Tensor:
+    return x + 10 if all(x > 0) else x - 10
+
+
+def largest(x: torch.Tensor) -> torch.Tensor:
+    return max(x) * 2
+
+
+def in_order(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack(sorted(x)) + 1
+
+
+@pytest.mark.parametrize("fn", [any_positive, all_positive, largest, in_order])
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_python_builtins_over_a_tensor_of_symbolic_length_break(fn: Any,
+                                                                dynamic: bool | None) -> None:
+    """``any(t > 0)``, ``max(t)``, ``sorted(t)``: Python asks for each element's truth
+    value, which breaks the graph. Over a tensor of symbolic length, torch's fake tensor
+    gives the read a value before the break, and the dead read was left in the graph
+    for aot to run on no data (an InterpreterError at the second size)."""
+    fast = ember.frontend.compile(fn, backend="inductor", dynamic=dynamic)
+    for x in (torch.ones(4), -torch.ones(5), torch.tensor([-1.0, 2.0, 0.5])):
+        torch.testing.assert_close(fast(x), fn(x))
+    assert fast.stats.graph_breaks >= 1 and fast.stats.eager_fallback_calls == 0
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 def test_item_sizes_on_cuda_through_the_inductor() -> None:

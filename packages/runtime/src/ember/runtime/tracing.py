@@ -560,11 +560,16 @@ class GraphRecorder:
 
     def _drop_unused_views(self, outputs: list[Argument]) -> None:
         """Remove views and detaches nobody reads: autograd makes them while it records
-        (saved tensors, view replay) and they do nothing in the graph."""
+        (saved tensors, view replay) and they do nothing in the graph. So do reads of a
+        tensor's truth value nobody uses: a Python call that asked for one (``any(t)``
+        over a tensor of symbolic length) broke the graph after the read was recorded,
+        and the read would run on no value in later stages. (An ``int`` read stays: it
+        may bind a symbol that later sizes use.)"""
         used = {r.node for r in outputs if isinstance(r, ValueRef)}
         kept: list[Node] = []
         for node in reversed(self.graph.nodes):
-            if node.op == "call" and node.name not in used and _is_pure_view(node.target):
+            if node.op == "call" and node.name not in used and (
+                    _is_pure_view(node.target) or _is_truth_read(node)):
                 continue
             used.update(r.node for r in node.inputs())
             kept.append(node)
@@ -579,6 +584,11 @@ class GraphRecorder:
 
 def _is_pure_view(target: str) -> bool:
     return is_view(target) and not writes_arguments(target)
+
+
+def _is_truth_read(node: Node) -> bool:
+    return (node.target == "aten::_local_scalar_dense.default"
+            and isinstance(node.meta, ScalarMeta) and node.meta.type == "bool")
 
 
 def _single_meta(value: Any, target: str) -> TensorMeta | ScalarMeta | None:
