@@ -559,12 +559,9 @@ class GraphRecorder:
         return self._source if self._source is not None else user_source_location()
 
     def _drop_unused_views(self, outputs: list[Argument]) -> None:
-        """Remove views and detaches nobody reads: autograd makes them while it records
-        (saved tensors, view replay) and they do nothing in the graph. So do reads of a
-        tensor's truth value nobody uses: a Python call that asked for one (``any(t)``
-        over a tensor of symbolic length) broke the graph after the read was recorded,
-        and the read would run on no value in later stages. (An ``int`` read stays: it
-        may bind a symbol that later sizes use.)"""
+        """Remove views and detaches nobody reads (autograd's saved tensors, view replay)
+        and unused truth-value reads (``any(t)`` reads one, then breaks; an ``int`` read
+        may bind a symbol later sizes use)."""
         used = {r.node for r in outputs if isinstance(r, ValueRef)}
         kept: list[Node] = []
         for node in reversed(self.graph.nodes):
@@ -587,8 +584,7 @@ def _is_pure_view(target: str) -> bool:
 
 
 def _is_truth_read(node: Node) -> bool:
-    return (node.target == "aten::_local_scalar_dense.default"
-            and isinstance(node.meta, ScalarMeta) and node.meta.type == "bool")
+    return node.target == "aten::_local_scalar_dense.default" and node.meta == ScalarMeta("bool")
 
 
 def _single_meta(value: Any, target: str) -> TensorMeta | ScalarMeta | None:
