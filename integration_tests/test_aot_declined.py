@@ -27,3 +27,21 @@ def test_a_data_dependent_backward_runs_eagerly_and_is_counted(backend: str) -> 
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a, e)
     assert compiled.stats.fallbacks == 1 and compiled.stats.graph_breaks == 0
+
+
+def grow_input(x: torch.Tensor) -> torch.Tensor:
+    x.resize_(6)
+    return x[:3] * 2
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_resizing_an_input_runs_eagerly_and_is_counted(backend: str) -> None:
+    """``x.resize_(6)`` on a 3-element input: the caller's tensor changes size, which a
+    compiled program cannot do; the graph runs eagerly (it raised ``IRFormatError``)."""
+    compiled = ember.frontend.compile(grow_input, backend=backend)
+    x, reference = torch.randn(3), torch.randn(3)
+    reference.copy_(x)
+    with pytest.warns(EagerGraphWarning, match=r"resize_ changes the shape of \(a view"):
+        got = compiled(x)
+    torch.testing.assert_close(got, grow_input(reference))
+    assert x.shape == (6,) and compiled.stats.fallbacks == 1

@@ -484,10 +484,10 @@ class _Functionalizer:
                 f"{', '.join(map(str, meta.sizes))}) is not supported by the aot stage: "
                 "whether the new size fits its storage depends on the sizes")
         if storage.root is not None and tuple(meta.sizes) != tuple(old_meta.sizes):
-            raise IRFormatError(
+            raise StageDeclined(
                 f"%{node.name}: resize_ changes the shape of (a view of) graph input "
-                f"{storage.root}; the aot stage copies back values, not shapes, so it "
-                "cannot express that (resize a copy of the input instead)")
+                f"{storage.root}: the caller's tensor would have to change size, which "
+                "a compiled program does not do (the graph runs eagerly)")
         numel = meta.numel
         start = int(old_meta.storage_offset)
         if numel == 0 or start + numel <= element_range(base_meta)[1]:
