@@ -111,7 +111,7 @@ def test_a_replaced_method_of_the_tree_is_traced_again() -> None:
     compiled = ef.compile(m, backend="eager", options=TRACE)
     x = torch.randn(2, 4)
     torch.testing.assert_close(compiled(x), m(x))
-    m.note = "seen"  # an attribute write, no method replaced: no recompile
+    m.note = "seen"  # a new attribute (the trace did not read it): no recompile
     torch.testing.assert_close(compiled(x), m(x))
     assert compiled.stats.recompiles == 0
     m.helper = types.MethodType(lambda self, y: y * 100, m)  # type: ignore[method-assign]
@@ -126,3 +126,59 @@ def test_a_replaced_method_of_the_tree_is_traced_again() -> None:
         WithHelper.helper = _HELPER  # type: ignore[method-assign]
     torch.testing.assert_close(compiled(x), m(x))
     assert compiled.stats.recompiles == 4
+
+
+class Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 2.0
+        self.mode = "double"
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x) * self.scale
+        return y.relu() if self.mode == "double" else y.tanh()
+
+
+def test_a_plain_attribute_set_anew_is_traced_again() -> None:
+    """The trace reads ``self.scale`` as a constant: the entry kept multiplying by the
+    old value after ``m.scale = 4.0`` (silently wrong). A train/eval flip keeps both
+    entries (``training`` is guarded per entry)."""
+    torch.manual_seed(0)
+    m = Scaled()
+    compiled = ef.compile(m, backend="eager", options=TRACE)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), m(x))
+    m.scale = 4.0
+    torch.testing.assert_close(compiled(x), m(x))
+    m.lin.in_features = 4  # the same value again: no change
+    m.mode = "other"
+    torch.testing.assert_close(compiled(x), m(x))
+    assert compiled.stats.recompiles == 2
+    m.eval()
+    torch.testing.assert_close(compiled(x), m(x))
+    m.train()
+    torch.testing.assert_close(compiled(x), m(x))
+    assert compiled.stats.recompiles == 3  # the eval entry; train's was kept
+
+
+class Counting(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1  # warned at capture: the trace runs it once
+        return x + 1
+
+
+def test_an_attribute_the_trace_itself_writes_does_not_recompile() -> None:
+    import warnings
+
+    m = Counting()
+    compiled = ef.compile(m, backend="eager", options=TRACE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            compiled(torch.ones(2))
+    assert compiled.stats.recompiles == 0

@@ -194,6 +194,9 @@ class TracedFunction:
         req = self.request
         captured = timed("capture")(trace_capture)(req.fn, req.module, args, kwargs,
                                                    self._layout, self._policy)
+        for layout in (self._layout, *captured.arguments.layouts.values()):
+            if layout is not None:
+                layout.settle()
         captured.guards.set_origin(definition_site(req.fn))
         program = captured.program
         log("graphs", lambda: f"captured {self._name()}:\n{_printed(program)}")

@@ -69,6 +69,7 @@ class ModuleLayout:
             d for cls in classes for d in class_dicts(cls)]
         self._method_versions = _versions(self._method_dicts)
         self.methods = _methods(modules, classes)
+        self.attributes = _attributes(modules)
         self.submodules: list[tuple[str, torch.nn.Module]] = list(module.named_modules())
         self.slots: list[StateSlot] = []
         seen: dict[int, int] = {}  # id(tensor) -> slot index
@@ -110,17 +111,25 @@ class ModuleLayout:
         bound method set on an instance (``m.forward = f``, ``m.helper =
         MethodType(g, m)``) or removed from it, or a class's function replaced
         (``Cls.helper = g``). The trace ran the old one; its graph would keep running
-        it. The instance and class dicts' version tags first (an attribute write such
-        as ``eval()``'s ``training`` changes them but no method)."""
+        it. So does a plain attribute set anew (``m.scale = 4.0``): the trace read it
+        as a constant. The instance and class dicts' version tags first (an attribute
+        write such as ``eval()``'s ``training`` changes them but neither)."""
         versions = _versions(self._method_dicts)
         if versions is not None and versions == self._method_versions:
             return False
         modules = [sub for _, sub in self.submodules]
         classes = list(dict.fromkeys(type(sub) for sub in modules))
-        if _methods(modules, classes) != self.methods:
+        if _methods(modules, classes) != self.methods or _attributes_changed(
+                modules, self.attributes):
             return True
         self._method_versions = versions
         return False
+
+    def settle(self) -> None:
+        """Take the tree's plain attributes as they are now: after a trace, whose own
+        writes (``self.calls += 1``, warned at capture) are not a change."""
+        self.attributes = _attributes([sub for _, sub in self.submodules])
+        self._method_versions = _versions(self._method_dicts)
 
     def read(self) -> list[torch.Tensor]:
         """The live tensors, one per slot."""
@@ -169,6 +178,37 @@ def _methods(modules: list[torch.nn.Module], classes: list[type]) -> list[Any]:
         found.extend([(k, v) for k, v in d.items() if isinstance(v, types.FunctionType)]
                      for d in class_dicts(cls))
     return found
+
+
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _attributes(modules: list[torch.nn.Module]) -> list[dict[str, str]]:
+    """Each module's plain public attributes (numbers, strings, None, tuples of them),
+    name -> ``repr``: a trace reads them as constants. ``training`` is guarded by each
+    entry instead (a model called in train and in eval mode keeps both)."""
+    return [{k: repr(v) for k, v in sub.__dict__.items()
+             if k != "training" and not k.startswith("_") and _is_plain(v)}
+            for sub in modules]
+
+
+def _attributes_changed(modules: list[torch.nn.Module], seen: list[dict[str, str]]) -> bool:
+    """Whether an attribute of ``seen`` has another value now (or is gone). One added
+    since is not a change: the trace did not read it."""
+    missing = object()
+    for sub, attributes in zip(modules, seen):
+        now = sub.__dict__
+        for name, text in attributes.items():
+            value = now.get(name, missing)
+            if value is missing or not _is_plain(value) or repr(value) != text:
+                return True
+    return False
+
+
+def _is_plain(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(map(_is_plain, value))
+    return isinstance(value, _PLAIN)
 
 
 def _versions(tables: list[dict[str, Any]]) -> tuple[int, ...] | None:
