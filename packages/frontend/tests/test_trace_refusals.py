@@ -118,3 +118,11 @@ def test_text_of_a_marked_dimension_is_refused() -> None:
     with pytest.raises(CaptureError, match=r"text made of the symbolic size x\.size\(0\) "
                                            r"\(s\d+\): 'rows=s\d+'"):
         ef.compile(f, backend="eager", options={"capture": "trace"})(x)
+
+
+@pytest.mark.parametrize("read", [lambda x: x.tolist(), lambda x: (x * 2, x.sum().item())])
+def test_a_number_read_from_the_data_in_the_result_is_refused_clearly(read: object) -> None:
+    # before: torch's GuardOnDataDependentSymNode about zuf0, naming no user code
+    with pytest.raises(CaptureError, match=r"the result holds a Python number read from "
+                                           r"a tensor's data \(\.item\(\), \.tolist\(\)\)"):
+        ef.compile(read, backend="eager", options={"capture": "trace"})(torch.ones(3))

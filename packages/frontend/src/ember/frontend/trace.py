@@ -63,6 +63,7 @@ from ember.frontend.trace_guards import (
     add_value,
 )
 from ember.frontend.trace_refusals import (
+    DataDependentResult,
     RefuseAutograd,
     SymbolicText,
     constant_result_leaf,
@@ -286,6 +287,10 @@ def trace_capture(
             log("dynamic", f"tracing {callable_name(fn)} again with static sizes: {e}")
             return trace_capture(fn, module, args, kwargs, layout, DynamicPolicy(False))
         raise CaptureError(f"could not trace {callable_name(fn)}: {e}") from None
+    except DataDependentResult as e:
+        raise CaptureError(f"could not trace {callable_name(fn)}: {e}\n  hint: return the "
+                           "tensor, or use the strict capture (the default), which breaks "
+                           "the graph there") from None
     function = custom_function_in(outputs)
     if function is not None:
         raise CaptureError(

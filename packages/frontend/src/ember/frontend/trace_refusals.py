@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from ember.frontend._torch import has_unbacked_symbols
 from ember.runtime.ir import IRFormatError, Node, Program, ValueRef
 from ember.runtime.ir.op_queries import argument_at, is_view, mutated_arguments
 from torch.overrides import TorchFunctionMode
@@ -134,6 +135,10 @@ class SymbolicText(RuntimeError):
     """The traced function's result holds text made of a symbolic size."""
 
 
+class DataDependentResult(RuntimeError):
+    """The traced function's result holds a Python number read from a tensor's data."""
+
+
 def constant_result_leaf(leaf: Any, symbols: dict[str, str]) -> Any:
     """A non-tensor leaf of the traced function's result, as the constant later calls
     return: a symbolic number (``x.shape[0]`` with a symbolic size) is specialised, a
@@ -143,7 +148,15 @@ def constant_result_leaf(leaf: Any, symbols: dict[str, str]) -> Any:
         SymbolicText: a string naming one of ``symbols`` (symbol -> the input dimension
             it stands for): text made of a symbolic size (``f"{x.shape}"``) would be
             ``'torch.Size([s0, 3])'`` at every call.
+        DataDependentResult: a number read from a tensor's data (``.tolist()``,
+            ``.item()`` in a trace with symbolic sizes): it has no value to keep.
     """
+    if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)) and (
+            has_unbacked_symbols(leaf)):
+        raise DataDependentResult(
+            "the result holds a Python number read from a tensor's data (.item(), "
+            ".tolist()); the trace runs on tensors without values, so it has none to "
+            "return at later calls")
     if isinstance(leaf, torch.SymInt):
         return int(leaf)
     if isinstance(leaf, torch.SymFloat):
