@@ -9,6 +9,7 @@ import copy
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -137,6 +138,50 @@ def test_a_gradient_hook_on_a_value_of_the_graph_runs_eagerly() -> None:
         torch.compile(f, backend="ember")(x).backward()
     assert sum(dynamo_backend.eager_graphs.values()) == before + 1
     torch.testing.assert_close(lin1.weight.grad, want)
+
+
+class _ReversedGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return -3 * grad
+
+
+def test_a_custom_autograd_function_runs_eagerly_with_its_backward() -> None:
+    # Dynamo's higher_order.autograd_function_apply: Ember differentiated the forward
+    # (a clone) instead of running the backward (gradients of the wrong sign, silently)
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 3)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = _ReversedGradient.apply(lin(x)).pow(2).sum()
+        return out
+
+    x = torch.randn(5, 4)
+    f(x).backward()
+    want = lin.weight.grad.clone()
+    lin.zero_grad()
+    before = sum(dynamo_backend.eager_graphs.values())
+    with pytest.warns(dynamo_backend.EagerGraphWarning, match="custom torch.autograd.Function"):
+        torch.compile(f, backend="ember")(x).backward()
+    assert sum(dynamo_backend.eager_graphs.values()) == before + 1
+    torch.testing.assert_close(lin.weight.grad, want)
+
+
+def test_a_higher_order_operator_ember_does_not_record_runs_eagerly_named() -> None:
+    # torch.cond failed inside the recorder with an error about its dispatch mode
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.cond(x.sum() > 0, lambda t: t.sin(), lambda t: t.cos(),
+                                       (x,))
+        return out
+
+    compiled = torch.compile(f, backend="ember")
+    with pytest.warns(dynamo_backend.EagerGraphWarning, match=r"torch\.ops\.higher_order\.cond"):
+        for x in (torch.ones(3), -torch.ones(3)):
+            torch.testing.assert_close(compiled(x), f(x))
 
 
 def test_a_backward_inside_the_compiled_step_is_not_traced_by_dynamo() -> None:

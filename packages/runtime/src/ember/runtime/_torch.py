@@ -56,8 +56,8 @@ __all__ = [
     "symbolic_meta_kernels",
     "input_source",
     "int_oo",
+    "higher_order_name",
     "is_grad_mode_switch",
-    "is_hook_registration",
     "fixed_by_its_shape_env",
     "is_fake",
     "is_op_overload",
@@ -94,12 +94,12 @@ def fixed_by_its_shape_env(size: torch.SymInt) -> bool:
     return bool(getattr(expr, "is_number", False))
 
 
-def is_hook_registration(target: object) -> bool:
-    """Whether an FX node's target is Dynamo's ``torch.ops.higher_order.register_hook``
-    (``h.register_hook(fn)`` on a value of the graph: identity forward, ``fn`` applied
-    to its gradient)."""
+def higher_order_name(target: object) -> str | None:
+    """The name of an FX node's target when it is one of torch's higher-order operators
+    (``torch.ops.higher_order.cond``, ``register_hook``, ``autograd_function_apply``:
+    operators taking subgraphs), else None."""
     hop = getattr(torch._ops, "HigherOrderOperator", None)
-    return hop is not None and isinstance(target, hop) and target.name() == "register_hook"
+    return str(target.name()) if hop is not None and isinstance(target, hop) else None
 
 
 def is_grad_mode_switch(target: object) -> bool:

@@ -60,7 +60,11 @@ writes as ``torch._C._set_grad_enabled(True)``) while it is compiled under
 ``torch.no_grad()`` runs as Dynamo captured it, eagerly: an Ember program is wholly an
 inference or a training program, and this one would be both. So does a graph that
 registers a gradient hook on one of its values (``h.register_hook(fn)``, Dynamo's
-``higher_order.register_hook``): Ember's backward would not call it. Each warns
+``higher_order.register_hook``): Ember's backward would not call it; and one that applies
+a custom ``torch.autograd.Function`` (``higher_order.autograd_function_apply``: Ember
+would differentiate its forward instead of running its backward) or calls another
+higher-order operator Ember does not record (``torch.cond``, ``while_loop``, ``scan``,
+``flex_attention``; :data:`RECORDED_HIGHER_ORDER_OPS` are recorded). Each warns
 (:class:`EagerGraphWarning`), logs under ``EMBER_LOGS=fallbacks`` and counts in
 :data:`eager_graphs`.
 """
@@ -76,8 +80,8 @@ from typing import Any
 import torch
 from ember.runtime._torch import (
     fixed_by_its_shape_env,
+    higher_order_name,
     is_grad_mode_switch,
-    is_hook_registration,
 )
 from ember.runtime.autograd import keep_backward_from_dynamo
 from ember.runtime.callable import InputAliasingError, ProgramCallable
@@ -358,8 +362,8 @@ def ember(
 
 def _eager_reason(graph_module: torch.fx.GraphModule) -> str | None:
     """Why the graph runs eagerly (module doc), or None: it turns grad mode on
-    (Dynamo's ``_set_grad_enabled(True)``) while compiled under ``no_grad``, or it
-    registers a gradient hook on one of its values."""
+    (Dynamo's ``_set_grad_enabled(True)``) while compiled under ``no_grad``, or it calls
+    a higher-order operator Ember does not record (:data:`EAGER_HIGHER_ORDER_OPS`)."""
     for node in graph_module.graph.nodes:
         if node.op != "call_function":
             continue
@@ -367,10 +371,29 @@ def _eager_reason(graph_module: torch.fx.GraphModule) -> str | None:
                 and not torch.is_grad_enabled()):
             return ("it turns grad mode on inside (torch.enable_grad()) while compiled "
                     "under torch.no_grad()")
-        if is_hook_registration(node.target):
-            return ("it registers a gradient hook on one of its values "
-                    "(Tensor.register_hook), which Ember's backward would not call")
+        name = higher_order_name(node.target)
+        if name is not None and name not in RECORDED_HIGHER_ORDER_OPS:
+            return EAGER_HIGHER_ORDER_OPS.get(name, _OTHER_HIGHER_ORDER_OP).format(name)
     return None
+
+
+RECORDED_HIGHER_ORDER_OPS = frozenset({
+    "tag_activation_checkpoint",  # checkpoint(): its function's ops, recomputed or not
+    "triton_kernel_wrapper_mutation", "triton_kernel_wrapper_functional",  # user kernels
+})
+"""Higher-order operators in a Dynamo graph that Ember records like other calls."""
+
+EAGER_HIGHER_ORDER_OPS: dict[str, str] = {
+    "register_hook": "it registers a gradient hook on one of its values "
+                     "(Tensor.register_hook), which Ember's backward would not call",
+    "autograd_function_apply": "it applies a custom torch.autograd.Function, whose "
+                               "backward Ember would not run (it would differentiate "
+                               "the forward instead)",
+}
+"""Why a graph calling one of these higher-order operators runs eagerly."""
+
+_OTHER_HIGHER_ORDER_OP = ("it calls torch.ops.higher_order.{}, a higher-order operator "
+                          "Ember does not compile")
 
 
 def _note_eager(reason: str) -> None:
