@@ -28,6 +28,7 @@ from ember.inductor.lowering.common import (
     sizes_of,
 )
 from ember.inductor.lowering.registry import NotLowerable, existing_overloads, lowering
+from ember.inductor.lowering.scalar_fit import as_converted, overflows
 from ember.inductor.lowering.value_ranges import tensor_range
 from ember.inductor.lowering.values import Lazy
 from ember.inductor.lowering.written_args import src_is_written_input
@@ -334,6 +335,9 @@ def _clamp(ctx: Any, node: Node, x: Any, lo: Any = None, hi: Any = None) -> Lazy
     dtype = compute_dtype(promote(x, *(v for v in (lo, hi) if v is not None)))
     if dtype == torch.bool:
         raise NotLowerable("clamp on bool")
+    for bound in (lo, hi):
+        _check_fits(bound, out_meta(node).dtype)
+    lo, hi = (as_converted(v, out_meta(node).dtype) for v in (lo, hi))
     args = [x] + [v for v in (lo, hi) if v is not None]
 
     def body(b: BodyBuilder, v: list[str]) -> str:
@@ -349,6 +353,12 @@ def _clamp(ctx: Any, node: Node, x: Any, lo: Any = None, hi: Any = None) -> Lazy
         return r
 
     return pointwise(node, args, body, compute=dtype)
+
+
+def _check_fits(value: Any, dtype: torch.dtype) -> None:
+    """Raises NotLowerable where eager raises converting ``value`` (scalar_fit.py)."""
+    if overflows(value, dtype):
+        raise NotLowerable(f"the value {value!r} overflows {dtype} (eager raises)")
 
 
 @lowering("aten::relu.default")
@@ -447,6 +457,8 @@ def _constant(node: Node, value: Any) -> Lazy:
     meta = out_meta(node)
     if not isinstance(value, (bool, int, float, sympy.Basic)):  # sympy: a symbolic int
         raise NotLowerable("non-scalar fill value")
+    _check_fits(value, meta.dtype)
+    value = as_converted(value, meta.dtype)
     return Lazy(lambda b, i: b.literal(value, meta.dtype), meta.dtype, sizes_of(node))
 
 
