@@ -262,13 +262,25 @@ def _upsampled(x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
 
 
+def _resized(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.interpolate(x, size=(x.shape[-1] * 2,), mode="linear")
+
+
+def _with_its_size(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    return x * 2, x.shape[0]
+
+
 @pytest.mark.parametrize(("fn", "shapes", "reason"), [
     # a size used as a float: a SymFloat, which the IR cannot hold
     (_attention_scaled, [(3, 5), (3, 7), (3, 9)], "SymFloat"),
     # the recording's guards fix the sizes Dynamo left symbolic: a static program
     # that Dynamo's guards would have called with every size
     (_upsampled, [(2, 3, 5, 6), (2, 3, 7, 8), (2, 3, 9, 10)], "the recording specialised"),
-], ids=["symbolic_float", "specialised"])
+    # torch's kernel asks for a concrete size (raised BackendCompilerFailed)
+    (_resized, [(1, 2, 2), (1, 2, 3), (1, 2, 5)], "concrete integers"),
+    # a size in the result (raised BackendCompilerFailed)
+    (_with_its_size, [(2, 3), (3, 3), (5, 3)], "symbolic value"),
+], ids=["symbolic_float", "specialised", "concrete_size", "size_returned"])
 def test_a_graph_ember_cannot_keep_symbolic_compiles_per_shape(
         fn: Any, shapes: list[tuple[int, ...]], reason: str) -> None:
     """Dynamo's automatic dynamic shapes (its second shape): these raised
@@ -281,6 +293,40 @@ def test_a_graph_ember_cannot_keep_symbolic_compiles_per_shape(
             torch.testing.assert_close(compiled(x), fn(x))
     after = sum(n for r, n in dynamo_backend.per_shape_fallbacks.items() if reason in r)
     assert after == before + 1
+
+
+def test_a_guard_dynamo_does_not_have_compiles_that_shape() -> None:
+    """Training a stride-2 convolution over lengths 5, 3, 6, 9: the symbolic program,
+    recorded at length 3 (output length 1), keeps a guard on that length that Dynamo
+    does not have, and raised ShapeError at length 6."""
+    torch.manual_seed(0)
+    w = torch.randn(4, 3, 3)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.conv1d(x, w, stride=2).squeeze(0)
+
+    compiled = torch.compile(f, backend="ember")
+    with pytest.warns(dynamo_backend.ShapeSpecializationWarning, match="a guard of Ember"):
+        for length in (5, 3, 6, 9):
+            x = torch.randn(1, 3, length, requires_grad=True)
+            x2 = x.detach().clone().requires_grad_()
+            torch.testing.assert_close(compiled(x2), f(x))
+            f(x).sum().backward()
+            compiled(x2).sum().backward()
+            torch.testing.assert_close(x2.grad, x.grad)
+
+
+def test_a_number_read_from_an_input_compiles_per_value_with_dynamic_true() -> None:
+    """``x * e.item()`` under ``dynamic=True``: Dynamo passes the number as a tensor
+    Ember bakes; the second value raised BakedValueChanged."""
+    def f(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        return x * e.item()
+
+    compiled = torch.compile(f, backend="ember", dynamic=True)
+    with pytest.warns(dynamo_backend.ShapeSpecializationWarning, match="baked float"):
+        for value in (0.1, 0.3, 0.5, 0.3):
+            x, e = torch.randn(4), torch.tensor(value)
+            torch.testing.assert_close(compiled(x, e), f(x, e))
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

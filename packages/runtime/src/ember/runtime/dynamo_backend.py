@@ -89,6 +89,7 @@ from ember.runtime.config import config
 from ember.runtime.foreign_shapes import SymbolicImportError
 from ember.runtime.fx_import import BakedValueChanged, FxImport, is_symbolic, record_fx
 from ember.runtime.ir import TensorMeta
+from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.logs import log
 from ember.runtime.pipeline import BACKENDS, check_mode, check_options, compile_program
 from ember.runtime.stages import StageDeclined
@@ -130,7 +131,8 @@ class DynamoCompiled:
 
     def __init__(self, imported: FxImport, compiled: ProgramCallable,
                  recompile: Callable[[Sequence[Any]], DynamoCompiled] | None = None,
-                 eager: Callable[..., Any] | None = None) -> None:
+                 eager: Callable[..., Any] | None = None,
+                 per_shape: Callable[[str], ShapeSpecialized] | None = None) -> None:
         self.imported = imported
         self.compiled = compiled
         self._recompile = recompile
@@ -138,6 +140,8 @@ class DynamoCompiled:
         self._eager_noted = False
         self.by_sharing: dict[tuple[Any, ...], DynamoCompiled] = {}
         self.by_value: dict[tuple[float, ...], DynamoCompiled] = {}
+        self._per_shape = per_shape  # a symbolic graph's: made on its first use
+        self.specialized: ShapeSpecialized | None = None
 
     def __call__(self, *inputs: Any) -> Any:
         # NOTE: the GraphModule's own tensors are passed live (not the program's
@@ -147,12 +151,29 @@ class DynamoCompiled:
             flat = tuple(self.imported.program_inputs(inputs)) \
                 if self.imported.drops_inputs else inputs
         except BakedValueChanged as e:  # a learning rate a scheduler changed
+            if self._per_shape is not None:
+                return self._specialize(inputs, f"a baked float input changed: {e}")
             return self._other_values(inputs, e)
         try:
             outputs = self.compiled([*flat, *self.imported.attributes])
         except InputAliasingError as e:  # raised before the program runs
             return self._shared_otherwise(inputs, e)
+        except ShapeError as e:  # raised before the program runs, by a guard
+            if self._per_shape is None:
+                raise
+            return self._specialize(inputs, f"a guard of Ember's failed: {e}")
         return self.imported.rebuild(outputs)
+
+    def _specialize(self, inputs: tuple[Any, ...], reason: str) -> Any:
+        """Run ``inputs`` of a symbolic graph that its program refused through programs
+        compiled for their shapes (and values). The program's guards are Ember's, some
+        of which Dynamo does not have (a size its recording specialised: a strided
+        convolution's output length of 1), and the values it bakes are fixed; Dynamo
+        calls the graph for every input its own guards pass."""
+        assert self._per_shape is not None
+        if self.specialized is None:
+            self.specialized = self._per_shape(reason)
+        return self.specialized(*inputs)
 
     def _other_values(self, inputs: tuple[Any, ...], error: BakedValueChanged) -> Any:
         """Run ``inputs``, whose baked scalars (float attributes Dynamo passes as
@@ -261,8 +282,16 @@ class ShapeSpecialized:
         gm = _with_scalars_baked(self.graph_module, inputs)
         tensors = [v for v in inputs if isinstance(v, torch.Tensor)]
         imported = record_fx(gm, tensors)
+
+        def with_values(new: Sequence[Any]) -> DynamoCompiled:
+            # the same shape with other values of the floats it bakes (by_value)
+            swapped = iter(new)
+            return self._compile([next(swapped) if isinstance(v, torch.Tensor) else v
+                                  for v in inputs])
+
         return DynamoCompiled(imported, compile_program(imported.program, self.backend,
-                                                        self.options, self.mode))
+                                                        self.options, self.mode),
+                              with_values, self.graph_module.forward)
 
 
 def _signature(value: Any) -> tuple[Any, ...]:
@@ -345,6 +374,9 @@ def ember(
         imported = record_fx(graph_module, example_inputs)
     except (SymbolicImportError, RecordingError) as e:  # RecordingError: a SymFloat
         return ShapeSpecialized(graph_module, backend, stage_options, mode, f"import: {e}")
+    except RuntimeError as e:  # torch's kernel asked for a concrete size of a SymInt
+        return ShapeSpecialized(graph_module, backend, stage_options, mode,
+                                f"import: {type(e).__name__}: {str(e).splitlines()[-1]}")
     fixed = _specialised_dim(graph_module, example_inputs, imported)
     if fixed is not None:  # the program takes that size only; Dynamo's guards take any
         return ShapeSpecialized(graph_module, backend, stage_options, mode,
@@ -357,7 +389,8 @@ def ember(
                                 f"stage declined: {e}")
     log("recompiles", f"compiled a symbolic Dynamo graph once for the sizes "
                       f"{_ranges_text(imported)}")
-    return DynamoCompiled(imported, compiled)
+    return DynamoCompiled(imported, compiled, per_shape=lambda reason: ShapeSpecialized(
+        graph_module, backend, stage_options, mode, reason))
 
 
 def _eager_reason(graph_module: torch.fx.GraphModule) -> str | None:

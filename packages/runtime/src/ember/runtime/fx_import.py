@@ -52,7 +52,12 @@ from typing import Any
 
 import torch
 from ember.runtime._torch import is_fake, pytree
-from ember.runtime.foreign_shapes import ForeignShapes, SizeSite, is_symbolic
+from ember.runtime.foreign_shapes import (
+    ForeignShapes,
+    SizeSite,
+    SymbolicImportError,
+    is_symbolic,
+)
 from ember.runtime.ir import InputKind, InputSpec, Program, SymInt, verify
 from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.tracing import GraphRecorder
@@ -244,9 +249,9 @@ def record_fx(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any])
             output_leaves.append(_OutputIndex(len(tensors)))
             tensors.append(leaf)
         elif isinstance(leaf, _SYMBOLIC):
-            raise NotImplementedError(
+            raise SymbolicImportError(
                 f"output leaf {i} of the GraphModule is a symbolic value ({leaf}): Ember "
-                "programs return tensors only; return it as a tensor")
+                "programs return tensors only")
         else:
             output_leaves.append(leaf)
     program = rec.finish(tensors)
