@@ -101,3 +101,26 @@ def test_conv_batch_norm_training_step_over_a_symbolic_batch() -> None:
         assert_same_training_state(eager, model)
     assert compiled.stats.compiles == 1 and compiled.stats.eager_fallback_calls == 0
     assert compiled.stats.kernels and compiled.stats.fallbacks == 0  # batch norm too
+
+
+def _padded_rows(x: torch.Tensor) -> torch.Tensor:
+    pad = (4 - x.shape[-1] % 4) % 4
+    return torch.nn.functional.pad(x, (0, pad)).view(x.shape[0], -1, 4).sum(-1)
+
+
+@pytest.mark.parametrize("capture", ["strict", "trace"])
+def test_a_size_the_backward_specialised_compiles_again(capture: str) -> None:
+    """Padding to a multiple of 4 and viewing rows of 4, trained over lengths 1, 3, 4,
+    5, 9: the symbolic program, compiled at length 3 (one row), carries aot's guard that
+    there is one row, which the capture did not have. It is now a guard of the entry:
+    length 5 compiles again (it raised ShapeError)."""
+    compiled = ember.frontend.compile(_padded_rows, options={"capture": capture})
+    for n in (1, 3, 4, 5, 9):
+        x = torch.randn(2, n, requires_grad=True)
+        x2 = x.detach().clone().requires_grad_()
+        got, want = compiled(x2), _padded_rows(x)
+        torch.testing.assert_close(got, want)
+        (got * torch.arange(got.shape[1])).sum().backward()
+        (want * torch.arange(want.shape[1])).sum().backward()
+        torch.testing.assert_close(x2.grad, x.grad)
+    assert compiled.stats.compiles == 3  # static 1, symbolic with one row, symbolic

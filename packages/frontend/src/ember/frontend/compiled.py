@@ -23,6 +23,7 @@ from ember.frontend.guards import GuardFailure, GuardSet, Matcher
 from ember.frontend.inference_outputs import as_inference
 from ember.frontend.module_state import ModuleLayout, callable_name
 from ember.frontend.pytree import flatten
+from ember.frontend.shape_guards import install_stage_guards
 from ember.frontend.stats import CompileStats, report_counts
 from ember.frontend.trace import ArgumentInputs, OutputLayout, trace_capture
 from ember.frontend.trace_guards import TraceCall
@@ -206,6 +207,10 @@ class TracedFunction:
         with torch.set_grad_enabled(captured.grad):  # what the stages see (aot: training)
             compiled = compile_without_autocast(
                 lambda: compile_program(program, req.backend, dict(req.options), req.mode))
+        final = getattr(compiled, "program", program)
+        if captured.symbolic_inputs and "forward" in final.graphs:
+            install_stage_guards(program.forward, final.graphs["forward"],
+                                 captured.symbolic_inputs, captured.guards.add)
         title = f"{self._name()} (entry {len(self._entries)})"
         entry = CacheEntry(captured.guards, captured.guards.matcher(title=title), compiled,
                            captured.arguments, captured.output, grad, captured.inference)
@@ -213,7 +218,6 @@ class TracedFunction:
         self.stats.graphs += 1
         if self._entries:
             self.stats.recompiles += 1
-        final = getattr(compiled, "program", program)
         self.stats.kernels, self.stats.fallbacks = report_counts(final)
         self._entries.append(entry)
         return entry

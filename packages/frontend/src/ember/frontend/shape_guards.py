@@ -147,6 +147,28 @@ def install_shape_guards(
         log("dynamic", "shape guards:\n" + "\n".join(f"  {g.describe()}" for g in shape))
 
 
+def install_stage_guards(
+    captured: Graph,
+    compiled: Graph,
+    inputs: Sequence[tuple[SymbolicInput, Mapping[int, DynamicDim]]],
+    add: Callable[[Guard], None],
+) -> None:
+    """Add (through ``add``) the size relations the stages put on ``compiled`` (the
+    compiled program's graph of ``captured``) that ``captured`` does not have: aot's
+    backward can specialise a size of 1 (a strided convolution's output length, a
+    ``view(-1, 4)`` of one row) that the capture left symbolic. The program checks them
+    when it binds its sizes; as guards of the entry, a call that fails one compiles
+    again instead of raising ``ShapeError``."""
+    known = {g.expr for g in captured.guards}
+    if all(g.expr in known for g in compiled.guards):
+        return
+    later = Graph(list(captured.nodes), dict(captured.symbols),
+                  [g for g in compiled.guards if g.expr not in known])
+    for guard in input_guards(later, [inp for inp, _ in inputs]):
+        if guard.kind == "size_relation" and guard.expected in {g.expr for g in later.guards}:
+            add(guard)
+
+
 def _pinned_at(shape_env: object | None, inp: SymbolicInput, dim: int) -> SourceLocation | None:
     if inp.fake is None:
         return None

@@ -141,6 +141,9 @@ class TraceCapture:
     output: OutputLayout
     grad: bool  # the grad mode it is compiled and run under (trace_grad.py)
     inference: tuple[int, ...] = ()  # outputs made as inference tensors (inference_outputs)
+    # the inputs given symbolic dimensions (for the stages' guards: install_stage_guards)
+    symbolic_inputs: list[tuple[SymbolicInput, Mapping[int, DynamicDim]]] = field(
+        default_factory=list)
 
 
 def capture(fn: Callable[..., Any], *args: Any,
@@ -326,7 +329,8 @@ def trace_capture(
     watch.warn()  # once the trace is kept (not for one traced again)
     warn_rebound_attributes(module, attributes)
     return TraceCapture(program, guards, arguments, layout_of_result, grad,
-                        inference_outputs(outputs, torch.is_inference_mode_enabled()))
+                        inference_outputs(outputs, torch.is_inference_mode_enabled()),
+                        list(dims.symbolic_inputs))
 
 
 @dataclass

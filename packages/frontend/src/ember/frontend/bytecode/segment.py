@@ -51,7 +51,7 @@ from ember.frontend.bytecode.state import StateBuilder
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.free_layouts import FreeLayoutsRefused
 from ember.frontend.inference_outputs import inference_outputs
-from ember.frontend.shape_guards import install_shape_guards
+from ember.frontend.shape_guards import install_shape_guards, install_stage_guards
 from ember.runtime.ir import Program, SourceLocation
 from ember.runtime.tracing import GraphRecorder
 from ember.runtime.tracing_source import is_library_file
@@ -222,6 +222,10 @@ def _capture_once(state: FrameState, ctx: FunctionContext, break_calls: dict[int
         torch.set_grad_enabled(graph_grad)  # what the stages see (aot: training or not)
         autocast.restore_start()
         runner = compile_without_autocast(lambda: compile_graph(program)) if has_ops else None
+        final = getattr(runner, "program", None)
+        if cap.symbolic_inputs and final is not None and "forward" in final.graphs:
+            install_stage_guards(program.forward, final.graphs["forward"],
+                                 cap.symbolic_inputs, cap.guards.add)
         return Segment(
             start_ip=state.ip,
             guards=cap.guards,
