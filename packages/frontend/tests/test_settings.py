@@ -50,6 +50,14 @@ def test_unknown_backend_lists_the_backends(backend: Any) -> None:
         ef.compile(add_one, backend=backend)
 
 
+@pytest.mark.parametrize("settings", [{"backend": "nope"}, {"mode": "fast"},
+                                      {"options": {"stritc": True}}, {"dynamic": "yes"}])
+def test_a_decorator_factory_checks_its_settings_at_once(settings: dict[str, Any]) -> None:
+    # before: nothing was checked until the decorator was applied to a function
+    with pytest.raises(ValueError):
+        ef.compile(**settings)
+
+
 @pytest.mark.parametrize(("backend", "options", "message"), [
     ("eager", {"strict": True}, ("unknown option 'strict' for backend 'eager'; "
                                  "valid options: allow_breaks, capture")),

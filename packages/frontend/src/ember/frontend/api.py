@@ -152,11 +152,6 @@ def compile(
         ember.runtime.stages.StageNotInstalledError: the backend needs a stage whose
             package is not installed (the message names it).
     """
-    if fn_or_module is None:
-        def decorate(fn: Callable[..., Any]) -> Any:
-            return compile(fn, backend=backend, mode=mode, fullgraph=fullgraph,
-                           dynamic=dynamic, options=options, disable=disable)
-        return decorate
     _check_backend(backend)
     check_mode(mode, backend)
     _check_flags(fullgraph, dynamic)
@@ -172,6 +167,11 @@ def compile(
     backend_options = _checked_options(backend, options, getattr(factory, "options", None))
     _check_allow_breaks(backend_options, capture, fullgraph)
     backend_options.pop("capture", None)
+    if fn_or_module is None:  # a decorator factory: its settings are checked above
+        def decorate(fn: Callable[..., Any]) -> Any:
+            return compile(fn, backend=backend, mode=mode, fullgraph=fullgraph,
+                           dynamic=dynamic, options=options, disable=disable)
+        return decorate
     if disable:
         return fn_or_module
     module = module_of(fn_or_module)
