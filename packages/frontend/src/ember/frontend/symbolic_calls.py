@@ -32,6 +32,7 @@ from ember.frontend._torch import (
     python_dispatcher_off,
     upsample_nearest_bindings,
 )
+from ember.runtime.checked_calls import call_checked
 from torch.overrides import TorchFunctionMode
 
 __all__ = ["SYMBOLIC_REWRITES", "SymbolicCalls", "call_rewritten", "symbolic_calls"]
@@ -183,13 +184,14 @@ def symbolic_calls(shape_env: Any, mode: bool = True) -> Iterator[None]:
 
 
 def call_rewritten(fn: Any, args: Any, kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` through its rewrite when it has one that applies."""
+    """``fn(*args, **kwargs)`` through its rewrite when it has one that applies (else
+    through its checked version: ``ember.runtime.checked_calls``)."""
     rewrite = SYMBOLIC_REWRITES.get(fn) if _hashable(fn) else None
     if rewrite is not None:
         result = rewrite(*args, **kwargs)
         if result is not NotImplemented:
             return result
-    return fn(*args, **kwargs)
+    return call_checked(fn, args, kwargs)
 
 
 def _hashable(fn: Any) -> bool:

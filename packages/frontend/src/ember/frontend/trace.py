@@ -77,6 +77,7 @@ from ember.frontend.trace_watch import (
     warn_rebound_attributes,
     watched_python,
 )
+from ember.runtime.checked_calls import CheckedCalls
 from ember.runtime.ir import InputKind, InputSpec, Program
 from ember.runtime.logs import log
 from ember.runtime.tracing import GraphRecorder
@@ -249,6 +250,7 @@ def trace_capture(
             # a user Triton kernel launch is recorded instead of running on fake tensors
             stack.enter_context(trace_triton.launches_recorded(rec))
             stack.enter_context(RefuseAutograd())  # a backward pass is not traced
+            stack.enter_context(CheckedCalls())  # eager's value checks (one_hot) recorded
             # real closure tensors kept out of autocast's cache (autocast_cache.py)
             stack.enter_context(RealCastsUncached())
             stack.enter_context(regions)  # under the recorder

@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 from ember.runtime._torch import is_fake, pytree
+from ember.runtime.checked_calls import CheckedCalls
 from ember.runtime.foreign_shapes import (
     ForeignShapes,
     SizeSite,
@@ -239,7 +240,7 @@ def record_fx(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any])
         rec = GraphRecorder(lift=lift)
         fakes = [rec.add_input(_own_fake(rec, value), InputSpec(node.name))
                  for node, value in zip(placeholders, example_inputs)]
-    with rec:
+    with rec, CheckedCalls():  # eager's value checks (one_hot's classes) recorded
         result = graph_module(*fakes)
     leaves, spec = pytree.tree_flatten(result)
     tensors: list[torch.Tensor] = []

@@ -34,6 +34,7 @@ from ember.frontend.free_layouts import note_read
 from ember.frontend.guard_model import GLOBAL_STATE_QUERIES
 from ember.frontend.symbolic_calls import call_rewritten, symbolic_calls
 from ember.frontend.trace_watch import PythonWatch, watched_python
+from ember.runtime.checked_calls import call_checked
 from ember.runtime.custom_ops import MissingFakeKernelError
 from torch import nn
 
@@ -259,7 +260,7 @@ def _run_for_real(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any])
     try:
         shape_env = cap.recorder.shape_env
         if shape_env is None:
-            return fn(*args, **kwargs)
+            return call_checked(fn, args, kwargs)  # eager's value checks (one_hot)
         with symbolic_calls(shape_env, mode=False):  # sizes stay symbolic (dynamic)
             return call_rewritten(fn, args, kwargs)
     finally:
