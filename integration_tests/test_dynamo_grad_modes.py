@@ -205,3 +205,20 @@ def test_a_backward_inside_the_compiled_step_is_not_traced_by_dynamo() -> None:
     assert [str(w.message) for w in caught if "ember" in str(w.message)] == []
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_a_compiled_module_under_checkpoint_compiles_outside_its_hooks() -> None:
+    """``checkpoint(torch.compile(m, backend="ember"), x, use_reentrant=False)``: the
+    compile runs inside the first forward, whose saved-tensor hooks counted the tensors
+    the recording saved (CheckpointError: a different number of tensors saved during the
+    original forward and the recomputation)."""
+    import torch.utils.checkpoint as cp
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    x = torch.randn(3, 4, requires_grad=True)
+    cp.checkpoint(torch.compile(m, backend="ember"), x, use_reentrant=False).sum().backward()
+    got = m[0].weight.grad.clone()
+    m.zero_grad()
+    m(x).sum().backward()
+    torch.testing.assert_close(got, m[0].weight.grad)

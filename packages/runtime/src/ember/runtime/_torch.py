@@ -68,6 +68,7 @@ __all__ = [
     "pytree",
     "revoke_storage",
     "runtime_asserts",
+    "saved_tensors_hooks_set",
     "statically_true",
     "storage_alias",
     "symbol_hint",
@@ -106,6 +107,12 @@ def is_grad_mode_switch(target: object) -> bool:
     """Whether an FX node's target is the grad-mode switch Dynamo writes for
     ``torch.no_grad()`` / ``torch.enable_grad()`` blocks (``torch._C._set_grad_enabled``)."""
     return target is torch._C._set_grad_enabled
+
+
+def saved_tensors_hooks_set() -> bool:
+    """Whether ``torch.autograd.graph.saved_tensors_hooks`` (or ``checkpoint``, or
+    ``save_on_cpu``) has default hooks set in this thread."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
 
 
 def assert_async(condition: torch.Tensor, message: str) -> None:

@@ -72,6 +72,7 @@ higher-order operator Ember does not record (``torch.cond``, ``while_loop``, ``s
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -82,6 +83,7 @@ from ember.runtime._torch import (
     fixed_by_its_shape_env,
     higher_order_name,
     is_grad_mode_switch,
+    saved_tensors_hooks_set,
 )
 from ember.runtime.autograd import keep_backward_from_dynamo
 from ember.runtime.callable import InputAliasingError, ProgramCallable
@@ -355,6 +357,21 @@ def ember(
         ember.runtime.stages.StageNotInstalledError: a stage of the backend (by default
             ``ember-aot`` and ``ember-inductor``) is not installed.
     """
+    # NOTE: under torch.utils.checkpoint (non-reentrant) the compile runs inside the
+    # first forward, whose saved-tensor hooks would count the tensors the recording
+    # saves (the recomputation, which compiles nothing, then saves fewer)
+    with _saved_tensors_hooks_kept_out():
+        return _ember(graph_module, example_inputs, mode=mode, options=options)
+
+
+def _ember(
+    graph_module: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    mode: str | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> DynamoCompiled | ShapeSpecialized | Callable[..., Any]:
+    """:func:`ember`."""
     backend, stage_options = checked_options(options)
     check_mode(None if mode == "default" else mode, backend)
     keep_backward_from_dynamo()
@@ -391,6 +408,17 @@ def ember(
                       f"{_ranges_text(imported)}")
     return DynamoCompiled(imported, compiled, per_shape=lambda reason: ShapeSpecialized(
         graph_module, backend, stage_options, mode, reason))
+
+
+def _keep(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _saved_tensors_hooks_kept_out() -> contextlib.AbstractContextManager[Any]:
+    """Identity saved-tensor hooks over the caller's (``checkpoint``'s) while compiling."""
+    if not saved_tensors_hooks_set():
+        return contextlib.nullcontext()
+    return torch.autograd.graph.saved_tensors_hooks(_keep, _keep)
 
 
 def _eager_reason(graph_module: torch.fx.GraphModule) -> str | None:
