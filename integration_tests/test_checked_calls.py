@@ -18,7 +18,7 @@ from ember.runtime.checked_calls import CHECKED_CALLS
 # function -> (a program calling it, good input, bad inputs, the compiled error)
 CASES: dict[Any, tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor,
                        list[torch.Tensor], str]] = {
-    torch._C._nn.one_hot: (lambda i: F.one_hot(i, 4) * 2, torch.tensor([0, 3, 1]),
+    F.one_hot: (lambda i: F.one_hot(i, 4) * 2, torch.tensor([0, 3, 1]),
                            [torch.tensor([4, 0, 1]), torch.tensor([0, -1, 2])],
                            "Class values must be"),
 }

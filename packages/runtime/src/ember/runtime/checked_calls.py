@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from ember.runtime._torch import assert_async, is_fake
 from torch.overrides import TorchFunctionMode
 
@@ -36,11 +37,11 @@ def _one_hot(tensor: Any, num_classes: Any = -1) -> Any:
         # is the frontend's symbolic rewrite, a scatter that checks its indices)
         return NotImplemented
     assert_async(((tensor >= 0) & (tensor < num_classes)).all(), ONE_HOT_MESSAGE)
-    return torch._C._nn.one_hot(tensor, num_classes)
+    return F.one_hot(tensor, num_classes)
 
 
 CHECKED_CALLS: dict[Any, Callable[..., Any]] = {
-    torch._C._nn.one_hot: _one_hot,  # (torch.nn.functional.one_hot)
+    F.one_hot: _one_hot,
 }
 """Torch function -> its version that records eager's value check."""
 
