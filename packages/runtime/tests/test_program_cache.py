@@ -353,6 +353,23 @@ def test_cache_info_and_clear(stage: CountingStage, cache_dir: Path,
     assert "EMBER_REMOTE_CACHE is not set" in capsys.readouterr().err
 
 
+def test_clear_removes_entries_only(stage: CountingStage, cache_dir: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Files and folders under ``programs/`` that are no entry stay (they were all
+    removed: ``EMBER_CACHE_DIR=$HOME`` emptied ``~/programs``)."""
+    compile_program(_constant_program(1.0), "aot_eager")
+    folder = cache_dir / "programs"
+    (folder / "notes.txt").write_text("mine")
+    (folder / "src").mkdir()
+    (folder / "src" / "thesis.tex").write_text("mine")
+    (folder / "dir.entry").mkdir()  # a folder is never an entry
+    (folder / ".abc.entry.tmp1234").write_bytes(b"half")  # a writer's leftover
+    assert cli_main(["cache", "clear"]) == 0
+    assert capsys.readouterr().out == f"removed 1 local entries from {folder}\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["dir.entry", "notes.txt", "src"]
+    assert (folder / "src" / "thesis.tex").read_text() == "mine"
+
+
 _KEY_SCRIPT = """
 import sys
 from ember.runtime.cache.key import KeyRequest, Uncacheable, cache_key

@@ -78,6 +78,9 @@ def test_patch_with_known_topics(logs: object) -> None:
     ({"EMBER_RECOMPILE_LIMIT": "2.5"}, "EMBER_RECOMPILE_LIMIT='2.5': expected an integer"),
     ({"EMBER_CACHE": "sometimes"}, "EMBER_CACHE='sometimes': expected 0 or 1"),
     ({"EMBER_TORCH_LAUNCHER": "triton"}, "EMBER_TORCH_LAUNCHER='triton': expected 0 or 1"),
+    # empty meant the default silently (cache clear then emptied ~/.cache/ember)
+    ({"EMBER_CACHE_DIR": ""}, "EMBER_CACHE_DIR='': expected a directory"),
+    ({"EMBER_DEBUG_DIR": " "}, "EMBER_DEBUG_DIR=' ': expected a directory"),
 ])
 def test_unreadable_values_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -109,18 +109,19 @@ class Config:
             ValueError: naming the variable whose value cannot be read (an unknown
                 ``EMBER_LOGS`` topic only warns: :class:`UnknownLogTopicWarning`).
         """
-        debug_dir = env.get("EMBER_DEBUG_DIR")
+        debug_dir = _directory(env, "EMBER_DEBUG_DIR")
+        cache_dir = _directory(env, "EMBER_CACHE_DIR")
         return Config(
             logs=_parse_env_logs(env.get("EMBER_LOGS", "")),
             serialize_boundaries=_parse_bool(env, "EMBER_SERIALIZE_BOUNDARIES", False),
-            cache_dir=Path(env.get("EMBER_CACHE_DIR") or _DEFAULT_CACHE_DIR).expanduser(),
+            cache_dir=(cache_dir or Path(_DEFAULT_CACHE_DIR)).expanduser(),
             cache_enabled=_parse_bool(env, "EMBER_CACHE", True),
             program_cache=_parse_bool(env, "EMBER_PROGRAM_CACHE", True),
             capture_cache=_parse_bool(env, "EMBER_CAPTURE_CACHE", True),
             remote_cache=env.get("EMBER_REMOTE_CACHE") or None,
             remote_cache_key=_remote_cache_key(env),
             recompile_limit=_parse_int(env, "recompile_limit", 8),
-            debug_dir=Path(debug_dir).expanduser() if debug_dir else None,
+            debug_dir=debug_dir.expanduser() if debug_dir else None,
             trust_artifacts=_parse_bool(env, "EMBER_TRUST_ARTIFACTS", False),
             cudagraph_shapes=_parse_int(env, "cudagraph_shapes", 8),
             cudagraph_copy_outputs=_parse_bool(env, "EMBER_CUDAGRAPH_COPY_OUTPUTS", False),
@@ -237,6 +238,19 @@ INT_SETTINGS: dict[str, tuple[str, int]] = {
 }
 """The integer settings: their variable and smallest value (smaller, or no integer, is a
 ``ValueError`` naming the variable, from the environment or :func:`patch`)."""
+
+
+def _directory(env: Mapping[str, str], name: str) -> Path | None:
+    """The directory variable ``name`` names (None when unset). An empty value is an
+    error: taken as unset it silently meant the default (``cache clear`` with
+    ``EMBER_CACHE_DIR=""`` emptied ``~/.cache/ember``)."""
+    value = env.get(name)
+    if value is None:
+        return None
+    if not value.strip():
+        raise ValueError(f"{name}={value!r}: expected a directory (unset the variable "
+                         "for the default)")
+    return Path(value)
 
 
 def _parse_int(env: Mapping[str, str], setting: str, default: int) -> int:

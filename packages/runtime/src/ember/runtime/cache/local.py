@@ -110,10 +110,24 @@ class LocalProgramCache:
         return LocalUsage(directory, count, size)
 
     def clear(self) -> int:
-        """Remove every entry (and leftover temporary files); return how many entries."""
+        """Remove every entry (and leftover temporary files of entries); return how many
+        entries. Nothing else in the folder is touched: it removed every file and folder
+        there (``EMBER_CACHE_DIR=$HOME`` emptied ``~/programs``)."""
         removed = 0
         for path in self.directory.iterdir():
-            if path.name.endswith(SUFFIX):
-                removed += 1
+            if not _is_entry_file(path.name):
+                continue
+            try:
+                if stat.S_ISDIR(os.lstat(path).st_mode):
+                    continue  # (a folder is never an entry)
+            except FileNotFoundError:
+                continue
+            removed += path.name.endswith(SUFFIX)
             remove_entry(path)
         return removed
+
+
+def _is_entry_file(name: str) -> bool:
+    """An entry (``KEY.entry``) or a temporary file of one (``.KEY.entry.tmpXXXX``,
+    :func:`write_atomic`)."""
+    return name.endswith(SUFFIX) or (name.startswith(".") and f"{SUFFIX}.tmp" in name)
