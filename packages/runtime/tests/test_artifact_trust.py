@@ -264,3 +264,26 @@ def test_effect_table() -> None:
     assert effect_of("debugprims::load_tensor.default") is not None
     assert effect_of("aten::add.Tensor") is None
     assert effect_of("prims::add.default") is None
+    # TorchScript builtins torch.ops.aten resolves but the dispatcher does not have
+    for builtin in ("aten::save.default", "aten::manual_seed.default",
+                    "aten::set_grad_enabled.default", "aten::warn.default"):
+        assert "TorchScript builtin" in str(effect_of(builtin)), builtin
+    assert effect_of("aten::sym_size.int") is None
+    assert effect_of("aten::_assert_async.msg") is None
+
+
+def test_a_loaded_torchscript_builtin_is_refused_before_it_acts(tmp_path: Path) -> None:
+    """``aten::set_grad_enabled`` and ``aten::manual_seed`` in a loaded file turned the
+    caller's autograd off and reseeded its generator when the program ran."""
+    pb = ProgramBuilder()
+    x = pb.input(torch.randn(3), name="x")
+    program = pb.finish(pb.call("aten::add.Tensor", x, x))
+    node = program.forward.nodes[1]
+    program.forward.nodes.insert(1, dataclasses.replace(
+        node, name="off", target="aten::set_grad_enabled.default", args=(False,),
+        kwargs={}, meta=None))
+    save(program, tmp_path / "p.ember")
+    with pytest.raises(UntrustedProgramError, match="set_grad_enabled.default is a "
+                                                    "TorchScript builtin"):
+        run_program(load(tmp_path / "p.ember"), [torch.randn(3)])
+    assert torch.is_grad_enabled()

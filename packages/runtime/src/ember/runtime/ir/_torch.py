@@ -7,6 +7,7 @@ torch upgrade that moves one of these touches only this file.
 
 from __future__ import annotations
 
+import functools
 from typing import TypeGuard
 
 import torch
@@ -14,7 +15,7 @@ import torch
 OpOverload = torch._ops.OpOverload
 """One overload of an operator (``torch.ops.aten.add.Tensor``)."""
 
-__all__ = ["OpOverload", "is_op_overload", "op_schema", "overload_name"]
+__all__ = ["OpOverload", "is_dispatcher_op", "is_op_overload", "op_schema", "overload_name"]
 
 
 def is_op_overload(value: object) -> TypeGuard[OpOverload]:
@@ -31,3 +32,20 @@ def overload_name(op: OpOverload) -> str:
     """The overload part of ``op``'s name (``Tensor`` for ``aten::add.Tensor``;
     ``default`` for the unnamed overload)."""
     return op._overloadname or "default"
+
+
+@functools.cache
+def _dispatcher_ops() -> frozenset[str]:
+    return frozenset(torch._C._dispatch_get_all_op_names())
+
+
+def is_dispatcher_op(qualified: str) -> bool:
+    """Whether ``ns::name.overload`` (``.default`` for the unnamed one) is an operator of
+    torch's dispatcher, not a TorchScript builtin that ``torch.ops`` also resolves
+    (``aten::save``, ``aten::manual_seed``, ``aten::set_grad_enabled``: Python-level
+    effects on files and the process's state)."""
+    name, _, overload = qualified.partition(".")
+    ops = _dispatcher_ops()
+    if overload in ("", "default"):
+        return name in ops
+    return f"{name}.{overload}" in ops

@@ -11,7 +11,10 @@ compute on its tensors, nothing more. The rule, as tables:
 * an operator in a namespace outside :data:`PURE_NAMESPACES` is a custom operator that
   runs whatever code registered it (``c10d``: network, ``profiler``, ``debugprims``:
   files) and is refused;
-* an operator of :data:`EFFECTFUL_OPS` is refused: its effects reach outside the tensors.
+* an operator of :data:`EFFECTFUL_OPS` is refused: its effects reach outside the tensors;
+  so is a TorchScript builtin that ``torch.ops.aten`` also resolves but torch's
+  dispatcher does not have (``aten::save``, ``aten::manual_seed``,
+  ``aten::set_grad_enabled``).
 
 The opt-ins: ``load(path, trusted=True)`` (the file is as trusted as your own code),
 ``Interpreter(program, allow_effects=True)``. The interpreter checks the whole graph
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ember.runtime.ir._torch import is_dispatcher_op
 from ember.runtime.ir.errors import UntrustedProgramError
 from ember.runtime.ir.graph import Program
 
@@ -59,6 +63,10 @@ def effect_of(target: str) -> str | None:
     if namespace not in PURE_NAMESPACES:
         return (f"is a custom operator ({namespace!r} namespace): it runs whatever code "
                 "registered it")
+    if not is_dispatcher_op(target):
+        return ("is a TorchScript builtin, not an operator of torch's dispatcher: such "
+                "builtins act on the process (aten::save writes a file, "
+                "aten::manual_seed reseeds, aten::set_grad_enabled switches grad mode)")
     return EFFECTFUL_OPS.get(f"{namespace}::{rest.partition('.')[0]}")
 
 
