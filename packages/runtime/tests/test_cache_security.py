@@ -168,7 +168,8 @@ def test_a_symlinked_library_is_rebuilt_not_loaded(tmp_path: Path) -> None:
     entry = _private_tree(root, "cpp") / cpp_build.cache_key(SOURCE)
     entry.mkdir(mode=0o700)
     (entry / "kernel.so").symlink_to(outside / "kernel.so")
-    (entry / "manifest.json").write_text(_manifest(data))  # matches the link's target
+    (entry / "manifest.json").write_text(json.dumps({  # matches the link's target
+        "key": entry.name, "library": "kernel.so", "sha256": hashlib.sha256(data).hexdigest()}))
     with patch(cache_dir=root), pytest.warns(cpp_build.CppCacheWarning):
         lib = cpp_build.compile_cpp(SOURCE)
     assert not lib.is_symlink()
@@ -195,6 +196,44 @@ def test_a_symlinked_triton_entry_is_replaced_not_followed(tmp_path: Path) -> No
     assert path.read_text() == TRITON_SOURCE
     assert _tree(outside) == before
     assert not marker.exists()
+
+
+OTHER_SOURCE = 'extern "C" int ember_answer(void) { return 7; }\n'
+
+
+def test_swapped_cpp_entries_are_rebuilt_not_loaded(tmp_path: Path) -> None:
+    """Two entries' folders swapped: each manifest matched its library, so the other
+    kernel was loaded (a silently wrong result). The manifest names its key now."""
+    with patch(cache_dir=tmp_path):
+        a, b = cpp_build.compile_cpp(SOURCE).parent, cpp_build.compile_cpp(OTHER_SOURCE).parent
+        a.rename(tmp_path / "swap")
+        b.rename(a)
+        (tmp_path / "swap").rename(b)
+        with pytest.warns(cpp_build.CppCacheWarning, match="corrupt"):
+            lib = cpp_build.compile_cpp(SOURCE)
+        assert ctypes.CDLL(str(lib)).ember_answer() == 42
+
+
+def test_a_cpp_entry_writable_by_others_is_rebuilt(tmp_path: Path) -> None:
+    with patch(cache_dir=tmp_path):
+        entry = cpp_build.compile_cpp(SOURCE).parent
+        entry.chmod(0o777)
+        with pytest.warns(cpp_build.CppCacheWarning, match="corrupt"):
+            lib = cpp_build.compile_cpp(SOURCE)
+        assert ctypes.CDLL(str(lib)).ember_answer() == 42
+
+
+def test_a_triton_entry_holding_another_source_is_replaced(tmp_path: Path) -> None:
+    with patch(cache_dir=tmp_path):
+        other = TRITON_SOURCE + "# another kernel\n"
+        a = triton_cache.kernel_source_path(TRITON_SOURCE, "interpret").parent
+        b = triton_cache.kernel_source_path(other, "interpret").parent
+        a.rename(tmp_path / "swap")
+        b.rename(a)
+        (tmp_path / "swap").rename(b)
+        with pytest.warns(triton_cache.TritonCacheWarning, match="another kernel's source"):
+            path = triton_cache.kernel_source_path(TRITON_SOURCE, "interpret")
+        assert path.read_text() == TRITON_SOURCE
 
 
 # -- temporary files ------------------------------------------------------------------

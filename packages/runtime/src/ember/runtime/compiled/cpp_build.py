@@ -4,7 +4,7 @@ A kernel's shared library lives at::
 
     <cache root>/cpp/<key>/kernel.so
     <cache root>/cpp/<key>/kernel.cpp        the source, for reading
-    <cache root>/cpp/<key>/manifest.json     {"library": "kernel.so",
+    <cache root>/cpp/<key>/manifest.json     {"key": <key>, "library": "kernel.so",
                                               "sha256": <digest of the library>, ...}
 
 ``key`` hashes the source, the compiler's version line, the flags, the CPU model
@@ -16,7 +16,8 @@ The compiler runs in a temporary directory beside the entries (removed on succes
 failure alike); the files are then written to temporary names and moved into place with
 ``os.replace`` (the manifest last), so concurrent writers are safe and a reader never
 trusts half an entry. An entry whose manifest is missing or does not match its library (a
-truncated ``kernel.so``, a symbolic link) is a miss, with a :class:`CppCacheWarning`, and
+truncated ``kernel.so``, a symbolic link) or its folder (entries swapped), or whose folder
+belongs to another user or is writable by others, is a miss, with a :class:`CppCacheWarning`, and
 is rebuilt under a new library name (``kernel-<random>.so``, recorded in the manifest).
 The cache's directories are private (:mod:`.private_cache`).
 """
@@ -246,16 +247,23 @@ def _cached_library(entry: Path) -> Path | None:
     """
     if not os.path.lexists(entry):
         return None
-    if not stat.S_ISDIR(os.lstat(entry).st_mode):
+    st = os.lstat(entry)
+    if not stat.S_ISDIR(st.st_mode):
         raise _CorruptEntry(None)  # a symbolic link or a file: never followed
+    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise _CorruptEntry(None)  # another user's, or writable by others: not loaded
     manifest = entry / "manifest.json"
     if not os.path.lexists(manifest):
         return None  # never written, or another process is writing it right now
     library: Path | None = None
     try:
         record = json.loads(read_file(manifest))
+        if isinstance(record, dict) and "key" not in record:
+            return None  # written before manifests named their key: built again, quietly
         name = record.get("library", "kernel.so")
-        if isinstance(name, str) and _LIBRARY_NAME.fullmatch(name):
+        # (the key binds the entry to its folder: two entries swapped are corrupt)
+        if isinstance(name, str) and _LIBRARY_NAME.fullmatch(name) and (
+                record.get("key") == entry.name):
             library = entry / name
             if record["sha256"] == hashlib.sha256(read_file(library)).hexdigest():
                 return library
@@ -312,7 +320,8 @@ def compile_cpp(source: str, what: str = "a generated kernel") -> Path:
     fresh_entry_dir(entry)
     write_atomic(entry / "kernel.cpp", source.encode())
     write_atomic(entry / library_name, lib_bytes)
-    manifest = {"library": library_name, "sha256": hashlib.sha256(lib_bytes).hexdigest(),
+    manifest = {"key": entry.name, "library": library_name,
+                "sha256": hashlib.sha256(lib_bytes).hexdigest(),
                 "compiler": compiler_version(), "flags": list(build_flags()),
                 "torch": torch.__version__}
     write_atomic(entry / "manifest.json", json.dumps(manifest).encode())

@@ -92,8 +92,9 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _read_entry(entry: Path) -> Path | None:
-    """The kernel file of a valid entry; None when missing; raises ValueError if corrupt."""
+def _read_entry(entry: Path, source: str | None = None) -> Path | None:
+    """The kernel file of a valid entry (holding ``source``, when given); None when
+    missing; raises ValueError if corrupt."""
     kernel = entry / _KERNEL_FILE
     manifest = entry / _MANIFEST_FILE
     if not os.path.lexists(entry):
@@ -107,6 +108,8 @@ def _read_entry(entry: Path) -> Path | None:
         raise ValueError(f"unreadable entry ({type(e).__name__}: {e})") from e
     if recorded != actual:
         raise ValueError("the kernel file does not match its manifest's digest")
+    if source is not None and actual != _digest(source.encode("utf-8")):
+        raise ValueError("the kernel file holds another kernel's source")
     return kernel
 
 
@@ -160,7 +163,7 @@ def kernel_source_path(source: str, device: str, root: Path | None = None) -> Pa
     """
     entry = cache_subdir(root or cache_root(), "triton") / cache_key(source, device)
     try:
-        found = _read_entry(entry)
+        found = _read_entry(entry, source)
     except ValueError as e:
         warnings.warn(
             f"Ember: corrupt Triton cache entry {entry} ({e}); recompiling it",
