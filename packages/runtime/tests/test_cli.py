@@ -112,6 +112,44 @@ def test_run_rejects_missing_and_unused_inputs(
     assert "key(s) y that match no placeholder" in capsys.readouterr().err
 
 
+def test_run_refuses_inputs_of_another_dtype_or_shape_and_unreadable_files(
+    mlp_file: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A static program ran on inputs of any shape or dtype (outputs of the wrong shape,
+    exit 0); an inputs file that is no safetensors gave a traceback."""
+    path, ex = mlp_file
+    inputs = tmp_path / "in.safetensors"
+    args = ["run", str(path), "--inputs", str(inputs), "--out", str(tmp_path / "o")]
+    x = ex["x"]
+    for wrong in (x.double(), x[:1], x.unsqueeze(0)):
+        safetensors.torch.save_file({"x": wrong.contiguous()}, inputs)
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: input 'x' for placeholder 'x' is ") and "takes" in err
+    inputs.write_bytes(b"not safetensors")
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --inputs {inputs}: not a readable safetensors file")
+    assert err.count("\n") == 1
+
+
+def test_run_verifies_the_program_first(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A program that ``verify`` rejects (a result index of -1 read row -1) ran."""
+    from ember.runtime.ir import ValueRef
+
+    pb = ProgramBuilder()
+    x = pb.input(torch.randn(3, 4), name="x")
+    program = pb.finish(pb.call("aten::relu.default", pb.call("aten::add.Tensor", x, x)))
+    relu = program.forward.nodes[2]
+    program.forward.nodes[2] = type(relu)(**{**relu.__dict__, "args": (
+        ValueRef(relu.args[0].node, -1),)})
+    path = _save(program, tmp_path / "bad.ember")
+    assert main(["run", str(path), "--shape", "x=3,4", "--out", str(tmp_path / "o")]) == 1
+    assert "reads result -1" in capsys.readouterr().err
+
+
 def test_module_entry_point(mlp_file: tuple[Path, dict[str, torch.Tensor]]) -> None:
     path, _ = mlp_file
     done = subprocess.run([sys.executable, "-m", "ember.runtime", "verify", str(path)],

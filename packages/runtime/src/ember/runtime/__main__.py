@@ -138,7 +138,8 @@ def _run(args: argparse.Namespace) -> int:
     from ember.runtime.executor import make_executor
 
     program = load(args.file, trusted=args.trusted)
-    given = safetensors.torch.load_file(args.inputs) if args.inputs is not None else {}
+    verify(program, program.dialect)  # (an unverified program ran: a result index -1)
+    given = _read_inputs(args.inputs) if args.inputs is not None else {}
     shapes = parse_shapes(args.shape)
     given.update(random_inputs(program, args.graph, shapes, given, args.seed))
     inputs = bind_named_inputs(program, args.graph, given)
@@ -235,6 +236,8 @@ def bind_named_inputs(
             value: Any = given[key]
             if isinstance(node.meta, ScalarMeta):
                 value = value.item()
+            elif isinstance(node.meta, TensorMeta):
+                _check_input(node.name, key, node.meta, value)
         elif spec is not None and spec.kind in _DEFAULTED and spec.target in program.tensors:
             value = program.tensors[spec.target]
         else:
@@ -246,6 +249,35 @@ def bind_named_inputs(
     if unused:
         raise ValueError(f"inputs file has key(s) {', '.join(unused)} that match no placeholder")
     return bound
+
+
+def _read_inputs(path: str) -> dict[str, torch.Tensor]:
+    """The tensors of the safetensors file ``path``.
+
+    Raises:
+        ValueError: the file cannot be read as safetensors (the message names it).
+    """
+    import safetensors.torch
+
+    try:
+        return safetensors.torch.load_file(path)
+    except Exception as e:  # noqa: BLE001 - safetensors' own errors are no ValueError
+        raise ValueError(f"--inputs {path}: not a readable safetensors file "
+                         f"({type(e).__name__}: {e})") from None
+
+
+def _check_input(name: str, key: str, meta: TensorMeta, value: torch.Tensor) -> None:
+    """Raise ValueError when ``value`` (the inputs file's ``key``) is not a tensor of
+    placeholder ``name``'s dtype and, for a static placeholder, sizes (a symbolic one's
+    sizes are checked by the program when it binds them, against its ranges)."""
+    sizes = tuple(meta.sizes)
+    static = all(isinstance(n, int) for n in sizes)
+    if value.dtype != meta.dtype or (static and tuple(value.shape) != sizes):
+        shown = ", ".join(str(n) for n in sizes)
+        raise ValueError(f"input {key!r} for placeholder {name!r} is "
+                         f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}; "
+                         f"the program takes {str(meta.dtype).removeprefix('torch.')}"
+                         f"[{shown}]")
 
 
 def _as_tensor(value: Any) -> torch.Tensor:
