@@ -181,6 +181,12 @@ def test_addresses() -> None:
         RedisAddress.parse("redis://h:1/zero")
     with pytest.raises(RemoteCacheConfigError, match="'redis://:\\*\\*\\*@h:x/0': the port"):
         RedisAddress.parse("redis://:secret@h:x/0")
+    with pytest.raises(RemoteCacheConfigError, match="port is not a number from 0 to 65535"):
+        RedisAddress.parse("redis://h:99999/0")
+    # (a bare ValueError from urllib before, naming no variable)
+    with pytest.raises(RemoteCacheConfigError, match=r"EMBER_REMOTE_CACHE='redis://\*\*\*@"
+                                                     r"\[::1': not a URL"):
+        RedisAddress.parse("redis://:secret@[::1")
 
 
 def test_cache_info_and_clear_remote(stage: CountingStage, server: str, tmp_path: Path,

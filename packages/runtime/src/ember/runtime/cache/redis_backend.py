@@ -70,7 +70,11 @@ class RedisAddress:
         Raises:
             RemoteCacheConfigError: another scheme, no host, or a bad port or db.
         """
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as e:  # an unclosed IPv6 bracket
+            raise RemoteCacheConfigError(
+                f"EMBER_REMOTE_CACHE={_redact_text(url)!r}: not a URL ({e})") from None
         if parts.scheme != "redis":
             raise RemoteCacheConfigError(
                 f"EMBER_REMOTE_CACHE={redact(url)!r}: expected "
@@ -79,7 +83,8 @@ class RedisAddress:
             port = parts.port or 6379
         except ValueError:
             raise RemoteCacheConfigError(
-                f"EMBER_REMOTE_CACHE={redact(url)!r}: the port is not a number") from None
+                f"EMBER_REMOTE_CACHE={redact(url)!r}: the port is not a number from 0 to "
+                "65535") from None
         path = parts.path.strip("/")
         if not parts.hostname or (path and not path.isdigit()):
             raise RemoteCacheConfigError(
@@ -92,6 +97,12 @@ class RedisAddress:
     def describe(self) -> str:
         """``redis://HOST:PORT/DB`` (no password)."""
         return f"redis://{self.host}:{self.port}/{self.db}"
+
+
+def _redact_text(url: str) -> str:
+    """``url`` with everything between ``://`` and ``@`` hidden (it may not parse)."""
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if "@" in rest else url
 
 
 def redact(url: str) -> str:
