@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -202,3 +203,21 @@ def test_run_refuses_sizes_outside_the_ranges_and_guards_in_one_line(
         args += ["--shape", spec]
     assert main(args) == 1
     assert capsys.readouterr().err == message
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="torch without CUDA")
+def test_a_program_for_a_device_torch_lacks_is_a_one_line_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was torch's AssertionError with a traceback."""
+    from ember.runtime.ir import TensorMeta
+
+    pb = ProgramBuilder()
+    x = pb.input(torch.randn(3), name="x")
+    program = pb.finish(pb.call("aten::relu.default", x))
+    node = program.forward.nodes[0]
+    assert isinstance(node.meta, TensorMeta)
+    node.meta = dataclasses.replace(node.meta, device=torch.device("cuda:0"))
+    path = _save(program, tmp_path / "cuda.ember")
+    assert main(["run", str(path), "--shape", "x=3", "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "CUDA" in err

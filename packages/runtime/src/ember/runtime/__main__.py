@@ -65,8 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = args.command(args)
         return status
-    except (IRError, OSError, ValueError, KeyError, RuntimeError) as e:
+    except (IRError, OSError, ValueError, KeyError, RuntimeError, ArithmeticError,
+            AssertionError) as e:
+        # (ArithmeticError: a symbolic divisor that is 0 at these sizes, an index too
+        # large for C; AssertionError: torch's "not compiled with CUDA" for a cuda input)
         message = str(e) if not isinstance(e, KeyError) else str(e.args[0])
+        message = message or type(e).__name__
         print(f"error: {message}", file=sys.stderr)
         return 1
 
