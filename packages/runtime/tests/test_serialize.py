@@ -194,9 +194,21 @@ def test_newer_minor_is_refused() -> None:
         program_from_json(_doc_with_version("1.7"), mlp().tensors)
 
 
-def test_malformed_version_is_refused() -> None:
+@pytest.mark.parametrize("version", ["one", "01.1", "1.01", "\u0661.1", "1.\u0661", "1.1 "])
+def test_malformed_version_is_refused(version: str) -> None:
+    # ("01.1" and Arabic-Indic digits read as 1.1 through int())
     with pytest.raises(IRFormatError, match="is not 'MAJOR.MINOR'"):
-        program_from_json(_doc_with_version("one"), mlp().tensors)
+        program_from_json(_doc_with_version(version), mlp().tensors)
+
+
+@pytest.mark.parametrize("size", [-4, 10**39])
+def test_a_static_size_no_tensor_can_have_is_refused(size: int) -> None:
+    doc = program_to_json(mlp())
+    node = next(n for n in doc["graphs"]["forward"]["nodes"]  # type: ignore[index]
+                if n["op"] == "placeholder")
+    node["meta"]["tensor"]["sizes"][0] = size
+    with pytest.raises(IRFormatError, match=rf"size {size} is not in \[0, 2\*\*63\)"):
+        program_from_json(doc, mlp().tensors)
 
 
 def test_empty_program(tmp_path: Path) -> None:

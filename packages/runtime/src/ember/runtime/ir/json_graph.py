@@ -130,13 +130,24 @@ def _str(d: dict[str, JSON], key: str, where: str) -> str:
     return v if type(v) is str else expect_str(v, f"{where}.{key}")
 
 
+_INT64_LIMIT = 2**63
+
+
+def _checked_sizes(sizes: tuple[SymInt, ...], where: str) -> tuple[SymInt, ...]:
+    """``sizes``, whose static entries must be sizes a tensor can have."""
+    for i, s in enumerate(sizes):
+        if isinstance(s, int) and not 0 <= s < _INT64_LIMIT:
+            raise IRFormatError(f"{where}[{i}]: size {s} is not in [0, 2**63)")
+    return sizes
+
+
 def _decode_tensor_meta(v: JSON, where: str) -> TensorMeta:
     d = _object(v, where, _TENSOR_META_KEYS)
     offset = d["storage_offset"]
     grad = d["requires_grad"]
     return TensorMeta(
         dtype=torch_names.dtype_from_name(_str(d, "dtype", where), f"{where}.dtype"),
-        sizes=_decode_symints(d["sizes"], f"{where}.sizes"),
+        sizes=_checked_sizes(_decode_symints(d["sizes"], f"{where}.sizes"), f"{where}.sizes"),
         strides=_decode_symints(d["strides"], f"{where}.strides"),
         device=torch_names.device_from_name(_str(d, "device", where), f"{where}.device"),
         storage_offset=(offset if type(offset) is int or type(offset) is str

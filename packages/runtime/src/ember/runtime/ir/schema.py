@@ -44,7 +44,7 @@ def _from_1_1(doc: JSONDoc) -> JSONDoc:
 
 UPGRADERS[(1, 1)] = _from_1_1
 
-_VERSION_RE = re.compile(r"(\d+)\.(\d+)")
+_VERSION_RE = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")  # ASCII digits, no leading 0
 
 
 def format_version(version: tuple[int, int]) -> str:
