@@ -236,6 +236,24 @@ def test_a_triton_entry_holding_another_source_is_replaced(tmp_path: Path) -> No
         assert path.read_text() == TRITON_SOURCE
 
 
+def test_files_of_another_user_are_not_read(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A C++ entry's library and manifest, or a wrapper's code, that belong to another
+    user (put there by someone who could) were loaded and run."""
+    from ember.runtime.compiled import private_cache
+
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    path.chmod(0o600)
+    assert private_cache.read_file(path) == b"x"
+    if os.getuid() == 0:
+        os.chown(path, 65534, 65534)
+    else:
+        monkeypatch.setattr(os, "getuid", lambda: os.stat(path).st_uid + 1)
+    with pytest.raises(PermissionError, match="belongs to another user"):
+        private_cache.read_file(path)
+
+
 # -- temporary files ------------------------------------------------------------------
 
 def test_a_failed_build_leaves_nothing_behind(tmp_path: Path) -> None:

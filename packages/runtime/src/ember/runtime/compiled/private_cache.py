@@ -11,14 +11,15 @@ the cache is therefore:
 
 Inside a private directory, a cache *entry* that is a symbolic link (or a file where a
 directory belongs) is not followed: :func:`fresh_entry_dir` removes the link itself and
-creates a real directory in its place. Files are read with ``O_NOFOLLOW``
-(:func:`read_file`), and written to a temporary name that is removed on any failure
+creates a real directory in its place. Files are read with ``O_NOFOLLOW``, and only
+when they belong to the user (:func:`read_file`), and written to a temporary name that is removed on any failure
 (:func:`write_atomic`).
 """
 
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import shutil
 import stat
@@ -114,13 +115,19 @@ def fresh_entry_dir(path: Path) -> Path:
 
 
 def read_file(path: Path) -> bytes:
-    """The bytes of ``path``, refusing to follow a symbolic link.
+    """The bytes of ``path``, refusing to follow a symbolic link or to read a file of
+    another user (one put there by someone who could: the folders are private).
 
     Raises:
-        OSError: the file is missing, unreadable, or a symbolic link (``ELOOP``).
+        OSError: the file is missing, unreadable, a symbolic link (``ELOOP``), or
+            another user's (``PermissionError``).
     """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as f:
+        owner = os.fstat(fd).st_uid
+        if owner != os.getuid():
+            raise PermissionError(errno.EPERM, f"belongs to another user (uid {owner})",
+                                  str(path))
         return f.read()
 
 
