@@ -222,3 +222,23 @@ def test_a_compiled_module_under_checkpoint_compiles_outside_its_hooks() -> None
     m.zero_grad()
     m(x).sum().backward()
     torch.testing.assert_close(got, m[0].weight.grad)
+
+
+@pytest.mark.parametrize("capture", ["strict", "trace"])
+def test_an_ember_compiled_module_under_checkpoint_records_outside_its_hooks(
+        capture: str) -> None:
+    """``checkpoint(ember.frontend.compile(m), x, use_reentrant=False)``: the first
+    forward compiles, and the checkpoint's hooks counted the tensors the recording saved
+    (CheckpointError at the recomputation: it failed after a Dynamo reset)."""
+    import ember.frontend as ef
+    import torch.utils.checkpoint as cp
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    x = torch.randn(3, 4, requires_grad=True)
+    compiled = ef.compile(m, options={"capture": capture})
+    cp.checkpoint(compiled, x, use_reentrant=False).sum().backward()
+    got = m[0].weight.grad.clone()
+    m.zero_grad()
+    m(x).sum().backward()
+    torch.testing.assert_close(got, m[0].weight.grad)

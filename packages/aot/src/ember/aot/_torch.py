@@ -119,12 +119,6 @@ def current_autograd_node() -> Any:
     return torch._C._current_autograd_node()
 
 
-def saved_tensors_hooks_set() -> bool:
-    """Whether ``torch.autograd.graph.saved_tensors_hooks`` (or ``save_on_cpu``) has
-    default hooks set in this thread."""
-    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
-
-
 def qualified_name(op: torch._ops.OpOverload) -> str:
     """``aten::name.overload``, as IR nodes name their targets."""
     return f"{op._schema.name}.{op._overloadname or 'default'}"

@@ -9,7 +9,6 @@ ops of both, after autograd, at the dispatcher level).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from ember.aot._torch import (
     TorchDispatchMode,
     current_autograd_node,
     has_composite_implicit_kernel,
-    saved_tensors_hooks_set,
 )
 from ember.aot.hidden_writes import HIDDEN_WRITE, record_hidden_write
 from ember.aot.non_differentiable import non_differentiable_outputs
@@ -39,6 +37,7 @@ from ember.aot.symbolic_sizes import (
     narrow_unbacked_symbols,
 )
 from ember.runtime.interpreter import Interpreter
+from ember.runtime.saved_hooks import hooks_kept_out
 from ember.runtime.ir import (
     Argument,
     Graph,
@@ -304,7 +303,9 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
     out_specs = program.signature.outputs.get("forward") or [OutputSpec()] * len(
         graph.output_values)
     interpreter = _SourceKeepingInterpreter(program, "forward", recorder, keep_no_grad=True)
-    with torch.enable_grad(), _without_saved_tensors_hooks():
+    # (the caller's saved-tensor hooks apply to the compiled program's saved values at
+    # run time, once, as eager applies them: ember.runtime.saved_hooks)
+    with torch.enable_grad(), hooks_kept_out():
         with recorder, DecomposingMode(table):
             outputs = interpreter.run(*fakes)
         # NOTE: a written input that requires grad (a non-leaf activation) gets a
@@ -353,24 +354,6 @@ def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> Jo
     _placeholders_first(traced.forward)
     return JointGraph(_with_program_data(traced, program), len(outputs), differentiable,
                       tangent_names, grad_targets)
-
-
-def _keep(t: torch.Tensor) -> torch.Tensor:
-    return t
-
-
-def _without_saved_tensors_hooks() -> contextlib.AbstractContextManager[Any]:
-    """Identity hooks over the user's saved-tensor hooks while the backward is derived.
-
-    A call under ``torch.autograd.graph.saved_tensors_hooks(pack, unpack)`` compiles
-    under them too: the joint trace's saved values went through ``pack`` and ``unpack``
-    and the derived backward computed with their results, and at run time the compiled
-    forward's saved values go through the hooks again (a hook that doubles its tensor
-    doubled the gradient twice). The hooks apply where eager applies them: to the
-    compiled forward's saved values, at run time."""
-    if not saved_tensors_hooks_set():
-        return contextlib.nullcontext()
-    return torch.autograd.graph.saved_tensors_hooks(_keep, _keep)
 
 
 def _output_source(graph: Graph, outputs: list[int]) -> SourceLocation | None:

@@ -187,7 +187,11 @@ class TracedFunction:
         self._entries = kept
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CacheEntry:
-        with collector_paused():  # a cold compile's garbage collections (ir/gc_pause.py)
+        # (the caller's saved-tensor hooks stay out of the recording: a checkpoint
+        # counted its tensors; imported here, a warm start never compiles)
+        from ember.runtime.saved_hooks import hooks_kept_out
+
+        with collector_paused(), hooks_kept_out():  # (and a cold compile's collections)
             return self._capture_and_compile(args, kwargs)
 
     def _capture_and_compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -72,7 +72,6 @@ higher-order operator Ember does not record (``torch.cond``, ``while_loop``, ``s
 from __future__ import annotations
 
 import collections
-import contextlib
 import copy
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -83,7 +82,6 @@ from ember.runtime._torch import (
     fixed_by_its_shape_env,
     higher_order_name,
     is_grad_mode_switch,
-    saved_tensors_hooks_set,
 )
 from ember.runtime.autograd import keep_backward_from_dynamo
 from ember.runtime.callable import InputAliasingError, ProgramCallable
@@ -94,6 +92,7 @@ from ember.runtime.ir import TensorMeta
 from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.logs import log
 from ember.runtime.pipeline import BACKENDS, check_mode, check_options, compile_program
+from ember.runtime.saved_hooks import hooks_kept_out
 from ember.runtime.stages import StageDeclined
 from ember.runtime.tracing_errors import RecordingError
 
@@ -360,7 +359,7 @@ def ember(
     # NOTE: under torch.utils.checkpoint (non-reentrant) the compile runs inside the
     # first forward, whose saved-tensor hooks would count the tensors the recording
     # saves (the recomputation, which compiles nothing, then saves fewer)
-    with _saved_tensors_hooks_kept_out():
+    with hooks_kept_out():
         return _ember(graph_module, example_inputs, mode=mode, options=options)
 
 
@@ -408,17 +407,6 @@ def _ember(
                       f"{_ranges_text(imported)}")
     return DynamoCompiled(imported, compiled, per_shape=lambda reason: ShapeSpecialized(
         graph_module, backend, stage_options, mode, reason))
-
-
-def _keep(t: torch.Tensor) -> torch.Tensor:
-    return t
-
-
-def _saved_tensors_hooks_kept_out() -> contextlib.AbstractContextManager[Any]:
-    """Identity saved-tensor hooks over the caller's (``checkpoint``'s) while compiling."""
-    if not saved_tensors_hooks_set():
-        return contextlib.nullcontext()
-    return torch.autograd.graph.saved_tensors_hooks(_keep, _keep)
 
 
 def _eager_reason(graph_module: torch.fx.GraphModule) -> str | None:

@@ -425,6 +425,7 @@ class StrictFunction(CaptureCacheUse):
             capture_segment,
         )
         from ember.frontend.bytecode.triton_launch import launches_refused
+        from ember.runtime.saved_hooks import hooks_kept_out
 
         # NOTE: a new capture finds its inlined breaks again: those of an earlier entry
         # may be gone (a model that changed itself at its first call)
@@ -432,7 +433,9 @@ class StrictFunction(CaptureCacheUse):
         while True:
             symbolic = self._policy.may_be_dynamic or self._saw_marks
             try:
-                with launches_refused():  # Triton kernels never run on fake tensors
+                # (the caller's saved-tensor hooks stay out of the recording:
+                # ember.runtime.saved_hooks)
+                with launches_refused(), hooks_kept_out():
                     seg = capture_segment(state, self._ctx, calls, self._compile_graph,
                                           self._policy, symbolic,
                                           self._is_callee and state.ip == 0)
