@@ -272,11 +272,8 @@ def _identity(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
           "aten::unsqueeze.default")
 def _reshape(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
              view: ValueRef) -> ValueRef:
-    base_meta, new_meta = _tensor_meta(b, base), _tensor_meta(b, new)
-    contiguous = _is_contiguous(new_meta) if is_static_meta(new_meta) else is_contiguous(new_meta)
-    if not contiguous:
-        new = b.call("aten::clone.default", (new,), {"memory_format": torch.contiguous_format})
-    return b.call("aten::view.default", (new, sizes_argument(base_meta.sizes)))
+    base_meta = _tensor_meta(b, base)
+    return b.call("aten::view.default", (_contiguous(b, new), sizes_argument(base_meta.sizes)))
 
 
 def _contiguous(b: GraphBuilder, ref: ValueRef) -> ValueRef:

@@ -22,7 +22,7 @@ from ember.frontend.dynamic import DynamicDim, DynamicDimError
 from ember.frontend.free_layouts import free_guard
 from ember.frontend.guard_model import Guard, Source, tensor_guard
 from ember.frontend.size_guards import RelationSource, SizeSource, SymbolicTensor, names_in
-from ember.runtime.ir import Graph, SourceLocation, TensorMeta
+from ember.runtime.ir import Graph, ShapeGuard, SourceLocation, TensorMeta
 from ember.runtime.logs import log, log_enabled
 
 __all__ = ["SymbolicInput", "input_guards", "install_shape_guards"]
@@ -62,11 +62,7 @@ def input_guards(graph: Graph, inputs: Sequence[SymbolicInput]) -> list[Guard]:
         ValueError: a size expression of an input reads a symbol no input binds.
     """
     metas = {inp.name: _meta(graph, inp.name) for inp in inputs}
-    bound: dict[str, Source] = {}  # symbol -> the first plain size that has it
-    for inp in inputs:
-        for d, size in enumerate(metas[inp.name].sizes):
-            if isinstance(size, str) and size.isidentifier():
-                bound.setdefault(size, SizeSource(inp.source, d))
+    bound = _bound_symbols(graph, inputs)
     guards: list[Guard] = []
     relations: list[Guard] = []
     for inp in inputs:
@@ -94,12 +90,30 @@ def input_guards(graph: Graph, inputs: Sequence[SymbolicInput]) -> list[Guard]:
                 symbols = {"_size": here, **{n: _bound(bound, n, inp) for n in names_in(size)}}
                 relations.append(Guard("size_relation", RelationSource(tuple(symbols.items())),
                                        f"_size == {size}", inp.origin))
-    for shape_guard in graph.guards:
+    return guards + relations + _relation_guards(graph.guards, bound)
+
+
+def _bound_symbols(graph: Graph, inputs: Sequence[SymbolicInput]) -> dict[str, Source]:
+    """Symbol -> the first plain input size that has it."""
+    bound: dict[str, Source] = {}
+    for inp in inputs:
+        for d, size in enumerate(_meta(graph, inp.name).sizes):
+            if isinstance(size, str) and size.isidentifier():
+                bound.setdefault(size, SizeSource(inp.source, d))
+    return bound
+
+
+def _relation_guards(shape_guards: Sequence[ShapeGuard],
+                     bound: Mapping[str, Source]) -> list[Guard]:
+    """A ``size_relation`` guard for each of a graph's ``guards`` over the bound symbols
+    (one reading an unbacked symbol is checked by the program at run time)."""
+    relations = []
+    for shape_guard in shape_guards:
         names = names_in(shape_guard.expr)
-        if all(n in bound for n in names):  # else: reads an unbacked symbol (runtime)
+        if all(n in bound for n in names):
             relations.append(Guard("size_relation", RelationSource(
                 tuple((n, bound[n]) for n in names)), shape_guard.expr, shape_guard.source))
-    return guards + relations
+    return relations
 
 
 def install_shape_guards(
@@ -160,12 +174,10 @@ def install_stage_guards(
     when it binds its sizes; as guards of the entry, a call that fails one compiles
     again instead of raising ``ShapeError``."""
     known = {g.expr for g in captured.guards}
-    if all(g.expr in known for g in compiled.guards):
-        return
-    later = Graph(list(captured.nodes), dict(captured.symbols),
-                  [g for g in compiled.guards if g.expr not in known])
-    for guard in input_guards(later, [inp for inp, _ in inputs]):
-        if guard.kind == "size_relation" and guard.expected in {g.expr for g in later.guards}:
+    later = [g for g in compiled.guards if g.expr not in known]
+    if later:
+        bound = _bound_symbols(captured, [inp for inp, _ in inputs])
+        for guard in _relation_guards(later, bound):
             add(guard)
 
 

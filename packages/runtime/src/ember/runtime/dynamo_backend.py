@@ -360,53 +360,42 @@ def ember(
     # first forward, whose saved-tensor hooks would count the tensors the recording
     # saves (the recomputation, which compiles nothing, then saves fewer)
     with hooks_kept_out():
-        return _ember(graph_module, example_inputs, mode=mode, options=options)
+        backend, stage_options = checked_options(options)
+        check_mode(None if mode == "default" else mode, backend)
+        keep_backward_from_dynamo()
+        reason = _eager_reason(graph_module)
+        if reason is not None:
+            _note_eager(reason)
+            forward: Callable[..., Any] = graph_module.forward
+            return forward
+        if not _is_symbolic_graph(graph_module, example_inputs):
+            def compiled_for(inputs: Sequence[Any]) -> DynamoCompiled:
+                imported = record_fx(graph_module, inputs)
+                compiled = compile_program(imported.program, backend, stage_options, mode)
+                return DynamoCompiled(imported, compiled, compiled_for, graph_module.forward)
 
+            return compiled_for(example_inputs)
 
-def _ember(
-    graph_module: torch.fx.GraphModule,
-    example_inputs: Sequence[Any],
-    *,
-    mode: str | None = None,
-    options: Mapping[str, Any] | None = None,
-) -> DynamoCompiled | ShapeSpecialized | Callable[..., Any]:
-    """:func:`ember`."""
-    backend, stage_options = checked_options(options)
-    check_mode(None if mode == "default" else mode, backend)
-    keep_backward_from_dynamo()
-    reason = _eager_reason(graph_module)
-    if reason is not None:
-        _note_eager(reason)
-        forward: Callable[..., Any] = graph_module.forward
-        return forward
-    if not _is_symbolic_graph(graph_module, example_inputs):
-        def compiled_for(inputs: Sequence[Any]) -> DynamoCompiled:
-            imported = record_fx(graph_module, inputs)
-            compiled = compile_program(imported.program, backend, stage_options, mode)
-            return DynamoCompiled(imported, compiled, compiled_for, graph_module.forward)
+        def per_shape(reason: str) -> ShapeSpecialized:
+            return ShapeSpecialized(graph_module, backend, stage_options, mode, reason)
 
-        return compiled_for(example_inputs)
-    try:
-        imported = record_fx(graph_module, example_inputs)
-    except (SymbolicImportError, RecordingError) as e:  # RecordingError: a SymFloat
-        return ShapeSpecialized(graph_module, backend, stage_options, mode, f"import: {e}")
-    except RuntimeError as e:  # torch's kernel asked for a concrete size of a SymInt
-        return ShapeSpecialized(graph_module, backend, stage_options, mode,
-                                f"import: {type(e).__name__}: {str(e).splitlines()[-1]}")
-    fixed = _specialised_dim(graph_module, example_inputs, imported)
-    if fixed is not None:  # the program takes that size only; Dynamo's guards take any
-        return ShapeSpecialized(graph_module, backend, stage_options, mode,
-                                f"import: the recording specialised {fixed}")
-    try:
-        compiled = compile_program(imported.program, backend, stage_options, mode,
-                                   eager_on_decline=False)
-    except StageDeclined as e:
-        return ShapeSpecialized(graph_module, backend, stage_options, mode,
-                                f"stage declined: {e}")
-    log("recompiles", f"compiled a symbolic Dynamo graph once for the sizes "
-                      f"{_ranges_text(imported)}")
-    return DynamoCompiled(imported, compiled, per_shape=lambda reason: ShapeSpecialized(
-        graph_module, backend, stage_options, mode, reason))
+        try:
+            imported = record_fx(graph_module, example_inputs)
+        except (SymbolicImportError, RecordingError) as e:  # RecordingError: a SymFloat
+            return per_shape(f"import: {e}")
+        except RuntimeError as e:  # torch's kernel asked for a concrete size of a SymInt
+            return per_shape(f"import: {type(e).__name__}: {str(e).splitlines()[-1]}")
+        fixed = _specialised_dim(graph_module, example_inputs, imported)
+        if fixed is not None:  # the program takes that size only; Dynamo's guards take any
+            return per_shape(f"import: the recording specialised {fixed}")
+        try:
+            compiled = compile_program(imported.program, backend, stage_options, mode,
+                                       eager_on_decline=False)
+        except StageDeclined as e:
+            return per_shape(f"stage declined: {e}")
+        log("recompiles", f"compiled a symbolic Dynamo graph once for the sizes "
+                          f"{_ranges_text(imported)}")
+        return DynamoCompiled(imported, compiled, per_shape=per_shape)
 
 
 def _eager_reason(graph_module: torch.fx.GraphModule) -> str | None:

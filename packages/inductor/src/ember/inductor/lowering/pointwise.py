@@ -335,9 +335,10 @@ def _clamp(ctx: Any, node: Node, x: Any, lo: Any = None, hi: Any = None) -> Lazy
     dtype = compute_dtype(promote(x, *(v for v in (lo, hi) if v is not None)))
     if dtype == torch.bool:
         raise NotLowerable("clamp on bool")
+    out_dtype = out_meta(node).dtype
     for bound in (lo, hi):
-        _check_fits(bound, out_meta(node).dtype)
-    lo, hi = (as_converted(v, out_meta(node).dtype) for v in (lo, hi))
+        _check_fits(bound, out_dtype)
+    lo, hi = (as_converted(v, out_dtype) for v in (lo, hi))
     args = [x] + [v for v in (lo, hi) if v is not None]
 
     def body(b: BodyBuilder, v: list[str]) -> str:
