@@ -183,6 +183,23 @@ def test_declared_file_absent_and_unexpected_member(tmp_path: Path) -> None:
         load(write_ember(tmp_path / "b.ember", members={"notes.txt": b"hi"}))
 
 
+@pytest.mark.parametrize("name", ["../escape.py", "a/../../b", "/etc/x", "a//b", "./a",
+                                  "a\\b", "dir/", ""])
+def test_file_member_names_are_plain_relative_paths(tmp_path: Path, name: str) -> None:
+    doc = mlp_doc()
+    doc["files"] = [name]
+    path = write_ember(tmp_path / "a.ember", doc, members={"files/" + name: b"x = 1"})
+    with pytest.raises(IRFormatError, match=r"member 'files/.*': file name .*relative path"):
+        load(path)
+    program = mlp()
+    program.files[name] = b"x = 1"
+    with pytest.raises(IRFormatError, match=r"file name .*relative path"):
+        save(program, tmp_path / "b.ember")
+    program.files = {"kernels/k.py": b"x = 1"}  # a plain nested name is fine
+    save(program, tmp_path / "c.ember")
+    assert load(tmp_path / "c.ember").files == {"kernels/k.py": b"x = 1"}
+
+
 @pytest.mark.parametrize(("encoding", "message"), [
     ({"tuple": 3}, r"args\[0\]\.tuple: expected a JSON array, got int 3"),
     ([1, 2], r"args\[0\]: bad argument encoding: a bare JSON array"),

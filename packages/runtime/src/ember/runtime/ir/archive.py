@@ -39,6 +39,7 @@ FILES_PREFIX = "files/"
 MANIFEST_FORMAT = "ember-manifest"
 
 _CHUNK = 1 << 20
+_BAD_SEGMENTS = frozenset({"", ".", ".."})
 _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError,
                OSError)  # what zipfile and its decompressors raise on corrupt data
 
@@ -57,6 +58,19 @@ def write_archive(path: IO[bytes] | str | os.PathLike[str], members: Mapping[str
             zf.writestr(name, data, compress_type=kind)
         zf.writestr(MANIFEST_MEMBER, json.dumps(manifest, separators=(",", ":")),
                     compress_type=zipfile.ZIP_DEFLATED)
+
+
+def check_file_name(name: str) -> None:
+    """Refuse a ``files/`` member name that is not a plain relative path: empty, ending in
+    '/', absolute, with a backslash, a NUL or an empty, ``.`` or ``..`` segment. Nothing
+    extracts these files today; the rule keeps any tool that does inside its folder.
+
+    Raises:
+        IRFormatError: naming the file and the rule it breaks.
+    """
+    if "\\" in name or "\0" in name or any(seg in _BAD_SEGMENTS for seg in name.split("/")):
+        raise IRFormatError(f"file name {name!r}: must be a relative path of non-empty "
+                            "segments other than '.' and '..', without '\\' or NUL")
 
 
 class ArchiveReader:
@@ -119,7 +133,11 @@ class ArchiveReader:
                 cap, what = limits.max_program_bytes, "max_program_bytes"
             elif member == TENSORS_MEMBER:
                 cap, what = limits.max_tensor_bytes, "max_tensor_bytes"
-            elif member.startswith(FILES_PREFIX) and len(member) > len(FILES_PREFIX):
+            elif member.startswith(FILES_PREFIX):
+                try:
+                    check_file_name(member[len(FILES_PREFIX):])
+                except IRFormatError as e:
+                    raise IRFormatError(f"{self.name}: member {member!r}: {e}") from None
                 files_total += info.file_size
                 cap, what = limits.max_file_bytes, "max_file_bytes"
                 if files_total > cap:

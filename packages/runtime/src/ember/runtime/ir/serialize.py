@@ -44,6 +44,7 @@ from ember.runtime.ir.archive import (
     PROGRAM_MEMBER,
     TENSORS_MEMBER,
     ArchiveReader,
+    check_file_name,
     write_archive,
 )
 from ember.runtime.ir.errors import IRFormatError
@@ -92,12 +93,12 @@ def save(program: Program, path: PathOrFile, *, producer: tuple[str, str] | None
 
     Raises:
         IRFormatError: for a value the format cannot hold (see ``program_to_json``), a
-            meta-device tensor (no values), a file name that is empty or ends in '/'.
+            meta-device tensor (no values), a file name that is not a plain relative path
+            (``archive.check_file_name``).
     """
     doc = program_to_json(program, producer)
     for name in program.files:
-        if not name or name.endswith("/"):
-            raise IRFormatError(f"file name {name!r}: must be non-empty and not end in '/'")
+        check_file_name(name)
     if "__metadata__" in program.tensors:
         raise IRFormatError("tensor name '__metadata__' is reserved by safetensors")
     text = json.dumps(doc, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
