@@ -126,3 +126,51 @@ def test_a_number_read_from_the_data_in_the_result_is_refused_clearly(read: obje
     with pytest.raises(CaptureError, match=r"the result holds a Python number read from "
                                            r"a tensor's data \(\.item\(\), \.tolist\(\)\)"):
         ef.compile(read, backend="eager", options={"capture": "trace"})(torch.ones(3))
+
+
+def _set_data(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x.data = y
+    return x + 1
+
+
+def _intermediate_requires_grad(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x * 2).requires_grad_()
+
+
+def _input_requires_grad(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x.requires_grad = True
+    return x * 2
+
+
+@pytest.mark.parametrize(("fn", "message"), [
+    (_set_data, r"`tensor.data = \.\.\.` inside the traced function"),
+    (_intermediate_requires_grad, "requires_grad changed inside the traced function"),
+    (_input_requires_grad, "requires_grad changed inside the traced function"),
+])
+def test_what_the_trace_cannot_record_is_refused_at_its_line(fn: object, message: str) -> None:
+    # before: each was ignored silently (x + 1 read x's old data; requires_grad stayed off)
+    compiled = ef.compile(fn, options={"capture": "trace"})
+    x, y = torch.zeros(3), torch.ones(3)
+    with pytest.raises(CaptureError, match=r"test_trace_refusals\.py:\d+ in _[a-z_]+(.|\n)*"
+                                           + message):
+        compiled(x, y)
+    assert not x.requires_grad
+    torch.testing.assert_close(ef.compile(fn)(x, y), fn(torch.zeros(3), torch.ones(3)))
+
+
+def test_requires_grad_set_to_what_it_is_passes() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).requires_grad_(False) + 1
+
+    torch.testing.assert_close(ef.compile(f, options={"capture": "trace"})(torch.ones(2)),
+                               f(torch.ones(2)))
+
+
+def test_sizes_in_a_traced_result_stay_torch_sizes() -> None:
+    # before: torch's pytree rebuilt each torch.Size as a plain tuple
+    def f(x: torch.Tensor) -> dict[str, object]:
+        return {"shape": x.shape, "rest": [x.size()[1:], x + 1]}
+
+    out = ef.compile(f, options={"capture": "trace"})(torch.ones(2, 3))
+    assert type(out["shape"]) is torch.Size and out["shape"] == (2, 3)
+    assert type(out["rest"][0]) is torch.Size and out["rest"][0] == (3,)

@@ -63,11 +63,17 @@ def left_shift_by_int(x: torch.Tensor, other: Any) -> Any:
 @register(torch.ops.aten.__rshift__.Scalar)
 @register(torch.ops.aten.bitwise_right_shift.Tensor_Scalar)
 def right_shift_by_int(x: torch.Tensor, other: Any) -> Any:
-    """``x >> s`` = ``floor(x / 2**s)`` (an arithmetic shift for signed integers)."""
+    """``x >> s`` = ``floor(x / 2**s)`` (an arithmetic shift for signed integers). A
+    signed shift by the width less one is the sign (-1 or 0): its divisor ``2**s`` is
+    past the dtype's range."""
     shift = _shift_amount(x, other)
     if shift is None:
         return NotImplemented
-    return torch.ops.aten.div.Tensor_mode(x, 1 << shift, rounding_mode="floor")
+    aten = torch.ops.aten
+    if x.dtype.is_signed and shift == torch.iinfo(x.dtype).bits - 1:
+        negative = aten._to_copy.default(aten.lt.Scalar(x, 0), dtype=x.dtype)
+        return aten.neg.default(negative)
+    return aten.div.Tensor_mode(x, 1 << shift, rounding_mode="floor")
 
 
 @register(torch.ops.aten.max.default)

@@ -48,6 +48,7 @@ from ember.aot.op_effects import (
     with_defaults,
 )
 from ember.aot.output_aliases import aliased_output
+from ember.aot.storage_rebinds import STORAGE_REBINDS
 from ember.aot.symbolic_sizes import (
     as_argument,
     difference,
@@ -57,7 +58,8 @@ from ember.aot.symbolic_sizes import (
     sizes_argument,
     total,
 )
-from ember.aot.view_inverse import ViewStep, may_overlap, write_back, write_back_through
+from ember.aot.write_checks import check_write
+from ember.aot.view_inverse import FLAG_VIEWS, ViewStep, may_overlap, write_back, write_back_through
 from ember.runtime.ir import (
     Argument,
     Graph,
@@ -319,6 +321,8 @@ class _Functionalizer:
             self._out_call(node, args, kwargs)
         elif node.target in AMP_EXPANSIONS:
             AMP_EXPANSIONS[node.target](self, node, args)
+        elif node.target in STORAGE_REBINDS:
+            STORAGE_REBINDS[node.target](self, node, args)
         elif written and is_inplace_view(node.target):
             self._inplace_view_call(node, args, kwargs)
         elif written:
@@ -335,7 +339,7 @@ class _Functionalizer:
         src = node.args[0]
         assert isinstance(src, ValueRef)
         base_alias = self.alias[src]
-        new = self._copy(node, args, kwargs)
+        new = self._copy(node, args, kwargs, target=FLAG_VIEWS.get(node.target))
         storage = self.storages[base_alias.storage]
         for ref in self._results(node):
             step = ViewStep(node.target, args[1:], tuple(sorted(kwargs.items())), ref.index)
@@ -377,6 +381,8 @@ class _Functionalizer:
                 self.b.infer_meta(mutation.functional, args, kwargs), node.meta)
         except Exception:  # noqa: BLE001 - ops without meta kernels keep the old meta
             meta = node.meta
+        check_write(node, written, mutation.writes, meta, self.meta,
+                    lambda r: self.alias[r].storage if r in self.alias else None)
         new = self._copy(node, args, kwargs, target=mutation.functional, meta=meta)
         for position, result in mutation.writes:
             if position not in written:
@@ -523,7 +529,7 @@ class _Functionalizer:
                 alias = self.alias[v]
                 info = aliased_output(i, v, alias.chain == (), self.storages[alias.storage].root,
                                       base_output.get(alias.storage, i), values, self.meta.get)
-                if info is not None:
+                if info is not None and not any(s.target in FLAG_VIEWS for s in alias.chain):
                     spec = OutputSpec(OutputKind.ALIASED_OUTPUT, info.base)
                     aliased.append(info)
             specs.append(spec)

@@ -5,7 +5,8 @@ value of the *view*: ``slice`` → ``slice_scatter``, ``select`` → ``select_sc
 ``permute``/``transpose`` → the inverse permutation
 (view replay), reshapes → a ``view`` back to the base's sizes, views that reinterpret
 the dtype (``view.dtype``, ``view_as_real``/``view_as_complex``, ``real``/``imag``) →
-the reverse reinterpretation. Any view op without a rule
+the reverse reinterpretation, views that set a conjugate or negative bit → the same
+conjugation or negation (:data:`FLAG_VIEWS`). Any view op without a rule
 falls back to ``as_strided_scatter`` with the view's sizes and strides measured on the
 base, which is exact for a dense base (``diagonal``, ``unfold``, ``as_strided``: torch does
 not tag ``diagonal_scatter`` Core ATen, while the verifier accepts ``as_strided_scatter``).
@@ -47,14 +48,22 @@ class ViewStep:
     relative_offset: SymInt | None = None
 
     def replay(self, b: GraphBuilder, base: ValueRef) -> ValueRef:
-        """Apply this view to ``base`` in the graph ``b`` builds."""
+        """Apply this view to ``base`` in the graph ``b`` builds (a view that flips a
+        conjugate or negative bit as the value it reads, :data:`FLAG_VIEWS`)."""
         args = self.args
         if self.relative_offset is not None:
             base_offset = _tensor_meta(b, base).storage_offset
             args = (*args, as_argument(total((base_offset, self.relative_offset))))
-        ref = b.call(self.target, (base, *args), dict(self.kwargs))
+        target = FLAG_VIEWS.get(self.target, self.target)
+        ref = b.call(target, (base, *args), dict(self.kwargs))
         return ref if self.index is None else ValueRef(ref.node, self.index)
 
+
+#: views that only set a bit torch reads lazily (``x.conj()``, ``torch._neg_view(x)``) ->
+#: the op computing the values they read, which is also their own inverse: a functional
+#: graph has no lazy bits, and an ``as_strided`` rebuild of such a view would drop its bit
+FLAG_VIEWS = {"aten::_conj.default": "aten::conj_physical.default",
+              "aten::_neg_view.default": "aten::neg.default"}
 
 # (builder, base, new value of the view, the step, the view as replayed on base) -> new base
 InverseRule = Callable[[GraphBuilder, ValueRef, ValueRef, ViewStep, ValueRef], ValueRef]
@@ -308,6 +317,12 @@ def _view_as_real(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep
 def _view_as_complex(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
                      view: ValueRef) -> ValueRef:
     return b.call("aten::view_as_real.default", (new,))
+
+
+@register(*FLAG_VIEWS)
+def _flag_view(b: GraphBuilder, base: ValueRef, new: ValueRef, step: ViewStep,
+               view: ValueRef) -> ValueRef:
+    return b.call(FLAG_VIEWS[step.target], (new,))
 
 
 @register("aten::real.default", "aten::imag.default")

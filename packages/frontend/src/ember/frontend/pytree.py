@@ -7,9 +7,13 @@ HF ``ModelOutput``) plus dataclasses, which are registered on first sight (their
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import re
 from typing import Any
+
+import torch
 
 from ember.frontend._torch import (
     SUPPORTED_NODES,
@@ -38,8 +42,34 @@ def flatten(tree: Any) -> tuple[list[Any], TreeSpec]:
 
 
 def unflatten(leaves: list[Any], spec: TreeSpec) -> Any:
-    """The inverse of :func:`flatten`."""
-    return tree_unflatten(leaves, spec)
+    """The inverse of :func:`flatten` (a ``torch.Size`` comes back a ``torch.Size``, where
+    torch's pytree gives a plain tuple)."""
+    tree = tree_unflatten(leaves, spec)
+    return _sizes_restored(tree, spec) if _holds_size(spec) else tree
+
+
+@functools.lru_cache(maxsize=256)
+def _holds_size(spec: TreeSpec) -> bool:
+    return spec.type is torch.Size or any(_holds_size(c) for c in spec.children())
+
+
+def _sizes_restored(tree: Any, spec: TreeSpec) -> Any:
+    if spec.type is torch.Size:
+        return torch.Size(tree)
+    if not _holds_size(spec):
+        return tree
+    children = spec.children()
+    if isinstance(tree, dict):
+        out = copy.copy(tree)
+        for key, child in zip(spec.context, children):
+            out[key] = _sizes_restored(tree[key], child)
+        return out
+    if isinstance(tree, list):
+        return [_sizes_restored(v, c) for v, c in zip(tree, children)]
+    if isinstance(tree, tuple):
+        values = [_sizes_restored(v, c) for v, c in zip(tree, children)]
+        return type(tree)(*values) if hasattr(tree, "_fields") else type(tree)(values)
+    return tree  # another container kind: left as torch's pytree builds it
 
 
 def flatten_with_names(tree: Any, root_names: list[str] | None = None) -> list[str]:

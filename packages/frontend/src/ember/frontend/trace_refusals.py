@@ -6,7 +6,9 @@ records its tensor ops as one forward graph. A backward pass started inside it
 time, on the fake tensors: it left a fake tensor as each parameter's ``.grad`` after the
 first call and no gradient at all on later ones, silently. :class:`RefuseAutograd`, a
 torch function mode active during the trace, stops such a call before it runs, with an
-error the trace names the user's line in (``trace.CaptureError``).
+error the trace names the user's line in (``trace.CaptureError``). So does it stop a
+``tensor.data = ...`` assignment and a change of a tensor's ``requires_grad``: neither is
+a tensor op the trace records, so the compiled program would ignore both.
 
 :func:`constant_write` finds, in a recorded program, an in-place write into a tensor
 the trace read from a global, a closure or a plain (non-buffer) module attribute: such a
@@ -41,6 +43,19 @@ def _refused() -> dict[Any, str]:
     }
 
 
+_SET_DATA = torch.Tensor.data.__set__  # type: ignore[attr-defined]
+_SET_REQUIRES_GRAD = (torch.Tensor.requires_grad_,
+                      torch.Tensor.requires_grad.__set__)  # type: ignore[attr-defined]
+
+
+def _changes_flag(args: Any, kwargs: Any) -> bool:
+    """Whether a ``requires_grad_(...)`` call or a ``requires_grad`` assignment sets the
+    flag to another value than the tensor's (``x.requires_grad_(False)`` of a tensor that
+    does not require grad changes nothing and passes)."""
+    value = args[1] if len(args) > 1 else (kwargs or {}).get("requires_grad", True)
+    return isinstance(args[0], torch.Tensor) and bool(value) != args[0].requires_grad
+
+
 class RefuseAutograd(TorchFunctionMode):
     """Raise :class:`AutogradInTrace` at a backward pass started under it; every other
     call runs as it would."""
@@ -51,6 +66,17 @@ class RefuseAutograd(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
+        if func == _SET_DATA:
+            raise AutogradInTrace(
+                "`tensor.data = ...` inside the traced function: the trace records tensor "
+                "ops, and the new data would not reach the compiled program\n  hint: use "
+                "the strict capture (the default), or `with torch.no_grad(): x.copy_(y)`")
+        if func in _SET_REQUIRES_GRAD and args and _changes_flag(args, kwargs):
+            raise AutogradInTrace(
+                "a tensor's requires_grad changed inside the traced function: the trace "
+                "records tensor ops, and the compiled program would not change it\n  hint: "
+                "set it outside the compiled function, or use the strict capture (the "
+                "default)")
         name = self._refused.get(func)
         if name is not None:
             raise AutogradInTrace(

@@ -307,6 +307,18 @@ class ProgramCallable:
                 self._visible.append(i)
         self._aliased = _aliased_outputs(program, positions)
         self._input_aliases = _declared_input_aliases(program, positions)
+        # each aliased input's group (its declared base's, transitively): members of one
+        # group may share memory (x = b[0] and y = b[1], both aliases of b)
+        parent: dict[int, int] = {}
+
+        def find(i: int) -> int:
+            while parent.get(i, i) != i:
+                i = parent[i]
+            return i
+
+        for alias in self._input_aliases:
+            parent[find(alias.input)] = find(alias.base)
+        self._alias_group = {i: find(i) for i in parent.keys() | parent.values()}
         self._mutated = sorted({in_index for _, in_index in self._copy_back})
         # written user inputs (not parameters or buffers) take a new value's autograd
         # history also where they had none, as eager's in-place op gives it (_write_back)
@@ -336,7 +348,6 @@ class ProgramCallable:
             InputAliasingError: naming the two inputs.
         """
         names = self._names
-        allowed: set[tuple[int, int]] = set()
         for alias in self._input_aliases:
             view, base = full[alias.input], full[alias.base]
             if not (isinstance(view, torch.Tensor) and isinstance(base, torch.Tensor)
@@ -347,7 +358,6 @@ class ProgramCallable:
                     f"input {names[alias.input]!r} was captured as a view of input "
                     f"{names[alias.base]!r} but is not one in this call; recompile for "
                     "these inputs")
-            allowed |= {(alias.input, alias.base), (alias.base, alias.input)}
         if not self._mutated or self._disjoint.holds(full):
             return
         if not _any_overlap(full):
@@ -370,7 +380,9 @@ class ProgramCallable:
                 continue
             for j in by_storage.get(storage.data_ptr(), ()):
                 other = full[j]
-                if j != i and (i, j) not in allowed and may_overlap(written, other):
+                group = self._alias_group.get(i)
+                if (j != i and (group is None or self._alias_group.get(j) != group)
+                        and may_overlap(written, other)):
                     raise InputAliasingError(
                         f"input {names[j]!r} shares memory with input {names[i]!r}, which "
                         "the program writes, but they did not share memory when the program "
@@ -396,6 +408,11 @@ class ProgramCallable:
                                                 graphs.wrapping(self._executor_factory))
             self.cuda_graphs = graphs
         return self.cuda_graphs
+
+    @property
+    def mutated_inputs(self) -> list[int]:
+        """The positions of the inputs the program writes."""
+        return self._mutated
 
     @property
     def has_backward(self) -> bool:

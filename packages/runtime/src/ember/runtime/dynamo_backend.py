@@ -139,7 +139,9 @@ class DynamoCompiled:
         self._recompile = recompile
         self._eager = eager  # the GraphModule's forward, past the limit of values
         self._eager_noted = False
+        self._writes_checked = False  # _refuse_inference_writes: on the first call
         self.by_sharing: dict[tuple[Any, ...], DynamoCompiled] = {}
+        self.for_sharing = False  # compiled for the sharing of the inputs that refused
         self.by_value: dict[tuple[float, ...], DynamoCompiled] = {}
         self._per_shape = per_shape  # a symbolic graph's: made on its first use
         self.specialized: ShapeSpecialized | None = None
@@ -155,9 +157,15 @@ class DynamoCompiled:
             if self._per_shape is not None:
                 return self._specialize(inputs, f"a baked float input changed: {e}")
             return self._other_values(inputs, e)
+        if not self._writes_checked:
+            _refuse_inference_writes([*flat, *self.imported.attributes],
+                                     self.compiled.mutated_inputs)
+            self._writes_checked = True
         try:
             outputs = self.compiled([*flat, *self.imported.attributes])
         except InputAliasingError as e:  # raised before the program runs
+            if self.for_sharing:  # compiled for this very sharing: the error stands
+                raise
             return self._shared_otherwise(inputs, e)
         except ShapeError as e:  # raised before the program runs, by a guard
             if self._per_shape is None:
@@ -200,6 +208,7 @@ class DynamoCompiled:
                                 "for inputs that share memory otherwise")
         if variant is None:
             raise error
+        variant.for_sharing = True
         return variant(*inputs)
 
     def _variant(self, table: dict[Any, DynamoCompiled], key: Any, inputs: tuple[Any, ...],
@@ -214,6 +223,20 @@ class DynamoCompiled:
             log("recompiles", f"compiling a Dynamo graph again {why} ({error})")
             variant = table[key] = self._recompile(inputs)
         return variant
+
+
+def _refuse_inference_writes(inputs: Sequence[Any], written: list[int]) -> None:
+    """Raise, as eager does, when the graph writes an inference tensor outside inference
+    mode (Dynamo's recording does not). Checked on a graph's first call only: Dynamo's
+    guards on each tensor's dispatch keys and on the inference mode keep later calls
+    alike."""
+    if torch.is_inference_mode_enabled():
+        return
+    for i in written:
+        t = inputs[i] if i < len(inputs) else None
+        if isinstance(t, torch.Tensor) and t.is_inference():
+            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is "
+                               f"not allowed (input {i} of the graph); clone it first")
 
 
 def _sharing(inputs: Sequence[Any]) -> tuple[Any, ...]:

@@ -257,6 +257,9 @@ def _pow(ctx: Any, node: Node, a: Any, e: Any) -> Lazy:
     dtype = compute_dtype(out_meta(node).dtype)
     if dtype == torch.bool:
         raise NotLowerable("pow on bool")
+    if isinstance(e, int) and not isinstance(e, bool) and e < 0 and not (
+            dtype.is_floating_point or dtype.is_complex):
+        raise NotLowerable("an integer to a negative power (eager's call raises)")
     if isinstance(e, (int, float)) and not isinstance(e, bool):
         body = _pow_by_constant(e, dtype.is_floating_point)
         if body is not None:

@@ -152,6 +152,8 @@ def _max_all(ctx: Any, node: Node, x: TensorValue) -> Any:
 @lowering("aten::argmax.default", "aten::argmin.default")
 def _argmax(ctx: Any, node: Node, x: TensorValue, dim: Any = None, keepdim: bool = False) -> Any:
     op = "argmax" if "argmax" in node.target else "argmin"
+    if x.dtype == torch.bool:
+        raise NotLowerable(f"{op} of bool (eager's call raises)")
     d = reduced_dims(x, dim)
     if dim is None:
         keepdim_ = keepdim
