@@ -6,6 +6,7 @@ inputs after the call) or raises where eager raises. Every case failed before it
 - conjugate and negative views (``x.conj()``, ``x.mH``, ``torch._neg_view``) came back
   as plain aliases, and a write through one landed unconjugated;
 - ``set_`` of a tensor to another crashed in aot;
+- ``_pack_padded_sequence``'s ``batch_sizes`` came back float32 (its fake kernel's dtype);
 - inputs ``(b[0], b[1], b)`` with a write through one row raised ``InputAliasingError``
   (and recursed without end under Dynamo);
 - writes eager refuses computed something: ``int32.mul_(1.5)`` (a cast eager refuses),
@@ -74,6 +75,8 @@ MATCHING: dict[str, Case] = {
     "set_to_input": (_set_to, lambda: (torch.arange(3.0),)),
     "input_rows_and_base": (_add_rows, _rows),
     "full_overlap_allowed": (lambda x: x.add_(x), lambda: (torch.arange(4.0),)),
+    "pack_padded_batch_sizes": (lambda x, n: torch._pack_padded_sequence(x, n, True),
+                                lambda: (torch.arange(60.0).view(3, 5, 4), torch.tensor([5, 3, 2]))),
 }
 
 RAISING: dict[str, Case] = {
@@ -163,3 +166,23 @@ def test_dynamo_variant_for_a_sharing_pattern_does_not_recompile_itself(
     monkeypatch.setattr(ProgramCallable, "_check_input_aliasing", refuse)
     with pytest.raises(InputAliasingError, match="refused"):
         compiled(torch.zeros(3), torch.ones(3))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("compiler", list(_compilers()))
+def test_a_backward_without_a_symbolic_kernel_trains_at_a_second_size(compiler: str) -> None:
+    """``affine_grid``'s backward reads sizes as plain ints: the symbolic compile of the
+    second size raised "SymIntArrayRef expected to contain only concrete integers"; the
+    aot stage now declines it (eager run, or per-shape programs under Dynamo)."""
+    def f(theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.affine_grid(theta, list(x.size()), align_corners=False)
+
+    torch.compiler.reset()
+    compiled = _compilers()[compiler](f)
+    for batch, size in ((2, 10), (3, 8)):
+        theta = torch.arange(batch * 6.0).view(batch, 2, 3).requires_grad_()
+        x = torch.zeros(batch, 1, size, size)
+        compiled(theta, x).square().sum().backward()
+        expected = theta.detach().clone().requires_grad_()
+        f(expected, x).square().sum().backward()
+        torch.testing.assert_close(theta.grad, expected.grad)

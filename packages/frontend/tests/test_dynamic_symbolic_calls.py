@@ -92,3 +92,17 @@ def test_an_out_of_range_class_still_raises() -> None:
         bad_one_hot(torch.zeros(3))
     with pytest.raises(RuntimeError):
         compiled(torch.zeros(3))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.interpolate(x, size=(2 * x.shape[-2], 2 * x.shape[-1]), mode="nearest"),
+    lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+    lambda x: x * (x.shape[-1] ** -0.5),
+], ids=["interpolate_size", "bilinear_align_corners", "size_as_float"])
+def test_automatic_dynamic_trace_falls_back_to_static_sizes(fn: Any) -> None:
+    # before: the trace's second size (recorded symbolic) raised a CaptureError over a
+    # symbolic float the IR cannot hold; it now traces that size again with static sizes
+    compiled = ef.compile(fn, options={"capture": "trace"})
+    for n in (8, 12, 10):
+        x = torch.randn(1, 2, n, n)
+        torch.testing.assert_close(compiled(x), fn(x))

@@ -36,9 +36,15 @@ SYMBOLIC_SHAPE_ERRORS: tuple[type[Exception], ...] = (GuardOnDataDependentSymNod
 def lacks_symbolic_kernel(e: BaseException) -> bool:
     """Whether ``e`` says an op has no kernel for symbolic fake tensors (no meta
     function: ``UnsupportedOperatorException``; a TensorIterator kernel, which takes
-    static sizes only: a RuntimeError saying so), e.g. ``multi_margin_loss_backward``."""
+    static sizes only: a RuntimeError saying so), e.g. ``multi_margin_loss_backward``;
+    a C++ kernel reading sizes as plain ints (``affine_grid``'s backward: "SymIntArrayRef
+    expected to contain only concrete integers")."""
     return isinstance(e, UnsupportedOperatorException) or (
-        isinstance(e, RuntimeError) and "does not support symbolic shapes" in str(e))
+        isinstance(e, RuntimeError) and any(m in str(e) for m in _STATIC_ONLY_MESSAGES))
+
+
+_STATIC_ONLY_MESSAGES = ("does not support symbolic shapes",
+                         "expected to contain only concrete integers")
 
 
 __all__ = [

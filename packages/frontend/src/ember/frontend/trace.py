@@ -81,6 +81,7 @@ from ember.runtime.checked_calls import CheckedCalls
 from ember.runtime.ir import InputKind, InputSpec, Program
 from ember.runtime.logs import log
 from ember.runtime.tracing import GraphRecorder
+from ember.runtime.tracing_errors import RecordingError
 from ember.runtime.tracing_source import user_source_location_of_traceback
 
 __all__ = ["CaptureError", "OutputLayout", "TraceCapture", "capture", "trace_capture"]
@@ -269,6 +270,11 @@ def trace_capture(
                 and policy.unbacked_allowed):
             return trace_capture(fn, module, args, kwargs, layout, policy, dynamic_shapes,
                                  symbolic=True)
+        if policy.dynamic is None and not explicit and dims.any() and _symbolic_failure(e):
+            # automatic dynamic sizes the recording cannot hold (a float computed from a
+            # size, interpolate's scale): traced again static, as for a symbolic result
+            log("dynamic", f"tracing {callable_name(fn)} again with static sizes: {e}")
+            return trace_capture(fn, module, args, kwargs, layout, DynamicPolicy(False))
         # NOTE: Triton's own frames are not library code to the recorder; an error under
         # a launch (or any Triton call) names the user's line that made it
         raise _could_not_trace(fn, e, triton_launch.frames_before_triton(e.__traceback__)
@@ -360,6 +366,13 @@ class Dims:
         else:
             add_tensor(guards, source, value)
         return fake
+
+
+def _symbolic_failure(error: BaseException | None) -> bool:
+    """Whether ``error`` (or an error it was raised from) is the recorder's refusal of a
+    value it cannot write in the IR (a symbolic float, a size expression)."""
+    return error is not None and (isinstance(error, RecordingError)
+                                  or _symbolic_failure(error.__cause__))
 
 
 def explicit_dims(dynamic_shapes: Mapping[str, Mapping[int, Any]] | None,

@@ -21,9 +21,8 @@ What gets recorded, and how:
 
 * Every ATen op that runs while the recorder is entered becomes one ``call`` node whose
   ``target`` is the op's qualified name (``aten::mm.default``). Ops are recorded after
-  torch's autograd and CompositeImplicit decompositions, as the dispatcher runs them
-  (but for :mod:`.tracing_rewrites`): in-place ops (``add_``), ``out=`` ops, views and
-  random ops as they are. The result of an op (also the aliased result of an in-place
+  torch's autograd and CompositeImplicit decompositions, as the dispatcher runs them (but
+  for :mod:`.tracing_rewrites`): in-place ops, ``out=`` ops, views and random ops as is. The result of an op (also the aliased result of an in-place
   op) is thereafter referenced through the new node, so every mutation has a user.
 * Arguments are encoded as IR arguments: recorded tensors become :class:`ValueRef`,
   lists become tuples; ints, floats, bools, strings, dtypes, devices, layouts and memory
@@ -96,7 +95,7 @@ from ember.runtime.tracing_grad import (
 )
 from ember.runtime.tracing_source import user_source_location
 from ember.runtime.tracing_matmul import SymbolicMatmul
-from ember.runtime.tracing_rewrites import RECORD_REWRITES
+from ember.runtime.tracing_rewrites import RECORD_REWRITES, fake_result_fixed
 from ember.runtime.tracing_scalars import TensorScalars
 from ember.runtime.tracing_symbolic import RecordedSymbols
 
@@ -414,6 +413,7 @@ class GraphRecorder:
                 if missing is None:
                     raise
                 raise missing from e
+            result = fake_result_fixed(target, result)
         if self.scalars.note(func, fake_args, result):
             return result  # a float read from a tensor: no node (rewrite uses the tensor)
         hidden = hidden_write_positions(target, fake_args)

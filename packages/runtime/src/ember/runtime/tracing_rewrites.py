@@ -8,6 +8,12 @@ finds the hidden writes (``re-tracing wrote into graph input(s) ..._running_mean
 They are recorded as ``native_batch_norm``, whose schema declares the writes, with the
 same arguments; the vendor-only results (cuDNN's reserve space) are empty tensors, which
 nothing in a recorded graph reads (the aot stage derives the backward itself).
+
+Some ops' fake kernels give a result the wrong dtype: ``_pack_padded_sequence``'s
+``batch_sizes`` (int64 in eager) comes back float32 from a fake run, and a compiled
+program then returned floats, which ``nn.LSTM`` refused. :data:`FAKE_DTYPE_FIXES` lists
+them, and :func:`fake_result_fixed` gives the recorder a result of the dtype eager's
+kernel makes.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["RECORD_REWRITES"]
+__all__ = ["FAKE_DTYPE_FIXES", "RECORD_REWRITES", "fake_result_fixed"]
 
 _aten = torch.ops.aten
 
@@ -40,3 +46,24 @@ RECORD_REWRITES: dict[Any, Callable[..., Any]] = {
     _aten.cudnn_batch_norm.default: _cudnn_batch_norm,
     _aten.miopen_batch_norm.default: _miopen_batch_norm,
 }
+
+
+#: op -> {result index: the dtype eager's kernel gives it, which the fake kernel does not}
+FAKE_DTYPE_FIXES: dict[str, dict[int, torch.dtype]] = {
+    "aten::_pack_padded_sequence.default": {1: torch.int64},
+}
+
+
+def fake_result_fixed(target: str, result: Any) -> Any:
+    """``result`` of a fake run of ``target`` with the dtypes of :data:`FAKE_DTYPE_FIXES`
+    (fresh fake tensors of the same sizes and strides)."""
+    fixes = FAKE_DTYPE_FIXES.get(target)
+    if fixes is None:
+        return result
+    items = list(result)
+    for i, dtype in fixes.items():
+        old = items[i]
+        if old.dtype != dtype:
+            items[i] = torch.empty_strided(old.size(), old.stride(), dtype=dtype,
+                                           device=old.device)
+    return type(result)(items)
