@@ -7,7 +7,7 @@ Variants (comma-separated, default all): ``ember`` as it is; ``ember_no_absorb``
 reduction taking in the pointwise kernel it reads (``inductor/absorb.py``);
 ``ember_absorb_all``: column reductions taking it in too (``CppBackend.can_absorb``);
 ``ember_recompute_conv_inputs``: the partitioner free to recompute the values a backward
-matmul reads (``aot.save_conv_inputs`` off); ``ember_literal_cse_off``: the loop-IR
+convolution or matmul reads (``aot.save_conv_inputs`` off); ``ember_literal_cse_off``: the loop-IR
 builder keying float literals by their written value and commutative ops by operand order
 (before session 43); ``ember_cat_recomputed``: a concatenation a matmul reads recomputed
 by its other consumers, not read from the matmul's stored operand (before session 43);
@@ -69,7 +69,7 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # taking in everywhere, column reductions too
     "ember_absorb_all": lambda: mock.patch.object(CppBackend, "can_absorb",
                                                   lambda self, fused: True),
-    # the min cut free to recompute what a backward matmul reads (aot.save_conv_inputs)
+    # the min cut free to recompute what a backward convolution or matmul reads
     "ember_recompute_conv_inputs": lambda: aot_config(save_conv_inputs=False),
     "ember_literal_cse_off": _literal_cse_off,
     # a concatenation a matmul reads recomputed by its other consumers (before session 43)

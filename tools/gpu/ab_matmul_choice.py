@@ -26,8 +26,8 @@ passing pointers as addresses ("ember_pointer_ints") or launching through torch'
 launcher ("ember_static_launch"); for the partitioner,
 Ember saving every forward value its backward reads ("ember_save_everything"), letting
 the min cut recompute what a backward matmul or convolution reads
-("ember_recompute_conv_inputs": ``aot.save_conv_inputs`` off), and saving what a backward
-matmul reads as a convolution's operands are ("ember_save_mm_inputs").
+("ember_recompute_conv_inputs": ``aot.save_conv_inputs`` off), or only what a backward
+matmul reads ("ember_recompute_mm_inputs").
 Prints each
 variant's heuristic choices
 (``EMBER_LOGS=autotune`` lines, counted) and its time (``do_bench`` medians, the variants
@@ -167,12 +167,12 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember_reduced_two_passes": lambda: mock.patch.object(
         matmul_choice, "fusion_saving",
         lambda p, real=matmul_choice.fusion_saving: real(dataclasses.replace(p, reduced=False))),
-    # a forward value that a backward matmul reads, and a forward one wrote, saved rather
-    # than recomputed (as a convolution's: extern_reads.py); gpt recomputes each GELU
-    # output in its backward (100 MB read and written a layer)
-    "ember_save_mm_inputs": lambda: mock.patch.object(
+    # a forward value that a backward matmul reads left to the min cut (before session
+    # 50: gpt recomputed each GELU output in its backward, 100 MB read and written a
+    # layer); a convolution's operands still saved (extern_reads.py)
+    "ember_recompute_mm_inputs": lambda: mock.patch.object(
         extern_reads, "BACKWARD_EXTERN_OPS",
-        extern_reads.BACKWARD_EXTERN_OPS | {"aten::mm.default"}),
+        extern_reads.BACKWARD_EXTERN_OPS - {"aten::mm.default"}),
     # the min cut choosing arbitrarily between cuts of equal bytes (before session 43)
     "ember_no_tie_break": lambda: mock.patch.object(mincut, "RECOMPUTE_TIE_BREAK", 0),
     # the class's first config however empty its last wave

@@ -1,7 +1,6 @@
-"""``aot.save_conv_inputs``: a forward value that a backward convolution reads, and that
-a forward convolution already wrote to memory, is saved rather than recomputed
-(recomputing it would write it and read it back a second time). A matmul's inputs are
-left to the min cut (measured: no gain, more memory)."""
+"""``aot.save_conv_inputs``: a forward value that a backward convolution or matmul
+reads, and that a forward one already wrote to memory, is saved rather than recomputed
+(recomputing it would write it and read it back a second time)."""
 
 from __future__ import annotations
 
@@ -69,15 +68,21 @@ def test_without_the_option_the_cut_recomputes_it(capsys: pytest.CaptureFixture[
     assert not any(line.endswith(SAVED_FOR_EXTERN) for line in lines)
 
 
-def test_matmul_inputs_are_left_to_the_cut(capsys: pytest.CaptureFixture[str]) -> None:
-    for save in (True, False):
-        saved, recomputed, lines = _partition("linear", save, capsys)
-        # the layer norm's output is recomputed from what the cut saves; the tanh, which
-        # its own gradient reads, is saved rather than the matmul result it is computed
-        # from (as many bytes: the tie goes to recomputing fewer ops)
-        assert "native_layer_norm[0]" not in saved and "tanh" in saved, lines
-        assert "mm" not in saved and "tanh" not in recomputed, lines
-        assert not any(line.endswith(SAVED_FOR_EXTERN) for line in lines)
+def test_matmul_inputs_are_saved_too(capsys: pytest.CaptureFixture[str]) -> None:
+    # the layer norm's output and the tanh, each read by a forward and a backward matmul
+    saved, recomputed, lines = _partition("linear", True, capsys)
+    for value in ("native_layer_norm[0]", "tanh"):
+        assert any(line.split()[1] == value and line.endswith(SAVED_FOR_EXTERN)
+                   for line in lines if line.startswith("  saved ")), lines
+    assert "mm" not in saved and "tanh" not in recomputed, lines
+    # without the option they are left to the cut: the layer norm's output is recomputed
+    # from what the cut saves; the tanh, which its own gradient reads, is saved rather
+    # than the matmul result it is computed from (as many bytes: the tie goes to
+    # recomputing fewer ops)
+    saved, recomputed, lines = _partition("linear", False, capsys)
+    assert "native_layer_norm[0]" not in saved and "tanh" in saved, lines
+    assert "mm" not in saved and "tanh" not in recomputed, lines
+    assert not any(line.endswith(SAVED_FOR_EXTERN) for line in lines)
 
 
 def test_a_max_pool_with_its_indices_is_recomputed(

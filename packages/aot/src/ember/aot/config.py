@@ -9,9 +9,9 @@ option                             meaning                                     d
 ``aot.save_everything``            save every forward value the backward       ``False``
                                    reads (no recomputation), for comparison
 ``aot.save_conv_inputs``           save a value that a backward convolution    ``True``
-                                   reads when a forward one wrote it (else
-                                   the min cut may recompute it: a second
-                                   write and read)
+                                   or matmul reads when a forward one wrote
+                                   it (else the min cut may recompute it: a
+                                   second write and read)
 ``aot.recompute_reduction_limit``  reductions over more input elements than    ``4096``
                                    this are saved, never recomputed (an int
                                    >= 0; 0: every reduction is saved)

@@ -32,15 +32,8 @@ from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.context import ExternRequest
 from ember.inductor.lowering.custom_ops import is_custom_operator, lower_custom_call
 from ember.inductor.lowering.devices import copy_on_own_device, other_device, traced_device
-from ember.inductor.lowering.extern_args import (
-    ExternArg,
-    ListArg,
-    SizeArg,
-    TensorArg,
-    VariableArg,
-    constant_arg,
-    extern_reads,
-)
+from ember.inductor.lowering.extern_args import (ExternArg, ListArg, SizeArg, TensorArg,
+                                                VariableArg, constant_arg, extern_reads)
 from ember.inductor.lowering.extern_passes import EXTERN_PASSES, in_traced_layouts
 from ember.inductor.lowering.host_scalars import HostScalars, host_scalar_node, is_host_scalar
 from ember.inductor.lowering.inlining import SHARED_STORE_LOADS, Uses, too_large
@@ -48,16 +41,9 @@ from ember.inductor.lowering.layout import LayoutState, is_dense, same_layout, s
 from ember.inductor.lowering.lowered_graph import BufferInfo, GraphInput, LoweredGraph
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS, NotLowerable
 from ember.inductor.lowering.rng_seed import GraphSeed
-from ember.inductor.lowering.values import (
-    ElementFn,
-    Lazy,
-    ScalarValue,
-    Stored,
-    Value,
-    contiguous_strides,
-    numel,
-    probe,
-)
+from ember.inductor.lowering.values import (ElementFn, Lazy, ScalarValue, Stored, Value,
+                                           contiguous_strides, numel, probe)
+from ember.inductor.lowering.views import reshaped_bases
 from ember.inductor.lowering.written_args import mutated_inputs, returns_input_in_place
 from ember.runtime.ir import (
     Argument,
@@ -394,6 +380,8 @@ class GraphLowering:
         self.layout.note_buffer(name, sizes, st)
         if reuse:
             self._realized[id(value)] = (value, stored)  # holds value: its id stays unique
+            for base, view in reshaped_bases(self, value, stored):  # views of this buffer
+                self._realized[id(base)] = (base, view)
         return stored
 
     def reduction(self, node: Node, op: str, fn: ElementFn, full_sizes: Sequence[int],

@@ -57,6 +57,9 @@ class Lazy:
     #: the transpose of a value computed anyway is read as a view of it)
     permuted_from: tuple[Lazy, tuple[int, ...]] | None = field(default=None, repr=False,
                                                                 compare=False)
+    #: the value this reshapes in row-major order (``base.view(sizes)``): once this is
+    #: stored row-major, the base is a view of its buffer (``views.reshaped_bases``)
+    reshaped_from: Lazy | None = field(default=None, repr=False, compare=False)
 
     def element(self, b: BodyBuilder, index: tuple[IndexExpr, ...]) -> str:
         # NOTE: a value computed under a mask (its loads give `other` outside it) must

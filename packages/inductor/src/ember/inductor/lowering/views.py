@@ -140,7 +140,42 @@ def reshape(x: TensorValue, new_sizes: Sequence[int]) -> TensorValue:
             out.append(Int(0) if size == 1 else mod(floordiv(flat, stride), size))
         return out
 
-    return remap(x, new_sizes, index_map)
+    result = remap(x, new_sizes, index_map)
+    if isinstance(result, Lazy) and isinstance(x, Lazy):
+        result = dataclasses.replace(result, reshaped_from=x)
+    return result
+
+
+def reshaped_bases(ctx: Any, value: Lazy, stored: Stored) -> list[tuple[Lazy, Stored]]:
+    """The values ``value`` reshapes in row-major order (``Lazy.reshaped_from``, and what
+    that reshapes), each as a view of ``stored``, ``value``'s new row-major buffer: the
+    same elements in the same order. Their readers (the graph's outputs: a GELU that a
+    matmul reads as ``view(-1, n)`` and the backward saves) then read that buffer instead
+    of computing it again. Empty for a buffer in another layout; a base already stored,
+    with sizes that are not static, or one whose readers want another layout
+    (channels-last) ends the chain."""
+    found: list[tuple[Lazy, Stored]] = []
+    base = value.reshaped_from
+    if not _row_major(value.sizes, stored.strides):
+        return found
+    while (base is not None and not ctx.is_realized(base)
+           and all(isinstance(s, int) for s in base.sizes)
+           and _default(ctx, base) == contiguous_strides(base.sizes)):
+        found.append((base, Stored(stored.buffer, stored.dtype, base.sizes,
+                                   contiguous_strides(base.sizes), stored.offset)))
+        base = base.reshaped_from
+    return found
+
+
+def _row_major(sizes: Sequence[Any], strides: Sequence[Any]) -> bool:
+    return all(isinstance(n, int) for n in sizes) and all(
+        n == 1 or s == r for n, s, r in zip(sizes, strides, contiguous_strides(sizes)))
+
+
+def _default(ctx: Any, value: Lazy) -> tuple[int, ...]:
+    """The layout ``ctx.realize`` gives ``value`` when asked for none."""
+    return tuple(ctx.layout.default_strides(
+        value.sizes, lambda: {buffer for buffer, _ in ctx.external_loads(value)}))
 
 
 @lowering("aten::view.default", "aten::_unsafe_view.default",
