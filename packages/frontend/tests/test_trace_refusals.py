@@ -174,3 +174,28 @@ def test_sizes_in_a_traced_result_stay_torch_sizes() -> None:
     out = ef.compile(f, options={"capture": "trace"})(torch.ones(2, 3))
     assert type(out["shape"]) is torch.Size and out["shape"] == (2, 3)
     assert type(out["rest"][0]) is torch.Size and out["rest"][0] == (3,)
+
+
+def _index_past_the_end(x: torch.Tensor) -> torch.Tensor:
+    return x[5]
+
+
+def _own_check(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() != 3:
+        raise ValueError("expected a 3-d input")
+    return x
+
+
+def _missing_key(x: torch.Tensor) -> torch.Tensor:
+    return {"a": x}["b"]
+
+
+@pytest.mark.parametrize(("fn", "kind"), [(_index_past_the_end, IndexError),
+                                          (_own_check, ValueError), (_missing_key, KeyError)])
+def test_an_exception_of_the_traced_code_keeps_its_kind(fn: object, kind: type) -> None:
+    # before: a plain CaptureError (a RuntimeError), past the caller's `except IndexError`
+    compiled = ef.compile(fn, options={"capture": "trace"})
+    with pytest.raises(kind) as caught:
+        compiled(torch.ones(2))
+    assert isinstance(caught.value, CaptureError)
+    assert str(caught.value).startswith("could not trace")  # KeyError's quotes are not added

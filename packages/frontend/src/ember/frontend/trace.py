@@ -41,6 +41,7 @@ from ember.frontend._torch import data_dependent_output_types
 from ember.frontend.autocast_cache import RealCastsUncached
 from ember.frontend.custom_functions import custom_function_in
 from ember.frontend.dynamic import DynamicDim, DynamicPolicy, add_input, dims_of
+from ember.frontend.error_kinds import with_kind
 from ember.frontend.guard_model import Source
 from ember.frontend.guards import GuardSet
 from ember.frontend.inference_outputs import inference_outputs
@@ -70,13 +71,8 @@ from ember.frontend.trace_refusals import (
     constant_write,
     symbol_names,
 )
-from ember.frontend.trace_watch import (
-    PythonWatch,
-    module_attributes,
-    restore_fake_attributes,
-    warn_rebound_attributes,
-    watched_python,
-)
+from ember.frontend.trace_watch import (PythonWatch, module_attributes, restore_fake_attributes,
+                                        warn_rebound_attributes, watched_python)
 from ember.runtime.checked_calls import CheckedCalls
 from ember.runtime.ir import InputKind, InputSpec, Program
 from ember.runtime.logs import log
@@ -557,8 +553,8 @@ def _could_not_trace(fn: Callable[..., Any], error: Exception,
     the innermost user frame of ``tb``."""
     where = getattr(error, "where", None) or user_source_location_of_traceback(tb)
     at = f" at {where}: {where.text}" if where is not None else ""
-    return CaptureError(f"could not trace {callable_name(fn)}{at}\n  "
-                        f"{type(error).__name__}: {error}{_hint(error)}")
+    return with_kind(CaptureError, error)(f"could not trace {callable_name(fn)}{at}\n  "
+                                          f"{type(error).__name__}: {error}{_hint(error)}")
 
 
 def _hint(error: Exception) -> str:
