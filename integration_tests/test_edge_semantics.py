@@ -76,16 +76,19 @@ MATCHING: dict[str, Case] = {
     "input_rows_and_base": (_add_rows, _rows),
     "full_overlap_allowed": (lambda x: x.add_(x), lambda: (torch.arange(4.0),)),
     "pack_padded_batch_sizes": (lambda x, n: torch._pack_padded_sequence(x, n, True),
-                                lambda: (torch.arange(60.0).view(3, 5, 4), torch.tensor([5, 3, 2]))),
+                                lambda: (torch.arange(60.0).view(3, 5, 4),
+                                         torch.tensor([5, 3, 2]))),
 }
 
 RAISING: dict[str, Case] = {
-    "mul_int_by_float": (lambda x: x.mul_(1.5), lambda: (torch.tensor([1, 2], dtype=torch.int32),)),
+    "mul_int_by_float": (lambda x: x.mul_(1.5),
+                         lambda: (torch.tensor([1, 2], dtype=torch.int32),)),
     "mul_float_by_complex": (lambda x: x.mul_(1j), lambda: (torch.tensor([1.0, 2.0]),)),
     "shifted_self_add": (lambda x: x[1:].add_(x[:-1]), lambda: (torch.arange(6.0),)),
     "copy_of_own_transpose": (lambda x: x.copy_(x.t()), lambda: (torch.arange(9.0).view(3, 3),)),
     "mul_by_own_element": (lambda x: x.mul_(x[0]), lambda: (torch.arange(4.0),)),
-    "int_to_negative_power": (lambda x: x ** -1, lambda: (torch.tensor([1, 2], dtype=torch.int32),)),
+    "int_to_negative_power": (lambda x: x ** -1,
+                              lambda: (torch.tensor([1, 2], dtype=torch.int32),)),
     "argmax_of_bool": (lambda x: x.argmax(), lambda: (torch.tensor([True, False]),)),
     "write_of_inference_tensor": (lambda x: x.add_(1), lambda: (_inference_ones(),)),
 }

@@ -58,8 +58,9 @@ from ember.aot.symbolic_sizes import (
     sizes_argument,
     total,
 )
+from ember.aot.view_inverse import (FLAG_VIEWS, ViewStep, may_overlap, write_back,
+                                    write_back_through)
 from ember.aot.write_checks import check_write
-from ember.aot.view_inverse import FLAG_VIEWS, ViewStep, may_overlap, write_back, write_back_through
 from ember.runtime.ir import (
     Argument,
     Graph,

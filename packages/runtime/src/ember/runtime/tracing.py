@@ -22,8 +22,8 @@ What gets recorded, and how:
 * Every ATen op that runs while the recorder is entered becomes one ``call`` node whose
   ``target`` is the op's qualified name (``aten::mm.default``). Ops are recorded after
   torch's autograd and CompositeImplicit decompositions, as the dispatcher runs them (but
-  for :mod:`.tracing_rewrites`): in-place ops, ``out=`` ops, views and random ops as is. The result of an op (also the aliased result of an in-place
-  op) is thereafter referenced through the new node, so every mutation has a user.
+  for :mod:`.tracing_rewrites`): in-place, ``out=``, view and random ops as is. An op's result
+  (an in-place op's too) is then referenced through its node: every mutation has a user.
 * Arguments are encoded as IR arguments: recorded tensors become :class:`ValueRef`,
   lists become tuples; ints, floats, bools, strings, dtypes, devices, layouts and memory
   formats stay as they are. An op with several results (``max.dim``, ``split``) is one
