@@ -189,3 +189,26 @@ def test_a_backward_without_a_symbolic_kernel_trains_at_a_second_size(compiler: 
         expected = theta.detach().clone().requires_grad_()
         f(expected, x).square().sum().backward()
         torch.testing.assert_close(theta.grad, expected.grad)
+
+
+@pytest.mark.parametrize("compiler", list(_compilers()))
+def test_an_output_and_its_detached_twin_keep_their_own_autograd(compiler: str) -> None:
+    """The kernels return one buffer for ``y`` and ``y.detach()``: marking the detached
+    one non-differentiable took ``y``'s gradient away (backward raised "does not require
+    grad")."""
+    torch.compiler.reset()
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(4, 4)
+
+    def f(x: torch.Tensor) -> dict[str, torch.Tensor]:
+        y = layer(x)
+        return {"logits": y, "raw": y.detach()}
+
+    x = torch.randn(3, 4)
+    out = _compilers()[compiler](f)(x)
+    assert out["logits"].requires_grad and not out["raw"].requires_grad
+    out["logits"].square().sum().backward()
+    got = layer.weight.grad.clone()
+    layer.weight.grad = None
+    f(x)["logits"].square().sum().backward()
+    torch.testing.assert_close(got, layer.weight.grad)

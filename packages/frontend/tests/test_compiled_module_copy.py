@@ -1,12 +1,15 @@
 """``copy.deepcopy`` of a compiled module (``ember.frontend.compile(module)``): the copy
 is the original module deep-copied and compiled again with the same settings. It raised
-"cannot pickle 'module' object" (the compiled variants hold code and guards)."""
+"cannot pickle 'module' object" (the compiled variants hold code and guards). And an
+attribute set on (or deleted from) the compiled module is set on the original, whose
+forward reads it."""
 
 from __future__ import annotations
 
 import copy
 
 import ember.frontend as ef
+import pytest
 import torch
 from torch import nn
 
@@ -52,3 +55,34 @@ def test_a_compiled_function_calling_compiled_code_captures_it_whole() -> None:
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(grad, x.grad)
     assert compiled.stats.graph_breaks == 0 and compiled.stats.graphs == 1
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.act = torch.nn.ReLU()
+        self.scale = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.linear(x)) * self.scale
+
+
+@pytest.mark.parametrize("capture", ["strict", "trace"])
+def test_attributes_set_on_the_compiled_module_reach_the_original(capture: str) -> None:
+    # before: set on the wrapper only, and the compiled forward kept reading the original's
+    torch.manual_seed(0)
+    module = _Scaled()
+    compiled = ef.compile(module, options={"capture": capture})
+    x = torch.randn(2, 4)
+    compiled(x)
+    compiled.act = torch.nn.Tanh()
+    compiled.scale = 3.0
+    assert isinstance(module.act, torch.nn.Tanh) and module.scale == 3.0
+    torch.testing.assert_close(compiled(x), torch.tanh(module.linear(x)) * 3.0)
+    del compiled.scale
+    assert not hasattr(module, "scale")
+    compiled.eval()
+    assert not compiled.training and not module.training
+    compiled.train()
+    assert compiled.training and module.training

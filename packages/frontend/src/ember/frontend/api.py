@@ -73,6 +73,28 @@ class CompiledModule(torch.nn.Module):
         except AttributeError:
             return getattr(self._modules["_orig_mod"], name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Set the attribute on the original module (``c.act = nn.Tanh()``, ``c.scale =
+        3.0``: what its forward reads), as torch.compile's wrapper does; this wrapper's
+        own fields, and ``training`` on both."""
+        original = self.__dict__.get("_modules", {}).get("_orig_mod")
+        if original is None or name in _OWN_ATTRIBUTES:
+            super().__setattr__(name, value)
+            if name == "training" and original is not None:
+                original.training = value
+        else:
+            setattr(original, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in _OWN_ATTRIBUTES:
+            super().__delattr__(name)
+        else:
+            delattr(self._modules["_orig_mod"], name)
+
+
+#: CompiledModule's own attributes (the others are the original module's)
+_OWN_ATTRIBUTES = frozenset({"_orig_mod", "_compiled", "_again", "training"})
+
 
 @overload
 def compile(

@@ -165,6 +165,13 @@ class CompiledFunction(torch.autograd.Function):
                 runner.reviews.append((i, out.size(), out.stride(), out.storage_offset()))
                 out = hidden_bases[i]
             visible.append(out)
+        # NOTE: one tensor both a differentiable output and a non-differentiable one (the
+        # kernels return one buffer for `y` and `y.detach()`): the latter is a detached
+        # view, or marking it would take `y`'s gradient away
+        carried = {id(o) for i, o in enumerate(visible) if i in differentiable}
+        for i, o in enumerate(visible):
+            if i not in differentiable and id(o) in carried and isinstance(o, torch.Tensor):
+                visible[i] = o.detach()
         ctx.mark_non_differentiable(*[
             o for i, o in enumerate(visible)
             if i not in differentiable and isinstance(o, torch.Tensor)
