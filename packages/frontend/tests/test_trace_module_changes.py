@@ -182,3 +182,20 @@ def test_an_attribute_the_trace_itself_writes_does_not_recompile() -> None:
         for _ in range(3):
             compiled(torch.ones(2))
     assert compiled.stats.recompiles == 0
+
+
+def test_a_hook_registered_on_a_submodule_after_a_call_is_traced() -> None:
+    # before: only the top module's hook tables were compared, and the entry kept running
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    compiled = ef.compile(m, options=TRACE)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(compiled(x), m(x))
+    handle = m[0].register_forward_hook(lambda mod, i, o: o + 1)
+    torch.testing.assert_close(compiled(x), m(x))
+    pre = m[2].register_forward_pre_hook(lambda mod, i: (i[0].neg(),))
+    torch.testing.assert_close(compiled(x), m(x))
+    handle.remove()
+    pre.remove()
+    torch.testing.assert_close(compiled(x), m(x))
+    assert compiled.stats.recompiles >= 3

@@ -61,7 +61,7 @@ class ModuleLayout:
         self.module = module
         self.structure = _structure(module)
         self._tables = [t for sub in module.modules(remove_duplicate=False)
-                        for t in (sub._modules, sub._parameters, sub._buffers)]
+                        for t in (sub._modules, sub._parameters, sub._buffers, *_hooks(sub))]
         self._versions = _versions(self._tables)
         modules = list(module.modules())
         classes = list(dict.fromkeys(type(sub) for sub in modules))
@@ -157,12 +157,20 @@ class ModuleLayout:
 
 def _structure(module: torch.nn.Module) -> tuple[Any, ...]:
     """The module tree by identity, with the names of each module's parameters and
-    buffers (and which are None)."""
+    buffers (and which are None) and the keys of its hook tables (a hook registered on a
+    submodule after a trace: the trace did not run it)."""
     return tuple(
         (prefix, id(sub),
          tuple((k, v is None) for k, v in sub._parameters.items()),
-         tuple((k, v is None) for k, v in sub._buffers.items()))
+         tuple((k, v is None) for k, v in sub._buffers.items()),
+         tuple(tuple(table) for table in _hooks(sub)))
         for prefix, sub in module.named_modules(remove_duplicate=False))
+
+
+def _hooks(module: torch.nn.Module) -> tuple[dict[Any, Any], ...]:
+    """``module``'s forward, forward-pre, backward and backward-pre hook tables."""
+    return (module._forward_pre_hooks, module._forward_hooks, module._backward_hooks,
+            module._backward_pre_hooks)
 
 
 _METHODS = (types.FunctionType, types.MethodType, functools.partial)
