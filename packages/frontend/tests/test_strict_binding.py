@@ -263,3 +263,34 @@ def test_closure_defaults_of_fresh_functions() -> None:
     assert_same(compiled(x), outer(x))
     fns["f"] = make(7)
     assert_same(compiled(x), outer(x))
+
+
+def test_defaults_of_a_submodule_forward_and_of_a_method_are_guarded() -> None:
+    """Before: the defaults of a submodule's ``forward`` and of a method called on
+    ``self`` were read once and never guarded (a config value as a default went stale,
+    also across processes through the capture cache)."""
+
+    class Scale(torch.nn.Module):
+        def forward(self, x, s=2.0):
+            return x * s
+
+    class Top(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = Scale()
+
+        def helper(self, x, b=1.0):
+            return x + b
+
+        def forward(self, x):
+            return self.helper(self.scale(x))
+
+    model = Top()
+    compiled = strict(model)
+    x = torch.ones(3)
+    assert_same(compiled(x), model(x))
+    Scale.forward.__defaults__ = (5.0,)
+    assert_same(compiled(x), model(x))
+    Top.helper.__defaults__ = (10.0,)
+    assert_same(compiled(x), model(x))
+    assert compiled(x)[0].item() == 15.0

@@ -382,7 +382,11 @@ def test_parameter_methods_capture_as_ops_on_the_input(through_closure: bool) ->
     assert _counts(compiled) == (0, 1)
 
 
-def test_unreachable_parameter_breaks_instead_of_becoming_a_constant() -> None:
+def test_a_parameter_in_a_method_closure_is_an_input_not_a_constant() -> None:
+    # `helper`'s closure is reached through `self.helper` (since session 50, where the
+    # defaults of a method called on `self` are guarded): the parameter is a graph input
+    # and the graph does not break; before, it had no source and the graph broke there
+    # rather than make it a constant (its gradient lost)
     model, norm = _closure_model(register=False)
     compiled = strict(model)
     x = torch.randn(2, 4)
@@ -392,7 +396,7 @@ def test_unreachable_parameter_breaks_instead_of_becoming_a_constant() -> None:
     model(x).sum().backward()
     torch.testing.assert_close(got, norm.weight.grad)  # the gradient is not lost
     inner = getattr(compiled, "_compiled", compiled)
-    assert any("requires grad" in b.reason and "constant" in b.reason for b in inner.breaks)
+    assert not inner.breaks
 
 
 class Reassigns(nn.Module):

@@ -73,7 +73,7 @@ from ember.frontend.bytecode.optimizer_rules import (
 from ember.frontend.bytecode.recorded_calls import callable_name as _name
 from ember.frontend.bytecode.recorded_calls import record_call
 from ember.frontend.bytecode.root_hooks import MODULE_CALLS, custom_module_call
-from ember.frontend.bytecode.sources import AttrSource, DefaultSource
+from ember.frontend.bytecode.sources import AttrSource, DefaultSource, method_source
 from ember.frontend.bytecode.subclass_items import check_read_only, item_view, outside_subclass
 from ember.frontend.bytecode.triton_launch import capture_or_break, launched_kernel
 from ember.frontend.custom_functions import applied_function, gradients_flow
@@ -235,7 +235,8 @@ class CallHandler:
             if isinstance(func, types.FunctionType):
                 if recorded_torch_code(func) and not isinstance(owner, nn.Module):
                     return self.record(interp, fn, args, kwargs)
-                return self.inline(interp, frame, func, [owner, *args], kwargs, None)
+                return self.inline(interp, frame, func, [owner, *args], kwargs,
+                                   method_source(interp.capture, owner, func))
             return self.call_builtin(interp, frame, fn, args, kwargs)
         constant, cached = constant_or_cached(fn)  # HF's is_torch_distributed_available
         if constant or cached is not None:
@@ -327,7 +328,8 @@ class CallHandler:
         forward = interp.load_attr(mod, "forward")
         if isinstance(forward, types.MethodType) and isinstance(forward.__func__,
                                                                 types.FunctionType):
-            return self.inline(interp, frame, forward.__func__, [mod, *args], kwargs, None)
+            return self.inline(interp, frame, forward.__func__, [mod, *args], kwargs,
+                               method_source(interp.capture, mod, forward.__func__))
         return self.call_symbolic(interp, frame, forward, args, kwargs)
 
     def inline(self, interp: Any, parent: Frame, fn: types.FunctionType, args: list[Any],

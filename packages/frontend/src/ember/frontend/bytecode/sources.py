@@ -21,7 +21,7 @@ __all__ = ["AttrSource", "CellSource", "ClosureSource", "DefaultSource", "DictVa
            "GlobalSource", "ItemSource", "IterItemSource", "LocalSource", "LookupFails",
            "MethodFuncSource", "ModuleGlobalSource", "ModuleMemberSource",
            "RefTargetSource", "SliceSource", "Source", "StackSource", "TensorKeySource",
-           "attr_source", "imported_module_source", "lookup_fails"]
+           "attr_source", "imported_module_source", "lookup_fails", "method_source"]
 
 _MODULE_TABLES = ("_parameters", "_buffers", "_modules")
 
@@ -421,4 +421,21 @@ def attr_source(obj: Any, base: Source, name: str) -> Source:
             members = obj.__dict__.get(table)
             if isinstance(members, dict) and name in members:
                 return ModuleMemberSource(base, table, name)
+    return AttrSource(base, name)
+
+
+def method_source(capture: Any, owner: Any, func: Any) -> Source | None:
+    """A source for the bound method ``func`` of ``owner`` (``owner.<name>``, ``owner``'s
+    source known), through which the defaults an inlined call takes are guarded
+    (``DefaultSource``: a bound method reads its function's ``__defaults__``); None
+    when there is none, or when ``owner.<func.__name__>`` is another function."""
+    base = capture.source_of(owner) if capture is not None else None
+    name = getattr(func, "__name__", None)
+    if base is None or not isinstance(name, str):
+        return None
+    try:
+        if getattr(getattr(owner, name), "__func__", None) is not func:
+            return None
+    except Exception:  # noqa: BLE001 - a property raising: no source
+        return None
     return AttrSource(base, name)
