@@ -109,3 +109,33 @@ def test_update_under_no_grad_still_writes_the_parameter() -> None:
     compiled = ef.compile(step, backend="eager", options={"capture": "trace"})
     compiled(torch.randn(2))
     torch.testing.assert_close(m.weight.detach(), before * 2)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_a_forward_all_inside_enable_grad_called_under_no_grad(backend: str) -> None:
+    # before: no op ran with grad mode off, so the graph took the caller's no_grad and its
+    # result had no gradient (eager's has one)
+    torch.manual_seed(0)
+
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.enable_grad():
+                return self.a(x)
+
+    m = M()
+    compiled = ef.compile(m, backend=backend, options={"capture": "trace"})
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        y = compiled(x)
+    assert y.requires_grad
+    y.sum().backward()
+    got = m.a.weight.grad.clone()
+    m.a.weight.grad = None
+    with torch.no_grad():
+        expected = m(x)
+    expected.sum().backward()
+    torch.testing.assert_close(got, m.a.weight.grad)

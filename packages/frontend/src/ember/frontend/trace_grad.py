@@ -66,8 +66,8 @@ def grad_mode_of_graph(program: Program, no_grad: set[str], grad_at_start: bool)
     # NOTE: imported here: the bytecode package imports the tracing capture
     from ember.frontend.bytecode.grad_mode import detach_no_grad_inputs, graph_grad_mode
 
-    if not no_grad:
-        return grad_at_start
+    if not no_grad:  # every op ran with grad mode on: also in an enable_grad block
+        return grad_at_start or any(n.op == "call" for n in program.forward.nodes)
     grad = graph_grad_mode(program.forward, grad_at_start, no_grad)
     if grad:
         detach_no_grad_inputs(program.forward, no_grad - _writes(program, no_grad))
