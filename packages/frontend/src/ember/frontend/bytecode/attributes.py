@@ -39,6 +39,7 @@ import torch
 from ember.frontend._torch import is_fake
 from ember.frontend.bytecode import tensor_attributes
 from ember.frontend.bytecode.frame import Frame
+from ember.frontend.bytecode.opaque_modules import guard_handed_modules
 from ember.frontend.bytecode.opcodes import Instruction
 from ember.frontend.bytecode.side_effects import DELETED
 from ember.frontend.bytecode.sources import AttrSource, attr_source
@@ -136,6 +137,9 @@ class AttributeOps:
             finally:
                 cap.capture_writes(obj, before)
         else:
+            if isinstance(obj, torch.nn.Module) and isinstance(
+                    _class_attr(type(obj), name), property):  # a parametrized weight
+                guard_handed_modules(self, None, [obj], {})  # what its getter reads
             value = read(obj, name)
         if isinstance(obj, types.ModuleType) and not isinstance(value, (int, float, bool, str)):
             cap.sources.setdefault(id(value), (value, AttrSource(source, name)))

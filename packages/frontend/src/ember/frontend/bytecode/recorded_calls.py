@@ -29,6 +29,7 @@ from ember.frontend.bytecode.breaks import GraphBreak, failure_hint
 from ember.frontend.bytecode.escape import is_nonstrict
 from ember.frontend.bytecode.frame import location_of
 from ember.frontend.bytecode.grad_mode import CALL_TURNED_GRAD_ON, program_call
+from ember.frontend.bytecode.opaque_modules import guard_handed_modules
 from ember.frontend.custom_functions import function_in_call, recorded_break_reason
 from ember.frontend.free_layouts import note_read
 from ember.frontend.guard_model import GLOBAL_STATE_QUERIES
@@ -147,6 +148,7 @@ def record_call(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -
         # tensor, reading the fake's data pointer)
         raise interp.fail("Tensor.__deepcopy__ of a tensor of the graph",
                           "use copy.deepcopy(t) or t.clone()")
+    guard_handed_modules(interp, fn, args, kwargs)  # what the Python inside reads
     interp.capture.pin([getattr(fn, "__self__", None), *args, *kwargs.values()])
     note_read(interp.capture, name, fn, args)  # a free layout's stride or offset
     nodes = interp.capture.recorder.graph.nodes
