@@ -10,10 +10,14 @@ capture's error and the user's exception's built-in kind.
 
 from __future__ import annotations
 
+from typing import TypeVar, cast
+
+E = TypeVar("E", bound=RuntimeError)
+
 _CLASSES: dict[tuple[type, type], type] = {}
 
 
-def with_kind(base: type[RuntimeError], error: BaseException) -> type[RuntimeError]:
+def with_kind(base: type[E], error: BaseException) -> type[E]:
     """``base``, or a subclass of ``base`` and of ``type(error)`` when that is a built-in
     exception other than a ``RuntimeError`` whose layout allows it (``IndexError``,
     ``ValueError``, ``TypeError``, ``KeyError``, ``AssertionError``, ...)."""
@@ -30,4 +34,4 @@ def with_kind(base: type[RuntimeError], error: BaseException) -> type[RuntimeErr
         except TypeError:  # a kind with fields of its own (AttributeError, OSError)
             found = base
         _CLASSES[(base, kind)] = found
-    return found  # type: ignore[return-value]
+    return cast("type[E]", found)

@@ -60,8 +60,9 @@ class ModuleLayout:
     def __init__(self, module: torch.nn.Module) -> None:
         self.module = module
         self.structure = _structure(module)
-        self._tables = [t for sub in module.modules(remove_duplicate=False)
-                        for t in (sub._modules, sub._parameters, sub._buffers, *_hooks(sub))]
+        self._tables: list[dict[Any, Any]] = [
+            t for sub in module.modules(remove_duplicate=False)
+            for t in (_tables(sub) + _hooks(sub))]
         self._versions = _versions(self._tables)
         modules = list(module.modules())
         classes = list(dict.fromkeys(type(sub) for sub in modules))
@@ -167,6 +168,11 @@ def _structure(module: torch.nn.Module) -> tuple[Any, ...]:
         for prefix, sub in module.named_modules(remove_duplicate=False))
 
 
+def _tables(module: torch.nn.Module) -> tuple[dict[Any, Any], ...]:
+    """``module``'s submodule, parameter and buffer tables."""
+    return (module._modules, module._parameters, module._buffers)
+
+
 def _hooks(module: torch.nn.Module) -> tuple[dict[Any, Any], ...]:
     """``module``'s forward, forward-pre, backward and backward-pre hook tables."""
     return (module._forward_pre_hooks, module._forward_hooks, module._backward_hooks,
@@ -219,6 +225,6 @@ def _is_plain(value: Any) -> bool:
     return isinstance(value, _PLAIN)
 
 
-def _versions(tables: list[dict[str, Any]]) -> tuple[int, ...] | None:
+def _versions(tables: list[dict[Any, Any]]) -> tuple[int, ...] | None:
     version = dict_version_reader()
     return None if version is None else tuple(map(version, tables))
