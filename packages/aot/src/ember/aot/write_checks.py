@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.aot.input_overlap import layout
 from ember.aot.symbolic_sizes import is_static_meta
 from ember.runtime.ir import Node, TensorMeta, ValueRef
 from ember.runtime.stages import StageDeclined
@@ -63,9 +64,7 @@ def check_write(node: Node, written: tuple[int, ...], writes: tuple[tuple[int, i
 def _partly_overlap(a: TensorMeta, b: Any) -> bool:
     if not isinstance(b, TensorMeta) or not (_dense(a) and _dense(b)):
         return False
-    if (a.storage_offset * a.dtype.itemsize == b.storage_offset * b.dtype.itemsize
-            and a.dtype.itemsize == b.dtype.itemsize and tuple(a.sizes) == tuple(b.sizes)
-            and tuple(a.strides) == tuple(b.strides)):
+    if a.dtype.itemsize == b.dtype.itemsize and layout(a) == layout(b):
         return False  # the same view: eager's full overlap, allowed (x.add_(x))
     a_lo, a_hi = _byte_range(a)
     b_lo, b_hi = _byte_range(b)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import re
 from typing import Any
 
@@ -28,7 +27,7 @@ from ember.frontend._torch import (
     tree_unflatten,
 )
 
-__all__ = ["flatten", "flatten_with_names", "unflatten"]
+__all__ = ["flatten", "flatten_with_names", "holds_size", "sizes_restored", "unflatten"]
 
 
 def flatten(tree: Any) -> tuple[list[Any], TreeSpec]:
@@ -42,34 +41,33 @@ def flatten(tree: Any) -> tuple[list[Any], TreeSpec]:
 
 
 def unflatten(leaves: list[Any], spec: TreeSpec) -> Any:
-    """The inverse of :func:`flatten` (a ``torch.Size`` comes back a ``torch.Size``, where
-    torch's pytree gives a plain tuple)."""
-    tree = tree_unflatten(leaves, spec)
-    return _sizes_restored(tree, spec) if _holds_size(spec) else tree
+    """The inverse of :func:`flatten` (torch's pytree: a ``torch.Size`` comes back a
+    plain tuple; :func:`sizes_restored` makes it a ``torch.Size`` again)."""
+    return tree_unflatten(leaves, spec)
 
 
-@functools.lru_cache(maxsize=256)
-def _holds_size(spec: TreeSpec) -> bool:
-    return spec.type is torch.Size or any(_holds_size(c) for c in spec.children())
+def holds_size(spec: TreeSpec) -> bool:
+    """Whether the tree ``spec`` describes holds a ``torch.Size``."""
+    return spec.type is torch.Size or any(holds_size(c) for c in spec.children())
 
 
-def _sizes_restored(tree: Any, spec: TreeSpec) -> Any:
+def sizes_restored(tree: Any, spec: TreeSpec) -> Any:
+    """``tree`` (``unflatten``'s, of ``spec``) with each ``torch.Size`` of ``spec`` a
+    ``torch.Size`` again; the containers around them rebuilt, others left as they are."""
     if spec.type is torch.Size:
         return torch.Size(tree)
-    if not _holds_size(spec):
-        return tree
     children = spec.children()
     if isinstance(tree, dict):
         out = copy.copy(tree)
         for key, child in zip(spec.context, children):
-            out[key] = _sizes_restored(tree[key], child)
+            out[key] = sizes_restored(tree[key], child)
         return out
     if isinstance(tree, list):
-        return [_sizes_restored(v, c) for v, c in zip(tree, children)]
+        return [sizes_restored(v, c) for v, c in zip(tree, children)]
     if isinstance(tree, tuple):
-        values = [_sizes_restored(v, c) for v, c in zip(tree, children)]
+        values = [sizes_restored(v, c) for v, c in zip(tree, children)]
         return type(tree)(*values) if hasattr(tree, "_fields") else type(tree)(values)
-    return tree  # another container kind: left as torch's pytree builds it
+    return tree
 
 
 def flatten_with_names(tree: Any, root_names: list[str] | None = None) -> list[str]:

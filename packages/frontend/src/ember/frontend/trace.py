@@ -46,7 +46,7 @@ from ember.frontend.guard_model import Source
 from ember.frontend.guards import GuardSet
 from ember.frontend.inference_outputs import inference_outputs
 from ember.frontend.module_state import ModuleLayout, callable_name, module_of
-from ember.frontend.pytree import flatten, flatten_with_names, unflatten
+from ember.frontend.pytree import flatten, flatten_with_names, holds_size, sizes_restored, unflatten
 from ember.frontend.shape_guards import SymbolicInput, install_shape_guards
 from ember.frontend.symbolic_calls import symbolic_calls
 from ember.frontend.tensor_subclasses import overriding_subclass
@@ -63,14 +63,8 @@ from ember.frontend.trace_guards import (
     add_training,
     add_value,
 )
-from ember.frontend.trace_refusals import (
-    DataDependentResult,
-    RefuseAutograd,
-    SymbolicText,
-    constant_result_leaf,
-    constant_write,
-    symbol_names,
-)
+from ember.frontend.trace_refusals import (DataDependentResult, RefuseAutograd, SymbolicText,
+                                           constant_result_leaf, constant_write, symbol_names)
 from ember.frontend.trace_watch import (PythonWatch, module_attributes, restore_fake_attributes,
                                         warn_rebound_attributes, watched_python)
 from ember.runtime.checked_calls import CheckedCalls
@@ -96,11 +90,16 @@ class OutputLayout:
     spec: Any
     sources: list[int | None]
     constants: list[Any]
+    sized: bool = field(init=False, repr=False, compare=False)  # holds a torch.Size
+
+    def __post_init__(self) -> None:  # (once: hashing or walking the spec costs ~10 us)
+        self.sized = holds_size(self.spec)
 
     def rebuild(self, outputs: list[Any]) -> Any:
         leaves = [outputs[s] if s is not None else c
                   for s, c in zip(self.sources, self.constants)]
-        return unflatten(leaves, self.spec)
+        tree = unflatten(leaves, self.spec)
+        return sizes_restored(tree, self.spec) if self.sized else tree
 
 
 @dataclass

@@ -165,17 +165,17 @@ class CompiledFunction(torch.autograd.Function):
                 runner.reviews.append((i, out.size(), out.stride(), out.storage_offset()))
                 out = hidden_bases[i]
             visible.append(out)
-        # NOTE: one tensor both a differentiable output and a non-differentiable one (the
-        # kernels return one buffer for `y` and `y.detach()`): the latter is a detached
-        # view, or marking it would take `y`'s gradient away
-        carried = {id(o) for i, o in enumerate(visible) if i in differentiable}
-        for i, o in enumerate(visible):
-            if i not in differentiable and id(o) in carried and isinstance(o, torch.Tensor):
-                visible[i] = o.detach()
-        ctx.mark_non_differentiable(*[
-            o for i, o in enumerate(visible)
-            if i not in differentiable and isinstance(o, torch.Tensor)
-        ])
+        undiff = [i for i, o in enumerate(visible)
+                  if i not in differentiable and isinstance(o, torch.Tensor)]
+        if undiff:
+            # NOTE: one tensor both a differentiable output and a non-differentiable one
+            # (the kernels return one buffer for `y` and `y.detach()`): the latter is a
+            # detached view, or marking it would take `y`'s gradient away
+            carried = {id(visible[i]) for i in differentiable if i < len(visible)}
+            for i in undiff:
+                if id(visible[i]) in carried:
+                    visible[i] = visible[i].detach()
+            ctx.mark_non_differentiable(*[visible[i] for i in undiff])
         # NOTE: an output no gradient reaches arrives as None (not a zero tensor), so an
         # input whose gradient reads only such outputs gets None, as in eager (a pooler
         # the loss does not use: eager leaves its weights' .grad None, and an optimizer

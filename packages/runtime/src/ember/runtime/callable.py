@@ -378,9 +378,9 @@ class ProgramCallable:
             storage = written.untyped_storage()
             if storage.nbytes() == 0:
                 continue
+            group = self._alias_group.get(i)
             for j in by_storage.get(storage.data_ptr(), ()):
                 other = full[j]
-                group = self._alias_group.get(i)
                 if (j != i and (group is None or self._alias_group.get(j) != group)
                         and may_overlap(written, other)):
                     raise InputAliasingError(

@@ -137,9 +137,11 @@ class AttributeOps:
             finally:
                 cap.capture_writes(obj, before)
         else:
-            if isinstance(obj, torch.nn.Module) and isinstance(
-                    _class_attr(type(obj), name), property):  # a parametrized weight
-                guard_handed_modules(self, None, [obj], {})  # what its getter reads
+            if isinstance(obj, torch.nn.Module) and name in getattr(
+                    obj._modules.get("parametrizations"), "_modules", ()):
+                # a parametrized weight: its getter runs the parametrizations (opaque)
+                guard_handed_modules(self, None, [self.load_attr(obj, "parametrizations")],
+                                     {})
             value = read(obj, name)
         if isinstance(obj, types.ModuleType) and not isinstance(value, (int, float, bool, str)):
             cap.sources.setdefault(id(value), (value, AttrSource(source, name)))

@@ -20,6 +20,7 @@ from ember.inductor.loop_ir.index import as_index
 from ember.inductor.loop_ir.symbolic_index import as_size, divides, provably_nonnegative
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.common import normalize_dim, sizes_of
+from ember.inductor.lowering.layout import same_layout
 from ember.inductor.lowering.registry import NotLowerable, lowering
 from ember.inductor.lowering.values import (
     Lazy,
@@ -156,7 +157,8 @@ def reshaped_bases(ctx: Any, value: Lazy, stored: Stored) -> list[tuple[Lazy, St
     (channels-last) ends the chain."""
     found: list[tuple[Lazy, Stored]] = []
     base = value.reshaped_from
-    if not _row_major(value.sizes, stored.strides):
+    if not (all(isinstance(n, int) for n in value.sizes)
+            and same_layout(value.sizes, stored.strides, contiguous_strides(value.sizes))):
         return found
     while (base is not None and not ctx.is_realized(base)
            and all(isinstance(s, int) for s in base.sizes)
@@ -165,11 +167,6 @@ def reshaped_bases(ctx: Any, value: Lazy, stored: Stored) -> list[tuple[Lazy, St
                                    contiguous_strides(base.sizes), stored.offset)))
         base = base.reshaped_from
     return found
-
-
-def _row_major(sizes: Sequence[Any], strides: Sequence[Any]) -> bool:
-    return all(isinstance(n, int) for n in sizes) and all(
-        n == 1 or s == r for n, s, r in zip(sizes, strides, contiguous_strides(sizes)))
 
 
 def _default(ctx: Any, value: Lazy) -> tuple[int, ...]:
