@@ -25,8 +25,8 @@ import sympy
 import torch
 from ember.inductor.buffers import (ExternCall, PointwiseBuffer, ReductionBuffer, ScatterBuffer,
                                     ScheduledNode)
-from ember.inductor.loop_ir import IndexExpr, Size
-from ember.inductor.loop_ir.symbolic_index import from_ir, hint, stride_from_ir
+from ember.inductor.loop_ir import IndexExpr
+from ember.inductor.loop_ir.symbolic_index import from_ir, hint
 from ember.inductor.lowering.builder import BodyBuilder
 from ember.inductor.lowering.checks import RuntimeCheck
 from ember.inductor.lowering.context import ExternRequest
@@ -37,7 +37,9 @@ from ember.inductor.lowering.extern_args import (ExternArg, ListArg, SizeArg, Te
 from ember.inductor.lowering.extern_passes import EXTERN_PASSES, in_traced_layouts
 from ember.inductor.lowering.host_scalars import HostScalars, host_scalar_node, is_host_scalar
 from ember.inductor.lowering.inlining import SHARED_STORE_LOADS, Uses, too_large
-from ember.inductor.lowering.layout import LayoutState, is_dense, same_layout, storage_order
+from ember.inductor.lowering.layout import (LayoutState, is_dense, meta_layout, same_layout,
+                                            storage_order)
+from ember.inductor.lowering.output_views import eager_view
 from ember.inductor.lowering.lowered_graph import BufferInfo, GraphInput, LoweredGraph
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS, NotLowerable
 from ember.inductor.lowering.rng_seed import GraphSeed
@@ -66,13 +68,6 @@ class LoweringError(Exception):
 def _static(meta: object) -> bool:
     return isinstance(meta, TensorMeta) and all(
         isinstance(s, int) for s in tuple(meta.sizes) + tuple(meta.strides))
-
-
-def meta_layout(meta: TensorMeta) -> tuple[tuple[Size, ...], tuple[Size, ...], Size]:
-    """A tensor meta's sizes, strides and storage offset as loop-IR sizes (ints, or
-    sympy expressions over the graph's size symbols)."""
-    return (tuple(from_ir(s) for s in meta.sizes), tuple(stride_from_ir(s) for s in meta.strides),
-            from_ir(meta.storage_offset))
 
 
 def _symbolic_failure(e: Exception) -> bool:
@@ -559,6 +554,8 @@ class GraphLowering:
                   and not same_layout(v.sizes, v.strides, meta_layout(meta)[1])):
                 # a layout the lowering chose (channels-last): the caller gets eager's
                 v = Lazy(v.element, v.dtype, v.sizes)
+        if isinstance(v, Lazy) and isinstance(meta, TensorMeta):
+            v = eager_view(self, index, a, meta) or v  # (x * 2)[:, ::2]: eager's strides
         if isinstance(v, Lazy):
             strides = None
             if isinstance(meta, TensorMeta) and meta_layout(meta)[0] == v.sizes:

@@ -18,12 +18,20 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from ember.inductor.loop_ir import Size
 from ember.inductor.loop_ir.symbolic_index import as_size, from_ir, hint, same_size, stride_from_ir
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides
 from ember.runtime.ir import Program, TensorMeta, ValueRef
 
 if TYPE_CHECKING:  # NOTE: lowering.context imports buffers, which imports this package
     from ember.inductor.lowering.context import LoweringContext
+
+
+def meta_layout(meta: TensorMeta) -> tuple[tuple[Size, ...], tuple[Size, ...], Size]:
+    """A tensor meta's sizes, strides and storage offset as loop-IR sizes (ints, or
+    sympy expressions over the graph's size symbols)."""
+    return (tuple(from_ir(s) for s in meta.sizes), tuple(stride_from_ir(s) for s in meta.strides),
+            from_ir(meta.storage_offset))
 
 
 def same_layout(sizes: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
