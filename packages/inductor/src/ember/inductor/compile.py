@@ -35,6 +35,7 @@ from ember.inductor.loop_ir.symbolic_index import size_hints
 from ember.inductor.lowering.builder import precision_casts
 from ember.inductor.lowering.devices import traced_device
 from ember.inductor.lowering.graph_lowering import GraphLowering
+from ember.inductor.lowering.saved_padding import with_padded_saved
 from ember.inductor.passes import pipeline_for, run_passes
 from ember.inductor.scheduler import KernelStep
 from ember.runtime.ir import Program, symbolic
@@ -66,6 +67,9 @@ class CompiledGraph:
     """How many scheduled kernels run the code of one in ``kernels`` (codegen/dedupe.py)."""
     memory: MemoryReport | None = None
     """The wrapper's live bytes step by step (codegen/memory_plan.py)."""
+    padded_outputs: dict[int, int] = field(default_factory=dict)
+    """Saved tensors returned zero-padded: output index -> padded last size
+    (``lowering/saved_padding.py``)."""
 
 
 def graph_device(program: Program, graph_name: str) -> torch.device:
@@ -76,10 +80,11 @@ def graph_device(program: Program, graph_name: str) -> torch.device:
 
 def compile_graph(program: Program, graph_name: str = "forward",
                   device: torch.device | None = None, eager: bool = False,
-                  eager_random: bool = False) -> CompiledGraph:
+                  eager_random: bool = False, pad_saved: bool = False) -> CompiledGraph:
     """Lower, schedule and generate code for one graph (no graph passes). ``eager``:
     generate no kernels, run every op as an extern call; ``eager_random``: only the
-    random ops.
+    random ops; ``pad_saved``: saved tensors a matmul padded are returned padded (the
+    caller rewrites the program to match: ``lowering/saved_padding.py``).
 
     Raises:
         ember.inductor.lowering.graph_lowering.LoweringError: a lowering rule failed
@@ -88,21 +93,17 @@ def compile_graph(program: Program, graph_name: str = "forward",
     graph = program.graphs[graph_name]
     hints = {name: symbolic.hint_of(name, r) for name, r in graph.symbols.items()}
     with size_hints(hints, graph.symbols):  # heuristics look at the hints
-        return _compile_graph(program, graph_name, device, eager, eager_random)
-
-
-def _compile_graph(program: Program, graph_name: str, device: torch.device | None,
-                   eager: bool, eager_random: bool) -> CompiledGraph:
-    dev = device or graph_device(program, graph_name)
-    with tuning_device(dev):  # autotuning times candidates where the graph runs
-        return _compile_graph_on(program, graph_name, dev, eager, eager_random)
+        dev = device or graph_device(program, graph_name)
+        with tuning_device(dev):  # autotuning times candidates where the graph runs
+            return _compile_graph_on(program, graph_name, dev, eager, eager_random,
+                                     pad_saved)
 
 
 def _compile_graph_on(program: Program, graph_name: str, dev: torch.device,
-                      eager: bool, eager_random: bool) -> CompiledGraph:
+                      eager: bool, eager_random: bool, pad_saved: bool) -> CompiledGraph:
     lowered, steps = lower_and_schedule(lambda idle: GraphLowering(
         program, graph_name, dev, eager=eager, eager_random=eager_random,
-        extern_matmuls=idle).run())
+        extern_matmuls=idle, pad_saved=pad_saved).run())
     if log_enabled("graphs"):
         log("graphs", lowered.format)
     shared = share_identical_kernels([s.kernel for s in steps if isinstance(s, KernelStep)])
@@ -120,7 +121,7 @@ def _compile_graph_on(program: Program, graph_name: str, dev: torch.device,
         wrapper = writer.write()
     compiled = CompiledGraph(graph_name, dev, wrapper, list(zip(kernels, sources)),
                              dict(lowered.constants), collections.Counter(lowered.fallbacks),
-                             shared.deduped, writer.memory)
+                             shared.deduped, writer.memory, dict(lowered.padded_outputs))
     if log_enabled("output_code"):
         log("output_code", lambda: render_output_code(compiled))
     return compiled
@@ -255,7 +256,10 @@ def _compile_program(program: Program, options: dict[str, Any]) -> Program:
     graphs: dict[str, CompiledGraph] = {}
     try:
         for name in optimized.graphs:
-            graphs[name] = _compile_graph_or_eager(optimized, name, device, options)
+            pad_saved = name == "forward" and "backward" in optimized.graphs
+            graphs[name] = _compile_graph_or_eager(optimized, name, device, options, pad_saved)
+            if graphs[name].padded_outputs:  # the program says what the forward saves
+                optimized = with_padded_saved(optimized, graphs[name].padded_outputs)
             if builds is not None:
                 builds.start(_kernels_of(name, graphs[name]))
     except BaseException:
@@ -297,12 +301,13 @@ def _compile_program(program: Program, options: dict[str, Any]) -> Program:
 
 
 def _compile_graph_or_eager(program: Program, name: str, device: torch.device | None,
-                            options: dict[str, Any]) -> CompiledGraph:
+                            options: dict[str, Any], pad_saved: bool = False) -> CompiledGraph:
     """compile_graph; if that fails — a bug in Ember — warn and run the graph's ops
     eagerly instead, unless ``options["strict"]`` asks for the error."""
     eager_random = bool(options.get("eager_random", False))
     try:
-        return compile_graph(program, name, device, eager_random=eager_random)
+        return compile_graph(program, name, device, eager_random=eager_random,
+                             pad_saved=pad_saved)
     except Exception as e:
         if options.get("strict"):
             raise

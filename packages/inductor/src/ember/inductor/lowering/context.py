@@ -42,6 +42,11 @@ class LoweringContext(Protocol):
     layout: LayoutState
     #: the consumers of each node of the graph being lowered
     uses: Uses
+    #: the row-major zero-padded copies made of computed matmul operands (operand,
+    #: copy), and the inputs that end in zero columns: name -> width
+    #: (``saved_padding.py``)
+    row_pads: list[tuple[Lazy, Stored]]
+    zero_padded: dict[str, int]
 
     def fresh(self, prefix: str = "buf") -> str:
         """A new buffer name (``buf7``)."""

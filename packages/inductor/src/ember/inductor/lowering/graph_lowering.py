@@ -43,6 +43,7 @@ from ember.inductor.lowering.output_views import eager_view
 from ember.inductor.lowering.lowered_graph import BufferInfo, GraphInput, LoweredGraph
 from ember.inductor.lowering.registry import EXTERN_OPS, LOWERINGS, NotLowerable
 from ember.inductor.lowering.rng_seed import GraphSeed
+from ember.inductor.lowering.saved_padding import padded_saved_output, zero_padded_inputs
 from ember.inductor.lowering.values import (ElementFn, Lazy, ScalarValue, Stored, Value,
                                            contiguous_strides, numel, probe)
 from ember.inductor.lowering.views import reshaped_bases
@@ -87,8 +88,15 @@ class GraphLowering:
 
     def __init__(self, program: Program, graph_name: str = "forward",
                  device: torch.device | None = None, eager: bool = False,
-                 eager_random: bool = False, extern_matmuls: frozenset[str] = frozenset()) -> None:
+                 eager_random: bool = False, extern_matmuls: frozenset[str] = frozenset(),
+                 pad_saved: bool = False) -> None:
         self.program = program
+        # saved tensors as their matmul's zero-padded buffer (saved_padding.py): the
+        # row-major pads made, the outputs saved padded, the inputs with zero columns
+        self.pad_saved = pad_saved
+        self.row_pads: list[tuple[Lazy, Stored]] = []
+        self.padded_outputs: dict[int, int] = {}
+        self.zero_padded = zero_padded_inputs(program, graph_name)
         self.extern_matmuls = extern_matmuls
         self.graph = program.graphs[graph_name]
         self.graph_name = graph_name
@@ -144,7 +152,8 @@ class GraphLowering:
             tuple(GraphInput(name, n.meta) for name, n in zip(self.inputs, placeholders)),
             self.constants, self.buffers, tuple(self.nodes), tuple(self.outputs),
             frozenset(self.output_buffers), self.fallbacks, tuple(self.checks),
-            dict(self.graph.symbols), tuple(self.graph.guards), mutated_inputs(self))
+            dict(self.graph.symbols), tuple(self.graph.guards), mutated_inputs(self),
+            dict(self.padded_outputs))
 
     def placeholder(self, node: Node) -> None:
         name = f"arg{len(self.inputs)}"
@@ -556,6 +565,10 @@ class GraphLowering:
                 v = Lazy(v.element, v.dtype, v.sizes)
         if isinstance(v, Lazy) and isinstance(meta, TensorMeta):
             v = eager_view(self, index, a, meta) or v  # (x * 2)[:, ::2]: eager's strides
+        if isinstance(v, Lazy) and self.pad_saved and (
+                padded := padded_saved_output(self, index, v)) is not None:
+            self.padded_outputs[index] = padded.sizes[-1]
+            v = padded
         if isinstance(v, Lazy):
             strides = None
             if isinstance(meta, TensorMeta) and meta_layout(meta)[0] == v.sizes:

@@ -103,9 +103,12 @@ class LoweredGraph:
     guards: tuple[ShapeGuard, ...] = ()
     #: the graph's mutated inputs that have a buffer (``lowering/written_args.py``)
     mutated_inputs: tuple[MutatedInput, ...] = ()
+    #: outputs returned as their zero-padded buffer: index -> padded last size
+    #: (``lowering/saved_padding.py``)
+    padded_outputs: Mapping[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("constants", "buffers", "fallbacks", "symbols"):
+        for name in ("constants", "buffers", "fallbacks", "symbols", "padded_outputs"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     @property

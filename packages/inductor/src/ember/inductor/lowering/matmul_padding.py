@@ -45,6 +45,7 @@ from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.extern_args import ExternArg
 from ember.inductor.lowering.layout import column_major_strides
 from ember.inductor.lowering.layout_passes import matmul_operand, unit_stride_dim
+from ember.inductor.lowering.saved_padding import padded_input
 from ember.inductor.lowering.values import Lazy, Stored, contiguous_strides, numel
 from ember.inductor.loop_ir import IndexExpr
 from ember.runtime.ir import TensorMeta
@@ -201,6 +202,9 @@ def padded_operand(ctx: LoweringContext, v: Stored | Lazy, sizes: tuple[int, ...
     ``v`` once; a stored view padded before in this graph is not padded again)."""
     if tuple(v.sizes) == sizes and isinstance(v, Stored):
         return v
+    if isinstance(v, Stored) and way == "row" and (
+            whole := padded_input(ctx, v, sizes)) is not None:
+        return whole  # a saved value the forward stored padded (saved_padding.py)
     pads = _PADS.setdefault(ctx, {})
     key: object = None
     if isinstance(v, Stored):
@@ -216,6 +220,8 @@ def padded_operand(ctx: LoweringContext, v: Stored | Lazy, sizes: tuple[int, ...
                          origin=origin, reuse=False)
     if key is not None:
         pads[key] = stored if way == "row" else _transposed(stored)
+    elif way == "row" and isinstance(v, Lazy):
+        ctx.row_pads.append((v, stored))  # the forward may save v as this buffer
     return stored
 
 
