@@ -186,3 +186,34 @@ def test_training_through_an_item_size_matches_eager() -> None:
         loss(ref, n).backward()  # type: ignore[no-untyped-call]
         torch.testing.assert_close(x.grad, ref.grad, msg=f"n={value}")
     assert fast.stats.compiles == 1
+
+
+def item_as_numbers(x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    k: Any = n.item()  # an int used as a number, not a size: it may be negative
+    return x * k, torch.full((3,), k), x.clamp(min=k), x.roll(k, 0), x + n.tolist()
+
+
+@pytest.mark.parametrize("capture", ["strict", "trace"])
+def test_an_item_used_as_a_number_may_be_negative(capture: str) -> None:
+    # its symbol's range is [-inf, inf]: the kernels' index arithmetic over it (roll's
+    # start, (5 - u0) % 5) rounds as Python does for a negative value too
+    fast = ember.frontend.compile(item_as_numbers, options={"capture": capture})
+    for value in (3, -7, 0, -1, 12):
+        x, n = torch.arange(5), torch.tensor(value)
+        for got, want in zip(fast(x, n), item_as_numbers(x, n), strict=True):
+            torch.testing.assert_close(got, want, msg=f"n={value}")
+    assert fast.stats.compiles == 1
+
+
+def test_a_symbol_unbounded_below_prints_and_parses() -> None:
+    rec = GraphRecorder(dynamic=True)
+    x = rec.add_input(torch.arange(5), InputSpec("x"))
+    n = rec.add_input(torch.tensor(3), InputSpec("n"))
+    with rec:
+        out = x * n.item()
+    program = rec.finish([out])
+    text = print_program(program)
+    assert "symbols u0 in [-inf, inf]" in text, text
+    assert print_program(parse_program(text)) == text
+    (got,) = run_program(program, [torch.arange(5), torch.tensor(-4)])
+    torch.testing.assert_close(got, torch.arange(5) * -4)

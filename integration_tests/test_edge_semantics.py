@@ -75,6 +75,7 @@ MATCHING: dict[str, Case] = {
     "set_to_input": (_set_to, lambda: (torch.arange(3.0),)),
     "input_rows_and_base": (_add_rows, _rows),
     "full_overlap_allowed": (lambda x: x.add_(x), lambda: (torch.arange(4.0),)),
+    "disjoint_self_add": (lambda x: x[:2].add_(x[2:4]), lambda: (torch.arange(6.0),)),
     "pack_padded_batch_sizes": (lambda x, n: torch._pack_padded_sequence(x, n, True),
                                 lambda: (torch.arange(60.0).view(3, 5, 4),
                                          torch.tensor([5, 3, 2]))),
@@ -86,6 +87,7 @@ RAISING: dict[str, Case] = {
     "mul_float_by_complex": (lambda x: x.mul_(1j), lambda: (torch.tensor([1.0, 2.0]),)),
     "shifted_self_add": (lambda x: x[1:].add_(x[:-1]), lambda: (torch.arange(6.0),)),
     "copy_of_own_transpose": (lambda x: x.copy_(x.t()), lambda: (torch.arange(9.0).view(3, 3),)),
+    "add_own_transpose": (lambda x: x.add_(x.t()), lambda: (torch.arange(16.0).view(4, 4),)),
     "mul_by_own_element": (lambda x: x.mul_(x[0]), lambda: (torch.arange(4.0),)),
     "int_to_negative_power": (lambda x: x ** -1,
                               lambda: (torch.tensor([1, 2], dtype=torch.int32),)),
@@ -103,6 +105,8 @@ def _compilers() -> dict[str, Callable[[Any], Any]]:
     return {
         "strict": lambda fn: ef.compile(fn),
         "trace": lambda fn: ef.compile(fn, options={"capture": "trace"}),
+        # symbolic sizes: the overlap of two views is judged for every size
+        "strict dynamic": lambda fn: ef.compile(fn, dynamic=True),
         "torch.compile": lambda fn: torch.compile(fn, backend="ember"),
     }
 

@@ -12,20 +12,25 @@ import pytest
 import torch
 from ember.aot.pipeline import aot_compile
 from ember.runtime.callable import ProgramCallable
-from ember.runtime.ir import InputSpec, Program, SymbolRange, load, save, verify
+from ember.runtime.ir import (UNBOUNDED_LOWER, InputSpec, Program, SymbolRange, load, save,
+                              verify)
 from ember.runtime.ir.symbolic import ShapeError
 from ember.runtime.tracing import GraphRecorder
 
 
-def capture(checked: bool = True) -> Program:
+def capture(checked: bool = True, nonnegative: bool = False) -> Program:
     """``x[:n.item()].sin() * 2`` of a symbolic ``x``; ``checked``: with
-    ``torch._check`` ranges for the item and a ``nonzero`` count as a second output."""
+    ``torch._check`` ranges for the item and a ``nonzero`` count as a second output;
+    ``nonnegative``: with ``torch._check(k >= 0)`` only (else the item may be negative,
+    and slices from the end)."""
     rec = GraphRecorder(dynamic=True)
     x = rec.add_input(torch.randn(8, 3, requires_grad=True), InputSpec("x"),
                       dynamic_dims={0: (2, None)})
     n = rec.add_input(torch.tensor(4), InputSpec("n"))
     with rec:
         k: Any = n.item()
+        if nonnegative:
+            torch._check(k >= 0)  # type: ignore[no-untyped-call]
         if checked:
             torch._check(k >= 2)  # type: ignore[no-untyped-call]
             torch._check(k <= 6)  # type: ignore[no-untyped-call]
@@ -64,18 +69,41 @@ def test_a_call_outside_the_checked_range_is_refused_by_name() -> None:
         run([x, torch.tensor(7)])
 
 
-def test_a_guard_on_a_size_the_re_trace_computes_as_an_expression_is_dropped() -> None:
-    # without a range for u0 the capture's slice x[:u0] of a symbolic x is a fresh u1,
-    # guarded s0 >= u1; the re-trace computes it as Min(s0, u0), and the guard on the
-    # u1 no node defines any more was carried over (the result did not verify)
-    program = capture(checked=False)
-    assert [g.expr for g in program.forward.guards] == ["s0 >= u1"]
+def test_a_slice_by_a_nonnegative_item_is_an_expression_of_it() -> None:
+    # with u0 >= 0 known the slice x[:u0] of a symbolic x has Min(s0, u0) rows, in the
+    # capture and in the re-trace: no fresh u1, no guard on one. (Before the ranges of
+    # items were kept as torch has them, the capture made u1 with a guard s0 >= u1 that
+    # the re-trace, which took u0 >= 0, no longer defined: it did not verify.)
+    program = capture(checked=False, nonnegative=True)
+    assert "u1" not in program.forward.symbols and program.forward.guards == []
     functional = aot_compile(program)
     verify(functional)
     forward = functional.graphs["forward"]
     assert "u1" not in forward.symbols and forward.guards == [], forward.guards
     run = ProgramCallable(functional)
     for rows, value in ((5, 3), (6, 0), (4, 9)):  # 9: the slice stops at the 4 rows
+        x_real = torch.randn(rows, 3, requires_grad=True)
+        (got,) = run([x_real, torch.tensor(value)])
+        got.sum().backward()
+        ref = x_real.detach().clone().requires_grad_(True)
+        (ref[:value].sin() * 2).sum().backward()  # type: ignore[no-untyped-call]
+        torch.testing.assert_close(got, ref[:value].detach().sin() * 2)
+        torch.testing.assert_close(x_real.grad, ref.grad)
+
+
+def test_an_item_that_may_be_negative_reaches_the_backward_as_a_value() -> None:
+    # x[:k] with k < 0 slices from the end: u0's range is [-inf, inf], no size can carry
+    # it, so the forward saves it as a cpu int64 scalar the backward reads back
+    program = capture(checked=False)
+    assert program.forward.symbols["u0"] == SymbolRange(UNBOUNDED_LOWER, None)
+    functional = aot_compile(program)
+    verify(functional)
+    backward = functional.graphs["backward"]
+    assert "saved_value_for_backward_u0" in [p.name for p in backward.placeholders]
+    reads = next(n for n in backward.nodes if n.name == "u0_from_forward")
+    assert reads.target == "aten::_local_scalar_dense.default"
+    run = ProgramCallable(functional)
+    for rows, value in ((5, 3), (6, -2), (4, -9), (4, 0)):
         x_real = torch.randn(rows, 3, requires_grad=True)
         (got,) = run([x_real, torch.tensor(value)])
         got.sum().backward()

@@ -137,6 +137,17 @@ def test_nan_key_does_not_recompile(mode: str) -> None:
     assert (c.stats.compiles, c.stats.recompiles, c.stats.cache_hits) == (1, 0, 2)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_negative_zero_is_not_zero(mode: str) -> None:
+    # -0.0 == 0.0 in Python, but copysign (and atan2, 1/x) tell them apart: a program
+    # compiled for one must not run for the other
+    c = compiled(lambda x, v: torch.copysign(x, v), mode)
+    x = torch.ones(3)
+    for v in (0.0, -0.0, 0.0, -0.0):
+        assert torch.equal(c(x, v), torch.copysign(x, v)), v
+    assert (c.stats.compiles, c.stats.cache_hits) == (2, 2)
+
+
 TRICKY_KEYS: list[Any] = [
     ("a", 1, (2.5, None)),
     frozenset({"x", 3}),

@@ -10,19 +10,22 @@ declines the graph (``StageDeclined``), which then runs eagerly and raises as ea
 
 The overlap rule is eager's: a written tensor and a tensor the op reads, in one storage,
 both dense and static, overlap *partly* when their byte ranges meet but they are not the
-same view (same offset, sizes and strides). Layouts it cannot judge (symbolic sizes,
-tensors with holes or internal overlap) pass, as eager lets them pass.
+same view (same offset, sizes and strides). Tensors with holes or internal overlap pass,
+as eager lets them pass. With symbolic sizes, two dense views whose ranges may meet for
+some sizes decline the graph: its eager run checks the sizes it is called with.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 from ember.aot.input_overlap import layout
 from ember.aot.symbolic_sizes import is_static_meta
-from ember.runtime.ir import Node, TensorMeta, ValueRef
+from ember.runtime.ir import Node, TensorMeta, ValueRef, symbolic
 from ember.runtime.stages import StageDeclined
 
 
@@ -62,13 +65,60 @@ def check_write(node: Node, written: tuple[int, ...], writes: tuple[tuple[int, i
 
 
 def _partly_overlap(a: TensorMeta, b: Any) -> bool:
-    if not isinstance(b, TensorMeta) or not (_dense(a) and _dense(b)):
+    if not isinstance(b, TensorMeta):
         return False
     if a.dtype.itemsize == b.dtype.itemsize and layout(a) == layout(b):
         return False  # the same view: eager's full overlap, allowed (x.add_(x))
+    if not (is_static_meta(a) and is_static_meta(b)):
+        return _may_partly_overlap(a, b)
+    if not (_dense(a) and _dense(b)):
+        return False
     a_lo, a_hi = _byte_range(a)
     b_lo, b_hi = _byte_range(b)
     return a_lo < b_hi and b_lo < a_hi
+
+
+def _may_partly_overlap(a: TensorMeta, b: TensorMeta) -> bool:
+    """:func:`_partly_overlap` over symbolic sizes: both dense (their strides a
+    permutation of a contiguous layout's, as expressions), and their byte ranges not
+    provably apart for every size (``x[1:] += x[:-1]`` meets for any length above 2,
+    ``x += x.t()`` always): the graph runs eagerly, which checks the sizes it gets."""
+    if not (_symbolically_dense(a) and _symbolically_dense(b)):
+        return False
+    (a_lo, a_hi), (b_lo, b_hi) = _symbolic_byte_range(a), _symbolic_byte_range(b)
+    return not (_provably_at_most(a_hi, b_lo) or _provably_at_most(b_hi, a_lo))
+
+
+def _symbolically_dense(meta: TensorMeta) -> bool:
+    dims = [(symbolic.parse(n), symbolic.parse(s)) for n, s in zip(meta.sizes, meta.strides)
+            if n != 1]
+    if len(dims) > 6:  # too many orders to try: judged as eager judges a hard case
+        return False
+    for order in itertools.permutations(range(len(dims))):
+        expected: sympy.Expr = sympy.Integer(1)
+        for d in reversed(order):
+            if sympy.expand(dims[d][1] - expected) != 0:
+                break
+            expected = expected * dims[d][0]
+        else:
+            return True
+    return False
+
+
+def _symbolic_byte_range(meta: TensorMeta) -> tuple[sympy.Expr, sympy.Expr]:
+    start = symbolic.parse(meta.storage_offset) * meta.dtype.itemsize
+    count = sympy.Integer(1)
+    for n in meta.sizes:
+        count = count * symbolic.parse(n)
+    return start, start + count * meta.dtype.itemsize
+
+
+def _provably_at_most(x: sympy.Expr, y: sympy.Expr) -> bool:
+    """Whether ``x <= y`` for every value >= 1 of their symbols."""
+    gap = sympy.expand(y - x)
+    positive = {s: sympy.Dummy(s.name, integer=True, positive=True)
+                for s in gap.free_symbols if isinstance(s, sympy.Symbol)}
+    return bool(gap.xreplace(positive).is_nonnegative)
 
 
 def _dense(meta: TensorMeta) -> bool:

@@ -24,6 +24,7 @@ object is ever run as code.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -240,6 +241,11 @@ def _equals_check(w: CodeWriter, g: Guard) -> str:
     t = w.const("type", type(g.expected))
     if isinstance(g.expected, float) and g.expected != g.expected:
         return f"type({v}) is {t} and {v} != {v}"  # NaN
+    if isinstance(g.expected, float) and g.expected == 0.0:
+        # -0.0 == 0.0, but copysign, atan2 and 1/x tell them apart
+        sign = math.copysign(1.0, g.expected)
+        return (f"type({v}) is {t} and {v} == 0.0 and "
+                f"{w.const('copysign', math.copysign)}(1.0, {v}) == {sign!r}")
     return f"type({v}) is {t} and {v} == {w.const('c', g.expected)}"
 
 

@@ -41,6 +41,7 @@ from ember.runtime._torch import (
     track_guards,
 )
 from ember.runtime.ir import (
+    UNBOUNDED_LOWER,
     Argument,
     Graph,
     IRFormatError,
@@ -381,11 +382,14 @@ class RecordedSymbols:
             if isinstance(new, sympy.Symbol) and old.name in ranges and new.name in ranges:
                 ranges[new.name] = _intersect(ranges[new.name], ranges[old.name])
         for name in used:
-            if name not in ranges:  # data-dependent: the range torch knows now, >= 0
+            if name not in ranges:  # data-dependent: the range torch knows now (a size
+                # is >= 0; k.item() used as a number may be negative)
                 lower, upper = symbol_range(self.shape_env, self._torch[name])
                 if upper is not None and upper >= sys.maxsize - 1:  # torch's "no bound"
                     upper = None
-                ranges[name] = SymbolRange(max(0, lower or 0), upper)
+                if lower is None or lower <= -sys.maxsize:
+                    lower = UNBOUNDED_LOWER
+                ranges[name] = SymbolRange(lower, upper)
         return ranges
 
     def _graph_guards(self, ranges: Mapping[str, SymbolRange],

@@ -12,7 +12,10 @@ Unbacked symbols (``u0``: the forward binds them from ``.item()``'s ``int(u0)`` 
 data-dependent op's result: ``x[:n.item()]``'s backward pads ``[u0, 8]`` back into
 ``x``) are carried the same way, each by a carrier ``[u0, 0]`` of its own: an unbacked
 symbol may be 0, and torch's strides of ``[s0, u0, 0]`` would then depend on it
-(``Max(1, u0)``), those of ``[u0, 0]`` are ``(1, 1)`` whatever its value. A backward node whose result has ``u0`` as a plain size binds it only
+(``Max(1, u0)``), those of ``[u0, 0]`` are ``(1, 1)`` whatever its value. A symbol
+that may be negative is no size: it is saved as a cpu ``int64`` scalar that the backward
+reads back with ``_local_scalar_dense``. A backward node whose result has ``u0`` as a
+plain size binds it only
 when no earlier node (nor placeholder expression) uses it and its arguments do not
 (``view(%g, [4, sym(u0), 8])`` *needs* ``u0``; a recomputed ``nonzero`` binds it), as
 the verifier and :class:`~ember.runtime.ir.symbolic.SymbolBinder` read the graph in
@@ -37,6 +40,11 @@ SIZE_CARRIER = "sizes_for_backward"
 that carries the symbols the backward graph cannot bind otherwise; each such symbol
 that may be 0 (unbacked) has a carrier ``sizes_for_backward_u0`` of its own."""
 
+VALUE_CARRIER = "value_for_backward"
+"""The forward node that carries a symbol that may be negative (``k.item()`` used as a
+number: its range is ``[-inf, inf]``) as a cpu ``int64`` scalar; the backward reads it
+back with ``aten::_local_scalar_dense`` (``u0_from_forward``)."""
+
 
 def bind_backward_symbols(forward: Graph, backward: Graph,
                           saved: list[ValueRef]) -> list[ValueRef]:
@@ -54,8 +62,10 @@ def bind_backward_symbols(forward: Graph, backward: Graph,
     # symbol that may be 0 (unbacked) is dim 0 of a carrier of its own, whose strides
     # are then (1, 1) for every value
     groups = [[s for s in missing if forward.symbols[s].lower >= 1]]
-    groups += [[s] for s in missing if forward.symbols[s].lower < 1]
+    groups += [[s] for s in missing if 0 <= forward.symbols[s].lower < 1]
     carriers = [_carrier_node(forward, group) for group in groups if group]
+    signed = [s for s in missing if forward.symbols[s].lower < 0]
+    carriers += [_value_carrier_node(forward, s) for s in signed]
     output = forward.nodes.pop()
     forward.nodes.extend(carriers)
     values = output.args[0]
@@ -67,6 +77,12 @@ def bind_backward_symbols(forward: Graph, backward: Graph,
         backward.nodes.insert(len(saved) + i, Node(
             f"saved_{carrier.name}", "placeholder", f"saved_{carrier.name}",
             meta=carrier.meta))
+    first_node = len(backward.placeholders)
+    for i, symbol in enumerate(signed):  # int(u0) read back from its carrier
+        held = f"saved_{carriers[len(carriers) - len(signed) + i].name}"
+        backward.nodes.insert(first_node + i, Node(
+            f"{symbol}_from_forward", "call", "aten::_local_scalar_dense.default",
+            (ValueRef(held),), meta=ScalarMeta("int", symbol)))
     return [*saved, *(ValueRef(c.name) for c in carriers)]
 
 
@@ -102,6 +118,19 @@ def _plain_symbols(meta: object) -> set[str]:
 def _symbol_order(name: str) -> tuple[str, int, str]:
     digits = name.lstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
     return (name[: len(name) - len(digits)], int(digits) if digits.isdigit() else -1, name)
+
+
+def _value_carrier_node(forward: Graph, symbol: str) -> Node:
+    """``aten::scalar_tensor(u0, dtype=int64)`` on the cpu, named
+    ``value_for_backward_u0``: a symbol that may be negative (an ``.item()`` used as a
+    number) is no size, so it is carried as a value the backward reads back."""
+    taken = {n.name for n in forward.nodes}
+    name = f"{VALUE_CARRIER}_{symbol}"
+    while name in taken:
+        name = f"_{name}"
+    cpu = torch.device("cpu")
+    return Node(name, "call", "aten::scalar_tensor.default", (SymExpr(symbol),),
+                {"dtype": torch.int64, "device": cpu}, meta=TensorMeta(torch.int64, (), (), cpu))
 
 
 def _carrier_node(forward: Graph, symbols: list[str]) -> Node:

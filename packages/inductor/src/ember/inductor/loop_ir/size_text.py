@@ -4,18 +4,45 @@ algebra (:mod:`.index`) and its symbolic part (:mod:`.symbolic_index`) both use 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+from collections.abc import Iterator
 
 import sympy
 
 
-@functools.lru_cache(maxsize=4096)
+#: the symbols of the graph being compiled that may be negative (an integer read from a
+#: tensor, ``k.item()``, that is not a size): set by ``symbolic_index.size_hints``
+_SIGNED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "ember_signed_symbols", default=frozenset())
+
+
+@contextlib.contextmanager
+def signed_symbols(names: frozenset[str]) -> Iterator[None]:
+    """Within the block, :func:`provably_nonnegative` does not take ``names`` >= 1."""
+    token = _SIGNED.set(names)
+    try:
+        yield
+    finally:
+        _SIGNED.reset(token)
+
+
 def provably_nonnegative(expr: sympy.Expr) -> bool:
-    """Whether ``expr`` >= 0 for every value >= 1 of its symbols."""
+    """Whether ``expr`` >= 0 for every value >= 1 of its symbols (any value of those
+    :func:`signed_symbols` names)."""
     if expr.is_Integer:
         return bool(expr >= 0)
+    signed = _SIGNED.get()
+    return _provably_nonnegative(expr, frozenset(
+        s.name for s in expr.free_symbols if s.name in signed) if signed else frozenset())
+
+
+@functools.lru_cache(maxsize=4096)
+def _provably_nonnegative(expr: sympy.Expr, signed: frozenset[str]) -> bool:
     positive = {s: sympy.Dummy(s.name, integer=True, positive=True)
-                for s in expr.free_symbols if isinstance(s, sympy.Symbol)}
+                for s in expr.free_symbols
+                if isinstance(s, sympy.Symbol) and s.name not in signed}
     return bool(sympy.expand(expr.xreplace(positive)).is_nonnegative)
 
 

@@ -37,7 +37,7 @@ from ember.inductor.loop_ir.index import (
     as_index,
     mul,
 )
-from ember.inductor.loop_ir.size_text import provably_nonnegative, size_text
+from ember.inductor.loop_ir.size_text import provably_nonnegative, signed_symbols, size_text
 from ember.runtime.ir import SymbolRange, symbolic
 
 
@@ -269,8 +269,10 @@ def size_hints(hints: Mapping[str, int],
     upper bounds)."""
     token = _HINTS.set(dict(hints))
     ranges_token = _RANGES.set(dict(ranges or {}))
+    signed = frozenset(name for name, r in (ranges or {}).items() if r.lower < 0)
     try:
-        yield
+        with signed_symbols(signed):  # k.item(): proofs of ">= 0" do not hold for it
+            yield
     finally:
         _RANGES.reset(ranges_token)
         _HINTS.reset(token)

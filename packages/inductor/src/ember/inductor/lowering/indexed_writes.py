@@ -12,6 +12,7 @@ wrapper raises what eager raises (``_EXCEPTIONS``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -123,11 +124,22 @@ def _index_put(ctx: GraphLowering, node: Node, x: TensorValue, indices: Sequence
     return ctx.scatter(node, x, sizes, fn, accumulate)
 
 
+#: the dtypes a scatter_add sums in float32, then rounds once (eager's CPU kernel does:
+#: 3000 ones into one bfloat16 element are 3008, not 256 as one rounding per add gives)
+WIDENED_SCATTER_SUMS = (torch.bfloat16, torch.float16)
+
+
 def _scatter_along(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, index: TensorValue,
-                   src: TensorValue | bool | float, accumulate: bool) -> Stored:
+                   src: TensorValue | bool | float, accumulate: bool) -> TensorValue:
     """``result[..., index[i], ...] (=|+=) src[i]`` along ``dim`` for every ``i`` over
     ``index``'s sizes (scatter, scatter_add)."""
     meta = out_meta(node)
+    if accumulate and meta.dtype in WIDENED_SCATTER_SUMS:
+        wide = Node(node.name, node.op, node.target, meta=dataclasses.replace(
+            meta, dtype=torch.float32))
+        summed = _scatter_along(ctx, wide, x, dim, index, src, accumulate)
+        return Lazy(lambda b, i: b.cast(summed.element(b, i), meta.dtype), meta.dtype,
+                    summed.sizes)
     if accumulate:
         _check_accumulate(ctx, meta.dtype)
     scalar = not x.sizes  # a 0-dim tensor scatters as one element along dim 0 (or -1)
@@ -144,7 +156,7 @@ def _scatter_along(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, ind
         if not scalar:
             position[d] = at
         if isinstance(src, (Stored, Lazy)):
-            value = src.element(b, i)
+            value = b.cast(src.element(b, i), meta.dtype)
         else:
             value = b.literal(src, meta.dtype)
         return tuple(position), value, inside
@@ -154,19 +166,19 @@ def _scatter_along(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, ind
 
 @lowering("aten::scatter.src", "aten::scatter.value")
 def _scatter(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, index: TensorValue,
-             src: Any) -> Stored:
+             src: Any) -> TensorValue:
     return _scatter_along(ctx, node, x, dim, index, src, accumulate=False)
 
 
 @lowering("aten::scatter_add.default")
 def _scatter_add(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, index: TensorValue,
-                 src: TensorValue) -> Stored:
+                 src: TensorValue) -> TensorValue:
     return _scatter_along(ctx, node, x, dim, index, src, accumulate=True)
 
 
 @lowering("aten::scatter.reduce", "aten::scatter.value_reduce")
 def _scatter_reduce_legacy(ctx: GraphLowering, node: Node, x: TensorValue, dim: int,
-                           index: TensorValue, src: Any, *, reduce: str) -> Stored:
+                           index: TensorValue, src: Any, *, reduce: str) -> TensorValue:
     if reduce != "add":
         raise NotLowerable(f"scatter with reduce={reduce!r}")
     return _scatter_along(ctx, node, x, dim, index, src, accumulate=True)
@@ -174,7 +186,7 @@ def _scatter_reduce_legacy(ctx: GraphLowering, node: Node, x: TensorValue, dim: 
 
 @lowering("aten::scatter_reduce.two")
 def _scatter_reduce(ctx: GraphLowering, node: Node, x: TensorValue, dim: int, index: TensorValue,
-                    src: TensorValue, reduce: str, *, include_self: bool = True) -> Stored:
+                    src: TensorValue, reduce: str, *, include_self: bool = True) -> TensorValue:
     if reduce != "sum" or not include_self:
         raise NotLowerable(f"scatter_reduce with reduce={reduce!r}, "
                            f"include_self={include_self}")

@@ -15,6 +15,7 @@ from ember.runtime.ir.errors import IRError, IRFormatError, VerificationError
 from ember.runtime.ir.graph import (
     DIALECTS,
     OPCODES,
+    UNBOUNDED_LOWER,
     Argument,
     Graph,
     InputKind,
@@ -80,6 +81,7 @@ __all__ = [
     "SymExpr",
     "SymInt",
     "SymbolRange",
+    "UNBOUNDED_LOWER",
     "TensorMeta",
     "ValueRef",
     "VerificationError",

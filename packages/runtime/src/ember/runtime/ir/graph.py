@@ -256,20 +256,26 @@ def normalize_argument(a: object) -> Argument:
     raise TypeError(f"{type(a).__name__} is not an Ember IR argument: {a!r}")
 
 
+#: the lower bound of a symbol unbounded below: an integer read from a tensor
+#: (``k.item()``) that is never used as a size may be any int64 (printed ``-inf``)
+UNBOUNDED_LOWER = -(2**63)
+
+
 @dataclass(frozen=True)
 class SymbolRange:
-    """The range of a size symbol, inclusive; ``upper`` None means unbounded. ``hint``
-    is the example value seen at capture (backed symbols, ``s0``, always have one;
-    unbacked, data-dependent ones, ``u0``, have None). Hints drive heuristics, never
-    correctness."""
+    """The range of a size symbol, inclusive; ``upper`` None means unbounded,
+    ``lower`` :data:`UNBOUNDED_LOWER` unbounded below. ``hint`` is the example value
+    seen at capture (backed symbols, ``s0``, always have one; unbacked, data-dependent
+    ones, ``u0``, have None). Hints drive heuristics, never correctness."""
 
     lower: int = 2
     upper: int | None = None
     hint: int | None = None
 
     def __str__(self) -> str:
+        lower = "-inf" if self.lower <= UNBOUNDED_LOWER else str(self.lower)
         upper = "inf" if self.upper is None else str(self.upper)
-        return f"[{self.lower}, {upper}]"
+        return f"[{lower}, {upper}]"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import TypeVar
 import torch
 from ember.runtime.ir.errors import IRFormatError
 from ember.runtime.ir.graph import (
+    UNBOUNDED_LOWER,
     Argument,
     Graph,
     InputKind,
@@ -406,7 +407,7 @@ class _Parser:
                 raise s.error("expected 'in [lower, upper]'")
             s.skip_spaces()
             s.expect("[")
-            lower = self.v.integer()
+            lower = UNBOUNDED_LOWER if s.accept("-inf") else self.v.integer()
             s.expect(",")
             s.skip_spaces()
             upper = None if s.keyword("inf") else self.v.integer()
