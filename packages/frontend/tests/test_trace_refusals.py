@@ -176,6 +176,19 @@ def test_sizes_in_a_traced_result_stay_torch_sizes() -> None:
     assert type(out["rest"][0]) is torch.Size and out["rest"][0] == (3,)
 
 
+def test_a_tensor_returned_twice_is_one_object() -> None:
+    # before: two graph outputs, so `a is b` was False where eager (and strict) say True
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        y = x * 2
+        return y, y, {"again": y}
+
+    x = torch.ones(3, requires_grad=True)
+    a, b, d = ef.compile(f, options={"capture": "trace"})(x)
+    assert a is b and d["again"] is a
+    a.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+
+
 def _index_past_the_end(x: torch.Tensor) -> torch.Tensor:
     return x[5]
 

@@ -535,11 +535,13 @@ def _split_result(result: Any, symbols: dict[str, str]
     outputs: list[torch.Tensor] = []
     sources: list[int | None] = []
     constants: list[Any] = []
+    seen: dict[int, int] = {}  # `return y, y`: one output, the same object twice
     for leaf in out_leaves:
         if isinstance(leaf, torch.Tensor):
-            sources.append(len(outputs))
+            sources.append(seen.setdefault(id(leaf), len(outputs)))
             constants.append(None)
-            outputs.append(leaf)
+            if sources[-1] == len(outputs):
+                outputs.append(leaf)
         else:
             sources.append(None)
             constants.append(constant_result_leaf(leaf, symbols))
