@@ -44,7 +44,7 @@ from ember.inductor.lowering.lowered_graph import BufferInfo, LoweredGraph
 from ember.inductor.lowering.values import contiguous_strides
 from ember.inductor.scheduler import KernelStep, Step
 from ember.runtime.custom_ops import is_custom_operator
-from ember.runtime.ir import TensorMeta, symbolic
+from ember.runtime.ir import UNBOUNDED_LOWER, TensorMeta, symbolic
 from ember.runtime.logs import TOPICS, log
 
 # Extern matmuls (CPU) whose result goes into freed memory of the same layout through
@@ -347,7 +347,8 @@ class WrapperWriter:
         for sym in new:
             r = low.symbols.get(sym)
             if r is not None:
-                if r.lower > 0 or not sizes:
+                # NOTE: no test of an int64 against the least int64 (a k.item(), [-inf, ...])
+                if (r.lower > 0 or not sizes) and r.lower > UNBOUNDED_LOWER:
                     tests.append(f"{sym} >= {r.lower}")
                 if r.upper is not None:
                     tests.append(f"{sym} <= {r.upper}")
