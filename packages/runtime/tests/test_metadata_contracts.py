@@ -67,6 +67,8 @@ REPORT = CompileReport(kernels=2, fallbacks={"aten::sort.default": 1})
 SAMPLES: list[tuple[Any, Any]] = [
     (InputAliases, INPUT_ALIASES), (InputAlias, InputAlias("x", (4,), (2,), 1)),
     (AotMetadata, AOT), (AotMetadata, AotMetadata()), (AliasedOutput, ALIASED),
+    (AliasedOutput, AliasedOutput(0, "input", "a", False, (2, 3), (6, 2), 1, (3, 1),
+                                  dtype=torch.float32)),  # a complex input's imag
     (CompiledMetadata, COMPILED), (CompiledGraphEntry, COMPILED.graphs["forward"]),
     (KernelEntry, COMPILED.graphs["forward"].kernels[0]), (CppLaunchMeta, CppLaunchMeta(())),
     (TritonLaunchMeta, TRITON), (TritonSplitMeta, SPLIT), (CompileReport, REPORT),
@@ -261,3 +263,10 @@ def test_program_callable_reads_input_aliases_through_the_contract() -> None:
     with pytest.raises(MetadataError, match=r"metadata\['input_aliases'\]: expected a JSON "
                                             "object"):
         ProgramCallable(program)
+
+
+def test_an_aliased_output_of_the_base_dtype_writes_no_dtype() -> None:
+    # so that the entries earlier runtimes read are written as before
+    assert "dtype" not in ALIASED.to_json()
+    with pytest.raises(MetadataError, match="not a dtype name"):
+        AliasedOutput.from_json({**ALIASED.to_json(), "dtype": "float99"})

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
+import torch
 from ember.aot.symbolic_sizes import difference
 from ember.runtime.ir import Argument, TensorMeta, ValueRef
 from ember.runtime.ir.contracts import AliasedOutput
@@ -18,9 +19,10 @@ def aliased_output(i: int, v: ValueRef, identity: bool, root: str | None, base_o
     """Output ``i`` (value ``v``) as a view of its base, or None when it is a value of
     its own: the placeholder ``root`` whose storage it lives in (``identity``: it is that
     input itself, through no view), else output number ``base_output`` when that is an
-    earlier output of the same storage. A view that reinterprets the dtype
-    (``view_as_complex``, ``view.dtype``) cannot be rebuilt as an ``as_strided`` view of
-    its base: it is returned as a value."""
+    earlier output of the same storage. A view that reinterprets the dtype is rebuilt
+    from its base read as that dtype (:func:`reinterpreted`: ``a.real`` of a complex
+    input, ``x.view(torch.int32)`` of a float32 one); others (``view_as_complex``, a
+    ``view.dtype`` of another size) are returned as values."""
     meta = meta_of(v)
     if not isinstance(meta, TensorMeta):
         return None
@@ -35,15 +37,35 @@ def aliased_output(i: int, v: ValueRef, identity: bool, root: str | None, base_o
         kind, base = "output", str(base_output)
     else:
         return None
-    if not isinstance(base_meta, TensorMeta) or base_meta.dtype != meta.dtype:
+    if not isinstance(base_meta, TensorMeta):
         return None
+    offset = difference(meta.storage_offset, base_meta.storage_offset)
+    dtype = None
+    if base_meta.dtype != meta.dtype:
+        ratio = reinterpreted(base_meta.dtype, meta.dtype)
+        if ratio is None or not isinstance(base_meta.storage_offset, int) \
+                or not isinstance(meta.storage_offset, int):
+            return None
+        offset, dtype = meta.storage_offset - base_meta.storage_offset * ratio, meta.dtype
     return AliasedOutput(
         output=i,
         kind=kind,
         base=base,
-        identity=identity and kind == "input",
+        identity=identity and kind == "input" and dtype is None,
         sizes=tuple(meta.sizes),
         strides=tuple(meta.strides),
-        storage_offset=difference(meta.storage_offset, base_meta.storage_offset),
+        storage_offset=offset,
         base_strides=tuple(base_meta.strides),
+        dtype=dtype,
     )
+
+
+def reinterpreted(base: torch.dtype, view: torch.dtype) -> int | None:
+    """How many ``view`` elements one ``base`` element holds, where the runtime can read
+    a ``base`` tensor as ``view`` (``AliasedOutput.dtype``): the real dtype of a complex
+    one (2, ``view_as_real``), or one of the same size (1, ``Tensor.view(dtype)``)."""
+    if base.is_complex and view == base.to_real():
+        return 2
+    if base.itemsize == view.itemsize and not base.is_complex and not view.is_complex:
+        return 1
+    return None

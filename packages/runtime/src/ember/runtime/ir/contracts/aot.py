@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+import torch
 from ember.runtime.ir.contracts.fields import (
     JSON,
     MetadataError,
@@ -32,6 +33,7 @@ from ember.runtime.ir.contracts.fields import (
     read_symints,
 )
 from ember.runtime.ir.graph import Program, SymInt
+from ember.runtime.ir.torch_names import DTYPES, dtype_name
 
 INPUT_ALIASES_KEY = "input_aliases"
 AOT_KEY = "aot"
@@ -118,6 +120,10 @@ class AliasedOutput:
     strides: tuple[SymInt, ...]
     storage_offset: SymInt
     base_strides: tuple[SymInt, ...]
+    #: the view's dtype where it reinterprets its base's (``a.real`` of a complex input,
+    #: ``x.view(torch.int32)``): the base is read as that dtype first, and ``sizes``,
+    #: ``strides`` and ``storage_offset`` count its elements; None: the base's dtype
+    dtype: torch.dtype | None = None
 
     @property
     def base_output(self) -> int | None:
@@ -129,7 +135,9 @@ class AliasedOutput:
         return {"output": self.output, "kind": self.kind, "base": self.base,
                 "identity": self.identity, "sizes": list(self.sizes),
                 "strides": list(self.strides), "storage_offset": self.storage_offset,
-                "base_strides": list(self.base_strides)}
+                "base_strides": list(self.base_strides),
+                # NOTE: only where the dtype changes, so other entries read as before
+                **({} if self.dtype is None else {"dtype": dtype_name(self.dtype)})}
 
     @staticmethod
     def from_json(value: JSON, where: str = "aliased output") -> AliasedOutput:
@@ -139,7 +147,14 @@ class AliasedOutput:
             MetadataError: naming ``where`` and the missing, unknown or mistyped key.
         """
         d = read_object(value, where, ("output", "kind", "base", "identity", "sizes",
-                                       "strides", "storage_offset", "base_strides"))
+                                       "strides", "storage_offset", "base_strides"),
+                        ("dtype",))
+        dtype = None
+        if "dtype" in d:
+            name = read_str(d["dtype"], at(where, "dtype"))
+            if name not in DTYPES:
+                raise MetadataError(f"{at(where, 'dtype')}: not a dtype name: {name!r}")
+            dtype = DTYPES[name]
         kind = read_str(d["kind"], at(where, "kind"))
         base = read_str(d["base"], at(where, "base"))
         if kind not in ("input", "output"):
@@ -157,6 +172,7 @@ class AliasedOutput:
             strides=read_symints(d["strides"], at(where, "strides")),
             storage_offset=read_symint(d["storage_offset"], at(where, "storage_offset")),
             base_strides=read_symints(d["base_strides"], at(where, "base_strides")),
+            dtype=dtype,
         )
 
 
