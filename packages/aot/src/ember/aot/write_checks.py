@@ -24,7 +24,7 @@ from typing import Any
 import sympy
 import torch
 from ember.aot.input_overlap import layout
-from ember.aot.symbolic_sizes import is_static_meta
+from ember.aot.symbolic_sizes import is_static_meta, nbytes
 from ember.runtime.ir import Node, TensorMeta, ValueRef, symbolic
 from ember.runtime.stages import StageDeclined
 
@@ -107,10 +107,7 @@ def _symbolically_dense(meta: TensorMeta) -> bool:
 
 def _symbolic_byte_range(meta: TensorMeta) -> tuple[sympy.Expr, sympy.Expr]:
     start = symbolic.parse(meta.storage_offset) * meta.dtype.itemsize
-    count = sympy.Integer(1)
-    for n in meta.sizes:
-        count = count * symbolic.parse(n)
-    return start, start + count * meta.dtype.itemsize
+    return start, start + symbolic.parse(nbytes(meta))
 
 
 def _provably_at_most(x: sympy.Expr, y: sympy.Expr) -> bool:

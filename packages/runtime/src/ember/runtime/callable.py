@@ -77,12 +77,8 @@ class BoundAliasedOutput:
         if not self.symbolic:
             if tuple(base.stride()) != spec.base_strides:
                 return computed
-            if spec.dtype is not None and spec.dtype != base.dtype:
-                base = _read_as(base, spec.dtype)  # a.real: the base's floats
-                if base is None:
-                    return computed
-            return base.as_strided(spec.sizes, spec.strides,
-                                   base.storage_offset() + int(spec.storage_offset))
+            return _view(base, spec.dtype, spec.sizes, spec.strides,
+                         int(spec.storage_offset), computed)
         env = symbols or {}
         try:
             sizes = [evaluate(s, env) for s in spec.sizes]
@@ -93,23 +89,28 @@ class BoundAliasedOutput:
             return computed  # NOTE: an unbacked size the caller cannot see
         if tuple(base.stride()) != base_strides:
             return computed
-        if spec.dtype is not None and spec.dtype != base.dtype:
-            base = _read_as(base, spec.dtype)
-            if base is None:
+        return _view(base, spec.dtype, sizes, strides, offset, computed)
+
+
+def _view(base: torch.Tensor, dtype: torch.dtype | None, sizes: Any, strides: Any,
+          offset: int, computed: Any) -> Any:
+    """``base.as_strided`` from ``offset`` past its own; with a ``dtype`` other than its
+    (``AliasedOutput.dtype``), of its memory read as that dtype first: the real view of a
+    complex tensor, or ``base.view(dtype)`` for a dtype of the same size. ``computed``
+    where torch refuses (a conjugated complex tensor)."""
+    if dtype is not None and dtype != base.dtype:
+        try:
+            if base.is_complex():
+                if dtype != base.dtype.to_real():
+                    return computed
+                base = torch.view_as_real(base)  # a.real: the base's floats
+            elif dtype.itemsize == base.dtype.itemsize:
+                base = base.view(dtype)
+            else:
                 return computed
-        return base.as_strided(sizes, strides, base.storage_offset() + offset)
-
-
-def _read_as(base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
-    """``base``'s memory as ``dtype`` elements (``AliasedOutput.dtype``): the real view of
-    a complex tensor, or ``base.view(dtype)`` for a dtype of the same size; None where
-    torch refuses (a conjugated complex tensor)."""
-    try:
-        if base.is_complex():
-            return torch.view_as_real(base) if dtype == base.dtype.to_real() else None
-        return base.view(dtype) if dtype.itemsize == base.dtype.itemsize else None
-    except RuntimeError:
-        return None
+        except RuntimeError:
+            return computed
+    return base.as_strided(sizes, strides, base.storage_offset() + offset)
 
 
 def _aliased_outputs(program: Program, positions: dict[str, int]) -> list[BoundAliasedOutput]:

@@ -65,7 +65,8 @@ def bind_backward_symbols(forward: Graph, backward: Graph,
     groups += [[s] for s in missing if 0 <= forward.symbols[s].lower < 1]
     carriers = [_carrier_node(forward, group) for group in groups if group]
     signed = [s for s in missing if forward.symbols[s].lower < 0]
-    carriers += [_value_carrier_node(forward, s) for s in signed]
+    held = [_value_carrier_node(forward, s) for s in signed]
+    carriers += held
     output = forward.nodes.pop()
     forward.nodes.extend(carriers)
     values = output.args[0]
@@ -78,11 +79,10 @@ def bind_backward_symbols(forward: Graph, backward: Graph,
             f"saved_{carrier.name}", "placeholder", f"saved_{carrier.name}",
             meta=carrier.meta))
     first_node = len(backward.placeholders)
-    for i, symbol in enumerate(signed):  # int(u0) read back from its carrier
-        held = f"saved_{carriers[len(carriers) - len(signed) + i].name}"
+    for i, (symbol, carrier) in enumerate(zip(signed, held)):  # int(u0) read back
         backward.nodes.insert(first_node + i, Node(
             f"{symbol}_from_forward", "call", "aten::_local_scalar_dense.default",
-            (ValueRef(held),), meta=ScalarMeta("int", symbol)))
+            (ValueRef(f"saved_{carrier.name}"),), meta=ScalarMeta("int", symbol)))
     return [*saved, *(ValueRef(c.name) for c in carriers)]
 
 
