@@ -53,7 +53,7 @@ def test_container_members_and_stamp(tmp_path: Path) -> None:
                      "files/bin/k0.so", "files/empty.txt", "manifest.json"}
     assert manifest == {"format": "ember-manifest",
                         "sha256": {n: hashlib.sha256(d).hexdigest() for n, d in data.items()}}
-    assert doc["schema_version"] == "1.2" == f"{SCHEMA_VERSION[0]}.{SCHEMA_VERSION[1]}"
+    assert doc["schema_version"] == "1.3" == f"{SCHEMA_VERSION[0]}.{SCHEMA_VERSION[1]}"
     assert doc["producer"] == {"package": "ember-aot", "version": "0.3.1"}
     assert doc["format"] == "ember-program"
     assert doc["tensors"]["c128"] == {"dtype": "complex128", "shape": [3], "device": "cpu",
@@ -156,6 +156,12 @@ def test_golden_schema_1_0_file_loads() -> None:
     assert_same_program(training(), loaded)
 
 
+def test_golden_schema_1_2_file_loads() -> None:
+    # the last release before 1.3 (symbols unbounded below, aliased outputs' dtype)
+    loaded = load(GOLDEN / "training_v1_2.ember")
+    assert_same_program(training(), loaded)
+
+
 def _doc_with_version(version: str) -> dict[str, object]:
     doc = program_to_json(mlp())
     doc["schema_version"] = version
@@ -183,9 +189,9 @@ def test_older_minor_is_upgraded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_older_minor_without_upgrader_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", (1, 3))
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", (1, 4))
     monkeypatch.setitem(schema.UPGRADERS, (1, 0), lambda d: d)
-    with pytest.raises(IRFormatError, match="no upgrader from schema 1.2 to 1.3"):
+    with pytest.raises(IRFormatError, match="no upgrader from schema 1.3 to 1.4"):
         program_from_json(_doc_with_version("1.0"), mlp().tensors)
 
 

@@ -13,13 +13,16 @@ from collections.abc import Callable
 
 from ember.runtime.ir.errors import IRFormatError
 
-SCHEMA_VERSION: tuple[int, int] = (1, 2)
+SCHEMA_VERSION: tuple[int, int] = (1, 3)
 """The ``(major, minor)`` schema version this code writes.
 
 History: 1.0 the first format; 1.1 adds ``manifest.json`` (the SHA-256 of every member)
 to the container; ``program.json`` is unchanged; 1.2 adds symbolic shapes: a symbol's
 ``hint``, a graph's ``guards``, ``{"sym": ...}`` arguments and a scalar meta's
-``symbol`` (the unbacked symbol an ``int`` result binds) (all optional)."""
+``symbol`` (the unbacked symbol an ``int`` result binds) (all optional); 1.3 lets a
+symbol be unbounded below (``lower`` the least int64, ``UNBOUNDED_LOWER``: an ``.item()``
+used as a number) and adds an aliased output's optional ``dtype`` to the aot
+metadata."""
 
 JSONDoc = dict[str, object]
 
@@ -43,6 +46,15 @@ def _from_1_1(doc: JSONDoc) -> JSONDoc:
 
 
 UPGRADERS[(1, 1)] = _from_1_1
+
+
+def _from_1_2(doc: JSONDoc) -> JSONDoc:
+    """1.2 -> 1.3: a 1.2 document has no symbol unbounded below and no aliased output
+    with a ``dtype``; it reads as it is."""
+    return doc
+
+
+UPGRADERS[(1, 2)] = _from_1_2
 
 _VERSION_RE = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")  # ASCII digits, no leading 0
 
