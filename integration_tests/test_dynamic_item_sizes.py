@@ -217,3 +217,28 @@ def test_a_symbol_unbounded_below_prints_and_parses() -> None:
     assert print_program(parse_program(text)) == text
     (got,) = run_program(program, [torch.arange(5), torch.tensor(-4)])
     torch.testing.assert_close(got, torch.arange(5) * -4)
+
+
+def views_with_item_sizes(x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    k: Any = n.item()
+    return x.narrow(0, 1, k), x[:k].t(), x.view(k, -1)
+
+
+@pytest.mark.parametrize("capture", ["strict", "trace"])
+@pytest.mark.parametrize("backend", ["eager", None])
+def test_views_of_an_input_with_item_sizes_stay_views(backend: str | None,
+                                                      capture: str) -> None:
+    # the runtime reads u0 off the computed copy's sizes to rebuild each view of x
+    kwargs: dict[str, Any] = {} if backend is None else {"backend": backend}
+    fast = ember.frontend.compile(views_with_item_sizes, options={"capture": capture},
+                                  **kwargs)
+    for value in (2, 3, 1):
+        x, n = torch.randn(6, 3), torch.tensor(value)
+        outs = fast(x, n)
+        for got, want in zip(outs, views_with_item_sizes(x, n), strict=True):
+            torch.testing.assert_close(got, want, msg=f"n={value}")
+            assert got._base is x and got.stride() == want.stride(), f"n={value}"
+            assert got.storage_offset() == want.storage_offset(), f"n={value}"
+        outs[0].zero_()  # writes through to x, as eager's view does
+        assert (x[1:1 + value] == 0).all()
+    assert fast.stats.compiles == 1

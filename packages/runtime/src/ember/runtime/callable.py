@@ -38,7 +38,7 @@ from ember.runtime.input_stamp import MIN_TENSORS, InputStamp
 from ember.runtime.interpreter import bind_inputs
 from ember.runtime.ir import Graph, InputKind, OutputKind, OutputSpec, Program, TensorMeta, ValueRef
 from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases
-from ember.runtime.ir.symbolic import SymbolBinder, UnboundSymbolError, evaluate
+from ember.runtime.ir.symbolic import SymbolBinder, UnboundSymbolError, evaluate, is_symbol
 from torch.autograd.graph import increment_version
 
 if TYPE_CHECKING:
@@ -86,10 +86,32 @@ class BoundAliasedOutput:
             offset = evaluate(spec.storage_offset, env)
             base_strides = tuple(evaluate(s, env) for s in spec.base_strides)
         except UnboundSymbolError:
-            return computed  # NOTE: an unbacked size the caller cannot see
+            # NOTE: a size only the program knows (``x.narrow(0, 0, n.item())``): read it
+            # off the computed copy, which has the view's sizes and strides
+            bound = _read_unbacked(spec, computed, dict(env)) \
+                if isinstance(computed, torch.Tensor) else None
+            return computed if bound is None else self.rebuild(base, computed, bound)
         if tuple(base.stride()) != base_strides:
             return computed
         return _view(base, spec.dtype, sizes, strides, offset, computed)
+
+
+def _read_unbacked(spec: AliasedOutput, computed: torch.Tensor,
+                   env: dict[str, int]) -> dict[str, int] | None:
+    """``env`` with the symbols it lacks that stand alone as one of ``spec``'s sizes or
+    strides bound to ``computed``'s, or None when some symbol is still unknown."""
+    if computed.dim() != len(spec.sizes):
+        return None
+    for declared, actual in (*zip(spec.sizes, computed.shape),
+                             *zip(spec.strides, computed.stride())):
+        if is_symbol(declared) and str(declared) not in env:
+            env[str(declared)] = int(actual)
+    try:
+        for value in (*spec.sizes, *spec.strides, spec.storage_offset, *spec.base_strides):
+            evaluate(value, env)
+    except UnboundSymbolError:
+        return None
+    return env
 
 
 def _view(base: torch.Tensor, dtype: torch.dtype | None, sizes: Any, strides: Any,
