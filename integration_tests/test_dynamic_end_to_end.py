@@ -206,3 +206,17 @@ def test_unbacked_program_saves_loads_and_runs(tmp_path: Path) -> None:
         x = _with_positives(count, size)
         (out,) = run_program(loaded, [x])
         torch.testing.assert_close(out, _nonzero_rows(x), atol=0, rtol=0)
+
+
+def scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    # 1.0 / q.size(0) is a SymFloat while captured: a 0-dim tensor over the size
+    return (q @ k.transpose(-1, -2)) / q.size(-1) ** 0.5 * (1.0 / q.size(0))
+
+
+@pytest.mark.parametrize("capture", ["strict", "trace"])
+def test_floats_computed_from_symbolic_sizes_serve_every_size(capture: str) -> None:
+    fast = ember.frontend.compile(scaled_scores, dynamic=True, options={"capture": capture})
+    for n, m in ((4, 3), (6, 5), (9, 2)):
+        q, k = torch.randn(n, m, 8), torch.randn(n, m, 8)
+        torch.testing.assert_close(fast(q, k), scaled_scores(q, k), msg=f"n={n}")
+    assert (fast.stats.compiles, fast.stats.graph_breaks) == (1, 0)

@@ -124,3 +124,21 @@ def test_a_size_the_backward_specialised_compiles_again(capture: str) -> None:
         (want * torch.arange(want.shape[1])).sum().backward()
         torch.testing.assert_close(x2.grad, x.grad)
     assert compiled.stats.compiles == 3  # static 1, symbolic with one row, symbolic
+
+
+def hand_written_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    # var's and std's backward scale by 2 / (N - 1), a float of a symbolic size
+    centred = x - x.mean(0)
+    return (centred / x.std(0) * w + x.var(0, correction=0)).sum()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_float_made_from_a_symbolic_size_trains_at_two_batch_sizes(backend: str) -> None:
+    compiled = ember.frontend.compile(hand_written_norm, backend=backend, dynamic=True)
+    for n in (6, 17):
+        x, w = torch.randn(n, 5, requires_grad=True), torch.randn(5, requires_grad=True)
+        rx, rw = (t.detach().clone().requires_grad_(True) for t in (x, w))
+        compiled(x, w).backward()
+        hand_written_norm(rx, rw).backward()  # type: ignore[no-untyped-call]
+        torch.testing.assert_close((x.grad, w.grad), (rx.grad, rw.grad), msg=f"n={n}")
+    assert compiled.stats.compiles == 1 and compiled.stats.eager_fallback_calls == 0

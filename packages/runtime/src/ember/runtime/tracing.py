@@ -13,9 +13,7 @@ their graphs with it. Example::
     w = rec.add_input(torch.randn(8, 3), InputSpec("w"))
     with rec:                                           # the recording dispatch mode
         y = torch.relu(x @ w)
-    program = rec.finish([y])
-    # forward: %x, %w = placeholders; %mm = aten::mm.default(%x, %w);
-    #          %relu = aten::relu.default(%mm); output (%relu,)
+    program = rec.finish([y])  # %mm = aten::mm.default(%x, %w); %relu = relu(%mm)
 
 What gets recorded, and how:
 
@@ -52,7 +50,8 @@ What gets recorded, and how:
   None)})`` makes dims symbols (``s0``), ``add_meta_input`` makes an input from IR
   metadata over given symbols; SymInt arguments become ``SymExpr`` (``sym(2*s0)``), metas
   hold canonical size text, :meth:`finish` fills ``graph.symbols`` and ``graph.guards``,
-  and ``matmul`` is expanded in Python (:mod:`.tracing_matmul`).
+  and ``matmul`` is expanded in Python (:mod:`.tracing_matmul`). A float Scalar computed
+  from sizes becomes a 0-dim tensor (:mod:`.tracing_size_floats`).
 """
 
 from __future__ import annotations
@@ -97,14 +96,14 @@ from ember.runtime.tracing_source import user_source_location
 from ember.runtime.tracing_matmul import SymbolicMatmul
 from ember.runtime.tracing_rewrites import RECORD_REWRITES, fake_result_fixed
 from ember.runtime.tracing_scalars import TensorScalars
+from ember.runtime.tracing_size_floats import SizeFloats
 from ember.runtime.tracing_symbolic import RecordedSymbols
 
 __all__ = ["GraphRecorder", "RecordingError", "SymbolicValueError"]
 
 _LIFT_FRESH = {torch.ops.aten.lift_fresh.default}
 
-# Metadata queries that the dispatcher sends through the mode (autograd asks for a
-# tensor's device, symbolic sizes): answered by the fake tensors, never recorded.
+# Metadata queries sent through the mode (autograd asks for symbolic sizes): never recorded
 _METADATA_QUERIES = {
     "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride", "dim",
     "numel", "is_contiguous", "is_strides_like_format", "is_non_overlapping_and_dense",
@@ -156,7 +155,8 @@ class GraphRecorder:
         self.fake_mode = fake_mode
         self.symbols = RecordedSymbols(fake_mode, self._current_source) if dynamic else None
         self.decompositions = {**RECORD_REWRITES, **(decompositions or {})}
-        self.scalars = TensorScalars()  # Scalar arguments read from tensors
+        # Scalar arguments read from tensors, or computed from sizes
+        self.scalars = TensorScalars(SizeFloats(self.symbols.symint) if self.symbols else None)
         self.lift = lift
         self.lifted: list[tuple[torch.Tensor, InputSpec]] = []  # (real tensor, its input)
         self.graph = Graph()

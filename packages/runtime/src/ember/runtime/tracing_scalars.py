@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from ember.runtime._torch import op_schema
+from ember.runtime.tracing_size_floats import SizeFloats
 
 __all__ = ["TensorScalars"]
 
@@ -68,8 +69,9 @@ class TensorScalars:
     """The tensors that data-dependent float values were read from, by the value's
     symbol, and the rewrite of an op that takes such values as Scalars."""
 
-    def __init__(self) -> None:
+    def __init__(self, size_floats: SizeFloats | None = None) -> None:
         self._sources: dict[Any, torch.Tensor] = {}
+        self._size_floats = size_floats  # rewrites the ops taking floats made from sizes
 
     def note(self, func: Any, args: tuple[Any, ...] | list[Any], result: Any) -> bool:
         """Remember the tensor of ``_local_scalar_dense(t)`` giving a ``SymFloat``; True
@@ -87,6 +89,10 @@ class TensorScalars:
         """A function computing ``func(*args, **kwargs)`` with tensor ops that read the
         tensors the ``SymFloat`` arguments came from; None when there is nothing to
         rewrite (no such argument, an op without a rule, a value of another origin)."""
+        if self._size_floats is not None and not any(
+                isinstance(a, torch.SymFloat) and a.node.expr in self._sources
+                for a in (*args, *kwargs.values())):
+            return self._size_floats.rewrite(func, args, kwargs)
         if not self._sources:
             return None
         rule = _RULES.get(func)

@@ -114,7 +114,7 @@ class RecordedSymbols:
         self._guards = track_guards(self.shape_env, where)
         self._names: dict[sympy.Symbol, str] = {}  # torch symbol -> IR name
         self._torch: dict[str, sympy.Symbol] = {}  # IR name -> torch symbol
-        self._symints: dict[str, torch.SymInt] = {}  # IR name -> its SymInt (meta inputs)
+        self._symints: dict[str, torch.SymInt] = {}  # IR name -> its SymInt
         self.ranges: dict[str, SymbolRange] = {}  # backed: the range asked for, with hint
         self._texts: dict[sympy.Basic, SymInt] = {}
         # dims of equal size and range share one symbol (duck sizing), also between a
@@ -178,6 +178,7 @@ class RecordedSymbols:
                 lower, upper = wanted.get(dim, (2, None))
                 self._register_backed(size.node.expr, SymbolRange(
                     lower, upper, int(tensor.shape[dim])))
+                self._symints.setdefault(self._names[size.node.expr], size)
                 self._duck.setdefault((int(tensor.shape[dim]), lower, upper), size)
         if not _strides_follow_sizes(tensor):
             strides = ", ".join(str(self.ir(s, f"input {name!r}")) for s in fake.stride())
@@ -288,6 +289,16 @@ class RecordedSymbols:
         self._texts[expr] = text
         return text
 
+    def symint(self, expr: sympy.Basic) -> Any:
+        """An int size expression over torch's symbols as an int or a SymInt built from
+        the SymInts of the IR symbols it uses.
+
+        Raises:
+            RecordingError: for an unbound symbol or a function without an IR form.
+            KeyError: for a symbol whose SymInt this recorder does not hold.
+        """
+        return _build(self.to_ir(expr, "a float computed from sizes"), self._symints)
+
     def argument(self, value: torch.SymInt, what: str) -> Argument:
         """A SymInt argument: an int when it is constant, else a :class:`SymExpr`."""
         ir = self.ir(value, what)
@@ -301,7 +312,8 @@ class RecordedSymbols:
                 expr = size.node.expr
                 if (isinstance(expr, sympy.Symbol) and expr not in self._names
                         and is_unbacked(self.shape_env, expr)):
-                    self._bind_name(expr, self._fresh("u"))
+                    self._bind_name(expr, name := self._fresh("u"))
+                    self._symints[name] = size
         return TensorMeta(
             dtype=t.dtype,
             sizes=tuple(self.ir(s, what) for s in t.shape),
@@ -320,6 +332,7 @@ class RecordedSymbols:
                 and is_unbacked(self.shape_env, expr)):
             name = self._fresh("u")
             self._bind_name(expr, name)
+            self._symints[name] = value
             return ScalarMeta("int", name)
         return ScalarMeta("int")
 

@@ -1,0 +1,224 @@
+"""Float Scalars computed from sizes (``torch.SymFloat``), recorded as 0-dim tensors.
+
+A backward formula or a decomposition may scale a tensor by a float made from sizes:
+``var``'s backward multiplies the gradient by ``2 / (N - correction)``, a mean over a
+symbolic dim by ``1 / N``. In a dynamic recorder that float is a ``SymFloat`` over the
+size symbols (``FloatTrueDiv(2.0, ToFloat(s0) - 1.0)``), which the IR cannot hold: its
+symbolic values are ints. :class:`SizeFloats` records such a call as tensor ops instead.
+
+* The value is built in float64 from ``aten::scalar_tensor`` of the int sizes it is made
+  of (``ToFloat(s0 - 1)``: ``scalar_tensor(sym(s0 - 1))``), with 0-dim tensor ops for its
+  arithmetic (:data:`_FLOAT_FUNCTIONS`), on the device of the op's tensor.
+* The op becomes its Tensor overload (:data:`_RULES`), computed in the precision eager's
+  Scalar overload computes in: a 16-bit float tensor in float32 and the result rounded
+  once, an integer tensor in the default float dtype (a Python float promotes it so).
+
+An op without a rule, or a value using a function with no tensor form, is not
+rewritten: the recorder's ``SymbolicValueError`` names the op and the value as before.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+import torch
+from ember.runtime._torch import op_schema
+
+__all__ = ["SizeFloats"]
+
+_aten = torch.ops.aten
+Args = dict[str, Any]
+Value = float | torch.Tensor
+
+
+def _opmath(op: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+            ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``op(self, s)`` (``s`` a float64 0-dim tensor) computed as eager computes
+    ``op(self, float(s))``."""
+
+    def compute(self: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        dtype = self.dtype
+        if dtype in (torch.float16, torch.bfloat16):
+            wide = op(_aten._to_copy.default(self, dtype=torch.float32),
+                      _aten._to_copy.default(s, dtype=torch.float32))
+            return _aten._to_copy.default(wide, dtype=dtype)  # type: ignore[no-any-return]
+        if not (dtype.is_floating_point or dtype.is_complex):
+            dtype = torch.get_default_dtype()  # an int tensor and a float: a float result
+            self = _aten._to_copy.default(self, dtype=dtype)
+        return op(self, _aten._to_copy.default(s, dtype=dtype))
+    return compute
+
+
+def _scaled(value: Any, alpha: Any) -> Any:
+    """``value * alpha``: a float, a 0-dim tensor, or a tensor when either is one."""
+    if isinstance(alpha, (int, float)) and alpha == 1:
+        return value
+    return _mul(value, alpha)
+
+
+def _in_place(rule: Callable[[Args], torch.Tensor]) -> Callable[[Args], torch.Tensor]:
+    return lambda a: _aten.copy_.default(a["self"], rule(a))
+
+
+_mul_t = _opmath(_aten.mul.Tensor)
+_div_t = _opmath(_aten.div.Tensor)
+_add_t = _opmath(_aten.add.Tensor)
+_sub_t = _opmath(_aten.sub.Tensor)
+_rsub_t = _opmath(lambda t, s: _aten.sub.Tensor(s, t))
+_pow_t = _opmath(_aten.pow.Tensor_Tensor)
+_RULES: dict[Any, Callable[[Args], torch.Tensor]] = {
+    _aten.mul.Scalar: lambda a: _mul_t(a["self"], _tensor(a["other"], a["self"])),
+    _aten.div.Scalar: lambda a: _div_t(a["self"], _tensor(a["other"], a["self"])),
+    _aten.add.Scalar: lambda a: _add_t(
+        a["self"], _tensor(_scaled(a["other"], a["alpha"]), a["self"])),
+    _aten.sub.Scalar: lambda a: _sub_t(
+        a["self"], _tensor(_scaled(a["other"], a["alpha"]), a["self"])),
+    _aten.rsub.Scalar: lambda a: _rsub_t(
+        _aten.mul.Scalar(a["self"], a["alpha"]) if not isinstance(a["alpha"], torch.Tensor)
+        else _mul_t(a["self"], a["alpha"]), _tensor(a["other"], a["self"])),
+    _aten.pow.Tensor_Scalar: lambda a: _pow_t(a["self"], _tensor(a["exponent"], a["self"])),
+}
+_RULES.update({  # a Python float given to a Tensor overload (``x * (1.0 / x.size(0))``)
+    _aten.mul.Tensor: _RULES[_aten.mul.Scalar],
+    _aten.div.Tensor: _RULES[_aten.div.Scalar],
+    _aten.add.Tensor: _RULES[_aten.add.Scalar],
+    _aten.sub.Tensor: _RULES[_aten.sub.Scalar],
+    _aten.mul_.Scalar: _in_place(_RULES[_aten.mul.Scalar]),
+    _aten.div_.Scalar: _in_place(_RULES[_aten.div.Scalar]),
+    _aten.add_.Scalar: _in_place(_RULES[_aten.add.Scalar]),
+    _aten.sub_.Scalar: _in_place(_RULES[_aten.sub.Scalar]),
+    _aten.mul_.Tensor: _in_place(_RULES[_aten.mul.Scalar]),
+    _aten.div_.Tensor: _in_place(_RULES[_aten.div.Scalar]),
+})
+"""Scalar overload -> its computation with the ``SymFloat`` arguments as 0-dim float64
+tensors (or floats where they are constant)."""
+
+
+def _tensor(value: Value, like: torch.Tensor) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    return _aten.scalar_tensor.default(  # type: ignore[no-any-return]
+        float(value), dtype=torch.float64, device=like.device)
+
+
+def _binary(op: Any, scalar_op: Any, reverse: Any | None = None) -> Callable[[Value, Value],
+                                                                           Value]:
+    """A float op over floats and 0-dim tensors: Python's where both are floats,
+    ``scalar_op`` (or ``reverse`` with the operands swapped) with one tensor."""
+
+    def apply(a: Value, b: Value) -> Value:
+        if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+            return float(op(a, b))
+        if not isinstance(b, torch.Tensor):
+            return scalar_op(a, b)  # type: ignore[no-any-return]
+        if not isinstance(a, torch.Tensor) and reverse is not None:
+            return reverse(b, a)  # type: ignore[no-any-return]
+        if not isinstance(a, torch.Tensor):
+            a = _tensor(a, b)
+        return op(a, b)  # type: ignore[no-any-return]
+    return apply
+
+
+_add = _binary(lambda a, b: a + b, _aten.add.Scalar, _aten.add.Scalar)
+_mul = _binary(lambda a, b: a * b, _aten.mul.Scalar, _aten.mul.Scalar)
+_div = _binary(lambda a, b: a / b, _aten.div.Scalar)
+_pow = _binary(lambda a, b: a ** b, _aten.pow.Tensor_Scalar)
+
+_FLOAT_FUNCTIONS: dict[str, Callable[..., Value]] = {
+    "FloatTrueDiv": _div,
+    "IntTrueDiv": _div,
+    "FloatPow": _pow,
+    "PowByNatural": _pow,
+    "OpaqueUnaryFn_sqrt": lambda a: (float(a) ** 0.5 if not isinstance(a, torch.Tensor)
+                                     else _aten.sqrt.default(a)),
+}
+"""Torch's float size function (by class name) -> its computation over floats and 0-dim
+tensors."""
+
+
+class _NoTensorForm(Exception):
+    pass
+
+
+class SizeFloats:
+    """Rewrites ops taking ``SymFloat`` Scalars (see the module docstring).
+
+    Args:
+        symint: the SymInt of an int size expression over torch's symbols (the
+            recorder's :meth:`RecordedSymbols.symint`); raises ``KeyError`` or the
+            recorder's ``RecordingError`` where it has none.
+    """
+
+    def __init__(self, symint: Callable[[sympy.Basic], Any]) -> None:
+        self._symint = symint
+
+    def rewrite(self, func: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Callable[[], Any] | None:
+        """A function computing ``func(*args, **kwargs)`` with tensor ops in place of its
+        ``SymFloat`` arguments; None where there is none, no rule, or no tensor form."""
+        rule = _RULES.get(func)
+        if rule is None or not any(isinstance(a, torch.SymFloat)
+                                   for a in (*args, *kwargs.values())):
+            return None
+        named: Args = {}
+        for i, arg in enumerate(op_schema(func).arguments):
+            if i < len(args):
+                named[arg.name] = args[i]
+            elif arg.name in kwargs:
+                named[arg.name] = kwargs[arg.name]
+            elif arg.has_default_value():
+                named[arg.name] = arg.default_value
+        device = named["self"].device
+        floats = {k: v.node.expr for k, v in named.items() if isinstance(v, torch.SymFloat)}
+        try:
+            for expr in floats.values():
+                self._check(expr)
+        except _NoTensorForm:
+            return None
+
+        def run() -> Any:  # under the recorder's mode: the value's ops are recorded
+            for name, expr in floats.items():
+                named[name] = _tensor(self._value(expr, device), named["self"])
+            return rule(named)
+        return run
+
+    def _check(self, expr: sympy.Basic) -> None:
+        """Raise :class:`_NoTensorForm` where :meth:`_value` could not build ``expr``."""
+        name = type(expr).__name__
+        if expr.is_Number:
+            return
+        if name == "ToFloat" or expr.is_integer:
+            self._symint_or_none(expr.args[0] if name == "ToFloat" else expr)
+            return
+        if not (isinstance(expr, (sympy.Add, sympy.Mul)) or name in _FLOAT_FUNCTIONS):
+            raise _NoTensorForm(name)
+        for a in expr.args:
+            self._check(a)
+
+    def _symint_or_none(self, expr: sympy.Basic) -> Any:
+        try:
+            return self._symint(expr)
+        except Exception as e:  # KeyError, RecordingError: a size it cannot express
+            raise _NoTensorForm(str(e)) from None
+
+    def _value(self, expr: sympy.Basic, device: torch.device) -> Value:
+        """``expr`` as a float (constant) or a float64 0-dim tensor on ``device``."""
+        name = type(expr).__name__
+        if expr.is_Number:
+            return float(expr)
+        if name == "ToFloat" or (expr.is_integer and not expr.is_Number):
+            inner = expr.args[0] if name == "ToFloat" else expr
+            size = self._symint_or_none(inner)
+            if isinstance(size, int):
+                return float(size)
+            return _aten.scalar_tensor.default(  # type: ignore[no-any-return]
+                size, dtype=torch.float64, device=device)
+        args = [self._value(a, device) for a in expr.args]
+        if isinstance(expr, sympy.Add):
+            return functools.reduce(_add, args)
+        if isinstance(expr, sympy.Mul):
+            return functools.reduce(_mul, args)
+        return _FLOAT_FUNCTIONS[name](*args)

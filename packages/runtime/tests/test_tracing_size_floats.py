@@ -1,0 +1,103 @@
+"""Float Scalars computed from sizes (``SymFloat``) in a dynamic recorder: recorded as
+0-dim float64 tensors built from ``aten::scalar_tensor`` of the sizes, the op as its
+Tensor overload computing in eager's precision; what has no tensor form is still
+refused by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from ember.runtime.interpreter import run_program
+from ember.runtime.ir import InputSpec, Program, print_graph, verify
+from ember.runtime.tracing import GraphRecorder, SymbolicValueError
+from ember.runtime.tracing_size_floats import _RULES
+
+aten = torch.ops.aten
+
+
+def record(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> Program:
+    rec = GraphRecorder(dynamic=True)
+    fake = rec.add_input(x, InputSpec("x"), dynamic_dims={0: (2, None)})
+    with rec:
+        out = fn(fake)
+    program = rec.finish([out])
+    verify(program)
+    return program
+
+
+def scaled(x: torch.Tensor) -> torch.Tensor:  # var's backward scales by 2 / (N - 1)
+    return aten.mul.Scalar(x, 2.0 / (x.shape[0] - 1))  # type: ignore[no-any-return]
+
+
+def test_a_size_float_is_recorded_as_a_tensor_over_the_sizes() -> None:
+    text = print_graph(record(scaled, torch.randn(6, 3)).forward)
+    body = [line.split("  #")[0].strip() for line in text.splitlines()[2:]]
+    assert body[0] == ("%scalar_tensor: f64[]{} cpu = aten::scalar_tensor.default(sym(s0-1), "
+                       'dtype=torch.float64, device=device("cpu"))'), text
+    assert "aten::mul.Tensor(%x, %_to_copy)" in body[-2], text
+    assert not any("mul.Scalar" in line for line in body), text
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16,
+                                   torch.float64])
+def test_one_recording_serves_every_size_as_eager_computes(dtype: torch.dtype) -> None:
+    program = record(scaled, torch.randn(6, 3, dtype=dtype))
+    for n in (2, 7, 33):
+        x = torch.randn(n, 3, dtype=dtype)
+        (got,) = run_program(program, [x])
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, scaled(x), atol=0, rtol=0, msg=f"n={n}")
+
+
+def int_times_size_float(x: torch.Tensor) -> torch.Tensor:
+    return aten.mul.Scalar(x, x.shape[0] / 4)  # type: ignore[no-any-return]
+
+
+def test_an_integer_tensor_times_a_size_float_is_a_float_tensor() -> None:
+    program = record(int_times_size_float, torch.arange(4))
+    x = torch.arange(9)
+    (got,) = run_program(program, [x])
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, int_times_size_float(x), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("op", [
+    lambda x: aten.add.Scalar(x, x.shape[0] / 4, alpha=0.5),
+    lambda x: aten.sub.Scalar(x, 1.0 / x.shape[0]),
+    lambda x: aten.rsub.Scalar(x, x.shape[0] / 3),
+    lambda x: aten.div.Scalar(x, x.shape[0] * 0.5 + 1),
+    lambda x: aten.pow.Tensor_Scalar(x.abs(), 1.0 / x.shape[0]),
+    lambda x: aten.mul_.Scalar(x.clone(), x.shape[0] ** 0.5),
+    lambda x: x * (1.0 / x.shape[0]) - x.shape[0] / 2,  # the Tensor overloads
+])
+def test_each_rule_matches_eager(op: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    program = record(op, torch.randn(6, 3))
+    for n in (3, 10):
+        x = torch.randn(n, 3)
+        (got,) = run_program(program, [x])
+        torch.testing.assert_close(got, op(x), msg=f"n={n}")
+
+
+@pytest.mark.parametrize("op", list(_RULES), ids=str)
+def test_every_rule_matches_eager(op: Any) -> None:
+    def call(x: torch.Tensor) -> torch.Tensor:
+        return op(x.abs() + 1, x.shape[0] / 4)  # type: ignore[no-any-return]
+
+    program = record(call, torch.randn(6, 3))
+    assert "aten::scalar_tensor.default(sym(s0)" in print_graph(program.forward), op
+    for n in (3, 10):
+        x = torch.randn(n, 3)
+        (got,) = run_program(program, [x])
+        torch.testing.assert_close(got, call(x), msg=f"n={n}")
+
+
+def test_a_size_float_in_an_op_without_a_rule_is_still_refused() -> None:
+    def clamped(x: torch.Tensor) -> Any:
+        return aten.clamp.default(x, 1.0 / x.shape[0])
+
+    with pytest.raises(SymbolicValueError, match=r"aten::clamp.default got a symbolic "
+                       r"value .*SymFloat"):
+        record(clamped, torch.randn(6, 3))
