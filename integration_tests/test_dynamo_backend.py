@@ -258,6 +258,10 @@ def _attention_scaled(x: torch.Tensor) -> torch.Tensor:
     return x * x.shape[-1] ** -0.5
 
 
+def _leaky(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.leaky_relu(x, x.shape[-1] ** -0.5)  # no tensor form
+
+
 def _upsampled(x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
 
@@ -272,7 +276,7 @@ def _with_its_size(x: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 @pytest.mark.parametrize(("fn", "shapes", "reason"), [
     # a size used as a float: a SymFloat, which the IR cannot hold
-    (_attention_scaled, [(3, 5), (3, 7), (3, 9)], "SymFloat"),
+    (_leaky, [(3, 5), (3, 7), (3, 9)], "SymFloat"),
     # the recording's guards fix the sizes Dynamo left symbolic: a static program
     # that Dynamo's guards would have called with every size
     (_upsampled, [(2, 3, 5, 6), (2, 3, 7, 8), (2, 3, 9, 10)], "the recording specialised"),
@@ -293,6 +297,19 @@ def test_a_graph_ember_cannot_keep_symbolic_compiles_per_shape(
             torch.testing.assert_close(compiled(x), fn(x))
     after = sum(n for r, n in dynamo_backend.per_shape_fallbacks.items() if reason in r)
     assert after == before + 1
+
+
+def test_a_size_used_as_a_float_keeps_one_symbolic_program() -> None:
+    """``x * x.shape[-1] ** -0.5`` under Dynamo's automatic dynamic shapes: the float
+    is a 0-dim tensor over the size; it compiled per shape before."""
+    before = dict(dynamo_backend.per_shape_fallbacks)
+    compiled = torch.compile(_attention_scaled, backend="ember")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo_backend.ShapeSpecializationWarning)
+        for shape in [(3, 5), (3, 7), (3, 9)]:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(compiled(x), _attention_scaled(x))
+    assert dict(dynamo_backend.per_shape_fallbacks) == before
 
 
 def test_a_guard_dynamo_does_not_have_compiles_that_shape() -> None:

@@ -456,10 +456,22 @@ def _scaled(x):
     return x * x.shape[-1] ** -0.5
 
 
-def test_a_size_used_as_a_float_under_dynamic_shapes_says_so(capsys):
+def test_a_size_used_as_a_float_by_arithmetic_stays_symbolic():
     compiled = ef.compile(_scaled, dynamic=True)
+    for n in (8, 9, 12):
+        x = torch.randn(3, n)
+        torch.testing.assert_close(compiled(x), _scaled(x))
+    assert (compiled.stats.compiles, compiled.breaks) == (1, [])
+
+
+def _leaky(x):
+    return torch.nn.functional.leaky_relu(x, x.shape[-1] ** -0.5)  # no tensor form
+
+
+def test_a_size_used_as_a_float_under_dynamic_shapes_says_so(capsys):
+    compiled = ef.compile(_leaky, dynamic=True)
     x = torch.randn(3, 8)
-    torch.testing.assert_close(compiled(x), _scaled(x))
+    torch.testing.assert_close(compiled(x), _leaky(x))
     (brk,) = compiled.breaks
     assert "SymFloat" in brk.reason, brk
-    assert "used as a float" in brk.hint and "data-dependent" not in brk.hint
+    assert "float made from a symbolic size" in brk.hint and "data-dependent" not in brk.hint

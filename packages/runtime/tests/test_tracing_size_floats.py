@@ -72,6 +72,8 @@ def test_an_integer_tensor_times_a_size_float_is_a_float_tensor() -> None:
     lambda x: aten.pow.Tensor_Scalar(x.abs(), 1.0 / x.shape[0]),
     lambda x: aten.mul_.Scalar(x.clone(), x.shape[0] ** 0.5),
     lambda x: x * (1.0 / x.shape[0]) - x.shape[0] / 2,  # the Tensor overloads
+    lambda x: x.clamp(-(x.shape[0] ** -0.5), 1.0 / x.shape[0]),
+    lambda x: torch.arange(x.shape[0] * 3).clamp(max=x.shape[0] / 2),  # int: a float
 ])
 def test_each_rule_matches_eager(op: Callable[[torch.Tensor], torch.Tensor]) -> None:
     program = record(op, torch.randn(6, 3))
@@ -95,9 +97,9 @@ def test_every_rule_matches_eager(op: Any) -> None:
 
 
 def test_a_size_float_in_an_op_without_a_rule_is_still_refused() -> None:
-    def clamped(x: torch.Tensor) -> Any:
-        return aten.clamp.default(x, 1.0 / x.shape[0])
+    def leaky(x: torch.Tensor) -> Any:
+        return aten.leaky_relu.default(x, 1.0 / x.shape[0])
 
-    with pytest.raises(SymbolicValueError, match=r"aten::clamp.default got a symbolic "
+    with pytest.raises(SymbolicValueError, match=r"aten::leaky_relu.default got a symbolic "
                        r"value .*SymFloat"):
-        record(clamped, torch.randn(6, 3))
+        record(leaky, torch.randn(6, 3))

@@ -69,6 +69,21 @@ _add_t = _opmath(_aten.add.Tensor)
 _sub_t = _opmath(_aten.sub.Tensor)
 _rsub_t = _opmath(lambda t, s: _aten.sub.Tensor(s, t))
 _pow_t = _opmath(_aten.pow.Tensor_Tensor)
+_clamp_min_t = _opmath(_aten.clamp_min.Tensor)
+_clamp_max_t = _opmath(_aten.clamp_max.Tensor)
+
+
+def _clamp(a: Args) -> torch.Tensor:
+    """``clamp(self, min, max)``: either bound may be None (rounding a clamped 16-bit
+    value again leaves it as it is)."""
+    x = a["self"]
+    if a.get("min") is not None:
+        x = _clamp_min_t(x, _tensor(a["min"], x))
+    if a.get("max") is not None:
+        x = _clamp_max_t(x, _tensor(a["max"], x))
+    return x
+
+
 _RULES: dict[Any, Callable[[Args], torch.Tensor]] = {
     _aten.mul.Scalar: lambda a: _mul_t(a["self"], _tensor(a["other"], a["self"])),
     _aten.div.Scalar: lambda a: _div_t(a["self"], _tensor(a["other"], a["self"])),
@@ -80,6 +95,9 @@ _RULES: dict[Any, Callable[[Args], torch.Tensor]] = {
         _aten.mul.Scalar(a["self"], a["alpha"]) if not isinstance(a["alpha"], torch.Tensor)
         else _mul_t(a["self"], a["alpha"]), _tensor(a["other"], a["self"])),
     _aten.pow.Tensor_Scalar: lambda a: _pow_t(a["self"], _tensor(a["exponent"], a["self"])),
+    _aten.clamp.default: _clamp,
+    _aten.clamp_min.default: _clamp,
+    _aten.clamp_max.default: _clamp,
 }
 _RULES.update({  # a Python float given to a Tensor overload (``x * (1.0 / x.size(0))``)
     _aten.mul.Tensor: _RULES[_aten.mul.Scalar],

@@ -94,11 +94,13 @@ DEFAULT_HINT = ("move this code out of the compiled function, wrap it in "
                 "ember.frontend.allow_break")
 
 
-#: a symbolic size a call used as a float (``n ** -0.5``, ``size / n``), which the IR
-#: cannot hold (its symbolic values are integers)
-SYMBOLIC_FLOAT_HINT = ("a symbolic size is used as a float here (n ** -0.5, size / n): "
-                       "keep that dimension static (ember.frontend.mark_static, or "
-                       "dynamic=False) or compute the float outside")
+#: a float made from a symbolic size (``n ** -0.5``, ``size / n``) given to an op that
+#: has no tensor form for it (arithmetic and clamp have: the recorder's
+#: ``tracing_size_floats``); the IR's symbolic values are integers
+SYMBOLIC_FLOAT_HINT = ("a float made from a symbolic size (n ** -0.5, size / n) is an "
+                       "argument of an op that takes no tensor in its place: keep that "
+                       "dimension static (ember.frontend.mark_static, or dynamic=False), "
+                       "compute the float outside, or multiply by it instead")
 
 
 def failure_hint(error: BaseException) -> str:
