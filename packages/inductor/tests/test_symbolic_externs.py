@@ -107,3 +107,33 @@ def test_a_conv_batch_norm_step_over_a_symbolic_batch_compiles_once() -> None:
         actual = run(list(inputs))
         for a, e in zip(actual, expected):
             torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+
+
+def test_a_fallback_gets_its_operand_in_the_traced_layout_over_symbolic_sizes() -> None:
+    """A fallback reads ``clone(permute(x))``: the lowering elides the clone, so the
+    operand must be copied into the dense layout the program traced (an LSTM's
+    ``mkldnn_rnn_layer`` read the permuted view as memory and returned wrong values)."""
+    from ember.inductor.lowering.extern_args import TensorArg
+    from ember.inductor.lowering.graph_lowering import GraphLowering
+    from ember.inductor.lowering.layout import same_layout
+    from ember.inductor.lowering.values import contiguous_strides
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        pairs = aten.clone.default(aten.permute.default(x, [1, 0, 2]),
+                                   memory_format=torch.contiguous_format)
+        return aten.view_as_real.default(aten.view_as_complex.default(pairs))
+
+    program = _trace(f, [torch.randn(6, 5, 2)], {0: (2, None), 1: (2, None)})
+    program.metadata = {}
+    lowered = GraphLowering(program).run()
+    (call,) = [n for n in lowered.extern_nodes if "view_as_complex" in n.target]
+    operand = call.args[0]
+    assert isinstance(operand, TensorArg)
+    info = lowered.buffers[operand.buffer]
+    sizes, strides = (info.sizes, info.strides) if operand.view is None else operand.view[:2]
+    assert same_layout(sizes, strides, contiguous_strides(sizes)), (sizes, strides)
+    run = load_executor(compile_program(program))
+    for shape in ((6, 5, 2), (3, 9, 2)):
+        x = torch.randn(*shape)
+        (got,) = run([x])
+        torch.testing.assert_close(got, f(x))

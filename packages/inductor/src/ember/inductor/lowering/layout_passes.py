@@ -9,7 +9,7 @@ from typing import Any
 
 import sympy
 from ember.inductor.loop_ir import Add, Var
-from ember.inductor.loop_ir.symbolic_index import from_ir, hint
+from ember.inductor.loop_ir.symbolic_index import from_ir, hint, same_size, stride_from_ir
 from ember.inductor.lowering.context import ExternRequest, LoweringContext
 from ember.inductor.lowering.inlining import MATMUL_TARGETS
 from ember.inductor.lowering.layout import (
@@ -296,15 +296,16 @@ def _in_traced_layout(ctx: LoweringContext, value: Any, ref: Any) -> Any:
         return value
     if isinstance(value, Lazy) and ctx.is_realized(value):
         return value
-    if not all(isinstance(s, int) for s in (*meta.sizes, *meta.strides)):
-        return value
-    sizes = tuple(int(s) for s in meta.sizes)
-    strides = tuple(int(s) for s in meta.strides)
-    if sizes != tuple(value.sizes) or storage_order(sizes, strides) is None:
+    # NOTE: symbolic layouts too: a symbolic program's fallback (an LSTM's
+    # mkldnn_rnn_layer) met the permuted input whose traced clone the lowering elides
+    sizes = tuple(from_ir(s) for s in meta.sizes)
+    strides = tuple(stride_from_ir(s) for s in meta.strides)
+    if len(sizes) != len(value.sizes) or not all(
+            same_size(a, b) for a, b in zip(sizes, value.sizes)) \
+            or storage_order(sizes, strides) is None:
         return value
     if isinstance(value, Stored):
-        if not all(isinstance(s, int) for s in value.strides) or same_layout(
-                sizes, tuple(int(s) for s in value.strides), strides):
+        if same_layout(sizes, value.strides, strides):
             return value
         return ctx.realize(Lazy(value.element, value.dtype, value.sizes), strides=strides)
     if same_layout(sizes, strides, contiguous_strides(sizes)):
