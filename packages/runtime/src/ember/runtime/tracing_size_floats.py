@@ -76,7 +76,7 @@ _clamp_max_t = _opmath(_aten.clamp_max.Tensor)
 def _clamp(a: Args) -> torch.Tensor:
     """``clamp(self, min, max)``: either bound may be None (rounding a clamped 16-bit
     value again leaves it as it is)."""
-    x = a["self"]
+    x: torch.Tensor = a["self"]
     if a.get("min") is not None:
         x = _clamp_min_t(x, _tensor(a["min"], x))
     if a.get("max") is not None:
