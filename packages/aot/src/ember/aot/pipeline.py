@@ -47,7 +47,7 @@ from ember.aot.extern_ops import declare_extern_ops
 from ember.aot.functionalize import functionalize, functionalize_graph
 from ember.aot.partition.mincut import partition, saved_name
 from ember.aot.pre_grad import rewritten_before_grad
-from ember.aot.retrace import retrace, trace_joint
+from ember.aot.retrace import JointGraph, retrace, trace_joint
 from ember.aot.symbolic_decompositions import symbolic_decompositions
 from ember.aot.symbolic_sizes import UnboundSizeSymbolError, graph_is_symbolic
 from ember.runtime.interpreter import InterpreterError
@@ -168,18 +168,34 @@ def _inference_program(functional: Program, table: dict[Any, Any]) -> Program:
     return traced
 
 
+def _symbolic_joint(functional: Program, table: dict[Any, Any]) -> JointGraph:
+    """The joint graph recorded under a shape environment (see :func:`trace_joint`), or
+    ``StageDeclined`` naming the op that still needs a size the data decides."""
+    try:
+        return timed("autograd")(trace_joint)(functional, table, symbolic=True)
+    except (*DATA_DEPENDENT_ERRORS, *_CAUGHT) as e:
+        # an op whose result torch cannot describe even so (data-dependent values), or a
+        # later op that needs the value of the new symbol
+        cause = e.__cause__ if isinstance(e, InterpreterError) else e
+        if isinstance(e, _CAUGHT) and not isinstance(cause, _SYMBOLIC_FAILURES):
+            raise
+        reason = str(e).split("\n", 1)[0].split(" (unhinted:", 1)[0].strip()
+        raise StageDeclined(
+            f"the backward calls an op whose output shape depends on the data, and the "
+            f"autograd graph cannot be traced ahead of time: {reason}") from e
+
+
 def _training_program(functional: Program, table: dict[Any, Any],
                       config: AotConfig) -> Program:
     functional = rewritten_before_grad(
         functional, config, lambda p: timed("decompose")(_inference_program)(p, table))
     try:
         joint = timed("autograd")(trace_joint)(functional, table)
-    except DATA_DEPENDENT_ERRORS as e:
+    except DATA_DEPENDENT_ERRORS:
         # NOTE: the forward traced on fake tensors (capture did it), so the op is one an
-        # autograd formula calls: e.g. index_fill's backward takes ``_unique`` of the index.
-        raise StageDeclined(
-            f"the backward calls {e}, whose output shape depends on the data: the "
-            "autograd graph cannot be traced ahead of time") from e
+        # autograd formula calls (``x[mask] = v``'s backward reads ``grad[mask]``): again
+        # under a shape environment, where its size is an unbacked symbol
+        joint = _symbolic_joint(functional, table)
     joint_graph = timed("cleanup")(_clean)(joint.program.forward)
     parts = timed("partition")(partition)(joint_graph, joint.n_forward_outputs,
                                           len(joint.tangents), config)

@@ -288,15 +288,18 @@ def retrace(program: Program, table: Mapping[Any, Callable[..., Any]],
     return _with_program_data(traced, program)
 
 
-def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]]) -> JointGraph:
+def trace_joint(program: Program, table: Mapping[Any, Callable[..., Any]],
+                symbolic: bool = False) -> JointGraph:
     """Record the joint forward/backward graph of ``program``'s functional forward graph.
 
     The differentiable outputs are the USER_OUTPUTs that require grad (aliased outputs and
     mutated inputs are rebuilt or copied by the runtime and get no tangent); gradients are
-    taken for the placeholders whose metadata requires grad.
+    taken for the placeholders whose metadata requires grad. ``symbolic``: record under
+    a shape environment even for a static graph, so that a backward op whose result's
+    size depends on the data (``nonzero`` in ``x[mask] = v``'s backward) gets a symbol.
     """
     graph = program.forward
-    recorder = new_recorder(graph)
+    recorder = new_recorder(graph, symbolic)
     grad_wanted = [m.requires_grad and (m.dtype.is_floating_point or m.dtype.is_complex)
                    for m in input_metas(graph)]
     fakes = add_inputs(recorder, program, "forward", grad_wanted)

@@ -31,10 +31,12 @@ from ember.runtime.stages import StageDeclined
 from ember.runtime.tracing import GraphRecorder
 
 
-def new_recorder(graph: Graph) -> GraphRecorder:
+def new_recorder(graph: Graph, symbolic: bool = False) -> GraphRecorder:
     """A recorder for re-tracing ``graph``: symbolic (own shape environment) when the
-    graph is, else the static one."""
-    return GraphRecorder(dynamic=True) if graph_is_symbolic(graph) else GraphRecorder()
+    graph is or ``symbolic`` asks for it, else the static one."""
+    if symbolic or graph_is_symbolic(graph):
+        return GraphRecorder(dynamic=True)
+    return GraphRecorder()
 
 
 def input_metas(graph: Graph) -> list[TensorMeta]:
