@@ -17,8 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ember.runtime._torch import op_schema
-from ember.runtime.tracing_size_floats import SizeFloats
+from ember.runtime.tracing_size_floats import SizeFloats, named_arguments
 
 __all__ = ["TensorScalars"]
 
@@ -98,14 +97,7 @@ class TensorScalars:
         rule = _RULES.get(func)
         if rule is None:
             return None
-        named: Args = {}
-        for i, arg in enumerate(op_schema(func).arguments):
-            if i < len(args):
-                named[arg.name] = args[i]
-            elif arg.name in kwargs:
-                named[arg.name] = kwargs[arg.name]
-            elif arg.has_default_value():
-                named[arg.name] = arg.default_value
+        named = named_arguments(func, args, kwargs)
         read: dict[str, torch.Tensor] = {}
         for name, value in named.items():
             if not isinstance(value, torch.SymFloat):

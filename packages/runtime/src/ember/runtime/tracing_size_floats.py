@@ -26,8 +26,9 @@ from typing import Any
 import sympy
 import torch
 from ember.runtime._torch import op_schema
+from ember.runtime.tracing_errors import RecordingError
 
-__all__ = ["SizeFloats"]
+__all__ = ["SizeFloats", "named_arguments"]
 
 _aten = torch.ops.aten
 Args = dict[str, Any]
@@ -157,6 +158,19 @@ _FLOAT_FUNCTIONS: dict[str, Callable[..., Value]] = {
 tensors."""
 
 
+def named_arguments(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Args:
+    """The arguments of a call of op ``func`` by their schema names, defaults filled."""
+    named: Args = {}
+    for i, arg in enumerate(op_schema(func).arguments):
+        if i < len(args):
+            named[arg.name] = args[i]
+        elif arg.name in kwargs:
+            named[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            named[arg.name] = arg.default_value
+    return named
+
+
 class _NoTensorForm(Exception):
     pass
 
@@ -181,14 +195,7 @@ class SizeFloats:
         if rule is None or not any(isinstance(a, torch.SymFloat)
                                    for a in (*args, *kwargs.values())):
             return None
-        named: Args = {}
-        for i, arg in enumerate(op_schema(func).arguments):
-            if i < len(args):
-                named[arg.name] = args[i]
-            elif arg.name in kwargs:
-                named[arg.name] = kwargs[arg.name]
-            elif arg.has_default_value():
-                named[arg.name] = arg.default_value
+        named = named_arguments(func, args, kwargs)
         device = named["self"].device
         floats = {k: v.node.expr for k, v in named.items() if isinstance(v, torch.SymFloat)}
         try:
@@ -219,7 +226,7 @@ class SizeFloats:
     def _symint_or_none(self, expr: sympy.Basic) -> Any:
         try:
             return self._symint(expr)
-        except Exception as e:  # KeyError, RecordingError: a size it cannot express
+        except (KeyError, RecordingError) as e:  # a size it cannot express
             raise _NoTensorForm(str(e)) from None
 
     def _value(self, expr: sympy.Basic, device: torch.device) -> Value:
