@@ -83,17 +83,55 @@ def test_each_rule_matches_eager(op: Callable[[torch.Tensor], torch.Tensor]) -> 
         torch.testing.assert_close(got, op(x), msg=f"n={n}")
 
 
-@pytest.mark.parametrize("op", list(_RULES), ids=str)
+def _binary(op: Any) -> Callable[[torch.Tensor, float], torch.Tensor]:
+    return lambda x, f: op(x.abs() + 1, f)  # type: ignore[no-any-return]
+
+
+# each rule's op called with a float made from x's size (f = x.shape[0] / 4)
+CALLS: dict[Any, Callable[[torch.Tensor, float], torch.Tensor]] = {
+    **{op: _binary(op) for op in (
+        aten.mul.Scalar, aten.div.Scalar, aten.add.Scalar, aten.sub.Scalar, aten.rsub.Scalar,
+        aten.pow.Tensor_Scalar, aten.clamp.default, aten.clamp_min.default,
+        aten.clamp_max.default, aten.mul.Tensor, aten.div.Tensor, aten.add.Tensor,
+        aten.sub.Tensor, aten.mul_.Scalar, aten.div_.Scalar, aten.add_.Scalar,
+        aten.sub_.Scalar, aten.mul_.Tensor, aten.div_.Tensor, aten.fill.Scalar,
+        aten.fill_.Scalar)},
+    aten.full.default: lambda x, f: aten.full.default([x.shape[0], 2], f),
+    aten.masked_fill.Scalar: lambda x, f: aten.masked_fill.Scalar(x, x > 0, f),
+    aten.masked_fill_.Scalar: lambda x, f: aten.masked_fill_.Scalar(x.clone(), x > 0, f),
+    # torch.where wraps its Scalar with scalar_tensor
+    aten.scalar_tensor.default: lambda x, f: torch.where(x > 0, x, f),
+}
+
+
+def test_every_rule_has_a_call_here() -> None:
+    assert set(CALLS) == set(_RULES)
+
+
+@pytest.mark.parametrize("op", list(CALLS), ids=str)
 def test_every_rule_matches_eager(op: Any) -> None:
     def call(x: torch.Tensor) -> torch.Tensor:
-        return op(x.abs() + 1, x.shape[0] / 4)  # type: ignore[no-any-return]
+        return CALLS[op](x, x.shape[0] / 4)
 
     program = record(call, torch.randn(6, 3))
     assert "aten::scalar_tensor.default(sym(s0)" in print_graph(program.forward), op
     for n in (3, 10):
-        x = torch.randn(n, 3)
-        (got,) = run_program(program, [x])
-        torch.testing.assert_close(got, call(x), msg=f"n={n}")
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.randn(n, 3, dtype=dtype)
+            (got,) = run_program(program if dtype == torch.float32 else
+                                 record(call, torch.randn(6, 3, dtype=dtype)), [x])
+            torch.testing.assert_close(got, call(x), msg=f"n={n} {dtype}")
+
+
+def test_where_with_a_size_float_promotes_an_integer_tensor() -> None:
+    def call(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x > 2, x, x.shape[0] / 4)
+
+    program = record(call, torch.arange(6))
+    x = torch.arange(9)
+    (got,) = run_program(program, [x])
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, call(x), atol=0, rtol=0)
 
 
 def test_a_size_float_in_an_op_without_a_rule_is_still_refused() -> None:

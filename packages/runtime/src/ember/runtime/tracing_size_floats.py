@@ -100,6 +100,31 @@ _RULES: dict[Any, Callable[[Args], torch.Tensor]] = {
     _aten.clamp_min.default: _clamp,
     _aten.clamp_max.default: _clamp,
 }
+def _filled(a: Args) -> torch.Tensor:
+    """``full(size, s)``: a float fill value makes a default-dtype tensor."""
+    dtype = a["dtype"] if a["dtype"] is not None else torch.get_default_dtype()
+    empty = _aten.empty.memory_format(a["size"], dtype=dtype, layout=a["layout"],
+                                      device=a["device"], pin_memory=a["pin_memory"])
+    return _aten.fill.Tensor(empty, _to(a["fill_value"], dtype))  # type: ignore[no-any-return]
+
+
+def _to(s: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return _aten._to_copy.default(s, dtype=dtype)  # type: ignore[no-any-return]
+
+
+_RULES.update({  # ops whose Scalar has no tensor place of the same name
+    _aten.full.default: _filled,
+    _aten.fill.Scalar: lambda a: _aten.fill.Tensor(a["self"], _to(a["value"], a["self"].dtype)),
+    _aten.fill_.Scalar: lambda a: _aten.fill_.Tensor(a["self"],
+                                                     _to(a["value"], a["self"].dtype)),
+    _aten.masked_fill.Scalar: lambda a: _aten.masked_fill.Tensor(
+        a["self"], a["mask"], _to(a["value"], a["self"].dtype)),
+    _aten.masked_fill_.Scalar: lambda a: _aten.masked_fill_.Tensor(
+        a["self"], a["mask"], _to(a["value"], a["self"].dtype)),
+    # composites wrap a Scalar with it (``torch.where(c, x, 1 / n)``)
+    _aten.scalar_tensor.default: lambda a: _to(
+        a["s"], a["dtype"] if a["dtype"] is not None else torch.get_default_dtype()),
+})
 _RULES.update({  # a Python float given to a Tensor overload (``x * (1.0 / x.size(0))``)
     _aten.mul.Tensor: _RULES[_aten.mul.Scalar],
     _aten.div.Tensor: _RULES[_aten.div.Scalar],
@@ -114,6 +139,16 @@ _RULES.update({  # a Python float given to a Tensor overload (``x * (1.0 / x.siz
 })
 """Scalar overload -> its computation with the ``SymFloat`` arguments as 0-dim float64
 tensors (or floats where they are constant)."""
+
+
+def _device_of(named: Args) -> torch.device:
+    """Where the call's float belongs: its first tensor's device, else its ``device``
+    argument (``full``), else the CPU."""
+    for value in named.values():
+        if isinstance(value, torch.Tensor):
+            return value.device
+    device = named.get("device")
+    return torch.device(device) if device is not None else torch.device("cpu")
 
 
 def _tensor(value: Value, like: torch.Tensor) -> torch.Tensor:
@@ -196,7 +231,7 @@ class SizeFloats:
                                    for a in (*args, *kwargs.values())):
             return None
         named = named_arguments(func, args, kwargs)
-        device = named["self"].device
+        device = _device_of(named)
         floats = {k: v.node.expr for k, v in named.items() if isinstance(v, torch.SymFloat)}
         try:
             for expr in floats.values():
@@ -206,7 +241,9 @@ class SizeFloats:
 
         def run() -> Any:  # under the recorder's mode: the value's ops are recorded
             for name, expr in floats.items():
-                named[name] = _tensor(self._value(expr, device), named["self"])
+                value = self._value(expr, device)
+                named[name] = value if isinstance(value, torch.Tensor) else \
+                    _aten.scalar_tensor.default(value, dtype=torch.float64, device=device)
             return rule(named)
         return run
 
