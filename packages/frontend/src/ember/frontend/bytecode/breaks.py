@@ -95,8 +95,8 @@ DEFAULT_HINT = ("move this code out of the compiled function, wrap it in "
 
 
 #: a float made from a symbolic size (``n ** -0.5``, ``size / n``) given to an op that
-#: has no tensor form for it (arithmetic and clamp have: the recorder's
-#: ``tracing_size_floats``); the IR's symbolic values are integers
+#: has no tensor form for it (arithmetic, clamp, full, fill, masked_fill and where have:
+#: the recorder's ``tracing_size_floats``); the IR's symbolic values are integers
 SYMBOLIC_FLOAT_HINT = ("a float made from a symbolic size (n ** -0.5, size / n) is an "
                        "argument of an op that takes no tensor in its place: keep that "
                        "dimension static (ember.frontend.mark_static, or dynamic=False), "
