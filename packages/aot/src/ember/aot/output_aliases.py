@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-import torch
 from ember.aot.symbolic_sizes import difference
 from ember.runtime.ir import Argument, TensorMeta, ValueRef
-from ember.runtime.ir.contracts import AliasedOutput
+from ember.runtime.ir.contracts import AliasedOutput, reinterpreted
 
 
 def aliased_output(i: int, v: ValueRef, identity: bool, root: str | None, base_output: int,
@@ -59,13 +58,3 @@ def aliased_output(i: int, v: ValueRef, identity: bool, root: str | None, base_o
         dtype=dtype,
     )
 
-
-def reinterpreted(base: torch.dtype, view: torch.dtype) -> int | None:
-    """How many ``view`` elements one ``base`` element holds, where the runtime can read
-    a ``base`` tensor as ``view`` (``AliasedOutput.dtype``): the real dtype of a complex
-    one (2, ``view_as_real``), or one of the same size (1, ``Tensor.view(dtype)``)."""
-    if base.is_complex and view == base.to_real():
-        return 2
-    if base.itemsize == view.itemsize and not base.is_complex and not view.is_complex:
-        return 1
-    return None

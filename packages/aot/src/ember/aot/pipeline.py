@@ -117,6 +117,19 @@ _SYMBOLIC_FAILURES: tuple[type[Exception], ...] = (
 _CAUGHT: tuple[type[Exception], ...] = (InterpreterError, *_SYMBOLIC_FAILURES)
 
 
+def _symbolic_failure(e: BaseException) -> bool:
+    """Whether ``e`` (or the op failure an interpreter error wraps) is one of
+    :data:`_SYMBOLIC_FAILURES`."""
+    return isinstance(e.__cause__ if isinstance(e, InterpreterError) else e,
+                      _SYMBOLIC_FAILURES)
+
+
+def _reason(e: BaseException) -> str:
+    """The first line of ``e``'s message, without torch's own symbol names that follow
+    it ("unhinted: ...")."""
+    return str(e).split("\n", 1)[0].split(" (unhinted:", 1)[0].strip()
+
+
 @contextlib.contextmanager
 def _declining_symbolic_failures(program: Program) -> Iterator[None]:
     """Turn what stops a symbolic re-trace (an op that needs the value of a
@@ -126,14 +139,11 @@ def _declining_symbolic_failures(program: Program) -> Iterator[None]:
     try:
         yield
     except _CAUGHT as e:
-        cause = e.__cause__ if isinstance(e, InterpreterError) else e
         symbolic = any(graph_is_symbolic(g) for g in program.graphs.values())
-        if not symbolic or not isinstance(cause, _SYMBOLIC_FAILURES):
+        if not symbolic or not _symbolic_failure(e):
             raise
-        # NOTE: torch's message goes on with its own symbol names ("unhinted: ...")
-        reason = str(e).split("\n", 1)[0].split(" (unhinted:", 1)[0].strip()
         raise StageDeclined(f"the aot stage cannot compile this graph for every size its "
-                            f"symbols allow: {reason}") from e
+                            f"symbols allow: {_reason(e)}") from e
     except Exception as e:  # an op without a kernel for symbolic sizes
         if not (lacks_symbolic_kernel(e) and any(
                 graph_is_symbolic(g) for g in program.graphs.values())):
@@ -176,13 +186,11 @@ def _symbolic_joint(functional: Program, table: dict[Any, Any]) -> JointGraph:
     except (*DATA_DEPENDENT_ERRORS, *_CAUGHT) as e:
         # an op whose result torch cannot describe even so (data-dependent values), or a
         # later op that needs the value of the new symbol
-        cause = e.__cause__ if isinstance(e, InterpreterError) else e
-        if isinstance(e, _CAUGHT) and not isinstance(cause, _SYMBOLIC_FAILURES):
+        if isinstance(e, _CAUGHT) and not _symbolic_failure(e):
             raise
-        reason = str(e).split("\n", 1)[0].split(" (unhinted:", 1)[0].strip()
         raise StageDeclined(
             f"the backward calls an op whose output shape depends on the data, and the "
-            f"autograd graph cannot be traced ahead of time: {reason}") from e
+            f"autograd graph cannot be traced ahead of time: {_reason(e)}") from e
 
 
 def _training_program(functional: Program, table: dict[Any, Any],

@@ -37,7 +37,7 @@ from ember.runtime.executor import ExecutorFactory, make_executor
 from ember.runtime.input_stamp import MIN_TENSORS, InputStamp
 from ember.runtime.interpreter import bind_inputs
 from ember.runtime.ir import Graph, InputKind, OutputKind, OutputSpec, Program, TensorMeta, ValueRef
-from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases
+from ember.runtime.ir.contracts import AliasedOutput, AotMetadata, InputAliases, reinterpreted
 from ember.runtime.ir.symbolic import SymbolBinder, UnboundSymbolError, evaluate, is_symbol
 from torch.autograd.graph import increment_version
 
@@ -81,37 +81,40 @@ class BoundAliasedOutput:
                          int(spec.storage_offset), computed)
         env = symbols or {}
         try:
-            sizes = [evaluate(s, env) for s in spec.sizes]
-            strides = [evaluate(s, env) for s in spec.strides]
-            offset = evaluate(spec.storage_offset, env)
-            base_strides = tuple(evaluate(s, env) for s in spec.base_strides)
+            sizes, strides, offset, base_strides = _layout(spec, env)
         except UnboundSymbolError:
             # NOTE: a size only the program knows (``x.narrow(0, 0, n.item())``): read it
             # off the computed copy, which has the view's sizes and strides
-            bound = _read_unbacked(spec, computed, dict(env)) \
-                if isinstance(computed, torch.Tensor) else None
-            return computed if bound is None else self.rebuild(base, computed, bound)
+            if not (isinstance(computed, torch.Tensor) and computed.dim() == len(spec.sizes)):
+                return computed
+            try:
+                sizes, strides, offset, base_strides = _layout(
+                    spec, _with_layout_of(spec, computed, env))
+            except UnboundSymbolError:
+                return computed
         if tuple(base.stride()) != base_strides:
             return computed
         return _view(base, spec.dtype, sizes, strides, offset, computed)
 
 
-def _read_unbacked(spec: AliasedOutput, computed: torch.Tensor,
-                   env: dict[str, int]) -> dict[str, int] | None:
-    """``env`` with the symbols it lacks that stand alone as one of ``spec``'s sizes or
-    strides bound to ``computed``'s, or None when some symbol is still unknown."""
-    if computed.dim() != len(spec.sizes):
-        return None
+def _layout(spec: AliasedOutput, env: Mapping[str, int]
+            ) -> tuple[list[int], list[int], int, tuple[int, ...]]:
+    """``spec``'s sizes, strides, offset and base strides at the symbols ``env``."""
+    return ([evaluate(s, env) for s in spec.sizes], [evaluate(s, env) for s in spec.strides],
+            evaluate(spec.storage_offset, env),
+            tuple(evaluate(s, env) for s in spec.base_strides))
+
+
+def _with_layout_of(spec: AliasedOutput, computed: torch.Tensor,
+                    env: Mapping[str, int]) -> dict[str, int]:
+    """``env`` and each symbol it lacks that is one of ``spec``'s sizes or strides as it
+    stands, bound to ``computed``'s."""
+    out = dict(env)
     for declared, actual in (*zip(spec.sizes, computed.shape),
                              *zip(spec.strides, computed.stride())):
-        if is_symbol(declared) and str(declared) not in env:
-            env[str(declared)] = int(actual)
-    try:
-        for value in (*spec.sizes, *spec.strides, spec.storage_offset, *spec.base_strides):
-            evaluate(value, env)
-    except UnboundSymbolError:
-        return None
-    return env
+        if is_symbol(declared):
+            out.setdefault(str(declared), int(actual))
+    return out
 
 
 def _view(base: torch.Tensor, dtype: torch.dtype | None, sizes: Any, strides: Any,
@@ -121,15 +124,11 @@ def _view(base: torch.Tensor, dtype: torch.dtype | None, sizes: Any, strides: An
     complex tensor, or ``base.view(dtype)`` for a dtype of the same size. ``computed``
     where torch refuses (a conjugated complex tensor)."""
     if dtype is not None and dtype != base.dtype:
-        try:
-            if base.is_complex():
-                if dtype != base.dtype.to_real():
-                    return computed
-                base = torch.view_as_real(base)  # a.real: the base's floats
-            elif dtype.itemsize == base.dtype.itemsize:
-                base = base.view(dtype)
-            else:
-                return computed
+        ratio = reinterpreted(base.dtype, dtype)
+        if ratio is None:
+            return computed
+        try:  # a.real: the base's floats
+            base = torch.view_as_real(base) if ratio == 2 else base.view(dtype)
         except RuntimeError:
             return computed
     return base.as_strided(sizes, strides, base.storage_offset() + offset)

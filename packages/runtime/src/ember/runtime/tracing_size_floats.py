@@ -79,27 +79,29 @@ def _clamp(a: Args) -> torch.Tensor:
     value again leaves it as it is)."""
     x: torch.Tensor = a["self"]
     if a.get("min") is not None:
-        x = _clamp_min_t(x, _tensor(a["min"], x))
+        x = _clamp_min_t(x, _scalar(a["min"], x.device))
     if a.get("max") is not None:
-        x = _clamp_max_t(x, _tensor(a["max"], x))
+        x = _clamp_max_t(x, _scalar(a["max"], x.device))
     return x
 
 
 _RULES: dict[Any, Callable[[Args], torch.Tensor]] = {
-    _aten.mul.Scalar: lambda a: _mul_t(a["self"], _tensor(a["other"], a["self"])),
-    _aten.div.Scalar: lambda a: _div_t(a["self"], _tensor(a["other"], a["self"])),
+    _aten.mul.Scalar: lambda a: _mul_t(a["self"], _scalar(a["other"], a["self"].device)),
+    _aten.div.Scalar: lambda a: _div_t(a["self"], _scalar(a["other"], a["self"].device)),
     _aten.add.Scalar: lambda a: _add_t(
-        a["self"], _tensor(_scaled(a["other"], a["alpha"]), a["self"])),
+        a["self"], _scalar(_scaled(a["other"], a["alpha"]), a["self"].device)),
     _aten.sub.Scalar: lambda a: _sub_t(
-        a["self"], _tensor(_scaled(a["other"], a["alpha"]), a["self"])),
+        a["self"], _scalar(_scaled(a["other"], a["alpha"]), a["self"].device)),
     _aten.rsub.Scalar: lambda a: _rsub_t(
         _aten.mul.Scalar(a["self"], a["alpha"]) if not isinstance(a["alpha"], torch.Tensor)
-        else _mul_t(a["self"], a["alpha"]), _tensor(a["other"], a["self"])),
-    _aten.pow.Tensor_Scalar: lambda a: _pow_t(a["self"], _tensor(a["exponent"], a["self"])),
+        else _mul_t(a["self"], a["alpha"]), _scalar(a["other"], a["self"].device)),
+    _aten.pow.Tensor_Scalar: lambda a: _pow_t(a["self"], _scalar(a["exponent"], a["self"].device)),
     _aten.clamp.default: _clamp,
     _aten.clamp_min.default: _clamp,
     _aten.clamp_max.default: _clamp,
 }
+
+
 def _filled(a: Args) -> torch.Tensor:
     """``full(size, s)``: a float fill value makes a default-dtype tensor."""
     dtype = a["dtype"] if a["dtype"] is not None else torch.get_default_dtype()
@@ -151,11 +153,13 @@ def _device_of(named: Args) -> torch.device:
     return torch.device(device) if device is not None else torch.device("cpu")
 
 
-def _tensor(value: Value, like: torch.Tensor) -> torch.Tensor:
+def _scalar(value: Any, device: torch.device) -> torch.Tensor:
+    """``value`` (a tensor, a float or a SymInt) as a tensor: a float64 0-dim one on
+    ``device`` where it is no tensor yet."""
     if isinstance(value, torch.Tensor):
         return value
     return _aten.scalar_tensor.default(  # type: ignore[no-any-return]
-        float(value), dtype=torch.float64, device=like.device)
+        value, dtype=torch.float64, device=device)
 
 
 def _binary(op: Any, scalar_op: Any, reverse: Any | None = None) -> Callable[[Value, Value],
@@ -171,7 +175,7 @@ def _binary(op: Any, scalar_op: Any, reverse: Any | None = None) -> Callable[[Va
         if not isinstance(a, torch.Tensor) and reverse is not None:
             return reverse(b, a)  # type: ignore[no-any-return]
         if not isinstance(a, torch.Tensor):
-            a = _tensor(a, b)
+            a = _scalar(a, b.device)
         return op(a, b)  # type: ignore[no-any-return]
     return apply
 
@@ -241,9 +245,7 @@ class SizeFloats:
 
         def run() -> Any:  # under the recorder's mode: the value's ops are recorded
             for name, expr in floats.items():
-                value = self._value(expr, device)
-                named[name] = value if isinstance(value, torch.Tensor) else \
-                    _aten.scalar_tensor.default(value, dtype=torch.float64, device=device)
+                named[name] = _scalar(self._value(expr, device), device)
             return rule(named)
         return run
 
@@ -253,14 +255,14 @@ class SizeFloats:
         if expr.is_Number:
             return
         if name == "ToFloat" or expr.is_integer:
-            self._symint_or_none(expr.args[0] if name == "ToFloat" else expr)
+            self._symint_of(expr.args[0] if name == "ToFloat" else expr)
             return
         if not (isinstance(expr, (sympy.Add, sympy.Mul)) or name in _FLOAT_FUNCTIONS):
             raise _NoTensorForm(name)
         for a in expr.args:
             self._check(a)
 
-    def _symint_or_none(self, expr: sympy.Basic) -> Any:
+    def _symint_of(self, expr: sympy.Basic) -> Any:
         try:
             return self._symint(expr)
         except (KeyError, RecordingError) as e:  # a size it cannot express
@@ -271,13 +273,9 @@ class SizeFloats:
         name = type(expr).__name__
         if expr.is_Number:
             return float(expr)
-        if name == "ToFloat" or (expr.is_integer and not expr.is_Number):
-            inner = expr.args[0] if name == "ToFloat" else expr
-            size = self._symint_or_none(inner)
-            if isinstance(size, int):
-                return float(size)
-            return _aten.scalar_tensor.default(  # type: ignore[no-any-return]
-                size, dtype=torch.float64, device=device)
+        if name == "ToFloat" or expr.is_integer:
+            size = self._symint_of(expr.args[0] if name == "ToFloat" else expr)
+            return float(size) if isinstance(size, int) else _scalar(size, device)
         args = [self._value(a, device) for a in expr.args]
         if isinstance(expr, sympy.Add):
             return functools.reduce(_add, args)

@@ -176,9 +176,7 @@ class RecordedSymbols:
         for dim, size in enumerate(fake.shape):
             if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
                 lower, upper = wanted.get(dim, (2, None))
-                self._register_backed(size.node.expr, SymbolRange(
-                    lower, upper, int(tensor.shape[dim])))
-                self._symints.setdefault(self._names[size.node.expr], size)
+                self._register_backed(size, SymbolRange(lower, upper, int(tensor.shape[dim])))
                 self._duck.setdefault((int(tensor.shape[dim]), lower, upper), size)
         if not _strides_follow_sizes(tensor):
             strides = ", ".join(str(self.ir(s, f"input {name!r}")) for s in fake.stride())
@@ -236,8 +234,7 @@ class RecordedSymbols:
                                      constraint_dim=constraint)
             symint = env.create_symintnode(expr, hint=r.hint, source=source)
             self.ranges[name] = r
-        self._bind_name(symint.node.expr, name)
-        self._symints[name] = symint
+        self._bind_name(symint.node.expr, name, symint)
 
     def _symint_of(self, value: SymInt) -> Any:
         """``value`` (IR) as an int or a SymInt over this ShapeEnv's symbols."""
@@ -245,18 +242,23 @@ class RecordedSymbols:
             return value
         return _build(symbolic.parse(value), self._symints)
 
-    def _register_backed(self, sym: sympy.Symbol, r: SymbolRange) -> None:
-        name = self._names.get(sym)
+    def _register_backed(self, size: torch.SymInt, r: SymbolRange) -> None:
+        name = self._names.get(size.node.expr)
         if name is None:
             name = self._fresh("s")
-            self._bind_name(sym, name)
+            self._bind_name(size.node.expr, name, size)
             self.ranges[name] = r
         else:
             self.ranges[name] = _intersect(self.ranges.get(name, r), r)
 
-    def _bind_name(self, sym: sympy.Symbol, name: str) -> None:
+    def _bind_name(self, sym: sympy.Symbol, name: str,
+                   size: torch.SymInt | None = None) -> None:
+        """Name torch's symbol ``sym`` ``name`` in the IR; ``size``: its SymInt, which
+        :meth:`symint` builds from."""
         self._names[sym] = name
         self._torch[name] = sym
+        if size is not None:
+            self._symints[name] = size
 
     def _fresh(self, prefix: str) -> str:
         i = 0
@@ -312,8 +314,7 @@ class RecordedSymbols:
                 expr = size.node.expr
                 if (isinstance(expr, sympy.Symbol) and expr not in self._names
                         and is_unbacked(self.shape_env, expr)):
-                    self._bind_name(expr, name := self._fresh("u"))
-                    self._symints[name] = size
+                    self._bind_name(expr, self._fresh("u"), size)
         return TensorMeta(
             dtype=t.dtype,
             sizes=tuple(self.ir(s, what) for s in t.shape),
@@ -331,8 +332,7 @@ class RecordedSymbols:
         if (isinstance(expr, sympy.Symbol) and expr not in self._names
                 and is_unbacked(self.shape_env, expr)):
             name = self._fresh("u")
-            self._bind_name(expr, name)
-            self._symints[name] = value
+            self._bind_name(expr, name, value)
             return ScalarMeta("int", name)
         return ScalarMeta("int")
 

@@ -31,6 +31,7 @@ from ember.runtime.ir.contracts.aot import (
     InputAlias,
     InputAliases,
     PartitionSummary,
+    reinterpreted,
 )
 from ember.runtime.ir.contracts.compiled import (
     COMPILED_FORMAT,
@@ -72,4 +73,5 @@ __all__ = [
     "CompileReport", "CompiledGraphEntry", "CompiledMetadata", "CppLaunchMeta",
     "InputAlias", "InputAliases", "KernelEntry", "LaunchMeta", "MetadataError",
     "PartitionSummary", "StageContract", "TritonLaunchMeta", "TritonSplitMeta", "launch_meta_from_json",
+    "reinterpreted",
 ]

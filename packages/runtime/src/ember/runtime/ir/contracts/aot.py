@@ -101,6 +101,17 @@ class InputAliases:
         return InputAliases.from_json(value, program_where(program, INPUT_ALIASES_KEY))
 
 
+def reinterpreted(base: torch.dtype, view: torch.dtype) -> int | None:
+    """How many ``view`` elements one ``base`` element holds, where a ``base`` tensor can
+    be read as ``view`` (:attr:`AliasedOutput.dtype`): the real dtype of a complex one
+    (2, ``view_as_real``), or one of the same size (1, ``Tensor.view(dtype)``)."""
+    if base.is_complex and view == base.to_real():
+        return 2
+    if base.itemsize == view.itemsize and not base.is_complex and not view.is_complex:
+        return 1
+    return None
+
+
 @dataclass(frozen=True)
 class AliasedOutput:
     """How the runtime rebuilds forward output ``output`` (an ``ALIASED_OUTPUT``) as a
