@@ -21,7 +21,8 @@ walking the rows of one ("ember_mixed_264", "ember_mixed_1056", "ember_mixed_211
 stepping over the plain row kernel's row block ("ember_mixed_tile_1"); with 16-bit
 column tiles 128 or 256 wide ("ember_column_128", "ember_column_256"); with every
 column reduction run over its rows ("ember_columns_as_rows", ``mixed.as_rows``)
-and with no store inside a split reduction ("ember_split_no_stores"); for launches, Ember
+and with no store inside a split reduction ("ember_split_no_stores"); with other pointwise
+blocks and warps ("ember_pw_2048_w8": ``XBLOCK`` 2048, up to 8 warps); for launches, Ember
 passing pointers as addresses ("ember_pointer_ints") or launching through torch's C++
 launcher ("ember_static_launch"); for the partitioner,
 Ember saving every forward value its backward reads ("ember_save_everything"), letting
@@ -42,6 +43,7 @@ import collections
 import contextlib
 import copy
 import dataclasses
+import functools
 import io
 import statistics
 import sys
@@ -144,6 +146,13 @@ def _split_without_stores() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _pointwise_config(xblock: int, warps: int) -> Iterator[None]:
+    with mock.patch.object(heuristics, "POINTWISE_BLOCK", xblock), \
+            mock.patch.object(heuristics, "POINTWISE_WARPS", warps):
+        yield
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "ember": contextlib.nullcontext,
     "ember bias->cuBLAS": lambda: mock.patch.object(
@@ -213,6 +222,9 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
         triton_backend.TritonBackend, "column_groups_as_rows", True),
     # ... stepping over one row block of the plain row kernel's (rows of 768: one row)
     "ember_mixed_tile_1": lambda: mock.patch.object(mixed_writer, "MIXED_TILE", 1),
+    # pointwise kernels' XBLOCK and warps (the default: 1024 elements, 4 warps)
+    **{f"ember_pw_{x}_w{w}": functools.partial(_pointwise_config, x, w)
+       for x, w in ((512, 4), (1024, 8), (2048, 4), (2048, 8), (4096, 8))},
     # ... nor may a split reduction store values from its partial programs
     "ember_split_no_stores": _split_without_stores,
     # the launch experiments (session 45): pointers passed to Triton's C launcher as

@@ -5,8 +5,8 @@ one step's Python: its call without waiting for the GPU).
 
     python tools/gpu/ab_options.py hf_bert,hf_gpt2 bfloat16 train "precompile_triton=false" "precompile_triton=true"
 
-Each later argument is one Ember option set (``k=v,k=v``; ``-`` for the defaults). The
-option sets are compiled in the order given: a binary built ahead of launch by one set
+Each later argument is one Ember option set (``k=v,k=v``; ``-`` for the defaults;
+``mode=max-autotune`` in a set is the compile's mode, not an option). The option sets are compiled in the order given: a binary built ahead of launch by one set
 (``precompile_triton``) is in the process's table for the sets after it.
 """
 
@@ -50,8 +50,9 @@ def main() -> None:
         steps = {"torch": make_step("torch", copy.deepcopy(base), inputs, train, "inductor")}
         for text in option_sets:
             options = {} if text == "-" else parse_ember_options(text.split(","))
+            mode = options.pop("mode", None)
             steps[f"ember[{text}]"] = make_step("ember", copy.deepcopy(base), inputs, train,
-                                                "inductor", ember_options=options)
+                                                "inductor", mode, ember_options=options)
         for step in steps.values():
             for _ in range(3):
                 step()

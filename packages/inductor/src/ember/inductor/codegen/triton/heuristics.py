@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 POINTWISE_BLOCK = 1024
+#: the most warps a pointwise kernel launches with (``XBLOCK // 128`` up to this)
+POINTWISE_WARPS = 4
 PERSISTENT_MAX = 4096
 TILE = 1024
 LOOPED_RBLOCK = 4096
@@ -125,7 +127,7 @@ def choose_config(numel: int, reduction_numel: int = 0, *, columns: bool = False
         return _forced
     if reduction_numel == 0:
         xblock = min(POINTWISE_BLOCK, next_power_of_2(numel))
-        return LaunchConfig(xblock, 0, False, max(1, min(4, xblock // 128)))
+        return LaunchConfig(xblock, 0, False, max(1, min(POINTWISE_WARPS, xblock // 128)))
     rblock = next_power_of_2(reduction_numel)
     if columns and numel > 1:
         width = COLUMN_XBLOCKS.get(element_bytes, COLUMN_XBLOCK)
