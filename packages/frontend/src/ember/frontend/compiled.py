@@ -18,6 +18,7 @@ import torch
 from ember.frontend._torch import fake_mode_active
 from ember.frontend.autocast import compile_without_autocast, run_graph
 from ember.frontend.capture_modes import CompileRequest
+from ember.frontend.declined_sizes import SymbolicProgramDeclined, compile_for_policy
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.guards import GuardFailure, GuardSet, Matcher
 from ember.frontend.inference_outputs import as_inference
@@ -208,9 +209,15 @@ class TracedFunction:
         log("guards", lambda: f"guards of {self._name()} "
                               f"(entry {len(self._entries)}):\n{captured.guards.describe()}")
         grad = captured.grad if captured.grad != torch.is_grad_enabled() else None
-        with torch.set_grad_enabled(captured.grad):  # what the stages see (aot: training)
-            compiled = compile_without_autocast(
-                lambda: compile_program(program, req.backend, dict(req.options), req.mode))
+        try:
+            with torch.set_grad_enabled(captured.grad):  # what the stages see (aot: training)
+                compiled = compile_without_autocast(lambda: compile_for_policy(
+                    compile_program, program, req.backend, dict(req.options), req.mode,
+                    self._policy))
+        except SymbolicProgramDeclined as e:  # (declined_sizes): static from now on
+            if not self._policy.refuse_symbolic_sizes(str(e), self._name()):
+                raise AssertionError("a static capture's decline was raised") from e
+            return self._capture_and_compile(args, kwargs)
         final = getattr(compiled, "program", program)
         if captured.symbolic_inputs and "forward" in final.graphs:
             install_stage_guards(program.forward, final.graphs["forward"],

@@ -169,6 +169,8 @@ def dims_of(source: Source, t: torch.Tensor, user_input: bool, policy: DynamicPo
         elif mark is not None:
             why = "mark_dynamic" if mark.kind == "dynamic" else "maybe_mark_dynamic"
             dims[d] = DynamicDim(2 if mark.min is None else mark.min, mark.max, why)
+        elif policy.sizes_static:
+            continue
         elif policy.dynamic and user_input and derivable:
             dims[d] = DynamicDim(2, None, "dynamic=True")
         elif d in automatic and user_input:  # parameters and buffers stay static
@@ -245,17 +247,21 @@ class DynamicPolicy:
     #: a tensor that moved in memory between captures (:mod:`.free_layouts`)
     layouts: bool = False
     free_layouts: set[Source] = field(default_factory=set)
+    #: a stage declined a symbolic program of this function: ``dynamic=True`` and
+    #: automatic dynamic make no dimension or int symbolic from then on (the function
+    #: compiles per size, :mod:`ember.frontend.declined_sizes`); user marks still do
+    sizes_static: bool = False
 
     def symbolic_int(self, source: Source) -> bool:
         """Whether the int read from ``source`` is symbolic (:meth:`_note_int`)."""
         from ember.frontend.bytecode.symbolic_ints import IntCarrierSource
 
-        return IntCarrierSource(source) in self.automatic
+        return not self.sizes_static and IntCarrierSource(source) in self.automatic
 
     @property
     def may_be_dynamic(self) -> bool:
         """Whether a capture may have a symbolic dimension without user marks."""
-        return bool(self.dynamic) or bool(self.automatic)
+        return (bool(self.dynamic) or bool(self.automatic)) and not self.sizes_static
 
     @property
     def unbacked_allowed(self) -> bool:
@@ -289,6 +295,20 @@ class DynamicPolicy:
             del self.automatic[carrier]
         self.ints = False
         log("dynamic", f"symbolic ints off for {name} (its ints are static again): {reason}")
+        return True
+
+    def refuse_symbolic_sizes(self, reason: str, name: str) -> bool:
+        """After a stage declined a symbolic program of the function (``reason``, its
+        message): no dimension or int is symbolic from now on but those the user marked
+        (:attr:`sizes_static`), so the function compiles per size, as torch does for a
+        size an operator specialises. True to capture again; False when no size was
+        symbolic by this policy (marks alone, or refused before)."""
+        if not self.may_be_dynamic:
+            return False
+        self.sizes_static = True
+        self.ints = False
+        log("dynamic", f"symbolic sizes off for {name} (it compiles per size from now on): "
+            f"a stage declined its symbolic program: {reason}")
         return True
 
     def refuse_layouts(self, reason: str, name: str) -> None:

@@ -52,3 +52,14 @@ def report_counts(program: Program) -> tuple[int | None, int | None]:
     """
     report = CompileReport.from_program(program)
     return report.kernels, None if report.fallbacks is None else len(report.fallbacks)
+
+
+def add_report_counts(stats: CompileStats, program: Program | None) -> None:
+    """Add ``program``'s :func:`report_counts` (a compiled graph of a strict capture:
+    one of several) to ``stats``; nothing for None or a count the backend does not
+    report."""
+    if program is None:
+        return
+    for key, count in zip(("kernels", "fallbacks"), report_counts(program)):
+        if count is not None:
+            setattr(stats, key, (getattr(stats, key) or 0) + count)

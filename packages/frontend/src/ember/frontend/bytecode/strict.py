@@ -51,7 +51,7 @@ from ember.frontend.bytecode.sharing_recapture import run_shared_otherwise
 from ember.frontend.bytecode.strict_cache import CaptureCacheUse
 from ember.frontend.capture_modes import CompileRequest
 from ember.frontend.dynamic import DynamicPolicy
-from ember.frontend.stats import CompileStats, report_counts
+from ember.frontend.stats import CompileStats, add_report_counts
 from ember.frontend.torch_substitutes import substitute_for
 from ember.runtime.callable import InputAliasingError
 from ember.runtime.config import config
@@ -425,6 +425,7 @@ class StrictFunction(CaptureCacheUse):
             capture_segment,
         )
         from ember.frontend.bytecode.triton_launch import launches_refused
+        from ember.frontend.declined_sizes import SymbolicProgramDeclined
         from ember.runtime.saved_hooks import hooks_kept_out
 
         # NOTE: a new capture finds its inlined breaks again: those of an earlier entry
@@ -443,6 +444,9 @@ class StrictFunction(CaptureCacheUse):
             except InlinedBreak as e:
                 self._check_fullgraph(e.info)
                 calls.abandoned(e.ip, e.info)
+            except SymbolicProgramDeclined as e:  # (declined_sizes): static from now on
+                if not self._policy.refuse_symbolic_sizes(str(e), self._name()):
+                    raise AssertionError("a static capture's decline was raised") from e
             except NeedsSymbolicShapes:
                 if symbolic:
                     raise AssertionError("a symbolic capture asked for symbolic shapes"
@@ -487,15 +491,13 @@ class StrictFunction(CaptureCacheUse):
         # NOTE: through the frontend's compiled module, so one patch point serves both
         # capture modes (the stats tests patch it there).
         from ember.frontend import compiled as compiled_module
+        from ember.frontend.declined_sizes import compile_for_policy
 
         compile_program = compiled_module.compile_program  # type: ignore[attr-defined]
         opts = {k: v for k, v in self.request.options.items() if k != "allow_breaks"}
-        compiled = compile_program(program, self.request.backend, opts, self.request.mode)
-        final = getattr(compiled, "program", None)
-        if final is not None:
-            for key, count in zip(("kernels", "fallbacks"), report_counts(final)):
-                if count is not None:
-                    setattr(self.stats, key, (getattr(self.stats, key) or 0) + count)
+        compiled = compile_for_policy(compile_program, program, self.request.backend, opts,
+                                      self.request.mode, self._policy)
+        add_report_counts(self.stats, getattr(compiled, "program", None))
         return compiled
 
     def _step_for_real(self, state: FrameState) -> FrameState:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ember.frontend.bytecode.frame import FrameState
 from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.capture_modes import CompileRequest
-from ember.frontend.stats import CompileStats, report_counts
+from ember.frontend.stats import CompileStats, add_report_counts
 from ember.runtime.logs import log
 
 if TYPE_CHECKING:
@@ -83,9 +83,7 @@ class CaptureCacheUse:
             return None
         if "cudagraphs" in mode_features(self.request.mode):
             runner.enable_cuda_graphs()
-        for key, count in zip(("kernels", "fallbacks"), report_counts(compiled)):
-            if count is not None:
-                setattr(self.stats, key, (getattr(self.stats, key) or 0) + count)
+        add_report_counts(self.stats, compiled)
         return runner
 
     def _store_capture(self, seg: Segment) -> None:

@@ -1,0 +1,80 @@
+"""A stage that declines a symbolic program (``ember.frontend.declined_sizes``): the
+function compiles per size from then on instead of running its graph eagerly.
+
+``cumprod``'s backward needs its dimension's size as a constant (torch's formula), so the
+aot stage declines a training program with that size symbolic."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import ember.frontend as ef
+import pytest
+import torch
+from ember.runtime.config import patch
+from ember.runtime.stages import EagerGraphWarning
+
+CAPTURES = ["strict", "trace"]
+
+
+def _cumprod(x: torch.Tensor) -> torch.Tensor:
+    return torch.cumprod(x, 1).sin()
+
+
+@pytest.fixture
+def no_eager_graph() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EagerGraphWarning)
+        yield
+
+
+def _step_matches_eager(compiled: Any, n: int) -> None:
+    x = torch.randn(3, n, requires_grad=True)
+    compiled(x).sum().backward()
+    expected = x.detach().clone().requires_grad_()
+    _cumprod(expected).sum().backward()
+    torch.testing.assert_close(x.grad, expected.grad)
+
+
+@pytest.mark.usefixtures("no_eager_graph")
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_dynamic_true_compiles_per_size_after_a_decline(
+        capture: str, capsys: pytest.CaptureFixture[str]) -> None:
+    compiled = ef.compile(_cumprod, dynamic=True, options={"capture": capture})
+    with patch(logs=frozenset({"dynamic"})):
+        for n in (5, 7, 9, 7):
+            _step_matches_eager(compiled, n)
+    stats = compiled.stats
+    assert (stats.compiles, stats.recompiles, stats.cache_hits) == (3, 2, 1)
+    assert stats.eager_fallback_calls == 0
+    err = capsys.readouterr().err
+    assert err.count("symbolic sizes off for _cumprod") == 1
+    assert "specialised size 's1' of input 'x' (dim 1) to 5" in err
+
+
+@pytest.mark.usefixtures("no_eager_graph")
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_automatic_dynamic_falls_back_to_static_sizes(capture: str) -> None:
+    compiled = ef.compile(_cumprod, options={"capture": capture})
+    for n in (5, 7, 9):
+        _step_matches_eager(compiled, n)
+    assert (compiled.stats.compiles, compiled.stats.eager_fallback_calls) == (3, 0)
+
+
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_a_marked_dimension_keeps_the_eager_fallback(capture: str) -> None:
+    """The user asked for that size to be symbolic: no per-size compiles behind their
+    back; the graph runs eagerly with the stage's warning, once."""
+    compiled = ef.compile(_cumprod, options={"capture": capture})
+    for n, warned in ((5, True), (7, False)):
+        x = torch.randn(3, n, requires_grad=True)
+        ef.mark_dynamic(x, 1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled(x).sum().backward()
+        messages = [str(w.message) for w in caught if w.category is EagerGraphWarning]
+        assert bool(messages) == warned, messages
+    assert compiled.stats.compiles == 1
+    assert compiled.stats.fallbacks == 1

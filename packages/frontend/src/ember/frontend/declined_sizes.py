@@ -1,0 +1,54 @@
+"""A stage that declines a symbolic program: the function compiles per size instead.
+
+A backend stage may be unable to compile a program for every size its guards allow
+(the aot stage, when torch's backward formula of an op needs a size as a constant:
+``cumprod``'s backward along a symbolic dimension). Run eagerly, the whole graph would
+lose its compilation for every size. Instead, both capture modes compile a program whose
+symbolic sizes came from ``dynamic=True`` or automatic dynamic (not from user marks)
+with the decline raised (:func:`compile_for_policy`), and on
+:class:`SymbolicProgramDeclined` turn the function's symbolic sizes off
+(:meth:`~ember.frontend.dynamic.DynamicPolicy.refuse_symbolic_sizes`) and capture
+again: the program is static, guarded on its sizes, and a call with other sizes
+compiles again (up to the recompile limit), as torch.compile does for a size an
+operator specialises. Logged under ``EMBER_LOGS=dynamic``.
+
+A program that is still symbolic after that (user marks, data-dependent sizes) and is
+declined again runs eagerly with the stage's warning, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+from ember.frontend.dynamic import DynamicPolicy
+from ember.runtime.ir import Program
+
+__all__ = ["SymbolicProgramDeclined", "compile_for_policy"]
+
+
+class SymbolicProgramDeclined(Exception):
+    """A stage declined a program with symbolic sizes that the function's dynamic
+    policy made: capture again with static sizes (the message is the stage's reason)."""
+
+
+def compile_for_policy(compile_program: Callable[..., Any], program: Program, backend: str,
+                       options: dict[str, Any], mode: str | None,
+                       policy: DynamicPolicy) -> Callable[[list[Any]], list[Any]]:
+    """``compile_program(program, backend, options, mode)``; for a symbolic program
+    whose sizes ``policy`` may make static, a stage's decline raises
+    :class:`SymbolicProgramDeclined` instead of running the graph eagerly.
+
+    Raises:
+        SymbolicProgramDeclined: as above.
+    """
+    if not (policy.may_be_dynamic and program.forward.symbols):
+        return cast(Callable[[list[Any]], list[Any]],
+                    compile_program(program, backend, options, mode))
+    from ember.runtime.stages import StageDeclined
+
+    try:
+        return cast(Callable[[list[Any]], list[Any]],
+                    compile_program(program, backend, options, mode, eager_on_decline=False))
+    except StageDeclined as e:
+        raise SymbolicProgramDeclined(str(e)) from None
