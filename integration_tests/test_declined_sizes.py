@@ -13,6 +13,7 @@ from typing import Any
 import ember.frontend as ef
 import pytest
 import torch
+import torch.nn.functional as F
 from ember.runtime.config import patch
 from ember.runtime.stages import EagerGraphWarning
 
@@ -78,3 +79,38 @@ def test_a_marked_dimension_keeps_the_eager_fallback(capture: str) -> None:
         assert bool(messages) == warned, messages
     assert compiled.stats.compiles == 1
     assert compiled.stats.fallbacks == 1
+
+
+@pytest.mark.usefixtures("no_eager_graph")
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_an_op_without_a_symbolic_kernel_compiles_per_size(capture: str) -> None:
+    """torch's meta kernel of bicubic antialiased upsampling's backward takes no
+    symbolic sizes: the aot stage declines the symbolic program for its sizes."""
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, size=(3, 5), mode="bicubic", antialias=True)
+
+    compiled = ef.compile(fn, dynamic=True, options={"capture": capture})
+    for n in (2, 4):
+        x = torch.randn(n, 3, 8, 8, requires_grad=True)
+        compiled(x).sum().backward()
+        expected = x.detach().clone().requires_grad_()
+        fn(expected).sum().backward()
+        torch.testing.assert_close(x.grad, expected.grad)
+    assert compiled.stats.compiles == 2
+
+
+def test_a_decline_for_another_reason_keeps_one_symbolic_entry() -> None:
+    """An in-place ``squeeze_`` of an input changes the caller's tensor's sizes, which a
+    compiled program does not do: declined whatever the sizes, so no per-size compiles;
+    the graph runs eagerly once for every size (and squeezes the caller's tensor)."""
+    compiled = ef.compile(lambda x: x.squeeze_(), dynamic=True)
+    warned = []
+    for n in (4, 5, 6):
+        x = torch.randn(n, 1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = compiled(x)
+        warned.append(sum(w.category is EagerGraphWarning for w in caught))
+        assert x.shape == (n,) and out.shape == (n,) and out.data_ptr() == x.data_ptr()
+    assert warned == [1, 0, 0]
+    assert (compiled.stats.compiles, compiled.stats.cache_hits) == (1, 2)

@@ -38,7 +38,7 @@ from ember.runtime.ir import (
 )
 from ember.runtime.ir.contracts import AotMetadata
 from ember.runtime.ir.graph import ShapeGuard, SymExpr
-from ember.runtime.stages import StageDeclined
+from ember.runtime.stages import StageDeclined, SymbolicSizesDeclined
 from ember_testing.training import MODELS, assert_same_training_state, sgd_step
 
 ROWS = {0: {0: (2, None)}}
@@ -363,6 +363,14 @@ def test_guards_the_backward_adds_name_the_line_whose_backward_runs() -> None:
 def test_a_size_the_stage_would_specialise_is_refused() -> None:
     program = _hand_built("aten::view.default", ((32,),), (32,))
     with pytest.raises(StageDeclined, match="specialised size 's0' of input 'x' .dim 0. to 8"):
+        aot_compile(program)
+
+
+def test_a_decline_for_symbolic_sizes_says_so() -> None:
+    """A frontend that made the sizes symbolic itself may capture again with static
+    ones (``SymbolicSizesDeclined``); other declines are plain ``StageDeclined``."""
+    program = _hand_built("aten::view.default", ((32,),), (32,))
+    with pytest.raises(SymbolicSizesDeclined):
         aot_compile(program)
 
 

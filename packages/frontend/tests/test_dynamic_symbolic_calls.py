@@ -106,3 +106,27 @@ def test_automatic_dynamic_trace_falls_back_to_static_sizes(fn: Any) -> None:
     for n in (8, 12, 10):
         x = torch.randn(1, 2, n, n)
         torch.testing.assert_close(compiled(x), fn(x))
+
+
+@pytest.mark.parametrize("capture", ["strict", "trace"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_multilabel_margin_loss_counts_only_the_targets_before_minus_one(
+        capture: str, reduction: str) -> None:
+    """Recorded as its aten op: torch's Python decomposition (what the Python dispatcher
+    of a symbolic capture runs) reads the slots after a row's ``-1`` as class 0."""
+    def loss(a: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.multilabel_margin_loss(a, t, reduction=reduction)
+
+    compiled = ef.compile(loss, dynamic=True, backend="aot_eager",
+                          options={"capture": capture})
+    targets = torch.tensor([[1, -1, 0, 0], [2, 3, -1, 1], [0, 1, 2, 3], [3, -1, 3, 3],
+                            [-1, 1, 1, 1]])
+    for n in (3, 5):
+        a = torch.randn(n, 4)
+        torch.testing.assert_close(compiled(a, targets[:n]), loss(a, targets[:n]))
+    assert compiled.stats.compiles == 1
+    legacy = ef.compile(lambda a, t: F.multilabel_margin_loss(a, t, reduce=False),
+                        dynamic=True, options={"capture": capture})
+    a = torch.randn(4, 4)
+    torch.testing.assert_close(legacy(a, targets[:4]),
+                               F.multilabel_margin_loss(a, targets[:4], reduction="none"))

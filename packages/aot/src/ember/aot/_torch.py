@@ -44,7 +44,10 @@ def lacks_symbolic_kernel(e: BaseException) -> bool:
 
 
 _STATIC_ONLY_MESSAGES = ("does not support symbolic shapes",
-                         "expected to contain only concrete integers")
+                         "expected to contain only concrete integers",
+                         # a kernel's int-list argument given SymInts (the meta kernel of
+                         # _upsample_bicubic2d_aa_backward)
+                         "Expected IntList but got GenericList")
 
 
 __all__ = [

@@ -42,6 +42,7 @@ from ember.aot._torch import (
     lacks_symbolic_kernel,
 )
 from ember.aot.config import AotConfig
+from ember.aot.declines import SymbolicSizesDeclined
 from ember.aot.decompositions import EMBER_DECOMPOSITIONS, late_decompositions
 from ember.aot.extern_ops import declare_extern_ops
 from ember.aot.functionalize import functionalize, functionalize_graph
@@ -142,15 +143,16 @@ def _declining_symbolic_failures(program: Program) -> Iterator[None]:
         symbolic = any(graph_is_symbolic(g) for g in program.graphs.values())
         if not symbolic or not _symbolic_failure(e):
             raise
-        raise StageDeclined(f"the aot stage cannot compile this graph for every size its "
-                            f"symbols allow: {_reason(e)}") from e
+        raise SymbolicSizesDeclined(f"the aot stage cannot compile this graph for every "
+                                    f"size its symbols allow: {_reason(e)}") from e
     except Exception as e:  # an op without a kernel for symbolic sizes
         if not (lacks_symbolic_kernel(e) and any(
                 graph_is_symbolic(g) for g in program.graphs.values())):
             raise
-        raise StageDeclined(f"the aot stage cannot compile this graph for symbolic sizes: "
-                            f"an op has no kernel for them ({type(e).__name__}: "
-                            f"{str(e).splitlines()[0] if str(e) else ''})") from e
+        raise SymbolicSizesDeclined(
+            f"the aot stage cannot compile this graph for symbolic sizes: an op has no "
+            f"kernel for them ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''})") from e
 
 
 def _clean(graph: Graph) -> Graph:

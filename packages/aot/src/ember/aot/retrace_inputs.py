@@ -16,6 +16,7 @@ import dataclasses
 
 import sympy
 import torch
+from ember.aot.declines import SymbolicSizesDeclined
 from ember.aot.symbolic_sizes import contiguous_strides, graph_is_symbolic, graph_symbols
 from ember.runtime.ir import Graph, InputSpec, Program, ScalarMeta, TensorMeta
 from ember.runtime.ir.graph import ShapeGuard
@@ -27,7 +28,6 @@ from ember.runtime.ir.symbolic import (
     relation_symbols,
     symbol,
 )
-from ember.runtime.stages import StageDeclined
 from ember.runtime.tracing import GraphRecorder
 
 
@@ -143,7 +143,7 @@ def carry_shape_facts(original: Graph, traced: Program, graph_name: str) -> None
     expression) is dropped.
 
     Raises:
-        StageDeclined: the re-trace specialised an input symbol to a constant (names the
+        SymbolicSizesDeclined: the re-trace specialised an input symbol to a constant (names the
             symbol, the input and the value).
     """
     if not graph_is_symbolic(original):
@@ -231,7 +231,7 @@ def _refuse_specialised_inputs(original: Graph, traced: Graph) -> None:
             continue
         for d, (old, new) in enumerate(zip(before.meta.sizes, after.meta.sizes)):
             if isinstance(old, str) and isinstance(new, int):
-                raise StageDeclined(
+                raise SymbolicSizesDeclined(
                     f"the aot stage specialised size {old!r} of input {before.name!r} "
                     f"(dim {d}) to {new}: an operator of the program needs that size "
                     "to be a constant, so the graph cannot be compiled for every size "

@@ -12,8 +12,10 @@ again: the program is static, guarded on its sizes, and a call with other sizes
 compiles again (up to the recompile limit), as torch.compile does for a size an
 operator specialises. Logged under ``EMBER_LOGS=dynamic``.
 
-A program that is still symbolic after that (user marks, data-dependent sizes) and is
-declined again runs eagerly with the stage's warning, as before.
+Only a decline for the program's symbolic sizes (``SymbolicSizesDeclined``, which
+ember-runtime 0.4.2 added) does this; any other decline, or one of a program still
+symbolic after the retry (user marks, data-dependent sizes), runs the graph eagerly with
+the stage's warning, as before.
 """
 
 from __future__ import annotations
@@ -36,19 +38,27 @@ def compile_for_policy(compile_program: Callable[..., Any], program: Program, ba
                        options: dict[str, Any], mode: str | None,
                        policy: DynamicPolicy) -> Callable[[list[Any]], list[Any]]:
     """``compile_program(program, backend, options, mode)``; for a symbolic program
-    whose sizes ``policy`` may make static, a stage's decline raises
-    :class:`SymbolicProgramDeclined` instead of running the graph eagerly.
+    whose sizes ``policy`` may make static, a stage's decline for its symbolic sizes
+    (``SymbolicSizesDeclined``, ember-runtime 0.4.2+) raises
+    :class:`SymbolicProgramDeclined` instead of running the graph eagerly. Another
+    decline runs it eagerly, as ``compile_program`` does.
 
     Raises:
         SymbolicProgramDeclined: as above.
     """
-    if not (policy.may_be_dynamic and program.forward.symbols):
+    from ember.runtime import stages
+
+    sizes_declined = getattr(stages, "SymbolicSizesDeclined", None)
+    if sizes_declined is None or not (policy.may_be_dynamic and program.forward.symbols):
         return cast(Callable[[list[Any]], list[Any]],
                     compile_program(program, backend, options, mode))
-    from ember.runtime.stages import StageDeclined
-
     try:
         return cast(Callable[[list[Any]], list[Any]],
                     compile_program(program, backend, options, mode, eager_on_decline=False))
-    except StageDeclined as e:
+    except sizes_declined as e:
         raise SymbolicProgramDeclined(str(e)) from None
+    except stages.StageDeclined as e:  # not for its sizes: as compile_program's own
+        from ember.runtime.callable import ProgramCallable
+        from ember.runtime.pipeline import run_eagerly
+
+        return ProgramCallable(run_eagerly(program, str(e)))

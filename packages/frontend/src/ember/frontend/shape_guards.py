@@ -182,7 +182,9 @@ def install_stage_guards(
 
 
 def _pinned_at(shape_env: object | None, inp: SymbolicInput, dim: int) -> SourceLocation | None:
-    if inp.fake is None:
+    # NOTE: an in-place view op of the program (``x.squeeze_()``) changed the fake's
+    # shape: its dims are no longer the input's
+    if inp.fake is None or inp.fake.dim() != inp.tensor.dim():
         return None
     where = pinning_source(shape_env, inp.fake.size(dim))
     return where if isinstance(where, SourceLocation) else None

@@ -9,6 +9,8 @@ capture (strict or trace) runs them on fake tensors.
 - ``F.one_hot(x, num_classes=n)`` with a symbolic ``n``: the C++ op takes an ``int``.
   Built instead as ``zeros(*x.shape, n).scatter_(-1, x.unsqueeze(-1), 1)``, whose
   ``scatter_`` refuses an index out of range as ``one_hot`` does.
+- ``F.multilabel_margin_loss``: recorded as its aten op, not through torch's Python
+  decomposition (wrong for rows with entries after their ``-1``).
 - ops whose C++ ``CompositeImplicitAutograd`` kernel computes output sizes as plain
   ints (``F.interpolate(x, scale_factor=2)``: ``upsample_nearest2d.vec``) run under
   torch's Python dispatcher, whose Python kernels keep them symbolic.
@@ -94,6 +96,27 @@ def _one_hot(tensor: Any, num_classes: Any = -1) -> Any:
     return out.scatter_(-1, tensor.unsqueeze(-1), 1)
 
 
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+def _multilabel_margin_loss(input: Any, target: Any, size_average: Any = None,
+                            reduce: Any = None, reduction: str = "mean") -> Any:
+    """``F.multilabel_margin_loss`` recorded as its aten op (the aot stage decomposes it
+    correctly). Under the Python dispatcher torch runs its registered decomposition,
+    which reads the slots after a row's first ``-1`` as class 0: a wrong loss whenever a
+    row has entries after its ``-1``. (The legacy ``size_average``/``reduce`` flags
+    map to a reduction as torch documents.)"""
+    if size_average is not None or reduce is not None:
+        average = True if size_average is None else bool(size_average)
+        summed = True if reduce is None else bool(reduce)
+        reduction = ("mean" if average else "sum") if summed else "none"
+    if not isinstance(input, torch.Tensor) or reduction not in _REDUCTIONS:
+        return NotImplemented  # (the function's own errors)
+    with python_dispatcher_off():
+        return torch.ops.aten.multilabel_margin_loss.default(input, target,
+                                                             _REDUCTIONS[reduction])
+
+
 def _upsample_nearest(op: Any) -> Callable[..., Any]:
     """``upsample_nearest{1,2,3}d(input, None, scale_factors)`` (what ``F.interpolate``
     calls for ``mode="nearest"`` and a ``scale_factor``) with symbolic spatial sizes and
@@ -145,6 +168,7 @@ SYMBOLIC_REWRITES: dict[Any, Callable[..., Any]] = {
     torch.tensor: _tensor,
     torch.as_tensor: _tensor,
     F.one_hot: _one_hot,
+    F.multilabel_margin_loss: _multilabel_margin_loss,
     _NEAREST[3]: _upsample_nearest(torch.ops.aten.upsample_nearest1d.default),
     _NEAREST[4]: _upsample_nearest(torch.ops.aten.upsample_nearest2d.default),
     _NEAREST[5]: _upsample_nearest(torch.ops.aten.upsample_nearest3d.default),

@@ -223,7 +223,7 @@ def trace_capture(
         if layout is not None else [])
     guards = GuardSet()
     add_call_guards(guards, spec)
-    taken: set[str] = set()
+    taken: set[str] = {"output"}  # (the IR's output node)
     lift = functools.partial(_lift_trainable, taken=taken)
     symbolic = symbolic or dims.any()
     rec = GraphRecorder(lift=lift, dynamic=True) if symbolic else GraphRecorder(lift=lift)

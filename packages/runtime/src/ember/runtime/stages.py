@@ -104,6 +104,14 @@ class StageDeclined(Exception):
     pipeline then runs the captured ops eagerly, with an :class:`EagerGraphWarning`)."""
 
 
+class SymbolicSizesDeclined(StageDeclined):
+    """A stage cannot compile a program with symbolic sizes for every size they allow
+    (an operator needs one as a constant, or has no kernel for symbolic sizes); the same
+    program with static sizes may compile. A frontend can capture it again with static
+    sizes (ember-frontend does, for sizes it made symbolic itself) instead of running it
+    eagerly."""
+
+
 class EagerGraphWarning(UserWarning):
     """A program runs op by op, uncompiled, because a stage declined it; the message
     says which stage and why. Counted in the program's ``metadata["fallbacks"]``."""

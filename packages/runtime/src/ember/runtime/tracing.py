@@ -175,7 +175,7 @@ class GraphRecorder:
         self._results: dict[str, Any] = {}  # node name -> the fake value(s) it produced
         self._grad_mode: dict[str, bool] = {}  # node name -> grad mode when recorded
         self._name_counts: dict[str, itertools.count[int]] = {}
-        self._names: set[str] = set()
+        self._names: set[str] = {"output"}  # (the output node's)
         self._source: SourceLocation | None = None
         self._mode: _RecordingMode | None = None
         self._matmul: SymbolicMatmul | None = None  # entered by a dynamic recorder
@@ -220,7 +220,7 @@ class GraphRecorder:
                 or ``dynamic_dims`` is given to a static recorder or out of range.
         """
         if spec.name in self._names:
-            raise RecordingError(f"input name {spec.name!r} is used twice")
+            raise RecordingError(f"input name {spec.name!r} is used twice (or is 'output')")
         if not isinstance(tensor, torch.Tensor):
             raise RecordingError(f"input {spec.name!r} is a {type(tensor).__name__}, "
                                  "not a tensor")
@@ -246,7 +246,7 @@ class GraphRecorder:
             raise RecordingError(f"input {spec.name!r}: add_meta_input needs "
                                  "GraphRecorder(dynamic=True)")
         if spec.name in self._names:
-            raise RecordingError(f"input name {spec.name!r} is used twice")
+            raise RecordingError(f"input name {spec.name!r} is used twice (or is 'output')")
         with self.paused():
             fake = self.symbols.meta_fake(meta, symbols)
         self._add_placeholder(fake, meta, spec)

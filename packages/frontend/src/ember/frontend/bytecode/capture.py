@@ -127,7 +127,7 @@ class CaptureContext:
     untracked_globals: list[tuple[str, str, Any]] = field(default_factory=list)
     # sources scanned, and the sourced modules' tables by id (iteration.py)
     module_tables: tuple[int, dict[int, Any]] = field(default_factory=lambda: (0, {}))
-    _names: set[str] = field(default_factory=set)
+    _names: set[str] = field(default_factory=lambda: {"output"})  # (the IR's output node)
 
     def __post_init__(self) -> None:
         self.recorder.lift = self._lift

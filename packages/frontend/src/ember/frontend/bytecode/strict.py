@@ -50,6 +50,7 @@ from ember.frontend.bytecode.segment_run import FunctionContext, Segment
 from ember.frontend.bytecode.sharing_recapture import run_shared_otherwise
 from ember.frontend.bytecode.strict_cache import CaptureCacheUse
 from ember.frontend.capture_modes import CompileRequest
+from ember.frontend.bytecode.wrapped_callables import as_python_function
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.stats import CompileStats, add_report_counts
 from ember.frontend.torch_substitutes import substitute_for
@@ -104,9 +105,7 @@ class StrictFunction(CaptureCacheUse):
         if isinstance(target, types.MethodType):
             self._bound = (target.__self__, *self._bound)
             target = target.__func__
-        if not isinstance(target, types.FunctionType):
-            raise TypeError(f"strict capture needs a Python function or module, got "
-                            f"{type(target).__name__}")
+        target = as_python_function(target)  # a builtin: a function calling it
         self.fn: types.FunctionType = substitute_for(target)  # (torch_substitutes)
         functools.update_wrapper(self, target)
         self._per_instance: weakref.WeakKeyDictionary[Any, StrictFunction] = (
