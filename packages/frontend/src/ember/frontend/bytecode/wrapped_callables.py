@@ -10,7 +10,7 @@ torch op), inlined (a Python ``__call__``) or breaks the graph, as in any functi
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["as_python_function"]
 
@@ -32,4 +32,4 @@ def as_python_function(target: Any) -> types.FunctionType:
 
     name = getattr(target, "__name__", None) or type(target).__name__
     call.__name__ = call.__qualname__ = str(name)
-    return call
+    return cast(types.FunctionType, call)
