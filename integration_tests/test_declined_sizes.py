@@ -114,3 +114,27 @@ def test_a_decline_for_another_reason_keeps_one_symbolic_entry() -> None:
         assert x.shape == (n,) and out.shape == (n,) and out.data_ptr() == x.data_ptr()
     assert warned == [1, 0, 0]
     assert (compiled.stats.compiles, compiled.stats.cache_hits) == (1, 2)
+
+
+@pytest.mark.usefixtures("no_eager_graph")
+@pytest.mark.parametrize("capture", CAPTURES)
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+def test_a_call_that_fails_with_symbolic_sizes_compiles_per_size(
+        capture: str, dynamic: bool | None, capsys: pytest.CaptureFixture[str]) -> None:
+    """``F.interpolate`` with a scale of 1.5 computes its output size through a float
+    the IR does not hold: the capture turns symbolic sizes off and records the whole
+    graph per size. Before, strict capture broke the graph there (the upsampling ran
+    eagerly) and trace capture with ``dynamic=True`` failed."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1),
+                                torch.nn.Upsample(scale_factor=1.5, mode="bilinear"),
+                                torch.nn.ReLU())
+    compiled = ef.compile(model, dynamic=dynamic, options={"capture": capture})
+    with patch(logs=frozenset({"dynamic"})):
+        for size in (8, 10, 12):
+            x = torch.randn(2, 3, size, size)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert (compiled.stats.graphs, compiled.stats.graph_breaks) == (3, 0)
+    err = capsys.readouterr().err
+    assert err.count("symbolic sizes off") == 1
+    assert "a call failed with symbolic sizes" in err and "ToFloat" in err

@@ -469,9 +469,22 @@ def _leaky(x):
 
 
 def test_a_size_used_as_a_float_under_dynamic_shapes_says_so(capsys):
-    compiled = ef.compile(_leaky, dynamic=True)
+    """A dimension the user marked stays symbolic: the call that cannot take the float
+    breaks the graph, and the hint says why."""
+    compiled = ef.compile(_leaky)
     x = torch.randn(3, 8)
+    ef.mark_dynamic(x, 1)
     torch.testing.assert_close(compiled(x), _leaky(x))
     (brk,) = compiled.breaks
     assert "SymFloat" in brk.reason, brk
     assert "float made from a symbolic size" in brk.hint and "data-dependent" not in brk.hint
+
+
+def test_a_size_used_as_a_float_under_dynamic_true_compiles_per_size():
+    """Sizes dynamic=True made symbolic: the function turns them off (declined_sizes) and
+    compiles per size, one graph each, no break."""
+    compiled = ef.compile(_leaky, dynamic=True)
+    for n in (8, 9):
+        x = torch.randn(3, n)
+        torch.testing.assert_close(compiled(x), _leaky(x))
+    assert compiled.breaks == [] and compiled.stats.graphs == 2

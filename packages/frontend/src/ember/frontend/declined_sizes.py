@@ -26,7 +26,17 @@ from typing import Any, cast
 from ember.frontend.dynamic import DynamicPolicy
 from ember.runtime.ir import Program
 
-__all__ = ["SymbolicProgramDeclined", "compile_for_policy"]
+__all__ = ["SymbolicProgramDeclined", "compile_for_policy", "symbolic_failure"]
+
+
+def symbolic_failure(error: BaseException | None) -> bool:
+    """Whether ``error`` (or an error it was raised from) is the recorder's refusal of a
+    value it cannot write in the IR (a symbolic float, a size expression): a torch call
+    that a capture with symbolic sizes cannot record, and one with static sizes can."""
+    from ember.runtime.tracing_errors import RecordingError
+
+    return error is not None and (isinstance(error, RecordingError)
+                                  or symbolic_failure(error.__cause__))
 
 
 class SymbolicProgramDeclined(Exception):
@@ -56,7 +66,7 @@ def compile_for_policy(compile_program: Callable[..., Any], program: Program, ba
         return cast(Callable[[list[Any]], list[Any]],
                     compile_program(program, backend, options, mode, eager_on_decline=False))
     except sizes_declined as e:
-        raise SymbolicProgramDeclined(str(e)) from None
+        raise SymbolicProgramDeclined(f"a stage declined its symbolic program: {e}") from None
     except stages.StageDeclined as e:  # not for its sizes: as compile_program's own
         from ember.runtime.callable import ProgramCallable
         from ember.runtime.pipeline import run_eagerly

@@ -298,8 +298,8 @@ class DynamicPolicy:
         return True
 
     def refuse_symbolic_sizes(self, reason: str, name: str) -> bool:
-        """After a stage declined a symbolic program of the function (``reason``, its
-        message): no dimension or int is symbolic from now on but those the user marked
+        """After a stage declined a symbolic program of the function, or a call of it
+        failed for its symbolic sizes (``reason`` says which and why): no dimension or int is symbolic from now on but those the user marked
         (:attr:`sizes_static`), so the function compiles per size, as torch does for a
         size an operator specialises. True to capture again; False when no size was
         symbolic by this policy (marks alone, or refused before)."""
@@ -308,7 +308,7 @@ class DynamicPolicy:
         self.sizes_static = True
         self.ints = False
         log("dynamic", f"symbolic sizes off for {name} (it compiles per size from now on): "
-            f"a stage declined its symbolic program: {reason}")
+            f"{reason}")
         return True
 
     def refuse_layouts(self, reason: str, name: str) -> None:

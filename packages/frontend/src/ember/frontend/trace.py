@@ -40,6 +40,7 @@ import torch
 from ember.frontend._torch import data_dependent_output_types
 from ember.frontend.autocast_cache import RealCastsUncached
 from ember.frontend.custom_functions import custom_function_in
+from ember.frontend.declined_sizes import symbolic_failure
 from ember.frontend.dynamic import DynamicDim, DynamicPolicy, add_input, dims_of
 from ember.frontend.error_kinds import with_kind
 from ember.frontend.guard_model import Source
@@ -265,11 +266,13 @@ def trace_capture(
                 and policy.unbacked_allowed):
             return trace_capture(fn, module, args, kwargs, layout, policy, dynamic_shapes,
                                  symbolic=True)
-        if policy.dynamic is None and not explicit and dims.any() and _symbolic_failure(e):
-            # automatic dynamic sizes the recording cannot hold (a float computed from a
-            # size, interpolate's scale): traced again static, as for a symbolic result
-            log("dynamic", f"tracing {callable_name(fn)} again with static sizes: {e}")
-            return trace_capture(fn, module, args, kwargs, layout, DynamicPolicy(False))
+        if not explicit and dims.any() and symbolic_failure(e) and (
+                policy.refuse_symbolic_sizes(f"a call failed with symbolic sizes: {e}",
+                                             callable_name(fn))):
+            # sizes the recording cannot hold, made symbolic by dynamic=True or automatic
+            # dynamic (a float computed from a size, interpolate's scale): static from
+            # now on (declined_sizes)
+            return trace_capture(fn, module, args, kwargs, layout, policy)
         # NOTE: Triton's own frames are not library code to the recorder; an error under
         # a launch (or any Triton call) names the user's line that made it
         raise _could_not_trace(fn, e, triton_launch.frames_before_triton(e.__traceback__)
@@ -361,13 +364,6 @@ class Dims:
         else:
             add_tensor(guards, source, value)
         return fake
-
-
-def _symbolic_failure(error: BaseException | None) -> bool:
-    """Whether ``error`` (or an error it was raised from) is the recorder's refusal of a
-    value it cannot write in the IR (a symbolic float, a size expression)."""
-    return error is not None and (isinstance(error, RecordingError)
-                                  or _symbolic_failure(error.__cause__))
 
 
 def explicit_dims(dynamic_shapes: Mapping[str, Mapping[int, Any]] | None,

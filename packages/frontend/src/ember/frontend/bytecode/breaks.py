@@ -53,6 +53,9 @@ class GraphBreak(Exception):
         # set when the break happened while resuming a generator inlined during this
         # capture: the root instruction that created it, which then runs for real
         self.root_ip: int | None = None
+        # a torch call failed for sizes that dynamic=True or automatic dynamic made
+        # symbolic (declined_sizes.symbolic_failure): capture again with static sizes
+        self.symbolic_sizes = False
 
     def info(self) -> BreakInfo:
         return BreakInfo(self.reason, self.location, self.hint, self.library_location)

@@ -31,6 +31,7 @@ from ember.frontend.bytecode.frame import location_of
 from ember.frontend.bytecode.grad_mode import CALL_TURNED_GRAD_ON, program_call
 from ember.frontend.bytecode.opaque_modules import guard_handed_modules
 from ember.frontend.custom_functions import function_in_call, recorded_break_reason
+from ember.frontend.declined_sizes import symbolic_failure
 from ember.frontend.free_layouts import note_read
 from ember.frontend.guard_model import GLOBAL_STATE_QUERIES
 from ember.frontend.symbolic_calls import call_rewritten, symbolic_calls
@@ -241,9 +242,11 @@ def _failed(interp: Any, fn: Any, e: Exception, recorded: bool) -> GraphBreak:
             "depends on the data", hint))
     hint = ("register the operator's fake kernel" if isinstance(e, MissingFakeKernelError)
             else failure_hint(e) or "keep the code outside the compiled function")
-    return restart_if(recorded, interp.fail(
+    brk = restart_if(recorded, interp.fail(
         f"{callable_name(fn)} could not run on fake tensors ({type(e).__name__}: "
         f"{str(e).splitlines()[0] if str(e) else ''})", hint))
+    brk.symbolic_sizes = interp.capture.policy.may_be_dynamic and symbolic_failure(e)
+    return brk
 
 
 def _run_for_real(interp: Any, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:

@@ -48,6 +48,7 @@ from ember.frontend.bytecode.sources import (
     StackSource,
 )
 from ember.frontend.bytecode.state import StateBuilder
+from ember.frontend.declined_sizes import SymbolicProgramDeclined
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.free_layouts import FreeLayoutsRefused
 from ember.frontend.inference_outputs import inference_outputs
@@ -157,6 +158,9 @@ def _capture_once(state: FrameState, ctx: FunctionContext, break_calls: dict[int
                 except GraphBreak as e:
                     if cap.data_dependent and not symbolic and cap.policy.unbacked_allowed:
                         raise NeedsSymbolicShapes from None
+                    if e.symbolic_sizes:  # (strict._capture: static from now on)
+                        raise SymbolicProgramDeclined(f"a call failed with symbolic sizes: "
+                                                      f"{e.reason}") from None
                     # NOTE: a break after an .item() (or .tolist()) that gave u0:
                     # u0 could be live at the break, which no resume point can
                     # rebuild; break at the .item() instead, as a static capture does
