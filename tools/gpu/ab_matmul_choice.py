@@ -17,7 +17,8 @@ variances, Ember with the GPU's in two passes, not the one-pass ``m2``
 ("ember_variance_two_pass"), or with m2's per-element division ("ember_m2_divide"); for
 reductions, Ember with none taking in the pointwise kernel it reads ("ember_no_absorb"),
 with no column sum inside a row kernel ("ember_no_mixed") or with 264 or 1056 programs
-walking the rows of one ("ember_mixed_264", "ember_mixed_1056", "ember_mixed_2112"), or
+walking the rows of one ("ember_mixed_264", "ember_mixed_528", "ember_mixed_1056",
+"ember_mixed_2112"), or
 stepping over the plain row kernel's row block ("ember_mixed_tile_1"); with 16-bit
 column tiles 128 or 256 wide ("ember_column_128", "ember_column_256"); with every
 column reduction run over its rows ("ember_columns_as_rows", ``mixed.as_rows``)
@@ -208,7 +209,9 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     # no column sum runs inside its row kernel (session 44): a norm's weight gradient in
     # a split column reduction of its own
     "ember_no_mixed": lambda: mock.patch.object(mixed, "mixing", _refused),
-    # the row kernel summing columns on other program counts (528: four an SM)
+    # the row kernel summing columns on other program counts (264, two an SM: the
+    # default since session 53; 528 before)
+    "ember_mixed_528": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 528),
     "ember_mixed_264": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 264),
     "ember_mixed_1056": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 1056),
     "ember_mixed_2112": lambda: mock.patch.object(mixed_writer, "MIXED_PROGRAMS", 2112),

@@ -102,7 +102,7 @@ def test_a_mixed_kernel_steps_over_at_least_mixed_tile_elements(
 
 def test_a_norm_backward_is_one_kernel_summing_its_columns() -> None:
     """RMSNorm 16384 x 4096, bf16, for CUDA: ``dx`` and the weight gradient in one
-    kernel (its partial function over 512 programs of 32 rows), the weight gradient's
+    kernel (its partial function over 261 programs of 63 rows), the weight gradient's
     cast in its combining function."""
     backward = [(k, src) for graph, k, src in cuda_training_sources(RMSNorm(4096),
                                                                      (16384, 4096))
@@ -112,7 +112,7 @@ def test_a_norm_backward_is_one_kernel_summing_its_columns() -> None:
     printed = format_kernel(kernel)
     assert printed.count("reduce_sum_across") == 1, printed
     assert printed.count("= reduce_sum(") == 1, printed
-    assert "# rows and 1 column sum(s): 512 programs of 32 rows a program" in source.source
+    assert "# rows and 1 column sum(s): 261 programs of 63 rows a program" in source.source
     assert "def bwd_kernel0_partial(" in source.source
 
 

@@ -134,7 +134,7 @@ def test_rms_norm_training_kernels_at_full_size() -> None:
     assert got == """\
 forward kernel0: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4
 forward kernel1: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
-backward kernel0: split grid (512, 1, 1) XBLOCK=1 RBLOCK=4096 -> grid (128, 1, 1) XBLOCK=1 RBLOCK=32 SBLOCK=64 w4"""
+backward kernel0: split grid (261, 1, 1) XBLOCK=1 RBLOCK=4096 -> grid (128, 1, 1) XBLOCK=1 RBLOCK=32 SBLOCK=64 w4"""
 
 
 def test_layer_norm_and_batch_norm_training_kernels_at_full_size() -> None:
@@ -148,7 +148,7 @@ def test_layer_norm_and_batch_norm_training_kernels_at_full_size() -> None:
     assert got == """\
 forward kernel0: grid (16384, 1, 1) XBLOCK=1 RBLOCK=4096 w4
 forward kernel1: split grid (1, 256, 1) XBLOCK=1 RBLOCK=4096 -> grid (1, 1, 1) XBLOCK=1 SBLOCK=256 w16
-backward kernel0: split grid (512, 1, 1) XBLOCK=1 RBLOCK=4096 -> grid (128, 1, 1) XBLOCK=1 RBLOCK=32 SBLOCK=64 w4"""
+backward kernel0: split grid (261, 1, 1) XBLOCK=1 RBLOCK=4096 -> grid (128, 1, 1) XBLOCK=1 RBLOCK=32 SBLOCK=64 w4"""
     got = cuda_training_kernels(BatchNormReLU(4096, 1), (16384, 4096))
     assert got == """\
 forward kernel0: split grid (64, 16, 1) XBLOCK=64 RBLOCK=64 -> grid (64, 1, 1) XBLOCK=64 SBLOCK=16 w8

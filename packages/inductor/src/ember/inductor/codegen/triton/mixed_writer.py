@@ -43,10 +43,13 @@ from ember.inductor.codegen.triton.sizes import (
 from ember.inductor.loop_ir import Kernel, Store
 from ember.inductor.loop_ir.across import AcrossParts, across_parts
 
-#: how many programs walk the rows (fewer when there are fewer row blocks): four for
-#: each of an H100's or H200's 132 multiprocessors, meant to be resident at once. Not yet
-#: measured (``tools/gpu/ab_matmul_choice.py ... ember_mixed_264,ember_mixed_1056``)
-MIXED_PROGRAMS = 528
+#: how many programs walk the rows (fewer when there are fewer row blocks): two for
+#: each of an H100's or H200's 132 multiprocessors. Measured on an H100 (bf16 training,
+#: session 53, ``tools/gpu/ab_matmul_choice.py MODEL ... ember,ember_mixed_264``): 264
+#: against 528 took rms_norm's step from 0.995x to 1.010x of torch.compile's,
+#: softmax_layernorm's from 1.258x to 1.268x, gpt's from 1.006x to 1.009x; hf_gpt2 level;
+#: 1056 was 1.005x on rms_norm
+MIXED_PROGRAMS = 264
 #: the fewest elements (rows x columns) a program's step over the rows covers. Not yet
 #: measured (``... ember_mixed_tile_1``: the plain row kernel's row blocks)
 MIXED_TILE = 4096
