@@ -14,6 +14,8 @@ from __future__ import annotations
 try:
     from ember.runtime.stages import SymbolicSizesDeclined
 except ImportError:  # ember-runtime < 0.4.2
-    from ember.runtime.stages import StageDeclined as SymbolicSizesDeclined  # type: ignore[assignment]
+    from ember.runtime.stages import (  # type: ignore[assignment]
+        StageDeclined as SymbolicSizesDeclined,
+    )
 
 __all__ = ["SymbolicSizesDeclined"]

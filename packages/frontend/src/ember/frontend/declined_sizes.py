@@ -40,8 +40,9 @@ def symbolic_failure(error: BaseException | None) -> bool:
 
 
 class SymbolicProgramDeclined(Exception):
-    """A stage declined a program with symbolic sizes that the function's dynamic
-    policy made: capture again with static sizes (the message is the stage's reason)."""
+    """A stage declined a program for symbolic sizes that the function's dynamic policy
+    made, or a call failed for them during the capture: capture again with static sizes
+    (the message says which, and why)."""
 
 
 def compile_for_policy(compile_program: Callable[..., Any], program: Program, backend: str,

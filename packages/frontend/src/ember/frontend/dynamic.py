@@ -247,9 +247,10 @@ class DynamicPolicy:
     #: a tensor that moved in memory between captures (:mod:`.free_layouts`)
     layouts: bool = False
     free_layouts: set[Source] = field(default_factory=set)
-    #: a stage declined a symbolic program of this function: ``dynamic=True`` and
-    #: automatic dynamic make no dimension or int symbolic from then on (the function
-    #: compiles per size, :mod:`ember.frontend.declined_sizes`); user marks still do
+    #: a stage declined a symbolic program of this function, or a call failed for its
+    #: symbolic sizes: ``dynamic=True`` and automatic dynamic make no dimension or int
+    #: symbolic from then on (the function compiles per size,
+    #: :mod:`ember.frontend.declined_sizes`); user marks still do
     sizes_static: bool = False
 
     def symbolic_int(self, source: Source) -> bool:
@@ -299,10 +300,11 @@ class DynamicPolicy:
 
     def refuse_symbolic_sizes(self, reason: str, name: str) -> bool:
         """After a stage declined a symbolic program of the function, or a call of it
-        failed for its symbolic sizes (``reason`` says which and why): no dimension or int is symbolic from now on but those the user marked
-        (:attr:`sizes_static`), so the function compiles per size, as torch does for a
-        size an operator specialises. True to capture again; False when no size was
-        symbolic by this policy (marks alone, or refused before)."""
+        failed for its symbolic sizes (``reason`` says which and why): no dimension or
+        int is symbolic from now on but those the user marked (:attr:`sizes_static`),
+        so the function compiles per size, as torch does for a size an operator
+        specialises. True to capture again; False when no size was symbolic by this
+        policy (marks alone, or refused before)."""
         if not self.may_be_dynamic:
             return False
         self.sizes_static = True
