@@ -142,3 +142,24 @@ def test_a_float_made_from_a_symbolic_size_trains_at_two_batch_sizes(backend: st
         hand_written_norm(rx, rw).backward()  # type: ignore[no-untyped-call]
         torch.testing.assert_close((x.grad, w.grad), (rx.grad, rw.grad), msg=f"n={n}")
     assert compiled.stats.compiles == 1 and compiled.stats.eager_fallback_calls == 0
+
+
+def _multilabel(a: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.multilabel_margin_loss(a, t)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_multilabel_margin_loss_trains_at_two_batch_sizes(backend: str) -> None:
+    """torch's ``multilabel_margin_loss_backward`` has no kernel for symbolic sizes; the
+    aot stage's decomposition of it keeps one compile for every batch (it compiled per
+    size). Rows with entries after their ``-1``, duplicate and all-target rows."""
+    compiled = ember.frontend.compile(_multilabel, backend=backend, dynamic=True)
+    for n in (4, 7):
+        torch.manual_seed(n)
+        a, t = torch.randn(n, 5, requires_grad=True), torch.randint(-1, 5, (n, 5))
+        t[0], t[1, 0], t[2, :3] = torch.arange(5), -1, 2
+        ra = a.detach().clone().requires_grad_(True)
+        compiled(a, t).backward()
+        _multilabel(ra, t).backward()
+        torch.testing.assert_close(a.grad, ra.grad, msg=f"n={n}")
+    assert compiled.stats.compiles == 1 and compiled.stats.eager_fallback_calls == 0

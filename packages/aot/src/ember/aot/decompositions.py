@@ -193,6 +193,27 @@ def upsample_bilinear2d_backward(grad: torch.Tensor, output_size: Any, input_siz
     return out.to(grad.dtype).contiguous()
 
 
+def _multilabel_pairs(x: torch.Tensor, target: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                 torch.Tensor]:
+    """Of ``multilabel_margin_loss`` rows (``x`` as ``[n, classes]``): each slot's label
+    (0 past the row's first ``-1``), whether the slot is counted (before that ``-1``),
+    whether each class is a target, each (slot, class) pair's margin ``1 - x[label] +
+    x[class]`` and whether the pair counts (a counted slot, a class that is no target)."""
+    classes = x.shape[-1]
+    rows, labels = x.reshape(-1, classes), target.reshape(-1, classes)
+    slot = torch.arange(classes, device=x.device)
+    end = torch.where(labels == -1, slot, classes).amin(1, keepdim=True)
+    counted = slot < end  # [n, slot]: the slot holds one of the row's targets
+    label = torch.where(counted, labels, 0)
+    # is_target[n, k]: class k is one of row n's targets
+    is_target = ((label.unsqueeze(2) == slot) & counted.unsqueeze(2)).any(1)
+    picked = rows.gather(1, label)  # x[n, label of the slot]
+    margin = 1 - picked.unsqueeze(2) + rows.unsqueeze(1)  # [n, slot, k]
+    keep = counted.unsqueeze(2) & ~is_target.unsqueeze(1)
+    return label, counted, is_target, margin, keep
+
+
 @register(torch.ops.aten.multilabel_margin_loss_forward.default)
 def multilabel_margin_loss_forward(x: torch.Tensor, target: torch.Tensor,
                                    reduction: int) -> Any:
@@ -203,18 +224,8 @@ def multilabel_margin_loss_forward(x: torch.Tensor, target: torch.Tensor,
     has entries after its ``-1``.)"""
     if x.dim() not in (1, 2) or x.shape[-1] == 0:
         return NotImplemented  # kept whole: eager's own kernel
-    classes = x.shape[-1]
-    rows, labels = x.reshape(-1, classes), target.reshape(-1, classes)
-    slot = torch.arange(classes, device=x.device)
-    end = torch.where(labels == -1, slot, classes).amin(1, keepdim=True)
-    counted = slot < end  # [n, slot]: the slot holds one of the row's targets
-    label = torch.where(counted, labels, 0)
-    # is_target[n, k]: class k is one of row n's targets
-    is_target = ((label.unsqueeze(2) == slot) & counted.unsqueeze(2)).any(1)
-    picked = rows.gather(1, label)  # x[n, label of the slot]
-    hinge = (1 - picked.unsqueeze(2) + rows.unsqueeze(1)).clamp_min(0)  # [n, slot, k]
-    keep = counted.unsqueeze(2) & ~is_target.unsqueeze(1)
-    per_row = torch.where(keep, hinge, 0).sum((1, 2)) / classes
+    _, _, is_target, margin, keep = _multilabel_pairs(x, target)
+    per_row = torch.where(keep, margin.clamp_min(0), 0).sum((1, 2)) / x.shape[-1]
     if reduction == 1:
         loss = per_row.mean()
     elif reduction == 2:
@@ -222,6 +233,31 @@ def multilabel_margin_loss_forward(x: torch.Tensor, target: torch.Tensor,
     else:
         loss = per_row.reshape(x.shape[:-1])
     return loss, is_target.to(x.dtype).reshape(target.shape)
+
+
+@register(torch.ops.aten.multilabel_margin_loss_backward.default)
+def multilabel_margin_loss_backward(grad: torch.Tensor, x: torch.Tensor,
+                                    target: torch.Tensor, reduction: int,
+                                    is_target: torch.Tensor) -> Any:
+    """The gradient of :func:`multilabel_margin_loss_forward`: each pair that counts
+    with a positive margin adds ``1 / classes`` to its class ``k`` and takes it from its
+    target ``j``; times the loss's gradient (over the rows for ``mean``). torch's op has
+    no kernel for symbolic sizes: dynamic training through the loss compiled per size."""
+    if x.dim() not in (1, 2) or x.shape[-1] == 0:
+        return NotImplemented
+    label, counted, _, margin, keep = _multilabel_pairs(x, target)
+    active = (keep & (margin > 0)).to(x.dtype)  # [n, slot, k]
+    per_class = active.sum(1)
+    per_slot = torch.where(counted, active.sum(2), 0)
+    rows = (per_class - torch.zeros_like(per_class).scatter_add(1, label, per_slot)) \
+        / x.shape[-1]
+    if reduction == 1:
+        scale = grad / rows.shape[0]
+    elif reduction == 2:
+        scale = grad
+    else:
+        scale = grad.reshape(-1, 1)
+    return (rows * scale).reshape(x.shape)
 
 
 @register(torch.ops.aten.hardshrink_backward.default)
