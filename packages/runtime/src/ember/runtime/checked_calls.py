@@ -1,19 +1,22 @@
-"""Torch functions whose eager kernels check their tensors' values, which a recording
-on fake tensors skips: each records the check as ``aten::_assert_async.msg`` (a side
-effect no pass removes; it raises when the compiled program runs, as eager raises).
+"""Torch functions whose eager C++ reads what a recording on fake tensors lacks: the
+values of its tensors (a check), or data it builds itself. Each is recorded another way
+that computes the same.
 
-| function    | eager's check                                   | recorded               |
-|-------------|-------------------------------------------------|------------------------|
-| ``one_hot`` | every class in ``[0, num_classes)``             | ``_assert_async`` of it |
+| function | what eager's C++ does | recorded |
+|---|---|---|
+| ``one_hot`` | checks every class is in ``[0, num_classes)`` | the check as ``aten::_assert_async.msg`` (a side effect no pass removes; it raises when the compiled program runs, as eager raises) |
+| ``ctc_loss`` with Python-list lengths, mean reduction | divides the per-sample losses by ``at::tensor(target_lengths)`` (a tensor with data) | the per-sample losses (``reduction="none"``), over the lengths as a constant tensor (at least 1), averaged |
 
 torch's ``one_hot`` of a tensor without data compares the classes with
-``arange(num_classes)``: a class out of range gave an all-zero row, silently. The
-recorders apply the table: ``record_fx`` and the trace capture through
-:class:`CheckedCalls` (a torch function mode), the strict capture through
-:func:`call_checked` at each call it records.
+``arange(num_classes)``: a class out of range gave an all-zero row, silently. Its
+``ctc_loss`` with the mean reduction raised on fake tensors ("data is not allocated"):
+the graph broke at the loss. The recorders apply the table: ``record_fx`` and the trace
+capture through :class:`CheckedCalls` (a torch function mode), the strict capture
+through :func:`call_checked` at each call it records.
 
 Adding a function: write its checked version (NotImplemented where it does not apply)
-and put it in :data:`CHECKED_CALLS`.
+and put it in :data:`CHECKED_CALLS` (a value check) or :data:`REBUILT_CALLS` (data built
+from Python values).
 """
 
 from __future__ import annotations
@@ -40,16 +43,51 @@ def _one_hot(tensor: Any, num_classes: Any = -1) -> Any:
     return F.one_hot(tensor, num_classes)
 
 
+def _int_lists(*values: Any) -> bool:
+    return all(isinstance(v, (list, tuple)) and all(type(n) is int for n in v)
+               for v in values)
+
+
+def _ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any,
+              blank: int = 0, reduction: Any = None, zero_infinity: bool = False) -> Any:
+    """``torch.ctc_loss`` with the mean reduction (the enum 1; its binding's default is
+    none, which builds no data)."""
+    if reduction != 1 or not isinstance(log_probs, torch.Tensor) or not \
+            is_fake(log_probs) or not _int_lists(input_lengths, target_lengths):
+        return NotImplemented
+    losses = torch.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, 0,
+                            zero_infinity)
+    lengths = torch.tensor(target_lengths, dtype=losses.dtype, device=losses.device)
+    return (losses / lengths.clamp_min(1)).mean()
+
+
+def _functional_ctc_loss(log_probs: Any, targets: Any, input_lengths: Any,
+                         target_lengths: Any, blank: int = 0, reduction: str = "mean",
+                         zero_infinity: bool = False) -> Any:
+    """``F.ctc_loss`` (the reduction a name, mean by default): :func:`_ctc_loss`."""
+    if reduction != "mean":
+        return NotImplemented
+    return _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, 1,
+                     zero_infinity)
+
+
 CHECKED_CALLS: dict[Any, Callable[..., Any]] = {
     F.one_hot: _one_hot,
 }
 """Torch function -> its version that records eager's value check."""
 
+REBUILT_CALLS: dict[Any, Callable[..., Any]] = {
+    torch.ctc_loss: _ctc_loss,
+    F.ctc_loss: _functional_ctc_loss,
+}
+"""Torch function -> its version that builds as constants the data eager's C++ builds
+(``integration_tests/test_ctc_loss.py`` covers each)."""
+
 
 def call_checked(fn: Any, args: Any, kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``, through its checked version when it has one that applies."""
     try:
-        checked = CHECKED_CALLS.get(fn)
+        checked = CHECKED_CALLS.get(fn) or REBUILT_CALLS.get(fn)
     except TypeError:  # unhashable
         checked = None
     if checked is not None:
@@ -60,7 +98,8 @@ def call_checked(fn: Any, args: Any, kwargs: Any) -> Any:
 
 
 class CheckedCalls(TorchFunctionMode):
-    """Runs the functions of :data:`CHECKED_CALLS` through their checked versions."""
+    """Runs the functions of :data:`CHECKED_CALLS` and :data:`REBUILT_CALLS` through
+    their versions there."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:

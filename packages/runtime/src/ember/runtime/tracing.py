@@ -94,7 +94,7 @@ from ember.runtime.tracing_grad import (
 )
 from ember.runtime.tracing_source import user_source_location
 from ember.runtime.tracing_matmul import SymbolicMatmul
-from ember.runtime.tracing_rewrites import RECORD_REWRITES, fake_result_fixed
+from ember.runtime.tracing_rewrites import RECORD_REWRITES, fake_result_fixed, run_fake
 from ember.runtime.tracing_scalars import TensorScalars
 from ember.runtime.tracing_size_floats import SizeFloats
 from ember.runtime.tracing_symbolic import RecordedSymbols
@@ -407,7 +407,7 @@ class GraphRecorder:
         target = qualified_name(func)
         with heuristics_unguarded(self.shape_env), symbolic_meta_kernels(self.shape_env):
             try:
-                result = func(*fake_args, **fake_kwargs)
+                result = run_fake(func, target, fake_args, fake_kwargs)
             except (RuntimeError, NotImplementedError) as e:
                 missing = missing_fake_kernel(target, e)  # a custom op without one
                 if missing is None:

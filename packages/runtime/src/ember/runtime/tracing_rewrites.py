@@ -9,6 +9,12 @@ They are recorded as ``native_batch_norm``, whose schema declares the writes, wi
 same arguments; the vendor-only results (cuDNN's reserve space) are empty tensors, which
 nothing in a recorded graph reads (the aot stage derives the backward itself).
 
+Some ops have no fake kernel in torch, though their output sizes follow from their
+arguments: ``_ctc_loss`` with Python-list lengths (``F.ctc_loss(lp, t, [4, 3], [3, 2])``)
+and its backward. torch treats them as data-dependent (the graph broke at the loss).
+:data:`FAKE_KERNELS` gives their results' metadata; :func:`run_fake` runs an op on fake
+tensors through it.
+
 Some ops' fake kernels give a result the wrong dtype: ``_pack_padded_sequence``'s
 ``batch_sizes`` (int64 in eager) comes back float32 from a fake run, and a compiled
 program then returned floats, which ``nn.LSTM`` refused. :data:`FAKE_DTYPE_FIXES` lists
@@ -23,7 +29,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["FAKE_DTYPE_FIXES", "RECORD_REWRITES", "fake_result_fixed"]
+__all__ = ["FAKE_DTYPE_FIXES", "FAKE_KERNELS", "RECORD_REWRITES", "fake_result_fixed",
+           "run_fake"]
 
 _aten = torch.ops.aten
 
@@ -67,3 +74,42 @@ def fake_result_fixed(target: str, result: Any) -> Any:
             items[i] = torch.empty_strided(old.size(), old.stride(), dtype=dtype,
                                            device=old.device)
     return type(result)(items)
+
+
+def _ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Any,
+              target_lengths: Any, blank: int = 0, zero_infinity: bool = False) -> Any:
+    """``_ctc_loss`` (int-list lengths) of ``log_probs`` ``[T, N, C]``: the negative log
+    likelihood ``[N]`` and ``log_alpha`` ``[N, T, 2 * max(target_lengths) + 1]``, as
+    eager's kernels size them."""
+    if log_probs.dim() != 3 or not isinstance(target_lengths, (list, tuple)):
+        return NotImplemented
+    longest = max((int(n) for n in target_lengths), default=0)
+    time, batch = log_probs.shape[0], log_probs.shape[1]
+    return (log_probs.new_empty((batch,)),
+            log_probs.new_empty((batch, time, 2 * longest + 1)))
+
+
+def _ctc_loss_backward(grad: torch.Tensor, log_probs: torch.Tensor, *args: Any,
+                       **kwargs: Any) -> Any:
+    """``_ctc_loss_backward``: a gradient shaped like ``log_probs``."""
+    return torch.empty_like(log_probs, memory_format=torch.contiguous_format)
+
+
+#: op -> a function of the op's (fake) arguments giving its results' metadata (fake
+#: tensors), or NotImplemented where the op's own fake kernel applies
+FAKE_KERNELS: dict[str, Callable[..., Any]] = {
+    "aten::_ctc_loss.default": _ctc_loss,
+    "aten::_ctc_loss_backward.default": _ctc_loss_backward,
+}
+
+
+def run_fake(func: Any, target: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """``func(*args, **kwargs)`` on fake tensors, through :data:`FAKE_KERNELS` where it
+    has an entry that applies."""
+    kernel = FAKE_KERNELS.get(target)
+    if kernel is not None:
+        result = kernel(*args, **kwargs)
+        if result is not NotImplemented:
+            return result
+    return func(*args, **kwargs)
+
