@@ -58,3 +58,16 @@ def test_command_line_refuses_a_negative_limit(tmp_path: Path,
     assert main([str(source), "-o", str(tmp_path / "out.ember"),
                  "--option", "aot.recompute_reduction_limit=-1"]) == 1
     assert f"{LIMIT}=-1: expected an int >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["nope=1", "strict=true"])
+def test_command_line_refuses_an_unknown_option(option: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown key (or the inductor's ``strict``) was ignored: exit status 0."""
+    source = tmp_path / "in.ember"
+    save(capture(lambda x: x.sum(), torch.randn(3)), source)
+    assert main([str(source), "-o", str(tmp_path / "out.ember"), "--option", option]) == 1
+    err = capsys.readouterr().err
+    assert f"unknown aot option(s) '{option.split('=')[0]}'" in err
+    assert "aot.save_everything" in err
+    assert not (tmp_path / "out.ember").exists()

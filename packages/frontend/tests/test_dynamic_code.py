@@ -244,6 +244,9 @@ def test_capture_exports_a_symbolic_program(tmp_path: Path) -> None:
 
 def test_capture_dynamic_shapes_is_checked() -> None:
     x = torch.randn(8, 3)
+    for not_a_mapping in ([1], {"x": [0]}):  # (an AttributeError from inside)
+        with pytest.raises(ValueError, match="expected a mapping of input names to"):
+            ef.capture(add_rows, x, x, dynamic_shapes=not_a_mapping)
     with pytest.raises(ValueError, match="no tensor input named 'z'; tensor inputs: x, y"):
         ef.capture(add_rows, x, x, dynamic_shapes={"z": {0: None}})
     with pytest.raises(ValueError, match="dim 2 is not a dimension of a tensor of rank 2"):

@@ -168,6 +168,15 @@ def test_allow_break_under_fullgraph(capsys):
     torch.testing.assert_close(compiled2(x), b_print(x))
 
 
+@pytest.mark.parametrize("reasons", [(), ("",), (5,)])
+def test_allow_break_refuses_what_would_match_nothing_or_everything(reasons):
+    """``""`` is a part of every reason (it turned ``fullgraph=True`` off, silently);
+    a non-string raised a TypeError inside the capture."""
+    with pytest.raises(ValueError, match="each a non-empty string"):
+        with ef.allow_break(*reasons):
+            pass
+
+
 def test_explain_reports_graphs_breaks_guards(capsys):
     out = ef.explain(b_print)(torch.randn(3))
     assert out.graph_count == 2 and out.break_count == 1

@@ -79,6 +79,17 @@ def test_run_binds_by_placeholder_name_and_defaults_parameters(
     torch.testing.assert_close(out["out0"], torch.relu(x @ ex["w"].T + ex["b"]) * 2)
 
 
+def test_run_to_an_unwritable_path_is_one_line(
+    mlp_file: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = mlp_file
+    out = tmp_path / "missing" / "out.safetensors"
+    assert main(["run", str(path), "--shape", "x=2,4", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out {out}: cannot be written") and "Traceback" not in err
+
+
 def test_run_binds_by_position_and_applies_mutations(tmp_path: Path) -> None:
     pb = ProgramBuilder()
     x = pb.input(torch.randn(3), name="x")

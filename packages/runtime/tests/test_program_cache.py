@@ -20,6 +20,7 @@ import pytest
 import torch
 from counting_stage import CountingStage, install_counting_stage
 from ember.runtime.__main__ import main as cli_main
+from ember.runtime.cache.local import LocalProgramCache
 from ember.runtime.cache import ProgramCacheWarning, stats
 from ember.runtime.cache.entry import MAGIC
 from ember.runtime.cache.key import KeyRequest, Uncacheable, cache_key
@@ -341,14 +342,18 @@ def test_cache_info_and_clear(stage: CountingStage, cache_dir: Path,
     compile_program(_constant_program(1.0), "aot_eager")
     compile_program(_constant_program(2.0), "aot_eager")
     size = sum(p.stat().st_size for p in _entries(cache_dir))
+    captures = LocalProgramCache(cache_dir, "captures")  # (the frontend's capture cache)
+    captures.write("a" * 64, b"a capture entry")
     assert cli_main(["cache", "info"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "program cache: on", f"local: {cache_dir / 'programs'}", "entries: 2",
-        f"bytes: {size}", "stored Triton binaries: 0",
-        "remote: none (EMBER_REMOTE_CACHE unset)"]
+        f"bytes: {size}", "capture entries (ember-frontend): 1 (15 bytes)",
+        "stored Triton binaries: 0", "remote: none (EMBER_REMOTE_CACHE unset)"]
     assert cli_main(["cache", "clear"]) == 0
-    assert capsys.readouterr().out == f"removed 2 local entries from {cache_dir / 'programs'}\n"
-    assert _entries(cache_dir) == []
+    assert capsys.readouterr().out == (
+        f"removed 2 local entries from {cache_dir / 'programs'}\n"
+        f"removed 1 capture entries from {cache_dir / 'captures'}\n")
+    assert _entries(cache_dir) == [] and captures.usage().entries == 0
     assert cli_main(["cache", "clear", "--remote"]) == 1
     assert "EMBER_REMOTE_CACHE is not set" in capsys.readouterr().err
 
@@ -365,7 +370,9 @@ def test_clear_removes_entries_only(stage: CountingStage, cache_dir: Path,
     (folder / "dir.entry").mkdir()  # a folder is never an entry
     (folder / ".abc.entry.tmp1234").write_bytes(b"half")  # a writer's leftover
     assert cli_main(["cache", "clear"]) == 0
-    assert capsys.readouterr().out == f"removed 1 local entries from {folder}\n"
+    assert capsys.readouterr().out == (f"removed 1 local entries from {folder}\n"
+                                       f"removed 0 capture entries from "
+                                       f"{cache_dir / 'captures'}\n")
     assert sorted(p.name for p in folder.iterdir()) == ["dir.entry", "notes.txt", "src"]
     assert (folder / "src" / "thesis.tex").read_text() == "mine"
 

@@ -44,6 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         options = dict(_parse_option(o) for o in args.option)
+        unknown = sorted(set(options) - set(AotStage.options))
+        if unknown:
+            raise ValueError(f"unknown aot option(s) {', '.join(map(repr, unknown))}; the "
+                             f"options: {', '.join(sorted(AotStage.options))}")
+        AotStage().check_options(options)
         program = load(args.input)
         result = AotStage().run(program, options)
         save(result, args.output, producer=("ember-aot", _version()))

@@ -377,6 +377,10 @@ def explicit_dims(dynamic_shapes: Mapping[str, Mapping[int, Any]] | None,
     """
     if not dynamic_shapes:
         return {}
+    if not isinstance(dynamic_shapes, Mapping) or not all(
+            isinstance(d, Mapping) for d in dynamic_shapes.values()):
+        raise ValueError(f"dynamic_shapes={dynamic_shapes!r}: expected a mapping of input "
+                         "names to mappings of dims to ranges ({'x': {0: (2, 64)}})")
     by_name = {n: i for i, n in enumerate(names) if isinstance(leaves[i], torch.Tensor)}
     out: dict[int, dict[int, tuple[int, int | None]]] = {}
     named: dict[str, tuple[str, int, int]] = {}

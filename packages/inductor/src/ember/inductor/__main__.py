@@ -1,4 +1,8 @@
-"""``python -m ember.inductor IN.ember -o OUT.ember [--device cpu|cuda]``."""
+"""``python -m ember.inductor IN.ember -o OUT.ember [--device cpu|cuda]``.
+
+Errors (a file that does not load or verify, a program the stage refuses, a path that
+cannot be written) are reported as one line on stderr, with exit status 1.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import argparse
 import sys
 
 from ember.inductor.stage import InductorStage
-from ember.runtime.ir import load, save
+from ember.runtime.ir import IRError, load, save
 from ember.runtime.ir.contracts import CompileReport
 from ember.runtime.ir.effects import check_may_run
 
@@ -23,11 +27,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="compile operators with effects outside the tensors (files, "
                              "printing, custom operators) that the input calls")
     args = parser.parse_args(argv)
-    program = load(args.input, trusted=args.trusted)
-    check_may_run(program)  # its code would run them: refuse them from untrusted files
-    options = {"device": args.device} if args.device else {}
-    compiled = InductorStage().run(program, options)
-    save(compiled, args.output)
+    try:
+        program = load(args.input, trusted=args.trusted)
+        check_may_run(program)  # its code would run them: refuse them from untrusted files
+        options = {"device": args.device} if args.device else {}
+        compiled = InductorStage().run(program, options)
+        save(compiled, args.output)
+    except (IRError, OSError, ValueError, RuntimeError, NotImplementedError) as e:
+        # (IRError covers a refused program: UntrustedProgramError, VerificationError)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     report = CompileReport.from_program(compiled)
     print(f"{args.output}: {report.kernels} kernels, "
           f"fallbacks {dict(report.fallbacks or {})}", file=sys.stderr)

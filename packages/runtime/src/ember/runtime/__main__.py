@@ -151,9 +151,13 @@ def _run(args: argparse.Namespace) -> int:
         outputs = ProgramCallable(program)(inputs)
     else:
         outputs = make_executor(program, args.graph)(inputs)
-    safetensors.torch.save_file(
-        {f"out{i}": _as_tensor(v) for i, v in enumerate(outputs)}, args.out
-    )
+    try:
+        safetensors.torch.save_file(
+            {f"out{i}": _as_tensor(v) for i, v in enumerate(outputs)}, args.out
+        )
+    except Exception as e:  # noqa: BLE001 - safetensors' own errors are no OSError
+        raise OSError(f"--out {args.out}: cannot be written ({type(e).__name__}: {e})"
+                      ) from None
     return 0
 
 

@@ -83,7 +83,15 @@ _allowed = threading.local()
 @contextlib.contextmanager
 def allow_break(*reasons: str) -> Iterator[None]:
     """Within this block, ``fullgraph=True`` accepts graph breaks whose reason contains
-    one of ``reasons`` (e.g. ``allow_break("print")``); other breaks still raise."""
+    one of ``reasons`` (e.g. ``allow_break("print")``); other breaks still raise.
+
+    Raises:
+        ValueError: no reason, or one that is no non-empty string (``""`` is a part of
+            every reason: it would turn ``fullgraph=True`` off).
+    """
+    if not reasons or not all(isinstance(r, str) and r for r in reasons):
+        raise ValueError(f"allow_break{reasons!r}: expected one or more break reasons, "
+                         "each a non-empty string (a part of the reason, e.g. 'print')")
     previous = getattr(_allowed, "reasons", ())
     _allowed.reasons = previous + tuple(reasons)
     try:

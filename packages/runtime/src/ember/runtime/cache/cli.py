@@ -3,7 +3,8 @@
 ``info`` prints where the local cache is, whether it is on, how many entries it holds
 and their bytes, how many Triton binaries the kernel cache keeps for launches without
 Triton's compiler (``ember.runtime.compiled.triton_stored``), and the remote cache (its address, without a password) if one is
-configured. ``clear`` removes every local entry; ``clear --remote`` also deletes every
+configured, and the frontend's capture entries (``captures/``). ``clear`` removes every
+local entry, captures too; ``clear --remote`` also deletes every
 Ember entry on the remote server. The kernel caches (``cpp/``, ``triton/``) are left
 alone. This process's hit and miss counts are :func:`ember.runtime.cache.stats` (a
 fresh command-line process has none).
@@ -19,6 +20,11 @@ from ember.runtime.cache.redis_backend import RedisAddress, RedisStore
 from ember.runtime.cache.signing import SigningKeyError, check_secret
 from ember.runtime.compiled.triton_stored import stored_binaries
 from ember.runtime.config import config
+
+
+#: the folder of ember-frontend's capture cache, under the same rules
+#: (:class:`LocalProgramCache` with ``subdir``)
+CAPTURES = "captures"
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -41,6 +47,8 @@ def _info(args: argparse.Namespace) -> int:
     print(f"local: {usage.directory}")
     print(f"entries: {usage.entries}")
     print(f"bytes: {usage.bytes}")
+    captures = LocalProgramCache(config.cache_dir, CAPTURES).usage()
+    print(f"capture entries (ember-frontend): {captures.entries} ({captures.bytes} bytes)")
     print(f"stored Triton binaries: {stored_binaries(config.cache_dir)}")
     if config.remote_cache is None:
         unused = ("; EMBER_REMOTE_CACHE_KEY is unused" if config.remote_cache_key is not None
@@ -60,6 +68,9 @@ def _info(args: argparse.Namespace) -> int:
 def _clear(args: argparse.Namespace) -> int:
     removed = LocalProgramCache(config.cache_dir).clear()
     print(f"removed {removed} local entries from {config.cache_dir / 'programs'}")
+    # (a capture entry names a program entry: without it, it is a miss anyway)
+    captures = LocalProgramCache(config.cache_dir, CAPTURES).clear()
+    print(f"removed {captures} capture entries from {config.cache_dir / CAPTURES}")
     if args.remote:
         if config.remote_cache is None:
             raise ValueError("cache clear --remote: EMBER_REMOTE_CACHE is not set")
