@@ -7,6 +7,7 @@ forward reads it."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import ember.frontend as ef
 import pytest
@@ -86,3 +87,22 @@ def test_attributes_set_on_the_compiled_module_reach_the_original(capture: str) 
     assert not compiled.training and not module.training
     compiled.train()
     assert compiled.training and module.training
+
+
+def test_pickle_and_torch_save_compile_the_loaded_module_again(tmp_path: Path) -> None:
+    """As torch.compile's wrapper: pickled as the original module and the settings.
+    It raised "Can't pickle local object 'WeakKeyDictionary.__init__.<locals>.remove'"."""
+    import pickle
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    compiled = ef.compile(model, backend="aot_eager", dynamic=True)
+    x = torch.randn(3, 4)
+    want = compiled(x)
+    torch.save(compiled, tmp_path / "model.pt")
+    for loaded in (pickle.loads(pickle.dumps(compiled)),
+                   torch.load(tmp_path / "model.pt", weights_only=False)):
+        assert isinstance(loaded, ef.CompiledModule) and loaded._orig_mod is not model
+        torch.testing.assert_close(loaded(x), want)
+        assert loaded._settings == {"backend": "aot_eager", "mode": None, "fullgraph": False,
+                                    "dynamic": True, "options": None}

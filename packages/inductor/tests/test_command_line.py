@@ -41,3 +41,20 @@ def test_a_file_that_is_no_program(content: bytes, tmp_path: Path,
 def test_a_missing_input_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path / "missing.ember"), "-o", str(tmp_path / "out.ember")]) == 1
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_a_node_declaring_more_than_its_operator_makes_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Compiled from that metadata, the kernels read past their buffers."""
+    import dataclasses
+
+    program = trace(lambda x: (torch.relu(x) * 2,), [torch.randn(2, 4)])
+    relu = next(n for n in program.forward.nodes if n.target == "aten::relu.default")
+    relu.meta = dataclasses.replace(relu.meta, sizes=(2000, 4))  # type: ignore[arg-type]
+    source = tmp_path / "crafted.ember"
+    save(program, source)
+    assert main([str(source), "-o", str(tmp_path / "out.ember")]) == 1
+    err = capsys.readouterr().err
+    assert "declares torch.float32 sizes (2000, 4)" in err
+    assert "makes torch.float32 sizes (2, 4)" in err
+    assert not (tmp_path / "out.ember").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import ember.runtime.pipeline as pipeline_module
 import ember.runtime.stages as stages_module
 import pytest
@@ -278,6 +280,22 @@ def test_debug_dir_receives_each_stage_output(
         compile_program(program, backend="aot_eager")
     saved = load(tmp_path / "1_aot.ember")
     assert saved.dialect == "core-functional" and saved.forward == program.forward
+
+
+def test_debug_dir_keeps_every_compile(
+    fake_stages: list[tuple[str, Program, dict[str, object]]], tmp_path: Path,
+) -> None:
+    """Each compile wrote the same file names: only the last compile of a process (a
+    graph break or a recompile compiles several programs) was left."""
+    program, _ = mlp_program()
+    with patch(debug_dir=tmp_path):
+        for _ in range(3):
+            compile_program(program, backend="aot_eager")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "1_aot-2.ember", "1_aot-3.ember", "1_aot.ember"]
+    with patch(debug_dir=tmp_path / "1_aot.ember"), pytest.raises(
+            ValueError, match="EMBER_DEBUG_DIR=.*1_aot.ember: not a directory"):
+        compile_program(program, backend="aot_eager")
 
 
 def test_copy_back_does_not_attach_buffers_to_autograd() -> None:

@@ -35,11 +35,13 @@ class CompiledModule(torch.nn.Module):
     torch.compile names it), and attributes not found here are looked up there."""
 
     def __init__(self, module: torch.nn.Module, compiled: CompiledCallable,
-                 again: Callable[[torch.nn.Module], Any] | None = None) -> None:
+                 again: Callable[[torch.nn.Module], Any] | None = None,
+                 settings: dict[str, Any] | None = None) -> None:
         super().__init__()
         self._orig_mod = module
         self._compiled = compiled
         self._again = again  # compile another module with the same settings
+        self._settings = settings  # compile's keyword arguments (pickling)
 
     @property
     def __ember_original__(self) -> torch.nn.Module:
@@ -54,6 +56,15 @@ class CompiledModule(torch.nn.Module):
             raise TypeError("this compiled module cannot be copied: compile a copy of "
                             "its module (_orig_mod) instead")
         return self._again(copy.deepcopy(self._orig_mod, memo))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (``pickle``, ``torch.save``) as its original module and ``compile``'s
+        settings: loading compiles it again (the compiled variants are code and guards
+        of this process), as torch.compile's wrapper does."""
+        if self._settings is None:
+            raise TypeError("this compiled module cannot be pickled: pickle its module "
+                            "(_orig_mod) instead")
+        return (_compiled_again, (self._orig_mod, self._settings))
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._compiled(*args, **kwargs)
@@ -93,7 +104,12 @@ class CompiledModule(torch.nn.Module):
 
 
 #: CompiledModule's own attributes (the others are the original module's)
-_OWN_ATTRIBUTES = frozenset({"_orig_mod", "_compiled", "_again", "training"})
+_OWN_ATTRIBUTES = frozenset({"_orig_mod", "_compiled", "_again", "_settings", "training"})
+
+
+def _compiled_again(module: torch.nn.Module, settings: dict[str, Any]) -> Any:
+    """A pickled :class:`CompiledModule` loaded: ``module`` compiled with ``settings``."""
+    return compile(module, **settings)
 
 
 @overload
@@ -201,11 +217,14 @@ def compile(
                              backend_options)
     compiled = factory(request)
     if isinstance(fn_or_module, torch.nn.Module):
-        def again(module: torch.nn.Module) -> Any:
-            return compile(module, backend=backend, mode=mode, fullgraph=fullgraph,
-                           dynamic=dynamic, options=options)
+        settings: dict[str, Any] = {"backend": backend, "mode": mode,
+                                    "fullgraph": fullgraph, "dynamic": dynamic,
+                                    "options": options}
 
-        return CompiledModule(fn_or_module, compiled, again)
+        def again(module: torch.nn.Module) -> Any:
+            return compile(module, **settings)
+
+        return CompiledModule(fn_or_module, compiled, again, settings)
     return compiled
 
 

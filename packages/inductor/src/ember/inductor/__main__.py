@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from ember.inductor.stage import InductorStage
-from ember.runtime.ir import IRError, load, save
+from ember.runtime.ir import IRError, load, save, verify
 from ember.runtime.ir.contracts import CompileReport
 from ember.runtime.ir.effects import check_may_run
 
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         program = load(args.input, trusted=args.trusted)
+        verify(program)  # (a file's node metadata against its operators, too)
         check_may_run(program)  # its code would run them: refuse them from untrusted files
         options = {"device": args.device} if args.device else {}
         compiled = InductorStage().run(program, options)

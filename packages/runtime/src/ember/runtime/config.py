@@ -38,7 +38,8 @@ variable                          meaning                                   defa
                                   first compile counts; >= 1) before the
                                   frontend falls back to eager
 ``EMBER_DEBUG_DIR``               if set, the pipeline writes the program   (unset)
-                                  after each stage there
+                                  after each stage there (``1_aot.ember``;
+                                  later compiles ``1_aot-2.ember``, ...)
 ``EMBER_TRUST_ARTIFACTS``         ``1``: run compiled artifacts loaded      ``0``
                                   from files without ``trusted=True``
                                   (they are code: trust their source)

@@ -318,6 +318,7 @@ def run_stages(program: Program, stages: list[Stage], options: dict[str, Any]) -
     verify(program, "aten")
     check_may_run(program)  # a program loaded from a file: no effects outside tensors
     program = _cross_boundary(program, "input", "aten")
+    tag = _debug_tag(stages) if config.debug_dir is not None else ""
     for index, stage in enumerate(stages):
         start = time.perf_counter()
         stage_options = dict(options)
@@ -336,7 +337,7 @@ def run_stages(program: Program, stages: list[Stage], options: dict[str, Any]) -
                 f"but returned a {result.dialect!r} program"
             )
         if config.debug_dir is not None:
-            _save_debug_copy(result, f"{index + 1}_{stage.name}")
+            _save_debug_copy(result, f"{index + 1}_{stage.name}{tag}")
         program = _cross_boundary(result, f"after {stage.name}", stage.produces)
     return program
 
@@ -364,8 +365,23 @@ def _cross_boundary(program: Program, where: str, dialect: str) -> Program:
     return reloaded
 
 
+def _debug_tag(stages: list[Stage]) -> str:
+    """The suffix of this compile's ``EMBER_DEBUG_DIR`` files: none for the first compile
+    writing there (``1_aot.ember``), ``-2``, ``-3``, ... for later ones (each compile kept:
+    a graph break or a recompile compiles several programs)."""
+    assert config.debug_dir is not None
+    if not stages or not config.debug_dir.is_dir():
+        return ""
+    first, n = f"1_{stages[0].name}", 1
+    while (config.debug_dir / f"{first}{'' if n == 1 else f'-{n}'}.ember").exists():
+        n += 1
+    return "" if n == 1 else f"-{n}"
+
+
 def _save_debug_copy(program: Program, name: str) -> None:
     assert config.debug_dir is not None
+    if config.debug_dir.exists() and not config.debug_dir.is_dir():
+        raise ValueError(f"EMBER_DEBUG_DIR={config.debug_dir}: not a directory")
     config.debug_dir.mkdir(parents=True, exist_ok=True)
     path = config.debug_dir / f"{name}.ember"
     save(program, path)

@@ -8,14 +8,22 @@ torch upgrade that moves one of these touches only this file.
 from __future__ import annotations
 
 import functools
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 import torch
 
 OpOverload = torch._ops.OpOverload
 """One overload of an operator (``torch.ops.aten.add.Tensor``)."""
 
-__all__ = ["OpOverload", "is_dispatcher_op", "is_op_overload", "op_schema", "overload_name"]
+
+def fake_tensor_mode() -> Any:
+    """A fake tensor mode (no data) that also takes real tensors (a program's stored
+    constants): ``metadata_checks`` runs a loaded program's operators in it."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+__all__ = ["OpOverload", "fake_tensor_mode", "is_dispatcher_op", "is_op_overload", "op_schema", "overload_name"]
 
 
 def is_op_overload(value: object) -> TypeGuard[OpOverload]:

@@ -141,7 +141,8 @@ def declared_extern_ops(program: Program) -> frozenset[str]:
 
 def verify(program: Program, dialect: str | None = None) -> None:
     """Check ``program`` against the IR's structural rules and the rules of ``dialect``
-    (default: ``program.dialect``).
+    (default: ``program.dialect``); for a program read from a file, also each node's
+    declared metadata against its operator (:mod:`ember.runtime.ir.metadata_checks`).
 
     Raises:
         VerificationError: naming the graph and node that break a rule.
@@ -157,6 +158,10 @@ def verify(program: Program, dialect: str | None = None) -> None:
     for name, graph in program.graphs.items():
         _GraphVerifier(program, name, graph, dialect).run()
     _check_program(program, dialect)
+    if program.untrusted_origin is not None:  # read from a file: its metadata vs its ops
+        from ember.runtime.ir.metadata_checks import check_declared_metadata
+
+        check_declared_metadata(program)
 
 
 class _GraphVerifier:
