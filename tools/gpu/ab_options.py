@@ -6,7 +6,8 @@ one step's Python: its call without waiting for the GPU).
     python tools/gpu/ab_options.py hf_bert,hf_gpt2 bfloat16 train "precompile_triton=false" "precompile_triton=true"
 
 Each later argument is one Ember option set (``k=v,k=v``; ``-`` for the defaults;
-``mode=max-autotune`` in a set is the compile's mode, not an option). The option sets are compiled in the order given: a binary built ahead of launch by one set
+``mode=max-autotune`` in a set is the compile's mode, not an option). The option sets
+are compiled in the order given: a binary built ahead of launch by one set
 (``precompile_triton``) is in the process's table for the sets after it.
 """
 

@@ -3,8 +3,10 @@ torch.compile's under ``TORCH_LOGS=output_code``, Ember's under
 ``EMBER_LOGS=output_code``), to read the two compilers' kernels side by side (the quick
 suite keeps the compile short; the kernels are the full suite's but for their sizes):
 
-    TORCH_LOGS=output_code python3 tools/gpu/dump_kernels.py torch pointwise bfloat16 train 2> torch.txt
-    EMBER_LOGS=output_code python3 tools/gpu/dump_kernels.py ember pointwise bfloat16 train 2> ember.txt
+    TORCH_LOGS=output_code python3 tools/gpu/dump_kernels.py torch pointwise bfloat16 \
+        train 2> torch.txt
+    EMBER_LOGS=output_code python3 tools/gpu/dump_kernels.py ember pointwise bfloat16 \
+        train 2> ember.txt
 """
 
 from __future__ import annotations

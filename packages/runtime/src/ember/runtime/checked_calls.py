@@ -2,15 +2,18 @@
 values of its tensors (a check), or data it builds itself. Each is recorded another way
 that computes the same.
 
-| function | what eager's C++ does | recorded |
-|---|---|---|
-| ``one_hot`` | checks every class is in ``[0, num_classes)`` | the check as ``aten::_assert_async.msg`` (a side effect no pass removes; it raises when the compiled program runs, as eager raises) |
-| ``ctc_loss`` with Python-list lengths, mean reduction | divides the per-sample losses by ``at::tensor(target_lengths)`` (a tensor with data) | the per-sample losses (``reduction="none"``), over the lengths as a constant tensor (at least 1), averaged |
+- ``one_hot`` checks every class is in ``[0, num_classes)``: recorded, the check as
+  ``aten::_assert_async.msg`` (a side effect no pass removes; it raises when the
+  compiled program runs, as eager raises).
+- ``ctc_loss`` with Python-list lengths and the mean reduction divides the per-sample
+  losses by ``at::tensor(target_lengths)``, a tensor with data: recorded, the
+  per-sample losses (``reduction="none"``) over the lengths as a constant tensor (at
+  least 1), averaged.
 
 torch's ``one_hot`` of a tensor without data compares the classes with
 ``arange(num_classes)``: a class out of range gave an all-zero row, silently. Its
 ``ctc_loss`` with the mean reduction raised on fake tensors ("data is not allocated"):
-the graph broke at the loss. The recorders apply the table: ``record_fx`` and the trace
+the graph broke at the loss. The recorders apply the tables: ``record_fx`` and the trace
 capture through :class:`CheckedCalls` (a torch function mode), the strict capture
 through :func:`call_checked` at each call it records.
 

@@ -23,7 +23,8 @@ def fake_tensor_mode() -> Any:
 
     return FakeTensorMode(allow_non_fake_inputs=True)
 
-__all__ = ["OpOverload", "fake_tensor_mode", "is_dispatcher_op", "is_op_overload", "op_schema", "overload_name"]
+__all__ = ["OpOverload", "fake_tensor_mode", "is_dispatcher_op", "is_op_overload",
+           "op_schema", "overload_name"]
 
 
 def is_op_overload(value: object) -> TypeGuard[OpOverload]:
