@@ -102,6 +102,13 @@ def test_map_location_moves_tensors(tmp_path: Path) -> None:
     assert loaded.tensors["fc.weight"].device.type == "meta"
 
 
+def test_a_map_location_that_is_no_device_is_named(tmp_path: Path) -> None:
+    """It said a tensor 'was saved from cpu, where it cannot be put back here'."""
+    save(mlp(), tmp_path / "m.ember")
+    with pytest.raises(ValueError, match="map_location='bogus' is not a device"):
+        load(tmp_path / "m.ember", map_location="bogus")
+
+
 def test_program_json_is_plain_json_and_deterministic() -> None:
     doc = program_to_json(training(), producer=("p", "1"))
     text = json.dumps(doc, allow_nan=False)

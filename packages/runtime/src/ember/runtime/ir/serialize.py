@@ -141,8 +141,15 @@ def load(path: PathOrFile, *, map_location: torch.device | str | None = None,
         OSError: if ``path`` cannot be opened (``FileNotFoundError``, ...).
         RuntimeError: if a tensor's device (say ``cuda:0``) is not available here and
             no ``map_location`` is given.
+        ValueError: ``map_location`` names no device.
     """
     limits = DEFAULT_LIMITS if limits is None else limits
+    if map_location is not None and not isinstance(map_location, torch.device):
+        try:
+            map_location = torch.device(map_location)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"load: map_location={map_location!r} is not a device "
+                             f"({e})") from None
     if isinstance(path, (str, os.PathLike)):
         name = os.fspath(path)
         with open(path, "rb") as f, collector_paused():  # a missing file: OSError as usual
