@@ -4,6 +4,7 @@ before any work), the stage, the command line or :class:`AotConfig` itself."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from aot_capture import capture
 from ember.aot.__main__ import main
 from ember.aot.config import AotConfig
+from ember.aot.pipeline import aot_compile
 from ember.aot.stage import AotStage
 from ember.runtime.ir import save
 from ember.runtime.pipeline import check_options
@@ -71,3 +73,14 @@ def test_command_line_refuses_an_unknown_option(option: str, tmp_path: Path,
     assert f"unknown aot option(s) '{option.split('=')[0]}'" in err
     assert "aot.save_everything" in err
     assert not (tmp_path / "out.ember").exists()
+
+
+def test_training_forced_off_with_an_input_that_requires_grad_warns() -> None:
+    """A compiled backend's outputs then do not require grad (the interpreter's do):
+    backward failed with torch's generic error and nothing said why."""
+    program = capture(lambda x: x * 2, torch.randn(3, requires_grad=True))
+    with pytest.warns(UserWarning, match="aot.training=False compiles an inference program"):
+        aot_compile(program, AotConfig(training=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        aot_compile(capture(lambda x: x * 2, torch.randn(3)), AotConfig(training=False))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,12 +76,17 @@ def needs_backward(program: Program, config: AotConfig) -> bool:
     """Whether to build a joint graph: ``config.training`` if set, else whether grad mode
     is on (frontends guard on it) and any floating-point or complex input requires grad
     (the inputs the joint graph differentiates)."""
-    if config.training is not None:
-        return config.training
-    return torch.is_grad_enabled() and any(
+    wanted = torch.is_grad_enabled() and any(
         isinstance(p.meta, TensorMeta) and p.meta.requires_grad
         and (p.meta.dtype.is_floating_point or p.meta.dtype.is_complex)
         for p in program.forward.placeholders)
+    if config.training is False and wanted:
+        # (a compiled backend's outputs then do not require grad; the interpreter's,
+        # which runs under autograd, do: say so rather than leave backward to fail)
+        warnings.warn("aot.training=False compiles an inference program although an "
+                      "input requires grad and grad mode is on: the compiled outputs may "
+                      "not require grad, and backward through them fails", stacklevel=2)
+    return wanted if config.training is None else config.training
 
 
 @profiles_compile  # run alone (not under the pipeline): its own stage profile
