@@ -9,6 +9,12 @@ that computes the same.
   losses by ``at::tensor(target_lengths)``, a tensor with data: recorded, the
   per-sample losses (``reduction="none"``) over the lengths as a constant tensor (at
   least 1), averaged.
+- ``cosine_similarity`` with an input that requires grad clamps the two norms to
+  ``eps`` in place under ``no_grad``: the values are clamped, the gradient flows as if
+  they were not. A recording cannot hold a write under ``no_grad`` to a value with
+  autograd history (the strict capture broke the graph there): recorded out of place,
+  each norm as ``norm.detach().clamp_min(eps) + (norm - norm.detach())`` (the clamped
+  value exactly, for a finite norm; the norm's gradient).
 
 torch's ``one_hot`` of a tensor without data compares the classes with
 ``arange(num_classes)``: a class out of range gave an all-zero row, silently. Its
@@ -79,12 +85,29 @@ CHECKED_CALLS: dict[Any, Callable[..., Any]] = {
 }
 """Torch function -> its version that records eager's value check."""
 
+def _cosine_similarity(x1: Any, x2: Any, dim: int = 1, eps: float = 1e-8) -> Any:
+    """``cosine_similarity`` computed as eager's C++ computes it (broadcast, the norms
+    along ``dim`` kept, each input over its norm, multiplied, summed), each norm clamped
+    out of place with eager's gradient (see the module docstring)."""
+    if not (isinstance(x1, torch.Tensor) and isinstance(x2, torch.Tensor)
+            and (x1.requires_grad or x2.requires_grad) and torch.is_grad_enabled()
+            and is_fake(x1) and x1.dtype.is_floating_point and x1.dtype == x2.dtype):
+        return NotImplemented  # (no write under no_grad to stop at, or eager's errors)
+    a, b = torch.broadcast_tensors(x1, x2)  # type: ignore[no-untyped-call]
+    norms = [torch.linalg.vector_norm(t, 2, dim=dim, keepdim=True) for t in (a, b)]
+    n1, n2 = (n.detach().clamp_min(eps) + (n - n.detach()) for n in norms)
+    return ((a / n1) * (b / n2)).sum(dim)
+
+
 REBUILT_CALLS: dict[Any, Callable[..., Any]] = {
     torch.ctc_loss: _ctc_loss,
     F.ctc_loss: _functional_ctc_loss,
+    torch.cosine_similarity: _cosine_similarity,
 }
-"""Torch function -> its version that builds as constants the data eager's C++ builds
-(``integration_tests/test_ctc_loss.py`` covers each)."""
+"""Torch function -> its version that records what eager's C++ does in a way a
+recording can hold: data it builds, as constants; a write under ``no_grad``, out of
+place (``integration_tests/test_ctc_loss.py`` and ``test_cosine_similarity.py`` cover
+each)."""
 
 
 def call_checked(fn: Any, args: Any, kwargs: Any) -> Any:
