@@ -10,9 +10,19 @@ import argparse
 import sys
 
 from ember.inductor.stage import InductorStage
-from ember.runtime.ir import IRError, load, save, verify
+from ember.runtime.ir import IRError, Program, load, save
 from ember.runtime.ir.contracts import CompileReport
 from ember.runtime.ir.effects import check_may_run
+
+
+def _check_declared_metadata(program: Program) -> None:
+    """ember-runtime's check of a file's node metadata against its operators (the
+    stage compiles from that metadata); none with an ember-runtime older than 0.4.2."""
+    try:
+        from ember.runtime.ir.metadata_checks import check_declared_metadata
+    except ImportError:  # ember-runtime < 0.4.2
+        return
+    check_declared_metadata(program)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         program = load(args.input, trusted=args.trusted)
-        verify(program)  # (a file's node metadata against its operators, too)
+        if program.untrusted_origin is not None:  # its node metadata vs its operators
+            _check_declared_metadata(program)
         check_may_run(program)  # its code would run them: refuse them from untrusted files
         options = {"device": args.device} if args.device else {}
         compiled = InductorStage().run(program, options)
