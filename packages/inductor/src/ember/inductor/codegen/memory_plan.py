@@ -41,6 +41,7 @@ from ember.inductor.codegen.input_writes import plan_input_writes
 from ember.inductor.codegen.registry import in_one_part
 from ember.inductor.loop_ir import Kernel, Load, Size, Store, reduction_phases
 from ember.inductor.loop_ir.across import has_across
+from ember.inductor.loop_ir.body import stmt_inputs
 from ember.inductor.loop_ir.index import free_vars
 from ember.inductor.loop_ir.symbolic_index import hint
 from ember.inductor.lowering.checks import ERROR_BUFFER
@@ -302,8 +303,13 @@ class MemoryPlanner:
                 continue
             loads = [(j, s) for j, s in enumerate(k.body)
                      if isinstance(s, Load) and s.buffer == src]
-            # read before written: a load after the store would see the new value
+            # read before written: a load after the store would see the new value; and
+            # each stored value computed from each load: a store that does not wait for
+            # the load may be moved before it (C++ declares every pointer __restrict__:
+            # a ConvNeXt loss read its log-sum-exp after a LayerNorm statistic was stored
+            # over it, NaN)
             if all(same_index(s.index, index) and s.mask is None and j < first_store
+                   and all(s.name in _reads(k, st.value) for st in stores)
                    for j, s in loads):
                 return src
         return None
@@ -426,6 +432,18 @@ def plan_memory(lowered: LoweredGraph, steps: Iterable[Step], device: str
                 ) -> tuple[list[StepPlan], MemoryReport]:
     """The wrapper's memory plan of a lowered, scheduled graph, and its report."""
     return MemoryPlanner(lowered, list(steps), device).plan()
+
+
+def _reads(kernel: Kernel, value: str) -> set[str]:
+    """The names ``value`` is computed from in ``kernel``'s body, itself included."""
+    inputs = {st.name: stmt_inputs(st) for st in kernel.body if not isinstance(st, Store)}
+    seen, todo = set(), [value]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(inputs.get(name, ()))
+    return seen
 
 
 def _one_pass(kernel: Kernel) -> bool:
