@@ -3,7 +3,7 @@ an int argument or attribute whose value changed between two captures of the sam
 (a step counter, a position passed as an int) is, in later captures, the size of a
 carrier input, a SymInt with the range and guards of any input dimension, instead of a
 constant guarded by value; one capture then serves every value from 2 up (0 and 1
-specialise, as sizes do). Code that needs its value (``range(n)``, ``n.bit_length()``)
+specialise, as sizes do). Code that needs its value (``range(n)``, ``math.sqrt(n)``)
 specialises it, as it does an input's size; code that cannot take a SymInt at all
 (``table[n]``: unhashable) turns symbolic ints off for the function
 (``DynamicPolicy.refuse_symbolic_ints``)."""
