@@ -130,27 +130,3 @@ def test_multilabel_margin_loss_counts_only_the_targets_before_minus_one(
     a = torch.randn(4, 4)
     torch.testing.assert_close(legacy(a, targets[:4]),
                                F.multilabel_margin_loss(a, targets[:4], reduction="none"))
-
-
-def _scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    import math
-
-    return (q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))).softmax(-1)
-
-
-def test_math_sqrt_of_a_symbolic_size_stays_symbolic() -> None:
-    """The strict capture's rule for ``math.sqrt`` (``torch.sym_sqrt`` of a SymInt):
-    it specialised the head size, one compile per size."""
-    compiled = ef.compile(_scaled_scores, dynamic=True)
-    for d in (8, 16, 32):
-        q, k = torch.randn(4, d), torch.randn(5, d)
-        torch.testing.assert_close(compiled(q, k), _scaled_scores(q, k))
-    assert compiled.stats.compiles == 1 and compiled.stats.graph_breaks == 0
-    plain = ef.compile(_times_root_two)  # a plain float: Python's own math.sqrt
-    torch.testing.assert_close(plain(torch.ones(2)), torch.full((2,), 2 ** 0.5))
-
-
-def _times_root_two(x: torch.Tensor) -> torch.Tensor:
-    import math
-
-    return x * math.sqrt(2)

@@ -9,7 +9,6 @@ that need real data (``bool(t)``, ``print``) break.
 
 from __future__ import annotations
 
-import math
 import types
 from collections.abc import Callable
 from typing import Any
@@ -406,15 +405,3 @@ for _name, _answer in (("is_compiling", True), ("is_dynamo_compiling", True),
 _dynamo_query = dynamo_is_compiling()
 if _dynamo_query is not None:
     BUILTIN_RULES[_dynamo_query] = _constant_rule(True)
-
-
-@_rule(math.sqrt)
-def _sqrt(h: Any, interp: Any, frame: Frame, args: list[Any],
-          kwargs: dict[str, Any]) -> Any:
-    """``math.sqrt`` of a symbolic size stays symbolic (``torch.sym_sqrt``: a float over
-    the size, which the recorder holds as a 0-dim tensor, ``x / math.sqrt(x.size(-1))``);
-    it specialised the size (Python's ``float()`` of it). Other values: Python's."""
-    if len(args) == 1 and not kwargs and isinstance(args[0], (torch.SymInt, torch.SymFloat)):
-        return torch.sym_sqrt(args[0])
-    return h.direct(interp, math.sqrt, args, kwargs)
-
