@@ -35,13 +35,12 @@ class CompiledModule(torch.nn.Module):
     torch.compile names it), and attributes not found here are looked up there."""
 
     def __init__(self, module: torch.nn.Module, compiled: CompiledCallable,
-                 again: Callable[[torch.nn.Module], Any] | None = None,
                  settings: dict[str, Any] | None = None) -> None:
         super().__init__()
         self._orig_mod = module
         self._compiled = compiled
-        self._again = again  # compile another module with the same settings
-        self._settings = settings  # compile's keyword arguments (pickling)
+        # compile's keyword arguments: another module compiled with them (a copy, pickling)
+        self._settings = settings
 
     @property
     def __ember_original__(self) -> torch.nn.Module:
@@ -52,10 +51,10 @@ class CompiledModule(torch.nn.Module):
         """A compiled copy: the original module deep-copied and compiled again with the
         same settings (the compiled variants hold guards on this module's objects, and
         generated code, which a copy must not share)."""
-        if self._again is None:
+        if self._settings is None:
             raise TypeError("this compiled module cannot be copied: compile a copy of "
                             "its module (_orig_mod) instead")
-        return self._again(copy.deepcopy(self._orig_mod, memo))
+        return _compiled_again(copy.deepcopy(self._orig_mod, memo), self._settings)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled (``pickle``, ``torch.save``) as its original module and ``compile``'s
@@ -104,7 +103,7 @@ class CompiledModule(torch.nn.Module):
 
 
 #: CompiledModule's own attributes (the others are the original module's)
-_OWN_ATTRIBUTES = frozenset({"_orig_mod", "_compiled", "_again", "_settings", "training"})
+_OWN_ATTRIBUTES = frozenset({"_orig_mod", "_compiled", "_settings", "training"})
 
 
 def _compiled_again(module: torch.nn.Module, settings: dict[str, Any]) -> Any:
@@ -217,14 +216,9 @@ def compile(
                              backend_options)
     compiled = factory(request)
     if isinstance(fn_or_module, torch.nn.Module):
-        settings: dict[str, Any] = {"backend": backend, "mode": mode,
-                                    "fullgraph": fullgraph, "dynamic": dynamic,
-                                    "options": options}
-
-        def again(module: torch.nn.Module) -> Any:
-            return compile(module, **settings)
-
-        return CompiledModule(fn_or_module, compiled, again, settings)
+        settings = {"backend": backend, "mode": mode, "fullgraph": fullgraph,
+                    "dynamic": dynamic, "options": options}
+        return CompiledModule(fn_or_module, compiled, settings)
     return compiled
 
 

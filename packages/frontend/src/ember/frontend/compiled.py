@@ -18,7 +18,11 @@ import torch
 from ember.frontend._torch import fake_mode_active
 from ember.frontend.autocast import compile_without_autocast, run_graph
 from ember.frontend.capture_modes import CompileRequest
-from ember.frontend.declined_sizes import SymbolicProgramDeclined, compile_for_policy
+from ember.frontend.declined_sizes import (
+    SymbolicProgramDeclined,
+    compile_for_policy,
+    static_from_now_on,
+)
 from ember.frontend.dynamic import DynamicPolicy
 from ember.frontend.guards import GuardFailure, GuardSet, Matcher
 from ember.frontend.inference_outputs import as_inference
@@ -215,8 +219,7 @@ class TracedFunction:
                     compile_program, program, req.backend, dict(req.options), req.mode,
                     self._policy))
         except SymbolicProgramDeclined as e:  # (declined_sizes): static from now on
-            if not self._policy.refuse_symbolic_sizes(str(e), self._name()):
-                raise AssertionError("a static capture's decline was raised") from e
+            static_from_now_on(self._policy, e, self._name())
             return self._capture_and_compile(args, kwargs)
         final = getattr(compiled, "program", program)
         if captured.symbolic_inputs and "forward" in final.graphs:

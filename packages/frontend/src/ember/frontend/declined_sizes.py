@@ -26,7 +26,8 @@ from typing import Any, cast
 from ember.frontend.dynamic import DynamicPolicy
 from ember.runtime.ir import Program
 
-__all__ = ["SymbolicProgramDeclined", "compile_for_policy", "symbolic_failure"]
+__all__ = ["SymbolicProgramDeclined", "compile_for_policy", "static_from_now_on",
+           "symbolic_failure"]
 
 
 def symbolic_failure(error: BaseException | None) -> bool:
@@ -43,6 +44,18 @@ class SymbolicProgramDeclined(Exception):
     """A stage declined a program for symbolic sizes that the function's dynamic policy
     made, or a call failed for them during the capture: capture again with static sizes
     (the message says which, and why)."""
+
+
+def static_from_now_on(policy: DynamicPolicy, error: SymbolicProgramDeclined,
+                       name: str) -> None:
+    """Turn ``policy``'s symbolic sizes off after ``error`` (the caller captures again).
+
+    Raises:
+        AssertionError: ``policy`` made no size symbolic (:func:`compile_for_policy`
+            raises only for a policy that did).
+    """
+    if not policy.refuse_symbolic_sizes(str(error), name):
+        raise AssertionError("a static capture's decline was raised") from error
 
 
 def compile_for_policy(compile_program: Callable[..., Any], program: Program, backend: str,

@@ -116,8 +116,15 @@ def call_checked(fn: Any, args: Any, kwargs: Any) -> Any:
         checked = CHECKED_CALLS.get(fn) or REBUILT_CALLS.get(fn)
     except TypeError:  # unhashable
         checked = None
-    if checked is not None:
-        result = checked(*args, **kwargs)
+    return call_through(checked, fn, args, kwargs)
+
+
+def call_through(rule: Callable[..., Any] | None, fn: Any, args: Any, kwargs: Any) -> Any:
+    """``rule(*args, **kwargs)`` when there is a rule and it applies (not
+    NotImplemented), else ``fn(*args, **kwargs)``: how every table of calls a recording
+    makes another way is applied."""
+    if rule is not None:
+        result = rule(*args, **kwargs)
         if result is not NotImplemented:
             return result
     return fn(*args, **kwargs)

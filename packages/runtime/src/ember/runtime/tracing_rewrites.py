@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ember.runtime.checked_calls import call_through
 
 __all__ = ["FAKE_DTYPE_FIXES", "FAKE_KERNELS", "RECORD_REWRITES", "fake_result_fixed",
            "run_fake"]
@@ -106,10 +107,5 @@ FAKE_KERNELS: dict[str, Callable[..., Any]] = {
 def run_fake(func: Any, target: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """``func(*args, **kwargs)`` on fake tensors, through :data:`FAKE_KERNELS` where it
     has an entry that applies."""
-    kernel = FAKE_KERNELS.get(target)
-    if kernel is not None:
-        result = kernel(*args, **kwargs)
-        if result is not NotImplemented:
-            return result
-    return func(*args, **kwargs)
+    return call_through(FAKE_KERNELS.get(target), func, args, kwargs)
 

@@ -424,7 +424,7 @@ class StrictFunction(CaptureCacheUse):
             capture_segment,
         )
         from ember.frontend.bytecode.triton_launch import launches_refused
-        from ember.frontend.declined_sizes import SymbolicProgramDeclined
+        from ember.frontend.declined_sizes import SymbolicProgramDeclined, static_from_now_on
         from ember.runtime.saved_hooks import hooks_kept_out
 
         # NOTE: a new capture finds its inlined breaks again: those of an earlier entry
@@ -444,8 +444,7 @@ class StrictFunction(CaptureCacheUse):
                 self._check_fullgraph(e.info)
                 calls.abandoned(e.ip, e.info)
             except SymbolicProgramDeclined as e:  # (declined_sizes): static from now on
-                if not self._policy.refuse_symbolic_sizes(str(e), self._name()):
-                    raise AssertionError("a static capture's decline was raised") from e
+                static_from_now_on(self._policy, e, self._name())
             except NeedsSymbolicShapes:
                 if symbolic:
                     raise AssertionError("a symbolic capture asked for symbolic shapes"

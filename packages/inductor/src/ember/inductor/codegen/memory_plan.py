@@ -293,6 +293,8 @@ class MemoryPlanner:
             return None
         first_store = min(j for j, s in enumerate(k.body) if isinstance(s, Store)
                           and s.buffer == name)
+        # what every stored value is computed from (the loads it waits for)
+        computed_from = set.intersection(*(_reads(k, st.value) for st in stores))
         target = self.lowered.buffers[name]
         stored = set(k.stored_buffers())
         for src in k.loaded_buffers():
@@ -309,8 +311,7 @@ class MemoryPlanner:
             # a ConvNeXt loss read its log-sum-exp after a LayerNorm statistic was stored
             # over it, NaN)
             if all(same_index(s.index, index) and s.mask is None and j < first_store
-                   and all(s.name in _reads(k, st.value) for st in stores)
-                   for j, s in loads):
+                   and s.name in computed_from for j, s in loads):
                 return src
         return None
 
